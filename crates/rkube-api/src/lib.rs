@@ -1,0 +1,1 @@
+//! rkube-api (to be written).

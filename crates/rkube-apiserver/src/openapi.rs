@@ -1,0 +1,1 @@
+//! openapi (to be written).

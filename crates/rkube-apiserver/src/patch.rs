@@ -1,0 +1,1 @@
+//! patch (to be written).

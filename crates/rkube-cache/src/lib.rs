@@ -1,0 +1,1 @@
+//! rkube-cache (to be written).

@@ -1,0 +1,2 @@
+//! rkube proxy (to be written).
+pub mod cli;

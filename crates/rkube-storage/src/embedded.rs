@@ -1,0 +1,1 @@
+//! Embedded MVCC store on redb (to be written).

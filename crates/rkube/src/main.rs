@@ -1,0 +1,49 @@
+//! The `rkube` command line: a thin layer over the library crates.
+//!
+//! `rkube apiserver | up | proxy`; each subcommand's flags and behaviour live in
+//! its crate (`rkube_apiserver::cli`, `rkube_proxy::cli`).
+
+use clap::{Parser, Subcommand};
+
+/// rkube: a Kubernetes control-plane core and node data path.
+#[derive(Parser, Debug)]
+#[command(name = "rkube", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a Kubernetes-compatible API server (flags named like kube-apiserver's).
+    Apiserver(rkube_apiserver::cli::ApiserverArgs),
+    /// Start an API server on the embedded store in a data directory and print the kubeconfig export line.
+    Up(rkube_apiserver::cli::UpArgs),
+    /// Run the service proxy (iptables mode, partial restores; flags named like kube-proxy's).
+    Proxy(rkube_proxy::cli::ProxyArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("rkube: cannot start the async runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Apiserver(args) => rkube_apiserver::cli::run_apiserver(args).await,
+            Command::Up(args) => rkube_apiserver::cli::run_up(args).await,
+            Command::Proxy(args) => rkube_proxy::cli::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("rkube: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
