@@ -11,6 +11,9 @@
 //! - [`embedded`]: durable MVCC on redb, the default (single process).
 //! - [`etcd`]: real etcd v3 over gRPC via `etcd-client`.
 //!
+//! [`testing`] starts a real `etcd` on free loopback ports for tests in any
+//! crate (`testing::EtcdServer::start()`).
+//!
 //! An object's Kubernetes `resourceVersion` is its `mod_revision` as a
 //! decimal string.
 
@@ -25,6 +28,7 @@ use futures::Stream;
 
 pub mod embedded;
 pub mod etcd;
+pub mod testing;
 
 /// A storage revision (etcd's `int64` revision). Revision 0 means "none".
 pub type Revision = i64;

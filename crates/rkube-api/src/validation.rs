@@ -1,0 +1,273 @@
+//! Name, label and annotation validation, following
+//! `k8s.io/apimachinery/pkg/util/validation/validation.go` (the `Is*`
+//! functions, which return upstream's messages) and
+//! `k8s.io/apimachinery/pkg/api/validation/objectmeta.go` (which turns them
+//! into field errors on `metadata.*`).
+//!
+//! The `Is*` functions return a list of messages, empty when valid. The
+//! `validate_*` functions return [`StatusCause`]s ready for
+//! [`Status::invalid`](crate::status::Status::invalid).
+
+use crate::field_error::FieldError;
+use crate::status::StatusCause;
+
+const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+const DNS1123_LABEL_ERR: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
+const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+
+/// Maximum length of a DNS-1123 label (`DNS1123LabelMaxLength`).
+pub const DNS1123_LABEL_MAX_LENGTH: usize = 63;
+/// Maximum length of a DNS-1123 subdomain (`DNS1123SubdomainMaxLength`).
+pub const DNS1123_SUBDOMAIN_MAX_LENGTH: usize = 253;
+/// Maximum length of the name part of a qualified name.
+pub const QUALIFIED_NAME_MAX_LENGTH: usize = 63;
+/// Maximum length of a label value (`LabelValueMaxLength`).
+pub const LABEL_VALUE_MAX_LENGTH: usize = 63;
+/// Maximum total size in bytes of all annotation keys and values (`TotalAnnotationSizeLimitB`, 256 KiB).
+pub const TOTAL_ANNOTATION_SIZE_LIMIT_B: usize = 256 * 1024;
+
+/// Upstream `RegexError`: `<msg> (e.g. 'a',  or 'b', regex used for validation is '<fmt>')`.
+pub fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
+    if examples.is_empty() {
+        return format!("{msg} (regex used for validation is '{fmt}')");
+    }
+    // Upstream writes each example as `'x', ` and joins them with ` or `,
+    // which gives the familiar double space: `'MyName',  or 'my.name', `.
+    let quoted: Vec<String> = examples.iter().map(|e| format!("'{e}', ")).collect();
+    format!(
+        "{msg} (e.g. {}regex used for validation is '{fmt}')",
+        quoted.join(" or ")
+    )
+}
+
+/// Upstream `MaxLenError`.
+pub fn max_len_error(n: usize) -> String {
+    format!("must be no more than {n} characters")
+}
+
+/// Upstream `EmptyError`.
+pub fn empty_error() -> String {
+    "must be non-empty".to_string()
+}
+
+fn is_lower_alnum(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit()
+}
+
+/// Matches `[a-z0-9]([-a-z0-9]*[a-z0-9])?`.
+fn matches_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(&f), Some(&l)) => {
+            is_lower_alnum(f)
+                && is_lower_alnum(l)
+                && b.iter().all(|&c| is_lower_alnum(c) || c == b'-')
+        }
+        _ => false,
+    }
+}
+
+fn matches_dns_subdomain(s: &str) -> bool {
+    s.split('.').all(matches_dns_label)
+}
+
+/// Matches `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`.
+fn matches_qualified_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(&f), Some(&l)) => {
+            f.is_ascii_alphanumeric()
+                && l.is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    }
+}
+
+/// Upstream `IsDNS1123Label`: names of namespaces, services, ... (≤ 63 chars,
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`).
+pub fn is_dns1123_label(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > DNS1123_LABEL_MAX_LENGTH {
+        errs.push(max_len_error(DNS1123_LABEL_MAX_LENGTH));
+    }
+    if !matches_dns_label(value) {
+        if matches_dns_subdomain(value) {
+            errs.push("must not contain dots".to_string());
+        } else {
+            errs.push(regex_error(
+                DNS1123_LABEL_ERR,
+                DNS1123_LABEL_FMT,
+                &["my-name", "123-abc"],
+            ));
+        }
+    }
+    errs
+}
+
+/// Upstream `IsDNS1123Subdomain`: most object names (≤ 253 chars, dot-separated DNS-1123 labels).
+pub fn is_dns1123_subdomain(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > DNS1123_SUBDOMAIN_MAX_LENGTH {
+        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX_LENGTH));
+    }
+    if !matches_dns_subdomain(value) {
+        errs.push(regex_error(
+            DNS1123_SUBDOMAIN_ERR,
+            DNS1123_SUBDOMAIN_FMT,
+            &["example.com"],
+        ));
+    }
+    errs
+}
+
+/// Upstream `IsQualifiedName`: label and annotation keys, `[prefix/]name` with
+/// a DNS-1123 subdomain prefix and a ≤ 63 character name.
+pub fn is_qualified_name(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    let parts: Vec<&str> = value.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errs.push(format!("prefix part {}", empty_error()));
+            } else {
+                for m in is_dns1123_subdomain(prefix) {
+                    errs.push(format!("prefix part {m}"));
+                }
+            }
+            *name
+        }
+        _ => {
+            errs.push(format!(
+                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
+            ));
+            return errs;
+        }
+    };
+    if name.is_empty() {
+        errs.push(format!("name part {}", empty_error()));
+    } else if name.len() > QUALIFIED_NAME_MAX_LENGTH {
+        errs.push(format!(
+            "name part {}",
+            max_len_error(QUALIFIED_NAME_MAX_LENGTH)
+        ));
+    }
+    if !matches_qualified_name(name) {
+        errs.push(format!(
+            "name part {}",
+            regex_error(
+                QUALIFIED_NAME_ERR,
+                QUALIFIED_NAME_FMT,
+                &["MyName", "my.name", "123-abc"]
+            )
+        ));
+    }
+    errs
+}
+
+/// Upstream `IsValidLabelValue`: empty, or ≤ 63 characters matching the qualified-name pattern.
+pub fn is_valid_label_value(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > LABEL_VALUE_MAX_LENGTH {
+        errs.push(max_len_error(LABEL_VALUE_MAX_LENGTH));
+    }
+    if !value.is_empty() && !matches_qualified_name(value) {
+        errs.push(regex_error(
+            LABEL_VALUE_ERR,
+            LABEL_VALUE_FMT,
+            &["MyValue", "my_value", "12345"],
+        ));
+    }
+    errs
+}
+
+/// Upstream `IsValidPathSegmentName`: a name used in a URL path may not be
+/// `.` or `..` and may not contain `/` or `%`.
+pub fn is_valid_path_segment_name(name: &str) -> Vec<String> {
+    if name == "." || name == ".." {
+        return vec![format!("may not be '{name}'")];
+    }
+    let mut errs = Vec::new();
+    for bad in ["/", "%"] {
+        if name.contains(bad) {
+            errs.push(format!("may not contain '{bad}'"));
+        }
+    }
+    errs
+}
+
+/// Validates `metadata.name` of an object being created: DNS-1123 label when
+/// `dns_label` (namespaces, services), else DNS-1123 subdomain. An empty name
+/// gives `Required value: name or generateName is required` (the caller
+/// fills in a generated name before calling this when `generateName` is set).
+pub fn validate_object_meta_name(name: &str, dns_label: bool) -> Vec<StatusCause> {
+    if name.is_empty() {
+        return vec![
+            FieldError::required("metadata.name", "name or generateName is required").into(),
+        ];
+    }
+    let msgs = if dns_label {
+        is_dns1123_label(name)
+    } else {
+        is_dns1123_subdomain(name)
+    };
+    msgs.into_iter()
+        .map(|m| FieldError::invalid("metadata.name", name, m).into())
+        .collect()
+}
+
+/// Validates `metadata.labels` (upstream `ValidateLabels`): keys are qualified
+/// names, values valid label values; every error has field `metadata.labels`.
+/// A non-string value is reported as invalid.
+pub fn validate_labels(labels: &serde_json::Map<String, serde_json::Value>) -> Vec<StatusCause> {
+    const FIELD: &str = "metadata.labels";
+    let mut causes = Vec::new();
+    for (k, v) in labels {
+        for m in is_qualified_name(k) {
+            causes.push(FieldError::invalid(FIELD, k, m).into());
+        }
+        match v.as_str() {
+            Some(s) => {
+                for m in is_valid_label_value(s) {
+                    causes.push(FieldError::invalid(FIELD, s, m).into());
+                }
+            }
+            None => causes.push(FieldError::invalid_json(FIELD, v, "must be a string").into()),
+        }
+    }
+    causes
+}
+
+/// Validates `metadata.annotations` (upstream `ValidateAnnotations`): keys
+/// are qualified names (case-insensitive), values strings, and the total size
+/// of keys and values at most [`TOTAL_ANNOTATION_SIZE_LIMIT_B`] bytes.
+pub fn validate_annotations(
+    annotations: &serde_json::Map<String, serde_json::Value>,
+) -> Vec<StatusCause> {
+    const FIELD: &str = "metadata.annotations";
+    let mut causes = Vec::new();
+    let mut total = 0usize;
+    for (k, v) in annotations {
+        for m in is_qualified_name(&k.to_lowercase()) {
+            causes.push(FieldError::invalid(FIELD, k, m).into());
+        }
+        total += k.len();
+        match v.as_str() {
+            Some(s) => total += s.len(),
+            None => causes.push(FieldError::invalid_json(FIELD, v, "must be a string").into()),
+        }
+    }
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT_B {
+        causes.push(FieldError::too_long(FIELD, TOTAL_ANNOTATION_SIZE_LIMIT_B).into());
+    }
+    causes
+}

@@ -1,1 +1,0 @@
-//! Embedded MVCC store on redb (to be written).

@@ -1,0 +1,63 @@
+//! The redb tables of the embedded store and what each one holds.
+//!
+//! ```text
+//! meta     "current_revision"   -> i64   revision of the last committed write (starts at 1, like etcd)
+//!          "compacted_revision" -> i64   history below this revision is gone (0 = never compacted)
+//! latest   key                  -> Record   the live version of every existing key (no tombstones):
+//!                                           a LIST at the latest revision is one scan of this table
+//! history  (key, revision)      -> Record   every version (puts and tombstones) not yet compacted:
+//!                                           reads at an older revision and watch replay use it
+//! log      revision             -> key      which key each revision changed: watch replay walks it
+//!                                           in revision order, compaction finds the keys to trim
+//! ```
+//!
+//! Invariants (checked by the conformance suite, kept by `store.rs`):
+//! - every revision in `(compacted_revision - 1, current_revision]` that
+//!   changed a key has one `log` entry and one `history` entry;
+//! - `latest[key]` equals the last `history` entry of `key` when that entry is
+//!   a put, and is absent when it is a tombstone;
+//! - compaction at `c` keeps, for every key, the newest put at or below `c`,
+//!   so reads at `c` and `prev_kv` of events after `c` stay answerable.
+
+use redb::{ReadableTable, TableDefinition};
+
+use crate::{Result, Revision, StorageError};
+
+/// Revision counters (see the module docs).
+pub(crate) const META: TableDefinition<&str, i64> = TableDefinition::new("meta");
+/// Live version of each existing key, encoded by [`super::record::Record`].
+pub(crate) const LATEST: TableDefinition<&str, &[u8]> = TableDefinition::new("latest");
+/// Every retained version of each key, keyed by `(key, revision)`.
+pub(crate) const HISTORY: TableDefinition<(&str, i64), &[u8]> = TableDefinition::new("history");
+/// The key each revision changed.
+pub(crate) const LOG: TableDefinition<i64, &str> = TableDefinition::new("log");
+
+/// `meta` key of the current revision.
+pub(crate) const CURRENT_REVISION: &str = "current_revision";
+/// `meta` key of the compacted revision.
+pub(crate) const COMPACTED_REVISION: &str = "compacted_revision";
+
+/// The revision of an empty store: etcd starts at 1 too, so a LIST of an
+/// empty store never reports resourceVersion "0" (which Kubernetes reads as
+/// "any").
+pub(crate) const INITIAL_REVISION: Revision = 1;
+
+/// Wraps any redb error as [`StorageError::Internal`] with what was being done.
+pub(crate) fn internal(context: &str, err: impl std::fmt::Display) -> StorageError {
+    StorageError::Internal(format!("embedded store: {context}: {err}"))
+}
+
+/// Reads `(current_revision, compacted_revision)` from the `meta` table.
+pub(crate) fn read_revisions(meta: &impl ReadableTable<&'static str, i64>) -> Result<(Revision, Revision)> {
+    let current = meta
+        .get(CURRENT_REVISION)
+        .map_err(|e| internal("read current revision", e))?
+        .map(|g| g.value())
+        .unwrap_or(INITIAL_REVISION);
+    let compacted = meta
+        .get(COMPACTED_REVISION)
+        .map_err(|e| internal("read compacted revision", e))?
+        .map(|g| g.value())
+        .unwrap_or(0);
+    Ok((current, compacted))
+}

@@ -1,1 +1,0 @@
-//! etcd v3 backend (to be written).
