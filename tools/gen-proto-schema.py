@@ -25,11 +25,21 @@ def camel(snake):
     parts = snake.split("_")
     return parts[0] + "".join(p[:1].upper() + p[1:] for p in parts[1:])
 
+by_lower = {}
+for names in json_names.values():
+    for n in names:
+        by_lower.setdefault(n.lower(), set()).add(n)
+
 def json_name(snake):
     snake = snake.removeprefix("r#")
     names = json_names.get(snake)
     if names and len(names) == 1:
         return next(iter(names))
+    if not names:
+        # k8s-pb and k8s-openapi split acronyms differently (pod_cid_rs vs pod_cidrs)
+        same = by_lower.get(snake.replace("_", "").lower())
+        if same and len(same) == 1:
+            return next(iter(same))
     c = camel(snake)
     if names and c not in names:
         # ambiguous: prefer the candidate equal ignoring case
@@ -67,7 +77,14 @@ for path in glob.glob(f"{pb}/**/mod.rs", recursive=True):
                 while segs and segs[0] == "super":
                     parts.pop(); segs.pop(0)
                 typ = ".".join(parts + segs)
-            fields.append([tag, json_name(rname), kind, repeated, typ])
+            jname = json_name(rname)
+            # Go structs embedded with `json:",inline"`: a nested message on the
+            # wire, flattened into the parent in JSON.
+            inline = (jname in ("localObjectReference", "ephemeralContainerCommon")
+                      or (name == "Volume" and jname == "volumeSource")
+                      or (name == "PersistentVolumeSpec" and jname == "persistentVolumeSource")
+                      or (name == "Probe" and typ and typ.endswith(".ProbeHandler")))
+            fields.append([tag, jname, kind, repeated, typ] + ([True] if inline else []))
         messages[f"{module}.{name}"] = fields
 
 roots = ["api.core.v1", "api.apps.v1", "api.discovery.v1", "api.coordination.v1", "api.rbac.v1",

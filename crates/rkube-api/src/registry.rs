@@ -87,7 +87,8 @@ const fn status(kind: &'static str) -> SubresourceInfo {
 }
 
 /// The `scale` subresource (`autoscaling/v1` `Scale`).
-const SCALE: SubresourceInfo = SubresourceInfo { name: "scale", kind: "Scale", verbs: STATUS_VERBS, api_version: "autoscaling/v1" };
+const SCALE: SubresourceInfo =
+    SubresourceInfo { name: "scale", kind: "Scale", verbs: STATUS_VERBS, api_version: "autoscaling/v1" };
 
 /// Everything the API server knows about one served resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

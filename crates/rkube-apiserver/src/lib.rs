@@ -1,9 +1,44 @@
 //! rkube's Kubernetes-compatible API server.
 //!
-//! HTTP routing, CRUD handlers, watch, discovery, OpenAPI, tables, patches,
-//! health endpoints; the `apiserver` and `up` commands live in [`cli`].
+//! - [`server`]: routing ([`server::router`]), [`server::serve`] with graceful
+//!   shutdown, and [`server::bootstrap`] of the system namespaces.
+//! - [`handlers`]: GET/LIST/POST/PUT/PATCH/DELETE with Kubernetes semantics;
+//!   [`watch`]: WATCH streams.
+//! - [`source`]: the read path trait ([`source::ReadSource`]) that storage
+//!   implements today and the watch cache will later.
+//! - [`discovery`], [`system`] (`/version`, health, OpenAPI endpoints),
+//!   [`openapi`], [`table`], [`patch`].
+//! - [`error`]: every failure becomes a `Status` ([`error::ApiError`]).
+//! - [`cli`]: the `apiserver` and `up` commands.
 
+pub mod cache_options;
+pub mod cache_source;
+pub mod cached_read;
 pub mod cli;
+pub mod compaction;
+pub mod consistency;
+pub mod defaults;
+pub mod discovery;
+pub mod error;
+pub mod filters;
+pub mod feature_gates;
+pub mod handlers;
+pub mod ipalloc;
+pub mod lazy_storage;
+pub mod media;
+pub mod object;
 pub mod openapi;
 pub mod patch;
+pub mod readiness;
+pub mod render;
+pub mod request;
+pub mod server;
+pub mod source;
+pub mod state;
+pub mod system;
 pub mod table;
+pub mod validate;
+pub mod watch;
+
+pub use server::{bootstrap, router, serve};
+pub use state::{ApiState, ServerConfig};

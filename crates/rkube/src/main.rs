@@ -1,6 +1,6 @@
 //! The `rkube` command line: a thin layer over the library crates.
 //!
-//! `rkube apiserver | up | proxy`; each subcommand's flags and behaviour live in
+//! `rkube apiserver | up | proxy | runtime | node | bench`; each subcommand's flags and behaviour live in
 //! its crate (`rkube_apiserver::cli`, `rkube_proxy::cli`).
 
 use clap::{Parser, Subcommand};
@@ -21,6 +21,12 @@ enum Command {
     Up(rkube_apiserver::cli::UpArgs),
     /// Run the service proxy (iptables mode, partial restores; flags named like kube-proxy's).
     Proxy(rkube_proxy::cli::ProxyArgs),
+    /// Run the CRI v1 runtime that runs containers as host processes.
+    Runtime(rkube_runtime::cli::RuntimeArgs),
+    /// Run the node agent (registers a Node, runs its pods through a CRI runtime, evented PLEG).
+    Node(rkube_node::cli::NodeArgs),
+    /// Run a benchmark scenario and write bench-results/<scenario>.{json,md,svg}.
+    Bench(rkube_bench::cli::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -37,6 +43,9 @@ fn main() -> std::process::ExitCode {
             Command::Apiserver(args) => rkube_apiserver::cli::run_apiserver(args).await,
             Command::Up(args) => rkube_apiserver::cli::run_up(args).await,
             Command::Proxy(args) => rkube_proxy::cli::run(args).await,
+            Command::Runtime(args) => rkube_runtime::cli::run(args).await,
+            Command::Node(args) => rkube_node::cli::run(args).await,
+            Command::Bench(args) => rkube_bench::cli::run(args).await,
         }
     });
     match result {

@@ -11,7 +11,7 @@
 //! Decoding is driven by a schema table (`schema.json`, produced by
 //! `tools/gen-proto-schema.py` from the `k8s-pb` crate's field tags and the
 //! `k8s-openapi` crate's JSON names): message name → fields as
-//! `[tag, jsonName, kind, repeated, messageType]`. The JSON produced follows
+//! `[tag, jsonName, kind, repeated, messageType, inline?]`. The JSON produced follows
 //! Go's `encoding/json` output for these types: `metav1.Time` as RFC 3339,
 //! `resource.Quantity` as its string, `intstr.IntOrString` as a number or a
 //! string, `runtime.RawExtension` and `FieldsV1` as embedded JSON, `[]byte` as
@@ -58,6 +58,8 @@ struct Field {
     json: String,
     kind: FieldKind,
     repeated: bool,
+    /// A Go struct embedded with `json:",inline"`: its fields join the parent's.
+    inline: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,7 +109,8 @@ fn schema() -> &'static Schema {
                     "map_message" => FieldKind::MapMessage(typ),
                     _ => continue,
                 };
-                table.insert(tag as u32, Field { json: json.to_string(), kind, repeated });
+                let inline = f.get(5).and_then(Value::as_bool).unwrap_or(false);
+                table.insert(tag as u32, Field { json: json.to_string(), kind, repeated, inline });
             }
             out.insert(name.clone(), table);
         }
@@ -222,6 +225,11 @@ fn decode_message_depth(name: &str, bytes: &[u8], depth: usize) -> Result<Value,
                 // ObjectMeta.generation is a plain int64 in Go: 0 means unset and is omitted.
                 let v = v.filter(|v| !(field.json == "generation" && name.ends_with("meta.v1.ObjectMeta") && v == &Value::from(0)));
                 match v {
+                    Some(Value::Object(inner)) if field.inline => {
+                        for (k, v) in inner {
+                            out.insert(k, v);
+                        }
+                    }
                     Some(v) => {
                         out.insert(field.json.clone(), v);
                     }

@@ -105,3 +105,25 @@ fn message_names_map_groups_to_packages() {
     assert_eq!(message_name("v1", "DeleteOptions").as_deref(), Some("apimachinery.pkg.apis.meta.v1.DeleteOptions"));
     assert_eq!(message_name("v1", "Nope"), None);
 }
+
+#[test]
+fn embedded_go_structs_are_flattened_like_json_inline() {
+    // ConfigMapKeySelector { localObjectReference(1) { name(1) "cfg" }, key(2) "k" }
+    let body = [0x0a, 5, 0x0a, 3, b'c', b'f', b'g', 0x12, 1, b'k'];
+    assert_eq!(decode_message("api.core.v1.ConfigMapKeySelector", &body).unwrap(), json!({"name": "cfg", "key": "k"}));
+    // Probe { handler(1) { exec(1) { command(1) "true" } }, periodSeconds(4) 5 }
+    let exec = [0x0a, 4, b't', b'r', b'u', b'e'];
+    let handler = [&[0x0a, exec.len() as u8][..], &exec].concat();
+    let probe = [&[0x0a, handler.len() as u8][..], &handler, &[0x20, 5]].concat();
+    assert_eq!(
+        decode_message("api.core.v1.Probe", &probe).unwrap(),
+        json!({"exec": {"command": ["true"]}, "periodSeconds": 5})
+    );
+}
+
+#[test]
+fn acronym_field_names_match_kubernetes_json() {
+    // NodeSpec podCIDRs(7), PolicyRule nonResourceURLs(5)
+    assert_eq!(decode_message("api.core.v1.NodeSpec", &[0x3a, 1, b'a']).unwrap(), json!({"podCIDRs": ["a"]}));
+    assert_eq!(decode_message("api.rbac.v1.PolicyRule", &[0x2a, 1, b'/']).unwrap(), json!({"nonResourceURLs": ["/"]}));
+}

@@ -1,0 +1,107 @@
+//! POST to a collection (upstream `handlers/create.go` + `Store.Create`).
+//!
+//! Order: decode (400/415) → type meta (400) → namespace from the path (400
+//! on mismatch) → `generateName` → typed decoding and unknown fields (400 /
+//! warnings) → defaults → managedFields (`Create`) → namespace exists (404) /
+//! not terminating (403) → validation (422) → server-set metadata and status →
+//! ClusterIP → store (409 `AlreadyExists`; a generated name is retried).
+
+use axum::response::Response;
+use serde_json::{json, Value};
+
+use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_namespace_usable, check_type_meta, encode_for_storage};
+use super::Ctx;
+use crate::defaults;
+use crate::error::{ApiError, ApiResult};
+use crate::media;
+use crate::object;
+use crate::render;
+use crate::source::set_resource_version;
+use crate::validate::{self, FieldValidation};
+
+/// How many generated names are tried before giving up (upstream retries once per
+/// request; rkube retries a few times so a collision never reaches the client).
+const GENERATE_NAME_ATTEMPTS: usize = 8;
+
+/// An object to create, with how its managedFields are handled.
+pub struct NewObject {
+    /// The decoded body (or the result of an apply patch on nothing).
+    pub obj: Value,
+    /// True when managedFields were already recorded (server-side apply).
+    pub managed_recorded: bool,
+}
+
+/// Turns a client's object into the object to store (every step of the
+/// module docs but the write). Returns it and the warnings to send.
+pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<String>)> {
+    let info = ctx.ri.info;
+    let mut obj = new.obj;
+    check_type_meta(info, info.kind, &mut obj)?;
+    check_namespace(ctx, &mut obj)?;
+    let generate_base = object::meta_str(&obj, "generateName").to_string();
+    if object::name(&obj).is_empty() && !generate_base.is_empty() {
+        object::set_meta(&mut obj, "name", json!(object::generate_name(&generate_base)));
+    }
+    let mode = FieldValidation::parse(ctx.q("fieldValidation"))?;
+    let warnings = validate::check_typed(info, info.kind, &mut obj, mode)?;
+    let manager = ctx.field_manager()?;
+
+    defaults::apply(info.kind, &mut obj);
+    let now = rkube_api::time::now_rfc3339();
+    if !new.managed_recorded {
+        let api_version = info.api_version();
+        let rec =
+            crate::patch::UpdateRecord { manager: &manager, api_version: &api_version, subresource: "", now: &now };
+        crate::patch::record_update(&rec, None, &mut obj);
+    }
+
+    let name = object::name(&obj).to_string();
+    check_namespace_usable(ctx, &name).await?;
+    let causes = validate::validate(info, &obj, None);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(info, &name, causes));
+    }
+
+    object::clear_server_fields(&mut obj);
+    object::set_meta(&mut obj, "uid", json!(object::new_uid()));
+    object::set_meta(&mut obj, "creationTimestamp", json!(now));
+    object::set_initial_generation(&mut obj, info.has_spec);
+    defaults::initial_status(info.kind, &mut obj);
+    if info.kind == "Service" {
+        assign_cluster_ip(ctx, &mut obj, None).await?;
+        assign_node_ports(ctx, &mut obj, None).await?;
+    }
+    Ok((obj, warnings))
+}
+
+/// POST a new object.
+pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let info = ctx.ri.info;
+    let decoded = media::decode_object(&media::content_type(&ctx.headers), body)?;
+    let generate_base = object::meta_str(&decoded, "generateName").to_string();
+    let generated = object::name(&decoded).is_empty() && !generate_base.is_empty();
+    let dry_run = ctx.dry_run()?;
+    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: decoded, managed_recorded: false }).await?;
+    if dry_run {
+        return Ok(render::object(info, ctx.render, 201, &obj, &warnings));
+    }
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let name = object::name(&obj).to_string();
+        let key = ctx.key(&name);
+        let bytes = encode_for_storage(&obj)?;
+        match ctx.st.storage.create(&key, bytes).await {
+            Ok(kv) => {
+                set_resource_version(&mut obj, kv.mod_revision);
+                return Ok(render::object(info, ctx.render, 201, &obj, &warnings));
+            }
+            Err(rkube_storage::StorageError::AlreadyExists { .. })
+                if generated && attempts < GENERATE_NAME_ATTEMPTS =>
+            {
+                object::set_meta(&mut obj, "name", json!(object::generate_name(&generate_base)));
+            }
+            Err(e) => return Err(ApiError::from_storage(e, info, &name)),
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Resource request handlers: the Kubernetes REST semantics of GET, LIST,
+//! WATCH, POST, PUT, PATCH, DELETE and DELETE-collection over the registry's
+//! resources (upstream `staging/src/k8s.io/apiserver/pkg/endpoints/handlers`
+//! and `pkg/registry/generic/registry/store.go`).
+//!
+//! - [`read`]: GET and LIST (selectors, pagination, resourceVersion semantics).
+//! - [`create`]: POST (server-set metadata, generateName, defaults, validation).
+//! - [`update`]: PUT and PATCH through one read-modify-write loop
+//!   (upstream `GuaranteedUpdate`), status subresources, `pods/binding`.
+//! - [`delete`]: DELETE with `DeleteOptions`, finalizers, graceful pod
+//!   deletion, namespace cascade, DELETE-collection.
+//! - WATCH lives in [`crate::watch`].
+
+pub mod create;
+pub mod delete;
+pub mod read;
+pub mod scale;
+pub mod update;
+mod write;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Uri};
+use axum::response::{IntoResponse, Response};
+use rkube_storage::KeyValue;
+use serde_json::Value;
+
+use crate::error::{ApiError, ApiResult};
+use crate::media::{self, Output};
+use crate::render::Render;
+use crate::request::{self, RequestInfo, Verb};
+use crate::source::decode_stored;
+use crate::state::ApiState;
+
+/// One resource request, parsed.
+pub struct Ctx {
+    /// Server state.
+    pub st: ApiState,
+    /// What is addressed.
+    pub ri: RequestInfo,
+    /// Query parameters in order.
+    pub query: Vec<(String, String)>,
+    /// The raw query string (for `ListOptions::from_query`).
+    pub raw_query: String,
+    /// Request headers.
+    pub headers: HeaderMap,
+    /// How to render the response.
+    pub render: Render,
+}
+
+impl Ctx {
+    /// The last value of query parameter `name`.
+    pub fn q(&self, name: &str) -> Option<&str> {
+        self.query.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// `dryRun=All` (true), absent (false); other values are 400 like upstream.
+    pub fn dry_run(&self) -> ApiResult<bool> {
+        let values: Vec<&str> = self.query.iter().filter(|(k, _)| k == "dryRun").map(|(_, v)| v.as_str()).collect();
+        if values.is_empty() {
+            return Ok(false);
+        }
+        for v in &values {
+            if *v != "All" {
+                return Err(ApiError::bad_request(format!("Invalid dry run value: {v}: supported values: \"All\"")));
+            }
+        }
+        Ok(true)
+    }
+
+    /// `fieldManager`, else the name derived from `User-Agent` (upstream behaviour).
+    /// 422 when longer than 128 characters.
+    pub fn field_manager(&self) -> ApiResult<String> {
+        match self.q("fieldManager") {
+            Some(m) if !m.is_empty() => {
+                if m.chars().count() > 128 {
+                    return Err(ApiError::bad_request(format!(
+                        "fieldManager: Too long: may not be more than 128 bytes, got {}",
+                        m.len()
+                    )));
+                }
+                Ok(m.to_string())
+            }
+            _ => {
+                let ua = self.headers.get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("");
+                Ok(manager_from_user_agent(ua))
+            }
+        }
+    }
+
+    /// The path namespace, or `""`.
+    pub fn namespace(&self) -> &str {
+        self.ri.namespace.as_deref().unwrap_or("")
+    }
+
+    /// The path name, or `""`.
+    pub fn name(&self) -> &str {
+        self.ri.name.as_deref().unwrap_or("")
+    }
+
+    /// Storage key of object `name` in the path namespace.
+    pub fn key(&self, name: &str) -> String {
+        self.ri.info.object_key(self.st.prefix(), self.namespace(), name)
+    }
+
+    /// Reads and decodes the object at `key` from storage (not the read source:
+    /// read-modify-write loops need the latest committed value).
+    pub async fn load(&self, key: &str, name: &str) -> ApiResult<Option<(Value, KeyValue)>> {
+        let kv = self.st.storage.get(key).await.map_err(|e| ApiError::from_storage(e, self.ri.info, name))?;
+        match kv {
+            Some(kv) => {
+                let obj = decode_stored(&kv.key, &kv.value, kv.mod_revision)
+                    .map_err(|e| ApiError::from_storage(e, self.ri.info, name))?;
+                Ok(Some((obj, kv)))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+/// The manager name upstream derives from a `User-Agent` when `fieldManager`
+/// is not given: the part before the first `/` (e.g. `kubectl`), at most 128 characters.
+pub fn manager_from_user_agent(user_agent: &str) -> String {
+    let m = user_agent.split('/').next().unwrap_or("").trim();
+    if m.is_empty() {
+        "unknown".to_string()
+    } else {
+        m.chars().take(128).collect()
+    }
+}
+
+/// Handles a request under `/api/v1/...` or `/apis/<group>/<version>/...`;
+/// `segments` is the path after the group version.
+#[allow(clippy::too_many_arguments)]
+pub async fn dispatch(
+    st: ApiState,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+    group: &str,
+    version: &str,
+    segments: &[&str],
+) -> Response {
+    match dispatch_inner(st, method, uri, headers, body, group, version, segments).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn dispatch_inner(
+    st: ApiState,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+    group: &str,
+    version: &str,
+    segments: &[&str],
+) -> ApiResult<Response> {
+    let raw_query = uri.query().unwrap_or("").to_string();
+    let query: Vec<(String, String)> = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
+        .map(|q| q.0)
+        .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?;
+    let watch_param = query.iter().any(|(k, v)| k == "watch" && (v == "true" || v == "1"));
+    let ri = request::parse(group, version, segments, &method, watch_param)?;
+    let output = media::negotiate_output(&headers)?;
+    let include_q = query.iter().rev().find(|(k, _)| k == "includeObject").map(|(_, v)| v.as_str());
+    let include = media::include_object(include_q)?;
+    let ctx = Ctx { st, ri, query, raw_query, headers, render: Render { output, include } };
+    match ctx.ri.verb {
+        Verb::Get if ctx.ri.subresource.as_deref() == Some("scale") => scale::get(&ctx).await,
+        Verb::Get => read::get(&ctx).await,
+        Verb::List => read::list(&ctx).await,
+        Verb::Watch => crate::watch::serve(ctx).await,
+        Verb::Create => {
+            let body = media::read_body(body).await?;
+            if ctx.ri.subresource.as_deref() == Some("binding") {
+                update::binding(&ctx, &body).await
+            } else {
+                create::create(&ctx, &body).await
+            }
+        }
+        Verb::Update => {
+            let body = media::read_body(body).await?;
+            if ctx.ri.subresource.as_deref() == Some("scale") {
+                return scale::write(&ctx, &body, None).await;
+            }
+            update::update(&ctx, &body).await
+        }
+        Verb::Patch => {
+            let body = media::read_body(body).await?;
+            if ctx.ri.subresource.as_deref() == Some("scale") {
+                let t = update::patch_kind(&media::content_type(&ctx.headers))?.into();
+                return scale::write(&ctx, &body, Some(t)).await;
+            }
+            update::patch(&ctx, &body).await
+        }
+        Verb::Delete => {
+            let body = media::read_body(body).await?;
+            delete::delete(&ctx, &body).await
+        }
+        Verb::DeleteCollection => {
+            let body = media::read_body(body).await?;
+            delete::delete_collection(&ctx, &body).await
+        }
+    }
+}
+
+/// True when the response should be a Table.
+pub fn wants_table(ctx: &Ctx) -> bool {
+    matches!(ctx.render.output, Output::Table(_))
+}

@@ -1,0 +1,117 @@
+//! The `scale` subresource of deployments (`autoscaling/v1` `Scale`), as
+//! upstream's `ScaleREST` (`pkg/registry/apps/deployment/storage`): GET
+//! renders the deployment as a Scale; PUT/PATCH change only
+//! `spec.replicas` (`kubectl scale` patches it).
+
+use axum::response::Response;
+use rkube_api::field_error::FieldError;
+use serde_json::{json, Map, Value};
+
+use super::update::{commit, Commit, MAX_ATTEMPTS};
+use super::Ctx;
+use crate::error::{ApiError, ApiResult};
+use crate::media;
+use crate::object;
+
+/// The `Scale` of a deployment.
+pub fn to_scale(obj: &Value) -> Value {
+    let meta = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    let mut m = Map::new();
+    for k in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
+        if let Some(v) = meta.get(k) {
+            m.insert(k.to_string(), v.clone());
+        }
+    }
+    let selector = obj
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|labels| {
+            let mut pairs: Vec<String> =
+                labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect();
+            pairs.sort();
+            pairs.join(",")
+        })
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": m,
+        "spec": {"replicas": obj.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)},
+        "status": {
+            "replicas": obj.pointer("/status/replicas").and_then(Value::as_i64).unwrap_or(0),
+            "selector": selector,
+        },
+    })
+}
+
+/// GET `<deployment>/scale`.
+pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
+    let name = ctx.name().to_string();
+    let Some((obj, _)) = ctx.load(&ctx.key(&name), &name).await? else {
+        return Err(ApiError::not_found(ctx.ri.info, &name));
+    };
+    Ok(media::respond(200, ctx.render.output, &to_scale(&obj)))
+}
+
+/// PUT (`patch` = None) or PATCH `<deployment>/scale`.
+pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType>) -> ApiResult<Response> {
+    let info = ctx.ri.info;
+    let name = ctx.name().to_string();
+    let key = ctx.key(&name);
+    let dry_run = ctx.dry_run()?;
+    let manager = ctx.field_manager()?;
+    for _ in 0..MAX_ATTEMPTS {
+        let Some((old, kv)) = ctx.load(&key, &name).await? else {
+            return Err(ApiError::not_found(info, &name));
+        };
+        let scale = to_scale(&old);
+        let wanted = match patch {
+            None => media::decode_object(&media::content_type(&ctx.headers), body)?,
+            Some(t) => {
+                let now = rkube_api::time::now_rfc3339();
+                crate::patch::apply_patch_at(
+                    "Scale",
+                    Some("autoscaling/v1"),
+                    t,
+                    Some(&scale),
+                    body,
+                    &manager,
+                    false,
+                    &now,
+                )
+                .map_err(|e| ApiError::from(e.status()))?
+            }
+        };
+        let rv = object::meta_str(&wanted, "resourceVersion");
+        if !rv.is_empty() && rv != kv.mod_revision.to_string() {
+            return Err(ApiError::stale(info, &name));
+        }
+        let replicas = wanted.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+        if replicas < 0 {
+            let cause =
+                FieldError::invalid_json("spec.replicas", &json!(replicas), "must be greater than or equal to 0");
+            let scale_info = rkube_api::registry::ResourceInfo { kind: "Scale", group: "autoscaling", ..*info };
+            return Err(ApiError::invalid(&scale_info, &name, vec![cause.into()]));
+        }
+        let mut new = old.clone();
+        if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.insert("replicas".into(), json!(replicas));
+        }
+        object::bump_generation(&old, &mut new, info.has_spec);
+        let now = rkube_api::time::now_rfc3339();
+        let api_version = info.api_version();
+        let rec = crate::patch::UpdateRecord {
+            manager: &manager,
+            api_version: &api_version,
+            subresource: "scale",
+            now: &now,
+        };
+        crate::patch::record_update(&rec, Some(&old), &mut new);
+        match commit(ctx, &key, &old, &kv, new, dry_run).await? {
+            Commit::Done(obj) => return Ok(media::respond(200, ctx.render.output, &to_scale(&obj))),
+            Commit::Retry if !rv.is_empty() => return Err(ApiError::stale(info, &name)),
+            Commit::Retry => continue,
+        }
+    }
+    Err(ApiError::stale(info, &name))
+}

@@ -1,0 +1,451 @@
+//! PUT, PATCH and `pods/binding` through one read-modify-write loop, like
+//! upstream's `GuaranteedUpdate` (`storage/etcd3/store.go`): read the latest
+//! object, compute the new one, write guarded by the read `mod_revision`, and
+//! start over (a few times) when another writer got in between. A client that
+//! named a `resourceVersion` gets 409 `Conflict` instead of a retry.
+//!
+//! - The main resource of a kind with a `status` subresource ignores status
+//!   changes; `<resource>/status` changes only status.
+//! - `metadata.uid`, `creationTimestamp`, deletion fields and `generation`
+//!   are the server's; `generation` is bumped when the spec changes.
+//! - A no-op update writes nothing and keeps the resourceVersion.
+//! - An update that removes the last finalizer of an object being deleted
+//!   deletes it.
+
+use axum::response::Response;
+use rkube_api::field_error::FieldError;
+use rkube_api::registry::ResourceInfo;
+use rkube_api::status::{Status, StatusDetails};
+use rkube_storage::{KeyValue, StorageError};
+use serde_json::{json, Value};
+
+use super::create::{prepare_new, NewObject};
+use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_type_meta, encode_for_storage};
+use super::Ctx;
+use crate::defaults;
+use crate::error::{ApiError, ApiResult};
+use crate::media;
+use crate::object;
+use crate::render;
+use crate::source::set_resource_version;
+use crate::validate::{self, FieldValidation};
+
+/// Attempts of the read-modify-write loop before giving up with 409.
+pub(super) const MAX_ATTEMPTS: usize = 5;
+
+/// The kinds of patch (by `Content-Type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    /// `application/json-patch+json` (RFC 6902).
+    Json,
+    /// `application/merge-patch+json` (RFC 7396).
+    Merge,
+    /// `application/strategic-merge-patch+json`.
+    StrategicMerge,
+    /// `application/apply-patch+yaml` (server-side apply).
+    Apply,
+}
+
+impl From<PatchKind> for crate::patch::PatchType {
+    fn from(k: PatchKind) -> Self {
+        match k {
+            PatchKind::Json => crate::patch::PatchType::Json,
+            PatchKind::Merge => crate::patch::PatchType::Merge,
+            PatchKind::StrategicMerge => crate::patch::PatchType::StrategicMerge,
+            PatchKind::Apply => crate::patch::PatchType::Apply,
+        }
+    }
+}
+
+/// Patch media types accepted.
+const PATCH_TYPES: &[&str] = &[
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+];
+
+pub(super) fn patch_kind(content_type: &str) -> ApiResult<PatchKind> {
+    match content_type {
+        "application/json-patch+json" => Ok(PatchKind::Json),
+        "application/merge-patch+json" => Ok(PatchKind::Merge),
+        "application/strategic-merge-patch+json" => Ok(PatchKind::StrategicMerge),
+        "application/apply-patch+yaml" => Ok(PatchKind::Apply),
+        other => Err(ApiError::unsupported_media_type(other, PATCH_TYPES)),
+    }
+}
+
+/// Which part of an object a request may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// Everything (kinds without a status subresource).
+    All,
+    /// Everything but `status` (main resource of a kind with a status subresource).
+    WithoutStatus,
+    /// Only `status` (the status subresource).
+    Status,
+}
+
+/// What a request may change of the stored object.
+fn part(ctx: &Ctx) -> Part {
+    if ctx.ri.subresource.as_deref() == Some("status") {
+        Part::Status
+    } else if ctx.ri.info.has_status_subresource() {
+        Part::WithoutStatus
+    } else {
+        Part::All
+    }
+}
+
+/// How managedFields are recorded for an update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Managed {
+    /// Record an `Update` by the request's manager.
+    Update,
+    /// Already recorded (server-side apply did it).
+    AlreadyRecorded,
+}
+
+/// Turns `new` (what the client wants, based on `old`) into the object to store.
+async fn prepare_update(
+    ctx: &Ctx,
+    old: &Value,
+    mut new: Value,
+    managed_mode: Managed,
+) -> ApiResult<(Value, Vec<String>)> {
+    let info = ctx.ri.info;
+    check_type_meta(info, info.kind, &mut new)?;
+    let path_name = ctx.name();
+    match object::name(&new) {
+        "" => object::set_meta(&mut new, "name", json!(path_name)),
+        n if n != path_name => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({path_name})"
+            )))
+        }
+        _ => {}
+    }
+    check_namespace(ctx, &mut new)?;
+    let mode = FieldValidation::parse(ctx.q("fieldValidation"))?;
+    let warnings = validate::check_typed(info, info.kind, &mut new, mode)?;
+    let part = part(ctx);
+    match part {
+        Part::Status => {
+            // Only status (and the resourceVersion precondition) come from the request.
+            let mut merged = old.clone();
+            if let Some(m) = merged.as_object_mut() {
+                match new.get("status") {
+                    Some(s) => m.insert("status".into(), s.clone()),
+                    None => m.remove("status"),
+                };
+            }
+            if let Some(mf) = new.pointer("/metadata/managedFields").cloned() {
+                object::set_meta(&mut merged, "managedFields", mf);
+            }
+            new = merged;
+        }
+        Part::WithoutStatus => {
+            if let Some(m) = new.as_object_mut() {
+                match old.get("status") {
+                    Some(s) => m.insert("status".into(), s.clone()),
+                    None => m.remove("status"),
+                };
+            }
+        }
+        Part::All => {}
+    }
+    object::keep_immutable_meta(old, &mut new);
+    if new.pointer("/metadata/managedFields").is_none() {
+        if let Some(mf) = old.pointer("/metadata/managedFields").cloned() {
+            object::set_meta(&mut new, "managedFields", mf);
+        }
+    }
+    defaults::apply(info.kind, &mut new);
+    if info.kind == "Service" && part != Part::Status {
+        assign_cluster_ip(ctx, &mut new, Some(old)).await?;
+        assign_node_ports(ctx, &mut new, Some(old)).await?;
+    }
+    if part != Part::Status {
+        object::bump_generation(old, &mut new, info.has_spec);
+    }
+    if managed_mode == Managed::Update {
+        let manager = ctx.field_manager()?;
+        let now = rkube_api::time::now_rfc3339();
+        let api_version = info.api_version();
+        let subresource = ctx.ri.subresource.as_deref().unwrap_or("");
+        let rec = crate::patch::UpdateRecord { manager: &manager, api_version: &api_version, subresource, now: &now };
+        crate::patch::record_update(&rec, Some(old), &mut new);
+    }
+    let causes = validate::validate(info, &new, Some(old));
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(info, object::name(&new), causes));
+    }
+    Ok((new, warnings))
+}
+
+/// Result of one guarded write attempt.
+pub(super) enum Commit {
+    /// Done: the object to return.
+    Done(Value),
+    /// Another writer won; read again.
+    Retry,
+}
+
+/// Writes `new` over `old` (read at `kv`), guarded by its mod_revision.
+pub(super) async fn commit(
+    ctx: &Ctx,
+    key: &str,
+    old: &Value,
+    kv: &KeyValue,
+    mut new: Value,
+    dry_run: bool,
+) -> ApiResult<Commit> {
+    let info = ctx.ri.info;
+    let name = object::name(&new).to_string();
+    if object::same_ignoring_rv(old, &new) {
+        return Ok(Commit::Done(old.clone()));
+    }
+    if dry_run {
+        return Ok(Commit::Done(new));
+    }
+    let grace = new.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
+    if object::is_terminating(&new) && object::finalizers(&new).is_empty() && grace == 0 {
+        return match ctx.st.storage.delete(key, Some(kv.mod_revision)).await {
+            Ok((_, rev)) => {
+                set_resource_version(&mut new, rev);
+                Ok(Commit::Done(new))
+            }
+            Err(StorageError::Conflict { .. }) => Ok(Commit::Retry),
+            Err(e) => Err(ApiError::from_storage(e, info, &name)),
+        };
+    }
+    let bytes = encode_for_storage(&new)?;
+    match ctx.st.storage.update(key, bytes, kv.mod_revision).await {
+        Ok(kv) => {
+            set_resource_version(&mut new, kv.mod_revision);
+            Ok(Commit::Done(new))
+        }
+        Err(StorageError::Conflict { .. }) => Ok(Commit::Retry),
+        Err(e) => Err(ApiError::from_storage(e, info, &name)),
+    }
+}
+
+/// The resourceVersion a client asked to update from (`None` = unconditional).
+fn requested_rv(obj: &Value) -> ApiResult<Option<i64>> {
+    match object::meta_str(obj, "resourceVersion") {
+        "" => Ok(None),
+        rv => {
+            rv.parse::<i64>().map(Some).map_err(|_| ApiError::bad_request(format!("invalid resourceVersion: {rv:?}")))
+        }
+    }
+}
+
+/// PUT an object (or its status).
+pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let info = ctx.ri.info;
+    let name = ctx.name().to_string();
+    let key = ctx.key(&name);
+    let body_obj = media::decode_object(&media::content_type(&ctx.headers), body)?;
+    let want_rv = requested_rv(&body_obj)?;
+    let dry_run = ctx.dry_run()?;
+    for _ in 0..MAX_ATTEMPTS {
+        let Some((old, kv)) = ctx.load(&key, &name).await? else {
+            return Err(ApiError::not_found(info, &name));
+        };
+        if let Some(rv) = want_rv {
+            if rv != kv.mod_revision {
+                return Err(ApiError::stale(info, &name));
+            }
+        }
+        let (new, warnings) = prepare_update(ctx, &old, body_obj.clone(), Managed::Update).await?;
+        match commit(ctx, &key, &old, &kv, new, dry_run).await? {
+            Commit::Done(obj) => return Ok(render::object(info, ctx.render, 200, &obj, &warnings)),
+            Commit::Retry if want_rv.is_some() => return Err(ApiError::stale(info, &name)),
+            Commit::Retry => continue,
+        }
+    }
+    Err(ApiError::stale(info, &name))
+}
+
+/// PATCH an object (or its status); server-side apply may create it.
+pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let info = ctx.ri.info;
+    let name = ctx.name().to_string();
+    let key = ctx.key(&name);
+    let kind = patch_kind(&media::content_type(&ctx.headers))?;
+    let force = match ctx.q("force") {
+        None | Some("") | Some("false") => false,
+        Some("true") => true,
+        Some(other) => return Err(ApiError::bad_request(format!("invalid force value: {other:?}"))),
+    };
+    let manager_param = ctx.q("fieldManager").unwrap_or("").to_string();
+    if kind == PatchKind::Apply && manager_param.is_empty() {
+        return Err(patch_options_invalid(
+            "fieldManager",
+            FieldError::required("fieldManager", "is required for apply patch"),
+        ));
+    }
+    if kind != PatchKind::Apply && force {
+        return Err(patch_options_invalid(
+            "force",
+            FieldError::forbidden("force", "may not be specified for non-apply patch"),
+        ));
+    }
+    let manager = ctx.field_manager()?;
+    let dry_run = ctx.dry_run()?;
+    for _ in 0..MAX_ATTEMPTS {
+        let current = ctx.load(&key, &name).await?;
+        let Some((old, kv)) = current else {
+            if kind != PatchKind::Apply {
+                return Err(ApiError::not_found(info, &name));
+            }
+            let applied = apply_patch(info, kind, None, body, &manager, force)?;
+            let new = NewObject { obj: applied, managed_recorded: true };
+            let (mut obj, warnings) = prepare_new(ctx, new).await?;
+            if object::name(&obj) != name {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({}) does not match the name on the URL ({name})",
+                    object::name(&obj)
+                )));
+            }
+            if dry_run {
+                return Ok(render::object(info, ctx.render, 201, &obj, &warnings));
+            }
+            let bytes = encode_for_storage(&obj)?;
+            match ctx.st.storage.create(&key, bytes).await {
+                Ok(kv) => {
+                    set_resource_version(&mut obj, kv.mod_revision);
+                    return Ok(render::object(info, ctx.render, 201, &obj, &warnings));
+                }
+                Err(StorageError::AlreadyExists { .. }) => continue,
+                Err(e) => return Err(ApiError::from_storage(e, info, &name)),
+            }
+        };
+        let patched = apply_patch(info, kind, Some(&old), body, &manager, force)?;
+        let want_rv = requested_rv(&patched)?;
+        if let Some(rv) = want_rv {
+            if rv != kv.mod_revision {
+                return Err(ApiError::stale(info, &name));
+            }
+        }
+        let mode = if kind == PatchKind::Apply { Managed::AlreadyRecorded } else { Managed::Update };
+        let (new, warnings) = prepare_update(ctx, &old, patched, mode).await?;
+        // A resourceVersion in the patch itself is a precondition; the one carried over is not.
+        let explicit_rv = patch_names_rv(kind, body);
+        match commit(ctx, &key, &old, &kv, new, dry_run).await? {
+            Commit::Done(obj) => return Ok(render::object(info, ctx.render, 200, &obj, &warnings)),
+            Commit::Retry if explicit_rv => return Err(ApiError::stale(info, &name)),
+            Commit::Retry => continue,
+        }
+    }
+    Err(ApiError::stale(info, &name))
+}
+
+/// True when the patch body itself mentions a resourceVersion.
+fn patch_names_rv(kind: PatchKind, body: &[u8]) -> bool {
+    kind != PatchKind::Json && String::from_utf8_lossy(body).contains("resourceVersion")
+}
+
+/// 422 on `PatchOptions` (upstream `ValidatePatchOptions`).
+fn patch_options_invalid(_field: &str, err: FieldError) -> ApiError {
+    let cause: rkube_api::status::StatusCause = err.clone().into();
+    let msg = format!("PatchOptions.meta.k8s.io \"\" is invalid: {err}");
+    Status::new(422, "Invalid", msg)
+        .with_details(StatusDetails {
+            group: "meta.k8s.io".into(),
+            kind: "PatchOptions".into(),
+            causes: vec![cause],
+            ..StatusDetails::default()
+        })
+        .into()
+}
+
+/// Applies a patch with the patch engine ([`crate::patch`]); its errors become Statuses.
+fn apply_patch(
+    info: &ResourceInfo,
+    kind: PatchKind,
+    original: Option<&Value>,
+    body: &[u8],
+    manager: &str,
+    force: bool,
+) -> ApiResult<Value> {
+    let patch_type: crate::patch::PatchType = kind.into();
+    let api_version = info.api_version();
+    let now = rkube_api::time::now_rfc3339();
+    crate::patch::apply_patch_at(info.kind, Some(&api_version), patch_type, original, body, manager, force, &now)
+        .map_err(|e| ApiError::from(e.status()))
+}
+
+/// POST `pods/<name>/binding`: sets `spec.nodeName` once (409 when already
+/// bound or being deleted), adds the `PodScheduled` condition, answers 201
+/// with a `Success` Status (upstream `BindingREST.Create`).
+pub async fn binding(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
+    let info = ctx.ri.info;
+    let name = ctx.name().to_string();
+    let key = ctx.key(&name);
+    let mut b = media::decode_object(&media::content_type(&ctx.headers), body)?;
+    let binding_info = ResourceInfo { kind: "Binding", ..*info };
+    check_type_meta(&binding_info, "Binding", &mut b)?;
+    let body_ns = object::namespace(&b);
+    if !body_ns.is_empty() && body_ns != ctx.namespace() {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    let bname = object::name(&b);
+    if !bname.is_empty() && bname != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({bname}) does not match the name on the URL ({name})"
+        )));
+    }
+    let target_kind = b.pointer("/target/kind").and_then(Value::as_str).unwrap_or("");
+    let node = b.pointer("/target/name").and_then(Value::as_str).unwrap_or("").to_string();
+    if !target_kind.is_empty() && target_kind != "Node" {
+        let causes = vec![FieldError::not_supported("target.kind", target_kind, &["Node", "<empty>"]).into()];
+        return Err(ApiError::invalid(&binding_info, &name, causes));
+    }
+    if node.is_empty() {
+        return Err(ApiError::invalid(&binding_info, &name, vec![FieldError::required("target.name", "").into()]));
+    }
+    let binding_conflict = |why: String| -> ApiError { Status::conflict("", "pods/binding", &name, why).into() };
+    let dry_run = ctx.dry_run()?;
+    for _ in 0..MAX_ATTEMPTS {
+        let Some((old, kv)) = ctx.load(&key, &name).await? else {
+            return Err(ApiError::not_found(info, &name));
+        };
+        if object::is_terminating(&old) {
+            return Err(binding_conflict(format!("pod {name} is being deleted, cannot be assigned to a host")));
+        }
+        let current = old.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
+        if !current.is_empty() {
+            return Err(binding_conflict(format!("pod {name} is already assigned to node {current:?}")));
+        }
+        let mut new = old.clone();
+        if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.insert("nodeName".into(), json!(node));
+        }
+        let status =
+            new.as_object_mut().map(|m| m.entry("status").or_insert_with(|| json!({}))).and_then(Value::as_object_mut);
+        if let Some(status) = status {
+            let conds = status.entry("conditions").or_insert_with(|| json!([]));
+            if let Some(list) = conds.as_array_mut() {
+                list.retain(|c| c.get("type").and_then(Value::as_str) != Some("PodScheduled"));
+                list.push(json!({
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastProbeTime": null,
+                    "lastTransitionTime": rkube_api::time::now_rfc3339(),
+                }));
+            }
+        }
+        match commit(ctx, &key, &old, &kv, new, dry_run).await? {
+            Commit::Done(_) => {
+                let mut s = Status::success();
+                s.code = 201;
+                return Ok(media::respond(201, ctx.render.output, &s.to_json()));
+            }
+            Commit::Retry => continue,
+        }
+    }
+    Err(ApiError::stale(info, &name))
+}

@@ -1,0 +1,249 @@
+//! Content negotiation: request bodies in, responses out.
+//!
+//! Follows `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/negotiation`:
+//! - request bodies are JSON or YAML (and the patch media types for PATCH),
+//!   at most [`MAX_BODY_BYTES`] (413 `RequestEntityTooLarge` above), an
+//!   unknown `Content-Type` is 415 `UnsupportedMediaType`, a malformed body is
+//!   400 `BadRequest` carrying the decoder's message;
+//! - responses are JSON, YAML, a server-side `Table`
+//!   (`application/json;as=Table;v=v1;g=meta.k8s.io`) or
+//!   `PartialObjectMetadata(List)` when the `Accept` header asks for them; an
+//!   `Accept` naming only unsupported types (e.g. protobuf) is 406.
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use crate::error::{ApiError, ApiResult};
+
+/// Largest request body accepted (upstream's 3 MiB `MaxRequestBodyBytes`).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Media types accepted for create/update bodies.
+pub const BODY_TYPES: &[&str] = &["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"];
+
+/// Media types a response can be rendered as.
+pub const RESPONSE_TYPES: &[&str] = &["application/json", "application/yaml"];
+
+/// One parsed media range of an `Accept` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaRange {
+    /// `type/subtype`, lowercased.
+    pub essence: String,
+    /// Parameters (`as`, `g`, `v`, ...), names lowercased.
+    pub params: Vec<(String, String)>,
+}
+
+impl MediaRange {
+    /// A parameter's value.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses a media type list (`Accept`) or a single type (`Content-Type`).
+pub fn parse_media_ranges(header: &str) -> Vec<MediaRange> {
+    header
+        .split(',')
+        .filter_map(|part| {
+            let mut pieces = part.split(';');
+            let essence = pieces.next()?.trim().to_ascii_lowercase();
+            if essence.is_empty() {
+                return None;
+            }
+            let params = pieces
+                .filter_map(|p| {
+                    let (k, v) = p.split_once('=')?;
+                    Some((k.trim().to_ascii_lowercase(), v.trim().trim_matches('"').to_string()))
+                })
+                .collect();
+            Some(MediaRange { essence, params })
+        })
+        .collect()
+}
+
+pub use crate::table::{IncludeObject as IncludeObjectPolicy, TableVersion};
+
+/// The representation a response is rendered in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Plain JSON.
+    Json,
+    /// YAML.
+    Yaml,
+    /// A `meta.k8s.io` `Table` of the given version.
+    Table(TableVersion),
+    /// `PartialObjectMetadata` / `PartialObjectMetadataList`.
+    PartialMetadata,
+}
+
+/// Picks the response representation from `Accept`.
+///
+/// Returns 406 when every listed type is unsupported (e.g. protobuf only).
+pub fn negotiate_output(headers: &HeaderMap) -> ApiResult<Output> {
+    let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
+    if accept.trim().is_empty() {
+        return Ok(Output::Json);
+    }
+    for range in parse_media_ranges(accept) {
+        let essence = range.essence.as_str();
+        match essence {
+            "application/json" | "application/*" | "*/*" => match range.param("as") {
+                None => return Ok(Output::Json),
+                Some("Table") if matches!(range.param("g"), Some("meta.k8s.io") | None) => match range.param("v") {
+                    Some("v1") | None => return Ok(Output::Table(TableVersion::V1)),
+                    Some("v1beta1") => return Ok(Output::Table(TableVersion::V1Beta1)),
+                    _ => continue,
+                },
+                Some("PartialObjectMetadata") | Some("PartialObjectMetadataList")
+                    if matches!(range.param("g"), Some("meta.k8s.io") | None) =>
+                {
+                    return Ok(Output::PartialMetadata)
+                }
+                _ => continue,
+            },
+            "application/yaml" => {
+                if range.param("as").is_none() {
+                    return Ok(Output::Yaml);
+                }
+            }
+            _ => continue,
+        }
+    }
+    Err(ApiError::not_acceptable(RESPONSE_TYPES))
+}
+
+/// Reads `?includeObject=` (`None`, `Metadata` (default), `Object`); 400 otherwise.
+pub fn include_object(value: Option<&str>) -> ApiResult<IncludeObjectPolicy> {
+    IncludeObjectPolicy::from_query(value).map_err(ApiError::bad_request)
+}
+
+/// The `Content-Type` essence of a request (`application/json` when absent).
+pub fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_media_ranges(v).into_iter().next())
+        .map(|r| r.essence)
+        .unwrap_or_else(|| "application/json".to_string())
+}
+
+/// After a body went over the limit, at most this much more is read and
+/// discarded before answering 413, so the client (still sending) reads the
+/// answer instead of a broken pipe, as Go's server does by draining.
+const MAX_DRAIN_BYTES: usize = 64 * 1024 * 1024;
+
+/// How long the drain may take.
+const MAX_DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads a request body, enforcing [`MAX_BODY_BYTES`] (413 above it).
+pub async fn read_body(body: Body) -> ApiResult<bytes::Bytes> {
+    use futures::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut buf = bytes::BytesMut::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;
+        if buf.len() + chunk.len() > MAX_BODY_BYTES {
+            let mut drained = buf.len() + chunk.len();
+            let deadline = tokio::time::Instant::now() + MAX_DRAIN_TIME;
+            while drained < MAX_DRAIN_BYTES {
+                match tokio::time::timeout_at(deadline, stream.next()).await {
+                    Ok(Some(Ok(c))) => drained += c.len(),
+                    _ => break,
+                }
+            }
+            return Err(ApiError::too_large(MAX_BODY_BYTES));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// Decodes a create/update body (JSON or YAML) into a JSON object.
+///
+/// Errors: 415 for other media types, 400 for malformed bodies or non-objects.
+pub fn decode_object(content_type: &str, body: &[u8]) -> ApiResult<Value> {
+    let value: Value = match content_type {
+        "application/json" => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))?,
+        "application/yaml" | "application/x-yaml" | "text/yaml" => decode_yaml(body)?,
+        rkube_api::protobuf::PROTOBUF_CONTENT_TYPE => {
+            rkube_api::protobuf::decode_object(body).map_err(|e| match e {
+                rkube_api::protobuf::ProtobufError::UnknownKind { .. } => {
+                    ApiError::unsupported_media_type(content_type, BODY_TYPES)
+                }
+                other => ApiError::bad_request(other),
+            })?
+        }
+        other => return Err(ApiError::unsupported_media_type(other, BODY_TYPES)),
+    };
+    if !value.is_object() {
+        return Err(ApiError::bad_request("the request body must be a JSON object"));
+    }
+    Ok(value)
+}
+
+/// Decodes YAML into JSON (400 on malformed YAML).
+pub fn decode_yaml(body: &[u8]) -> ApiResult<Value> {
+    serde_yaml::from_slice::<Value>(body)
+        .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}")))
+}
+
+/// Renders `value` with HTTP status `code` as JSON or YAML.
+pub fn respond(code: u16, output: Output, value: &Value) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+    let (body, ctype) = match output {
+        Output::Table(v) if value.get("kind").and_then(Value::as_str) == Some("Table") => {
+            match serde_json::to_vec(value) {
+                Ok(b) => (b, v.content_type()),
+                Err(e) => return ApiError::internal(e).into_response(),
+            }
+        }
+        Output::Yaml => match serde_yaml::to_string(value) {
+            Ok(s) => (s.into_bytes(), "application/yaml"),
+            Err(e) => return ApiError::internal(e).into_response(),
+        },
+        _ => match serde_json::to_vec(value) {
+            Ok(b) => (b, "application/json"),
+            Err(e) => return ApiError::internal(e).into_response(),
+        },
+    };
+    let mut resp = (status, body).into_response();
+    resp.headers_mut().insert("content-type", HeaderValue::from_static(ctype));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(v: &str) -> ApiResult<Output> {
+        let mut h = HeaderMap::new();
+        h.insert("accept", HeaderValue::from_str(v).unwrap());
+        negotiate_output(&h)
+    }
+
+    #[test]
+    fn kubectl_get_accept_header_selects_table() {
+        let v = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        assert_eq!(accept(v).unwrap(), Output::Table(TableVersion::V1));
+    }
+
+    #[test]
+    fn protobuf_only_accept_is_not_acceptable() {
+        assert_eq!(accept("application/vnd.kubernetes.protobuf").unwrap_err().code(), 406);
+        assert_eq!(accept("application/vnd.kubernetes.protobuf, application/json").unwrap(), Output::Json);
+        assert_eq!(accept("application/yaml").unwrap(), Output::Yaml);
+        assert_eq!(accept("*/*").unwrap(), Output::Json);
+    }
+
+    #[test]
+    fn malformed_bodies_are_bad_requests() {
+        assert_eq!(decode_object("application/json", b"{").unwrap_err().code(), 400);
+        assert_eq!(decode_object("application/json", b"[]").unwrap_err().code(), 400);
+        assert_eq!(decode_object("text/plain", b"{}").unwrap_err().code(), 415);
+        let v = decode_object("application/yaml", b"kind: Pod\nmetadata:\n  name: a\n").unwrap();
+        assert_eq!(v["metadata"]["name"], "a");
+    }
+}

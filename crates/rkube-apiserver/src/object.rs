@@ -1,0 +1,201 @@
+//! Object metadata helpers: accessors on `serde_json::Value` objects and the
+//! server-set fields (`uid`, `creationTimestamp`, `generation`, `generateName`
+//! suffixes), following upstream's `rest.BeforeCreate` / `BeforeUpdate`
+//! (`staging/src/k8s.io/apiserver/pkg/registry/rest/{create,update}.go`).
+
+use serde_json::{Map, Value};
+
+/// `metadata.<field>` as a string (`""` when absent).
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `metadata.name`.
+pub fn name(obj: &Value) -> &str {
+    meta_str(obj, "name")
+}
+
+/// `metadata.namespace`.
+pub fn namespace(obj: &Value) -> &str {
+    meta_str(obj, "namespace")
+}
+
+/// The `metadata` map, created when missing (and replacing a non-object).
+pub fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.is_object() {
+        *obj = Value::Object(Map::new());
+    }
+    let map = obj.as_object_mut().expect("just made an object");
+    let meta = map.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    meta.as_object_mut().expect("just made an object")
+}
+
+/// Sets `metadata.<field>` to `value`.
+pub fn set_meta(obj: &mut Value, field: &str, value: Value) {
+    metadata_mut(obj).insert(field.to_string(), value);
+}
+
+/// Removes `metadata.<field>`.
+pub fn remove_meta(obj: &mut Value, field: &str) -> Option<Value> {
+    metadata_mut(obj).remove(field)
+}
+
+/// `metadata.finalizers` as strings.
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+/// True when `metadata.deletionTimestamp` is set.
+pub fn is_terminating(obj: &Value) -> bool {
+    !meta_str(obj, "deletionTimestamp").is_empty()
+}
+
+/// A fresh object UID (UUID v4, as upstream's `uuid.NewUUID`).
+pub fn new_uid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Characters upstream's `utilrand.String` draws from (no vowels, no
+/// look-alikes, so generated names never spell words).
+const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// Longest `generateName` base kept before the 5-character suffix
+/// (upstream `maxGeneratedNameLength` = 63 - 5).
+const MAX_GENERATED_BASE: usize = 58;
+
+/// `base` plus a random 5-character suffix (upstream `names.SimpleNameGenerator`).
+pub fn generate_name(base: &str) -> String {
+    let mut base = base.to_string();
+    if base.len() > MAX_GENERATED_BASE {
+        let mut cut = MAX_GENERATED_BASE;
+        while !base.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        base.truncate(cut);
+    }
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    for b in bytes.iter().take(5) {
+        base.push(NAME_ALPHABET[*b as usize % NAME_ALPHABET.len()] as char);
+    }
+    base
+}
+
+/// Removes the fields the server owns and a client must not set on create:
+/// `resourceVersion`, `uid`, `creationTimestamp`, `deletionTimestamp`,
+/// `deletionGracePeriodSeconds`, `generation`, `selfLink`.
+pub fn clear_server_fields(obj: &mut Value) {
+    let meta = metadata_mut(obj);
+    for f in [
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "selfLink",
+    ] {
+        meta.remove(f);
+    }
+}
+
+/// Copies the fields a client cannot change on update from `old` into `new`
+/// (upstream `rest.BeforeUpdate` + `FillObjectMetaSystemFields`): `uid`,
+/// `creationTimestamp`, `deletionTimestamp`, `deletionGracePeriodSeconds`,
+/// `generation`, and `name`/`namespace`/`generateName`.
+pub fn keep_immutable_meta(old: &Value, new: &mut Value) {
+    let old_meta = old.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+    let meta = metadata_mut(new);
+    for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+        match old_meta.get(f) {
+            Some(v) => {
+                meta.insert(f.to_string(), v.clone());
+            }
+            None => {
+                meta.remove(f);
+            }
+        }
+    }
+    meta.remove("selfLink");
+}
+
+/// Sets `generation` on create (1 for kinds whose generation tracks spec changes).
+pub fn set_initial_generation(obj: &mut Value, tracks_generation: bool) {
+    if tracks_generation {
+        set_meta(obj, "generation", Value::from(1));
+    }
+}
+
+/// Bumps `generation` in `new` when anything outside `metadata` and `status`
+/// changed from `old` (upstream strategies compare spec; rkube compares every
+/// non-metadata, non-status field, which is the same for kinds with a spec).
+pub fn bump_generation(old: &Value, new: &mut Value, tracks_generation: bool) {
+    if !tracks_generation {
+        return;
+    }
+    let old_gen = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+    let changed = spec_part(old) != spec_part(new);
+    let gen = if changed { old_gen + 1 } else { old_gen.max(1) };
+    set_meta(new, "generation", Value::from(gen));
+}
+
+fn spec_part(obj: &Value) -> Map<String, Value> {
+    obj.as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// True when `a` and `b` are equal ignoring `metadata.resourceVersion` and
+/// `metadata.managedFields[*].time` (a no-op update writes nothing, as upstream).
+pub fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        let meta = metadata_mut(&mut v);
+        meta.remove("resourceVersion");
+        if let Some(Value::Array(entries)) = meta.get_mut("managedFields") {
+            for e in entries.iter_mut() {
+                if let Some(m) = e.as_object_mut() {
+                    m.remove("time");
+                }
+            }
+        }
+        v
+    };
+    strip(a) == strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn generated_names_have_five_char_suffix() {
+        let n = generate_name("web-");
+        assert_eq!(n.len(), 9);
+        assert!(n.starts_with("web-"));
+        let long = "a".repeat(80);
+        assert_eq!(generate_name(&long).len(), 63);
+    }
+
+    #[test]
+    fn generation_bumps_only_on_spec_change() {
+        let old = json!({"metadata": {"generation": 3}, "spec": {"a": 1}, "status": {"x": 1}});
+        let mut same = json!({"metadata": {"labels": {"l": "v"}}, "spec": {"a": 1}, "status": {"x": 2}});
+        bump_generation(&old, &mut same, true);
+        assert_eq!(same["metadata"]["generation"], 3);
+        let mut changed = json!({"metadata": {}, "spec": {"a": 2}});
+        bump_generation(&old, &mut changed, true);
+        assert_eq!(changed["metadata"]["generation"], 4);
+    }
+}

@@ -1,0 +1,320 @@
+//! Server-side apply (`application/apply-patch+yaml`), after
+//! structured-merge-diff's `merge.Updater.Apply` and the apiserver's field
+//! manager stack (`k8s.io/apimachinery/pkg/util/managedfields/internal`):
+//!
+//! 1. the applied configuration (YAML or JSON) is merged into the live
+//!    object ([`typed::merge`]);
+//! 2. the applier's `Apply` entry becomes exactly the fields of the
+//!    configuration;
+//! 3. fields the applier owned before, no longer applies and nobody else
+//!    owns are removed;
+//! 4. fields the result changes that another manager owns are conflicts:
+//!    409 unless `force`, which moves them to the applier;
+//! 5. fields removed from the object leave every other manager.
+//!
+//! `status` is merged like any field but never owned: the main resource's
+//! strategy resets it (upstream's reset fields); the caller does that.
+//!
+//! Upstream extras also done here: an object without managedFields first
+//! gets a `before-first-apply` manager owning everything; the `kubectl`
+//! manager may take over fields whose value still matches the
+//! `kubectl.kubernetes.io/last-applied-configuration` annotation without a
+//! conflict, and keeps that annotation in sync (`lastappliedmanager.go`,
+//! `lastappliedupdater.go`).
+
+use serde_json::Value;
+
+use super::fieldpath::{ignored_top_level, path_string, stripped_fields, FieldSet};
+use super::managed::{self, ManagedEntry, OPERATION_APPLY, OPERATION_UPDATE};
+use super::schema::{self, Shape};
+use super::typed::{compare, merge, remove_items, to_field_set, validate_applied};
+use super::{ApplyConflict, PatchError};
+
+/// Annotation kubectl's client-side apply keeps the applied configuration in.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Manager that owns the fields of an object applied to for the first time
+/// without managedFields (upstream `beforeFirstApplyManager`).
+const BEFORE_FIRST_APPLY: &str = "before-first-apply";
+
+/// Everything one apply request needs.
+pub(crate) struct ApplyRequest<'a> {
+    pub kind: &'a str,
+    /// The request's group/version; taken from the live object when `None`.
+    pub api_version: Option<&'a str>,
+    pub original: Option<&'a Value>,
+    pub body: &'a [u8],
+    pub manager: &'a str,
+    pub force: bool,
+    pub now: &'a str,
+}
+
+/// Decodes the request body: JSON, else YAML (one document).
+fn decode_body(body: &[u8]) -> Result<Value, PatchError> {
+    let value = match serde_json::from_slice::<Value>(body) {
+        Ok(v) => v,
+        Err(_) => serde_yaml::from_slice::<Value>(body)
+            .map_err(|e| PatchError::BadRequest(format!("error decoding YAML: {e}")))?,
+    };
+    match value {
+        Value::Object(_) => Ok(value),
+        Value::Null => Ok(Value::Object(serde_json::Map::new())),
+        other => Err(PatchError::BadRequest(format!(
+            "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
+            match other {
+                Value::Array(_) => "array",
+                Value::String(_) => "string",
+                Value::Number(_) => "number",
+                _ => "bool",
+            }
+        ))),
+    }
+}
+
+fn str_at<'v>(v: &'v Value, pointer: &str) -> &'v str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `ns/name; group/version, Kind=kind`, as upstream's `objectGVKNN`.
+fn describe(config: &Value, kind: &str) -> String {
+    let api_version = str_at(config, "/apiVersion");
+    let gv = if api_version.contains('/') {
+        api_version.to_string()
+    } else {
+        format!("/{api_version}")
+    };
+    format!(
+        "{}/{}; {gv}, Kind={kind}",
+        str_at(config, "/metadata/namespace"),
+        str_at(config, "/metadata/name")
+    )
+}
+
+/// Applies `req.body` for `req.manager`; returns the new object with its
+/// managedFields.
+pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchError> {
+    let config = decode_body(req.body)?;
+    if !matches!(
+        config.pointer("/metadata/managedFields"),
+        None | Some(Value::Null)
+    ) {
+        return Err(PatchError::BadRequest(
+            "metadata.managedFields must be nil".to_string(),
+        ));
+    }
+    let expected_version = req
+        .api_version
+        .or_else(|| req.original.map(|o| str_at(o, "/apiVersion")));
+    if let Some(expected) = expected_version.filter(|v| !v.is_empty()) {
+        let got = str_at(&config, "/apiVersion");
+        if got != expected {
+            return Err(PatchError::BadRequest(format!(
+                "Incorrect version specified in apply patch. Specified patch version: {got}, expected: {expected}"
+            )));
+        }
+    }
+    let got_kind = str_at(&config, "/kind");
+    if !got_kind.is_empty() && got_kind != req.kind {
+        return Err(PatchError::BadRequest(format!(
+            "Incorrect kind specified in apply patch. Specified patch kind: {got_kind}, expected: {}",
+            req.kind
+        )));
+    }
+    let shape = schema::root(req.kind);
+    validate_applied(&config, shape).map_err(|e| {
+        PatchError::TypedConversion(format!(
+            "failed to create typed patch object ({}): {e}",
+            describe(&config, req.kind)
+        ))
+    })?;
+    let api_version = expected_version
+        .filter(|v| !v.is_empty())
+        .unwrap_or(str_at(&config, "/apiVersion"));
+
+    let live = req.original.map(managed::without_managed_fields);
+    let mut entries = match req.original {
+        Some(o) => managed::decode(o).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let strip = stripped_fields();
+    if let (Some(live), true) = (&live, entries.is_empty()) {
+        let all = compare(None, Some(live), shape)
+            .added
+            .difference(&strip)
+            .without_top_level(ignored_top_level(""));
+        entries.push(ManagedEntry {
+            manager: BEFORE_FIRST_APPLY.to_string(),
+            operation: OPERATION_UPDATE.to_string(),
+            api_version: api_version.to_string(),
+            time: Some(req.now.to_string()),
+            subresource: String::new(),
+            fields: all,
+        });
+    }
+
+    let first = apply_once(
+        &config,
+        live.as_ref(),
+        &entries,
+        shape,
+        req,
+        api_version,
+        req.force,
+    );
+    let (mut result, entries) = match first {
+        Err(PatchError::Conflicts(conflicts))
+            if req.manager == "kubectl"
+                && conflicts_allowed_by_last_applied(&conflicts, live.as_ref(), shape) =>
+        {
+            apply_once(
+                &config,
+                live.as_ref(),
+                &entries,
+                shape,
+                req,
+                api_version,
+                true,
+            )?
+        }
+        other => other?,
+    };
+    if req.manager == "kubectl" {
+        sync_last_applied(&mut result, &config);
+    }
+    managed::encode(&mut result, entries);
+    Ok(result)
+}
+
+/// One pass of merge, prune and conflict detection.
+fn apply_once(
+    config: &Value,
+    live: Option<&Value>,
+    entries: &[ManagedEntry],
+    shape: &Shape,
+    req: &ApplyRequest<'_>,
+    api_version: &str,
+    force: bool,
+) -> Result<(Value, Vec<ManagedEntry>), PatchError> {
+    let strip = stripped_fields();
+    let mut entries = entries.to_vec();
+    let ignored = ignored_top_level("");
+    let new_set = to_field_set(config, shape)
+        .difference(&strip)
+        .without_top_level(ignored);
+    let idx = entries
+        .iter()
+        .position(|e| e.is(req.manager, OPERATION_APPLY, api_version, ""));
+    let (last_set, last_time) = match idx {
+        Some(i) => (entries[i].fields.clone(), entries[i].time.clone()),
+        None => (FieldSet::new(), None),
+    };
+    let applier = ManagedEntry {
+        manager: req.manager.to_string(),
+        operation: OPERATION_APPLY.to_string(),
+        api_version: api_version.to_string(),
+        time: last_time,
+        subresource: String::new(),
+        fields: new_set.clone(),
+    };
+    let applier_idx = match idx {
+        Some(i) => {
+            entries[i] = applier;
+            i
+        }
+        None => {
+            entries.push(applier);
+            entries.len() - 1
+        }
+    };
+
+    let mut merged = merge(live, config, shape);
+    // Prune what the applier let go of and nobody else holds.
+    let owned = entries
+        .iter()
+        .fold(FieldSet::new(), |acc, e| acc.union(&e.fields));
+    remove_items(&mut merged, &last_set.difference(&owned), shape);
+
+    let cmp = compare(live, Some(&merged), shape);
+    let changed = cmp.modified.union(&cmp.added).without_top_level(ignored);
+    let removed = cmp.removed.without_top_level(ignored);
+    let mut conflicts = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        if i == applier_idx {
+            continue;
+        }
+        for path in e.fields.intersection(&changed).paths() {
+            conflicts.push(ApplyConflict {
+                manager: e.printed(),
+                path: path_string(&path),
+            });
+        }
+    }
+    if !force && !conflicts.is_empty() {
+        conflicts.sort_by(|a, b| a.manager.cmp(&b.manager));
+        return Err(PatchError::Conflicts(conflicts));
+    }
+    for (i, e) in entries.iter_mut().enumerate() {
+        if i != applier_idx {
+            e.fields = e.fields.difference(&changed).difference(&removed);
+        }
+    }
+    let object_changed = live.is_none_or(|l| *l != merged);
+    let applier = &mut entries[applier_idx];
+    if object_changed || applier.time.is_none() || applier.fields != last_set {
+        applier.time = Some(req.now.to_string());
+    }
+    Ok((merged, entries))
+}
+
+/// Upstream's `lastAppliedManager`: conflicts are waived when every
+/// conflicting field is in the last-applied configuration with the value the
+/// live object still has (the object was managed by client-side apply).
+fn conflicts_allowed_by_last_applied(
+    conflicts: &[ApplyConflict],
+    live: Option<&Value>,
+    shape: &Shape,
+) -> bool {
+    let Some(live) = live else { return false };
+    let annotation = live
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED_ANNOTATION));
+    let Some(text) = annotation.and_then(Value::as_str).filter(|s| !s.is_empty()) else {
+        return false;
+    };
+    let Ok(last_applied) = serde_json::from_str::<Value>(text) else {
+        return false;
+    };
+    if str_at(&last_applied, "/apiVersion") != str_at(live, "/apiVersion")
+        || validate_applied(&last_applied, shape).is_err()
+    {
+        return false;
+    }
+    let cmp = compare(Some(&last_applied), Some(live), shape);
+    let allowed = to_field_set(&last_applied, shape)
+        .difference(&cmp.modified)
+        .difference(&cmp.added)
+        .difference(&cmp.removed);
+    let allowed_paths: std::collections::HashSet<String> =
+        allowed.paths().iter().map(|p| path_string(p)).collect();
+    conflicts.iter().all(|c| allowed_paths.contains(&c.path))
+}
+
+/// Upstream's `lastAppliedUpdater`: a `kubectl` apply to an object that has
+/// the last-applied annotation rewrites it to the configuration just applied.
+fn sync_last_applied(result: &mut Value, config: &Value) {
+    let has_annotation = result
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED_ANNOTATION))
+        .is_some();
+    if !has_annotation {
+        return;
+    }
+    let mut applied = config.clone();
+    if let Some(Value::Object(annotations)) = applied.pointer_mut("/metadata/annotations") {
+        annotations.shift_remove(LAST_APPLIED_ANNOTATION);
+    }
+    let text = applied.to_string();
+    if let Some(Value::Object(annotations)) = result.pointer_mut("/metadata/annotations") {
+        annotations.insert(LAST_APPLIED_ANNOTATION.to_string(), Value::String(text));
+    }
+}

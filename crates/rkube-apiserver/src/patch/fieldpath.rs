@@ -1,0 +1,326 @@
+//! Field paths and field sets, and their `FieldsV1` wire format.
+//!
+//! Follows `sigs.k8s.io/structured-merge-diff/v4/fieldpath`: a path is a
+//! sequence of [`PathElement`]s (a field name, a key of an associative list
+//! item, a value of a set item, or an index); a [`FieldSet`] is a tree whose
+//! nodes say which paths are *members*. `FieldsV1` (what `managedFields`
+//! carries) spells elements `f:<name>`, `k:<json of keys>`, `v:<json>`,
+//! `i:<n>`, and marks a node that is itself a member and has children with
+//! `".": {}`:
+//!
+//! ```json
+//! {"f:spec":{"f:containers":{"k:{\"name\":\"web\"}":{".":{},"f:image":{}}}}}
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value};
+
+/// One step of a field path. The derived order (field < key < value <
+/// index, then by content) is the serialization order of `FieldsV1`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum PathElement {
+    /// A field of an object: `f:<name>`, printed `.name`.
+    Field(String),
+    /// An associative list item, as the compact JSON of its key fields
+    /// sorted by name: `k:{"name":"web"}`, printed `[name="web"]`.
+    Key(String),
+    /// A set item, as its compact JSON: `v:"x"`, printed `[="x"]`.
+    Value(String),
+    /// A list index: `i:3`, printed `[3]`.
+    Index(usize),
+}
+
+impl PathElement {
+    /// A field element.
+    pub(crate) fn field(name: &str) -> Self {
+        PathElement::Field(name.to_string())
+    }
+
+    /// A key element from `(name, value)` pairs (sorted here).
+    pub(crate) fn key(mut fields: Vec<(String, Value)>) -> Self {
+        fields.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut m = Map::new();
+        for (k, v) in fields {
+            m.insert(k, v);
+        }
+        PathElement::Key(Value::Object(m).to_string())
+    }
+
+    /// A value element.
+    pub(crate) fn value(v: &Value) -> Self {
+        PathElement::Value(v.to_string())
+    }
+
+    /// The `FieldsV1` key: `f:name`, `k:{...}`, `v:...`, `i:N`.
+    pub(crate) fn to_fields_v1_key(&self) -> String {
+        match self {
+            PathElement::Field(n) => format!("f:{n}"),
+            PathElement::Key(k) => format!("k:{k}"),
+            PathElement::Value(v) => format!("v:{v}"),
+            PathElement::Index(i) => format!("i:{i}"),
+        }
+    }
+
+    /// Parses a `FieldsV1` key; `None` when malformed.
+    pub(crate) fn from_fields_v1_key(s: &str) -> Option<Self> {
+        let (prefix, rest) = s.split_at_checked(2)?;
+        match prefix {
+            "f:" => Some(PathElement::Field(rest.to_string())),
+            "k:" => {
+                let v: Value = serde_json::from_str(rest).ok()?;
+                let obj = v.as_object()?;
+                Some(PathElement::key(
+                    obj.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                ))
+            }
+            "v:" => {
+                let v: Value = serde_json::from_str(rest).ok()?;
+                Some(PathElement::value(&v))
+            }
+            "i:" => rest.parse().ok().map(PathElement::Index),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for PathElement {
+    /// Upstream's `PathElement.String()`: `.name`, `[k=v,k2="s"]`, `[="x"]`, `[3]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PathElement::Field(n) => write!(f, ".{n}"),
+            PathElement::Key(k) => {
+                let parsed: Value = serde_json::from_str(k).unwrap_or(Value::Null);
+                let parts: Vec<String> = match parsed.as_object() {
+                    Some(obj) => obj.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+                    None => vec![k.clone()],
+                };
+                write!(f, "[{}]", parts.join(","))
+            }
+            PathElement::Value(v) => write!(f, "[={v}]"),
+            PathElement::Index(i) => write!(f, "[{i}]"),
+        }
+    }
+}
+
+/// A field path.
+pub(crate) type Path = Vec<PathElement>;
+
+/// Prints a path like upstream's `Path.String()`: `.spec.containers[name="web"].image`.
+pub(crate) fn path_string(path: &[PathElement]) -> String {
+    path.iter().map(|pe| pe.to_string()).collect()
+}
+
+/// A set of field paths (structured-merge-diff's `fieldpath.Set`).
+///
+/// Invariant: no child set is empty (operations prune empty children), so
+/// `==` compares contents.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FieldSet {
+    members: BTreeSet<PathElement>,
+    children: BTreeMap<PathElement, FieldSet>,
+}
+
+impl FieldSet {
+    /// The empty set.
+    pub(crate) fn new() -> Self {
+        FieldSet::default()
+    }
+
+    /// Whether the set holds no path.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.members.is_empty() && self.children.is_empty()
+    }
+
+    /// Adds `path` (a no-op for the empty path).
+    pub(crate) fn insert(&mut self, path: &[PathElement]) {
+        match path {
+            [] => {}
+            [last] => {
+                self.members.insert(last.clone());
+            }
+            [first, rest @ ..] => self.children.entry(first.clone()).or_default().insert(rest),
+        }
+    }
+
+    /// Whether `path` is a member.
+    #[cfg(test)]
+    pub(crate) fn has(&self, path: &[PathElement]) -> bool {
+        match path {
+            [] => false,
+            [last] => self.members.contains(last),
+            [first, rest @ ..] => self.children.get(first).is_some_and(|c| c.has(rest)),
+        }
+    }
+
+    /// The subset under `pe`, if any.
+    pub(crate) fn child(&self, pe: &PathElement) -> Option<&FieldSet> {
+        self.children.get(pe)
+    }
+
+    /// Whether `pe` is a member of this node.
+    pub(crate) fn has_member(&self, pe: &PathElement) -> bool {
+        self.members.contains(pe)
+    }
+
+    /// `self ∪ other`.
+    pub(crate) fn union(&self, other: &FieldSet) -> FieldSet {
+        let mut out = self.clone();
+        out.members.extend(other.members.iter().cloned());
+        for (pe, child) in &other.children {
+            let merged = match out.children.get(pe) {
+                Some(mine) => mine.union(child),
+                None => child.clone(),
+            };
+            out.children.insert(pe.clone(), merged);
+        }
+        out
+    }
+
+    /// `self − other`, path by path (a member of `other` removes only that
+    /// exact path, not the paths below it).
+    pub(crate) fn difference(&self, other: &FieldSet) -> FieldSet {
+        let mut out = FieldSet::new();
+        out.members = self.members.difference(&other.members).cloned().collect();
+        for (pe, child) in &self.children {
+            let rest = match other.children.get(pe) {
+                Some(theirs) => child.difference(theirs),
+                None => child.clone(),
+            };
+            if !rest.is_empty() {
+                out.children.insert(pe.clone(), rest);
+            }
+        }
+        out
+    }
+
+    /// `self ∩ other`.
+    pub(crate) fn intersection(&self, other: &FieldSet) -> FieldSet {
+        let mut out = FieldSet::new();
+        out.members = self.members.intersection(&other.members).cloned().collect();
+        for (pe, child) in &self.children {
+            if let Some(theirs) = other.children.get(pe) {
+                let both = child.intersection(theirs);
+                if !both.is_empty() {
+                    out.children.insert(pe.clone(), both);
+                }
+            }
+        }
+        out
+    }
+
+    /// Every member path, in serialization order.
+    pub(crate) fn paths(&self) -> Vec<Path> {
+        let mut out = Vec::new();
+        self.collect_paths(&mut Vec::new(), &mut out);
+        out
+    }
+
+    fn collect_paths(&self, prefix: &mut Path, out: &mut Vec<Path>) {
+        let keys: BTreeSet<&PathElement> =
+            self.members.iter().chain(self.children.keys()).collect();
+        for pe in keys {
+            prefix.push(pe.clone());
+            if self.members.contains(pe) {
+                out.push(prefix.clone());
+            }
+            if let Some(child) = self.children.get(pe) {
+                child.collect_paths(prefix, out);
+            }
+            prefix.pop();
+        }
+    }
+
+    /// The `FieldsV1` JSON object.
+    pub(crate) fn to_fields_v1(&self) -> Value {
+        let keys: BTreeSet<&PathElement> =
+            self.members.iter().chain(self.children.keys()).collect();
+        let mut m = Map::new();
+        for pe in keys {
+            let mut node = Map::new();
+            if let Some(child) = self.children.get(pe) {
+                if self.members.contains(pe) {
+                    node.insert(".".to_string(), Value::Object(Map::new()));
+                }
+                if let Value::Object(inner) = child.to_fields_v1() {
+                    node.extend(inner);
+                }
+            }
+            m.insert(pe.to_fields_v1_key(), Value::Object(node));
+        }
+        Value::Object(m)
+    }
+
+    /// Parses a `FieldsV1` JSON object; `Err` names the first malformed key.
+    pub(crate) fn from_fields_v1(v: &Value) -> Result<FieldSet, String> {
+        let Some(obj) = v.as_object() else {
+            return Err(format!("expected an object, got {v}"));
+        };
+        let mut out = FieldSet::new();
+        for (k, child) in obj {
+            if k == "." {
+                continue;
+            }
+            let pe = PathElement::from_fields_v1_key(k)
+                .ok_or_else(|| format!("invalid field path element {k:?}"))?;
+            let child_obj = child
+                .as_object()
+                .ok_or_else(|| format!("expected an object under {k:?}"))?;
+            if child_obj.is_empty() || child_obj.contains_key(".") {
+                out.members.insert(pe.clone());
+            }
+            let sub = FieldSet::from_fields_v1(child)?;
+            if !sub.is_empty() {
+                out.children.insert(pe, sub);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Top-level fields whose whole subtree a write of `subresource` never
+/// owns: `status` for the main resource, `spec` for `status` (upstream's
+/// reset fields, e.g. `pkg/registry/core/pod/strategy.go` `GetResetFields`).
+pub(crate) fn ignored_top_level(subresource: &str) -> &'static str {
+    if subresource == "status" {
+        "spec"
+    } else {
+        "status"
+    }
+}
+
+impl FieldSet {
+    /// `self` without the top-level field `name` and everything under it
+    /// (upstream's `RecursiveDifference` with a one-field set).
+    pub(crate) fn without_top_level(&self, name: &str) -> FieldSet {
+        let pe = PathElement::field(name);
+        let mut out = self.clone();
+        out.members.remove(&pe);
+        out.children.remove(&pe);
+        out
+    }
+}
+
+/// The fields upstream's `stripMetaManager` never records as owned:
+/// `apiVersion`, `kind`, the `metadata` node itself and its server-set or
+/// identifying fields.
+pub(crate) fn stripped_fields() -> FieldSet {
+    let mut s = FieldSet::new();
+    s.insert(&[PathElement::field("apiVersion")]);
+    s.insert(&[PathElement::field("kind")]);
+    s.insert(&[PathElement::field("metadata")]);
+    for f in [
+        "name",
+        "namespace",
+        "creationTimestamp",
+        "selfLink",
+        "uid",
+        "clusterName",
+        "generation",
+        "managedFields",
+        "resourceVersion",
+    ] {
+        s.insert(&[PathElement::field("metadata"), PathElement::field(f)]);
+    }
+    s
+}

@@ -1,0 +1,238 @@
+//! `metadata.managedFields`: which manager owns which fields.
+//!
+//! Follows `k8s.io/apimachinery/pkg/util/managedfields/internal`
+//! (`managedfields.go`, `structuredmerge.go`, `managedfieldsupdater.go`,
+//! `stripmeta.go`) and structured-merge-diff's `merge/update.go`:
+//!
+//! - an entry is identified by manager, operation, subresource and, for
+//!   `Update` entries only, apiVersion;
+//! - an `Update` (create, update, non-apply patch) owns the fields it added
+//!   or changed; those fields leave every other entry, as do fields it
+//!   removed; an entry left empty is dropped; the updater's `time` is set
+//!   only when it changed something;
+//! - entries are sorted by operation, time, manager, apiVersion, subresource;
+//! - `apiVersion`, `kind` and the identifying/server-set metadata fields are
+//!   never owned, nor `status` by main-resource writes or `spec` by
+//!   `status` writes (upstream's reset fields).
+
+use serde_json::{Map, Value};
+
+use super::fieldpath::{ignored_top_level, stripped_fields, FieldSet};
+use super::schema;
+use super::typed::compare;
+
+/// `operation` of entries written by server-side apply.
+pub const OPERATION_APPLY: &str = "Apply";
+/// `operation` of entries written by create, update and non-apply patches.
+pub const OPERATION_UPDATE: &str = "Update";
+
+/// One decoded `managedFields` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ManagedEntry {
+    pub manager: String,
+    pub operation: String,
+    pub api_version: String,
+    pub time: Option<String>,
+    pub subresource: String,
+    pub fields: FieldSet,
+}
+
+impl ManagedEntry {
+    /// Whether this entry is the one of (`manager`, `operation`,
+    /// `api_version`, `subresource`); apiVersion counts for `Update` only.
+    pub(crate) fn is(
+        &self,
+        manager: &str,
+        operation: &str,
+        api_version: &str,
+        subresource: &str,
+    ) -> bool {
+        self.manager == manager
+            && self.operation == operation
+            && self.subresource == subresource
+            && (operation == OPERATION_APPLY || self.api_version == api_version)
+    }
+
+    /// How upstream names the manager in a conflict (`printManager`):
+    /// `"kubectl"`, `"kube-controller-manager" using apps/v1`,
+    /// `"x" with subresource "status" using v1`.
+    pub(crate) fn printed(&self) -> String {
+        let mut s = format!("{:?}", self.manager);
+        if !self.subresource.is_empty() {
+            s = format!("{s} with subresource {:?}", self.subresource);
+        }
+        if self.operation == OPERATION_UPDATE {
+            s = format!("{s} using {}", self.api_version);
+        }
+        s
+    }
+
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("manager".into(), Value::String(self.manager.clone()));
+        m.insert("operation".into(), Value::String(self.operation.clone()));
+        m.insert("apiVersion".into(), Value::String(self.api_version.clone()));
+        if let Some(t) = &self.time {
+            m.insert("time".into(), Value::String(t.clone()));
+        }
+        m.insert("fieldsType".into(), Value::String("FieldsV1".into()));
+        m.insert("fieldsV1".into(), self.fields.to_fields_v1());
+        if !self.subresource.is_empty() {
+            m.insert(
+                "subresource".into(),
+                Value::String(self.subresource.clone()),
+            );
+        }
+        Value::Object(m)
+    }
+
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let obj = v
+            .as_object()
+            .ok_or("managedFields entry is not an object")?;
+        let text = |k: &str| {
+            obj.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let fields_type = text("fieldsType");
+        let fields = match obj.get("fieldsV1") {
+            None | Some(Value::Null) => FieldSet::new(),
+            Some(f) => FieldSet::from_fields_v1(f)?,
+        };
+        if !fields_type.is_empty() && fields_type != "FieldsV1" {
+            return Err(format!("invalid fieldsType {fields_type:?}"));
+        }
+        Ok(ManagedEntry {
+            manager: text("manager"),
+            operation: text("operation"),
+            api_version: text("apiVersion"),
+            time: obj.get("time").and_then(Value::as_str).map(str::to_string),
+            subresource: text("subresource"),
+            fields,
+        })
+    }
+}
+
+/// The decoded `metadata.managedFields` of `obj` (empty when absent).
+pub(crate) fn decode(obj: &Value) -> Result<Vec<ManagedEntry>, String> {
+    match obj.pointer("/metadata/managedFields") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(entries)) => entries.iter().map(ManagedEntry::from_json).collect(),
+        Some(_) => Err("metadata.managedFields is not a list".to_string()),
+    }
+}
+
+/// `obj` without `metadata.managedFields`.
+pub(crate) fn without_managed_fields(obj: &Value) -> Value {
+    let mut out = obj.clone();
+    if let Some(Value::Object(meta)) = out.get_mut("metadata") {
+        meta.shift_remove("managedFields");
+    }
+    out
+}
+
+/// Writes `entries` (sorted like upstream) into `obj`'s metadata; removes
+/// the field when there are none.
+pub(crate) fn encode(obj: &mut Value, mut entries: Vec<ManagedEntry>) {
+    entries.retain(|e| !e.fields.is_empty());
+    entries.sort_by(|a, b| {
+        a.operation
+            .cmp(&b.operation)
+            .then_with(|| {
+                a.time
+                    .clone()
+                    .unwrap_or_default()
+                    .cmp(&b.time.clone().unwrap_or_default())
+            })
+            .then_with(|| a.manager.cmp(&b.manager))
+            .then_with(|| a.api_version.cmp(&b.api_version))
+            .then_with(|| a.subresource.cmp(&b.subresource))
+    });
+    let Value::Object(root) = obj else { return };
+    let meta = root
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(meta) = meta else { return };
+    if entries.is_empty() {
+        meta.shift_remove("managedFields");
+    } else {
+        meta.insert(
+            "managedFields".into(),
+            Value::Array(entries.iter().map(ManagedEntry::to_json).collect()),
+        );
+    }
+}
+
+/// What [`record_update`] records.
+#[derive(Debug, Clone, Copy)]
+pub struct UpdateRecord<'a> {
+    /// The field manager (`?fieldManager=`, or the user agent's first word).
+    pub manager: &'a str,
+    /// The request's group/version, e.g. `apps/v1`.
+    pub api_version: &'a str,
+    /// `status` for a status update, `""` for the main resource.
+    pub subresource: &'a str,
+    /// `metav1.Time` string for the entry's `time`.
+    pub now: &'a str,
+}
+
+/// Records in `new.metadata.managedFields` the fields an `Update` by
+/// `rec.manager` changed going from `old` (`None` for a create) to `new`.
+///
+/// Starts from the entries `new` carries when it has any (a client may
+/// replace managedFields), else from `old`'s; entries that cannot be decoded
+/// are dropped (upstream drops all managedFields then).
+pub fn record_update(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Value) {
+    let kind = new
+        .get("kind")
+        .or_else(|| old.and_then(|o| o.get("kind")))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let shape = schema::root(kind);
+    let mut entries = match decode(new) {
+        Ok(e) if !e.is_empty() => e,
+        _ => old
+            .map(|o| decode(o).unwrap_or_default())
+            .unwrap_or_default(),
+    };
+    let old_plain = old.map(without_managed_fields);
+    let new_plain = without_managed_fields(new);
+    let cmp = compare(old_plain.as_ref(), Some(&new_plain), shape);
+    let strip = stripped_fields();
+    let ignored = ignored_top_level(rec.subresource);
+    let changed = cmp
+        .modified
+        .union(&cmp.added)
+        .difference(&strip)
+        .without_top_level(ignored);
+    let removed = cmp.removed.without_top_level(ignored);
+    for e in entries.iter_mut() {
+        e.fields = e.fields.difference(&changed).difference(&removed);
+    }
+    if !changed.is_empty() {
+        match entries.iter_mut().find(|e| {
+            e.is(
+                rec.manager,
+                OPERATION_UPDATE,
+                rec.api_version,
+                rec.subresource,
+            )
+        }) {
+            Some(e) => {
+                e.fields = e.fields.union(&changed);
+                e.time = Some(rec.now.to_string());
+            }
+            None => entries.push(ManagedEntry {
+                manager: rec.manager.to_string(),
+                operation: OPERATION_UPDATE.to_string(),
+                api_version: rec.api_version.to_string(),
+                time: Some(rec.now.to_string()),
+                subresource: rec.subresource.to_string(),
+                fields: changed,
+            }),
+        }
+    }
+    encode(new, entries);
+}

@@ -1,0 +1,295 @@
+//! Property tests: no patch of any type, on any object, panics; every
+//! failure is a `PatchError` that maps to a client-visible Status.
+
+use proptest::prelude::*;
+use serde_json::{json, Map, Value};
+
+use super::{pod, NOW};
+use crate::patch::fieldpath::FieldSet;
+use crate::patch::{apply_patch, apply_patch_at, update_managed_fields, PatchType};
+
+const KINDS: [&str; 6] = ["Pod", "Deployment", "Service", "Node", "ConfigMap", "Job"];
+
+/// Keys that steer values into the merge-keyed paths and directives.
+fn arb_key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => prop::sample::select(vec![
+            "metadata", "spec", "status", "template", "containers", "initContainers", "name", "image", "env",
+            "value", "ports", "containerPort", "protocol", "volumes", "finalizers", "labels", "conditions", "type",
+            "ownerReferences", "uid", "managedFields", "apiVersion", "kind", "strategy", "data",
+            "$patch", "$retainKeys", "$setElementOrder/containers", "$setElementOrder/env",
+            "$setElementOrder/finalizers", "$deleteFromPrimitiveList/finalizers", "$setElementOrder",
+            "$deleteFromPrimitiveList", "$other",
+        ]).prop_map(str::to_string),
+        1 => "[a-z$/.]{0,5}",
+    ]
+}
+
+fn arb_scalar() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        // Binary fractions: they survive serde_json's default (not
+        // `float_roundtrip`) float parsing exactly.
+        any::<i32>().prop_map(|i| json!(f64::from(i) / 8.0)),
+        prop::sample::select(vec!["replace", "delete", "merge", "web", "TCP", "a", ""])
+            .prop_map(Value::from),
+        "[a-z0-9~/]{0,6}".prop_map(Value::from),
+    ]
+}
+
+fn arb_value() -> impl Strategy<Value = Value> {
+    arb_scalar().prop_recursive(5, 64, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            prop::collection::vec((arb_key(), inner), 0..6)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+/// RFC 7396 merge of `patch` into `doc` (to perturb realistic objects).
+fn perturb(doc: &mut Value, patch: &Value) {
+    match (doc, patch) {
+        (Value::Object(d), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    d.shift_remove(k);
+                } else {
+                    perturb(d.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (d, p) => *d = p.clone(),
+    }
+}
+
+fn without_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, v)| !v.is_null() && !k.starts_with('$'))
+                .map(|(k, v)| (k.clone(), without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A pod with random fields merged in at random depths.
+fn arb_pod_variant() -> impl Strategy<Value = Value> {
+    (arb_value(), arb_value()).prop_map(|(top, spec)| {
+        let mut p = pod();
+        if top.is_object() {
+            perturb(&mut p, &top);
+        }
+        if let (Some(c), true) = (p.pointer_mut("/spec/containers/0"), spec.is_object()) {
+            perturb(c, &spec);
+        }
+        p
+    })
+}
+
+fn arb_object() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        1 => Just(pod()),
+        2 => arb_pod_variant(),
+        2 => prop::collection::vec((arb_key(), arb_value()), 0..6)
+            .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
+    ]
+}
+
+fn arb_pointer() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            prop::sample::select(vec![
+                "spec",
+                "containers",
+                "0",
+                "1",
+                "-",
+                "metadata",
+                "labels",
+                "~1",
+                "~0",
+                "",
+                "name"
+            ])
+            .prop_map(str::to_string),
+            "[a-z0-9]{0,3}",
+        ],
+        0..5,
+    )
+    .prop_map(|segs| segs.iter().map(|s| format!("/{s}")).collect())
+}
+
+fn arb_json_patch() -> impl Strategy<Value = Value> {
+    prop::collection::vec(
+        (
+            prop::sample::select(vec!["add", "remove", "replace", "move", "copy", "test", "bogus"]),
+            arb_pointer(),
+            arb_pointer(),
+            arb_value(),
+        )
+            .prop_map(|(op, path, from, value)| json!({"op": op, "path": path, "from": from, "value": value})),
+        0..6,
+    )
+    .prop_map(Value::Array)
+}
+
+/// Every error must become a Status with a real code.
+fn check(result: Result<Value, crate::patch::PatchError>) {
+    if let Err(e) = result {
+        let st = rkube_api::status::Status::from(e);
+        assert!((400..=500).contains(&st.code), "{st:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 192, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_json_patches_never_panic(original in arb_object(), patch in arb_json_patch()) {
+        check(apply_patch("Pod", PatchType::Json, Some(&original), patch.to_string().as_bytes(), "m", false));
+    }
+
+    #[test]
+    fn random_merge_patches_never_panic(original in arb_object(), patch in arb_value()) {
+        check(apply_patch("Pod", PatchType::Merge, Some(&original), patch.to_string().as_bytes(), "m", false));
+    }
+
+    #[test]
+    fn random_strategic_patches_never_panic(
+        kind in prop::sample::select(KINDS.to_vec()),
+        original in arb_object(),
+        patch in arb_value(),
+    ) {
+        check(apply_patch(kind, PatchType::StrategicMerge, Some(&original), patch.to_string().as_bytes(), "m", false));
+    }
+
+    #[test]
+    fn random_applies_never_panic(
+        kind in prop::sample::select(KINDS.to_vec()),
+        original in prop::option::of(arb_object()),
+        config in prop_oneof![arb_value(), arb_object()],
+        force in any::<bool>(),
+        manager in prop::sample::select(vec!["kubectl", "creator", "other"]),
+    ) {
+        let live = original.map(|mut o| {
+            update_managed_fields("creator", "Update", "v1", None, &mut o);
+            o
+        });
+        // Match apiVersion and kind so most cases get past the header checks.
+        let mut config = config;
+        if let Value::Object(m) = &mut config {
+            m.insert("apiVersion".into(), json!("v1"));
+            m.insert("kind".into(), json!(kind));
+        }
+        let first = apply_patch_at(kind, Some("v1"), PatchType::Apply, live.as_ref(), config.to_string().as_bytes(), manager, force, NOW);
+        if let Ok(applied) = &first {
+            // Applying again is possible and changes nothing but may prune.
+            check(apply_patch_at(kind, Some("v1"), PatchType::Apply, Some(applied), config.to_string().as_bytes(), manager, force, NOW));
+        }
+        check(first);
+    }
+
+    #[test]
+    fn random_updates_record_managed_fields_without_panic(old in prop::option::of(arb_object()), new in arb_object()) {
+        let mut new = new;
+        update_managed_fields("m", "Update", "v1", old.as_ref(), &mut new);
+    }
+
+    #[test]
+    fn random_fields_v1_decodes_without_panic(v in arb_value()) {
+        if let Ok(set) = FieldSet::from_fields_v1(&v) {
+            prop_assert_eq!(FieldSet::from_fields_v1(&set.to_fields_v1()), Ok(set));
+        }
+    }
+}
+
+fn arb_yaml() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop::sample::select(vec![
+            "apiVersion: v1\n",
+            "kind: ConfigMap\n",
+            "metadata:\n",
+            "  name: x\n",
+            "data:\n",
+            "  a: b\n",
+            "- ",
+            "  ",
+            ": ",
+            "[",
+            "]",
+            "{",
+            "}",
+            "&a ",
+            "*a",
+            "!!str ",
+            "---\n",
+            "? ",
+            "\"",
+            "'",
+            "\t",
+            "\n",
+            "1: 2\n",
+            "~",
+        ]),
+        0..24,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_yaml_apply_bodies_never_panic(body in arb_yaml(), create in any::<bool>()) {
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}});
+        let original = if create { None } else { Some(&live) };
+        check(apply_patch_at("ConfigMap", Some("v1"), PatchType::Apply, original, body.as_bytes(), "m", false, NOW));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Server-side apply is idempotent: applying the configuration that
+    /// produced an object again changes nothing (object, owners, times).
+    #[test]
+    fn reapplying_the_same_configuration_is_a_noop(
+        original in prop::option::of(arb_pod_variant()),
+        config in arb_pod_variant(),
+    ) {
+        let live = original.map(|mut o| {
+            update_managed_fields("creator", "Update", "v1", None, &mut o);
+            o
+        });
+        let body = config.to_string();
+        if let Ok(first) = apply_patch_at("Pod", Some("v1"), PatchType::Apply, live.as_ref(), body.as_bytes(), "tool", true, NOW) {
+            let second = apply_patch_at("Pod", Some("v1"), PatchType::Apply, Some(&first), body.as_bytes(), "tool", false, NOW);
+            prop_assert_eq!(second.as_ref().map(Value::to_string), Ok(first.to_string()));
+        }
+    }
+
+    /// A strategic merge patch that only restates live values changes nothing.
+    #[test]
+    fn strategic_patch_of_live_values_is_a_noop(live in arb_pod_variant()) {
+        // In a patch `null` means delete and `$` keys are directives, so
+        // restate only values a stored object can have.
+        let live = without_nulls(&live);
+        let mut patch = json!({});
+        for pointer in ["/spec/containers", "/metadata/labels", "/metadata/finalizers", "/status/conditions"] {
+            if let Some(v) = live.pointer(pointer) {
+                let (parent, field) = pointer.rsplit_once('/').unwrap_or_default();
+                let section = parent.trim_start_matches('/');
+                patch.as_object_mut().unwrap().entry(section).or_insert(json!({}))[field] = v.clone();
+            }
+        }
+        if let Ok(out) = apply_patch("Pod", PatchType::StrategicMerge, Some(&live), patch.to_string().as_bytes(), "m", false) {
+            prop_assert_eq!(out.to_string(), live.to_string());
+        }
+    }
+}

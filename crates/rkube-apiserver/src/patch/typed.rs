@@ -1,0 +1,455 @@
+//! Schema-aware walks over JSON values, the server-side apply half of
+//! structured-merge-diff (`typed/tofieldset.go`, `typed/compare.go`,
+//! `typed/merge.go`, `typed/remove.go`, `typed/validate.go`):
+//!
+//! - [`to_field_set`]: the fields a (partial) object sets;
+//! - [`compare`]: which fields changed between two objects;
+//! - [`merge`]: an applied configuration merged into a live object;
+//! - [`remove_items`]: fields removed from an object;
+//! - [`validate_applied`]: keys of associative lists present and unique.
+//!
+//! Objects merge field by field unless their shape is atomic; lists are
+//! atomic unless the schema declares them a set (`v:` elements) or a map
+//! (`k:` elements, see [`super::schema`]).
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value};
+
+use super::fieldpath::{path_string, FieldSet, Path, PathElement};
+use super::schema::{Shape, SsaList};
+
+/// The path element of one item of an SSA list, or why there is none
+/// (structured-merge-diff's wording).
+pub(crate) fn item_path_element(
+    list: SsaList,
+    index: usize,
+    item: &Value,
+) -> Result<PathElement, String> {
+    match list {
+        SsaList::Atomic => Ok(PathElement::Index(index)),
+        SsaList::Set => match item {
+            Value::Object(_) | Value::Array(_) => {
+                Err(format!("element {index}: set items must be scalars"))
+            }
+            v => Ok(PathElement::value(v)),
+        },
+        SsaList::Map(keys) => {
+            let Some(obj) = item.as_object() else {
+                return Err(format!(
+                    "element {index}: associative list with keys has an element that is not a map"
+                ));
+            };
+            let mut fields = Vec::with_capacity(keys.len());
+            for k in keys {
+                match (obj.get(k.name), k.default) {
+                    (Some(Value::Object(_) | Value::Array(_)), _) => {
+                        return Err(format!(
+                            "element {index}: associative list with keys has an element whose key field {:?} is not a scalar",
+                            k.name
+                        ))
+                    }
+                    (Some(v), _) if !v.is_null() => fields.push((k.name.to_string(), v.clone())),
+                    (_, Some(d)) => fields.push((k.name.to_string(), Value::String(d.to_string()))),
+                    _ => {
+                        return Err(format!(
+                            "element {index}: associative list with keys has an element that omits key field {:?} (and doesn't have default value)",
+                            k.name
+                        ))
+                    }
+                }
+            }
+            Ok(PathElement::key(fields))
+        }
+    }
+}
+
+/// Items of a live (possibly not well-formed) list with their path
+/// elements; an item whose keys are missing is addressed by index.
+fn index_items(list: SsaList, items: &[Value]) -> Vec<(PathElement, &Value)> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            (
+                item_path_element(list, i, item).unwrap_or(PathElement::Index(i)),
+                item,
+            )
+        })
+        .collect()
+}
+
+fn is_granular_list(shape: &Shape) -> bool {
+    shape.ssa_list() != SsaList::Atomic
+}
+
+/// Checks an applied configuration: every associative list item has its
+/// keys and no two items share them. The error reads like upstream's
+/// `.spec.containers: element 0: associative list with keys has an element
+/// that omits key field "name" (and doesn't have default value)`.
+pub(crate) fn validate_applied(v: &Value, shape: &Shape) -> Result<(), String> {
+    validate_at(v, shape, &mut Vec::new())
+}
+
+fn validate_at(v: &Value, shape: &Shape, path: &mut Path) -> Result<(), String> {
+    match v {
+        Value::Object(m) if !shape.is_atomic_map() => {
+            for (k, child) in m {
+                path.push(PathElement::field(k));
+                let r = validate_at(child, shape.child(k), path);
+                path.pop();
+                r?;
+            }
+            Ok(())
+        }
+        Value::Array(items) if is_granular_list(shape) => {
+            let list = shape.ssa_list();
+            let mut seen = HashSet::new();
+            for (i, item) in items.iter().enumerate() {
+                let pe = item_path_element(list, i, item)
+                    .map_err(|e| format!("{}: {e}", path_string(path)))?;
+                if !seen.insert(pe.clone()) {
+                    return Err(format!(
+                        "{}: duplicate entries for key {pe}",
+                        path_string(path)
+                    ));
+                }
+                if let SsaList::Map(_) = list {
+                    path.push(pe);
+                    let r = validate_at(item, shape.items(), path);
+                    path.pop();
+                    r?;
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Every field `v` sets: scalars, atomic values, empty objects and lists
+/// are leaves; associative and set list items are members themselves (the
+/// `.` of `k:{...}` entries); object nodes are not.
+pub(crate) fn to_field_set(v: &Value, shape: &Shape) -> FieldSet {
+    let mut set = FieldSet::new();
+    field_set_at(v, shape, &mut Vec::new(), &mut set);
+    set
+}
+
+fn field_set_at(v: &Value, shape: &Shape, path: &mut Path, set: &mut FieldSet) {
+    match v {
+        Value::Object(m) if !shape.is_atomic_map() && !m.is_empty() => {
+            for (k, child) in m {
+                path.push(PathElement::field(k));
+                field_set_at(child, shape.child(k), path, set);
+                path.pop();
+            }
+        }
+        Value::Array(items) if is_granular_list(shape) && !items.is_empty() => {
+            let list = shape.ssa_list();
+            for (pe, item) in index_items(list, items) {
+                path.push(pe);
+                if let SsaList::Map(_) = list {
+                    field_set_at(item, shape.items(), path, set);
+                }
+                set.insert(path);
+                path.pop();
+            }
+        }
+        _ => set.insert(path),
+    }
+}
+
+/// Fields added, modified and removed going from `lhs` to `rhs`
+/// (structured-merge-diff's `Comparison`).
+#[derive(Debug, Default)]
+pub(crate) struct Comparison {
+    /// Present in `rhs` only (including new object and list-item nodes).
+    pub added: FieldSet,
+    /// Leaves present in both with different values.
+    pub modified: FieldSet,
+    /// Present in `lhs` only.
+    pub removed: FieldSet,
+}
+
+/// Compares two objects of the same shape. `None` stands for an absent
+/// object (a create). Object fields marked zero-present in the schema do
+/// not count as added nodes (upstream compares against a zero-valued Go
+/// struct in which they already exist).
+pub(crate) fn compare(lhs: Option<&Value>, rhs: Option<&Value>, shape: &Shape) -> Comparison {
+    let mut out = Comparison::default();
+    compare_at(lhs, rhs, shape, true, &mut Vec::new(), &mut out);
+    out
+}
+
+fn empty_or_absent(v: Option<&Value>) -> bool {
+    match v {
+        None => true,
+        Some(Value::Object(m)) => m.is_empty(),
+        Some(Value::Array(a)) => a.is_empty(),
+        _ => false,
+    }
+}
+
+fn compare_at(
+    lhs: Option<&Value>,
+    rhs: Option<&Value>,
+    shape: &Shape,
+    zero_present: bool,
+    path: &mut Path,
+    out: &mut Comparison,
+) {
+    if lhs.is_none() && rhs.is_none() {
+        return;
+    }
+    let both_empty = empty_or_absent(lhs) && empty_or_absent(rhs);
+    let objects = matches!(
+        (lhs, rhs),
+        (Some(Value::Object(_)) | None, Some(Value::Object(_)) | None)
+    );
+    let arrays = matches!(
+        (lhs, rhs),
+        (Some(Value::Array(_)) | None, Some(Value::Array(_)) | None)
+    );
+    if objects && !shape.is_atomic_map() && !both_empty {
+        let empty = Map::new();
+        let l = lhs.and_then(Value::as_object).unwrap_or(&empty);
+        let r = rhs.and_then(Value::as_object).unwrap_or(&empty);
+        for (k, lv) in l {
+            path.push(PathElement::field(k));
+            compare_at(
+                Some(lv),
+                r.get(k),
+                shape.child(k),
+                shape.is_value_struct(k),
+                path,
+                out,
+            );
+            path.pop();
+        }
+        for (k, rv) in r {
+            if !l.contains_key(k) {
+                path.push(PathElement::field(k));
+                compare_at(
+                    None,
+                    Some(rv),
+                    shape.child(k),
+                    shape.is_value_struct(k),
+                    path,
+                    out,
+                );
+                path.pop();
+            }
+        }
+        node_added_removed(lhs, rhs, zero_present, path, out);
+    } else if arrays && is_granular_list(shape) && !both_empty {
+        let list = shape.ssa_list();
+        let l = index_items(
+            list,
+            lhs.and_then(Value::as_array).map_or(&[][..], Vec::as_slice),
+        );
+        let r = index_items(
+            list,
+            rhs.and_then(Value::as_array).map_or(&[][..], Vec::as_slice),
+        );
+        let l_map: HashMap<&PathElement, &Value> = l.iter().rev().map(|(pe, v)| (pe, *v)).collect();
+        let r_map: HashMap<&PathElement, &Value> = r.iter().rev().map(|(pe, v)| (pe, *v)).collect();
+        let mut seen = HashSet::new();
+        for (pe, _) in l.iter().chain(r.iter()) {
+            if !seen.insert(pe) {
+                continue;
+            }
+            path.push(pe.clone());
+            let (li, ri) = (l_map.get(pe).copied(), r_map.get(pe).copied());
+            match list {
+                SsaList::Map(_) => compare_at(li, ri, shape.items(), false, path, out),
+                _ => leaf(li, ri, path, out),
+            }
+            path.pop();
+        }
+        node_added_removed(lhs, rhs, zero_present, path, out);
+    } else {
+        leaf(lhs, rhs, path, out);
+    }
+}
+
+fn node_added_removed(
+    lhs: Option<&Value>,
+    rhs: Option<&Value>,
+    zero_present: bool,
+    path: &Path,
+    out: &mut Comparison,
+) {
+    if lhs.is_none() && !zero_present {
+        out.added.insert(path);
+    } else if rhs.is_none() {
+        out.removed.insert(path);
+    }
+}
+
+fn leaf(lhs: Option<&Value>, rhs: Option<&Value>, path: &Path, out: &mut Comparison) {
+    match (lhs, rhs) {
+        (None, Some(_)) => out.added.insert(path),
+        (Some(_), None) => out.removed.insert(path),
+        (Some(l), Some(r)) if l != r => out.modified.insert(path),
+        _ => {}
+    }
+}
+
+/// Merges an applied configuration `rhs` into `lhs` (upstream's
+/// `TypedValue.Merge`): fields of `rhs` win, objects merge field by field,
+/// associative lists and sets merge item by item (order: `rhs` order for the
+/// items it names, live-only items stay where they were), atomic values are
+/// replaced. A `null` in `rhs` removes the field.
+pub(crate) fn merge(lhs: Option<&Value>, rhs: &Value, shape: &Shape) -> Value {
+    match (lhs, rhs) {
+        (l, Value::Object(r)) if !shape.is_atomic_map() => {
+            let mut out = match l {
+                Some(Value::Object(l)) => l.clone(),
+                _ => Map::new(),
+            };
+            for (k, rv) in r {
+                if rv.is_null() {
+                    out.shift_remove(k);
+                    continue;
+                }
+                let merged = merge(out.get(k), rv, shape.child(k));
+                out.insert(k.clone(), merged);
+            }
+            Value::Object(out)
+        }
+        (l, Value::Array(r)) if is_granular_list(shape) => {
+            let l = l.and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+            Value::Array(merge_list(l, r, shape))
+        }
+        _ => without_nulls(rhs),
+    }
+}
+
+/// An atomic value as stored: `null` object fields mean "unset".
+fn without_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The item order of structured-merge-diff's list merge: items both lists
+/// name come in `rhs` order, `rhs`-only items where `rhs` puts them,
+/// `lhs`-only items keep their place. Live duplicates of a key the
+/// configuration does not name are kept; those it names collapse into one.
+fn merge_list(lhs: &[Value], rhs: &[Value], shape: &Shape) -> Vec<Value> {
+    let list = shape.ssa_list();
+    let items_shape = shape.items();
+    let l = index_items(list, lhs);
+    let r = index_items(list, rhs);
+    let l_first: HashMap<&PathElement, &Value> = l.iter().rev().map(|(pe, v)| (pe, *v)).collect();
+    let r_has: HashSet<&PathElement> = r.iter().map(|(pe, _)| pe).collect();
+    let shared: Vec<&PathElement> = r
+        .iter()
+        .map(|(pe, _)| pe)
+        .filter(|pe| l_first.contains_key(pe))
+        .collect();
+    let mut next_shared = 0usize;
+    let mut consumed: HashSet<&PathElement> = HashSet::new();
+    let merge_item = |lv: Option<&Value>, rv: &Value| match list {
+        SsaList::Map(_) => merge(lv, rv, items_shape),
+        _ => rv.clone(),
+    };
+    let mut out = Vec::with_capacity(l.len().max(r.len()));
+    let (mut li, mut ri) = (0usize, 0usize);
+    while li < l.len() || ri < r.len() {
+        if li < l.len() {
+            let lpe = &l[li].0;
+            if r_has.contains(lpe) && consumed.contains(lpe) {
+                li += 1;
+                continue;
+            }
+            if ri < r.len() {
+                if *lpe == r[ri].0 {
+                    out.push(merge_item(Some(l[li].1), r[ri].1));
+                    consumed.insert(lpe);
+                    advance_shared(&shared, &mut next_shared, lpe);
+                    li += 1;
+                    ri += 1;
+                    continue;
+                }
+                if r_has.contains(lpe) && shared.get(next_shared).is_some_and(|n| *n != lpe) {
+                    li += 1;
+                    continue;
+                }
+            }
+            if !r_has.contains(lpe) {
+                out.push(l[li].1.clone());
+                li += 1;
+                continue;
+            }
+        }
+        if ri < r.len() {
+            let rpe = &r[ri].0;
+            if !consumed.contains(rpe) {
+                out.push(merge_item(l_first.get(rpe).copied(), r[ri].1));
+                consumed.insert(rpe);
+            }
+            advance_shared(&shared, &mut next_shared, rpe);
+            ri += 1;
+            continue;
+        }
+        // Only shared live items remain but the configuration is exhausted:
+        // they were merged already (duplicates); drop them.
+        li += 1;
+    }
+    out
+}
+
+fn advance_shared(shared: &[&PathElement], next: &mut usize, pe: &PathElement) {
+    if shared.get(*next).is_some_and(|n| *n == pe) {
+        *next += 1;
+    }
+}
+
+/// Removes every member of `set` from `v` (a member object field or list
+/// item goes with everything under it).
+pub(crate) fn remove_items(v: &mut Value, set: &FieldSet, shape: &Shape) {
+    if set.is_empty() {
+        return;
+    }
+    match v {
+        Value::Object(m) => {
+            let keys: Vec<String> = m.keys().cloned().collect();
+            for k in keys {
+                let pe = PathElement::Field(k.clone());
+                if set.has_member(&pe) {
+                    m.shift_remove(&k);
+                } else if let (Some(child), Some(value)) = (set.child(&pe), m.get_mut(&k)) {
+                    remove_items(value, child, shape.child(&k));
+                }
+            }
+        }
+        Value::Array(items) if is_granular_list(shape) => {
+            let list = shape.ssa_list();
+            let pes: Vec<PathElement> = index_items(list, items)
+                .into_iter()
+                .map(|(pe, _)| pe)
+                .collect();
+            let mut kept = Vec::with_capacity(items.len());
+            for (pe, mut item) in pes.into_iter().zip(items.drain(..)) {
+                if set.has_member(&pe) {
+                    continue;
+                }
+                if let Some(child) = set.child(&pe) {
+                    remove_items(&mut item, child, shape.items());
+                }
+                kept.push(item);
+            }
+            *items = kept;
+        }
+        _ => {}
+    }
+}

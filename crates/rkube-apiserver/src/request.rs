@@ -1,0 +1,191 @@
+//! Resource request paths → [`RequestInfo`], like upstream's
+//! `RequestInfoFactory` (`staging/src/k8s.io/apiserver/pkg/endpoints/request/requestinfo.go`).
+//!
+//! Shapes handled (after `/api/v1` or `/apis/<group>/<version>`):
+//!
+//! ```text
+//! [watch/]<resource>[/<name>[/<subresource>]]                  cluster-scoped or all namespaces
+//! [watch/]namespaces/<ns>/<resource>[/<name>[/<subresource>]]  namespaced
+//! namespaces/<name>/status|finalize                            namespace subresources
+//! ```
+
+use axum::http::Method;
+use rkube_api::registry::{self, ResourceInfo};
+
+use crate::error::{ApiError, ApiResult};
+
+/// The Kubernetes verb of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// GET one object.
+    Get,
+    /// GET a collection.
+    List,
+    /// GET a collection with `watch=true` or under `/watch/`.
+    Watch,
+    /// POST to a collection (or to `pods/<name>/binding`).
+    Create,
+    /// PUT one object.
+    Update,
+    /// PATCH one object.
+    Patch,
+    /// DELETE one object.
+    Delete,
+    /// DELETE a collection.
+    DeleteCollection,
+}
+
+/// A parsed resource request.
+#[derive(Debug, Clone)]
+pub struct RequestInfo {
+    /// The served resource.
+    pub info: &'static ResourceInfo,
+    /// The namespace from the path (`None` for cluster-scoped and all-namespaces requests).
+    pub namespace: Option<String>,
+    /// The object name, for object requests.
+    pub name: Option<String>,
+    /// The subresource (`status`, `binding`), if any.
+    pub subresource: Option<String>,
+    /// The verb.
+    pub verb: Verb,
+}
+
+/// Namespace subresources: `namespaces/<name>/<sub>` is the namespace object,
+/// not a resource inside namespace `<name>`.
+const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
+
+/// Parses `segments` (the path after the group-version, split on `/`) of a
+/// request with `method` and `watch_param` (`watch=true|1` in the query).
+///
+/// Errors: 404 `NotFound` for unknown resources or shapes, 405
+/// `MethodNotAllowed` for a method the target does not accept.
+pub fn parse(
+    group: &str,
+    version: &str,
+    segments: &[&str],
+    method: &Method,
+    watch_param: bool,
+) -> ApiResult<RequestInfo> {
+    let mut parts: Vec<&str> = segments.iter().copied().filter(|s| !s.is_empty()).collect();
+    let mut legacy_watch = false;
+    if parts.first() == Some(&"watch") {
+        legacy_watch = true;
+        parts.remove(0);
+    }
+    if parts.is_empty() {
+        return Err(ApiError::path_not_found());
+    }
+    let mut namespace: Option<String> = None;
+    if parts[0] == "namespaces" && parts.len() > 1 {
+        let is_namespace_object = parts.len() == 2 || NAMESPACE_SUBRESOURCES.contains(&parts[2]);
+        if !is_namespace_object {
+            namespace = Some(parts[1].to_string());
+            parts.drain(0..2);
+        }
+    }
+    let resource = parts[0];
+    let info = registry::lookup(group, version, resource).ok_or_else(ApiError::path_not_found)?;
+    if info.namespaced != namespace.is_some() && !(info.namespaced && parts.len() == 1) {
+        // A namespaced resource needs a namespace for object paths; a
+        // cluster-scoped one never takes one.
+        return Err(ApiError::path_not_found());
+    }
+    let name = parts.get(1).map(|s| s.to_string());
+    let subresource = parts.get(2).map(|s| s.to_string());
+    if parts.len() > 3 {
+        return Err(ApiError::path_not_found());
+    }
+    if let Some(sub) = &subresource {
+        if info.subresource(sub).is_none() {
+            return Err(ApiError::path_not_found());
+        }
+    }
+    let collection = name.is_none();
+    let verb = if legacy_watch {
+        if *method != Method::GET {
+            return Err(ApiError::method_not_allowed());
+        }
+        Verb::Watch
+    } else {
+        match (method.clone(), collection) {
+            (Method::GET, true) if watch_param => Verb::Watch,
+            (Method::GET, true) => Verb::List,
+            (Method::GET, false) if watch_param => Verb::Watch,
+            (Method::GET, false) => Verb::Get,
+            (Method::POST, true) => Verb::Create,
+            (Method::POST, false) if subresource.as_deref() == Some("binding") => Verb::Create,
+            (Method::PUT, false) => Verb::Update,
+            (Method::PATCH, false) => Verb::Patch,
+            (Method::DELETE, false) => Verb::Delete,
+            (Method::DELETE, true) => Verb::DeleteCollection,
+            _ => return Err(ApiError::method_not_allowed()),
+        }
+    };
+    // Subresource verbs: status supports get/update/patch; binding only create.
+    if let Some(sub) = &subresource {
+        let allowed = match sub.as_str() {
+            "binding" => matches!(verb, Verb::Create),
+            _ => matches!(verb, Verb::Get | Verb::Update | Verb::Patch),
+        };
+        if !allowed {
+            return Err(ApiError::method_not_allowed());
+        }
+    }
+    let verb_name = match verb {
+        Verb::Get => "get",
+        Verb::List => "list",
+        Verb::Watch => "watch",
+        Verb::Create => "create",
+        Verb::Update => "update",
+        Verb::Patch => "patch",
+        Verb::Delete => "delete",
+        Verb::DeleteCollection => "deletecollection",
+    };
+    if subresource.is_none() && !info.verbs.contains(&verb_name) {
+        return Err(ApiError::method_not_allowed());
+    }
+    Ok(RequestInfo { info, namespace, name, subresource, verb })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(path: &str, method: Method, watch: bool) -> ApiResult<RequestInfo> {
+        let segs: Vec<&str> = path.split('/').collect();
+        parse("", "v1", &segs, &method, watch)
+    }
+
+    #[test]
+    fn namespaced_paths_parse() {
+        let r = p("namespaces/default/pods/web/status", Method::PUT, false).unwrap();
+        assert_eq!(r.info.resource, "pods");
+        assert_eq!(r.namespace.as_deref(), Some("default"));
+        assert_eq!(r.name.as_deref(), Some("web"));
+        assert_eq!(r.subresource.as_deref(), Some("status"));
+        assert_eq!(r.verb, Verb::Update);
+        let r = p("pods", Method::GET, true).unwrap();
+        assert_eq!(r.verb, Verb::Watch);
+        assert!(r.namespace.is_none());
+        let r = p("watch/namespaces/ns/pods", Method::GET, false).unwrap();
+        assert_eq!(r.verb, Verb::Watch);
+    }
+
+    #[test]
+    fn namespace_object_paths_parse() {
+        let r = p("namespaces/kube-system", Method::GET, false).unwrap();
+        assert_eq!(r.info.resource, "namespaces");
+        assert_eq!(r.name.as_deref(), Some("kube-system"));
+        let r = p("namespaces/kube-system/status", Method::GET, false).unwrap();
+        assert_eq!(r.subresource.as_deref(), Some("status"));
+        assert!(p("namespaces", Method::DELETE, false).is_err_and(|e| e.code() == 405));
+    }
+
+    #[test]
+    fn unknown_and_misplaced_paths_are_not_found() {
+        assert_eq!(p("widgets", Method::GET, false).unwrap_err().code(), 404);
+        assert_eq!(p("nodes/n1/binding", Method::POST, false).unwrap_err().code(), 404);
+        assert_eq!(p("pods/web", Method::GET, false).unwrap_err().code(), 404);
+        assert_eq!(p("namespaces/ns/pods", Method::PUT, false).unwrap_err().code(), 405);
+    }
+}

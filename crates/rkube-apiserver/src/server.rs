@@ -1,0 +1,164 @@
+//! Routing and serving: one fallback handler splits the path into
+//! non-resource endpoints, discovery, and resource requests (upstream's
+//! `RequestInfoFactory` split), and [`serve`] runs it with graceful shutdown.
+//!
+//! Paths:
+//!
+//! ```text
+//! /version  /healthz[/<check>]  /livez[/<check>]  /readyz[/<check>]
+//! /openapi/v2  /openapi/v3  /openapi/v3/<path>
+//! /api  /api/v1[/...]  /apis  /apis/<group>  /apis/<group>/<version>[/...]
+//! ```
+//!
+//! Anything else is 404 `NotFound`; a method other than GET on a read-only
+//! endpoint is 405 `MethodNotAllowed`.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use rkube_api::registry;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use crate::discovery;
+use crate::error::ApiError;
+use crate::handlers;
+use crate::state::ApiState;
+use crate::system::{self, Endpoint};
+
+/// The router serving every endpoint with `st`.
+pub fn router(st: ApiState) -> Router {
+    Router::new().fallback(handle).with_state(st)
+}
+
+fn only_get(method: &Method) -> Result<(), ApiError> {
+    if *method == Method::GET || *method == Method::HEAD {
+        Ok(())
+    } else {
+        Err(ApiError::method_not_allowed())
+    }
+}
+
+async fn handle(State(st): State<ApiState>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let segs: Vec<&str> = path.trim_start_matches('/').trim_end_matches('/').split('/').collect();
+    let method = parts.method.clone();
+    let query: Vec<(String, String)> =
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri).map(|q| q.0).unwrap_or_default();
+    let gets = |f: &dyn Fn() -> Response| match only_get(&method) {
+        Ok(()) => f(),
+        Err(e) => e.into_response(),
+    };
+    let started = std::time::Instant::now();
+    let resp = match segs.as_slice() {
+        ["version"] => gets(&system::version),
+        ["metrics"] => gets(&|| crate::cache_source::metrics_response(&st)),
+        [ep @ ("healthz" | "livez" | "readyz"), rest @ ..] if rest.len() <= 1 => {
+            if let Err(e) = only_get(&method) {
+                return e.into_response();
+            }
+            let endpoint = match *ep {
+                "healthz" => Endpoint::Healthz,
+                "livez" => Endpoint::Livez,
+                _ => Endpoint::Readyz,
+            };
+            system::health(&st, endpoint, rest.first().copied(), &query).await
+        }
+        ["openapi", "v2"] => gets(&|| system::openapi_v2(&parts.headers)),
+        ["openapi", "v3"] => gets(&system::openapi_v3_index),
+        ["openapi", "v3", rest @ ..] => {
+            let p = rest.join("/");
+            gets(&|| system::openapi_v3(&p))
+        }
+        ["api"] => {
+            let host = parts.headers.get("host").and_then(|v| v.to_str().ok()).unwrap_or("127.0.0.1").to_string();
+            gets(&|| discovery::api(&parts.headers, &host))
+        }
+        ["api", "v1"] => gets(&|| discovery::resource_list("", "v1")),
+        ["api", "v1", rest @ ..] => {
+            handlers::dispatch(
+                st.clone(),
+                method.clone(),
+                parts.uri.clone(),
+                parts.headers.clone(),
+                body,
+                "",
+                "v1",
+                rest,
+            )
+            .await
+        }
+        ["apis"] => gets(&|| discovery::apis(&parts.headers)),
+        ["apis", g] => gets(&|| discovery::group(g)),
+        ["apis", g, v] => gets(&|| discovery::resource_list(g, v)),
+        ["apis", g, v, rest @ ..] => {
+            handlers::dispatch(st.clone(), method.clone(), parts.uri.clone(), parts.headers.clone(), body, g, v, rest)
+                .await
+        }
+        _ => ApiError::path_not_found().into_response(),
+    };
+    tracing::debug!(
+        method = %method,
+        path = %path,
+        code = resp.status().as_u16(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "request"
+    );
+    resp
+}
+
+/// Serves `st` on `listener` until `shutdown` completes; then stops
+/// accepting, ends open watches and waits for in-flight requests.
+pub async fn serve(
+    listener: TcpListener,
+    st: ApiState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let stopping = st.shutdown.clone();
+    let signal = async move {
+        shutdown.await;
+        let _ = stopping.send(true);
+    };
+    axum::serve(listener, router(st)).with_graceful_shutdown(signal).await
+}
+
+/// Namespaces that exist from the first start (upstream's system namespaces).
+pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Creates the system namespaces that are missing.
+pub async fn bootstrap(st: &ApiState) -> Result<(), ApiError> {
+    let info = registry::lookup("", "v1", "namespaces").ok_or_else(|| ApiError::internal("no namespaces resource"))?;
+    for ns in SYSTEM_NAMESPACES {
+        let key = info.object_key(st.prefix(), "", ns);
+        let exists = st.storage.get(&key).await.map_err(|e| ApiError::from_storage(e, info, ns))?;
+        if exists.is_some() {
+            continue;
+        }
+        let mut obj: Value = json!({
+            "kind": "Namespace",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": ns,
+                "uid": crate::object::new_uid(),
+                "creationTimestamp": rkube_api::time::now_rfc3339(),
+            },
+        });
+        crate::defaults::apply("Namespace", &mut obj);
+        let bytes = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
+        match st.storage.create(&key, bytes.into()).await {
+            Ok(_) | Err(rkube_storage::StorageError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(ApiError::from_storage(e, info, ns)),
+        }
+    }
+    Ok(())
+}
+
+/// Convenience for tests and embedding: a state over `storage` with default settings.
+pub fn default_state(storage: Arc<dyn rkube_storage::Storage>) -> ApiState {
+    ApiState::new(storage, crate::state::ServerConfig::default())
+}

@@ -1,0 +1,179 @@
+//! Non-resource endpoints: `/version`, the health checks `/healthz`,
+//! `/livez`, `/readyz` (with `?verbose`, `?exclude=`, and `/<endpoint>/<check>`),
+//! and the OpenAPI documents (delegated to [`crate::openapi`]).
+//!
+//! Health output follows upstream `staging/src/k8s.io/apiserver/pkg/server/healthz`:
+//! `ok` when every check passes; verbose lists `[+]<check> ok` lines and ends
+//! with `<endpoint> check passed`; a failing check is `[-]<check> failed:
+//! reason withheld` and the endpoint answers 500.
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::state::ApiState;
+
+/// Kubernetes minor version rkube speaks.
+pub const KUBE_MINOR: &str = "33";
+
+/// `gitVersion` reported by `/version`.
+pub const GIT_VERSION: &str = "v1.33.0-rkube";
+
+/// `GET /version`.
+pub fn version() -> Response {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let body = json!({
+        "major": "1",
+        "minor": KUBE_MINOR,
+        "emulationMajor": "1",
+        "emulationMinor": KUBE_MINOR,
+        "minCompatibilityMajor": "1",
+        "minCompatibilityMinor": "32",
+        "gitVersion": GIT_VERSION,
+        "gitCommit": format!("rkube-{}", env!("CARGO_PKG_VERSION")),
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "none (rkube is written in Rust)",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, arch),
+    });
+    let mut resp = (StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default()).into_response();
+    resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// Which health endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `/healthz` (deprecated upstream, still served).
+    Healthz,
+    /// `/livez`.
+    Livez,
+    /// `/readyz`.
+    Readyz,
+}
+
+impl Endpoint {
+    fn name(self) -> &'static str {
+        match self {
+            Endpoint::Healthz => "healthz",
+            Endpoint::Livez => "livez",
+            Endpoint::Readyz => "readyz",
+        }
+    }
+
+    fn checks(self) -> &'static [&'static str] {
+        match self {
+            Endpoint::Healthz | Endpoint::Livez => &["ping", "log", "etcd"],
+            Endpoint::Readyz => {
+                &["ping", "log", "etcd", "etcd-readiness", "poststarthook/storage-readiness", "shutdown"]
+            }
+        }
+    }
+}
+
+/// Storage is reachable when it answers its current revision within 2 s.
+async fn storage_ok(st: &ApiState) -> bool {
+    matches!(tokio::time::timeout(Duration::from_secs(2), st.storage.current_revision()).await, Ok(Ok(_)))
+}
+
+async fn run_check(st: &ApiState, name: &str) -> bool {
+    match name {
+        "etcd" | "etcd-readiness" => storage_ok(st).await,
+        "poststarthook/storage-readiness" => st.cache.storage_ready(),
+        _ => true,
+    }
+}
+
+/// `GET /<endpoint>[/<check>]?verbose&exclude=...`.
+pub async fn health(st: &ApiState, ep: Endpoint, check: Option<&str>, query: &[(String, String)]) -> Response {
+    let text = |code: StatusCode, body: String| {
+        let mut r = (code, body).into_response();
+        r.headers_mut().insert("content-type", HeaderValue::from_static("text/plain; charset=utf-8"));
+        r.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+        r
+    };
+    if let Some(c) = check {
+        if !ep.checks().contains(&c) {
+            return ApiError::path_not_found().into_response();
+        }
+        return if run_check(st, c).await {
+            text(StatusCode::OK, "ok".into())
+        } else {
+            text(StatusCode::INTERNAL_SERVER_ERROR, "internal server error: check failed\n".into())
+        };
+    }
+    let verbose = query.iter().any(|(k, _)| k == "verbose");
+    let excluded: Vec<&str> = query.iter().filter(|(k, _)| k == "exclude").map(|(_, v)| v.as_str()).collect();
+    let mut lines = Vec::new();
+    let mut failed = false;
+    for c in ep.checks() {
+        if excluded.contains(c) {
+            lines.push(format!("[+]{c} excluded: ok"));
+            continue;
+        }
+        if run_check(st, c).await {
+            lines.push(format!("[+]{c} ok"));
+        } else {
+            failed = true;
+            lines.push(format!("[-]{c} failed: reason withheld"));
+        }
+    }
+    if failed {
+        lines.push(format!("{} check failed", ep.name()));
+        return text(StatusCode::INTERNAL_SERVER_ERROR, lines.join("\n") + "\n");
+    }
+    if verbose {
+        lines.push(format!("{} check passed", ep.name()));
+        text(StatusCode::OK, lines.join("\n") + "\n")
+    } else {
+        text(StatusCode::OK, "ok".into())
+    }
+}
+
+fn bytes_response(bytes: &'static [u8], content_type: &'static str) -> Response {
+    let mut r = (StatusCode::OK, bytes).into_response();
+    r.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
+    r
+}
+
+/// `GET /openapi/v2` (JSON, or protobuf when asked).
+pub fn openapi_v2(headers: &HeaderMap) -> Response {
+    let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
+    if crate::openapi::wants_v2_protobuf(accept) {
+        bytes_response(crate::openapi::openapi_v2_protobuf(), crate::openapi::CONTENT_TYPE_V2_PROTOBUF)
+    } else {
+        bytes_response(crate::openapi::openapi_v2_json(), crate::openapi::CONTENT_TYPE_JSON)
+    }
+}
+
+/// `GET /openapi/v3`.
+pub fn openapi_v3_index() -> Response {
+    let body = serde_json::to_vec(&crate::openapi::openapi_v3_index()).unwrap_or_default();
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut().insert("content-type", HeaderValue::from_static(crate::openapi::CONTENT_TYPE_JSON));
+    r
+}
+
+/// `GET /openapi/v3/<path>` (404 for group versions not served).
+pub fn openapi_v3(path: &str) -> Response {
+    match crate::openapi::openapi_v3_group_version(path) {
+        Some(bytes) => {
+            let mut r = bytes_response(bytes, crate::openapi::CONTENT_TYPE_JSON);
+            if let Some(hash) = crate::openapi::openapi_v3_hash(path) {
+                if let Ok(v) = HeaderValue::from_str(&format!("\"{hash}\"")) {
+                    r.headers_mut().insert("etag", v);
+                }
+            }
+            r
+        }
+        None => ApiError::path_not_found().into_response(),
+    }
+}

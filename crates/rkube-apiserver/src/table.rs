@@ -1,1 +1,0 @@
-//! table (to be written).

@@ -1,0 +1,491 @@
+//! Column definitions and cells per resource, following upstream's table
+//! printers (`pkg/printers/internalversion/printers.go`). The server always
+//! fills every column, including the priority-1 ones kubectl shows only with
+//! `-o wide`.
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use super::format::{
+    age, array_at, format_label_selector, format_labels, int_at, list_with_more, map_len, since, str_at, timestamp,
+};
+use super::pod;
+
+const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+
+/// Where a column's description comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum Desc {
+    /// Fixed text.
+    Text(&'static str),
+    /// The description of a property in the published OpenAPI schema: `(definition, property)`.
+    Schema(&'static str, &'static str),
+}
+
+/// One `TableColumnDefinition`.
+#[derive(Debug, Clone, Copy)]
+pub struct Column {
+    /// Column name (kubectl upper-cases it for the header).
+    pub name: &'static str,
+    /// OpenAPI type of the cells: `string`, `integer`, ...
+    pub ty: &'static str,
+    /// OpenAPI format (`name` marks the name column).
+    pub format: &'static str,
+    /// 0 for default columns, 1 for `-o wide` columns.
+    pub priority: i64,
+    /// Description source.
+    pub description: Desc,
+}
+
+const fn col(name: &'static str, ty: &'static str, priority: i64, description: Desc) -> Column {
+    Column { name, ty, format: "", priority, description }
+}
+
+const NAME: Column = Column { name: "Name", ty: "string", format: "name", priority: 0, description: Desc::Schema(OBJECT_META, "name") };
+const AGE: Column = col("Age", "string", 0, Desc::Schema(OBJECT_META, "creationTimestamp"));
+const CONTAINERS: Column = col("Containers", "string", 1, Desc::Text("Names of each container in the template."));
+const IMAGES: Column = col("Images", "string", 1, Desc::Text("Images referenced by each container in the template."));
+
+/// Computes the cells of one object at time `now`.
+pub type CellsFn = fn(&Value, DateTime<Utc>) -> Vec<Value>;
+
+/// How one resource is printed.
+#[derive(Debug, Clone, Copy)]
+pub struct Printer {
+    /// Column definitions, in cell order.
+    pub columns: &'static [Column],
+    /// Cell computation.
+    pub cells: CellsFn,
+    /// Optional row conditions (pods: `Completed`).
+    pub conditions: Option<fn(&Value) -> Option<Value>>,
+}
+
+const fn printer(columns: &'static [Column], cells: CellsFn) -> Printer {
+    Printer { columns, cells, conditions: None }
+}
+
+/// The printer for a resource, by `(group, plural)`; unknown resources get NAME AGE.
+pub fn lookup(group: &str, resource: &str) -> Printer {
+    match (group, resource) {
+        ("", "pods") => Printer { columns: POD_COLUMNS, cells: pod::cells, conditions: Some(pod::conditions) },
+        ("", "nodes") => printer(NODE_COLUMNS, node_cells),
+        ("", "services") => printer(SERVICE_COLUMNS, service_cells),
+        ("", "namespaces") => printer(NAMESPACE_COLUMNS, namespace_cells),
+        ("", "configmaps") => printer(CONFIGMAP_COLUMNS, configmap_cells),
+        ("", "secrets") => printer(SECRET_COLUMNS, secret_cells),
+        ("", "endpoints") => printer(ENDPOINTS_COLUMNS, endpoints_cells),
+        ("", "events") => printer(EVENT_COLUMNS, event_cells),
+        ("", "serviceaccounts") => printer(SERVICE_ACCOUNT_COLUMNS, service_account_cells),
+        ("discovery.k8s.io", "endpointslices") => printer(ENDPOINT_SLICE_COLUMNS, endpoint_slice_cells),
+        ("apps", "deployments") => printer(DEPLOYMENT_COLUMNS, deployment_cells),
+        ("coordination.k8s.io", "leases") => printer(LEASE_COLUMNS, lease_cells),
+        _ => printer(DEFAULT_COLUMNS, default_cells),
+    }
+}
+
+fn name(obj: &Value) -> Value {
+    json!(str_at(obj, "/metadata/name"))
+}
+
+// ---- default -----------------------------------------------------------------
+
+const DEFAULT_COLUMNS: &[Column] = &[NAME, AGE];
+
+fn default_cells(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    vec![name(obj), json!(age(obj, now))]
+}
+
+// ---- pods --------------------------------------------------------------------
+
+const POD_COLUMNS: &[Column] = &[
+    NAME,
+    col("Ready", "string", 0, Desc::Text("The aggregate readiness state of this pod for accepting traffic.")),
+    col("Status", "string", 0, Desc::Text("The aggregate status of the containers in this pod.")),
+    col("Restarts", "string", 0, Desc::Text("The number of times the containers in this pod have been restarted, and how long ago the last restart was.")),
+    AGE,
+    col("IP", "string", 1, Desc::Schema("io.k8s.api.core.v1.PodStatus", "podIP")),
+    col("Node", "string", 1, Desc::Schema("io.k8s.api.core.v1.PodSpec", "nodeName")),
+    col("Nominated Node", "string", 1, Desc::Schema("io.k8s.api.core.v1.PodStatus", "nominatedNodeName")),
+    col("Readiness Gates", "string", 1, Desc::Schema("io.k8s.api.core.v1.PodSpec", "readinessGates")),
+];
+
+// ---- nodes -------------------------------------------------------------------
+
+const NODE_SYSTEM_INFO: &str = "io.k8s.api.core.v1.NodeSystemInfo";
+const NODE_COLUMNS: &[Column] = &[
+    NAME,
+    col("Status", "string", 0, Desc::Text("The status of the node")),
+    col("Roles", "string", 0, Desc::Text("The roles of the node")),
+    AGE,
+    col("Version", "string", 0, Desc::Schema(NODE_SYSTEM_INFO, "kubeletVersion")),
+    col("Internal-IP", "string", 1, Desc::Schema("io.k8s.api.core.v1.NodeStatus", "addresses")),
+    col("External-IP", "string", 1, Desc::Schema("io.k8s.api.core.v1.NodeStatus", "addresses")),
+    col("OS-Image", "string", 1, Desc::Schema(NODE_SYSTEM_INFO, "osImage")),
+    col("Kernel-Version", "string", 1, Desc::Schema(NODE_SYSTEM_INFO, "kernelVersion")),
+    col("Container-Runtime", "string", 1, Desc::Schema(NODE_SYSTEM_INFO, "containerRuntimeVersion")),
+];
+
+/// Label prefix of node roles (`node-role.kubernetes.io/<role>`).
+const NODE_ROLE_PREFIX: &str = "node-role.kubernetes.io/";
+/// Legacy role label (`kubernetes.io/role=<role>`).
+const NODE_ROLE_LABEL: &str = "kubernetes.io/role";
+
+fn node_address(node: &Value, ty: &str) -> String {
+    array_at(node, "/status/addresses")
+        .iter()
+        .find(|a| str_at(a, "/type") == ty)
+        .map(|a| str_at(a, "/address").to_string())
+        .unwrap_or_else(|| "<none>".to_string())
+}
+
+fn node_cells(node: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let mut status: Vec<&str> = Vec::new();
+    if let Some(ready) = array_at(node, "/status/conditions").iter().find(|c| str_at(c, "/type") == "Ready") {
+        status.push(if str_at(ready, "/status") == "True" { "Ready" } else { "NotReady" });
+    }
+    if status.is_empty() {
+        status.push("Unknown");
+    }
+    if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+        status.push("SchedulingDisabled");
+    }
+    let mut roles: Vec<String> = Vec::new();
+    if let Some(labels) = node.pointer("/metadata/labels").and_then(Value::as_object) {
+        for (k, v) in labels {
+            let role = match k.strip_prefix(NODE_ROLE_PREFIX) {
+                Some(role) if !role.is_empty() => role.to_string(),
+                Some(_) => continue,
+                None if k == NODE_ROLE_LABEL => match v.as_str() {
+                    Some(role) if !role.is_empty() => role.to_string(),
+                    _ => continue,
+                },
+                None => continue,
+            };
+            if !roles.contains(&role) {
+                roles.push(role);
+            }
+        }
+    }
+    roles.sort();
+    let roles = if roles.is_empty() { "<none>".to_string() } else { roles.join(",") };
+    let unknown_if_empty = |s: &str| if s.is_empty() { "<unknown>".to_string() } else { s.to_string() };
+    vec![
+        name(node),
+        json!(status.join(",")),
+        json!(roles),
+        json!(age(node, now)),
+        json!(str_at(node, "/status/nodeInfo/kubeletVersion")),
+        json!(node_address(node, "InternalIP")),
+        json!(node_address(node, "ExternalIP")),
+        json!(unknown_if_empty(str_at(node, "/status/nodeInfo/osImage"))),
+        json!(unknown_if_empty(str_at(node, "/status/nodeInfo/kernelVersion"))),
+        json!(unknown_if_empty(str_at(node, "/status/nodeInfo/containerRuntimeVersion"))),
+    ]
+}
+
+// ---- services ----------------------------------------------------------------
+
+const SERVICE_SPEC: &str = "io.k8s.api.core.v1.ServiceSpec";
+const SERVICE_COLUMNS: &[Column] = &[
+    NAME,
+    col("Type", "string", 0, Desc::Schema(SERVICE_SPEC, "type")),
+    col("Cluster-IP", "string", 0, Desc::Schema(SERVICE_SPEC, "clusterIP")),
+    col("External-IP", "string", 0, Desc::Schema(SERVICE_SPEC, "externalIPs")),
+    col("Port(s)", "string", 0, Desc::Schema(SERVICE_SPEC, "ports")),
+    AGE,
+    col("Selector", "string", 1, Desc::Schema(SERVICE_SPEC, "selector")),
+];
+
+fn strings(values: &[Value]) -> Vec<String> {
+    values.iter().filter_map(Value::as_str).map(str::to_string).collect()
+}
+
+fn service_external_ip(svc: &Value) -> String {
+    let external_ips = strings(array_at(svc, "/spec/externalIPs"));
+    match str_at(svc, "/spec/type") {
+        "ClusterIP" | "NodePort" | "" => {
+            if external_ips.is_empty() {
+                "<none>".to_string()
+            } else {
+                external_ips.join(",")
+            }
+        }
+        "LoadBalancer" => {
+            // Ingress IPs (or hostnames), de-duplicated and sorted; the server
+            // renders the wide form (no 16-character clipping).
+            let mut lb: Vec<String> = array_at(svc, "/status/loadBalancer/ingress")
+                .iter()
+                .filter_map(|i| {
+                    let ip = str_at(i, "/ip");
+                    let host = str_at(i, "/hostname");
+                    if !ip.is_empty() {
+                        Some(ip.to_string())
+                    } else if !host.is_empty() {
+                        Some(host.to_string())
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            lb.sort();
+            lb.dedup();
+            let mut all = lb;
+            all.extend(external_ips);
+            if all.is_empty() {
+                "<pending>".to_string()
+            } else {
+                all.join(",")
+            }
+        }
+        "ExternalName" => str_at(svc, "/spec/externalName").to_string(),
+        _ => "<unknown>".to_string(),
+    }
+}
+
+fn service_cells(svc: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let cluster_ip = array_at(svc, "/spec/clusterIPs")
+        .first()
+        .and_then(Value::as_str)
+        .or_else(|| svc.pointer("/spec/clusterIP").and_then(Value::as_str))
+        .filter(|s| !s.is_empty())
+        .unwrap_or("<none>");
+    let ports: Vec<String> = array_at(svc, "/spec/ports")
+        .iter()
+        .map(|p| {
+            let protocol = match str_at(p, "/protocol") {
+                "" => "TCP",
+                other => other,
+            };
+            let node_port = int_at(p, "/nodePort");
+            if node_port > 0 {
+                format!("{}:{node_port}/{protocol}", int_at(p, "/port"))
+            } else {
+                format!("{}/{protocol}", int_at(p, "/port"))
+            }
+        })
+        .collect();
+    let ports = if ports.is_empty() { "<none>".to_string() } else { ports.join(",") };
+    vec![
+        name(svc),
+        json!(str_at(svc, "/spec/type")),
+        json!(cluster_ip),
+        json!(service_external_ip(svc)),
+        json!(ports),
+        json!(age(svc, now)),
+        json!(format_labels(svc.pointer("/spec/selector"))),
+    ]
+}
+
+// ---- namespaces, configmaps, secrets, service accounts, leases ----------------
+
+const NAMESPACE_COLUMNS: &[Column] = &[NAME, col("Status", "string", 0, Desc::Text("The status of the namespace")), AGE];
+
+fn namespace_cells(ns: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    vec![name(ns), json!(str_at(ns, "/status/phase")), json!(age(ns, now))]
+}
+
+const CONFIGMAP_COLUMNS: &[Column] = &[NAME, col("Data", "string", 0, Desc::Schema("io.k8s.api.core.v1.ConfigMap", "data")), AGE];
+
+fn configmap_cells(cm: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let data = map_len(cm, "/data") + map_len(cm, "/binaryData");
+    vec![name(cm), json!(data), json!(age(cm, now))]
+}
+
+const SECRET_COLUMNS: &[Column] = &[
+    NAME,
+    col("Type", "string", 0, Desc::Schema("io.k8s.api.core.v1.Secret", "type")),
+    col("Data", "string", 0, Desc::Schema("io.k8s.api.core.v1.Secret", "data")),
+    AGE,
+];
+
+fn secret_cells(secret: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    vec![name(secret), json!(str_at(secret, "/type")), json!(map_len(secret, "/data")), json!(age(secret, now))]
+}
+
+const SERVICE_ACCOUNT_COLUMNS: &[Column] =
+    &[NAME, col("Secrets", "string", 0, Desc::Schema("io.k8s.api.core.v1.ServiceAccount", "secrets")), AGE];
+
+fn service_account_cells(sa: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    vec![name(sa), json!(array_at(sa, "/secrets").len()), json!(age(sa, now))]
+}
+
+const LEASE_COLUMNS: &[Column] =
+    &[NAME, col("Holder", "string", 0, Desc::Schema("io.k8s.api.coordination.v1.LeaseSpec", "holderIdentity")), AGE];
+
+fn lease_cells(lease: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    vec![name(lease), json!(str_at(lease, "/spec/holderIdentity")), json!(age(lease, now))]
+}
+
+// ---- endpoints and endpoint slices --------------------------------------------
+
+const ENDPOINTS_COLUMNS: &[Column] = &[NAME, col("Endpoints", "string", 0, Desc::Schema("io.k8s.api.core.v1.Endpoints", "subsets")), AGE];
+
+/// Most addresses listed before `+ N more...`.
+const LIST_MAX: usize = 3;
+
+fn join_host_port(ip: &str, port: i64) -> String {
+    if ip.contains(':') {
+        format!("[{ip}]:{port}")
+    } else {
+        format!("{ip}:{port}")
+    }
+}
+
+fn endpoints_cells(ep: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let subsets = array_at(ep, "/subsets");
+    let text = if subsets.is_empty() {
+        "<none>".to_string()
+    } else {
+        let mut list = Vec::new();
+        let mut count = 0usize;
+        for ss in subsets {
+            let addresses = array_at(ss, "/addresses");
+            let ports = array_at(ss, "/ports");
+            if ports.is_empty() {
+                count += addresses.len();
+                for a in addresses {
+                    if list.len() < LIST_MAX {
+                        list.push(str_at(a, "/ip").to_string());
+                    }
+                }
+                continue;
+            }
+            for p in ports {
+                count += addresses.len();
+                for a in addresses {
+                    if list.len() < LIST_MAX {
+                        list.push(join_host_port(str_at(a, "/ip"), int_at(p, "/port")));
+                    }
+                }
+            }
+        }
+        list_with_more(&list, count, "")
+    };
+    vec![name(ep), json!(text), json!(age(ep, now))]
+}
+
+const ENDPOINT_SLICE: &str = "io.k8s.api.discovery.v1.EndpointSlice";
+const ENDPOINT_SLICE_COLUMNS: &[Column] = &[
+    NAME,
+    col("AddressType", "string", 0, Desc::Schema(ENDPOINT_SLICE, "addressType")),
+    col("Ports", "string", 0, Desc::Schema(ENDPOINT_SLICE, "ports")),
+    col("Endpoints", "string", 0, Desc::Schema(ENDPOINT_SLICE, "endpoints")),
+    AGE,
+];
+
+fn endpoint_slice_cells(slice: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let ports_all = array_at(slice, "/ports");
+    let ports: Vec<String> = ports_all
+        .iter()
+        .take(LIST_MAX)
+        .map(|p| match p.get("port").and_then(Value::as_i64) {
+            Some(n) => n.to_string(),
+            None => match p.get("name").and_then(Value::as_str) {
+                Some(n) => n.to_string(),
+                None => "*".to_string(),
+            },
+        })
+        .collect();
+    let addresses: Vec<&str> = array_at(slice, "/endpoints")
+        .iter()
+        .flat_map(|e| array_at(e, "/addresses").iter().filter_map(Value::as_str))
+        .collect();
+    let listed: Vec<String> = addresses.iter().take(LIST_MAX).map(|s| s.to_string()).collect();
+    vec![
+        name(slice),
+        json!(str_at(slice, "/addressType")),
+        json!(list_with_more(&ports, ports_all.len(), "<unset>")),
+        json!(list_with_more(&listed, addresses.len(), "<unset>")),
+        json!(age(slice, now)),
+    ]
+}
+
+// ---- events ------------------------------------------------------------------
+
+const EVENT: &str = "io.k8s.api.core.v1.Event";
+const EVENT_COLUMNS: &[Column] = &[
+    col("Last Seen", "string", 0, Desc::Schema(EVENT, "lastTimestamp")),
+    col("Type", "string", 0, Desc::Schema(EVENT, "type")),
+    col("Reason", "string", 0, Desc::Schema(EVENT, "reason")),
+    col("Object", "string", 0, Desc::Schema(EVENT, "involvedObject")),
+    col("Subobject", "string", 1, Desc::Schema("io.k8s.api.core.v1.ObjectReference", "fieldPath")),
+    col("Source", "string", 1, Desc::Schema(EVENT, "source")),
+    col("Message", "string", 0, Desc::Schema(EVENT, "message")),
+    col("First Seen", "string", 1, Desc::Schema(EVENT, "firstTimestamp")),
+    col("Count", "string", 1, Desc::Schema(EVENT, "count")),
+    Column { name: "Name", ty: "string", format: "name", priority: 1, description: Desc::Schema(OBJECT_META, "name") },
+];
+
+fn event_cells(ev: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let first = match timestamp(ev.get("firstTimestamp")) {
+        Some(t) => since(Some(t), now),
+        None => since(timestamp(ev.get("eventTime")), now),
+    };
+    let mut last = match timestamp(ev.get("lastTimestamp")) {
+        Some(t) => since(Some(t), now),
+        None => first.clone(),
+    };
+    let mut count = int_at(ev, "/count");
+    if let Some(series) = ev.get("series").filter(|s| s.is_object()) {
+        last = since(timestamp(series.get("lastObservedTime")), now);
+        count = int_at(series, "/count");
+    } else if count == 0 {
+        count = 1;
+    }
+    let kind = str_at(ev, "/involvedObject/kind").to_lowercase();
+    let object_name = str_at(ev, "/involvedObject/name");
+    let target = if object_name.is_empty() { kind } else { format!("{kind}/{object_name}") };
+    let first_non_empty = |a: &str, b: &str| if a.is_empty() { b.to_string() } else { a.to_string() };
+    let component = first_non_empty(str_at(ev, "/source/component"), str_at(ev, "/reportingComponent"));
+    let instance = first_non_empty(str_at(ev, "/source/host"), str_at(ev, "/reportingInstance"));
+    let source = if instance.is_empty() { component } else { format!("{component}, {instance}") };
+    vec![
+        json!(last),
+        json!(str_at(ev, "/type")),
+        json!(str_at(ev, "/reason")),
+        json!(target),
+        json!(str_at(ev, "/involvedObject/fieldPath")),
+        json!(source),
+        json!(str_at(ev, "/message").trim()),
+        json!(first),
+        json!(count),
+        name(ev),
+    ]
+}
+
+// ---- deployments ---------------------------------------------------------------
+
+const DEPLOYMENT_COLUMNS: &[Column] = &[
+    NAME,
+    col("Ready", "string", 0, Desc::Text("Number of the pod with ready state")),
+    col("Up-to-date", "string", 0, Desc::Schema("io.k8s.api.apps.v1.DeploymentStatus", "updatedReplicas")),
+    col("Available", "string", 0, Desc::Schema("io.k8s.api.apps.v1.DeploymentStatus", "availableReplicas")),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    col("Selector", "string", 1, Desc::Schema("io.k8s.api.apps.v1.DeploymentSpec", "selector")),
+];
+
+/// Container names and images of a pod template, comma-joined (`layoutContainerCells`).
+fn containers_and_images(obj: &Value, pointer: &str) -> (String, String) {
+    let containers = array_at(obj, pointer);
+    let names: Vec<&str> = containers.iter().map(|c| str_at(c, "/name")).collect();
+    let images: Vec<&str> = containers.iter().map(|c| str_at(c, "/image")).collect();
+    (names.join(","), images.join(","))
+}
+
+fn deployment_cells(d: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    // spec.replicas defaults to 1 (apps/v1 defaulting).
+    let desired = d.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
+    let (containers, images) = containers_and_images(d, "/spec/template/spec/containers");
+    vec![
+        name(d),
+        json!(format!("{}/{desired}", int_at(d, "/status/readyReplicas"))),
+        json!(int_at(d, "/status/updatedReplicas")),
+        json!(int_at(d, "/status/availableReplicas")),
+        json!(age(d, now)),
+        json!(containers),
+        json!(images),
+        json!(format_label_selector(d.pointer("/spec/selector"))),
+    ]
+}

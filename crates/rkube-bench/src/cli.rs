@@ -1,0 +1,165 @@
+//! `rkube bench <scenario>`: flags, then one run of the scenario and its report.
+//!
+//! ```text
+//! rkube bench list    [--backend etcd|embedded] [--sizes 10000,50000] [--kinds configmaps,pods] [--runs 5]
+//! rkube bench watch   [--watchers 100,1000,5000] [--rates 50,100,...]
+//! rkube bench cluster [--nodes 1000] [--pods-per-node 30] [--pod-rate 100]
+//! rkube bench init    [--sizes ...]       (both backends unless --backend)
+//! rkube bench writes  [--concurrency 1,8,64] [--ops 5000]  (both backends unless --backend)
+//! common: [--quick] [--out bench-results] [--rkube PATH]
+//! ```
+//!
+//! Writes `<out>/<scenario>.json`, `<out>/<scenario>.md` and, for scenarios
+//! that sweep a size, `<out>/<scenario>.svg`; prints the Markdown on stdout
+//! and progress on stderr. SIGINT or SIGTERM stops the scenario and every
+//! process it started.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+
+use crate::machine::{self, MachineInfo};
+use crate::objects::Kind;
+use crate::procs::{Backend, ServerCaps};
+use crate::scenarios::{self, Ctx};
+
+/// The scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// LIST latency and throughput vs object count: RV=0, consistent, cache disabled, direct storage range.
+    List,
+    /// Watch fan-out: watchers count sweep, event rate sweep, delivery latency, highest clean write rate.
+    Watch,
+    /// A simulated cluster (hollow kubelets and proxies, a pod-creating controller) against the SLOs.
+    Cluster,
+    /// Server start → /readyz and → first LIST vs object count, both backends.
+    Init,
+    /// Create/update throughput and latency vs concurrency, embedded vs etcd.
+    Writes,
+}
+
+impl Scenario {
+    /// The scenario's name (also the report file name).
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::List => "list",
+            Scenario::Watch => "watch",
+            Scenario::Cluster => "cluster",
+            Scenario::Init => "init",
+            Scenario::Writes => "writes",
+        }
+    }
+}
+
+/// Flags of `rkube bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// The scenario to run.
+    #[arg(value_enum)]
+    pub scenario: Scenario,
+    /// Storage backend of the API server under test. Default: etcd for `list`
+    /// (its floor is a direct etcd read), both for `init` and `writes`, embedded otherwise.
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    /// A smoke run with tiny sizes (finishes in well under 20 s); figures are not meaningful.
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for the reports.
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+    /// Repetitions of each timed measurement (default 5; 2 with --quick).
+    #[arg(long)]
+    pub runs: Option<usize>,
+    /// list, init: object counts (default 10000,50000,100000,300000 for list; 10000,50000,100000 for init).
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Vec<usize>,
+    /// list, init: kinds to load (default configmaps,pods for list; pods for init).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub kinds: Vec<Kind>,
+    /// watch: watcher counts of the fan-out sweep (default 100,1000,5000).
+    #[arg(long, value_delimiter = ',')]
+    pub watchers: Vec<usize>,
+    /// watch: event rates (events/s) of the rate sweep (default 50,100,200,500,1000,2000,4000).
+    #[arg(long, value_delimiter = ',')]
+    pub rates: Vec<u32>,
+    /// watch: seconds each rate or watcher step lasts (default 10).
+    #[arg(long)]
+    pub step_seconds: Option<u64>,
+    /// cluster: simulated node counts (default 1000).
+    #[arg(long, value_delimiter = ',')]
+    pub nodes: Vec<usize>,
+    /// cluster: pods per node the controller creates.
+    #[arg(long, default_value_t = 30)]
+    pub pods_per_node: usize,
+    /// cluster: pods created per second by the controller (default 100).
+    #[arg(long)]
+    pub pod_rate: Option<f64>,
+    /// cluster: seconds of steady state (leases, status, lists) after the pods are created (default 60).
+    #[arg(long)]
+    pub steady_seconds: Option<u64>,
+    /// cluster: upper bound on the pod-creation phase, seconds (default 600); fewer pods are created past it.
+    #[arg(long)]
+    pub max_pod_seconds: Option<u64>,
+    /// cluster: simulated nodes sharing one proxy-like client (default: 1 up to 1000 nodes, then nodes/1000).
+    #[arg(long)]
+    pub proxy_share: Option<usize>,
+    /// writes: concurrency levels (default 1,8,64).
+    #[arg(long, value_delimiter = ',')]
+    pub concurrency: Vec<usize>,
+    /// writes: operations per verb and concurrency level (default 5000).
+    #[arg(long)]
+    pub ops: Option<usize>,
+    /// The rkube binary to start as the API server (default: this binary).
+    #[arg(long)]
+    pub rkube: Option<PathBuf>,
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn interrupted() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+    }
+}
+
+/// Run `rkube bench`.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    machine::raise_open_files_limit();
+    let exe = match &args.rkube {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().context("finding the rkube binary")?,
+    };
+    let caps = ServerCaps::detect(&exe);
+    let machine = MachineInfo::collect();
+    if machine.rkube_build == "debug" && !args.quick {
+        crate::progress::phase("warning: this is a debug build; figures are not comparable (use cargo build --release)");
+    }
+    let scenario = args.scenario;
+    let out = args.out.clone();
+    let ctx = Ctx { args, exe, caps, machine };
+    // On SIGINT/SIGTERM the scenario future is dropped, and with it every
+    // child process handle (each kills its PID on drop).
+    let report = tokio::select! {
+        r = scenarios::run(scenario, &ctx) => r?,
+        _ = interrupted() => anyhow::bail!("interrupted; stopped every process this run started"),
+    };
+    let mut report = report;
+    report.duration_seconds = started.elapsed().as_secs_f64();
+    report.machine.finish();
+    let written = report.write(&out).with_context(|| format!("writing the report to {}", out.display()))?;
+    println!("{}", report.to_markdown());
+    for p in written {
+        crate::progress::phase(&format!("wrote {}", p.display()));
+    }
+    Ok(())
+}

@@ -1,0 +1,357 @@
+//! `rkube bench cluster`: a simulated cluster (kubemark/kwok-like) against
+//! the Kubernetes API call latency SLOs.
+//!
+//! For each `--nodes` N, one API server runs on the backend and this process
+//! plays (see [`super::cluster_sim`]):
+//! - N hollow kubelets (Node + Lease, lease renewal, node GET, node status
+//!   PATCH, a node-scoped pod LIST+WATCH, pod status PATCH to Running);
+//! - ⌈N / share⌉ hollow proxies (Service + EndpointSlice LIST+WATCH), one per
+//!   `--proxy-share` nodes;
+//! - a controller creating N × `--pods-per-node` pods at `--pod-rate`,
+//!   an endpoints controller, and a lister (namespace LIST every 5 s,
+//!   cluster LIST of pods and nodes every 30 s, paginated by 500).
+//!
+//! Phases: setup → register nodes → create pods (bounded by
+//! `--max-pod-seconds`) → `--steady-seconds` of steady state. Every API call
+//! is timed client-side and grouped by verb and scope as the SLOs are:
+//! mutating p99 ≤ 1 s, GET p99 ≤ 1 s, namespace LIST p99 ≤ 5 s, cluster LIST
+//! p99 ≤ 30 s. Apiserver (and etcd) RSS and CPU come from `/proc/<pid>`.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use super::cluster_sim::{self as simc, CallKey, Scope, Sim, Verb};
+use crate::cli::Scenario;
+use crate::client::Api;
+use crate::procs::{sample_proc, Backend, ProcUsage, ProcWatcher};
+use crate::progress;
+use crate::report::{Report, Table};
+use crate::scenarios::{pick, Ctx};
+use crate::stats::{fmt_bytes, fmt_count, fmt_rate, fmt_secs, Histogram, Summary};
+use crate::svg::{Plot, Series};
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The SLO groups: (title, verbs, scope, p99 bound in seconds).
+const SLOS: &[(&str, &[Verb], Scope, f64)] = &[
+    ("mutating (POST/PUT/PATCH)", &[Verb::Create, Verb::Update, Verb::Patch], Scope::Resource, 1.0),
+    ("GET", &[Verb::Get], Scope::Resource, 1.0),
+    ("LIST namespace", &[Verb::List], Scope::Namespace, 5.0),
+    ("LIST cluster", &[Verb::List], Scope::Cluster, 30.0),
+];
+
+/// What one cluster size produced.
+struct Outcome {
+    nodes: usize,
+    slo: Vec<(&'static str, Option<Summary>, u64, f64)>,
+}
+
+/// Runs the scenario.
+pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
+    let a = &ctx.args;
+    let quick = a.quick;
+    let backend = a.backend.unwrap_or(Backend::Embedded);
+    let node_counts = pick(&a.nodes, quick, &[20], &[1000]);
+    let ppn = if quick { a.pods_per_node.min(3) } else { a.pods_per_node };
+    let pod_rate = a.pod_rate.unwrap_or(if quick { 50.0 } else { 100.0 }).max(0.1);
+    let steady = Duration::from_secs(a.steady_seconds.unwrap_or(if quick { 3 } else { 60 }));
+    let max_pod = Duration::from_secs(a.max_pod_seconds.unwrap_or(if quick { 10 } else { 600 }));
+    let lease_interval = Duration::from_secs(if quick { 1 } else { 10 });
+    let node_status_interval = Duration::from_secs(if quick { 2 } else { 300 });
+    let (ns_every, cluster_every) = if quick { (Duration::from_secs(1), Duration::from_secs(2)) } else { (Duration::from_secs(5), Duration::from_secs(30)) };
+    let mut report = ctx.report(
+        Scenario::Cluster,
+        json!({"backend": backend, "nodes": node_counts, "pods_per_node": ppn, "pod_rate": pod_rate,
+            "steady_seconds": steady.as_secs(), "max_pod_seconds": max_pod.as_secs(),
+            "lease_interval_seconds": lease_interval.as_secs(), "node_status_interval_seconds": node_status_interval.as_secs(),
+            "namespace_list_every_seconds": ns_every.as_secs(), "cluster_list_every_seconds": cluster_every.as_secs(),
+            "proxy_share": a.proxy_share}),
+    );
+    if quick {
+        report.note("--quick shortens the lease period to 1 s and the node status period to 2 s so a few-second run exercises them.");
+    }
+    let fd_limit = ctx.machine.open_files_limit.unwrap_or(1024) as usize;
+    let mut outcomes = Vec::new();
+    for &nodes in &node_counts {
+        let mut share = a.proxy_share.unwrap_or(if nodes <= 1000 { 1 } else { nodes.div_ceil(1000) }).max(1);
+        // Each watch is a descriptor here and one in the server: kubelet watches + 2 per proxy + the request pool.
+        while nodes + 2 * nodes.div_ceil(share) + 1500 > fd_limit && share < nodes {
+            share += 1;
+        }
+        if nodes + 2 * nodes.div_ceil(share) + 1500 > fd_limit {
+            report.note(format!("{nodes} nodes need more watch connections than the open-files limit ({fd_limit}) allows; skipped."));
+            report.not_measured(format!("cluster with {nodes} nodes"), format!("open-files limit {fd_limit} too low"));
+            continue;
+        }
+        let proxies = nodes.div_ceil(share);
+        if share > 1 {
+            report.note(format!(
+                "{nodes} nodes: one hollow proxy serves {share} nodes ({proxies} proxies, {} service/endpointslice watches) to fit this machine.",
+                2 * proxies
+            ));
+        }
+        let o = one(ctx, &mut report, backend, nodes, ppn, pod_rate, steady, max_pod, lease_interval, node_status_interval, ns_every, cluster_every, share).await?;
+        outcomes.push(o);
+    }
+    if outcomes.len() > 1 {
+        let mut plot = Plot { title: "API call p99 vs simulated nodes".into(), x_label: "nodes".into(), y_label: "seconds (p99)".into(), log_x: true, log_y: false, series: vec![] };
+        for (i, (title, ..)) in SLOS.iter().enumerate() {
+            plot.series.push(Series {
+                name: title.to_string(),
+                points: outcomes.iter().filter_map(|o| o.slo.get(i).and_then(|s| s.1).map(|s| (o.nodes as f64, s.p99))).collect(),
+            });
+        }
+        report.plots.push(plot);
+    }
+    Ok(report)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn one(
+    ctx: &Ctx,
+    report: &mut Report,
+    backend: Backend,
+    nodes: usize,
+    ppn: usize,
+    pod_rate: f64,
+    steady: Duration,
+    max_pod: Duration,
+    lease_interval: Duration,
+    node_status_interval: Duration,
+    ns_every: Duration,
+    cluster_every: Duration,
+    share: usize,
+) -> anyhow::Result<Outcome> {
+    let started = Instant::now();
+    let env = ctx.env(backend).await?;
+    let server = env.start_server(&[]).await?;
+    let pid = server.pid();
+    let whole = ProcWatcher::start(pid);
+    let etcd_whole = env.etcd_pid().map(ProcWatcher::start);
+    let bench_whole = ProcWatcher::start(std::process::id());
+    let services = (nodes / 10).max(2);
+    let sim = Arc::new(Sim {
+        api: Api::new(server.base_url()),
+        watch_api: Api::new(server.base_url()),
+        rec: Default::default(),
+        nodes,
+        services,
+        namespaces: if ctx.args.quick { 2 } else { 10 },
+        lease_interval,
+        node_status_interval,
+        stopping: Default::default(),
+        registered: Default::default(),
+        pods_created: Default::default(),
+        pods_running: Default::default(),
+        watch_terminations: Default::default(),
+        proxy_events: Default::default(),
+        pod_seen: Default::default(),
+        dirty: Default::default(),
+    });
+    // RSS over time.
+    let series: Arc<Mutex<Vec<(f64, f64)>>> = Arc::default();
+    let sampler = {
+        let series = series.clone();
+        let every = if ctx.args.quick { Duration::from_millis(500) } else { Duration::from_secs(2) };
+        AbortOnDrop(tokio::spawn(async move {
+            let t0 = Instant::now();
+            while let Some(s) = sample_proc(pid) {
+                if let Ok(mut v) = series.lock() {
+                    v.push((t0.elapsed().as_secs_f64(), s.rss_bytes as f64 / (1024.0 * 1024.0)));
+                }
+                tokio::time::sleep(every).await;
+            }
+        }))
+    };
+
+    progress::phase(&format!("cluster with {nodes} nodes on {}: namespaces, {services} services", backend.name()));
+    simc::setup(&sim).await?;
+
+    let gate = Arc::new(Semaphore::new(50));
+    let mut tasks: Vec<AbortOnDrop> = (0..nodes).map(|i| AbortOnDrop(tokio::spawn(simc::kubelet(sim.clone(), i, gate.clone())))).collect();
+    let pb = progress::bar(nodes as u64, format!("registering {nodes} hollow nodes (node, lease, pod watch)"));
+    let reg_deadline = Instant::now() + Duration::from_secs((nodes as u64 / 10).max(120));
+    loop {
+        let r = sim.registered.load(Ordering::Relaxed);
+        pb.set_position(r);
+        if r as usize >= nodes || Instant::now() > reg_deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    pb.finish_and_clear();
+    let registered = sim.registered.load(Ordering::Relaxed) as usize;
+    let register_secs = started.elapsed().as_secs_f64();
+    if registered < nodes {
+        report.note(format!("{nodes} nodes: only {registered} registered within the deadline; the run went on with them."));
+    }
+    let proxies = nodes.div_ceil(share);
+    tasks.extend((0..proxies).map(|_| AbortOnDrop(tokio::spawn(simc::proxy(sim.clone())))));
+    tasks.push(AbortOnDrop(tokio::spawn(simc::endpoints(sim.clone()))));
+    tasks.push(AbortOnDrop(tokio::spawn(simc::lister(sim.clone(), ns_every, cluster_every))));
+
+    let target = nodes * ppn;
+    let pb = progress::bar(target as u64, format!("creating {target} pods at {pod_rate}/s"));
+    let pods_started = Instant::now();
+    simc::controller(sim.clone(), target, pod_rate, pods_started + max_pod, pb.clone()).await;
+    let created = sim.pods_created.load(Ordering::Relaxed);
+    let pod_secs = pods_started.elapsed().as_secs_f64();
+    let run_deadline = Instant::now() + Duration::from_secs(60);
+    while sim.pods_running.load(Ordering::Relaxed) < created && Instant::now() < run_deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    pb.finish_and_clear();
+    if (created as usize) < target {
+        report.note(format!(
+            "{nodes} nodes: {created} of {target} pods were created: the pod phase is capped at {} s (--max-pod-seconds) on this machine.",
+            max_pod.as_secs()
+        ));
+    }
+
+    let pb = progress::bar(0, format!("steady state for {} s", steady.as_secs()));
+    let steady_usage = ProcWatcher::start(pid);
+    tokio::time::sleep(steady).await;
+    let steady_usage = steady_usage.finish();
+    pb.finish_and_clear();
+
+    sim.stopping.store(true, Ordering::SeqCst);
+    drop(tasks);
+    let whole = whole.finish();
+    let etcd_whole = etcd_whole.and_then(ProcWatcher::finish);
+    let bench_whole = bench_whole.finish();
+    drop(sampler);
+    server.stop().await;
+    drop(env);
+
+    // Reports.
+    let calls = sim.rec.calls();
+    let errors = sim.rec.errors();
+    let err_count = |pred: &dyn Fn(&CallKey) -> bool| errors.iter().filter(|((k, _), _)| pred(k)).map(|(_, n)| n).sum::<u64>();
+    let mut slo_table = Table::new(
+        format!("{nodes} nodes: API call latency vs the Kubernetes SLOs (client-side, whole run)"),
+        &["SLI", "scope", "calls", "errors", "p50", "p90", "p99", "max", "SLO (p99 ≤)", "met"],
+    );
+    let mut slo = Vec::new();
+    for (title, verbs, scope, bound) in SLOS {
+        let mut h = Histogram::default();
+        for ((v, s, _), hist) in &calls {
+            if verbs.contains(v) && s == scope {
+                h.merge(hist);
+            }
+        }
+        let errs = err_count(&|(v, s, _)| verbs.contains(v) && s == scope);
+        let summary = h.summary();
+        let fmt = |f: fn(&Summary) -> f64| summary.as_ref().map(|s| fmt_secs(f(s))).unwrap_or_else(|| "n/a".into());
+        slo_table.row(vec![
+            title.to_string(),
+            scope.name().into(),
+            fmt_count(h.count()),
+            fmt_count(errs),
+            fmt(|s| s.p50),
+            fmt(|s| s.p90),
+            fmt(|s| s.p99),
+            fmt(|s| s.max),
+            fmt_secs(*bound),
+            match summary {
+                Some(s) if s.p99 <= *bound => "yes".into(),
+                Some(_) => "NO".into(),
+                None => "no calls".into(),
+            },
+        ]);
+        if let Some(s) = summary {
+            report.push_summary("cluster/slo_latency", "s", &[("nodes", nodes.to_string()), ("sli", title.to_string()), ("scope", scope.name().into())], s);
+        }
+        slo.push((*title, summary, errs, *bound));
+    }
+    let mut detail = Table::new(format!("{nodes} nodes: calls by verb, scope and resource"), &["verb", "scope", "resource", "calls", "errors", "p50", "p99", "max"]);
+    for (key @ (v, s, r), h) in &calls {
+        let Some(sum) = h.summary() else { continue };
+        let errs = err_count(&|k| k == key);
+        detail.row(vec![v.name().into(), s.name().into(), r.to_string(), fmt_count(h.count()), fmt_count(errs), fmt_secs(sum.p50), fmt_secs(sum.p99), fmt_secs(sum.max)]);
+        report.push_summary(
+            "cluster/call_latency",
+            "s",
+            &[("nodes", nodes.to_string()), ("verb", v.name().into()), ("scope", s.name().into()), ("resource", r.to_string())],
+            sum,
+        );
+    }
+    let mut err_table = Table::new(format!("{nodes} nodes: failed calls"), &["verb", "scope", "resource", "code", "count"]);
+    for (((v, s, r), code), n) in &errors {
+        err_table.row(vec![v.name().into(), s.name().into(), r.to_string(), code.clone(), fmt_count(*n)]);
+    }
+    let seen = sim.pod_seen.lock().ok().and_then(|h| h.summary());
+    if let Some(s) = seen {
+        report.push_summary("cluster/pod_create_to_kubelet_watch", "s", &[("nodes", nodes.to_string())], s);
+    }
+    let mut sim_table = Table::new(format!("{nodes} nodes: the simulation"), &["what", "value"]);
+    let rows: Vec<(&str, String)> = vec![
+        ("hollow kubelets registered", format!("{} of {nodes} in {register_secs:.0} s", fmt_count(registered as u64))),
+        ("hollow proxies (nodes per proxy)", format!("{} ({share})", fmt_count(proxies as u64))),
+        ("open watches (kubelet pod watches + 2 per proxy)", fmt_count((registered + 2 * proxies) as u64)),
+        ("services / endpointslices", fmt_count(services as u64)),
+        ("pods created / target", format!("{} / {}", fmt_count(created), fmt_count(target as u64))),
+        ("pod creation rate achieved", fmt_rate(created as f64 / pod_secs.max(1e-9))),
+        ("pods reported Running by their kubelet", fmt_count(sim.pods_running.load(Ordering::Relaxed))),
+        (
+            "pod create → ADDED at its kubelet (p50 / p99 / max)",
+            seen.map(|s| format!("{} / {} / {}", fmt_secs(s.p50), fmt_secs(s.p99), fmt_secs(s.max))).unwrap_or_else(|| "n/a".into()),
+        ),
+        ("events received by proxies", fmt_count(sim.proxy_events.load(Ordering::Relaxed))),
+        ("watch streams that ended early", fmt_count(sim.watch_terminations.load(Ordering::Relaxed))),
+        ("steady state", format!("{} s", steady.as_secs())),
+        ("wall time", format!("{:.0} s", started.elapsed().as_secs_f64())),
+    ];
+    for (k, v) in rows {
+        sim_table.row(vec![k.into(), v]);
+    }
+    let mut res = Table::new(format!("{nodes} nodes: resource use"), &["process", "window", "peak RSS", "RSS at end", "CPU seconds", "avg cores"]);
+    let mut usage_row = |name: &str, window: &str, u: Option<ProcUsage>| match u {
+        Some(u) => res.row(vec![name.into(), window.into(), fmt_bytes(u.peak_rss_bytes), fmt_bytes(u.final_rss_bytes), format!("{:.1}", u.cpu_seconds), format!("{:.2}", u.avg_cores)]),
+        None => res.row(vec![name.into(), window.into(), "n/a".into(), "n/a".into(), "n/a".into(), "n/a".into()]),
+    };
+    usage_row("rkube apiserver", "whole run", whole);
+    usage_row("rkube apiserver", "steady state", steady_usage);
+    if backend == Backend::Etcd {
+        usage_row("etcd", "whole run", etcd_whole);
+    }
+    usage_row("rkube bench (all simulated clients)", "whole run", bench_whole);
+    for (name, u) in [("apiserver", whole), ("apiserver_steady", steady_usage), ("etcd", etcd_whole), ("bench", bench_whole)] {
+        if let Some(u) = u {
+            let labels = [("nodes", nodes.to_string()), ("process", name.to_string())];
+            report.measure("cluster/peak_rss", "bytes", &labels, &[u.peak_rss_bytes as f64]);
+            report.measure("cluster/avg_cores", "cores", &labels, &[u.avg_cores]);
+        }
+    }
+    report.tables.extend([slo_table, sim_table, res, detail]);
+    if !err_table.rows.is_empty() {
+        report.tables.push(err_table);
+    }
+    let points = series.lock().map(|v| v.clone()).unwrap_or_default();
+    report.plots.push(Plot {
+        title: format!("{nodes} nodes: apiserver RSS over the run"),
+        x_label: "seconds since start".into(),
+        y_label: "RSS (MiB)".into(),
+        log_x: false,
+        log_y: false,
+        series: vec![Series { name: "apiserver RSS".into(), points }],
+    });
+    if ctx.machine.nproc <= 2 {
+        report.note(format!(
+            "{nodes} nodes: the simulated clients run on the same {} CPUs as the API server{}; their CPU use is in the resource table.",
+            ctx.machine.nproc,
+            if backend == Backend::Etcd { " and etcd" } else { "" }
+        ));
+    }
+    Ok(Outcome { nodes, slo })
+}

@@ -1,0 +1,332 @@
+//! The cache's store: a persistent ordered map from key to cached object.
+//!
+//! Follows upstream `cacher/store_btree.go`: a B-tree keyed by object key whose
+//! `Clone()` is O(1) (structural sharing), which is what makes a snapshot per
+//! event affordable (KEP-4988). Here the tree is [`imbl::OrdMap`].
+//!
+//! Keys are **relative to the resource prefix**: `default/web-0` for
+//! `/registry/pods/default/web-0`, `node-1` for `/registry/minions/node-1`.
+//! Keys of one namespace are therefore the range `[ns/, ns0)`.
+//!
+//! Each object is decoded **once** when it enters the cache ([`CachedObject`]):
+//! its JSON bytes (with `metadata.resourceVersion` set to the storage
+//! `mod_revision`), its labels and its selectable fields. LIST, WATCH and
+//! every snapshot then share the same `Arc`.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use imbl::OrdMap;
+use serde_json::Value;
+
+use crate::filter::Predicate;
+
+/// Extracts an object's selectable fields (besides `metadata.name` and
+/// `metadata.namespace`, which the cache adds itself), e.g. for pods
+/// `spec.nodeName`, `status.phase`, ... (upstream `GetAttrs` / `ToSelectableFields`).
+pub type FieldExtractor = fn(&Value) -> Vec<(String, String)>;
+
+/// A field extractor that adds nothing (resources whose only selectable
+/// fields are `metadata.name` and `metadata.namespace`).
+pub fn no_extra_fields(_: &Value) -> Vec<(String, String)> {
+    Vec::new()
+}
+
+/// Result alias for this module.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Errors decoding a stored value into a [`CachedObject`].
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// The value is not a JSON object.
+    #[error("object at key {key:?} is not a JSON object: {reason}")]
+    Undecodable {
+        /// The relative key.
+        key: String,
+        /// Why decoding failed.
+        reason: String,
+    },
+}
+
+/// One object as the cache holds it. Immutable; shared by `Arc` between the
+/// store, its snapshots, the event history and every watcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedObject {
+    /// Key relative to the resource prefix (`namespace/name` or `name`).
+    pub key: String,
+    /// `metadata.namespace`, `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// `metadata.name`.
+    pub name: String,
+    /// The object's resourceVersion (storage `mod_revision`).
+    pub resource_version: i64,
+    /// The object's JSON, serialized once, with `metadata.resourceVersion` set.
+    pub json: Bytes,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// Selectable fields: `metadata.name`, `metadata.namespace` (namespaced
+    /// objects) and whatever the resource's [`FieldExtractor`] returned.
+    pub fields: Vec<(String, String)>,
+}
+
+impl CachedObject {
+    /// Decodes a stored value read at `resource_version` (its `mod_revision`).
+    ///
+    /// The JSON is rewritten only when its `metadata.resourceVersion` differs
+    /// from `resource_version` (storage keeps objects without it, as
+    /// kube-apiserver does). Errors: [`StoreError::Undecodable`] when the
+    /// value is not a JSON object.
+    pub fn decode(key: &str, value: &[u8], resource_version: i64, extract: FieldExtractor) -> Result<CachedObject> {
+        let mut v: Value = serde_json::from_slice(value)
+            .map_err(|e| StoreError::Undecodable { key: key.to_string(), reason: e.to_string() })?;
+        if !v.is_object() {
+            return Err(StoreError::Undecodable { key: key.to_string(), reason: "not an object".into() });
+        }
+        let rv_string = resource_version.to_string();
+        let json = if set_resource_version(&mut v, &rv_string) {
+            Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+        } else {
+            Bytes::copy_from_slice(value)
+        };
+        Ok(Self::from_value(key, &v, resource_version, json, extract))
+    }
+
+    fn from_value(key: &str, v: &Value, resource_version: i64, json: Bytes, extract: FieldExtractor) -> CachedObject {
+        let meta = v.get("metadata");
+        let str_of = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str).filter(|s| !s.is_empty());
+        let (key_ns, key_name) = match key.rsplit_once('/') {
+            Some((ns, name)) => (Some(ns), name),
+            None => (None, key),
+        };
+        let namespace = str_of("namespace").or(key_ns).map(str::to_string);
+        let name = str_of("name").unwrap_or(key_name).to_string();
+        let labels = meta
+            .and_then(|m| m.get("labels"))
+            .and_then(Value::as_object)
+            .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+            .unwrap_or_default();
+        let mut fields = vec![("metadata.name".to_string(), name.clone())];
+        if let Some(ns) = &namespace {
+            fields.push(("metadata.namespace".to_string(), ns.clone()));
+        }
+        fields.extend(extract(v));
+        CachedObject { key: key.to_string(), namespace, name, resource_version, json, labels, fields }
+    }
+
+    /// The same object at another resourceVersion (upstream sets the
+    /// deletion revision on the last state of a deleted object). Serializes once.
+    pub fn with_resource_version(&self, resource_version: i64) -> CachedObject {
+        let mut out = self.clone();
+        out.resource_version = resource_version;
+        if let Ok(mut v) = serde_json::from_slice::<Value>(&self.json) {
+            if set_resource_version(&mut v, &resource_version.to_string()) {
+                out.json = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
+            }
+        }
+        out
+    }
+
+    /// The value of a selectable field, if the object has it.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sets `metadata.resourceVersion`; returns false when it already had that value.
+fn set_resource_version(v: &mut Value, rv: &str) -> bool {
+    let Some(obj) = v.as_object_mut() else { return false };
+    let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
+    let Some(meta) = meta.as_object_mut() else { return false };
+    if meta.get("resourceVersion").and_then(Value::as_str) == Some(rv) {
+        return false;
+    }
+    meta.insert("resourceVersion".to_string(), Value::String(rv.to_string()));
+    true
+}
+
+/// The persistent ordered map. `clone()` is O(1) and shares structure.
+#[derive(Debug, Clone, Default)]
+pub struct Store {
+    map: OrdMap<String, Arc<CachedObject>>,
+}
+
+impl Store {
+    /// An empty store.
+    pub fn new() -> Self {
+        Store::default()
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The object at `key` (relative).
+    pub fn get(&self, key: &str) -> Option<&Arc<CachedObject>> {
+        self.map.get(key)
+    }
+
+    /// Inserts or replaces; returns the previous object.
+    pub fn insert(&mut self, obj: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
+        self.map.insert(obj.key.clone(), obj)
+    }
+
+    /// Removes `key`; returns the removed object.
+    pub fn remove(&mut self, key: &str) -> Option<Arc<CachedObject>> {
+        self.map.remove(key)
+    }
+
+    /// All objects in key order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<CachedObject>> {
+        self.map.values()
+    }
+
+    /// Objects of `namespace` (all when `None`) with key ≥ `start`, in key order.
+    pub fn range<'a>(
+        &'a self,
+        namespace: Option<&str>,
+        start: Option<&str>,
+    ) -> Box<dyn Iterator<Item = &'a Arc<CachedObject>> + 'a> {
+        let (lo, hi) = match namespace {
+            Some(ns) => (format!("{ns}/"), Some(format!("{ns}0"))),
+            None => (String::new(), None),
+        };
+        let lo = match start {
+            Some(s) if s > lo.as_str() => s.to_string(),
+            _ => lo,
+        };
+        if let Some(hi) = &hi {
+            if lo >= *hi {
+                return Box::new(std::iter::empty());
+            }
+        }
+        let upper = match &hi {
+            Some(h) => Bound::Excluded(h.as_str()),
+            None => Bound::Unbounded,
+        };
+        Box::new(self.map.range::<_, str>((Bound::Included(lo.as_str()), upper)).map(|(_, v)| v))
+    }
+}
+
+/// One page of a LIST read from a store or snapshot.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    /// Matching objects, in key order.
+    pub items: Vec<Arc<CachedObject>>,
+    /// True when at least one more matching object follows the page.
+    pub more: bool,
+    /// Objects (matching or not) after the last returned one; only counted
+    /// when asked (no selectors: it is then `remainingItemCount`).
+    pub remaining: Option<i64>,
+    /// Objects examined (for `apiserver_cache_list_fetched_objects_total`).
+    pub fetched: usize,
+}
+
+/// Reads a page: objects of `pred`'s namespace from `start` on, those
+/// matching `pred`, at most `limit` (0 = all). Counts the rest when
+/// `count_remaining`, which callers set only when `pred` has no selector
+/// (upstream `PrepareContinueToken`'s remainingItemCount).
+pub fn read_page<'a>(
+    objects: impl Iterator<Item = &'a Arc<CachedObject>>,
+    pred: &Predicate,
+    limit: usize,
+    count_remaining: bool,
+) -> Page {
+    let mut page = Page::default();
+    let mut objects = objects.peekable();
+    while let Some(obj) = objects.next() {
+        page.fetched += 1;
+        if !pred.matches(obj) {
+            continue;
+        }
+        page.items.push(obj.clone());
+        if limit > 0 && page.items.len() == limit {
+            // Is there one more matching object? Without selectors every
+            // object left in the range matches, so counting them answers both.
+            if count_remaining {
+                let n = objects.count();
+                page.remaining = Some(n as i64);
+                page.more = n > 0;
+            } else {
+                for o in objects.by_ref() {
+                    page.fetched += 1;
+                    if pred.matches(o) {
+                        page.more = true;
+                        break;
+                    }
+                }
+            }
+            break;
+        }
+    }
+    page
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(key: &str, rv: i64) -> Arc<CachedObject> {
+        let (ns, name) = key.split_once('/').unwrap();
+        let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"{ns}","labels":{{"app":"a"}}}}}}"#);
+        Arc::new(CachedObject::decode(key, json.as_bytes(), rv, no_extra_fields).unwrap())
+    }
+
+    #[test]
+    fn decode_sets_resource_version_labels_and_fields_once() {
+        let o = obj("default/web-0", 42);
+        let v: Value = serde_json::from_slice(&o.json).unwrap();
+        assert_eq!(v["metadata"]["resourceVersion"], "42");
+        assert_eq!(o.labels.get("app").map(String::as_str), Some("a"));
+        assert_eq!(o.field("metadata.name"), Some("web-0"));
+        assert_eq!(o.field("metadata.namespace"), Some("default"));
+        assert_eq!(o.namespace.as_deref(), Some("default"));
+    }
+
+    #[test]
+    fn decode_rejects_non_objects() {
+        assert!(CachedObject::decode("a/b", b"[1]", 1, no_extra_fields).is_err());
+        assert!(CachedObject::decode("a/b", b"{nope", 1, no_extra_fields).is_err());
+    }
+
+    #[test]
+    fn range_stays_inside_the_namespace_and_starts_at_start() {
+        let mut s = Store::new();
+        for k in ["a/x", "a/y", "ab/z", "b/w"] {
+            s.insert(obj(k, 1));
+        }
+        let keys = |it: Box<dyn Iterator<Item = &Arc<CachedObject>> + '_>| -> Vec<String> {
+            it.map(|o| o.key.clone()).collect()
+        };
+        assert_eq!(keys(s.range(Some("a"), None)), ["a/x", "a/y"]);
+        assert_eq!(keys(s.range(Some("a"), Some("a/x\0"))), ["a/y"]);
+        assert_eq!(keys(s.range(None, Some("ab/"))), ["ab/z", "b/w"]);
+        assert_eq!(keys(s.range(Some("a"), Some("b/"))), Vec::<String>::new());
+    }
+
+    #[test]
+    fn clone_is_a_snapshot_unaffected_by_later_writes() {
+        let mut s = Store::new();
+        s.insert(obj("a/x", 1));
+        let snap = s.clone();
+        s.insert(obj("a/x", 2));
+        s.remove("a/x");
+        assert_eq!(snap.get("a/x").unwrap().resource_version, 1);
+        assert!(s.get("a/x").is_none());
+    }
+
+    #[test]
+    fn with_resource_version_rewrites_json() {
+        let o = obj("a/x", 3).with_resource_version(9);
+        let v: Value = serde_json::from_slice(&o.json).unwrap();
+        assert_eq!(v["metadata"]["resourceVersion"], "9");
+        assert_eq!(o.resource_version, 9);
+    }
+}

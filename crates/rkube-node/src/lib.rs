@@ -1,0 +1,29 @@
+//! rkube node: a node agent that runs its Node's pods through any CRI runtime, with generic and
+//! evented PLEG (KEP-3386).
+//!
+//! Main parts:
+//! - [`pleg`] — the Pod Lifecycle Event Generator: [`pleg::GenericPleg`] (relisting),
+//!   [`pleg::EventedPleg`] (`GetContainerEvents`), the pod status cache [`pleg::PodCache`], the
+//!   connection state machine [`pleg::connection`], metrics [`pleg::PlegMetrics`].
+//! - [`pod`] — running pods: the sync plan ([`pod::actions`]), phases, API status, per-pod
+//!   workers and the dispatcher over a kube-rs watch of `spec.nodeName=<node>`.
+//! - [`node_status`] — Node registration, `Ready` condition, Lease heartbeats.
+//! - [`agent`] — wiring ([`agent::start`] → [`agent::AgentHandle`]); [`healthz`] serves
+//!   `/healthz` and `/metrics`.
+//! - [`local`] — [`run_local_node`]: runtime + agent + binder in one process (`rkube up --node`).
+//! - [`cri`] — the CRI client and the [`cri::RuntimeApi`] trait PLEG reads through.
+//! - [`feature_gates`], [`shutdown`].
+#![deny(missing_docs)]
+
+pub mod agent;
+pub mod cli;
+pub mod cri;
+pub mod feature_gates;
+pub mod healthz;
+pub mod local;
+pub mod node_status;
+pub mod pleg;
+pub mod pod;
+pub mod shutdown;
+
+pub use local::{run_local_node, NodeHandle};

@@ -1,0 +1,195 @@
+//! The pod's API status (`pods/status`) from the spec, the runtime's status and the last plan
+//! (upstream `kubelet_pods.go` `generateAPIPodStatus` / `convertToAPIContainerStatuses`).
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, HostIP,
+    Pod, PodCondition, PodIP, PodStatus as ApiPodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff;
+use rkube_runtime::cri;
+
+use super::phase::Phase;
+use crate::pleg::status::container_name;
+use crate::pleg::{PlegState, PodStatus, Timestamp};
+
+/// A runtime timestamp (ns) as an API time (`None` for 0).
+pub fn api_time(ns: i64) -> Option<Time> {
+    if ns <= 0 {
+        return None;
+    }
+    jiff::Timestamp::from_nanosecond(i128::from(ns)).ok().map(Time)
+}
+
+/// Everything besides spec and runtime status that the API status needs.
+#[derive(Clone, Debug)]
+pub struct StatusContext<'a> {
+    /// The phase to report (already made sticky for terminal phases by the caller).
+    pub phase: Phase,
+    /// Containers in CrashLoopBackOff: name → when they restart.
+    pub backing_off: &'a HashMap<String, Timestamp>,
+    /// Node IP (`status.hostIP`).
+    pub host_ip: &'a str,
+    /// Runtime name for container ids (`<name>://<id>`).
+    pub runtime_name: &'a str,
+    /// Now (transition times, start time).
+    pub now: Timestamp,
+}
+
+fn terminated(c: &cri::ContainerStatus, runtime: &str) -> ContainerStateTerminated {
+    ContainerStateTerminated {
+        exit_code: c.exit_code,
+        reason: (!c.reason.is_empty()).then(|| c.reason.clone()),
+        message: (!c.message.is_empty()).then(|| c.message.clone()),
+        started_at: api_time(c.started_at),
+        finished_at: api_time(c.finished_at),
+        container_id: Some(format!("{runtime}://{}", c.id)),
+        signal: None,
+    }
+}
+
+fn waiting(reason: &str, message: Option<String>) -> ContainerState {
+    ContainerState { waiting: Some(ContainerStateWaiting { reason: Some(reason.into()), message }), ..Default::default() }
+}
+
+fn container_status(
+    pod: &Pod,
+    spec: &k8s_openapi::api::core::v1::Container,
+    history: &[&cri::ContainerStatus],
+    init_pending: bool,
+    ctx: &StatusContext<'_>,
+) -> ContainerStatus {
+    let latest = history.first().copied();
+    let prev = history.get(1).copied();
+    let last_state = |c: Option<&cri::ContainerStatus>| {
+        c.filter(|c| PlegState::from_container(c.state) == PlegState::Exited)
+            .map(|c| ContainerState { terminated: Some(terminated(c, ctx.runtime_name)), ..Default::default() })
+    };
+    let (state, last, running) = match latest {
+        None => {
+            let reason = if init_pending { "PodInitializing" } else { "ContainerCreating" };
+            (waiting(reason, None), None, false)
+        }
+        Some(c) => match PlegState::from_container(c.state) {
+            PlegState::Running => (
+                ContainerState { running: Some(ContainerStateRunning { started_at: api_time(c.started_at) }), ..Default::default() },
+                last_state(prev),
+                true,
+            ),
+            PlegState::Exited => match ctx.backing_off.get(&spec.name) {
+                Some(until) => {
+                    let secs = (until.0 - c.finished_at).max(0) / 1_000_000_000;
+                    let (name, namespace, uid) = super::cri_config::pod_identity(pod);
+                    let msg = format!(
+                        "back-off {secs}s restarting failed container={} pod={name}_{namespace}({uid})",
+                        spec.name
+                    );
+                    (waiting("CrashLoopBackOff", Some(msg)), last_state(Some(c)), false)
+                }
+                None => (
+                    ContainerState { terminated: Some(terminated(c, ctx.runtime_name)), ..Default::default() },
+                    last_state(prev),
+                    false,
+                ),
+            },
+            _ => (waiting("ContainerCreating", None), last_state(prev), false),
+        },
+    };
+    ContainerStatus {
+        name: spec.name.clone(),
+        image: spec.image.clone().unwrap_or_default(),
+        image_id: latest.map(|c| c.image_ref.clone()).unwrap_or_default(),
+        container_id: latest.map(|c| format!("{}://{}", ctx.runtime_name, c.id)),
+        ready: running,
+        started: Some(running),
+        restart_count: latest.and_then(|c| c.metadata.as_ref()).map(|m| i32::try_from(m.attempt).unwrap_or(i32::MAX)).unwrap_or(0),
+        state: Some(state),
+        last_state: Some(last.unwrap_or_default()),
+        ..Default::default()
+    }
+}
+
+fn condition(old: Option<&ApiPodStatus>, ty: &str, ok: bool, reason: Option<&str>, message: Option<String>, now: Timestamp) -> PodCondition {
+    let status = if ok { "True" } else { "False" };
+    let previous = old
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == ty))
+        .filter(|c| c.status == status)
+        .and_then(|c| c.last_transition_time.clone());
+    PodCondition {
+        type_: ty.into(),
+        status: status.into(),
+        reason: if ok { None } else { reason.map(str::to_string) },
+        message: if ok { None } else { message },
+        last_transition_time: previous.or_else(|| api_time(now.0)),
+        last_probe_time: None,
+        observed_generation: None,
+    }
+}
+
+/// The API status of `pod` given the runtime's `status`.
+pub fn api_pod_status(pod: &Pod, status: &PodStatus, ctx: &StatusContext<'_>) -> ApiPodStatus {
+    let old = pod.status.as_ref();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let by_name = |name: &str| -> Vec<&cri::ContainerStatus> {
+        status.container_statuses.iter().filter(|c| container_name(c) == name).collect()
+    };
+    let inits = spec.init_containers.clone().unwrap_or_default();
+    let init_statuses: Vec<ContainerStatus> =
+        inits.iter().map(|c| container_status(pod, c, &by_name(&c.name), false, ctx)).collect();
+    let pending_inits: Vec<String> = inits
+        .iter()
+        .filter(|c| {
+            !by_name(&c.name)
+                .first()
+                .is_some_and(|s| PlegState::from_container(s.state) == PlegState::Exited && s.exit_code == 0)
+        })
+        .map(|c| c.name.clone())
+        .collect();
+    let statuses: Vec<ContainerStatus> = spec
+        .containers
+        .iter()
+        .map(|c| container_status(pod, c, &by_name(&c.name), !pending_inits.is_empty(), ctx))
+        .collect();
+    let unready: Vec<String> = statuses.iter().filter(|s| !s.ready).map(|s| s.name.clone()).collect();
+    let sandbox_ready =
+        status.newest_sandbox().is_some_and(|s| PlegState::from_sandbox(s.state) == PlegState::Running);
+    let completed = ctx.phase == Phase::Succeeded;
+    let not_ready_reason = if completed { "PodCompleted" } else { "ContainersNotReady" };
+    let unready_msg = format!("containers with unready status: [{}]", unready.join(" "));
+    let scheduled = old
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+        .cloned()
+        .unwrap_or_else(|| condition(None, "PodScheduled", true, None, None, ctx.now));
+    let conditions = vec![
+        condition(old, "PodReadyToStartContainers", sandbox_ready, None, None, ctx.now),
+        condition(
+            old,
+            "Initialized",
+            pending_inits.is_empty(),
+            Some("ContainersNotInitialized"),
+            Some(format!("containers with incomplete status: [{}]", pending_inits.join(" "))),
+            ctx.now,
+        ),
+        condition(old, "Ready", unready.is_empty(), Some(not_ready_reason), Some(unready_msg.clone()), ctx.now),
+        condition(old, "ContainersReady", unready.is_empty(), Some(not_ready_reason), Some(unready_msg), ctx.now),
+        scheduled,
+    ];
+    let pod_ips: Vec<PodIP> = status.ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect();
+    ApiPodStatus {
+        phase: Some(ctx.phase.as_str().into()),
+        conditions: Some(conditions),
+        host_ip: Some(ctx.host_ip.into()),
+        host_ips: Some(vec![HostIP { ip: ctx.host_ip.into() }]),
+        pod_ip: status.ips.first().cloned(),
+        pod_ips: (!pod_ips.is_empty()).then_some(pod_ips),
+        start_time: old.and_then(|s| s.start_time.clone()).or_else(|| api_time(ctx.now.0)),
+        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        container_statuses: Some(statuses),
+        qos_class: old.and_then(|s| s.qos_class.clone()),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,102 @@
+//! CRI sandbox and container configs from a pod spec (upstream
+//! `kuberuntime_sandbox.go` `generatePodSandboxConfig`, `kuberuntime_container.go`
+//! `generateContainerConfig`), for a runtime that runs host processes.
+//!
+//! Log layout as kubelet's: `<pod logs root>/<namespace>_<name>_<uid>/<container>/<attempt>.log`.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use rkube_runtime::cri;
+
+use crate::cri::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
+
+/// Name, namespace and uid of a pod ("" when missing).
+pub fn pod_identity(pod: &Pod) -> (String, String, String) {
+    let m = &pod.metadata;
+    (
+        m.name.clone().unwrap_or_default(),
+        m.namespace.clone().unwrap_or_else(|| "default".into()),
+        m.uid.clone().unwrap_or_default(),
+    )
+}
+
+fn pod_labels(pod: &Pod) -> HashMap<String, String> {
+    let (name, namespace, uid) = pod_identity(pod);
+    let mut labels: HashMap<String, String> =
+        pod.metadata.labels.clone().unwrap_or_default().into_iter().collect();
+    labels.insert(LABEL_POD_NAME.into(), name);
+    labels.insert(LABEL_POD_NAMESPACE.into(), namespace);
+    labels.insert(LABEL_POD_UID.into(), uid);
+    labels
+}
+
+/// The sandbox config for `attempt`.
+pub fn sandbox_config(pod: &Pod, attempt: u32, logs_root: &Path) -> cri::PodSandboxConfig {
+    let (name, namespace, uid) = pod_identity(pod);
+    let hostname = pod.spec.as_ref().and_then(|s| s.hostname.clone()).unwrap_or_else(|| name.clone());
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata { name: name.clone(), uid: uid.clone(), namespace: namespace.clone(), attempt }),
+        hostname,
+        log_directory: logs_root.join(format!("{namespace}_{name}_{uid}")).display().to_string(),
+        labels: pod_labels(pod),
+        annotations: pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect(),
+        ..Default::default()
+    }
+}
+
+/// Values `fieldRef` env vars may refer to (downward API subset).
+#[derive(Clone, Debug, Default)]
+pub struct DownwardValues {
+    /// `status.podIP`.
+    pub pod_ip: String,
+    /// `status.hostIP`.
+    pub host_ip: String,
+    /// `spec.nodeName`.
+    pub node_name: String,
+}
+
+fn env_vars(pod: &Pod, container: &Container, dw: &DownwardValues) -> Vec<cri::KeyValue> {
+    let (name, namespace, uid) = pod_identity(pod);
+    let mut out = Vec::new();
+    for env in container.env.iter().flatten() {
+        let value = if let Some(v) = &env.value {
+            Some(v.clone())
+        } else if let Some(field) = env.value_from.as_ref().and_then(|f| f.field_ref.as_ref()) {
+            match field.field_path.as_str() {
+                "metadata.name" => Some(name.clone()),
+                "metadata.namespace" => Some(namespace.clone()),
+                "metadata.uid" => Some(uid.clone()),
+                "spec.nodeName" => Some(dw.node_name.clone()),
+                "status.podIP" => Some(dw.pod_ip.clone()),
+                "status.hostIP" => Some(dw.host_ip.clone()),
+                _ => None,
+            }
+        } else {
+            None // secrets/config maps are not mounted by rkube
+        };
+        if let Some(value) = value {
+            out.push(cri::KeyValue { key: env.name.clone(), value });
+        }
+    }
+    out
+}
+
+/// The container config for `attempt` (the restart count).
+pub fn container_config(pod: &Pod, container: &Container, attempt: u32, dw: &DownwardValues) -> cri::ContainerConfig {
+    let mut labels = pod_labels(pod);
+    labels.insert(LABEL_CONTAINER_NAME.into(), container.name.clone());
+    cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata { name: container.name.clone(), attempt }),
+        image: Some(cri::ImageSpec { image: container.image.clone().unwrap_or_default(), ..Default::default() }),
+        command: container.command.clone().unwrap_or_default(),
+        args: container.args.clone().unwrap_or_default(),
+        working_dir: container.working_dir.clone().unwrap_or_default(),
+        envs: env_vars(pod, container, dw),
+        labels,
+        annotations: HashMap::from([("io.kubernetes.container.restartCount".to_string(), attempt.to_string())]),
+        log_path: format!("{}/{attempt}.log", container.name),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,12 @@
+//! Running pods: CRI configs from specs, the sync plan, phases, API status, per-pod workers and
+//! the dispatcher.
+
+pub mod actions;
+pub mod api_status;
+pub mod cri_config;
+pub mod manager;
+pub mod phase;
+pub mod worker;
+
+#[cfg(test)]
+mod tests;

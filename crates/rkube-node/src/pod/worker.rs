@@ -1,0 +1,392 @@
+//! One task per pod (upstream `pod_workers.go` + `kuberuntime_manager.go` `SyncPod`/`KillPod`).
+//!
+//! Each sync: read the pod's runtime status from the cache, waiting for one newer than the last
+//! runtime call this worker made; verify it reflects this worker's own last actions (the
+//! sandbox it created, the containers it started or stopped) and otherwise inspect the pod
+//! directly — so no sync ever acts on a status that predates its previous one, whatever order
+//! events, relists and global-timestamp releases arrive in (the duplicate-container bugs
+//! kubernetes#120942 / #123087). Then plan ([`compute_pod_actions`]), act through CRI, and write
+//! `pods/status` when it changed.
+//!
+//! Deletion: once `deletionTimestamp` is set, containers get `StopContainer` with the pod's
+//! grace period, the sandbox is stopped and removed, and the pod object is deleted with
+//! `gracePeriodSeconds=0` (what kubelet's status manager does once a pod can be deleted).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus as ApiPodStatus};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::Api;
+use tokio::sync::mpsc;
+
+use super::actions::{compute_pod_actions, Backoff, PodActions};
+use super::api_status::{api_pod_status, StatusContext};
+use super::cri_config::{container_config, pod_identity, sandbox_config, DownwardValues};
+use super::phase::{pod_phase, Phase};
+use crate::cri::{CriClient, RuntimeApi};
+use crate::pleg::metrics::{CacheSource, PlegMetrics};
+use crate::pleg::status::container_name;
+use crate::pleg::{GenericPleg, PlegState, PodCache, PodStatus, Timestamp};
+
+/// How long a sync waits for the cache before inspecting the pod itself.
+const STATUS_WAIT: Duration = Duration::from_secs(5);
+
+/// What every worker shares.
+pub struct WorkerEnv {
+    /// The runtime.
+    pub cri: CriClient,
+    /// Pod inspection (and the relist that fills the cache).
+    pub pleg: Arc<GenericPleg>,
+    /// The pod status cache.
+    pub cache: Arc<PodCache>,
+    /// PLEG metrics (cache writes by source).
+    pub metrics: PlegMetrics,
+    /// API client.
+    pub client: kube::Client,
+    /// Root of pod log directories.
+    pub logs_root: PathBuf,
+    /// CrashLoopBackOff parameters.
+    pub backoff: Backoff,
+    /// This node's IP.
+    pub host_ip: String,
+    /// This node's name.
+    pub node_name: String,
+    /// The runtime's name (container id scheme).
+    pub runtime_name: String,
+    /// Periodic resync (kubelet `--sync-frequency`, 1 min).
+    pub resync: Duration,
+}
+
+impl std::fmt::Debug for WorkerEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerEnv").field("node_name", &self.node_name).finish_non_exhaustive()
+    }
+}
+
+/// Messages to a worker.
+#[derive(Debug, Clone)]
+pub enum WorkerMsg {
+    /// The pod object changed.
+    Update(Arc<Pod>),
+    /// Something happened in the runtime (a PLEG event).
+    Sync,
+    /// The pod object is gone from the API.
+    Removed,
+}
+
+/// A runtime change this worker made and must see in any status it acts on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expectation {
+    /// The sandbox exists.
+    SandboxCreated(String),
+    /// The container exists and is past Created.
+    Started(String),
+    /// The sandbox is NotReady or gone.
+    SandboxStopped(String),
+}
+
+/// Whether `status` shows every expected change.
+pub fn reflects(status: &PodStatus, expect: &[Expectation]) -> bool {
+    expect.iter().all(|e| match e {
+        Expectation::SandboxCreated(id) => status.sandbox_statuses.iter().any(|s| &s.id == id),
+        Expectation::Started(id) => status
+            .container_statuses
+            .iter()
+            .any(|c| &c.id == id && c.state != rkube_runtime::cri::ContainerState::ContainerCreated as i32),
+        Expectation::SandboxStopped(id) => status.state_of(id) != PlegState::Running,
+    })
+}
+
+/// The per-pod task.
+pub struct PodWorker {
+    env: Arc<WorkerEnv>,
+    uid: String,
+    pod: Arc<Pod>,
+    removed: bool,
+    seen_attempts: HashMap<String, u32>,
+    terminal: Option<Phase>,
+    expect: Vec<Expectation>,
+    /// Wait for a status newer than this before the next sync (start: newer than nothing, i.e.
+    /// until the first relist has filled the cache).
+    await_after: Timestamp,
+    last_written: Option<ApiPodStatus>,
+    wake_at: Option<Timestamp>,
+}
+
+fn now() -> Timestamp {
+    Timestamp::now()
+}
+
+impl PodWorker {
+    /// A worker for `pod` (terminal phases in its API status stay terminal).
+    pub fn new(env: Arc<WorkerEnv>, pod: Arc<Pod>) -> Self {
+        let terminal = match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Succeeded") => Some(Phase::Succeeded),
+            Some("Failed") => Some(Phase::Failed),
+            _ => None,
+        };
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        Self {
+            env,
+            uid,
+            pod,
+            removed: false,
+            seen_attempts: HashMap::new(),
+            terminal,
+            expect: Vec::new(),
+            await_after: Timestamp(0),
+            last_written: None,
+            wake_at: None,
+        }
+    }
+
+    fn absorb(&mut self, msg: WorkerMsg) {
+        match msg {
+            WorkerMsg::Update(pod) => self.pod = pod,
+            WorkerMsg::Sync => {}
+            WorkerMsg::Removed => self.removed = true,
+        }
+    }
+
+    /// Runs until the pod is gone from the API and from the runtime; then reports its uid on
+    /// `done`.
+    pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<WorkerMsg>, done: mpsc::UnboundedSender<String>) {
+        loop {
+            if self.removed || self.pod.metadata.deletion_timestamp.is_some() {
+                self.terminate().await;
+                break;
+            }
+            if let Err(err) = self.sync().await {
+                tracing::warn!(pod = %self.name(), %err, "sync failed; retrying");
+                self.wake_at = Some(Timestamp(now().0 + 1_000_000_000));
+            }
+            let wake = self.wake_at.map(|w| Duration::from_nanos(u64::try_from(w.0 - now().0).unwrap_or(0)));
+            let sleep = wake.map_or(self.env.resync, |w| w.min(self.env.resync));
+            tokio::select! {
+                msg = rx.recv() => match msg {
+                    None => { self.removed = true; }
+                    Some(m) => {
+                        self.absorb(m);
+                        while let Ok(m) = rx.try_recv() {
+                            self.absorb(m);
+                        }
+                    }
+                },
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+        let _ = done.send(self.uid.clone());
+    }
+
+    fn name(&self) -> String {
+        let (name, namespace, _) = pod_identity(&self.pod);
+        format!("{namespace}/{name}")
+    }
+
+    /// The pod's sandboxes in the runtime (when the cache cannot tell).
+    async fn find_sandboxes(&self) -> Vec<String> {
+        match self.env.cri.list_pod_sandbox().await {
+            Ok(list) => list
+                .into_iter()
+                .filter(|s| s.metadata.as_ref().is_some_and(|m| m.uid == self.uid))
+                .map(|s| s.id)
+                .collect(),
+            Err(_) => vec![],
+        }
+    }
+
+    /// A status that reflects this worker's last actions.
+    async fn status(&mut self) -> Arc<PodStatus> {
+        let read = tokio::time::timeout(STATUS_WAIT, self.env.cache.get_newer_than(&self.uid, self.await_after)).await;
+        if let Ok(read) = &read {
+            if reflects(&read.status, &self.expect) {
+                self.expect.clear();
+                return Arc::clone(&read.status);
+            }
+        }
+        // Late event, release by the global timestamp only, or a stale entry: ask the runtime.
+        let mut sandboxes: Vec<String> = match &read {
+            Ok(r) => r.status.sandbox_statuses.iter().map(|s| s.id.clone()).collect(),
+            Err(_) => vec![],
+        };
+        for e in &self.expect {
+            if let Expectation::SandboxCreated(id) | Expectation::SandboxStopped(id) = e {
+                if !sandboxes.contains(id) {
+                    sandboxes.push(id.clone());
+                }
+            }
+        }
+        if sandboxes.is_empty() {
+            sandboxes = self.find_sandboxes().await;
+        }
+        match self.env.pleg.inspect(&self.uid, &sandboxes).await {
+            Ok(status) => {
+                self.expect.clear();
+                let ts = status.timestamp;
+                if self.env.cache.set(&self.uid, status.clone(), None, ts) {
+                    self.env.metrics.cache_update(CacheSource::Inspect);
+                }
+                Arc::new(status)
+            }
+            Err(err) => {
+                tracing::warn!(pod = %self.name(), %err, "inspecting pod failed");
+                match read {
+                    Ok(r) => r.status,
+                    Err(_) => Arc::new(PodStatus::empty(&self.uid)),
+                }
+            }
+        }
+    }
+
+    async fn sync(&mut self) -> anyhow::Result<()> {
+        let status = self.status().await;
+        for c in &status.container_statuses {
+            let attempt = c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
+            let e = self.seen_attempts.entry(container_name(c).to_string()).or_insert(attempt);
+            *e = (*e).max(attempt);
+        }
+        let now_ts = now();
+        let actions = compute_pod_actions(&self.pod, &status, &self.seen_attempts, self.terminal, now_ts, &self.env.backoff);
+        self.wake_at = actions.wake_at;
+        let phase = self.terminal.unwrap_or_else(|| pod_phase(&self.pod, &status));
+        if phase.is_terminal() {
+            self.terminal = Some(phase);
+        }
+        self.write_status(&status, phase, &actions.backing_off, now_ts).await;
+        if !actions.is_noop() {
+            self.execute(&actions, &status).await?;
+        }
+        Ok(())
+    }
+
+    async fn execute(&mut self, actions: &PodActions, status: &PodStatus) -> anyhow::Result<()> {
+        let cri = self.env.cri.clone();
+        let mut sandbox_id = status.newest_sandbox().map(|s| s.id.clone());
+        if let Some(old) = &actions.remove_sandbox {
+            cri.stop_pod_sandbox(old).await?;
+            cri.remove_pod_sandbox(old).await?;
+            sandbox_id = None;
+        }
+        let sandbox_attempt = status.newest_sandbox().and_then(|s| s.metadata.as_ref()).map(|m| m.attempt).unwrap_or(0);
+        let attempt = actions.create_sandbox.unwrap_or(sandbox_attempt);
+        let sandbox_config = sandbox_config(&self.pod, attempt, &self.env.logs_root);
+        if actions.create_sandbox.is_some() {
+            self.await_after = now();
+            let id = cri.run_pod_sandbox(sandbox_config.clone()).await?;
+            self.expect.push(Expectation::SandboxCreated(id.clone()));
+            sandbox_id = Some(id);
+        }
+        for id in &actions.start {
+            self.await_after = now();
+            cri.start_container(id).await?;
+            self.expect.push(Expectation::Started(id.clone()));
+        }
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        let dw = DownwardValues {
+            pod_ip: status.ips.first().cloned().unwrap_or_else(|| self.env.host_ip.clone()),
+            host_ip: self.env.host_ip.clone(),
+            node_name: self.env.node_name.clone(),
+        };
+        for plan in &actions.create {
+            let Some(sandbox) = sandbox_id.as_deref() else { break };
+            let list = if plan.init { spec.init_containers.as_deref().unwrap_or(&[]) } else { &spec.containers[..] };
+            let Some(container) = list.iter().find(|c| c.name == plan.name) else { continue };
+            if let Some(image) = &container.image {
+                cri.pull_image(image).await?;
+            }
+            let config = container_config(&self.pod, container, plan.attempt, &dw);
+            let id = cri.create_container(sandbox, config, sandbox_config.clone()).await?;
+            self.seen_attempts.insert(plan.name.clone(), plan.attempt);
+            self.await_after = now();
+            // A start failure leaves the container Exited (StartError); back-off handles it.
+            if let Err(err) = cri.start_container(&id).await {
+                tracing::warn!(pod = %self.name(), container = %plan.name, %err, "start failed");
+            }
+            self.expect.push(Expectation::Started(id));
+        }
+        for id in &actions.prune {
+            let _ = cri.remove_container(id).await;
+        }
+        if let Some(id) = &actions.stop_sandbox {
+            self.await_after = now();
+            cri.stop_pod_sandbox(id).await?;
+            self.expect.push(Expectation::SandboxStopped(id.clone()));
+        }
+        Ok(())
+    }
+
+    async fn write_status(&mut self, status: &PodStatus, phase: Phase, backing_off: &HashMap<String, Timestamp>, now_ts: Timestamp) {
+        let mut base = (*self.pod).clone();
+        if let Some(last) = &self.last_written {
+            base.status = Some(last.clone());
+        }
+        let ctx = StatusContext {
+            phase,
+            backing_off,
+            host_ip: &self.env.host_ip,
+            runtime_name: &self.env.runtime_name,
+            now: now_ts,
+        };
+        let api = api_pod_status(&base, status, &ctx);
+        if self.last_written.as_ref() == Some(&api) {
+            return;
+        }
+        let (name, namespace, _) = pod_identity(&self.pod);
+        let pods: Api<Pod> = Api::namespaced(self.env.client.clone(), &namespace);
+        let patch = serde_json::json!({ "status": api });
+        match pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => self.last_written = Some(api),
+            Err(err) => tracing::warn!(pod = %self.name(), %err, "writing pod status failed"),
+        }
+    }
+
+    /// Kills the pod (grace period from the deletion), removes its sandbox, deletes the object.
+    async fn terminate(&mut self) {
+        let grace = if self.removed {
+            0
+        } else {
+            self.pod
+                .metadata
+                .deletion_grace_period_seconds
+                .or_else(|| self.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+                .unwrap_or(30)
+        };
+        let sandboxes = self.find_sandboxes().await;
+        if let Ok(status) = self.env.pleg.inspect(&self.uid, &sandboxes).await {
+            let running: Vec<String> = status
+                .container_statuses
+                .iter()
+                .filter(|c| PlegState::from_container(c.state) == PlegState::Running)
+                .map(|c| c.id.clone())
+                .collect();
+            let stops = running.iter().map(|id| self.env.cri.stop_container(id, grace));
+            for res in futures::future::join_all(stops).await {
+                if let Err(err) = res {
+                    tracing::warn!(pod = %self.name(), %err, "stopping container failed");
+                }
+            }
+        }
+        for id in &sandboxes {
+            let _ = self.env.cri.stop_pod_sandbox(id).await;
+            let _ = self.env.cri.remove_pod_sandbox(id).await;
+        }
+        if self.removed {
+            return;
+        }
+        let (name, namespace, uid) = pod_identity(&self.pod);
+        let pods: Api<Pod> = Api::namespaced(self.env.client.clone(), &namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
+            ..Default::default()
+        };
+        if let Err(err) = pods.delete(&name, &params).await {
+            if !matches!(&err, kube::Error::Api(s) if s.code == 404) {
+                tracing::warn!(pod = %self.name(), %err, "deleting terminated pod failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! kube-rs reflectors for Services, EndpointSlices and this node, feeding the
+//! [`ChangeTracker`] and notifying the sync loop (upstream's informers and
+//! `OnServiceAdd/Update/Delete`, `OnEndpointSlice*`, `OnNode*` handlers).
+//!
+//! Relists (a watcher restart after a 410 or a lost connection) are handled
+//! by diffing the relisted objects against the ones known before: objects that
+//! vanished are deleted from the tracker.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::engine::runner::Notice;
+use crate::metrics::Metrics;
+use crate::tracker::ChangeTracker;
+
+/// Which informers finished their initial list.
+#[derive(Debug, Default)]
+pub struct InformerSync {
+    services: bool,
+    slices: bool,
+    notified: bool,
+}
+
+/// Shared handles every watch task uses.
+#[derive(Debug, Clone)]
+pub struct WatchContext {
+    /// The tracked state.
+    pub tracker: Arc<Mutex<ChangeTracker>>,
+    /// Notices to the sync loop.
+    pub notices: UnboundedSender<Notice>,
+    /// Change counters.
+    pub metrics: Arc<Metrics>,
+    /// Initial-list progress.
+    pub synced: Arc<Mutex<InformerSync>>,
+}
+
+impl WatchContext {
+    fn mark_synced(&self, services: bool) {
+        let Ok(mut s) = self.synced.lock() else { return };
+        if services {
+            s.services = true;
+        } else {
+            s.slices = true;
+        }
+        if s.services && s.slices && !s.notified {
+            s.notified = true;
+            let _ = self.notices.send(Notice::InformersSynced);
+        }
+    }
+
+    fn with_tracker(&self, f: impl FnOnce(&mut ChangeTracker) -> bool) -> bool {
+        match self.tracker.lock() {
+            Ok(mut t) => f(&mut t),
+            Err(_) => false,
+        }
+    }
+}
+
+/// How one resource kind updates the tracker.
+trait Tracked: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static {
+    const IS_SERVICE: bool;
+    fn apply(tracker: &mut ChangeTracker, obj: &Self) -> bool;
+    fn delete(tracker: &mut ChangeTracker, obj: &Self) -> bool;
+}
+
+impl Tracked for Service {
+    const IS_SERVICE: bool = true;
+    fn apply(tracker: &mut ChangeTracker, obj: &Self) -> bool {
+        tracker.update_service(obj)
+    }
+    fn delete(tracker: &mut ChangeTracker, obj: &Self) -> bool {
+        tracker.delete_service(
+            obj.metadata.namespace.as_deref().unwrap_or_default(),
+            obj.metadata.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+impl Tracked for EndpointSlice {
+    const IS_SERVICE: bool = false;
+    fn apply(tracker: &mut ChangeTracker, obj: &Self) -> bool {
+        tracker.update_slice(obj)
+    }
+    fn delete(tracker: &mut ChangeTracker, obj: &Self) -> bool {
+        tracker.delete_slice(obj)
+    }
+}
+
+async fn run_reflector<K: Tracked>(api: Api<K>, ctx: WatchContext) {
+    let (reader, writer) = reflector::store::<K>();
+    let stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default())).default_backoff();
+    futures::pin_mut!(stream);
+    let mut known: HashMap<ObjectRef<K>, K> = HashMap::new();
+    let mut relisted: HashSet<ObjectRef<K>> = HashSet::new();
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(ev) => ev,
+            Err(err) => {
+                tracing::warn!(kind = %K::kind(&()), "watch error (retrying with backoff): {err}");
+                continue;
+            }
+        };
+        let changed = match event {
+            Event::Apply(obj) | Event::InitApply(obj) => {
+                let key = ObjectRef::from_obj(&obj);
+                relisted.insert(key.clone());
+                let changed = ctx.with_tracker(|t| K::apply(t, &obj));
+                known.insert(key, obj);
+                changed
+            }
+            Event::Delete(obj) => {
+                known.remove(&ObjectRef::from_obj(&obj));
+                ctx.with_tracker(|t| K::delete(t, &obj))
+            }
+            Event::Init => {
+                relisted.clear();
+                false
+            }
+            Event::InitDone => {
+                let gone: Vec<K> = known
+                    .iter()
+                    .filter(|(k, _)| !relisted.contains(*k))
+                    .map(|(_, obj)| obj.clone())
+                    .collect();
+                let mut changed = false;
+                for obj in &gone {
+                    known.remove(&ObjectRef::from_obj(obj));
+                    changed |= ctx.with_tracker(|t| K::delete(t, obj));
+                }
+                tracing::debug!(kind = %K::kind(&()), objects = reader.state().len(), "initial list done");
+                ctx.mark_synced(K::IS_SERVICE);
+                changed
+            }
+        };
+        if changed {
+            if K::IS_SERVICE {
+                ctx.metrics.service_changes.inc();
+            } else {
+                ctx.metrics.endpoint_changes.inc();
+            }
+            let _ = ctx.notices.send(Notice::Changed);
+        }
+    }
+}
+
+/// Watch all Services until the stream ends.
+pub async fn watch_services(client: Client, ctx: WatchContext) {
+    run_reflector(Api::<Service>::all(client), ctx).await;
+}
+
+/// Watch all EndpointSlices until the stream ends.
+pub async fn watch_endpoint_slices(client: Client, ctx: WatchContext) {
+    run_reflector(Api::<EndpointSlice>::all(client), ctx).await;
+}
+
+/// Watch this node's labels (`metadata.name=<node_name>`); a change forces a full sync.
+pub async fn watch_node(client: Client, node_name: String, ctx: WatchContext) {
+    let api = Api::<Node>::all(client);
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
+    let stream = watcher::watcher(api, cfg).default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        let labels: Option<BTreeMap<String, String>> = match event {
+            Ok(Event::Apply(node)) | Ok(Event::InitApply(node)) if node.metadata.name.as_deref() == Some(&node_name) => {
+                Some(node.metadata.labels.unwrap_or_default())
+            }
+            Ok(Event::Delete(node)) if node.metadata.name.as_deref() == Some(&node_name) => Some(BTreeMap::new()),
+            Ok(_) => None,
+            Err(err) => {
+                tracing::debug!("node watch error (retrying with backoff): {err}");
+                None
+            }
+        };
+        if let Some(labels) = labels {
+            if ctx.with_tracker(|t| t.set_node_labels(labels)) {
+                let _ = ctx.notices.send(Notice::NodeLabelsChanged);
+            }
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Partial vs full sync benchmark (ignored by default; run explicitly):
+//!
+//! ```text
+//! cargo test -p rkube-proxy --release --test bench -- --ignored --nocapture
+//! RKUBE_BENCH_SIZES=1000,5000 RKUBE_BENCH_RUNS=5 cargo test ... (same)
+//! RKUBE_TEST_IPTABLES=legacy ...   # iptables-legacy-restore instead of the nf_tables one
+//! ```
+//!
+//! For each size: N ClusterIP services × 5 endpoints in a fresh namespace, one
+//! initial full sync, then RUNS rounds of { change one service's endpoints →
+//! partial sync; full sync of the same state }, measured side by side. Prints
+//! medians of total sync time (generation + iptables-restore), generation
+//! alone, and restore-input bytes; peak RSS (VmHWM) of the test process at the end.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{NetNs, Proxy};
+use rkube_proxy::engine::machine::{FullReason, SyncKind};
+use rkube_proxy::engine::SyncReport;
+use rkube_proxy::fixtures::{endpoint_slice, service, Ep};
+
+const ENDPOINTS: usize = 5;
+
+fn median<T: Ord + Copy>(mut v: Vec<T>) -> T {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn env_list(name: &str, default: &str) -> Vec<usize> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_string())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
+}
+
+fn cluster_ip(i: usize) -> String {
+    format!("10.96.{}.{}", i / 250, i % 250 + 1)
+}
+
+fn endpoints(i: usize, shift: usize) -> Vec<Ep> {
+    (0..ENDPOINTS)
+        .map(|k| {
+            let n = i * 8 + k + shift;
+            Ep::ready(&format!("10.{}.{}.{}", 100 + n / 65536, (n / 256) % 256, n % 256))
+        })
+        .collect()
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_string))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn checked(r: SyncReport) -> SyncReport {
+    assert!(r.result.is_ok(), "sync failed: {:?}", r.result);
+    r
+}
+
+#[test]
+#[ignore = "benchmark: run with --ignored --nocapture (and --release)"]
+fn bench_partial_vs_full_sync() {
+    let sizes = env_list("RKUBE_BENCH_SIZES", "1000,5000,10000");
+    let runs = env_list("RKUBE_BENCH_RUNS", "5").first().copied().unwrap_or(5).max(1);
+    let legacy = std::env::var("RKUBE_TEST_IPTABLES").as_deref() == Ok("legacy");
+    let binary = if legacy { "iptables-legacy" } else { "iptables" };
+    println!("iptables: {}", common::must(binary, &["--version"]).trim());
+    println!(
+        "{:>8} {:>5} | {:>10} {:>10} {:>12} | {:>10} {:>10} {:>12} | {:>7} {:>7}",
+        "services", "runs", "full ms", "full gen", "full bytes", "part ms", "part gen", "part bytes", "time %", "bytes %"
+    );
+    for &n in &sizes {
+        let ns = NetNs::new("bench");
+        let mut p = Proxy::new(&ns, "node-a");
+        p.change(|t| {
+            for i in 0..n {
+                t.update_service(&service("bench", &format!("svc{i}"), &cluster_ip(i), "http", 80));
+                t.update_slice(&endpoint_slice("bench", &format!("svc{i}"), &format!("svc{i}-1"), "http", 8080, &endpoints(i, 0)));
+            }
+        });
+        checked(p.sync());
+        let (mut full_t, mut full_g, mut full_b) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut part_t, mut part_g, mut part_b) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 0..runs {
+            // One service changes: its endpoints move (as in a rolling update).
+            let i = (run * 7919) % n;
+            p.change(|t| {
+                t.update_slice(&endpoint_slice("bench", &format!("svc{i}"), &format!("svc{i}-1"), "http", 8080, &endpoints(i, 1 + run % 2)))
+            });
+            let r = checked(p.sync_kind(SyncKind::Partial));
+            assert_eq!(r.services_written, 1, "partial sync writes only the changed service");
+            part_t.push(r.duration);
+            part_g.push(r.generation);
+            part_b.push(r.bytes);
+            let r = checked(p.sync_kind(SyncKind::Full(FullReason::Periodic)));
+            full_t.push(r.duration);
+            full_g.push(r.generation);
+            full_b.push(r.bytes);
+        }
+        let (ft, fg, fb) = (median(full_t), median(full_g), median(full_b));
+        let (pt, pg, pb) = (median(part_t), median(part_g), median(part_b));
+        println!(
+            "{:>8} {:>5} | {:>10.1} {:>10.1} {:>12} | {:>10.1} {:>10.1} {:>12} | {:>6.1}% {:>6.2}%",
+            n,
+            runs,
+            ms(ft),
+            ms(fg),
+            fb,
+            ms(pt),
+            ms(pg),
+            pb,
+            100.0 * pt.as_secs_f64() / ft.as_secs_f64(),
+            100.0 * pb as f64 / fb as f64
+        );
+    }
+    println!("peak RSS of the test process (VmHWM): {} MiB", peak_rss_kib() / 1024);
+}

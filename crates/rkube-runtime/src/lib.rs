@@ -1,0 +1,34 @@
+//! rkube runtime: a CRI v1 container runtime that runs each container as a host process.
+//!
+//! What it is for: giving the node agent (and kubelet-compatible clients) a real CRI endpoint
+//! that implements `GetContainerEvents` (KEP-3386), so evented PLEG can be exercised without
+//! containerd. Images are names only; containers share the host's network and filesystem.
+//!
+//! Main types:
+//! - [`Runtime`] — sandbox/container records and lifecycles ([`runtime`]), one clock
+//!   ([`clock::RuntimeClock`]), one event bus ([`events::EventBus`]).
+//! - [`service::CriService`] — the `RuntimeService` + `ImageService` gRPC edge.
+//! - [`serve`] / [`RuntimeHandle`] — serving on a unix socket, and shutting down (kills every
+//!   container's process group).
+//! - [`endpoint::connect`] — a tonic channel to any `unix://` CRI endpoint (used by the node
+//!   agent and the tests, in place of crictl).
+//! - [`cri`] — the CRI v1 messages and stubs (re-exported from the `k8s-cri` crate).
+//!
+//! Processes: [`process`] (process groups, signals, exit codes) and [`logs`] (CRI log format).
+#![deny(missing_docs)]
+
+pub mod cli;
+pub mod clock;
+pub mod endpoint;
+pub mod events;
+pub mod logs;
+pub mod process;
+pub mod runtime;
+pub mod server;
+pub mod service;
+pub mod state;
+
+/// CRI v1 (`runtime.v1`) messages, clients and servers, generated from upstream `api.proto`.
+pub use k8s_cri::v1 as cri;
+pub use runtime::{Runtime, RuntimeConfig, RuntimeError};
+pub use server::{serve, serve_runtime, RuntimeHandle, ServeError};

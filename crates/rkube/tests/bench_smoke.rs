@@ -1,0 +1,172 @@
+//! Smoke runs of `rkube bench <scenario> --quick`: each scenario starts its
+//! own API server (and etcd where it needs one), runs end to end, stops them,
+//! and writes a well-formed report: JSON with the required keys and
+//! measurements, a Markdown file with table rows, and an SVG plot. Timings
+//! are not checked.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Upper bound for one quick scenario (they take a few seconds; CI machines are busy).
+const LIMIT: Duration = Duration::from_secs(100);
+
+/// Runs `rkube bench <scenario> --quick --out <dir>` and returns the output dir.
+fn run_quick(scenario: &str) -> tempfile::TempDir {
+    let out = tempfile::tempdir().expect("temp dir");
+    let log_path = out.path().join("stderr.log");
+    let log = std::fs::File::create(&log_path).expect("stderr log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rkube"))
+        .args(["bench", scenario, "--quick", "--out"])
+        .arg(out.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn rkube bench");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for rkube bench") {
+            break status;
+        }
+        if start.elapsed() > LIMIT {
+            // SIGTERM by PID: rkube bench then stops the API server and etcd it started.
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let grace = Instant::now();
+            while grace.elapsed() < Duration::from_secs(10) && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("rkube bench {scenario} --quick did not finish within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stderr = std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(status.success(), "rkube bench {scenario} --quick failed ({status}):\n{stderr}");
+    out
+}
+
+/// Checks that `svg` is one well-formed `<svg>` element: every tag closed in order.
+fn assert_well_formed_svg(svg: &str) {
+    let body = svg.trim();
+    let body = body.strip_prefix("<?xml").map(|r| &r[r.find("?>").expect("xml declaration ends") + 2..]).unwrap_or(body);
+    let mut stack: Vec<String> = Vec::new();
+    let mut rest = body;
+    let mut saw_root = false;
+    while let Some(open) = rest.find('<') {
+        assert!(!rest[..open].contains('>'), "stray '>' in text: {:?}", &rest[..open]);
+        let close = rest[open..].find('>').expect("unterminated tag") + open;
+        let tag = &rest[open + 1..close];
+        assert!(!tag.contains('<'), "'<' inside a tag: {tag:?}");
+        if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(stack.pop().as_deref(), Some(name.trim()), "closing tag out of order");
+        } else if !tag.ends_with('/') {
+            let name = tag.split_whitespace().next().unwrap_or_default().to_string();
+            if stack.is_empty() {
+                assert_eq!(name, "svg", "the root element is <svg>");
+                assert!(!saw_root, "one root element");
+                saw_root = true;
+            }
+            stack.push(name);
+        }
+        rest = &rest[close + 1..];
+    }
+    assert!(stack.is_empty(), "unclosed tags: {stack:?}");
+    assert!(saw_root, "no <svg> root");
+    assert!(body.contains("<polyline"), "the plot draws at least one line");
+}
+
+/// Checks the report files of `scenario` in `dir`; returns the JSON.
+fn assert_report(dir: &Path, scenario: &str, svg: bool) -> Value {
+    let json_text = std::fs::read_to_string(dir.join(format!("{scenario}.json"))).expect("JSON report written");
+    let json: Value = serde_json::from_str(&json_text).expect("JSON report parses");
+    assert_eq!(json["scenario"], scenario);
+    for key in ["started_at", "duration_seconds", "command", "machine", "parameters", "measurements", "not_measured", "tables", "notes"] {
+        assert!(json.get(key).is_some(), "JSON report has {key}");
+    }
+    let machine = &json["machine"];
+    assert!(machine["nproc"].as_u64().unwrap_or(0) >= 1, "machine.nproc");
+    for key in ["memory_bytes", "kernel", "rkube_git_commit", "rkube_build"] {
+        assert!(machine.get(key).is_some(), "machine has {key}");
+    }
+    let measurements = json["measurements"].as_array().expect("measurements array");
+    assert!(!measurements.is_empty(), "at least one measurement");
+    for m in measurements {
+        assert!(m["name"].as_str().is_some_and(|n| !n.is_empty()), "measurement name: {m}");
+        assert!(m["unit"].as_str().is_some(), "measurement unit: {m}");
+        for k in ["runs", "median", "p50", "p90", "p99", "min", "max"] {
+            assert!(m["summary"][k].is_number(), "summary.{k} in {m}");
+        }
+    }
+    let tables = json["tables"].as_array().expect("tables array");
+    assert!(tables.iter().any(|t| t["rows"].as_array().is_some_and(|r| !r.is_empty())), "a table with rows");
+
+    let md = std::fs::read_to_string(dir.join(format!("{scenario}.md"))).expect("Markdown report written");
+    assert!(md.starts_with(&format!("# rkube bench {scenario}")), "Markdown title");
+    let lines: Vec<&str> = md.lines().collect();
+    let sep = lines.iter().position(|l| l.starts_with("|---|")).expect("a Markdown table separator");
+    assert!(sep > 0 && lines[sep - 1].starts_with("| "), "a header row above the separator");
+    assert!(lines.get(sep + 1).is_some_and(|l| l.starts_with("| ")), "a data row below the separator");
+
+    let svg_path = dir.join(format!("{scenario}.svg"));
+    if svg {
+        assert_well_formed_svg(&std::fs::read_to_string(&svg_path).expect("SVG plot written"));
+    }
+    json
+}
+
+fn measurement_names(json: &Value) -> Vec<String> {
+    json["measurements"].as_array().into_iter().flatten().filter_map(|m| m["name"].as_str().map(str::to_string)).collect()
+}
+
+#[test]
+fn bench_list_quick_reports_every_list_mode_side_by_side() {
+    let out = run_quick("list");
+    let json = assert_report(out.path(), "list", true);
+    let names = measurement_names(&json);
+    for mode in ["floor", "rv0", "consistent", "walk"] {
+        assert!(names.iter().any(|n| n == &format!("list/configmaps/{mode}")), "list/configmaps/{mode} in {names:?}");
+    }
+}
+
+#[test]
+fn bench_watch_quick_reports_delivery_latency_and_rate_sweep() {
+    let out = run_quick("watch");
+    let json = assert_report(out.path(), "watch", true);
+    let names = measurement_names(&json);
+    assert!(names.iter().any(|n| n == "watch/delivery_latency"), "{names:?}");
+    assert!(names.iter().any(|n| n == "watch/achieved_rate"), "{names:?}");
+}
+
+#[test]
+fn bench_cluster_quick_reports_latency_per_slo() {
+    let out = run_quick("cluster");
+    let json = assert_report(out.path(), "cluster", true);
+    let names = measurement_names(&json);
+    assert!(names.iter().any(|n| n == "cluster/slo_latency"), "{names:?}");
+    assert!(names.iter().any(|n| n == "cluster/peak_rss"), "{names:?}");
+}
+
+#[test]
+fn bench_init_quick_reports_both_backends() {
+    let out = run_quick("init");
+    let json = assert_report(out.path(), "init", true);
+    let backends: Vec<&str> = json["measurements"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["labels"]["backend"].as_str())
+        .collect();
+    assert!(backends.contains(&"embedded") && backends.contains(&"etcd"), "{backends:?}");
+}
+
+#[test]
+fn bench_writes_quick_reports_create_and_update() {
+    let out = run_quick("writes");
+    let json = assert_report(out.path(), "writes", true);
+    let names = measurement_names(&json);
+    assert!(names.iter().any(|n| n == "writes/create/latency") && names.iter().any(|n| n == "writes/update/latency"), "{names:?}");
+}

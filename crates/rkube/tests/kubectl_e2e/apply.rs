@@ -1,0 +1,214 @@
+//! `kubectl apply` (client-side, strategic merge) and `apply --server-side`.
+
+use serde_json::{json, Value};
+
+use super::manifests::{configmap, APP_V1, APP_V1_CREATED, APP_V2, APP_V2_CONFIGURED};
+use crate::common::{at, lines, str_at, Cluster, Kubectl};
+
+/// Applies [`APP_V1`] to an empty server and asserts kubectl's report.
+#[track_caller]
+pub fn apply_app(c: &Cluster, k: &Kubectl) {
+    let f = c.write_file("app-v1.yaml", APP_V1);
+    let out = k.ok(&["apply", "-f", f.to_str().unwrap()]);
+    assert_eq!(
+        lines(&out.stdout),
+        APP_V1_CREATED,
+        "kubectl apply -f (create) stdout; stderr: {}",
+        out.stderr
+    );
+}
+
+fn env_of(container: &Value) -> Vec<(String, String)> {
+    container["env"]
+        .as_array()
+        .map(|e| {
+            e.iter()
+                .map(|v| {
+                    (
+                        str_at(v, "/name").to_owned(),
+                        str_at(v, "/value").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn container<'a>(pod_spec: &'a Value, name: &str) -> &'a Value {
+    pod_spec["containers"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or_else(|| panic!("no container {name} in {pod_spec}"))
+}
+
+/// Multi-document `apply -f` creates all six kinds; a second `apply -f` of a
+/// changed manifest strategic-merges the changes (image, env, labels) while
+/// keeping what other writers added (an annotation) and bumping `generation`
+/// only on spec changes.
+pub fn apply_multi_document_manifest_then_reapply_merges_changes(c: &mut Cluster, k: &Kubectl) {
+    apply_app(c, k);
+
+    let deploy = k.json(&["get", "deployment", "web", "-n", "shop"]);
+    assert_eq!(at(&deploy, "/metadata/generation"), &json!(1));
+    assert!(
+        deploy
+            .pointer("/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration")
+            .is_some(),
+        "client-side apply records last-applied-configuration: {deploy}"
+    );
+    let rv1: u64 = str_at(&deploy, "/metadata/resourceVersion")
+        .parse()
+        .expect("numeric resourceVersion");
+
+    // Another writer adds an annotation: a merge must keep it.
+    let out = k.ok(&[
+        "annotate",
+        "deployment",
+        "web",
+        "-n",
+        "shop",
+        "owner=team-a",
+    ]);
+    // kubectl 1.27 itself prints "annotate" (fixed in 1.28).
+    let verb = if k.version == "1.27" {
+        "annotate"
+    } else {
+        "annotated"
+    };
+    assert_eq!(out.stdout.trim_end(), format!("deployment.apps/web {verb}"));
+
+    let f = c.write_file("app-v2.yaml", APP_V2);
+    let out = k.ok(&["apply", "-f", f.to_str().unwrap()]);
+    assert_eq!(
+        lines(&out.stdout),
+        APP_V2_CONFIGURED,
+        "kubectl apply -f (changed) stdout; stderr: {}",
+        out.stderr
+    );
+
+    let deploy = k.json(&["get", "deployment", "web", "-n", "shop"]);
+    let spec = at(&deploy, "/spec/template/spec");
+    let web = container(spec, "web");
+    assert_eq!(str_at(web, "/image"), "nginx:1.26");
+    assert_eq!(
+        env_of(web),
+        vec![
+            ("MODE".into(), "green".into()),
+            ("LOG_LEVEL".into(), "debug".into())
+        ]
+    );
+    assert_eq!(
+        str_at(container(spec, "sidecar"), "/image"),
+        "busybox:1.36",
+        "the untouched container stays"
+    );
+    assert_eq!(
+        at(&deploy, "/metadata/labels"),
+        &json!({"app": "web", "tier": "frontend"})
+    );
+    assert_eq!(
+        str_at(&deploy, "/metadata/annotations/owner"),
+        "team-a",
+        "annotation from another writer survives apply"
+    );
+    assert_eq!(
+        at(&deploy, "/metadata/generation"),
+        &json!(2),
+        "spec change bumps generation"
+    );
+    let rv2: u64 = str_at(&deploy, "/metadata/resourceVersion")
+        .parse()
+        .expect("numeric resourceVersion");
+    assert!(rv2 > rv1, "resourceVersion grows: {rv1} -> {rv2}");
+
+    let pod = k.json(&["get", "pod", "web-0", "-n", "shop"]);
+    assert_eq!(
+        str_at(container(at(&pod, "/spec"), "web"), "/image"),
+        "nginx:1.26"
+    );
+    assert_eq!(
+        at(&pod, "/metadata/labels"),
+        &json!({"app": "web", "tier": "frontend"})
+    );
+
+    let cm = k.json(&["get", "configmap", "web-config", "-n", "shop"]);
+    assert_eq!(at(&cm, "/data"), &json!({"mode": "green"}));
+
+    // Applying the same manifest again changes nothing.
+    let out = k.ok(&["apply", "-f", f.to_str().unwrap()]);
+    assert!(
+        lines(&out.stdout).iter().all(|l| l.ends_with(" unchanged")),
+        "re-apply of the same manifest: {}",
+        out.stdout
+    );
+}
+
+/// `apply --server-side` creates an object (`serverside-applied`), records the
+/// field manager in `managedFields`, and merges a second manager's fields
+/// instead of replacing the object.
+pub fn apply_server_side_creates_then_merges_field_managers(c: &mut Cluster, k: &Kubectl) {
+    let f = c.write_file("ssa.yaml", &configmap("default", "ssa", &[("a", "1")]));
+    let out = k.ok(&["apply", "--server-side", "-f", f.to_str().unwrap()]);
+    assert_eq!(out.stdout.trim_end(), "configmap/ssa serverside-applied");
+
+    let cm = k.json(&[
+        "get",
+        "configmap",
+        "ssa",
+        "-n",
+        "default",
+        "--show-managed-fields",
+    ]);
+    assert_eq!(at(&cm, "/data"), &json!({"a": "1"}));
+    let managers = at(&cm, "/metadata/managedFields")
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        managers
+            .iter()
+            .any(|m| m["manager"] == "kubectl" && m["operation"] == "Apply"),
+        "managedFields records manager kubectl / Apply: {managers:?}"
+    );
+
+    // Same manager changes its field.
+    let f = c.write_file("ssa.yaml", &configmap("default", "ssa", &[("a", "2")]));
+    let out = k.ok(&["apply", "--server-side", "-f", f.to_str().unwrap()]);
+    assert_eq!(out.stdout.trim_end(), "configmap/ssa serverside-applied");
+
+    // A second manager applies only its own field: both stay.
+    let other = c.write_file(
+        "ssa-other.yaml",
+        &configmap("default", "ssa", &[("b", "3")]),
+    );
+    let out = k.ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=other",
+        "-f",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(out.stdout.trim_end(), "configmap/ssa serverside-applied");
+
+    let cm = k.json(&[
+        "get",
+        "configmap",
+        "ssa",
+        "-n",
+        "default",
+        "--show-managed-fields",
+    ]);
+    assert_eq!(at(&cm, "/data"), &json!({"a": "2", "b": "3"}));
+    let managers = at(&cm, "/metadata/managedFields")
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for m in ["kubectl", "other"] {
+        assert!(
+            managers
+                .iter()
+                .any(|e| e["manager"] == m && e["operation"] == "Apply"),
+            "managedFields has {m}/Apply: {managers:?}"
+        );
+    }
+}

@@ -1,0 +1,12 @@
+//! The kubectl scenarios, one module per command family.
+
+pub mod apply;
+pub mod delete;
+pub mod describe;
+pub mod discovery;
+pub mod errors;
+pub mod get;
+pub mod manifests;
+pub mod patch;
+pub mod restart;
+pub mod watch;

@@ -1,0 +1,83 @@
+//! The official Python client (`kubernetes` on PyPI) against rkube: paged
+//! LIST, WATCH from a list's resourceVersion, and a NotFound error.
+//!
+//! The interpreter is `$RKUBE_PYTHON` (`.ci/run` makes the virtualenv
+//! `target/python-venv` with `pip install kubernetes` and sets it), else that
+//! virtualenv if present, else `python3`.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{process, Backend, Cluster};
+use serde_json::json;
+
+/// `$RKUBE_PYTHON`, else the virtualenv `.ci/run` leaves in
+/// `target/python-venv`, else `python3`.
+fn python() -> String {
+    if let Ok(p) = std::env::var("RKUBE_PYTHON") {
+        return p;
+    }
+    let venv = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../target/python-venv/bin/python"
+    );
+    if std::path::Path::new(venv).is_file() {
+        return venv.to_owned();
+    }
+    "python3".to_owned()
+}
+
+fn list_watch(backend: Backend) {
+    let py = python();
+    let probe = process::run(
+        {
+            let mut c = Command::new(&py);
+            c.args(["-c", "import kubernetes"]);
+            c
+        },
+        None,
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        probe.code,
+        Some(0),
+        "{py} cannot import the `kubernetes` package (run .ci/run, or set RKUBE_PYTHON to a venv with `pip install kubernetes`): {}",
+        probe.stderr
+    );
+    let cluster = Cluster::start(backend);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/list_watch.py");
+    let mut cmd = Command::new(&py);
+    cmd.arg(script)
+        .arg(&cluster.kubeconfig)
+        .env("HOME", cluster.dir());
+    let out = process::run(cmd, None, Duration::from_secs(90)).success();
+    let got: serde_json::Value = out.json();
+    assert_eq!(got["names"], json!(["cm-0", "cm-1", "cm-2"]), "{got}");
+    assert_eq!(
+        got["pages"],
+        json!(2),
+        "3 objects at limit=2 are 2 pages: {got}"
+    );
+    assert_eq!(
+        got["events"],
+        json!([["ADDED", "late"], ["MODIFIED", "cm-0"], ["DELETED", "cm-1"]]),
+        "{got}"
+    );
+    assert_eq!(
+        got["not_found"],
+        json!({"status": 404, "reason": "NotFound", "message": "configmaps \"nope\" not found"}),
+        "{got}"
+    );
+}
+
+#[test]
+fn python_client_pages_lists_and_watches_on_embedded() {
+    list_watch(Backend::Embedded);
+}
+
+#[test]
+fn python_client_pages_lists_and_watches_on_etcd() {
+    list_watch(Backend::Etcd);
+}
