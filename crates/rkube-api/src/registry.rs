@@ -304,6 +304,45 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[str_field("addressType", "addressType")],
         ..BASE
     },
+    // ---- rbac.authorization.k8s.io/v1 (read by --authorization-mode=RBAC) ----
+    ResourceInfo {
+        group: "rbac.authorization.k8s.io",
+        resource: "clusterrolebindings",
+        kind: "ClusterRoleBinding",
+        list_kind: "ClusterRoleBindingList",
+        singular: "clusterrolebinding",
+        namespaced: false,
+        storage_prefix: "clusterrolebindings",
+        ..BASE
+    },
+    ResourceInfo {
+        group: "rbac.authorization.k8s.io",
+        resource: "clusterroles",
+        kind: "ClusterRole",
+        list_kind: "ClusterRoleList",
+        singular: "clusterrole",
+        namespaced: false,
+        storage_prefix: "clusterroles",
+        ..BASE
+    },
+    ResourceInfo {
+        group: "rbac.authorization.k8s.io",
+        resource: "rolebindings",
+        kind: "RoleBinding",
+        list_kind: "RoleBindingList",
+        singular: "rolebinding",
+        storage_prefix: "rolebindings",
+        ..BASE
+    },
+    ResourceInfo {
+        group: "rbac.authorization.k8s.io",
+        resource: "roles",
+        kind: "Role",
+        list_kind: "RoleList",
+        singular: "role",
+        storage_prefix: "roles",
+        ..BASE
+    },
 ];
 
 impl ResourceInfo {
@@ -471,7 +510,7 @@ mod tests {
         assert!(lookup_kind("v1", "Deployment").is_none());
         let groups = groups();
         let names: Vec<_> = groups.iter().map(|g| g.0).collect();
-        assert_eq!(names, vec!["apps", "coordination.k8s.io", "discovery.k8s.io"]);
+        assert_eq!(names, vec!["apps", "coordination.k8s.io", "discovery.k8s.io", "rbac.authorization.k8s.io"]);
     }
 
     #[test]

@@ -101,7 +101,7 @@ pub struct CacheFlags {
     #[arg(long = "etcd-compaction-interval", default_value = "5m", value_parser = parse_duration)]
     pub etcd_compaction_interval: Duration,
     /// rkube only: base period of the watch-cache consistency check
-    /// (jittered up to twice this; upstream hard-codes 5m).
+    /// (jittered into [p, 1.5 p]; upstream hard-codes 5m).
     #[arg(long = "watch-cache-consistency-check-period", default_value = "5m", value_parser = parse_duration)]
     pub consistency_check_period: Duration,
 }

@@ -67,6 +67,9 @@ pub struct ApiserverArgs {
     /// Watch cache, feature gates, storage readiness and compaction flags.
     #[command(flatten)]
     pub cache: crate::cache_options::CacheFlags,
+    /// TLS, authentication, authorization, audit, inflight limits, request timeouts and traces.
+    #[command(flatten)]
+    pub filters: crate::filters::FilterArgs,
 }
 
 /// Flags of `rkube up`.
@@ -81,22 +84,16 @@ pub struct UpArgs {
     /// Log verbosity (0–1 info, 2–4 debug, 5+ trace).
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     pub v: u8,
-}
-
-/// Sends logs to stderr at the level `-v` asks for (`RUST_LOG` overrides).
-fn init_logging(v: u8) {
-    let level = match v {
-        0 | 1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    /// Serve HTTPS with a CA and serving certificate generated in `<data-dir>/pki`,
+    /// client-certificate authentication (the kubeconfig carries an admin
+    /// certificate in group system:masters), no anonymous access and RBAC.
+    #[arg(long = "secure")]
+    pub secure: bool,
+    /// Also run this machine as a node: `rkube runtime` and `rkube node`
+    /// (evented PLEG), binding pods without `spec.nodeName` to it. Handled by
+    /// the `rkube` binary, which calls [`run_up_with`].
+    #[arg(long = "node")]
+    pub node: bool,
 }
 
 /// Opens the storage backend the flags name.
@@ -144,35 +141,69 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-/// Builds the state, bootstraps system namespaces and serves on `listener` until a signal.
+/// Wraps `storage` for the filter chain's storage latency metrics and builds
+/// the chain from `fargs` (RBAC reads roles and bindings from storage).
+fn build_chain(
+    storage: Arc<dyn Storage>,
+    fargs: &crate::filters::FilterArgs,
+    etcd_prefix: &str,
+) -> anyhow::Result<(Arc<dyn Storage>, crate::filters::FilterChain)> {
+    use crate::filters::{metrics::ApiserverMetrics, rbac, storage_metrics::InstrumentedStorage};
+    let metrics = Arc::new(ApiserverMetrics::new());
+    let storage: Arc<dyn Storage> = Arc::new(InstrumentedStorage::new(storage, metrics.clone(), etcd_prefix));
+    let rbac_source: Arc<dyn rbac::RbacSource> = Arc::new(rbac::StorageRbacSource::new(storage.clone(), etcd_prefix));
+    let config = fargs.load().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let chain = crate::filters::FilterChain::build(config, Some(rbac_source), metrics)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((storage, chain))
+}
+
+/// Builds the state, bootstraps system namespaces (and the RBAC bootstrap
+/// policy when RBAC is on) and serves `st` behind the filter chain on
+/// `listener` until a signal. `ready` runs once the server can answer.
 async fn serve_until_signal(
     listener: TcpListener,
     storage: Arc<dyn Storage>,
     config: ServerConfig,
+    fargs: &crate::filters::FilterArgs,
+    ready: impl FnOnce(),
 ) -> anyhow::Result<()> {
-    let st = ApiState::new(storage, config);
+    let prefix = config.etcd_prefix.clone();
+    let (storage, chain) = build_chain(storage, fargs, &prefix)?;
+    let st = ApiState::new(storage.clone(), config);
+    // The cache's metrics (watch cache, consistency checks) join /metrics.
+    let cache = st.cache.clone();
+    chain.metrics().add_text_source(Arc::new(move || cache.render_metrics()));
     crate::readiness::bootstrap_or_retry(&st).await.map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
-    crate::server::serve(listener, st, shutdown_signal()).await.context("serving HTTP")?;
+    if fargs.authorization_mode.iter().any(|m| m.split(',').any(|m| m.trim() == "RBAC")) {
+        crate::filters::rbac::ensure_bootstrap_policy(storage.as_ref(), &prefix)
+            .await
+            .map_err(|e| anyhow::anyhow!("writing the RBAC bootstrap policy: {e}"))?;
+    }
+    ready();
+    crate::filters::serve_api(listener, st, &chain, shutdown_signal()).await.context("serving the API")?;
     Ok(())
 }
 
 /// Run `rkube apiserver`.
 pub async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
-    init_logging(args.v);
+    crate::filters::trace::init_logging(args.v);
     let cidr = Cidr::parse(&args.service_cluster_ip_range)?;
     let storage =
         crate::lazy_storage::open_storage_resilient(&args.storage_backend, &args.data_dir, &args.etcd_servers).await?;
     let port = args.secure_port.unwrap_or(args.port);
-    if args.secure_port.is_some() {
-        tracing::warn!(port, "--secure-port: TLS is not implemented yet; serving plain HTTP");
+    let tls = args.filters.tls_cert_file.is_some();
+    if args.secure_port.is_some() && !tls {
+        tracing::warn!(port, "--secure-port without --tls-cert-file/--tls-private-key-file: serving plain HTTP");
     }
     let addr = SocketAddr::new(args.bind_address, port);
     let listener = TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
     let local = listener.local_addr()?;
-    tracing::info!(address = %local, backend = storage.backend_name(), "serving the Kubernetes API over plain HTTP");
+    let scheme = if tls { "HTTPS" } else { "plain HTTP" };
+    tracing::info!(address = %local, backend = storage.backend_name(), "serving the Kubernetes API over {scheme}");
     let watch_cache = args.cache.options()?;
     let config = ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache };
-    serve_until_signal(listener, storage, config).await
+    serve_until_signal(listener, storage, config, &args.filters, || {}).await
 }
 
 /// The kubeconfig `rkube up` writes: cluster, user and context all named `rkube`.
@@ -196,24 +227,45 @@ async fn bind_loopback(port: u16) -> anyhow::Result<TcpListener> {
 
 /// Run `rkube up`.
 pub async fn run_up(args: UpArgs) -> anyhow::Result<()> {
-    init_logging(args.v);
+    run_up_with(args, || {}).await
+}
+
+/// Run `rkube up`, calling `ready` once the server answers (right after the
+/// `export KUBECONFIG=` line is printed) so a caller can start clients of it.
+pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) -> anyhow::Result<()> {
+    crate::filters::trace::init_logging(args.v);
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data_dir =
         std::fs::canonicalize(&args.data_dir).with_context(|| format!("resolving {}", args.data_dir.display()))?;
     let storage = open_storage("embedded", &data_dir, &[]).await?;
     let listener = bind_loopback(args.port).await?;
     let local = listener.local_addr()?;
-    let server = format!("http://{local}");
     let kubeconfig_path = data_dir.join("kubeconfig");
-    std::fs::write(&kubeconfig_path, kubeconfig(&server))
-        .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
+    let mut fargs = crate::filters::FilterArgs::default();
+    let server = if args.secure {
+        let pki = crate::filters::tls::generate_self_signed(&data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+        fargs.tls_cert_file = Some(pki.serving_cert_path.clone());
+        fargs.tls_private_key_file = Some(pki.serving_key_path.clone());
+        fargs.client_ca_file = Some(pki.ca_cert_path.clone());
+        fargs.anonymous_auth = false;
+        fargs.authorization_mode = vec!["RBAC".into()];
+        let server = format!("https://{local}");
+        crate::filters::tls::write_kubeconfig(&kubeconfig_path, &server, &pki).map_err(|e| anyhow::anyhow!("{e}"))?;
+        server
+    } else {
+        let server = format!("http://{local}");
+        std::fs::write(&kubeconfig_path, kubeconfig(&server))
+            .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
+        server
+    };
     tracing::info!(server = %server, data_dir = %data_dir.display(), "rkube is up");
-    let st = ApiState::new(storage, ServerConfig::default());
-    crate::server::bootstrap(&st).await.map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
-    // The one line on stdout, printed once the server can answer.
-    println!("export KUBECONFIG={}", kubeconfig_path.display());
-    use std::io::Write as _;
-    let _ = std::io::stdout().flush();
-    crate::server::serve(listener, st, shutdown_signal()).await.context("serving HTTP")?;
-    Ok(())
+    let printed = kubeconfig_path.display().to_string();
+    serve_until_signal(listener, storage, ServerConfig::default(), &fargs, move || {
+        // The one line on stdout, printed once the server can answer.
+        println!("export KUBECONFIG={printed}");
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        ready();
+    })
+    .await
 }

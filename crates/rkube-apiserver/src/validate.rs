@@ -54,7 +54,7 @@ fn roundtrip<T: DeserializeOwned + Serialize>(obj: &Value) -> Result<Value, Stri
 
 /// The object as `k8s-openapi` sees it, or `None` for kinds without a typed check.
 fn typed_roundtrip(kind: &str, obj: &Value) -> Option<Result<Value, String>> {
-    use k8s_openapi::api::{apps, coordination, core, discovery};
+    use k8s_openapi::api::{apps, coordination, core, discovery, rbac};
     Some(match kind {
         "Namespace" => roundtrip::<core::v1::Namespace>(obj),
         "Pod" => roundtrip::<core::v1::Pod>(obj),
@@ -69,6 +69,10 @@ fn typed_roundtrip(kind: &str, obj: &Value) -> Option<Result<Value, String>> {
         "EndpointSlice" => roundtrip::<discovery::v1::EndpointSlice>(obj),
         "Lease" => roundtrip::<coordination::v1::Lease>(obj),
         "Deployment" => roundtrip::<apps::v1::Deployment>(obj),
+        "Role" => roundtrip::<rbac::v1::Role>(obj),
+        "ClusterRole" => roundtrip::<rbac::v1::ClusterRole>(obj),
+        "RoleBinding" => roundtrip::<rbac::v1::RoleBinding>(obj),
+        "ClusterRoleBinding" => roundtrip::<rbac::v1::ClusterRoleBinding>(obj),
         _ => return None,
     })
 }

@@ -441,7 +441,7 @@ fn bench_pod(i: usize) -> Vec<u8> {
             "uid": format!("00000000-0000-4000-8000-{i:012}"),
             "creationTimestamp": "2025-01-01T00:00:00Z",
             "labels": {"app": format!("app-{}", i % 100), "tier": "backend", "pod-template-hash": "5d8f7c9b6"},
-            "annotations": {"note": "x".repeat(600)},
+            "annotations": {"note": "x".repeat(720)},
         },
         "spec": {
             "nodeName": format!("node-{}", i % 3334),

@@ -38,7 +38,7 @@ async fn legacy_discovery_lists_resources_with_short_names_and_verbs() {
     assert_eq!(apis.body["kind"], "APIGroupList");
     let names: Vec<&str> =
         apis.body["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
-    assert_eq!(names, vec!["apps", "coordination.k8s.io", "discovery.k8s.io"]);
+    assert_eq!(names, vec!["apps", "coordination.k8s.io", "discovery.k8s.io", "rbac.authorization.k8s.io"]);
     let apps = s.get("/apis/apps/v1").await;
     assert_eq!(apps.body["groupVersion"], "apps/v1");
     assert_eq!(apps.body["resources"][0]["shortNames"], serde_json::json!(["deploy"]));

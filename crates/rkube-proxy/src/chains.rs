@@ -13,31 +13,58 @@ use sha2::{Digest, Sha256};
 
 use crate::model::{Protocol, ServicePortChains};
 
-/// An iptables chain name; cheap to clone (shared string).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Chain(Arc<str>);
+/// An iptables chain name; cheap to clone (shared string) and cheap to hash: the
+/// name's FNV-1a hash is computed once, so sets of tens of thousands of chains
+/// (one per service and endpoint) are built and probed without rehashing names.
+/// Ordered by name.
+#[derive(Debug, Clone)]
+pub struct Chain {
+    hash: u64,
+    name: Arc<str>,
+}
 
 impl Chain {
     /// Wrap a name.
     pub fn new(name: &str) -> Self {
-        Chain(Arc::from(name))
+        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        Chain { hash, name: Arc::from(name) }
     }
 
     /// The name.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.name
+    }
+}
+
+impl PartialEq for Chain {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.name == other.name
+    }
+}
+
+impl Eq for Chain {}
+
+impl std::hash::Hash for Chain {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialOrd for Chain {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Chain {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name.cmp(&other.name)
     }
 }
 
 impl fmt::Display for Chain {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::borrow::Borrow<str> for Chain {
-    fn borrow(&self) -> &str {
-        &self.0
+        f.write_str(&self.name)
     }
 }
 

@@ -168,10 +168,14 @@ impl ProxyArgs {
                 random_fully: true,
                 node_ip: None,
             },
-            timing: Timing {
-                min_sync_period: parse_go_duration(&self.iptables_min_sync_period)?,
-                sync_period: parse_go_duration(&self.iptables_sync_period)?,
-                ..Timing::default()
+            timing: {
+                let sync_period = parse_go_duration(&self.iptables_sync_period)?;
+                Timing {
+                    min_sync_period: parse_go_duration(&self.iptables_min_sync_period)?,
+                    sync_period,
+                    retry_period: sync_period,
+                    ..Timing::default()
+                }
             },
         })
     }

@@ -14,8 +14,9 @@
 //!   implementation spawning `iptables-restore`/`iptables-save`, optionally inside a
 //!   network namespace.
 //! - [`engine`]: the sync state machine ([`engine::machine::SyncMachine`], a pure
-//!   step function deciding full vs partial) and [`engine::Syncer`], which runs one
-//!   sync against an [`iptables::Iptables`].
+//!   step function deciding full vs partial), the [`engine::SyncBackend`] trait with
+//!   its iptables implementation [`engine::IptablesBackend`], and the async loop
+//!   ([`engine::runner::run_sync_loop`]) that drives them.
 //! - [`metrics`], [`healthz`]: kube-proxy's metric names and `/healthz`.
 //! - [`watch`], [`cli`]: kube-rs reflectors feeding the tracker, and `rkube proxy`.
 //!

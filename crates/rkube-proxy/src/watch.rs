@@ -58,6 +58,7 @@ impl WatchContext {
         }
     }
 
+    /// Run `f` on the tracker; false if the lock is poisoned.
     fn with_tracker(&self, f: impl FnOnce(&mut ChangeTracker) -> bool) -> bool {
         match self.tracker.lock() {
             Ok(mut t) => f(&mut t),
@@ -96,12 +97,56 @@ impl Tracked for EndpointSlice {
     }
 }
 
+/// Applies watch events of one kind to the tracker, remembering the objects it has
+/// seen so a relist (`Init` … `InitDone`) can delete the ones that vanished.
+struct EventApplier<K: Tracked> {
+    known: HashMap<ObjectRef<K>, K>,
+    relisted: HashSet<ObjectRef<K>>,
+}
+
+impl<K: Tracked> EventApplier<K> {
+    fn new() -> Self {
+        Self { known: HashMap::new(), relisted: HashSet::new() }
+    }
+
+    /// Apply one event. Returns (tracker changed, a list just completed).
+    fn apply(&mut self, event: Event<K>, tracker: &mut ChangeTracker) -> (bool, bool) {
+        match event {
+            Event::Apply(obj) | Event::InitApply(obj) => {
+                let key = ObjectRef::from_obj(&obj);
+                self.relisted.insert(key.clone());
+                let changed = K::apply(tracker, &obj);
+                self.known.insert(key, obj);
+                (changed, false)
+            }
+            Event::Delete(obj) => {
+                self.known.remove(&ObjectRef::from_obj(&obj));
+                (K::delete(tracker, &obj), false)
+            }
+            Event::Init => {
+                self.relisted.clear();
+                (false, false)
+            }
+            Event::InitDone => {
+                let gone: Vec<ObjectRef<K>> =
+                    self.known.keys().filter(|k| !self.relisted.contains(*k)).cloned().collect();
+                let mut changed = false;
+                for key in gone {
+                    if let Some(obj) = self.known.remove(&key) {
+                        changed |= K::delete(tracker, &obj);
+                    }
+                }
+                (changed, true)
+            }
+        }
+    }
+}
+
 async fn run_reflector<K: Tracked>(api: Api<K>, ctx: WatchContext) {
     let (reader, writer) = reflector::store::<K>();
     let stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default())).default_backoff();
     futures::pin_mut!(stream);
-    let mut known: HashMap<ObjectRef<K>, K> = HashMap::new();
-    let mut relisted: HashSet<ObjectRef<K>> = HashSet::new();
+    let mut applier = EventApplier::<K>::new();
     while let Some(event) = stream.next().await {
         let event = match event {
             Ok(ev) => ev,
@@ -110,38 +155,14 @@ async fn run_reflector<K: Tracked>(api: Api<K>, ctx: WatchContext) {
                 continue;
             }
         };
-        let changed = match event {
-            Event::Apply(obj) | Event::InitApply(obj) => {
-                let key = ObjectRef::from_obj(&obj);
-                relisted.insert(key.clone());
-                let changed = ctx.with_tracker(|t| K::apply(t, &obj));
-                known.insert(key, obj);
-                changed
-            }
-            Event::Delete(obj) => {
-                known.remove(&ObjectRef::from_obj(&obj));
-                ctx.with_tracker(|t| K::delete(t, &obj))
-            }
-            Event::Init => {
-                relisted.clear();
-                false
-            }
-            Event::InitDone => {
-                let gone: Vec<K> = known
-                    .iter()
-                    .filter(|(k, _)| !relisted.contains(*k))
-                    .map(|(_, obj)| obj.clone())
-                    .collect();
-                let mut changed = false;
-                for obj in &gone {
-                    known.remove(&ObjectRef::from_obj(obj));
-                    changed |= ctx.with_tracker(|t| K::delete(t, obj));
-                }
-                tracing::debug!(kind = %K::kind(&()), objects = reader.state().len(), "initial list done");
-                ctx.mark_synced(K::IS_SERVICE);
-                changed
-            }
+        let Ok((changed, listed)) = ctx.tracker.lock().map(|mut t| applier.apply(event, &mut t)) else {
+            tracing::error!("change tracker lock poisoned; stopping the watch");
+            return;
         };
+        if listed {
+            tracing::debug!(kind = %K::kind(&()), objects = reader.state().len(), "list done");
+            ctx.mark_synced(K::IS_SERVICE);
+        }
         if changed {
             if K::IS_SERVICE {
                 ctx.metrics.service_changes.inc();
@@ -186,5 +207,50 @@ pub async fn watch_node(client: Client, node_name: String, ctx: WatchContext) {
                 let _ = ctx.notices.send(Notice::NodeLabelsChanged);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+    use crate::fixtures::{endpoint_slice, service, Ep};
+
+    #[test]
+    fn relist_deletes_objects_that_vanished_while_disconnected() {
+        let mut t = ChangeTracker::new("node-a", SystemTime::UNIX_EPOCH);
+        let mut services = EventApplier::<Service>::new();
+        let a = service("ns", "a", "10.96.0.1", "p", 80);
+        let b = service("ns", "b", "10.96.0.2", "p", 80);
+        assert_eq!(services.apply(Event::Init, &mut t), (false, false));
+        assert_eq!(services.apply(Event::InitApply(a.clone()), &mut t), (true, false));
+        assert_eq!(services.apply(Event::InitApply(b), &mut t), (true, false));
+        assert_eq!(services.apply(Event::InitDone, &mut t), (false, true));
+        assert_eq!(t.service_port_count(), 2);
+        t.begin_sync();
+        t.finish_sync(true);
+
+        // The watch restarts; b was deleted meanwhile and only a is listed.
+        services.apply(Event::Init, &mut t);
+        assert_eq!(services.apply(Event::InitApply(a), &mut t), (false, false), "unchanged a");
+        assert_eq!(services.apply(Event::InitDone, &mut t), (true, true), "b deleted at InitDone");
+        assert_eq!(t.service_port_count(), 1);
+        assert_eq!(t.pending().services, [crate::model::NamespacedName::new("ns", "b")].into());
+    }
+
+    #[test]
+    fn slice_delete_event_removes_its_endpoints() {
+        let mut t = ChangeTracker::new("node-a", SystemTime::UNIX_EPOCH);
+        let mut slices = EventApplier::<EndpointSlice>::new();
+        let s = endpoint_slice("ns", "a", "a-1", "p", 8080, &[Ep::ready("10.244.0.1")]);
+        assert_eq!(slices.apply(Event::Apply(s.clone()), &mut t), (true, false));
+        assert_eq!(slices.apply(Event::Delete(s), &mut t), (true, false));
+        let spn = crate::model::ServicePortName {
+            service: crate::model::NamespacedName::new("ns", "a"),
+            port: "p".into(),
+            protocol: crate::model::Protocol::Tcp,
+        };
+        assert!(t.endpoints(&spn).is_empty());
     }
 }

@@ -124,3 +124,56 @@ fn bench_partial_vs_full_sync() {
     }
     println!("peak RSS of the test process (VmHWM): {} MiB", peak_rss_kib() / 1024);
 }
+
+/// Generation alone (no iptables): full vs partial restore input for one changed
+/// service, medians over RUNS, sizes from RKUBE_BENCH_SIZES (default 1000,5000,10000,20000).
+#[test]
+#[ignore = "benchmark: run with --ignored --nocapture (and --release)"]
+fn bench_generation_only() {
+    use std::collections::{BTreeSet, HashSet};
+    use std::time::{Instant, SystemTime};
+
+    use rkube_proxy::tracker::ChangeTracker;
+    use rkube_proxy::writer::iptables::IptablesWriter;
+    use rkube_proxy::writer::{RuleWriter, SyncMode, SyncRequest};
+
+    let sizes = env_list("RKUBE_BENCH_SIZES", "1000,5000,10000,20000");
+    let runs = env_list("RKUBE_BENCH_RUNS", "5").first().copied().unwrap_or(5).max(1);
+    println!("{:>8} | {:>10} {:>10} | {:>12} {:>12}", "services", "full ms", "part ms", "full bytes", "part bytes");
+    for &n in &sizes {
+        let mut t = ChangeTracker::new("node-a", SystemTime::UNIX_EPOCH);
+        for i in 0..n {
+            t.update_service(&service("bench", &format!("svc{i}"), &cluster_ip(i), "http", 80));
+            t.update_slice(&endpoint_slice("bench", &format!("svc{i}"), &format!("svc{i}-1"), "http", 8080, &endpoints(i, 0)));
+        }
+        let cfg = common::test_config();
+        let none = HashSet::new();
+        let mut writer = IptablesWriter::new();
+        let mut request = SyncRequest {
+            tracker: &t,
+            config: &cfg,
+            mode: SyncMode::Full,
+            programmed_chains: &none,
+            existing_chains: &none,
+            node_ips: &[],
+            large_cluster_mode: true,
+        };
+        let programmed = writer.write(&request).active_chains;
+        let changed: BTreeSet<_> = [rkube_proxy::model::NamespacedName::new("bench", "svc0")].into();
+        let (mut full, mut part, mut fb, mut pb) = (Vec::new(), Vec::new(), 0, 0);
+        for _ in 0..runs {
+            request.mode = SyncMode::Full;
+            request.programmed_chains = &programmed;
+            let s = Instant::now();
+            fb = writer.write(&request).data.len();
+            full.push(s.elapsed());
+            request.mode = SyncMode::Partial { changed: &changed };
+            let s = Instant::now();
+            let out = writer.write(&request);
+            part.push(s.elapsed());
+            pb = out.data.len();
+            assert_eq!(out.services_written, 1);
+        }
+        println!("{:>8} | {:>10.1} {:>10.1} | {:>12} {:>12}", n, ms(median(full)), ms(median(part)), fb, pb);
+    }
+}

@@ -30,7 +30,9 @@ struct Running {
     task: tokio::task::JoinHandle<()>,
 }
 
-fn start(ns: &NetNs, sync_period: Duration) -> Running {
+/// Start the loop with `sync_period` between flush checks and `retry_period` before
+/// retrying a failed sync.
+fn start(ns: &NetNs, sync_period: Duration, retry_period: Duration) -> Running {
     let proxy = Proxy::new(ns, NODE);
     let backend = IptablesBackend::new(ns.iptables(), test_config());
     let metrics = Arc::new(Metrics::new());
@@ -41,7 +43,7 @@ fn start(ns: &NetNs, sync_period: Duration) -> Running {
         status: status_tx,
     };
     let (notices, rx) = mpsc::unbounded_channel();
-    let timing = Timing { min_sync_period: Duration::from_millis(50), sync_period, ..Timing::default() };
+    let timing = Timing { min_sync_period: Duration::from_millis(50), sync_period, retry_period, ..Timing::default() };
     let task = tokio::spawn(run_sync_loop(backend, proxy.tracker.clone(), timing, rx, observers));
     Running { tracker: proxy.tracker, notices, status, metrics, task }
 }
@@ -89,7 +91,9 @@ fn svc_chain_of(ns: &NetNs, cluster_ip: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_partial_restore_is_repaired_by_full_restore_without_losing_changes() {
     let ns = NetNs::new("fault");
-    let mut r = start(&ns, Duration::from_millis(400));
+    // No flush check during the test (it would repair the chain before the partial
+    // sync fails); retry quickly.
+    let mut r = start(&ns, Duration::from_secs(3600), Duration::from_millis(300));
     two_services(&r);
     r.notices.send(Notice::InformersSynced).expect("loop alive");
     wait_for(&mut r.status, "first full sync", |s| s.syncs_ok == 1 && s.full_syncs == 1).await;
@@ -110,7 +114,7 @@ async fn failed_partial_restore_is_repaired_by_full_restore_without_losing_chang
     let after_failure = wait_for(&mut r.status, "failed partial sync", |s| s.syncs_failed == 1).await;
     assert_eq!(after_failure.syncs_ok, 1);
 
-    // The retry (after --iptables-sync-period) is a full sync and succeeds.
+    // The retry (after the retry period) is a full sync and succeeds.
     let repaired = wait_for(&mut r.status, "repairing full sync", |s| s.syncs_ok == 2).await;
     assert_eq!(repaired.full_syncs, 2, "the retry was a full sync: {repaired:?}");
 
@@ -133,7 +137,7 @@ async fn failed_partial_restore_is_repaired_by_full_restore_without_losing_chang
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn externally_flushed_chain_is_detected_by_sync_period_check_and_repaired() {
     let ns = NetNs::new("flush");
-    let mut r = start(&ns, Duration::from_millis(300));
+    let mut r = start(&ns, Duration::from_millis(300), Duration::from_millis(300));
     two_services(&r);
     r.notices.send(Notice::InformersSynced).expect("loop alive");
     wait_for(&mut r.status, "first full sync", |s| s.syncs_ok == 1).await;

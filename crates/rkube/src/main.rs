@@ -41,6 +41,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Apiserver(args) => rkube_apiserver::cli::run_apiserver(args).await,
+            Command::Up(args) if args.node => up_with_node(args).await,
             Command::Up(args) => rkube_apiserver::cli::run_up(args).await,
             Command::Proxy(args) => rkube_proxy::cli::run(args).await,
             Command::Runtime(args) => rkube_runtime::cli::run(args).await,
@@ -55,4 +56,34 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `rkube up --node`: the API server, then a local node (CRI runtime + node
+/// agent + binder) once the server answers; the node stops when the server does.
+async fn up_with_node(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
+    let data_dir = args.data_dir.clone();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let mut server = tokio::spawn(rkube_apiserver::cli::run_up_with(args, move || {
+        let _ = ready_tx.send(());
+    }));
+    tokio::select! {
+        ready = ready_rx => {
+            if ready.is_err() {
+                return server.await?;
+            }
+        }
+        result = &mut server => return result?,
+    }
+    let data_dir = std::fs::canonicalize(&data_dir)?;
+    let node = match rkube_node::run_local_node(data_dir.join("kubeconfig"), &data_dir).await {
+        Ok(node) => node,
+        Err(err) => {
+            server.abort();
+            return Err(err.context("starting the local node"));
+        }
+    };
+    eprintln!("rkube: node {} is running pods on this machine", node.node_name);
+    let result = server.await;
+    node.shutdown().await;
+    result?
 }

@@ -182,7 +182,23 @@ pub struct ApiserverMetrics {
     audit_errors: Family<PluginLabels, Counter>,
     audit_levels: Family<LevelLabels, Counter>,
     pub(crate) storage: HistogramFamily<StorageLabels>,
+    /// Other components' metrics in Prometheus text (the watch cache's), appended by [`ApiserverMetrics::render`].
+    extra: ExtraSources,
 }
+
+/// The sources added with [`ApiserverMetrics::add_text_source`].
+#[derive(Default)]
+struct ExtraSources(std::sync::RwLock<Vec<TextSource>>);
+
+impl std::fmt::Debug for ExtraSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.read().map(|v| v.len()).unwrap_or(0);
+        write!(f, "ExtraSources({n})")
+    }
+}
+
+/// Renders another registry as Prometheus text 0.0.4.
+pub type TextSource = Arc<dyn Fn() -> String + Send + Sync>;
 
 impl Default for ApiserverMetrics {
     fn default() -> Self {
@@ -274,16 +290,62 @@ impl ApiserverMetrics {
             audit_errors,
             audit_levels,
             storage,
+            extra: ExtraSources::default(),
         }
     }
 
-    /// The whole registry in the Prometheus text format 0.0.4.
+    /// Adds another component's metrics to `/metrics` (e.g. the watch cache's
+    /// registry). Metric families it renders are dropped from this registry's
+    /// output, so a name is never exposed twice.
+    pub fn add_text_source(&self, source: TextSource) {
+        if let Ok(mut extra) = self.extra.0.write() {
+            extra.push(source);
+        }
+    }
+
+    /// The whole registry in the Prometheus text format 0.0.4, followed by
+    /// every source added with [`ApiserverMetrics::add_text_source`].
     pub fn render(&self) -> String {
         let mut out = String::new();
         if prometheus_client::encoding::text::encode_registry(&mut out, &self.registry).is_err() {
             return String::new();
         }
-        to_prometheus_text(&out)
+        let own = to_prometheus_text(&out);
+        let extra: Vec<String> = match self.extra.0.read() {
+            Ok(sources) => sources.iter().map(|f| f()).collect(),
+            Err(_) => Vec::new(),
+        };
+        if extra.is_empty() {
+            return own;
+        }
+        let taken: std::collections::HashSet<&str> = extra
+            .iter()
+            .flat_map(|t| t.lines())
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        let mut text = String::with_capacity(own.len() + extra.iter().map(String::len).sum::<usize>());
+        for line in own.lines() {
+            let name = line
+                .strip_prefix("# HELP ")
+                .or_else(|| line.strip_prefix("# TYPE "))
+                .unwrap_or(line)
+                .split(|c: char| c == '{' || c.is_whitespace())
+                .next()
+                .unwrap_or("");
+            if taken.contains(name) {
+                continue;
+            }
+            text.push_str(line);
+            text.push('\n');
+        }
+        for t in extra {
+            text.push_str(&t);
+            if !t.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        text
     }
 
     /// Records one finished request: `apiserver_request_total`,

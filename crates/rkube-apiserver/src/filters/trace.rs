@@ -75,6 +75,23 @@ pub fn logging_filter() -> tracing_subscriber::filter::FilterFn<impl Fn(&tracing
     tracing_subscriber::filter::filter_fn(|meta| *meta.level() <= level_for(verbosity()))
 }
 
+/// Sends logs to stderr at verbosity `v` (then following `PUT /debug/flags/v`),
+/// like kube-apiserver's `-v`. With `RUST_LOG` set, that filter is used
+/// instead and the verbosity only affects trace logs. Does nothing when a
+/// global subscriber is already installed.
+pub fn init_logging(v: u8) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    set_verbosity(v);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
+    let _ = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(env) => tracing_subscriber::registry().with(layer.with_filter(env)).try_init(),
+        Err(_) => tracing_subscriber::registry().with(layer.with_filter(logging_filter())).try_init(),
+    };
+}
+
 /// One recorded step.
 #[derive(Debug, Clone)]
 struct Step {

@@ -5,7 +5,7 @@
 //! extension (kubectl maps a GVK to its schema with it). List kinds have no
 //! `k8s-openapi` schema; [`super::schemas`] builds them from their item kind.
 
-use k8s_openapi::api::{apps, coordination, core, discovery};
+use k8s_openapi::api::{apps, coordination, core, discovery, rbac};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::schemars::{JsonSchema, SchemaGenerator};
 
@@ -87,6 +87,38 @@ pub(crate) static KINDS: &[KindSchema] = &[
         "io.k8s.api.apps.v1.Deployment",
         Some("DeploymentList"),
         add::<apps::v1::Deployment>,
+    ),
+    kind(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "io.k8s.api.rbac.v1.ClusterRole",
+        Some("ClusterRoleList"),
+        add::<rbac::v1::ClusterRole>,
+    ),
+    kind(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "io.k8s.api.rbac.v1.ClusterRoleBinding",
+        Some("ClusterRoleBindingList"),
+        add::<rbac::v1::ClusterRoleBinding>,
+    ),
+    kind(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "io.k8s.api.rbac.v1.Role",
+        Some("RoleList"),
+        add::<rbac::v1::Role>,
+    ),
+    kind(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "io.k8s.api.rbac.v1.RoleBinding",
+        Some("RoleBindingList"),
+        add::<rbac::v1::RoleBinding>,
     ),
 ];
 

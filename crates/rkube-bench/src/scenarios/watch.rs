@@ -242,6 +242,7 @@ struct StepResult {
     terminated_client: u64,
     terminated_metric: Option<f64>,
     server_cores: Option<f64>,
+    bench_cores: Option<f64>,
     server_rss: Option<u64>,
     write_failures: u64,
 }
@@ -266,6 +267,7 @@ async fn step(api: &Api, writer: &Api, w: &Watchers, step_id: u32, rate: f64, se
     let term_before = w.terminated();
     w.begin(step_id * 2 + 1);
     let usage = ProcWatcher::start(pid);
+    let own = ProcWatcher::start(std::process::id());
     let written = write_step(writer, step_id * 2 + 1, rate, secs).await;
     let want = written.ok * w.states.len() as u64;
     let deadline = Instant::now() + drain;
@@ -273,6 +275,7 @@ async fn step(api: &Api, writer: &Api, w: &Watchers, step_id: u32, rate: f64, se
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let usage = usage.finish();
+    let own = own.finish();
     let metric_after = terminated_metric(api).await;
     StepResult {
         watchers: w.states.len(),
@@ -287,6 +290,7 @@ async fn step(api: &Api, writer: &Api, w: &Watchers, step_id: u32, rate: f64, se
             _ => None,
         },
         server_cores: usage.map(|u| u.avg_cores),
+        bench_cores: own.map(|u| u.avg_cores),
         server_rss: sample_proc(pid).map(|s| s.rss_bytes),
         write_failures: written.failed + written.skipped,
     }
@@ -406,9 +410,18 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     server.stop().await;
     drop(env);
 
-    let best = sweep.iter().filter(|r| r.clean()).map(|r| r.achieved_rate).fold(f64::NAN, f64::max);
-    let mut summary = Table::new("Highest sustained write rate before any watcher was terminated", &["watchers", "highest clean rate (achieved)", "why the sweep stopped"]);
-    summary.row(vec![fmt_count(sweep_w as u64), if best.is_nan() { "none".into() } else { fmt_rate(best) }, stop_reason]);
+    let best_step = sweep.iter().filter(|r| r.clean()).max_by(|a, b| a.achieved_rate.total_cmp(&b.achieved_rate));
+    let best = best_step.map(|r| r.achieved_rate).unwrap_or(f64::NAN);
+    let mut summary = Table::new(
+        "Highest sustained write rate before any watcher was terminated",
+        &["watchers", "highest clean rate (achieved)", "p99 delivery latency there", "why the sweep stopped"],
+    );
+    summary.row(vec![
+        fmt_count(sweep_w as u64),
+        if best.is_nan() { "none".into() } else { fmt_rate(best) },
+        best_step.and_then(|r| r.latency).map(|l| fmt_secs(l.p99)).unwrap_or_else(|| "n/a".into()),
+        stop_reason,
+    ]);
     if !best.is_nan() {
         report.measure("watch/max_sustained_rate", "events/s", &[("watchers", sweep_w.to_string()), ("backend", backend.name().into())], &[best]);
     }
@@ -432,12 +445,18 @@ fn record(report: &mut Report, sweep: &str, r: &StepResult, backend: Backend) {
     }
     report.measure("watch/achieved_rate", "events/s", &labels, &[r.achieved_rate]);
     report.measure("watch/delivered_fraction", "ratio", &labels, &[r.delivered]);
+    if let Some(c) = r.server_cores {
+        report.measure("watch/apiserver_cores", "cores", &labels, &[c]);
+    }
+    if let Some(c) = r.bench_cores {
+        report.measure("watch/bench_client_cores", "cores", &labels, &[c]);
+    }
 }
 
 fn table(title: &str, rows: &[StepResult]) -> Table {
     let mut t = Table::new(
         title,
-        &["watchers", "target rate", "achieved", "delivered", "p50", "p99", "max", "terminated (client / metric)", "apiserver CPU (cores)", "apiserver RSS"],
+        &["watchers", "target rate", "achieved", "delivered", "p50", "p99", "max", "terminated (client / metric)", "apiserver CPU (cores)", "bench client CPU (cores)", "apiserver RSS"],
     );
     for r in rows {
         let lat = |f: fn(&Summary) -> f64| r.latency.as_ref().map(|s| fmt_secs(f(s))).unwrap_or_else(|| "n/a".into());
@@ -451,6 +470,7 @@ fn table(title: &str, rows: &[StepResult]) -> Table {
             lat(|s| s.max),
             format!("{} / {}", r.terminated_client, r.terminated_metric.map(|m| format!("{m}")).unwrap_or_else(|| "n/a".into())),
             r.server_cores.map(|c| format!("{c:.2}")).unwrap_or_else(|| "n/a".into()),
+            r.bench_cores.map(|c| format!("{c:.2}")).unwrap_or_else(|| "n/a".into()),
             r.server_rss.map(fmt_bytes).unwrap_or_else(|| "n/a".into()),
         ]);
     }

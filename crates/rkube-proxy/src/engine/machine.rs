@@ -28,9 +28,11 @@ use std::time::{Duration, Instant};
 pub struct Timing {
     /// `--iptables-min-sync-period`, start to start (default 1 s).
     pub min_sync_period: Duration,
-    /// `--iptables-sync-period`: external-flush check interval and retry delay after
-    /// a failed sync (default 30 s, upstream `RetryAfter(syncPeriod)`).
+    /// `--iptables-sync-period`: external-flush check interval (default 30 s).
     pub sync_period: Duration,
+    /// Delay before retrying a failed sync when no new change arrives (kube-proxy
+    /// uses `RetryAfter(syncPeriod)`: the same 30 s).
+    pub retry_period: Duration,
     /// Longest time between full syncs (1 h; kubernetes#129128).
     pub full_sync_period: Duration,
 }
@@ -40,6 +42,7 @@ impl Default for Timing {
         Self {
             min_sync_period: Duration::from_secs(1),
             sync_period: Duration::from_secs(30),
+            retry_period: Duration::from_secs(30),
             full_sync_period: Duration::from_secs(3600),
         }
     }
@@ -190,7 +193,7 @@ impl SyncMachine {
                 } else {
                     // Queue another sync; it will be full (KEP-3453).
                     self.owe_full(FullReason::AfterFailure);
-                    self.retry_at = Some(now + self.timing.sync_period);
+                    self.retry_at = Some(now + self.timing.retry_period);
                 }
             }
             Input::CheckFinished { intact } => {

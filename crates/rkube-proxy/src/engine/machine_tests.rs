@@ -6,7 +6,7 @@ const MIN: Duration = Duration::from_secs(1);
 const PERIOD: Duration = Duration::from_secs(30);
 
 fn machine() -> (SyncMachine, Instant) {
-    let t = Timing { min_sync_period: MIN, sync_period: PERIOD, full_sync_period: Duration::from_secs(3600) };
+    let t = Timing { min_sync_period: MIN, sync_period: PERIOD, retry_period: PERIOD, full_sync_period: Duration::from_secs(3600) };
     (SyncMachine::new(t), Instant::now())
 }
 

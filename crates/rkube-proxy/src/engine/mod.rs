@@ -14,7 +14,7 @@
 pub mod machine;
 pub mod runner;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
@@ -117,7 +117,7 @@ pub struct IptablesBackend<I: Iptables> {
     /// Per-service nat chains present after the last successful restore.
     /// Invariant: updated only when a restore succeeded; cleared on failure so the
     /// (full) retry re-reads the kernel.
-    programmed_chains: BTreeSet<Chain>,
+    programmed_chains: HashSet<Chain>,
     /// KUBE-* rule counts (nat, filter) after the last successful restore.
     expected_rules: Option<(usize, usize)>,
     large_cluster_mode: Option<bool>,
@@ -130,7 +130,7 @@ impl<I: Iptables> IptablesBackend<I> {
             iptables,
             writer: IptablesWriter::new(),
             config,
-            programmed_chains: BTreeSet::new(),
+            programmed_chains: HashSet::new(),
             expected_rules: None,
             large_cluster_mode: None,
         }
@@ -152,7 +152,7 @@ impl<I: Iptables> IptablesBackend<I> {
 
     /// Steps before a full sync: jump rules and canaries (spawning `iptables` only
     /// for what `iptables-save` shows missing), and the kernel's service chains.
-    fn prepare_full(&mut self) -> Result<BTreeSet<Chain>> {
+    fn prepare_full(&mut self) -> Result<HashSet<Chain>> {
         let saved = self.save_all()?;
         let has_chain = |table: Table, chain: &str| saved.get(&table).is_some_and(|t| t.chains.contains_key(chain));
         for (table, src, dst, extra, comment) in JUMP_RULES {
@@ -170,7 +170,7 @@ impl<I: Iptables> IptablesBackend<I> {
             let present = saved
                 .get(table)
                 .and_then(|t| t.chains.get(*src))
-                .is_some_and(|rules| rules.iter().any(|r| *r == line));
+                .is_some_and(|rules| rules.contains(&line));
             if !present {
                 self.iptables.ensure_rule_prepend(*table, src, &args)?;
             }
@@ -239,7 +239,7 @@ impl<I: Iptables> SyncBackend for IptablesBackend<I> {
                 Err(e) => return fail(report, e, tracker),
             }
         } else {
-            BTreeSet::new()
+            HashSet::new()
         };
         let node_ips = match self.node_ips() {
             Ok(ips) => ips,

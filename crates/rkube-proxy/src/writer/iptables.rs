@@ -15,7 +15,7 @@
 //! then the same for `*nat` with stale-chain `-X` lines last. Services are
 //! written in `ServicePortName` order, so equal state gives equal bytes.
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::fmt::{self, Write as _};
 
 use crate::chains::{
@@ -32,7 +32,7 @@ pub struct RestoreInput {
     /// Bytes for `iptables-restore --noflush --counters`.
     pub data: String,
     /// Per-service nat chains that exist once this input is applied.
-    pub active_chains: BTreeSet<Chain>,
+    pub active_chains: HashSet<Chain>,
     /// Service ports whose per-service chains were written.
     pub services_written: usize,
     /// Stale per-service chains deleted by this input.
@@ -384,7 +384,7 @@ impl RuleWriter for IptablesWriter {
         let cfg = req.config;
         let tracker = req.tracker;
         let zone = tracker.node_labels().get(LABEL_TOPOLOGY_ZONE).map(String::as_str);
-        let mut active_chains = BTreeSet::new();
+        let mut active_chains = HashSet::with_capacity(req.programmed_chains.len());
         let mut services_written = 0;
 
         for svc in tracker.service_ports() {
@@ -409,9 +409,11 @@ impl RuleWriter for IptablesWriter {
             SyncMode::Full => Box::new(req.programmed_chains.iter().chain(req.existing_chains.iter())),
             SyncMode::Partial { .. } => Box::new(req.programmed_chains.iter()),
         };
-        let stale: BTreeSet<&Chain> = candidates
-            .filter(|c| chains::is_service_chain(c.as_str()) && !active_chains.contains(*c))
+        let mut stale: Vec<&Chain> = candidates
+            .filter(|c| !active_chains.contains(*c) && chains::is_service_chain(c.as_str()))
             .collect();
+        stale.sort();
+        stale.dedup();
 
         // Tail of nat KUBE-SERVICES: hand node-local destinations to KUBE-NODEPORTS.
         let tail_comment = "\"kubernetes service nodeports; NOTE: this must be the last rule in this chain\"";

@@ -3,7 +3,7 @@
 //! `src/writer/testdata/`; `UPDATE_GOLDEN=1 cargo test -p rkube-proxy golden_`
 //! rewrites them (review the diff before committing).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::PathBuf;
 use std::time::SystemTime;
 
@@ -33,8 +33,8 @@ fn config() -> RuleConfig {
     RuleConfig { cluster_cidr: Ipv4Cidr::parse("10.0.0.0/8").ok(), ..RuleConfig::default() }
 }
 
-fn write(t: &ChangeTracker, mode: SyncMode<'_>, programmed: &BTreeSet<Chain>) -> RestoreInput {
-    let none = BTreeSet::new();
+fn write(t: &ChangeTracker, mode: SyncMode<'_>, programmed: &HashSet<Chain>) -> RestoreInput {
+    let none = HashSet::new();
     IptablesWriter::new().write(&SyncRequest {
         tracker: t,
         config: &config(),
@@ -47,7 +47,7 @@ fn write(t: &ChangeTracker, mode: SyncMode<'_>, programmed: &BTreeSet<Chain>) ->
 }
 
 fn full(t: &ChangeTracker) -> RestoreInput {
-    write(t, SyncMode::Full, &BTreeSet::new())
+    write(t, SyncMode::Full, &HashSet::new())
 }
 
 /// Compare with `testdata/<name>.golden`, or rewrite it under `UPDATE_GOLDEN=1`.
@@ -186,7 +186,7 @@ fn golden_client_ip_session_affinity_uses_recent_match() {
 fn golden_terminating_endpoints_serve_only_when_no_endpoint_is_ready() {
     let svc = service("ns1", "svc1", "172.30.0.41", "p80", 80);
     let mixed = tracker(
-        &[svc.clone()],
+        std::slice::from_ref(&svc),
         &[endpoint_slice("ns1", "svc1", "s", "p80", 80, &[Ep::ready("10.180.0.1"), Ep::terminating_serving("10.180.0.2"), Ep::terminating_not_serving("10.180.0.3")])],
     );
     let out = full(&mixed);
@@ -209,7 +209,7 @@ fn large_cluster_mode_drops_per_endpoint_comments() {
         &[service("ns1", "svc1", "172.30.0.41", "p80", 80)],
         &[endpoint_slice("ns1", "svc1", "s", "p80", 80, &[Ep::ready("10.180.0.1")])],
     );
-    let none = BTreeSet::new();
+    let none = HashSet::new();
     let out = IptablesWriter::new().write(&SyncRequest {
         tracker: &t,
         config: &config(),
@@ -226,7 +226,7 @@ fn large_cluster_mode_drops_per_endpoint_comments() {
 #[test]
 fn nodeport_addresses_restrict_the_nodeports_jump_to_node_ips() {
     let t = tracker(&[with_node_port(service("ns3", "svc3", "172.30.0.43", "p80", 80), 3003)], &[]);
-    let none = BTreeSet::new();
+    let none = HashSet::new();
     let cfg = RuleConfig { node_port_addresses: vec![Ipv4Cidr::parse("192.168.0.0/16").unwrap()], ..config() };
     let ips = ["192.168.1.5".parse().unwrap(), "127.0.0.1".parse().unwrap()];
     let out = IptablesWriter::new().write(&SyncRequest {
@@ -313,8 +313,8 @@ fn partial_sync_rewrites_unchanged_service_whose_chain_is_not_known_to_exist() {
 fn full_sync_deletes_stale_service_chains_found_in_kernel() {
     let (services, slices) = two_services();
     let t = tracker(&services, &slices);
-    let none = BTreeSet::new();
-    let existing: BTreeSet<Chain> = [Chain::new("KUBE-SEP-STALESTALESTALE1"), Chain::new("DOCKER-USER")].into();
+    let none = HashSet::new();
+    let existing: HashSet<Chain> = [Chain::new("KUBE-SEP-STALESTALESTALE1"), Chain::new("DOCKER-USER")].into();
     let out = IptablesWriter::new().write(&SyncRequest {
         tracker: &t,
         config: &config(),

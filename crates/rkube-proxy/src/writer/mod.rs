@@ -8,7 +8,7 @@
 
 pub mod iptables;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::net::Ipv4Addr;
 
 use crate::chains::Chain;
@@ -79,9 +79,9 @@ pub struct SyncRequest<'a> {
     /// Full or partial.
     pub mode: SyncMode<'a>,
     /// Per-service nat chains the last successful restore left in place.
-    pub programmed_chains: &'a BTreeSet<Chain>,
+    pub programmed_chains: &'a HashSet<Chain>,
     /// Per-service nat chains seen in the kernel (read before full syncs; may be empty).
-    pub existing_chains: &'a BTreeSet<Chain>,
+    pub existing_chains: &'a HashSet<Chain>,
     /// Local addresses inside `--nodeport-addresses` (used only when that flag is set).
     pub node_ips: &'a [Ipv4Addr],
     /// Drop per-endpoint comments (more than [`LARGE_CLUSTER_ENDPOINTS_THRESHOLD`] endpoints).
