@@ -225,6 +225,11 @@ async fn one(
     let steady_usage = steady_usage.finish();
     pb.finish_and_clear();
 
+    let terminated_metric = sim.api.metrics().await.map(|text| {
+        crate::client::metric_sum(&text, "apiserver_terminated_watchers_total")
+            .map(|v| format!("{v}"))
+            .unwrap_or_else(|| if text.contains("apiserver_watch_cache_") { "0".into() } else { "n/a (no watch cache metrics)".into() })
+    });
     sim.stopping.store(true, Ordering::SeqCst);
     drop(tasks);
     let whole = whole.finish();
@@ -308,7 +313,8 @@ async fn one(
             seen.map(|s| format!("{} / {} / {}", fmt_secs(s.p50), fmt_secs(s.p99), fmt_secs(s.max))).unwrap_or_else(|| "n/a".into()),
         ),
         ("events received by proxies", fmt_count(sim.proxy_events.load(Ordering::Relaxed))),
-        ("watch streams that ended early", fmt_count(sim.watch_terminations.load(Ordering::Relaxed))),
+        ("watch streams that ended early (re-opened by the client)", fmt_count(sim.watch_terminations.load(Ordering::Relaxed))),
+        ("apiserver_terminated_watchers_total at the end", terminated_metric.unwrap_or_else(|| "n/a (no /metrics)".into())),
         ("steady state", format!("{} s", steady.as_secs())),
         ("wall time", format!("{:.0} s", started.elapsed().as_secs_f64())),
     ];

@@ -402,7 +402,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             break;
         }
         if saturated || failed > 0 {
-            stop_reason = format!("at {rate}/s the writer could not sustain the rate (server write throughput limit, {failed} failed/skipped writes), before any watcher was terminated");
+            stop_reason = format!(
+                "at {rate}/s the writer could not sustain the rate ({failed} writes skipped at its in-flight limit or failed), before any watcher was terminated"
+            );
             break;
         }
     }
