@@ -31,6 +31,10 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // One crypto provider (ring) for every TLS client and server in the process:
+    // reqwest, kube-rs and the API server's rustls all find it here, whatever
+    // features cargo unified for them.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {

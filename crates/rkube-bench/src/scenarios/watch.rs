@@ -151,36 +151,31 @@ async fn watch_loop(api: Api, state: Arc<WatcherState>, global: Arc<Global>, mut
             }
         };
         state.connected.store(true, Ordering::Relaxed);
-        loop {
-            match stream.next_event().await {
-                Ok(Some(ev)) => {
-                    let received = now_nanos();
-                    if ev.kind == "ERROR" {
-                        // 410 Expired or another error: start over from the current state.
-                        if let Ok(page) = api.list(&format!("/api/v1/namespaces/{NS}/configmaps?limit=1")).await {
-                            rv = page.resource_version;
-                        }
-                        break;
-                    }
-                    if !ev.object.metadata.resource_version.is_empty() {
-                        rv = ev.object.metadata.resource_version.clone();
-                    }
-                    if ev.kind != "ADDED" {
-                        continue;
-                    }
-                    let Some(data) = &ev.object.data else { continue };
-                    let (Some(sent), Some(step)) = (data.get("sent").and_then(|s| s.parse::<u128>().ok()), data.get("step").and_then(|s| s.parse::<u32>().ok())) else {
-                        continue;
-                    };
-                    if step == global.step.load(Ordering::Relaxed) {
-                        let us = u32::try_from(received.saturating_sub(sent) / 1000).unwrap_or(u32::MAX);
-                        if let Ok(mut h) = state.hist.lock() {
-                            h.record(us);
-                        }
-                        state.received.fetch_add(1, Ordering::Relaxed);
-                    }
+        while let Ok(Some(ev)) = stream.next_event().await {
+            let received = now_nanos();
+            if ev.kind == "ERROR" {
+                // 410 Expired or another error: start over from the current state.
+                if let Ok(page) = api.list(&format!("/api/v1/namespaces/{NS}/configmaps?limit=1")).await {
+                    rv = page.resource_version;
                 }
-                Ok(None) | Err(_) => break,
+                break;
+            }
+            if !ev.object.metadata.resource_version.is_empty() {
+                rv = ev.object.metadata.resource_version.clone();
+            }
+            if ev.kind != "ADDED" {
+                continue;
+            }
+            let Some(data) = &ev.object.data else { continue };
+            let (Some(sent), Some(step)) = (data.get("sent").and_then(|s| s.parse::<u128>().ok()), data.get("step").and_then(|s| s.parse::<u32>().ok())) else {
+                continue;
+            };
+            if step == global.step.load(Ordering::Relaxed) {
+                let us = u32::try_from(received.saturating_sub(sent) / 1000).unwrap_or(u32::MAX);
+                if let Ok(mut h) = state.hist.lock() {
+                    h.record(us);
+                }
+                state.received.fetch_add(1, Ordering::Relaxed);
             }
         }
         if global.stopping.load(Ordering::Relaxed) {
@@ -253,6 +248,7 @@ impl StepResult {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 /// Runs one step: warm-up, then `rate` events/s for `secs`, then waits for delivery.
 async fn step(api: &Api, writer: &Api, w: &Watchers, step_id: u32, rate: f64, secs: Duration, drain: Duration, pid: u32) -> StepResult {
     // Warm-up: every watcher must see these before timing starts.
@@ -349,7 +345,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     load::namespace_http(&api, NS).await?;
     let has_metric = terminated_metric(&api).await.is_some();
     if !has_metric {
-        report.note(format!("The server has no watch cache metrics on /metrics: terminated watchers are counted client-side only (a stream that ended before its timeoutSeconds)."));
+        report.note("The server has no watch cache metrics on /metrics: terminated watchers are counted client-side only (a stream that ended before its timeoutSeconds).");
     }
     let mut step_id = 1;
     let mut fanout = Vec::new();
