@@ -25,39 +25,9 @@ pub enum CacheOptionsError {
 }
 
 /// Parses a Go duration (`300ms`, `1.5h`, `2h45m`, `0`); no negative values.
+/// One parser serves every duration flag: [`crate::filters::timeout::parse_go_duration`].
 pub fn parse_duration(s: &str) -> Result<Duration, CacheOptionsError> {
-    let bad = || CacheOptionsError::InvalidDuration(s.to_string());
-    let t = s.trim();
-    if t == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let t = t.strip_prefix('+').unwrap_or(t);
-    if t.is_empty() {
-        return Err(bad());
-    }
-    let mut rest = t;
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
-        if num_end == 0 {
-            return Err(bad());
-        }
-        let value: f64 = rest[..num_end].parse().map_err(|_| bad())?;
-        rest = &rest[num_end..];
-        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
-        let secs_per_unit = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += value * secs_per_unit;
-        rest = &rest[unit_end..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
+    crate::filters::timeout::parse_go_duration(s).map_err(|_| CacheOptionsError::InvalidDuration(s.to_string()))
 }
 
 /// Parses `--watch-cache-sizes` entries `resource[.group]#size` into
