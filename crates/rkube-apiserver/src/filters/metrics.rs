@@ -596,6 +596,27 @@ mod tests {
     }
 
     #[test]
+    fn added_text_sources_are_appended_and_replace_families_of_the_same_name() {
+        let m = Arc::new(ApiserverMetrics::new());
+        let _watch = m.track_long_running(
+            &attrs(Method::GET, "/apis/apps/v1/namespaces/default/deployments?watch=true"),
+            std::time::Instant::now(),
+        );
+        assert!(m.render().contains("apiserver_registered_watchers{group=\"apps\",kind=\"Deployment\""));
+        m.add_text_source(Arc::new(|| {
+            "# HELP apiserver_registered_watchers from the cache.\n# TYPE apiserver_registered_watchers gauge\napiserver_registered_watchers{group=\"\",resource=\"pods\"} 3\n".to_string()
+        }));
+        let text = m.render();
+        assert_eq!(text.matches("# TYPE apiserver_registered_watchers gauge").count(), 1, "{text}");
+        assert!(text.contains("apiserver_registered_watchers{group=\"\",resource=\"pods\"} 3"), "{text}");
+        assert!(
+            !text.lines().any(|l| l.starts_with("apiserver_registered_watchers{") && l.contains("kind=")),
+            "the registry's own family must be dropped: {text}"
+        );
+        assert!(text.contains("# TYPE apiserver_current_inflight_requests gauge"), "{text}");
+    }
+
+    #[test]
     fn request_total_has_upstream_labels_and_total_suffix() {
         let m = ApiserverMetrics::new();
         m.observe_request(&attrs(Method::GET, "/api/v1/namespaces/default/pods"), 200, Duration::from_millis(3), Some(100));
