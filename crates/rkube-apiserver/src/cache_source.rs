@@ -15,13 +15,15 @@
 //! | WATCH | [`Cacher::watch`]: from the cache; not ready → 429; below the compacted revision → `ERROR` 410 |
 //! | resource with `--watch-cache-sizes=<r>#0` | LIST/GET: storage (counted in `apiserver_storage_list_total`); WATCH: storage watch of [`crate::watch`] |
 //!
-//! With `ResilientWatchCacheInitialization` off, LIST and WATCH wait (up to
-//! [`NOT_READY_WAIT`]) for a cache that is not ready instead of a 429, as
-//! kube-apiserver did before KEP-4568.
+//! With `ResilientWatchCacheInitialization` off, a cache that is not ready
+//! is handled as kube-apiserver did before KEP-4568: LISTs at
+//! `resourceVersion=0` go to storage; WATCHes, other LISTs and GETs at a
+//! resourceVersion > 0 wait for it (up to [`NOT_READY_WAIT`], then 503); never 429.
 //!
 //! Metrics: the cache's families ([`CacheMetrics`]) and
 //! `apiserver_storage_consistency_checks_total`, rendered by
-//! [`CacheLayer::render_metrics`] in the Prometheus text format 0.0.4.
+//! [`CacheLayer::render_metrics`] in the Prometheus text format 0.0.4 and
+//! appended to the server's `/metrics` ([`crate::state::ApiState::metrics`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -143,6 +145,9 @@ pub struct CacheLayer {
     caches: Option<Arc<Caches>>,
     registry: prometheus_client::registry::Registry,
     readiness: Arc<StorageReadiness>,
+    /// The `storage-readiness` post-start hook is registered (gate
+    /// `WatchCacheInitializationPostStartHook` on): its check is listed.
+    hook_registered: bool,
     tasks: Vec<tokio::task::AbortHandle>,
 }
 
@@ -167,6 +172,7 @@ impl CacheLayer {
             caches: None,
             registry: Default::default(),
             readiness: StorageReadiness::passed(),
+            hook_registered: false,
             tasks: Vec::new(),
         })
     }
@@ -187,11 +193,20 @@ impl CacheLayer {
         if !options.compaction_interval.is_zero() {
             tasks.push(crate::compaction::spawn_compactor(storage.clone(), options.compaction_interval).abort_handle());
         }
+        let hook_registered = options.gates.watch_cache_initialization_post_start_hook;
         if !options.enabled {
-            return Arc::new(CacheLayer { caches: None, registry, readiness: StorageReadiness::passed(), tasks });
+            let readiness = StorageReadiness::passed();
+            return Arc::new(CacheLayer { caches: None, registry, readiness, hook_registered, tasks });
         }
         let metrics = CacheMetrics::register(&mut registry);
-        let consistency = ConsistencyMetrics::register(&mut registry);
+        let checker_runs = options.gates.detect_cache_inconsistency || crate::consistency::abort_on_mismatch();
+        // Without the checker the family is not exposed at all (upstream
+        // shows no series for a counter vector nobody incremented).
+        let consistency = if checker_runs {
+            ConsistencyMetrics::register(&mut registry)
+        } else {
+            Arc::new(ConsistencyMetrics::default())
+        };
         let mut entries = Vec::new();
         let mut by_resource = HashMap::new();
         for (i, info) in registry::all().iter().enumerate() {
@@ -214,7 +229,7 @@ impl CacheLayer {
             StorageReadiness::passed()
         };
         tasks.push(crate::compaction::spawn_compaction_watch(storage.clone(), caches.clone()).abort_handle());
-        if options.gates.detect_cache_inconsistency || crate::consistency::abort_on_mismatch() {
+        if checker_runs {
             let task = crate::consistency::spawn_checker(
                 storage,
                 caches.clone(),
@@ -223,7 +238,7 @@ impl CacheLayer {
             );
             tasks.push(task.abort_handle());
         }
-        Arc::new(CacheLayer { caches: Some(caches), registry, readiness, tasks })
+        Arc::new(CacheLayer { caches: Some(caches), registry, readiness, hook_registered, tasks })
     }
 
     /// The read source: the caches, or straight storage when there are none.
@@ -245,6 +260,13 @@ impl CacheLayer {
         self.readiness.passed_now()
     }
 
+    /// Whether the `storage-readiness` post-start hook is registered (gate
+    /// `WatchCacheInitializationPostStartHook`), i.e. whether the health
+    /// endpoints list `poststarthook/storage-readiness`.
+    pub fn storage_readiness_hook_registered(&self) -> bool {
+        self.hook_registered
+    }
+
     /// The layer's metrics in the Prometheus text format 0.0.4 (no `# EOF`),
     /// ready to be appended to the server's `/metrics` body.
     pub fn render_metrics(&self) -> String {
@@ -254,19 +276,6 @@ impl CacheLayer {
         }
         openmetrics_to_text(&out)
     }
-}
-
-/// `GET /metrics` while the server has no metrics registry of its own: the
-/// cache layer's metrics (`text/plain; version=0.0.4`). A server-wide
-/// `/metrics` should append [`CacheLayer::render_metrics`] to its body instead.
-pub fn metrics_response(st: &crate::state::ApiState) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let mut resp = (axum::http::StatusCode::OK, st.cache.render_metrics()).into_response();
-    resp.headers_mut().insert(
-        "content-type",
-        axum::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
-    resp
 }
 
 /// OpenMetrics text → Prometheus text 0.0.4: counters' `# HELP` / `# TYPE`
@@ -307,13 +316,24 @@ impl CacheSource {
     }
 
     /// With `ResilientWatchCacheInitialization` off: wait for the cache
-    /// instead of answering 429 (bounded by [`NOT_READY_WAIT`]).
-    async fn wait_ready_if_not_resilient(&self, entry: &CacheEntry) {
-        if self.caches.options.gates.resilient_watch_cache_initialization || !entry.enabled() {
-            return;
+    /// instead of answering 429 (bounded by [`NOT_READY_WAIT`]); a cache
+    /// still not ready then is 503 `ServiceUnavailable`, as upstream's
+    /// `ready.wait` failing.
+    async fn wait_ready_if_not_resilient(&self, entry: &CacheEntry) -> Result<(), Status> {
+        if self.resilient() || !entry.enabled() {
+            return Ok(());
         }
         let mut rx = entry.cacher.subscribe_ready();
-        let _ = tokio::time::timeout(NOT_READY_WAIT, rx.wait_for(|s| s.is_ready())).await;
+        let ready = matches!(tokio::time::timeout(NOT_READY_WAIT, rx.wait_for(|s| s.is_ready())).await, Ok(Ok(_)));
+        if ready {
+            Ok(())
+        } else {
+            Err(Status::service_unavailable("storage is (re)initializing"))
+        }
+    }
+
+    fn resilient(&self) -> bool {
+        self.caches.options.gates.resilient_watch_cache_initialization
     }
 }
 
@@ -352,6 +372,14 @@ impl ReadSource for CacheSource {
         let entry = self.entry(info)?;
         let prefix = entry.cacher.config().resource_prefix.as_str();
         let relative = key.strip_prefix(prefix)?;
+        // Pre-KEP-4568 (gate off): a GET at a resourceVersion > 0 waits for
+        // the cache; resourceVersion unset or "0" reads storage while it is not ready.
+        let rv_set = resource_version.is_some_and(|rv| !rv.is_empty() && rv != "0");
+        if rv_set {
+            if let Err(s) = self.wait_ready_if_not_resilient(entry).await {
+                return Some(Err(s));
+            }
+        }
         Some(entry.cacher.get(relative, resource_version).await.map(|o| o.map(|o| o.json.clone())).map_err(status))
     }
 
@@ -362,7 +390,16 @@ impl ReadSource for CacheSource {
         opts: &ListOptions,
     ) -> Option<Result<RawList, Status>> {
         let entry = self.entry(info)?;
-        self.wait_ready_if_not_resilient(entry).await;
+        if !self.resilient() && entry.enabled() && !entry.cacher.ready_state().is_ready() {
+            // Pre-KEP-4568 (gate off): resourceVersion "0" goes to storage
+            // while the cache is not ready; everything else waits for it.
+            if opts.resource_version.as_deref() == Some("0") {
+                return None;
+            }
+            if let Err(s) = self.wait_ready_if_not_resilient(entry).await {
+                return Some(Err(s));
+            }
+        }
         let r = entry.cacher.list(namespace, opts).await.map_err(status);
         Some(r.map(|page| RawList {
             items: page.items.iter().map(|o| o.json.clone()).collect(),
@@ -383,7 +420,9 @@ impl ReadSource for CacheSource {
             // Served by the storage watch of `crate::watch` (bookmarks included).
             return None;
         }
-        self.wait_ready_if_not_resilient(entry).await;
+        if let Err(s) = self.wait_ready_if_not_resilient(entry).await {
+            return Some(Err(s));
+        }
         // A watch from below the compacted revision sees what etcd would say
         // (410), even if the cache's history still holds those events.
         let requested = opts.resource_version_number();

@@ -30,6 +30,7 @@ use rkube_cache::{CacheWatch, WatchEvent};
 use serde_json::{json, Map, Value};
 
 use crate::error::{ApiError, ApiResult};
+use crate::filters::trace::{self, steps};
 use crate::handlers::read::list_options;
 use crate::handlers::Ctx;
 use crate::media::Output;
@@ -67,8 +68,10 @@ pub async fn get(ctx: &Ctx) -> Option<ApiResult<Response>> {
     let name = ctx.name();
     let key = ctx.key(name);
     let found = ctx.st.source.get_by_options(info, &key, ctx.q("resourceVersion")).await?;
+    trace::step(steps::GET_DONE);
     Some((|| {
         let bytes = found.map_err(ApiError::from)?.ok_or_else(|| ApiError::not_found(info, name))?;
+        trace::step(steps::ABOUT_TO_WRITE);
         if ctx.render.output == Output::Json {
             return Ok(json_response(bytes));
         }
@@ -119,8 +122,10 @@ pub async fn list(ctx: &Ctx) -> Option<ApiResult<Response>> {
         Err(e) => return Some(Err(e)),
     };
     let page = ctx.st.source.list_by_options(info, ctx.ri.namespace.as_deref(), &opts).await?;
+    trace::step_with(steps::LIST_DONE, trace::count(page.as_ref().map_or(0, |p| p.items.len())));
     Some((|| {
         let page = page.map_err(ApiError::from)?;
+        trace::step(steps::ABOUT_TO_WRITE);
         if ctx.render.output == Output::Json {
             return Ok(json_response(list_json(info, &page)));
         }

@@ -6,10 +6,14 @@
 //! `--data-dir`. This issue serves plain HTTP only.
 //!
 //! `rkube up` starts an API server on the embedded store in a data directory,
-//! on 127.0.0.1 (port 8080, or a free one when 8080 is taken), writes
+//! on 127.0.0.1 (port 6443, or a free one when it is taken), writes
 //! `<data-dir>/kubeconfig`, prints exactly one line to stdout,
 //! `export KUBECONFIG=<absolute path>`, logs to stderr, and serves until
-//! SIGINT/SIGTERM.
+//! SIGINT/SIGTERM. It is secure by default ([`crate::up_auth`]): HTTPS with a
+//! CA and serving certificate generated in `<data-dir>/pki`, no anonymous
+//! access, RBAC, and a kubeconfig that trusts the CA and authenticates as an
+//! admin (client certificate in `system:masters`). `rkube up --insecure`
+//! serves plain HTTP on loopback (port 8080) with no access control.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -75,20 +79,26 @@ pub struct ApiserverArgs {
 /// Flags of `rkube up`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct UpArgs {
-    /// Directory of the embedded store and the kubeconfig.
+    /// Directory of the embedded store, the PKI (`pki/`) and the kubeconfig.
     #[arg(long = "data-dir", default_value = "./.rkube")]
     pub data_dir: PathBuf,
-    /// Port to serve on 127.0.0.1; when it is taken a free one is used. 0 always picks a free port.
-    #[arg(long = "port", default_value_t = 8080)]
-    pub port: u16,
+    /// Port to serve on 127.0.0.1 (default 6443, or 8080 with --insecure); when it is taken a free one is used. 0 always picks a free port.
+    #[arg(long = "port", visible_alias = "secure-port")]
+    pub port: Option<u16>,
     /// Log verbosity (0–1 info, 2–4 debug, 5+ trace).
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     pub v: u8,
-    /// Serve HTTPS with a CA and serving certificate generated in `<data-dir>/pki`,
-    /// client-certificate authentication (the kubeconfig carries an admin
-    /// certificate in group system:masters), no anonymous access and RBAC.
-    #[arg(long = "secure")]
+    /// Serve plain HTTP on 127.0.0.1 with no authentication or authorization
+    /// (anyone who can reach loopback is an admin). Default: HTTPS, client
+    /// certificates and tokens, no anonymous access, RBAC.
+    #[arg(long = "insecure", conflicts_with_all = ["token_auth_file", "client_ca_file", "anonymous_auth", "authorization_mode"])]
+    pub insecure: bool,
+    /// Accepted for compatibility: HTTPS is the default.
+    #[arg(long = "secure", hide = true, conflicts_with = "insecure")]
     pub secure: bool,
+    /// Authentication and authorization (ignored with --insecure).
+    #[command(flatten)]
+    pub auth: crate::up_auth::UpAuthArgs,
     /// Also run this machine as a node: `rkube runtime` and `rkube node`
     /// (evented PLEG), binding pods without `spec.nodeName` to it. Handled by
     /// the `rkube` binary, which calls [`run_up_with`].
@@ -171,9 +181,7 @@ async fn serve_until_signal(
     let prefix = config.etcd_prefix.clone();
     let (storage, chain) = build_chain(storage, fargs, &prefix)?;
     let st = ApiState::new(storage.clone(), config);
-    // The cache's metrics (watch cache, consistency checks) join /metrics.
-    let cache = st.cache.clone();
-    chain.metrics().add_text_source(Arc::new(move || cache.render_metrics()));
+    // `serve_api` attaches the cache's metrics (watch cache, consistency checks) to the chain's /metrics.
     crate::readiness::bootstrap_or_retry(&st).await.map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
     if fargs.authorization_mode.iter().any(|m| m.split(',').any(|m| m.trim() == "RBAC")) {
         crate::filters::rbac::ensure_bootstrap_policy(storage.as_ref(), &prefix)
@@ -238,25 +246,21 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
     let data_dir =
         std::fs::canonicalize(&args.data_dir).with_context(|| format!("resolving {}", args.data_dir.display()))?;
     let storage = open_storage("embedded", &data_dir, &[]).await?;
-    let listener = bind_loopback(args.port).await?;
+    let default_port = if args.insecure { crate::up_auth::INSECURE_PORT } else { crate::up_auth::SECURE_PORT };
+    let listener = bind_loopback(args.port.unwrap_or(default_port)).await?;
     let local = listener.local_addr()?;
     let kubeconfig_path = data_dir.join("kubeconfig");
-    let mut fargs = crate::filters::FilterArgs::default();
-    let server = if args.secure {
-        let pki = crate::filters::tls::generate_self_signed(&data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-        fargs.tls_cert_file = Some(pki.serving_cert_path.clone());
-        fargs.tls_private_key_file = Some(pki.serving_key_path.clone());
-        fargs.client_ca_file = Some(pki.ca_cert_path.clone());
-        fargs.anonymous_auth = false;
-        fargs.authorization_mode = vec!["RBAC".into()];
-        let server = format!("https://{local}");
-        crate::filters::tls::write_kubeconfig(&kubeconfig_path, &server, &pki).map_err(|e| anyhow::anyhow!("{e}"))?;
-        server
-    } else {
+    let (fargs, server) = if args.insecure {
+        tracing::warn!("--insecure: serving plain HTTP on loopback with no authentication or authorization");
         let server = format!("http://{local}");
         std::fs::write(&kubeconfig_path, kubeconfig(&server))
             .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
-        server
+        (crate::filters::FilterArgs::default(), server)
+    } else {
+        let up = crate::up_auth::secure_filter_args(&data_dir, &args.auth)?;
+        let server = format!("https://{local}");
+        crate::filters::tls::write_kubeconfig(&kubeconfig_path, &server, &up.pki)?;
+        (up.filters, server)
     };
     tracing::info!(server = %server, data_dir = %data_dir.display(), "rkube is up");
     let printed = kubeconfig_path.display().to_string();
@@ -268,4 +272,42 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
         ready();
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Up {
+        #[command(flatten)]
+        args: UpArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<UpArgs, clap::Error> {
+        Up::try_parse_from(std::iter::once("up").chain(args.iter().copied())).map(|u| u.args)
+    }
+
+    #[test]
+    fn up_is_secure_by_default() {
+        let a = parse(&[]).unwrap();
+        assert!(!a.insecure);
+        assert_eq!(a.port, None);
+        assert!(!a.auth.anonymous_auth);
+        assert_eq!(a.auth.authorization_mode, vec!["RBAC".to_string()]);
+        // The old opt-in flag is still accepted; --secure-port names the port.
+        let a = parse(&["--secure", "--secure-port", "7443", "--token-auth-file", "t.csv"]).unwrap();
+        assert_eq!(a.port, Some(7443));
+        assert_eq!(a.auth.token_auth_file.as_deref(), Some(Path::new("t.csv")));
+    }
+
+    #[test]
+    fn up_insecure_rejects_access_control_flags() {
+        assert!(parse(&["--insecure"]).unwrap().insecure);
+        for flag in ["--token-auth-file=t.csv", "--client-ca-file=ca.crt", "--anonymous-auth", "--authorization-mode=RBAC", "--secure"] {
+            let err = parse(&["--insecure", flag]).err();
+            assert_eq!(err.map(|e| e.kind()), Some(clap::error::ErrorKind::ArgumentConflict), "{flag}");
+        }
+    }
 }

@@ -9,7 +9,7 @@
 //! - [`discovery`], [`system`] (`/version`, health, OpenAPI endpoints),
 //!   [`openapi`], [`table`], [`patch`].
 //! - [`error`]: every failure becomes a `Status` ([`error::ApiError`]).
-//! - [`cli`]: the `apiserver` and `up` commands.
+//! - [`cli`]: the `apiserver` and `up` commands; [`up_auth`]: `rkube up`'s HTTPS, authentication and RBAC defaults.
 
 pub mod cache_options;
 pub mod cache_source;
@@ -37,6 +37,7 @@ pub mod source;
 pub mod state;
 pub mod system;
 pub mod table;
+pub mod up_auth;
 pub mod validate;
 pub mod watch;
 

@@ -163,6 +163,9 @@ pub async fn read_body(body: Body) -> ApiResult<bytes::Bytes> {
 /// Decodes a create/update body (JSON or YAML) into a JSON object.
 ///
 /// Errors: 415 for other media types, 400 for malformed bodies or non-objects.
+/// Bodies nested deeper than [`crate::patch::MAX_NESTING_DEPTH`] levels are
+/// malformed (400): that is serde_json's recursion limit, which also reads
+/// stored objects back (upstream's Go decoder stops at 10,000 levels).
 pub fn decode_object(content_type: &str, body: &[u8]) -> ApiResult<Value> {
     let value: Value = match content_type {
         "application/json" => serde_json::from_slice(body)
@@ -185,9 +188,25 @@ pub fn decode_object(content_type: &str, body: &[u8]) -> ApiResult<Value> {
 }
 
 /// Decodes YAML into JSON (400 on malformed YAML).
+///
+/// Nesting is held to what the JSON decoder accepts
+/// ([`crate::patch::MAX_NESTING_DEPTH`]; the YAML decoder allows one level
+/// more), so every body stored can be decoded again.
 pub fn decode_yaml(body: &[u8]) -> ApiResult<Value> {
-    serde_yaml::from_slice::<Value>(body)
-        .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}")))
+    let value = serde_yaml::from_slice::<Value>(body)
+        .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}")))?;
+    check_yaml_depth(&value).map_err(ApiError::bad_request)?;
+    Ok(value)
+}
+
+/// `Err(message)` when a decoded YAML `value` nests deeper than
+/// [`crate::patch::MAX_NESTING_DEPTH`] levels.
+pub(crate) fn check_yaml_depth(value: &Value) -> Result<(), String> {
+    let max = crate::patch::MAX_NESTING_DEPTH;
+    if crate::patch::json::nesting_depth(value) > max {
+        return Err(format!("error converting YAML to JSON: yaml: exceeded max depth of {max}"));
+    }
+    Ok(())
 }
 
 /// Renders `value` with HTTP status `code` as JSON or YAML.

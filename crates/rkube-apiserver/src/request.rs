@@ -50,6 +50,46 @@ pub struct RequestInfo {
     pub verb: Verb,
 }
 
+/// Percent-decodes a request path like Go's `url.URL.Path`, which is what
+/// upstream's `RequestInfoFactory` splits on `/` (so `%2F` separates
+/// segments there too, and a client that escapes `:` in `system:node`
+/// addresses that name). `+` stays a plus. Borrowed when nothing is escaped.
+///
+/// Errors: 400 `BadRequest` for a malformed escape (`%zz`, a trailing `%`)
+/// or bytes that are not UTF-8, where Go's server answers 400 too.
+pub fn decode_path(raw: &str) -> ApiResult<std::borrow::Cow<'_, str>> {
+    if !raw.contains('%') {
+        return Ok(std::borrow::Cow::Borrowed(raw));
+    }
+    let bad = || ApiError::bad_request(format!("invalid URL escape in path {raw:?}"));
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = |b: Option<&u8>| b.and_then(|c| (*c as char).to_digit(16));
+            let (Some(hi), Some(lo)) = (hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) else {
+                return Err(bad());
+            };
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map(std::borrow::Cow::Owned).map_err(|_| bad())
+}
+
+/// Upstream `path.IsValidPathSegmentName`: why `name` cannot be an object
+/// name in a URL (empty when it can).
+fn path_segment_name_errors(name: &str) -> Vec<String> {
+    if name == "." || name == ".." {
+        return vec![format!("may not be '{name}'")];
+    }
+    ["/", "%"].iter().filter(|c| name.contains(**c)).map(|c| format!("may not contain '{c}'")).collect()
+}
+
 /// Namespace subresources: `namespaces/<name>/<sub>` is the namespace object,
 /// not a resource inside namespace `<name>`.
 const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
@@ -58,7 +98,9 @@ const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
 /// request with `method` and `watch_param` (`watch=true|1` in the query).
 ///
 /// Errors: 404 `NotFound` for unknown resources or shapes, 405
-/// `MethodNotAllowed` for a method the target does not accept.
+/// `MethodNotAllowed` for a method the target does not accept, 400
+/// `BadRequest` for an object name that cannot be a path segment (`..`,
+/// a name with `%`), as upstream's request namer.
 pub fn parse(
     group: &str,
     version: &str,
@@ -91,6 +133,12 @@ pub fn parse(
         return Err(ApiError::path_not_found());
     }
     let name = parts.get(1).map(|s| s.to_string());
+    if let Some(n) = &name {
+        let errs = path_segment_name_errors(n);
+        if !errs.is_empty() {
+            return Err(ApiError::bad_request(format!("invalid resource name {n:?}: [{}]", errs.join(", "))));
+        }
+    }
     let subresource = parts.get(2).map(|s| s.to_string());
     if parts.len() > 3 {
         return Err(ApiError::path_not_found());
@@ -179,6 +227,24 @@ mod tests {
         let r = p("namespaces/kube-system/status", Method::GET, false).unwrap();
         assert_eq!(r.subresource.as_deref(), Some("status"));
         assert!(p("namespaces", Method::DELETE, false).is_err_and(|e| e.code() == 405));
+    }
+
+    #[test]
+    fn paths_are_percent_decoded_like_go() {
+        assert_eq!(decode_path("/api/v1/x").unwrap(), "/api/v1/x");
+        assert_eq!(decode_path("/a/system%3Anode/%2e%2E/a+b").unwrap(), "/a/system:node/../a+b");
+        for bad in ["/a%", "/a%2", "/a%zz", "/a%ff"] {
+            assert_eq!(decode_path(bad).unwrap_err().code(), 400, "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_that_are_not_path_segments_are_bad_requests() {
+        for name in ["..", ".", "a%b"] {
+            let err = p(&format!("namespaces/ns/pods/{name}"), Method::GET, false).unwrap_err();
+            assert_eq!(err.code(), 400, "{name}");
+        }
+        assert!(p("namespaces/ns/pods/a.b", Method::GET, false).is_ok());
     }
 
     #[test]

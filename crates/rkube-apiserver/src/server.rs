@@ -5,7 +5,7 @@
 //! Paths:
 //!
 //! ```text
-//! /version  /healthz[/<check>]  /livez[/<check>]  /readyz[/<check>]
+//! /version  /healthz[/<check>]  /livez[/<check>]  /readyz[/<check>]   (<check> may be poststarthook/<name>)
 //! /openapi/v2  /openapi/v3  /openapi/v3/<path>
 //! /api  /api/v1[/...]  /apis  /apis/<group>  /apis/<group>/<version>[/...]
 //! ```
@@ -45,7 +45,10 @@ fn only_get(method: &Method) -> Result<(), ApiError> {
 
 async fn handle(State(st): State<ApiState>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    let path = parts.uri.path().to_string();
+    let path = match crate::request::decode_path(parts.uri.path()) {
+        Ok(p) => p.into_owned(),
+        Err(e) => return e.into_response(),
+    };
     let segs: Vec<&str> = path.trim_start_matches('/').trim_end_matches('/').split('/').collect();
     let method = parts.method.clone();
     let query: Vec<(String, String)> =
@@ -57,8 +60,9 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
     let started = std::time::Instant::now();
     let resp = match segs.as_slice() {
         ["version"] => gets(&system::version),
-        ["metrics"] => gets(&|| crate::cache_source::metrics_response(&st)),
-        [ep @ ("healthz" | "livez" | "readyz"), rest @ ..] if rest.len() <= 1 => {
+        ["metrics"] => gets(&|| crate::filters::metrics::metrics_response(&st.metrics)),
+        // `/<endpoint>/<check>`; check names may hold one slash (`poststarthook/<name>`).
+        [ep @ ("healthz" | "livez" | "readyz"), rest @ ..] if rest.len() <= 2 => {
             if let Err(e) = only_get(&method) {
                 return e.into_response();
             }
@@ -67,7 +71,8 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
                 "livez" => Endpoint::Livez,
                 _ => Endpoint::Readyz,
             };
-            system::health(&st, endpoint, rest.first().copied(), &query).await
+            let check = (!rest.is_empty()).then(|| rest.join("/"));
+            system::health(&st, endpoint, check.as_deref(), &query).await
         }
         ["openapi", "v2"] => gets(&|| system::openapi_v2(&parts.headers)),
         ["openapi", "v3"] => gets(&system::openapi_v3_index),

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use rkube_storage::Storage;
 
+use crate::filters::metrics::ApiserverMetrics;
 use crate::ipalloc::{Cidr, ClusterIpAllocator};
 use crate::source::ReadSource;
 
@@ -49,6 +50,10 @@ pub struct ApiState {
     pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
     /// The watch-cache layer (caches, `storage-readiness` hook, compactor, consistency checker).
     pub cache: Arc<crate::cache_source::CacheLayer>,
+    /// The metrics registry `GET /metrics` renders, the cache layer's
+    /// families included; [`crate::filters::serve_api`] makes it the filter
+    /// chain's ([`ApiState::with_metrics`]).
+    pub metrics: Arc<ApiserverMetrics>,
 }
 
 impl ApiState {
@@ -57,7 +62,19 @@ impl ApiState {
     pub fn new(storage: Arc<dyn Storage>, config: ServerConfig) -> Self {
         let cache = crate::cache_source::CacheLayer::start(storage.clone(), &config);
         let source: Arc<dyn ReadSource> = cache.read_source(storage.clone());
-        ApiState { cache, ..Self::with_source(storage, source, config) }
+        let st = ApiState { cache, ..Self::with_source(storage, source, config) };
+        attach_cache_metrics(&st.metrics, &st.cache);
+        st
+    }
+
+    /// This state with `metrics` as its registry (e.g. the filter chain's,
+    /// which counts the requests), the cache layer's families attached to it.
+    pub fn with_metrics(mut self, metrics: Arc<ApiserverMetrics>) -> Self {
+        if !Arc::ptr_eq(&self.metrics, &metrics) {
+            attach_cache_metrics(&metrics, &self.cache);
+            self.metrics = metrics;
+        }
+        self
     }
 
     /// State serving reads from `source` (e.g. a watch cache).
@@ -72,6 +89,7 @@ impl ApiState {
             started: Instant::now(),
             shutdown: Arc::new(shutdown),
             cache: crate::cache_source::CacheLayer::none(),
+            metrics: Arc::new(ApiserverMetrics::new()),
         }
     }
 
@@ -79,4 +97,10 @@ impl ApiState {
     pub fn prefix(&self) -> &str {
         &self.config.etcd_prefix
     }
+}
+
+/// Appends the cache layer's families (watch cache, consistency checks) to `metrics`.
+fn attach_cache_metrics(metrics: &ApiserverMetrics, cache: &Arc<crate::cache_source::CacheLayer>) {
+    let cache = cache.clone();
+    metrics.add_text_source(Arc::new(move || cache.render_metrics()));
 }

@@ -5,7 +5,10 @@
 //! Health output follows upstream `staging/src/k8s.io/apiserver/pkg/server/healthz`:
 //! `ok` when every check passes; verbose lists `[+]<check> ok` lines and ends
 //! with `<endpoint> check passed`; a failing check is `[-]<check> failed:
-//! reason withheld` and the endpoint answers 500.
+//! reason withheld` and the endpoint answers 500 with the full list;
+//! `/<endpoint>/<check>` answers `ok` or 500 `internal server error: <reason>`;
+//! an `exclude` naming no check adds a `warn:` line. The post-start hook
+//! `storage-readiness` is listed on all three while it is registered.
 
 use std::time::Duration;
 
@@ -69,30 +72,50 @@ impl Endpoint {
         }
     }
 
-    fn checks(self) -> &'static [&'static str] {
-        match self {
-            Endpoint::Healthz | Endpoint::Livez => &["ping", "log", "etcd"],
-            Endpoint::Readyz => {
-                &["ping", "log", "etcd", "etcd-readiness", "poststarthook/storage-readiness", "shutdown"]
-            }
+    /// The checks of this endpoint, in upstream's order. Post-start hooks
+    /// are boot-sequence checks: upstream adds them to `/healthz`, `/livez`
+    /// and `/readyz` alike (`AddBootSequenceHealthChecks`; `/livez` with
+    /// `--livez-grace-period`, default 0).
+    fn checks(self, storage_readiness_hook: bool) -> Vec<&'static str> {
+        let mut v = vec!["ping", "log", "etcd"];
+        if self == Endpoint::Readyz {
+            v.push("etcd-readiness");
         }
+        if storage_readiness_hook {
+            v.push(STORAGE_READINESS_CHECK);
+        }
+        if self == Endpoint::Readyz {
+            v.push("shutdown");
+        }
+        v
     }
 }
+
+/// Name of the check of the `storage-readiness` post-start hook (KEP-4568).
+pub const STORAGE_READINESS_CHECK: &str = "poststarthook/storage-readiness";
 
 /// Storage is reachable when it answers its current revision within 2 s.
-async fn storage_ok(st: &ApiState) -> bool {
-    matches!(tokio::time::timeout(Duration::from_secs(2), st.storage.current_revision()).await, Ok(Ok(_)))
-}
-
-async fn run_check(st: &ApiState, name: &str) -> bool {
-    match name {
-        "etcd" | "etcd-readiness" => storage_ok(st).await,
-        "poststarthook/storage-readiness" => st.cache.storage_ready(),
-        _ => true,
+async fn storage_check(st: &ApiState) -> Result<(), String> {
+    match tokio::time::timeout(Duration::from_secs(2), st.storage.current_revision()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("etcd did not answer within 2s".to_string()),
     }
 }
 
-/// `GET /<endpoint>[/<check>]?verbose&exclude=...`.
+/// Runs one check; the error is its reason (logged, and the body of
+/// `/<endpoint>/<check>`; withheld from the root endpoint's output).
+async fn run_check(st: &ApiState, name: &str) -> Result<(), String> {
+    match name {
+        "etcd" | "etcd-readiness" => storage_check(st).await,
+        // upstream postStartHookHealthz: "not finished" until the hook returned.
+        STORAGE_READINESS_CHECK if !st.cache.storage_ready() => Err("not finished".to_string()),
+        _ => Ok(()),
+    }
+}
+
+/// `GET /<endpoint>[/<check>]?verbose&exclude=...` (`check` may contain a
+/// slash: `/readyz/poststarthook/storage-readiness`).
 pub async fn health(st: &ApiState, ep: Endpoint, check: Option<&str>, query: &[(String, String)]) -> Response {
     let text = |code: StatusCode, body: String| {
         let mut r = (code, body).into_response();
@@ -100,33 +123,44 @@ pub async fn health(st: &ApiState, ep: Endpoint, check: Option<&str>, query: &[(
         r.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
         r
     };
+    let checks = ep.checks(st.cache.storage_readiness_hook_registered());
     if let Some(c) = check {
-        if !ep.checks().contains(&c) {
+        if !checks.contains(&c) {
             return ApiError::path_not_found().into_response();
         }
-        return if run_check(st, c).await {
-            text(StatusCode::OK, "ok".into())
-        } else {
-            text(StatusCode::INTERNAL_SERVER_ERROR, "internal server error: check failed\n".into())
+        return match run_check(st, c).await {
+            Ok(()) => text(StatusCode::OK, "ok".into()),
+            Err(reason) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("internal server error: {reason}\n")),
         };
     }
     let verbose = query.iter().any(|(k, _)| k == "verbose");
-    let excluded: Vec<&str> = query.iter().filter(|(k, _)| k == "exclude").map(|(_, v)| v.as_str()).collect();
+    let mut excluded: Vec<&str> = query.iter().filter(|(k, _)| k == "exclude").map(|(_, v)| v.trim()).collect();
     let mut lines = Vec::new();
-    let mut failed = false;
-    for c in ep.checks() {
-        if excluded.contains(c) {
+    let mut failed = Vec::new();
+    for c in &checks {
+        if let Some(i) = excluded.iter().position(|e| e == c) {
+            excluded.remove(i);
+            excluded.retain(|e| e != c);
             lines.push(format!("[+]{c} excluded: ok"));
             continue;
         }
-        if run_check(st, c).await {
-            lines.push(format!("[+]{c} ok"));
-        } else {
-            failed = true;
-            lines.push(format!("[-]{c} failed: reason withheld"));
+        match run_check(st, c).await {
+            Ok(()) => lines.push(format!("[+]{c} ok")),
+            Err(reason) => {
+                lines.push(format!("[-]{c} failed: reason withheld"));
+                failed.push(format!("[-]{c} failed: {reason}"));
+            }
         }
     }
-    if failed {
+    if !excluded.is_empty() {
+        excluded.sort_unstable();
+        excluded.dedup();
+        let names: Vec<String> = excluded.iter().map(|e| format!("{e:?}")).collect();
+        tracing::warn!("cannot exclude some health checks, no health checks are installed matching {}", names.join(","));
+        lines.push(format!("warn: some health checks cannot be excluded: no matches for {}", names.join(",")));
+    }
+    if !failed.is_empty() {
+        tracing::debug!("{} check failed:\n{}", ep.name(), failed.join("\n"));
         lines.push(format!("{} check failed", ep.name()));
         return text(StatusCode::INTERNAL_SERVER_ERROR, lines.join("\n") + "\n");
     }

@@ -76,6 +76,12 @@ impl Dispatcher {
     pub async fn run(mut self, mut rx: mpsc::Receiver<DispatchMsg>) {
         let mut bookmark_tick = tokio::time::interval(BOOKMARK_TICK);
         bookmark_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // One timer for the whole loop: a sleep created per iteration would
+        // restart with every message and never fire while events arrive more
+        // often than RETRY_INTERVAL, leaving blocked watchers' queued events
+        // undelivered until their next own event.
+        let mut retry_tick = tokio::time::interval(RETRY_INTERVAL);
+        retry_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let blocked = !self.registry().blocked().is_empty();
             tokio::select! {
@@ -84,7 +90,7 @@ impl Dispatcher {
                     None => break,
                 },
                 _ = bookmark_tick.tick() => self.send_bookmarks(),
-                _ = tokio::time::sleep(RETRY_INTERVAL), if blocked => self.retry_blocked(),
+                _ = retry_tick.tick(), if blocked => self.retry_blocked(),
             }
         }
         let n = self.registry().clear();
@@ -212,5 +218,80 @@ impl Dispatcher {
 impl std::fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dispatcher").field("dispatched_rv", &self.dispatched_rv).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::TokioClock;
+    use crate::event::{EventKind, WatchEvent};
+    use crate::filter::{Predicate, NODE_NAME_FIELD};
+    use crate::metrics::CacheMetrics;
+    use crate::store::CachedObject;
+    use crate::watchers::Watcher;
+    use rkube_api::selector::FieldSelector;
+    use serde_json::Value;
+
+    fn pod_fields(v: &Value) -> Vec<(String, String)> {
+        let node = v.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
+        vec![(NODE_NAME_FIELD.to_string(), node.to_string())]
+    }
+
+    fn event(name: &str, node: &str, rv: i64) -> DispatchMsg {
+        let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"d"}},"spec":{{"nodeName":"{node}"}}}}"#);
+        let obj = Arc::new(CachedObject::decode(&format!("d/{name}"), json.as_bytes(), rv, pod_fields).unwrap());
+        let ev = CacheEvent::new(EventKind::Modified, obj.clone(), Some(obj), rv, tokio::time::Instant::now());
+        DispatchMsg::Event(Arc::new(ev))
+    }
+
+    /// A node watcher whose buffer filled gets its queued events as soon as
+    /// its client reads again, even while other nodes' events keep the
+    /// dispatcher busy more often than the retry interval (they used to
+    /// restart the retry timer, leaving the events queued until the watcher's
+    /// next own event).
+    #[tokio::test(start_paused = true)]
+    async fn queued_events_reach_a_reading_watcher_while_other_events_keep_coming() {
+        let registry = Arc::new(Mutex::new(Registry::new(tokio::time::Instant::now())));
+        let metrics = ResourceMetrics::new(CacheMetrics::unregistered(), "", "pods");
+        let policy = DispatchPolicy { budget: Duration::from_secs(5), max_overflow: 100 };
+        let dispatcher = Dispatcher::new(registry.clone(), metrics.clone(), Arc::new(TokioClock), policy);
+        let pred = Predicate { field: FieldSelector::one_term(NODE_NAME_FIELD, "a"), ..Default::default() };
+        let (tx, mut rx) = mpsc::channel(2);
+        registry.lock().unwrap().add(Watcher::new(Arc::new(pred), 0, false, None, tx), tokio::time::Instant::now());
+        let (dtx, drx) = mpsc::channel(16);
+        let task = tokio::spawn(dispatcher.run(drx));
+
+        // Five events for node a: two fit in the channel, three are queued.
+        for rv in 1..=5 {
+            dtx.send(event("on-a", "a", rv)).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let mut got = Vec::new();
+        while let Ok(ev) = rx.try_recv() {
+            got.push(ev.resource_version().unwrap());
+        }
+        assert_eq!(got, [1, 2], "the channel held two events");
+
+        // Node b's events every 5 ms (more often than RETRY_INTERVAL) for 1 s,
+        // while the node-a client keeps reading.
+        let mut rv = 5;
+        for _ in 0..200 {
+            rv += 1;
+            dtx.send(event("on-b", "b", rv)).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            while let Ok(ev) = rx.try_recv() {
+                got.push(ev.resource_version().unwrap());
+            }
+            if got.len() == 5 {
+                break;
+            }
+        }
+        assert_eq!(got, [1, 2, 3, 4, 5], "queued events delivered in order while node b stayed busy");
+        assert!(rv <= 5 + 4, "the queued events waited {} ms", (rv - 5) * 5);
+        assert_eq!(metrics.terminated_watchers(), 0);
+        assert!(!matches!(rx.try_recv(), Ok(WatchEvent::Error(_))));
+        drop(dtx);
+        task.await.unwrap();
     }
 }

@@ -22,29 +22,9 @@ fn opts(q: &str) -> ListOptions {
     ListOptions::from_query(q).unwrap()
 }
 
-/// A pod of about 1.5 KB of JSON on one of `nodes` nodes.
+/// A pod of about 1.5 KB of JSON on one of `nodes` nodes (see [`load::bench_pod`]).
 fn big_pod(i: usize, nodes: usize) -> Bytes {
-    let v = serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": format!("pod-{i:06}"), "namespace": format!("ns-{}", i % 10),
-            "uid": format!("00000000-0000-0000-0000-{i:012}"),
-            "labels": {"app": format!("app-{}", i % 50), "tier": "backend", "pod-template-hash": "7d9c8b6f5"},
-            "annotations": {"kubernetes.io/config.seen": "2024-01-01T00:00:00Z", "note": "x".repeat(400)},
-            "creationTimestamp": "2024-01-01T00:00:00Z",
-        },
-        "spec": {
-            "nodeName": format!("node-{}", i % nodes),
-            "containers": [{"name": "app", "image": "registry.example/app:1.2.3",
-                "ports": [{"containerPort": 8080, "protocol": "TCP"}],
-                "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
-                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}],
-            "restartPolicy": "Always", "schedulerName": "default-scheduler",
-        },
-        "status": {"phase": "Running", "podIP": format!("10.0.{}.{}", (i / 250) % 250, i % 250),
-            "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]},
-    });
-    Bytes::from(serde_json::to_vec(&v).unwrap())
+    load::bench_pod(i, &format!("node-{}", i % nodes), 0)
 }
 
 /// Writes the response body a server would send (items' JSON joined), as it would.

@@ -40,9 +40,11 @@ pub struct NodeArgs {
     pub sync_frequency: u64,
 }
 
-/// Run `rkube node` until SIGINT/SIGTERM (pods keep running in the runtime).
-pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
-    let client = client_from_kubeconfig(&args.kubeconfig).await?;
+/// The agent's settings from the flags (everything but the kubeconfig).
+///
+/// # Errors
+/// An unparsable `--feature-gates`.
+pub fn node_config(args: NodeArgs) -> anyhow::Result<NodeConfig> {
     let name = args.hostname_override.unwrap_or_else(default_node_name);
     let mut config = NodeConfig::new(name, args.container_runtime_endpoint);
     if let Some(ip) = args.node_ip {
@@ -52,7 +54,13 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     config.pod_logs_dir = args.pod_logs_directory;
     config.healthz_addr = SocketAddr::new(args.healthz_bind_address, args.healthz_port);
     config.resync = Duration::from_secs(args.sync_frequency.max(1));
-    let handle = agent::start(config, client).await?;
+    Ok(config)
+}
+
+/// Run `rkube node` until SIGINT/SIGTERM (pods keep running in the runtime).
+pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
+    let client = client_from_kubeconfig(&args.kubeconfig).await?;
+    let handle = agent::start(node_config(args)?, client).await?;
     eprintln!("rkube node agent ready; healthz on http://{}/healthz", handle.healthz_addr);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

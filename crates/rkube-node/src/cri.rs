@@ -147,6 +147,13 @@ impl CriClient {
         Ok(self.image.clone().pull_image(req).await.map_err(status_err("PullImage"))?.into_inner().image_ref)
     }
 
+    /// `ImageStatus`: the image when the runtime has it (`None` when absent).
+    pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>> {
+        let spec = cri::ImageSpec { image: image.into(), ..Default::default() };
+        let req = cri::ImageStatusRequest { image: Some(spec), verbose: false };
+        Ok(self.image.clone().image_status(req).await.map_err(status_err("ImageStatus"))?.into_inner().image)
+    }
+
     /// `CreateContainer`; returns the container id.
     pub async fn create_container(
         &self,

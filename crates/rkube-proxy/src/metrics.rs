@@ -161,6 +161,7 @@ mod tests {
             result: if ok { Ok(()) } else { Err(crate::engine::Error::Poisoned) },
             duration: Duration::from_millis(20),
             generation: Duration::from_millis(5),
+            restore: Duration::ZERO,
             bytes: 100,
             services_written: 1,
             chains_deleted: 0,

@@ -9,8 +9,11 @@
 //! For each size: N ClusterIP services × 5 endpoints in a fresh namespace, one
 //! initial full sync, then RUNS rounds of { change one service's endpoints →
 //! partial sync; full sync of the same state }, measured side by side. Prints
-//! medians of total sync time (generation + iptables-restore), generation
-//! alone, and restore-input bytes; peak RSS (VmHWM) of the test process at the end.
+//! medians of total sync time (full syncs also read the current rules with
+//! iptables-save), generation alone, restore alone and restore-input bytes, each
+//! ratio next to the issue's goal; peak RSS (VmHWM) of the test process at the end.
+//! `bench_generation_only` with `RKUBE_BENCH_DUMP=<dir>` also writes the full and
+//! partial restore inputs to `<dir>` (for timing `iptables-restore` by hand).
 
 mod common;
 
@@ -66,6 +69,18 @@ fn checked(r: SyncReport) -> SyncReport {
     r
 }
 
+/// Goals of the issue: partial sync time and input bytes as a share of a full sync's.
+const GOAL_TIME_PERCENT: f64 = 5.0;
+const GOAL_BYTES_PERCENT: f64 = 2.0;
+
+fn verdict(value: f64, goal: f64) -> &'static str {
+    if value <= goal {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
 #[test]
 #[ignore = "benchmark: run with --ignored --nocapture (and --release)"]
 fn bench_partial_vs_full_sync() {
@@ -74,10 +89,6 @@ fn bench_partial_vs_full_sync() {
     let legacy = std::env::var("RKUBE_TEST_IPTABLES").as_deref() == Ok("legacy");
     let binary = if legacy { "iptables-legacy" } else { "iptables" };
     println!("iptables: {}", common::must(binary, &["--version"]).trim());
-    println!(
-        "{:>8} {:>5} | {:>10} {:>10} {:>12} | {:>10} {:>10} {:>12} | {:>7} {:>7}",
-        "services", "runs", "full ms", "full gen", "full bytes", "part ms", "part gen", "part bytes", "time %", "bytes %"
-    );
     for &n in &sizes {
         let ns = NetNs::new("bench");
         let mut p = Proxy::new(&ns, "node-a");
@@ -87,9 +98,9 @@ fn bench_partial_vs_full_sync() {
                 t.update_slice(&endpoint_slice("bench", &format!("svc{i}"), &format!("svc{i}-1"), "http", 8080, &endpoints(i, 0)));
             }
         });
-        checked(p.sync());
-        let (mut full_t, mut full_g, mut full_b) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut part_t, mut part_g, mut part_b) = (Vec::new(), Vec::new(), Vec::new());
+        let first = checked(p.sync());
+        let (mut full_t, mut full_g, mut full_r, mut full_b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut part_t, mut part_g, mut part_r, mut part_b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for run in 0..runs {
             // One service changes: its endpoints move (as in a rolling update).
             let i = (run * 7919) % n;
@@ -100,29 +111,28 @@ fn bench_partial_vs_full_sync() {
             assert_eq!(r.services_written, 1, "partial sync writes only the changed service");
             part_t.push(r.duration);
             part_g.push(r.generation);
+            part_r.push(r.restore);
             part_b.push(r.bytes);
             let r = checked(p.sync_kind(SyncKind::Full(FullReason::Periodic)));
             full_t.push(r.duration);
             full_g.push(r.generation);
+            full_r.push(r.restore);
             full_b.push(r.bytes);
         }
-        let (ft, fg, fb) = (median(full_t), median(full_g), median(full_b));
-        let (pt, pg, pb) = (median(part_t), median(part_g), median(part_b));
-        println!(
-            "{:>8} {:>5} | {:>10.1} {:>10.1} {:>12} | {:>10.1} {:>10.1} {:>12} | {:>6.1}% {:>6.2}%",
-            n,
-            runs,
-            ms(ft),
-            ms(fg),
-            fb,
-            ms(pt),
-            ms(pg),
-            pb,
-            100.0 * pt.as_secs_f64() / ft.as_secs_f64(),
-            100.0 * pb as f64 / fb as f64
-        );
+        let (ft, fg, fr, fb) = (median(full_t), median(full_g), median(full_r), median(full_b));
+        let (pt, pg, pr, pb) = (median(part_t), median(part_g), median(part_r), median(part_b));
+        let time_pct = 100.0 * pt.as_secs_f64() / ft.as_secs_f64();
+        let bytes_pct = 100.0 * pb as f64 / fb as f64;
+        let tx = if p.backend.writer_mut().splits_nat() { "split nat transactions" } else { "one nat transaction" };
+        println!("\n{n} services x {ENDPOINTS} endpoints ({tx}; medians of {runs} runs; ms):");
+        println!("  first full sync (empty namespace): {:>10.1} (restore {:.1})", ms(first.duration), ms(first.restore));
+        println!("  full sync    total {:>10.1}  generation {:>8.1}  restore {:>10.1}  input {:>10} bytes", ms(ft), ms(fg), ms(fr), fb);
+        println!("  partial sync total {:>10.1}  generation {:>8.1}  restore {:>10.1}  input {:>10} bytes", ms(pt), ms(pg), ms(pr), pb);
+        println!("  partial/full time  {time_pct:>6.2} %   goal <= {GOAL_TIME_PERCENT} %: {}", verdict(time_pct, GOAL_TIME_PERCENT));
+        println!("  partial/full bytes {bytes_pct:>6.2} %   goal <= {GOAL_BYTES_PERCENT} %: {}", verdict(bytes_pct, GOAL_BYTES_PERCENT));
+        println!("  generation alone (full) {:.1} ms = {:.1} % of the full sync", ms(fg), 100.0 * fg.as_secs_f64() / ft.as_secs_f64());
     }
-    println!("peak RSS of the test process (VmHWM): {} MiB", peak_rss_kib() / 1024);
+    println!("\npeak RSS of the test process (VmHWM; iptables-restore children not included): {} MiB", peak_rss_kib() / 1024);
 }
 
 /// Generation alone (no iptables): full vs partial restore input for one changed
@@ -149,6 +159,10 @@ fn bench_generation_only() {
         let cfg = common::test_config();
         let none = HashSet::new();
         let mut writer = IptablesWriter::new();
+        // The nf_tables layout (split nat transactions) unless the legacy backend is asked for.
+        if std::env::var("RKUBE_TEST_IPTABLES").as_deref() != Ok("legacy") {
+            writer.split_nat(Some(rkube_proxy::writer::iptables::NAT_TRANSACTION_CHAINS));
+        }
         let mut request = SyncRequest {
             tracker: &t,
             config: &cfg,
@@ -175,5 +189,15 @@ fn bench_generation_only() {
             assert_eq!(out.services_written, 1);
         }
         println!("{:>8} | {:>10.1} {:>10.1} | {:>12} {:>12}", n, ms(median(full)), ms(median(part)), fb, pb);
+        if let Some(dir) = std::env::var_os("RKUBE_BENCH_DUMP") {
+            request.mode = SyncMode::Full;
+            request.programmed_chains = &none;
+            let path = std::path::Path::new(&dir).join(format!("full-{n}.txt"));
+            std::fs::write(&path, writer.write(&request).data).expect("write dump");
+            request.mode = SyncMode::Partial { changed: &changed };
+            request.programmed_chains = &programmed;
+            let path = std::path::Path::new(&dir).join(format!("partial-{n}.txt"));
+            std::fs::write(&path, writer.write(&request).data).expect("write dump");
+        }
     }
 }

@@ -15,6 +15,12 @@
 //! - [`cri`] — the CRI v1 messages and stubs (re-exported from the `k8s-cri` crate).
 //!
 //! Processes: [`process`] (process groups, signals, exit codes) and [`logs`] (CRI log format).
+//!
+//! State across restarts: sandboxes, containers and images are kept in memory only, and every
+//! container process dies with the runtime (`PR_SET_PDEATHSIG`). A runtime started again on the
+//! same socket and root directory therefore lists no sandbox and no container; the node agent
+//! treats the pods as lost (see `rkube-node`: `Never` pods that were running become `Failed`
+//! with `ContainerStatusUnknown`, others are started again).
 #![deny(missing_docs)]
 
 pub mod cli;

@@ -129,11 +129,16 @@ fn kubectl_applied_service_and_endpoint_slice_make_cluster_ip_answer_through_rku
     );
     wait_until("backend HTTP server", || get(&client.0, "http://10.202.1.2:8080/").is_ok());
 
+    // A free loopback port for the proxy's /metrics (network_programming_duration_seconds).
+    let metrics_address = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        probe.local_addr().expect("local address").to_string()
+    };
     let _proxy = Guard(
         Command::new(bin)
             .args(["proxy", "--kubeconfig", &kubeconfig, "--hostname-override", "node-a"])
             .args(["--cluster-cidr", "10.244.0.0/16", "--network-namespace", &client.0])
-            .args(["--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", ""])
+            .args(["--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", &metrics_address])
             .args(["--iptables-min-sync-period", "100ms"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -147,12 +152,34 @@ fn kubectl_applied_service_and_endpoint_slice_make_cluster_ip_answer_through_rku
     );
     let cluster_ip = must(&kubectl(), &["--kubeconfig", &kubeconfig, "get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
     assert!(!cluster_ip.is_empty(), "service got a cluster IP");
+    // Stamped like the endpointslice controller does: the time of the change that
+    // triggered this EndpointSlice update (RFC 3339, UTC); taken once the proxy serves
+    // /metrics, i.e. after it started (earlier trigger times are ignored, as upstream).
+    let metrics_url = format!("http://{metrics_address}/metrics");
+    let scrape = || run("curl", &["-s", "-f", "--noproxy", "*", "--max-time", "2", &metrics_url]);
+    wait_until("rkube proxy to serve /metrics", || scrape().status.success());
+    let trigger_time = must("date", &["-u", "+%Y-%m-%dT%H:%M:%S.%NZ"]).trim().to_string();
     kubectl_apply(
         &kubeconfig,
-        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-1\n  namespace: default\n  labels: {kubernetes.io/service-name: web}\naddressType: IPv4\nports: [{name: http, port: 8080, protocol: TCP}]\nendpoints: [{addresses: [\"10.202.1.2\"], conditions: {ready: true}}]\n",
+        &format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-1\n  namespace: default\n  labels: {{kubernetes.io/service-name: web}}\n  annotations: {{endpoints.kubernetes.io/last-change-trigger-time: \"{trigger_time}\"}}\naddressType: IPv4\nports: [{{name: http, port: 8080, protocol: TCP}}]\nendpoints: [{{addresses: [\"10.202.1.2\"], conditions: {{ready: true}}}}]\n"
+        ),
     );
     let url = format!("http://{cluster_ip}/");
     wait_until("ClusterIP to answer", || get(&client.0, &url).as_deref() == Ok("hello"));
+
+    // The sync that programmed the slice is counted in network_programming_duration_seconds,
+    // measured from the annotation's trigger time.
+    let sample = |text: &str, name: &str| -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    let mut metrics = String::new();
+    wait_until("network_programming_duration_seconds to count the sync", || {
+        metrics = String::from_utf8_lossy(&scrape().stdout).into_owned();
+        sample(&metrics, "kubeproxy_network_programming_duration_seconds_count").is_some_and(|c| c >= 1.0)
+    });
+    let seconds = sample(&metrics, "kubeproxy_network_programming_duration_seconds_sum").unwrap_or(-1.0);
+    assert!((0.0..30.0).contains(&seconds), "trigger time to programmed rules: {seconds} s\n{metrics}");
 
     must(&kubectl(), &["--kubeconfig", &kubeconfig, "delete", "endpointslice", "web-1"]);
     wait_until("ClusterIP to refuse connections", || get(&client.0, &url) == Err(7));

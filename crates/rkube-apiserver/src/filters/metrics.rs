@@ -20,13 +20,17 @@
 //!
 //! `verb` is upstream's uppercase reported verb (`GET`, `LIST`, `WATCH`,
 //! `POST`, `PUT`, `PATCH`, `APPLY`, `DELETE`, `DELETECOLLECTION`; the HTTP
-//! method for non-resource paths, whose path is the `subresource` label as
-//! upstream's health checks do). Durations start when the request arrived.
+//! method for non-resource paths, `other` for a non-standard method).
+//! Non-resource requests have `group`, `version`, `resource` and `scope`
+//! empty, and `subresource`/`component` as upstream labels the few
+//! non-resource endpoints it instruments (health checks, discovery, OpenAPI
+//! v3; see `non_resource_labels`), empty `subresource` for the others.
+//! Durations start when the request arrived.
 //! Watches are counted (and timed) when they end.
 //!
 //! To keep label cardinality bounded against hostile clients, requests for
 //! resources the registry does not know, and non-resource requests answered
-//! 404, are not recorded.
+//! 404, are not recorded, and non-resource label values come from a fixed set.
 //!
 //! `apiserver_current_inflight_requests` reports the current number of
 //! requests holding an inflight slot (upstream reports the maximum seen in the
@@ -35,6 +39,7 @@
 //! [`ApiserverMetrics::render`] writes the Prometheus text format 0.0.4
 //! (`Content-Type: text/plain; version=0.0.4`), as kube-apiserver serves it.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -304,7 +309,10 @@ impl ApiserverMetrics {
     }
 
     /// The whole registry in the Prometheus text format 0.0.4, followed by
-    /// every source added with [`ApiserverMetrics::add_text_source`].
+    /// every source added with [`ApiserverMetrics::add_text_source`]. A
+    /// metric family is exposed once: a source's family replaces the
+    /// registry's family of the same name, and an earlier source's wins over
+    /// a later one's. This is the one renderer of `/metrics`.
     pub fn render(&self) -> String {
         let mut out = String::new();
         if prometheus_client::encoding::text::encode_registry(&mut out, &self.registry).is_err() {
@@ -318,33 +326,17 @@ impl ApiserverMetrics {
         if extra.is_empty() {
             return own;
         }
-        let taken: std::collections::HashSet<&str> = extra
-            .iter()
-            .flat_map(|t| t.lines())
-            .filter_map(|l| l.strip_prefix("# TYPE "))
-            .filter_map(|l| l.split_whitespace().next())
-            .collect();
         let mut text = String::with_capacity(own.len() + extra.iter().map(String::len).sum::<usize>());
-        for line in own.lines() {
-            let name = line
-                .strip_prefix("# HELP ")
-                .or_else(|| line.strip_prefix("# TYPE "))
-                .unwrap_or(line)
-                .split(|c: char| c == '{' || c.is_whitespace())
-                .next()
-                .unwrap_or("");
-            if taken.contains(name) {
-                continue;
-            }
-            text.push_str(line);
-            text.push('\n');
+        // Families of the sources, then the registry's own text without them.
+        let mut taken: HashSet<String> = HashSet::new();
+        let mut sources_text = String::new();
+        for t in &extra {
+            let families = family_names(t);
+            push_without(&mut sources_text, t, &families, &taken);
+            taken.extend(families.into_iter().map(str::to_string));
         }
-        for t in extra {
-            text.push_str(&t);
-            if !t.ends_with('\n') {
-                text.push('\n');
-            }
-        }
+        push_without(&mut text, &own, &family_names(&own), &taken);
+        text.push_str(&sources_text);
         text
     }
 
@@ -359,7 +351,7 @@ impl ApiserverMetrics {
         self.requests
             .get_or_create(&RequestLabels {
                 code: code.to_string(),
-                component: COMPONENT.into(),
+                component: l.component.clone(),
                 dry_run: attrs.dry_run.clone(),
                 group: l.group.clone(),
                 resource: l.resource.clone(),
@@ -371,7 +363,7 @@ impl ApiserverMetrics {
             .inc();
         self.durations
             .get_or_create(&DurationLabels {
-                component: COMPONENT.into(),
+                component: l.component.clone(),
                 dry_run: attrs.dry_run.clone(),
                 group: l.group.clone(),
                 resource: l.resource.clone(),
@@ -505,7 +497,7 @@ fn recordable(attrs: &RequestAttributes, code: u16) -> bool {
     if attrs.is_resource_request {
         rkube_api::registry::lookup(&attrs.api_group, &attrs.api_version, &attrs.resource).is_some()
     } else {
-        code != 404 && attrs.path.len() <= 128
+        code != 404
     }
 }
 
@@ -521,15 +513,93 @@ fn labels_of(attrs: &RequestAttributes) -> ResourceLabels {
             version: attrs.api_version.clone(),
         }
     } else {
+        let (subresource, component) = non_resource_labels(&attrs.path);
         ResourceLabels {
-            component: COMPONENT.into(),
+            component: component.into(),
             group: String::new(),
             resource: String::new(),
             scope: String::new(),
-            subresource: attrs.path.clone(),
-            verb: attrs.metrics_verb(),
+            subresource: subresource.into(),
+            verb: non_resource_verb(&attrs.method),
             version: String::new(),
         }
+    }
+}
+
+/// `(subresource, component)` of a non-resource request. Upstream counts
+/// only the non-resource endpoints it wraps in `metrics.InstrumentHandlerFunc`,
+/// each with fixed labels (group, version, resource and scope empty):
+///
+/// | path | `subresource` | `component` | upstream |
+/// |---|---|---|---|
+/// | `/healthz`, `/livez`, `/readyz` | the path | empty | `server/healthz.InstallPathHandler` |
+/// | `/api`, `/apis` | `api`, `apis` | `apiserver` | `endpoints/discovery/aggregated.NewResourceManager` |
+/// | `/openapi/v3` | `openapi/v3` | empty | `kube-aggregator` `openapiv3` `specProxier` |
+/// | `/openapi/v3/<path>` | `openapi/v3/` | empty | same |
+///
+/// Every other non-resource path (`/version`, `/openapi/v2`, `/metrics`,
+/// `/healthz/<check>`, `/debug/flags/v`, ...), which upstream does not
+/// count, is counted with `subresource` empty (so label values stay a
+/// fixed set whatever the path).
+fn non_resource_labels(path: &str) -> (&'static str, &'static str) {
+    let p = path.strip_suffix('/').filter(|p| !p.is_empty()).unwrap_or(path);
+    match p {
+        "/healthz" => ("/healthz", ""),
+        "/livez" => ("/livez", ""),
+        "/readyz" => ("/readyz", ""),
+        "/api" => ("api", COMPONENT),
+        "/apis" => ("apis", COMPONENT),
+        "/openapi/v3" => ("openapi/v3", ""),
+        _ if p.starts_with("/openapi/v3/") => ("openapi/v3/", ""),
+        _ => ("", COMPONENT),
+    }
+}
+
+/// The `verb` of a non-resource request: its method, or `other` for a
+/// method outside the standard set (upstream `cleanVerb`), so a client can
+/// not invent label values.
+fn non_resource_verb(method: &str) -> String {
+    match method {
+        "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS" | "CONNECT" | "TRACE" => method.to_string(),
+        _ => "other".to_string(),
+    }
+}
+
+/// The family names a text declares with `# TYPE`.
+fn family_names(text: &str) -> HashSet<&str> {
+    text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_whitespace().next()).collect()
+}
+
+/// The family of one line of `text` whose families are `families`: the name
+/// of a `# HELP`/`# TYPE` line, or a sample's name with a histogram or
+/// summary suffix (`_bucket`, `_sum`, `_count`, `_created`) removed when
+/// that names one of `families`.
+fn family_of<'a>(line: &'a str, families: &HashSet<&str>) -> &'a str {
+    let name = line
+        .strip_prefix("# HELP ")
+        .or_else(|| line.strip_prefix("# TYPE "))
+        .unwrap_or(line)
+        .split(|c: char| c == '{' || c.is_whitespace())
+        .next()
+        .unwrap_or("");
+    if families.contains(name) {
+        return name;
+    }
+    ["_bucket", "_sum", "_count", "_created"]
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix).filter(|base| families.contains(base)))
+        .unwrap_or(name)
+}
+
+/// Appends the lines of `text` (whose families are `families`) except those
+/// of a family in `skip`, each ending with a newline.
+fn push_without(out: &mut String, text: &str, families: &HashSet<&str>, skip: &HashSet<String>) {
+    for line in text.lines() {
+        if skip.contains(family_of(line, families)) {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
     }
 }
 
@@ -558,11 +628,18 @@ fn to_prometheus_text(openmetrics: &str) -> String {
     out
 }
 
-/// The `GET /metrics` handler.
-pub async fn metrics_handler(State(m): State<Arc<ApiserverMetrics>>) -> Response {
+/// The `GET /metrics` response: [`ApiserverMetrics::render`] as
+/// `text/plain; version=0.0.4`. Both the filter chain's `/metrics` route and
+/// the router's `metrics` arm answer with it.
+pub fn metrics_response(m: &ApiserverMetrics) -> Response {
     let mut resp = (StatusCode::OK, m.render()).into_response();
     resp.headers_mut().insert("content-type", HeaderValue::from_static(METRICS_CONTENT_TYPE));
     resp
+}
+
+/// The `GET /metrics` handler ([`metrics_response`]).
+pub async fn metrics_handler(State(m): State<Arc<ApiserverMetrics>>) -> Response {
+    metrics_response(&m)
 }
 
 /// Middleware recording every request it wraps (see the module docs).
@@ -641,6 +718,52 @@ mod tests {
         assert!(!text.contains("widgets"));
         assert!(!text.contains("/random/path"));
         assert!(text.contains("subresource=\"/healthz\",verb=\"GET\""), "{text}");
+    }
+
+    #[test]
+    fn non_resource_requests_have_empty_resource_labels_like_upstream() {
+        let m = ApiserverMetrics::new();
+        for path in ["/version", "/openapi/v2", "/metrics", "/healthz/etcd", "/api", "/apis", "/healthz", "/readyz/", "/openapi/v3/apis/apps/v1"] {
+            m.observe_request(&attrs(Method::GET, path), 200, Duration::ZERO, Some(10));
+        }
+        m.observe_request(&attrs(Method::from_bytes(b"FOO").unwrap(), "/version"), 405, Duration::ZERO, None);
+        let text = m.render();
+        let series = |component: &str, subresource: &str, verb: &str, code: &str| {
+            format!("apiserver_request_total{{code=\"{code}\",component=\"{component}\",dry_run=\"\",group=\"\",resource=\"\",scope=\"\",subresource=\"{subresource}\",verb=\"{verb}\",version=\"\"}}")
+        };
+        for (line, n) in [
+            // /version, /openapi/v2, /metrics, /healthz/etcd: not instrumented upstream, all labels empty.
+            (series("apiserver", "", "GET", "200"), 4),
+            (series("apiserver", "api", "GET", "200"), 1),
+            (series("apiserver", "apis", "GET", "200"), 1),
+            (series("", "/healthz", "GET", "200"), 1),
+            (series("", "/readyz", "GET", "200"), 1),
+            (series("", "openapi/v3/", "GET", "200"), 1),
+            (series("apiserver", "", "other", "405"), 1),
+        ] {
+            assert!(text.contains(&format!("{line} {n}\n")), "missing {line} {n} in:\n{text}");
+        }
+        for path in ["/version", "/api\"", "/metrics", "openapi/v2", "/healthz/etcd", "FOO"] {
+            assert!(!text.contains(path), "{path} leaked into a label:\n{text}");
+        }
+        assert!(text.contains("apiserver_request_duration_seconds_count{component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"\",scope=\"\",subresource=\"\",verb=\"GET\",version=\"\"} 4"), "{text}");
+    }
+
+    #[test]
+    fn every_family_is_rendered_once_whatever_the_sources() {
+        let m = ApiserverMetrics::new();
+        m.observe_request(&attrs(Method::GET, "/api/v1/pods"), 200, Duration::from_millis(3), None);
+        let cache = "# HELP apiserver_request_duration_seconds other.\n# TYPE apiserver_request_duration_seconds histogram\napiserver_request_duration_seconds_bucket{le=\"+Inf\"} 7\napiserver_request_duration_seconds_sum 1.0\napiserver_request_duration_seconds_count 7\n# HELP apiserver_cache_list_total n.\n# TYPE apiserver_cache_list_total counter\napiserver_cache_list_total{resource_prefix=\"/pods\"} 2\n";
+        m.add_text_source(Arc::new(move || cache.to_string()));
+        m.add_text_source(Arc::new(move || cache.replace("} 2", "} 9")));
+        let text = m.render();
+        assert_eq!(text.matches("# TYPE apiserver_request_duration_seconds histogram").count(), 1, "{text}");
+        assert_eq!(text.matches("# TYPE apiserver_cache_list_total counter").count(), 1, "{text}");
+        assert!(text.contains("apiserver_request_duration_seconds_count 7\n"), "{text}");
+        assert!(!text.contains("apiserver_request_duration_seconds_count{"), "the registry's histogram is replaced: {text}");
+        assert!(text.contains("apiserver_cache_list_total{resource_prefix=\"/pods\"} 2\n"), "the first source wins: {text}");
+        assert!(!text.contains("} 9"), "{text}");
+        assert!(text.contains("apiserver_request_total{code=\"200\""), "{text}");
     }
 
     #[test]

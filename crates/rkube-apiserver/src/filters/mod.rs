@@ -367,7 +367,8 @@ impl FilterChain {
 /// Serves the API server `st` behind `chain` on `listener` (HTTPS when the
 /// chain has a serving certificate) until `shutdown` completes; then ends
 /// open watches (`st.shutdown`), waits for open requests and flushes the
-/// audit log.
+/// audit log. `/metrics` renders the chain's registry with the state's cache
+/// families attached ([`crate::state::ApiState::with_metrics`]).
 pub async fn serve_api(
     listener: tokio::net::TcpListener,
     st: crate::state::ApiState,
@@ -379,14 +380,17 @@ pub async fn serve_api(
         shutdown.await;
         let _ = stopping.send(true);
     };
+    let st = st.with_metrics(chain.metrics());
     let router = apply(crate::server::router(st), chain);
     let served = serve(listener, router, chain.tls_server_config(), signal).await;
     chain.shutdown().await;
     served
 }
 
-/// Mounts `GET /metrics` and `PUT /debug/flags/v` on `router` and wraps every
-/// route (and the fallback) in the filter chain, in the order of the module docs.
+/// Mounts `GET /metrics` (the chain's registry through
+/// [`metrics::metrics_response`], the renderer the router's own `metrics` arm
+/// uses too) and `PUT /debug/flags/v` on `router` and wraps every route (and
+/// the fallback) in the filter chain, in the order of the module docs.
 pub fn apply(router: Router, chain: &FilterChain) -> Router {
     let router = router
         .route("/metrics", get(metrics::metrics_handler).with_state(chain.metrics.clone()))

@@ -86,7 +86,9 @@ impl RequestAttributes {
     /// Classifies a request. Never fails: anything that is not a resource path
     /// is a non-resource request.
     pub fn new(method: &Method, uri: &Uri, headers: &HeaderMap) -> Self {
-        let path = uri.path().to_string();
+        // Decoded like the router does (a malformed escape is left as is:
+        // the router answers 400 for it).
+        let path = crate::request::decode_path(uri.path()).map_or_else(|_| uri.path().to_string(), |p| p.into_owned());
         let query = parse_query(uri.query().unwrap_or(""));
         let mut ri = RequestAttributes {
             path: path.clone(),

@@ -3,13 +3,13 @@
 //!
 //! A [`Trace`] records named steps of one operation. [`Trace::log_if_long`]
 //! logs it only when the whole operation took at least the threshold
-//! (500 ms for API requests, [`DEFAULT_TRACE_THRESHOLD`]); then each step
+//! (500 ms for API requests, `DEFAULT_TRACE_THRESHOLD`); then each step
 //! that took at least its share (`threshold / (steps + 1)`) is shown, and at
 //! verbosity ≥ 4 every step is. The text has upstream's shape:
 //!
 //! ```text
-//! Trace[1375012925]: "List" accept:application/json,audit-id:6f6d...,client:127.0.0.1,protocol:HTTP/1.1,resource:pods,scope:namespace,url:/api/v1/namespaces/default/pods,user-agent:kubectl/v1.33.0,verb:LIST (02-Jan-2006 15:04:05.000) (total time: 612ms):
-//! Trace[1375012925]: ---"Writing http response done" count:5000 543ms (15:04:05.612)
+//! Trace[1375012925]: "List" accept:application/json,audit-id:6f6d...,client:127.0.0.1,method:GET,protocol:HTTP/1.1,resource:pods,scope:namespace,url:/api/v1/namespaces/default/pods,user-agent:kubectl/v1.33.0,verb:LIST (02-Jan-2006 15:04:05.000) (total time: 612ms):
+//! Trace[1375012925]: ---"Listing from storage done" count:5000 543ms (15:04:05.553)
 //! Trace[1375012925]: [612.345678ms] [612.345678ms] END
 //! ```
 //!
@@ -17,7 +17,10 @@
 //! (named `Get`, `List`, `Create`, `Update`, `Patch`, `Delete` like upstream's
 //! handlers) and makes it the task's current trace, so handler code adds
 //! steps with [`step`] / [`step_with`] without passing anything around
-//! (or through the [`Trace`] request extension). The trace is logged (target
+//! (or through the [`Trace`] request extension); the names each verb's
+//! handler records are in [`steps`]. Fields: `accept`, `audit-id`, `client`,
+//! `method` (rkube's; the HTTP method), `protocol`, `name` (when the path names
+//! an object), `resource`, `scope`, `url`, `user-agent`, `verb` (the metrics verb). The trace is logged (target
 //! `trace`, level INFO, whatever `-v` is; upstream needs `-v=2`) when the
 //! response body is finished.
 //!
@@ -206,6 +209,68 @@ impl Trace {
     }
 }
 
+/// The step names the handlers record, upstream's where upstream has one
+/// (`staging/src/k8s.io/apiserver/pkg/endpoints/handlers/{get,create,update,patch,delete}.go`).
+/// A step marks the moment it names; its duration is the time since the
+/// previous step.
+///
+/// | verb | steps |
+/// |---|---|
+/// | GET | `GET_START`, `GET_DONE`, `ABOUT_TO_WRITE` |
+/// | LIST | `LIST_START`, `LIST_DONE` (`count`), `ABOUT_TO_WRITE` |
+/// | CREATE | `CONVERT_START`, `CONVERT_DONE`, `STORE_START`, `ADMISSION_DONE`, `STORED`, `ABOUT_TO_WRITE` |
+/// | UPDATE | `CONVERT_START`, `CONVERT_DONE`, `STORE_START`, then per attempt `READ_CURRENT`, `ADMISSION_DONE`, `STORED`; `ABOUT_TO_WRITE` |
+/// | PATCH | `PATCH_START`, then per attempt `READ_CURRENT`, `PATCH_APPLIED`, `ADMISSION_DONE`, `STORED`; `ABOUT_TO_WRITE` |
+/// | DELETE | `DELETE_OPTIONS`, `DELETE_START`, `DELETED`, `ABOUT_TO_WRITE` |
+/// | DELETECOLLECTION | `DELETE_OPTIONS`, `LIST_DONE` (`count`), `DELETED` (`count`), `ABOUT_TO_WRITE` |
+///
+/// The trace filter adds `SERIALIZED` when the handler returned (the body
+/// is rendered by then) and `WRITTEN` when the body was sent. A handler
+/// that fails stops recording at the failing step.
+pub mod steps {
+    /// GET: request parsed, about to read the object (storage or watch cache).
+    pub const GET_START: &str = "About to Get from storage";
+    /// GET: the object was read.
+    pub const GET_DONE: &str = "Get from storage done";
+    /// LIST: about to parse the options and read the list.
+    pub const LIST_START: &str = "About to List from storage";
+    /// LIST: options parsed, selectors applied, page read (`count` field).
+    pub const LIST_DONE: &str = "Listing from storage done";
+    /// CREATE/UPDATE: body read, about to decode it.
+    pub const CONVERT_START: &str = "About to convert to expected version";
+    /// CREATE/UPDATE: body decoded.
+    pub const CONVERT_DONE: &str = "Conversion done";
+    /// CREATE/UPDATE: about to run admission, validation and the write.
+    pub const STORE_START: &str = "About to store object in database";
+    /// UPDATE/PATCH: the current object was read (once per attempt).
+    pub const READ_CURRENT: &str = "Current object read from storage";
+    /// PATCH: options checked, about to apply the patch.
+    pub const PATCH_START: &str = "About to apply patch";
+    /// PATCH: patch applied, about to run admission and validation.
+    pub const PATCH_APPLIED: &str = "About to check admission control";
+    /// Writes: defaults, admission (namespace lifecycle, allocations) and validation done.
+    pub const ADMISSION_DONE: &str = "Admission and validation done";
+    /// Writes: the object was written (or the write was skipped: no-op or dry run).
+    pub const STORED: &str = "Object stored in database";
+    /// DELETE: `DeleteOptions` decoded from body and query.
+    pub const DELETE_OPTIONS: &str = "Decoded delete options";
+    /// DELETE: about to delete (or mark) the object.
+    pub const DELETE_START: &str = "About to delete object from database";
+    /// DELETE: deleted or marked for deletion.
+    pub const DELETED: &str = "Object deleted from database";
+    /// Every verb: the result is ready, about to render the response.
+    pub const ABOUT_TO_WRITE: &str = "About to write a response";
+    /// Trace filter: the handler returned its rendered response.
+    pub const SERIALIZED: &str = "Transformed response object";
+    /// Trace filter: the response body was sent.
+    pub const WRITTEN: &str = "Writing http response done";
+}
+
+/// The `count:<n>` field of LIST steps.
+pub fn count(n: usize) -> Vec<(String, String)> {
+    vec![("count".to_string(), n.to_string())]
+}
+
 /// Adds a step to the current task's trace (no-op outside a traced request).
 pub fn step(msg: &str) {
     let _ = CURRENT.try_with(|t| t.step(msg));
@@ -298,7 +363,7 @@ struct TraceGuard {
 
 impl Drop for TraceGuard {
     fn drop(&mut self) {
-        self.trace.step("Writing http response done");
+        self.trace.step(steps::WRITTEN);
         self.trace.log_if_long(self.threshold);
     }
 }
@@ -324,6 +389,7 @@ pub async fn trace_middleware(State(cfg): State<TraceConfig>, mut req: Request, 
         ("accept".to_string(), ctx.accept.clone()),
         ("audit-id".to_string(), ctx.audit_id.clone()),
         ("client".to_string(), ctx.source_ips.last().cloned().unwrap_or_default()),
+        ("method".to_string(), req.method().to_string()),
         ("protocol".to_string(), ctx.protocol.clone()),
         ("resource".to_string(), a.resource.clone()),
         ("scope".to_string(), a.scope().to_string()),
@@ -332,12 +398,12 @@ pub async fn trace_middleware(State(cfg): State<TraceConfig>, mut req: Request, 
         ("verb".to_string(), a.metrics_verb()),
     ];
     if !a.name.is_empty() {
-        fields.insert(4, ("name".to_string(), a.name.clone()));
+        fields.insert(5, ("name".to_string(), a.name.clone()));
     }
     let trace = Trace::new(name, fields);
     req.extensions_mut().insert(trace.clone());
     let resp = with_trace(trace.clone(), next.run(req)).await;
-    trace.step("About to write a response");
+    trace.step(steps::SERIALIZED);
     guard_response(resp, TraceGuard { trace, threshold: cfg.threshold })
 }
 

@@ -13,6 +13,7 @@ use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_
 use super::Ctx;
 use crate::defaults;
 use crate::error::{ApiError, ApiResult};
+use crate::filters::trace::{self, steps};
 use crate::media;
 use crate::object;
 use crate::render;
@@ -77,12 +78,18 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
 /// POST a new object.
 pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let info = ctx.ri.info;
+    trace::step(steps::CONVERT_START);
     let decoded = media::decode_object(&media::content_type(&ctx.headers), body)?;
+    trace::step(steps::CONVERT_DONE);
     let generate_base = object::meta_str(&decoded, "generateName").to_string();
     let generated = object::name(&decoded).is_empty() && !generate_base.is_empty();
     let dry_run = ctx.dry_run()?;
+    trace::step(steps::STORE_START);
     let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: decoded, managed_recorded: false }).await?;
+    trace::step(steps::ADMISSION_DONE);
     if dry_run {
+        trace::step(steps::STORED);
+        trace::step(steps::ABOUT_TO_WRITE);
         return Ok(render::object(info, ctx.render, 201, &obj, &warnings));
     }
     let mut attempts = 0;
@@ -93,7 +100,9 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         let bytes = encode_for_storage(&obj)?;
         match ctx.st.storage.create(&key, bytes).await {
             Ok(kv) => {
+                trace::step(steps::STORED);
                 set_resource_version(&mut obj, kv.mod_revision);
+                trace::step(steps::ABOUT_TO_WRITE);
                 return Ok(render::object(info, ctx.render, 201, &obj, &warnings));
             }
             Err(rkube_storage::StorageError::AlreadyExists { .. })

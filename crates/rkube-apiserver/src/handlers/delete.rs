@@ -25,6 +25,7 @@ use serde_json::{json, Map, Value};
 use super::write::encode_for_storage;
 use super::Ctx;
 use crate::error::{ApiError, ApiResult};
+use crate::filters::trace::{self, steps};
 use crate::media;
 use crate::object;
 use crate::render;
@@ -249,12 +250,16 @@ pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let info = ctx.ri.info;
     let name = ctx.name().to_string();
     let opts = parse_options(ctx, body)?;
+    trace::step(steps::DELETE_OPTIONS);
+    trace::step(steps::DELETE_START);
     let outcome = delete_one(ctx, info, ctx.namespace(), &name, &opts).await?;
     let outcome = if info.kind == "Namespace" && !opts.dry_run {
         finish_namespace(ctx, &name).await?.unwrap_or(outcome)
     } else {
         outcome
     };
+    trace::step(steps::DELETED);
+    trace::step(steps::ABOUT_TO_WRITE);
     let (code, obj) = match outcome {
         Outcome::Deleted(o) => (200, o),
         Outcome::Pending(o) => (202, o),
@@ -375,6 +380,7 @@ async fn finish_namespace_once(ctx: &Ctx, ns: &str) -> ApiResult<bool> {
 pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let info = ctx.ri.info;
     let opts = parse_options(ctx, body)?;
+    trace::step(steps::DELETE_OPTIONS);
     let (_, predicate) = super::read::list_options(ctx)?;
     let prefix = info.list_prefix(ctx.st.prefix(), ctx.ri.namespace.as_deref());
     let page = ctx
@@ -390,6 +396,7 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         })
         .await
         .map_err(|e| ApiError::from_storage(e, info, ""))?;
+    trace::step_with(steps::LIST_DONE, trace::count(page.items.len()));
     let mut items = Vec::new();
     for obj in page.items {
         let name = object::name(&obj).to_string();
@@ -400,7 +407,9 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             Err(e) => return Err(e),
         }
     }
+    trace::step_with(steps::DELETED, trace::count(items.len()));
     let mut meta = Map::new();
     meta.insert("resourceVersion".into(), json!(page.revision.to_string()));
+    trace::step(steps::ABOUT_TO_WRITE);
     Ok(render::list(info, ctx.render, items, meta))
 }

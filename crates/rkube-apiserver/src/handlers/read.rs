@@ -23,24 +23,23 @@ use serde_json::{Map, Value};
 
 use super::Ctx;
 use crate::error::{ApiError, ApiResult};
+use crate::filters::trace;
 use crate::render;
 use crate::source::{ListRequest, Predicate};
 
 /// GET one object (or its `status` subresource, which is the same object).
 pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
+    trace::step(trace::steps::GET_START);
     if let Some(r) = crate::cached_read::get(ctx).await {
         return r;
     }
     let info = ctx.ri.info;
     let name = ctx.name();
     let key = ctx.key(name);
-    let obj = ctx
-        .st
-        .source
-        .get(&key)
-        .await
-        .map_err(|e| ApiError::from_storage(e, info, name))?
-        .ok_or_else(|| ApiError::not_found(info, name))?;
+    let obj = ctx.st.source.get(&key).await;
+    trace::step(trace::steps::GET_DONE);
+    let obj = obj.map_err(|e| ApiError::from_storage(e, info, name))?.ok_or_else(|| ApiError::not_found(info, name))?;
+    trace::step(trace::steps::ABOUT_TO_WRITE);
     Ok(render::object(info, ctx.render, 200, &obj, &[]))
 }
 
@@ -78,6 +77,7 @@ pub fn parse_rv(rv: &str) -> ApiResult<Revision> {
 
 /// LIST a collection.
 pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
+    trace::step(trace::steps::LIST_START);
     if let Some(r) = crate::cached_read::list(ctx).await {
         return r;
     }
@@ -117,8 +117,9 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
         .st
         .source
         .list(ListRequest { info, prefix: prefix.clone(), revision, start_key, limit, predicate: &predicate })
-        .await
-        .map_err(|e| ApiError::from_storage(e, info, ""))?;
+        .await;
+    trace::step_with(trace::steps::LIST_DONE, trace::count(page.as_ref().map_or(0, |p| p.items.len())));
+    let page = page.map_err(|e| ApiError::from_storage(e, info, ""))?;
     if min_revision > page.revision {
         return Err(Status::too_large_resource_version(min_revision, page.revision).into());
     }
@@ -132,5 +133,6 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
             meta.insert("remainingItemCount".into(), Value::from(rem));
         }
     }
+    trace::step(trace::steps::ABOUT_TO_WRITE);
     Ok(render::list(info, ctx.render, page.items, meta))
 }

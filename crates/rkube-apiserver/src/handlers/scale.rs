@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 use super::update::{commit, Commit, MAX_ATTEMPTS};
 use super::Ctx;
 use crate::error::{ApiError, ApiResult};
+use crate::filters::trace::{self, steps};
 use crate::media;
 use crate::object;
 
@@ -47,9 +48,12 @@ pub fn to_scale(obj: &Value) -> Value {
 /// GET `<deployment>/scale`.
 pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
     let name = ctx.name().to_string();
+    trace::step(steps::GET_START);
     let Some((obj, _)) = ctx.load(&ctx.key(&name), &name).await? else {
         return Err(ApiError::not_found(ctx.ri.info, &name));
     };
+    trace::step(steps::GET_DONE);
+    trace::step(steps::ABOUT_TO_WRITE);
     Ok(media::respond(200, ctx.render.output, &to_scale(&obj)))
 }
 
@@ -60,10 +64,12 @@ pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType
     let key = ctx.key(&name);
     let dry_run = ctx.dry_run()?;
     let manager = ctx.field_manager()?;
+    trace::step(if patch.is_some() { steps::PATCH_START } else { steps::STORE_START });
     for _ in 0..MAX_ATTEMPTS {
         let Some((old, kv)) = ctx.load(&key, &name).await? else {
             return Err(ApiError::not_found(info, &name));
         };
+        trace::step(steps::READ_CURRENT);
         let scale = to_scale(&old);
         let wanted = match patch {
             None => media::decode_object(&media::content_type(&ctx.headers), body)?,
@@ -107,8 +113,14 @@ pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType
             now: &now,
         };
         crate::patch::record_update(&rec, Some(&old), &mut new);
-        match commit(ctx, &key, &old, &kv, new, dry_run).await? {
-            Commit::Done(obj) => return Ok(media::respond(200, ctx.render.output, &to_scale(&obj))),
+        trace::step(steps::ADMISSION_DONE);
+        let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
+        trace::step(steps::STORED);
+        match committed {
+            Commit::Done(obj) => {
+                trace::step(steps::ABOUT_TO_WRITE);
+                return Ok(media::respond(200, ctx.render.output, &to_scale(&obj)));
+            }
             Commit::Retry if !rv.is_empty() => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,
         }

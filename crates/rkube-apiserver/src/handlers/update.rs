@@ -24,6 +24,7 @@ use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_
 use super::Ctx;
 use crate::defaults;
 use crate::error::{ApiError, ApiResult};
+use crate::filters::trace::{self, steps};
 use crate::media;
 use crate::object;
 use crate::render;
@@ -245,21 +246,28 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let info = ctx.ri.info;
     let name = ctx.name().to_string();
     let key = ctx.key(&name);
+    trace::step(steps::CONVERT_START);
     let body_obj = media::decode_object(&media::content_type(&ctx.headers), body)?;
+    trace::step(steps::CONVERT_DONE);
     let want_rv = requested_rv(&body_obj)?;
     let dry_run = ctx.dry_run()?;
+    trace::step(steps::STORE_START);
     for _ in 0..MAX_ATTEMPTS {
         let Some((old, kv)) = ctx.load(&key, &name).await? else {
             return Err(ApiError::not_found(info, &name));
         };
+        trace::step(steps::READ_CURRENT);
         if let Some(rv) = want_rv {
             if rv != kv.mod_revision {
                 return Err(ApiError::stale(info, &name));
             }
         }
         let (new, warnings) = prepare_update(ctx, &old, body_obj.clone(), Managed::Update).await?;
-        match commit(ctx, &key, &old, &kv, new, dry_run).await? {
-            Commit::Done(obj) => return Ok(render::object(info, ctx.render, 200, &obj, &warnings)),
+        trace::step(steps::ADMISSION_DONE);
+        let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
+        trace::step(steps::STORED);
+        match committed {
+            Commit::Done(obj) => return Ok(written(info, ctx, 200, &obj, &warnings)),
             Commit::Retry if want_rv.is_some() => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,
         }
@@ -293,15 +301,19 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     }
     let manager = ctx.field_manager()?;
     let dry_run = ctx.dry_run()?;
+    trace::step(steps::PATCH_START);
     for _ in 0..MAX_ATTEMPTS {
         let current = ctx.load(&key, &name).await?;
+        trace::step(steps::READ_CURRENT);
         let Some((old, kv)) = current else {
             if kind != PatchKind::Apply {
                 return Err(ApiError::not_found(info, &name));
             }
             let applied = apply_patch(info, kind, None, body, &manager, force)?;
+            trace::step(steps::PATCH_APPLIED);
             let new = NewObject { obj: applied, managed_recorded: true };
             let (mut obj, warnings) = prepare_new(ctx, new).await?;
+            trace::step(steps::ADMISSION_DONE);
             if object::name(&obj) != name {
                 return Err(ApiError::bad_request(format!(
                     "the name of the object ({}) does not match the name on the URL ({name})",
@@ -309,19 +321,22 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
                 )));
             }
             if dry_run {
-                return Ok(render::object(info, ctx.render, 201, &obj, &warnings));
+                trace::step(steps::STORED);
+                return Ok(written(info, ctx, 201, &obj, &warnings));
             }
             let bytes = encode_for_storage(&obj)?;
             match ctx.st.storage.create(&key, bytes).await {
                 Ok(kv) => {
+                    trace::step(steps::STORED);
                     set_resource_version(&mut obj, kv.mod_revision);
-                    return Ok(render::object(info, ctx.render, 201, &obj, &warnings));
+                    return Ok(written(info, ctx, 201, &obj, &warnings));
                 }
                 Err(StorageError::AlreadyExists { .. }) => continue,
                 Err(e) => return Err(ApiError::from_storage(e, info, &name)),
             }
         };
         let patched = apply_patch(info, kind, Some(&old), body, &manager, force)?;
+        trace::step(steps::PATCH_APPLIED);
         let want_rv = requested_rv(&patched)?;
         if let Some(rv) = want_rv {
             if rv != kv.mod_revision {
@@ -330,15 +345,24 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         }
         let mode = if kind == PatchKind::Apply { Managed::AlreadyRecorded } else { Managed::Update };
         let (new, warnings) = prepare_update(ctx, &old, patched, mode).await?;
+        trace::step(steps::ADMISSION_DONE);
         // A resourceVersion in the patch itself is a precondition; the one carried over is not.
         let explicit_rv = patch_names_rv(kind, body);
-        match commit(ctx, &key, &old, &kv, new, dry_run).await? {
-            Commit::Done(obj) => return Ok(render::object(info, ctx.render, 200, &obj, &warnings)),
+        let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
+        trace::step(steps::STORED);
+        match committed {
+            Commit::Done(obj) => return Ok(written(info, ctx, 200, &obj, &warnings)),
             Commit::Retry if explicit_rv => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,
         }
     }
     Err(ApiError::stale(info, &name))
+}
+
+/// The response of a write that succeeded (after the `ABOUT_TO_WRITE` trace step).
+fn written(info: &ResourceInfo, ctx: &Ctx, code: u16, obj: &Value, warnings: &[String]) -> Response {
+    trace::step(steps::ABOUT_TO_WRITE);
+    render::object(info, ctx.render, code, obj, warnings)
 }
 
 /// True when the patch body itself mentions a resourceVersion.
@@ -383,7 +407,9 @@ pub async fn binding(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let info = ctx.ri.info;
     let name = ctx.name().to_string();
     let key = ctx.key(&name);
+    trace::step(steps::CONVERT_START);
     let mut b = media::decode_object(&media::content_type(&ctx.headers), body)?;
+    trace::step(steps::CONVERT_DONE);
     let binding_info = ResourceInfo { kind: "Binding", ..*info };
     check_type_meta(&binding_info, "Binding", &mut b)?;
     let body_ns = object::namespace(&b);
@@ -409,10 +435,12 @@ pub async fn binding(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     }
     let binding_conflict = |why: String| -> ApiError { Status::conflict("", "pods/binding", &name, why).into() };
     let dry_run = ctx.dry_run()?;
+    trace::step(steps::STORE_START);
     for _ in 0..MAX_ATTEMPTS {
         let Some((old, kv)) = ctx.load(&key, &name).await? else {
             return Err(ApiError::not_found(info, &name));
         };
+        trace::step(steps::READ_CURRENT);
         if object::is_terminating(&old) {
             return Err(binding_conflict(format!("pod {name} is being deleted, cannot be assigned to a host")));
         }
@@ -438,8 +466,11 @@ pub async fn binding(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
                 }));
             }
         }
-        match commit(ctx, &key, &old, &kv, new, dry_run).await? {
+        let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
+        trace::step(steps::STORED);
+        match committed {
             Commit::Done(_) => {
+                trace::step(steps::ABOUT_TO_WRITE);
                 let mut s = Status::success();
                 s.code = 201;
                 return Ok(media::respond(201, ctx.render.output, &s.to_json()));

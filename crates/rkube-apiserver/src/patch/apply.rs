@@ -53,8 +53,17 @@ pub(crate) struct ApplyRequest<'a> {
 fn decode_body(body: &[u8]) -> Result<Value, PatchError> {
     let value = match serde_json::from_slice::<Value>(body) {
         Ok(v) => v,
-        Err(_) => serde_yaml::from_slice::<Value>(body)
-            .map_err(|e| PatchError::BadRequest(format!("error decoding YAML: {e}")))?,
+        Err(_) => {
+            let v = serde_yaml::from_slice::<Value>(body)
+                .map_err(|e| PatchError::BadRequest(format!("error decoding YAML: {e}")))?;
+            // The YAML decoder allows one level more than the JSON one that
+            // reads stored objects back.
+            let max = super::json::MAX_NESTING_DEPTH;
+            if super::json::nesting_depth(&v) > max {
+                return Err(PatchError::BadRequest(format!("error decoding YAML: exceeded max depth of {max}")));
+            }
+            v
+        }
     };
     match value {
         Value::Object(_) => Ok(value),

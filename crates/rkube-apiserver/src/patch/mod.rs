@@ -41,7 +41,7 @@ use rkube_api::status::{Status, StatusCause, StatusDetails};
 use serde_json::Value;
 
 pub use apply::LAST_APPLIED_ANNOTATION;
-pub use json::MAX_JSON_PATCH_OPERATIONS;
+pub use json::{MAX_JSON_PATCH_COPY_BYTES, MAX_JSON_PATCH_OPERATIONS, MAX_NESTING_DEPTH};
 pub use managed::{record_update, UpdateRecord, OPERATION_APPLY, OPERATION_UPDATE};
 
 /// The patch formats, by request `Content-Type`.

@@ -251,6 +251,25 @@ impl Apiserver {
         }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `kill -9 <pid>` and reap it (the process gets no chance to clean up).
+    pub fn kill_9(&mut self) {
+        // SAFETY: plain kill(2) on our own child's pid, which is not reaped yet.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+
+    /// The exit status when the process has exited, None while it runs.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Everything the process logged so far.
     pub fn log(&self) -> String {
         let mut s = String::new();

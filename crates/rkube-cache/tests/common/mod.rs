@@ -3,6 +3,8 @@
 //! can cut a real store's watch streams (a broken watch) or hold its LISTs.
 #![allow(dead_code)]
 
+pub mod load;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

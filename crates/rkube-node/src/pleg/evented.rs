@@ -276,7 +276,8 @@ impl EventedPleg {
             };
             let step = connection::step(&state, input, Instant::now());
             state = step.next;
-            let _ = self.state.send(state);
+            // send_replace: `send` drops the value when nobody subscribed, and `in_use` reads it.
+            self.state.send_replace(state);
             self.apply(&step.effects);
         }
     }

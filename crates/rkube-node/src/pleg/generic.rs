@@ -80,6 +80,19 @@ struct RelistState {
     last_start: Option<Instant>,
 }
 
+/// The relist record a cached status amounts to (sandboxes and containers with their states).
+fn record_of(status: &PodStatus) -> RelistPod {
+    let mut pod = RelistPod::default();
+    for s in &status.sandbox_statuses {
+        pod.sandboxes.push(s.id.clone());
+        pod.states.insert(s.id.clone(), PlegState::from_sandbox(s.state));
+    }
+    for c in &status.container_statuses {
+        pod.states.insert(c.id.clone(), PlegState::from_container(c.state));
+    }
+    pod
+}
+
 /// The generic PLEG. Share as `Arc<GenericPleg>`.
 pub struct GenericPleg {
     runtime: Arc<dyn RuntimeApi>,
@@ -252,9 +265,22 @@ impl GenericPleg {
 
         let mut report = RelistReport { started, ..Default::default() };
         let mut reinspect_next = HashSet::new();
-        let pods: BTreeSet<String> = st.records.keys().chain(current.keys()).cloned().collect();
+        // Pods only events told about (under the evented PLEG the relist runs every 300 s, so
+        // it may never have recorded them): their cached status stands in for the missing
+        // record. Without it, a restarted runtime that lost such pods would change nothing here,
+        // and the cache would keep their containers running forever.
+        let known: HashMap<String, RelistPod> = self
+            .cache
+            .get_all()
+            .into_iter()
+            .filter(|s| !st.records.contains_key(&s.id))
+            .map(|s| (s.id.clone(), record_of(&s)))
+            .filter(|(_, pod)| !pod.states.is_empty())
+            .collect();
+        let pods: BTreeSet<String> =
+            st.records.keys().chain(current.keys()).chain(known.keys()).cloned().collect();
         for uid in pods {
-            let old = st.records.get(&uid);
+            let old = st.records.get(&uid).or_else(|| known.get(&uid));
             let new = current.get(&uid);
             let ids: BTreeSet<&String> =
                 old.iter().chain(new.iter()).flat_map(|p| p.states.keys()).collect();

@@ -235,6 +235,52 @@ async fn pod_gone_from_the_runtime_is_deleted_from_the_cache() {
 }
 
 #[tokio::test]
+async fn pod_known_only_from_events_and_lost_by_a_restarted_runtime_is_reported_removed() {
+    let mut r = rig();
+    // The relist ran before the pod existed (under the evented PLEG the next is 300 s away).
+    r.generic.relist().await.expect("relist");
+    one_pod(&r);
+    r.set_container("c1", S::ContainerRunning);
+    assert!(r.evented.process_event(&r.event("uid1", "c1", Ev::ContainerStartedEvent, 70), Timestamp(71)));
+    r.drain();
+    // The runtime restarts with no records (its processes died with it).
+    r.fake.with(|w| {
+        w.sandboxes.clear();
+        w.containers.clear();
+    });
+    let report = r.generic.relist().await.expect("relist");
+    let mut evs = r.drain();
+    evs.sort();
+    assert_eq!(
+        evs,
+        vec![
+            (ContainerDied, "c1".into()),
+            (ContainerDied, "sb1".into()),
+            (ContainerRemoved, "c1".into()),
+            (ContainerRemoved, "sb1".into())
+        ]
+    );
+    assert_eq!(report.changes.len(), 2, "{:?}", report.changes);
+    assert_eq!(r.cache.modified("uid1"), None, "the cache no longer says the container runs");
+    // Nothing is reported twice.
+    r.generic.relist().await.expect("relist");
+    assert!(r.drain().is_empty());
+}
+
+#[tokio::test]
+async fn pod_known_only_from_events_is_not_reported_again_by_a_relist_that_agrees() {
+    let mut r = rig();
+    r.generic.relist().await.expect("relist");
+    one_pod(&r);
+    r.set_container("c1", S::ContainerRunning);
+    assert!(r.evented.process_event(&r.event("uid1", "c1", Ev::ContainerStartedEvent, 70), Timestamp(71)));
+    r.drain();
+    let report = r.generic.relist().await.expect("relist");
+    assert!(report.changes.is_empty(), "the cached status already says so: {:?}", report.changes);
+    assert!(r.drain().is_empty());
+}
+
+#[tokio::test]
 async fn health_fails_before_the_first_relist_and_after_the_threshold() {
     let r = rig();
     assert!(r.generic.healthy().is_err());

@@ -54,6 +54,71 @@ fn waiting(reason: &str, message: Option<String>) -> ContainerState {
     ContainerState { waiting: Some(ContainerStateWaiting { reason: Some(reason.into()), message }), ..Default::default() }
 }
 
+/// A last termination of reason `ContainerStatusUnknown`, exit code 137 (upstream's wording).
+fn status_unknown(message: &str) -> ContainerState {
+    let terminated = ContainerStateTerminated {
+        exit_code: 137,
+        reason: Some("ContainerStatusUnknown".into()),
+        message: Some(message.into()),
+        ..Default::default()
+    };
+    ContainerState { terminated: Some(terminated), ..Default::default() }
+}
+
+/// The status of a container the runtime no longer has (a restarted runtime lost it), from the
+/// last API status in `pod` (upstream `convertToAPIContainerStatuses`): a reported termination
+/// stays as it was; a container that was running gets a last termination `ContainerStatusUnknown`
+/// (exit code 137) and one more restart, and is waiting to be created again — or, once the pod
+/// is `terminal`, terminated `ContainerStatusUnknown` itself. `None` when it never ran.
+fn lost_container_status(pod: &Pod, name: &str, terminal: bool) -> Option<ContainerStatus> {
+    let old = pod.status.as_ref()?;
+    let old = old
+        .container_statuses
+        .iter()
+        .chain(old.init_container_statuses.iter())
+        .flatten()
+        .find(|s| s.name == name)?;
+    let state = old.state.as_ref()?;
+    if state.terminated.is_some() {
+        return Some(old.clone());
+    }
+    let (last_state, restart_count) = if state.running.is_some() {
+        let msg = "The container could not be located when the pod was deleted.  The container used to be Running";
+        (status_unknown(msg), old.restart_count.saturating_add(1))
+    } else if old.last_state.as_ref().is_some_and(|l| l.terminated.is_some()) {
+        (old.last_state.clone().unwrap_or_default(), old.restart_count) // lost earlier
+    } else {
+        return None;
+    };
+    let state = if terminal {
+        status_unknown("The container could not be located when the pod was terminated")
+    } else {
+        waiting("ContainerCreating", None)
+    };
+    Some(ContainerStatus {
+        state: Some(state),
+        last_state: Some(last_state),
+        restart_count,
+        ready: false,
+        started: Some(false),
+        ..old.clone()
+    })
+}
+
+/// Regular containers of `pod` the runtime no longer has although its last API status reported
+/// them as run, each with whether that run succeeded (for [`super::phase::pod_phase_with_lost`]).
+pub fn lost_containers(pod: &Pod, status: &PodStatus) -> HashMap<String, bool> {
+    let spec = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    spec.iter()
+        .filter(|c| !status.container_statuses.iter().any(|s| container_name(s) == c.name))
+        .filter_map(|c| {
+            let kept = lost_container_status(pod, &c.name, false)?;
+            let ok = kept.state.and_then(|s| s.terminated).is_some_and(|t| t.exit_code == 0);
+            Some((c.name.clone(), ok))
+        })
+        .collect()
+}
+
 fn container_status(
     pod: &Pod,
     spec: &k8s_openapi::api::core::v1::Container,
@@ -61,6 +126,11 @@ fn container_status(
     init_pending: bool,
     ctx: &StatusContext<'_>,
 ) -> ContainerStatus {
+    if history.is_empty() {
+        if let Some(kept) = lost_container_status(pod, &spec.name, ctx.phase.is_terminal()) {
+            return kept;
+        }
+    }
     let latest = history.first().copied();
     let prev = history.get(1).copied();
     let last_state = |c: Option<&cri::ContainerStatus>| {
@@ -178,13 +248,19 @@ pub fn api_pod_status(pod: &Pod, status: &PodStatus, ctx: &StatusContext<'_>) ->
         condition(old, "ContainersReady", unready.is_empty(), Some(not_ready_reason), Some(unready_msg), ctx.now),
         scheduled,
     ];
-    let pod_ips: Vec<PodIP> = status.ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect();
+    // Host-network pods have the node's IP when the runtime reports none (upstream
+    // `generateAPIPodStatus`; containerd reports no IP for them).
+    let mut ips = status.ips.clone();
+    if ips.is_empty() && super::cri_config::is_host_network(pod) && !ctx.host_ip.is_empty() {
+        ips.push(ctx.host_ip.to_string());
+    }
+    let pod_ips: Vec<PodIP> = ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect();
     ApiPodStatus {
         phase: Some(ctx.phase.as_str().into()),
         conditions: Some(conditions),
         host_ip: Some(ctx.host_ip.into()),
         host_ips: Some(vec![HostIP { ip: ctx.host_ip.into() }]),
-        pod_ip: status.ips.first().cloned(),
+        pod_ip: ips.first().cloned(),
         pod_ips: (!pod_ips.is_empty()).then_some(pod_ips),
         start_time: old.and_then(|s| s.start_time.clone()).or_else(|| api_time(ctx.now.0)),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),

@@ -32,16 +32,48 @@ fn pod_labels(pod: &Pod) -> HashMap<String, String> {
     labels
 }
 
-/// The sandbox config for `attempt`.
+/// Whether the pod uses the node's network namespace (`spec.hostNetwork`).
+pub fn is_host_network(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false)
+}
+
+/// The pod's namespace modes (upstream `kuberuntime/util.go` `namespacesForPod`): network and
+/// IPC of the node when `hostNetwork`/`hostIPC`, else of the pod; PID of the node with
+/// `hostPID`, of the pod with `shareProcessNamespace`, else the container's own.
+pub fn namespaces_for_pod(pod: &Pod) -> cri::NamespaceOption {
+    use cri::NamespaceMode::{Container as OwnNs, Node, Pod as PodNs};
+    let spec = pod.spec.as_ref();
+    let on = |f: fn(&k8s_openapi::api::core::v1::PodSpec) -> Option<bool>| spec.and_then(f).unwrap_or(false);
+    let network = if on(|s| s.host_network) { Node } else { PodNs };
+    let ipc = if on(|s| s.host_ipc) { Node } else { PodNs };
+    let pid = if on(|s| s.host_pid) {
+        Node
+    } else if on(|s| s.share_process_namespace) {
+        PodNs
+    } else {
+        OwnNs
+    };
+    cri::NamespaceOption { network: network as i32, pid: pid as i32, ipc: ipc as i32, ..Default::default() }
+}
+
+/// The sandbox config for `attempt`. Host-network pods get no hostname (they keep the node's
+/// UTS namespace, as kubelet's `generatePodSandboxConfig` does; runc refuses a hostname there).
 pub fn sandbox_config(pod: &Pod, attempt: u32, logs_root: &Path) -> cri::PodSandboxConfig {
     let (name, namespace, uid) = pod_identity(pod);
-    let hostname = pod.spec.as_ref().and_then(|s| s.hostname.clone()).unwrap_or_else(|| name.clone());
+    let hostname = if is_host_network(pod) {
+        String::new()
+    } else {
+        pod.spec.as_ref().and_then(|s| s.hostname.clone()).unwrap_or_else(|| name.clone())
+    };
+    let security_context =
+        cri::LinuxSandboxSecurityContext { namespace_options: Some(namespaces_for_pod(pod)), ..Default::default() };
     cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata { name: name.clone(), uid: uid.clone(), namespace: namespace.clone(), attempt }),
         hostname,
         log_directory: logs_root.join(format!("{namespace}_{name}_{uid}")).display().to_string(),
         labels: pod_labels(pod),
         annotations: pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect(),
+        linux: Some(cri::LinuxPodSandboxConfig { security_context: Some(security_context), ..Default::default() }),
         ..Default::default()
     }
 }
@@ -97,6 +129,13 @@ pub fn container_config(pod: &Pod, container: &Container, attempt: u32, dw: &Dow
         labels,
         annotations: HashMap::from([("io.kubernetes.container.restartCount".to_string(), attempt.to_string())]),
         log_path: format!("{}/{attempt}.log", container.name),
+        linux: Some(cri::LinuxContainerConfig {
+            security_context: Some(cri::LinuxContainerSecurityContext {
+                namespace_options: Some(namespaces_for_pod(pod)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }

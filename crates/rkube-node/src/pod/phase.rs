@@ -10,6 +10,8 @@
 //! A container created again after exiting (a restart) counts as stopped, as upstream counts a
 //! waiting container with a last termination state.
 
+use std::collections::HashMap;
+
 use k8s_openapi::api::core::v1::Pod;
 
 use super::actions::current_containers;
@@ -68,6 +70,15 @@ pub fn restart_policy(pod: &Pod) -> RestartPolicy {
 
 /// The phase the runtime status implies.
 pub fn pod_phase(pod: &Pod, status: &PodStatus) -> Phase {
+    pod_phase_with_lost(pod, status, &HashMap::new())
+}
+
+/// [`pod_phase`], where `lost` names regular containers the runtime no longer has but the last
+/// API status reported as run (a restarted runtime lost them) → whether that run succeeded.
+/// They count as stopped, not waiting, as upstream `getPhase` counts a waiting container with a
+/// last termination: a `Never` pod whose running container was lost is `Failed`, not `Pending`
+/// (and is not started again).
+pub fn pod_phase_with_lost(pod: &Pod, status: &PodStatus, lost: &HashMap<String, bool>) -> Phase {
     let Some(spec) = pod.spec.as_ref() else { return Phase::Pending };
     let policy = restart_policy(pod);
     let current = current_containers(status);
@@ -94,7 +105,13 @@ pub fn pod_phase(pod: &Pod, status: &PodStatus) -> Phase {
     let (mut waiting, mut running, mut stopped, mut succeeded) = (0, 0, 0, 0);
     for c in &spec.containers {
         match latest(&c.name) {
-            None => waiting += 1,
+            None => match lost.get(&c.name) {
+                Some(ok) => {
+                    stopped += 1;
+                    succeeded += usize::from(*ok);
+                }
+                None => waiting += 1,
+            },
             Some(s) => match PlegState::from_container(s.state) {
                 PlegState::Running => running += 1,
                 PlegState::Exited => {

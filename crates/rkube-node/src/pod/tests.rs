@@ -263,3 +263,54 @@ fn running_container_is_ready_and_the_pod_running() {
     let ready = api.conditions.as_ref().and_then(|cs| cs.iter().find(|c| c.type_ == "Ready")).expect("Ready");
     assert_eq!(ready.status, "True");
 }
+
+#[test]
+fn container_lost_by_the_runtime_keeps_its_reported_termination_or_becomes_status_unknown() {
+    let none = HashMap::new();
+    // Reported: `a` exited 3, `b` running. Then the runtime restarts and knows neither.
+    let mut p = pod("Never", &[], &["a", "b"]);
+    let before = status(Some(true), vec![ctr("c1", "a", 0, "3", 1, 2), ctr("c2", "b", 0, "running", 1, 0)]);
+    p.status = Some(api_pod_status(&p, &before, &ctx(Phase::Running, &none)));
+    let api = api_pod_status(&p, &PodStatus::empty("uid-p"), &ctx(Phase::Running, &none));
+    let statuses = api.container_statuses.expect("statuses");
+    let a = statuses[0].state.as_ref().and_then(|s| s.terminated.as_ref()).expect("a stays terminated");
+    assert_eq!((a.exit_code, a.container_id.as_deref()), (3, Some("rkube://c1")));
+    let b = &statuses[1];
+    assert!(b.state.as_ref().is_some_and(|s| s.waiting.is_some()), "{b:?}");
+    let last = b.last_state.as_ref().and_then(|s| s.terminated.as_ref()).expect("b's last termination");
+    assert_eq!((last.exit_code, last.reason.as_deref()), (137, Some("ContainerStatusUnknown")));
+    assert_eq!(b.restart_count, 1);
+    assert!(!b.ready);
+    // Once the pod is terminal, the lost running container is terminated, status unknown.
+    let api = api_pod_status(&p, &PodStatus::empty("uid-p"), &ctx(Phase::Failed, &none));
+    let b = &api.container_statuses.expect("statuses")[1];
+    let term = b.state.as_ref().and_then(|s| s.terminated.as_ref()).expect("terminated");
+    assert_eq!((term.exit_code, term.reason.as_deref()), (137, Some("ContainerStatusUnknown")));
+    // A container never reported is simply waiting to be created.
+    let fresh = api_pod_status(&pod("Never", &[], &["a"]), &PodStatus::empty("uid-p"), &ctx(Phase::Pending, &none));
+    let w = fresh.container_statuses.expect("statuses")[0].state.clone().and_then(|s| s.waiting).expect("waiting");
+    assert_eq!(w.reason.as_deref(), Some("ContainerCreating"));
+}
+
+#[test]
+fn lost_running_container_makes_a_never_pod_failed_and_an_always_pod_running_again() {
+    use super::api_status::lost_containers;
+    use super::phase::pod_phase_with_lost;
+    let none = HashMap::new();
+    for (policy, want) in [("Never", Phase::Failed), ("OnFailure", Phase::Running), ("Always", Phase::Running)] {
+        let mut p = pod(policy, &[], &["a"]);
+        let before = status(Some(true), vec![ctr("c1", "a", 0, "running", 1, 0)]);
+        p.status = Some(api_pod_status(&p, &before, &ctx(Phase::Running, &none)));
+        let empty = PodStatus::empty("uid-p");
+        let lost = lost_containers(&p, &empty);
+        assert_eq!(lost, HashMap::from([("a".to_string(), false)]), "{policy}");
+        assert_eq!(pod_phase_with_lost(&p, &empty, &lost), want, "{policy}");
+        assert_eq!(pod_phase(&p, &empty), Phase::Pending, "without the last API status: never ran");
+    }
+    // A lost container that had succeeded leaves an OnFailure pod Succeeded.
+    let mut p = pod("OnFailure", &[], &["a"]);
+    let before = status(Some(true), vec![ctr("c1", "a", 0, "0", 1, 2)]);
+    p.status = Some(api_pod_status(&p, &before, &ctx(Phase::Succeeded, &none)));
+    let empty = PodStatus::empty("uid-p");
+    assert_eq!(pod_phase_with_lost(&p, &empty, &lost_containers(&p, &empty)), Phase::Succeeded);
+}

@@ -23,9 +23,9 @@ use kube::Api;
 use tokio::sync::mpsc;
 
 use super::actions::{compute_pod_actions, Backoff, PodActions};
-use super::api_status::{api_pod_status, StatusContext};
+use super::api_status::{api_pod_status, lost_containers, StatusContext};
 use super::cri_config::{container_config, pod_identity, sandbox_config, DownwardValues};
-use super::phase::{pod_phase, Phase};
+use super::phase::{pod_phase_with_lost, Phase};
 use crate::cri::{CriClient, RuntimeApi};
 use crate::pleg::metrics::{CacheSource, PlegMetrics};
 use crate::pleg::status::container_name;
@@ -98,6 +98,23 @@ pub fn reflects(status: &PodStatus, expect: &[Expectation]) -> bool {
             .any(|c| &c.id == id && c.state != rkube_runtime::cri::ContainerState::ContainerCreated as i32),
         Expectation::SandboxStopped(id) => status.state_of(id) != PlegState::Running,
     })
+}
+
+/// Makes sure the container's image is in the runtime, by its `imagePullPolicy` (upstream
+/// `images/image_manager.go` `EnsureImageExists`): `Always` pulls; `IfNotPresent` (the default for
+/// tagged images) pulls only when `ImageStatus` finds no image; `Never` fails when it is absent.
+/// Runtimes with local-only images (containerd without a registry) need the `ImageStatus` check.
+async fn ensure_image(cri: &CriClient, container: &k8s_openapi::api::core::v1::Container) -> anyhow::Result<()> {
+    let Some(image) = container.image.as_deref().filter(|i| !i.is_empty()) else { return Ok(()) };
+    let policy = container.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+    if policy != "Always" && cri.image_status(image).await?.is_some() {
+        return Ok(());
+    }
+    if policy == "Never" {
+        anyhow::bail!("ErrImageNeverPull: container image {image:?} is not present with pull policy of Never");
+    }
+    cri.pull_image(image).await?;
+    Ok(())
 }
 
 /// The per-pod task.
@@ -249,12 +266,20 @@ impl PodWorker {
             *e = (*e).max(attempt);
         }
         let now_ts = now();
-        let actions = compute_pod_actions(&self.pod, &status, &self.seen_attempts, self.terminal, now_ts, &self.env.backoff);
-        self.wake_at = actions.wake_at;
-        let phase = self.terminal.unwrap_or_else(|| pod_phase(&self.pod, &status));
+        // Containers the runtime lost (it restarted) count as stopped, per the last API status:
+        // decided before planning, so a `Never` pod that lost its running container is Failed
+        // rather than started again.
+        let mut reported = (*self.pod).clone();
+        if let Some(last) = &self.last_written {
+            reported.status = Some(last.clone());
+        }
+        let lost = lost_containers(&reported, &status);
+        let phase = self.terminal.unwrap_or_else(|| pod_phase_with_lost(&self.pod, &status, &lost));
         if phase.is_terminal() {
             self.terminal = Some(phase);
         }
+        let actions = compute_pod_actions(&self.pod, &status, &self.seen_attempts, self.terminal, now_ts, &self.env.backoff);
+        self.wake_at = actions.wake_at;
         self.write_status(&status, phase, &actions.backing_off, now_ts).await;
         if !actions.is_noop() {
             self.execute(&actions, &status).await?;
@@ -294,9 +319,7 @@ impl PodWorker {
             let Some(sandbox) = sandbox_id.as_deref() else { break };
             let list = if plan.init { spec.init_containers.as_deref().unwrap_or(&[]) } else { &spec.containers[..] };
             let Some(container) = list.iter().find(|c| c.name == plan.name) else { continue };
-            if let Some(image) = &container.image {
-                cri.pull_image(image).await?;
-            }
+            ensure_image(&cri, container).await?;
             let config = container_config(&self.pod, container, plan.attempt, &dw);
             let id = cri.create_container(sandbox, config, sandbox_config.clone()).await?;
             self.seen_attempts.insert(plan.name.clone(), plan.attempt);

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::chains::{self, Chain};
 use crate::iptables::{Iptables, SavedTable, Table};
 use crate::tracker::ChangeTracker;
-use crate::writer::iptables::IptablesWriter;
+use crate::writer::iptables::{IptablesWriter, NAT_TRANSACTION_CHAINS};
 use crate::writer::{is_large_cluster, RuleConfig, RuleWriter, SyncMode, SyncRequest};
 use machine::{FullReason, SyncKind};
 
@@ -51,6 +51,9 @@ pub struct SyncReport {
     pub duration: Duration,
     /// Time spent generating the restore input.
     pub generation: Duration,
+    /// Time spent in `iptables-restore` (the rest of `duration` is generation and,
+    /// on full syncs, reading the current rules).
+    pub restore: Duration,
     /// Size of the restore input in bytes.
     pub bytes: usize,
     /// Service ports whose per-service chains were written.
@@ -121,6 +124,8 @@ pub struct IptablesBackend<I: Iptables> {
     /// KUBE-* rule counts (nat, filter) after the last successful restore.
     expected_rules: Option<(usize, usize)>,
     large_cluster_mode: Option<bool>,
+    /// Whether the iptables backend (nf_tables or legacy) has been asked yet.
+    backend_known: bool,
 }
 
 impl<I: Iptables> IptablesBackend<I> {
@@ -133,7 +138,14 @@ impl<I: Iptables> IptablesBackend<I> {
             programmed_chains: HashSet::new(),
             expected_rules: None,
             large_cluster_mode: None,
+            backend_known: false,
         }
+    }
+
+    /// The rule writer (tests and benchmarks tune how it splits nat transactions;
+    /// the first full sync sets that from the iptables backend).
+    pub fn writer_mut(&mut self) -> &mut IptablesWriter {
+        &mut self.writer
     }
 
     /// The iptables handle (tests use it to inspect or disturb the namespace).
@@ -143,16 +155,18 @@ impl<I: Iptables> IptablesBackend<I> {
 
     /// `iptables-save` of the tables the proxy touches.
     fn save_all(&mut self) -> Result<BTreeMap<Table, SavedTable>> {
-        let mut saved = BTreeMap::new();
-        for table in CANARY_TABLES {
-            saved.insert(table, SavedTable::parse(&self.iptables.save(table)?));
-        }
-        Ok(saved)
+        let texts = self.iptables.save_tables(&CANARY_TABLES)?;
+        Ok(texts.into_iter().map(|(table, text)| (table, SavedTable::parse(&text))).collect())
     }
 
     /// Steps before a full sync: jump rules and canaries (spawning `iptables` only
     /// for what `iptables-save` shows missing), and the kernel's service chains.
     fn prepare_full(&mut self) -> Result<HashSet<Chain>> {
+        if !self.backend_known {
+            let split = self.iptables.is_nf_tables()?.then_some(NAT_TRANSACTION_CHAINS);
+            self.writer.split_nat(split);
+            self.backend_known = true;
+        }
         let saved = self.save_all()?;
         let has_chain = |table: Table, chain: &str| saved.get(&table).is_some_and(|t| t.chains.contains_key(chain));
         for (table, src, dst, extra, comment) in JUMP_RULES {
@@ -204,6 +218,7 @@ impl<I: Iptables> SyncBackend for IptablesBackend<I> {
             result: Ok(()),
             duration: Duration::ZERO,
             generation: Duration::ZERO,
+            restore: Duration::ZERO,
             bytes: 0,
             services_written: 0,
             chains_deleted: 0,
@@ -270,7 +285,10 @@ impl<I: Iptables> SyncBackend for IptablesBackend<I> {
         report.nat_rules_written = input.nat_rules_written;
         report.filter_rules = input.filter_rules;
 
-        if let Err(e) = self.iptables.restore_all(input.data.as_bytes()) {
+        let restore_start = Instant::now();
+        let restored = self.iptables.restore_all(input.data.as_bytes());
+        report.restore = restore_start.elapsed();
+        if let Err(e) = restored {
             // The kernel state is unknown now: forget what we believed was there.
             self.programmed_chains.clear();
             self.expected_rules = None;
@@ -304,3 +322,7 @@ impl<I: Iptables> SyncBackend for IptablesBackend<I> {
         Ok(filter.rule_count(|c| FILTER_TOP_LEVEL.contains(&c)) == filter_rules)
     }
 }
+
+#[cfg(test)]
+#[path = "backend_tests.rs"]
+mod tests;

@@ -327,3 +327,69 @@ fn full_sync_deletes_stale_service_chains_found_in_kernel() {
     assert!(out.data.contains("-X KUBE-SEP-STALESTALESTALE1\n"));
     assert!(!out.data.contains("DOCKER-USER"), "chains that are not ours are left alone");
 }
+
+#[test]
+fn split_nat_writes_self_contained_transactions_with_descending_declarations() {
+    // Seven services with two endpoints each: 3 chains per service, 4 chains per
+    // transaction → a transaction after every second service; the seventh
+    // service's chains go with the top-level transaction.
+    let services: Vec<Service> =
+        (0..7).map(|i| service("ns", &format!("svc{i}"), &format!("172.30.1.{}", i + 1), "p80", 80)).collect();
+    let slices: Vec<EndpointSlice> = (0..7)
+        .map(|i| {
+            let eps = [Ep::ready(&format!("10.180.{i}.1")), Ep::ready(&format!("10.180.{i}.2"))];
+            endpoint_slice("ns", &format!("svc{i}"), "s", "p80", 80, &eps)
+        })
+        .collect();
+    let t = tracker(&services, &slices);
+    let none = HashSet::new();
+    let existing: HashSet<Chain> = [Chain::new("KUBE-SEP-STALESTALESTALE1")].into();
+    let mut writer = IptablesWriter::new();
+    writer.split_nat(Some(4));
+    let out = writer.write(&SyncRequest {
+        tracker: &t,
+        config: &config(),
+        mode: SyncMode::Full,
+        programmed_chains: &none,
+        existing_chains: &existing,
+        node_ips: &[],
+        large_cluster_mode: false,
+    });
+    let single = full(&t);
+    assert_eq!(out.nat_transactions, 4, "three per-service transactions and the top-level one");
+    assert_eq!(single.nat_transactions, 1);
+    assert_eq!(out.nat_rules_total, single.nat_rules_total);
+
+    let nat: Vec<&str> = out.data.split("*nat\n").skip(1).collect();
+    assert_eq!(nat.len(), 4);
+    let mut declared_before: HashSet<String> = HashSet::new();
+    for (i, tx) in nat.iter().enumerate() {
+        let decls: Vec<&str> =
+            tx.lines().filter_map(|l| l.strip_prefix(':')).map(|l| l.split(' ').next().unwrap_or("")).collect();
+        let per_service: Vec<&str> = decls.iter().copied().filter(|c| chains::is_service_chain(c)).collect();
+        let mut sorted = per_service.clone();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        assert_eq!(per_service, sorted, "transaction {i} declares per-service chains in descending order");
+        declared_before.extend(decls.iter().map(|c| c.to_string()));
+        for rule in tx.lines().filter(|l| l.starts_with("-A ")) {
+            let words: Vec<&str> = rule.split(' ').collect();
+            assert!(declared_before.contains(words[1]), "rule of an undeclared chain: {rule}");
+            let target = words.last().copied().unwrap_or("");
+            if target.starts_with("KUBE-") {
+                assert!(declared_before.contains(target), "jump to a chain not yet declared: {rule}");
+            }
+        }
+        let last = i == nat.len() - 1;
+        assert_eq!(tx.contains("-A KUBE-MARK-MASQ "), i == 0, "KUBE-MARK-MASQ is written once, first");
+        assert_eq!(tx.contains("-A KUBE-SERVICES "), last, "KUBE-SERVICES switches in the last transaction");
+        assert_eq!(tx.contains("-X KUBE-SEP-STALESTALESTALE1\n"), last);
+        assert_eq!(per_service.len(), if last { 4 } else { 6 }, "3 chains per service (+1 stale in the last)");
+        assert!(tx.ends_with("COMMIT\n"));
+    }
+    // The same rules as one transaction, only regrouped.
+    let mut a: Vec<&str> = out.data.lines().filter(|l| l.starts_with("-A ")).collect();
+    let mut b: Vec<&str> = single.data.lines().filter(|l| l.starts_with("-A ")).collect();
+    a.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a, b);
+}

@@ -2,12 +2,18 @@
 //! a temporary data directory, or `rkube apiserver` on a real etcd, on a free
 //! loopback port, with a kubeconfig pointing at it.
 //!
+//! `rkube up` runs secure, as users get it: HTTPS with the CA it generates in
+//! `<data-dir>/pki`, no anonymous access, RBAC; [`Cluster::kubeconfig`] is a
+//! copy of the kubeconfig it wrote (the admin, group `system:masters`), and
+//! [`Cluster::kubectl`] carries it (`--kubeconfig`). [`Cluster::builder`]
+//! adds flags (`.arg("--token-auth-file=...")`) or `.insecure()` (plain HTTP).
+//! `rkube apiserver` (the etcd backend) serves plain HTTP with AlwaysAllow.
+//!
 //! Every process started here is owned by a [`ChildGuard`] and killed by PID
 //! when the [`Cluster`] is dropped (also when the test panics).
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
@@ -15,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use rkube_storage::testing::EtcdServer;
 
+use super::kubeconfig::{self, Credentials, HttpClient, KubeconfigInfo};
 use super::kubectl::Kubectl;
 use super::process::ChildGuard;
 
@@ -50,14 +57,70 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("local addr").port()
 }
 
+/// How to start a [`Cluster`]: `Cluster::builder(backend).arg(..).insecure().start()`.
+#[derive(Debug, Clone)]
+pub struct ClusterBuilder {
+    backend: Backend,
+    insecure: bool,
+    args: Vec<String>,
+}
+
+impl ClusterBuilder {
+    /// `rkube up --insecure`: plain HTTP, no authentication or authorization.
+    pub fn insecure(mut self) -> Self {
+        self.insecure = true;
+        self
+    }
+
+    /// One more flag for the server command (e.g. `--token-auth-file=/tmp/t.csv`).
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Starts the server and waits until `/readyz` answers 200.
+    #[track_caller]
+    pub fn start(self) -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("rkube-e2e-")
+            .tempdir()
+            .expect("tempdir");
+        let etcd = match self.backend {
+            Backend::Embedded => None,
+            Backend::Etcd => {
+                Some(EtcdServer::start().unwrap_or_else(|e| panic!("cannot start etcd: {e}")))
+            }
+        };
+        let kubeconfig = dir.path().join("kubeconfig");
+        let mut c = Cluster {
+            backend: self.backend,
+            dir,
+            port: 0,
+            kubeconfig,
+            insecure: self.insecure,
+            args: self.args,
+            admin: HttpClient::plain(0),
+            server: None,
+            starts: 0,
+            etcd,
+        };
+        c.launch();
+        c
+    }
+}
+
 /// A running API server plus everything it needs; dropping it stops all.
 pub struct Cluster {
     /// Storage backend in use.
     pub backend: Backend,
     /// Loopback port the server listens on.
     pub port: u16,
-    /// Kubeconfig file kubectl uses.
+    /// Kubeconfig file kubectl uses (a copy of the one `rkube up` wrote: the admin).
     pub kubeconfig: PathBuf,
+    insecure: bool,
+    args: Vec<String>,
+    /// HTTP client with the kubeconfig's credentials.
+    admin: HttpClient,
     /// How many times the server was started (names the log files).
     starts: u32,
     // Fields drop in order: the API server stops first, then its etcd, then
@@ -69,31 +132,50 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts a server on `backend` and waits until `/readyz` answers 200.
+    /// Starts a server on `backend` (`rkube up` secure by default) and waits
+    /// until `/readyz` answers 200.
     #[track_caller]
     pub fn start(backend: Backend) -> Cluster {
-        let dir = tempfile::Builder::new()
-            .prefix("rkube-e2e-")
-            .tempdir()
-            .expect("tempdir");
-        let etcd = match backend {
-            Backend::Embedded => None,
-            Backend::Etcd => {
-                Some(EtcdServer::start().unwrap_or_else(|e| panic!("cannot start etcd: {e}")))
-            }
-        };
-        let kubeconfig = dir.path().join("kubeconfig");
-        let mut c = Cluster {
+        Cluster::builder(backend).start()
+    }
+
+    /// A builder, to add flags or choose `--insecure`.
+    pub fn builder(backend: Backend) -> ClusterBuilder {
+        ClusterBuilder {
             backend,
-            dir,
-            port: 0,
-            kubeconfig,
-            server: None,
-            starts: 0,
-            etcd,
-        };
-        c.launch();
-        c
+            insecure: false,
+            args: Vec::new(),
+        }
+    }
+
+    /// True when the server speaks HTTPS (`rkube up` without `--insecure`).
+    pub fn is_https(&self) -> bool {
+        self.backend == Backend::Embedded && !self.insecure
+    }
+
+    /// The server URL, `https://127.0.0.1:<port>` (or `http://`).
+    pub fn server_url(&self) -> String {
+        let scheme = if self.is_https() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// `<data-dir>/pki` of `rkube up` (CA, serving and admin certificates).
+    pub fn pki_dir(&self) -> PathBuf {
+        self.data_dir().join("pki")
+    }
+
+    /// The admin kubeconfig, parsed.
+    #[track_caller]
+    pub fn kubeconfig_info(&self) -> KubeconfigInfo {
+        kubeconfig::read(&self.kubeconfig).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Writes `<name>.kubeconfig` for this server (trusting its CA) that
+    /// authenticates with `credentials`; returns its path.
+    #[track_caller]
+    pub fn write_kubeconfig_for(&self, name: &str, credentials: &Credentials) -> PathBuf {
+        let text = self.kubeconfig_info().render(name, credentials);
+        self.write_file(&format!("{name}.kubeconfig"), &text)
     }
 
     /// The embedded store's data directory.
@@ -106,12 +188,26 @@ impl Cluster {
         self.dir.path()
     }
 
-    /// A kubectl of `version` ("1.27", "1.33") talking to this server.
+    /// A kubectl of `version` ("1.27", "1.33") talking to this server as the
+    /// admin (`--kubeconfig` = [`Cluster::kubeconfig`]).
     pub fn kubectl(&self, version: &str) -> Kubectl {
+        self.kubectl_with(version, &self.kubeconfig)
+    }
+
+    /// A kubectl of `version` using another kubeconfig (e.g. one from
+    /// [`Cluster::write_kubeconfig_for`]), with its own discovery cache.
+    pub fn kubectl_with(&self, version: &str, kubeconfig: &Path) -> Kubectl {
+        let tag = kubeconfig
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         Kubectl::new(
             version,
-            &self.kubeconfig,
-            &self.dir.path().join(format!("kubectl-cache-{version}")),
+            kubeconfig,
+            &self
+                .dir
+                .path()
+                .join(format!("kubectl-cache-{version}-{tag}")),
             self.dir.path(),
         )
     }
@@ -139,6 +235,9 @@ impl Cluster {
                 cmd.arg("up")
                     .arg(format!("--data-dir={}", self.data_dir().display()))
                     .arg(format!("--port={}", self.port));
+                if self.insecure {
+                    cmd.arg("--insecure");
+                }
             }
             Backend::Etcd => {
                 let etcd = self.etcd.as_ref().expect("etcd started");
@@ -149,6 +248,7 @@ impl Cluster {
                     .arg(format!("--etcd-servers={}", etcd.endpoint()));
             }
         }
+        cmd.args(&self.args);
         cmd.env(
             "RUST_LOG",
             std::env::var("RKUBE_E2E_LOG").unwrap_or_else(|_| "info".into()),
@@ -184,7 +284,7 @@ impl Cluster {
                     Ok(())
                 }
             };
-            match started.and_then(|()| wait_ready(self.port, &mut guard)) {
+            match started.and_then(|()| wait_ready(&self.admin, &mut guard)) {
                 Ok(()) => {
                     self.server = Some(guard);
                     return;
@@ -219,18 +319,15 @@ impl Cluster {
             if let Some(path) = printed {
                 let cfg = fs::read_to_string(&path)
                     .map_err(|e| format!("printed kubeconfig {path}: {e}"))?;
-                let server = cfg
-                    .lines()
-                    .find_map(|l| l.trim().strip_prefix("server:"))
-                    .map(|s| s.trim().trim_matches(|c| c == '"' || c == '\'').to_owned())
-                    .ok_or_else(|| format!("no `server:` in printed kubeconfig {path}:\n{cfg}"))?;
-                let port = server
-                    .strip_prefix("http://127.0.0.1:")
-                    .and_then(|p| p.trim_end_matches('/').parse::<u16>().ok())
-                    .ok_or_else(|| {
-                        format!("kubeconfig server {server:?} is not http://127.0.0.1:<port>")
-                    })?;
-                self.port = port;
+                let info = KubeconfigInfo::parse(&cfg)?;
+                if info.is_https() == self.insecure {
+                    return Err(format!(
+                        "kubeconfig server {:?} with insecure={}",
+                        info.server, self.insecure
+                    ));
+                }
+                self.port = info.port()?;
+                self.admin = info.client(&info.credentials)?;
                 fs::write(&self.kubeconfig, cfg).map_err(|e| format!("copy kubeconfig: {e}"))?;
                 return Ok(());
             }
@@ -242,7 +339,8 @@ impl Cluster {
     }
 
     /// A kubeconfig for `rkube apiserver` (plain HTTP on loopback).
-    fn write_own_kubeconfig(&self) {
+    fn write_own_kubeconfig(&mut self) {
+        self.admin = HttpClient::plain(self.port);
         let cfg = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: rkube\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: rkube\n  context:\n    cluster: rkube\n    user: rkube\ncurrent-context: rkube\nusers:\n- name: rkube\n  user: {{}}\n",
             port = self.port
@@ -279,21 +377,38 @@ impl Cluster {
         self.launch();
     }
 
-    /// Raw `GET path` over HTTP/1.1; returns (status code, body).
+    /// The PID of the running server process, if it runs.
+    pub fn server_pid(&self) -> Option<u32> {
+        self.server.as_ref().map(|g| g.pid())
+    }
+
+    /// Raw `GET path` over HTTP/1.1 (TLS when the server is HTTPS) with the
+    /// admin kubeconfig's credentials; returns (status code, body).
     pub fn http_get(&self, path: &str) -> (u16, String) {
-        http_get(self.port, path).unwrap_or_else(|e| panic!("GET {path}: {e}"))
+        self.admin
+            .get(path)
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
+    /// Raw `GET path` as `credentials` (TLS trusting the server's CA when HTTPS).
+    pub fn http_get_as(
+        &self,
+        path: &str,
+        credentials: &Credentials,
+    ) -> Result<(u16, String), String> {
+        self.kubeconfig_info().client(credentials)?.get(path)
     }
 }
 
 /// Polls `GET /readyz` until 200, failing early if the process exits.
-fn wait_ready(port: u16, guard: &mut ChildGuard) -> Result<(), String> {
+fn wait_ready(client: &HttpClient, guard: &mut ChildGuard) -> Result<(), String> {
     let start = Instant::now();
     let mut last = String::from("no answer");
     while start.elapsed() < READY_LIMIT {
         if let Some(st) = guard.try_wait() {
             return Err(format!("server exited early with {st}"));
         }
-        match http_get(port, "/readyz") {
+        match client.get("/readyz") {
             Ok((200, _)) => return Ok(()),
             Ok((code, body)) => last = format!("/readyz answered {code}: {body}"),
             Err(e) => last = e,
@@ -303,27 +418,7 @@ fn wait_ready(port: u16, guard: &mut ChildGuard) -> Result<(), String> {
     Err(format!("not ready after {READY_LIMIT:?}: {last}"))
 }
 
-/// Minimal HTTP/1.1 GET on 127.0.0.1:`port` (Connection: close).
+/// Minimal plain HTTP/1.1 GET on 127.0.0.1:`port` (Connection: close).
 pub fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: */*\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| format!("write: {e}"))?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).map_err(|e| format!("read: {e}"))?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse::<u16>().ok())
-        .ok_or_else(|| format!("not an HTTP answer: {text:.200}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((code, body))
+    HttpClient::plain(port).get(path)
 }

@@ -73,7 +73,10 @@ impl Kubectl {
         }
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    /// The `kubectl` command with `--kubeconfig`, `--cache-dir` and
+    /// `--request-timeout` set and `args` appended, for callers that need a
+    /// raw [`Command`] (custom stdin, environment, ...).
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.bin);
         cmd.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())

@@ -1,8 +1,13 @@
 //! Test harness for end-to-end tests of the `rkube` binary.
 //!
-//! - [`cluster`]: start `rkube up` (embedded store) or `rkube apiserver` (real
-//!   etcd) on a free loopback port, wait for `/readyz`, write a kubeconfig,
-//!   stop/restart it; every process is killed by PID on drop.
+//! - [`cluster`]: start `rkube up` (embedded store; secure by default: HTTPS,
+//!   RBAC, the admin kubeconfig it writes) or `rkube apiserver` (real etcd,
+//!   plain HTTP) on a free loopback port, wait for `/readyz`, stop/restart it;
+//!   every process is killed by PID on drop. `Cluster::start(Backend::Embedded)`
+//!   or `Cluster::builder(..).arg(..).insecure().start()`; `cluster.kubectl("1.33")`
+//!   is a kubectl carrying `--kubeconfig` (`.run/.ok/.json/.spawn/.command`).
+//! - [`kubeconfig`]: parse / write kubeconfigs for other users (token, client
+//!   certificate) and a small HTTP(S) GET client with their credentials.
 //! - [`kubectl`]: the real versioned kubectl binaries, each call under a limit.
 //! - [`process`]: child processes with timeouts and line-by-line output.
 //! - [`table`]: parsing kubectl tables and `describe` output.
@@ -11,11 +16,13 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod cluster;
+pub mod kubeconfig;
 pub mod kubectl;
 pub mod process;
 pub mod table;
 
-pub use cluster::{Backend, Cluster, Stop};
+pub use cluster::{Backend, Cluster, ClusterBuilder, Stop};
+pub use kubeconfig::{Credentials, KubeconfigInfo};
 pub use kubectl::Kubectl;
 pub use table::Table;
 

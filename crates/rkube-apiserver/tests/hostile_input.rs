@@ -1,0 +1,408 @@
+//! Bad requests against the real API server: the production serving path
+//! (`filters::serve_api` with kube-apiserver's default flags: plain HTTP,
+//! anonymous, AlwaysAllow) over the embedded store, on 127.0.0.1.
+//!
+//! One table row per hostile request. Each row asserts the exact HTTP code,
+//! the Status `reason` (and causes for 422), and that storage is unchanged
+//! afterwards (same store revision, same keys at the same revisions).
+//! Header and URL limits are sent over a raw socket: the answer must be a
+//! clean refusal (431/414 from hyper, as Go's server answers 431) followed by
+//! the connection closing, never a hang.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rkube_apiserver::filters::metrics::ApiserverMetrics;
+use rkube_apiserver::filters::{self, FilterArgs, FilterChain};
+use rkube_storage::{RangeRequest, Storage};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+const CMS: &str = "/api/v1/namespaces/default/configmaps";
+const CM: &str = "/api/v1/namespaces/default/configmaps/cm";
+const JSON: &str = "application/json";
+const YAML: &str = "application/yaml";
+const JSON_PATCH: &str = "application/json-patch+json";
+const MERGE_PATCH: &str = "application/merge-patch+json";
+const SMP: &str = "application/strategic-merge-patch+json";
+const APPLY: &str = "application/apply-patch+yaml";
+
+struct Server {
+    base: String,
+    addr: std::net::SocketAddr,
+    storage: Arc<dyn Storage>,
+    client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// Everything storage holds: revision and every key with its mod revision.
+#[derive(Debug, PartialEq, Eq)]
+struct Snapshot {
+    revision: i64,
+    keys: Vec<(String, i64)>,
+}
+
+impl Server {
+    async fn start() -> Server {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage: Arc<dyn Storage> =
+            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("embedded store"));
+        let st = rkube_apiserver::server::default_state(storage.clone());
+        rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
+        let config = FilterArgs::default().load().expect("default flags");
+        let chain = FilterChain::build(config, None, Arc::new(ApiserverMetrics::new())).expect("filter chain");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = filters::serve_api(listener, st, &chain, async move {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
+        Server { base: format!("http://{addr}"), addr, storage, client, stop: Some(tx), _dir: dir }
+    }
+
+    async fn send(&self, method: &str, path: &str, ct: Option<&str>, accept: Option<&str>, body: Vec<u8>) -> (u16, Value) {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut req = self.client.request(m, format!("{}{}", self.base, path));
+        if let Some(ct) = ct {
+            req = req.header("content-type", ct);
+        }
+        if let Some(a) = accept {
+            req = req.header("accept", a);
+        }
+        if !body.is_empty() {
+            req = req.body(body);
+        }
+        let resp = req.send().await.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let code = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        (code, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn snapshot(&self) -> Snapshot {
+        let revision = self.storage.current_revision().await.expect("revision");
+        let all = self.storage.range(RangeRequest::prefix("/")).await.expect("range");
+        Snapshot { revision, keys: all.kvs.into_iter().map(|kv| (kv.key, kv.mod_revision)).collect() }
+    }
+
+    /// Sends raw bytes; returns the status code of the answer and whether
+    /// the server closed the connection after it (within 10 s).
+    async fn raw(&self, request: &[u8]) -> (u16, bool) {
+        let mut sock = tokio::net::TcpStream::connect(self.addr).await.expect("connect");
+        // The server may answer and close before it read everything.
+        let _ = sock.write_all(request).await;
+        let mut buf = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut buf)).await;
+        let closed = matches!(read, Ok(Ok(_)) | Ok(Err(_)));
+        let head = String::from_utf8_lossy(&buf[..buf.len().min(64)]).into_owned();
+        let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (code, closed)
+    }
+}
+
+/// One hostile request and what a client must see.
+struct Row {
+    name: &'static str,
+    method: &'static str,
+    path: String,
+    ct: Option<&'static str>,
+    accept: Option<&'static str>,
+    body: Vec<u8>,
+    code: u16,
+    reason: &'static str,
+    /// For 422: the field of the first cause.
+    cause_field: Option<&'static str>,
+}
+
+fn row(name: &'static str, method: &'static str, path: &str, ct: Option<&'static str>, body: impl Into<Vec<u8>>, code: u16, reason: &'static str) -> Row {
+    Row { name, method, path: path.to_string(), ct, accept: None, body: body.into(), code, reason, cause_field: None }
+}
+
+fn invalid(name: &'static str, method: &'static str, path: &str, ct: &'static str, body: Value, field: &'static str) -> Row {
+    Row { cause_field: Some(field), ..row(name, method, path, Some(ct), body.to_string(), 422, "Invalid") }
+}
+
+fn configmap(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})
+}
+
+fn nested(n: usize) -> String {
+    format!(
+        "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"deep\"}},\"data\":{}{}}}",
+        "{\"a\":".repeat(n),
+        "}".repeat(n)
+    )
+}
+
+fn table() -> Vec<Row> {
+    let big = {
+        let mut cm = configmap("big");
+        cm["data"]["k"] = json!("x".repeat(4 * 1024 * 1024));
+        cm.to_string()
+    };
+    let many_ops: Vec<Value> = (0..10_001).map(|_| json!({"op": "test", "path": "/data/k", "value": "v"})).collect();
+    let copies: Vec<Value> = (0..40).map(|i| json!({"op": "copy", "from": "/data", "path": format!("/data/c{i}")})).collect();
+    let deep_add = {
+        let deep = (0..100).fold(json!("x"), |v, _| json!({"a": v}));
+        json!([{"op": "add", "path": "/data/a", "value": deep}, {"op": "add", "path": format!("/data/a{}", "/a".repeat(99)), "value": deep}])
+    };
+    vec![
+        // ---- bodies
+        row("malformed JSON body", "POST", CMS, Some(JSON), "{\"kind\": \"ConfigMap\",", 400, "BadRequest"),
+        row("empty JSON body", "POST", CMS, Some(JSON), "", 400, "BadRequest"),
+        row("JSON array body", "POST", CMS, Some(JSON), "[1,2]", 400, "BadRequest"),
+        row("JSON that is not UTF-8", "POST", CMS, Some(JSON), b"{\"a\":\"\xff\xfe\"}".to_vec(), 400, "BadRequest"),
+        row("malformed YAML body", "POST", CMS, Some(YAML), "kind: ConfigMap\nmetadata: [\n", 400, "BadRequest"),
+        row("multi-document YAML body", "POST", CMS, Some(YAML), "a: 1\n---\nb: 2\n", 400, "BadRequest"),
+        row("protobuf body that is garbage", "POST", CMS, Some("application/vnd.kubernetes.protobuf"), b"k8s\0\xff\xff\xff".to_vec(), 400, "BadRequest"),
+        row("wrong content type", "POST", CMS, Some("text/plain"), configmap("x").to_string(), 415, "UnsupportedMediaType"),
+        row("form content type", "POST", CMS, Some("application/x-www-form-urlencoded"), "a=b", 415, "UnsupportedMediaType"),
+        row("JSON nested 10,000 deep", "POST", CMS, Some(JSON), nested(10_000), 400, "BadRequest"),
+        row("JSON nested 200 deep", "POST", CMS, Some(JSON), nested(200), 400, "BadRequest"),
+        row("YAML nested 10,000 deep", "POST", CMS, Some(YAML), format!("a: {}{}", "[".repeat(10_000), "]".repeat(10_000)), 400, "BadRequest"),
+        row("body over 3 MiB", "POST", CMS, Some(JSON), big, 413, "RequestEntityTooLarge"),
+        // ---- kinds and names
+        row("kind does not match the URL", "POST", CMS, Some(JSON), json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}).to_string(), 400, "BadRequest"),
+        row("unknown kind in the body", "POST", CMS, Some(JSON), json!({"apiVersion": "v1", "kind": "Widget", "metadata": {"name": "x"}}).to_string(), 400, "BadRequest"),
+        row("apiVersion of another group", "POST", CMS, Some(JSON), json!({"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "x"}}).to_string(), 400, "BadRequest"),
+        row("unknown resource in the URL", "POST", "/api/v1/namespaces/default/widgets", Some(JSON), configmap("x").to_string(), 404, "NotFound"),
+        row("namespace of the body differs from the URL", "POST", CMS, Some(JSON), json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "other"}}).to_string(), 400, "BadRequest"),
+        row("name of the body differs from the URL", "PUT", CM, Some(JSON), configmap("other").to_string(), 400, "BadRequest"),
+        invalid("invalid name", "POST", CMS, JSON, configmap("Bad_Name"), "metadata.name"),
+        invalid("name too long", "POST", CMS, JSON, configmap(&"a".repeat(300)), "metadata.name"),
+        invalid("missing name", "POST", CMS, JSON, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}), "metadata.name"),
+        invalid("invalid label key", "POST", CMS, JSON, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "labels": {"bad key": "v"}}}), "metadata.labels"),
+        invalid("invalid data key", "POST", CMS, JSON, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a/b": "v"}}), "data[a/b]"),
+        row("invalid dryRun", "POST", &format!("{CMS}?dryRun=Some"), Some(JSON), configmap("x").to_string(), 400, "BadRequest"),
+        row("invalid resourceVersion in a PUT body", "PUT", CM, Some(JSON), json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "resourceVersion": "abc"}}).to_string(), 400, "BadRequest"),
+        row("malformed DeleteOptions", "DELETE", CM, Some(JSON), "{\"propagationPolicy\":", 400, "BadRequest"),
+        // ---- query parameters
+        row("invalid label selector", "GET", &format!("{CMS}?labelSelector=a%20in%20(b"), None, "", 400, "BadRequest"),
+        row("invalid label selector key", "GET", &format!("{CMS}?labelSelector=-a=b"), None, "", 400, "BadRequest"),
+        row("invalid field selector", "GET", &format!("{CMS}?fieldSelector=metadata.name"), None, "", 400, "BadRequest"),
+        row("field selector with a bad escape", "GET", &format!("{CMS}?fieldSelector=metadata.name%3Da%5Cb"), None, "", 400, "BadRequest"),
+        row("unsupported field label", "GET", &format!("{CMS}?fieldSelector=spec.nope%3Dx"), None, "", 400, "BadRequest"),
+        row("invalid resourceVersion on LIST", "GET", &format!("{CMS}?resourceVersion=abc"), None, "", 400, "BadRequest"),
+        row("negative resourceVersion on LIST", "GET", &format!("{CMS}?resourceVersion=-1"), None, "", 400, "BadRequest"),
+        row("invalid resourceVersion on WATCH", "GET", &format!("{CMS}?watch=true&resourceVersion=abc"), None, "", 400, "BadRequest"),
+        row("invalid resourceVersion on GET", "GET", &format!("{CM}?resourceVersion=abc"), None, "", 400, "BadRequest"),
+        row("garbage continue token", "GET", &format!("{CMS}?limit=1&continue=not-a-token"), None, "", 400, "BadRequest"),
+        row("continue token with start key outside the prefix", "GET", &format!("{CMS}?limit=1&continue={}", token(5, "../secrets/x")), None, "", 400, "BadRequest"),
+        row("continue with a resourceVersion", "GET", &format!("{CMS}?limit=1&resourceVersion=5&continue={}", token(5, "default/cm")), None, "", 400, "BadRequest"),
+        row("invalid limit", "GET", &format!("{CMS}?limit=ten"), None, "", 400, "BadRequest"),
+        row("negative timeoutSeconds", "GET", &format!("{CMS}?watch=true&timeoutSeconds=-5"), None, "", 400, "BadRequest"),
+        Row { cause_field: Some("resourceVersionMatch"), ..row("resourceVersionMatch without resourceVersion", "GET", &format!("{CMS}?resourceVersionMatch=Exact"), None, "", 422, "Invalid") },
+        Row { accept: Some("application/vnd.kubernetes.protobuf"), ..row("Accept only protobuf", "GET", CMS, None, "", 406, "NotAcceptable") },
+        row("name with a percent sign", "DELETE", &format!("{CMS}/a%25b"), None, "", 400, "BadRequest"),
+        row("malformed percent escape in the path", "GET", &format!("{CMS}/a%zz"), None, "", 400, "BadRequest"),
+        row("method not allowed on /version", "POST", "/version", Some(JSON), "{}", 405, "MethodNotAllowed"),
+        // ---- patches
+        row("patch with a non-patch content type", "PATCH", CM, Some(JSON), "{}", 415, "UnsupportedMediaType"),
+        row("JSON patch that is not an array", "PATCH", CM, Some(JSON_PATCH), "{\"op\":\"add\"}", 400, "BadRequest"),
+        row("JSON patch that is not JSON", "PATCH", CM, Some(JSON_PATCH), "[{\"op\":", 400, "BadRequest"),
+        row("JSON patch whose test fails", "PATCH", CM, Some(JSON_PATCH), json!([{"op": "test", "path": "/data/k", "value": "nope"}]).to_string(), 422, "Invalid"),
+        row("JSON patch with an unknown op", "PATCH", CM, Some(JSON_PATCH), json!([{"op": "explode", "path": "/data"}]).to_string(), 422, "Invalid"),
+        row("JSON patch on a missing path", "PATCH", CM, Some(JSON_PATCH), json!([{"op": "remove", "path": "/spec/nothing"}]).to_string(), 422, "Invalid"),
+        row("JSON patch over 10,000 operations", "PATCH", CM, Some(JSON_PATCH), Value::Array(many_ops).to_string(), 413, "RequestEntityTooLarge"),
+        row("JSON patch copy amplification", "PATCH", CM, Some(JSON_PATCH), Value::Array(copies).to_string(), 422, "Invalid"),
+        row("JSON patch nesting beyond the limit", "PATCH", CM, Some(JSON_PATCH), deep_add.to_string(), 422, "Invalid"),
+        row("JSON patch renaming the object", "PATCH", CM, Some(JSON_PATCH), json!([{"op": "replace", "path": "/metadata/name", "value": "other"}]).to_string(), 400, "BadRequest"),
+        invalid("JSON patch making the object invalid", "PATCH", CM, JSON_PATCH, json!([{"op": "add", "path": "/metadata/labels", "value": {"bad key": "v"}}]), "metadata.labels"),
+        row("merge patch that is not JSON", "PATCH", CM, Some(MERGE_PATCH), "{\"data\":", 400, "BadRequest"),
+        row("merge patch null", "PATCH", CM, Some(MERGE_PATCH), "null", 400, "BadRequest"),
+        row("merge patch that is an array", "PATCH", CM, Some(MERGE_PATCH), "[1]", 422, "Invalid"),
+        row("merge patch nested 10,000 deep", "PATCH", CM, Some(MERGE_PATCH), format!("{}{}", "{\"a\":".repeat(10_000), "}".repeat(10_000)), 400, "BadRequest"),
+        row("strategic merge patch that is not JSON", "PATCH", CM, Some(SMP), "{\"data\":", 400, "BadRequest"),
+        row("strategic merge patch with a non-list $retainKeys", "PATCH", CM, Some(SMP), json!({"data": {"$retainKeys": "k"}}).to_string(), 400, "BadRequest"),
+        invalid("strategic merge patch making the object invalid", "PATCH", CM, SMP, json!({"metadata": {"name": "cm", "generateName": "Bad_"}, "data": {"a/b": "c"}}), "data[a/b]"),
+        Row { cause_field: Some("fieldManager"), ..row("apply without fieldManager", "PATCH", CM, Some(APPLY), configmap("cm").to_string(), 422, "Invalid") },
+        row("apply body that is not YAML", "PATCH", &format!("{CM}?fieldManager=t"), Some(APPLY), "data: [\n", 400, "BadRequest"),
+        row("apply body that is a list", "PATCH", &format!("{CM}?fieldManager=t"), Some(APPLY), "- a\n- b\n", 400, "BadRequest"),
+        row("apply of another kind", "PATCH", &format!("{CM}?fieldManager=t"), Some(APPLY), json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cm"}}).to_string(), 400, "BadRequest"),
+        Row { cause_field: Some("force"), ..row("force on a merge patch", "PATCH", &format!("{CM}?force=true"), Some(MERGE_PATCH), "{}", 422, "Invalid") },
+    ]
+}
+
+/// Path segments are percent-decoded like Go's `URL.Path` before they are
+/// split (client libraries such as the Python client escape `:` in names).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn percent_encoded_names_address_the_object() {
+    let srv = Server::start().await;
+    let (code, body) = srv.send("POST", CMS, Some(JSON), None, configmap("system.x-1").to_string().into_bytes()).await;
+    assert_eq!(code, 201, "{body}");
+    let (code, body) = srv.send("GET", &format!("{CMS}/system%2Ex%2D1"), None, None, vec![]).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["metadata"]["name"], "system.x-1");
+    let (code, body) = srv.send("GET", "/api/v1/namespaces/%64efault/configmaps/system.x-1", None, None, vec![]).await;
+    assert_eq!(code, 200, "{body}");
+    // HTTP clients resolve `%2e%2e` themselves; over a raw socket it reaches
+    // the server, which refuses it as a name like upstream's namer.
+    let before = srv.snapshot().await;
+    for name in ["%2e%2e", "%2E", "a%252Fb"] {
+        let (code, closed) = srv.raw(format!("DELETE {CMS}/{name} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await;
+        assert_eq!(code, 400, "{name}");
+        assert!(closed);
+    }
+    assert_eq!(before, srv.snapshot().await);
+}
+
+/// A continue token for `rv` and `start` (the format of `ContinueToken::encode`).
+fn token(rv: i64, start: &str) -> String {
+    use base64::Engine;
+    let json = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start}).to_string();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_get_the_exact_status_and_change_nothing() {
+    let srv = Server::start().await;
+    for name in ["cm", "cm2"] {
+        let (code, body) = srv.send("POST", CMS, Some(JSON), None, configmap(name).to_string().into_bytes()).await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let mut failures = Vec::new();
+    for r in table() {
+        let before = srv.snapshot().await;
+        let (code, body) = srv.send(r.method, &r.path, r.ct, r.accept, r.body).await;
+        let after = srv.snapshot().await;
+        eprintln!("{:<55} {code} {:<22} {}", r.name, body["reason"].as_str().unwrap_or(""), body["message"].as_str().unwrap_or("").chars().take(140).collect::<String>());
+        let mut problems = Vec::new();
+        if code != r.code {
+            problems.push(format!("code {code}, want {}", r.code));
+        }
+        if body["kind"] != "Status" || body["status"] != "Failure" || body["code"] != r.code {
+            problems.push("not a Failure Status with that code".to_string());
+        }
+        if body["reason"] != r.reason {
+            problems.push(format!("reason {}, want {}", body["reason"], r.reason));
+        }
+        if let Some(field) = r.cause_field {
+            let fields: Vec<&str> = body
+                .pointer("/details/causes")
+                .and_then(Value::as_array)
+                .map(|cs| cs.iter().filter_map(|c| c["field"].as_str()).collect())
+                .unwrap_or_default();
+            if !fields.iter().any(|f| f.starts_with(field)) {
+                problems.push(format!("causes {fields:?}, want one on {field}"));
+            }
+        }
+        if before != after {
+            problems.push("storage changed".to_string());
+        }
+        if !problems.is_empty() {
+            let shown: String = body.to_string().chars().take(400).collect();
+            failures.push(format!("{}: {} — {shown}", r.name, problems.join("; ")));
+        }
+    }
+    assert!(failures.is_empty(), "{} rows failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// A continue token whose list revision was compacted is 410 Expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_token_of_a_compacted_revision_is_410_expired() {
+    let srv = Server::start().await;
+    for name in ["a", "b", "c"] {
+        let (code, body) = srv.send("POST", CMS, Some(JSON), None, configmap(name).to_string().into_bytes()).await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let (code, page) = srv.send("GET", &format!("{CMS}?limit=1"), None, None, vec![]).await;
+    assert_eq!(code, 200, "{page}");
+    let next = page.pointer("/metadata/continue").and_then(Value::as_str).expect("a continue token").to_string();
+    let (code, body) = srv.send("POST", CMS, Some(JSON), None, configmap("d").to_string().into_bytes()).await;
+    assert_eq!(code, 201, "{body}");
+    // Two compactor rounds: the first records the current revision, the
+    // second compacts to it; the watch cache hears of it and drops its snapshots.
+    let mut state = rkube_apiserver::compaction::CompactorState::default();
+    for _ in 0..2 {
+        rkube_apiserver::compaction::compact_once(srv.storage.as_ref(), &mut state).await.expect("compaction round");
+    }
+    let path = format!("{CMS}?limit=1&continue={next}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (code, body) = loop {
+        let before = srv.snapshot().await;
+        let (code, body) = srv.send("GET", &path, None, None, vec![]).await;
+        assert_eq!(before, srv.snapshot().await, "a LIST changed storage");
+        if code != 200 || tokio::time::Instant::now() > deadline {
+            break (code, body);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(code, 410, "{body}");
+    assert_eq!(body["reason"], "Expired", "{body}");
+    assert!(body["message"].as_str().unwrap_or("").contains("continue"), "{body}");
+}
+
+/// Request heads over hyper's limits are refused cleanly (and the
+/// connection closed), whatever part is too big; nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_request_heads_are_refused_without_hanging() {
+    let srv = Server::start().await;
+    let before = srv.snapshot().await;
+    let long_path = format!("/api/v1/namespaces/default/configmaps/{}", "a".repeat(1024 * 1024));
+    let cases: Vec<(&str, Vec<u8>, &[u16])> = vec![
+        ("1 MiB URL", format!("GET {long_path} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes(), &[414, 431]),
+        (
+            "1 MiB header",
+            format!("GET {CMS} HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "b".repeat(1024 * 1024)).into_bytes(),
+            &[431],
+        ),
+        (
+            "1,000 headers",
+            format!("GET {CMS} HTTP/1.1\r\nHost: x\r\n{}\r\n", (0..1000).map(|i| format!("X-H{i}: v\r\n")).collect::<String>())
+                .into_bytes(),
+            &[431],
+        ),
+        ("request line that is not HTTP", b"\x00\x01\x02 garbage\r\n\r\n".to_vec(), &[400]),
+        (
+            "Content-Length that is not a number",
+            format!("POST {CMS} HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n").into_bytes(),
+            &[400],
+        ),
+    ];
+    for (name, request, want) in cases {
+        let (code, closed) = srv.raw(&request).await;
+        assert!(want.contains(&code), "{name}: answered {code}, want one of {want:?}");
+        assert!(closed, "{name}: connection left open");
+    }
+    // The server still answers normally afterwards.
+    let (code, _) = srv.send("GET", CMS, None, None, vec![]).await;
+    assert_eq!(code, 200);
+    assert_eq!(before, srv.snapshot().await);
+}
+
+/// Objects nested as deep as a body may be (unknown fields, YAML or JSON)
+/// are either refused or stay readable: a stored object storage cannot
+/// decode again would break every LIST of its collection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_nested_up_to_the_body_limit_stay_readable() {
+    let srv = Server::start().await;
+    let chain = |n: usize| (0..n).fold(json!("x"), |v, _| json!({"a": v}));
+    for (i, depth) in [100usize, 120, 124, 125, 126, 127, 128].into_iter().enumerate() {
+        for (j, ct) in [JSON, YAML].into_iter().enumerate() {
+            let name = format!("deep-{i}-{j}");
+            // The object itself is one level; `x` holds the rest.
+            let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "x": chain(depth - 2)});
+            let body = if ct == JSON { obj.to_string() } else { serde_yaml::to_string(&obj).unwrap() };
+            let (code, resp) = srv.send("POST", CMS, Some(ct), None, body.into_bytes()).await;
+            assert!(code == 201 || code == 400, "{depth} {ct}: {code} {resp}");
+            let (code, resp) = srv.send("GET", &format!("{CMS}/{name}"), None, None, vec![]).await;
+            assert!(code == 200 || code == 404, "{depth} {ct}: GET {code} {resp}");
+            let (code, resp) = srv.send("GET", CMS, None, None, vec![]).await;
+            assert_eq!(code, 200, "{depth} {ct}: LIST {resp}");
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! Against real containerd 1.6 (Debian's; the KEP-3386 compatibility case): containerd answers
+//! `GetContainerEvents` with UNIMPLEMENTED, so the node agent's evented PLEG falls back to the
+//! generic PLEG at 1 s for good, and pods still run and report their status to the API server.
+//!
+//! The test starts its own containerd (config, root, state, runc root and socket in a temp dir;
+//! see `containerd_support::daemon`), imports a locally built OCI image (static busybox; no
+//! registry is reachable) as both the sandbox image and the pods' image, runs an in-process
+//! `rkube up` API server and the node agent from `rkube node` flags
+//! (`--container-runtime-endpoint=unix://<socket>`). Pods use `hostNetwork: true`
+//! (NamespaceMode NODE), so no CNI plugin or configuration is involved: containerd only needs
+//! CNI for pod-network sandboxes.
+//!
+//! Without containerd (or runc, or a static busybox, or root) the test fails when `$CI` is set
+//! and is skipped with a message otherwise.
+
+mod containerd_support;
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use kube::Api;
+use rkube_node::cri::{CriClient, RuntimeApi, LABEL_POD_UID};
+use rkube_node::pleg::connection::ConnectionState;
+use rkube_node::pleg::metrics::CacheSource;
+use rkube_node::pleg::GENERIC_RELIST;
+use serde_json::json;
+
+use containerd_support::daemon::Containerd;
+
+/// The sandbox image name containerd is configured with.
+const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.6";
+/// The pods' image (tagged, so `imagePullPolicy` defaults to IfNotPresent: no registry pull).
+const IMAGE: &str = "rkube.test/busybox:1.36";
+const NODE: &str = "containerd-node";
+
+#[derive(Parser)]
+struct NodeFlags {
+    #[command(flatten)]
+    args: rkube_node::cli::NodeArgs,
+}
+
+fn host_network_pod(name: &str, restart: &str, command: &[&str]) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": NODE,
+            "hostNetwork": true,
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": IMAGE, "command": command}],
+        }
+    }))
+    .expect("pod")
+}
+
+fn phase(p: &Pod) -> String {
+    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_else(|| "<none>".into())
+}
+
+/// Watches one pod until its phase is `until`; returns it (panics after `within`).
+async fn wait_phase(pods: &Api<Pod>, name: &str, until: &str, within: Duration) -> Pod {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = watcher::watcher(pods.clone(), config).boxed();
+    let deadline = tokio::time::Instant::now() + within;
+    let mut seen: Vec<String> = Vec::new();
+    loop {
+        let ev = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("{name} did not reach {until} within {within:?}; phases seen {seen:?}"))
+            .expect("watch open")
+            .expect("watch event");
+        let (Event::Apply(p) | Event::InitApply(p)) = ev else { continue };
+        let ph = phase(&p);
+        if seen.last() != Some(&ph) {
+            seen.push(ph.clone());
+        }
+        if ph == until {
+            return p;
+        }
+    }
+}
+
+fn main_status(p: &Pod) -> k8s_openapi::api::core::v1::ContainerStatus {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.first())
+        .cloned()
+        .expect("containerStatuses[0]")
+}
+
+/// A plain HTTP/1.0 GET; returns (status code, body).
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect healthz");
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.expect("write");
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.expect("read");
+    let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (code, body)
+}
+
+/// Containers of the pod `uid` that containerd still has.
+async fn containers_of(cri: &CriClient, uid: &str) -> usize {
+    let all = cri.list_containers().await.expect("ListContainers");
+    all.iter().filter(|c| c.labels.get(LABEL_POD_UID).map(String::as_str) == Some(uid)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status() {
+    let Some(busybox) = containerd_support::prerequisites() else { return };
+    let started = Instant::now();
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // Private containerd + the local image under both names.
+    let mut containerd = Containerd::start(&dir.path().join("ctrd"), PAUSE_IMAGE).await.expect("start containerd");
+    let tarball = dir.path().join("image.tar");
+    containerd_support::oci::write_busybox_image(&busybox, &[PAUSE_IMAGE, IMAGE], &tarball).expect("build OCI image");
+    containerd.import(&tarball).await.expect("import image");
+    let images = containerd.ctr(&["images", "ls", "-q"]).await.expect("ctr images ls");
+    assert!(images.lines().any(|l| l == IMAGE) && images.lines().any(|l| l == PAUSE_IMAGE), "images: {images}");
+    eprintln!("containerd up with snapshotter {} and image imported after {:?}", containerd.snapshotter, started.elapsed());
+
+    // API server and the node agent, configured by `rkube node` flags.
+    let (api, client) = containerd_support::apiserver(dir.path()).await;
+    let endpoint = containerd.endpoint();
+    let logs = dir.path().join("pods");
+    let flags = NodeFlags::parse_from([
+        "node",
+        "--kubeconfig",
+        api.kubeconfig.to_str().expect("utf-8"),
+        &format!("--container-runtime-endpoint={endpoint}"),
+        &format!("--hostname-override={NODE}"),
+        "--healthz-port=0",
+        "--pod-logs-directory",
+        logs.to_str().expect("utf-8"),
+    ]);
+    let config = rkube_node::cli::node_config(flags.args).expect("node config");
+    let agent = rkube_node::agent::start(config, client.clone()).await.expect("node agent on containerd");
+
+    // The Node reports containerd as its runtime.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes.get(NODE).await.expect("node registered");
+    let info = node.status.as_ref().and_then(|s| s.node_info.as_ref()).expect("nodeInfo");
+    assert!(info.container_runtime_version.starts_with("containerd://1.6"), "runtime {}", info.container_runtime_version);
+    let host_ip = node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .and_then(|a| a.iter().find(|a| a.type_ == "InternalIP"))
+        .map(|a| a.address.clone())
+        .expect("InternalIP");
+
+    // Three pods at once: a long sleeper, one exiting 0, one exiting 3.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let created = Instant::now();
+    let pp = PostParams::default();
+    pods.create(&pp, &host_network_pod("sleeper", "Always", &["sleep", "3600"])).await.expect("create sleeper");
+    let ok_pod = host_network_pod("ok", "Never", &["sh", "-c", "echo hello from containerd; sleep 1; exit 0"]);
+    pods.create(&pp, &ok_pod).await.expect("create ok");
+    pods.create(&pp, &host_network_pod("bad", "Never", &["sh", "-c", "sleep 1; exit 3"])).await.expect("create bad");
+
+    let running = wait_phase(&pods, "sleeper", "Running", Duration::from_secs(30)).await;
+    let to_running = created.elapsed();
+    let st = main_status(&running);
+    assert!(st.state.as_ref().and_then(|s| s.running.as_ref()).is_some(), "sleeper state {:?}", st.state);
+    assert!(st.ready, "sleeper ready");
+    assert!(st.container_id.as_deref().is_some_and(|id| id.starts_with("containerd://")), "containerID {:?}", st.container_id);
+    assert!(!st.image_id.is_empty(), "imageID from containerd");
+    let status = running.status.as_ref().expect("status");
+    assert_eq!(status.host_ip.as_deref(), Some(host_ip.as_str()));
+    assert_eq!(status.pod_ip.as_deref(), Some(host_ip.as_str()), "a host-network pod has the node's IP");
+
+    let ok = wait_phase(&pods, "ok", "Succeeded", Duration::from_secs(30)).await;
+    let t = main_status(&ok).state.and_then(|s| s.terminated).expect("ok terminated");
+    assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+    // containerd wrote the container's output in CRI log format where the agent asked.
+    let ok_uid = ok.metadata.uid.clone().expect("uid");
+    let log_path = logs.join(format!("default_ok_{ok_uid}")).join("main").join("0.log");
+    let log = std::fs::read_to_string(&log_path).unwrap_or_else(|e| panic!("{}: {e}", log_path.display()));
+    assert!(log.contains(" stdout F hello from containerd"), "log {log:?}");
+    let bad = wait_phase(&pods, "bad", "Failed", Duration::from_secs(30)).await;
+    let t = main_status(&bad).state.and_then(|s| s.terminated).expect("bad terminated");
+    assert_eq!((t.exit_code, t.reason.as_deref()), (3, Some("Error")));
+    let to_terminal = created.elapsed();
+
+    // PLEG: containerd 1.6 has no GetContainerEvents, so the evented PLEG gave up for good and
+    // the generic PLEG relists every second; every status came from relists/inspections.
+    let evented = agent.evented.as_ref().expect("EventedPLEG is on by default");
+    assert_eq!(*evented.connection().borrow(), ConnectionState::Relisting);
+    assert!(!evented.in_use());
+    assert_eq!(agent.generic.relist_duration(), GENERIC_RELIST);
+    let m = &agent.metrics;
+    assert_eq!(m.connection_successes.get(), 0);
+    assert_eq!(m.connection_errors.get(), 1, "one UNIMPLEMENTED answer, no retries");
+    assert_eq!(m.cache_updates_by(CacheSource::Event), 0);
+    assert!(m.cache_updates_by(CacheSource::Relist) > 0, "relists wrote the cache");
+    assert_eq!(m.missed_events.get(), 0, "missed events only count while a stream is up");
+    let (code, body) = http_get(agent.healthz_addr, "/healthz").await;
+    assert_eq!((code, body.as_str()), (200, "ok"));
+    let (_, metrics) = http_get(agent.healthz_addr, "/metrics").await;
+    for line in ["kubelet_evented_pleg_connection_error_count 1", "kubelet_evented_pleg_connection_success_count 0"] {
+        assert!(metrics.contains(line), "{line} missing from /metrics");
+    }
+
+    // Deleting the running pod stops its container in containerd and removes the object.
+    let cri = CriClient::connect_lazy(&endpoint).expect("CRI client");
+    let uid = running.metadata.uid.clone().expect("uid");
+    assert_eq!(containers_of(&cri, &uid).await, 1, "exactly one container for the sleeper (no duplicate)");
+    pods.delete("sleeper", &DeleteParams::default()).await.expect("delete sleeper");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pods.get_opt("sleeper").await.expect("get").is_some() {
+        assert!(Instant::now() < deadline, "sleeper not removed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(containers_of(&cri, &uid).await, 0, "sleeper's container removed from containerd");
+    let sandboxes = cri.list_pod_sandbox().await.expect("ListPodSandbox");
+    assert!(!sandboxes.iter().any(|s| s.metadata.as_ref().is_some_and(|m| m.uid == uid)), "sleeper's sandbox removed");
+
+    eprintln!(
+        "containerd figures: pod created → Running {:?}; all three pods final after {:?}; whole test {:?}",
+        to_running,
+        to_terminal,
+        started.elapsed()
+    );
+
+    // Tear down: agent, then every sandbox, then containerd (by PID) and the API server.
+    agent.shutdown().await;
+    for s in cri.list_pod_sandbox().await.unwrap_or_default() {
+        let _ = cri.stop_pod_sandbox(&s.id).await;
+        let _ = cri.remove_pod_sandbox(&s.id).await;
+    }
+    containerd.shutdown();
+    drop(api);
+}
+
+/// Runs everywhere (no containerd needed): what the agent asks a CRI runtime for a host-network
+/// pod, as kubelet does — node network namespace for sandbox and containers, no hostname (runc
+/// cannot set one in the node's UTS namespace), own PID namespace — and the node's IP as the
+/// pod IP when the runtime reports none (containerd does not for host-network sandboxes).
+#[test]
+fn host_network_pods_get_node_namespaces_no_hostname_and_the_node_ip() {
+    use rkube_node::pod::api_status::{api_pod_status, StatusContext};
+    use rkube_node::pod::cri_config::{container_config, sandbox_config, DownwardValues};
+    use rkube_node::pod::phase::Phase;
+    use rkube_runtime::cri::NamespaceMode;
+
+    let mut pod = host_network_pod("hn", "Never", &["sleep", "1"]);
+    pod.metadata.uid = Some("u1".into());
+    let sandbox = sandbox_config(&pod, 0, std::path::Path::new("/logs"));
+    assert_eq!(sandbox.hostname, "");
+    let ns = sandbox.linux.and_then(|l| l.security_context).and_then(|s| s.namespace_options).expect("sandbox namespaces");
+    let (node, own, shared) = (NamespaceMode::Node as i32, NamespaceMode::Container as i32, NamespaceMode::Pod as i32);
+    assert_eq!((ns.network, ns.pid, ns.ipc), (node, own, shared));
+    let container = &pod.spec.as_ref().expect("spec").containers[0];
+    let config = container_config(&pod, container, 0, &DownwardValues::default());
+    let ns = config.linux.and_then(|l| l.security_context).and_then(|s| s.namespace_options).expect("container namespaces");
+    assert_eq!(ns.network, node);
+
+    let backing_off = Default::default();
+    let ctx = StatusContext {
+        phase: Phase::Pending,
+        backing_off: &backing_off,
+        host_ip: "10.1.2.3",
+        runtime_name: "containerd",
+        now: rkube_node::pleg::Timestamp::now(),
+    };
+    let status = api_pod_status(&pod, &rkube_node::pleg::PodStatus::empty("u1"), &ctx);
+    assert_eq!(status.pod_ip.as_deref(), Some("10.1.2.3"));
+
+    // A pod-network pod keeps its own hostname and gets no IP until the runtime reports one.
+    let mut pod_net = pod.clone();
+    if let Some(spec) = pod_net.spec.as_mut() {
+        spec.host_network = Some(false);
+    }
+    assert_eq!(sandbox_config(&pod_net, 0, std::path::Path::new("/logs")).hostname, "hn");
+    assert_eq!(api_pod_status(&pod_net, &rkube_node::pleg::PodStatus::empty("u1"), &ctx).pod_ip, None);
+}

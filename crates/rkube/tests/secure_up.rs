@@ -1,0 +1,353 @@
+//! `rkube up` is secure by default, seen through the real binary and the real
+//! kubectl (1.27 and 1.33): HTTPS with the CA it generates in
+//! `<data-dir>/pki` (reused on restart), the kubeconfig it writes
+//! authenticates as an admin, bad credentials are 401 `Unauthorized`, users
+//! of `--token-auth-file` and of client certificates from `--client-ca-file`
+//! are 403 `Forbidden` (naming user, verb and resource) until RBAC bindings
+//! made with kubectl allow them; `--insecure` serves plain HTTP with no
+//! access control.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::kubeconfig::HttpClient;
+use common::{Backend, Cluster, Credentials, Stop};
+
+/// A CA for test users (not rkube's), and client certificates it signs.
+struct UserCa {
+    params: rcgen::CertificateParams,
+    key: rcgen::KeyPair,
+    cert_pem: String,
+}
+
+impl UserCa {
+    fn new(common_name: &str) -> UserCa {
+        let key = rcgen::KeyPair::generate().expect("CA key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, common_name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert_pem = params.self_signed(&key).expect("self-signed CA").pem();
+        UserCa {
+            params,
+            key,
+            cert_pem,
+        }
+    }
+
+    /// A client certificate for `user` in `groups` (CN and O).
+    fn client_cert(&self, user: &str, groups: &[&str]) -> Credentials {
+        let key = rcgen::KeyPair::generate().expect("client key");
+        let mut params =
+            rcgen::CertificateParams::new(Vec::<String>::new()).expect("client params");
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        for g in groups {
+            params
+                .distinguished_name
+                .push(rcgen::DnType::OrganizationName, *g);
+        }
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, user);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let issuer = rcgen::Issuer::new(self.params.clone(), &self.key);
+        let cert = params
+            .signed_by(&key, &issuer)
+            .expect("sign client certificate");
+        Credentials::Cert {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    fn write(&self, dir: &Path) -> PathBuf {
+        let p = dir.join("users-ca.crt");
+        std::fs::write(&p, &self.cert_pem).expect("write CA");
+        p
+    }
+}
+
+/// What kubectl prints for a 401 whose `Status` it decodes (message `Unauthorized`).
+const UNAUTHORIZED: &str = "error: You must be logged in to the server (Unauthorized)";
+/// What kubectl prints when discovery (its first request) gets a 401: client-go's
+/// discovery client reports the generic 401 text, not the Status message, as
+/// against kube-apiserver.
+const UNAUTHORIZED_IN_DISCOVERY: &str =
+    "error: You must be logged in to the server (the server has asked for the client to provide credentials)";
+
+/// Asserts that `kubectl` is refused with 401 both in discovery (`get pods`)
+/// and on a plain REST call (`get --raw`, where kubectl shows the Status message).
+#[track_caller]
+fn assert_kubectl_unauthorized(kubectl: &common::Kubectl) {
+    let f = kubectl.run(&["get", "pods"]);
+    assert_eq!(f.code, Some(1), "{}", f.stderr);
+    assert_eq!(
+        f.stderr.trim_end().lines().last(),
+        Some(UNAUTHORIZED_IN_DISCOVERY),
+        "{}",
+        f.stderr
+    );
+    kubectl.fails_with(
+        &["get", "--raw", "/api/v1/namespaces/default/pods"],
+        UNAUTHORIZED,
+    );
+}
+
+fn up_kubeconfig_authenticates_as_admin_over_https_and_pki_survives_restart(version: &str) {
+    let mut cluster = Cluster::start(Backend::Embedded);
+    let info = cluster.kubeconfig_info();
+    assert!(
+        info.server.starts_with("https://127.0.0.1:"),
+        "{}",
+        info.server
+    );
+    assert!(
+        info.ca_pem
+            .as_deref()
+            .is_some_and(|c| c.contains("BEGIN CERTIFICATE")),
+        "kubeconfig trusts a CA"
+    );
+    assert!(
+        matches!(info.credentials, Credentials::Cert { .. }),
+        "admin client certificate: {:?}",
+        info.credentials
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let written = cluster.data_dir().join("kubeconfig");
+        let mode = std::fs::metadata(&written)
+            .expect("<data-dir>/kubeconfig")
+            .permissions()
+            .mode();
+        assert_eq!(
+            mode & 0o777,
+            0o600,
+            "the kubeconfig holds the admin key: owner-only"
+        );
+    }
+    for f in [
+        "ca.crt",
+        "ca.key",
+        "apiserver.crt",
+        "apiserver.key",
+        "admin.crt",
+        "admin.key",
+    ] {
+        assert!(
+            cluster.pki_dir().join(f).is_file(),
+            "{f} generated in <data-dir>/pki"
+        );
+    }
+
+    let kubectl = cluster.kubectl(version);
+    kubectl.ok(&["create", "namespace", "shop"]);
+    kubectl.ok(&[
+        "create",
+        "configmap",
+        "web",
+        "-n",
+        "shop",
+        "--from-literal=a=1",
+    ]);
+    let ns = kubectl.json(&["get", "namespace", "shop"]);
+    assert_eq!(common::str_at(&ns, "/metadata/name"), "shop");
+
+    // Plain HTTP gets no answer from the HTTPS port.
+    let plain = HttpClient::plain(cluster.port).get("/api/v1/namespaces");
+    assert!(
+        !matches!(plain, Ok((200, _))),
+        "plain HTTP must not be served: {plain:?}"
+    );
+    // TLS without credentials: anonymous access is off, even for /readyz.
+    for path in ["/api/v1/namespaces", "/readyz"] {
+        let (code, body) = cluster
+            .http_get_as(path, &Credentials::None)
+            .expect("TLS GET");
+        assert_eq!(code, 401, "{path}: {body}");
+        assert!(body.contains("Unauthorized"), "{path}: {body}");
+    }
+
+    let ca_before = std::fs::read_to_string(cluster.pki_dir().join("ca.crt")).expect("ca.crt");
+    cluster.stop(Stop::Term);
+    cluster.restart();
+    let ca_after = std::fs::read_to_string(cluster.pki_dir().join("ca.crt")).expect("ca.crt");
+    assert_eq!(ca_before, ca_after, "the CA is reused on restart");
+    let kubectl = cluster.kubectl(version);
+    let cm = kubectl.json(&["get", "configmap", "web", "-n", "shop"]);
+    assert_eq!(common::str_at(&cm, "/data/a"), "1");
+}
+
+fn wrong_token_or_untrusted_certificate_is_unauthorized(version: &str) {
+    let cluster = Cluster::start(Backend::Embedded);
+    let bad_token =
+        cluster.write_kubeconfig_for("intruder", &Credentials::Token("not-a-token".into()));
+    assert_kubectl_unauthorized(&cluster.kubectl_with(version, &bad_token));
+
+    let stranger = UserCa::new("someone-else-ca").client_cert("mallory", &["system:masters"]);
+    let untrusted = cluster.write_kubeconfig_for("mallory", &stranger);
+    assert_kubectl_unauthorized(&cluster.kubectl_with(version, &untrusted));
+    let (code, body) = cluster
+        .http_get_as("/api/v1/pods", &stranger)
+        .expect("TLS GET");
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("\"reason\":\"Unauthorized\""), "{body}");
+}
+
+fn token_user_is_forbidden_until_a_role_binding_allows_it(version: &str) {
+    let fixtures = tempfile::tempdir().expect("tempdir");
+    let tokens = fixtures.path().join("tokens.csv");
+    std::fs::write(&tokens, "alice-secret,alice,1001,\"dev\"\n").expect("token file");
+    let cluster = Cluster::builder(Backend::Embedded)
+        .arg(format!("--token-auth-file={}", tokens.display()))
+        .start();
+    let admin = cluster.kubectl(version);
+    let alice = cluster.kubectl_with(
+        version,
+        &cluster.write_kubeconfig_for("alice", &Credentials::Token("alice-secret".into())),
+    );
+
+    alice.fails_with(
+        &["get", "pods"],
+        r#"Error from server (Forbidden): pods is forbidden: User "alice" cannot list resource "pods" in API group "" in the namespace "default""#,
+    );
+
+    admin.ok(&["run", "web", "--image=nginx"]);
+    admin.ok(&[
+        "create",
+        "role",
+        "pod-reader",
+        "-n",
+        "default",
+        "--verb=get,list,watch",
+        "--resource=pods",
+    ]);
+    admin.ok(&[
+        "create",
+        "rolebinding",
+        "alice-reads-pods",
+        "-n",
+        "default",
+        "--role=pod-reader",
+        "--user=alice",
+    ]);
+
+    let names = alice.ok(&["get", "pods", "-o", "name"]);
+    assert_eq!(names.stdout.trim(), "pod/web");
+    // The binding grants reading pods in `default` only.
+    alice.fails_with(
+        &["delete", "pod", "web"],
+        r#"Error from server (Forbidden): pods "web" is forbidden: User "alice" cannot delete resource "pods" in API group "" in the namespace "default""#,
+    );
+    alice.fails_with(
+        &["get", "pods", "-n", "kube-system"],
+        r#"Error from server (Forbidden): pods is forbidden: User "alice" cannot list resource "pods" in API group "" in the namespace "kube-system""#,
+    );
+    // A RoleBinding to a ClusterRole (the README's example) opens another namespace.
+    admin.ok(&[
+        "create",
+        "rolebinding",
+        "alice-view",
+        "--clusterrole=view",
+        "--user=alice",
+        "-n",
+        "kube-system",
+    ]);
+    let f = alice.ok(&["get", "pods", "-n", "kube-system"]);
+    assert_eq!(
+        f.stderr.trim(),
+        "No resources found in kube-system namespace.",
+        "stdout: {}",
+        f.stdout
+    );
+}
+
+fn client_certificate_user_is_forbidden_until_a_cluster_role_binding_allows_its_group(
+    version: &str,
+) {
+    let fixtures = tempfile::tempdir().expect("tempdir");
+    let users_ca = UserCa::new("test-users-ca");
+    let ca_file = users_ca.write(fixtures.path());
+    let cluster = Cluster::builder(Backend::Embedded)
+        .arg(format!("--client-ca-file={}", ca_file.display()))
+        .start();
+    let admin = cluster.kubectl(version);
+    let carol = cluster.kubectl_with(
+        version,
+        &cluster.write_kubeconfig_for("carol", &users_ca.client_cert("carol", &["qa"])),
+    );
+
+    carol.fails_with(
+        &["get", "nodes"],
+        r#"Error from server (Forbidden): nodes is forbidden: User "carol" cannot list resource "nodes" in API group "" at the cluster scope"#,
+    );
+
+    admin.ok(&[
+        "create",
+        "clusterrole",
+        "node-reader",
+        "--verb=get,list,watch",
+        "--resource=nodes",
+    ]);
+    admin.ok(&[
+        "create",
+        "clusterrolebinding",
+        "qa-reads-nodes",
+        "--clusterrole=node-reader",
+        "--group=qa",
+    ]);
+
+    let f = carol.ok(&["get", "nodes"]);
+    assert_eq!(
+        f.stderr.trim(),
+        "No resources found",
+        "stdout: {}",
+        f.stdout
+    );
+    carol.fails_with(
+        &["create", "namespace", "qa"],
+        r#"Error from server (Forbidden): namespaces is forbidden: User "carol" cannot create resource "namespaces" in API group "" at the cluster scope"#,
+    );
+}
+
+macro_rules! per_kubectl_version {
+    ($($scenario:ident),* $(,)?) => {
+        mod kubectl_1_27 {
+            $( #[test] fn $scenario() { super::$scenario("1.27") } )*
+        }
+        mod kubectl_1_33 {
+            $( #[test] fn $scenario() { super::$scenario("1.33") } )*
+        }
+    };
+}
+
+per_kubectl_version!(
+    up_kubeconfig_authenticates_as_admin_over_https_and_pki_survives_restart,
+    wrong_token_or_untrusted_certificate_is_unauthorized,
+    token_user_is_forbidden_until_a_role_binding_allows_it,
+    client_certificate_user_is_forbidden_until_a_cluster_role_binding_allows_its_group,
+);
+
+#[test]
+fn insecure_up_serves_plain_http_on_loopback_without_access_control() {
+    let cluster = Cluster::builder(Backend::Embedded).insecure().start();
+    let info = cluster.kubeconfig_info();
+    assert!(
+        info.server.starts_with("http://127.0.0.1:"),
+        "{}",
+        info.server
+    );
+    assert_eq!(info.credentials, Credentials::None);
+    assert!(!cluster.pki_dir().exists(), "no PKI with --insecure");
+    cluster.kubectl("1.33").ok(&["create", "namespace", "open"]);
+    let (code, body) = HttpClient::plain(cluster.port)
+        .get("/api/v1/namespaces/open")
+        .expect("plain GET");
+    assert_eq!(code, 200, "{body}");
+}
