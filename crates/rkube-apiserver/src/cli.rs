@@ -3,7 +3,7 @@
 //! `rkube apiserver` takes kube-apiserver's flag names (`--bind-address`,
 //! `--secure-port`, `--storage-backend`, `--etcd-servers`, `--etcd-prefix`,
 //! `--service-cluster-ip-range`, `-v/--v`) plus rkube's `--port` and
-//! `--data-dir`. This issue serves plain HTTP only.
+//! `--data-dir`, and the filter chain's flags ([`crate::filters::FilterArgs`]).
 //!
 //! `rkube up` starts an API server on the embedded store in a data directory,
 //! on 127.0.0.1 (port 6443, or a free one when it is taken), writes
@@ -13,7 +13,10 @@
 //! CA and serving certificate generated in `<data-dir>/pki`, no anonymous
 //! access, RBAC, and a kubeconfig that trusts the CA and authenticates as an
 //! admin (client certificate in `system:masters`). `rkube up --insecure`
-//! serves plain HTTP on loopback (port 8080) with no access control.
+//! serves plain HTTP on loopback (port 8080) with no access control. It
+//! takes `rkube apiserver`'s filter flags too ([`UpArgs::filters`]): its own
+//! `--tls-cert-file`/`--tls-private-key-file`, audit, inflight, request
+//! timeout and trace flags (`--insecure` refuses only TLS and access control).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -77,7 +80,18 @@ pub struct ApiserverArgs {
 }
 
 /// Flags of `rkube up`.
+///
+/// The filter-chain flags are `rkube apiserver`'s own ([`crate::filters::FilterArgs`],
+/// flattened), with `rkube up`'s secure defaults (`--anonymous-auth=false`,
+/// `--authorization-mode=RBAC`) and help texts that say what they mean here.
 #[derive(clap::Args, Debug, Clone)]
+#[command(
+    mut_arg("anonymous_auth", |a| a.default_value("false").help(UP_ANONYMOUS_HELP)),
+    mut_arg("authorization_mode", |a| a.default_value("RBAC").help(UP_AUTHORIZATION_HELP)),
+    mut_arg("client_ca_file", |a| a.help(UP_CLIENT_CA_HELP)),
+    mut_arg("tls_cert_file", |a| a.help(UP_TLS_CERT_HELP).requires("tls_private_key_file")),
+    mut_arg("tls_private_key_file", |a| a.requires("tls_cert_file")),
+)]
 pub struct UpArgs {
     /// Directory of the embedded store, the PKI (`pki/`) and the kubeconfig.
     #[arg(long = "data-dir", default_value = "./.rkube")]
@@ -90,21 +104,35 @@ pub struct UpArgs {
     pub v: u8,
     /// Serve plain HTTP on 127.0.0.1 with no authentication or authorization
     /// (anyone who can reach loopback is an admin). Default: HTTPS, client
-    /// certificates and tokens, no anonymous access, RBAC.
-    #[arg(long = "insecure", conflicts_with_all = ["token_auth_file", "client_ca_file", "anonymous_auth", "authorization_mode"])]
+    /// certificates and tokens, no anonymous access, RBAC. Audit, inflight,
+    /// timeout and trace flags still apply.
+    #[arg(long = "insecure", conflicts_with_all = UP_SECURE_ONLY_FLAGS)]
     pub insecure: bool,
     /// Accepted for compatibility: HTTPS is the default.
     #[arg(long = "secure", hide = true, conflicts_with = "insecure")]
     pub secure: bool,
-    /// Authentication and authorization (ignored with --insecure).
+    /// kube-apiserver's TLS, authentication, authorization, audit, inflight,
+    /// request timeout and trace flags (TLS and access control are ignored
+    /// with --insecure, which refuses them).
     #[command(flatten)]
-    pub auth: crate::up_auth::UpAuthArgs,
+    pub filters: crate::filters::FilterArgs,
     /// Also run this machine as a node: `rkube runtime` and `rkube node`
     /// (evented PLEG), binding pods without `spec.nodeName` to it. Handled by
     /// the `rkube` binary, which calls [`run_up_with`].
     #[arg(long = "node")]
     pub node: bool,
 }
+
+/// The flags of [`UpArgs`] that mean nothing over `--insecure`'s plain HTTP
+/// without access control (clap ids: field names).
+const UP_SECURE_ONLY_FLAGS: [&str; 6] =
+    ["tls_cert_file", "tls_private_key_file", "token_auth_file", "client_ca_file", "anonymous_auth", "authorization_mode"];
+const UP_ANONYMOUS_HELP: &str = "Allow requests without credentials as system:anonymous (off by default in `rkube up`, unlike kube-apiserver)";
+const UP_AUTHORIZATION_HELP: &str =
+    "Ordered list of authorizers: AlwaysAllow, AlwaysDeny, RBAC (`rkube up` default RBAC; system:masters may do anything)";
+const UP_CLIENT_CA_HELP: &str =
+    "Extra CA bundle for client certificates (CN = user, O = groups), trusted besides the CA in <data-dir>/pki (which signs the admin certificate of the kubeconfig)";
+const UP_TLS_CERT_HELP: &str = "Serve HTTPS with this certificate (PEM; CA cert, if any, concatenated after the server cert, as for kube-apiserver) instead of the one generated in <data-dir>/pki. It must be valid for IP 127.0.0.1. The kubeconfig `rkube up` writes then trusts the LAST certificate of this file (your CA when the chain is concatenated, else the certificate itself); it still authenticates with the admin client certificate of <data-dir>/pki";
 
 /// Opens the storage backend the flags name.
 pub async fn open_storage(backend: &str, data_dir: &Path, etcd_servers: &[String]) -> anyhow::Result<Arc<dyn Storage>> {
@@ -188,6 +216,8 @@ async fn serve_until_signal(
             .await
             .map_err(|e| anyhow::anyhow!("writing the RBAC bootstrap policy: {e}"))?;
     }
+    // ClusterRole aggregation (upstream runs it in kube-controller-manager).
+    tokio::spawn(crate::rbac_aggregation::run(storage.clone(), prefix.clone(), st.shutdown.subscribe()));
     ready();
     crate::filters::serve_api(listener, st, &chain, shutdown_signal()).await.context("serving the API")?;
     Ok(())
@@ -255,11 +285,11 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
         let server = format!("http://{local}");
         std::fs::write(&kubeconfig_path, kubeconfig(&server))
             .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
-        (crate::filters::FilterArgs::default(), server)
+        (crate::up_auth::insecure_filter_args(&args.filters), server)
     } else {
-        let up = crate::up_auth::secure_filter_args(&data_dir, &args.auth)?;
+        let up = crate::up_auth::secure_filter_args(&data_dir, &args.filters)?;
         let server = format!("https://{local}");
-        crate::filters::tls::write_kubeconfig(&kubeconfig_path, &server, &up.pki)?;
+        crate::filters::tls::write_kubeconfig(&kubeconfig_path, &server, &up.kubeconfig_pki())?;
         (up.filters, server)
     };
     tracing::info!(server = %server, data_dir = %data_dir.display(), "rkube is up");
@@ -294,20 +324,72 @@ mod tests {
         let a = parse(&[]).unwrap();
         assert!(!a.insecure);
         assert_eq!(a.port, None);
-        assert!(!a.auth.anonymous_auth);
-        assert_eq!(a.auth.authorization_mode, vec!["RBAC".to_string()]);
+        assert!(!a.filters.anonymous_auth);
+        assert_eq!(a.filters.authorization_mode, vec!["RBAC".to_string()]);
+        assert!(a.filters.tls_cert_file.is_none());
+        assert_eq!(a.filters.max_requests_inflight, crate::filters::inflight::DEFAULT_MAX_REQUESTS_INFLIGHT);
         // The old opt-in flag is still accepted; --secure-port names the port.
         let a = parse(&["--secure", "--secure-port", "7443", "--token-auth-file", "t.csv"]).unwrap();
         assert_eq!(a.port, Some(7443));
-        assert_eq!(a.auth.token_auth_file.as_deref(), Some(Path::new("t.csv")));
+        assert_eq!(a.filters.token_auth_file.as_deref(), Some(Path::new("t.csv")));
+        let a = parse(&["--anonymous-auth", "--authorization-mode=AlwaysAllow"]).unwrap();
+        assert!(a.filters.anonymous_auth);
+        assert_eq!(a.filters.authorization_mode, vec!["AlwaysAllow".to_string()]);
     }
 
     #[test]
     fn up_insecure_rejects_access_control_flags() {
         assert!(parse(&["--insecure"]).unwrap().insecure);
-        for flag in ["--token-auth-file=t.csv", "--client-ca-file=ca.crt", "--anonymous-auth", "--authorization-mode=RBAC", "--secure"] {
+        for flag in [
+            "--token-auth-file=t.csv",
+            "--client-ca-file=ca.crt",
+            "--anonymous-auth",
+            "--authorization-mode=RBAC",
+            "--secure",
+            "--tls-cert-file=s.crt",
+            "--tls-private-key-file=s.key",
+        ] {
             let err = parse(&["--insecure", flag]).err();
             assert_eq!(err.map(|e| e.kind()), Some(clap::error::ErrorKind::ArgumentConflict), "{flag}");
+        }
+    }
+
+    #[test]
+    fn up_takes_the_apiservers_operability_flags_also_with_insecure() {
+        let argv = [
+            "--audit-log-path=/tmp/audit.log",
+            "--audit-policy-file=/tmp/policy.yaml",
+            "--audit-log-maxsize=5",
+            "--audit-log-maxbackup=2",
+            "--audit-log-maxage=7",
+            "--max-requests-inflight=10",
+            "--max-mutating-requests-inflight=3",
+            "--request-timeout=30s",
+            "--min-request-timeout=900",
+            "--request-trace-threshold=2s",
+        ];
+        for insecure in [false, true] {
+            let mut args: Vec<&str> = argv.to_vec();
+            if insecure {
+                args.push("--insecure");
+            }
+            let f = parse(&args).unwrap().filters;
+            assert_eq!(f.audit_log_path.as_deref(), Some("/tmp/audit.log"));
+            assert_eq!(f.audit_policy_file.as_deref(), Some(Path::new("/tmp/policy.yaml")));
+            assert_eq!((f.audit_log_maxsize, f.audit_log_maxbackup, f.audit_log_maxage), (5, 2, 7));
+            assert_eq!((f.max_requests_inflight, f.max_mutating_requests_inflight), (10, 3));
+            assert_eq!((f.request_timeout.as_str(), f.min_request_timeout), ("30s", 900));
+            assert_eq!(f.request_trace_threshold, "2s");
+        }
+    }
+
+    #[test]
+    fn up_tls_cert_and_key_go_together() {
+        let a = parse(&["--tls-cert-file=s.crt", "--tls-private-key-file=s.key"]).unwrap();
+        assert_eq!(a.filters.tls_cert_file.as_deref(), Some(Path::new("s.crt")));
+        for one in ["--tls-cert-file=s.crt", "--tls-private-key-file=s.key"] {
+            let err = parse(&[one]).err();
+            assert_eq!(err.map(|e| e.kind()), Some(clap::error::ErrorKind::MissingRequiredArgument), "{one}");
         }
     }
 }

@@ -9,6 +9,7 @@
 //! - [`discovery`], [`system`] (`/version`, health, OpenAPI endpoints),
 //!   [`openapi`], [`table`], [`patch`].
 //! - [`error`]: every failure becomes a `Status` ([`error::ApiError`]).
+//! - [`rbac_aggregation`]: the ClusterRole aggregation controller.
 //! - [`cli`]: the `apiserver` and `up` commands; [`up_auth`]: `rkube up`'s HTTPS, authentication and RBAC defaults.
 
 pub mod cache_options;
@@ -29,6 +30,7 @@ pub mod media;
 pub mod object;
 pub mod openapi;
 pub mod patch;
+pub mod rbac_aggregation;
 pub mod readiness;
 pub mod render;
 pub mod request;

@@ -117,8 +117,10 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
     resp
 }
 
-/// Serves `st` on `listener` until `shutdown` completes; then stops
-/// accepting, ends open watches and waits for in-flight requests.
+/// Serves `st` on `listener` (plain HTTP, through
+/// [`crate::filters::tls::serve`], so with its header read timeout) until
+/// `shutdown` completes; then stops accepting, ends open watches and waits
+/// for in-flight requests.
 pub async fn serve(
     listener: TcpListener,
     st: ApiState,
@@ -129,7 +131,7 @@ pub async fn serve(
         shutdown.await;
         let _ = stopping.send(true);
     };
-    axum::serve(listener, router(st)).with_graceful_shutdown(signal).await
+    crate::filters::tls::serve(listener, router(st), None, signal).await
 }
 
 /// Namespaces that exist from the first start (upstream's system namespaces).

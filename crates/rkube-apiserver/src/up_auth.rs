@@ -10,11 +10,18 @@
 //! the CA and carries the admin client certificate (`CN=rkube-admin`,
 //! `O=system:masters`).
 //!
+//! `--tls-cert-file`/`--tls-private-key-file` replace the generated serving
+//! certificate; the kubeconfig then trusts the last certificate of that file
+//! (kube-apiserver's convention puts the CA after the serving certificate;
+//! a lone certificate is trusted itself), and still authenticates with the
+//! generated admin certificate. Audit, inflight, timeout and trace flags are
+//! kube-apiserver's ([`FilterArgs`]) and pass through unchanged.
+//!
 //! With `--insecure` it serves plain HTTP on 127.0.0.1 only, everyone is
 //! allowed (`AlwaysAllow`, anonymous auth on) and the kubeconfig has no
 //! credentials: the old behaviour, for throwaway local experiments.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::filters::tls::{self, TlsError};
 use crate::filters::FilterArgs;
@@ -37,27 +44,25 @@ pub enum UpAuthError {
     },
 }
 
-/// Authentication and authorization flags of `rkube up` (kube-apiserver's
-/// names; defaults secure). `#[command(flatten)]` into [`crate::cli::UpArgs`].
-#[derive(clap::Args, Debug, Clone)]
-pub struct UpAuthArgs {
-    /// Static bearer tokens (CSV: token,user,uid,"group1,group2"), like kube-apiserver's --token-auth-file.
-    #[arg(long = "token-auth-file")]
-    pub token_auth_file: Option<PathBuf>,
-    /// Extra CA bundle for client certificates (CN = user, O = groups), trusted besides the CA in <data-dir>/pki.
-    #[arg(long = "client-ca-file")]
-    pub client_ca_file: Option<PathBuf>,
-    /// Allow requests without credentials as system:anonymous (off by default in `rkube up`).
-    #[arg(long = "anonymous-auth", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub anonymous_auth: bool,
-    /// Ordered list of authorizers: AlwaysAllow, AlwaysDeny, RBAC (`rkube up` default RBAC; system:masters may do anything).
-    #[arg(long = "authorization-mode", default_value = "RBAC", value_delimiter = ',')]
-    pub authorization_mode: Vec<String>,
+/// The filter flags of a secure `rkube up` when no flag is given:
+/// kube-apiserver's defaults except `--anonymous-auth=false` and
+/// `--authorization-mode=RBAC` (what [`crate::cli::UpArgs`] parses to).
+pub fn up_default_filter_args() -> FilterArgs {
+    FilterArgs { anonymous_auth: false, authorization_mode: vec!["RBAC".into()], ..FilterArgs::default() }
 }
 
-impl Default for UpAuthArgs {
-    fn default() -> Self {
-        UpAuthArgs { token_auth_file: None, client_ca_file: None, anonymous_auth: false, authorization_mode: vec!["RBAC".into()] }
+/// The filter flags of `rkube up --insecure`: `flags`' audit, inflight,
+/// timeout and trace settings, with no TLS, no credentials, anonymous access
+/// and `AlwaysAllow` (clap refuses the access-control flags with `--insecure`).
+pub fn insecure_filter_args(flags: &FilterArgs) -> FilterArgs {
+    FilterArgs {
+        tls_cert_file: None,
+        tls_private_key_file: None,
+        client_ca_file: None,
+        token_auth_file: None,
+        anonymous_auth: true,
+        authorization_mode: vec!["AlwaysAllow".into()],
+        ..flags.clone()
     }
 }
 
@@ -69,18 +74,61 @@ pub const INSECURE_PORT: u16 = 8080;
 /// What [`secure_filter_args`] set up.
 #[derive(Debug, Clone)]
 pub struct SecureUp {
-    /// The filter flags to serve with (TLS, client CA, tokens, anonymous, authorization).
+    /// The filter flags to serve with (TLS, client CA, tokens, anonymous,
+    /// authorization, and the caller's audit, inflight, timeout and trace flags).
     pub filters: FilterArgs,
-    /// The generated PKI.
+    /// The generated PKI (its admin certificate authenticates the kubeconfig).
     pub pki: tls::Pki,
+    /// PEM of the certificate the kubeconfig trusts: the generated CA, or
+    /// the last certificate of `--tls-cert-file` when that is given.
+    pub server_ca_pem: String,
+}
+
+impl SecureUp {
+    /// The PKI to write the kubeconfig from ([`tls::write_kubeconfig`]):
+    /// the generated one, trusting [`SecureUp::server_ca_pem`].
+    pub fn kubeconfig_pki(&self) -> tls::Pki {
+        tls::Pki { ca_cert_pem: self.server_ca_pem.clone(), ..self.pki.clone() }
+    }
+}
+
+/// The last PEM `CERTIFICATE` block of `pem` (the CA kube-apiserver's
+/// `--tls-cert-file` convention concatenates after the serving certificate,
+/// or the serving certificate itself when it is alone), with a final newline.
+fn last_certificate_pem(pem: &str) -> Option<String> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let start = pem.rfind(BEGIN)?;
+    let len = pem[start..].find(END)? + END.len();
+    Some(format!("{}\n", &pem[start..start + len]))
 }
 
 /// Generates (or reuses) the PKI in `<data_dir>/pki` and returns the filter
-/// flags of a secure `rkube up`. With `--client-ca-file`, the client CA is
-/// the bundle `<data_dir>/pki/client-ca-bundle.crt` (the generated CA, then
-/// that file), rewritten on every start.
-pub fn secure_filter_args(data_dir: &Path, auth: &UpAuthArgs) -> Result<SecureUp, UpAuthError> {
+/// flags of a secure `rkube up` from the command's `flags`. With
+/// `--client-ca-file`, the client CA is the bundle
+/// `<data_dir>/pki/client-ca-bundle.crt` (the generated CA, then that file),
+/// rewritten on every start. With `--tls-cert-file`/`--tls-private-key-file`
+/// those serve HTTPS instead of the generated serving certificate, and the
+/// kubeconfig trusts the file's last certificate.
+pub fn secure_filter_args(data_dir: &Path, flags: &FilterArgs) -> Result<SecureUp, UpAuthError> {
+    let auth = flags;
     let pki = tls::generate_self_signed(data_dir)?;
+    let (serving_cert, serving_key, server_ca_pem) = match (&flags.tls_cert_file, &flags.tls_private_key_file) {
+        (Some(cert), Some(key)) => {
+            // Fails early (and clearly) on a missing file, no certificate or a key that does not load.
+            tls::TlsConfig::load(cert, key)?;
+            let pem = std::fs::read_to_string(cert).map_err(|source| UpAuthError::File {
+                what: "reading --tls-cert-file",
+                path: cert.display().to_string(),
+                source,
+            })?;
+            let trusted = last_certificate_pem(&pem).ok_or_else(|| TlsError::NoCertificate(cert.display().to_string()))?;
+            tracing::info!(cert = %cert.display(), "serving with --tls-cert-file; the kubeconfig trusts its last certificate");
+            (cert.clone(), key.clone(), trusted)
+        }
+        (None, None) => (pki.serving_cert_path.clone(), pki.serving_key_path.clone(), pki.ca_cert_pem.clone()),
+        _ => return Err(TlsError::Incomplete.into()),
+    };
     let client_ca = match &auth.client_ca_file {
         None => pki.ca_cert_path.clone(),
         Some(extra) => {
@@ -106,15 +154,12 @@ pub fn secure_filter_args(data_dir: &Path, auth: &UpAuthArgs) -> Result<SecureUp
         }
     };
     let filters = FilterArgs {
-        tls_cert_file: Some(pki.serving_cert_path.clone()),
-        tls_private_key_file: Some(pki.serving_key_path.clone()),
+        tls_cert_file: Some(serving_cert),
+        tls_private_key_file: Some(serving_key),
         client_ca_file: Some(client_ca),
-        token_auth_file: auth.token_auth_file.clone(),
-        anonymous_auth: auth.anonymous_auth,
-        authorization_mode: auth.authorization_mode.clone(),
-        ..FilterArgs::default()
+        ..flags.clone()
     };
-    Ok(SecureUp { filters, pki })
+    Ok(SecureUp { filters, pki, server_ca_pem })
 }
 
 #[cfg(test)]
@@ -125,7 +170,7 @@ mod tests {
     #[test]
     fn secure_up_serves_tls_without_anonymous_access_under_rbac() {
         let dir = tempfile::tempdir().unwrap();
-        let up = secure_filter_args(dir.path(), &UpAuthArgs::default()).unwrap();
+        let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
         let cfg = up.filters.load().unwrap();
         assert!(cfg.tls.is_some(), "HTTPS");
         assert_eq!(cfg.client_ca.as_ref().map(Vec::len), Some(1), "the generated CA only");
@@ -133,7 +178,7 @@ mod tests {
         assert_eq!(cfg.authorization_modes, vec![AuthorizationMode::Rbac]);
         assert!(cfg.tokens.is_none());
         // Restarting reuses the PKI.
-        let again = secure_filter_args(dir.path(), &UpAuthArgs::default()).unwrap();
+        let again = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
         assert_eq!(again.pki.ca_cert_pem, up.pki.ca_cert_pem);
     }
 
@@ -144,10 +189,10 @@ mod tests {
         let other_pki = tls::generate_self_signed(other.path()).unwrap();
         let tokens = dir.path().join("tokens.csv");
         std::fs::write(&tokens, "t1,alice,1\n").unwrap();
-        let auth = UpAuthArgs {
+        let auth = FilterArgs {
             client_ca_file: Some(other_pki.ca_cert_path.clone()),
             token_auth_file: Some(tokens),
-            ..UpAuthArgs::default()
+            ..up_default_filter_args()
         };
         let cfg = secure_filter_args(dir.path(), &auth).unwrap().filters.load().unwrap();
         assert_eq!(cfg.client_ca.as_ref().map(Vec::len), Some(2));
@@ -159,9 +204,57 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let empty = dir.path().join("empty.crt");
         std::fs::write(&empty, "").unwrap();
-        let auth = UpAuthArgs { client_ca_file: Some(empty), ..UpAuthArgs::default() };
+        let auth = FilterArgs { client_ca_file: Some(empty), ..up_default_filter_args() };
         assert!(matches!(secure_filter_args(dir.path(), &auth), Err(UpAuthError::Tls(TlsError::NoCertificate(_)))));
-        let missing = UpAuthArgs { client_ca_file: Some(dir.path().join("nope.crt")), ..UpAuthArgs::default() };
+        let missing = FilterArgs { client_ca_file: Some(dir.path().join("nope.crt")), ..up_default_filter_args() };
         assert!(matches!(secure_filter_args(dir.path(), &missing), Err(UpAuthError::File { .. })));
+    }
+
+    #[test]
+    fn given_serving_certificate_replaces_the_generated_one_and_the_kubeconfig_trusts_its_last_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let other_pki = tls::generate_self_signed(other.path()).unwrap();
+        // A chain as kube-apiserver documents it: serving certificate, then its CA.
+        let chain = other.path().join("chain.crt");
+        let serving_pem = std::fs::read_to_string(&other_pki.serving_cert_path).unwrap();
+        std::fs::write(&chain, format!("{serving_pem}{}", other_pki.ca_cert_pem)).unwrap();
+        let flags = FilterArgs {
+            tls_cert_file: Some(chain.clone()),
+            tls_private_key_file: Some(other_pki.serving_key_path.clone()),
+            audit_log_maxbackup: 3,
+            max_requests_inflight: 7,
+            ..up_default_filter_args()
+        };
+        let up = secure_filter_args(dir.path(), &flags).unwrap();
+        assert_eq!(up.filters.tls_cert_file.as_deref(), Some(chain.as_path()));
+        assert_eq!((up.filters.audit_log_maxbackup, up.filters.max_requests_inflight), (3, 7), "other flags kept");
+        assert_eq!(up.server_ca_pem.trim(), other_pki.ca_cert_pem.trim());
+        let kc = up.kubeconfig_pki();
+        assert_eq!(kc.ca_cert_pem, up.server_ca_pem);
+        assert_eq!(kc.admin_cert_pem, up.pki.admin_cert_pem, "still the generated admin credentials");
+        assert!(up.filters.load().unwrap().tls.is_some());
+        // Only the certificate: the kubeconfig trusts it.
+        let alone = Some(other_pki.serving_cert_path.clone());
+        let up = secure_filter_args(dir.path(), &FilterArgs { tls_cert_file: alone, ..flags.clone() }).unwrap();
+        assert_eq!(up.server_ca_pem.trim(), serving_pem.trim());
+        // Without the flags: the generated serving certificate and CA.
+        let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
+        assert_eq!(up.filters.tls_cert_file.as_ref(), Some(&up.pki.serving_cert_path));
+        assert_eq!(up.server_ca_pem, up.pki.ca_cert_pem);
+    }
+
+    #[test]
+    fn insecure_keeps_operability_flags_and_drops_access_control() {
+        let flags = FilterArgs {
+            audit_log_path: Some("-".into()),
+            request_trace_threshold: "1s".into(),
+            ..up_default_filter_args()
+        };
+        let f = insecure_filter_args(&flags);
+        assert_eq!(f.audit_log_path.as_deref(), Some("-"));
+        assert_eq!(f.request_trace_threshold, "1s");
+        assert!(f.anonymous_auth);
+        assert_eq!(f.authorization_mode, vec!["AlwaysAllow".to_string()]);
     }
 }

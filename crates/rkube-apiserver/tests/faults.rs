@@ -344,7 +344,7 @@ async fn resilient_watch_cache_initialization_off_makes_requests_wait_for_the_ca
     let (inner, _dir) = embedded();
     let storage = HeldWatchStorage::new(inner, "/configmaps/");
     let s = serve(storage.clone(), config_with("ResilientWatchCacheInitialization=false")).await;
-    let c = Client::new(&s.base);
+    let c = Client::new(&s.api.base);
     assert_eq!(c.post(CM, &configmap("before")).await.expect("create").code, 201, "writes go to storage");
 
     // The configmaps cache cannot become ready. A watch waits (pre-KEP-4568)
@@ -393,7 +393,7 @@ async fn watch_cache_initialization_post_start_hook_off_leaves_storage_readiness
     let (inner, _dir) = embedded();
     let storage = HeldWatchStorage::new(inner, "/pods/");
     let s = serve(storage.clone(), config_with("WatchCacheInitializationPostStartHook=false")).await;
-    let c = Client::new(&s.base);
+    let c = Client::new(&s.api.base);
     // The pods cache never becomes ready, yet /readyz passes: no hook waits for it.
     let deadline = Instant::now() + Duration::from_secs(10);
     let r = loop {
@@ -422,7 +422,7 @@ async fn health_endpoints_report_the_storage_readiness_post_start_hook_like_upst
     let (inner, _dir) = embedded();
     let storage = HeldWatchStorage::new(inner, "/pods/");
     let s = serve(storage.clone(), ServerConfig::default()).await;
-    let c = Client::new(&s.base);
+    let c = Client::new(&s.api.base);
     let get = |p: &'static str| {
         let c = c.clone();
         async move { c.get(p).await.expect(p) }
@@ -483,7 +483,7 @@ async fn detect_cache_inconsistency_off_runs_no_checker_and_exposes_no_metric() 
     let mut config = config_with("DetectCacheInconsistency=false");
     config.watch_cache.consistency_check_period = Duration::from_secs(1);
     let s = serve(storage, config).await;
-    let c = Client::new(&s.base);
+    let c = Client::new(&s.api.base);
     let deadline = Instant::now() + Duration::from_secs(20);
     while c.get("/readyz").await.expect("readyz").code != 200 {
         assert!(Instant::now() < deadline, "not ready");

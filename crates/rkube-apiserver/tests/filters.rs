@@ -4,8 +4,10 @@
 //! certificates. Each test asserts what a client sees (code, headers, Status
 //! body) or what an operator sees (audit file, /metrics, trace log).
 
+mod log_support;
+
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -13,6 +15,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use log_support::{init_logging, logged, read_audit};
 use rkube_apiserver::filters::authn::UserInfo;
 use rkube_apiserver::filters::metrics::ApiserverMetrics;
 use rkube_apiserver::filters::rbac::{bootstrap_policy, InMemoryRbac, RbacSource};
@@ -23,32 +26,6 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::PrivateKeyDer;
 use serde_json::{json, Value};
 use tokio::sync::{oneshot, Notify};
-
-// ---------------------------------------------------------------- logs
-
-/// Everything logged by this test binary (for the trace test).
-fn logs() -> &'static Mutex<Vec<u8>> {
-    static LOGS: OnceLock<Mutex<Vec<u8>>> = OnceLock::new();
-    LOGS.get_or_init(|| Mutex::new(Vec::new()))
-}
-
-struct LogWriter;
-impl std::io::Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        logs().lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn init_logging() {
-    static INIT: OnceLock<()> = OnceLock::new();
-    INIT.get_or_init(|| {
-        let _ = tracing_subscriber::fmt().with_writer(|| LogWriter).with_ansi(false).with_max_level(tracing::Level::INFO).try_init();
-    });
-}
 
 // ---------------------------------------------------------------- fake API
 
@@ -387,14 +364,6 @@ async fn client_certificates_authenticate_by_cn_and_o() {
     s.stop().await;
 }
 
-fn read_audit(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}")))
-        .collect()
-}
-
 fn events_of<'a>(events: &'a [Value], audit_id: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["auditID"] == audit_id).collect()
 }
@@ -599,7 +568,7 @@ async fn slow_request_logs_a_trace_with_its_slow_steps() {
     assert_eq!(a.code, 200);
     let audit_id = a.headers.get("audit-id").unwrap().to_str().unwrap().to_string();
     let find = || {
-        let text = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
+        let text = logged();
         text.lines().skip_while(|l| !(l.contains("Trace[") && l.contains(&audit_id))).take(10).map(str::to_string).collect::<Vec<_>>()
     };
     eventually("the trace", || {
@@ -621,7 +590,7 @@ async fn slow_request_logs_a_trace_with_its_slow_steps() {
     let fast = s.as_token("admin-token", "GET", "/api/v1/namespaces/dev/configmaps/quick").await;
     let fast_id = fast.headers.get("audit-id").unwrap().to_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!String::from_utf8_lossy(&logs().lock().unwrap()).contains(&fast_id));
+    assert!(!logged().contains(&fast_id));
     s.stop().await;
 }
 

@@ -3,29 +3,24 @@
 //! and with bearer tokens, RBAC denials as kubectl prints them, and (ignored
 //! in CI) the LIST throughput cost of audit logging.
 
+mod log_support;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use log_support::read_audit;
 use rkube_apiserver::filters::metrics::ApiserverMetrics;
 use rkube_apiserver::filters::rbac::{bootstrap_policy, InMemoryRbac};
 use rkube_apiserver::filters::tls;
 use rkube_apiserver::filters::{self, FilterArgs, FilterChain};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::oneshot;
 
 const TOKENS: &str = "admin-token,admin,1,\"system:masters\"\nalice-token,alice,2,\"dev\"\n";
 
 fn init_logging() {
     let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(tracing::Level::WARN).try_init();
-}
-
-fn read_audit(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}")))
-        .collect()
 }
 
 // ---------------------------------------------------------------- kubectl

@@ -10,73 +10,20 @@
 //!   (server and watch-cache families) whether the router is served behind
 //!   the filter chain or alone.
 
+mod log_support;
+
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use log_support::{init_logging, logged, step_names, trace_of};
 use rkube_apiserver::filters::metrics::ApiserverMetrics;
 use rkube_apiserver::filters::{self, FilterArgs, FilterChain};
 use rkube_apiserver::{ApiState, ServerConfig};
 use rkube_storage::{KeyValue, RangeRequest, RangeResponse, Result, Revision, Storage, Watch};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
-
-// ---------------------------------------------------------------- logs
-
-fn logs() -> &'static Mutex<Vec<u8>> {
-    static LOGS: OnceLock<Mutex<Vec<u8>>> = OnceLock::new();
-    LOGS.get_or_init(|| Mutex::new(Vec::new()))
-}
-
-struct LogWriter;
-impl std::io::Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        logs().lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn init_logging() {
-    static INIT: OnceLock<()> = OnceLock::new();
-    INIT.get_or_init(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_writer(|| LogWriter)
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .try_init();
-    });
-}
-
-/// The lines of the trace logged for the request with `audit_id`, waiting
-/// for it up to 10 s (it is logged when the response body is done). Every
-/// line starts with `Trace[<id>]: `.
-async fn trace_of(audit_id: &str) -> Vec<String> {
-    for _ in 0..200 {
-        let text = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
-        let mut lines = text.lines().skip_while(|l| !(l.contains("Trace[") && l.contains(audit_id)));
-        if let Some(head) = lines.next() {
-            let id = head.split("Trace[").nth(1).and_then(|r| r.split(']').next()).unwrap_or("").to_string();
-            let prefix = format!("Trace[{id}]: ");
-            let head = head[head.find(&prefix).unwrap_or(0)..].to_string();
-            let mut out = vec![head];
-            out.extend(lines.take_while(|l| l.starts_with(&prefix)).map(str::to_string));
-            if out.last().is_some_and(|l| l.ends_with("END")) {
-                return out;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no trace for audit ID {audit_id}");
-}
-
-/// The step names of a trace, in order (`---"<name>" ...` lines).
-fn step_names(trace: &[String]) -> Vec<String> {
-    trace.iter().filter_map(|l| l.split("---\"").nth(1)?.split('"').next().map(str::to_string)).collect()
-}
 
 // ---------------------------------------------------------------- storage
 
@@ -264,7 +211,7 @@ async fn slow_requests_log_one_trace_with_each_verbs_handler_steps() {
     s.slow_storage(0);
     let fast = s.send("GET", &format!("{CM}/cm"), "", None).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!String::from_utf8_lossy(&logs().lock().unwrap()).contains(&fast.audit_id));
+    assert!(!logged().contains(&fast.audit_id));
 
     // Verbosity 4 (set at runtime): every step of every verb is shown.
     let v = s.send("PUT", "/debug/flags/v", "text/plain", Some("4".into())).await;
@@ -345,6 +292,13 @@ fn assert_families_unique(text: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_resource_requests_are_counted_without_resource_labels() {
     let s = Server::start_with("500ms", ServerConfig::default()).await;
+    // /healthz answers 500 until the storage-readiness post-start hook passes (as upstream):
+    // wait on /readyz, which this test does not count.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while s.text("/readyz").await.0 != 200 {
+        assert!(std::time::Instant::now() < deadline, "/readyz never passed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for path in ["/version", "/openapi/v2", "/api", "/apis", "/healthz", "/livez/ping"] {
         assert_eq!(s.text(path).await.0, 200, "{path}");
     }

@@ -341,6 +341,35 @@ fn mark(ok: bool) -> &'static str {
     }
 }
 
+/// One latency of a class: `(p50, p99, max)`.
+type Pick = fn(&ClassStats) -> (Duration, Duration, Duration);
+/// Arrival at the watcher − write acknowledged by storage.
+const FROM_ACK: Pick = |c| (c.p50, c.p99, c.max);
+/// Arrival at the watcher − arrival on a raw storage watch.
+const CACHE_SHARE: Pick = |c| (c.cache_p50, c.cache_p99, c.cache_max);
+/// Arrival at the watcher − write issued.
+const END_TO_END: Pick = |c| (c.issue_p50, c.issue_p99, c.issue_max);
+
+/// One table row per class for the latency `pick`; the `before ack` column
+/// is filled only when `before_ack`.
+fn print_classes(o: &Outcome, pick: Pick, before_ack: bool) {
+    for (name, c) in [("node-scoped", &o.node), ("cluster-wide", &o.cluster)] {
+        let (p50, p99, max) = pick(c);
+        let before = if before_ack { c.before_ack.to_string() } else { String::new() };
+        println!(
+            "  {:<14} {:>8} {:>9} {:>10.2?} {:>10.2?} {:>10.2?} {:>11}   p99 goal < {P99_GOAL:?}: {}",
+            name,
+            c.watchers,
+            c.events,
+            p50,
+            p99,
+            max,
+            before,
+            mark(p99 < P99_GOAL)
+        );
+    }
+}
+
 fn print(p: &Params, o: &Outcome) {
     println!(
         "  load {} pods {:.1?}, cache init {:.2?}; {} updates ({} moves) at {:.0}/s achieved (target {}/s), write ack p99 {:.2?}",
@@ -348,47 +377,11 @@ fn print(p: &Params, o: &Outcome) {
     );
     println!("  delivery latency = arrival at the watcher − write acknowledged by storage (events arriving before the ack count 0)");
     println!("  {:<14} {:>8} {:>9} {:>10} {:>10} {:>10} {:>11}", "class", "watchers", "events", "p50", "p99", "max", "before ack");
-    for (name, c) in [("node-scoped", &o.node), ("cluster-wide", &o.cluster)] {
-        println!(
-            "  {:<14} {:>8} {:>9} {:>10.2?} {:>10.2?} {:>10.2?} {:>11}   p99 goal < {P99_GOAL:?}: {}",
-            name,
-            c.watchers,
-            c.events,
-            c.p50,
-            c.p99,
-            c.max,
-            c.before_ack,
-            mark(c.p99 < P99_GOAL)
-        );
-    }
+    print_classes(o, FROM_ACK, true);
     println!("  cache share = arrival at the watcher − arrival of the same event on a raw storage watch (0 when the watcher was first)");
-    for (name, c) in [("node-scoped", &o.node), ("cluster-wide", &o.cluster)] {
-        println!(
-            "  {:<14} {:>8} {:>9} {:>10.2?} {:>10.2?} {:>10.2?} {:>11}   p99 goal < {P99_GOAL:?}: {}",
-            name,
-            c.watchers,
-            c.events,
-            c.cache_p50,
-            c.cache_p99,
-            c.cache_max,
-            "",
-            mark(c.cache_p99 < P99_GOAL)
-        );
-    }
+    print_classes(o, CACHE_SHARE, false);
     println!("  end to end = arrival − write issued (includes the storage commit, fsync)");
-    for (name, c) in [("node-scoped", &o.node), ("cluster-wide", &o.cluster)] {
-        println!(
-            "  {:<14} {:>8} {:>9} {:>10.2?} {:>10.2?} {:>10.2?} {:>11}   p99 goal < {P99_GOAL:?}: {}",
-            name,
-            c.watchers,
-            c.events,
-            c.issue_p50,
-            c.issue_p99,
-            c.issue_max,
-            "",
-            mark(c.issue_p99 < P99_GOAL)
-        );
-    }
+    print_classes(o, END_TO_END, false);
     println!(
         "  events delivered {} / expected {}: {}; watchers with wrong events: {}",
         o.delivered,
@@ -454,34 +447,18 @@ async fn bench_watchers_fan_out() {
             v.sort();
             v[v.len() / 2]
         };
-        println!(
-            "median of {runs} runs, from ack: node-scoped p50 {:.2?} p99 {:.2?} max {:.2?}; cluster-wide p50 {:.2?} p99 {:.2?} max {:.2?} (p99 goal < {P99_GOAL:?})",
-            med(&|o| o.node.p50),
-            med(&|o| o.node.p99),
-            med(&|o| o.node.max),
-            med(&|o| o.cluster.p50),
-            med(&|o| o.cluster.p99),
-            med(&|o| o.cluster.max),
-        );
-        println!(
-            "median of {runs} runs, cache share: node-scoped p50 {:.2?} p99 {:.2?} max {:.2?}; cluster-wide p50 {:.2?} p99 {:.2?} max {:.2?}",
-            med(&|o| o.node.cache_p50),
-            med(&|o| o.node.cache_p99),
-            med(&|o| o.node.cache_max),
-            med(&|o| o.cluster.cache_p50),
-            med(&|o| o.cluster.cache_p99),
-            med(&|o| o.cluster.cache_max),
-        );
-        println!(
-            "median of {runs} runs, end to end: node-scoped p50 {:.2?} p99 {:.2?} max {:.2?}; cluster-wide p50 {:.2?} p99 {:.2?} max {:.2?}; write ack p99 {:.2?}",
-            med(&|o| o.node.issue_p50),
-            med(&|o| o.node.issue_p99),
-            med(&|o| o.node.issue_max),
-            med(&|o| o.cluster.issue_p50),
-            med(&|o| o.cluster.issue_p99),
-            med(&|o| o.cluster.issue_max),
-            med(&|o| o.write_p99),
-        );
+        // `node-scoped p50 .. p99 .. max ..; cluster-wide p50 .. p99 .. max ..` of the medians.
+        let classes = |pick: Pick| {
+            let of = |c: fn(&Outcome) -> &ClassStats| (med(&|o| pick(c(o)).0), med(&|o| pick(c(o)).1), med(&|o| pick(c(o)).2));
+            let (n, c) = (of(|o| &o.node), of(|o| &o.cluster));
+            format!(
+                "node-scoped p50 {:.2?} p99 {:.2?} max {:.2?}; cluster-wide p50 {:.2?} p99 {:.2?} max {:.2?}",
+                n.0, n.1, n.2, c.0, c.1, c.2
+            )
+        };
+        println!("median of {runs} runs, from ack: {} (p99 goal < {P99_GOAL:?})", classes(FROM_ACK));
+        println!("median of {runs} runs, cache share: {}", classes(CACHE_SHARE));
+        println!("median of {runs} runs, end to end: {}; write ack p99 {:.2?}", classes(END_TO_END), med(&|o| o.write_p99));
     }
     for o in &outcomes {
         assert_correct(o);

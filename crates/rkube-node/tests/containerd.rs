@@ -13,15 +13,14 @@
 //! Without containerd (or runc, or a static busybox, or root) the test fails when `$CI` is set
 //! and is skipped with a message otherwise.
 
+mod common;
 mod containerd_support;
 
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, PostParams};
-use kube::runtime::watcher::{self, Event};
 use kube::Api;
 use rkube_node::cri::{CriClient, RuntimeApi, LABEL_POD_UID};
 use rkube_node::pleg::connection::ConnectionState;
@@ -29,6 +28,7 @@ use rkube_node::pleg::metrics::CacheSource;
 use rkube_node::pleg::GENERIC_RELIST;
 use serde_json::json;
 
+use common::{http_get, wait_phase};
 use containerd_support::daemon::Containerd;
 
 /// The sandbox image name containerd is configured with.
@@ -59,33 +59,6 @@ fn host_network_pod(name: &str, restart: &str, command: &[&str]) -> Pod {
     .expect("pod")
 }
 
-fn phase(p: &Pod) -> String {
-    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_else(|| "<none>".into())
-}
-
-/// Watches one pod until its phase is `until`; returns it (panics after `within`).
-async fn wait_phase(pods: &Api<Pod>, name: &str, until: &str, within: Duration) -> Pod {
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut stream = watcher::watcher(pods.clone(), config).boxed();
-    let deadline = tokio::time::Instant::now() + within;
-    let mut seen: Vec<String> = Vec::new();
-    loop {
-        let ev = tokio::time::timeout_at(deadline, stream.next())
-            .await
-            .unwrap_or_else(|_| panic!("{name} did not reach {until} within {within:?}; phases seen {seen:?}"))
-            .expect("watch open")
-            .expect("watch event");
-        let (Event::Apply(p) | Event::InitApply(p)) = ev else { continue };
-        let ph = phase(&p);
-        if seen.last() != Some(&ph) {
-            seen.push(ph.clone());
-        }
-        if ph == until {
-            return p;
-        }
-    }
-}
-
 fn main_status(p: &Pod) -> k8s_openapi::api::core::v1::ContainerStatus {
     p.status
         .as_ref()
@@ -93,18 +66,6 @@ fn main_status(p: &Pod) -> k8s_openapi::api::core::v1::ContainerStatus {
         .and_then(|cs| cs.first())
         .cloned()
         .expect("containerStatuses[0]")
-}
-
-/// A plain HTTP/1.0 GET; returns (status code, body).
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect healthz");
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.expect("write");
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.expect("read");
-    let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (code, body)
 }
 
 /// Containers of the pod `uid` that containerd still has.
@@ -129,7 +90,7 @@ async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status(
     eprintln!("containerd up with snapshotter {} and image imported after {:?}", containerd.snapshotter, started.elapsed());
 
     // API server and the node agent, configured by `rkube node` flags.
-    let (api, client) = containerd_support::apiserver(dir.path()).await;
+    let (api, client) = common::apiserver(dir.path()).await;
     let endpoint = containerd.endpoint();
     let logs = dir.path().join("pods");
     let flags = NodeFlags::parse_from([

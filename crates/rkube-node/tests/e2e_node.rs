@@ -2,55 +2,16 @@
 //! agent with evented PLEG, binder). Pods are created without `nodeName`, bound by the binder,
 //! run as host processes, and their status reaches the API server.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-use futures::StreamExt;
+use common::{apiserver, http_get, phases_until};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, PostParams};
-use kube::runtime::watcher::{self, Event};
 use kube::Api;
 use rkube_node::pleg::metrics::CacheSource;
 use serde_json::json;
-
-#[derive(Parser)]
-struct Up {
-    #[command(flatten)]
-    args: rkube_apiserver::cli::UpArgs,
-}
-
-struct Apiserver {
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    kubeconfig: PathBuf,
-}
-
-impl Drop for Apiserver {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn apiserver(dir: &Path) -> (Apiserver, kube::Client) {
-    let data = dir.join("api");
-    let up = Up::parse_from(["up", "--data-dir", data.to_str().expect("utf-8 path"), "--port", "0"]);
-    let task = tokio::spawn(rkube_apiserver::cli::run_up(up.args));
-    let kubeconfig = data.join("kubeconfig");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        assert!(Instant::now() < deadline, "API server did not come up");
-        assert!(!task.is_finished(), "rkube up exited");
-        if kubeconfig.exists() {
-            if let Ok(client) = rkube_node::local::client_from_kubeconfig(&kubeconfig).await {
-                let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-                if ns.get("kube-node-lease").await.is_ok() {
-                    return (Apiserver { task, kubeconfig }, client);
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 fn pod(name: &str, restart: &str, command: &[&str]) -> Pod {
     serde_json::from_value(json!({
@@ -63,44 +24,6 @@ fn pod(name: &str, restart: &str, command: &[&str]) -> Pod {
         }
     }))
     .expect("pod")
-}
-
-/// Watches one pod and returns the distinct phases it goes through until `until` (or panics).
-async fn phases_until(pods: &Api<Pod>, name: &str, until: &str, within: Duration) -> (Vec<String>, Pod) {
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut stream = watcher::watcher(pods.clone(), config).boxed();
-    let mut seen: Vec<String> = Vec::new();
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let ev = tokio::time::timeout_at(deadline, stream.next())
-            .await
-            .unwrap_or_else(|_| panic!("{name} did not reach {until}; phases seen {seen:?}"))
-            .expect("watch open")
-            .expect("watch event");
-        let p = match ev {
-            Event::Apply(p) | Event::InitApply(p) => p,
-            _ => continue,
-        };
-        let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_else(|| "<none>".into());
-        if seen.last() != Some(&phase) {
-            seen.push(phase.clone());
-        }
-        if phase == until {
-            return (seen, p);
-        }
-    }
-}
-
-/// A plain HTTP/1.0 GET; returns (status code, body).
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect healthz");
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.expect("write");
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.expect("read");
-    let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (code, body)
 }
 
 fn exit_code(p: &Pod) -> Option<i32> {

@@ -351,3 +351,157 @@ fn insecure_up_serves_plain_http_on_loopback_without_access_control() {
         .expect("plain GET");
     assert_eq!(code, 200, "{body}");
 }
+
+/// A serving certificate for 127.0.0.1 signed by a test CA (not rkube's):
+/// (chain PEM = leaf then CA, key PEM, leaf DER, CA PEM).
+fn own_serving_certificate() -> (String, String, Vec<u8>, String) {
+    let ca = UserCa::new("my-own-ca");
+    let key = rcgen::KeyPair::generate().expect("serving key");
+    let mut params =
+        rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("serving params");
+    params.subject_alt_names.push(rcgen::SanType::IpAddress(
+        std::net::Ipv4Addr::LOCALHOST.into(),
+    ));
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "my-own-apiserver");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let issuer = rcgen::Issuer::new(ca.params.clone(), &ca.key);
+    let cert = params
+        .signed_by(&key, &issuer)
+        .expect("sign serving certificate");
+    (
+        format!("{}{}", cert.pem(), ca.cert_pem),
+        key.serialize_pem(),
+        cert.der().to_vec(),
+        ca.cert_pem.clone(),
+    )
+}
+
+/// The leaf certificate 127.0.0.1:`port` serves, verified against `ca_pem` only.
+fn served_leaf_certificate(port: u16, ca_pem: &str) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject as _;
+    use std::io::Write as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.expect("CA PEM")).expect("CA");
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::IpAddress(
+        std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST).into(),
+    );
+    let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("TLS");
+    let mut tcp =
+        std::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port)).expect("connect");
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp)
+            .expect("TLS handshake verified against the given CA");
+    }
+    let _ = tcp.flush();
+    conn.peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+        .expect("a served certificate")
+}
+
+#[test]
+fn up_serves_the_given_tls_certificate_and_its_kubeconfig_trusts_the_chains_ca() {
+    let fixtures = tempfile::tempdir().expect("tempdir");
+    let (chain_pem, key_pem, leaf_der, ca_pem) = own_serving_certificate();
+    let cert_file = fixtures.path().join("serving.crt");
+    let key_file = fixtures.path().join("serving.key");
+    std::fs::write(&cert_file, &chain_pem).expect("write cert");
+    std::fs::write(&key_file, &key_pem).expect("write key");
+    let cluster = Cluster::builder(Backend::Embedded)
+        .arg(format!("--tls-cert-file={}", cert_file.display()))
+        .arg(format!("--tls-private-key-file={}", key_file.display()))
+        .start();
+
+    let info = cluster.kubeconfig_info();
+    assert!(
+        info.server.starts_with("https://127.0.0.1:"),
+        "{}",
+        info.server
+    );
+    assert_eq!(
+        info.ca_pem.as_deref().map(str::trim),
+        Some(ca_pem.trim()),
+        "the kubeconfig trusts the last certificate of --tls-cert-file"
+    );
+    assert!(
+        matches!(info.credentials, Credentials::Cert { .. }),
+        "still the generated admin certificate: {:?}",
+        info.credentials
+    );
+    assert_eq!(
+        served_leaf_certificate(cluster.port, &ca_pem),
+        leaf_der,
+        "the server presents the given certificate"
+    );
+
+    let kubectl = cluster.kubectl("1.33");
+    kubectl.ok(&["create", "namespace", "own-cert"]);
+    let ns = kubectl.json(&["get", "namespace", "own-cert"]);
+    assert_eq!(common::str_at(&ns, "/metadata/name"), "own-cert");
+}
+
+#[test]
+fn up_audit_log_records_kubectl_get_pods_at_the_policys_metadata_level() {
+    let fixtures = tempfile::tempdir().expect("tempdir");
+    let log = fixtures.path().join("audit.log");
+    let policy = fixtures.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .expect("write policy");
+    let cluster = Cluster::builder(Backend::Embedded)
+        .arg(format!("--audit-log-path={}", log.display()))
+        .arg(format!("--audit-policy-file={}", policy.display()))
+        .arg("--audit-log-maxbackup=2")
+        .start();
+    cluster.kubectl("1.33").ok(&["get", "pods"]);
+
+    let is_get_pods = |e: &serde_json::Value| {
+        e["stage"] == "ResponseComplete"
+            && e["verb"] == "list"
+            && e["objectRef"]["resource"] == "pods"
+            && e["user"]["username"] == "rkube-admin"
+    };
+    // The writer is asynchronous (a bounded buffer): give it a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let event = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let found = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| is_get_pods(e));
+        if let Some(e) = found {
+            break e;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no ResponseComplete list pods event by rkube-admin in {}:\n{text}",
+            log.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(event["apiVersion"], "audit.k8s.io/v1", "{event}");
+    assert_eq!(event["kind"], "Event", "{event}");
+    assert_eq!(event["level"], "Metadata", "{event}");
+    assert_eq!(event["objectRef"]["namespace"], "default", "{event}");
+    assert_eq!(event["responseStatus"]["code"], 200, "{event}");
+    assert!(
+        event.get("responseObject").is_none() && event.get("requestObject").is_none(),
+        "Metadata level logs no bodies: {event}"
+    );
+}

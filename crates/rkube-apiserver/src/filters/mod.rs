@@ -6,18 +6,22 @@
 //! request ─▶ request info + audit ID + panic recovery   requestinfo::request_context
 //!         ─▶ authentication (401)                        authn
 //!         ─▶ audit log                                   audit
+//!         ─▶ impersonation (403)                         impersonation
 //!         ─▶ max-inflight (429 + Retry-After)            inflight
 //!         ─▶ metrics                                     metrics
 //!         ─▶ request timeout (504)                       timeout
 //!         ─▶ trace log                                   trace
 //!         ─▶ authorization (403)                         authz (+ rbac)
+//!         ─▶ RBAC escalation checks (403, in handlers)   escalation
 //!         ─▶ handler
 //! ```
 //!
 //! Building blocks, each usable on its own: [`requestinfo`] (what a request
-//! addresses), [`authn`] (tokens, client certificates, anonymous), [`authz`]
-//! and [`rbac`], [`audit`], [`inflight`], [`timeout`], [`metrics`] (with
-//! [`process`] and [`storage_metrics`]), [`trace`] (trace logs, runtime
+//! addresses), [`authn`] (tokens, client certificates, anonymous),
+//! [`impersonation`] (`Impersonate-*` headers), [`authz`] and [`rbac`],
+//! [`escalation`] (RBAC escalation prevention on role and binding writes),
+//! [`audit`], [`inflight`], [`timeout`], [`metrics`] (with [`process`] and
+//! [`storage_metrics`]), [`trace`] (trace logs, runtime
 //! verbosity), [`tls`] (HTTPS, self-signed PKI, [`serve`]).
 //!
 //! Wiring: flatten [`FilterArgs`] into the command's flags, turn them into a
@@ -29,6 +33,8 @@
 pub mod audit;
 pub mod authn;
 pub mod authz;
+pub mod escalation;
+pub mod impersonation;
 mod body;
 pub mod inflight;
 pub mod metrics;
@@ -293,6 +299,7 @@ pub struct FilterChain {
     metrics: Arc<ApiserverMetrics>,
     authn: Arc<Authenticator>,
     authz: Arc<Authorizer>,
+    rbac: Option<Arc<dyn RbacSource>>,
     auditor: Option<Arc<Auditor>>,
     inflight: Arc<InflightLimiter>,
     request_timeout: Duration,
@@ -313,7 +320,7 @@ impl FilterChain {
         let client_verifier = cfg.client_ca.as_deref().map(tls::client_verifier).transpose()?;
         let tls = cfg.tls.as_ref().map(|t| tls::server_config(t, client_verifier.clone())).transpose()?;
         let authn = Arc::new(Authenticator { tokens: cfg.tokens, client_ca: client_verifier, anonymous: cfg.anonymous });
-        let authz = Arc::new(Authorizer::new(cfg.authorization_modes, rbac)?);
+        let authz = Arc::new(Authorizer::new(cfg.authorization_modes, rbac.clone())?);
         let auditor = match cfg.audit {
             Some(a) => {
                 let backend = AuditBackend::start(a.sink, a.buffer_size, a.mode, metrics.clone())?;
@@ -327,6 +334,7 @@ impl FilterChain {
             metrics,
             authn,
             authz,
+            rbac,
             auditor,
             inflight,
             request_timeout: cfg.request_timeout,
@@ -395,12 +403,15 @@ pub fn apply(router: Router, chain: &FilterChain) -> Router {
     let router = router
         .route("/metrics", get(metrics::metrics_handler).with_state(chain.metrics.clone()))
         .route("/debug/flags/v", any(trace::debug_flags_v));
+    let escalation = escalation::EscalationState { authz: chain.authz.clone(), rbac: chain.rbac.clone() };
     let router = router
+        .layer(from_fn_with_state(escalation, escalation::escalation_middleware))
         .layer(from_fn_with_state(chain.authz.clone(), authz::authz_middleware))
         .layer(from_fn_with_state(chain.trace, trace::trace_middleware))
         .layer(from_fn_with_state(chain.request_timeout, timeout::timeout_middleware))
         .layer(from_fn_with_state(chain.metrics.clone(), metrics::metrics_middleware))
-        .layer(from_fn_with_state(chain.inflight.clone(), inflight::inflight_middleware));
+        .layer(from_fn_with_state(chain.inflight.clone(), inflight::inflight_middleware))
+        .layer(from_fn_with_state(chain.authz.clone(), impersonation::impersonation_middleware));
     let router = match &chain.auditor {
         Some(a) => router.layer(from_fn_with_state(a.clone(), audit::audit_middleware)),
         None => router,

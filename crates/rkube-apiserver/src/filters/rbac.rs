@@ -19,8 +19,8 @@
 //!   only through ClusterRoleBindings.
 //!
 //! Subjects: `User` by name, `Group` by membership, `ServiceAccount` as
-//! `system:serviceaccount:<ns>:<name>`. ClusterRole aggregation is not done
-//! (its rules must be listed explicitly).
+//! `system:serviceaccount:<ns>:<name>`. Aggregated ClusterRoles are evaluated
+//! with their stored rules, which [`crate::rbac_aggregation`] keeps filled.
 
 use std::sync::{Arc, RwLock};
 
@@ -277,7 +277,9 @@ pub enum RbacDecision {
     NoOpinion(String),
 }
 
-fn subject_applies(s: &Subject, user: &UserInfo, binding_ns: &str) -> bool {
+/// Whether binding subject `s` (of a binding in `binding_ns`, `""` for
+/// ClusterRoleBindings) names `user` (upstream `appliesToUser`).
+pub fn subject_applies(s: &Subject, user: &UserInfo, binding_ns: &str) -> bool {
     match s.kind.as_str() {
         "User" => s.name == user.username,
         "Group" => user.groups.contains(&s.name),
@@ -440,7 +442,10 @@ pub async fn ensure_bootstrap_policy(storage: &dyn Storage, etcd_prefix: &str) -
 /// Upstream's bootstrap policy subset every cluster needs, as objects to
 /// create at first start (`plugin/pkg/auth/authorizer/rbac/bootstrappolicy`):
 /// ClusterRoles `cluster-admin`, `system:discovery`, `system:basic-user`,
-/// `system:public-info-viewer`, `admin`, `edit`, `view`, and the bindings
+/// `system:public-info-viewer`, `admin`, `edit`, `view` (aggregated like
+/// upstream from `system:aggregate-to-{admin,edit,view}` through the
+/// `rbac.authorization.k8s.io/aggregate-to-*` labels; `view` is aggregated
+/// into `edit`, `edit` into `admin`), and the bindings
 /// of `cluster-admin` to `system:masters`, `system:discovery` and
 /// `system:basic-user` to `system:authenticated`, `system:public-info-viewer`
 /// to `system:authenticated` and `system:unauthenticated`.
@@ -469,10 +474,25 @@ pub fn bootstrap_policy() -> Vec<Value> {
     let read = ["get", "list", "watch"];
     let write = ["create", "delete", "deletecollection", "patch", "update"];
     let all_rw: Vec<&str> = read.iter().chain(write.iter()).copied().collect();
-    let core_apps = serde_json::json!([
-        {"apiGroups": ["", "apps", "batch", "autoscaling", "networking.k8s.io", "policy", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io"],
-         "resources": ["*"], "verbs": read},
-    ]);
+    let groups = ["", "apps", "batch", "autoscaling", "networking.k8s.io", "policy", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io"];
+    let read_rule = serde_json::json!({"apiGroups": groups, "resources": ["*"], "verbs": read});
+    let write_rule = serde_json::json!({"apiGroups": groups, "resources": ["*"], "verbs": write});
+    let rbac_rule = serde_json::json!({"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": all_rw});
+    let label = |to: &str| format!("{RBAC_GROUP}/aggregate-to-{to}");
+    // A ClusterRole aggregating `aggregate-to-<selects>` roles, itself aggregated into `into`.
+    let aggregated = |name: &str, into: &[&str], selects: &str, rules: Value| {
+        let mut role = cr(name, rules);
+        for i in into {
+            role["metadata"]["labels"][label(i)] = Value::String("true".into());
+        }
+        role["aggregationRule"] = serde_json::json!({"clusterRoleSelectors": [{"matchLabels": {label(selects): "true"}}]});
+        role
+    };
+    let aggregate_to = |to: &str, rules: Value| {
+        let mut role = cr(&format!("system:aggregate-to-{to}"), rules);
+        role["metadata"]["labels"][label(to)] = Value::String("true".into());
+        role
+    };
     vec![
         cr("cluster-admin", serde_json::json!([
             {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
@@ -488,14 +508,14 @@ pub fn bootstrap_policy() -> Vec<Value> {
         cr("system:public-info-viewer", serde_json::json!([
             {"nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"], "verbs": ["get"]},
         ])),
-        cr("admin", serde_json::json!([
-            {"apiGroups": ["", "apps", "batch", "autoscaling", "networking.k8s.io", "policy", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io"], "resources": ["*"], "verbs": all_rw},
-            {"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": all_rw},
-        ])),
-        cr("edit", serde_json::json!([
-            {"apiGroups": ["", "apps", "batch", "autoscaling", "networking.k8s.io", "policy", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io"], "resources": ["*"], "verbs": all_rw},
-        ])),
-        cr("view", core_apps),
+        // admin ⊇ edit ⊇ view by aggregation, as upstream: the rules live in
+        // system:aggregate-to-*; the initial rules are the aggregated result.
+        aggregated("admin", &[], "admin", serde_json::json!([write_rule, read_rule, rbac_rule])),
+        aggregated("edit", &["admin"], "edit", serde_json::json!([write_rule, read_rule])),
+        aggregated("view", &["edit"], "view", serde_json::json!([read_rule])),
+        aggregate_to("admin", serde_json::json!([rbac_rule])),
+        aggregate_to("edit", serde_json::json!([write_rule])),
+        aggregate_to("view", serde_json::json!([read_rule])),
         crb("cluster-admin", "cluster-admin", &["system:masters"]),
         crb("system:discovery", "system:discovery", &["system:authenticated"]),
         crb("system:basic-user", "system:basic-user", &["system:authenticated"]),

@@ -2,7 +2,9 @@
 //! client certificates (`--client-ca-file`), a self-signed PKI for `rkube up`,
 //! and [`serve`], which serves a router over plain HTTP or TLS with the
 //! connection's peer address and client certificates available to the filters
-//! ([`ConnInfo`]).
+//! ([`ConnInfo`]). Request heads must arrive within [`READ_HEADER_TIMEOUT`]
+//! (upstream's `ReadHeaderTimeout`), so a slow client cannot hold a
+//! connection open forever.
 //!
 //! rustls with the ring provider only. With a client CA the server asks for
 //! a client certificate but does not require one, and does not reject a bad
@@ -22,13 +24,18 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::connect_info::Connected;
+use axum::extract::ConnectInfo;
 use axum::serve::{IncomingStream, Listener};
 use axum::Router;
 use base64::Engine as _;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use rustls::crypto::CryptoProvider;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ServerConfig, WebPkiClientVerifier};
@@ -36,9 +43,10 @@ use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureS
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt as _;
 
 /// Errors of TLS setup.
 #[derive(Debug, thiserror::Error)]
@@ -433,28 +441,142 @@ impl Listener for TlsListener {
     }
 }
 
+/// How long a client may take to send a request's line and headers (HTTP/1)
+/// before the connection is closed; upstream kube-apiserver sets Go's
+/// `http.Server.ReadHeaderTimeout` to 32 s (`SecureServingInfo.Serve` in
+/// `k8s.io/apiserver/pkg/server/secure_serving.go`). hyper starts the clock
+/// whenever it waits for a request head, so an idle keep-alive connection is
+/// closed after this long as well.
+pub const READ_HEADER_TIMEOUT: Duration = Duration::from_secs(32);
+
+/// Connection settings of [`serve_with`]; `Default` is the production values.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How long a client may take to send a request head before the
+    /// connection is closed ([`READ_HEADER_TIMEOUT`]; tests shorten it).
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions { header_read_timeout: READ_HEADER_TIMEOUT }
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` completes (then waits for
-/// open requests), over TLS when `tls` is given, else plain HTTP. Requests
-/// carry `ConnectInfo<`[`ConnInfo`]`>`.
+/// open requests), over TLS when `tls` is given, else plain HTTP, with the
+/// default [`ServeOptions`]. Requests carry `ConnectInfo<`[`ConnInfo`]`>`.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     tls: Option<Arc<ServerConfig>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(listener, router, tls, ServeOptions::default(), shutdown).await
+}
+
+/// [`serve`] with explicit [`ServeOptions`]. Plain HTTP is HTTP/1.1 only (as
+/// Go's server without h2c); over TLS the ALPN result picks HTTP/2 (`h2`) or
+/// HTTP/1.1. HTTP/1 connections support upgrades and close when a request
+/// head takes longer than `opts.header_read_timeout`. On shutdown no new
+/// connection is accepted, every open one is shut down gracefully (idle ones
+/// close, in-flight requests finish) and this returns when all are closed.
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<Arc<ServerConfig>>,
+    opts: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     match tls {
         None => {
-            axum::serve(listener, router.into_make_service_with_connect_info::<ConnInfo>())
-                .with_graceful_shutdown(shutdown)
-                .await
+            let info = |tcp: &TcpStream, addr: SocketAddr| {
+                let _ = tcp;
+                (ConnInfo { remote_addr: addr, peer_certs: None }, false)
+            };
+            accept_loop(listener, router, opts, shutdown, info).await;
         }
         Some(cfg) => {
-            let tls_listener = TlsListener::new(listener, cfg)?;
-            axum::serve(tls_listener, router.into_make_service_with_connect_info::<ConnInfo>())
-                .with_graceful_shutdown(shutdown)
-                .await
+            let info = |tls: &TlsStream<TcpStream>, addr: SocketAddr| {
+                let session = tls.get_ref().1;
+                let certs = session.peer_certificates().map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
+                (ConnInfo { remote_addr: addr, peer_certs: certs }, session.alpn_protocol() == Some(b"h2"))
+            };
+            accept_loop(TlsListener::new(listener, cfg)?, router, opts, shutdown, info).await;
         }
     }
+    Ok(())
+}
+
+/// Accepts connections until `shutdown`, serving each on its own task; `info`
+/// gives a connection's [`ConnInfo`] and whether it speaks HTTP/2. Returns
+/// once every connection task ended.
+async fn accept_loop<L, F>(mut listener: L, router: Router, opts: ServeOptions, shutdown: impl Future<Output = ()> + Send + 'static, info: F)
+where
+    L: Listener<Addr = SocketAddr>,
+    F: Fn(&L::Io, SocketAddr) -> (ConnInfo, bool),
+{
+    // Dropping `stop_rx` tells connection tasks to shut down; each task holds
+    // a `done_rx` clone, so `done_tx.closed()` resolves when all ended.
+    let (stop_tx, stop_rx) = watch::channel(());
+    tokio::spawn(async move {
+        shutdown.await;
+        drop(stop_rx);
+    });
+    let (done_tx, done_rx) = watch::channel(());
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1.timer(TokioTimer::new()).header_read_timeout(opts.header_read_timeout);
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2.timer(TokioTimer::new()).enable_connect_protocol();
+    loop {
+        let (io, addr) = tokio::select! {
+            conn = listener.accept() => conn,
+            _ = stop_tx.closed() => break,
+        };
+        let (conn_info, is_h2) = info(&io, addr);
+        let service = TowerToHyperService::new(router.clone().map_request(move |mut req: axum::extract::Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(conn_info.clone()));
+            req
+        }));
+        let io = TokioIo::new(io);
+        let (stop, done) = (stop_tx.clone(), done_rx.clone());
+        if is_h2 {
+            let conn = http2.serve_connection(io, service);
+            tokio::spawn(drive(conn, stop, done, addr, |c| c.graceful_shutdown()));
+        } else {
+            let conn = http1.serve_connection(io, service).with_upgrades();
+            tokio::spawn(drive(conn, stop, done, addr, |c| c.graceful_shutdown()));
+        }
+    }
+    drop(done_rx);
+    drop(listener);
+    done_tx.closed().await;
+}
+
+/// Runs one connection to its end, shutting it down gracefully (with
+/// `graceful`) once `stop` has no receiver left; drops `done` at the end.
+async fn drive<C>(conn: C, stop: watch::Sender<()>, done: watch::Receiver<()>, peer: SocketAddr, graceful: fn(Pin<&mut C>))
+where
+    C: Future<Output = Result<(), hyper::Error>>,
+{
+    let mut conn = std::pin::pin!(conn);
+    let mut stopping = std::pin::pin!(stop.closed());
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            res = conn.as_mut() => {
+                if let Err(e) = res {
+                    tracing::debug!(peer = %peer, error = %e, "connection ended");
+                }
+                break;
+            }
+            _ = &mut stopping, if !draining => {
+                draining = true;
+                graceful(conn.as_mut());
+            }
+        }
+    }
+    drop(done);
 }
 
 #[cfg(test)]

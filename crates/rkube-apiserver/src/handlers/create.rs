@@ -62,6 +62,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     if !causes.is_empty() {
         return Err(ApiError::invalid(info, &name, causes));
     }
+    crate::filters::escalation::confirm(info.group, info.kind, &obj, None).await?;
 
     object::clear_server_fields(&mut obj);
     object::set_meta(&mut obj, "uid", json!(object::new_uid()));

@@ -181,6 +181,7 @@ async fn prepare_update(
     if !causes.is_empty() {
         return Err(ApiError::invalid(info, object::name(&new), causes));
     }
+    crate::filters::escalation::confirm(info.group, info.kind, &new, Some(old)).await?;
     Ok((new, warnings))
 }
 

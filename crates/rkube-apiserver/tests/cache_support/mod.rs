@@ -3,6 +3,7 @@
 //! server over a given storage, an etcd the test starts on ports it picked
 //! beforehand (to start the API server before etcd), an HTTP client that
 //! returns what a client sees, `/metrics` parsing, and a watch reader.
+//! `tests/faults.rs` builds on these too (through `faults_support`).
 //!
 //! Every process is a child of the test, killed by its PID on drop.
 #![allow(dead_code)]
@@ -19,10 +20,21 @@ use rkube_apiserver::{ApiState, ServerConfig};
 use rkube_storage::Storage;
 use serde_json::{json, Value};
 
-/// Installs the TLS crypto provider reqwest needs (plain HTTP only here).
+/// A reqwest client with a 30 s timeout (see [`client_with_timeout`]).
 pub fn client() -> reqwest::Client {
+    client_with_timeout(Duration::from_secs(30))
+}
+
+/// A reqwest client whose requests give up after `timeout`; installs the TLS
+/// crypto provider reqwest needs (plain HTTP only here).
+pub fn client_with_timeout(timeout: Duration) -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("HTTP client")
+    reqwest::Client::builder().timeout(timeout).build().expect("HTTP client")
+}
+
+/// `metadata.resourceVersion` of a JSON object as a number (0 when absent).
+pub fn rv_of(v: &Value) -> i64 {
+    v.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
 /// One response as a client sees it.
@@ -47,7 +59,7 @@ impl Resp {
     }
     /// `metadata.resourceVersion` as a number (0 when absent).
     pub fn rv(&self) -> i64 {
-        self.body.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok()).unwrap_or(0)
+        rv_of(&self.body)
     }
     /// `metadata.name` of each item.
     pub fn names(&self) -> Vec<String> {
@@ -134,7 +146,7 @@ impl Api {
     /// Opens a watch.
     pub async fn watch(&self, path: &str) -> WatchReader {
         let resp = self.client.get(format!("{}{}", self.base, path)).send().await.expect("watch request");
-        WatchReader { code: resp.status().as_u16(), stream: Box::pin(resp.bytes_stream()), buf: Vec::new() }
+        WatchReader::from_response(resp)
     }
 }
 
@@ -155,19 +167,43 @@ pub struct WatchReader {
     buf: Vec<u8>,
 }
 
+/// What waiting for the next line of a watch stream gave.
+#[derive(Debug)]
+pub enum Line {
+    /// One line, its newline included.
+    Line(Vec<u8>),
+    /// Nothing within the wait.
+    Idle,
+    /// The stream ended (or broke).
+    End,
+}
+
 impl WatchReader {
-    /// The next event within `secs` (None on timeout or end).
-    pub async fn next_within(&mut self, secs: u64) -> Option<Value> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    /// Reads the body of a watch response.
+    pub fn from_response(resp: reqwest::Response) -> WatchReader {
+        WatchReader { code: resp.status().as_u16(), stream: Box::pin(resp.bytes_stream()), buf: Vec::new() }
+    }
+
+    /// The next line, waiting at most `wait`.
+    pub async fn next_line(&mut self, wait: Duration) -> Line {
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
             if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buf.drain(..=pos).collect();
-                return serde_json::from_slice(&line).ok();
+                return Line::Line(self.buf.drain(..=pos).collect());
             }
             match tokio::time::timeout_at(deadline, self.stream.next()).await {
                 Ok(Some(Ok(chunk))) => self.buf.extend_from_slice(&chunk),
-                _ => return None,
+                Ok(Some(Err(_))) | Ok(None) => return Line::End,
+                Err(_) => return Line::Idle,
             }
+        }
+    }
+
+    /// The next event within `secs` (None on timeout or end).
+    pub async fn next_within(&mut self, secs: u64) -> Option<Value> {
+        match self.next_line(Duration::from_secs(secs)).await {
+            Line::Line(line) => serde_json::from_slice(&line).ok(),
+            Line::Idle | Line::End => None,
         }
     }
 
@@ -395,6 +431,14 @@ impl Drop for InProcess {
 impl InProcess {
     /// Bootstraps and serves `storage` on 127.0.0.1:0; waits for `/readyz`.
     pub async fn start(storage: Arc<dyn Storage>, config: ServerConfig) -> InProcess {
+        let server = Self::start_unready(storage, config).await;
+        server.api.wait_ready(20).await;
+        server
+    }
+
+    /// Bootstraps and serves `storage` on 127.0.0.1:0 without waiting for
+    /// `/readyz` (for tests of a server that is not ready yet).
+    pub async fn start_unready(storage: Arc<dyn Storage>, config: ServerConfig) -> InProcess {
         let state = ApiState::new(storage, config);
         rkube_apiserver::bootstrap(&state).await.expect("bootstrap");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -407,29 +451,38 @@ impl InProcess {
             })
             .await;
         });
-        let api = Api::new(&format!("http://{addr}"));
-        api.wait_ready(20).await;
-        InProcess { api, state, stop: Some(tx) }
+        InProcess { api: Api::new(&format!("http://{addr}")), state, stop: Some(tx) }
     }
 }
 
-/// Storage whose watches never deliver events for keys containing `marker`:
-/// a stand-in for a lost event in the storage watch stream (the class of bug
-/// the consistency checker exists for). Reads and writes are untouched.
-pub struct LossyWatchStorage {
-    inner: Arc<dyn Storage>,
-    marker: String,
+/// How a [`WatchHooked`] storage opens watches.
+pub trait WatchHook: Send + Sync + 'static {
+    /// Opens the watch of `prefix` after `after`, normally on `inner`.
+    fn watch<'a>(
+        &'a self,
+        inner: &'a dyn Storage,
+        prefix: &'a str,
+        after: rkube_storage::Revision,
+    ) -> futures::future::BoxFuture<'a, rkube_storage::Result<rkube_storage::Watch>>;
 }
 
-impl LossyWatchStorage {
+/// Storage passing every call to `inner` except watches, which `hook` opens:
+/// the one pass-through behind the tests' faulty storages.
+pub struct WatchHooked<H> {
+    inner: Arc<dyn Storage>,
+    /// What it does with watches.
+    pub hook: H,
+}
+
+impl<H> WatchHooked<H> {
     /// Wraps `inner`.
-    pub fn new(inner: Arc<dyn Storage>, marker: &str) -> LossyWatchStorage {
-        LossyWatchStorage { inner, marker: marker.to_string() }
+    pub fn wrap(inner: Arc<dyn Storage>, hook: H) -> WatchHooked<H> {
+        WatchHooked { inner, hook }
     }
 }
 
 #[async_trait::async_trait]
-impl Storage for LossyWatchStorage {
+impl<H: WatchHook> Storage for WatchHooked<H> {
     fn backend_name(&self) -> &'static str {
         self.inner.backend_name()
     }
@@ -458,20 +511,7 @@ impl Storage for LossyWatchStorage {
         self.inner.delete(key, expected).await
     }
     async fn watch(&self, prefix: &str, after: rkube_storage::Revision) -> rkube_storage::Result<rkube_storage::Watch> {
-        use rkube_storage::WatchResponse;
-        let w = self.inner.watch(prefix, after).await?;
-        let marker = self.marker.clone();
-        let stream = w.stream.filter_map(move |msg| {
-            let out = match msg {
-                Ok(WatchResponse::Events(evs)) => {
-                    let kept: Vec<_> = evs.into_iter().filter(|e| !e.kv.key.contains(&marker)).collect();
-                    (!kept.is_empty()).then_some(Ok(WatchResponse::Events(kept)))
-                }
-                other => Some(other),
-            };
-            futures::future::ready(out)
-        });
-        Ok(rkube_storage::Watch { stream: Box::pin(stream), progress: w.progress })
+        self.hook.watch(&*self.inner, prefix, after).await
     }
     async fn current_revision(&self) -> rkube_storage::Result<rkube_storage::Revision> {
         self.inner.current_revision().await
@@ -484,6 +524,49 @@ impl Storage for LossyWatchStorage {
     }
     fn progress_notify_reliable(&self) -> bool {
         self.inner.progress_notify_reliable()
+    }
+}
+
+/// Drops every watch event for keys containing `marker`.
+pub struct LoseMarked {
+    marker: String,
+}
+
+impl WatchHook for LoseMarked {
+    fn watch<'a>(
+        &'a self,
+        inner: &'a dyn Storage,
+        prefix: &'a str,
+        after: rkube_storage::Revision,
+    ) -> futures::future::BoxFuture<'a, rkube_storage::Result<rkube_storage::Watch>> {
+        Box::pin(async move {
+            use rkube_storage::WatchResponse;
+            let w = inner.watch(prefix, after).await?;
+            let marker = self.marker.clone();
+            let stream = w.stream.filter_map(move |msg| {
+                let out = match msg {
+                    Ok(WatchResponse::Events(evs)) => {
+                        let kept: Vec<_> = evs.into_iter().filter(|e| !e.kv.key.contains(&marker)).collect();
+                        (!kept.is_empty()).then_some(Ok(WatchResponse::Events(kept)))
+                    }
+                    other => Some(other),
+                };
+                futures::future::ready(out)
+            });
+            Ok(rkube_storage::Watch { stream: Box::pin(stream), progress: w.progress })
+        })
+    }
+}
+
+/// Storage whose watches never deliver events for keys containing `marker`:
+/// a stand-in for a lost event in the storage watch stream (the class of bug
+/// the consistency checker exists for). Reads and writes are untouched.
+pub type LossyWatchStorage = WatchHooked<LoseMarked>;
+
+impl LossyWatchStorage {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Storage>, marker: &str) -> LossyWatchStorage {
+        WatchHooked::wrap(inner, LoseMarked { marker: marker.to_string() })
     }
 }
 

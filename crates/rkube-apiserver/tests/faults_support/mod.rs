@@ -3,8 +3,8 @@
 //! an ended one, a re-watching / re-listing watcher that records every event
 //! it received, the checker comparing those records with the storage's own
 //! history, storages whose watches can be held broken (so a cache stays not
-//! ready as long as a test wants), and an in-process server that does not
-//! wait for `/readyz`.
+//! ready as long as a test wants). The in-process server, the reqwest client
+//! and `rv_of` are `cache_support`'s (which `tests/faults.rs` also declares).
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -12,9 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use rkube_apiserver::{ApiState, ServerConfig};
+use rkube_apiserver::ServerConfig;
 use rkube_storage::{EventKind, RangeRequest, Revision, Storage, WatchResponse};
 use serde_json::Value;
+
+pub use crate::cache_support::rv_of;
+use crate::cache_support::{client_with_timeout, InProcess, Line, WatchHook, WatchHooked, WatchReader};
 
 /// One answer: status, JSON body (Null when not JSON), raw text.
 #[derive(Debug, Clone)]
@@ -38,11 +41,6 @@ impl Answer {
     }
 }
 
-/// `metadata.resourceVersion` of a JSON object as a number (0 when absent).
-pub fn rv_of(v: &Value) -> i64 {
-    v.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok()).unwrap_or(0)
-}
-
 /// An HTTP client whose calls return `None` instead of panicking when the
 /// server is unreachable.
 #[derive(Clone)]
@@ -54,9 +52,7 @@ pub struct Client {
 impl Client {
     /// A client for `http://host:port`.
     pub fn new(base: &str) -> Client {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().expect("HTTP client");
-        Client { base: base.to_string(), http }
+        Client { base: base.to_string(), http: client_with_timeout(Duration::from_secs(20)) }
     }
 
     /// Sends `method path` with an optional body of `content_type`.
@@ -92,7 +88,7 @@ impl Client {
             let body = serde_json::from_str(&text).unwrap_or(Value::Null);
             return Some(Err(Answer { code, body, text }));
         }
-        Some(Ok(EventStream { stream: Box::pin(resp.bytes_stream()), buf: Vec::new() }))
+        Some(Ok(EventStream { reader: WatchReader::from_response(resp) }))
     }
 }
 
@@ -107,29 +103,18 @@ pub enum Next {
     End,
 }
 
-/// Newline-delimited watch events.
+/// Newline-delimited watch events (a line that is not JSON ends the stream).
 pub struct EventStream {
-    stream: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
-    buf: Vec<u8>,
+    reader: WatchReader,
 }
 
 impl EventStream {
     /// The next event, waiting at most `wait`.
     pub async fn next(&mut self, wait: Duration) -> Next {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buf.drain(..=pos).collect();
-                return match serde_json::from_slice(&line) {
-                    Ok(v) => Next::Event(v),
-                    Err(_) => Next::End,
-                };
-            }
-            match tokio::time::timeout_at(deadline, self.stream.next()).await {
-                Ok(Some(Ok(chunk))) => self.buf.extend_from_slice(&chunk),
-                Ok(Some(Err(_))) | Ok(None) => return Next::End,
-                Err(_) => return Next::Idle,
-            }
+        match self.reader.next_line(wait).await {
+            Line::Line(line) => serde_json::from_slice(&line).map_or(Next::End, Next::Event),
+            Line::Idle => Next::Idle,
+            Line::End => Next::End,
         }
     }
 }
@@ -352,101 +337,48 @@ pub async fn check_against_history(storage: &dyn Storage, prefix: &str, log: &Wa
     checked
 }
 
-/// Storage whose watches of prefixes containing `marker` fail (as a broken
-/// etcd watch would) until [`HeldWatchStorage::release`]: the cache of that
-/// resource lists, cannot watch, and stays not ready. Everything else passes through.
-pub struct HeldWatchStorage {
-    inner: Arc<dyn Storage>,
+/// Fails watches of prefixes containing `marker` (as a broken etcd watch
+/// would) until released.
+pub struct HoldMarked {
     marker: String,
     released: AtomicBool,
 }
 
+impl WatchHook for HoldMarked {
+    fn watch<'a>(
+        &'a self,
+        inner: &'a dyn Storage,
+        prefix: &'a str,
+        after: Revision,
+    ) -> futures::future::BoxFuture<'a, rkube_storage::Result<rkube_storage::Watch>> {
+        Box::pin(async move {
+            if prefix.contains(&self.marker) && !self.released.load(Ordering::Acquire) {
+                return Err(rkube_storage::StorageError::Unavailable(format!("watch of {prefix} held by the test")));
+            }
+            inner.watch(prefix, after).await
+        })
+    }
+}
+
+/// Storage whose watches of prefixes containing `marker` fail (as a broken
+/// etcd watch would) until [`HeldWatchStorage::release`]: the cache of that
+/// resource lists, cannot watch, and stays not ready. Everything else passes through.
+pub type HeldWatchStorage = WatchHooked<HoldMarked>;
+
 impl HeldWatchStorage {
     /// Wraps `inner`, holding watches of prefixes containing `marker`.
     pub fn new(inner: Arc<dyn Storage>, marker: &str) -> Arc<HeldWatchStorage> {
-        Arc::new(HeldWatchStorage { inner, marker: marker.to_string(), released: AtomicBool::new(false) })
+        Arc::new(WatchHooked::wrap(inner, HoldMarked { marker: marker.to_string(), released: AtomicBool::new(false) }))
     }
     /// Lets watches through from now on.
     pub fn release(&self) {
-        self.released.store(true, Ordering::Release);
+        self.hook.released.store(true, Ordering::Release);
     }
 }
 
-#[async_trait::async_trait]
-impl Storage for HeldWatchStorage {
-    fn backend_name(&self) -> &'static str {
-        self.inner.backend_name()
-    }
-    async fn get(&self, key: &str) -> rkube_storage::Result<Option<rkube_storage::KeyValue>> {
-        self.inner.get(key).await
-    }
-    async fn range(&self, req: RangeRequest) -> rkube_storage::Result<rkube_storage::RangeResponse> {
-        self.inner.range(req).await
-    }
-    async fn create(&self, key: &str, value: bytes::Bytes) -> rkube_storage::Result<rkube_storage::KeyValue> {
-        self.inner.create(key, value).await
-    }
-    async fn update(&self, key: &str, value: bytes::Bytes, expected: Revision) -> rkube_storage::Result<rkube_storage::KeyValue> {
-        self.inner.update(key, value, expected).await
-    }
-    async fn delete(
-        &self,
-        key: &str,
-        expected: Option<Revision>,
-    ) -> rkube_storage::Result<(rkube_storage::KeyValue, Revision)> {
-        self.inner.delete(key, expected).await
-    }
-    async fn watch(&self, prefix: &str, after: Revision) -> rkube_storage::Result<rkube_storage::Watch> {
-        if prefix.contains(&self.marker) && !self.released.load(Ordering::Acquire) {
-            return Err(rkube_storage::StorageError::Unavailable(format!("watch of {prefix} held by the test")));
-        }
-        self.inner.watch(prefix, after).await
-    }
-    async fn current_revision(&self) -> rkube_storage::Result<Revision> {
-        self.inner.current_revision().await
-    }
-    async fn compacted_revision(&self) -> rkube_storage::Result<Revision> {
-        self.inner.compacted_revision().await
-    }
-    async fn compact(&self, revision: Revision) -> rkube_storage::Result<()> {
-        self.inner.compact(revision).await
-    }
-    fn progress_notify_reliable(&self) -> bool {
-        self.inner.progress_notify_reliable()
-    }
-}
-
-/// A server in this process (system namespaces created), serving on
-/// 127.0.0.1:0 without waiting for `/readyz`; stops on drop.
-pub struct Served {
-    /// `http://127.0.0.1:PORT`.
-    pub base: String,
-    /// Its state.
-    pub state: ApiState,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
-}
-
-/// Starts a [`Served`] over `storage` with `config`.
-pub async fn serve(storage: Arc<dyn Storage>, config: ServerConfig) -> Served {
-    let state = ApiState::new(storage, config);
-    rkube_apiserver::bootstrap(&state).await.expect("bootstrap");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let st = state.clone();
-    tokio::spawn(async move {
-        let _ = rkube_apiserver::serve(listener, st, async move {
-            let _ = rx.await;
-        })
-        .await;
-    });
-    Served { base: format!("http://{addr}"), state, stop: Some(tx) }
+/// Starts a server in this process over `storage` with `config` (system
+/// namespaces created), serving on 127.0.0.1:0 without waiting for
+/// `/readyz`; it stops on drop.
+pub async fn serve(storage: Arc<dyn Storage>, config: ServerConfig) -> InProcess {
+    InProcess::start_unready(storage, config).await
 }

@@ -54,6 +54,42 @@ impl Rig {
             }
         });
     }
+
+    /// The runtime forgets every sandbox and container (a restart with no records).
+    fn clear_runtime(&self) {
+        self.fake.with(|w| {
+            w.sandboxes.clear();
+            w.containers.clear();
+        });
+    }
+
+    /// [`Rig::drain`], sorted.
+    fn drain_sorted(&mut self) -> Vec<(PodLifecycleEventType, String)> {
+        let mut evs = self.drain();
+        evs.sort();
+        evs
+    }
+}
+
+/// [`one_pod`], known only from events: the relist ran before the pod existed (under the
+/// evented PLEG the next is 300 s away), then its container started and only the evented PLEG
+/// heard of it (STARTED at t=70, processed). Events drained.
+async fn one_pod_known_only_from_events(r: &mut Rig) {
+    r.generic.relist().await.expect("relist");
+    one_pod(r);
+    r.set_container("c1", S::ContainerRunning);
+    assert!(r.evented.process_event(&r.event("uid1", "c1", Ev::ContainerStartedEvent, 70), Timestamp(71)));
+    r.drain();
+}
+
+/// What a relist reports when [`one_pod`]'s sandbox and container vanish: both died and removed.
+fn one_pod_gone() -> Vec<(PodLifecycleEventType, String)> {
+    vec![
+        (ContainerDied, "c1".into()),
+        (ContainerDied, "sb1".into()),
+        (ContainerRemoved, "c1".into()),
+        (ContainerRemoved, "sb1".into()),
+    ]
 }
 
 fn one_pod(r: &Rig) {
@@ -214,52 +250,21 @@ async fn pod_gone_from_the_runtime_is_deleted_from_the_cache() {
     let mut r = rig();
     one_pod(&r);
     r.generic.relist().await.expect("relist");
-    r.fake.with(|w| {
-        w.sandboxes.clear();
-        w.containers.clear();
-    });
+    r.clear_runtime();
     r.drain();
     r.generic.relist().await.expect("relist");
-    let mut evs = r.drain();
-    evs.sort();
-    assert_eq!(
-        evs,
-        vec![
-            (ContainerDied, "c1".into()),
-            (ContainerDied, "sb1".into()),
-            (ContainerRemoved, "c1".into()),
-            (ContainerRemoved, "sb1".into())
-        ]
-    );
+    assert_eq!(r.drain_sorted(), one_pod_gone());
     assert_eq!(r.cache.modified("uid1"), None);
 }
 
 #[tokio::test]
 async fn pod_known_only_from_events_and_lost_by_a_restarted_runtime_is_reported_removed() {
     let mut r = rig();
-    // The relist ran before the pod existed (under the evented PLEG the next is 300 s away).
-    r.generic.relist().await.expect("relist");
-    one_pod(&r);
-    r.set_container("c1", S::ContainerRunning);
-    assert!(r.evented.process_event(&r.event("uid1", "c1", Ev::ContainerStartedEvent, 70), Timestamp(71)));
-    r.drain();
+    one_pod_known_only_from_events(&mut r).await;
     // The runtime restarts with no records (its processes died with it).
-    r.fake.with(|w| {
-        w.sandboxes.clear();
-        w.containers.clear();
-    });
+    r.clear_runtime();
     let report = r.generic.relist().await.expect("relist");
-    let mut evs = r.drain();
-    evs.sort();
-    assert_eq!(
-        evs,
-        vec![
-            (ContainerDied, "c1".into()),
-            (ContainerDied, "sb1".into()),
-            (ContainerRemoved, "c1".into()),
-            (ContainerRemoved, "sb1".into())
-        ]
-    );
+    assert_eq!(r.drain_sorted(), one_pod_gone());
     assert_eq!(report.changes.len(), 2, "{:?}", report.changes);
     assert_eq!(r.cache.modified("uid1"), None, "the cache no longer says the container runs");
     // Nothing is reported twice.
@@ -270,11 +275,7 @@ async fn pod_known_only_from_events_and_lost_by_a_restarted_runtime_is_reported_
 #[tokio::test]
 async fn pod_known_only_from_events_is_not_reported_again_by_a_relist_that_agrees() {
     let mut r = rig();
-    r.generic.relist().await.expect("relist");
-    one_pod(&r);
-    r.set_container("c1", S::ContainerRunning);
-    assert!(r.evented.process_event(&r.event("uid1", "c1", Ev::ContainerStartedEvent, 70), Timestamp(71)));
-    r.drain();
+    one_pod_known_only_from_events(&mut r).await;
     let report = r.generic.relist().await.expect("relist");
     assert!(report.changes.is_empty(), "the cached status already says so: {:?}", report.changes);
     assert!(r.drain().is_empty());

@@ -1,55 +1,11 @@
 //! Helpers of the containerd test: a private containerd ([`daemon`]), a local OCI image
-//! ([`oci`]), an in-process `rkube up` API server, and the "is containerd here" gate.
+//! ([`oci`]), and the "is containerd here" gate. The in-process `rkube up` API server is in
+//! `tests/common`.
 
 pub mod daemon;
 pub mod oci;
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-use clap::Parser;
-use kube::Api;
-
-#[derive(Parser)]
-struct Up {
-    #[command(flatten)]
-    args: rkube_apiserver::cli::UpArgs,
-}
-
-/// An in-process `rkube up` (embedded store); aborted on drop.
-pub struct Apiserver {
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    /// Its admin kubeconfig.
-    pub kubeconfig: PathBuf,
-}
-
-impl Drop for Apiserver {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Starts `rkube up --data-dir <dir>/api --port 0` and waits until `kube-node-lease` exists.
-pub async fn apiserver(dir: &Path) -> (Apiserver, kube::Client) {
-    let data = dir.join("api");
-    let up = Up::parse_from(["up", "--data-dir", data.to_str().expect("utf-8 path"), "--port", "0"]);
-    let task = tokio::spawn(rkube_apiserver::cli::run_up(up.args));
-    let kubeconfig = data.join("kubeconfig");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        assert!(Instant::now() < deadline, "API server did not come up");
-        assert!(!task.is_finished(), "rkube up exited");
-        if kubeconfig.exists() {
-            if let Ok(client) = rkube_node::local::client_from_kubeconfig(&kubeconfig).await {
-                let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-                if ns.get("kube-node-lease").await.is_ok() {
-                    return (Apiserver { task, kubeconfig }, client);
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use std::path::PathBuf;
 
 /// The static busybox, when every binary the test needs is installed and we are root.
 /// Otherwise: panics when `$CI` is set (CI must not pass without containerd), or prints why the

@@ -68,6 +68,9 @@ pub struct Event {
     pub verb: String,
     /// Who.
     pub user: UserInfo,
+    /// Who the request ran as, when it impersonated someone (`username`, `uid`, `groups`, `extra`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub impersonated_user: Option<Value>,
     /// Client addresses.
     #[serde(rename = "sourceIPs", skip_serializing_if = "Vec::is_empty")]
     pub source_ips: Vec<String>,
@@ -158,6 +161,7 @@ mod tests {
             request_uri: "/api/v1/namespaces/default/pods".into(),
             verb: "list".into(),
             user: UserInfo { username: "alice".into(), uid: String::new(), groups: vec!["system:authenticated".into()] },
+            impersonated_user: None,
             source_ips: vec!["127.0.0.1".into()],
             user_agent: String::new(),
             object_ref: Some(ObjectReference {

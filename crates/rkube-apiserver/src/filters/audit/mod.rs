@@ -72,6 +72,22 @@ impl AuditAnnotations {
     }
 }
 
+/// The impersonated user of a request, set by the impersonation filter and
+/// logged as the events' `impersonatedUser` (upstream `LogImpersonatedUser`).
+#[derive(Debug, Clone, Default)]
+pub struct AuditImpersonation(Arc<Mutex<Option<Value>>>);
+
+impl AuditImpersonation {
+    /// Records the impersonated user (`username`, `uid`, `groups`, `extra`).
+    pub fn set(&self, user: Value) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(user);
+    }
+
+    fn get(&self) -> Option<Value> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
 /// The policy and the backend events are written to.
 #[derive(Debug)]
 pub struct Auditor {
@@ -134,6 +150,7 @@ fn base_event(ctx: &RequestContext, user: &UserInfo, level: Level, stage: Stage)
         request_received_timestamp: rkube_api::time::format_rfc3339_micros(ctx.received),
         stage_timestamp: rkube_api::time::now_rfc3339_micros(),
         annotations: BTreeMap::new(),
+        impersonated_user: None,
     }
 }
 
@@ -215,6 +232,7 @@ struct Pending {
     user: UserInfo,
     cfg: RequestAuditConfig,
     annotations: AuditAnnotations,
+    impersonation: AuditImpersonation,
     request_object: Option<LoggedObject>,
 }
 
@@ -222,6 +240,7 @@ impl Pending {
     fn event(&self, stage: Stage) -> Event {
         let mut ev = base_event(&self.ctx, &self.user, self.cfg.level, stage);
         ev.annotations = self.annotations.snapshot();
+        ev.impersonated_user = self.impersonation.get();
         if let Some(obj) = &self.request_object {
             complete_object_ref(&mut ev, &obj.meta);
             ev.request_object = Some(obj.raw.clone());
@@ -269,7 +288,10 @@ pub async fn audit_middleware(State(auditor): State<Arc<Auditor>>, mut req: Requ
     }
     let annotations = AuditAnnotations::default();
     req.extensions_mut().insert(annotations.clone());
-    let mut pending = Pending { auditor: auditor.clone(), ctx: ctx.clone(), user, cfg, annotations, request_object: None };
+    let impersonation = AuditImpersonation::default();
+    req.extensions_mut().insert(impersonation.clone());
+    let mut pending =
+        Pending { auditor: auditor.clone(), ctx: ctx.clone(), user, cfg, annotations, impersonation, request_object: None };
     if pending.emits(Stage::RequestReceived) {
         // As upstream, RequestReceived is logged before the body is read: no requestObject.
         let mut ev = base_event(&ctx, &pending.user, pending.cfg.level, Stage::RequestReceived);

@@ -1,0 +1,249 @@
+//! ClusterRole aggregation (upstream
+//! `pkg/controller/clusterroleaggregation/clusterroleaggregation_controller.go`),
+//! run inside the API server process.
+//!
+//! A ClusterRole with `aggregationRule.clusterRoleSelectors` (metav1
+//! LabelSelectors) gets its `rules` replaced by the rules of every other
+//! ClusterRole matching one of the selectors: selectors in order, matching
+//! roles sorted by name, each rule once (first occurrence kept). Roles whose
+//! aggregated rules already equal their stored rules are not written.
+//!
+//! [`run`] lists the ClusterRoles, reconciles every aggregated one, then
+//! watches `<prefix>/clusterroles/` and reconciles again after each batch
+//! of events (a write by the controller itself triggers one more pass, which
+//! finds nothing to change; chains such as `view` → `edit` → `admin`
+//! converge that way). A failed or compacted watch starts over with a fresh
+//! list. Writes are guarded by the read `mod_revision`; a lost race is
+//! retried on the next event.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use rkube_storage::{RangeRequest, Storage, StorageError, WatchResponse};
+use serde_json::Value;
+
+/// Errors of one reconciliation pass.
+#[derive(Debug, thiserror::Error)]
+pub enum AggregationError {
+    /// Reading or writing storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A stored ClusterRole could not be encoded back.
+    #[error("encoding clusterrole {name}: {source}")]
+    Encode {
+        /// The role.
+        name: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+}
+
+/// Whether a metav1 `LabelSelector` (JSON) matches `labels` (upstream
+/// `LabelSelectorAsSelector`: `matchLabels` and `matchExpressions` with
+/// `In`, `NotIn`, `Exists`, `DoesNotExist`; an empty selector matches
+/// everything, an unknown operator nothing).
+pub fn selector_matches(selector: &Value, labels: &serde_json::Map<String, Value>) -> bool {
+    let label = |k: &str| labels.get(k).and_then(Value::as_str);
+    if let Some(ml) = selector.get("matchLabels").and_then(Value::as_object) {
+        if !ml.iter().all(|(k, v)| v.as_str().is_some() && label(k) == v.as_str()) {
+            return false;
+        }
+    }
+    let exprs = selector.get("matchExpressions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    exprs.iter().all(|e| {
+        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
+        let values: Vec<&str> =
+            e.get("values").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        match e.get("operator").and_then(Value::as_str).unwrap_or("") {
+            "In" => label(key).is_some_and(|v| values.contains(&v)),
+            "NotIn" => label(key).is_none_or(|v| !values.contains(&v)),
+            "Exists" => label(key).is_some(),
+            "DoesNotExist" => label(key).is_none(),
+            _ => false,
+        }
+    })
+}
+
+fn name_of(role: &Value) -> &str {
+    role.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+}
+
+fn selectors(role: &Value) -> Option<&Vec<Value>> {
+    role.pointer("/aggregationRule/clusterRoleSelectors").and_then(Value::as_array)
+}
+
+/// The rules aggregated ClusterRole `role` should have, given every
+/// ClusterRole by name (see the module docs). `None` when `role` does not
+/// aggregate.
+pub fn aggregated_rules(role: &Value, all: &BTreeMap<String, Value>) -> Option<Vec<Value>> {
+    let selectors = selectors(role)?;
+    let own = name_of(role);
+    let empty = serde_json::Map::new();
+    let mut rules: Vec<Value> = Vec::new();
+    for sel in selectors {
+        for (name, other) in all {
+            if name == own {
+                continue;
+            }
+            let labels = other.pointer("/metadata/labels").and_then(Value::as_object).unwrap_or(&empty);
+            if !selector_matches(sel, labels) {
+                continue;
+            }
+            for r in other.get("rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+                if !rules.contains(r) {
+                    rules.push(r.clone());
+                }
+            }
+        }
+    }
+    Some(rules)
+}
+
+/// One pass: lists ClusterRoles under `prefix` (`--etcd-prefix`) and
+/// rewrites the aggregated ones whose rules are out of date. Returns the
+/// revision of the list and how many roles were written.
+pub async fn reconcile_all(storage: &dyn Storage, prefix: &str) -> Result<(i64, usize), AggregationError> {
+    let dir = format!("{}/clusterroles/", prefix.trim_end_matches('/'));
+    let resp = storage.range(RangeRequest::prefix(&dir)).await?;
+    let mut all: BTreeMap<String, Value> = BTreeMap::new();
+    let mut revs: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    for kv in &resp.kvs {
+        match serde_json::from_slice::<Value>(&kv.value) {
+            Ok(v) => {
+                let name = name_of(&v).to_string();
+                revs.insert(name.clone(), (kv.key.clone(), kv.mod_revision));
+                all.insert(name, v);
+            }
+            Err(e) => tracing::warn!(key = %kv.key, error = %e, "skipping undecodable clusterrole"),
+        }
+    }
+    let mut written = 0;
+    for (name, role) in &all {
+        let Some(rules) = aggregated_rules(role, &all) else { continue };
+        let current = role.get("rules").and_then(Value::as_array).cloned().unwrap_or_default();
+        if current == rules {
+            continue;
+        }
+        let mut updated = role.clone();
+        updated["rules"] = Value::Array(rules);
+        let bytes = serde_json::to_vec(&updated).map_err(|source| AggregationError::Encode { name: name.clone(), source })?;
+        let Some((key, rev)) = revs.get(name) else { continue };
+        match storage.update(key, bytes.into(), *rev).await {
+            Ok(_) => written += 1,
+            // Someone else changed it: the watch brings us back.
+            Err(StorageError::Conflict { .. }) | Err(StorageError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok((resp.revision, written))
+}
+
+/// Runs the controller until `stop` turns true (or its sender is dropped).
+pub async fn run(storage: Arc<dyn Storage>, prefix: String, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let dir = format!("{}/clusterroles/", prefix.trim_end_matches('/'));
+    'outer: loop {
+        if *stop.borrow() {
+            return;
+        }
+        let rev = match reconcile_all(storage.as_ref(), &prefix).await {
+            Ok((rev, _)) => rev,
+            Err(e) => {
+                tracing::warn!(error = %e, "clusterrole aggregation failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue 'outer,
+                    _ = stop.changed() => return,
+                }
+            }
+        };
+        let mut watch = match storage.watch(&dir, rev).await {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(error = %e, "watching clusterroles failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue 'outer,
+                    _ = stop.changed() => return,
+                }
+            }
+        };
+        loop {
+            tokio::select! {
+                ev = watch.stream.next() => match ev {
+                    Some(Ok(WatchResponse::Events(_))) => {
+                        if let Err(e) = reconcile_all(storage.as_ref(), &prefix).await {
+                            tracing::warn!(error = %e, "clusterrole aggregation failed");
+                        }
+                    }
+                    Some(Ok(WatchResponse::Progress { .. })) => {}
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "clusterrole watch ended; relisting");
+                        continue 'outer;
+                    }
+                    None => continue 'outer,
+                },
+                r = stop.changed() => {
+                    if r.is_err() || *stop.borrow() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn role(name: &str, labels: Value, rules: Value) -> (String, Value) {
+        (name.into(), json!({"metadata": {"name": name, "labels": labels}, "rules": rules}))
+    }
+
+    #[test]
+    fn selectors_match_labels_and_expressions() {
+        let labels = json!({"a": "1", "b": "x"});
+        let l = labels.as_object().unwrap();
+        assert!(selector_matches(&json!({"matchLabels": {"a": "1"}}), l));
+        assert!(!selector_matches(&json!({"matchLabels": {"a": "2"}}), l));
+        assert!(selector_matches(&json!({"matchExpressions": [{"key": "b", "operator": "In", "values": ["x", "y"]}]}), l));
+        assert!(selector_matches(&json!({"matchExpressions": [{"key": "c", "operator": "DoesNotExist"}]}), l));
+        assert!(!selector_matches(&json!({"matchExpressions": [{"key": "b", "operator": "NotIn", "values": ["x"]}]}), l));
+        assert!(!selector_matches(&json!({"matchExpressions": [{"key": "b", "operator": "Bogus"}]}), l));
+        assert!(selector_matches(&json!({}), l));
+    }
+
+    #[test]
+    fn rules_come_from_matching_roles_by_name_once_each() {
+        let r1 = json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]});
+        let r2 = json!({"verbs": ["list"], "apiGroups": [""], "resources": ["pods"]});
+        let all: BTreeMap<String, Value> = [
+            role("b-role", json!({"agg": "true"}), json!([r2, r1])),
+            role("a-role", json!({"agg": "true"}), json!([r1])),
+            role("other", json!({}), json!([{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}])),
+            (
+                "parent".to_string(),
+                json!({"metadata": {"name": "parent", "labels": {"agg": "true"}},
+                       "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"agg": "true"}}]}, "rules": [r2]}),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(aggregated_rules(&all["parent"], &all), Some(vec![r1.clone(), r2.clone()]));
+        assert_eq!(aggregated_rules(&all["other"], &all), None);
+    }
+
+    #[test]
+    fn bootstrap_roles_are_already_aggregated() {
+        let all: BTreeMap<String, Value> = crate::filters::rbac::bootstrap_policy()
+            .into_iter()
+            .filter(|o| o["kind"] == "ClusterRole")
+            .map(|o| (name_of(&o).to_string(), o))
+            .collect();
+        for name in ["admin", "edit", "view"] {
+            let want = aggregated_rules(&all[name], &all).unwrap();
+            assert_eq!(all[name]["rules"].as_array().unwrap(), &want, "{name}");
+        }
+    }
+}
