@@ -123,6 +123,12 @@ pub struct ResourceInfo {
     /// Resource-specific selectable fields, besides `metadata.name` and
     /// `metadata.namespace` which every resource has.
     pub fields: &'static [SelectableField],
+    /// True when a PUT of a missing object creates it (201) instead of
+    /// answering 404 `NotFound`: upstream's `AllowCreateOnUpdate()` of the
+    /// resource's strategy (`pkg/registry/<group>/<resource>/strategy.go`).
+    /// Upstream allows it for endpoints, core events, leases and the four RBAC
+    /// kinds; every other resource served here refuses it.
+    pub allow_create_on_update: bool,
 }
 
 const BASE: ResourceInfo = ResourceInfo {
@@ -140,6 +146,7 @@ const BASE: ResourceInfo = ResourceInfo {
     storage_prefix: "",
     has_spec: false,
     fields: &[],
+    allow_create_on_update: false,
 };
 
 /// Every resource rkube serves. Order is discovery order within a group version.
@@ -156,6 +163,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
     },
     ResourceInfo {
         resource: "endpoints",
+        allow_create_on_update: true,
         kind: "Endpoints",
         list_kind: "EndpointsList",
         singular: "endpoints",
@@ -165,6 +173,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
     },
     ResourceInfo {
         resource: "events",
+        allow_create_on_update: true,
         kind: "Event",
         list_kind: "EventList",
         singular: "event",
@@ -286,6 +295,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
     ResourceInfo {
         group: "coordination.k8s.io",
         resource: "leases",
+        allow_create_on_update: true,
         kind: "Lease",
         list_kind: "LeaseList",
         singular: "lease",
@@ -308,6 +318,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
     ResourceInfo {
         group: "rbac.authorization.k8s.io",
         resource: "clusterrolebindings",
+        allow_create_on_update: true,
         kind: "ClusterRoleBinding",
         list_kind: "ClusterRoleBindingList",
         singular: "clusterrolebinding",
@@ -318,6 +329,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
     ResourceInfo {
         group: "rbac.authorization.k8s.io",
         resource: "clusterroles",
+        allow_create_on_update: true,
         kind: "ClusterRole",
         list_kind: "ClusterRoleList",
         singular: "clusterrole",
@@ -328,6 +340,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
     ResourceInfo {
         group: "rbac.authorization.k8s.io",
         resource: "rolebindings",
+        allow_create_on_update: true,
         kind: "RoleBinding",
         list_kind: "RoleBindingList",
         singular: "rolebinding",
@@ -337,6 +350,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
     ResourceInfo {
         group: "rbac.authorization.k8s.io",
         resource: "roles",
+        allow_create_on_update: true,
         kind: "Role",
         list_kind: "RoleList",
         singular: "role",
@@ -501,6 +515,15 @@ mod tests {
         assert_eq!(nodes.object_key("/registry/", "ignored", "n1"), "/registry/minions/n1");
         let deploy = lookup("apps", "v1", "deployments").unwrap();
         assert_eq!(deploy.object_key("/registry", "ns", "d"), "/registry/deployments/ns/d");
+    }
+
+    #[test]
+    fn create_on_update_follows_upstream_strategies() {
+        let allowed: Vec<&str> = RESOURCES.iter().filter(|r| r.allow_create_on_update).map(|r| r.resource).collect();
+        assert_eq!(
+            allowed,
+            vec!["endpoints", "events", "leases", "clusterrolebindings", "clusterroles", "rolebindings", "roles"]
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Command-line entry points: `rkube apiserver` and `rkube up`.
 //!
 //! `rkube apiserver` takes kube-apiserver's flag names (`--bind-address`,
-//! `--secure-port`, `--storage-backend`, `--etcd-servers`, `--etcd-prefix`,
+//! `--secure-port`, `--advertise-address`, `--storage-backend`, `--etcd-servers`, `--etcd-prefix`,
 //! `--service-cluster-ip-range`, `-v/--v`) plus rkube's `--port` and
 //! `--data-dir`, and the filter chain's flags ([`crate::filters::FilterArgs`]).
 //!
@@ -46,6 +46,11 @@ pub struct ApiserverArgs {
     /// The IP address on which to listen.
     #[arg(long = "bind-address", default_value = "127.0.0.1")]
     pub bind_address: IpAddr,
+    /// The IP address advertised to the cluster as the API server's (the
+    /// `default/kubernetes` Endpoints and EndpointSlice). Default: --bind-address,
+    /// or when that is unspecified (0.0.0.0) the address of the default route's interface.
+    #[arg(long = "advertise-address")]
+    pub advertise_address: Option<IpAddr>,
     /// The port on which to serve plain HTTP (0 picks a free port).
     #[arg(long = "port", default_value_t = 8080)]
     pub port: u16,
@@ -197,16 +202,20 @@ fn build_chain(
 }
 
 /// Builds the state, bootstraps system namespaces (and the RBAC bootstrap
-/// policy when RBAC is on) and serves `st` behind the filter chain on
+/// policy when RBAC is on), keeps the `default/kubernetes` Service pointing at
+/// `advertise` and the listener's port ([`crate::kubernetes_service`]) and serves `st` behind the filter chain on
 /// `listener` until a signal. `ready` runs once the server can answer.
 async fn serve_until_signal(
     listener: TcpListener,
     storage: Arc<dyn Storage>,
     config: ServerConfig,
     fargs: &crate::filters::FilterArgs,
+    advertise: IpAddr,
     ready: impl FnOnce(),
 ) -> anyhow::Result<()> {
     let prefix = config.etcd_prefix.clone();
+    let cidr = config.service_cidr;
+    let me = crate::kubernetes_service::ApiserverEndpoint { ip: advertise, port: listener.local_addr()?.port() };
     let (storage, chain) = build_chain(storage, fargs, &prefix)?;
     let st = ApiState::new(storage.clone(), config);
     // `serve_api` attaches the cache's metrics (watch cache, consistency checks) to the chain's /metrics.
@@ -218,6 +227,12 @@ async fn serve_until_signal(
     }
     // ClusterRole aggregation (upstream runs it in kube-controller-manager).
     tokio::spawn(crate::rbac_aggregation::run(storage.clone(), prefix.clone(), st.shutdown.subscribe()));
+    // The default/kubernetes Service, Endpoints and EndpointSlice: in place
+    // before the server reports ready (when storage answers), then kept right.
+    if let Err(e) = crate::kubernetes_service::reconcile(storage.as_ref(), &prefix, cidr, me).await {
+        tracing::warn!(error = %e, "creating the default/kubernetes service; retrying in the background");
+    }
+    tokio::spawn(crate::kubernetes_service::run(storage.clone(), prefix.clone(), cidr, me, st.shutdown.subscribe()));
     ready();
     crate::filters::serve_api(listener, st, &chain, shutdown_signal()).await.context("serving the API")?;
     Ok(())
@@ -241,7 +256,8 @@ pub async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     tracing::info!(address = %local, backend = storage.backend_name(), "serving the Kubernetes API over {scheme}");
     let watch_cache = args.cache.options()?;
     let config = ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache };
-    serve_until_signal(listener, storage, config, &args.filters, || {}).await
+    let advertise = args.advertise_address.unwrap_or_else(|| crate::kubernetes_service::advertise_address(local.ip()));
+    serve_until_signal(listener, storage, config, &args.filters, advertise, || {}).await
 }
 
 /// The kubeconfig `rkube up` writes: cluster, user and context all named `rkube`.
@@ -294,7 +310,7 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
     };
     tracing::info!(server = %server, data_dir = %data_dir.display(), "rkube is up");
     let printed = kubeconfig_path.display().to_string();
-    serve_until_signal(listener, storage, ServerConfig::default(), &fargs, move || {
+    serve_until_signal(listener, storage, ServerConfig::default(), &fargs, local.ip(), move || {
         // The one line on stdout, printed once the server can answer.
         println!("export KUBECONFIG={printed}");
         use std::io::Write as _;

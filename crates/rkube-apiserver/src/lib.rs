@@ -10,6 +10,7 @@
 //!   [`openapi`], [`table`], [`patch`].
 //! - [`error`]: every failure becomes a `Status` ([`error::ApiError`]).
 //! - [`rbac_aggregation`]: the ClusterRole aggregation controller.
+//! - [`kubernetes_service`]: the `default/kubernetes` Service, Endpoints and EndpointSlice.
 //! - [`cli`]: the `apiserver` and `up` commands; [`up_auth`]: `rkube up`'s HTTPS, authentication and RBAC defaults.
 
 pub mod cache_options;
@@ -25,6 +26,7 @@ pub mod filters;
 pub mod feature_gates;
 pub mod handlers;
 pub mod ipalloc;
+pub mod kubernetes_service;
 pub mod lazy_storage;
 pub mod media;
 pub mod object;

@@ -30,6 +30,7 @@ use scenarios::get::{
     get_output_json_yaml_and_wide, get_table_for_nodes_events_and_secrets,
     get_table_shows_upstream_columns,
 };
+use scenarios::kubernetes_service::default_kubernetes_service_points_at_the_apiserver;
 use scenarios::patch::patch_json_merge_and_strategic;
 use scenarios::restart::{
     restart_after_sigkill_keeps_objects_and_resource_versions,
@@ -49,6 +50,7 @@ e2e_matrix!(
     get_chunk_size_pages_through_every_object,
     get_watch_sees_later_changes,
     get_watch_single_object_starts_with_current_state,
+    default_kubernetes_service_points_at_the_apiserver,
     describe_pod_and_service,
     patch_json_merge_and_strategic,
     delete_waits_until_gone_and_wait_false_returns_at_once,

@@ -11,6 +11,8 @@
 //! - A no-op update writes nothing and keeps the resourceVersion.
 //! - An update that removes the last finalizer of an object being deleted
 //!   deletes it.
+//! - A PUT of a missing object creates it (201) when the resource allows
+//!   create on update ([`ResourceInfo::allow_create_on_update`]); otherwise 404.
 
 use axum::response::Response;
 use rkube_api::field_error::FieldError;
@@ -255,7 +257,14 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     trace::step(steps::STORE_START);
     for _ in 0..MAX_ATTEMPTS {
         let Some((old, kv)) = ctx.load(&key, &name).await? else {
-            return Err(ApiError::not_found(info, &name));
+            trace::step(steps::READ_CURRENT);
+            if !info.allow_create_on_update || ctx.ri.subresource.is_some() {
+                return Err(ApiError::not_found(info, &name));
+            }
+            match create_on_update(ctx, &key, &name, body_obj.clone(), dry_run).await? {
+                Some(resp) => return Ok(resp),
+                None => continue,
+            }
         };
         trace::step(steps::READ_CURRENT);
         if let Some(rv) = want_rv {
@@ -274,6 +283,47 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         }
     }
     Err(ApiError::stale(info, &name))
+}
+
+/// PUT of a missing object of a resource whose strategy allows create on
+/// update (upstream `Store.Update` with `AllowCreateOnUpdate()`): the body goes
+/// through the create path and answers 201. A `resourceVersion` in the body is
+/// ignored like upstream does (there is nothing to compare it with). `None`
+/// when another writer created the object meanwhile (the caller reads again
+/// and updates it).
+async fn create_on_update(
+    ctx: &Ctx,
+    key: &str,
+    name: &str,
+    mut body_obj: Value,
+    dry_run: bool,
+) -> ApiResult<Option<Response>> {
+    let info = ctx.ri.info;
+    match object::name(&body_obj) {
+        "" => object::set_meta(&mut body_obj, "name", json!(name)),
+        n if n != name => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )))
+        }
+        _ => {}
+    }
+    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: body_obj, managed_recorded: false }).await?;
+    trace::step(steps::ADMISSION_DONE);
+    if dry_run {
+        trace::step(steps::STORED);
+        return Ok(Some(written(info, ctx, 201, &obj, &warnings)));
+    }
+    let bytes = encode_for_storage(&obj)?;
+    match ctx.st.storage.create(key, bytes).await {
+        Ok(kv) => {
+            trace::step(steps::STORED);
+            set_resource_version(&mut obj, kv.mod_revision);
+            Ok(Some(written(info, ctx, 201, &obj, &warnings)))
+        }
+        Err(StorageError::AlreadyExists { .. }) => Ok(None),
+        Err(e) => Err(ApiError::from_storage(e, info, name)),
+    }
 }
 
 /// PATCH an object (or its status); server-side apply may create it.

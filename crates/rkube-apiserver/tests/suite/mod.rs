@@ -2,7 +2,9 @@
 //! backend (`api_embedded.rs`, `api_etcd.rs`). Each function takes a fresh
 //! server and asserts what a client sees.
 
+pub mod create_on_update;
 pub mod crud;
+pub mod kubernetes_service;
 pub mod watch;
 
 /// Expands to one `#[tokio::test]` per suite function, each on a fresh server from `$server`.
@@ -72,6 +74,9 @@ macro_rules! all_suite_tests {
             crud::protobuf_bodies_from_kubectl_1_33_are_accepted,
             crud::deployment_scale_subresource_reads_and_sets_replicas,
             crud::nodeport_services_get_node_ports_from_the_range,
+            create_on_update::put_of_missing_lease_creates_it_with_201,
+            create_on_update::put_of_missing_configmap_is_404_not_found,
+            kubernetes_service::kubernetes_service_points_at_the_apiserver_and_is_idempotent,
             watch::watch_from_resource_version_streams_later_changes,
             watch::watch_at_zero_sends_synthetic_added_first,
             watch::watch_one_object_by_name_like_kubectl_get_w,

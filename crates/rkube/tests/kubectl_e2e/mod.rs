@@ -6,6 +6,7 @@ pub mod describe;
 pub mod discovery;
 pub mod errors;
 pub mod get;
+pub mod kubernetes_service;
 pub mod manifests;
 pub mod patch;
 pub mod restart;
