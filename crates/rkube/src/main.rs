@@ -13,6 +13,8 @@ struct Cli {
     command: Command,
 }
 
+/// Parsed once at start-up, so the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a Kubernetes-compatible API server (flags named like kube-apiserver's).

@@ -168,6 +168,7 @@ pub struct WatchReader {
 }
 
 /// What waiting for the next line of a watch stream gave.
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug)]
 pub enum Line {
     /// One line, its newline included.

@@ -235,7 +235,9 @@ pub fn get_all_namespaces_with_label_and_field_selectors(c: &mut Cluster, k: &Ku
         pairs(&[("default", "tools"), ("shop", "web-0")])
     );
 
-    let cases: &[(&[&str], &[(&str, &str)])] = &[
+    // (kubectl get arguments, expected (namespace, name) rows)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)]);
+    let cases: &[Case] = &[
         (&["-l", "app=web"], &[("shop", "web-0")]),
         (&["-l", "app!=web"], &[("default", "tools")]),
         (&["-l", "app in (tools,other)"], &[("default", "tools")]),
