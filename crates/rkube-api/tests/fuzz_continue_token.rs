@@ -15,14 +15,12 @@
 //! Case count: `PROPTEST_CASES` (default small, for CI). Run long with
 //! `PROPTEST_CASES=200000 cargo test -p rkube-api --release --test fuzz_continue_token`.
 
+mod fuzz_support;
+
 use base64::Engine;
+use fuzz_support::cases;
 use proptest::prelude::*;
 use rkube_api::{ContinueToken, ListOptions, Status};
-
-/// `PROPTEST_CASES` when set, else `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 fn b64(data: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data)

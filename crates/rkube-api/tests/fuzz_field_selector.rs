@@ -14,28 +14,13 @@
 //! Case count: `PROPTEST_CASES` (default small, for CI). Run long with
 //! `PROPTEST_CASES=200000 cargo test -p rkube-api --release --test fuzz_field_selector`.
 
+mod fuzz_support;
+
+use fuzz_support::{cases, check_selector_string};
 use proptest::prelude::*;
 use rkube_api::selector::field::{escape_value, unescape_value};
 use rkube_api::selector::{FieldOperator, FieldRequirement};
-use rkube_api::{FieldSelector, ListOptions};
-
-/// `PROPTEST_CASES` when set, else `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// Percent-encodes everything but unreserved characters, for a query value.
-fn query_escape(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+use rkube_api::FieldSelector;
 
 fn special_soup() -> impl Strategy<Value = String> {
     let piece = prop_oneof![
@@ -94,23 +79,5 @@ proptest! {
 }
 
 fn check_string(s: &str) -> Result<(), TestCaseError> {
-    let parsed = FieldSelector::parse(s);
-    let via_query = ListOptions::from_query(&format!("fieldSelector={}", query_escape(s)));
-    match &parsed {
-        Ok(sel) => {
-            let rendered = sel.to_string();
-            let again = FieldSelector::parse(&rendered);
-            prop_assert_eq!(again.as_ref(), Ok(sel), "{:?} rendered as {:?}", s, rendered);
-            let opts = via_query.map_err(|e| TestCaseError::fail(format!("query rejected a valid selector: {e:?}")))?;
-            prop_assert_eq!(&opts.field_selector, sel);
-        }
-        Err(msg) => {
-            prop_assert!(!msg.is_empty());
-            let status = via_query.err().ok_or_else(|| TestCaseError::fail("query accepted an invalid selector"))?;
-            prop_assert_eq!(status.code, 400);
-            prop_assert_eq!(status.reason.as_str(), "BadRequest");
-            prop_assert_eq!(&status.message, msg);
-        }
-    }
-    Ok(())
+    check_selector_string(s, "fieldSelector", FieldSelector::parse, |o| &o.field_selector)
 }

@@ -13,29 +13,14 @@
 //! Case count: `PROPTEST_CASES` (default small, for CI). Run long with
 //! `PROPTEST_CASES=200000 cargo test -p rkube-api --release --test fuzz_label_selector`.
 
+mod fuzz_support;
+
 use std::collections::BTreeSet;
 
+use fuzz_support::{cases, check_selector_string};
 use proptest::prelude::*;
 use rkube_api::selector::label::{LabelOperator, LabelRequirement};
-use rkube_api::{LabelSelector, ListOptions};
-
-/// `PROPTEST_CASES` when set, else `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// Percent-encodes everything but unreserved characters, for a query value.
-fn query_escape(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+use rkube_api::LabelSelector;
 
 /// Strings made of selector tokens, identifiers (valid and not) and spaces.
 fn token_soup() -> impl Strategy<Value = String> {
@@ -132,23 +117,5 @@ proptest! {
 }
 
 fn check_string(s: &str) -> Result<(), TestCaseError> {
-    let parsed = LabelSelector::parse(s);
-    let via_query = ListOptions::from_query(&format!("labelSelector={}", query_escape(s)));
-    match &parsed {
-        Ok(sel) => {
-            let rendered = sel.to_string();
-            let again = LabelSelector::parse(&rendered);
-            prop_assert_eq!(again.as_ref(), Ok(sel), "{:?} rendered as {:?}", s, rendered);
-            let opts = via_query.map_err(|e| TestCaseError::fail(format!("query rejected a valid selector: {e:?}")))?;
-            prop_assert_eq!(&opts.label_selector, sel);
-        }
-        Err(msg) => {
-            prop_assert!(!msg.is_empty());
-            let status = via_query.err().ok_or_else(|| TestCaseError::fail("query accepted an invalid selector"))?;
-            prop_assert_eq!(status.code, 400);
-            prop_assert_eq!(status.reason.as_str(), "BadRequest");
-            prop_assert_eq!(&status.message, msg);
-        }
-    }
-    Ok(())
+    check_selector_string(s, "labelSelector", LabelSelector::parse, |o| &o.label_selector)
 }

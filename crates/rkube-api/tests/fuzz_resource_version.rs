@@ -15,13 +15,11 @@
 //! Case count: `PROPTEST_CASES` (default small, for CI). Run long with
 //! `PROPTEST_CASES=200000 cargo test -p rkube-api --release --test fuzz_resource_version`.
 
+mod fuzz_support;
+
+use fuzz_support::cases;
 use proptest::prelude::*;
 use rkube_api::{parse_resource_version, ListOptions, Status};
-
-/// `PROPTEST_CASES` when set, else `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 fn check_query_error(status: &Status) -> Result<(), TestCaseError> {
     match status.code {

@@ -49,9 +49,6 @@ pub struct RawList {
     pub remaining_item_count: Option<i64>,
 }
 
-/// Upstream `--min-request-timeout` default: watches last between 1× and 2× this.
-const MIN_REQUEST_TIMEOUT_SECS: u64 = 1800;
-
 fn decode(bytes: &[u8]) -> ApiResult<Value> {
     serde_json::from_slice(bytes).map_err(|e| ApiError::internal(format!("cached object is not JSON: {e}")))
 }
@@ -144,8 +141,7 @@ pub async fn watch(ctx: &Ctx) -> Option<ApiResult<Response>> {
     // `GET .../pods/<name>?watch=true` adds `metadata.name=<name>` to the predicate.
     opts.field_selector = predicate.field.clone();
     if opts.timeout_seconds.is_none_or(|s| s == 0) {
-        let r = u64::from(uuid::Uuid::new_v4().as_bytes()[0]);
-        opts.timeout_seconds = Some(MIN_REQUEST_TIMEOUT_SECS + r * MIN_REQUEST_TIMEOUT_SECS / 256);
+        opts.timeout_seconds = Some(crate::watch::default_timeout_secs());
     }
     let watch = ctx.st.source.watch_by_options(info, ctx.ri.namespace.as_deref(), &opts).await?;
     let watch = match watch {
@@ -194,7 +190,7 @@ fn encode_event(info: &ResourceInfo, api_version: &str, render: Render, ev: &Wat
             let Ok(obj) = serde_json::from_slice::<Value>(&o.json) else {
                 return ev.to_json_line(info.kind, api_version);
             };
-            shape(info, render, &obj)
+            crate::watch::shape_object(info, render, &obj)
         }
         WatchEvent::Bookmark(b) => bookmark(info, api_version, render, b.resource_version, b.initial_events_end),
         WatchEvent::Error(_) => return ev.to_json_line(info.kind, api_version),
@@ -202,18 +198,6 @@ fn encode_event(info: &ResourceInfo, api_version: &str, render: Render, ev: &Wat
     let mut v = serde_json::to_vec(&json!({"type": ev.type_name(), "object": object})).unwrap_or_default();
     v.push(b'\n');
     Bytes::from(v)
-}
-
-/// The object as sent: a one-row Table, or metadata only (as [`crate::watch`]).
-fn shape(info: &ResourceInfo, r: Render, obj: &Value) -> Value {
-    match r.output {
-        Output::Table(v) => {
-            let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-            render::table(info, v, std::slice::from_ref(obj), r.include, Some(json!({"resourceVersion": rv})))
-        }
-        Output::PartialMetadata => render::partial_metadata(obj),
-        _ => obj.clone(),
-    }
 }
 
 fn bookmark(info: &ResourceInfo, api_version: &str, r: Render, rv: i64, initial_end: bool) -> Value {

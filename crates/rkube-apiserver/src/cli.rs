@@ -262,9 +262,7 @@ pub async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
 
 /// The kubeconfig `rkube up` writes: cluster, user and context all named `rkube`.
 pub fn kubeconfig(server: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: rkube\n  cluster:\n    server: {server}\nusers:\n- name: rkube\n  user: {{}}\ncontexts:\n- name: rkube\n  context:\n    cluster: rkube\n    user: rkube\n    namespace: default\ncurrent-context: rkube\npreferences: {{}}\n"
-    )
+    crate::filters::tls::render_kubeconfig(server, None)
 }
 
 /// Binds 127.0.0.1:`port`, or a free port when it is taken (or 0).

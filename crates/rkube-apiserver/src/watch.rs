@@ -42,6 +42,13 @@ const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
 /// Upstream `--min-request-timeout` default: watches last between 1× and 2× this.
 const MIN_REQUEST_TIMEOUT_SECS: u64 = 1800;
 
+/// A watch's `timeoutSeconds` when the client set none: random between 1×
+/// and 2× `--min-request-timeout` (upstream spreads watch ends this way).
+pub(crate) fn default_timeout_secs() -> u64 {
+    let r = u64::from(uuid::Uuid::new_v4().as_bytes()[0]);
+    MIN_REQUEST_TIMEOUT_SECS + r * MIN_REQUEST_TIMEOUT_SECS / 256
+}
+
 /// Events buffered between the watch task and the HTTP body.
 const CHANNEL_CAPACITY: usize = 256;
 
@@ -71,10 +78,7 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
     let start_rev = if rv.is_empty() || rv == "0" { 0 } else { parse_rv(&rv)? };
     let timeout = match opts.timeout_seconds {
         Some(s) if s > 0 => Duration::from_secs(s),
-        _ => {
-            let r = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) % MIN_REQUEST_TIMEOUT_SECS.max(1);
-            Duration::from_secs(MIN_REQUEST_TIMEOUT_SECS + r * MIN_REQUEST_TIMEOUT_SECS / 256)
-        }
+        _ => Duration::from_secs(default_timeout_secs()),
     };
     let plan = WatchPlan {
         info,
@@ -147,16 +151,16 @@ fn line(kind: &str, object: &Value) -> Bytes {
 
 /// The object as sent (a one-row Table or metadata only when asked).
 fn shape(plan: &WatchPlan, obj: &Value) -> Value {
-    match plan.render.output {
+    shape_object(plan.info, plan.render, obj)
+}
+
+/// `obj` of `info` as a watch event carries it for `render`: a one-row
+/// Table, metadata only, or as is (shared with [`crate::cached_read`]).
+pub(crate) fn shape_object(info: &ResourceInfo, render: Render, obj: &Value) -> Value {
+    match render.output {
         Output::Table(v) => {
             let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-            render::table(
-                plan.info,
-                v,
-                std::slice::from_ref(obj),
-                plan.render.include,
-                Some(json!({"resourceVersion": rv})),
-            )
+            render::table(info, v, std::slice::from_ref(obj), render.include, Some(json!({"resourceVersion": rv})))
         }
         Output::PartialMetadata => render::partial_metadata(obj),
         _ => obj.clone(),

@@ -17,27 +17,16 @@
 //! `PROPTEST_CASES=20000 cargo test -p rkube-apiserver --test fuzz_body` (the
 //! property through the handler runs a tenth of that).
 
-use std::sync::{Arc, OnceLock};
+mod fuzz_support;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request};
+use fuzz_support::{cases, depth, handler_cases, server};
 use http_body_util::BodyExt;
 use proptest::prelude::*;
 use rkube_apiserver::media;
-use rkube_apiserver::ApiState;
 use serde_json::{json, Map, Value};
 use tower::ServiceExt;
-
-/// `PROPTEST_CASES` when set, else `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// Cases of the properties that go through the handler and the store (each
-/// case is several requests and writes): a tenth of `PROPTEST_CASES`.
-fn handler_cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse::<u32>().ok()).map_or(default, |n| (n / 10).max(1))
-}
 
 const BODY_TYPES: [&str; 6] = [
     "application/json",
@@ -96,25 +85,6 @@ fn arb_protobuf() -> impl Strategy<Value = Vec<u8>> {
         b.extend(rest);
         b
     })
-}
-
-fn depth(v: &Value) -> usize {
-    let mut max = 0;
-    let mut stack = vec![(v, 0usize)];
-    while let Some((v, d)) = stack.pop() {
-        match v {
-            Value::Array(a) => {
-                max = max.max(d + 1);
-                stack.extend(a.iter().map(|c| (c, d + 1)));
-            }
-            Value::Object(m) => {
-                max = max.max(d + 1);
-                stack.extend(m.values().map(|c| (c, d + 1)));
-            }
-            _ => max = max.max(d),
-        }
-    }
-    max
 }
 
 fn check_decode(ct: &str, body: &[u8]) -> Result<Option<Value>, TestCaseError> {
@@ -223,28 +193,6 @@ fn yaml_alias_amplification_is_a_bad_request() {
 }
 
 // ------------------------------------------------------------------ through the handler
-
-struct Server {
-    rt: tokio::runtime::Runtime,
-    st: ApiState,
-    _dir: tempfile::TempDir,
-}
-
-fn server() -> &'static Server {
-    static SERVER: OnceLock<Server> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let st = rt.block_on(async {
-            let storage: Arc<dyn rkube_storage::Storage> =
-                Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("embedded store"));
-            let st = rkube_apiserver::server::default_state(storage);
-            rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
-            st
-        });
-        Server { rt, st, _dir: dir }
-    })
-}
 
 fn arb_post_body() -> impl Strategy<Value = (String, Vec<u8>)> {
     let configmap = || {

@@ -23,11 +23,13 @@
 //! `PROPTEST_CASES=20000 cargo test -p rkube-apiserver --test fuzz_patch` (the
 //! properties through the handler run a tenth of that).
 
-use std::sync::{Arc, OnceLock};
+mod fuzz_support;
+
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::Request;
+use fuzz_support::{cases, depth, handler_cases, server};
 use http_body_util::BodyExt;
 use proptest::prelude::*;
 use rkube_api::Status;
@@ -35,17 +37,6 @@ use rkube_apiserver::patch::{apply_patch, apply_patch_at, update_managed_fields,
 use rkube_apiserver::ApiState;
 use serde_json::{json, Map, Value};
 use tower::ServiceExt;
-
-/// `PROPTEST_CASES` when set, else `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// Cases of the properties that go through the handler and the store (each
-/// case is several requests and writes): a tenth of `PROPTEST_CASES`.
-fn handler_cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse::<u32>().ok()).map_or(default, |n| (n / 10).max(1))
-}
 
 const NOW: &str = "2024-05-01T12:00:00Z";
 const KINDS: [&str; 6] = ["Pod", "Deployment", "Service", "Node", "ConfigMap", "Job"];
@@ -209,26 +200,6 @@ fn arb_apply_body() -> impl Strategy<Value = Vec<u8>> {
 }
 
 // ------------------------------------------------------------------ checks
-
-/// Containers deep, without recursion (scalars are 0).
-fn depth(v: &Value) -> usize {
-    let mut max = 0;
-    let mut stack = vec![(v, 0usize)];
-    while let Some((v, d)) = stack.pop() {
-        match v {
-            Value::Array(a) => {
-                max = max.max(d + 1);
-                stack.extend(a.iter().map(|c| (c, d + 1)));
-            }
-            Value::Object(m) => {
-                max = max.max(d + 1);
-                stack.extend(m.values().map(|c| (c, d + 1)));
-            }
-            _ => max = max.max(d),
-        }
-    }
-    max
-}
 
 /// What the storage round trip needs: an object serde_json decodes again.
 fn check_storable(v: &Value) -> Result<(), TestCaseError> {
@@ -400,28 +371,6 @@ fn deeply_nested_patch_bodies_are_bad_requests() {
 }
 
 // ------------------------------------------------------------------ through the handler
-
-struct Server {
-    rt: tokio::runtime::Runtime,
-    st: ApiState,
-    _dir: tempfile::TempDir,
-}
-
-fn server() -> &'static Server {
-    static SERVER: OnceLock<Server> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let st = rt.block_on(async {
-            let storage: Arc<dyn rkube_storage::Storage> =
-                Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("embedded store"));
-            let st = rkube_apiserver::server::default_state(storage);
-            rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
-            st
-        });
-        Server { rt, st, _dir: dir }
-    })
-}
 
 async fn call(st: &ApiState, method: &str, uri: &str, ct: &str, body: Vec<u8>) -> (u16, Value) {
     let req = Request::builder().method(method).uri(uri).header("content-type", ct).body(Body::from(body)).expect("request");

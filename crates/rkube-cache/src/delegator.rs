@@ -124,17 +124,9 @@ fn limit_of(opts: &ListOptions) -> usize {
     usize::try_from(opts.limit).unwrap_or(0)
 }
 
-fn predicate(namespace: Option<&str>, opts: &ListOptions) -> Predicate {
-    Predicate {
-        namespace: namespace.map(str::to_string),
-        label: opts.label_selector.clone(),
-        field: opts.field_selector.clone(),
-    }
-}
-
 /// Serves a LIST (see the module docs).
 pub(crate) async fn list(inner: &Inner, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
-    let pred = predicate(namespace, opts);
+    let pred = Predicate::from_list_options(namespace, opts);
     let limit = limit_of(opts);
     if inner.config.cache_disabled() {
         let (read, start, from_continue) = storage_read_for(opts)?;
@@ -189,21 +181,29 @@ fn storage_read_for(opts: &ListOptions) -> Result<(StorageRead, Option<String>, 
     Ok((read, None, false))
 }
 
-/// Reads a page from `store` at list revision `list_rv`, with the continue token.
-fn page_result(store: &Store, pred: &Predicate, start: Option<&str>, limit: usize, list_rv: i64) -> (ListResult, Page) {
-    let count_remaining = limit > 0 && pred.has_no_selectors();
-    let page = read_page(store.range(pred.namespace.as_deref(), start), pred, limit, count_remaining);
+/// A page read at list revision `list_rv` as a LIST result: the continue
+/// token names the page's last key, `remainingItemCount` is kept only when
+/// more items follow. Returns it with the number of objects examined.
+fn into_result(page: Page, list_rv: i64) -> (ListResult, usize) {
     let continue_token = (page.more)
         .then(|| page.items.last().map(|o| ContinueToken::for_next_key(list_rv, &o.key).encode()))
         .flatten();
     let result = ListResult {
-        items: page.items.clone(),
+        items: page.items,
         resource_version: list_rv,
         continue_token,
         remaining_item_count: if page.more { page.remaining } else { None },
         served_from: ServedFrom::Cache,
     };
-    (result, page)
+    (result, page.fetched)
+}
+
+/// Reads a page from `store` at list revision `list_rv`, with the continue
+/// token; returns it with the number of objects examined.
+fn page_result(store: &Store, pred: &Predicate, start: Option<&str>, limit: usize, list_rv: i64) -> (ListResult, usize) {
+    let count_remaining = limit > 0 && pred.has_no_selectors();
+    let page = read_page(store.range(pred.namespace.as_deref(), start), pred, limit, count_remaining);
+    into_result(page, list_rv)
 }
 
 /// The latest state, using the node index for `spec.nodeName=X`.
@@ -211,30 +211,22 @@ fn serve_latest(inner: &Inner, pred: &Predicate, start: Option<&str>, limit: usi
     let state = inner.read_state();
     let list_rv = state.resource_version;
     if let (Some(node), Some(index)) = (pred.node_name(), state.node_index.as_ref()) {
-        let objects: Vec<&Arc<CachedObject>> = index
+        let objects = index
             .keys(node)
             .filter(|k| start.is_none_or(|s| k.as_str() >= s))
-            .filter_map(|k| state.store.get(k))
-            .collect();
-        let page = read_page(objects.into_iter(), pred, limit, false);
+            .filter_map(|k| state.store.get(k));
+        // Without remaining-item counting, `remainingItemCount` stays unset.
+        let page = read_page(objects, pred, limit, false);
         drop(state);
-        inner.metrics.cache_list(NODE_NAME_FIELD, page.fetched, page.items.len());
-        let continue_token = (page.more)
-            .then(|| page.items.last().map(|o| ContinueToken::for_next_key(list_rv, &o.key).encode()))
-            .flatten();
-        return ListResult {
-            items: page.items,
-            resource_version: list_rv,
-            continue_token,
-            remaining_item_count: None,
-            served_from: ServedFrom::Cache,
-        };
+        let (result, fetched) = into_result(page, list_rv);
+        inner.metrics.cache_list(NODE_NAME_FIELD, fetched, result.items.len());
+        return result;
     }
     // O(1) clone, then read without holding the lock.
     let store = state.store.clone();
     drop(state);
-    let (result, page) = page_result(&store, pred, start, limit, list_rv);
-    inner.metrics.cache_list("", page.fetched, result.items.len());
+    let (result, fetched) = page_result(&store, pred, start, limit, list_rv);
+    inner.metrics.cache_list("", fetched, result.items.len());
     result
 }
 
@@ -286,8 +278,8 @@ async fn exact(
     let Some(store) = snapshot else {
         return storage_list::list(inner, pred, StorageRead::Exact(rv), start.as_deref(), limit, from_continue).await;
     };
-    let (mut result, page) = page_result(&store, pred, start.as_deref(), limit, rv);
-    inner.metrics.cache_list("", page.fetched, result.items.len());
+    let (mut result, fetched) = page_result(&store, pred, start.as_deref(), limit, rv);
+    inner.metrics.cache_list("", fetched, result.items.len());
     result.served_from = ServedFrom::Snapshot;
     Ok(result)
 }

@@ -2,6 +2,7 @@
 //! field selector (upstream `storage.SelectionPredicate`), evaluated on the
 //! labels and fields each [`CachedObject`] extracted once.
 
+use rkube_api::list_options::ListOptions;
 use rkube_api::selector::{FieldSelector, LabelSelector};
 
 use crate::store::CachedObject;
@@ -24,6 +25,16 @@ impl Predicate {
     /// Selects everything in `namespace`.
     pub fn namespace(namespace: Option<&str>) -> Self {
         Predicate { namespace: namespace.map(str::to_string), ..Default::default() }
+    }
+
+    /// The selection of a LIST or WATCH request: `namespace` plus the
+    /// request's `labelSelector` / `fieldSelector`.
+    pub fn from_list_options(namespace: Option<&str>, opts: &ListOptions) -> Self {
+        Predicate {
+            namespace: namespace.map(str::to_string),
+            label: opts.label_selector.clone(),
+            field: opts.field_selector.clone(),
+        }
     }
 
     /// True when neither selector restricts anything (upstream `pred.Empty()`).

@@ -176,112 +176,155 @@ impl CacheMetrics {
 }
 
 /// The metrics of one resource (labels `group`, `resource` filled in).
+///
+/// The label sets it records with are built once, when the cacher starts,
+/// and shared by its clones (one per watch): recording allocates nothing.
 #[derive(Debug, Clone)]
 pub struct ResourceMetrics {
     m: Arc<CacheMetrics>,
+    labels: Arc<LabelSets>,
+}
+
+/// Every label set one resource records with.
+#[derive(Debug)]
+struct LabelSets {
+    /// `group`, `resource`.
     gr: Labels,
+    /// `gr` + `index=""` (a LIST scanning the store).
+    index_none: Labels,
+    /// `gr` + `index="spec.nodeName"` (a LIST using the pod node index).
+    index_node: Labels,
+    /// `gr` + `success`, `fallback`, at `[success as usize * 2 + fallback as usize]`.
+    consistent: [Labels; 4],
 }
 
 impl ResourceMetrics {
     /// Records for `group` / `resource`.
     pub fn new(m: Arc<CacheMetrics>, group: &str, resource: &str) -> Self {
-        ResourceMetrics { m, gr: vec![("group", group.to_string()), ("resource", resource.to_string())] }
+        let gr: Labels = vec![("group", group.to_string()), ("resource", resource.to_string())];
+        let with = |extra: &[(&'static str, &str)]| -> Labels {
+            let mut l = gr.clone();
+            l.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+            l
+        };
+        let consistent = |success: bool, fallback: bool| with(&[("success", bool_str(success)), ("fallback", bool_str(fallback))]);
+        let labels = LabelSets {
+            index_none: with(&[("index", "")]),
+            index_node: with(&[("index", crate::filter::NODE_NAME_FIELD)]),
+            consistent: [consistent(false, false), consistent(false, true), consistent(true, false), consistent(true, true)],
+            gr,
+        };
+        ResourceMetrics { m, labels: Arc::new(labels) }
     }
 
-    fn with(&self, extra: &[(&'static str, &str)]) -> Labels {
-        let mut l = self.gr.clone();
-        l.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
-        l
+    fn gr(&self) -> &Labels {
+        &self.labels.gr
+    }
+
+    /// The labels of `apiserver_cache_list_*` for `index`.
+    fn index_labels(&self, index: &str) -> std::borrow::Cow<'_, Labels> {
+        use std::borrow::Cow;
+        match index {
+            "" => Cow::Borrowed(&self.labels.index_none),
+            crate::filter::NODE_NAME_FIELD => Cow::Borrowed(&self.labels.index_node),
+            other => {
+                let mut l = self.labels.gr.clone();
+                l.push(("index", other.to_string()));
+                Cow::Owned(l)
+            }
+        }
+    }
+
+    fn consistent_labels(&self, success: bool, fallback: bool) -> &Labels {
+        &self.labels.consistent[usize::from(success) * 2 + usize::from(fallback)]
     }
 
     /// A LIST served from the cache (`index` = `spec.nodeName` or "").
     pub fn cache_list(&self, index: &str, fetched: usize, returned: usize) {
-        let l = self.with(&[("index", index)]);
+        let l = self.index_labels(index);
         self.m.list_total.get_or_create(&l).inc();
         self.m.list_fetched.get_or_create(&l).inc_by(fetched as u64);
-        self.m.list_returned.get_or_create(&self.gr).inc_by(returned as u64);
+        self.m.list_returned.get_or_create(self.gr()).inc_by(returned as u64);
     }
 
     /// A LIST served from storage.
     pub fn storage_list(&self, fetched: usize, returned: usize) {
-        self.m.storage_list_total.get_or_create(&self.gr).inc();
-        self.m.storage_list_fetched.get_or_create(&self.gr).inc_by(fetched as u64);
-        self.m.storage_list_returned.get_or_create(&self.gr).inc_by(returned as u64);
+        self.m.storage_list_total.get_or_create(self.gr()).inc();
+        self.m.storage_list_fetched.get_or_create(self.gr()).inc_by(fetched as u64);
+        self.m.storage_list_returned.get_or_create(self.gr()).inc_by(returned as u64);
     }
 
     /// LISTs served from storage so far (for tests and benchmarks).
     pub fn storage_list_count(&self) -> u64 {
-        self.m.storage_list_total.get_or_create(&self.gr).get()
+        self.m.storage_list_total.get_or_create(self.gr()).get()
     }
 
     /// LISTs served from the cache so far, all indexes.
     pub fn cache_list_count(&self) -> u64 {
         ["", crate::filter::NODE_NAME_FIELD]
             .iter()
-            .map(|i| self.m.list_total.get_or_create(&self.with(&[("index", i)])).get())
+            .map(|i| self.m.list_total.get_or_create(&self.index_labels(i)).get())
             .sum()
     }
 
     /// Events received from storage.
     pub fn events_received(&self, n: u64) {
-        self.m.events_received.get_or_create(&self.gr).inc_by(n);
+        self.m.events_received.get_or_create(self.gr()).inc_by(n);
     }
 
     /// Events sent to watchers.
     pub fn events_dispatched(&self, n: u64) {
-        self.m.events_dispatched.get_or_create(&self.gr).inc_by(n);
+        self.m.events_dispatched.get_or_create(self.gr()).inc_by(n);
     }
 
     /// The cache's resourceVersion (15 least significant digits, as upstream).
     pub fn resource_version(&self, rv: i64) {
-        self.m.resource_version.get_or_create(&self.gr).set(rv % 1_000_000_000_000_000);
+        self.m.resource_version.get_or_create(self.gr()).set(rv % 1_000_000_000_000_000);
     }
 
     /// A completed (re)initialization.
     pub fn initialized(&self) {
-        self.m.initializations.get_or_create(&self.gr).inc();
+        self.m.initializations.get_or_create(self.gr()).inc();
     }
 
     /// Time a read waited for the cache to become fresh.
     pub fn read_wait(&self, secs: f64) {
-        self.m.read_wait.get_or_create(&self.gr).observe(secs);
+        self.m.read_wait.get_or_create(self.gr()).observe(secs);
     }
 
     /// A consistent read: served (`success`) and whether it fell back to storage.
     pub fn consistent_read(&self, success: bool, fallback: bool) {
-        let l = self.with(&[("success", bool_str(success)), ("fallback", bool_str(fallback))]);
-        self.m.consistent_read.get_or_create(&l).inc();
+        self.m.consistent_read.get_or_create(self.consistent_labels(success, fallback)).inc();
     }
 
     /// Consistent reads so far with these labels.
     pub fn consistent_read_count(&self, success: bool, fallback: bool) -> u64 {
-        let l = self.with(&[("success", bool_str(success)), ("fallback", bool_str(fallback))]);
-        self.m.consistent_read.get_or_create(&l).get()
+        self.m.consistent_read.get_or_create(self.consistent_labels(success, fallback)).get()
     }
 
     /// A watcher closed for being too slow.
     pub fn terminated_watcher(&self) {
-        self.m.terminated_watchers.get_or_create(&self.gr).inc();
+        self.m.terminated_watchers.get_or_create(self.gr()).inc();
     }
 
     /// Watchers terminated so far.
     pub fn terminated_watchers(&self) -> u64 {
-        self.m.terminated_watchers.get_or_create(&self.gr).get()
+        self.m.terminated_watchers.get_or_create(self.gr()).get()
     }
 
     /// The history's capacity changed from `old` to `new` (`old == new`: initial value).
     pub fn capacity(&self, old: usize, new: usize) {
-        self.m.capacity.get_or_create(&self.gr).set(new as i64);
+        self.m.capacity.get_or_create(self.gr()).set(new as i64);
         if new > old {
-            self.m.capacity_increase.get_or_create(&self.gr).inc();
+            self.m.capacity_increase.get_or_create(self.gr()).inc();
         } else if new < old {
-            self.m.capacity_decrease.get_or_create(&self.gr).inc();
+            self.m.capacity_decrease.get_or_create(self.gr()).inc();
         }
     }
 
     /// Adds `delta` to the number of registered watchers.
     pub fn registered_watchers(&self, delta: i64) {
-        self.m.registered_watchers.get_or_create(&self.gr).inc_by(delta);
+        self.m.registered_watchers.get_or_create(self.gr()).inc_by(delta);
     }
 }
 

@@ -34,7 +34,7 @@ use crate::event::{Bookmark, WatchEvent};
 use crate::filter::Predicate;
 use crate::history::HistoryError;
 use crate::metrics::ResourceMetrics;
-use crate::watchers::{Registry, Watcher, WatcherId};
+use crate::watchers::{convert_event, Registry, Watcher, WatcherId};
 
 /// A watch served from the cache: a `Stream` of [`WatchEvent`]s. It ends
 /// when `timeoutSeconds` passes, after an `ERROR` event, when the watcher
@@ -113,11 +113,7 @@ impl Drop for CacheWatch {
 
 /// Sets up a watch (see the module docs).
 pub(crate) async fn watch(inner: &Inner, namespace: Option<&str>, opts: &ListOptions) -> Result<CacheWatch> {
-    let pred = Arc::new(Predicate {
-        namespace: namespace.map(str::to_string),
-        label: opts.label_selector.clone(),
-        field: opts.field_selector.clone(),
-    });
+    let pred = Arc::new(Predicate::from_list_options(namespace, opts));
     if inner.config.cache_disabled() {
         return storage_watch(inner, pred, opts).await;
     }
@@ -160,8 +156,7 @@ pub(crate) async fn watch(inner: &Inner, namespace: Option<&str>, opts: &ListOpt
     } else {
         match state.history.since(requested) {
             Ok(events) => {
-                let probe = Watcher::new(pred.clone(), requested, false, None, mpsc::channel(1).0);
-                events.iter().filter_map(|e| probe.convert(e)).collect()
+                events.iter().filter_map(|e| convert_event(&pred, requested, e)).collect()
             }
             Err(HistoryError::TooOld { requested, oldest }) => {
                 return Ok(CacheWatch::error(CacheError::TooOldResourceVersion { requested, oldest }));
@@ -223,7 +218,6 @@ async fn storage_watch(inner: &Inner, pred: Arc<Predicate>, opts: &ListOptions) 
     let prefix = inner.config.resource_prefix.clone();
     let extract = inner.config.field_extractor;
     let clock = inner.config.clock.clone();
-    let probe = Watcher::new(pred, after, false, None, mpsc::channel(1).0);
     let forwarder = tokio::spawn(async move {
         let mut stream = watch.stream;
         while let Some(msg) = stream.next().await {
@@ -256,7 +250,7 @@ async fn storage_watch(inner: &Inner, pred: Arc<Predicate>, opts: &ListOptions) 
                     }
                     (StorageEventKind::Delete, None) => continue,
                 };
-                if let Some(out) = probe.convert(&cache_event) {
+                if let Some(out) = convert_event(&pred, after, &cache_event) {
                     if tx.send(out).await.is_err() {
                         return;
                     }

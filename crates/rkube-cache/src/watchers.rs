@@ -44,6 +44,25 @@ pub enum Delivery {
     Gone,
 }
 
+/// What a watch selecting `pred`, whose initial events covered every change
+/// up to `start_rv`, should see of `ev` (upstream `convertToWatchEvent`):
+/// the selector matched before and after → MODIFIED; only after → ADDED;
+/// only before → DELETED with the old object at the event's revision;
+/// neither → nothing. Events at or before `start_rv` were in the initial events.
+pub fn convert_event(pred: &Predicate, start_rv: i64, ev: &CacheEvent) -> Option<WatchEvent> {
+    if ev.resource_version <= start_rv {
+        return None;
+    }
+    let cur = ev.kind != EventKind::Deleted && pred.matches(&ev.object);
+    let old = ev.prev_object.as_ref().is_some_and(|p| pred.matches(p));
+    match (cur, old) {
+        (true, true) => Some(WatchEvent::Modified(ev.object.clone())),
+        (true, false) => Some(WatchEvent::Added(ev.object.clone())),
+        (false, true) => ev.prev_at_event_rv().map(WatchEvent::Deleted),
+        (false, false) => None,
+    }
+}
+
 /// One registered watcher.
 #[derive(Debug)]
 pub struct Watcher {
@@ -75,22 +94,9 @@ impl Watcher {
         Watcher { pred, node, start_rv, allow_bookmarks, deadline, tx, overflow: VecDeque::new(), blocked_since: None }
     }
 
-    /// What this watcher should see of `ev` (upstream `convertToWatchEvent`):
-    /// the selector matched before and after → MODIFIED; only after → ADDED;
-    /// only before → DELETED with the old object at the event's revision;
-    /// neither → nothing. Events at or before `start_rv` were in the initial events.
+    /// What this watcher should see of `ev` (see [`convert_event`]).
     pub fn convert(&self, ev: &CacheEvent) -> Option<WatchEvent> {
-        if ev.resource_version <= self.start_rv {
-            return None;
-        }
-        let cur = ev.kind != EventKind::Deleted && self.pred.matches(&ev.object);
-        let old = ev.prev_object.as_ref().is_some_and(|p| self.pred.matches(p));
-        match (cur, old) {
-            (true, true) => Some(WatchEvent::Modified(ev.object.clone())),
-            (true, false) => Some(WatchEvent::Added(ev.object.clone())),
-            (false, true) => ev.prev_at_event_rv().map(WatchEvent::Deleted),
-            (false, false) => None,
-        }
+        convert_event(&self.pred, self.start_rv, ev)
     }
 
     /// Offers `event` without waiting; keeps order behind earlier queued events.

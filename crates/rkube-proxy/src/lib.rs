@@ -18,7 +18,7 @@
 //!   its iptables implementation [`engine::IptablesBackend`], and the async loop
 //!   ([`engine::runner::run_sync_loop`]) that drives them.
 //! - [`metrics`], [`healthz`]: kube-proxy's metric names and `/healthz`.
-//! - [`watch`], [`cli`]: kube-rs reflectors feeding the tracker, and `rkube proxy`.
+//! - [`watch`], [`cli`]: kube-rs watchers feeding the tracker, and `rkube proxy`.
 //!
 //! Differences from kube-proxy's iptables mode (not implemented yet): IPv4 only (one
 //! proxier, no dual stack); NodePorts are not served on 127.0.0.0/8

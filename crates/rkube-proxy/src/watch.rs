@@ -1,10 +1,11 @@
-//! kube-rs reflectors for Services, EndpointSlices and this node, feeding the
+//! kube-rs watchers for Services, EndpointSlices and this node, feeding the
 //! [`ChangeTracker`] and notifying the sync loop (upstream's informers and
 //! `OnServiceAdd/Update/Delete`, `OnEndpointSlice*`, `OnNode*` handlers).
 //!
 //! Relists (a watcher restart after a 410 or a lost connection) are handled
 //! by diffing the relisted objects against the ones known before: objects that
-//! vanished are deleted from the tracker.
+//! vanished are deleted from the tracker. The applier's map of known objects is
+//! the only object cache (no reflector store beside it).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
@@ -142,9 +143,8 @@ impl<K: Tracked> EventApplier<K> {
     }
 }
 
-async fn run_reflector<K: Tracked>(api: Api<K>, ctx: WatchContext) {
-    let (reader, writer) = reflector::store::<K>();
-    let stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default())).default_backoff();
+async fn run_watch<K: Tracked>(api: Api<K>, ctx: WatchContext) {
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
     let mut applier = EventApplier::<K>::new();
     while let Some(event) = stream.next().await {
@@ -160,7 +160,7 @@ async fn run_reflector<K: Tracked>(api: Api<K>, ctx: WatchContext) {
             return;
         };
         if listed {
-            tracing::debug!(kind = %K::kind(&()), objects = reader.state().len(), "list done");
+            tracing::debug!(kind = %K::kind(&()), objects = applier.known.len(), "list done");
             ctx.mark_synced(K::IS_SERVICE);
         }
         if changed {
@@ -176,12 +176,12 @@ async fn run_reflector<K: Tracked>(api: Api<K>, ctx: WatchContext) {
 
 /// Watch all Services until the stream ends.
 pub async fn watch_services(client: Client, ctx: WatchContext) {
-    run_reflector(Api::<Service>::all(client), ctx).await;
+    run_watch(Api::<Service>::all(client), ctx).await;
 }
 
 /// Watch all EndpointSlices until the stream ends.
 pub async fn watch_endpoint_slices(client: Client, ctx: WatchContext) {
-    run_reflector(Api::<EndpointSlice>::all(client), ctx).await;
+    run_watch(Api::<EndpointSlice>::all(client), ctx).await;
 }
 
 /// Watch this node's labels (`metadata.name=<node_name>`); a change forces a full sync.

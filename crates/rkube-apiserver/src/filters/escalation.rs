@@ -41,7 +41,9 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::filters::authn::UserInfo;
 use crate::filters::authz::{Authorizer, Decision};
-use crate::filters::rbac::{subject_applies, PolicyRule, RbacSource, RoleRef, RBAC_GROUP};
+use crate::filters::rbac::{
+    has, resource_matches, subject_applies, url_matches, PolicyRule, RbacSource, RoleRef, RBAC_GROUP,
+};
 use crate::filters::requestinfo::{context_of, RequestAttributes};
 
 /// Errors of escalation checks.
@@ -161,7 +163,10 @@ pub async fn confirm(group: &str, kind: &str, obj: &Value, old: Option<&Value>) 
             }
             guard.confirm_no_escalation(&ns, &o.rules).await.map_err(|m| forbidden_status(resource, &name, &m))?;
             let old_aggregation = match old {
-                Some(v) => has_aggregation(&decode(v)?) && decode(v)?.aggregation_rule == o.aggregation_rule,
+                Some(v) => {
+                    let old = decode(v)?;
+                    has_aggregation(&old) && old.aggregation_rule == o.aggregation_rule
+                }
                 None => false,
             };
             if kind == "ClusterRole" && has_aggregation(&o) && !old_aggregation {
@@ -315,27 +320,19 @@ pub fn breakdown(rule: &PolicyRule) -> Vec<PolicyRule> {
     out
 }
 
-fn has(list: &[String], v: &str) -> bool {
-    list.iter().any(|x| x == "*" || x == v)
-}
-
-/// Whether `owner` grants the atomic rule `s` (upstream `ruleCovers`).
+/// Whether `owner` grants the atomic rule `s` (upstream `ruleCovers`), with
+/// the matching of [`crate::filters::rbac::rule_allows`].
 fn covers(owner: &PolicyRule, s: &PolicyRule) -> bool {
     let (Some(verb), true) = (s.verbs.first(), s.verbs.len() == 1) else { return false };
     if !has(&owner.verbs, verb) {
         return false;
     }
     if let Some(url) = s.non_resource_urls.first() {
-        return owner.non_resource_urls.iter().any(|o| {
-            o == "*" || o == url || (o.ends_with('*') && url.starts_with(o.trim_end_matches('*')))
-        });
+        return url_matches(&owner.non_resource_urls, url);
     }
     let (Some(group), Some(resource)) = (s.api_groups.first(), s.resources.first()) else { return false };
-    let resource_ok = owner.resources.iter().any(|o| {
-        o == "*"
-            || o == resource
-            || resource.split_once('/').is_some_and(|(_, sub)| o.strip_prefix("*/") == Some(sub))
-    });
+    let sub = resource.split_once('/').map(|(_, sub)| sub);
+    let resource_ok = resource_matches(&owner.resources, resource, sub);
     let name_ok = owner.resource_names.is_empty()
         || s.resource_names.first().is_some_and(|n| owner.resource_names.contains(n));
     has(&owner.api_groups, group) && resource_ok && name_ok

@@ -291,8 +291,21 @@ pub fn subject_applies(s: &Subject, user: &UserInfo, binding_ns: &str) -> bool {
     }
 }
 
-fn has(list: &[String], v: &str) -> bool {
+/// Whether `list` (verbs, apiGroups) holds `v` or `*` (upstream `VerbMatches`, `APIGroupMatches`).
+pub(crate) fn has(list: &[String], v: &str) -> bool {
     list.iter().any(|x| x == "*" || x == v)
+}
+
+/// Whether a rule's `resources` match `combined` (`pods`, `pods/status`):
+/// `*`, the exact name, or `*/<subresource>` (upstream `ResourceMatches`).
+pub(crate) fn resource_matches(resources: &[String], combined: &str, subresource: Option<&str>) -> bool {
+    resources.iter().any(|r| r == "*" || r == combined || (subresource.is_some() && r.strip_prefix("*/") == subresource))
+}
+
+/// Whether a rule's `nonResourceURLs` match `path`: `*`, the path, or a
+/// `prefix*` (upstream `NonResourceURLMatches`).
+pub(crate) fn url_matches(urls: &[String], path: &str) -> bool {
+    urls.iter().any(|u| u == "*" || u == path || (u.ends_with('*') && path.starts_with(u.trim_end_matches('*'))))
 }
 
 /// Whether `rule` allows the request (upstream `RuleAllows`).
@@ -301,19 +314,12 @@ pub fn rule_allows(rule: &PolicyRule, a: &RequestAttributes) -> bool {
         return false;
     }
     if a.is_resource_request {
-        let combined = a.combined_resource();
-        let resource_ok = rule.resources.iter().any(|r| {
-            r == "*"
-                || *r == combined
-                || (!a.subresource.is_empty() && r.strip_prefix("*/") == Some(a.subresource.as_str()))
-        });
+        let sub = (!a.subresource.is_empty()).then_some(a.subresource.as_str());
         has(&rule.api_groups, &a.api_group)
-            && resource_ok
+            && resource_matches(&rule.resources, &a.combined_resource(), sub)
             && (rule.resource_names.is_empty() || rule.resource_names.contains(&a.name))
     } else {
-        rule.non_resource_urls.iter().any(|u| {
-            u == "*" || *u == a.path || (u.ends_with('*') && a.path.starts_with(u.trim_end_matches('*')))
-        })
+        url_matches(&rule.non_resource_urls, &a.path)
     }
 }
 

@@ -342,14 +342,29 @@ pub fn generate_self_signed(data_dir: &Path) -> Result<Pki, TlsError> {
 /// trusts the PKI's CA and authenticates with its admin certificate; cluster,
 /// user and context are all named `rkube` (namespace `default`). Mode 0600.
 pub fn write_kubeconfig(path: &Path, server_url: &str, pki: &Pki) -> Result<(), TlsError> {
+    write_file(path, &render_kubeconfig(server_url, Some(pki)), true)
+}
+
+/// The text of the kubeconfig `rkube up` writes: cluster, user and context
+/// all named `rkube` (namespace `default`); with `pki`, the cluster trusts
+/// its CA and the user authenticates with its admin certificate, else the
+/// user has no credentials.
+pub(crate) fn render_kubeconfig(server_url: &str, pki: Option<&Pki>) -> String {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: rkube\n  cluster:\n    server: {server_url}\n    certificate-authority-data: {}\nusers:\n- name: rkube\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: rkube\n  context:\n    cluster: rkube\n    user: rkube\n    namespace: default\ncurrent-context: rkube\npreferences: {{}}\n",
-        b64(&pki.ca_cert_pem),
-        b64(&pki.admin_cert_pem),
-        b64(&pki.admin_key_pem),
-    );
-    write_file(path, &text, true)
+    let (ca, user) = match pki {
+        Some(pki) => (
+            format!("    certificate-authority-data: {}\n", b64(&pki.ca_cert_pem)),
+            format!(
+                "\n    client-certificate-data: {}\n    client-key-data: {}",
+                b64(&pki.admin_cert_pem),
+                b64(&pki.admin_key_pem)
+            ),
+        ),
+        None => (String::new(), " {}".to_string()),
+    };
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: rkube\n  cluster:\n    server: {server_url}\n{ca}users:\n- name: rkube\n  user:{user}\ncontexts:\n- name: rkube\n  context:\n    cluster: rkube\n    user: rkube\n    namespace: default\ncurrent-context: rkube\npreferences: {{}}\n"
+    )
 }
 
 /// What the filters know about the connection a request came on; axum's

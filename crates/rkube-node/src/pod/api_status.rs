@@ -202,11 +202,13 @@ fn condition(old: Option<&ApiPodStatus>, ty: &str, ok: bool, reason: Option<&str
 /// The API status of `pod` given the runtime's `status`.
 pub fn api_pod_status(pod: &Pod, status: &PodStatus, ctx: &StatusContext<'_>) -> ApiPodStatus {
     let old = pod.status.as_ref();
-    let spec = pod.spec.clone().unwrap_or_default();
+    let (containers, inits) = match pod.spec.as_ref() {
+        Some(s) => (s.containers.as_slice(), s.init_containers.as_deref().unwrap_or_default()),
+        None => (&[][..], &[][..]),
+    };
     let by_name = |name: &str| -> Vec<&cri::ContainerStatus> {
         status.container_statuses.iter().filter(|c| container_name(c) == name).collect()
     };
-    let inits = spec.init_containers.clone().unwrap_or_default();
     let init_statuses: Vec<ContainerStatus> =
         inits.iter().map(|c| container_status(pod, c, &by_name(&c.name), false, ctx)).collect();
     let pending_inits: Vec<String> = inits
@@ -218,8 +220,7 @@ pub fn api_pod_status(pod: &Pod, status: &PodStatus, ctx: &StatusContext<'_>) ->
         })
         .map(|c| c.name.clone())
         .collect();
-    let statuses: Vec<ContainerStatus> = spec
-        .containers
+    let statuses: Vec<ContainerStatus> = containers
         .iter()
         .map(|c| container_status(pod, c, &by_name(&c.name), !pending_inits.is_empty(), ctx))
         .collect();

@@ -266,9 +266,11 @@ impl PodWorker {
             *e = (*e).max(attempt);
         }
         let now_ts = now();
-        // Containers the runtime lost (it restarted) count as stopped, per the last API status:
-        // decided before planning, so a `Never` pod that lost its running container is Failed
-        // rather than started again.
+        // The pod as last reported (spec from the API, status as this worker last wrote it),
+        // built once for the lost containers and the new API status. Containers the runtime
+        // lost (it restarted) count as stopped, per the last API status: decided before
+        // planning, so a `Never` pod that lost its running container is Failed rather than
+        // started again.
         let mut reported = (*self.pod).clone();
         if let Some(last) = &self.last_written {
             reported.status = Some(last.clone());
@@ -280,7 +282,7 @@ impl PodWorker {
         }
         let actions = compute_pod_actions(&self.pod, &status, &self.seen_attempts, self.terminal, now_ts, &self.env.backoff);
         self.wake_at = actions.wake_at;
-        self.write_status(&status, phase, &actions.backing_off, now_ts).await;
+        self.write_status(&reported, &status, phase, &actions.backing_off, now_ts).await;
         if !actions.is_noop() {
             self.execute(&actions, &status).await?;
         }
@@ -309,7 +311,11 @@ impl PodWorker {
             cri.start_container(id).await?;
             self.expect.push(Expectation::Started(id.clone()));
         }
-        let spec = self.pod.spec.clone().unwrap_or_default();
+        let pod = Arc::clone(&self.pod);
+        let (containers, inits) = match pod.spec.as_ref() {
+            Some(s) => (s.containers.as_slice(), s.init_containers.as_deref().unwrap_or_default()),
+            None => (&[][..], &[][..]),
+        };
         let dw = DownwardValues {
             pod_ip: status.ips.first().cloned().unwrap_or_else(|| self.env.host_ip.clone()),
             host_ip: self.env.host_ip.clone(),
@@ -317,7 +323,7 @@ impl PodWorker {
         };
         for plan in &actions.create {
             let Some(sandbox) = sandbox_id.as_deref() else { break };
-            let list = if plan.init { spec.init_containers.as_deref().unwrap_or(&[]) } else { &spec.containers[..] };
+            let list = if plan.init { inits } else { containers };
             let Some(container) = list.iter().find(|c| c.name == plan.name) else { continue };
             ensure_image(&cri, container).await?;
             let config = container_config(&self.pod, container, plan.attempt, &dw);
@@ -341,11 +347,16 @@ impl PodWorker {
         Ok(())
     }
 
-    async fn write_status(&mut self, status: &PodStatus, phase: Phase, backing_off: &HashMap<String, Timestamp>, now_ts: Timestamp) {
-        let mut base = (*self.pod).clone();
-        if let Some(last) = &self.last_written {
-            base.status = Some(last.clone());
-        }
+    /// Writes the API status computed from `reported` (the pod with its last written status)
+    /// and `status`, unless it equals the last one written.
+    async fn write_status(
+        &mut self,
+        reported: &Pod,
+        status: &PodStatus,
+        phase: Phase,
+        backing_off: &HashMap<String, Timestamp>,
+        now_ts: Timestamp,
+    ) {
         let ctx = StatusContext {
             phase,
             backing_off,
@@ -353,7 +364,7 @@ impl PodWorker {
             runtime_name: &self.env.runtime_name,
             now: now_ts,
         };
-        let api = api_pod_status(&base, status, &ctx);
+        let api = api_pod_status(reported, status, &ctx);
         if self.last_written.as_ref() == Some(&api) {
             return;
         }
