@@ -87,8 +87,11 @@ for path in glob.glob(f"{pb}/**/mod.rs", recursive=True):
             fields.append([tag, jname, kind, repeated, typ] + ([True] if inline else []))
         messages[f"{module}.{name}"] = fields
 
+# Every group version the resource table serves (crates/rkube-api/src/registry/builtin.rs).
 roots = ["api.core.v1", "api.apps.v1", "api.discovery.v1", "api.coordination.v1", "api.rbac.v1",
-         "api.autoscaling.v1", "api.batch.v1", "api.policy.v1", "api.events.v1",
+         "api.autoscaling.v1", "api.autoscaling.v2", "api.batch.v1", "api.policy.v1", "api.events.v1",
+         "api.admissionregistration.v1", "api.certificates.v1", "api.flowcontrol.v1", "api.networking.v1",
+         "api.node.v1", "api.scheduling.v1", "api.storage.v1", "kube_aggregator.pkg.apis.apiregistration.v1",
          "apimachinery.pkg.apis.meta.v1"]
 keep, todo = {}, [m for m in messages if any(m.startswith(r + ".") for r in roots)]
 while todo:

@@ -17,8 +17,11 @@
 //!   `metadata.name` / `labels` / `annotations` checks with upstream messages.
 //! - [`protobuf`] — Kubernetes protobuf request bodies decoded to JSON.
 //! - [`time`] — `metav1.Time` and `metav1.MicroTime` timestamps.
-//! - [`registry`] — the resource registry (group, version, resource, kind, scope,
-//!   short names, verbs).
+//! - [`registry`] — the resource table (group, version, resource, kind, scope,
+//!   short names, verbs, subresources, selectable fields, typed schema,
+//!   strategy), one row per served resource.
+//! - [`strategy`] — per-kind defaulting, create-time preparation and
+//!   validation (upstream `SetDefaults_*` and registry strategies).
 //!
 //! Nothing here does I/O; every function is pure and cheap to test.
 
@@ -34,6 +37,7 @@ pub mod protobuf;
 pub mod registry;
 pub mod selector;
 pub mod status;
+pub mod strategy;
 pub mod time;
 pub mod validation;
 

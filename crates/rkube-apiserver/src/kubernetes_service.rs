@@ -155,7 +155,7 @@ async fn ensure(
             None => None,
         };
         let Some(mut new) = want(current.as_ref().map(|c| &c.0)) else { return Ok(()) };
-        crate::defaults::apply(info.kind, &mut new);
+        info.strategy.apply_defaults(&mut new);
         if let Some(m) = new.pointer_mut("/metadata").and_then(Value::as_object_mut) {
             m.remove("resourceVersion");
         }
@@ -385,7 +385,7 @@ mod tests {
     fn service_is_rewritten_only_when_ports_labels_or_type_differ() {
         let cidr = Cidr::parse("10.96.0.0/12").unwrap();
         let mut s = desired_service(None, cidr, me([127, 0, 0, 1], 6443)).unwrap();
-        crate::defaults::apply("Service", &mut s);
+        rkube_api::registry::lookup("", "v1", "services").expect("services are served").strategy.apply_defaults(&mut s);
         assert_eq!(s["spec"]["clusterIP"], "10.96.0.1");
         assert!(desired_service(Some(&s), cidr, me([127, 0, 0, 1], 6443)).is_none());
         let moved = desired_service(Some(&s), cidr, me([127, 0, 0, 1], 7443)).unwrap();

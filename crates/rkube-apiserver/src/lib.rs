@@ -13,13 +13,13 @@
 //! - [`kubernetes_service`]: the `default/kubernetes` Service, Endpoints and EndpointSlice.
 //! - [`cli`]: the `apiserver` and `up` commands; [`up_auth`]: `rkube up`'s HTTPS, authentication and RBAC defaults.
 
+pub mod builtin_objects;
 pub mod cache_options;
 pub mod cache_source;
 pub mod cached_read;
 pub mod cli;
 pub mod compaction;
 pub mod consistency;
-pub mod defaults;
 pub mod discovery;
 pub mod error;
 pub mod filters;

@@ -161,7 +161,7 @@ pub fn parse(
             (Method::GET, false) if watch_param => Verb::Watch,
             (Method::GET, false) => Verb::Get,
             (Method::POST, true) => Verb::Create,
-            (Method::POST, false) if subresource.as_deref() == Some("binding") => Verb::Create,
+            (Method::POST, false) if matches!(subresource.as_deref(), Some("binding" | "eviction")) => Verb::Create,
             (Method::PUT, false) => Verb::Update,
             (Method::PATCH, false) => Verb::Patch,
             (Method::DELETE, false) => Verb::Delete,
@@ -169,16 +169,6 @@ pub fn parse(
             _ => return Err(ApiError::method_not_allowed()),
         }
     };
-    // Subresource verbs: status supports get/update/patch; binding only create.
-    if let Some(sub) = &subresource {
-        let allowed = match sub.as_str() {
-            "binding" => matches!(verb, Verb::Create),
-            _ => matches!(verb, Verb::Get | Verb::Update | Verb::Patch),
-        };
-        if !allowed {
-            return Err(ApiError::method_not_allowed());
-        }
-    }
     let verb_name = match verb {
         Verb::Get => "get",
         Verb::List => "list",
@@ -189,6 +179,13 @@ pub fn parse(
         Verb::Delete => "delete",
         Verb::DeleteCollection => "deletecollection",
     };
+    // Each subresource accepts the verbs its row lists (status: get/update/patch;
+    // binding: create; finalize: update).
+    if let Some(sub) = subresource.as_deref().and_then(|s| info.subresource(s)) {
+        if !sub.verbs.contains(&verb_name) {
+            return Err(ApiError::method_not_allowed());
+        }
+    }
     if subresource.is_none() && !info.verbs.contains(&verb_name) {
         return Err(ApiError::method_not_allowed());
     }

@@ -20,8 +20,6 @@ use axum::extract::{Request, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use rkube_api::registry;
-use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use crate::discovery;
@@ -134,35 +132,13 @@ pub async fn serve(
     crate::filters::tls::serve(listener, router(st), None, signal).await
 }
 
-/// Namespaces that exist from the first start (upstream's system namespaces).
-pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+pub use crate::builtin_objects::SYSTEM_NAMESPACES;
 
-/// Creates the system namespaces that are missing.
+/// Creates the objects every cluster has from its first start (system
+/// namespaces, built-in PriorityClasses, the mandatory flow-control objects,
+/// local APIServices) that are missing: [`crate::builtin_objects`].
 pub async fn bootstrap(st: &ApiState) -> Result<(), ApiError> {
-    let info = registry::lookup("", "v1", "namespaces").ok_or_else(|| ApiError::internal("no namespaces resource"))?;
-    for ns in SYSTEM_NAMESPACES {
-        let key = info.object_key(st.prefix(), "", ns);
-        let exists = st.storage.get(&key).await.map_err(|e| ApiError::from_storage(e, info, ns))?;
-        if exists.is_some() {
-            continue;
-        }
-        let mut obj: Value = json!({
-            "kind": "Namespace",
-            "apiVersion": "v1",
-            "metadata": {
-                "name": ns,
-                "uid": crate::object::new_uid(),
-                "creationTimestamp": rkube_api::time::now_rfc3339(),
-            },
-        });
-        crate::defaults::apply("Namespace", &mut obj);
-        let bytes = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
-        match st.storage.create(&key, bytes.into()).await {
-            Ok(_) | Err(rkube_storage::StorageError::AlreadyExists { .. }) => {}
-            Err(e) => return Err(ApiError::from_storage(e, info, ns)),
-        }
-    }
-    Ok(())
+    crate::builtin_objects::ensure(st).await
 }
 
 /// Convenience for tests and embedding: a state over `storage` with default settings.

@@ -38,10 +38,33 @@ async fn legacy_discovery_lists_resources_with_short_names_and_verbs() {
     assert_eq!(apis.body["kind"], "APIGroupList");
     let names: Vec<&str> =
         apis.body["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
-    assert_eq!(names, vec!["apps", "coordination.k8s.io", "discovery.k8s.io", "rbac.authorization.k8s.io"]);
+    assert_eq!(
+        names,
+        vec![
+            "admissionregistration.k8s.io",
+            "apiregistration.k8s.io",
+            "apps",
+            "autoscaling",
+            "batch",
+            "certificates.k8s.io",
+            "coordination.k8s.io",
+            "discovery.k8s.io",
+            "flowcontrol.apiserver.k8s.io",
+            "networking.k8s.io",
+            "node.k8s.io",
+            "policy",
+            "rbac.authorization.k8s.io",
+            "scheduling.k8s.io",
+            "storage.k8s.io",
+        ]
+    );
     let apps = s.get("/apis/apps/v1").await;
     assert_eq!(apps.body["groupVersion"], "apps/v1");
-    assert_eq!(apps.body["resources"][0]["shortNames"], serde_json::json!(["deploy"]));
+    let deployments = apps.body["resources"].as_array().unwrap().iter().find(|r| r["name"] == "deployments").unwrap();
+    assert_eq!(deployments["shortNames"], serde_json::json!(["deploy"]));
+    let scale = apps.body["resources"].as_array().unwrap().iter().find(|r| r["name"] == "statefulsets/scale").unwrap();
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["group"], "autoscaling");
     assert_eq!(s.get("/apis/apps").await.body["preferredVersion"]["groupVersion"], "apps/v1");
     s.get("/apis/nope.example.com/v1").await.assert_status(404, "NotFound");
 }
@@ -58,8 +81,10 @@ async fn aggregated_discovery_only_when_asked_with_exact_content_type() {
     assert_eq!(agg.body["kind"], "APIGroupDiscoveryList");
     assert_eq!(agg.body["apiVersion"], "apidiscovery.k8s.io/v2");
     let apps = agg.body["items"].as_array().unwrap().iter().find(|i| i["metadata"]["name"] == "apps").unwrap();
-    assert_eq!(apps["versions"][0]["resources"][0]["resource"], "deployments");
-    assert_eq!(apps["versions"][0]["resources"][0]["scope"], "Namespaced");
+    let resources = apps["versions"][0]["resources"].as_array().unwrap();
+    let deployments = resources.iter().find(|r| r["resource"] == "deployments").unwrap();
+    assert_eq!(deployments["scope"], "Namespaced");
+    assert_eq!(deployments["categories"], serde_json::json!(["all"]));
     let old = s.get_as("/api", &format!("{AGG_V2BETA1},application/json")).await;
     assert_eq!(old.headers["content-type"], AGG_V2BETA1);
     let core = &old.body["items"][0]["versions"][0];

@@ -14,6 +14,7 @@ use scenarios::apply::{
     apply_multi_document_manifest_then_reapply_merges_changes,
     apply_server_side_creates_then_merges_field_managers,
 };
+use scenarios::every_kind::apply_every_kind_then_reapply_writes_nothing;
 use scenarios::delete::delete_waits_until_gone_and_wait_false_returns_at_once;
 use scenarios::describe::describe_pod_and_service;
 use scenarios::discovery::{
@@ -43,6 +44,7 @@ use scenarios::watch::{
 e2e_matrix!(
     apply_multi_document_manifest_then_reapply_merges_changes,
     apply_server_side_creates_then_merges_field_managers,
+    apply_every_kind_then_reapply_writes_nothing,
     get_table_shows_upstream_columns,
     get_table_for_nodes_events_and_secrets,
     get_output_json_yaml_and_wide,

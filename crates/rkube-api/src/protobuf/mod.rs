@@ -125,6 +125,8 @@ pub fn message_name(api_version: &str, kind: &str) -> Option<String> {
     let mut candidates = Vec::new();
     if group.is_empty() {
         candidates.push(format!("api.core.{version}.{kind}"));
+    } else if group == "apiregistration.k8s.io" {
+        candidates.push(format!("kube_aggregator.pkg.apis.apiregistration.{version}.{kind}"));
     } else {
         let first = group.split('.').next().unwrap_or(group);
         candidates.push(format!("api.{first}.{version}.{kind}"));

@@ -11,7 +11,6 @@ use serde_json::{json, Value};
 
 use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_namespace_usable, check_type_meta, encode_for_storage};
 use super::Ctx;
-use crate::defaults;
 use crate::error::{ApiError, ApiResult};
 use crate::filters::trace::{self, steps};
 use crate::media;
@@ -44,10 +43,10 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
         object::set_meta(&mut obj, "name", json!(object::generate_name(&generate_base)));
     }
     let mode = FieldValidation::parse(ctx.q("fieldValidation"))?;
-    let warnings = validate::check_typed(info, info.kind, &mut obj, mode)?;
+    let warnings = validate::check_typed(info, &mut obj, mode)?;
     let manager = ctx.field_manager()?;
 
-    defaults::apply(info.kind, &mut obj);
+    info.strategy.apply_defaults(&mut obj);
     let now = rkube_api::time::now_rfc3339();
     if !new.managed_recorded {
         let api_version = info.api_version();
@@ -68,7 +67,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     object::set_meta(&mut obj, "uid", json!(object::new_uid()));
     object::set_meta(&mut obj, "creationTimestamp", json!(now));
     object::set_initial_generation(&mut obj, info.has_spec);
-    defaults::initial_status(info.kind, &mut obj);
+    info.strategy.prepare(&mut obj);
     if info.kind == "Service" {
         assign_cluster_ip(ctx, &mut obj, None).await?;
         assign_node_ports(ctx, &mut obj, None).await?;

@@ -50,9 +50,17 @@ pub struct DeleteOptions {
 }
 
 fn parse_options(ctx: &Ctx, body: &[u8]) -> ApiResult<DeleteOptions> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return options_from_value(ctx, None);
+    }
+    let v = media::decode_object(&media::content_type(&ctx.headers), body)?;
+    options_from_value(ctx, Some(&v))
+}
+
+/// `DeleteOptions` from a decoded body (`None`: no body) and the query.
+pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<DeleteOptions> {
     let mut o = DeleteOptions::default();
-    if !body.iter().all(u8::is_ascii_whitespace) {
-        let v = media::decode_object(&media::content_type(&ctx.headers), body)?;
+    if let Some(v) = v {
         if let Some(k) = v.get("kind").and_then(Value::as_str) {
             if k != "DeleteOptions" {
                 return Err(ApiError::bad_request(format!(
@@ -120,7 +128,7 @@ fn returns_deleted_object(info: &ResourceInfo) -> bool {
 }
 
 /// What one delete did.
-enum Outcome {
+pub(super) enum Outcome {
     /// Removed from storage (the object's last state, resourceVersion = delete revision).
     Deleted(Value),
     /// Marked for deletion and kept (finalizers or graceful pod deletion).
@@ -129,7 +137,7 @@ enum Outcome {
 
 /// Deletes (or marks) the object `name` of the request's resource; used by
 /// DELETE, DELETE-collection and the namespace cascade.
-async fn delete_one(
+pub(super) async fn delete_one(
     ctx: &Ctx,
     info: &'static ResourceInfo,
     ns: &str,

@@ -13,7 +13,9 @@
 
 pub mod create;
 pub mod delete;
+pub mod eviction;
 pub mod read;
+pub mod component_status;
 pub mod scale;
 pub mod update;
 mod write;
@@ -170,6 +172,8 @@ async fn dispatch_inner(
     let ctx = Ctx { st, ri, query, raw_query, headers, render: Render { output, include } };
     match ctx.ri.verb {
         Verb::Get if ctx.ri.subresource.as_deref() == Some("scale") => scale::get(&ctx).await,
+        Verb::Get if is_component_status(&ctx) => component_status::get(&ctx).await,
+        Verb::List if is_component_status(&ctx) => component_status::list(&ctx).await,
         Verb::Get => read::get(&ctx).await,
         Verb::List => read::list(&ctx).await,
         Verb::Watch => crate::watch::serve(ctx).await,
@@ -177,6 +181,8 @@ async fn dispatch_inner(
             let body = media::read_body(body).await?;
             if ctx.ri.subresource.as_deref() == Some("binding") {
                 update::binding(&ctx, &body).await
+            } else if ctx.ri.subresource.as_deref() == Some("eviction") {
+                eviction::create(&ctx, &body).await
             } else {
                 create::create(&ctx, &body).await
             }
@@ -205,6 +211,11 @@ async fn dispatch_inner(
             delete::delete_collection(&ctx, &body).await
         }
     }
+}
+
+/// True for `componentstatuses`, which are computed, not stored.
+fn is_component_status(ctx: &Ctx) -> bool {
+    ctx.ri.info.group.is_empty() && ctx.ri.info.resource == "componentstatuses"
 }
 
 /// True when the response should be a Table.

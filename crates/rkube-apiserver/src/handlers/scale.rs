@@ -1,10 +1,13 @@
-//! The `scale` subresource of deployments (`autoscaling/v1` `Scale`), as
-//! upstream's `ScaleREST` (`pkg/registry/apps/deployment/storage`): GET
-//! renders the deployment as a Scale; PUT/PATCH change only
-//! `spec.replicas` (`kubectl scale` patches it).
+//! The `scale` subresource (`autoscaling/v1` `Scale`) of deployments,
+//! replica sets, stateful sets and replication controllers, as upstream's
+//! `ScaleREST` (`pkg/registry/apps/deployment/storage/storage.go` and its
+//! siblings): GET renders the object as a Scale; PUT/PATCH change only
+//! `spec.replicas` (`kubectl scale` patches it). The row's
+//! [`rkube_api::registry::ScaleSelector`] says how the selector is read.
 
 use axum::response::Response;
 use rkube_api::field_error::FieldError;
+use rkube_api::registry::{ResourceInfo, ScaleSelector};
 use serde_json::{json, Map, Value};
 
 use super::update::{commit, Commit, MAX_ATTEMPTS};
@@ -14,8 +17,42 @@ use crate::filters::trace::{self, steps};
 use crate::media;
 use crate::object;
 
-/// The `Scale` of a deployment.
-pub fn to_scale(obj: &Value) -> Value {
+/// `key=value` pairs of a label map, sorted, comma-separated.
+fn map_selector(labels: &Map<String, Value>) -> String {
+    let mut pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect();
+    pairs.sort();
+    pairs.join(",")
+}
+
+/// A `metav1.LabelSelector` as its string form (upstream
+/// `metav1.LabelSelectorAsSelector(...).String()`): requirements sorted by key.
+fn label_selector_string(selector: &Value) -> String {
+    let mut reqs: Vec<(String, String)> = Vec::new();
+    if let Some(ml) = selector.get("matchLabels").and_then(Value::as_object) {
+        for (k, v) in ml {
+            reqs.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or(""))));
+        }
+    }
+    for e in selector.get("matchExpressions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+        let key = e.get("key").and_then(Value::as_str).unwrap_or("").to_string();
+        let mut values: Vec<&str> =
+            e.get("values").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        values.sort();
+        let text = match e.get("operator").and_then(Value::as_str).unwrap_or("") {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.clone(),
+            "DoesNotExist" => format!("!{key}"),
+            _ => continue,
+        };
+        reqs.push((key, text));
+    }
+    reqs.sort();
+    reqs.into_iter().map(|(_, t)| t).collect::<Vec<_>>().join(",")
+}
+
+/// The `Scale` of a scalable object of `info`.
+pub fn to_scale(info: &ResourceInfo, obj: &Value) -> Value {
     let meta = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));
     let mut m = Map::new();
     for k in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
@@ -23,16 +60,11 @@ pub fn to_scale(obj: &Value) -> Value {
             m.insert(k.to_string(), v.clone());
         }
     }
-    let selector = obj
-        .pointer("/spec/selector/matchLabels")
-        .and_then(Value::as_object)
-        .map(|labels| {
-            let mut pairs: Vec<String> =
-                labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect();
-            pairs.sort();
-            pairs.join(",")
-        })
-        .unwrap_or_default();
+    let selector = match (info.strategy.scale, obj.pointer("/spec/selector")) {
+        (Some(ScaleSelector::Map), Some(Value::Object(labels))) => map_selector(labels),
+        (Some(ScaleSelector::LabelSelector), Some(sel)) => label_selector_string(sel),
+        _ => String::new(),
+    };
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -45,7 +77,7 @@ pub fn to_scale(obj: &Value) -> Value {
     })
 }
 
-/// GET `<deployment>/scale`.
+/// GET `<resource>/<name>/scale`.
 pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
     let name = ctx.name().to_string();
     trace::step(steps::GET_START);
@@ -54,10 +86,10 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
     };
     trace::step(steps::GET_DONE);
     trace::step(steps::ABOUT_TO_WRITE);
-    Ok(media::respond(200, ctx.render.output, &to_scale(&obj)))
+    Ok(media::respond(200, ctx.render.output, &to_scale(ctx.ri.info, &obj)))
 }
 
-/// PUT (`patch` = None) or PATCH `<deployment>/scale`.
+/// PUT (`patch` = None) or PATCH `<resource>/<name>/scale`.
 pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType>) -> ApiResult<Response> {
     let info = ctx.ri.info;
     let name = ctx.name().to_string();
@@ -70,7 +102,7 @@ pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType
             return Err(ApiError::not_found(info, &name));
         };
         trace::step(steps::READ_CURRENT);
-        let scale = to_scale(&old);
+        let scale = to_scale(info, &old);
         let wanted = match patch {
             None => media::decode_object(&media::content_type(&ctx.headers), body)?,
             Some(t) => {
@@ -119,7 +151,7 @@ pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType
         match committed {
             Commit::Done(obj) => {
                 trace::step(steps::ABOUT_TO_WRITE);
-                return Ok(media::respond(200, ctx.render.output, &to_scale(&obj)));
+                return Ok(media::respond(200, ctx.render.output, &to_scale(ctx.ri.info, &obj)));
             }
             Commit::Retry if !rv.is_empty() => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,

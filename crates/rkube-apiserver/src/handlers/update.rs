@@ -24,7 +24,6 @@ use serde_json::{json, Value};
 use super::create::{prepare_new, NewObject};
 use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_type_meta, encode_for_storage};
 use super::Ctx;
-use crate::defaults;
 use crate::error::{ApiError, ApiResult};
 use crate::filters::trace::{self, steps};
 use crate::media;
@@ -85,18 +84,44 @@ enum Part {
     All,
     /// Everything but `status` (main resource of a kind with a status subresource).
     WithoutStatus,
-    /// Only `status` (the status subresource).
-    Status,
+    /// Only the value at this JSON pointer: `/status` for `status`,
+    /// `/spec/finalizers` for `namespaces/finalize` (upstream `statusStrategy`
+    /// and `finalizeStrategy` `PrepareForUpdate`).
+    Only(&'static str),
 }
 
 /// What a request may change of the stored object.
 fn part(ctx: &Ctx) -> Part {
-    if ctx.ri.subresource.as_deref() == Some("status") {
-        Part::Status
-    } else if ctx.ri.info.has_status_subresource() {
-        Part::WithoutStatus
-    } else {
-        Part::All
+    match ctx.ri.subresource.as_deref() {
+        Some("status") => Part::Only("/status"),
+        Some("finalize") => Part::Only("/spec/finalizers"),
+        _ if ctx.ri.info.has_status_subresource() => Part::WithoutStatus,
+        _ => Part::All,
+    }
+}
+
+/// Sets the value at `pointer` in `dst` to the one in `src` (removing it
+/// when `src` has none); creates parent objects as needed.
+fn copy_at(dst: &mut Value, src: &Value, pointer: &str) {
+    let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    let Some((last, parents)) = parts.split_last() else { return };
+    let mut cur = dst;
+    for p in parents {
+        if !cur.get(*p).is_some_and(Value::is_object) {
+            if let Some(m) = cur.as_object_mut() {
+                m.insert((*p).to_string(), json!({}));
+            }
+        }
+        match cur.get_mut(*p) {
+            Some(next) => cur = next,
+            None => return,
+        }
+    }
+    if let Some(m) = cur.as_object_mut() {
+        match src.pointer(pointer) {
+            Some(v) => m.insert((*last).to_string(), v.clone()),
+            None => m.remove(*last),
+        };
     }
 }
 
@@ -130,18 +155,13 @@ async fn prepare_update(
     }
     check_namespace(ctx, &mut new)?;
     let mode = FieldValidation::parse(ctx.q("fieldValidation"))?;
-    let warnings = validate::check_typed(info, info.kind, &mut new, mode)?;
+    let warnings = validate::check_typed(info, &mut new, mode)?;
     let part = part(ctx);
     match part {
-        Part::Status => {
-            // Only status (and the resourceVersion precondition) come from the request.
+        Part::Only(pointer) => {
+            // Only that part (and the resourceVersion precondition) come from the request.
             let mut merged = old.clone();
-            if let Some(m) = merged.as_object_mut() {
-                match new.get("status") {
-                    Some(s) => m.insert("status".into(), s.clone()),
-                    None => m.remove("status"),
-                };
-            }
+            copy_at(&mut merged, &new, pointer);
             if let Some(mf) = new.pointer("/metadata/managedFields").cloned() {
                 object::set_meta(&mut merged, "managedFields", mf);
             }
@@ -163,12 +183,13 @@ async fn prepare_update(
             object::set_meta(&mut new, "managedFields", mf);
         }
     }
-    defaults::apply(info.kind, &mut new);
-    if info.kind == "Service" && part != Part::Status {
+    info.strategy.apply_defaults(&mut new);
+    let subresource_write = matches!(part, Part::Only(_));
+    if info.kind == "Service" && !subresource_write {
         assign_cluster_ip(ctx, &mut new, Some(old)).await?;
         assign_node_ports(ctx, &mut new, Some(old)).await?;
     }
-    if part != Part::Status {
+    if !subresource_write {
         object::bump_generation(old, &mut new, info.has_spec);
     }
     if managed_mode == Managed::Update {

@@ -1,12 +1,16 @@
-//! The kinds whose schemas rkube publishes, mapped to the `k8s-openapi` types
-//! that carry their JSON schemas.
+//! The kinds whose schemas rkube publishes: every row of the resource table
+//! with a `k8s-openapi` type (`rkube_api::registry`), whose JSON schemas
+//! `k8s-openapi` generates.
 //!
 //! Every top-level kind here gets the `x-kubernetes-group-version-kind`
 //! extension (kubectl maps a GVK to its schema with it). List kinds have no
 //! `k8s-openapi` schema; [`super::schemas`] builds them from their item kind.
 
-use k8s_openapi::api::{apps, coordination, core, discovery, rbac};
+use std::sync::LazyLock;
+
+use k8s_openapi::api::core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use rkube_api::registry;
 use k8s_openapi::schemars::{JsonSchema, SchemaGenerator};
 
 /// Adds the schema of `T` (and everything it references) to the generator.
@@ -18,7 +22,7 @@ fn add<T: JsonSchema>(generator: &mut SchemaGenerator) {
 }
 
 /// One top-level kind with a published schema.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct KindSchema {
     /// API group (`""` for core).
     pub group: &'static str,
@@ -27,100 +31,47 @@ pub(crate) struct KindSchema {
     /// Kind, e.g. `Pod`.
     pub kind: &'static str,
     /// OpenAPI definition name, e.g. `io.k8s.api.core.v1.Pod`.
-    pub definition: &'static str,
+    pub definition: String,
     /// List kind and its item description (`PodList`), when the kind is listable.
     pub list_kind: Option<&'static str>,
     /// Registers the schema with a generator.
     pub add: AddSchema,
 }
 
-const fn kind(
-    group: &'static str,
-    version: &'static str,
-    kind: &'static str,
-    definition: &'static str,
-    list_kind: Option<&'static str>,
-    add: AddSchema,
-) -> KindSchema {
-    KindSchema { group, version, kind, definition, list_kind, add }
+/// Kinds that are bodies of subresources rather than resources of their own.
+fn body_kinds() -> Vec<KindSchema> {
+    let binding = rkube_api::registry::typed::body::<core::v1::Binding>();
+    vec![KindSchema {
+        group: "",
+        version: "v1",
+        kind: "Binding",
+        definition: (binding.definition)(),
+        list_kind: None,
+        add: binding.add_schema,
+    }]
 }
 
-/// The resource kinds rkube serves (see `rkube_api::registry`) plus `Binding`.
-pub(crate) static KINDS: &[KindSchema] = &[
-    kind("", "v1", "Namespace", "io.k8s.api.core.v1.Namespace", Some("NamespaceList"), add::<core::v1::Namespace>),
-    kind("", "v1", "Pod", "io.k8s.api.core.v1.Pod", Some("PodList"), add::<core::v1::Pod>),
-    kind("", "v1", "Node", "io.k8s.api.core.v1.Node", Some("NodeList"), add::<core::v1::Node>),
-    kind("", "v1", "Service", "io.k8s.api.core.v1.Service", Some("ServiceList"), add::<core::v1::Service>),
-    kind("", "v1", "Endpoints", "io.k8s.api.core.v1.Endpoints", Some("EndpointsList"), add::<core::v1::Endpoints>),
-    kind("", "v1", "ConfigMap", "io.k8s.api.core.v1.ConfigMap", Some("ConfigMapList"), add::<core::v1::ConfigMap>),
-    kind("", "v1", "Secret", "io.k8s.api.core.v1.Secret", Some("SecretList"), add::<core::v1::Secret>),
-    kind(
-        "",
-        "v1",
-        "ServiceAccount",
-        "io.k8s.api.core.v1.ServiceAccount",
-        Some("ServiceAccountList"),
-        add::<core::v1::ServiceAccount>,
-    ),
-    kind("", "v1", "Event", "io.k8s.api.core.v1.Event", Some("EventList"), add::<core::v1::Event>),
-    kind("", "v1", "Binding", "io.k8s.api.core.v1.Binding", None, add::<core::v1::Binding>),
-    kind(
-        "discovery.k8s.io",
-        "v1",
-        "EndpointSlice",
-        "io.k8s.api.discovery.v1.EndpointSlice",
-        Some("EndpointSliceList"),
-        add::<discovery::v1::EndpointSlice>,
-    ),
-    kind(
-        "coordination.k8s.io",
-        "v1",
-        "Lease",
-        "io.k8s.api.coordination.v1.Lease",
-        Some("LeaseList"),
-        add::<coordination::v1::Lease>,
-    ),
-    kind(
-        "apps",
-        "v1",
-        "Deployment",
-        "io.k8s.api.apps.v1.Deployment",
-        Some("DeploymentList"),
-        add::<apps::v1::Deployment>,
-    ),
-    kind(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRole",
-        "io.k8s.api.rbac.v1.ClusterRole",
-        Some("ClusterRoleList"),
-        add::<rbac::v1::ClusterRole>,
-    ),
-    kind(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRoleBinding",
-        "io.k8s.api.rbac.v1.ClusterRoleBinding",
-        Some("ClusterRoleBindingList"),
-        add::<rbac::v1::ClusterRoleBinding>,
-    ),
-    kind(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "Role",
-        "io.k8s.api.rbac.v1.Role",
-        Some("RoleList"),
-        add::<rbac::v1::Role>,
-    ),
-    kind(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "RoleBinding",
-        "io.k8s.api.rbac.v1.RoleBinding",
-        Some("RoleBindingList"),
-        add::<rbac::v1::RoleBinding>,
-    ),
-];
+/// The kinds of every row of the resource table with a `k8s-openapi` type
+/// (rows without one, e.g. custom resources, publish their own schemas),
+/// plus `Binding`.
+pub(crate) static KINDS: LazyLock<Vec<KindSchema>> = LazyLock::new(|| {
+    let mut out: Vec<KindSchema> = registry::every()
+        .into_iter()
+        .filter_map(|r| {
+            let typed = r.typed?;
+            Some(KindSchema {
+                group: r.group,
+                version: r.version,
+                kind: r.kind,
+                definition: (typed.definition)(),
+                list_kind: Some(r.list_kind),
+                add: typed.add_schema,
+            })
+        })
+        .collect();
+    out.extend(body_kinds());
+    out
+});
 
 /// A meta.k8s.io type published alongside the kinds, with the GVKs upstream
 /// tags it with (`Status` is a `v1` kind; `DeleteOptions` and `WatchEvent`
@@ -192,7 +143,7 @@ pub(crate) static META: &[MetaSchema] = &[
 /// The group versions with published kinds, core first, as `(group, version)`.
 pub(crate) fn group_versions() -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&'static str, &'static str)> = Vec::new();
-    for k in KINDS {
+    for k in KINDS.iter() {
         if !out.contains(&(k.group, k.version)) {
             out.push((k.group, k.version));
         }

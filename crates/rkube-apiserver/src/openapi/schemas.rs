@@ -33,7 +33,7 @@ pub(crate) fn build() -> Definitions {
             s.inline_subschemas = false;
         })
         .into_generator();
-    for k in KINDS {
+    for k in KINDS.iter() {
         (k.add)(&mut generator);
     }
     for m in META {
@@ -41,8 +41,8 @@ pub(crate) fn build() -> Definitions {
     }
     let mut defs: Definitions = generator.take_definitions(false).into_iter().collect();
 
-    for k in KINDS {
-        if let Some(def) = defs.get_mut(k.definition) {
+    for k in KINDS.iter() {
+        if let Some(def) = defs.get_mut(&k.definition) {
             set_gvk(def, vec![gvk(k.group, k.version, k.kind)]);
             drop_required(def, "metadata");
         }

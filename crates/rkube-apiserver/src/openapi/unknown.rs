@@ -38,7 +38,7 @@ const MAX_DEPTH: usize = 100;
 pub fn unknown_fields(kind: &str, group: &str, obj: &Value) -> Vec<String> {
     let defs = super::definitions();
     let Some(k) = super::kinds::lookup(group, kind) else { return Vec::new() };
-    let Some(schema) = defs.get(k.definition) else { return Vec::new() };
+    let Some(schema) = defs.get(&k.definition) else { return Vec::new() };
     let mut out = Vec::new();
     let mut path = String::new();
     walk(defs, schema, obj, &mut path, &mut out, 0);

@@ -18,6 +18,7 @@
 mod format;
 mod pod;
 mod printers;
+mod workloads;
 
 #[cfg(test)]
 mod tests;

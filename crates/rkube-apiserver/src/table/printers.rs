@@ -10,6 +10,7 @@ use super::format::{
     age, array_at, format_label_selector, format_labels, int_at, list_with_more, map_len, since, str_at, timestamp,
 };
 use super::pod;
+use super::workloads as w;
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
@@ -37,14 +38,14 @@ pub struct Column {
     pub description: Desc,
 }
 
-const fn col(name: &'static str, ty: &'static str, priority: i64, description: Desc) -> Column {
+pub(super) const fn col(name: &'static str, ty: &'static str, priority: i64, description: Desc) -> Column {
     Column { name, ty, format: "", priority, description }
 }
 
-const NAME: Column = Column { name: "Name", ty: "string", format: "name", priority: 0, description: Desc::Schema(OBJECT_META, "name") };
-const AGE: Column = col("Age", "string", 0, Desc::Schema(OBJECT_META, "creationTimestamp"));
-const CONTAINERS: Column = col("Containers", "string", 1, Desc::Text("Names of each container in the template."));
-const IMAGES: Column = col("Images", "string", 1, Desc::Text("Images referenced by each container in the template."));
+pub(super) const NAME: Column = Column { name: "Name", ty: "string", format: "name", priority: 0, description: Desc::Schema(OBJECT_META, "name") };
+pub(super) const AGE: Column = col("Age", "string", 0, Desc::Schema(OBJECT_META, "creationTimestamp"));
+pub(super) const CONTAINERS: Column = col("Containers", "string", 1, Desc::Text("Names of each container in the template."));
+pub(super) const IMAGES: Column = col("Images", "string", 1, Desc::Text("Images referenced by each container in the template."));
 
 /// Computes the cells of one object at time `now`.
 pub type CellsFn = fn(&Value, DateTime<Utc>) -> Vec<Value>;
@@ -79,11 +80,27 @@ pub fn lookup(group: &str, resource: &str) -> Printer {
         ("discovery.k8s.io", "endpointslices") => printer(ENDPOINT_SLICE_COLUMNS, endpoint_slice_cells),
         ("apps", "deployments") => printer(DEPLOYMENT_COLUMNS, deployment_cells),
         ("coordination.k8s.io", "leases") => printer(LEASE_COLUMNS, lease_cells),
+        ("", "replicationcontrollers") => printer(w::REPLICA_SET_COLUMNS, w::replication_controller_cells),
+        ("", "persistentvolumeclaims") => printer(w::PVC_COLUMNS, w::pvc_cells),
+        ("", "persistentvolumes") => printer(w::PV_COLUMNS, w::pv_cells),
+        ("apps", "replicasets") => printer(w::REPLICA_SET_COLUMNS, w::replica_set_cells),
+        ("apps", "statefulsets") => printer(w::STATEFUL_SET_COLUMNS, w::stateful_set_cells),
+        ("apps", "daemonsets") => printer(w::DAEMON_SET_COLUMNS, w::daemon_set_cells),
+        ("apps", "controllerrevisions") => printer(w::CONTROLLER_REVISION_COLUMNS, w::controller_revision_cells),
+        ("batch", "jobs") => printer(w::JOB_COLUMNS, w::job_cells),
+        ("batch", "cronjobs") => printer(w::CRON_JOB_COLUMNS, w::cron_job_cells),
+        ("autoscaling", "horizontalpodautoscalers") => printer(w::HPA_COLUMNS, w::hpa_cells),
+        ("networking.k8s.io", "ingresses") => printer(w::INGRESS_COLUMNS, w::ingress_cells),
+        ("networking.k8s.io", "networkpolicies") => printer(w::NETWORK_POLICY_COLUMNS, w::network_policy_cells),
+        ("policy", "poddisruptionbudgets") => printer(w::PDB_COLUMNS, w::pdb_cells),
+        ("scheduling.k8s.io", "priorityclasses") => printer(w::PRIORITY_CLASS_COLUMNS, w::priority_class_cells),
+        ("node.k8s.io", "runtimeclasses") => printer(w::RUNTIME_CLASS_COLUMNS, w::runtime_class_cells),
+        ("storage.k8s.io", "storageclasses") => printer(w::STORAGE_CLASS_COLUMNS, w::storage_class_cells),
         _ => printer(DEFAULT_COLUMNS, default_cells),
     }
 }
 
-fn name(obj: &Value) -> Value {
+pub(super) fn name(obj: &Value) -> Value {
     json!(str_at(obj, "/metadata/name"))
 }
 
@@ -467,7 +484,7 @@ const DEPLOYMENT_COLUMNS: &[Column] = &[
 ];
 
 /// Container names and images of a pod template, comma-joined (`layoutContainerCells`).
-fn containers_and_images(obj: &Value, pointer: &str) -> (String, String) {
+pub(super) fn containers_and_images(obj: &Value, pointer: &str) -> (String, String) {
     let containers = array_at(obj, pointer);
     let names: Vec<&str> = containers.iter().map(|c| str_at(c, "/name")).collect();
     let images: Vec<&str> = containers.iter().map(|c| str_at(c, "/image")).collect();

@@ -5,6 +5,7 @@ pub mod delete;
 pub mod describe;
 pub mod discovery;
 pub mod errors;
+pub mod every_kind;
 pub mod get;
 pub mod kubernetes_service;
 pub mod manifests;

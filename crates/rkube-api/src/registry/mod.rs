@@ -1,10 +1,17 @@
-//! The resource registry: one static entry per served resource.
+//! The resource table: one row per served resource.
 //!
 //! Each [`ResourceInfo`] says everything the API server needs to serve a
 //! resource: its group/version/plural name, kind and list kind, scope, the
 //! short names, verbs and categories legacy discovery advertises, its
-//! subresources, the fields a field selector may use, and where its objects
-//! live in storage. Adding a resource is adding one entry to [`RESOURCES`].
+//! subresources, the fields a field selector may use, where its objects
+//! live in storage, the typed schema it is decoded with ([`TypedKind`], from
+//! `k8s-openapi`) and its [`Strategy`] (defaulting, create-time preparation,
+//! validation, the `/scale` mapping). Discovery, OpenAPI, tables, field
+//! selectors and the watch cache all read these rows.
+//!
+//! Built-in rows are [`RESOURCES`] (see [`builtin`]); rows added while the
+//! server runs (custom resources) go through [`register`] and are found by
+//! the same lookups. Adding a built-in type is one row plus its strategy.
 //!
 //! # Storage key layout
 //!
@@ -27,7 +34,17 @@
 //! `/registry/services/endpoints/`. Resources without an upstream layout
 //! (none today) would use `<group>/<resource>` like custom resources do.
 
+use std::sync::RwLock;
+
 use serde_json::Value;
+
+mod builtin;
+pub mod typed;
+
+pub use builtin::RESOURCES;
+pub use typed::TypedKind;
+
+pub use crate::strategy::{ScaleSelector, Strategy};
 
 /// Verbs of a regular namespaced or cluster-scoped resource
 /// (`create`, `delete`, `deletecollection`, `get`, `list`, `patch`, `update`, `watch`).
@@ -46,6 +63,9 @@ pub enum FieldType {
     Str,
     /// A boolean rendered `"true"`/`"false"`; a missing value reads as `"false"`.
     Bool,
+    /// An integer rendered in decimal; a missing value reads as `"0"`
+    /// (upstream formats `int32` fields with `strconv.Itoa`).
+    Int,
 }
 
 /// One field a field selector may use on a resource (upstream `*ToSelectableFields`).
@@ -59,12 +79,16 @@ pub struct SelectableField {
     pub field_type: FieldType,
 }
 
-const fn str_field(label: &'static str, path: &'static str) -> SelectableField {
+pub(crate) const fn str_field(label: &'static str, path: &'static str) -> SelectableField {
     SelectableField { label, path, field_type: FieldType::Str }
 }
 
-const fn bool_field(label: &'static str, path: &'static str) -> SelectableField {
+pub(crate) const fn bool_field(label: &'static str, path: &'static str) -> SelectableField {
     SelectableField { label, path, field_type: FieldType::Bool }
+}
+
+pub(crate) const fn int_field(label: &'static str, path: &'static str) -> SelectableField {
+    SelectableField { label, path, field_type: FieldType::Int }
 }
 
 /// A subresource such as `pods/status` or `pods/binding`.
@@ -82,16 +106,16 @@ pub struct SubresourceInfo {
 }
 
 /// The `status` subresource of a resource of kind `kind`.
-const fn status(kind: &'static str) -> SubresourceInfo {
+pub(crate) const fn status(kind: &'static str) -> SubresourceInfo {
     SubresourceInfo { name: "status", kind, verbs: STATUS_VERBS, api_version: "" }
 }
 
 /// The `scale` subresource (`autoscaling/v1` `Scale`).
-const SCALE: SubresourceInfo =
+pub(crate) const SCALE: SubresourceInfo =
     SubresourceInfo { name: "scale", kind: "Scale", verbs: STATUS_VERBS, api_version: "autoscaling/v1" };
 
 /// Everything the API server knows about one served resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct ResourceInfo {
     /// API group; `""` for the core (legacy) group.
     pub group: &'static str,
@@ -129,9 +153,25 @@ pub struct ResourceInfo {
     /// Upstream allows it for endpoints, core events, leases and the four RBAC
     /// kinds; every other resource served here refuses it.
     pub allow_create_on_update: bool,
+    /// The `k8s-openapi` type objects are decoded with (unknown-field
+    /// detection, type errors, the OpenAPI schema); `None` for resources
+    /// without a built-in type (custom resources).
+    pub typed: Option<TypedKind>,
+    /// Defaulting, create-time preparation, validation and `/scale`.
+    pub strategy: Strategy,
 }
 
-const BASE: ResourceInfo = ResourceInfo {
+impl PartialEq for ResourceInfo {
+    /// Rows are the same when they serve the same group, version and resource.
+    fn eq(&self, other: &Self) -> bool {
+        self.group == other.group && self.version == other.version && self.resource == other.resource
+    }
+}
+
+impl Eq for ResourceInfo {}
+
+/// A row with every field at its most common value; rows override what differs.
+pub(crate) const BASE: ResourceInfo = ResourceInfo {
     group: "",
     version: "v1",
     resource: "",
@@ -147,217 +187,9 @@ const BASE: ResourceInfo = ResourceInfo {
     has_spec: false,
     fields: &[],
     allow_create_on_update: false,
+    typed: None,
+    strategy: Strategy::NONE,
 };
-
-/// Every resource rkube serves. Order is discovery order within a group version.
-pub static RESOURCES: &[ResourceInfo] = &[
-    // ---- core/v1 ----
-    ResourceInfo {
-        resource: "configmaps",
-        kind: "ConfigMap",
-        list_kind: "ConfigMapList",
-        singular: "configmap",
-        short_names: &["cm"],
-        storage_prefix: "configmaps",
-        ..BASE
-    },
-    ResourceInfo {
-        resource: "endpoints",
-        allow_create_on_update: true,
-        kind: "Endpoints",
-        list_kind: "EndpointsList",
-        singular: "endpoints",
-        short_names: &["ep"],
-        storage_prefix: "services/endpoints",
-        ..BASE
-    },
-    ResourceInfo {
-        resource: "events",
-        allow_create_on_update: true,
-        kind: "Event",
-        list_kind: "EventList",
-        singular: "event",
-        short_names: &["ev"],
-        storage_prefix: "events",
-        fields: &[
-            str_field("involvedObject.kind", "involvedObject.kind"),
-            str_field("involvedObject.namespace", "involvedObject.namespace"),
-            str_field("involvedObject.name", "involvedObject.name"),
-            str_field("involvedObject.uid", "involvedObject.uid"),
-            str_field("involvedObject.apiVersion", "involvedObject.apiVersion"),
-            str_field("involvedObject.resourceVersion", "involvedObject.resourceVersion"),
-            str_field("involvedObject.fieldPath", "involvedObject.fieldPath"),
-            str_field("reason", "reason"),
-            str_field("reportingComponent", "reportingComponent"),
-            str_field("source", "source.component"),
-            str_field("type", "type"),
-        ],
-        ..BASE
-    },
-    ResourceInfo {
-        resource: "namespaces",
-        kind: "Namespace",
-        list_kind: "NamespaceList",
-        singular: "namespace",
-        namespaced: false,
-        short_names: &["ns"],
-        verbs: NAMESPACE_VERBS,
-        subresources: &[status("Namespace")],
-        storage_prefix: "namespaces",
-        has_spec: true,
-        fields: &[str_field("status.phase", "status.phase")],
-        ..BASE
-    },
-    ResourceInfo {
-        resource: "nodes",
-        kind: "Node",
-        list_kind: "NodeList",
-        singular: "node",
-        namespaced: false,
-        short_names: &["no"],
-        subresources: &[status("Node")],
-        storage_prefix: "minions",
-        has_spec: true,
-        fields: &[bool_field("spec.unschedulable", "spec.unschedulable")],
-        ..BASE
-    },
-    ResourceInfo {
-        resource: "pods",
-        kind: "Pod",
-        list_kind: "PodList",
-        singular: "pod",
-        short_names: &["po"],
-        categories: &["all"],
-        subresources: &[
-            status("Pod"),
-            SubresourceInfo { name: "binding", kind: "Binding", verbs: &["create"], api_version: "" },
-        ],
-        storage_prefix: "pods",
-        has_spec: true,
-        fields: &[
-            str_field("spec.nodeName", "spec.nodeName"),
-            str_field("spec.restartPolicy", "spec.restartPolicy"),
-            str_field("spec.schedulerName", "spec.schedulerName"),
-            str_field("spec.serviceAccountName", "spec.serviceAccountName"),
-            bool_field("spec.hostNetwork", "spec.hostNetwork"),
-            str_field("status.phase", "status.phase"),
-            str_field("status.podIP", "status.podIP"),
-            str_field("status.nominatedNodeName", "status.nominatedNodeName"),
-        ],
-        ..BASE
-    },
-    ResourceInfo {
-        resource: "secrets",
-        kind: "Secret",
-        list_kind: "SecretList",
-        singular: "secret",
-        storage_prefix: "secrets",
-        fields: &[str_field("type", "type")],
-        ..BASE
-    },
-    ResourceInfo {
-        resource: "serviceaccounts",
-        kind: "ServiceAccount",
-        list_kind: "ServiceAccountList",
-        singular: "serviceaccount",
-        short_names: &["sa"],
-        storage_prefix: "serviceaccounts",
-        ..BASE
-    },
-    ResourceInfo {
-        resource: "services",
-        kind: "Service",
-        list_kind: "ServiceList",
-        singular: "service",
-        short_names: &["svc"],
-        categories: &["all"],
-        subresources: &[status("Service")],
-        storage_prefix: "services/specs",
-        has_spec: true,
-        fields: &[str_field("spec.clusterIP", "spec.clusterIP"), str_field("spec.type", "spec.type")],
-        ..BASE
-    },
-    // ---- apps/v1 ----
-    ResourceInfo {
-        group: "apps",
-        resource: "deployments",
-        kind: "Deployment",
-        list_kind: "DeploymentList",
-        singular: "deployment",
-        short_names: &["deploy"],
-        categories: &["all"],
-        subresources: &[status("Deployment"), SCALE],
-        storage_prefix: "deployments",
-        has_spec: true,
-        ..BASE
-    },
-    // ---- coordination.k8s.io/v1 ----
-    ResourceInfo {
-        group: "coordination.k8s.io",
-        resource: "leases",
-        allow_create_on_update: true,
-        kind: "Lease",
-        list_kind: "LeaseList",
-        singular: "lease",
-        storage_prefix: "leases",
-        has_spec: true,
-        ..BASE
-    },
-    // ---- discovery.k8s.io/v1 ----
-    ResourceInfo {
-        group: "discovery.k8s.io",
-        resource: "endpointslices",
-        kind: "EndpointSlice",
-        list_kind: "EndpointSliceList",
-        singular: "endpointslice",
-        storage_prefix: "endpointslices",
-        fields: &[str_field("addressType", "addressType")],
-        ..BASE
-    },
-    // ---- rbac.authorization.k8s.io/v1 (read by --authorization-mode=RBAC) ----
-    ResourceInfo {
-        group: "rbac.authorization.k8s.io",
-        resource: "clusterrolebindings",
-        allow_create_on_update: true,
-        kind: "ClusterRoleBinding",
-        list_kind: "ClusterRoleBindingList",
-        singular: "clusterrolebinding",
-        namespaced: false,
-        storage_prefix: "clusterrolebindings",
-        ..BASE
-    },
-    ResourceInfo {
-        group: "rbac.authorization.k8s.io",
-        resource: "clusterroles",
-        allow_create_on_update: true,
-        kind: "ClusterRole",
-        list_kind: "ClusterRoleList",
-        singular: "clusterrole",
-        namespaced: false,
-        storage_prefix: "clusterroles",
-        ..BASE
-    },
-    ResourceInfo {
-        group: "rbac.authorization.k8s.io",
-        resource: "rolebindings",
-        allow_create_on_update: true,
-        kind: "RoleBinding",
-        list_kind: "RoleBindingList",
-        singular: "rolebinding",
-        storage_prefix: "rolebindings",
-        ..BASE
-    },
-    ResourceInfo {
-        group: "rbac.authorization.k8s.io",
-        resource: "roles",
-        allow_create_on_update: true,
-        kind: "Role",
-        list_kind: "RoleList",
-        singular: "role",
-        storage_prefix: "roles",
-        ..BASE
-    },
-];
 
 impl ResourceInfo {
     /// `apiVersion` of the kind: `v1` for core, `<group>/<version>` otherwise.
@@ -407,21 +239,81 @@ impl ResourceInfo {
     }
 }
 
-/// All resources served.
+/// The built-in resources (the rows compiled in), in discovery order.
 pub fn all() -> &'static [ResourceInfo] {
     RESOURCES
 }
 
+/// Rows added while the server runs ([`register`]); each is leaked once,
+/// so lookups can hand out `&'static` rows like the built-in ones.
+static DYNAMIC: RwLock<Vec<&'static ResourceInfo>> = RwLock::new(Vec::new());
+
+/// Every served resource: the built-in rows, then those added by [`register`].
+pub fn every() -> Vec<&'static ResourceInfo> {
+    let dynamic = DYNAMIC.read().unwrap_or_else(|e| e.into_inner());
+    RESOURCES.iter().chain(dynamic.iter().copied()).collect()
+}
+
+/// Errors of [`register`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    /// A built-in row already serves this group, version and resource.
+    #[error("{resource}.{group}/{version} is a built-in resource")]
+    BuiltIn {
+        /// Group.
+        group: String,
+        /// Version.
+        version: String,
+        /// Plural resource name.
+        resource: String,
+    },
+}
+
+/// Adds (or replaces) a row while the server runs, e.g. for a custom
+/// resource, and returns it as every lookup will. Replacing keeps the old
+/// row alive (rows are leaked: a handful per CustomResourceDefinition change).
+pub fn register(info: ResourceInfo) -> Result<&'static ResourceInfo, RegisterError> {
+    if RESOURCES.contains(&info) {
+        return Err(RegisterError::BuiltIn {
+            group: info.group.to_string(),
+            version: info.version.to_string(),
+            resource: info.resource.to_string(),
+        });
+    }
+    let row: &'static ResourceInfo = Box::leak(Box::new(info));
+    let mut dynamic = DYNAMIC.write().unwrap_or_else(|e| e.into_inner());
+    dynamic.retain(|r| **r != *row);
+    dynamic.push(row);
+    Ok(row)
+}
+
+/// Removes a row added by [`register`]; returns whether one was there.
+pub fn unregister(group: &str, version: &str, resource: &str) -> bool {
+    let mut dynamic = DYNAMIC.write().unwrap_or_else(|e| e.into_inner());
+    let before = dynamic.len();
+    dynamic.retain(|r| !(r.group == group && r.version == version && r.resource == resource));
+    dynamic.len() != before
+}
+
+/// The first row, built-in or registered, that `pred` accepts.
+fn find(pred: impl Fn(&ResourceInfo) -> bool) -> Option<&'static ResourceInfo> {
+    if let Some(r) = RESOURCES.iter().find(|r| pred(r)) {
+        return Some(r);
+    }
+    let dynamic = DYNAMIC.read().unwrap_or_else(|e| e.into_inner());
+    dynamic.iter().copied().find(|r| pred(r))
+}
+
 /// The resource `resource` (plural) in `group`/`version`, if served.
 pub fn lookup(group: &str, version: &str, resource: &str) -> Option<&'static ResourceInfo> {
-    RESOURCES.iter().find(|r| r.group == group && r.version == version && r.resource == resource)
+    find(|r| r.group == group && r.version == version && r.resource == resource)
 }
 
 /// The resource whose kind is `kind` in the API version `api_version`
 /// (`v1`, `apps/v1`), if served.
 pub fn lookup_kind(api_version: &str, kind: &str) -> Option<&'static ResourceInfo> {
     let (group, version) = split_api_version(api_version);
-    RESOURCES.iter().find(|r| r.group == group && r.version == version && r.kind == kind)
+    find(|r| r.group == group && r.version == version && r.kind == kind)
 }
 
 /// Splits an `apiVersion` into `(group, version)`: `v1` → `("", "v1")`,
@@ -446,7 +338,7 @@ pub struct GroupVersion {
 /// each with its versions (the first is the preferred one).
 pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
     let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
-    for r in RESOURCES.iter().filter(|r| !r.group.is_empty()) {
+    for r in every().into_iter().filter(|r| !r.group.is_empty()) {
         match out.iter_mut().find(|(g, _)| *g == r.group) {
             Some((_, versions)) => {
                 if !versions.contains(&r.version) {
@@ -462,7 +354,7 @@ pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
 
 /// The resources of one group version, in registry order.
 pub fn resources_in<'a>(group: &'a str, version: &'a str) -> impl Iterator<Item = &'static ResourceInfo> + 'a {
-    RESOURCES.iter().filter(move |r| r.group == group && r.version == version)
+    every().into_iter().filter(move |r| r.group == group && r.version == version)
 }
 
 /// Reads a dotted path (`spec.nodeName`) from a JSON object.
@@ -494,6 +386,10 @@ pub fn field_value(resource: &ResourceInfo, obj: &Value, field: &str) -> Option<
         FieldType::Bool => match v {
             Some(Value::Bool(true)) => "true".to_string(),
             _ => "false".to_string(),
+        },
+        FieldType::Int => match v {
+            Some(Value::Number(n)) => n.to_string(),
+            _ => "0".to_string(),
         },
     })
 }
@@ -533,7 +429,69 @@ mod tests {
         assert!(lookup_kind("v1", "Deployment").is_none());
         let groups = groups();
         let names: Vec<_> = groups.iter().map(|g| g.0).collect();
-        assert_eq!(names, vec!["apps", "coordination.k8s.io", "discovery.k8s.io", "rbac.authorization.k8s.io"]);
+        assert_eq!(
+            names,
+            vec![
+                "admissionregistration.k8s.io",
+                "apiregistration.k8s.io",
+                "apps",
+                "autoscaling",
+                "batch",
+                "certificates.k8s.io",
+                "coordination.k8s.io",
+                "discovery.k8s.io",
+                "flowcontrol.apiserver.k8s.io",
+                "networking.k8s.io",
+                "node.k8s.io",
+                "policy",
+                "rbac.authorization.k8s.io",
+                "scheduling.k8s.io",
+                "storage.k8s.io",
+            ]
+        );
+    }
+
+    #[test]
+    fn rows_agree_with_the_k8s_openapi_types() {
+        for row in RESOURCES {
+            let typed = row.typed.expect("every built-in row has a type");
+            let (api_version, kind, plural, namespaced) = (typed.resource)();
+            assert_eq!(api_version, row.api_version(), "{}", row.resource);
+            assert_eq!(kind, row.kind, "{}", row.resource);
+            assert_eq!(plural, row.resource);
+            assert_eq!(namespaced, row.namespaced, "{}", row.resource);
+            assert_eq!(row.list_kind, format!("{kind}List"));
+        }
+    }
+
+    #[test]
+    fn rows_are_unique_and_in_discovery_order() {
+        let keys: Vec<(&str, &str, &str)> = RESOURCES.iter().map(|r| (r.group, r.version, r.resource)).collect();
+        let mut sorted = keys.clone();
+        sorted.sort_by(|a, b| (!a.0.is_empty(), a.0, a.2).cmp(&(!b.0.is_empty(), b.0, b.2)));
+        sorted.dedup();
+        assert_eq!(keys, sorted);
+    }
+
+    #[test]
+    fn rows_registered_at_run_time_are_found() {
+        let row = ResourceInfo {
+            group: "example.com",
+            resource: "widgets",
+            kind: "Widget",
+            list_kind: "WidgetList",
+            singular: "widget",
+            storage_prefix: "example.com/widgets",
+            ..BASE
+        };
+        let registered = register(row).unwrap();
+        assert!(std::ptr::eq(lookup("example.com", "v1", "widgets").unwrap(), registered));
+        assert_eq!(lookup_kind("example.com/v1", "Widget").unwrap().resource, "widgets");
+        assert!(groups().iter().any(|(g, _)| *g == "example.com"));
+        assert!(every().iter().any(|r| r.resource == "widgets"));
+        assert!(matches!(register(*lookup("", "v1", "pods").unwrap()), Err(RegisterError::BuiltIn { .. })));
+        assert!(unregister("example.com", "v1", "widgets"));
+        assert!(lookup("example.com", "v1", "widgets").is_none());
     }
 
     #[test]

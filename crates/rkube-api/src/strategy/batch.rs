@@ -1,0 +1,166 @@
+//! Strategies of batch/v1 kinds (`pkg/apis/batch/v1/defaults.go`,
+//! `pkg/apis/batch/validation/validation.go`, `pkg/registry/batch/*/strategy.go`).
+
+use serde_json::{json, Map, Value};
+
+use super::pod::{pod_spec_defaults, validate_pod_spec};
+use super::{child, default_field, immutable, non_negative, reset_status, selector_matches_template, Object, Strategy};
+use crate::field_error::FieldError;
+
+/// Restart policies a job's pods may have.
+const JOB_RESTART: &[&str] = &["OnFailure", "Never"];
+
+/// `SetDefaults_Job`: when neither completions nor parallelism is set both
+/// become 1; parallelism 1, backoffLimit 6 (MaxInt32 with a per-index
+/// limit), NonIndexed, not suspended, and the pod replacement policy.
+fn job_defaults(map: &mut Object) {
+    let spec = child(map, "spec");
+    let unset = |spec: &Object, k: &str| spec.get(k).is_none_or(Value::is_null);
+    if unset(spec, "completions") && unset(spec, "parallelism") {
+        spec.insert("completions".into(), json!(1));
+    }
+    default_field(spec, "parallelism", json!(1));
+    let backoff = if unset(spec, "backoffLimitPerIndex") { 6 } else { i32::MAX };
+    default_field(spec, "backoffLimit", json!(backoff));
+    default_field(spec, "completionMode", json!("NonIndexed"));
+    default_field(spec, "suspend", json!(false));
+    let replacement = if unset(spec, "podFailurePolicy") { "TerminatingOrFailed" } else { "Failed" };
+    default_field(spec, "podReplacementPolicy", json!(replacement));
+    let template = child(spec, "template");
+    pod_spec_defaults(child(template, "spec"));
+}
+
+/// Labels the job controller selects a job's pods by (upstream
+/// `batch.kubernetes.io/controller-uid` and `batch.kubernetes.io/job-name`,
+/// plus the legacy `controller-uid` and `job-name`).
+fn job_prepare(obj: &mut Object) {
+    reset_status(obj);
+    let manual = super::at(obj, "/spec/manualSelector").and_then(Value::as_bool) == Some(true);
+    if manual {
+        return;
+    }
+    let uid = super::at(obj, "/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
+    let name = super::at(obj, "/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let spec = child(obj, "spec");
+    let mut match_labels = Map::new();
+    match_labels.insert("batch.kubernetes.io/controller-uid".into(), json!(uid));
+    spec.insert("selector".into(), json!({"matchLabels": match_labels}));
+    let labels = child(child(child(spec, "template"), "metadata"), "labels");
+    labels.insert("batch.kubernetes.io/controller-uid".into(), json!(uid));
+    labels.insert("batch.kubernetes.io/job-name".into(), json!(name));
+    labels.insert("controller-uid".into(), json!(uid));
+    labels.insert("job-name".into(), json!(name));
+}
+
+fn job_spec_validate(obj: &Value, base: &str, errs: &mut Vec<FieldError>) {
+    for f in ["parallelism", "completions", "backoffLimit", "ttlSecondsAfterFinished"] {
+        non_negative(obj, &format!("/{}/{f}", base.replace('.', "/")), &format!("{base}.{f}"), errs);
+    }
+    if let Some(n) = obj.pointer(&format!("/{}/activeDeadlineSeconds", base.replace('.', "/"))).and_then(Value::as_i64) {
+        if n <= 0 {
+            errs.push(FieldError::invalid_json(
+                &format!("{base}.activeDeadlineSeconds"),
+                &Value::from(n),
+                "must be greater than 0",
+            ));
+        }
+    }
+    let template_spec = obj.pointer(&format!("/{}/template/spec", base.replace('.', "/")));
+    validate_pod_spec(template_spec, &format!("{base}.template.spec"), JOB_RESTART, errs);
+    if template_spec.and_then(|s| s.get("restartPolicy")).is_none() && template_spec.is_some() {
+        errs.push(FieldError::required(&format!("{base}.template.spec.restartPolicy"), ""));
+    }
+}
+
+fn job_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    job_spec_validate(obj, "spec", errs);
+    if obj.pointer("/spec/manualSelector").and_then(Value::as_bool) == Some(true) {
+        selector_matches_template(obj, errs);
+    }
+    immutable(obj, old, "/spec/selector", "spec.selector", errs);
+    immutable(obj, old, "/spec/completionMode", "spec.completionMode", errs);
+    let suspended = old.and_then(|o| o.pointer("/spec/suspend")).and_then(Value::as_bool) == Some(true);
+    if !suspended {
+        immutable(obj, old, "/spec/template", "spec.template", errs);
+    }
+}
+
+/// Jobs: completions/parallelism 1, backoffLimit 6, NonIndexed, pod
+/// replacement policy; a generated selector and pod labels; the template
+/// needs `restartPolicy` OnFailure or Never; selector and template immutable.
+pub(crate) const JOB: Strategy =
+    Strategy { defaults: job_defaults, prepare_for_create: job_prepare, validate: job_validate, ..Strategy::NONE };
+
+fn cron_job_defaults(map: &mut Object) {
+    let spec = child(map, "spec");
+    default_field(spec, "concurrencyPolicy", json!("Allow"));
+    default_field(spec, "suspend", json!(false));
+    default_field(spec, "successfulJobsHistoryLimit", json!(3));
+    default_field(spec, "failedJobsHistoryLimit", json!(1));
+    let job_template_spec = child(child(spec, "jobTemplate"), "spec");
+    let template = child(job_template_spec, "template");
+    pod_spec_defaults(child(template, "spec"));
+}
+
+/// Whether `schedule` is a cron schedule the cron job controller can parse:
+/// five fields, or one of the `@` macros (upstream uses robfig/cron's
+/// standard parser).
+fn valid_schedule(schedule: &str) -> bool {
+    let s = schedule.trim();
+    let s = match s.strip_prefix("TZ=").or_else(|| s.strip_prefix("CRON_TZ=")) {
+        Some(rest) => match rest.split_once(' ') {
+            Some((_, sched)) => sched.trim(),
+            None => return false,
+        },
+        None => s,
+    };
+    if let Some(m) = s.strip_prefix('@') {
+        return matches!(m, "yearly" | "annually" | "monthly" | "weekly" | "daily" | "midnight" | "hourly")
+            || m.strip_prefix("every ").is_some_and(|d| !d.trim().is_empty());
+    }
+    let fields: Vec<&str> = s.split_whitespace().collect();
+    fields.len() == 5
+        && fields.iter().all(|f| f.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '*' | '/' | ',' | '-' | '?')))
+}
+
+fn cron_job_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    match obj.pointer("/spec/schedule").and_then(Value::as_str) {
+        None | Some("") => errs.push(FieldError::required("spec.schedule", "")),
+        Some(s) if !valid_schedule(s) => {
+            errs.push(FieldError::invalid("spec.schedule", s, format!("unparseable schedule: {s}")))
+        }
+        _ => {}
+    }
+    if let Some(p) = obj.pointer("/spec/concurrencyPolicy").and_then(Value::as_str) {
+        if !matches!(p, "Allow" | "Forbid" | "Replace") {
+            errs.push(FieldError::not_supported("spec.concurrencyPolicy", p, &["Allow", "Forbid", "Replace"]));
+        }
+    }
+    for f in ["startingDeadlineSeconds", "successfulJobsHistoryLimit", "failedJobsHistoryLimit"] {
+        non_negative(obj, &format!("/spec/{f}"), &format!("spec.{f}"), errs);
+    }
+    job_spec_validate(obj, "spec.jobTemplate.spec", errs);
+}
+
+/// CronJobs: Allow, not suspended, history 3 and 1; schedule, policy and
+/// job template validation.
+pub(crate) const CRON_JOB: Strategy = Strategy {
+    defaults: cron_job_defaults,
+    prepare_for_create: reset_status,
+    validate: cron_job_validate,
+    ..Strategy::NONE
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cron_schedules_parse_like_the_controller() {
+        assert!(valid_schedule("*/5 * * * *"));
+        assert!(valid_schedule("@hourly"));
+        assert!(valid_schedule("TZ=Etc/UTC 0 3 * * 1-5"));
+        assert!(!valid_schedule("* * *"));
+        assert!(!valid_schedule("@sometimes"));
+    }
+}

@@ -1,0 +1,195 @@
+//! Objects every cluster has from its first start, created when missing:
+//! - the system namespaces (`default`, `kube-system`, `kube-public`, `kube-node-lease`);
+//! - the two built-in PriorityClasses `system-cluster-critical` and
+//!   `system-node-critical` (upstream `pkg/apis/scheduling/types.go`,
+//!   `SystemPriorityClasses`);
+//! - the mandatory API Priority and Fairness objects, `exempt` and
+//!   `catch-all` FlowSchemas and PriorityLevelConfigurations (upstream
+//!   `staging/src/k8s.io/apiserver/pkg/apis/flowcontrol/bootstrap/default.go`);
+//! - one local APIService per served group version, as upstream's
+//!   autoregistration controller keeps them (`pkg/controlplane/apiserver/aggregator.go`,
+//!   with its group and version priorities).
+//!
+//! Existing objects are left as they are (a user may have changed them).
+
+use rkube_api::registry::{self, ResourceInfo};
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::state::ApiState;
+
+/// Namespaces that exist from the first start (upstream's system namespaces).
+pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Creates `obj` (of `info`, named `name`) unless it exists, with defaults,
+/// a uid and a creation timestamp.
+async fn create_missing(st: &ApiState, info: &ResourceInfo, mut obj: Value) -> Result<(), ApiError> {
+    let name = crate::object::name(&obj).to_string();
+    let key = info.object_key(st.prefix(), crate::object::namespace(&obj), &name);
+    if st.storage.get(&key).await.map_err(|e| ApiError::from_storage(e, info, &name))?.is_some() {
+        return Ok(());
+    }
+    crate::object::set_meta(&mut obj, "uid", json!(crate::object::new_uid()));
+    crate::object::set_meta(&mut obj, "creationTimestamp", json!(rkube_api::time::now_rfc3339()));
+    info.strategy.apply_defaults(&mut obj);
+    crate::object::set_initial_generation(&mut obj, info.has_spec);
+    let bytes = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
+    match st.storage.create(&key, bytes.into()).await {
+        Ok(_) | Err(rkube_storage::StorageError::AlreadyExists { .. }) => Ok(()),
+        Err(e) => Err(ApiError::from_storage(e, info, &name)),
+    }
+}
+
+fn row(group: &str, resource: &str) -> Result<&'static ResourceInfo, ApiError> {
+    registry::lookup(group, "v1", resource).ok_or_else(|| ApiError::internal(format!("{resource} are not served")))
+}
+
+/// `(groupPriorityMinimum, versionPriority)` of a built-in group version
+/// (upstream `apiVersionPriorities`); unlisted ones get 1000/15.
+fn api_service_priority(group: &str, version: &str) -> (i64, i64) {
+    match (group, version) {
+        ("", _) => (18000, 1),
+        ("apiregistration.k8s.io", _) | ("apps", _) => (17800, 15),
+        ("events.k8s.io", _) => (17750, 15),
+        ("authentication.k8s.io", _) => (17700, 15),
+        ("authorization.k8s.io", _) => (17600, 15),
+        ("autoscaling", "v2") => (17500, 30),
+        ("autoscaling", _) => (17500, 15),
+        ("batch", _) => (17400, 15),
+        ("certificates.k8s.io", _) => (17300, 15),
+        ("networking.k8s.io", _) => (17200, 15),
+        ("policy", _) => (17100, 15),
+        ("rbac.authorization.k8s.io", _) => (17000, 15),
+        ("storage.k8s.io", _) => (16800, 15),
+        ("apiextensions.k8s.io", _) | ("admissionregistration.k8s.io", _) => (16700, 15),
+        ("scheduling.k8s.io", _) => (16600, 15),
+        ("coordination.k8s.io", _) => (16500, 15),
+        ("node.k8s.io", _) => (16300, 15),
+        ("discovery.k8s.io", _) => (16200, 15),
+        ("flowcontrol.apiserver.k8s.io", _) => (16100, 21),
+        _ => (1000, 15),
+    }
+}
+
+/// The local APIService of one group version (`v1.apps`, `v1.` for core).
+pub fn api_service(group: &str, version: &str) -> Value {
+    let (group_priority, version_priority) = api_service_priority(group, version);
+    json!({
+        "kind": "APIService",
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "metadata": {"name": format!("{version}.{group}"), "labels": {"kube-aggregator.kubernetes.io/automanaged": "onstart"}},
+        "spec": {"group": group, "version": version, "groupPriorityMinimum": group_priority, "versionPriority": version_priority},
+        "status": {"conditions": [{
+            "type": "Available",
+            "status": "True",
+            "lastTransitionTime": rkube_api::time::now_rfc3339(),
+            "reason": "Local",
+            "message": "Local APIServices are always available",
+        }]},
+    })
+}
+
+fn priority_classes() -> [Value; 2] {
+    let pc = |name: &str, value: i64, description: &str| {
+        json!({
+            "kind": "PriorityClass",
+            "apiVersion": "scheduling.k8s.io/v1",
+            "metadata": {"name": name},
+            "value": value,
+            "description": description,
+        })
+    };
+    [
+        pc(
+            "system-node-critical",
+            2_000_001_000,
+            "Used for system critical pods that must not be moved from their current node.",
+        ),
+        pc(
+            "system-cluster-critical",
+            2_000_000_000,
+            "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+        ),
+    ]
+}
+
+fn flow_schemas() -> [Value; 2] {
+    let all_rules = |subjects: Value| {
+        json!([{
+            "subjects": subjects,
+            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": true, "namespaces": ["*"]}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+        }])
+    };
+    [
+        json!({
+            "kind": "FlowSchema",
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+            "metadata": {"name": "exempt", "annotations": {"apf.kubernetes.io/autoupdate-spec": "true"}},
+            "spec": {
+                "matchingPrecedence": 1,
+                "priorityLevelConfiguration": {"name": "exempt"},
+                "rules": all_rules(json!([{"kind": "Group", "group": {"name": "system:masters"}}])),
+            },
+        }),
+        json!({
+            "kind": "FlowSchema",
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+            "metadata": {"name": "catch-all", "annotations": {"apf.kubernetes.io/autoupdate-spec": "true"}},
+            "spec": {
+                "matchingPrecedence": 10000,
+                "priorityLevelConfiguration": {"name": "catch-all"},
+                "distinguisherMethod": {"type": "ByUser"},
+                "rules": all_rules(json!([
+                    {"kind": "Group", "group": {"name": "system:unauthenticated"}},
+                    {"kind": "Group", "group": {"name": "system:authenticated"}},
+                ])),
+            },
+        }),
+    ]
+}
+
+fn priority_levels() -> [Value; 2] {
+    [
+        json!({
+            "kind": "PriorityLevelConfiguration",
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+            "metadata": {"name": "exempt", "annotations": {"apf.kubernetes.io/autoupdate-spec": "true"}},
+            "spec": {"type": "Exempt", "exempt": {"nominalConcurrencyShares": 0, "lendablePercent": 0}},
+        }),
+        json!({
+            "kind": "PriorityLevelConfiguration",
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+            "metadata": {"name": "catch-all", "annotations": {"apf.kubernetes.io/autoupdate-spec": "true"}},
+            "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 5, "lendablePercent": 0, "limitResponse": {"type": "Reject"}}},
+        }),
+    ]
+}
+
+/// Creates every missing built-in object (see the module docs).
+pub async fn ensure(st: &ApiState) -> Result<(), ApiError> {
+    let namespaces = row("", "namespaces")?;
+    for ns in SYSTEM_NAMESPACES {
+        create_missing(st, namespaces, json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": ns}})).await?;
+    }
+    let pcs = row("scheduling.k8s.io", "priorityclasses")?;
+    for pc in priority_classes() {
+        create_missing(st, pcs, pc).await?;
+    }
+    let (fs, plc) = (row("flowcontrol.apiserver.k8s.io", "flowschemas")?, row("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations")?);
+    for obj in flow_schemas() {
+        create_missing(st, fs, obj).await?;
+    }
+    for obj in priority_levels() {
+        create_missing(st, plc, obj).await?;
+    }
+    let services = row("apiregistration.k8s.io", "apiservices")?;
+    let mut group_versions: Vec<(&str, &str)> = vec![("", "v1")];
+    for (group, versions) in registry::groups() {
+        group_versions.extend(versions.into_iter().map(|v| (group, v)));
+    }
+    for (group, version) in group_versions {
+        create_missing(st, services, api_service(group, version)).await?;
+    }
+    Ok(())
+}
