@@ -13,6 +13,7 @@ mod scenarios;
 use scenarios::apply::{
     apply_multi_document_manifest_then_reapply_merges_changes,
     apply_server_side_creates_then_merges_field_managers,
+    apply_then_apply_server_side_migrates_and_reapplies,
 };
 use scenarios::delete::delete_waits_until_gone_and_wait_false_returns_at_once;
 use scenarios::describe::describe_pod_and_service;
@@ -43,6 +44,7 @@ use scenarios::watch::{
 e2e_matrix!(
     apply_multi_document_manifest_then_reapply_merges_changes,
     apply_server_side_creates_then_merges_field_managers,
+    apply_then_apply_server_side_migrates_and_reapplies,
     get_table_shows_upstream_columns,
     get_table_for_nodes_events_and_secrets,
     get_output_json_yaml_and_wide,
