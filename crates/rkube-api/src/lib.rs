@@ -17,6 +17,8 @@
 //!   `metadata.name` / `labels` / `annotations` checks with upstream messages.
 //! - [`protobuf`] — Kubernetes protobuf request bodies decoded to JSON.
 //! - [`time`] — `metav1.Time` and `metav1.MicroTime` timestamps.
+//! - [`wire`] — body bytes as kube-apiserver writes them: typed key order
+//!   (`kind`, `apiVersion`, `metadata`, ..., `status`) and the trailing newline.
 //! - [`registry`] — the resource registry (group, version, resource, kind, scope,
 //!   short names, verbs).
 //!
@@ -36,6 +38,7 @@ pub mod selector;
 pub mod status;
 pub mod time;
 pub mod validation;
+pub mod wire;
 
 pub use continue_token::ContinueToken;
 pub use list_options::{parse_resource_version, ListOptions, ResourceVersionMatch};

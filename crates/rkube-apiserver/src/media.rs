@@ -209,12 +209,14 @@ pub(crate) fn check_yaml_depth(value: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Renders `value` with HTTP status `code` as JSON or YAML.
+/// Renders `value` with HTTP status `code` as JSON (followed by `\n`, as
+/// kube-apiserver's `json.Encoder` writes it: [`rkube_api::wire::to_json_body`])
+/// or YAML.
 pub fn respond(code: u16, output: Output, value: &Value) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
     let (body, ctype) = match output {
         Output::Table(v) if value.get("kind").and_then(Value::as_str) == Some("Table") => {
-            match serde_json::to_vec(value) {
+            match rkube_api::wire::to_json_body(value) {
                 Ok(b) => (b, v.content_type()),
                 Err(e) => return ApiError::internal(e).into_response(),
             }
@@ -223,7 +225,7 @@ pub fn respond(code: u16, output: Output, value: &Value) -> Response {
             Ok(s) => (s.into_bytes(), "application/yaml"),
             Err(e) => return ApiError::internal(e).into_response(),
         },
-        _ => match serde_json::to_vec(value) {
+        _ => match rkube_api::wire::to_json_body(value) {
             Ok(b) => (b, "application/json"),
             Err(e) => return ApiError::internal(e).into_response(),
         },
