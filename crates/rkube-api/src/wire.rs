@@ -68,7 +68,7 @@ fn reorder<R: Ord>(map: &mut Map<String, Value>, rank: impl Fn(&str) -> R) -> bo
         return false;
     }
     let mut entries: Vec<(String, Value)> = std::mem::take(map).into_iter().collect();
-    entries.sort_by(|(a, _), (b, _)| rank(a).cmp(&rank(b)));
+    entries.sort_by_key(|(k, _)| rank(k));
     map.extend(entries);
     true
 }

@@ -187,6 +187,13 @@ pub fn decode_object(content_type: &str, body: &[u8]) -> ApiResult<Value> {
     Ok(value)
 }
 
+/// The keys of a JSON body ([`crate::strict::KeyScan`]) for repeated-key
+/// reporting; `None` for other media types (and bodies that are not JSON,
+/// which [`decode_object`] refuses).
+pub fn scan_json_keys(content_type: &str, body: &[u8]) -> Option<crate::strict::KeyScan> {
+    (content_type == "application/json").then(|| crate::strict::KeyScan::of_json(body)).flatten()
+}
+
 /// Decodes YAML into JSON (400 on malformed YAML).
 ///
 /// Nesting is held to what the JSON decoder accepts
