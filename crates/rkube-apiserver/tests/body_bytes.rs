@@ -135,6 +135,23 @@ async fn status_and_discovery_bodies_end_with_newline(srv: &TestServer) {
     assert!(version.text.ends_with("\n}"), "{}", version.text);
 }
 
+/// Server-side tables (GET, LIST) and metadata-only lists are bodies like
+/// any other: `kind` first, a trailing newline.
+async fn tables_and_partial_metadata_end_with_newline(srv: &TestServer) {
+    let created = srv.post(CMS, &serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "t"}})).await;
+    assert_eq!(created.code, 201, "{}", created.text);
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io";
+    for path in [format!("{CMS}/t"), CMS.to_string(), format!("{CMS}?resourceVersion=0")] {
+        let got = srv.get_as(&path, table).await;
+        assert_eq!(got.code, 200, "{path}: {}", got.text);
+        assert!(got.text.starts_with(r#"{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"#), "{path}: {}", got.text);
+        assert!(got.text.ends_with("}\n") && !got.text.ends_with("\n\n"), "{path}: {:?}", got.text);
+    }
+    let partial = srv.get_as(CMS, "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io").await;
+    assert!(partial.text.starts_with(r#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","#), "{}", partial.text);
+    assert!(partial.text.ends_with("]}\n"), "{:?}", partial.text);
+}
+
 macro_rules! both_read_paths {
     ($($name:ident),* $(,)?) => {
         mod watch_cache {
@@ -160,4 +177,5 @@ both_read_paths!(
     objects_lists_and_watch_lines_start_with_kind_and_end_with_newline,
     objects_stored_in_client_order_come_out_in_typed_order,
     status_and_discovery_bodies_end_with_newline,
+    tables_and_partial_metadata_end_with_newline,
 );
