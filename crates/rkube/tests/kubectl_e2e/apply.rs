@@ -286,3 +286,31 @@ pub fn apply_then_apply_server_side_migrates_and_reapplies(c: &mut Cluster, k: &
     assert_eq!(ports.len(), 1, "service ports: {ports:?}");
     assert_eq!((&ports[0]["port"], &ports[0]["targetPort"]), (&json!(8080), &json!(80)));
 }
+
+fn secret_with_string_data(password: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\n  namespace: default\nstringData:\n  password: {password}\n"
+    )
+}
+
+/// A Secret's `stringData` is written into `data` (base64) and never kept,
+/// with client-side apply, its re-apply, and server-side apply.
+pub fn apply_secret_string_data_lands_in_data(c: &mut Cluster, k: &Kubectl) {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let steps: [(&str, &[&str], &str); 3] = [
+        ("hunter2", &["apply"], "secret/creds created"),
+        ("swordfish", &["apply"], "secret/creds configured"),
+        ("letmein", &["apply", "--server-side"], "secret/creds serverside-applied"),
+    ];
+    for (password, cmd, printed) in steps {
+        let f = c.write_file("creds.yaml", &secret_with_string_data(password));
+        let mut args = cmd.to_vec();
+        args.extend(["-f", f.to_str().unwrap()]);
+        let out = k.ok(&args);
+        assert_eq!(out.stdout.trim_end(), printed, "{args:?}; stderr: {}", out.stderr);
+        let secret = k.json(&["get", "secret", "creds", "-n", "default"]);
+        assert_eq!(at(&secret, "/data"), &json!({"password": b64(password)}), "{args:?}");
+        assert_eq!(secret.get("stringData"), None, "{args:?}");
+    }
+}
