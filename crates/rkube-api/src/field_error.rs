@@ -103,6 +103,12 @@ impl FieldError {
         Self::with(FieldErrorType::Invalid, field, Some(rendered), detail)
     }
 
+    /// `Invalid value: <rendered>: <detail>`, the value already printed the
+    /// way upstream prints it (e.g. Go's `%#v` of a list).
+    pub fn invalid_rendered(field: &str, rendered: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::with(FieldErrorType::Invalid, field, Some(rendered.into()), detail)
+    }
+
     /// `Required value: <detail>`.
     pub fn required(field: &str, detail: impl Into<String>) -> Self {
         Self::with(FieldErrorType::Required, field, None, detail)

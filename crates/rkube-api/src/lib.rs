@@ -17,6 +17,8 @@
 //!   `metadata.name` / `labels` / `annotations` checks with upstream messages.
 //! - [`protobuf`] — Kubernetes protobuf request bodies decoded to JSON.
 //! - [`time`] — `metav1.Time` and `metav1.MicroTime` timestamps.
+//! - [`wire`] — body bytes as kube-apiserver writes them: typed key order
+//!   (`kind`, `apiVersion`, `metadata`, ..., `status`) and the trailing newline.
 //! - [`registry`] — the resource table (group, version, resource, kind, scope,
 //!   short names, verbs, subresources, selectable fields, typed schema,
 //!   strategy), one row per served resource.
@@ -40,6 +42,7 @@ pub mod status;
 pub mod strategy;
 pub mod time;
 pub mod validation;
+pub mod wire;
 
 pub use continue_token::ContinueToken;
 pub use list_options::{parse_resource_version, ListOptions, ResourceVersionMatch};

@@ -1,4 +1,4 @@
-//! Name, label and annotation validation, following
+//! Name, label, annotation, finalizer and ownerReference validation, following
 //! `k8s.io/apimachinery/pkg/util/validation/validation.go` (the `Is*`
 //! functions, which return upstream's messages) and
 //! `k8s.io/apimachinery/pkg/api/validation/objectmeta.go` (which turns them
@@ -8,7 +8,7 @@
 //! `validate_*` functions return [`StatusCause`]s ready for
 //! [`Status::invalid`](crate::status::Status::invalid).
 
-use crate::field_error::FieldError;
+use crate::field_error::{go_quote, FieldError};
 use crate::status::StatusCause;
 
 const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
@@ -268,6 +268,119 @@ pub fn validate_annotations(
     }
     if total > TOTAL_ANNOTATION_SIZE_LIMIT_B {
         causes.push(FieldError::too_long(FIELD, TOTAL_ANNOTATION_SIZE_LIMIT_B).into());
+    }
+    causes
+}
+
+/// Finalizer that orphans dependents (`metav1.FinalizerOrphanDependents`).
+pub const FINALIZER_ORPHAN_DEPENDENTS: &str = "orphan";
+/// Finalizer that deletes dependents first (`metav1.FinalizerDeleteDependents`).
+pub const FINALIZER_DELETE_DEPENDENTS: &str = "foregroundDeletion";
+
+/// Go's `%#v` of a `[]string`: `[]string{"a", "b"}`.
+fn go_string_slice(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| go_quote(s)).collect();
+    format!("[]string{{{}}}", quoted.join(", "))
+}
+
+/// Validates `metadata.finalizers` (upstream `ValidateFinalizers` in
+/// `apimachinery/pkg/api/validation/objectmeta.go`): every name is a
+/// qualified name, and `orphan` and `foregroundDeletion` are not both set.
+/// Non-string entries are refused by typed decoding before this runs and
+/// are skipped here.
+pub fn validate_finalizers(finalizers: &[serde_json::Value]) -> Vec<StatusCause> {
+    const FIELD: &str = "metadata.finalizers";
+    let names: Vec<&str> = finalizers.iter().filter_map(serde_json::Value::as_str).collect();
+    let mut causes: Vec<StatusCause> = Vec::new();
+    for name in &names {
+        for m in is_qualified_name(name) {
+            causes.push(FieldError::invalid(FIELD, name, m).into());
+        }
+    }
+    if names.contains(&FINALIZER_ORPHAN_DEPENDENTS) && names.contains(&FINALIZER_DELETE_DEPENDENTS) {
+        let detail = format!(
+            "finalizer {FINALIZER_ORPHAN_DEPENDENTS} and {FINALIZER_DELETE_DEPENDENTS} cannot be both set"
+        );
+        causes.push(FieldError::invalid_rendered(FIELD, go_string_slice(&names), detail).into());
+    }
+    causes
+}
+
+/// Kinds that may not own objects (upstream `BannedOwners`): core `v1` `Event`.
+const BANNED_OWNERS: &[(&str, &str, &str)] = &[("", "v1", "Event")];
+
+/// Group and version of an `apiVersion` as upstream's
+/// `schema.FromAPIVersionAndKind` reads it (`("", "")` when it does not parse).
+fn group_version(api_version: &str) -> (&str, &str) {
+    match api_version.split_once('/') {
+        None => ("", api_version),
+        Some((g, v)) if !v.contains('/') => (g, v),
+        Some(_) => ("", ""),
+    }
+}
+
+/// Go's `%#v` of one `metav1.OwnerReference`. Go prints a set pointer as
+/// its address, which differs on every request; rkube prints a fixed one.
+fn go_owner_reference(r: &serde_json::Value) -> String {
+    let s = |k: &str| go_quote(r.get(k).and_then(serde_json::Value::as_str).unwrap_or(""));
+    let ptr = |k: &str| match r.get(k).and_then(serde_json::Value::as_bool) {
+        Some(_) => "(*bool)(0xc000000000)".to_string(),
+        None => "(*bool)(nil)".to_string(),
+    };
+    format!(
+        "v1.OwnerReference{{APIVersion:{}, Kind:{}, Name:{}, UID:{}, Controller:{}, BlockOwnerDeletion:{}}}",
+        s("apiVersion"),
+        s("kind"),
+        s("name"),
+        s("uid"),
+        ptr("controller"),
+        ptr("blockOwnerDeletion")
+    )
+}
+
+/// Validates `metadata.ownerReferences` (upstream `ValidateOwnerReferences`
+/// in `apimachinery/pkg/api/validation/objectmeta.go`, with its messages and
+/// its field paths, which carry no index): `apiVersion` with a version,
+/// `kind`, `name` and `uid` set, no banned owner kind, and at most one
+/// reference with `controller: true`.
+pub fn validate_owner_references(refs: &[serde_json::Value]) -> Vec<StatusCause> {
+    const FIELD: &str = "metadata.ownerReferences";
+    let text = |r: &serde_json::Value, k: &str| r.get(k).and_then(serde_json::Value::as_str).unwrap_or("").to_string();
+    let mut causes: Vec<StatusCause> = Vec::new();
+    let mut first_controller: Option<String> = None;
+    for r in refs {
+        let (api_version, kind, name, uid) = (text(r, "apiVersion"), text(r, "kind"), text(r, "name"), text(r, "uid"));
+        let (group, version) = group_version(&api_version);
+        if version.is_empty() {
+            causes.push(FieldError::invalid(&format!("{FIELD}.apiVersion"), &api_version, "version must not be empty").into());
+        }
+        if kind.is_empty() {
+            causes.push(FieldError::invalid(&format!("{FIELD}.kind"), &kind, "must not be empty").into());
+        }
+        if name.is_empty() {
+            causes.push(FieldError::invalid(&format!("{FIELD}.name"), &name, "must not be empty").into());
+        }
+        if uid.is_empty() {
+            causes.push(FieldError::invalid(&format!("{FIELD}.uid"), &uid, "must not be empty").into());
+        }
+        if BANNED_OWNERS.contains(&(group, version, kind.as_str())) {
+            let detail = format!("{group}/{version}, Kind={kind} is disallowed from being an owner");
+            causes.push(FieldError::invalid_rendered(FIELD, go_owner_reference(r), detail).into());
+        }
+        if r.get("controller").and_then(serde_json::Value::as_bool) == Some(true) {
+            let current = format!("{kind}/{name}");
+            match &first_controller {
+                Some(first) => {
+                    let all: Vec<String> = refs.iter().map(go_owner_reference).collect();
+                    let rendered = format!("[]v1.OwnerReference{{{}}}", all.join(", "));
+                    let detail = format!(
+                        "Only one reference can have Controller set to true. Found \"true\" in references for {first} and {current}"
+                    );
+                    causes.push(FieldError::invalid_rendered(FIELD, rendered, detail).into());
+                }
+                None => first_controller = Some(current),
+            }
+        }
     }
     causes
 }

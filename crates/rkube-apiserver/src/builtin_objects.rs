@@ -33,6 +33,7 @@ async fn create_missing(st: &ApiState, info: &ResourceInfo, mut obj: Value) -> R
     crate::object::set_meta(&mut obj, "creationTimestamp", json!(rkube_api::time::now_rfc3339()));
     info.strategy.apply_defaults(&mut obj);
     crate::object::set_initial_generation(&mut obj, info.has_spec);
+    rkube_api::wire::order_object_keys(&mut obj);
     let bytes = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
     match st.storage.create(&key, bytes.into()).await {
         Ok(_) | Err(rkube_storage::StorageError::AlreadyExists { .. }) => Ok(()),

@@ -70,7 +70,11 @@ pub async fn get(ctx: &Ctx) -> Option<ApiResult<Response>> {
         let bytes = found.map_err(ApiError::from)?.ok_or_else(|| ApiError::not_found(info, name))?;
         trace::step(steps::ABOUT_TO_WRITE);
         if ctx.render.output == Output::Json {
-            return Ok(json_response(bytes));
+            // The cached bytes plus the `\n` kube-apiserver ends every body with.
+            let mut body = BytesMut::with_capacity(bytes.len() + 1);
+            body.put_slice(&bytes);
+            body.put_u8(rkube_api::wire::JSON_TERMINATOR);
+            return Ok(json_response(body.freeze()));
         }
         Ok(render::object(info, ctx.render, 200, &decode(&bytes)?, &[]))
     })())
@@ -89,13 +93,13 @@ fn list_meta(page: &RawList) -> Map<String, Value> {
     meta
 }
 
-/// `{"kind":..,"apiVersion":..,"metadata":..,"items":[..]}` from the items' bytes.
+/// `{"kind":..,"apiVersion":..,"metadata":..,"items":[..]}\n` from the items' bytes.
 pub fn list_json(info: &ResourceInfo, page: &RawList) -> Bytes {
     let head = json!({"kind": info.list_kind, "apiVersion": info.api_version()});
     let head = serde_json::to_vec(&head).unwrap_or_default();
     let meta = serde_json::to_vec(&Value::Object(list_meta(page))).unwrap_or_default();
     let items_len: usize = page.items.iter().map(|b| b.len() + 1).sum();
-    let mut out = BytesMut::with_capacity(head.len() + meta.len() + items_len + 32);
+    let mut out = BytesMut::with_capacity(head.len() + meta.len() + items_len + 33);
     // `head` is `{"kind":..,"apiVersion":..}`: reopen it.
     out.put_slice(&head[..head.len().saturating_sub(1)]);
     out.put_slice(b",\"metadata\":");
@@ -108,6 +112,7 @@ pub fn list_json(info: &ResourceInfo, page: &RawList) -> Bytes {
         out.put_slice(item);
     }
     out.put_slice(b"]}");
+    out.put_u8(rkube_api::wire::JSON_TERMINATOR);
     out.freeze()
 }
 

@@ -58,8 +58,10 @@ pub fn wants_aggregated(headers: &HeaderMap) -> Option<Aggregated> {
     None
 }
 
+/// Discovery documents are API objects: JSON followed by `\n`, as
+/// kube-apiserver's negotiated writer encodes them.
 fn json_response(value: &Value, content_type: &'static str) -> Response {
-    let body = serde_json::to_vec(value).unwrap_or_default();
+    let body = rkube_api::wire::to_json_body(value).unwrap_or_default();
     let mut resp = (StatusCode::OK, body).into_response();
     resp.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
     resp.headers_mut().insert("vary", HeaderValue::from_static("Accept"));

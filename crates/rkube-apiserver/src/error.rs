@@ -146,7 +146,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::to_vec(&*self.0).unwrap_or_default();
+        let body = rkube_api::wire::to_json_body(&*self.0).unwrap_or_default();
         let code = StatusCode::from_u16(self.0.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut resp = (code, body).into_response();
         resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));

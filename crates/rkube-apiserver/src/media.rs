@@ -187,6 +187,13 @@ pub fn decode_object(content_type: &str, body: &[u8]) -> ApiResult<Value> {
     Ok(value)
 }
 
+/// The keys of a JSON body ([`crate::strict::KeyScan`]) for repeated-key
+/// reporting; `None` for other media types (and bodies that are not JSON,
+/// which [`decode_object`] refuses).
+pub fn scan_json_keys(content_type: &str, body: &[u8]) -> Option<crate::strict::KeyScan> {
+    (content_type == "application/json").then(|| crate::strict::KeyScan::of_json(body)).flatten()
+}
+
 /// Decodes YAML into JSON (400 on malformed YAML).
 ///
 /// Nesting is held to what the JSON decoder accepts
@@ -209,12 +216,14 @@ pub(crate) fn check_yaml_depth(value: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Renders `value` with HTTP status `code` as JSON or YAML.
+/// Renders `value` with HTTP status `code` as JSON (followed by `\n`, as
+/// kube-apiserver's `json.Encoder` writes it: [`rkube_api::wire::to_json_body`])
+/// or YAML.
 pub fn respond(code: u16, output: Output, value: &Value) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
     let (body, ctype) = match output {
         Output::Table(v) if value.get("kind").and_then(Value::as_str) == Some("Table") => {
-            match serde_json::to_vec(value) {
+            match rkube_api::wire::to_json_body(value) {
                 Ok(b) => (b, v.content_type()),
                 Err(e) => return ApiError::internal(e).into_response(),
             }
@@ -223,7 +232,7 @@ pub fn respond(code: u16, output: Output, value: &Value) -> Response {
             Ok(s) => (s.into_bytes(), "application/yaml"),
             Err(e) => return ApiError::internal(e).into_response(),
         },
-        _ => match serde_json::to_vec(value) {
+        _ => match rkube_api::wire::to_json_body(value) {
             Ok(b) => (b, "application/json"),
             Err(e) => return ApiError::internal(e).into_response(),
         },

@@ -41,12 +41,18 @@ pub fn partial_metadata(obj: &Value) -> Value {
     })
 }
 
-/// Renders one object with HTTP `code`, adding `Warning` headers.
+/// Renders one object with HTTP `code`, adding `Warning` headers. Its keys
+/// go in typed order ([`rkube_api::wire::order_object_keys`]), also for
+/// objects never stored (dry runs).
 pub fn object(info: &ResourceInfo, r: Render, code: u16, obj: &Value, warnings: &[String]) -> Response {
     let body = match r.output {
         Output::Table(v) => table(info, v, std::slice::from_ref(obj), r.include, None),
         Output::PartialMetadata => partial_metadata(obj),
-        _ => obj.clone(),
+        _ => {
+            let mut body = obj.clone();
+            rkube_api::wire::order_object_keys(&mut body);
+            body
+        }
     };
     with_warnings(media::respond(code, r.output, &body), warnings)
 }

@@ -176,7 +176,9 @@ pub fn decode_stored(kv_key: &str, bytes: &[u8], revision: Revision) -> SourceRe
     Ok(obj)
 }
 
-/// Sets `metadata.resourceVersion` to `revision`.
+/// Sets `metadata.resourceVersion` to `revision`, with the object's keys in
+/// typed order ([`rkube_api::wire::order_object_keys`]: `kind` first, the
+/// resourceVersion in its `ObjectMeta` place).
 pub fn set_resource_version(obj: &mut Value, revision: Revision) {
     if let Some(map) = obj.as_object_mut() {
         let meta = map.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
@@ -184,6 +186,7 @@ pub fn set_resource_version(obj: &mut Value, revision: Revision) {
             meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
         }
     }
+    rkube_api::wire::order_object_keys(obj);
 }
 
 fn decode_kv(kv: &KeyValue) -> SourceResult<Value> {

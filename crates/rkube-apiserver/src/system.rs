@@ -47,7 +47,9 @@ pub fn version() -> Response {
         "compiler": "rustc",
         "platform": format!("{}/{}", std::env::consts::OS, arch),
     });
-    let mut resp = (StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default()).into_response();
+    // Upstream writes it with `WriteRawJSON`: indented by two spaces, no
+    // trailing newline (`apiserver/pkg/server/routes/version.go`).
+    let mut resp = (StatusCode::OK, serde_json::to_vec_pretty(&body).unwrap_or_default()).into_response();
     resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
     resp
 }

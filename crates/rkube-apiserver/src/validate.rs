@@ -4,12 +4,13 @@
 //!    (what upstream's codec does); a type error is 400 `BadRequest`
 //!    `<Kind> in version "<v>" cannot be handled as a <Kind>: <error>`.
 //! 2. Unknown fields (fields the typed decoder does not know) are dropped, and
-//!    reported per `fieldValidation` (`Strict` → 400 `<Kind> in version "v1"
+//!    (with repeated keys of a JSON body, [`crate::strict`]) reported per `fieldValidation` (`Strict` → 400 `<Kind> in version "v1"
 //!    cannot be handled as a <Kind>: strict decoding error: unknown field "spec.foo"`, `Warn` (default) → a `Warning` header,
 //!    `Ignore` → nothing), as upstream's `fieldValidation` does.
 //! 3. Field validation (422 `Invalid` with causes): `metadata.name` (DNS-1123
 //!    label for namespaces and services, subdomain otherwise), labels,
-//!    annotations, and the essential required fields of pods, services and
+//!    annotations, ownerReferences, finalizers, the ConfigMap / Secret
+//!    payload size ([`crate::config_data`]), and the essential required fields of pods, services and
 //!    deployments (`pkg/apis/core/validation`, `pkg/apis/apps/validation`).
 
 use rkube_api::registry::ResourceInfo;
@@ -77,18 +78,33 @@ fn prune_unknown(input: &mut Value, typed: &Value, path: &str, unknown: &mut Vec
 /// Decodes `obj` as its built-in kind, drops unknown fields and applies
 /// `mode`. Returns the warnings to send (`Warn` mode).
 pub fn check_typed(info: &ResourceInfo, obj: &mut Value, mode: FieldValidation) -> ApiResult<Vec<String>> {
+    check_typed_body(info, obj, mode, None)
+}
+
+/// [`check_typed`] for an object decoded from a JSON body whose keys were
+/// scanned ([`crate::strict::KeyScan`]): repeated keys are reported with the
+/// unknown fields, in document order, as upstream's strict decoder does.
+pub fn check_typed_body(
+    info: &ResourceInfo,
+    obj: &mut Value,
+    mode: FieldValidation,
+    keys: Option<&crate::strict::KeyScan>,
+) -> ApiResult<Vec<String>> {
     let kind = info.kind;
-    let Some(typed) = info.typed else { return Ok(Vec::new()) };
-    let result = (typed.roundtrip)(obj);
-    let typed = result.map_err(|e| {
-        ApiError::bad_request(format!("{kind} in version \"{}\" cannot be handled as a {kind}: {e}", info.version))
-    })?;
     let mut unknown = Vec::new();
-    prune_unknown(obj, &typed, "", &mut unknown);
-    if unknown.is_empty() {
+    if let Some(typed) = info.typed {
+        let typed = (typed.roundtrip)(obj).map_err(|e| {
+            ApiError::bad_request(format!("{kind} in version \"{}\" cannot be handled as a {kind}: {e}", info.version))
+        })?;
+        prune_unknown(obj, &typed, "", &mut unknown);
+    }
+    let msgs: Vec<String> = match keys {
+        Some(keys) if keys.has_duplicates() => keys.strict_errors(&unknown),
+        _ => unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect(),
+    };
+    if msgs.is_empty() {
         return Ok(Vec::new());
     }
-    let msgs: Vec<String> = unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect();
     match mode {
         FieldValidation::Strict => Err(ApiError::bad_request(format!(
             "{kind} in version \"{}\" cannot be handled as a {kind}: strict decoding error: {}",
@@ -113,7 +129,14 @@ pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<St
     if let Some(ann) = obj.pointer("/metadata/annotations").and_then(Value::as_object) {
         causes.extend(validation::validate_annotations(ann));
     }
-    let errs = info.strategy.validate_object(obj, old);
+    if let Some(refs) = obj.pointer("/metadata/ownerReferences").and_then(Value::as_array) {
+        causes.extend(validation::validate_owner_references(refs));
+    }
+    if let Some(finalizers) = obj.pointer("/metadata/finalizers").and_then(Value::as_array) {
+        causes.extend(validation::validate_finalizers(finalizers));
+    }
+    let mut errs = info.strategy.validate_object(obj, old);
+    errs.extend(crate::config_data::validate_size(info.kind, obj));
     causes.extend(errs.into_iter().map(StatusCause::from));
     causes
 }

@@ -156,6 +156,7 @@ fn table() -> Vec<Row> {
     };
     let many_ops: Vec<Value> = (0..10_001).map(|_| json!({"op": "test", "path": "/data/k", "value": "v"})).collect();
     let copies: Vec<Value> = (0..40).map(|i| json!({"op": "copy", "from": "/data", "path": format!("/data/c{i}")})).collect();
+    let over_one_mib = "x".repeat(1024 * 1024 + 1);
     let deep_add = {
         let deep = (0..100).fold(json!("x"), |v, _| json!({"a": v}));
         json!([{"op": "add", "path": "/data/a", "value": deep}, {"op": "add", "path": format!("/data/a{}", "/a".repeat(99)), "value": deep}])
@@ -234,7 +235,36 @@ fn table() -> Vec<Row> {
         row("apply body that is a list", "PATCH", &format!("{CM}?fieldManager=t"), Some(APPLY), "- a\n- b\n", 400, "BadRequest"),
         row("apply of another kind", "PATCH", &format!("{CM}?fieldManager=t"), Some(APPLY), json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cm"}}).to_string(), 400, "BadRequest"),
         Row { cause_field: Some("force"), ..row("force on a merge patch", "PATCH", &format!("{CM}?force=true"), Some(MERGE_PATCH), "{}", 422, "Invalid") },
+        // ---- payload limits (upstream MaxSecretSize: 1 MiB of data)
+        invalid("ConfigMap data over 1 MiB", "POST", CMS, JSON, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"k": over_one_mib.clone()}}), "[]"),
+        invalid("ConfigMap data and binaryData over 1 MiB", "POST", CMS, JSON, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"k": "x".repeat(1024 * 1024 - 2)}, "binaryData": {"b": "eHh4"}}), "[]"),
+        invalid("ConfigMap update over 1 MiB", "PUT", CM, JSON, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"k": over_one_mib.clone()}}), "[]"),
+        invalid("merge patch growing a ConfigMap over 1 MiB", "PATCH", CM, MERGE_PATCH, json!({"data": {"big": over_one_mib.clone()}}), "[]"),
+        invalid("Secret data over 1 MiB", "POST", SECRETS, JSON, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "big"}, "data": {"k": base64_of(1024 * 1024 + 1)}}), "data"),
+        invalid("Secret stringData over 1 MiB", "POST", SECRETS, JSON, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "big"}, "stringData": {"k": over_one_mib.clone()}}), "data"),
+        // ---- object metadata
+        invalid("finalizer that is not a qualified name", "POST", CMS, JSON, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "finalizers": ["a/b/c"]}}), "metadata.finalizers"),
+        invalid("finalizers orphan and foregroundDeletion together", "POST", CMS, JSON, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "finalizers": ["orphan", "foregroundDeletion"]}}), "metadata.finalizers"),
+        invalid("two controller ownerReferences", "POST", CMS, JSON, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "ownerReferences": [owner("a", true), owner("b", true)]}}), "metadata.ownerReferences"),
+        invalid("ownerReference with an empty uid", "POST", CMS, JSON, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": ""}]}}), "metadata.ownerReferences.uid"),
+        invalid("merge patch adding a second controller", "PATCH", CM, MERGE_PATCH, json!({"metadata": {"ownerReferences": [owner("a", true), owner("b", true)]}}), "metadata.ownerReferences"),
+        // ---- repeated keys
+        row("repeated JSON key with fieldValidation=Strict", "POST", &format!("{CMS}?fieldValidation=Strict"), Some(JSON), r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","name":"y"}}"#, 400, "BadRequest"),
+        row("repeated JSON key in a PUT with fieldValidation=Strict", "PUT", &format!("{CM}?fieldValidation=Strict"), Some(JSON), r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm"},"data":{"k":"1","k":"2"}}"#, 400, "BadRequest"),
     ]
+}
+
+const SECRETS: &str = "/api/v1/namespaces/default/secrets";
+
+/// An ownerReference to Deployment `name`.
+fn owner(name: &str, controller: bool) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": format!("uid-{name}"), "controller": controller})
+}
+
+/// The base64 of `n` zero bytes.
+fn base64_of(n: usize) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(vec![0u8; n])
 }
 
 /// Path segments are percent-decoded like Go's `URL.Path` before they are
@@ -405,4 +435,161 @@ async fn objects_nested_up_to_the_body_limit_stay_readable() {
             assert_eq!(code, 200, "{depth} {ct}: LIST {resp}");
         }
     }
+}
+
+/// One response as a client sees it: code, `Warning` headers, body text.
+async fn call(srv: &Server, method: &str, path: &str, ct: &str, body: impl Into<Vec<u8>>) -> (u16, Vec<String>, String) {
+    let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+    let resp = srv
+        .client
+        .request(m, format!("{}{}", srv.base, path))
+        .header("content-type", ct)
+        .body(body.into())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let code = resp.status().as_u16();
+    let warnings = resp.headers().get_all("warning").iter().map(|v| v.to_str().unwrap_or("").to_string()).collect();
+    (code, warnings, resp.text().await.expect("body"))
+}
+
+/// A ConfigMap over 1 MiB is refused with upstream's exact Status
+/// (`ValidateConfigMap`'s `Too long` on field `[]`), before storage sees it
+/// (on etcd the write would otherwise fail with a 500 or 503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmap_over_one_mib_is_422_with_upstreams_message() {
+    let srv = Server::start().await;
+    let before = srv.snapshot().await;
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"k": "x".repeat(1024 * 1024 + 1)}});
+    let (code, _, text) = call(&srv, "POST", CMS, JSON, cm.to_string()).await;
+    assert_eq!(
+        (code, text.as_str()),
+        (
+            422,
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"ConfigMap \"big\" is invalid: []: Too long: may not be more than 1048576 bytes","#,
+                r#""reason":"Invalid","details":{"name":"big","kind":"ConfigMap","causes":[{"reason":"FieldValueTooLong","#,
+                r#""message":"Too long: may not be more than 1048576 bytes","field":"[]"}]},"code":422}"#,
+                "\n"
+            )
+        )
+    );
+    // Exactly 1 MiB is fine.
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "max"}, "data": {"k": "x".repeat(1024 * 1024)}});
+    let (code, _, text) = call(&srv, "POST", CMS, JSON, cm.to_string()).await;
+    assert_eq!(code, 201, "{}", &text[..text.len().min(300)]);
+    assert_eq!(before.keys.len() + 1, srv.snapshot().await.keys.len());
+}
+
+/// Repeated keys in a JSON body: with `fieldValidation=Strict` a 400 naming
+/// them with the unknown fields, in document order, as upstream's strict
+/// decoder words it; with `Warn` (the default) one `Warning` each, and the
+/// last value wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_json_keys_are_400_when_strict_and_warnings_otherwise() {
+    let srv = Server::start().await;
+    let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","name":"dup"},"bogus":1,"data":{"k":"1","k":"2"}}"#;
+    let before = srv.snapshot().await;
+    let (code, _, text) = call(&srv, "POST", &format!("{CMS}?fieldValidation=Strict"), JSON, body).await;
+    assert_eq!(code, 400, "{text}");
+    let status: Value = serde_json::from_str(&text).expect("Status");
+    assert_eq!(
+        (status["reason"].as_str(), status["message"].as_str()),
+        (
+            Some("BadRequest"),
+            Some(r#"ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: duplicate field "metadata.name", unknown field "bogus", duplicate field "data.k""#)
+        )
+    );
+    assert_eq!(before, srv.snapshot().await);
+    for query in ["", "?fieldValidation=Warn"] {
+        let body = body.replace("\"dup\"", &format!("\"dup{}\"", query.len()));
+        let (code, warnings, text) = call(&srv, "POST", &format!("{CMS}{query}"), JSON, body).await;
+        assert_eq!(code, 201, "{text}");
+        assert_eq!(
+            warnings,
+            [
+                r#"299 - "duplicate field \"metadata.name\"""#,
+                r#"299 - "unknown field \"bogus\"""#,
+                r#"299 - "duplicate field \"data.k\"""#
+            ],
+            "{query}"
+        );
+        let created: Value = serde_json::from_str(&text).expect("object");
+        assert_eq!((created["metadata"]["name"].as_str(), &created["data"]), (Some(format!("dup{}", query.len()).as_str()), &json!({"k": "2"})));
+    }
+    let (code, warnings, _) = call(&srv, "POST", &format!("{CMS}?fieldValidation=Ignore"), JSON, body).await;
+    assert_eq!((code, warnings), (201, vec![]));
+}
+
+/// A Secret's `stringData` is encoded into `data` and never stored nor
+/// returned, on create, update, merge and strategic patches and server-side
+/// apply (upstream converts it on the way in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_string_data_is_merged_into_data_and_never_stored() {
+    let srv = Server::start().await;
+    let secret = "/api/v1/namespaces/default/secrets/s";
+    let stored = |srv: &Server| {
+        let storage = srv.storage.clone();
+        async move {
+            let kv = storage.get("/registry/secrets/default/s").await.expect("get").expect("stored");
+            serde_json::from_slice::<Value>(&kv.value).expect("JSON")
+        }
+    };
+    let steps: Vec<(&str, &str, &str, String, Value)> = vec![
+        (
+            "POST",
+            SECRETS,
+            JSON,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"a": "eA=="}, "stringData": {"password": "hunter2"}}).to_string(),
+            json!({"a": "eA==", "password": "aHVudGVyMg=="}),
+        ),
+        (
+            "PUT",
+            secret,
+            JSON,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"a": "eA==", "password": "aHVudGVyMg=="}, "stringData": {"a": "new"}}).to_string(),
+            json!({"a": "bmV3", "password": "aHVudGVyMg=="}),
+        ),
+        ("PATCH", secret, MERGE_PATCH, json!({"stringData": {"b": "bee"}}).to_string(), json!({"a": "bmV3", "password": "aHVudGVyMg==", "b": "YmVl"})),
+        ("PATCH", secret, SMP, json!({"stringData": {"b": "two"}}).to_string(), json!({"a": "bmV3", "password": "aHVudGVyMg==", "b": "dHdv"})),
+    ];
+    for (method, path, ct, body, want) in steps {
+        let (code, _, text) = call(&srv, method, path, ct, body).await;
+        let got: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        assert!(code == 200 || code == 201, "{method} {ct}: {code} {text}");
+        assert_eq!((&got["data"], got.get("stringData")), (&want, None), "{method} {ct} response");
+        let kept = stored(&srv).await;
+        assert_eq!((&kept["data"], kept.get("stringData")), (&want, None), "{method} {ct} storage");
+    }
+    let applied = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "applied"}, "stringData": {"k": "v"}});
+    let (code, _, text) = call(&srv, "PATCH", &format!("{SECRETS}/applied?fieldManager=test"), APPLY, applied.to_string()).await;
+    assert_eq!(code, 201, "{text}");
+    let got: Value = serde_json::from_str(&text).expect("object");
+    assert_eq!((&got["data"], got.get("stringData")), (&json!({"k": "dg=="}), None), "apply");
+    let kv = srv.storage.get("/registry/secrets/default/applied").await.expect("get").expect("stored");
+    let kept: Value = serde_json::from_slice(&kv.value).expect("JSON");
+    assert_eq!((&kept["data"], kept.get("stringData")), (&json!({"k": "dg=="}), None), "apply storage");
+}
+
+/// A request URI over hyper's 64 KiB limit is 414 with a Status body (and the
+/// connection closes); shorter ones are served normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uri_over_64_kib_is_414_with_a_status_body() {
+    let srv = Server::start().await;
+    let path = format!("{CMS}/{}", "a".repeat(70 * 1024));
+    let mut sock = tokio::net::TcpStream::connect(srv.addr).await.expect("connect");
+    sock.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.expect("send");
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut buf)).await.expect("closed in time").expect("read");
+    let text = String::from_utf8(buf).expect("UTF-8");
+    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+    let head = format!("{head}\r\n");
+    assert!(head.starts_with("HTTP/1.1 414 URI Too Long\r\n"), "{head}");
+    let body_want = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"the request URI is too long\",\"code\":414}\n";
+    assert!(head.contains("\r\ncontent-type: application/json\r\n"), "{head}");
+    assert!(head.contains(&format!("\r\ncontent-length: {}\r\n", body_want.len())), "{head}");
+    assert_eq!(body, body_want);
+    let (code, _) = srv.send("GET", &format!("{CMS}/{}", "a".repeat(60 * 1024)), None, None, vec![]).await;
+    assert_eq!(code, 404);
 }

@@ -76,7 +76,8 @@ impl CachedObject {
     ///
     /// The JSON is rewritten only when its `metadata.resourceVersion` differs
     /// from `resource_version` (storage keeps objects without it, as
-    /// kube-apiserver does). Errors: [`StoreError::Undecodable`] when the
+    /// kube-apiserver does) or its keys are not in typed order
+    /// ([`rkube_api::wire::order_object_keys`]). Errors: [`StoreError::Undecodable`] when the
     /// value is not a JSON object.
     pub fn decode(key: &str, value: &[u8], resource_version: i64, extract: FieldExtractor) -> Result<CachedObject> {
         let mut v: Value = serde_json::from_slice(value)
@@ -85,7 +86,11 @@ impl CachedObject {
             return Err(StoreError::Undecodable { key: key.to_string(), reason: "not an object".into() });
         }
         let rv_string = resource_version.to_string();
-        let json = if set_resource_version(&mut v, &rv_string) {
+        let rv_set = set_resource_version(&mut v, &rv_string);
+        // Typed key order (`kind`, `apiVersion`, `metadata`, ...), also for
+        // objects stored before rkube kept it.
+        let moved = rkube_api::wire::order_object_keys(&mut v);
+        let json = if rv_set || moved {
             to_exact_json(&v, value.len() + rv_string.len() + 24)
         } else {
             Bytes::copy_from_slice(value)
@@ -122,6 +127,7 @@ impl CachedObject {
         out.resource_version = resource_version;
         if let Ok(mut v) = serde_json::from_slice::<Value>(&self.json) {
             if set_resource_version(&mut v, &resource_version.to_string()) {
+                rkube_api::wire::order_object_keys(&mut v);
                 out.json = to_exact_json(&v, self.json.len() + 24);
             }
         }

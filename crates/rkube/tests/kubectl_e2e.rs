@@ -13,6 +13,7 @@ mod scenarios;
 use scenarios::apply::{
     apply_multi_document_manifest_then_reapply_merges_changes,
     apply_server_side_creates_then_merges_field_managers,
+    apply_secret_string_data_lands_in_data, apply_then_apply_server_side_migrates_and_reapplies,
 };
 use scenarios::every_kind::apply_every_kind_then_reapply_writes_nothing;
 use scenarios::delete::delete_waits_until_gone_and_wait_false_returns_at_once;
@@ -21,7 +22,8 @@ use scenarios::discovery::{
     api_resources_lists_short_names, health_endpoints_answer_like_kube_apiserver,
 };
 use scenarios::errors::{
-    create_body_over_3mib_is_request_entity_too_large, create_duplicate_is_already_exists,
+    create_body_over_3mib_is_request_entity_too_large, create_configmap_over_1mib_is_invalid,
+    create_duplicate_is_already_exists,
     create_invalid_name_is_invalid_with_field_cause,
     create_unknown_field_is_rejected_by_strict_validation, get_missing_object_is_not_found,
     replace_stale_manifest_is_conflict,
@@ -45,6 +47,8 @@ e2e_matrix!(
     apply_multi_document_manifest_then_reapply_merges_changes,
     apply_server_side_creates_then_merges_field_managers,
     apply_every_kind_then_reapply_writes_nothing,
+    apply_then_apply_server_side_migrates_and_reapplies,
+    apply_secret_string_data_lands_in_data,
     get_table_shows_upstream_columns,
     get_table_for_nodes_events_and_secrets,
     get_output_json_yaml_and_wide,
@@ -64,6 +68,7 @@ e2e_matrix!(
     create_invalid_name_is_invalid_with_field_cause,
     create_unknown_field_is_rejected_by_strict_validation,
     create_body_over_3mib_is_request_entity_too_large,
+    create_configmap_over_1mib_is_invalid,
     restart_after_sigterm_keeps_objects_and_resource_versions,
     restart_after_sigkill_keeps_objects_and_resource_versions,
 );

@@ -203,3 +203,60 @@ fn annotation_keys_are_qualified_names_case_insensitively() {
     let bad = serde_json::json!({"a/b/c": "x"});
     assert_eq!(validate_annotations(bad.as_object().unwrap()).len(), 1);
 }
+
+#[test]
+fn finalizers_are_qualified_names_and_orphan_excludes_foreground() {
+    use serde_json::json;
+    let ok = [json!("kubernetes"), json!("example.com/cleanup"), json!("orphan")];
+    assert!(validate_finalizers(&ok).is_empty());
+    let causes = validate_finalizers(&[json!("a/b/c")]);
+    assert_eq!(
+        causes,
+        vec![StatusCause::new(
+            "FieldValueInvalid",
+            String::from("Invalid value: \"a/b/c\": a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"),
+            "metadata.finalizers",
+        )]
+    );
+    let both = validate_finalizers(&[json!("orphan"), json!("foregroundDeletion")]);
+    assert_eq!(
+        both,
+        vec![StatusCause::new(
+            "FieldValueInvalid",
+            "Invalid value: []string{\"orphan\", \"foregroundDeletion\"}: finalizer orphan and foregroundDeletion cannot be both set",
+            "metadata.finalizers",
+        )]
+    );
+}
+
+#[test]
+fn owner_references_need_their_fields_and_one_controller_at_most() {
+    use serde_json::json;
+    let owner = |kind: &str, name: &str, controller: bool| {
+        json!({"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "u-1", "controller": controller})
+    };
+    assert!(validate_owner_references(&[owner("ReplicaSet", "a", true), owner("Deployment", "b", false)]).is_empty());
+    let two = validate_owner_references(&[owner("ReplicaSet", "a", true), owner("Deployment", "b", true)]);
+    assert_eq!(two.len(), 1);
+    assert_eq!(two[0].field, "metadata.ownerReferences");
+    assert_eq!(two[0].reason, "FieldValueInvalid");
+    assert!(
+        two[0].message.starts_with("Invalid value: []v1.OwnerReference{v1.OwnerReference{APIVersion:\"apps/v1\", Kind:\"ReplicaSet\", Name:\"a\", UID:\"u-1\", Controller:(*bool)(0x")
+            && two[0].message.ends_with("}}: Only one reference can have Controller set to true. Found \"true\" in references for ReplicaSet/a and Deployment/b"),
+        "{}",
+        two[0].message
+    );
+    let empty = validate_owner_references(&[json!({"apiVersion": "apps/", "kind": "", "name": "", "uid": ""})]);
+    let got: Vec<(&str, &str)> = empty.iter().map(|c| (c.field.as_str(), c.message.as_str())).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("metadata.ownerReferences.apiVersion", "Invalid value: \"apps/\": version must not be empty"),
+            ("metadata.ownerReferences.kind", "Invalid value: \"\": must not be empty"),
+            ("metadata.ownerReferences.name", "Invalid value: \"\": must not be empty"),
+            ("metadata.ownerReferences.uid", "Invalid value: \"\": must not be empty"),
+        ]
+    );
+    let event = validate_owner_references(&[json!({"apiVersion": "v1", "kind": "Event", "name": "e", "uid": "u"})]);
+    assert!(event[0].message.ends_with(": /v1, Kind=Event is disallowed from being an owner"), "{}", event[0].message);
+}

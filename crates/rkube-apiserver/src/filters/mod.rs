@@ -45,6 +45,7 @@ pub mod storage_metrics;
 pub mod timeout;
 pub mod tls;
 pub mod trace;
+pub mod uri_too_long;
 pub mod x509;
 
 use std::path::PathBuf;

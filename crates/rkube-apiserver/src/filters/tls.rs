@@ -553,12 +553,13 @@ where
             req.extensions_mut().insert(ConnectInfo(conn_info.clone()));
             req
         }));
-        let io = TokioIo::new(io);
         let (stop, done) = (stop_tx.clone(), done_rx.clone());
         if is_h2 {
-            let conn = http2.serve_connection(io, service);
+            let conn = http2.serve_connection(TokioIo::new(io), service);
             tokio::spawn(drive(conn, stop, done, addr, |c| c.graceful_shutdown()));
         } else {
+            // hyper's 414 gets a Status body (see `uri_too_long`).
+            let io = TokioIo::new(super::uri_too_long::StatusOn414::new(io));
             let conn = http1.serve_connection(io, service).with_upgrades();
             tokio::spawn(drive(conn, stop, done, addr, |c| c.graceful_shutdown()));
         }

@@ -29,6 +29,9 @@ pub struct NewObject {
     pub obj: Value,
     /// True when managedFields were already recorded (server-side apply).
     pub managed_recorded: bool,
+    /// The keys of the JSON body it was decoded from, for repeated-key
+    /// reporting ([`crate::strict`]); `None` for other bodies.
+    pub keys: Option<crate::strict::KeyScan>,
 }
 
 /// Turns a client's object into the object to store (every step of the
@@ -43,7 +46,8 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
         object::set_meta(&mut obj, "name", json!(object::generate_name(&generate_base)));
     }
     let mode = FieldValidation::parse(ctx.q("fieldValidation"))?;
-    let warnings = validate::check_typed(info, &mut obj, mode)?;
+    let warnings = validate::check_typed_body(info, &mut obj, mode, new.keys.as_ref())?;
+    crate::config_data::merge_string_data(info.kind, &mut obj);
     let manager = ctx.field_manager()?;
 
     info.strategy.apply_defaults(&mut obj);
@@ -79,13 +83,15 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
 pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let info = ctx.ri.info;
     trace::step(steps::CONVERT_START);
-    let decoded = media::decode_object(&media::content_type(&ctx.headers), body)?;
+    let content_type = media::content_type(&ctx.headers);
+    let decoded = media::decode_object(&content_type, body)?;
+    let keys = media::scan_json_keys(&content_type, body);
     trace::step(steps::CONVERT_DONE);
     let generate_base = object::meta_str(&decoded, "generateName").to_string();
     let generated = object::name(&decoded).is_empty() && !generate_base.is_empty();
     let dry_run = ctx.dry_run()?;
     trace::step(steps::STORE_START);
-    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: decoded, managed_recorded: false }).await?;
+    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: decoded, managed_recorded: false, keys }).await?;
     trace::step(steps::ADMISSION_DONE);
     if dry_run {
         trace::step(steps::STORED);

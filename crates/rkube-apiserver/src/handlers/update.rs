@@ -140,6 +140,7 @@ async fn prepare_update(
     old: &Value,
     mut new: Value,
     managed_mode: Managed,
+    keys: Option<&crate::strict::KeyScan>,
 ) -> ApiResult<(Value, Vec<String>)> {
     let info = ctx.ri.info;
     check_type_meta(info, info.kind, &mut new)?;
@@ -155,7 +156,8 @@ async fn prepare_update(
     }
     check_namespace(ctx, &mut new)?;
     let mode = FieldValidation::parse(ctx.q("fieldValidation"))?;
-    let warnings = validate::check_typed(info, &mut new, mode)?;
+    let warnings = validate::check_typed_body(info, &mut new, mode, keys)?;
+    crate::config_data::merge_string_data(info.kind, &mut new);
     let part = part(ctx);
     match part {
         Part::Only(pointer) => {
@@ -271,7 +273,9 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let name = ctx.name().to_string();
     let key = ctx.key(&name);
     trace::step(steps::CONVERT_START);
-    let body_obj = media::decode_object(&media::content_type(&ctx.headers), body)?;
+    let content_type = media::content_type(&ctx.headers);
+    let body_obj = media::decode_object(&content_type, body)?;
+    let keys = media::scan_json_keys(&content_type, body);
     trace::step(steps::CONVERT_DONE);
     let want_rv = requested_rv(&body_obj)?;
     let dry_run = ctx.dry_run()?;
@@ -282,7 +286,7 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             if !info.allow_create_on_update || ctx.ri.subresource.is_some() {
                 return Err(ApiError::not_found(info, &name));
             }
-            match create_on_update(ctx, &key, &name, body_obj.clone(), dry_run).await? {
+            match create_on_update(ctx, &key, &name, body_obj.clone(), keys.clone(), dry_run).await? {
                 Some(resp) => return Ok(resp),
                 None => continue,
             }
@@ -293,7 +297,7 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
                 return Err(ApiError::stale(info, &name));
             }
         }
-        let (new, warnings) = prepare_update(ctx, &old, body_obj.clone(), Managed::Update).await?;
+        let (new, warnings) = prepare_update(ctx, &old, body_obj.clone(), Managed::Update, keys.as_ref()).await?;
         trace::step(steps::ADMISSION_DONE);
         let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
         trace::step(steps::STORED);
@@ -317,6 +321,7 @@ async fn create_on_update(
     key: &str,
     name: &str,
     mut body_obj: Value,
+    keys: Option<crate::strict::KeyScan>,
     dry_run: bool,
 ) -> ApiResult<Option<Response>> {
     let info = ctx.ri.info;
@@ -329,7 +334,7 @@ async fn create_on_update(
         }
         _ => {}
     }
-    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: body_obj, managed_recorded: false }).await?;
+    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: body_obj, managed_recorded: false, keys }).await?;
     trace::step(steps::ADMISSION_DONE);
     if dry_run {
         trace::step(steps::STORED);
@@ -383,7 +388,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             }
             let applied = apply_patch(info, kind, None, body, &manager, force)?;
             trace::step(steps::PATCH_APPLIED);
-            let new = NewObject { obj: applied, managed_recorded: true };
+            let new = NewObject { obj: applied, managed_recorded: true, keys: None };
             let (mut obj, warnings) = prepare_new(ctx, new).await?;
             trace::step(steps::ADMISSION_DONE);
             if object::name(&obj) != name {
@@ -416,7 +421,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             }
         }
         let mode = if kind == PatchKind::Apply { Managed::AlreadyRecorded } else { Managed::Update };
-        let (new, warnings) = prepare_update(ctx, &old, patched, mode).await?;
+        let (new, warnings) = prepare_update(ctx, &old, patched, mode, None).await?;
         trace::step(steps::ADMISSION_DONE);
         // A resourceVersion in the patch itself is a precondition; the one carried over is not.
         let explicit_rv = patch_names_rv(kind, body);

@@ -237,11 +237,15 @@ fn apply_once(
     };
 
     let mut merged = merge(live, config, shape);
-    // Prune what the applier let go of and nobody else holds.
+    // Prune what the applier let go of and nobody holds, keeping nodes that
+    // still hold owned fields (the applier's previous set may name a map or
+    // list itself, `"."`, where its new set names only the items: after
+    // kubectl's client-side-apply migration, for example).
     let owned = entries
         .iter()
         .fold(FieldSet::new(), |acc, e| acc.union(&e.fields));
-    remove_items(&mut merged, &last_set.difference(&owned), shape);
+    let released = last_set.difference(&owned).without_ancestors_of(&owned);
+    remove_items(&mut merged, &released, shape);
 
     let cmp = compare(live, Some(&merged), shape);
     let changed = cmp.modified.union(&cmp.added).without_top_level(ignored);

@@ -194,6 +194,32 @@ impl FieldSet {
         out
     }
 
+    /// `self` without its members that have a path of `other` below them
+    /// (a member that is a proper ancestor of something in `other` stays a
+    /// prefix only). Pruning with the result never removes a node that still
+    /// holds owned fields: upstream removes the whole last-applied set and
+    /// adds owned items back (structured-merge-diff `merge/update.go`,
+    /// `prune` / `addBackOwnedItems`), which keeps such a node.
+    pub(crate) fn without_ancestors_of(&self, other: &FieldSet) -> FieldSet {
+        let mut out = FieldSet::new();
+        out.members = self
+            .members
+            .iter()
+            .filter(|pe| !other.children.contains_key(*pe))
+            .cloned()
+            .collect();
+        for (pe, child) in &self.children {
+            let rest = match other.children.get(pe) {
+                Some(theirs) => child.without_ancestors_of(theirs),
+                None => child.clone(),
+            };
+            if !rest.is_empty() {
+                out.children.insert(pe.clone(), rest);
+            }
+        }
+        out
+    }
+
     /// `self ∩ other`.
     pub(crate) fn intersection(&self, other: &FieldSet) -> FieldSet {
         let mut out = FieldSet::new();

@@ -149,3 +149,18 @@ pub fn create_body_over_3mib_is_request_entity_too_large(c: &mut Cluster, k: &Ku
         r#"Error from server (NotFound): configmaps "big" not found"#,
     );
 }
+
+/// A ConfigMap whose data is over 1 MiB (upstream `MaxSecretSize`) is
+/// Invalid with upstream's message, and nothing is stored.
+pub fn create_configmap_over_1mib_is_invalid(c: &mut Cluster, k: &Kubectl) {
+    let big = "x".repeat(1024 * 1024 + 1);
+    let f = c.write_file("big-data.yaml", &configmap("default", "big", &[("blob", &big)]));
+    k.fails_with(
+        &["create", "-f", f.to_str().unwrap()],
+        r#"The ConfigMap "big" is invalid: []: Too long: may not be more than 1048576 bytes"#,
+    );
+    k.fails_with(
+        &["get", "configmap", "big", "-n", "default"],
+        r#"Error from server (NotFound): configmaps "big" not found"#,
+    );
+}

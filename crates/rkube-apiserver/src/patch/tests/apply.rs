@@ -260,6 +260,34 @@ fn apply_keeps_field_no_longer_applied_that_another_manager_owns() {
     assert_eq!(out["data"], json!({"a": "1", "b": "2"}));
 }
 
+/// kubectl's client-side-apply migration (`csaupgrade`) gives the `kubectl`
+/// Apply entry the client-side entry's fields, which name maps and lists
+/// themselves (`"."`). Re-applying the same configuration, whose set names
+/// only their items, keeps the maps and lists (upstream `prune` adds owned
+/// items back).
+#[test]
+fn apply_after_migrated_entry_owning_the_map_itself_keeps_its_items() {
+    let config = cm_config(json!({"a": "1"}));
+    let mut live = ssa("ConfigMap", "v1", None, &config, "kubectl", false).unwrap();
+    live["metadata"]["labels"] = json!({"app": "web"});
+    live["metadata"]["managedFields"][0]["fieldsV1"] = json!({
+        "f:data": {".": {}, "f:a": {}},
+        "f:metadata": {"f:labels": {".": {}, "f:app": {}}}
+    });
+    let mut config = config;
+    config["metadata"]["labels"] = json!({"app": "web"});
+    let out = ssa("ConfigMap", "v1", Some(&live), &config, "kubectl", false).unwrap();
+    assert_eq!(out["data"], json!({"a": "1"}));
+    assert_eq!(out["metadata"]["labels"], json!({"app": "web"}));
+    assert_eq!(
+        managed(&out)[0]["fieldsV1"],
+        json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {"f:app": {}}}})
+    );
+    // What the applier stops applying under such a map still goes.
+    let out = ssa("ConfigMap", "v1", Some(&live), &cm_config(json!({"a": "1"})), "kubectl", false).unwrap();
+    assert_eq!(out["metadata"].get("labels").and_then(|l| l.get("app")), None);
+}
+
 #[test]
 fn apply_removes_list_items_no_longer_applied() {
     let deploy = |containers: Value| {
