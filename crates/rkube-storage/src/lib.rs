@@ -83,7 +83,8 @@ pub enum StorageError {
     Unavailable(String),
     /// A write failed because the disk holding the store is full
     /// (`ENOSPC`/`EDQUOT`); nothing of it was written. The message names the
-    /// file and the OS error. The embedded store recovers by itself once
+    /// file and the OS error. etcd's counterpart is `ErrNoSpace` ("mvcc:
+    /// database space exceeded", `server/etcdserver/api/v3rpc/rpctypes/error.go`). The embedded store recovers by itself once
     /// space is freed (API: 503 `ServiceUnavailable` with `Retry-After`: a
     /// retry is safe and succeeds once space is back).
     #[error("{0}")]
@@ -254,7 +255,9 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Whether the backend accepts writes now: `Err` (e.g. [`StorageError::NoSpace`])
     /// while its writes fail for a reason that is not the request's, `Ok`
-    /// otherwise. Backs `/readyz/etcd`. The embedded store probes its disk
+    /// otherwise. Backs `/readyz/etcd` (upstream's storage readiness check,
+    /// `staging/src/k8s.io/apiserver/pkg/storage/storagebackend/factory/etcd3.go`,
+    /// fails on etcd errors likewise). The embedded store probes its disk
     /// again (at most once a second) while faulted; other backends report
     /// `Ok` and are checked by reachability.
     async fn write_health(&self) -> Result<()> {

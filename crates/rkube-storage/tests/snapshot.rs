@@ -154,3 +154,25 @@ fn check_rejects_missing_empty_and_foreign_files() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn check_rejects_a_snapshot_with_damaged_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, file) = (dir.path().join("data"), dir.path().join("snap.db"));
+    let s = EmbeddedStorage::open(&data).unwrap();
+    for i in 0..200 {
+        s.create(&format!("{PREFIX}cm-{i:03}"), Bytes::from(format!("{{\"i\":{i},\"pad\":\"{}\"}}", "p".repeat(500))))
+            .await
+            .unwrap();
+    }
+    snapshot::save(&data, &file).unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    let damaged: Vec<usize> = (0..bytes.len()).filter(|i| bytes[*i] == b'p').step_by(97).collect();
+    assert!(!damaged.is_empty());
+    for i in damaged {
+        bytes[i] = b'q';
+    }
+    std::fs::write(&file, &bytes).unwrap();
+    let err = snapshot::check(&file).unwrap_err().to_string();
+    assert!(err.starts_with(&format!("storage internal error: {}: integrity check failed: ", file.display())), "{err}");
+}
