@@ -134,6 +134,16 @@ impl ApiError {
                 s.details = Some(StatusDetails { retry_after_seconds: Some(1), ..StatusDetails::default() });
                 s.into()
             }
+            // A full disk: nothing was written and the store recovers by
+            // itself once space is freed, so answer like an unavailable
+            // backend (503 + Retry-After), which client-go retries
+            // (`staging/src/k8s.io/client-go/rest/with_retry.go`), rather
+            // than a final 500; the message names the cause.
+            StorageError::NoSpace(msg) => {
+                let mut s = Status::service_unavailable(format!("storage write failed: {msg}"));
+                s.details = Some(StatusDetails { retry_after_seconds: Some(1), ..StatusDetails::default() });
+                s.into()
+            }
             StorageError::Internal(msg) => Self::internal(msg),
         }
     }

@@ -105,10 +105,24 @@ async fn storage_check(st: &ApiState) -> Result<(), String> {
     }
 }
 
+/// `/readyz`'s storage checks also fail while the backend's writes fail
+/// ([`rkube_storage::Storage::write_health`], e.g. a full disk under the
+/// embedded store), so load balancers stop sending writes here. `/livez`
+/// and `/healthz` check reachability only: a restart frees no disk space.
+async fn storage_write_check(st: &ApiState) -> Result<(), String> {
+    storage_check(st).await?;
+    match tokio::time::timeout(Duration::from_secs(2), st.storage.write_health()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("storage write health did not answer within 2s".to_string()),
+    }
+}
+
 /// Runs one check; the error is its reason (logged, and the body of
 /// `/<endpoint>/<check>`; withheld from the root endpoint's output).
-async fn run_check(st: &ApiState, name: &str) -> Result<(), String> {
+async fn run_check(st: &ApiState, ep: Endpoint, name: &str) -> Result<(), String> {
     match name {
+        "etcd" | "etcd-readiness" if ep == Endpoint::Readyz => storage_write_check(st).await,
         "etcd" | "etcd-readiness" => storage_check(st).await,
         // upstream postStartHookHealthz: "not finished" until the hook returned.
         STORAGE_READINESS_CHECK if !st.cache.storage_ready() => Err("not finished".to_string()),
@@ -130,7 +144,7 @@ pub async fn health(st: &ApiState, ep: Endpoint, check: Option<&str>, query: &[(
         if !checks.contains(&c) {
             return ApiError::path_not_found().into_response();
         }
-        return match run_check(st, c).await {
+        return match run_check(st, ep, c).await {
             Ok(()) => text(StatusCode::OK, "ok".into()),
             Err(reason) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("internal server error: {reason}\n")),
         };
@@ -145,7 +159,7 @@ pub async fn health(st: &ApiState, ep: Endpoint, check: Option<&str>, query: &[(
             lines.push(format!("[+]{c} excluded: ok"));
             continue;
         }
-        match run_check(st, c).await {
+        match run_check(st, ep, c).await {
             Ok(()) => lines.push(format!("[+]{c} ok")),
             Err(reason) => {
                 lines.push(format!("[-]{c} failed: reason withheld"));

@@ -81,6 +81,14 @@ pub enum StorageError {
     /// The backend is unreachable or failed (API: 500/503).
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// A write failed because the disk holding the store is full
+    /// (`ENOSPC`/`EDQUOT`); nothing of it was written. The message names the
+    /// file and the OS error. etcd's counterpart is `ErrNoSpace` ("mvcc:
+    /// database space exceeded", `server/etcdserver/api/v3rpc/rpctypes/error.go`). The embedded store recovers by itself once
+    /// space is freed (API: 503 `ServiceUnavailable` with `Retry-After`: a
+    /// retry is safe and succeeds once space is back).
+    #[error("{0}")]
+    NoSpace(String),
     /// Any other internal error (API: 500 `InternalError`).
     #[error("storage internal error: {0}")]
     Internal(String),
@@ -244,6 +252,17 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Drop history below `revision`. Reads and watches below it then fail with `Compacted`.
     async fn compact(&self, revision: Revision) -> Result<()>;
+
+    /// Whether the backend accepts writes now: `Err` (e.g. [`StorageError::NoSpace`])
+    /// while its writes fail for a reason that is not the request's, `Ok`
+    /// otherwise. Backs `/readyz/etcd` (upstream's storage readiness check,
+    /// `staging/src/k8s.io/apiserver/pkg/storage/storagebackend/factory/etcd3.go`,
+    /// fails on etcd errors likewise). The embedded store probes its disk
+    /// again (at most once a second) while faulted; other backends report
+    /// `Ok` and are checked by reachability.
+    async fn write_health(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Whether requested progress notifications can be trusted as soon as the
     /// watch is created (false on etcd older than 3.4.31 / 3.5.13, issue 15220).

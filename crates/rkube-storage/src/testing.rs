@@ -1,4 +1,5 @@
-//! Helpers for tests in any crate: a real `etcd` server on free loopback ports.
+//! Helpers for tests in any crate: a real `etcd` server on free loopback
+//! ports, and [`Tmpfs`], a small tmpfs mounted for disk-full tests.
 //!
 //! ```no_run
 //! # async fn t() -> Result<(), Box<dyn std::error::Error>> {
@@ -197,5 +198,66 @@ impl Drop for EtcdServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// A tmpfs of a fixed size mounted on a fresh temp dir (needs root; see
+/// [`Tmpfs::mount`]), unmounted on drop. Disk-full tests fill it with
+/// [`Tmpfs::fill`] and free it with [`Tmpfs::free`].
+#[derive(Debug)]
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size_bytes` with `mount -t tmpfs`. `Err` carries
+    /// why it could not (not root, no `mount`): the caller prints it and skips.
+    pub fn mount(size_bytes: u64) -> Result<Tmpfs, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("mount -t tmpfs failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        Ok(Tmpfs { dir })
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `path()/filler` until the file system is full; returns its size.
+    pub fn fill(&self) -> std::io::Result<u64> {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(self.path().join("filler"))?;
+        let chunk = vec![0xa5u8; 4096];
+        let mut written = 0u64;
+        loop {
+            match f.write(&chunk) {
+                Ok(0) => break,
+                Ok(n) => written += n as u64,
+                Err(e) if e.kind() == std::io::ErrorKind::StorageFull => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(written)
+    }
+
+    /// Removes the filler file.
+    pub fn free(&self) -> std::io::Result<()> {
+        std::fs::remove_file(self.path().join("filler"))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // Lazily when something still holds a file there (a store being dropped).
+        let plain = Command::new("umount").arg(self.dir.path()).output();
+        if !plain.is_ok_and(|o| o.status.success()) {
+            let _ = Command::new("umount").arg("-l").arg(self.dir.path()).output();
+        }
     }
 }

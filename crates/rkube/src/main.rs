@@ -1,7 +1,9 @@
 //! The `rkube` command line: a thin layer over the library crates.
 //!
-//! `rkube apiserver | up | proxy | runtime | node | bench`; each subcommand's flags and behaviour live in
-//! its crate (`rkube_apiserver::cli`, `rkube_proxy::cli`).
+//! `rkube apiserver | up | proxy | runtime | node | bench | snapshot`; each subcommand's flags and behaviour live in
+//! its crate (`rkube_apiserver::cli`, `rkube_proxy::cli`, `rkube_storage::embedded::snapshot`).
+
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +31,58 @@ enum Command {
     Node(rkube_node::cli::NodeArgs),
     /// Run a benchmark scenario and write bench-results/<scenario>.{json,md,svg}.
     Bench(rkube_bench::cli::BenchArgs),
+    /// Save, restore or check snapshots of the embedded store (like etcdctl/etcdutl snapshot).
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+}
+
+/// `rkube snapshot ...` (see `rkube_storage::embedded::snapshot`).
+#[derive(Subcommand, Debug)]
+enum SnapshotCommand {
+    /// Write a consistent copy of the store, at one revision, to FILE; works while the server runs.
+    Save {
+        /// The snapshot file to write (replaced if it exists; mode 0600).
+        file: PathBuf,
+        /// The data dir whose embedded store is saved.
+        #[arg(long = "data-dir", default_value = "./.rkube")]
+        data_dir: PathBuf,
+    },
+    /// Install FILE as the store of a data dir (the server must be stopped); keeps the snapshot's revision.
+    Restore {
+        /// The snapshot file.
+        file: PathBuf,
+        /// The data dir to restore into (created 0700 if missing).
+        #[arg(long = "data-dir", default_value = "./.rkube")]
+        data_dir: PathBuf,
+        /// Replace a store that already holds data (its later revision is kept, marked compacted).
+        #[arg(long)]
+        overwrite: bool,
+    },
+    /// Verify a store or snapshot file and print its revision, keys and size.
+    Check {
+        /// A snapshot file, or a data dir's rkube.redb.
+        file: PathBuf,
+    },
+}
+
+/// Runs `rkube snapshot ...`; prints one line on success.
+fn run_snapshot(cmd: SnapshotCommand) -> anyhow::Result<()> {
+    use rkube_storage::embedded::snapshot;
+    match cmd {
+        SnapshotCommand::Save { file, data_dir } => {
+            let status = snapshot::save(&data_dir, &file)?;
+            println!("Snapshot saved at {}: {status}", file.display());
+        }
+        SnapshotCommand::Restore { file, data_dir, overwrite } => {
+            let status = snapshot::restore(&file, &data_dir, overwrite)?;
+            println!("Restored {} into {}: {status}", file.display(), data_dir.display());
+        }
+        SnapshotCommand::Check { file } => {
+            let status = snapshot::check(&file)?;
+            println!("{}: ok: {status}", file.display());
+        }
+    }
+    Ok(())
 }
 
 fn main() -> std::process::ExitCode {
@@ -53,6 +107,7 @@ fn main() -> std::process::ExitCode {
             Command::Runtime(args) => rkube_runtime::cli::run(args).await,
             Command::Node(args) => rkube_node::cli::run(args).await,
             Command::Bench(args) => rkube_bench::cli::run(args).await,
+            Command::Snapshot(cmd) => tokio::task::spawn_blocking(move || run_snapshot(cmd)).await?,
         }
     });
     match result {

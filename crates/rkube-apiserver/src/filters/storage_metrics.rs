@@ -127,6 +127,10 @@ impl Storage for InstrumentedStorage {
     fn progress_notify_reliable(&self) -> bool {
         self.inner.progress_notify_reliable()
     }
+
+    async fn write_health(&self) -> Result<()> {
+        self.inner.write_health().await
+    }
 }
 
 #[cfg(test)]

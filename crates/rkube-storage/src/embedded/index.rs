@@ -256,7 +256,7 @@ mod tests {
         ] {
             store.apply(&[op]).unwrap().results.pop().unwrap().unwrap();
         }
-        let txn = store.db().begin_read().unwrap();
+        let txn = store.slot().get().unwrap().begin_read().unwrap();
         let table: [(Revision, &[(&str, &str)]); 6] = [
             (1, &[]),
             (2, &[("/p/a", "a1")]),
@@ -280,7 +280,7 @@ mod tests {
         let mut store = Store::open(dir.path()).unwrap();
         let ops: Vec<_> = (0..5).map(|i| put(&format!("/p/{i}"), "x")).collect();
         store.apply(&ops).unwrap();
-        let txn = store.db().begin_read().unwrap();
+        let txn = store.slot().get().unwrap().begin_read().unwrap();
         let first = replay(&txn, "/p/", 1, 6, 2).unwrap();
         assert_eq!(first.events.iter().map(|e| e.revision()).collect::<Vec<_>>(), [2, 3]);
         assert_eq!(first.scanned_to, 3);

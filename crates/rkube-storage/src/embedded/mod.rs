@@ -17,14 +17,26 @@
 //! - a watcher whose channel overflows is dropped with `Unavailable`
 //!   (see `watchable.rs`).
 //!
+//! - `database.rs`: the files (modes 0700/0600, the "has held a cluster"
+//!   marker) and the shared handle, reopened after an I/O fault;
+//! - `snapshot.rs`: `rkube snapshot save | restore | check`.
+//!
 //! Durability: a write is acknowledged after its redb transaction committed
 //! with `Durability::Immediate` (fsync); a `kill -9` loses nothing
-//! acknowledged. redb locks the file: a second open, from this or another
-//! process, fails with `Unavailable`.
+//! acknowledged. redb locks the file: a second writable open, from this or
+//! another process, fails with `Unavailable`; read-only opens by
+//! `rkube snapshot save` are allowed while the server runs.
+//!
+//! Faults: a write that fails for lack of space answers
+//! [`StorageError::NoSpace`], reads keep working, [`Storage::write_health`]
+//! reports the fault, and writes resume without a restart once space is
+//! freed (see `writer.rs`).
 
+mod database;
 mod index;
 mod record;
 mod schema;
+pub mod snapshot;
 mod store;
 mod watchable;
 mod writer;
@@ -33,9 +45,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use redb::{Database, ReadableDatabase};
+use redb::ReadableDatabase;
 
 use crate::{KeyValue, RangeRequest, RangeResponse, Result, Revision, Storage, StorageError, Watch};
+use database::DbSlot;
+pub use database::{DB_FILE, DIR_MODE, FILE_MODE, MARKER_FILE};
 use store::{Store, WriteOp, WriteOutcome};
 use watchable::{Hub, WatchableStore};
 use writer::Writer;
@@ -61,7 +75,7 @@ impl Default for EmbeddedOptions {
 /// and ends every watch with `Unavailable`; the file is released once open
 /// watch streams are dropped too.
 pub struct EmbeddedStorage {
-    db: Arc<Database>,
+    db: Arc<DbSlot>,
     hub: Arc<Hub>,
     writer: Writer,
 }
@@ -88,7 +102,7 @@ impl EmbeddedStorage {
     /// Like [`EmbeddedStorage::open`], with explicit options.
     pub fn open_with(dir: &Path, options: EmbeddedOptions) -> Result<EmbeddedStorage> {
         let store = Store::open(dir)?;
-        let db = store.db().clone();
+        let db = store.slot().clone();
         let hub =
             Arc::new(Hub::new(store.current_revision(), store.compacted_revision(), options.watch_channel_capacity));
         let writer = Writer::spawn(WatchableStore::new(store, hub.clone()), hub.clone())?;
@@ -103,7 +117,7 @@ impl EmbeddedStorage {
     {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(|e| schema::internal("begin read", e))?;
+            let txn = db.get()?.begin_read().map_err(|e| schema::internal("begin read", e))?;
             read(&txn)
         })
         .await
@@ -170,5 +184,11 @@ impl Storage for EmbeddedStorage {
 
     async fn compact(&self, revision: Revision) -> Result<()> {
         self.writer.compact(revision).await
+    }
+
+    /// `Err` with the last disk error (e.g. `NoSpace`) while writes fail;
+    /// probes the disk again at most once a second (see `writer.rs`).
+    async fn write_health(&self) -> Result<()> {
+        self.writer.probe().await
     }
 }

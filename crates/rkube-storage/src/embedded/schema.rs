@@ -3,6 +3,7 @@
 //! ```text
 //! meta     "current_revision"   -> i64   revision of the last committed write (starts at 1, like etcd)
 //!          "compacted_revision" -> i64   history below this revision is gone (0 = never compacted)
+//!          "health_probe"       -> i64   written by the write probe after a disk fault (no meaning)
 //! latest   key                  -> Record   the live version of every existing key (no tombstones):
 //!                                           a LIST at the latest revision is one scan of this table
 //! history  (key, revision)      -> Record   every version (puts and tombstones) not yet compacted:
@@ -37,6 +38,10 @@ pub(crate) const CURRENT_REVISION: &str = "current_revision";
 /// `meta` key of the compacted revision.
 pub(crate) const COMPACTED_REVISION: &str = "compacted_revision";
 
+/// `meta` key the embedded store's health probe writes (the current
+/// revision, unchanged): a commit that proves the disk takes writes again.
+pub(crate) const HEALTH_PROBE: &str = "health_probe";
+
 /// The revision of an empty store: etcd starts at 1 too, so a LIST of an
 /// empty store never reports resourceVersion "0" (which Kubernetes reads as
 /// "any").
@@ -45,6 +50,18 @@ pub(crate) const INITIAL_REVISION: Revision = 1;
 /// Wraps any redb error as [`StorageError::Internal`] with what was being done.
 pub(crate) fn internal(context: &str, err: impl std::fmt::Display) -> StorageError {
     StorageError::Internal(format!("embedded store: {context}: {err}"))
+}
+
+/// Wraps a redb error met while writing: a full disk (`ENOSPC`, `EDQUOT`)
+/// becomes [`StorageError::NoSpace`], anything else [`StorageError::Internal`].
+pub(crate) fn storage_error(context: &str, err: impl Into<redb::Error>) -> StorageError {
+    let err: redb::Error = err.into();
+    if let redb::Error::Io(io) = &err {
+        if matches!(io.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded) {
+            return StorageError::NoSpace(format!("embedded store: {context}: {io}; nothing was written"));
+        }
+    }
+    internal(context, err)
 }
 
 /// Reads `(current_revision, compacted_revision)` from the `meta` table.

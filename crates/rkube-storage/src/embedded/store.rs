@@ -22,11 +22,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use redb::{Database, Durability, ReadableTable, Table, WriteTransaction};
+use redb::{Durability, ReadableTable, Table, WriteTransaction};
 
+use super::database::{self, DbSlot};
 use super::record::Record;
 use super::schema::{
-    internal, read_revisions, COMPACTED_REVISION, CURRENT_REVISION, HISTORY, INITIAL_REVISION, LATEST, LOG, META,
+    read_revisions, storage_error, COMPACTED_REVISION, CURRENT_REVISION, HEALTH_PROBE, HISTORY, INITIAL_REVISION,
+    LATEST, LOG, META,
 };
 use crate::{Event, EventKind, KeyValue, Result, Revision, StorageError};
 
@@ -81,7 +83,7 @@ pub(crate) struct Committed {
 
 /// The durable MVCC store (write side). See the module docs.
 pub(crate) struct Store {
-    db: Arc<Database>,
+    slot: Arc<DbSlot>,
     /// Revision of the last committed write. Only the writer thread changes it.
     current: Revision,
     /// Compacted revision. Only the writer thread changes it.
@@ -98,14 +100,14 @@ struct Tables<'txn> {
 impl<'txn> Tables<'txn> {
     fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>> {
         Ok(Tables {
-            latest: txn.open_table(LATEST).map_err(|e| internal("open latest", e))?,
-            history: txn.open_table(HISTORY).map_err(|e| internal("open history", e))?,
-            log: txn.open_table(LOG).map_err(|e| internal("open log", e))?,
+            latest: txn.open_table(LATEST).map_err(|e| storage_error("open latest", e))?,
+            history: txn.open_table(HISTORY).map_err(|e| storage_error("open history", e))?,
+            log: txn.open_table(LOG).map_err(|e| storage_error("open log", e))?,
         })
     }
 
     fn latest(&self, key: &str) -> Result<Option<Record>> {
-        match self.latest.get(key).map_err(|e| internal("get", e))? {
+        match self.latest.get(key).map_err(|e| storage_error("get", e))? {
             Some(guard) => Ok(Some(Record::decode(key, guard.value())?)),
             None => Ok(None),
         }
@@ -117,49 +119,74 @@ impl<'txn> Tables<'txn> {
         let bytes = rec.encode();
         let rev = rec.mod_revision;
         if rec.tombstone {
-            self.latest.remove(key).map_err(|e| internal("remove latest", e))?;
+            self.latest.remove(key).map_err(|e| storage_error("remove latest", e))?;
         } else {
-            self.latest.insert(key, bytes.as_slice()).map_err(|e| internal("insert latest", e))?;
+            self.latest.insert(key, bytes.as_slice()).map_err(|e| storage_error("insert latest", e))?;
         }
-        self.history.insert((key, rev), bytes.as_slice()).map_err(|e| internal("insert history", e))?;
-        self.log.insert(rev, key).map_err(|e| internal("insert log", e))?;
+        self.history.insert((key, rev), bytes.as_slice()).map_err(|e| storage_error("insert history", e))?;
+        self.log.insert(rev, key).map_err(|e| storage_error("insert log", e))?;
         Ok(())
     }
 }
 
 impl Store {
-    /// Opens (or creates) the database file `dir/rkube.redb`.
+    /// Opens (or creates) the database file `dir/rkube.redb` (see
+    /// `database.rs` for file modes and the marker).
     ///
     /// Errors: `Unavailable` when another process (or handle) has it open,
-    /// `Internal` for I/O or corruption.
+    /// `Internal` for I/O, corruption, or a missing/empty store in a data dir
+    /// that has held a cluster.
     pub fn open(dir: &Path) -> Result<Store> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StorageError::Internal(format!("embedded store: create {}: {e}", dir.display())))?;
-        let path = dir.join("rkube.redb");
-        let db = Database::create(&path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => {
-                StorageError::Unavailable(format!("embedded store {} is already open", path.display()))
-            }
-            other => internal(&format!("open {}", path.display()), other),
-        })?;
-        let txn = db.begin_write().map_err(|e| internal("begin write", e))?;
+        let (db, _existed) = database::open_dir(dir)?;
+        let txn = db.begin_write().map_err(|e| storage_error("begin write", e))?;
         let (current, compacted) = {
-            let mut meta = txn.open_table(META).map_err(|e| internal("open meta", e))?;
+            let mut meta = txn.open_table(META).map_err(|e| storage_error("open meta", e))?;
             let (current, compacted) = read_revisions(&meta)?;
             if current == INITIAL_REVISION {
-                meta.insert(CURRENT_REVISION, INITIAL_REVISION).map_err(|e| internal("init meta", e))?;
+                meta.insert(CURRENT_REVISION, INITIAL_REVISION).map_err(|e| storage_error("init meta", e))?;
             }
             // Create the data tables so readers can always open them.
             Tables::open(&txn)?;
             (current, compacted)
         };
-        txn.commit().map_err(|e| internal("commit init", e))?;
-        Ok(Store { db: Arc::new(db), current, compacted })
+        txn.commit().map_err(|e| storage_error("commit init", e))?;
+        if !dir.join(database::MARKER_FILE).exists() {
+            database::write_marker(dir)?;
+        }
+        let slot = Arc::new(DbSlot::new(dir.join(database::DB_FILE), db));
+        Ok(Store { slot, current, compacted })
     }
 
-    /// The database, shared with readers.
-    pub fn db(&self) -> &Arc<Database> {
-        &self.db
+    /// The database slot, shared with readers.
+    pub fn slot(&self) -> &Arc<DbSlot> {
+        &self.slot
+    }
+
+    /// True when the handle is latched by an earlier I/O error (redb's
+    /// `PreviousIo`) and must be reopened before it can write again.
+    pub fn latched(&self) -> bool {
+        match self.slot.get() {
+            Ok(db) => matches!(db.begin_write(), Err(redb::TransactionError::Storage(redb::StorageError::PreviousIo))),
+            Err(_) => true,
+        }
+    }
+
+    /// Reopens the database after an I/O fault (see [`DbSlot::reopen`]).
+    pub fn reopen(&mut self) -> Result<()> {
+        self.slot.reopen()
+    }
+
+    /// Commits a write that changes no revision (the `meta` key
+    /// `health_probe`), to learn whether the disk takes writes again.
+    pub fn probe(&mut self) -> Result<()> {
+        let db = self.slot.get()?;
+        let mut txn = db.begin_write().map_err(|e| storage_error("begin write", e))?;
+        txn.set_durability(Durability::Immediate).map_err(|e| storage_error("set durability", e))?;
+        {
+            let mut meta = txn.open_table(META).map_err(|e| storage_error("open meta", e))?;
+            meta.insert(HEALTH_PROBE, self.current).map_err(|e| storage_error("write probe", e))?;
+        }
+        txn.commit().map_err(|e| storage_error("commit probe", e))
     }
 
     /// Revision of the last committed write.
@@ -177,8 +204,9 @@ impl Store {
     /// takes the next revision; a failed guard takes none and does not stop
     /// the others. `Err` means nothing was committed (every op failed).
     pub fn apply(&mut self, ops: &[WriteOp]) -> Result<Committed> {
-        let mut txn = self.db.begin_write().map_err(|e| internal("begin write", e))?;
-        txn.set_durability(Durability::Immediate).map_err(|e| internal("set durability", e))?;
+        let db = self.slot.get()?;
+        let mut txn = db.begin_write().map_err(|e| storage_error("begin write", e))?;
+        txn.set_durability(Durability::Immediate).map_err(|e| storage_error("set durability", e))?;
         let mut out = Committed { revision: self.current, ..Default::default() };
         {
             let mut tables = Tables::open(&txn)?;
@@ -195,14 +223,14 @@ impl Store {
         }
         if out.revision == self.current {
             // Every guard failed: nothing to commit.
-            txn.abort().map_err(|e| internal("abort", e))?;
+            txn.abort().map_err(|e| storage_error("abort", e))?;
             return Ok(out);
         }
         {
-            let mut meta = txn.open_table(META).map_err(|e| internal("open meta", e))?;
-            meta.insert(CURRENT_REVISION, out.revision).map_err(|e| internal("write meta", e))?;
+            let mut meta = txn.open_table(META).map_err(|e| storage_error("open meta", e))?;
+            meta.insert(CURRENT_REVISION, out.revision).map_err(|e| storage_error("write meta", e))?;
         }
-        txn.commit().map_err(|e| internal("commit", e))?;
+        txn.commit().map_err(|e| storage_error("commit", e))?;
         self.current = out.revision;
         Ok(out)
     }
@@ -219,25 +247,26 @@ impl Store {
         if revision > self.current {
             return Err(StorageError::FutureRevision { requested: revision, current: self.current });
         }
-        let mut txn = self.db.begin_write().map_err(|e| internal("begin write", e))?;
-        txn.set_durability(Durability::Immediate).map_err(|e| internal("set durability", e))?;
+        let db = self.slot.get()?;
+        let mut txn = db.begin_write().map_err(|e| storage_error("begin write", e))?;
+        txn.set_durability(Durability::Immediate).map_err(|e| storage_error("set durability", e))?;
         {
             let mut tables = Tables::open(&txn)?;
             // Keys changed below `revision`: only they can have versions to drop.
             let mut keys = BTreeSet::new();
-            for entry in tables.log.range(..revision).map_err(|e| internal("range log", e))? {
-                let (_, key) = entry.map_err(|e| internal("scan log", e))?;
+            for entry in tables.log.range(..revision).map_err(|e| storage_error("range log", e))? {
+                let (_, key) = entry.map_err(|e| storage_error("scan log", e))?;
                 keys.insert(key.value().to_string());
             }
-            tables.log.retain_in(..revision, |_, _| false).map_err(|e| internal("trim log", e))?;
+            tables.log.retain_in(..revision, |_, _| false).map_err(|e| storage_error("trim log", e))?;
             for key in &keys {
                 let mut versions = Vec::new();
                 let range = tables
                     .history
                     .range::<(&str, i64)>((key.as_str(), i64::MIN)..=(key.as_str(), revision))
-                    .map_err(|e| internal("range history", e))?;
+                    .map_err(|e| storage_error("range history", e))?;
                 for entry in range {
-                    let (k, v) = entry.map_err(|e| internal("scan history", e))?;
+                    let (k, v) = entry.map_err(|e| storage_error("scan history", e))?;
                     let tombstone = Record::decode(key, v.value())?.tombstone;
                     versions.push((k.value().1, tombstone));
                 }
@@ -247,14 +276,14 @@ impl Store {
                 };
                 for (rev, _) in versions {
                     if Some(rev) != keep {
-                        tables.history.remove((key.as_str(), rev)).map_err(|e| internal("trim history", e))?;
+                        tables.history.remove((key.as_str(), rev)).map_err(|e| storage_error("trim history", e))?;
                     }
                 }
             }
-            let mut meta = txn.open_table(META).map_err(|e| internal("open meta", e))?;
-            meta.insert(COMPACTED_REVISION, revision).map_err(|e| internal("write meta", e))?;
+            let mut meta = txn.open_table(META).map_err(|e| storage_error("open meta", e))?;
+            meta.insert(COMPACTED_REVISION, revision).map_err(|e| storage_error("write meta", e))?;
         }
-        txn.commit().map_err(|e| internal("commit compaction", e))?;
+        txn.commit().map_err(|e| storage_error("commit compaction", e))?;
         self.compacted = revision;
         Ok(())
     }
@@ -349,17 +378,17 @@ mod tests {
     }
 
     fn current_mod(store: &Store, key: &str) -> Revision {
-        let txn = store.db().begin_read().unwrap();
+        let txn = store.slot().get().unwrap().begin_read().unwrap();
         index::get(&txn, key).unwrap().unwrap().mod_revision
     }
 
     fn read_at(store: &Store, rev: Revision) -> Result<Vec<crate::KeyValue>> {
-        let txn = store.db().begin_read().unwrap();
+        let txn = store.slot().get().unwrap().begin_read().unwrap();
         index::range(&txn, &RangeRequest { revision: rev, ..RangeRequest::prefix("/p/") }).map(|r| r.kvs)
     }
 
     fn replay_from(store: &Store, after: Revision) -> Result<Vec<Event>> {
-        let txn = store.db().begin_read().unwrap();
+        let txn = store.slot().get().unwrap().begin_read().unwrap();
         let until = index::revisions(&txn)?.0;
         index::replay(&txn, "/p/", after, until, usize::MAX).map(|p| p.events)
     }

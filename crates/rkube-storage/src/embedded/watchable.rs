@@ -25,9 +25,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::StreamExt;
-use redb::{Database, ReadableDatabase};
+use redb::ReadableDatabase;
 use tokio::sync::mpsc;
 
+use super::database::DbSlot;
 use super::index;
 use super::store::{Committed, Store, WriteOp};
 use crate::{ProgressRequester, Result, Revision, StorageError, Watch, WatchResponse};
@@ -163,6 +164,26 @@ impl WatchableStore {
         Ok(committed)
     }
 
+    /// The database file.
+    pub fn path(&self) -> &std::path::Path {
+        self.store.slot().path()
+    }
+
+    /// See [`Store::latched`].
+    pub fn latched(&self) -> bool {
+        self.store.latched()
+    }
+
+    /// See [`Store::reopen`].
+    pub fn reopen(&mut self) -> Result<()> {
+        self.store.reopen()
+    }
+
+    /// See [`Store::probe`].
+    pub fn probe(&mut self) -> Result<()> {
+        self.store.probe()
+    }
+
     /// Compacts the store and records the new compacted revision.
     pub fn compact(&mut self, revision: Revision) -> Result<()> {
         self.store.compact(revision)?;
@@ -209,7 +230,7 @@ struct Live {
 /// then yields one error and becomes `Done`.
 enum WatchState {
     /// Replaying `(after, until]` from disk.
-    Replay { db: Arc<Database>, prefix: String, after: Revision, until: Revision, live: Live },
+    Replay { db: Arc<DbSlot>, prefix: String, after: Revision, until: Revision, live: Live },
     /// Forwarding live messages.
     Live(Live),
     /// Finished (after an error).
@@ -220,7 +241,7 @@ enum WatchState {
 ///
 /// Errors: `Compacted` when `after` is below the compacted revision;
 /// `Unavailable` when the store is closed.
-pub(crate) fn watch(hub: &Arc<Hub>, db: Arc<Database>, prefix: &str, after: Revision) -> Result<Watch> {
+pub(crate) fn watch(hub: &Arc<Hub>, db: Arc<DbSlot>, prefix: &str, after: Revision) -> Result<Watch> {
     let (tx, rx) = mpsc::channel(hub.capacity);
     let overflowed = Arc::new(AtomicBool::new(false));
     let (id, published) = {
@@ -261,7 +282,7 @@ async fn step(mut state: WatchState) -> Option<(Result<WatchResponse>, WatchStat
                 let page = {
                     let (db, prefix) = (db.clone(), prefix.clone());
                     tokio::task::spawn_blocking(move || {
-                        let txn = db.begin_read().map_err(|e| super::schema::internal("begin read", e))?;
+                        let txn = db.get()?.begin_read().map_err(|e| super::schema::internal("begin read", e))?;
                         index::replay(&txn, &prefix, after, until, REPLAY_PAGE_EVENTS)
                     })
                     .await
