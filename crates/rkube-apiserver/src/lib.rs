@@ -44,6 +44,7 @@ pub mod table;
 pub mod up_auth;
 pub mod validate;
 pub mod watch;
+pub mod yaml_depth;
 
 pub use server::{bootstrap, router, serve};
 pub use state::{ApiState, ServerConfig};

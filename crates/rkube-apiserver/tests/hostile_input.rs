@@ -406,3 +406,42 @@ async fn objects_nested_up_to_the_body_limit_stay_readable() {
         }
     }
 }
+
+/// YAML nested 250,000 levels deep (500 KB, which libyaml alone takes
+/// minutes of CPU to parse) is refused with the JSON decoder's depth limit
+/// before it is parsed, through every verb that decodes YAML (POST, PUT,
+/// dry-run POST, server-side apply), four at once, while a concurrent GET is
+/// answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeply_nested_yaml_is_refused_at_once_while_others_are_served() {
+    let srv = Arc::new(Server::start().await);
+    let (code, _) = srv.send("POST", CMS, Some(JSON), None, br#"{"metadata":{"name":"cm"}}"#.to_vec()).await;
+    assert_eq!(code, 201);
+    let before = srv.snapshot().await;
+    let n = 250_000;
+    let flow = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\nx: {}{}\n", "[".repeat(n), "]".repeat(n));
+    let block = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\nx:\n{}1\n", "- ".repeat(n));
+    let converting = "error converting YAML to JSON: yaml: exceeded max depth of 127";
+    let requests = [
+        ("POST", CMS.to_string(), YAML, flow.clone(), converting),
+        ("POST", format!("{CMS}?dryRun=All"), YAML, block.clone(), converting),
+        ("PUT", CM.to_string(), YAML, flow.clone(), converting),
+        ("PATCH", format!("{CM}?fieldManager=t"), APPLY, flow, "error decoding YAML: exceeded max depth of 127"),
+    ];
+    let posts: Vec<_> = requests
+        .into_iter()
+        .map(|(method, path, ct, body, message)| {
+            let srv = srv.clone();
+            tokio::spawn(async move {
+                let (code, status) = srv.send(method, &path, Some(ct), None, body.into_bytes()).await;
+                assert_eq!((code, status["reason"].as_str(), status["message"].as_str()), (400, Some("BadRequest"), Some(message)), "{method} {path}: {status}");
+            })
+        })
+        .collect();
+    let get = tokio::time::timeout(Duration::from_secs(20), srv.send("GET", CM, None, None, vec![])).await;
+    assert_eq!(get.expect("GET answered while the nested bodies are decoded").0, 200);
+    for p in posts {
+        tokio::time::timeout(Duration::from_secs(60), p).await.expect("refused in time").expect("asserts hold");
+    }
+    assert_eq!(before, srv.snapshot().await);
+}
