@@ -129,30 +129,21 @@ pub fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_else(|| "application/json".to_string())
 }
 
-/// After a body went over the limit, at most this much more is read and
-/// discarded before answering 413, so the client (still sending) reads the
-/// answer instead of a broken pipe, as Go's server does by draining.
-const MAX_DRAIN_BYTES: usize = 64 * 1024 * 1024;
-
-/// How long the drain may take.
-const MAX_DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Reads a request body, enforcing [`MAX_BODY_BYTES`] (413 above it).
+///
+/// Over the limit, the rest of the body is drained
+/// ([`crate::filters::body::drain`]) before answering 413, so the client
+/// (still sending) reads the answer instead of a broken pipe, as Go's server
+/// does.
 pub async fn read_body(body: Body) -> ApiResult<bytes::Bytes> {
-    use futures::StreamExt;
-    let mut stream = body.into_data_stream();
+    use http_body_util::BodyExt;
+    let mut body = body;
     let mut buf = bytes::BytesMut::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;
+        let Ok(chunk) = frame.into_data() else { continue };
         if buf.len() + chunk.len() > MAX_BODY_BYTES {
-            let mut drained = buf.len() + chunk.len();
-            let deadline = tokio::time::Instant::now() + MAX_DRAIN_TIME;
-            while drained < MAX_DRAIN_BYTES {
-                match tokio::time::timeout_at(deadline, stream.next()).await {
-                    Ok(Some(Ok(c))) => drained += c.len(),
-                    _ => break,
-                }
-            }
+            crate::filters::body::drain(body, buf.len() + chunk.len()).await;
             return Err(ApiError::too_large(MAX_BODY_BYTES));
         }
         buf.extend_from_slice(&chunk);

@@ -35,7 +35,7 @@ pub mod authn;
 pub mod authz;
 pub mod escalation;
 pub mod impersonation;
-mod body;
+pub(crate) mod body;
 pub mod inflight;
 pub mod metrics;
 pub mod process;
