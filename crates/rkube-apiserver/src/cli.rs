@@ -213,6 +213,7 @@ async fn serve_until_signal(
     advertise: IpAddr,
     ready: impl FnOnce(),
 ) -> anyhow::Result<()> {
+    let config = ServerConfig { min_request_timeout: fargs.min_request_timeout, ..config };
     let prefix = config.etcd_prefix.clone();
     let cidr = config.service_cidr;
     let me = crate::kubernetes_service::ApiserverEndpoint { ip: advertise, port: listener.local_addr()?.port() };
@@ -255,7 +256,7 @@ pub async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     let scheme = if tls { "HTTPS" } else { "plain HTTP" };
     tracing::info!(address = %local, backend = storage.backend_name(), "serving the Kubernetes API over {scheme}");
     let watch_cache = args.cache.options()?;
-    let config = ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache };
+    let config = ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache, ..Default::default() };
     let advertise = args.advertise_address.unwrap_or_else(|| crate::kubernetes_service::advertise_address(local.ip()));
     serve_until_signal(listener, storage, config, &args.filters, advertise, || {}).await
 }
