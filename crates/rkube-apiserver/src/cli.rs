@@ -54,8 +54,9 @@ pub struct ApiserverArgs {
     /// The port on which to serve plain HTTP (0 picks a free port).
     #[arg(long = "port", default_value_t = 8080)]
     pub port: u16,
-    /// kube-apiserver's HTTPS port flag. TLS is not implemented yet: when set,
-    /// rkube serves PLAIN HTTP on this port (it overrides --port).
+    /// The port on which to serve HTTPS with --tls-cert-file and
+    /// --tls-private-key-file (it overrides --port). Without a certificate
+    /// it serves plain HTTP there and logs a warning.
     #[arg(long = "secure-port")]
     pub secure_port: Option<u16>,
     /// Storage backend: `embedded` (redb in --data-dir) or `etcd3` (`etcd` also accepted).
@@ -113,7 +114,8 @@ pub struct UpArgs {
     /// timeout and trace flags still apply.
     #[arg(long = "insecure", conflicts_with_all = UP_SECURE_ONLY_FLAGS)]
     pub insecure: bool,
-    /// Accepted for compatibility: HTTPS is the default.
+    /// Deprecated (HTTPS is the default): accepted so old command lines
+    /// parse, and warned about (`rkube::DEPRECATED_FLAGS`).
     #[arg(long = "secure", hide = true, conflicts_with = "insecure")]
     pub secure: bool,
     /// kube-apiserver's TLS, authentication, authorization, audit, inflight,

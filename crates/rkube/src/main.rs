@@ -1,38 +1,13 @@
 //! The `rkube` command line: a thin layer over the library crates.
 //!
-//! `rkube apiserver | up | proxy | runtime | node | bench`; each subcommand's flags and behaviour live in
-//! its crate (`rkube_apiserver::cli`, `rkube_proxy::cli`).
+//! `rkube apiserver | up | proxy | runtime | node | bench`; the command line
+//! is defined in the `rkube` library (`src/lib.rs`), each subcommand's flags
+//! and behaviour in its crate (`rkube_apiserver::cli`, `rkube_proxy::cli`).
 
-use clap::{Parser, Subcommand};
-
-/// rkube: a Kubernetes control-plane core and node data path.
-#[derive(Parser, Debug)]
-#[command(name = "rkube", version, about)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-/// Parsed once at start-up, so the size of the largest variant does not matter.
-#[allow(clippy::large_enum_variant)]
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Run a Kubernetes-compatible API server (flags named like kube-apiserver's).
-    Apiserver(rkube_apiserver::cli::ApiserverArgs),
-    /// Start an API server on the embedded store in a data directory and print the kubeconfig export line.
-    Up(rkube_apiserver::cli::UpArgs),
-    /// Run the service proxy (iptables mode, partial restores; flags named like kube-proxy's).
-    Proxy(rkube_proxy::cli::ProxyArgs),
-    /// Run the CRI v1 runtime that runs containers as host processes.
-    Runtime(rkube_runtime::cli::RuntimeArgs),
-    /// Run the node agent (registers a Node, runs its pods through a CRI runtime, evented PLEG).
-    Node(rkube_node::cli::NodeArgs),
-    /// Run a benchmark scenario and write bench-results/<scenario>.{json,md,svg}.
-    Bench(rkube_bench::cli::BenchArgs),
-}
+use rkube::Command;
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = rkube::parse();
     // One crypto provider (ring) for every TLS client and server in the process:
     // reqwest, kube-rs and the API server's rustls all find it here, whatever
     // features cargo unified for them.
