@@ -445,3 +445,35 @@ async fn deeply_nested_yaml_is_refused_at_once_while_others_are_served() {
     }
     assert_eq!(before, srv.snapshot().await);
 }
+
+/// The request timeout bounds body decoding: four large YAML bodies (2.5 MB,
+/// 140,000 keys, malformed at the very end, so decoding is all their
+/// handlers do) sent at once with `?timeout=100ms` are each answered 504
+/// `Timeout` while they are still being decoded, although the server has
+/// two worker threads: large bodies are decoded with the worker handed over
+/// to other tasks, so the timeout's timer runs. Then a GET is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_timeout_bounds_decoding_of_large_yaml_bodies() {
+    let srv = Arc::new(Server::start().await);
+    let (code, _) = srv.send("POST", CMS, Some(JSON), None, br#"{"metadata":{"name":"cm"}}"#.to_vec()).await;
+    assert_eq!(code, 201);
+    let posts: Vec<_> = (0..4)
+        .map(|i| {
+            let srv = srv.clone();
+            tokio::spawn(async move {
+                let mut body = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big-{i}\ndata:\n");
+                for k in 0..140_000 {
+                    body.push_str(&format!("  key{k}: value\n"));
+                }
+                body.push_str("  last: [unclosed\n");
+                srv.send("POST", &format!("{CMS}?timeout=100ms"), Some(YAML), None, body.into_bytes()).await
+            })
+        })
+        .collect();
+    for p in posts {
+        let (code, status) = p.await.expect("POST task");
+        assert_eq!((code, status["reason"].as_str()), (504, Some("Timeout")), "{status}");
+    }
+    let (code, _) = srv.send("GET", CM, None, None, vec![]).await;
+    assert_eq!(code, 200);
+}
