@@ -228,11 +228,13 @@ pub(crate) enum YamlError {
 
 /// One YAML document as JSON, refused before parsing when it nests deeper
 /// than [`crate::patch::MAX_NESTING_DEPTH`] ([`crate::yaml_depth::check`]),
-/// and after parsing when the value does (what the scan counts short).
+/// and after parsing when the value does (what the scan counts short);
+/// aliases may not expand it past one node per byte
+/// ([`crate::yaml_value::from_slice`]).
 pub(crate) fn yaml_to_json(body: &[u8]) -> Result<Value, YamlError> {
     let max = crate::patch::MAX_NESTING_DEPTH;
     crate::yaml_depth::check(body, max).map_err(|_| YamlError::TooDeep { max })?;
-    let value = serde_yaml::from_slice::<Value>(body).map_err(|e| YamlError::Malformed(e.to_string()))?;
+    let value = crate::yaml_value::from_slice(body).map_err(YamlError::Malformed)?;
     if crate::patch::json::nesting_depth(&value) > max {
         return Err(YamlError::TooDeep { max });
     }

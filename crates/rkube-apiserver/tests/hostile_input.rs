@@ -174,6 +174,7 @@ fn table() -> Vec<Row> {
         row("JSON nested 10,000 deep", "POST", CMS, Some(JSON), nested(10_000), 400, "BadRequest"),
         row("JSON nested 200 deep", "POST", CMS, Some(JSON), nested(200), 400, "BadRequest"),
         row("YAML nested 10,000 deep", "POST", CMS, Some(YAML), format!("a: {}{}", "[".repeat(10_000), "]".repeat(10_000)), 400, "BadRequest"),
+        row("YAML aliases of a 1,000-item anchor, 300,000 of them", "POST", CMS, Some(YAML), format!("kind: ConfigMap\nmetadata:\n  name: a\nx: &a [{}]\ny: [{}x]\n", vec!["x"; 1000].join(","), "*a,".repeat(300_000)), 400, "BadRequest"),
         row("body over 3 MiB", "POST", CMS, Some(JSON), big, 413, "RequestEntityTooLarge"),
         // ---- kinds and names
         row("kind does not match the URL", "POST", CMS, Some(JSON), json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}).to_string(), 400, "BadRequest"),
