@@ -5,13 +5,13 @@
 //! compaction and the `compact_rev_key` watch ([`crate::compaction`]), and the
 //! consistency checker ([`crate::consistency`]).
 //!
-//! Routing (spec `watch-cache.md`; the cacher does the work):
+//! Routing (upstream `storage/cacher/delegator.go` and KEP-4988; the cacher does the work):
 //!
 //! | request | served by |
 //! |---|---|
 //! | GET, `resourceVersion` unset | storage (consistent read) |
 //! | GET, `resourceVersion` set | cache once at least that fresh; storage while the cache is not ready |
-//! | LIST | [`Cacher::list`]: cache, snapshot or storage per spec section 1; not ready → delegation rules or 429 |
+//! | LIST | [`Cacher::list`]: cache, snapshot or storage as upstream's `shouldDelegateList`; not ready → delegation rules or 429 |
 //! | WATCH | [`Cacher::watch`]: from the cache; not ready → 429; below the compacted revision → `ERROR` 410 |
 //! | resource with `--watch-cache-sizes=<r>#0` | LIST/GET: storage (counted in `apiserver_storage_list_total`); WATCH: storage watch of [`crate::watch`] |
 //!

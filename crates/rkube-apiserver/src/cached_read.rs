@@ -146,7 +146,8 @@ pub async fn watch(ctx: &Ctx) -> Option<ApiResult<Response>> {
     // `GET .../pods/<name>?watch=true` adds `metadata.name=<name>` to the predicate.
     opts.field_selector = predicate.field.clone();
     if opts.timeout_seconds.is_none_or(|s| s == 0) {
-        opts.timeout_seconds = Some(crate::watch::default_timeout_secs());
+        let min = ctx.st.config.min_request_timeout;
+        opts.timeout_seconds = Some(crate::filters::timeout::watch_timeout(min, None).as_secs());
     }
     let watch = ctx.st.source.watch_by_options(info, ctx.ri.namespace.as_deref(), &opts).await?;
     let watch = match watch {

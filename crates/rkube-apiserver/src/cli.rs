@@ -54,8 +54,9 @@ pub struct ApiserverArgs {
     /// The port on which to serve plain HTTP (0 picks a free port).
     #[arg(long = "port", default_value_t = 8080)]
     pub port: u16,
-    /// kube-apiserver's HTTPS port flag. TLS is not implemented yet: when set,
-    /// rkube serves PLAIN HTTP on this port (it overrides --port).
+    /// The port on which to serve HTTPS with --tls-cert-file and
+    /// --tls-private-key-file (it overrides --port). Without a certificate
+    /// it serves plain HTTP there and logs a warning.
     #[arg(long = "secure-port")]
     pub secure_port: Option<u16>,
     /// Storage backend: `embedded` (redb in --data-dir) or `etcd3` (`etcd` also accepted).
@@ -113,7 +114,8 @@ pub struct UpArgs {
     /// timeout and trace flags still apply.
     #[arg(long = "insecure", conflicts_with_all = UP_SECURE_ONLY_FLAGS)]
     pub insecure: bool,
-    /// Accepted for compatibility: HTTPS is the default.
+    /// Deprecated (HTTPS is the default): accepted so old command lines
+    /// parse, and warned about (`rkube::DEPRECATED_FLAGS`).
     #[arg(long = "secure", hide = true, conflicts_with = "insecure")]
     pub secure: bool,
     /// kube-apiserver's TLS, authentication, authorization, audit, inflight,
@@ -213,6 +215,7 @@ async fn serve_until_signal(
     advertise: IpAddr,
     ready: impl FnOnce(),
 ) -> anyhow::Result<()> {
+    let config = ServerConfig { min_request_timeout: fargs.min_request_timeout, ..config };
     let prefix = config.etcd_prefix.clone();
     let cidr = config.service_cidr;
     let me = crate::kubernetes_service::ApiserverEndpoint { ip: advertise, port: listener.local_addr()?.port() };
@@ -255,7 +258,7 @@ pub async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     let scheme = if tls { "HTTPS" } else { "plain HTTP" };
     tracing::info!(address = %local, backend = storage.backend_name(), "serving the Kubernetes API over {scheme}");
     let watch_cache = args.cache.options()?;
-    let config = ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache };
+    let config = ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache, ..Default::default() };
     let advertise = args.advertise_address.unwrap_or_else(|| crate::kubernetes_service::advertise_address(local.ip()));
     serve_until_signal(listener, storage, config, &args.filters, advertise, || {}).await
 }

@@ -1,5 +1,6 @@
 //! The watch-cache consistency checker (KEP-4988, gate
-//! `DetectCacheInconsistency`, spec `watch-cache.md` section 7).
+//! `DetectCacheInconsistency`, upstream `storage/cacher/delegator.go`'s
+//! consistency checker).
 //!
 //! Per cached resource, every period jittered into `[p, 1.5 p]` (upstream:
 //! 5 min, jitter 0.5; rkube: `--watch-cache-consistency-check-period`):

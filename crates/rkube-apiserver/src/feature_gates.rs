@@ -1,6 +1,6 @@
 //! `--feature-gates=Name=bool,...`: the watch-cache feature gates rkube
-//! knows, with kube-apiserver 1.35's defaults (spec `watch-cache.md`
-//! section 9), parsed like upstream `component-base/featuregate`
+//! knows, with kube-apiserver 1.35's defaults (upstream
+//! `staging/src/k8s.io/apiserver/pkg/features/kube_features.go`), parsed like upstream `component-base/featuregate`
 //! (`featureGate.Set`): comma-separated `Name=value` pairs, values parsed as
 //! Go's `strconv.ParseBool`, an unknown name is an error.
 //!

@@ -46,6 +46,8 @@ pub mod table;
 pub mod up_auth;
 pub mod validate;
 pub mod watch;
+pub mod yaml_depth;
+pub mod yaml_value;
 
 pub use server::{bootstrap, router, serve};
 pub use state::{ApiState, ServerConfig};

@@ -129,30 +129,21 @@ pub fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_else(|| "application/json".to_string())
 }
 
-/// After a body went over the limit, at most this much more is read and
-/// discarded before answering 413, so the client (still sending) reads the
-/// answer instead of a broken pipe, as Go's server does by draining.
-const MAX_DRAIN_BYTES: usize = 64 * 1024 * 1024;
-
-/// How long the drain may take.
-const MAX_DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Reads a request body, enforcing [`MAX_BODY_BYTES`] (413 above it).
+///
+/// Over the limit, the rest of the body is drained
+/// ([`crate::filters::body::drain`]) before answering 413, so the client
+/// (still sending) reads the answer instead of a broken pipe, as Go's server
+/// does.
 pub async fn read_body(body: Body) -> ApiResult<bytes::Bytes> {
-    use futures::StreamExt;
-    let mut stream = body.into_data_stream();
+    use http_body_util::BodyExt;
+    let mut body = body;
     let mut buf = bytes::BytesMut::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;
+        let Ok(chunk) = frame.into_data() else { continue };
         if buf.len() + chunk.len() > MAX_BODY_BYTES {
-            let mut drained = buf.len() + chunk.len();
-            let deadline = tokio::time::Instant::now() + MAX_DRAIN_TIME;
-            while drained < MAX_DRAIN_BYTES {
-                match tokio::time::timeout_at(deadline, stream.next()).await {
-                    Ok(Some(Ok(c))) => drained += c.len(),
-                    _ => break,
-                }
-            }
+            crate::filters::body::drain(body, buf.len() + chunk.len()).await;
             return Err(ApiError::too_large(MAX_BODY_BYTES));
         }
         buf.extend_from_slice(&chunk);
@@ -166,8 +157,21 @@ pub async fn read_body(body: Body) -> ApiResult<bytes::Bytes> {
 /// Bodies nested deeper than [`crate::patch::MAX_NESTING_DEPTH`] levels are
 /// malformed (400): that is serde_json's recursion limit, which also reads
 /// stored objects back (upstream's Go decoder stops at 10,000 levels).
+/// YAML is held to the same limit before it is parsed ([`crate::yaml_depth`]),
+/// so its cost stays linear in the body's size. Bodies of
+/// [`BLOCKING_DECODE_BYTES`] or more are decoded with the worker thread handed
+/// over to the runtime's other tasks, so a slow decode neither stalls other
+/// requests nor keeps the request timeout from answering.
 pub fn decode_object(content_type: &str, body: &[u8]) -> ApiResult<Value> {
-    let value: Value = match content_type {
+    let value: Value = off_the_workers(body.len(), || decode_any(content_type, body))?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request("the request body must be a JSON object"));
+    }
+    Ok(value)
+}
+
+fn decode_any(content_type: &str, body: &[u8]) -> ApiResult<Value> {
+    Ok(match content_type {
         "application/json" => serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => decode_yaml(body)?,
@@ -180,11 +184,23 @@ pub fn decode_object(content_type: &str, body: &[u8]) -> ApiResult<Value> {
             })?
         }
         other => return Err(ApiError::unsupported_media_type(other, BODY_TYPES)),
-    };
-    if !value.is_object() {
-        return Err(ApiError::bad_request("the request body must be a JSON object"));
+    })
+}
+
+/// Bodies at least this large (bytes) are decoded under
+/// [`tokio::task::block_in_place`] on a multi-threaded runtime.
+pub const BLOCKING_DECODE_BYTES: usize = 64 * 1024;
+
+/// Runs `decode` (of a body of `len` bytes) with the worker thread handed
+/// over to the other tasks when the body is large and the runtime can do it.
+pub(crate) fn off_the_workers<T>(len: usize, decode: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let multi_thread = Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if len >= BLOCKING_DECODE_BYTES && multi_thread {
+        tokio::task::block_in_place(decode)
+    } else {
+        decode()
     }
-    Ok(value)
 }
 
 /// The keys of a JSON body ([`crate::strict::KeyScan`]) for repeated-key
@@ -200,20 +216,36 @@ pub fn scan_json_keys(content_type: &str, body: &[u8]) -> Option<crate::strict::
 /// ([`crate::patch::MAX_NESTING_DEPTH`]; the YAML decoder allows one level
 /// more), so every body stored can be decoded again.
 pub fn decode_yaml(body: &[u8]) -> ApiResult<Value> {
-    let value = serde_yaml::from_slice::<Value>(body)
-        .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}")))?;
-    check_yaml_depth(&value).map_err(ApiError::bad_request)?;
-    Ok(value)
+    yaml_to_json(body).map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}")))
 }
 
-/// `Err(message)` when a decoded YAML `value` nests deeper than
-/// [`crate::patch::MAX_NESTING_DEPTH`] levels.
-pub(crate) fn check_yaml_depth(value: &Value) -> Result<(), String> {
+/// Why a YAML text was not decoded.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum YamlError {
+    /// Nested deeper than [`crate::patch::MAX_NESTING_DEPTH`].
+    #[error("exceeded max depth of {max}")]
+    TooDeep {
+        /// The limit.
+        max: usize,
+    },
+    /// The YAML decoder's message.
+    #[error("{0}")]
+    Malformed(String),
+}
+
+/// One YAML document as JSON, refused before parsing when it nests deeper
+/// than [`crate::patch::MAX_NESTING_DEPTH`] ([`crate::yaml_depth::check`]),
+/// and after parsing when the value does (what the scan counts short);
+/// aliases may not expand it past one node per byte
+/// ([`crate::yaml_value::from_slice`]).
+pub(crate) fn yaml_to_json(body: &[u8]) -> Result<Value, YamlError> {
     let max = crate::patch::MAX_NESTING_DEPTH;
-    if crate::patch::json::nesting_depth(value) > max {
-        return Err(format!("error converting YAML to JSON: yaml: exceeded max depth of {max}"));
+    crate::yaml_depth::check(body, max).map_err(|_| YamlError::TooDeep { max })?;
+    let value = crate::yaml_value::from_slice(body).map_err(YamlError::Malformed)?;
+    if crate::patch::json::nesting_depth(&value) > max {
+        return Err(YamlError::TooDeep { max });
     }
-    Ok(())
+    Ok(value)
 }
 
 /// Renders `value` with HTTP status `code` as JSON (followed by `\n`, as

@@ -21,6 +21,9 @@ pub struct ServerConfig {
     pub service_cidr: Cidr,
     /// Watch cache, compaction and consistency-check settings ([`crate::cache_source`]).
     pub watch_cache: crate::cache_options::WatchCacheOptions,
+    /// `--min-request-timeout`, seconds: a watch without `timeoutSeconds`
+    /// lasts a random duration in `[min, 2·min)` ([`crate::filters::timeout::watch_timeout`]).
+    pub min_request_timeout: u64,
 }
 
 impl Default for ServerConfig {
@@ -29,6 +32,7 @@ impl Default for ServerConfig {
             etcd_prefix: "/registry".to_string(),
             service_cidr: Cidr::parse(DEFAULT_SERVICE_CIDR).expect("default CIDR parses"),
             watch_cache: Default::default(),
+            min_request_timeout: crate::filters::timeout::DEFAULT_MIN_REQUEST_TIMEOUT,
         }
     }
 }

@@ -11,8 +11,8 @@
 //!   previous state), one that starts matching as `ADDED`.
 //! - `allowWatchBookmarks=true`: about once a minute a `BOOKMARK` whose object
 //!   has the resource's kind/apiVersion and only `metadata.resourceVersion`.
-//! - `timeoutSeconds` (default: random between 30 and 60 minutes, like
-//!   upstream's `--min-request-timeout` of 1800 s) ends the stream.
+//! - `timeoutSeconds` (default: random between 1× and 2×
+//!   `--min-request-timeout`, 1800 s by default, as upstream) ends the stream.
 //! - A resourceVersion that was compacted away: one `ERROR` event carrying a
 //!   410 `Expired` Status, then the end of the stream.
 //! - With a Table `Accept`, every object is a one-row Table.
@@ -38,16 +38,6 @@ use crate::source::{ListRequest, Predicate, SourceEvent, SourceWatch};
 
 /// How often a watcher with `allowWatchBookmarks=true` gets a bookmark.
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
-
-/// Upstream `--min-request-timeout` default: watches last between 1× and 2× this.
-const MIN_REQUEST_TIMEOUT_SECS: u64 = 1800;
-
-/// A watch's `timeoutSeconds` when the client set none: random between 1×
-/// and 2× `--min-request-timeout` (upstream spreads watch ends this way).
-pub(crate) fn default_timeout_secs() -> u64 {
-    let r = u64::from(uuid::Uuid::new_v4().as_bytes()[0]);
-    MIN_REQUEST_TIMEOUT_SECS + r * MIN_REQUEST_TIMEOUT_SECS / 256
-}
 
 /// Events buffered between the watch task and the HTTP body.
 const CHANNEL_CAPACITY: usize = 256;
@@ -76,10 +66,8 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
     let send_initial = opts.send_initial_events == Some(true);
     let initial = send_initial || ((rv.is_empty() || rv == "0") && opts.send_initial_events != Some(false));
     let start_rev = if rv.is_empty() || rv == "0" { 0 } else { parse_rv(&rv)? };
-    let timeout = match opts.timeout_seconds {
-        Some(s) if s > 0 => Duration::from_secs(s),
-        _ => Duration::from_secs(default_timeout_secs()),
-    };
+    let asked = opts.timeout_seconds.filter(|&s| s > 0);
+    let timeout = crate::filters::timeout::watch_timeout(ctx.st.config.min_request_timeout, asked);
     let plan = WatchPlan {
         info,
         prefix: info.list_prefix(ctx.st.prefix(), ctx.ri.namespace.as_deref()),

@@ -1,5 +1,5 @@
 //! The watch cache behind the API server, as a client sees it over HTTP
-//! (issues 3 and 4, `shared/spec/watch-cache.md`): real server processes
+//! (issues 3 and 4; KEP-4568, KEP-4988): real server processes
 //! (this crate's `apiserver` binary, `rkube apiserver`'s flags) on the
 //! embedded store or a real etcd, and in-process servers where the test
 //! needs to reach inside (a storage whose watch loses events).

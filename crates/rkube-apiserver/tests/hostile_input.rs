@@ -175,6 +175,7 @@ fn table() -> Vec<Row> {
         row("JSON nested 10,000 deep", "POST", CMS, Some(JSON), nested(10_000), 400, "BadRequest"),
         row("JSON nested 200 deep", "POST", CMS, Some(JSON), nested(200), 400, "BadRequest"),
         row("YAML nested 10,000 deep", "POST", CMS, Some(YAML), format!("a: {}{}", "[".repeat(10_000), "]".repeat(10_000)), 400, "BadRequest"),
+        row("YAML aliases of a 1,000-item anchor, 300,000 of them", "POST", CMS, Some(YAML), format!("kind: ConfigMap\nmetadata:\n  name: a\nx: &a [{}]\ny: [{}x]\n", vec!["x"; 1000].join(","), "*a,".repeat(300_000)), 400, "BadRequest"),
         row("body over 3 MiB", "POST", CMS, Some(JSON), big, 413, "RequestEntityTooLarge"),
         // ---- kinds and names
         row("kind does not match the URL", "POST", CMS, Some(JSON), json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}).to_string(), 400, "BadRequest"),
@@ -592,4 +593,75 @@ async fn uri_over_64_kib_is_414_with_a_status_body() {
     assert_eq!(body, body_want);
     let (code, _) = srv.send("GET", &format!("{CMS}/{}", "a".repeat(60 * 1024)), None, None, vec![]).await;
     assert_eq!(code, 404);
+}
+
+/// YAML nested 250,000 levels deep (500 KB, which libyaml alone takes
+/// minutes of CPU to parse) is refused with the JSON decoder's depth limit
+/// before it is parsed, through every verb that decodes YAML (POST, PUT,
+/// dry-run POST, server-side apply), four at once, while a concurrent GET is
+/// answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeply_nested_yaml_is_refused_at_once_while_others_are_served() {
+    let srv = Arc::new(Server::start().await);
+    let (code, _) = srv.send("POST", CMS, Some(JSON), None, br#"{"metadata":{"name":"cm"}}"#.to_vec()).await;
+    assert_eq!(code, 201);
+    let before = srv.snapshot().await;
+    let n = 250_000;
+    let flow = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\nx: {}{}\n", "[".repeat(n), "]".repeat(n));
+    let block = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\nx:\n{}1\n", "- ".repeat(n));
+    let converting = "error converting YAML to JSON: yaml: exceeded max depth of 127";
+    let requests = [
+        ("POST", CMS.to_string(), YAML, flow.clone(), converting),
+        ("POST", format!("{CMS}?dryRun=All"), YAML, block.clone(), converting),
+        ("PUT", CM.to_string(), YAML, flow.clone(), converting),
+        ("PATCH", format!("{CM}?fieldManager=t"), APPLY, flow, "error decoding YAML: exceeded max depth of 127"),
+    ];
+    let posts: Vec<_> = requests
+        .into_iter()
+        .map(|(method, path, ct, body, message)| {
+            let srv = srv.clone();
+            tokio::spawn(async move {
+                let (code, status) = srv.send(method, &path, Some(ct), None, body.into_bytes()).await;
+                assert_eq!((code, status["reason"].as_str(), status["message"].as_str()), (400, Some("BadRequest"), Some(message)), "{method} {path}: {status}");
+            })
+        })
+        .collect();
+    let get = tokio::time::timeout(Duration::from_secs(20), srv.send("GET", CM, None, None, vec![])).await;
+    assert_eq!(get.expect("GET answered while the nested bodies are decoded").0, 200);
+    for p in posts {
+        tokio::time::timeout(Duration::from_secs(60), p).await.expect("refused in time").expect("asserts hold");
+    }
+    assert_eq!(before, srv.snapshot().await);
+}
+
+/// The request timeout bounds body decoding: four large YAML bodies (2.5 MB,
+/// 140,000 keys, malformed at the very end, so decoding is all their
+/// handlers do) sent at once with `?timeout=100ms` are each answered 504
+/// `Timeout` while they are still being decoded, although the server has
+/// two worker threads: large bodies are decoded with the worker handed over
+/// to other tasks, so the timeout's timer runs. Then a GET is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_timeout_bounds_decoding_of_large_yaml_bodies() {
+    let srv = Arc::new(Server::start().await);
+    let (code, _) = srv.send("POST", CMS, Some(JSON), None, br#"{"metadata":{"name":"cm"}}"#.to_vec()).await;
+    assert_eq!(code, 201);
+    let posts: Vec<_> = (0..4)
+        .map(|i| {
+            let srv = srv.clone();
+            tokio::spawn(async move {
+                let mut body = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big-{i}\ndata:\n");
+                for k in 0..140_000 {
+                    body.push_str(&format!("  key{k}: value\n"));
+                }
+                body.push_str("  last: [unclosed\n");
+                srv.send("POST", &format!("{CMS}?timeout=100ms"), Some(YAML), None, body.into_bytes()).await
+            })
+        })
+        .collect();
+    for p in posts {
+        let (code, status) = p.await.expect("POST task");
+        assert_eq!((code, status["reason"].as_str()), (504, Some("Timeout")), "{status}");
+    }
+    let (code, _) = srv.send("GET", CM, None, None, vec![]).await;
+    assert_eq!(code, 200);
 }

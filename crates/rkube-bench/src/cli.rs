@@ -6,8 +6,14 @@
 //! rkube bench cluster [--nodes 1000] [--pods-per-node 30] [--pod-rate 100]
 //! rkube bench init    [--sizes ...]       (both backends unless --backend)
 //! rkube bench writes  [--concurrency 1,8,64] [--ops 5000]  (both backends unless --backend)
+//! rkube bench all     every scenario above in turn, each with its own report
+//! rkube bench summary --commit SHA   BENCHMARKS.md (stdout) from the reports in --out
 //! common: [--quick] [--out bench-results] [--rkube PATH]
 //! ```
+//!
+//! A scenario that measures the wrong thing (a LIST or a paginated walk that
+//! returns another number of objects than it loaded, a walk that does not
+//! end) fails: the command exits non-zero and writes no report for it.
 //!
 //! Writes `<out>/<scenario>.json`, `<out>/<scenario>.md` and, for scenarios
 //! that sweep a size, `<out>/<scenario>.svg`; prints the Markdown on stdout
@@ -37,7 +43,17 @@ pub enum Scenario {
     Init,
     /// Create/update throughput and latency vs concurrency, embedded vs etcd.
     Writes,
+    /// Every scenario in turn (list, writes, init, watch, cluster), each writing its report;
+    /// exits non-zero when any failed.
+    All,
+    /// Prints BENCHMARKS.md made from the reports in --out, which must all come from
+    /// the clean build of --commit.
+    Summary,
 }
+
+/// The measuring scenarios, in the order `all` runs them.
+pub const EVERY_SCENARIO: [Scenario; 5] =
+    [Scenario::List, Scenario::Writes, Scenario::Init, Scenario::Watch, Scenario::Cluster];
 
 impl Scenario {
     /// The scenario's name (also the report file name).
@@ -48,6 +64,8 @@ impl Scenario {
             Scenario::Cluster => "cluster",
             Scenario::Init => "init",
             Scenario::Writes => "writes",
+            Scenario::All => "all",
+            Scenario::Summary => "summary",
         }
     }
 }
@@ -113,6 +131,9 @@ pub struct BenchArgs {
     /// The rkube binary to start as the API server (default: this binary).
     #[arg(long)]
     pub rkube: Option<PathBuf>,
+    /// summary: the git commit (or a prefix of it) every report in --out must have been measured on.
+    #[arg(long, required_if_eq("scenario", "summary"))]
+    pub commit: Option<String>,
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -133,6 +154,31 @@ async fn interrupted() {
 
 /// Run `rkube bench`.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.scenario {
+        Scenario::Summary => {
+            let commit = args.commit.as_deref().unwrap_or_default();
+            print!("{}", crate::summary::benchmarks_md(&args.out, commit)?);
+            Ok(())
+        }
+        Scenario::All => {
+            let mut failed = Vec::new();
+            for scenario in EVERY_SCENARIO {
+                crate::progress::phase(&format!("scenario {}", scenario.name()));
+                let args = BenchArgs { scenario, ..args.clone() };
+                if let Err(e) = run_one(args).await {
+                    crate::progress::phase(&format!("scenario {} failed: {e:#}", scenario.name()));
+                    failed.push(scenario.name());
+                }
+            }
+            anyhow::ensure!(failed.is_empty(), "failed scenarios: {}", failed.join(", "));
+            Ok(())
+        }
+        _ => run_one(args).await,
+    }
+}
+
+/// Runs one measuring scenario and writes its report.
+async fn run_one(args: BenchArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     machine::raise_open_files_limit();
     let exe = match &args.rkube {

@@ -11,7 +11,8 @@
 //! `cluster`, `init`, `writes`), [`procs`], [`client`], [`load`] (bulk
 //! loading straight into storage), [`objects`] (pods ~1.5 KB, configmaps
 //! ~1 KB, ...), [`stats`] (percentiles, histograms), [`report`], [`svg`],
-//! [`machine`] (nproc, memory, kernel, git commit), [`progress`].
+//! [`machine`] (nproc, memory, kernel, git commit), [`progress`], [`summary`]
+//! (BENCHMARKS.md from the reports of one commit).
 
 #![deny(missing_docs)]
 
@@ -25,4 +26,5 @@ pub mod progress;
 pub mod report;
 pub mod scenarios;
 pub mod stats;
+pub mod summary;
 pub mod svg;

@@ -291,14 +291,14 @@ impl Cacher {
     }
 
     /// LIST (upstream `CacheDelegator.GetList`): served from the cache, a
-    /// snapshot or storage as spec section 1 says. `namespace` None = all.
+    /// snapshot or storage as upstream's `shouldDelegateList` decides. `namespace` None = all.
     /// Errors: `NotReady` (429), `TooLargeResourceVersion` (504), storage
     /// errors (410 `Expired` for compacted revisions), `BadRequest`.
     pub async fn list(&self, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
         delegator::list(&self.inner, namespace, opts).await
     }
 
-    /// WATCH from the cache (spec section 4). Errors returned here are HTTP
+    /// WATCH from the cache (upstream `Cacher.Watch`). Errors returned here are HTTP
     /// errors (`NotReady` 429, `TooLargeResourceVersion` 504 after 3 s,
     /// `BadRequest`); a too old resourceVersion is an `ERROR` event (410) in the stream.
     pub async fn watch(&self, namespace: Option<&str>, opts: &ListOptions) -> Result<CacheWatch> {

@@ -1,5 +1,5 @@
 //! LIST routing (upstream `cacher/delegator.go` `GetList` /
-//! `shouldDelegateList`, and KEP-4568's not-ready rules), spec section 1:
+//! `shouldDelegateList`, and KEP-4568's not-ready rules):
 //!
 //! | request | [`Route`] | served from |
 //! |---|---|---|

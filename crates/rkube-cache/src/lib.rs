@@ -1,10 +1,11 @@
 //! rkube's watch cache: LIST and WATCH served from memory, with a snapshot
 //! per resourceVersion (KEP-4988), resilient initialization (KEP-4568) and
-//! the serving rules of kube-apiserver's cacher (`shared/spec/watch-cache.md`).
+//! the serving rules of kube-apiserver's cacher
+//! (`staging/src/k8s.io/apiserver/pkg/storage/cacher/`).
 //!
 //! One [`Cacher`] per resource fills itself from a [`rkube_storage::Storage`]
 //! (a paged LIST at one revision, then a WATCH after it) and serves:
-//! - [`Cacher::list`]: routed per spec section 1 to the latest state, a
+//! - [`Cacher::list`]: routed as upstream's `delegator.go` to the latest state, a
 //!   snapshot, or storage ([`ListResult`], [`ServedFrom`]);
 //! - [`Cacher::watch`]: a [`CacheWatch`] stream of [`WatchEvent`]s sharing
 //!   each object's JSON bytes between all watchers;

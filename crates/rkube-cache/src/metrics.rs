@@ -1,6 +1,5 @@
 //! Prometheus metrics of the watch cache, with upstream names and labels
-//! (`cacher/metrics/metrics.go`, `storage/etcd3/metrics/metrics.go`,
-//! spec section 8).
+//! (`cacher/metrics/metrics.go`, `storage/etcd3/metrics/metrics.go`).
 //!
 //! One [`CacheMetrics`] is registered once into the server's
 //! [`Registry`] and shared by every cacher; each cacher records through a

@@ -1,5 +1,5 @@
 //! WATCH from the cache (upstream `Cacher.Watch`, `getAllEventsSinceLocked`,
-//! `cacheWatcher.processInterval`), spec section 4.
+//! `cacheWatcher.processInterval`).
 //!
 //! - `resourceVersion` "0", or "" without `sendInitialEvents`: a synthetic
 //!   ADDED per object of the current state, then the stream.

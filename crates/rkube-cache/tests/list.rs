@@ -1,5 +1,6 @@
 //! LIST served by a cacher over the real embedded store (and real etcd for
-//! consistent reads): routing rows of spec section 1, snapshots, pagination.
+//! consistent reads): the routing rows of upstream's `shouldDelegateList`
+//! (`storage/cacher/delegator.go`), snapshots, pagination.
 
 mod common;
 

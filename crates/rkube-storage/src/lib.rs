@@ -1,7 +1,7 @@
 //! Storage for rkube with etcd v3 semantics.
 //!
-//! The [`Storage`] trait is the contract every backend keeps (see
-//! `shared/spec/storage-and-testing.md`): a global revision that grows by one
+//! The [`Storage`] trait is the contract every backend keeps (etcd's
+//! `api/mvccpb/kv.proto` and `server/storage/mvcc/kv.go`): a global revision that grows by one
 //! per committed write, per-key `create_revision` / `mod_revision` /
 //! `version`, reads at the latest or an older revision, compare-and-swap
 //! writes guarded by `mod_revision`, watches from a revision with previous

@@ -1,5 +1,5 @@
 //! The storage conformance suite: every rule of the `Storage` contract
-//! (shared/spec/storage-and-testing.md), run unchanged against both backends.
+//! (etcd v3's semantics, `server/storage/mvcc/kv.go`), run unchanged against both backends.
 //!
 //! Each rule is one `async fn(&dyn Storage)` below; `conformance_suite!`
 //! instantiates all of them as `embedded::RULE` (a fresh store in a temp dir)

@@ -1,92 +1,14 @@
 //! The `rkube` command line: a thin layer over the library crates.
 //!
-//! `rkube apiserver | up | proxy | runtime | node | bench | snapshot`; each subcommand's flags and behaviour live in
-//! its crate (`rkube_apiserver::cli`, `rkube_proxy::cli`, `rkube_storage::embedded::snapshot`).
+//! `rkube apiserver | up | proxy | runtime | node | bench | snapshot`; the
+//! command line is defined in the `rkube` library (`src/lib.rs`), each
+//! subcommand's flags and behaviour in its crate (`rkube_apiserver::cli`,
+//! `rkube_proxy::cli`, `rkube_storage::embedded::snapshot`).
 
-use std::path::PathBuf;
-
-use clap::{Parser, Subcommand};
-
-/// rkube: a Kubernetes control-plane core and node data path.
-#[derive(Parser, Debug)]
-#[command(name = "rkube", version, about)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-/// Parsed once at start-up, so the size of the largest variant does not matter.
-#[allow(clippy::large_enum_variant)]
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Run a Kubernetes-compatible API server (flags named like kube-apiserver's).
-    Apiserver(rkube_apiserver::cli::ApiserverArgs),
-    /// Start an API server on the embedded store in a data directory and print the kubeconfig export line.
-    Up(rkube_apiserver::cli::UpArgs),
-    /// Run the service proxy (iptables mode, partial restores; flags named like kube-proxy's).
-    Proxy(rkube_proxy::cli::ProxyArgs),
-    /// Run the CRI v1 runtime that runs containers as host processes.
-    Runtime(rkube_runtime::cli::RuntimeArgs),
-    /// Run the node agent (registers a Node, runs its pods through a CRI runtime, evented PLEG).
-    Node(rkube_node::cli::NodeArgs),
-    /// Run a benchmark scenario and write bench-results/<scenario>.{json,md,svg}.
-    Bench(rkube_bench::cli::BenchArgs),
-    /// Save, restore or check snapshots of the embedded store (like etcdctl/etcdutl snapshot).
-    #[command(subcommand)]
-    Snapshot(SnapshotCommand),
-}
-
-/// `rkube snapshot ...` (see `rkube_storage::embedded::snapshot`).
-#[derive(Subcommand, Debug)]
-enum SnapshotCommand {
-    /// Write a consistent copy of the store, at one revision, to FILE; works while the server runs.
-    Save {
-        /// The snapshot file to write (replaced if it exists; mode 0600).
-        file: PathBuf,
-        /// The data dir whose embedded store is saved.
-        #[arg(long = "data-dir", default_value = "./.rkube")]
-        data_dir: PathBuf,
-    },
-    /// Install FILE as the store of a data dir (the server must be stopped); keeps the snapshot's revision.
-    Restore {
-        /// The snapshot file.
-        file: PathBuf,
-        /// The data dir to restore into (created 0700 if missing).
-        #[arg(long = "data-dir", default_value = "./.rkube")]
-        data_dir: PathBuf,
-        /// Replace a store that already holds data (its later revision is kept, marked compacted).
-        #[arg(long)]
-        overwrite: bool,
-    },
-    /// Verify a store or snapshot file and print its revision, keys and size.
-    Check {
-        /// A snapshot file, or a data dir's rkube.redb.
-        file: PathBuf,
-    },
-}
-
-/// Runs `rkube snapshot ...`; prints one line on success.
-fn run_snapshot(cmd: SnapshotCommand) -> anyhow::Result<()> {
-    use rkube_storage::embedded::snapshot;
-    match cmd {
-        SnapshotCommand::Save { file, data_dir } => {
-            let status = snapshot::save(&data_dir, &file)?;
-            println!("Snapshot saved at {}: {status}", file.display());
-        }
-        SnapshotCommand::Restore { file, data_dir, overwrite } => {
-            let status = snapshot::restore(&file, &data_dir, overwrite)?;
-            println!("Restored {} into {}: {status}", file.display(), data_dir.display());
-        }
-        SnapshotCommand::Check { file } => {
-            let status = snapshot::check(&file)?;
-            println!("{}: ok: {status}", file.display());
-        }
-    }
-    Ok(())
-}
+use rkube::{Command, SnapshotCommand};
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = rkube::parse();
     // One crypto provider (ring) for every TLS client and server in the process:
     // reqwest, kube-rs and the API server's rustls all find it here, whatever
     // features cargo unified for them.
@@ -117,6 +39,26 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Runs `rkube snapshot ...`; prints one line on success.
+fn run_snapshot(cmd: SnapshotCommand) -> anyhow::Result<()> {
+    use rkube_storage::embedded::snapshot;
+    match cmd {
+        SnapshotCommand::Save { file, data_dir } => {
+            let status = snapshot::save(&data_dir, &file)?;
+            println!("Snapshot saved at {}: {status}", file.display());
+        }
+        SnapshotCommand::Restore { file, data_dir, overwrite } => {
+            let status = snapshot::restore(&file, &data_dir, overwrite)?;
+            println!("Restored {} into {}: {status}", file.display(), data_dir.display());
+        }
+        SnapshotCommand::Check { file } => {
+            let status = snapshot::check(&file)?;
+            println!("{}: ok: {status}", file.display());
+        }
+    }
+    Ok(())
 }
 
 /// `rkube up --node`: the API server, then a local node (CRI runtime + node

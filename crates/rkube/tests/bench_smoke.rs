@@ -170,3 +170,23 @@ fn bench_writes_quick_reports_create_and_update() {
     let names = measurement_names(&json);
     assert!(names.iter().any(|n| n == "writes/create/latency") && names.iter().any(|n| n == "writes/update/latency"), "{names:?}");
 }
+
+/// `rkube bench all` runs every scenario and exits non-zero naming those that
+/// failed: here all of them, as the API server binary it is given does not
+/// exist. No report is written for a failed scenario.
+#[test]
+fn bench_all_runs_every_scenario_and_fails_on_any_failure() {
+    let out = tempfile::tempdir().expect("temp dir");
+    let output = Command::new(env!("CARGO_BIN_EXE_rkube"))
+        .args(["bench", "all", "--quick", "--rkube", "/nonexistent/rkube", "--out"])
+        .arg(out.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run rkube bench all");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("rkube: failed scenarios: list, writes, init, watch, cluster"), "{stderr}");
+    for name in ["list", "writes", "init", "watch", "cluster"] {
+        assert!(!out.path().join(format!("{name}.json")).exists(), "{name}: a failed run wrote a report");
+    }
+}

@@ -35,7 +35,7 @@ pub mod authn;
 pub mod authz;
 pub mod escalation;
 pub mod impersonation;
-mod body;
+pub(crate) mod body;
 pub mod inflight;
 pub mod metrics;
 pub mod process;
@@ -221,8 +221,6 @@ pub struct FilterConfig {
     pub max_mutating_requests_inflight: usize,
     /// Non-long-running request timeout.
     pub request_timeout: Duration,
-    /// Watch timeout floor, seconds.
-    pub min_request_timeout: u64,
     /// Trace log threshold.
     pub trace_threshold: Duration,
 }
@@ -289,7 +287,6 @@ impl FilterArgs {
             max_requests_inflight: self.max_requests_inflight,
             max_mutating_requests_inflight: self.max_mutating_requests_inflight,
             request_timeout: duration_flag("request-timeout", &self.request_timeout)?,
-            min_request_timeout: self.min_request_timeout,
             trace_threshold: duration_flag("request-trace-threshold", &self.request_trace_threshold)?,
         })
     }
@@ -304,7 +301,6 @@ pub struct FilterChain {
     auditor: Option<Arc<Auditor>>,
     inflight: Arc<InflightLimiter>,
     request_timeout: Duration,
-    min_request_timeout: u64,
     trace: TraceConfig,
     tls: Option<Arc<rustls::ServerConfig>>,
 }
@@ -339,7 +335,6 @@ impl FilterChain {
             auditor,
             inflight,
             request_timeout: cfg.request_timeout,
-            min_request_timeout: cfg.min_request_timeout,
             trace: TraceConfig { threshold: cfg.trace_threshold },
             tls,
         })
@@ -358,11 +353,6 @@ impl FilterChain {
     /// The auditor, when auditing is on.
     pub fn auditor(&self) -> Option<Arc<Auditor>> {
         self.auditor.clone()
-    }
-
-    /// `--min-request-timeout`, seconds (for [`timeout::watch_timeout`]).
-    pub fn min_request_timeout(&self) -> u64 {
-        self.min_request_timeout
     }
 
     /// Flushes the audit log; call after the server stopped.

@@ -75,7 +75,8 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
 }
 
 /// The server-side duration of a watch: `timeoutSeconds` when given, else a
-/// random duration in `[min, 2·min)` seconds (upstream `WatchServer`'s timeout).
+/// random duration in `[min, 2·min)` seconds, `min` being
+/// `--min-request-timeout` (upstream `handlers/get.go`, `ListResource`).
 pub fn watch_timeout(min_request_timeout_secs: u64, timeout_seconds: Option<u64>) -> Duration {
     if let Some(t) = timeout_seconds {
         return Duration::from_secs(t);

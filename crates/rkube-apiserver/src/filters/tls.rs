@@ -543,6 +543,7 @@ where
     http1.timer(TokioTimer::new()).header_read_timeout(opts.header_read_timeout);
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     http2.timer(TokioTimer::new()).enable_connect_protocol();
+    let router = router.layer(axum::middleware::from_fn(super::body::complete_http2_answers));
     loop {
         let (io, addr) = tokio::select! {
             conn = listener.accept() => conn,

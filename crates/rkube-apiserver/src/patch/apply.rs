@@ -54,15 +54,9 @@ fn decode_body(body: &[u8]) -> Result<Value, PatchError> {
     let value = match serde_json::from_slice::<Value>(body) {
         Ok(v) => v,
         Err(_) => {
-            let v = serde_yaml::from_slice::<Value>(body)
-                .map_err(|e| PatchError::BadRequest(format!("error decoding YAML: {e}")))?;
-            // The YAML decoder allows one level more than the JSON one that
-            // reads stored objects back.
-            let max = super::json::MAX_NESTING_DEPTH;
-            if super::json::nesting_depth(&v) > max {
-                return Err(PatchError::BadRequest(format!("error decoding YAML: exceeded max depth of {max}")));
-            }
-            v
+            // Held to the JSON decoder's depth, before parsing (linear cost).
+            crate::media::off_the_workers(body.len(), || crate::media::yaml_to_json(body))
+                .map_err(|e| PatchError::BadRequest(format!("error decoding YAML: {e}")))?
         }
     };
     match value {

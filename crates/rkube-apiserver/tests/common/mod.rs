@@ -94,7 +94,8 @@ impl TestServer {
         Self::embedded_with(uncached()).await
     }
 
-    async fn embedded_with(config: ServerConfig) -> TestServer {
+    /// A server over a fresh embedded store with `config`.
+    pub async fn embedded_with(config: ServerConfig) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let storage: Arc<dyn Storage> =
             Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("open embedded store"));

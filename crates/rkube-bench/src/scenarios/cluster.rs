@@ -155,6 +155,7 @@ async fn one(
         pods_created: Default::default(),
         pods_running: Default::default(),
         watch_terminations: Default::default(),
+        unfinished_walks: Default::default(),
         proxy_events: Default::default(),
         pod_seen: Default::default(),
         dirty: Default::default(),
@@ -232,6 +233,12 @@ async fn one(
     });
     sim.stopping.store(true, Ordering::SeqCst);
     drop(tasks);
+    let unfinished = sim.unfinished_walks.load(Ordering::Relaxed);
+    anyhow::ensure!(
+        unfinished == 0,
+        "{unfinished} paginated LISTs had not ended after {} pages",
+        crate::scenarios::cluster_sim::WALK_PAGE_BUDGET
+    );
     let whole = whole.finish();
     let etcd_whole = etcd_whole.and_then(ProcWatcher::finish);
     let bench_whole = bench_whole.finish();

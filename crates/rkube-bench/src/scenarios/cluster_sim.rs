@@ -151,6 +151,8 @@ pub struct Sim {
     pub pods_running: AtomicU64,
     /// Watch streams that ended early (all clients).
     pub watch_terminations: AtomicU64,
+    /// Paginated LISTs still returning a `continue` token after [`WALK_PAGE_BUDGET`] pages.
+    pub unfinished_walks: AtomicU64,
     /// Events received by proxy clients.
     pub proxy_events: AtomicU64,
     /// Pod create → ADDED event at its kubelet.
@@ -459,14 +461,21 @@ pub async fn lister(sim: Arc<Sim>, ns_every: Duration, cluster_every: Duration) 
     }
 }
 
-/// A paginated LIST (limit 500); each page is one recorded LIST call.
+/// Pages a paginated LIST may take (5 M objects at 500 a page) before it
+/// counts as unfinished.
+pub const WALK_PAGE_BUDGET: usize = 10_000;
+
+/// A paginated LIST (limit 500); each page is one recorded LIST call; a walk
+/// that has not ended after [`WALK_PAGE_BUDGET`] pages is counted in
+/// `sim.unfinished_walks` (which fails the scenario).
 async fn walk(sim: &Sim, collection: &str, scope: Scope) {
     let mut token = String::new();
-    for _ in 0..10_000 {
+    for _ in 0..WALK_PAGE_BUDGET {
         let url = if token.is_empty() { format!("{collection}?limit=500") } else { format!("{collection}?limit=500&continue={}", crate::client::urlencode(&token)) };
         match sim.rec.call((Verb::List, scope, "pods"), sim.api.list(&url)).await {
             Ok(page) if !page.continue_token.is_empty() => token = page.continue_token,
             _ => return,
         }
     }
+    sim.unfinished_walks.fetch_add(1, Ordering::Relaxed);
 }

@@ -127,7 +127,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 let path = format!("/api/v1/{}", kind.resource());
                 for (mode, query) in [("rv0", "?resourceVersion=0"), ("consistent", "")] {
                     let pb = progress::bar(runs as u64 + 1, format!("LIST {size} {} {mode}", kind.resource()));
-                    let (samples, body, from) = time_list(ctx, &api, &format!("{path}{query}"), runs, size, &mut report, &pb).await?;
+                    let (samples, body, from) = time_list(ctx, &api, &format!("{path}{query}"), runs, size, &pb).await?;
                     pb.finish_and_clear();
                     bytes.insert((kind, size), body);
                     if let Some(s) = record(&mut report, kind, size, mode, backend, &samples) {
@@ -136,7 +136,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                     served.insert((kind, size, mode), from);
                 }
                 let pb = progress::bar(walk_runs as u64, format!("walk {size} {} limit={PAGE}", kind.resource()));
-                let (samples, from) = time_walk(ctx, &api, &path, walk_runs, size, &mut report, &pb).await?;
+                let (samples, from) = time_walk(ctx, &api, &path, walk_runs, size, &pb).await?;
                 pb.finish_and_clear();
                 if let Some(s) = record(&mut report, kind, size, "walk", backend, &samples) {
                     results.insert((kind, size, "walk"), s);
@@ -159,14 +159,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                                 wait_listable(&api, kind).await?;
                                 let path = format!("/api/v1/{}", kind.resource());
                                 let pb = progress::bar(runs as u64 + 1, format!("LIST {size} {} cache disabled", kind.resource()));
-                                let (samples, _, from) = time_list(ctx, &api, &path, runs, size, &mut report, &pb).await?;
+                                let (samples, _, from) = time_list(ctx, &api, &path, runs, size, &pb).await?;
                                 pb.finish_and_clear();
                                 if let Some(s) = record(&mut report, kind, size, "storage", backend, &samples) {
                                     results.insert((kind, size, "storage"), s);
                                 }
                                 served.insert((kind, size, "storage"), from);
                                 let pb = progress::bar(walk_runs as u64, format!("walk {size} {} cache disabled", kind.resource()));
-                                let (samples, from) = time_walk(ctx, &api, &path, walk_runs, size, &mut report, &pb).await?;
+                                let (samples, from) = time_walk(ctx, &api, &path, walk_runs, size, &pb).await?;
                                 pb.finish_and_clear();
                                 if let Some(s) = record(&mut report, kind, size, "walk-storage", backend, &samples) {
                                     results.insert((kind, size, "walk-storage"), s);
@@ -285,17 +285,16 @@ async fn wait_consistent_from_cache(api: &Api, kind: Kind) -> bool {
     }
 }
 
-/// One warm-up then `runs` timed LISTs of `path`; checks the item count once.
+/// One warm-up then `runs` timed LISTs of `path`; an item count other than
+/// `expect` in the warm-up fails the scenario.
 /// Returns the samples (seconds) and the body size.
-async fn time_list(ctx: &Ctx, api: &Api, path: &str, runs: usize, expect: usize, report: &mut Report, pb: &indicatif::ProgressBar) -> anyhow::Result<(Vec<f64>, usize, String)> {
+async fn time_list(ctx: &Ctx, api: &Api, path: &str, runs: usize, expect: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<(Vec<f64>, usize, String)> {
     let before = counters(api).await;
     let (_, chunks) = api.list_raw(path).await?;
     let page = parse_list(path, &chunks)?;
     drop(chunks);
     pb.inc(1);
-    if page.items != expect {
-        report.note(format!("LIST {path} returned {} items, expected {expect}", page.items));
-    }
+    check_count(&format!("LIST {path}"), page.items, expect)?;
     let mut samples = Vec::with_capacity(runs);
     for _ in 0..runs {
         let (elapsed, chunks) = api.list_raw(path).await?;
@@ -307,8 +306,10 @@ async fn time_list(ctx: &Ctx, api: &Api, path: &str, runs: usize, expect: usize,
     Ok((samples, page.bytes, served(ctx, before, after)))
 }
 
-/// `runs` paginated walks (`limit=500`, then `continue`) of `path`; seconds per whole walk.
-async fn time_walk(ctx: &Ctx, api: &Api, path: &str, runs: usize, expect: usize, report: &mut Report, pb: &indicatif::ProgressBar) -> anyhow::Result<(Vec<f64>, String)> {
+/// `runs` paginated walks (`limit=500`, then `continue`) of `path`; seconds
+/// per whole walk. A walk that returns other than `expect` items, or that has
+/// not ended after `expect / 500 + 10` pages, fails the scenario.
+async fn time_walk(ctx: &Ctx, api: &Api, path: &str, runs: usize, expect: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<(Vec<f64>, String)> {
     let before = counters(api).await;
     let mut samples = Vec::with_capacity(runs);
     for run in 0..runs {
@@ -326,18 +327,32 @@ async fn time_walk(ctx: &Ctx, api: &Api, path: &str, runs: usize, expect: usize,
             items += page.items;
             pages += 1;
             token = page.continue_token;
-            if token.is_empty() || pages > expect / PAGE + 10 {
+            if token.is_empty() {
                 break;
             }
+            check_walk_budget(&format!("walk {run} of {path}"), pages, items, expect)?;
         }
         samples.push(t.elapsed().as_secs_f64());
-        if run == 0 && items != expect {
-            report.note(format!("walk of {path} returned {items} items in {pages} pages, expected {expect}"));
-        }
+        check_count(&format!("walk {run} of {path} ({pages} pages)"), items, expect)?;
         pb.inc(1);
     }
     let after = counters(api).await;
     Ok((samples, served(ctx, before, after)))
+}
+
+/// A LIST or walk that returned another number of objects than were loaded
+/// measured something else: an error, so the scenario fails.
+fn check_count(what: &str, items: usize, expect: usize) -> anyhow::Result<()> {
+    anyhow::ensure!(items == expect, "{what} returned {items} items, expected {expect}");
+    Ok(())
+}
+
+/// A walk still handing out `continue` tokens after `expect / PAGE + 10`
+/// pages does not end: an error, so the scenario fails.
+fn check_walk_budget(what: &str, pages: usize, items: usize, expect: usize) -> anyhow::Result<()> {
+    let budget = expect / PAGE + 10;
+    anyhow::ensure!(pages <= budget, "{what} had not ended after {pages} pages ({items} items so far, expected {expect})");
+    Ok(())
 }
 
 /// The `/metrics` counters that tell where LISTs were served from.
@@ -428,5 +443,20 @@ fn tables(
             log_y: false,
             series,
         });
+    }
+}
+
+#[cfg(test)]
+mod count_tests {
+    use super::*;
+
+    #[test]
+    fn wrong_counts_and_endless_walks_fail_the_scenario() {
+        assert!(check_count("LIST x", 10, 10).is_ok());
+        let err = check_count("LIST /api/v1/pods", 9, 10).unwrap_err().to_string();
+        assert_eq!(err, "LIST /api/v1/pods returned 9 items, expected 10");
+        assert!(check_walk_budget("walk", 30, 15_000, 10_000).is_ok());
+        let err = check_walk_budget("walk 0 of /api/v1/pods", 31, 15_500, 10_000).unwrap_err().to_string();
+        assert_eq!(err, "walk 0 of /api/v1/pods had not ended after 31 pages (15500 items so far, expected 10000)");
     }
 }

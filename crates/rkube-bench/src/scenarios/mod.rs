@@ -91,6 +91,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Report> {
         Scenario::Cluster => cluster::run(ctx).await,
         Scenario::Init => init::run(ctx).await,
         Scenario::Writes => writes::run(ctx).await,
+        Scenario::All | Scenario::Summary => anyhow::bail!("`{}` is not a measuring scenario", scenario.name()),
     }
 }
 

@@ -191,7 +191,7 @@ fn decode_object(bytes: &Bytes, omit_managed_fields: bool, with_meta: bool) -> O
     } else {
         let mut v: Value = serde_json::from_slice(bytes)
             .ok()
-            .or_else(|| std::str::from_utf8(bytes).ok().and_then(|s| serde_yaml::from_str::<Value>(s).ok()))?;
+            .or_else(|| crate::media::yaml_to_json(bytes).ok())?;
         if !v.is_object() {
             return None;
         }
