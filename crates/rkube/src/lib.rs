@@ -39,29 +39,41 @@ pub enum Command {
 #[derive(Subcommand, Debug)]
 pub enum SnapshotCommand {
     /// Write a consistent copy of the store, at one revision, to FILE; works while the server runs.
-    Save {
-        /// The snapshot file to write (replaced if it exists; mode 0600).
-        file: std::path::PathBuf,
-        /// The data dir whose embedded store is saved.
-        #[arg(long = "data-dir", default_value = "./.rkube")]
-        data_dir: std::path::PathBuf,
-    },
+    Save(SnapshotSaveArgs),
     /// Install FILE as the store of a data dir (the server must be stopped); keeps the snapshot's revision.
-    Restore {
-        /// The snapshot file.
-        file: std::path::PathBuf,
-        /// The data dir to restore into (created 0700 if missing).
-        #[arg(long = "data-dir", default_value = "./.rkube")]
-        data_dir: std::path::PathBuf,
-        /// Replace a store that already holds data (its later revision is kept, marked compacted).
-        #[arg(long)]
-        overwrite: bool,
-    },
+    Restore(SnapshotRestoreArgs),
     /// Verify a store or snapshot file and print its revision, keys and size.
-    Check {
-        /// A snapshot file, or a data dir's rkube.redb.
-        file: std::path::PathBuf,
-    },
+    Check(SnapshotCheckArgs),
+}
+
+/// `rkube snapshot save FILE [--data-dir DIR]`.
+#[derive(clap::Args, Debug)]
+pub struct SnapshotSaveArgs {
+    /// The snapshot file to write (replaced if it exists; mode 0600).
+    pub file: std::path::PathBuf,
+    /// The data dir whose embedded store is saved.
+    #[arg(long = "data-dir", default_value = "./.rkube")]
+    pub data_dir: std::path::PathBuf,
+}
+
+/// `rkube snapshot restore FILE [--data-dir DIR] [--overwrite]`.
+#[derive(clap::Args, Debug)]
+pub struct SnapshotRestoreArgs {
+    /// The snapshot file.
+    pub file: std::path::PathBuf,
+    /// The data dir to restore into (created 0700 if missing).
+    #[arg(long = "data-dir", default_value = "./.rkube")]
+    pub data_dir: std::path::PathBuf,
+    /// Replace a store that already holds data (its later revision is kept, marked compacted).
+    #[arg(long)]
+    pub overwrite: bool,
+}
+
+/// `rkube snapshot check FILE`.
+#[derive(clap::Args, Debug)]
+pub struct SnapshotCheckArgs {
+    /// A snapshot file, or a data dir's rkube.redb.
+    pub file: std::path::PathBuf,
 }
 
 /// A flag kept only so old command lines still parse.

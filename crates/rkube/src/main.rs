@@ -45,17 +45,17 @@ fn main() -> std::process::ExitCode {
 fn run_snapshot(cmd: SnapshotCommand) -> anyhow::Result<()> {
     use rkube_storage::embedded::snapshot;
     match cmd {
-        SnapshotCommand::Save { file, data_dir } => {
-            let status = snapshot::save(&data_dir, &file)?;
-            println!("Snapshot saved at {}: {status}", file.display());
+        SnapshotCommand::Save(args) => {
+            let status = snapshot::save(&args.data_dir, &args.file)?;
+            println!("Snapshot saved at {}: {status}", args.file.display());
         }
-        SnapshotCommand::Restore { file, data_dir, overwrite } => {
-            let status = snapshot::restore(&file, &data_dir, overwrite)?;
-            println!("Restored {} into {}: {status}", file.display(), data_dir.display());
+        SnapshotCommand::Restore(args) => {
+            let status = snapshot::restore(&args.file, &args.data_dir, args.overwrite)?;
+            println!("Restored {} into {}: {status}", args.file.display(), args.data_dir.display());
         }
-        SnapshotCommand::Check { file } => {
-            let status = snapshot::check(&file)?;
-            println!("{}: ok: {status}", file.display());
+        SnapshotCommand::Check(args) => {
+            let status = snapshot::check(&args.file)?;
+            println!("{}: ok: {status}", args.file.display());
         }
     }
     Ok(())
