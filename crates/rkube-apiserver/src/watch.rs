@@ -25,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
 use rkube_api::registry::ResourceInfo;
+use rkube_cache::error::{storage_status, StorageOp, Target};
 use rkube_storage::{Revision, StorageError};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -120,15 +121,11 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
     }
     let watch = match ctx.st.source.watch(&plan.prefix, from).await {
         Ok(w) => Some(w),
-        Err(StorageError::Compacted { requested, compacted }) => {
-            let status = ApiError::expired(requested, compacted).to_status();
-            let _ = tx.try_send(line("ERROR", &status));
+        Err(e @ StorageError::Compacted { .. }) => {
+            let _ = tx.try_send(line("ERROR", &watch_status(info, e).to_json()));
             None
         }
-        Err(StorageError::FutureRevision { requested, current }) => {
-            return Err(rkube_api::status::Status::too_large_resource_version(requested, current).into());
-        }
-        Err(e) => return Err(ApiError::from_storage(e, info, "")),
+        Err(e) => return Err(watch_status(info, e).into()),
     };
     if let Some(watch) = watch {
         let reliable = ctx.st.source.progress_reliable();
@@ -140,6 +137,12 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
     resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
     resp.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache, private"));
     Ok(resp)
+}
+
+/// A storage failure of a watch on `info` as its `Status` (the one mapping).
+fn watch_status(info: &ResourceInfo, e: StorageError) -> rkube_api::status::Status {
+    let target = Target { group: info.group, resource: info.resource, name: "" };
+    storage_status(e, target, StorageOp::Watch)
 }
 
 /// One event line.
@@ -245,14 +248,8 @@ async fn run(
             next = events.next() => {
                 let batch = match next {
                     None => return,
-                    Some(Err(StorageError::Compacted { requested, compacted })) => {
-                        let status = ApiError::expired(requested, compacted).to_status();
-                        let _ = tx.send(line("ERROR", &status)).await;
-                        return;
-                    }
                     Some(Err(e)) => {
-                        let status = ApiError::internal(e).to_status();
-                        let _ = tx.send(line("ERROR", &status)).await;
+                        let _ = tx.send(line("ERROR", &watch_status(plan.info, e).to_json())).await;
                         return;
                     }
                     Some(Ok(batch)) => batch,

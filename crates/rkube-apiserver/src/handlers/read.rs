@@ -18,6 +18,7 @@ use rkube_api::continue_token::ContinueToken;
 use rkube_api::list_options::{ListOptions, ResourceVersionMatch};
 use rkube_api::registry::ResourceInfo;
 use rkube_api::status::Status;
+use rkube_cache::error::{storage_status, StorageOp, Target};
 use rkube_storage::Revision;
 use serde_json::{Map, Value};
 
@@ -119,7 +120,10 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
         .list(ListRequest { info, prefix: prefix.clone(), revision, start_key, limit, predicate: &predicate })
         .await;
     trace::step_with(trace::steps::LIST_DONE, trace::count(page.as_ref().map_or(0, |p| p.items.len())));
-    let page = page.map_err(|e| ApiError::from_storage(e, info, ""))?;
+    let page = page.map_err(|e| {
+        let op = if opts.continue_token.is_some() { StorageOp::Continue } else { StorageOp::List };
+        ApiError::from(storage_status(e, Target { group: info.group, resource: info.resource, name: "" }, op))
+    })?;
     if min_revision > page.revision {
         return Err(Status::too_large_resource_version(min_revision, page.revision).into());
     }
