@@ -17,8 +17,6 @@ pub mod cache_options;
 pub mod cache_source;
 pub mod cached_read;
 pub mod cli;
-pub mod compaction;
-pub mod consistency;
 pub mod defaults;
 pub mod discovery;
 pub mod error;

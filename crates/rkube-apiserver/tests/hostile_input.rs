@@ -326,9 +326,9 @@ async fn continue_token_of_a_compacted_revision_is_410_expired() {
     assert_eq!(code, 201, "{body}");
     // Two compactor rounds: the first records the current revision, the
     // second compacts to it; the watch cache hears of it and drops its snapshots.
-    let mut state = rkube_apiserver::compaction::CompactorState::default();
+    let mut state = rkube_storage::compactor::CompactorState::default();
     for _ in 0..2 {
-        rkube_apiserver::compaction::compact_once(srv.storage.as_ref(), &mut state).await.expect("compaction round");
+        rkube_storage::compactor::compact_once(srv.storage.as_ref(), &mut state).await.expect("compaction round");
     }
     let path = format!("{CMS}?limit=1&continue={next}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

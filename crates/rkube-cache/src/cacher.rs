@@ -20,7 +20,7 @@ use crate::error::{CacheError, Result};
 use crate::history::Sizing;
 use crate::metrics::{CacheMetrics, ResourceMetrics};
 use crate::ready::{ReadyState, Readiness};
-use crate::store::{no_extra_fields, CachedObject, FieldExtractor};
+use crate::store::{CachedObject, FieldExtractor};
 use crate::watch::CacheWatch;
 use crate::watchers::Registry;
 
@@ -119,7 +119,7 @@ impl CacherConfig {
             resource_prefix: resource_prefix.into(),
             group: group.into(),
             resource: resource.into(),
-            field_extractor: no_extra_fields,
+            field_extractor: FieldExtractor::None,
             index_node_name: false,
             history_size: None,
             gates: FeatureGates::default(),
