@@ -28,6 +28,12 @@ impl From<Status> for ApiError {
     }
 }
 
+impl From<rkube_cache::CacheError> for ApiError {
+    fn from(e: rkube_cache::CacheError) -> Self {
+        Status::from(e).into()
+    }
+}
+
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} ({}): {}", self.0.code, self.0.reason, self.0.message)

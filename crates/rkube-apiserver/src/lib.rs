@@ -3,9 +3,10 @@
 //! - [`server`]: routing ([`server::router`]), [`server::serve`] with graceful
 //!   shutdown, and [`server::bootstrap`] of the system namespaces.
 //! - [`handlers`]: GET/LIST/POST/PUT/PATCH/DELETE with Kubernetes semantics;
-//!   [`watch`]: WATCH streams.
-//! - [`source`]: the read path trait ([`source::ReadSource`]) that storage
-//!   implements today and the watch cache will later.
+//!   [`handlers::watch`]: WATCH streams. Every read is routed by the watch-cache layer
+//!   ([`rkube_cache::CacheLayer`], [`state::ApiState::cache`]); this crate
+//!   parses requests and encodes answers.
+//! - [`source`]: stored objects as JSON values for read-modify-write loops.
 //! - [`discovery`], [`system`] (`/version`, health, OpenAPI endpoints),
 //!   [`openapi`], [`table`], [`patch`].
 //! - [`error`]: every failure becomes a `Status` ([`error::ApiError`]).
@@ -14,8 +15,6 @@
 //! - [`cli`]: the `apiserver` and `up` commands; [`up_auth`]: `rkube up`'s HTTPS, authentication and RBAC defaults.
 
 pub mod cache_options;
-pub mod cache_source;
-pub mod cached_read;
 pub mod cli;
 pub mod defaults;
 pub mod discovery;
@@ -41,7 +40,6 @@ pub mod system;
 pub mod table;
 pub mod up_auth;
 pub mod validate;
-pub mod watch;
 
 pub use server::{bootstrap, router, serve};
 pub use state::{ApiState, ServerConfig};

@@ -1,4 +1,4 @@
-//! Shared server state: storage, the read source, and allocators.
+//! Shared server state: storage, the watch-cache layer (every read), and allocators.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,7 +7,6 @@ use rkube_storage::Storage;
 
 use crate::filters::metrics::ApiserverMetrics;
 use crate::ipalloc::{Cidr, ClusterIpAllocator};
-use crate::source::ReadSource;
 
 /// Default `--service-cluster-ip-range`.
 pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
@@ -36,10 +35,9 @@ impl Default for ServerConfig {
 /// Everything a request handler needs. Cheap to clone (all shared).
 #[derive(Clone)]
 pub struct ApiState {
-    /// Writes go here (and reads inside read-modify-write loops).
+    /// Writes go here (and reads inside read-modify-write loops); GET, LIST
+    /// and WATCH go through [`ApiState::cache`].
     pub storage: Arc<dyn Storage>,
-    /// GET/LIST/WATCH are served from here.
-    pub source: Arc<dyn ReadSource>,
     /// Settings.
     pub config: Arc<ServerConfig>,
     /// ClusterIP allocator.
@@ -48,7 +46,8 @@ pub struct ApiState {
     pub started: Instant,
     /// Set to `true` when the server shuts down; open watches end on it.
     pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
-    /// The watch-cache layer (caches, `storage-readiness` hook, compactor, consistency checker).
+    /// The watch-cache layer: serves every GET, LIST and WATCH, and runs the
+    /// `storage-readiness` hook, the compactor and the consistency checker.
     pub cache: Arc<rkube_cache::CacheLayer>,
     /// The metrics registry `GET /metrics` renders, the cache layer's
     /// families included; [`crate::filters::serve_api`] makes it the filter
@@ -61,14 +60,12 @@ impl ApiState {
     /// `storage` with `--watch-cache=false`), with compaction as configured.
     pub fn new(storage: Arc<dyn Storage>, config: ServerConfig) -> Self {
         let cache = rkube_cache::CacheLayer::start(storage.clone(), config.watch_cache.layer_options(&config.etcd_prefix));
-        let source = crate::cache_source::read_source(&cache, storage.clone());
         let cluster_ips = Arc::new(ClusterIpAllocator::new(config.service_cidr));
         let (shutdown, _) = tokio::sync::watch::channel(false);
         let metrics = Arc::new(ApiserverMetrics::new());
         attach_cache_metrics(&metrics, &cache);
         ApiState {
             storage,
-            source,
             config: Arc::new(config),
             cluster_ips,
             started: Instant::now(),

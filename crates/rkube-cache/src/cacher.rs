@@ -298,6 +298,13 @@ impl Cacher {
         delegator::list(&self.inner, namespace, opts).await
     }
 
+    /// LIST straight from storage, whatever the cache's state (the storage
+    /// read `opts` ask for; used while a cache that is not ready is handled
+    /// as before KEP-4568). Errors as [`Cacher::list`].
+    pub async fn list_from_storage(&self, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
+        delegator::list_from_storage(&self.inner, namespace, opts).await
+    }
+
     /// WATCH from the cache (spec section 4). Errors returned here are HTTP
     /// errors (`NotReady` 429, `TooLargeResourceVersion` 504 after 3 s,
     /// `BadRequest`); a too old resourceVersion is an `ERROR` event (410) in the stream.

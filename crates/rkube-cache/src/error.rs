@@ -52,6 +52,11 @@ pub enum CacheError {
     /// Storage failed. API: by kind (410 compacted, 504 future revision, 503 unavailable, 500).
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// With `ResilientWatchCacheInitialization` off, the cache did not become
+    /// ready within a request's wait (pre-KEP-4568 behaviour). API: 503
+    /// `ServiceUnavailable`, `storage is (re)initializing`.
+    #[error("storage is (re)initializing")]
+    NotReadyTimeout,
     /// The cacher was stopped. API: 503 `ServiceUnavailable`.
     #[error("apiserver cacher is stopped")]
     Stopped,
@@ -70,6 +75,7 @@ impl From<CacheError> for Status {
             CacheError::Expired { message } => Status::expired(message),
             CacheError::BadRequest(msg) => Status::bad_request(msg),
             CacheError::Storage(s) => storage_status(s, Target::default(), StorageOp::List),
+            CacheError::NotReadyTimeout => Status::service_unavailable("storage is (re)initializing"),
             CacheError::Stopped => Status::service_unavailable("apiserver cacher is stopped"),
         }
     }
@@ -172,6 +178,7 @@ mod tests {
                 "Too large resource version: 50, current: 9",
             ),
             (CacheError::BadRequest("bad".into()), 400, "BadRequest", "bad"),
+            (CacheError::NotReadyTimeout, 503, "ServiceUnavailable", "storage is (re)initializing"),
             (
                 CacheError::Storage(StorageError::Compacted { requested: 1, compacted: 5 }),
                 410,
@@ -199,7 +206,8 @@ mod tests {
         let deploy = Target { group: "apps", resource: "deployments", name: "d" };
         let compacted = || StorageError::Compacted { requested: 3, compacted: 8 };
         // (error, target, op, code, reason, message, Retry-After)
-        let cases: Vec<(StorageError, Target, StorageOp, u16, &str, String, Option<u64>)> = vec![
+        type Case<'a> = (StorageError, Target<'a>, StorageOp, u16, &'a str, String, Option<u64>);
+        let cases: Vec<Case> = vec![
             (StorageError::NotFound { key: "k".into() }, pod, StorageOp::Object, 404, "NotFound", r#"pods "web" not found"#.into(), None),
             (StorageError::NotFound { key: "k".into() }, deploy, StorageOp::Object, 404, "NotFound", r#"deployments.apps "d" not found"#.into(), None),
             (StorageError::AlreadyExists { key: "k".into() }, pod, StorageOp::Object, 409, "AlreadyExists", r#"pods "web" already exists"#.into(), None),

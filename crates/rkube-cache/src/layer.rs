@@ -22,11 +22,16 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use rkube_api::list_options::ListOptions;
 use rkube_api::registry::{self, ResourceInfo};
 use rkube_storage::{Revision, Storage};
 
 use crate::cacher::{Cacher, CacherConfig, FeatureGates};
 use crate::consistency::ConsistencyMetrics;
+use crate::delegator::ListResult;
+use crate::error::{CacheError, Result};
+use crate::store::CachedObject;
+use crate::watch::CacheWatch;
 use crate::metrics::CacheMetrics;
 use crate::storage_readiness::StorageReadiness;
 use crate::store::FieldExtractor;
@@ -94,11 +99,18 @@ impl CacheEntry {
     }
 }
 
+/// The entries in the order they were added, and their index by group and resource.
+#[derive(Default)]
+struct Entries {
+    list: Vec<Arc<CacheEntry>>,
+    by_resource: HashMap<(&'static str, &'static str), usize>,
+}
+
 /// Every cache of one server, keyed by group and resource.
 #[derive(Default)]
 pub struct Caches {
     /// Lock order: taken alone; entries are `Arc`s so no lock is held while serving.
-    entries: RwLock<(Vec<Arc<CacheEntry>>, HashMap<(&'static str, &'static str), usize>)>,
+    entries: RwLock<Entries>,
     /// The highest compacted revision learnt from `compact_rev_key` (0: none).
     compacted: AtomicI64,
 }
@@ -106,26 +118,26 @@ pub struct Caches {
 impl Caches {
     /// The entries, in the order they were added.
     pub fn entries(&self) -> Vec<Arc<CacheEntry>> {
-        self.entries.read().unwrap_or_else(|e| e.into_inner()).0.clone()
+        self.entries.read().unwrap_or_else(|e| e.into_inner()).list.clone()
     }
 
     /// The entry of `info`'s group and resource.
     pub fn find(&self, info: &ResourceInfo) -> Option<Arc<CacheEntry>> {
         let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-        entries.1.get(&(info.group, info.resource)).map(|i| entries.0[*i].clone())
+        entries.by_resource.get(&(info.group, info.resource)).map(|i| entries.list[*i].clone())
     }
 
     /// Adds `entry` unless its resource has one; returns the entry in place.
     fn insert(&self, entry: CacheEntry) -> (Arc<CacheEntry>, bool) {
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
         let key = (entry.info.group, entry.info.resource);
-        if let Some(i) = entries.1.get(&key) {
-            return (entries.0[*i].clone(), false);
+        if let Some(i) = entries.by_resource.get(&key) {
+            return (entries.list[*i].clone(), false);
         }
         let entry = Arc::new(entry);
-        let index = entries.0.len();
-        entries.0.push(entry.clone());
-        entries.1.insert(key, index);
+        let index = entries.list.len();
+        entries.list.push(entry.clone());
+        entries.by_resource.insert(key, index);
         drop(entries);
         let compacted = self.compacted_revision();
         if compacted > 0 {
@@ -308,6 +320,105 @@ impl CacheLayer {
             return String::new();
         }
         openmetrics_to_text(&out)
+    }
+}
+
+/// Longest wait for a cache to become ready when `ResilientWatchCacheInitialization`
+/// is off (kube-apiserver's default request timeout).
+pub const NOT_READY_WAIT: Duration = Duration::from_secs(60);
+
+/// Reads: every GET, LIST and WATCH of every resource goes through these
+/// (upstream `cacher/delegator.go`); a resource with a cacher of size 0 is
+/// served from storage by the same code.
+///
+/// | request | served by |
+/// |---|---|
+/// | GET, `resourceVersion` unset | storage (consistent read) |
+/// | GET, `resourceVersion` set | cache once at least that fresh; storage while the cache is not ready |
+/// | LIST | [`Cacher::list`]: cache, snapshot or storage per the delegation rules ([`crate::delegator`]); not ready → storage for `limit` without selectors, else 429 |
+/// | WATCH | [`Cacher::watch`]: from the cache; not ready → 429; below the compacted revision → `ERROR` 410 |
+/// | cacher of size 0 | storage: paged LIST ([`crate::storage_list`]), storage watch ([`crate::watch`]) |
+///
+/// With `ResilientWatchCacheInitialization` off, a cache that is not ready
+/// is handled as kube-apiserver did before KEP-4568: LISTs at
+/// `resourceVersion=0` go to storage; WATCHes, other LISTs and GETs at a
+/// resourceVersion > 0 wait for it (up to [`NOT_READY_WAIT`], then 503
+/// `ServiceUnavailable`); never 429.
+impl CacheLayer {
+    /// The cache of `info`; one is added for a row the layer has not seen yet.
+    fn entry(&self, info: &'static ResourceInfo) -> Arc<CacheEntry> {
+        match self.caches.find(info) {
+            Some(e) => e,
+            None => self.add_resource(info),
+        }
+    }
+
+    fn resilient(&self) -> bool {
+        self.options.gates.resilient_watch_cache_initialization
+    }
+
+    /// With `ResilientWatchCacheInitialization` off: waits for the cache
+    /// instead of answering 429, at most [`NOT_READY_WAIT`]; a cache still
+    /// not ready then is [`CacheError::NotReadyTimeout`] (503, upstream's
+    /// `ready.wait` failing).
+    async fn wait_ready_if_not_resilient(&self, entry: &CacheEntry) -> Result<()> {
+        if self.resilient() || !entry.enabled() {
+            return Ok(());
+        }
+        let mut rx = entry.cacher.subscribe_ready();
+        let ready = matches!(tokio::time::timeout(NOT_READY_WAIT, rx.wait_for(|s| s.is_ready())).await, Ok(Ok(_)));
+        if ready {
+            Ok(())
+        } else {
+            Err(CacheError::NotReadyTimeout)
+        }
+    }
+
+    /// GET `name` (in `namespace`, ignored for cluster-scoped resources) of
+    /// `info`, honouring `resourceVersion` ([`Cacher::get`]). `Ok(None)`: not found.
+    pub async fn get(
+        &self,
+        info: &'static ResourceInfo,
+        namespace: &str,
+        name: &str,
+        resource_version: Option<&str>,
+    ) -> Result<Option<Arc<CachedObject>>> {
+        let entry = self.entry(info);
+        let key = if info.namespaced { format!("{namespace}/{name}") } else { name.to_string() };
+        // Pre-KEP-4568 (gate off): a GET at a resourceVersion > 0 waits for
+        // the cache; resourceVersion unset or "0" reads storage while it is not ready.
+        if resource_version.is_some_and(|rv| !rv.is_empty() && rv != "0") {
+            self.wait_ready_if_not_resilient(&entry).await?;
+        }
+        entry.cacher.get(&key, resource_version).await
+    }
+
+    /// LIST `info` in `namespace` (None = all) with the request's options ([`Cacher::list`]).
+    pub async fn list(&self, info: &'static ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
+        let entry = self.entry(info);
+        if !self.resilient() && entry.enabled() && !entry.cacher.ready_state().is_ready() {
+            // Pre-KEP-4568 (gate off): resourceVersion "0" goes to storage
+            // while the cache is not ready; everything else waits for it.
+            if opts.resource_version.as_deref() == Some("0") {
+                return entry.cacher.list_from_storage(namespace, opts).await;
+            }
+            self.wait_ready_if_not_resilient(&entry).await?;
+        }
+        entry.cacher.list(namespace, opts).await
+    }
+
+    /// WATCH `info` in `namespace` (None = all) with the request's options ([`Cacher::watch`]).
+    pub async fn watch(&self, info: &'static ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Result<CacheWatch> {
+        let entry = self.entry(info);
+        self.wait_ready_if_not_resilient(&entry).await?;
+        // A watch from below the compacted revision sees what etcd would say
+        // (410), even if the cache's history still holds those events.
+        let requested = opts.resource_version_number();
+        let compacted = self.caches.compacted_revision();
+        if entry.enabled() && requested > 0 && requested + 1 < compacted && opts.send_initial_events != Some(true) {
+            return Ok(CacheWatch::error(CacheError::TooOldResourceVersion { requested, oldest: compacted }));
+        }
+        entry.cacher.watch(namespace, opts).await
     }
 }
 

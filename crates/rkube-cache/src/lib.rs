@@ -1,6 +1,9 @@
 //! rkube's watch cache: LIST and WATCH served from memory, with a snapshot
 //! per resourceVersion (KEP-4988), resilient initialization (KEP-4568) and
-//! the serving rules of kube-apiserver's cacher (`shared/spec/watch-cache.md`).
+//! the serving rules of kube-apiserver's cacher
+//! (`staging/src/k8s.io/apiserver/pkg/storage/cacher/`). It is the API
+//! server's only read path: every GET, LIST and WATCH of every resource goes
+//! through [`layer::CacheLayer`], cached or not.
 //!
 //! One [`Cacher`] per resource fills itself from a [`rkube_storage::Storage`]
 //! (a paged LIST at one revision, then a WATCH after it) and serves:

@@ -9,13 +9,14 @@
 //!   (upstream `GuaranteedUpdate`), status subresources, `pods/binding`.
 //! - [`delete`]: DELETE with `DeleteOptions`, finalizers, graceful pod
 //!   deletion, namespace cascade, DELETE-collection.
-//! - WATCH lives in [`crate::watch`].
+//! - WATCH lives in [`watch`].
 
 pub mod create;
 pub mod delete;
 pub mod read;
 pub mod scale;
 pub mod update;
+pub mod watch;
 mod write;
 
 use axum::body::Body;
@@ -172,7 +173,7 @@ async fn dispatch_inner(
         Verb::Get if ctx.ri.subresource.as_deref() == Some("scale") => scale::get(&ctx).await,
         Verb::Get => read::get(&ctx).await,
         Verb::List => read::list(&ctx).await,
-        Verb::Watch => crate::watch::serve(ctx).await,
+        Verb::Watch => watch::serve(ctx).await,
         Verb::Create => {
             let body = media::read_body(body).await?;
             if ctx.ri.subresource.as_deref() == Some("binding") {
