@@ -63,7 +63,8 @@ pub struct Tuning {
     pub freshness_timeout: Duration,
     /// Period of progress requests while someone waits (upstream 100 ms).
     pub progress_request_interval: Duration,
-    /// First retry delay after a broken list/watch (client-go reflector: 800 ms, doubling, ≤ 30 s).
+    /// First retry delay after a broken list/watch (client-go reflector: 800 ms, doubling, ≤ 30 s;
+    /// each delay gets up to as much again of jitter, [`crate::backoff`]).
     pub initial_backoff: Duration,
     /// Longest retry delay.
     pub max_backoff: Duration,

@@ -14,6 +14,7 @@ use rkube_storage::etcd::COMPACT_REV_KEY;
 use rkube_storage::{EventKind, Revision, Storage, StorageError, WatchResponse};
 use tokio::task::JoinHandle;
 
+use crate::backoff::Backoff;
 use crate::layer::Caches;
 
 /// The revision a `compact_rev_key` value names (0 when unparsable).
@@ -22,17 +23,16 @@ fn parse_value(v: &[u8]) -> Revision {
 }
 
 /// Watches `compact_rev_key` and tells `caches` every compaction (until aborted).
-/// Re-opens the watch after a failure (1 s, doubling to 30 s).
+/// Re-opens the watch after a failure ([`Backoff`]: 1 s doubling to 30 s, with jitter).
 pub fn spawn_compaction_watch(storage: Arc<dyn Storage>, caches: Arc<Caches>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut backoff = Duration::from_secs(1);
+        let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
         loop {
             match follow(storage.as_ref(), &caches).await {
-                Ok(()) => backoff = Duration::from_secs(1),
+                Ok(()) => backoff.reset(),
                 Err(e) => tracing::debug!(error = %e, "compact_rev_key watch ended"),
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(30));
+            tokio::time::sleep(backoff.next_delay()).await;
         }
     })
 }

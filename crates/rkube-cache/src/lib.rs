@@ -32,6 +32,7 @@
 
 #![deny(missing_docs)]
 
+pub mod backoff;
 pub mod bookmarks;
 pub mod cache_state;
 pub mod cacher;
