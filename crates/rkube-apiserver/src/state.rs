@@ -50,7 +50,7 @@ pub struct ApiState {
     /// `storage-readiness` hook, the compactor and the consistency checker.
     pub cache: Arc<rkube_cache::CacheLayer>,
     /// The metrics registry `GET /metrics` renders, the cache layer's
-    /// families included; [`crate::filters::serve_api`] makes it the filter
+    /// families included; [`crate::server::serve_api`] makes it the filter
     /// chain's ([`ApiState::with_metrics`]).
     pub metrics: Arc<ApiserverMetrics>,
 }

@@ -1,5 +1,5 @@
 //! Bad requests against the real API server: the production serving path
-//! (`filters::serve_api` with kube-apiserver's default flags: plain HTTP,
+//! (`server::serve_api` with kube-apiserver's default flags: plain HTTP,
 //! anonymous, AlwaysAllow) over the embedded store, on 127.0.0.1.
 //!
 //! One table row per hostile request. Each row asserts the exact HTTP code,
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rkube_apiserver::filters::metrics::ApiserverMetrics;
-use rkube_apiserver::filters::{self, FilterArgs, FilterChain};
+use rkube_apiserver::filters::{FilterArgs, FilterChain};
 use rkube_storage::{RangeRequest, Storage};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -66,7 +66,7 @@ impl Server {
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(async move {
-            let _ = filters::serve_api(listener, st, &chain, async move {
+            let _ = rkube_apiserver::server::serve_api(listener, st, &chain, async move {
                 let _ = rx.await;
             })
             .await;
