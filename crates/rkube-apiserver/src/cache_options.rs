@@ -124,11 +124,22 @@ impl WatchCacheOptions {
     /// The configured history size of `resource` in `group`: `None` =
     /// dynamic. Events default to 0 (upstream `DefaultWatchCacheSizes`).
     pub fn size_of(&self, group: &str, resource: &str) -> Option<usize> {
-        let qualified = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
-        if let Some(n) = self.sizes.get(&qualified) {
-            return Some(*n);
+        rkube_cache::layer::size_of(&self.sizes, group, resource)
+    }
+
+    /// The watch-cache layer's settings, with `--etcd-prefix` `etcd_prefix`.
+    pub fn layer_options(&self, etcd_prefix: &str) -> rkube_cache::CacheLayerOptions {
+        rkube_cache::CacheLayerOptions {
+            etcd_prefix: etcd_prefix.to_string(),
+            enabled: self.enabled,
+            sizes: self.sizes.clone(),
+            gates: self.gates.cache_gates(),
+            post_start_hook: self.gates.watch_cache_initialization_post_start_hook,
+            detect_cache_inconsistency: self.gates.detect_cache_inconsistency,
+            storage_initialization_timeout: self.storage_initialization_timeout,
+            compaction_interval: self.compaction_interval,
+            consistency_check_period: self.consistency_check_period,
         }
-        (resource == "events").then_some(0)
     }
 }
 

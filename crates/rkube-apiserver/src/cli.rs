@@ -19,7 +19,7 @@
 //! timeout and trace flags (`--insecure` refuses only TLS and access control).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -29,16 +29,7 @@ use tokio::net::TcpListener;
 use crate::ipalloc::Cidr;
 use crate::state::{ApiState, ServerConfig, DEFAULT_SERVICE_CIDR};
 
-/// Errors of the command-line layer.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// `--storage-backend` names no backend.
-    #[error("unknown --storage-backend {0:?}: use embedded or etcd3")]
-    UnknownBackend(String),
-    /// `--storage-backend=etcd3` without `--etcd-servers`.
-    #[error("--etcd-servers must be set with --storage-backend=etcd3")]
-    NoEtcdServers,
-}
+pub use crate::lazy_storage::{open_storage, CliError};
 
 /// Flags of `rkube apiserver`.
 #[derive(clap::Args, Debug, Clone)]
@@ -141,28 +132,6 @@ const UP_CLIENT_CA_HELP: &str =
     "Extra CA bundle for client certificates (CN = user, O = groups), trusted besides the CA in <data-dir>/pki (which signs the admin certificate of the kubeconfig)";
 const UP_TLS_CERT_HELP: &str = "Serve HTTPS with this certificate (PEM; CA cert, if any, concatenated after the server cert, as for kube-apiserver) instead of the one generated in <data-dir>/pki. It must be valid for IP 127.0.0.1. The kubeconfig `rkube up` writes then trusts the LAST certificate of this file (your CA when the chain is concatenated, else the certificate itself); it still authenticates with the admin client certificate of <data-dir>/pki";
 
-/// Opens the storage backend the flags name.
-pub async fn open_storage(backend: &str, data_dir: &Path, etcd_servers: &[String]) -> anyhow::Result<Arc<dyn Storage>> {
-    match backend {
-        "embedded" => {
-            std::fs::create_dir_all(data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
-            let store = rkube_storage::embedded::EmbeddedStorage::open(data_dir)
-                .with_context(|| format!("opening the embedded store in {}", data_dir.display()))?;
-            Ok(Arc::new(store))
-        }
-        "etcd3" | "etcd" => {
-            if etcd_servers.is_empty() {
-                return Err(CliError::NoEtcdServers.into());
-            }
-            let store = rkube_storage::etcd::EtcdStorage::connect(etcd_servers)
-                .await
-                .with_context(|| format!("connecting to etcd at {}", etcd_servers.join(",")))?;
-            Ok(Arc::new(store))
-        }
-        other => Err(CliError::UnknownBackend(other.to_string()).into()),
-    }
-}
-
 /// Waits for SIGINT or SIGTERM.
 async fn shutdown_signal() {
     let ctrl_c = async {
@@ -237,7 +206,7 @@ async fn serve_until_signal(
     }
     tokio::spawn(crate::kubernetes_service::run(storage.clone(), prefix.clone(), cidr, me, st.shutdown.subscribe()));
     ready();
-    crate::filters::serve_api(listener, st, &chain, shutdown_signal()).await.context("serving the API")?;
+    crate::server::serve_api(listener, st, &chain, shutdown_signal()).await.context("serving the API")?;
     Ok(())
 }
 
@@ -324,6 +293,7 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use clap::Parser;
 
     #[derive(Parser)]

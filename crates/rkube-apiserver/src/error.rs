@@ -2,15 +2,16 @@
 //!
 //! [`ApiError`] wraps [`rkube_api::status::Status`] (which carries upstream's
 //! messages, reasons and codes) so handlers can return it with `?` and axum
-//! can render it. Storage errors become API errors in exactly one place,
-//! [`ApiError::from_storage`], following
-//! `staging/src/k8s.io/apiserver/pkg/storage/errors.go` and
-//! `pkg/registry/generic/registry/store.go`'s `InterpretGetError` & co.
+//! can render it. Storage errors become a `Status` in exactly one place,
+//! [`rkube_cache::error::storage_status`] (following
+//! `staging/src/k8s.io/apiserver/pkg/storage/errors/storage.go`), which
+//! [`ApiError::from_storage`] and the watch cache's errors both use.
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use rkube_api::registry::ResourceInfo;
 use rkube_api::status::{Status, StatusCause, StatusDetails};
+use rkube_cache::error::{storage_status, StorageOp, Target};
 use rkube_storage::StorageError;
 
 /// Result alias for handlers.
@@ -24,6 +25,12 @@ pub struct ApiError(pub Box<Status>);
 impl From<Status> for ApiError {
     fn from(s: Status) -> Self {
         ApiError(Box::new(s))
+    }
+}
+
+impl From<rkube_cache::CacheError> for ApiError {
+    fn from(e: rkube_cache::CacheError) -> Self {
+        Status::from(e).into()
     }
 }
 
@@ -108,44 +115,16 @@ impl ApiError {
         Status::request_entity_too_large(format!("limit is {limit}")).into()
     }
 
-    /// 410 `Expired`: `too old resource version: <requested> (<compacted>)`.
-    pub fn expired(requested: i64, compacted: i64) -> Self {
-        Status::too_old_resource_version(requested, compacted).into()
-    }
-
     /// 500 `InternalError`.
     pub fn internal(message: impl std::fmt::Display) -> Self {
         Status::internal(message).into()
     }
 
-    /// Converts a storage failure on the object `name` of `info` (the single
-    /// place where [`StorageError`] becomes a `Status`).
+    /// Converts a storage failure on the object `name` of `info` (`""` for a
+    /// collection) with the one mapping, [`rkube_cache::error::storage_status`].
     pub fn from_storage(err: StorageError, info: &ResourceInfo, name: &str) -> Self {
-        match err {
-            StorageError::NotFound { .. } => Self::not_found(info, name),
-            StorageError::AlreadyExists { .. } => Self::already_exists(info, name),
-            StorageError::Conflict { .. } => Self::stale(info, name),
-            StorageError::Compacted { requested, compacted } => Self::expired(requested, compacted),
-            StorageError::FutureRevision { requested, current } => {
-                Status::too_large_resource_version(requested, current).into()
-            }
-            StorageError::Unavailable(msg) => {
-                let mut s = Status::service_unavailable(format!("storage unavailable: {msg}"));
-                s.details = Some(StatusDetails { retry_after_seconds: Some(1), ..StatusDetails::default() });
-                s.into()
-            }
-            // A full disk: nothing was written and the store recovers by
-            // itself once space is freed, so answer like an unavailable
-            // backend (503 + Retry-After), which client-go retries
-            // (`staging/src/k8s.io/client-go/rest/with_retry.go`), rather
-            // than a final 500; the message names the cause.
-            StorageError::NoSpace(msg) => {
-                let mut s = Status::service_unavailable(format!("storage write failed: {msg}"));
-                s.details = Some(StatusDetails { retry_after_seconds: Some(1), ..StatusDetails::default() });
-                s.into()
-            }
-            StorageError::Internal(msg) => Self::internal(msg),
-        }
+        let target = Target { group: info.group, resource: info.resource, name };
+        storage_status(err, target, StorageOp::Object).into()
     }
 
     /// The `Status` object as JSON.

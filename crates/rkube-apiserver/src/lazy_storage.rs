@@ -1,7 +1,7 @@
 //! Starting against an etcd that is not up yet (KEP-4568's start-up case).
 //!
 //! [`open_storage_resilient`] opens the backend like
-//! [`crate::cli::open_storage`]; when etcd does not answer, it returns a
+//! [`open_storage`]; when etcd does not answer, it returns a
 //! [`LazyStorage`] instead of failing: every call answers `Unavailable`
 //! (HTTP 503 / a failing `/readyz` `etcd` check / caches that keep retrying
 //! and answer 429) until a background task has connected, then everything
@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use anyhow::Context;
 use bytes::Bytes;
 use rkube_storage::etcd::EtcdStorage;
 use rkube_storage::{KeyValue, RangeRequest, RangeResponse, Result, Revision, Storage, StorageError, Watch};
@@ -122,5 +123,38 @@ pub async fn open_storage_resilient(
         }
         return Ok(Arc::new(LazyStorage::connect_in_background(etcd_servers.to_vec())));
     }
-    crate::cli::open_storage(backend, data_dir, etcd_servers).await
+    open_storage(backend, data_dir, etcd_servers).await
+}
+
+/// Errors opening the storage backend the command-line flags name.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// `--storage-backend` names no backend.
+    #[error("unknown --storage-backend {0:?}: use embedded or etcd3")]
+    UnknownBackend(String),
+    /// `--storage-backend=etcd3` without `--etcd-servers`.
+    #[error("--etcd-servers must be set with --storage-backend=etcd3")]
+    NoEtcdServers,
+}
+
+/// Opens the storage backend the flags name.
+pub async fn open_storage(backend: &str, data_dir: &Path, etcd_servers: &[String]) -> anyhow::Result<Arc<dyn Storage>> {
+    match backend {
+        "embedded" => {
+            std::fs::create_dir_all(data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
+            let store = rkube_storage::embedded::EmbeddedStorage::open(data_dir)
+                .with_context(|| format!("opening the embedded store in {}", data_dir.display()))?;
+            Ok(Arc::new(store))
+        }
+        "etcd3" | "etcd" => {
+            if etcd_servers.is_empty() {
+                return Err(CliError::NoEtcdServers.into());
+            }
+            let store = rkube_storage::etcd::EtcdStorage::connect(etcd_servers)
+                .await
+                .with_context(|| format!("connecting to etcd at {}", etcd_servers.join(",")))?;
+            Ok(Arc::new(store))
+        }
+        other => Err(CliError::UnknownBackend(other.to_string()).into()),
+    }
 }

@@ -3,9 +3,10 @@
 //! - [`server`]: routing ([`server::router`]), [`server::serve`] with graceful
 //!   shutdown, and [`server::bootstrap`] of the system namespaces.
 //! - [`handlers`]: GET/LIST/POST/PUT/PATCH/DELETE with Kubernetes semantics;
-//!   [`watch`]: WATCH streams.
-//! - [`source`]: the read path trait ([`source::ReadSource`]) that storage
-//!   implements today and the watch cache will later.
+//!   [`handlers::watch`]: WATCH streams. Every read is routed by the watch-cache layer
+//!   ([`rkube_cache::CacheLayer`], [`state::ApiState::cache`]); this crate
+//!   parses requests and encodes answers.
+//! - [`source`]: stored objects as JSON values for read-modify-write loops.
 //! - [`discovery`], [`system`] (`/version`, health, OpenAPI endpoints),
 //!   [`openapi`], [`table`], [`patch`].
 //! - [`error`]: every failure becomes a `Status` ([`error::ApiError`]).
@@ -15,12 +16,8 @@
 
 pub mod builtin_objects;
 pub mod cache_options;
-pub mod cache_source;
-pub mod cached_read;
 pub mod cli;
-pub mod compaction;
 pub mod config_data;
-pub mod consistency;
 pub mod discovery;
 pub mod error;
 pub mod filters;
@@ -45,7 +42,6 @@ pub mod system;
 pub mod table;
 pub mod up_auth;
 pub mod validate;
-pub mod watch;
 pub mod yaml_depth;
 pub mod yaml_value;
 

@@ -145,3 +145,27 @@ pub async fn bootstrap(st: &ApiState) -> Result<(), ApiError> {
 pub fn default_state(storage: Arc<dyn rkube_storage::Storage>) -> ApiState {
     ApiState::new(storage, crate::state::ServerConfig::default())
 }
+
+/// Serves the API server `st` behind `chain` on `listener` (HTTPS when the
+/// chain has a serving certificate) until `shutdown` completes; then ends
+/// open watches (`st.shutdown`), waits for open requests and flushes the
+/// audit log. `/metrics` renders the chain's registry with the state's cache
+/// families attached ([`ApiState::with_metrics`]). The filter chain
+/// ([`crate::filters`]) knows nothing of the server it wraps.
+pub async fn serve_api(
+    listener: tokio::net::TcpListener,
+    st: ApiState,
+    chain: &crate::filters::FilterChain,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let stopping = st.shutdown.clone();
+    let signal = async move {
+        shutdown.await;
+        let _ = stopping.send(true);
+    };
+    let st = st.with_metrics(chain.metrics());
+    let router = crate::filters::apply(router(st), chain);
+    let served = crate::filters::serve(listener, router, chain.tls_server_config(), signal).await;
+    chain.shutdown().await;
+    served
+}

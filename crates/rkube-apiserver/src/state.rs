@@ -1,4 +1,4 @@
-//! Shared server state: storage, the read source, and allocators.
+//! Shared server state: storage, the watch-cache layer (every read), and allocators.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,7 +7,6 @@ use rkube_storage::Storage;
 
 use crate::filters::metrics::ApiserverMetrics;
 use crate::ipalloc::{Cidr, ClusterIpAllocator};
-use crate::source::ReadSource;
 
 /// Default `--service-cluster-ip-range`.
 pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
@@ -19,7 +18,7 @@ pub struct ServerConfig {
     pub etcd_prefix: String,
     /// `--service-cluster-ip-range`.
     pub service_cidr: Cidr,
-    /// Watch cache, compaction and consistency-check settings ([`crate::cache_source`]).
+    /// Watch cache, compaction and consistency-check settings ([`rkube_cache::CacheLayer`]).
     pub watch_cache: crate::cache_options::WatchCacheOptions,
     /// `--min-request-timeout`, seconds: a watch without `timeoutSeconds`
     /// lasts a random duration in `[min, 2·min)` ([`crate::filters::timeout::watch_timeout`]).
@@ -40,10 +39,9 @@ impl Default for ServerConfig {
 /// Everything a request handler needs. Cheap to clone (all shared).
 #[derive(Clone)]
 pub struct ApiState {
-    /// Writes go here (and reads inside read-modify-write loops).
+    /// Writes go here (and reads inside read-modify-write loops); GET, LIST
+    /// and WATCH go through [`ApiState::cache`].
     pub storage: Arc<dyn Storage>,
-    /// GET/LIST/WATCH are served from here.
-    pub source: Arc<dyn ReadSource>,
     /// Settings.
     pub config: Arc<ServerConfig>,
     /// ClusterIP allocator.
@@ -52,10 +50,11 @@ pub struct ApiState {
     pub started: Instant,
     /// Set to `true` when the server shuts down; open watches end on it.
     pub shutdown: Arc<tokio::sync::watch::Sender<bool>>,
-    /// The watch-cache layer (caches, `storage-readiness` hook, compactor, consistency checker).
-    pub cache: Arc<crate::cache_source::CacheLayer>,
+    /// The watch-cache layer: serves every GET, LIST and WATCH, and runs the
+    /// `storage-readiness` hook, the compactor and the consistency checker.
+    pub cache: Arc<rkube_cache::CacheLayer>,
     /// The metrics registry `GET /metrics` renders, the cache layer's
-    /// families included; [`crate::filters::serve_api`] makes it the filter
+    /// families included; [`crate::server::serve_api`] makes it the filter
     /// chain's ([`ApiState::with_metrics`]).
     pub metrics: Arc<ApiserverMetrics>,
 }
@@ -64,11 +63,20 @@ impl ApiState {
     /// State serving reads from the watch cache over `storage` (straight from
     /// `storage` with `--watch-cache=false`), with compaction as configured.
     pub fn new(storage: Arc<dyn Storage>, config: ServerConfig) -> Self {
-        let cache = crate::cache_source::CacheLayer::start(storage.clone(), &config);
-        let source: Arc<dyn ReadSource> = cache.read_source(storage.clone());
-        let st = ApiState { cache, ..Self::with_source(storage, source, config) };
-        attach_cache_metrics(&st.metrics, &st.cache);
-        st
+        let cache = rkube_cache::CacheLayer::start(storage.clone(), config.watch_cache.layer_options(&config.etcd_prefix));
+        let cluster_ips = Arc::new(ClusterIpAllocator::new(config.service_cidr));
+        let (shutdown, _) = tokio::sync::watch::channel(false);
+        let metrics = Arc::new(ApiserverMetrics::new());
+        attach_cache_metrics(&metrics, &cache);
+        ApiState {
+            storage,
+            config: Arc::new(config),
+            cluster_ips,
+            started: Instant::now(),
+            shutdown: Arc::new(shutdown),
+            cache,
+            metrics,
+        }
     }
 
     /// This state with `metrics` as its registry (e.g. the filter chain's,
@@ -81,22 +89,6 @@ impl ApiState {
         self
     }
 
-    /// State serving reads from `source` (e.g. a watch cache).
-    pub fn with_source(storage: Arc<dyn Storage>, source: Arc<dyn ReadSource>, config: ServerConfig) -> Self {
-        let cluster_ips = Arc::new(ClusterIpAllocator::new(config.service_cidr));
-        let (shutdown, _) = tokio::sync::watch::channel(false);
-        ApiState {
-            storage,
-            source,
-            config: Arc::new(config),
-            cluster_ips,
-            started: Instant::now(),
-            shutdown: Arc::new(shutdown),
-            cache: crate::cache_source::CacheLayer::none(),
-            metrics: Arc::new(ApiserverMetrics::new()),
-        }
-    }
-
     /// The `--etcd-prefix`.
     pub fn prefix(&self) -> &str {
         &self.config.etcd_prefix
@@ -104,7 +96,7 @@ impl ApiState {
 }
 
 /// Appends the cache layer's families (watch cache, consistency checks) to `metrics`.
-fn attach_cache_metrics(metrics: &ApiserverMetrics, cache: &Arc<crate::cache_source::CacheLayer>) {
+fn attach_cache_metrics(metrics: &ApiserverMetrics, cache: &Arc<rkube_cache::CacheLayer>) {
     let cache = cache.clone();
     metrics.add_text_source(Arc::new(move || cache.render_metrics()));
 }

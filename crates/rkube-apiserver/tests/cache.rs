@@ -410,7 +410,7 @@ async fn consistency_checker_catches_an_event_the_cache_missed_and_serves_exact_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "child process of consistency_mismatch_aborts_the_process_when_kube_watchcache_consistency_checker_is_set"]
 async fn consistency_abort_child() {
-    assert!(rkube_apiserver::consistency::abort_on_mismatch(), "run with KUBE_WATCHCACHE_CONSISTENCY_CHECKER=true");
+    assert!(rkube_cache::consistency::abort_on_mismatch(), "run with KUBE_WATCHCACHE_CONSISTENCY_CHECKER=true");
     let (s, _dir) = lossy_server().await;
     s.api.configmap("hidden-2").await;
     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -423,7 +423,7 @@ fn consistency_mismatch_aborts_the_process_when_kube_watchcache_consistency_chec
     let exe = std::env::current_exe().expect("test binary");
     let out = std::process::Command::new(exe)
         .args(["--exact", "consistency_abort_child", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(rkube_apiserver::consistency::CHECKER_ENV, "true")
+        .env(rkube_cache::consistency::CHECKER_ENV, "true")
         .output()
         .expect("run child");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

@@ -74,7 +74,7 @@ async fn kubectl_works_over_https_with_client_certificate_and_token() {
     let base = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        filters::serve_api(listener, st, &chain, async {
+        rkube_apiserver::server::serve_api(listener, st, &chain, async {
             let _ = stopped.await;
         })
         .await

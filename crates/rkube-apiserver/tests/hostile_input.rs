@@ -1,5 +1,5 @@
 //! Bad requests against the real API server: the production serving path
-//! (`filters::serve_api` with kube-apiserver's default flags: plain HTTP,
+//! (`server::serve_api` with kube-apiserver's default flags: plain HTTP,
 //! anonymous, AlwaysAllow) over the embedded store, on 127.0.0.1.
 //!
 //! One table row per hostile request. Each row asserts the exact HTTP code,
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rkube_apiserver::filters::metrics::ApiserverMetrics;
-use rkube_apiserver::filters::{self, FilterArgs, FilterChain};
+use rkube_apiserver::filters::{FilterArgs, FilterChain};
 use rkube_storage::{RangeRequest, Storage};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -66,7 +66,7 @@ impl Server {
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(async move {
-            let _ = filters::serve_api(listener, st, &chain, async move {
+            let _ = rkube_apiserver::server::serve_api(listener, st, &chain, async move {
                 let _ = rx.await;
             })
             .await;
@@ -357,9 +357,9 @@ async fn continue_token_of_a_compacted_revision_is_410_expired() {
     assert_eq!(code, 201, "{body}");
     // Two compactor rounds: the first records the current revision, the
     // second compacts to it; the watch cache hears of it and drops its snapshots.
-    let mut state = rkube_apiserver::compaction::CompactorState::default();
+    let mut state = rkube_storage::compactor::CompactorState::default();
     for _ in 0..2 {
-        rkube_apiserver::compaction::compact_once(srv.storage.as_ref(), &mut state).await.expect("compaction round");
+        rkube_storage::compactor::compact_once(srv.storage.as_ref(), &mut state).await.expect("compaction round");
     }
     let path = format!("{CMS}?limit=1&continue={next}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use rkube_apiserver::filters::metrics::ApiserverMetrics;
 use rkube_apiserver::filters::tls;
-use rkube_apiserver::filters::{self, FilterArgs, FilterChain};
+use rkube_apiserver::filters::{FilterArgs, FilterChain};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -52,7 +52,7 @@ async fn http2_error_answers_to_unread_bodies_are_complete() {
     let base = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        filters::serve_api(listener, st, &chain, async {
+        rkube_apiserver::server::serve_api(listener, st, &chain, async {
             let _ = stopped.await;
         })
         .await

@@ -1,5 +1,5 @@
 //! What an operator sees of the real API server behind the filter chain
-//! (`filters::serve_api`, plain HTTP, AlwaysAllow) over the embedded store:
+//! (`server::serve_api`, plain HTTP, AlwaysAllow) over the embedded store:
 //!
 //! - trace logs of slow requests: the store is wrapped in a storage that
 //!   sleeps when told to, `--request-trace-threshold=300ms`, the watch cache
@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use log_support::{init_logging, logged, step_names, trace_of};
 use rkube_apiserver::filters::metrics::ApiserverMetrics;
-use rkube_apiserver::filters::{self, FilterArgs, FilterChain};
+use rkube_apiserver::filters::{FilterArgs, FilterChain};
 use rkube_apiserver::{ApiState, ServerConfig};
 use rkube_storage::{KeyValue, RangeRequest, RangeResponse, Result, Revision, Storage, Watch};
 use serde_json::{json, Value};
@@ -120,7 +120,7 @@ impl Server {
         let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
         let (stop, stopped) = oneshot::channel::<()>();
         let done = tokio::spawn(async move {
-            filters::serve_api(listener, st, &chain, async {
+            rkube_apiserver::server::serve_api(listener, st, &chain, async {
                 let _ = stopped.await;
             })
             .await

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rkube_apiserver::filters::metrics::ApiserverMetrics;
 use rkube_apiserver::filters::rbac::{ensure_bootstrap_policy, RbacSource, StorageRbacSource};
 use rkube_apiserver::filters::tls::{self, Pki};
-use rkube_apiserver::filters::{self, FilterArgs, FilterChain};
+use rkube_apiserver::filters::{FilterArgs, FilterChain};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
@@ -67,7 +67,7 @@ impl Server {
         let base = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
         let (stop, stopped) = oneshot::channel::<()>();
         let done = tokio::spawn(async move {
-            filters::serve_api(listener, st, &chain, async {
+            rkube_apiserver::server::serve_api(listener, st, &chain, async {
                 let _ = stopped.await;
             })
             .await

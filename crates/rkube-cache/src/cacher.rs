@@ -20,7 +20,7 @@ use crate::error::{CacheError, Result};
 use crate::history::Sizing;
 use crate::metrics::{CacheMetrics, ResourceMetrics};
 use crate::ready::{ReadyState, Readiness};
-use crate::store::{no_extra_fields, CachedObject, FieldExtractor};
+use crate::store::{CachedObject, FieldExtractor};
 use crate::watch::CacheWatch;
 use crate::watchers::Registry;
 
@@ -63,7 +63,8 @@ pub struct Tuning {
     pub freshness_timeout: Duration,
     /// Period of progress requests while someone waits (upstream 100 ms).
     pub progress_request_interval: Duration,
-    /// First retry delay after a broken list/watch (client-go reflector: 800 ms, doubling, ≤ 30 s).
+    /// First retry delay after a broken list/watch (client-go reflector: 800 ms, doubling, ≤ 30 s;
+    /// each delay gets up to as much again of jitter, [`crate::backoff`]).
     pub initial_backoff: Duration,
     /// Longest retry delay.
     pub max_backoff: Duration,
@@ -119,7 +120,7 @@ impl CacherConfig {
             resource_prefix: resource_prefix.into(),
             group: group.into(),
             resource: resource.into(),
-            field_extractor: no_extra_fields,
+            field_extractor: FieldExtractor::None,
             index_node_name: false,
             history_size: None,
             gates: FeatureGates::default(),
@@ -296,6 +297,13 @@ impl Cacher {
     /// errors (410 `Expired` for compacted revisions), `BadRequest`.
     pub async fn list(&self, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
         delegator::list(&self.inner, namespace, opts).await
+    }
+
+    /// LIST straight from storage, whatever the cache's state (the storage
+    /// read `opts` ask for; used while a cache that is not ready is handled
+    /// as before KEP-4568). Errors as [`Cacher::list`].
+    pub async fn list_from_storage(&self, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
+        delegator::list_from_storage(&self.inner, namespace, opts).await
     }
 
     /// WATCH from the cache (upstream `Cacher.Watch`). Errors returned here are HTTP

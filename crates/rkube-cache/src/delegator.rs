@@ -126,12 +126,11 @@ fn limit_of(opts: &ListOptions) -> usize {
 
 /// Serves a LIST (see the module docs).
 pub(crate) async fn list(inner: &Inner, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
+    if inner.config.cache_disabled() {
+        return list_from_storage(inner, namespace, opts).await;
+    }
     let pred = Predicate::from_list_options(namespace, opts);
     let limit = limit_of(opts);
-    if inner.config.cache_disabled() {
-        let (read, start, from_continue) = storage_read_for(opts)?;
-        return storage_list::list(inner, &pred, read, start.as_deref(), limit, from_continue).await;
-    }
     let route = route(opts, inner.config.gates.list_from_cache_snapshot, inner.consistent_read_supported())?;
     let pred_ref = &pred;
     let from_storage = |read: Option<StorageRead>| async move {
@@ -161,6 +160,15 @@ pub(crate) async fn list(inner: &Inner, namespace: Option<&str>, opts: &ListOpti
         Route::Consistent { start } => consistent(inner, &pred, start, limit).await,
         Route::Exact { rv, start, from_continue } => exact(inner, &pred, rv, start, limit, from_continue).await,
     }
+}
+
+/// Serves a LIST from storage whatever the cache's state (pre-KEP-4568
+/// `resourceVersion=0` while the cache is not ready): the storage read
+/// equivalent to `opts`.
+pub(crate) async fn list_from_storage(inner: &Inner, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
+    let pred = Predicate::from_list_options(namespace, opts);
+    let (read, start, from_continue) = storage_read_for(opts)?;
+    storage_list::list(inner, &pred, read, start.as_deref(), limit_of(opts), from_continue).await
 }
 
 /// The storage read equivalent to `opts` (for delegation and the not-ready path).

@@ -240,7 +240,7 @@ mod tests {
 
     fn event(name: &str, node: &str, rv: i64) -> DispatchMsg {
         let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"d"}},"spec":{{"nodeName":"{node}"}}}}"#);
-        let obj = Arc::new(CachedObject::decode(&format!("d/{name}"), json.as_bytes(), rv, pod_fields).unwrap());
+        let obj = Arc::new(CachedObject::decode(&format!("d/{name}"), json.as_bytes(), rv, crate::store::FieldExtractor::Fn(pod_fields)).unwrap());
         let ev = CacheEvent::new(EventKind::Modified, obj.clone(), Some(obj), rv, tokio::time::Instant::now());
         DispatchMsg::Event(Arc::new(ev))
     }

@@ -202,10 +202,10 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
     use crate::event::EventKind;
-    use crate::store::{no_extra_fields, CachedObject};
+    use crate::store::{CachedObject, FieldExtractor};
 
     fn ev(rv: i64, at: Instant) -> Arc<CacheEvent> {
-        let o = CachedObject::decode("ns/a", br#"{"metadata":{"name":"a"}}"#, rv, no_extra_fields).unwrap();
+        let o = CachedObject::decode("ns/a", br#"{"metadata":{"name":"a"}}"#, rv, FieldExtractor::None).unwrap();
         Arc::new(CacheEvent::new(EventKind::Modified, Arc::new(o), None, rv, at))
     }
 

@@ -76,7 +76,7 @@ mod tests {
 
     fn pod(name: &str, node: &str) -> CachedObject {
         let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"d"}},"spec":{{"nodeName":"{node}"}}}}"#);
-        CachedObject::decode(&format!("d/{name}"), json.as_bytes(), 1, pod_fields).unwrap()
+        CachedObject::decode(&format!("d/{name}"), json.as_bytes(), 1, crate::store::FieldExtractor::Fn(pod_fields)).unwrap()
     }
 
     #[test]

@@ -17,8 +17,9 @@
 //!   to the dispatcher; progress notifications move the resourceVersion.
 //! - **Broken**: readiness goes to `Reinitializing` (requests get 429),
 //!   every watcher is closed (clients re-watch from their last
-//!   resourceVersion), and after a backoff (800 ms doubling to 30 s, as
-//!   client-go's reflector) the loop lists again.
+//!   resourceVersion), and after a backoff ([`Backoff`]: 800 ms doubling to
+//!   30 s as client-go's reflector, with jitter so cachers broken together
+//!   do not re-list in lockstep) the loop lists again.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use rkube_storage::{prefix_end, RangeRequest, StorageError, WatchResponse};
 
+use crate::backoff::Backoff;
 use crate::cacher::Inner;
 use crate::dispatcher::DispatchMsg;
 use crate::ready::ReadyInput;
@@ -49,7 +51,7 @@ pub enum ReflectorError {
 /// Runs list-and-watch rounds until the cacher is dropped.
 pub(crate) async fn run(inner: Arc<Inner>) {
     let tuning = inner.config.tuning;
-    let mut backoff = tuning.initial_backoff;
+    let mut backoff = Backoff::new(tuning.initial_backoff, tuning.max_backoff);
     loop {
         let started = tokio::time::Instant::now();
         let err = list_and_watch(&inner).await;
@@ -60,10 +62,9 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         broken(&inner).await;
         // A round that served for a while resets the backoff (client-go resets after 2 min of health).
         if started.elapsed() > Duration::from_secs(120) {
-            backoff = tuning.initial_backoff;
+            backoff.reset();
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(tuning.max_backoff);
+        tokio::time::sleep(backoff.next_delay()).await;
     }
 }
 

@@ -85,7 +85,7 @@ impl Snapshots {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{no_extra_fields, CachedObject};
+    use crate::store::{CachedObject, FieldExtractor};
     use std::sync::Arc;
 
     fn store_with(n: usize) -> Store {
@@ -93,7 +93,7 @@ mod tests {
         for i in 0..n {
             let key = format!("ns/o{i}");
             let json = format!(r#"{{"metadata":{{"name":"o{i}","namespace":"ns"}}}}"#);
-            s.insert(Arc::new(CachedObject::decode(&key, json.as_bytes(), 1, no_extra_fields).unwrap()));
+            s.insert(Arc::new(CachedObject::decode(&key, json.as_bytes(), 1, FieldExtractor::None).unwrap()));
         }
         s
     }

@@ -19,19 +19,40 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use imbl::OrdMap;
+use rkube_api::registry::{self, ResourceInfo};
 use serde_json::Value;
 
 use crate::filter::Predicate;
 
-/// Extracts an object's selectable fields (besides `metadata.name` and
-/// `metadata.namespace`, which the cache adds itself), e.g. for pods
+/// Extracts an object's selectable fields besides `metadata.name` and
+/// `metadata.namespace`, which the cache adds itself, e.g. for pods
 /// `spec.nodeName`, `status.phase`, ... (upstream `GetAttrs` / `ToSelectableFields`).
-pub type FieldExtractor = fn(&Value) -> Vec<(String, String)>;
+#[derive(Debug, Clone, Copy)]
+pub enum FieldExtractor {
+    /// No other field (resources whose only selectable fields are
+    /// `metadata.name` and `metadata.namespace`).
+    None,
+    /// The selectable fields of a resource-table row: each of `info.fields`
+    /// read with [`registry::field_value`]. Works for rows added while the
+    /// server runs (CRDs) as for built-in ones.
+    Resource(&'static ResourceInfo),
+    /// A function (tests, resources outside the table).
+    Fn(fn(&Value) -> Vec<(String, String)>),
+}
 
-/// A field extractor that adds nothing (resources whose only selectable
-/// fields are `metadata.name` and `metadata.namespace`).
-pub fn no_extra_fields(_: &Value) -> Vec<(String, String)> {
-    Vec::new()
+impl FieldExtractor {
+    /// The `(field, value)` pairs of `v`; fields the object lacks are left out.
+    pub fn extract(&self, v: &Value) -> Vec<(String, String)> {
+        match self {
+            FieldExtractor::None => Vec::new(),
+            FieldExtractor::Resource(info) => info
+                .fields
+                .iter()
+                .filter_map(|f| registry::field_value(info, v, f.label).map(|val| (f.label.to_string(), val)))
+                .collect(),
+            FieldExtractor::Fn(f) => f(v),
+        }
+    }
 }
 
 /// Result alias for this module.
@@ -116,7 +137,7 @@ impl CachedObject {
         if let Some(ns) = &namespace {
             fields.push(("metadata.namespace".to_string(), ns.clone()));
         }
-        fields.extend(extract(v));
+        fields.extend(extract.extract(v));
         CachedObject { key: key.to_string(), namespace, name, resource_version, json, labels, fields }
     }
 
@@ -297,10 +318,26 @@ pub fn read_page<'a>(
 mod tests {
     use super::*;
 
+    #[test]
+    fn resource_field_extractor_reads_the_rows_selectable_fields() {
+        let pods = registry::lookup("", "v1", "pods").expect("pods row");
+        let pod = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a","namespace":"d"},"spec":{"nodeName":"n1"},"status":{"phase":"Running"}}"#;
+        let o = CachedObject::decode("d/a", pod, 3, FieldExtractor::Resource(pods)).unwrap();
+        assert_eq!(o.field("metadata.name"), Some("a"));
+        assert_eq!(o.field("metadata.namespace"), Some("d"));
+        assert_eq!(o.field("spec.nodeName"), Some("n1"));
+        assert_eq!(o.field("status.phase"), Some("Running"));
+        // A row with no extra selectable fields adds nothing.
+        let cms = registry::lookup("", "v1", "configmaps").expect("configmaps row");
+        let cm = br#"{"metadata":{"name":"c","namespace":"d"}}"#;
+        let o = CachedObject::decode("d/c", cm, 3, FieldExtractor::Resource(cms)).unwrap();
+        assert_eq!(o.fields.len(), 2, "{:?}", o.fields);
+    }
+
     fn obj(key: &str, rv: i64) -> Arc<CachedObject> {
         let (ns, name) = key.split_once('/').unwrap();
         let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"{ns}","labels":{{"app":"a"}}}}}}"#);
-        Arc::new(CachedObject::decode(key, json.as_bytes(), rv, no_extra_fields).unwrap())
+        Arc::new(CachedObject::decode(key, json.as_bytes(), rv, FieldExtractor::None).unwrap())
     }
 
     #[test]
@@ -316,8 +353,8 @@ mod tests {
 
     #[test]
     fn decode_rejects_non_objects() {
-        assert!(CachedObject::decode("a/b", b"[1]", 1, no_extra_fields).is_err());
-        assert!(CachedObject::decode("a/b", b"{nope", 1, no_extra_fields).is_err());
+        assert!(CachedObject::decode("a/b", b"[1]", 1, FieldExtractor::None).is_err());
+        assert!(CachedObject::decode("a/b", b"{nope", 1, FieldExtractor::None).is_err());
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //!   = storage's current revision, a consistent read), then, with
 //!   `allowWatchBookmarks`, a BOOKMARK annotated `k8s.io/initial-events-end`.
 //!
-//! With the cache disabled (`--watch-cache-sizes=resource#0`) the same
-//! stream is served from a storage watch instead.
+//! With a cacher of size 0 (`--watch-cache=false`,
+//! `--watch-cache-sizes=resource#0`) the same stream is served from a
+//! storage watch instead (`storage_watch`).
 //!
 //! Registration happens under the cache's read lock, so the initial events
 //! and the live stream meet exactly at the cache's revision at that moment.
@@ -28,6 +29,7 @@ use rkube_api::list_options::ListOptions;
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
 
+use crate::bookmarks::BOOKMARK_FREQUENCY;
 use crate::cacher::Inner;
 use crate::error::{CacheError, Result};
 use crate::event::{Bookmark, WatchEvent};
@@ -134,7 +136,10 @@ pub(crate) async fn watch(inner: &Inner, namespace: Option<&str>, opts: &ListOpt
 
     let state = inner.read_state();
     let start_rv = state.resource_version;
-    let initial: VecDeque<WatchEvent> = if send_initial || requested == 0 {
+    // `sendInitialEvents=false` at resourceVersion ""/"0": no initial
+    // events, the stream starts at the cache's current revision (upstream).
+    let initial_events = send_initial || (requested == 0 && opts.send_initial_events != Some(false));
+    let initial: VecDeque<WatchEvent> = if initial_events {
         let mut v: VecDeque<WatchEvent> = match (pred.node_name(), state.node_index.as_ref()) {
             (Some(node), Some(index)) => index
                 .keys(node)
@@ -153,6 +158,8 @@ pub(crate) async fn watch(inner: &Inner, namespace: Option<&str>, opts: &ListOpt
             v.push_back(WatchEvent::Bookmark(Bookmark { resource_version: start_rv, initial_events_end: true }));
         }
         v
+    } else if requested == 0 {
+        VecDeque::new()
     } else {
         match state.history.since(requested) {
             Ok(events) => {
@@ -182,10 +189,19 @@ pub(crate) async fn watch(inner: &Inner, namespace: Option<&str>, opts: &ListOpt
     })
 }
 
-/// A watch straight from storage, for a resource whose cache is disabled
-/// (`--watch-cache-sizes=resource#0`): initial state from a storage LIST
-/// when asked for, then the storage watch, filtered and typed like a cache
-/// watcher's events. No bookmarks except WatchList's initial-events-end.
+/// A periodic `BOOKMARK` at `resource_version`.
+fn bookmark(resource_version: i64) -> WatchEvent {
+    WatchEvent::Bookmark(Bookmark { resource_version, initial_events_end: false })
+}
+
+/// A watch straight from storage, for a resource whose cacher has size 0
+/// (`--watch-cache=false`, `--watch-cache-sizes=resource#0`; upstream
+/// `storage/etcd3/watcher.go`): initial state from a storage LIST when asked
+/// for, then the storage watch, filtered and typed like a cache watcher's
+/// events. With `allowWatchBookmarks`, every [`BOOKMARK_FREQUENCY`] a
+/// progress notification is requested and sent on as a `BOOKMARK` (when the
+/// storage's notifications are reliable; otherwise a `BOOKMARK` at the last
+/// revision seen), plus WatchList's initial-events-end.
 async fn storage_watch(inner: &Inner, pred: Arc<Predicate>, opts: &ListOptions) -> Result<CacheWatch> {
     use crate::event::{CacheEvent, EventKind};
     use crate::storage_list::{self, StorageRead};
@@ -196,7 +212,8 @@ async fn storage_watch(inner: &Inner, pred: Arc<Predicate>, opts: &ListOptions) 
     let send_initial = inner.config.gates.watch_list && opts.send_initial_events == Some(true);
     let requested = opts.resource_version_number();
     let mut initial = VecDeque::new();
-    let after = if requested == 0 || send_initial {
+    let initial_events = send_initial || (requested == 0 && opts.send_initial_events != Some(false));
+    let after = if initial_events {
         let read = if requested > 0 { StorageRead::NotOlderThan(requested) } else { StorageRead::Latest };
         let r = storage_list::list(inner, &pred, read, None, 0, false).await?;
         initial.extend(r.items.into_iter().map(WatchEvent::Added));
@@ -204,6 +221,8 @@ async fn storage_watch(inner: &Inner, pred: Arc<Predicate>, opts: &ListOptions) 
             initial.push_back(WatchEvent::Bookmark(Bookmark { resource_version: r.resource_version, initial_events_end: true }));
         }
         r.resource_version
+    } else if requested == 0 {
+        inner.storage.current_revision().await?
     } else {
         requested
     };
@@ -218,12 +237,39 @@ async fn storage_watch(inner: &Inner, pred: Arc<Predicate>, opts: &ListOptions) 
     let prefix = inner.config.resource_prefix.clone();
     let extract = inner.config.field_extractor;
     let clock = inner.config.clock.clone();
+    let bookmarks = opts.allow_watch_bookmarks;
+    let reliable = inner.storage.progress_notify_reliable();
     let forwarder = tokio::spawn(async move {
-        let mut stream = watch.stream;
-        while let Some(msg) = stream.next().await {
+        let rkube_storage::Watch { mut stream, progress } = watch;
+        let mut last_rv = after;
+        let first = tokio::time::Instant::now() + BOOKMARK_FREQUENCY;
+        let mut ticker = tokio::time::interval_at(first, BOOKMARK_FREQUENCY);
+        loop {
+            let msg = tokio::select! {
+                msg = stream.next() => match msg {
+                    Some(msg) => msg,
+                    None => return,
+                },
+                _ = ticker.tick(), if bookmarks => {
+                    if reliable {
+                        progress.request_progress();
+                    } else if tx.send(bookmark(last_rv)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
             let events = match msg {
                 Ok(WatchResponse::Events(evs)) => evs,
-                Ok(WatchResponse::Progress { .. }) => continue,
+                Ok(WatchResponse::Progress { revision }) => {
+                    if bookmarks && reliable && revision >= last_rv {
+                        last_rv = revision;
+                        if tx.send(bookmark(revision)).await.is_err() {
+                            return;
+                        }
+                    }
+                    continue;
+                }
                 Err(StorageError::Compacted { requested, compacted }) => {
                     let _ = tx.send(WatchEvent::Error(CacheError::TooOldResourceVersion { requested, oldest: compacted })).await;
                     return;
@@ -234,8 +280,9 @@ async fn storage_watch(inner: &Inner, pred: Arc<Predicate>, opts: &ListOptions) 
                 }
             };
             for ev in events {
-                let Some(key) = ev.kv.key.strip_prefix(prefix.as_str()) else { continue };
                 let rv = ev.revision();
+                last_rv = last_rv.max(rv);
+                let Some(key) = ev.kv.key.strip_prefix(prefix.as_str()) else { continue };
                 let decode = |v: &[u8], rv| CachedObject::decode(key, v, rv, extract).ok().map(Arc::new);
                 let prev = ev.prev_kv.as_ref().and_then(|p| decode(&p.value, p.mod_revision));
                 let cache_event = match (ev.kind, prev) {

@@ -260,3 +260,25 @@ async fn disabled_cache_serves_lists_and_watches_from_storage() {
     assert_eq!(next(&mut n2).await, Some(("ADDED", "a".into(), r1)));
     assert_eq!(next(&mut n2).await, Some(("DELETED", "a".into(), r2)));
 }
+
+/// A cacher of size 0 serves bookmarks from the storage watch: every
+/// minute it asks storage for a progress notification and sends it on as
+/// a `BOOKMARK` (upstream's etcd3 watcher with progress notify).
+#[tokio::test(start_paused = true)]
+async fn size_0_cacher_watch_sends_bookmarks_from_storage_progress() {
+    let b = embedded();
+    let r0 = create(b.storage.as_ref(), "ns", "a", "n1").await.mod_revision;
+    let mut config = pod_config();
+    config.history_size = Some(0);
+    let cacher = Cacher::new(b.storage.clone(), config);
+    let q = format!("watch=true&resourceVersion={r0}&allowWatchBookmarks=true");
+    let mut w = cacher.watch(None, &opts(&q)).await.unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(90), w.next()).await.expect("a bookmark within 90 s");
+    match ev {
+        Some(WatchEvent::Bookmark(bm)) => assert_eq!((bm.resource_version, bm.initial_events_end), (r0, false)),
+        other => panic!("want BOOKMARK at {r0}, got {other:?}"),
+    }
+    // Without allowWatchBookmarks: nothing.
+    let mut quiet_watch = cacher.watch(None, &opts(&format!("watch=true&resourceVersion={r0}"))).await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_secs(90), quiet_watch.next()).await.is_err());
+}

@@ -11,6 +11,9 @@
 //! - [`embedded`]: durable MVCC on redb, the default (single process).
 //! - [`etcd`]: real etcd v3 over gRPC via `etcd-client`.
 //!
+//! [`compactor`] runs the `compact_rev_key` compaction every API server on
+//! one storage shares (one winner per round).
+//!
 //! [`testing`] starts a real `etcd` on free loopback ports for tests in any
 //! crate (`testing::EtcdServer::start()`).
 //!
@@ -26,6 +29,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::Stream;
 
+pub mod compactor;
 pub mod embedded;
 pub mod etcd;
 pub mod testing;

@@ -363,29 +363,6 @@ impl FilterChain {
     }
 }
 
-/// Serves the API server `st` behind `chain` on `listener` (HTTPS when the
-/// chain has a serving certificate) until `shutdown` completes; then ends
-/// open watches (`st.shutdown`), waits for open requests and flushes the
-/// audit log. `/metrics` renders the chain's registry with the state's cache
-/// families attached ([`crate::state::ApiState::with_metrics`]).
-pub async fn serve_api(
-    listener: tokio::net::TcpListener,
-    st: crate::state::ApiState,
-    chain: &FilterChain,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let stopping = st.shutdown.clone();
-    let signal = async move {
-        shutdown.await;
-        let _ = stopping.send(true);
-    };
-    let st = st.with_metrics(chain.metrics());
-    let router = apply(crate::server::router(st), chain);
-    let served = serve(listener, router, chain.tls_server_config(), signal).await;
-    chain.shutdown().await;
-    served
-}
-
 /// Mounts `GET /metrics` (the chain's registry through
 /// [`metrics::metrics_response`], the renderer the router's own `metrics` arm
 /// uses too) and `PUT /debug/flags/v` on `router` and wraps every route (and

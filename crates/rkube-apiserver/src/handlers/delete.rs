@@ -389,27 +389,19 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let info = ctx.ri.info;
     let opts = parse_options(ctx, body)?;
     trace::step(steps::DELETE_OPTIONS);
-    let (_, predicate) = super::read::list_options(ctx)?;
-    let prefix = info.list_prefix(ctx.st.prefix(), ctx.ri.namespace.as_deref());
-    let page = ctx
-        .st
-        .source
-        .list(crate::source::ListRequest {
-            info,
-            prefix,
-            revision: 0,
-            start_key: None,
-            limit: 0,
-            predicate: &predicate,
-        })
-        .await
-        .map_err(|e| ApiError::from_storage(e, info, ""))?;
+    // Everything the selectors match now (a consistent read, whatever the
+    // request's resourceVersion or limit), each deleted as a single DELETE.
+    let mut list_opts = super::read::list_options(ctx)?;
+    list_opts.resource_version = None;
+    list_opts.resource_version_match = None;
+    list_opts.limit = 0;
+    list_opts.continue_token = None;
+    let page = ctx.st.cache.list(info, ctx.ri.namespace.as_deref(), &list_opts).await?;
     trace::step_with(steps::LIST_DONE, trace::count(page.items.len()));
     let mut items = Vec::new();
-    for obj in page.items {
-        let name = object::name(&obj).to_string();
-        let ns = object::namespace(&obj).to_string();
-        match delete_one(ctx, info, &ns, &name, &opts).await {
+    for obj in &page.items {
+        let ns = obj.namespace.as_deref().unwrap_or("");
+        match delete_one(ctx, info, ns, &obj.name, &opts).await {
             Ok(Outcome::Deleted(o)) | Ok(Outcome::Pending(o)) => items.push(o),
             Err(e) if e.code() == 404 => {}
             Err(e) => return Err(e),
@@ -417,7 +409,7 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     }
     trace::step_with(steps::DELETED, trace::count(items.len()));
     let mut meta = Map::new();
-    meta.insert("resourceVersion".into(), json!(page.revision.to_string()));
+    meta.insert("resourceVersion".into(), json!(page.resource_version.to_string()));
     trace::step(steps::ABOUT_TO_WRITE);
     Ok(render::list(info, ctx.render, items, meta))
 }

@@ -9,7 +9,7 @@
 //!   (upstream `GuaranteedUpdate`), status subresources, `pods/binding`.
 //! - [`delete`]: DELETE with `DeleteOptions`, finalizers, graceful pod
 //!   deletion, namespace cascade, DELETE-collection.
-//! - WATCH lives in [`crate::watch`].
+//! - WATCH lives in [`watch`].
 
 pub mod create;
 pub mod delete;
@@ -18,6 +18,7 @@ pub mod read;
 pub mod component_status;
 pub mod scale;
 pub mod update;
+pub mod watch;
 mod write;
 
 use axum::body::Body;
@@ -176,7 +177,7 @@ async fn dispatch_inner(
         Verb::List if is_component_status(&ctx) => component_status::list(&ctx).await,
         Verb::Get => read::get(&ctx).await,
         Verb::List => read::list(&ctx).await,
-        Verb::Watch => crate::watch::serve(ctx).await,
+        Verb::Watch => watch::serve(ctx).await,
         Verb::Create => {
             let body = media::read_body(body).await?;
             if ctx.ri.subresource.as_deref() == Some("binding") {

@@ -1,61 +1,73 @@
-//! GET and LIST.
+//! GET and LIST. Every routing decision (cache, snapshot or storage,
+//! resourceVersion semantics, not-ready rules) is the watch-cache layer's
+//! ([`rkube_cache::CacheLayer::get`], [`rkube_cache::CacheLayer::list`];
+//! upstream `cacher/delegator.go`); this module parses the request and
+//! encodes the answer:
 //!
-//! LIST resourceVersion semantics (served from the [`ReadSource`]; upstream
-//! `storage/etcd3/store.go` `GetList` and `cacher/delegator.go`):
-//!
-//! | request | read at |
-//! |---|---|
-//! | `resourceVersion` unset or `""` | latest (consistent read) |
-//! | `resourceVersion=0` | latest |
-//! | `RV=N`, `resourceVersionMatch=Exact`, or legacy exact (`limit>0`, no match) | revision N (410 `Expired` when compacted) |
-//! | `RV=N`, `NotOlderThan` (or no match and no limit) | latest, which must be ≥ N (504 too large otherwise) |
-//! | `continue=<token>` | the token's revision (latest when negative), from its key |
-//!
-//! [`ReadSource`]: crate::source::ReadSource
+//! - LIST: with JSON output the body is assembled from the cached bytes of
+//!   each item (`{"kind":..,"apiVersion":..,"metadata":..,"items":[<bytes>,..]}`),
+//!   never re-serializing an object; Table / PartialObjectMetadata / YAML
+//!   outputs decode the items and go through [`render::list`].
+//! - GET: the object's bytes (JSON), or decoded and rendered.
 
-use axum::response::Response;
-use rkube_api::continue_token::ContinueToken;
-use rkube_api::list_options::{ListOptions, ResourceVersionMatch};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::{BufMut, Bytes, BytesMut};
+use rkube_api::list_options::ListOptions;
 use rkube_api::registry::ResourceInfo;
-use rkube_api::status::Status;
-use rkube_storage::Revision;
-use serde_json::{Map, Value};
+use rkube_cache::ListResult;
+use serde_json::{json, Map, Value};
 
 use super::Ctx;
 use crate::error::{ApiError, ApiResult};
-use crate::filters::trace;
+use crate::filters::trace::{self, steps};
+use crate::media::Output;
 use crate::render;
-use crate::source::{ListRequest, Predicate};
 
-/// GET one object (or its `status` subresource, which is the same object).
-pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
-    trace::step(trace::steps::GET_START);
-    if let Some(r) = crate::cached_read::get(ctx).await {
-        return r;
-    }
-    let info = ctx.ri.info;
-    let name = ctx.name();
-    let key = ctx.key(name);
-    let obj = ctx.st.source.get(&key).await;
-    trace::step(trace::steps::GET_DONE);
-    let obj = obj.map_err(|e| ApiError::from_storage(e, info, name))?.ok_or_else(|| ApiError::not_found(info, name))?;
-    trace::step(trace::steps::ABOUT_TO_WRITE);
-    Ok(render::object(info, ctx.render, 200, &obj, &[]))
+/// Decodes a cached object's JSON (for non-JSON outputs).
+pub(crate) fn decode(bytes: &[u8]) -> ApiResult<Value> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::internal(format!("cached object is not JSON: {e}")))
 }
 
-/// Parses the LIST/WATCH query and the selectors; checks that every field of
-/// the field selector is selectable on `info` (400 `field label not supported`).
-pub fn list_options(ctx: &Ctx) -> ApiResult<(ListOptions, Predicate)> {
-    let opts = ListOptions::from_query(&ctx.raw_query).map_err(ApiError::from)?;
-    check_fields(ctx.ri.info, &opts)?;
-    let mut predicate = Predicate { label: opts.label_selector.clone(), field: opts.field_selector.clone() };
-    // `GET .../pods/<name>?watch=true` is a watch on that one object.
-    if let Some(name) = &ctx.ri.name {
-        let mut reqs = predicate.field.requirements().to_vec();
-        reqs.push(rkube_api::selector::FieldSelector::one_term("metadata.name", name).requirements()[0].clone());
-        predicate.field = rkube_api::selector::FieldSelector::from_requirements(reqs);
+fn json_response(body: Bytes) -> Response {
+    let mut resp = (StatusCode::OK, body).into_response();
+    resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// GET one object (or its `status` subresource, which is the same object),
+/// honouring `resourceVersion`.
+pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
+    trace::step(steps::GET_START);
+    let info = ctx.ri.info;
+    let name = ctx.name();
+    let namespace = ctx.ri.namespace.as_deref().unwrap_or("");
+    let found = ctx.st.cache.get(info, namespace, name, ctx.q("resourceVersion")).await;
+    trace::step(steps::GET_DONE);
+    let obj = found?.ok_or_else(|| ApiError::not_found(info, name))?;
+    trace::step(steps::ABOUT_TO_WRITE);
+    if ctx.render.output == Output::Json {
+        // The cached bytes plus the `\n` kube-apiserver ends every body with.
+        let mut body = BytesMut::with_capacity(obj.json.len() + 1);
+        body.put_slice(&obj.json);
+        body.put_u8(rkube_api::wire::JSON_TERMINATOR);
+        return Ok(json_response(body.freeze()));
     }
-    Ok((opts, predicate))
+    Ok(render::object(info, ctx.render, 200, &decode(&obj.json)?, &[]))
+}
+
+/// Parses the LIST/WATCH query; checks that every field of the field
+/// selector is selectable on the resource (400 `field label not supported`).
+/// `GET .../pods/<name>?watch=true` adds `metadata.name=<name>` to the field selector.
+pub fn list_options(ctx: &Ctx) -> ApiResult<ListOptions> {
+    let mut opts = ListOptions::from_query(&ctx.raw_query).map_err(ApiError::from)?;
+    check_fields(ctx.ri.info, &opts)?;
+    if let Some(name) = &ctx.ri.name {
+        let mut reqs = opts.field_selector.requirements().to_vec();
+        reqs.push(rkube_api::selector::FieldSelector::one_term("metadata.name", name).requirements()[0].clone());
+        opts.field_selector = rkube_api::selector::FieldSelector::from_requirements(reqs);
+    }
+    Ok(opts)
 }
 
 fn check_fields(info: &ResourceInfo, opts: &ListOptions) -> ApiResult<()> {
@@ -67,72 +79,102 @@ fn check_fields(info: &ResourceInfo, opts: &ListOptions) -> ApiResult<()> {
     Ok(())
 }
 
-/// Parses a non-empty resourceVersion (400 on garbage).
-pub fn parse_rv(rv: &str) -> ApiResult<Revision> {
-    rv.parse::<Revision>()
-        .ok()
-        .filter(|v| *v >= 0)
-        .ok_or_else(|| Status::bad_request(format!("invalid resource version: {rv:?}")).into())
+/// The list's `metadata` (`resourceVersion`, `continue`, `remainingItemCount`).
+fn list_meta(page: &ListResult) -> Map<String, Value> {
+    let mut meta = Map::new();
+    meta.insert("resourceVersion".into(), Value::String(page.resource_version.to_string()));
+    if let Some(token) = &page.continue_token {
+        meta.insert("continue".into(), Value::String(token.clone()));
+        if let Some(rem) = page.remaining_item_count.filter(|r| *r > 0) {
+            meta.insert("remainingItemCount".into(), Value::from(rem));
+        }
+    }
+    meta
+}
+
+/// `{"kind":..,"apiVersion":..,"metadata":..,"items":[..]}\n` from the items' bytes.
+pub fn list_json(info: &ResourceInfo, page: &ListResult) -> Bytes {
+    let head = json!({"kind": info.list_kind, "apiVersion": info.api_version()});
+    let head = serde_json::to_vec(&head).unwrap_or_default();
+    let meta = serde_json::to_vec(&Value::Object(list_meta(page))).unwrap_or_default();
+    let items_len: usize = page.items.iter().map(|o| o.json.len() + 1).sum();
+    let mut out = BytesMut::with_capacity(head.len() + meta.len() + items_len + 33);
+    // `head` is `{"kind":..,"apiVersion":..}`: reopen it.
+    out.put_slice(&head[..head.len().saturating_sub(1)]);
+    out.put_slice(b",\"metadata\":");
+    out.put_slice(&meta);
+    out.put_slice(b",\"items\":[");
+    for (i, item) in page.items.iter().enumerate() {
+        if i > 0 {
+            out.put_u8(b',');
+        }
+        out.put_slice(&item.json);
+    }
+    out.put_slice(b"]}");
+    out.put_u8(rkube_api::wire::JSON_TERMINATOR);
+    out.freeze()
 }
 
 /// LIST a collection.
 pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
-    trace::step(trace::steps::LIST_START);
-    if let Some(r) = crate::cached_read::list(ctx).await {
-        return r;
-    }
+    trace::step(steps::LIST_START);
     let info = ctx.ri.info;
-    let (opts, predicate) = list_options(ctx)?;
-    let prefix = info.list_prefix(ctx.st.prefix(), ctx.ri.namespace.as_deref());
-    let limit = if opts.limit > 0 { opts.limit as usize } else { 0 };
-    let rv = opts.resource_version.as_deref().unwrap_or("");
+    let opts = list_options(ctx)?;
+    let page = ctx.st.cache.list(info, ctx.ri.namespace.as_deref(), &opts).await;
+    trace::step_with(steps::LIST_DONE, trace::count(page.as_ref().map_or(0, |p| p.items.len())));
+    let page = page?;
+    trace::step(steps::ABOUT_TO_WRITE);
+    if ctx.render.output == Output::Json {
+        return Ok(json_response(list_json(info, &page)));
+    }
+    let items = page.items.iter().map(|o| decode(&o.json)).collect::<ApiResult<Vec<Value>>>()?;
+    Ok(render::list(info, ctx.render, items, list_meta(&page)))
+}
 
-    let mut revision: Revision = 0;
-    let mut start_key = None;
-    let mut min_revision: Revision = 0;
-    if let Some(token) = opts.continue_token.as_deref().filter(|t| !t.is_empty()) {
-        if !rv.is_empty() && rv != "0" {
-            return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
-        }
-        let t = ContinueToken::decode(token).map_err(ApiError::from)?;
-        if t.resource_version > 0 {
-            revision = t.resource_version;
-        }
-        start_key = Some(format!("{prefix}{}", t.start_key));
-    } else if !rv.is_empty() && rv != "0" {
-        let n = parse_rv(rv)?;
-        let exact = match opts.resource_version_match {
-            Some(ResourceVersionMatch::Exact) => true,
-            Some(ResourceVersionMatch::NotOlderThan) => false,
-            None => limit > 0,
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use rkube_cache::{CachedObject, ServedFrom};
+
+    fn raw(json: &'static [u8]) -> Arc<CachedObject> {
+        Arc::new(CachedObject {
+            key: String::new(),
+            namespace: None,
+            name: String::new(),
+            resource_version: 1,
+            json: Bytes::from_static(json),
+            labels: Default::default(),
+            fields: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn list_json_splices_cached_item_bytes() {
+        let info = rkube_api::registry::lookup("", "v1", "configmaps").unwrap();
+        let page = ListResult {
+            items: vec![raw(br#"{"a":1}"#), raw(br#"{"b":2}"#)],
+            resource_version: 7,
+            continue_token: Some("tok".into()),
+            remaining_item_count: Some(3),
+            served_from: ServedFrom::Cache,
         };
-        if exact {
-            revision = n;
-        } else {
-            min_revision = n;
-        }
+        let body = list_json(info, &page);
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            v,
+            json!({"kind": "ConfigMapList", "apiVersion": "v1",
+                   "metadata": {"resourceVersion": "7", "continue": "tok", "remainingItemCount": 3},
+                   "items": [{"a": 1}, {"b": 2}]})
+        );
+        let empty = ListResult {
+            items: Vec::new(),
+            resource_version: 1,
+            continue_token: None,
+            remaining_item_count: None,
+            served_from: ServedFrom::Cache,
+        };
+        assert_eq!(serde_json::from_slice::<Value>(&list_json(info, &empty)).unwrap()["items"], json!([]));
     }
-
-    let page = ctx
-        .st
-        .source
-        .list(ListRequest { info, prefix: prefix.clone(), revision, start_key, limit, predicate: &predicate })
-        .await;
-    trace::step_with(trace::steps::LIST_DONE, trace::count(page.as_ref().map_or(0, |p| p.items.len())));
-    let page = page.map_err(|e| ApiError::from_storage(e, info, ""))?;
-    if min_revision > page.revision {
-        return Err(Status::too_large_resource_version(min_revision, page.revision).into());
-    }
-    let mut meta = Map::new();
-    meta.insert("resourceVersion".into(), Value::String(page.revision.to_string()));
-    if let Some(last) = &page.last_key {
-        let relative = last.strip_prefix(&prefix).unwrap_or(last);
-        let token = ContinueToken::for_next_key(page.revision, relative).encode();
-        meta.insert("continue".into(), Value::String(token));
-        if let Some(rem) = page.remaining.filter(|r| *r > 0) {
-            meta.insert("remainingItemCount".into(), Value::from(rem));
-        }
-    }
-    trace::step(trace::steps::ABOUT_TO_WRITE);
-    Ok(render::list(info, ctx.render, page.items, meta))
 }

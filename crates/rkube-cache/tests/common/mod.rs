@@ -49,7 +49,7 @@ pub fn pod_fields(v: &Value) -> Vec<(String, String)> {
 
 pub fn pod_config() -> CacherConfig {
     let mut c = CacherConfig::new(PODS, "", "pods");
-    c.field_extractor = pod_fields;
+    c.field_extractor = rkube_cache::FieldExtractor::Fn(pod_fields);
     c.index_node_name = true;
     c
 }

@@ -1,13 +1,12 @@
-//! Storage compaction shared by every API server on one storage, and the
-//! watch-cache side of it (KEP-4988).
+//! Storage compaction shared by every API server on one storage (upstream
+//! `staging/src/k8s.io/apiserver/pkg/storage/etcd3/compact.go`).
 //!
-//! **Compactor** (upstream `storage/etcd3/compact.go`): every
-//! `--etcd-compaction-interval` each server tries a compare-and-swap on the
-//! key [`COMPACT_REV_KEY`], guarded by the key's state it saw last time, and
-//! writes the revision it recorded in the previous round. Exactly one server
-//! wins a round (the others' guards fail because the key changed); the winner
-//! compacts storage to that revision, so history is kept for at least one
-//! interval. Each round also records the current revision for the next one.
+//! Every `--etcd-compaction-interval` each server tries a compare-and-swap on
+//! the key [`COMPACT_REV_KEY`], guarded by the key's state it saw last time,
+//! and writes the revision it recorded in the previous round. Exactly one
+//! server wins a round (the others' guards fail because the key changed); the
+//! winner compacts storage to that revision, so history is kept for at least
+//! one interval. Each round also records the current revision for the next one.
 //!
 //! ```text
 //! round k:  CAS(compact_rev_key unchanged since I last saw it) put(rev_{k-1})
@@ -16,26 +15,19 @@
 //!           rev_k := current revision
 //! ```
 //!
-//! Upstream guards on the key's `version`; rkube's [`Storage`] trait guards
+//! Upstream guards on the key's `version`; the [`Storage`] trait guards
 //! writes on `mod_revision`, which changes on exactly the same writes, so
 //! the outcome is the same (and both kinds of servers interoperate on one etcd).
-//! The guard for "absent" is [`Storage::create`].
-//!
-//! **Compaction watch**: every server with a watch cache watches
-//! `compact_rev_key` and tells every cache the compacted revision
-//! ([`Caches::on_compaction`]): snapshots below it are dropped, so Exact /
-//! continue LISTs below it go to storage and get 410 `Expired`, and WATCHes
-//! from below it get an `ERROR` 410 ([`crate::cache_source`]).
+//! The guard for "absent" is [`Storage::create`]. The watch caches learn
+//! each compaction by watching the key (`rkube_cache::compaction`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use rkube_storage::etcd::COMPACT_REV_KEY;
-use rkube_storage::{EventKind, Revision, Storage, StorageError, WatchResponse};
 use tokio::task::JoinHandle;
 
-use crate::cache_source::Caches;
+use crate::etcd::COMPACT_REV_KEY;
+use crate::{Revision, Storage, StorageError};
 
 /// Errors of one compaction round.
 #[derive(Debug, thiserror::Error)]
@@ -120,52 +112,6 @@ pub fn spawn_compactor(storage: Arc<dyn Storage>, interval: Duration) -> JoinHan
     })
 }
 
-/// The revision a `compact_rev_key` value names (0 when unparsable).
-fn parse_value(v: &[u8]) -> Revision {
-    std::str::from_utf8(v).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
-}
-
-/// Watches `compact_rev_key` and tells `caches` every compaction (until aborted).
-/// Re-opens the watch after a failure (1 s, doubling to 30 s).
-pub fn spawn_compaction_watch(storage: Arc<dyn Storage>, caches: Arc<Caches>) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut backoff = Duration::from_secs(1);
-        loop {
-            match follow(storage.as_ref(), &caches).await {
-                Ok(()) => backoff = Duration::from_secs(1),
-                Err(e) => tracing::debug!(error = %e, "compact_rev_key watch ended"),
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(30));
-        }
-    })
-}
-
-/// Reads the key, then follows its changes until the watch ends.
-async fn follow(storage: &dyn Storage, caches: &Caches) -> Result<(), StorageError> {
-    let after = match storage.get(COMPACT_REV_KEY).await? {
-        Some(kv) => {
-            caches.on_compaction(parse_value(&kv.value));
-            kv.mod_revision
-        }
-        None => storage.current_revision().await?,
-    };
-    let watch = storage.watch(COMPACT_REV_KEY, after).await?;
-    let mut stream = watch.stream;
-    while let Some(msg) = stream.next().await {
-        if let WatchResponse::Events(events) = msg? {
-            for ev in events.iter().filter(|e| e.kind == EventKind::Put && e.kv.key == COMPACT_REV_KEY) {
-                let rev = parse_value(&ev.kv.value);
-                if rev > 0 {
-                    tracing::debug!(revision = rev, "storage compacted; dropping older snapshots");
-                }
-                caches.on_compaction(rev);
-            }
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,7 +121,7 @@ mod tests {
     #[tokio::test]
     async fn compaction_cas_lets_one_server_win_per_round() {
         let dir = tempfile::tempdir().unwrap();
-        let storage = rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap();
+        let storage = crate::embedded::EmbeddedStorage::open(dir.path()).unwrap();
         let (mut a, mut b) = (CompactorState::default(), CompactorState::default());
         storage.create("/registry/x/1", "{}".into()).await.unwrap();
         assert_eq!(compact_once(&storage, &mut a).await.unwrap(), Round::Recorded);

@@ -1,6 +1,6 @@
 //! The watch-cache consistency checker (KEP-4988, gate
-//! `DetectCacheInconsistency`, upstream `storage/cacher/delegator.go`'s
-//! consistency checker).
+//! `DetectCacheInconsistency`; upstream
+//! `staging/src/k8s.io/apiserver/pkg/storage/cacher/consistency_checker.go`).
 //!
 //! Per cached resource, every period jittered into `[p, 1.5 p]` (upstream:
 //! 5 min, jitter 0.5; rkube: `--watch-cache-consistency-check-period`):
@@ -19,9 +19,9 @@
 //!
 //! Outcomes, counted in `apiserver_storage_consistency_checks_total{group,resource,status}`:
 //! - `success`: if snapshots were purged by an earlier failure, they resume
-//!   ([`rkube_cache::Cacher::resume_snapshots`]);
+//!   ([`crate::Cacher::resume_snapshots`]);
 //! - `failure`: logged with both digests; the cache's snapshots are purged
-//!   ([`rkube_cache::Cacher::purge_snapshots`]), so Exact / continue LISTs
+//!   ([`crate::Cacher::purge_snapshots`]), so Exact / continue LISTs
 //!   are served from storage until the next success. With env
 //!   `KUBE_WATCHCACHE_CONSISTENCY_CHECKER` set to a true value (Go
 //!   `ParseBool`), the process aborts instead (for tests), as upstream panics;
@@ -43,7 +43,7 @@ use rkube_storage::{prefix_end, RangeRequest, Revision, Storage, StorageError};
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
-use crate::cache_source::{CacheEntry, Caches};
+use crate::layer::CacheEntry;
 
 /// Environment variable that turns a mismatch into an abort (upstream's name).
 pub const CHECKER_ENV: &str = "KUBE_WATCHCACHE_CONSISTENCY_CHECKER";
@@ -177,7 +177,7 @@ pub async fn digests(storage: &dyn Storage, entry: &CacheEntry) -> Result<Digest
     let query = if cacher.config().gates.consistent_list_from_cache { "" } else { "resourceVersion=0" };
     let opts = ListOptions::from_query(query).map_err(|s| CheckError::Cache(s.message().to_string()))?;
     let list = cacher.list(None, &opts).await.map_err(|e| CheckError::Cache(e.to_string()))?;
-    if list.served_from != rkube_cache::ServedFrom::Cache {
+    if list.served_from != crate::ServedFrom::Cache {
         return Err(CheckError::Cache("the cache did not catch up with storage in time".into()));
     }
     let rv = list.resource_version;
@@ -262,31 +262,20 @@ fn jittered(period: Duration) -> Duration {
     period.mul_f64(1.0 + JITTER * r)
 }
 
-/// Starts one checking task per cached resource (until aborted; the
-/// returned handle aborts them all when aborted itself).
-pub fn spawn_checker(
+/// Starts the periodic check of one cached resource (until the returned
+/// task is aborted). [`crate::layer::CacheLayer`] starts one per enabled cache,
+/// including caches added while the server runs.
+pub fn spawn_entry_checker(
     storage: Arc<dyn Storage>,
-    caches: Arc<Caches>,
+    entry: Arc<CacheEntry>,
     period: Duration,
     metrics: Arc<ConsistencyMetrics>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut set = tokio::task::JoinSet::new();
-        for idx in 0..caches.entries().len() {
-            if !caches.entries()[idx].enabled() {
-                continue;
-            }
-            let (storage, caches, metrics) = (storage.clone(), caches.clone(), metrics.clone());
-            set.spawn(async move {
-                let entry = &caches.entries()[idx];
-                loop {
-                    tokio::time::sleep(jittered(period)).await;
-                    check(storage.as_ref(), entry, &metrics).await;
-                }
-            });
+        loop {
+            tokio::time::sleep(jittered(period)).await;
+            check(storage.as_ref(), &entry, &metrics).await;
         }
-        // Dropping the set (when this task is aborted) aborts every checker.
-        while set.join_next().await.is_some() {}
     })
 }
 
