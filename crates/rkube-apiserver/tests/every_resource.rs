@@ -368,3 +368,36 @@ async fn eviction_honours_pod_disruption_budgets() {
     assert_eq!(s.post(pods, &pod("other")).await.code, 201);
     s.post(&format!("{pods}/other/eviction"), &eviction("web")).await.assert_status(400, "BadRequest");
 }
+
+/// kube-rs sees every group: `Discovery::run` finds every row of the table,
+/// and `Api::all` lists every listable resource (what kube-rs's own cluster
+/// tests and controllers built on it do first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_discovery_finds_and_lists_every_resource() {
+    use kube::api::{Api, DynamicObject, ListParams};
+    use kube::discovery::{verbs, Discovery};
+    let s = TestServer::embedded().await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = kube::Client::try_from(kube::Config::new(s.base.parse().expect("server URL"))).expect("kube client");
+    let discovery = Discovery::new(client.clone()).run().await.expect("discovery");
+    let mut seen = Vec::new();
+    for group in discovery.groups() {
+        for (ar, caps) in group.recommended_resources() {
+            seen.push((ar.group.clone(), ar.plural.clone()));
+            if !caps.supports_operation(verbs::LIST) {
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+            let list = api.list(&ListParams::default().limit(5)).await;
+            assert!(list.is_ok(), "Api::all list of {}.{}: {:?}", ar.plural, ar.group, list.err());
+        }
+    }
+    for row in registry::all() {
+        assert!(
+            seen.iter().any(|(g, p)| g == row.group && p == row.resource),
+            "kube-rs discovery lacks {}.{}",
+            row.resource,
+            row.group
+        );
+    }
+}
