@@ -66,6 +66,38 @@ fn list_watch(backend: Backend) {
         "{got}"
     );
     assert_eq!(
+        got["groups"],
+        json!([
+            "admissionregistration.k8s.io",
+            "apiregistration.k8s.io",
+            "apps",
+            "autoscaling",
+            "batch",
+            "certificates.k8s.io",
+            "coordination.k8s.io",
+            "discovery.k8s.io",
+            "flowcontrol.apiserver.k8s.io",
+            "networking.k8s.io",
+            "node.k8s.io",
+            "policy",
+            "rbac.authorization.k8s.io",
+            "scheduling.k8s.io",
+            "storage.k8s.io",
+        ]),
+        "the Python client sees every group: {got}"
+    );
+    assert_eq!(
+        got["typed_lists"],
+        json!({
+            "batch/v1 jobs": 0,
+            "apps/v1 daemonsets": 0,
+            "v1 replicationcontrollers": 0,
+            "apiregistration.k8s.io/v1 apiservices": true,
+            "certificates.k8s.io/v1 certificatesigningrequests": 0,
+        }),
+        "{got}"
+    );
+    assert_eq!(
         got["not_found"],
         json!({"status": 404, "reason": "NotFound", "message": "configmaps \"nope\" not found"}),
         "{got}"

@@ -62,7 +62,20 @@ def main():
         body = json.loads(e.body)
         not_found = {"status": e.status, "reason": body.get("reason"), "message": body.get("message")}
 
-    print(json.dumps({"names": names, "pages": pages, "events": events, "not_found": not_found}))
+    # Discovery: every API group and, through the typed clients, one list per group.
+    groups = sorted(g.name for g in client.ApisApi().get_api_versions().groups)
+    typed_lists = {
+        "batch/v1 jobs": len(client.BatchV1Api().list_job_for_all_namespaces().items),
+        "apps/v1 daemonsets": len(client.AppsV1Api().list_daemon_set_for_all_namespaces().items),
+        "v1 replicationcontrollers": len(v1.list_replication_controller_for_all_namespaces().items),
+        "apiregistration.k8s.io/v1 apiservices": len(client.ApiregistrationV1Api().list_api_service().items) > 0,
+        "certificates.k8s.io/v1 certificatesigningrequests": len(
+            client.CertificatesV1Api().list_certificate_signing_request().items
+        ),
+    }
+
+    print(json.dumps({"names": names, "pages": pages, "events": events, "not_found": not_found,
+                      "groups": groups, "typed_lists": typed_lists}))
 
 
 if __name__ == "__main__":
