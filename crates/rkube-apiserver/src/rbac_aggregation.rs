@@ -40,32 +40,6 @@ pub enum AggregationError {
     },
 }
 
-/// Whether a metav1 `LabelSelector` (JSON) matches `labels` (upstream
-/// `LabelSelectorAsSelector`: `matchLabels` and `matchExpressions` with
-/// `In`, `NotIn`, `Exists`, `DoesNotExist`; an empty selector matches
-/// everything, an unknown operator nothing).
-pub fn selector_matches(selector: &Value, labels: &serde_json::Map<String, Value>) -> bool {
-    let label = |k: &str| labels.get(k).and_then(Value::as_str);
-    if let Some(ml) = selector.get("matchLabels").and_then(Value::as_object) {
-        if !ml.iter().all(|(k, v)| v.as_str().is_some() && label(k) == v.as_str()) {
-            return false;
-        }
-    }
-    let exprs = selector.get("matchExpressions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
-    exprs.iter().all(|e| {
-        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
-        let values: Vec<&str> =
-            e.get("values").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-        match e.get("operator").and_then(Value::as_str).unwrap_or("") {
-            "In" => label(key).is_some_and(|v| values.contains(&v)),
-            "NotIn" => label(key).is_none_or(|v| !values.contains(&v)),
-            "Exists" => label(key).is_some(),
-            "DoesNotExist" => label(key).is_none(),
-            _ => false,
-        }
-    })
-}
-
 fn name_of(role: &Value) -> &str {
     role.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
 }
@@ -88,7 +62,7 @@ pub fn aggregated_rules(role: &Value, all: &BTreeMap<String, Value>) -> Option<V
                 continue;
             }
             let labels = other.pointer("/metadata/labels").and_then(Value::as_object).unwrap_or(&empty);
-            if !selector_matches(sel, labels) {
+            if !rkube_api::selector::label_selector_matches(sel, labels) {
                 continue;
             }
             for r in other.get("rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
@@ -199,19 +173,6 @@ mod tests {
 
     fn role(name: &str, labels: Value, rules: Value) -> (String, Value) {
         (name.into(), json!({"metadata": {"name": name, "labels": labels}, "rules": rules}))
-    }
-
-    #[test]
-    fn selectors_match_labels_and_expressions() {
-        let labels = json!({"a": "1", "b": "x"});
-        let l = labels.as_object().unwrap();
-        assert!(selector_matches(&json!({"matchLabels": {"a": "1"}}), l));
-        assert!(!selector_matches(&json!({"matchLabels": {"a": "2"}}), l));
-        assert!(selector_matches(&json!({"matchExpressions": [{"key": "b", "operator": "In", "values": ["x", "y"]}]}), l));
-        assert!(selector_matches(&json!({"matchExpressions": [{"key": "c", "operator": "DoesNotExist"}]}), l));
-        assert!(!selector_matches(&json!({"matchExpressions": [{"key": "b", "operator": "NotIn", "values": ["x"]}]}), l));
-        assert!(!selector_matches(&json!({"matchExpressions": [{"key": "b", "operator": "Bogus"}]}), l));
-        assert!(selector_matches(&json!({}), l));
     }
 
     #[test]

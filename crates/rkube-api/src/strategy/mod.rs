@@ -207,37 +207,13 @@ pub(crate) fn selector_matches_template(obj: &Value, errs: &mut Vec<FieldError>)
         return;
     }
     let labels = obj.pointer("/spec/template/metadata/labels").and_then(Value::as_object).cloned().unwrap_or_default();
-    if !label_selector_matches(selector.unwrap_or(&Value::Null), &labels) {
+    if !crate::selector::label_selector_matches(selector.unwrap_or(&Value::Null), &labels) {
         errs.push(FieldError::invalid_json(
             "spec.template.metadata.labels",
             &Value::Object(labels),
             "`selector` does not match template `labels`",
         ));
     }
-}
-
-/// Whether a `metav1.LabelSelector` JSON object selects `labels`
-/// (`matchLabels` and `In`/`NotIn`/`Exists`/`DoesNotExist` expressions).
-pub fn label_selector_matches(selector: &Value, labels: &Map<String, Value>) -> bool {
-    if let Some(ml) = selector.get("matchLabels").and_then(Value::as_object) {
-        if !ml.iter().all(|(k, v)| labels.get(k) == Some(v)) {
-            return false;
-        }
-    }
-    let exprs = selector.get("matchExpressions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
-    exprs.iter().all(|e| {
-        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
-        let values: Vec<&str> =
-            e.get("values").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-        let have = labels.get(key).and_then(Value::as_str);
-        match e.get("operator").and_then(Value::as_str).unwrap_or("") {
-            "In" => have.is_some_and(|h| values.contains(&h)),
-            "NotIn" => have.is_none_or(|h| !values.contains(&h)),
-            "Exists" => have.is_some(),
-            "DoesNotExist" => have.is_none(),
-            _ => false,
-        }
-    })
 }
 
 #[cfg(test)]

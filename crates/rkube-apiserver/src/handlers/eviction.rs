@@ -36,7 +36,7 @@ fn refused(cause: String) -> ApiError {
 fn selects(pdb: &Value, labels: &serde_json::Map<String, Value>) -> bool {
     match pdb.pointer("/spec/selector") {
         None | Some(Value::Null) => false,
-        Some(sel) => rkube_api::strategy::label_selector_matches(sel, labels),
+        Some(sel) => rkube_api::selector::label_selector_matches(sel, labels),
     }
 }
 
