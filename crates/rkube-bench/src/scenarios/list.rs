@@ -194,7 +194,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     }
 
     if !ctx.caps.has_watch_cache() {
-        report.note("This server build has no watch cache flag: every LIST here was served from storage (ReadSource = StorageSource).");
+        report.note("This server build has no watch cache flag: every LIST here was served from storage.");
     }
     tables(&mut report, &kinds, &sizes, &results, &bytes, &rss, runs, walk_runs, backend);
     let mut t = Table::new(
