@@ -4,10 +4,13 @@
 //! upstream `cacher/delegator.go`); this module parses the request and
 //! encodes the answer:
 //!
-//! - LIST: with JSON output the body is assembled from the cached bytes of
+//! - LIST: with JSON output the body is spliced from the cached bytes of
 //!   each item (`{"kind":..,"apiVersion":..,"metadata":..,"items":[<bytes>,..]}`),
-//!   never re-serializing an object; Table / PartialObjectMetadata / YAML
-//!   outputs decode the items and go through [`render::list`].
+//!   never re-serializing an object, and streamed in chunks of about 64 KiB
+//!   built as the connection takes them ([`list_chunks`]), so a client that
+//!   reads slowly pins references to cached objects, not a copy of the body;
+//!   Table / PartialObjectMetadata / YAML outputs decode the items and go
+//!   through [`render::list`].
 //! - GET: the object's bytes (JSON), or decoded and rendered.
 
 use axum::http::{HeaderValue, StatusCode};
@@ -92,27 +95,77 @@ fn list_meta(page: &ListResult) -> Map<String, Value> {
     meta
 }
 
-/// `{"kind":..,"apiVersion":..,"metadata":..,"items":[..]}\n` from the items' bytes.
-pub fn list_json(info: &ResourceInfo, page: &ListResult) -> Bytes {
+/// Bytes of one streamed LIST chunk: small enough that a client that stops
+/// reading pins little besides the cached objects themselves, large enough
+/// that copying into it costs no throughput (one copy per byte, as before).
+pub const LIST_CHUNK_BYTES: usize = 64 * 1024;
+
+/// The JSON body of a LIST page, produced lazily: `{"kind":..,"apiVersion":..,
+/// "metadata":..,"items":[<cached bytes>,..]}\n`, spliced from each item's
+/// cached bytes (never re-serialized) into chunks of about
+/// [`LIST_CHUNK_BYTES`], built only when the connection asks for the next
+/// one. A response therefore holds the page's references to cached objects
+/// plus one chunk, not a copy of the whole body. Yields `(total_len, chunks)`.
+pub fn list_chunks(info: &ResourceInfo, page: ListResult) -> (usize, impl Iterator<Item = Bytes> + Send + 'static) {
     let head = json!({"kind": info.list_kind, "apiVersion": info.api_version()});
     let head = serde_json::to_vec(&head).unwrap_or_default();
-    let meta = serde_json::to_vec(&Value::Object(list_meta(page))).unwrap_or_default();
-    let items_len: usize = page.items.iter().map(|o| o.json.len() + 1).sum();
-    let mut out = BytesMut::with_capacity(head.len() + meta.len() + items_len + 33);
+    let meta = serde_json::to_vec(&Value::Object(list_meta(&page))).unwrap_or_default();
+    let mut opening = Vec::with_capacity(head.len() + meta.len() + 24);
     // `head` is `{"kind":..,"apiVersion":..}`: reopen it.
-    out.put_slice(&head[..head.len().saturating_sub(1)]);
-    out.put_slice(b",\"metadata\":");
-    out.put_slice(&meta);
-    out.put_slice(b",\"items\":[");
-    for (i, item) in page.items.iter().enumerate() {
-        if i > 0 {
-            out.put_u8(b',');
+    opening.extend_from_slice(&head[..head.len().saturating_sub(1)]);
+    opening.extend_from_slice(b",\"metadata\":");
+    opening.extend_from_slice(&meta);
+    opening.extend_from_slice(b",\"items\":[");
+    const CLOSING: &[u8] = b"]}\n";
+    let items_len: usize = page.items.iter().map(|o| o.json.len()).sum::<usize>() + page.items.len().saturating_sub(1);
+    let total = opening.len() + items_len + CLOSING.len();
+
+    let items = page.items;
+    let mut next = 0usize;
+    let mut opening = Some(opening);
+    let mut closed = false;
+    let chunks = std::iter::from_fn(move || {
+        if closed {
+            return None;
         }
-        out.put_slice(&item.json);
+        let mut chunk = BytesMut::with_capacity(LIST_CHUNK_BYTES.min(total) + 1);
+        if let Some(o) = opening.take() {
+            chunk.put_slice(&o);
+        }
+        while next < items.len() && (chunk.is_empty() || chunk.len() + items[next].json.len() < LIST_CHUNK_BYTES) {
+            if next > 0 {
+                chunk.put_u8(b',');
+            }
+            chunk.put_slice(&items[next].json);
+            next += 1;
+        }
+        if next == items.len() {
+            chunk.put_slice(CLOSING);
+            closed = true;
+        }
+        Some(chunk.freeze())
+    });
+    (total, chunks)
+}
+
+/// The whole LIST body at once (tests and small callers); see [`list_chunks`].
+pub fn list_json(info: &ResourceInfo, page: ListResult) -> Bytes {
+    let (total, chunks) = list_chunks(info, page);
+    let mut out = BytesMut::with_capacity(total);
+    for c in chunks {
+        out.put_slice(&c);
     }
-    out.put_slice(b"]}");
-    out.put_u8(rkube_api::wire::JSON_TERMINATOR);
     out.freeze()
+}
+
+/// A `200 application/json` response streaming `chunks` (`total` bytes, sent
+/// as `Content-Length`).
+fn streamed_json(total: usize, chunks: impl Iterator<Item = Bytes> + Send + 'static) -> Response {
+    let stream = futures::stream::iter(chunks.map(Ok::<Bytes, std::convert::Infallible>));
+    let mut resp = (StatusCode::OK, axum::body::Body::from_stream(stream)).into_response();
+    resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(axum::http::header::CONTENT_LENGTH, HeaderValue::from(total));
+    resp
 }
 
 /// LIST a collection.
@@ -125,7 +178,8 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
     let page = page?;
     trace::step(steps::ABOUT_TO_WRITE);
     if ctx.render.output == Output::Json {
-        return Ok(json_response(list_json(info, &page)));
+        let (total, chunks) = list_chunks(info, page);
+        return Ok(streamed_json(total, chunks));
     }
     let items = page.items.iter().map(|o| decode(&o.json)).collect::<ApiResult<Vec<Value>>>()?;
     Ok(render::list(info, ctx.render, items, list_meta(&page)))
@@ -160,7 +214,8 @@ mod tests {
             remaining_item_count: Some(3),
             served_from: ServedFrom::Cache,
         };
-        let body = list_json(info, &page);
+        let body = list_json(info, page);
+        assert_eq!(body.last(), Some(&b'\n'));
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             v,
@@ -175,6 +230,33 @@ mod tests {
             remaining_item_count: None,
             served_from: ServedFrom::Cache,
         };
-        assert_eq!(serde_json::from_slice::<Value>(&list_json(info, &empty)).unwrap()["items"], json!([]));
+        assert_eq!(serde_json::from_slice::<Value>(&list_json(info, empty)).unwrap()["items"], json!([]));
+    }
+
+    /// A large LIST comes out in chunks of about `LIST_CHUNK_BYTES`, built one
+    /// at a time, whose concatenation is the exact body and whose announced
+    /// length is right.
+    #[test]
+    fn large_lists_stream_in_bounded_chunks() {
+        let info = rkube_api::registry::lookup("", "v1", "configmaps").unwrap();
+        let item = format!(r#"{{"data":{{"k":"{}"}}}}"#, "x".repeat(1000));
+        let item: &'static [u8] = Box::leak(item.into_bytes().into_boxed_slice());
+        let page = || ListResult {
+            items: (0..1000).map(|_| raw(item)).collect(),
+            resource_version: 9,
+            continue_token: None,
+            remaining_item_count: None,
+            served_from: ServedFrom::Cache,
+        };
+        let (total, chunks) = list_chunks(info, page());
+        let chunks: Vec<Bytes> = chunks.collect();
+        assert!(chunks.len() >= 15, "about 1 MB in 64 KiB chunks: {}", chunks.len());
+        assert!(chunks.iter().all(|c| c.len() <= LIST_CHUNK_BYTES + 64), "chunk sizes bounded");
+        let joined: Vec<u8> = chunks.concat();
+        assert_eq!(joined.len(), total);
+        assert_eq!(&joined[..], &list_json(info, page())[..]);
+        let v: Value = serde_json::from_slice(&joined).unwrap();
+        assert_eq!(v["items"].as_array().unwrap().len(), 1000);
+        assert_eq!(v["metadata"]["resourceVersion"], "9");
     }
 }
