@@ -126,7 +126,7 @@ pub fn parse(
         }
     }
     let resource = parts[0];
-    let info = registry::lookup(group, version, resource).ok_or_else(ApiError::path_not_found)?;
+    let info = registry::lookup(group, version, resource).ok_or_else(|| not_yet_served(group, version, resource))?;
     if info.namespaced != namespace.is_some() && !(info.namespaced && parts.len() == 1) {
         // A namespaced resource needs a namespace for object paths; a
         // cluster-scoped one never takes one.
@@ -145,7 +145,7 @@ pub fn parse(
     }
     if let Some(sub) = &subresource {
         if info.subresource(sub).is_none() {
-            return Err(ApiError::path_not_found());
+            return Err(not_yet_served_subresource(info, sub));
         }
     }
     let collection = name.is_none();
@@ -190,6 +190,49 @@ pub fn parse(
         return Err(ApiError::method_not_allowed());
     }
     Ok(RequestInfo { info, namespace, name, subresource, verb })
+}
+
+/// Group versions Kubernetes 1.33 serves by default that rkube does not serve yet.
+const NOT_YET_SERVED_GROUP_VERSIONS: &[(&str, &str)] = &[
+    ("events.k8s.io", "v1"),
+    ("autoscaling", "v1"),
+    ("authentication.k8s.io", "v1"),
+    ("authorization.k8s.io", "v1"),
+    ("apiextensions.k8s.io", "v1"),
+];
+
+/// Subresources Kubernetes 1.33 serves that rkube does not serve yet, by resource.
+const NOT_YET_SERVED_SUBRESOURCES: &[(&str, &str, &[&str])] = &[
+    ("", "pods", &["log", "exec", "attach", "portforward", "proxy", "ephemeralcontainers", "resize"]),
+    ("", "serviceaccounts", &["token"]),
+    ("", "nodes", &["proxy"]),
+    ("", "services", &["proxy"]),
+    ("certificates.k8s.io", "certificatesigningrequests", &["approval"]),
+];
+
+/// 404 for a resource that is not served: upstream's `NotFound` for
+/// unknown paths, with a message saying so plainly when Kubernetes serves
+/// the group version and rkube does not yet.
+fn not_yet_served(group: &str, version: &str, resource: &str) -> ApiError {
+    if NOT_YET_SERVED_GROUP_VERSIONS.contains(&(group, version)) {
+        let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+        let what = format!("{gv} ({resource}) is served by Kubernetes 1.33 but not implemented in rkube yet");
+        return rkube_api::status::Status::new(404, "NotFound", what).into();
+    }
+    ApiError::path_not_found()
+}
+
+/// 404 for a subresource the row does not serve; the message says so when
+/// Kubernetes serves it and rkube does not yet.
+fn not_yet_served_subresource(info: &ResourceInfo, sub: &str) -> ApiError {
+    let known = NOT_YET_SERVED_SUBRESOURCES
+        .iter()
+        .any(|(g, r, subs)| *g == info.group && *r == info.resource && subs.contains(&sub));
+    if known {
+        let what = format!("the {sub} subresource of {} is not implemented in rkube yet", crate::error::qualified(info));
+        return rkube_api::status::Status::new(404, "NotFound", what).into();
+    }
+    ApiError::path_not_found()
 }
 
 #[cfg(test)]

@@ -401,3 +401,22 @@ async fn kube_rs_discovery_finds_and_lists_every_resource() {
         );
     }
 }
+
+/// What Kubernetes serves and rkube does not yet is a 404 `NotFound` that
+/// says so, not a bare "could not find the requested resource".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_yet_served_apis_say_so() {
+    let s = TestServer::embedded().await;
+    assert_eq!(s.post("/api/v1/namespaces/default/pods", &json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p"}, "spec": {"containers": containers()}})).await.code, 201);
+    let log = s.get("/api/v1/namespaces/default/pods/p/log").await;
+    log.assert_status(404, "NotFound");
+    assert_eq!(log.message(), "the log subresource of pods is not implemented in rkube yet");
+    let events = s.get("/apis/events.k8s.io/v1/namespaces/default/events").await;
+    events.assert_status(404, "NotFound");
+    assert_eq!(events.message(), "events.k8s.io/v1 (events) is served by Kubernetes 1.33 but not implemented in rkube yet");
+    // Paths Kubernetes does not serve either keep upstream's generic answer.
+    let nope = s.get("/api/v1/namespaces/default/pods/p/nope").await;
+    nope.assert_status(404, "NotFound");
+    assert_eq!(nope.message(), "the server could not find the requested resource");
+}
