@@ -49,6 +49,7 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
     };
     let segs: Vec<&str> = path.trim_start_matches('/').trim_end_matches('/').split('/').collect();
     let method = parts.method.clone();
+    let user = parts.extensions.get::<crate::filters::authn::UserInfo>().cloned();
     let query: Vec<(String, String)> =
         axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri).map(|q| q.0).unwrap_or_default();
     let gets = |f: &dyn Fn() -> Response| match only_get(&method) {
@@ -86,6 +87,7 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
         ["api", "v1", rest @ ..] => {
             handlers::dispatch(
                 st.clone(),
+                user.clone(),
                 method.clone(),
                 parts.uri.clone(),
                 parts.headers.clone(),
@@ -100,7 +102,7 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
         ["apis", g] => gets(&|| discovery::group(g)),
         ["apis", g, v] => gets(&|| discovery::resource_list(g, v)),
         ["apis", g, v, rest @ ..] => {
-            handlers::dispatch(st.clone(), method.clone(), parts.uri.clone(), parts.headers.clone(), body, g, v, rest)
+            handlers::dispatch(st.clone(), user.clone(), method.clone(), parts.uri.clone(), parts.headers.clone(), body, g, v, rest)
                 .await
         }
         _ => ApiError::path_not_found().into_response(),
@@ -163,7 +165,7 @@ pub async fn serve_api(
         shutdown.await;
         let _ = stopping.send(true);
     };
-    let st = st.with_metrics(chain.metrics());
+    let st = st.with_metrics(chain.metrics()).with_authorizer(chain.authorizer()).with_authenticator(chain.authenticator());
     let router = crate::filters::apply(router(st), chain);
     let served = crate::filters::serve(listener, router, chain.tls_server_config(), signal).await;
     chain.shutdown().await;

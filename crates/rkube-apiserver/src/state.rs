@@ -57,6 +57,14 @@ pub struct ApiState {
     /// families included; [`crate::server::serve_api`] makes it the filter
     /// chain's ([`ApiState::with_metrics`]).
     pub metrics: Arc<ApiserverMetrics>,
+    /// The filter chain's authorizer, for handlers that authorize on their
+    /// own (SubjectAccessReviews, CSR approval); `AlwaysAllow` until
+    /// [`crate::server::serve_api`] puts the chain's in ([`ApiState::with_authorizer`]).
+    pub authorizer: Arc<crate::filters::authz::Authorizer>,
+    /// The filter chain's authenticator, for handlers that authenticate a
+    /// credential on their own (TokenReview); none until
+    /// [`crate::server::serve_api`] puts the chain's in ([`ApiState::with_authenticator`]).
+    pub authenticator: Arc<crate::filters::authn::Authenticator>,
 }
 
 impl ApiState {
@@ -76,7 +84,21 @@ impl ApiState {
             shutdown: Arc::new(shutdown),
             cache,
             metrics,
+            authorizer: Arc::new(crate::filters::authz::Authorizer::always_allow()),
+            authenticator: Arc::new(crate::filters::authn::Authenticator::default()),
         }
+    }
+
+    /// This state with `authenticator` as the one handlers ask.
+    pub fn with_authenticator(mut self, authenticator: Arc<crate::filters::authn::Authenticator>) -> Self {
+        self.authenticator = authenticator;
+        self
+    }
+
+    /// This state with `authorizer` as the one handlers ask.
+    pub fn with_authorizer(mut self, authorizer: Arc<crate::filters::authz::Authorizer>) -> Self {
+        self.authorizer = authorizer;
+        self
     }
 
     /// This state with `metrics` as its registry (e.g. the filter chain's,

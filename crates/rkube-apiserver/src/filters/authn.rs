@@ -87,12 +87,16 @@ pub struct UserInfo {
     /// Groups, including `system:authenticated` or `system:unauthenticated`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
+    /// Extra attributes (`user.Info.GetExtra`), e.g. a ServiceAccount token's
+    /// `authentication.kubernetes.io/pod-name`; keys sorted.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl UserInfo {
     /// The anonymous user.
     pub fn anonymous() -> Self {
-        UserInfo { username: ANONYMOUS_USER.into(), uid: String::new(), groups: vec![UNAUTHENTICATED_GROUP.into()] }
+        UserInfo { username: ANONYMOUS_USER.into(), uid: String::new(), groups: vec![UNAUTHENTICATED_GROUP.into()], extra: Default::default() }
     }
 
     /// True when the user is in `system:masters`.
@@ -143,7 +147,7 @@ impl TokenFile {
                 Some(g) if !g.is_empty() => g.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
                 _ => Vec::new(),
             };
-            let user = UserInfo { username: record[1].clone(), uid: record[2].clone(), groups };
+            let user = UserInfo { username: record[1].clone(), uid: record[2].clone(), groups, extra: Default::default() };
             if tokens.insert(record[0].clone(), user).is_some() {
                 tracing::warn!(path, line = i + 1, "duplicate token in token file");
             }
@@ -246,7 +250,7 @@ impl Authenticator {
                 match verifier.verify_client_cert(end, intermediates, UnixTime::now()) {
                     Ok(_) => match x509::subject(end.as_ref()) {
                         Ok(s) if !s.common_name.is_empty() => {
-                            return Ok(UserInfo { username: s.common_name, uid: String::new(), groups: s.organizations }
+                            return Ok(UserInfo { username: s.common_name, uid: String::new(), groups: s.organizations, extra: Default::default() }
                                 .authenticated())
                         }
                         Ok(_) => failure = Some(AuthnFailure::InvalidCertificate("no common name".into())),

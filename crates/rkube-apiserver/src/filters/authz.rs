@@ -198,7 +198,7 @@ mod tests {
     }
 
     fn alice() -> UserInfo {
-        UserInfo { username: "alice".into(), uid: String::new(), groups: vec!["system:authenticated".into()] }
+        UserInfo { username: "alice".into(), uid: String::new(), groups: vec!["system:authenticated".into()], extra: Default::default() }
     }
 
     #[test]
@@ -232,7 +232,7 @@ mod tests {
         let deny = Authorizer::new(vec![AuthorizationMode::AlwaysDeny], None).unwrap();
         let a = attrs(Method::DELETE, "/api/v1/nodes/n1");
         assert!(matches!(deny.authorize(&alice(), &a).await, Decision::Deny(_)));
-        let root = UserInfo { username: "root".into(), uid: String::new(), groups: vec!["system:masters".into()] };
+        let root = UserInfo { username: "root".into(), uid: String::new(), groups: vec!["system:masters".into()], extra: Default::default() };
         assert!(matches!(deny.authorize(&root, &a).await, Decision::Allow(_)));
         let rbac: Arc<dyn RbacSource> = Arc::new(rbac::InMemoryRbac::new());
         let chain = Authorizer::new(vec![AuthorizationMode::Rbac, AuthorizationMode::AlwaysAllow], Some(rbac)).unwrap();

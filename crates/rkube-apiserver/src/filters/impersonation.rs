@@ -179,7 +179,7 @@ impl ImpersonatedUser {
 
     /// The user the request runs as.
     pub fn user_info(&self) -> UserInfo {
-        UserInfo { username: self.username.clone(), uid: self.uid.clone(), groups: self.groups.clone() }
+        UserInfo { username: self.username.clone(), uid: self.uid.clone(), groups: self.groups.clone(), extra: self.extra.clone() }
     }
 }
 
@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn forbidden_impersonation_names_the_target() {
         let w = ImpersonatedUser::from_headers(&headers(&[("Impersonate-User", "bob")])).unwrap().unwrap();
-        let alice = UserInfo { username: "alice".into(), uid: String::new(), groups: vec![] };
+        let alice = UserInfo { username: "alice".into(), uid: String::new(), groups: vec![], extra: Default::default() };
         let s = forbidden(&alice, &w.checks()[0], "");
         assert_eq!(
             s.message,

@@ -345,6 +345,16 @@ impl FilterChain {
         self.tls.clone()
     }
 
+    /// The authenticator (client certificates, tokens, anonymous).
+    pub fn authenticator(&self) -> Arc<Authenticator> {
+        self.authn.clone()
+    }
+
+    /// The authorizer (`--authorization-mode`).
+    pub fn authorizer(&self) -> Arc<Authorizer> {
+        self.authz.clone()
+    }
+
     /// The metrics registry.
     pub fn metrics(&self) -> Arc<ApiserverMetrics> {
         self.metrics.clone()

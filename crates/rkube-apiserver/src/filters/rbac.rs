@@ -540,7 +540,7 @@ mod tests {
     }
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo { username: name.into(), uid: String::new(), groups: groups.iter().map(|g| g.to_string()).collect() }
+        UserInfo { username: name.into(), uid: String::new(), groups: groups.iter().map(|g| g.to_string()).collect(), extra: Default::default() }
     }
 
     fn rule(v: Value) -> PolicyRule {

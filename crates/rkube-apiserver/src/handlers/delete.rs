@@ -349,6 +349,7 @@ fn spawn_namespace_finalizer(ctx: &Ctx, ns: &str) {
         raw_query: String::new(),
         headers: Default::default(),
         render: ctx.render,
+        user: ctx.user.clone(),
     };
     let ns = ns.to_string();
     tokio::spawn(async move {

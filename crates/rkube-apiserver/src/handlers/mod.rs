@@ -48,6 +48,9 @@ pub struct Ctx {
     pub headers: HeaderMap,
     /// How to render the response.
     pub render: Render,
+    /// Who sent the request, as authentication (and impersonation) left it;
+    /// `None` when the server runs without the filter chain (tests, embedding).
+    pub user: Option<crate::filters::authn::UserInfo>,
 }
 
 impl Ctx {
@@ -132,10 +135,12 @@ pub fn manager_from_user_agent(user_agent: &str) -> String {
 }
 
 /// Handles a request under `/api/v1/...` or `/apis/<group>/<version>/...`;
-/// `segments` is the path after the group version.
+/// `segments` is the path after the group version; `user` is the
+/// authenticated user (`None` without the filter chain).
 #[allow(clippy::too_many_arguments)]
 pub async fn dispatch(
     st: ApiState,
+    user: Option<crate::filters::authn::UserInfo>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -144,7 +149,7 @@ pub async fn dispatch(
     version: &str,
     segments: &[&str],
 ) -> Response {
-    match dispatch_inner(st, method, uri, headers, body, group, version, segments).await {
+    match dispatch_inner(st, user, method, uri, headers, body, group, version, segments).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
@@ -153,6 +158,7 @@ pub async fn dispatch(
 #[allow(clippy::too_many_arguments)]
 async fn dispatch_inner(
     st: ApiState,
+    user: Option<crate::filters::authn::UserInfo>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -170,7 +176,7 @@ async fn dispatch_inner(
     let output = media::negotiate_output(&headers)?;
     let include_q = query.iter().rev().find(|(k, _)| k == "includeObject").map(|(_, v)| v.as_str());
     let include = media::include_object(include_q)?;
-    let ctx = Ctx { st, ri, query, raw_query, headers, render: Render { output, include } };
+    let ctx = Ctx { st, ri, query, raw_query, headers, render: Render { output, include }, user };
     match ctx.ri.verb {
         Verb::Get if ctx.ri.subresource.as_deref() == Some("scale") => scale::get(&ctx).await,
         Verb::Get if is_component_status(&ctx) => component_status::get(&ctx).await,

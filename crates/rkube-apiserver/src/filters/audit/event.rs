@@ -160,7 +160,7 @@ mod tests {
             stage: Stage::ResponseComplete,
             request_uri: "/api/v1/namespaces/default/pods".into(),
             verb: "list".into(),
-            user: UserInfo { username: "alice".into(), uid: String::new(), groups: vec!["system:authenticated".into()] },
+            user: UserInfo { username: "alice".into(), uid: String::new(), groups: vec!["system:authenticated".into()], extra: Default::default() },
             impersonated_user: None,
             source_ips: vec!["127.0.0.1".into()],
             user_agent: String::new(),

@@ -312,7 +312,7 @@ rules:
     }
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo { username: name.into(), uid: String::new(), groups: groups.iter().map(|s| s.to_string()).collect() }
+        UserInfo { username: name.into(), uid: String::new(), groups: groups.iter().map(|s| s.to_string()).collect(), extra: Default::default() }
     }
 
     #[test]
