@@ -23,7 +23,7 @@ pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"
 
 /// Creates `obj` (of `info`, named `name`) unless it exists, with defaults,
 /// a uid and a creation timestamp.
-async fn create_missing(st: &ApiState, info: &ResourceInfo, mut obj: Value) -> Result<(), ApiError> {
+pub(crate) async fn create_missing(st: &ApiState, info: &ResourceInfo, mut obj: Value) -> Result<(), ApiError> {
     let name = crate::object::name(&obj).to_string();
     let key = info.object_key(st.prefix(), crate::object::namespace(&obj), &name);
     if st.storage.get(&key).await.map_err(|e| ApiError::from_storage(e, info, &name))?.is_some() {

@@ -74,6 +74,12 @@ pub struct ApiserverArgs {
     /// TLS, authentication, authorization, audit, inflight limits, request timeouts and traces.
     #[command(flatten)]
     pub filters: crate::filters::FilterArgs,
+    /// ServiceAccount token issuer, keys and audiences.
+    #[command(flatten)]
+    pub service_accounts: crate::serviceaccount::ServiceAccountArgs,
+    /// Admission plugins.
+    #[command(flatten)]
+    pub admission: crate::admission::AdmissionArgs,
 }
 
 /// Flags of `rkube up`.
@@ -114,6 +120,14 @@ pub struct UpArgs {
     /// with --insecure, which refuses them).
     #[command(flatten)]
     pub filters: crate::filters::FilterArgs,
+    /// kube-apiserver's ServiceAccount token flags; by default tokens are
+    /// signed with `<data-dir>/pki/sa.key` (generated once) for issuer
+    /// `https://kubernetes.default.svc.cluster.local`.
+    #[command(flatten)]
+    pub service_accounts: crate::serviceaccount::ServiceAccountArgs,
+    /// Admission plugins.
+    #[command(flatten)]
+    pub admission: crate::admission::AdmissionArgs,
     /// Also run this machine as a node: `rkube runtime` and `rkube node`
     /// (evented PLEG), binding pods without `spec.nodeName` to it. Handled by
     /// the `rkube` binary, which calls [`run_up_with`].
@@ -172,15 +186,27 @@ fn build_chain(
     Ok((storage, chain))
 }
 
+/// What a server knows of its identity besides the filter flags: the
+/// ServiceAccount token settings and the CA it publishes in every namespace.
+struct Identity {
+    /// `--service-account-*` (`None`: no ServiceAccount tokens).
+    tokens: Option<crate::serviceaccount::TokenConfig>,
+    /// The CA certificate (PEM) of the `kube-root-ca.crt` ConfigMaps and
+    /// legacy token Secrets (`None`: not published).
+    root_ca: Option<String>,
+}
+
 /// Builds the state, bootstraps system namespaces (and the RBAC bootstrap
 /// policy when RBAC is on), keeps the `default/kubernetes` Service pointing at
-/// `advertise` and the listener's port ([`crate::kubernetes_service`]) and serves `st` behind the filter chain on
+/// `advertise` and the listener's port ([`crate::kubernetes_service`]), runs
+/// the in-process controllers ([`crate::controllers`]) and serves `st` behind the filter chain on
 /// `listener` until a signal. `ready` runs once the server can answer.
 async fn serve_until_signal(
     listener: TcpListener,
     storage: Arc<dyn Storage>,
     config: ServerConfig,
     fargs: &crate::filters::FilterArgs,
+    identity: Identity,
     advertise: IpAddr,
     ready: impl FnOnce(),
 ) -> anyhow::Result<()> {
@@ -189,7 +215,15 @@ async fn serve_until_signal(
     let cidr = config.service_cidr;
     let me = crate::kubernetes_service::ApiserverEndpoint { ip: advertise, port: listener.local_addr()?.port() };
     let (storage, chain) = build_chain(storage, fargs, &prefix)?;
-    let st = ApiState::new(storage.clone(), config);
+    let tokens = identity.tokens.map(Arc::new);
+    let st = ApiState::new(storage.clone(), config).with_service_account_tokens(tokens.clone());
+    let chain = match &tokens {
+        Some(t) => {
+            let objects = Arc::new(crate::serviceaccount::CacheGetter::new(st.cache.clone()));
+            chain.with_service_account_tokens(Arc::new(crate::serviceaccount::ServiceAccountAuthenticator::new(t.clone(), objects)))
+        }
+        None => chain,
+    };
     // `serve_api` attaches the cache's metrics (watch cache, consistency checks) to the chain's /metrics.
     crate::readiness::bootstrap_or_retry(&st).await.map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
     if fargs.authorization_mode.iter().any(|m| m.split(',').any(|m| m.trim() == "RBAC")) {
@@ -205,6 +239,10 @@ async fn serve_until_signal(
         tracing::warn!(error = %e, "creating the default/kubernetes service; retrying in the background");
     }
     tokio::spawn(crate::kubernetes_service::run(storage.clone(), prefix.clone(), cidr, me, st.shutdown.subscribe()));
+    tokio::spawn(crate::controllers::serviceaccounts::run(st.clone(), identity.root_ca.clone(), st.shutdown.subscribe()));
+    if let Some(t) = tokens.filter(|t| t.signer.is_some()) {
+        tokio::spawn(crate::controllers::tokens::run(st.clone(), t, identity.root_ca.clone(), st.shutdown.subscribe()));
+    }
     ready();
     crate::server::serve_api(listener, st, &chain, shutdown_signal()).await.context("serving the API")?;
     Ok(())
@@ -227,9 +265,17 @@ pub async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     let scheme = if tls { "HTTPS" } else { "plain HTTP" };
     tracing::info!(address = %local, backend = storage.backend_name(), "serving the Kubernetes API over {scheme}");
     let watch_cache = args.cache.options()?;
-    let config = ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache, ..Default::default() };
+    let admission = args.admission.load().map_err(|e| anyhow::anyhow!(e))?;
+    let config =
+        ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache, admission, ..Default::default() };
     let advertise = args.advertise_address.unwrap_or_else(|| crate::kubernetes_service::advertise_address(local.ip()));
-    serve_until_signal(listener, storage, config, &args.filters, advertise, || {}).await
+    let tokens = args.service_accounts.load()?;
+    // The CA of the serving certificate (the last one of --tls-cert-file), as kubeadm's clusters publish theirs.
+    let root_ca = match &args.filters.tls_cert_file {
+        Some(cert) => std::fs::read_to_string(cert).ok().and_then(|pem| crate::up_auth::last_certificate_pem(&pem)),
+        None => None,
+    };
+    serve_until_signal(listener, storage, config, &args.filters, Identity { tokens, root_ca }, advertise, || {}).await
 }
 
 /// The kubeconfig `rkube up` writes: cluster, user and context all named `rkube`.
@@ -266,21 +312,25 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
     let listener = bind_loopback(args.port.unwrap_or(default_port)).await?;
     let local = listener.local_addr()?;
     let kubeconfig_path = data_dir.join("kubeconfig");
-    let (fargs, server) = if args.insecure {
+    let tokens = args.service_accounts.with_up_defaults(&data_dir)?.load()?;
+    let (fargs, server, root_ca) = if args.insecure {
         tracing::warn!("--insecure: serving plain HTTP on loopback with no authentication or authorization");
         let server = format!("http://{local}");
         std::fs::write(&kubeconfig_path, kubeconfig(&server))
             .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
-        (crate::up_auth::insecure_filter_args(&args.filters), server)
+        (crate::up_auth::insecure_filter_args(&args.filters), server, None)
     } else {
         let up = crate::up_auth::secure_filter_args(&data_dir, &args.filters)?;
         let server = format!("https://{local}");
         crate::filters::tls::write_kubeconfig(&kubeconfig_path, &server, &up.kubeconfig_pki())?;
-        (up.filters, server)
+        let root_ca = Some(up.server_ca_pem.clone());
+        (up.filters, server, root_ca)
     };
+    let admission = args.admission.load().map_err(|e| anyhow::anyhow!(e))?;
+    let config = ServerConfig { admission, ..ServerConfig::default() };
     tracing::info!(server = %server, data_dir = %data_dir.display(), "rkube is up");
     let printed = kubeconfig_path.display().to_string();
-    serve_until_signal(listener, storage, ServerConfig::default(), &fargs, local.ip(), move || {
+    serve_until_signal(listener, storage, config, &fargs, Identity { tokens, root_ca }, local.ip(), move || {
         // The one line on stdout, printed once the server can answer.
         println!("export KUBECONFIG={printed}");
         use std::io::Write as _;

@@ -12,12 +12,18 @@
 //! - [`error`]: every failure becomes a `Status` ([`error::ApiError`]).
 //! - [`rbac_aggregation`]: the ClusterRole aggregation controller.
 //! - [`kubernetes_service`]: the `default/kubernetes` Service, Endpoints and EndpointSlice.
+//! - [`serviceaccount`]: ServiceAccount tokens (keys, claims, the
+//!   authenticator, issuer discovery); [`admission`]: admission plugins
+//!   (ServiceAccount); [`controllers`]: the serviceaccount, root CA publisher
+//!   and token controllers run in the API server process.
 //! - [`cli`]: the `apiserver` and `up` commands; [`up_auth`]: `rkube up`'s HTTPS, authentication and RBAC defaults.
 
+pub mod admission;
 pub mod builtin_objects;
 pub mod cache_options;
 pub mod cli;
 pub mod config_data;
+pub mod controllers;
 pub mod discovery;
 pub mod error;
 pub mod filters;
@@ -35,6 +41,7 @@ pub mod readiness;
 pub mod render;
 pub mod request;
 pub mod server;
+pub mod serviceaccount;
 pub mod source;
 pub mod strict;
 pub mod state;

@@ -161,7 +161,13 @@ pub fn parse(
             (Method::GET, false) if watch_param => Verb::Watch,
             (Method::GET, false) => Verb::Get,
             (Method::POST, true) => Verb::Create,
-            (Method::POST, false) if matches!(subresource.as_deref(), Some("binding" | "eviction")) => Verb::Create,
+            // POST to an object's subresource (binding, eviction, token) creates
+            // when the subresource takes `create`.
+            (Method::POST, false)
+                if subresource.as_deref().and_then(|s| info.subresource(s)).is_some_and(|s| s.verbs.contains(&"create")) =>
+            {
+                Verb::Create
+            }
             (Method::PUT, false) => Verb::Update,
             (Method::PATCH, false) => Verb::Patch,
             (Method::DELETE, false) => Verb::Delete,
@@ -204,7 +210,6 @@ const NOT_YET_SERVED_GROUP_VERSIONS: &[(&str, &str)] = &[
 /// Subresources Kubernetes 1.33 serves that rkube does not serve yet, by resource.
 const NOT_YET_SERVED_SUBRESOURCES: &[(&str, &str, &[&str])] = &[
     ("", "pods", &["log", "exec", "attach", "portforward", "proxy", "ephemeralcontainers", "resize"]),
-    ("", "serviceaccounts", &["token"]),
     ("", "nodes", &["proxy"]),
     ("", "services", &["proxy"]),
     ("certificates.k8s.io", "certificatesigningrequests", &["approval"]),

@@ -7,6 +7,7 @@
 //! ```text
 //! /version  /healthz[/<check>]  /livez[/<check>]  /readyz[/<check>]   (<check> may be poststarthook/<name>)
 //! /openapi/v2  /openapi/v3  /openapi/v3/<path>
+//! /.well-known/openid-configuration  /openid/v1/jwks                   (ServiceAccount issuer discovery)
 //! /api  /api/v1[/...]  /apis  /apis/<group>  /apis/<group>/<version>[/...]
 //! ```
 //!
@@ -73,6 +74,10 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
             let check = (!rest.is_empty()).then(|| rest.join("/"));
             system::health(&st, endpoint, check.as_deref(), &query).await
         }
+        [".well-known", "openid-configuration"] => {
+            gets(&|| crate::serviceaccount::discovery_response(st.service_account_tokens.as_deref(), false))
+        }
+        ["openid", "v1", "jwks"] => gets(&|| crate::serviceaccount::discovery_response(st.service_account_tokens.as_deref(), true)),
         ["openapi", "v2"] => gets(&|| system::openapi_v2(&parts.headers)),
         ["openapi", "v3"] => gets(&system::openapi_v3_index),
         ["openapi", "v3", rest @ ..] => {

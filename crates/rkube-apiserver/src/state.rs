@@ -23,6 +23,9 @@ pub struct ServerConfig {
     /// `--min-request-timeout`, seconds: a watch without `timeoutSeconds`
     /// lasts a random duration in `[min, 2·min)` ([`crate::filters::timeout::watch_timeout`]).
     pub min_request_timeout: u64,
+    /// Admission plugins ([`crate::admission`]); none by default here
+    /// (`rkube apiserver` and `rkube up` turn `ServiceAccount` on).
+    pub admission: crate::admission::AdmissionConfig,
 }
 
 impl Default for ServerConfig {
@@ -32,6 +35,7 @@ impl Default for ServerConfig {
             service_cidr: Cidr::parse(DEFAULT_SERVICE_CIDR).expect("default CIDR parses"),
             watch_cache: Default::default(),
             min_request_timeout: crate::filters::timeout::DEFAULT_MIN_REQUEST_TIMEOUT,
+            admission: crate::admission::AdmissionConfig::default(),
         }
     }
 }
@@ -65,6 +69,9 @@ pub struct ApiState {
     /// credential on their own (TokenReview); none until
     /// [`crate::server::serve_api`] puts the chain's in ([`ApiState::with_authenticator`]).
     pub authenticator: Arc<crate::filters::authn::Authenticator>,
+    /// ServiceAccount token settings (`None`: no issuer configured, so no
+    /// TokenRequest and no issuer discovery).
+    pub service_account_tokens: Option<Arc<crate::serviceaccount::TokenConfig>>,
 }
 
 impl ApiState {
@@ -86,7 +93,14 @@ impl ApiState {
             metrics,
             authorizer: Arc::new(crate::filters::authz::Authorizer::always_allow()),
             authenticator: Arc::new(crate::filters::authn::Authenticator::default()),
+            service_account_tokens: None,
         }
+    }
+
+    /// This state issuing and publishing ServiceAccount tokens with `tokens`.
+    pub fn with_service_account_tokens(mut self, tokens: Option<Arc<crate::serviceaccount::TokenConfig>>) -> Self {
+        self.service_account_tokens = tokens;
+        self
     }
 
     /// This state with `authenticator` as the one handlers ask.

@@ -95,7 +95,7 @@ impl SecureUp {
 /// The last PEM `CERTIFICATE` block of `pem` (the CA kube-apiserver's
 /// `--tls-cert-file` convention concatenates after the serving certificate,
 /// or the serving certificate itself when it is alone), with a final newline.
-fn last_certificate_pem(pem: &str) -> Option<String> {
+pub fn last_certificate_pem(pem: &str) -> Option<String> {
     const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
     const END: &str = "-----END CERTIFICATE-----";
     let start = pem.rfind(BEGIN)?;

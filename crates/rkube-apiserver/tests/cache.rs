@@ -599,6 +599,14 @@ async fn caches_reinitialize_after_etcd_restarts_and_answer_429_meanwhile() {
     let s = Apiserver::spawn(&["--storage-backend=etcd3", &servers], &[]);
     let api = s.api.clone();
     api.wait_ready(30).await;
+    // The serviceaccount controller's writes (a `default` ServiceAccount per
+    // system namespace) come first: after "before" nothing else is written,
+    // so the re-initialized cache can serve a watch from its resourceVersion.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !api.get("/api/v1/serviceaccounts").await.text.matches("\"name\":\"default\"").count().eq(&4) {
+        assert!(Instant::now() < deadline, "the default ServiceAccounts never appeared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let rv = api.configmap("before").await;
     let mut w = api.watch(&format!("{CM}?watch=1&resourceVersion={rv}")).await;
     assert_eq!(w.code, 200);

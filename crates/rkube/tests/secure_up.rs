@@ -344,7 +344,7 @@ fn insecure_up_serves_plain_http_on_loopback_without_access_control() {
         info.server
     );
     assert_eq!(info.credentials, Credentials::None);
-    assert!(!cluster.pki_dir().exists(), "no PKI with --insecure");
+    assert!(!cluster.pki_dir().join("ca.crt").exists(), "no TLS PKI with --insecure");
     cluster.kubectl("1.33").ok(&["create", "namespace", "open"]);
     let (code, body) = HttpClient::plain(cluster.port)
         .get("/api/v1/namespaces/open")

@@ -27,6 +27,10 @@ pub const READ_VERBS: &[&str] = &["get", "list"];
 /// `namespaces/finalize` (PUT only, as upstream's `FinalizeREST`).
 const FINALIZE: SubresourceInfo = SubresourceInfo { name: "finalize", kind: "Namespace", verbs: &["update"], api_version: "" };
 
+/// `serviceaccounts/<name>/token`: TokenRequest (create only, nothing stored).
+const TOKEN: SubresourceInfo =
+    SubresourceInfo { name: "token", kind: "TokenRequest", verbs: &["create"], api_version: "authentication.k8s.io/v1" };
+
 /// Pod subresources served today.
 const POD_SUBRESOURCES: &[SubresourceInfo] = &[
     status("Pod"),
@@ -249,6 +253,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         list_kind: "ServiceAccountList",
         singular: "serviceaccount",
         short_names: &["sa"],
+        subresources: &[TOKEN],
         storage_prefix: "serviceaccounts",
         typed: Some(typed::<core::v1::ServiceAccount>()),
         ..BASE

@@ -11,7 +11,10 @@
 //! 2. **Static tokens** (`--token-auth-file`): `Authorization: Bearer <token>`
 //!    looked up in a CSV file of `token,user,uid,"group1,group2"` lines
 //!    (upstream `tokenfile`).
-//! 3. **Anonymous** (`--anonymous-auth`, upstream default on): a request
+//! 3. **ServiceAccount tokens**: bound (TokenRequest) and legacy Secret JWTs
+//!    this server signed, while the objects they name exist
+//!    ([`crate::serviceaccount::authenticator`]).
+//! 4. **Anonymous** (`--anonymous-auth`, upstream default on): a request
 //!    with no credentials at all is `system:anonymous` in group
 //!    `system:unauthenticated`.
 //!
@@ -221,6 +224,8 @@ pub enum AuthnFailure {
     NoCredentials,
     /// A bearer token that no authenticator knows.
     InvalidToken,
+    /// A ServiceAccount token of this server that is no longer (or not) valid.
+    InvalidServiceAccountToken(String),
     /// A client certificate that does not chain to the client CA.
     InvalidCertificate(String),
 }
@@ -234,12 +239,14 @@ pub struct Authenticator {
     pub client_ca: Option<Arc<dyn ClientCertVerifier>>,
     /// `--anonymous-auth`.
     pub anonymous: bool,
+    /// ServiceAccount tokens (`--service-account-*` flags).
+    pub service_accounts: Option<Arc<crate::serviceaccount::ServiceAccountAuthenticator>>,
 }
 
 impl Authenticator {
     /// Authenticates a request with `authorization` (the header value) from a
     /// peer that presented `peer_certs` (end entity first).
-    pub fn authenticate(
+    pub async fn authenticate(
         &self,
         authorization: Option<&str>,
         peer_certs: Option<&[CertificateDer<'static>]>,
@@ -261,10 +268,7 @@ impl Authenticator {
             }
         }
         if let Some(token) = authorization.and_then(bearer_token) {
-            return match self.tokens.as_ref().and_then(|t| t.lookup(token)) {
-                Some(user) => Ok(user.clone().authenticated()),
-                None => Err(AuthnFailure::InvalidToken),
-            };
+            return self.authenticate_token(token, &[]).await.map(|(user, _)| user);
         }
         if let Some(f) = failure {
             return Err(f);
@@ -274,6 +278,26 @@ impl Authenticator {
         } else {
             Err(AuthnFailure::NoCredentials)
         }
+    }
+}
+
+impl Authenticator {
+    /// The user of bearer token `token`: a `--token-auth-file` token, else a
+    /// ServiceAccount token valid for one of `audiences` (the API audiences
+    /// when empty); with the audiences it is valid for (upstream's
+    /// `authenticator.Token` used by TokenReview too).
+    pub async fn authenticate_token(&self, token: &str, audiences: &[String]) -> Result<(UserInfo, Vec<String>), AuthnFailure> {
+        if let Some(user) = self.tokens.as_ref().and_then(|t| t.lookup(token)) {
+            return Ok((user.clone().authenticated(), audiences.to_vec()));
+        }
+        if let Some(sa) = &self.service_accounts {
+            return match sa.authenticate(token, audiences).await {
+                Ok((user, aud)) => Ok((user.authenticated(), aud)),
+                Err(crate::serviceaccount::claims::TokenError::NotOurs) => Err(AuthnFailure::InvalidToken),
+                Err(crate::serviceaccount::claims::TokenError::Invalid(m)) => Err(AuthnFailure::InvalidServiceAccountToken(m)),
+            };
+        }
+        Err(AuthnFailure::InvalidToken)
     }
 }
 
@@ -303,7 +327,7 @@ pub struct AuthnState {
 pub async fn authn_middleware(State(st): State<AuthnState>, mut req: Request, next: Next) -> Response {
     let authorization = req.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
     let certs = req.extensions().get::<ConnectInfo<ConnInfo>>().and_then(|c| c.0.peer_certs.clone());
-    match st.authenticator.authenticate(authorization.as_deref(), certs.as_deref().map(|v| v.as_slice())) {
+    match st.authenticator.authenticate(authorization.as_deref(), certs.as_deref().map(|v| v.as_slice())).await {
         Ok(user) => {
             req.headers_mut().remove("authorization");
             req.extensions_mut().insert(user);
@@ -327,7 +351,7 @@ mod tests {
     const FILE: &str = "secret-admin,admin,1,\"system:masters\"\nsecret-alice,alice,2,\"dev,ops\"\n\nsecret-bob,bob,3\n,nobody,4\n";
 
     fn authn(anonymous: bool) -> Authenticator {
-        Authenticator { tokens: Some(TokenFile::parse(FILE, "tokens.csv").unwrap()), client_ca: None, anonymous }
+        Authenticator { tokens: Some(TokenFile::parse(FILE, "tokens.csv").unwrap()), client_ca: None, anonymous, service_accounts: None }
     }
 
     #[test]
@@ -347,25 +371,25 @@ mod tests {
         assert!(matches!(TokenFile::parse("tok,user,1,\"a,b\n", "f.csv"), Err(AuthnError::Quote { line: 1, .. })));
     }
 
-    #[test]
-    fn bearer_tokens_authenticate_and_add_the_authenticated_group() {
-        let u = authn(false).authenticate(Some("Bearer secret-alice"), None).unwrap();
+    #[tokio::test]
+    async fn bearer_tokens_authenticate_and_add_the_authenticated_group() {
+        let u = authn(false).authenticate(Some("Bearer secret-alice"), None).await.unwrap();
         assert_eq!(u.username, "alice");
         assert_eq!(u.groups, vec!["dev", "ops", AUTHENTICATED_GROUP]);
-        let u = authn(false).authenticate(Some("bearer secret-admin"), None).unwrap();
+        let u = authn(false).authenticate(Some("bearer secret-admin"), None).await.unwrap();
         assert!(u.is_master());
     }
 
-    #[test]
-    fn bad_token_fails_even_with_anonymous_auth() {
-        assert_eq!(authn(true).authenticate(Some("Bearer nope"), None), Err(AuthnFailure::InvalidToken));
+    #[tokio::test]
+    async fn bad_token_fails_even_with_anonymous_auth() {
+        assert_eq!(authn(true).authenticate(Some("Bearer nope"), None).await, Err(AuthnFailure::InvalidToken));
     }
 
-    #[test]
-    fn no_credentials_is_anonymous_only_when_enabled() {
-        assert_eq!(authn(true).authenticate(None, None).unwrap(), UserInfo::anonymous());
-        assert_eq!(authn(false).authenticate(None, None), Err(AuthnFailure::NoCredentials));
+    #[tokio::test]
+    async fn no_credentials_is_anonymous_only_when_enabled() {
+        assert_eq!(authn(true).authenticate(None, None).await.unwrap(), UserInfo::anonymous());
+        assert_eq!(authn(false).authenticate(None, None).await, Err(AuthnFailure::NoCredentials));
         // A non-bearer scheme is no credential.
-        assert_eq!(authn(true).authenticate(Some("Basic abc"), None).unwrap().username, ANONYMOUS_USER);
+        assert_eq!(authn(true).authenticate(Some("Basic abc"), None).await.unwrap().username, ANONYMOUS_USER);
     }
 }

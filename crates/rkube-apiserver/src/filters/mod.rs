@@ -316,7 +316,12 @@ impl FilterChain {
     ) -> Result<FilterChain, FilterError> {
         let client_verifier = cfg.client_ca.as_deref().map(tls::client_verifier).transpose()?;
         let tls = cfg.tls.as_ref().map(|t| tls::server_config(t, client_verifier.clone())).transpose()?;
-        let authn = Arc::new(Authenticator { tokens: cfg.tokens, client_ca: client_verifier, anonymous: cfg.anonymous });
+        let authn = Arc::new(Authenticator {
+            tokens: cfg.tokens,
+            client_ca: client_verifier,
+            anonymous: cfg.anonymous,
+            service_accounts: None,
+        });
         let authz = Arc::new(Authorizer::new(cfg.authorization_modes, rbac.clone())?);
         let auditor = match cfg.audit {
             Some(a) => {
@@ -343,6 +348,18 @@ impl FilterChain {
     /// The rustls config to pass to [`serve`] (`None`: plain HTTP).
     pub fn tls_server_config(&self) -> Option<Arc<rustls::ServerConfig>> {
         self.tls.clone()
+    }
+
+    /// This chain, also accepting the ServiceAccount tokens `sa` checks
+    /// (built once the server's watch cache exists).
+    pub fn with_service_account_tokens(mut self, sa: Arc<crate::serviceaccount::ServiceAccountAuthenticator>) -> Self {
+        self.authn = Arc::new(Authenticator {
+            tokens: self.authn.tokens.clone(),
+            client_ca: self.authn.client_ca.clone(),
+            anonymous: self.authn.anonymous,
+            service_accounts: Some(sa),
+        });
+        self
     }
 
     /// The authenticator (client certificates, tokens, anonymous).

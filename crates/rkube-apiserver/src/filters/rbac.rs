@@ -454,7 +454,9 @@ pub async fn ensure_bootstrap_policy(storage: &dyn Storage, etcd_prefix: &str) -
 /// into `edit`, `edit` into `admin`), and the bindings
 /// of `cluster-admin` to `system:masters`, `system:discovery` and
 /// `system:basic-user` to `system:authenticated`, `system:public-info-viewer`
-/// to `system:authenticated` and `system:unauthenticated`.
+/// to `system:authenticated` and `system:unauthenticated`, and
+/// `system:service-account-issuer-discovery` (the issuer discovery paths) to
+/// `system:serviceaccounts`.
 pub fn bootstrap_policy() -> Vec<Value> {
     let cr = |name: &str, rules: Value| {
         serde_json::json!({
@@ -514,6 +516,9 @@ pub fn bootstrap_policy() -> Vec<Value> {
         cr("system:public-info-viewer", serde_json::json!([
             {"nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"], "verbs": ["get"]},
         ])),
+        cr("system:service-account-issuer-discovery", serde_json::json!([
+            {"nonResourceURLs": ["/.well-known/openid-configuration", "/.well-known/openid-configuration/", "/openid/v1/jwks", "/openid/v1/jwks/"], "verbs": ["get"]},
+        ])),
         // admin ⊇ edit ⊇ view by aggregation, as upstream: the rules live in
         // system:aggregate-to-*; the initial rules are the aggregated result.
         aggregated("admin", &[], "admin", serde_json::json!([write_rule, read_rule, rbac_rule])),
@@ -526,6 +531,7 @@ pub fn bootstrap_policy() -> Vec<Value> {
         crb("system:discovery", "system:discovery", &["system:authenticated"]),
         crb("system:basic-user", "system:basic-user", &["system:authenticated"]),
         crb("system:public-info-viewer", "system:public-info-viewer", &["system:authenticated", "system:unauthenticated"]),
+        crb("system:service-account-issuer-discovery", "system:service-account-issuer-discovery", &["system:serviceaccounts"]),
     ]
 }
 

@@ -3,7 +3,7 @@
 //! Order: decode (400/415) → type meta (400) → namespace from the path (400
 //! on mismatch) → `generateName` → typed decoding and unknown fields (400 /
 //! warnings) → defaults → managedFields (`Create`) → namespace exists (404) /
-//! not terminating (403) → validation (422) → server-set metadata and status →
+//! not terminating (403) → admission (ServiceAccount, 403) → validation (422) → server-set metadata and status →
 //! ClusterIP → store (409 `AlreadyExists`; a generated name is retried).
 
 use axum::response::Response;
@@ -61,6 +61,9 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
 
     let name = object::name(&obj).to_string();
     check_namespace_usable(ctx, &name).await?;
+    if ctx.st.config.admission.service_account && info.group.is_empty() && info.resource == "pods" {
+        crate::admission::service_account::admit_pod(&ctx.st, ctx.namespace(), &mut obj).await?;
+    }
     let causes = validate::validate(info, &obj, None);
     if !causes.is_empty() {
         return Err(ApiError::invalid(info, &name, causes));

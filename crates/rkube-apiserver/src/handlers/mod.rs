@@ -17,9 +17,12 @@ pub mod eviction;
 pub mod read;
 pub mod component_status;
 pub mod scale;
+pub mod token_request;
 pub mod update;
 pub mod watch;
 mod write;
+
+pub use write::encode_for_storage;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Uri};
@@ -190,6 +193,8 @@ async fn dispatch_inner(
                 update::binding(&ctx, &body).await
             } else if ctx.ri.subresource.as_deref() == Some("eviction") {
                 eviction::create(&ctx, &body).await
+            } else if ctx.ri.subresource.as_deref() == Some("token") {
+                token_request::create(&ctx, &body).await
             } else {
                 create::create(&ctx, &body).await
             }
