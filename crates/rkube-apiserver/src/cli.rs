@@ -68,6 +68,18 @@ pub struct ApiserverArgs {
     /// Log verbosity (0–1 info, 2–4 debug, 5+ trace), like kube-apiserver's `-v`.
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     pub v: u8,
+    /// PEM CA certificate that signs approved CertificateSigningRequests of
+    /// the `kubernetes.io/kube-apiserver-client(-kubelet)` signers (a
+    /// kube-controller-manager flag upstream; no signing without it).
+    #[arg(long = "cluster-signing-cert-file", requires = "cluster_signing_key_file")]
+    pub cluster_signing_cert_file: Option<PathBuf>,
+    /// PEM private key of --cluster-signing-cert-file.
+    #[arg(long = "cluster-signing-key-file", requires = "cluster_signing_cert_file")]
+    pub cluster_signing_key_file: Option<PathBuf>,
+    /// The longest lifetime of a signed certificate (Go duration); a CSR's
+    /// `spec.expirationSeconds` may only shorten it.
+    #[arg(long = "cluster-signing-duration", default_value = "8760h0m0s")]
+    pub cluster_signing_duration: String,
     /// Watch cache, feature gates, storage readiness and compaction flags.
     #[command(flatten)]
     pub cache: crate::cache_options::CacheFlags,
@@ -182,6 +194,7 @@ async fn serve_until_signal(
     config: ServerConfig,
     fargs: &crate::filters::FilterArgs,
     advertise: IpAddr,
+    signer: Option<crate::csr::signer::Signer>,
     ready: impl FnOnce(),
 ) -> anyhow::Result<()> {
     let config = ServerConfig { min_request_timeout: fargs.min_request_timeout, ..config };
@@ -205,6 +218,10 @@ async fn serve_until_signal(
         tracing::warn!(error = %e, "creating the default/kubernetes service; retrying in the background");
     }
     tokio::spawn(crate::kubernetes_service::run(storage.clone(), prefix.clone(), cidr, me, st.shutdown.subscribe()));
+    // The CSR signer (upstream runs it in kube-controller-manager).
+    if let Some(signer) = signer {
+        tokio::spawn(crate::csr::signer::run(signer, storage.clone(), prefix.clone(), st.shutdown.subscribe()));
+    }
     ready();
     crate::server::serve_api(listener, st, &chain, shutdown_signal()).await.context("serving the API")?;
     Ok(())
@@ -229,7 +246,19 @@ pub async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     let watch_cache = args.cache.options()?;
     let config = ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache, ..Default::default() };
     let advertise = args.advertise_address.unwrap_or_else(|| crate::kubernetes_service::advertise_address(local.ip()));
-    serve_until_signal(listener, storage, config, &args.filters, advertise, || {}).await
+    let signer = apiserver_signer(&args)?;
+    serve_until_signal(listener, storage, config, &args.filters, advertise, signer, || {}).await
+}
+
+/// The CSR signer of `rkube apiserver`: from --cluster-signing-cert-file and
+/// --cluster-signing-key-file, none without them.
+fn apiserver_signer(args: &ApiserverArgs) -> anyhow::Result<Option<crate::csr::signer::Signer>> {
+    let duration = crate::filters::timeout::parse_go_duration(&args.cluster_signing_duration)
+        .map_err(|e| anyhow::anyhow!("--cluster-signing-duration: {e}"))?;
+    match (&args.cluster_signing_cert_file, &args.cluster_signing_key_file) {
+        (Some(cert), Some(key)) => Ok(Some(crate::csr::signer::Signer::load(cert, key, duration)?)),
+        _ => Ok(None),
+    }
 }
 
 /// The kubeconfig `rkube up` writes: cluster, user and context all named `rkube`.
@@ -266,6 +295,7 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
     let listener = bind_loopback(args.port.unwrap_or(default_port)).await?;
     let local = listener.local_addr()?;
     let kubeconfig_path = data_dir.join("kubeconfig");
+    let mut signer = None;
     let (fargs, server) = if args.insecure {
         tracing::warn!("--insecure: serving plain HTTP on loopback with no authentication or authorization");
         let server = format!("http://{local}");
@@ -276,11 +306,15 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
         let up = crate::up_auth::secure_filter_args(&data_dir, &args.filters)?;
         let server = format!("https://{local}");
         crate::filters::tls::write_kubeconfig(&kubeconfig_path, &server, &up.kubeconfig_pki())?;
+        // The generated CA signs approved client CSRs; it is a trusted client CA.
+        let ca_key = data_dir.join("pki").join("ca.key");
+        let duration = crate::csr::signer::DEFAULT_SIGNING_DURATION;
+        signer = Some(crate::csr::signer::Signer::load(&up.pki.ca_cert_path, &ca_key, duration)?);
         (up.filters, server)
     };
     tracing::info!(server = %server, data_dir = %data_dir.display(), "rkube is up");
     let printed = kubeconfig_path.display().to_string();
-    serve_until_signal(listener, storage, ServerConfig::default(), &fargs, local.ip(), move || {
+    serve_until_signal(listener, storage, ServerConfig::default(), &fargs, local.ip(), signer, move || {
         // The one line on stdout, printed once the server can answer.
         println!("export KUBECONFIG={printed}");
         use std::io::Write as _;

@@ -11,6 +11,7 @@
 //!   [`openapi`], [`table`], [`patch`].
 //! - [`error`]: every failure becomes a `Status` ([`error::ApiError`]).
 //! - [`rbac_aggregation`]: the ClusterRole aggregation controller.
+//! - [`csr`]: CertificateSigningRequest write paths, approval/signing checks and the signer.
 //! - [`kubernetes_service`]: the `default/kubernetes` Service, Endpoints and EndpointSlice.
 //! - [`cli`]: the `apiserver` and `up` commands; [`up_auth`]: `rkube up`'s HTTPS, authentication and RBAC defaults.
 
@@ -18,6 +19,7 @@ pub mod builtin_objects;
 pub mod cache_options;
 pub mod cli;
 pub mod config_data;
+pub mod csr;
 pub mod discovery;
 pub mod error;
 pub mod filters;

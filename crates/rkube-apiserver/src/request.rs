@@ -207,7 +207,6 @@ const NOT_YET_SERVED_SUBRESOURCES: &[(&str, &str, &[&str])] = &[
     ("", "serviceaccounts", &["token"]),
     ("", "nodes", &["proxy"]),
     ("", "services", &["proxy"]),
-    ("certificates.k8s.io", "certificatesigningrequests", &["approval"]),
 ];
 
 /// 404 for a resource that is not served: upstream's `NotFound` for
