@@ -227,3 +227,102 @@ fn validate_signer_name(signer: &str, errs: &mut Vec<FieldError>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A PKCS#10 request (P-256, CN=every-resource), base64 of its PEM.
+    const REQUEST: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0KTUlIU01Ic0NBUUF3R1RFWE1CVUdBMVVFQXd3T1pYWmxjbmt0Y21WemIzVnlZMlV3V1RBVEJnY3Foa2pPUFFJQgpCZ2dxaGtqT1BRTUJCd05DQUFRS1RodkRzNEJIRUw4MEl4NUxUNW9QdU0xeVh4bXoxajNmZFZWYnF4STczTlhICnhEYWNSV2R1OE9TWnc4VGYvd3diVkZMNGlQRk4zNXNsZHhCMFMwNmxvQUF3Q2dZSUtvWkl6ajBFQXdJRFJ3QXcKUkFJZ1R3NUxwZ2J0V0NlQ1Fsb21KRWVyODF6TVFyZFFxTFZOcVlpNVdoNWZkSG9DSUdNTHI5dVFZazNzL0JZOAp5MjJyNUI4bU5qdDBvMFh3QlI0YXowc3lkV0Z2Ci0tLS0tRU5EIENFUlRJRklDQVRFIFJFUVVFU1QtLS0tLQo=";
+
+    fn errors(obj: &Value, old: Option<&Value>) -> Vec<String> {
+        let mut errs = Vec::new();
+        csr_validate(obj, old, &mut errs);
+        errs.iter().map(ToString::to_string).collect()
+    }
+
+    fn valid() -> Value {
+        json!({"spec": {"request": REQUEST, "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"]}})
+    }
+
+    #[test]
+    fn a_signed_request_with_signer_and_usages_is_valid() {
+        assert_eq!(errors(&valid(), None), Vec::<String>::new());
+    }
+
+    #[test]
+    fn spec_problems_get_upstreams_field_errors() {
+        let mut obj = valid();
+        obj["spec"]["request"] = json!("eA==");
+        obj["spec"]["usages"] = json!(["client auth", "flying", "client auth"]);
+        obj["spec"]["signerName"] = json!("example/signer");
+        obj["spec"]["expirationSeconds"] = json!(599);
+        let got = errors(&obj, None);
+        assert_eq!(got[0], "spec.request: Invalid value: \"<request data>\": PEM block type must be CERTIFICATE REQUEST");
+        assert!(got[1].starts_with("spec.usages[1]: Unsupported value: \"flying\": supported values: \"any\", \"cert sign\""), "{got:?}");
+        assert_eq!(got[2], "spec.usages[2]: Duplicate value: \"client auth\"");
+        assert_eq!(got[3], "spec.signerName: Invalid value: \"example\": should be a domain with at least two segments separated by dots");
+        assert_eq!(got[4], "spec.expirationSeconds: Invalid value: 599: may not specify a duration less than 600 seconds (10 minutes)");
+        assert_eq!(got.len(), 5, "{got:?}");
+        let mut obj = valid();
+        obj["spec"]["signerName"] = json!("");
+        obj["spec"]["usages"] = json!([]);
+        assert_eq!(errors(&obj, None), ["spec.usages: Required value", "spec.signerName: Required value: signerName must be provided"]);
+        obj["spec"]["signerName"] = json!("a.b/c/d");
+        obj["spec"]["usages"] = json!(["client auth"]);
+        assert_eq!(
+            errors(&obj, None),
+            ["spec.signerName: Invalid value: \"a.b/c/d\": must be a fully qualified domain and path of the form 'example.com/signer-name'"]
+        );
+    }
+
+    #[test]
+    fn conditions_approved_and_denied_exclude_each_other_and_only_hold_true() {
+        let mut obj = valid();
+        obj["status"] = json!({"conditions": [
+            {"type": "Approved", "status": "True"},
+            {"type": "Denied", "status": "False"},
+            {"type": "Approved", "status": "True"}
+        ]});
+        let got = errors(&obj, None);
+        assert_eq!(
+            got,
+            [
+                "status.conditions[1].status: Unsupported value: \"False\": supported values: \"True\"",
+                "status.conditions[1].type: Invalid value: \"Denied\": Approved and Denied conditions are mutually exclusive",
+                "status.conditions[2].type: Duplicate value: \"Approved\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn updates_may_not_remove_approval_conditions_or_change_a_certificate() {
+        let mut old = valid();
+        old["status"] = json!({"conditions": [{"type": "Approved", "status": "True"}], "certificate": "bm90IGEgcGVt"});
+        let mut new = old.clone();
+        new["status"]["conditions"] = json!([]);
+        new["status"]["certificate"] = json!("");
+        assert_eq!(
+            errors(&new, Some(&old)),
+            [
+                "status.conditions: Forbidden: updates may not remove a condition of type \"Approved\"",
+                "status.certificate: Forbidden: updates may not modify existing certificate content",
+            ]
+        );
+        // A certificate that is not PEM is refused when it is set.
+        let mut fresh = valid();
+        fresh["status"] = json!({"certificate": "bm90IGEgcGVt"});
+        assert_eq!(
+            errors(&fresh, Some(&valid())),
+            ["status.certificate: Invalid value: \"<certificate data>\": must contain at least one CERTIFICATE PEM block"]
+        );
+    }
+
+    #[test]
+    fn condition_status_defaults_to_true() {
+        let mut obj = json!({"status": {"conditions": [{"type": "Approved"}, {"type": "Ready", "status": "False"}]}});
+        csr_defaults(obj.as_object_mut().unwrap());
+        assert_eq!(obj["status"]["conditions"], json!([{"type": "Approved", "status": "True"}, {"type": "Ready", "status": "False"}]));
+    }
+}
