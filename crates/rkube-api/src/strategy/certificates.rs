@@ -291,6 +291,7 @@ mod tests {
             [
                 "status.conditions[1].status: Unsupported value: \"False\": supported values: \"True\"",
                 "status.conditions[1].type: Invalid value: \"Denied\": Approved and Denied conditions are mutually exclusive",
+                "status.conditions[2].type: Invalid value: \"Approved\": Approved and Denied conditions are mutually exclusive",
                 "status.conditions[2].type: Duplicate value: \"Approved\"",
             ]
         );
