@@ -74,6 +74,11 @@ fn approved_csr_certificate_authenticates_as_its_common_name(version: &str) {
     let f = admin.ok(&["certificate", "approve", "erin"]);
     assert_eq!(f.stdout.trim(), "certificatesigningrequest.certificates.k8s.io/erin approved");
     let cert_pem = wait_for_certificate(&admin, "erin");
+    let table = admin.ok(&["get", "csr", "erin"]);
+    let header: Vec<&str> = table.stdout.lines().next().unwrap_or("").split_whitespace().collect();
+    assert_eq!(header, ["NAME", "AGE", "SIGNERNAME", "REQUESTOR", "REQUESTEDDURATION", "CONDITION"], "{}", table.stdout);
+    let cells: Vec<&str> = table.stdout.lines().nth(1).unwrap_or("").split_whitespace().collect();
+    assert_eq!((cells[0], cells[2], cells[3], cells[4], cells[5]), ("erin", SIGNER, "rkube-admin", "24h", "Approved,Issued"), "{}", table.stdout);
     assert!(cert_pem.starts_with("-----BEGIN CERTIFICATE-----"), "{cert_pem}");
 
     let erin = cluster.kubectl_with(
