@@ -404,6 +404,39 @@ mod tests {
         }
     }
 
+    #[derive(Parser)]
+    struct Apiserver {
+        #[command(flatten)]
+        args: ApiserverArgs,
+    }
+
+    fn parse_apiserver(args: &[&str]) -> Result<ApiserverArgs, clap::Error> {
+        Apiserver::try_parse_from(std::iter::once("apiserver").chain(args.iter().copied())).map(|a| a.args)
+    }
+
+    #[test]
+    fn apiserver_signs_csrs_only_with_a_cluster_signing_cert_and_key() {
+        let a = parse_apiserver(&[]).unwrap();
+        assert_eq!(a.cluster_signing_duration, "8760h0m0s");
+        assert!(apiserver_signer(&a).unwrap().is_none(), "no signer without the flags");
+        for one in ["--cluster-signing-cert-file=ca.crt", "--cluster-signing-key-file=ca.key"] {
+            let err = parse_apiserver(&[one]).err();
+            assert_eq!(err.map(|e| e.kind()), Some(clap::error::ErrorKind::MissingRequiredArgument), "{one}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let pki = crate::filters::tls::generate_self_signed(dir.path()).unwrap();
+        let key = dir.path().join("pki/ca.key");
+        let cert_flag = format!("--cluster-signing-cert-file={}", pki.ca_cert_path.display());
+        let key_flag = format!("--cluster-signing-key-file={}", key.display());
+        let a = parse_apiserver(&[&cert_flag, &key_flag, "--cluster-signing-duration=2h"]).unwrap();
+        let signer = apiserver_signer(&a).unwrap().expect("a signer");
+        assert!(format!("{signer:?}").contains("duration: 7200s"), "{signer:?}");
+        let a = parse_apiserver(&[&cert_flag, &key_flag, "--cluster-signing-duration=soon"]).unwrap();
+        assert!(apiserver_signer(&a).is_err());
+        let missing = format!("--cluster-signing-key-file={}", dir.path().join("nope.key").display());
+        assert!(apiserver_signer(&parse_apiserver(&[&cert_flag, &missing]).unwrap()).is_err());
+    }
+
     #[test]
     fn up_tls_cert_and_key_go_together() {
         let a = parse(&["--tls-cert-file=s.crt", "--tls-private-key-file=s.key"]).unwrap();

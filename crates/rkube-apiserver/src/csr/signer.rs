@@ -6,7 +6,8 @@
 //! `--cluster-signing-duration`); rkube has no controller manager, so
 //! `rkube apiserver` takes those flags and `rkube up` signs with the CA in
 //! `<data-dir>/pki` (`ca.crt`, `ca.key`), which the API server already
-//! trusts for client certificates: what it issues authenticates.
+//! trusts for client certificates: what it issues authenticates
+//! (`rkube up --insecure` has no PKI and no signer).
 //!
 //! A CSR is handled when it is approved (and not denied), not `Failed`, has
 //! no `status.certificate` yet and names one of the two signers:
