@@ -33,6 +33,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod continue_token;
+pub mod csr;
 pub mod field_error;
 pub mod list_options;
 pub mod protobuf;

@@ -68,6 +68,18 @@ pub struct ApiserverArgs {
     /// Log verbosity (0–1 info, 2–4 debug, 5+ trace), like kube-apiserver's `-v`.
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     pub v: u8,
+    /// PEM CA certificate that signs approved CertificateSigningRequests of
+    /// the `kubernetes.io/kube-apiserver-client(-kubelet)` signers (a
+    /// kube-controller-manager flag upstream; no signing without it).
+    #[arg(long = "cluster-signing-cert-file", requires = "cluster_signing_key_file")]
+    pub cluster_signing_cert_file: Option<PathBuf>,
+    /// PEM private key of --cluster-signing-cert-file.
+    #[arg(long = "cluster-signing-key-file", requires = "cluster_signing_cert_file")]
+    pub cluster_signing_key_file: Option<PathBuf>,
+    /// The longest lifetime of a signed certificate (Go duration); a CSR's
+    /// `spec.expirationSeconds` may only shorten it.
+    #[arg(long = "cluster-signing-duration", default_value = "8760h0m0s")]
+    pub cluster_signing_duration: String,
     /// Watch cache, feature gates, storage readiness and compaction flags.
     #[command(flatten)]
     pub cache: crate::cache_options::CacheFlags,
@@ -194,6 +206,8 @@ struct Identity {
     /// The CA certificate (PEM) of the `kube-root-ca.crt` ConfigMaps and
     /// legacy token Secrets (`None`: not published).
     root_ca: Option<String>,
+    /// The CSR signer (`None`: CSRs are not signed).
+    signer: Option<crate::csr::signer::Signer>,
 }
 
 /// Builds the state, bootstraps system namespaces (and the RBAC bootstrap
@@ -243,6 +257,10 @@ async fn serve_until_signal(
     if let Some(t) = tokens.filter(|t| t.signer.is_some()) {
         tokio::spawn(crate::controllers::tokens::run(st.clone(), t, identity.root_ca.clone(), st.shutdown.subscribe()));
     }
+    // The CSR signer (upstream runs it in kube-controller-manager).
+    if let Some(signer) = identity.signer {
+        tokio::spawn(crate::csr::signer::run(signer, storage.clone(), prefix.clone(), st.shutdown.subscribe()));
+    }
     ready();
     crate::server::serve_api(listener, st, &chain, shutdown_signal()).await.context("serving the API")?;
     Ok(())
@@ -270,12 +288,24 @@ pub async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
         ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache, admission, ..Default::default() };
     let advertise = args.advertise_address.unwrap_or_else(|| crate::kubernetes_service::advertise_address(local.ip()));
     let tokens = args.service_accounts.load()?;
+    let signer = apiserver_signer(&args)?;
     // The CA of the serving certificate (the last one of --tls-cert-file), as kubeadm's clusters publish theirs.
     let root_ca = match &args.filters.tls_cert_file {
         Some(cert) => std::fs::read_to_string(cert).ok().and_then(|pem| crate::up_auth::last_certificate_pem(&pem)),
         None => None,
     };
-    serve_until_signal(listener, storage, config, &args.filters, Identity { tokens, root_ca }, advertise, || {}).await
+    serve_until_signal(listener, storage, config, &args.filters, Identity { tokens, root_ca, signer }, advertise, || {}).await
+}
+
+/// The CSR signer of `rkube apiserver`: from --cluster-signing-cert-file and
+/// --cluster-signing-key-file, none without them.
+fn apiserver_signer(args: &ApiserverArgs) -> anyhow::Result<Option<crate::csr::signer::Signer>> {
+    let duration = crate::filters::timeout::parse_go_duration(&args.cluster_signing_duration)
+        .map_err(|e| anyhow::anyhow!("--cluster-signing-duration: {e}"))?;
+    match (&args.cluster_signing_cert_file, &args.cluster_signing_key_file) {
+        (Some(cert), Some(key)) => Ok(Some(crate::csr::signer::Signer::load(cert, key, duration)?)),
+        _ => Ok(None),
+    }
 }
 
 /// The kubeconfig `rkube up` writes: cluster, user and context all named `rkube`.
@@ -313,6 +343,7 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
     let local = listener.local_addr()?;
     let kubeconfig_path = data_dir.join("kubeconfig");
     let tokens = args.service_accounts.with_up_defaults(&data_dir)?.load()?;
+    let mut signer = None;
     let (fargs, server, root_ca) = if args.insecure {
         tracing::warn!("--insecure: serving plain HTTP on loopback with no authentication or authorization");
         let server = format!("http://{local}");
@@ -323,6 +354,10 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
         let up = crate::up_auth::secure_filter_args(&data_dir, &args.filters)?;
         let server = format!("https://{local}");
         crate::filters::tls::write_kubeconfig(&kubeconfig_path, &server, &up.kubeconfig_pki())?;
+        // The generated CA signs approved client CSRs; it is a trusted client CA.
+        let ca_key = data_dir.join("pki").join("ca.key");
+        let duration = crate::csr::signer::DEFAULT_SIGNING_DURATION;
+        signer = Some(crate::csr::signer::Signer::load(&up.pki.ca_cert_path, &ca_key, duration)?);
         let root_ca = Some(up.server_ca_pem.clone());
         (up.filters, server, root_ca)
     };
@@ -330,7 +365,7 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
     let config = ServerConfig { admission, ..ServerConfig::default() };
     tracing::info!(server = %server, data_dir = %data_dir.display(), "rkube is up");
     let printed = kubeconfig_path.display().to_string();
-    serve_until_signal(listener, storage, config, &fargs, Identity { tokens, root_ca }, local.ip(), move || {
+    serve_until_signal(listener, storage, config, &fargs, Identity { tokens, root_ca, signer }, local.ip(), move || {
         // The one line on stdout, printed once the server can answer.
         println!("export KUBECONFIG={printed}");
         use std::io::Write as _;
@@ -418,6 +453,39 @@ mod tests {
             assert_eq!((f.request_timeout.as_str(), f.min_request_timeout), ("30s", 900));
             assert_eq!(f.request_trace_threshold, "2s");
         }
+    }
+
+    #[derive(Parser)]
+    struct Apiserver {
+        #[command(flatten)]
+        args: ApiserverArgs,
+    }
+
+    fn parse_apiserver(args: &[&str]) -> Result<ApiserverArgs, clap::Error> {
+        Apiserver::try_parse_from(std::iter::once("apiserver").chain(args.iter().copied())).map(|a| a.args)
+    }
+
+    #[test]
+    fn apiserver_signs_csrs_only_with_a_cluster_signing_cert_and_key() {
+        let a = parse_apiserver(&[]).unwrap();
+        assert_eq!(a.cluster_signing_duration, "8760h0m0s");
+        assert!(apiserver_signer(&a).unwrap().is_none(), "no signer without the flags");
+        for one in ["--cluster-signing-cert-file=ca.crt", "--cluster-signing-key-file=ca.key"] {
+            let err = parse_apiserver(&[one]).err();
+            assert_eq!(err.map(|e| e.kind()), Some(clap::error::ErrorKind::MissingRequiredArgument), "{one}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let pki = crate::filters::tls::generate_self_signed(dir.path()).unwrap();
+        let key = dir.path().join("pki/ca.key");
+        let cert_flag = format!("--cluster-signing-cert-file={}", pki.ca_cert_path.display());
+        let key_flag = format!("--cluster-signing-key-file={}", key.display());
+        let a = parse_apiserver(&[&cert_flag, &key_flag, "--cluster-signing-duration=2h"]).unwrap();
+        let signer = apiserver_signer(&a).unwrap().expect("a signer");
+        assert!(format!("{signer:?}").contains("duration: 7200s"), "{signer:?}");
+        let a = parse_apiserver(&[&cert_flag, &key_flag, "--cluster-signing-duration=soon"]).unwrap();
+        assert!(apiserver_signer(&a).is_err());
+        let missing = format!("--cluster-signing-key-file={}", dir.path().join("nope.key").display());
+        assert!(apiserver_signer(&parse_apiserver(&[&cert_flag, &missing]).unwrap()).is_err());
     }
 
     #[test]

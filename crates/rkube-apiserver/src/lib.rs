@@ -11,6 +11,7 @@
 //!   [`openapi`], [`table`], [`patch`].
 //! - [`error`]: every failure becomes a `Status` ([`error::ApiError`]).
 //! - [`rbac_aggregation`]: the ClusterRole aggregation controller.
+//! - [`csr`]: CertificateSigningRequest write paths, approval/signing checks and the signer.
 //! - [`kubernetes_service`]: the `default/kubernetes` Service, Endpoints and EndpointSlice.
 //! - [`serviceaccount`]: ServiceAccount tokens (keys, claims, the
 //!   authenticator, issuer discovery); [`admission`]: admission plugins
@@ -24,6 +25,7 @@ pub mod cache_options;
 pub mod cli;
 pub mod config_data;
 pub mod controllers;
+pub mod csr;
 pub mod discovery;
 pub mod error;
 pub mod filters;

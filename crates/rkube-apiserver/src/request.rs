@@ -212,7 +212,6 @@ const NOT_YET_SERVED_SUBRESOURCES: &[(&str, &str, &[&str])] = &[
     ("", "pods", &["log", "exec", "attach", "portforward", "proxy", "ephemeralcontainers", "resize"]),
     ("", "nodes", &["proxy"]),
     ("", "services", &["proxy"]),
-    ("certificates.k8s.io", "certificatesigningrequests", &["approval"]),
 ];
 
 /// 404 for a resource that is not served: upstream's `NotFound` for

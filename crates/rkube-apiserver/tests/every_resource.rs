@@ -11,6 +11,9 @@ use common::TestServer;
 use rkube_api::registry::{self, ResourceInfo};
 use serde_json::{json, Value};
 
+/// A PKCS#10 request (P-256, CN=every-resource), base64 of its PEM: CSRs are validated.
+const CSR_PEM_B64: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0KTUlIU01Ic0NBUUF3R1RFWE1CVUdBMVVFQXd3T1pYWmxjbmt0Y21WemIzVnlZMlV3V1RBVEJnY3Foa2pPUFFJQgpCZ2dxaGtqT1BRTUJCd05DQUFRS1RodkRzNEJIRUw4MEl4NUxUNW9QdU0xeVh4bXoxajNmZFZWYnF4STczTlhICnhEYWNSV2R1OE9TWnc4VGYvd3diVkZMNGlQRk4zNXNsZHhCMFMwNmxvQUF3Q2dZSUtvWkl6ajBFQXdJRFJ3QXcKUkFJZ1R3NUxwZ2J0V0NlQ1Fsb21KRWVyODF6TVFyZFFxTFZOcVlpNVdoNWZkSG9DSUdNTHI5dVFZazNzL0JZOAp5MjJyNUI4bU5qdDBvMFh3QlI0YXowc3lkV0Z2Ci0tLS0tRU5EIENFUlRJRklDQVRFIFJFUVVFU1QtLS0tLQo=";
+
 const NS: &str = "default";
 
 fn containers() -> Value {
@@ -85,7 +88,7 @@ fn sample(row: &ResourceInfo) -> Option<(&'static str, Value)> {
         ("batch", "jobs") => ("job1", json!({"spec": {"template": pod_template("Never")}})),
         ("certificates.k8s.io", "certificatesigningrequests") => (
             "csr1",
-            json!({"spec": {"request": "eA==", "signerName": "example.com/signer", "usages": ["client auth"]}}),
+            json!({"spec": {"request": CSR_PEM_B64, "signerName": "example.com/signer", "usages": ["client auth"]}}),
         ),
         ("coordination.k8s.io", "leases") => ("lease1", json!({"spec": {"holderIdentity": "me"}})),
         ("discovery.k8s.io", "endpointslices") => ("eps1", json!({"addressType": "IPv4", "endpoints": []})),

@@ -17,7 +17,7 @@ use k8s_openapi::kube_aggregator;
 use super::typed::typed;
 use super::{
     bool_field, int_field, status, str_field, ResourceInfo, SelectableField, SubresourceInfo, BASE, NAMESPACE_VERBS,
-    SCALE,
+    APPROVAL, SCALE,
 };
 use crate::strategy;
 
@@ -468,7 +468,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         singular: "certificatesigningrequest",
         namespaced: false,
         short_names: &["csr"],
-        subresources: &[status("CertificateSigningRequest")],
+        subresources: &[APPROVAL, status("CertificateSigningRequest")],
         storage_prefix: "certificatesigningrequests",
         has_spec: true,
         fields: &[str_field("spec.signerName", "spec.signerName")],

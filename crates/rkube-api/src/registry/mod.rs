@@ -110,6 +110,12 @@ pub(crate) const fn status(kind: &'static str) -> SubresourceInfo {
     SubresourceInfo { name: "status", kind, verbs: STATUS_VERBS, api_version: "" }
 }
 
+/// The `approval` subresource of CertificateSigningRequests (upstream
+/// `pkg/registry/certificates/certificates/storage`'s `ApprovalREST`): it
+/// changes only `status.conditions`.
+pub(crate) const APPROVAL: SubresourceInfo =
+    SubresourceInfo { name: "approval", kind: "CertificateSigningRequest", verbs: STATUS_VERBS, api_version: "" };
+
 /// The `scale` subresource (`autoscaling/v1` `Scale`).
 pub(crate) const SCALE: SubresourceInfo =
     SubresourceInfo { name: "scale", kind: "Scale", verbs: STATUS_VERBS, api_version: "autoscaling/v1" };

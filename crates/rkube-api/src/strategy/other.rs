@@ -371,19 +371,3 @@ fn plc_defaults(map: &mut Object) {
 pub(crate) const PRIORITY_LEVEL_CONFIGURATION: Strategy =
     Strategy { defaults: plc_defaults, prepare_for_create: reset_status, ..Strategy::NONE };
 
-// ---- certificates ----
-
-fn csr_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
-    required_str(obj, "/spec/request", "spec.request", errs);
-    required_str(obj, "/spec/signerName", "spec.signerName", errs);
-    if obj.pointer("/spec/usages").and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
-        errs.push(FieldError::required("spec.usages", ""));
-    }
-    immutable(obj, old, "/spec/request", "spec.request", errs);
-    immutable(obj, old, "/spec/signerName", "spec.signerName", errs);
-}
-
-/// CertificateSigningRequests: request, signer and usages required; the
-/// request is immutable.
-pub(crate) const CERTIFICATE_SIGNING_REQUEST: Strategy =
-    Strategy { prepare_for_create: reset_status, validate: csr_validate, ..Strategy::NONE };

@@ -51,6 +51,9 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     let manager = ctx.field_manager()?;
 
     info.strategy.apply_defaults(&mut obj);
+    if crate::csr::is_csr(info) {
+        crate::csr::prepare_create(ctx.user.as_ref(), &mut obj);
+    }
     let now = rkube_api::time::now_rfc3339();
     if !new.managed_recorded {
         let api_version = info.api_version();

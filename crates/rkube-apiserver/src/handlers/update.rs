@@ -85,8 +85,9 @@ enum Part {
     /// Everything but `status` (main resource of a kind with a status subresource).
     WithoutStatus,
     /// Only the value at this JSON pointer: `/status` for `status`,
-    /// `/spec/finalizers` for `namespaces/finalize` (upstream `statusStrategy`
-    /// and `finalizeStrategy` `PrepareForUpdate`).
+    /// `/spec/finalizers` for `namespaces/finalize`, `/status/conditions` for
+    /// `certificatesigningrequests/approval` (upstream `statusStrategy`,
+    /// `finalizeStrategy` and `csrApprovalStrategy` `PrepareForUpdate`).
     Only(&'static str),
 }
 
@@ -95,6 +96,7 @@ fn part(ctx: &Ctx) -> Part {
     match ctx.ri.subresource.as_deref() {
         Some("status") => Part::Only("/status"),
         Some("finalize") => Part::Only("/spec/finalizers"),
+        Some("approval") => Part::Only("/status/conditions"),
         _ if ctx.ri.info.has_status_subresource() => Part::WithoutStatus,
         _ => Part::All,
     }
@@ -179,6 +181,9 @@ async fn prepare_update(
         }
         Part::All => {}
     }
+    if crate::csr::is_csr(info) {
+        crate::csr::prepare_for_request(ctx, old, &mut new)?;
+    }
     object::keep_immutable_meta(old, &mut new);
     if new.pointer("/metadata/managedFields").is_none() {
         if let Some(mf) = old.pointer("/metadata/managedFields").cloned() {
@@ -207,6 +212,9 @@ async fn prepare_update(
         return Err(ApiError::invalid(info, object::name(&new), causes));
     }
     crate::filters::escalation::confirm(info.group, info.kind, &new, Some(old)).await?;
+    if crate::csr::is_csr(info) {
+        crate::csr::admit_update(ctx, old, &new).await?;
+    }
     Ok((new, warnings))
 }
 

@@ -77,6 +77,7 @@ pub fn lookup(group: &str, resource: &str) -> Printer {
         ("", "endpoints") => printer(ENDPOINTS_COLUMNS, endpoints_cells),
         ("", "events") => printer(EVENT_COLUMNS, event_cells),
         ("", "serviceaccounts") => printer(SERVICE_ACCOUNT_COLUMNS, service_account_cells),
+        ("certificates.k8s.io", "certificatesigningrequests") => printer(CSR_COLUMNS, csr_cells),
         ("discovery.k8s.io", "endpointslices") => printer(ENDPOINT_SLICE_COLUMNS, endpoint_slice_cells),
         ("apps", "deployments") => printer(DEPLOYMENT_COLUMNS, deployment_cells),
         ("coordination.k8s.io", "leases") => printer(LEASE_COLUMNS, lease_cells),
@@ -324,6 +325,43 @@ const SERVICE_ACCOUNT_COLUMNS: &[Column] =
 
 fn service_account_cells(sa: &Value, now: DateTime<Utc>) -> Vec<Value> {
     vec![name(sa), json!(array_at(sa, "/secrets").len()), json!(age(sa, now))]
+}
+
+const CSR_SPEC: &str = "io.k8s.api.certificates.v1.CertificateSigningRequestSpec";
+const CSR_COLUMNS: &[Column] = &[
+    NAME,
+    AGE,
+    col("SignerName", "string", 0, Desc::Schema(CSR_SPEC, "signerName")),
+    col("Requestor", "string", 0, Desc::Schema(CSR_SPEC, "request")),
+    col("RequestedDuration", "string", 0, Desc::Schema(CSR_SPEC, "expirationSeconds")),
+    col("Condition", "string", 0, Desc::Schema("io.k8s.api.certificates.v1.CertificateSigningRequestStatus", "conditions")),
+];
+
+/// Upstream `printCertificateSigningRequest` and `extractCSRStatus`: the
+/// condition is `Denied`, `Approved` or `Pending`, then `,Failed` and `,Issued`.
+fn csr_cells(csr: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let has = |t: &str| array_at(csr, "/status/conditions").iter().any(|c| str_at(c, "/type") == t);
+    let mut condition = if has("Denied") { "Denied" } else if has("Approved") { "Approved" } else { "Pending" }.to_string();
+    if has("Failed") {
+        condition.push_str(",Failed");
+    }
+    if !str_at(csr, "/status/certificate").is_empty() {
+        condition.push_str(",Issued");
+    }
+    let or_none = |s: &str| if s.is_empty() { "<none>".to_string() } else { s.to_string() };
+    let duration = csr
+        .pointer("/spec/expirationSeconds")
+        .and_then(Value::as_i64)
+        .map(super::format::human_duration)
+        .unwrap_or_else(|| "<none>".into());
+    vec![
+        name(csr),
+        json!(age(csr, now)),
+        json!(or_none(str_at(csr, "/spec/signerName"))),
+        json!(str_at(csr, "/spec/username")),
+        json!(duration),
+        json!(condition),
+    ]
 }
 
 const LEASE_COLUMNS: &[Column] =

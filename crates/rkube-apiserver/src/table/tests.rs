@@ -338,3 +338,23 @@ fn accept_header_parsing_follows_kubectl_requests() {
     );
     assert_eq!(TableVersion::V1.content_type(), "application/json;as=Table;v=v1;g=meta.k8s.io");
 }
+
+#[test]
+fn csr_rows_show_signer_requestor_duration_and_condition() {
+    let csr = |status: Value, expiration: Option<i64>| {
+        let mut spec = json!({"signerName": "kubernetes.io/kube-apiserver-client", "username": "alice"});
+        if let Some(e) = expiration {
+            spec["expirationSeconds"] = json!(e);
+        }
+        json!({"metadata": {"name": "c1", "creationTimestamp": ago(30)}, "spec": spec, "status": status})
+    };
+    let pending = row("certificatesigningrequests", "certificates.k8s.io", csr(json!({}), None));
+    assert_eq!(pending, vec![json!("c1"), json!("30s"), json!("kubernetes.io/kube-apiserver-client"), json!("alice"), json!("<none>"), json!("Pending")]);
+    let issued = csr(json!({"conditions": [{"type": "Approved", "status": "True"}], "certificate": "Q0VSVA=="}), Some(86400));
+    let cells = row("certificatesigningrequests", "certificates.k8s.io", issued);
+    assert_eq!((cells[4].as_str(), cells[5].as_str()), (Some("24h"), Some("Approved,Issued")));
+    let failed = csr(json!({"conditions": [{"type": "Approved", "status": "True"}, {"type": "Failed", "status": "True"}]}), None);
+    assert_eq!(row("certificatesigningrequests", "certificates.k8s.io", failed)[5], "Approved,Failed");
+    let denied = csr(json!({"conditions": [{"type": "Denied", "status": "True"}]}), None);
+    assert_eq!(row("certificatesigningrequests", "certificates.k8s.io", denied)[5], "Denied");
+}
