@@ -277,6 +277,22 @@ impl Authenticator {
     }
 }
 
+impl Authenticator {
+    /// Authenticates a bare bearer token, as a TokenReview asks (upstream's
+    /// TokenReview REST sends `Authorization: Bearer <token>` through the
+    /// request authenticator): the same path a request carrying the token
+    /// takes, never client certificates or anonymous. `Err(InvalidToken)`
+    /// for a token no authenticator knows or one that is not a single
+    /// header-safe value.
+    pub fn authenticate_token(&self, token: &str) -> Result<UserInfo, AuthnFailure> {
+        let header = format!("Bearer {token}");
+        if token.is_empty() || bearer_token(&header) != Some(token) || token.contains(['\r', '\n']) {
+            return Err(AuthnFailure::InvalidToken);
+        }
+        self.authenticate(Some(&header), None)
+    }
+}
+
 /// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
 fn bearer_token(header: &str) -> Option<&str> {
     let mut parts = header.trim().splitn(2, ' ');
@@ -359,6 +375,16 @@ mod tests {
     #[test]
     fn bad_token_fails_even_with_anonymous_auth() {
         assert_eq!(authn(true).authenticate(Some("Bearer nope"), None), Err(AuthnFailure::InvalidToken));
+    }
+
+    #[test]
+    fn bare_tokens_authenticate_like_bearer_headers_and_never_as_anonymous() {
+        let u = authn(true).authenticate_token("secret-alice").unwrap();
+        assert_eq!((u.username.as_str(), u.uid.as_str()), ("alice", "2"));
+        assert_eq!(u.groups, vec!["dev", "ops", AUTHENTICATED_GROUP]);
+        for bad in ["nope", "", " ", " secret-alice", "secret-alice\n"] {
+            assert_eq!(authn(true).authenticate_token(bad), Err(AuthnFailure::InvalidToken), "{bad:?}");
+        }
     }
 
     #[test]
