@@ -34,7 +34,7 @@ fn python() -> String {
 fn assert_client_installed(py: &str) {
     let probe = process::run(
         {
-            let mut c = Command::new(&py);
+            let mut c = Command::new(py);
             c.args(["-c", "import kubernetes"]);
             c
         },
