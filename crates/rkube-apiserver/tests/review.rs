@@ -314,4 +314,30 @@ async fn discovery_lists_review_resources_with_create_only() {
     let r = s.send("admin-token", "GET", AUTHN, &[], None).await;
     let names: Vec<&str> = r.json["resources"].as_array().unwrap().iter().map(|x| x["name"].as_str().unwrap()).collect();
     assert_eq!(names, vec!["selfsubjectreviews", "tokenreviews"]);
+    // OpenAPI v2: one POST path per review, no list kind or read paths.
+    let doc = s.send("admin-token", "GET", "/openapi/v2", &[], None).await.json;
+    let paths = doc["paths"].as_object().unwrap();
+    let review_paths: Vec<(&String, Vec<&String>)> = paths
+        .iter()
+        .filter(|(p, _)| p.contains("review"))
+        .map(|(p, item)| (p, item.as_object().unwrap().keys().filter(|k| *k != "parameters").collect()))
+        .collect();
+    let post = "post".to_string();
+    assert_eq!(
+        review_paths,
+        vec![
+            (&"/apis/authentication.k8s.io/v1/selfsubjectreviews".to_string(), vec![&post]),
+            (&"/apis/authentication.k8s.io/v1/tokenreviews".to_string(), vec![&post]),
+            (&"/apis/authorization.k8s.io/v1/namespaces/{namespace}/localsubjectaccessreviews".to_string(), vec![&post]),
+            (&"/apis/authorization.k8s.io/v1/selfsubjectaccessreviews".to_string(), vec![&post]),
+            (&"/apis/authorization.k8s.io/v1/selfsubjectrulesreviews".to_string(), vec![&post]),
+            (&"/apis/authorization.k8s.io/v1/subjectaccessreviews".to_string(), vec![&post]),
+        ]
+    );
+    let op = &paths["/apis/authorization.k8s.io/v1/subjectaccessreviews"]["post"];
+    assert_eq!(op["operationId"], "createAuthorizationV1SubjectAccessReview");
+    assert_eq!(op["x-kubernetes-group-version-kind"]["kind"], "SubjectAccessReview");
+    let defs = doc["definitions"].as_object().unwrap();
+    assert!(defs.contains_key("io.k8s.api.authorization.v1.SubjectAccessReview"));
+    assert!(!defs.contains_key("io.k8s.api.authorization.v1.SubjectAccessReviewList"));
 }
