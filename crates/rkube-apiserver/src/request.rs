@@ -202,8 +202,6 @@ pub fn parse(
 const NOT_YET_SERVED_GROUP_VERSIONS: &[(&str, &str)] = &[
     ("events.k8s.io", "v1"),
     ("autoscaling", "v1"),
-    ("authentication.k8s.io", "v1"),
-    ("authorization.k8s.io", "v1"),
     ("apiextensions.k8s.io", "v1"),
 ];
 

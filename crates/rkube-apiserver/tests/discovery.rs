@@ -44,6 +44,8 @@ async fn legacy_discovery_lists_resources_with_short_names_and_verbs() {
             "admissionregistration.k8s.io",
             "apiregistration.k8s.io",
             "apps",
+            "authentication.k8s.io",
+            "authorization.k8s.io",
             "autoscaling",
             "batch",
             "certificates.k8s.io",

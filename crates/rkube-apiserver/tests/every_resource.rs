@@ -223,7 +223,9 @@ async fn exercise(s: &TestServer, row: &'static ResourceInfo) {
 
 async fn every_row(s: TestServer) {
     for row in registry::all() {
-        if row.resource == "componentstatuses" {
+        // componentstatuses are computed and read-only; the review APIs are
+        // create-only and never stored (tests/review.rs).
+        if row.resource == "componentstatuses" || !row.stored {
             continue;
         }
         exercise(&s, row).await;

@@ -1,6 +1,7 @@
 //! The watch-cache layer of one API server: one [`Cacher`] per resource of
 //! the resource table ([`Caches`]), added at start for every row of
-//! [`registry::all`] and later with [`CacheLayer::add_resource`] (rows added
+//! [`registry::stored`] (create-only rows such as the review APIs have no
+//! objects to cache) and later with [`CacheLayer::add_resource`] (rows added
 //! while the server runs, e.g. CRDs), plus the background parts that keep
 //! them honest: the `storage-readiness` post-start hook
 //! ([`crate::storage_readiness`]), the storage compactor
@@ -194,7 +195,7 @@ impl Drop for CacheLayer {
 }
 
 impl CacheLayer {
-    /// Builds a cacher for every row of [`registry::all`] and starts the
+    /// Builds a cacher for every stored row ([`registry::stored`]) and starts the
     /// readiness hook (gate `WatchCacheInitializationPostStartHook`), the
     /// compactor (unless the interval is 0), the `compact_rev_key` watch and
     /// the consistency checker (gate `DetectCacheInconsistency`, or env
@@ -235,7 +236,7 @@ impl CacheLayer {
             runtime,
             tasks: Mutex::new(tasks),
         });
-        for info in registry::all() {
+        for info in registry::stored() {
             layer.add_resource(info);
         }
         // The hook starts once every start-up resource has its cacher.

@@ -1,5 +1,6 @@
 //! The official Python client (`kubernetes` on PyPI) against rkube: paged
-//! LIST, WATCH from a list's resourceVersion, and a NotFound error.
+//! LIST, WATCH from a list's resourceVersion, a NotFound error, and the
+//! review APIs (TokenReview, SubjectAccessReview).
 //!
 //! The interpreter is `$RKUBE_PYTHON` (`.ci/run` makes the virtualenv
 //! `target/python-venv` with `pip install kubernetes` and sets it), else that
@@ -29,11 +30,11 @@ fn python() -> String {
     "python3".to_owned()
 }
 
-fn list_watch(backend: Backend) {
-    let py = python();
+/// Asserts `py` can import the `kubernetes` package.
+fn assert_client_installed(py: &str) {
     let probe = process::run(
         {
-            let mut c = Command::new(&py);
+            let mut c = Command::new(py);
             c.args(["-c", "import kubernetes"]);
             c
         },
@@ -46,6 +47,11 @@ fn list_watch(backend: Backend) {
         "{py} cannot import the `kubernetes` package (run .ci/run, or set RKUBE_PYTHON to a venv with `pip install kubernetes`): {}",
         probe.stderr
     );
+}
+
+fn list_watch(backend: Backend) {
+    let py = python();
+    assert_client_installed(&py);
     let cluster = Cluster::start(backend);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/list_watch.py");
     let mut cmd = Command::new(&py);
@@ -71,6 +77,8 @@ fn list_watch(backend: Backend) {
             "admissionregistration.k8s.io",
             "apiregistration.k8s.io",
             "apps",
+            "authentication.k8s.io",
+            "authorization.k8s.io",
             "autoscaling",
             "batch",
             "certificates.k8s.io",
@@ -112,4 +120,48 @@ fn python_client_pages_lists_and_watches_on_embedded() {
 #[test]
 fn python_client_pages_lists_and_watches_on_etcd() {
     list_watch(Backend::Etcd);
+}
+
+/// `create_token_review` authenticates a `--token-auth-file` token (and
+/// reports an unknown one), `create_subject_access_review` follows the RBAC
+/// bindings kubectl made: what the client decodes from rkube's answers.
+#[test]
+fn python_client_token_review_and_subject_access_review() {
+    let py = python();
+    assert_client_installed(&py);
+    let tokens = tempfile::tempdir().expect("tempdir");
+    let file = tokens.path().join("tokens.csv");
+    std::fs::write(&file, "alice-secret,alice,1001,\"dev\"\n").expect("token file");
+    let cluster = Cluster::builder(Backend::Embedded)
+        .arg(format!("--token-auth-file={}", file.display()))
+        .start();
+    let admin = cluster.kubectl("1.33");
+    admin.ok(&["create", "role", "pod-reader", "-n", "default", "--verb=get,list", "--resource=pods"]);
+    admin.ok(&["create", "rolebinding", "alice-reads", "-n", "default", "--role=pod-reader", "--user=alice"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/reviews.py");
+    let mut cmd = Command::new(&py);
+    cmd.arg(script)
+        .arg(&cluster.kubeconfig)
+        .arg("alice-secret")
+        .env("HOME", cluster.dir());
+    let got = process::run(cmd, None, Duration::from_secs(90)).success().json();
+    assert_eq!(
+        got["token"],
+        json!({"authenticated": true, "username": "alice", "uid": "1001",
+               "groups": ["dev", "system:authenticated"], "error": null}),
+        "{got}"
+    );
+    assert_eq!(
+        got["bad_token"],
+        json!({"authenticated": null, "username": null, "uid": null, "groups": null,
+               "error": "invalid bearer token"}),
+        "{got}"
+    );
+    assert_eq!(
+        got["list_pods"],
+        json!({"allowed": true, "denied": null,
+               "reason": "RBAC: allowed by RoleBinding \"alice-reads\" of Role \"pod-reader\" to User \"alice\" in namespace \"default\""}),
+        "{got}"
+    );
+    assert_eq!(got["delete_pods"], json!({"allowed": false, "denied": null, "reason": null}), "{got}");
 }

@@ -379,6 +379,18 @@ fn decode_special(name: &str, bytes: &[u8]) -> Result<Option<Value>, ProtobufErr
             }
             Some(serde_json::from_slice(&raw).map_err(|e| ProtobufError::Malformed(format!("embedded JSON: {e}")))?)
         }
+        // `type ExtraValue []string`: a message of repeated `items` on the
+        // wire, a plain list of strings in JSON (user extras of reviews and CSRs).
+        (_, "ExtraValue") => {
+            let mut items = Vec::new();
+            let mut r = Reader::new(bytes);
+            while let Some((t, v)) = r.next_field()? {
+                if let (1, WireValue::Len(b)) = (t, v) {
+                    items.push(Value::String(utf8(b)?));
+                }
+            }
+            Some(Value::Array(items))
+        }
         _ => None,
     })
 }

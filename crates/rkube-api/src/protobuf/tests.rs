@@ -127,3 +127,32 @@ fn acronym_field_names_match_kubernetes_json() {
     assert_eq!(decode_message("api.core.v1.NodeSpec", &[0x3a, 1, b'a']).unwrap(), json!({"podCIDRs": ["a"]}));
     assert_eq!(decode_message("api.rbac.v1.PolicyRule", &[0x2a, 1, b'/']).unwrap(), json!({"nonResourceURLs": ["/"]}));
 }
+
+/// A length-delimited field `tag` holding `bytes` (lengths < 128 here).
+fn len_field(tag: u8, bytes: &[u8]) -> Vec<u8> {
+    assert!(bytes.len() < 128);
+    let mut out = vec![(tag << 3) | 2, bytes.len() as u8];
+    out.extend_from_slice(bytes);
+    out
+}
+
+#[test]
+fn subject_access_review_bodies_decode_with_extras_as_string_lists() {
+    // What client-go sends for `kubectl auth can-i` style reviews, built by hand:
+    // spec {resourceAttributes {verb, resource}, user, extra {k: [a, b]}}.
+    let attrs = [len_field(2, b"get"), len_field(5, b"pods")].concat();
+    let extra_value = [len_field(1, b"a"), len_field(1, b"b")].concat();
+    let entry = [len_field(1, b"k"), len_field(2, &extra_value)].concat();
+    let spec = [len_field(1, &attrs), len_field(3, b"alice"), len_field(5, &entry)].concat();
+    let raw = len_field(2, &spec);
+    let type_meta = [len_field(1, b"authorization.k8s.io/v1"), len_field(2, b"SubjectAccessReview")].concat();
+    let body = [MAGIC.as_slice(), &len_field(1, &type_meta), &len_field(2, &raw)].concat();
+    assert_eq!(
+        decode_object(&body).unwrap(),
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+               "spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}, "user": "alice", "extra": {"k": ["a", "b"]}}})
+    );
+    let type_meta = [len_field(1, b"authentication.k8s.io/v1"), len_field(2, b"SelfSubjectReview")].concat();
+    let body = [MAGIC.as_slice(), &len_field(1, &type_meta), &len_field(2, b"")].concat();
+    assert_eq!(decode_object(&body).unwrap(), json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}));
+}

@@ -9,15 +9,15 @@
 //! kube-apiserver's discovery lists them).
 
 use k8s_openapi::api::{
-    admissionregistration, apps, autoscaling, batch, certificates, coordination, core, discovery, flowcontrol,
+    admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates, coordination, core, discovery, flowcontrol,
     networking, node, policy, rbac, scheduling, storage,
 };
 use k8s_openapi::kube_aggregator;
 
-use super::typed::typed;
+use super::typed::{typed, TypedKind};
 use super::{
-    bool_field, int_field, status, str_field, ResourceInfo, SelectableField, SubresourceInfo, BASE, NAMESPACE_VERBS,
-    APPROVAL, SCALE,
+    bool_field, int_field, status, str_field, ResourceInfo, SelectableField, SubresourceInfo, BASE, CREATE_VERBS,
+    NAMESPACE_VERBS, APPROVAL, SCALE,
 };
 use crate::strategy;
 
@@ -64,6 +64,23 @@ const EVENT_FIELDS: &[SelectableField] = &[
     str_field("source", "source.component"),
     str_field("type", "type"),
 ];
+
+/// A create-only review row: answered on each POST and never stored
+/// ([`ResourceInfo::stored`]), as upstream's `tokenreview`,
+/// `selfsubjectreview`, `*subjectaccessreview` and `selfsubjectrulesreview` REST storage.
+const fn review(
+    group: &'static str,
+    resource: &'static str,
+    kind: &'static str,
+    singular: &'static str,
+    namespaced: bool,
+    typed: TypedKind,
+) -> ResourceInfo {
+    ResourceInfo { group, resource, kind, singular, namespaced, verbs: CREATE_VERBS, stored: false, typed: Some(typed), ..BASE }
+}
+
+const AUTHN: &str = "authentication.k8s.io";
+const AUTHZ: &str = "authorization.k8s.io";
 
 /// Every built-in resource rkube serves, in discovery order.
 pub static RESOURCES: &[ResourceInfo] = &[
@@ -414,6 +431,16 @@ pub static RESOURCES: &[ResourceInfo] = &[
         strategy: strategy::STATEFUL_SET,
         ..BASE
     },
+    review(AUTHN, "selfsubjectreviews", "SelfSubjectReview", "selfsubjectreview", false, typed::<authentication::v1::SelfSubjectReview>()),
+    review(AUTHN, "tokenreviews", "TokenReview", "tokenreview", false, typed::<authentication::v1::TokenReview>()),
+    review(AUTHZ, "localsubjectaccessreviews", "LocalSubjectAccessReview", "localsubjectaccessreview", true,
+        typed::<authorization::v1::LocalSubjectAccessReview>()),
+    review(AUTHZ, "selfsubjectaccessreviews", "SelfSubjectAccessReview", "selfsubjectaccessreview", false,
+        typed::<authorization::v1::SelfSubjectAccessReview>()),
+    review(AUTHZ, "selfsubjectrulesreviews", "SelfSubjectRulesReview", "selfsubjectrulesreview", false,
+        typed::<authorization::v1::SelfSubjectRulesReview>()),
+    review(AUTHZ, "subjectaccessreviews", "SubjectAccessReview", "subjectaccessreview", false,
+        typed::<authorization::v1::SubjectAccessReview>()),
     ResourceInfo {
         group: "autoscaling",
         version: "v2",

@@ -53,6 +53,10 @@ pub const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", 
 /// Verbs of namespaces (upstream has no `deletecollection` for them).
 pub const NAMESPACE_VERBS: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
 
+/// Verbs of a create-only resource (the review APIs: upstream storage that
+/// implements only `rest.Creater`).
+pub const CREATE_VERBS: &[&str] = &["create"];
+
 /// Verbs of a `status` subresource.
 pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 
@@ -159,6 +163,13 @@ pub struct ResourceInfo {
     /// Upstream allows it for endpoints, core events, leases and the four RBAC
     /// kinds; every other resource served here refuses it.
     pub allow_create_on_update: bool,
+    /// False for create-only rows whose objects are computed on each POST and
+    /// never stored: the review APIs (TokenReview, SubjectAccessReview, ...;
+    /// upstream `pkg/registry/authentication/`, `pkg/registry/authorization/`).
+    /// Such a row has no list kind (`list_kind` is `""`), no storage prefix
+    /// (its keys are never used), no watch cache, and only the `create` verb;
+    /// its POST goes to a handler instead of storage. True for every other row.
+    pub stored: bool,
     /// The `k8s-openapi` type objects are decoded with (unknown-field
     /// detection, type errors, the OpenAPI schema); `None` for resources
     /// without a built-in type (custom resources).
@@ -193,6 +204,7 @@ pub(crate) const BASE: ResourceInfo = ResourceInfo {
     has_spec: false,
     fields: &[],
     allow_create_on_update: false,
+    stored: true,
     typed: None,
     strategy: Strategy::NONE,
 };
@@ -248,6 +260,13 @@ impl ResourceInfo {
 /// The built-in resources (the rows compiled in), in discovery order.
 pub fn all() -> &'static [ResourceInfo] {
     RESOURCES
+}
+
+/// The built-in rows whose objects live in storage (every row but the
+/// create-only ones, see [`ResourceInfo::stored`]): what the watch cache,
+/// namespace deletion and storage metrics walk.
+pub fn stored() -> impl Iterator<Item = &'static ResourceInfo> {
+    RESOURCES.iter().filter(|r| r.stored)
 }
 
 /// Rows added while the server runs ([`register`]); each is leaked once,
@@ -441,6 +460,8 @@ mod tests {
                 "admissionregistration.k8s.io",
                 "apiregistration.k8s.io",
                 "apps",
+                "authentication.k8s.io",
+                "authorization.k8s.io",
                 "autoscaling",
                 "batch",
                 "certificates.k8s.io",
@@ -466,8 +487,33 @@ mod tests {
             assert_eq!(kind, row.kind, "{}", row.resource);
             assert_eq!(plural, row.resource);
             assert_eq!(namespaced, row.namespaced, "{}", row.resource);
-            assert_eq!(row.list_kind, format!("{kind}List"));
+            if row.stored {
+                assert_eq!(row.list_kind, format!("{kind}List"));
+            }
         }
+    }
+
+    #[test]
+    fn review_rows_are_create_only_and_never_stored() {
+        let unstored: Vec<(&str, &str)> = RESOURCES.iter().filter(|r| !r.stored).map(|r| (r.group, r.resource)).collect();
+        assert_eq!(
+            unstored,
+            vec![
+                ("authentication.k8s.io", "selfsubjectreviews"),
+                ("authentication.k8s.io", "tokenreviews"),
+                ("authorization.k8s.io", "localsubjectaccessreviews"),
+                ("authorization.k8s.io", "selfsubjectaccessreviews"),
+                ("authorization.k8s.io", "selfsubjectrulesreviews"),
+                ("authorization.k8s.io", "subjectaccessreviews"),
+            ]
+        );
+        for row in RESOURCES.iter().filter(|r| !r.stored) {
+            assert_eq!(row.verbs, CREATE_VERBS, "{}", row.resource);
+            assert_eq!((row.list_kind, row.storage_prefix), ("", ""), "{}", row.resource);
+            assert!(row.subresources.is_empty(), "{}", row.resource);
+        }
+        assert_eq!(stored().count(), RESOURCES.len() - 6);
+        assert!(stored().all(|r| !r.storage_prefix.is_empty()));
     }
 
     #[test]

@@ -282,13 +282,23 @@ impl Authenticator {
 }
 
 impl Authenticator {
-    /// The user of bearer token `token`: a `--token-auth-file` token, else a
+    /// The user of bearer token `token` and the audiences it is valid for
+    /// (upstream's `authenticator.Token`, which TokenReview uses too):
+    /// a `--token-auth-file` token is audience-agnostic (valid for the API
+    /// audiences that `audiences` names, [`agnostic_audiences`]); else a
     /// ServiceAccount token valid for one of `audiences` (the API audiences
-    /// when empty); with the audiences it is valid for (upstream's
-    /// `authenticator.Token` used by TokenReview too).
+    /// when empty). `Err(InvalidToken)` for a token no authenticator knows or
+    /// one that is not a single header-safe value.
     pub async fn authenticate_token(&self, token: &str, audiences: &[String]) -> Result<(UserInfo, Vec<String>), AuthnFailure> {
+        if token.is_empty() || token.trim() != token || token.contains(['\r', '\n']) {
+            return Err(AuthnFailure::InvalidToken);
+        }
         if let Some(user) = self.tokens.as_ref().and_then(|t| t.lookup(token)) {
-            return Ok((user.clone().authenticated(), audiences.to_vec()));
+            let api = self.service_accounts.as_ref().map(|sa| sa.api_audiences()).unwrap_or_default();
+            return match agnostic_audiences(&api, audiences) {
+                Some(aud) => Ok((user.clone().authenticated(), aud)),
+                None => Err(AuthnFailure::InvalidToken),
+            };
         }
         if let Some(sa) = &self.service_accounts {
             return match sa.authenticate(token, audiences).await {
@@ -299,6 +309,18 @@ impl Authenticator {
         }
         Err(AuthnFailure::InvalidToken)
     }
+}
+
+/// The audiences an audience-agnostic authenticator (a static token)
+/// answers with (upstream `authenticator.WrapAudienceAgnosticToken`): with
+/// no target audiences, none; otherwise those of `implicit` (the server's
+/// API audiences) that are targeted, `None` (not authenticated) when none are.
+pub fn agnostic_audiences(implicit: &[String], target: &[String]) -> Option<Vec<String>> {
+    if target.is_empty() {
+        return Some(Vec::new());
+    }
+    let both: Vec<String> = implicit.iter().filter(|a| target.contains(a)).cloned().collect();
+    (!both.is_empty()).then_some(both)
 }
 
 /// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
@@ -383,6 +405,27 @@ mod tests {
     #[tokio::test]
     async fn bad_token_fails_even_with_anonymous_auth() {
         assert_eq!(authn(true).authenticate(Some("Bearer nope"), None).await, Err(AuthnFailure::InvalidToken));
+    }
+
+    #[tokio::test]
+    async fn bare_tokens_authenticate_like_bearer_headers_and_never_as_anonymous() {
+        let (u, _) = authn(true).authenticate_token("secret-alice", &[]).await.unwrap();
+        assert_eq!((u.username.as_str(), u.uid.as_str()), ("alice", "2"));
+        assert_eq!(u.groups, vec!["dev", "ops", AUTHENTICATED_GROUP]);
+        for bad in ["nope", "", " ", " secret-alice", "secret-alice\n"] {
+            assert_eq!(authn(true).authenticate_token(bad, &[]).await, Err(AuthnFailure::InvalidToken), "{bad:?}");
+        }
+        // A static token knows no audience: asked for one the API does not have, it is refused.
+        assert_eq!(authn(true).authenticate_token("secret-alice", &["vault".to_string()]).await, Err(AuthnFailure::InvalidToken));
+    }
+
+    #[test]
+    fn agnostic_tokens_get_the_targeted_api_audiences() {
+        let implicit = vec!["rkube".to_string()];
+        assert_eq!(agnostic_audiences(&implicit, &[]), Some(vec![]));
+        assert_eq!(agnostic_audiences(&implicit, &["rkube".to_string(), "other".to_string()]), Some(vec!["rkube".to_string()]));
+        assert_eq!(agnostic_audiences(&implicit, &["other".to_string()]), None);
+        assert_eq!(agnostic_audiences(&[], &["other".to_string()]), None);
     }
 
     #[tokio::test]

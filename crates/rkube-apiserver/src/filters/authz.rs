@@ -100,28 +100,112 @@ impl Authorizer {
         Authorizer { modes: vec![AuthorizationMode::AlwaysAllow], rbac: None }
     }
 
-    /// Decides whether `user` may do `a`.
+    /// Decides whether `user` may do `a`: a request nothing allows is denied.
     pub async fn authorize(&self, user: &UserInfo, a: &RequestAttributes) -> Decision {
+        match self.review(user, a).await {
+            (ReviewDecision::Allow, reason) => Decision::Allow(reason),
+            (ReviewDecision::Deny | ReviewDecision::NoOpinion, reason) => Decision::Deny(reason),
+        }
+    }
+
+    /// The chain's decision with upstream's three outcomes (union
+    /// authorizer): `Allow` or `Deny` from the first mode with an opinion,
+    /// else `NoOpinion` with every mode's reason (`; `-joined). What a
+    /// SubjectAccessReview reports as `allowed` / `denied` / `reason`.
+    pub async fn review(&self, user: &UserInfo, a: &RequestAttributes) -> (ReviewDecision, String) {
         if user.is_master() {
-            return Decision::Allow(String::new());
+            return (ReviewDecision::Allow, String::new());
         }
         let mut reasons: Vec<String> = Vec::new();
         for mode in &self.modes {
             match mode {
-                AuthorizationMode::AlwaysAllow => return Decision::Allow(String::new()),
-                AuthorizationMode::AlwaysDeny => return Decision::Deny("Everything is forbidden.".into()),
+                AuthorizationMode::AlwaysAllow => return (ReviewDecision::Allow, String::new()),
+                AuthorizationMode::AlwaysDeny => return (ReviewDecision::Deny, "Everything is forbidden.".into()),
                 AuthorizationMode::Rbac => {
                     let Some(src) = &self.rbac else { continue };
                     match rbac::authorize(src.as_ref(), user, a).await {
-                        RbacDecision::Allow(reason) => return Decision::Allow(reason),
+                        RbacDecision::Allow(reason) => return (ReviewDecision::Allow, reason),
                         RbacDecision::NoOpinion(reason) if !reason.is_empty() => reasons.push(reason),
                         RbacDecision::NoOpinion(_) => {}
                     }
                 }
             }
         }
-        Decision::Deny(reasons.join("; "))
+        (ReviewDecision::NoOpinion, reasons.join("; "))
     }
+
+    /// The rules that let `user` act in `namespace`, from every mode that
+    /// resolves rules (upstream's union `RuleResolver`, what a
+    /// SelfSubjectRulesReview reports): `AlwaysAllow` gives `*` on every
+    /// resource and non-resource URL, `AlwaysDeny` nothing, RBAC the rules of
+    /// the roles bound to the user ([`crate::filters::rbac_rules`]). As
+    /// upstream, `system:masters` adds no rules of its own (its authorizer is
+    /// not a rule resolver): masters see what RBAC's `cluster-admin` binding gives.
+    pub async fn rules_for(&self, user: &UserInfo, namespace: &str) -> UserRules {
+        let mut out = UserRules::default();
+        for mode in &self.modes {
+            match mode {
+                AuthorizationMode::AlwaysAllow => {
+                    let all = vec!["*".to_string()];
+                    out.resource_rules.push(rbac::PolicyRule {
+                        verbs: all.clone(),
+                        api_groups: all.clone(),
+                        resources: all.clone(),
+                        ..Default::default()
+                    });
+                    out.non_resource_rules.push(rbac::PolicyRule {
+                        verbs: all.clone(),
+                        non_resource_urls: all,
+                        ..Default::default()
+                    });
+                }
+                AuthorizationMode::AlwaysDeny => {}
+                AuthorizationMode::Rbac => {
+                    let Some(src) = &self.rbac else { continue };
+                    let (rules, errors) = crate::filters::rbac_rules::rules_for(src.as_ref(), user, namespace).await;
+                    for rule in rules {
+                        if !rule.resources.is_empty() {
+                            out.resource_rules.push(rbac::PolicyRule { non_resource_urls: Vec::new(), ..rule.clone() });
+                        }
+                        if !rule.non_resource_urls.is_empty() {
+                            out.non_resource_rules.push(rbac::PolicyRule {
+                                verbs: rule.verbs,
+                                non_resource_urls: rule.non_resource_urls,
+                                ..Default::default()
+                            });
+                        }
+                    }
+                    out.errors.extend(errors);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One authorizer outcome as upstream's `authorizer.Decision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReviewDecision {
+    /// A mode allowed the request.
+    Allow,
+    /// A mode denied it outright (`AlwaysDeny`).
+    Deny,
+    /// No mode had an opinion (the request is forbidden, but not denied).
+    NoOpinion,
+}
+
+/// The rules [`Authorizer::rules_for`] found: resource rules (verbs,
+/// apiGroups, resources, resourceNames set), non-resource rules (verbs and
+/// nonResourceURLs set), and the errors met reading roles and bindings
+/// (upstream `RulesFor`'s aggregate error).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserRules {
+    /// Rules over resources.
+    pub resource_rules: Vec<rbac::PolicyRule>,
+    /// Rules over non-resource URLs.
+    pub non_resource_rules: Vec<rbac::PolicyRule>,
+    /// Lookup errors, e.g. `clusterrole.rbac.authorization.k8s.io "x" not found`.
+    pub errors: Vec<String>,
 }
 
 /// The 403 `Forbidden` Status for `user` denied `a` with `reason` (upstream

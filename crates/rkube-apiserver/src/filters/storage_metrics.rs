@@ -29,8 +29,7 @@ pub struct InstrumentedStorage {
 impl InstrumentedStorage {
     /// Wraps `inner`; keys start with `etcd_prefix` (`--etcd-prefix`).
     pub fn new(inner: Arc<dyn Storage>, metrics: Arc<ApiserverMetrics>, etcd_prefix: &str) -> Self {
-        let mut prefixes: Vec<(String, String)> = rkube_api::registry::all()
-            .iter()
+        let mut prefixes: Vec<(String, String)> = rkube_api::registry::stored()
             .map(|info| {
                 let ty = if info.group.is_empty() {
                     info.resource.to_string()

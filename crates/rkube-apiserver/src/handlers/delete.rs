@@ -292,7 +292,7 @@ pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
 async fn finish_namespace(ctx: &Ctx, ns: &str) -> ApiResult<Option<Outcome>> {
     let opts = DeleteOptions::default();
     let mut remaining = 0usize;
-    for info in registry::all().iter().filter(|r| r.namespaced) {
+    for info in registry::stored().filter(|r| r.namespaced) {
         let prefix = info.list_prefix(ctx.st.prefix(), Some(ns));
         let resp = ctx
             .st
@@ -369,7 +369,7 @@ async fn finish_namespace_once(ctx: &Ctx, ns: &str) -> ApiResult<bool> {
     if ctx.load(&key, ns).await?.is_none() {
         return Ok(true);
     }
-    for info in registry::all().iter().filter(|r| r.namespaced) {
+    for info in registry::stored().filter(|r| r.namespaced) {
         let prefix = info.list_prefix(ctx.st.prefix(), Some(ns));
         let resp = ctx
             .st

@@ -10,11 +10,14 @@
 //! - [`delete`]: DELETE with `DeleteOptions`, finalizers, graceful pod
 //!   deletion, namespace cascade, DELETE-collection.
 //! - WATCH lives in [`watch`].
+//! - [`review`]: POST to the create-only review APIs (TokenReview,
+//!   SubjectAccessReview, ...), answered without storage.
 
 pub mod create;
 pub mod delete;
 pub mod eviction;
 pub mod read;
+pub mod review;
 pub mod component_status;
 pub mod scale;
 pub mod token_request;
@@ -189,7 +192,9 @@ async fn dispatch_inner(
         Verb::Watch => watch::serve(ctx).await,
         Verb::Create => {
             let body = media::read_body(body).await?;
-            if ctx.ri.subresource.as_deref() == Some("binding") {
+            if !ctx.ri.info.stored {
+                review::create(&ctx, &body).await
+            } else if ctx.ri.subresource.as_deref() == Some("binding") {
                 update::binding(&ctx, &body).await
             } else if ctx.ri.subresource.as_deref() == Some("eviction") {
                 eviction::create(&ctx, &body).await

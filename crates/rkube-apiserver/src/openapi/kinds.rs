@@ -64,7 +64,7 @@ pub(crate) static KINDS: LazyLock<Vec<KindSchema>> = LazyLock::new(|| {
                 version: r.version,
                 kind: r.kind,
                 definition: (typed.definition)(),
-                list_kind: Some(r.list_kind),
+                list_kind: r.stored.then_some(r.list_kind),
                 add: typed.add_schema,
             })
         })

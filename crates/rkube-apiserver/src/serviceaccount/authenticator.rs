@@ -95,6 +95,11 @@ impl ServiceAccountAuthenticator {
         ServiceAccountAuthenticator { config, objects }
     }
 
+    /// The API audiences (`--api-audiences`).
+    pub fn api_audiences(&self) -> Vec<String> {
+        self.config.api_audiences.clone()
+    }
+
     /// The user of `token` when it is valid for one of `audiences` (the API
     /// audiences when empty); [`TokenError::NotOurs`] when it is not a
     /// ServiceAccount token of this server.
