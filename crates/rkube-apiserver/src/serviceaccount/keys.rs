@@ -130,7 +130,7 @@ pub fn signing_key_from_pem(pem: &str) -> Result<SigningKey, String> {
     if pair.algorithm() != &rcgen::PKCS_ECDSA_P256_SHA256 {
         return Err("only ECDSA P-256 keys (ES256) are supported by rkube".to_string());
     }
-    let public = PublicKey::from_point(&pair.public_key_raw()).ok_or("the key's public point is not valid")?;
+    let public = PublicKey::from_point(pair.public_key_raw()).ok_or("the key's public point is not valid")?;
     let encoding = EncodingKey::from_ec_pem(pair.serialize_pem().as_bytes()).map_err(|e| e.to_string())?;
     Ok(SigningKey { encoding, public })
 }
