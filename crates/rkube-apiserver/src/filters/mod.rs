@@ -40,6 +40,8 @@ pub mod inflight;
 pub mod metrics;
 pub mod process;
 pub mod rbac;
+pub mod rbac_cache;
+pub mod rbac_index;
 pub mod requestinfo;
 pub mod storage_metrics;
 pub mod timeout;
