@@ -207,7 +207,7 @@ async fn serve_until_signal(
     if let Err(e) = crate::kubernetes_service::reconcile(storage.as_ref(), &prefix, cidr, me).await {
         tracing::warn!(error = %e, "creating the default/kubernetes service; retrying in the background");
     }
-    tokio::spawn(crate::kubernetes_service::run(storage.clone(), prefix.clone(), cidr, me, st.shutdown.subscribe()));
+    tokio::spawn(crate::kubernetes_service::run(st.cache.clone(), storage.clone(), prefix.clone(), cidr, me, st.shutdown.subscribe()));
     // RBAC answers from memory once its caches are filled (reads go to
     // storage until then, so waiting here only keeps start-up quiet).
     if tokio::time::timeout(std::time::Duration::from_secs(10), rbac_cache.wait_synced()).await.is_err() {
