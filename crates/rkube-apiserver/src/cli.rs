@@ -208,10 +208,14 @@ async fn serve_until_signal(
         tracing::warn!(error = %e, "creating the default/kubernetes service; retrying in the background");
     }
     tokio::spawn(crate::kubernetes_service::run(st.cache.clone(), storage.clone(), prefix.clone(), cidr, me, st.shutdown.subscribe()));
-    // RBAC answers from memory once its caches are filled (reads go to
-    // storage until then, so waiting here only keeps start-up quiet).
+    // RBAC answers from memory once its caches are filled and hold the
+    // bootstrap policy written above (reads go to storage until they are
+    // filled, so waiting here only keeps start-up quiet).
     if tokio::time::timeout(std::time::Duration::from_secs(10), rbac_cache.wait_synced()).await.is_err() {
         tracing::warn!("the RBAC cache has not synced yet; authorizing from storage until it has");
+    } else {
+        use crate::filters::rbac::RbacSource as _;
+        rbac_cache.wait_fresh().await;
     }
     ready();
     crate::server::serve_api(listener, st, &chain, shutdown_signal()).await.context("serving the API")?;
