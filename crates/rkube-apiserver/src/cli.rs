@@ -182,20 +182,23 @@ async fn shutdown_signal() {
 }
 
 /// Wraps `storage` for the filter chain's storage latency metrics and builds
-/// the chain from `fargs` (RBAC reads roles and bindings from storage).
+/// the chain from `fargs`. RBAC reads roles and bindings from memory
+/// ([`crate::filters::rbac_cache::RbacCache`], returned for the aggregation
+/// controller too).
 fn build_chain(
     storage: Arc<dyn Storage>,
     fargs: &crate::filters::FilterArgs,
     etcd_prefix: &str,
-) -> anyhow::Result<(Arc<dyn Storage>, crate::filters::FilterChain)> {
-    use crate::filters::{metrics::ApiserverMetrics, rbac, storage_metrics::InstrumentedStorage};
+) -> anyhow::Result<(Arc<dyn Storage>, crate::filters::FilterChain, Arc<crate::filters::rbac_cache::RbacCache>)> {
+    use crate::filters::{metrics::ApiserverMetrics, rbac, rbac_cache::RbacCache, storage_metrics::InstrumentedStorage};
     let metrics = Arc::new(ApiserverMetrics::new());
     let storage: Arc<dyn Storage> = Arc::new(InstrumentedStorage::new(storage, metrics.clone(), etcd_prefix));
-    let rbac_source: Arc<dyn rbac::RbacSource> = Arc::new(rbac::StorageRbacSource::new(storage.clone(), etcd_prefix));
+    let rbac_cache = RbacCache::start(storage.clone(), etcd_prefix);
+    let rbac_source: Arc<dyn rbac::RbacSource> = rbac_cache.clone();
     let config = fargs.load().map_err(|e| anyhow::anyhow!("{e}"))?;
     let chain = crate::filters::FilterChain::build(config, Some(rbac_source), metrics)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok((storage, chain))
+    Ok((storage, chain, rbac_cache))
 }
 
 /// What a server knows of its identity besides the filter flags: the
@@ -228,7 +231,7 @@ async fn serve_until_signal(
     let prefix = config.etcd_prefix.clone();
     let cidr = config.service_cidr;
     let me = crate::kubernetes_service::ApiserverEndpoint { ip: advertise, port: listener.local_addr()?.port() };
-    let (storage, chain) = build_chain(storage, fargs, &prefix)?;
+    let (storage, chain, rbac_cache) = build_chain(storage, fargs, &prefix)?;
     let tokens = identity.tokens.map(Arc::new);
     let st = ApiState::new(storage.clone(), config).with_service_account_tokens(tokens.clone());
     let chain = match &tokens {
@@ -246,13 +249,13 @@ async fn serve_until_signal(
             .map_err(|e| anyhow::anyhow!("writing the RBAC bootstrap policy: {e}"))?;
     }
     // ClusterRole aggregation (upstream runs it in kube-controller-manager).
-    tokio::spawn(crate::rbac_aggregation::run(storage.clone(), prefix.clone(), st.shutdown.subscribe()));
+    tokio::spawn(crate::rbac_aggregation::run_with(rbac_cache.clone(), st.shutdown.subscribe()));
     // The default/kubernetes Service, Endpoints and EndpointSlice: in place
     // before the server reports ready (when storage answers), then kept right.
     if let Err(e) = crate::kubernetes_service::reconcile(storage.as_ref(), &prefix, cidr, me).await {
         tracing::warn!(error = %e, "creating the default/kubernetes service; retrying in the background");
     }
-    tokio::spawn(crate::kubernetes_service::run(storage.clone(), prefix.clone(), cidr, me, st.shutdown.subscribe()));
+    tokio::spawn(crate::kubernetes_service::run(st.cache.clone(), storage.clone(), prefix.clone(), cidr, me, st.shutdown.subscribe()));
     tokio::spawn(crate::controllers::serviceaccounts::run(st.clone(), identity.root_ca.clone(), st.shutdown.subscribe()));
     if let Some(t) = tokens.filter(|t| t.signer.is_some()) {
         tokio::spawn(crate::controllers::tokens::run(st.clone(), t, identity.root_ca.clone(), st.shutdown.subscribe()));
@@ -260,6 +263,15 @@ async fn serve_until_signal(
     // The CSR signer (upstream runs it in kube-controller-manager).
     if let Some(signer) = identity.signer {
         tokio::spawn(crate::csr::signer::run(signer, storage.clone(), prefix.clone(), st.shutdown.subscribe()));
+    }
+    // RBAC answers from memory once its caches are filled and hold the
+    // bootstrap policy written above (reads go to storage until they are
+    // filled, so waiting here only keeps start-up quiet).
+    if tokio::time::timeout(std::time::Duration::from_secs(10), rbac_cache.wait_synced()).await.is_err() {
+        tracing::warn!("the RBAC cache has not synced yet; authorizing from storage until it has");
+    } else {
+        use crate::filters::rbac::RbacSource as _;
+        rbac_cache.wait_fresh().await;
     }
     ready();
     crate::server::serve_api(listener, st, &chain, shutdown_signal()).await.context("serving the API")?;

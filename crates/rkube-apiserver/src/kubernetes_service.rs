@@ -21,6 +21,8 @@
 //! Each is created when missing and rewritten when it differs from what this
 //! API server wants, at start and then every [`RECONCILE_INTERVAL`]; an object
 //! that is already right is not written (restarts change no resourceVersion).
+//! The periodic passes ([`run`]) read the objects from the watch cache, and
+//! do not decode one whose resourceVersion they already found right.
 //!
 //! # Several API servers on one store
 //!
@@ -79,6 +81,9 @@ pub enum KubernetesServiceError {
     /// The registry lacks a resource (a build error).
     #[error("resource {0} is not served")]
     NotServed(&'static str),
+    /// Reading the watch cache failed.
+    #[error("watch cache: {0}")]
+    Cache(#[from] rkube_cache::CacheError),
 }
 
 /// Where this API server is reached.
@@ -95,37 +100,35 @@ fn info(group: &str, resource: &'static str) -> Result<&'static ResourceInfo, Ku
     registry::lookup(group, "v1", resource).ok_or(KubernetesServiceError::NotServed(resource))
 }
 
-/// Makes the Service, Endpoints and EndpointSlice right once.
+/// Makes the Service, Endpoints and EndpointSlice right once, reading them
+/// from storage.
 pub async fn reconcile(
     storage: &dyn Storage,
     prefix: &str,
     cidr: Cidr,
     me: ApiserverEndpoint,
 ) -> Result<(), KubernetesServiceError> {
-    let ns_key = info("", "namespaces")?.object_key(prefix, "", NAMESPACE);
-    if storage.get(&ns_key).await?.is_none() {
-        return Err(KubernetesServiceError::NoDefaultNamespace);
-    }
-    let svc = info("", "services")?;
-    ensure(storage, svc, prefix, |cur| desired_service(cur, cidr, me)).await?;
-    let eps = info("", "endpoints")?;
-    ensure(storage, eps, prefix, |cur| desired_endpoints(cur, me)).await?;
-    let slices = info("discovery.k8s.io", "endpointslices")?;
-    ensure(storage, slices, prefix, |cur| desired_slice(cur, me)).await?;
-    Ok(())
+    Reconciler { storage, cache: None, prefix, memo: &Memo::default() }.pass(cidr, me).await
 }
 
 /// Reconciles every [`RECONCILE_INTERVAL`] until `shutdown` turns true
-/// (the first round runs at once). Failures are logged and retried.
+/// (the first round runs at once), reading from the watch cache `cache`
+/// (memory; storage only after a conflict, and for a resource whose cacher
+/// has size 0) and writing to `storage`. An object whose resourceVersion
+/// has not changed since it was last found right is not decoded again.
+/// Failures are logged and retried.
 pub async fn run(
+    cache: Arc<rkube_cache::CacheLayer>,
     storage: Arc<dyn Storage>,
     prefix: String,
     cidr: Cidr,
     me: ApiserverEndpoint,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
+    let memo = Memo::default();
     loop {
-        if let Err(e) = reconcile(storage.as_ref(), &prefix, cidr, me).await {
+        let r = Reconciler { storage: storage.as_ref(), cache: Some(cache.as_ref()), prefix: &prefix, memo: &memo };
+        if let Err(e) = r.pass(cidr, me).await {
             tracing::warn!(error = %e, "reconciling the default/kubernetes service");
         }
         tokio::select! {
@@ -135,48 +138,117 @@ pub async fn run(
     }
 }
 
-/// Reads `default/kubernetes` of `info`, asks `want` what it should be
-/// (`None`: it is right), and creates or updates it, guarded by the read
-/// revision, a few times when another writer gets in between.
-async fn ensure(
-    storage: &dyn Storage,
-    info: &ResourceInfo,
-    prefix: &str,
-    want: impl Fn(Option<&Value>) -> Option<Value>,
-) -> Result<(), KubernetesServiceError> {
-    let key = info.object_key(prefix, NAMESPACE, NAME);
-    for _ in 0..ATTEMPTS {
-        let current = match storage.get(&key).await? {
-            Some(kv) => {
-                let obj: Value = serde_json::from_slice(&kv.value)
-                    .map_err(|source| KubernetesServiceError::Decode { key: key.clone(), source })?;
-                Some((obj, kv.mod_revision))
-            }
-            None => None,
-        };
-        let Some(mut new) = want(current.as_ref().map(|c| &c.0)) else { return Ok(()) };
-        info.strategy.apply_defaults(&mut new);
-        if let Some(m) = new.pointer_mut("/metadata").and_then(Value::as_object_mut) {
-            m.remove("resourceVersion");
-        }
-        let bytes = bytes::Bytes::from(serde_json::to_vec(&new).unwrap_or_default());
-        let written = match &current {
-            None => storage.create(&key, bytes).await.map(|_| ()),
-            Some((_, rev)) => storage.update(&key, bytes, *rev).await.map(|_| ()),
-        };
-        match written {
-            Ok(()) => {
-                let verb = if current.is_none() { "created" } else { "updated" };
-                tracing::info!(kind = info.kind, "{verb} {NAMESPACE}/{NAME}");
-                return Ok(());
-            }
-            Err(StorageError::Conflict { .. } | StorageError::AlreadyExists { .. } | StorageError::NotFound { .. }) => {
-                continue
-            }
-            Err(e) => return Err(e.into()),
-        }
+/// Per resource, the resourceVersion of the object last found right.
+#[derive(Default)]
+struct Memo(std::sync::Mutex<std::collections::HashMap<&'static str, i64>>);
+
+impl Memo {
+    fn get(&self, resource: &'static str) -> Option<i64> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).get(resource).copied()
     }
-    Err(KubernetesServiceError::Contended(format!("{}/{NAMESPACE}/{NAME}", info.resource)))
+    fn set(&self, resource: &'static str, rv: i64) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(resource, rv);
+    }
+}
+
+/// Where one pass reads (the watch cache when given, else storage) and writes.
+struct Reconciler<'a> {
+    storage: &'a dyn Storage,
+    cache: Option<&'a rkube_cache::CacheLayer>,
+    prefix: &'a str,
+    memo: &'a Memo,
+}
+
+/// What a read found: the object's resourceVersion and, unless it was
+/// found right at that version before, the decoded object.
+enum Current {
+    Missing,
+    Unchanged,
+    Object(Value, i64),
+}
+
+impl Reconciler<'_> {
+    async fn pass(&self, cidr: Cidr, me: ApiserverEndpoint) -> Result<(), KubernetesServiceError> {
+        let ns = info("", "namespaces")?;
+        let exists = match self.cache {
+            Some(c) => c.get(ns, "", NAMESPACE, Some("0")).await?.is_some(),
+            None => self.storage.get(&ns.object_key(self.prefix, "", NAMESPACE)).await?.is_some(),
+        };
+        if !exists {
+            return Err(KubernetesServiceError::NoDefaultNamespace);
+        }
+        self.ensure(info("", "services")?, |cur| desired_service(cur, cidr, me)).await?;
+        self.ensure(info("", "endpoints")?, |cur| desired_endpoints(cur, me)).await?;
+        self.ensure(info("discovery.k8s.io", "endpointslices")?, |cur| desired_slice(cur, me)).await?;
+        Ok(())
+    }
+
+    /// Reads `default/kubernetes` of `info`: from the cache on the first
+    /// attempt when there is one, else (and after a conflict) from storage.
+    async fn read(&self, info: &'static ResourceInfo, attempt: usize) -> Result<Current, KubernetesServiceError> {
+        let key = info.object_key(self.prefix, NAMESPACE, NAME);
+        let (bytes, rv) = match self.cache {
+            Some(c) if attempt == 0 => match c.get(info, NAMESPACE, NAME, Some("0")).await? {
+                Some(o) => (o.json.clone(), o.resource_version),
+                None => return Ok(Current::Missing),
+            },
+            _ => match self.storage.get(&key).await? {
+                Some(kv) => (kv.value, kv.mod_revision),
+                None => return Ok(Current::Missing),
+            },
+        };
+        if self.memo.get(info.resource) == Some(rv) {
+            return Ok(Current::Unchanged);
+        }
+        let obj = serde_json::from_slice(&bytes).map_err(|source| KubernetesServiceError::Decode { key, source })?;
+        Ok(Current::Object(obj, rv))
+    }
+
+    /// Reads `default/kubernetes` of `info`, asks `want` what it should be
+    /// (`None`: it is right), and creates or updates it, guarded by the read
+    /// revision, a few times when another writer gets in between.
+    async fn ensure(
+        &self,
+        info: &'static ResourceInfo,
+        want: impl Fn(Option<&Value>) -> Option<Value>,
+    ) -> Result<(), KubernetesServiceError> {
+        let key = info.object_key(self.prefix, NAMESPACE, NAME);
+        for attempt in 0..ATTEMPTS {
+            let current = match self.read(info, attempt).await? {
+                Current::Unchanged => return Ok(()),
+                Current::Missing => None,
+                Current::Object(obj, rv) => Some((obj, rv)),
+            };
+            let Some(mut new) = want(current.as_ref().map(|c| &c.0)) else {
+                if let Some((_, rv)) = current {
+                    self.memo.set(info.resource, rv);
+                }
+                return Ok(());
+            };
+            info.strategy.apply_defaults(&mut new);
+            if let Some(m) = new.pointer_mut("/metadata").and_then(Value::as_object_mut) {
+                m.remove("resourceVersion");
+            }
+            let bytes = bytes::Bytes::from(serde_json::to_vec(&new).unwrap_or_default());
+            let written = match &current {
+                None => self.storage.create(&key, bytes).await,
+                Some((_, rev)) => self.storage.update(&key, bytes, *rev).await,
+            };
+            match written {
+                Ok(kv) => {
+                    let verb = if current.is_none() { "created" } else { "updated" };
+                    tracing::info!(kind = info.kind, "{verb} {NAMESPACE}/{NAME}");
+                    self.memo.set(info.resource, kv.mod_revision);
+                    return Ok(());
+                }
+                Err(StorageError::Conflict { .. } | StorageError::AlreadyExists { .. } | StorageError::NotFound { .. }) => {
+                    continue
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(KubernetesServiceError::Contended(format!("{}/{NAMESPACE}/{NAME}", info.resource)))
+    }
 }
 
 /// A new object of `kind` named `default/kubernetes`.

@@ -8,21 +8,25 @@
 //! roles sorted by name, each rule once (first occurrence kept). Roles whose
 //! aggregated rules already equal their stored rules are not written.
 //!
-//! [`run`] lists the ClusterRoles, reconciles every aggregated one, then
-//! watches `<prefix>/clusterroles/` and reconciles again after each batch
-//! of events (a write by the controller itself triggers one more pass, which
-//! finds nothing to change; chains such as `view` → `edit` → `admin`
-//! converge that way). A failed or compacted watch starts over with a fresh
-//! list. Writes are guarded by the read `mod_revision`; a lost race is
-//! retried on the next event.
+//! [`run_with`] reads the ClusterRoles from the API server's RBAC cache
+//! ([`RbacCache`], kept by a watch of `<prefix>/clusterroles/`): it
+//! reconciles every aggregated role once the cache has synced, then again
+//! after each change to the ClusterRoles (a write by the controller itself
+//! triggers one more pass, which finds nothing to change; chains such as
+//! `view` → `edit` → `admin` converge that way). Nothing is read from
+//! storage per pass. Writes are guarded by the cached `mod_revision`; a lost
+//! race is retried when the newer state arrives. [`reconcile_all`] is the
+//! same pass over a fresh storage list.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use rkube_storage::{RangeRequest, Storage, StorageError, WatchResponse};
+use rkube_cache::backoff::Backoff;
+use rkube_storage::{RangeRequest, Storage, StorageError};
 use serde_json::Value;
+
+use crate::filters::rbac_cache::RbacCache;
 
 /// Errors of one reconciliation pass.
 #[derive(Debug, thiserror::Error)]
@@ -114,52 +118,76 @@ pub async fn reconcile_all(storage: &dyn Storage, prefix: &str) -> Result<(i64, 
     Ok((resp.revision, written))
 }
 
-/// Runs the controller until `stop` turns true (or its sender is dropped).
-pub async fn run(storage: Arc<dyn Storage>, prefix: String, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let dir = format!("{}/clusterroles/", prefix.trim_end_matches('/'));
-    'outer: loop {
+/// One pass over the ClusterRoles held by `cache` (no storage read):
+/// rewrites the aggregated ones whose rules are out of date, each guarded by
+/// the `mod_revision` the cache holds (a lost race is retried when the
+/// newer state arrives). Returns how many were written.
+pub async fn reconcile_cached(cache: &RbacCache) -> Result<usize, AggregationError> {
+    let stored = cache.stored_cluster_roles();
+    let all: BTreeMap<String, Value> = stored.iter().map(|(n, c)| (n.clone(), (*c.object).clone())).collect();
+    let mut written = 0;
+    for (name, role) in &all {
+        let Some(rules) = aggregated_rules(role, &all) else { continue };
+        let current = role.get("rules").and_then(Value::as_array).cloned().unwrap_or_default();
+        if current == rules {
+            continue;
+        }
+        let Some(c) = stored.get(name) else { continue };
+        let mut updated = role.clone();
+        updated["rules"] = Value::Array(rules);
+        let bytes = serde_json::to_vec(&updated).map_err(|source| AggregationError::Encode { name: name.clone(), source })?;
+        match cache.storage().update(&c.key, bytes.into(), c.mod_revision).await {
+            Ok(_) => written += 1,
+            // Someone else changed it: its event brings us back.
+            Err(StorageError::Conflict { .. }) | Err(StorageError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(written)
+}
+
+/// Runs the controller until `stop` turns true (or its sender is dropped),
+/// over its own [`RbacCache`] of the objects under `prefix`.
+pub async fn run(storage: Arc<dyn Storage>, prefix: String, stop: tokio::sync::watch::Receiver<bool>) {
+    run_with(RbacCache::start(storage, &prefix), stop).await
+}
+
+/// Runs the controller over `cache` until `stop` turns true (or its sender
+/// is dropped): a pass once the cache has synced, then one after every
+/// change to the ClusterRoles. A pass that fails (storage unreachable) is
+/// retried after a jittered backoff.
+pub async fn run_with(cache: Arc<RbacCache>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut changed = cache.cluster_roles_changed();
+    tokio::select! {
+        _ = cache.wait_synced() => {}
+        _ = stop.wait_for(|s| *s) => return,
+    }
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
+    loop {
         if *stop.borrow() {
             return;
         }
-        let rev = match reconcile_all(storage.as_ref(), &prefix).await {
-            Ok((rev, _)) => rev,
+        changed.borrow_and_update();
+        let wait = match reconcile_cached(&cache).await {
+            Ok(_) => {
+                backoff.reset();
+                None
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "clusterrole aggregation failed; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue 'outer,
-                    _ = stop.changed() => return,
-                }
+                Some(backoff.next_delay())
             }
         };
-        let mut watch = match storage.watch(&dir, rev).await {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!(error = %e, "watching clusterroles failed; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue 'outer,
-                    _ = stop.changed() => return,
+        tokio::select! {
+            r = changed.changed(), if wait.is_none() => {
+                if r.is_err() {
+                    return;
                 }
             }
-        };
-        loop {
-            tokio::select! {
-                ev = watch.stream.next() => match ev {
-                    Some(Ok(WatchResponse::Events(_))) => {
-                        if let Err(e) = reconcile_all(storage.as_ref(), &prefix).await {
-                            tracing::warn!(error = %e, "clusterrole aggregation failed");
-                        }
-                    }
-                    Some(Ok(WatchResponse::Progress { .. })) => {}
-                    Some(Err(e)) => {
-                        tracing::debug!(error = %e, "clusterrole watch ended; relisting");
-                        continue 'outer;
-                    }
-                    None => continue 'outer,
-                },
-                r = stop.changed() => {
-                    if r.is_err() || *stop.borrow() {
-                        return;
-                    }
+            _ = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {}
+            r = stop.changed() => {
+                if r.is_err() || *stop.borrow() {
+                    return;
                 }
             }
         }

@@ -6,6 +6,7 @@
 //! rkube bench cluster [--nodes 1000] [--pods-per-node 30] [--pod-rate 100]
 //! rkube bench init    [--sizes ...]       (both backends unless --backend)
 //! rkube bench writes  [--concurrency 1,8,64] [--ops 5000]  (both backends unless --backend)
+//! rkube bench rbac    [--sizes 0,400,10000] [--runs 3] [--step-seconds 5]  (exits non-zero below its goal)
 //! rkube bench all     every scenario above in turn, each with its own report
 //! rkube bench summary --commit SHA   BENCHMARKS.md (stdout) from the reports in --out
 //! common: [--quick] [--out bench-results] [--rkube PATH]
@@ -43,6 +44,9 @@ pub enum Scenario {
     Init,
     /// Create/update throughput and latency vs concurrency, embedded vs etcd.
     Writes,
+    /// GET throughput over HTTPS of an RBAC-bound user vs a system:masters user, vs
+    /// ClusterRoleBindings of other users; exits non-zero below the goal (85 %).
+    Rbac,
     /// Every scenario in turn (list, writes, init, watch, cluster), each writing its report;
     /// exits non-zero when any failed.
     All,
@@ -64,6 +68,7 @@ impl Scenario {
             Scenario::Cluster => "cluster",
             Scenario::Init => "init",
             Scenario::Writes => "writes",
+            Scenario::Rbac => "rbac",
             Scenario::All => "all",
             Scenario::Summary => "summary",
         }
@@ -89,7 +94,8 @@ pub struct BenchArgs {
     /// Repetitions of each timed measurement (default 5; 2 with --quick).
     #[arg(long)]
     pub runs: Option<usize>,
-    /// list, init: object counts (default 10000,50000,100000,300000 for list; 10000,50000,100000 for init).
+    /// list, init: object counts (default 10000,50000,100000,300000 for list; 10000,50000,100000 for init);
+    /// rbac: ClusterRoleBindings of other users (default 0,400,10000).
     #[arg(long, value_delimiter = ',')]
     pub sizes: Vec<usize>,
     /// list, init: kinds to load (default configmaps,pods for list; pods for init).
@@ -101,7 +107,7 @@ pub struct BenchArgs {
     /// watch: event rates (events/s) of the rate sweep (default 50,100,200,500,1000,2000,4000).
     #[arg(long, value_delimiter = ',')]
     pub rates: Vec<u32>,
-    /// watch: seconds each rate or watcher step lasts (default 10).
+    /// watch: seconds each rate or watcher step lasts (default 10); rbac: seconds of each timed window (default 5).
     #[arg(long)]
     pub step_seconds: Option<u64>,
     /// cluster: simulated node counts (default 1000).
@@ -207,5 +213,6 @@ async fn run_one(args: BenchArgs) -> anyhow::Result<()> {
     for p in written {
         crate::progress::phase(&format!("wrote {}", p.display()));
     }
+    anyhow::ensure!(report.missed_goals.is_empty(), "goal missed: {}", report.missed_goals.join("; "));
     Ok(())
 }

@@ -148,6 +148,29 @@ pub struct EventSpec {
 pub struct Api {
     http: reqwest::Client,
     base: String,
+    /// Sent as `Authorization: Bearer` when set.
+    token: Option<String>,
+}
+
+/// A client builder trusting only `ca_pem` (PEM certificates) for HTTPS
+/// (rustls with the ring provider, TLS 1.2 and 1.3). `Err` with a message
+/// when the PEM holds no certificate.
+pub fn https_builder(ca_pem: &str) -> Result<reqwest::ClientBuilder, String> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        let cert = cert.map_err(|e| format!("reading the CA: {e}"))?;
+        roots.add(cert).map_err(|e| format!("trusting the CA: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err("no CA certificate".into());
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(reqwest::Client::builder().use_preconfigured_tls(cfg))
 }
 
 /// The default timeout of non-streaming calls (LISTs of 300k objects included).
@@ -161,7 +184,14 @@ impl Api {
             .tcp_nodelay(true)
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
-        Api { http, base: base.trim_end_matches('/').to_string() }
+        Api { http, base: base.trim_end_matches('/').to_string(), token: None }
+    }
+
+    /// A client for `base` (`https://127.0.0.1:PORT`) trusting `ca_pem`,
+    /// authenticating with bearer `token`.
+    pub fn secure(base: &str, ca_pem: &str, token: &str) -> Result<Api, String> {
+        let http = https_builder(ca_pem)?.pool_max_idle_per_host(1024).tcp_nodelay(true).build().map_err(|e| e.to_string())?;
+        Ok(Api { http, base: base.trim_end_matches('/').to_string(), token: Some(token.to_string()) })
     }
 
     /// The server's base URL.
@@ -178,6 +208,9 @@ impl Api {
         let url = format!("{}{}", self.base, path);
         let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
         let mut req = self.http.request(m, url).header("accept", "application/json").timeout(CALL_TIMEOUT);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
         if let Some((b, ct)) = body {
             req = req.header("content-type", ct).body(b);
         }

@@ -185,9 +185,16 @@ impl Env {
     /// Starts `rkube apiserver` on a free loopback port over this backend,
     /// with `extra` flags, and waits for `/readyz` 200.
     pub async fn start_server(&self, extra: &[String]) -> Result<ApiServer, ProcError> {
+        self.start_server_with(extra, None).await
+    }
+
+    /// Like [`Env::start_server`]; with `secure` the server is reached over
+    /// HTTPS (`extra` must hold its TLS flags) and `/readyz` is polled with
+    /// `secure`'s CA and bearer token.
+    pub async fn start_server_with(&self, extra: &[String], secure: Option<&Secure>) -> Result<ApiServer, ProcError> {
         let mut last = None;
         for _ in 0..3 {
-            match self.spawn_server(extra).await {
+            match self.spawn_server(extra, secure).await {
                 Ok(s) => return Ok(s),
                 Err(e) => last = Some(e),
             }
@@ -195,7 +202,7 @@ impl Env {
         Err(last.unwrap_or_else(|| ProcError::NotReady { reason: "was not started".into(), log: String::new() }))
     }
 
-    async fn spawn_server(&self, extra: &[String]) -> Result<ApiServer, ProcError> {
+    async fn spawn_server(&self, extra: &[String], secure: Option<&Secure>) -> Result<ApiServer, ProcError> {
         let port = free_port().map_err(io("picking a free port"))?;
         let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log_path = self.dir.path().join(format!("apiserver-{n}.log"));
@@ -217,16 +224,27 @@ impl Env {
         cmd.args(extra).stdin(Stdio::null()).stdout(log).stderr(log_err);
         let spawned_at = Instant::now();
         let child = cmd.spawn().map_err(io(format!("running {}", self.exe.display())))?;
+        let scheme = if secure.is_some() { "https" } else { "http" };
         let mut server = ApiServer {
             child: Some(child),
-            base: format!("http://127.0.0.1:{port}"),
+            base: format!("{scheme}://127.0.0.1:{port}"),
             log_path,
             spawned_at,
             ready_after: Duration::ZERO,
+            secure: secure.cloned(),
         };
         server.ready_after = server.wait_ready(READY_TIMEOUT).await?;
         Ok(server)
     }
+}
+
+/// How to reach a server that serves HTTPS and authenticates every request.
+#[derive(Debug, Clone)]
+pub struct Secure {
+    /// The CA that signed the serving certificate (PEM).
+    pub ca_pem: String,
+    /// A bearer token of a user allowed `GET /readyz`.
+    pub token: String,
 }
 
 /// A free loopback port (bound, then released for the child to bind).
@@ -244,6 +262,7 @@ pub struct ApiServer {
     pub spawned_at: Instant,
     /// Spawn → first `/readyz` 200.
     pub ready_after: Duration,
+    secure: Option<Secure>,
 }
 
 impl ApiServer {
@@ -266,13 +285,21 @@ impl ApiServer {
 
     /// Polls `/readyz` every 10 ms until 200; returns the time since spawn.
     async fn wait_ready(&mut self, timeout: Duration) -> Result<Duration, ProcError> {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().map_err(|e| ProcError::NotReady {
-            reason: format!("cannot build an HTTP client: {e}"),
-            log: String::new(),
+        let builder = match &self.secure {
+            Some(s) => crate::client::https_builder(&s.ca_pem),
+            None => Ok(reqwest::Client::builder()),
+        };
+        let http = builder.and_then(|b| b.timeout(Duration::from_secs(5)).build().map_err(|e| e.to_string())).map_err(|e| {
+            ProcError::NotReady { reason: format!("cannot build an HTTP client: {e}"), log: String::new() }
         })?;
         let url = format!("{}/readyz", self.base);
+        let token = self.secure.as_ref().map(|s| s.token.clone());
         loop {
-            if let Ok(r) = http.get(&url).send().await {
+            let mut req = http.get(&url);
+            if let Some(t) = &token {
+                req = req.bearer_auth(t);
+            }
+            if let Ok(r) = req.send().await {
                 if r.status().is_success() {
                     return Ok(self.spawned_at.elapsed());
                 }

@@ -110,6 +110,9 @@ pub struct Report {
     pub tables: Vec<Table>,
     /// Free-text remarks (scale-downs, what served what, caveats).
     pub notes: Vec<String>,
+    /// Goals the run missed (the command exits non-zero after writing the report when any).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missed_goals: Vec<String>,
     /// Plots, written to `<scenario>.svg` (not serialized: the data is in `measurements`).
     #[serde(skip)]
     pub plots: Vec<Plot>,
@@ -129,6 +132,7 @@ impl Report {
             not_measured: Vec::new(),
             tables: Vec::new(),
             notes: Vec::new(),
+            missed_goals: Vec::new(),
             plots: Vec::new(),
         }
     }
@@ -172,6 +176,13 @@ impl Report {
         out += &format!("- Parameters: `{}`\n\n", self.parameters);
         for t in &self.tables {
             out += &t.to_markdown();
+            out += "\n";
+        }
+        if !self.missed_goals.is_empty() {
+            out += "### Goals missed\n\n";
+            for g in &self.missed_goals {
+                out += &format!("- {g}\n");
+            }
             out += "\n";
         }
         if !self.notes.is_empty() {

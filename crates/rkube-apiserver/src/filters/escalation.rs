@@ -27,6 +27,10 @@
 //! makes the requester, the authorizer and the RBAC objects available to the
 //! request's task; the create and update handlers call [`confirm`] with the
 //! object about to be stored. Without RBAC (no source) nothing is checked.
+//! After a successful RBAC write (create, update, patch, delete,
+//! deletecollection) it waits for the source to see it
+//! ([`RbacSource::wait_fresh`]), so a client's next request is authorized
+//! with the change applied.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -42,7 +46,7 @@ use crate::error::ApiError;
 use crate::filters::authn::UserInfo;
 use crate::filters::authz::{Authorizer, Decision};
 use crate::filters::rbac::{
-    has, resource_matches, subject_applies, url_matches, PolicyRule, RbacSource, RoleRef, RBAC_GROUP,
+    has, resource_matches, url_matches, PolicyRule, RbacSource, RoleRef, RBAC_GROUP,
 };
 use crate::filters::requestinfo::{context_of, RequestAttributes};
 
@@ -84,18 +88,24 @@ pub struct EscalationState {
 pub async fn escalation_middleware(State(st): State<EscalationState>, req: Request, next: Next) -> Response {
     let ctx = context_of(&req);
     let a = &ctx.attrs;
-    let writes_rbac = a.is_resource_request
+    let on_rbac = a.is_resource_request
         && a.api_group == RBAC_GROUP
-        && matches!(a.verb.as_str(), "create" | "update" | "patch")
         && matches!(a.resource.as_str(), "roles" | "clusterroles" | "rolebindings" | "clusterrolebindings");
-    match (&st.rbac, writes_rbac) {
-        (Some(rbac), true) => {
-            let user = req.extensions().get::<UserInfo>().cloned().unwrap_or_else(UserInfo::anonymous);
-            let guard = Guard { user, authz: st.authz.clone(), rbac: rbac.clone() };
-            GUARD.scope(guard, next.run(req)).await
-        }
-        _ => next.run(req).await,
+    let writes_rbac = on_rbac && matches!(a.verb.as_str(), "create" | "update" | "patch");
+    let changes_rbac = on_rbac && matches!(a.verb.as_str(), "create" | "update" | "patch" | "delete" | "deletecollection");
+    let Some(rbac) = &st.rbac else { return next.run(req).await };
+    let resp = if writes_rbac {
+        let user = req.extensions().get::<UserInfo>().cloned().unwrap_or_else(UserInfo::anonymous);
+        let guard = Guard { user, authz: st.authz.clone(), rbac: rbac.clone() };
+        GUARD.scope(guard, next.run(req)).await
+    } else {
+        next.run(req).await
+    };
+    // Read-your-writes: the writer's next request sees the change.
+    if changes_rbac && resp.status().is_success() {
+        rbac.wait_fresh().await;
     }
+    resp
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -191,8 +201,8 @@ pub async fn confirm(group: &str, kind: &str, obj: &Value, old: Option<&Value>) 
                 return Ok(());
             }
             let role = match ref_resource {
-                "roles" => guard.rbac.role(&ns, &role_ref.name).await,
-                _ => guard.rbac.cluster_role(&role_ref.name).await,
+                "roles" => guard.rbac.role_shared(&ns, &role_ref.name).await,
+                _ => guard.rbac.cluster_role_shared(&role_ref.name).await,
             };
             let role = match role {
                 Ok(Some(r)) => r,
@@ -233,12 +243,12 @@ impl Guard {
     async fn rules_for(&self, ns: &str) -> (Vec<PolicyRule>, Vec<String>) {
         let mut rules = Vec::new();
         let mut errors = Vec::new();
-        match self.rbac.cluster_role_bindings().await {
+        match self.rbac.cluster_role_bindings_for(&self.user).await {
             Err(e) => errors.push(e.to_string()),
             Ok(bindings) => {
-                for b in bindings.iter().filter(|b| b.subjects.iter().any(|s| subject_applies(s, &self.user, ""))) {
-                    match self.rbac.cluster_role(&b.role_ref.name).await {
-                        Ok(Some(r)) => rules.extend(r.rules),
+                for b in &bindings {
+                    match self.rbac.cluster_role_shared(&b.role_ref.name).await {
+                        Ok(Some(r)) => rules.extend(r.rules.iter().cloned()),
                         Ok(None) => errors.push(format!("clusterrole.{RBAC_GROUP} {:?} not found", b.role_ref.name)),
                         Err(e) => errors.push(e.to_string()),
                     }
@@ -246,16 +256,16 @@ impl Guard {
             }
         }
         if !ns.is_empty() {
-            match self.rbac.role_bindings(ns).await {
+            match self.rbac.role_bindings_for(ns, &self.user).await {
                 Err(e) => errors.push(e.to_string()),
                 Ok(bindings) => {
-                    for b in bindings.iter().filter(|b| b.subjects.iter().any(|s| subject_applies(s, &self.user, ns))) {
+                    for b in &bindings {
                         let role = match b.role_ref.kind.as_str() {
-                            "Role" => self.rbac.role(ns, &b.role_ref.name).await,
-                            _ => self.rbac.cluster_role(&b.role_ref.name).await,
+                            "Role" => self.rbac.role_shared(ns, &b.role_ref.name).await,
+                            _ => self.rbac.cluster_role_shared(&b.role_ref.name).await,
                         };
                         match role {
-                            Ok(Some(r)) => rules.extend(r.rules),
+                            Ok(Some(r)) => rules.extend(r.rules.iter().cloned()),
                             Ok(None) => errors.push(format!(
                                 "{}.{RBAC_GROUP} {:?} not found",
                                 b.role_ref.kind.to_ascii_lowercase(),

@@ -41,6 +41,8 @@ pub mod metrics;
 pub mod process;
 pub mod rbac;
 pub mod rbac_rules;
+pub mod rbac_cache;
+pub mod rbac_index;
 pub mod requestinfo;
 pub mod storage_metrics;
 pub mod timeout;

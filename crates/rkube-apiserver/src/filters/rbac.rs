@@ -2,11 +2,14 @@
 //! `plugin/pkg/auth/authorizer/rbac/rbac.go` and `pkg/apis/rbac/v1/evaluation_helpers.go`).
 //!
 //! [`RbacSource`] is how the authorizer reads Roles, ClusterRoles,
-//! RoleBindings and ClusterRoleBindings; [`StorageRbacSource`] reads them from
-//! rkube's storage (keys `<prefix>/roles/<ns>/<name>`,
+//! RoleBindings and ClusterRoleBindings. The API server uses
+//! [`crate::filters::rbac_cache::RbacCache`] (decoded, indexed by subject,
+//! kept by watches); [`StorageRbacSource`] reads them from rkube's storage
+//! on each call (keys `<prefix>/roles/<ns>/<name>`,
 //! `<prefix>/rolebindings/<ns>/<name>`, `<prefix>/clusterroles/<name>`,
-//! `<prefix>/clusterrolebindings/<name>`, upstream's layout) and
-//! [`InMemoryRbac`] holds them in memory (tests, bootstrap).
+//! `<prefix>/clusterrolebindings/<name>`, upstream's layout; the cache's
+//! fallback until it has synced) and [`InMemoryRbac`] holds a fixed set
+//! (tests).
 //!
 //! [`authorize`] allows a request when a rule of a role bound to the user
 //! (through a ClusterRoleBinding, or a RoleBinding of the request's
@@ -140,6 +143,11 @@ pub struct Binding {
 
 /// Where the authorizer reads RBAC objects. Implementations must be cheap
 /// enough to call on every request (a cache, or a local store).
+///
+/// The four list-and-get methods are the contract; the `*_shared` and
+/// `*_for` methods have defaults built on them and are overridden by
+/// indexed sources ([`crate::filters::rbac_cache::RbacCache`]) so that
+/// [`authorize`] neither clones roles nor scans other users' bindings.
 #[async_trait::async_trait]
 pub trait RbacSource: Send + Sync {
     /// The Role `namespace/name`.
@@ -150,6 +158,32 @@ pub trait RbacSource: Send + Sync {
     async fn role_bindings(&self, namespace: &str) -> Result<Vec<Binding>, RbacError>;
     /// Every ClusterRoleBinding.
     async fn cluster_role_bindings(&self) -> Result<Vec<Binding>, RbacError>;
+
+    /// The Role `namespace/name`, shared (no copy of its rules).
+    async fn role_shared(&self, namespace: &str, name: &str) -> Result<Option<Arc<Role>>, RbacError> {
+        Ok(self.role(namespace, name).await?.map(Arc::new))
+    }
+    /// The ClusterRole `name`, shared.
+    async fn cluster_role_shared(&self, name: &str) -> Result<Option<Arc<Role>>, RbacError> {
+        Ok(self.cluster_role(name).await?.map(Arc::new))
+    }
+    /// The RoleBindings of `namespace` with a subject naming `user`
+    /// ([`subject_applies`]), in the order of [`RbacSource::role_bindings`]
+    /// (an index: by name).
+    async fn role_bindings_for(&self, namespace: &str, user: &UserInfo) -> Result<Vec<Arc<Binding>>, RbacError> {
+        let all = self.role_bindings(namespace).await?;
+        Ok(all.into_iter().filter(|b| b.subjects.iter().any(|s| subject_applies(s, user, namespace))).map(Arc::new).collect())
+    }
+    /// The ClusterRoleBindings with a subject naming `user`, in the order of
+    /// [`RbacSource::cluster_role_bindings`] (an index: by name).
+    async fn cluster_role_bindings_for(&self, user: &UserInfo) -> Result<Vec<Arc<Binding>>, RbacError> {
+        let all = self.cluster_role_bindings().await?;
+        Ok(all.into_iter().filter(|b| b.subjects.iter().any(|s| subject_applies(s, user, ""))).map(Arc::new).collect())
+    }
+    /// Waits until RBAC writes committed before the call are visible to this
+    /// source (bounded; a cache waits for its watches). Sources that read
+    /// storage or hold fixed objects return at once.
+    async fn wait_fresh(&self) {}
 }
 
 /// RBAC objects held in memory.
@@ -323,10 +357,10 @@ pub fn rule_allows(rule: &PolicyRule, a: &RequestAttributes) -> bool {
     }
 }
 
-async fn role_rules(src: &dyn RbacSource, r: &RoleRef, ns: &str) -> Result<Option<Role>, RbacError> {
+async fn role_rules(src: &dyn RbacSource, r: &RoleRef, ns: &str) -> Result<Option<Arc<Role>>, RbacError> {
     match r.kind.as_str() {
-        "ClusterRole" => src.cluster_role(&r.name).await,
-        "Role" => src.role(ns, &r.name).await,
+        "ClusterRole" => src.cluster_role_shared(&r.name).await,
+        "Role" => src.role_shared(ns, &r.name).await,
         _ => Ok(None),
     }
 }
@@ -346,7 +380,7 @@ fn describe_subject(s: &Subject, binding_ns: &str) -> String {
 fn check_binding(
     binding: &Binding,
     binding_ns: &str,
-    role: Result<Option<Role>, RbacError>,
+    role: Result<Option<Arc<Role>>, RbacError>,
     what: &str,
     user: &UserInfo,
     a: &RequestAttributes,
@@ -381,14 +415,14 @@ fn check_binding(
 /// Evaluates RBAC for `user` doing `a` (see the module docs).
 pub async fn authorize(src: &dyn RbacSource, user: &UserInfo, a: &RequestAttributes) -> RbacDecision {
     let mut errors: Vec<String> = Vec::new();
-    match src.cluster_role_bindings().await {
+    match src.cluster_role_bindings_for(user).await {
         Err(e) => errors.push(e.to_string()),
         Ok(bindings) => {
-            for b in bindings.iter().filter(|b| b.subjects.iter().any(|s| subject_applies(s, user, ""))) {
+            for b in &bindings {
                 if b.role_ref.kind != "ClusterRole" {
                     continue;
                 }
-                let role = src.cluster_role(&b.role_ref.name).await;
+                let role = src.cluster_role_shared(&b.role_ref.name).await;
                 match check_binding(b, "", role, "ClusterRoleBinding", user, a) {
                     Ok(Some(reason)) => return RbacDecision::Allow(reason),
                     Ok(None) => {}
@@ -398,10 +432,10 @@ pub async fn authorize(src: &dyn RbacSource, user: &UserInfo, a: &RequestAttribu
         }
     }
     if a.is_resource_request && !a.namespace.is_empty() {
-        match src.role_bindings(&a.namespace).await {
+        match src.role_bindings_for(&a.namespace, user).await {
             Err(e) => errors.push(e.to_string()),
             Ok(bindings) => {
-                for b in bindings.iter().filter(|b| b.subjects.iter().any(|s| subject_applies(s, user, &a.namespace))) {
+                for b in &bindings {
                     let role = role_rules(src, &b.role_ref, &a.namespace).await;
                     match check_binding(b, &a.namespace, role, "RoleBinding", user, a) {
                         Ok(Some(reason)) => return RbacDecision::Allow(reason),

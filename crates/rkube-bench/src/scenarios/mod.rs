@@ -6,11 +6,13 @@
 //! - [`cluster`]: a hollow cluster (kubelets, proxies, a controller) against the SLOs.
 //! - [`init`]: server start → ready → first LIST vs object count.
 //! - [`writes`]: create/update throughput and latency vs concurrency.
+//! - [`rbac`]: GET throughput of an RBAC-bound user vs a `system:masters` one, vs bindings.
 
 pub mod cluster;
 mod cluster_sim;
 pub mod init;
 pub mod list;
+pub mod rbac;
 pub mod watch;
 pub mod writes;
 
@@ -91,6 +93,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Report> {
         Scenario::Cluster => cluster::run(ctx).await,
         Scenario::Init => init::run(ctx).await,
         Scenario::Writes => writes::run(ctx).await,
+        Scenario::Rbac => rbac::run(ctx).await,
         Scenario::All | Scenario::Summary => anyhow::bail!("`{}` is not a measuring scenario", scenario.name()),
     }
 }
