@@ -264,15 +264,8 @@ async fn serve_until_signal(
     if let Some(signer) = identity.signer {
         tokio::spawn(crate::csr::signer::run(signer, storage.clone(), prefix.clone(), st.shutdown.subscribe()));
     }
-    // RBAC answers from memory once its caches are filled and hold the
-    // bootstrap policy written above (reads go to storage until they are
-    // filled, so waiting here only keeps start-up quiet).
-    if tokio::time::timeout(std::time::Duration::from_secs(10), rbac_cache.wait_synced()).await.is_err() {
-        tracing::warn!("the RBAC cache has not synced yet; authorizing from storage until it has");
-    } else {
-        use crate::filters::rbac::RbacSource as _;
-        rbac_cache.wait_fresh().await;
-    }
+    // RBAC answers from memory once its caches are filled; until then (storage
+    // not answering yet, KEP-4568) it reads storage, so serving starts at once.
     ready();
     crate::server::serve_api(listener, st, &chain, shutdown_signal()).await.context("serving the API")?;
     Ok(())

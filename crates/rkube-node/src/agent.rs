@@ -33,6 +33,8 @@ pub struct NodeConfig {
     pub feature_gates: FeatureGates,
     /// Root of pod log directories (kubelet: `/var/log/pods`).
     pub pod_logs_dir: PathBuf,
+    /// kubelet's `--root-dir` (`/var/lib/kubelet`): pods' volumes live in `pods/<uid>/volumes/`.
+    pub root_dir: PathBuf,
     /// `/healthz` and `/metrics` address (kubelet healthz: 127.0.0.1:10248); port 0 = any.
     pub healthz_addr: SocketAddr,
     /// CrashLoopBackOff parameters.
@@ -50,6 +52,7 @@ impl NodeConfig {
             runtime_endpoint: runtime_endpoint.into(),
             feature_gates: FeatureGates::default(),
             pod_logs_dir: PathBuf::from("/var/log/pods"),
+            root_dir: PathBuf::from("/var/lib/kubelet"),
             healthz_addr: SocketAddr::from(([127, 0, 0, 1], 10248)),
             backoff: Backoff::default(),
             resync: Duration::from_secs(60),
@@ -144,6 +147,7 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
         metrics: metrics.clone(),
         client,
         logs_root: config.pod_logs_dir.clone(),
+        root_dir: config.root_dir.clone(),
         backoff: config.backoff,
         host_ip: config.node_ip.clone(),
         node_name: config.node_name.clone(),

@@ -29,6 +29,9 @@ pub struct NodeArgs {
     /// Where container logs go (kubelet config `podLogsDirectory`).
     #[arg(long = "pod-logs-directory", default_value = "/var/log/pods")]
     pub pod_logs_directory: PathBuf,
+    /// Directory of the agent's files: pods' volumes are prepared in `<root-dir>/pods/<uid>/volumes` (kubelet's `--root-dir`).
+    #[arg(long = "root-dir", default_value = "/var/lib/kubelet")]
+    pub root_dir: PathBuf,
     /// Address of /healthz and /metrics.
     #[arg(long = "healthz-bind-address", default_value = "127.0.0.1")]
     pub healthz_bind_address: IpAddr,
@@ -52,6 +55,7 @@ pub fn node_config(args: NodeArgs) -> anyhow::Result<NodeConfig> {
     }
     config.feature_gates = FeatureGates::parse(&args.feature_gates)?;
     config.pod_logs_dir = args.pod_logs_directory;
+    config.root_dir = args.root_dir;
     config.healthz_addr = SocketAddr::new(args.healthz_bind_address, args.healthz_port);
     config.resync = Duration::from_secs(args.sync_frequency.max(1));
     Ok(config)

@@ -140,6 +140,7 @@ pub async fn run_local_node(kubeconfig_path: impl AsRef<Path>, data_dir: impl As
     let node_name = default_node_name();
     let mut config = NodeConfig::new(node_name.clone(), runtime.endpoint());
     config.pod_logs_dir = root.join("pods");
+    config.root_dir = root.join("kubelet");
     config.healthz_addr = ([127, 0, 0, 1], 0).into();
     let agent = match agent::start(config, client.clone()).await {
         Ok(a) => a,

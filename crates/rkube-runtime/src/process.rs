@@ -13,6 +13,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 
 use tokio::process::{Child, Command};
+use crate::cri;
 
 /// `PATH` given to every container (the usual value of a Linux image's config).
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -42,6 +43,39 @@ pub struct ProcessSpec {
     pub envs: Vec<(String, String)>,
     /// Empty means the runtime's working directory.
     pub working_dir: String,
+    /// Bind mounts made in a private mount namespace of the process ([`bind_mounts`]).
+    pub mounts: Vec<BindMount>,
+}
+
+/// One bind mount: `host_path` is seen at `container_path` by the process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindMount {
+    /// What is mounted.
+    pub host_path: String,
+    /// Where the process sees it (an absolute path of the host's tree: the
+    /// process shares the host's root).
+    pub container_path: String,
+    /// Mounted read-only.
+    pub readonly: bool,
+}
+
+/// The bind mounts to make for a container's CRI `mounts`: every mount with
+/// absolute paths when the runtime runs as root (a private mount namespace
+/// needs `CAP_SYS_ADMIN`); none otherwise, with a warning naming the
+/// container, since a host process cannot get a private view of the tree
+/// without privileges (its volumes are then not mounted).
+pub fn bind_mounts(mounts: &[cri::Mount], container: &str) -> Vec<BindMount> {
+    let wanted: Vec<BindMount> = mounts
+        .iter()
+        .filter(|m| m.host_path.starts_with('/') && m.container_path.starts_with('/'))
+        .map(|m| BindMount { host_path: m.host_path.clone(), container_path: m.container_path.clone(), readonly: m.readonly })
+        .collect();
+    // SAFETY: geteuid has no preconditions.
+    if !wanted.is_empty() && unsafe { libc::geteuid() } != 0 {
+        tracing::warn!(container, mounts = wanted.len(), "not running as root: the container's volumes are not mounted");
+        return Vec::new();
+    }
+    wanted
 }
 
 /// Starts the process with piped stdout/stderr, null stdin, in a new process group, killed when
@@ -60,12 +94,51 @@ pub fn spawn(spec: &ProcessSpec) -> Result<Child, ProcessError> {
     if !spec.working_dir.is_empty() {
         cmd.current_dir(&spec.working_dir);
     }
-    // SAFETY: the closure runs between fork and exec and only calls the async-signal-safe
-    // prctl(2); it allocates nothing and touches no locks.
+    // Mount points are created (on the host's tree) and paths converted before the fork.
+    let mut binds: Vec<(std::ffi::CString, std::ffi::CString, bool)> = Vec::with_capacity(spec.mounts.len());
+    for m in &spec.mounts {
+        let target = std::path::Path::new(&m.container_path);
+        let is_dir = std::fs::metadata(&m.host_path).map(|md| md.is_dir()).unwrap_or(true);
+        let made = if is_dir {
+            std::fs::create_dir_all(target)
+        } else {
+            target.parent().map(std::fs::create_dir_all).unwrap_or(Ok(())).and_then(|_| {
+                std::fs::OpenOptions::new().create(true).append(true).open(target).map(|_| ())
+            })
+        };
+        made.map_err(|source| ProcessError::Spawn { program: format!("mount point {}", m.container_path), source })?;
+        let c = |s: &str| std::ffi::CString::new(s).map_err(|e| ProcessError::Spawn { program: s.to_string(), source: std::io::Error::other(e) });
+        binds.push((c(&m.host_path)?, c(&m.container_path)?, m.readonly));
+    }
+    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
+    // system calls (prctl(2), unshare(2), mount(2)) on data prepared before the fork;
+    // it allocates nothing and touches no locks.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if binds.is_empty() {
+                return Ok(());
+            }
+            // A private copy of the mount tree: nothing mounted here reaches the host.
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let root = c"/";
+            if libc::mount(std::ptr::null(), root.as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for (source, target, readonly) in &binds {
+                if libc::mount(source.as_ptr(), target.as_ptr(), std::ptr::null(), libc::MS_BIND | libc::MS_REC, std::ptr::null()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if *readonly {
+                    let flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_REC;
+                    if libc::mount(std::ptr::null(), target.as_ptr(), std::ptr::null(), flags, std::ptr::null()) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
             }
             Ok(())
         });

@@ -320,6 +320,7 @@ impl Runtime {
                 argv,
                 envs,
                 working_dir: config.working_dir,
+                mounts: config.mounts,
                 labels: config.labels,
                 annotations: config.annotations,
                 log_path: config.log_path,
@@ -350,7 +351,8 @@ impl Runtime {
                 return Err(RuntimeError::FailedPrecondition(format!("container {id} is not in created state")));
             }
             c.starting = true;
-            ProcessSpec { argv: c.argv.clone(), envs: c.envs.clone(), working_dir: c.working_dir.clone() }
+            let mounts = process::bind_mounts(&c.mounts, &c.metadata.name);
+            ProcessSpec { argv: c.argv.clone(), envs: c.envs.clone(), working_dir: c.working_dir.clone(), mounts }
         };
         let spawned = process::spawn(&spec);
         let (mut child, pid, log_file) = match self.record_start(id, spawned) {

@@ -56,6 +56,8 @@ pub struct ContainerRecord {
     pub envs: Vec<(String, String)>,
     /// Working directory; empty means the runtime's own.
     pub working_dir: String,
+    /// Bind mounts of the container config (volumes the node agent prepared).
+    pub mounts: Vec<cri::Mount>,
     /// Labels of the container config.
     pub labels: HashMap<String, String>,
     /// Annotations of the container config.
@@ -162,7 +164,7 @@ impl ContainerRecord {
             message: self.message.clone(),
             labels: self.labels.clone(),
             annotations: self.annotations.clone(),
-            mounts: vec![],
+            mounts: self.mounts.clone(),
             log_path: self.log_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
             resources: None,
             image_id: self.image_ref.clone(),

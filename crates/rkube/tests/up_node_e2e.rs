@@ -211,10 +211,61 @@ fn kubectl_run_goes_pending_running_completed_and_delete_stops_the_process(versi
     drop(watch);
 }
 
+/// The exit code of `pod`'s first container once it terminated.
+#[track_caller]
+fn exit_code(cluster: &Cluster, k: &Kubectl, pod: &str) -> i64 {
+    let deadline = Instant::now() + POD_LIMIT;
+    loop {
+        let p = k.json(&["get", "pod", pod]);
+        if let Some(code) = p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"].as_i64() {
+            return code;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{pod} did not terminate within {POD_LIMIT:?}: {}\n--- server log ---\n{}",
+            p["status"],
+            cluster.server_log()
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A pod reads the ServiceAccount token, CA and namespace the node agent
+/// mounted at `/var/run/secrets/kubernetes.io/serviceaccount` and calls the
+/// API with them: 403 (curl exits 22) until a RoleBinding lets its
+/// ServiceAccount list pods, then 200 (exit 0). Needs root (a private mount
+/// namespace per container); skipped with a message otherwise.
+fn pod_calls_the_api_with_its_projected_token(version: &str) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: mounting volumes into host processes needs root");
+        return;
+    }
+    let cluster = Cluster::builder(Backend::Embedded).arg("--node").start();
+    let k = cluster.kubectl(version);
+    up_node(&cluster, &k);
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let script = format!(
+        "test \"$(cat {sa}/namespace)\" = default && curl -sSf -o /dev/null --cacert {sa}/ca.crt \
+         -H \"Authorization: Bearer $(cat {sa}/token)\" https://127.0.0.1:{}/api/v1/namespaces/default/pods",
+        cluster.port
+    );
+    k.ok(&["run", "denied", "--image=busybox", "--restart=Never", "--", "sh", "-c", &script]);
+    assert_eq!(exit_code(&cluster, &k, "denied"), 22, "curl -f exits 22 on the 403");
+    k.ok(&["create", "rolebinding", "default-view", "--clusterrole=view", "--serviceaccount=default:default"]);
+    k.ok(&["run", "allowed", "--image=busybox", "--restart=Never", "--", "sh", "-c", &script]);
+    assert_eq!(exit_code(&cluster, &k, "allowed"), 0, "the token authenticates and the binding allows the list");
+}
+
 mod kubectl_1_27 {
     #[test]
     fn kubectl_run_goes_pending_running_completed_and_delete_stops_the_process() {
         super::kubectl_run_goes_pending_running_completed_and_delete_stops_the_process("1.27");
+    }
+
+    #[test]
+    fn pod_calls_the_api_with_its_projected_token() {
+        super::pod_calls_the_api_with_its_projected_token("1.27");
     }
 }
 
@@ -222,5 +273,10 @@ mod kubectl_1_33 {
     #[test]
     fn kubectl_run_goes_pending_running_completed_and_delete_stops_the_process() {
         super::kubectl_run_goes_pending_running_completed_and_delete_stops_the_process("1.33");
+    }
+
+    #[test]
+    fn pod_calls_the_api_with_its_projected_token() {
+        super::pod_calls_the_api_with_its_projected_token("1.33");
     }
 }

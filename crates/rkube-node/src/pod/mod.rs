@@ -6,6 +6,7 @@ pub mod api_status;
 pub mod cri_config;
 pub mod manager;
 pub mod phase;
+pub mod volumes;
 pub mod worker;
 
 #[cfg(test)]

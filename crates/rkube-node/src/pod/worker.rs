@@ -48,6 +48,8 @@ pub struct WorkerEnv {
     pub client: kube::Client,
     /// Root of pod log directories.
     pub logs_root: PathBuf,
+    /// kubelet's `--root-dir`: pods' volumes ([`crate::pod::volumes`]).
+    pub root_dir: PathBuf,
     /// CrashLoopBackOff parameters.
     pub backoff: Backoff,
     /// This node's IP.
@@ -326,7 +328,8 @@ impl PodWorker {
             let list = if plan.init { inits } else { containers };
             let Some(container) = list.iter().find(|c| c.name == plan.name) else { continue };
             ensure_image(&cri, container).await?;
-            let config = container_config(&self.pod, container, plan.attempt, &dw);
+            let mut config = container_config(&self.pod, container, plan.attempt, &dw);
+            config.mounts = crate::pod::volumes::container_mounts(&self.env.client, &self.env.root_dir, &self.pod, container).await;
             let id = cri.create_container(sandbox, config, sandbox_config.clone()).await?;
             self.seen_attempts.insert(plan.name.clone(), plan.attempt);
             self.await_after = now();
