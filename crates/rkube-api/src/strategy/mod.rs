@@ -21,6 +21,7 @@ mod apps;
 mod batch;
 pub mod certificates;
 mod core;
+mod events;
 mod other;
 mod pod;
 
@@ -36,6 +37,7 @@ pub(crate) use other::{
     VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, VALIDATING_WEBHOOK_CONFIGURATION,
 };
 pub(crate) use certificates::CERTIFICATE_SIGNING_REQUEST;
+pub(crate) use events::EVENT_V1;
 
 pub use pod::{pod_spec_defaults, qos_class};
 
