@@ -104,6 +104,16 @@ pub fn encode_for_storage(obj: &Value) -> ApiResult<bytes::Bytes> {
     serde_json::to_vec(&copy).map(bytes::Bytes::from).map_err(ApiError::internal)
 }
 
+/// [`encode_for_storage`] of `obj`, an object of `info`, in the stored
+/// version's form ([`ResourceInfo::to_stored`]: events.k8s.io/v1 events are
+/// stored as core/v1 events).
+pub fn encode_stored(info: &ResourceInfo, obj: &Value) -> ApiResult<bytes::Bytes> {
+    if info.conversion.is_none() {
+        return encode_for_storage(obj);
+    }
+    encode_for_storage(&info.to_stored(obj.clone()))
+}
+
 /// Assigns `spec.clusterIP`/`clusterIPs` to a Service being created (or
 /// keeps `old`'s on update). Headless (`None`) and `ExternalName` services get none.
 pub async fn assign_cluster_ip(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
