@@ -423,9 +423,12 @@ async fn not_yet_served_apis_say_so() {
     let log = s.get("/api/v1/namespaces/default/pods/p/log").await;
     log.assert_status(404, "NotFound");
     assert_eq!(log.message(), "the log subresource of pods is not implemented in rkube yet");
-    let hpa = s.get("/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers").await;
-    hpa.assert_status(404, "NotFound");
-    assert_eq!(hpa.message(), "autoscaling/v1 (horizontalpodautoscalers) is served by Kubernetes 1.33 but not implemented in rkube yet");
+    let crds = s.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").await;
+    crds.assert_status(404, "NotFound");
+    assert_eq!(
+        crds.message(),
+        "apiextensions.k8s.io/v1 (customresourcedefinitions) is served by Kubernetes 1.33 but not implemented in rkube yet"
+    );
     // Paths Kubernetes does not serve either keep upstream's generic answer.
     let nope = s.get("/api/v1/namespaces/default/pods/p/nope").await;
     nope.assert_status(404, "NotFound");

@@ -475,6 +475,22 @@ pub static RESOURCES: &[ResourceInfo] = &[
         ..BASE
     },
     ResourceInfo {
+        group: "autoscaling",
+        resource: "horizontalpodautoscalers",
+        kind: "HorizontalPodAutoscaler",
+        list_kind: "HorizontalPodAutoscalerList",
+        singular: "horizontalpodautoscaler",
+        short_names: &["hpa"],
+        categories: &["all"],
+        subresources: &[status("HorizontalPodAutoscaler")],
+        storage_prefix: "horizontalpodautoscalers",
+        has_spec: true,
+        typed: Some(typed::<autoscaling::v1::HorizontalPodAutoscaler>()),
+        strategy: strategy::HORIZONTAL_POD_AUTOSCALER_V1,
+        conversion: Some(super::conversion::HPA_V1),
+        ..BASE
+    },
+    ResourceInfo {
         group: "batch",
         resource: "cronjobs",
         kind: "CronJob",

@@ -8,7 +8,9 @@
 //! stored row, and the read path and the write handlers call
 //! [`Conversion::to_served`] and [`Conversion::to_stored`].
 //!
-//! Served today: events.k8s.io/v1 `events` over core/v1 `events` ([`EVENTS_V1`]).
+//! Served today: events.k8s.io/v1 `events` over core/v1 `events`
+//! ([`EVENTS_V1`]) and autoscaling/v1 `horizontalpodautoscalers` over
+//! autoscaling/v2 ([`HPA_V1`], [`super::hpa_conversion`]).
 
 use serde_json::{Map, Value};
 
@@ -121,6 +123,16 @@ pub const EVENTS_V1: Conversion = Conversion {
         ("regarding.fieldPath", "involvedObject.fieldPath"),
         ("reportingController", "reportingComponent"),
     ],
+};
+
+/// autoscaling/v1 `horizontalpodautoscalers`, stored as autoscaling/v2
+/// (v2-only fields in `autoscaling.alpha.kubernetes.io/*` annotations).
+pub const HPA_V1: Conversion = Conversion {
+    stored_group: "autoscaling",
+    stored_version: "v2",
+    to_served: super::hpa_conversion::hpa_to_v1,
+    to_stored: super::hpa_conversion::hpa_to_v2,
+    field_labels: &[],
 };
 
 #[cfg(test)]

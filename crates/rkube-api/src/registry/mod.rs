@@ -40,6 +40,7 @@ use serde_json::Value;
 
 mod builtin;
 pub mod conversion;
+pub mod hpa_conversion;
 pub mod typed;
 
 pub use builtin::RESOURCES;
