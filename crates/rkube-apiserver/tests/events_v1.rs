@@ -251,3 +251,64 @@ async fn events_k8s_io_v1_validation_follows_upstream() {
     assert_eq!(r.body["details"]["causes"][0]["field"], "reason");
     assert!(r.message().contains("field is immutable"), "{}", r.text);
 }
+
+/// A protobuf field: `tag` with wire type `wire` and `payload` (already
+/// varint-encoded for wire type 0).
+fn pb_field(tag: u64, wire: u64, payload: &[u8]) -> Vec<u8> {
+    let mut out = varint((tag << 3) | wire);
+    if wire == 2 {
+        out.extend(varint(payload.len() as u64));
+    }
+    out.extend_from_slice(payload);
+    out
+}
+
+fn varint(mut n: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// client-go sends protobuf first: an events.k8s.io/v1 Event body in the
+/// Kubernetes protobuf envelope is decoded with the events.k8s.io schema
+/// and stored as the core event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_events_k8s_io_bodies_are_stored_as_core_events() {
+    let s = TestServer::embedded().await;
+    let s_ = |tag, text: &str| pb_field(tag, 2, text.as_bytes());
+    let meta = s_(1, "pb");
+    let event_time = [pb_field(1, 0, &varint(1_704_067_200)), pb_field(2, 0, &varint(5_000))].concat();
+    let regarding = [s_(1, "Pod"), s_(2, "default"), s_(3, "p1")].concat();
+    let event = [
+        pb_field(1, 2, &meta),
+        pb_field(2, 2, &event_time),
+        s_(4, "example.com/ctl"),
+        s_(5, "i1"),
+        s_(6, "Act"),
+        s_(7, "Because"),
+        pb_field(8, 2, &regarding),
+        s_(10, "from protobuf"),
+        s_(11, "Normal"),
+    ]
+    .concat();
+    let type_meta = [s_(1, "events.k8s.io/v1"), s_(2, "Event")].concat();
+    let body = [b"k8s\x00".as_slice(), &pb_field(1, 2, &type_meta), &pb_field(2, 2, &event)].concat();
+    let r = s
+        .send("POST", V1, Some("application/vnd.kubernetes.protobuf"), Some("application/json"), Some(body))
+        .await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    assert_eq!(r.body["note"], "from protobuf");
+    let core = s.get(&format!("{CORE}/pb")).await;
+    assert_eq!(core.code, 200, "{}", core.text);
+    assert_eq!(core.body["message"], "from protobuf");
+    assert_eq!(core.body["involvedObject"]["name"], "p1");
+    assert_eq!(core.body["reportingComponent"], "example.com/ctl");
+    assert_eq!(core.body["eventTime"], "2024-01-01T00:00:00.000005Z");
+}
