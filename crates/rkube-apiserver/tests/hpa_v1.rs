@@ -84,6 +84,16 @@ async fn v1_hpas_default_to_80_percent_cpu_and_watch_in_v1() {
     assert_eq!(ev["object"]["apiVersion"], "autoscaling/v1");
     assert_eq!(ev["object"]["spec"]["targetCPUUtilizationPercentage"], 80);
 
+    // A v2 body sent to the v1 endpoint is converted, not relabelled.
+    let v2_body = json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "sent-as-v2"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"}, "maxReplicas": 4,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 55}}}]}});
+    let r = s.post(V1, &v2_body).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    assert_eq!(r.body["apiVersion"], "autoscaling/v1");
+    assert_eq!(r.body["spec"]["targetCPUUtilizationPercentage"], 55);
+    assert!(r.body["spec"].get("metrics").is_none(), "{}", r.text);
+
     let bad = json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "bad"},
         "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "x"}, "minReplicas": 3, "maxReplicas": 2}});
     let r = s.post(V1, &bad).await;
