@@ -47,6 +47,26 @@ async fn v2_only_metrics_and_behavior_round_trip_through_v1_annotations() {
     assert_eq!(listed.body["kind"], "HorizontalPodAutoscalerList");
     assert_eq!(listed.body["items"][0], v1.body);
 
+    // `kubectl get hpa.v1.autoscaling` prints what v2 prints (targets from the annotation too).
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io";
+    let (t1, t2) = (s.get_as(V1, table).await, s.get_as(V2, table).await);
+    assert_eq!(t1.code, 200, "{}", t1.text);
+    assert_eq!(t1.body["columnDefinitions"], t2.body["columnDefinitions"]);
+    // The same cells, but TARGETS lists the CPU target last: a v1 object
+    // holds the other metrics in the annotation and upstream's conversion
+    // appends the CPU target after them.
+    let (c1, c2) = (&t1.body["rows"][0]["cells"], &t2.body["rows"][0]["cells"]);
+    for i in [0, 1, 3, 4, 5] {
+        assert_eq!(c1[i], c2[i], "cell {i}: {c1} vs {c2}");
+    }
+    let targets = |c: &Value| {
+        let mut parts: Vec<String> = c[2].as_str().unwrap_or("").split(", ").map(str::to_string).collect();
+        parts.sort();
+        parts
+    };
+    assert_eq!(targets(c1), targets(c2));
+    assert_eq!(t1.body["rows"][0]["cells"][1], "Deployment/web", "{}", t1.text);
+
     // A v1 update of the CPU target keeps the v2-only metrics and behavior.
     let mut changed = v1.body.clone();
     changed["spec"]["targetCPUUtilizationPercentage"] = json!(75);
