@@ -135,6 +135,14 @@ async fn autoscaling_discovery_prefers_v2_and_lists_v1() {
     let resources = s.get("/apis/autoscaling/v1").await;
     assert_eq!(resources.body["resources"][0]["name"], "horizontalpodautoscalers");
     assert_eq!(resources.body["resources"][0]["shortNames"], json!(["hpa"]));
+    for (gv, schema) in [
+        ("autoscaling/v1", "io.k8s.api.autoscaling.v1.HorizontalPodAutoscaler"),
+        ("events.k8s.io/v1", "io.k8s.api.events.v1.Event"),
+    ] {
+        let doc = s.get(&format!("/openapi/v3/apis/{gv}")).await;
+        assert_eq!(doc.code, 200, "{gv}: {}", doc.text);
+        assert!(doc.body["components"]["schemas"].get(schema).is_some(), "{schema} in the {gv} OpenAPI v3 document");
+    }
     for name in ["v1.autoscaling", "v2.autoscaling", "v1.events.k8s.io"] {
         let svc = s.get(&format!("/apis/apiregistration.k8s.io/v1/apiservices/{name}")).await;
         assert_eq!(svc.code, 200, "{name}: {}", svc.text);
