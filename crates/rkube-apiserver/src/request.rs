@@ -200,8 +200,6 @@ pub fn parse(
 
 /// Group versions Kubernetes 1.33 serves by default that rkube does not serve yet.
 const NOT_YET_SERVED_GROUP_VERSIONS: &[(&str, &str)] = &[
-    ("events.k8s.io", "v1"),
-    ("autoscaling", "v1"),
     ("apiextensions.k8s.io", "v1"),
 ];
 

@@ -51,6 +51,7 @@ async fn legacy_discovery_lists_resources_with_short_names_and_verbs() {
             "certificates.k8s.io",
             "coordination.k8s.io",
             "discovery.k8s.io",
+            "events.k8s.io",
             "flowcontrol.apiserver.k8s.io",
             "networking.k8s.io",
             "node.k8s.io",

@@ -92,6 +92,12 @@ fn sample(row: &ResourceInfo) -> Option<(&'static str, Value)> {
         ),
         ("coordination.k8s.io", "leases") => ("lease1", json!({"spec": {"holderIdentity": "me"}})),
         ("discovery.k8s.io", "endpointslices") => ("eps1", json!({"addressType": "IPv4", "endpoints": []})),
+        ("events.k8s.io", "events") => (
+            "ev2",
+            json!({"eventTime": "2024-01-01T00:00:00.000000Z", "reportingController": "example.com/ctl",
+                   "reportingInstance": "i1", "action": "Test", "reason": "Test", "type": "Normal",
+                   "regarding": {"kind": "Pod", "name": "p", "namespace": NS}, "note": "m"}),
+        ),
         ("flowcontrol.apiserver.k8s.io", "flowschemas") => {
             ("fs1", json!({"spec": {"priorityLevelConfiguration": {"name": "catch-all"}}}))
         }
@@ -417,9 +423,12 @@ async fn not_yet_served_apis_say_so() {
     let log = s.get("/api/v1/namespaces/default/pods/p/log").await;
     log.assert_status(404, "NotFound");
     assert_eq!(log.message(), "the log subresource of pods is not implemented in rkube yet");
-    let events = s.get("/apis/events.k8s.io/v1/namespaces/default/events").await;
-    events.assert_status(404, "NotFound");
-    assert_eq!(events.message(), "events.k8s.io/v1 (events) is served by Kubernetes 1.33 but not implemented in rkube yet");
+    let crds = s.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").await;
+    crds.assert_status(404, "NotFound");
+    assert_eq!(
+        crds.message(),
+        "apiextensions.k8s.io/v1 (customresourcedefinitions) is served by Kubernetes 1.33 but not implemented in rkube yet"
+    );
     // Paths Kubernetes does not serve either keep upstream's generic answer.
     let nope = s.get("/api/v1/namespaces/default/pods/p/nope").await;
     nope.assert_status(404, "NotFound");

@@ -255,7 +255,10 @@ impl CacheLayer {
     /// Adds a cacher for `info` (a row added to the resource table while the
     /// server runs, e.g. a CRD's), sized and gated like the others, with its
     /// consistency check. Returns it; a resource that already has one keeps it.
+    /// A row serving another row's objects ([`ResourceInfo::conversion`])
+    /// shares that row's cacher.
     pub fn add_resource(&self, info: &'static ResourceInfo) -> Arc<CacheEntry> {
+        let info = info.storage_row();
         if let Some(e) = self.caches.find(info) {
             return e;
         }
@@ -346,9 +349,10 @@ pub const NOT_READY_WAIT: Duration = Duration::from_secs(60);
 /// resourceVersion > 0 wait for it (up to [`NOT_READY_WAIT`], then 503
 /// `ServiceUnavailable`); never 429.
 impl CacheLayer {
-    /// The cache of `info`; one is added for a row the layer has not seen yet.
+    /// The cache of `info`'s storage (the stored row's for a converted row,
+    /// [`ResourceInfo::storage_row`]); one is added for a row the layer has not seen yet.
     fn entry(&self, info: &'static ResourceInfo) -> Arc<CacheEntry> {
-        match self.caches.find(info) {
+        match self.caches.find(info.storage_row()) {
             Some(e) => e,
             None => self.add_resource(info),
         }
@@ -376,7 +380,8 @@ impl CacheLayer {
     }
 
     /// GET `name` (in `namespace`, ignored for cluster-scoped resources) of
-    /// `info`, honouring `resourceVersion` ([`Cacher::get`]). `Ok(None)`: not found.
+    /// `info`, honouring `resourceVersion` ([`Cacher::get`]), in `info`'s
+    /// form ([`crate::convert`]). `Ok(None)`: not found.
     pub async fn get(
         &self,
         info: &'static ResourceInfo,
@@ -391,11 +396,22 @@ impl CacheLayer {
         if resource_version.is_some_and(|rv| !rv.is_empty() && rv != "0") {
             self.wait_ready_if_not_resilient(&entry).await?;
         }
-        entry.cacher.get(&key, resource_version).await
+        let found = entry.cacher.get(&key, resource_version).await?;
+        Ok(found.map(|o| crate::convert::served(info, o)))
     }
 
-    /// LIST `info` in `namespace` (None = all) with the request's options ([`Cacher::list`]).
+    /// LIST `info` in `namespace` (None = all) with the request's options
+    /// ([`Cacher::list`]), in `info`'s form: its field selector labels and
+    /// its objects are converted ([`crate::convert`]).
     pub async fn list(&self, info: &'static ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
+        let mut page = self.list_stored(info, namespace, &crate::convert::stored_options(info, opts)).await?;
+        if info.conversion.is_some() {
+            page.items = page.items.into_iter().map(|o| crate::convert::served(info, o)).collect();
+        }
+        Ok(page)
+    }
+
+    async fn list_stored(&self, info: &'static ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
         let entry = self.entry(info);
         if !self.resilient() && entry.enabled() && !entry.cacher.ready_state().is_ready() {
             // Pre-KEP-4568 (gate off): resourceVersion "0" goes to storage
@@ -408,8 +424,14 @@ impl CacheLayer {
         entry.cacher.list(namespace, opts).await
     }
 
-    /// WATCH `info` in `namespace` (None = all) with the request's options ([`Cacher::watch`]).
+    /// WATCH `info` in `namespace` (None = all) with the request's options
+    /// ([`Cacher::watch`]), in `info`'s form ([`crate::convert`]).
     pub async fn watch(&self, info: &'static ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Result<CacheWatch> {
+        let opts = crate::convert::stored_options(info, opts);
+        Ok(self.watch_stored(info, namespace, &opts).await?.served_as(info))
+    }
+
+    async fn watch_stored(&self, info: &'static ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Result<CacheWatch> {
         let entry = self.entry(info);
         self.wait_ready_if_not_resilient(&entry).await?;
         // A watch from below the compacted revision sees what etcd would say

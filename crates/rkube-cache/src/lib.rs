@@ -39,6 +39,7 @@ pub mod cacher;
 pub mod clock;
 pub mod compaction;
 pub mod consistency;
+pub mod convert;
 pub mod delegator;
 pub mod dispatcher;
 pub mod error;

@@ -49,6 +49,9 @@ pub struct CacheWatch {
     deadline: Option<Pin<Box<Sleep>>>,
     /// The task feeding a storage-backed watch (cache disabled).
     forwarder: Option<tokio::task::JoinHandle<()>>,
+    /// The row the objects are served as, when it converts the stored
+    /// row's objects ([`CacheWatch::served_as`]).
+    served_as: Option<&'static rkube_api::registry::ResourceInfo>,
 }
 
 impl std::fmt::Debug for CacheWatch {
@@ -69,7 +72,17 @@ impl CacheWatch {
             registration: None,
             deadline: None,
             forwarder: None,
+            served_as: None,
         }
+    }
+
+    /// This watch with every object converted to `info`'s form (a row with
+    /// a [`rkube_api::registry::Conversion`]; other rows change nothing).
+    pub fn served_as(mut self, info: &'static rkube_api::registry::ResourceInfo) -> Self {
+        if info.conversion.is_some() {
+            self.served_as = Some(info);
+        }
+        self
     }
 
     /// Events still queued before the live stream (initial events).
@@ -82,6 +95,18 @@ impl Stream for CacheWatch {
     type Item = WatchEvent;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WatchEvent>> {
+        let served_as = self.served_as;
+        let polled = self.as_mut().poll_stored(cx);
+        match served_as {
+            Some(info) => polled.map(|ev| ev.map(|ev| crate::convert::served_event(info, ev))),
+            None => polled,
+        }
+    }
+}
+
+impl CacheWatch {
+    /// The next event as the cache holds it (stored form).
+    fn poll_stored(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WatchEvent>> {
         if let Some(ev) = self.initial.pop_front() {
             return Poll::Ready(Some(ev));
         }
@@ -186,6 +211,7 @@ pub(crate) async fn watch(inner: &Inner, namespace: Option<&str>, opts: &ListOpt
         registration: Some((Arc::downgrade(&inner.registry), id, inner.metrics.clone())),
         deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
         forwarder: None,
+        served_as: None,
     })
 }
 
@@ -313,5 +339,6 @@ async fn storage_watch(inner: &Inner, pred: Arc<Predicate>, opts: &ListOptions) 
         registration: None,
         deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
         forwarder: Some(forwarder),
+        served_as: None,
     })
 }

@@ -9,7 +9,7 @@
 //! kube-apiserver's discovery lists them).
 
 use k8s_openapi::api::{
-    admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates, coordination, core, discovery, flowcontrol,
+    admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates, coordination, core, discovery, events, flowcontrol,
     networking, node, policy, rbac, scheduling, storage,
 };
 use k8s_openapi::kube_aggregator;
@@ -62,6 +62,23 @@ const EVENT_FIELDS: &[SelectableField] = &[
     str_field("reason", "reason"),
     str_field("reportingComponent", "reportingComponent"),
     str_field("source", "source.component"),
+    str_field("type", "type"),
+];
+
+/// Selectable fields of events.k8s.io/v1 events: the core/v1 ones under
+/// their events.k8s.io names (upstream `AddFieldLabelConversionsForEvent` of
+/// `pkg/apis/events/v1`; `source` has no events.k8s.io name). The
+/// conversion maps each to the stored row's label.
+const EVENT_V1_FIELDS: &[SelectableField] = &[
+    str_field("regarding.kind", "regarding.kind"),
+    str_field("regarding.namespace", "regarding.namespace"),
+    str_field("regarding.name", "regarding.name"),
+    str_field("regarding.uid", "regarding.uid"),
+    str_field("regarding.apiVersion", "regarding.apiVersion"),
+    str_field("regarding.resourceVersion", "regarding.resourceVersion"),
+    str_field("regarding.fieldPath", "regarding.fieldPath"),
+    str_field("reason", "reason"),
+    str_field("reportingController", "reportingController"),
     str_field("type", "type"),
 ];
 
@@ -458,6 +475,22 @@ pub static RESOURCES: &[ResourceInfo] = &[
         ..BASE
     },
     ResourceInfo {
+        group: "autoscaling",
+        resource: "horizontalpodautoscalers",
+        kind: "HorizontalPodAutoscaler",
+        list_kind: "HorizontalPodAutoscalerList",
+        singular: "horizontalpodautoscaler",
+        short_names: &["hpa"],
+        categories: &["all"],
+        subresources: &[status("HorizontalPodAutoscaler")],
+        storage_prefix: "horizontalpodautoscalers",
+        has_spec: true,
+        typed: Some(typed::<autoscaling::v1::HorizontalPodAutoscaler>()),
+        strategy: strategy::HORIZONTAL_POD_AUTOSCALER_V1,
+        conversion: Some(super::conversion::HPA_V1),
+        ..BASE
+    },
+    ResourceInfo {
         group: "batch",
         resource: "cronjobs",
         kind: "CronJob",
@@ -525,6 +558,21 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[str_field("addressType", "addressType")],
         typed: Some(typed::<discovery::v1::EndpointSlice>()),
         strategy: strategy::ENDPOINT_SLICE,
+        ..BASE
+    },
+    ResourceInfo {
+        group: "events.k8s.io",
+        resource: "events",
+        kind: "Event",
+        list_kind: "EventList",
+        singular: "event",
+        short_names: &["ev"],
+        storage_prefix: "events",
+        fields: EVENT_V1_FIELDS,
+        allow_create_on_update: true,
+        typed: Some(typed::<events::v1::Event>()),
+        strategy: strategy::EVENT_V1,
+        conversion: Some(super::conversion::EVENTS_V1),
         ..BASE
     },
     ResourceInfo {

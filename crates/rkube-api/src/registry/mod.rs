@@ -39,9 +39,12 @@ use std::sync::RwLock;
 use serde_json::Value;
 
 mod builtin;
+pub mod conversion;
+pub mod hpa_conversion;
 pub mod typed;
 
 pub use builtin::RESOURCES;
+pub use conversion::Conversion;
 pub use typed::TypedKind;
 
 pub use crate::strategy::{ScaleSelector, Strategy};
@@ -176,6 +179,12 @@ pub struct ResourceInfo {
     pub typed: Option<TypedKind>,
     /// Defaulting, create-time preparation, validation and `/scale`.
     pub strategy: Strategy,
+    /// For a row serving another version of objects stored by another row
+    /// (events.k8s.io/v1 `events` over core/v1 `events`): the stored row and
+    /// the conversions between the two forms (upstream stores one version
+    /// per resource and converts on read and write). `None` for rows that
+    /// own their storage.
+    pub conversion: Option<Conversion>,
 }
 
 impl PartialEq for ResourceInfo {
@@ -207,6 +216,7 @@ pub(crate) const BASE: ResourceInfo = ResourceInfo {
     stored: true,
     typed: None,
     strategy: Strategy::NONE,
+    conversion: None,
 };
 
 impl ResourceInfo {
@@ -251,6 +261,42 @@ impl ResourceInfo {
         }
     }
 
+    /// The row whose objects this row serves: the stored version's row for
+    /// a converted row ([`ResourceInfo::conversion`]), else the row itself.
+    pub fn storage_row(&'static self) -> &'static ResourceInfo {
+        match &self.conversion {
+            Some(c) => lookup(c.stored_group, c.stored_version, self.resource).unwrap_or(self),
+            None => self,
+        }
+    }
+
+    /// A stored object in this row's form (unchanged for rows without a conversion).
+    pub fn to_served(&self, obj: Value) -> Value {
+        match &self.conversion {
+            Some(c) => (c.to_served)(obj),
+            None => obj,
+        }
+    }
+
+    /// An object of this row in the stored version's form (unchanged for
+    /// rows without a conversion).
+    pub fn to_stored(&self, obj: Value) -> Value {
+        match &self.conversion {
+            Some(c) => (c.to_stored)(obj),
+            None => obj,
+        }
+    }
+
+    /// The stored row's label for this row's field label `label`
+    /// (`regarding.name` → `involvedObject.name`); `label` itself for rows
+    /// without a conversion and for labels the conversion does not rename.
+    pub fn stored_field_label<'a>(&self, label: &'a str) -> &'a str {
+        match &self.conversion {
+            Some(c) => c.field_labels.iter().find(|(served, _)| *served == label).map_or(label, |(_, stored)| stored),
+            None => label,
+        }
+    }
+
     /// Every field label a field selector may use on this resource, in order.
     pub fn field_labels(&self) -> impl Iterator<Item = &'static str> {
         ["metadata.name", "metadata.namespace"].into_iter().chain(self.fields.iter().map(|f| f.label))
@@ -262,11 +308,12 @@ pub fn all() -> &'static [ResourceInfo] {
     RESOURCES
 }
 
-/// The built-in rows whose objects live in storage (every row but the
-/// create-only ones, see [`ResourceInfo::stored`]): what the watch cache,
-/// namespace deletion and storage metrics walk.
+/// The built-in rows that own storage (every row but the create-only ones,
+/// see [`ResourceInfo::stored`], and the rows serving another row's objects
+/// in another version, see [`ResourceInfo::conversion`]): what the watch
+/// cache, namespace deletion and storage metrics walk.
 pub fn stored() -> impl Iterator<Item = &'static ResourceInfo> {
-    RESOURCES.iter().filter(|r| r.stored)
+    RESOURCES.iter().filter(|r| r.stored && r.conversion.is_none())
 }
 
 /// Rows added while the server runs ([`register`]); each is leaked once,
@@ -443,7 +490,7 @@ mod tests {
         let allowed: Vec<&str> = RESOURCES.iter().filter(|r| r.allow_create_on_update).map(|r| r.resource).collect();
         assert_eq!(
             allowed,
-            vec!["endpoints", "events", "leases", "clusterrolebindings", "clusterroles", "rolebindings", "roles"]
+            vec!["endpoints", "events", "leases", "events", "clusterrolebindings", "clusterroles", "rolebindings", "roles"]
         );
     }
 
@@ -467,6 +514,7 @@ mod tests {
                 "certificates.k8s.io",
                 "coordination.k8s.io",
                 "discovery.k8s.io",
+                "events.k8s.io",
                 "flowcontrol.apiserver.k8s.io",
                 "networking.k8s.io",
                 "node.k8s.io",
@@ -512,7 +560,8 @@ mod tests {
             assert_eq!((row.list_kind, row.storage_prefix), ("", ""), "{}", row.resource);
             assert!(row.subresources.is_empty(), "{}", row.resource);
         }
-        assert_eq!(stored().count(), RESOURCES.len() - 6);
+        let converted = RESOURCES.iter().filter(|r| r.conversion.is_some()).count();
+        assert_eq!(stored().count(), RESOURCES.len() - 6 - converted);
         assert!(stored().all(|r| !r.storage_prefix.is_empty()));
     }
 
@@ -558,5 +607,22 @@ mod tests {
         let ev = json!({"source": {"component": "kubelet"}, "involvedObject": {"name": "p"}});
         assert_eq!(field_value(events, &ev, "source").as_deref(), Some("kubelet"));
         assert_eq!(field_value(events, &ev, "involvedObject.name").as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn converted_rows_share_the_stored_rows_storage() {
+        let v1 = lookup("events.k8s.io", "v1", "events").unwrap();
+        let core = lookup("", "v1", "events").unwrap();
+        assert!(std::ptr::eq(v1.storage_row(), core));
+        assert!(std::ptr::eq(core.storage_row(), core));
+        assert_eq!(v1.object_key("/registry", "ns", "e"), core.object_key("/registry", "ns", "e"));
+        assert!(!stored().any(|r| r.group == "events.k8s.io"));
+        assert_eq!(v1.stored_field_label("regarding.name"), "involvedObject.name");
+        assert_eq!(v1.stored_field_label("reportingController"), "reportingComponent");
+        assert_eq!(v1.stored_field_label("type"), "type");
+        for label in v1.field_labels() {
+            let stored = v1.stored_field_label(label);
+            assert!(core.field_labels().any(|l| l == stored), "{label} -> {stored}");
+        }
     }
 }

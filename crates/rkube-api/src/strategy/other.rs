@@ -59,6 +59,28 @@ fn hpa_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
 pub(crate) const HORIZONTAL_POD_AUTOSCALER: Strategy =
     Strategy { defaults: hpa_defaults, prepare_for_create: reset_status, validate: hpa_validate, ..Strategy::NONE };
 
+/// autoscaling/v1 defaults (upstream `pkg/apis/autoscaling/v1/defaults.go`):
+/// minReplicas 1; the 80 % CPU target upstream adds in conversion when no
+/// metric is named (neither `targetCPUUtilizationPercentage` nor the
+/// metrics annotation), shown here so the created object is what reads return.
+fn hpa_v1_defaults(map: &mut Object) {
+    let annotated = crate::registry::hpa_conversion::has_annotated_metrics(&Value::Object(map.clone()));
+    let spec = child(map, "spec");
+    default_field(spec, "minReplicas", json!(1));
+    if !annotated {
+        default_field(
+            spec,
+            "targetCPUUtilizationPercentage",
+            json!(crate::registry::hpa_conversion::DEFAULT_CPU_UTILIZATION),
+        );
+    }
+}
+
+/// HorizontalPodAutoscalers served as autoscaling/v1: v1 defaults, the same
+/// target and replica bounds as v2.
+pub(crate) const HORIZONTAL_POD_AUTOSCALER_V1: Strategy =
+    Strategy { defaults: hpa_v1_defaults, prepare_for_create: reset_status, validate: hpa_validate, ..Strategy::NONE };
+
 // ---- networking ----
 
 fn ingress_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {

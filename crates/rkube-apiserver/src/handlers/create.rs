@@ -9,7 +9,7 @@
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_namespace_usable, check_type_meta, encode_for_storage};
+use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_namespace_usable, check_type_meta, encode_stored};
 use super::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::filters::trace::{self, steps};
@@ -109,7 +109,7 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         attempts += 1;
         let name = object::name(&obj).to_string();
         let key = ctx.key(&name);
-        let bytes = encode_for_storage(&obj)?;
+        let bytes = encode_stored(info, &obj)?;
         match ctx.st.storage.create(&key, bytes).await {
             Ok(kv) => {
                 trace::step(steps::STORED);

@@ -22,7 +22,7 @@ use rkube_api::status::{Status, StatusDetails};
 use rkube_storage::{RangeRequest, StorageError};
 use serde_json::{json, Map, Value};
 
-use super::write::encode_for_storage;
+use super::write::encode_stored;
 use super::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::filters::trace::{self, steps};
@@ -150,6 +150,7 @@ pub(super) async fn delete_one(
         let Some(kv) = kv else { return Err(ApiError::not_found(info, name)) };
         let obj =
             decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, info, name))?;
+        let obj = info.to_served(obj);
         if let Some(uid) = &opts.uid {
             let have = object::meta_str(&obj, "uid");
             if uid != have {
@@ -210,7 +211,7 @@ pub(super) async fn delete_one(
             if object::same_ignoring_rv(&obj, &marked) {
                 return Ok(Outcome::Pending(obj));
             }
-            let bytes = encode_for_storage(&marked)?;
+            let bytes = encode_stored(info, &marked)?;
             match ctx.st.storage.update(&key, bytes, kv.mod_revision).await {
                 Ok(kv) => {
                     set_resource_version(&mut marked, kv.mod_revision);

@@ -22,7 +22,7 @@ use rkube_storage::{KeyValue, StorageError};
 use serde_json::{json, Value};
 
 use super::create::{prepare_new, NewObject};
-use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_type_meta, encode_for_storage};
+use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_type_meta, encode_stored};
 use super::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::filters::trace::{self, steps};
@@ -254,7 +254,7 @@ pub(super) async fn commit(
             Err(e) => Err(ApiError::from_storage(e, info, &name)),
         };
     }
-    let bytes = encode_for_storage(&new)?;
+    let bytes = encode_stored(info, &new)?;
     match ctx.st.storage.update(key, bytes, kv.mod_revision).await {
         Ok(kv) => {
             set_resource_version(&mut new, kv.mod_revision);
@@ -348,7 +348,7 @@ async fn create_on_update(
         trace::step(steps::STORED);
         return Ok(Some(written(info, ctx, 201, &obj, &warnings)));
     }
-    let bytes = encode_for_storage(&obj)?;
+    let bytes = encode_stored(info, &obj)?;
     match ctx.st.storage.create(key, bytes).await {
         Ok(kv) => {
             trace::step(steps::STORED);
@@ -409,7 +409,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
                 trace::step(steps::STORED);
                 return Ok(written(info, ctx, 201, &obj, &warnings));
             }
-            let bytes = encode_for_storage(&obj)?;
+            let bytes = encode_stored(info, &obj)?;
             match ctx.st.storage.create(&key, bytes).await {
                 Ok(kv) => {
                     trace::step(steps::STORED);

@@ -20,14 +20,21 @@ pub fn check_type_meta(info: &ResourceInfo, kind: &str, obj: &mut Value) -> ApiR
     let av = map.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
     let k = map.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
     if !av.is_empty() && av != expected_av {
-        // Another version of the same group would need conversion rkube does not do.
         let (group, _) = registry::split_api_version(&av);
-        if group != info.group || registry::lookup_kind(&av, &k).is_none() {
+        let sent_as = registry::lookup_kind(&av, &k).filter(|r| group == info.group && r.resource == info.resource);
+        let Some(sent_as) = sent_as else {
             return Err(ApiError::bad_request(format!(
                 "the API version in the data ({av}) does not match the expected API version ({expected_av})"
             )));
+        };
+        // Another version of the same resource (autoscaling/v2 sent to
+        // autoscaling/v1): converted through the stored version, as
+        // upstream's decoder converts to the endpoint's version.
+        if sent_as.conversion.is_some() || info.conversion.is_some() {
+            *obj = info.to_served(sent_as.to_stored(std::mem::take(obj)));
         }
     }
+    let map = obj.as_object_mut().ok_or_else(|| ApiError::bad_request("the request body must be a JSON object"))?;
     if !k.is_empty() && k != kind {
         return Err(ApiError::bad_request(format!(
             "the kind in the data ({k}) does not match the expected kind ({kind})"
@@ -102,6 +109,16 @@ pub fn encode_for_storage(obj: &Value) -> ApiResult<bytes::Bytes> {
     object::remove_meta(&mut copy, "resourceVersion");
     rkube_api::wire::order_object_keys(&mut copy);
     serde_json::to_vec(&copy).map(bytes::Bytes::from).map_err(ApiError::internal)
+}
+
+/// [`encode_for_storage`] of `obj`, an object of `info`, in the stored
+/// version's form ([`ResourceInfo::to_stored`]: events.k8s.io/v1 events are
+/// stored as core/v1 events).
+pub fn encode_stored(info: &ResourceInfo, obj: &Value) -> ApiResult<bytes::Bytes> {
+    if info.conversion.is_none() {
+        return encode_for_storage(obj);
+    }
+    encode_for_storage(&info.to_stored(obj.clone()))
 }
 
 /// Assigns `spec.clusterIP`/`clusterIPs` to a Service being created (or

@@ -76,6 +76,7 @@ pub fn lookup(group: &str, resource: &str) -> Printer {
         ("", "secrets") => printer(SECRET_COLUMNS, secret_cells),
         ("", "endpoints") => printer(ENDPOINTS_COLUMNS, endpoints_cells),
         ("", "events") => printer(EVENT_COLUMNS, event_cells),
+        ("events.k8s.io", "events") => printer(EVENT_COLUMNS, event_v1_cells),
         ("", "serviceaccounts") => printer(SERVICE_ACCOUNT_COLUMNS, service_account_cells),
         ("certificates.k8s.io", "certificatesigningrequests") => printer(CSR_COLUMNS, csr_cells),
         ("discovery.k8s.io", "endpointslices") => printer(ENDPOINT_SLICE_COLUMNS, endpoint_slice_cells),
@@ -506,6 +507,12 @@ fn event_cells(ev: &Value, now: DateTime<Utc>) -> Vec<Value> {
         json!(count),
         name(ev),
     ]
+}
+
+/// events.k8s.io/v1 events print as core/v1 events (upstream prints both
+/// from the internal `Event`).
+fn event_v1_cells(ev: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    event_cells(&rkube_api::registry::conversion::event_to_core(ev.clone()), now)
 }
 
 // ---- deployments ---------------------------------------------------------------

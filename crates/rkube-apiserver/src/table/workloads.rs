@@ -227,7 +227,15 @@ pub(super) const HPA_COLUMNS: &[Column] = &[
     AGE,
 ];
 
+/// autoscaling/v1 HPAs print as their v2 form (upstream prints both from the internal type).
 pub(super) fn hpa_cells(h: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    if h.get("apiVersion").and_then(Value::as_str) == Some("autoscaling/v1") {
+        return hpa_v2_cells(&rkube_api::registry::hpa_conversion::hpa_to_v2(h.clone()), now);
+    }
+    hpa_v2_cells(h, now)
+}
+
+fn hpa_v2_cells(h: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let reference = format!("{}/{}", str_at(h, "/spec/scaleTargetRef/kind"), str_at(h, "/spec/scaleTargetRef/name"));
     let targets: Vec<String> = array_at(h, "/spec/metrics")
         .iter()

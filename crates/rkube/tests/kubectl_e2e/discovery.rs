@@ -44,9 +44,10 @@ pub fn api_resources_lists_short_names(_c: &mut Cluster, k: &Kubectl) {
         ("storageclasses", "sc", "storage.k8s.io/v1", "false", "StorageClass"),
         ("apiservices", "", "apiregistration.k8s.io/v1", "false", "APIService"),
         ("certificatesigningrequests", "csr", "certificates.k8s.io/v1", "false", "CertificateSigningRequest"),
+        ("events", "ev", "events.k8s.io/v1", "true", "Event"),
     ];
-    // Every GA resource of Kubernetes 1.33 that rkube serves (51 rows today).
-    assert!(t.rows.len() >= 51, "{} resources listed:\n{}", t.rows.len(), out.stdout);
+    // Every GA resource of Kubernetes 1.33 that rkube serves (52 rows today).
+    assert!(t.rows.len() >= 52, "{} resources listed:\n{}", t.rows.len(), out.stdout);
     for (name, short, gv, namespaced, kind) in want {
         let found: Vec<&Vec<String>> = t
             .rows

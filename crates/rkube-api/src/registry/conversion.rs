@@ -1,0 +1,170 @@
+//! Conversions between two served versions of one stored resource.
+//!
+//! Upstream keeps one version of each resource in etcd and converts every
+//! object on its way in and out (`pkg/apis/<group>/<version>/conversion.go`
+//! through the internal type). rkube converts directly between the stored
+//! version's JSON and the served version's JSON: a row with a
+//! [`Conversion`] shares the storage prefix (and the watch cache) of the
+//! stored row, and the read path and the write handlers call
+//! [`Conversion::to_served`] and [`Conversion::to_stored`].
+//!
+//! Served today: events.k8s.io/v1 `events` over core/v1 `events`
+//! ([`EVENTS_V1`]) and autoscaling/v1 `horizontalpodautoscalers` over
+//! autoscaling/v2 ([`HPA_V1`], [`super::hpa_conversion`]).
+
+use serde_json::{Map, Value};
+
+/// How a row's objects convert to and from the stored version's row.
+#[derive(Debug, Clone, Copy)]
+pub struct Conversion {
+    /// Group of the row that owns storage (`""` for core).
+    pub stored_group: &'static str,
+    /// Version of the row that owns storage.
+    pub stored_version: &'static str,
+    /// Stored JSON → served JSON (sets the served `apiVersion` and `kind`).
+    pub to_served: fn(Value) -> Value,
+    /// Served JSON → stored JSON (sets the stored `apiVersion` and `kind`).
+    pub to_stored: fn(Value) -> Value,
+    /// Field selector labels this row names differently, as
+    /// `(served label, stored label)` (upstream `AddFieldLabelConversionFunc`).
+    pub field_labels: &'static [(&'static str, &'static str)],
+}
+
+/// Moves the fields of `obj` into a new object of `api_version`/`kind`:
+/// `metadata`, then each `(from, to)` of `renames` (in the target type's
+/// field order) that `obj` has, then anything else unchanged. Anything but
+/// an object is returned as it is.
+fn rename(obj: Value, api_version: &str, kind: &str, renames: &[(&str, &str)]) -> Value {
+    let Value::Object(mut src) = obj else { return obj };
+    let mut out = Map::with_capacity(src.len() + 2);
+    src.remove("kind");
+    src.remove("apiVersion");
+    out.insert("kind".into(), Value::String(kind.to_string()));
+    out.insert("apiVersion".into(), Value::String(api_version.to_string()));
+    if let Some(meta) = src.remove("metadata") {
+        out.insert("metadata".into(), meta);
+    }
+    for (from, to) in renames {
+        if let Some(v) = src.remove(*from) {
+            out.insert((*to).to_string(), v);
+        }
+    }
+    out.extend(src);
+    Value::Object(out)
+}
+
+/// events.k8s.io/v1 fields in `Event` order, with the core/v1 field each
+/// comes from (upstream `pkg/apis/events/v1/conversion.go` and the
+/// generated conversions: `regarding` is `involvedObject`, `note` is
+/// `message`, `reportingController` is `reportingComponent`, the
+/// `deprecated*` fields are core's `source`, `firstTimestamp`,
+/// `lastTimestamp` and `count`; `series` has the same `count` and
+/// `lastObservedTime` in both versions).
+const EVENT_FIELDS: &[(&str, &str)] = &[
+    ("eventTime", "eventTime"),
+    ("series", "series"),
+    ("reportingComponent", "reportingController"),
+    ("reportingInstance", "reportingInstance"),
+    ("action", "action"),
+    ("reason", "reason"),
+    ("involvedObject", "regarding"),
+    ("related", "related"),
+    ("message", "note"),
+    ("type", "type"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+];
+
+/// core/v1 fields in `Event` order, with the events.k8s.io/v1 field each comes from.
+const CORE_EVENT_FIELDS: &[(&str, &str)] = &[
+    ("regarding", "involvedObject"),
+    ("reason", "reason"),
+    ("note", "message"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
+    ("type", "type"),
+    ("eventTime", "eventTime"),
+    ("series", "series"),
+    ("action", "action"),
+    ("related", "related"),
+    ("reportingController", "reportingComponent"),
+    ("reportingInstance", "reportingInstance"),
+];
+
+/// A core/v1 Event as an events.k8s.io/v1 Event.
+pub fn event_to_v1(obj: Value) -> Value {
+    rename(obj, "events.k8s.io/v1", "Event", EVENT_FIELDS)
+}
+
+/// An events.k8s.io/v1 Event as a core/v1 Event.
+pub fn event_to_core(obj: Value) -> Value {
+    rename(obj, "v1", "Event", CORE_EVENT_FIELDS)
+}
+
+/// events.k8s.io/v1 `events`, stored as core/v1 `events`. Field selectors
+/// use the events.k8s.io names (upstream `AddFieldLabelConversionsForEvent`
+/// of `pkg/apis/events/v1`).
+pub const EVENTS_V1: Conversion = Conversion {
+    stored_group: "",
+    stored_version: "v1",
+    to_served: event_to_v1,
+    to_stored: event_to_core,
+    field_labels: &[
+        ("regarding.kind", "involvedObject.kind"),
+        ("regarding.namespace", "involvedObject.namespace"),
+        ("regarding.name", "involvedObject.name"),
+        ("regarding.uid", "involvedObject.uid"),
+        ("regarding.apiVersion", "involvedObject.apiVersion"),
+        ("regarding.resourceVersion", "involvedObject.resourceVersion"),
+        ("regarding.fieldPath", "involvedObject.fieldPath"),
+        ("reportingController", "reportingComponent"),
+    ],
+};
+
+/// autoscaling/v1 `horizontalpodautoscalers`, stored as autoscaling/v2
+/// (v2-only fields in `autoscaling.alpha.kubernetes.io/*` annotations).
+pub const HPA_V1: Conversion = Conversion {
+    stored_group: "autoscaling",
+    stored_version: "v2",
+    to_served: super::hpa_conversion::hpa_to_v1,
+    to_stored: super::hpa_conversion::hpa_to_v2,
+    field_labels: &[],
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn events_convert_both_ways_without_loss() {
+        let core = json!({
+            "kind": "Event", "apiVersion": "v1",
+            "metadata": {"name": "e", "namespace": "ns"},
+            "involvedObject": {"kind": "Pod", "name": "p"},
+            "reason": "Started", "message": "hello",
+            "source": {"component": "kubelet"},
+            "firstTimestamp": "2024-01-01T00:00:00Z", "lastTimestamp": "2024-01-01T00:00:01Z", "count": 3,
+            "type": "Normal", "eventTime": "2024-01-01T00:00:00.000000Z",
+            "series": {"count": 2, "lastObservedTime": "2024-01-01T00:00:01.000000Z"},
+            "action": "Start", "related": {"kind": "Node", "name": "n"},
+            "reportingComponent": "kubelet", "reportingInstance": "n1",
+        });
+        let v1 = event_to_v1(core.clone());
+        assert_eq!(v1["apiVersion"], "events.k8s.io/v1");
+        assert_eq!(v1["regarding"], json!({"kind": "Pod", "name": "p"}));
+        assert_eq!(v1["note"], "hello");
+        assert_eq!(v1["reportingController"], "kubelet");
+        assert_eq!(v1["deprecatedSource"], json!({"component": "kubelet"}));
+        assert_eq!(v1["deprecatedCount"], 3);
+        assert_eq!(v1["series"]["count"], 2);
+        assert!(v1.get("involvedObject").is_none() && v1.get("message").is_none());
+        let keys: Vec<&str> = v1.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(&keys[..4], &["kind", "apiVersion", "metadata", "eventTime"]);
+        assert_eq!(event_to_core(v1), core);
+    }
+}
