@@ -232,8 +232,8 @@ fn exit_code(cluster: &Cluster, k: &Kubectl, pod: &str) -> i64 {
 
 /// A pod reads the ServiceAccount token, CA and namespace the node agent
 /// mounted at `/var/run/secrets/kubernetes.io/serviceaccount` and calls the
-/// API with them: 403 (curl exits 22) until a RoleBinding lets its
-/// ServiceAccount list pods, then 200 (exit 0). Needs root (a private mount
+/// API with them: 403 until a RoleBinding lets its ServiceAccount list pods,
+/// then 200 (each pod exits 0 only on the code it expects). Needs root (a private mount
 /// namespace per container); skipped with a message otherwise.
 fn pod_calls_the_api_with_its_projected_token(version: &str) {
     // SAFETY: geteuid has no preconditions.
@@ -245,15 +245,19 @@ fn pod_calls_the_api_with_its_projected_token(version: &str) {
     let k = cluster.kubectl(version);
     up_node(&cluster, &k);
     let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
-    let script = format!(
-        "test \"$(cat {sa}/namespace)\" = default && curl -sSf -o /dev/null --cacert {sa}/ca.crt \
-         -H \"Authorization: Bearer $(cat {sa}/token)\" https://127.0.0.1:{}/api/v1/namespaces/default/pods",
-        cluster.port
-    );
-    k.ok(&["run", "denied", "--image=busybox", "--restart=Never", "--", "sh", "-c", &script]);
-    assert_eq!(exit_code(&cluster, &k, "denied"), 22, "curl -f exits 22 on the 403");
+    // Exits 0 only when the namespace file says `default` and the API answers `expected`.
+    let script = |expected: u16| {
+        format!(
+            "test \"$(cat {sa}/namespace)\" = default && code=$(curl -s -o /dev/null -w '%{{http_code}}' --cacert {sa}/ca.crt \
+             -H \"Authorization: Bearer $(cat {sa}/token)\" https://127.0.0.1:{}/api/v1/namespaces/default/pods) && \
+             echo \"$code\" && test \"$code\" = {expected}",
+            cluster.port
+        )
+    };
+    k.ok(&["run", "denied", "--image=busybox", "--restart=Never", "--", "sh", "-c", &script(403)]);
+    assert_eq!(exit_code(&cluster, &k, "denied"), 0, "the token authenticates (403, not 401) but RBAC does not allow the list yet");
     k.ok(&["create", "rolebinding", "default-view", "--clusterrole=view", "--serviceaccount=default:default"]);
-    k.ok(&["run", "allowed", "--image=busybox", "--restart=Never", "--", "sh", "-c", &script]);
+    k.ok(&["run", "allowed", "--image=busybox", "--restart=Never", "--", "sh", "-c", &script(200)]);
     assert_eq!(exit_code(&cluster, &k, "allowed"), 0, "the token authenticates and the binding allows the list");
 }
 
