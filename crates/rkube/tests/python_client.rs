@@ -84,6 +84,7 @@ fn list_watch(backend: Backend) {
             "certificates.k8s.io",
             "coordination.k8s.io",
             "discovery.k8s.io",
+            "events.k8s.io",
             "flowcontrol.apiserver.k8s.io",
             "networking.k8s.io",
             "node.k8s.io",
