@@ -159,17 +159,6 @@ fn can_i_list_shows_the_rules_of_the_namespace(version: &str) {
     assert!(has(&rows, &["[*]", "[]", "[*]"]), "{rows:?}");
 }
 
-macro_rules! per_kubectl_version {
-    ($($scenario:ident),* $(,)?) => {
-        mod kubectl_1_27 {
-            $( #[test] fn $scenario() { super::$scenario("1.27") } )*
-        }
-        mod kubectl_1_33 {
-            $( #[test] fn $scenario() { super::$scenario("1.33") } )*
-        }
-    };
-}
-
 per_kubectl_version!(
     can_i_answers_yes_or_no_from_rbac,
     can_i_list_shows_the_rules_of_the_namespace,

@@ -117,15 +117,4 @@ fn denied_csr_gets_no_certificate(version: &str) {
     assert_eq!(f.code, Some(1), "{}", f.stdout);
 }
 
-macro_rules! per_kubectl_version {
-    ($($scenario:ident),* $(,)?) => {
-        mod kubectl_1_27 {
-            $( #[test] fn $scenario() { super::$scenario("1.27") } )*
-        }
-        mod kubectl_1_33 {
-            $( #[test] fn $scenario() { super::$scenario("1.33") } )*
-        }
-    };
-}
-
 per_kubectl_version!(approved_csr_certificate_authenticates_as_its_common_name, denied_csr_gets_no_certificate);

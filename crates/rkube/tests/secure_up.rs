@@ -316,17 +316,6 @@ fn client_certificate_user_is_forbidden_until_a_cluster_role_binding_allows_its_
     );
 }
 
-macro_rules! per_kubectl_version {
-    ($($scenario:ident),* $(,)?) => {
-        mod kubectl_1_27 {
-            $( #[test] fn $scenario() { super::$scenario("1.27") } )*
-        }
-        mod kubectl_1_33 {
-            $( #[test] fn $scenario() { super::$scenario("1.33") } )*
-        }
-    };
-}
-
 per_kubectl_version!(
     up_kubeconfig_authenticates_as_admin_over_https_and_pki_survives_restart,
     wrong_token_or_untrusted_certificate_is_unauthorized,

@@ -226,17 +226,6 @@ fn legacy_token_secret_is_filled_and_dies_with_it(version: &str) {
     builder.fails_with(&["get", "--raw", "/api/v1/namespaces/default/pods"], UNAUTHORIZED);
 }
 
-macro_rules! per_kubectl_version {
-    ($($scenario:ident),* $(,)?) => {
-        mod kubectl_1_27 {
-            $( #[test] fn $scenario() { super::$scenario("1.27") } )*
-        }
-        mod kubectl_1_33 {
-            $( #[test] fn $scenario() { super::$scenario("1.33") } )*
-        }
-    };
-}
-
 per_kubectl_version!(
     new_namespace_gets_default_service_account_and_root_ca,
     bound_tokens_authenticate_until_their_pod_is_deleted_and_expire,

@@ -11,7 +11,8 @@
 //! - [`kubectl`]: the real versioned kubectl binaries, each call under a limit.
 //! - [`process`]: child processes with timeouts and line-by-line output.
 //! - [`table`]: parsing kubectl tables and `describe` output.
-//! - [`e2e_matrix!`]: generates one test per scenario × backend × kubectl version.
+//! - [`e2e_matrix!`]: generates one test per scenario × backend × kubectl version;
+//!   [`per_kubectl_version!`]: one test per kubectl version.
 
 #![allow(dead_code, unused_imports)]
 
@@ -36,6 +37,21 @@ pub fn run_scenario(backend: Backend, version: &str, scenario: fn(&mut Cluster, 
     let mut cluster = Cluster::start(backend);
     let kubectl = cluster.kubectl(version);
     scenario(&mut cluster, &kubectl);
+}
+
+/// Generates, for each scenario `fn(version: &str)`, one `#[test]` per
+/// kubectl version, in modules `kubectl_1_27` and `kubectl_1_33` (for
+/// scenarios that start their own server).
+#[macro_export]
+macro_rules! per_kubectl_version {
+    ($($scenario:ident),* $(,)?) => {
+        mod kubectl_1_27 {
+            $( #[test] fn $scenario() { super::$scenario("1.27") } )*
+        }
+        mod kubectl_1_33 {
+            $( #[test] fn $scenario() { super::$scenario("1.33") } )*
+        }
+    };
 }
 
 /// Generates, for each scenario function, one `#[test]` per backend × kubectl
