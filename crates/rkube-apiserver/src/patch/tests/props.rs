@@ -73,7 +73,9 @@ fn without_nulls(v: &Value) -> Value {
                 .map(|(k, v)| (k.clone(), without_nulls(v)))
                 .collect(),
         ),
-        Value::Array(items) => Value::Array(items.iter().map(without_nulls).collect()),
+        // Typed decoding refuses `null` list items (e.g. `env: [null]`), so
+        // stored objects have none either.
+        Value::Array(items) => Value::Array(items.iter().filter(|i| !i.is_null()).map(without_nulls).collect()),
         other => other.clone(),
     }
 }
