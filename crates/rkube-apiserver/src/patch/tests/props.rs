@@ -282,6 +282,8 @@ proptest! {
         // In a patch `null` means delete and `$` keys are directives, so
         // restate only values a stored object can have.
         let live = without_nulls(&live);
+        // Only objects typed decoding accepts can be stored (no `env: [""]`).
+        prop_assume!(serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(live.clone()).is_ok());
         let mut patch = json!({});
         for pointer in ["/spec/containers", "/metadata/labels", "/metadata/finalizers", "/status/conditions"] {
             if let Some(v) = live.pointer(pointer) {
