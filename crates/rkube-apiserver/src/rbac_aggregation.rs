@@ -15,15 +15,14 @@
 //! triggers one more pass, which finds nothing to change; chains such as
 //! `view` → `edit` → `admin` converge that way). Nothing is read from
 //! storage per pass. Writes are guarded by the cached `mod_revision`; a lost
-//! race is retried when the newer state arrives. [`reconcile_all`] is the
-//! same pass over a fresh storage list.
+//! race is retried when the newer state arrives.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rkube_cache::backoff::Backoff;
-use rkube_storage::{RangeRequest, Storage, StorageError};
+use rkube_storage::StorageError;
 use serde_json::Value;
 
 use crate::filters::rbac_cache::RbacCache;
@@ -79,45 +78,6 @@ pub fn aggregated_rules(role: &Value, all: &BTreeMap<String, Value>) -> Option<V
     Some(rules)
 }
 
-/// One pass: lists ClusterRoles under `prefix` (`--etcd-prefix`) and
-/// rewrites the aggregated ones whose rules are out of date. Returns the
-/// revision of the list and how many roles were written.
-pub async fn reconcile_all(storage: &dyn Storage, prefix: &str) -> Result<(i64, usize), AggregationError> {
-    let dir = format!("{}/clusterroles/", prefix.trim_end_matches('/'));
-    let resp = storage.range(RangeRequest::prefix(&dir)).await?;
-    let mut all: BTreeMap<String, Value> = BTreeMap::new();
-    let mut revs: BTreeMap<String, (String, i64)> = BTreeMap::new();
-    for kv in &resp.kvs {
-        match serde_json::from_slice::<Value>(&kv.value) {
-            Ok(v) => {
-                let name = name_of(&v).to_string();
-                revs.insert(name.clone(), (kv.key.clone(), kv.mod_revision));
-                all.insert(name, v);
-            }
-            Err(e) => tracing::warn!(key = %kv.key, error = %e, "skipping undecodable clusterrole"),
-        }
-    }
-    let mut written = 0;
-    for (name, role) in &all {
-        let Some(rules) = aggregated_rules(role, &all) else { continue };
-        let current = role.get("rules").and_then(Value::as_array).cloned().unwrap_or_default();
-        if current == rules {
-            continue;
-        }
-        let mut updated = role.clone();
-        updated["rules"] = Value::Array(rules);
-        let bytes = serde_json::to_vec(&updated).map_err(|source| AggregationError::Encode { name: name.clone(), source })?;
-        let Some((key, rev)) = revs.get(name) else { continue };
-        match storage.update(key, bytes.into(), *rev).await {
-            Ok(_) => written += 1,
-            // Someone else changed it: the watch brings us back.
-            Err(StorageError::Conflict { .. }) | Err(StorageError::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok((resp.revision, written))
-}
-
 /// One pass over the ClusterRoles held by `cache` (no storage read):
 /// rewrites the aggregated ones whose rules are out of date, each guarded by
 /// the `mod_revision` the cache holds (a lost race is retried when the
@@ -144,12 +104,6 @@ pub async fn reconcile_cached(cache: &RbacCache) -> Result<usize, AggregationErr
         }
     }
     Ok(written)
-}
-
-/// Runs the controller until `stop` turns true (or its sender is dropped),
-/// over its own [`RbacCache`] of the objects under `prefix`.
-pub async fn run(storage: Arc<dyn Storage>, prefix: String, stop: tokio::sync::watch::Receiver<bool>) {
-    run_with(RbacCache::start(storage, &prefix), stop).await
 }
 
 /// Runs the controller over `cache` until `stop` turns true (or its sender

@@ -5,11 +5,12 @@
 //!   `kube-root-ca.crt` ConfigMap in every namespace (upstream's
 //!   `serviceaccount-controller` and `root-ca-certificate-publisher-controller`);
 //! - [`tokens`]: fills legacy `kubernetes.io/service-account-token` Secrets
-//!   (upstream's `serviceaccount-token-controller`).
+//!   (upstream's `serviceaccount-token-controller`);
+//! - the CSR signer, [`crate::csr::signer`], runs on the same loop.
 //!
 //! Each follows the same loop ([`run_watching`]): a full pass over what it
 //! owns, then storage watches of the prefixes it reacts to from the
-//! revision of that pass, handing each event to the controller; a broken or
+//! revision of that pass, handing each batch of events to the controller; a broken or
 //! compacted watch starts over with a full pass, after a pause from the one
 //! jittered backoff ([`rkube_cache::backoff`]).
 
@@ -17,36 +18,37 @@ pub mod serviceaccounts;
 pub mod tokens;
 
 use std::future::Future;
+use std::sync::Arc;
 
 use futures::stream::{select_all, StreamExt};
-use rkube_storage::{Event, WatchResponse};
-
-use crate::state::ApiState;
+use rkube_storage::{Event, Storage, WatchResponse};
 
 /// Runs a controller until `stop` turns true: `full_pass` returns the
-/// storage revision it read at; then every event under `prefixes` (relative
-/// to `--etcd-prefix`, e.g. `namespaces/`) after it goes to `on_event`.
+/// storage revision it read at; then every batch of events under `prefixes`
+/// (relative to `etcd_prefix`, `--etcd-prefix`, e.g. `namespaces/`) after
+/// it goes to `on_events`.
 pub async fn run_watching<P, PF, E, EF>(
     name: &'static str,
-    st: ApiState,
+    storage: Arc<dyn Storage>,
+    etcd_prefix: &str,
     prefixes: &[&str],
     mut stop: tokio::sync::watch::Receiver<bool>,
     full_pass: P,
-    on_event: E,
+    on_events: E,
 ) where
-    P: Fn(ApiState) -> PF,
+    P: Fn() -> PF,
     PF: Future<Output = Result<i64, String>>,
-    E: Fn(ApiState, Event) -> EF,
+    E: Fn(Vec<Event>) -> EF,
     EF: Future<Output = ()>,
 {
     let mut backoff = rkube_cache::backoff::Backoff::new(std::time::Duration::from_millis(200), std::time::Duration::from_secs(30));
-    let base = st.prefix().trim_end_matches('/').to_string();
+    let base = etcd_prefix.trim_end_matches('/').to_string();
     'outer: loop {
         if *stop.borrow() {
             return;
         }
         let pause = backoff.next_delay();
-        let rev = match full_pass(st.clone()).await {
+        let rev = match full_pass().await {
             Ok(rev) => rev,
             Err(e) => {
                 tracing::warn!(controller = name, error = %e, "full pass failed; retrying");
@@ -58,7 +60,7 @@ pub async fn run_watching<P, PF, E, EF>(
         };
         let mut streams = Vec::new();
         for p in prefixes {
-            match st.storage.watch(&format!("{base}/{p}"), rev).await {
+            match storage.watch(&format!("{base}/{p}"), rev).await {
                 Ok(w) => streams.push(w.stream),
                 Err(e) => {
                     tracing::warn!(controller = name, error = %e, "watch failed; retrying");
@@ -74,11 +76,7 @@ pub async fn run_watching<P, PF, E, EF>(
         loop {
             tokio::select! {
                 next = events.next() => match next {
-                    Some(Ok(WatchResponse::Events(evs))) => {
-                        for ev in evs {
-                            on_event(st.clone(), ev).await;
-                        }
-                    }
+                    Some(Ok(WatchResponse::Events(evs))) => on_events(evs).await,
                     Some(Ok(WatchResponse::Progress { .. })) => {}
                     Some(Err(e)) => {
                         tracing::debug!(controller = name, error = %e, "watch ended; starting over");

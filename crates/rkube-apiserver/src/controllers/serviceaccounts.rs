@@ -20,19 +20,25 @@ use crate::state::ApiState;
 /// certificate (PEM) published as `kube-root-ca.crt` (`None`: not published).
 pub async fn run(st: ApiState, root_ca: Option<String>, stop: tokio::sync::watch::Receiver<bool>) {
     let root_ca = Arc::new(root_ca);
-    let pass_ca = root_ca.clone();
+    let (storage, prefix) = (st.storage.clone(), st.prefix().to_string());
+    let pass = (st.clone(), root_ca.clone());
     super::run_watching(
         "serviceaccount-controller",
-        st,
+        storage,
+        &prefix,
         &["namespaces/", "serviceaccounts/", "configmaps/"],
         stop,
-        move |st| {
-            let ca = pass_ca.clone();
+        move || {
+            let (st, ca) = pass.clone();
             async move { full_pass(&st, ca.as_deref()).await }
         },
-        move |st, ev| {
-            let ca = root_ca.clone();
-            async move { on_event(&st, ca.as_deref(), ev).await }
+        move |events| {
+            let (st, ca) = (st.clone(), root_ca.clone());
+            async move {
+                for ev in events {
+                    on_event(&st, ca.as_deref(), ev).await;
+                }
+            }
         },
     )
     .await

@@ -31,14 +31,16 @@ pub const SA_UID_ANNOTATION: &str = "kubernetes.io/service-account.uid";
 /// `root_ca` goes into `data.ca.crt`.
 pub async fn run(st: ApiState, tokens: Arc<TokenConfig>, root_ca: Option<String>, stop: tokio::sync::watch::Receiver<bool>) {
     let ctx = Arc::new((tokens, root_ca));
-    let pass = ctx.clone();
+    let (storage, prefix) = (st.storage.clone(), st.prefix().to_string());
+    let pass = (st.clone(), ctx.clone());
     super::run_watching(
         "serviceaccount-token-controller",
-        st,
+        storage,
+        &prefix,
         &["secrets/"],
         stop,
-        move |st| {
-            let c = pass.clone();
+        move || {
+            let (st, c) = pass.clone();
             async move {
                 let dir = format!("{}/secrets/", st.prefix().trim_end_matches('/'));
                 let resp = st.storage.range(RangeRequest::prefix(&dir)).await.map_err(|e| e.to_string())?;
@@ -48,10 +50,10 @@ pub async fn run(st: ApiState, tokens: Arc<TokenConfig>, root_ca: Option<String>
                 Ok(resp.revision)
             }
         },
-        move |st, ev: Event| {
-            let c = ctx.clone();
+        move |events: Vec<Event>| {
+            let (st, c) = (st.clone(), ctx.clone());
             async move {
-                if ev.kind == EventKind::Put {
+                for ev in events.into_iter().filter(|ev| ev.kind == EventKind::Put) {
                     sync(&st, &c.0, c.1.as_deref(), ev.kv).await;
                 }
             }

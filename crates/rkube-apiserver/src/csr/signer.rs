@@ -31,9 +31,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use rkube_api::csr::{self as api_csr, FAILED, KUBE_APISERVER_CLIENT, KUBE_APISERVER_CLIENT_KUBELET};
-use rkube_storage::{RangeRequest, Storage, StorageError, WatchResponse};
+use rkube_storage::{RangeRequest, Storage, StorageError};
 use serde_json::{json, Value};
 use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::extensions::{GeneralName, ParsedExtension};
@@ -355,56 +354,33 @@ pub async fn reconcile_all(signer: &Signer, storage: &dyn Storage, prefix: &str)
     Ok((resp.revision, written))
 }
 
-/// Runs the signer until `stop` turns true (or its sender is dropped).
-pub async fn run(signer: Signer, storage: Arc<dyn Storage>, prefix: String, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let dir = format!("{}/certificatesigningrequests/", prefix.trim_end_matches('/'));
-    'outer: loop {
-        if *stop.borrow() {
-            return;
-        }
-        let rev = match reconcile_all(&signer, storage.as_ref(), &prefix).await {
-            Ok((rev, _)) => rev,
-            Err(e) => {
-                tracing::warn!(error = %e, "csr signing failed; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue 'outer,
-                    _ = stop.changed() => return,
+/// Runs the signer until `stop` turns true (or its sender is dropped): a
+/// pass over every CSR, then one after each batch of CSR events, on the
+/// controllers' one list-and-watch loop ([`crate::controllers::run_watching`]).
+pub async fn run(signer: Signer, storage: Arc<dyn Storage>, prefix: String, stop: tokio::sync::watch::Receiver<bool>) {
+    let signer = Arc::new(signer);
+    let (pass_signer, pass_storage, pass_prefix) = (signer.clone(), storage.clone(), prefix.clone());
+    let (event_storage, event_prefix) = (storage.clone(), prefix.clone());
+    crate::controllers::run_watching(
+        "certificatesigningrequest-signing-controller",
+        storage,
+        &prefix,
+        &["certificatesigningrequests/"],
+        stop,
+        move || {
+            let (signer, storage, prefix) = (pass_signer.clone(), pass_storage.clone(), pass_prefix.clone());
+            async move { reconcile_all(&signer, storage.as_ref(), &prefix).await.map(|(rev, _)| rev).map_err(|e| e.to_string()) }
+        },
+        move |_events| {
+            let (signer, storage, prefix) = (signer.clone(), event_storage.clone(), event_prefix.clone());
+            async move {
+                if let Err(e) = reconcile_all(&signer, storage.as_ref(), &prefix).await {
+                    tracing::warn!(error = %e, "csr signing failed");
                 }
             }
-        };
-        let mut watch = match storage.watch(&dir, rev).await {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!(error = %e, "watching certificatesigningrequests failed; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue 'outer,
-                    _ = stop.changed() => return,
-                }
-            }
-        };
-        loop {
-            tokio::select! {
-                ev = watch.stream.next() => match ev {
-                    Some(Ok(WatchResponse::Events(_))) => {
-                        if let Err(e) = reconcile_all(&signer, storage.as_ref(), &prefix).await {
-                            tracing::warn!(error = %e, "csr signing failed");
-                        }
-                    }
-                    Some(Ok(WatchResponse::Progress { .. })) => {}
-                    Some(Err(e)) => {
-                        tracing::debug!(error = %e, "certificatesigningrequest watch ended; relisting");
-                        continue 'outer;
-                    }
-                    None => continue 'outer,
-                },
-                r = stop.changed() => {
-                    if r.is_err() || *stop.borrow() {
-                        return;
-                    }
-                }
-            }
-        }
-    }
+        },
+    )
+    .await
 }
 
 #[cfg(test)]
