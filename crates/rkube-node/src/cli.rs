@@ -74,3 +74,25 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     handle.shutdown().await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Node {
+        #[command(flatten)]
+        args: NodeArgs,
+    }
+
+    #[test]
+    fn root_dir_sets_where_pod_volumes_live() {
+        let parse = |extra: &[&str]| {
+            let argv = ["node", "--kubeconfig", "k"].iter().chain(extra.iter()).copied();
+            node_config(Node::try_parse_from(argv).expect("flags parse").args).expect("config")
+        };
+        assert_eq!(parse(&[]).root_dir, std::path::PathBuf::from("/var/lib/kubelet"), "kubelet's default");
+        assert_eq!(parse(&["--root-dir", "/tmp/kubelet"]).root_dir, std::path::PathBuf::from("/tmp/kubelet"));
+    }
+}

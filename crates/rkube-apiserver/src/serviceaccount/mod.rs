@@ -31,7 +31,7 @@ pub use claims::TokenConfig;
 pub const DEFAULT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
 /// kube-apiserver's ServiceAccount token flags; `#[command(flatten)]` them.
-#[derive(clap::Args, Debug, Clone, Default)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct ServiceAccountArgs {
     /// Identifier of the service account token issuer (the `iss` claim); repeatable: the first one signs new tokens, all are accepted.
     #[arg(long = "service-account-issuer")]
@@ -48,6 +48,19 @@ pub struct ServiceAccountArgs {
     /// The longest lifetime of a token the TokenRequest API issues (Go duration, e.g. 24h; 0s: no limit); longer requests are shortened to it.
     #[arg(long = "service-account-max-token-expiration", default_value = "0s")]
     pub max_token_expiration: String,
+}
+
+impl Default for ServiceAccountArgs {
+    /// The flags' defaults: no issuer, no keys, no audiences, no lifetime limit (`0s`).
+    fn default() -> Self {
+        ServiceAccountArgs {
+            issuers: Vec::new(),
+            key_files: Vec::new(),
+            signing_key_file: None,
+            api_audiences: Vec::new(),
+            max_token_expiration: "0s".into(),
+        }
+    }
 }
 
 /// Errors turning [`ServiceAccountArgs`] into a [`TokenConfig`].
@@ -182,6 +195,9 @@ mod tests {
         assert_eq!(doc["jwks_uri"], format!("{DEFAULT_ISSUER}/openid/v1/jwks"));
         let set = jwks(&config);
         assert_eq!(set["keys"][0]["kid"], config.signer.as_ref().unwrap().public.kid.as_str());
+        let aud = ServiceAccountArgs { api_audiences: vec!["vault".into(), "api".into()], ..Default::default() };
+        let config = aud.with_up_defaults(dir.path()).unwrap().load().unwrap().unwrap();
+        assert_eq!(config.api_audiences, vec!["vault", "api"], "--api-audiences replaces the issuer as audience");
         let short = ServiceAccountArgs { max_token_expiration: "1m".into(), ..Default::default() };
         assert!(short.with_up_defaults(dir.path()).unwrap().load().is_err());
     }
