@@ -1,6 +1,6 @@
 //! The `rkube` command line: a thin layer over the library crates.
 //!
-//! `rkube apiserver | up | proxy | runtime | node | bench | snapshot`; the
+//! `rkube apiserver | up | proxy | runtime | node | controller-manager | bench | snapshot`; the
 //! command line is defined in the `rkube` library (`src/lib.rs`), each
 //! subcommand's flags and behaviour in its crate (`rkube_apiserver::cli`,
 //! `rkube_proxy::cli`, `rkube_storage::embedded::snapshot`).
@@ -28,6 +28,7 @@ fn main() -> std::process::ExitCode {
             Command::Proxy(args) => rkube_proxy::cli::run(args).await,
             Command::Runtime(args) => rkube_runtime::cli::run(args).await,
             Command::Node(args) => rkube_node::cli::run(args).await,
+            Command::ControllerManager(args) => rkube_controller_manager::cli::run(args).await,
             Command::Bench(args) => rkube_bench::cli::run(args).await,
             Command::Snapshot(cmd) => tokio::task::spawn_blocking(move || run_snapshot(cmd)).await?,
         }

@@ -1,0 +1,171 @@
+//! The controller table: one [`Controller`] row per controller rkube runs,
+//! named as upstream names it (`cmd/kube-controller-manager/names`: a
+//! `-controller` suffix since 1.28, the older short name kept as an alias),
+//! and the `--controllers` selection rules of upstream's
+//! `cmd/kube-controller-manager/app/controllermanager.go`.
+//!
+//! Adding a controller is adding a row to [`CONTROLLERS`] and a module.
+
+use futures::future::BoxFuture;
+
+use crate::context::ControllerContext;
+
+/// One controller: its names, whether `*` enables it, and how to start it.
+pub struct Controller {
+    /// Upstream's name (`deployment-controller`).
+    pub name: &'static str,
+    /// Older names accepted by `--controllers` (`deployment`).
+    pub aliases: &'static [&'static str],
+    /// Whether `*` includes it (upstream's "enabled by default").
+    pub enabled_by_default: bool,
+    /// Runs the controller until `ctx` says stop; an error ends the
+    /// controller manager (as upstream's `run` failing to start one).
+    pub start: fn(ControllerContext) -> BoxFuture<'static, anyhow::Result<()>>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller").field("name", &self.name).finish()
+    }
+}
+
+impl Controller {
+    /// Whether `name` is this controller's name or one of its aliases.
+    pub fn is_named(&self, name: &str) -> bool {
+        self.name == name || self.aliases.contains(&name)
+    }
+}
+
+/// Every controller rkube runs, in start order.
+pub static CONTROLLERS: &[Controller] = &[];
+
+/// Upstream controllers rkube does not run (yet): `--controllers` accepts
+/// their names (with a warning) so upstream command lines keep working.
+pub const NOT_IMPLEMENTED: &[&str] = &[
+    "bootstrap-signer-controller",
+    "bootstrapsigner",
+    "certificatesigningrequest-approving-controller",
+    "csrapproving",
+    "certificatesigningrequest-cleaner-controller",
+    "csrcleaner",
+    "clusterrole-aggregation-controller",
+    "clusterrole-aggregation",
+    "cloud-node-lifecycle-controller",
+    "cloud-node-lifecycle",
+    "ephemeral-volume-controller",
+    "ephemeral-volume",
+    "horizontal-pod-autoscaler-controller",
+    "horizontalpodautoscaling",
+    "legacy-serviceaccount-token-cleaner-controller",
+    "legacy-service-account-token-cleaner",
+    "node-ipam-controller",
+    "nodeipam",
+    "persistentvolume-attach-detach-controller",
+    "attachdetach",
+    "persistentvolume-binder-controller",
+    "persistentvolume-binder",
+    "persistentvolume-expander-controller",
+    "persistentvolume-expander",
+    "persistentvolume-protection-controller",
+    "pv-protection",
+    "persistentvolumeclaim-protection-controller",
+    "pvc-protection",
+    "endpointslice-mirroring-controller",
+    "endpointslicemirroring",
+    "service-lb-controller",
+    "service",
+    "node-route-controller",
+    "route",
+    "token-cleaner-controller",
+    "tokencleaner",
+    "ttl-controller",
+    "ttl",
+    "storage-version-migrator-controller",
+    "validatingadmissionpolicy-status-controller",
+    "service-cidr-controller",
+    "taint-eviction-controller",
+];
+
+/// The controllers `--controllers` selects, in [`CONTROLLERS`] order, and a
+/// warning for each name that rkube knows but does not run.
+///
+/// Rules (upstream's `IsControllerEnabled`): `*` enables every controller
+/// enabled by default; `foo` enables `foo`; `-foo` disables it; an explicit
+/// name wins over `*` whatever the order. Errors: a name that is neither a
+/// controller nor an alias (`"foo" is not in the list of known controllers`).
+pub fn select(spec: &[String]) -> Result<(Vec<&'static Controller>, Vec<String>), String> {
+    let mut star = false;
+    let mut on: Vec<&str> = Vec::new();
+    let mut off: Vec<&str> = Vec::new();
+    let mut warnings = Vec::new();
+    for raw in spec.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        if raw == "*" {
+            star = true;
+            continue;
+        }
+        let (disable, name) = match raw.strip_prefix('-') {
+            Some(n) => (true, n),
+            None => (false, raw),
+        };
+        let known = CONTROLLERS.iter().find(|c| c.is_named(name));
+        match known {
+            Some(c) if disable => off.push(c.name),
+            Some(c) => on.push(c.name),
+            None if NOT_IMPLEMENTED.contains(&name) => {
+                if !disable {
+                    warnings.push(format!("controller {name:?} is not implemented by rkube; ignoring it"));
+                }
+            }
+            None => return Err(format!("{raw:?} is not in the list of known controllers")),
+        }
+    }
+    let chosen = CONTROLLERS
+        .iter()
+        .filter(|c| {
+            if off.contains(&c.name) {
+                false
+            } else if on.contains(&c.name) {
+                true
+            } else {
+                star && c.enabled_by_default
+            }
+        })
+        .collect();
+    Ok((chosen, warnings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(s: &str) -> Vec<String> {
+        s.split(',').map(String::from).collect()
+    }
+
+    #[test]
+    fn unknown_controller_names_are_refused_with_upstreams_message() {
+        assert_eq!(select(&spec("*,frobnicator")).unwrap_err(), "\"frobnicator\" is not in the list of known controllers");
+    }
+
+    #[test]
+    fn upstream_controllers_rkube_lacks_are_accepted_with_a_warning() {
+        let (_, warnings) = select(&spec("*,ttl")).unwrap();
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("\"ttl\" is not implemented"), "{warnings:?}");
+        let (_, warnings) = select(&spec("*,-ttl")).unwrap();
+        assert!(warnings.is_empty());
+    }
+
+    #[test]
+    fn star_selects_the_controllers_enabled_by_default_and_minus_removes() {
+        let (all, _) = select(&spec("*")).unwrap();
+        let default: Vec<_> = CONTROLLERS.iter().filter(|c| c.enabled_by_default).map(|c| c.name).collect();
+        assert_eq!(all.iter().map(|c| c.name).collect::<Vec<_>>(), default);
+        if let Some(first) = CONTROLLERS.first() {
+            let (fewer, _) = select(&[String::from("*"), format!("-{}", first.aliases.first().unwrap_or(&first.name))]).unwrap();
+            assert!(!fewer.iter().any(|c| c.name == first.name));
+        }
+        let (none, _) = select(&[]).unwrap();
+        assert!(none.is_empty());
+    }
+}

@@ -1,0 +1,17 @@
+//! `rkube controller-manager`: upstream kube-controller-manager's controllers,
+//! written on kube-rs's runtime (reflectors, `Controller`, the events
+//! `Recorder`) and talking to any API server through a kubeconfig.
+//!
+//! - [`controllers`]: the table of controllers ([`controllers::CONTROLLERS`]),
+//!   one row each, with upstream's names (`deployment-controller`, …) and
+//!   their short aliases, and the `--controllers` selection rules;
+//! - [`context`]: what every controller is started with (client, identity,
+//!   stop signal);
+//! - [`cli`]: the `rkube controller-manager` flags and entry point.
+//!
+//! Upstream: `cmd/kube-controller-manager/app`, `pkg/controller/*`.
+#![deny(missing_docs)]
+
+pub mod cli;
+pub mod context;
+pub mod controllers;
