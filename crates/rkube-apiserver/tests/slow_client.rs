@@ -6,7 +6,9 @@
 //!
 //! A client that never finishes its request head must see the server close
 //! the connection after the timeout, over plain HTTP and over TLS, while
-//! other clients are answered meanwhile.
+//! other clients are answered meanwhile. A client that asks for a large LIST
+//! and stops reading is disconnected once a write has waited on it for the
+//! write stall timeout (also shortened to 1 s; production 60 s).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,7 +51,7 @@ impl Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
-        let opts = ServeOptions { header_read_timeout: TEST_TIMEOUT };
+        let opts = ServeOptions { header_read_timeout: TEST_TIMEOUT, write_stall_timeout: TEST_TIMEOUT };
         let done = tokio::spawn(tls::serve_with(listener, router, server_config, opts, async move {
             let _ = rx.await;
         }));
@@ -146,5 +148,40 @@ async fn incomplete_request_head_is_closed_after_read_header_timeout_over_https(
     let sock = connector.connect(name, tcp).await.expect("TLS handshake");
     assert_slow_head_is_cut_off(sock, async { client.get(&url).send().await.expect("normal request").status().as_u16() })
         .await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_disconnected_after_the_write_stall_timeout() {
+    let (server, _) = Server::start(false).await;
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
+    let base = format!("http://{}", server.addr);
+    let value = "x".repeat(20 * 1024);
+    for i in 0..300 {
+        let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i:03}")}, "data": {"v": value}});
+        let r = client.post(format!("{base}/api/v1/namespaces/default/configmaps")).json(&cm).send().await.expect("create");
+        assert_eq!(r.status().as_u16(), 201);
+    }
+    let full = client.get(format!("{base}/api/v1/configmaps")).send().await.expect("list").bytes().await.expect("body");
+    assert!(full.len() > 6_000_000, "a ~6 MB LIST: {}", full.len());
+
+    // A small receive buffer, so the server's writes wait on this client soon.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let mut sock = socket.connect(server.addr).await.expect("connect");
+    sock.write_all(b"GET /api/v1/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.expect("send");
+    tokio::time::sleep(TEST_TIMEOUT * 4).await;
+    assert_eq!(
+        client.get(format!("{base}/api/v1/namespaces/default")).send().await.expect("normal request").status().as_u16(),
+        200,
+        "another client is answered while the stalled one waits"
+    );
+    let (bytes, _) = wait_for_close(&mut sock, Instant::now()).await.expect("the server closed the stalled connection");
+    assert!(bytes.starts_with(b"HTTP/1.1 200"), "the answer had started: {:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(64)]));
+    assert!(bytes.len() < full.len(), "cut before the end of the body: {} of {} bytes", bytes.len(), full.len());
+
+    // A client that reads the same LIST at once gets all of it.
+    let again = client.get(format!("{base}/api/v1/configmaps")).send().await.expect("list").bytes().await.expect("body");
+    assert_eq!(again.len(), full.len());
     server.stop().await;
 }

@@ -49,6 +49,7 @@ pub mod timeout;
 pub mod tls;
 pub mod trace;
 pub mod uri_too_long;
+pub mod write_stall;
 pub mod x509;
 
 use std::path::PathBuf;

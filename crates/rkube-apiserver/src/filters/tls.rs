@@ -470,11 +470,15 @@ pub struct ServeOptions {
     /// How long a client may take to send a request head before the
     /// connection is closed ([`READ_HEADER_TIMEOUT`]; tests shorten it).
     pub header_read_timeout: Duration,
+    /// How long a response write may wait for the client to read before the
+    /// connection is closed ([`super::write_stall::WRITE_STALL_TIMEOUT`];
+    /// zero disables; tests shorten it).
+    pub write_stall_timeout: Duration,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        ServeOptions { header_read_timeout: READ_HEADER_TIMEOUT }
+        ServeOptions { header_read_timeout: READ_HEADER_TIMEOUT, write_stall_timeout: super::write_stall::WRITE_STALL_TIMEOUT }
     }
 }
 
@@ -493,7 +497,9 @@ pub async fn serve(
 /// [`serve`] with explicit [`ServeOptions`]. Plain HTTP is HTTP/1.1 only (as
 /// Go's server without h2c); over TLS the ALPN result picks HTTP/2 (`h2`) or
 /// HTTP/1.1. HTTP/1 connections support upgrades and close when a request
-/// head takes longer than `opts.header_read_timeout`. On shutdown no new
+/// head takes longer than `opts.header_read_timeout`; any connection closes
+/// when a write waits on the client longer than `opts.write_stall_timeout`
+/// ([`super::write_stall`]). On shutdown no new
 /// connection is accepted, every open one is shut down gracefully (idle ones
 /// close, in-flight requests finish) and this returns when all are closed.
 pub async fn serve_with(
@@ -555,6 +561,7 @@ where
             req
         }));
         let (stop, done) = (stop_tx.clone(), done_rx.clone());
+        let io = super::write_stall::WriteStallGuard::new(io, opts.write_stall_timeout);
         if is_h2 {
             let conn = http2.serve_connection(TokioIo::new(io), service);
             tokio::spawn(drive(conn, stop, done, addr, |c| c.graceful_shutdown()));
