@@ -156,6 +156,11 @@ pub struct Api {
 /// (rustls with the ring provider, TLS 1.2 and 1.3). `Err` with a message
 /// when the PEM holds no certificate.
 pub fn https_builder(ca_pem: &str) -> Result<reqwest::ClientBuilder, String> {
+    https_builder_alpn(ca_pem, &[b"http/1.1"])
+}
+
+/// [`https_builder`] offering `alpn` protocols (`h2` for HTTP/2, as kubectl does).
+pub fn https_builder_alpn(ca_pem: &str, alpn: &[&[u8]]) -> Result<reqwest::ClientBuilder, String> {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
@@ -165,11 +170,12 @@ pub fn https_builder(ca_pem: &str) -> Result<reqwest::ClientBuilder, String> {
     if roots.is_empty() {
         return Err("no CA certificate".into());
     }
-    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+    let mut cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(reqwest::Client::builder().use_preconfigured_tls(cfg))
 }
 
@@ -191,6 +197,18 @@ impl Api {
     /// authenticating with bearer `token`.
     pub fn secure(base: &str, ca_pem: &str, token: &str) -> Result<Api, String> {
         let http = https_builder(ca_pem)?.pool_max_idle_per_host(1024).tcp_nodelay(true).build().map_err(|e| e.to_string())?;
+        Ok(Api { http, base: base.trim_end_matches('/').to_string(), token: Some(token.to_string()) })
+    }
+
+    /// [`Api::secure`] speaking HTTP/2 (negotiated by ALPN) when `http2`,
+    /// else HTTP/1.1.
+    pub fn secure_with(base: &str, ca_pem: &str, token: &str, http2: bool) -> Result<Api, String> {
+        let alpn: &[&[u8]] = if http2 { &[b"h2"] } else { &[b"http/1.1"] };
+        let mut builder = https_builder_alpn(ca_pem, alpn)?.pool_max_idle_per_host(1024).tcp_nodelay(true);
+        if http2 {
+            builder = builder.http2_prior_knowledge();
+        }
+        let http = builder.build().map_err(|e| e.to_string())?;
         Ok(Api { http, base: base.trim_end_matches('/').to_string(), token: Some(token.to_string()) })
     }
 

@@ -171,6 +171,16 @@ fn bench_writes_quick_reports_create_and_update() {
     assert!(names.iter().any(|n| n == "writes/create/latency") && names.iter().any(|n| n == "writes/update/latency"), "{names:?}");
 }
 
+#[test]
+fn bench_stalled_quick_reports_rss_before_during_and_after() {
+    let out = run_quick("stalled");
+    let json = assert_report(out.path(), "stalled", false);
+    let names = measurement_names(&json);
+    for name in ["rss/before", "rss/peak_while_stalled", "rss/after", "small_get/while_stalled"] {
+        assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
+    }
+}
+
 /// `rkube bench all` runs every scenario and exits non-zero naming those that
 /// failed: here all of them, as the API server binary it is given does not
 /// exist. No report is written for a failed scenario.
@@ -185,8 +195,8 @@ fn bench_all_runs_every_scenario_and_fails_on_any_failure() {
         .expect("run rkube bench all");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("rkube: failed scenarios: list, writes, init, watch, cluster"), "{stderr}");
-    for name in ["list", "writes", "init", "watch", "cluster"] {
+    assert!(stderr.contains("rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled"), "{stderr}");
+    for name in ["list", "writes", "init", "watch", "cluster", "rbac", "stalled"] {
         assert!(!out.path().join(format!("{name}.json")).exists(), "{name}: a failed run wrote a report");
     }
 }

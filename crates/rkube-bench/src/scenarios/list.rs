@@ -5,6 +5,7 @@
 //! |---|---|
 //! | floor | a direct range read of the same keys: etcd-client on etcd; `Storage::range` in process on the embedded store (server stopped) |
 //! | `rv0` | `GET /api/v1/<resource>?resourceVersion=0` (cache: latest state) |
+//! | `rv0-https`, `rv0-h2` | the same over HTTPS (bearer token, RBAC), HTTP/1.1 and HTTP/2: the path kubectl takes |
 //! | `consistent` | `GET /api/v1/<resource>` (RV="": cache once fresh, else storage) |
 //! | `storage` | RV="" on a server started with the resource's cache disabled (`--watch-cache-sizes=<resource>#0`) |
 //! | `walk` / `walk-storage` | `limit=500` pages with `continue` until done, on either server |
@@ -41,6 +42,8 @@ const PAGE: usize = 500;
 const MODES: &[(&str, &str)] = &[
     ("floor", "direct storage range (floor)"),
     ("rv0", "RV=0"),
+    ("rv0-https", "RV=0 over HTTPS, HTTP/1.1"),
+    ("rv0-h2", "RV=0 over HTTPS, HTTP/2"),
     ("consistent", "RV=\"\" (consistent)"),
     ("storage", "cache disabled (storage)"),
     ("walk", "walk limit=500 (RV=\"\" + continue)"),
@@ -189,6 +192,33 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 ),
                 None => {}
             }
+
+            // 4. The server with its cache, over HTTPS: HTTP/1.1 and HTTP/2 side by side.
+            //    Last, since it publishes `kube-root-ca.crt` ConfigMaps, removed after it.
+            progress::phase(&format!("starting rkube apiserver over HTTPS with {size} {}", one.resource()));
+            let dir = tempfile::tempdir()?;
+            let (ca_pem, flags) = crate::scenarios::rbac::pki(dir.path())?;
+            let token = crate::scenarios::rbac::MASTERS_TOKEN;
+            let server = env.start_server_with(&flags, Some(&crate::procs::Secure { ca_pem: ca_pem.clone(), token: token.into() })).await?;
+            for (mode, http2) in [("rv0-https", false), ("rv0-h2", true)] {
+                let api = Api::secure_with(server.base_url(), &ca_pem, token, http2).map_err(anyhow::Error::msg)?;
+                for &kind in &kinds_here {
+                    wait_listable(&api, kind).await?;
+                    // A server with a CA publishes `kube-root-ca.crt` in every
+                    // namespace: those are listed too, so they are counted first.
+                    let extra = settled_extras(&api, kind).await?;
+                    let path = format!("/api/v1/{}?resourceVersion=0", kind.resource());
+                    let pb = progress::bar(runs as u64 + 1, format!("LIST {size} {} {mode}", kind.resource()));
+                    let (samples, _, from) = time_list(ctx, &api, &path, runs, size + extra, &pb).await?;
+                    pb.finish_and_clear();
+                    if let Some(s) = record(&mut report, kind, size, mode, backend, &samples) {
+                        results.insert((kind, size, mode), s);
+                    }
+                    served.insert((kind, size, mode), from);
+                }
+            }
+            server.stop().await;
+            remove_published(&env).await?;
         }
         drop(env);
     }
@@ -199,12 +229,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     tables(&mut report, &kinds, &sizes, &results, &bytes, &rss, runs, walk_runs, backend);
     let mut t = Table::new(
         "Where each mode was served from (apiserver_cache_list_total / apiserver_storage_list_total deltas over its warm-up + timed runs)",
-        &["kind", "objects", "RV=0", "RV=\"\"", "walk", "cache disabled", "walk, cache disabled"],
+        &["kind", "objects", "RV=0", "RV=0 HTTPS", "RV=0 HTTP/2", "RV=\"\"", "walk", "cache disabled", "walk, cache disabled"],
     );
     for &kind in &kinds {
         for &size in &sizes {
             let get = |m: &str| served.get(&(kind, size, m)).cloned().unwrap_or_else(|| "n/a".into());
-            t.row(vec![kind.resource().into(), fmt_count(size as u64), get("rv0"), get("consistent"), get("walk"), get("storage"), get("walk-storage")]);
+            t.row(vec![kind.resource().into(), fmt_count(size as u64), get("rv0"), get("rv0-https"), get("rv0-h2"), get("consistent"), get("walk"), get("storage"), get("walk-storage")]);
         }
     }
     report.tables.push(t);
@@ -248,6 +278,42 @@ async fn floor(env: &Env, storage: &std::sync::Arc<dyn rkube_storage::Storage>, 
         }
     }
     Ok(samples)
+}
+
+/// How many objects of `kind` not loaded by the bench (no `bench=list`
+/// label) the server holds, once that stops changing: on a server with a CA,
+/// one `kube-root-ca.crt` ConfigMap per namespace, published shortly after
+/// start. Polls for up to 10 s, until the count matches the namespaces (for
+/// ConfigMaps) and two readings 500 ms apart agree.
+async fn settled_extras(api: &Api, kind: Kind) -> anyhow::Result<usize> {
+    if kind != Kind::Configmaps {
+        return Ok(0);
+    }
+    let path = format!("/api/v1/{}?resourceVersion=0&labelSelector=bench%21%3Dlist", kind.resource());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = api.list(&path).await?.items;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = api.list(&path).await?.items;
+        let namespaces = api.list("/api/v1/namespaces").await?.items;
+        let complete = now >= namespaces;
+        if (now == last && complete) || Instant::now() > deadline {
+            return Ok(now);
+        }
+        last = now;
+    }
+}
+
+/// Deletes, straight from storage (no server running), the
+/// `kube-root-ca.crt` ConfigMaps a server with a CA published, so the next
+/// server lists only what the bench loaded.
+async fn remove_published(env: &Env) -> anyhow::Result<()> {
+    let storage = env.open_storage().await?;
+    let found = storage.range(rkube_storage::RangeRequest::prefix("/registry/configmaps/")).await.context("storage range")?;
+    for kv in found.kvs.iter().filter(|kv| kv.key.ends_with("/kube-root-ca.crt")) {
+        storage.delete(&kv.key, None).await.context("deleting a published ConfigMap")?;
+    }
+    Ok(())
 }
 
 /// Waits until a LIST of the kind answers 200 (a cache still initializing answers 429).
@@ -414,7 +480,7 @@ fn tables(
             format!("LIST {what} on {}: median (p90) seconds, {runs} runs ({walk_runs} for walks)", backend.name()),
             &cols,
         );
-        let mut tp = Table::new(format!("LIST {what}: throughput at the median (objects/s)"), &["objects", "floor", "RV=0", "RV=\"\"", "cache disabled"]);
+        let mut tp = Table::new(format!("LIST {what}: throughput at the median (objects/s)"), &["objects", "floor", "RV=0", "RV=0 HTTP/2", "RV=\"\"", "cache disabled"]);
         for &size in sizes {
             let mut row = vec![fmt_count(size as u64), bytes.get(&(kind, size)).map(|b| fmt_bytes(*b as u64)).unwrap_or_else(|| "n/a".into())];
             row.extend(MODES.iter().map(|m| cell(results.get(&(kind, size, m.0)).copied())));
@@ -423,7 +489,7 @@ fn tables(
             let rate = |mode: &str| {
                 results.get(&(kind, size, mode)).map(|s| fmt_rate(size as f64 / s.median)).unwrap_or_else(|| "n/a".into())
             };
-            tp.row(vec![fmt_count(size as u64), rate("floor"), rate("rv0"), rate("consistent"), rate("storage")]);
+            tp.row(vec![fmt_count(size as u64), rate("floor"), rate("rv0"), rate("rv0-h2"), rate("consistent"), rate("storage")]);
         }
         report.tables.push(t);
         report.tables.push(tp);

@@ -6,6 +6,7 @@
 //! - [`cluster`]: a hollow cluster (kubelets, proxies, a controller) against the SLOs.
 //! - [`init`]: server start → ready → first LIST vs object count.
 //! - [`writes`]: create/update throughput and latency vs concurrency.
+//! - [`stalled`]: server memory while clients stall on large LISTs, and after.
 //! - [`rbac`]: GET throughput of an RBAC-bound user vs a `system:masters` one, vs bindings.
 
 pub mod cluster;
@@ -13,6 +14,7 @@ mod cluster_sim;
 pub mod init;
 pub mod list;
 pub mod rbac;
+pub mod stalled;
 pub mod watch;
 pub mod writes;
 
@@ -94,6 +96,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Report> {
         Scenario::Init => init::run(ctx).await,
         Scenario::Writes => writes::run(ctx).await,
         Scenario::Rbac => rbac::run(ctx).await,
+        Scenario::Stalled => stalled::run(ctx).await,
         Scenario::All | Scenario::Summary => anyhow::bail!("`{}` is not a measuring scenario", scenario.name()),
     }
 }

@@ -37,12 +37,12 @@ pub const CONNECTIONS: usize = 8;
 
 const NS: &str = "bench-rbac";
 const RBAC: &str = "rbac.authorization.k8s.io";
-const MASTERS_TOKEN: &str = "bench-masters-token";
+pub(crate) const MASTERS_TOKEN: &str = "bench-masters-token";
 const USER_TOKEN: &str = "bench-viewer-token";
 
 /// A CA and a serving certificate for 127.0.0.1, written to `dir`; returns
 /// the CA (PEM) and the flags serving HTTPS with them.
-fn pki(dir: &std::path::Path) -> anyhow::Result<(String, Vec<String>)> {
+pub(crate) fn pki(dir: &std::path::Path) -> anyhow::Result<(String, Vec<String>)> {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate()?;
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
