@@ -45,36 +45,9 @@ fn row(group: &str, resource: &str) -> Result<&'static ResourceInfo, ApiError> {
     registry::lookup(group, "v1", resource).ok_or_else(|| ApiError::internal(format!("{resource} are not served")))
 }
 
-/// `(groupPriorityMinimum, versionPriority)` of a built-in group version
-/// (upstream `apiVersionPriorities`); unlisted ones get 1000/15.
-fn api_service_priority(group: &str, version: &str) -> (i64, i64) {
-    match (group, version) {
-        ("", _) => (18000, 1),
-        ("apiregistration.k8s.io", _) | ("apps", _) => (17800, 15),
-        ("events.k8s.io", _) => (17750, 15),
-        ("authentication.k8s.io", _) => (17700, 15),
-        ("authorization.k8s.io", _) => (17600, 15),
-        ("autoscaling", "v2") => (17500, 30),
-        ("autoscaling", _) => (17500, 15),
-        ("batch", _) => (17400, 15),
-        ("certificates.k8s.io", _) => (17300, 15),
-        ("networking.k8s.io", _) => (17200, 15),
-        ("policy", _) => (17100, 15),
-        ("rbac.authorization.k8s.io", _) => (17000, 15),
-        ("storage.k8s.io", _) => (16800, 15),
-        ("apiextensions.k8s.io", _) | ("admissionregistration.k8s.io", _) => (16700, 15),
-        ("scheduling.k8s.io", _) => (16600, 15),
-        ("coordination.k8s.io", _) => (16500, 15),
-        ("node.k8s.io", _) => (16300, 15),
-        ("discovery.k8s.io", _) => (16200, 15),
-        ("flowcontrol.apiserver.k8s.io", _) => (16100, 21),
-        _ => (1000, 15),
-    }
-}
-
 /// The local APIService of one group version (`v1.apps`, `v1.` for core).
 pub fn api_service(group: &str, version: &str) -> Value {
-    let (group_priority, version_priority) = api_service_priority(group, version);
+    let (group_priority, version_priority) = registry::priority(group, version);
     json!({
         "kind": "APIService",
         "apiVersion": "apiregistration.k8s.io/v1",

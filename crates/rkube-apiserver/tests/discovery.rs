@@ -41,24 +41,25 @@ async fn legacy_discovery_lists_resources_with_short_names_and_verbs() {
     assert_eq!(
         names,
         vec![
-            "admissionregistration.k8s.io",
+            // kube-apiserver's order: groupPriorityMinimum, highest first, then name.
             "apiregistration.k8s.io",
             "apps",
+            "events.k8s.io",
             "authentication.k8s.io",
             "authorization.k8s.io",
             "autoscaling",
             "batch",
             "certificates.k8s.io",
-            "coordination.k8s.io",
-            "discovery.k8s.io",
-            "events.k8s.io",
-            "flowcontrol.apiserver.k8s.io",
             "networking.k8s.io",
-            "node.k8s.io",
             "policy",
             "rbac.authorization.k8s.io",
-            "scheduling.k8s.io",
             "storage.k8s.io",
+            "admissionregistration.k8s.io",
+            "scheduling.k8s.io",
+            "coordination.k8s.io",
+            "node.k8s.io",
+            "discovery.k8s.io",
+            "flowcontrol.apiserver.k8s.io",
         ]
     );
     let apps = s.get("/apis/apps/v1").await;

@@ -406,8 +406,40 @@ pub struct GroupVersion {
     pub version: &'static str,
 }
 
-/// The named (non-core) groups served, in discovery order (sorted by group name),
-/// each with its versions (the first is the preferred one).
+/// `(groupPriorityMinimum, versionPriority)` of a group version: upstream's
+/// `apiVersionPriorities` for the built-in groups (kube-apiserver's
+/// `pkg/controlplane/apiserver/aggregator.go`), which its local APIServices
+/// carry and which order discovery; any other group gets 1000/15 (what a
+/// CRD's APIService gets for its group).
+pub fn priority(group: &str, version: &str) -> (i64, i64) {
+    match (group, version) {
+        ("", _) => (18000, 1),
+        ("apiregistration.k8s.io", _) | ("apps", _) => (17800, 15),
+        ("events.k8s.io", _) => (17750, 15),
+        ("authentication.k8s.io", _) => (17700, 15),
+        ("authorization.k8s.io", _) => (17600, 15),
+        ("autoscaling", "v2") => (17500, 30),
+        ("autoscaling", _) => (17500, 15),
+        ("batch", _) => (17400, 15),
+        ("certificates.k8s.io", _) => (17300, 15),
+        ("networking.k8s.io", _) => (17200, 15),
+        ("policy", _) => (17100, 15),
+        ("rbac.authorization.k8s.io", _) => (17000, 15),
+        ("storage.k8s.io", _) => (16800, 15),
+        ("apiextensions.k8s.io", _) | ("admissionregistration.k8s.io", _) => (16700, 15),
+        ("scheduling.k8s.io", _) => (16600, 15),
+        ("coordination.k8s.io", _) => (16500, 15),
+        ("node.k8s.io", _) => (16300, 15),
+        ("discovery.k8s.io", _) => (16200, 15),
+        ("flowcontrol.apiserver.k8s.io", _) => (16100, 21),
+        _ => (1000, 15),
+    }
+}
+
+/// The named (non-core) groups served, in discovery order (upstream's
+/// aggregator order: [`priority`]'s groupPriorityMinimum, highest first,
+/// then by name), each with its versions (registry order: the first is the
+/// preferred one).
 pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
     let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
     for r in every().into_iter().filter(|r| !r.group.is_empty()) {
@@ -420,7 +452,7 @@ pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
             None => out.push((r.group, vec![r.version])),
         }
     }
-    out.sort_by(|a, b| a.0.cmp(b.0));
+    out.sort_by_key(|(g, vs)| (std::cmp::Reverse(priority(g, vs[0]).0), *g));
     out
 }
 
@@ -504,24 +536,25 @@ mod tests {
         assert_eq!(
             names,
             vec![
-                "admissionregistration.k8s.io",
+                // kube-apiserver 1.33's `kubectl get --raw /apis` order.
                 "apiregistration.k8s.io",
                 "apps",
+                "events.k8s.io",
                 "authentication.k8s.io",
                 "authorization.k8s.io",
                 "autoscaling",
                 "batch",
                 "certificates.k8s.io",
-                "coordination.k8s.io",
-                "discovery.k8s.io",
-                "events.k8s.io",
-                "flowcontrol.apiserver.k8s.io",
                 "networking.k8s.io",
-                "node.k8s.io",
                 "policy",
                 "rbac.authorization.k8s.io",
-                "scheduling.k8s.io",
                 "storage.k8s.io",
+                "admissionregistration.k8s.io",
+                "scheduling.k8s.io",
+                "coordination.k8s.io",
+                "node.k8s.io",
+                "discovery.k8s.io",
+                "flowcontrol.apiserver.k8s.io",
             ]
         );
     }
