@@ -286,6 +286,27 @@ mod tests {
     }
 
     #[test]
+    fn component_kubeconfigs_authenticate_as_the_upstream_user_signed_by_the_up_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
+        write_component_kubeconfigs(dir.path(), "https://127.0.0.1:6443", &up).unwrap();
+        let kc: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(dir.path().join("scheduler.kubeconfig")).unwrap()).unwrap();
+        assert_eq!(kc["clusters"][0]["cluster"]["server"], "https://127.0.0.1:6443");
+        use base64::Engine as _;
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(kc["users"][0]["user"]["client-certificate-data"].as_str().unwrap())
+            .unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+        let cert = pem.parse_x509().unwrap();
+        let cn: Vec<&str> = cert.subject().iter_common_name().filter_map(|c| c.as_str().ok()).collect();
+        assert_eq!(cn, vec!["system:kube-scheduler"]);
+        assert_eq!(cert.subject().iter_organization().count(), 0, "no groups");
+        let ca_der = up.pki.ca_certs().unwrap();
+        let (_, ca) = x509_parser::parse_x509_certificate(ca_der[0].as_ref()).unwrap();
+        assert!(cert.verify_signature(Some(ca.public_key())).is_ok(), "signed by the up CA");
+    }
+
+    #[test]
     fn insecure_keeps_operability_flags_and_drops_access_control() {
         let flags = FilterArgs {
             audit_log_path: Some("-".into()),

@@ -715,6 +715,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn kube_scheduler_may_bind_pods_and_hold_only_its_lease() {
+        let rbac = fixture().await;
+        let sched = user("system:kube-scheduler", &["system:authenticated"]);
+        let allowed = [
+            (Method::POST, "/api/v1/namespaces/dev/pods/p/binding"),
+            (Method::PATCH, "/api/v1/namespaces/dev/pods/p/status"),
+            (Method::GET, "/api/v1/pods?watch=true"),
+            (Method::GET, "/api/v1/nodes"),
+            (Method::POST, "/apis/events.k8s.io/v1/namespaces/dev/events"),
+            (Method::POST, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"),
+            (Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler"),
+        ];
+        for (m, uri) in allowed {
+            let d = authorize(&rbac, &sched, &attrs(m.clone(), uri)).await;
+            assert!(matches!(d, RbacDecision::Allow(_)), "{m} {uri}: {d:?}");
+        }
+        let denied = [
+            (Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager"),
+            (Method::GET, "/api/v1/namespaces/dev/secrets"),
+            (Method::POST, "/api/v1/namespaces/dev/pods"),
+        ];
+        for (m, uri) in denied {
+            let d = authorize(&rbac, &sched, &attrs(m.clone(), uri)).await;
+            assert!(matches!(d, RbacDecision::NoOpinion(_)), "{m} {uri}: {d:?}");
+        }
+    }
+
+    #[tokio::test]
     async fn storage_source_reads_upstream_keys() {
         let dir = tempfile::tempdir().unwrap();
         let storage: Arc<dyn Storage> = Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
