@@ -218,10 +218,10 @@ impl Scheduler {
                     self.queue.delete(&key);
                     self.gated.remove(&key);
                     self.assumed.remove(&key);
+                    // Newly bound, or finished (its resources freed): a cluster event.
                     let running = crate::snapshot::is_assigned_and_running(&pod);
-                    if running && self.bound.insert(key.clone()) {
-                        self.queue.move_all(now);
-                    } else if !running && self.bound.remove(&key) {
+                    let changed = if running { self.bound.insert(key.clone()) } else { self.bound.remove(&key) };
+                    if changed {
                         self.queue.move_all(now);
                     }
                 } else if wants(&pod) && gated(&pod) {

@@ -40,7 +40,7 @@ pub fn term_matches(term: &PodAffinityTerm, owner_ns: &str, target: &Pod, snapsh
     term.label_selector.as_ref().is_some_and(|sel| label_selector_matches(sel, &pod_labels(target)))
 }
 
-fn required<'a>(pod: &'a Pod, anti: bool) -> &'a [PodAffinityTerm] {
+fn required(pod: &Pod, anti: bool) -> &[PodAffinityTerm] {
     let a = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
     let terms = if anti {
         a.and_then(|a| a.pod_anti_affinity.as_ref()).and_then(|x| x.required_during_scheduling_ignored_during_execution.as_ref())
