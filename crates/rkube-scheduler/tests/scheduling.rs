@@ -94,6 +94,9 @@ async fn unschedulable_pod_waits_with_failed_scheduling_and_binds_when_a_node_fi
     // A node that fits appears: the pod is scheduled there.
     create_node(&client, "large", "16", json!({})).await;
     assert_eq!(bound_node(&client, "huge", 20).await, "large");
+    let bound: Pod = pods.get("huge").await.expect("get");
+    let cond = bound.status.and_then(|s| s.conditions).unwrap_or_default().into_iter().find(|c| c.type_ == "PodScheduled");
+    assert_eq!(cond.map(|c| c.status), Some("True".to_string()), "the binding sets PodScheduled=True");
     let scheduled = eventually(20, "Scheduled event", || {
         let events = events.clone();
         async move {
