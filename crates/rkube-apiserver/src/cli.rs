@@ -359,6 +359,7 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
         let up = crate::up_auth::secure_filter_args(&data_dir, &args.filters)?;
         let server = format!("https://{local}");
         crate::filters::tls::write_kubeconfig(&kubeconfig_path, &server, &up.kubeconfig_pki())?;
+        crate::up_auth::write_component_kubeconfigs(&data_dir, &server, &up)?;
         // The generated CA signs approved client CSRs; it is a trusted client CA.
         let ca_key = data_dir.join("pki").join("ca.key");
         let duration = crate::csr::signer::DEFAULT_SIGNING_DURATION;

@@ -162,6 +162,47 @@ pub fn secure_filter_args(data_dir: &Path, flags: &FilterArgs) -> Result<SecureU
     Ok(SecureUp { filters, pki, server_ca_pem })
 }
 
+/// The control-plane components `rkube up` runs in its own process, each
+/// talking to the server as its upstream user through a kubeconfig in the
+/// data dir: (file name, user). Each user is bound to its bootstrap
+/// ClusterRole (`system:kube-scheduler`, ...) by
+/// [`crate::filters::rbac::bootstrap_policy`].
+pub const UP_COMPONENTS: &[(&str, &str)] = &[("scheduler.kubeconfig", "system:kube-scheduler")];
+
+/// Writes, for each of [`UP_COMPONENTS`], `<data_dir>/<file>`: a kubeconfig
+/// for `server_url` trusting `up`'s server CA and authenticating with a
+/// fresh client certificate (`CN=<user>`, no groups, client auth, valid
+/// from last year for 10 years) signed by the generated CA
+/// (`<data_dir>/pki/ca.key`). Errors: the CA cannot be read or a file
+/// cannot be written.
+pub fn write_component_kubeconfigs(data_dir: &Path, server_url: &str, up: &SecureUp) -> Result<(), UpAuthError> {
+    use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose};
+    let key_path = data_dir.join("pki").join("ca.key");
+    let ca_key_pem = std::fs::read_to_string(&key_path).map_err(|source| UpAuthError::File {
+        what: "reading",
+        path: key_path.display().to_string(),
+        source,
+    })?;
+    let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(TlsError::from)?;
+    let issuer = Issuer::from_ca_cert_pem(&up.pki.ca_cert_pem, &ca_key).map_err(TlsError::from)?;
+    for (file, user) in UP_COMPONENTS {
+        let key = KeyPair::generate().map_err(TlsError::from)?;
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::from)?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, *user);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::days(365);
+        params.not_after = now + time::Duration::days(3650);
+        let cert = params.signed_by(&key, &issuer).map_err(TlsError::from)?;
+        let pki = tls::Pki { admin_cert_pem: cert.pem(), admin_key_pem: key.serialize_pem(), ..up.kubeconfig_pki() };
+        tls::write_kubeconfig(&data_dir.join(file), server_url, &pki)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,6 +283,27 @@ mod tests {
         let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
         assert_eq!(up.filters.tls_cert_file.as_ref(), Some(&up.pki.serving_cert_path));
         assert_eq!(up.server_ca_pem, up.pki.ca_cert_pem);
+    }
+
+    #[test]
+    fn component_kubeconfigs_authenticate_as_the_upstream_user_signed_by_the_up_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
+        write_component_kubeconfigs(dir.path(), "https://127.0.0.1:6443", &up).unwrap();
+        let kc: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(dir.path().join("scheduler.kubeconfig")).unwrap()).unwrap();
+        assert_eq!(kc["clusters"][0]["cluster"]["server"], "https://127.0.0.1:6443");
+        use base64::Engine as _;
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(kc["users"][0]["user"]["client-certificate-data"].as_str().unwrap())
+            .unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+        let cert = pem.parse_x509().unwrap();
+        let cn: Vec<&str> = cert.subject().iter_common_name().filter_map(|c| c.as_str().ok()).collect();
+        assert_eq!(cn, vec!["system:kube-scheduler"]);
+        assert_eq!(cert.subject().iter_organization().count(), 0, "no groups");
+        let ca_der = up.pki.ca_certs().unwrap();
+        let (_, ca) = x509_parser::parse_x509_certificate(ca_der[0].as_ref()).unwrap();
+        assert!(cert.verify_signature(Some(ca.public_key())).is_ok(), "signed by the up CA");
     }
 
     #[test]

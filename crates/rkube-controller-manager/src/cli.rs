@@ -3,8 +3,11 @@
 //! own process.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context as _;
+use rkube_component::leader::{LeaderElectionArgs, LeaderElector};
+use rkube_component::serving::{self, HealthCheck, ServingArgs};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -22,7 +25,16 @@ pub struct ControllerManagerArgs {
     /// 'foo' enables the controller named 'foo', '-foo' disables the controller named 'foo'.
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
+    /// Leader election on the `kube-system/kube-controller-manager` Lease.
+    #[command(flatten)]
+    pub leader_election: LeaderElectionArgs,
+    /// Secure serving of /healthz, /livez, /readyz, /metrics (port 10257).
+    #[command(flatten)]
+    pub serving: ServingArgs,
 }
+
+/// The Lease name of kube-controller-manager (`--leader-elect-resource-name` default).
+pub const COMPONENT: &str = "kube-controller-manager";
 
 /// Running controllers: stop them with [`ControllerManager::shutdown`].
 #[derive(Debug)]
@@ -64,32 +76,56 @@ pub fn start(client: kube::Client, selected: &[&'static Controller]) -> Controll
 }
 
 /// A client from `--kubeconfig`, or kube-rs's default discovery.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?
-        }
-        None => kube::Config::infer().await?,
+pub use rkube_component::client::client;
+
+/// Runs `selected` controllers until one ends or `stop` turns true.
+async fn run_controllers(client: kube::Client, selected: Vec<&'static Controller>, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let mut cm = start(client, &selected);
+    let result = tokio::select! {
+        (name, result) = cm.ended() => result.with_context(|| format!("controller {name}")),
+        _ = rkube_component::leader::stopped(&mut stop) => Ok(()),
     };
-    Ok(kube::Client::try_from(config)?)
+    cm.shutdown().await;
+    result
 }
 
-/// Runs `rkube controller-manager` until interrupted (SIGINT/SIGTERM) or a
-/// controller fails.
+/// Runs `rkube controller-manager` until interrupted (SIGINT/SIGTERM), a
+/// controller fails or the lease is lost; with leader election the
+/// controllers run only while this instance leads.
 pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let (selected, warnings) = controllers::select(&args.controllers).map_err(|e| anyhow::anyhow!(e))?;
     for w in warnings {
         tracing::warn!("{w}");
     }
+    let leader = args.leader_election.config(COMPONENT)?;
     let client = client(args.kubeconfig.as_deref()).await?;
-    let mut cm = start(client, &selected);
-    let result = tokio::select! {
-        (name, result) = cm.ended() => result.with_context(|| format!("controller {name}")),
-        _ = shutdown_signal() => Ok(()),
+    let elector = leader.map(|cfg| LeaderElector::new(client.clone(), cfg));
+    let mut registry = prometheus_client::registry::Registry::default();
+    let mut checks = Vec::new();
+    if let Some(e) = &elector {
+        let status = e.status();
+        status.register(&mut registry);
+        checks.push(HealthCheck::new("leaderElection", move || status.check()));
+    }
+    let _serving = match args.serving.address(serving::CONTROLLER_MANAGER_PORT) {
+        Some(addr) => Some(serving::serve(addr, args.serving.certificate()?, checks, Arc::new(registry)).await?),
+        None => None,
     };
-    cm.shutdown().await;
-    result
+    let (stop, stop_rx) = watch::channel(false);
+    let work = async move {
+        match elector {
+            Some(e) => Ok(e.run(stop_rx, move |work_stop| run_controllers(client, selected, work_stop)).await?),
+            None => run_controllers(client, selected, stop_rx).await,
+        }
+    };
+    let mut work = std::pin::pin!(work);
+    tokio::select! {
+        r = &mut work => r,
+        _ = shutdown_signal() => {
+            let _ = stop.send(true);
+            work.await
+        }
+    }
 }
 
 async fn shutdown_signal() {

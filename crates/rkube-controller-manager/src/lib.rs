@@ -7,7 +7,9 @@
 //!   their short aliases, and the `--controllers` selection rules;
 //! - [`context`]: what every controller is started with (client, identity,
 //!   stop signal);
-//! - [`cli`]: the `rkube controller-manager` flags and entry point.
+//! - [`cli`]: the `rkube controller-manager` flags and entry point (leader
+//!   election on the `kube-controller-manager` Lease and the `/healthz`,
+//!   `/metrics` server come from `rkube-component`).
 //!
 //! Upstream: `cmd/kube-controller-manager/app`, `pkg/controller/*`.
 #![deny(missing_docs)]

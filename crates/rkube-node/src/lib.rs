@@ -10,7 +10,7 @@
 //! - [`node_status`] — Node registration, `Ready` condition, Lease heartbeats.
 //! - [`agent`] — wiring ([`agent::start`] → [`agent::AgentHandle`]); [`healthz`] serves
 //!   `/healthz` and `/metrics`.
-//! - [`local`] — [`run_local_node`]: runtime + agent + binder in one process (`rkube up --node`).
+//! - [`local`] — [`run_local_node`]: runtime + agent in one process (`rkube up --node`; the scheduler places pods).
 //! - [`cri`] — the CRI client and the [`cri::RuntimeApi`] trait PLEG reads through.
 //! - [`feature_gates`], [`shutdown`].
 #![deny(missing_docs)]

@@ -1,5 +1,5 @@
 //! End to end: `rkube up` (in-process, its public entry point) + `run_local_node` (runtime,
-//! agent with evented PLEG, binder). Pods are created without `nodeName`, bound by the binder,
+//! agent with evented PLEG) + the scheduler. Pods are created without `nodeName`, bound by the scheduler,
 //! run as host processes, and their status reaches the API server.
 
 mod common;
@@ -44,6 +44,7 @@ async fn pods_run_on_the_local_node_and_report_phases_exit_codes_and_deletion() 
     let dir = tempfile::tempdir().expect("tempdir");
     let (api, client) = apiserver(dir.path()).await;
     let node = rkube_node::run_local_node(&api.kubeconfig, dir.path()).await.expect("local node");
+    let scheduler = rkube_scheduler::cli::start(client.clone(), Default::default()).await.expect("scheduler");
 
     // The Node registers Ready, with a lease.
     let nodes: Api<Node> = Api::all(client.clone());
@@ -55,7 +56,7 @@ async fn pods_run_on_the_local_node_and_report_phases_exit_codes_and_deletion() 
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
 
-    // A command that exits 0: Pending → Running → Succeeded, bound by the binder.
+    // A command that exits 0: Pending → Running → Succeeded, bound by the scheduler.
     pods.create(&PostParams::default(), &pod("ok", "Never", &["sh", "-c", "sleep 1; exit 0"])).await.expect("create ok");
     let (phases, done) = phases_until(&pods, "ok", "Succeeded", Duration::from_secs(20)).await;
     assert!(phases.contains(&"Running".to_string()), "phases {phases:?}");
@@ -97,6 +98,7 @@ async fn pods_run_on_the_local_node_and_report_phases_exit_codes_and_deletion() 
     }
     assert!(!rkube_runtime::process::process_exists(pids[0]), "sleep {} still running", pids[0]);
 
+    scheduler.shutdown().await.expect("scheduler stops");
     node.shutdown().await;
     drop(api);
 }

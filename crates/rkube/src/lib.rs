@@ -28,6 +28,8 @@ pub enum Command {
     Runtime(rkube_runtime::cli::RuntimeArgs),
     /// Run the node agent (registers a Node, runs its pods through a CRI runtime, evented PLEG).
     Node(rkube_node::cli::NodeArgs),
+    /// Run the scheduler: binds pending pods to nodes that fit (flags named like kube-scheduler's).
+    Scheduler(rkube_scheduler::cli::SchedulerArgs),
     /// Run the controllers that drive workloads (deployment, replicaset, ...; flags named like kube-controller-manager's).
     ControllerManager(rkube_controller_manager::cli::ControllerManagerArgs),
     /// Run a benchmark scenario (or `all`) and write bench-results/<scenario>.{json,md,svg}; `summary` prints BENCHMARKS.md from them.

@@ -1,6 +1,6 @@
 //! The `rkube` command line: a thin layer over the library crates.
 //!
-//! `rkube apiserver | up | proxy | runtime | node | controller-manager | bench | snapshot`; the
+//! `rkube apiserver | up | proxy | runtime | node | scheduler | controller-manager | bench | snapshot`; the
 //! command line is defined in the `rkube` library (`src/lib.rs`), each
 //! subcommand's flags and behaviour in its crate (`rkube_apiserver::cli`,
 //! `rkube_proxy::cli`, `rkube_storage::embedded::snapshot`).
@@ -33,11 +33,11 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Apiserver(args) => rkube_apiserver::cli::run_apiserver(args).await,
-            Command::Up(args) if args.node => up_with_node(args).await,
-            Command::Up(args) => rkube_apiserver::cli::run_up(args).await,
+            Command::Up(args) => up(args).await,
             Command::Proxy(args) => rkube_proxy::cli::run(args).await,
             Command::Runtime(args) => rkube_runtime::cli::run(args).await,
             Command::Node(args) => rkube_node::cli::run(args).await,
+            Command::Scheduler(args) => rkube_scheduler::cli::run(args).await,
             Command::ControllerManager(args) => rkube_controller_manager::cli::run(args).await,
             Command::Bench(args) => rkube_bench::cli::run(args).await,
             Command::Snapshot(cmd) => tokio::task::spawn_blocking(move || run_snapshot(cmd)).await?,
@@ -72,10 +72,12 @@ fn run_snapshot(cmd: SnapshotCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `rkube up --node`: the API server, then a local node (CRI runtime + node
-/// agent + binder) once the server answers; the node stops when the server does.
-async fn up_with_node(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
+/// `rkube up [--node]`: the API server, then, once it answers, the scheduler
+/// and with `--node` a local node (CRI runtime + node agent); they stop when
+/// the server does.
+async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone();
+    let (with_node, insecure) = (args.node, args.insecure);
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let mut server = tokio::spawn(rkube_apiserver::cli::run_up_with(args, move || {
         let _ = ready_tx.send(());
@@ -89,15 +91,45 @@ async fn up_with_node(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> 
         result = &mut server => return result?,
     }
     let data_dir = std::fs::canonicalize(&data_dir)?;
-    let node = match rkube_node::run_local_node(data_dir.join("kubeconfig"), &data_dir).await {
-        Ok(node) => node,
+    let scheduler = match start_scheduler(&data_dir, insecure).await {
+        Ok(s) => s,
         Err(err) => {
             server.abort();
-            return Err(err.context("starting the local node"));
+            return Err(err.context("starting the scheduler"));
         }
     };
-    eprintln!("rkube: node {} is running pods on this machine", node.node_name);
+    let node = if with_node {
+        match rkube_node::run_local_node(data_dir.join("kubeconfig"), &data_dir).await {
+            Ok(node) => {
+                eprintln!("rkube: node {} is running pods on this machine", node.node_name);
+                Some(node)
+            }
+            Err(err) => {
+                server.abort();
+                let _ = scheduler.shutdown().await;
+                return Err(err.context("starting the local node"));
+            }
+        }
+    } else {
+        None
+    };
     let result = server.await;
-    node.shutdown().await;
+    if let Some(node) = node {
+        node.shutdown().await;
+    }
+    if let Err(err) = scheduler.shutdown().await {
+        eprintln!("rkube: scheduler: {err}");
+    }
     result?
+}
+
+/// The in-process scheduler of `rkube up`: one replica, so no leader
+/// election and no health server (`--leader-elect=false --secure-port=0`).
+/// It authenticates as `system:kube-scheduler` with the kubeconfig `rkube up`
+/// wrote for it (`scheduler.kubeconfig`), or with `--insecure` as everyone
+/// does, through the plain kubeconfig.
+async fn start_scheduler(data_dir: &std::path::Path, insecure: bool) -> anyhow::Result<rkube_scheduler::cli::SchedulerHandle> {
+    let file = if insecure { "kubeconfig" } else { "scheduler.kubeconfig" };
+    let client = rkube_component::client::client(Some(&data_dir.join(file))).await?;
+    rkube_scheduler::cli::start(client, rkube_scheduler::cli::StartOptions::default()).await
 }

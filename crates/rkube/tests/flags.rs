@@ -82,7 +82,7 @@ fn every_flag_is_read_or_declared_deprecated() {
     assert!(unread.is_empty(), "flags parsed but never read:\n{}", unread.join("\n"));
     // The walk saw every subcommand and their flags.
     let subs: Vec<&str> = cli.get_subcommands().map(|s| s.get_name()).collect();
-    for expected in ["apiserver", "up", "proxy", "runtime", "node", "controller-manager", "bench"] {
+    for expected in ["apiserver", "up", "proxy", "runtime", "node", "scheduler", "controller-manager", "bench"] {
         assert!(subs.contains(&expected), "{subs:?}");
     }
 }

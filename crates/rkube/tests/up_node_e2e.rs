@@ -1,4 +1,4 @@
-//! End to end: the `rkube up --node` binary (API server + `rkube runtime` + node agent + binder in
+//! End to end: the `rkube up --node` binary (API server + scheduler + `rkube runtime` + node agent in
 //! one process) driven by the real kubectl 1.27 and 1.33.
 //!
 //! What a user sees: `kubectl run` of a short command goes Pending → Running → Completed in
@@ -151,7 +151,7 @@ fn kubectl_run_goes_pending_running_completed_and_delete_stops_the_process(versi
     assert_eq!(
         str_at(&done, "/spec/nodeName"),
         node,
-        "bound to the local node by the binder"
+        "bound to the local node by the scheduler"
     );
     assert_eq!(
         done.pointer("/status/containerStatuses/0/state/terminated/exitCode"),

@@ -490,7 +490,8 @@ pub async fn ensure_bootstrap_policy(storage: &dyn Storage, etcd_prefix: &str) -
 /// `system:basic-user` to `system:authenticated`, `system:public-info-viewer`
 /// to `system:authenticated` and `system:unauthenticated`, and
 /// `system:service-account-issuer-discovery` (the issuer discovery paths) to
-/// `system:serviceaccounts`.
+/// `system:serviceaccounts`, and `system:kube-scheduler` (upstream's rules)
+/// to the user `system:kube-scheduler`.
 pub fn bootstrap_policy() -> Vec<Value> {
     let cr = |name: &str, rules: Value| {
         serde_json::json!({
@@ -566,7 +567,42 @@ pub fn bootstrap_policy() -> Vec<Value> {
         crb("system:basic-user", "system:basic-user", &["system:authenticated"]),
         crb("system:public-info-viewer", "system:public-info-viewer", &["system:authenticated", "system:unauthenticated"]),
         crb("system:service-account-issuer-discovery", "system:service-account-issuer-discovery", &["system:serviceaccounts"]),
+        cr("system:kube-scheduler", kube_scheduler_rules()),
+        user_binding(crb("system:kube-scheduler", "system:kube-scheduler", &[]), "system:kube-scheduler"),
     ]
+}
+
+/// `binding` with the one subject User `user`.
+fn user_binding(mut binding: Value, user: &str) -> Value {
+    binding["subjects"] = serde_json::json!([{"apiGroup": RBAC_GROUP, "kind": "User", "name": user}]);
+    binding
+}
+
+/// The rules of upstream's `system:kube-scheduler` ClusterRole
+/// (`bootstrappolicy/policy.go`): events, its Lease, reading what it
+/// schedules against, binding pods and writing their status.
+fn kube_scheduler_rules() -> Value {
+    let read = ["get", "list", "watch"];
+    serde_json::json!([
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["kube-scheduler"], "verbs": ["get", "update"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": read},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["bindings", "pods/binding"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["replicationcontrollers", "services"], "verbs": read},
+        {"apiGroups": ["apps", "extensions"], "resources": ["replicasets"], "verbs": read},
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": read},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": read},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"], "verbs": read},
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+        {"apiGroups": ["storage.k8s.io"], "resources": ["csinodes"], "verbs": read},
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": read},
+        {"apiGroups": ["storage.k8s.io"], "resources": ["csidrivers"], "verbs": read},
+        {"apiGroups": ["storage.k8s.io"], "resources": ["csistoragecapacities"], "verbs": read},
+    ])
 }
 
 #[cfg(test)]
@@ -676,6 +712,34 @@ mod tests {
         let anon = UserInfo::anonymous();
         assert!(matches!(authorize(&rbac, &anon, &attrs(Method::GET, "/healthz")).await, RbacDecision::Allow(_)));
         assert!(matches!(authorize(&rbac, &anon, &attrs(Method::GET, "/api")).await, RbacDecision::NoOpinion(_)));
+    }
+
+    #[tokio::test]
+    async fn kube_scheduler_may_bind_pods_and_hold_only_its_lease() {
+        let rbac = fixture().await;
+        let sched = user("system:kube-scheduler", &["system:authenticated"]);
+        let allowed = [
+            (Method::POST, "/api/v1/namespaces/dev/pods/p/binding"),
+            (Method::PATCH, "/api/v1/namespaces/dev/pods/p/status"),
+            (Method::GET, "/api/v1/pods?watch=true"),
+            (Method::GET, "/api/v1/nodes"),
+            (Method::POST, "/apis/events.k8s.io/v1/namespaces/dev/events"),
+            (Method::POST, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"),
+            (Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler"),
+        ];
+        for (m, uri) in allowed {
+            let d = authorize(&rbac, &sched, &attrs(m.clone(), uri)).await;
+            assert!(matches!(d, RbacDecision::Allow(_)), "{m} {uri}: {d:?}");
+        }
+        let denied = [
+            (Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager"),
+            (Method::GET, "/api/v1/namespaces/dev/secrets"),
+            (Method::POST, "/api/v1/namespaces/dev/pods"),
+        ];
+        for (m, uri) in denied {
+            let d = authorize(&rbac, &sched, &attrs(m.clone(), uri)).await;
+            assert!(matches!(d, RbacDecision::NoOpinion(_)), "{m} {uri}: {d:?}");
+        }
     }
 
     #[tokio::test]

@@ -60,9 +60,11 @@ pub fn describe_pod_and_service(c: &mut Cluster, k: &Kubectl) {
     assert_eq!(describe_value(&out, 4, "Image"), "nginx:1.25");
     assert_eq!(describe_value(&out, 4, "Port"), "8080/TCP");
     assert_eq!(describe_value(&out, 6, "MODE"), "blue");
+    // The in-process scheduler also lists FailedScheduling (there is no node)
+    // and a `PodScheduled  False` condition: pick the Normal/Scheduled event row.
     let event_line = out
         .lines()
-        .find(|l| l.contains("Scheduled"))
+        .find(|l| l.split_whitespace().take(2).eq(["Normal", "Scheduled"]))
         .unwrap_or_else(|| panic!("the pod's event is listed under Events:\n{out}"));
     let cells: Vec<&str> = event_line.split_whitespace().collect();
     assert_eq!(cells[0..2], ["Normal", "Scheduled"], "{event_line}");

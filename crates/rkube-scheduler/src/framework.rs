@@ -1,0 +1,149 @@
+//! One scheduling decision (upstream `pkg/scheduler/schedule_one.go`
+//! `schedulePod`, `findNodesThatFitPod`, `prioritizeNodes`, `selectHost`
+//! and `framework.FitError`): filter every node, score those that fit, pick
+//! the best (ties broken at random), or explain why none fits.
+//!
+//! There is no preemption: the `PostFilter` step reports, as upstream's
+//! DefaultPreemption does when it finds no victims, that preemption would
+//! not help (`Preemption is not helpful for scheduling` for nodes rejected
+//! as unresolvable, `No preemption victims found for incoming pod` for the
+//! others).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::plugins::{run_filters, score, Code, Status};
+use crate::snapshot::{NodeInfo, Snapshot};
+
+/// The message when the cluster has no nodes (`ErrNoNodesAvailable`).
+pub const ERR_NO_NODES: &str = "no nodes available to schedule pods";
+/// Preemption's reason for nodes whose rejection removing pods cannot fix.
+pub const PREEMPTION_NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
+/// Preemption's reason for nodes where no lower-priority pods could be evicted.
+pub const NO_PREEMPTION_VICTIMS: &str = "No preemption victims found for incoming pod";
+
+/// Why no node was chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    /// The cluster has no nodes.
+    #[error("{}", ERR_NO_NODES)]
+    NoNodes,
+    /// Every node was filtered out.
+    #[error("{0}")]
+    Fit(FitError),
+}
+
+/// Every node's rejection (upstream `FitError` with its `Diagnosis`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FitError {
+    /// How many nodes were considered.
+    pub num_all_nodes: usize,
+    /// Each node's rejection.
+    pub statuses: Vec<(String, Status)>,
+}
+
+/// `0/N nodes are available: <count> <reason>, ....`: reasons counted over
+/// the nodes and sorted as strings, as upstream's histogram.
+fn histogram_message(num_nodes: usize, reasons: impl Iterator<Item = String>) -> String {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for r in reasons {
+        *counts.entry(r).or_default() += 1;
+    }
+    let mut parts: Vec<String> = counts.into_iter().map(|(r, n)| format!("{n} {r}")).collect();
+    parts.sort();
+    format!("0/{num_nodes} nodes are available: {}.", parts.join(", "))
+}
+
+impl FitError {
+    /// What the preemption step reports: `preemption: 0/N nodes are available: ...`.
+    pub fn preemption_message(&self) -> String {
+        let reasons = self.statuses.iter().map(|(_, s)| {
+            if s.code == Code::UnschedulableAndUnresolvable { PREEMPTION_NOT_HELPFUL } else { NO_PREEMPTION_VICTIMS }.to_string()
+        });
+        format!("preemption: {}", histogram_message(self.num_all_nodes, reasons))
+    }
+}
+
+impl std::fmt::Display for FitError {
+    /// Upstream's FailedScheduling text, e.g. `0/1 nodes are available: 1
+    /// Insufficient cpu. preemption: 0/1 nodes are available: 1 No
+    /// preemption victims found for incoming pod.`
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let reasons = self.statuses.iter().flat_map(|(_, s)| s.reasons.iter().cloned());
+        write!(f, "{} {}", histogram_message(self.num_all_nodes, reasons), self.preemption_message())
+    }
+}
+
+/// A random index below `n` (ties between equally scored nodes).
+fn random_below(n: usize) -> usize {
+    (uuid::Uuid::new_v4().as_u128() % n.max(1) as u128) as usize
+}
+
+/// Picks a node for `pod` in `snapshot`: the name of the best-scoring node
+/// that passes every filter.
+pub fn schedule_pod(pod: &Pod, snapshot: &Snapshot) -> Result<String, ScheduleError> {
+    if snapshot.nodes.is_empty() {
+        return Err(ScheduleError::NoNodes);
+    }
+    let mut feasible: Vec<&NodeInfo> = Vec::new();
+    let mut statuses = Vec::new();
+    for node in &snapshot.nodes {
+        match run_filters(pod, node, snapshot) {
+            Ok(()) => feasible.push(node),
+            Err(s) => statuses.push((node.name.clone(), s)),
+        }
+    }
+    if feasible.is_empty() {
+        return Err(ScheduleError::Fit(FitError { num_all_nodes: snapshot.nodes.len(), statuses }));
+    }
+    if feasible.len() == 1 {
+        return Ok(feasible[0].name.clone());
+    }
+    let scores = score::score(pod, &feasible);
+    let best = scores.iter().copied().max().unwrap_or(0);
+    let top: Vec<usize> = scores.iter().enumerate().filter(|(_, s)| **s == best).map(|(i, _)| i).collect();
+    Ok(feasible[top[random_below(top.len())]].name.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{node, pod, snapshot};
+    use serde_json::json;
+
+    #[test]
+    fn failed_scheduling_message_has_upstreams_shape() {
+        let cpu = pod("p", json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "100"}}}]}));
+        let one = snapshot(vec![node("n1", json!({}))], vec![]);
+        let err = schedule_pod(&cpu, &one).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+        );
+        let three = snapshot(
+            vec![
+                node("a", json!({"spec": {"unschedulable": true}})),
+                node("b", json!({"spec": {"taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]}})),
+                node("c", json!({})),
+            ],
+            vec![],
+        );
+        assert_eq!(
+            schedule_pod(&cpu, &three).unwrap_err().to_string(),
+            "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {gpu: yes}, 1 node(s) were unschedulable. \
+             preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
+        );
+        assert_eq!(schedule_pod(&cpu, &snapshot(vec![], vec![])).unwrap_err().to_string(), ERR_NO_NODES);
+    }
+
+    #[test]
+    fn the_emptier_node_wins() {
+        let busy = pod("busy", json!({"nodeName": "a", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]}));
+        let snap = snapshot(vec![node("a", json!({})), node("b", json!({}))], vec![busy]);
+        let p = pod("p", json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}}}]}));
+        for _ in 0..10 {
+            assert_eq!(schedule_pod(&p, &snap).unwrap(), "b");
+        }
+    }
+}

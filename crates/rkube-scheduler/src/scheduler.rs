@@ -1,0 +1,380 @@
+//! The scheduling loop (upstream `pkg/scheduler/scheduler.go`,
+//! `schedule_one.go`, `eventhandlers.go`).
+//!
+//! kube-rs reflectors keep pods, nodes and namespaces; their events feed the
+//! [`SchedulingQueue`] (pending pods of `schedulerName: default-scheduler`
+//! without `schedulingGates`) and wake unschedulable pods on cluster events.
+//! One loop pops a pod, takes a [`Snapshot`] (bound pods plus the pods this
+//! scheduler assumed but has not seen bound yet, so back-to-back pods see
+//! each other's requests), runs [`schedule_pod`], and then either assumes the
+//! pod on the chosen node and binds it through `pods/binding` in a separate
+//! task, or records why it is unschedulable: a `FailedScheduling` event and
+//! the pod condition `PodScheduled=False` (reason `Unschedulable`).
+//! Events are published with kube-runtime's `Recorder` (events.k8s.io/v1,
+//! reportingController `default-scheduler`). There is no preemption.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Resource as _;
+use tokio::sync::{mpsc, watch};
+
+use crate::framework::schedule_pod;
+use crate::metrics::SchedulerMetrics;
+use crate::queue::SchedulingQueue;
+use crate::snapshot::Snapshot;
+
+/// The only profile: pods whose `spec.schedulerName` is this (or unset).
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
+/// What the loop hears from the reflectors and the binding tasks.
+enum Msg {
+    PodApplied(Arc<Pod>),
+    PodDeleted(Arc<Pod>),
+    NodeApplied(Arc<Node>),
+    Bound { pod: Arc<Pod>, node: String, attempts: u32, initial: Instant, started: Instant, result: Result<(), String> },
+}
+
+fn key_of(pod: &Pod) -> String {
+    format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or(""))
+}
+
+fn assigned(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty())
+}
+
+/// Whether this scheduler should place `pod`: unassigned, not deleting,
+/// not finished, and for `default-scheduler`.
+fn wants(pod: &Pod) -> bool {
+    let spec = pod.spec.as_ref();
+    let ours = spec.and_then(|s| s.scheduler_name.as_deref()).unwrap_or(DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER;
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    ours && !assigned(pod) && pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+fn gated(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty())
+}
+
+/// What about a node can make a pending pod fit: labels, taints,
+/// `unschedulable`, allocatable.
+fn node_fingerprint(node: &Node) -> String {
+    let spec = node.spec.as_ref();
+    serde_json::json!([
+        node.metadata.labels,
+        spec.and_then(|s| s.taints.as_ref()),
+        spec.and_then(|s| s.unschedulable),
+        node.status.as_ref().and_then(|s| s.allocatable.as_ref()),
+    ])
+    .to_string()
+}
+
+/// Forwards a reflector's events to the loop.
+fn spawn_reflector<K>(api: Api<K>, tx: mpsc::UnboundedSender<Msg>, wrap: fn(Event<K>) -> Vec<Msg>) -> (Store<K>, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default())).default_backoff();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(ev) => {
+                    for m in wrap(ev) {
+                        if tx.send(m).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "watch failed; retrying"),
+            }
+        }
+    });
+    (store, task)
+}
+
+fn pod_msgs(ev: Event<Pod>) -> Vec<Msg> {
+    match ev {
+        Event::Apply(p) | Event::InitApply(p) => vec![Msg::PodApplied(Arc::new(p))],
+        Event::Delete(p) => vec![Msg::PodDeleted(Arc::new(p))],
+        Event::Init | Event::InitDone => Vec::new(),
+    }
+}
+
+fn node_msgs(ev: Event<Node>) -> Vec<Msg> {
+    match ev {
+        Event::Apply(n) | Event::InitApply(n) => vec![Msg::NodeApplied(Arc::new(n))],
+        _ => Vec::new(),
+    }
+}
+
+fn no_msgs(_: Event<Namespace>) -> Vec<Msg> {
+    Vec::new()
+}
+
+/// The loop's state.
+struct Scheduler {
+    client: kube::Client,
+    metrics: Arc<SchedulerMetrics>,
+    recorder: Recorder,
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    namespaces: Store<Namespace>,
+    queue: SchedulingQueue,
+    /// Pods placed by this scheduler and not yet seen bound, by key.
+    assumed: HashMap<String, Arc<Pod>>,
+    /// Pods known to be bound (their add or delete is a cluster event).
+    bound: HashSet<String>,
+    gated: HashSet<String>,
+    node_prints: HashMap<String, String>,
+    tx: mpsc::UnboundedSender<Msg>,
+}
+
+/// Runs the scheduler with `client` until `stop` turns true (or its sender
+/// is dropped). Errors only if the reflectors end before they are ready.
+pub async fn run(client: kube::Client, metrics: Arc<SchedulerMetrics>, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (pods, t1) = spawn_reflector(Api::<Pod>::all(client.clone()), tx.clone(), pod_msgs);
+    let (nodes, t2) = spawn_reflector(Api::<Node>::all(client.clone()), tx.clone(), node_msgs);
+    let (namespaces, t3) = spawn_reflector(Api::<Namespace>::all(client.clone()), tx.clone(), no_msgs);
+    let tasks = [t1, t2, t3];
+    let host = rkube_component::leader::default_identity();
+    let host = host.rsplit_once('_').map(|(h, _)| h.to_string()).unwrap_or_default();
+    let reporter = Reporter { controller: DEFAULT_SCHEDULER.into(), instance: Some(format!("{DEFAULT_SCHEDULER}-{host}")) };
+    let mut s = Scheduler {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        metrics,
+        pods,
+        nodes,
+        namespaces,
+        queue: SchedulingQueue::new(),
+        assumed: HashMap::new(),
+        bound: HashSet::new(),
+        gated: HashSet::new(),
+        node_prints: HashMap::new(),
+        tx,
+    };
+    let ready = async {
+        s.pods.wait_until_ready().await?;
+        s.nodes.wait_until_ready().await?;
+        s.namespaces.wait_until_ready().await
+    };
+    let ready_result = tokio::select! {
+        r = ready => r.map_err(|e| anyhow::anyhow!("caches did not sync: {e}")),
+        _ = rkube_component::leader::stopped(&mut stop) => Ok(()),
+    };
+    if ready_result.is_ok() && !*stop.borrow() {
+        tracing::info!("scheduler caches synced; scheduling");
+        loop {
+            while let Ok(m) = rx.try_recv() {
+                s.handle(m);
+            }
+            s.metrics.pending(s.queue.counts(), s.gated.len() as i64);
+            if let Some(qp) = s.queue.pop(Instant::now()) {
+                s.schedule_one(qp);
+                continue;
+            }
+            let wake = s.queue.next_wake().map(tokio::time::Instant::from_std);
+            let sleep = async move {
+                match wake {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                m = rx.recv() => match m {
+                    Some(m) => s.handle(m),
+                    None => break,
+                },
+                _ = sleep => {}
+                _ = rkube_component::leader::stopped(&mut stop) => break,
+            }
+        }
+    }
+    for t in tasks {
+        t.abort();
+    }
+    ready_result
+}
+
+impl Scheduler {
+    fn handle(&mut self, m: Msg) {
+        let now = Instant::now();
+        match m {
+            Msg::PodApplied(pod) => {
+                let key = key_of(&pod);
+                if assigned(&pod) {
+                    self.queue.delete(&key);
+                    self.gated.remove(&key);
+                    self.assumed.remove(&key);
+                    // Newly bound, or finished (its resources freed): a cluster event.
+                    let running = crate::snapshot::is_assigned_and_running(&pod);
+                    let changed = if running { self.bound.insert(key.clone()) } else { self.bound.remove(&key) };
+                    if changed {
+                        self.queue.move_all(now);
+                    }
+                } else if wants(&pod) && gated(&pod) {
+                    self.queue.delete(&key);
+                    self.gated.insert(key);
+                } else if wants(&pod) {
+                    self.gated.remove(&key);
+                    self.queue.add_or_update(&key, pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0), now);
+                } else {
+                    self.gated.remove(&key);
+                    self.queue.delete(&key);
+                }
+            }
+            Msg::PodDeleted(pod) => {
+                let key = key_of(&pod);
+                self.queue.delete(&key);
+                self.gated.remove(&key);
+                let was_assumed = self.assumed.remove(&key).is_some();
+                if self.bound.remove(&key) || was_assumed {
+                    self.queue.move_all(now);
+                }
+            }
+            Msg::NodeApplied(node) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let print = node_fingerprint(&node);
+                if self.node_prints.insert(name, print.clone()).as_ref() != Some(&print) {
+                    self.queue.move_all(now);
+                }
+            }
+            Msg::Bound { pod, node, attempts, initial, started, result } => {
+                let key = key_of(&pod);
+                match result {
+                    Ok(()) => {
+                        self.queue.done(&key);
+                        self.metrics.attempt(DEFAULT_SCHEDULER, "scheduled", started.elapsed().as_secs_f64());
+                        self.metrics.bound(attempts, initial.elapsed().as_secs_f64());
+                        let note = format!("Successfully assigned {key} to {node}");
+                        self.publish(&pod, EventType::Normal, "Scheduled", "Binding", note);
+                    }
+                    Err(err) => {
+                        tracing::warn!(pod = %key, %node, %err, "binding failed");
+                        self.assumed.remove(&key);
+                        self.queue.failed(&key, now);
+                        self.metrics.attempt(DEFAULT_SCHEDULER, "error", started.elapsed().as_secs_f64());
+                        self.publish(&pod, EventType::Warning, "FailedScheduling", "Scheduling", format!("Binding rejected: {err}"));
+                    }
+                }
+            }
+        }
+    }
+
+    fn snapshot(&mut self) -> Snapshot {
+        let mut pods: HashMap<String, Arc<Pod>> = self.pods.state().into_iter().map(|p| (key_of(&p), p)).collect();
+        self.assumed.retain(|k, _| pods.get(k).is_some_and(|p| !assigned(p)));
+        for (k, p) in &self.assumed {
+            pods.insert(k.clone(), Arc::clone(p));
+        }
+        Snapshot::new(self.nodes.state(), pods.into_values(), self.namespaces.state())
+    }
+
+    fn schedule_one(&mut self, qp: crate::queue::QueuedPod) {
+        let started = Instant::now();
+        let (ns, name) = qp.key.split_once('/').unwrap_or(("", &qp.key));
+        let Some(pod) = self.pods.get(&ObjectRef::new(name).within(ns)) else {
+            self.queue.done(&qp.key);
+            return;
+        };
+        if !wants(&pod) || gated(&pod) || self.assumed.contains_key(&qp.key) {
+            self.queue.done(&qp.key);
+            return;
+        }
+        let snapshot = self.snapshot();
+        match schedule_pod(&pod, &snapshot) {
+            Ok(node) => {
+                let mut placed = (*pod).clone();
+                placed.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
+                self.assumed.insert(qp.key.clone(), Arc::new(placed));
+                let (client, tx) = (self.client.clone(), self.tx.clone());
+                let (attempts, initial) = (qp.attempts, qp.initial);
+                tokio::spawn(async move {
+                    let result = bind(&client, &pod, &node).await.map_err(|e| e.to_string());
+                    let _ = tx.send(Msg::Bound { pod, node, attempts, initial, started, result });
+                });
+            }
+            Err(err) => {
+                let message = err.to_string();
+                tracing::info!(pod = %qp.key, %message, "unable to schedule pod; no fit; waiting");
+                self.queue.unschedulable(&qp.key, Instant::now());
+                self.metrics.attempt(DEFAULT_SCHEDULER, "unschedulable", started.elapsed().as_secs_f64());
+                self.publish(&pod, EventType::Warning, "FailedScheduling", "Scheduling", message.clone());
+                let client = self.client.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = mark_unschedulable(&client, &pod, &message).await {
+                        tracing::warn!(error = %e, "updating the PodScheduled condition failed");
+                    }
+                });
+            }
+        }
+    }
+
+    fn publish(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: String) {
+        let recorder = self.recorder.clone();
+        let reference = pod.object_ref(&());
+        let ev = KubeEvent { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&ev, &reference).await {
+                tracing::warn!(error = %e, "publishing an event failed");
+            }
+        });
+    }
+}
+
+/// POSTs the Binding of `pod` to `node` (`pods/binding`, with the pod's UID).
+pub async fn bind(client: &kube::Client, pod: &Pod, node: &str) -> Result<(), kube::Error> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace.clone()),
+            uid: pod.metadata.uid.clone(),
+            ..ObjectMeta::default()
+        },
+        target: ObjectReference { kind: Some("Node".into()), name: Some(node.into()), api_version: Some("v1".into()), ..ObjectReference::default() },
+    };
+    let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let _: serde_json::Value = api.create_subresource("binding", &name, &PostParams::default(), &binding).await?;
+    Ok(())
+}
+
+/// Sets `PodScheduled=False`, reason `Unschedulable`, with `message` on the
+/// pod's status (a strategic merge patch of `pods/status`), unless the pod
+/// already has that condition; `lastTransitionTime` changes only with the status.
+pub async fn mark_unschedulable(client: &kube::Client, pod: &Pod, message: &str) -> Result<(), kube::Error> {
+    let current = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
+    if current.is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable") && c.message.as_deref() == Some(message)) {
+        return Ok(());
+    }
+    let transition = match current {
+        Some(c) if c.status == "False" => c.last_transition_time.as_ref().map(|t| t.0.to_string()),
+        _ => None,
+    }
+    .unwrap_or_else(|| k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default());
+    let patch = serde_json::json!({"status": {"conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+        "lastProbeTime": null, "lastTransitionTime": transition,
+    }]}});
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    api.patch_status(pod.metadata.name.as_deref().unwrap_or(""), &PatchParams::default(), &Patch::Strategic(patch)).await?;
+    Ok(())
+}

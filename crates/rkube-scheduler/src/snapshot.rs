@@ -1,0 +1,150 @@
+//! The cluster as one scheduling cycle sees it (upstream
+//! `pkg/scheduler/backend/cache/snapshot.go` and `framework.NodeInfo`): every
+//! node with the pods assigned to it (bound, or assumed by this scheduler and
+//! not yet seen bound) and the sums the plugins need.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+
+use crate::resources::{self, Resource};
+
+/// A host port a pod uses on its node (`hostIP` empty = every address).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// The host IP (`0.0.0.0` or empty: all).
+    pub ip: String,
+    /// The port.
+    pub port: i32,
+}
+
+impl HostPort {
+    /// Whether two uses of host ports clash: same protocol and port, and the
+    /// same IP or either on every address.
+    pub fn conflicts(&self, o: &HostPort) -> bool {
+        let any = |ip: &str| ip.is_empty() || ip == "0.0.0.0";
+        self.protocol == o.protocol && self.port == o.port && (self.ip == o.ip || any(&self.ip) || any(&o.ip))
+    }
+}
+
+/// The host ports of `pod`'s containers.
+pub fn host_ports(pod: &Pod) -> Vec<HostPort> {
+    let Some(spec) = pod.spec.as_ref() else { return Vec::new() };
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let port = p.host_port.filter(|hp| *hp > 0)?;
+            Some(HostPort {
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                ip: p.host_ip.clone().unwrap_or_default(),
+                port,
+            })
+        })
+        .collect()
+}
+
+/// One node and what is assigned to it.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    /// The Node.
+    pub node: Arc<Node>,
+    /// Its name.
+    pub name: String,
+    /// Pods assigned to it.
+    pub pods: Vec<Arc<Pod>>,
+    /// Sum of the pods' requests.
+    pub requested: Resource,
+    /// Sum of the pods' requests with defaults for missing cpu/memory (scoring).
+    pub non_zero_requested: Resource,
+    /// `status.allocatable`.
+    pub allocatable: Resource,
+    /// Host ports in use.
+    pub used_ports: Vec<HostPort>,
+}
+
+impl NodeInfo {
+    /// A node with no pods.
+    pub fn new(node: Arc<Node>) -> Self {
+        NodeInfo {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            allocatable: resources::allocatable(&node),
+            node,
+            pods: Vec::new(),
+            requested: Resource::default(),
+            non_zero_requested: Resource::default(),
+            used_ports: Vec::new(),
+        }
+    }
+
+    /// Counts `pod` as assigned here.
+    pub fn add_pod(&mut self, pod: Arc<Pod>) {
+        self.requested.add(&resources::pod_requests(&pod, false));
+        self.non_zero_requested.add(&resources::pod_requests(&pod, true));
+        self.used_ports.extend(host_ports(&pod));
+        self.pods.push(pod);
+    }
+
+    /// The node's labels.
+    pub fn labels(&self) -> Option<&BTreeMap<String, String>> {
+        self.node.metadata.labels.as_ref()
+    }
+
+    /// The value of label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels().and_then(|l| l.get(key)).map(String::as_str)
+    }
+}
+
+/// Whether `pod` counts against its node: assigned and not finished
+/// (phase `Succeeded`/`Failed` pods hold no resources).
+pub fn is_assigned_and_running(pod: &Pod) -> bool {
+    let assigned = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    assigned && !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// Nodes with their pods, and namespace labels (for affinity namespace selectors).
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Every node, in name order.
+    pub nodes: Vec<NodeInfo>,
+    /// Labels of each namespace by name.
+    pub namespace_labels: HashMap<String, BTreeMap<String, String>>,
+}
+
+impl Snapshot {
+    /// Builds a snapshot; pods not assigned (or finished, or on unknown nodes) are skipped.
+    pub fn new(
+        nodes: impl IntoIterator<Item = Arc<Node>>,
+        pods: impl IntoIterator<Item = Arc<Pod>>,
+        namespaces: impl IntoIterator<Item = Arc<Namespace>>,
+    ) -> Snapshot {
+        let mut infos: Vec<NodeInfo> = nodes.into_iter().map(NodeInfo::new).collect();
+        infos.sort_by(|a, b| a.name.cmp(&b.name));
+        let index: HashMap<String, usize> = infos.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+        for pod in pods {
+            if !is_assigned_and_running(&pod) {
+                continue;
+            }
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            if let Some(i) = index.get(&node) {
+                infos[*i].add_pod(pod);
+            }
+        }
+        let namespace_labels = namespaces
+            .into_iter()
+            .filter_map(|ns| Some((ns.metadata.name.clone()?, ns.metadata.labels.clone().unwrap_or_default())))
+            .collect();
+        Snapshot { nodes: infos, namespace_labels }
+    }
+
+    /// The node named `name`.
+    pub fn node(&self, name: &str) -> Option<&NodeInfo> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+}
