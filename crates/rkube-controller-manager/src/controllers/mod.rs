@@ -6,6 +6,8 @@
 //!
 //! Adding a controller is adding a row to [`CONTROLLERS`] and a module.
 
+pub mod endpoints;
+
 use futures::future::BoxFuture;
 
 use crate::context::ControllerContext;
@@ -37,7 +39,10 @@ impl Controller {
 }
 
 /// Every controller rkube runs, in start order.
-pub static CONTROLLERS: &[Controller] = &[];
+pub static CONTROLLERS: &[Controller] = &[
+    Controller { name: "endpoints-controller", aliases: &["endpoint"], enabled_by_default: true, start: endpoints::start_endpoints },
+    Controller { name: "endpointslice-controller", aliases: &["endpointslice"], enabled_by_default: true, start: endpoints::start_slices },
+];
 
 /// Upstream controllers rkube does not run (yet): `--controllers` accepts
 /// their names (with a warning) so upstream command lines keep working.
