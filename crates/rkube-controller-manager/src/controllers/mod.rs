@@ -10,6 +10,10 @@ use futures::future::BoxFuture;
 
 use crate::context::ControllerContext;
 
+pub mod discovery;
+pub mod garbagecollector;
+pub mod namespace;
+
 /// One controller: its names, whether `*` enables it, and how to start it.
 pub struct Controller {
     /// Upstream's name (`deployment-controller`).
@@ -37,7 +41,15 @@ impl Controller {
 }
 
 /// Every controller rkube runs, in start order.
-pub static CONTROLLERS: &[Controller] = &[];
+pub static CONTROLLERS: &[Controller] = &[
+    Controller {
+        name: "garbage-collector-controller",
+        aliases: &["garbagecollector"],
+        enabled_by_default: true,
+        start: garbagecollector::start,
+    },
+    Controller { name: "namespace-controller", aliases: &["namespace"], enabled_by_default: true, start: namespace::start },
+];
 
 /// Upstream controllers rkube does not run (yet): `--controllers` accepts
 /// their names (with a warning) so upstream command lines keep working.
