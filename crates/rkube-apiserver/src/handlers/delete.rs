@@ -196,7 +196,7 @@ pub(super) async fn delete_one(
             if object::is_terminating(&obj) && current.is_some_and(|c| c <= grace) && !finalizers_changed {
                 return Ok(Outcome::Pending(obj));
             }
-            if !current.is_some_and(|c| c <= grace) {
+            if current.is_none_or(|c| c > grace) {
                 let at = chrono::Utc::now() + chrono::Duration::seconds(grace);
                 object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::format_rfc3339(at)));
                 object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(grace));
