@@ -421,3 +421,31 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     trace::step(steps::ABOUT_TO_WRITE);
     Ok(render::list(info, ctx.render, items, meta))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(finalizers: &[&str]) -> Value {
+        json!({"metadata": {"name": "x", "finalizers": finalizers}})
+    }
+
+    fn policy(p: Option<&str>) -> DeleteOptions {
+        DeleteOptions { propagation_policy: p.map(str::to_string), ..DeleteOptions::default() }
+    }
+
+    #[test]
+    fn propagation_policy_sets_exactly_one_gc_finalizer_and_keeps_others() {
+        let obj = with(&["example.com/hold", "orphan"]);
+        assert_eq!(gc_finalizers(&obj, &policy(Some("Foreground"))), vec!["example.com/hold", "foregroundDeletion"]);
+        assert_eq!(gc_finalizers(&obj, &policy(Some("Background"))), vec!["example.com/hold"]);
+        assert_eq!(gc_finalizers(&with(&[]), &policy(Some("Orphan"))), vec!["orphan"]);
+    }
+
+    #[test]
+    fn without_a_policy_the_objects_own_gc_finalizers_decide() {
+        assert_eq!(gc_finalizers(&with(&["orphan"]), &policy(None)), vec!["orphan"]);
+        assert_eq!(gc_finalizers(&with(&["foregroundDeletion"]), &policy(None)), vec!["foregroundDeletion"]);
+        assert!(gc_finalizers(&with(&[]), &policy(None)).is_empty());
+    }
+}
