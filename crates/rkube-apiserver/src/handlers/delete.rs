@@ -67,6 +67,7 @@ fn parse_options(ctx: &Ctx, body: &[u8]) -> ApiResult<DeleteOptions> {
 /// `DeleteOptions` from a decoded body (`None`: no body) and the query.
 pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<DeleteOptions> {
     let mut o = DeleteOptions::default();
+    let mut orphan_dependents = None;
     if let Some(v) = v {
         if let Some(k) = v.get("kind").and_then(Value::as_str) {
             if k != "DeleteOptions" {
@@ -79,13 +80,7 @@ pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<Dele
         o.uid = v.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
         o.resource_version = v.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
         o.propagation_policy = v.get("propagationPolicy").and_then(Value::as_str).map(str::to_string);
-        // The deprecated `orphanDependents` means Orphan (true) or no
-        // orphaning (false) when no policy is given.
-        match v.get("orphanDependents").and_then(Value::as_bool) {
-            Some(true) if o.propagation_policy.is_none() => o.propagation_policy = Some("Orphan".into()),
-            Some(false) if o.propagation_policy.is_none() => o.propagation_policy = Some("Background".into()),
-            _ => {}
-        }
+        orphan_dependents = v.get("orphanDependents").and_then(Value::as_bool);
         if let Some(dr) = v.get("dryRun").and_then(Value::as_array) {
             for d in dr {
                 match d.as_str() {
@@ -110,6 +105,20 @@ pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<Dele
     if ctx.dry_run()? {
         o.dry_run = true;
     }
+    if let Some(orphan) = orphan_dependents {
+        if let Some(p) = &o.propagation_policy {
+            // Upstream `ValidateDeleteOptions`.
+            let cause = rkube_api::field_error::FieldError::invalid(
+                "propagationPolicy",
+                p,
+                "orphanDependents and deletionPropagation cannot be both set",
+            );
+            return Err(invalid_delete_options(cause));
+        }
+        // The deprecated `orphanDependents` means Orphan (true) or no
+        // orphaning (false).
+        o.propagation_policy = Some(if orphan { "Orphan" } else { "Background" }.into());
+    }
     if let Some(p) = &o.propagation_policy {
         if !matches!(p.as_str(), "Orphan" | "Background" | "Foreground") {
             let cause = rkube_api::field_error::FieldError::not_supported(
@@ -117,20 +126,25 @@ pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<Dele
                 p,
                 &["Foreground", "Background", "Orphan", "nil"],
             );
-            return Err(Status::new(422, "Invalid", format!("DeleteOptions.meta.k8s.io \"\" is invalid: {cause}"))
-                .with_details(StatusDetails {
-                    group: "meta.k8s.io".into(),
-                    kind: "DeleteOptions".into(),
-                    causes: vec![cause.into()],
-                    ..StatusDetails::default()
-                })
-                .into());
+            return Err(invalid_delete_options(cause));
         }
     }
     if o.grace_period_seconds.is_some_and(|g| g < 0) {
         o.grace_period_seconds = Some(1);
     }
     Ok(o)
+}
+
+/// 422 `Invalid` for `DeleteOptions` with one cause.
+fn invalid_delete_options(cause: rkube_api::field_error::FieldError) -> ApiError {
+    Status::new(422, "Invalid", format!("DeleteOptions.meta.k8s.io \"\" is invalid: {cause}"))
+        .with_details(StatusDetails {
+            group: "meta.k8s.io".into(),
+            kind: "DeleteOptions".into(),
+            causes: vec![cause.into()],
+            ..StatusDetails::default()
+        })
+        .into()
 }
 
 /// Kinds whose DELETE answers the object instead of a `Success` Status.

@@ -495,6 +495,13 @@ pub async fn foreground_and_orphan_deletes_add_gc_finalizers(s: &TestServer) {
     s.post(CMS, &configmap("od")).await;
     s.delete(&format!("{CMS}/od"), Some(&json!({"orphanDependents": true}))).await;
     assert_eq!(s.get(&format!("{CMS}/od")).await.body["metadata"]["finalizers"], json!(["orphan"]));
+    let both = json!({"orphanDependents": true, "propagationPolicy": "Foreground"});
+    let r = s.delete(&format!("{CMS}/od"), Some(&both)).await;
+    r.assert_status(422, "Invalid");
+    assert_eq!(
+        r.message(),
+        "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Invalid value: \"Foreground\": orphanDependents and deletionPropagation cannot be both set"
+    );
     // Background (and no policy) deletes at once.
     s.post(CMS, &configmap("bg")).await;
     s.delete(&format!("{CMS}/bg?propagationPolicy=Background"), None).await;
