@@ -106,7 +106,11 @@ async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
             change = rx.recv() => {
                 let Some(change) = change else { break };
                 dirty = true;
-                apply(&mut graph, &mut unsynced, &mut seen_in_list, change);
+                for uid in apply(&mut graph, &mut unsynced, &mut seen_in_list, change) {
+                    // A deleted UID never comes back: what a lookup learnt
+                    // before its watch event arrived is now stale.
+                    absent.insert(uid, Absent::Gone);
+                }
                 continue;
             }
             _ = wait => {}
@@ -131,7 +135,14 @@ fn resource_key(ar: &ApiResource) -> String {
     format!("{}/{}", ar.api_version, ar.plural)
 }
 
-fn apply(graph: &mut Graph, unsynced: &mut HashSet<String>, seen: &mut HashMap<String, HashSet<String>>, change: Change) {
+/// Applies one change to the graph; returns the UIDs it learnt are deleted.
+fn apply(
+    graph: &mut Graph,
+    unsynced: &mut HashSet<String>,
+    seen: &mut HashMap<String, HashSet<String>>,
+    change: Change,
+) -> Vec<String> {
+    let mut deleted = Vec::new();
     match change {
         Change::Init(ar) => {
             seen.insert(resource_key(&ar), HashSet::new());
@@ -145,8 +156,9 @@ fn apply(graph: &mut Graph, unsynced: &mut HashSet<String>, seen: &mut HashMap<S
             }
         }
         Change::Delete(meta) => {
-            if let Some(uid) = meta.metadata.uid.as_deref() {
-                graph.remove(uid);
+            if let Some(uid) = meta.metadata.uid {
+                graph.remove(&uid);
+                deleted.push(uid);
             }
         }
         Change::InitDone(ar) => {
@@ -155,12 +167,14 @@ fn apply(graph: &mut Graph, unsynced: &mut HashSet<String>, seen: &mut HashMap<S
                 for uid in graph.uids_of(&ar) {
                     if !listed.contains(&uid) {
                         graph.remove(&uid);
+                        deleted.push(uid);
                     }
                 }
             }
             unsynced.remove(&key);
         }
     }
+    deleted
 }
 
 /// The graph node of an object of `ar` (`None` without a UID).
@@ -197,5 +211,40 @@ async fn watch(client: kube::Client, ar: Arc<ApiResource>, tx: mpsc::Sender<Chan
         if tx.send(change).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::ObjectMeta;
+
+    fn ar() -> Arc<ApiResource> {
+        Arc::new(ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()))
+    }
+
+    fn meta(uid: &str) -> PartialObjectMeta<DynamicObject> {
+        PartialObjectMeta {
+            types: None,
+            metadata: ObjectMeta { name: Some(uid.into()), uid: Some(uid.into()), ..ObjectMeta::default() },
+            _phantom: std::marker::PhantomData,
+        }
+    }
+
+    #[test]
+    fn a_relist_drops_the_objects_it_no_longer_lists_and_reports_them_deleted() {
+        let (mut g, mut unsynced, mut seen) = (Graph::default(), HashSet::from([resource_key(&ar())]), HashMap::new());
+        for c in [Change::Init(ar()), Change::Apply(ar(), meta("a")), Change::Apply(ar(), meta("b")), Change::InitDone(ar())] {
+            assert!(apply(&mut g, &mut unsynced, &mut seen, c).is_empty());
+        }
+        assert!(unsynced.is_empty(), "the resource counts as listed");
+        assert_eq!(g.len(), 2);
+        // The watch restarts and "b" was deleted meanwhile.
+        apply(&mut g, &mut unsynced, &mut seen, Change::Init(ar()));
+        apply(&mut g, &mut unsynced, &mut seen, Change::Apply(ar(), meta("a")));
+        assert_eq!(apply(&mut g, &mut unsynced, &mut seen, Change::InitDone(ar())), vec!["b".to_string()]);
+        assert!(g.get("b").is_none() && g.get("a").is_some());
+        assert_eq!(apply(&mut g, &mut unsynced, &mut seen, Change::Delete(meta("a"))), vec!["a".to_string()]);
+        assert!(g.is_empty());
     }
 }
