@@ -72,9 +72,10 @@ fn run_snapshot(cmd: SnapshotCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `rkube up [--node]`: the API server, then, once it answers, the scheduler
-/// and with `--node` a local node (CRI runtime + node agent); they stop when
-/// the server does.
+/// `rkube up [--node]`: the API server, then, once it answers, the
+/// controller manager (every controller enabled by default), the scheduler
+/// and, with `--node`, a local node (CRI runtime + node agent); they stop,
+/// in reverse order, when the server does.
 async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone();
     let (with_node, insecure) = (args.node, args.insecure);
@@ -91,10 +92,18 @@ async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
         result = &mut server => return result?,
     }
     let data_dir = std::fs::canonicalize(&data_dir)?;
+    let controllers = match start_controllers(&data_dir).await {
+        Ok(cm) => cm,
+        Err(err) => {
+            server.abort();
+            return Err(err.context("starting the controller manager"));
+        }
+    };
     let scheduler = match start_scheduler(&data_dir, insecure).await {
         Ok(s) => s,
         Err(err) => {
             server.abort();
+            controllers.shutdown().await;
             return Err(err.context("starting the scheduler"));
         }
     };
@@ -107,6 +116,7 @@ async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
             Err(err) => {
                 server.abort();
                 let _ = scheduler.shutdown().await;
+                controllers.shutdown().await;
                 return Err(err.context("starting the local node"));
             }
         }
@@ -120,6 +130,7 @@ async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
     if let Err(err) = scheduler.shutdown().await {
         eprintln!("rkube: scheduler: {err}");
     }
+    controllers.shutdown().await;
     result?
 }
 
@@ -132,4 +143,13 @@ async fn start_scheduler(data_dir: &std::path::Path, insecure: bool) -> anyhow::
     let file = if insecure { "kubeconfig" } else { "scheduler.kubeconfig" };
     let client = rkube_component::client::client(Some(&data_dir.join(file))).await?;
     rkube_scheduler::cli::start(client, rkube_scheduler::cli::StartOptions::default()).await
+}
+
+/// The controllers `rkube controller-manager` runs by default, as the admin
+/// of `<data-dir>/kubeconfig`.
+async fn start_controllers(data_dir: &std::path::Path) -> anyhow::Result<rkube_controller_manager::cli::ControllerManager> {
+    use rkube_controller_manager::{cli, controllers};
+    let client = cli::client(Some(&data_dir.join("kubeconfig"))).await?;
+    let (selected, _) = controllers::select(&["*".to_string()]).map_err(|e| anyhow::anyhow!(e))?;
+    Ok(cli::start(client, &selected))
 }

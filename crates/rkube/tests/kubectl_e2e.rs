@@ -15,6 +15,10 @@ use scenarios::apply::{
     apply_server_side_creates_then_merges_field_managers,
     apply_secret_string_data_lands_in_data, apply_then_apply_server_side_migrates_and_reapplies,
 };
+use scenarios::cascade::{
+    delete_cascade_background_foreground_orphan, delete_manifest_holding_its_own_namespace_succeeds,
+    delete_namespace_shows_terminating_then_it_goes,
+};
 use scenarios::every_kind::apply_every_kind_then_reapply_writes_nothing;
 use scenarios::delete::delete_waits_until_gone_and_wait_false_returns_at_once;
 use scenarios::describe::describe_pod_and_service;
@@ -60,6 +64,9 @@ e2e_matrix!(
     describe_pod_and_service,
     patch_json_merge_and_strategic,
     delete_waits_until_gone_and_wait_false_returns_at_once,
+    delete_namespace_shows_terminating_then_it_goes,
+    delete_manifest_holding_its_own_namespace_succeeds,
+    delete_cascade_background_foreground_orphan,
     api_resources_lists_short_names,
     health_endpoints_answer_like_kube_apiserver,
     get_missing_object_is_not_found,

@@ -460,11 +460,14 @@ fn up_audit_log_records_kubectl_get_pods_at_the_policys_metadata_level() {
         .start();
     cluster.kubectl("1.33").ok(&["get", "pods"]);
 
+    // kubectl's request (the controllers `rkube up` runs also list pods, in
+    // every namespace).
     let is_get_pods = |e: &serde_json::Value| {
         e["stage"] == "ResponseComplete"
             && e["verb"] == "list"
             && e["objectRef"]["resource"] == "pods"
             && e["user"]["username"] == "rkube-admin"
+            && e["requestURI"].as_str().is_some_and(|u| u.starts_with("/api/v1/namespaces/default/pods"))
     };
     // The writer is asynchronous (a bounded buffer): give it a moment.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

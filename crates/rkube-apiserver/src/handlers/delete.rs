@@ -10,16 +10,23 @@
 //! - A pod bound to a node (and not finished) is deleted gracefully: marked
 //!   with `deletionTimestamp = now + grace` and kept until a delete with grace 0
 //!   (the node agent's); an unbound pod goes at once, as upstream.
-//! - Deleting a namespace marks it `Terminating`, deletes everything in it and
-//!   then the namespace itself (objects held by finalizers keep it
-//!   terminating until they are gone).
+//! - Deleting a namespace marks it `Terminating` (deletionTimestamp,
+//!   `status.phase`) and answers it with 200; the namespace controller
+//!   removes its content and then empties `spec.finalizers` through the
+//!   `finalize` subresource, which removes it (upstream
+//!   `registry/core/namespace/storage`). `default`, `kube-system` and
+//!   `kube-public` cannot be deleted (403, `NamespaceLifecycle`).
+//! - `propagationPolicy: Orphan` / `orphanDependents: true` add the `orphan`
+//!   finalizer and `Foreground` adds `foregroundDeletion` (the object is then
+//!   marked, not removed) for the garbage collector, as upstream's
+//!   `deletionFinalizersForGarbageCollection`.
 //! - The answer is the deleted object for pods, services and namespaces (and
 //!   deployments), else a `Success` Status, like upstream's `ReturnDeletedObject`.
 
 use axum::response::Response;
-use rkube_api::registry::{self, ResourceInfo};
+use rkube_api::registry::ResourceInfo;
 use rkube_api::status::{Status, StatusDetails};
-use rkube_storage::{RangeRequest, StorageError};
+use rkube_storage::StorageError;
 use serde_json::{json, Map, Value};
 
 use super::write::encode_stored;
@@ -60,6 +67,7 @@ fn parse_options(ctx: &Ctx, body: &[u8]) -> ApiResult<DeleteOptions> {
 /// `DeleteOptions` from a decoded body (`None`: no body) and the query.
 pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<DeleteOptions> {
     let mut o = DeleteOptions::default();
+    let mut orphan_dependents = None;
     if let Some(v) = v {
         if let Some(k) = v.get("kind").and_then(Value::as_str) {
             if k != "DeleteOptions" {
@@ -72,9 +80,7 @@ pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<Dele
         o.uid = v.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
         o.resource_version = v.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
         o.propagation_policy = v.get("propagationPolicy").and_then(Value::as_str).map(str::to_string);
-        if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) && o.propagation_policy.is_none() {
-            o.propagation_policy = Some("Orphan".into());
-        }
+        orphan_dependents = v.get("orphanDependents").and_then(Value::as_bool);
         if let Some(dr) = v.get("dryRun").and_then(Value::as_array) {
             for d in dr {
                 match d.as_str() {
@@ -99,6 +105,20 @@ pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<Dele
     if ctx.dry_run()? {
         o.dry_run = true;
     }
+    if let Some(orphan) = orphan_dependents {
+        if let Some(p) = &o.propagation_policy {
+            // Upstream `ValidateDeleteOptions`.
+            let cause = rkube_api::field_error::FieldError::invalid(
+                "propagationPolicy",
+                p,
+                "orphanDependents and deletionPropagation cannot be both set",
+            );
+            return Err(invalid_delete_options(cause));
+        }
+        // The deprecated `orphanDependents` means Orphan (true) or no
+        // orphaning (false).
+        o.propagation_policy = Some(if orphan { "Orphan" } else { "Background" }.into());
+    }
     if let Some(p) = &o.propagation_policy {
         if !matches!(p.as_str(), "Orphan" | "Background" | "Foreground") {
             let cause = rkube_api::field_error::FieldError::not_supported(
@@ -106,20 +126,25 @@ pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<Dele
                 p,
                 &["Foreground", "Background", "Orphan", "nil"],
             );
-            return Err(Status::new(422, "Invalid", format!("DeleteOptions.meta.k8s.io \"\" is invalid: {cause}"))
-                .with_details(StatusDetails {
-                    group: "meta.k8s.io".into(),
-                    kind: "DeleteOptions".into(),
-                    causes: vec![cause.into()],
-                    ..StatusDetails::default()
-                })
-                .into());
+            return Err(invalid_delete_options(cause));
         }
     }
     if o.grace_period_seconds.is_some_and(|g| g < 0) {
         o.grace_period_seconds = Some(1);
     }
     Ok(o)
+}
+
+/// 422 `Invalid` for `DeleteOptions` with one cause.
+fn invalid_delete_options(cause: rkube_api::field_error::FieldError) -> ApiError {
+    Status::new(422, "Invalid", format!("DeleteOptions.meta.k8s.io \"\" is invalid: {cause}"))
+        .with_details(StatusDetails {
+            group: "meta.k8s.io".into(),
+            kind: "DeleteOptions".into(),
+            causes: vec![cause.into()],
+            ..StatusDetails::default()
+        })
+        .into()
 }
 
 /// Kinds whose DELETE answers the object instead of a `Success` Status.
@@ -174,33 +199,54 @@ pub(super) async fn delete_one(
             }
         }
         let mut marked = obj.clone();
+        let finalizers = gc_finalizers(&obj, opts);
+        let finalizers_changed = finalizers != object::finalizers(&obj);
+        if finalizers_changed {
+            set_finalizers(&mut marked, &finalizers);
+        }
         let pending = if let Some(grace) = pod_grace(info, &obj, opts) {
             // Graceful pod deletion: only ever shorten an existing grace period.
             let current = obj.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
-            if object::is_terminating(&obj) && current.is_some_and(|c| c <= grace) {
+            if object::is_terminating(&obj) && current.is_some_and(|c| c <= grace) && !finalizers_changed {
                 return Ok(Outcome::Pending(obj));
             }
-            let at = chrono::Utc::now() + chrono::Duration::seconds(grace);
-            object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::format_rfc3339(at)));
-            object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(grace));
+            if current.is_none_or(|c| c > grace) {
+                let at = chrono::Utc::now() + chrono::Duration::seconds(grace);
+                object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::format_rfc3339(at)));
+                object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(grace));
+            }
             true
-        } else if !object::finalizers(&obj).is_empty() || info.kind == "Namespace" {
-            if object::is_terminating(&obj) && info.kind != "Namespace" {
-                return Ok(Outcome::Pending(obj));
-            }
-            if !object::is_terminating(&obj) {
-                object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::now_rfc3339()));
-                object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
-            }
-            if info.kind == "Namespace" {
+        } else if info.kind == "Namespace" {
+            // Upstream's namespace REST `Delete`: the first DELETE only marks
+            // it; once the `finalize` subresource emptied `spec.finalizers`,
+            // a DELETE removes it (when no metadata finalizer holds it).
+            if object::is_terminating(&obj)
+                && namespace_spec_finalizers(&obj).is_empty()
+                && finalizers.is_empty()
+            {
+                false
+            } else {
+                if !object::is_terminating(&obj) {
+                    object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::now_rfc3339()));
+                    object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
+                }
                 if let Some(m) = marked.as_object_mut() {
                     let status = m.entry("status").or_insert_with(|| json!({}));
                     if let Some(s) = status.as_object_mut() {
                         s.insert("phase".into(), json!("Terminating"));
                     }
                 }
+                true
             }
-            !object::finalizers(&obj).is_empty() || info.kind == "Namespace"
+        } else if !finalizers.is_empty() {
+            if object::is_terminating(&obj) && !finalizers_changed {
+                return Ok(Outcome::Pending(obj));
+            }
+            if !object::is_terminating(&obj) {
+                object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::now_rfc3339()));
+                object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
+            }
+            true
         } else {
             false
         };
@@ -235,6 +281,77 @@ pub(super) async fn delete_one(
     Err(ApiError::stale(info, name))
 }
 
+/// Namespaces upstream's `NamespaceLifecycle` admission refuses to delete.
+pub const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
+/// 403 for deleting an immortal namespace, as upstream's `NamespaceLifecycle`:
+/// `namespaces "default" is forbidden: this namespace may not be deleted`.
+fn forbidden_namespace_delete(info: &ResourceInfo, name: &str) -> Status {
+    Status::new(
+        403,
+        "Forbidden",
+        format!("{} {name:?} is forbidden: this namespace may not be deleted", crate::error::qualified(info)),
+    )
+    .with_details(StatusDetails {
+        name: name.to_string(),
+        group: info.group.to_string(),
+        kind: info.resource.to_string(),
+        ..StatusDetails::default()
+    })
+}
+
+/// `orphan`: the garbage collector removes the owner's references from its
+/// dependents, then this finalizer (upstream `metav1.FinalizerOrphanDependents`).
+pub const FINALIZER_ORPHAN: &str = "orphan";
+/// `foregroundDeletion`: the garbage collector deletes the dependents that
+/// block owner deletion first (upstream `metav1.FinalizerDeleteDependents`).
+pub const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
+
+/// The object's finalizers after a DELETE with `opts`, as upstream's
+/// `deletionFinalizersForGarbageCollection`: `orphan` for
+/// `propagationPolicy: Orphan` (or `orphanDependents: true`),
+/// `foregroundDeletion` for `Foreground`, neither for `Background`; with no
+/// policy given, the GC finalizers the object already has stay. rkube serves
+/// no kind whose default policy is to orphan (upstream's
+/// `DefaultGarbageCollectionPolicy` orphans only for legacy extensions/v1beta1
+/// and apps/v1beta1/v1beta2 kinds), so the default is background.
+pub fn gc_finalizers(obj: &Value, opts: &DeleteOptions) -> Vec<String> {
+    let current = object::finalizers(obj);
+    let has = |f: &str| current.iter().any(|c| c == f);
+    let (orphan, foreground) = match opts.propagation_policy.as_deref() {
+        Some("Orphan") => (true, false),
+        Some("Foreground") => (false, true),
+        Some(_) => (false, false),
+        None => (has(FINALIZER_ORPHAN), has(FINALIZER_FOREGROUND) && !has(FINALIZER_ORPHAN)),
+    };
+    let mut out: Vec<String> =
+        current.iter().filter(|f| *f != FINALIZER_ORPHAN && *f != FINALIZER_FOREGROUND).cloned().collect();
+    if orphan {
+        out.push(FINALIZER_ORPHAN.to_string());
+    }
+    if foreground {
+        out.push(FINALIZER_FOREGROUND.to_string());
+    }
+    out
+}
+
+fn set_finalizers(obj: &mut Value, finalizers: &[String]) {
+    if finalizers.is_empty() {
+        object::remove_meta(obj, "finalizers");
+    } else {
+        object::set_meta(obj, "finalizers", json!(finalizers));
+    }
+}
+
+/// A namespace's `spec.finalizers` (`kubernetes` until the namespace
+/// controller has removed its content).
+pub fn namespace_spec_finalizers(obj: &Value) -> Vec<String> {
+    obj.pointer("/spec/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
 /// The grace period of a graceful pod deletion, or `None` for an immediate
 /// delete (not a pod, unbound, finished, or grace 0) — upstream
 /// `podStrategy.CheckGracefulDelete`.
@@ -261,16 +378,16 @@ pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let opts = parse_options(ctx, body)?;
     trace::step(steps::DELETE_OPTIONS);
     trace::step(steps::DELETE_START);
+    if info.kind == "Namespace" && IMMORTAL_NAMESPACES.contains(&name.as_str()) {
+        return Err(forbidden_namespace_delete(info, &name).into());
+    }
     let outcome = delete_one(ctx, info, ctx.namespace(), &name, &opts).await?;
-    let outcome = if info.kind == "Namespace" && !opts.dry_run {
-        finish_namespace(ctx, &name).await?.unwrap_or(outcome)
-    } else {
-        outcome
-    };
     trace::step(steps::DELETED);
     trace::step(steps::ABOUT_TO_WRITE);
     let (code, obj) = match outcome {
         Outcome::Deleted(o) => (200, o),
+        // Upstream answers a namespace being terminated with 200.
+        Outcome::Pending(o) if info.kind == "Namespace" => (200, o),
         Outcome::Pending(o) => (202, o),
     };
     if returns_deleted_object(info) || code == 202 {
@@ -286,103 +403,6 @@ pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         ..StatusDetails::default()
     });
     Ok(media::respond(200, ctx.render.output, &s.to_json()))
-}
-
-/// Deletes everything in namespace `ns`, then the namespace when nothing is
-/// left. Returns the namespace's deletion outcome when it was removed.
-async fn finish_namespace(ctx: &Ctx, ns: &str) -> ApiResult<Option<Outcome>> {
-    let opts = DeleteOptions::default();
-    let mut remaining = 0usize;
-    for info in registry::stored().filter(|r| r.namespaced) {
-        let prefix = info.list_prefix(ctx.st.prefix(), Some(ns));
-        let resp = ctx
-            .st
-            .storage
-            .range(RangeRequest::prefix(&prefix))
-            .await
-            .map_err(|e| ApiError::from_storage(e, info, ""))?;
-        for kv in resp.kvs {
-            let name = kv.key.rsplit('/').next().unwrap_or("").to_string();
-            let mut pod_opts = opts.clone();
-            if info.kind == "Pod" {
-                pod_opts.grace_period_seconds = Some(0);
-            }
-            match delete_one(ctx, info, ns, &name, &pod_opts).await {
-                Ok(Outcome::Deleted(_)) => {}
-                Ok(Outcome::Pending(_)) => remaining += 1,
-                Err(e) if e.code() == 404 => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    if remaining > 0 {
-        spawn_namespace_finalizer(ctx, ns);
-        return Ok(None);
-    }
-    remove_namespace(ctx, ns).await
-}
-
-async fn remove_namespace(ctx: &Ctx, ns: &str) -> ApiResult<Option<Outcome>> {
-    let ns_info = ctx.ri.info;
-    let key = ns_info.object_key(ctx.st.prefix(), "", ns);
-    let Some((obj, kv)) = ctx.load(&key, ns).await? else { return Ok(None) };
-    if !object::finalizers(&obj).is_empty() {
-        return Ok(None);
-    }
-    match ctx.st.storage.delete(&key, Some(kv.mod_revision)).await {
-        Ok((_, rev)) => {
-            let mut last = obj;
-            set_resource_version(&mut last, rev);
-            Ok(Some(Outcome::Deleted(last)))
-        }
-        Err(StorageError::NotFound { .. }) | Err(StorageError::Conflict { .. }) => Ok(None),
-        Err(e) => Err(ApiError::from_storage(e, ns_info, ns)),
-    }
-}
-
-/// Keeps retrying the cascade in the background until the namespace is gone
-/// (objects held by finalizers disappear when their finalizers are removed).
-fn spawn_namespace_finalizer(ctx: &Ctx, ns: &str) {
-    let ctx2 = Ctx {
-        st: ctx.st.clone(),
-        ri: ctx.ri.clone(),
-        query: Vec::new(),
-        raw_query: String::new(),
-        headers: Default::default(),
-        render: ctx.render,
-        user: ctx.user.clone(),
-    };
-    let ns = ns.to_string();
-    tokio::spawn(async move {
-        for _ in 0..3600 {
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            match Box::pin(finish_namespace_once(&ctx2, &ns)).await {
-                Ok(true) => return,
-                Ok(false) => continue,
-                Err(e) => tracing::warn!(namespace = %ns, error = %e, "namespace cleanup failed"),
-            }
-        }
-    });
-}
-
-async fn finish_namespace_once(ctx: &Ctx, ns: &str) -> ApiResult<bool> {
-    let key = ctx.ri.info.object_key(ctx.st.prefix(), "", ns);
-    if ctx.load(&key, ns).await?.is_none() {
-        return Ok(true);
-    }
-    for info in registry::stored().filter(|r| r.namespaced) {
-        let prefix = info.list_prefix(ctx.st.prefix(), Some(ns));
-        let resp = ctx
-            .st
-            .storage
-            .range(RangeRequest { count_only: true, ..RangeRequest::prefix(&prefix) })
-            .await
-            .map_err(|e| ApiError::from_storage(e, info, ""))?;
-        if resp.count > 0 {
-            return Ok(false);
-        }
-    }
-    Ok(remove_namespace(ctx, ns).await?.is_some())
 }
 
 /// DELETE a collection: every object matching the selectors, each with the
@@ -414,4 +434,32 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     meta.insert("resourceVersion".into(), json!(page.resource_version.to_string()));
     trace::step(steps::ABOUT_TO_WRITE);
     Ok(render::list(info, ctx.render, items, meta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(finalizers: &[&str]) -> Value {
+        json!({"metadata": {"name": "x", "finalizers": finalizers}})
+    }
+
+    fn policy(p: Option<&str>) -> DeleteOptions {
+        DeleteOptions { propagation_policy: p.map(str::to_string), ..DeleteOptions::default() }
+    }
+
+    #[test]
+    fn propagation_policy_sets_exactly_one_gc_finalizer_and_keeps_others() {
+        let obj = with(&["example.com/hold", "orphan"]);
+        assert_eq!(gc_finalizers(&obj, &policy(Some("Foreground"))), vec!["example.com/hold", "foregroundDeletion"]);
+        assert_eq!(gc_finalizers(&obj, &policy(Some("Background"))), vec!["example.com/hold"]);
+        assert_eq!(gc_finalizers(&with(&[]), &policy(Some("Orphan"))), vec!["orphan"]);
+    }
+
+    #[test]
+    fn without_a_policy_the_objects_own_gc_finalizers_decide() {
+        assert_eq!(gc_finalizers(&with(&["orphan"]), &policy(None)), vec!["orphan"]);
+        assert_eq!(gc_finalizers(&with(&["foregroundDeletion"]), &policy(None)), vec!["foregroundDeletion"]);
+        assert!(gc_finalizers(&with(&[]), &policy(None)).is_empty());
+    }
 }

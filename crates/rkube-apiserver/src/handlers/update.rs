@@ -244,7 +244,10 @@ pub(super) async fn commit(
         return Ok(Commit::Done(new));
     }
     let grace = new.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
-    if object::is_terminating(&new) && object::finalizers(&new).is_empty() && grace == 0 {
+    // A namespace also waits for its `spec.finalizers` (emptied through
+    // `finalize`), as upstream's `ShouldDeleteNamespaceDuringUpdate`.
+    let spec_held = info.kind == "Namespace" && !super::delete::namespace_spec_finalizers(&new).is_empty();
+    if object::is_terminating(&new) && object::finalizers(&new).is_empty() && grace == 0 && !spec_held {
         return match ctx.st.storage.delete(key, Some(kv.mod_revision)).await {
             Ok((_, rev)) => {
                 set_resource_version(&mut new, rev);

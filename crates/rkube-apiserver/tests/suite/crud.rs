@@ -444,27 +444,82 @@ pub async fn finalizers_defer_deletion_until_removed(s: &TestServer) {
     s.get(&format!("{CMS}/fin")).await.assert_status(404, "NotFound");
 }
 
-pub async fn deleting_a_namespace_removes_its_objects(s: &TestServer) {
+/// Upstream behaviour (the namespace REST storage): DELETE only marks the
+/// namespace Terminating; its content stays until the namespace controller
+/// (not run by this bare server) removes it and empties `spec.finalizers`
+/// through `finalize`, which removes the namespace.
+pub async fn deleting_a_namespace_marks_it_terminating_until_finalized(s: &TestServer) {
     s.namespace("doomed").await;
     s.post("/api/v1/namespaces/doomed/configmaps", &configmap("a")).await;
-    s.post("/api/v1/namespaces/doomed/pods", &pod("p")).await;
     let r = s.delete("/api/v1/namespaces/doomed", None).await;
     assert_eq!(r.code, 200, "{}", r.text);
+    assert_eq!(r.body["kind"], "Namespace");
+    assert_eq!(r.body["status"]["phase"], "Terminating");
+    assert_eq!(r.body["spec"]["finalizers"], json!(["kubernetes"]));
+    assert!(r.body["metadata"]["deletionTimestamp"].is_string(), "{}", r.text);
+    let again = s.delete("/api/v1/namespaces/doomed", None).await;
+    assert_eq!(again.code, 200, "{}", again.text);
+    assert_eq!(s.get("/api/v1/namespaces/doomed").await.body["status"]["phase"], "Terminating");
+    assert_eq!(s.get("/api/v1/namespaces/doomed/configmaps/a").await.code, 200, "content is the controller's to remove");
+    let mut ns = s.get("/api/v1/namespaces/doomed").await.body;
+    ns["spec"]["finalizers"] = json!([]);
+    let f = s.put("/api/v1/namespaces/doomed/finalize", &ns).await;
+    assert_eq!(f.code, 200, "{}", f.text);
     s.get("/api/v1/namespaces/doomed").await.assert_status(404, "NotFound");
-    assert_eq!(s.get("/api/v1/namespaces/doomed/configmaps").await.body["items"], json!([]));
-    assert_eq!(s.get("/api/v1/namespaces/doomed/pods").await.body["items"], json!([]));
+}
+
+pub async fn system_namespaces_may_not_be_deleted(s: &TestServer) {
+    for name in ["default", "kube-system", "kube-public"] {
+        let r = s.delete(&format!("/api/v1/namespaces/{name}"), None).await;
+        r.assert_status(403, "Forbidden");
+        assert_eq!(r.message(), format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"));
+        assert_eq!(s.get(&format!("/api/v1/namespaces/{name}")).await.body["status"]["phase"], "Active");
+    }
+}
+
+pub async fn foreground_and_orphan_deletes_add_gc_finalizers(s: &TestServer) {
+    for (n, policy, want) in [
+        ("fg", "Foreground", json!(["foregroundDeletion"])),
+        ("or", "Orphan", json!(["orphan"])),
+    ] {
+        s.post(CMS, &configmap(n)).await;
+        let body = json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": policy});
+        let r = s.delete(&format!("{CMS}/{n}"), Some(&body)).await;
+        assert!(r.code == 200 || r.code == 202, "{}", r.text);
+        let g = s.get(&format!("{CMS}/{n}")).await;
+        assert_eq!(g.code, 200, "kept for the garbage collector: {}", g.text);
+        assert_eq!(g.body["metadata"]["finalizers"], want);
+        assert!(g.body["metadata"]["deletionTimestamp"].is_string());
+    }
+    // orphanDependents: true is the deprecated spelling of Orphan.
+    s.post(CMS, &configmap("od")).await;
+    s.delete(&format!("{CMS}/od"), Some(&json!({"orphanDependents": true}))).await;
+    assert_eq!(s.get(&format!("{CMS}/od")).await.body["metadata"]["finalizers"], json!(["orphan"]));
+    let both = json!({"orphanDependents": true, "propagationPolicy": "Foreground"});
+    let r = s.delete(&format!("{CMS}/od"), Some(&both)).await;
+    r.assert_status(422, "Invalid");
+    assert_eq!(
+        r.message(),
+        "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Invalid value: \"Foreground\": orphanDependents and deletionPropagation cannot be both set"
+    );
+    // Background (and no policy) deletes at once.
+    s.post(CMS, &configmap("bg")).await;
+    s.delete(&format!("{CMS}/bg?propagationPolicy=Background"), None).await;
+    s.get(&format!("{CMS}/bg")).await.assert_status(404, "NotFound");
 }
 
 pub async fn creating_in_a_terminating_namespace_is_403(s: &TestServer) {
     s.namespace("held").await;
-    let mut cm = configmap("blocker");
-    cm["metadata"]["finalizers"] = json!(["example.com/hold"]);
-    s.post("/api/v1/namespaces/held/configmaps", &cm).await;
     s.delete("/api/v1/namespaces/held", None).await;
     let ns = s.get("/api/v1/namespaces/held").await;
     assert_eq!(ns.body["status"]["phase"], "Terminating");
     let r = s.post("/api/v1/namespaces/held/configmaps", &configmap("new")).await;
     r.assert_status(403, "Forbidden");
+    assert_eq!(
+        r.message(),
+        "configmaps \"new\" is forbidden: unable to create new content in namespace held because it is being terminated"
+    );
+    assert_eq!(r.body["details"]["causes"][0]["reason"], "NamespaceTerminating");
 }
 
 pub async fn delete_collection_honours_label_selector(s: &TestServer) {

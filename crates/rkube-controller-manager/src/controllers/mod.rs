@@ -12,6 +12,10 @@ use futures::future::BoxFuture;
 
 use crate::context::ControllerContext;
 
+pub mod discovery;
+pub mod garbagecollector;
+pub mod namespace;
+
 /// One controller: its names, whether `*` enables it, and how to start it.
 pub struct Controller {
     /// Upstream's name (`deployment-controller`).
@@ -40,6 +44,13 @@ impl Controller {
 
 /// Every controller rkube runs, in start order.
 pub static CONTROLLERS: &[Controller] = &[
+    Controller {
+        name: "garbage-collector-controller",
+        aliases: &["garbagecollector"],
+        enabled_by_default: true,
+        start: garbagecollector::start,
+    },
+    Controller { name: "namespace-controller", aliases: &["namespace"], enabled_by_default: true, start: namespace::start },
     Controller { name: "endpoints-controller", aliases: &["endpoint"], enabled_by_default: true, start: endpoints::start_endpoints },
     Controller { name: "endpointslice-controller", aliases: &["endpointslice"], enabled_by_default: true, start: endpoints::start_slices },
 ];

@@ -7,7 +7,10 @@
 //! copy of the kubeconfig it wrote (the admin, group `system:masters`), and
 //! [`Cluster::kubectl`] carries it (`--kubeconfig`). [`Cluster::builder`]
 //! adds flags (`.arg("--token-auth-file=...")`) or `.insecure()` (plain HTTP).
-//! `rkube apiserver` (the etcd backend) serves plain HTTP with AlwaysAllow.
+//! `rkube apiserver` (the etcd backend) serves plain HTTP with AlwaysAllow;
+//! beside it runs `rkube controller-manager --kubeconfig=<that kubeconfig>`
+//! (as `rkube up` runs the controllers in its own process), so namespace
+//! deletion and garbage collection behave alike on both backends.
 //!
 //! Every process started here is owned by a [`ChildGuard`] and killed by PID
 //! when the [`Cluster`] is dropped (also when the test panics).
@@ -100,6 +103,7 @@ impl ClusterBuilder {
             insecure: self.insecure,
             args: self.args,
             admin: HttpClient::plain(0),
+            controller_manager: None,
             server: None,
             starts: 0,
             etcd,
@@ -123,8 +127,9 @@ pub struct Cluster {
     admin: HttpClient,
     /// How many times the server was started (names the log files).
     starts: u32,
-    // Fields drop in order: the API server stops first, then its etcd, then
-    // the temporary directory is removed.
+    // Fields drop in order: the controller manager stops first, then the
+    // API server, then its etcd, then the temporary directory is removed.
+    controller_manager: Option<ChildGuard>,
     server: Option<ChildGuard>,
     etcd: Option<EtcdServer>,
     /// Temporary directory holding data, logs, kubeconfig, kubectl cache.
@@ -287,6 +292,9 @@ impl Cluster {
             match started.and_then(|()| wait_ready(&self.admin, &mut guard)) {
                 Ok(()) => {
                     self.server = Some(guard);
+                    if self.backend == Backend::Etcd {
+                        self.start_controller_manager();
+                    }
                     return;
                 }
                 Err(e) => {
@@ -338,6 +346,24 @@ impl Cluster {
         ))
     }
 
+    /// `rkube controller-manager` with the kubeconfig of `rkube apiserver`
+    /// (log: `controller-manager-<n>.log`).
+    fn start_controller_manager(&mut self) {
+        let log = fs::File::create(self.dir.path().join(format!("controller-manager-{}.log", self.starts)))
+            .expect("create controller manager log");
+        let mut cmd = Command::new(rkube_bin());
+        cmd.arg("controller-manager")
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .env("RUST_LOG", std::env::var("RKUBE_E2E_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {:?} controller-manager: {e}", rkube_bin()));
+        self.controller_manager = Some(ChildGuard::new(child, "rkube controller-manager"));
+    }
+
     /// A kubeconfig for `rkube apiserver` (plain HTTP on loopback).
     fn write_own_kubeconfig(&mut self) {
         self.admin = HttpClient::plain(self.port);
@@ -352,6 +378,9 @@ impl Cluster {
     /// SIGTERM), and returns its exit status.
     #[track_caller]
     pub fn stop(&mut self, how: Stop) -> ExitStatus {
+        // The controller manager of the etcd backend goes first (dropping
+        // its guard kills it by PID); `restart` starts a new one.
+        self.controller_manager.take();
         let mut guard = self.server.take().expect("server running");
         match how {
             Stop::Term => guard.signal("TERM"),

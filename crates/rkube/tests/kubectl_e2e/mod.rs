@@ -1,6 +1,7 @@
 //! The kubectl scenarios, one module per command family.
 
 pub mod apply;
+pub mod cascade;
 pub mod delete;
 pub mod describe;
 pub mod discovery;

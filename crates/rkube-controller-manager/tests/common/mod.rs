@@ -1,0 +1,116 @@
+//! Test harness: a real rkube API server on 127.0.0.1:0 in this process
+//! (embedded store in a temp dir, plain HTTP, no authentication), a kube
+//! client for it, and the controller manager started with
+//! `rkube_controller_manager::cli::start`.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject};
+use rkube_controller_manager::cli::{self, ControllerManager};
+use rkube_controller_manager::controllers;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+/// A running API server, a client for it and (maybe) controllers.
+pub struct Cluster {
+    /// A client for the server.
+    pub client: kube::Client,
+    /// The running controllers (`None` for a bare server).
+    pub controllers: Option<ControllerManager>,
+    stop: Option<oneshot::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// A server and the controllers `--controllers=<spec>` selects.
+    pub async fn start(spec: &str) -> Cluster {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage: Arc<dyn rkube_storage::Storage> =
+            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("open embedded store"));
+        let st = rkube_apiserver::ApiState::new(storage, rkube_apiserver::ServerConfig::default());
+        rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = rkube_apiserver::serve(listener, st, async move {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        let config = kube::Config::new(format!("http://{addr}").parse().expect("url"));
+        let client = kube::Client::try_from(config).expect("client");
+        let names: Vec<String> = spec.split(',').map(String::from).collect();
+        let (selected, _) = controllers::select(&names).expect("controllers");
+        let controllers = (!selected.is_empty()).then(|| cli::start(client.clone(), &selected));
+        Cluster { client, controllers, stop: Some(tx), _dir: dir }
+    }
+
+    /// Stops the controllers, then the server.
+    pub async fn stop(mut self) {
+        if let Some(cm) = self.controllers.take() {
+            cm.shutdown().await;
+        }
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+
+    /// The core/v1 `ConfigMap` API in `ns`.
+    pub fn configmaps(&self, ns: &str) -> Api<DynamicObject> {
+        let ar = kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        Api::namespaced_with(self.client.clone(), ns, &ar)
+    }
+
+    /// Creates `obj` (JSON) through `api`, returning what the server stored.
+    pub async fn create(&self, api: &Api<DynamicObject>, obj: Value) -> DynamicObject {
+        let obj: DynamicObject = serde_json::from_value(obj).expect("object");
+        api.create(&Default::default(), &obj).await.expect("create")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// Polls `check` every 100ms until it returns `Some`, or panics after
+/// `timeout` with `what`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A ConfigMap manifest named `name`.
+pub fn configmap(name: &str) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})
+}
+
+/// An ownerReference to `owner` (a ConfigMap).
+pub fn owned_by(owner: &DynamicObject, block: bool) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": owner.metadata.name,
+        "uid": owner.metadata.uid,
+        "blockOwnerDeletion": block,
+    })
+}
