@@ -162,6 +162,58 @@ pub fn secure_filter_args(data_dir: &Path, flags: &FilterArgs) -> Result<SecureU
     Ok(SecureUp { filters, pki, server_ca_pem })
 }
 
+/// Writes `<data_dir>/<file>` for an in-process component of `rkube up`
+/// (as kubeadm's `controller-manager.conf`): the server and CA of
+/// `<data_dir>/kubeconfig`, and, when that kubeconfig holds a client
+/// certificate (a secure `rkube up`), a new client certificate for `user`
+/// (`CN=<user>`, no groups) signed by the CA in `<data_dir>/pki`. With
+/// `--insecure` the file is a copy of the kubeconfig. Returns its path.
+/// Errors: reading the kubeconfig or the CA, signing, writing.
+pub fn write_component_kubeconfig(data_dir: &Path, user: &str, file: &str) -> Result<std::path::PathBuf, UpAuthError> {
+    let io = |what: &'static str, path: &Path| {
+        let path = path.display().to_string();
+        move |source| UpAuthError::File { what, path, source }
+    };
+    let admin = data_dir.join("kubeconfig");
+    let text = std::fs::read_to_string(&admin).map_err(io("reading", &admin))?;
+    let out = data_dir.join(file);
+    let pem_of = |key: &str| -> Option<String> {
+        use base64::Engine as _;
+        let line = text.lines().find_map(|l| l.trim().strip_prefix(key))?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(line.trim()).ok()?;
+        String::from_utf8(bytes).ok()
+    };
+    let server = text.lines().find_map(|l| l.trim().strip_prefix("server:")).map(|s| s.trim().to_string()).unwrap_or_default();
+    let (Some(server_ca), Some(_)) = (pem_of("certificate-authority-data:"), pem_of("client-certificate-data:")) else {
+        std::fs::write(&out, &text).map_err(io("writing", &out))?;
+        return Ok(out);
+    };
+    let pki = tls::generate_self_signed(data_dir)?;
+    let ca_key_path = data_dir.join("pki").join("ca.key");
+    let ca_key_pem = std::fs::read_to_string(&ca_key_path).map_err(io("reading", &ca_key_path))?;
+    let sign = || -> Result<(String, String), rcgen::Error> {
+        use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose};
+        let ca_key = KeyPair::from_pem(&ca_key_pem)?;
+        let issuer = rcgen::Issuer::from_ca_cert_pem(&pki.ca_cert_pem, &ca_key)?;
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, user);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        let now = std::time::SystemTime::now();
+        params.not_before = (now - std::time::Duration::from_secs(3600)).into();
+        params.not_after = (now + std::time::Duration::from_secs(365 * 24 * 3600)).into();
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    };
+    let (cert, key) = sign().map_err(|e| UpAuthError::Tls(TlsError::from(e)))?;
+    let component = tls::Pki { ca_cert_pem: server_ca, admin_cert_pem: cert, admin_key_pem: key, ..pki };
+    tls::write_kubeconfig(&out, &server, &component)?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

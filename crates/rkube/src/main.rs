@@ -23,8 +23,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Apiserver(args) => rkube_apiserver::cli::run_apiserver(args).await,
-            Command::Up(args) if args.node => up_with_node(args).await,
-            Command::Up(args) => rkube_apiserver::cli::run_up(args).await,
+            Command::Up(args) => up(args).await,
             Command::Proxy(args) => rkube_proxy::cli::run(args).await,
             Command::Runtime(args) => rkube_runtime::cli::run(args).await,
             Command::Node(args) => rkube_node::cli::run(args).await,
@@ -62,10 +61,12 @@ fn run_snapshot(cmd: SnapshotCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `rkube up --node`: the API server, then a local node (CRI runtime + node
-/// agent + binder) once the server answers; the node stops when the server does.
-async fn up_with_node(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
+/// `rkube up`: the API server, then (once it answers) the controller
+/// manager as `system:kube-controller-manager`, and with `--node` a local
+/// node (CRI runtime + node agent + binder); they stop when the server does.
+async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone();
+    let with_node = args.node;
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let mut server = tokio::spawn(rkube_apiserver::cli::run_up_with(args, move || {
         let _ = ready_tx.send(());
@@ -79,15 +80,43 @@ async fn up_with_node(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> 
         result = &mut server => return result?,
     }
     let data_dir = std::fs::canonicalize(&data_dir)?;
-    let node = match rkube_node::run_local_node(data_dir.join("kubeconfig"), &data_dir).await {
-        Ok(node) => node,
+    let controllers = match start_controller_manager(&data_dir).await {
+        Ok(cm) => cm,
         Err(err) => {
             server.abort();
-            return Err(err.context("starting the local node"));
+            return Err(err.context("starting the controller manager"));
         }
     };
-    eprintln!("rkube: node {} is running pods on this machine", node.node_name);
+    let node = if with_node {
+        match rkube_node::run_local_node(data_dir.join("kubeconfig"), &data_dir).await {
+            Ok(node) => {
+                eprintln!("rkube: node {} is running pods on this machine", node.node_name);
+                Some(node)
+            }
+            Err(err) => {
+                server.abort();
+                controllers.shutdown().await;
+                return Err(err.context("starting the local node"));
+            }
+        }
+    } else {
+        None
+    };
     let result = server.await;
-    node.shutdown().await;
+    if let Some(node) = node {
+        node.shutdown().await;
+    }
+    controllers.shutdown().await;
     result?
+}
+
+/// Starts every default controller in this process with the identity
+/// `system:kube-controller-manager` (`<data-dir>/controller-manager.kubeconfig`).
+async fn start_controller_manager(data_dir: &std::path::Path) -> anyhow::Result<rkube_controller_manager::cli::ControllerManager> {
+    use rkube_apiserver::filters::rbac::KUBE_CONTROLLER_MANAGER;
+    let kubeconfig =
+        rkube_apiserver::up_auth::write_component_kubeconfig(data_dir, KUBE_CONTROLLER_MANAGER, "controller-manager.kubeconfig")?;
+    let client = rkube_controller_manager::cli::client(Some(&kubeconfig)).await?;
+    let (selected, _) = rkube_controller_manager::controllers::select(&["*".to_string()]).map_err(|e| anyhow::anyhow!(e))?;
+    Ok(rkube_controller_manager::cli::start(client, &selected))
 }

@@ -566,7 +566,37 @@ pub fn bootstrap_policy() -> Vec<Value> {
         crb("system:basic-user", "system:basic-user", &["system:authenticated"]),
         crb("system:public-info-viewer", "system:public-info-viewer", &["system:authenticated", "system:unauthenticated"]),
         crb("system:service-account-issuer-discovery", "system:service-account-issuer-discovery", &["system:serviceaccounts"]),
+        kube_controller_manager_role(&cr),
+        {
+            let mut b = crb("system:kube-controller-manager", "system:kube-controller-manager", &[]);
+            b["subjects"] = serde_json::json!([{"apiGroup": RBAC_GROUP, "kind": "User", "name": KUBE_CONTROLLER_MANAGER}]);
+            b
+        },
     ]
+}
+
+/// The user `rkube up`'s controller manager authenticates as (upstream's
+/// `user.KubeControllerManager`).
+pub const KUBE_CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
+
+/// ClusterRole `system:kube-controller-manager`: upstream's (read every
+/// resource, write events and leases) plus the writes of the controllers
+/// rkube runs under that one identity (upstream grants those to
+/// `system:controller:<name>` roles of per-controller ServiceAccounts with
+/// `--use-service-account-credentials`): pods, ReplicaSets,
+/// ReplicationControllers, Deployments and their status.
+fn kube_controller_manager_role(cr: &dyn Fn(&str, Value) -> Value) -> Value {
+    cr(KUBE_CONTROLLER_MANAGER, serde_json::json!([
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "patch", "update"]},
+        {"apiGroups": [""], "resources": ["replicationcontrollers"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["replicationcontrollers/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": ["apps", "extensions"], "resources": ["replicasets"], "verbs": ["create", "delete", "patch", "update"]},
+        {"apiGroups": ["apps", "extensions"], "resources": ["replicasets/status", "deployments/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": ["apps", "extensions"], "resources": ["deployments", "deployments/finalizers", "replicasets/finalizers"], "verbs": ["patch", "update"]},
+    ]))
 }
 
 #[cfg(test)]

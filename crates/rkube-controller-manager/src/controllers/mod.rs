@@ -8,6 +8,9 @@
 
 use futures::future::BoxFuture;
 
+pub mod deployment;
+pub mod replicaset;
+
 use crate::context::ControllerContext;
 
 /// One controller: its names, whether `*` enables it, and how to start it.
@@ -37,7 +40,26 @@ impl Controller {
 }
 
 /// Every controller rkube runs, in start order.
-pub static CONTROLLERS: &[Controller] = &[];
+pub static CONTROLLERS: &[Controller] = &[
+    Controller {
+        name: "replicaset-controller",
+        aliases: &["replicaset"],
+        enabled_by_default: true,
+        start: replicaset::start_replicasets,
+    },
+    Controller {
+        name: "replicationcontroller-controller",
+        aliases: &["replicationcontroller"],
+        enabled_by_default: true,
+        start: replicaset::start_replication_controllers,
+    },
+    Controller {
+        name: "deployment-controller",
+        aliases: &["deployment"],
+        enabled_by_default: true,
+        start: deployment::start,
+    },
+];
 
 /// Upstream controllers rkube does not run (yet): `--controllers` accepts
 /// their names (with a warning) so upstream command lines keep working.
