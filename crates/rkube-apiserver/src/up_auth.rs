@@ -220,6 +220,38 @@ mod tests {
     use crate::filters::authz::AuthorizationMode;
 
     #[test]
+    fn component_kubeconfig_authenticates_as_its_user_with_a_certificate_from_the_up_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
+        tls::write_kubeconfig(&dir.path().join("kubeconfig"), "https://127.0.0.1:6443", &up.kubeconfig_pki()).unwrap();
+        let path = write_component_kubeconfig(dir.path(), "system:kube-controller-manager", "controller-manager.kubeconfig").unwrap();
+        assert_eq!(path, dir.path().join("controller-manager.kubeconfig"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("server: https://127.0.0.1:6443"), "{text}");
+        let cert_b64 = text.lines().find_map(|l| l.trim().strip_prefix("client-certificate-data:")).unwrap().trim().to_string();
+        use base64::Engine as _;
+        let pem = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(cert_b64).unwrap()).unwrap();
+        let cert_file = dir.path().join("kcm.crt");
+        std::fs::write(&cert_file, &pem).unwrap();
+        let der = tls::load_certs(&cert_file).unwrap();
+        let subject = crate::filters::x509::subject(der[0].as_ref()).unwrap();
+        assert_eq!(subject.common_name, "system:kube-controller-manager");
+        assert!(subject.organizations.is_empty());
+        let verifier = tls::client_verifier(&up.pki.ca_certs().unwrap()).unwrap();
+        assert!(verifier.verify_client_cert(&der[0], &[], rustls::pki_types::UnixTime::now()).is_ok(), "signed by the up CA");
+    }
+
+    #[test]
+    fn component_kubeconfig_of_an_insecure_up_is_the_plain_kubeconfig() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = "apiVersion: v1\nkind: Config\nclusters:\n- name: rkube\n  cluster:\n    server: http://127.0.0.1:8080\n";
+        std::fs::write(dir.path().join("kubeconfig"), plain).unwrap();
+        let path = write_component_kubeconfig(dir.path(), "system:kube-controller-manager", "cm.kubeconfig").unwrap();
+        assert_eq!(std::fs::read_to_string(path).unwrap(), plain);
+        assert!(!dir.path().join("pki").exists(), "no PKI is generated for an insecure up");
+    }
+
+    #[test]
     fn secure_up_serves_tls_without_anonymous_access_under_rbac() {
         let dir = tempfile::tempdir().unwrap();
         let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();

@@ -686,6 +686,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn kube_controller_manager_writes_what_its_controllers_need_and_reads_everything() {
+        let rbac = fixture().await;
+        let kcm = user(KUBE_CONTROLLER_MANAGER, &["system:authenticated"]);
+        let allowed = [
+            (Method::POST, "/api/v1/namespaces/dev/pods"),
+            (Method::DELETE, "/api/v1/namespaces/dev/pods/web-1"),
+            (Method::PATCH, "/apis/apps/v1/namespaces/dev/replicasets/web-1/status"),
+            (Method::POST, "/apis/apps/v1/namespaces/dev/replicasets"),
+            (Method::PATCH, "/apis/apps/v1/namespaces/dev/deployments/web/status"),
+            (Method::PATCH, "/api/v1/namespaces/dev/replicationcontrollers/rc/status"),
+            (Method::POST, "/apis/events.k8s.io/v1/namespaces/dev/events"),
+            (Method::GET, "/api/v1/secrets"),
+        ];
+        for (m, path) in allowed {
+            let d = authorize(&rbac, &kcm, &attrs(m.clone(), path)).await;
+            assert!(matches!(d, RbacDecision::Allow(_)), "{m} {path}: {d:?}");
+        }
+        for (m, path) in [(Method::DELETE, "/apis/apps/v1/namespaces/dev/deployments/web"), (Method::POST, "/api/v1/namespaces/dev/secrets")] {
+            let d = authorize(&rbac, &kcm, &attrs(m.clone(), path)).await;
+            assert!(matches!(d, RbacDecision::NoOpinion(_)), "{m} {path}: {d:?}");
+        }
+    }
+
+    #[tokio::test]
     async fn missing_roles_are_reported_in_the_reason() {
         let rbac = fixture().await;
         let alice = user("alice", &["system:authenticated"]);
