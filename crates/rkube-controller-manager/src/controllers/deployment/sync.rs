@@ -65,7 +65,9 @@ struct Sync<'a> {
     d: &'a mut Deployment,
     state: &'a State,
     rs_api: Api<ReplicaSet>,
-    /// Owned ReplicaSets, oldest first, updated after every write.
+    /// Owned ReplicaSets, oldest first, updated after every write (indexes
+    /// stay valid for the whole sync: new ones are appended, deleted ones
+    /// kept, with no replicas to count).
     rss: Vec<ReplicaSet>,
 }
 
@@ -376,7 +378,6 @@ impl Sync<'_> {
                 Err(e) if pod_control::is_not_found(&e) => {}
                 Err(e) => return Err(e),
             }
-            self.rss.retain(|r| r.metadata.uid != rs.metadata.uid);
         }
         Ok(())
     }
