@@ -258,3 +258,30 @@ async fn scaling_through_the_scale_subresource_resizes_the_replica_set() {
     assert_eq!(scale.status.map(|s| s.replicas), Some(5));
     env.stop().await;
 }
+
+#[tokio::test]
+async fn resizing_a_stalled_rollout_scales_both_replica_sets_proportionally() {
+    let env = Env::start(CONTROLLERS, true).await;
+    env.namespace("d9").await;
+    let api: Api<Deployment> = Api::namespaced(env.client.clone(), "d9");
+    api.create(&PostParams::default(), &deployment("web", 10, rolling(json!(3), json!(0)), json!({}))).await.expect("create");
+    eventually("rollout", || rolled_out(&api, "web", 10)).await;
+    // The new template's pods never become ready: the rollout stalls at 10 old + 3 new.
+    let patch = json!({"spec": {"template": {"metadata": {"labels": {"app": "web", "never-ready": "yes"}}}}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("new template");
+    eventually("stalled at 10 + 3", || async {
+        let rss = replica_sets(&env, "d9", "web").await;
+        (rss.iter().map(|r| r.1).collect::<Vec<_>>() == [10, 3]).then_some(())
+    })
+    .await;
+    api.patch_scale("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 20}}))).await.expect("scale");
+    // 13 → 23 (20 + maxSurge 3): old 10·23/13 ≈ 18, new 3·23/13 ≈ 5.
+    let sizes = eventually("proportional sizes", || async {
+        let rss = replica_sets(&env, "d9", "web").await;
+        let sizes: Vec<i32> = rss.iter().map(|r| r.1).collect();
+        (sizes.iter().sum::<i32>() == 23).then_some(sizes)
+    })
+    .await;
+    assert_eq!(sizes, vec![18, 5]);
+    env.stop().await;
+}

@@ -126,6 +126,7 @@ pub fn current_status<K: Serialize>(owner: &K) -> ReplicaStatus {
 struct State<K: ReplicaOwner> {
     client: kube::Client,
     pods: Store<Pod>,
+    owners: Store<K>,
     expectations: Expectations,
     events: EventSink,
     _kind: std::marker::PhantomData<K>,
@@ -164,6 +165,7 @@ pub async fn run<K: ReplicaOwner>(ctx: ControllerContext) -> anyhow::Result<()> 
     let state = Arc::new(State::<K> {
         client: client.clone(),
         pods,
+        owners: owners.clone(),
         expectations: Expectations::default(),
         events: EventSink::new(client, K::CONTROLLER),
         _kind: std::marker::PhantomData,
@@ -247,7 +249,8 @@ async fn reconcile<K: ReplicaOwner>(owner: Arc<K>, state: Arc<State<K>>) -> Resu
     let needs_sync = state.expectations.satisfied(&key, seen);
     let mut manage_err = None;
     if needs_sync && !deleting {
-        manage_err = manage_replicas(owner.as_ref(), &owner_ref, &key, &mine, &pods_api, &state).await.err();
+        let related = related_pods(owner.as_ref(), &in_ns, &state.owners);
+        manage_err = manage_replicas(owner.as_ref(), &owner_ref, &key, &mine, &related, &pods_api, &state).await.err();
     }
 
     let now = Timestamp::now();
@@ -276,12 +279,37 @@ async fn reconcile<K: ReplicaOwner>(owner: Arc<K>, state: Arc<State<K>>) -> Resu
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
+/// Pods whose controller is `owner` or another owner with the same
+/// controller as `owner` (the other ReplicaSets of its Deployment), which
+/// the deletion ranking counts per node (upstream's `getIndirectlyRelatedPods`).
+fn related_pods<'a, K: ReplicaOwner>(owner: &K, in_ns: &'a [Arc<Pod>], owners: &Store<K>) -> Vec<&'a Pod> {
+    let own_uid = owner.meta().uid.clone().unwrap_or_default();
+    let mut uids = vec![own_uid];
+    if let Some(parent) = pod_control::controller_of(owner.meta()) {
+        let ns = owner.namespace();
+        uids.extend(
+            owners
+                .state()
+                .iter()
+                .filter(|o| o.namespace() == ns)
+                .filter(|o| pod_control::controller_of(o.meta()).is_some_and(|r| r.uid == parent.uid))
+                .filter_map(|o| o.meta().uid.clone()),
+        );
+    }
+    in_ns
+        .iter()
+        .filter(|p| pod_control::controller_of(&p.metadata).is_some_and(|r| uids.contains(&r.uid)))
+        .map(|p| p.as_ref())
+        .collect()
+}
+
 /// Creates or deletes pods so `mine` reaches `spec.replicas` (upstream's `manageReplicas`).
 async fn manage_replicas<K: ReplicaOwner>(
     owner: &K,
     owner_ref: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
     key: &str,
     mine: &[Arc<Pod>],
+    related: &[&Pod],
     pods_api: &Api<Pod>,
     state: &State<K>,
 ) -> Result<(), ManageError> {
@@ -318,8 +346,7 @@ async fn manage_replicas<K: ReplicaOwner>(
         }
         Manage::Delete(n) => {
             let mut ranked: Vec<&Pod> = mine.iter().map(|p| p.as_ref()).collect();
-            let related = ranked.clone();
-            pod_util::sort_for_deletion(&mut ranked, &related, Timestamp::now());
+            pod_util::sort_for_deletion(&mut ranked, related, Timestamp::now());
             let victims = &ranked[..n.min(ranked.len())];
             state.expectations.expect_deletions(key, victims.iter().filter_map(|p| p.metadata.uid.clone()));
             let dp = DeleteParams::default();
