@@ -42,6 +42,7 @@ impl Expectations {
     /// Records that pods named `names` were created for `key`.
     pub fn expect_creations(&self, key: &str, names: impl IntoIterator<Item = String>) {
         let mut m = self.lock();
+        sweep(&mut m);
         let p = m.entry(key.to_string()).or_default();
         p.creates.extend(names);
         p.since.get_or_insert_with(Instant::now);
@@ -50,14 +51,10 @@ impl Expectations {
     /// Records that pods with `uids` were deleted for `key`.
     pub fn expect_deletions(&self, key: &str, uids: impl IntoIterator<Item = String>) {
         let mut m = self.lock();
+        sweep(&mut m);
         let p = m.entry(key.to_string()).or_default();
         p.deletes.extend(uids);
         p.since.get_or_insert_with(Instant::now);
-    }
-
-    /// Forgets `key` (its owner is gone).
-    pub fn forget(&self, key: &str) {
-        self.lock().remove(key);
     }
 
     /// Whether `key` may sync: nothing pending, everything pending observed
@@ -83,16 +80,15 @@ impl Expectations {
         false
     }
 
-    /// Marks the creation of `name` as not coming (the create failed or was skipped).
-    pub fn creation_dropped(&self, key: &str, name: &str) {
-        if let Some(p) = self.lock().get_mut(key) {
-            p.creates.remove(name);
-        }
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Drops expired entries (of owners deleted before their pods were seen,
+/// which no sync checks again).
+fn sweep(m: &mut HashMap<String, Pending>) {
+    m.retain(|_, p| p.since.is_none_or(|t| t.elapsed() <= EXPECTATIONS_TIMEOUT));
 }
 
 #[cfg(test)]
