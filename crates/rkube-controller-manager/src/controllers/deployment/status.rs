@@ -62,6 +62,8 @@ pub fn calculate_status(d: &Deployment, all: &[&ReplicaSet], new_rs: Option<&Rep
     let sum = |f: fn((i32, i32, i32)) -> i32| all.iter().map(|rs| f(rs_status(rs))).sum::<i32>();
     let available = sum(|s| s.2);
     let total = sum(|s| s.0);
+    // Unavailable counts against the replicas asked for (spec), as upstream.
+    let wanted: i32 = all.iter().map(|rs| util::rs_replicas(rs)).sum();
     let current = d.status.clone().unwrap_or_default();
     let mut status = DeploymentStatus {
         observed_generation: d.metadata.generation,
@@ -69,7 +71,7 @@ pub fn calculate_status(d: &Deployment, all: &[&ReplicaSet], new_rs: Option<&Rep
         updated_replicas: Some(new_rs.map(|rs| rs_status(rs).0).unwrap_or(0)),
         ready_replicas: Some(sum(|s| s.1)),
         available_replicas: Some(available),
-        unavailable_replicas: Some((total - available).max(0)),
+        unavailable_replicas: Some((wanted - available).max(0)),
         collision_count: current.collision_count,
         conditions: current.conditions.clone(),
         terminating_replicas: None,
@@ -203,4 +205,77 @@ pub fn paused_condition(d: &Deployment, now: Timestamp) -> Option<DeploymentStat
 /// annotation differs from `rev`.
 pub fn deployment_revision_differs(d: &Deployment, rev: i64) -> bool {
     d.metadata.annotations.as_ref().and_then(|a| a.get(util::REVISION)).map(String::as_str) != Some(rev.to_string().as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rs(spec: i32, replicas: i32, ready: i32, available: i32) -> ReplicaSet {
+        serde_json::from_value(json!({"spec": {"replicas": spec, "selector": {}},
+            "status": {"replicas": replicas, "readyReplicas": ready, "availableReplicas": available}}))
+        .unwrap()
+    }
+
+    fn deployment(replicas: i32, deadline: Option<i32>, status: serde_json::Value) -> Deployment {
+        serde_json::from_value(json!({"metadata": {"generation": 2}, "spec": {"replicas": replicas, "selector": {},
+            "progressDeadlineSeconds": deadline, "template": {}}, "status": status}))
+        .unwrap()
+    }
+
+    #[test]
+    fn status_counts_and_the_available_condition_follow_the_replica_sets() {
+        let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let d = deployment(4, Some(600), json!({}));
+        let (old, new) = (rs(2, 2, 2, 2), rs(3, 2, 1, 1));
+        let s = calculate_status(&d, &[&old, &new], Some(&new), now);
+        assert_eq!((s.replicas, s.updated_replicas, s.ready_replicas, s.available_replicas), (Some(4), Some(2), Some(3), Some(3)));
+        assert_eq!(s.unavailable_replicas, Some(2), "5 asked for, 3 available");
+        assert_eq!(s.observed_generation, Some(2));
+        let c = get_condition(&s, AVAILABLE).unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("True", Some("MinimumReplicasAvailable")), "4 - maxUnavailable 1 = 3");
+        let s = calculate_status(&d, &[&rs(4, 4, 1, 1)], None, now);
+        let c = get_condition(&s, AVAILABLE).unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("False", Some("MinimumReplicasUnavailable")));
+    }
+
+    #[test]
+    fn progressing_reports_updates_completion_and_the_deadline() {
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let later: Timestamp = "2026-01-01T00:00:30Z".parse().unwrap();
+        let d = deployment(2, Some(10), json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 0}));
+        let new = rs(1, 1, 0, 0);
+        let s = rollout_status(&d, &[&rs(2, 2, 2, 2), &new], Some(&new), t0);
+        let c = get_condition(&s, PROGRESSING).unwrap().clone();
+        assert_eq!(c.reason.as_deref(), Some("ReplicaSetUpdated"));
+        // No progress for longer than the deadline.
+        let stuck = Deployment { status: Some(s.clone()), ..d.clone() };
+        let s2 = rollout_status(&stuck, &[&rs(2, 2, 2, 2), &new], Some(&new), later);
+        let c = get_condition(&s2, PROGRESSING).unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("False", Some("ProgressDeadlineExceeded")));
+        assert_eq!(requeue_after(&stuck, &s, t0), Some(std::time::Duration::from_secs(10)));
+        // Complete.
+        let done = rs(2, 2, 2, 2);
+        let s3 = rollout_status(&stuck, &[&rs(0, 0, 0, 0), &done], Some(&done), later);
+        let c = get_condition(&s3, PROGRESSING).unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("True", Some("NewReplicaSetAvailable")));
+        // Without a deadline there is no Progressing condition.
+        let none = deployment(2, Some(i32::MAX), json!({}));
+        assert!(get_condition(&rollout_status(&none, &[&done], Some(&done), later), PROGRESSING).is_none());
+    }
+
+    #[test]
+    fn pausing_and_resuming_set_progressing_unknown() {
+        let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let mut d = deployment(1, Some(600), json!({}));
+        d.spec.as_mut().unwrap().paused = Some(true);
+        let s = paused_condition(&d, now).unwrap();
+        assert_eq!(get_condition(&s, PROGRESSING).unwrap().reason.as_deref(), Some("DeploymentPaused"));
+        d.status = Some(s);
+        assert!(paused_condition(&d, now).is_none(), "already paused");
+        d.spec.as_mut().unwrap().paused = Some(false);
+        let s = paused_condition(&d, now).unwrap();
+        assert_eq!(get_condition(&s, PROGRESSING).unwrap().reason.as_deref(), Some("DeploymentResumed"));
+    }
 }
