@@ -167,7 +167,8 @@ pub fn secure_filter_args(data_dir: &Path, flags: &FilterArgs) -> Result<SecureU
 /// data dir: (file name, user). Each user is bound to its bootstrap
 /// ClusterRole (`system:kube-scheduler`, ...) by
 /// [`crate::filters::rbac::bootstrap_policy`].
-pub const UP_COMPONENTS: &[(&str, &str)] = &[("scheduler.kubeconfig", "system:kube-scheduler")];
+pub const UP_COMPONENTS: &[(&str, &str)] =
+    &[("scheduler.kubeconfig", "system:kube-scheduler"), ("controller-manager.kubeconfig", "system:kube-controller-manager")];
 
 /// Writes, for each of [`UP_COMPONENTS`], `<data_dir>/<file>`: a kubeconfig
 /// for `server_url` trusting `up`'s server CA and authenticating with a
@@ -290,7 +291,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
         write_component_kubeconfigs(dir.path(), "https://127.0.0.1:6443", &up).unwrap();
-        let kc: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(dir.path().join("scheduler.kubeconfig")).unwrap()).unwrap();
+        for (file, user) in UP_COMPONENTS {
+        let kc: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(dir.path().join(file)).unwrap()).unwrap();
         assert_eq!(kc["clusters"][0]["cluster"]["server"], "https://127.0.0.1:6443");
         use base64::Engine as _;
         let pem = base64::engine::general_purpose::STANDARD
@@ -299,11 +301,13 @@ mod tests {
         let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
         let cert = pem.parse_x509().unwrap();
         let cn: Vec<&str> = cert.subject().iter_common_name().filter_map(|c| c.as_str().ok()).collect();
-        assert_eq!(cn, vec!["system:kube-scheduler"]);
+        assert_eq!(cn, vec![*user]);
         assert_eq!(cert.subject().iter_organization().count(), 0, "no groups");
         let ca_der = up.pki.ca_certs().unwrap();
         let (_, ca) = x509_parser::parse_x509_certificate(ca_der[0].as_ref()).unwrap();
         assert!(cert.verify_signature(Some(ca.public_key())).is_ok(), "signed by the up CA");
+        }
+        assert!(UP_COMPONENTS.iter().any(|(_, u)| *u == "system:kube-controller-manager"));
     }
 
     #[test]

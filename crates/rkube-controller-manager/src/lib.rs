@@ -17,3 +17,7 @@
 pub mod cli;
 pub mod context;
 pub mod controllers;
+pub mod events;
+pub mod expectations;
+pub mod pod_control;
+pub mod pod_util;

@@ -73,7 +73,8 @@ fn run_snapshot(cmd: SnapshotCommand) -> anyhow::Result<()> {
 }
 
 /// `rkube up [--node]`: the API server, then, once it answers, the
-/// controller manager (every controller enabled by default), the scheduler
+/// controller manager (every controller enabled by default) as
+/// `system:kube-controller-manager`, the scheduler as `system:kube-scheduler`
 /// and, with `--node`, a local node (CRI runtime + node agent); they stop,
 /// in reverse order, when the server does.
 async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
@@ -92,7 +93,7 @@ async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
         result = &mut server => return result?,
     }
     let data_dir = std::fs::canonicalize(&data_dir)?;
-    let controllers = match start_controllers(&data_dir).await {
+    let controllers = match start_controllers(&data_dir, insecure).await {
         Ok(cm) => cm,
         Err(err) => {
             server.abort();
@@ -145,11 +146,14 @@ async fn start_scheduler(data_dir: &std::path::Path, insecure: bool) -> anyhow::
     rkube_scheduler::cli::start(client, rkube_scheduler::cli::StartOptions::default()).await
 }
 
-/// The controllers `rkube controller-manager` runs by default, as the admin
-/// of `<data-dir>/kubeconfig`.
-async fn start_controllers(data_dir: &std::path::Path) -> anyhow::Result<rkube_controller_manager::cli::ControllerManager> {
+/// The controllers `rkube controller-manager` runs by default, in this
+/// process, as `system:kube-controller-manager` with the kubeconfig `rkube
+/// up` wrote for it (`controller-manager.kubeconfig`), or with `--insecure`
+/// through the plain kubeconfig.
+async fn start_controllers(data_dir: &std::path::Path, insecure: bool) -> anyhow::Result<rkube_controller_manager::cli::ControllerManager> {
     use rkube_controller_manager::{cli, controllers};
-    let client = cli::client(Some(&data_dir.join("kubeconfig"))).await?;
+    let file = if insecure { "kubeconfig" } else { "controller-manager.kubeconfig" };
+    let client = rkube_component::client::client(Some(&data_dir.join(file))).await?;
     let (selected, _) = controllers::select(&["*".to_string()]).map_err(|e| anyhow::anyhow!(e))?;
     Ok(cli::start(client, &selected))
 }

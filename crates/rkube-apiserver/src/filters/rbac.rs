@@ -569,6 +569,8 @@ pub fn bootstrap_policy() -> Vec<Value> {
         crb("system:service-account-issuer-discovery", "system:service-account-issuer-discovery", &["system:serviceaccounts"]),
         cr("system:kube-scheduler", kube_scheduler_rules()),
         user_binding(crb("system:kube-scheduler", "system:kube-scheduler", &[]), "system:kube-scheduler"),
+        kube_controller_manager_role(&cr),
+        user_binding(crb(KUBE_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, &[]), KUBE_CONTROLLER_MANAGER),
     ]
 }
 
@@ -603,6 +605,37 @@ fn kube_scheduler_rules() -> Value {
         {"apiGroups": ["storage.k8s.io"], "resources": ["csidrivers"], "verbs": read},
         {"apiGroups": ["storage.k8s.io"], "resources": ["csistoragecapacities"], "verbs": read},
     ])
+}
+
+/// The user `rkube up`'s controller manager authenticates as (upstream's
+/// `user.KubeControllerManager`).
+pub const KUBE_CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
+
+/// ClusterRole `system:kube-controller-manager`: upstream's (read every
+/// resource, write events and leases) plus the writes of the controllers
+/// rkube runs under that one identity (upstream grants those to
+/// `system:controller:<name>` roles of per-controller ServiceAccounts with
+/// `--use-service-account-credentials`): pods, ReplicaSets,
+/// ReplicationControllers, Deployments and their status; Endpoints and
+/// EndpointSlices; and, for the garbage collector and the namespace
+/// controller (`system:controller:generic-garbage-collector`,
+/// `system:controller:namespace-controller`), updating and deleting any
+/// object, including `namespaces/finalize` and `namespaces/status`.
+fn kube_controller_manager_role(cr: &dyn Fn(&str, Value) -> Value) -> Value {
+    cr(KUBE_CONTROLLER_MANAGER, serde_json::json!([
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "patch", "update"]},
+        {"apiGroups": [""], "resources": ["replicationcontrollers"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["replicationcontrollers/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": ["apps", "extensions"], "resources": ["replicasets"], "verbs": ["create", "delete", "patch", "update"]},
+        {"apiGroups": ["apps", "extensions"], "resources": ["replicasets/status", "deployments/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": ["apps", "extensions"], "resources": ["deployments", "deployments/finalizers", "replicasets/finalizers"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["create", "delete", "update"]},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["create", "delete", "update"]},
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["delete", "deletecollection", "patch", "update"]},
+    ]))
 }
 
 #[cfg(test)]
@@ -689,6 +722,30 @@ mod tests {
         assert_eq!(d, RbacDecision::NoOpinion(String::new()));
         let d = authorize(&rbac, &alice, &attrs(Method::DELETE, "/api/v1/namespaces/dev/pods/x")).await;
         assert_eq!(d, RbacDecision::NoOpinion(String::new()));
+    }
+
+    #[tokio::test]
+    async fn kube_controller_manager_writes_what_its_controllers_need_and_reads_everything() {
+        let rbac = fixture().await;
+        let kcm = user(KUBE_CONTROLLER_MANAGER, &["system:authenticated"]);
+        let allowed = [
+            (Method::POST, "/api/v1/namespaces/dev/pods"),
+            (Method::DELETE, "/api/v1/namespaces/dev/pods/web-1"),
+            (Method::PATCH, "/apis/apps/v1/namespaces/dev/replicasets/web-1/status"),
+            (Method::POST, "/apis/apps/v1/namespaces/dev/replicasets"),
+            (Method::PATCH, "/apis/apps/v1/namespaces/dev/deployments/web/status"),
+            (Method::PATCH, "/api/v1/namespaces/dev/replicationcontrollers/rc/status"),
+            (Method::POST, "/apis/events.k8s.io/v1/namespaces/dev/events"),
+            (Method::GET, "/api/v1/secrets"),
+        ];
+        for (m, path) in allowed {
+            let d = authorize(&rbac, &kcm, &attrs(m.clone(), path)).await;
+            assert!(matches!(d, RbacDecision::Allow(_)), "{m} {path}: {d:?}");
+        }
+        for (m, path) in [(Method::DELETE, "/apis/apps/v1/namespaces/dev/deployments/web"), (Method::POST, "/api/v1/namespaces/dev/secrets")] {
+            let d = authorize(&rbac, &kcm, &attrs(m.clone(), path)).await;
+            assert!(matches!(d, RbacDecision::NoOpinion(_)), "{m} {path}: {d:?}");
+        }
     }
 
     #[tokio::test]

@@ -124,6 +124,13 @@ pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType
         if !rv.is_empty() && rv != kv.mod_revision.to_string() {
             return Err(ApiError::stale(info, &name));
         }
+        // A resourceVersion the client sent is a precondition; the one a
+        // patch carries over from the current Scale is not (a lost race retries).
+        let explicit_rv = match patch {
+            None => !rv.is_empty(),
+            Some(crate::patch::PatchType::Json) => false,
+            Some(_) => String::from_utf8_lossy(body).contains("resourceVersion"),
+        };
         let replicas = wanted.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
         if replicas < 0 {
             let cause =
@@ -153,7 +160,7 @@ pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType
                 trace::step(steps::ABOUT_TO_WRITE);
                 return Ok(media::respond(200, ctx.render.output, &to_scale(ctx.ri.info, &obj)));
             }
-            Commit::Retry if !rv.is_empty() => return Err(ApiError::stale(info, &name)),
+            Commit::Retry if explicit_rv => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,
         }
     }

@@ -10,6 +10,9 @@ pub mod endpoints;
 
 use futures::future::BoxFuture;
 
+pub mod deployment;
+pub mod replicaset;
+
 use crate::context::ControllerContext;
 
 pub mod discovery;
@@ -44,6 +47,24 @@ impl Controller {
 
 /// Every controller rkube runs, in start order.
 pub static CONTROLLERS: &[Controller] = &[
+    Controller {
+        name: "replicaset-controller",
+        aliases: &["replicaset"],
+        enabled_by_default: true,
+        start: replicaset::start_replicasets,
+    },
+    Controller {
+        name: "replicationcontroller-controller",
+        aliases: &["replicationcontroller"],
+        enabled_by_default: true,
+        start: replicaset::start_replication_controllers,
+    },
+    Controller {
+        name: "deployment-controller",
+        aliases: &["deployment"],
+        enabled_by_default: true,
+        start: deployment::start,
+    },
     Controller {
         name: "garbage-collector-controller",
         aliases: &["garbagecollector"],
@@ -100,6 +121,33 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "validatingadmissionpolicy-status-controller",
     "service-cidr-controller",
     "taint-eviction-controller",
+    "job-controller",
+    "job",
+    "cronjob-controller",
+    "cronjob",
+    "daemonset-controller",
+    "daemonset",
+    "statefulset-controller",
+    "statefulset",
+    "node-lifecycle-controller",
+    "nodelifecycle",
+    "disruption-controller",
+    "disruption",
+    "resourcequota-controller",
+    "resourcequota",
+    "pod-garbage-collector-controller",
+    "podgc",
+    "ttl-after-finished-controller",
+    "ttl-after-finished",
+    // These four run inside rkube's API server process for now.
+    "serviceaccount-controller",
+    "serviceaccount",
+    "serviceaccount-token-controller",
+    "serviceaccount-token",
+    "root-ca-certificate-publisher-controller",
+    "root-ca-cert-publisher",
+    "certificatesigningrequest-signing-controller",
+    "csrsigning",
 ];
 
 /// The controllers `--controllers` selects, in [`CONTROLLERS`] order, and a

@@ -79,6 +79,9 @@ metadata:
     app: web
 spec:
   replicas: 2
+  # Paused: rkube up's deployment controller leaves it without ReplicaSets,
+  # so the namespace holds exactly the objects listed here.
+  paused: true
   selector:
     matchLabels:
       app: web
@@ -179,6 +182,9 @@ metadata:
     tier: frontend
 spec:
   replicas: 2
+  # Paused: rkube up's deployment controller leaves it without ReplicaSets,
+  # so the namespace holds exactly the objects listed here.
+  paused: true
   selector:
     matchLabels:
       app: web
