@@ -737,12 +737,17 @@ mod tests {
             (Method::PATCH, "/api/v1/namespaces/dev/replicationcontrollers/rc/status"),
             (Method::POST, "/apis/events.k8s.io/v1/namespaces/dev/events"),
             (Method::GET, "/api/v1/secrets"),
+            // The garbage collector and the namespace controller delete and
+            // update any object.
+            (Method::DELETE, "/apis/apps/v1/namespaces/dev/deployments/web"),
+            (Method::PUT, "/api/v1/namespaces/dev/finalize"),
+            (Method::POST, "/apis/discovery.k8s.io/v1/namespaces/dev/endpointslices"),
         ];
         for (m, path) in allowed {
             let d = authorize(&rbac, &kcm, &attrs(m.clone(), path)).await;
             assert!(matches!(d, RbacDecision::Allow(_)), "{m} {path}: {d:?}");
         }
-        for (m, path) in [(Method::DELETE, "/apis/apps/v1/namespaces/dev/deployments/web"), (Method::POST, "/api/v1/namespaces/dev/secrets")] {
+        for (m, path) in [(Method::POST, "/apis/apps/v1/namespaces/dev/deployments"), (Method::POST, "/api/v1/namespaces/dev/secrets")] {
             let d = authorize(&rbac, &kcm, &attrs(m.clone(), path)).await;
             assert!(matches!(d, RbacDecision::NoOpinion(_)), "{m} {path}: {d:?}");
         }

@@ -352,8 +352,11 @@ impl Cluster {
         let log = fs::File::create(self.dir.path().join(format!("controller-manager-{}.log", self.starts)))
             .expect("create controller manager log");
         let mut cmd = Command::new(rkube_bin());
+        // One replica per test: no Lease to wait for after a restart, and no
+        // health server, whose default port (10257) parallel tests share.
         cmd.arg("controller-manager")
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(["--leader-elect=false", "--secure-port=0"])
             .env("RUST_LOG", std::env::var("RKUBE_E2E_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log handle"))

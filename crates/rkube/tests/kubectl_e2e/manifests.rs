@@ -244,22 +244,6 @@ spec:
     command: ["sleep", "infinity"]
 "#;
 
-/// Endpoints for the `web` Service (kubectl before 1.32 describes a
-/// Service's endpoints from this object, later ones from EndpointSlices).
-pub const WEB_ENDPOINTS: &str = r#"apiVersion: v1
-kind: Endpoints
-metadata:
-  name: web
-  namespace: shop
-subsets:
-- addresses:
-  - ip: 10.244.0.5
-  ports:
-  - name: http
-    port: 8080
-    protocol: TCP
-"#;
-
 /// A ConfigMap manifest.
 pub fn configmap(namespace: &str, name: &str, data: &[(&str, &str)]) -> String {
     let mut s = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {namespace}\ndata:\n");
