@@ -2,7 +2,8 @@
 //! Deployments made with the real kubectl 1.27 and 1.33 get ReplicaSets and
 //! Running pods, roll out a new ReplicaSet on a template change, roll back
 //! with `rollout undo`, scale, and report `ScalingReplicaSet` and
-//! `SuccessfulCreate` events.
+//! `SuccessfulCreate` events; `kubectl expose` gets Endpoints and an
+//! EndpointSlice of the pods, and deletes cascade.
 //!
 //! The cluster process is killed by PID when its guard drops; the pods
 //! (host processes) die with it.
@@ -135,4 +136,61 @@ fn deployment_rolls_out_rolls_back_scales_and_reports_events(version: &str) {
     assert!(events.contains("SuccessfulDelete"), "{events}");
 }
 
-per_kubectl_version!(deployment_rolls_out_rolls_back_scales_and_reports_events);
+
+/// `kubectl expose` of a Deployment gives a Service whose Endpoints and
+/// EndpointSlice list the Deployment's pods (their IPs and names, ready);
+/// deleting the Deployment removes its ReplicaSet and pods (garbage
+/// collector, background cascade) and the Endpoints follow; deleting the
+/// Service removes its Endpoints.
+fn expose_lists_the_pods_in_endpoints_and_slices_and_deletes_cascade(version: &str) {
+    let cluster = Cluster::builder(Backend::Embedded).arg("--node").start();
+    let k = cluster.kubectl(version);
+    node_ready(&cluster, &k);
+
+    k.ok(&["create", "deployment", "web", "--image=busybox", "--replicas=2", "--", "sleep", "3600"]);
+    k.ok(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+    k.ok(&["expose", "deployment", "web", "--port=80", "--target-port=8080"]);
+    let pods = live_pods(&k);
+    let mut want: Vec<(String, String)> = pods
+        .iter()
+        .map(|p| (p["status"]["podIP"].as_str().unwrap_or("").to_string(), p["metadata"]["name"].as_str().unwrap_or("").to_string()))
+        .collect();
+    want.sort();
+    assert!(want.iter().all(|(ip, _)| !ip.is_empty()), "running pods have IPs: {want:?}");
+
+    wait_for(&cluster, "Endpoints listing both pods", || {
+        let ep = k.json(&["get", "endpoints", "web"]);
+        let subset = &ep["subsets"][0];
+        let mut got: Vec<(String, String)> = subset["addresses"].as_array().into_iter().flatten()
+            .map(|a| (a["ip"].as_str().unwrap_or("").to_string(), a["targetRef"]["name"].as_str().unwrap_or("").to_string()))
+            .collect();
+        got.sort();
+        (got == want && subset["ports"][0]["port"] == 8080).then_some(())
+    });
+    wait_for(&cluster, "an EndpointSlice with both pods ready", || {
+        let list = k.json(&["get", "endpointslices", "-l", "kubernetes.io/service-name=web"]);
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        let eps: Vec<Value> = items.iter().flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default()).collect();
+        let mut got: Vec<(String, String)> = eps.iter()
+            .filter(|e| e["conditions"]["ready"] == true)
+            .map(|e| (e["addresses"][0].as_str().unwrap_or("").to_string(), e["targetRef"]["name"].as_str().unwrap_or("").to_string()))
+            .collect();
+        got.sort();
+        (items.len() == 1 && got == want && items[0]["metadata"]["ownerReferences"][0]["name"] == "web").then_some(())
+    });
+
+    // Background cascade: the ReplicaSet and its pods go with the Deployment.
+    k.ok(&["delete", "deployment", "web"]);
+    wait_for(&cluster, "the ReplicaSet and pods deleted by the garbage collector", || {
+        (replica_sets(&k).is_empty() && live_pods(&k).is_empty()).then_some(())
+    });
+    wait_for(&cluster, "Endpoints without addresses", || {
+        k.json(&["get", "endpoints", "web"])["subsets"].as_array().is_none_or(|s| s.is_empty()).then_some(())
+    });
+    k.ok(&["delete", "service", "web"]);
+    wait_for(&cluster, "the Endpoints deleted with the Service", || {
+        k.run(&["get", "endpoints", "web"]).stderr.contains("NotFound").then_some(())
+    });
+}
+
+per_kubectl_version!(deployment_rolls_out_rolls_back_scales_and_reports_events, expose_lists_the_pods_in_endpoints_and_slices_and_deletes_cascade);
