@@ -21,3 +21,4 @@ pub mod events;
 pub mod expectations;
 pub mod pod_control;
 pub mod pod_util;
+pub mod work_queue;

@@ -3,50 +3,22 @@
 //! Service's endpoints follow its pods' IPs, readiness and labels, and its
 //! Endpoints go with it.
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use rkube_controller_manager::cli;
-use rkube_controller_manager::controllers::CONTROLLERS;
 use serde_json::json;
 
-/// Starts an API server over a fresh embedded store; the sender stops it.
-async fn server() -> (kube::Client, tokio::sync::oneshot::Sender<()>, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let storage: Arc<dyn rkube_storage::Storage> =
-        Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("open embedded store"));
-    let st = rkube_apiserver::ApiState::new(storage, rkube_apiserver::ServerConfig::default());
-    rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let _ = rkube_apiserver::serve(listener, st, async move {
-            let _ = rx.await;
-        })
-        .await;
-    });
-    let client = kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().expect("url"))).expect("client");
-    (client, tx, dir)
-}
-
-/// Polls `check` every 50 ms for up to 20 s; the last value when it held.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+/// Polls `check` for up to 20 s.
+async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::eventually(Duration::from_secs(20), what, check).await
 }
 
 async fn create_pod(pods: &Api<Pod>, name: &str, ip: &str, ready: bool) {
@@ -75,10 +47,8 @@ fn ips(ep: &Endpoints) -> (Vec<String>, Vec<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoints_and_slices_follow_pods_readiness_and_labels() {
-    let (client, stop, _dir) = server().await;
-    let chosen: Vec<_> = CONTROLLERS.iter().filter(|c| c.name.starts_with("endpoint")).collect();
-    assert_eq!(chosen.len(), 2);
-    let cm = cli::start(client.clone(), &chosen);
+    let cluster = common::Cluster::start("endpoints-controller,endpointslice-controller").await;
+    let client = cluster.client.clone();
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
@@ -148,6 +118,5 @@ async fn endpoints_and_slices_follow_pods_readiness_and_labels() {
     services.delete("web", &DeleteParams::default()).await.expect("delete service");
     eventually("the Endpoints are deleted", || async { endpoints.get_opt("web").await.ok()?.is_none().then_some(()) }).await;
 
-    cm.shutdown().await;
-    let _ = stop.send(());
+    cluster.stop().await;
 }

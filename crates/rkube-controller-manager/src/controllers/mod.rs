@@ -6,6 +6,7 @@
 //!
 //! Adding a controller is adding a row to [`CONTROLLERS`] and a module.
 
+pub mod disruption;
 pub mod endpoints;
 
 use futures::future::BoxFuture;
@@ -74,6 +75,7 @@ pub static CONTROLLERS: &[Controller] = &[
     Controller { name: "namespace-controller", aliases: &["namespace"], enabled_by_default: true, start: namespace::start },
     Controller { name: "endpoints-controller", aliases: &["endpoint"], enabled_by_default: true, start: endpoints::start_endpoints },
     Controller { name: "endpointslice-controller", aliases: &["endpointslice"], enabled_by_default: true, start: endpoints::start_slices },
+    Controller { name: "disruption-controller", aliases: &["disruption"], enabled_by_default: true, start: disruption::start },
 ];
 
 /// Upstream controllers rkube does not run (yet): `--controllers` accepts
@@ -131,8 +133,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "statefulset",
     "node-lifecycle-controller",
     "nodelifecycle",
-    "disruption-controller",
-    "disruption",
     "resourcequota-controller",
     "resourcequota",
     "pod-garbage-collector-controller",

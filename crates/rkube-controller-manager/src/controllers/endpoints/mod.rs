@@ -21,24 +21,20 @@ pub mod desired;
 pub mod legacy;
 pub mod slices;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::stream::{BoxStream, StreamExt};
+use futures::stream::StreamExt;
+use tokio::time::Instant;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
-use tokio::time::Instant;
+use kube::runtime::watcher;
 
 use crate::context::ControllerContext;
-
-/// A Service's namespace and name.
-type Key = (String, String);
+use crate::work_queue::{reflected, Key, Queue, Trigger};
 
 /// Which object the controller writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,14 +51,6 @@ pub fn start_endpoints(ctx: ControllerContext) -> BoxFuture<'static, anyhow::Res
 /// Starts `endpointslice-controller`.
 pub fn start_slices(ctx: ControllerContext) -> BoxFuture<'static, anyhow::Result<()>> {
     Box::pin(run(ctx, Writes::Slices))
-}
-
-/// What an event asks for.
-enum Trigger {
-    /// Reflector `i` finished a (re)list.
-    Listed(usize),
-    /// Queue these Services.
-    Keys(Vec<Key>),
 }
 
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {
@@ -113,29 +101,6 @@ impl Stores {
     fn pods_in(&self, ns: &str) -> Vec<Arc<Pod>> {
         self.pods.state().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some(ns)).collect()
     }
-}
-
-/// A reflected watch of `api` turned into triggers by `map`; `index` names
-/// it in [`Trigger::Listed`].
-fn reflected<K, F>(api: Api<K>, config: watcher::Config, writer: reflector::store::Writer<K>, index: usize, map: F) -> BoxStream<'static, Trigger>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    F: Fn(&K) -> Vec<Key> + Send + 'static,
-{
-    reflector::reflector(writer, watcher::watcher(api, config).default_backoff())
-        .filter_map(move |ev| {
-            let t = match ev {
-                Ok(Event::InitDone) => Some(Trigger::Listed(index)),
-                Ok(Event::Apply(o) | Event::Delete(o)) => Some(Trigger::Keys(map(&o))),
-                Ok(Event::Init | Event::InitApply(_)) => None,
-                Err(e) => {
-                    tracing::debug!(error = %e, "watch error; the watcher retries");
-                    None
-                }
-            };
-            futures::future::ready(t)
-        })
-        .boxed()
 }
 
 async fn run(ctx: ControllerContext, writes: Writes) -> anyhow::Result<()> {
@@ -213,62 +178,7 @@ async fn run(ctx: ControllerContext, writes: Writes) -> anyhow::Result<()> {
     }
 }
 
-/// A de-duplicating work queue with per-key exponential retry delays.
-#[derive(Default)]
-struct Queue {
-    ready: VecDeque<Key>,
-    queued: HashSet<Key>,
-    waiting: BTreeMap<(Instant, Key), ()>,
-    failures: HashMap<Key, u32>,
-}
-
-impl Queue {
-    fn add(&mut self, key: Key) {
-        if self.queued.insert(key.clone()) {
-            self.ready.push_back(key);
-        }
-    }
-
-    fn has_work(&self) -> bool {
-        !self.ready.is_empty()
-    }
-
-    fn pop(&mut self) -> Option<Key> {
-        let key = self.ready.pop_front()?;
-        self.queued.remove(&key);
-        Some(key)
-    }
-
-    fn forget(&mut self, key: &Key) {
-        self.failures.remove(key);
-    }
-
-    /// Queues `key` again after 5 ms × 2^failures, at most 1000 s.
-    fn retry(&mut self, key: Key) {
-        let n = self.failures.entry(key.clone()).or_insert(0);
-        let delay = Duration::from_millis(5).saturating_mul(1u32 << (*n).min(20)).min(Duration::from_secs(1000));
-        *n += 1;
-        self.waiting.insert((Instant::now() + delay, key), ());
-    }
-
-    fn next_retry(&self) -> Option<Instant> {
-        self.waiting.keys().next().map(|(t, _)| *t)
-    }
-
-    fn promote_due(&mut self) {
-        let now = Instant::now();
-        while let Some(((t, _), _)) = self.waiting.first_key_value() {
-            if *t > now {
-                break;
-            }
-            if let Some(((_, key), _)) = self.waiting.pop_first() {
-                self.add(key);
-            }
-        }
-    }
-}
-
-fn is_not_found(e: &kube::Error) -> bool {
+pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
