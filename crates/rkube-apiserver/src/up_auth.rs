@@ -361,6 +361,24 @@ mod tests {
     }
 
     #[test]
+    fn kubelet_client_certificate_is_a_master_signed_by_the_up_ca_and_trusts_it_for_kubelets() {
+        let dir = tempfile::tempdir().unwrap();
+        let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
+        let args = write_kubelet_client_cert(dir.path(), &up).unwrap();
+        assert_eq!(args.kubelet_certificate_authority.as_ref(), Some(&up.pki.ca_cert_path));
+        let pem = std::fs::read(args.kubelet_client_certificate.as_ref().unwrap()).unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+        let cert = pem.parse_x509().unwrap();
+        let subject = crate::filters::x509::subject(&pem.contents).unwrap();
+        assert_eq!(subject.common_name, KUBELET_CLIENT_USER);
+        assert_eq!(subject.organizations, vec!["system:masters".to_string()]);
+        let ca_der = up.pki.ca_certs().unwrap();
+        let (_, ca) = x509_parser::parse_x509_certificate(ca_der[0].as_ref()).unwrap();
+        assert!(cert.verify_signature(Some(ca.public_key())).is_ok(), "signed by the up CA");
+        assert!(crate::kubelet_client::KubeletClient::from_args(&args).is_ok(), "the files load as a kubelet client");
+    }
+
+    #[test]
     fn insecure_keeps_operability_flags_and_drops_access_control() {
         let flags = FilterArgs {
             audit_log_path: Some("-".into()),

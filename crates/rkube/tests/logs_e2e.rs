@@ -192,4 +192,16 @@ fn kubectl_logs_reads_container_output_through_the_kubelet_api(version: &str) {
     assert_eq!((code, dechunk(&body)), (200, "line 2\nline 3\n".to_string()));
 }
 
+/// `rkube up --insecure --node`: no PKI, so the kubelet API serves a self-signed certificate
+/// and allows everyone, and the API server reads logs without a client certificate.
+#[test]
+fn insecure_up_node_serves_logs_too() {
+    let cluster = Cluster::builder(Backend::Embedded).insecure().arg("--node").start();
+    let k = cluster.kubectl("1.33");
+    ready_node(&cluster, &k);
+    k.ok(&["run", "hello", "--image=busybox", "--restart=Never", "--", "/bin/sh", "-c", "echo hello; sleep 3600"]);
+    running(&cluster, &k, "hello");
+    logs_become(&k, &["hello"], "hello\n");
+}
+
 per_kubectl_version!(kubectl_logs_reads_container_output_through_the_kubelet_api);

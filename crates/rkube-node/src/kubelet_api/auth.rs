@@ -69,8 +69,8 @@ fn under(path: &str, prefix: &str) -> bool {
 
 /// Maps a method and path to authorization attributes as upstream `auth.go`:
 /// `/stats` → `stats`, `/metrics` → `metrics`, `/logs` → `log`, `/checkpoint` → `checkpoint`,
-/// `/configz` → `configz` then `proxy`, `/healthz` → `healthz` then `proxy`, `/pods` → `pods`
-/// then `proxy`, everything else (`/containerLogs`, `/exec`, `/run`, ...) → `proxy`.
+/// `/configz` → `configz` then `proxy`, `/healthz` → `healthz` then `proxy`, `/pods` and
+/// `/runningpods` → `pods` then `proxy`, everything else (`/containerLogs`, `/exec`, `/run`, ...) → `proxy`.
 pub fn path_attributes(method: &http::Method, path: &str) -> Attributes {
     let verb = match *method {
         http::Method::POST => "create",
@@ -91,7 +91,7 @@ pub fn path_attributes(method: &http::Method, path: &str) -> Attributes {
         vec!["configz", "proxy"]
     } else if under(path, "/healthz") {
         vec!["healthz", "proxy"]
-    } else if under(path, "/pods") {
+    } else if under(path, "/pods") || under(path, "/runningpods") {
         vec!["pods", "proxy"]
     } else {
         vec!["proxy"]
@@ -239,6 +239,7 @@ mod tests {
         assert_eq!(sub(&Method::GET, "/metrics/cadvisor").subresources, ["metrics"]);
         assert_eq!(sub(&Method::GET, "/healthz").subresources, ["healthz", "proxy"]);
         assert_eq!(sub(&Method::GET, "/pods").subresources, ["pods", "proxy"]);
+        assert_eq!(sub(&Method::GET, "/runningpods/").subresources, ["pods", "proxy"]);
         assert_eq!(sub(&Method::GET, "/configz").subresources, ["configz", "proxy"]);
         assert_eq!(sub(&Method::POST, "/exec/ns/pod/c").verb, "create");
         assert_eq!(sub(&Method::GET, "/statsx").subresources, ["proxy"], "a prefix must end at a segment");
