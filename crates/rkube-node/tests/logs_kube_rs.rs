@@ -1,6 +1,7 @@
 //! kube-rs `Api::logs` and `Api::log_stream` against `rkube up` (in-process) + `run_local_node`:
 //! `pods/log` goes from the API server to the node agent's kubelet API with the API server's
-//! kubelet client certificate (both from the PKI of `rkube up`), which reads the CRI log file.
+//! kubelet client certificate (both from the PKI of `rkube up`), which reads the CRI log file:
+//! the whole log, `tailLines`, `follow` until the container exits, and `previous` after a restart.
 
 mod common;
 
@@ -57,6 +58,42 @@ async fn kube_rs_reads_and_follows_pod_logs_through_the_kubelet_api() {
         .expect("the stream ends when the container exits")
         .expect("read");
     assert_eq!(text, "n 1\nn 2\nn 3\n");
+
+    // previous: the log of the instance before a restart.
+    let counter_file = dir.path().join("attempts");
+    let script = format!(
+        "n=$(cat {f} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {f}; echo attempt $n; sleep 5; exit 1",
+        f = counter_file.display()
+    );
+    let mut crasher = pod("crasher", &script);
+    if let Some(spec) = crasher.spec.as_mut() {
+        spec.restart_policy = Some("Always".into());
+    }
+    pods.create(&PostParams::default(), &crasher).await.expect("create");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let p = pods.get("crasher").await.expect("get");
+        let status = p.status.and_then(|s| s.container_statuses).and_then(|s| s.into_iter().next());
+        let restarted = status.as_ref().is_some_and(|s| {
+            s.restart_count >= 1 && s.state.as_ref().is_some_and(|st| st.running.is_some())
+        });
+        if restarted {
+            break;
+        }
+        assert!(Instant::now() < deadline, "crasher did not restart: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let previous = pods.logs("crasher", &LogParams { previous: true, ..Default::default() }).await.expect("previous");
+    assert_eq!(previous, "attempt 1\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let current = pods.logs("crasher", &LogParams::default()).await.expect("current");
+        if current == "attempt 2\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "current log: {current:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     scheduler.shutdown().await.expect("scheduler stops");
     node.shutdown().await;
