@@ -92,6 +92,9 @@ pub struct ApiserverArgs {
     /// Admission plugins.
     #[command(flatten)]
     pub admission: crate::admission::AdmissionArgs,
+    /// The kubelet client of `pods/log` (certificate, key, kubelet CA).
+    #[command(flatten)]
+    pub kubelet: crate::kubelet_client::KubeletClientArgs,
 }
 
 /// Flags of `rkube up`.
@@ -291,6 +294,8 @@ pub async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     let admission = args.admission.load().map_err(|e| anyhow::anyhow!(e))?;
     let config =
         ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache, admission, ..Default::default() };
+    let kubelet_client = Some(crate::kubelet_client::KubeletClient::from_args(&args.kubelet)?);
+    let config = ServerConfig { kubelet_client, ..config };
     let advertise = args.advertise_address.unwrap_or_else(|| crate::kubernetes_service::advertise_address(local.ip()));
     let tokens = args.service_accounts.load()?;
     let signer = apiserver_signer(&args)?;
@@ -349,6 +354,7 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
     let kubeconfig_path = data_dir.join("kubeconfig");
     let tokens = args.service_accounts.with_up_defaults(&data_dir)?.load()?;
     let mut signer = None;
+    let mut kubelet_client = None;
     let (fargs, server, root_ca) = if args.insecure {
         tracing::warn!("--insecure: serving plain HTTP on loopback with no authentication or authorization");
         let server = format!("http://{local}");
@@ -360,6 +366,8 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
         let server = format!("https://{local}");
         crate::filters::tls::write_kubeconfig(&kubeconfig_path, &server, &up.kubeconfig_pki())?;
         crate::up_auth::write_component_kubeconfigs(&data_dir, &server, &up)?;
+        let kubelet_args = crate::up_auth::write_kubelet_client_cert(&data_dir, &up)?;
+        kubelet_client = Some(crate::kubelet_client::KubeletClient::from_args(&kubelet_args)?);
         // The generated CA signs approved client CSRs; it is a trusted client CA.
         let ca_key = data_dir.join("pki").join("ca.key");
         let duration = crate::csr::signer::DEFAULT_SIGNING_DURATION;
@@ -368,7 +376,7 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
         (up.filters, server, root_ca)
     };
     let admission = args.admission.load().map_err(|e| anyhow::anyhow!(e))?;
-    let config = ServerConfig { admission, ..ServerConfig::default() };
+    let config = ServerConfig { admission, kubelet_client, ..ServerConfig::default() };
     tracing::info!(server = %server, data_dir = %data_dir.display(), "rkube is up");
     let printed = kubeconfig_path.display().to_string();
     serve_until_signal(listener, storage, config, &fargs, Identity { tokens, root_ca, signer }, local.ip(), move || {

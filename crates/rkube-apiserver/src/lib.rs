@@ -32,6 +32,7 @@ pub mod filters;
 pub mod feature_gates;
 pub mod handlers;
 pub mod ipalloc;
+pub mod kubelet_client;
 pub mod kubernetes_service;
 pub mod lazy_storage;
 pub mod media;

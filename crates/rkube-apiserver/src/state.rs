@@ -26,6 +26,9 @@ pub struct ServerConfig {
     /// Admission plugins ([`crate::admission`]); none by default here
     /// (`rkube apiserver` and `rkube up` turn `ServiceAccount` on).
     pub admission: crate::admission::AdmissionConfig,
+    /// The client of kubelet APIs (`pods/log`); `None`: no client certificate and an
+    /// unverified kubelet certificate.
+    pub kubelet_client: Option<crate::kubelet_client::KubeletClient>,
 }
 
 impl Default for ServerConfig {
@@ -36,6 +39,7 @@ impl Default for ServerConfig {
             watch_cache: Default::default(),
             min_request_timeout: crate::filters::timeout::DEFAULT_MIN_REQUEST_TIMEOUT,
             admission: crate::admission::AdmissionConfig::default(),
+            kubelet_client: None,
         }
     }
 }

@@ -204,6 +204,56 @@ pub fn write_component_kubeconfigs(data_dir: &Path, server_url: &str, up: &Secur
     Ok(())
 }
 
+/// The user of the API server's kubelet client certificate: kubeadm's name, in
+/// `system:masters`, so kubelets' SubjectAccessReviews allow it (upstream binds the same user
+/// to `system:kubelet-api-admin` instead when it is not a master).
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
+
+/// Writes `<data_dir>/pki/apiserver-kubelet-client.crt` and `.key` (`CN=`[`KUBELET_CLIENT_USER`],
+/// `O=system:masters`, client auth, signed by the generated CA, valid 10 years) and returns the
+/// kubelet client flags that use them, trusting the generated CA for kubelet serving
+/// certificates (`rkube up --node` signs its kubelet's with it). Errors: the CA cannot be read or
+/// a file cannot be written.
+pub fn write_kubelet_client_cert(data_dir: &Path, up: &SecureUp) -> Result<crate::kubelet_client::KubeletClientArgs, UpAuthError> {
+    use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose};
+    let pki = data_dir.join("pki");
+    let key_path = pki.join("ca.key");
+    let ca_key_pem = std::fs::read_to_string(&key_path).map_err(|source| UpAuthError::File {
+        what: "reading",
+        path: key_path.display().to_string(),
+        source,
+    })?;
+    let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(TlsError::from)?;
+    let issuer = Issuer::from_ca_cert_pem(&up.pki.ca_cert_pem, &ca_key).map_err(TlsError::from)?;
+    let key = KeyPair::generate().map_err(TlsError::from)?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::from)?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, KUBELET_CLIENT_USER);
+    params.distinguished_name.push(DnType::OrganizationName, "system:masters");
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.use_authority_key_identifier_extension = true;
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::days(1);
+    params.not_after = now + time::Duration::days(3650);
+    let cert = params.signed_by(&key, &issuer).map_err(TlsError::from)?;
+    let (cert_path, key_file) = (pki.join("apiserver-kubelet-client.crt"), pki.join("apiserver-kubelet-client.key"));
+    let write = |path: &Path, text: String| {
+        std::fs::write(path, text).map_err(|source| UpAuthError::File { what: "writing", path: path.display().to_string(), source })
+    };
+    write(&cert_path, cert.pem())?;
+    write(&key_file, key.serialize_pem())?;
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let _ = std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600));
+    }
+    Ok(crate::kubelet_client::KubeletClientArgs {
+        kubelet_client_certificate: Some(cert_path),
+        kubelet_client_key: Some(key_file),
+        kubelet_certificate_authority: Some(up.pki.ca_cert_path.clone()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +358,24 @@ mod tests {
         assert!(cert.verify_signature(Some(ca.public_key())).is_ok(), "signed by the up CA");
         }
         assert!(UP_COMPONENTS.iter().any(|(_, u)| *u == "system:kube-controller-manager"));
+    }
+
+    #[test]
+    fn kubelet_client_certificate_is_a_master_signed_by_the_up_ca_and_trusts_it_for_kubelets() {
+        let dir = tempfile::tempdir().unwrap();
+        let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
+        let args = write_kubelet_client_cert(dir.path(), &up).unwrap();
+        assert_eq!(args.kubelet_certificate_authority.as_ref(), Some(&up.pki.ca_cert_path));
+        let pem = std::fs::read(args.kubelet_client_certificate.as_ref().unwrap()).unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+        let cert = pem.parse_x509().unwrap();
+        let subject = crate::filters::x509::subject(&pem.contents).unwrap();
+        assert_eq!(subject.common_name, KUBELET_CLIENT_USER);
+        assert_eq!(subject.organizations, vec!["system:masters".to_string()]);
+        let ca_der = up.pki.ca_certs().unwrap();
+        let (_, ca) = x509_parser::parse_x509_certificate(ca_der[0].as_ref()).unwrap();
+        assert!(cert.verify_signature(Some(ca.public_key())).is_ok(), "signed by the up CA");
+        assert!(crate::kubelet_client::KubeletClient::from_args(&args).is_ok(), "the files load as a kubelet client");
     }
 
     #[test]

@@ -420,9 +420,13 @@ async fn not_yet_served_apis_say_so() {
     let s = TestServer::embedded().await;
     assert_eq!(s.post("/api/v1/namespaces/default/pods", &json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "p"}, "spec": {"containers": containers()}})).await.code, 201);
+    let exec = s.get("/api/v1/namespaces/default/pods/p/exec").await;
+    exec.assert_status(404, "NotFound");
+    assert_eq!(exec.message(), "the exec subresource of pods is not implemented in rkube yet");
+    // pods/log is served: a pod no node runs yet has nothing to read.
     let log = s.get("/api/v1/namespaces/default/pods/p/log").await;
-    log.assert_status(404, "NotFound");
-    assert_eq!(log.message(), "the log subresource of pods is not implemented in rkube yet");
+    log.assert_status(400, "BadRequest");
+    assert!(log.message().ends_with("is waiting to start: ContainerCreating"), "{}", log.message());
     let crds = s.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").await;
     crds.assert_status(404, "NotFound");
     assert_eq!(

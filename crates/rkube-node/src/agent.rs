@@ -1,5 +1,5 @@
 //! Wiring of the node agent: CRI client, PLEG (evented when the `EventedPLEG` gate is on),
-//! pod manager, node heartbeats, healthz/metrics server.
+//! pod manager, node heartbeats, healthz/metrics server, kubelet API server.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,6 +41,8 @@ pub struct NodeConfig {
     pub backoff: Backoff,
     /// Periodic pod resync (kubelet `--sync-frequency`).
     pub resync: Duration,
+    /// The kubelet API server (`--address`, `--port`, TLS, authentication, authorization).
+    pub kubelet: crate::kubelet_api::KubeletServerConfig,
 }
 
 impl NodeConfig {
@@ -56,6 +58,7 @@ impl NodeConfig {
             healthz_addr: SocketAddr::from(([127, 0, 0, 1], 10248)),
             backoff: Backoff::default(),
             resync: Duration::from_secs(60),
+            kubelet: crate::kubelet_api::KubeletServerConfig::default(),
         }
     }
 }
@@ -66,6 +69,8 @@ pub struct AgentHandle {
     tasks: Vec<JoinHandle<()>>,
     /// Where `/healthz` and `/metrics` are served.
     pub healthz_addr: SocketAddr,
+    /// Where the kubelet API is served (HTTPS).
+    pub kubelet_addr: SocketAddr,
     /// PLEG metrics.
     pub metrics: PlegMetrics,
     /// The pod status cache.
@@ -132,10 +137,21 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
     let (healthz_addr, healthz_task) =
         healthz::serve(config.healthz_addr, Arc::clone(&health), Arc::new(registry), sd.clone()).await?;
     tasks.push(healthz_task);
+    let deps = crate::kubelet_api::ServeDeps {
+        cri: cri.clone(),
+        health: Arc::clone(&health),
+        client: client.clone(),
+        node_name: config.node_name.clone(),
+        cert_names: vec![config.node_name.clone(), config.node_ip.clone(), "localhost".into(), "127.0.0.1".into()],
+        cert_dir: config.root_dir.join("pki"),
+    };
+    let (kubelet_addr, kubelet_task) = crate::kubelet_api::serve(&config.kubelet, deps, sd.clone()).await?;
+    tasks.push(kubelet_task);
     let info = NodeInfo {
         name: config.node_name.clone(),
         ip: config.node_ip.clone(),
         container_runtime_version: format!("{runtime_name}://{runtime_version}"),
+        kubelet_port: kubelet_addr.port(),
     };
     let node = node_status::register(&client, &info).await?;
     node_status::renew_lease(&client, &node).await?;
@@ -155,5 +171,5 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
         resync: config.resync,
     });
     tasks.push(tokio::spawn(PodManager::new(env).run(rx, sd)));
-    Ok(AgentHandle { trigger, tasks, healthz_addr, metrics, cache, evented, generic })
+    Ok(AgentHandle { trigger, tasks, healthz_addr, kubelet_addr, metrics, cache, evented, generic })
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::agent::{self, NodeConfig};
 use crate::feature_gates::FeatureGates;
+use crate::kubelet_api::KubeletServerConfig;
 use crate::local::{client_from_kubeconfig, default_node_name};
 
 /// Flags of `rkube node`.
@@ -41,6 +42,30 @@ pub struct NodeArgs {
     /// Periodic pod resync, seconds.
     #[arg(long = "sync-frequency", default_value_t = 60)]
     pub sync_frequency: u64,
+    /// Address of the kubelet API (HTTPS).
+    #[arg(long = "address", default_value = "0.0.0.0")]
+    pub address: IpAddr,
+    /// Port of the kubelet API (0: any free port).
+    #[arg(long = "port", default_value_t = 10250)]
+    pub port: u16,
+    /// Serving certificate of the kubelet API (PEM, leaf first); without it a self-signed one
+    /// is generated in `<root-dir>/pki/kubelet.crt`.
+    #[arg(long = "tls-cert-file", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Key of `--tls-cert-file`.
+    #[arg(long = "tls-private-key-file", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// CA bundle that client certificates of kubelet API callers must chain to.
+    #[arg(long = "client-ca-file")]
+    pub client_ca_file: Option<PathBuf>,
+    /// Serve kubelet API requests without credentials as `system:anonymous` (default false in
+    /// rkube, as kubeadm configures kubelets; upstream's flag default is true).
+    #[arg(long = "anonymous-auth", num_args = 0..=1, default_value_t = false, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub anonymous_auth: bool,
+    /// `Webhook` (SubjectAccessReview at the API server) or `AlwaysAllow` (default Webhook in
+    /// rkube, as kubeadm configures kubelets).
+    #[arg(long = "authorization-mode", default_value = "Webhook")]
+    pub authorization_mode: crate::kubelet_api::auth::AuthorizationMode,
 }
 
 /// The agent's settings from the flags (everything but the kubeconfig).
@@ -58,6 +83,14 @@ pub fn node_config(args: NodeArgs) -> anyhow::Result<NodeConfig> {
     config.root_dir = args.root_dir;
     config.healthz_addr = SocketAddr::new(args.healthz_bind_address, args.healthz_port);
     config.resync = Duration::from_secs(args.sync_frequency.max(1));
+    config.kubelet = KubeletServerConfig {
+        addr: SocketAddr::new(args.address, args.port),
+        tls_cert_file: args.tls_cert_file,
+        tls_private_key_file: args.tls_private_key_file,
+        client_ca_file: args.client_ca_file,
+        anonymous_auth: args.anonymous_auth,
+        authorization_mode: args.authorization_mode,
+    };
     Ok(config)
 }
 
@@ -65,7 +98,10 @@ pub fn node_config(args: NodeArgs) -> anyhow::Result<NodeConfig> {
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let client = client_from_kubeconfig(&args.kubeconfig).await?;
     let handle = agent::start(node_config(args)?, client).await?;
-    eprintln!("rkube node agent ready; healthz on http://{}/healthz", handle.healthz_addr);
+    eprintln!(
+        "rkube node agent ready; healthz on http://{}/healthz, kubelet API on https://{}",
+        handle.healthz_addr, handle.kubelet_addr
+    );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
@@ -94,5 +130,32 @@ mod tests {
         };
         assert_eq!(parse(&[]).root_dir, std::path::PathBuf::from("/var/lib/kubelet"), "kubelet's default");
         assert_eq!(parse(&["--root-dir", "/tmp/kubelet"]).root_dir, std::path::PathBuf::from("/tmp/kubelet"));
+    }
+
+    #[test]
+    fn kubelet_api_flags_keep_kubelet_names() {
+        let parse = |extra: &[&str]| {
+            let argv = ["node", "--kubeconfig", "k"].iter().chain(extra.iter()).copied();
+            node_config(Node::try_parse_from(argv).expect("flags parse").args).expect("config").kubelet
+        };
+        let d = parse(&[]);
+        assert_eq!(d.addr, SocketAddr::from(([0, 0, 0, 0], 10250)));
+        assert!(!d.anonymous_auth);
+        assert_eq!(d.authorization_mode, crate::kubelet_api::auth::AuthorizationMode::Webhook);
+        let k = parse(&[
+            "--address=127.0.0.1",
+            "--port=0",
+            "--tls-cert-file=c.crt",
+            "--tls-private-key-file=c.key",
+            "--client-ca-file=ca.crt",
+            "--anonymous-auth",
+            "--authorization-mode=AlwaysAllow",
+        ]);
+        assert_eq!(k.addr, SocketAddr::from(([127, 0, 0, 1], 0)));
+        assert_eq!(k.tls_cert_file.as_deref(), Some(std::path::Path::new("c.crt")));
+        assert_eq!(k.client_ca_file.as_deref(), Some(std::path::Path::new("ca.crt")));
+        assert!(k.anonymous_auth);
+        assert_eq!(k.authorization_mode, crate::kubelet_api::auth::AuthorizationMode::AlwaysAllow);
+        assert!(!parse(&["--anonymous-auth=false"]).anonymous_auth);
     }
 }

@@ -9,7 +9,8 @@
 //!   workers and the dispatcher over a kube-rs watch of `spec.nodeName=<node>`.
 //! - [`node_status`] — Node registration, `Ready` condition, Lease heartbeats.
 //! - [`agent`] — wiring ([`agent::start`] → [`agent::AgentHandle`]); [`healthz`] serves
-//!   `/healthz` and `/metrics`.
+//!   `/healthz` and `/metrics`; [`kubelet_api`] is the kubelet API (HTTPS, authenticated and
+//!   authorized through the API server): `/healthz`, `/containerLogs`.
 //! - [`local`] — [`run_local_node`]: runtime + agent in one process (`rkube up --node`; the scheduler places pods).
 //! - [`cri`] — the CRI client and the [`cri::RuntimeApi`] trait PLEG reads through.
 //! - [`feature_gates`], [`shutdown`].
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod cri;
 pub mod feature_gates;
 pub mod healthz;
+pub mod kubelet_api;
 pub mod local;
 pub mod node_status;
 pub mod pleg;

@@ -62,9 +62,43 @@ pub async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client>
     Ok(kube::Client::try_from(config)?)
 }
 
+/// Signs a kubelet serving certificate (`CN=system:node:<node>`, SANs `node`, `localhost`,
+/// `127.0.0.1`, valid one year) with the CA of `rkube up` (`<data_dir>/pki/ca.crt`, `ca.key`)
+/// into `dir/kubelet-server.crt` and `.key`; returns their paths.
+///
+/// # Errors
+/// The CA cannot be read or the files cannot be written.
+pub fn sign_serving_cert(data_dir: &Path, dir: &Path, node: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let ca_pem = std::fs::read_to_string(data_dir.join("pki").join("ca.crt"))?;
+    let ca_key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(data_dir.join("pki").join("ca.key"))?)?;
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, &ca_key)?;
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(vec![node.to_string(), "localhost".into(), "127.0.0.1".into()])?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(365);
+    let cert = params.signed_by(&key, &issuer)?;
+    std::fs::create_dir_all(dir)?;
+    let (cert_path, key_path) = (dir.join("kubelet-server.crt"), dir.join("kubelet-server.key"));
+    std::fs::write(&cert_path, cert.pem())?;
+    crate::kubelet_api::tls::write_private(&key_path, &key.serialize_pem())?;
+    Ok((cert_path, key_path))
+}
+
 /// Starts `rkube runtime` (socket `<data_dir>/node/cri.sock`), the node agent (evented PLEG,
-/// pod logs under `<data_dir>/node/pods`, healthz on an ephemeral loopback port) for the API
-/// server of `kubeconfig_path`. The node is named after the host.
+/// pod logs under `<data_dir>/node/pods`, healthz on an ephemeral loopback port, InternalIP
+/// 127.0.0.1) for the API server of `kubeconfig_path`. The node is named after the host.
+///
+/// The kubelet API listens on a free loopback port. When the kubeconfig's server is HTTPS and
+/// `<data_dir>/pki` holds the CA of `rkube up`, it serves a certificate signed by that CA,
+/// trusts that CA for client certificates (the API server's kubelet client certificate),
+/// refuses anonymous requests and authorizes by SubjectAccessReview; otherwise (`rkube up
+/// --insecure`) it serves a self-signed certificate and allows everyone, as the API server does.
 pub async fn run_local_node(kubeconfig_path: impl AsRef<Path>, data_dir: impl AsRef<Path>) -> anyhow::Result<NodeHandle> {
     let root: PathBuf = data_dir.as_ref().join("node");
     std::fs::create_dir_all(&root)?;
@@ -74,9 +108,27 @@ pub async fn run_local_node(kubeconfig_path: impl AsRef<Path>, data_dir: impl As
     let client = client_from_kubeconfig(kubeconfig_path.as_ref()).await?;
     let node_name = default_node_name();
     let mut config = NodeConfig::new(node_name.clone(), runtime.endpoint());
+    config.node_ip = "127.0.0.1".into();
     config.pod_logs_dir = root.join("pods");
     config.root_dir = root.join("kubelet");
     config.healthz_addr = ([127, 0, 0, 1], 0).into();
+    config.kubelet.addr = ([127, 0, 0, 1], 0).into();
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig_path.as_ref())?;
+    let https = kubeconfig
+        .clusters
+        .iter()
+        .filter_map(|c| c.cluster.as_ref().and_then(|c| c.server.as_deref()))
+        .any(|s| s.starts_with("https://"));
+    let ca = data_dir.as_ref().join("pki").join("ca.crt");
+    if https && ca.exists() && data_dir.as_ref().join("pki").join("ca.key").exists() {
+        let (cert, key) = sign_serving_cert(data_dir.as_ref(), &config.root_dir.join("pki"), &node_name)?;
+        config.kubelet.tls_cert_file = Some(cert);
+        config.kubelet.tls_private_key_file = Some(key);
+        config.kubelet.client_ca_file = Some(ca);
+    } else {
+        config.kubelet.anonymous_auth = true;
+        config.kubelet.authorization_mode = crate::kubelet_api::auth::AuthorizationMode::AlwaysAllow;
+    }
     let agent = match agent::start(config, client.clone()).await {
         Ok(a) => a,
         Err(err) => {

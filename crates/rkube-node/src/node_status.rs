@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo};
+use k8s_openapi::api::core::v1::{DaemonEndpoint, Node, NodeAddress, NodeDaemonEndpoints, NodeCondition, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff;
@@ -50,6 +50,8 @@ pub struct NodeInfo {
     pub ip: String,
     /// `<runtime name>://<runtime version>`.
     pub container_runtime_version: String,
+    /// Port of the kubelet API (`status.daemonEndpoints.kubeletEndpoint.port`).
+    pub kubelet_port: u16,
 }
 
 fn now_time() -> Time {
@@ -122,6 +124,9 @@ pub fn node_status(info: &NodeInfo, runtime_error: Option<&str>, old: Option<&No
             NodeAddress { type_: "InternalIP".into(), address: info.ip.clone() },
             NodeAddress { type_: "Hostname".into(), address: if hostname.is_empty() { info.name.clone() } else { hostname } },
         ]),
+        daemon_endpoints: Some(NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint { port: i32::from(info.kubelet_port) }),
+        }),
         capacity: Some(capacity()),
         allocatable: Some(capacity()),
         node_info: Some(NodeSystemInfo {

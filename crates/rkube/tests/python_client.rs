@@ -1,6 +1,6 @@
 //! The official Python client (`kubernetes` on PyPI) against rkube: paged
 //! LIST, WATCH from a list's resourceVersion, a NotFound error, and the
-//! review APIs (TokenReview, SubjectAccessReview).
+//! review APIs (TokenReview, SubjectAccessReview), and pod logs on `rkube up --node`.
 //!
 //! The interpreter is `$RKUBE_PYTHON` (`.ci/run` makes the virtualenv
 //! `target/python-venv` with `pip install kubernetes` and sets it), else that
@@ -165,4 +165,33 @@ fn python_client_token_review_and_subject_access_review() {
         "{got}"
     );
     assert_eq!(got["delete_pods"], json!({"allowed": false, "denied": null, "reason": null}), "{got}");
+}
+
+/// `read_namespaced_pod_log` on `rkube up --node`: the whole log, `tail_lines`,
+/// `limit_bytes`, and the API's 400 for a container the pod lacks.
+#[test]
+fn python_client_reads_pod_logs_from_the_node() {
+    let py = python();
+    assert_client_installed(&py);
+    let cluster = Cluster::builder(Backend::Embedded).arg("--node").start();
+    let k = cluster.kubectl("1.33");
+    k.ok(&["run", "printer", "--image=busybox", "--restart=Never", "--", "/bin/sh", "-c", "echo one; echo two; sleep 3600"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    // Scheduled, running and both lines written.
+    while k.run(&["logs", "printer"]).stdout != "one\ntwo\n" {
+        assert!(std::time::Instant::now() < deadline, "printer never logged both lines:\n{}", cluster.server_log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/pod_log.py");
+    let mut cmd = Command::new(&py);
+    cmd.arg(script).arg(&cluster.kubeconfig).arg("printer").env("HOME", cluster.dir());
+    let got = process::run(cmd, None, Duration::from_secs(90)).success().json();
+    assert_eq!(got["all"], json!("one\ntwo\n"), "{got}");
+    assert_eq!(got["tail"], json!("two\n"), "{got}");
+    assert_eq!(got["limit"], json!("one"), "{got}");
+    assert_eq!(
+        got["bad_container"],
+        json!({"status": 400, "reason": "BadRequest", "message": "container nope is not valid for pod printer"}),
+        "{got}"
+    );
 }

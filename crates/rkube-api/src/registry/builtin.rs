@@ -36,6 +36,7 @@ const POD_SUBRESOURCES: &[SubresourceInfo] = &[
     status("Pod"),
     SubresourceInfo { name: "binding", kind: "Binding", verbs: &["create"], api_version: "" },
     SubresourceInfo { name: "eviction", kind: "Eviction", verbs: &["create"], api_version: "policy/v1" },
+    SubresourceInfo { name: "log", kind: "Pod", verbs: &["get"], api_version: "" },
 ];
 
 /// Selectable fields of pods (upstream `PodToSelectableFields`).

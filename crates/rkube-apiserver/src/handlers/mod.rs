@@ -10,12 +10,14 @@
 //! - [`delete`]: DELETE with `DeleteOptions`, finalizers, graceful pod
 //!   deletion, namespace cascade, DELETE-collection.
 //! - WATCH lives in [`watch`].
+//! - [`pod_log`]: `pods/log`, proxied to the node's kubelet.
 //! - [`review`]: POST to the create-only review APIs (TokenReview,
 //!   SubjectAccessReview, ...), answered without storage.
 
 pub mod create;
 pub mod delete;
 pub mod eviction;
+pub mod pod_log;
 pub mod read;
 pub mod review;
 pub mod component_status;
@@ -186,6 +188,7 @@ async fn dispatch_inner(
     let ctx = Ctx { st, ri, query, raw_query, headers, render: Render { output, include }, user };
     match ctx.ri.verb {
         Verb::Get if ctx.ri.subresource.as_deref() == Some("scale") => scale::get(&ctx).await,
+        Verb::Get if ctx.ri.subresource.as_deref() == Some("log") => pod_log::get(&ctx).await,
         Verb::Get if is_component_status(&ctx) => component_status::get(&ctx).await,
         Verb::List if is_component_status(&ctx) => component_status::list(&ctx).await,
         Verb::Get => read::get(&ctx).await,
