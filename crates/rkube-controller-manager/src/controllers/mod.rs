@@ -10,7 +10,9 @@ pub mod endpoints;
 
 use futures::future::BoxFuture;
 
+pub mod cronjob;
 pub mod deployment;
+pub mod job;
 pub mod replicaset;
 
 use crate::context::ControllerContext;
@@ -18,6 +20,8 @@ use crate::context::ControllerContext;
 pub mod discovery;
 pub mod garbagecollector;
 pub mod namespace;
+pub mod podgc;
+pub mod ttlafterfinished;
 
 /// One controller: its names, whether `*` enables it, and how to start it.
 pub struct Controller {
@@ -74,6 +78,15 @@ pub static CONTROLLERS: &[Controller] = &[
     Controller { name: "namespace-controller", aliases: &["namespace"], enabled_by_default: true, start: namespace::start },
     Controller { name: "endpoints-controller", aliases: &["endpoint"], enabled_by_default: true, start: endpoints::start_endpoints },
     Controller { name: "endpointslice-controller", aliases: &["endpointslice"], enabled_by_default: true, start: endpoints::start_slices },
+    Controller { name: "job-controller", aliases: &["job"], enabled_by_default: true, start: job::start },
+    Controller { name: "cronjob-controller", aliases: &["cronjob"], enabled_by_default: true, start: cronjob::start },
+    Controller {
+        name: "ttl-after-finished-controller",
+        aliases: &["ttl-after-finished"],
+        enabled_by_default: true,
+        start: ttlafterfinished::start,
+    },
+    Controller { name: "pod-garbage-collector-controller", aliases: &["podgc"], enabled_by_default: true, start: podgc::start },
 ];
 
 /// Upstream controllers rkube does not run (yet): `--controllers` accepts
@@ -121,10 +134,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "validatingadmissionpolicy-status-controller",
     "service-cidr-controller",
     "taint-eviction-controller",
-    "job-controller",
-    "job",
-    "cronjob-controller",
-    "cronjob",
     "daemonset-controller",
     "daemonset",
     "statefulset-controller",
@@ -135,10 +144,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "disruption",
     "resourcequota-controller",
     "resourcequota",
-    "pod-garbage-collector-controller",
-    "podgc",
-    "ttl-after-finished-controller",
-    "ttl-after-finished",
     // These four run inside rkube's API server process for now.
     "serviceaccount-controller",
     "serviceaccount",
