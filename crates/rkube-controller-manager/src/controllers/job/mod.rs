@@ -68,6 +68,10 @@ pub(crate) struct State {
     events: EventSink,
     options: JobOptions,
     backoff: Mutex<HashMap<String, BackoffRecord>>,
+    /// UIDs of pods counted in a job's status whose finalizer removal the
+    /// pod cache may not show yet (upstream's finalizer expectations): a
+    /// lagging cache must not count them again.
+    counted: Mutex<std::collections::HashSet<String>>,
 }
 
 impl State {
@@ -81,6 +85,23 @@ impl State {
         } else if succeeded > 0 {
             m.remove(uid);
         }
+    }
+
+    /// Remembers that the pods `uids` were counted and lose their finalizer.
+    fn mark_counted<'a>(&self, uids: impl IntoIterator<Item = &'a String>) {
+        self.counted.lock().unwrap_or_else(|e| e.into_inner()).extend(uids.into_iter().cloned());
+    }
+
+    /// Whether pod `uid` was counted already (its finalizer is being removed).
+    fn is_counted(&self, uid: &str) -> bool {
+        self.counted.lock().unwrap_or_else(|e| e.into_inner()).contains(uid)
+    }
+
+    /// Forgets counted pods the cache shows without the finalizer (or not at all).
+    fn prune_counted(&self, pods: &Store<Pod>) {
+        let with: std::collections::HashSet<String> =
+            pods.state().iter().filter(|p| pods::has_tracking_finalizer(p)).filter_map(|p| p.metadata.uid.clone()).collect();
+        self.counted.lock().unwrap_or_else(|e| e.into_inner()).retain(|u| with.contains(u));
     }
 
     /// How long pod creation for job `uid` must still wait.
@@ -121,8 +142,9 @@ pub async fn run(ctx: ControllerContext, options: JobOptions) -> anyhow::Result<
         events: EventSink::new(client.clone(), CONTROLLER),
         options,
         backoff: Mutex::new(HashMap::new()),
+        counted: Mutex::new(Default::default()),
     });
-    let sweeper = tokio::spawn(release_orphans(client, pods, jobs, ctx.clone()));
+    let sweeper = tokio::spawn(release_orphans(client, pods, jobs, state.clone(), ctx.clone()));
     let stop = ctx.clone();
     controller
         .watches_stream(pod_events, |pod: Pod| job_of_pod(&pod))
@@ -152,7 +174,7 @@ fn error_policy(_job: Arc<Job>, err: &SyncError, _state: Arc<State>) -> Action {
 /// Removes the tracking finalizer from pods whose Job is gone (upstream
 /// does this when it observes a Job's deletion), so a deleted Job's pods
 /// (and the namespace holding them) can go.
-async fn release_orphans(client: kube::Client, pods: Store<Pod>, jobs: Store<Job>, ctx: ControllerContext) {
+async fn release_orphans(client: kube::Client, pods: Store<Pod>, jobs: Store<Job>, state: Arc<State>, ctx: ControllerContext) {
     let stopped = ctx.stopped();
     tokio::pin!(stopped);
     loop {
@@ -163,6 +185,7 @@ async fn release_orphans(client: kube::Client, pods: Store<Pod>, jobs: Store<Job
         if pods.wait_until_ready().await.is_err() || jobs.wait_until_ready().await.is_err() {
             continue;
         }
+        state.prune_counted(&pods);
         let live: std::collections::HashSet<String> = jobs.state().iter().filter_map(|j| j.metadata.uid.clone()).collect();
         for pod in pods.state().iter().filter(|p| pods::has_tracking_finalizer(p)) {
             let Some(owner) = pod_control::controller_of(&pod.metadata) else { continue };

@@ -107,7 +107,7 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
     let mut fail_job: Option<Failure> = None;
     for p in mine.iter().filter(|p| pods::has_tracking_finalizer(p)) {
         let puid = p.metadata.uid.clone().unwrap_or_default();
-        if unc_succ.contains(&puid) || unc_fail.contains(&puid) {
+        if unc_succ.contains(&puid) || unc_fail.contains(&puid) || state.is_counted(&puid) {
             continue;
         }
         match pods::phase(p) {
@@ -168,6 +168,7 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
                 pods::remove_tracking_finalizer(&pods_api, p).await?;
             }
         }
+        state.mark_counted(unc_succ.iter().chain(unc_fail.iter()));
         let count = |v: &Vec<String>| i32::try_from(v.len()).unwrap_or(i32::MAX);
         status.succeeded = Some(status.succeeded.unwrap_or(0).saturating_add(count(&unc_succ)));
         status.failed = Some(status.failed.unwrap_or(0).saturating_add(count(&unc_fail)));
