@@ -173,3 +173,26 @@ async fn a_suspended_job_runs_no_pods_until_resumed() {
     assert_eq!((resumed.status.as_str(), resumed.reason.as_deref()), ("False", Some("JobResumed")));
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_job_running_past_active_deadline_seconds_fails_with_deadline_exceeded_and_its_pods_go() {
+    let env = Env::start(&["job"], true).await;
+    env.namespace("j6").await;
+    let api: Api<Job> = Api::namespaced(env.client.clone(), "j6");
+    // Pods without `exit-code` run until deleted.
+    let mut slow = job("slow", 0, json!({"activeDeadlineSeconds": 1, "parallelism": 2, "completions": 2}));
+    if let Some(meta) = slow.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {
+        meta.labels = Some(common::labels(&[("app", "slow")]));
+    }
+    api.create(&PostParams::default(), &slow).await.expect("create");
+    let cond = terminal_condition(&api, "slow").await;
+    assert_eq!((cond.type_.as_str(), cond.reason.as_deref(), cond.message.as_deref()), ("Failed", Some("DeadlineExceeded"), Some("Job was active longer than specified deadline")));
+    let s = api.get("slow").await.expect("job").status.expect("status");
+    assert_eq!((s.active, s.failed, s.succeeded), (Some(0), Some(2), Some(0)), "deleted running pods count as failed");
+    eventually("the job's pods gone", || async { Some(env.live_pods("j6", "slow").await).filter(|p| p.is_empty()) }).await;
+    let warned = eventually("a DeadlineExceeded event", || async { Some(events(&env, "j6", "DeadlineExceeded").await).filter(|e| !e.is_empty()) }).await;
+    assert_eq!(warned, vec!["Job was active longer than specified deadline".to_string()]);
+    let deleted = events(&env, "j6", "SuccessfulDelete").await;
+    assert_eq!(deleted.len(), 2, "{deleted:?}");
+    env.stop().await;
+}
