@@ -220,3 +220,25 @@ async fn pods_of_a_deleted_node_are_force_deleted_terminating_ones_included() {
     eventually("both pods gone", || async { pods.list(&ListParams::default()).await.ok().filter(|l| l.items.is_empty()) }).await;
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_running_job_the_cronjob_owns_but_did_not_start_is_reported_unexpected_and_not_adopted() {
+    let mut env = Env::start(&[], false).await;
+    let _clock = TestClock::start(&mut env);
+    env.namespace("cj4").await;
+    let api: Api<CronJob> = Api::namespaced(env.client.clone(), "cj4");
+    let cj = api.create(&PostParams::default(), &cron_job("rare", json!({"schedule": "0 0 1 1 *"}), json!({}))).await.expect("create");
+    // What `kubectl create job manual --from=cronjob/rare` sends.
+    let manual: Job = serde_json::from_value(json!({
+        "metadata": {"name": "manual", "annotations": {"cronjob.kubernetes.io/instantiate": "manual"},
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "rare", "uid": cj.uid(), "controller": true}]},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}},
+    }))
+    .expect("job");
+    Api::<Job>::namespaced(env.client.clone(), "cj4").create(&PostParams::default(), &manual).await.expect("job");
+    let warned = eventually("UnexpectedJob", || async { Some(events(&env, "cj4", "UnexpectedJob").await).filter(|e| !e.is_empty()) }).await;
+    assert_eq!(warned[0], "Saw a job that the controller did not create or forgot: manual");
+    let status = api.get("rare").await.expect("cronjob").status.unwrap_or_default();
+    assert!(status.active.unwrap_or_default().is_empty(), "not adopted into status.active");
+    env.stop().await;
+}

@@ -88,9 +88,10 @@ pub(super) async fn reconcile(cj: Arc<CronJob>, state: Arc<State>) -> Result<Act
         let j_uid = j.metadata.uid.clone().unwrap_or_default();
         let listed = active.iter().any(|r| r.uid.as_deref() == Some(j_uid.as_str()));
         match history::finished(j) {
+            // Warned about, not adopted into the active list (as upstream):
+            // e.g. `kubectl create job --from=cronjob/<name>`.
             None if !listed && j.metadata.deletion_timestamp.is_none() => {
                 state.events.warning(&regarding, "UnexpectedJob", format!("Saw a job that the controller did not create or forgot: {}", j.name_any())).await;
-                active.push(job_ref(j));
             }
             Some(how) if listed => {
                 active.retain(|r| r.uid.as_deref() != Some(j_uid.as_str()));
