@@ -11,7 +11,7 @@ use rkube_component::serving::{self, HealthCheck, ServingArgs};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::context::ControllerContext;
+use crate::context::{ControllerConfig, ControllerContext};
 use crate::controllers::{self, Controller};
 
 /// Flags of `rkube controller-manager` (kube-controller-manager's names).
@@ -25,6 +25,11 @@ pub struct ControllerManagerArgs {
     /// 'foo' enables the controller named 'foo', '-foo' disables the controller named 'foo'.
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
+    /// Number of terminated pods that can exist before the terminated pod garbage
+    /// collector starts deleting terminated pods. If <= 0, the terminated pod garbage
+    /// collector is disabled.
+    #[arg(long, default_value_t = 12500)]
+    pub terminated_pod_gc_threshold: i32,
     /// Leader election on the `kube-system/kube-controller-manager` Lease.
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
@@ -61,12 +66,18 @@ impl ControllerManager {
     }
 }
 
-/// Starts `selected` controllers against `client`.
+/// Starts `selected` controllers against `client` with the default [`ControllerConfig`].
 pub fn start(client: kube::Client, selected: &[&'static Controller]) -> ControllerManager {
+    start_with(client, selected, ControllerConfig::default())
+}
+
+/// Starts `selected` controllers against `client` with `config`.
+pub fn start_with(client: kube::Client, selected: &[&'static Controller], config: ControllerConfig) -> ControllerManager {
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
+    let config = Arc::new(config);
     for c in selected {
-        let ctx = ControllerContext { client: client.clone(), stop: stop_rx.clone() };
+        let ctx = ControllerContext { client: client.clone(), stop: stop_rx.clone(), config: config.clone() };
         let fut = (c.start)(ctx);
         let name = c.name;
         tracing::info!(controller = name, "starting controller");
@@ -79,8 +90,13 @@ pub fn start(client: kube::Client, selected: &[&'static Controller]) -> Controll
 pub use rkube_component::client::client;
 
 /// Runs `selected` controllers until one ends or `stop` turns true.
-async fn run_controllers(client: kube::Client, selected: Vec<&'static Controller>, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
-    let mut cm = start(client, &selected);
+async fn run_controllers(
+    client: kube::Client,
+    selected: Vec<&'static Controller>,
+    config: ControllerConfig,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let mut cm = start_with(client, &selected, config);
     let result = tokio::select! {
         (name, result) = cm.ended() => result.with_context(|| format!("controller {name}")),
         _ = rkube_component::leader::stopped(&mut stop) => Ok(()),
@@ -111,11 +127,12 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         Some(addr) => Some(serving::serve(addr, args.serving.certificate()?, checks, Arc::new(registry)).await?),
         None => None,
     };
+    let config = ControllerConfig { terminated_pod_gc_threshold: args.terminated_pod_gc_threshold };
     let (stop, stop_rx) = watch::channel(false);
     let work = async move {
         match elector {
-            Some(e) => Ok(e.run(stop_rx, move |work_stop| run_controllers(client, selected, work_stop)).await?),
-            None => run_controllers(client, selected, stop_rx).await,
+            Some(e) => Ok(e.run(stop_rx, move |work_stop| run_controllers(client, selected, config, work_stop)).await?),
+            None => run_controllers(client, selected, config, stop_rx).await,
         }
     };
     let mut work = std::pin::pin!(work);

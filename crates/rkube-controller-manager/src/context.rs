@@ -1,6 +1,23 @@
 //! What a controller is started with.
 
+use std::sync::Arc;
+
 use tokio::sync::watch;
+
+/// Settings of individual controllers that come from
+/// `rkube controller-manager` flags (kube-controller-manager's names).
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// `--terminated-pod-gc-threshold`: terminated pods kept before the pod
+    /// garbage collector deletes the oldest (`<= 0` disables that part).
+    pub terminated_pod_gc_threshold: i32,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig { terminated_pod_gc_threshold: 12500 }
+    }
+}
 
 /// Handed to each controller's start function: the client it talks to the
 /// API server with and the signal to stop on.
@@ -12,6 +29,8 @@ pub struct ControllerContext {
     /// Turns `true` when the controller manager stops (or loses its lease);
     /// a controller returns soon after.
     pub stop: watch::Receiver<bool>,
+    /// Flag-given settings of the controllers.
+    pub config: Arc<ControllerConfig>,
 }
 
 impl ControllerContext {

@@ -634,6 +634,9 @@ fn kube_controller_manager_role(cr: &dyn Fn(&str, Value) -> Value) -> Value {
         {"apiGroups": ["apps", "extensions"], "resources": ["deployments", "deployments/finalizers", "replicasets/finalizers"], "verbs": ["patch", "update"]},
         {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["create", "delete", "update"]},
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["create", "delete", "update"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "patch", "update"]},
+        {"apiGroups": ["batch"], "resources": ["jobs/status", "cronjobs/status", "jobs/finalizers", "cronjobs/finalizers"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
         {"apiGroups": ["*"], "resources": ["*"], "verbs": ["delete", "deletecollection", "patch", "update"]},
     ]))
 }
@@ -742,6 +745,11 @@ mod tests {
             (Method::DELETE, "/apis/apps/v1/namespaces/dev/deployments/web"),
             (Method::PUT, "/api/v1/namespaces/dev/finalize"),
             (Method::POST, "/apis/discovery.k8s.io/v1/namespaces/dev/endpointslices"),
+            (Method::POST, "/apis/batch/v1/namespaces/dev/jobs"),
+            (Method::DELETE, "/apis/batch/v1/namespaces/dev/jobs/j"),
+            (Method::PUT, "/apis/batch/v1/namespaces/dev/jobs/j/status"),
+            (Method::PUT, "/apis/batch/v1/namespaces/dev/cronjobs/c/status"),
+            (Method::PATCH, "/api/v1/namespaces/dev/pods/p/status"),
         ];
         for (m, path) in allowed {
             let d = authorize(&rbac, &kcm, &attrs(m.clone(), path)).await;

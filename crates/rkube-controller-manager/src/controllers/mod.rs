@@ -11,7 +11,9 @@ pub mod endpoints;
 
 use futures::future::BoxFuture;
 
+pub mod cronjob;
 pub mod deployment;
+pub mod job;
 pub mod replicaset;
 
 use crate::context::ControllerContext;
@@ -19,6 +21,8 @@ use crate::context::ControllerContext;
 pub mod discovery;
 pub mod garbagecollector;
 pub mod namespace;
+pub mod podgc;
+pub mod ttlafterfinished;
 
 /// One controller: its names, whether `*` enables it, and how to start it.
 pub struct Controller {
@@ -76,6 +80,15 @@ pub static CONTROLLERS: &[Controller] = &[
     Controller { name: "endpoints-controller", aliases: &["endpoint"], enabled_by_default: true, start: endpoints::start_endpoints },
     Controller { name: "endpointslice-controller", aliases: &["endpointslice"], enabled_by_default: true, start: endpoints::start_slices },
     Controller { name: "disruption-controller", aliases: &["disruption"], enabled_by_default: true, start: disruption::start },
+    Controller { name: "job-controller", aliases: &["job"], enabled_by_default: true, start: job::start },
+    Controller { name: "cronjob-controller", aliases: &["cronjob"], enabled_by_default: true, start: cronjob::start },
+    Controller {
+        name: "ttl-after-finished-controller",
+        aliases: &["ttl-after-finished"],
+        enabled_by_default: true,
+        start: ttlafterfinished::start,
+    },
+    Controller { name: "pod-garbage-collector-controller", aliases: &["podgc"], enabled_by_default: true, start: podgc::start },
 ];
 
 /// Upstream controllers rkube does not run (yet): `--controllers` accepts
@@ -123,10 +136,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "validatingadmissionpolicy-status-controller",
     "service-cidr-controller",
     "taint-eviction-controller",
-    "job-controller",
-    "job",
-    "cronjob-controller",
-    "cronjob",
     "daemonset-controller",
     "daemonset",
     "statefulset-controller",
@@ -135,10 +144,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "nodelifecycle",
     "resourcequota-controller",
     "resourcequota",
-    "pod-garbage-collector-controller",
-    "podgc",
-    "ttl-after-finished-controller",
-    "ttl-after-finished",
     // These four run inside rkube's API server process for now.
     "serviceaccount-controller",
     "serviceaccount",

@@ -1,7 +1,9 @@
 //! Harness: a real rkube API server on 127.0.0.1:0 in this process over an
 //! embedded store in a temp dir (plain HTTP, no authorization), the
 //! controllers under test started against it with a kube client, and a
-//! stand-in kubelet that marks pods Running and Ready (there is no node).
+//! stand-in kubelet that marks pods Running and Ready (there is no node)
+//! and finishes pods labelled `exit-code` (`Succeeded` for `0`, else
+//! `Failed` with that container exit code) once they ran.
 
 #![allow(dead_code)]
 
@@ -13,6 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use rkube_controller_manager::cli::{self, ControllerManager};
+use rkube_controller_manager::context::{ControllerConfig, ControllerContext};
 use rkube_controller_manager::controllers;
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -27,6 +30,8 @@ pub struct Env {
     cm: Option<ControllerManager>,
     stop: Option<oneshot::Sender<()>>,
     kubelet: Option<tokio::task::JoinHandle<()>>,
+    extra_stop: tokio::sync::watch::Sender<bool>,
+    extra: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
     /// What the stand-in kubelet saw: per label `app`, the most pods alive
     /// at once and the fewest ready once the first rollout was done.
     pub seen: Arc<Mutex<Observed>>,
@@ -38,6 +43,8 @@ pub struct Env {
 pub struct Observed {
     /// Most live (not terminating) pods at once.
     pub max_live: usize,
+    /// Most active (not terminating, not finished) pods at once.
+    pub max_active: usize,
     /// Sets of `pod-template-hash` values live at once, each time it changed.
     pub live_hashes: Vec<BTreeSet<String>>,
 }
@@ -74,7 +81,19 @@ impl Env {
         let cm = cli::start(client.clone(), &selected);
         let seen = Arc::new(Mutex::new(Observed::default()));
         let kubelet = kubelet.then(|| tokio::spawn(stand_in_kubelet(client.clone(), seen.clone())));
-        Env { client, cm: Some(cm), stop: Some(tx), kubelet, seen, _dir: dir }
+        let (extra_stop, _) = tokio::sync::watch::channel(false);
+        Env { client, cm: Some(cm), stop: Some(tx), kubelet, extra_stop, extra: Vec::new(), seen, _dir: dir }
+    }
+
+    /// Runs a controller started outside the table (`run` given a context
+    /// for this server), stopped with the others by [`Env::stop`].
+    pub fn spawn<F, Fut>(&mut self, run: F)
+    where
+        F: FnOnce(ControllerContext) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let ctx = ControllerContext { client: self.client.clone(), stop: self.extra_stop.subscribe(), config: std::sync::Arc::new(ControllerConfig::default()) };
+        self.extra.push(tokio::spawn(run(ctx)));
     }
 
     /// Stops the controllers and the server.
@@ -84,6 +103,10 @@ impl Env {
         }
         if let Some(cm) = self.cm.take() {
             cm.shutdown().await;
+        }
+        let _ = self.extra_stop.send(true);
+        for t in self.extra.drain(..) {
+            let _ = t.await;
         }
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
@@ -128,16 +151,26 @@ async fn stand_in_kubelet(client: kube::Client, seen: Arc<Mutex<Observed>>) {
     loop {
         if let Ok(list) = api.list(&ListParams::default()).await {
             let live: Vec<&Pod> = list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+            let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+            let finished = |p: &Pod| matches!(phase(p).as_str(), "Succeeded" | "Failed");
             {
                 let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
                 s.max_live = s.max_live.max(live.len());
+                s.max_active = s.max_active.max(live.iter().filter(|p| !finished(p)).count());
                 let hashes: BTreeSet<String> = live.iter().filter_map(|p| p.labels().get("pod-template-hash").cloned()).collect();
                 if s.live_hashes.last() != Some(&hashes) {
                     s.live_hashes.push(hashes);
                 }
             }
             for p in live {
-                let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                let running = phase(p) == "Running";
+                if finished(p) {
+                    continue;
+                }
+                if let (true, Some(code)) = (running, p.labels().get("exit-code").and_then(|c| c.parse::<i32>().ok())) {
+                    finish(&api, p, code).await;
+                    continue;
+                }
                 if running || p.labels().contains_key("never-ready") {
                     continue;
                 }
@@ -152,6 +185,19 @@ async fn stand_in_kubelet(client: kube::Client, seen: Arc<Mutex<Observed>>) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Ends `pod` as its only container exiting with `code`.
+async fn finish(api: &Api<Pod>, pod: &Pod, code: i32) {
+    let phase = if code == 0 { "Succeeded" } else { "Failed" };
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let container = pod.spec.as_ref().and_then(|s| s.containers.first()).map(|c| c.name.clone()).unwrap_or_default();
+    let status = json!({"status": {"phase": phase, "conditions": [
+        {"type": "Ready", "status": "False", "lastTransitionTime": now},
+    ], "containerStatuses": [{"name": container, "image": "", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": code, "finishedAt": now}}}]}});
+    let pods: Api<Pod> = Api::namespaced(api.clone().into_client(), &pod.namespace().unwrap_or_default());
+    let _ = pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await;
 }
 
 /// Labels map from pairs.
