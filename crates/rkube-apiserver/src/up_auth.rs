@@ -177,6 +177,19 @@ pub const UP_COMPONENTS: &[(&str, &str)] =
 /// (`<data_dir>/pki/ca.key`). Errors: the CA cannot be read or a file
 /// cannot be written.
 pub fn write_component_kubeconfigs(data_dir: &Path, server_url: &str, up: &SecureUp) -> Result<(), UpAuthError> {
+    for (file, user) in UP_COMPONENTS {
+        let (cert, key) = sign_client_certificate(data_dir, up, user, &[])?;
+        let pki = tls::Pki { admin_cert_pem: cert, admin_key_pem: key, ..up.kubeconfig_pki() };
+        tls::write_kubeconfig(&data_dir.join(file), server_url, &pki)?;
+    }
+    Ok(())
+}
+
+/// A new client certificate and key (PEM) for `CN=<user>`, `O=` each of
+/// `groups`, client auth, valid from a year ago for 10 years, signed by the
+/// generated CA of `up` (its key in `<data_dir>/pki/ca.key`). Errors: the
+/// CA key cannot be read, or signing fails.
+fn sign_client_certificate(data_dir: &Path, up: &SecureUp, user: &str, groups: &[&str]) -> Result<(String, String), UpAuthError> {
     use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose};
     let key_path = data_dir.join("pki").join("ca.key");
     let ca_key_pem = std::fs::read_to_string(&key_path).map_err(|source| UpAuthError::File {
@@ -186,22 +199,21 @@ pub fn write_component_kubeconfigs(data_dir: &Path, server_url: &str, up: &Secur
     })?;
     let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(TlsError::from)?;
     let issuer = Issuer::from_ca_cert_pem(&up.pki.ca_cert_pem, &ca_key).map_err(TlsError::from)?;
-    for (file, user) in UP_COMPONENTS {
-        let key = KeyPair::generate().map_err(TlsError::from)?;
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::from)?;
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, *user);
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        params.use_authority_key_identifier_extension = true;
-        let now = time::OffsetDateTime::now_utc();
-        params.not_before = now - time::Duration::days(365);
-        params.not_after = now + time::Duration::days(3650);
-        let cert = params.signed_by(&key, &issuer).map_err(TlsError::from)?;
-        let pki = tls::Pki { admin_cert_pem: cert.pem(), admin_key_pem: key.serialize_pem(), ..up.kubeconfig_pki() };
-        tls::write_kubeconfig(&data_dir.join(file), server_url, &pki)?;
+    let key = KeyPair::generate().map_err(TlsError::from)?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::from)?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, user);
+    for group in groups {
+        params.distinguished_name.push(DnType::OrganizationName, *group);
     }
-    Ok(())
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.use_authority_key_identifier_extension = true;
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::days(365);
+    params.not_after = now + time::Duration::days(3650);
+    let cert = params.signed_by(&key, &issuer).map_err(TlsError::from)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 /// The user of the API server's kubelet client certificate: kubeadm's name, in
@@ -215,34 +227,14 @@ pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
 /// certificates (`rkube up --node` signs its kubelet's with it). Errors: the CA cannot be read or
 /// a file cannot be written.
 pub fn write_kubelet_client_cert(data_dir: &Path, up: &SecureUp) -> Result<crate::kubelet_client::KubeletClientArgs, UpAuthError> {
-    use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose};
     let pki = data_dir.join("pki");
-    let key_path = pki.join("ca.key");
-    let ca_key_pem = std::fs::read_to_string(&key_path).map_err(|source| UpAuthError::File {
-        what: "reading",
-        path: key_path.display().to_string(),
-        source,
-    })?;
-    let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(TlsError::from)?;
-    let issuer = Issuer::from_ca_cert_pem(&up.pki.ca_cert_pem, &ca_key).map_err(TlsError::from)?;
-    let key = KeyPair::generate().map_err(TlsError::from)?;
-    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::from)?;
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params.distinguished_name.push(DnType::CommonName, KUBELET_CLIENT_USER);
-    params.distinguished_name.push(DnType::OrganizationName, "system:masters");
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    params.use_authority_key_identifier_extension = true;
-    let now = time::OffsetDateTime::now_utc();
-    params.not_before = now - time::Duration::days(1);
-    params.not_after = now + time::Duration::days(3650);
-    let cert = params.signed_by(&key, &issuer).map_err(TlsError::from)?;
+    let (cert, key) = sign_client_certificate(data_dir, up, KUBELET_CLIENT_USER, &["system:masters"])?;
     let (cert_path, key_file) = (pki.join("apiserver-kubelet-client.crt"), pki.join("apiserver-kubelet-client.key"));
     let write = |path: &Path, text: String| {
         std::fs::write(path, text).map_err(|source| UpAuthError::File { what: "writing", path: path.display().to_string(), source })
     };
-    write(&cert_path, cert.pem())?;
-    write(&key_file, key.serialize_pem())?;
+    write(&cert_path, cert)?;
+    write(&key_file, key)?;
     {
         use std::os::unix::fs::PermissionsExt as _;
         let _ = std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600));

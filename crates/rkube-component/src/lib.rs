@@ -15,3 +15,17 @@
 pub mod client;
 pub mod leader;
 pub mod serving;
+
+/// Resolves on SIGINT or SIGTERM (never, when the SIGTERM handler cannot
+/// be installed): how `rkube scheduler` and `rkube controller-manager`
+/// learn to stop.
+pub async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

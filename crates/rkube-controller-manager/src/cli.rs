@@ -138,20 +138,9 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let mut work = std::pin::pin!(work);
     tokio::select! {
         r = &mut work => r,
-        _ = shutdown_signal() => {
+        _ = rkube_component::shutdown_signal() => {
             let _ = stop.send(true);
             work.await
         }
-    }
-}
-
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
     }
 }

@@ -51,7 +51,11 @@ async fn budget_status_follows_ready_pods_and_limits_evictions() {
         (s.disruptions_allowed == 0 && s.current_healthy == 1).then_some(())
     })
     .await;
-    let refused = pods.evict("web-b", &EvictParams::default()).await.expect_err("the second eviction is refused");
+    // kube-rs retries 429s by default; this client shows the first answer.
+    let mut config = cluster.client_config.clone();
+    config.default_retry = false;
+    let once: Api<Pod> = Api::namespaced(kube::Client::try_from(config).expect("client"), "default");
+    let refused = once.evict("web-b", &EvictParams::default()).await.expect_err("the second eviction is refused");
     match refused {
         kube::Error::Api(s) => assert_eq!((s.code, s.reason.as_str()), (429, "TooManyRequests"), "{s:?}"),
         other => panic!("unexpected error: {other}"),

@@ -122,17 +122,6 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let mut handle = start(client, StartOptions { leader_election, serving }).await?;
     tokio::select! {
         r = handle.ended() => Ok(r?),
-        _ = shutdown_signal() => Ok(handle.shutdown().await?),
-    }
-}
-
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+        _ = rkube_component::shutdown_signal() => Ok(handle.shutdown().await?),
     }
 }

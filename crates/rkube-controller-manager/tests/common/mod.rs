@@ -19,6 +19,8 @@ use tokio::sync::oneshot;
 pub struct Cluster {
     /// A client for the server.
     pub client: kube::Client,
+    /// The configuration `client` was made from.
+    pub client_config: kube::Config,
     /// The running controllers (`None` for a bare server).
     pub controllers: Option<ControllerManager>,
     stop: Option<oneshot::Sender<()>>,
@@ -44,11 +46,11 @@ impl Cluster {
             .await;
         });
         let config = kube::Config::new(format!("http://{addr}").parse().expect("url"));
-        let client = kube::Client::try_from(config).expect("client");
+        let client = kube::Client::try_from(config.clone()).expect("client");
         let names: Vec<String> = spec.split(',').map(String::from).collect();
         let (selected, _) = controllers::select(&names).expect("controllers");
         let controllers = (!selected.is_empty()).then(|| cli::start(client.clone(), &selected));
-        Cluster { client, controllers, stop: Some(tx), _dir: dir }
+        Cluster { client, client_config: config, controllers, stop: Some(tx), _dir: dir }
     }
 
     /// Stops the controllers, then the server.
