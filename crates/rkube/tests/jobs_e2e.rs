@@ -9,8 +9,7 @@
 
 mod common;
 
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Backend, Cluster, Kubectl};
 use serde_json::Value;
@@ -19,25 +18,12 @@ use serde_json::Value;
 const LIMIT: Duration = Duration::from_secs(120);
 
 #[track_caller]
-fn wait_for<T>(cluster: &Cluster, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}\n--- server log ---\n{}", cluster.server_log());
-        thread::sleep(Duration::from_millis(300));
-    }
+fn wait_for<T>(cluster: &Cluster, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    cluster.wait_until(what, LIMIT, f)
 }
 
 fn node_ready(cluster: &Cluster, k: &Kubectl) {
-    wait_for(cluster, "a Ready node", || {
-        let nodes = k.json(&["get", "nodes"]);
-        let ready = nodes["items"].as_array().into_iter().flatten().any(|n| {
-            n["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True")
-        });
-        ready.then_some(())
-    });
+    cluster.wait_for_ready_node(k, LIMIT);
 }
 
 fn job_manifest(name: &str, command: &str, spec: &str) -> String {

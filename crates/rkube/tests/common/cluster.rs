@@ -224,6 +224,32 @@ impl Cluster {
         p
     }
 
+    /// Polls `f` every 300 ms until it returns `Some`; fails naming `what`,
+    /// with the server log, after `limit`.
+    #[track_caller]
+    pub fn wait_until<T>(&self, what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}\n--- server log ---\n{}", self.server_log());
+            thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// Waits (up to `limit`) until `k` sees a Node with `Ready=True`.
+    #[track_caller]
+    pub fn wait_for_ready_node(&self, k: &Kubectl, limit: Duration) {
+        self.wait_until("a Ready node", limit, || {
+            let nodes = k.json(&["get", "nodes"]);
+            let ready = nodes["items"].as_array().into_iter().flatten().any(|n| {
+                n["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+            ready.then_some(())
+        });
+    }
+
     /// The server's log so far (stdout and stderr of the current start).
     pub fn server_log(&self) -> String {
         fs::read_to_string(self.log_path(self.starts)).unwrap_or_default()
