@@ -50,6 +50,7 @@ pub mod strict;
 pub mod state;
 pub mod system;
 pub mod table;
+pub mod testing;
 pub mod up_auth;
 pub mod validate;
 pub mod yaml_depth;

@@ -6,14 +6,12 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject};
 use rkube_controller_manager::cli::{self, ControllerManager};
 use rkube_controller_manager::controllers;
 use serde_json::Value;
-use tokio::sync::oneshot;
 
 /// A running API server, a client for it and (maybe) controllers.
 pub struct Cluster {
@@ -23,7 +21,7 @@ pub struct Cluster {
     pub client_config: kube::Config,
     /// The running controllers (`None` for a bare server).
     pub controllers: Option<ControllerManager>,
-    stop: Option<oneshot::Sender<()>>,
+    server: Option<rkube_apiserver::testing::InProcessServer>,
     _dir: tempfile::TempDir,
 }
 
@@ -32,25 +30,13 @@ impl Cluster {
     pub async fn start(spec: &str) -> Cluster {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("temp dir");
-        let storage: Arc<dyn rkube_storage::Storage> =
-            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("open embedded store"));
-        let st = rkube_apiserver::ApiState::new(storage, rkube_apiserver::ServerConfig::default());
-        rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = rkube_apiserver::serve(listener, st, async move {
-                let _ = rx.await;
-            })
-            .await;
-        });
-        let config = kube::Config::new(format!("http://{addr}").parse().expect("url"));
+        let server = rkube_apiserver::testing::InProcessServer::start(dir.path(), rkube_apiserver::ServerConfig::default()).await;
+        let config = kube::Config::new(server.base.parse().expect("url"));
         let client = kube::Client::try_from(config.clone()).expect("client");
         let names: Vec<String> = spec.split(',').map(String::from).collect();
         let (selected, _) = controllers::select(&names).expect("controllers");
         let controllers = (!selected.is_empty()).then(|| cli::start(client.clone(), &selected));
-        Cluster { client, client_config: config, controllers, stop: Some(tx), _dir: dir }
+        Cluster { client, client_config: config, controllers, server: Some(server), _dir: dir }
     }
 
     /// Stops the controllers, then the server.
@@ -58,9 +44,7 @@ impl Cluster {
         if let Some(cm) = self.controllers.take() {
             cm.shutdown().await;
         }
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
+        self.server.take();
     }
 
     /// The core/v1 `ConfigMap` API in `ns`.
@@ -73,14 +57,6 @@ impl Cluster {
     pub async fn create(&self, api: &Api<DynamicObject>, obj: Value) -> DynamicObject {
         let obj: DynamicObject = serde_json::from_value(obj).expect("object");
         api.create(&Default::default(), &obj).await.expect("create")
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
     }
 }
 

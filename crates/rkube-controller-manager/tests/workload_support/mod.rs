@@ -18,7 +18,6 @@ use rkube_controller_manager::cli::{self, ControllerManager};
 use rkube_controller_manager::context::{ControllerConfig, ControllerContext};
 use rkube_controller_manager::controllers;
 use serde_json::json;
-use tokio::sync::oneshot;
 
 /// How long any condition may take.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -28,7 +27,7 @@ pub struct Env {
     /// A client of the server.
     pub client: kube::Client,
     cm: Option<ControllerManager>,
-    stop: Option<oneshot::Sender<()>>,
+    server: Option<rkube_apiserver::testing::InProcessServer>,
     kubelet: Option<tokio::task::JoinHandle<()>>,
     extra_stop: tokio::sync::watch::Sender<bool>,
     extra: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
@@ -61,28 +60,15 @@ impl Env {
     pub async fn start_with(names: &[&str], kubelet: bool, config: rkube_apiserver::ServerConfig) -> Env {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("temp dir");
-        let storage: Arc<dyn rkube_storage::Storage> =
-            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("embedded store"));
-        let st = rkube_apiserver::ApiState::new(storage, config);
-        rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = rkube_apiserver::serve(listener, st, async move {
-                let _ = rx.await;
-            })
-            .await;
-        });
-        let config = kube::Config::new(format!("http://{addr}").parse().expect("url"));
-        let client = kube::Client::try_from(config).expect("client");
+        let server = rkube_apiserver::testing::InProcessServer::start(dir.path(), config).await;
+        let client = kube::Client::try_from(kube::Config::new(server.base.parse().expect("url"))).expect("client");
         let spec: Vec<String> = names.iter().map(|s| s.to_string()).collect();
         let (selected, _) = controllers::select(&spec).expect("controllers");
         let cm = cli::start(client.clone(), &selected);
         let seen = Arc::new(Mutex::new(Observed::default()));
         let kubelet = kubelet.then(|| tokio::spawn(stand_in_kubelet(client.clone(), seen.clone())));
         let (extra_stop, _) = tokio::sync::watch::channel(false);
-        Env { client, cm: Some(cm), stop: Some(tx), kubelet, extra_stop, extra: Vec::new(), seen, _dir: dir }
+        Env { client, cm: Some(cm), server: Some(server), kubelet, extra_stop, extra: Vec::new(), seen, _dir: dir }
     }
 
     /// Runs a controller started outside the table (`run` given a context
@@ -108,9 +94,7 @@ impl Env {
         for t in self.extra.drain(..) {
             let _ = t.await;
         }
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
+        self.server.take();
     }
 
     /// Creates namespace `ns`.

@@ -3,29 +3,19 @@
 
 #![allow(dead_code)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
-use rkube_apiserver::{ApiState, ServerConfig};
+use rkube_apiserver::ServerConfig;
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
 
 /// A running API server; stops when dropped.
 pub struct TestServer {
     /// `http://127.0.0.1:PORT`.
     pub base: String,
-    stop: Option<oneshot::Sender<()>>,
+    _server: rkube_apiserver::testing::InProcessServer,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
 }
 
 impl TestServer {
@@ -33,20 +23,8 @@ impl TestServer {
     pub async fn start() -> TestServer {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("temp dir");
-        let storage: Arc<dyn rkube_storage::Storage> =
-            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("open embedded store"));
-        let st = ApiState::new(storage, ServerConfig::default());
-        rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = rkube_apiserver::serve(listener, st, async move {
-                let _ = rx.await;
-            })
-            .await;
-        });
-        TestServer { base: format!("http://{addr}"), stop: Some(tx), _dir: dir }
+        let server = rkube_apiserver::testing::InProcessServer::start(dir.path(), ServerConfig::default()).await;
+        TestServer { base: server.base.clone(), _server: server, _dir: dir }
     }
 
     /// A kube-rs client of the server.
