@@ -19,6 +19,7 @@ pub mod context;
 pub mod controllers;
 pub mod events;
 pub mod expectations;
+pub mod history;
 pub mod pod_control;
 pub mod pod_util;
 pub mod work_queue;

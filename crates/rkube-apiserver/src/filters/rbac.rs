@@ -616,7 +616,8 @@ pub const KUBE_CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
 /// rkube runs under that one identity (upstream grants those to
 /// `system:controller:<name>` roles of per-controller ServiceAccounts with
 /// `--use-service-account-credentials`): pods, ReplicaSets,
-/// ReplicationControllers, Deployments and their status; Endpoints and
+/// ReplicationControllers, Deployments, StatefulSets, DaemonSets and their
+/// status, ControllerRevisions, StatefulSets' PersistentVolumeClaims; Endpoints and
 /// EndpointSlices; and, for the garbage collector and the namespace
 /// controller (`system:controller:generic-garbage-collector`,
 /// `system:controller:namespace-controller`), updating and deleting any
@@ -637,6 +638,8 @@ fn kube_controller_manager_role(cr: &dyn Fn(&str, Value) -> Value) -> Value {
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "patch", "update"]},
         {"apiGroups": ["batch"], "resources": ["jobs/status", "cronjobs/status", "jobs/finalizers", "cronjobs/finalizers"], "verbs": ["patch", "update"]},
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["create"]},
         {"apiGroups": ["*"], "resources": ["*"], "verbs": ["delete", "deletecollection", "patch", "update"]},
     ]))
 }

@@ -15,6 +15,7 @@ pub mod cronjob;
 pub mod deployment;
 pub mod job;
 pub mod replicaset;
+pub mod statefulset;
 
 use crate::context::ControllerContext;
 
@@ -80,6 +81,12 @@ pub static CONTROLLERS: &[Controller] = &[
     Controller { name: "endpoints-controller", aliases: &["endpoint"], enabled_by_default: true, start: endpoints::start_endpoints },
     Controller { name: "endpointslice-controller", aliases: &["endpointslice"], enabled_by_default: true, start: endpoints::start_slices },
     Controller { name: "disruption-controller", aliases: &["disruption"], enabled_by_default: true, start: disruption::start },
+    Controller {
+        name: "statefulset-controller",
+        aliases: &["statefulset"],
+        enabled_by_default: true,
+        start: statefulset::start,
+    },
     Controller { name: "job-controller", aliases: &["job"], enabled_by_default: true, start: job::start },
     Controller { name: "cronjob-controller", aliases: &["cronjob"], enabled_by_default: true, start: cronjob::start },
     Controller {
@@ -138,8 +145,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "taint-eviction-controller",
     "daemonset-controller",
     "daemonset",
-    "statefulset-controller",
-    "statefulset",
     "node-lifecycle-controller",
     "nodelifecycle",
     "resourcequota-controller",

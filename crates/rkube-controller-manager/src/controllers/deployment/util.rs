@@ -29,7 +29,7 @@ pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration
 const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// FNV-1a, 32 bits.
-fn fnv32a(data: &[u8]) -> u32 {
+pub fn fnv32a(data: &[u8]) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in data {
         h ^= u32::from(*b);
