@@ -12,6 +12,7 @@ pub mod endpoints;
 use futures::future::BoxFuture;
 
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod job;
 pub mod replicaset;
@@ -87,6 +88,7 @@ pub static CONTROLLERS: &[Controller] = &[
         enabled_by_default: true,
         start: statefulset::start,
     },
+    Controller { name: "daemonset-controller", aliases: &["daemonset"], enabled_by_default: true, start: daemonset::start },
     Controller { name: "job-controller", aliases: &["job"], enabled_by_default: true, start: job::start },
     Controller { name: "cronjob-controller", aliases: &["cronjob"], enabled_by_default: true, start: cronjob::start },
     Controller {
@@ -143,8 +145,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "validatingadmissionpolicy-status-controller",
     "service-cidr-controller",
     "taint-eviction-controller",
-    "daemonset-controller",
-    "daemonset",
     "node-lifecycle-controller",
     "nodelifecycle",
     "resourcequota-controller",

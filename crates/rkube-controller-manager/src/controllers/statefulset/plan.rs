@@ -116,7 +116,7 @@ pub fn plan(set: &SetView, pods: &[PodView]) -> Vec<Step> {
             _ => condemned.push(p),
         }
     }
-    condemned.sort_by(|a, b| b.ordinal.cmp(&a.ordinal));
+    condemned.sort_by_key(|p| std::cmp::Reverse(p.ordinal));
 
     for (slot, pod) in slots.iter().enumerate() {
         let ordinal = set.start + i32::try_from(slot).unwrap_or(i32::MAX);
