@@ -161,6 +161,11 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
         pleg: Arc::clone(&generic),
         cache: Arc::clone(&cache),
         metrics: metrics.clone(),
+        events: crate::events::PodEvents::new(client.clone(), config.node_name.clone()),
+        allocatable: node_status::capacity()
+            .into_iter()
+            .filter_map(|(k, q)| Some((k, rkube_scheduler::resources::parse_milli(&q.0)?)))
+            .collect(),
         client,
         logs_root: config.pod_logs_dir.clone(),
         root_dir: config.root_dir.clone(),

@@ -19,6 +19,7 @@
 pub mod agent;
 pub mod cli;
 pub mod cri;
+pub mod events;
 pub mod feature_gates;
 pub mod healthz;
 pub mod kubelet_api;

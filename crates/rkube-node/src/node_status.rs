@@ -80,7 +80,9 @@ fn os_image() -> String {
         .unwrap_or_else(|| "Linux".into())
 }
 
-fn capacity() -> BTreeMap<String, Quantity> {
+/// The node's capacity (also its allocatable: nothing is reserved): cpu
+/// cores, memory from `/proc/meminfo`, 110 pods.
+pub fn capacity() -> BTreeMap<String, Quantity> {
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     BTreeMap::from([
         ("cpu".to_string(), Quantity(cpus.to_string())),

@@ -209,7 +209,7 @@ async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status(
 #[test]
 fn host_network_pods_get_node_namespaces_no_hostname_and_the_node_ip() {
     use rkube_node::pod::api_status::{api_pod_status, StatusContext};
-    use rkube_node::pod::cri_config::{container_config, sandbox_config, DownwardValues};
+    use rkube_node::pod::cri_config::{container_config, sandbox_config};
     use rkube_node::pod::phase::Phase;
     use rkube_runtime::cri::NamespaceMode;
 
@@ -221,14 +221,16 @@ fn host_network_pods_get_node_namespaces_no_hostname_and_the_node_ip() {
     let (node, own, shared) = (NamespaceMode::Node as i32, NamespaceMode::Container as i32, NamespaceMode::Pod as i32);
     assert_eq!((ns.network, ns.pid, ns.ipc), (node, own, shared));
     let container = &pod.spec.as_ref().expect("spec").containers[0];
-    let config = container_config(&pod, container, 0, &DownwardValues::default());
+    let config = container_config(&pod, container, 0, &[]);
     let ns = config.linux.and_then(|l| l.security_context).and_then(|s| s.namespace_options).expect("container namespaces");
     assert_eq!(ns.network, node);
 
     let backing_off = Default::default();
+    let config_errors = Default::default();
     let ctx = StatusContext {
         phase: Phase::Pending,
         backing_off: &backing_off,
+        config_errors: &config_errors,
         host_ip: "10.1.2.3",
         runtime_name: "containerd",
         now: rkube_node::pleg::Timestamp::now(),

@@ -30,6 +30,9 @@ pub struct StatusContext<'a> {
     pub phase: Phase,
     /// Containers in CrashLoopBackOff: name → when they restart.
     pub backing_off: &'a HashMap<String, Timestamp>,
+    /// Containers whose configuration failed: name → error
+    /// (`CreateContainerConfigError`).
+    pub config_errors: &'a HashMap<String, String>,
     /// Node IP (`status.hostIP`).
     pub host_ip: &'a str,
     /// Runtime name for container ids (`<name>://<id>`).
@@ -137,7 +140,9 @@ fn container_status(
         c.filter(|c| PlegState::from_container(c.state) == PlegState::Exited)
             .map(|c| ContainerState { terminated: Some(terminated(c, ctx.runtime_name)), ..Default::default() })
     };
+    let config_error = ctx.config_errors.get(&spec.name).cloned();
     let (state, last, running) = match latest {
+        None if config_error.is_some() => (waiting("CreateContainerConfigError", config_error), None, false),
         None => {
             let reason = if init_pending { "PodInitializing" } else { "ContainerCreating" };
             (waiting(reason, None), None, false)
@@ -148,6 +153,9 @@ fn container_status(
                 last_state(prev),
                 true,
             ),
+            PlegState::Exited if config_error.is_some() => {
+                (waiting("CreateContainerConfigError", config_error), last_state(Some(c)), false)
+            }
             PlegState::Exited => match ctx.backing_off.get(&spec.name) {
                 Some(until) => {
                     let secs = (until.0 - c.finished_at).max(0) / 1_000_000_000;

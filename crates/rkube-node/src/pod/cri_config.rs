@@ -78,9 +78,13 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, logs_root: &Path) -> cri::PodSand
     }
 }
 
-/// Values `fieldRef` env vars may refer to (downward API subset).
+/// What the downward API (`fieldRef`, `resourceFieldRef`) reads besides
+/// the pod itself.
 #[derive(Clone, Debug, Default)]
 pub struct DownwardValues {
+    /// The node's allocatable resources in thousandths of their unit (an
+    /// unset limit reads as these).
+    pub allocatable: std::collections::BTreeMap<String, i128>,
     /// `status.podIP`.
     pub pod_ip: String,
     /// `status.hostIP`.
@@ -89,43 +93,20 @@ pub struct DownwardValues {
     pub node_name: String,
 }
 
-fn env_vars(pod: &Pod, container: &Container, dw: &DownwardValues) -> Vec<cri::KeyValue> {
-    let (name, namespace, uid) = pod_identity(pod);
-    let mut out = Vec::new();
-    for env in container.env.iter().flatten() {
-        let value = if let Some(v) = &env.value {
-            Some(v.clone())
-        } else if let Some(field) = env.value_from.as_ref().and_then(|f| f.field_ref.as_ref()) {
-            match field.field_path.as_str() {
-                "metadata.name" => Some(name.clone()),
-                "metadata.namespace" => Some(namespace.clone()),
-                "metadata.uid" => Some(uid.clone()),
-                "spec.nodeName" => Some(dw.node_name.clone()),
-                "status.podIP" => Some(dw.pod_ip.clone()),
-                "status.hostIP" => Some(dw.host_ip.clone()),
-                _ => None,
-            }
-        } else {
-            None // secrets/config maps are not mounted by rkube
-        };
-        if let Some(value) = value {
-            out.push(cri::KeyValue { key: env.name.clone(), value });
-        }
-    }
-    out
-}
-
-/// The container config for `attempt` (the restart count).
-pub fn container_config(pod: &Pod, container: &Container, attempt: u32, dw: &DownwardValues) -> cri::ContainerConfig {
+/// The container config for `attempt` (the restart count), with the
+/// environment made by [`super::env::environment`] (command and args are
+/// expanded from it).
+pub fn container_config(pod: &Pod, container: &Container, attempt: u32, env: &[(String, String)]) -> cri::ContainerConfig {
+    let (envs, command, args) = super::env::cri_parts(env, container);
     let mut labels = pod_labels(pod);
     labels.insert(LABEL_CONTAINER_NAME.into(), container.name.clone());
     cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata { name: container.name.clone(), attempt }),
         image: Some(cri::ImageSpec { image: container.image.clone().unwrap_or_default(), ..Default::default() }),
-        command: container.command.clone().unwrap_or_default(),
-        args: container.args.clone().unwrap_or_default(),
+        command,
+        args,
         working_dir: container.working_dir.clone().unwrap_or_default(),
-        envs: env_vars(pod, container, dw),
+        envs,
         labels,
         annotations: HashMap::from([("io.kubernetes.container.restartCount".to_string(), attempt.to_string())]),
         log_path: format!("{}/{attempt}.log", container.name),

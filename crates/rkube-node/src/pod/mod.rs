@@ -4,6 +4,7 @@
 pub mod actions;
 pub mod api_status;
 pub mod cri_config;
+pub mod env;
 pub mod manager;
 pub mod phase;
 pub mod volumes;

@@ -25,6 +25,8 @@ use tokio::sync::mpsc;
 use super::actions::{compute_pod_actions, Backoff, PodActions};
 use super::api_status::{api_pod_status, lost_containers, StatusContext};
 use super::cri_config::{container_config, pod_identity, sandbox_config, DownwardValues};
+use super::env::{environment, Sources};
+use crate::events::{self, PodEvents};
 use super::phase::{pod_phase_with_lost, Phase};
 use crate::cri::{CriClient, RuntimeApi};
 use crate::pleg::metrics::{CacheSource, PlegMetrics};
@@ -60,6 +62,11 @@ pub struct WorkerEnv {
     pub runtime_name: String,
     /// Periodic resync (kubelet `--sync-frequency`, 1 min).
     pub resync: Duration,
+    /// Where pod events go.
+    pub events: PodEvents,
+    /// The node's allocatable resources (thousandths of their unit), for
+    /// `resourceFieldRef` limits a container does not set.
+    pub allocatable: std::collections::BTreeMap<String, i128>,
 }
 
 impl std::fmt::Debug for WorkerEnv {
@@ -106,17 +113,19 @@ pub fn reflects(status: &PodStatus, expect: &[Expectation]) -> bool {
 /// `images/image_manager.go` `EnsureImageExists`): `Always` pulls; `IfNotPresent` (the default for
 /// tagged images) pulls only when `ImageStatus` finds no image; `Never` fails when it is absent.
 /// Runtimes with local-only images (containerd without a registry) need the `ImageStatus` check.
-async fn ensure_image(cri: &CriClient, container: &k8s_openapi::api::core::v1::Container) -> anyhow::Result<()> {
-    let Some(image) = container.image.as_deref().filter(|i| !i.is_empty()) else { return Ok(()) };
+/// Returns the `Pulled` event's message (`None` without an image).
+async fn ensure_image(cri: &CriClient, container: &k8s_openapi::api::core::v1::Container) -> anyhow::Result<Option<String>> {
+    let Some(image) = container.image.as_deref().filter(|i| !i.is_empty()) else { return Ok(None) };
     let policy = container.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
     if policy != "Always" && cri.image_status(image).await?.is_some() {
-        return Ok(());
+        return Ok(Some(format!("Container image {image:?} already present on machine")));
     }
     if policy == "Never" {
         anyhow::bail!("ErrImageNeverPull: container image {image:?} is not present with pull policy of Never");
     }
+    let began = std::time::Instant::now();
     cri.pull_image(image).await?;
-    Ok(())
+    Ok(Some(format!("Successfully pulled image {image:?} in {:?}", began.elapsed())))
 }
 
 /// The per-pod task.
@@ -133,7 +142,14 @@ pub struct PodWorker {
     await_after: Timestamp,
     last_written: Option<ApiPodStatus>,
     wake_at: Option<Timestamp>,
+    /// Containers whose configuration could not be made (a missing
+    /// ConfigMap, Secret or key): name → error, shown as
+    /// `CreateContainerConfigError` until a retry succeeds.
+    config_errors: HashMap<String, String>,
 }
+
+/// How soon a container whose configuration failed is tried again.
+const CONFIG_RETRY: Duration = Duration::from_secs(2);
 
 fn now() -> Timestamp {
     Timestamp::now()
@@ -159,6 +175,7 @@ impl PodWorker {
             await_after: Timestamp(0),
             last_written: None,
             wake_at: None,
+            config_errors: HashMap::new(),
         }
     }
 
@@ -286,7 +303,15 @@ impl PodWorker {
         self.wake_at = actions.wake_at;
         self.write_status(&reported, &status, phase, &actions.backing_off, now_ts).await;
         if !actions.is_noop() {
+            let errors_before = self.config_errors.clone();
             self.execute(&actions, &status).await?;
+            if self.config_errors != errors_before {
+                self.write_status(&reported, &status, phase, &actions.backing_off, now_ts).await;
+            }
+        }
+        if !self.config_errors.is_empty() {
+            let retry = Timestamp(now().0 + i64::try_from(CONFIG_RETRY.as_nanos()).unwrap_or(i64::MAX));
+            self.wake_at = Some(self.wake_at.map_or(retry, |w| if w.0 < retry.0 { w } else { retry }));
         }
         Ok(())
     }
@@ -319,6 +344,7 @@ impl PodWorker {
             None => (&[][..], &[][..]),
         };
         let dw = DownwardValues {
+            allocatable: self.env.allocatable.clone(),
             pod_ip: status.ips.first().cloned().unwrap_or_else(|| self.env.host_ip.clone()),
             host_ip: self.env.host_ip.clone(),
             node_name: self.env.node_name.clone(),
@@ -327,15 +353,55 @@ impl PodWorker {
             let Some(sandbox) = sandbox_id.as_deref() else { break };
             let list = if plan.init { inits } else { containers };
             let Some(container) = list.iter().find(|c| c.name == plan.name) else { continue };
-            ensure_image(&cri, container).await?;
-            let mut config = container_config(&self.pod, container, plan.attempt, &dw);
-            config.mounts = crate::pod::volumes::container_mounts(&self.env.client, &self.env.root_dir, &self.pod, container).await;
-            let id = cri.create_container(sandbox, config, sandbox_config.clone()).await?;
+            let regarding = PodEvents::reference(&pod, Some((&plan.name, plan.init)));
+            let events = &self.env.events;
+            let pulled = match ensure_image(&cri, container).await {
+                Ok(pulled) => pulled,
+                Err(err) => {
+                    events.publish(&regarding, true, events::FAILED, format!("Error: {err}")).await;
+                    return Err(err);
+                }
+            };
+            let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+            let sources = Sources::fetch(&self.env.client, &namespace, container).await?;
+            let env = match environment(&pod, container, &dw, &sources) {
+                Ok((env, invalid)) => {
+                    self.config_errors.remove(&plan.name);
+                    for skipped in invalid {
+                        events.publish(&regarding, true, events::INVALID_ENV_NAMES, skipped.message()).await;
+                    }
+                    env
+                }
+                Err(err) => {
+                    // Reported once per distinct error; retried every CONFIG_RETRY.
+                    if self.config_errors.insert(plan.name.clone(), err.0.clone()).as_deref() != Some(err.0.as_str()) {
+                        events.publish(&regarding, true, events::FAILED, format!("Error: {err}")).await;
+                    }
+                    continue;
+                }
+            };
+            if let Some(note) = pulled {
+                events.publish(&regarding, false, events::PULLED, note).await;
+            }
+            let mut config = container_config(&pod, container, plan.attempt, &env);
+            config.mounts = crate::pod::volumes::container_mounts(&self.env.client, &self.env.root_dir, &pod, container).await;
+            let id = match cri.create_container(sandbox, config, sandbox_config.clone()).await {
+                Ok(id) => id,
+                Err(err) => {
+                    events.publish(&regarding, true, events::FAILED, format!("Error: {err}")).await;
+                    return Err(err.into());
+                }
+            };
+            events.publish(&regarding, false, events::CREATED, format!("Created container: {}", plan.name)).await;
             self.seen_attempts.insert(plan.name.clone(), plan.attempt);
             self.await_after = now();
             // A start failure leaves the container Exited (StartError); back-off handles it.
-            if let Err(err) = cri.start_container(&id).await {
-                tracing::warn!(pod = %self.name(), container = %plan.name, %err, "start failed");
+            match cri.start_container(&id).await {
+                Ok(()) => events.publish(&regarding, false, events::STARTED, format!("Started container {}", plan.name)).await,
+                Err(err) => {
+                    tracing::warn!(pod = %self.name(), container = %plan.name, %err, "start failed");
+                    events.publish(&regarding, true, events::FAILED, format!("Error: {err}")).await;
+                }
             }
             self.expect.push(Expectation::Started(id));
         }
@@ -363,6 +429,7 @@ impl PodWorker {
         let ctx = StatusContext {
             phase,
             backing_off,
+            config_errors: &self.config_errors,
             host_ip: &self.env.host_ip,
             runtime_name: &self.env.runtime_name,
             now: now_ts,
@@ -399,6 +466,14 @@ impl PodWorker {
                 .filter(|c| PlegState::from_container(c.state) == PlegState::Running)
                 .map(|c| c.id.clone())
                 .collect();
+            if !self.removed {
+                for c in status.container_statuses.iter().filter(|c| PlegState::from_container(c.state) == PlegState::Running) {
+                    let name = container_name(c);
+                    let init = self.pod.spec.as_ref().and_then(|s| s.init_containers.as_ref()).is_some_and(|i| i.iter().any(|x| x.name == name));
+                    let regarding = PodEvents::reference(&self.pod, Some((name, init)));
+                    self.env.events.publish(&regarding, false, events::KILLING, format!("Stopping container {name}")).await;
+                }
+            }
             let stops = running.iter().map(|id| self.env.cri.stop_container(id, grace));
             for res in futures::future::join_all(stops).await {
                 if let Err(err) = res {
