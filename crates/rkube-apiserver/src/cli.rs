@@ -375,7 +375,13 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
         let root_ca = Some(up.server_ca_pem.clone());
         (up.filters, server, root_ca)
     };
-    let admission = args.admission.load().map_err(|e| anyhow::anyhow!(e))?;
+    let mut admission = args.admission.load().map_err(|e| anyhow::anyhow!(e))?;
+    // Over plain HTTP there is no CA to publish in `kube-root-ca.crt` and no
+    // authentication to present a token to: pods get no token volume unless
+    // the plugin is asked for by name.
+    if args.insecure && !args.admission.enable.iter().any(|p| p.trim() == crate::admission::SERVICE_ACCOUNT) {
+        admission.service_account = false;
+    }
     let config = ServerConfig { admission, kubelet_client, ..ServerConfig::default() };
     tracing::info!(server = %server, data_dir = %data_dir.display(), "rkube is up");
     let printed = kubeconfig_path.display().to_string();

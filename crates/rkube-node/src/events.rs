@@ -9,6 +9,8 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 /// `Failed`: a container could not be configured, created or started.
 pub const FAILED: &str = "Failed";
+/// `FailedMount`: a volume could not be set up.
+pub const FAILED_MOUNT: &str = "FailedMount";
 /// `Pulled`: the image is present.
 pub const PULLED: &str = "Pulled";
 /// `Created`: a container was created.

@@ -3,6 +3,7 @@
 
 pub mod actions;
 pub mod api_status;
+pub mod atomic_writer;
 pub mod cri_config;
 pub mod env;
 pub mod manager;

@@ -1,175 +1,414 @@
 //! Volumes the node agent prepares on the host and hands to the runtime as
-//! CRI mounts (upstream kubelet's volume manager and the `projected` volume
-//! plugin, `pkg/volume/projected`).
+//! CRI mounts (upstream kubelet's volume manager and its `emptyDir`,
+//! `hostPath`, `configMap`, `secret`, `downwardAPI` and `projected` plugins,
+//! `pkg/volume/*`).
 //!
-//! So far: **projected** volumes, the kind the ServiceAccount admission plugin
-//! adds to every pod (`kube-api-access-*`), with their `serviceAccountToken`
-//! (a TokenRequest bound to the pod, for the source's audience and
-//! `expirationSeconds`), `configMap`, `secret` and `downwardAPI`
-//! (`metadata.name`, `namespace`, `uid`) sources. Files are written under
-//! `<root-dir>/pods/<pod uid>/volumes/kubernetes.io~projected/<volume>/`
-//! (kubelet's layout), with the volume's `defaultMode` (0644 by default), and
-//! mounted where the container's `volumeMounts` say. A volume that cannot be
-//! prepared (a missing ConfigMap that is not `optional`, a refused
-//! TokenRequest) is left out with a warning naming it; other volume types are
-//! not mounted yet. Tokens are issued when a container is created and not
-//! rotated afterwards.
+//! Each volume lives in kubelet's layout,
+//! `<root-dir>/pods/<pod uid>/volumes/kubernetes.io~<plugin>/<volume>/`
+//! (`hostPath` volumes are the host path itself), and is mounted where the
+//! container's `volumeMounts` say (`subPath` inside it, `readOnly`):
+//!
+//! - `emptyDir`: an empty directory; `medium: Memory` is a tmpfs (with
+//!   `sizeLimit`) when the agent runs as root, else a plain directory;
+//! - `hostPath`: the path, checked or created by its `type`
+//!   (`DirectoryOrCreate`, `Directory`, `FileOrCreate`, `File`, `Socket`,
+//!   `CharDevice`, `BlockDevice`);
+//! - `configMap`, `secret`, `downwardAPI`, `projected` (ServiceAccount
+//!   tokens bound to the pod and rotated at 80% of their lifetime,
+//!   ConfigMaps, Secrets, downward API files): files with `items`, `mode`
+//!   and `defaultMode` (0644), written atomically ([`super::atomic_writer`])
+//!   and rewritten by [`refresh`] when their sources change.
+//!
+//! A volume that cannot be set up (a missing ConfigMap that is not
+//! `optional`, a failed hostPath check, a type rkube does not support such
+//! as `persistentVolumeClaim`) is a [`MountError`]: the container is not
+//! created and kubelet's `FailedMount` event says why.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Volume, VolumeProjection};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, KeyToPath, Pod, Secret, Volume, VolumeProjection};
 use kube::Api;
 use serde_json::{json, Value};
 
 use rkube_runtime::cri;
 
-/// Where a pod's volumes live: `<root>/pods/<uid>/volumes/kubernetes.io~projected/<name>`.
-pub fn projected_dir(root: &Path, pod_uid: &str, volume: &str) -> PathBuf {
-    root.join("pods").join(pod_uid).join("volumes").join("kubernetes.io~projected").join(volume)
+use super::atomic_writer::{self, FileData};
+use super::cri_config::DownwardValues;
+
+/// `defaultMode` of file-backed volumes (upstream's 0644).
+pub const DEFAULT_MODE: u32 = 0o644;
+
+/// A volume that could not be set up, worded as kubelet's `FailedMount` event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("MountVolume.SetUp failed for volume {volume:?} : {message}")]
+pub struct MountError {
+    /// The volume's name.
+    pub volume: String,
+    /// Why.
+    pub message: String,
 }
 
-/// The CRI mounts of `container`, preparing the volumes they use (see the module docs).
-pub async fn container_mounts(client: &kube::Client, root: &Path, pod: &Pod, container: &Container) -> Vec<cri::Mount> {
+/// Where a volume of `plugin` (`projected`, `configmap`, `empty-dir`, …) lives:
+/// `<root>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`.
+pub fn volume_dir(root: &Path, pod_uid: &str, plugin: &str, volume: &str) -> PathBuf {
+    root.join("pods").join(pod_uid).join("volumes").join(format!("kubernetes.io~{plugin}")).join(volume)
+}
+
+/// [`volume_dir`] of a projected volume.
+pub fn projected_dir(root: &Path, pod_uid: &str, volume: &str) -> PathBuf {
+    volume_dir(root, pod_uid, "projected", volume)
+}
+
+/// The CRI mounts of `container`, setting up the volumes it uses. Errors:
+/// the first volume that cannot be set up.
+pub async fn container_mounts(
+    client: &kube::Client,
+    root: &Path,
+    pod: &Pod,
+    container: &Container,
+    dw: &DownwardValues,
+) -> Result<Vec<cri::Mount>, MountError> {
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default();
     let mut mounts = Vec::new();
     for vm in container.volume_mounts.as_deref().unwrap_or_default() {
         let Some(volume) = volumes.iter().find(|v| v.name == vm.name) else { continue };
-        if volume.projected.is_none() {
-            continue;
-        }
-        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-        match prepare_projected(client, root, pod, volume).await {
-            Ok(dir) => {
-                let host = match vm.sub_path.as_deref().filter(|p| !p.is_empty()) {
-                    Some(sub) => dir.join(sub),
-                    None => dir,
-                };
-                mounts.push(cri::Mount {
-                    container_path: vm.mount_path.clone(),
-                    host_path: host.display().to_string(),
-                    readonly: vm.read_only.unwrap_or(false),
-                    ..Default::default()
-                });
+        let dir = prepare(client, root, pod, volume, dw)
+            .await
+            .map_err(|message| MountError { volume: volume.name.clone(), message })?;
+        let host = match vm.sub_path.as_deref().filter(|p| !p.is_empty()) {
+            Some(sub) => {
+                atomic_writer::validate_path(sub).map_err(|e| MountError { volume: volume.name.clone(), message: e.to_string() })?;
+                let p = dir.join(sub);
+                // Upstream creates a missing subPath as a directory.
+                if !p.exists() {
+                    let _ = std::fs::create_dir_all(&p);
+                }
+                p
             }
-            Err(e) => tracing::warn!(pod = pod_name, volume = %volume.name, error = %e, "volume not mounted (FailedMount)"),
-        }
+            None => dir,
+        };
+        mounts.push(cri::Mount {
+            container_path: vm.mount_path.clone(),
+            host_path: host.display().to_string(),
+            readonly: vm.read_only.unwrap_or(false),
+            ..Default::default()
+        });
     }
-    mounts
+    Ok(mounts)
 }
 
-/// Writes every file of the projected volume `volume`; returns its directory.
-async fn prepare_projected(client: &kube::Client, root: &Path, pod: &Pod, volume: &Volume) -> anyhow::Result<PathBuf> {
-    let projected = volume.projected.as_ref().ok_or_else(|| anyhow::anyhow!("not a projected volume"))?;
+/// Rewrites the file-backed volumes of `pod` (ConfigMaps, Secrets,
+/// downward API, projected) from their sources now, so updates reach
+/// running containers; returns the volumes that failed.
+pub async fn refresh(client: &kube::Client, root: &Path, pod: &Pod, dw: &DownwardValues) -> Vec<MountError> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default();
+    let mut errors = Vec::new();
+    for v in volumes.iter().filter(|v| v.config_map.is_some() || v.secret.is_some() || v.downward_api.is_some() || v.projected.is_some()) {
+        // Only volumes already set up (a container uses them) are refreshed.
+        let Some((plugin, _)) = file_plugin(v) else { continue };
+        if !volume_dir(root, pod.metadata.uid.as_deref().unwrap_or_default(), plugin, &v.name).exists() {
+            continue;
+        }
+        if let Err(message) = prepare(client, root, pod, v, dw).await {
+            errors.push(MountError { volume: v.name.clone(), message });
+        }
+    }
+    errors
+}
+
+/// Whether `pod` has volumes [`refresh`] rewrites.
+pub fn has_file_volumes(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).is_some_and(|vs| vs.iter().any(|v| file_plugin(v).is_some()))
+}
+
+/// The plugin directory name and default mode of a file-backed volume.
+fn file_plugin(v: &Volume) -> Option<(&'static str, u32)> {
+    let mode = |m: Option<i32>| m.and_then(|m| u32::try_from(m).ok()).unwrap_or(DEFAULT_MODE);
+    if let Some(c) = &v.config_map {
+        Some(("configmap", mode(c.default_mode)))
+    } else if let Some(s) = &v.secret {
+        Some(("secret", mode(s.default_mode)))
+    } else if let Some(d) = &v.downward_api {
+        Some(("downward-api", mode(d.default_mode)))
+    } else {
+        v.projected.as_ref().map(|p| ("projected", mode(p.default_mode)))
+    }
+}
+
+/// Sets up `volume` and returns its host path. Errors: why it cannot be.
+async fn prepare(client: &kube::Client, root: &Path, pod: &Pod, volume: &Volume, dw: &DownwardValues) -> Result<PathBuf, String> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    if let Some(e) = &volume.empty_dir {
+        let dir = volume_dir(root, uid, "empty-dir", &volume.name);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        if e.medium.as_deref() == Some("Memory") {
+            mount_tmpfs(&dir, e.size_limit.as_ref().map(|q| q.0.as_str()))?;
+        }
+        return Ok(dir);
+    }
+    if let Some(h) = &volume.host_path {
+        return host_path(&h.path, h.type_.as_deref().unwrap_or(""));
+    }
+    let Some((plugin, default_mode)) = file_plugin(volume) else {
+        return Err(format!("volume type of {:?} is not supported by rkube's node agent yet", volume.name));
+    };
+    let dir = volume_dir(root, uid, plugin, &volume.name);
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    for source in projected.sources.as_deref().unwrap_or_default() {
-        project(client, pod, ns, source, &mut files).await?;
-    }
-    let dir = projected_dir(root, uid, &volume.name);
-    std::fs::create_dir_all(&dir)?;
-    let mode = projected.default_mode.unwrap_or(0o644) as u32;
-    for (path, bytes) in &files {
-        if path.split('/').any(|p| p == ".." || p.is_empty()) {
-            anyhow::bail!("invalid path {path:?}");
+    let mut files: BTreeMap<String, FileData> = BTreeMap::new();
+    if let Some(c) = &volume.config_map {
+        config_map_files(client, ns, &c.name, c.items.as_deref(), c.optional.unwrap_or(false), default_mode, &mut files).await?;
+    } else if let Some(s) = &volume.secret {
+        let name = s.secret_name.clone().unwrap_or_default();
+        secret_files(client, ns, &name, s.items.as_deref(), s.optional.unwrap_or(false), default_mode, &mut files).await?;
+    } else if let Some(d) = &volume.downward_api {
+        downward_files(pod, d.items.as_deref().unwrap_or_default(), default_mode, dw, &mut files)?;
+    } else if let Some(p) = &volume.projected {
+        for source in p.sources.as_deref().unwrap_or_default() {
+            project(client, pod, ns, source, default_mode, &dir, dw, &mut files).await?;
         }
-        let target = dir.join(path);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        let tmp = target.with_extension("tmp-rkube");
-        std::fs::write(&tmp, bytes)?;
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode & 0o777))?;
-        std::fs::rename(&tmp, &target)?;
     }
+    atomic_writer::write(&dir, &files).map_err(|e| e.to_string())?;
     Ok(dir)
 }
 
+/// Mounts a tmpfs on `dir` (once) when running as root.
+fn mount_tmpfs(dir: &Path, size_limit: Option<&str>) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        tracing::warn!(dir = %dir.display(), "not running as root: the Memory emptyDir is a plain directory");
+        return Ok(());
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let path = dir.display().to_string();
+    if mounts.lines().any(|l| l.split(' ').nth(4) == Some(path.as_str())) {
+        return Ok(());
+    }
+    let bytes = size_limit.and_then(rkube_scheduler::resources::parse_milli).map(|m| m / 1000);
+    let options = bytes.map(|b| format!("size={b}")).unwrap_or_default();
+    let c = |s: &str| std::ffi::CString::new(s).map_err(|e| e.to_string());
+    let (src, target, fstype, data) = (c("tmpfs")?, c(&path)?, c("tmpfs")?, c(&options)?);
+    // SAFETY: every pointer is a valid NUL-terminated string living across the call.
+    let rc = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, data.as_ptr().cast()) };
+    if rc != 0 {
+        return Err(format!("mounting tmpfs on {path}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Unmounts the Memory emptyDirs of a pod and removes its volume
+/// directories (when the pod is gone; the containers' bind mounts lived in
+/// their own mount namespaces).
+pub fn clean_up(root: &Path, pod_uid: &str) {
+    let pod_dir = root.join("pods").join(pod_uid);
+    let empty = pod_dir.join("volumes").join("kubernetes.io~empty-dir");
+    if let Ok(entries) = std::fs::read_dir(&empty) {
+        for e in entries.flatten() {
+            if let Ok(c) = std::ffi::CString::new(e.path().display().to_string()) {
+                // SAFETY: `c` is a valid NUL-terminated path; a directory that is no mount point just fails.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&pod_dir);
+}
+
+/// A hostPath volume's path after its `type` check (upstream's
+/// `checkType`); `DirectoryOrCreate` and `FileOrCreate` create it.
+fn host_path(path: &str, type_: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let p = PathBuf::from(path);
+    let meta = std::fs::metadata(&p);
+    let fail = |what: &str| Err(format!("hostPath type check failed: {path} is not a {what}"));
+    match type_ {
+        "" => {}
+        "DirectoryOrCreate" => {
+            if meta.is_err() {
+                std::fs::create_dir_all(&p).map_err(|e| e.to_string())?;
+                use std::os::unix::fs::PermissionsExt as _;
+                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755));
+            } else if !meta.as_ref().is_ok_and(|m| m.is_dir()) {
+                return fail("directory");
+            }
+        }
+        "FileOrCreate" => {
+            if meta.is_err() {
+                std::fs::OpenOptions::new().create(true).append(true).open(&p).map_err(|e| e.to_string())?;
+            } else if !meta.as_ref().is_ok_and(|m| m.is_file()) {
+                return fail("file");
+            }
+        }
+        "Directory" if !meta.as_ref().is_ok_and(|m| m.is_dir()) => return fail("directory"),
+        "File" if !meta.as_ref().is_ok_and(|m| m.is_file()) => return fail("file"),
+        "Socket" if !meta.as_ref().is_ok_and(|m| m.file_type().is_socket()) => return fail("socket file"),
+        "CharDevice" if !meta.as_ref().is_ok_and(|m| m.file_type().is_char_device()) => return fail("character device"),
+        "BlockDevice" if !meta.as_ref().is_ok_and(|m| m.file_type().is_block_device()) => return fail("block device"),
+        "Directory" | "File" | "Socket" | "CharDevice" | "BlockDevice" => {}
+        other => return Err(format!("invalid HostPathType {other:?}")),
+    }
+    Ok(p)
+}
+
+/// Mode of an item: its own `mode`, else the volume's default.
+fn item_mode(mode: Option<i32>, default_mode: u32) -> u32 {
+    mode.and_then(|m| u32::try_from(m).ok()).unwrap_or(default_mode)
+}
+
+async fn config_map_files(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    items: Option<&[KeyToPath]>,
+    optional: bool,
+    default_mode: u32,
+    files: &mut BTreeMap<String, FileData>,
+) -> Result<(), String> {
+    match Api::<ConfigMap>::namespaced(client.clone(), ns).get_opt(name).await.map_err(|e| e.to_string())? {
+        Some(obj) => {
+            let mut data: BTreeMap<String, Vec<u8>> = obj.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes())).collect();
+            data.extend(obj.binary_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)));
+            select(items, data, optional, default_mode, "config", files)
+        }
+        None if optional => Ok(()),
+        None => Err(format!("configmap {name:?} not found")),
+    }
+}
+
+async fn secret_files(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    items: Option<&[KeyToPath]>,
+    optional: bool,
+    default_mode: u32,
+    files: &mut BTreeMap<String, FileData>,
+) -> Result<(), String> {
+    match Api::<Secret>::namespaced(client.clone(), ns).get_opt(name).await.map_err(|e| e.to_string())? {
+        Some(obj) => {
+            let data = obj.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+            select(items, data, optional, default_mode, "secret", files)
+        }
+        None if optional => Ok(()),
+        None => Err(format!("secret {name:?} not found")),
+    }
+}
+
+/// The files of a downward API volume (or projection): `fieldRef`s of the
+/// pod's metadata and `resourceFieldRef`s of its containers.
+fn downward_files(
+    pod: &Pod,
+    items: &[k8s_openapi::api::core::v1::DownwardAPIVolumeFile],
+    default_mode: u32,
+    dw: &DownwardValues,
+    files: &mut BTreeMap<String, FileData>,
+) -> Result<(), String> {
+    for item in items {
+        let value = if let Some(f) = &item.field_ref {
+            super::env::field_value(pod, &f.field_path, dw).map_err(|e| e.0)?
+        } else if let Some(r) = &item.resource_field_ref {
+            let name = r.container_name.clone().unwrap_or_default();
+            let c = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers.iter().find(|c| c.name == name))
+                .ok_or_else(|| format!("container {name:?} not found in pod"))?;
+            super::env::resource_value(c, &r.resource, r.divisor.as_ref().map(|q| q.0.as_str()), dw).map_err(|e| e.0)?
+        } else {
+            continue;
+        };
+        files.insert(item.path.clone(), FileData { bytes: value.into_bytes(), mode: item_mode(item.mode, default_mode) });
+    }
+    Ok(())
+}
+
 /// Adds the files of one projection `source` to `files`.
+#[allow(clippy::too_many_arguments)]
 async fn project(
     client: &kube::Client,
     pod: &Pod,
     ns: &str,
     source: &VolumeProjection,
-    files: &mut BTreeMap<String, Vec<u8>>,
-) -> anyhow::Result<()> {
+    default_mode: u32,
+    dir: &Path,
+    dw: &DownwardValues,
+    files: &mut BTreeMap<String, FileData>,
+) -> Result<(), String> {
     if let Some(t) = &source.service_account_token {
-        let sa = pod.spec.as_ref().and_then(|s| s.service_account_name.as_deref()).unwrap_or("default");
-        let mut spec = json!({
-            "expirationSeconds": t.expiration_seconds.unwrap_or(3600),
-            "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod.metadata.name, "uid": pod.metadata.uid},
-        });
-        if let Some(aud) = t.audience.as_deref().filter(|a| !a.is_empty()) {
-            spec["audiences"] = json!([aud]);
-        }
-        let body = serde_json::to_vec(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}))?;
-        let req = kube::core::Request::new(format!("/api/v1/namespaces/{ns}/serviceaccounts"))
-            .create_subresource("token", sa, &kube::api::PostParams::default(), body)?;
-        let answer: Value = client.request(req).await?;
-        let token = answer.pointer("/status/token").and_then(Value::as_str).ok_or_else(|| anyhow::anyhow!("no token in the answer"))?;
-        files.insert(t.path.clone(), token.as_bytes().to_vec());
+        let lifetime = t.expiration_seconds.unwrap_or(3600);
+        let token = match current_token(dir, &t.path, lifetime) {
+            Some(kept) => kept,
+            None => request_token(client, pod, ns, t.audience.as_deref(), lifetime).await?,
+        };
+        files.insert(t.path.clone(), FileData { bytes: token, mode: default_mode });
     }
     if let Some(cm) = &source.config_map {
-        let optional = cm.optional.unwrap_or(false);
-        match Api::<ConfigMap>::namespaced(client.clone(), ns).get_opt(&cm.name).await? {
-            Some(obj) => {
-                let data = obj.data.unwrap_or_default();
-                select(cm.items.as_deref(), data.into_iter().map(|(k, v)| (k, v.into_bytes())).collect(), optional, files)?;
-            }
-            None if optional => {}
-            None => anyhow::bail!("configmap {:?} not found", cm.name),
-        }
+        config_map_files(client, ns, &cm.name, cm.items.as_deref(), cm.optional.unwrap_or(false), default_mode, files).await?;
     }
     if let Some(s) = &source.secret {
-        let optional = s.optional.unwrap_or(false);
-        match Api::<Secret>::namespaced(client.clone(), ns).get_opt(&s.name).await? {
-            Some(obj) => {
-                let data = obj.data.unwrap_or_default();
-                select(s.items.as_deref(), data.into_iter().map(|(k, v)| (k, v.0)).collect(), optional, files)?;
-            }
-            None if optional => {}
-            None => anyhow::bail!("secret {:?} not found", s.name),
-        }
+        secret_files(client, ns, &s.name, s.items.as_deref(), s.optional.unwrap_or(false), default_mode, files).await?;
     }
     if let Some(d) = &source.downward_api {
-        for item in d.items.as_deref().unwrap_or_default() {
-            let Some(f) = &item.field_ref else { continue };
-            let value = match f.field_path.as_str() {
-                "metadata.name" => pod.metadata.name.clone(),
-                "metadata.namespace" => Some(ns.to_string()),
-                "metadata.uid" => pod.metadata.uid.clone(),
-                _ => None,
-            };
-            if let Some(v) = value {
-                files.insert(item.path.clone(), v.into_bytes());
-            }
-        }
+        downward_files(pod, d.items.as_deref().unwrap_or_default(), default_mode, dw, files)?;
     }
     Ok(())
 }
 
-/// The `items` of a ConfigMap or Secret (`key` → `path`), or every key when none are listed.
+/// The token already in the volume, while it is younger than 80% of its
+/// `lifetime` (seconds; kubelet's token manager rotates then).
+fn current_token(dir: &Path, path: &str, lifetime: i64) -> Option<Vec<u8>> {
+    let file = dir.join(atomic_writer::DATA_DIR).join(path);
+    let age = SystemTime::now().duration_since(std::fs::metadata(&file).ok()?.modified().ok()?).ok()?;
+    let keep = Duration::from_secs(u64::try_from(lifetime).unwrap_or(0) * 8 / 10);
+    (age < keep).then(|| std::fs::read(&file).ok()).flatten()
+}
+
+/// A TokenRequest for the pod's ServiceAccount, bound to the pod.
+async fn request_token(client: &kube::Client, pod: &Pod, ns: &str, audience: Option<&str>, lifetime: i64) -> Result<Vec<u8>, String> {
+    let sa = pod.spec.as_ref().and_then(|s| s.service_account_name.as_deref()).unwrap_or("default");
+    let mut spec = json!({
+        "expirationSeconds": lifetime,
+        "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod.metadata.name, "uid": pod.metadata.uid},
+    });
+    if let Some(aud) = audience.filter(|a| !a.is_empty()) {
+        spec["audiences"] = json!([aud]);
+    }
+    let body = serde_json::to_vec(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}))
+        .map_err(|e| e.to_string())?;
+    let req = kube::core::Request::new(format!("/api/v1/namespaces/{ns}/serviceaccounts"))
+        .create_subresource("token", sa, &kube::api::PostParams::default(), body)
+        .map_err(|e| e.to_string())?;
+    let answer: Value = client.request(req).await.map_err(|e| e.to_string())?;
+    let token = answer.pointer("/status/token").and_then(Value::as_str).ok_or("no token in the TokenRequest answer")?;
+    Ok(token.as_bytes().to_vec())
+}
+
+/// The `items` of a ConfigMap or Secret (`key` → `path`, `mode`), or every
+/// key when none are listed. Errors: a listed key that is missing, unless
+/// `optional` (upstream's `configmap references non-existent config key: k`,
+/// with `kind` `config` or `secret`).
 fn select(
-    items: Option<&[k8s_openapi::api::core::v1::KeyToPath]>,
+    items: Option<&[KeyToPath]>,
     data: BTreeMap<String, Vec<u8>>,
     optional: bool,
-    files: &mut BTreeMap<String, Vec<u8>>,
-) -> anyhow::Result<()> {
+    default_mode: u32,
+    kind: &str,
+    files: &mut BTreeMap<String, FileData>,
+) -> Result<(), String> {
     match items {
         Some(items) if !items.is_empty() => {
             for item in items {
                 match data.get(&item.key) {
                     Some(v) => {
-                        files.insert(item.path.clone(), v.clone());
+                        files.insert(item.path.clone(), FileData { bytes: v.clone(), mode: item_mode(item.mode, default_mode) });
                     }
                     None if optional => {}
-                    None => anyhow::bail!("key {:?} not found", item.key),
+                    None if kind == "secret" => return Err(format!("references non-existent secret key: {}", item.key)),
+                    None => return Err(format!("configmap references non-existent {kind} key: {}", item.key)),
                 }
             }
         }
-        _ => files.extend(data),
+        _ => files.extend(data.into_iter().map(|(k, bytes)| (k, FileData { bytes, mode: default_mode }))),
     }
     Ok(())
 }
@@ -179,23 +418,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn projected_volumes_live_in_kubelets_layout() {
+    fn volumes_live_in_kubelets_layout() {
         let d = projected_dir(Path::new("/var/lib/kubelet"), "u-1", "kube-api-access-abcde");
         assert_eq!(d, PathBuf::from("/var/lib/kubelet/pods/u-1/volumes/kubernetes.io~projected/kube-api-access-abcde"));
+        let e = volume_dir(Path::new("/r"), "u", "empty-dir", "cache");
+        assert_eq!(e, PathBuf::from("/r/pods/u/volumes/kubernetes.io~empty-dir/cache"));
     }
 
     #[test]
-    fn listed_items_are_selected_and_missing_keys_fail_unless_optional() {
+    fn listed_items_are_selected_with_their_modes_and_missing_keys_fail_unless_optional() {
         let data: BTreeMap<String, Vec<u8>> = [("ca.crt".to_string(), b"PEM".to_vec()), ("x".to_string(), b"1".to_vec())].into();
-        let items = vec![k8s_openapi::api::core::v1::KeyToPath { key: "ca.crt".into(), path: "ca.crt".into(), mode: None }];
+        let items = vec![KeyToPath { key: "ca.crt".into(), path: "certs/ca.crt".into(), mode: Some(0o400) }];
         let mut files = BTreeMap::new();
-        select(Some(&items), data.clone(), false, &mut files).unwrap();
-        assert_eq!(files.keys().collect::<Vec<_>>(), ["ca.crt"]);
-        let missing = vec![k8s_openapi::api::core::v1::KeyToPath { key: "nope".into(), path: "n".into(), mode: None }];
-        assert!(select(Some(&missing), data.clone(), false, &mut BTreeMap::new()).is_err());
-        assert!(select(Some(&missing), data.clone(), true, &mut BTreeMap::new()).is_ok());
+        select(Some(&items), data.clone(), false, DEFAULT_MODE, "config", &mut files).unwrap();
+        assert_eq!(files.keys().collect::<Vec<_>>(), ["certs/ca.crt"]);
+        assert_eq!(files["certs/ca.crt"].mode, 0o400);
+        let missing = vec![KeyToPath { key: "nope".into(), path: "n".into(), mode: None }];
+        assert!(select(Some(&missing), data.clone(), false, DEFAULT_MODE, "config", &mut BTreeMap::new()).is_err());
+        assert!(select(Some(&missing), data.clone(), true, DEFAULT_MODE, "config", &mut BTreeMap::new()).is_ok());
         let mut all = BTreeMap::new();
-        select(None, data, false, &mut all).unwrap();
+        select(None, data, false, 0o600, "config", &mut all).unwrap();
         assert_eq!(all.len(), 2);
+        assert!(all.values().all(|f| f.mode == 0o600));
+    }
+
+    #[test]
+    fn host_paths_are_checked_or_created_by_type() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("made");
+        assert_eq!(host_path(dir.to_str().unwrap(), "DirectoryOrCreate").unwrap(), dir);
+        assert!(dir.is_dir());
+        let file = tmp.path().join("f");
+        host_path(file.to_str().unwrap(), "FileOrCreate").unwrap();
+        assert!(file.is_file());
+        let err = host_path(file.to_str().unwrap(), "Directory").unwrap_err();
+        assert_eq!(err, format!("hostPath type check failed: {} is not a directory", file.display()));
+        assert!(host_path("/nonexistent/x", "File").is_err());
+        assert!(host_path("/nonexistent/x", "").is_ok());
+        assert!(host_path("/tmp", "Bogus").is_err());
+    }
+
+    #[test]
+    fn a_young_token_is_kept_and_an_old_one_rotated() {
+        let tmp = tempfile::tempdir().unwrap();
+        let files: BTreeMap<String, FileData> = [("token".to_string(), FileData { bytes: b"jwt".to_vec(), mode: 0o644 })].into();
+        atomic_writer::write(tmp.path(), &files).unwrap();
+        assert_eq!(current_token(tmp.path(), "token", 3607), Some(b"jwt".to_vec()));
+        assert_eq!(current_token(tmp.path(), "token", 0), None);
+        assert_eq!(current_token(tmp.path(), "other", 3607), None);
     }
 }

@@ -26,6 +26,7 @@ use super::actions::{compute_pod_actions, Backoff, PodActions};
 use super::api_status::{api_pod_status, lost_containers, StatusContext};
 use super::cri_config::{container_config, pod_identity, sandbox_config, DownwardValues};
 use super::env::{environment, Sources};
+use super::volumes;
 use crate::events::{self, PodEvents};
 use super::phase::{pod_phase_with_lost, Phase};
 use crate::cri::{CriClient, RuntimeApi};
@@ -146,7 +147,17 @@ pub struct PodWorker {
     /// ConfigMap, Secret or key): name → error, shown as
     /// `CreateContainerConfigError` until a retry succeeds.
     config_errors: HashMap<String, String>,
+    /// Volumes that could not be set up: name → the `FailedMount` message
+    /// last reported (reported again only when it changes).
+    mount_errors: HashMap<String, String>,
+    /// When the file-backed volumes were last rewritten from their sources.
+    volumes_refreshed: Option<std::time::Instant>,
 }
+
+/// How often ConfigMap, Secret, downward API and projected volumes are
+/// rewritten from their sources (kubelet's `Fetch` change detection, on a
+/// period of its own rather than the pod resync).
+const VOLUME_REFRESH: Duration = Duration::from_secs(10);
 
 /// How soon a container whose configuration failed is tried again.
 const CONFIG_RETRY: Duration = Duration::from_secs(2);
@@ -176,6 +187,8 @@ impl PodWorker {
             last_written: None,
             wake_at: None,
             config_errors: HashMap::new(),
+            mount_errors: HashMap::new(),
+            volumes_refreshed: None,
         }
     }
 
@@ -309,7 +322,8 @@ impl PodWorker {
                 self.write_status(&reported, &status, phase, &actions.backing_off, now_ts).await;
             }
         }
-        if !self.config_errors.is_empty() {
+        self.refresh_volumes(&status).await;
+        if !self.config_errors.is_empty() || !self.mount_errors.is_empty() {
             let retry = Timestamp(now().0 + i64::try_from(CONFIG_RETRY.as_nanos()).unwrap_or(i64::MAX));
             self.wake_at = Some(self.wake_at.map_or(retry, |w| if w.0 < retry.0 { w } else { retry }));
         }
@@ -343,18 +357,26 @@ impl PodWorker {
             Some(s) => (s.containers.as_slice(), s.init_containers.as_deref().unwrap_or_default()),
             None => (&[][..], &[][..]),
         };
-        let dw = DownwardValues {
-            allocatable: self.env.allocatable.clone(),
-            pod_ip: status.ips.first().cloned().unwrap_or_else(|| self.env.host_ip.clone()),
-            host_ip: self.env.host_ip.clone(),
-            node_name: self.env.node_name.clone(),
-        };
+        let dw = self.downward(status);
         for plan in &actions.create {
             let Some(sandbox) = sandbox_id.as_deref() else { break };
             let list = if plan.init { inits } else { containers };
             let Some(container) = list.iter().find(|c| c.name == plan.name) else { continue };
             let regarding = PodEvents::reference(&pod, Some((&plan.name, plan.init)));
             let events = &self.env.events;
+            let mounts = match volumes::container_mounts(&self.env.client, &self.env.root_dir, &pod, container, &dw).await {
+                Ok(m) => {
+                    self.mount_errors.clear();
+                    m
+                }
+                Err(err) => {
+                    let message = err.to_string();
+                    if self.mount_errors.insert(err.volume.clone(), message.clone()).as_deref() != Some(message.as_str()) {
+                        events.publish(&PodEvents::reference(&pod, None), true, events::FAILED_MOUNT, message).await;
+                    }
+                    continue;
+                }
+            };
             let pulled = match ensure_image(&cri, container).await {
                 Ok(pulled) => pulled,
                 Err(err) => {
@@ -384,7 +406,7 @@ impl PodWorker {
                 events.publish(&regarding, false, events::PULLED, note).await;
             }
             let mut config = container_config(&pod, container, plan.attempt, &env);
-            config.mounts = crate::pod::volumes::container_mounts(&self.env.client, &self.env.root_dir, &pod, container).await;
+            config.mounts = mounts;
             let id = match cri.create_container(sandbox, config, sandbox_config.clone()).await {
                 Ok(id) => id,
                 Err(err) => {
@@ -447,6 +469,35 @@ impl PodWorker {
         }
     }
 
+    /// What the downward API reads besides the pod.
+    fn downward(&self, status: &PodStatus) -> DownwardValues {
+        DownwardValues {
+            allocatable: self.env.allocatable.clone(),
+            pod_ip: status.ips.first().cloned().unwrap_or_else(|| self.env.host_ip.clone()),
+            host_ip: self.env.host_ip.clone(),
+            node_name: self.env.node_name.clone(),
+        }
+    }
+
+    /// Rewrites the pod's file-backed volumes from their sources every
+    /// [`VOLUME_REFRESH`] while a container of the pod runs, and wakes the
+    /// worker for the next round.
+    async fn refresh_volumes(&mut self, status: &PodStatus) {
+        if !volumes::has_file_volumes(&self.pod) || self.terminal.is_some() {
+            return;
+        }
+        let running = status.container_statuses.iter().any(|c| PlegState::from_container(c.state) == PlegState::Running);
+        if running && self.volumes_refreshed.is_none_or(|t| t.elapsed() >= VOLUME_REFRESH) {
+            let dw = self.downward(status);
+            for err in volumes::refresh(&self.env.client, &self.env.root_dir, &self.pod, &dw).await {
+                tracing::warn!(pod = %self.name(), %err, "volume refresh failed");
+            }
+            self.volumes_refreshed = Some(std::time::Instant::now());
+        }
+        let next = Timestamp(now().0 + i64::try_from(VOLUME_REFRESH.as_nanos()).unwrap_or(i64::MAX));
+        self.wake_at = Some(self.wake_at.map_or(next, |w| if w.0 < next.0 { w } else { next }));
+    }
+
     /// Kills the pod (grace period from the deletion), removes its sandbox, deletes the object.
     async fn terminate(&mut self) {
         let grace = if self.removed {
@@ -485,6 +536,7 @@ impl PodWorker {
             let _ = self.env.cri.stop_pod_sandbox(id).await;
             let _ = self.env.cri.remove_pod_sandbox(id).await;
         }
+        volumes::clean_up(&self.env.root_dir, &self.uid);
         if self.removed {
             return;
         }
