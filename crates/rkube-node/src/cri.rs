@@ -183,6 +183,12 @@ impl CriClient {
         Ok(())
     }
 
+    /// `ExecSync`: runs `cmd` in container `id`, waiting at most `timeout_s` seconds.
+    pub async fn exec_sync(&self, id: &str, cmd: Vec<String>, timeout_s: i64) -> Result<cri::ExecSyncResponse> {
+        let req = cri::ExecSyncRequest { container_id: id.into(), cmd, timeout: timeout_s };
+        Ok(self.runtime.clone().exec_sync(req).await.map_err(status_err("ExecSync"))?.into_inner())
+    }
+
     /// `RemoveContainer`.
     pub async fn remove_container(&self, id: &str) -> Result<()> {
         let req = cri::RemoveContainerRequest { container_id: id.into() };

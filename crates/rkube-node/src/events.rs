@@ -19,6 +19,8 @@ pub const CREATED: &str = "Created";
 pub const STARTED: &str = "Started";
 /// `Killing`: a container is being stopped.
 pub const KILLING: &str = "Killing";
+/// `Unhealthy`: a probe failed.
+pub const UNHEALTHY: &str = "Unhealthy";
 /// `BackOff`: a container is waiting out its restart back-off.
 pub const BACK_OFF: &str = "BackOff";
 /// `InvalidEnvironmentVariableNames`: `envFrom` keys that are no variable names were skipped.

@@ -227,10 +227,12 @@ fn host_network_pods_get_node_namespaces_no_hostname_and_the_node_ip() {
 
     let backing_off = Default::default();
     let config_errors = Default::default();
+    let probe_results = Default::default();
     let ctx = StatusContext {
         phase: Phase::Pending,
         backing_off: &backing_off,
         config_errors: &config_errors,
+        probe_results: &probe_results,
         host_ip: "10.1.2.3",
         runtime_name: "containerd",
         now: rkube_node::pleg::Timestamp::now(),

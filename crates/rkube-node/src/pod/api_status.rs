@@ -33,6 +33,9 @@ pub struct StatusContext<'a> {
     /// Containers whose configuration failed: name → error
     /// (`CreateContainerConfigError`).
     pub config_errors: &'a HashMap<String, String>,
+    /// Probe results of running containers: name → (ready, started); a
+    /// container not listed is ready and started while it runs.
+    pub probe_results: &'a HashMap<String, (bool, bool)>,
     /// Node IP (`status.hostIP`).
     pub host_ip: &'a str,
     /// Runtime name for container ids (`<name>://<id>`).
@@ -180,8 +183,8 @@ fn container_status(
         image: spec.image.clone().unwrap_or_default(),
         image_id: latest.map(|c| c.image_ref.clone()).unwrap_or_default(),
         container_id: latest.map(|c| format!("{}://{}", ctx.runtime_name, c.id)),
-        ready: running,
-        started: Some(running),
+        ready: running && ctx.probe_results.get(&spec.name).is_none_or(|r| r.0),
+        started: Some(running && ctx.probe_results.get(&spec.name).is_none_or(|r| r.1)),
         restart_count: latest.and_then(|c| c.metadata.as_ref()).map(|m| i32::try_from(m.attempt).unwrap_or(i32::MAX)).unwrap_or(0),
         state: Some(state),
         last_state: Some(last.unwrap_or_default()),

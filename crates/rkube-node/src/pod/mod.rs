@@ -8,6 +8,7 @@ pub mod cri_config;
 pub mod env;
 pub mod manager;
 pub mod phase;
+pub mod prober;
 pub mod volumes;
 pub mod worker;
 

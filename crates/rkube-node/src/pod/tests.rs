@@ -208,13 +208,18 @@ fn reflects_requires_every_own_action_to_be_visible() {
     assert!(reflects(&st, &[Expectation::Started("c1".into())]));
 }
 
+fn no_probes() -> &'static HashMap<String, (bool, bool)> {
+    static EMPTY: std::sync::OnceLock<HashMap<String, (bool, bool)>> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(HashMap::new)
+}
+
 fn no_errors() -> &'static HashMap<String, String> {
     static EMPTY: std::sync::OnceLock<HashMap<String, String>> = std::sync::OnceLock::new();
     EMPTY.get_or_init(HashMap::new)
 }
 
 fn ctx<'a>(phase: Phase, backing_off: &'a HashMap<String, Timestamp>) -> StatusContext<'a> {
-    StatusContext { phase, backing_off, config_errors: no_errors(), host_ip: "192.0.2.1", runtime_name: "rkube", now: Timestamp(50 * S) }
+    StatusContext { phase, backing_off, config_errors: no_errors(), probe_results: no_probes(), host_ip: "192.0.2.1", runtime_name: "rkube", now: Timestamp(50 * S) }
 }
 
 #[test]

@@ -26,6 +26,7 @@ use super::actions::{compute_pod_actions, Backoff, PodActions};
 use super::api_status::{api_pod_status, lost_containers, StatusContext};
 use super::cri_config::{container_config, pod_identity, sandbox_config, DownwardValues};
 use super::env::{environment, Sources};
+use super::prober::{Prober, Running};
 use super::volumes;
 use crate::events::{self, PodEvents};
 use super::phase::{pod_phase_with_lost, Phase};
@@ -152,6 +153,10 @@ pub struct PodWorker {
     mount_errors: HashMap<String, String>,
     /// When the file-backed volumes were last rewritten from their sources.
     volumes_refreshed: Option<std::time::Instant>,
+    /// Liveness, readiness and startup probe results.
+    prober: Prober,
+    /// What the last probe round decided: name → (ready, started).
+    probe_results: HashMap<String, (bool, bool)>,
 }
 
 /// How often ConfigMap, Secret, downward API and projected volumes are
@@ -189,6 +194,8 @@ impl PodWorker {
             config_errors: HashMap::new(),
             mount_errors: HashMap::new(),
             volumes_refreshed: None,
+            prober: Prober::default(),
+            probe_results: HashMap::new(),
         }
     }
 
@@ -314,6 +321,9 @@ impl PodWorker {
         }
         let actions = compute_pod_actions(&self.pod, &status, &self.seen_attempts, self.terminal, now_ts, &self.env.backoff);
         self.wake_at = actions.wake_at;
+        if self.terminal.is_none() {
+            self.probe(&status).await;
+        }
         self.write_status(&reported, &status, phase, &actions.backing_off, now_ts).await;
         if !actions.is_noop() {
             let errors_before = self.config_errors.clone();
@@ -452,6 +462,7 @@ impl PodWorker {
             phase,
             backing_off,
             config_errors: &self.config_errors,
+            probe_results: &self.probe_results,
             host_ip: &self.env.host_ip,
             runtime_name: &self.env.runtime_name,
             now: now_ts,
@@ -466,6 +477,51 @@ impl PodWorker {
         match pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => self.last_written = Some(api),
             Err(err) => tracing::warn!(pod = %self.name(), %err, "writing pod status failed"),
+        }
+    }
+
+    /// Runs the probes that are due on the running containers (see
+    /// [`super::prober`]): records readiness, reports `Unhealthy`, kills
+    /// containers whose liveness or startup probe failed, and wakes the
+    /// worker for the next probe.
+    async fn probe(&mut self, status: &PodStatus) {
+        let pod = Arc::clone(&self.pod);
+        let Some(spec) = pod.spec.as_ref() else { return };
+        let now_ns = now().0;
+        let running: Vec<Running<'_>> = status
+            .container_statuses
+            .iter()
+            .filter(|c| PlegState::from_container(c.state) == PlegState::Running)
+            .filter_map(|c| {
+                let spec = spec.containers.iter().find(|s| s.name == container_name(c))?;
+                let age = Duration::from_nanos(u64::try_from(now_ns - c.started_at).unwrap_or(0));
+                let started_at = std::time::Instant::now().checked_sub(age).unwrap_or_else(std::time::Instant::now);
+                Some(Running { spec, id: c.id.clone(), started_at })
+            })
+            .collect();
+        let pod_ip = status.ips.first().cloned().unwrap_or_else(|| self.env.host_ip.clone());
+        let round = self.prober.round(&running, &self.env.cri, &pod_ip).await;
+        self.probe_results = running.iter().map(|r| (r.spec.name.clone(), (self.prober.ready(r.spec), self.prober.started(r.spec)))).collect();
+        for (name, message) in round.unhealthy {
+            let regarding = PodEvents::reference(&pod, Some((&name, false)));
+            self.env.events.publish(&regarding, true, events::UNHEALTHY, message).await;
+        }
+        for (name, id, message) in round.kill {
+            let regarding = PodEvents::reference(&pod, Some((&name, false)));
+            self.env.events.publish(&regarding, false, events::KILLING, message).await;
+            let grace = spec.termination_grace_period_seconds.unwrap_or(30);
+            let probe_grace = spec.containers.iter().find(|c| c.name == name).and_then(|c| {
+                c.liveness_probe.as_ref().and_then(|p| p.termination_grace_period_seconds)
+            });
+            self.await_after = now();
+            if let Err(err) = self.env.cri.stop_container(&id, probe_grace.unwrap_or(grace)).await {
+                tracing::warn!(pod = %self.name(), container = %name, %err, "stopping an unhealthy container failed");
+            }
+        }
+        if let Some(next) = self.prober.next_due(&running) {
+            let wait = next.saturating_duration_since(std::time::Instant::now());
+            let at = Timestamp(now().0 + i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX));
+            self.wake_at = Some(self.wake_at.map_or(at, |w| if w.0 < at.0 { w } else { at }));
         }
     }
 
