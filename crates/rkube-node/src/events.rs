@@ -19,6 +19,10 @@ pub const CREATED: &str = "Created";
 pub const STARTED: &str = "Started";
 /// `Killing`: a container is being stopped.
 pub const KILLING: &str = "Killing";
+/// `FailedPostStartHook`: a postStart hook failed (the container is killed).
+pub const FAILED_POST_START_HOOK: &str = "FailedPostStartHook";
+/// `FailedPreStopHook`: a preStop hook failed (the stop goes on).
+pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 /// `Unhealthy`: a probe failed.
 pub const UNHEALTHY: &str = "Unhealthy";
 /// `BackOff`: a container is waiting out its restart back-off.

@@ -26,6 +26,7 @@ use super::actions::{compute_pod_actions, Backoff, PodActions};
 use super::api_status::{api_pod_status, lost_containers, StatusContext};
 use super::cri_config::{container_config, pod_identity, sandbox_config, DownwardValues};
 use super::env::{environment, Sources};
+use super::hooks;
 use super::prober::{Prober, Running};
 use super::volumes;
 use crate::events::{self, PodEvents};
@@ -429,7 +430,18 @@ impl PodWorker {
             self.await_after = now();
             // A start failure leaves the container Exited (StartError); back-off handles it.
             match cri.start_container(&id).await {
-                Ok(()) => events.publish(&regarding, false, events::STARTED, format!("Started container {}", plan.name)).await,
+                Ok(()) => {
+                    events.publish(&regarding, false, events::STARTED, format!("Started container {}", plan.name)).await;
+                    if let Some(hook) = container.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+                        let pod_ip = status.ips.first().cloned().unwrap_or_else(|| self.env.host_ip.clone());
+                        let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+                        if let Err(err) = hooks::run(hook, container, &id, &cri, &pod_ip, Duration::from_secs(u64::try_from(grace.max(1)).unwrap_or(30))).await {
+                            events.publish(&regarding, true, events::FAILED_POST_START_HOOK, format!("PostStartHook failed: {err}")).await;
+                            events.publish(&regarding, false, events::KILLING, format!("FailedPostStartHook: container {} will be restarted", plan.name)).await;
+                            let _ = cri.stop_container(&id, grace).await;
+                        }
+                    }
+                }
                 Err(err) => {
                     tracing::warn!(pod = %self.name(), container = %plan.name, %err, "start failed");
                     events.publish(&regarding, true, events::FAILED, format!("Error: {err}")).await;
@@ -581,6 +593,30 @@ impl PodWorker {
                     self.env.events.publish(&regarding, false, events::KILLING, format!("Stopping container {name}")).await;
                 }
             }
+            // preStop hooks first, all at once, within the grace period.
+            let began = std::time::Instant::now();
+            if !self.removed {
+                let pod = Arc::clone(&self.pod);
+                let pod_ip = status.ips.first().cloned().unwrap_or_else(|| self.env.host_ip.clone());
+                let limit = Duration::from_secs(u64::try_from(grace.max(1)).unwrap_or(30));
+                let hooked: Vec<_> = status
+                    .container_statuses
+                    .iter()
+                    .filter(|c| PlegState::from_container(c.state) == PlegState::Running)
+                    .filter_map(|c| {
+                        let spec = pod.spec.as_ref()?.containers.iter().find(|s| s.name == container_name(c))?;
+                        Some((spec, c.id.clone(), spec.lifecycle.as_ref()?.pre_stop.as_ref()?))
+                    })
+                    .collect();
+                let runs = hooked.iter().map(|(spec, id, hook)| hooks::run(hook, spec, id, &self.env.cri, &pod_ip, limit));
+                for ((spec, _, _), result) in hooked.iter().zip(futures::future::join_all(runs).await) {
+                    if let Err(err) = result {
+                        let regarding = PodEvents::reference(&pod, Some((&spec.name, false)));
+                        self.env.events.publish(&regarding, true, events::FAILED_PRE_STOP_HOOK, format!("PreStopHook failed: {err}")).await;
+                    }
+                }
+            }
+            let grace = if grace > 0 { hooks::grace_after_hook(grace, began) } else { 0 };
             let stops = running.iter().map(|id| self.env.cri.stop_container(id, grace));
             for res in futures::future::join_all(stops).await {
                 if let Err(err) = res {
