@@ -100,6 +100,9 @@ async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status(
         &format!("--container-runtime-endpoint={endpoint}"),
         &format!("--hostname-override={NODE}"),
         "--healthz-port=0",
+        // A free port: kubelet's 10250 may be taken by a test running beside this one.
+        "--port=0",
+        "--address=127.0.0.1",
         "--pod-logs-directory",
         logs.to_str().expect("utf-8"),
     ]);

@@ -222,6 +222,8 @@ fn runtime_killed_and_restarted_backs_off_relists_reconnects_and_pod_statuses_st
         let mut config = NodeConfig::new(NODE, format!("unix://{}", socket.display()));
         config.pod_logs_dir = dir.path().join("pods");
         config.healthz_addr = ([127, 0, 0, 1], 0).into();
+        // A free port for the kubelet API: 10250 may be taken by a test running beside this one.
+        config.kubelet.addr = ([127, 0, 0, 1], 0).into();
         agent::start(config, client).await.expect("agent")
     });
     let evented = Arc::clone(

@@ -4,6 +4,9 @@
 //! `kubectl delete --wait` returns the container's processes are gone. A
 //! process that ignores SIGTERM is killed once its grace period is over.
 //!
+//! Also: restart counts survive a restart of `rkube up --node` itself (the
+//! node agent goes on from the reported `restartCount`).
+//!
 //! Processes are found by a marker unique to this test in their command
 //! line. The cluster process is killed by PID when its guard drops.
 
@@ -14,6 +17,7 @@ use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::cluster::Stop;
 use common::{Backend, Cluster};
 
 /// Longest wait for a pod transition.
@@ -100,4 +104,26 @@ spec:
     let took = began.elapsed();
     assert!(!process_with(&format!("{marker}-stubborn")), "the SIGTERM-ignoring process survived");
     assert!(took >= Duration::from_millis(2500), "killed before its 3 s grace period: {took:?}");
+}
+
+#[test]
+fn restart_counts_go_on_across_a_restart_of_the_node() {
+    let mut cluster = Cluster::builder(Backend::Embedded).arg("--node").start();
+    let k = cluster.kubectl("1.33");
+    cluster.wait_for_ready_node(&k, LIMIT);
+    k.ok(&["run", "sleeper", "--image=busybox", "--", "sleep", "3600"]);
+    let first = cluster.wait_until("sleeper running", LIMIT, || {
+        let c = k.json(&["get", "pod", "sleeper"])["status"]["containerStatuses"][0].clone();
+        c["state"]["running"].is_object().then_some(c)
+    });
+    assert_eq!(first["restartCount"], 0);
+    cluster.stop(Stop::Term);
+    cluster.restart();
+    let k = cluster.kubectl("1.33");
+    let again = cluster.wait_until("sleeper running in a new container", LIMIT, || {
+        let c = k.json(&["get", "pod", "sleeper"])["status"]["containerStatuses"][0].clone();
+        (c["state"]["running"].is_object() && c["containerID"] != first["containerID"]).then_some(c)
+    });
+    assert_eq!(again["restartCount"], 1, "{again}");
+    assert!(again["lastState"]["terminated"].is_object(), "{again}");
 }

@@ -144,6 +144,24 @@ fn container_status(
             .map(|c| ContainerState { terminated: Some(terminated(c, ctx.runtime_name)), ..Default::default() })
     };
     let config_error = ctx.config_errors.get(&spec.name).cloned();
+    // The runtime no longer has the previous instance (it or the agent
+    // restarted): the last termination comes from the reported status.
+    let last_state = |c: Option<&cri::ContainerStatus>| {
+        let from_runtime = last_state(c);
+        let restarted = latest.and_then(|l| l.metadata.as_ref()).is_some_and(|m| m.attempt > 0);
+        if from_runtime.is_some() || c.is_some() || !restarted {
+            return from_runtime;
+        }
+        let latest_id = latest.map(|l| format!("{}://{}", ctx.runtime_name, l.id));
+        let reported = pod.status.as_ref().and_then(|s| {
+            s.container_statuses.iter().chain(s.init_container_statuses.iter()).flatten().find(|s| s.name == spec.name)
+        })?;
+        if reported.container_id.is_some() && reported.container_id == latest_id {
+            reported.last_state.clone().filter(|l| l.terminated.is_some())
+        } else {
+            lost_container_status(pod, &spec.name, false).and_then(|s| s.last_state).filter(|l| l.terminated.is_some())
+        }
+    };
     let (state, last, running) = match latest {
         None if config_error.is_some() => (waiting("CreateContainerConfigError", config_error), None, false),
         None => {

@@ -324,3 +324,25 @@ fn lost_running_container_makes_a_never_pod_failed_and_an_always_pod_running_aga
     let empty = PodStatus::empty("uid-p");
     assert_eq!(pod_phase_with_lost(&p, &empty, &lost_containers(&p, &empty)), Phase::Succeeded);
 }
+
+#[test]
+fn a_new_worker_counts_on_from_the_reported_restart_counts() {
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "a"}, {"name": "b"}], "initContainers": [{"name": "i"}]},
+        "status": {"containerStatuses": [
+            {"name": "a", "restartCount": 4, "ready": true, "image": "", "imageID": ""},
+            {"name": "b", "restartCount": 0, "ready": true, "image": "", "imageID": ""}],
+          "initContainerStatuses": [{"name": "i", "restartCount": 1, "ready": false, "image": "", "imageID": ""}]},
+    }))
+    .unwrap();
+    let seen = super::worker::reported_attempts(&p);
+    assert_eq!(seen.get("a"), Some(&4));
+    assert_eq!(seen.get("b"), Some(&0));
+    assert_eq!(seen.get("i"), Some(&1));
+    // With the runtime empty, the plan creates attempt restartCount + 1.
+    let plan = compute_pod_actions(&p, &status(Some(true), vec![]), &seen, None, Timestamp(S), &Backoff::default());
+    let a = plan.create.iter().find(|c| c.name == "i").map(|c| c.attempt);
+    assert_eq!(a, Some(2));
+    assert!(super::worker::reported_attempts(&pod("Always", &[], &["x"])).is_empty());
+}

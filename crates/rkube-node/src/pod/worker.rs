@@ -131,6 +131,22 @@ async fn ensure_image(cri: &CriClient, container: &k8s_openapi::api::core::v1::C
     Ok(Some(format!("Successfully pulled image {image:?} in {:?}", began.elapsed())))
 }
 
+/// The restart counts the pod's API status reports, per container (init
+/// and regular): a worker started after the agent itself restarted goes on
+/// counting from them, so a container the runtime no longer has is created
+/// as attempt `restartCount + 1`, not 0 (kubelet reads the same from the
+/// runtime's surviving containers).
+pub fn reported_attempts(pod: &Pod) -> HashMap<String, u32> {
+    let Some(status) = pod.status.as_ref() else { return HashMap::new() };
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
+        .map(|c| (c.name.clone(), u32::try_from(c.restart_count.max(0)).unwrap_or(0)))
+        .collect()
+}
+
 /// The per-pod task.
 pub struct PodWorker {
     env: Arc<WorkerEnv>,
@@ -181,12 +197,13 @@ impl PodWorker {
             _ => None,
         };
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let seen_attempts = reported_attempts(&pod);
         Self {
             env,
             uid,
             pod,
             removed: false,
-            seen_attempts: HashMap::new(),
+            seen_attempts,
             terminal,
             expect: Vec::new(),
             await_after: Timestamp(0),
