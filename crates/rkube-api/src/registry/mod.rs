@@ -185,6 +185,10 @@ pub struct ResourceInfo {
     /// per resource and converts on read and write). `None` for rows that
     /// own their storage.
     pub conversion: Option<Conversion>,
+    /// For a custom resource (a row registered from a
+    /// CustomResourceDefinition): its schema, printer columns and `/scale`
+    /// paths ([`crate::apiextensions::CustomResource`]). `None` for built-in rows.
+    pub custom: Option<&'static crate::apiextensions::CustomResource>,
 }
 
 impl PartialEq for ResourceInfo {
@@ -217,6 +221,7 @@ pub(crate) const BASE: ResourceInfo = ResourceInfo {
     typed: None,
     strategy: Strategy::NONE,
     conversion: None,
+    custom: None,
 };
 
 impl ResourceInfo {
@@ -550,6 +555,7 @@ mod tests {
                 "rbac.authorization.k8s.io",
                 "storage.k8s.io",
                 "admissionregistration.k8s.io",
+                "apiextensions.k8s.io",
                 "scheduling.k8s.io",
                 "coordination.k8s.io",
                 "node.k8s.io",
