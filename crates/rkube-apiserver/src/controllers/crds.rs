@@ -49,6 +49,10 @@ use crate::state::ApiState;
 /// Storage prefix of CRDs below `--etcd-prefix` (upstream's key layout).
 pub const CRD_PREFIX: &str = "apiextensions.k8s.io/customresourcedefinitions/";
 
+/// How long serving a custom resource waits for its watch cache to fill
+/// before reporting the CRD established anyway.
+const CACHE_READY_WAIT: Duration = Duration::from_secs(5);
+
 /// How long a CRD being deleted waits before looking again at custom
 /// resources that still have finalizers.
 const CLEANUP_RETRY: Duration = Duration::from_millis(500);
@@ -240,19 +244,17 @@ impl CrdController {
             let others: Vec<&Value> = crds.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, (_, c))| c).collect();
             let status = desired_status(crd, &others);
             let mut current = crd.clone();
-            if comparable(&status) != comparable(crd.get("status").unwrap_or(&Value::Null)) {
-                current["status"] = status;
-                match self.write(kv, &current).await {
-                    Ok(()) => {}
-                    // Another writer got in between: its event brings us back.
-                    Err(e) => {
-                        tracing::debug!(crd = %name, error = %e, "writing CRD status");
-                        continue;
-                    }
-                }
-            }
+            current["status"] = status;
+            // Serve first (rows and a ready watch cache), then say so: a
+            // client that saw `Established` can list at once.
             if apiextensions::crd::is_established(&current) {
-                self.serve(&mut served, &name, &current);
+                self.serve(&mut served, &name, &current).await;
+            }
+            if comparable(&current["status"]) != comparable(crd.get("status").unwrap_or(&Value::Null)) {
+                if let Err(e) = self.write(kv, &current).await {
+                    // Another writer got in between: its event brings us back.
+                    tracing::debug!(crd = %name, error = %e, "writing CRD status");
+                }
             }
         }
         let gone: Vec<String> = served.by_crd.keys().filter(|n| !seen.contains(n)).cloned().collect();
@@ -269,7 +271,7 @@ impl CrdController {
 
     /// Registers the rows of an established CRD (when its spec or accepted
     /// names changed since the last time) and their watch caches.
-    fn serve(&self, served: &mut Served, name: &str, crd: &Value) {
+    async fn serve(&self, served: &mut Served, name: &str, crd: &Value) {
         let fingerprint = json!({"spec": crd.get("spec"), "names": crd.pointer("/status/acceptedNames")});
         if served.by_crd.get(name).is_some_and(|(f, _)| *f == fingerprint) {
             return;
@@ -285,7 +287,13 @@ impl CrdController {
         for row in rows {
             match registry::register(row) {
                 Ok(row) => {
-                    self.st.cache.add_resource(row);
+                    let entry = self.st.cache.add_resource(row);
+                    if entry.enabled() {
+                        let mut ready = entry.cacher.subscribe_ready();
+                        if tokio::time::timeout(CACHE_READY_WAIT, ready.wait_for(|s| s.is_ready())).await.is_err() {
+                            tracing::warn!(crd = %name, "the watch cache of a custom resource is not ready yet");
+                        }
+                    }
                 }
                 Err(e) => tracing::warn!(crd = %name, error = %e, "not serving a custom resource"),
             }
@@ -424,6 +432,8 @@ mod tests {
     #[test]
     fn a_kind_in_use_in_the_group_is_a_conflict() {
         let mut other = crd("gadgets.example.com", "gadgets", "Widget");
+        other["spec"]["names"]["singular"] = json!("gadget");
+        other["spec"]["names"]["listKind"] = json!("GadgetList");
         other["status"] = json!({"acceptedNames": other["spec"]["names"].clone()});
         let status = desired_status(&crd("widgets.example.com", "widgets", "Widget"), &[&other]);
         assert_eq!(status["conditions"][0]["status"], "False");
