@@ -288,3 +288,54 @@ async fn stored_crds_are_served_as_soon_as_the_server_starts() {
     let list: Value = r.json().await.unwrap();
     assert_eq!(list["kind"], "WidgetList");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_and_printer_columns_follow_the_crd() {
+    let s = TestServer::embedded().await;
+    let g = "scale.example.com";
+    let mut crd = widget_crd(g);
+    let v = &mut crd["spec"]["versions"][0];
+    v["subresources"]["scale"] = json!({"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"});
+    v["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["replicas"] = json!({"type": "integer"});
+    v["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["selector"] = json!({"type": "string"});
+    v["additionalPrinterColumns"] = json!([
+        {"name": "Size", "type": "string", "jsonPath": ".spec.size"},
+        {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "description": "desired"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+    ]);
+    assert_eq!(s.post(CRDS, &crd).await.code, 201);
+    established(&s, &format!("widgets.{g}")).await;
+    let coll = format!("/apis/{g}/v1/namespaces/default/widgets");
+    assert_eq!(s.post(&coll, &widget(g, "w", json!({"size": "large", "replicas": 2}))).await.code, 201);
+
+    // Discovery lists scale as autoscaling/v1 Scale.
+    let list = s.get(&format!("/apis/{g}/v1")).await;
+    let scale_row = list.body["resources"].as_array().unwrap().iter().find(|r| r["name"] == "widgets/scale").cloned().expect("widgets/scale");
+    assert_eq!((scale_row["group"].as_str(), scale_row["version"].as_str(), scale_row["kind"].as_str()), (Some("autoscaling"), Some("v1"), Some("Scale")));
+
+    // /status sets the status replicas and selector the Scale reports.
+    let mut obj = s.get(&format!("{coll}/w")).await.body;
+    obj["status"] = json!({"replicas": 2, "selector": "app=w"});
+    assert_eq!(s.put(&format!("{coll}/w/status"), &obj).await.code, 200);
+    let scale = s.get(&format!("{coll}/w/scale")).await;
+    assert_eq!(scale.code, 200, "{}", scale.text);
+    assert_eq!(scale.body["kind"], "Scale");
+    assert_eq!(scale.body["spec"]["replicas"], 2);
+    assert_eq!(scale.body["status"], json!({"replicas": 2, "selector": "app=w"}));
+    let scaled = s.patch(&format!("{coll}/w/scale"), "application/merge-patch+json", r#"{"spec":{"replicas":5}}"#).await;
+    assert_eq!(scaled.code, 200, "{}", scaled.text);
+    assert_eq!(scaled.body["spec"]["replicas"], 5);
+    let after = s.get(&format!("{coll}/w")).await.body;
+    assert_eq!(after["spec"]["replicas"], 5);
+    assert_eq!(after["metadata"]["generation"], 2);
+
+    // Tables: Name, then the printer columns in order.
+    let t = s.get_as(&coll, "application/json;as=Table;v=v1;g=meta.k8s.io").await;
+    assert_eq!(t.code, 200, "{}", t.text);
+    let names: Vec<&str> = t.body["columnDefinitions"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["Name", "Size", "Replicas", "Age"]);
+    assert_eq!(t.body["columnDefinitions"][2]["description"], "desired");
+    let cells = t.body["rows"][0]["cells"].as_array().unwrap();
+    assert_eq!((&cells[0], &cells[1], &cells[2]), (&json!("w"), &json!("large"), &json!(5)));
+    assert!(cells[3].as_str().is_some_and(|a| a.ends_with('s')), "an age: {}", cells[3]);
+}
