@@ -57,12 +57,15 @@ const CACHE_READY_WAIT: Duration = Duration::from_secs(5);
 /// resources that still have finalizers.
 const CLEANUP_RETRY: Duration = Duration::from_millis(500);
 
+/// A row's `(group, version, resource)`.
+type RowKey = (String, String, String);
+
 /// The controller's memory: which rows each CRD registered, and from what.
 #[derive(Default)]
 struct Served {
     /// CRD name → (the CRD's spec and accepted names it was built from, the
-    /// `(group, version, resource)` rows registered).
-    by_crd: HashMap<String, (Value, Vec<(String, String, String)>)>,
+    /// rows registered).
+    by_crd: HashMap<String, (Value, Vec<RowKey>)>,
 }
 
 /// The controller of one API server.
@@ -277,7 +280,7 @@ impl CrdController {
             return;
         }
         let rows = apiextensions::rows_for(crd);
-        let keys: Vec<(String, String, String)> =
+        let keys: Vec<RowKey> =
             rows.iter().map(|r| (r.group.to_string(), r.version.to_string(), r.resource.to_string())).collect();
         if let Some((_, old)) = served.by_crd.get(name) {
             for (g, v, r) in old.iter().filter(|k| !keys.contains(k)) {

@@ -173,7 +173,7 @@ struct V2Docs {
 
 /// The v2 document as `(JSON, protobuf)` bytes with the custom resources
 /// served now, or `None` when there are none (the static document applies).
-pub(crate) fn v2_documents() -> Option<(Arc<Vec<u8>>, Arc<Vec<u8>>)> {
+pub(crate) fn v2_documents() -> Option<super::V2Bytes> {
     static CACHE: Mutex<Option<V2Docs>> = Mutex::new(None);
     if custom_rows().is_empty() {
         return None;

@@ -192,10 +192,13 @@ pub fn openapi_v3_custom_group_version(path: &str) -> Option<(Vec<u8>, String)> 
     custom_v3(path)
 }
 
+/// The v2 document as `(JSON, protobuf)` bytes.
+pub type V2Bytes = (std::sync::Arc<Vec<u8>>, std::sync::Arc<Vec<u8>>);
+
 /// The v2 document with the custom resources served now, as `(JSON,
 /// protobuf)` bytes; `None` when none is served ([`openapi_v2_json`] and
 /// [`openapi_v2_protobuf`] apply).
-pub fn openapi_v2_with_custom_resources() -> Option<(std::sync::Arc<Vec<u8>>, std::sync::Arc<Vec<u8>>)> {
+pub fn openapi_v2_with_custom_resources() -> Option<V2Bytes> {
     custom::v2_documents()
 }
 
