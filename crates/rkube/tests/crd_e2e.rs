@@ -3,14 +3,14 @@
 //! and `scale` subresources, printer columns and short names; `kubectl wait
 //! --for condition=established`; `kubectl get <shortname>` shows the
 //! printer columns; `kubectl explain` reads the schema; `kubectl scale`;
-//! a schema violation is refused naming the field; deleting the CRD deletes
-//! its objects.
+//! the resource is served right after a restart; a schema violation is
+//! refused naming the field; deleting the CRD deletes its objects.
 //!
 //! The cluster process is killed by PID when its guard drops.
 
 mod common;
 
-use common::{Backend, Cluster, Table};
+use common::{Backend, Cluster, Stop, Table};
 
 const CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -74,7 +74,7 @@ fn widget(name: &str, spec: &str) -> String {
 }
 
 fn crds_serve_custom_resources_to_kubectl(version: &str) {
-    let cluster = Cluster::start(Backend::Embedded);
+    let mut cluster = Cluster::start(Backend::Embedded);
     let k = cluster.kubectl(version);
 
     let applied = k.run_stdin(&["apply", "-f", "-"], CRD).success();
@@ -101,6 +101,12 @@ fn crds_serve_custom_resources_to_kubectl(version: &str) {
     let scaled = k.ok(&["scale", "widget/w1", "--replicas=4"]).stdout;
     assert_eq!(scaled.trim(), "widget.e2e.example.com/w1 scaled");
     assert_eq!(k.json(&["get", "widget", "w1"])["spec"]["replicas"], 4);
+
+    // After a restart the CRD's resource is served as soon as the server is ready.
+    cluster.stop(Stop::Term);
+    cluster.restart();
+    let after = k.ok(&["get", "wd", "w1", "--no-headers"]).stdout;
+    assert!(after.starts_with("w1") && after.contains("large") && after.contains('4'), "{after}");
 
     // A schema violation is refused with the field named.
     let bad = k.run_stdin(&["apply", "-f", "-"], &widget("w2", "  size: huge\n  replicas: three\n"));
