@@ -101,8 +101,15 @@ async fn invalid_crds_are_422_with_field_paths() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_resources_are_served_with_crud_list_watch_and_schemas() {
-    let s = TestServer::embedded().await;
-    let g = "crud.example.com";
+    crud_list_watch_and_schemas(TestServer::embedded().await, "crud.example.com").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_are_served_with_crud_list_watch_and_schemas_on_etcd() {
+    crud_list_watch_and_schemas(TestServer::etcd().await, "crud-etcd.example.com").await;
+}
+
+async fn crud_list_watch_and_schemas(s: TestServer, g: &str) {
     assert_eq!(s.post(CRDS, &widget_crd(g)).await.code, 201);
     established(&s, &format!("widgets.{g}")).await;
     let coll = format!("/apis/{g}/v1/namespaces/default/widgets");
@@ -110,6 +117,7 @@ async fn custom_resources_are_served_with_crud_list_watch_and_schemas() {
     // Create: defaulted, unknown fields pruned with a warning.
     let mut body = widget(g, "w1", json!({"size": "small", "color": "red"}));
     body["extra"] = json!(1);
+    body["metadata"]["bogus"] = json!("x");
     let created = s.post(&coll, &body).await;
     assert_eq!(created.code, 201, "{}", created.text);
     assert_eq!(created.body["spec"], json!({"size": "small", "replicas": 1}));
@@ -117,6 +125,14 @@ async fn custom_resources_are_served_with_crud_list_watch_and_schemas() {
     assert_eq!(created.body["metadata"]["generation"], 1);
     let warning = created.headers.get_all("warning").iter().map(|v| v.to_str().unwrap_or("").to_string()).collect::<Vec<_>>().join("\n");
     assert!(warning.contains(r#"unknown field \"spec.color\""#), "{warning}");
+    assert!(warning.contains(r#"unknown field \"metadata.bogus\""#), "{warning}");
+    assert!(created.body["metadata"].get("bogus").is_none());
+    // Metadata is validated like any object's.
+    let mut bad_name = widget(g, "Not_A_Name", json!({"size": "small"}));
+    bad_name["metadata"]["labels"] = json!({"ok": "fine"});
+    let r = s.post(&coll, &bad_name).await;
+    r.assert_status(422, "Invalid");
+    assert_eq!(r.body["details"]["causes"][0]["field"], "metadata.name");
 
     // Read and list.
     let got = s.get(&format!("{coll}/w1")).await;
