@@ -263,11 +263,36 @@ async fn deleting_a_crd_deletes_its_custom_resources_first() {
     for n in ["a", "b"] {
         assert_eq!(s.post(&coll, &widget(g, n, json!({"size": "small"}))).await.code, 201);
     }
+    // One object is held by a finalizer of its own: the CRD waits for it.
+    let mut held = widget(g, "held", json!({"size": "small"}));
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    assert_eq!(s.post(&coll, &held).await.code, 201);
     let deleted = s.delete(&format!("{CRDS}/widgets.{g}"), None).await;
     // Pending on its finalizer: rkube answers 202 with the object, as for
     // any object whose finalizers hold its deletion.
     assert_eq!(deleted.code, 202, "{}", deleted.text);
     assert!(deleted.body["metadata"]["deletionTimestamp"].is_string(), "held by the cleanup finalizer: {}", deleted.text);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let crd = loop {
+        let crd = s.get(&format!("{CRDS}/widgets.{g}")).await.body;
+        let held = s.get(&format!("{coll}/held")).await.body;
+        let gone = s.get(&format!("{coll}/a")).await.code == 404;
+        if gone && held["metadata"]["deletionTimestamp"].is_string() && crd.pointer("/status/conditions/2").is_some() {
+            break crd;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no progress after 10 s: {crd}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let terminating = &crd["status"]["conditions"][2];
+    assert_eq!((terminating["type"].as_str(), terminating["status"].as_str()), (Some("Terminating"), Some("True")), "{crd}");
+    assert_eq!(terminating["reason"], "InstanceDeletionInProgress");
+    assert_eq!(terminating["message"], "CustomResource deletion is in progress");
+    let refused = s.post(&coll, &widget(g, "late", json!({"size": "small"}))).await;
+    refused.assert_status(405, "MethodNotAllowed");
+    assert_eq!(refused.message(), "create not allowed while custom resource definition is terminating");
+    // Releasing the held object lets the CRD go.
+    let released = s.patch(&format!("{coll}/held"), "application/merge-patch+json", r#"{"metadata":{"finalizers":null}}"#).await;
+    assert_eq!(released.code, 200, "{}", released.text);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while s.get(&format!("{CRDS}/widgets.{g}")).await.code != 404 {
         assert!(tokio::time::Instant::now() < deadline, "the CRD is still there after 10 s");

@@ -22,10 +22,12 @@
 //! - **serving**: an established CRD's served versions become rows of the
 //!   resource table ([`rkube_api::apiextensions::rows_for`]) with a watch
 //!   cache each, so handlers, discovery, OpenAPI and tables see them.
-//! - **finalizing**: a CRD being deleted loses its custom resources first
-//!   (objects with finalizers are marked for deletion and waited for), then
-//!   its rows and its `customresourcecleanup.apiextensions.k8s.io` finalizer,
-//!   which lets it go.
+//! - **finalizing**: a CRD being deleted gets `Terminating=True`
+//!   (`InstanceDeletionInProgress`) and loses its custom resources first
+//!   (objects with finalizers are marked for deletion and waited for; new
+//!   ones are refused, [`refuse_create_while_terminating`]), then its rows
+//!   and its `customresourcecleanup.apiextensions.k8s.io` finalizer, which
+//!   lets it go.
 //!
 //! [`start`] runs one pass before returning, so CRDs stored before a restart
 //! are served before the server answers its first request.
@@ -313,6 +315,31 @@ impl CrdController {
             unregister(served, &name);
             return;
         }
+        // Say so first (upstream's finalizer controller:
+        // `Terminating=True`, `InstanceDeletionInProgress`).
+        let mut kv = kv.clone();
+        let mut crd = crd.clone();
+        let in_progress = condition(&crd, "Terminating").is_some_and(|c| c.get("reason").and_then(Value::as_str) == Some("InstanceDeletionInProgress"));
+        if !in_progress {
+            let terminating = make_condition(None, "Terminating", "True", "InstanceDeletionInProgress", "CustomResource deletion is in progress");
+            let conds = crd["status"].as_object_mut().map(|st| st.entry("conditions").or_insert_with(|| json!([])));
+            if let Some(list) = conds.and_then(Value::as_array_mut) {
+                list.retain(|c| c.get("type").and_then(Value::as_str) != Some("Terminating"));
+                list.push(terminating);
+            }
+            if let Err(e) = self.write(&kv, &crd).await {
+                tracing::debug!(crd = %name, error = %e, "writing the Terminating condition");
+                return;
+            }
+            match self.st.storage.get(&kv.key).await {
+                Ok(Some(fresh)) => match serde_json::from_slice(&fresh.value) {
+                    Ok(v) => (kv, crd) = (fresh, v),
+                    Err(_) => return,
+                },
+                _ => return,
+            }
+        }
+        let (kv, crd) = (&kv, &crd);
         let group = str_at(crd, "/spec/group");
         let plural = str_at(crd, "/spec/names/plural");
         let remaining = if group.is_empty() || plural.is_empty() {
@@ -403,6 +430,27 @@ impl CrdController {
             unregister(&mut served, &name);
         }
     }
+}
+
+/// Upstream's CRD handler refuses creates of custom resources while their
+/// CRD is being deleted: 405 `MethodNotAllowed`, `create not allowed while
+/// custom resource definition is terminating`. `Ok` when the CRD is not
+/// terminating (or cannot be read: storage errors surface on the write).
+pub async fn refuse_create_while_terminating(st: &ApiState, info: &registry::ResourceInfo) -> crate::error::ApiResult<()> {
+    let Some(custom) = info.custom else { return Ok(()) };
+    let key = format!("{}/{CRD_PREFIX}{}", st.prefix().trim_end_matches('/'), custom.crd_name);
+    let Ok(Some(kv)) = st.storage.get(&key).await else { return Ok(()) };
+    let terminating = serde_json::from_slice::<Value>(&kv.value).is_ok_and(|crd| crate::object::is_terminating(&crd));
+    if !terminating {
+        return Ok(());
+    }
+    let details = rkube_api::status::StatusDetails {
+        group: info.group.to_string(),
+        kind: info.resource.to_string(),
+        ..Default::default()
+    };
+    let status = rkube_api::status::Status::method_not_allowed("create not allowed while custom resource definition is terminating");
+    Err(status.with_details(details).into())
 }
 
 fn unregister(served: &mut Served, crd_name: &str) {
