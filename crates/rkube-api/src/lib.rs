@@ -32,6 +32,7 @@
 // only on failure paths, so its size does not matter there.
 #![allow(clippy::result_large_err)]
 
+pub mod apiextensions;
 pub mod continue_token;
 pub mod csr;
 pub mod field_error;

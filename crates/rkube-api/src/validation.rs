@@ -112,6 +112,23 @@ pub fn is_dns1123_label(value: &str) -> Vec<String> {
     errs
 }
 
+/// Upstream `IsDNS1035Label`: names of CRD plurals, singulars, short names
+/// and versions (≤ 63 chars, `[a-z]([-a-z0-9]*[a-z0-9])?`).
+pub fn is_dns1035_label(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > DNS1123_LABEL_MAX_LENGTH {
+        errs.push(max_len_error(DNS1123_LABEL_MAX_LENGTH));
+    }
+    if !(matches_dns_label(value) && value.as_bytes().first().is_some_and(u8::is_ascii_lowercase)) {
+        errs.push(regex_error(
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character",
+            "[a-z]([-a-z0-9]*[a-z0-9])?",
+            &["my-name", "abc-123"],
+        ));
+    }
+    errs
+}
+
 /// Upstream `IsDNS1123Subdomain`: most object names (≤ 253 chars, dot-separated DNS-1123 labels).
 pub fn is_dns1123_subdomain(value: &str) -> Vec<String> {
     let mut errs = Vec::new();

@@ -27,7 +27,10 @@ pub fn table(
     include: IncludeObjectPolicy,
     list_meta: Option<Value>,
 ) -> Value {
-    let mut t = crate::table::to_table(info.resource, info.group, items, include, list_meta);
+    let mut t = match info.custom {
+        Some(custom) => crate::table::custom::to_table(custom, items, include, list_meta, chrono::Utc::now()),
+        None => crate::table::to_table(info.resource, info.group, items, include, list_meta),
+    };
     crate::table::set_version(&mut t, version);
     t
 }

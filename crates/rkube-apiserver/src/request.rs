@@ -199,9 +199,7 @@ pub fn parse(
 }
 
 /// Group versions Kubernetes 1.33 serves by default that rkube does not serve yet.
-const NOT_YET_SERVED_GROUP_VERSIONS: &[(&str, &str)] = &[
-    ("apiextensions.k8s.io", "v1"),
-];
+const NOT_YET_SERVED_GROUP_VERSIONS: &[(&str, &str)] = &[];
 
 /// Subresources Kubernetes 1.33 serves that rkube does not serve yet, by resource.
 const NOT_YET_SERVED_SUBRESOURCES: &[(&str, &str, &[&str])] = &[

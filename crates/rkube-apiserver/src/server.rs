@@ -123,7 +123,9 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
 }
 
 /// Serves `st` on `listener` (plain HTTP, through
-/// [`crate::filters::tls::serve`], so with its header read timeout) until
+/// [`crate::filters::tls::serve`], so with its header read timeout), with
+/// the CRD controllers ([`crate::controllers::crds::start`]: stored CRDs are
+/// served before the first request) until
 /// `shutdown` completes; then stops accepting, ends open watches and waits
 /// for in-flight requests.
 pub async fn serve(
@@ -136,6 +138,7 @@ pub async fn serve(
         shutdown.await;
         let _ = stopping.send(true);
     };
+    crate::controllers::crds::start(&st).await;
     crate::filters::tls::serve(listener, router(st), None, signal).await
 }
 
@@ -170,6 +173,7 @@ pub async fn serve_api(
         shutdown.await;
         let _ = stopping.send(true);
     };
+    crate::controllers::crds::start(&st).await;
     let st = st.with_metrics(chain.metrics()).with_authorizer(chain.authorizer()).with_authenticator(chain.authenticator());
     let router = crate::filters::apply(router(st), chain);
     let served = crate::filters::serve(listener, router, chain.tls_server_config(), signal).await;

@@ -196,6 +196,16 @@ fn bytes_response(bytes: &'static [u8], content_type: &'static str) -> Response 
 /// `GET /openapi/v2` (JSON, or protobuf when asked).
 pub fn openapi_v2(headers: &HeaderMap) -> Response {
     let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
+    if let Some((json, protobuf)) = crate::openapi::openapi_v2_with_custom_resources() {
+        let (bytes, content_type) = if crate::openapi::wants_v2_protobuf(accept) {
+            (protobuf, crate::openapi::CONTENT_TYPE_V2_PROTOBUF)
+        } else {
+            (json, crate::openapi::CONTENT_TYPE_JSON)
+        };
+        let mut r = (StatusCode::OK, bytes.as_ref().clone()).into_response();
+        r.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
+        return r;
+    }
     if crate::openapi::wants_v2_protobuf(accept) {
         bytes_response(crate::openapi::openapi_v2_protobuf(), crate::openapi::CONTENT_TYPE_V2_PROTOBUF)
     } else {
@@ -223,6 +233,16 @@ pub fn openapi_v3(path: &str) -> Response {
             }
             r
         }
-        None => ApiError::path_not_found().into_response(),
+        None => match crate::openapi::openapi_v3_custom_group_version(path) {
+            Some((bytes, hash)) => {
+                let mut r = (StatusCode::OK, bytes).into_response();
+                r.headers_mut().insert("content-type", HeaderValue::from_static(crate::openapi::CONTENT_TYPE_JSON));
+                if let Ok(v) = HeaderValue::from_str(&format!("\"{hash}\"")) {
+                    r.headers_mut().insert("etag", v);
+                }
+                r
+            }
+            None => ApiError::path_not_found().into_response(),
+        },
     }
 }

@@ -98,6 +98,22 @@ pub fn check_typed_body(
         })?;
         prune_unknown(obj, &typed, "", &mut unknown);
     }
+    if let Some(schema) = info.custom.and_then(|c| c.schema.as_ref()) {
+        // Custom resources: pruning, then defaulting, on decode (upstream's
+        // `schemaCoercingDecoder` and `pruning`/`defaulting`); their
+        // `metadata` is an ObjectMeta like any object's.
+        unknown = rkube_api::apiextensions::schema::prune(obj, schema);
+        rkube_api::apiextensions::schema::apply_defaults(obj, schema);
+        if let Some(meta) = obj.get_mut("metadata") {
+            type ObjectMeta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+            let typed = serde_json::from_value::<ObjectMeta>(meta.clone())
+                .and_then(serde_json::to_value)
+                .map_err(|e| ApiError::bad_request(format!("{kind} in version \"{}\" cannot be handled as a {kind}: {e}", info.version)))?;
+            let mut in_meta = Vec::new();
+            prune_unknown(meta, &typed, "metadata", &mut in_meta);
+            unknown.splice(0..0, in_meta);
+        }
+    }
     let msgs: Vec<String> = match keys {
         Some(keys) if keys.has_duplicates() => keys.strict_errors(&unknown),
         _ => unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect(),
@@ -136,6 +152,9 @@ pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<St
         causes.extend(validation::validate_finalizers(finalizers));
     }
     let mut errs = info.strategy.validate_object(obj, old);
+    if let Some(schema) = info.custom.and_then(|c| c.schema.as_ref()) {
+        errs.extend(rkube_api::apiextensions::schema::validate(obj, schema));
+    }
     errs.extend(crate::config_data::validate_size(info.kind, obj));
     causes.extend(errs.into_iter().map(StatusCause::from));
     causes

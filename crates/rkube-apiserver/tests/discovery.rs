@@ -55,6 +55,7 @@ async fn legacy_discovery_lists_resources_with_short_names_and_verbs() {
             "rbac.authorization.k8s.io",
             "storage.k8s.io",
             "admissionregistration.k8s.io",
+            "apiextensions.k8s.io",
             "scheduling.k8s.io",
             "coordination.k8s.io",
             "node.k8s.io",

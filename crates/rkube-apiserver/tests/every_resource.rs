@@ -234,6 +234,12 @@ async fn every_row(s: TestServer) {
         if row.resource == "componentstatuses" || !row.stored {
             continue;
         }
+        // CRDs: the API server's own controller writes their status (and
+        // removes their finalizer) while this generic walk would race it;
+        // tests/crds.rs covers them.
+        if row.resource == "customresourcedefinitions" {
+            continue;
+        }
         exercise(&s, row).await;
     }
 }
@@ -427,12 +433,6 @@ async fn not_yet_served_apis_say_so() {
     let log = s.get("/api/v1/namespaces/default/pods/p/log").await;
     log.assert_status(400, "BadRequest");
     assert!(log.message().ends_with("is waiting to start: ContainerCreating"), "{}", log.message());
-    let crds = s.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").await;
-    crds.assert_status(404, "NotFound");
-    assert_eq!(
-        crds.message(),
-        "apiextensions.k8s.io/v1 (customresourcedefinitions) is served by Kubernetes 1.33 but not implemented in rkube yet"
-    );
     // Paths Kubernetes does not serve either keep upstream's generic answer.
     let nope = s.get("/api/v1/namespaces/default/pods/p/nope").await;
     nope.assert_status(404, "NotFound");

@@ -75,6 +75,7 @@ fn list_watch(backend: Backend) {
         got["groups"],
         json!([
             "admissionregistration.k8s.io",
+            "apiextensions.k8s.io",
             "apiregistration.k8s.io",
             "apps",
             "authentication.k8s.io",

@@ -12,7 +12,7 @@ use k8s_openapi::api::{
     admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates, coordination, core, discovery, events, flowcontrol,
     networking, node, policy, rbac, scheduling, storage,
 };
-use k8s_openapi::kube_aggregator;
+use k8s_openapi::{apiextensions_apiserver, kube_aggregator};
 
 use super::typed::{typed, TypedKind};
 use super::{
@@ -361,6 +361,22 @@ pub static RESOURCES: &[ResourceInfo] = &[
         storage_prefix: "validatingwebhookconfigurations",
         typed: Some(typed::<admissionregistration::v1::ValidatingWebhookConfiguration>()),
         strategy: strategy::VALIDATING_WEBHOOK_CONFIGURATION,
+        ..BASE
+    },
+    ResourceInfo {
+        group: "apiextensions.k8s.io",
+        resource: "customresourcedefinitions",
+        kind: "CustomResourceDefinition",
+        list_kind: "CustomResourceDefinitionList",
+        singular: "customresourcedefinition",
+        namespaced: false,
+        short_names: &["crd", "crds"],
+        categories: &["api-extensions"],
+        subresources: &[status("CustomResourceDefinition")],
+        storage_prefix: "apiextensions.k8s.io/customresourcedefinitions",
+        has_spec: true,
+        typed: Some(typed::<apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>()),
+        strategy: crate::apiextensions::crd::CUSTOM_RESOURCE_DEFINITION,
         ..BASE
     },
     ResourceInfo {

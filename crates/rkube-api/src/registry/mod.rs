@@ -185,6 +185,10 @@ pub struct ResourceInfo {
     /// per resource and converts on read and write). `None` for rows that
     /// own their storage.
     pub conversion: Option<Conversion>,
+    /// For a custom resource (a row registered from a
+    /// CustomResourceDefinition): its schema, printer columns and `/scale`
+    /// paths ([`crate::apiextensions::CustomResource`]). `None` for built-in rows.
+    pub custom: Option<&'static crate::apiextensions::CustomResource>,
 }
 
 impl PartialEq for ResourceInfo {
@@ -217,6 +221,7 @@ pub(crate) const BASE: ResourceInfo = ResourceInfo {
     typed: None,
     strategy: Strategy::NONE,
     conversion: None,
+    custom: None,
 };
 
 impl ResourceInfo {
@@ -320,6 +325,16 @@ pub fn stored() -> impl Iterator<Item = &'static ResourceInfo> {
 /// so lookups can hand out `&'static` rows like the built-in ones.
 static DYNAMIC: RwLock<Vec<&'static ResourceInfo>> = RwLock::new(Vec::new());
 
+/// Bumped by every [`register`] and [`unregister`] that changes the table.
+static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A number that changes whenever rows are added or removed while the
+/// server runs, for documents built from the table (OpenAPI) to know when
+/// to rebuild.
+pub fn generation() -> u64 {
+    GENERATION.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Every served resource: the built-in rows, then those added by [`register`].
 pub fn every() -> Vec<&'static ResourceInfo> {
     let dynamic = DYNAMIC.read().unwrap_or_else(|e| e.into_inner());
@@ -356,6 +371,7 @@ pub fn register(info: ResourceInfo) -> Result<&'static ResourceInfo, RegisterErr
     let mut dynamic = DYNAMIC.write().unwrap_or_else(|e| e.into_inner());
     dynamic.retain(|r| **r != *row);
     dynamic.push(row);
+    GENERATION.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     Ok(row)
 }
 
@@ -364,7 +380,11 @@ pub fn unregister(group: &str, version: &str, resource: &str) -> bool {
     let mut dynamic = DYNAMIC.write().unwrap_or_else(|e| e.into_inner());
     let before = dynamic.len();
     dynamic.retain(|r| !(r.group == group && r.version == version && r.resource == resource));
-    dynamic.len() != before
+    let removed = dynamic.len() != before;
+    if removed {
+        GENERATION.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    removed
 }
 
 /// The first row, built-in or registered, that `pred` accepts.
@@ -550,6 +570,7 @@ mod tests {
                 "rbac.authorization.k8s.io",
                 "storage.k8s.io",
                 "admissionregistration.k8s.io",
+                "apiextensions.k8s.io",
                 "scheduling.k8s.io",
                 "coordination.k8s.io",
                 "node.k8s.io",

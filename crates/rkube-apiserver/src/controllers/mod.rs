@@ -6,7 +6,11 @@
 //!   `serviceaccount-controller` and `root-ca-certificate-publisher-controller`);
 //! - [`tokens`]: fills legacy `kubernetes.io/service-account-token` Secrets
 //!   (upstream's `serviceaccount-token-controller`);
-//! - the CSR signer, [`crate::csr::signer`], runs on the same loop.
+//! - the CSR signer, [`crate::csr::signer`], runs on the same loop;
+//! - [`crds`]: the CustomResourceDefinition naming, establishing and
+//!   finalizing controllers, which also serve established CRDs' custom
+//!   resources (upstream runs these in kube-apiserver too); [`crate::serve`]
+//!   and [`crate::server::serve_api`] start it.
 //!
 //! Each follows the same loop ([`run_watching`]): a full pass over what it
 //! owns, then storage watches of the prefixes it reacts to from the
@@ -14,6 +18,7 @@
 //! compacted watch starts over with a full pass, after a pause from the one
 //! jittered backoff ([`rkube_cache::backoff`]).
 
+pub mod crds;
 pub mod serviceaccounts;
 pub mod tokens;
 

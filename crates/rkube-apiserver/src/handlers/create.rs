@@ -64,6 +64,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
 
     let name = object::name(&obj).to_string();
     check_namespace_usable(ctx, &name).await?;
+    crate::controllers::crds::refuse_create_while_terminating(&ctx.st, info).await?;
     if ctx.st.config.admission.service_account && info.group.is_empty() && info.resource == "pods" {
         crate::admission::service_account::admit_pod(&ctx.st, ctx.namespace(), &mut obj).await?;
     }

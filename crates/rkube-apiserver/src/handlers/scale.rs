@@ -4,6 +4,8 @@
 //! siblings): GET renders the object as a Scale; PUT/PATCH change only
 //! `spec.replicas` (`kubectl scale` patches it). The row's
 //! [`rkube_api::registry::ScaleSelector`] says how the selector is read.
+//! Custom resources use their CRD's `specReplicasPath`,
+//! `statusReplicasPath` and `labelSelectorPath` instead.
 
 use axum::response::Response;
 use rkube_api::field_error::FieldError;
@@ -60,6 +62,24 @@ pub fn to_scale(info: &ResourceInfo, obj: &Value) -> Value {
             m.insert(k.to_string(), v.clone());
         }
     }
+    if let Some(paths) = info.custom.and_then(|c| c.scale.as_ref()) {
+        // Custom resources (upstream `scaleFromCustomResource`): the CRD's
+        // paths; absent replicas read as 0, an absent selector as "".
+        let int_at = |path: &str| obj.pointer(&json_pointer(path)).and_then(Value::as_i64).unwrap_or(0);
+        let selector = paths
+            .label_selector
+            .as_deref()
+            .and_then(|p| obj.pointer(&json_pointer(p)))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        return json!({
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": m,
+            "spec": {"replicas": int_at(&paths.spec_replicas)},
+            "status": {"replicas": int_at(&paths.status_replicas), "selector": selector},
+        });
+    }
     let selector = match (info.strategy.scale, obj.pointer("/spec/selector")) {
         (Some(ScaleSelector::Map), Some(Value::Object(labels))) => map_selector(labels),
         (Some(ScaleSelector::LabelSelector), Some(sel)) => label_selector_string(sel),
@@ -75,6 +95,29 @@ pub fn to_scale(info: &ResourceInfo, obj: &Value) -> Value {
             "selector": selector,
         },
     })
+}
+
+/// A CRD's simple JSON path (`.spec.replicas`) as a JSON pointer (`/spec/replicas`).
+fn json_pointer(path: &str) -> String {
+    path.trim_start_matches('.').split('.').map(|seg| format!("/{seg}")).collect()
+}
+
+/// Sets the value at a CRD JSON path in `obj`, creating parent objects.
+fn set_path(obj: &mut Value, path: &str, value: Value) {
+    let segs: Vec<&str> = path.trim_start_matches('.').split('.').collect();
+    let Some((last, parents)) = segs.split_last() else { return };
+    let mut cur = obj;
+    for seg in parents {
+        let Some(map) = cur.as_object_mut() else { return };
+        let next = map.entry(seg.to_string()).or_insert_with(|| json!({}));
+        if !next.is_object() {
+            *next = json!({});
+        }
+        cur = next;
+    }
+    if let Some(map) = cur.as_object_mut() {
+        map.insert(last.to_string(), value);
+    }
 }
 
 /// GET `<resource>/<name>/scale`.
@@ -139,7 +182,9 @@ pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType
             return Err(ApiError::invalid(&scale_info, &name, vec![cause.into()]));
         }
         let mut new = old.clone();
-        if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+        if let Some(paths) = info.custom.and_then(|c| c.scale.as_ref()) {
+            set_path(&mut new, &paths.spec_replicas, json!(replicas));
+        } else if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
             spec.insert("replicas".into(), json!(replicas));
         }
         object::bump_generation(&old, &mut new, info.has_spec);

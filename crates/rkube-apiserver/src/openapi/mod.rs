@@ -34,6 +34,7 @@
 //! what rkube adds (GVK tags, list kinds, patch strategies). Documents are
 //! built once per process and cached in `OnceLock`s.
 
+mod custom;
 mod kinds;
 mod patch_meta;
 mod paths;
@@ -161,11 +162,44 @@ fn hex_upper(bytes: &[u8]) -> String {
 /// `<HASH>` is the upper-case hex SHA-512 of the document, as upstream; a
 /// client fetching with a matching `hash` may cache the reply forever.
 pub fn openapi_v3_index() -> Value {
-    let paths: serde_json::Map<String, Value> = v3_docs()
+    let mut paths: serde_json::Map<String, Value> = v3_docs()
         .iter()
         .map(|(path, doc)| (path.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", doc.hash)})))
         .collect();
+    for path in custom::group_version_paths() {
+        if let Some((_, hash)) = custom_v3(&path) {
+            paths.insert(path.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={hash}")}));
+        }
+    }
     json!({ "paths": paths })
+}
+
+/// The v3 document of a custom resources' group version and its hash.
+fn custom_v3(path: &str) -> Option<(Vec<u8>, String)> {
+    let doc = custom::v3_document(path)?;
+    let bytes = log_failure("an OpenAPI v3 document", serde_json::to_vec(&doc).map_err(Into::into));
+    let hash = hex_upper(&Sha512::digest(&bytes));
+    Some((bytes, hash))
+}
+
+/// The v3 document of a group version served by custom resources
+/// (`apis/<group>/<version>`) and its hash, built from the CRDs served now;
+/// `None` when no custom resource serves it (see [`openapi_v3_group_version`]
+/// for the built-in ones).
+pub fn openapi_v3_custom_group_version(path: &str) -> Option<(Vec<u8>, String)> {
+    let path = path.trim_start_matches('/');
+    let path = path.strip_prefix("openapi/v3/").unwrap_or(path).trim_end_matches('/');
+    custom_v3(path)
+}
+
+/// The v2 document as `(JSON, protobuf)` bytes.
+pub type V2Bytes = (std::sync::Arc<Vec<u8>>, std::sync::Arc<Vec<u8>>);
+
+/// The v2 document with the custom resources served now, as `(JSON,
+/// protobuf)` bytes; `None` when none is served ([`openapi_v2_json`] and
+/// [`openapi_v2_protobuf`] apply).
+pub fn openapi_v2_with_custom_resources() -> Option<V2Bytes> {
+    custom::v2_documents()
 }
 
 /// The OpenAPI 3.0 document of one group version, by its index path

@@ -186,7 +186,19 @@ fn resource_paths(r: &'static ResourceInfo, prefix: &str, items: &mut Vec<PathIt
     let Some(kind) = kinds::lookup(r.group, r.kind) else { return };
     // Create-only rows (the review APIs) have no list kind and no list paths.
     let list_def = kinds::list_definition(kind);
-    let def = kind.definition.to_string();
+    resource_paths_with(r, prefix, kind.definition.to_string(), list_def, items);
+}
+
+/// The path items of row `r` under `prefix` (`/apis/<group>/<version>`),
+/// whose kind is the definition `def` and list kind `list_def`; also used
+/// for custom resources, whose definitions come from their CRD.
+pub(crate) fn resource_paths_with(
+    r: &'static ResourceInfo,
+    prefix: &str,
+    def: String,
+    list_def: Option<String>,
+    items: &mut Vec<PathItem>,
+) {
     let gv = (r.group, r.version);
     let gvk = (r.group, r.version, r.kind);
     let id_mid = format!("{}{}", camel_group(r.group), camel_version(r.version));
@@ -290,10 +302,13 @@ fn resource_paths(r: &'static ResourceInfo, prefix: &str, items: &mut Vec<PathIt
 
     // Subresources.
     for sub in r.subresources {
-        let Some(sub_kind) = kinds::lookup(r.group, sub.kind).or_else(|| kinds::lookup("", sub.kind)) else { continue };
-        let sub_def = sub_kind.definition.to_string();
+        let (sub_def, sub_gvk) = if r.custom.is_some() && sub.kind == r.kind {
+            (def.clone(), gvk)
+        } else {
+            let Some(sub_kind) = kinds::lookup(r.group, sub.kind).or_else(|| kinds::lookup("", sub.kind)) else { continue };
+            (sub_kind.definition.to_string(), (sub_kind.group, sub_kind.version, sub_kind.kind))
+        };
         let suffix = camel_version(sub.name);
-        let sub_gvk = (sub_kind.group, sub_kind.version, sub_kind.kind);
         let mut ops = Vec::new();
         for verb in sub.verbs {
             let mut o = match *verb {

@@ -40,6 +40,15 @@ pub(crate) fn build() -> Definitions {
         (m.add)(&mut generator);
     }
     let mut defs: Definitions = generator.take_definitions(false).into_iter().collect();
+    // Upstream publishes the apiextensions "either" types
+    // (`JSONSchemaPropsOrArray`, `...OrBool`, `...OrStringArray`, `JSON`) as
+    // a description only; Swagger 2.0 (and its protobuf form) has no `oneOf`.
+    for def in defs.values_mut() {
+        if let Some(m) = def.as_object_mut() {
+            m.remove("oneOf");
+            m.remove("anyOf");
+        }
+    }
 
     for k in KINDS.iter() {
         if let Some(def) = defs.get_mut(&k.definition) {

@@ -15,6 +15,7 @@
 //! `HumanDuration` ([`human_duration`]). Column descriptions come from the
 //! published OpenAPI schemas where upstream uses the API field docs.
 
+pub mod custom;
 mod format;
 mod pod;
 mod printers;
