@@ -533,6 +533,22 @@ impl Runtime {
         Ok(cri::ContainerStatusResponse { status: Some(c.status()), info })
     }
 
+    /// What a process exec'd into container `id` inherits (CRI `Exec`, `ExecSync`).
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown container; `FailedPrecondition` (`container is in
+    /// CONTAINER_EXITED state`, as containerd words it) when it is not running.
+    pub fn exec_target(&self, id: &str) -> Result<crate::exec::ExecTarget> {
+        let st = self.lock();
+        let c = st.containers.get(id).ok_or_else(|| not_found("container", id))?;
+        match (c.state, c.pid) {
+            (cri::ContainerState::ContainerRunning, Some(pid)) => {
+                Ok(crate::exec::ExecTarget { pid, envs: c.envs.clone(), working_dir: c.working_dir.clone() })
+            }
+            (state, _) => Err(RuntimeError::FailedPrecondition(format!("container is in {} state", state.as_str_name()))),
+        }
+    }
+
     /// Process ids of every running container (for shutdown and tests).
     pub fn running_pids(&self) -> Vec<i32> {
         self.lock().containers.values().filter_map(|c| c.pid).collect()

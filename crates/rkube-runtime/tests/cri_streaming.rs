@@ -1,0 +1,176 @@
+//! CRI `Exec` and `ExecSync` of `rkube runtime` over its real unix socket, and the streaming
+//! server its `Exec` URLs point at, driven by a real WebSocket client speaking
+//! `v5.channel.k8s.io` / `v4.channel.k8s.io` as kubectl and the Python client do.
+
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use rkube_runtime::cri;
+use rkube_runtime::cri::runtime_service_client::RuntimeServiceClient;
+use rkube_runtime::{endpoint, serve, RuntimeConfig, RuntimeHandle};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use tonic::transport::Channel;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    handle: RuntimeHandle,
+    rt: RuntimeServiceClient<Channel>,
+    container: String,
+}
+
+/// A runtime with one running container (`sleep 3600`, env `GREETING=hello`, workdir `/tmp`).
+async fn start() -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let handle = serve(&dir.path().join("cri.sock"), RuntimeConfig::new(dir.path().join("root"))).await.expect("serve");
+    let mut rt = RuntimeServiceClient::new(endpoint::connect(&handle.endpoint()).await.expect("connect"));
+    let config = cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata { name: "p".into(), uid: "u".into(), namespace: "default".into(), attempt: 0 }),
+        ..Default::default()
+    };
+    let sandbox = rt
+        .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() })
+        .await
+        .expect("RunPodSandbox")
+        .into_inner()
+        .pod_sandbox_id;
+    let config = cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata { name: "c".into(), attempt: 0 }),
+        command: vec!["sleep".into(), "3600".into()],
+        envs: vec![cri::KeyValue { key: "GREETING".into(), value: "hello".into() }],
+        working_dir: "/tmp".into(),
+        ..Default::default()
+    };
+    let req = cri::CreateContainerRequest { pod_sandbox_id: sandbox, config: Some(config), sandbox_config: None };
+    let container = rt.create_container(req).await.expect("CreateContainer").into_inner().container_id;
+    rt.start_container(cri::StartContainerRequest { container_id: container.clone() }).await.expect("StartContainer");
+    Fixture { _dir: dir, handle, rt, container }
+}
+
+/// What a client saw of one exec: stdout, stderr, the error channel and the protocol agreed.
+#[derive(Debug, Default)]
+struct Seen {
+    stdout: String,
+    stderr: String,
+    error: Option<serde_json::Value>,
+    protocol: Option<String>,
+}
+
+impl Fixture {
+    async fn exec_url(&mut self, cmd: &[&str], stdin: bool, tty: bool) -> String {
+        let req = cri::ExecRequest {
+            container_id: self.container.clone(),
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            tty,
+            stdin,
+            stdout: true,
+            stderr: !tty,
+        };
+        self.rt.exec(req).await.expect("Exec").into_inner().url
+    }
+}
+
+/// Connects to `url` offering `protocols`, sends `input` (channel-framed messages), then reads
+/// until the server closes.
+async fn session(url: &str, protocols: &str, input: Vec<Vec<u8>>) -> Seen {
+    let mut req = url.replace("http://", "ws://").into_client_request().expect("request");
+    req.headers_mut().insert("sec-websocket-protocol", protocols.parse().expect("header"));
+    let (ws, resp) = tokio_tungstenite::connect_async(req).await.expect("WebSocket handshake");
+    let mut seen = Seen {
+        protocol: resp.headers().get("sec-websocket-protocol").and_then(|v| v.to_str().ok()).map(str::to_string),
+        ..Default::default()
+    };
+    let (mut sink, mut source) = ws.split();
+    for msg in input {
+        sink.send(Message::Binary(msg.into())).await.expect("send");
+    }
+    let read = async {
+        while let Some(msg) = source.next().await {
+            let data = match msg {
+                Ok(Message::Binary(b)) => b.to_vec(),
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => continue,
+            };
+            let Some((&channel, rest)) = data.split_first() else { continue };
+            let text = String::from_utf8_lossy(rest).into_owned();
+            match channel {
+                1 => seen.stdout.push_str(&text),
+                2 => seen.stderr.push_str(&text),
+                3 if !rest.is_empty() => seen.error = Some(serde_json::from_slice(rest).expect("Status JSON")),
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, read).await.expect("the server ends the session");
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_streams_output_and_reports_the_exit_code_as_an_upstream_status() {
+    let mut f = start().await;
+    let url = f.exec_url(&["sh", "-c", "echo $GREETING from $(pwd); echo oops >&2; exit 3"], false, false).await;
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let seen = session(&url, "v5.channel.k8s.io,v4.channel.k8s.io", vec![]).await;
+    assert_eq!(seen.protocol.as_deref(), Some("v5.channel.k8s.io"));
+    assert_eq!((seen.stdout.as_str(), seen.stderr.as_str()), ("hello from /tmp\n", "oops\n"));
+    let status = seen.error.expect("status on the error channel");
+    assert_eq!(status["status"], "Failure");
+    assert_eq!(status["reason"], "NonZeroExitCode");
+    assert_eq!(status["details"]["causes"][0], serde_json::json!({"reason": "ExitCode", "message": "3"}));
+
+    // A URL is good once.
+    let again = tokio_tungstenite::connect_async(url.replace("http://", "ws://")).await;
+    assert!(again.is_err(), "a used token is refused");
+
+    let url = f.exec_url(&["true"], false, false).await;
+    let seen = session(&url, "v4.channel.k8s.io", vec![]).await;
+    assert_eq!(seen.protocol.as_deref(), Some("v4.channel.k8s.io"));
+    assert_eq!(seen.error, Some(serde_json::json!({"metadata": {}, "status": "Success"})));
+    f.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_stdin_ends_with_the_v5_close_message() {
+    let mut f = start().await;
+    let url = f.exec_url(&["sh", "-c", "tr a-z A-Z; echo done"], true, false).await;
+    let seen = session(&url, "v5.channel.k8s.io", vec![b"\x00abc\n".to_vec(), b"\x00def\n".to_vec(), vec![255, 0]]).await;
+    assert_eq!(seen.stdout, "ABC\nDEF\ndone\n");
+    assert_eq!(seen.error.expect("status")["status"], "Success");
+    f.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_with_a_tty_applies_resize_messages() {
+    let mut f = start().await;
+    let url = f.exec_url(&["sh", "-c", "read line; stty size; echo \"got $line\""], true, true).await;
+    let input = vec![b"\x04{\"Width\":123,\"Height\":45}".to_vec(), b"\x00hi\n".to_vec()];
+    let seen = session(&url, "v5.channel.k8s.io", input).await;
+    // The terminal echoes input and turns "\n" into "\r\n".
+    assert!(seen.stdout.contains("45 123\r\n"), "{:?}", seen.stdout);
+    assert!(seen.stdout.contains("got hi\r\n"), "{:?}", seen.stdout);
+    assert_eq!(seen.stderr, "", "a terminal has no separate stderr");
+    assert_eq!(seen.error.expect("status")["status"], "Success");
+    f.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_sync_runs_to_the_end_and_exec_needs_a_running_container() {
+    let mut f = start().await;
+    let req = cri::ExecSyncRequest {
+        container_id: f.container.clone(),
+        cmd: vec!["sh".into(), "-c".into(), "echo out; echo err >&2; exit 7".into()],
+        timeout: 10,
+    };
+    let out = f.rt.exec_sync(req).await.expect("ExecSync").into_inner();
+    assert_eq!((out.stdout.as_slice(), out.stderr.as_slice(), out.exit_code), (&b"out\n"[..], &b"err\n"[..], 7));
+
+    let bad = f.rt.exec(cri::ExecRequest { container_id: "nope".into(), cmd: vec!["true".into()], stdout: true, ..Default::default() }).await;
+    assert_eq!(bad.expect_err("unknown container").code(), tonic::Code::NotFound);
+    f.rt.stop_container(cri::StopContainerRequest { container_id: f.container.clone(), timeout: 0 }).await.expect("StopContainer");
+    let stopped = f.rt.exec(cri::ExecRequest { container_id: f.container.clone(), cmd: vec!["true".into()], stdout: true, ..Default::default() }).await;
+    let status = stopped.expect_err("stopped container");
+    assert_eq!((status.code(), status.message()), (tonic::Code::FailedPrecondition, "failed precondition: container is in CONTAINER_EXITED state"));
+    f.handle.shutdown().await;
+}
