@@ -190,6 +190,11 @@ impl CriClient {
         Ok(())
     }
 
+    /// `Exec`: the streaming URL for the command (one connection, within a minute).
+    pub async fn exec(&self, req: cri::ExecRequest) -> Result<String> {
+        Ok(self.runtime.clone().exec(req).await.map_err(status_err("Exec"))?.into_inner().url)
+    }
+
     /// `ContainerStatus`.
     pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus> {
         let req = cri::ContainerStatusRequest { container_id: id.into(), verbose: false };

@@ -6,13 +6,16 @@
 //!   parameters of `PodLogOptions` (`follow`, `previous`, `sinceSeconds`, `sinceTime`,
 //!   `timestamps`, `tailLines`, `limitBytes`), read from the CRI log file the runtime writes
 //!   ([`logs`]). `follow` streams lines as they are written until the container exits, the
-//!   client goes away or the agent stops.
+//!   client goes away or the agent stops;
+//! - `GET|POST /exec/<namespace>/<pod>/<container>` — an upgrade (WebSocket) proxied to the
+//!   runtime's streaming server for CRI `Exec` ([`stream`]).
 //!
 //! Errors are plain text, as kubelet's: 400 for a query that does not decode, 422 for invalid
 //! options, 404 for an unknown pod or container, 400 for a missing previous instance.
 
 pub mod auth;
 pub mod logs;
+pub mod stream;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -74,7 +77,7 @@ impl Default for KubeletServerConfig {
 }
 
 #[derive(Clone)]
-struct Ctx {
+pub(crate) struct Ctx {
     cri: CriClient,
     health: HealthCheck,
     authorizer: Arc<Authorizer>,
@@ -120,6 +123,7 @@ pub async fn serve(
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
+        .route("/exec/{namespace}/{pod}/{container}", get(stream::exec).post(stream::exec))
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), authn_authz))
         .with_state(ctx);
     let task = tokio::spawn(async move {
@@ -132,7 +136,7 @@ pub async fn serve(
     Ok((bound, task))
 }
 
-fn text(code: StatusCode, body: impl Into<String>) -> Response {
+pub(crate) fn text(code: StatusCode, body: impl Into<String>) -> Response {
     (code, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body.into()).into_response()
 }
 
@@ -257,7 +261,7 @@ impl LogQuery {
 }
 
 /// The instances of a pod's container known to the runtime, newest first.
-fn instances(all: Vec<cri::Container>, namespace: &str, pod: &str, container: &str) -> (bool, Vec<cri::Container>) {
+pub(crate) fn instances(all: Vec<cri::Container>, namespace: &str, pod: &str, container: &str) -> (bool, Vec<cri::Container>) {
     let of_pod: Vec<cri::Container> = all
         .into_iter()
         .filter(|c| {

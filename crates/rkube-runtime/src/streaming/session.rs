@@ -14,6 +14,8 @@ use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -47,7 +49,9 @@ pub async fn exec(
                 return;
             }
         }
-        let _ = sink.send(Message::Close(None)).await;
+        // Clients read a close without a status code (1005) as an error: close normally.
+        let normal = CloseFrame { code: CloseCode::Normal, reason: "".into() };
+        let _ = sink.send(Message::Close(Some(normal))).await;
         let _ = sink.close().await;
     });
     let spawned = target.and_then(|t| exec::spawn(&t, &cmd, streams).map_err(|e| e.to_string()));
