@@ -1,6 +1,6 @@
 //! The official Python client (`kubernetes` on PyPI) against rkube: paged
 //! LIST, WATCH from a list's resourceVersion, a NotFound error, and the
-//! review APIs (TokenReview, SubjectAccessReview), and pod logs on `rkube up --node`.
+//! review APIs (TokenReview, SubjectAccessReview), and pod logs and exec on `rkube up --node`.
 //!
 //! The interpreter is `$RKUBE_PYTHON` (`.ci/run` makes the virtualenv
 //! `target/python-venv` with `pip install kubernetes` and sets it), else that
@@ -194,4 +194,29 @@ fn python_client_reads_pod_logs_from_the_node() {
         json!({"status": 400, "reason": "BadRequest", "message": "container nope is not valid for pod printer"}),
         "{got}"
     );
+}
+
+/// `stream(connect_get_namespaced_pod_exec, ...)` on `rkube up --node` (the client's
+/// WebSocket exec): the whole output at once, then stdin, separate stdout and stderr, and
+/// the exit code the client reads from the error channel's `Status`.
+#[test]
+fn python_client_execs_in_a_pod_over_websocket() {
+    let py = python();
+    assert_client_installed(&py);
+    let cluster = Cluster::builder(Backend::Embedded).arg("--node").start();
+    let k = cluster.kubectl("1.33");
+    k.ok(&["run", "shell", "--image=busybox", "--restart=Never", "--", "sleep", "3600"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !k.json(&["get", "pod", "shell"])["status"]["containerStatuses"][0]["state"]["running"].is_object() {
+        assert!(std::time::Instant::now() < deadline, "shell never ran:\n{}", cluster.server_log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/pod_exec.py");
+    let mut cmd = Command::new(&py);
+    cmd.arg(script).arg(&cluster.kubeconfig).arg("shell").env("HOME", cluster.dir());
+    let got = process::run(cmd, None, Duration::from_secs(90)).success().json();
+    assert_eq!(got["output"], json!("hello\nworld\n"), "{got}");
+    assert_eq!(got["stdout"], json!("got ping\n"), "{got}");
+    assert_eq!(got["stderr"], json!("bad\n"), "{got}");
+    assert_eq!(got["returncode"], json!(4), "{got}");
 }
