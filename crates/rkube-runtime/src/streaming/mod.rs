@@ -111,6 +111,8 @@ impl StreamingServer {
         let mut chosen: Option<(Pending, Option<Protocol>)> = None;
         let slot = &mut chosen;
         let server = &self;
+        // The callback's signature is tungstenite's (`Callback`), error response included.
+        #[allow(clippy::result_large_err)]
         let callback = move |req: &WsRequest, mut resp: WsResponse| -> Result<WsResponse, ErrorResponse> {
             let offers = req.headers().get_all("sec-websocket-protocol").iter().filter_map(|v| v.to_str().ok());
             let protocol = match Protocol::negotiate(offers) {
