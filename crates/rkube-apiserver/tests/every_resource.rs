@@ -420,13 +420,15 @@ async fn not_yet_served_apis_say_so() {
     let s = TestServer::embedded().await;
     assert_eq!(s.post("/api/v1/namespaces/default/pods", &json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "p"}, "spec": {"containers": containers()}})).await.code, 201);
-    let attach = s.get("/api/v1/namespaces/default/pods/p/attach").await;
-    attach.assert_status(404, "NotFound");
-    assert_eq!(attach.message(), "the attach subresource of pods is not implemented in rkube yet");
-    // pods/exec is served: a pod no node runs yet has no kubelet to exec through.
+    let forward = s.get("/api/v1/namespaces/default/pods/p/portforward").await;
+    forward.assert_status(404, "NotFound");
+    assert_eq!(forward.message(), "the portforward subresource of pods is not implemented in rkube yet");
+    // pods/exec and pods/attach are served: a pod no node runs yet has no kubelet to go through.
     let exec = s.get("/api/v1/namespaces/default/pods/p/exec?command=true&stdout=true").await;
     exec.assert_status(400, "BadRequest");
     assert_eq!(exec.message(), "pod p does not have a host assigned");
+    let attach = s.get("/api/v1/namespaces/default/pods/p/attach?stdout=true").await;
+    attach.assert_status(400, "BadRequest");
     // pods/log is served: a pod no node runs yet has nothing to read.
     let log = s.get("/api/v1/namespaces/default/pods/p/log").await;
     log.assert_status(400, "BadRequest");

@@ -195,6 +195,11 @@ impl CriClient {
         Ok(self.runtime.clone().exec(req).await.map_err(status_err("Exec"))?.into_inner().url)
     }
 
+    /// `Attach`: the streaming URL for the container's streams (one connection, within a minute).
+    pub async fn attach(&self, req: cri::AttachRequest) -> Result<String> {
+        Ok(self.runtime.clone().attach(req).await.map_err(status_err("Attach"))?.into_inner().url)
+    }
+
     /// `ContainerStatus`.
     pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus> {
         let req = cri::ContainerStatusRequest { container_id: id.into(), verbose: false };

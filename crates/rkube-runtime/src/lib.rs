@@ -27,6 +27,7 @@
 //! with `ContainerStatusUnknown`, others are started again).
 #![deny(missing_docs)]
 
+pub mod attach;
 pub mod cli;
 pub mod clock;
 pub mod endpoint;

@@ -3,8 +3,8 @@
 //! This is the one place where [`RuntimeError`]s become gRPC statuses:
 //! not found → `NOT_FOUND`, bad request → `INVALID_ARGUMENT`, duplicate → `ALREADY_EXISTS`,
 //! wrong state → `FAILED_PRECONDITION`, process start failure → `UNKNOWN`. `Exec` answers a URL
-//! of the streaming server ([`crate::streaming`]); `ExecSync` runs the command to its end. RPCs
-//! rkube does not implement (attach, port-forward, stats, checkpoint, metrics, resource
+//! of the streaming server ([`crate::streaming`]), and so does `Attach`; `ExecSync` runs the
+//! command to its end. RPCs rkube does not implement (port-forward, stats, checkpoint, metrics, resource
 //! updates) answer `UNIMPLEMENTED`.
 
 use std::collections::HashMap;
@@ -179,8 +179,15 @@ impl RuntimeService for CriService {
         Ok(Response::new(cri::ExecResponse { url }))
     }
 
-    async fn attach(&self, _req: Request<cri::AttachRequest>) -> Res<cri::AttachResponse> {
-        unimplemented("Attach")
+    async fn attach(&self, req: Request<cri::AttachRequest>) -> Res<cri::AttachResponse> {
+        let req = req.into_inner();
+        if !(req.stdin || req.stdout || req.stderr) {
+            return Err(Status::invalid_argument("one of stdin, stdout, or stderr must be set"));
+        }
+        self.rt.attach_io(&req.container_id)?;
+        let streams = ExecStreams { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr && !req.tty, tty: req.tty };
+        let url = self.streaming.register(Pending::Attach { container_id: req.container_id, streams });
+        Ok(Response::new(cri::AttachResponse { url }))
     }
 
     async fn port_forward(&self, _req: Request<cri::PortForwardRequest>) -> Res<cri::PortForwardResponse> {

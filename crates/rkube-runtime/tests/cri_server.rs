@@ -397,7 +397,13 @@ async fn create_errors_map_to_grpc_codes() {
         .rt
         .exec_sync(cri::ExecSyncRequest { container_id: "x".into(), cmd: vec![], timeout: 1 })
         .await
-        .expect_err("exec is not implemented");
+        .expect_err("an empty command");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let err = f
+        .rt
+        .port_forward(cri::PortForwardRequest { pod_sandbox_id: sandbox.clone(), port: vec![80] })
+        .await
+        .expect_err("port-forward is not implemented");
     assert_eq!(err.code(), tonic::Code::Unimplemented);
     assert!(f.finish().await.is_empty());
 }

@@ -1,4 +1,4 @@
-//! CRI `Exec` and `ExecSync` of `rkube runtime` over its real unix socket, and the streaming
+//! CRI `Exec`, `ExecSync` and `Attach` of `rkube runtime` over its real unix socket, and the streaming
 //! server its `Exec` URLs point at, driven by a real WebSocket client speaking
 //! `v5.channel.k8s.io` / `v4.channel.k8s.io` as kubectl and the Python client do.
 
@@ -18,6 +18,7 @@ struct Fixture {
     _dir: tempfile::TempDir,
     handle: RuntimeHandle,
     rt: RuntimeServiceClient<Channel>,
+    sandbox: String,
     container: String,
 }
 
@@ -43,10 +44,10 @@ async fn start() -> Fixture {
         working_dir: "/tmp".into(),
         ..Default::default()
     };
-    let req = cri::CreateContainerRequest { pod_sandbox_id: sandbox, config: Some(config), sandbox_config: None };
+    let req = cri::CreateContainerRequest { pod_sandbox_id: sandbox.clone(), config: Some(config), sandbox_config: None };
     let container = rt.create_container(req).await.expect("CreateContainer").into_inner().container_id;
     rt.start_container(cri::StartContainerRequest { container_id: container.clone() }).await.expect("StartContainer");
-    Fixture { _dir: dir, handle, rt, container }
+    Fixture { _dir: dir, handle, rt, sandbox, container }
 }
 
 /// What a client saw of one exec: stdout, stderr, the error channel and the protocol agreed.
@@ -69,6 +70,23 @@ impl Fixture {
             stderr: !tty,
         };
         self.rt.exec(req).await.expect("Exec").into_inner().url
+    }
+}
+
+impl Fixture {
+    /// Starts another container running `script` under `sh -c`, with `stdin` / `stdin_once`.
+    async fn started(&mut self, name: &str, script: &str, stdin: bool, stdin_once: bool) -> String {
+        let config = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
+            command: vec!["sh".into(), "-c".into(), script.into()],
+            stdin,
+            stdin_once,
+            ..Default::default()
+        };
+        let req = cri::CreateContainerRequest { pod_sandbox_id: self.sandbox.clone(), config: Some(config), sandbox_config: None };
+        let id = self.rt.create_container(req).await.expect("CreateContainer").into_inner().container_id;
+        self.rt.start_container(cri::StartContainerRequest { container_id: id.clone() }).await.expect("StartContainer");
+        id
     }
 }
 
@@ -172,5 +190,26 @@ async fn exec_sync_runs_to_the_end_and_exec_needs_a_running_container() {
     let stopped = f.rt.exec(cri::ExecRequest { container_id: f.container.clone(), cmd: vec!["true".into()], stdout: true, ..Default::default() }).await;
     let status = stopped.expect_err("stopped container");
     assert_eq!((status.code(), status.message()), (tonic::Code::FailedPrecondition, "failed precondition: container is in CONTAINER_EXITED state"));
+    f.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_writes_the_containers_stdin_and_stdin_once_closes_it_on_detach() {
+    let mut f = start().await;
+    let id = f.started("reader", "while read l; do echo \"got $l\"; done; echo bye >&2", true, true).await;
+    let req = cri::AttachRequest { container_id: id.clone(), stdin: true, tty: false, stdout: true, stderr: true };
+    let url = f.rt.attach(req).await.expect("Attach").into_inner().url;
+    assert!(url.contains("/attach/"), "{url}");
+    // Closing stdin (v5) ends the container's read loop; the session ends with its exit.
+    let seen = session(&url, "v5.channel.k8s.io", vec![b"\x00hello\n".to_vec(), vec![255, 0]]).await;
+    assert_eq!((seen.stdout.as_str(), seen.stderr.as_str()), ("got hello\n", "bye\n"));
+    assert_eq!(seen.error.expect("status")["status"], "Success");
+
+    // A container without `stdin: true` can still be attached for its output.
+    let id = f.started("talker", "sleep 1; echo one; echo two", false, false).await;
+    let req = cri::AttachRequest { container_id: id, stdin: false, tty: false, stdout: true, stderr: true };
+    let url = f.rt.attach(req).await.expect("Attach").into_inner().url;
+    let seen = session(&url, "v4.channel.k8s.io", vec![]).await;
+    assert_eq!(seen.stdout, "one\ntwo\n");
     f.handle.shutdown().await;
 }

@@ -1,4 +1,4 @@
-//! End to end: `kubectl exec` and `kubectl cp` on `rkube up --node`. kubectl 1.33 speaks
+//! End to end: `kubectl exec`, `kubectl cp` and `kubectl attach` on `rkube up --node`. kubectl 1.33 speaks
 //! WebSocket (`v5.channel.k8s.io`) to the API server's `pods/exec`, which proxies the upgrade to
 //! the node agent's kubelet API, which proxies it to the runtime's streaming server, which runs
 //! the command in the container's context.
@@ -131,4 +131,39 @@ fn kubectl_1_27_exec_gets_a_clear_error_for_spdy() {
         "Error from server (BadRequest): SPDY/3.1 streaming is not implemented in rkube yet: upgrade to a WebSocket (v5.channel.k8s.io; kubectl 1.30 or later)",
     );
     assert!(started.elapsed() < Duration::from_secs(20), "answered at once, not after a timeout");
+}
+
+const READER: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: reader
+spec:
+  restartPolicy: Never
+  containers:
+  - name: reader
+    image: busybox
+    stdin: true
+    stdinOnce: true
+    command: ["/bin/sh", "-c", "while read l; do echo \"got $l\"; done; echo bye"]
+"#;
+
+#[test]
+fn kubectl_1_33_attach_feeds_stdin_and_stdin_once_ends_it() {
+    let (cluster, k, _fixtures) = cluster_with_box("1.33");
+    k.run_stdin(&["apply", "-f", "-"], READER).success();
+    let deadline = Instant::now() + LIMIT;
+    while !k.json(&["get", "pod", "reader"])["status"]["containerStatuses"][0]["state"]["running"].is_object() {
+        assert!(Instant::now() < deadline, "reader not running:\n{}", cluster.server_log());
+        thread::sleep(Duration::from_millis(200));
+    }
+    // kubectl's stdin ends after one line: with stdinOnce the container then reads end of
+    // file, says bye and exits, which ends the attach.
+    let attached = k.run_stdin(&["attach", "-i", "reader"], "hello\n").success();
+    assert_eq!(attached.stdout, "got hello\nbye\n");
+    let deadline = Instant::now() + LIMIT;
+    while k.json(&["get", "pod", "reader"])["status"]["phase"] != "Succeeded" {
+        assert!(Instant::now() < deadline, "reader did not complete:\n{}", cluster.server_log());
+        thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -38,6 +38,7 @@ const POD_SUBRESOURCES: &[SubresourceInfo] = &[
     SubresourceInfo { name: "eviction", kind: "Eviction", verbs: &["create"], api_version: "policy/v1" },
     SubresourceInfo { name: "log", kind: "Pod", verbs: &["get"], api_version: "" },
     SubresourceInfo { name: "exec", kind: "PodExecOptions", verbs: &["create", "get"], api_version: "" },
+    SubresourceInfo { name: "attach", kind: "PodAttachOptions", verbs: &["create", "get"], api_version: "" },
 ];
 
 /// Selectable fields of pods (upstream `PodToSelectableFields`).

@@ -11,7 +11,7 @@
 //!   deletion, namespace cascade, DELETE-collection.
 //! - WATCH lives in [`watch`].
 //! - [`pod_log`]: `pods/log`, proxied to the node's kubelet.
-//! - [`pod_stream`]: `pods/exec`, an upgrade proxied to the node's kubelet.
+//! - [`pod_stream`]: `pods/exec` and `pods/attach`, upgrades proxied to the node's kubelet.
 //! - [`review`]: POST to the create-only review APIs (TokenReview,
 //!   SubjectAccessReview, ...), answered without storage.
 
@@ -190,8 +190,12 @@ async fn dispatch_inner(
     let include_q = query.iter().rev().find(|(k, _)| k == "includeObject").map(|(_, v)| v.as_str());
     let include = media::include_object(include_q)?;
     let ctx = Ctx { st, ri, query, raw_query, headers, render: Render { output, include }, user };
-    if ctx.ri.info.group.is_empty() && ctx.ri.info.resource == "pods" && ctx.ri.subresource.as_deref() == Some("exec") {
-        return pod_stream::exec(&ctx, &method, upgrade).await;
+    if ctx.ri.info.group.is_empty() && ctx.ri.info.resource == "pods" {
+        match ctx.ri.subresource.as_deref() {
+            Some("exec") => return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::Exec).await,
+            Some("attach") => return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::Attach).await,
+            _ => {}
+        }
     }
     match ctx.ri.verb {
         Verb::Get if ctx.ri.subresource.as_deref() == Some("scale") => scale::get(&ctx).await,

@@ -1,13 +1,14 @@
-//! `GET|POST /api/v1/namespaces/<ns>/pods/<name>/exec`: the `pods/exec` subresource (upstream
-//! `ExecREST` in `pkg/registry/core/pod/rest/subresources.go` and `ExecLocation` in
+//! `GET|POST /api/v1/namespaces/<ns>/pods/<name>/exec` and `.../attach`: the `pods/exec` and
+//! `pods/attach` subresources (upstream `ExecREST`, `AttachREST` in
+//! `pkg/registry/core/pod/rest/subresources.go` and `ExecLocation`, `AttachLocation` in
 //! `pkg/registry/core/pod/strategy.go`), proxied to the kubelet of the pod's node.
 //!
 //! The container is chosen as for `pods/log` (400s of upstream's `ValidateContainer`), the pod
 //! must be on a node (400 `pod <name> does not have a host assigned`); the client's upgrade
 //! request (WebSocket, with its `Upgrade`, `Connection`, `Sec-WebSocket-*` and
-//! `X-Stream-Protocol-Version` headers) goes to `/exec/<ns>/<pod>/<container>` on the kubelet
-//! with the `PodExecOptions` as kubelet parameters (`command`..., `input`, `output`, `error`,
-//! `tty`), authenticated with the API server's kubelet client certificate. Once the kubelet
+//! `X-Stream-Protocol-Version` headers) goes to `/exec/<ns>/<pod>/<container>` (or `/attach/...`)
+//! on the kubelet with the `PodExecOptions` (`PodAttachOptions`) as kubelet parameters
+//! (`command`..., `input`, `output`, `error`, `tty`), authenticated with the API server's kubelet client certificate. Once the kubelet
 //! switches protocols, the client gets the same 101 and the two connections are spliced
 //! (upstream's `UpgradeAwareHandler`); the channel protocol passes through untouched.
 //!
@@ -63,13 +64,29 @@ pub fn kubelet_exec_query(query: &[(String, String)]) -> String {
     out.finish()
 }
 
-/// Serves `pods/exec` (see the module docs); `upgrade` is the client connection's pending
-/// upgrade.
+/// The kubelet query of an attach: `PodAttachOptions` (`stdin`, `stdout`, `stderr`, `tty`) in
+/// kubelet's names.
+pub fn kubelet_attach_query(query: &[(String, String)]) -> String {
+    let no_command: Vec<(String, String)> = query.iter().filter(|(k, _)| k != "command").cloned().collect();
+    kubelet_exec_query(&no_command)
+}
+
+/// A streaming subresource of pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    /// `pods/exec` → kubelet `/exec`.
+    Exec,
+    /// `pods/attach` → kubelet `/attach`.
+    Attach,
+}
+
+/// Serves `pods/exec` or `pods/attach` (see the module docs); `upgrade` is the client
+/// connection's pending upgrade.
 ///
 /// # Errors
 /// 404 for a missing pod; the 400s above; a kubelet error's code; 500 when the kubelet cannot be
 /// reached.
-pub async fn exec(ctx: &Ctx, method: &Method, upgrade: Option<OnUpgrade>) -> ApiResult<Response> {
+pub async fn connect(ctx: &Ctx, method: &Method, upgrade: Option<OnUpgrade>, stream: Stream) -> ApiResult<Response> {
     let name = ctx.name();
     let (pod, _) = ctx.load(&ctx.key(name), name).await?.ok_or_else(|| ApiError::not_found(ctx.ri.info, name))?;
     let container = choose_container(&pod, ctx.q("container"))?;
@@ -90,7 +107,11 @@ pub async fn exec(ctx: &Ctx, method: &Method, upgrade: Option<OnUpgrade>) -> Api
     let node = decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, nodes, node_name))?;
     let host_port = kubelet_host_port(&node)
         .ok_or_else(|| ApiError::internal(format!("node {node_name:?} publishes no address for its kubelet")))?;
-    let url = format!("https://{host_port}/exec/{}/{name}/{container}?{}", ctx.namespace(), kubelet_exec_query(&ctx.query));
+    let (path, query) = match stream {
+        Stream::Exec => ("exec", kubelet_exec_query(&ctx.query)),
+        Stream::Attach => ("attach", kubelet_attach_query(&ctx.query)),
+    };
+    let url = format!("https://{host_port}/{path}/{}/{name}/{container}?{query}", ctx.namespace());
     let client = match &ctx.st.config.kubelet_client {
         Some(c) => c.clone(),
         None => KubeletClient::from_args(&Default::default()).map_err(ApiError::internal)?,
@@ -119,12 +140,12 @@ pub async fn exec(ctx: &Ctx, method: &Method, upgrade: Option<OnUpgrade>) -> Api
         let (client, mut kubelet) = match tokio::join!(upgrade, kubelet) {
             (Ok(c), Ok(k)) => (c, k),
             (c, k) => {
-                tracing::debug!(client = ?c.err(), kubelet = ?k.err(), "pods/exec upgrade failed");
+                tracing::debug!(client = ?c.err(), kubelet = ?k.err(), "pods/{path} upgrade failed");
                 return;
             }
         };
         if let Err(err) = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut kubelet).await {
-            tracing::debug!(%err, "pods/exec stream ended");
+            tracing::debug!(%err, "pods/{path} stream ended");
         }
     });
     response.body(Body::empty()).map_err(ApiError::internal)
@@ -140,6 +161,7 @@ mod tests {
         let query = q(&[("command", "sh"), ("command", "-c"), ("command", "echo a&b"), ("stdout", "true"), ("stderr", "1"), ("stdin", "false")]);
         assert_eq!(kubelet_exec_query(&query), "command=sh&command=-c&command=echo+a%26b&output=1&error=1");
         assert_eq!(kubelet_exec_query(&q(&[("command", "ls"), ("stdin", "true"), ("tty", "true")])), "command=ls&input=1&tty=1");
+        assert_eq!(kubelet_attach_query(&q(&[("command", "ls"), ("stdin", "true"), ("stdout", "true")])), "input=1&output=1");
     }
 
     #[test]

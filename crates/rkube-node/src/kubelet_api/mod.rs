@@ -7,8 +7,8 @@
 //!   `timestamps`, `tailLines`, `limitBytes`), read from the CRI log file the runtime writes
 //!   ([`logs`]). `follow` streams lines as they are written until the container exits, the
 //!   client goes away or the agent stops;
-//! - `GET|POST /exec/<namespace>/<pod>/<container>` — an upgrade (WebSocket) proxied to the
-//!   runtime's streaming server for CRI `Exec` ([`stream`]).
+//! - `GET|POST /exec/<namespace>/<pod>/<container>` and `/attach/...` — an upgrade (WebSocket)
+//!   proxied to the runtime's streaming server for CRI `Exec` / `Attach` ([`stream`]).
 //!
 //! Errors are plain text, as kubelet's: 400 for a query that does not decode, 422 for invalid
 //! options, 404 for an unknown pod or container, 400 for a missing previous instance.
@@ -124,6 +124,7 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
         .route("/exec/{namespace}/{pod}/{container}", get(stream::exec).post(stream::exec))
+        .route("/attach/{namespace}/{pod}/{container}", get(stream::attach).post(stream::attach))
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), authn_authz))
         .with_state(ctx);
     let task = tokio::spawn(async move {

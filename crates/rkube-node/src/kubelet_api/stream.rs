@@ -1,10 +1,11 @@
-//! `/exec/<namespace>/<pod>/<container>` of the kubelet API (upstream kubelet's `getExec`):
-//! asks the runtime for a streaming URL (CRI `Exec`) and proxies the client's upgrade request
+//! `/exec/<namespace>/<pod>/<container>` and `/attach/...` of the kubelet API (upstream
+//! kubelet's `getExec`, `getAttach`): asks the runtime for a streaming URL (CRI `Exec`,
+//! `Attach`) and proxies the client's upgrade request
 //! to it, then copies bytes both ways until either side closes (upstream kubelet's proxying
 //! mode of `pkg/kubelet/cri/streaming`). The channel protocol is spoken by the runtime's
 //! streaming server; this proxy does not look into the stream.
 //!
-//! Query parameters, as the API server sends them: `command` (repeated, in order), `input`,
+//! Query parameters, as the API server sends them: `command` (repeated, in order; exec only), `input`,
 //! `output`, `error`, `tty` (`1` or `true` turns a stream on). Errors are plain text: 400 for
 //! no command or no stream, 404 for an unknown pod or container, 500 when the runtime refuses,
 //! and the runtime streaming server's own answer when it does not switch protocols.
@@ -46,11 +47,23 @@ pub struct ExecQuery {
 }
 
 impl ExecQuery {
-    /// Decodes the query string.
+    /// Decodes the query string of `/exec`.
     ///
     /// # Errors
     /// The message of a 400: no command, or no stream asked for.
     pub fn parse(query: &str) -> Result<Self, String> {
+        let q = Self::parse_streams(query)?;
+        if q.command.is_empty() {
+            return Err("you must specify at least 1 command".into());
+        }
+        Ok(q)
+    }
+
+    /// Decodes the query string of `/attach` (no command).
+    ///
+    /// # Errors
+    /// The message of a 400: no stream asked for.
+    pub fn parse_streams(query: &str) -> Result<Self, String> {
         let mut q = ExecQuery::default();
         for (k, v) in form_urlencoded::parse(query.as_bytes()) {
             let on = matches!(v.as_ref(), "1" | "true" | "True" | "TRUE" | "t" | "T");
@@ -62,9 +75,6 @@ impl ExecQuery {
                 "tty" => q.tty = on,
                 _ => {}
             }
-        }
-        if q.command.is_empty() {
-            return Err("you must specify at least 1 command".into());
         }
         if !(q.stdin || q.stdout || q.stderr) {
             return Err("you must specify at least 1 of stdin, stdout, stderr".into());
@@ -84,30 +94,60 @@ pub(crate) async fn exec(
         Ok(q) => q,
         Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
     };
-    let all = match ctx.cri.list_containers().await {
-        Ok(all) => all,
-        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("listing containers: {err}")),
-    };
-    let (pod_known, found) = instances(all, &namespace, &pod, &container);
-    if !pod_known {
-        return text(StatusCode::NOT_FOUND, "pod does not exist");
-    }
-    let Some(running) = found.iter().find(|c| c.state == cri::ContainerState::ContainerRunning as i32) else {
-        return text(StatusCode::NOT_FOUND, format!("container not found ({container:?})"));
+    let id = match running_container(&ctx, &namespace, &pod, &container).await {
+        Ok(id) => id,
+        Err(resp) => return *resp,
     };
     let exec = cri::ExecRequest {
-        container_id: running.id.clone(),
+        container_id: id,
         cmd: query.command,
         tty: query.tty,
         stdin: query.stdin,
         stdout: query.stdout,
         stderr: query.stderr,
     };
-    let url = match ctx.cri.exec(exec).await {
-        Ok(url) => url,
-        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("error executing command in container: {err}")),
+    match ctx.cri.exec(exec).await {
+        Ok(url) => proxy_upgrade(req, &url).await,
+        Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("error executing command in container: {err}")),
+    }
+}
+
+/// Serves `/attach/<namespace>/<pod>/<container>` (CRI `Attach`; the module docs, without a
+/// command).
+pub(crate) async fn attach(
+    State(ctx): State<Ctx>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    let query = match ExecQuery::parse_streams(req.uri().query().unwrap_or("")) {
+        Ok(q) => q,
+        Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
     };
-    proxy_upgrade(req, &url).await
+    let id = match running_container(&ctx, &namespace, &pod, &container).await {
+        Ok(id) => id,
+        Err(resp) => return *resp,
+    };
+    let attach = cri::AttachRequest { container_id: id, stdin: query.stdin, tty: query.tty, stdout: query.stdout, stderr: query.stderr };
+    match ctx.cri.attach(attach).await {
+        Ok(url) => proxy_upgrade(req, &url).await,
+        Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("error attaching to container: {err}")),
+    }
+}
+
+/// The id of the running instance of the pod's container, or the 404 / 500 to answer.
+async fn running_container(ctx: &Ctx, namespace: &str, pod: &str, container: &str) -> Result<String, Box<Response>> {
+    let all = match ctx.cri.list_containers().await {
+        Ok(all) => all,
+        Err(err) => return Err(Box::new(text(StatusCode::INTERNAL_SERVER_ERROR, format!("listing containers: {err}")))),
+    };
+    let (pod_known, found) = instances(all, namespace, pod, container);
+    if !pod_known {
+        return Err(Box::new(text(StatusCode::NOT_FOUND, "pod does not exist")));
+    }
+    match found.iter().find(|c| c.state == cri::ContainerState::ContainerRunning as i32) {
+        Some(c) => Ok(c.id.clone()),
+        None => Err(Box::new(text(StatusCode::NOT_FOUND, format!("container not found ({container:?})")))),
+    }
 }
 
 /// Sends `req`'s upgrade to `target` (an `http://` URL) and, once it switches protocols,
@@ -198,5 +238,7 @@ mod tests {
         assert!(q.tty && q.stdin && !q.stderr, "a terminal has no separate stderr");
         assert_eq!(ExecQuery::parse("output=1"), Err("you must specify at least 1 command".into()));
         assert_eq!(ExecQuery::parse("command=ls"), Err("you must specify at least 1 of stdin, stdout, stderr".into()));
+        let attach = ExecQuery::parse_streams("input=1&output=1").expect("attach takes no command");
+        assert!(attach.command.is_empty() && attach.stdin && attach.stdout);
     }
 }

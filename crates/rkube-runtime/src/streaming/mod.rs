@@ -1,9 +1,9 @@
 //! The runtime's streaming server (upstream `pkg/kubelet/cri/streaming`, as CRI runtimes serve
-//! it): CRI `Exec` (and `Attach`) answer a one-time URL on this server; a client (the kubelet,
-//! proxying `kubectl exec`) opens a WebSocket there and speaks the channel protocol of
+//! it): CRI `Exec` and `Attach` answer a one-time URL on this server; a client (the kubelet,
+//! proxying `kubectl exec`/`attach`) opens a WebSocket there and speaks the channel protocol of
 //! [`channel`] with the process ([`session`]).
 //!
-//! URLs are `http://<addr>/exec/<token>`; a token is good for one connection within
+//! URLs are `http://<addr>/exec/<token>` and `http://<addr>/attach/<token>`; a token is good for one connection within
 //! [`TOKEN_TTL`] of the CRI call (upstream's request cache: one minute). The server listens on
 //! loopback only (containerd's default `stream_server_address`), on a port the OS picks.
 //! Unknown or expired tokens get 404; a request that is no WebSocket handshake gets 400.
@@ -40,6 +40,23 @@ pub enum Pending {
         /// The streams asked for.
         streams: ExecStreams,
     },
+    /// `Attach`: the container's own streams.
+    Attach {
+        /// The container.
+        container_id: String,
+        /// The streams asked for.
+        streams: ExecStreams,
+    },
+}
+
+impl Pending {
+    /// The first path segment of its URL.
+    fn kind(&self) -> &'static str {
+        match self {
+            Pending::Exec { .. } => "exec",
+            Pending::Attach { .. } => "attach",
+        }
+    }
 }
 
 /// The streaming server: its address and the pending requests.
@@ -88,9 +105,7 @@ impl StreamingServer {
     /// Records `request` and returns its one-time URL (`http://<addr>/<kind>/<token>`).
     pub fn register(&self, request: Pending) -> String {
         let token = uuid::Uuid::new_v4().simple().to_string();
-        let kind = match request {
-            Pending::Exec { .. } => "exec",
-        };
+        let kind = request.kind();
         let mut pending = self.lock();
         let now = Instant::now();
         pending.retain(|_, (at, _)| now.duration_since(*at) < TOKEN_TTL);
@@ -103,8 +118,7 @@ impl StreamingServer {
         let (kind, token) = path.trim_start_matches('/').split_once('/')?;
         let mut pending = self.lock();
         let (at, request) = pending.remove(token)?;
-        let kind_matches = matches!((&request, kind), (Pending::Exec { .. }, "exec"));
-        (kind_matches && at.elapsed() < TOKEN_TTL).then_some(request)
+        (request.kind() == kind && at.elapsed() < TOKEN_TTL).then_some(request)
     }
 
     async fn serve_conn(self: Arc<Self>, tcp: TcpStream, runtime: Arc<Runtime>) {
@@ -140,6 +154,10 @@ impl StreamingServer {
             Pending::Exec { container_id, cmd, streams } => {
                 let target = runtime.exec_target(&container_id).map_err(|e| e.to_string());
                 session::exec(ws, protocol, target, cmd, streams).await;
+            }
+            Pending::Attach { container_id, streams } => {
+                let io = runtime.attach_io(&container_id).map_err(|e| e.to_string());
+                session::attach(ws, protocol, io, streams).await;
             }
         }
     }

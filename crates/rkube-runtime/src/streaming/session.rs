@@ -1,4 +1,5 @@
-//! One exec over one WebSocket (upstream kubelet's `ServeExec` over `wsstream`).
+//! One exec or attach over one WebSocket (upstream kubelet's `ServeExec` and `ServeAttach` over
+//! `wsstream`); the order below is exec's, attach is described at [`attach`].
 //!
 //! Order of events: the process is started; an empty message on the lowest channel the server
 //! writes (stdout, else stderr, else error) tells the client the stream is up; output is sent
@@ -41,19 +42,8 @@ pub async fn exec(
     cmd: Vec<String>,
     streams: ExecStreams,
 ) {
-    let (mut sink, mut source) = ws.split();
-    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(32);
-    let writer = tokio::spawn(async move {
-        while let Some(msg) = out_rx.recv().await {
-            if sink.send(Message::Binary(msg.into())).await.is_err() {
-                return;
-            }
-        }
-        // Clients read a close without a status code (1005) as an error: close normally.
-        let normal = CloseFrame { code: CloseCode::Normal, reason: "".into() };
-        let _ = sink.send(Message::Close(Some(normal))).await;
-        let _ = sink.close().await;
-    });
+    let (sink, mut source) = ws.split();
+    let (out_tx, writer) = spawn_writer(sink);
     let spawned = target.and_then(|t| exec::spawn(&t, &cmd, streams).map_err(|e| e.to_string()));
     let exec::Spawned { mut child, pty } = match spawned {
         Ok(s) => s,
@@ -66,14 +56,7 @@ pub async fn exec(
             return;
         }
     };
-    let ready = if streams.stdout || streams.tty {
-        channel::STDOUT
-    } else if streams.stderr {
-        channel::STDERR
-    } else {
-        channel::ERROR
-    };
-    let _ = out_tx.send(vec![ready]).await;
+    let _ = out_tx.send(ready_frame(streams)).await;
 
     let pty = pty.map(std::sync::Arc::new);
     let mut pumps = Vec::new();
@@ -149,6 +132,131 @@ pub async fn exec(
     reader.abort();
     let outcome = if code == 0 { Outcome::Success } else { Outcome::Exited { command: cmd, code } };
     if let Some(payload) = channel::error_payload(protocol, &outcome) {
+        let _ = out_tx.send(channel::frame(channel::ERROR, &payload)).await;
+    }
+    drop(out_tx);
+    let _ = writer.await;
+}
+
+type Sink = futures::stream::SplitSink<WebSocketStream<TcpStream>, Message>;
+
+/// A task sending each queued message as one binary WebSocket message; when every sender is
+/// gone it closes the WebSocket normally (clients read a close without a status code, 1005,
+/// as an error).
+fn spawn_writer(mut sink: Sink) -> (mpsc::Sender<Vec<u8>>, tokio::task::JoinHandle<()>) {
+    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(32);
+    let writer = tokio::spawn(async move {
+        while let Some(msg) = out_rx.recv().await {
+            if sink.send(Message::Binary(msg.into())).await.is_err() {
+                return;
+            }
+        }
+        let normal = CloseFrame { code: CloseCode::Normal, reason: "".into() };
+        let _ = sink.send(Message::Close(Some(normal))).await;
+        let _ = sink.close().await;
+    });
+    (out_tx, writer)
+}
+
+/// The first message: empty, on the lowest channel the server writes (upstream's readiness
+/// signal).
+fn ready_frame(streams: ExecStreams) -> Vec<u8> {
+    let channel = if streams.stdout || streams.tty {
+        channel::STDOUT
+    } else if streams.stderr {
+        channel::STDERR
+    } else {
+        channel::ERROR
+    };
+    vec![channel]
+}
+
+/// Attaches a client to a running container's streams over `ws` (upstream kubelet's
+/// `ServeAttach`): output written from now on goes to the client on the channels it asked for;
+/// its stdin messages go to the container's stdin; the session ends when the container exits
+/// (after its last output) or the client goes away, with a `Success` status. A client that
+/// wrote stdin and detaches closes the container's stdin when the spec says `stdinOnce`.
+pub async fn attach(
+    ws: WebSocketStream<TcpStream>,
+    protocol: Option<Protocol>,
+    io: Result<(std::sync::Arc<crate::attach::AttachIo>, tokio::sync::watch::Receiver<bool>), String>,
+    streams: ExecStreams,
+) {
+    let (sink, mut source) = ws.split();
+    let (out_tx, writer) = spawn_writer(sink);
+    let (hub, mut exited) = match io {
+        Ok(pair) => pair,
+        Err(err) => {
+            if let Some(payload) = channel::error_payload(protocol, &Outcome::Failed(err)) {
+                let _ = out_tx.send(channel::frame(channel::ERROR, &payload)).await;
+            }
+            drop(out_tx);
+            let _ = writer.await;
+            return;
+        }
+    };
+    let mut output = hub.subscribe();
+    let _ = out_tx.send(ready_frame(streams)).await;
+    let wants = move |ch: u8| (ch == channel::STDOUT && streams.stdout) || (ch == channel::STDERR && (streams.stderr || streams.tty));
+    let writes_stdin = streams.stdin && hub.has_stdin();
+    let input_hub = std::sync::Arc::clone(&hub);
+    let mut reader = tokio::spawn(async move {
+        let mut open = writes_stdin;
+        while let Some(msg) = source.next().await {
+            let data = match msg {
+                Ok(Message::Binary(b)) => b.to_vec(),
+                Ok(Message::Text(t)) => t.as_bytes().to_vec(),
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => continue,
+            };
+            match channel::decode(protocol, &data) {
+                Incoming::Stdin(bytes) if open => {
+                    if input_hub.write_stdin(&bytes).await.is_err() {
+                        open = false;
+                    }
+                }
+                Incoming::Close(channel::STDIN) => {
+                    open = false;
+                    if input_hub.stdin_once() {
+                        input_hub.close_stdin().await;
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    let mut exit_seen = *exited.borrow();
+    loop {
+        tokio::select! {
+            chunk = output.recv() => match chunk {
+                Ok((ch, data)) => {
+                    if wants(ch) && out_tx.send(channel::frame(ch, &data)).await.is_err() {
+                        break;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            },
+            changed = exited.changed(), if !exit_seen => {
+                exit_seen = changed.is_err() || *exited.borrow();
+            }
+            _ = &mut reader => break,
+        }
+        if exit_seen {
+            // The container's output was broadcast before its exit was recorded.
+            while let Ok((ch, data)) = output.try_recv() {
+                if wants(ch) {
+                    let _ = out_tx.send(channel::frame(ch, &data)).await;
+                }
+            }
+            break;
+        }
+    }
+    reader.abort();
+    if writes_stdin && hub.stdin_once() {
+        hub.close_stdin().await;
+    }
+    if let Some(payload) = channel::error_payload(protocol, &Outcome::Success) {
         let _ = out_tx.send(channel::frame(channel::ERROR, &payload)).await;
     }
     drop(out_tx);
