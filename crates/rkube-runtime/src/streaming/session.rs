@@ -210,11 +210,7 @@ pub async fn attach(
                 Ok(_) => continue,
             };
             match channel::decode(protocol, &data) {
-                Incoming::Stdin(bytes) if open => {
-                    if input_hub.write_stdin(&bytes).await.is_err() {
-                        open = false;
-                    }
-                }
+                Incoming::Stdin(bytes) if open && input_hub.write_stdin(&bytes).await.is_err() => open = false,
                 Incoming::Close(channel::STDIN) => {
                     open = false;
                     if input_hub.stdin_once() {
