@@ -3,8 +3,8 @@
 //! This is the one place where [`RuntimeError`]s become gRPC statuses:
 //! not found → `NOT_FOUND`, bad request → `INVALID_ARGUMENT`, duplicate → `ALREADY_EXISTS`,
 //! wrong state → `FAILED_PRECONDITION`, process start failure → `UNKNOWN`. `Exec` answers a URL
-//! of the streaming server ([`crate::streaming`]), and so does `Attach`; `ExecSync` runs the
-//! command to its end. RPCs rkube does not implement (port-forward, stats, checkpoint, metrics, resource
+//! of the streaming server ([`crate::streaming`]), and so does `Attach` and `PortForward`; `ExecSync` runs
+//! the command to its end. RPCs rkube does not implement (stats, checkpoint, metrics, resource
 //! updates) answer `UNIMPLEMENTED`.
 
 use std::collections::HashMap;
@@ -190,8 +190,21 @@ impl RuntimeService for CriService {
         Ok(Response::new(cri::AttachResponse { url }))
     }
 
-    async fn port_forward(&self, _req: Request<cri::PortForwardRequest>) -> Res<cri::PortForwardResponse> {
-        unimplemented("PortForward")
+    async fn port_forward(&self, req: Request<cri::PortForwardRequest>) -> Res<cri::PortForwardResponse> {
+        let req = req.into_inner();
+        self.rt.pod_sandbox_status(&req.pod_sandbox_id)?;
+        let mut ports = Vec::with_capacity(req.port.len());
+        for p in req.port {
+            match u16::try_from(p) {
+                Ok(port) if port > 0 => ports.push(port),
+                _ => return Err(Status::invalid_argument(format!("invalid port {p}"))),
+            }
+        }
+        if ports.is_empty() {
+            return Err(Status::invalid_argument("at least one port is required"));
+        }
+        let url = self.streaming.register(Pending::PortForward { ports });
+        Ok(Response::new(cri::PortForwardResponse { url }))
     }
 
     async fn container_stats(&self, _req: Request<cri::ContainerStatsRequest>) -> Res<cri::ContainerStatsResponse> {

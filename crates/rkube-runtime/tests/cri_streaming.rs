@@ -213,3 +213,51 @@ async fn attach_writes_the_containers_stdin_and_stdin_once_closes_it_on_detach()
     assert_eq!(seen.stdout, "one\ntwo\n");
     f.handle.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn port_forward_announces_each_port_and_copies_a_tcp_connection() {
+    let mut f = start().await;
+    // A one-shot server on loopback that answers what it read, upper-cased.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let server = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut conn, _) = listener.accept().await.expect("accept");
+        let mut buf = [0u8; 5];
+        conn.read_exact(&mut buf).await.expect("read");
+        conn.write_all(&buf.to_ascii_uppercase()).await.expect("write");
+    });
+    let req = cri::PortForwardRequest { pod_sandbox_id: f.sandbox.clone(), port: vec![i32::from(port)] };
+    let url = f.rt.port_forward(req).await.expect("PortForward").into_inner().url;
+    let mut req = url.replace("http://", "ws://").into_client_request().expect("request");
+    req.headers_mut().insert("sec-websocket-protocol", "v4.channel.k8s.io".parse().expect("header"));
+    let (ws, _) = tokio_tungstenite::connect_async(req).await.expect("handshake");
+    let (mut sink, mut source) = ws.split();
+    sink.send(Message::Binary(b"\x00hello".to_vec().into())).await.expect("send");
+    let mut frames = Vec::new();
+    let read = async {
+        while let Some(Ok(Message::Binary(b))) = source.next().await {
+            frames.push(b.to_vec());
+        }
+    };
+    tokio::time::timeout(LIMIT, read).await.expect("closed when the connection ends");
+    let [lo, hi] = port.to_le_bytes();
+    assert_eq!(frames[0], vec![0, lo, hi], "data channel announces the port");
+    assert_eq!(frames[1], vec![1, lo, hi], "error channel announces the port");
+    let data: Vec<u8> = frames[2..].iter().filter(|f| f[0] == 0).flat_map(|f| f[1..].to_vec()).collect();
+    assert_eq!(data, b"HELLO");
+    server.await.expect("server");
+
+    // Nothing listens on the port any more: the error channel says so.
+    let req = cri::PortForwardRequest { pod_sandbox_id: f.sandbox.clone(), port: vec![i32::from(port)] };
+    let url = f.rt.port_forward(req).await.expect("PortForward").into_inner().url;
+    let (mut ws, _) = tokio_tungstenite::connect_async(url.replace("http://", "ws://")).await.expect("handshake");
+    let mut errors = String::new();
+    while let Some(Ok(Message::Binary(b))) = ws.next().await {
+        if b[0] == 1 && b.len() > 3 {
+            errors.push_str(&String::from_utf8_lossy(&b[1..]));
+        }
+    }
+    assert!(errors.contains(&format!("failed to connect to localhost:{port}")), "{errors}");
+    f.handle.shutdown().await;
+}

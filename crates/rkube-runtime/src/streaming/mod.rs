@@ -1,14 +1,16 @@
 //! The runtime's streaming server (upstream `pkg/kubelet/cri/streaming`, as CRI runtimes serve
-//! it): CRI `Exec` and `Attach` answer a one-time URL on this server; a client (the kubelet,
-//! proxying `kubectl exec`/`attach`) opens a WebSocket there and speaks the channel protocol of
-//! [`channel`] with the process ([`session`]).
+//! it): CRI `Exec`, `Attach` and `PortForward` answer a one-time URL on this server; a client
+//! (the kubelet, proxying `kubectl exec`/`attach` or a port-forward) opens a WebSocket there and
+//! speaks the channel protocol of [`channel`] with the process ([`session`]), or the port-forward
+//! protocol of [`portforward`].
 //!
-//! URLs are `http://<addr>/exec/<token>` and `http://<addr>/attach/<token>`; a token is good for one connection within
+//! URLs are `http://<addr>/<exec|attach|portforward>/<token>`; a token is good for one connection within
 //! [`TOKEN_TTL`] of the CRI call (upstream's request cache: one minute). The server listens on
 //! loopback only (containerd's default `stream_server_address`), on a port the OS picks.
 //! Unknown or expired tokens get 404; a request that is no WebSocket handshake gets 400.
 
 pub mod channel;
+pub mod portforward;
 pub mod session;
 
 use std::collections::HashMap;
@@ -47,6 +49,11 @@ pub enum Pending {
         /// The streams asked for.
         streams: ExecStreams,
     },
+    /// `PortForward`: TCP ports of the pod (the host's loopback).
+    PortForward {
+        /// The ports, in the order their channels are numbered.
+        ports: Vec<u16>,
+    },
 }
 
 impl Pending {
@@ -55,6 +62,7 @@ impl Pending {
         match self {
             Pending::Exec { .. } => "exec",
             Pending::Attach { .. } => "attach",
+            Pending::PortForward { .. } => "portforward",
         }
     }
 }
@@ -159,6 +167,7 @@ impl StreamingServer {
                 let io = runtime.attach_io(&container_id).map_err(|e| e.to_string());
                 session::attach(ws, protocol, io, streams).await;
             }
+            Pending::PortForward { ports } => portforward::serve(ws, ports).await,
         }
     }
 }
