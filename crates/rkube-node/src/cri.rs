@@ -200,6 +200,11 @@ impl CriClient {
         Ok(self.runtime.clone().attach(req).await.map_err(status_err("Attach"))?.into_inner().url)
     }
 
+    /// `PortForward`: the streaming URL for the sandbox's ports (one connection, within a minute).
+    pub async fn port_forward(&self, req: cri::PortForwardRequest) -> Result<String> {
+        Ok(self.runtime.clone().port_forward(req).await.map_err(status_err("PortForward"))?.into_inner().url)
+    }
+
     /// `ContainerStatus`.
     pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus> {
         let req = cri::ContainerStatusRequest { container_id: id.into(), verbose: false };

@@ -167,3 +167,17 @@ fn kubectl_1_33_attach_feeds_stdin_and_stdin_once_ends_it() {
         thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn kubectl_1_33_port_forward_gets_a_clear_error_for_its_spdy_tunnel() {
+    let (_cluster, k, _fixtures) = cluster_with_box("1.33");
+    let started = Instant::now();
+    let f = k.run(&["port-forward", "box", "0:8080"]);
+    assert_eq!(f.code, Some(1), "{f:?}");
+    assert!(
+        f.stderr.contains("SPDY/3.1 port forwarding (kubectl port-forward) is not implemented in rkube yet"),
+        "{:?}",
+        f.stderr
+    );
+    assert!(started.elapsed() < Duration::from_secs(20), "answered at once, not after a timeout");
+}

@@ -39,6 +39,7 @@ const POD_SUBRESOURCES: &[SubresourceInfo] = &[
     SubresourceInfo { name: "log", kind: "Pod", verbs: &["get"], api_version: "" },
     SubresourceInfo { name: "exec", kind: "PodExecOptions", verbs: &["create", "get"], api_version: "" },
     SubresourceInfo { name: "attach", kind: "PodAttachOptions", verbs: &["create", "get"], api_version: "" },
+    SubresourceInfo { name: "portforward", kind: "PodPortForwardOptions", verbs: &["create", "get"], api_version: "" },
 ];
 
 /// Selectable fields of pods (upstream `PodToSelectableFields`).

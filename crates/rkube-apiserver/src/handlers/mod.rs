@@ -11,7 +11,8 @@
 //!   deletion, namespace cascade, DELETE-collection.
 //! - WATCH lives in [`watch`].
 //! - [`pod_log`]: `pods/log`, proxied to the node's kubelet.
-//! - [`pod_stream`]: `pods/exec` and `pods/attach`, upgrades proxied to the node's kubelet.
+//! - [`pod_stream`]: `pods/exec`, `pods/attach` and `pods/portforward`, upgrades proxied to the
+//!   node's kubelet.
 //! - [`review`]: POST to the create-only review APIs (TokenReview,
 //!   SubjectAccessReview, ...), answered without storage.
 
@@ -194,6 +195,9 @@ async fn dispatch_inner(
         match ctx.ri.subresource.as_deref() {
             Some("exec") => return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::Exec).await,
             Some("attach") => return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::Attach).await,
+            Some("portforward") => {
+                return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::PortForward).await
+            }
             _ => {}
         }
     }

@@ -1,7 +1,11 @@
-//! `GET|POST /api/v1/namespaces/<ns>/pods/<name>/exec` and `.../attach`: the `pods/exec` and
-//! `pods/attach` subresources (upstream `ExecREST`, `AttachREST` in
-//! `pkg/registry/core/pod/rest/subresources.go` and `ExecLocation`, `AttachLocation` in
+//! `GET|POST /api/v1/namespaces/<ns>/pods/<name>/exec`, `.../attach` and `.../portforward`: the
+//! `pods/exec`, `pods/attach` and `pods/portforward` subresources (upstream `ExecREST`,
+//! `AttachREST`, `PortForwardREST` in `pkg/registry/core/pod/rest/subresources.go` and
+//! `ExecLocation`, `AttachLocation`, `PortForwardLocation` in
 //! `pkg/registry/core/pod/strategy.go`), proxied to the kubelet of the pod's node.
+//! Port-forward takes no container; its `ports` become kubelet `port` parameters, and only
+//! the WebSocket port-forward protocol is served (kubectl 1.31+'s SPDY-over-WebSocket tunnel,
+//! `SPDY/3.1+portforward.k8s.io`, and plain SPDY get the 400 below).
 //!
 //! The container is chosen as for `pods/log` (400s of upstream's `ValidateContainer`), the pod
 //! must be on a node (400 `pod <name> does not have a host assigned`); the client's upgrade
@@ -78,6 +82,33 @@ pub enum Stream {
     Exec,
     /// `pods/attach` → kubelet `/attach`.
     Attach,
+    /// `pods/portforward` → kubelet `/portForward`.
+    PortForward,
+}
+
+/// The kubelet query of a port-forward: `PodPortForwardOptions.ports` (repeated or
+/// comma-separated) as kubelet's `port` parameters.
+pub fn kubelet_port_forward_query(query: &[(String, String)]) -> String {
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (_, v) in query.iter().filter(|(k, _)| k == "ports") {
+        for p in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            out.append_pair("port", p);
+        }
+    }
+    out.finish()
+}
+
+/// Whether the client offers only the SPDY-over-WebSocket tunnel of kubectl 1.31+'s
+/// port-forward (`SPDY/3.1+portforward.k8s.io`).
+fn is_spdy_tunnel(headers: &HeaderMap) -> bool {
+    let offers: Vec<&str> = headers
+        .get_all("sec-websocket-protocol")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    !offers.is_empty() && offers.iter().all(|p| p.starts_with("SPDY/"))
 }
 
 /// Serves `pods/exec` or `pods/attach` (see the module docs); `upgrade` is the client
@@ -89,10 +120,18 @@ pub enum Stream {
 pub async fn connect(ctx: &Ctx, method: &Method, upgrade: Option<OnUpgrade>, stream: Stream) -> ApiResult<Response> {
     let name = ctx.name();
     let (pod, _) = ctx.load(&ctx.key(name), name).await?.ok_or_else(|| ApiError::not_found(ctx.ri.info, name))?;
-    let container = choose_container(&pod, ctx.q("container"))?;
+    let container = match stream {
+        Stream::PortForward => String::new(),
+        _ => choose_container(&pod, ctx.q("container"))?,
+    };
     let node_name = pod["spec"]["nodeName"].as_str().unwrap_or("");
     if node_name.is_empty() {
         return Err(ApiError::bad_request(format!("pod {name} does not have a host assigned")));
+    }
+    if stream == Stream::PortForward && (!is_websocket(&ctx.headers) || is_spdy_tunnel(&ctx.headers)) {
+        return Err(ApiError::bad_request(
+            "SPDY/3.1 port forwarding (kubectl port-forward) is not implemented in rkube yet: WebSocket clients of the v4.channel.k8s.io port-forward protocol are served",
+        ));
     }
     if !is_websocket(&ctx.headers) {
         return Err(ApiError::bad_request(
@@ -107,11 +146,16 @@ pub async fn connect(ctx: &Ctx, method: &Method, upgrade: Option<OnUpgrade>, str
     let node = decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, nodes, node_name))?;
     let host_port = kubelet_host_port(&node)
         .ok_or_else(|| ApiError::internal(format!("node {node_name:?} publishes no address for its kubelet")))?;
-    let (path, query) = match stream {
-        Stream::Exec => ("exec", kubelet_exec_query(&ctx.query)),
-        Stream::Attach => ("attach", kubelet_attach_query(&ctx.query)),
+    let ns = ctx.namespace();
+    let (path, url) = match stream {
+        Stream::Exec => ("exec", format!("https://{host_port}/exec/{ns}/{name}/{container}?{}", kubelet_exec_query(&ctx.query))),
+        Stream::Attach => {
+            ("attach", format!("https://{host_port}/attach/{ns}/{name}/{container}?{}", kubelet_attach_query(&ctx.query)))
+        }
+        Stream::PortForward => {
+            ("portforward", format!("https://{host_port}/portForward/{ns}/{name}?{}", kubelet_port_forward_query(&ctx.query)))
+        }
     };
-    let url = format!("https://{host_port}/{path}/{}/{name}/{container}?{query}", ctx.namespace());
     let client = match &ctx.st.config.kubelet_client {
         Some(c) => c.clone(),
         None => KubeletClient::from_args(&Default::default()).map_err(ApiError::internal)?,
@@ -162,6 +206,7 @@ mod tests {
         assert_eq!(kubelet_exec_query(&query), "command=sh&command=-c&command=echo+a%26b&output=1&error=1");
         assert_eq!(kubelet_exec_query(&q(&[("command", "ls"), ("stdin", "true"), ("tty", "true")])), "command=ls&input=1&tty=1");
         assert_eq!(kubelet_attach_query(&q(&[("command", "ls"), ("stdin", "true"), ("stdout", "true")])), "input=1&output=1");
+        assert_eq!(kubelet_port_forward_query(&q(&[("ports", "80,8080"), ("ports", "9090")])), "port=80&port=8080&port=9090");
     }
 
     #[test]
@@ -172,5 +217,9 @@ mod tests {
         assert!(!is_websocket(&h));
         h.insert("upgrade", "WebSocket".parse().expect("value"));
         assert!(is_websocket(&h));
+        h.insert("sec-websocket-protocol", "SPDY/3.1+portforward.k8s.io".parse().expect("value"));
+        assert!(is_spdy_tunnel(&h), "kubectl 1.31+'s port-forward tunnels SPDY");
+        h.insert("sec-websocket-protocol", "v4.channel.k8s.io".parse().expect("value"));
+        assert!(!is_spdy_tunnel(&h));
     }
 }

@@ -7,8 +7,9 @@
 //!   `timestamps`, `tailLines`, `limitBytes`), read from the CRI log file the runtime writes
 //!   ([`logs`]). `follow` streams lines as they are written until the container exits, the
 //!   client goes away or the agent stops;
-//! - `GET|POST /exec/<namespace>/<pod>/<container>` and `/attach/...` — an upgrade (WebSocket)
-//!   proxied to the runtime's streaming server for CRI `Exec` / `Attach` ([`stream`]).
+//! - `GET|POST /exec/<namespace>/<pod>/<container>`, `/attach/...` and
+//!   `/portForward/<namespace>/<pod>` — an upgrade (WebSocket) proxied to the runtime's
+//!   streaming server for CRI `Exec` / `Attach` / `PortForward` ([`stream`]).
 //!
 //! Errors are plain text, as kubelet's: 400 for a query that does not decode, 422 for invalid
 //! options, 404 for an unknown pod or container, 400 for a missing previous instance.
@@ -125,6 +126,7 @@ pub async fn serve(
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
         .route("/exec/{namespace}/{pod}/{container}", get(stream::exec).post(stream::exec))
         .route("/attach/{namespace}/{pod}/{container}", get(stream::attach).post(stream::attach))
+        .route("/portForward/{namespace}/{pod}", get(stream::port_forward).post(stream::port_forward))
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), authn_authz))
         .with_state(ctx);
     let task = tokio::spawn(async move {

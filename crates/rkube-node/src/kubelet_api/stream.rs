@@ -1,11 +1,12 @@
-//! `/exec/<namespace>/<pod>/<container>` and `/attach/...` of the kubelet API (upstream
-//! kubelet's `getExec`, `getAttach`): asks the runtime for a streaming URL (CRI `Exec`,
-//! `Attach`) and proxies the client's upgrade request
+//! `/exec/<namespace>/<pod>/<container>`, `/attach/...` and `/portForward/<namespace>/<pod>` of
+//! the kubelet API (upstream kubelet's `getExec`, `getAttach`, `getPortForward`): asks the
+//! runtime for a streaming URL (CRI `Exec`, `Attach`, `PortForward`) and proxies the client's upgrade request
 //! to it, then copies bytes both ways until either side closes (upstream kubelet's proxying
 //! mode of `pkg/kubelet/cri/streaming`). The channel protocol is spoken by the runtime's
 //! streaming server; this proxy does not look into the stream.
 //!
-//! Query parameters, as the API server sends them: `command` (repeated, in order; exec only), `input`,
+//! Query parameters, as the API server sends them: `port` (port-forward: repeated or
+//! comma-separated); `command` (repeated, in order; exec only), `input`,
 //! `output`, `error`, `tty` (`1` or `true` turns a stream on). Errors are plain text: 400 for
 //! no command or no stream, 404 for an unknown pod or container, 500 when the runtime refuses,
 //! and the runtime streaming server's own answer when it does not switch protocols.
@@ -18,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use rkube_runtime::cri;
 
 use super::{instances, text, Ctx};
-use crate::cri::RuntimeApi as _;
+use crate::cri::{RuntimeApi as _, LABEL_POD_NAME, LABEL_POD_NAMESPACE};
 
 /// Request headers of an upgrade passed on to the streaming server.
 pub const UPGRADE_HEADERS: &[&str] = &[
@@ -134,6 +135,57 @@ pub(crate) async fn attach(
     }
 }
 
+/// The ports of `/portForward` (kubelet's `port` parameters, each a comma-separated list).
+///
+/// # Errors
+/// The message of a 400, in upstream kubelet's words.
+pub fn parse_ports(query: &str) -> Result<Vec<i32>, String> {
+    let mut ports = Vec::new();
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        if k != "port" {
+            continue;
+        }
+        if v.is_empty() {
+            return Err("query parameter \"port\" cannot be empty".into());
+        }
+        for p in v.split(',') {
+            let port: u16 = p.trim().parse().map_err(|_| format!("unable to parse {v:?} as a port"))?;
+            if port < 1 {
+                return Err(format!("port {v:?} must be > 0"));
+            }
+            ports.push(i32::from(port));
+        }
+    }
+    if ports.is_empty() {
+        return Err("query parameter \"port\" is required".into());
+    }
+    Ok(ports)
+}
+
+/// Serves `/portForward/<namespace>/<pod>` (CRI `PortForward` on the pod's ready sandbox).
+pub(crate) async fn port_forward(State(ctx): State<Ctx>, Path((namespace, pod)): Path<(String, String)>, req: Request) -> Response {
+    let ports = match parse_ports(req.uri().query().unwrap_or("")) {
+        Ok(p) => p,
+        Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
+    };
+    let sandboxes = match ctx.cri.list_pod_sandbox().await {
+        Ok(all) => all,
+        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("listing pod sandboxes: {err}")),
+    };
+    let ready = sandboxes.into_iter().find(|s| {
+        s.state == cri::PodSandboxState::SandboxReady as i32
+            && s.labels.get(LABEL_POD_NAMESPACE).map(String::as_str) == Some(namespace.as_str())
+            && s.labels.get(LABEL_POD_NAME).map(String::as_str) == Some(pod.as_str())
+    });
+    let Some(sandbox) = ready else {
+        return text(StatusCode::NOT_FOUND, "pod does not exist");
+    };
+    match ctx.cri.port_forward(cri::PortForwardRequest { pod_sandbox_id: sandbox.id, port: ports }).await {
+        Ok(url) => proxy_upgrade(req, &url).await,
+        Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("error forwarding ports: {err}")),
+    }
+}
+
 /// The id of the running instance of the pod's container, or the 404 / 500 to answer.
 async fn running_container(ctx: &Ctx, namespace: &str, pod: &str, container: &str) -> Result<String, Box<Response>> {
     let all = match ctx.cri.list_containers().await {
@@ -238,6 +290,10 @@ mod tests {
         assert!(q.tty && q.stdin && !q.stderr, "a terminal has no separate stderr");
         assert_eq!(ExecQuery::parse("output=1"), Err("you must specify at least 1 command".into()));
         assert_eq!(ExecQuery::parse("command=ls"), Err("you must specify at least 1 of stdin, stdout, stderr".into()));
+        assert_eq!(parse_ports("port=80&port=8080,9090"), Ok(vec![80, 8080, 9090]));
+        assert_eq!(parse_ports(""), Err("query parameter \"port\" is required".into()));
+        assert_eq!(parse_ports("port=x"), Err("unable to parse \"x\" as a port".into()));
+        assert_eq!(parse_ports("port=0"), Err("port \"0\" must be > 0".into()));
         let attach = ExecQuery::parse_streams("input=1&output=1").expect("attach takes no command");
         assert!(attach.command.is_empty() && attach.stdin && attach.stdout);
     }
