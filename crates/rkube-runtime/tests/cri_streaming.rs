@@ -261,3 +261,29 @@ async fn port_forward_announces_each_port_and_copies_a_tcp_connection() {
     assert!(errors.contains(&format!("failed to connect to localhost:{port}")), "{errors}");
     f.handle.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_hangs_up_its_terminal() {
+    let mut f = start().await;
+    let marker = f._dir.path().join("hung-up");
+    let script = format!("trap 'echo hup > {}; exit 129' HUP; echo ready; while true; do sleep 0.1; done", marker.display());
+    let url = f.exec_url(&["sh", "-c", &script], true, true).await;
+    let mut req = url.replace("http://", "ws://").into_client_request().expect("request");
+    req.headers_mut().insert("sec-websocket-protocol", "v5.channel.k8s.io".parse().expect("header"));
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.expect("handshake");
+    let until_ready = async {
+        while let Some(Ok(msg)) = ws.next().await {
+            if msg.into_data().windows(5).any(|w| w == b"ready") {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, until_ready).await.expect("the command started");
+    drop(ws);
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !marker.exists() {
+        assert!(std::time::Instant::now() < deadline, "the shell never got SIGHUP");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    f.handle.shutdown().await;
+}

@@ -7,7 +7,8 @@
 //! client going away) closes its stdin; resize messages set the terminal's size. When the
 //! process has exited and its output is drained (bounded by [`OUTPUT_DRAIN`], for background
 //! processes that keep the pipes open), the outcome goes on the error channel and the
-//! WebSocket is closed normally.
+//! WebSocket is closed normally. A client that goes away with a terminal hangs it up (the
+//! process gets `SIGHUP`).
 
 use std::time::Duration;
 
@@ -84,7 +85,7 @@ pub async fn exec(
         _ => None,
     };
     let resize_target = pty.clone();
-    let reader = tokio::spawn(async move {
+    let mut reader = tokio::spawn(async move {
         let mut stdin = stdin;
         while let Some(msg) = source.next().await {
             let data = match msg {
@@ -123,7 +124,20 @@ pub async fn exec(
         }
     });
 
-    let code = child.wait().await.map(|s| process::exit_code(&s)).unwrap_or(255);
+    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    let status = tokio::select! {
+        status = child.wait() => status,
+        _ = &mut reader => {
+            // The client went away. A terminal hangs up (SIGHUP, as when a terminal closes);
+            // without one, stdin is closed already and the command runs to its end.
+            if let (true, Some(pid)) = (streams.tty, pid) {
+                // SAFETY: kill(2) on the process we started and have not reaped yet.
+                unsafe { libc::kill(pid, libc::SIGHUP) };
+            }
+            child.wait().await
+        }
+    };
+    let code = status.map(|s| process::exit_code(&s)).unwrap_or(255);
     let aborts: Vec<_> = pumps.iter().map(tokio::task::JoinHandle::abort_handle).collect();
     let _ = tokio::time::timeout(OUTPUT_DRAIN, futures::future::join_all(pumps)).await;
     for pump in aborts {
