@@ -200,9 +200,6 @@ impl RuntimeService for CriService {
                 _ => return Err(Status::invalid_argument(format!("invalid port {p}"))),
             }
         }
-        if ports.is_empty() {
-            return Err(Status::invalid_argument("at least one port is required"));
-        }
         let url = self.streaming.register(Pending::PortForward { ports });
         Ok(Response::new(cri::PortForwardResponse { url }))
     }

@@ -1,15 +1,14 @@
-//! End to end: `kubectl exec`, `kubectl cp` and `kubectl attach` on `rkube up --node`. kubectl 1.33 speaks
-//! WebSocket (`v5.channel.k8s.io`) to the API server's `pods/exec`, which proxies the upgrade to
-//! the node agent's kubelet API, which proxies it to the runtime's streaming server, which runs
-//! the command in the container's context.
-//!
-//! kubectl 1.27 speaks SPDY/3.1 only, which rkube does not serve yet: it gets a clear error at
-//! once, not a hang.
+//! End to end: `kubectl exec`, `cp`, `attach` and `port-forward` on `rkube up --node`, with
+//! kubectl 1.27 (SPDY/3.1) and 1.33 (WebSocket `v5.channel.k8s.io`; port-forward as SPDY
+//! tunnelled in a WebSocket). The API server proxies the upgrade to the node agent's kubelet
+//! API, which proxies it to the runtime's streaming server, which speaks the protocol and runs
+//! the command in the container's context (or connects to the pod's port).
 //!
 //! Every process is killed by PID when its guard drops (the cluster).
 
 mod common;
 
+use std::io::{Read, Write};
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -42,9 +41,8 @@ fn cluster_with_box(version: &str) -> (Cluster, Kubectl, tempfile::TempDir) {
     (cluster, k, fixtures)
 }
 
-#[test]
-fn kubectl_1_33_exec_prints_output_and_exits_with_the_commands_code() {
-    let (_cluster, k, _fixtures) = cluster_with_box("1.33");
+fn kubectl_exec_prints_output_and_exits_with_the_commands_code(version: &str) {
+    let (_cluster, k, _fixtures) = cluster_with_box(version);
     let hi = k.run(&["exec", "box", "--", "sh", "-c", "echo hi; echo oops >&2; exit 3"]).exit_code(3);
     assert_eq!(hi.stdout, "hi\n");
     assert!(hi.stderr.starts_with("oops\n"), "{:?}", hi.stderr);
@@ -84,9 +82,8 @@ fn kubectl_1_33_exec_with_a_terminal_gets_a_tty() {
     assert!(out.stdout.contains("on-a-tty\r\n"), "a terminal turns \\n into \\r\\n: {:?}", out.stdout);
 }
 
-#[test]
-fn kubectl_1_33_cp_copies_files_into_and_out_of_a_pod() {
-    let (cluster, k, _fixtures) = cluster_with_box("1.33");
+fn kubectl_cp_copies_files_into_and_out_of_a_pod(version: &str) {
+    let (cluster, k, _fixtures) = cluster_with_box(version);
     // Pods are host processes here: the pod's /tmp is the host's.
     let remote_dir = cluster.dir().join("in-pod");
     std::fs::create_dir_all(&remote_dir).expect("dir");
@@ -122,17 +119,6 @@ fn exec_needs_the_pods_exec_permission() {
     );
 }
 
-#[test]
-fn kubectl_1_27_exec_gets_a_clear_error_for_spdy() {
-    let (_cluster, k, _fixtures) = cluster_with_box("1.27");
-    let started = Instant::now();
-    k.fails_with(
-        &["exec", "box", "--", "true"],
-        "Error from server (BadRequest): SPDY/3.1 streaming is not implemented in rkube yet: upgrade to a WebSocket (v5.channel.k8s.io; kubectl 1.30 or later)",
-    );
-    assert!(started.elapsed() < Duration::from_secs(20), "answered at once, not after a timeout");
-}
-
 const READER: &str = r#"
 apiVersion: v1
 kind: Pod
@@ -148,9 +134,8 @@ spec:
     command: ["/bin/sh", "-c", "while read l; do echo \"got $l\"; done; echo bye"]
 "#;
 
-#[test]
-fn kubectl_1_33_attach_feeds_stdin_and_stdin_once_ends_it() {
-    let (cluster, k, _fixtures) = cluster_with_box("1.33");
+fn kubectl_attach_feeds_stdin_and_stdin_once_ends_it(version: &str) {
+    let (cluster, k, _fixtures) = cluster_with_box(version);
     k.run_stdin(&["apply", "-f", "-"], READER).success();
     let deadline = Instant::now() + LIMIT;
     while !k.json(&["get", "pod", "reader"])["status"]["containerStatuses"][0]["state"]["running"].is_object() {
@@ -168,16 +153,40 @@ fn kubectl_1_33_attach_feeds_stdin_and_stdin_once_ends_it() {
     }
 }
 
-#[test]
-fn kubectl_1_33_port_forward_gets_a_clear_error_for_its_spdy_tunnel() {
-    let (_cluster, k, _fixtures) = cluster_with_box("1.33");
-    let started = Instant::now();
-    let f = k.run(&["port-forward", "box", "0:8080"]);
-    assert_eq!(f.code, Some(1), "{f:?}");
-    assert!(
-        f.stderr.contains("SPDY/3.1 port forwarding (kubectl port-forward) is not implemented in rkube yet"),
-        "{:?}",
-        f.stderr
-    );
-    assert!(started.elapsed() < Duration::from_secs(20), "answered at once, not after a timeout");
+fn kubectl_port_forward_fetches_from_an_http_server_in_a_pod(version: &str) {
+    let (cluster, k, _fixtures) = cluster_with_box(version);
+    let site = cluster.dir().join("site");
+    std::fs::create_dir_all(&site).expect("site dir");
+    std::fs::write(site.join("hello.txt"), "hello through port-forward\n").expect("page");
+    let pod_port = common::cluster::free_port();
+    let listen = format!("127.0.0.1:{pod_port}");
+    let home = site.display().to_string();
+    k.ok(&["run", "web", "--image=busybox", "--restart=Never", "--", "busybox", "httpd", "-f", "-p", &listen, "-h", &home]);
+    let deadline = Instant::now() + LIMIT;
+    while std::net::TcpStream::connect(&listen).is_err() {
+        assert!(Instant::now() < deadline, "httpd never listened:\n{}", cluster.server_log());
+        thread::sleep(Duration::from_millis(200));
+    }
+    let local = common::cluster::free_port();
+    let mapping = format!("{local}:{pod_port}");
+    let mut forward = k.spawn(&["port-forward", "pod/web", &mapping]);
+    forward.expect_line("`Forwarding from`", LIMIT, |l| l.starts_with("Forwarding from 127.0.0.1:"));
+    // Two connections in turn: each gets its own pair of streams.
+    for _ in 0..2 {
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", local)).expect("connect to the forwarded port");
+        conn.set_read_timeout(Some(LIMIT)).expect("timeout");
+        conn.write_all(b"GET /hello.txt HTTP/1.0\r\nHost: pod\r\n\r\n").expect("request");
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).expect("response");
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer:?}");
+        assert!(answer.ends_with("\r\n\r\nhello through port-forward\n"), "{answer:?}");
+    }
+    drop(forward);
 }
+
+per_kubectl_version!(
+    kubectl_exec_prints_output_and_exits_with_the_commands_code,
+    kubectl_cp_copies_files_into_and_out_of_a_pod,
+    kubectl_attach_feeds_stdin_and_stdin_once_ends_it,
+    kubectl_port_forward_fetches_from_an_http_server_in_a_pod,
+);

@@ -3,25 +3,23 @@
 //! `AttachREST`, `PortForwardREST` in `pkg/registry/core/pod/rest/subresources.go` and
 //! `ExecLocation`, `AttachLocation`, `PortForwardLocation` in
 //! `pkg/registry/core/pod/strategy.go`), proxied to the kubelet of the pod's node.
-//! Port-forward takes no container; its `ports` become kubelet `port` parameters, and only
-//! the WebSocket port-forward protocol is served (kubectl 1.31+'s SPDY-over-WebSocket tunnel,
-//! `SPDY/3.1+portforward.k8s.io`, and plain SPDY get the 400 below).
+//! Port-forward takes no container; its `ports` become kubelet `port` parameters.
 //!
 //! The container is chosen as for `pods/log` (400s of upstream's `ValidateContainer`), the pod
 //! must be on a node (400 `pod <name> does not have a host assigned`); the client's upgrade
-//! request (WebSocket, with its `Upgrade`, `Connection`, `Sec-WebSocket-*` and
+//! request (WebSocket or SPDY/3.1, with its `Upgrade`, `Connection`, `Sec-WebSocket-*` and
 //! `X-Stream-Protocol-Version` headers) goes to `/exec/<ns>/<pod>/<container>` (or `/attach/...`)
 //! on the kubelet with the `PodExecOptions` (`PodAttachOptions`) as kubelet parameters
 //! (`command`..., `input`, `output`, `error`, `tty`), authenticated with the API server's kubelet client certificate. Once the kubelet
 //! switches protocols, the client gets the same 101 and the two connections are spliced
 //! (upstream's `UpgradeAwareHandler`); the channel protocol passes through untouched.
 //!
-//! SPDY/3.1 upgrades (client-go's executor before 1.30, and its fallback after a failed
-//! WebSocket upgrade) are refused with 400 saying so, after the checks above, so a client sees
-//! the real problem first. A kubelet error comes back as a `Status` with its code and text.
+//! Every protocol passes through (WebSocket channels, SPDY/3.1, kubectl 1.31+'s SPDY tunnelled
+//! in a WebSocket); a request without `Upgrade` is a 400 `Upgrade request required`. A kubelet
+//! error comes back as a `Status` with its code and text.
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, Method, StatusCode};
+use axum::http::{HeaderName, Method, StatusCode};
 use axum::response::Response;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
@@ -42,11 +40,6 @@ pub const UPGRADE_HEADERS: &[&str] = &[
     "sec-websocket-extensions",
     "x-stream-protocol-version",
 ];
-
-/// Whether the request asks for a WebSocket upgrade (`Upgrade: websocket`).
-pub fn is_websocket(headers: &HeaderMap) -> bool {
-    headers.get_all("upgrade").iter().filter_map(|v| v.to_str().ok()).any(|v| v.split(',').any(|p| p.trim().eq_ignore_ascii_case("websocket")))
-}
 
 fn truthy(v: Option<&str>) -> bool {
     matches!(v, Some("true" | "1" | "t" | "T" | "True" | "TRUE"))
@@ -98,19 +91,6 @@ pub fn kubelet_port_forward_query(query: &[(String, String)]) -> String {
     out.finish()
 }
 
-/// Whether the client offers only the SPDY-over-WebSocket tunnel of kubectl 1.31+'s
-/// port-forward (`SPDY/3.1+portforward.k8s.io`).
-fn is_spdy_tunnel(headers: &HeaderMap) -> bool {
-    let offers: Vec<&str> = headers
-        .get_all("sec-websocket-protocol")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .collect();
-    !offers.is_empty() && offers.iter().all(|p| p.starts_with("SPDY/"))
-}
-
 /// Serves `pods/exec` or `pods/attach` (see the module docs); `upgrade` is the client
 /// connection's pending upgrade.
 ///
@@ -128,15 +108,8 @@ pub async fn connect(ctx: &Ctx, method: &Method, upgrade: Option<OnUpgrade>, str
     if node_name.is_empty() {
         return Err(ApiError::bad_request(format!("pod {name} does not have a host assigned")));
     }
-    if stream == Stream::PortForward && (!is_websocket(&ctx.headers) || is_spdy_tunnel(&ctx.headers)) {
-        return Err(ApiError::bad_request(
-            "SPDY/3.1 port forwarding (kubectl port-forward) is not implemented in rkube yet: WebSocket clients of the v4.channel.k8s.io port-forward protocol are served",
-        ));
-    }
-    if !is_websocket(&ctx.headers) {
-        return Err(ApiError::bad_request(
-            "SPDY/3.1 streaming is not implemented in rkube yet: upgrade to a WebSocket (v5.channel.k8s.io; kubectl 1.30 or later)",
-        ));
+    if ctx.headers.get("upgrade").is_none() {
+        return Err(ApiError::bad_request("Upgrade request required"));
     }
     let upgrade = upgrade.ok_or_else(|| ApiError::bad_request("the connection cannot be upgraded (HTTP/1.1 is required)"))?;
     let nodes = rkube_api::registry::lookup("", "v1", "nodes").ok_or_else(|| ApiError::internal("no nodes resource"))?;
@@ -207,19 +180,5 @@ mod tests {
         assert_eq!(kubelet_exec_query(&q(&[("command", "ls"), ("stdin", "true"), ("tty", "true")])), "command=ls&input=1&tty=1");
         assert_eq!(kubelet_attach_query(&q(&[("command", "ls"), ("stdin", "true"), ("stdout", "true")])), "input=1&output=1");
         assert_eq!(kubelet_port_forward_query(&q(&[("ports", "80,8080"), ("ports", "9090")])), "port=80&port=8080&port=9090");
-    }
-
-    #[test]
-    fn only_websocket_upgrades_are_proxied() {
-        let mut h = HeaderMap::new();
-        assert!(!is_websocket(&h));
-        h.insert("upgrade", "SPDY/3.1".parse().expect("value"));
-        assert!(!is_websocket(&h));
-        h.insert("upgrade", "WebSocket".parse().expect("value"));
-        assert!(is_websocket(&h));
-        h.insert("sec-websocket-protocol", "SPDY/3.1+portforward.k8s.io".parse().expect("value"));
-        assert!(is_spdy_tunnel(&h), "kubectl 1.31+'s port-forward tunnels SPDY");
-        h.insert("sec-websocket-protocol", "v4.channel.k8s.io".parse().expect("value"));
-        assert!(!is_spdy_tunnel(&h));
     }
 }

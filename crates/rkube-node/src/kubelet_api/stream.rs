@@ -6,7 +6,8 @@
 //! streaming server; this proxy does not look into the stream.
 //!
 //! Query parameters, as the API server sends them: `port` (port-forward: repeated or
-//! comma-separated); `command` (repeated, in order; exec only), `input`,
+//! comma-separated; required for the WebSocket channel protocol only, SPDY names ports per
+//! stream); `command` (repeated, in order; exec only), `input`,
 //! `output`, `error`, `tty` (`1` or `true` turns a stream on). Errors are plain text: 400 for
 //! no command or no stream, 404 for an unknown pod or container, 500 when the runtime refuses,
 //! and the runtime streaming server's own answer when it does not switch protocols.
@@ -156,15 +157,28 @@ pub fn parse_ports(query: &str) -> Result<Vec<i32>, String> {
             ports.push(i32::from(port));
         }
     }
-    if ports.is_empty() {
-        return Err("query parameter \"port\" is required".into());
-    }
     Ok(ports)
+}
+
+/// Whether the request asks for the WebSocket channel port-forward protocol, whose ports must
+/// be in the query (SPDY clients, tunnelled or not, name them per stream).
+fn needs_query_ports(headers: &HeaderMap) -> bool {
+    let websocket = headers.get_all(header::UPGRADE).iter().filter_map(|v| v.to_str().ok()).any(|v| v.eq_ignore_ascii_case("websocket"));
+    let tunnel = headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim().starts_with("SPDY/"));
+    websocket && !tunnel
 }
 
 /// Serves `/portForward/<namespace>/<pod>` (CRI `PortForward` on the pod's ready sandbox).
 pub(crate) async fn port_forward(State(ctx): State<Ctx>, Path((namespace, pod)): Path<(String, String)>, req: Request) -> Response {
     let ports = match parse_ports(req.uri().query().unwrap_or("")) {
+        Ok(p) if p.is_empty() && needs_query_ports(req.headers()) => {
+            return text(StatusCode::BAD_REQUEST, "query parameter \"port\" is required")
+        }
         Ok(p) => p,
         Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
     };
@@ -291,7 +305,13 @@ mod tests {
         assert_eq!(ExecQuery::parse("output=1"), Err("you must specify at least 1 command".into()));
         assert_eq!(ExecQuery::parse("command=ls"), Err("you must specify at least 1 of stdin, stdout, stderr".into()));
         assert_eq!(parse_ports("port=80&port=8080,9090"), Ok(vec![80, 8080, 9090]));
-        assert_eq!(parse_ports(""), Err("query parameter \"port\" is required".into()));
+        assert_eq!(parse_ports(""), Ok(vec![]), "SPDY clients name ports per stream");
+        let mut h = HeaderMap::new();
+        h.insert(header::UPGRADE, "websocket".parse().expect("value"));
+        assert!(needs_query_ports(&h));
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, "SPDY/3.1+portforward.k8s.io".parse().expect("value"));
+        assert!(!needs_query_ports(&h), "kubectl's tunnelled SPDY");
+        assert!(!needs_query_ports(&HeaderMap::new()));
         assert_eq!(parse_ports("port=x"), Err("unable to parse \"x\" as a port".into()));
         assert_eq!(parse_ports("port=0"), Err("port \"0\" must be > 0".into()));
         let attach = ExecQuery::parse_streams("input=1&output=1").expect("attach takes no command");

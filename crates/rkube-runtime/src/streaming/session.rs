@@ -35,16 +35,50 @@ enum StdinSink {
     Pty(std::sync::Arc<Pty>),
 }
 
-/// Runs `cmd` in the target container and streams it over `ws` (see the module docs).
+/// A client connection as the sessions see it, whatever carries it (a WebSocket, SPDY
+/// streams): channel-framed messages out (`[channel, data...]`; dropping every sender ends
+/// the connection normally), decoded client messages in (`None` once the client is gone), and
+/// the task that finishes once everything sent was delivered.
+pub struct Transport {
+    /// Messages to the client.
+    pub out: mpsc::Sender<Vec<u8>>,
+    /// Messages from the client.
+    pub input: mpsc::Receiver<Incoming>,
+    /// Ends when the connection is done.
+    pub done: tokio::task::JoinHandle<()>,
+}
+
+/// The transport of a WebSocket speaking `protocol`.
+pub fn websocket(ws: WebSocketStream<TcpStream>, protocol: Option<Protocol>) -> Transport {
+    let (sink, mut source) = ws.split();
+    let (out, done) = spawn_writer(sink);
+    let (in_tx, input) = mpsc::channel(32);
+    tokio::spawn(async move {
+        while let Some(msg) = source.next().await {
+            let data = match msg {
+                Ok(Message::Binary(b)) => b.to_vec(),
+                Ok(Message::Text(t)) => t.as_bytes().to_vec(),
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => continue,
+            };
+            if in_tx.send(channel::decode(protocol, &data)).await.is_err() {
+                break;
+            }
+        }
+    });
+    Transport { out, input, done }
+}
+
+/// Runs `cmd` in the target container and streams it over `transport` (see the module docs);
+/// `protocol` decides the error channel's format.
 pub async fn exec(
-    ws: WebSocketStream<TcpStream>,
+    transport: Transport,
     protocol: Option<Protocol>,
     target: TargetResult,
     cmd: Vec<String>,
     streams: ExecStreams,
 ) {
-    let (sink, mut source) = ws.split();
-    let (out_tx, writer) = spawn_writer(sink);
+    let Transport { out: out_tx, input: mut source, done: writer } = transport;
     let spawned = target.and_then(|t| exec::spawn(&t, &cmd, streams).map_err(|e| e.to_string()));
     let exec::Spawned { mut child, pty } = match spawned {
         Ok(s) => s,
@@ -87,14 +121,8 @@ pub async fn exec(
     let resize_target = pty.clone();
     let mut reader = tokio::spawn(async move {
         let mut stdin = stdin;
-        while let Some(msg) = source.next().await {
-            let data = match msg {
-                Ok(Message::Binary(b)) => b.to_vec(),
-                Ok(Message::Text(t)) => t.as_bytes().to_vec(),
-                Ok(Message::Close(_)) | Err(_) => break,
-                Ok(_) => continue,
-            };
-            match channel::decode(protocol, &data) {
+        while let Some(msg) = source.recv().await {
+            match msg {
                 Incoming::Stdin(bytes) => {
                     let ok = match stdin.as_mut() {
                         Some(StdinSink::Pipe(p)) => p.write_all(&bytes).await.is_ok(),
@@ -185,19 +213,18 @@ fn ready_frame(streams: ExecStreams) -> Vec<u8> {
     vec![channel]
 }
 
-/// Attaches a client to a running container's streams over `ws` (upstream kubelet's
+/// Attaches a client to a running container's streams over `transport` (upstream kubelet's
 /// `ServeAttach`): output written from now on goes to the client on the channels it asked for;
 /// its stdin messages go to the container's stdin; the session ends when the container exits
 /// (after its last output) or the client goes away, with a `Success` status. A client that
 /// wrote stdin and detaches closes the container's stdin when the spec says `stdinOnce`.
 pub async fn attach(
-    ws: WebSocketStream<TcpStream>,
+    transport: Transport,
     protocol: Option<Protocol>,
     io: Result<(std::sync::Arc<crate::attach::AttachIo>, tokio::sync::watch::Receiver<bool>), String>,
     streams: ExecStreams,
 ) {
-    let (sink, mut source) = ws.split();
-    let (out_tx, writer) = spawn_writer(sink);
+    let Transport { out: out_tx, input: mut source, done: writer } = transport;
     let (hub, mut exited) = match io {
         Ok(pair) => pair,
         Err(err) => {
@@ -216,14 +243,8 @@ pub async fn attach(
     let input_hub = std::sync::Arc::clone(&hub);
     let mut reader = tokio::spawn(async move {
         let mut open = writes_stdin;
-        while let Some(msg) = source.next().await {
-            let data = match msg {
-                Ok(Message::Binary(b)) => b.to_vec(),
-                Ok(Message::Text(t)) => t.as_bytes().to_vec(),
-                Ok(Message::Close(_)) | Err(_) => break,
-                Ok(_) => continue,
-            };
-            match channel::decode(protocol, &data) {
+        while let Some(msg) = source.recv().await {
+            match msg {
                 Incoming::Stdin(bytes) if open && input_hub.write_stdin(&bytes).await.is_err() => open = false,
                 Incoming::Close(channel::STDIN) => {
                     open = false;
