@@ -26,6 +26,13 @@ use super::TargetResult;
 use crate::exec::{self, ExecStreams, Pty};
 use crate::process;
 
+/// How long after the handshake the first message waits. client-go's WebSocket client (kubectl
+/// 1.30+) starts reading before it has registered its streams and drops messages for streams
+/// it does not know yet ("Unknown stream id"), so output sent at once after the handshake can
+/// be lost, the exit status with it. Runtimes that take longer to start a process never meet
+/// this; here a fast command would.
+pub const CLIENT_SETUP_HOLD: Duration = Duration::from_millis(50);
+
 /// How long output is still read after the process exited.
 pub const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 
@@ -187,8 +194,10 @@ type Sink = futures::stream::SplitSink<WebSocketStream<TcpStream>, Message>;
 /// as an error).
 fn spawn_writer(mut sink: Sink) -> (mpsc::Sender<Vec<u8>>, tokio::task::JoinHandle<()>) {
     let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(32);
+    let first_send = tokio::time::Instant::now() + CLIENT_SETUP_HOLD;
     let writer = tokio::spawn(async move {
         while let Some(msg) = out_rx.recv().await {
+            tokio::time::sleep_until(first_send).await;
             if sink.send(Message::Binary(msg.into())).await.is_err() {
                 return;
             }
