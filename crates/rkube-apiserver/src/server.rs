@@ -43,7 +43,9 @@ fn only_get(method: &Method) -> Result<(), ApiError> {
 }
 
 async fn handle(State(st): State<ApiState>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    // Taken here so that streaming subresources (pods/exec) can switch protocols.
+    let upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
     let path = match crate::request::decode_path(parts.uri.path()) {
         Ok(p) => p.into_owned(),
         Err(e) => return e.into_response(),
@@ -100,6 +102,7 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
                 "",
                 "v1",
                 rest,
+                upgrade,
             )
             .await
         }
@@ -107,7 +110,7 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
         ["apis", g] => gets(&|| discovery::group(g)),
         ["apis", g, v] => gets(&|| discovery::resource_list(g, v)),
         ["apis", g, v, rest @ ..] => {
-            handlers::dispatch(st.clone(), user.clone(), method.clone(), parts.uri.clone(), parts.headers.clone(), body, g, v, rest)
+            handlers::dispatch(st.clone(), user.clone(), method.clone(), parts.uri.clone(), parts.headers.clone(), body, g, v, rest, None)
                 .await
         }
         _ => ApiError::path_not_found().into_response(),

@@ -426,9 +426,19 @@ async fn not_yet_served_apis_say_so() {
     let s = TestServer::embedded().await;
     assert_eq!(s.post("/api/v1/namespaces/default/pods", &json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "p"}, "spec": {"containers": containers()}})).await.code, 201);
-    let exec = s.get("/api/v1/namespaces/default/pods/p/exec").await;
-    exec.assert_status(404, "NotFound");
-    assert_eq!(exec.message(), "the exec subresource of pods is not implemented in rkube yet");
+    let proxy = s.get("/api/v1/namespaces/default/pods/p/proxy").await;
+    proxy.assert_status(404, "NotFound");
+    assert_eq!(proxy.message(), "the proxy subresource of pods is not implemented in rkube yet");
+    // pods/exec, attach and portforward are served: a pod no node runs yet has no kubelet to go
+    // through.
+    let exec = s.get("/api/v1/namespaces/default/pods/p/exec?command=true&stdout=true").await;
+    exec.assert_status(400, "BadRequest");
+    assert_eq!(exec.message(), "pod p does not have a host assigned");
+    let attach = s.get("/api/v1/namespaces/default/pods/p/attach?stdout=true").await;
+    attach.assert_status(400, "BadRequest");
+    let forward = s.get("/api/v1/namespaces/default/pods/p/portforward?ports=80").await;
+    forward.assert_status(400, "BadRequest");
+    assert_eq!(forward.message(), "pod p does not have a host assigned");
     // pods/log is served: a pod no node runs yet has nothing to read.
     let log = s.get("/api/v1/namespaces/default/pods/p/log").await;
     log.assert_status(400, "BadRequest");

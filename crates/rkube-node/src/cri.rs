@@ -196,6 +196,21 @@ impl CriClient {
         Ok(())
     }
 
+    /// `Exec`: the streaming URL for the command (one connection, within a minute).
+    pub async fn exec(&self, req: cri::ExecRequest) -> Result<String> {
+        Ok(self.runtime.clone().exec(req).await.map_err(status_err("Exec"))?.into_inner().url)
+    }
+
+    /// `Attach`: the streaming URL for the container's streams (one connection, within a minute).
+    pub async fn attach(&self, req: cri::AttachRequest) -> Result<String> {
+        Ok(self.runtime.clone().attach(req).await.map_err(status_err("Attach"))?.into_inner().url)
+    }
+
+    /// `PortForward`: the streaming URL for the sandbox's ports (one connection, within a minute).
+    pub async fn port_forward(&self, req: cri::PortForwardRequest) -> Result<String> {
+        Ok(self.runtime.clone().port_forward(req).await.map_err(status_err("PortForward"))?.into_inner().url)
+    }
+
     /// `ContainerStatus`.
     pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus> {
         let req = cri::ContainerStatusRequest { container_id: id.into(), verbose: false };

@@ -16,6 +16,10 @@
 //!
 //! Processes: [`process`] (process groups, signals, exit codes) and [`logs`] (CRI log format).
 //!
+//! Streaming: CRI `Exec` answers a URL on the runtime's streaming server ([`streaming`]), which
+//! runs the command in the container's context ([`exec`]) and speaks the WebSocket channel
+//! protocol of `kubectl exec`; `ExecSync` runs it to its end.
+//!
 //! State across restarts: sandboxes, containers and images are kept in memory only, and every
 //! container process dies with the runtime (`PR_SET_PDEATHSIG`). A runtime started again on the
 //! same socket and root directory therefore lists no sandbox and no container; the node agent
@@ -23,16 +27,19 @@
 //! with `ContainerStatusUnknown`, others are started again).
 #![deny(missing_docs)]
 
+pub mod attach;
 pub mod cli;
 pub mod clock;
 pub mod endpoint;
 pub mod events;
+pub mod exec;
 pub mod logs;
 pub mod process;
 pub mod runtime;
 pub mod server;
 pub mod service;
 pub mod state;
+pub mod streaming;
 
 /// CRI v1 (`runtime.v1`) messages, clients and servers, generated from upstream `api.proto`.
 pub use k8s_cri::v1 as cri;

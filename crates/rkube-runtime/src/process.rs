@@ -45,6 +45,8 @@ pub struct ProcessSpec {
     pub working_dir: String,
     /// Bind mounts made in a private mount namespace of the process ([`bind_mounts`]).
     pub mounts: Vec<BindMount>,
+    /// Stdin is a pipe (for `Attach`) instead of `/dev/null`.
+    pub stdin: bool,
 }
 
 /// One bind mount: `host_path` is seen at `container_path` by the process.
@@ -78,15 +80,15 @@ pub fn bind_mounts(mounts: &[cri::Mount], container: &str) -> Vec<BindMount> {
     wanted
 }
 
-/// Starts the process with piped stdout/stderr, null stdin, in a new process group, killed when
-/// the runtime dies.
+/// Starts the process with piped stdout/stderr, stdin piped when `spec.stdin` (else null), in a
+/// new process group, killed when the runtime dies.
 pub fn spawn(spec: &ProcessSpec) -> Result<Child, ProcessError> {
     let program = spec.argv.first().ok_or(ProcessError::NoCommand)?;
     let mut cmd = Command::new(program);
     cmd.args(&spec.argv[1..])
         .env_clear()
         .envs(spec.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::null())
+        .stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)

@@ -335,6 +335,9 @@ impl Runtime {
                 pid: None,
                 starting: false,
                 exited,
+                stdin: config.stdin,
+                stdin_once: config.stdin_once,
+                attach: None,
             },
         );
         self.emit(&st, &id, sandbox_id, cri::ContainerEventType::ContainerCreatedEvent, ts, None);
@@ -352,7 +355,7 @@ impl Runtime {
             }
             c.starting = true;
             let mounts = process::bind_mounts(&c.mounts, &c.metadata.name);
-            ProcessSpec { argv: c.argv.clone(), envs: c.envs.clone(), working_dir: c.working_dir.clone(), mounts }
+            ProcessSpec { argv: c.argv.clone(), envs: c.envs.clone(), working_dir: c.working_dir.clone(), mounts, stdin: c.stdin }
         };
         let spawned = process::spawn(&spec);
         let (mut child, pid, log_file) = match self.record_start(id, spawned) {
@@ -366,8 +369,14 @@ impl Runtime {
             Err(err) => return Err(err),
         };
 
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
+        let stdin_once = self.lock().containers.get(id).is_some_and(|c| c.stdin_once);
+        let hub = Arc::new(crate::attach::AttachIo::new(child.stdin.take(), stdin_once));
+        if let Some(c) = self.lock().containers.get_mut(id) {
+            c.attach = Some(Arc::clone(&hub));
+        }
+        let stdout = child.stdout.take().map(|s| hub.tee(s, 1));
+        let stderr = child.stderr.take().map(|s| hub.tee(s, 2));
+        drop(hub);
         let rt = Arc::clone(self);
         let logs = tokio::spawn(async move {
             let (Some(out), Some(err)) = (stdout, stderr) else { return };
@@ -443,6 +452,7 @@ impl Runtime {
         c.exit_code = code;
         c.reason = process::exit_reason(code).to_string();
         c.pid = None;
+        c.attach = None;
         let _ = c.exited.send(true);
         let sandbox_id = c.sandbox_id.clone();
         self.emit(&st, id, &sandbox_id, cri::ContainerEventType::ContainerStoppedEvent, ts, None);
@@ -531,6 +541,36 @@ impl Runtime {
             }
         }
         Ok(cri::ContainerStatusResponse { status: Some(c.status()), info })
+    }
+
+    /// What a process exec'd into container `id` inherits (CRI `Exec`, `ExecSync`).
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown container; `FailedPrecondition` (`container is in
+    /// CONTAINER_EXITED state`, as containerd words it) when it is not running.
+    pub fn exec_target(&self, id: &str) -> Result<crate::exec::ExecTarget> {
+        let st = self.lock();
+        let c = st.containers.get(id).ok_or_else(|| not_found("container", id))?;
+        match (c.state, c.pid) {
+            (cri::ContainerState::ContainerRunning, Some(pid)) => {
+                Ok(crate::exec::ExecTarget { pid, envs: c.envs.clone(), working_dir: c.working_dir.clone() })
+            }
+            (state, _) => Err(RuntimeError::FailedPrecondition(format!("container is in {} state", state.as_str_name()))),
+        }
+    }
+
+    /// The attach hub of running container `id` and a receiver that turns true when it exits
+    /// (CRI `Attach`).
+    ///
+    /// # Errors
+    /// As [`Self::exec_target`].
+    pub fn attach_io(&self, id: &str) -> Result<(Arc<crate::attach::AttachIo>, watch::Receiver<bool>)> {
+        let st = self.lock();
+        let c = st.containers.get(id).ok_or_else(|| not_found("container", id))?;
+        match (c.state, &c.attach) {
+            (cri::ContainerState::ContainerRunning, Some(hub)) => Ok((Arc::clone(hub), c.exited.subscribe())),
+            (state, _) => Err(RuntimeError::FailedPrecondition(format!("container is in {} state", state.as_str_name()))),
+        }
     }
 
     /// Process ids of every running container (for shutdown and tests).

@@ -11,6 +11,7 @@ use crate::cri::runtime_service_server::RuntimeServiceServer;
 use crate::endpoint::endpoint_of;
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::service::CriService;
+use crate::streaming::StreamingServer;
 
 /// How long a graceful stop may take before connections are cut.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -116,7 +117,10 @@ pub async fn serve_runtime(socket: &Path, runtime: Arc<Runtime>) -> Result<Runti
     let listener = tokio::net::UnixListener::bind(socket).map_err(listen_err)?;
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     let (stopping, stopping_rx) = watch::channel(false);
-    let service = CriService::new(Arc::clone(&runtime), stopping_rx);
+    let streaming = StreamingServer::start(Arc::clone(&runtime), stopping_rx.clone())
+        .await
+        .map_err(|source| ServeError::Listen { path: socket.to_path_buf(), source })?;
+    let service = CriService::new(Arc::clone(&runtime), stopping_rx, streaming);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
         .add_service(RuntimeServiceServer::new(service.clone()))

@@ -2,9 +2,10 @@
 //!
 //! This is the one place where [`RuntimeError`]s become gRPC statuses:
 //! not found → `NOT_FOUND`, bad request → `INVALID_ARGUMENT`, duplicate → `ALREADY_EXISTS`,
-//! wrong state → `FAILED_PRECONDITION`, process start failure → `UNKNOWN`. RPCs rkube does not
-//! implement (exec, attach, port-forward, stats, checkpoint, metrics, resource updates) answer
-//! `UNIMPLEMENTED`.
+//! wrong state → `FAILED_PRECONDITION`, process start failure → `UNKNOWN`. `Exec` answers a URL
+//! of the streaming server ([`crate::streaming`]), and so does `Attach` and `PortForward`; `ExecSync` runs
+//! the command to its end. RPCs rkube does not implement (stats, checkpoint, metrics, resource
+//! updates) answer `UNIMPLEMENTED`.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -16,7 +17,9 @@ use tonic::{Request, Response, Status};
 use crate::cri;
 use crate::cri::image_service_server::ImageService;
 use crate::cri::runtime_service_server::RuntimeService;
+use crate::exec::ExecStreams;
 use crate::runtime::{Runtime, RuntimeError};
+use crate::streaming::{Pending, StreamingServer};
 
 /// Name in `VersionResponse.runtime_name` (also the scheme of container ids in pod status).
 pub const RUNTIME_NAME: &str = "rkube";
@@ -41,13 +44,15 @@ impl From<RuntimeError> for Status {
 pub struct CriService {
     rt: Arc<Runtime>,
     stopping: tokio::sync::watch::Receiver<bool>,
+    streaming: Arc<StreamingServer>,
 }
 
 impl CriService {
     /// Services backed by `rt`; open event streams end when `stopping` turns true (so a
-    /// graceful server shutdown is not held up by subscribers that never hang up).
-    pub fn new(rt: Arc<Runtime>, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
-        Self { rt, stopping }
+    /// graceful server shutdown is not held up by subscribers that never hang up); `Exec`
+    /// URLs point at `streaming`.
+    pub fn new(rt: Arc<Runtime>, stopping: tokio::sync::watch::Receiver<bool>, streaming: Arc<StreamingServer>) -> Self {
+        Self { rt, stopping, streaming }
     }
 }
 
@@ -147,20 +152,56 @@ impl RuntimeService for CriService {
         unimplemented("ReopenContainerLog")
     }
 
-    async fn exec_sync(&self, _req: Request<cri::ExecSyncRequest>) -> Res<cri::ExecSyncResponse> {
-        unimplemented("ExecSync")
+    async fn exec_sync(&self, req: Request<cri::ExecSyncRequest>) -> Res<cri::ExecSyncResponse> {
+        let req = req.into_inner();
+        if req.cmd.is_empty() {
+            return Err(Status::invalid_argument("cmd must not be empty"));
+        }
+        let target = self.rt.exec_target(&req.container_id)?;
+        let timeout = u64::try_from(req.timeout).ok().filter(|t| *t > 0).map(std::time::Duration::from_secs);
+        let out = crate::exec::run_sync(&target, &req.cmd, timeout).await.map_err(|e| Status::unknown(e.to_string()))?;
+        Ok(Response::new(cri::ExecSyncResponse { stdout: out.stdout, stderr: out.stderr, exit_code: out.exit_code }))
     }
 
-    async fn exec(&self, _req: Request<cri::ExecRequest>) -> Res<cri::ExecResponse> {
-        unimplemented("Exec")
+    async fn exec(&self, req: Request<cri::ExecRequest>) -> Res<cri::ExecResponse> {
+        let req = req.into_inner();
+        if req.cmd.is_empty() {
+            return Err(Status::invalid_argument("cmd must not be empty"));
+        }
+        if !(req.stdin || req.stdout || req.stderr) {
+            return Err(Status::invalid_argument("one of stdin, stdout, or stderr must be set"));
+        }
+        // Fail now, not on connect, for a container that cannot take an exec.
+        self.rt.exec_target(&req.container_id)?;
+        // A terminal merges stderr into its output (kubelet drops stderr with a tty, too).
+        let streams = ExecStreams { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr && !req.tty, tty: req.tty };
+        let url = self.streaming.register(Pending::Exec { container_id: req.container_id, cmd: req.cmd, streams });
+        Ok(Response::new(cri::ExecResponse { url }))
     }
 
-    async fn attach(&self, _req: Request<cri::AttachRequest>) -> Res<cri::AttachResponse> {
-        unimplemented("Attach")
+    async fn attach(&self, req: Request<cri::AttachRequest>) -> Res<cri::AttachResponse> {
+        let req = req.into_inner();
+        if !(req.stdin || req.stdout || req.stderr) {
+            return Err(Status::invalid_argument("one of stdin, stdout, or stderr must be set"));
+        }
+        self.rt.attach_io(&req.container_id)?;
+        let streams = ExecStreams { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr && !req.tty, tty: req.tty };
+        let url = self.streaming.register(Pending::Attach { container_id: req.container_id, streams });
+        Ok(Response::new(cri::AttachResponse { url }))
     }
 
-    async fn port_forward(&self, _req: Request<cri::PortForwardRequest>) -> Res<cri::PortForwardResponse> {
-        unimplemented("PortForward")
+    async fn port_forward(&self, req: Request<cri::PortForwardRequest>) -> Res<cri::PortForwardResponse> {
+        let req = req.into_inner();
+        self.rt.pod_sandbox_status(&req.pod_sandbox_id)?;
+        let mut ports = Vec::with_capacity(req.port.len());
+        for p in req.port {
+            match u16::try_from(p) {
+                Ok(port) if port > 0 => ports.push(port),
+                _ => return Err(Status::invalid_argument(format!("invalid port {p}"))),
+            }
+        }
+        let url = self.streaming.register(Pending::PortForward { ports });
+        Ok(Response::new(cri::PortForwardResponse { url }))
     }
 
     async fn container_stats(&self, _req: Request<cri::ContainerStatsRequest>) -> Res<cri::ContainerStatsResponse> {

@@ -86,6 +86,12 @@ pub struct ContainerRecord {
     pub starting: bool,
     /// Flips to true once the container has exited (waiters in `StopContainer` and shutdown).
     pub exited: watch::Sender<bool>,
+    /// `ContainerConfig.stdin`: the process's stdin is a pipe kept open for `Attach`.
+    pub stdin: bool,
+    /// `ContainerConfig.stdin_once`: stdin closes when the first attached writer detaches.
+    pub stdin_once: bool,
+    /// The attach hub while the process runs.
+    pub attach: Option<std::sync::Arc<crate::attach::AttachIo>>,
 }
 
 /// An image name recorded by `PullImage`.

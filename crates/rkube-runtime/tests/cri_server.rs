@@ -397,8 +397,14 @@ async fn create_errors_map_to_grpc_codes() {
         .rt
         .exec_sync(cri::ExecSyncRequest { container_id: "x".into(), cmd: vec![], timeout: 1 })
         .await
-        .expect_err("exec is not implemented");
-    assert_eq!(err.code(), tonic::Code::Unimplemented);
+        .expect_err("an empty command");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let err = f
+        .rt
+        .port_forward(cri::PortForwardRequest { pod_sandbox_id: sandbox.clone(), port: vec![70000] })
+        .await
+        .expect_err("not a port");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(f.finish().await.is_empty());
 }
 

@@ -1,6 +1,6 @@
 //! The official Python client (`kubernetes` on PyPI) against rkube: paged
 //! LIST, WATCH from a list's resourceVersion, a NotFound error, and the
-//! review APIs (TokenReview, SubjectAccessReview), and pod logs on `rkube up --node`.
+//! review APIs (TokenReview, SubjectAccessReview), and pod logs and exec on `rkube up --node`.
 //!
 //! The interpreter is `$RKUBE_PYTHON` (`.ci/run` makes the virtualenv
 //! `target/python-venv` with `pip install kubernetes` and sets it), else that
@@ -195,4 +195,58 @@ fn python_client_reads_pod_logs_from_the_node() {
         json!({"status": 400, "reason": "BadRequest", "message": "container nope is not valid for pod printer"}),
         "{got}"
     );
+}
+
+/// `stream(connect_get_namespaced_pod_exec, ...)` on `rkube up --node` (the client's
+/// WebSocket exec): the whole output at once, then stdin, separate stdout and stderr, and
+/// the exit code the client reads from the error channel's `Status`.
+#[test]
+fn python_client_execs_in_a_pod_over_websocket() {
+    let py = python();
+    assert_client_installed(&py);
+    let cluster = Cluster::builder(Backend::Embedded).arg("--node").start();
+    let k = cluster.kubectl("1.33");
+    k.ok(&["run", "shell", "--image=busybox", "--restart=Never", "--", "sleep", "3600"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !k.json(&["get", "pod", "shell"])["status"]["containerStatuses"][0]["state"]["running"].is_object() {
+        assert!(std::time::Instant::now() < deadline, "shell never ran:\n{}", cluster.server_log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/pod_exec.py");
+    let mut cmd = Command::new(&py);
+    cmd.arg(script).arg(&cluster.kubeconfig).arg("shell").env("HOME", cluster.dir());
+    let got = process::run(cmd, None, Duration::from_secs(90)).success().json();
+    assert_eq!(got["output"], json!("hello\nworld\n"), "{got}");
+    assert_eq!(got["stdout"], json!("got ping\n"), "{got}");
+    assert_eq!(got["stderr"], json!("bad\n"), "{got}");
+    assert_eq!(got["returncode"], json!(4), "{got}");
+}
+
+/// `portforward(connect_get_namespaced_pod_portforward, ...)` on `rkube up --node` (the
+/// client's WebSocket port-forward protocol): an HTTP GET to busybox `httpd` in a pod.
+#[test]
+fn python_client_port_forwards_to_an_http_server_in_a_pod() {
+    let py = python();
+    assert_client_installed(&py);
+    let cluster = Cluster::builder(Backend::Embedded).arg("--node").start();
+    let k = cluster.kubectl("1.33");
+    let site = cluster.dir().join("site");
+    std::fs::create_dir_all(&site).expect("site dir");
+    std::fs::write(site.join("hello.txt"), "hello through the tunnel\n").expect("page");
+    let port = common::cluster::free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let home = site.display().to_string();
+    k.ok(&["run", "web", "--image=busybox", "--restart=Never", "--", "busybox", "httpd", "-f", "-p", &listen, "-h", &home]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(&listen).is_err() {
+        assert!(std::time::Instant::now() < deadline, "httpd never listened:\n{}", cluster.server_log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/pod_portforward.py");
+    let mut cmd = Command::new(&py);
+    cmd.arg(script).arg(&cluster.kubeconfig).arg("web").arg(&port).env("HOME", cluster.dir());
+    let got = process::run(cmd, None, Duration::from_secs(90)).success().json();
+    assert_eq!(got["status_line"], json!("HTTP/1.1 200 OK"), "{got}");
+    assert_eq!(got["body"], json!("hello through the tunnel\n"), "{got}");
+    assert_eq!(got["error"], json!(null), "{got}");
 }

@@ -37,6 +37,9 @@ const POD_SUBRESOURCES: &[SubresourceInfo] = &[
     SubresourceInfo { name: "binding", kind: "Binding", verbs: &["create"], api_version: "" },
     SubresourceInfo { name: "eviction", kind: "Eviction", verbs: &["create"], api_version: "policy/v1" },
     SubresourceInfo { name: "log", kind: "Pod", verbs: &["get"], api_version: "" },
+    SubresourceInfo { name: "exec", kind: "PodExecOptions", verbs: &["create", "get"], api_version: "" },
+    SubresourceInfo { name: "attach", kind: "PodAttachOptions", verbs: &["create", "get"], api_version: "" },
+    SubresourceInfo { name: "portforward", kind: "PodPortForwardOptions", verbs: &["create", "get"], api_version: "" },
 ];
 
 /// Selectable fields of pods (upstream `PodToSelectableFields`).

@@ -11,6 +11,8 @@
 //!   deletion, namespace cascade, DELETE-collection.
 //! - WATCH lives in [`watch`].
 //! - [`pod_log`]: `pods/log`, proxied to the node's kubelet.
+//! - [`pod_stream`]: `pods/exec`, `pods/attach` and `pods/portforward`, upgrades proxied to the
+//!   node's kubelet.
 //! - [`review`]: POST to the create-only review APIs (TokenReview,
 //!   SubjectAccessReview, ...), answered without storage.
 
@@ -18,6 +20,7 @@ pub mod create;
 pub mod delete;
 pub mod eviction;
 pub mod pod_log;
+pub mod pod_stream;
 pub mod read;
 pub mod review;
 pub mod component_status;
@@ -157,8 +160,9 @@ pub async fn dispatch(
     group: &str,
     version: &str,
     segments: &[&str],
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Response {
-    match dispatch_inner(st, user, method, uri, headers, body, group, version, segments).await {
+    match dispatch_inner(st, user, method, uri, headers, body, group, version, segments, upgrade).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
@@ -175,6 +179,7 @@ async fn dispatch_inner(
     group: &str,
     version: &str,
     segments: &[&str],
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> ApiResult<Response> {
     let raw_query = uri.query().unwrap_or("").to_string();
     let query: Vec<(String, String)> = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
@@ -186,6 +191,16 @@ async fn dispatch_inner(
     let include_q = query.iter().rev().find(|(k, _)| k == "includeObject").map(|(_, v)| v.as_str());
     let include = media::include_object(include_q)?;
     let ctx = Ctx { st, ri, query, raw_query, headers, render: Render { output, include }, user };
+    if ctx.ri.info.group.is_empty() && ctx.ri.info.resource == "pods" {
+        match ctx.ri.subresource.as_deref() {
+            Some("exec") => return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::Exec).await,
+            Some("attach") => return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::Attach).await,
+            Some("portforward") => {
+                return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::PortForward).await
+            }
+            _ => {}
+        }
+    }
     match ctx.ri.verb {
         Verb::Get if ctx.ri.subresource.as_deref() == Some("scale") => scale::get(&ctx).await,
         Verb::Get if ctx.ri.subresource.as_deref() == Some("log") => pod_log::get(&ctx).await,

@@ -112,7 +112,8 @@ pub fn kubelet_host_port(node: &Value) -> Option<String> {
     Some(format!("{host}:{port}"))
 }
 
-fn status_for(code: u16, text: &str) -> ApiError {
+/// The `Status` of a kubelet's error answer: its code, upstream's reason for it, its text.
+pub fn status_for(code: u16, text: &str) -> ApiError {
     let reason = match code {
         400 => "BadRequest",
         401 => "Unauthorized",

@@ -6,13 +6,17 @@
 //!   parameters of `PodLogOptions` (`follow`, `previous`, `sinceSeconds`, `sinceTime`,
 //!   `timestamps`, `tailLines`, `limitBytes`), read from the CRI log file the runtime writes
 //!   ([`logs`]). `follow` streams lines as they are written until the container exits, the
-//!   client goes away or the agent stops.
+//!   client goes away or the agent stops;
+//! - `GET|POST /exec/<namespace>/<pod>/<container>`, `/attach/...` and
+//!   `/portForward/<namespace>/<pod>` — an upgrade (WebSocket) proxied to the runtime's
+//!   streaming server for CRI `Exec` / `Attach` / `PortForward` ([`stream`]).
 //!
 //! Errors are plain text, as kubelet's: 400 for a query that does not decode, 422 for invalid
 //! options, 404 for an unknown pod or container, 400 for a missing previous instance.
 
 pub mod auth;
 pub mod logs;
+pub mod stream;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -74,7 +78,7 @@ impl Default for KubeletServerConfig {
 }
 
 #[derive(Clone)]
-struct Ctx {
+pub(crate) struct Ctx {
     cri: CriClient,
     health: HealthCheck,
     authorizer: Arc<Authorizer>,
@@ -120,6 +124,9 @@ pub async fn serve(
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
+        .route("/exec/{namespace}/{pod}/{container}", get(stream::exec).post(stream::exec))
+        .route("/attach/{namespace}/{pod}/{container}", get(stream::attach).post(stream::attach))
+        .route("/portForward/{namespace}/{pod}", get(stream::port_forward).post(stream::port_forward))
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), authn_authz))
         .with_state(ctx);
     let task = tokio::spawn(async move {
@@ -132,7 +139,7 @@ pub async fn serve(
     Ok((bound, task))
 }
 
-fn text(code: StatusCode, body: impl Into<String>) -> Response {
+pub(crate) fn text(code: StatusCode, body: impl Into<String>) -> Response {
     (code, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body.into()).into_response()
 }
 
@@ -257,7 +264,7 @@ impl LogQuery {
 }
 
 /// The instances of a pod's container known to the runtime, newest first.
-fn instances(all: Vec<cri::Container>, namespace: &str, pod: &str, container: &str) -> (bool, Vec<cri::Container>) {
+pub(crate) fn instances(all: Vec<cri::Container>, namespace: &str, pod: &str, container: &str) -> (bool, Vec<cri::Container>) {
     let of_pod: Vec<cri::Container> = all
         .into_iter()
         .filter(|c| {

@@ -110,6 +110,10 @@ pub fn container_config(pod: &Pod, container: &Container, attempt: u32, env: &[(
         labels,
         annotations: HashMap::from([("io.kubernetes.container.restartCount".to_string(), attempt.to_string())]),
         log_path: format!("{}/{attempt}.log", container.name),
+        // For `kubectl attach`: the runtime keeps stdin open (and closes it after the first
+        // attach with `stdinOnce`).
+        stdin: container.stdin.unwrap_or(false),
+        stdin_once: container.stdin_once.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             security_context: Some(cri::LinuxContainerSecurityContext {
                 namespace_options: Some(namespaces_for_pod(pod)),
