@@ -57,6 +57,9 @@ pub(crate) fn json_patch(original: &Value, patch: &[u8]) -> Result<Value, PatchE
     // happens. `patch_unsafe` leaves `doc` half-patched on error; `doc` is our
     // copy and is dropped then, and unlike `patch` it has no undo path that can panic.
     for (i, op) in parsed.iter().enumerate() {
+        if tests_absent_member_for_null(&doc, op) {
+            continue;
+        }
         check_growth(&doc, i, op, &mut copied)?;
         json_patch::patch_unsafe(&mut doc, std::slice::from_ref(op)).map_err(|mut e| {
             e.operation = i;
@@ -64,6 +67,20 @@ pub(crate) fn json_patch(original: &Value, patch: &[u8]) -> Result<Value, PatchE
         })?;
     }
     Ok(doc)
+}
+
+/// Whether `op` is a `test` for `null` at a member its (existing) parent
+/// object lacks: upstream's `evanphx/json-patch` reads an absent member as
+/// `null`, so the test passes (clients rely on it, e.g. kube-rs's
+/// finalizer helper testing that `/metadata/finalizers` is unset).
+fn tests_absent_member_for_null(doc: &Value, op: &json_patch::PatchOperation) -> bool {
+    let json_patch::PatchOperation::Test(t) = op else { return false };
+    if !t.value.is_null() {
+        return false;
+    }
+    let path = t.path.to_string();
+    let Some((parent, _)) = path.rsplit_once('/') else { return false };
+    doc.pointer(&path).is_none() && doc.pointer(parent).is_some_and(Value::is_object)
 }
 
 /// Refuses operation `i` when it would nest `doc` deeper than

@@ -175,3 +175,15 @@ fn non_apply_patch_of_missing_object_is_not_found() {
         assert_eq!((st.code, st.reason.as_str()), (404, "NotFound"));
     }
 }
+
+#[test]
+fn a_test_for_null_passes_on_an_absent_member_as_upstream() {
+    let doc = json!({"metadata": {"name": "a"}});
+    let add = json!([{"op": "test", "path": "/metadata/finalizers", "value": null},
+                     {"op": "add", "path": "/metadata/finalizers", "value": ["x/cleanup"]}]);
+    let out = json_patch(&doc, &add).expect("patched");
+    assert_eq!(out["metadata"]["finalizers"], json!(["x/cleanup"]));
+    // A member that is there is compared as usual; a missing parent still fails.
+    assert!(json_patch(&out, &add).is_err());
+    assert!(json_patch(&doc, &json!([{"op": "test", "path": "/spec/missing/x", "value": null}])).is_err());
+}
