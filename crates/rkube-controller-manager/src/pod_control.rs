@@ -106,6 +106,36 @@ where
     api.patch(&child.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
 }
 
+/// Claims `candidates` for the owner `owner` (upstream's
+/// `PodControllerRefManager.ClaimPods`): its own pods that `selector` still
+/// selects are kept, selected orphans adopted, its unselected pods
+/// released; returns the pods it owns afterwards. A child that changed or
+/// went meanwhile (409, 404) is left for the next sync. Errors: any other
+/// API error.
+pub async fn claim_pods(
+    api: &Api<Pod>,
+    owner: &OwnerReference,
+    deleting: bool,
+    selector: Option<&Selector>,
+    candidates: &[&Pod],
+) -> Result<Vec<Pod>, kube::Error> {
+    let mut mine = Vec::new();
+    for p in candidates.iter().copied() {
+        let decision = claim(&owner.uid, deleting, selects(selector, p.labels()), &p.metadata);
+        match decision {
+            Claim::Keep => mine.push(p.clone()),
+            Claim::Adopt | Claim::Release => match apply_claim(api, p, &decision, owner).await {
+                Ok(()) if decision == Claim::Adopt => mine.push(p.clone()),
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) || is_conflict(&e) => {}
+                Err(e) => return Err(e),
+            },
+            Claim::Ignore => {}
+        }
+    }
+    Ok(mine)
+}
+
 /// Whether `err` is the API server's 404.
 pub fn is_not_found(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 404)

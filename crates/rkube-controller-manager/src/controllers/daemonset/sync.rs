@@ -22,7 +22,7 @@ use crate::controllers::replicaset::api_message;
 use crate::controllers::replicaset::status::slow_start_batches;
 use crate::expectations::Seen;
 use crate::history;
-use crate::pod_control::{self, Claim};
+use crate::pod_control;
 use crate::pod_util;
 
 /// Syncs `ds` once. Errors: the API server's (the sync is retried).
@@ -37,20 +37,8 @@ pub async fn sync_daemon_set(ds: &DaemonSet, state: &State) -> Result<Action, ku
 
     let in_ns: Vec<Pod> = state.pods.state().iter().filter(|p| p.namespace().as_deref() == Some(ns.as_str())).map(|p| p.as_ref().clone()).collect();
     let sel = selector(ds);
-    let mut mine: Vec<Pod> = Vec::new();
-    for p in &in_ns {
-        let decision = pod_control::claim(&owner.uid, deleting, pod_control::selects(sel.as_ref(), p.labels()), &p.metadata);
-        match decision {
-            Claim::Keep => mine.push(p.clone()),
-            Claim::Adopt | Claim::Release => match pod_control::apply_claim(&pods_api, p, &decision, &owner).await {
-                Ok(()) if decision == Claim::Adopt => mine.push(p.clone()),
-                Ok(()) => {}
-                Err(e) if pod_control::is_not_found(&e) || pod_control::is_conflict(&e) => {}
-                Err(e) => return Err(e),
-            },
-            Claim::Ignore => {}
-        }
-    }
+    let candidates: Vec<&Pod> = in_ns.iter().collect();
+    let mine = pod_control::claim_pods(&pods_api, &owner, deleting, sel.as_ref(), &candidates).await?;
 
     // The revision of the template now; its hash labels the pods made from it.
     let rev_api: Api<ControllerRevision> = Api::namespaced(state.client.clone(), &ns);

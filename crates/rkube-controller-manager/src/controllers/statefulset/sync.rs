@@ -18,7 +18,7 @@ use super::plan::{self, PodView, SetView, Step, Which, Why};
 use super::{selector, State};
 use crate::controllers::replicaset::api_message;
 use crate::history;
-use crate::pod_control::{self, Claim};
+use crate::pod_control;
 use crate::pod_util;
 
 /// Label naming a StatefulSet pod (`statefulset.kubernetes.io/pod-name`).
@@ -39,23 +39,14 @@ pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Actio
 
     // Claim members: pods named `<set>-<n>` that the selector matches.
     let sel = selector(set);
-    let mut mine: Vec<Pod> = Vec::new();
-    for p in state.pods.state().iter().filter(|p| p.namespace().as_deref() == Some(ns.as_str())) {
-        if plan::ordinal_of(&name, &p.name_any()).is_none() {
-            continue;
-        }
-        let decision = pod_control::claim(&owner.uid, deleting, pod_control::selects(sel.as_ref(), p.labels()), &p.metadata);
-        match decision {
-            Claim::Keep => mine.push(p.as_ref().clone()),
-            Claim::Adopt | Claim::Release => match pod_control::apply_claim(&pods_api, p.as_ref(), &decision, &owner).await {
-                Ok(()) if decision == Claim::Adopt => mine.push(p.as_ref().clone()),
-                Ok(()) => {}
-                Err(e) if pod_control::is_not_found(&e) || pod_control::is_conflict(&e) => {}
-                Err(e) => return Err(e),
-            },
-            Claim::Ignore => {}
-        }
-    }
+    let pods = state.pods.state();
+    let members: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|p| plan::ordinal_of(&name, &p.name_any()).is_some())
+        .map(|p| p.as_ref())
+        .collect();
+    let mine = pod_control::claim_pods(&pods_api, &owner, deleting, sel.as_ref(), &members).await?;
 
     // Revisions: the template now, and the one pods below the partition keep.
     let rev_api: Api<ControllerRevision> = Api::namespaced(state.client.clone(), &ns);
