@@ -37,8 +37,8 @@ pub struct Answer {
     pub allowed: bool,
     /// `response.status`, when the webhook set one.
     pub status: Option<Value>,
-    /// The decoded `response.patch` (a JSON Patch), when present.
-    pub patch: Option<json_patch::Patch>,
+    /// `response.patchType` and the base64-decoded `response.patch`, when present.
+    pub patch: Option<(String, Vec<u8>)>,
     /// `response.warnings`.
     pub warnings: Vec<String>,
 }
@@ -157,7 +157,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// Calls `webhook` with `review_body` (its `request.uid` is `uid`), within
 /// the webhook's `timeoutSeconds`. Errors are upstream's `ErrCallingWebhook`
 /// reasons (unreachable, timed out, not 200, undecodable, wrong uid).
-pub async fn call(st: &ApiState, webhook: &Value, review_body: &Value, uid: &str) -> Result<Answer, CallError> {
+pub async fn call(st: &ApiState, webhook: &Value, review_body: &Value, uid: &str, mutating: bool) -> Result<Answer, CallError> {
     let cc = webhook.get("clientConfig").cloned().unwrap_or(Value::Null);
     let timeout = webhook
         .get("timeoutSeconds")
@@ -191,45 +191,58 @@ pub async fn call(st: &ApiState, webhook: &Value, review_body: &Value, uid: &str
         let text = String::from_utf8_lossy(&bytes);
         return Err(CallError(format!("failed to call webhook: the server responded with the status code {}: {text}", code.as_u16())));
     }
-    let answer: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| CallError(format!("received invalid webhook response: {e}")))?;
-    parse_answer(&answer, uid)
+    let answer: Value =
+        serde_json::from_slice(&bytes).map_err(|e| failed(format!("decoding the response: {e}")))?;
+    parse_answer(&answer, uid, mutating)
 }
 
-/// Checks and decodes an AdmissionReview response (upstream `VerifyAdmissionResponse`).
-pub fn parse_answer(answer: &Value, uid: &str) -> Result<Answer, CallError> {
-    let api_version = answer.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    let kind = answer.get("kind").and_then(Value::as_str).unwrap_or("");
-    if api_version != "admission.k8s.io/v1" || kind != "AdmissionReview" {
-        return Err(CallError(format!(
-            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got {api_version}, Kind={kind}"
-        )));
-    }
-    let Some(resp) = answer.get("response") else {
-        return Err(CallError("webhook response was absent".into()));
+/// Checks an AdmissionReview response as upstream's `VerifyAdmissionResponse`
+/// does (in its order); errors are the reasons after
+/// `received invalid webhook response: `. `mutating`: a mutating webhook may
+/// return `patch` with `patchType` (both or neither); a validating one neither.
+pub fn parse_answer(answer: &Value, uid: &str, mutating: bool) -> Result<Answer, CallError> {
+    let invalid = |why: String| CallError(format!("received invalid webhook response: {why}"));
+    let Some(resp) = answer.get("response").filter(|r| !r.is_null()) else {
+        return Err(invalid("webhook response was absent".into()));
     };
     let got = resp.get("uid").and_then(Value::as_str).unwrap_or("");
     if got != uid {
-        return Err(CallError(format!("expected response.uid={uid:?}, got {got:?}")));
+        return Err(invalid(format!("expected response.uid={uid:?}, got {got:?}")));
     }
+    let api_version = answer.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = answer.get("kind").and_then(Value::as_str).unwrap_or("");
+    if api_version != "admission.k8s.io/v1" || kind != "AdmissionReview" {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let got = if group.is_empty() { format!("/{version}, Kind={kind}") } else { format!("{group}/{version}, Kind={kind}") };
+        return Err(invalid(format!("expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got {got}")));
+    }
+    let patch = resp.get("patch").and_then(Value::as_str).unwrap_or("");
+    let patch_type = resp.get("patchType").and_then(Value::as_str);
+    let patch = if mutating {
+        match (patch.is_empty(), patch_type) {
+            (false, None) => return Err(invalid("webhook returned response.patch but not response.patchType".into())),
+            (true, Some(_)) => return Err(invalid("webhook returned response.patchType but not response.patch".into())),
+            (false, Some("")) => return Err(invalid("webhook returned invalid response.patchType of \"\"".into())),
+            (false, Some(t)) => {
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(patch)
+                    .map_err(|e| invalid(format!("response.patch is not base64: {e}")))?;
+                Some((t.to_string(), raw))
+            }
+            (true, None) => None,
+        }
+    } else if !patch.is_empty() {
+        return Err(invalid("validating webhook may not return response.patch".into()));
+    } else if patch_type.is_some() {
+        return Err(invalid("validating webhook may not return response.patchType".into()));
+    } else {
+        None
+    };
     let warnings = resp
         .get("warnings")
         .and_then(Value::as_array)
         .map(|w| w.iter().filter_map(Value::as_str).map(str::to_string).collect())
         .unwrap_or_default();
-    let patch_b64 = resp.get("patch").and_then(Value::as_str).unwrap_or("");
-    let patch = if patch_b64.is_empty() {
-        None
-    } else {
-        let patch_type = resp.get("patchType").and_then(Value::as_str).unwrap_or("");
-        if patch_type != "JSONPatch" {
-            return Err(CallError(format!("webhook returned a patch with patchType {patch_type:?}: only \"JSONPatch\" is supported")));
-        }
-        let raw = base64::engine::general_purpose::STANDARD
-            .decode(patch_b64)
-            .map_err(|e| CallError(format!("invalid patch: {e}")))?;
-        Some(serde_json::from_slice::<json_patch::Patch>(&raw).map_err(|e| CallError(format!("invalid patch: {e}")))?)
-    };
     Ok(Answer {
         allowed: resp.get("allowed").and_then(Value::as_bool).unwrap_or(false),
         status: resp.get("status").cloned(),
@@ -238,3 +251,29 @@ pub fn parse_answer(answer: &Value, uid: &str) -> Result<Answer, CallError> {
     })
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn review(response: Value) -> Value {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+    }
+
+    #[test]
+    fn responses_are_checked_like_upstreams_verify_admission_response() {
+        let err = |v: &Value, mutating: bool| parse_answer(v, "u1", mutating).err().map(|e| e.0).unwrap_or_default();
+        assert_eq!(err(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}), true), "received invalid webhook response: webhook response was absent");
+        assert_eq!(err(&review(json!({"uid": "u2", "allowed": true})), true), "received invalid webhook response: expected response.uid=\"u1\", got \"u2\"");
+        let v1beta1 = json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "response": {"uid": "u1"}});
+        assert!(err(&v1beta1, true).ends_with("expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got admission.k8s.io/v1beta1, Kind=AdmissionReview"));
+        let patch = "W10="; // []
+        assert!(err(&review(json!({"uid": "u1", "allowed": true, "patch": patch})), true).ends_with("webhook returned response.patch but not response.patchType"));
+        assert!(err(&review(json!({"uid": "u1", "allowed": true, "patchType": "JSONPatch"})), true).ends_with("webhook returned response.patchType but not response.patch"));
+        assert!(err(&review(json!({"uid": "u1", "allowed": true, "patch": patch, "patchType": "JSONPatch"})), false).ends_with("validating webhook may not return response.patch"));
+        let ok = parse_answer(&review(json!({"uid": "u1", "allowed": true, "patch": patch, "patchType": "JSONPatch", "warnings": ["w"]})), "u1", true);
+        let ok = ok.ok().unwrap_or_default();
+        assert!(ok.allowed);
+        assert_eq!(ok.patch, Some(("JSONPatch".to_string(), b"[]".to_vec())));
+        assert_eq!(ok.warnings, vec!["w".to_string()]);
+    }
+}

@@ -127,7 +127,7 @@ async fn hooks(st: &ApiState, resource: &str) -> ApiResult<Vec<Hook>> {
     let info = registry::lookup("admissionregistration.k8s.io", "v1", resource)
         .ok_or_else(|| ApiError::internal(format!("no {resource} resource")))?;
     let opts = ListOptions { resource_version: Some("0".into()), ..Default::default() };
-    let page = st.cache.list(info, None, &opts).await.map_err(|e| ApiError::internal(e))?;
+    let page = st.cache.list(info, None, &opts).await.map_err(ApiError::internal)?;
     let mut configs: Vec<(String, Value)> = Vec::new();
     for item in &page.items {
         if let Ok(v) = serde_json::from_slice::<Value>(&item.json) {
@@ -209,10 +209,10 @@ fn fails_open(w: &Value) -> bool {
 }
 
 /// Calls one webhook; `Ok(None)`: skipped after a failure under `Ignore`.
-async fn invoke(st: &ApiState, h: &Hook, a: &Attributes) -> ApiResult<Option<call::Answer>> {
+async fn invoke(st: &ApiState, h: &Hook, a: &Attributes, mutating: bool) -> ApiResult<Option<call::Answer>> {
     let uid = uuid::Uuid::new_v4().to_string();
     let body = call::review(a, &uid);
-    match call::call(st, &h.webhook, &body, &uid).await {
+    match call::call(st, &h.webhook, &body, &uid, mutating).await {
         Ok(answer) if answer.allowed => Ok(Some(answer)),
         Ok(answer) => Err(denied(&h.name, answer.status.as_ref())),
         Err(e) if fails_open(&h.webhook) => {
@@ -272,17 +272,24 @@ async fn apply_answer(
     redefault: &(dyn Fn(&mut Value) + Sync),
     warnings: &mut Vec<String>,
 ) -> ApiResult<bool> {
-    let Some(answer) = invoke(st, h, a).await? else { return Ok(false) };
+    let Some(answer) = invoke(st, h, a, true).await? else { return Ok(false) };
     warnings.extend(answer.warnings);
-    let Some(patch) = answer.patch else { return Ok(false) };
+    let Some((patch_type, raw)) = answer.patch else { return Ok(false) };
+    // Upstream: a bad patch type or an undecodable patch is a failed call
+    // (failurePolicy applies); a patch that does not apply is a 500.
+    let decoded = if patch_type != "JSONPatch" {
+        Err(call::CallError(format!("unsupported patch type {patch_type:?}")))
+    } else {
+        serde_json::from_slice::<json_patch::Patch>(&raw)
+            .map_err(|e| call::CallError(format!("received undecodable patch in webhook response: {e}")))
+    };
+    let patch = match decoded {
+        Ok(p) => p,
+        Err(_) if fails_open(&h.webhook) => return Ok(false),
+        Err(e) => return Err(call_failed(&h.name, &e)),
+    };
     let mut patched = obj.clone();
-    if let Err(e) = json_patch::patch(&mut patched, &patch) {
-        let err = call::CallError(format!("JSON Patch: {e}"));
-        if fails_open(&h.webhook) {
-            return Ok(false);
-        }
-        return Err(call_failed(&h.name, &err));
-    }
+    json_patch::patch(&mut patched, &patch).map_err(ApiError::internal)?;
     redefault(&mut patched);
     if patched == *obj {
         return Ok(false);
@@ -305,7 +312,7 @@ pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
             chosen.push(h);
         }
     }
-    let results = futures::future::join_all(chosen.iter().map(|h| invoke(st, h, a))).await;
+    let results = futures::future::join_all(chosen.iter().map(|h| invoke(st, h, a, false))).await;
     let mut warnings = Vec::new();
     for r in results {
         if let Some(answer) = r? {
