@@ -20,17 +20,28 @@ use webhook_support::{WebhookServer, MUTATED_LABEL};
 
 fn configurations(wh: &WebhookServer) -> String {
     let ca = wh.ca_bundle();
-    let rules = "    rules:\n    - operations: [CREATE]\n      apiGroups: [\"\"]\n      apiVersions: [v1]\n      resources: [configmaps]\n    sideEffects: None\n    admissionReviewVersions: [v1]\n";
-    format!(
-        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: e2e-validating\nwebhooks:\n\
-  - name: deny.e2e.example.com\n    clientConfig:\n      url: {deny}\n      caBundle: {ca}\n{rules}\
-  - name: warn.e2e.example.com\n    clientConfig:\n      url: {warn}\n      caBundle: {ca}\n{rules}\
----\napiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata:\n  name: e2e-mutating\nwebhooks:\n\
-  - name: label.e2e.example.com\n    clientConfig:\n      url: {label}\n      caBundle: {ca}\n{rules}",
-        deny = wh.url("/deny-prefix"),
-        warn = wh.url("/warn"),
-        label = wh.url("/add-label"),
-    )
+    let hook = |name: &str, path: &str| {
+        [
+            format!("- name: {name}"),
+            format!("  clientConfig: {{url: \"{}\", caBundle: {ca}}}", wh.url(path)),
+            "  rules: [{operations: [CREATE], apiGroups: [\"\"], apiVersions: [v1], resources: [configmaps]}]".to_string(),
+            "  sideEffects: None".to_string(),
+            "  admissionReviewVersions: [v1]".to_string(),
+        ]
+        .join("\n")
+    };
+    let config = |kind: &str, name: &str, hooks: Vec<String>| {
+        format!("apiVersion: admissionregistration.k8s.io/v1\nkind: {kind}\nmetadata:\n  name: {name}\nwebhooks:\n{}\n", hooks.join("\n"))
+    };
+    [
+        config(
+            "ValidatingWebhookConfiguration",
+            "e2e-validating",
+            vec![hook("deny.e2e.example.com", "/deny-prefix"), hook("warn.e2e.example.com", "/warn")],
+        ),
+        config("MutatingWebhookConfiguration", "e2e-mutating", vec![hook("label.e2e.example.com", "/add-label")]),
+    ]
+    .join("---\n")
 }
 
 fn webhooks_admit_kubectl_writes(version: &str) {
@@ -47,8 +58,11 @@ fn webhooks_admit_kubectl_writes(version: &str) {
     // Admission reads the configurations from the watch cache, which a
     // resourceVersion=0 list shows.
     cluster.wait_until("the configurations in the watch cache", Duration::from_secs(5), || {
-        let v = k.json(&["get", "--raw", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations?resourceVersion=0"]);
-        let m = k.json(&["get", "--raw", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations?resourceVersion=0"]);
+        let raw = |r: &str| -> serde_json::Value {
+            let path = format!("/apis/admissionregistration.k8s.io/v1/{r}?resourceVersion=0");
+            serde_json::from_str(&k.ok(&["get", "--raw", &path]).stdout).unwrap_or_default()
+        };
+        let (v, m) = (raw("validatingwebhookconfigurations"), raw("mutatingwebhookconfigurations"));
         (v["items"].as_array().is_some_and(|i| i.len() == 1) && m["items"].as_array().is_some_and(|i| i.len() == 1)).then_some(())
     });
 
