@@ -284,3 +284,43 @@ async fn if_needed_webhooks_are_called_again_after_a_later_mutation() {
     assert_eq!(observed[1]["request"]["object"]["metadata"]["labels"][MUTATED_LABEL], "true");
     assert_eq!(wh.requests("/add-label").len(), 1, "Never: not reinvoked");
 }
+
+#[tokio::test]
+async fn invalid_configurations_are_refused_with_upstreams_422() {
+    let s = TestServer::embedded().await;
+    let bad = json!({
+        "name": "short",
+        "clientConfig": {"url": "http://127.0.0.1:9/x?y=1"},
+        "rules": [{"operations": ["GET"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"], "scope": "Everywhere"}],
+        "failurePolicy": "Sometimes",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+    });
+    let dup = hook("twice.example.com", json!({"url": "https://127.0.0.1:9/"}), json!({}));
+    let body = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "bad"}, "webhooks": [bad, dup.clone(), dup]});
+    let r = s.post(VALIDATING, &body).await;
+    r.assert_status(422, "Invalid");
+    let causes: Vec<String> = r.body["details"]["causes"]
+        .as_array()
+        .map(|c| c.iter().map(|c| format!("{}: {}", c["field"].as_str().unwrap_or(""), c["message"].as_str().unwrap_or(""))).collect())
+        .unwrap_or_default();
+    for expected in [
+        "webhooks[0].name: Invalid value: \"short\": should be a domain with at least three segments separated by dots",
+        "webhooks[0].failurePolicy: Unsupported value: \"Sometimes\": supported values: \"Fail\", \"Ignore\"",
+        "webhooks[0].rules[0].operations[0]: Unsupported value: \"GET\": supported values: \"*\", \"CONNECT\", \"CREATE\", \"DELETE\", \"UPDATE\"",
+        "webhooks[0].rules[0].scope: Unsupported value: \"Everywhere\": supported values: \"*\", \"Cluster\", \"Namespaced\"",
+        "webhooks[0].clientConfig.url: Invalid value: \"http\": 'https' is the only allowed URL scheme; desired format: https://host[/path]",
+        "webhooks[0].clientConfig.url: Invalid value: \"y=1\": query parameters are not permitted in the URL",
+        "webhooks[2].name: Duplicate value: \"twice.example.com\"",
+    ] {
+        assert!(causes.iter().any(|c| c == expected), "missing {expected:?} in {causes:#?}");
+    }
+    let svc = hook("svc.example.com", json!({"service": {"namespace": "default", "name": "hooks", "path": "/v"}}), json!({}));
+    let ok = s.post(MUTATING, &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "defaults"}, "webhooks": [svc]})).await;
+    assert_eq!(ok.code, 201, "{}", ok.text);
+    let w = &ok.body["webhooks"][0];
+    assert_eq!(w["clientConfig"]["service"]["port"], 443);
+    assert_eq!((w["failurePolicy"].clone(), w["timeoutSeconds"].clone(), w["reinvocationPolicy"].clone()), (json!("Fail"), json!(10), json!("Never")));
+}
