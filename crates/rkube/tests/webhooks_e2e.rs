@@ -4,7 +4,8 @@
 //! ValidatingWebhookConfiguration and a MutatingWebhookConfiguration; a
 //! ConfigMap named `deny-*` is refused with the webhook's message; other
 //! ConfigMaps get the mutating webhook's label; a webhook's warning reaches
-//! kubectl's stderr; a dry run reaches a `sideEffects: None` webhook.
+//! kubectl's stderr; a dry run reaches a `sideEffects: None` webhook; the
+//! webhooks' audit annotations reach the audit log.
 //!
 //! The cluster process is killed by PID when its guard drops; the webhook
 //! server's threads stop with the test process.
@@ -44,6 +45,19 @@ fn configurations(wh: &WebhookServer) -> String {
     .join("---\n")
 }
 
+/// Waits until the watch cache (what admission reads) holds one
+/// configuration of each kind, as a resourceVersion=0 list shows.
+fn wait_for_cached(cluster: &Cluster, k: &common::kubectl::Kubectl) {
+    cluster.wait_until("the configurations in the watch cache", Duration::from_secs(5), || {
+        let raw = |r: &str| -> serde_json::Value {
+            let path = format!("/apis/admissionregistration.k8s.io/v1/{r}?resourceVersion=0");
+            serde_json::from_str(&k.ok(&["get", "--raw", &path]).stdout).unwrap_or_default()
+        };
+        let (v, m) = (raw("validatingwebhookconfigurations"), raw("mutatingwebhookconfigurations"));
+        (v["items"].as_array().is_some_and(|i| i.len() == 1) && m["items"].as_array().is_some_and(|i| i.len() == 1)).then_some(())
+    });
+}
+
 fn webhooks_admit_kubectl_writes(version: &str) {
     let cluster = Cluster::start(Backend::Embedded);
     let k = cluster.kubectl(version);
@@ -55,16 +69,7 @@ fn webhooks_admit_kubectl_writes(version: &str) {
         "validatingwebhookconfiguration.admissionregistration.k8s.io/e2e-validating created\n\
          mutatingwebhookconfiguration.admissionregistration.k8s.io/e2e-mutating created"
     );
-    // Admission reads the configurations from the watch cache, which a
-    // resourceVersion=0 list shows.
-    cluster.wait_until("the configurations in the watch cache", Duration::from_secs(5), || {
-        let raw = |r: &str| -> serde_json::Value {
-            let path = format!("/apis/admissionregistration.k8s.io/v1/{r}?resourceVersion=0");
-            serde_json::from_str(&k.ok(&["get", "--raw", &path]).stdout).unwrap_or_default()
-        };
-        let (v, m) = (raw("validatingwebhookconfigurations"), raw("mutatingwebhookconfigurations"));
-        (v["items"].as_array().is_some_and(|i| i.len() == 1) && m["items"].as_array().is_some_and(|i| i.len() == 1)).then_some(())
-    });
+    wait_for_cached(&cluster, &k);
 
     let denied = k.run(&["create", "configmap", "deny-me", "--from-literal=k=v"]);
     assert_eq!(denied.code, Some(1), "{}", denied.stdout);
@@ -89,3 +94,51 @@ fn webhooks_admit_kubectl_writes(version: &str) {
 }
 
 per_kubectl_version!(webhooks_admit_kubectl_writes);
+
+#[test]
+fn webhook_audit_annotations_reach_the_audit_log() {
+    let fixtures = tempfile::tempdir().expect("tempdir");
+    let log = fixtures.path().join("audit.log");
+    let policy = fixtures.path().join("policy.yaml");
+    std::fs::write(&policy, "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n").expect("write policy");
+    let cluster = Cluster::builder(Backend::Embedded)
+        .arg(format!("--audit-log-path={}", log.display()))
+        .arg(format!("--audit-policy-file={}", policy.display()))
+        .start();
+    let k = cluster.kubectl("1.33");
+    let wh = WebhookServer::start(&[]);
+    let ca = wh.ca_bundle();
+    let hook = |name: &str, path: &str, policy: &str| {
+        format!(
+            "- name: {name}\n  clientConfig: {{url: \"{}\", caBundle: {ca}}}\n  failurePolicy: {policy}\n  \
+             rules: [{{operations: [CREATE], apiGroups: [\"\"], apiVersions: [v1], resources: [configmaps]}}]\n  \
+             sideEffects: None\n  admissionReviewVersions: [v1]\n",
+            wh.url(path)
+        )
+    };
+    let down = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(1);
+    let yaml = format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: audited\nwebhooks:\n{}{}\
+         ---\napiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata:\n  name: audited\nwebhooks:\n{}",
+        hook("annotate.e2e.example.com", "/annotate", "Fail"),
+        hook("down.e2e.example.com", "/unused", "Ignore").replace(&wh.url("/unused"), &format!("https://127.0.0.1:{down}/")),
+        hook("label.e2e.example.com", "/add-label", "Fail"),
+    );
+    k.run_stdin(&["apply", "-f", "-"], &yaml).success();
+    wait_for_cached(&cluster, &k);
+    k.run(&["create", "configmap", "audited"]).success();
+
+    let is_create = |e: &serde_json::Value| {
+        e["stage"] == "ResponseComplete" && e["verb"] == "create" && e["objectRef"]["resource"] == "configmaps"
+    };
+    let event = cluster.wait_until("the create's audit event", Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|e| is_create(e))
+    });
+    let notes = &event["annotations"];
+    assert_eq!(notes["annotate.e2e.example.com/decision"], "looked", "{event}");
+    assert_eq!(notes["failed-open.validating.webhook.admission.k8s.io/round_0_index_1"], "down.e2e.example.com", "{event}");
+    let mutation: serde_json::Value =
+        serde_json::from_str(notes["mutation.webhook.admission.k8s.io/round_0_index_0"].as_str().unwrap_or("")).unwrap_or_default();
+    assert_eq!(mutation, serde_json::json!({"configuration": "audited", "webhook": "label.e2e.example.com", "mutated": true}), "{event}");
+}

@@ -12,6 +12,7 @@
 //!   `webhook.example.com/mutated: "true"`;
 //! - `/warn`: allows with the warning `configmaps here are watched`;
 //! - `/sleep`: answers (allowed) after 3 s;
+//! - `/annotate`: allows with the audit annotation `decision: looked`;
 //! - anything else: allows.
 //!
 //! Every AdmissionReview received is recorded with its path.
@@ -176,6 +177,9 @@ fn answer(path: &str, review: &Value) -> Value {
             response["warnings"] = json!(["configmaps here are watched"]);
         }
         "/sleep" => std::thread::sleep(Duration::from_secs(3)),
+        "/annotate" => {
+            response["auditAnnotations"] = json!({"decision": "looked"});
+        }
         _ => {}
     }
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})

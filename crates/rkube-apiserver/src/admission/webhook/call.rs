@@ -41,6 +41,8 @@ pub struct Answer {
     pub patch: Option<(String, Vec<u8>)>,
     /// `response.warnings`.
     pub warnings: Vec<String>,
+    /// `response.auditAnnotations` (key, value), logged as `<webhook>/<key>`.
+    pub audit_annotations: Vec<(String, String)>,
 }
 
 /// The AdmissionReview v1 sent for `a` with request `uid`.
@@ -243,11 +245,17 @@ pub fn parse_answer(answer: &Value, uid: &str, mutating: bool) -> Result<Answer,
         .and_then(Value::as_array)
         .map(|w| w.iter().filter_map(Value::as_str).map(str::to_string).collect())
         .unwrap_or_default();
+    let audit_annotations = resp
+        .get("auditAnnotations")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+        .unwrap_or_default();
     Ok(Answer {
         allowed: resp.get("allowed").and_then(Value::as_bool).unwrap_or(false),
         status: resp.get("status").cloned(),
         patch,
         warnings,
+        audit_annotations,
     })
 }
 

@@ -26,9 +26,15 @@
 //!   does not support dry run`.
 //! - `response.warnings` are returned to the client as `Warning` headers.
 //!
-//! Not done: `matchConditions`, `matchPolicy: Equivalent` across versions
-//! (rules match the request's own group/version), audit annotations, and
-//! admission of DELETE and CONNECT.
+//! - Audit annotations as upstream: the webhooks' `auditAnnotations` as
+//!   `<webhook>/<key>`, `mutation.webhook.admission.k8s.io/round_<r>_index_<i>`
+//!   and `failed-open.{mutation,validating}.webhook.admission.k8s.io/...`.
+//!
+//! Not done: `matchConditions` (ignored: the webhook is called as if they
+//! matched), `matchPolicy: Equivalent` across versions (rules match the
+//! request's own group/version), the Request-level
+//! `patch.webhook.admission.k8s.io/...` annotation, and admission of DELETE
+//! and CONNECT.
 
 pub mod call;
 pub mod matching;
@@ -118,6 +124,7 @@ impl Attributes {
 struct Hook {
     webhook: Value,
     name: String,
+    configuration: String,
 }
 
 /// The webhooks of every configuration of `resource`
@@ -136,10 +143,10 @@ async fn hooks(st: &ApiState, resource: &str) -> ApiResult<Vec<Hook>> {
     }
     configs.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = Vec::new();
-    for (_, config) in configs {
+    for (configuration, config) in configs {
         for w in config.get("webhooks").and_then(Value::as_array).cloned().unwrap_or_default() {
             let name = w.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-            out.push(Hook { webhook: w, name });
+            out.push(Hook { webhook: w, name, configuration: configuration.clone() });
         }
     }
     Ok(out)
@@ -208,19 +215,46 @@ fn fails_open(w: &Value) -> bool {
     w.get("failurePolicy").and_then(Value::as_str) == Some("Ignore")
 }
 
-/// Calls one webhook; `Ok(None)`: skipped after a failure under `Ignore`.
-async fn invoke(st: &ApiState, h: &Hook, a: &Attributes, mutating: bool) -> ApiResult<Option<call::Answer>> {
+/// Where one call sits: the webhook's index among all webhooks of its kind,
+/// the round (1: reinvocation), and whether it is a mutating webhook.
+#[derive(Clone, Copy)]
+struct Slot {
+    index: usize,
+    round: u8,
+    mutating: bool,
+}
+
+/// Calls one webhook; `Ok(None)`: skipped after a failure under `Ignore`
+/// (recorded as upstream's `failed-open.*` audit annotation). The webhook's
+/// `auditAnnotations` are logged as `<webhook name>/<key>`.
+async fn invoke(st: &ApiState, h: &Hook, a: &Attributes, slot: Slot) -> ApiResult<Option<call::Answer>> {
     let uid = uuid::Uuid::new_v4().to_string();
     let body = call::review(a, &uid);
-    match call::call(st, &h.webhook, &body, &uid, mutating).await {
-        Ok(answer) if answer.allowed => Ok(Some(answer)),
-        Ok(answer) => Err(denied(&h.name, answer.status.as_ref())),
+    match call::call(st, &h.webhook, &body, &uid, slot.mutating).await {
+        Ok(answer) => {
+            for (k, v) in &answer.audit_annotations {
+                crate::filters::audit::annotate(&format!("{}/{k}", h.name), v);
+            }
+            if answer.allowed {
+                Ok(Some(answer))
+            } else {
+                Err(denied(&h.name, answer.status.as_ref()))
+            }
+        }
         Err(e) if fails_open(&h.webhook) => {
             tracing::warn!(webhook = %h.name, error = %e.0, "failed calling webhook, failing open");
+            fail_open_annotation(h, slot);
             Ok(None)
         }
         Err(e) => Err(call_failed(&h.name, &e)),
     }
+}
+
+/// Upstream's `failed-open.{mutation,validating}.webhook.admission.k8s.io/round_<r>_index_<i>`.
+fn fail_open_annotation(h: &Hook, slot: Slot) {
+    let kind = if slot.mutating { "mutation" } else { "validating" };
+    let key = format!("failed-open.{kind}.webhook.admission.k8s.io/round_{}_index_{}", slot.round, slot.index);
+    crate::filters::audit::annotate(&key, &h.name);
 }
 
 /// Runs the mutating webhooks on `obj` (the object `a` describes); returns
@@ -242,7 +276,7 @@ pub async fn mutate(st: &ApiState, a: &mut Attributes, obj: &mut Value, redefaul
             continue;
         }
         ran[i] = true;
-        if apply_answer(st, h, a, obj, redefault, &mut warnings).await? {
+        if apply_answer(st, h, a, obj, redefault, &mut warnings, Slot { index: i, round: 0, mutating: true }).await? {
             last_change = Some(i);
         }
     }
@@ -255,7 +289,7 @@ pub async fn mutate(st: &ApiState, a: &mut Attributes, obj: &mut Value, redefaul
             continue;
         }
         a.object = Some(obj.clone());
-        if apply_answer(st, h, a, obj, redefault, &mut warnings).await? {
+        if apply_answer(st, h, a, obj, redefault, &mut warnings, Slot { index: i, round: 1, mutating: true }).await? {
             round_two_changed = true;
         }
     }
@@ -264,6 +298,8 @@ pub async fn mutate(st: &ApiState, a: &mut Attributes, obj: &mut Value, redefaul
 }
 
 /// Calls `h` and applies its patch to `obj`; true when the object changed.
+/// Logs upstream's `mutation.webhook.admission.k8s.io/round_<r>_index_<i>`
+/// audit annotation (`{"configuration","webhook","mutated"}`) for the call.
 async fn apply_answer(
     st: &ApiState,
     h: &Hook,
@@ -271,8 +307,26 @@ async fn apply_answer(
     obj: &mut Value,
     redefault: &(dyn Fn(&mut Value) + Sync),
     warnings: &mut Vec<String>,
+    slot: Slot,
 ) -> ApiResult<bool> {
-    let Some(answer) = invoke(st, h, a, true).await? else { return Ok(false) };
+    let changed = patch_from(st, h, a, obj, redefault, warnings, slot).await;
+    let mutated = matches!(changed, Ok(true));
+    let value = json!({"configuration": h.configuration, "webhook": h.name, "mutated": mutated});
+    let key = format!("mutation.webhook.admission.k8s.io/round_{}_index_{}", slot.round, slot.index);
+    crate::filters::audit::annotate(&key, &value.to_string());
+    changed
+}
+
+async fn patch_from(
+    st: &ApiState,
+    h: &Hook,
+    a: &Attributes,
+    obj: &mut Value,
+    redefault: &(dyn Fn(&mut Value) + Sync),
+    warnings: &mut Vec<String>,
+    slot: Slot,
+) -> ApiResult<bool> {
+    let Some(answer) = invoke(st, h, a, slot).await? else { return Ok(false) };
     warnings.extend(answer.warnings);
     let Some((patch_type, raw)) = answer.patch else { return Ok(false) };
     // Upstream: a bad patch type or an undecodable patch is a failed call
@@ -285,7 +339,10 @@ async fn apply_answer(
     };
     let patch = match decoded {
         Ok(p) => p,
-        Err(_) if fails_open(&h.webhook) => return Ok(false),
+        Err(_) if fails_open(&h.webhook) => {
+            fail_open_annotation(h, slot);
+            return Ok(false);
+        }
         Err(e) => return Err(call_failed(&h.name, &e)),
     };
     let mut patched = obj.clone();
@@ -307,12 +364,12 @@ pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
     }
     let ns_labels = namespace_labels(st, a).await;
     let mut chosen = Vec::new();
-    for h in &all {
+    for (index, h) in all.iter().enumerate() {
         if applies(&h.webhook, &h.name, a, ns_labels.as_ref())? {
-            chosen.push(h);
+            chosen.push((h, Slot { index, round: 0, mutating: false }));
         }
     }
-    let results = futures::future::join_all(chosen.iter().map(|h| invoke(st, h, a, false))).await;
+    let results = futures::future::join_all(chosen.iter().map(|(h, slot)| invoke(st, h, a, *slot))).await;
     let mut warnings = Vec::new();
     for r in results {
         if let Some(answer) = r? {
