@@ -324,3 +324,38 @@ async fn invalid_configurations_are_refused_with_upstreams_422() {
     assert_eq!(w["clientConfig"]["service"]["port"], 443);
     assert_eq!((w["failurePolicy"].clone(), w["timeoutSeconds"].clone(), w["reinvocationPolicy"].clone()), (json!("Fail"), json!(10), json!("Never")));
 }
+
+#[tokio::test]
+async fn custom_resources_are_admitted_by_webhooks() {
+    let s = TestServer::embedded().await;
+    let wh = WebhookServer::start(&[]);
+    let group = "webhooks.admission.example.com";
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("gadgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced", "names": {"plural": "gadgets", "kind": "Gadget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    let r = s.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    let path = format!("/apis/{group}/v1/namespaces/default/gadgets");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.get(&path).await.code != 200 {
+        assert!(Instant::now() < deadline, "gadgets not served within 5 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rules = json!([{"operations": ["CREATE"], "apiGroups": [group], "apiVersions": ["*"], "resources": ["gadgets"]}]);
+    install(&s, MUTATING, "gadget-label", vec![hook("label.example.com", url_config(&wh, "/add-label"), json!({"rules": rules}))]).await;
+    install(&s, VALIDATING, "gadget-deny", vec![hook("deny.example.com", url_config(&wh, "/deny-prefix"), json!({"rules": rules}))]).await;
+    let gadget = |name: &str| json!({"apiVersion": format!("{group}/v1"), "kind": "Gadget", "metadata": {"name": name}});
+    let denied = s.post(&path, &gadget("deny-gadget")).await;
+    denied.assert_status(400, "");
+    assert_eq!(denied.message(), "admission webhook \"deny.example.com\" denied the request: names starting with deny- are refused");
+    let ok = s.post(&path, &gadget("fine")).await;
+    assert_eq!(ok.code, 201, "{}", ok.text);
+    assert_eq!(ok.body["metadata"]["labels"][MUTATED_LABEL], "true");
+    let seen = wh.requests("/deny-prefix");
+    assert_eq!(seen[1]["request"]["kind"], json!({"group": group, "version": "v1", "kind": "Gadget"}));
+    assert_eq!(seen[1]["request"]["resource"], json!({"group": group, "version": "v1", "resource": "gadgets"}));
+}
