@@ -359,3 +359,28 @@ async fn custom_resources_are_admitted_by_webhooks() {
     assert_eq!(seen[1]["request"]["kind"], json!({"group": group, "version": "v1", "kind": "Gadget"}));
     assert_eq!(seen[1]["request"]["resource"], json!({"group": group, "version": "v1", "resource": "gadgets"}));
 }
+
+#[tokio::test]
+async fn deletes_are_validated_with_the_stored_object_as_old_object_and_can_be_denied() {
+    let s = TestServer::embedded().await;
+    let wh = WebhookServer::start(&[]);
+    assert_eq!(s.post(CONFIGMAPS, &configmap("deny-keep")).await.code, 201);
+    assert_eq!(s.post(CONFIGMAPS, &configmap("drop")).await.code, 201);
+    let rules = json!([{"operations": ["DELETE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]);
+    install(&s, VALIDATING, "guard", vec![hook("guard.example.com", url_config(&wh, "/deny-prefix"), json!({"rules": rules}))]).await;
+    let refused = s.delete(&format!("{CONFIGMAPS}/deny-keep"), None).await;
+    refused.assert_status(400, "");
+    assert_eq!(refused.message(), "admission webhook \"guard.example.com\" denied the request: names starting with deny- are refused");
+    assert_eq!(s.get(&format!("{CONFIGMAPS}/deny-keep")).await.code, 200, "a denied delete keeps the object");
+    let r = s.delete(&format!("{CONFIGMAPS}/drop"), None).await;
+    assert_eq!(r.code, 200, "{}", r.text);
+    let seen = wh.requests("/deny-prefix");
+    assert_eq!(seen.len(), 2);
+    let req = &seen[1]["request"];
+    assert_eq!(req["operation"], "DELETE");
+    assert_eq!(req["name"], "drop");
+    assert_eq!(req["namespace"], "default");
+    assert_eq!(req["object"], Value::Null);
+    assert_eq!(req["oldObject"]["metadata"]["name"], "drop");
+    assert_eq!(req["options"]["kind"], "DeleteOptions");
+}

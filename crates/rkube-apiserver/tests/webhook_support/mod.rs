@@ -4,7 +4,7 @@
 //! Shared by the in-process tests and the kubectl end-to-end test.
 //!
 //! Paths decide the answer:
-//! - `/deny-prefix`: denies objects whose name starts with `deny-`, with
+//! - `/deny-prefix`: denies objects (or, on DELETE, old objects) whose name starts with `deny-`, with
 //!   message `names starting with deny- are refused`;
 //! - `/deny-status`: denies everything with its own status (code 422,
 //!   reason `Invalid`, message `custom denial`);
@@ -151,7 +151,11 @@ fn serve(conn: TcpStream, config: Arc<rustls::ServerConfig>, seen: Arc<Mutex<Vec
 
 fn answer(path: &str, review: &Value) -> Value {
     let uid = review.pointer("/request/uid").cloned().unwrap_or(Value::Null);
-    let name = review.pointer("/request/object/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let name = review
+        .pointer("/request/object/metadata/name")
+        .or_else(|| review.pointer("/request/oldObject/metadata/name"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let mut response = json!({"uid": uid, "allowed": true});
     match path {
         "/deny-prefix" if name.starts_with("deny-") => {

@@ -30,11 +30,15 @@
 //!   `<webhook>/<key>`, `mutation.webhook.admission.k8s.io/round_<r>_index_<i>`
 //!   and `failed-open.{mutation,validating}.webhook.admission.k8s.io/...`.
 //!
+//! - DELETE (and each object of a DELETE collection) goes to the validating
+//!   webhooks with the stored object as `oldObject`, after the
+//!   preconditions, as upstream's `deleteValidation`.
+//!
 //! Not done: `matchConditions` (ignored: the webhook is called as if they
 //! matched), `matchPolicy: Equivalent` across versions (rules match the
 //! request's own group/version), the Request-level
-//! `patch.webhook.admission.k8s.io/...` annotation, and admission of DELETE
-//! and CONNECT.
+//! `patch.webhook.admission.k8s.io/...` annotation, mutating webhooks on
+//! DELETE, warnings of DELETE admission, and CONNECT.
 
 pub mod call;
 pub mod matching;
@@ -89,6 +93,7 @@ impl Attributes {
         let dry_run = ctx.dry_run()?;
         let options_kind = match (operation, ctx.ri.verb) {
             ("CREATE", _) => "CreateOptions",
+            ("DELETE", _) => "DeleteOptions",
             (_, crate::request::Verb::Patch) => "PatchOptions",
             _ => "UpdateOptions",
         };
@@ -117,6 +122,18 @@ impl Attributes {
             options,
             user: ctx.user.clone(),
         })
+    }
+}
+
+impl Attributes {
+    /// The attributes of deleting `old` (`name` in `namespace`) through `ctx`:
+    /// no object, the stored one as `oldObject`.
+    pub fn for_delete(ctx: &Ctx, namespace: &str, name: &str, old: &Value) -> ApiResult<Self> {
+        let mut a = Attributes::for_write(ctx, "DELETE", old, Some(old))?;
+        a.object = None;
+        a.name = name.to_string();
+        a.namespace = namespace.to_string();
+        Ok(a)
     }
 }
 
