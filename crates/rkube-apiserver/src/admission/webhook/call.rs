@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use super::Attributes;
 use crate::state::ApiState;
 
-/// `timeoutSeconds` when a webhook sets none, and the largest allowed.
+/// `timeoutSeconds` when a webhook sets none (upstream default), seconds.
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 10;
 /// The largest `timeoutSeconds` (upstream validation allows 1..=30).
 pub const MAX_TIMEOUT_SECONDS: u64 = 30;
