@@ -60,7 +60,8 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
         Err(e) => e.into_response(),
     };
     let started = std::time::Instant::now();
-    let resp = match segs.as_slice() {
+    let annotations = parts.extensions.get::<crate::filters::audit::AuditAnnotations>().cloned().unwrap_or_default();
+    let resp = crate::filters::audit::with_request_annotations(annotations, async { match segs.as_slice() {
         ["version"] => gets(&system::version),
         ["metrics"] => gets(&|| crate::filters::metrics::metrics_response(&st.metrics)),
         // `/<endpoint>/<check>`; check names may hold one slash (`poststarthook/<name>`).
@@ -114,7 +115,8 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
                 .await
         }
         _ => ApiError::path_not_found().into_response(),
-    };
+    }})
+    .await;
     tracing::debug!(
         method = %method,
         path = %path,

@@ -240,6 +240,9 @@ fn webhook_defaults(w: &mut Object, mutating: bool) {
         default_field(w, "reinvocationPolicy", json!("Never"));
     }
     each(w, "rules", rule_defaults);
+    if let Some(svc) = w.get_mut("clientConfig").and_then(|c| c.get_mut("service")).and_then(Value::as_object_mut) {
+        default_field(svc, "port", json!(443));
+    }
 }
 
 fn mutating_webhook_defaults(map: &mut Object) {
@@ -248,6 +251,89 @@ fn mutating_webhook_defaults(map: &mut Object) {
 
 fn validating_webhook_defaults(map: &mut Object) {
     each(map, "webhooks", |w| webhook_defaults(w, false));
+}
+
+/// The checks of one webhook upstream makes besides names, sideEffects,
+/// admissionReviewVersions and timeouts (`ValidateValidatingWebhookConfiguration`
+/// in `pkg/apis/admissionregistration/validation` and `ValidateWebhookURL` /
+/// `ValidateWebhookService` in `apiserver/pkg/util/webhook`): the name has
+/// three segments, policies take their enum values, rules name known
+/// operations and scopes, a `url` is `https://host[/path]` without user,
+/// query or fragment, a service path starts with `/` and its port is 1-65535.
+fn webhook_fields_validate(w: &Value, field: &str, errs: &mut Vec<FieldError>) {
+    let name = w.get("name").and_then(Value::as_str).unwrap_or("");
+    if !name.is_empty() {
+        let dns = crate::validation::is_dns1123_subdomain(name);
+        if !dns.is_empty() {
+            errs.push(FieldError::invalid(&format!("{field}.name"), name, dns.join(",")));
+        } else if name.split('.').count() < 3 {
+            errs.push(FieldError::invalid(&format!("{field}.name"), name, "should be a domain with at least three segments separated by dots"));
+        }
+    }
+    let one_of = |key: &str, allowed: &[&str], errs: &mut Vec<FieldError>| {
+        if let Some(v) = w.get(key).and_then(Value::as_str) {
+            if !allowed.contains(&v) {
+                errs.push(FieldError::not_supported(&format!("{field}.{key}"), v, allowed));
+            }
+        }
+    };
+    one_of("failurePolicy", &["Fail", "Ignore"], errs);
+    one_of("matchPolicy", &["Equivalent", "Exact"], errs);
+    one_of("reinvocationPolicy", &["IfNeeded", "Never"], errs);
+    for (r, rule) in w.get("rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]).iter().enumerate() {
+        let rf = format!("{field}.rules[{r}]");
+        for (o, op) in rule.get("operations").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]).iter().enumerate() {
+            let op = op.as_str().unwrap_or("");
+            let ops = ["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
+            if !ops.contains(&op) {
+                errs.push(FieldError::not_supported(&format!("{rf}.operations[{o}]"), op, &ops));
+            }
+        }
+        if let Some(scope) = rule.get("scope").and_then(Value::as_str) {
+            let scopes = ["*", "Cluster", "Namespaced"];
+            if !scopes.contains(&scope) {
+                errs.push(FieldError::not_supported(&format!("{rf}.scope"), scope, &scopes));
+            }
+        }
+    }
+    let cc = w.get("clientConfig");
+    if let Some(url) = cc.and_then(|c| c.get("url")).and_then(Value::as_str) {
+        let uf = format!("{field}.clientConfig.url");
+        const FORM: &str = "; desired format: https://host[/path]";
+        let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+        if scheme != "https" {
+            errs.push(FieldError::invalid(&uf, scheme, format!("'https' is the only allowed URL scheme{FORM}")));
+        }
+        let (rest, fragment) = rest.split_once('#').unwrap_or((rest, ""));
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let authority = rest.split('/').next().unwrap_or("");
+        let (user, host) = authority.rsplit_once('@').map_or(("", authority), |(u, h)| (u, h));
+        if host.is_empty() {
+            errs.push(FieldError::invalid(&uf, host, format!("host must be specified{FORM}")));
+        }
+        if !user.is_empty() {
+            errs.push(FieldError::invalid(&uf, user, "user information is not permitted in the URL"));
+        }
+        if !fragment.is_empty() {
+            errs.push(FieldError::invalid(&uf, fragment, "fragments are not permitted in the URL"));
+        }
+        if !query.is_empty() {
+            errs.push(FieldError::invalid(&uf, query, "query parameters are not permitted in the URL"));
+        }
+    }
+    if let Some(svc) = cc.and_then(|c| c.get("service")).filter(|s| s.is_object()) {
+        let sf = format!("{field}.clientConfig.service");
+        if let Some(path) = svc.get("path").and_then(Value::as_str) {
+            if !path.is_empty() && !path.starts_with('/') {
+                errs.push(FieldError::invalid(&format!("{sf}.path"), path, "must start with a '/'"));
+            }
+        }
+        if let Some(port) = svc.get("port").and_then(Value::as_i64) {
+            if !(1..=65535).contains(&port) {
+                errs.push(FieldError::invalid_json(&format!("{sf}.port"), &Value::from(port), "port is not valid: must be between 1 and 65535, inclusive"));
+            }
+        }
+    }
 }
 
 fn webhooks_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
@@ -262,6 +348,7 @@ fn webhooks_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldErro
             errs.push(FieldError::duplicate(&format!("{field}.name"), name));
         }
         seen.push(name);
+        webhook_fields_validate(w, &field, errs);
         match w.get("sideEffects").and_then(Value::as_str) {
             None => errs.push(FieldError::required(&format!("{field}.sideEffects"), "must specify one of None, NoneOnDryRun")),
             Some(s) if !matches!(s, "None" | "NoneOnDryRun") => {

@@ -1,7 +1,9 @@
 //! Admission plugins: what changes or refuses an object between decoding
 //! and storage (upstream `plugin/pkg/admission`). rkube has one so far,
 //! [`service_account`] (`ServiceAccount`); namespace lifecycle checks are
-//! part of every create ([`crate::handlers::create`]).
+//! part of every create ([`crate::handlers::create`]). Admission webhooks
+//! ([`webhook`]: `MutatingAdmissionWebhook`, `ValidatingAdmissionWebhook`)
+//! always run, as they are on by default upstream.
 //!
 //! `--enable-admission-plugins` and `--disable-admission-plugins` take
 //! upstream's plugin names; `ServiceAccount` is on by default in
@@ -10,6 +12,7 @@
 //! controller to create the `default` ServiceAccounts the plugin requires.
 
 pub mod service_account;
+pub mod webhook;
 
 /// The plugin name of [`service_account`].
 pub const SERVICE_ACCOUNT: &str = "ServiceAccount";

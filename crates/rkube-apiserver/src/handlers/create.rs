@@ -3,8 +3,8 @@
 //! Order: decode (400/415) → type meta (400) → namespace from the path (400
 //! on mismatch) → `generateName` → typed decoding and unknown fields (400 /
 //! warnings) → defaults → managedFields (`Create`) → namespace exists (404) /
-//! not terminating (403) → admission (ServiceAccount, 403) → validation (422) → server-set metadata and status →
-//! ClusterIP → store (409 `AlreadyExists`; a generated name is retried).
+//! not terminating (403) → admission (ServiceAccount, 403; mutating webhooks) → validation (422) → server-set metadata and status →
+//! ClusterIP → validating webhooks → store (409 `AlreadyExists`; a generated name is retried).
 
 use axum::response::Response;
 use serde_json::{json, Value};
@@ -68,6 +68,10 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     if ctx.st.config.admission.service_account && info.group.is_empty() && info.resource == "pods" {
         crate::admission::service_account::admit_pod(&ctx.st, ctx.namespace(), &mut obj).await?;
     }
+    let mut attrs = crate::admission::webhook::Attributes::for_write(ctx, "CREATE", &obj, None)?;
+    let redefault = |o: &mut Value| info.strategy.apply_defaults(o);
+    let mut warnings = warnings;
+    warnings.extend(crate::admission::webhook::mutate(&ctx.st, &mut attrs, &mut obj, &redefault).await?);
     let causes = validate::validate(info, &obj, None);
     if !causes.is_empty() {
         return Err(ApiError::invalid(info, &name, causes));
@@ -83,6 +87,8 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
         assign_cluster_ip(ctx, &mut obj, None).await?;
         assign_node_ports(ctx, &mut obj, None).await?;
     }
+    attrs.object = Some(obj.clone());
+    warnings.extend(crate::admission::webhook::validate(&ctx.st, &attrs).await?);
     Ok((obj, warnings))
 }
 

@@ -198,6 +198,12 @@ pub(super) async fn delete_one(
                 ));
             }
         }
+        // Validating admission webhooks (upstream `deleteValidation`); an
+        // eviction's delete is admitted as the eviction's CREATE instead.
+        if ctx.ri.subresource.is_none() {
+            let attrs = crate::admission::webhook::Attributes::for_delete(ctx, ns, name, &obj)?;
+            crate::admission::webhook::validate(&ctx.st, &attrs).await?;
+        }
         let mut marked = obj.clone();
         let finalizers = gc_finalizers(&obj, opts);
         let finalizers_changed = finalizers != object::finalizers(&obj);

@@ -207,6 +207,10 @@ async fn prepare_update(
         let rec = crate::patch::UpdateRecord { manager: &manager, api_version: &api_version, subresource, now: &now };
         crate::patch::record_update(&rec, Some(old), &mut new);
     }
+    let mut attrs = crate::admission::webhook::Attributes::for_write(ctx, "UPDATE", &new, Some(old))?;
+    let redefault = |o: &mut Value| info.strategy.apply_defaults(o);
+    let mut warnings = warnings;
+    warnings.extend(crate::admission::webhook::mutate(&ctx.st, &mut attrs, &mut new, &redefault).await?);
     let causes = validate::validate(info, &new, Some(old));
     if !causes.is_empty() {
         return Err(ApiError::invalid(info, object::name(&new), causes));
@@ -215,6 +219,8 @@ async fn prepare_update(
     if crate::csr::is_csr(info) {
         crate::csr::admit_update(ctx, old, &new).await?;
     }
+    attrs.object = Some(new.clone());
+    warnings.extend(crate::admission::webhook::validate(&ctx.st, &attrs).await?);
     Ok((new, warnings))
 }
 

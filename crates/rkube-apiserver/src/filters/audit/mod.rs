@@ -72,6 +72,24 @@ impl AuditAnnotations {
     }
 }
 
+tokio::task_local! {
+    /// The annotations of the request being handled (see [`annotate`]).
+    static REQUEST_ANNOTATIONS: AuditAnnotations;
+}
+
+/// Runs `f` (a request's handler) with `annotations` as the target of
+/// [`annotate`].
+pub async fn with_request_annotations<F: std::future::Future>(annotations: AuditAnnotations, f: F) -> F::Output {
+    REQUEST_ANNOTATIONS.scope(annotations, f).await
+}
+
+/// Adds an audit annotation to the request being handled (upstream
+/// `admission.Attributes.AddAnnotation`), e.g. admission webhooks'
+/// `<webhook>/<key>`; nothing when the server runs without an audit filter.
+pub fn annotate(key: &str, value: &str) {
+    let _ = REQUEST_ANNOTATIONS.try_with(|a| a.set(key, value));
+}
+
 /// The impersonated user of a request, set by the impersonation filter and
 /// logged as the events' `impersonatedUser` (upstream `LogImpersonatedUser`).
 #[derive(Debug, Clone, Default)]
