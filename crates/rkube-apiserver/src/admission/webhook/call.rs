@@ -125,8 +125,34 @@ async fn resolve_service(st: &ApiState, svc: &Value) -> Result<Target, CallError
     Err(CallError(format!("service {ns}/{name} has no ready endpoints for port {port}")))
 }
 
-/// An HTTPS client trusting the PEM certificates of `ca_bundle` only.
+/// Clients by (`caBundle`, resolved service address), so calls to one
+/// webhook reuse their connections (upstream caches its REST clients the
+/// same way). Bounded: past [`MAX_CACHED_CLIENTS`] entries it starts over.
+type ClientKey = (Vec<u8>, Option<(String, SocketAddr)>);
+static CLIENTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<ClientKey, reqwest::Client>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The most webhook clients kept at once.
+pub const MAX_CACHED_CLIENTS: usize = 64;
+
+/// An HTTPS client trusting the PEM certificates of `ca_bundle` only
+/// (cached, see [`CLIENTS`]).
 fn client(ca_bundle: &[u8], resolve: Option<&(String, SocketAddr)>) -> Result<reqwest::Client, CallError> {
+    let key: ClientKey = (ca_bundle.to_vec(), resolve.cloned());
+    if let Some(c) = CLIENTS.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(c.clone());
+    }
+    let built = new_client(ca_bundle, resolve)?;
+    let mut cache = CLIENTS.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= MAX_CACHED_CLIENTS {
+        cache.clear();
+    }
+    cache.insert(key, built.clone());
+    Ok(built)
+}
+
+/// Builds an HTTPS client trusting the PEM certificates of `ca_bundle` only.
+fn new_client(ca_bundle: &[u8], resolve: Option<&(String, SocketAddr)>) -> Result<reqwest::Client, CallError> {
     let mut roots = rustls::RootCertStore::empty();
     use rustls::pki_types::pem::PemObject;
     for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_bundle).filter_map(Result::ok) {
