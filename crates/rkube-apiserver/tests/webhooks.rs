@@ -237,6 +237,20 @@ async fn webhook_warnings_are_warning_headers() {
 }
 
 #[tokio::test]
+async fn match_conditions_are_not_evaluated_and_the_client_is_told_so() {
+    let s = TestServer::embedded().await;
+    let wh = WebhookServer::start(&[]);
+    let conditions = json!({"matchConditions": [{"name": "never", "expression": "false"}]});
+    install(&s, VALIDATING, "cel", vec![hook("cel.example.com", url_config(&wh, "/allow"), conditions)]).await;
+    let r = s.post(CONFIGMAPS, &configmap("with-conditions")).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    let warnings: Vec<&str> = r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("webhook cel.example.com has matchConditions, which rkube does not evaluate yet"), "{warnings:?}");
+    assert_eq!(wh.requests("/allow").len(), 1);
+}
+
+#[tokio::test]
 async fn updates_send_the_old_object_and_can_be_denied() {
     let s = TestServer::embedded().await;
     let wh = WebhookServer::start(&[]);

@@ -34,8 +34,8 @@
 //!   webhooks with the stored object as `oldObject`, after the
 //!   preconditions, as upstream's `deleteValidation`.
 //!
-//! Not done: `matchConditions` (ignored: the webhook is called as if they
-//! matched), `matchPolicy: Equivalent` across versions (rules match the
+//! Not done: `matchConditions` (not evaluated: the webhook is called as if they
+//! matched, and the client gets a `Warning` saying so), `matchPolicy: Equivalent` across versions (rules match the
 //! request's own group/version), the Request-level
 //! `patch.webhook.admission.k8s.io/...` annotation, mutating webhooks on
 //! DELETE, warnings of DELETE admission, and CONNECT.
@@ -248,7 +248,13 @@ async fn invoke(st: &ApiState, h: &Hook, a: &Attributes, slot: Slot) -> ApiResul
     let uid = uuid::Uuid::new_v4().to_string();
     let body = call::review(a, &uid);
     match call::call(st, &h.webhook, &body, &uid, slot.mutating).await {
-        Ok(answer) => {
+        Ok(mut answer) => {
+            if h.webhook.get("matchConditions").and_then(Value::as_array).is_some_and(|c| !c.is_empty()) {
+                answer.warnings.push(format!(
+                    "webhook {} has matchConditions, which rkube does not evaluate yet (no CEL): it was called as if they matched",
+                    h.name
+                ));
+            }
             for (k, v) in &answer.audit_annotations {
                 crate::filters::audit::annotate(&format!("{}/{k}", h.name), v);
             }
