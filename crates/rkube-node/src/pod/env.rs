@@ -37,22 +37,14 @@ impl Sources {
     /// as not found).
     pub async fn fetch(client: &kube::Client, namespace: &str, container: &Container) -> Result<Sources, kube::Error> {
         let mut out = Sources::default();
-        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        let text = |d: BTreeMap<String, Vec<u8>>| d.into_iter().map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned())).collect();
         let (cm_names, secret_names) = referenced(container);
         for name in cm_names {
-            let data = cms.get_opt(&name).await?.map(|c| c.data.unwrap_or_default());
+            let data = config_map_data(client, namespace, &name).await?.map(text);
             out.config_maps.insert(name, data);
         }
         for name in secret_names {
-            let data = secrets.get_opt(&name).await?.map(|s| {
-                s.data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-                    .chain(s.string_data.unwrap_or_default())
-                    .collect()
-            });
+            let data = secret_data(client, namespace, &name).await?.map(text);
             out.secrets.insert(name, data);
         }
         Ok(out)
@@ -76,6 +68,28 @@ impl Sources {
     fn secret(&self, name: &str) -> Option<&BTreeMap<String, String>> {
         self.secrets.get(name).and_then(Option::as_ref)
     }
+}
+
+/// A ConfigMap's `data` and `binaryData` as bytes by key (`None`: not
+/// found). Errors: the API server's, except 404.
+pub async fn config_map_data(client: &kube::Client, ns: &str, name: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, kube::Error> {
+    let found = Api::<ConfigMap>::namespaced(client.clone(), ns).get_opt(name).await?;
+    Ok(found.map(|c| {
+        let mut data: BTreeMap<String, Vec<u8>> = c.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes())).collect();
+        data.extend(c.binary_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)));
+        data
+    }))
+}
+
+/// A Secret's `data` (and `stringData`, should a stored one carry it) by
+/// key (`None`: not found). Errors: the API server's, except 404.
+pub async fn secret_data(client: &kube::Client, ns: &str, name: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, kube::Error> {
+    let found = Api::<Secret>::namespaced(client.clone(), ns).get_opt(name).await?;
+    Ok(found.map(|s| {
+        let mut data: BTreeMap<String, Vec<u8>> = s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+        data.extend(s.string_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes())));
+        data
+    }))
 }
 
 /// The ConfigMap and Secret names a container's environment reads.

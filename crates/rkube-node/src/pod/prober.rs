@@ -261,16 +261,27 @@ pub async fn run(probe: &Probe, c: &Container, id: &str, cri: &dyn ExecSync, pod
     Err("probe has no handler".into())
 }
 
-async fn http_probe(url: &str, headers: &[k8s_openapi::api::core::v1::HTTPHeader], timeout: Duration) -> Outcome {
+/// The one HTTP client of every `httpGet` probe and hook (kubelet keeps one
+/// too): no certificate checks, `kube-probe/1.33`; the timeout is per request.
+fn http_client() -> Result<reqwest::Client, String> {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    if let Some(c) = CLIENT.get() {
+        return Ok(c.clone());
+    }
     // reqwest's rustls needs a process-wide provider (a no-op when one is set).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
-        .timeout(timeout)
+    let built = reqwest::Client::builder()
         .danger_accept_invalid_certs(true)
         .user_agent("kube-probe/1.33")
+        // No keep-alive, as kubelet's prober: a probe leaves no connection open in the pod.
+        .pool_max_idle_per_host(0)
         .build()
         .map_err(|e| e.to_string())?;
-    let mut req = client.get(url);
+    Ok(CLIENT.get_or_init(|| built).clone())
+}
+
+async fn http_probe(url: &str, headers: &[k8s_openapi::api::core::v1::HTTPHeader], timeout: Duration) -> Outcome {
+    let mut req = http_client()?.get(url).timeout(timeout);
     for h in headers {
         req = req.header(h.name.as_str(), h.value.as_str());
     }

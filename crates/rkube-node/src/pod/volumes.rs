@@ -28,8 +28,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, KeyToPath, Pod, Secret, Volume, VolumeProjection};
-use kube::Api;
+use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, Volume, VolumeProjection};
 use serde_json::{json, Value};
 
 use rkube_runtime::cri;
@@ -158,10 +157,10 @@ async fn prepare(client: &kube::Client, root: &Path, pod: &Pod, volume: &Volume,
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut files: BTreeMap<String, FileData> = BTreeMap::new();
     if let Some(c) = &volume.config_map {
-        config_map_files(client, ns, &c.name, c.items.as_deref(), c.optional.unwrap_or(false), default_mode, &mut files).await?;
+        object_files(client, ns, "config", &c.name, c.items.as_deref(), c.optional.unwrap_or(false), default_mode, &mut files).await?;
     } else if let Some(s) = &volume.secret {
         let name = s.secret_name.clone().unwrap_or_default();
-        secret_files(client, ns, &name, s.items.as_deref(), s.optional.unwrap_or(false), default_mode, &mut files).await?;
+        object_files(client, ns, "secret", &name, s.items.as_deref(), s.optional.unwrap_or(false), default_mode, &mut files).await?;
     } else if let Some(d) = &volume.downward_api {
         downward_files(pod, d.items.as_deref().unwrap_or_default(), default_mode, dw, &mut files)?;
     } else if let Some(p) = &volume.projected {
@@ -255,42 +254,28 @@ fn item_mode(mode: Option<i32>, default_mode: u32) -> u32 {
     mode.and_then(|m| u32::try_from(m).ok()).unwrap_or(default_mode)
 }
 
-async fn config_map_files(
+/// The files of a ConfigMap (`kind` `config`) or Secret (`kind` `secret`)
+/// volume or projection: its `items`, or every key.
+#[allow(clippy::too_many_arguments)]
+async fn object_files(
     client: &kube::Client,
     ns: &str,
+    kind: &str,
     name: &str,
     items: Option<&[KeyToPath]>,
     optional: bool,
     default_mode: u32,
     files: &mut BTreeMap<String, FileData>,
 ) -> Result<(), String> {
-    match Api::<ConfigMap>::namespaced(client.clone(), ns).get_opt(name).await.map_err(|e| e.to_string())? {
-        Some(obj) => {
-            let mut data: BTreeMap<String, Vec<u8>> = obj.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes())).collect();
-            data.extend(obj.binary_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)));
-            select(items, data, optional, default_mode, "config", files)
-        }
+    let (data, what) = if kind == "secret" {
+        (super::env::secret_data(client, ns, name).await, "secret")
+    } else {
+        (super::env::config_map_data(client, ns, name).await, "configmap")
+    };
+    match data.map_err(|e| e.to_string())? {
+        Some(data) => select(items, data, optional, default_mode, kind, files),
         None if optional => Ok(()),
-        None => Err(format!("configmap {name:?} not found")),
-    }
-}
-
-async fn secret_files(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    items: Option<&[KeyToPath]>,
-    optional: bool,
-    default_mode: u32,
-    files: &mut BTreeMap<String, FileData>,
-) -> Result<(), String> {
-    match Api::<Secret>::namespaced(client.clone(), ns).get_opt(name).await.map_err(|e| e.to_string())? {
-        Some(obj) => {
-            let data = obj.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
-            select(items, data, optional, default_mode, "secret", files)
-        }
-        None if optional => Ok(()),
-        None => Err(format!("secret {name:?} not found")),
+        None => Err(format!("{what} {name:?} not found")),
     }
 }
 
@@ -343,10 +328,10 @@ async fn project(
         files.insert(t.path.clone(), FileData { bytes: token, mode: default_mode });
     }
     if let Some(cm) = &source.config_map {
-        config_map_files(client, ns, &cm.name, cm.items.as_deref(), cm.optional.unwrap_or(false), default_mode, files).await?;
+        object_files(client, ns, "config", &cm.name, cm.items.as_deref(), cm.optional.unwrap_or(false), default_mode, files).await?;
     }
     if let Some(s) = &source.secret {
-        secret_files(client, ns, &s.name, s.items.as_deref(), s.optional.unwrap_or(false), default_mode, files).await?;
+        object_files(client, ns, "secret", &s.name, s.items.as_deref(), s.optional.unwrap_or(false), default_mode, files).await?;
     }
     if let Some(d) = &source.downward_api {
         downward_files(pod, d.items.as_deref().unwrap_or_default(), default_mode, dw, files)?;
