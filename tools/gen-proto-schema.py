@@ -78,12 +78,17 @@ for path in glob.glob(f"{pb}/**/mod.rs", recursive=True):
                     parts.pop(); segs.pop(0)
                 typ = ".".join(parts + segs)
             jname = json_name(rname)
+            if name == "DaemonEndpoint" and jname == "port":
+                jname = "Port"  # Go: `Port int32 json:"Port"`
             # Go structs embedded with `json:",inline"`: a nested message on the
             # wire, flattened into the parent in JSON.
             inline = (jname in ("localObjectReference", "ephemeralContainerCommon")
                       or (name == "Volume" and jname == "volumeSource")
                       or (name == "PersistentVolumeSpec" and jname == "persistentVolumeSource")
-                      or (name == "Probe" and typ and typ.endswith(".ProbeHandler")))
+                      or (name == "Probe" and typ and typ.endswith(".ProbeHandler"))
+                      or (name == "RuleWithOperations" and jname == "rule")
+                      or (name == "IngressRule" and jname == "ingressRuleValue")
+                      or (name == "NamedRuleWithOperations" and jname == "ruleWithOperations"))
             fields.append([tag, jname, kind, repeated, typ] + ([True] if inline else []))
         messages[f"{module}.{name}"] = fields
 

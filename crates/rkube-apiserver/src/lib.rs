@@ -39,6 +39,7 @@ pub mod media;
 pub mod object;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf_body;
 pub mod rbac_aggregation;
 pub mod readiness;
 pub mod render;

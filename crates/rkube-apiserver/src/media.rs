@@ -5,10 +5,12 @@
 //!   at most [`MAX_BODY_BYTES`] (413 `RequestEntityTooLarge` above), an
 //!   unknown `Content-Type` is 415 `UnsupportedMediaType`, a malformed body is
 //!   400 `BadRequest` carrying the decoder's message;
-//! - responses are JSON, YAML, a server-side `Table`
+//! - responses are JSON, YAML, protobuf (built-in kinds,
+//!   [`crate::protobuf_body`]), a server-side `Table`
 //!   (`application/json;as=Table;v=v1;g=meta.k8s.io`) or
 //!   `PartialObjectMetadata(List)` when the `Accept` header asks for them; an
-//!   `Accept` naming only unsupported types (e.g. protobuf) is 406.
+//!   `Accept` naming only unsupported types (e.g. protobuf for a custom
+//!   resource) is 406.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -23,8 +25,12 @@ pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// Media types accepted for create/update bodies.
 pub const BODY_TYPES: &[&str] = &["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"];
 
-/// Media types a response can be rendered as.
+/// Media types a response can be rendered as (built-in kinds add protobuf).
 pub const RESPONSE_TYPES: &[&str] = &["application/json", "application/yaml"];
+
+/// Media types a response of a built-in kind can be rendered as.
+pub const BUILTIN_RESPONSE_TYPES: &[&str] =
+    &["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"];
 
 /// One parsed media range of an `Accept` header.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,12 +82,17 @@ pub enum Output {
     Table(TableVersion),
     /// `PartialObjectMetadata` / `PartialObjectMetadataList`.
     PartialMetadata,
+    /// `application/vnd.kubernetes.protobuf` (built-in kinds only).
+    Protobuf,
 }
 
-/// Picks the response representation from `Accept`.
+/// Picks the response representation from `Accept`, the first listed type
+/// the server can write; protobuf only when `protobuf` (the resource is a
+/// built-in kind with a schema).
 ///
-/// Returns 406 when every listed type is unsupported (e.g. protobuf only).
-pub fn negotiate_output(headers: &HeaderMap) -> ApiResult<Output> {
+/// Returns 406 when every listed type is unsupported (e.g. protobuf only,
+/// for a custom resource).
+pub fn negotiate_output(headers: &HeaderMap, protobuf: bool) -> ApiResult<Output> {
     let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
     if accept.trim().is_empty() {
         return Ok(Output::Json);
@@ -108,10 +119,14 @@ pub fn negotiate_output(headers: &HeaderMap) -> ApiResult<Output> {
                     return Ok(Output::Yaml);
                 }
             }
+            // Tables and metadata-only answers stay JSON (`as=` in protobuf is not served).
+            rkube_api::protobuf::PROTOBUF_CONTENT_TYPE if protobuf && range.param("as").is_none() => {
+                return Ok(Output::Protobuf)
+            }
             _ => continue,
         }
     }
-    Err(ApiError::not_acceptable(RESPONSE_TYPES))
+    Err(ApiError::not_acceptable(if protobuf { BUILTIN_RESPONSE_TYPES } else { RESPONSE_TYPES }))
 }
 
 /// Reads `?includeObject=` (`None`, `Metadata` (default), `Object`); 400 otherwise.
@@ -264,6 +279,15 @@ pub fn respond(code: u16, output: Output, value: &Value) -> Response {
             Ok(s) => (s.into_bytes(), "application/yaml"),
             Err(e) => return ApiError::internal(e).into_response(),
         },
+        Output::Protobuf => match crate::protobuf_body::value_body(value) {
+            Ok(Some(b)) => (b, crate::protobuf_body::CONTENT_TYPE),
+            // A kind without a schema (a review's answer, say) goes as JSON.
+            Ok(None) => match rkube_api::wire::to_json_body(value) {
+                Ok(b) => (b, "application/json"),
+                Err(e) => return ApiError::internal(e).into_response(),
+            },
+            Err(e) => return e.into_response(),
+        },
         _ => match rkube_api::wire::to_json_body(value) {
             Ok(b) => (b, "application/json"),
             Err(e) => return ApiError::internal(e).into_response(),
@@ -281,7 +305,7 @@ mod tests {
     fn accept(v: &str) -> ApiResult<Output> {
         let mut h = HeaderMap::new();
         h.insert("accept", HeaderValue::from_str(v).unwrap());
-        negotiate_output(&h)
+        negotiate_output(&h, false)
     }
 
     #[test]
@@ -296,6 +320,25 @@ mod tests {
         assert_eq!(accept("application/vnd.kubernetes.protobuf, application/json").unwrap(), Output::Json);
         assert_eq!(accept("application/yaml").unwrap(), Output::Yaml);
         assert_eq!(accept("*/*").unwrap(), Output::Json);
+    }
+
+    #[test]
+    fn protobuf_is_chosen_for_built_in_kinds_in_the_client_order() {
+        let mut h = HeaderMap::new();
+        h.insert("accept", HeaderValue::from_static("application/vnd.kubernetes.protobuf, application/json"));
+        assert_eq!(negotiate_output(&h, true).unwrap(), Output::Protobuf);
+        assert_eq!(negotiate_output(&h, false).unwrap(), Output::Json);
+        h.insert("accept", HeaderValue::from_static("application/json, application/vnd.kubernetes.protobuf"));
+        assert_eq!(negotiate_output(&h, true).unwrap(), Output::Json);
+        // Tables are JSON whatever the client prefers.
+        h.insert(
+            "accept",
+            HeaderValue::from_static("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1;g=meta.k8s.io"),
+        );
+        assert_eq!(negotiate_output(&h, true).unwrap(), Output::Table(TableVersion::V1));
+        h.insert("accept", HeaderValue::from_static("application/vnd.kubernetes.protobuf"));
+        let e = negotiate_output(&h, false).unwrap_err();
+        assert_eq!(e.code(), 406);
     }
 
     #[test]

@@ -3,9 +3,13 @@
 //! create (defaults visible), get, list, watch, update, the status and
 //! scale subresources, the server-side table, delete. Each row gets a
 //! minimal valid object from [`sample`]; a row without one fails the test,
-//! so a new row cannot be added without being exercised here.
+//! so a new row cannot be added without being exercised here. Every row is
+//! also read, listed, watched and updated in protobuf by an independent
+//! protobuf client ([`pb_support`], prost types generated from Kubernetes'
+//! `.proto` files), as client-go's typed clients do.
 
 mod common;
+mod pb_support;
 
 use common::TestServer;
 use rkube_api::registry::{self, ResourceInfo};
@@ -179,6 +183,22 @@ async fn exercise(s: &TestServer, row: &'static ResourceInfo) {
         listed.body["items"].as_array().unwrap().iter().filter_map(|i| i.pointer("/metadata/name")?.as_str()).collect();
     assert_eq!(names, vec![name], "{what}: list");
 
+    // protobuf GET and LIST: the same objects, read by prost.
+    let url = |path: &str| format!("{}{path}", s.base);
+    let pb = pb_support::send(&s.client, "GET", &url(&item), None).await;
+    assert_eq!((pb.code, pb.content_type.as_str()), (200, pb_support::PROTOBUF), "{what}: protobuf get");
+    assert_eq!(pb_support::to_json(&pb.body), pb_support::go_json(&got.body), "{what}: protobuf get");
+    let pb = pb_support::send(&s.client, "GET", &url(&format!("{coll}?labelSelector=app%3Dx")), None).await;
+    assert_eq!((pb.code, pb.content_type.as_str()), (200, pb_support::PROTOBUF), "{what}: protobuf list");
+    let mut want = listed.body.clone();
+    for item in want["items"].as_array_mut().unwrap() {
+        // List items carry no apiVersion/kind in protobuf (nor in client-go's typed lists).
+        let item = item.as_object_mut().unwrap();
+        item.remove("apiVersion");
+        item.remove("kind");
+    }
+    assert_eq!(pb_support::to_json(&pb.body), pb_support::go_json(&want), "{what}: protobuf list");
+
     // table: the printer's columns, one cell per column.
     let table = s.get_as(&format!("{coll}?labelSelector=app%3Dx"), TABLE).await;
     assert_eq!(table.code, 200, "{what}: table: {}", table.text);
@@ -191,6 +211,9 @@ async fn exercise(s: &TestServer, row: &'static ResourceInfo) {
     // watch from the create, then update: the update arrives as MODIFIED.
     let mut watch = s.watch(&format!("{coll}?watch=true&resourceVersion={}", created.rv())).await;
     assert_eq!(watch.code, 200, "{what}: watch");
+    let mut pb_watch = pb_support::Frames::open(&url(&format!("{coll}?watch=true&resourceVersion={}", created.rv()))).await;
+    assert_eq!(pb_watch.code, 200, "{what}: protobuf watch");
+    assert_eq!(pb_watch.content_type, "application/vnd.kubernetes.protobuf;stream=watch", "{what}");
     let mut update = got.body.clone();
     update["metadata"]["labels"]["updated"] = json!("yes");
     let updated = s.put(&item, &update).await;
@@ -199,6 +222,18 @@ async fn exercise(s: &TestServer, row: &'static ResourceInfo) {
     let event = watch.next_within(10).await.unwrap_or_else(|| panic!("{what}: no watch event"));
     assert_eq!(event["type"], "MODIFIED", "{what}: {event}");
     assert_eq!(event["object"]["metadata"]["labels"]["updated"], "yes", "{what}");
+    let (ty, obj) = pb_watch.next_within(10).await.unwrap_or_else(|| panic!("{what}: no protobuf watch event"));
+    assert_eq!(ty, "MODIFIED", "{what}");
+    assert_eq!(obj, pb_support::go_json(&updated.body), "{what}: protobuf watch event");
+
+    // protobuf PUT, answered in protobuf.
+    let mut pb_update = updated.body.clone();
+    pb_update["metadata"]["labels"]["protobuf"] = json!("yes");
+    let pb = pb_support::send(&s.client, "PUT", &url(&item), Some(pb_support::body_of(&pb_update))).await;
+    assert_eq!((pb.code, pb.content_type.as_str()), (200, pb_support::PROTOBUF), "{what}: protobuf put");
+    let put_back = pb_support::to_json(&pb.body);
+    assert_eq!(put_back["metadata"]["labels"]["protobuf"], "yes", "{what}: protobuf put");
+    assert_eq!(put_back, pb_support::go_json(&s.get(&item).await.body), "{what}: protobuf put answers the stored object");
 
     if row.has_status_subresource() {
         let status = s.get(&format!("{item}/status")).await;
@@ -213,6 +248,8 @@ async fn exercise(s: &TestServer, row: &'static ResourceInfo) {
         assert_eq!(scale.body["kind"], "Scale");
         assert_eq!(scale.body["spec"]["replicas"], 1, "{what}: default replicas");
         assert_eq!(scale.body["status"]["selector"], "app=x", "{what}");
+        let pb = pb_support::send(&s.client, "GET", &url(&format!("{item}/scale")), None).await;
+        assert_eq!(pb_support::to_json(&pb.body), pb_support::go_json(&scale.body), "{what}: protobuf scale");
         let mut wanted = scale.body.clone();
         wanted["spec"]["replicas"] = json!(3);
         let scaled = s.put(&format!("{item}/scale"), &wanted).await;

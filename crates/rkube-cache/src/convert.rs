@@ -32,6 +32,7 @@ pub fn served(info: &ResourceInfo, obj: Arc<CachedObject>) -> Arc<CachedObject> 
     let Ok(json) = serde_json::to_vec(&v) else { return obj };
     let mut out = (*obj).clone();
     out.json = json.into();
+    out.encodings = Default::default();
     Arc::new(out)
 }
 

@@ -66,5 +66,5 @@ pub use event::{Bookmark, WatchEvent};
 pub use layer::{CacheEntry, CacheLayer, CacheLayerOptions, Caches};
 pub use metrics::{CacheMetrics, ResourceMetrics};
 pub use ready::ReadyState;
-pub use store::{CachedObject, FieldExtractor};
+pub use store::{CachedObject, Encodings, FieldExtractor};
 pub use watch::CacheWatch;

@@ -90,7 +90,39 @@ pub struct CachedObject {
     /// Selectable fields: `metadata.name`, `metadata.namespace` (namespaced
     /// objects) and whatever the resource's [`FieldExtractor`] returned.
     pub fields: Vec<(String, String)>,
+    /// Other encodings of [`CachedObject::json`], each made once on first
+    /// use and then shared by every reader (upstream's `CachingObject`).
+    pub encodings: Encodings,
 }
+
+/// Encodings of a cached object besides its JSON, made on first use (a
+/// protobuf LIST or WATCH) and kept as long as the object is cached, so
+/// every later reader splices the same bytes. Never part of equality.
+#[derive(Debug, Clone, Default)]
+pub struct Encodings {
+    protobuf: std::sync::OnceLock<Bytes>,
+}
+
+impl Encodings {
+    /// The object's protobuf message bytes, made by `encode` the first time
+    /// (concurrent first readers may each encode; one result is kept).
+    /// Errors: whatever `encode` returns; nothing is kept then.
+    pub fn protobuf<E>(&self, encode: impl FnOnce() -> Result<Bytes, E>) -> Result<Bytes, E> {
+        if let Some(b) = self.protobuf.get() {
+            return Ok(b.clone());
+        }
+        let b = encode()?;
+        Ok(self.protobuf.get_or_init(|| b).clone())
+    }
+}
+
+impl PartialEq for Encodings {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Encodings {}
 
 impl CachedObject {
     /// Decodes a stored value read at `resource_version` (its `mod_revision`).
@@ -138,7 +170,16 @@ impl CachedObject {
             fields.push(("metadata.namespace".to_string(), ns.clone()));
         }
         fields.extend(extract.extract(v));
-        CachedObject { key: key.to_string(), namespace, name, resource_version, json, labels, fields }
+        CachedObject {
+            key: key.to_string(),
+            namespace,
+            name,
+            resource_version,
+            json,
+            labels,
+            fields,
+            encodings: Encodings::default(),
+        }
     }
 
     /// The same object at another resourceVersion (upstream sets the
@@ -150,6 +191,7 @@ impl CachedObject {
             if set_resource_version(&mut v, &resource_version.to_string()) {
                 rkube_api::wire::order_object_keys(&mut v);
                 out.json = to_exact_json(&v, self.json.len() + 24);
+                out.encodings = Encodings::default();
             }
         }
         out

@@ -1,5 +1,6 @@
 //! Kubernetes protobuf bodies (`application/vnd.kubernetes.protobuf`) turned
-//! into the JSON objects rkube stores.
+//! into the JSON objects rkube stores, and those objects turned back into
+//! protobuf for responses.
 //!
 //! client-go's typed clients (and so `kubectl create namespace|configmap|secret|
 //! deployment`, `kubectl run`) send built-in kinds as protobuf since
@@ -16,8 +17,17 @@
 //! `resource.Quantity` as its string, `intstr.IntOrString` as a number or a
 //! string, `runtime.RawExtension` and `FieldsV1` as embedded JSON, `[]byte` as
 //! base64; empty strings and zero times are omitted (Go's `omitempty`).
+//!
+//! Responses go the other way ([`encode_object`], [`encode_message`],
+//! [`watch_event_frame`]) with the same table.
 
+mod encode;
 mod wire;
+
+pub use encode::{
+    encode_message, encode_object, envelope, envelope_head, field_header, parse_go_duration, varint_len,
+    watch_event_frame, ENVELOPE_TAIL,
+};
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -189,7 +199,7 @@ pub fn decode_message(name: &str, bytes: &[u8]) -> Result<Value, ProtobufError> 
     decode_message_depth(name, bytes, 0)
 }
 
-const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 fn decode_message_depth(name: &str, bytes: &[u8], depth: usize) -> Result<Value, ProtobufError> {
     if depth > MAX_DEPTH {
@@ -436,3 +446,5 @@ fn trim_frac(v: u64, div: u64) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod encode_tests;

@@ -187,7 +187,7 @@ async fn dispatch_inner(
         .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?;
     let watch_param = query.iter().any(|(k, v)| k == "watch" && (v == "true" || v == "1"));
     let ri = request::parse(group, version, segments, &method, watch_param)?;
-    let output = media::negotiate_output(&headers)?;
+    let output = media::negotiate_output(&headers, crate::protobuf_body::supported(ri.info))?;
     let include_q = query.iter().rev().find(|(k, _)| k == "includeObject").map(|(_, v)| v.as_str());
     let include = media::include_object(include_q)?;
     let ctx = Ctx { st, ri, query, raw_query, headers, render: Render { output, include }, user };

@@ -25,6 +25,7 @@ use super::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::filters::trace::{self, steps};
 use crate::media::Output;
+use crate::protobuf_body;
 use crate::render;
 
 /// Decodes a cached object's JSON (for non-JSON outputs).
@@ -55,6 +56,10 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
         body.put_slice(&obj.json);
         body.put_u8(rkube_api::wire::JSON_TERMINATOR);
         return Ok(json_response(body.freeze()));
+    }
+    if ctx.render.output == Output::Protobuf {
+        let body = protobuf_body::object_body(info, &obj)?;
+        return Ok(typed_response(body.len(), std::iter::once(body), protobuf_body::CONTENT_TYPE));
     }
     Ok(render::object(info, ctx.render, 200, &decode(&obj.json)?, &[]))
 }
@@ -161,9 +166,19 @@ pub fn list_json(info: &ResourceInfo, page: ListResult) -> Bytes {
 /// A `200 application/json` response streaming `chunks` (`total` bytes, sent
 /// as `Content-Length`).
 fn streamed_json(total: usize, chunks: impl Iterator<Item = Bytes> + Send + 'static) -> Response {
+    typed_response(total, chunks, "application/json")
+}
+
+/// A `200` response of `content_type` streaming `chunks` (`total` bytes,
+/// sent as `Content-Length`).
+fn typed_response(
+    total: usize,
+    chunks: impl Iterator<Item = Bytes> + Send + 'static,
+    content_type: &'static str,
+) -> Response {
     let stream = futures::stream::iter(chunks.map(Ok::<Bytes, std::convert::Infallible>));
     let mut resp = (StatusCode::OK, axum::body::Body::from_stream(stream)).into_response();
-    resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
     resp.headers_mut().insert(axum::http::header::CONTENT_LENGTH, HeaderValue::from(total));
     resp
 }
@@ -180,6 +195,12 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
     if ctx.render.output == Output::Json {
         let (total, chunks) = list_chunks(info, page);
         return Ok(streamed_json(total, chunks));
+    }
+    if ctx.render.output == Output::Protobuf {
+        // Items not yet encoded are encoded here: hand the worker over for large pages.
+        let items = crate::media::off_the_workers(page.items.len() * 1024, || protobuf_body::list_items(info, &page))?;
+        let (total, chunks) = protobuf_body::list_chunks(info, items, list_meta(&page), LIST_CHUNK_BYTES)?;
+        return Ok(typed_response(total, chunks, protobuf_body::CONTENT_TYPE));
     }
     let items = page.items.iter().map(|o| decode(&o.json)).collect::<ApiResult<Vec<Value>>>()?;
     Ok(render::list(info, ctx.render, items, list_meta(&page)))
@@ -201,6 +222,7 @@ mod tests {
             json: Bytes::from_static(json),
             labels: Default::default(),
             fields: Vec::new(),
+            encodings: Default::default(),
         })
     }
 

@@ -21,6 +21,9 @@
 //! - A resourceVersion that was compacted away: one `ERROR` event carrying a
 //!   410 `Expired` Status, then the end of the stream.
 //! - With a Table `Accept`, every object is a one-row Table.
+//! - With a protobuf `Accept` (built-in kinds), the stream is
+//!   `application/vnd.kubernetes.protobuf;stream=watch`: length-prefixed
+//!   `WatchEvent` frames ([`crate::protobuf_body::watch_frame`]).
 
 use std::convert::Infallible;
 
@@ -70,13 +73,26 @@ fn stream_response(
                 ev = w.next() => ev?,
                 _ = stop.wait_for(|s| *s) => return None,
             };
-            let is_error = matches!(ev, WatchEvent::Error(_));
-            let line = encode_event(info, &api_version, render, &ev);
+            let mut is_error = matches!(ev, WatchEvent::Error(_));
+            let line = if render.output == Output::Protobuf {
+                crate::protobuf_body::watch_frame(info, &api_version, &ev).unwrap_or_else(|e| {
+                    // Nothing a client could decode: end the stream, as upstream does.
+                    tracing::error!(kind = info.kind, error = %e.0.message, "watch event not encodable as protobuf");
+                    is_error = true;
+                    Bytes::new()
+                })
+            } else {
+                encode_event(info, &api_version, render, &ev)
+            };
             Some((Ok::<Bytes, Infallible>(line), (w, stop, is_error)))
         }
     });
     let mut resp = (StatusCode::OK, Body::from_stream(stream)).into_response();
-    resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    let content_type = match render.output {
+        Output::Protobuf => crate::protobuf_body::WATCH_CONTENT_TYPE,
+        _ => "application/json",
+    };
+    resp.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
     resp.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache, private"));
     resp
 }
