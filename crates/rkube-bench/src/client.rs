@@ -44,6 +44,16 @@ pub enum ClientError {
         /// The error.
         source: serde_json::Error,
     },
+    /// The body was not the protobuf expected.
+    #[error("HTTP {method} {path}: cannot decode the protobuf response: {source}")]
+    DecodeProtobuf {
+        /// Method.
+        method: &'static str,
+        /// Path and query.
+        path: String,
+        /// The error.
+        source: rkube_api::protobuf::ProtobufError,
+    },
 }
 
 impl ClientError {
@@ -150,6 +160,8 @@ pub struct Api {
     base: String,
     /// Sent as `Authorization: Bearer` when set.
     token: Option<String>,
+    /// The `Accept` header of every request.
+    accept: &'static str,
 }
 
 /// A client builder trusting only `ca_pem` (PEM certificates) for HTTPS
@@ -190,14 +202,14 @@ impl Api {
             .tcp_nodelay(true)
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
-        Api { http, base: base.trim_end_matches('/').to_string(), token: None }
+        Api { http, base: base.trim_end_matches('/').to_string(), token: None, accept: "application/json" }
     }
 
     /// A client for `base` (`https://127.0.0.1:PORT`) trusting `ca_pem`,
     /// authenticating with bearer `token`.
     pub fn secure(base: &str, ca_pem: &str, token: &str) -> Result<Api, String> {
         let http = https_builder(ca_pem)?.pool_max_idle_per_host(1024).tcp_nodelay(true).build().map_err(|e| e.to_string())?;
-        Ok(Api { http, base: base.trim_end_matches('/').to_string(), token: Some(token.to_string()) })
+        Ok(Api { http, base: base.trim_end_matches('/').to_string(), token: Some(token.to_string()), accept: "application/json" })
     }
 
     /// [`Api::secure`] speaking HTTP/2 (negotiated by ALPN) when `http2`,
@@ -209,7 +221,14 @@ impl Api {
             builder = builder.http2_prior_knowledge();
         }
         let http = builder.build().map_err(|e| e.to_string())?;
-        Ok(Api { http, base: base.trim_end_matches('/').to_string(), token: Some(token.to_string()) })
+        Ok(Api { http, base: base.trim_end_matches('/').to_string(), token: Some(token.to_string()), accept: "application/json" })
+    }
+
+    /// The same client asking for `accept` (e.g. what client-go's protobuf
+    /// clients send, `application/vnd.kubernetes.protobuf, application/json`).
+    pub fn with_accept(mut self, accept: &'static str) -> Api {
+        self.accept = accept;
+        self
     }
 
     /// The server's base URL.
@@ -225,7 +244,7 @@ impl Api {
     ) -> ClientResult<reqwest::Response> {
         let url = format!("{}{}", self.base, path);
         let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
-        let mut req = self.http.request(m, url).header("accept", "application/json").timeout(CALL_TIMEOUT);
+        let mut req = self.http.request(m, url).header("accept", self.accept).timeout(CALL_TIMEOUT);
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
@@ -331,9 +350,16 @@ impl Api {
     }
 }
 
-/// Parses a LIST body given as chunks: item count, resourceVersion, continue.
+/// Parses a LIST body given as chunks (JSON, or protobuf when it starts
+/// with `k8s\0`): item count, resourceVersion, continue.
 pub fn parse_list(path: &str, chunks: &[Bytes]) -> ClientResult<ListPage> {
     let bytes: usize = chunks.iter().map(Bytes::len).sum();
+    if chunks.first().is_some_and(|c| c.starts_with(rkube_api::protobuf::MAGIC)) {
+        let all = chunks.concat();
+        let s = rkube_api::protobuf::list_summary(&all)
+            .map_err(|source| ClientError::DecodeProtobuf { method: "GET", path: path.to_string(), source })?;
+        return Ok(ListPage { items: s.items, bytes, resource_version: s.resource_version, continue_token: s.continue_token });
+    }
     let head: ListHead = if chunks.len() == 1 {
         serde_json::from_slice(&chunks[0])
     } else {

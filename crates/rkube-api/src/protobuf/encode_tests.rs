@@ -250,3 +250,12 @@ fn inline_structs_and_odd_json_names_survive() {
     }));
     assert_eq!(node.status.unwrap().daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port, Some(10250));
 }
+
+#[test]
+fn list_summaries_count_items_without_decoding_them() {
+    let list = json!({"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "12", "continue": "c"},
+                      "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}, {"metadata": {"name": "c"}}]});
+    let s = list_summary(&encode_object(&list).unwrap()).unwrap();
+    assert_eq!(s, ListSummary { items: 3, resource_version: "12".into(), continue_token: "c".into() });
+    assert_eq!(list_summary(b"{}"), Err(ProtobufError::MissingMagic));
+}

@@ -448,3 +448,47 @@ fn trim_frac(v: u64, div: u64) -> String {
 mod tests;
 #[cfg(test)]
 mod encode_tests;
+
+/// What a protobuf LIST body says without decoding its items: the number of
+/// items, `metadata.resourceVersion` and `metadata.continue`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListSummary {
+    /// How many `items` the list holds.
+    pub items: usize,
+    /// `metadata.resourceVersion`.
+    pub resource_version: String,
+    /// `metadata.continue` (empty when absent).
+    pub continue_token: String,
+}
+
+/// Scans a whole `k8s\0`-prefixed `<Kind>List` body: counts the items (field
+/// 2 of every list message) and reads the `ListMeta` (field 1), skipping the
+/// items' contents. Cost: one pass over the field headers.
+///
+/// Errors: [`ProtobufError::MissingMagic`], [`ProtobufError::Malformed`].
+pub fn list_summary(body: &[u8]) -> Result<ListSummary, ProtobufError> {
+    let rest = body.strip_prefix(MAGIC.as_slice()).ok_or(ProtobufError::MissingMagic)?;
+    let mut raw = &[][..];
+    let mut reader = Reader::new(rest);
+    while let Some((tag, value)) = reader.next_field()? {
+        if let (2, WireValue::Len(b)) = (tag, value) {
+            raw = b;
+        }
+    }
+    let mut out = ListSummary::default();
+    let mut list = Reader::new(raw);
+    while let Some((tag, value)) = list.next_field()? {
+        match (tag, value) {
+            (1, WireValue::Len(meta)) => {
+                if let Value::Object(m) = decode_message("apimachinery.pkg.apis.meta.v1.ListMeta", meta)? {
+                    let s = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+                    out.resource_version = s("resourceVersion");
+                    out.continue_token = s("continue");
+                }
+            }
+            (2, _) => out.items += 1,
+            _ => {}
+        }
+    }
+    Ok(out)
+}

@@ -6,6 +6,7 @@
 //! | floor | a direct range read of the same keys: etcd-client on etcd; `Storage::range` in process on the embedded store (server stopped) |
 //! | `rv0` | `GET /api/v1/<resource>?resourceVersion=0` (cache: latest state) |
 //! | `rv0-https`, `rv0-h2` | the same over HTTPS (bearer token, RBAC), HTTP/1.1 and HTTP/2: the path kubectl takes |
+//! | `rv0-h2-pb` | the same over HTTP/2 in protobuf (`Accept: application/vnd.kubernetes.protobuf, application/json`): the path client-go's typed clients and informers take |
 //! | `consistent` | `GET /api/v1/<resource>` (RV="": cache once fresh, else storage) |
 //! | `storage` | RV="" on a server started with the resource's cache disabled (`--watch-cache-sizes=<resource>#0`) |
 //! | `walk` / `walk-storage` | `limit=500` pages with `continue` until done, on either server |
@@ -44,6 +45,7 @@ const MODES: &[(&str, &str)] = &[
     ("rv0", "RV=0"),
     ("rv0-https", "RV=0 over HTTPS, HTTP/1.1"),
     ("rv0-h2", "RV=0 over HTTPS, HTTP/2"),
+    ("rv0-h2-pb", "RV=0 over HTTPS, HTTP/2, protobuf"),
     ("consistent", "RV=\"\" (consistent)"),
     ("storage", "cache disabled (storage)"),
     ("walk", "walk limit=500 (RV=\"\" + continue)"),
@@ -200,8 +202,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             let (ca_pem, flags) = crate::scenarios::rbac::pki(dir.path())?;
             let token = crate::scenarios::rbac::MASTERS_TOKEN;
             let server = env.start_server_with(&flags, Some(&crate::procs::Secure { ca_pem: ca_pem.clone(), token: token.into() })).await?;
-            for (mode, http2) in [("rv0-https", false), ("rv0-h2", true)] {
-                let api = Api::secure_with(server.base_url(), &ca_pem, token, http2).map_err(anyhow::Error::msg)?;
+            for (mode, http2, accept) in [
+                ("rv0-https", false, "application/json"),
+                ("rv0-h2", true, "application/json"),
+                ("rv0-h2-pb", true, "application/vnd.kubernetes.protobuf, application/json"),
+            ] {
+                let api = Api::secure_with(server.base_url(), &ca_pem, token, http2).map_err(anyhow::Error::msg)?.with_accept(accept);
                 for &kind in &kinds_here {
                     wait_listable(&api, kind).await?;
                     // A server with a CA publishes `kube-root-ca.crt` in every
@@ -229,12 +235,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     tables(&mut report, &kinds, &sizes, &results, &bytes, &rss, runs, walk_runs, backend);
     let mut t = Table::new(
         "Where each mode was served from (apiserver_cache_list_total / apiserver_storage_list_total deltas over its warm-up + timed runs)",
-        &["kind", "objects", "RV=0", "RV=0 HTTPS", "RV=0 HTTP/2", "RV=\"\"", "walk", "cache disabled", "walk, cache disabled"],
+        &["kind", "objects", "RV=0", "RV=0 HTTPS", "RV=0 HTTP/2", "RV=0 HTTP/2 protobuf", "RV=\"\"", "walk", "cache disabled", "walk, cache disabled"],
     );
     for &kind in &kinds {
         for &size in &sizes {
             let get = |m: &str| served.get(&(kind, size, m)).cloned().unwrap_or_else(|| "n/a".into());
-            t.row(vec![kind.resource().into(), fmt_count(size as u64), get("rv0"), get("rv0-https"), get("rv0-h2"), get("consistent"), get("walk"), get("storage"), get("walk-storage")]);
+            t.row(vec![kind.resource().into(), fmt_count(size as u64), get("rv0"), get("rv0-https"), get("rv0-h2"), get("rv0-h2-pb"), get("consistent"), get("walk"), get("storage"), get("walk-storage")]);
         }
     }
     report.tables.push(t);
@@ -480,7 +486,7 @@ fn tables(
             format!("LIST {what} on {}: median (p90) seconds, {runs} runs ({walk_runs} for walks)", backend.name()),
             &cols,
         );
-        let mut tp = Table::new(format!("LIST {what}: throughput at the median (objects/s)"), &["objects", "floor", "RV=0", "RV=0 HTTP/2", "RV=\"\"", "cache disabled"]);
+        let mut tp = Table::new(format!("LIST {what}: throughput at the median (objects/s)"), &["objects", "floor", "RV=0", "RV=0 HTTP/2", "RV=0 HTTP/2 protobuf", "RV=\"\"", "cache disabled"]);
         for &size in sizes {
             let mut row = vec![fmt_count(size as u64), bytes.get(&(kind, size)).map(|b| fmt_bytes(*b as u64)).unwrap_or_else(|| "n/a".into())];
             row.extend(MODES.iter().map(|m| cell(results.get(&(kind, size, m.0)).copied())));
@@ -489,7 +495,7 @@ fn tables(
             let rate = |mode: &str| {
                 results.get(&(kind, size, mode)).map(|s| fmt_rate(size as f64 / s.median)).unwrap_or_else(|| "n/a".into())
             };
-            tp.row(vec![fmt_count(size as u64), rate("floor"), rate("rv0"), rate("rv0-h2"), rate("consistent"), rate("storage")]);
+            tp.row(vec![fmt_count(size as u64), rate("floor"), rate("rv0"), rate("rv0-h2"), rate("rv0-h2-pb"), rate("consistent"), rate("storage")]);
         }
         report.tables.push(t);
         report.tables.push(tp);
