@@ -16,30 +16,39 @@ use k8s_openapi::{apiextensions_apiserver, kube_aggregator};
 
 use super::typed::{typed, TypedKind};
 use super::{
-    bool_field, int_field, status, str_field, ResourceInfo, SelectableField, SubresourceInfo, BASE, CREATE_VERBS,
+    bool_field, int_field, status, str_field, subresource, ResourceInfo, SelectableField, SubresourceInfo, BASE, CREATE_VERBS,
     NAMESPACE_VERBS, APPROVAL, SCALE,
 };
+use crate::printers;
 use crate::strategy;
 
 /// Verbs of read-only resources (componentstatuses).
 pub const READ_VERBS: &[&str] = &["get", "list"];
 
 /// `namespaces/finalize` (PUT only, as upstream's `FinalizeREST`).
-const FINALIZE: SubresourceInfo = SubresourceInfo { name: "finalize", kind: "Namespace", verbs: &["update"], api_version: "" };
+const FINALIZE: SubresourceInfo =
+    SubresourceInfo { updates: "/spec/finalizers", ..subresource("finalize", "Namespace", &["update"], "") };
 
 /// `serviceaccounts/<name>/token`: TokenRequest (create only, nothing stored).
 const TOKEN: SubresourceInfo =
-    SubresourceInfo { name: "token", kind: "TokenRequest", verbs: &["create"], api_version: "authentication.k8s.io/v1" };
+    subresource("token", "TokenRequest", &["create"], "authentication.k8s.io/v1");
 
 /// Pod subresources served today.
 const POD_SUBRESOURCES: &[SubresourceInfo] = &[
     status("Pod"),
-    SubresourceInfo { name: "binding", kind: "Binding", verbs: &["create"], api_version: "" },
-    SubresourceInfo { name: "eviction", kind: "Eviction", verbs: &["create"], api_version: "policy/v1" },
-    SubresourceInfo { name: "log", kind: "Pod", verbs: &["get"], api_version: "" },
-    SubresourceInfo { name: "exec", kind: "PodExecOptions", verbs: &["create", "get"], api_version: "" },
-    SubresourceInfo { name: "attach", kind: "PodAttachOptions", verbs: &["create", "get"], api_version: "" },
-    SubresourceInfo { name: "portforward", kind: "PodPortForwardOptions", verbs: &["create", "get"], api_version: "" },
+    subresource("binding", "Binding", &["create"], ""),
+    // `kubectl debug`: GET, PUT and PATCH of the pod, changing only
+    // `spec.ephemeralContainers` (upstream `EphemeralContainersREST`).
+    SubresourceInfo {
+        updates: "/spec/ephemeralContainers",
+        validate_update: Some(strategy::validate_ephemeral_containers_update),
+        ..subresource("ephemeralcontainers", "Pod", super::STATUS_VERBS, "")
+    },
+    subresource("eviction", "Eviction", &["create"], "policy/v1"),
+    subresource("log", "Pod", &["get"], ""),
+    subresource("exec", "PodExecOptions", &["create", "get"], ""),
+    subresource("attach", "PodAttachOptions", &["create", "get"], ""),
+    subresource("portforward", "PodPortForwardOptions", &["create", "get"], ""),
 ];
 
 /// Selectable fields of pods (upstream `PodToSelectableFields`).
@@ -126,6 +135,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         storage_prefix: "configmaps",
         typed: Some(typed::<core::v1::ConfigMap>()),
         strategy: strategy::CONFIG_MAP,
+        printer: &printers::CONFIG_MAP,
         ..BASE
     },
     ResourceInfo {
@@ -138,6 +148,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         allow_create_on_update: true,
         typed: Some(typed::<core::v1::Endpoints>()),
         strategy: strategy::ENDPOINTS,
+        printer: &printers::ENDPOINTS,
         ..BASE
     },
     ResourceInfo {
@@ -150,6 +161,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: EVENT_FIELDS,
         allow_create_on_update: true,
         typed: Some(typed::<core::v1::Event>()),
+        strategy: strategy::EVENT,
+        printer: &printers::EVENT,
         ..BASE
     },
     ResourceInfo {
@@ -177,6 +190,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[str_field("status.phase", "status.phase")],
         typed: Some(typed::<core::v1::Namespace>()),
         strategy: strategy::NAMESPACE,
+        printer: &printers::NAMESPACE,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -192,6 +207,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[bool_field("spec.unschedulable", "spec.unschedulable")],
         typed: Some(typed::<core::v1::Node>()),
         strategy: strategy::NODE,
+        printer: &printers::NODE,
         ..BASE
     },
     ResourceInfo {
@@ -205,6 +221,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<core::v1::PersistentVolumeClaim>()),
         strategy: strategy::PERSISTENT_VOLUME_CLAIM,
+        printer: &printers::PERSISTENT_VOLUME_CLAIM,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -219,6 +237,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<core::v1::PersistentVolume>()),
         strategy: strategy::PERSISTENT_VOLUME,
+        printer: &printers::PERSISTENT_VOLUME,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -234,6 +254,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: POD_FIELDS,
         typed: Some(typed::<core::v1::Pod>()),
         strategy: strategy::POD,
+        printer: &printers::POD,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -259,6 +281,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[int_field("status.replicas", "status.replicas")],
         typed: Some(typed::<core::v1::ReplicationController>()),
         strategy: strategy::REPLICATION_CONTROLLER,
+        printer: &printers::REPLICATION_CONTROLLER,
         ..BASE
     },
     ResourceInfo {
@@ -283,6 +306,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[str_field("type", "type")],
         typed: Some(typed::<core::v1::Secret>()),
         strategy: strategy::SECRET,
+        printer: &printers::SECRET,
         ..BASE
     },
     ResourceInfo {
@@ -294,6 +318,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         subresources: &[TOKEN],
         storage_prefix: "serviceaccounts",
         typed: Some(typed::<core::v1::ServiceAccount>()),
+        printer: &printers::SERVICE_ACCOUNT,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -309,6 +335,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[str_field("spec.clusterIP", "spec.clusterIP"), str_field("spec.type", "spec.type")],
         typed: Some(typed::<core::v1::Service>()),
         strategy: strategy::SERVICE,
+        printer: &printers::SERVICE,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -405,6 +433,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         singular: "controllerrevision",
         storage_prefix: "controllerrevisions",
         typed: Some(typed::<apps::v1::ControllerRevision>()),
+        printer: &printers::CONTROLLER_REVISION,
         ..BASE
     },
     ResourceInfo {
@@ -420,6 +449,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<apps::v1::DaemonSet>()),
         strategy: strategy::DAEMON_SET,
+        printer: &printers::DAEMON_SET,
         ..BASE
     },
     ResourceInfo {
@@ -435,6 +465,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<apps::v1::Deployment>()),
         strategy: strategy::DEPLOYMENT,
+        printer: &printers::DEPLOYMENT,
         ..BASE
     },
     ResourceInfo {
@@ -451,6 +482,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[int_field("status.replicas", "status.replicas")],
         typed: Some(typed::<apps::v1::ReplicaSet>()),
         strategy: strategy::REPLICA_SET,
+        printer: &printers::REPLICA_SET,
         ..BASE
     },
     ResourceInfo {
@@ -466,6 +498,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<apps::v1::StatefulSet>()),
         strategy: strategy::STATEFUL_SET,
+        printer: &printers::STATEFUL_SET,
         ..BASE
     },
     review(AUTHN, "selfsubjectreviews", "SelfSubjectReview", "selfsubjectreview", false, typed::<authentication::v1::SelfSubjectReview>()),
@@ -492,6 +525,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<autoscaling::v2::HorizontalPodAutoscaler>()),
         strategy: strategy::HORIZONTAL_POD_AUTOSCALER,
+        printer: &printers::HORIZONTAL_POD_AUTOSCALER,
         ..BASE
     },
     ResourceInfo {
@@ -508,6 +542,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         typed: Some(typed::<autoscaling::v1::HorizontalPodAutoscaler>()),
         strategy: strategy::HORIZONTAL_POD_AUTOSCALER_V1,
         conversion: Some(super::conversion::HPA_V1),
+        printer: &printers::HORIZONTAL_POD_AUTOSCALER,
         ..BASE
     },
     ResourceInfo {
@@ -523,6 +558,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<batch::v1::CronJob>()),
         strategy: strategy::CRON_JOB,
+        printer: &printers::CRON_JOB,
         ..BASE
     },
     ResourceInfo {
@@ -538,6 +574,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[int_field("status.successful", "status.successful")],
         typed: Some(typed::<batch::v1::Job>()),
         strategy: strategy::JOB,
+        printer: &printers::JOB,
         ..BASE
     },
     ResourceInfo {
@@ -554,6 +591,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[str_field("spec.signerName", "spec.signerName")],
         typed: Some(typed::<certificates::v1::CertificateSigningRequest>()),
         strategy: strategy::CERTIFICATE_SIGNING_REQUEST,
+        printer: &printers::CERTIFICATE_SIGNING_REQUEST,
         ..BASE
     },
     ResourceInfo {
@@ -566,6 +604,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         allow_create_on_update: true,
         typed: Some(typed::<coordination::v1::Lease>()),
+        printer: &printers::LEASE,
         ..BASE
     },
     ResourceInfo {
@@ -578,6 +617,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[str_field("addressType", "addressType")],
         typed: Some(typed::<discovery::v1::EndpointSlice>()),
         strategy: strategy::ENDPOINT_SLICE,
+        printer: &printers::ENDPOINT_SLICE,
         ..BASE
     },
     ResourceInfo {
@@ -593,6 +633,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         typed: Some(typed::<events::v1::Event>()),
         strategy: strategy::EVENT_V1,
         conversion: Some(super::conversion::EVENTS_V1),
+        printer: &printers::EVENT_V1,
         ..BASE
     },
     ResourceInfo {
@@ -647,6 +688,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<networking::v1::Ingress>()),
         strategy: strategy::INGRESS,
+        printer: &printers::INGRESS,
         ..BASE
     },
     ResourceInfo {
@@ -673,6 +715,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<networking::v1::NetworkPolicy>()),
         strategy: strategy::NETWORK_POLICY,
+        printer: &printers::NETWORK_POLICY,
         ..BASE
     },
     ResourceInfo {
@@ -699,6 +742,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         storage_prefix: "runtimeclasses",
         typed: Some(typed::<node::v1::RuntimeClass>()),
         strategy: strategy::RUNTIME_CLASS,
+        printer: &printers::RUNTIME_CLASS,
         ..BASE
     },
     ResourceInfo {
@@ -713,6 +757,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<policy::v1::PodDisruptionBudget>()),
         strategy: strategy::POD_DISRUPTION_BUDGET,
+        printer: &printers::POD_DISRUPTION_BUDGET,
         ..BASE
     },
     ResourceInfo {
@@ -772,6 +817,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         storage_prefix: "priorityclasses",
         typed: Some(typed::<scheduling::v1::PriorityClass>()),
         strategy: strategy::PRIORITY_CLASS,
+        printer: &printers::PRIORITY_CLASS,
         ..BASE
     },
     ResourceInfo {
@@ -785,6 +831,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<storage::v1::CSIDriver>()),
         strategy: strategy::CSI_DRIVER,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -797,6 +844,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         storage_prefix: "csinodes",
         has_spec: true,
         typed: Some(typed::<storage::v1::CSINode>()),
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -820,6 +868,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         storage_prefix: "storageclasses",
         typed: Some(typed::<storage::v1::StorageClass>()),
         strategy: strategy::STORAGE_CLASS,
+        printer: &printers::STORAGE_CLASS,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -834,6 +884,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<storage::v1::VolumeAttachment>()),
         strategy: strategy::STATUS_RESET,
+        return_deleted_object: true,
         ..BASE
     },
 ];
