@@ -39,6 +39,7 @@ use std::sync::RwLock;
 use serde_json::Value;
 
 mod builtin;
+mod builtin_parts;
 pub mod conversion;
 pub mod hpa_conversion;
 pub mod typed;
