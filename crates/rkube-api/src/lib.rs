@@ -37,6 +37,7 @@ pub mod continue_token;
 pub mod csr;
 pub mod field_error;
 pub mod list_options;
+pub mod printers;
 pub mod protobuf;
 pub mod registry;
 pub mod selector;

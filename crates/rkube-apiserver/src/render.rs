@@ -29,7 +29,7 @@ pub fn table(
 ) -> Value {
     let mut t = match info.custom {
         Some(custom) => crate::table::custom::to_table(custom, items, include, list_meta, chrono::Utc::now()),
-        None => crate::table::to_table(info.resource, info.group, items, include, list_meta),
+        None => crate::table::to_table(info, items, include, list_meta),
     };
     crate::table::set_version(&mut t, version);
     t

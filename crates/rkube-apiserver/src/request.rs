@@ -203,7 +203,7 @@ const NOT_YET_SERVED_GROUP_VERSIONS: &[(&str, &str)] = &[];
 
 /// Subresources Kubernetes 1.33 serves that rkube does not serve yet, by resource.
 const NOT_YET_SERVED_SUBRESOURCES: &[(&str, &str, &[&str])] = &[
-    ("", "pods", &["proxy", "ephemeralcontainers", "resize"]),
+    ("", "pods", &["proxy", "resize"]),
     ("", "nodes", &["proxy"]),
     ("", "services", &["proxy"]),
 ];

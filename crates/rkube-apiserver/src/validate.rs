@@ -134,6 +134,18 @@ pub fn check_typed_body(
 
 /// Field validation of `obj` (`old` on update). Returns the 422 causes.
 pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<StatusCause> {
+    validate_with(info, None, obj, old)
+}
+
+/// [`validate`], with `strategy_validate` (a subresource's
+/// [`rkube_api::registry::SubresourceInfo::validate_update`]) in place of the
+/// row's strategy validation when given; the ObjectMeta checks stay.
+pub fn validate_with(
+    info: &ResourceInfo,
+    strategy_validate: Option<rkube_api::registry::ValidateFn>,
+    obj: &Value,
+    old: Option<&Value>,
+) -> Vec<StatusCause> {
     let mut causes: Vec<StatusCause> = Vec::new();
     let name = crate::object::name(obj);
     if old.is_none() {
@@ -151,7 +163,14 @@ pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<St
     if let Some(finalizers) = obj.pointer("/metadata/finalizers").and_then(Value::as_array) {
         causes.extend(validation::validate_finalizers(finalizers));
     }
-    let mut errs = info.strategy.validate_object(obj, old);
+    let mut errs = match strategy_validate {
+        Some(f) => {
+            let mut errs = Vec::new();
+            f(obj, old, &mut errs);
+            errs
+        }
+        None => info.strategy.validate_object(obj, old),
+    };
     if let Some(schema) = info.custom.and_then(|c| c.schema.as_ref()) {
         errs.extend(rkube_api::apiextensions::schema::validate(obj, schema));
     }

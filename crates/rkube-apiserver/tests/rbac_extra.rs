@@ -482,3 +482,39 @@ async fn aggregated_cluster_roles_follow_their_selected_roles() {
     );
     s.stop().await;
 }
+
+/// `pods/ephemeralcontainers` is its own RBAC resource, as upstream: a role
+/// that may patch `pods` may not add ephemeral containers, one naming
+/// `pods/ephemeralcontainers` may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ephemeral_containers_need_their_own_rbac_resource() {
+    let s = Server::start().await;
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    assert_eq!(s.post("admin-token", "/api/v1/namespaces/default/pods", pod).await.code, 201);
+    let crbs = format!("/apis/{RBAC}/v1/clusterrolebindings");
+    let crs = format!("/apis/{RBAC}/v1/clusterroles");
+    let pods_only = cluster_role("pod-patcher", json!([{"verbs": ["get", "patch", "update"], "apiGroups": [""], "resources": ["pods"]}]));
+    assert_eq!(s.post("admin-token", &crs, pods_only).await.code, 201);
+    assert_eq!(s.post("admin-token", &crbs, binding("ClusterRoleBinding", "alice-pods", None, "ClusterRole", "pod-patcher", "alice")).await.code, 201);
+    let ec = "/api/v1/namespaces/default/pods/p/ephemeralcontainers";
+    let patch = json!({"spec": {"ephemeralContainers": [{"name": "dbg", "image": "busybox"}]}});
+    let smp = "application/strategic-merge-patch+json";
+    let r = s.send("alice-token", "PATCH", ec, &[], Some((smp, patch.clone()))).await;
+    assert_eq!(r.code, 403, "{}", r.json);
+    assert_eq!(r.json["reason"], "Forbidden");
+    assert_eq!(
+        r.json["message"],
+        "pods \"p\" is forbidden: User \"alice\" cannot patch resource \"pods/ephemeralcontainers\" in API group \"\" in the namespace \"default\""
+    );
+    let debugger = cluster_role(
+        "debugger",
+        json!([{"verbs": ["get", "patch", "update"], "apiGroups": [""], "resources": ["pods/ephemeralcontainers"]}]),
+    );
+    assert_eq!(s.post("admin-token", &crs, debugger).await.code, 201);
+    assert_eq!(s.post("admin-token", &crbs, binding("ClusterRoleBinding", "alice-debug", None, "ClusterRole", "debugger", "alice")).await.code, 201);
+    let r = s.send("alice-token", "PATCH", ec, &[], Some((smp, patch))).await;
+    assert_eq!(r.code, 200, "{}", r.json);
+    assert_eq!(r.json["spec"]["ephemeralContainers"][0]["name"], "dbg");
+    s.stop().await;
+}

@@ -1,4 +1,4 @@
-//! End to end: `kubectl exec`, `cp`, `attach` and `port-forward` on `rkube up --node`, with
+//! End to end: `kubectl exec`, `cp`, `attach`, `port-forward` and `debug` on `rkube up --node`, with
 //! kubectl 1.27 (SPDY/3.1) and 1.33 (WebSocket `v5.channel.k8s.io`; port-forward as SPDY
 //! tunnelled in a WebSocket). The API server proxies the upgrade to the node agent's kubelet
 //! API, which proxies it to the runtime's streaming server, which speaks the protocol and runs
@@ -184,7 +184,37 @@ fn kubectl_port_forward_fetches_from_an_http_server_in_a_pod(version: &str) {
     drop(forward);
 }
 
+/// `kubectl debug -i <pod> --image=busybox -- <cmd>` completes: the node agent starts the
+/// ephemeral container once and reports it in `status.ephemeralContainerStatuses`, kubectl
+/// attaches (or, once it has exited, reads its log), and `kubectl logs -c` shows its output.
+fn kubectl_debug_runs_an_ephemeral_container_to_completion(version: &str) {
+    let (cluster, k, _fixtures) = cluster_with_box(version);
+    k.ok(&["debug", "-i", "box", "--image=busybox", "--container=dbg", "--", "sh", "-c", "echo from-debug"]);
+    let deadline = Instant::now() + LIMIT;
+    let status = loop {
+        let p = k.json(&["get", "pod", "box"]);
+        let s = p["status"]["ephemeralContainerStatuses"][0].clone();
+        if s["state"]["terminated"].is_object() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "dbg not terminated: {}
+--- server log ---
+{}", p["status"], cluster.server_log());
+        thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(status["name"], "dbg");
+    assert_eq!(status["state"]["terminated"]["exitCode"], 0, "{status}");
+    assert_eq!(status["ready"], false);
+    assert_eq!(k.ok(&["logs", "box", "-c", "dbg"]).stdout, "from-debug\n");
+    // The pod's own container kept running; the ephemeral one is not restarted.
+    thread::sleep(Duration::from_secs(2));
+    let p = k.json(&["get", "pod", "box"]);
+    assert!(p["status"]["containerStatuses"][0]["state"]["running"].is_object(), "{}", p["status"]);
+    assert_eq!(p["status"]["ephemeralContainerStatuses"][0]["restartCount"], 0, "{}", p["status"]);
+}
+
 per_kubectl_version!(
+    kubectl_debug_runs_an_ephemeral_container_to_completion,
     kubectl_exec_prints_output_and_exits_with_the_commands_code,
     kubectl_cp_copies_files_into_and_out_of_a_pod,
     kubectl_attach_feeds_stdin_and_stdin_once_ends_it,

@@ -19,6 +19,7 @@ use scenarios::cascade::{
     delete_cascade_background_foreground_orphan, delete_manifest_holding_its_own_namespace_succeeds,
     delete_namespace_shows_terminating_then_it_goes,
 };
+use scenarios::debug::debug_adds_an_ephemeral_container;
 use scenarios::every_kind::apply_every_kind_then_reapply_writes_nothing;
 use scenarios::delete::delete_waits_until_gone_and_wait_false_returns_at_once;
 use scenarios::describe::describe_pod_and_service;
@@ -63,6 +64,7 @@ e2e_matrix!(
     default_kubernetes_service_points_at_the_apiserver,
     describe_pod_and_service,
     patch_json_merge_and_strategic,
+    debug_adds_an_ephemeral_container,
     delete_waits_until_gone_and_wait_false_returns_at_once,
     delete_namespace_shows_terminating_then_it_goes,
     delete_manifest_holding_its_own_namespace_succeeds,

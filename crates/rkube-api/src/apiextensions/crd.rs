@@ -18,6 +18,7 @@ pub const CUSTOM_RESOURCE_DEFINITION: Strategy = Strategy {
     validate,
     name_is_label: false,
     scale: None,
+    delete: crate::strategy::DeleteRules::NONE,
 };
 
 /// `SetDefaults_CustomResourceDefinitionSpec`: `names.singular` is the

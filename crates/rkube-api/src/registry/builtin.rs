@@ -16,75 +16,15 @@ use k8s_openapi::{apiextensions_apiserver, kube_aggregator};
 
 use super::typed::{typed, TypedKind};
 use super::{
-    bool_field, int_field, status, str_field, ResourceInfo, SelectableField, SubresourceInfo, BASE, CREATE_VERBS,
+    bool_field, int_field, status, str_field, ResourceInfo, BASE, CREATE_VERBS,
     NAMESPACE_VERBS, APPROVAL, SCALE,
 };
+use super::builtin_parts::{EVENT_FIELDS, EVENT_V1_FIELDS, FINALIZE, POD_FIELDS, POD_SUBRESOURCES, TOKEN};
+use crate::printers;
 use crate::strategy;
 
 /// Verbs of read-only resources (componentstatuses).
 pub const READ_VERBS: &[&str] = &["get", "list"];
-
-/// `namespaces/finalize` (PUT only, as upstream's `FinalizeREST`).
-const FINALIZE: SubresourceInfo = SubresourceInfo { name: "finalize", kind: "Namespace", verbs: &["update"], api_version: "" };
-
-/// `serviceaccounts/<name>/token`: TokenRequest (create only, nothing stored).
-const TOKEN: SubresourceInfo =
-    SubresourceInfo { name: "token", kind: "TokenRequest", verbs: &["create"], api_version: "authentication.k8s.io/v1" };
-
-/// Pod subresources served today.
-const POD_SUBRESOURCES: &[SubresourceInfo] = &[
-    status("Pod"),
-    SubresourceInfo { name: "binding", kind: "Binding", verbs: &["create"], api_version: "" },
-    SubresourceInfo { name: "eviction", kind: "Eviction", verbs: &["create"], api_version: "policy/v1" },
-    SubresourceInfo { name: "log", kind: "Pod", verbs: &["get"], api_version: "" },
-    SubresourceInfo { name: "exec", kind: "PodExecOptions", verbs: &["create", "get"], api_version: "" },
-    SubresourceInfo { name: "attach", kind: "PodAttachOptions", verbs: &["create", "get"], api_version: "" },
-    SubresourceInfo { name: "portforward", kind: "PodPortForwardOptions", verbs: &["create", "get"], api_version: "" },
-];
-
-/// Selectable fields of pods (upstream `PodToSelectableFields`).
-const POD_FIELDS: &[SelectableField] = &[
-    str_field("spec.nodeName", "spec.nodeName"),
-    str_field("spec.restartPolicy", "spec.restartPolicy"),
-    str_field("spec.schedulerName", "spec.schedulerName"),
-    str_field("spec.serviceAccountName", "spec.serviceAccountName"),
-    bool_field("spec.hostNetwork", "spec.hostNetwork"),
-    str_field("status.phase", "status.phase"),
-    str_field("status.podIP", "status.podIP"),
-    str_field("status.nominatedNodeName", "status.nominatedNodeName"),
-];
-
-/// Selectable fields of events (upstream `ToSelectableFields` of core events).
-const EVENT_FIELDS: &[SelectableField] = &[
-    str_field("involvedObject.kind", "involvedObject.kind"),
-    str_field("involvedObject.namespace", "involvedObject.namespace"),
-    str_field("involvedObject.name", "involvedObject.name"),
-    str_field("involvedObject.uid", "involvedObject.uid"),
-    str_field("involvedObject.apiVersion", "involvedObject.apiVersion"),
-    str_field("involvedObject.resourceVersion", "involvedObject.resourceVersion"),
-    str_field("involvedObject.fieldPath", "involvedObject.fieldPath"),
-    str_field("reason", "reason"),
-    str_field("reportingComponent", "reportingComponent"),
-    str_field("source", "source.component"),
-    str_field("type", "type"),
-];
-
-/// Selectable fields of events.k8s.io/v1 events: the core/v1 ones under
-/// their events.k8s.io names (upstream `AddFieldLabelConversionsForEvent` of
-/// `pkg/apis/events/v1`; `source` has no events.k8s.io name). The
-/// conversion maps each to the stored row's label.
-const EVENT_V1_FIELDS: &[SelectableField] = &[
-    str_field("regarding.kind", "regarding.kind"),
-    str_field("regarding.namespace", "regarding.namespace"),
-    str_field("regarding.name", "regarding.name"),
-    str_field("regarding.uid", "regarding.uid"),
-    str_field("regarding.apiVersion", "regarding.apiVersion"),
-    str_field("regarding.resourceVersion", "regarding.resourceVersion"),
-    str_field("regarding.fieldPath", "regarding.fieldPath"),
-    str_field("reason", "reason"),
-    str_field("reportingController", "reportingController"),
-    str_field("type", "type"),
-];
 
 /// A create-only review row: answered on each POST and never stored
 /// ([`ResourceInfo::stored`]), as upstream's `tokenreview`,
@@ -126,6 +66,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         storage_prefix: "configmaps",
         typed: Some(typed::<core::v1::ConfigMap>()),
         strategy: strategy::CONFIG_MAP,
+        printer: &printers::CONFIG_MAP,
         ..BASE
     },
     ResourceInfo {
@@ -138,6 +79,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         allow_create_on_update: true,
         typed: Some(typed::<core::v1::Endpoints>()),
         strategy: strategy::ENDPOINTS,
+        printer: &printers::ENDPOINTS,
         ..BASE
     },
     ResourceInfo {
@@ -150,6 +92,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: EVENT_FIELDS,
         allow_create_on_update: true,
         typed: Some(typed::<core::v1::Event>()),
+        strategy: strategy::EVENT,
+        printer: &printers::EVENT,
         ..BASE
     },
     ResourceInfo {
@@ -177,6 +121,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[str_field("status.phase", "status.phase")],
         typed: Some(typed::<core::v1::Namespace>()),
         strategy: strategy::NAMESPACE,
+        printer: &printers::NAMESPACE,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -192,6 +138,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[bool_field("spec.unschedulable", "spec.unschedulable")],
         typed: Some(typed::<core::v1::Node>()),
         strategy: strategy::NODE,
+        printer: &printers::NODE,
         ..BASE
     },
     ResourceInfo {
@@ -205,6 +152,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<core::v1::PersistentVolumeClaim>()),
         strategy: strategy::PERSISTENT_VOLUME_CLAIM,
+        printer: &printers::PERSISTENT_VOLUME_CLAIM,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -219,6 +168,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<core::v1::PersistentVolume>()),
         strategy: strategy::PERSISTENT_VOLUME,
+        printer: &printers::PERSISTENT_VOLUME,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -234,6 +185,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: POD_FIELDS,
         typed: Some(typed::<core::v1::Pod>()),
         strategy: strategy::POD,
+        printer: &printers::POD,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -259,6 +212,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[int_field("status.replicas", "status.replicas")],
         typed: Some(typed::<core::v1::ReplicationController>()),
         strategy: strategy::REPLICATION_CONTROLLER,
+        printer: &printers::REPLICATION_CONTROLLER,
         ..BASE
     },
     ResourceInfo {
@@ -283,6 +237,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[str_field("type", "type")],
         typed: Some(typed::<core::v1::Secret>()),
         strategy: strategy::SECRET,
+        printer: &printers::SECRET,
         ..BASE
     },
     ResourceInfo {
@@ -294,6 +249,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         subresources: &[TOKEN],
         storage_prefix: "serviceaccounts",
         typed: Some(typed::<core::v1::ServiceAccount>()),
+        printer: &printers::SERVICE_ACCOUNT,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -309,6 +266,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[str_field("spec.clusterIP", "spec.clusterIP"), str_field("spec.type", "spec.type")],
         typed: Some(typed::<core::v1::Service>()),
         strategy: strategy::SERVICE,
+        printer: &printers::SERVICE,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -405,6 +364,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         singular: "controllerrevision",
         storage_prefix: "controllerrevisions",
         typed: Some(typed::<apps::v1::ControllerRevision>()),
+        printer: &printers::CONTROLLER_REVISION,
         ..BASE
     },
     ResourceInfo {
@@ -420,6 +380,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<apps::v1::DaemonSet>()),
         strategy: strategy::DAEMON_SET,
+        printer: &printers::DAEMON_SET,
         ..BASE
     },
     ResourceInfo {
@@ -435,6 +396,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<apps::v1::Deployment>()),
         strategy: strategy::DEPLOYMENT,
+        printer: &printers::DEPLOYMENT,
         ..BASE
     },
     ResourceInfo {
@@ -451,6 +413,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[int_field("status.replicas", "status.replicas")],
         typed: Some(typed::<apps::v1::ReplicaSet>()),
         strategy: strategy::REPLICA_SET,
+        printer: &printers::REPLICA_SET,
         ..BASE
     },
     ResourceInfo {
@@ -466,6 +429,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<apps::v1::StatefulSet>()),
         strategy: strategy::STATEFUL_SET,
+        printer: &printers::STATEFUL_SET,
         ..BASE
     },
     review(AUTHN, "selfsubjectreviews", "SelfSubjectReview", "selfsubjectreview", false, typed::<authentication::v1::SelfSubjectReview>()),
@@ -492,6 +456,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<autoscaling::v2::HorizontalPodAutoscaler>()),
         strategy: strategy::HORIZONTAL_POD_AUTOSCALER,
+        printer: &printers::HORIZONTAL_POD_AUTOSCALER,
         ..BASE
     },
     ResourceInfo {
@@ -508,6 +473,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         typed: Some(typed::<autoscaling::v1::HorizontalPodAutoscaler>()),
         strategy: strategy::HORIZONTAL_POD_AUTOSCALER_V1,
         conversion: Some(super::conversion::HPA_V1),
+        printer: &printers::HORIZONTAL_POD_AUTOSCALER,
         ..BASE
     },
     ResourceInfo {
@@ -523,6 +489,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<batch::v1::CronJob>()),
         strategy: strategy::CRON_JOB,
+        printer: &printers::CRON_JOB,
         ..BASE
     },
     ResourceInfo {
@@ -538,6 +505,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[int_field("status.successful", "status.successful")],
         typed: Some(typed::<batch::v1::Job>()),
         strategy: strategy::JOB,
+        printer: &printers::JOB,
         ..BASE
     },
     ResourceInfo {
@@ -554,6 +522,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[str_field("spec.signerName", "spec.signerName")],
         typed: Some(typed::<certificates::v1::CertificateSigningRequest>()),
         strategy: strategy::CERTIFICATE_SIGNING_REQUEST,
+        printer: &printers::CERTIFICATE_SIGNING_REQUEST,
         ..BASE
     },
     ResourceInfo {
@@ -566,6 +535,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         allow_create_on_update: true,
         typed: Some(typed::<coordination::v1::Lease>()),
+        printer: &printers::LEASE,
         ..BASE
     },
     ResourceInfo {
@@ -578,6 +548,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &[str_field("addressType", "addressType")],
         typed: Some(typed::<discovery::v1::EndpointSlice>()),
         strategy: strategy::ENDPOINT_SLICE,
+        printer: &printers::ENDPOINT_SLICE,
         ..BASE
     },
     ResourceInfo {
@@ -593,6 +564,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         typed: Some(typed::<events::v1::Event>()),
         strategy: strategy::EVENT_V1,
         conversion: Some(super::conversion::EVENTS_V1),
+        printer: &printers::EVENT_V1,
         ..BASE
     },
     ResourceInfo {
@@ -647,6 +619,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<networking::v1::Ingress>()),
         strategy: strategy::INGRESS,
+        printer: &printers::INGRESS,
         ..BASE
     },
     ResourceInfo {
@@ -673,6 +646,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<networking::v1::NetworkPolicy>()),
         strategy: strategy::NETWORK_POLICY,
+        printer: &printers::NETWORK_POLICY,
         ..BASE
     },
     ResourceInfo {
@@ -699,6 +673,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         storage_prefix: "runtimeclasses",
         typed: Some(typed::<node::v1::RuntimeClass>()),
         strategy: strategy::RUNTIME_CLASS,
+        printer: &printers::RUNTIME_CLASS,
         ..BASE
     },
     ResourceInfo {
@@ -713,6 +688,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<policy::v1::PodDisruptionBudget>()),
         strategy: strategy::POD_DISRUPTION_BUDGET,
+        printer: &printers::POD_DISRUPTION_BUDGET,
         ..BASE
     },
     ResourceInfo {
@@ -772,6 +748,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         storage_prefix: "priorityclasses",
         typed: Some(typed::<scheduling::v1::PriorityClass>()),
         strategy: strategy::PRIORITY_CLASS,
+        printer: &printers::PRIORITY_CLASS,
         ..BASE
     },
     ResourceInfo {
@@ -785,6 +762,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<storage::v1::CSIDriver>()),
         strategy: strategy::CSI_DRIVER,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -797,6 +775,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         storage_prefix: "csinodes",
         has_spec: true,
         typed: Some(typed::<storage::v1::CSINode>()),
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -820,6 +799,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         storage_prefix: "storageclasses",
         typed: Some(typed::<storage::v1::StorageClass>()),
         strategy: strategy::STORAGE_CLASS,
+        printer: &printers::STORAGE_CLASS,
+        return_deleted_object: true,
         ..BASE
     },
     ResourceInfo {
@@ -834,6 +815,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         has_spec: true,
         typed: Some(typed::<storage::v1::VolumeAttachment>()),
         strategy: strategy::STATUS_RESET,
+        return_deleted_object: true,
         ..BASE
     },
 ];

@@ -39,6 +39,7 @@ use std::sync::RwLock;
 use serde_json::Value;
 
 mod builtin;
+mod builtin_parts;
 pub mod conversion;
 pub mod hpa_conversion;
 pub mod typed;
@@ -47,7 +48,8 @@ pub use builtin::RESOURCES;
 pub use conversion::Conversion;
 pub use typed::TypedKind;
 
-pub use crate::strategy::{ScaleSelector, Strategy};
+pub use crate::strategy::{DeleteRules, Lifecycle, ScaleSelector, Strategy, ValidateFn};
+pub use crate::printers::Printer;
 
 /// Verbs of a regular namespaced or cluster-scoped resource
 /// (`create`, `delete`, `deletecollection`, `get`, `list`, `patch`, `update`, `watch`).
@@ -99,7 +101,7 @@ pub(crate) const fn int_field(label: &'static str, path: &'static str) -> Select
 }
 
 /// A subresource such as `pods/status` or `pods/binding`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct SubresourceInfo {
     /// The subresource name (`status`, `binding`).
     pub name: &'static str,
@@ -110,22 +112,58 @@ pub struct SubresourceInfo {
     /// `apiVersion` of `kind` when it differs from the parent resource's
     /// (`autoscaling/v1` for `Scale`); `""` means the parent's.
     pub api_version: &'static str,
+    /// For a subresource whose PUT/PATCH writes one part of the parent
+    /// object: the JSON pointer of that part (`/status`, `/spec/finalizers`,
+    /// `/status/conditions`, `/spec/ephemeralContainers`); every other change
+    /// of the request is ignored, as upstream's per-subresource strategies'
+    /// `PrepareForUpdate` do. `""` for subresources that are not such an
+    /// update (`binding`, `log`, `scale`, ...).
+    pub updates: &'static str,
+    /// Validation of an update through this subresource, used instead of
+    /// the row's strategy validation (upstream's subresource strategy
+    /// `ValidateUpdate`, e.g. `ValidatePodEphemeralContainersUpdate`);
+    /// `None`: the row's strategy validates.
+    pub validate_update: Option<ValidateFn>,
 }
 
-/// The `status` subresource of a resource of kind `kind`.
+impl PartialEq for SubresourceInfo {
+    /// Subresources are the same when everything but the validation function
+    /// (which cannot be compared meaningfully) is.
+    fn eq(&self, other: &Self) -> bool {
+        (self.name, self.kind, self.verbs, self.api_version, self.updates)
+            == (other.name, other.kind, other.verbs, other.api_version, other.updates)
+    }
+}
+
+impl Eq for SubresourceInfo {}
+
+/// A subresource that is not a partial update of its parent
+/// ([`SubresourceInfo::updates`] empty).
+pub(crate) const fn subresource(
+    name: &'static str,
+    kind: &'static str,
+    verbs: &'static [&'static str],
+    api_version: &'static str,
+) -> SubresourceInfo {
+    SubresourceInfo { name, kind, verbs, api_version, updates: "", validate_update: None }
+}
+
+/// The `status` subresource of a resource of kind `kind`: PUT/PATCH change `status` only.
 pub(crate) const fn status(kind: &'static str) -> SubresourceInfo {
-    SubresourceInfo { name: "status", kind, verbs: STATUS_VERBS, api_version: "" }
+    SubresourceInfo { updates: "/status", ..subresource("status", kind, STATUS_VERBS, "") }
 }
 
 /// The `approval` subresource of CertificateSigningRequests (upstream
 /// `pkg/registry/certificates/certificates/storage`'s `ApprovalREST`): it
 /// changes only `status.conditions`.
-pub(crate) const APPROVAL: SubresourceInfo =
-    SubresourceInfo { name: "approval", kind: "CertificateSigningRequest", verbs: STATUS_VERBS, api_version: "" };
+pub(crate) const APPROVAL: SubresourceInfo = SubresourceInfo {
+    updates: "/status/conditions",
+    ..subresource("approval", "CertificateSigningRequest", STATUS_VERBS, "")
+};
 
 /// The `scale` subresource (`autoscaling/v1` `Scale`).
 pub(crate) const SCALE: SubresourceInfo =
-    SubresourceInfo { name: "scale", kind: "Scale", verbs: STATUS_VERBS, api_version: "autoscaling/v1" };
+    subresource("scale", "Scale", STATUS_VERBS, "autoscaling/v1");
 
 /// Everything the API server knows about one served resource.
 #[derive(Debug, Clone, Copy)]
@@ -189,6 +227,20 @@ pub struct ResourceInfo {
     /// CustomResourceDefinition): its schema, printer columns and `/scale`
     /// paths ([`crate::apiextensions::CustomResource`]). `None` for built-in rows.
     pub custom: Option<&'static crate::apiextensions::CustomResource>,
+    /// How `kubectl get` prints objects of this row (server-side Table
+    /// columns and cells, upstream `pkg/printers/internalversion`);
+    /// [`crate::printers::DEFAULT`] (NAME, AGE) unless the row names one.
+    /// Custom resources print their `additionalPrinterColumns` instead.
+    pub printer: &'static Printer,
+    /// True when a DELETE that removes the object answers the object
+    /// itself; false when it answers a `Success` Status naming it (upstream
+    /// `Store.ReturnDeletedObject` of the resource's
+    /// `pkg/registry/<group>/<resource>/storage`: true for pods, services,
+    /// namespaces, serviceaccounts, persistentvolumes,
+    /// persistentvolumeclaims, storageclasses, volumeattachments,
+    /// csidrivers and csinodes in 1.33). A DELETE that only marks the
+    /// object (finalizers, graceful deletion) answers the object either way.
+    pub return_deleted_object: bool,
 }
 
 impl PartialEq for ResourceInfo {
@@ -222,6 +274,8 @@ pub(crate) const BASE: ResourceInfo = ResourceInfo {
     strategy: Strategy::NONE,
     conversion: None,
     custom: None,
+    printer: &crate::printers::DEFAULT,
+    return_deleted_object: false,
 };
 
 impl ResourceInfo {

@@ -57,6 +57,7 @@ pub(crate) const DEPLOYMENT: Strategy = Strategy {
     validate: deployment_validate,
     name_is_label: false,
     scale: Some(ScaleSelector::LabelSelector),
+    delete: super::DeleteRules::NONE,
 };
 
 fn replica_set_defaults(map: &mut Object) {
@@ -72,6 +73,7 @@ pub(crate) const REPLICA_SET: Strategy = Strategy {
     validate: workload_validate,
     name_is_label: false,
     scale: Some(ScaleSelector::LabelSelector),
+    delete: super::DeleteRules::NONE,
 };
 
 fn stateful_set_defaults(map: &mut Object) {
@@ -144,6 +146,7 @@ pub(crate) const STATEFUL_SET: Strategy = Strategy {
     validate: stateful_set_validate,
     name_is_label: false,
     scale: Some(ScaleSelector::LabelSelector),
+    delete: super::DeleteRules::NONE,
 };
 
 fn daemon_set_defaults(map: &mut Object) {
@@ -173,4 +176,5 @@ pub(crate) const DAEMON_SET: Strategy = Strategy {
     validate: workload_validate,
     name_is_label: false,
     scale: None,
+    delete: super::DeleteRules::NONE,
 };

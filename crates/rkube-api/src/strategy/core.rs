@@ -24,15 +24,22 @@ fn pod_prepare(obj: &mut Object) {
 
 fn pod_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     validate_pod_spec(obj.get("spec"), "spec", &[], errs);
-    if let Some(old) = old {
-        validate_pod_update(old, obj, errs);
+    super::ephemeral::validate_ephemeral_containers(obj.get("spec"), "spec", errs);
+    match old {
+        Some(old) => validate_pod_update(old, obj, errs),
+        None => super::ephemeral::forbid_on_create(obj, errs),
     }
 }
 
 /// Pods: container defaults, `Pending` status with the QoS class, pod spec
 /// validation and the pod update rules.
-pub(crate) const POD: Strategy =
-    Strategy { defaults: pod_defaults, prepare_for_create: pod_prepare, validate: pod_validate, ..Strategy::NONE };
+pub(crate) const POD: Strategy = Strategy {
+    defaults: pod_defaults,
+    prepare_for_create: pod_prepare,
+    validate: pod_validate,
+    delete: super::DeleteRules { graceful: Some(super::delete::pod_grace), lifecycle: None },
+    ..Strategy::NONE
+};
 
 fn pod_template_defaults(obj: &mut Object) {
     let template = child(obj, "template");
@@ -119,6 +126,7 @@ pub(crate) const SERVICE: Strategy = Strategy {
     validate: service_validate,
     name_is_label: true,
     scale: None,
+    delete: super::DeleteRules::NONE,
 };
 
 // ---- namespaces, nodes ----
@@ -137,7 +145,12 @@ fn namespace_defaults(map: &mut Object) {
 
 /// Namespaces: the `kubernetes.io/metadata.name` label, the `kubernetes`
 /// finalizer and phase `Active`; names are DNS-1123 labels.
-pub(crate) const NAMESPACE: Strategy = Strategy { defaults: namespace_defaults, name_is_label: true, ..Strategy::NONE };
+pub(crate) const NAMESPACE: Strategy = Strategy {
+    defaults: namespace_defaults,
+    name_is_label: true,
+    delete: super::DeleteRules { graceful: None, lifecycle: Some(super::delete::NAMESPACE_LIFECYCLE) },
+    ..Strategy::NONE
+};
 
 fn node_prepare(obj: &mut Object) {
     // Upstream `nodeStrategy.PrepareForCreate` keeps status (the kubelet
@@ -363,4 +376,5 @@ pub(crate) const REPLICATION_CONTROLLER: Strategy = Strategy {
     validate: rc_validate,
     name_is_label: false,
     scale: Some(super::ScaleSelector::Map),
+    delete: super::DeleteRules::NONE,
 };

@@ -1,16 +1,59 @@
-//! events.k8s.io/v1 `Event` validation (upstream
+//! `Event` validation for both API versions of events (upstream
 //! `pkg/apis/core/validation/events.go`, `ValidateEventCreate` and
-//! `ValidateEventUpdate` with request version events.k8s.io/v1): new events
-//! name their reporting controller and instance, an action, a reason and an
-//! `eventTime`, and leave the `deprecated*` fields unset; on update the
-//! identifying fields are immutable. Paths are upstream's (some name the
-//! internal fields: `involvedObject`, `message`).
+//! `ValidateEventUpdate`), one mechanism over the two JSON forms
+//! ([`EventFields`]):
+//!
+//! - every event, on create and update, passes upstream's
+//!   `legacyValidateEvent`: an event without `eventTime` has an
+//!   `involvedObject.namespace` equal to its own namespace (or empty, when
+//!   the event lives in `default`); one with `eventTime` names its involved
+//!   object's namespace unless it lives in `default` or `kube-system`, its
+//!   reporting controller (a qualified name) and instance, an action and a
+//!   reason, with upstream's length limits; the event's namespace is a
+//!   DNS-1123 subdomain;
+//! - core/v1 requests get nothing more (upstream keeps v1 lenient for old
+//!   clients);
+//! - events.k8s.io/v1 requests also need an `eventTime`, a `Normal` or
+//!   `Warning` type and unset `deprecated*` fields on create, and keep the
+//!   identifying fields on update.
+//!
+//! Paths are upstream's: the internal field names (`involvedObject`,
+//! `message`) whatever the version, except the reporting controller, which
+//! core/v1 calls `reportingComponent`.
 
 use serde_json::Value;
 
 use super::{immutable, str_at, Strategy};
 use crate::field_error::FieldError;
-use crate::validation::is_qualified_name;
+use crate::validation::{is_dns1123_subdomain, is_qualified_name};
+
+/// Where one API version of events keeps the fields the legacy rules read.
+struct EventFields {
+    /// The involved object (`/regarding`, `/involvedObject`).
+    involved_object: &'static str,
+    /// The reporting controller (`/reportingController`, `/reportingComponent`).
+    reporting_controller: &'static str,
+    /// Its name in error paths (`reportingController`, `reportingComponent`).
+    reporting_controller_field: &'static str,
+    /// The message (`/note`, `/message`).
+    message: &'static str,
+}
+
+/// events.k8s.io/v1 field names.
+const EVENTS_V1: EventFields = EventFields {
+    involved_object: "/regarding",
+    reporting_controller: "/reportingController",
+    reporting_controller_field: "reportingController",
+    message: "/note",
+};
+
+/// core/v1 field names.
+const CORE_V1: EventFields = EventFields {
+    involved_object: "/involvedObject",
+    reporting_controller: "/reportingComponent",
+    reporting_controller_field: "reportingComponent",
+    message: "/message",
+};
 
 /// Upstream `ReportingInstanceLengthLimit`, `ActionLengthLimit`, `ReasonLengthLimit`.
 const SHORT_LIMIT: usize = 128;
@@ -23,25 +66,33 @@ fn time_set(obj: &Value, pointer: &str) -> bool {
 }
 
 fn at_most(obj: &Value, pointer: &str, field: &str, limit: usize, errs: &mut Vec<FieldError>) {
-    if str_at(obj, pointer).chars().count() > limit {
+    // Upstream compares Go string lengths: bytes.
+    if str_at(obj, pointer).len() > limit {
         errs.push(FieldError::invalid(field, "", format!("can have at most {limit} characters")));
     }
 }
 
-/// Upstream `legacyValidateEvent` for an event with `eventTime` set (the
-/// only kind events.k8s.io/v1 accepts), plus the namespace's name format.
-fn legacy(obj: &Value, errs: &mut Vec<FieldError>) {
+/// Upstream `legacyValidateEvent`, over the JSON form `f` of the request's version.
+fn legacy(obj: &Value, f: &EventFields, errs: &mut Vec<FieldError>) {
     let namespace = str_at(obj, "/metadata/namespace");
-    if time_set(obj, "/eventTime") {
-        if str_at(obj, "/regarding/namespace").is_empty() && namespace != "default" && namespace != "kube-system" {
+    let involved_ns = obj.pointer(f.involved_object).map(|o| str_at(o, "/namespace")).unwrap_or("");
+    if !time_set(obj, "/eventTime") {
+        // Old-style events: the involved object's namespace is the event's
+        // (or empty, for events in `default` from old clients).
+        let matches = if involved_ns.is_empty() { namespace.is_empty() || namespace == "default" } else { involved_ns == namespace };
+        if !matches {
+            errs.push(FieldError::invalid("involvedObject.namespace", involved_ns, "does not match event.namespace"));
+        }
+    } else {
+        if involved_ns.is_empty() && namespace != "default" && namespace != "kube-system" {
             errs.push(FieldError::invalid("involvedObject.namespace", "", "does not match event.namespace"));
         }
-        let controller = str_at(obj, "/reportingController");
+        let controller = str_at(obj, f.reporting_controller);
         if controller.is_empty() {
-            errs.push(FieldError::required("reportingController", ""));
+            errs.push(FieldError::required(f.reporting_controller_field, ""));
         }
         for msg in is_qualified_name(controller) {
-            errs.push(FieldError::invalid("reportingController", controller, msg));
+            errs.push(FieldError::invalid(f.reporting_controller_field, controller, msg));
         }
         if str_at(obj, "/reportingInstance").is_empty() {
             errs.push(FieldError::required("reportingInstance", ""));
@@ -55,7 +106,10 @@ fn legacy(obj: &Value, errs: &mut Vec<FieldError>) {
             errs.push(FieldError::required("reason", ""));
         }
         at_most(obj, "/reason", "reason", SHORT_LIMIT, errs);
-        at_most(obj, "/note", "message", NOTE_LIMIT, errs);
+        at_most(obj, f.message, "message", NOTE_LIMIT, errs);
+    }
+    for msg in is_dns1123_subdomain(namespace) {
+        errs.push(FieldError::invalid("namespace", namespace, msg));
     }
 }
 
@@ -71,7 +125,7 @@ fn series(obj: &Value, errs: &mut Vec<FieldError>) {
 }
 
 fn validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
-    legacy(obj, errs);
+    legacy(obj, &EVENTS_V1, errs);
     let Some(old) = old else {
         series(obj, errs);
         if !time_set(obj, "/eventTime") {
@@ -117,6 +171,14 @@ fn validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
 /// events.k8s.io/v1 events: validation only (no defaults upstream).
 pub(crate) const EVENT_V1: Strategy = Strategy { validate, ..Strategy::NONE };
 
+/// core/v1 requests: the legacy rules only, on create and update.
+fn validate_core(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    legacy(obj, &CORE_V1, errs);
+}
+
+/// core/v1 events: validation only (no defaults upstream).
+pub(crate) const EVENT: Strategy = Strategy { validate: validate_core, ..Strategy::NONE };
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,5 +204,25 @@ mod tests {
         let mut changed = ok.clone();
         changed["reason"] = json!("Other");
         assert_eq!(causes(&changed, Some(&ok)), vec!["reason"]);
+    }
+
+    fn core_causes(obj: &Value, old: Option<&Value>) -> Vec<String> {
+        EVENT.validate_object(obj, old).iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn core_events_without_event_time_match_their_involved_objects_namespace() {
+        let ok = json!({"metadata": {"namespace": "ns1"}, "involvedObject": {"kind": "Pod", "namespace": "ns1"}});
+        assert!(core_causes(&ok, None).is_empty());
+        let other = json!({"metadata": {"namespace": "ns1"}, "involvedObject": {"kind": "Pod", "namespace": "ns2"}});
+        assert_eq!(core_causes(&other, None), ["involvedObject.namespace: Invalid value: \"ns2\": does not match event.namespace"]);
+        let cluster = json!({"metadata": {"namespace": "default"}, "involvedObject": {"kind": "Node"}});
+        assert!(core_causes(&cluster, None).is_empty());
+        let reported = json!({"metadata": {"namespace": "ns1"}, "eventTime": "2024-01-01T00:00:00.000000Z",
+            "involvedObject": {"namespace": "ns1"}, "reportingInstance": "i", "action": "A", "reason": "R"});
+        // Required, then the two qualified-name errors of "".
+        let causes = core_causes(&reported, None);
+        assert_eq!(causes.len(), 3, "{causes:?}");
+        assert_eq!(causes[0], "reportingComponent: Required value");
     }
 }

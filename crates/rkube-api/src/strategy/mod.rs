@@ -21,6 +21,8 @@ mod apps;
 mod batch;
 pub mod certificates;
 mod core;
+pub mod delete;
+mod ephemeral;
 mod events;
 mod other;
 mod pod;
@@ -37,8 +39,10 @@ pub(crate) use other::{
     VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, VALIDATING_WEBHOOK_CONFIGURATION,
 };
 pub(crate) use certificates::CERTIFICATE_SIGNING_REQUEST;
-pub(crate) use events::EVENT_V1;
+pub(crate) use events::{EVENT, EVENT_V1};
 
+pub use delete::{DeleteRules, Lifecycle};
+pub use ephemeral::validate_ephemeral_containers_update;
 pub use pod::{pod_spec_defaults, qos_class};
 
 use serde_json::{Map, Value};
@@ -58,7 +62,10 @@ pub enum ScaleSelector {
     Map,
 }
 
-/// What the API server does to objects of one resource on create and update.
+/// A validation function: pushes the 422 causes of `obj` (`old` on update).
+pub type ValidateFn = fn(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>);
+
+/// What the API server does to objects of one resource on create, update and delete.
 #[derive(Clone, Copy)]
 pub struct Strategy {
     /// Fills unset fields (upstream `SetDefaults_*`); idempotent.
@@ -67,12 +74,14 @@ pub struct Strategy {
     /// `metadata.uid` and `creationTimestamp` are set.
     pub prepare_for_create: fn(&mut Object),
     /// Field validation of `obj` (`old` on update); pushes the 422 causes.
-    pub validate: fn(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>),
+    pub validate: ValidateFn,
     /// True when names must be DNS-1123 labels (upstream
     /// `ValidateNamespaceName`, `ValidateServiceName`, …) instead of subdomains.
     pub name_is_label: bool,
     /// The `/scale` mapping, for resources with a `scale` subresource.
     pub scale: Option<ScaleSelector>,
+    /// Graceful deletion and lifecycle on DELETE ([`DeleteRules::NONE`]: removed at once).
+    pub delete: DeleteRules,
 }
 
 impl std::fmt::Debug for Strategy {
@@ -93,6 +102,7 @@ impl Strategy {
         validate: no_validation,
         name_is_label: false,
         scale: None,
+        delete: DeleteRules::NONE,
     };
 
     /// Applies the defaults to `obj` (a JSON object; anything else is left alone).

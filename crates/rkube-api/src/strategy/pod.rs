@@ -39,7 +39,7 @@ pub fn pod_spec_defaults(spec: &mut Object) {
     default_field(spec, "schedulerName", json!("default-scheduler"));
     default_field(spec, "securityContext", json!({}));
     default_field(spec, "enableServiceLinks", json!(true));
-    for key in ["containers", "initContainers"] {
+    for key in ["containers", "initContainers", "ephemeralContainers"] {
         each(spec, key, container);
     }
 }

@@ -8,9 +8,12 @@
 //! `create`, `update`, `delete`, `watch` (time to open the watch),
 //! `currentRevision`, `compactedRevision`, `compact`. `type` is the resource
 //! the key belongs to, found by its storage prefix (`pods`,
-//! `deployments.apps`, ...), or `unknown`.
+//! `deployments.apps`, `widgets.example.com`, ...), or `unknown`. The
+//! prefixes come from the resource table, built-in rows and rows registered
+//! while the server runs (custom resources) alike; they are recomputed when
+//! the table's [`rkube_api::registry::generation`] changes.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -22,33 +25,55 @@ use crate::filters::metrics::ApiserverMetrics;
 pub struct InstrumentedStorage {
     inner: Arc<dyn Storage>,
     metrics: Arc<ApiserverMetrics>,
+    /// `--etcd-prefix`.
+    etcd_prefix: String,
+    /// The table generation the prefixes were computed at, and
     /// `(key prefix, type label)`, longest prefix first.
-    prefixes: Vec<(String, String)>,
+    prefixes: RwLock<(u64, Vec<(String, String)>)>,
+}
+
+/// `(key prefix, type label)` of every row that owns its storage (built-in
+/// or registered), longest prefix first.
+fn prefixes_of_table(etcd_prefix: &str) -> Vec<(String, String)> {
+    let mut prefixes: Vec<(String, String)> = rkube_api::registry::every()
+        .into_iter()
+        .filter(|info| info.stored && info.conversion.is_none())
+        .map(|info| {
+            let ty = if info.group.is_empty() {
+                info.resource.to_string()
+            } else {
+                format!("{}.{}", info.resource, info.group)
+            };
+            (info.list_prefix(etcd_prefix, None), ty)
+        })
+        .collect();
+    prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+    prefixes.dedup_by(|a, b| a.0 == b.0);
+    prefixes
 }
 
 impl InstrumentedStorage {
     /// Wraps `inner`; keys start with `etcd_prefix` (`--etcd-prefix`).
     pub fn new(inner: Arc<dyn Storage>, metrics: Arc<ApiserverMetrics>, etcd_prefix: &str) -> Self {
-        let mut prefixes: Vec<(String, String)> = rkube_api::registry::stored()
-            .map(|info| {
-                let ty = if info.group.is_empty() {
-                    info.resource.to_string()
-                } else {
-                    format!("{}.{}", info.resource, info.group)
-                };
-                (info.list_prefix(etcd_prefix, None), ty)
-            })
-            .collect();
-        prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
-        InstrumentedStorage { inner, metrics, prefixes }
+        let generation = rkube_api::registry::generation();
+        let prefixes = RwLock::new((generation, prefixes_of_table(etcd_prefix)));
+        InstrumentedStorage { inner, metrics, etcd_prefix: etcd_prefix.to_string(), prefixes }
     }
 
-    fn type_of(&self, key: &str) -> &str {
-        self.prefixes.iter().find(|(p, _)| key.starts_with(p.as_str())).map(|(_, t)| t.as_str()).unwrap_or("unknown")
+    fn type_of(&self, key: &str) -> String {
+        let generation = rkube_api::registry::generation();
+        let stale = self.prefixes.read().map(|p| p.0 != generation).unwrap_or(true);
+        if stale {
+            let fresh = prefixes_of_table(&self.etcd_prefix);
+            let mut p = self.prefixes.write().unwrap_or_else(|e| e.into_inner());
+            *p = (generation, fresh);
+        }
+        let p = self.prefixes.read().unwrap_or_else(|e| e.into_inner());
+        p.1.iter().find(|(prefix, _)| key.starts_with(prefix.as_str())).map_or_else(|| "unknown".to_string(), |(_, t)| t.clone())
     }
 
     fn observe(&self, op: &str, key: &str, started: Instant) {
-        self.metrics.observe_storage(self.inner.backend_name(), op, self.type_of(key), started.elapsed());
+        self.metrics.observe_storage(self.inner.backend_name(), op, &self.type_of(key), started.elapsed());
     }
 }
 
@@ -149,5 +174,32 @@ mod tests {
         assert!(text.contains("etcd_request_duration_seconds_count{backend=\"embedded\",operation=\"create\",type=\"pods\"} 1"), "{text}");
         assert!(text.contains("etcd_request_duration_seconds_count{backend=\"embedded\",operation=\"get\",type=\"deployments.apps\"} 1"), "{text}");
         assert!(text.contains("etcd_request_duration_seconds_count{backend=\"embedded\",operation=\"list\",type=\"pods\"} 1"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn custom_resources_registered_later_are_counted_under_their_resource() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner: Arc<dyn Storage> = Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
+        let metrics = Arc::new(ApiserverMetrics::new());
+        let s = InstrumentedStorage::new(inner, metrics.clone(), "/registry");
+        let crd = serde_json::json!({
+            "metadata": {"name": "gizmos.metrics.example.com"},
+            "spec": {"group": "metrics.example.com", "scope": "Namespaced",
+                     "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo", "listKind": "GizmoList"},
+                     "versions": [{"name": "v1", "served": true, "storage": true}]},
+            "status": {"acceptedNames": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo", "listKind": "GizmoList"}}
+        });
+        let rows = rkube_api::apiextensions::rows_for(&crd);
+        assert_eq!(rows.len(), 1);
+        for row in rows {
+            rkube_api::registry::register(row).unwrap();
+        }
+        s.get("/registry/metrics.example.com/gizmos/default/g").await.unwrap();
+        rkube_api::registry::unregister("metrics.example.com", "v1", "gizmos");
+        let text = metrics.render();
+        assert!(
+            text.contains("etcd_request_duration_seconds_count{backend=\"embedded\",operation=\"get\",type=\"gizmos.metrics.example.com\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -5,23 +5,25 @@
 //!   (`gracePeriodSeconds`, `propagationPolicy`, `dryRun`); preconditions on
 //!   `uid` / `resourceVersion` that do not hold are 409 `Conflict`.
 //! - An object with finalizers is marked (`deletionTimestamp`,
-//!   `deletionGracePeriodSeconds: 0`) and answered with 202; the update that
-//!   removes its last finalizer deletes it.
-//! - A pod bound to a node (and not finished) is deleted gracefully: marked
-//!   with `deletionTimestamp = now + grace` and kept until a delete with grace 0
-//!   (the node agent's); an unbound pod goes at once, as upstream.
-//! - Deleting a namespace marks it `Terminating` (deletionTimestamp,
-//!   `status.phase`) and answers it with 200; the namespace controller
-//!   removes its content and then empties `spec.finalizers` through the
-//!   `finalize` subresource, which removes it (upstream
-//!   `registry/core/namespace/storage`). `default`, `kube-system` and
-//!   `kube-public` cannot be deleted (403, `NamespaceLifecycle`).
+//!   `deletionGracePeriodSeconds: 0`) and kept; the update that removes its
+//!   last finalizer deletes it.
+//! - What else a DELETE does comes from the row's strategy
+//!   ([`rkube_api::strategy::DeleteRules`]): graceful deletion (pods bound to
+//!   a node are marked with `deletionTimestamp = now + grace` and kept until
+//!   a delete with grace 0, the node agent's) and a lifecycle (namespaces are
+//!   marked `Terminating` and kept until the `finalize` subresource has
+//!   emptied `spec.finalizers`; `default`, `kube-system` and `kube-public`
+//!   cannot be deleted: 403, as upstream's `NamespaceLifecycle`).
 //! - `propagationPolicy: Orphan` / `orphanDependents: true` add the `orphan`
 //!   finalizer and `Foreground` adds `foregroundDeletion` (the object is then
 //!   marked, not removed) for the garbage collector, as upstream's
 //!   `deletionFinalizersForGarbageCollection`.
-//! - The answer is the deleted object for pods, services and namespaces (and
-//!   deployments), else a `Success` Status, like upstream's `ReturnDeletedObject`.
+//! - The answer (upstream `handlers/delete.go` and `Store.Delete`): an
+//!   object that was only marked is answered with itself; a removed one with
+//!   itself when the row says so ([`ResourceInfo::return_deleted_object`],
+//!   upstream `ReturnDeletedObject`), else with a `Success` Status naming
+//!   it. The code is 200, except 202 for an object only marked by a request
+//!   with `orphanDependents: false`.
 
 use axum::response::Response;
 use rkube_api::registry::ResourceInfo;
@@ -54,6 +56,9 @@ pub struct DeleteOptions {
     pub propagation_policy: Option<String>,
     /// `dryRun: [All]`.
     pub dry_run: bool,
+    /// The deprecated `orphanDependents`, as given (it also sets
+    /// `propagation_policy`); `Some(false)` makes a pending delete answer 202.
+    pub orphan_dependents: Option<bool>,
 }
 
 fn parse_options(ctx: &Ctx, body: &[u8]) -> ApiResult<DeleteOptions> {
@@ -117,6 +122,7 @@ pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<Dele
         }
         // The deprecated `orphanDependents` means Orphan (true) or no
         // orphaning (false).
+        o.orphan_dependents = Some(orphan);
         o.propagation_policy = Some(if orphan { "Orphan" } else { "Background" }.into());
     }
     if let Some(p) = &o.propagation_policy {
@@ -145,11 +151,6 @@ fn invalid_delete_options(cause: rkube_api::field_error::FieldError) -> ApiError
             ..StatusDetails::default()
         })
         .into()
-}
-
-/// Kinds whose DELETE answers the object instead of a `Success` Status.
-fn returns_deleted_object(info: &ResourceInfo) -> bool {
-    matches!(info.kind, "Pod" | "Service" | "Namespace" | "Deployment")
 }
 
 /// What one delete did.
@@ -210,8 +211,9 @@ pub(super) async fn delete_one(
         if finalizers_changed {
             set_finalizers(&mut marked, &finalizers);
         }
-        let pending = if let Some(grace) = pod_grace(info, &obj, opts) {
-            // Graceful pod deletion: only ever shorten an existing grace period.
+        let rules = info.strategy.delete;
+        let pending = if let Some(grace) = rules.graceful.and_then(|f| f(&obj, opts.grace_period_seconds)) {
+            // Graceful deletion: only ever shorten an existing grace period.
             let current = obj.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
             if object::is_terminating(&obj) && current.is_some_and(|c| c <= grace) && !finalizers_changed {
                 return Ok(Outcome::Pending(obj));
@@ -222,26 +224,17 @@ pub(super) async fn delete_one(
                 object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(grace));
             }
             true
-        } else if info.kind == "Namespace" {
-            // Upstream's namespace REST `Delete`: the first DELETE only marks
-            // it; once the `finalize` subresource emptied `spec.finalizers`,
-            // a DELETE removes it (when no metadata finalizer holds it).
-            if object::is_terminating(&obj)
-                && namespace_spec_finalizers(&obj).is_empty()
-                && finalizers.is_empty()
-            {
+        } else if let Some(lifecycle) = rules.lifecycle {
+            // The first DELETE only marks the object; once its spec let it
+            // go, a DELETE removes it (when no metadata finalizer holds it).
+            if object::is_terminating(&obj) && !(lifecycle.held)(&obj) && finalizers.is_empty() {
                 false
             } else {
                 if !object::is_terminating(&obj) {
                     object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::now_rfc3339()));
                     object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
                 }
-                if let Some(m) = marked.as_object_mut() {
-                    let status = m.entry("status").or_insert_with(|| json!({}));
-                    if let Some(s) = status.as_object_mut() {
-                        s.insert("phase".into(), json!("Terminating"));
-                    }
-                }
+                (lifecycle.mark)(&mut marked);
                 true
             }
         } else if !finalizers.is_empty() {
@@ -287,23 +280,17 @@ pub(super) async fn delete_one(
     Err(ApiError::stale(info, name))
 }
 
-/// Namespaces upstream's `NamespaceLifecycle` admission refuses to delete.
-pub const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
-
-/// 403 for deleting an immortal namespace, as upstream's `NamespaceLifecycle`:
-/// `namespaces "default" is forbidden: this namespace may not be deleted`.
-fn forbidden_namespace_delete(info: &ResourceInfo, name: &str) -> Status {
-    Status::new(
-        403,
-        "Forbidden",
-        format!("{} {name:?} is forbidden: this namespace may not be deleted", crate::error::qualified(info)),
-    )
-    .with_details(StatusDetails {
-        name: name.to_string(),
-        group: info.group.to_string(),
-        kind: info.resource.to_string(),
-        ..StatusDetails::default()
-    })
+/// 403 for deleting an object the row's lifecycle keeps forever, as
+/// upstream's `NamespaceLifecycle`: `namespaces "default" is forbidden: this
+/// namespace may not be deleted`.
+fn forbidden_delete(info: &ResourceInfo, name: &str, message: &str) -> Status {
+    Status::new(403, "Forbidden", format!("{} {name:?} is forbidden: {message}", crate::error::qualified(info)))
+        .with_details(StatusDetails {
+            name: name.to_string(),
+            group: info.group.to_string(),
+            kind: info.resource.to_string(),
+            ..StatusDetails::default()
+        })
 }
 
 /// `orphan`: the garbage collector removes the owner's references from its
@@ -349,34 +336,6 @@ fn set_finalizers(obj: &mut Value, finalizers: &[String]) {
     }
 }
 
-/// A namespace's `spec.finalizers` (`kubernetes` until the namespace
-/// controller has removed its content).
-pub fn namespace_spec_finalizers(obj: &Value) -> Vec<String> {
-    obj.pointer("/spec/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
-        .unwrap_or_default()
-}
-
-/// The grace period of a graceful pod deletion, or `None` for an immediate
-/// delete (not a pod, unbound, finished, or grace 0) — upstream
-/// `podStrategy.CheckGracefulDelete`.
-fn pod_grace(info: &ResourceInfo, obj: &Value, opts: &DeleteOptions) -> Option<i64> {
-    if info.kind != "Pod" {
-        return None;
-    }
-    let node = obj.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
-    let phase = obj.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
-    if node.is_empty() || phase == "Succeeded" || phase == "Failed" {
-        return None;
-    }
-    let grace = opts
-        .grace_period_seconds
-        .or_else(|| obj.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
-        .unwrap_or(30);
-    (grace > 0).then_some(grace)
-}
-
 /// DELETE one object.
 pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let info = ctx.ri.info;
@@ -384,21 +343,26 @@ pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let opts = parse_options(ctx, body)?;
     trace::step(steps::DELETE_OPTIONS);
     trace::step(steps::DELETE_START);
-    if info.kind == "Namespace" && IMMORTAL_NAMESPACES.contains(&name.as_str()) {
-        return Err(forbidden_namespace_delete(info, &name).into());
+    if let Some(lifecycle) = info.strategy.delete.lifecycle {
+        if lifecycle.undeletable.contains(&name.as_str()) {
+            return Err(forbidden_delete(info, &name, lifecycle.undeletable_message).into());
+        }
     }
     let outcome = delete_one(ctx, info, ctx.namespace(), &name, &opts).await?;
     trace::step(steps::DELETED);
     trace::step(steps::ABOUT_TO_WRITE);
-    let (code, obj) = match outcome {
-        Outcome::Deleted(o) => (200, o),
-        // Upstream answers a namespace being terminated with 200.
-        Outcome::Pending(o) if info.kind == "Namespace" => (200, o),
-        Outcome::Pending(o) => (202, o),
+    let obj = match outcome {
+        Outcome::Pending(o) => {
+            // Upstream answers 202 only when the client asked not to orphan
+            // with the deprecated `orphanDependents: false`.
+            let code = if opts.orphan_dependents == Some(false) { 202 } else { 200 };
+            return Ok(render::object(info, ctx.render, code, &o, &[]));
+        }
+        Outcome::Deleted(o) if info.return_deleted_object => {
+            return Ok(render::object(info, ctx.render, 200, &o, &[]));
+        }
+        Outcome::Deleted(o) => o,
     };
-    if returns_deleted_object(info) || code == 202 {
-        return Ok(render::object(info, ctx.render, code, &obj, &[]));
-    }
     let mut s = Status::success();
     s.code = 0;
     s.details = Some(StatusDetails {

@@ -84,20 +84,21 @@ enum Part {
     All,
     /// Everything but `status` (main resource of a kind with a status subresource).
     WithoutStatus,
-    /// Only the value at this JSON pointer: `/status` for `status`,
-    /// `/spec/finalizers` for `namespaces/finalize`, `/status/conditions` for
-    /// `certificatesigningrequests/approval` (upstream `statusStrategy`,
-    /// `finalizeStrategy` and `csrApprovalStrategy` `PrepareForUpdate`).
+    /// Only the value at this JSON pointer: the subresource's
+    /// [`rkube_api::registry::SubresourceInfo::updates`] (`/status` for
+    /// `status`, `/spec/finalizers` for `namespaces/finalize`,
+    /// `/status/conditions` for `certificatesigningrequests/approval`,
+    /// `/spec/ephemeralContainers` for `pods/ephemeralcontainers`; upstream's
+    /// subresource strategies' `PrepareForUpdate`).
     Only(&'static str),
 }
 
 /// What a request may change of the stored object.
 fn part(ctx: &Ctx) -> Part {
-    match ctx.ri.subresource.as_deref() {
-        Some("status") => Part::Only("/status"),
-        Some("finalize") => Part::Only("/spec/finalizers"),
-        Some("approval") => Part::Only("/status/conditions"),
-        _ if ctx.ri.info.has_status_subresource() => Part::WithoutStatus,
+    let info = ctx.ri.info;
+    match ctx.ri.subresource.as_deref().and_then(|s| info.subresource(s)) {
+        Some(sub) if !sub.updates.is_empty() => Part::Only(sub.updates),
+        _ if info.has_status_subresource() => Part::WithoutStatus,
         _ => Part::All,
     }
 }
@@ -211,7 +212,8 @@ async fn prepare_update(
     let redefault = |o: &mut Value| info.strategy.apply_defaults(o);
     let mut warnings = warnings;
     warnings.extend(crate::admission::webhook::mutate(&ctx.st, &mut attrs, &mut new, &redefault).await?);
-    let causes = validate::validate(info, &new, Some(old));
+    let sub_validate = ctx.ri.subresource.as_deref().and_then(|s| info.subresource(s)).and_then(|s| s.validate_update);
+    let causes = validate::validate_with(info, sub_validate, &new, Some(old));
     if !causes.is_empty() {
         return Err(ApiError::invalid(info, object::name(&new), causes));
     }
@@ -250,9 +252,10 @@ pub(super) async fn commit(
         return Ok(Commit::Done(new));
     }
     let grace = new.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
-    // A namespace also waits for its `spec.finalizers` (emptied through
-    // `finalize`), as upstream's `ShouldDeleteNamespaceDuringUpdate`.
-    let spec_held = info.kind == "Namespace" && !super::delete::namespace_spec_finalizers(&new).is_empty();
+    // An object with a lifecycle also waits for its spec to let it go (a
+    // namespace's `spec.finalizers`, emptied through `finalize`), as
+    // upstream's `ShouldDeleteNamespaceDuringUpdate`.
+    let spec_held = info.strategy.delete.lifecycle.is_some_and(|l| (l.held)(&new));
     if object::is_terminating(&new) && object::finalizers(&new).is_empty() && grace == 0 && !spec_held {
         return match ctx.st.storage.delete(key, Some(kv.mod_revision)).await {
             Ok((_, rev)) => {

@@ -11,7 +11,9 @@ use chrono::{DateTime, Utc};
 use rkube_api::apiextensions::{CustomResource, PrinterColumn};
 use serde_json::{json, Map, Value};
 
-use super::{format, partial_object_metadata, IncludeObject};
+use rkube_api::printers as format;
+
+use super::{partial_object_metadata, IncludeObject};
 
 /// The columns shown for `custom`: its printer columns, or `Age` when none.
 fn columns(custom: &CustomResource) -> Vec<PrinterColumn> {

@@ -6,20 +6,16 @@
 //! (priority-1 columns only with `-o wide`). [`is_table_request`] parses that
 //! header (and `?includeObject=`); [`to_table`] renders the items.
 //!
-//! Columns and cell values follow upstream's printers
-//! (`pkg/printers/internalversion/printers.go`) for the resources rkube
-//! serves: pods (STATUS computed from container states like kubectl),
-//! nodes, services, namespaces, configmaps, secrets, endpoints,
-//! endpointslices, events, deployments, leases, serviceaccounts; any other
-//! resource gets NAME AGE. Ages are rendered like apimachinery's
-//! `HumanDuration` ([`human_duration`]). Column descriptions come from the
-//! published OpenAPI schemas where upstream uses the API field docs.
+//! Columns and cell values come from the printer the resource's row names
+//! ([`ResourceInfo::printer`], defined in [`rkube_api::printers`] after
+//! upstream's `pkg/printers/internalversion/printers.go`); rows naming none
+//! print NAME AGE, and custom resources print their
+//! `additionalPrinterColumns` ([`custom`]). Ages are rendered like
+//! apimachinery's `HumanDuration` ([`human_duration`]). Column descriptions
+//! come from the published OpenAPI schemas where upstream uses the API field
+//! docs.
 
 pub mod custom;
-mod format;
-mod pod;
-mod printers;
-mod workloads;
 
 #[cfg(test)]
 mod tests;
@@ -30,7 +26,10 @@ use std::sync::{Mutex, OnceLock};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 
-pub use format::human_duration;
+use rkube_api::printers::{self, Desc, Printer};
+use rkube_api::registry::ResourceInfo;
+
+pub use printers::human_duration;
 
 /// `Content-Type` of a `meta.k8s.io/v1` Table response.
 pub const CONTENT_TYPE_TABLE_V1: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
@@ -150,31 +149,23 @@ pub fn is_table_request(accept: &str, include_object: Option<&str>) -> Result<Op
     Ok(None)
 }
 
-/// A `meta.k8s.io/v1` `Table` of `items` (objects of `resource` — the plural,
-/// e.g. `pods` — in `group`), rendered now. `list_meta` becomes the Table's
+/// A `meta.k8s.io/v1` `Table` of `items` (objects of the row `info`,
+/// printed with its [`ResourceInfo::printer`]), rendered now. `list_meta` becomes the Table's
 /// `metadata` (a ListMeta: `resourceVersion`, `continue`,
 /// `remainingItemCount`). Every column is filled, including the `-o wide`
 /// (priority 1) ones.
-pub fn to_table(
-    resource: &str,
-    group: &str,
-    items: &[Value],
-    include_object: IncludeObject,
-    list_meta: Option<Value>,
-) -> Value {
-    to_table_at(resource, group, items, include_object, list_meta, Utc::now())
+pub fn to_table(info: &ResourceInfo, items: &[Value], include_object: IncludeObject, list_meta: Option<Value>) -> Value {
+    to_table_at(info.printer, items, include_object, list_meta, Utc::now())
 }
 
-/// [`to_table`] with an explicit clock (ages are computed against `now`).
+/// [`to_table`] with an explicit printer and clock (ages are computed against `now`).
 pub fn to_table_at(
-    resource: &str,
-    group: &str,
+    printer: &Printer,
     items: &[Value],
     include_object: IncludeObject,
     list_meta: Option<Value>,
     now: DateTime<Utc>,
 ) -> Value {
-    let printer = printers::lookup(group, resource);
     let rows: Vec<Value> = items
         .iter()
         .map(|item| {
@@ -196,7 +187,7 @@ pub fn to_table_at(
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": list_meta.unwrap_or_else(|| json!({})),
-        "columnDefinitions": column_definitions(group, resource),
+        "columnDefinitions": column_definitions(printer),
         "rows": rows,
     })
 }
@@ -221,10 +212,10 @@ pub fn partial_object_metadata(obj: &Value) -> Value {
 /// The `columnDefinitions` of a resource, built once per printer (the cache
 /// is keyed by the printer's static column list, so it stays small whatever
 /// resource names callers pass).
-fn column_definitions(group: &str, resource: &str) -> Value {
+fn column_definitions(printer: &Printer) -> Value {
     static CACHE: OnceLock<Mutex<HashMap<usize, Value>>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let columns = printers::lookup(group, resource).columns;
+    let columns = printer.columns;
     let key = columns.as_ptr() as usize;
     if let Ok(map) = cache.lock() {
         if let Some(v) = map.get(&key) {
@@ -235,8 +226,8 @@ fn column_definitions(group: &str, resource: &str) -> Value {
         .iter()
         .map(|c| {
             let description = match c.description {
-                printers::Desc::Text(t) => t,
-                printers::Desc::Schema(def, prop) => crate::openapi::property_description(def, prop).unwrap_or(""),
+                Desc::Text(t) => t,
+                Desc::Schema(def, prop) => crate::openapi::property_description(def, prop).unwrap_or(""),
             };
             json!({
                 "name": c.name,

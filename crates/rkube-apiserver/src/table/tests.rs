@@ -14,9 +14,17 @@ fn ago(secs: i64) -> String {
     (now() - Duration::seconds(secs)).format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// The cells of the single row of a Table of `item`.
+/// The row of the resource table serving `resource` in `group` (any version).
+fn info(resource: &str, group: &str) -> &'static ResourceInfo {
+    rkube_api::registry::every()
+        .into_iter()
+        .find(|r| r.group == group && r.resource == resource)
+        .unwrap_or_else(|| panic!("no row for {group}/{resource}"))
+}
+
+/// The cells of the single row of a Table of `item`, printed by its row's printer.
 fn row(resource: &str, group: &str, item: Value) -> Vec<Value> {
-    let t = to_table_at(resource, group, &[item], IncludeObject::Metadata, None, now());
+    let t = to_table_at(info(resource, group).printer, &[item], IncludeObject::Metadata, None, now());
     t["rows"][0]["cells"].as_array().cloned().unwrap_or_default()
 }
 
@@ -109,7 +117,7 @@ fn completed_pod_row_and_condition() {
         json!({"phase": "Succeeded", "containerStatuses": [{"name": "c", "ready": false, "restartCount": 0,
                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": ago(3500)}}}]}),
     );
-    let table = to_table_at("pods", "", &[p], IncludeObject::Metadata, None, now());
+    let table = to_table_at(info("pods", "").printer, &[p], IncludeObject::Metadata, None, now());
     assert_eq!(table["rows"][0]["cells"], json!(["job", "0/1", "Completed", "0", "60m", "<none>", "node-1", "<none>", "<none>"]));
     assert_eq!(table["rows"][0]["conditions"][0]["type"], "Completed");
     assert_eq!(table["rows"][0]["conditions"][0]["reason"], "Succeeded");
@@ -283,14 +291,15 @@ fn other_resource_rows() {
     assert_eq!(json!(row("events", "", new_style)), json!(["30s", "Warning", "R", "node", "", "rkube", "", "30s", 1, "x"]));
 
     let other = json!({"metadata": {"name": "thing", "creationTimestamp": ago(5)}});
-    assert_eq!(json!(row("widgets", "example.com", other)), json!(["thing", "5s"]));
+    let t = to_table_at(&rkube_api::printers::DEFAULT, &[other], IncludeObject::None, None, now());
+    assert_eq!(t["rows"][0]["cells"], json!(["thing", "5s"]));
 }
 
 #[test]
 fn table_shape_and_include_object() {
     let p = pod("web", 5, one_container(), json!({"phase": "Running"}));
     let meta = json!({"resourceVersion": "42", "continue": "tok", "remainingItemCount": 3});
-    let t = to_table_at("pods", "", std::slice::from_ref(&p), IncludeObject::Metadata, Some(meta.clone()), now());
+    let t = to_table_at(info("pods", "").printer, std::slice::from_ref(&p), IncludeObject::Metadata, Some(meta.clone()), now());
     assert_eq!(t["kind"], "Table");
     assert_eq!(t["apiVersion"], "meta.k8s.io/v1");
     assert_eq!(t["metadata"], meta);
@@ -302,13 +311,13 @@ fn table_shape_and_include_object() {
     assert!(t["columnDefinitions"][0]["description"].as_str().is_some_and(|d| !d.is_empty()));
     assert_eq!(t["rows"][0]["object"], json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": p["metadata"]}));
 
-    let full = to_table("pods", "", std::slice::from_ref(&p), IncludeObject::Object, None);
+    let full = to_table(info("pods", ""), std::slice::from_ref(&p), IncludeObject::Object, None);
     assert_eq!(full["rows"][0]["object"], p);
     assert_eq!(full["metadata"], json!({}));
-    let none = to_table("pods", "", std::slice::from_ref(&p), IncludeObject::None, None);
+    let none = to_table(info("pods", ""), std::slice::from_ref(&p), IncludeObject::None, None);
     assert_eq!(none["rows"][0]["object"], Value::Null);
 
-    let mut beta = to_table("pods", "", &[], IncludeObject::Metadata, None);
+    let mut beta = to_table(info("pods", ""), &[], IncludeObject::Metadata, None);
     set_version(&mut beta, TableVersion::V1Beta1);
     assert_eq!(beta["apiVersion"], "meta.k8s.io/v1beta1");
     assert_eq!(beta["rows"], json!([]));

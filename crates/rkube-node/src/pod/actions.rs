@@ -11,6 +11,8 @@
 //!   is what duplicated containers upstream, kubernetes#120942); exited → restart per
 //!   `restartPolicy`: the first restart at once, then after CrashLoopBackOff (10 s doubling to
 //!   300 s, kubelet's `MaxContainerBackOff`; a run of 10 min starts over);
+//! - ephemeral containers (`kubectl debug`) start as soon as the sandbox is ready, even while
+//!   init containers run, once each: never restarted, not even in a new sandbox;
 //! - a pod in a terminal phase gets its sandbox stopped and nothing started.
 
 use std::collections::HashMap;
@@ -61,6 +63,8 @@ pub struct ToCreate {
     pub name: String,
     /// From `initContainers`.
     pub init: bool,
+    /// From `ephemeralContainers` (started once, never restarted).
+    pub ephemeral: bool,
     /// Restart count; the CRI attempt.
     pub attempt: u32,
 }
@@ -147,7 +151,7 @@ fn plan_exited(
     let delay = backoff.delay(attempt_of(c), ran);
     let due = c.finished_at.saturating_add(i64::try_from(delay.as_nanos()).unwrap_or(i64::MAX));
     if now.0 >= due {
-        actions.create.push(ToCreate { name: name.to_string(), init, attempt: attempt_of(c) + 1 });
+        actions.create.push(ToCreate { name: name.to_string(), init, ephemeral: false, attempt: attempt_of(c) + 1 });
     } else {
         actions.backing_off.insert(name.to_string(), Timestamp(due));
         actions.wake_at = Some(actions.wake_at.map_or(Timestamp(due), |w| w.min(Timestamp(due))));
@@ -189,10 +193,10 @@ pub fn compute_pod_actions(
         // Start the first init container, or every container, in the new sandbox.
         let inits = spec.init_containers.as_deref().unwrap_or(&[]);
         if let Some(first) = inits.first() {
-            actions.create.push(ToCreate { name: first.name.clone(), init: true, attempt: next_attempt(&first.name, seen_attempts) });
+            actions.create.push(ToCreate { name: first.name.clone(), init: true, ephemeral: false, attempt: next_attempt(&first.name, seen_attempts) });
         } else {
             for c in &spec.containers {
-                actions.create.push(ToCreate { name: c.name.clone(), init: false, attempt: next_attempt(&c.name, seen_attempts) });
+                actions.create.push(ToCreate { name: c.name.clone(), init: false, ephemeral: false, attempt: next_attempt(&c.name, seen_attempts) });
             }
         }
         return actions;
@@ -202,7 +206,7 @@ pub fn compute_pod_actions(
     let plan_one = |c: &Container, init: bool, actions: &mut PodActions| -> Step {
         match latest(&current, &c.name) {
             None => {
-                actions.create.push(ToCreate { name: c.name.clone(), init, attempt: next_attempt(&c.name, seen_attempts) });
+                actions.create.push(ToCreate { name: c.name.clone(), init, ephemeral: false, attempt: next_attempt(&c.name, seen_attempts) });
                 Step::Busy
             }
             Some(s) => match PlegState::from_container(s.state) {
@@ -228,6 +232,15 @@ pub fn compute_pod_actions(
             },
         }
     };
+
+    // Ephemeral containers: started once, whatever the init containers do; one that ever ran
+    // (in any sandbox) or that this worker already created is never started again.
+    for ec in spec.ephemeral_containers.iter().flatten() {
+        let ran = status.container_statuses.iter().any(|c| container_name(c) == ec.name);
+        if !ran && !seen_attempts.contains_key(&ec.name) {
+            actions.create.push(ToCreate { name: ec.name.clone(), init: false, ephemeral: true, attempt: 0 });
+        }
+    }
 
     for c in spec.init_containers.iter().flatten() {
         if let Step::Busy = plan_one(c, true, &mut actions) {

@@ -82,6 +82,7 @@ fn lost_container_status(pod: &Pod, name: &str, terminal: bool) -> Option<Contai
         .container_statuses
         .iter()
         .chain(old.init_container_statuses.iter())
+        .chain(old.ephemeral_container_statuses.iter())
         .flatten()
         .find(|s| s.name == name)?;
     let state = old.state.as_ref()?;
@@ -154,7 +155,12 @@ fn container_status(
         }
         let latest_id = latest.map(|l| format!("{}://{}", ctx.runtime_name, l.id));
         let reported = pod.status.as_ref().and_then(|s| {
-            s.container_statuses.iter().chain(s.init_container_statuses.iter()).flatten().find(|s| s.name == spec.name)
+            s.container_statuses
+                .iter()
+                .chain(s.init_container_statuses.iter())
+                .chain(s.ephemeral_container_statuses.iter())
+                .flatten()
+                .find(|s| s.name == spec.name)
         })?;
         if reported.container_id.is_some() && reported.container_id == latest_id {
             reported.last_state.clone().filter(|l| l.terminated.is_some())
@@ -254,6 +260,11 @@ pub fn api_pod_status(pod: &Pod, status: &PodStatus, ctx: &StatusContext<'_>) ->
         .map(|c| container_status(pod, c, &by_name(&c.name), !pending_inits.is_empty(), ctx))
         .collect();
     let unready: Vec<String> = statuses.iter().filter(|s| !s.ready).map(|s| s.name.clone()).collect();
+    // Ephemeral containers count for nothing in readiness or phase; they are never ready.
+    let ephemeral_statuses: Vec<ContainerStatus> = super::ephemeral::containers(pod)
+        .iter()
+        .map(|c| ContainerStatus { ready: false, ..container_status(pod, c, &by_name(&c.name), false, ctx) })
+        .collect();
     let sandbox_ready =
         status.newest_sandbox().is_some_and(|s| PlegState::from_sandbox(s.state) == PlegState::Running);
     let completed = ctx.phase == Phase::Succeeded;
@@ -295,6 +306,7 @@ pub fn api_pod_status(pod: &Pod, status: &PodStatus, ctx: &StatusContext<'_>) ->
         start_time: old.and_then(|s| s.start_time.clone()).or_else(|| api_time(ctx.now.0)),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         container_statuses: Some(statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty()).then_some(ephemeral_statuses),
         qos_class: old.and_then(|s| s.qos_class.clone()),
         ..Default::default()
     }

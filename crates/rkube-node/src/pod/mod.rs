@@ -6,6 +6,7 @@ pub mod api_status;
 pub mod atomic_writer;
 pub mod cri_config;
 pub mod env;
+pub mod ephemeral;
 pub mod hooks;
 pub mod manager;
 pub mod phase;

@@ -79,7 +79,7 @@ fn plan(p: &Pod, st: &PodStatus, now_s: i64) -> super::actions::PodActions {
 }
 
 fn create(name: &str, init: bool, attempt: u32) -> ToCreate {
-    ToCreate { name: name.into(), init, attempt }
+    ToCreate { name: name.into(), init, ephemeral: false, attempt }
 }
 
 #[test]
@@ -89,6 +89,45 @@ fn first_sync_creates_the_sandbox_and_the_first_init_container_only() {
     assert_eq!(a.create, vec![create("i1", true, 0)]);
     let a = plan(&pod("Always", &[], &["a", "b"]), &PodStatus::empty("uid-p"), 1);
     assert_eq!(a.create, vec![create("a", false, 0), create("b", false, 0)]);
+}
+
+/// `pod` with ephemeral container `dbg`.
+fn with_debugger(mut p: Pod) -> Pod {
+    if let Some(spec) = p.spec.as_mut() {
+        spec.ephemeral_containers =
+            Some(vec![serde_json::from_value(json!({"name": "dbg", "image": "busybox", "command": ["true"]})).expect("ephemeral")]);
+    }
+    p
+}
+
+#[test]
+fn ephemeral_containers_start_once_even_during_init_and_are_never_restarted() {
+    let p = with_debugger(pod("Always", &["i1"], &["a"]));
+    let a = plan(&p, &status(Some(true), vec![ctr("1", "i1", 0, "running", 1, 0)]), 2);
+    assert_eq!(a.create, vec![ToCreate { name: "dbg".into(), init: false, ephemeral: true, attempt: 0 }]);
+    // Exited: not restarted, whatever the restart policy says.
+    let st = status(Some(true), vec![ctr("1", "i1", 0, "0", 1, 2), ctr("2", "a", 0, "running", 3, 0), ctr("3", "dbg", 0, "0", 2, 3)]);
+    let a = plan(&p, &st, 30);
+    assert!(a.create.is_empty(), "{a:?}");
+    // Already created by this worker (not yet in the status): not created twice.
+    let seen = HashMap::from([("dbg".to_string(), 0)]);
+    let st = status(Some(true), vec![ctr("1", "i1", 0, "running", 1, 0)]);
+    let a = compute_pod_actions(&p, &st, &seen, None, Timestamp(2 * S), &Backoff::default());
+    assert!(a.create.is_empty(), "{a:?}");
+}
+
+#[test]
+fn ephemeral_containers_are_reported_in_their_own_statuses_never_ready() {
+    let p = with_debugger(pod("Always", &[], &["a"]));
+    let st = status(Some(true), vec![ctr("1", "a", 0, "running", 1, 0), ctr("2", "dbg", 0, "running", 2, 0)]);
+    let none = HashMap::new();
+    let api = api_pod_status(&p, &st, &ctx(Phase::Running, &none));
+    let ecs = api.ephemeral_container_statuses.unwrap_or_default();
+    assert_eq!(ecs.len(), 1);
+    assert_eq!(ecs[0].name, "dbg");
+    assert!(!ecs[0].ready);
+    assert!(ecs[0].state.as_ref().is_some_and(|s| s.running.is_some()), "{ecs:?}");
+    assert_eq!(api.container_statuses.unwrap_or_default().len(), 1);
 }
 
 #[test]

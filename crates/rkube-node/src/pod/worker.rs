@@ -143,6 +143,7 @@ pub fn reported_attempts(pod: &Pod) -> HashMap<String, u32> {
         .iter()
         .flatten()
         .chain(status.init_container_statuses.iter().flatten())
+        .chain(status.ephemeral_container_statuses.iter().flatten())
         .map(|c| (c.name.clone(), u32::try_from(c.restart_count.max(0)).unwrap_or(0)))
         .collect()
 }
@@ -385,12 +386,16 @@ impl PodWorker {
             Some(s) => (s.containers.as_slice(), s.init_containers.as_deref().unwrap_or_default()),
             None => (&[][..], &[][..]),
         };
+        let ephemeral = super::ephemeral::containers(&pod);
         let dw = self.downward(status);
         for plan in &actions.create {
             let Some(sandbox) = sandbox_id.as_deref() else { break };
-            let list = if plan.init { inits } else { containers };
+            let list = if plan.ephemeral { ephemeral.as_slice() } else if plan.init { inits } else { containers };
             let Some(container) = list.iter().find(|c| c.name == plan.name) else { continue };
-            let regarding = PodEvents::reference(&pod, Some((&plan.name, plan.init)));
+            let mut regarding = PodEvents::reference(&pod, Some((&plan.name, plan.init)));
+            if plan.ephemeral {
+                regarding.field_path = Some(format!("spec.ephemeralContainers{{{}}}", plan.name));
+            }
             let events = &self.env.events;
             let mounts = match volumes::container_mounts(&self.env.client, &self.env.root_dir, &pod, container, &dw).await {
                 Ok(m) => {

@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod cascade;
+pub mod debug;
 pub mod delete;
 pub mod describe;
 pub mod discovery;

@@ -1,16 +1,24 @@
-//! Column definitions and cells per resource, following upstream's table
-//! printers (`pkg/printers/internalversion/printers.go`). The server always
+//! Table printers: the column definitions and cells `kubectl get` shows
+//! for each built-in resource, following upstream's table printers
+//! (`pkg/printers/internalversion/printers.go`). Each row of the resource
+//! table names its [`Printer`] ([`crate::registry::ResourceInfo::printer`]);
+//! rows without one print NAME and AGE ([`DEFAULT`]). The server always
 //! fills every column, including the priority-1 ones kubectl shows only with
 //! `-o wide`.
+
+mod format;
+mod pod;
+mod workloads;
+
+pub use format::{human_duration, since, timestamp};
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use super::format::{
-    age, array_at, format_label_selector, format_labels, int_at, list_with_more, map_len, since, str_at, timestamp,
+use format::{
+    age, array_at, format_label_selector, format_labels, int_at, list_with_more, map_len, str_at,
 };
-use super::pod;
-use super::workloads as w;
+use workloads as w;
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
@@ -65,42 +73,99 @@ const fn printer(columns: &'static [Column], cells: CellsFn) -> Printer {
     Printer { columns, cells, conditions: None }
 }
 
-/// The printer for a resource, by `(group, plural)`; unknown resources get NAME AGE.
-pub fn lookup(group: &str, resource: &str) -> Printer {
-    match (group, resource) {
-        ("", "pods") => Printer { columns: POD_COLUMNS, cells: pod::cells, conditions: Some(pod::conditions) },
-        ("", "nodes") => printer(NODE_COLUMNS, node_cells),
-        ("", "services") => printer(SERVICE_COLUMNS, service_cells),
-        ("", "namespaces") => printer(NAMESPACE_COLUMNS, namespace_cells),
-        ("", "configmaps") => printer(CONFIGMAP_COLUMNS, configmap_cells),
-        ("", "secrets") => printer(SECRET_COLUMNS, secret_cells),
-        ("", "endpoints") => printer(ENDPOINTS_COLUMNS, endpoints_cells),
-        ("", "events") => printer(EVENT_COLUMNS, event_cells),
-        ("events.k8s.io", "events") => printer(EVENT_COLUMNS, event_v1_cells),
-        ("", "serviceaccounts") => printer(SERVICE_ACCOUNT_COLUMNS, service_account_cells),
-        ("certificates.k8s.io", "certificatesigningrequests") => printer(CSR_COLUMNS, csr_cells),
-        ("discovery.k8s.io", "endpointslices") => printer(ENDPOINT_SLICE_COLUMNS, endpoint_slice_cells),
-        ("apps", "deployments") => printer(DEPLOYMENT_COLUMNS, deployment_cells),
-        ("coordination.k8s.io", "leases") => printer(LEASE_COLUMNS, lease_cells),
-        ("", "replicationcontrollers") => printer(w::REPLICA_SET_COLUMNS, w::replication_controller_cells),
-        ("", "persistentvolumeclaims") => printer(w::PVC_COLUMNS, w::pvc_cells),
-        ("", "persistentvolumes") => printer(w::PV_COLUMNS, w::pv_cells),
-        ("apps", "replicasets") => printer(w::REPLICA_SET_COLUMNS, w::replica_set_cells),
-        ("apps", "statefulsets") => printer(w::STATEFUL_SET_COLUMNS, w::stateful_set_cells),
-        ("apps", "daemonsets") => printer(w::DAEMON_SET_COLUMNS, w::daemon_set_cells),
-        ("apps", "controllerrevisions") => printer(w::CONTROLLER_REVISION_COLUMNS, w::controller_revision_cells),
-        ("batch", "jobs") => printer(w::JOB_COLUMNS, w::job_cells),
-        ("batch", "cronjobs") => printer(w::CRON_JOB_COLUMNS, w::cron_job_cells),
-        ("autoscaling", "horizontalpodautoscalers") => printer(w::HPA_COLUMNS, w::hpa_cells),
-        ("networking.k8s.io", "ingresses") => printer(w::INGRESS_COLUMNS, w::ingress_cells),
-        ("networking.k8s.io", "networkpolicies") => printer(w::NETWORK_POLICY_COLUMNS, w::network_policy_cells),
-        ("policy", "poddisruptionbudgets") => printer(w::PDB_COLUMNS, w::pdb_cells),
-        ("scheduling.k8s.io", "priorityclasses") => printer(w::PRIORITY_CLASS_COLUMNS, w::priority_class_cells),
-        ("node.k8s.io", "runtimeclasses") => printer(w::RUNTIME_CLASS_COLUMNS, w::runtime_class_cells),
-        ("storage.k8s.io", "storageclasses") => printer(w::STORAGE_CLASS_COLUMNS, w::storage_class_cells),
-        _ => printer(DEFAULT_COLUMNS, default_cells),
-    }
-}
+/// NAME and AGE: the printer of every row that names no other (upstream's
+/// default table convertor).
+pub const DEFAULT: Printer = printer(DEFAULT_COLUMNS, default_cells);
+
+/// `pods`.
+pub const POD: Printer = Printer { columns: POD_COLUMNS, cells: pod::cells, conditions: Some(pod::conditions) };
+
+/// `nodes`.
+pub const NODE: Printer = printer(NODE_COLUMNS, node_cells);
+
+/// `services`.
+pub const SERVICE: Printer = printer(SERVICE_COLUMNS, service_cells);
+
+/// `namespaces`.
+pub const NAMESPACE: Printer = printer(NAMESPACE_COLUMNS, namespace_cells);
+
+/// `configmaps`.
+pub const CONFIG_MAP: Printer = printer(CONFIGMAP_COLUMNS, configmap_cells);
+
+/// `secrets`.
+pub const SECRET: Printer = printer(SECRET_COLUMNS, secret_cells);
+
+/// `endpoints`.
+pub const ENDPOINTS: Printer = printer(ENDPOINTS_COLUMNS, endpoints_cells);
+
+/// `events`.
+pub const EVENT: Printer = printer(EVENT_COLUMNS, event_cells);
+
+/// `events` (events.k8s.io).
+pub const EVENT_V1: Printer = printer(EVENT_COLUMNS, event_v1_cells);
+
+/// `serviceaccounts`.
+pub const SERVICE_ACCOUNT: Printer = printer(SERVICE_ACCOUNT_COLUMNS, service_account_cells);
+
+/// `certificatesigningrequests` (certificates.k8s.io).
+pub const CERTIFICATE_SIGNING_REQUEST: Printer = printer(CSR_COLUMNS, csr_cells);
+
+/// `endpointslices` (discovery.k8s.io).
+pub const ENDPOINT_SLICE: Printer = printer(ENDPOINT_SLICE_COLUMNS, endpoint_slice_cells);
+
+/// `deployments` (apps).
+pub const DEPLOYMENT: Printer = printer(DEPLOYMENT_COLUMNS, deployment_cells);
+
+/// `leases` (coordination.k8s.io).
+pub const LEASE: Printer = printer(LEASE_COLUMNS, lease_cells);
+
+/// `replicationcontrollers`.
+pub const REPLICATION_CONTROLLER: Printer = printer(w::REPLICA_SET_COLUMNS, w::replication_controller_cells);
+
+/// `persistentvolumeclaims`.
+pub const PERSISTENT_VOLUME_CLAIM: Printer = printer(w::PVC_COLUMNS, w::pvc_cells);
+
+/// `persistentvolumes`.
+pub const PERSISTENT_VOLUME: Printer = printer(w::PV_COLUMNS, w::pv_cells);
+
+/// `replicasets` (apps).
+pub const REPLICA_SET: Printer = printer(w::REPLICA_SET_COLUMNS, w::replica_set_cells);
+
+/// `statefulsets` (apps).
+pub const STATEFUL_SET: Printer = printer(w::STATEFUL_SET_COLUMNS, w::stateful_set_cells);
+
+/// `daemonsets` (apps).
+pub const DAEMON_SET: Printer = printer(w::DAEMON_SET_COLUMNS, w::daemon_set_cells);
+
+/// `controllerrevisions` (apps).
+pub const CONTROLLER_REVISION: Printer = printer(w::CONTROLLER_REVISION_COLUMNS, w::controller_revision_cells);
+
+/// `jobs` (batch).
+pub const JOB: Printer = printer(w::JOB_COLUMNS, w::job_cells);
+
+/// `cronjobs` (batch).
+pub const CRON_JOB: Printer = printer(w::CRON_JOB_COLUMNS, w::cron_job_cells);
+
+/// `horizontalpodautoscalers` (autoscaling).
+pub const HORIZONTAL_POD_AUTOSCALER: Printer = printer(w::HPA_COLUMNS, w::hpa_cells);
+
+/// `ingresses` (networking.k8s.io).
+pub const INGRESS: Printer = printer(w::INGRESS_COLUMNS, w::ingress_cells);
+
+/// `networkpolicies` (networking.k8s.io).
+pub const NETWORK_POLICY: Printer = printer(w::NETWORK_POLICY_COLUMNS, w::network_policy_cells);
+
+/// `poddisruptionbudgets` (policy).
+pub const POD_DISRUPTION_BUDGET: Printer = printer(w::PDB_COLUMNS, w::pdb_cells);
+
+/// `priorityclasses` (scheduling.k8s.io).
+pub const PRIORITY_CLASS: Printer = printer(w::PRIORITY_CLASS_COLUMNS, w::priority_class_cells);
+
+/// `runtimeclasses` (node.k8s.io).
+pub const RUNTIME_CLASS: Printer = printer(w::RUNTIME_CLASS_COLUMNS, w::runtime_class_cells);
+
+/// `storageclasses` (storage.k8s.io).
+pub const STORAGE_CLASS: Printer = printer(w::STORAGE_CLASS_COLUMNS, w::storage_class_cells);
 
 pub(super) fn name(obj: &Value) -> Value {
     json!(str_at(obj, "/metadata/name"))
@@ -353,7 +418,7 @@ fn csr_cells(csr: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let duration = csr
         .pointer("/spec/expirationSeconds")
         .and_then(Value::as_i64)
-        .map(super::format::human_duration)
+        .map(format::human_duration)
         .unwrap_or_else(|| "<none>".into());
     vec![
         name(csr),
@@ -420,12 +485,12 @@ fn endpoints_cells(ep: &Value, now: DateTime<Utc>) -> Vec<Value> {
     vec![name(ep), json!(text), json!(age(ep, now))]
 }
 
-const ENDPOINT_SLICE: &str = "io.k8s.api.discovery.v1.EndpointSlice";
+const ENDPOINT_SLICE_DEF: &str = "io.k8s.api.discovery.v1.EndpointSlice";
 const ENDPOINT_SLICE_COLUMNS: &[Column] = &[
     NAME,
-    col("AddressType", "string", 0, Desc::Schema(ENDPOINT_SLICE, "addressType")),
-    col("Ports", "string", 0, Desc::Schema(ENDPOINT_SLICE, "ports")),
-    col("Endpoints", "string", 0, Desc::Schema(ENDPOINT_SLICE, "endpoints")),
+    col("AddressType", "string", 0, Desc::Schema(ENDPOINT_SLICE_DEF, "addressType")),
+    col("Ports", "string", 0, Desc::Schema(ENDPOINT_SLICE_DEF, "ports")),
+    col("Endpoints", "string", 0, Desc::Schema(ENDPOINT_SLICE_DEF, "endpoints")),
     AGE,
 ];
 
@@ -458,17 +523,17 @@ fn endpoint_slice_cells(slice: &Value, now: DateTime<Utc>) -> Vec<Value> {
 
 // ---- events ------------------------------------------------------------------
 
-const EVENT: &str = "io.k8s.api.core.v1.Event";
+const EVENT_DEF: &str = "io.k8s.api.core.v1.Event";
 const EVENT_COLUMNS: &[Column] = &[
-    col("Last Seen", "string", 0, Desc::Schema(EVENT, "lastTimestamp")),
-    col("Type", "string", 0, Desc::Schema(EVENT, "type")),
-    col("Reason", "string", 0, Desc::Schema(EVENT, "reason")),
-    col("Object", "string", 0, Desc::Schema(EVENT, "involvedObject")),
+    col("Last Seen", "string", 0, Desc::Schema(EVENT_DEF, "lastTimestamp")),
+    col("Type", "string", 0, Desc::Schema(EVENT_DEF, "type")),
+    col("Reason", "string", 0, Desc::Schema(EVENT_DEF, "reason")),
+    col("Object", "string", 0, Desc::Schema(EVENT_DEF, "involvedObject")),
     col("Subobject", "string", 1, Desc::Schema("io.k8s.api.core.v1.ObjectReference", "fieldPath")),
-    col("Source", "string", 1, Desc::Schema(EVENT, "source")),
-    col("Message", "string", 0, Desc::Schema(EVENT, "message")),
-    col("First Seen", "string", 1, Desc::Schema(EVENT, "firstTimestamp")),
-    col("Count", "string", 1, Desc::Schema(EVENT, "count")),
+    col("Source", "string", 1, Desc::Schema(EVENT_DEF, "source")),
+    col("Message", "string", 0, Desc::Schema(EVENT_DEF, "message")),
+    col("First Seen", "string", 1, Desc::Schema(EVENT_DEF, "firstTimestamp")),
+    col("Count", "string", 1, Desc::Schema(EVENT_DEF, "count")),
     Column { name: "Name", ty: "string", format: "name", priority: 1, description: Desc::Schema(OBJECT_META, "name") },
 ];
 
@@ -512,7 +577,7 @@ fn event_cells(ev: &Value, now: DateTime<Utc>) -> Vec<Value> {
 /// events.k8s.io/v1 events print as core/v1 events (upstream prints both
 /// from the internal `Event`).
 fn event_v1_cells(ev: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    event_cells(&rkube_api::registry::conversion::event_to_core(ev.clone()), now)
+    event_cells(&crate::registry::conversion::event_to_core(ev.clone()), now)
 }
 
 // ---- deployments ---------------------------------------------------------------

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use super::format::{age, array_at, format_label_selector, human_duration, int_at, since, str_at, timestamp};
-use super::printers::{col, containers_and_images, name, Column, Desc, AGE, CONTAINERS, IMAGES, NAME};
+use super::{col, containers_and_images, name, Column, Desc, AGE, CONTAINERS, IMAGES, NAME};
 
 const SELECTOR: Column = col("Selector", "string", 1, Desc::Text("The label selector of the workload's pods."));
 
@@ -230,7 +230,7 @@ pub(super) const HPA_COLUMNS: &[Column] = &[
 /// autoscaling/v1 HPAs print as their v2 form (upstream prints both from the internal type).
 pub(super) fn hpa_cells(h: &Value, now: DateTime<Utc>) -> Vec<Value> {
     if h.get("apiVersion").and_then(Value::as_str) == Some("autoscaling/v1") {
-        return hpa_v2_cells(&rkube_api::registry::hpa_conversion::hpa_to_v2(h.clone()), now);
+        return hpa_v2_cells(&crate::registry::hpa_conversion::hpa_to_v2(h.clone()), now);
     }
     hpa_v2_cells(h, now)
 }
