@@ -35,3 +35,47 @@ pub fn parse_rfc3339(s: &str) -> Option<DateTime<Utc>> {
         .ok()
         .map(|t| t.with_timezone(&Utc))
 }
+
+/// Parses Go's `time.Duration` string form (`1h0m0s`, `1.5s`, `300ms`,
+/// `-2m`, `0s`; units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`) into
+/// nanoseconds, as Go's `time.ParseDuration`; `None` when it is not one.
+/// The one parser of every duration rkube reads: flags, protobuf
+/// `metav1.Duration`s.
+pub fn parse_go_duration(s: &str) -> Option<i64> {
+    let (neg, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    if rest == "0" {
+        return Some(0);
+    }
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total: f64 = 0.0;
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        if num_len == 0 {
+            return None;
+        }
+        let n: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += n * scale;
+    }
+    if !total.is_finite() || total > i64::MAX as f64 {
+        return None;
+    }
+    let ns = total.round() as i64;
+    Some(if neg { -ns } else { ns })
+}

@@ -30,12 +30,31 @@ pub struct ControllerManagerArgs {
     /// collector is disabled.
     #[arg(long, default_value_t = 12500)]
     pub terminated_pod_gc_threshold: i32,
+    /// The period for syncing NodeStatus in the node lifecycle controller.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub node_monitor_period: std::time::Duration,
+    /// Amount of time which we allow a running Node to be unresponsive before
+    /// marking it unhealthy (its conditions Unknown, its pods not ready).
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    pub node_monitor_grace_period: std::time::Duration,
+    /// Amount of time which we allow a starting Node to be unresponsive before
+    /// marking it unhealthy.
+    #[arg(long, default_value = "1m0s", value_parser = parse_duration)]
+    pub node_startup_grace_period: std::time::Duration,
     /// Leader election on the `kube-system/kube-controller-manager` Lease.
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
     /// Secure serving of /healthz, /livez, /readyz, /metrics (port 10257).
     #[command(flatten)]
     pub serving: ServingArgs,
+}
+
+/// Parses a Go duration flag value (`5s`, `1m0s`) with rkube's one parser.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    match rkube_api::time::parse_go_duration(s.trim()) {
+        Some(ns) if ns >= 0 => Ok(std::time::Duration::from_nanos(ns as u64)),
+        _ => Err(format!("invalid duration {s:?}")),
+    }
 }
 
 /// The Lease name of kube-controller-manager (`--leader-elect-resource-name` default).
@@ -127,7 +146,14 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         Some(addr) => Some(serving::serve(addr, args.serving.certificate()?, checks, Arc::new(registry)).await?),
         None => None,
     };
-    let config = ControllerConfig { terminated_pod_gc_threshold: args.terminated_pod_gc_threshold };
+    let config = ControllerConfig {
+        terminated_pod_gc_threshold: args.terminated_pod_gc_threshold,
+        node_lifecycle: crate::controllers::nodelifecycle::NodeLifecycleOptions {
+            monitor_period: args.node_monitor_period,
+            monitor_grace: args.node_monitor_grace_period,
+            startup_grace: args.node_startup_grace_period,
+        },
+    };
     let (stop, stop_rx) = watch::channel(false);
     let work = async move {
         match elector {

@@ -11,11 +11,14 @@ pub struct ControllerConfig {
     /// `--terminated-pod-gc-threshold`: terminated pods kept before the pod
     /// garbage collector deletes the oldest (`<= 0` disables that part).
     pub terminated_pod_gc_threshold: i32,
+    /// `--node-monitor-period`, `--node-monitor-grace-period`,
+    /// `--node-startup-grace-period` of the node lifecycle controller.
+    pub node_lifecycle: crate::controllers::nodelifecycle::NodeLifecycleOptions,
 }
 
 impl Default for ControllerConfig {
     fn default() -> Self {
-        ControllerConfig { terminated_pod_gc_threshold: 12500 }
+        ControllerConfig { terminated_pod_gc_threshold: 12500, node_lifecycle: Default::default() }
     }
 }
 

@@ -221,7 +221,7 @@ fn encode_special(name: &str, value: &Value, out: &mut Vec<u8>) -> Result<bool, 
         }
         ("apimachinery.pkg.apis.meta.v1.", "Duration") => {
             let s = as_str(name, "", value)?;
-            let ns = parse_go_duration(s)
+            let ns = crate::time::parse_go_duration(s)
                 .ok_or_else(|| ProtobufError::Malformed(format!("{name}: invalid duration {s:?}")))?;
             put_key(out, 1, 0);
             put_varint(out, ns as u64);
@@ -259,47 +259,6 @@ fn encode_special(name: &str, value: &Value, out: &mut Vec<u8>) -> Result<bool, 
         _ => return Ok(false),
     }
     Ok(true)
-}
-
-/// Parses Go's `time.Duration` string form (`1h0m0s`, `1.5s`, `300ms`,
-/// `-2m`, `0s`) into nanoseconds; `None` when it is not one.
-pub fn parse_go_duration(s: &str) -> Option<i64> {
-    let (neg, mut rest) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    if rest == "0" {
-        return Some(0);
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total: f64 = 0.0;
-    while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        if num_len == 0 {
-            return None;
-        }
-        let n: f64 = rest[..num_len].parse().ok()?;
-        rest = &rest[num_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += n * scale;
-    }
-    if !total.is_finite() || total > i64::MAX as f64 {
-        return None;
-    }
-    let ns = total.round() as i64;
-    Some(if neg { -ns } else { ns })
 }
 
 fn as_int(v: &Value) -> Option<i64> {

@@ -25,8 +25,8 @@ mod encode;
 mod wire;
 
 pub use encode::{
-    encode_message, encode_object, envelope, envelope_head, field_header, parse_go_duration, varint_len,
-    watch_event_frame, ENVELOPE_TAIL,
+    encode_message, encode_object, envelope, envelope_head, field_header, varint_len, watch_event_frame,
+    ENVELOPE_TAIL,
 };
 
 use std::collections::HashMap;

@@ -34,44 +34,17 @@ pub enum DurationError {
     Invalid(String),
 }
 
-/// Parses a Go duration string (`300ms`, `1.5h`, `2h45m`, `0`); units
-/// `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`. Negative durations are rejected.
+/// Parses a Go duration flag value (`300ms`, `1.5h`, `2h45m`, `0`) with
+/// [`rkube_api::time::parse_go_duration`]. Negative durations are rejected.
 pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
-    let bad = || DurationError::Invalid(s.to_string());
     let t = s.trim();
-    let t = t.strip_prefix('+').unwrap_or(t);
-    if t == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if t.is_empty() || t.starts_with('-') {
-        return Err(bad());
-    }
-    let mut total = 0f64;
-    let mut rest = t;
-    while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
-        if num_len == 0 {
-            return Err(bad());
+    match rkube_api::time::parse_go_duration(t) {
+        // Flags take no negative durations (nor, by i64 nanoseconds, over 292 years).
+        Some(ns) if !t.starts_with('-') && ns >= 0 => {
+            Ok(Duration::from_nanos(ns as u64))
         }
-        let n: f64 = rest[..num_len].parse().map_err(|_| bad())?;
-        rest = &rest[num_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
-        let unit = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += n * unit;
-        rest = &rest[unit_len..];
+        _ => Err(DurationError::Invalid(s.to_string())),
     }
-    if !total.is_finite() || total > 1e10 {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(total))
 }
 
 /// The server-side duration of a watch: `timeoutSeconds` when given, else a

@@ -23,6 +23,7 @@ use crate::context::ControllerContext;
 pub mod discovery;
 pub mod garbagecollector;
 pub mod namespace;
+pub mod nodelifecycle;
 pub mod podgc;
 pub mod ttlafterfinished;
 
@@ -98,6 +99,18 @@ pub static CONTROLLERS: &[Controller] = &[
         start: ttlafterfinished::start,
     },
     Controller { name: "pod-garbage-collector-controller", aliases: &["podgc"], enabled_by_default: true, start: podgc::start },
+    Controller {
+        name: "node-lifecycle-controller",
+        aliases: &["nodelifecycle"],
+        enabled_by_default: true,
+        start: nodelifecycle::start,
+    },
+    Controller {
+        name: "taint-eviction-controller",
+        aliases: &[],
+        enabled_by_default: true,
+        start: nodelifecycle::start_taint_eviction,
+    },
 ];
 
 /// Upstream controllers rkube does not run (yet): `--controllers` accepts
@@ -144,9 +157,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "storage-version-migrator-controller",
     "validatingadmissionpolicy-status-controller",
     "service-cidr-controller",
-    "taint-eviction-controller",
-    "node-lifecycle-controller",
-    "nodelifecycle",
     "resourcequota-controller",
     "resourcequota",
     // These four run inside rkube's API server process for now.
