@@ -208,7 +208,7 @@ fn table() -> Vec<Row> {
         row("invalid limit", "GET", &format!("{CMS}?limit=ten"), None, "", 400, "BadRequest"),
         row("negative timeoutSeconds", "GET", &format!("{CMS}?watch=true&timeoutSeconds=-5"), None, "", 400, "BadRequest"),
         Row { cause_field: Some("resourceVersionMatch"), ..row("resourceVersionMatch without resourceVersion", "GET", &format!("{CMS}?resourceVersionMatch=Exact"), None, "", 422, "Invalid") },
-        Row { accept: Some("application/vnd.kubernetes.protobuf"), ..row("Accept only protobuf", "GET", CMS, None, "", 406, "NotAcceptable") },
+        Row { accept: Some("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io"), ..row("Accept only a Table in protobuf", "GET", CMS, None, "", 406, "NotAcceptable") },
         row("name with a percent sign", "DELETE", &format!("{CMS}/a%25b"), None, "", 400, "BadRequest"),
         row("malformed percent escape in the path", "GET", &format!("{CMS}/a%zz"), None, "", 400, "BadRequest"),
         row("method not allowed on /version", "POST", "/version", Some(JSON), "{}", 405, "MethodNotAllowed"),

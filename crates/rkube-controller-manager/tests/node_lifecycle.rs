@@ -168,3 +168,57 @@ async fn with_every_node_down_nothing_is_evicted() {
     assert!(pods.get("p").await.expect("pod").metadata.deletion_timestamp.is_none(), "full disruption: no eviction");
     env.stop().await;
 }
+
+/// With kube-apiserver's default admission plugins, a new pod tolerates
+/// `not-ready` and `unreachable` for 300 s (`DefaultTolerationSeconds`), so a
+/// node going Unknown does not evict it at once.
+#[tokio::test]
+async fn pods_get_default_toleration_seconds_and_outlive_a_short_outage() {
+    let admission = rkube_apiserver::admission::AdmissionArgs::default().load().expect("defaults");
+    let config = rkube_apiserver::ServerConfig {
+        admission: rkube_apiserver::admission::AdmissionConfig { service_account: false, ..admission },
+        ..rkube_apiserver::ServerConfig::default()
+    };
+    let mut env = Env::start_with(&[], false, config).await;
+    env.spawn(|ctx| nodelifecycle::run(ctx, OPTIONS));
+    env.spawn(|ctx| nodelifecycle::run_taint_eviction(ctx, Duration::from_millis(200)));
+    add_node(&env, "alive").await;
+    add_node(&env, "silent").await;
+    add_pod(&env, "p", "silent", serde_json::Value::Null).await;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    let pod = pods.get("p").await.expect("pod");
+    let tolerations: Vec<(String, i64)> = pod
+        .spec
+        .unwrap()
+        .tolerations
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| (t.key.unwrap_or_default(), t.toleration_seconds.unwrap_or(-1)))
+        .collect();
+    assert_eq!(
+        tolerations,
+        [("node.kubernetes.io/not-ready".to_string(), 300), ("node.kubernetes.io/unreachable".to_string(), 300)]
+    );
+    let keep_alive = {
+        let client = env.client.clone();
+        tokio::spawn(async move {
+            let leases: Api<Lease> = Api::namespaced(client, "kube-node-lease");
+            loop {
+                let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "alive"},
+                    "spec": {"holderIdentity": "alive", "renewTime": Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()}});
+                let _ = leases.patch("alive", &PatchParams::apply("test-kubelet").force(), &Patch::Apply(&lease)).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    eventually("the silent node is tainted NoExecute", || async {
+        let n = nodes.get("silent").await.ok()?;
+        taints(&n).iter().any(|(_, e)| e == "NoExecute").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(pods.get("p").await.expect("pod").metadata.deletion_timestamp.is_none(), "300 s are not over");
+    keep_alive.abort();
+    env.stop().await;
+}

@@ -151,7 +151,7 @@ async fn replication_controller_keeps_its_replicas_like_a_replica_set() {
 #[tokio::test]
 async fn a_failing_create_sets_replica_failure_and_a_failed_create_event() {
     // The ServiceAccount admission plugin refuses pods of a missing ServiceAccount.
-    let admission = rkube_apiserver::admission::AdmissionConfig { service_account: true };
+    let admission = rkube_apiserver::admission::AdmissionConfig { service_account: true, ..Default::default() };
     let config = rkube_apiserver::ServerConfig { admission, ..Default::default() };
     let env = Env::start_with(&["replicaset"], false, config).await;
     env.namespace("rs4").await;

@@ -1,34 +1,42 @@
 //! Admission plugins: what changes or refuses an object between decoding
-//! and storage (upstream `plugin/pkg/admission`). rkube has one so far,
-//! [`service_account`] (`ServiceAccount`); namespace lifecycle checks are
+//! and storage (upstream `plugin/pkg/admission`): [`service_account`]
+//! (`ServiceAccount`) and [`default_toleration_seconds`]
+//! (`DefaultTolerationSeconds`); namespace lifecycle checks are
 //! part of every create ([`crate::handlers::create`]). Admission webhooks
 //! ([`webhook`]: `MutatingAdmissionWebhook`, `ValidatingAdmissionWebhook`)
 //! always run, as they are on by default upstream.
 //!
 //! `--enable-admission-plugins` and `--disable-admission-plugins` take
-//! upstream's plugin names; `ServiceAccount` is on by default in
-//! `rkube apiserver` and `rkube up`, as in kube-apiserver. A library user's
+//! upstream's plugin names; both are on by default in `rkube apiserver` and
+//! `rkube up`, as in kube-apiserver. A library user's
 //! [`crate::ServerConfig::default`] enables none: it runs no serviceaccount
 //! controller to create the `default` ServiceAccounts the plugin requires.
 
+pub mod default_toleration_seconds;
 pub mod service_account;
 pub mod webhook;
 
 /// The plugin name of [`service_account`].
 pub const SERVICE_ACCOUNT: &str = "ServiceAccount";
 
+/// The plugin name of [`default_toleration_seconds`].
+pub const DEFAULT_TOLERATION_SECONDS: &str = "DefaultTolerationSeconds";
+
 /// Plugins rkube implements.
-pub const PLUGINS: &[&str] = &[SERVICE_ACCOUNT];
+pub const PLUGINS: &[&str] = &[SERVICE_ACCOUNT, DEFAULT_TOLERATION_SECONDS];
 
 /// Which admission plugins run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AdmissionConfig {
     /// `ServiceAccount`: pods get a ServiceAccount and its token volume.
     pub service_account: bool,
+    /// `DefaultTolerationSeconds`: the (not-ready, unreachable) seconds of
+    /// the NoExecute tolerations new pods get; `None` when off.
+    pub default_toleration_seconds: Option<(i64, i64)>,
 }
 
 /// kube-apiserver's admission flags; `#[command(flatten)]` them.
-#[derive(clap::Args, Debug, Clone, Default)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct AdmissionArgs {
     /// Admission plugins to enable besides the default ones (rkube implements: ServiceAccount, on by default).
     #[arg(long = "enable-admission-plugins", value_delimiter = ',')]
@@ -36,10 +44,29 @@ pub struct AdmissionArgs {
     /// Admission plugins to disable although they are on by default (e.g. ServiceAccount).
     #[arg(long = "disable-admission-plugins", value_delimiter = ',')]
     pub disable: Vec<String>,
+    /// Indicates the tolerationSeconds of the toleration for notReady:NoExecute that is
+    /// added by default to every pod that does not already have such a toleration.
+    #[arg(long = "default-not-ready-toleration-seconds", default_value_t = 300)]
+    pub default_not_ready_toleration_seconds: i64,
+    /// Indicates the tolerationSeconds of the toleration for unreachable:NoExecute that is
+    /// added by default to every pod that does not already have such a toleration.
+    #[arg(long = "default-unreachable-toleration-seconds", default_value_t = 300)]
+    pub default_unreachable_toleration_seconds: i64,
+}
+
+impl Default for AdmissionArgs {
+    fn default() -> Self {
+        AdmissionArgs {
+            enable: Vec::new(),
+            disable: Vec::new(),
+            default_not_ready_toleration_seconds: 300,
+            default_unreachable_toleration_seconds: 300,
+        }
+    }
 }
 
 impl AdmissionArgs {
-    /// The plugins to run: the defaults (`ServiceAccount`), plus enabled,
+    /// The plugins to run: the defaults (both), plus enabled,
     /// minus disabled. Errors name a plugin rkube does not implement, or one
     /// both enabled and disabled (as upstream refuses).
     pub fn load(&self) -> Result<AdmissionConfig, String> {
@@ -53,7 +80,12 @@ impl AdmissionArgs {
         if let Some(p) = enable.iter().find(|p| disable.contains(p)) {
             return Err(format!("{p} in --enable-admission-plugins and --disable-admission-plugins overlapped"));
         }
-        Ok(AdmissionConfig { service_account: !disable.iter().any(|p| p == SERVICE_ACCOUNT) })
+        let on = |name: &str| !disable.iter().any(|p| p == name);
+        Ok(AdmissionConfig {
+            service_account: on(SERVICE_ACCOUNT),
+            default_toleration_seconds: on(DEFAULT_TOLERATION_SECONDS)
+                .then_some((self.default_not_ready_toleration_seconds, self.default_unreachable_toleration_seconds)),
+        })
     }
 }
 
@@ -68,7 +100,20 @@ mod tests {
         assert!(!off.load().unwrap().service_account);
         let unknown = AdmissionArgs { enable: vec!["NodeRestriction".into()], ..Default::default() };
         assert!(unknown.load().unwrap_err().contains("NodeRestriction"));
-        let both = AdmissionArgs { enable: vec!["ServiceAccount".into()], disable: vec!["ServiceAccount".into()] };
+        let both = AdmissionArgs {
+            enable: vec!["ServiceAccount".into()],
+            disable: vec!["ServiceAccount".into()],
+            ..Default::default()
+        };
         assert!(both.load().unwrap_err().contains("overlapped"));
+    }
+
+    #[test]
+    fn default_toleration_seconds_is_on_with_its_flags_unless_disabled() {
+        assert_eq!(AdmissionArgs::default().load().unwrap().default_toleration_seconds, Some((300, 300)));
+        let args = AdmissionArgs { default_unreachable_toleration_seconds: 30, ..Default::default() };
+        assert_eq!(args.load().unwrap().default_toleration_seconds, Some((300, 30)));
+        let off = AdmissionArgs { disable: vec!["DefaultTolerationSeconds".into()], ..Default::default() };
+        assert_eq!(off.load().unwrap().default_toleration_seconds, None);
     }
 }

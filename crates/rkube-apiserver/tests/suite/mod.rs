@@ -47,7 +47,7 @@ macro_rules! all_suite_tests {
             crud::body_over_3mib_is_413,
             crud::malformed_json_is_400,
             crud::unsupported_content_type_is_415,
-            crud::protobuf_only_accept_is_406,
+            crud::protobuf_tables_only_accept_is_406,
             crud::get_missing_is_404_not_found,
             crud::list_has_kind_api_version_and_resource_version,
             crud::list_filters_by_label_and_field_selectors,
