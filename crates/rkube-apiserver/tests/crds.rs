@@ -409,3 +409,35 @@ async fn scale_and_printer_columns_follow_the_crd() {
     assert_eq!((&cells[0], &cells[1], &cells[2]), (&json!("w"), &json!("large"), &json!(5)));
     assert!(cells[3].as_str().is_some_and(|a| a.ends_with('s')), "an age: {}", cells[3]);
 }
+
+/// `x-kubernetes-validations` rules are evaluated on create and update:
+/// a failing rule is a 422 naming the field and the rule's message, and a
+/// transition rule (`oldSelf`) compares with the stored object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validation_rules_refuse_objects_that_break_them() {
+    let s = TestServer::embedded().await;
+    let g = "cel.example.com";
+    let mut crd = widget_crd(g);
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] = json!([
+        {"rule": "self.replicas <= 5", "message": "at most 5 replicas"},
+        {"rule": "self.size == oldSelf.size", "message": "size is immutable"}
+    ]);
+    assert_eq!(s.post(CRDS, &crd).await.code, 201);
+    established(&s, &format!("widgets.{g}")).await;
+    let widgets = format!("/apis/{g}/v1/namespaces/default/widgets");
+    let r = s.post(&widgets, &widget(g, "big", json!({"size": "small", "replicas": 6}))).await;
+    r.assert_status(422, "Invalid");
+    assert_eq!(r.message(), format!("Widget.{g} \"big\" is invalid: spec: Invalid value: \"object\": at most 5 replicas"));
+    assert_eq!(r.body["details"]["causes"][0], json!({"reason": "FieldValueInvalid", "message": "Invalid value: \"object\": at most 5 replicas", "field": "spec"}));
+
+    let created = s.post(&widgets, &widget(g, "ok", json!({"size": "small", "replicas": 2}))).await;
+    assert_eq!(created.code, 201, "{}", created.text);
+    let mut changed = created.body.clone();
+    changed["spec"]["size"] = json!("large");
+    let r = s.put(&format!("{widgets}/ok"), &changed).await;
+    r.assert_status(422, "Invalid");
+    assert_eq!(r.message(), format!("Widget.{g} \"ok\" is invalid: spec: Invalid value: \"object\": size is immutable"));
+    let mut scaled = created.body.clone();
+    scaled["spec"]["replicas"] = json!(4);
+    assert_eq!(s.put(&format!("{widgets}/ok"), &scaled).await.code, 200);
+}
