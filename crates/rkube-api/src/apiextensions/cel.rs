@@ -148,6 +148,34 @@ fn check_rule(rule: &Value, v: &Value, old: Option<&Value>, schema: &Value, path
     }
 }
 
+/// What a boolean CEL expression gave (webhook `matchConditions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It gave this boolean.
+    Bool(bool),
+    /// It failed, or gave something else (the message says which).
+    Error(String),
+    /// It does not parse here, or calls what this environment lacks.
+    Unsupported,
+}
+
+/// Evaluates `expr` with `vars` bound (JSON values, without a schema:
+/// numbers are ints when integral), as upstream's `matchconditions`
+/// matcher does with `object`, `oldObject` and `request`.
+pub fn evaluate_bool(expr: &str, vars: &[(&str, &Value)]) -> Outcome {
+    let Some(program) = compile(expr) else { return Outcome::Unsupported };
+    let mut ctx = Context::with_env(env());
+    for (name, v) in vars {
+        ctx.add_variable_from_value(*name, to_cel(v, &Value::Null));
+    }
+    match program.execute(&ctx) {
+        Ok(Cel::Bool(b)) => Outcome::Bool(b),
+        Ok(other) => Outcome::Error(format!("expression must evaluate to a bool, got {other:?}")),
+        Err(ExecutionError::UndeclaredReference(_)) => Outcome::Unsupported,
+        Err(e) => Outcome::Error(e.to_string()),
+    }
+}
+
 /// `message`, else `messageExpression`'s string value, else `failed rule: <rule>`.
 fn rule_message(rule: &Value, source: &str, ctx: &Context) -> String {
     if let Some(m) = rule.get("message").and_then(Value::as_str).map(str::trim).filter(|m| !m.is_empty()) {

@@ -65,3 +65,16 @@ fn reading_an_absent_field_is_an_error_and_unknown_functions_are_skipped() {
     assert!(errs[0].starts_with("spec: Invalid value: \"object\": "), "{errs:?}");
     assert!(errs[0].to_lowercase().contains("missing"), "{errs:?}");
 }
+
+#[test]
+fn match_conditions_evaluate_over_request_variables() {
+    let request = json!({"operation": "CREATE", "userInfo": {"username": "alice", "groups": ["dev"]}});
+    let object = json!({"metadata": {"name": "x", "labels": {"team": "a"}}});
+    let vars = [("request", &request), ("object", &object), ("oldObject", &Value::Null)];
+    assert_eq!(evaluate_bool("request.userInfo.username == 'alice'", &vars), Outcome::Bool(true));
+    assert_eq!(evaluate_bool("'team' in object.metadata.labels && oldObject == null", &vars), Outcome::Bool(true));
+    assert_eq!(evaluate_bool("!('system:masters' in request.userInfo.groups)", &vars), Outcome::Bool(true));
+    assert!(matches!(evaluate_bool("object.spec.x == 1", &vars), Outcome::Error(_)));
+    assert_eq!(evaluate_bool("authorizer.group('').resource('pods').check('get').allowed()", &vars), Outcome::Unsupported);
+    assert_eq!(evaluate_bool("1 +", &vars), Outcome::Unsupported);
+}
