@@ -298,7 +298,7 @@ async fn invoke(st: &ApiState, h: &Hook, a: &Attributes, slot: Slot) -> ApiResul
     let uid = uuid::Uuid::new_v4().to_string();
     let body = call::review(a, &uid);
     match call::call(st, &h.webhook, &body, &uid, slot.mutating).await {
-        Ok(mut answer) => {
+        Ok(answer) => {
             for (k, v) in &answer.audit_annotations {
                 crate::filters::audit::annotate(&format!("{}/{k}", h.name), v);
             }
