@@ -163,17 +163,58 @@ pub enum Outcome {
 /// numbers are ints when integral), as upstream's `matchconditions`
 /// matcher does with `object`, `oldObject` and `request`.
 pub fn evaluate_bool(expr: &str, vars: &[(&str, &Value)]) -> Outcome {
-    let Some(program) = compile(expr) else { return Outcome::Unsupported };
-    let mut ctx = Context::with_env(env());
-    for (name, v) in vars {
-        ctx.add_variable_from_value(*name, to_cel(v, &Value::Null));
-    }
-    match program.execute(&ctx) {
+    let Some(result) = evaluate(expr, vars) else { return Outcome::Unsupported };
+    match result {
         Ok(Cel::Bool(b)) => Outcome::Bool(b),
         Ok(other) => Outcome::Error(format!("expression must evaluate to a bool, got {other:?}")),
         Err(ExecutionError::UndeclaredReference(_)) => Outcome::Unsupported,
         Err(e) => Outcome::Error(e.to_string()),
     }
+}
+
+/// Evaluates `expr` to a string (`messageExpression`s); `None` otherwise.
+pub fn evaluate_string(expr: &str, vars: &[(&str, &Value)]) -> Option<String> {
+    match evaluate(expr, vars)? {
+        Ok(Cel::String(s)) => Some(s.to_string()),
+        _ => None,
+    }
+}
+
+/// Evaluates `expr` and gives its value as JSON (policy `variables`);
+/// `None` when it fails or gives what JSON cannot hold.
+pub fn evaluate_json(expr: &str, vars: &[(&str, &Value)]) -> Option<Value> {
+    to_json(&evaluate(expr, vars)?.ok()?)
+}
+
+fn evaluate(expr: &str, vars: &[(&str, &Value)]) -> Option<Result<Cel, ExecutionError>> {
+    let program = compile(expr)?;
+    let mut ctx = Context::with_env(env());
+    for (name, v) in vars {
+        ctx.add_variable_from_value(*name, to_cel(v, &Value::Null));
+    }
+    Some(program.execute(&ctx))
+}
+
+/// A CEL value as JSON (lists, maps with string keys, scalars).
+fn to_json(v: &Cel) -> Option<Value> {
+    Some(match v {
+        Cel::Null => Value::Null,
+        Cel::Bool(b) => Value::Bool(*b),
+        Cel::Int(i) => Value::from(*i),
+        Cel::UInt(u) => Value::from(*u),
+        Cel::Float(f) => serde_json::Number::from_f64(*f).map(Value::Number)?,
+        Cel::String(s) => Value::String(s.to_string()),
+        Cel::List(items) => Value::Array(items.iter().map(to_json).collect::<Option<Vec<_>>>()?),
+        Cel::Map(m) => {
+            let mut out = serde_json::Map::new();
+            for (k, v) in m.map.iter() {
+                let Key::String(k) = k else { return None };
+                out.insert(k.to_string(), to_json(v)?);
+            }
+            Value::Object(out)
+        }
+        _ => return None,
+    })
 }
 
 /// `message`, else `messageExpression`'s string value, else `failed rule: <rule>`.

@@ -13,6 +13,7 @@
 //! controller to create the `default` ServiceAccounts the plugin requires.
 
 pub mod default_toleration_seconds;
+pub mod policy;
 pub mod service_account;
 pub mod webhook;
 

@@ -424,10 +424,14 @@ async fn patch_from(
 
 /// Runs the validating webhooks on `a`, all at once; the first denial or
 /// failure in configuration order is the error. Returns their warnings.
+///
+/// ValidatingAdmissionPolicies ([`crate::admission::policy`]) run first, as
+/// upstream's plugin order has them before the validating webhooks.
 pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
+    let mut policy_warnings = crate::admission::policy::validate(st, a).await?;
     let all = hooks(st, "validatingwebhookconfigurations").await?;
     if all.is_empty() {
-        return Ok(Vec::new());
+        return Ok(policy_warnings);
     }
     let ns_labels = namespace_labels(st, a).await;
     let mut chosen = Vec::new();
@@ -443,5 +447,6 @@ pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
             warnings.extend(answer.warnings);
         }
     }
-    Ok(warnings)
+    policy_warnings.extend(warnings);
+    Ok(policy_warnings)
 }
