@@ -441,3 +441,32 @@ async fn validation_rules_refuse_objects_that_break_them() {
     scaled["spec"]["replicas"] = json!(4);
     assert_eq!(s.put(&format!("{widgets}/ok"), &scaled).await.code, 200);
 }
+
+/// `selectableFields` make custom resource fields usable in field selectors
+/// (from the watch cache and from storage); other fields are still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selectable_fields_filter_custom_resources() {
+    let s = TestServer::embedded().await;
+    let g = "fields.example.com";
+    let mut crd = widget_crd(g);
+    crd["spec"]["versions"][0]["selectableFields"] = json!([{"jsonPath": ".spec.size"}, {"jsonPath": ".spec.replicas"}]);
+    assert_eq!(s.post(CRDS, &crd).await.code, 201);
+    established(&s, &format!("widgets.{g}")).await;
+    let widgets = format!("/apis/{g}/v1/namespaces/default/widgets");
+    for (name, size, replicas) in [("a", "small", 1), ("b", "large", 2), ("c", "small", 3)] {
+        assert_eq!(s.post(&widgets, &widget(g, name, json!({"size": size, "replicas": replicas}))).await.code, 201);
+    }
+    let names = |v: &Value| -> Vec<String> {
+        v["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str().map(String::from)).collect()
+    };
+    for rv in ["", "&resourceVersion=0"] {
+        let r = s.get(&format!("{widgets}?fieldSelector=spec.size%3Dsmall{rv}")).await;
+        assert_eq!(r.code, 200, "{}", r.text);
+        assert_eq!(names(&r.body), ["a", "c"]);
+        let r = s.get(&format!("{widgets}?fieldSelector=spec.replicas%3D2{rv}")).await;
+        assert_eq!(names(&r.body), ["b"]);
+    }
+    let r = s.get(&format!("{widgets}?fieldSelector=spec.color%3Dred")).await;
+    r.assert_status(400, "BadRequest");
+    assert_eq!(r.message(), "field label not supported: spec.color");
+}

@@ -17,7 +17,7 @@ pub mod schema;
 
 use serde_json::Value;
 
-use crate::registry::{status, ResourceInfo, SubresourceInfo, ALL_VERBS, BASE, SCALE};
+use crate::registry::{status, FieldType, ResourceInfo, SelectableField, SubresourceInfo, ALL_VERBS, BASE, SCALE};
 
 /// The finalizer every CRD gets on create; the API server removes it once
 /// the CRD's custom resources are deleted (upstream's `finalizer` controller).
@@ -111,6 +111,37 @@ pub fn custom_resource(crd: &Value, version: &Value) -> CustomResource {
     }
 }
 
+/// The version's `selectableFields` (CRD field selectors, GA in 1.32): each
+/// `jsonPath` (`.spec.color`) becomes the field label `spec.color`, typed by
+/// the schema (`integer`, `boolean`, else string). Leaks its strings, as
+/// [`rows_for`] does.
+pub fn selectable_fields(version: &Value) -> &'static [SelectableField] {
+    let schema = version.pointer("/schema/openAPIV3Schema").cloned().unwrap_or(Value::Null);
+    let fields: Vec<SelectableField> = version
+        .get("selectableFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
+        .map(|p| p.trim_start_matches('.'))
+        .filter(|p| !p.is_empty())
+        .map(|path| {
+            let mut node = &schema;
+            for seg in path.split('.') {
+                node = node.pointer(&format!("/properties/{seg}")).unwrap_or(&Value::Null);
+            }
+            let field_type = match node.get("type").and_then(Value::as_str) {
+                Some("integer") => FieldType::Int,
+                Some("boolean") => FieldType::Bool,
+                _ => FieldType::Str,
+            };
+            let path = leak(path);
+            SelectableField { label: path, path, field_type }
+        })
+        .collect();
+    Box::leak(fields.into_boxed_slice())
+}
+
 /// The rows `crd` (a CRD object) serves: one per served version, named by
 /// its `status.acceptedNames` (so only once names are accepted), stored
 /// under `<group>/<plural>` as upstream's `customresource` storage. Each
@@ -164,6 +195,7 @@ pub fn rows_for(crd: &Value) -> Vec<ResourceInfo> {
                 subresources: Box::leak(subresources.into_boxed_slice()),
                 storage_prefix,
                 has_spec: true,
+                fields: selectable_fields(v),
                 custom: Some(Box::leak(Box::new(custom_resource(crd, v)))),
                 ..BASE
             }
