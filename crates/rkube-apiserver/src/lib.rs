@@ -20,6 +20,7 @@
 //! - [`cli`]: the `apiserver` and `up` commands; [`up_auth`]: `rkube up`'s HTTPS, authentication and RBAC defaults.
 
 pub mod admission;
+pub mod body_chunks;
 pub mod builtin_objects;
 pub mod cache_options;
 pub mod cli;

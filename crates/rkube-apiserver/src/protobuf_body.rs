@@ -14,7 +14,7 @@
 //! watcher reuses them. Built-in kinds only: custom resources and kinds
 //! without a schema answer JSON, as upstream serves them.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use rkube_api::protobuf as pb;
 use rkube_api::registry::ResourceInfo;
 use rkube_cache::{CachedObject, ListResult, WatchEvent};
@@ -105,28 +105,11 @@ pub fn list_chunks(
     head.extend_from_slice(&opening);
     let total = head.len() + items_len + pb::ENVELOPE_TAIL.len();
 
-    let mut head = Some(head);
-    let mut next = 0usize;
-    let mut closed = false;
-    let chunks = std::iter::from_fn(move || {
-        if closed {
-            return None;
-        }
-        let mut chunk = BytesMut::with_capacity(chunk_bytes.min(total) + 16);
-        if let Some(h) = head.take() {
-            chunk.put_slice(&h);
-        }
-        while next < items.len() && (chunk.is_empty() || chunk.len() + items[next].len() < chunk_bytes) {
-            chunk.put_slice(&pb::field_header(2, items[next].len()));
-            chunk.put_slice(&items[next]);
-            next += 1;
-        }
-        if next == items.len() {
-            chunk.put_slice(pb::ENVELOPE_TAIL);
-            closed = true;
-        }
-        Some(chunk.freeze())
-    });
+    let prefix = |_: usize, len: usize, out: &mut bytes::BytesMut| out.extend_from_slice(&pb::field_header(2, len));
+    fn raw(b: &Bytes) -> &[u8] {
+        b
+    }
+    let chunks = crate::body_chunks::splice(head, items, raw, prefix, pb::ENVELOPE_TAIL, chunk_bytes.min(total));
     Ok((total, chunks))
 }
 

@@ -125,31 +125,15 @@ pub fn list_chunks(info: &ResourceInfo, page: ListResult) -> (usize, impl Iterat
     let items_len: usize = page.items.iter().map(|o| o.json.len()).sum::<usize>() + page.items.len().saturating_sub(1);
     let total = opening.len() + items_len + CLOSING.len();
 
-    let items = page.items;
-    let mut next = 0usize;
-    let mut opening = Some(opening);
-    let mut closed = false;
-    let chunks = std::iter::from_fn(move || {
-        if closed {
-            return None;
+    let prefix = |i: usize, _: usize, out: &mut BytesMut| {
+        if i > 0 {
+            out.put_u8(b',');
         }
-        let mut chunk = BytesMut::with_capacity(LIST_CHUNK_BYTES.min(total) + 1);
-        if let Some(o) = opening.take() {
-            chunk.put_slice(&o);
-        }
-        while next < items.len() && (chunk.is_empty() || chunk.len() + items[next].json.len() < LIST_CHUNK_BYTES) {
-            if next > 0 {
-                chunk.put_u8(b',');
-            }
-            chunk.put_slice(&items[next].json);
-            next += 1;
-        }
-        if next == items.len() {
-            chunk.put_slice(CLOSING);
-            closed = true;
-        }
-        Some(chunk.freeze())
-    });
+    };
+    fn json(o: &std::sync::Arc<rkube_cache::CachedObject>) -> &[u8] {
+        &o.json
+    }
+    let chunks = crate::body_chunks::splice(opening, page.items, json, prefix, CLOSING, LIST_CHUNK_BYTES.min(total));
     (total, chunks)
 }
 
