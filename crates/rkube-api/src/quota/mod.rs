@@ -115,13 +115,15 @@ pub fn matching_resources<'a>(group: &str, resource: &str, names: impl IntoItera
 /// What `obj`, an object of (`group`, `resource`), uses (upstream
 /// `Evaluator.Usage`): its object count, plus the per-kind resources.
 pub fn usage(group: &str, resource: &str, obj: &Value) -> ResourceList {
+    if group.is_empty() && resource == "pods" {
+        return pods::usage(obj);
+    }
     let mut out = ResourceList::new();
     out.insert(object_count_name(group, resource), Quantity::count(1));
     if !group.is_empty() {
         return out;
     }
     match resource {
-        "pods" => return add(&out, &pods::usage(obj)),
         "services" => {
             out.insert("services".into(), Quantity::count(1));
             let ports = obj.pointer("/spec/ports").and_then(Value::as_array).map_or(0, Vec::len);

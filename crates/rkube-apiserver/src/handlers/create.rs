@@ -4,7 +4,7 @@
 //! on mismatch) → `generateName` → typed decoding and unknown fields (400 /
 //! warnings) → defaults → managedFields (`Create`) → namespace exists (404) /
 //! not terminating (403) → admission (ServiceAccount, 403; mutating webhooks) → validation (422) → server-set metadata and status →
-//! ClusterIP → validating webhooks → store (409 `AlreadyExists`; a generated name is retried).
+//! ClusterIP → validating webhooks → `ResourceQuota` (403; charges the quota) → store (409 `AlreadyExists`; a generated name is retried).
 
 use axum::response::Response;
 use serde_json::{json, Value};
@@ -94,6 +94,10 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     }
     attrs.object = Some(obj.clone());
     warnings.extend(crate::admission::webhook::validate(&ctx.st, &attrs).await?);
+    if ctx.st.config.admission.resource_quota {
+        let dry_run = ctx.dry_run()?;
+        crate::admission::resource_quota::admit_create(&ctx.st, info, ctx.namespace(), &name, &obj, dry_run).await?;
+    }
     Ok((obj, warnings))
 }
 
