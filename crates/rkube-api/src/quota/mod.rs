@@ -72,7 +72,7 @@ pub fn list_to_json(l: &ResourceList) -> Value {
 pub fn add(a: &ResourceList, b: &ResourceList) -> ResourceList {
     let mut out = a.clone();
     for (k, q) in b {
-        let sum = out.get(k).map_or(*q, |have| have.add(*q));
+        let sum = out.get(k).map_or(*q, |have| have.plus(*q));
         out.insert(k.clone(), sum);
     }
     out

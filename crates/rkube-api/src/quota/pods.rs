@@ -63,7 +63,7 @@ fn container_resources(c: &Value) -> (Amounts, Amounts) {
 
 fn add_into(sum: &mut Amounts, other: &Amounts) {
     for (k, q) in other {
-        let v = sum.get(k).map_or(*q, |have| have.add(*q));
+        let v = sum.get(k).map_or(*q, |have| have.plus(*q));
         sum.insert(k.clone(), v);
     }
 }

@@ -100,14 +100,9 @@ impl Quantity {
     }
 
     /// `self + other`; a zero `self` takes `other`'s notation (as upstream's `Add`).
-    pub fn add(self, other: Quantity) -> Quantity {
+    pub fn plus(self, other: Quantity) -> Quantity {
         let format = if self.milli == 0 { other.format } else { self.format };
         Quantity { milli: self.milli.saturating_add(other.milli), format }
-    }
-
-    /// `self - other`, in `self`'s notation.
-    pub fn sub(self, other: Quantity) -> Quantity {
-        Quantity { milli: self.milli.saturating_sub(other.milli), format: self.format }
     }
 }
 
@@ -193,9 +188,9 @@ mod tests {
 
     #[test]
     fn a_zero_sum_takes_the_notation_of_what_is_added() {
-        assert_eq!(Quantity::zero().add(q("128Mi")).to_string(), "128Mi");
-        assert_eq!(q("128Mi").add(q("128Mi")).to_string(), "256Mi");
-        assert_eq!(q("500m").add(q("1")).to_string(), "1500m");
-        assert_eq!(q("1").add(q("1")).to_string(), "2");
+        assert_eq!(Quantity::zero().plus(q("128Mi")).to_string(), "128Mi");
+        assert_eq!(q("128Mi").plus(q("128Mi")).to_string(), "256Mi");
+        assert_eq!(q("500m").plus(q("1")).to_string(), "1500m");
+        assert_eq!(q("1").plus(q("1")).to_string(), "2");
     }
 }
