@@ -135,3 +135,25 @@ async fn concurrent_creates_against_a_quota_of_one_admit_exactly_one() {
     assert_eq!(names.iter().filter(|n| n.starts_with("cm")).count(), 1, "{names:?}");
     assert_eq!(used(&srv, "q4").await, json!({"count/configmaps": "1"}));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_update_is_charged_the_node_ports_it_adds() {
+    let srv = server().await;
+    srv.namespace("q5").await;
+    quota(&srv, "q5", json!({"services": "2", "services.nodeports": "1"}), Some(json!({"services": "0", "services.nodeports": "0"}))).await;
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"ports": [{"name": "a", "port": 80}, {"name": "b", "port": 81}]}});
+    let r = srv.post("/api/v1/namespaces/q5/services", &svc).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    assert_eq!(used(&srv, "q5").await, json!({"services": "1", "services.nodeports": "0"}));
+    let r = srv.patch("/api/v1/namespaces/q5/services/web", "application/merge-patch+json", r#"{"spec":{"type":"NodePort"}}"#).await;
+    r.assert_status(403, "Forbidden");
+    assert_eq!(
+        r.message(),
+        "services \"web\" is forbidden: exceeded quota: q, requested: services.nodeports=2, used: services.nodeports=0, limited: services.nodeports=1"
+    );
+    // A label change costs nothing and passes.
+    let r = srv.patch("/api/v1/namespaces/q5/services/web", "application/merge-patch+json", r#"{"metadata":{"labels":{"a":"b"}}}"#).await;
+    assert_eq!(r.code, 200, "{}", r.text);
+    assert_eq!(used(&srv, "q5").await, json!({"services": "1", "services.nodeports": "0"}));
+}

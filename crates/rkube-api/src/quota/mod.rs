@@ -78,6 +78,24 @@ pub fn add(a: &ResourceList, b: &ResourceList) -> ResourceList {
     out
 }
 
+/// `a - b` per name (upstream `quota.Subtract`); names only in `b` become negative.
+pub fn subtract(a: &ResourceList, b: &ResourceList) -> ResourceList {
+    let mut out = a.clone();
+    for (k, q) in b {
+        let have = out.get(k).copied().unwrap_or(Quantity { milli: 0, format: q.format });
+        out.insert(k.clone(), Quantity { milli: have.milli.saturating_sub(q.milli), format: have.format });
+    }
+    out
+}
+
+/// Whether an UPDATE of (`group`, `resource`) can change quota usage
+/// (upstream `Evaluator.Handles`): Services (type and ports) and
+/// PersistentVolumeClaims (storage requests). Pod resizes go through the
+/// `resize` subresource, which quota does not see.
+pub fn charges_updates(group: &str, resource: &str) -> bool {
+    group.is_empty() && matches!(resource, "services" | "persistentvolumeclaims")
+}
+
 /// The entries of `l` named in `names` (upstream `quota.Mask`).
 pub fn mask<'a>(l: &ResourceList, names: impl IntoIterator<Item = &'a String>) -> ResourceList {
     names.into_iter().filter_map(|n| l.get(n).map(|q| (n.clone(), *q))).collect()

@@ -19,9 +19,11 @@
 //!   checked again (so two racing creates cannot both take the last unit).
 //!   Dry runs are checked but not charged.
 //!
-//! Messages are wrapped as `<resource> "<name>" is forbidden: <reason>`.
-//! Updates are not charged (upstream charges growth on update, e.g. a
-//! Service becoming a LoadBalancer).
+//! Updates of Services and PersistentVolumeClaims are charged the
+//! difference from the old object (a Service becoming a NodePort, a bigger
+//! storage request); other updates and subresource writes are not, as
+//! upstream. Messages are wrapped as `<resource> "<name>" is forbidden:
+//! <reason>`.
 
 use std::collections::BTreeSet;
 
@@ -74,7 +76,7 @@ async fn read_quotas(st: &ApiState, quotas: &ResourceInfo, ns: &str) -> ApiResul
 
 /// The new `status.used` of each quota that `obj` is charged to, or the
 /// 403 that refuses it (upstream `checkRequest`).
-fn check(info: &ResourceInfo, name: &str, obj: &Value, quotas: &[StoredQuota]) -> ApiResult<Vec<(usize, ResourceList)>> {
+fn check(info: &ResourceInfo, name: &str, obj: &Value, old: Option<&Value>, quotas: &[StoredQuota]) -> ApiResult<Vec<(usize, ResourceList)>> {
     let mut interesting = Vec::new();
     for (i, q) in quotas.iter().enumerate() {
         let Some(restricted) = quota::quota_matches(&q.obj, info.group, info.resource, obj) else { continue };
@@ -100,6 +102,10 @@ fn check(info: &ResourceInfo, name: &str, obj: &Value, quotas: &[StoredQuota]) -
         let names: Vec<&str> = negative.iter().map(String::as_str).collect();
         return Err(forbidden(info, name, format!("quota usage is negative for resource(s): {}", names.join(","))));
     }
+    let delta = match old {
+        Some(old) => quota::subtract(&delta, &quota::usage(info.group, info.resource, old)),
+        None => delta,
+    };
     if delta.values().all(|q| q.milli == 0) {
         return Ok(Vec::new());
     }
@@ -136,12 +142,13 @@ fn check(info: &ResourceInfo, name: &str, obj: &Value, quotas: &[StoredQuota]) -
     Ok(out)
 }
 
-/// Checks the creation of `obj` (an object of `info` named `name` in `ns`)
-/// against the namespace's quotas and, unless `dry_run`, charges it to
-/// them. Errors: 403 as the module docs say; a storage error reading or
-/// writing quotas; 409 when quota writes keep conflicting.
-pub async fn admit_create(st: &ApiState, info: &ResourceInfo, ns: &str, name: &str, obj: &Value, dry_run: bool) -> ApiResult<()> {
-    if ns.is_empty() || !info.namespaced {
+/// Checks the creation of `obj` (an object of `info` named `name` in `ns`),
+/// or its update from `old`, against the namespace's quotas and, unless
+/// `dry_run`, charges it to them. Errors: 403 as the module docs say; a
+/// storage error reading or writing quotas; 409 when quota writes keep
+/// conflicting.
+pub async fn admit(st: &ApiState, info: &ResourceInfo, ns: &str, name: &str, obj: &Value, old: Option<&Value>, dry_run: bool) -> ApiResult<()> {
+    if ns.is_empty() || !info.namespaced || (old.is_some() && !quota::charges_updates(info.group, info.resource)) {
         return Ok(());
     }
     let quotas_info = registry::lookup("", "v1", "resourcequotas").ok_or_else(|| ApiError::internal("resourcequotas are not served"))?;
@@ -150,7 +157,7 @@ pub async fn admit_create(st: &ApiState, info: &ResourceInfo, ns: &str, name: &s
     for _ in 0..ATTEMPTS {
         let mut quotas = read_quotas(st, quotas_info, ns).await?;
         quotas.retain(|q| !charged.contains(q.name()));
-        let updates = check(info, name, obj, &quotas)?;
+        let updates = check(info, name, obj, old, &quotas)?;
         if dry_run || updates.is_empty() {
             return Ok(());
         }

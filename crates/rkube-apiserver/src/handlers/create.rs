@@ -96,7 +96,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     warnings.extend(crate::admission::webhook::validate(&ctx.st, &attrs).await?);
     if ctx.st.config.admission.resource_quota {
         let dry_run = ctx.dry_run()?;
-        crate::admission::resource_quota::admit_create(&ctx.st, info, ctx.namespace(), &name, &obj, dry_run).await?;
+        crate::admission::resource_quota::admit(&ctx.st, info, ctx.namespace(), &name, &obj, None, dry_run).await?;
     }
     Ok((obj, warnings))
 }
