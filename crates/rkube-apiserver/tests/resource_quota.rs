@@ -157,3 +157,35 @@ async fn a_service_update_is_charged_the_node_ports_it_adds() {
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(used(&srv, "q5").await, json!({"services": "1", "services.nodeports": "0"}));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_ranges_default_container_resources_and_refuse_out_of_bounds_pods() {
+    let config = ServerConfig {
+        admission: AdmissionConfig { resource_quota: true, limit_ranger: true, ..Default::default() },
+        ..ServerConfig::default()
+    };
+    let srv = TestServer::embedded_with(config).await;
+    srv.namespace("lr").await;
+    let lr = json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "limits"}, "spec": {"limits": [
+        {"type": "Container", "max": {"cpu": "1"}, "min": {"cpu": "100m"}, "defaultRequest": {"cpu": "200m"}}]}});
+    let r = srv.post("/api/v1/namespaces/lr/limitranges", &lr).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    // With a requests.cpu quota, the defaulted request satisfies "must specify".
+    quota(&srv, "lr", json!({"requests.cpu": "1"}), Some(json!({"requests.cpu": "0"}))).await;
+    let r = srv.post("/api/v1/namespaces/lr/pods", &pod("defaulted", None)).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    assert_eq!(r.body["spec"]["containers"][0]["resources"], json!({"requests": {"cpu": "200m"}, "limits": {"cpu": "1"}}));
+    assert_eq!(
+        r.body["metadata"]["annotations"]["kubernetes.io/limit-ranger"],
+        "LimitRanger plugin set: cpu request for container c; cpu limit for container c"
+    );
+    assert_eq!(used(&srv, "lr").await, json!({"requests.cpu": "200m"}));
+    let mut big = pod("big", Some("50m"));
+    big["spec"]["containers"][0]["resources"]["limits"] = json!({"cpu": "2"});
+    let r = srv.post("/api/v1/namespaces/lr/pods", &big).await;
+    r.assert_status(403, "Forbidden");
+    assert_eq!(
+        r.message(),
+        "pods \"big\" is forbidden: [minimum cpu usage per Container is 100m, but request is 50m, maximum cpu usage per Container is 1, but limit is 2]"
+    );
+}

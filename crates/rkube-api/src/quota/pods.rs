@@ -80,8 +80,10 @@ fn containers<'a>(pod: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> 
     pod.pointer(&format!("/spec/{key}")).and_then(Value::as_array).into_iter().flatten()
 }
 
-/// The pod's effective amounts: `pick` chooses requests (0) or limits (1).
-fn effective(pod: &Value, limits: bool) -> Amounts {
+/// The pod's effective requests (or, with `limits`, limits): containers
+/// and sidecars summed, raised to each other init container's needs, plus
+/// `spec.overhead` (upstream `resourcehelper.PodRequests`/`PodLimits`).
+pub fn effective(pod: &Value, limits: bool) -> ResourceList {
     let pick = |c: &Value| {
         let (r, l) = container_resources(c);
         if limits {
