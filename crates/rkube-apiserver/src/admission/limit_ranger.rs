@@ -43,7 +43,8 @@ pub fn handles(info: &ResourceInfo) -> bool {
     info.group.is_empty() && matches!(info.resource, "pods" | "persistentvolumeclaims")
 }
 
-/// The namespace's LimitRanges, in name order.
+/// The namespace's LimitRanges, in name order, read from storage (so a
+/// LimitRange applies from the moment its create returned).
 pub async fn read(st: &ApiState, ns: &str) -> ApiResult<Vec<Value>> {
     let info = registry::lookup("", "v1", "limitranges").ok_or_else(|| ApiError::internal("limitranges are not served"))?;
     let prefix = info.list_prefix(st.prefix(), Some(ns));

@@ -15,8 +15,9 @@
 //!   <r>=<q>, used: …, limited: …` (only the exceeded resources, sorted);
 //! - otherwise the object's usage is added to each matching quota's
 //!   `status.used` in storage before the object is written, guarded by the
-//!   quota's revision; on a conflict the remaining quotas are read and
-//!   checked again (so two racing creates cannot both take the last unit).
+//!   quota's revision (quotas are read from storage; the watch cache only
+//!   tells whether the namespace has any); on a conflict the remaining
+//!   quotas are read and checked again (so two racing creates cannot both take the last unit).
 //!   Dry runs are checked but not charged.
 //!
 //! Updates of Services and PersistentVolumeClaims are charged the
@@ -28,6 +29,7 @@
 use std::collections::BTreeSet;
 
 use rkube_api::quota::{self, ResourceList};
+use rkube_api::list_options::ListOptions;
 use rkube_api::registry::{self, ResourceInfo};
 use rkube_api::status::{Status, StatusDetails};
 use rkube_storage::{RangeRequest, StorageError};
@@ -62,7 +64,20 @@ impl StoredQuota {
     }
 }
 
-async fn read_quotas(st: &ApiState, quotas: &ResourceInfo, ns: &str) -> ApiResult<Vec<StoredQuota>> {
+/// The namespace's quotas, from the watch cache or from storage.
+async fn read_quotas(st: &ApiState, quotas: &'static ResourceInfo, ns: &str, from_cache: bool) -> ApiResult<Vec<StoredQuota>> {
+    if from_cache {
+        let opts = ListOptions { resource_version: Some("0".into()), ..Default::default() };
+        let page = st.cache.list(quotas, Some(ns), &opts).await.map_err(ApiError::internal)?;
+        return Ok(page
+            .items
+            .iter()
+            .filter_map(|item| {
+                let obj = serde_json::from_slice::<Value>(&item.json).ok()?;
+                Some(StoredQuota { key: quotas.object_key(st.prefix(), ns, &item.name), revision: item.resource_version, obj })
+            })
+            .collect());
+    }
     let prefix = quotas.list_prefix(st.prefix(), Some(ns));
     let resp = st.storage.range(RangeRequest::prefix(&prefix)).await.map_err(|e| ApiError::from_storage(e, quotas, ""))?;
     resp.kvs
@@ -154,8 +169,14 @@ pub async fn admit(st: &ApiState, info: &ResourceInfo, ns: &str, name: &str, obj
     let quotas_info = registry::lookup("", "v1", "resourcequotas").ok_or_else(|| ApiError::internal("resourcequotas are not served"))?;
     let mut charged: BTreeSet<String> = BTreeSet::new();
     let mut last_conflict = None;
+    // The cache answers the common case (no quota in the namespace) without
+    // a storage round trip; the check itself reads storage, so a status
+    // the cache has not caught up with yet is never missed.
+    if read_quotas(st, quotas_info, ns, true).await?.is_empty() {
+        return Ok(());
+    }
     for _ in 0..ATTEMPTS {
-        let mut quotas = read_quotas(st, quotas_info, ns).await?;
+        let mut quotas = read_quotas(st, quotas_info, ns, false).await?;
         quotas.retain(|q| !charged.contains(q.name()));
         let updates = check(info, name, obj, old, &quotas)?;
         if dry_run || updates.is_empty() {
