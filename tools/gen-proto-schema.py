@@ -52,7 +52,8 @@ messages = {}
 field_re = re.compile(r'#\[prost\(([^)]*)\)\]\s*pub (r#)?([a-z0-9_]+):\s*([^;]+?),\n(?=\s*(?:///|#\[|$))')
 for path in glob.glob(f"{pb}/**/mod.rs", recursive=True):
     module = os.path.relpath(os.path.dirname(path), pb).replace("/", ".")
-    src = open(path).read()
+    # Empty messages are written `pub struct X {}` on one line.
+    src = re.sub(r'(pub struct \w+) \{\}', r'\1 {\n}', open(path).read())
     for sm in re.finditer(r'pub struct (\w+) \{(.*?)\n\}', src, re.S):
         name, body = sm.group(1), sm.group(2)
         fields = []
@@ -80,6 +81,10 @@ for path in glob.glob(f"{pb}/**/mod.rs", recursive=True):
             jname = json_name(rname)
             if name == "DaemonEndpoint" and jname == "port":
                 jname = "Port"  # Go: `Port int32 json:"Port"`
+            if name == "ConversionRequest" and jname == "desiredApiVersion":
+                jname = "desiredAPIVersion"
+            if name == "JsonSchemaProps" and jname in ("schema", "ref"):
+                jname = "$" + jname  # Go: `json:"$schema"`, `json:"$ref"`
             # Go structs embedded with `json:",inline"`: a nested message on the
             # wire, flattened into the parent in JSON.
             inline = (jname in ("localObjectReference", "ephemeralContainerCommon")
@@ -97,7 +102,7 @@ roots = ["api.core.v1", "api.apps.v1", "api.discovery.v1", "api.coordination.v1"
          "api.authentication.v1", "api.authorization.v1", "api.autoscaling.v1", "api.autoscaling.v2", "api.batch.v1", "api.policy.v1", "api.events.v1",
          "api.admissionregistration.v1", "api.certificates.v1", "api.flowcontrol.v1", "api.networking.v1",
          "api.node.v1", "api.scheduling.v1", "api.storage.v1", "kube_aggregator.pkg.apis.apiregistration.v1",
-         "apimachinery.pkg.apis.meta.v1"]
+         "apimachinery.pkg.apis.meta.v1", "apiextensions_apiserver.pkg.apis.apiextensions.v1"]
 keep, todo = {}, [m for m in messages if any(m.startswith(r + ".") for r in roots)]
 while todo:
     m = todo.pop()

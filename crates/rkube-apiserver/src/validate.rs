@@ -173,6 +173,7 @@ pub fn validate_with(
     };
     if let Some(schema) = info.custom.and_then(|c| c.schema.as_ref()) {
         errs.extend(rkube_api::apiextensions::schema::validate(obj, schema));
+        errs.extend(rkube_api::apiextensions::cel::validate(obj, old, schema));
     }
     errs.extend(crate::config_data::validate_size(info.kind, obj));
     causes.extend(errs.into_iter().map(StatusCause::from));

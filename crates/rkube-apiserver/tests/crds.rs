@@ -7,6 +7,7 @@
 //! Every test uses its own API group: the resource table is process-global.
 
 mod common;
+mod pb_support;
 
 use std::time::Duration;
 
@@ -81,6 +82,33 @@ async fn a_created_crd_is_established_with_its_names_accepted() {
     let row = list.body["resources"].as_array().unwrap().iter().find(|r| r["name"] == "customresourcedefinitions").cloned().unwrap();
     assert_eq!(row["shortNames"], json!(["crd", "crds"]));
     assert_eq!(row["namespaced"], false);
+}
+
+/// CRDs are built-in objects: client-go's protobuf clients read them in
+/// protobuf (schemas included). Custom resources are JSON only: a client
+/// accepting only protobuf gets 406, one that also accepts JSON gets JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crds_are_served_in_protobuf_and_custom_resources_in_json() {
+    let s = TestServer::embedded().await;
+    let g = "pb.example.com";
+    assert_eq!(s.post(CRDS, &widget_crd(g)).await.code, 201);
+    let crd = established(&s, &format!("widgets.{g}")).await;
+    let url = format!("{}{CRDS}/widgets.{g}", s.base);
+    let pb = pb_support::send(&s.client, "GET", &url, None).await;
+    assert_eq!((pb.code, pb.content_type.as_str()), (200, pb_support::PROTOBUF));
+    assert_eq!(pb_support::to_json(&pb.body), pb_support::go_json(&crd));
+    let list = pb_support::send(&s.client, "GET", &format!("{}{CRDS}", s.base), None).await;
+    assert_eq!((list.code, list.content_type.as_str()), (200, pb_support::PROTOBUF));
+    assert_eq!(pb_support::to_json(&list.body)["items"][0]["spec"], pb_support::go_json(&crd["spec"]));
+
+    let widgets = format!("/apis/{g}/v1/namespaces/default/widgets");
+    assert_eq!(s.post(&widgets, &widget(g, "w", json!({"size": "small"}))).await.code, 201);
+    let r = s.get_as(&widgets, "application/vnd.kubernetes.protobuf").await;
+    r.assert_status(406, "NotAcceptable");
+    assert_eq!(r.message(), "only the following media types are accepted: application/json, application/yaml");
+    let r = s.get_as(&widgets, pb_support::CLIENT_GO_ACCEPT).await;
+    assert_eq!((r.code, r.headers["content-type"].to_str().unwrap()), (200, "application/json"));
+    assert_eq!(r.body["items"][0]["metadata"]["name"], "w");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,4 +408,36 @@ async fn scale_and_printer_columns_follow_the_crd() {
     let cells = t.body["rows"][0]["cells"].as_array().unwrap();
     assert_eq!((&cells[0], &cells[1], &cells[2]), (&json!("w"), &json!("large"), &json!(5)));
     assert!(cells[3].as_str().is_some_and(|a| a.ends_with('s')), "an age: {}", cells[3]);
+}
+
+/// `x-kubernetes-validations` rules are evaluated on create and update:
+/// a failing rule is a 422 naming the field and the rule's message, and a
+/// transition rule (`oldSelf`) compares with the stored object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validation_rules_refuse_objects_that_break_them() {
+    let s = TestServer::embedded().await;
+    let g = "cel.example.com";
+    let mut crd = widget_crd(g);
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] = json!([
+        {"rule": "self.replicas <= 5", "message": "at most 5 replicas"},
+        {"rule": "self.size == oldSelf.size", "message": "size is immutable"}
+    ]);
+    assert_eq!(s.post(CRDS, &crd).await.code, 201);
+    established(&s, &format!("widgets.{g}")).await;
+    let widgets = format!("/apis/{g}/v1/namespaces/default/widgets");
+    let r = s.post(&widgets, &widget(g, "big", json!({"size": "small", "replicas": 6}))).await;
+    r.assert_status(422, "Invalid");
+    assert_eq!(r.message(), format!("Widget.{g} \"big\" is invalid: spec: Invalid value: \"object\": at most 5 replicas"));
+    assert_eq!(r.body["details"]["causes"][0], json!({"reason": "FieldValueInvalid", "message": "Invalid value: \"object\": at most 5 replicas", "field": "spec"}));
+
+    let created = s.post(&widgets, &widget(g, "ok", json!({"size": "small", "replicas": 2}))).await;
+    assert_eq!(created.code, 201, "{}", created.text);
+    let mut changed = created.body.clone();
+    changed["spec"]["size"] = json!("large");
+    let r = s.put(&format!("{widgets}/ok"), &changed).await;
+    r.assert_status(422, "Invalid");
+    assert_eq!(r.message(), format!("Widget.{g} \"ok\" is invalid: spec: Invalid value: \"object\": size is immutable"));
+    let mut scaled = created.body.clone();
+    scaled["spec"]["replicas"] = json!(4);
+    assert_eq!(s.put(&format!("{widgets}/ok"), &scaled).await.code, 200);
 }

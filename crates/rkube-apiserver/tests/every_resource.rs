@@ -485,3 +485,30 @@ async fn not_yet_served_apis_say_so() {
     nope.assert_status(404, "NotFound");
     assert_eq!(nope.message(), "the server could not find the requested resource");
 }
+
+/// Errors come back in the encoding the client negotiated, as upstream's
+/// `ErrorNegotiated`: a protobuf client reads a protobuf `Status` (same code
+/// and reason); errors of a JSON client, or found before negotiation, are JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_statuses_in_the_negotiated_encoding() {
+    let s = TestServer::embedded().await;
+    let url = format!("{}/api/v1/namespaces/default/configmaps/ghost", s.base);
+    let r = pb_support::send(&s.client, "GET", &url, None).await;
+    assert_eq!((r.code, r.content_type.as_str()), (404, pb_support::PROTOBUF));
+    let status = pb_support::to_json(&r.body);
+    assert_eq!(
+        (status["kind"].as_str(), status["reason"].as_str(), status["code"].as_i64()),
+        (Some("Status"), Some("NotFound"), Some(404))
+    );
+    assert_eq!(status["message"], "configmaps \"ghost\" not found");
+    let json_client = s.get("/api/v1/namespaces/default/configmaps/ghost").await;
+    assert_eq!(json_client.headers["content-type"], "application/json");
+    json_client.assert_status(404, "NotFound");
+    // A conflict on a protobuf create: 409 AlreadyExists in protobuf.
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "twice"}});
+    let coll = format!("{}/api/v1/namespaces/default/configmaps", s.base);
+    assert_eq!(pb_support::send(&s.client, "POST", &coll, Some(pb_support::body_of(&cm))).await.code, 201);
+    let again = pb_support::send(&s.client, "POST", &coll, Some(pb_support::body_of(&cm))).await;
+    assert_eq!((again.code, again.content_type.as_str()), (409, pb_support::PROTOBUF));
+    assert_eq!(pb_support::to_json(&again.body)["reason"], "AlreadyExists");
+}

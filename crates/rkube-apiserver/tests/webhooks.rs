@@ -236,17 +236,48 @@ async fn webhook_warnings_are_warning_headers() {
     assert_eq!(warnings, vec!["299 - \"configmaps here are watched\""]);
 }
 
+/// `matchConditions` are CEL over `object`, `oldObject` and `request`: a
+/// false one skips the webhook, true ones call it; one that cannot be
+/// evaluated fails the request under `failurePolicy: Fail` (500) and skips
+/// the webhook under `Ignore`; one rkube's CEL cannot evaluate (the
+/// `authorizer`) counts as matching, with a warning.
 #[tokio::test]
-async fn match_conditions_are_not_evaluated_and_the_client_is_told_so() {
+async fn match_conditions_choose_the_requests_a_webhook_sees() {
     let s = TestServer::embedded().await;
     let wh = WebhookServer::start(&[]);
-    let conditions = json!({"matchConditions": [{"name": "never", "expression": "false"}]});
+    let conditions = json!({"matchConditions": [
+        {"name": "labelled", "expression": "has(object.metadata.labels) && object.metadata.labels['send'] == 'yes'"},
+        {"name": "creates", "expression": "request.operation == 'CREATE'"},
+    ]});
+    install(&s, VALIDATING, "cel", vec![hook("cel.example.com", url_config(&wh, "/allow"), conditions)]).await;
+    let mut sent = configmap("sent");
+    sent["metadata"]["labels"] = json!({"send": "yes"});
+    assert_eq!(s.post(CONFIGMAPS, &sent).await.code, 201);
+    assert_eq!(s.post(CONFIGMAPS, &configmap("not-sent")).await.code, 201);
+    let seen: Vec<String> = wh.requests("/allow").iter().filter_map(|r| r["request"]["name"].as_str().map(String::from)).collect();
+    assert_eq!(seen, ["sent"]);
+
+    let failing = json!({"failurePolicy": "Fail", "matchConditions": [{"name": "reads-spec", "expression": "object.spec.x == 1"}]});
+    install(&s, VALIDATING, "cel-fail", vec![hook("fail.example.com", url_config(&wh, "/allow"), failing)]).await;
+    let r = s.post(CONFIGMAPS, &configmap("errors")).await;
+    r.assert_status(500, "InternalError");
+    assert_eq!(
+        r.message(),
+        "Internal error occurred: failed calling webhook \"fail.example.com\": failed to evaluate matchCondition \"reads-spec\": No such key: spec"
+    );
+}
+
+#[tokio::test]
+async fn match_conditions_rkube_cannot_evaluate_match_with_a_warning() {
+    let s = TestServer::embedded().await;
+    let wh = WebhookServer::start(&[]);
+    let conditions = json!({"matchConditions": [{"name": "authz", "expression": "authorizer.group('').resource('pods').check('get').allowed()"}]});
     install(&s, VALIDATING, "cel", vec![hook("cel.example.com", url_config(&wh, "/allow"), conditions)]).await;
     let r = s.post(CONFIGMAPS, &configmap("with-conditions")).await;
     assert_eq!(r.code, 201, "{}", r.text);
     let warnings: Vec<&str> = r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).collect();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(warnings[0].contains("webhook cel.example.com has matchConditions, which rkube does not evaluate yet"), "{warnings:?}");
+    assert!(warnings[0].contains("webhook cel.example.com matchCondition \\\"authz\\\" uses CEL rkube cannot evaluate"), "{warnings:?}");
     assert_eq!(wh.requests("/allow").len(), 1);
 }
 

@@ -11,6 +11,7 @@
 //! - [`rows_for`]: the resource-table rows an established CRD serves, one
 //!   per served version, each carrying a [`CustomResource`].
 
+pub mod cel;
 pub mod crd;
 pub mod schema;
 

@@ -106,7 +106,7 @@ fn encode_into(name: &str, value: &Value, out: &mut Vec<u8>, depth: usize) -> Re
     if depth > super::MAX_DEPTH {
         return Err(ProtobufError::Malformed("message nesting too deep".into()));
     }
-    if encode_special(name, value, out)? {
+    if encode_special(name, value, out)? || encode_schema_union(name, value, out, depth)? {
         return Ok(());
     }
     let fields = ordered(name).ok_or_else(|| ProtobufError::Malformed(format!("no schema for message {name}")))?;
@@ -255,6 +255,51 @@ fn encode_special(name: &str, value: &Value, out: &mut Vec<u8>) -> Result<bool, 
             for item in items {
                 put_bytes(out, 1, as_str(name, "items", item)?.as_bytes());
             }
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// The CRD schema unions (see the decoder): `JSON` as raw bytes, and
+/// schema-or-list / schema-or-bool by the JSON value's type. Returns `false`
+/// for other messages.
+fn encode_schema_union(name: &str, value: &Value, out: &mut Vec<u8>, depth: usize) -> Result<bool, ProtobufError> {
+    let Some(short) = name.strip_prefix(super::APIEXTENSIONS) else { return Ok(false) };
+    let props = format!("{}JsonSchemaProps", super::APIEXTENSIONS);
+    let schema = |v: &Value, out: &mut Vec<u8>, tag: u32| -> Result<(), ProtobufError> {
+        let mut sub = Vec::new();
+        encode_into(&props, v, &mut sub, depth + 1)?;
+        put_bytes(out, tag, &sub);
+        Ok(())
+    };
+    match (short, value) {
+        ("Json", v) => {
+            let raw = serde_json::to_vec(v).map_err(|e| ProtobufError::Malformed(format!("{name}: {e}")))?;
+            put_bytes(out, 1, &raw);
+        }
+        ("JsonSchemaPropsOrArray" | "JsonSchemaPropsOrStringArray", Value::Object(_)) => schema(value, out, 1)?,
+        ("JsonSchemaPropsOrArray", Value::Array(items)) => {
+            for item in items {
+                schema(item, out, 2)?;
+            }
+        }
+        ("JsonSchemaPropsOrStringArray", Value::Array(items)) => {
+            for item in items {
+                put_bytes(out, 2, as_str(name, "property", item)?.as_bytes());
+            }
+        }
+        ("JsonSchemaPropsOrBool", Value::Bool(b)) => {
+            put_key(out, 1, 0);
+            put_varint(out, u64::from(*b));
+        }
+        ("JsonSchemaPropsOrBool", Value::Object(_)) => {
+            put_key(out, 1, 0);
+            put_varint(out, 1);
+            schema(value, out, 2)?;
+        }
+        ("JsonSchemaPropsOrArray" | "JsonSchemaPropsOrStringArray" | "JsonSchemaPropsOrBool", other) => {
+            return Err(mismatch(name, "", "a schema, a list or a boolean", other));
         }
         _ => return Ok(false),
     }

@@ -259,3 +259,49 @@ fn list_summaries_count_items_without_decoding_them() {
     assert_eq!(s, ListSummary { items: 3, resource_version: "12".into(), continue_token: "c".into() });
     assert_eq!(list_summary(b"{}"), Err(ProtobufError::MissingMagic));
 }
+
+/// CustomResourceDefinitions, whose schemas use apiextensions' union types
+/// (`JSON`, schema-or-bool, schema-or-list, schema-or-strings) and `$ref`.
+#[test]
+fn custom_resource_definitions_round_trip_through_prost() {
+    let crd: k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        round_trip_through_prost(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {
+                "group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList", "shortNames": ["wd"]},
+                "versions": [{
+                    "name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
+                    "additionalPrinterColumns": [{"name": "Size", "type": "integer", "jsonPath": ".spec.size"}],
+                    "schema": {"openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {"type": "object", "required": ["size"], "x-kubernetes-preserve-unknown-fields": true,
+                                "properties": {
+                                    "size": {"type": "integer", "minimum": 1, "maximum": 9.5, "default": 3},
+                                    "mode": {"type": "string", "enum": ["a", "b"], "example": "a"},
+                                    "tags": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},
+                                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                                    "free": {"type": "object", "additionalProperties": true},
+                                    "port": {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]},
+                                    "pair": {"type": "array", "items": [{"type": "string"}, {"type": "integer"}]},
+                                    "deps": {"type": "object", "dependencies": {"a": ["b"], "c": {"required": ["d"]}}},
+                                    "ref": {"$ref": "#/definitions/x"}
+                                },
+                                "x-kubernetes-validations": [{"rule": "self.size < 10", "message": "too big"}]},
+                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                        }
+                    }}
+                }]
+            },
+            "status": {"storedVersions": ["v1"], "acceptedNames": {"plural": "widgets", "kind": "Widget"},
+                       "conditions": [{"type": "Established", "status": "True", "lastTransitionTime": "2026-11-26T10:00:00Z", "reason": "InitialNamesAccepted"}]}
+        }));
+    let schema = crd.spec.unwrap().versions[0].schema.clone().unwrap().open_apiv3_schema.unwrap();
+    let spec = &schema.properties["spec"];
+    assert_eq!(spec.properties["size"].default.as_ref().and_then(|d| d.raw.as_deref()), Some(&b"3"[..]));
+    assert_eq!(spec.properties["ref"].r#ref.as_deref(), Some("#/definitions/x"));
+    assert_eq!(spec.properties["free"].additional_properties.as_ref().and_then(|a| a.allows), Some(true));
+}

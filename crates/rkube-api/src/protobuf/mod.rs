@@ -137,6 +137,8 @@ pub fn message_name(api_version: &str, kind: &str) -> Option<String> {
         candidates.push(format!("api.core.{version}.{kind}"));
     } else if group == "apiregistration.k8s.io" {
         candidates.push(format!("kube_aggregator.pkg.apis.apiregistration.{version}.{kind}"));
+    } else if group == "apiextensions.k8s.io" {
+        candidates.push(format!("apiextensions_apiserver.pkg.apis.apiextensions.{version}.{kind}"));
     } else {
         let first = group.split('.').next().unwrap_or(group);
         candidates.push(format!("api.{first}.{version}.{kind}"));
@@ -207,6 +209,9 @@ fn decode_message_depth(name: &str, bytes: &[u8], depth: usize) -> Result<Value,
     }
     if let Some(special) = decode_special(name, bytes)? {
         return Ok(special);
+    }
+    if let Some(schema) = decode_schema_union(name, bytes, depth)? {
+        return Ok(schema);
     }
     let table = schema().get(name).ok_or_else(|| ProtobufError::Malformed(format!("no schema for message {name}")))?;
     let mut out = Map::new();
@@ -279,7 +284,13 @@ fn decode_single(kind: &FieldKind, value: WireValue<'_>, depth: usize) -> Result
         (FieldKind::Int32, WireValue::Varint(v)) => Value::from(v as i64 as i32),
         (FieldKind::Int64, WireValue::Varint(v)) => Value::from(v as i64),
         (FieldKind::Double, WireValue::Fixed64(v)) => {
-            serde_json::Number::from_f64(f64::from_bits(v)).map(Value::Number).unwrap_or(Value::Null)
+            let f = f64::from_bits(v);
+            // Go's encoding/json writes integral float64s without a fraction (`1`, not `1.0`).
+            if f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 {
+                Value::from(f as i64)
+            } else {
+                serde_json::Number::from_f64(f).map(Value::Number).unwrap_or(Value::Null)
+            }
         }
         (FieldKind::Message(name), WireValue::Len(b)) => {
             let v = decode_message_depth(name, b, depth + 1)?;
@@ -403,6 +414,56 @@ fn decode_special(name: &str, bytes: &[u8]) -> Result<Option<Value>, ProtobufErr
         }
         _ => None,
     })
+}
+
+/// The package of the CRD schema types.
+const APIEXTENSIONS: &str = "apiextensions_apiserver.pkg.apis.apiextensions.v1.";
+
+/// The CRD schema types whose JSON is a union (apiextensions' custom
+/// marshallers): `JSON` is the raw value; `JSONSchemaPropsOrArray` a schema
+/// or a list of them; `JSONSchemaPropsOrBool` a schema or a boolean;
+/// `JSONSchemaPropsOrStringArray` a schema or a list of strings.
+fn decode_schema_union(name: &str, bytes: &[u8], depth: usize) -> Result<Option<Value>, ProtobufError> {
+    let Some(short) = name.strip_prefix(APIEXTENSIONS) else { return Ok(None) };
+    let props = |b: &[u8]| decode_message_depth(&format!("{APIEXTENSIONS}JsonSchemaProps"), b, depth + 1);
+    let (mut first, mut rest, mut allows) = (None, Vec::new(), false);
+    let mut r = Reader::new(bytes);
+    match short {
+        "Json" => {
+            while let Some((t, v)) = r.next_field()? {
+                if let (1, WireValue::Len(raw)) = (t, v) {
+                    if raw.is_empty() {
+                        return Ok(Some(Value::Null));
+                    }
+                    let v = serde_json::from_slice(raw).map_err(|e| ProtobufError::Malformed(format!("embedded JSON: {e}")))?;
+                    return Ok(Some(v));
+                }
+            }
+            Ok(Some(Value::Null))
+        }
+        "JsonSchemaPropsOrArray" | "JsonSchemaPropsOrStringArray" => {
+            while let Some((t, v)) = r.next_field()? {
+                match (t, v) {
+                    (1, WireValue::Len(b)) => first = Some(props(b)?),
+                    (2, WireValue::Len(b)) if short == "JsonSchemaPropsOrArray" => rest.push(props(b)?),
+                    (2, WireValue::Len(b)) => rest.push(Value::String(utf8(b)?)),
+                    _ => {}
+                }
+            }
+            Ok(Some(first.unwrap_or(Value::Array(rest))))
+        }
+        "JsonSchemaPropsOrBool" => {
+            while let Some((t, v)) = r.next_field()? {
+                match (t, v) {
+                    (1, WireValue::Varint(b)) => allows = b != 0,
+                    (2, WireValue::Len(b)) => first = Some(props(b)?),
+                    _ => {}
+                }
+            }
+            Ok(Some(first.unwrap_or(Value::Bool(allows))))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Go's `time.Duration.String()` for a nanosecond count, e.g. `1h0m0s`, `1.5s`, `300ms`.

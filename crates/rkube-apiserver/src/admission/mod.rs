@@ -15,6 +15,7 @@
 
 pub mod default_toleration_seconds;
 pub mod limit_ranger;
+pub mod policy;
 pub mod resource_quota;
 pub mod service_account;
 pub mod webhook;

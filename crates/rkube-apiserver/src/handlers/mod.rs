@@ -162,10 +162,29 @@ pub async fn dispatch(
     segments: &[&str],
     upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Response {
-    match dispatch_inner(st, user, method, uri, headers, body, group, version, segments, upgrade).await {
+    let mut output = None;
+    match dispatch_inner(st, user, method, uri, headers, body, group, version, segments, upgrade, &mut output).await {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        Err(e) => error_response(e, output),
     }
+}
+
+/// An error `Status` in the representation the request negotiated: protobuf
+/// when the client asked for it (as upstream's `ErrorNegotiated`), JSON
+/// otherwise (also for errors found before negotiation). The code and
+/// `Retry-After` are the same either way.
+fn error_response(e: ApiError, output: Option<Output>) -> Response {
+    if output == Some(Output::Protobuf) {
+        if let Ok(Some(body)) = crate::protobuf_body::value_body(&e.0.to_json()) {
+            let mut resp = e.into_response();
+            resp.headers_mut().remove(axum::http::header::CONTENT_LENGTH);
+            resp.headers_mut()
+                .insert("content-type", axum::http::HeaderValue::from_static(crate::protobuf_body::CONTENT_TYPE));
+            *resp.body_mut() = Body::from(body);
+            return resp;
+        }
+    }
+    e.into_response()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -180,6 +199,7 @@ async fn dispatch_inner(
     version: &str,
     segments: &[&str],
     upgrade: Option<hyper::upgrade::OnUpgrade>,
+    negotiated: &mut Option<Output>,
 ) -> ApiResult<Response> {
     let raw_query = uri.query().unwrap_or("").to_string();
     let query: Vec<(String, String)> = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
@@ -188,6 +208,7 @@ async fn dispatch_inner(
     let watch_param = query.iter().any(|(k, v)| k == "watch" && (v == "true" || v == "1"));
     let ri = request::parse(group, version, segments, &method, watch_param)?;
     let output = media::negotiate_output(&headers, crate::protobuf_body::supported(ri.info))?;
+    *negotiated = Some(output);
     let include_q = query.iter().rev().find(|(k, _)| k == "includeObject").map(|(_, v)| v.as_str());
     let include = media::include_object(include_q)?;
     let ctx = Ctx { st, ri, query, raw_query, headers, render: Render { output, include }, user };

@@ -26,6 +26,7 @@ use k8s_pb::api::policy::v1 as policy_v1;
 use k8s_pb::api::rbac::v1 as rbac_v1;
 use k8s_pb::api::scheduling::v1 as scheduling_v1;
 use k8s_pb::api::storage::v1 as storage_v1;
+use k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions_v1;
 use k8s_pb::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration_v1;
 use prost::Message;
 use serde_json::Value;
@@ -68,6 +69,7 @@ fn prost_reencode(api_version: &str, kind: &str, raw: &[u8]) -> Option<Result<Ve
             ValidatingAdmissionPolicyBinding ValidatingAdmissionPolicyBindingList,
             ValidatingWebhookConfiguration ValidatingWebhookConfigurationList in admissionregistration_v1;
         "apiregistration.k8s.io/v1": APIService APIServiceList in apiregistration_v1;
+        "apiextensions.k8s.io/v1": CustomResourceDefinition CustomResourceDefinitionList in apiextensions_v1;
         "apps/v1": ControllerRevision ControllerRevisionList, DaemonSet DaemonSetList, Deployment DeploymentList,
             ReplicaSet ReplicaSetList, StatefulSet StatefulSetList in apps_v1;
         "autoscaling/v2": HorizontalPodAutoscaler HorizontalPodAutoscalerList in autoscaling_v2;

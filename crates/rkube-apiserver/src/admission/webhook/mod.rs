@@ -34,8 +34,10 @@
 //!   webhooks with the stored object as `oldObject`, after the
 //!   preconditions, as upstream's `deleteValidation`.
 //!
-//! Not done: `matchConditions` (not evaluated: the webhook is called as if they
-//! matched, and the client gets a `Warning` saying so), `matchPolicy: Equivalent` across versions (rules match the
+//! - `matchConditions`: CEL over `object`, `oldObject` and `request`
+//!   ([`rkube_api::apiextensions::cel::evaluate_bool`]).
+//!
+//! Not done: `matchPolicy: Equivalent` across versions (rules match the
 //! request's own group/version), the Request-level
 //! `patch.webhook.admission.k8s.io/...` annotation, mutating webhooks on
 //! DELETE, warnings of DELETE admission, and CONNECT.
@@ -214,16 +216,64 @@ fn call_failed(name: &str, why: &call::CallError) -> ApiError {
 }
 
 /// Whether webhook `w` (named `name`) applies to `a`, refusing dry runs it cannot take.
-fn applies(w: &Value, name: &str, a: &Attributes, ns_labels: Option<&Map<String, Value>>) -> ApiResult<bool> {
+/// Warnings about conditions that could not be evaluated go to `warnings`.
+fn applies(
+    w: &Value,
+    name: &str,
+    a: &Attributes,
+    ns_labels: Option<&Map<String, Value>>,
+    warnings: &mut Vec<String>,
+) -> ApiResult<bool> {
     if !matching::rules_match(w, a)
         || !matching::namespace_selector_matches(w, ns_labels)
         || !matching::object_selector_matches(w, a)
+        || !match_conditions_hold(w, name, a, warnings)?
     {
         return Ok(false);
     }
     let side_effects = w.get("sideEffects").and_then(Value::as_str).unwrap_or("");
     if a.dry_run && side_effects != "None" && side_effects != "NoneOnDryRun" {
         return Err(ApiError::bad_request(format!("admission webhook {name:?} does not support dry run")));
+    }
+    Ok(true)
+}
+
+/// The webhook's `matchConditions` (CEL over `object`, `oldObject` and
+/// `request`, upstream's `matchconditions.Matcher`): all must hold for it to
+/// be called. One giving `false` skips the webhook; one that fails to
+/// evaluate applies the `failurePolicy` (Fail: 500 naming the condition;
+/// Ignore: skipped). A condition this CEL environment cannot evaluate
+/// (`authorizer`, Kubernetes' own libraries) counts as holding, and the
+/// client is told so with a warning.
+fn match_conditions_hold(w: &Value, name: &str, a: &Attributes, warnings: &mut Vec<String>) -> ApiResult<bool> {
+    use rkube_api::apiextensions::cel::{evaluate_bool, Outcome};
+    let Some(conditions) = w.get("matchConditions").and_then(Value::as_array).filter(|c| !c.is_empty()) else {
+        return Ok(true);
+    };
+    let review = call::review(a, "");
+    let request = review.get("request").cloned().unwrap_or(Value::Null);
+    let object = a.object.clone().unwrap_or(Value::Null);
+    let old_object = a.old_object.clone().unwrap_or(Value::Null);
+    let vars = [("request", &request), ("object", &object), ("oldObject", &old_object)];
+    for c in conditions {
+        let cname = c.get("name").and_then(Value::as_str).unwrap_or("");
+        let expr = c.get("expression").and_then(Value::as_str).unwrap_or("");
+        match evaluate_bool(expr, &vars) {
+            Outcome::Bool(true) => {}
+            Outcome::Bool(false) => return Ok(false),
+            Outcome::Unsupported => {
+                warnings.push(format!(
+                    "webhook {name} matchCondition {cname:?} uses CEL rkube cannot evaluate; it was treated as matching"
+                ));
+            }
+            Outcome::Error(e) if fails_open(w) => {
+                tracing::warn!(webhook = %name, condition = %cname, error = %e, "matchCondition failed, failing open");
+                return Ok(false);
+            }
+            Outcome::Error(e) => {
+                return Err(call_failed(name, &call::CallError(format!("failed to evaluate matchCondition {cname:?}: {e}"))))
+            }
+        }
     }
     Ok(true)
 }
@@ -248,13 +298,7 @@ async fn invoke(st: &ApiState, h: &Hook, a: &Attributes, slot: Slot) -> ApiResul
     let uid = uuid::Uuid::new_v4().to_string();
     let body = call::review(a, &uid);
     match call::call(st, &h.webhook, &body, &uid, slot.mutating).await {
-        Ok(mut answer) => {
-            if h.webhook.get("matchConditions").and_then(Value::as_array).is_some_and(|c| !c.is_empty()) {
-                answer.warnings.push(format!(
-                    "webhook {} has matchConditions, which rkube does not evaluate yet (no CEL): it was called as if they matched",
-                    h.name
-                ));
-            }
+        Ok(answer) => {
             for (k, v) in &answer.audit_annotations {
                 crate::filters::audit::annotate(&format!("{}/{k}", h.name), v);
             }
@@ -295,7 +339,7 @@ pub async fn mutate(st: &ApiState, a: &mut Attributes, obj: &mut Value, redefaul
     let mut last_change: Option<usize> = None;
     for (i, h) in all.iter().enumerate() {
         a.object = Some(obj.clone());
-        if !applies(&h.webhook, &h.name, a, ns_labels.as_ref())? {
+        if !applies(&h.webhook, &h.name, a, ns_labels.as_ref(), &mut warnings)? {
             continue;
         }
         ran[i] = true;
@@ -380,24 +424,29 @@ async fn patch_from(
 
 /// Runs the validating webhooks on `a`, all at once; the first denial or
 /// failure in configuration order is the error. Returns their warnings.
+///
+/// ValidatingAdmissionPolicies ([`crate::admission::policy`]) run first, as
+/// upstream's plugin order has them before the validating webhooks.
 pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
+    let mut policy_warnings = crate::admission::policy::validate(st, a).await?;
     let all = hooks(st, "validatingwebhookconfigurations").await?;
     if all.is_empty() {
-        return Ok(Vec::new());
+        return Ok(policy_warnings);
     }
     let ns_labels = namespace_labels(st, a).await;
     let mut chosen = Vec::new();
+    let mut warnings = Vec::new();
     for (index, h) in all.iter().enumerate() {
-        if applies(&h.webhook, &h.name, a, ns_labels.as_ref())? {
+        if applies(&h.webhook, &h.name, a, ns_labels.as_ref(), &mut warnings)? {
             chosen.push((h, Slot { index, round: 0, mutating: false }));
         }
     }
     let results = futures::future::join_all(chosen.iter().map(|(h, slot)| invoke(st, h, a, *slot))).await;
-    let mut warnings = Vec::new();
     for r in results {
         if let Some(answer) = r? {
             warnings.extend(answer.warnings);
         }
     }
-    Ok(warnings)
+    policy_warnings.extend(warnings);
+    Ok(policy_warnings)
 }

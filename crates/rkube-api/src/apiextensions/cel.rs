@@ -1,0 +1,270 @@
+//! CRD validation rules (`x-kubernetes-validations`, upstream
+//! `apiextensions-apiserver/pkg/apiserver/schema/cel`), evaluated with the
+//! `cel` crate on every create and update of a custom resource:
+//!
+//! - at each schema node carrying rules, `self` is the value there, typed
+//!   by the schema (`number` as double, `integer` as int); rules naming
+//!   `oldSelf` (transition rules) run on updates only, where the old object
+//!   has a value at the same place (`oldSelf` of list items is not
+//!   correlated, so such rules under `items` do not run);
+//! - a rule giving `false` is a field error at the node's path (plus the
+//!   rule's `fieldPath`): `message`, else `messageExpression`'s string, else
+//!   `failed rule: <rule>`, typed by `reason` (`FieldValueInvalid`, the
+//!   default, shows the node's type as its value: `Invalid value: "object":
+//!   too big`; `FieldValueForbidden`, `FieldValueRequired`,
+//!   `FieldValueDuplicate`);
+//! - a rule that does not give a boolean, or fails (e.g. `no such key` when
+//!   it reads an absent field without `has()`), is an Invalid error saying so.
+//!
+//! Not as upstream: the CEL environment is the `cel` crate's standard library
+//! with the strings and lists extensions; Kubernetes' own libraries (`url`,
+//! `quantity`, `ip`, `cidr`, `format`, `isSorted`, regex `find`) are absent,
+//! and a rule that calls them, or does not parse here, is skipped rather
+//! than failing objects a real cluster accepts. There is no cost budget:
+//! upstream estimates each rule's cost when the CRD is written.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use cel::objects::{Key, Map as CelMap};
+use cel::{Context, Env, ExecutionError, Program, Value as Cel};
+use serde_json::Value;
+
+use crate::field_error::FieldError;
+
+fn env() -> Arc<Env> {
+    static ENV: OnceLock<Arc<Env>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = Env::stdlib();
+        // Both are cel-go's extensions Kubernetes also enables.
+        let _ = env.add_extension(cel::extensions::strings);
+        let _ = env.add_extension(cel::extensions::lists);
+        Arc::new(env)
+    })
+    .clone()
+}
+
+/// The field errors the rules of `schema` find in `obj` (`old`: the stored
+/// object on updates).
+pub fn validate(obj: &Value, old: Option<&Value>, schema: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    validate_at(obj, old, schema, "", &mut errs, 0);
+    errs
+}
+
+/// Deeper than JSON can nest anyway; keeps the walk bounded.
+const MAX_DEPTH: usize = 128;
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn validate_at(v: &Value, old: Option<&Value>, schema: &Value, path: &str, errs: &mut Vec<FieldError>, depth: usize) {
+    if depth > MAX_DEPTH || v.is_null() {
+        return;
+    }
+    if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
+        for rule in rules {
+            check_rule(rule, v, old, schema, path, errs);
+        }
+    }
+    match v {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let extra = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (k, child) in map {
+                let Some(s) = props.and_then(|p| p.get(k)).or(extra) else { continue };
+                let child_old = old.and_then(|o| o.get(k));
+                // Keys of maps (additionalProperties) are shown as [key], properties as .key.
+                let child_path = if props.is_some_and(|p| p.contains_key(k)) { join(path, k) } else { format!("{path}[{k}]") };
+                validate_at(child, child_old, s, &child_path, errs, depth + 1);
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema.get("items").filter(|i| i.is_object()) {
+                for (i, item) in items.iter().enumerate() {
+                    validate_at(item, None, s, &format!("{path}[{i}]"), errs, depth + 1);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The OpenAPI type upstream shows as the bad value of a failed rule.
+fn schema_type(schema: &Value) -> &str {
+    if schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool).unwrap_or(false) {
+        return "integer-or-string";
+    }
+    schema.get("type").and_then(Value::as_str).unwrap_or("object")
+}
+
+fn compile(source: &str) -> Option<Program> {
+    env().compile(source).ok()
+}
+
+fn check_rule(rule: &Value, v: &Value, old: Option<&Value>, schema: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    let Some(source) = rule.get("rule").and_then(Value::as_str) else { return };
+    let Some(program) = compile(source) else { return };
+    let transition = program.references().has_variable("oldSelf");
+    if transition && old.is_none() {
+        return;
+    }
+    let env = env();
+    let mut ctx = Context::with_env(env);
+    ctx.add_variable_from_value("self", to_cel(v, schema));
+    if let Some(o) = old {
+        ctx.add_variable_from_value("oldSelf", to_cel(o, schema));
+    }
+    let field = match rule.get("fieldPath").and_then(Value::as_str).filter(|f| !f.is_empty()) {
+        Some(f) => format!("{path}{f}"),
+        None => path.to_string(),
+    };
+    let shown_type = schema_type(schema);
+    match program.execute(&ctx) {
+        Ok(Cel::Bool(true)) => {}
+        Ok(Cel::Bool(false)) => {
+            let message = rule_message(rule, source, &ctx);
+            let reason = rule.get("reason").and_then(Value::as_str).unwrap_or("FieldValueInvalid");
+            errs.push(match reason {
+                "FieldValueForbidden" => FieldError::forbidden(&field, message),
+                "FieldValueRequired" => FieldError::required(&field, message),
+                "FieldValueDuplicate" => FieldError::duplicate(&field, shown_type),
+                _ => FieldError::invalid(&field, shown_type, message),
+            });
+        }
+        Ok(other) => errs.push(FieldError::invalid(
+            &field,
+            shown_type,
+            format!("rule result must be a boolean, got {other:?} for rule: {}", source.trim()),
+        )),
+        // A function or variable this CEL environment lacks: not evaluated.
+        Err(ExecutionError::UndeclaredReference(_)) => {}
+        Err(e) => errs.push(FieldError::invalid(&field, shown_type, format!("{e}"))),
+    }
+}
+
+/// What a boolean CEL expression gave (webhook `matchConditions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It gave this boolean.
+    Bool(bool),
+    /// It failed, or gave something else (the message says which).
+    Error(String),
+    /// It does not parse here, or calls what this environment lacks.
+    Unsupported,
+}
+
+/// Evaluates `expr` with `vars` bound (JSON values, without a schema:
+/// numbers are ints when integral), as upstream's `matchconditions`
+/// matcher does with `object`, `oldObject` and `request`.
+pub fn evaluate_bool(expr: &str, vars: &[(&str, &Value)]) -> Outcome {
+    let Some(result) = evaluate(expr, vars) else { return Outcome::Unsupported };
+    match result {
+        Ok(Cel::Bool(b)) => Outcome::Bool(b),
+        Ok(other) => Outcome::Error(format!("expression must evaluate to a bool, got {other:?}")),
+        Err(ExecutionError::UndeclaredReference(_)) => Outcome::Unsupported,
+        Err(e) => Outcome::Error(e.to_string()),
+    }
+}
+
+/// Evaluates `expr` to a string (`messageExpression`s); `None` otherwise.
+pub fn evaluate_string(expr: &str, vars: &[(&str, &Value)]) -> Option<String> {
+    match evaluate(expr, vars)? {
+        Ok(Cel::String(s)) => Some(s.to_string()),
+        _ => None,
+    }
+}
+
+/// Evaluates `expr` and gives its value as JSON (policy `variables`);
+/// `None` when it fails or gives what JSON cannot hold.
+pub fn evaluate_json(expr: &str, vars: &[(&str, &Value)]) -> Option<Value> {
+    to_json(&evaluate(expr, vars)?.ok()?)
+}
+
+fn evaluate(expr: &str, vars: &[(&str, &Value)]) -> Option<Result<Cel, ExecutionError>> {
+    let program = compile(expr)?;
+    let mut ctx = Context::with_env(env());
+    for (name, v) in vars {
+        ctx.add_variable_from_value(*name, to_cel(v, &Value::Null));
+    }
+    Some(program.execute(&ctx))
+}
+
+/// A CEL value as JSON (lists, maps with string keys, scalars).
+fn to_json(v: &Cel) -> Option<Value> {
+    Some(match v {
+        Cel::Null => Value::Null,
+        Cel::Bool(b) => Value::Bool(*b),
+        Cel::Int(i) => Value::from(*i),
+        Cel::UInt(u) => Value::from(*u),
+        Cel::Float(f) => serde_json::Number::from_f64(*f).map(Value::Number)?,
+        Cel::String(s) => Value::String(s.to_string()),
+        Cel::List(items) => Value::Array(items.iter().map(to_json).collect::<Option<Vec<_>>>()?),
+        Cel::Map(m) => {
+            let mut out = serde_json::Map::new();
+            for (k, v) in m.map.iter() {
+                let Key::String(k) = k else { return None };
+                out.insert(k.to_string(), to_json(v)?);
+            }
+            Value::Object(out)
+        }
+        _ => return None,
+    })
+}
+
+/// `message`, else `messageExpression`'s string value, else `failed rule: <rule>`.
+fn rule_message(rule: &Value, source: &str, ctx: &Context) -> String {
+    if let Some(m) = rule.get("message").and_then(Value::as_str).map(str::trim).filter(|m| !m.is_empty()) {
+        return m.to_string();
+    }
+    if let Some(expr) = rule.get("messageExpression").and_then(Value::as_str) {
+        if let Some(Ok(Cel::String(s))) = compile(expr).map(|p| p.execute(ctx)) {
+            if !s.trim().is_empty() {
+                return s.trim().to_string();
+            }
+        }
+    }
+    format!("failed rule: {}", source.trim())
+}
+
+/// `v` as a CEL value, typed by `schema` as upstream's `UnstructuredToVal`:
+/// `number` nodes are doubles even when written without a fraction.
+pub fn to_cel(v: &Value, schema: &Value) -> Cel {
+    match v {
+        Value::Null => Cel::Null,
+        Value::Bool(b) => Cel::Bool(*b),
+        Value::Number(n) => {
+            let float = schema.get("type").and_then(Value::as_str) == Some("number");
+            match (float, n.as_i64()) {
+                (false, Some(i)) => Cel::Int(i),
+                _ => Cel::Float(n.as_f64().unwrap_or(0.0)),
+            }
+        }
+        Value::String(s) => Cel::String(Arc::new(s.clone())),
+        Value::Array(items) => {
+            let item_schema = schema.get("items").unwrap_or(&Value::Null);
+            Cel::List(Arc::new(items.iter().map(|i| to_cel(i, item_schema)).collect()))
+        }
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let extra = schema.get("additionalProperties").filter(|a| a.is_object()).unwrap_or(&Value::Null);
+            let entries: HashMap<Key, Cel> = map
+                .iter()
+                .map(|(k, child)| {
+                    let s = props.and_then(|p| p.get(k)).unwrap_or(extra);
+                    (Key::String(Arc::new(k.clone())), to_cel(child, s))
+                })
+                .collect();
+            Cel::Map(CelMap { map: Arc::new(entries) })
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "cel_tests.rs"]
+mod tests;
