@@ -39,6 +39,7 @@ pub mod field_error;
 pub mod list_options;
 pub mod printers;
 pub mod protobuf;
+pub mod quota;
 pub mod registry;
 pub mod selector;
 pub mod status;

@@ -1,19 +1,22 @@
 //! Admission plugins: what changes or refuses an object between decoding
 //! and storage (upstream `plugin/pkg/admission`): [`service_account`]
-//! (`ServiceAccount`) and [`default_toleration_seconds`]
-//! (`DefaultTolerationSeconds`); namespace lifecycle checks are
+//! (`ServiceAccount`), [`default_toleration_seconds`]
+//! (`DefaultTolerationSeconds`), [`limit_ranger`] (`LimitRanger`) and
+//! [`resource_quota`] (`ResourceQuota`); namespace lifecycle checks are
 //! part of every create ([`crate::handlers::create`]). Admission webhooks
 //! ([`webhook`]: `MutatingAdmissionWebhook`, `ValidatingAdmissionWebhook`)
 //! always run, as they are on by default upstream.
 //!
 //! `--enable-admission-plugins` and `--disable-admission-plugins` take
-//! upstream's plugin names; both are on by default in `rkube apiserver` and
+//! upstream's plugin names; all four are on by default in `rkube apiserver` and
 //! `rkube up`, as in kube-apiserver. A library user's
 //! [`crate::ServerConfig::default`] enables none: it runs no serviceaccount
 //! controller to create the `default` ServiceAccounts the plugin requires.
 
 pub mod default_toleration_seconds;
+pub mod limit_ranger;
 pub mod policy;
+pub mod resource_quota;
 pub mod service_account;
 pub mod webhook;
 
@@ -23,8 +26,14 @@ pub const SERVICE_ACCOUNT: &str = "ServiceAccount";
 /// The plugin name of [`default_toleration_seconds`].
 pub const DEFAULT_TOLERATION_SECONDS: &str = "DefaultTolerationSeconds";
 
+/// The plugin name of [`limit_ranger`].
+pub const LIMIT_RANGER: &str = "LimitRanger";
+
+/// The plugin name of [`resource_quota`].
+pub const RESOURCE_QUOTA: &str = "ResourceQuota";
+
 /// Plugins rkube implements.
-pub const PLUGINS: &[&str] = &[SERVICE_ACCOUNT, DEFAULT_TOLERATION_SECONDS];
+pub const PLUGINS: &[&str] = &[SERVICE_ACCOUNT, DEFAULT_TOLERATION_SECONDS, LIMIT_RANGER, RESOURCE_QUOTA];
 
 /// Which admission plugins run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -34,12 +43,18 @@ pub struct AdmissionConfig {
     /// `DefaultTolerationSeconds`: the (not-ready, unreachable) seconds of
     /// the NoExecute tolerations new pods get; `None` when off.
     pub default_toleration_seconds: Option<(i64, i64)>,
+    /// `ResourceQuota`: creates are checked against and charged to the
+    /// namespace's ResourceQuotas.
+    pub resource_quota: bool,
+    /// `LimitRanger`: pods and claims get the namespace's LimitRange
+    /// defaults and are checked against their bounds.
+    pub limit_ranger: bool,
 }
 
 /// kube-apiserver's admission flags; `#[command(flatten)]` them.
 #[derive(clap::Args, Debug, Clone)]
 pub struct AdmissionArgs {
-    /// Admission plugins to enable besides the default ones (rkube implements: ServiceAccount, on by default).
+    /// Admission plugins to enable besides the default ones (rkube implements: ServiceAccount, DefaultTolerationSeconds, LimitRanger, ResourceQuota, all on by default).
     #[arg(long = "enable-admission-plugins", value_delimiter = ',')]
     pub enable: Vec<String>,
     /// Admission plugins to disable although they are on by default (e.g. ServiceAccount).
@@ -67,7 +82,7 @@ impl Default for AdmissionArgs {
 }
 
 impl AdmissionArgs {
-    /// The plugins to run: the defaults (both), plus enabled,
+    /// The plugins to run: the defaults (all four), plus enabled,
     /// minus disabled. Errors name a plugin rkube does not implement, or one
     /// both enabled and disabled (as upstream refuses).
     pub fn load(&self) -> Result<AdmissionConfig, String> {
@@ -86,6 +101,8 @@ impl AdmissionArgs {
             service_account: on(SERVICE_ACCOUNT),
             default_toleration_seconds: on(DEFAULT_TOLERATION_SECONDS)
                 .then_some((self.default_not_ready_toleration_seconds, self.default_unreachable_toleration_seconds)),
+            resource_quota: on(RESOURCE_QUOTA),
+            limit_ranger: on(LIMIT_RANGER),
         })
     }
 }
@@ -116,5 +133,15 @@ mod tests {
         assert_eq!(args.load().unwrap().default_toleration_seconds, Some((300, 30)));
         let off = AdmissionArgs { disable: vec!["DefaultTolerationSeconds".into()], ..Default::default() };
         assert_eq!(off.load().unwrap().default_toleration_seconds, None);
+    }
+
+    #[test]
+    fn resource_quota_and_limit_ranger_are_on_unless_disabled() {
+        assert!(AdmissionArgs::default().load().unwrap().resource_quota);
+        let off = AdmissionArgs { disable: vec!["ResourceQuota".into()], ..Default::default() };
+        assert!(!off.load().unwrap().resource_quota);
+        assert!(AdmissionArgs::default().load().unwrap().limit_ranger);
+        let off = AdmissionArgs { disable: vec!["LimitRanger".into()], ..Default::default() };
+        assert!(!off.load().unwrap().limit_ranger);
     }
 }

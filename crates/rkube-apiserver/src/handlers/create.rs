@@ -3,8 +3,8 @@
 //! Order: decode (400/415) → type meta (400) → namespace from the path (400
 //! on mismatch) → `generateName` → typed decoding and unknown fields (400 /
 //! warnings) → defaults → managedFields (`Create`) → namespace exists (404) /
-//! not terminating (403) → admission (ServiceAccount, 403; mutating webhooks) → validation (422) → server-set metadata and status →
-//! ClusterIP → validating webhooks → store (409 `AlreadyExists`; a generated name is retried).
+//! not terminating (403) → admission (LimitRanger defaults, ServiceAccount, 403; mutating webhooks) → validation (422) → LimitRanger bounds (403) → server-set metadata and status →
+//! ClusterIP → validating webhooks → `ResourceQuota` (403; charges the quota) → store (409 `AlreadyExists`; a generated name is retried).
 
 use axum::response::Response;
 use serde_json::{json, Value};
@@ -65,6 +65,13 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     let name = object::name(&obj).to_string();
     check_namespace_usable(ctx, &name).await?;
     crate::controllers::crds::refuse_create_while_terminating(&ctx.st, info).await?;
+    let limit_ranges = match ctx.st.config.admission.limit_ranger && crate::admission::limit_ranger::handles(info) {
+        true => crate::admission::limit_ranger::read(&ctx.st, ctx.namespace()).await?,
+        false => Vec::new(),
+    };
+    if info.resource == "pods" && !limit_ranges.is_empty() {
+        crate::admission::limit_ranger::default_pod(&limit_ranges, &mut obj);
+    }
     if ctx.st.config.admission.service_account && info.group.is_empty() && info.resource == "pods" {
         crate::admission::service_account::admit_pod(&ctx.st, ctx.namespace(), &mut obj).await?;
     }
@@ -82,6 +89,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
         return Err(ApiError::invalid(info, &name, causes));
     }
     crate::filters::escalation::confirm(info.group, info.kind, &obj, None).await?;
+    crate::admission::limit_ranger::validate(info, &name, &limit_ranges, &obj)?;
 
     object::clear_server_fields(&mut obj);
     object::set_meta(&mut obj, "uid", json!(object::new_uid()));
@@ -94,6 +102,10 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     }
     attrs.object = Some(obj.clone());
     warnings.extend(crate::admission::webhook::validate(&ctx.st, &attrs).await?);
+    if ctx.st.config.admission.resource_quota {
+        let dry_run = ctx.dry_run()?;
+        crate::admission::resource_quota::admit(&ctx.st, info, ctx.namespace(), &name, &obj, None, dry_run).await?;
+    }
     Ok((obj, warnings))
 }
 

@@ -28,7 +28,7 @@ pub mod scale;
 pub mod token_request;
 pub mod update;
 pub mod watch;
-mod write;
+pub(crate) mod write;
 
 pub use write::encode_for_storage;
 

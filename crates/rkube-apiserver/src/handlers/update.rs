@@ -223,6 +223,11 @@ async fn prepare_update(
     }
     attrs.object = Some(new.clone());
     warnings.extend(crate::admission::webhook::validate(&ctx.st, &attrs).await?);
+    if ctx.st.config.admission.resource_quota && ctx.ri.subresource.is_none() {
+        let dry_run = ctx.dry_run()?;
+        let name = object::name(&new).to_string();
+        crate::admission::resource_quota::admit(&ctx.st, info, ctx.namespace(), &name, &new, Some(old), dry_run).await?;
+    }
     Ok((new, warnings))
 }
 

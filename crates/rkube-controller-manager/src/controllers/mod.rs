@@ -25,6 +25,7 @@ pub mod garbagecollector;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod podgc;
+pub mod resourcequota;
 pub mod ttlafterfinished;
 
 /// One controller: its names, whether `*` enables it, and how to start it.
@@ -111,6 +112,12 @@ pub static CONTROLLERS: &[Controller] = &[
         enabled_by_default: true,
         start: nodelifecycle::start_taint_eviction,
     },
+    Controller {
+        name: "resourcequota-controller",
+        aliases: &["resourcequota"],
+        enabled_by_default: true,
+        start: resourcequota::start,
+    },
 ];
 
 /// Upstream controllers rkube does not run (yet): `--controllers` accepts
@@ -157,8 +164,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "storage-version-migrator-controller",
     "validatingadmissionpolicy-status-controller",
     "service-cidr-controller",
-    "resourcequota-controller",
-    "resourcequota",
     // These four run inside rkube's API server process for now.
     "serviceaccount-controller",
     "serviceaccount",
