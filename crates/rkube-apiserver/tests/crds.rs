@@ -470,3 +470,21 @@ async fn selectable_fields_filter_custom_resources() {
     r.assert_status(400, "BadRequest");
     assert_eq!(r.message(), "field label not supported: spec.color");
 }
+
+/// A CRD whose rules call what rkube's CEL lacks is accepted, and its
+/// author is told, in a Warning, which rules will not be enforced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_rkube_cannot_enforce_are_named_in_a_warning() {
+    let s = TestServer::embedded().await;
+    let mut crd = widget_crd("celwarn.example.com");
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] =
+        json!([{"rule": "self.replicas >= 0"}, {"rule": "isURL(self.size)"}]);
+    let r = s.post(CRDS, &crd).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    let warnings: Vec<&str> = r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[1]: rule \\\"isURL(self.size)\\\" calls isURL which rkube's CEL lacks; it is not enforced"),
+        "{warnings:?}"
+    );
+}

@@ -57,6 +57,20 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     }
 }
 
+impl ControllerManagerArgs {
+    /// The controllers' settings these flags give.
+    pub fn controller_config(&self) -> ControllerConfig {
+        ControllerConfig {
+            terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
+            node_lifecycle: crate::controllers::nodelifecycle::NodeLifecycleOptions {
+                monitor_period: self.node_monitor_period,
+                monitor_grace: self.node_monitor_grace_period,
+                startup_grace: self.node_startup_grace_period,
+            },
+        }
+    }
+}
+
 /// The Lease name of kube-controller-manager (`--leader-elect-resource-name` default).
 pub const COMPONENT: &str = "kube-controller-manager";
 
@@ -146,14 +160,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         Some(addr) => Some(serving::serve(addr, args.serving.certificate()?, checks, Arc::new(registry)).await?),
         None => None,
     };
-    let config = ControllerConfig {
-        terminated_pod_gc_threshold: args.terminated_pod_gc_threshold,
-        node_lifecycle: crate::controllers::nodelifecycle::NodeLifecycleOptions {
-            monitor_period: args.node_monitor_period,
-            monitor_grace: args.node_monitor_grace_period,
-            startup_grace: args.node_startup_grace_period,
-        },
-    };
+    let config = args.controller_config();
     let (stop, stop_rx) = watch::channel(false);
     let work = async move {
         match elector {
@@ -168,5 +175,33 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
             let _ = stop.send(true);
             work.await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ControllerManagerArgs,
+    }
+
+    #[test]
+    fn node_lifecycle_flags_reach_the_controller_config_with_upstreams_defaults() {
+        let defaults = Cli::parse_from(["cm"]).args.controller_config().node_lifecycle;
+        assert_eq!(defaults, crate::controllers::nodelifecycle::NodeLifecycleOptions::default());
+        assert_eq!(defaults.monitor_grace, std::time::Duration::from_secs(50));
+        let set = Cli::parse_from(["cm", "--node-monitor-period=1s", "--node-monitor-grace-period=1m30s", "--node-startup-grace-period=2m"])
+            .args
+            .controller_config()
+            .node_lifecycle;
+        assert_eq!(
+            (set.monitor_period.as_secs(), set.monitor_grace.as_secs(), set.startup_grace.as_secs()),
+            (1, 90, 120)
+        );
+        assert!(Cli::try_parse_from(["cm", "--node-monitor-grace-period=-5s"]).is_err());
     }
 }

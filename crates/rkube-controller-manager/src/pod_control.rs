@@ -146,6 +146,20 @@ pub fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 409)
 }
 
+/// Whether `err` says the object is gone or changed under the writer (404
+/// or 409): a write a controller drops, to redo on its next pass.
+pub fn is_gone(err: &kube::Error) -> bool {
+    is_not_found(err) || is_conflict(err)
+}
+
+/// `r` with [`is_gone`] errors turned into success.
+pub fn ignore_gone(r: Result<(), kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Err(e) if is_gone(&e) => Ok(()),
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,8 @@
 //! with the strings and lists extensions; Kubernetes' own libraries (`url`,
 //! `quantity`, `ip`, `cidr`, `format`, `isSorted`, regex `find`) are absent,
 //! and a rule that calls them, or does not parse here, is skipped rather
-//! than failing objects a real cluster accepts. There is no cost budget:
+//! than failing objects a real cluster accepts; writing the CRD answers a
+//! warning naming each such rule ([`unevaluable_rules`]). There is no cost budget:
 //! upstream estimates each rule's cost when the CRD is written.
 
 use std::collections::HashMap;
@@ -146,6 +147,68 @@ fn check_rule(rule: &Value, v: &Value, old: Option<&Value>, schema: &Value, path
         Err(ExecutionError::UndeclaredReference(_)) => {}
         Err(e) => errs.push(FieldError::invalid(&field, shown_type, format!("{e}"))),
     }
+}
+
+/// Messages naming each `x-kubernetes-validations` rule of `schema` that
+/// [`validate`] will not enforce: rules that do not parse here, and rules
+/// calling a function this environment lacks (Kubernetes' own CEL
+/// libraries). `path` prefixes the schema paths shown.
+pub fn unevaluable_rules(schema: &Value, path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    unevaluable_at(schema, path, &mut out, 0);
+    out
+}
+
+fn unevaluable_at(schema: &Value, path: &str, out: &mut Vec<String>, depth: usize) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    for (i, rule) in schema.get("x-kubernetes-validations").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let Some(source) = rule.get("rule").and_then(Value::as_str) else { continue };
+        let at = format!("{path}.x-kubernetes-validations[{i}]");
+        match env().compile(source) {
+            Err(e) => out.push(format!("{at}: rule {source:?} does not parse in rkube's CEL ({e}); it is not enforced")),
+            Ok(program) => {
+                let refs = program.references();
+                let mut missing: Vec<&str> = refs.functions().into_iter().filter(|f| !declared(f)).collect();
+                missing.sort_unstable();
+                if !missing.is_empty() {
+                    out.push(format!(
+                        "{at}: rule {source:?} calls {} which rkube's CEL lacks; it is not enforced",
+                        missing.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    let mut children: Vec<(String, &Value)> = Vec::new();
+    for (k, v) in schema.get("properties").and_then(Value::as_object).into_iter().flatten() {
+        children.push((format!("{path}.properties[{k}]"), v));
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(v) = schema.get(key).filter(|v| v.is_object()) {
+            children.push((format!("{path}.{key}"), v));
+        }
+    }
+    for (p, v) in children {
+        unevaluable_at(v, &p, out, depth + 1);
+    }
+}
+
+/// Whether this environment knows function `name`: called with no argument,
+/// as a function or as a method of a string, list, map or int, it fails for
+/// another reason than an undeclared reference. Operators and macros
+/// (`_+_`, `@in`, `has`) are always known.
+fn declared(name: &str) -> bool {
+    if !name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        || matches!(name, "has" | "all" | "exists" | "exists_one" | "map" | "filter")
+    {
+        return true;
+    }
+    ["", "''.", "[].", "{}.", "0."].iter().any(|target| {
+        let Ok(program) = env().compile(&format!("{target}{name}()")) else { return false };
+        !matches!(program.execute(&Context::with_env(env())), Err(ExecutionError::UndeclaredReference(r)) if r.as_str() == name)
+    })
 }
 
 /// What a boolean CEL expression gave (webhook `matchConditions`).

@@ -78,3 +78,14 @@ fn match_conditions_evaluate_over_request_variables() {
     assert_eq!(evaluate_bool("authorizer.group('').resource('pods').check('get').allowed()", &vars), Outcome::Unsupported);
     assert_eq!(evaluate_bool("1 +", &vars), Outcome::Unsupported);
 }
+
+#[test]
+fn rules_rkube_cannot_enforce_are_named() {
+    let s = json!({"type": "object", "properties": {"spec": {"type": "object",
+        "x-kubernetes-validations": [{"rule": "self.size() > 0"}, {"rule": "isURL(self.u)"}, {"rule": "self.u +"}],
+        "properties": {"tags": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": [{"rule": "self.startsWith('t')"}]}}}}}});
+    let found = unevaluable_rules(&s, "openAPIV3Schema");
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[0], "openAPIV3Schema.properties[spec].x-kubernetes-validations[1]: rule \"isURL(self.u)\" calls isURL which rkube's CEL lacks; it is not enforced");
+    assert!(found[1].starts_with("openAPIV3Schema.properties[spec].x-kubernetes-validations[2]: rule \"self.u +\" does not parse in rkube's CEL"), "{found:?}");
+}

@@ -19,7 +19,21 @@ pub const CUSTOM_RESOURCE_DEFINITION: Strategy = Strategy {
     name_is_label: false,
     scale: None,
     delete: crate::strategy::DeleteRules::NONE,
+    warnings,
 };
+
+/// The validation rules of each version's schema that rkube will not
+/// enforce ([`super::cel::unevaluable_rules`]), so the CRD's author knows.
+pub fn warnings(obj: &Value, _old: Option<&Value>) -> Vec<String> {
+    let versions = obj.pointer("/spec/versions").and_then(Value::as_array);
+    versions
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, v)| Some((i, v.pointer("/schema/openAPIV3Schema")?)))
+        .flat_map(|(i, schema)| super::cel::unevaluable_rules(schema, &format!("spec.versions[{i}].schema.openAPIV3Schema")))
+        .collect()
+}
 
 /// `SetDefaults_CustomResourceDefinitionSpec`: `names.singular` is the
 /// lower-cased kind, `names.listKind` is `<kind>List`, `conversion.strategy`

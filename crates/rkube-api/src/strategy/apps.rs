@@ -58,6 +58,7 @@ pub(crate) const DEPLOYMENT: Strategy = Strategy {
     name_is_label: false,
     scale: Some(ScaleSelector::LabelSelector),
     delete: super::DeleteRules::NONE,
+    warnings: Strategy::NO_WARNINGS,
 };
 
 fn replica_set_defaults(map: &mut Object) {
@@ -74,6 +75,7 @@ pub(crate) const REPLICA_SET: Strategy = Strategy {
     name_is_label: false,
     scale: Some(ScaleSelector::LabelSelector),
     delete: super::DeleteRules::NONE,
+    warnings: Strategy::NO_WARNINGS,
 };
 
 fn stateful_set_defaults(map: &mut Object) {
@@ -147,6 +149,7 @@ pub(crate) const STATEFUL_SET: Strategy = Strategy {
     name_is_label: false,
     scale: Some(ScaleSelector::LabelSelector),
     delete: super::DeleteRules::NONE,
+    warnings: Strategy::NO_WARNINGS,
 };
 
 fn daemon_set_defaults(map: &mut Object) {
@@ -177,4 +180,5 @@ pub(crate) const DAEMON_SET: Strategy = Strategy {
     name_is_label: false,
     scale: None,
     delete: super::DeleteRules::NONE,
+    warnings: Strategy::NO_WARNINGS,
 };

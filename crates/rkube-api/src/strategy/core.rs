@@ -127,6 +127,7 @@ pub(crate) const SERVICE: Strategy = Strategy {
     name_is_label: true,
     scale: None,
     delete: super::DeleteRules::NONE,
+    warnings: Strategy::NO_WARNINGS,
 };
 
 // ---- namespaces, nodes ----
@@ -377,4 +378,5 @@ pub(crate) const REPLICATION_CONTROLLER: Strategy = Strategy {
     name_is_label: false,
     scale: Some(super::ScaleSelector::Map),
     delete: super::DeleteRules::NONE,
+    warnings: Strategy::NO_WARNINGS,
 };

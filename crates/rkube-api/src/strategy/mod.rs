@@ -82,6 +82,16 @@ pub struct Strategy {
     pub scale: Option<ScaleSelector>,
     /// Graceful deletion and lifecycle on DELETE ([`DeleteRules::NONE`]: removed at once).
     pub delete: DeleteRules,
+    /// Warnings for the client about `obj` (`old` on update), as upstream's
+    /// `WarningsOnCreate`/`WarningsOnUpdate`: accepted, but worth knowing.
+    pub warnings: WarningsFn,
+}
+
+/// A strategy's warnings: `(obj, old) -> messages`.
+pub type WarningsFn = fn(&Value, Option<&Value>) -> Vec<String>;
+
+fn no_warnings(_: &Value, _: Option<&Value>) -> Vec<String> {
+    Vec::new()
 }
 
 impl std::fmt::Debug for Strategy {
@@ -95,6 +105,9 @@ fn nothing(_: &mut Object) {}
 fn no_validation(_: &Value, _: Option<&Value>, _: &mut Vec<FieldError>) {}
 
 impl Strategy {
+    /// No warnings.
+    pub const NO_WARNINGS: WarningsFn = no_warnings;
+
     /// No defaults, no preparation, no validation beyond ObjectMeta's.
     pub const NONE: Strategy = Strategy {
         defaults: nothing,
@@ -103,7 +116,7 @@ impl Strategy {
         name_is_label: false,
         scale: None,
         delete: DeleteRules::NONE,
-    };
+    warnings: Strategy::NO_WARNINGS };
 
     /// Applies the defaults to `obj` (a JSON object; anything else is left alone).
     pub fn apply_defaults(&self, obj: &mut Value) {

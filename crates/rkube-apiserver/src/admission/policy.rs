@@ -28,23 +28,13 @@
 //! (`status.typeChecking`).
 
 use rkube_api::apiextensions::cel::{evaluate_bool, evaluate_string, Outcome};
-use rkube_api::list_options::ListOptions;
 use rkube_api::registry;
 use rkube_api::status::{Status, StatusCause, StatusDetails};
 use serde_json::{json, Map, Value};
 
-use super::webhook::{call, matching, Attributes};
+use super::webhook::{call, configurations, matching, namespace_of, Attributes};
 use crate::error::{ApiError, ApiResult};
 use crate::state::ApiState;
-
-/// Every stored object of an admissionregistration.k8s.io/v1 `resource`, from the watch cache.
-async fn all(st: &ApiState, resource: &str) -> ApiResult<Vec<Value>> {
-    let info = registry::lookup("admissionregistration.k8s.io", "v1", resource)
-        .ok_or_else(|| ApiError::internal(format!("no {resource} resource")))?;
-    let opts = ListOptions { resource_version: Some("0".into()), ..Default::default() };
-    let page = st.cache.list(info, None, &opts).await.map_err(ApiError::internal)?;
-    Ok(page.items.iter().filter_map(|i| serde_json::from_slice::<Value>(&i.json).ok()).collect())
-}
 
 fn name_of(v: &Value) -> &str {
     v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
@@ -64,23 +54,6 @@ fn matches(constraints: &Value, a: &Attributes, ns_labels: Option<&Map<String, V
         && !excluded.is_some_and(|r| r.iter().any(named))
         && matching::namespace_selector_matches(constraints, ns_labels)
         && matching::object_selector_matches(constraints, a)
-}
-
-/// The `namespaceObject` and the labels `namespaceSelector` sees.
-async fn namespace_of(st: &ApiState, a: &Attributes) -> (Value, Option<Map<String, Value>>) {
-    if a.group.is_empty() && a.resource == "namespaces" {
-        let obj = a.object.clone().or_else(|| a.old_object.clone()).unwrap_or(Value::Null);
-        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object).cloned().unwrap_or_default();
-        return (Value::Null, Some(labels));
-    }
-    if !a.namespaced {
-        return (Value::Null, None);
-    }
-    let Some(info) = registry::lookup("", "v1", "namespaces") else { return (Value::Null, Some(Map::new())) };
-    let found = st.cache.get(info, "", &a.namespace, Some("0")).await.ok().flatten();
-    let ns = found.and_then(|f| serde_json::from_slice::<Value>(&f.json).ok()).unwrap_or(Value::Null);
-    let labels = ns.pointer("/metadata/labels").and_then(Value::as_object).cloned().unwrap_or_default();
-    (ns, Some(labels))
 }
 
 /// What a binding's parameter lookup found.
@@ -156,18 +129,16 @@ fn deny(t: &Target, policy: &str, binding: &str, message: &str, reason: &str) ->
 /// Applies every binding to `a`; returns the `Warn` warnings (and those about
 /// what rkube could not evaluate), or the first denial.
 pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
-    let bindings = all(st, "validatingadmissionpolicybindings").await?;
+    let bindings: Vec<Value> = configurations(st, "validatingadmissionpolicybindings").await?.into_iter().map(|(_, b)| b).collect();
     if bindings.is_empty() {
         return Ok(Vec::new());
     }
-    let policies = all(st, "validatingadmissionpolicies").await?;
+    let policies: Vec<Value> = configurations(st, "validatingadmissionpolicies").await?.into_iter().map(|(_, p)| p).collect();
     let (namespace_object, ns_labels) = namespace_of(st, a).await;
     let request = call::review(a, "").get("request").cloned().unwrap_or(Value::Null);
     let target = Target { group: a.group.clone(), resource: a.resource.clone(), name: a.name.clone() };
     let mut warnings = Vec::new();
-    let mut sorted = bindings;
-    sorted.sort_by(|x, y| name_of(x).cmp(name_of(y)));
-    for binding in &sorted {
+    for binding in &bindings {
         let policy_name = binding.pointer("/spec/policyName").and_then(Value::as_str).unwrap_or("");
         let Some(policy) = policies.iter().find(|p| name_of(p) == policy_name) else { continue };
         let constraints = policy.pointer("/spec/matchConstraints").cloned().unwrap_or(Value::Null);

@@ -88,6 +88,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     if !causes.is_empty() {
         return Err(ApiError::invalid(info, &name, causes));
     }
+    warnings.extend((info.strategy.warnings)(&obj, None));
     crate::filters::escalation::confirm(info.group, info.kind, &obj, None).await?;
     crate::admission::limit_ranger::validate(info, &name, &limit_ranges, &obj)?;
 

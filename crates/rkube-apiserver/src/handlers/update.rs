@@ -217,6 +217,7 @@ async fn prepare_update(
     if !causes.is_empty() {
         return Err(ApiError::invalid(info, object::name(&new), causes));
     }
+    warnings.extend((info.strategy.warnings)(&new, Some(old)));
     crate::filters::escalation::confirm(info.group, info.kind, &new, Some(old)).await?;
     if crate::csr::is_csr(info) {
         crate::csr::admit_update(ctx, old, &new).await?;

@@ -100,7 +100,7 @@ async fn gc_once(client: &kube::Client, threshold: i32, quarantine: Duration, mi
     for (ns, name) in terminated_to_delete(&pods, threshold) {
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         tracing::info!(pod = %format!("{ns}/{name}"), "deleting a terminated pod beyond the threshold");
-        ignore_gone(api.delete(&name, &DeleteParams::default()).await.map(|_| ()))?;
+        pod_control::ignore_gone(api.delete(&name, &DeleteParams::default()).await.map(|_| ()))?;
     }
 
     let orphans = orphaned(&pods, &nodes);
@@ -132,7 +132,7 @@ async fn gc_once(client: &kube::Client, threshold: i32, quarantine: Duration, mi
 
     for p in unscheduled_terminating(&pods) {
         let api: Api<Pod> = Api::namespaced(client.clone(), &p.namespace().unwrap_or_default());
-        ignore_gone(api.delete(&p.name_any(), &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await.map(|_| ()))?;
+        pod_control::ignore_gone(api.delete(&p.name_any(), &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await.map(|_| ()))?;
     }
     Ok(())
 }
@@ -148,17 +148,11 @@ async fn fail_and_force_delete(client: &kube::Client, pod: &Pod, message: &str) 
         let status = json!({"status": {"phase": "Failed", "conditions": [
             {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC", "message": message, "lastTransitionTime": now},
         ]}});
-        ignore_gone(api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(&status)).await.map(|_| ()))?;
+        pod_control::ignore_gone(api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(&status)).await.map(|_| ()))?;
     }
-    ignore_gone(api.delete(&pod.name_any(), &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await.map(|_| ()))
+    pod_control::ignore_gone(api.delete(&pod.name_any(), &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await.map(|_| ()))
 }
 
-fn ignore_gone(r: Result<(), kube::Error>) -> Result<(), kube::Error> {
-    match r {
-        Err(e) if pod_control::is_not_found(&e) || pod_control::is_conflict(&e) => Ok(()),
-        other => other,
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -229,12 +229,12 @@ async fn reconcile<K: ReplicaOwner>(owner: Arc<K>, state: Arc<State<K>>) -> Resu
             Claim::Keep => mine.push(p.clone()),
             Claim::Adopt => match pod_control::apply_claim(&pods_api, p.as_ref(), &decision, &owner_ref).await {
                 Ok(()) => mine.push(p.clone()),
-                Err(e) if pod_control::is_not_found(&e) || pod_control::is_conflict(&e) => {}
+                Err(e) if pod_control::is_gone(&e) => {}
                 Err(e) => return Err(e.into()),
             },
             Claim::Release => match pod_control::apply_claim(&pods_api, p.as_ref(), &decision, &owner_ref).await {
                 Ok(()) => {}
-                Err(e) if pod_control::is_not_found(&e) || pod_control::is_conflict(&e) => {}
+                Err(e) if pod_control::is_gone(&e) => {}
                 Err(e) => return Err(e.into()),
             },
             Claim::Ignore => {}

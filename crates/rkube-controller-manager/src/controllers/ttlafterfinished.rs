@@ -98,7 +98,7 @@ async fn reconcile(job: Arc<Job>, client: Arc<kube::Client>) -> Result<Action, k
     };
     match api.delete(&fresh.name_any(), &dp).await {
         Ok(_) => tracing::info!(job = %fresh.name_any(), "deleted a finished job past its TTL"),
-        Err(e) if pod_control::is_not_found(&e) || pod_control::is_conflict(&e) => {}
+        Err(e) if pod_control::is_gone(&e) => {}
         Err(e) => return Err(e),
     }
     Ok(Action::await_change())

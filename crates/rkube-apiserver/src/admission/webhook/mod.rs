@@ -150,19 +150,8 @@ struct Hook {
 /// (`mutatingwebhookconfigurations` or `validatingwebhookconfigurations`),
 /// sorted by configuration name, then in order; read from the watch cache.
 async fn hooks(st: &ApiState, resource: &str) -> ApiResult<Vec<Hook>> {
-    let info = registry::lookup("admissionregistration.k8s.io", "v1", resource)
-        .ok_or_else(|| ApiError::internal(format!("no {resource} resource")))?;
-    let opts = ListOptions { resource_version: Some("0".into()), ..Default::default() };
-    let page = st.cache.list(info, None, &opts).await.map_err(ApiError::internal)?;
-    let mut configs: Vec<(String, Value)> = Vec::new();
-    for item in &page.items {
-        if let Ok(v) = serde_json::from_slice::<Value>(&item.json) {
-            configs.push((item.name.clone(), v));
-        }
-    }
-    configs.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = Vec::new();
-    for (configuration, config) in configs {
+    for (configuration, config) in configurations(st, resource).await? {
         for w in config.get("webhooks").and_then(Value::as_array).cloned().unwrap_or_default() {
             let name = w.get("name").and_then(Value::as_str).unwrap_or("").to_string();
             out.push(Hook { webhook: w, name, configuration: configuration.clone() });
@@ -171,21 +160,46 @@ async fn hooks(st: &ApiState, resource: &str) -> ApiResult<Vec<Hook>> {
     Ok(out)
 }
 
+/// Every object of an admissionregistration.k8s.io/v1 `resource` (webhook
+/// configurations, policies, bindings) from the watch cache, as `(name,
+/// object)` sorted by name: the order upstream applies them in.
+pub(crate) async fn configurations(st: &ApiState, resource: &str) -> ApiResult<Vec<(String, Value)>> {
+    let info = registry::lookup("admissionregistration.k8s.io", "v1", resource)
+        .ok_or_else(|| ApiError::internal(format!("no {resource} resource")))?;
+    let opts = ListOptions { resource_version: Some("0".into()), ..Default::default() };
+    let page = st.cache.list(info, None, &opts).await.map_err(ApiError::internal)?;
+    let mut configs: Vec<(String, Value)> = page
+        .items
+        .iter()
+        .filter_map(|item| Some((item.name.clone(), serde_json::from_slice::<Value>(&item.json).ok()?)))
+        .collect();
+    configs.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(configs)
+}
+
 /// The labels `namespaceSelector` is matched against: the request
 /// namespace's, the Namespace object's own for namespaces, `None` for other
 /// cluster-scoped resources. A namespace that cannot be read has no labels.
 async fn namespace_labels(st: &ApiState, a: &Attributes) -> Option<Map<String, Value>> {
+    namespace_of(st, a).await.1
+}
+
+/// The request's Namespace object (`null` for cluster-scoped requests and
+/// requests on namespaces themselves: policies' `namespaceObject`) and the
+/// labels `namespaceSelector`s see (see [`namespace_labels`]).
+pub(crate) async fn namespace_of(st: &ApiState, a: &Attributes) -> (Value, Option<Map<String, Value>>) {
     let labels = |o: Option<&Value>| o.and_then(|o| o.pointer("/metadata/labels")).and_then(Value::as_object).cloned();
     if a.group.is_empty() && a.resource == "namespaces" {
-        return Some(labels(a.object.as_ref()).or_else(|| labels(a.old_object.as_ref())).unwrap_or_default());
+        return (Value::Null, Some(labels(a.object.as_ref()).or_else(|| labels(a.old_object.as_ref())).unwrap_or_default()));
     }
     if !a.namespaced {
-        return None;
+        return (Value::Null, None);
     }
-    let info = registry::lookup("", "v1", "namespaces")?;
+    let Some(info) = registry::lookup("", "v1", "namespaces") else { return (Value::Null, Some(Map::new())) };
     let found = st.cache.get(info, "", &a.namespace, Some("0")).await.ok().flatten();
-    let ns = found.and_then(|f| serde_json::from_slice::<Value>(&f.json).ok());
-    Some(labels(ns.as_ref()).unwrap_or_default())
+    let ns = found.and_then(|f| serde_json::from_slice::<Value>(&f.json).ok()).unwrap_or(Value::Null);
+    let ns_labels = labels(Some(&ns)).unwrap_or_default();
+    (ns, Some(ns_labels))
 }
 
 /// Upstream's `ToStatusErr`: the denial of webhook `name` with its `status`.

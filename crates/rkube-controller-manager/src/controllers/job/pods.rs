@@ -99,7 +99,7 @@ pub async fn remove_tracking_finalizer(api: &Api<Pod>, pod: &Pod) -> Result<(), 
     let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": pod.resource_version()}});
     match api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
         Ok(_) => Ok(()),
-        Err(e) if pod_control::is_not_found(&e) || pod_control::is_conflict(&e) => Ok(()),
+        Err(e) if pod_control::is_gone(&e) => Ok(()),
         Err(e) => Err(e),
     }
 }

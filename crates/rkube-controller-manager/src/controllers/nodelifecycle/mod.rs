@@ -162,7 +162,7 @@ async fn monitor_once(
             let patch = json!({"metadata": {"resourceVersion": node.resource_version()}, "spec": {"taints": taints}});
             match nodes_api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 Ok(_) => {}
-                Err(e) if pod_control::is_not_found(&e) || pod_control::is_conflict(&e) => {}
+                Err(e) if pod_control::is_gone(&e) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -184,7 +184,7 @@ async fn mark_pods_not_ready(client: &kube::Client, events: &EventSink, node: &s
         ]}});
         match api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(&patch)).await {
             Ok(_) => events.warning(&pod_control::object_ref(pod), "NodeNotReady", "Node is not ready".into()).await,
-            Err(e) if pod_control::is_not_found(&e) || pod_control::is_conflict(&e) => {}
+            Err(e) if pod_control::is_gone(&e) => {}
             Err(e) => return Err(e),
         }
     }
@@ -248,13 +248,6 @@ async fn evict(client: &kube::Client, events: &EventSink, pod: &Pod) -> Result<(
         "type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
         "message": "Taint manager: deleting due to NoExecute taint", "lastTransitionTime": Timestamp::now().to_string(),
     }]}});
-    let gone = |e: &kube::Error| pod_control::is_not_found(e) || pod_control::is_conflict(e);
-    match api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&condition)).await {
-        Err(e) if !gone(&e) => return Err(e),
-        _ => {}
-    }
-    match api.delete(&name, &DeleteParams::default()).await {
-        Err(e) if !gone(&e) => Err(e),
-        _ => Ok(()),
-    }
+    pod_control::ignore_gone(api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&condition)).await.map(|_| ()))?;
+    pod_control::ignore_gone(api.delete(&name, &DeleteParams::default()).await.map(|_| ()))
 }

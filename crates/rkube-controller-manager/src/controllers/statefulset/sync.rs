@@ -327,7 +327,7 @@ async fn release_claims_on_scale_down(set: &StatefulSet, pod: &Pod, state: &Stat
         let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": pvc.resource_version()}});
         match api.patch(&pvc.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => {}
-            Err(e) if pod_control::is_not_found(&e) || pod_control::is_conflict(&e) => {}
+            Err(e) if pod_control::is_gone(&e) => {}
             Err(e) => return Err(e),
         }
     }
