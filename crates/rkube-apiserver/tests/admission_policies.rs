@@ -80,12 +80,19 @@ async fn warn_bindings_answer_with_a_warning_and_variables_feed_message_expressi
         "matchConstraints": configmaps_rule(),
         "variables": [{"name": "keys", "expression": "has(object.data) ? size(object.data) : 0"}],
         "validations": [{"expression": "variables.keys <= 1", "messageExpression": "'has ' + string(variables.keys) + ' keys'"}],
+        "auditAnnotations": [{"key": "keys", "valueExpression": "string(variables.keys)"}],
     });
     install(&s, "one-key", spec, json!({"validationActions": ["Warn"]})).await;
     let r = s.post(CMS, &cm("two", json!({"a": "1", "b": "2"}))).await;
     assert_eq!(r.code, 201, "{}", r.text);
     let warnings: Vec<&str> = r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).collect();
-    assert_eq!(warnings, ["299 - \"Validation failed for ValidatingAdmissionPolicy 'one-key' with binding 'one-key-binding': has 2 keys\""]);
+    assert_eq!(
+        warnings,
+        [
+            "299 - \"ValidatingAdmissionPolicy 'one-key' has auditAnnotations, which rkube does not evaluate yet\"",
+            "299 - \"Validation failed for ValidatingAdmissionPolicy 'one-key' with binding 'one-key-binding': has 2 keys\""
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

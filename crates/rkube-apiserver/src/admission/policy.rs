@@ -22,7 +22,8 @@
 //! Parameters: `paramRef.name` (and `namespace`) of the policy's
 //! `paramKind`; a binding whose parameter is missing denies unless
 //! `parameterNotFoundAction: Allow`. Not done: `paramRef.selector` (such
-//! bindings are skipped with a warning), `auditAnnotations`, the
+//! bindings are skipped with a warning), `auditAnnotations` (a warning says
+//! they are not evaluated), the
 //! `authorizer` variable and Kubernetes' own CEL libraries (validations
 //! using them are skipped with a warning), type checking of policies
 //! (`status.typeChecking`).
@@ -213,6 +214,9 @@ fn apply(
                 return Err(deny(target, policy_name, binding_name, &msg, "Invalid"));
             }
         }
+    }
+    if policy.pointer("/spec/auditAnnotations").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
+        warnings.push(format!("ValidatingAdmissionPolicy '{policy_name}' has auditAnnotations, which rkube does not evaluate yet"));
     }
     let actions: Vec<&str> = binding
         .pointer("/spec/validationActions")
