@@ -248,6 +248,12 @@ async fn reconcile<K: ReplicaOwner>(owner: Arc<K>, state: Arc<State<K>>) -> Resu
     });
     let needs_sync = state.expectations.satisfied(&key, seen);
     let mut manage_err = None;
+    if needs_sync && !deleting && matches!(manage(mine.len(), owner.replicas()), Manage::Create(_)) {
+        if let Some(lagging) = unseen_candidate(&pods_api, selector.as_ref(), &owner_ref.uid, &in_ns).await? {
+            tracing::debug!(%key, pod = %lagging, "pod cache lags behind the API server; creating later");
+            return Ok(Action::requeue(Duration::from_millis(200)));
+        }
+    }
     if needs_sync && !deleting {
         let related = related_pods(owner.as_ref(), &in_ns, &state.owners);
         manage_err = manage_replicas(owner.as_ref(), &owner_ref, &key, &mine, &related, &pods_api, &state).await.err();
@@ -277,6 +283,29 @@ async fn reconcile<K: ReplicaOwner>(owner: Arc<K>, state: Arc<State<K>>) -> Resu
         return Ok(Action::requeue(Duration::from_secs(u64::try_from(min_ready).unwrap_or(1))));
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// The name of an active pod that `selector` selects, orphaned or
+/// controlled by `owner_uid`, which the API server has and the pod cache
+/// (`in_ns`) does not show yet, if any.
+///
+/// Checked before creating replicas: the pod watch and the owner watch are
+/// separate streams, so a pod created just before its owner (an orphan to
+/// adopt) can reach the cache after the owner's first sync. Upstream's
+/// `manageReplicas` trusts its informer and would create a surplus replica,
+/// then delete one (possibly the orphan) on the next sync; one LIST by label
+/// selector, only when replicas are missing, avoids that.
+async fn unseen_candidate(pods_api: &Api<Pod>, selector: Option<&Selector>, owner_uid: &str, in_ns: &[Arc<Pod>]) -> Result<Option<String>, SyncError> {
+    let Some(selector) = selector.filter(|s| !s.selects_all()) else { return Ok(None) };
+    let live = pods_api.list(&kube::api::ListParams::default().labels(&selector.to_string())).await?;
+    let cached: std::collections::HashSet<&str> = in_ns.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
+    Ok(live
+        .items
+        .iter()
+        .filter(|p| pod_util::is_active(p) && pod_control::selects(Some(selector), p.labels()))
+        .filter(|p| pod_control::controller_of(&p.metadata).is_none_or(|r| r.uid == owner_uid))
+        .find(|p| p.metadata.uid.as_deref().is_some_and(|uid| !cached.contains(uid)))
+        .map(|p| p.name_any()))
 }
 
 /// Pods whose controller is `owner` or another owner with the same
