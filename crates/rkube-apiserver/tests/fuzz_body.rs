@@ -138,6 +138,14 @@ proptest! {
         prop_assert_eq!(check_decode("application/yaml", yaml.as_bytes())?, Some(v), "{}", yaml);
     }
 
+    /// JSON sent as YAML (what `kubectl apply --server-side` does) takes the
+    /// JSON decoder's fast path and decodes to the object a JSON body would.
+    #[test]
+    fn fuzz_body_json_sent_as_yaml_decodes_like_json(v in arb_object()) {
+        let text = v.to_string();
+        prop_assert_eq!(check_decode("application/yaml", text.as_bytes())?, check_decode("application/json", text.as_bytes())?, "{}", text);
+    }
+
     #[test]
     fn fuzz_body_hostile_yaml(y in arb_yaml()) {
         check_decode("application/yaml", y.as_bytes())?;
