@@ -298,11 +298,7 @@ fn has_negative_zero(value: &Value) -> bool {
     let mut todo = vec![value];
     while let Some(v) = todo.pop() {
         match v {
-            Value::Number(n) => {
-                if n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()) && !n.is_i64() && !n.is_u64() {
-                    return true;
-                }
-            }
+            Value::Number(n) if n.is_f64() && n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()) => return true,
             Value::Array(items) => todo.extend(items),
             Value::Object(map) => todo.extend(map.values()),
             _ => {}
