@@ -7,6 +7,7 @@
 //! rkube bench init    [--sizes ...]       (both backends unless --backend)
 //! rkube bench writes  [--concurrency 1,8,64] [--ops 5000]  (both backends unless --backend)
 //! rkube bench rbac    [--sizes 0,400,10000] [--runs 3] [--step-seconds 5]  (exits non-zero below its goal)
+//! rkube bench bodies  [--sizes 3137536] [--runs 5]  (body bytes; fails on a wrong answer)
 //! rkube bench all     every scenario above in turn, each with its own report
 //! rkube bench summary --commit SHA   BENCHMARKS.md (stdout) from the reports in --out
 //! common: [--quick] [--out bench-results] [--rkube PATH]
@@ -50,7 +51,10 @@ pub enum Scenario {
     /// Server RSS while 100 HTTP/1.1 clients and 100 HTTP/2 streams stall on a ~15 MB LIST over
     /// HTTPS, and 20 s after they left; exits non-zero above the goal (200 MiB growth).
     Stalled,
-    /// Every scenario in turn (list, writes, init, watch, cluster, rbac, stalled), each writing its report;
+    /// Server CPU per request for ~3 MiB ConfigMap bodies: JSON, block YAML, JSON text as YAML,
+    /// server-side apply, nested YAML; against the goal of about 100 ms.
+    Bodies,
+    /// Every scenario in turn (list, writes, init, watch, cluster, rbac, stalled, bodies), each writing its report;
     /// exits non-zero when any failed.
     All,
     /// Prints BENCHMARKS.md made from the reports in --out, which must all come from
@@ -59,8 +63,16 @@ pub enum Scenario {
 }
 
 /// The measuring scenarios, in the order `all` runs them.
-pub const EVERY_SCENARIO: [Scenario; 7] =
-    [Scenario::List, Scenario::Writes, Scenario::Init, Scenario::Watch, Scenario::Cluster, Scenario::Rbac, Scenario::Stalled];
+pub const EVERY_SCENARIO: [Scenario; 8] = [
+    Scenario::List,
+    Scenario::Writes,
+    Scenario::Init,
+    Scenario::Watch,
+    Scenario::Cluster,
+    Scenario::Rbac,
+    Scenario::Stalled,
+    Scenario::Bodies,
+];
 
 impl Scenario {
     /// The scenario's name (also the report file name).
@@ -73,6 +85,7 @@ impl Scenario {
             Scenario::Writes => "writes",
             Scenario::Rbac => "rbac",
             Scenario::Stalled => "stalled",
+            Scenario::Bodies => "bodies",
             Scenario::All => "all",
             Scenario::Summary => "summary",
         }
@@ -99,7 +112,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub runs: Option<usize>,
     /// list, init: object counts (default 10000,50000,100000,300000 for list; 10000,50000,100000 for init);
-    /// rbac: ClusterRoleBindings of other users (default 0,400,10000); stalled: ConfigMaps (default 13500).
+    /// rbac: ClusterRoleBindings of other users (default 0,400,10000); stalled: ConfigMaps (default 13500);
+    /// bodies: request body bytes (default 3137536, just under the 3 MiB limit).
     #[arg(long, value_delimiter = ',')]
     pub sizes: Vec<usize>,
     /// list, init: kinds to load (default configmaps,pods for list; pods for init).

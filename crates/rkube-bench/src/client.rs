@@ -272,6 +272,20 @@ impl Api {
         Ok(head.metadata.resource_version)
     }
 
+    /// Sends `body` as `content_type` with `method` to `path` and returns the
+    /// answer's HTTP code and body, whatever the code.
+    pub async fn send_raw(&self, method: &'static str, path: &str, body: Vec<u8>, content_type: &'static str) -> ClientResult<(u16, Bytes)> {
+        let url = format!("{}{}", self.base, path);
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::POST);
+        let mut req = self.http.request(m, url).header("accept", self.accept).header("content-type", content_type).timeout(CALL_TIMEOUT).body(body);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.map_err(|source| ClientError::Http { method, path: path.to_string(), source })?;
+        let code = resp.status().as_u16();
+        Ok((code, self.body(method, path, resp).await?))
+    }
+
     /// POST `body` (JSON) to a collection path; returns the new resourceVersion.
     pub async fn create(&self, collection: &str, body: &serde_json::Value) -> ClientResult<String> {
         self.write("POST", collection, serde_json::to_vec(body).unwrap_or_default(), "application/json").await

@@ -181,6 +181,21 @@ fn bench_stalled_quick_reports_rss_before_during_and_after() {
     }
 }
 
+#[test]
+fn bench_bodies_quick_reports_cpu_per_request_for_every_encoding() {
+    let out = run_quick("bodies");
+    let json = assert_report(out.path(), "bodies", false);
+    let cases: Vec<&str> = json["measurements"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["name"] == "bodies/cpu_per_request")
+        .filter_map(|m| m["labels"]["case"].as_str())
+        .collect();
+    assert_eq!(cases.len(), 6, "{cases:?}");
+    assert!(cases.contains(&"server-side apply, JSON text (kubectl)") && cases.contains(&"create, nested YAML (refused)"), "{cases:?}");
+}
+
 /// `rkube bench all` runs every scenario and exits non-zero naming those that
 /// failed: here all of them, as the API server binary it is given does not
 /// exist. No report is written for a failed scenario.
@@ -195,8 +210,8 @@ fn bench_all_runs_every_scenario_and_fails_on_any_failure() {
         .expect("run rkube bench all");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled"), "{stderr}");
-    for name in ["list", "writes", "init", "watch", "cluster", "rbac", "stalled"] {
+    assert!(stderr.contains("rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled, bodies"), "{stderr}");
+    for name in ["list", "writes", "init", "watch", "cluster", "rbac", "stalled", "bodies"] {
         assert!(!out.path().join(format!("{name}.json")).exists(), "{name}: a failed run wrote a report");
     }
 }

@@ -7,8 +7,10 @@
 //! - [`init`]: server start → ready → first LIST vs object count.
 //! - [`writes`]: create/update throughput and latency vs concurrency.
 //! - [`stalled`]: server memory while clients stall on large LISTs, and after.
+//! - [`bodies`]: server CPU per large request body, per encoding.
 //! - [`rbac`]: GET throughput of an RBAC-bound user vs a `system:masters` one, vs bindings.
 
+pub mod bodies;
 pub mod cluster;
 mod cluster_sim;
 pub mod init;
@@ -97,6 +99,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Report> {
         Scenario::Writes => writes::run(ctx).await,
         Scenario::Rbac => rbac::run(ctx).await,
         Scenario::Stalled => stalled::run(ctx).await,
+        Scenario::Bodies => bodies::run(ctx).await,
         Scenario::All | Scenario::Summary => anyhow::bail!("`{}` is not a measuring scenario", scenario.name()),
     }
 }

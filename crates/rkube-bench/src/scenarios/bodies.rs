@@ -1,0 +1,216 @@
+//! `rkube bench bodies`: the API server's CPU time for one large request
+//! body, per encoding, against the goal of about 100 ms at the 3 MiB body
+//! limit.
+//!
+//! One API server runs. Each case sends a ConfigMap of `--sizes` bytes
+//! (default just under 3 MiB: a `data` map of short keys) with one encoding:
+//! JSON, block YAML, JSON text sent as YAML, server-side apply (as
+//! `kubectl apply --server-side` sends it: JSON text typed
+//! `application/apply-patch+yaml`, and as block YAML), and a nested YAML body
+//! the server must refuse. The server's user + system CPU
+//! (`/proc/<pid>/stat`) is read before and after each run of
+//! [`REQUESTS_PER_RUN`] requests, sent one at a time, so a run's CPU per
+//! request has a resolution of one clock tick (10 ms) divided by that.
+//! The scenario fails when an answer has another code than expected or a
+//! created object lacks some of the keys sent; it does not fail on the goal
+//! (the report says which cases miss it).
+
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use crate::cli::Scenario;
+use crate::client::Api;
+use crate::load;
+use crate::procs::{sample_proc, Backend};
+use crate::report::{Report, Table};
+use crate::scenarios::{pick, Ctx};
+use crate::stats::{fmt_bytes, fmt_secs, Summary};
+
+const NS: &str = "bench-bodies";
+
+/// Requests per measured run (serial).
+pub const REQUESTS_PER_RUN: usize = 3;
+
+/// The CPU goal per request, seconds.
+pub const GOAL_CPU_SECONDS: f64 = 0.100;
+
+/// Just under kube-apiserver's 3 MiB request body limit.
+const DEFAULT_BYTES: usize = 3 * 1024 * 1024 - 8 * 1024;
+
+/// How a case's body is written and sent.
+#[derive(Clone, Copy)]
+enum Case {
+    Json,
+    YamlBlock,
+    YamlJsonText,
+    ApplyJsonText,
+    ApplyYamlBlock,
+    NestedYaml,
+}
+
+const CASES: [Case; 6] = [Case::Json, Case::YamlBlock, Case::YamlJsonText, Case::ApplyJsonText, Case::ApplyYamlBlock, Case::NestedYaml];
+
+impl Case {
+    fn name(self) -> &'static str {
+        match self {
+            Case::Json => "create, JSON",
+            Case::YamlBlock => "create, block YAML",
+            Case::YamlJsonText => "create, JSON text as YAML",
+            Case::ApplyJsonText => "server-side apply, JSON text (kubectl)",
+            Case::ApplyYamlBlock => "server-side apply, block YAML",
+            Case::NestedYaml => "create, nested YAML (refused)",
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            Case::Json => "application/json",
+            Case::YamlBlock | Case::YamlJsonText | Case::NestedYaml => "application/yaml",
+            Case::ApplyJsonText | Case::ApplyYamlBlock => "application/apply-patch+yaml",
+        }
+    }
+
+    fn expected_code(self) -> u16 {
+        match self {
+            Case::NestedYaml => 400,
+            _ => 201,
+        }
+    }
+
+    /// Method, path and body of the request creating `name`, with the number
+    /// of `data` keys it carries.
+    fn request(self, name: &str, bytes: usize) -> (&'static str, String, Vec<u8>, usize) {
+        let collection = format!("/api/v1/namespaces/{NS}/configmaps");
+        let apply = format!("{collection}/{name}?fieldManager=bench&force=true");
+        match self {
+            Case::Json | Case::YamlJsonText | Case::ApplyJsonText => {
+                let (obj, keys) = configmap_json(name, bytes);
+                let path = if matches!(self, Case::ApplyJsonText) { apply } else { collection };
+                let method = if matches!(self, Case::ApplyJsonText) { "PATCH" } else { "POST" };
+                (method, path, obj, keys)
+            }
+            Case::YamlBlock | Case::ApplyYamlBlock => {
+                let (obj, keys) = configmap_yaml(name, bytes);
+                let path = if matches!(self, Case::ApplyYamlBlock) { apply } else { collection };
+                let method = if matches!(self, Case::ApplyYamlBlock) { "PATCH" } else { "POST" };
+                (method, path, obj, keys)
+            }
+            Case::NestedYaml => {
+                let head = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata: ");
+                let depth = bytes.saturating_sub(head.len()) / 2;
+                let body = format!("{head}{}{}\n", "[".repeat(depth), "]".repeat(depth));
+                ("POST", collection, body.into_bytes(), 0)
+            }
+        }
+    }
+}
+
+/// A ConfigMap as JSON text of about `bytes` bytes, and its number of keys.
+fn configmap_json(name: &str, bytes: usize) -> (Vec<u8>, usize) {
+    let mut s = format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"data":{{"#);
+    let mut keys = 0;
+    while s.len() + 24 < bytes {
+        if keys > 0 {
+            s.push(',');
+        }
+        s.push_str(&format!(r#""k{keys}":"v{keys}""#));
+        keys += 1;
+    }
+    s.push_str("}}");
+    (s.into_bytes(), keys)
+}
+
+/// A ConfigMap as block YAML of about `bytes` bytes, and its number of keys.
+fn configmap_yaml(name: &str, bytes: usize) -> (Vec<u8>, usize) {
+    let mut s = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n");
+    let mut keys = 0;
+    while s.len() + 24 < bytes {
+        s.push_str(&format!("  k{keys}: v{keys}\n"));
+        keys += 1;
+    }
+    (s.into_bytes(), keys)
+}
+
+/// Runs the scenario.
+pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
+    let quick = ctx.args.quick;
+    let backend = ctx.backends(&[Backend::Embedded])[0];
+    let bytes = pick(&ctx.args.sizes, quick, &[256 * 1024], &[DEFAULT_BYTES])[0];
+    let runs = ctx.runs(5);
+    let mut report = ctx.report(
+        Scenario::Bodies,
+        json!({"backend": backend, "body_bytes": bytes, "runs": runs, "requests_per_run": REQUESTS_PER_RUN,
+            "goal_cpu_seconds_per_request": GOAL_CPU_SECONDS, "object": "ConfigMap, data map of short keys"}),
+    );
+    let env = ctx.env(backend).await?;
+    let server = env.start_server(&[]).await?;
+    let api = Api::new(server.base_url());
+    load::namespace_http(&api, NS).await?;
+    let mut table = Table::new(
+        format!("Server CPU per request for a {} body (median of {runs} runs of {REQUESTS_PER_RUN})", fmt_bytes(bytes as u64)),
+        &["case", "content type", "answer", "CPU per request", "p90", "latency", "goal ≤ 100 ms"],
+    );
+    let mut missed = Vec::new();
+    for case in CASES {
+        let mut cpu = Vec::new();
+        let mut latency = Vec::new();
+        for run in 0..runs {
+            let requests: Vec<_> = (0..REQUESTS_PER_RUN).map(|i| case.request(&format!("b{}-{run}-{i}", case as u8), bytes)).collect();
+            let before = sample_proc(server.pid()).ok_or_else(|| anyhow::anyhow!("the API server is gone"))?;
+            for (method, path, body, keys) in requests {
+                let t = Instant::now();
+                let (code, answer) = api.send_raw(method, &path, body, case.content_type()).await?;
+                latency.push(t.elapsed().as_secs_f64());
+                check_answer(case, code, &answer, keys)?;
+            }
+            let after = sample_proc(server.pid()).ok_or_else(|| anyhow::anyhow!("the API server is gone"))?;
+            cpu.push((after.cpu_seconds - before.cpu_seconds).max(0.0) / REQUESTS_PER_RUN as f64);
+            for i in 0..REQUESTS_PER_RUN {
+                if case.expected_code() == 201 {
+                    let path = format!("/api/v1/namespaces/{NS}/configmaps/b{}-{run}-{i}", case as u8);
+                    api.send_raw("DELETE", &path, Vec::new(), "application/json").await?;
+                }
+            }
+        }
+        let labels = [("case", case.name().to_string()), ("content_type", case.content_type().to_string())];
+        let c = report.measure("bodies/cpu_per_request", "s", &labels, &cpu);
+        let l = report.measure("bodies/latency", "s", &labels, &latency);
+        let met = c.as_ref().is_some_and(|c| c.median <= GOAL_CPU_SECONDS);
+        if !met {
+            missed.push(case.name());
+        }
+        table.row(vec![
+            case.name().into(),
+            case.content_type().into(),
+            case.expected_code().to_string(),
+            c.as_ref().map_or("n/a".into(), |c: &Summary| fmt_secs(c.median)),
+            c.as_ref().map_or("n/a".into(), |c| fmt_secs(c.p90)),
+            l.as_ref().map_or("n/a".into(), |l| fmt_secs(l.median)),
+            if met { "met".into() } else { "missed".into() },
+        ]);
+    }
+    server.stop().await;
+    report.tables.push(table);
+    if !missed.is_empty() {
+        report.note(format!("Goal of ≤ 100 ms of server CPU per request missed by: {}.", missed.join("; ")));
+    }
+    Ok(report)
+}
+
+/// Fails unless `code` is what `case` expects and a created object carries
+/// all `keys` data keys.
+fn check_answer(case: Case, code: u16, answer: &[u8], keys: usize) -> anyhow::Result<()> {
+    let short = || String::from_utf8_lossy(&answer[..answer.len().min(300)]).into_owned();
+    if code != case.expected_code() {
+        anyhow::bail!("{}: answered {code}, expected {}: {}", case.name(), case.expected_code(), short());
+    }
+    if code == 201 {
+        let obj: Value = serde_json::from_slice(answer)?;
+        let got = obj["data"].as_object().map_or(0, |d| d.len());
+        if got != keys {
+            anyhow::bail!("{}: the created ConfigMap has {got} data keys, {keys} were sent", case.name());
+        }
+    }
+    Ok(())
+}
