@@ -3,10 +3,13 @@
 //! `pods/ephemeralcontainers` (upstream `EphemeralContainersREST` and
 //! `ValidatePodEphemeralContainersUpdate`), core/v1 Event validation
 //! (upstream `pkg/apis/core/validation/events.go`) and what a DELETE
-//! answers (upstream `ReturnDeletedObject` and `handlers/delete.go`).
+//! answers (upstream `ReturnDeletedObject` and `handlers/delete.go`), and a
+//! DaemonSet's template generation (upstream `daemonSetStrategy`).
 
 mod common;
 
+#[path = "row_rules/daemonsets.rs"]
+mod daemonsets;
 #[path = "row_rules/delete.rs"]
 mod delete;
 #[path = "row_rules/ephemeral.rs"]

@@ -83,6 +83,7 @@ async fn one_pod_per_fitting_node_pinned_by_affinity_with_daemon_tolerations() {
     assert_eq!(list.len(), 1);
     let hash = list[0].labels().get("controller.kubernetes.io/hash").cloned();
     assert_eq!(pod.labels().get("controller-revision-hash"), hash.as_ref());
+    assert_eq!(pod.labels().get("pod-template-generation").map(String::as_str), Some("1"));
     assert_eq!(list[0].name_any(), format!("agent-{}", hash.unwrap_or_default()));
     let events: Api<Event> = Api::namespaced(env.client.clone(), "ds1");
     let notes: Vec<String> = events.list(&ListParams::default()).await.expect("events").items.into_iter().filter_map(|e| e.note).collect();
@@ -138,6 +139,7 @@ async fn rolling_update_replaces_every_daemon_pod_and_keeps_the_history() {
     for p in &after {
         assert!(!before.contains(&p.name_any()), "{} survived the update", p.name_any());
         assert_eq!(p.annotations().get("rev").map(String::as_str), Some("2"));
+        assert_eq!(p.labels().get("pod-template-generation").map(String::as_str), Some("2"));
     }
     let revs: Api<ControllerRevision> = Api::namespaced(env.client.clone(), "ds3");
     let mut list = revs.list(&ListParams::default()).await.expect("revisions").items;

@@ -20,6 +20,7 @@ pub const CUSTOM_RESOURCE_DEFINITION: Strategy = Strategy {
     scale: None,
     delete: crate::strategy::DeleteRules::NONE,
     warnings,
+    prepare_for_update: Strategy::NO_UPDATE_PREPARATION,
 };
 
 /// The validation rules of each version's schema that rkube will not

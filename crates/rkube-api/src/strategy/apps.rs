@@ -59,6 +59,7 @@ pub(crate) const DEPLOYMENT: Strategy = Strategy {
     scale: Some(ScaleSelector::LabelSelector),
     delete: super::DeleteRules::NONE,
     warnings: Strategy::NO_WARNINGS,
+    prepare_for_update: Strategy::NO_UPDATE_PREPARATION,
 };
 
 fn replica_set_defaults(map: &mut Object) {
@@ -76,6 +77,7 @@ pub(crate) const REPLICA_SET: Strategy = Strategy {
     scale: Some(ScaleSelector::LabelSelector),
     delete: super::DeleteRules::NONE,
     warnings: Strategy::NO_WARNINGS,
+    prepare_for_update: Strategy::NO_UPDATE_PREPARATION,
 };
 
 fn stateful_set_defaults(map: &mut Object) {
@@ -150,6 +152,7 @@ pub(crate) const STATEFUL_SET: Strategy = Strategy {
     scale: Some(ScaleSelector::LabelSelector),
     delete: super::DeleteRules::NONE,
     warnings: Strategy::NO_WARNINGS,
+    prepare_for_update: Strategy::NO_UPDATE_PREPARATION,
 };
 
 fn daemon_set_defaults(map: &mut Object) {
@@ -165,14 +168,44 @@ fn daemon_set_defaults(map: &mut Object) {
     template_defaults(spec);
 }
 
+/// The annotation holding a DaemonSet's template generation: apps/v1 keeps
+/// upstream's internal `spec.templateGeneration` there (conversion in
+/// `pkg/apis/apps/v1/conversion.go`); the DaemonSet controller labels its
+/// pods with it as `pod-template-generation`.
+pub const DAEMON_SET_TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
+
 fn daemon_set_prepare(obj: &mut Object) {
     obj.insert(
         "status".into(),
         json!({"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0, "numberReady": 0}),
     );
+    set_template_generation(obj, 1);
 }
 
-/// DaemonSets: RollingUpdate with maxUnavailable 1 and maxSurge 0, history 10.
+/// Upstream's `daemonSetStrategy.PrepareForUpdate`: the template generation
+/// is the server's (a client's value is replaced by the old one) and goes up
+/// by one when `spec.template` changes.
+fn daemon_set_prepare_update(obj: &mut Object, old: &Value) {
+    let old_generation = old
+        .pointer(&format!("/metadata/annotations/{}", DAEMON_SET_TEMPLATE_GENERATION.replace('/', "~1")))
+        .and_then(Value::as_str)
+        .and_then(|g| g.parse::<i64>().ok())
+        .unwrap_or(0);
+    let changed = obj.get("spec").and_then(|s| s.get("template")) != old.pointer("/spec/template");
+    set_template_generation(obj, if changed { old_generation + 1 } else { old_generation });
+}
+
+fn set_template_generation(obj: &mut Object, generation: i64) {
+    if generation > 0 {
+        let annotations = child(child(obj, "metadata"), "annotations");
+        annotations.insert(DAEMON_SET_TEMPLATE_GENERATION.into(), Value::String(generation.to_string()));
+    } else if let Some(annotations) = obj.get_mut("metadata").and_then(|m| m.get_mut("annotations")).and_then(Value::as_object_mut) {
+        annotations.remove(DAEMON_SET_TEMPLATE_GENERATION);
+    }
+}
+
+/// DaemonSets: RollingUpdate with maxUnavailable 1 and maxSurge 0, history 10;
+/// the template generation annotation ([`DAEMON_SET_TEMPLATE_GENERATION`]).
 pub(crate) const DAEMON_SET: Strategy = Strategy {
     defaults: daemon_set_defaults,
     prepare_for_create: daemon_set_prepare,
@@ -181,4 +214,5 @@ pub(crate) const DAEMON_SET: Strategy = Strategy {
     scale: None,
     delete: super::DeleteRules::NONE,
     warnings: Strategy::NO_WARNINGS,
+    prepare_for_update: daemon_set_prepare_update,
 };

@@ -128,6 +128,7 @@ pub(crate) const SERVICE: Strategy = Strategy {
     scale: None,
     delete: super::DeleteRules::NONE,
     warnings: Strategy::NO_WARNINGS,
+    prepare_for_update: Strategy::NO_UPDATE_PREPARATION,
 };
 
 // ---- namespaces, nodes ----
@@ -379,4 +380,5 @@ pub(crate) const REPLICATION_CONTROLLER: Strategy = Strategy {
     scale: Some(super::ScaleSelector::Map),
     delete: super::DeleteRules::NONE,
     warnings: Strategy::NO_WARNINGS,
+    prepare_for_update: Strategy::NO_UPDATE_PREPARATION,
 };

@@ -41,6 +41,7 @@ pub(crate) use other::{
 pub(crate) use certificates::CERTIFICATE_SIGNING_REQUEST;
 pub(crate) use events::{EVENT, EVENT_V1};
 
+pub use apps::DAEMON_SET_TEMPLATE_GENERATION;
 pub use delete::{DeleteRules, Lifecycle};
 pub use ephemeral::validate_ephemeral_containers_update;
 pub use pod::{pod_spec_defaults, qos_class};
@@ -73,6 +74,10 @@ pub struct Strategy {
     /// Create-time preparation (upstream `PrepareForCreate`), after
     /// `metadata.uid` and `creationTimestamp` are set.
     pub prepare_for_create: fn(&mut Object),
+    /// Update-time preparation of the new object from the old one (upstream
+    /// `PrepareForUpdate`), after defaulting and the `metadata.generation`
+    /// bump; not run for writes to a subresource.
+    pub prepare_for_update: fn(&mut Object, &Value),
     /// Field validation of `obj` (`old` on update); pushes the 422 causes.
     pub validate: ValidateFn,
     /// True when names must be DNS-1123 labels (upstream
@@ -102,11 +107,16 @@ impl std::fmt::Debug for Strategy {
 
 fn nothing(_: &mut Object) {}
 
+fn nothing_on_update(_: &mut Object, _: &Value) {}
+
 fn no_validation(_: &Value, _: Option<&Value>, _: &mut Vec<FieldError>) {}
 
 impl Strategy {
     /// No warnings.
     pub const NO_WARNINGS: WarningsFn = no_warnings;
+
+    /// No update-time preparation.
+    pub const NO_UPDATE_PREPARATION: fn(&mut Object, &Value) = nothing_on_update;
 
     /// No defaults, no preparation, no validation beyond ObjectMeta's.
     pub const NONE: Strategy = Strategy {
@@ -116,12 +126,21 @@ impl Strategy {
         name_is_label: false,
         scale: None,
         delete: DeleteRules::NONE,
-    warnings: Strategy::NO_WARNINGS };
+        warnings: Strategy::NO_WARNINGS,
+        prepare_for_update: Strategy::NO_UPDATE_PREPARATION,
+    };
 
     /// Applies the defaults to `obj` (a JSON object; anything else is left alone).
     pub fn apply_defaults(&self, obj: &mut Value) {
         if let Some(m) = obj.as_object_mut() {
             (self.defaults)(m);
+        }
+    }
+
+    /// Runs the update-time preparation on `obj`, the new version of `old`.
+    pub fn prepare_update(&self, obj: &mut Value, old: &Value) {
+        if let Some(m) = obj.as_object_mut() {
+            (self.prepare_for_update)(m, old);
         }
     }
 

@@ -199,6 +199,7 @@ async fn prepare_update(
     }
     if !subresource_write {
         object::bump_generation(old, &mut new, info.has_spec);
+        info.strategy.prepare_update(&mut new, old);
     }
     if managed_mode == Managed::Update {
         let manager = ctx.field_manager()?;

@@ -73,7 +73,7 @@ pub async fn sync_daemon_set(ds: &DaemonSet, state: &State) -> Result<Action, ku
             DaemonPod {
                 name: p.name_any(),
                 node: p.spec.as_ref().and_then(plan::target_node).unwrap_or_default(),
-                updated: p.labels().get(history::POD_REVISION_LABEL) == Some(&hash),
+                updated: is_pod_updated(ds, p, &hash),
                 terminating: p.metadata.deletion_timestamp.is_some(),
                 failed: phase == Some("Failed"),
                 succeeded: phase == Some("Succeeded"),
@@ -185,12 +185,38 @@ async fn delete_pods(
     Ok(())
 }
 
+/// The label of a daemon pod naming the DaemonSet's template generation it
+/// was made from (upstream `DaemonSetTemplateGenerationKey`).
+pub const POD_TEMPLATE_GENERATION_LABEL: &str = "pod-template-generation";
+
+/// The DaemonSet's template generation, from its
+/// `deprecated.daemonset.template.generation` annotation (upstream's
+/// `GetTemplateGeneration`); `None` when absent or not a number.
+pub fn template_generation(ds: &DaemonSet) -> Option<i64> {
+    ds.annotations().get(rkube_api::strategy::DAEMON_SET_TEMPLATE_GENERATION)?.parse().ok()
+}
+
+/// Whether `pod` runs the DaemonSet's current template: its
+/// `controller-revision-hash` is `hash`, or its `pod-template-generation` is
+/// the DaemonSet's template generation (upstream's `IsPodUpdated`).
+pub fn is_pod_updated(ds: &DaemonSet, pod: &Pod, hash: &str) -> bool {
+    let labels = pod.labels();
+    let hash_matches = !hash.is_empty() && labels.get(history::POD_REVISION_LABEL).map(String::as_str) == Some(hash);
+    let generation_matches = template_generation(ds)
+        .is_some_and(|g| labels.get(POD_TEMPLATE_GENERATION_LABEL).map(String::as_str) == Some(g.to_string().as_str()));
+    hash_matches || generation_matches
+}
+
 /// The daemon pod for `node` (upstream's `CreatePodTemplate` plus the
-/// node affinity): the template's labels and `controller-revision-hash`,
-/// the daemon tolerations, pinned to `node`, named `<ds>-<random>`.
+/// node affinity): the template's labels, `controller-revision-hash` and
+/// `pod-template-generation`, the daemon tolerations, pinned to `node`,
+/// named `<ds>-<random>`.
 pub fn daemon_pod(ds: &DaemonSet, owner: &OwnerReference, spec: &PodSpec, hash: &str, node: &str) -> Pod {
     let meta = ds.spec.as_ref().and_then(|s| s.template.metadata.clone()).unwrap_or_default();
     let mut labels = meta.labels.unwrap_or_default();
+    if let Some(generation) = template_generation(ds) {
+        labels.insert(POD_TEMPLATE_GENERATION_LABEL.into(), generation.to_string());
+    }
     labels.insert(history::POD_REVISION_LABEL.into(), hash.into());
     let mut spec = spec.clone();
     plan::pin_to_node(&mut spec, node);
