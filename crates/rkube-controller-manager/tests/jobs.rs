@@ -196,3 +196,106 @@ async fn a_job_running_past_active_deadline_seconds_fails_with_deadline_exceeded
     assert_eq!(deleted.len(), 2, "{deleted:?}");
     env.stop().await;
 }
+
+/// A Job whose pods run until deleted (no `exit-code` label for the stand-in kubelet).
+fn long_running_job(name: &str, spec: Value) -> Job {
+    let mut v = json!({
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}]}}},
+    });
+    if let (Some(dst), Some(src)) = (v["spec"].as_object_mut(), spec.as_object()) {
+        dst.extend(src.clone());
+    }
+    serde_json::from_value(v).expect("job")
+}
+
+/// The Job's pods: `(terminating, not terminating)` names.
+async fn pods_of(env: &Env, ns: &str) -> (Vec<String>, Vec<String>) {
+    let pods = Api::<Pod>::namespaced(env.client.clone(), ns).list(&ListParams::default()).await.expect("pods").items;
+    let (terminating, live): (Vec<Pod>, Vec<Pod>) = pods.into_iter().partition(|p| p.metadata.deletion_timestamp.is_some());
+    (terminating.iter().map(|p| p.name_any()).collect(), live.iter().map(|p| p.name_any()).collect())
+}
+
+/// `podReplacementPolicy: Failed` (KEP-3939): a deleted pod is replaced only
+/// once it has failed; until then it counts in `status.terminating`, not in
+/// `failed`. The default (`TerminatingOrFailed`) replaces it at once.
+#[tokio::test]
+async fn pod_replacement_policy_failed_waits_for_the_terminating_pod_to_fail() {
+    let env = fast_env().await;
+    env.namespace("j7").await;
+    let api: Api<Job> = Api::namespaced(env.client.clone(), "j7");
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "j7");
+    for (name, policy) in [("failed", "Failed"), ("default", "TerminatingOrFailed")] {
+        let spec = if policy == "Failed" { json!({"podReplacementPolicy": "Failed"}) } else { json!({}) };
+        api.create(&PostParams::default(), &long_running_job(name, spec)).await.expect("create");
+        let j = eventually("the defaulted policy", || async { api.get(name).await.ok().filter(|j| j.status.as_ref().and_then(|s| s.active) == Some(1)) }).await;
+        assert_eq!(j.spec.as_ref().and_then(|s| s.pod_replacement_policy.as_deref()), Some(policy));
+    }
+    let first = |job: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let list = pods.list(&ListParams::default().labels(&format!("job-name={job}"))).await.expect("pods").items;
+            list.into_iter().next().expect("a pod").name_any()
+        }
+    };
+    let (victim_failed, victim_default) = (first("failed").await, first("default").await);
+    pods.delete(&victim_failed, &Default::default()).await.expect("delete");
+    pods.delete(&victim_default, &Default::default()).await.expect("delete");
+
+    // The default policy replaces its pod and counts it failed at once.
+    eventually("the default job's replacement", || async {
+        let s = api.get("default").await.ok()?.status?;
+        (s.active == Some(1) && s.failed == Some(1)).then_some(())
+    })
+    .await;
+    // The Failed policy: terminating 1, nothing failed, no replacement (over the same time and more).
+    let s = eventually("terminating 1", || async { api.get("failed").await.ok()?.status.filter(|s| s.terminating == Some(1)) }).await;
+    assert_eq!((s.active, s.failed.unwrap_or(0)), (Some(0), 0));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let list = pods.list(&ListParams::default().labels("job-name=failed")).await.expect("pods").items;
+    assert_eq!(list.iter().map(|p| p.name_any()).collect::<Vec<_>>(), vec![victim_failed.clone()], "no replacement while terminating");
+    assert_eq!(api.get("failed").await.expect("job").status.and_then(|s| s.failed).unwrap_or(0), 0);
+
+    // Once the pod has failed, it counts and is replaced.
+    let status = json!({"status": {"phase": "Failed"}});
+    pods.patch_status(&victim_failed, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&status)).await.expect("fail the pod");
+    eventually("the Failed-policy job's replacement", || async {
+        let s = api.get("failed").await.ok()?.status?;
+        (s.active == Some(1) && s.failed == Some(1) && s.terminating == Some(0)).then_some(())
+    })
+    .await;
+    let (_, live) = pods_of(&env, "j7").await;
+    assert_eq!(live.len(), 2, "one running pod per job: {live:?}");
+    env.stop().await;
+}
+
+/// With `podReplacementPolicy: Failed`, an Indexed job's terminating pod
+/// keeps its index: no second pod of index 0 until the first has failed.
+#[tokio::test]
+async fn a_terminating_pod_of_an_indexed_job_keeps_its_index_until_it_fails() {
+    let env = fast_env().await;
+    env.namespace("j8").await;
+    let api: Api<Job> = Api::namespaced(env.client.clone(), "j8");
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "j8");
+    let spec = json!({"completionMode": "Indexed", "completions": 2, "parallelism": 2, "podReplacementPolicy": "Failed"});
+    api.create(&PostParams::default(), &long_running_job("idx", spec)).await.expect("create");
+    eventually("2 active", || async { api.get("idx").await.ok()?.status.filter(|s| s.active == Some(2)) }).await;
+    let index_of = |p: &Pod| p.annotations().get("batch.kubernetes.io/job-completion-index").cloned().unwrap_or_default();
+    let list = pods.list(&ListParams::default()).await.expect("pods").items;
+    let zero = list.iter().find(|p| index_of(p) == "0").expect("index 0").name_any();
+    pods.delete(&zero, &Default::default()).await.expect("delete");
+    eventually("terminating 1", || async { api.get("idx").await.ok()?.status.filter(|s| s.terminating == Some(1) && s.active == Some(1)) }).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let zeros = |list: &[Pod]| list.iter().filter(|p| index_of(p) == "0").count();
+    assert_eq!(zeros(&pods.list(&ListParams::default()).await.expect("pods").items), 1, "index 0 not started twice while its pod terminates");
+    let status = json!({"status": {"phase": "Failed"}});
+    pods.patch_status(&zero, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&status)).await.expect("fail the pod");
+    eventually("index 0 started again", || async {
+        let s = api.get("idx").await.ok()?.status?;
+        (s.active == Some(2) && s.failed == Some(1)).then_some(())
+    })
+    .await;
+    let live: Vec<Pod> = pods.list(&ListParams::default()).await.expect("pods").items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+    assert_eq!(zeros(&live), 1);
+    env.stop().await;
+}

@@ -99,6 +99,7 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
     let now = Timestamp::now();
     let indexed = spec.completion_mode.as_deref() == Some("Indexed");
     let completions = spec.completions;
+    let only_replace_failed = only_replaces_failed_pods(spec);
 
     // Step 1: newly terminated pods go to uncountedTerminatedPods.
     let (mut unc_succ, mut unc_fail) = uncounted(&status);
@@ -127,8 +128,9 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
                     fail_job.get_or_insert(Failure { reason: "PodFailurePolicy", message });
                 }
             },
-            // A pod deleted before it finished counts as failed.
-            _ if p.metadata.deletion_timestamp.is_some() => {
+            // A pod deleted before it finished counts as failed, unless only
+            // failed pods are replaced: then it counts once it has failed.
+            _ if p.metadata.deletion_timestamp.is_some() && !only_replace_failed => {
                 unc_fail.push(puid);
                 new_fail += 1;
             }
@@ -184,7 +186,10 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
     let succeeded = if indexed { i32::try_from(completed.len()).unwrap_or(i32::MAX) } else { status.succeeded.unwrap_or(0) };
     let failed = status.failed.unwrap_or(0);
     let active: Vec<&Pod> = mine.iter().map(|p| p.as_ref()).filter(|p| pod_util::is_active(p)).collect();
-    let terminating = mine.iter().filter(|p| p.metadata.deletion_timestamp.is_some() && !pods::is_terminal(p)).count();
+    let terminating_pods: Vec<&Pod> = mine.iter().map(|p| p.as_ref()).filter(|p| p.metadata.deletion_timestamp.is_some() && !pods::is_terminal(p)).collect();
+    let terminating = terminating_pods.len();
+    // Pods still terminating hold their place when only failed pods are replaced.
+    let holding: &[&Pod] = if only_replace_failed { &terminating_pods } else { &[] };
     let ready = active.iter().filter(|p| pod_util::is_ready(p)).count();
     let suspended = spec.suspend == Some(true);
     let regarding = pod_control::object_ref(job.as_ref());
@@ -257,9 +262,14 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
     } else if may_manage {
         let backoff_left = state.backoff_remaining(&uid);
         if indexed {
-            requeue = requeue.min(manage_indexed(&state, &job, &key, &pods_api, &regarding, &active, &completed, backoff_left, suspended).await?);
+            let scope = IndexedScope { active: &active, holding, completed: &completed };
+            requeue = requeue.min(manage_indexed(&state, &job, &key, &pods_api, &regarding, scope, backoff_left, suspended).await?);
         } else {
-            match decide::scale(suspended, spec.parallelism.unwrap_or(1), completions, succeeded, active.len()) {
+            let scale = match decide::scale(suspended, spec.parallelism.unwrap_or(1), completions, succeeded, active.len()) {
+                Scale::Create(n) => n.checked_sub(holding.len()).filter(|n| *n > 0).map_or(Scale::Steady, Scale::Create),
+                other => other,
+            };
+            match scale {
                 Scale::Steady => {}
                 Scale::Create(_) if !backoff_left.is_zero() => requeue = requeue.min(backoff_left),
                 Scale::Create(n) => create_pods(&state, &job, &key, &pods_api, &regarding, vec![None; n]).await?,
@@ -286,9 +296,29 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
     Ok(Action::requeue(requeue))
 }
 
+/// Whether a Job replaces a pod only once it has failed, not while it
+/// terminates (`podReplacementPolicy: Failed`, which the API server
+/// defaults when a `podFailurePolicy` is set; upstream's
+/// `onlyReplaceFailedPods`, KEP-3939).
+pub fn only_replaces_failed_pods(spec: &k8s_openapi::api::batch::v1::JobSpec) -> bool {
+    spec.pod_replacement_policy.as_deref() == Some("Failed")
+}
+
+/// The pods an Indexed job's management looks at.
+struct IndexedScope<'a> {
+    /// Active pods (not terminating, not terminal).
+    active: &'a [&'a Pod],
+    /// Terminating pods that keep their index until they fail
+    /// (`podReplacementPolicy: Failed`); empty otherwise.
+    holding: &'a [&'a Pod],
+    /// Succeeded indexes.
+    completed: &'a BTreeSet<i32>,
+}
+
 /// Creates or deletes an Indexed job's pods: extra pods of an index and
 /// pods of indexes out of range go; missing indexes get a pod (after the
-/// backoff). Returns when to look again.
+/// backoff), except those a terminating pod still holds. Returns when to
+/// look again.
 #[allow(clippy::too_many_arguments)]
 async fn manage_indexed(
     state: &State,
@@ -296,11 +326,11 @@ async fn manage_indexed(
     key: &str,
     pods_api: &Api<Pod>,
     regarding: &k8s_openapi::api::core::v1::ObjectReference,
-    active: &[&Pod],
-    completed: &BTreeSet<i32>,
+    scope: IndexedScope<'_>,
     backoff_left: Duration,
     suspended: bool,
 ) -> Result<Duration, SyncError> {
+    let IndexedScope { active, holding, completed } = scope;
     let spec = job.spec.as_ref();
     let completions = spec.and_then(|s| s.completions).unwrap_or(0);
     let parallelism = spec.and_then(|s| s.parallelism).unwrap_or(1);
@@ -316,7 +346,9 @@ async fn manage_indexed(
         delete_pods(state, key, pods_api, regarding, &extra).await?;
         return Ok(Duration::from_secs(300));
     }
-    let missing = decide::missing_indexes(completions, parallelism, completed, &seen, seen.len(), suspended);
+    let mut occupied = seen.clone();
+    occupied.extend(holding.iter().filter_map(|p| pods::completion_index(p)));
+    let missing = decide::missing_indexes(completions, parallelism, completed, &occupied, seen.len() + holding.len(), suspended);
     if missing.is_empty() {
         return Ok(Duration::from_secs(300));
     }
