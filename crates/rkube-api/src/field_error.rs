@@ -146,6 +146,11 @@ impl FieldError {
         )
     }
 
+    /// `Too many: <actual>: must have at most <max> items` (upstream `field.TooMany`).
+    pub fn too_many(field: &str, actual: usize, max: usize) -> Self {
+        Self::with(FieldErrorType::TooMany, field, Some(actual.to_string()), format!("must have at most {max} items"))
+    }
+
     /// `Duplicate value: "<value>"`.
     pub fn duplicate(field: &str, value: &str) -> Self {
         Self::with(FieldErrorType::Duplicate, field, Some(go_quote(value)), "")

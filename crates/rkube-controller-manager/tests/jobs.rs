@@ -299,3 +299,31 @@ async fn a_terminating_pod_of_an_indexed_job_keeps_its_index_until_it_fails() {
     assert_eq!(zeros(&live), 1);
     env.stop().await;
 }
+
+/// `successPolicy` (KEP-3998): an Indexed job whose rule is met is
+/// `SuccessCriteriaMet` with reason `SuccessPolicy`, its other pods go, and it
+/// ends `Complete` with that reason, before all its completions succeeded.
+#[tokio::test]
+async fn an_indexed_job_meeting_its_success_policy_completes_early() {
+    let env = fast_env().await;
+    env.namespace("j9").await;
+    let api: Api<Job> = Api::namespaced(env.client.clone(), "j9");
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "j9");
+    let spec = json!({"completionMode": "Indexed", "completions": 3, "parallelism": 3,
+                      "successPolicy": {"rules": [{"succeededIndexes": "1-2"}, {"succeededIndexes": "0", "succeededCount": 1}]}});
+    api.create(&PostParams::default(), &long_running_job("leader", spec)).await.expect("create");
+    eventually("3 active", || async { api.get("leader").await.ok()?.status.filter(|s| s.active == Some(3)) }).await;
+    let list = pods.list(&ListParams::default()).await.expect("pods").items;
+    let leader = list.iter().find(|p| p.annotations().get("batch.kubernetes.io/job-completion-index").map(String::as_str) == Some("0")).expect("index 0");
+    let status = json!({"status": {"phase": "Succeeded"}});
+    pods.patch_status(&leader.name_any(), &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&status)).await.expect("succeed index 0");
+    let cond = terminal_condition(&api, "leader").await;
+    assert_eq!((cond.type_.as_str(), cond.reason.as_deref(), cond.message.as_deref()), ("Complete", Some("SuccessPolicy"), Some("Matched rules at index 1")));
+    let j = api.get("leader").await.expect("job");
+    assert_eq!(condition_types(&j), vec!["SuccessCriteriaMet", "Complete"]);
+    let s = j.status.expect("status");
+    assert_eq!((s.succeeded, s.active, s.completed_indexes.as_deref()), (Some(1), Some(0), Some("0")));
+    let (_, live) = pods_of(&env, "j9").await;
+    assert_eq!(live, vec![leader.name_any()], "the other indexes' pods are gone");
+    env.stop().await;
+}

@@ -72,8 +72,106 @@ fn job_spec_validate(obj: &Value, base: &str, errs: &mut Vec<FieldError>) {
     }
 }
 
+/// Rules a `successPolicy` may have (upstream `maxSuccessPolicyRule`).
+const MAX_SUCCESS_POLICY_RULES: usize = 20;
+
+/// Bytes a rule's `succeededIndexes` may have (upstream
+/// `maxJobSuccessPolicySucceededIndexesLimit`).
+const MAX_SUCCEEDED_INDEXES_BYTES: usize = 64 * 1024;
+
+/// Upstream's `validateSuccessPolicy` (KEP-3998): Indexed jobs only; 1 to 20
+/// rules, each naming `succeededIndexes` (an indexes text below
+/// `completions`) or `succeededCount` (at most `completions`, and at most the
+/// number of indexes named).
+fn success_policy_validate(spec: &Value, errs: &mut Vec<FieldError>) {
+    let Some(policy) = spec.get("successPolicy").filter(|p| !p.is_null()) else { return };
+    if spec.get("completionMode").and_then(Value::as_str) != Some("Indexed") {
+        errs.push(FieldError::invalid_rendered("spec.successPolicy", policy.to_string(), "requires indexed completion mode"));
+        return;
+    }
+    let rules = policy.get("rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    if rules.is_empty() {
+        errs.push(FieldError::required("spec.successPolicy.rules", "at least one rules must be specified when the successPolicy is specified"));
+    }
+    if rules.len() > MAX_SUCCESS_POLICY_RULES {
+        errs.push(FieldError::too_many("spec.successPolicy.rules", rules.len(), MAX_SUCCESS_POLICY_RULES));
+    }
+    let completions = spec.get("completions").and_then(Value::as_i64).unwrap_or(0);
+    for (i, rule) in rules.iter().enumerate() {
+        let path = format!("spec.successPolicy.rules[{i}]");
+        let indexes = rule.get("succeededIndexes").and_then(Value::as_str);
+        let count = rule.get("succeededCount").and_then(Value::as_i64);
+        if indexes.is_none() && count.is_none() {
+            errs.push(FieldError::required(&path, "at least one of succeededCount or succeededIndexes must be specified"));
+        }
+        let mut named = 0;
+        if let Some(text) = indexes {
+            let field = format!("{path}.succeededIndexes");
+            if text.len() > MAX_SUCCEEDED_INDEXES_BYTES {
+                errs.push(FieldError::too_long(&field, MAX_SUCCEEDED_INDEXES_BYTES));
+            }
+            match count_indexes(text, completions) {
+                Ok(n) => named = n,
+                Err(e) => errs.push(FieldError::invalid(&field, text, format!("error parsing succeededIndexes: {e}"))),
+            }
+        }
+        if let Some(n) = count {
+            let field = format!("{path}.succeededCount");
+            if n < 0 {
+                errs.push(FieldError::invalid_json(&field, &Value::from(n), "must be greater than or equal to 0"));
+            }
+            if n > completions {
+                errs.push(FieldError::invalid_json(&field, &Value::from(n), format!("must be less than or equal to {completions} (the number of specified completions)")));
+            }
+            if indexes.is_some() && n > named {
+                errs.push(FieldError::invalid_json(&field, &Value::from(n), format!("must be less than or equal to {named} (the number of indexes in the specified succeededIndexes field)")));
+            }
+        }
+    }
+}
+
+/// How many indexes an indexes text (`"1,3-5"`) names, upstream's
+/// `validateIndexesFormat`: comma-separated numbers or ranges, each below
+/// `completions`, in increasing order without overlaps.
+fn count_indexes(text: &str, completions: i64) -> Result<i64, String> {
+    let mut total = 0;
+    let mut last: Option<i64> = None;
+    if text.is_empty() {
+        return Ok(0);
+    }
+    for part in text.split(',') {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (parse_index(a)?, parse_index(b)?),
+            None => {
+                let n = parse_index(part)?;
+                (n, n)
+            }
+        };
+        if hi >= completions {
+            return Err(format!("too large index: {hi}"));
+        }
+        if lo > hi {
+            return Err(format!("non-increasing order, previous: {lo}, current: {hi}"));
+        }
+        if let Some(prev) = last.filter(|p| lo <= *p) {
+            return Err(format!("overlapping indexes, previous: {prev}, current: {lo}"));
+        }
+        last = Some(hi);
+        total += hi - lo + 1;
+    }
+    Ok(total)
+}
+
+fn parse_index(text: &str) -> Result<i64, String> {
+    text.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| format!("cannot convert string to integer for index: {text:?}"))
+}
+
 fn job_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     job_spec_validate(obj, "spec", errs);
+    if let Some(spec) = obj.get("spec") {
+        success_policy_validate(spec, errs);
+    }
+    immutable(obj, old, "/spec/successPolicy", "spec.successPolicy", errs);
     if obj.pointer("/spec/manualSelector").and_then(Value::as_bool) == Some(true) {
         selector_matches_template(obj, errs);
     }

@@ -93,6 +93,39 @@ fn job_templates_need_on_failure_or_never() {
 }
 
 #[test]
+fn job_success_policies_are_validated_as_upstream() {
+    let jobs = lookup("batch", "v1", "jobs").unwrap();
+    let with = |mode: &str, policy: serde_json::Value| {
+        let job = json!({"spec": {"completions": 5, "completionMode": mode, "successPolicy": policy,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}});
+        jobs.strategy.validate_object(&job, None).iter().map(|e| format!("{}: {}", e.field, e.body())).collect::<Vec<_>>()
+    };
+    assert!(with("Indexed", json!({"rules": [{"succeededIndexes": "0,2-4", "succeededCount": 4}]})).is_empty());
+    let errs = with("NonIndexed", json!({"rules": [{"succeededCount": 1}]}));
+    assert_eq!(errs.len(), 1);
+    assert!(errs[0].starts_with("spec.successPolicy: Invalid value: ") && errs[0].ends_with(": requires indexed completion mode"), "{errs:?}");
+    assert_eq!(with("Indexed", json!({"rules": []})), ["spec.successPolicy.rules: Required value: at least one rules must be specified when the successPolicy is specified"]);
+    assert_eq!(
+        with("Indexed", json!({"rules": [{}]})),
+        ["spec.successPolicy.rules[0]: Required value: at least one of succeededCount or succeededIndexes must be specified"]
+    );
+    assert_eq!(
+        with("Indexed", json!({"rules": [{"succeededIndexes": "1,5"}]})),
+        ["spec.successPolicy.rules[0].succeededIndexes: Invalid value: \"1,5\": error parsing succeededIndexes: too large index: 5"]
+    );
+    assert_eq!(
+        with("Indexed", json!({"rules": [{"succeededIndexes": "0-1", "succeededCount": 3}]})),
+        ["spec.successPolicy.rules[0].succeededCount: Invalid value: 3: must be less than or equal to 2 (the number of indexes in the specified succeededIndexes field)"]
+    );
+    assert_eq!(
+        with("Indexed", json!({"rules": [{"succeededCount": 6}]})),
+        ["spec.successPolicy.rules[0].succeededCount: Invalid value: 6: must be less than or equal to 5 (the number of specified completions)"]
+    );
+    let many: Vec<serde_json::Value> = (0..21).map(|_| json!({"succeededCount": 1})).collect();
+    assert_eq!(with("Indexed", json!({"rules": many})), ["spec.successPolicy.rules: Too many: 21: must have at most 20 items"]);
+}
+
+#[test]
 fn pod_defaults_match_upstream() {
     let pods = lookup("", "v1", "pods").unwrap();
     let mut pod = json!({"kind": "Pod", "spec": {"containers": [{"name": "c", "image": "nginx:1.25", "ports": [{"containerPort": 80}]}]}});

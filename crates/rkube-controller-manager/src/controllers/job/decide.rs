@@ -56,6 +56,29 @@ pub fn missing_indexes(completions: i32, parallelism: i32, succeeded: &BTreeSet<
     (0..completions.max(0)).filter(|i| !succeeded.contains(i) && !active.contains(i)).take(room).collect()
 }
 
+/// The message of the first `successPolicy` rule an Indexed job's
+/// `completed` indexes satisfy (`Matched rules at index <i>`), upstream's
+/// `matchSuccessPolicy` (KEP-3998). A rule with `succeededIndexes` needs
+/// all of them succeeded, or `succeededCount` of them when it sets both; a
+/// rule with only `succeededCount` needs that many succeeded indexes. A rule
+/// whose `succeededIndexes` names no index below `completions` is skipped.
+pub fn success_policy_met(rules: &[k8s_openapi::api::batch::v1::SuccessPolicyRule], completions: i32, completed: &BTreeSet<i32>) -> Option<String> {
+    if completed.is_empty() {
+        return None;
+    }
+    let at_least = |n: Option<i32>| n.and_then(|n| usize::try_from(n).ok());
+    rules.iter().position(|rule| match (&rule.succeeded_indexes, at_least(rule.succeeded_count)) {
+        (Some(text), count) => {
+            let required = parse_indexes(text, completions);
+            let done = required.intersection(completed).count();
+            !required.is_empty() && done >= count.unwrap_or(required.len())
+        }
+        (None, Some(count)) => completed.len() >= count,
+        (None, None) => false,
+    })
+    .map(|i| format!("Matched rules at index {i}"))
+}
+
 /// Upstream's `completedIndexes` text: sorted, comma separated, with runs of
 /// three or more consecutive indexes written `a-b` (`"0-2,5"`).
 pub fn format_indexes(indexes: &BTreeSet<i32>) -> String {
@@ -202,5 +225,24 @@ mod tests {
         assert!(!success_reached(Some(3), 2, 1));
         assert!(!success_reached(None, 1, 1));
         assert!(success_reached(None, 1, 0));
+    }
+
+    #[test]
+    fn success_policy_rules_match_in_order_on_indexes_and_counts() {
+        let rule = |indexes: Option<&str>, count: Option<i32>| k8s_openapi::api::batch::v1::SuccessPolicyRule {
+            succeeded_indexes: indexes.map(String::from),
+            succeeded_count: count,
+        };
+        let done: BTreeSet<i32> = [0, 2, 3].into();
+        // All of the named indexes.
+        assert_eq!(success_policy_met(&[rule(Some("0,2"), None)], 5, &done).as_deref(), Some("Matched rules at index 0"));
+        assert_eq!(success_policy_met(&[rule(Some("0-1"), None)], 5, &done), None);
+        // A count among the named indexes, or overall.
+        assert_eq!(success_policy_met(&[rule(Some("0-1"), None), rule(Some("1-4"), Some(2))], 5, &done).as_deref(), Some("Matched rules at index 1"));
+        assert_eq!(success_policy_met(&[rule(None, Some(4))], 5, &done), None);
+        assert_eq!(success_policy_met(&[rule(None, Some(3))], 5, &done).as_deref(), Some("Matched rules at index 0"));
+        // Indexes past completions name nothing; nothing succeeded matches nothing.
+        assert_eq!(success_policy_met(&[rule(Some("7-9"), None)], 5, &done), None);
+        assert_eq!(success_policy_met(&[rule(None, Some(0))], 5, &BTreeSet::new()), None);
     }
 }

@@ -224,8 +224,11 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
                 decide::backoff_limit_exceeded(failed, spec.backoff_limit.unwrap_or(6))
             }
         };
+        let rules = spec.success_policy.as_ref().map(|p| p.rules.as_slice()).filter(|_| indexed).unwrap_or_default();
         let c = if let Some(f) = failure {
             Some(condition("FailureTarget", "True", f.reason, &f.message, now))
+        } else if let Some(message) = decide::success_policy_met(rules, completions.unwrap_or(0), &completed) {
+            Some(condition("SuccessCriteriaMet", "True", "SuccessPolicy", &message, now))
         } else if decide::success_reached(completions, succeeded, active.len()) {
             Some(condition("SuccessCriteriaMet", "True", "CompletionsReached", "Reached expected number of succeeded pods", now))
         } else {
