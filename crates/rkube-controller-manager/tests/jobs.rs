@@ -327,3 +327,51 @@ async fn an_indexed_job_meeting_its_success_policy_completes_early() {
     assert_eq!(live, vec![leader.name_any()], "the other indexes' pods are gone");
     env.stop().await;
 }
+
+/// `backoffLimitPerIndex` (KEP-3850): each index is retried on its own, its
+/// pods carry the index's failures so far, an index failing past the limit is
+/// listed in `failedIndexes`, and the job fails once every index is done.
+#[tokio::test]
+async fn each_index_is_retried_up_to_its_own_backoff_limit() {
+    let env = fast_env().await;
+    env.namespace("j10").await;
+    let api: Api<Job> = Api::namespaced(env.client.clone(), "j10");
+    let spec = json!({"completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimitPerIndex": 1});
+    api.create(&PostParams::default(), &job("retry", 1, spec)).await.expect("create");
+    let cond = terminal_condition(&api, "retry").await;
+    assert_eq!((cond.type_.as_str(), cond.reason.as_deref(), cond.message.as_deref()), ("Failed", Some("FailedIndexes"), Some("Job has failed indexes")));
+    let s = api.get("retry").await.expect("job").status.expect("status");
+    assert_eq!((s.failed, s.succeeded, s.failed_indexes.as_deref(), s.completed_indexes.as_deref()), (Some(4), Some(0), Some("0,1"), Some("")));
+    let pods = Api::<Pod>::namespaced(env.client.clone(), "j10").list(&ListParams::default()).await.expect("pods").items;
+    let mut seen: Vec<(String, String)> = pods
+        .iter()
+        .map(|p| {
+            let a = p.annotations();
+            (a.get("batch.kubernetes.io/job-completion-index").cloned().unwrap_or_default(), a.get("batch.kubernetes.io/job-index-failure-count").cloned().unwrap_or_default())
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(seen, [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")].map(|(a, b)| (a.to_string(), b.to_string())));
+    env.stop().await;
+}
+
+/// More failed indexes than `maxFailedIndexes` fail the job at once
+/// (`MaxFailedIndexesExceeded`); a `FailIndex` rule fails an index on its
+/// first matching failure, whatever its per-index limit.
+#[tokio::test]
+async fn fail_index_rules_and_max_failed_indexes_end_the_job() {
+    let env = fast_env().await;
+    env.namespace("j11").await;
+    let api: Api<Job> = Api::namespaced(env.client.clone(), "j11");
+    let spec = json!({"completionMode": "Indexed", "completions": 3, "parallelism": 1, "backoffLimitPerIndex": 5, "maxFailedIndexes": 0,
+        "podFailurePolicy": {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [1]}}]}});
+    api.create(&PostParams::default(), &job("strict", 1, spec)).await.expect("create");
+    let cond = terminal_condition(&api, "strict").await;
+    assert_eq!(
+        (cond.type_.as_str(), cond.reason.as_deref(), cond.message.as_deref()),
+        ("Failed", Some("MaxFailedIndexesExceeded"), Some("Job has exceeded the specified maximal number of failed indexes"))
+    );
+    let s = api.get("strict").await.expect("job").status.expect("status");
+    assert_eq!((s.failed, s.failed_indexes.as_deref()), (Some(1), Some("0")), "one failure of index 0 failed it and the job");
+    env.stop().await;
+}

@@ -65,10 +65,55 @@ fn job_spec_validate(obj: &Value, base: &str, errs: &mut Vec<FieldError>) {
             ));
         }
     }
+    if let Some(spec) = obj.pointer(&format!("/{}", base.replace('.', "/"))) {
+        per_index_validate(spec, base, errs);
+    }
     let template_spec = obj.pointer(&format!("/{}/template/spec", base.replace('.', "/")));
     validate_pod_spec(template_spec, &format!("{base}.template.spec"), JOB_RESTART, errs);
     if template_spec.and_then(|s| s.get("restartPolicy")).is_none() && template_spec.is_some() {
         errs.push(FieldError::required(&format!("{base}.template.spec.restartPolicy"), ""));
+    }
+}
+
+/// The most completions, and failed indexes, a job with
+/// `backoffLimitPerIndex` may have (upstream
+/// `maxCompletionsForBackoffLimitPerIndex`, `maxFailedIndexesLimitForBackoffLimitPerIndex`).
+const MAX_PER_INDEX: i64 = 100_000;
+
+/// Upstream's checks of `backoffLimitPerIndex` and `maxFailedIndexes`
+/// (KEP-3850, `validateJobSpec`): non-negative, Indexed jobs only,
+/// `maxFailedIndexes` only with a per-index limit and at most `completions`.
+fn per_index_validate(spec: &Value, base: &str, errs: &mut Vec<FieldError>) {
+    let int = |k: &str| spec.get(k).and_then(Value::as_i64);
+    let (limit, max_failed, completions) = (int("backoffLimitPerIndex"), int("maxFailedIndexes"), int("completions"));
+    for (k, v) in [("backoffLimitPerIndex", limit), ("maxFailedIndexes", max_failed)] {
+        if let Some(n) = v.filter(|n| *n < 0) {
+            errs.push(FieldError::invalid_json(&format!("{base}.{k}"), &Value::from(n), "must be greater than or equal to 0"));
+        }
+    }
+    if max_failed.is_some() && limit.is_none() {
+        errs.push(FieldError::required(&format!("{base}.backoffLimitPerIndex"), "when maxFailedIndexes is specified"));
+    }
+    if spec.get("completionMode").and_then(Value::as_str) != Some("Indexed") {
+        if let Some(n) = limit {
+            errs.push(FieldError::invalid_json(&format!("{base}.backoffLimitPerIndex"), &Value::from(n), "requires indexed completion mode"));
+        }
+        return;
+    }
+    if let (Some(m), Some(c)) = (max_failed, completions) {
+        if m > c {
+            errs.push(FieldError::invalid_json(&format!("{base}.maxFailedIndexes"), &Value::from(m), "must be less than or equal to completions"));
+        }
+    }
+    if let Some(m) = max_failed.filter(|m| *m > MAX_PER_INDEX) {
+        errs.push(FieldError::invalid_json(&format!("{base}.maxFailedIndexes"), &Value::from(m), format!("must be less than or equal to {MAX_PER_INDEX}")));
+    }
+    if let Some(c) = completions.filter(|c| *c > MAX_PER_INDEX && limit.is_some()) {
+        errs.push(FieldError::invalid_json(
+            &format!("{base}.completions"),
+            &Value::from(c),
+            format!("must be less than or equal to {MAX_PER_INDEX} when backoffLimitPerIndex is specified"),
+        ));
     }
 }
 

@@ -126,6 +126,31 @@ fn job_success_policies_are_validated_as_upstream() {
 }
 
 #[test]
+fn per_index_backoff_limits_are_validated_as_upstream() {
+    let jobs = lookup("batch", "v1", "jobs").unwrap();
+    let with = |extra: serde_json::Value| {
+        let mut job = json!({"spec": {"completions": 5, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}});
+        if let (Some(spec), Some(extra)) = (job["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        jobs.strategy.validate_object(&job, None).iter().map(|e| format!("{}: {}", e.field, e.body())).collect::<Vec<_>>()
+    };
+    assert!(with(json!({"completionMode": "Indexed", "backoffLimitPerIndex": 1, "maxFailedIndexes": 5})).is_empty());
+    assert_eq!(with(json!({"backoffLimitPerIndex": 1})), ["spec.backoffLimitPerIndex: Invalid value: 1: requires indexed completion mode"]);
+    assert_eq!(
+        with(json!({"completionMode": "Indexed", "maxFailedIndexes": 1})),
+        ["spec.backoffLimitPerIndex: Required value: when maxFailedIndexes is specified"]
+    );
+    assert_eq!(
+        with(json!({"completionMode": "Indexed", "backoffLimitPerIndex": -1, "maxFailedIndexes": 6})),
+        [
+            "spec.backoffLimitPerIndex: Invalid value: -1: must be greater than or equal to 0",
+            "spec.maxFailedIndexes: Invalid value: 6: must be less than or equal to completions"
+        ]
+    );
+}
+
+#[test]
 fn pod_defaults_match_upstream() {
     let pods = lookup("", "v1", "pods").unwrap();
     let mut pod = json!({"kind": "Pod", "spec": {"containers": [{"name": "c", "image": "nginx:1.25", "ports": [{"containerPort": 80}]}]}});

@@ -1,7 +1,7 @@
 //! `spec.podFailurePolicy` matching (upstream `pkg/controller/job/pod_failure_policy.go`):
 //! the first rule whose `onExitCodes` or `onPodConditions` matches a failed
 //! pod decides whether the failure fails the job, is ignored, or counts
-//! toward `backoffLimit`.
+//! toward `backoffLimit`, or fails its index (`FailIndex`).
 
 use k8s_openapi::api::batch::v1::{PodFailurePolicy, PodFailurePolicyRule};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
@@ -15,6 +15,9 @@ pub enum Verdict {
     Ignore,
     /// Count it toward `backoffLimit` (`Count`, or no rule matched).
     Count,
+    /// Fail the pod's index (`FailIndex`; counted like `Count` for a job
+    /// without `backoffLimitPerIndex`).
+    FailIndex,
 }
 
 /// Applies `policy` to the failed `pod` (upstream's `matchPodFailurePolicy`).
@@ -28,7 +31,7 @@ pub fn evaluate(policy: Option<&PodFailurePolicy>, pod: &Pod) -> Verdict {
         return match rule.action.as_str() {
             "FailJob" => Verdict::FailJob(format!("{why} matching FailJob rule at index {index}")),
             "Ignore" => Verdict::Ignore,
-            // `Count`, and `FailIndex` (per-index backoff is not implemented): counted.
+            "FailIndex" => Verdict::FailIndex,
             _ => Verdict::Count,
         };
     }

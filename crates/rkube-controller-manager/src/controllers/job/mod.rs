@@ -14,6 +14,7 @@
 
 pub mod decide;
 pub mod failure_policy;
+pub mod per_index;
 pub mod pods;
 mod sync;
 

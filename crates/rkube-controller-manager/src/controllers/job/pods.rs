@@ -48,8 +48,10 @@ pub fn completion_index(pod: &Pod) -> Option<i32> {
 /// additions): named `<job>-` (`<job>-<index>-` for Indexed) by the API
 /// server, the template's labels and annotations, the tracking finalizer,
 /// `owner` as controller; with `index`, the completion-index annotation and
-/// label, hostname `<job>-<index>` and `JOB_COMPLETION_INDEX` in every container.
-pub fn pod_for(job: &Job, owner: OwnerReference, index: Option<i32>) -> Option<Pod> {
+/// label, hostname `<job>-<index>` and `JOB_COMPLETION_INDEX` in every
+/// container; with `failure_count`, the index's failures so far
+/// ([`super::per_index::INDEX_FAILURE_COUNT`]).
+pub fn pod_for(job: &Job, owner: OwnerReference, index: Option<i32>, failure_count: Option<i32>) -> Option<Pod> {
     let template = job.spec.as_ref()?.template.clone();
     let name = job.name_any();
     let prefix = match index {
@@ -58,6 +60,9 @@ pub fn pod_for(job: &Job, owner: OwnerReference, index: Option<i32>) -> Option<P
     };
     let mut pod = pod_control::pod_from_template(&template, &prefix, owner);
     pod.metadata.finalizers.get_or_insert_with(Vec::new).push(TRACKING_FINALIZER.to_string());
+    if let Some(count) = failure_count {
+        pod.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(super::per_index::INDEX_FAILURE_COUNT.into(), count.to_string());
+    }
     if let Some(i) = index {
         let idx = i.to_string();
         pod.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(COMPLETION_INDEX.into(), idx.clone());
@@ -118,7 +123,7 @@ mod tests {
         }))
         .unwrap();
         let owner = OwnerReference { name: "work".into(), uid: "u1".into(), kind: "Job".into(), api_version: "batch/v1".into(), controller: Some(true), block_owner_deletion: Some(true) };
-        let pod = pod_for(&job, owner, Some(2)).unwrap();
+        let pod = pod_for(&job, owner, Some(2), None).unwrap();
         assert_eq!(pod.metadata.generate_name.as_deref(), Some("work-2-"));
         assert_eq!(pod.metadata.finalizers, Some(vec![TRACKING_FINALIZER.to_string()]));
         assert_eq!(completion_index(&pod), Some(2));

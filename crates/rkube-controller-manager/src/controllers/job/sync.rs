@@ -15,7 +15,7 @@ use kube::ResourceExt;
 
 use super::decide::{self, Failure, Scale};
 use super::failure_policy::{self, Verdict};
-use super::pods;
+use super::{per_index, pods};
 use super::{State, SyncError};
 use crate::expectations::Seen;
 use crate::{pod_control, pod_util};
@@ -100,12 +100,22 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
     let indexed = spec.completion_mode.as_deref() == Some("Indexed");
     let completions = spec.completions;
     let only_replace_failed = only_replaces_failed_pods(spec);
+    let index_limit = per_index::limit(spec);
 
     // Step 1: newly terminated pods go to uncountedTerminatedPods.
     let (mut unc_succ, mut unc_fail) = uncounted(&status);
     let mut new_succ = 0;
     let mut new_fail = 0;
     let mut fail_job: Option<Failure> = None;
+    let mut failed_now: BTreeSet<i32> = BTreeSet::new();
+    // Under a per-index limit, a counted failure may end its index.
+    let mut index_fails = |p: &Pod, fail_index: bool| {
+        if let (Some(limit), Some(i)) = (index_limit, pods::completion_index(p)) {
+            if fail_index || per_index::exhausts(p, limit) {
+                failed_now.insert(i);
+            }
+        }
+    };
     for p in mine.iter().filter(|p| pods::has_tracking_finalizer(p)) {
         let puid = p.metadata.uid.clone().unwrap_or_default();
         if unc_succ.contains(&puid) || unc_fail.contains(&puid) || state.is_counted(&puid) {
@@ -118,9 +128,10 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
             }
             "Failed" => match failure_policy::evaluate(spec.pod_failure_policy.as_ref(), p) {
                 Verdict::Ignore => pods::remove_tracking_finalizer(&pods_api, p).await?,
-                Verdict::Count => {
+                verdict @ (Verdict::Count | Verdict::FailIndex) => {
                     unc_fail.push(puid);
                     new_fail += 1;
+                    index_fails(p, verdict == Verdict::FailIndex);
                 }
                 Verdict::FailJob(message) => {
                     unc_fail.push(puid);
@@ -133,6 +144,7 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
             _ if p.metadata.deletion_timestamp.is_some() && !only_replace_failed => {
                 unc_fail.push(puid);
                 new_fail += 1;
+                index_fails(p, false);
             }
             _ => {}
         }
@@ -140,6 +152,11 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
     if new_succ + new_fail > 0 {
         state.record(&uid, new_fail, new_succ);
         status.uncounted_terminated_pods = Some(UncountedTerminatedPods { succeeded: Some(unc_succ), failed: Some(unc_fail) });
+        if !failed_now.is_empty() {
+            let mut failed = decide::parse_indexes(status.failed_indexes.as_deref().unwrap_or(""), completions.unwrap_or(0));
+            failed.extend(failed_now);
+            status.failed_indexes = Some(decide::format_indexes(&failed));
+        }
         if let Some(f) = fail_job {
             if !has_condition(&status, "FailureTarget") && !has_condition(&status, "SuccessCriteriaMet") {
                 set_condition(&mut status, condition("FailureTarget", "True", f.reason, &f.message, now));
@@ -192,6 +209,10 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
     let holding: &[&Pod] = if only_replace_failed { &terminating_pods } else { &[] };
     let ready = active.iter().filter(|p| pod_util::is_ready(p)).count();
     let suspended = spec.suspend == Some(true);
+    let failed_indexes = decide::parse_indexes(status.failed_indexes.as_deref().unwrap_or(""), completions.unwrap_or(0));
+    if index_limit.is_some() && status.failed_indexes.is_none() {
+        status.failed_indexes = Some(String::new());
+    }
     let regarding = pod_control::object_ref(job.as_ref());
     let mut requeue = Duration::from_secs(300);
 
@@ -222,6 +243,7 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
                     requeue = requeue.min(left + Duration::from_millis(100));
                 }
                 decide::backoff_limit_exceeded(failed, spec.backoff_limit.unwrap_or(6))
+                    .or_else(|| index_limit.and_then(|_| per_index::failure(spec, &failed_indexes, &completed)))
             }
         };
         let rules = spec.success_policy.as_ref().map(|p| p.rules.as_slice()).filter(|_| indexed).unwrap_or_default();
@@ -265,7 +287,7 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
     } else if may_manage {
         let backoff_left = state.backoff_remaining(&uid);
         if indexed {
-            let scope = IndexedScope { active: &active, holding, completed: &completed };
+            let scope = IndexedScope { active: &active, holding, completed: &completed, failed: &failed_indexes, all: &mine, per_index: index_limit.is_some() };
             requeue = requeue.min(manage_indexed(&state, &job, &key, &pods_api, &regarding, scope, backoff_left, suspended).await?);
         } else {
             let scale = match decide::scale(suspended, spec.parallelism.unwrap_or(1), completions, succeeded, active.len()) {
@@ -275,7 +297,7 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
             match scale {
                 Scale::Steady => {}
                 Scale::Create(_) if !backoff_left.is_zero() => requeue = requeue.min(backoff_left),
-                Scale::Create(n) => create_pods(&state, &job, &key, &pods_api, &regarding, vec![None; n]).await?,
+                Scale::Create(n) => create_pods(&state, &job, &key, &pods_api, &regarding, vec![(None, None); n]).await?,
                 Scale::Delete(n) => {
                     let mut ranked = active.clone();
                     pod_util::sort_for_deletion(&mut ranked, &active, now);
@@ -316,6 +338,12 @@ struct IndexedScope<'a> {
     holding: &'a [&'a Pod],
     /// Succeeded indexes.
     completed: &'a BTreeSet<i32>,
+    /// Indexes failed past their per-index limit (never started again).
+    failed: &'a BTreeSet<i32>,
+    /// Every pod of the job (for the per-index failure counts).
+    all: &'a [Arc<Pod>],
+    /// Whether the job retries per index (`backoffLimitPerIndex`).
+    per_index: bool,
 }
 
 /// Creates or deletes an Indexed job's pods: extra pods of an index and
@@ -333,7 +361,7 @@ async fn manage_indexed(
     backoff_left: Duration,
     suspended: bool,
 ) -> Result<Duration, SyncError> {
-    let IndexedScope { active, holding, completed } = scope;
+    let IndexedScope { active, holding, completed, failed, all, per_index } = scope;
     let spec = job.spec.as_ref();
     let completions = spec.and_then(|s| s.completions).unwrap_or(0);
     let parallelism = spec.and_then(|s| s.parallelism).unwrap_or(1);
@@ -341,7 +369,7 @@ async fn manage_indexed(
     let mut extra: Vec<&Pod> = Vec::new();
     for p in active {
         match pods::completion_index(p) {
-            Some(i) if i < completions && !completed.contains(&i) && !suspended && seen.insert(i) => {}
+            Some(i) if i < completions && !completed.contains(&i) && !failed.contains(&i) && !suspended && seen.insert(i) => {}
             _ => extra.push(p),
         }
     }
@@ -351,14 +379,17 @@ async fn manage_indexed(
     }
     let mut occupied = seen.clone();
     occupied.extend(holding.iter().filter_map(|p| pods::completion_index(p)));
-    let missing = decide::missing_indexes(completions, parallelism, completed, &occupied, seen.len() + holding.len(), suspended);
+    let done: BTreeSet<i32> = completed.union(failed).copied().collect();
+    let missing = decide::missing_indexes(completions, parallelism, &done, &occupied, seen.len() + holding.len(), suspended);
     if missing.is_empty() {
         return Ok(Duration::from_secs(300));
     }
     if !backoff_left.is_zero() {
         return Ok(backoff_left);
     }
-    create_pods(state, job, key, pods_api, regarding, missing.into_iter().map(Some).collect()).await?;
+    let counts = if per_index { per_index::next_failure_counts(all.iter().map(|p| p.as_ref()), &missing) } else { Default::default() };
+    let wanted = missing.into_iter().map(|i| (Some(i), counts.get(&i).copied())).collect();
+    create_pods(state, job, key, pods_api, regarding, wanted).await?;
     Ok(Duration::from_secs(300))
 }
 
@@ -368,11 +399,11 @@ async fn create_pods(
     key: &str,
     pods_api: &Api<Pod>,
     regarding: &k8s_openapi::api::core::v1::ObjectReference,
-    indexes: Vec<Option<i32>>,
+    indexes: Vec<(Option<i32>, Option<i32>)>,
 ) -> Result<(), SyncError> {
     let Some(owner) = pod_control::controller_ref(job) else { return Ok(()) };
     let pp = PostParams::default();
-    let wanted: Vec<Pod> = indexes.into_iter().filter_map(|i| pods::pod_for(job, owner.clone(), i)).collect();
+    let wanted: Vec<Pod> = indexes.into_iter().filter_map(|(i, count)| pods::pod_for(job, owner.clone(), i, count)).collect();
     let results = futures::future::join_all(wanted.iter().map(|p| pods_api.create(&pp, p))).await;
     let mut created = Vec::new();
     let mut failure = None;
