@@ -172,3 +172,28 @@ async fn rolling_update_replaces_every_pod_and_records_a_second_revision() {
     assert_eq!(deleted.first().map(String::as_str), Some("delete Pod web-2 in StatefulSet web successful"), "{deleted:?}");
     env.stop().await;
 }
+
+/// A member pod whose identity labels a client removed or changed gets them
+/// back (upstream's `identityMatches`/`updateIdentity`), keeping its name.
+#[tokio::test]
+async fn a_member_pods_identity_labels_are_restored() {
+    let env = Env::start(&["statefulset"], true).await;
+    env.namespace("sts9").await;
+    let api: Api<StatefulSet> = Api::namespaced(env.client.clone(), "sts9");
+    api.create(&PostParams::default(), &stateful_set("db", 2, json!({}), "Parallel")).await.expect("create");
+    eventually("2 ready replicas", || async { api.get("db").await.ok()?.status.filter(|s| s.ready_replicas == Some(2)) }).await;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "sts9");
+    let uid = pods.get("db-1").await.expect("db-1").uid();
+    let patch = json!({"metadata": {"labels": {"statefulset.kubernetes.io/pod-name": null, "apps.kubernetes.io/pod-index": "7"}}});
+    pods.patch("db-1", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("relabel");
+    let p = eventually("identity restored", || async {
+        let p = pods.get("db-1").await.ok()?;
+        let labels = p.labels();
+        (labels.get("statefulset.kubernetes.io/pod-name").map(String::as_str) == Some("db-1")
+            && labels.get("apps.kubernetes.io/pod-index").map(String::as_str) == Some("1"))
+        .then_some(p)
+    })
+    .await;
+    assert_eq!(p.uid(), uid, "repaired in place, not replaced");
+    env.stop().await;
+}

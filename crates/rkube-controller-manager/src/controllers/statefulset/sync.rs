@@ -47,6 +47,15 @@ pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Actio
         .map(|p| p.as_ref())
         .collect();
     let mine = pod_control::claim_pods(&pods_api, &owner, deleting, sel.as_ref(), &members).await?;
+    for p in mine.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
+        if let Some(patch) = plan::ordinal_of(&name, &p.name_any()).and_then(|o| identity_repair(p, o)) {
+            match pods_api.patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => {}
+                Err(e) if pod_control::is_gone(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
 
     // Revisions: the template now, and the one pods below the partition keep.
     let rev_api: Api<ControllerRevision> = Api::namespaced(state.client.clone(), &ns);
@@ -166,6 +175,17 @@ pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Actio
         return Ok(Action::requeue(Duration::from_secs(u64::try_from(min_ready).unwrap_or(1))));
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// The merge patch restoring the identity labels of member `pod` of
+/// `ordinal` (`statefulset.kubernetes.io/pod-name`, `apps.kubernetes.io/pod-index`)
+/// when a client changed or removed them, upstream's `identityMatches` and
+/// `updateIdentity`; `None` when they are right.
+pub fn identity_repair(pod: &Pod, ordinal: i32) -> Option<Value> {
+    let labels = pod.labels();
+    let (name, index) = (pod.name_any(), ordinal.to_string());
+    let right = labels.get(POD_NAME_LABEL) == Some(&name) && labels.get(POD_INDEX_LABEL) == Some(&index);
+    (!right).then(|| json!({"metadata": {"labels": {POD_NAME_LABEL: name, POD_INDEX_LABEL: index}}}))
 }
 
 /// What the planner needs of a member pod.
