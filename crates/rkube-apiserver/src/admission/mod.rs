@@ -1,14 +1,15 @@
 //! Admission plugins: what changes or refuses an object between decoding
 //! and storage (upstream `plugin/pkg/admission`): [`service_account`]
 //! (`ServiceAccount`), [`default_toleration_seconds`]
-//! (`DefaultTolerationSeconds`), [`limit_ranger`] (`LimitRanger`) and
-//! [`resource_quota`] (`ResourceQuota`); namespace lifecycle checks are
+//! (`DefaultTolerationSeconds`), [`limit_ranger`] (`LimitRanger`),
+//! [`priority`] (`Priority`) and [`resource_quota`] (`ResourceQuota`);
+//! namespace lifecycle checks are
 //! part of every create ([`crate::handlers::create`]). Admission webhooks
 //! ([`webhook`]: `MutatingAdmissionWebhook`, `ValidatingAdmissionWebhook`)
 //! always run, as they are on by default upstream.
 //!
 //! `--enable-admission-plugins` and `--disable-admission-plugins` take
-//! upstream's plugin names; all four are on by default in `rkube apiserver` and
+//! upstream's plugin names; all five are on by default in `rkube apiserver` and
 //! `rkube up`, as in kube-apiserver. A library user's
 //! [`crate::ServerConfig::default`] enables none: it runs no serviceaccount
 //! controller to create the `default` ServiceAccounts the plugin requires.
@@ -16,6 +17,7 @@
 pub mod default_toleration_seconds;
 pub mod limit_ranger;
 pub mod policy;
+pub mod priority;
 pub mod resource_quota;
 pub mod service_account;
 pub mod webhook;
@@ -32,8 +34,39 @@ pub const LIMIT_RANGER: &str = "LimitRanger";
 /// The plugin name of [`resource_quota`].
 pub const RESOURCE_QUOTA: &str = "ResourceQuota";
 
+/// The plugin name of [`priority`].
+pub const PRIORITY: &str = "Priority";
+
 /// Plugins rkube implements.
-pub const PLUGINS: &[&str] = &[SERVICE_ACCOUNT, DEFAULT_TOLERATION_SECONDS, LIMIT_RANGER, RESOURCE_QUOTA];
+pub const PLUGINS: &[&str] = &[SERVICE_ACCOUNT, DEFAULT_TOLERATION_SECONDS, LIMIT_RANGER, PRIORITY, RESOURCE_QUOTA];
+
+/// An admission plugin's 403: `<resource> "<name>" is forbidden: <message>`,
+/// with the name and resource in `details` (upstream `admission.NewForbidden`).
+pub(crate) fn forbidden(resource: &str, name: &str, message: &str) -> crate::error::ApiError {
+    let what = if name.is_empty() { resource.to_string() } else { format!("{resource} {}", rkube_api::field_error::go_quote(name)) };
+    rkube_api::status::Status::new(403, "Forbidden", format!("{what} is forbidden: {message}"))
+        .with_details(rkube_api::status::StatusDetails { name: name.to_string(), kind: resource.to_string(), ..Default::default() })
+        .into()
+}
+
+/// Every object of the cluster-scoped `group`/`version` `resource` from the
+/// watch cache (a resourceVersion="0" LIST), as `(name, object)` sorted by
+/// name. Errors: 500 when the resource is not served or the cache fails.
+pub(crate) async fn cached_objects(
+    st: &crate::state::ApiState,
+    group: &str,
+    version: &str,
+    resource: &str,
+) -> crate::error::ApiResult<Vec<(String, serde_json::Value)>> {
+    let info = rkube_api::registry::lookup(group, version, resource)
+        .ok_or_else(|| crate::error::ApiError::internal(format!("no {resource} resource")))?;
+    let opts = rkube_api::list_options::ListOptions { resource_version: Some("0".into()), ..Default::default() };
+    let page = st.cache.list(info, None, &opts).await.map_err(crate::error::ApiError::internal)?;
+    let mut objects: Vec<(String, serde_json::Value)> =
+        page.items.iter().filter_map(|item| Some((item.name.clone(), serde_json::from_slice(&item.json).ok()?))).collect();
+    objects.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(objects)
+}
 
 /// Which admission plugins run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -49,12 +82,14 @@ pub struct AdmissionConfig {
     /// `LimitRanger`: pods and claims get the namespace's LimitRange
     /// defaults and are checked against their bounds.
     pub limit_ranger: bool,
+    /// `Priority`: pods get `spec.priority` from their PriorityClass.
+    pub priority: bool,
 }
 
 /// kube-apiserver's admission flags; `#[command(flatten)]` them.
 #[derive(clap::Args, Debug, Clone)]
 pub struct AdmissionArgs {
-    /// Admission plugins to enable besides the default ones (rkube implements: ServiceAccount, DefaultTolerationSeconds, LimitRanger, ResourceQuota, all on by default).
+    /// Admission plugins to enable besides the default ones (rkube implements: ServiceAccount, DefaultTolerationSeconds, LimitRanger, Priority, ResourceQuota, all on by default).
     #[arg(long = "enable-admission-plugins", value_delimiter = ',')]
     pub enable: Vec<String>,
     /// Admission plugins to disable although they are on by default (e.g. ServiceAccount).
@@ -82,7 +117,7 @@ impl Default for AdmissionArgs {
 }
 
 impl AdmissionArgs {
-    /// The plugins to run: the defaults (all four), plus enabled,
+    /// The plugins to run: the defaults (all five), plus enabled,
     /// minus disabled. Errors name a plugin rkube does not implement, or one
     /// both enabled and disabled (as upstream refuses).
     pub fn load(&self) -> Result<AdmissionConfig, String> {
@@ -103,6 +138,7 @@ impl AdmissionArgs {
                 .then_some((self.default_not_ready_toleration_seconds, self.default_unreachable_toleration_seconds)),
             resource_quota: on(RESOURCE_QUOTA),
             limit_ranger: on(LIMIT_RANGER),
+            priority: on(PRIORITY),
         })
     }
 }
@@ -133,6 +169,13 @@ mod tests {
         assert_eq!(args.load().unwrap().default_toleration_seconds, Some((300, 30)));
         let off = AdmissionArgs { disable: vec!["DefaultTolerationSeconds".into()], ..Default::default() };
         assert_eq!(off.load().unwrap().default_toleration_seconds, None);
+    }
+
+    #[test]
+    fn priority_is_on_unless_disabled() {
+        assert!(AdmissionArgs::default().load().unwrap().priority);
+        let off = AdmissionArgs { disable: vec!["Priority".into()], ..Default::default() };
+        assert!(!off.load().unwrap().priority);
     }
 
     #[test]

@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 use rkube_api::registry;
-use rkube_api::status::{Status, StatusDetails};
+
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult};
@@ -51,9 +51,7 @@ const DEFAULT_LOOKUPS: usize = 10;
 const LOOKUP_INTERVAL: Duration = Duration::from_millis(150);
 
 fn forbidden(pod: &str, message: String) -> ApiError {
-    Status::new(403, "Forbidden", format!("pods {pod:?} is forbidden: {message}"))
-        .with_details(StatusDetails { name: pod.to_string(), kind: "pods".into(), ..StatusDetails::default() })
-        .into()
+    super::forbidden("pods", pod, &message)
 }
 
 /// Five lowercase alphanumerics (upstream `utilrand.String(5)` alphabet, without vowels).

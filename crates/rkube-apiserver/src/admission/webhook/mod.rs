@@ -45,7 +45,6 @@
 pub mod call;
 pub mod matching;
 
-use rkube_api::list_options::ListOptions;
 use rkube_api::registry;
 use rkube_api::status::{Status, StatusDetails};
 use serde_json::{json, Map, Value};
@@ -164,17 +163,7 @@ async fn hooks(st: &ApiState, resource: &str) -> ApiResult<Vec<Hook>> {
 /// configurations, policies, bindings) from the watch cache, as `(name,
 /// object)` sorted by name: the order upstream applies them in.
 pub(crate) async fn configurations(st: &ApiState, resource: &str) -> ApiResult<Vec<(String, Value)>> {
-    let info = registry::lookup("admissionregistration.k8s.io", "v1", resource)
-        .ok_or_else(|| ApiError::internal(format!("no {resource} resource")))?;
-    let opts = ListOptions { resource_version: Some("0".into()), ..Default::default() };
-    let page = st.cache.list(info, None, &opts).await.map_err(ApiError::internal)?;
-    let mut configs: Vec<(String, Value)> = page
-        .items
-        .iter()
-        .filter_map(|item| Some((item.name.clone(), serde_json::from_slice::<Value>(&item.json).ok()?)))
-        .collect();
-    configs.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(configs)
+    crate::admission::cached_objects(st, "admissionregistration.k8s.io", "v1", resource).await
 }
 
 /// The labels `namespaceSelector` is matched against: the request
