@@ -3,11 +3,11 @@
 //! and `framework.FitError`): filter every node, score those that fit, pick
 //! the best (ties broken at random), or explain why none fits.
 //!
-//! There is no preemption: the `PostFilter` step reports, as upstream's
-//! DefaultPreemption does when it finds no victims, that preemption would
-//! not help (`Preemption is not helpful for scheduling` for nodes rejected
-//! as unresolvable, `No preemption victims found for incoming pod` for the
-//! others).
+//! When no node fits and [`crate::preemption`] finds no victims, the
+//! message reports, as upstream's DefaultPreemption does, that preemption
+//! would not help (`Preemption is not helpful for scheduling` for nodes
+//! rejected as unresolvable, `No preemption victims found for incoming pod`
+//! for the others).
 
 use std::collections::BTreeMap;
 
@@ -56,6 +56,13 @@ fn histogram_message(num_nodes: usize, reasons: impl Iterator<Item = String>) ->
 }
 
 impl FitError {
+    /// Why no node fits, without the preemption part: `0/N nodes are
+    /// available: <count> <reason>, ....` (the whole message when preemption
+    /// found victims, as upstream's empty `PostFilterMsg`).
+    pub fn nodes_message(&self) -> String {
+        histogram_message(self.num_all_nodes, self.statuses.iter().flat_map(|(_, s)| s.reasons.iter().cloned()))
+    }
+
     /// What the preemption step reports: `preemption: 0/N nodes are available: ...`.
     pub fn preemption_message(&self) -> String {
         let reasons = self.statuses.iter().map(|(_, s)| {
@@ -70,8 +77,7 @@ impl std::fmt::Display for FitError {
     /// Insufficient cpu. preemption: 0/1 nodes are available: 1 No
     /// preemption victims found for incoming pod.`
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let reasons = self.statuses.iter().flat_map(|(_, s)| s.reasons.iter().cloned());
-        write!(f, "{} {}", histogram_message(self.num_all_nodes, reasons), self.preemption_message())
+        write!(f, "{} {}", self.nodes_message(), self.preemption_message())
     }
 }
 
@@ -89,7 +95,8 @@ pub fn schedule_pod(pod: &Pod, snapshot: &Snapshot) -> Result<String, ScheduleEr
     let mut feasible: Vec<&NodeInfo> = Vec::new();
     let mut statuses = Vec::new();
     for node in &snapshot.nodes {
-        match run_filters(pod, node, snapshot) {
+        let with_nominated = snapshot.with_nominated_for(pod, node);
+        match run_filters(pod, with_nominated.as_ref().unwrap_or(node), snapshot) {
             Ok(()) => feasible.push(node),
             Err(s) => statuses.push((node.name.clone(), s)),
         }

@@ -23,6 +23,7 @@ pub mod cli;
 pub mod framework;
 pub mod metrics;
 pub mod plugins;
+pub mod preemption;
 pub mod queue;
 pub mod resources;
 pub mod scheduler;

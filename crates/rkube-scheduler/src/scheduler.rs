@@ -11,7 +11,11 @@
 //! task, or records why it is unschedulable: a `FailedScheduling` event and
 //! the pod condition `PodScheduled=False` (reason `Unschedulable`).
 //! Events are published with kube-runtime's `Recorder` (events.k8s.io/v1,
-//! reportingController `default-scheduler`). There is no preemption.
+//! reportingController `default-scheduler`). A pod no node fits may preempt
+//! lower-priority pods ([`crate::preemption`]): the victims get a
+//! `DisruptionTarget` condition (reason `PreemptionByScheduler`), a
+//! `Preempted` event and a graceful delete, and the pod's
+//! `status.nominatedNodeName` names the node; it is scheduled once they are gone.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -279,7 +283,8 @@ impl Scheduler {
         for (k, p) in &self.assumed {
             pods.insert(k.clone(), Arc::clone(p));
         }
-        Snapshot::new(self.nodes.state(), pods.into_values(), self.namespaces.state())
+        let pending: Vec<Arc<Pod>> = pods.values().filter(|p| !assigned(p)).cloned().collect();
+        Snapshot::new(self.nodes.state(), pods.into_values(), self.namespaces.state()).with_nominated(pending)
     }
 
     fn schedule_one(&mut self, qp: crate::queue::QueuedPod) {
@@ -307,7 +312,18 @@ impl Scheduler {
                 });
             }
             Err(err) => {
-                let message = err.to_string();
+                let mut message = err.to_string();
+                if let crate::framework::ScheduleError::Fit(fit) = &err {
+                    match crate::preemption::eligible(&pod, &snapshot) {
+                        Err(why) => message = format!("{} preemption: {why}", fit.nodes_message()),
+                        Ok(()) => {
+                            if let Some(candidate) = crate::preemption::find(&pod, &snapshot, fit) {
+                                message = fit.nodes_message();
+                                self.preempt(&pod, candidate);
+                            }
+                        }
+                    }
+                }
                 tracing::info!(pod = %qp.key, %message, "unable to schedule pod; no fit; waiting");
                 self.queue.unschedulable(&qp.key, Instant::now());
                 self.metrics.attempt(DEFAULT_SCHEDULER, "unschedulable", started.elapsed().as_secs_f64());
@@ -322,6 +338,32 @@ impl Scheduler {
         }
     }
 
+    /// Evicts `candidate.victims` for `pod` and nominates `candidate.node`
+    /// (upstream's `prepareCandidate`), in a task: each victim gets the
+    /// `DisruptionTarget` condition, then a `Preempted` event and a graceful
+    /// delete.
+    fn preempt(&self, pod: &Arc<Pod>, candidate: crate::preemption::Candidate) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        tracing::info!(pod = %key_of(pod), node = %candidate.node, victims = candidate.victims.len(), "preempting");
+        for victim in &candidate.victims {
+            self.publish(victim, EventType::Normal, "Preempted", "Preempting", format!("Preempted by pod {uid} on node {}", candidate.node));
+        }
+        let (client, pod) = (self.client.clone(), Arc::clone(pod));
+        tokio::spawn(async move {
+            for victim in &candidate.victims {
+                if let Err(e) = evict(&client, victim).await {
+                    tracing::warn!(error = %e, victim = %key_of(victim), "preempting a pod failed");
+                }
+            }
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let api: Api<Pod> = Api::namespaced(client, ns);
+            let patch = serde_json::json!({"status": {"nominatedNodeName": candidate.node}});
+            if let Err(e) = api.patch_status(pod.metadata.name.as_deref().unwrap_or(""), &PatchParams::default(), &Patch::Merge(patch)).await {
+                tracing::warn!(error = %e, "nominating a node failed");
+            }
+        });
+    }
+
     fn publish(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: String) {
         let recorder = self.recorder.clone();
         let reference = pod.object_ref(&());
@@ -331,6 +373,31 @@ impl Scheduler {
                 tracing::warn!(error = %e, "publishing an event failed");
             }
         });
+    }
+}
+
+/// Marks `victim` with the `DisruptionTarget` condition (reason
+/// `PreemptionByScheduler`) and deletes it gracefully. A victim already
+/// gone is not an error.
+pub async fn evict(client: &kube::Client, victim: &Pod) -> Result<(), kube::Error> {
+    let ns = victim.metadata.namespace.as_deref().unwrap_or("default");
+    let name = victim.metadata.name.as_deref().unwrap_or("");
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let now = k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default();
+    let patch = serde_json::json!({"status": {"conditions": [{
+        "type": "DisruptionTarget", "status": "True", "reason": crate::preemption::PREEMPTION_BY_SCHEDULER,
+        "message": format!("{DEFAULT_SCHEDULER}: preempting to accommodate a higher priority pod"), "lastTransitionTime": now,
+    }]}});
+    let gone = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
+    match api.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+        Err(e) if gone(&e) => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(_) => {}
+    }
+    match api.delete(name, &Default::default()).await {
+        Err(e) if gone(&e) => Ok(()),
+        Err(e) => Err(e),
+        Ok(_) => Ok(()),
     }
 }
 

@@ -115,6 +115,9 @@ pub struct Snapshot {
     pub nodes: Vec<NodeInfo>,
     /// Labels of each namespace by name.
     pub namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    /// Pending pods nominated to a node by a preemption
+    /// (`status.nominatedNodeName`), whose room is kept for them.
+    pub nominated: Vec<Arc<Pod>>,
 }
 
 impl Snapshot {
@@ -140,7 +143,38 @@ impl Snapshot {
             .into_iter()
             .filter_map(|ns| Some((ns.metadata.name.clone()?, ns.metadata.labels.clone().unwrap_or_default())))
             .collect();
-        Snapshot { nodes: infos, namespace_labels }
+        Snapshot { nodes: infos, namespace_labels, nominated: Vec::new() }
+    }
+
+    /// Keeps room for the pods of `pending` nominated to a node (see [`Snapshot::nominated`]).
+    pub fn with_nominated(mut self, pending: impl IntoIterator<Item = Arc<Pod>>) -> Snapshot {
+        self.nominated = pending
+            .into_iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty))
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).is_some_and(|n| !n.is_empty()))
+            .collect();
+        self
+    }
+
+    /// `node` as `pod` sees it: with the pods nominated there whose priority
+    /// is at least `pod`'s (other than `pod`), as upstream's
+    /// `addNominatedPods`; `None` when there are none.
+    pub fn with_nominated_for(&self, pod: &Pod, node: &NodeInfo) -> Option<NodeInfo> {
+        let prio = |p: &Pod| p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+        let own = pod.metadata.uid.as_deref();
+        let mut extra = self
+            .nominated
+            .iter()
+            .filter(|n| n.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()) == Some(node.name.as_str()))
+            .filter(|n| n.metadata.uid.as_deref() != own && prio(n) >= prio(pod))
+            .peekable();
+        extra.peek()?;
+        let mut info = node.clone();
+        for n in extra {
+            info.add_pod(Arc::clone(n));
+        }
+        Some(info)
     }
 
     /// The node named `name`.
