@@ -152,6 +152,12 @@ pub fn host_usage() -> Result<HostUsage, procfs::ProcError> {
     })
 }
 
+/// When the host booted, seconds since the epoch (`btime` of `/proc/stat`); `None` when
+/// unreadable.
+pub fn boot_time_secs() -> Option<u64> {
+    procfs::boot_time_secs().ok()
+}
+
 /// The previous CPU sample of each container or sandbox, for `usage_nano_cores`.
 #[derive(Debug, Default)]
 pub struct RateTracker {
