@@ -140,7 +140,9 @@ pub fn parse(
         }
     }
     let subresource = parts.get(2).map(|s| s.to_string());
-    if parts.len() > 3 {
+    // `nodes/<name>/proxy/<path...>`: the rest is the kubelet's path.
+    let proxied = subresource.as_deref() == Some("proxy") && info.group.is_empty() && info.resource == "nodes";
+    if parts.len() > 3 && !proxied {
         return Err(ApiError::path_not_found());
     }
     if let Some(sub) = &subresource {
@@ -204,7 +206,6 @@ const NOT_YET_SERVED_GROUP_VERSIONS: &[(&str, &str)] = &[];
 /// Subresources Kubernetes 1.33 serves that rkube does not serve yet, by resource.
 const NOT_YET_SERVED_SUBRESOURCES: &[(&str, &str, &[&str])] = &[
     ("", "pods", &["proxy", "resize"]),
-    ("", "nodes", &["proxy"]),
     ("", "services", &["proxy"]),
 ];
 
