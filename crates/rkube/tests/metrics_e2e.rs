@@ -147,6 +147,8 @@ fn kubectl_top_and_the_metrics_api_show_a_burning_pod(version: &str) {
     // kubectl top, once two scrapes have happened.
     let (cpu, memory) = top_row(&cluster, &k, &["top", "pod", "burner"], "burner");
     assert!(cpu >= 1.0 && bytes(&memory) >= 4_000_000.0, "burner: {cpu}m, {memory}");
+    top_row(&cluster, &k, &["top", "pod"], "burner");
+    top_row(&cluster, &k, &["top", "pod", "-l", "run=burner", "--containers"], "burner");
     let (node_cpu, node_memory) = top_row(&cluster, &k, &["top", "node"], &node_name);
     assert!(node_cpu >= 1.0 && bytes(&node_memory) > 0.0, "{node_name}: {node_cpu}m, {node_memory}");
 
