@@ -278,6 +278,17 @@ mod tests {
     }
 
     #[test]
+    fn node_proxy_paths_carry_the_kubelet_path_and_take_the_connect_verbs() {
+        let r = p("nodes/n1/proxy/stats/summary", Method::GET, false).unwrap();
+        assert_eq!((r.name.as_deref(), r.subresource.as_deref(), r.verb), (Some("n1"), Some("proxy"), Verb::Get));
+        assert_eq!(p("nodes/n1/proxy", Method::POST, false).unwrap().verb, Verb::Create);
+        assert_eq!(p("nodes/n1/proxy/x", Method::DELETE, false).unwrap().verb, Verb::Delete);
+        // Only nodes/proxy takes a path after the subresource.
+        assert_eq!(p("nodes/n1/status/x", Method::GET, false).unwrap_err().code(), 404);
+        assert_eq!(p("namespaces/ns/pods/p/proxy/x", Method::GET, false).unwrap_err().code(), 404);
+    }
+
+    #[test]
     fn names_that_are_not_path_segments_are_bad_requests() {
         for name in ["..", ".", "a%b"] {
             let err = p(&format!("namespaces/ns/pods/{name}"), Method::GET, false).unwrap_err();
