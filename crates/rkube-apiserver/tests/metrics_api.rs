@@ -155,7 +155,9 @@ async fn metrics_appear_after_two_samples_with_metrics_servers_shapes_and_select
     let table_accept = "application/json;as=Table;v=v1;g=meta.k8s.io";
     let (code, table) = s.send(reqwest::Method::GET, "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods", None, table_accept).await;
     assert_eq!((code, table["kind"].as_str()), (200, Some("Table")));
-    assert_eq!(table["rows"][0]["cells"][0], "web-1");
+    let columns: Vec<&str> = table["columnDefinitions"].as_array().into_iter().flatten().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(columns, ["Name", "cpu", "memory", "Window"], "metrics-server's columns");
+    assert_eq!(table["rows"][0]["cells"], json!(["web-1", "500m", "4Ki", "2s"]));
 
     // A node that is no longer scraped loses its usage.
     s.st.resource_metrics.retain_nodes(&[]);

@@ -177,8 +177,10 @@ fn kubectl_top_and_the_metrics_api_show_a_burning_pod(version: &str) {
         &["get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/nope"],
         r#"Error from server (NotFound): podmetrics.metrics.k8s.io "nope" not found"#,
     );
-    let table = k.ok(&["get", "podmetrics"]);
-    assert!(Table::parse(&table.stdout).column("NAME").contains(&"burner".to_string()), "{}", table.stdout);
+    let table = Table::parse(&k.ok(&["get", "podmetrics"]).stdout);
+    assert_eq!(table.header_strs(), ["NAME", "CPU", "MEMORY", "WINDOW"]);
+    let row = table.row("NAME", "burner");
+    assert!(millicores(table.cell(&row, "CPU")) > 1.0 && table.cell(&row, "WINDOW").ends_with('s'), "{row:?}");
 
     // RBAC: nothing for bob; carol gets metrics through `view`'s aggregated rule.
     let denied = bob.run(&["top", "pod", "burner"]);

@@ -23,6 +23,7 @@ pub const NODE_METRICS: ResourceInfo = ResourceInfo {
     namespaced: false,
     verbs: READ_VERBS,
     storage_prefix: "metrics.k8s.io/nodes",
+    printer: &crate::printers::metrics::NODE_METRICS,
     ..BASE
 };
 
@@ -37,5 +38,6 @@ pub const POD_METRICS: ResourceInfo = ResourceInfo {
     namespaced: true,
     verbs: READ_VERBS,
     storage_prefix: "metrics.k8s.io/pods",
+    printer: &crate::printers::metrics::POD_METRICS,
     ..BASE
 };
