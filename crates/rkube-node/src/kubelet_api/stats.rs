@@ -81,7 +81,7 @@ fn memory_json(m: &cri::MemoryUsage) -> Value {
 /// One pod's figures, gathered from the runtime.
 #[derive(Debug, Clone)]
 pub struct PodUsage {
-    /// Namespace, name, uid.
+    /// The pod's namespace.
     pub namespace: String,
     /// Pod name.
     pub name: String,
@@ -143,9 +143,11 @@ pub(crate) async fn gather(ctx: &Ctx) -> Usage {
                 start_ns: sandbox.created_at,
                 container_start_ns: st
                     .linux
-                    .as_ref()
-                    .map(|l| l.containers.iter().filter_map(|c| c.attributes.as_ref()).map(|a| (a.id.clone(), container_start_ns.get(&a.id).copied().unwrap_or(0))).collect())
-                    .unwrap_or_default(),
+                    .iter()
+                    .flat_map(|l| &l.containers)
+                    .filter_map(|c| c.attributes.as_ref())
+                    .map(|a| (a.id.clone(), container_start_ns.get(&a.id).copied().unwrap_or(0)))
+                    .collect(),
                 stats: st.linux?,
             })
         })
