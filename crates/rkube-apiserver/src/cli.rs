@@ -95,6 +95,9 @@ pub struct ApiserverArgs {
     /// The kubelet client of `pods/log` (certificate, key, kubelet CA).
     #[command(flatten)]
     pub kubelet: crate::kubelet_client::KubeletClientArgs,
+    /// The resource metrics API's scrape period.
+    #[command(flatten)]
+    pub metrics: crate::metrics_api::scraper::MetricsArgs,
 }
 
 /// Flags of `rkube up`.
@@ -148,6 +151,9 @@ pub struct UpArgs {
     /// the `rkube` binary, which calls [`run_up_with`].
     #[arg(long = "node")]
     pub node: bool,
+    /// The resource metrics API's scrape period (`kubectl top`).
+    #[command(flatten)]
+    pub metrics: crate::metrics_api::scraper::MetricsArgs,
 }
 
 /// The flags of [`UpArgs`] that mean nothing over `--insecure`'s plain HTTP
@@ -267,6 +273,13 @@ async fn serve_until_signal(
     if let Some(signer) = identity.signer {
         tokio::spawn(crate::csr::signer::run(signer, storage.clone(), prefix.clone(), st.shutdown.subscribe()));
     }
+    // The resource metrics API's scraper (metrics-server's job upstream).
+    tokio::spawn(crate::metrics_api::scraper::run(
+        st.clone(),
+        st.resource_metrics.clone(),
+        st.config.metric_resolution,
+        st.shutdown.subscribe(),
+    ));
     // RBAC answers from memory once its caches are filled; until then (storage
     // not answering yet, KEP-4568) it reads storage, so serving starts at once.
     ready();
@@ -295,7 +308,7 @@ pub async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     let config =
         ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache, admission, ..Default::default() };
     let kubelet_client = Some(crate::kubelet_client::KubeletClient::from_args(&args.kubelet)?);
-    let config = ServerConfig { kubelet_client, ..config };
+    let config = ServerConfig { kubelet_client, metric_resolution: args.metrics.resolution()?, ..config };
     let advertise = args.advertise_address.unwrap_or_else(|| crate::kubernetes_service::advertise_address(local.ip()));
     let tokens = args.service_accounts.load()?;
     let signer = apiserver_signer(&args)?;
@@ -382,7 +395,8 @@ pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) ->
     if args.insecure && !args.admission.enable.iter().any(|p| p.trim() == crate::admission::SERVICE_ACCOUNT) {
         admission.service_account = false;
     }
-    let config = ServerConfig { admission, kubelet_client, ..ServerConfig::default() };
+    let metric_resolution = args.metrics.resolution()?;
+    let config = ServerConfig { admission, kubelet_client, metric_resolution, ..ServerConfig::default() };
     tracing::info!(server = %server, data_dir = %data_dir.display(), "rkube is up");
     let printed = kubeconfig_path.display().to_string();
     serve_until_signal(listener, storage, config, &fargs, Identity { tokens, root_ca, signer }, local.ip(), move || {

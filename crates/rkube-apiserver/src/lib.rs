@@ -11,6 +11,7 @@
 //!   [`openapi`], [`table`], [`patch`].
 //! - [`error`]: every failure becomes a `Status` ([`error::ApiError`]).
 //! - [`rbac_aggregation`]: the ClusterRole aggregation controller.
+//! - [`metrics_api`]: `metrics.k8s.io/v1beta1` (NodeMetrics, PodMetrics) from the kubelets' scraped usage.
 //! - [`csr`]: CertificateSigningRequest write paths, approval/signing checks and the signer.
 //! - [`kubernetes_service`]: the `default/kubernetes` Service, Endpoints and EndpointSlice.
 //! - [`serviceaccount`]: ServiceAccount tokens (keys, claims, the
@@ -37,6 +38,7 @@ pub mod kubelet_client;
 pub mod kubernetes_service;
 pub mod lazy_storage;
 pub mod media;
+pub mod metrics_api;
 pub mod object;
 pub mod openapi;
 pub mod patch;

@@ -140,7 +140,9 @@ pub fn parse(
         }
     }
     let subresource = parts.get(2).map(|s| s.to_string());
-    if parts.len() > 3 {
+    // `nodes/<name>/proxy/<path...>`: the rest is the kubelet's path.
+    let proxied = subresource.as_deref() == Some("proxy") && info.group.is_empty() && info.resource == "nodes";
+    if parts.len() > 3 && !proxied {
         return Err(ApiError::path_not_found());
     }
     if let Some(sub) = &subresource {
@@ -204,7 +206,6 @@ const NOT_YET_SERVED_GROUP_VERSIONS: &[(&str, &str)] = &[];
 /// Subresources Kubernetes 1.33 serves that rkube does not serve yet, by resource.
 const NOT_YET_SERVED_SUBRESOURCES: &[(&str, &str, &[&str])] = &[
     ("", "pods", &["proxy", "resize"]),
-    ("", "nodes", &["proxy"]),
     ("", "services", &["proxy"]),
 ];
 
@@ -274,6 +275,17 @@ mod tests {
         for bad in ["/a%", "/a%2", "/a%zz", "/a%ff"] {
             assert_eq!(decode_path(bad).unwrap_err().code(), 400, "{bad}");
         }
+    }
+
+    #[test]
+    fn node_proxy_paths_carry_the_kubelet_path_and_take_the_connect_verbs() {
+        let r = p("nodes/n1/proxy/stats/summary", Method::GET, false).unwrap();
+        assert_eq!((r.name.as_deref(), r.subresource.as_deref(), r.verb), (Some("n1"), Some("proxy"), Verb::Get));
+        assert_eq!(p("nodes/n1/proxy", Method::POST, false).unwrap().verb, Verb::Create);
+        assert_eq!(p("nodes/n1/proxy/x", Method::DELETE, false).unwrap().verb, Verb::Delete);
+        // Only nodes/proxy takes a path after the subresource.
+        assert_eq!(p("nodes/n1/status/x", Method::GET, false).unwrap_err().code(), 404);
+        assert_eq!(p("namespaces/ns/pods/p/proxy/x", Method::GET, false).unwrap_err().code(), 404);
     }
 
     #[test]

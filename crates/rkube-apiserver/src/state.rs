@@ -29,6 +29,8 @@ pub struct ServerConfig {
     /// The client of kubelet APIs (`pods/log`); `None`: no client certificate and an
     /// unverified kubelet certificate.
     pub kubelet_client: Option<crate::kubelet_client::KubeletClient>,
+    /// How often the kubelets' resource metrics are scraped (`--metric-resolution`).
+    pub metric_resolution: std::time::Duration,
 }
 
 impl Default for ServerConfig {
@@ -40,6 +42,7 @@ impl Default for ServerConfig {
             min_request_timeout: crate::filters::timeout::DEFAULT_MIN_REQUEST_TIMEOUT,
             admission: crate::admission::AdmissionConfig::default(),
             kubelet_client: None,
+            metric_resolution: crate::metrics_api::scraper::DEFAULT_METRIC_RESOLUTION,
         }
     }
 }
@@ -76,12 +79,16 @@ pub struct ApiState {
     /// ServiceAccount token settings (`None`: no issuer configured, so no
     /// TokenRequest and no issuer discovery).
     pub service_account_tokens: Option<Arc<crate::serviceaccount::TokenConfig>>,
+    /// The kubelets' scraped usage behind `metrics.k8s.io` ([`crate::metrics_api`]); filled by
+    /// [`crate::metrics_api::scraper::run`].
+    pub resource_metrics: Arc<crate::metrics_api::store::MetricsStore>,
 }
 
 impl ApiState {
     /// State serving reads from the watch cache over `storage` (straight from
     /// `storage` with `--watch-cache=false`), with compaction as configured.
     pub fn new(storage: Arc<dyn Storage>, config: ServerConfig) -> Self {
+        crate::metrics_api::register_rows();
         let cache = rkube_cache::CacheLayer::start(storage.clone(), config.watch_cache.layer_options(&config.etcd_prefix));
         let cluster_ips = Arc::new(ClusterIpAllocator::new(config.service_cidr));
         let (shutdown, _) = tokio::sync::watch::channel(false);
@@ -98,6 +105,7 @@ impl ApiState {
             authorizer: Arc::new(crate::filters::authz::Authorizer::always_allow()),
             authenticator: Arc::new(crate::filters::authn::Authenticator::default()),
             service_account_tokens: None,
+            resource_metrics: Arc::default(),
         }
     }
 

@@ -61,6 +61,8 @@ async fn legacy_discovery_lists_resources_with_short_names_and_verbs() {
             "node.k8s.io",
             "discovery.k8s.io",
             "flowcontrol.apiserver.k8s.io",
+            // metrics-server's APIService (groupPriorityMinimum 100), served by rkube itself.
+            "metrics.k8s.io",
         ]
     );
     let apps = s.get("/apis/apps/v1").await;

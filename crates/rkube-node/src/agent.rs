@@ -16,7 +16,7 @@ use crate::healthz::{self, HealthCheck};
 use crate::node_status::{self, NodeInfo};
 use crate::pleg::{EventedPleg, GenericPleg, PlegMetrics, PodCache, PLEG_CHANNEL_CAPACITY};
 use crate::pod::actions::Backoff;
-use crate::pod::manager::PodManager;
+use crate::pod::manager::{PodManager, PodStore};
 use crate::pod::worker::WorkerEnv;
 use crate::shutdown::{self, Trigger};
 
@@ -134,8 +134,10 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
         let g = Arc::clone(&generic);
         (None, Arc::new(move || g.healthy()))
     };
+    let registry = Arc::new(registry);
     let (healthz_addr, healthz_task) =
-        healthz::serve(config.healthz_addr, Arc::clone(&health), Arc::new(registry), sd.clone()).await?;
+        healthz::serve(config.healthz_addr, Arc::clone(&health), Arc::clone(&registry), sd.clone()).await?;
+    let pods = PodStore::default();
     tasks.push(healthz_task);
     let deps = crate::kubelet_api::ServeDeps {
         cri: cri.clone(),
@@ -144,6 +146,8 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
         node_name: config.node_name.clone(),
         cert_names: vec![config.node_name.clone(), config.node_ip.clone(), "localhost".into(), "127.0.0.1".into()],
         cert_dir: config.root_dir.join("pki"),
+        pods: pods.clone(),
+        registry,
     };
     let (kubelet_addr, kubelet_task) = crate::kubelet_api::serve(&config.kubelet, deps, sd.clone()).await?;
     tasks.push(kubelet_task);
@@ -175,6 +179,6 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
         runtime_name,
         resync: config.resync,
     });
-    tasks.push(tokio::spawn(PodManager::new(env).run(rx, sd)));
+    tasks.push(tokio::spawn(PodManager::new(env, pods).run(rx, sd)));
     Ok(AgentHandle { trigger, tasks, healthz_addr, kubelet_addr, metrics, cache, evented, generic })
 }

@@ -217,6 +217,20 @@ impl CriClient {
         let resp = self.runtime.clone().container_status(req).await.map_err(status_err("ContainerStatus"))?;
         resp.into_inner().status.ok_or(CriError::Incomplete { rpc: "ContainerStatus", field: "status" })
     }
+
+    /// `ListContainerStats` without filter: usage of every running container.
+    pub async fn list_container_stats(&self) -> Result<Vec<cri::ContainerStats>> {
+        let req = cri::ListContainerStatsRequest { filter: None };
+        let resp = self.runtime.clone().list_container_stats(req).await.map_err(status_err("ListContainerStats"))?;
+        Ok(resp.into_inner().stats)
+    }
+
+    /// `ListPodSandboxStats` without filter: usage of every sandbox, with its containers'.
+    pub async fn list_pod_sandbox_stats(&self) -> Result<Vec<cri::PodSandboxStats>> {
+        let req = cri::ListPodSandboxStatsRequest { filter: None };
+        let resp = self.runtime.clone().list_pod_sandbox_stats(req).await.map_err(status_err("ListPodSandboxStats"))?;
+        Ok(resp.into_inner().stats)
+    }
 }
 
 #[async_trait::async_trait]

@@ -14,7 +14,8 @@
 //!   agent and the tests, in place of crictl).
 //! - [`cri`] — the CRI v1 messages and stubs (re-exported from the `k8s-cri` crate).
 //!
-//! Processes: [`process`] (process groups, signals, exit codes) and [`logs`] (CRI log format).
+//! Processes: [`process`] (process groups, signals, exit codes), [`logs`] (CRI log format) and
+//! [`stats`] (CPU and memory of each container's processes, from `/proc`).
 //!
 //! Streaming: CRI `Exec` answers a URL on the runtime's streaming server ([`streaming`]), which
 //! runs the command in the container's context ([`exec`]) and speaks the WebSocket channel
@@ -39,6 +40,7 @@ pub mod runtime;
 pub mod server;
 pub mod service;
 pub mod state;
+pub mod stats;
 pub mod streaming;
 
 /// CRI v1 (`runtime.v1`) messages, clients and servers, generated from upstream `api.proto`.

@@ -107,6 +107,8 @@ pub struct Runtime {
     events: EventBus,
     config: RuntimeConfig,
     suppress_events: AtomicBool,
+    /// Previous CPU samples for `usage_nano_cores` ([`crate::stats`]).
+    pub(crate) rates: crate::stats::RateTracker,
 }
 
 impl Runtime {
@@ -118,6 +120,7 @@ impl Runtime {
             events: EventBus::new(config.event_buffer),
             config,
             suppress_events: AtomicBool::new(false),
+            rates: crate::stats::RateTracker::default(),
         })
     }
 
@@ -142,7 +145,7 @@ impl Runtime {
         self.suppress_events.store(on, Ordering::SeqCst);
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind; keep serving it.
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }

@@ -54,6 +54,12 @@ impl CriService {
     pub fn new(rt: Arc<Runtime>, stopping: tokio::sync::watch::Receiver<bool>, streaming: Arc<StreamingServer>) -> Self {
         Self { rt, stopping, streaming }
     }
+
+    /// Runs `f` (which reads `/proc`: the stats RPCs) on tokio's blocking pool.
+    async fn blocking<T: Send + 'static>(&self, f: impl FnOnce(&Runtime) -> T + Send + 'static) -> Result<T, Status> {
+        let rt = Arc::clone(&self.rt);
+        tokio::task::spawn_blocking(move || f(&rt)).await.map_err(|e| Status::internal(format!("stats task: {e}")))
+    }
 }
 
 type Res<T> = Result<Response<T>, Status>;
@@ -204,26 +210,34 @@ impl RuntimeService for CriService {
         Ok(Response::new(cri::PortForwardResponse { url }))
     }
 
-    async fn container_stats(&self, _req: Request<cri::ContainerStatsRequest>) -> Res<cri::ContainerStatsResponse> {
-        unimplemented("ContainerStats")
+    async fn container_stats(&self, req: Request<cri::ContainerStatsRequest>) -> Res<cri::ContainerStatsResponse> {
+        let id = req.into_inner().container_id;
+        let stats = self.blocking(move |rt| rt.container_stats(&id)).await??;
+        Ok(Response::new(cri::ContainerStatsResponse { stats: Some(stats) }))
     }
 
     async fn list_container_stats(
         &self,
-        _req: Request<cri::ListContainerStatsRequest>,
+        req: Request<cri::ListContainerStatsRequest>,
     ) -> Res<cri::ListContainerStatsResponse> {
-        unimplemented("ListContainerStats")
+        let filter = req.into_inner().filter;
+        let stats = self.blocking(move |rt| rt.list_container_stats(filter.as_ref())).await?;
+        Ok(Response::new(cri::ListContainerStatsResponse { stats }))
     }
 
-    async fn pod_sandbox_stats(&self, _req: Request<cri::PodSandboxStatsRequest>) -> Res<cri::PodSandboxStatsResponse> {
-        unimplemented("PodSandboxStats")
+    async fn pod_sandbox_stats(&self, req: Request<cri::PodSandboxStatsRequest>) -> Res<cri::PodSandboxStatsResponse> {
+        let id = req.into_inner().pod_sandbox_id;
+        let stats = self.blocking(move |rt| rt.pod_sandbox_stats(&id)).await??;
+        Ok(Response::new(cri::PodSandboxStatsResponse { stats: Some(stats) }))
     }
 
     async fn list_pod_sandbox_stats(
         &self,
-        _req: Request<cri::ListPodSandboxStatsRequest>,
+        req: Request<cri::ListPodSandboxStatsRequest>,
     ) -> Res<cri::ListPodSandboxStatsResponse> {
-        unimplemented("ListPodSandboxStats")
+        let filter = req.into_inner().filter;
+        let stats = self.blocking(move |rt| rt.list_pod_sandbox_stats(filter.as_ref())).await?;
+        Ok(Response::new(cri::ListPodSandboxStatsResponse { stats }))
     }
 
     async fn update_runtime_config(

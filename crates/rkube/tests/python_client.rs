@@ -87,6 +87,7 @@ fn list_watch(backend: Backend) {
             "discovery.k8s.io",
             "events.k8s.io",
             "flowcontrol.apiserver.k8s.io",
+            "metrics.k8s.io",
             "networking.k8s.io",
             "node.k8s.io",
             "policy",

@@ -7,6 +7,7 @@
 //! `-o wide`.
 
 mod format;
+pub mod metrics;
 mod pod;
 mod workloads;
 

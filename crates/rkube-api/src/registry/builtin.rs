@@ -19,7 +19,7 @@ use super::{
     bool_field, int_field, status, str_field, ResourceInfo, BASE, CREATE_VERBS,
     NAMESPACE_VERBS, APPROVAL, SCALE,
 };
-use super::builtin_parts::{EVENT_FIELDS, EVENT_V1_FIELDS, FINALIZE, POD_FIELDS, POD_SUBRESOURCES, TOKEN};
+use super::builtin_parts::{EVENT_FIELDS, EVENT_V1_FIELDS, FINALIZE, NODE_PROXY, POD_FIELDS, POD_SUBRESOURCES, TOKEN};
 use crate::printers;
 use crate::strategy;
 
@@ -132,7 +132,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         singular: "node",
         namespaced: false,
         short_names: &["no"],
-        subresources: &[status("Node")],
+        subresources: &[status("Node"), NODE_PROXY],
         storage_prefix: "minions",
         has_spec: true,
         fields: &[bool_field("spec.unschedulable", "spec.unschedulable")],

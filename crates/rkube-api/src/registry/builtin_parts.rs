@@ -14,6 +14,11 @@ pub(super) const FINALIZE: SubresourceInfo =
 pub(super) const TOKEN: SubresourceInfo =
     subresource("token", "TokenRequest", &["create"], "authentication.k8s.io/v1");
 
+/// `nodes/<name>/proxy[/<path>]`: requests passed to the node's kubelet (upstream
+/// `pkg/registry/core/node/rest/proxy.go`; the connect verbs discovery lists).
+pub(super) const NODE_PROXY: SubresourceInfo =
+    subresource("proxy", "NodeProxyOptions", &["create", "delete", "get", "patch", "update"], "");
+
 /// Pod subresources served today.
 pub(super) const POD_SUBRESOURCES: &[SubresourceInfo] = &[
     status("Pod"),

@@ -42,6 +42,7 @@ mod builtin;
 mod builtin_parts;
 pub mod conversion;
 pub mod hpa_conversion;
+pub mod metrics;
 pub mod typed;
 
 pub use builtin::RESOURCES;
@@ -506,6 +507,8 @@ pub fn priority(group: &str, version: &str) -> (i64, i64) {
         ("node.k8s.io", _) => (16300, 15),
         ("discovery.k8s.io", _) => (16200, 15),
         ("flowcontrol.apiserver.k8s.io", _) => (16100, 21),
+        // metrics-server's APIService.
+        ("metrics.k8s.io", _) => (100, 100),
         _ => (1000, 15),
     }
 }

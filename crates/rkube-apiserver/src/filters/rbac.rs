@@ -491,7 +491,8 @@ pub async fn ensure_bootstrap_policy(storage: &dyn Storage, etcd_prefix: &str) -
 /// to `system:authenticated` and `system:unauthenticated`, and
 /// `system:service-account-issuer-discovery` (the issuer discovery paths) to
 /// `system:serviceaccounts`, and `system:kube-scheduler` (upstream's rules)
-/// to the user `system:kube-scheduler`.
+/// to the user `system:kube-scheduler`; and metrics-server's
+/// `system:aggregated-metrics-reader`, aggregated into `view`.
 pub fn bootstrap_policy() -> Vec<Value> {
     let cr = |name: &str, rules: Value| {
         serde_json::json!({
@@ -522,6 +523,7 @@ pub fn bootstrap_policy() -> Vec<Value> {
     let write_rule = serde_json::json!({"apiGroups": groups, "resources": ["*"], "verbs": write});
     let rbac_rule = serde_json::json!({"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": all_rw});
     let label = |to: &str| format!("{RBAC_GROUP}/aggregate-to-{to}");
+    let metrics_rule = metrics_reader_rule();
     // A ClusterRole aggregating `aggregate-to-<selects>` roles, itself aggregated into `into`.
     let aggregated = |name: &str, into: &[&str], selects: &str, rules: Value| {
         let mut role = cr(name, rules);
@@ -556,9 +558,9 @@ pub fn bootstrap_policy() -> Vec<Value> {
         ])),
         // admin ⊇ edit ⊇ view by aggregation, as upstream: the rules live in
         // system:aggregate-to-*; the initial rules are the aggregated result.
-        aggregated("admin", &[], "admin", serde_json::json!([write_rule, read_rule, rbac_rule])),
-        aggregated("edit", &["admin"], "edit", serde_json::json!([write_rule, read_rule])),
-        aggregated("view", &["edit"], "view", serde_json::json!([read_rule])),
+        aggregated("admin", &[], "admin", serde_json::json!([write_rule, metrics_rule, read_rule, rbac_rule])),
+        aggregated("edit", &["admin"], "edit", serde_json::json!([write_rule, metrics_rule, read_rule])),
+        aggregated("view", &["edit"], "view", serde_json::json!([read_rule, metrics_rule])),
         aggregate_to("admin", serde_json::json!([rbac_rule])),
         aggregate_to("edit", serde_json::json!([write_rule])),
         aggregate_to("view", serde_json::json!([read_rule])),
@@ -567,11 +569,28 @@ pub fn bootstrap_policy() -> Vec<Value> {
         crb("system:basic-user", "system:basic-user", &["system:authenticated"]),
         crb("system:public-info-viewer", "system:public-info-viewer", &["system:authenticated", "system:unauthenticated"]),
         crb("system:service-account-issuer-discovery", "system:service-account-issuer-discovery", &["system:serviceaccounts"]),
+        metrics_reader(&cr, &label),
         cr("system:kube-scheduler", kube_scheduler_rules()),
         user_binding(crb("system:kube-scheduler", "system:kube-scheduler", &[]), "system:kube-scheduler"),
         kube_controller_manager_role(&cr),
         user_binding(crb(KUBE_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, &[]), KUBE_CONTROLLER_MANAGER),
     ]
+}
+
+/// ClusterRole `system:aggregated-metrics-reader` of metrics-server's manifest: reading
+/// `metrics.k8s.io` (served by rkube's API server itself), aggregated into `view`, `edit` and
+/// `admin` so whoever may read pods may `kubectl top` them.
+fn metrics_reader(cr: &dyn Fn(&str, Value) -> Value, label: &dyn Fn(&str) -> String) -> Value {
+    let mut role = cr("system:aggregated-metrics-reader", serde_json::json!([metrics_reader_rule()]));
+    for to in ["view", "edit", "admin"] {
+        role["metadata"]["labels"][label(to)] = Value::String("true".into());
+    }
+    role
+}
+
+/// The one rule of `system:aggregated-metrics-reader`.
+fn metrics_reader_rule() -> Value {
+    serde_json::json!({"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]})
 }
 
 /// `binding` with the one subject User `user`.

@@ -11,6 +11,7 @@
 //!   deletion, namespace cascade, DELETE-collection.
 //! - WATCH lives in [`watch`].
 //! - [`pod_log`]: `pods/log`, proxied to the node's kubelet.
+//! - [`node_proxy`]: `nodes/proxy`, passed through to the node's kubelet.
 //! - [`pod_stream`]: `pods/exec`, `pods/attach` and `pods/portforward`, upgrades proxied to the
 //!   node's kubelet.
 //! - [`review`]: POST to the create-only review APIs (TokenReview,
@@ -19,6 +20,7 @@
 pub mod create;
 pub mod delete;
 pub mod eviction;
+pub mod node_proxy;
 pub mod pod_log;
 pub mod pod_stream;
 pub mod read;
@@ -207,6 +209,11 @@ async fn dispatch_inner(
         .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?;
     let watch_param = query.iter().any(|(k, v)| k == "watch" && (v == "true" || v == "1"));
     let ri = request::parse(group, version, segments, &method, watch_param)?;
+    if ri.info.group.is_empty() && ri.info.resource == "nodes" && ri.subresource.as_deref() == Some("proxy") {
+        // Passed through to the kubelet whatever the client accepts.
+        let ctx = Ctx { st, ri, query, raw_query, headers, render: Render { output: Output::Json, include: Default::default() }, user };
+        return node_proxy::proxy(&ctx, &method, &node_proxy::proxied_path(segments), body).await;
+    }
     let output = media::negotiate_output(&headers, crate::protobuf_body::supported(ri.info))?;
     *negotiated = Some(output);
     let include_q = query.iter().rev().find(|(k, _)| k == "includeObject").map(|(_, v)| v.as_str());
@@ -225,6 +232,8 @@ async fn dispatch_inner(
     match ctx.ri.verb {
         Verb::Get if ctx.ri.subresource.as_deref() == Some("scale") => scale::get(&ctx).await,
         Verb::Get if ctx.ri.subresource.as_deref() == Some("log") => pod_log::get(&ctx).await,
+        Verb::Get if crate::metrics_api::is_metrics(&ctx) => crate::metrics_api::get(&ctx).await,
+        Verb::List if crate::metrics_api::is_metrics(&ctx) => crate::metrics_api::list(&ctx).await,
         Verb::Get if is_component_status(&ctx) => component_status::get(&ctx).await,
         Verb::List if is_component_status(&ctx) => component_status::list(&ctx).await,
         Verb::Get => read::get(&ctx).await,

@@ -21,6 +21,7 @@ use super::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::kubelet_client::{KubeletClient, DEFAULT_KUBELET_PORT};
 use crate::source::decode_stored;
+use crate::state::ApiState;
 
 /// The `PodLogOptions` query parameters passed on to the kubelet.
 const FORWARDED: &[&str] = &["follow", "previous", "timestamps", "sinceSeconds", "sinceTime", "tailLines", "limitBytes"];
@@ -112,6 +113,32 @@ pub fn kubelet_host_port(node: &Value) -> Option<String> {
     Some(format!("{host}:{port}"))
 }
 
+/// The kubelet `host:port` of node `node_name` ([`kubelet_host_port`] of the stored Node).
+///
+/// # Errors
+/// 404 `NotFound` for an unknown node; 500 for a node that publishes no address, or a storage
+/// error.
+pub async fn kubelet_address(st: &ApiState, node_name: &str) -> ApiResult<String> {
+    let nodes = rkube_api::registry::lookup("", "v1", "nodes").ok_or_else(|| ApiError::internal("no nodes resource"))?;
+    let node_key = nodes.object_key(st.prefix(), "", node_name);
+    let kv = st.storage.get(&node_key).await.map_err(|e| ApiError::from_storage(e, nodes, node_name))?;
+    let kv = kv.ok_or_else(|| ApiError::not_found(nodes, node_name))?;
+    let node = decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, nodes, node_name))?;
+    kubelet_host_port(&node).ok_or_else(|| ApiError::internal(format!("node {node_name:?} publishes no address for its kubelet")))
+}
+
+/// The configured kubelet client (`--kubelet-client-certificate`, ...), or one without client
+/// certificate or CA when none is configured.
+///
+/// # Errors
+/// 500 when the client cannot be built.
+pub fn kubelet_client(st: &ApiState) -> ApiResult<KubeletClient> {
+    match &st.config.kubelet_client {
+        Some(c) => Ok(c.clone()),
+        None => KubeletClient::from_args(&Default::default()).map_err(ApiError::internal),
+    }
+}
+
 /// The `Status` of a kubelet's error answer: its code, upstream's reason for it, its text.
 pub fn status_for(code: u16, text: &str) -> ApiError {
     let reason = match code {
@@ -142,13 +169,7 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
         return Err(ApiError::bad_request(format!("container \"{container}\" in pod \"{name}\" is waiting to start: {reason}")));
     }
     check_status(&pod, &container, previous)?;
-    let nodes = rkube_api::registry::lookup("", "v1", "nodes").ok_or_else(|| ApiError::internal("no nodes resource"))?;
-    let node_key = nodes.object_key(ctx.st.prefix(), "", node_name);
-    let kv = ctx.st.storage.get(&node_key).await.map_err(|e| ApiError::from_storage(e, nodes, node_name))?;
-    let kv = kv.ok_or_else(|| ApiError::not_found(nodes, node_name))?;
-    let node = decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, nodes, node_name))?;
-    let host_port = kubelet_host_port(&node)
-        .ok_or_else(|| ApiError::internal(format!("node {node_name:?} publishes no address for its kubelet")))?;
+    let host_port = kubelet_address(&ctx.st, node_name).await?;
     let mut url = format!("https://{host_port}/containerLogs/{}/{name}/{container}", ctx.namespace());
     let params: Vec<(&str, &str)> =
         ctx.query.iter().filter(|(k, _)| FORWARDED.contains(&k.as_str())).map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -156,10 +177,7 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
         url.push('?');
         url.push_str(&form_urlencoded::Serializer::new(String::new()).extend_pairs(params).finish());
     }
-    let client = match &ctx.st.config.kubelet_client {
-        Some(c) => c.clone(),
-        None => KubeletClient::from_args(&Default::default()).map_err(ApiError::internal)?,
-    };
+    let client = kubelet_client(&ctx.st)?;
     let answer = client.http.get(&url).send().await.map_err(|e| ApiError::internal(format!("Get {url:?}: {e}")))?;
     let code = answer.status();
     if !code.is_success() {

@@ -24,11 +24,9 @@ use axum::response::Response;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use super::pod_log::{choose_container, kubelet_host_port, status_for};
+use super::pod_log::{choose_container, kubelet_address, kubelet_client, status_for};
 use super::Ctx;
 use crate::error::{ApiError, ApiResult};
-use crate::kubelet_client::KubeletClient;
-use crate::source::decode_stored;
 
 /// Request headers of an upgrade passed on to the kubelet.
 pub const UPGRADE_HEADERS: &[&str] = &[
@@ -112,13 +110,7 @@ pub async fn connect(ctx: &Ctx, method: &Method, upgrade: Option<OnUpgrade>, str
         return Err(ApiError::bad_request("Upgrade request required"));
     }
     let upgrade = upgrade.ok_or_else(|| ApiError::bad_request("the connection cannot be upgraded (HTTP/1.1 is required)"))?;
-    let nodes = rkube_api::registry::lookup("", "v1", "nodes").ok_or_else(|| ApiError::internal("no nodes resource"))?;
-    let node_key = nodes.object_key(ctx.st.prefix(), "", node_name);
-    let kv = ctx.st.storage.get(&node_key).await.map_err(|e| ApiError::from_storage(e, nodes, node_name))?;
-    let kv = kv.ok_or_else(|| ApiError::not_found(nodes, node_name))?;
-    let node = decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, nodes, node_name))?;
-    let host_port = kubelet_host_port(&node)
-        .ok_or_else(|| ApiError::internal(format!("node {node_name:?} publishes no address for its kubelet")))?;
+    let host_port = kubelet_address(&ctx.st, node_name).await?;
     let ns = ctx.namespace();
     let (path, url) = match stream {
         Stream::Exec => ("exec", format!("https://{host_port}/exec/{ns}/{name}/{container}?{}", kubelet_exec_query(&ctx.query))),
@@ -129,10 +121,7 @@ pub async fn connect(ctx: &Ctx, method: &Method, upgrade: Option<OnUpgrade>, str
             ("portforward", format!("https://{host_port}/portForward/{ns}/{name}?{}", kubelet_port_forward_query(&ctx.query)))
         }
     };
-    let client = match &ctx.st.config.kubelet_client {
-        Some(c) => c.clone(),
-        None => KubeletClient::from_args(&Default::default()).map_err(ApiError::internal)?,
-    };
+    let client = kubelet_client(&ctx.st)?;
     let mut request = client.http.request(method.clone(), &url);
     for name in UPGRADE_HEADERS {
         let Ok(header) = HeaderName::from_bytes(name.as_bytes()) else { continue };

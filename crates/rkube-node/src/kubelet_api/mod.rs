@@ -9,13 +9,16 @@
 //!   client goes away or the agent stops;
 //! - `GET|POST /exec/<namespace>/<pod>/<container>`, `/attach/...` and
 //!   `/portForward/<namespace>/<pod>` — an upgrade (WebSocket) proxied to the runtime's
-//!   streaming server for CRI `Exec` / `Attach` / `PortForward` ([`stream`]).
+//!   streaming server for CRI `Exec` / `Attach` / `PortForward` ([`stream`]);
+//! - `GET /pods`, `/stats/summary`, `/metrics/resource` and `/metrics` — the pods the agent
+//!   knows, and resource usage from the runtime's CRI stats and `/proc` ([`stats`]).
 //!
 //! Errors are plain text, as kubelet's: 400 for a query that does not decode, 422 for invalid
 //! options, 404 for an unknown pod or container, 400 for a missing previous instance.
 
 pub mod auth;
 pub mod logs;
+pub mod stats;
 pub mod stream;
 pub mod tls;
 
@@ -83,6 +86,7 @@ pub(crate) struct Ctx {
     health: HealthCheck,
     authorizer: Arc<Authorizer>,
     shutdown: Shutdown,
+    stats: stats::StatsDeps,
 }
 
 /// What [`serve`] needs besides its settings.
@@ -99,6 +103,10 @@ pub struct ServeDeps {
     pub cert_names: Vec<String>,
     /// Where a self-signed certificate goes (`<root-dir>/pki`).
     pub cert_dir: PathBuf,
+    /// The pods bound to this node (`/pods`).
+    pub pods: crate::pod::manager::PodStore,
+    /// The agent's metrics (`/metrics`).
+    pub registry: Arc<prometheus_client::registry::Registry>,
 }
 
 /// Binds `config.addr` and serves the kubelet API until `shutdown`; returns the bound address.
@@ -119,10 +127,20 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
     let listener = tls::TlsListener::new(listener, tls_config)?;
     let bound = axum::serve::Listener::local_addr(&listener)?;
+    let stats = stats::StatsDeps {
+        node_name: deps.node_name.clone(),
+        pods: deps.pods,
+        registry: deps.registry,
+        rates: Arc::default(),
+    };
     let authorizer = Arc::new(Authorizer::new(deps.client, deps.node_name, config.anonymous_auth, config.authorization_mode));
-    let ctx = Ctx { cri: deps.cri, health: deps.health, authorizer, shutdown: shutdown.clone() };
+    let ctx = Ctx { cri: deps.cri, health: deps.health, authorizer, shutdown: shutdown.clone(), stats };
     let app = Router::new()
         .route("/healthz", get(healthz))
+        .route("/pods", get(stats::pods))
+        .route("/stats/summary", get(stats::stats_summary))
+        .route("/metrics", get(stats::metrics))
+        .route("/metrics/resource", get(stats::metrics_resource))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
         .route("/exec/{namespace}/{pod}/{container}", get(stream::exec).post(stream::exec))
         .route("/attach/{namespace}/{pod}/{container}", get(stream::attach).post(stream::attach))

@@ -21,9 +21,34 @@ use crate::shutdown::Shutdown;
 /// How often orphaned sandboxes are looked for.
 const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(10);
 
+/// The pods bound to this node as the agent last received them, by uid (what kubelet's
+/// `/pods` endpoint lists; upstream `pkg/kubelet/pod/pod_manager.go`). Shared by the
+/// [`PodManager`], which keeps it current, and the kubelet API, which reads it.
+#[derive(Clone, Debug, Default)]
+pub struct PodStore(Arc<std::sync::RwLock<HashMap<String, Arc<Pod>>>>);
+
+impl PodStore {
+    /// Every known pod, ordered by namespace and name.
+    pub fn list(&self) -> Vec<Arc<Pod>> {
+        let map = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let mut pods: Vec<Arc<Pod>> = map.values().cloned().collect();
+        pods.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
+        pods
+    }
+
+    fn insert(&self, uid: String, pod: Arc<Pod>) {
+        self.0.write().unwrap_or_else(|p| p.into_inner()).insert(uid, pod);
+    }
+
+    fn remove(&self, uid: &str) {
+        self.0.write().unwrap_or_else(|p| p.into_inner()).remove(uid);
+    }
+}
+
 /// The dispatcher.
 pub struct PodManager {
     env: Arc<WorkerEnv>,
+    store: PodStore,
     workers: HashMap<String, mpsc::UnboundedSender<WorkerMsg>>,
     done_tx: mpsc::UnboundedSender<String>,
     done_rx: mpsc::UnboundedReceiver<String>,
@@ -33,16 +58,17 @@ pub struct PodManager {
 }
 
 impl PodManager {
-    /// A manager without workers.
-    pub fn new(env: Arc<WorkerEnv>) -> Self {
+    /// A manager without workers, keeping `store` current.
+    pub fn new(env: Arc<WorkerEnv>, store: PodStore) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
-        Self { env, workers: HashMap::new(), done_tx, done_rx, listed: HashSet::new(), synced: false }
+        Self { env, store, workers: HashMap::new(), done_tx, done_rx, listed: HashSet::new(), synced: false }
     }
 
     fn dispatch(&mut self, pod: Pod) {
         let Some(uid) = pod.metadata.uid.clone() else { return };
         self.listed.insert(uid.clone());
         let pod = Arc::new(pod);
+        self.store.insert(uid.clone(), Arc::clone(&pod));
         if let Some(tx) = self.workers.get(&uid) {
             if tx.send(WorkerMsg::Update(Arc::clone(&pod))).is_ok() {
                 return;
@@ -115,6 +141,7 @@ impl PodManager {
                 },
                 Some(uid) = self.done_rx.recv() => {
                     self.workers.remove(&uid);
+                    self.store.remove(&uid);
                 }
                 _ = housekeeping.tick() => self.housekeeping().await,
                 _ = shutdown.wait() => return,
