@@ -488,3 +488,97 @@ async fn rules_rkube_cannot_enforce_are_named_in_a_warning() {
         "{warnings:?}"
     );
 }
+
+/// The `Warning` header values of `r`.
+fn warnings_of(r: &common::Resp) -> Vec<String> {
+    r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect()
+}
+
+/// A CRD with two versions (`None` conversion, upstream's default): objects
+/// are stored in the storage version and served in the version asked for,
+/// changing `apiVersion` only, in GET, LIST, WATCH and write answers; after
+/// the storage version changes, objects stored before are served in either.
+#[tokio::test]
+async fn custom_resources_are_served_in_every_version_of_their_crd() {
+    let s = TestServer::embedded().await;
+    let g = "versions.example.com";
+    let mut crd = widget_crd(g);
+    let v1 = crd["spec"]["versions"][0].clone();
+    let mut v2 = v1.clone();
+    v2["name"] = json!("v2");
+    v2["storage"] = json!(false);
+    crd["spec"]["versions"] = json!([v1, v2]);
+    let r = s.post(CRDS, &crd).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    assert!(warnings_of(&r).is_empty(), "{:?}", warnings_of(&r));
+    established(&s, &format!("widgets.{g}")).await;
+    let (p1, p2) = (format!("/apis/{g}/v1/namespaces/default/widgets"), format!("/apis/{g}/v2/namespaces/default/widgets"));
+    for _ in 0..50 {
+        if s.get(&p2).await.code == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut watch = s.watch(&format!("{p2}?watch=true")).await;
+    let (av1, av2) = (format!("{g}/v1"), format!("{g}/v2"));
+
+    // Written through v1, read through v2 (and back).
+    let r = s.post(&p1, &widget(g, "a", json!({"size": "small"}))).await;
+    assert_eq!((r.code, r.body["apiVersion"].as_str()), (201, Some(av1.as_str())), "{}", r.text);
+    assert_eq!(s.get(&format!("{p2}/a")).await.body["apiVersion"], av2);
+    assert_eq!(s.get(&format!("{p1}/a")).await.body["apiVersion"], av1);
+    let ev = watch.next().await;
+    assert_eq!((ev["type"].as_str(), ev["object"]["apiVersion"].as_str()), (Some("ADDED"), Some(av2.as_str())));
+
+    // Written through v2 (its body in v2), answered in v2; listed in either version.
+    let mut b = widget(g, "b", json!({"size": "large"}));
+    b["apiVersion"] = json!(av2);
+    let r = s.post(&p2, &b).await;
+    assert_eq!((r.code, r.body["apiVersion"].as_str()), (201, Some(av2.as_str())), "{}", r.text);
+    for (path, av) in [(&p1, &av1), (&p2, &av2)] {
+        let list = s.get(path).await.body;
+        let versions: Vec<&str> = list["items"].as_array().into_iter().flatten().filter_map(|i| i["apiVersion"].as_str()).collect();
+        assert_eq!(versions, [av.as_str(), av.as_str()], "{list}");
+    }
+
+    // The storage version moves to v2: what v1 stored is still served in both.
+    let mut current = s.get(&format!("{CRDS}/widgets.{g}")).await.body;
+    current["spec"]["versions"][0]["storage"] = json!(false);
+    current["spec"]["versions"][1]["storage"] = json!(true);
+    let r = s.put(&format!("{CRDS}/widgets.{g}"), &current).await;
+    assert_eq!(r.code, 200, "{}", r.text);
+    for _ in 0..50 {
+        let stored = s.get(&format!("{CRDS}/widgets.{g}")).await.body;
+        if stored["status"]["storedVersions"].as_array().is_some_and(|v| v.len() == 2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = s.post(&p1, &widget(g, "c", json!({"size": "small"}))).await;
+    assert_eq!((r.code, r.body["apiVersion"].as_str()), (201, Some(av1.as_str())), "{}", r.text);
+    for name in ["a", "b", "c"] {
+        assert_eq!(s.get(&format!("{p2}/{name}")).await.body["apiVersion"], av2, "{name}");
+        assert_eq!(s.get(&format!("{p1}/{name}")).await.body["apiVersion"], av1, "{name}");
+    }
+}
+
+/// rkube does not call conversion webhooks: a CRD asking for one, with
+/// several versions, is accepted and its author told so in a Warning.
+#[tokio::test]
+async fn conversion_webhooks_are_named_in_a_warning() {
+    let s = TestServer::embedded().await;
+    let g = "webhookconv.example.com";
+    let mut crd = widget_crd(g);
+    let v1 = crd["spec"]["versions"][0].clone();
+    let mut v2 = v1.clone();
+    v2["name"] = json!("v2");
+    v2["storage"] = json!(false);
+    crd["spec"]["versions"] = json!([v1, v2]);
+    crd["spec"]["conversion"] = json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+        "clientConfig": {"url": "https://127.0.0.1:1/convert"}}});
+    let r = s.post(CRDS, &crd).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    let warnings = warnings_of(&r);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("rkube does not call conversion webhooks yet"), "{warnings:?}");
+}

@@ -142,11 +142,26 @@ pub fn selectable_fields(version: &Value) -> &'static [SelectableField] {
     Box::leak(fields.into_boxed_slice())
 }
 
+/// How the versions of `crd`'s custom resource convert: `None` (no
+/// conversion) when it lists and has stored one version only; else every
+/// row converts to and from the storage version
+/// ([`crate::registry::conversion::custom_resource`]).
+fn version_conversion(crd: &Value, group: &'static str) -> Option<crate::registry::Conversion> {
+    let versions = crd.pointer("/spec/versions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let stored = crd.pointer("/status/storedVersions").and_then(Value::as_array).map_or(0, Vec::len);
+    if versions.len() <= 1 && stored <= 1 {
+        return None;
+    }
+    let storage = versions.iter().find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))?;
+    Some(crate::registry::conversion::custom_resource(group, leak(str_of(storage, "/name"))))
+}
+
 /// The rows `crd` (a CRD object) serves: one per served version, named by
 /// its `status.acceptedNames` (so only once names are accepted), stored
 /// under `<group>/<plural>` as upstream's `customresource` storage. Each
 /// call leaks the rows' strings: callers register rows only when the CRD
-/// changed.
+/// changed. A CRD with several versions converts between them
+/// ([`ResourceInfo::conversion`]).
 pub fn rows_for(crd: &Value) -> Vec<ResourceInfo> {
     let names = crd.pointer("/status/acceptedNames").cloned().unwrap_or(Value::Null);
     let (plural, kind) = (str_of(&names, "/plural"), str_of(&names, "/kind"));
@@ -169,6 +184,7 @@ pub fn rows_for(crd: &Value) -> Vec<ResourceInfo> {
     let storage_prefix = leak(&format!("{group}/{plural}"));
     let namespaced = str_of(crd, "/spec/scope") != "Cluster";
     let versions = crd.pointer("/spec/versions").and_then(Value::as_array);
+    let conversion = version_conversion(crd, group);
     versions
         .into_iter()
         .flatten()
@@ -197,6 +213,7 @@ pub fn rows_for(crd: &Value) -> Vec<ResourceInfo> {
                 has_spec: true,
                 fields: selectable_fields(v),
                 custom: Some(Box::leak(Box::new(custom_resource(crd, v)))),
+                conversion,
                 ..BASE
             }
         })

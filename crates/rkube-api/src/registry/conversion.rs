@@ -9,8 +9,10 @@
 //! [`Conversion::to_served`] and [`Conversion::to_stored`].
 //!
 //! Served today: events.k8s.io/v1 `events` over core/v1 `events`
-//! ([`EVENTS_V1`]) and autoscaling/v1 `horizontalpodautoscalers` over
-//! autoscaling/v2 ([`HPA_V1`], [`super::hpa_conversion`]).
+//! ([`EVENTS_V1`]), autoscaling/v1 `horizontalpodautoscalers` over
+//! autoscaling/v2 ([`HPA_V1`], [`super::hpa_conversion`]), and the versions
+//! of a custom resource with more than one ([`custom_resource`]: upstream's
+//! `None` conversion strategy, which changes `apiVersion` only).
 
 use serde_json::{Map, Value};
 
@@ -21,10 +23,10 @@ pub struct Conversion {
     pub stored_group: &'static str,
     /// Version of the row that owns storage.
     pub stored_version: &'static str,
-    /// Stored JSON → served JSON (sets the served `apiVersion` and `kind`).
-    pub to_served: fn(Value) -> Value,
-    /// Served JSON → stored JSON (sets the stored `apiVersion` and `kind`).
-    pub to_stored: fn(Value) -> Value,
+    /// Stored JSON → served JSON, given the served `apiVersion` (sets it and `kind`).
+    pub to_served: fn(Value, &str) -> Value,
+    /// Served JSON → stored JSON, given the stored `apiVersion` (sets it and `kind`).
+    pub to_stored: fn(Value, &str) -> Value,
     /// Field selector labels this row names differently, as
     /// `(served label, stored label)` (upstream `AddFieldLabelConversionFunc`).
     pub field_labels: &'static [(&'static str, &'static str)],
@@ -105,14 +107,48 @@ pub fn event_to_core(obj: Value) -> Value {
     rename(obj, "v1", "Event", CORE_EVENT_FIELDS)
 }
 
+fn events_to_served(obj: Value, _: &str) -> Value {
+    event_to_v1(obj)
+}
+
+fn events_to_stored(obj: Value, _: &str) -> Value {
+    event_to_core(obj)
+}
+
+fn hpa_to_served(obj: Value, _: &str) -> Value {
+    super::hpa_conversion::hpa_to_v1(obj)
+}
+
+fn hpa_to_stored(obj: Value, _: &str) -> Value {
+    super::hpa_conversion::hpa_to_v2(obj)
+}
+
+/// `obj` with `apiVersion` set to `api_version`, nothing else changed:
+/// upstream's `None` conversion of custom resources
+/// (`apiextensions-apiserver/pkg/apiserver/conversion/nop_converter.go`).
+pub fn set_api_version(obj: Value, api_version: &str) -> Value {
+    let Value::Object(mut map) = obj else { return obj };
+    map.insert("apiVersion".into(), Value::String(api_version.to_string()));
+    Value::Object(map)
+}
+
+/// The conversion of every version of a custom resource whose CRD lists
+/// more than one version (or stored more than one): objects are stored in
+/// `group`/`storage_version` and served in the row's version by changing
+/// `apiVersion` (the `None` strategy; rkube does not call conversion
+/// webhooks, and says so when such a CRD is written).
+pub fn custom_resource(group: &'static str, storage_version: &'static str) -> Conversion {
+    Conversion { stored_group: group, stored_version: storage_version, to_served: set_api_version, to_stored: set_api_version, field_labels: &[] }
+}
+
 /// events.k8s.io/v1 `events`, stored as core/v1 `events`. Field selectors
 /// use the events.k8s.io names (upstream `AddFieldLabelConversionsForEvent`
 /// of `pkg/apis/events/v1`).
 pub const EVENTS_V1: Conversion = Conversion {
     stored_group: "",
     stored_version: "v1",
-    to_served: event_to_v1,
-    to_stored: event_to_core,
+    to_served: events_to_served,
+    to_stored: events_to_stored,
     field_labels: &[
         ("regarding.kind", "involvedObject.kind"),
         ("regarding.namespace", "involvedObject.namespace"),
@@ -130,8 +166,8 @@ pub const EVENTS_V1: Conversion = Conversion {
 pub const HPA_V1: Conversion = Conversion {
     stored_group: "autoscaling",
     stored_version: "v2",
-    to_served: super::hpa_conversion::hpa_to_v1,
-    to_stored: super::hpa_conversion::hpa_to_v2,
+    to_served: hpa_to_served,
+    to_stored: hpa_to_stored,
     field_labels: &[],
 };
 

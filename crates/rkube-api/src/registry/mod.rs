@@ -333,7 +333,7 @@ impl ResourceInfo {
     /// A stored object in this row's form (unchanged for rows without a conversion).
     pub fn to_served(&self, obj: Value) -> Value {
         match &self.conversion {
-            Some(c) => (c.to_served)(obj),
+            Some(c) => (c.to_served)(obj, &self.api_version()),
             None => obj,
         }
     }
@@ -342,9 +342,18 @@ impl ResourceInfo {
     /// rows without a conversion).
     pub fn to_stored(&self, obj: Value) -> Value {
         match &self.conversion {
-            Some(c) => (c.to_stored)(obj),
+            Some(c) => {
+                let stored = if c.stored_group.is_empty() { c.stored_version.to_string() } else { format!("{}/{}", c.stored_group, c.stored_version) };
+                (c.to_stored)(obj, &stored)
+            }
             None => obj,
         }
+    }
+
+    /// Whether this row owns its storage: the rows serving another row's
+    /// objects ([`ResourceInfo::conversion`] naming another version) do not.
+    pub fn owns_storage(&'static self) -> bool {
+        std::ptr::eq(self.storage_row(), self)
     }
 
     /// The stored row's label for this row's field label `label`

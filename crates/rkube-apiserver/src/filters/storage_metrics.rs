@@ -37,7 +37,7 @@ pub struct InstrumentedStorage {
 fn prefixes_of_table(etcd_prefix: &str) -> Vec<(String, String)> {
     let mut prefixes: Vec<(String, String)> = rkube_api::registry::every()
         .into_iter()
-        .filter(|info| info.stored && info.conversion.is_none())
+        .filter(|info| info.stored && info.owns_storage())
         .map(|info| {
             let ty = if info.group.is_empty() {
                 info.resource.to_string()
