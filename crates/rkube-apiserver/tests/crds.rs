@@ -582,3 +582,55 @@ async fn conversion_webhooks_are_named_in_a_warning() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("rkube does not call conversion webhooks yet"), "{warnings:?}");
 }
+
+/// Server-side apply merges a custom resource's lists as its CRD schema
+/// says: `x-kubernetes-list-type: map` items by their keys and `set` items
+/// by value, so two managers each own their items; an untyped list stays
+/// atomic (the last applier's).
+#[tokio::test]
+async fn server_side_apply_merges_lists_by_the_crds_list_types() {
+    let s = TestServer::embedded().await;
+    let g = "ssalists.example.com";
+    let mut crd = widget_crd(g);
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["ports"] = json!({
+        "type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+        "items": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}, "port": {"type": "integer"}}}});
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["tags"] =
+        json!({"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}});
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["args"] =
+        json!({"type": "array", "items": {"type": "string"}});
+    assert_eq!(s.post(CRDS, &crd).await.code, 201);
+    established(&s, &format!("widgets.{g}")).await;
+    let path = format!("/apis/{g}/v1/namespaces/default/widgets/w");
+    let apply = |manager: &'static str, spec: Value| {
+        let body = json!({"apiVersion": format!("{g}/v1"), "kind": "Widget", "metadata": {"name": "w"}, "spec": spec}).to_string();
+        let path = format!("{path}?fieldManager={manager}");
+        let s = &s;
+        async move { s.patch(&path, "application/apply-patch+yaml", &body).await }
+    };
+    let mut r = apply("alice", json!({"size": "small", "ports": [{"name": "http", "port": 80}], "tags": ["a"], "args": ["x"]})).await;
+    for _ in 0..50 {
+        if r.code != 404 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        r = apply("alice", json!({"size": "small", "ports": [{"name": "http", "port": 80}], "tags": ["a"], "args": ["x"]})).await;
+    }
+    assert_eq!(r.code, 201, "{}", r.text);
+    let r = apply("bob", json!({"ports": [{"name": "metrics", "port": 9090}], "tags": ["b"], "args": ["y"]})).await;
+    assert_eq!(r.code, 409, "bob's args conflict with alice's atomic list: {}", r.text);
+    let r = apply("bob", json!({"ports": [{"name": "metrics", "port": 9090}], "tags": ["b"]})).await;
+    assert_eq!(r.code, 200, "{}", r.text);
+    let spec = &r.body["spec"];
+    assert_eq!(spec["ports"], json!([{"name": "http", "port": 80}, {"name": "metrics", "port": 9090}]));
+    assert_eq!(spec["tags"], json!(["a", "b"]));
+    assert_eq!(spec["args"], json!(["x"]));
+    let bob = r.body["metadata"]["managedFields"].as_array().into_iter().flatten().find(|m| m["manager"] == "bob").cloned().expect("bob's entry");
+    let owned = bob["fieldsV1"]["f:spec"].clone();
+    assert!(owned["f:ports"].get("k:{\"name\":\"metrics\"}").is_some(), "{owned}");
+    assert!(owned["f:tags"].get("v:\"b\"").is_some(), "{owned}");
+    // Alice drops her port: only hers goes.
+    let r = apply("alice", json!({"size": "small", "tags": ["a"], "args": ["x"]})).await;
+    assert_eq!(r.code, 200, "{}", r.text);
+    assert_eq!(r.body["spec"]["ports"], json!([{"name": "metrics", "port": 9090}]));
+}

@@ -27,6 +27,7 @@
 //! panics on any input.
 
 pub(crate) mod apply;
+mod custom_schema;
 pub(crate) mod fieldpath;
 pub(crate) mod json;
 pub mod managed;
