@@ -2,7 +2,8 @@
 //! `nodes/proxy` (`rkube up` in-process + `run_local_node`, the API server's kubelet client
 //! certificate on the way to the node agent's HTTPS kubelet API): `/stats/summary` shows a
 //! container burning CPU and holding memory, `/metrics/resource` names it with upstream's
-//! labels, `/pods` lists the pod, and `/metrics` is the agent's own registry.
+//! labels, `/pods` lists the pod, `/metrics` is the agent's own registry, and `/run`
+//! answers a command's output.
 
 mod common;
 
@@ -73,6 +74,21 @@ async fn kube_rs_reads_the_kubelets_summary_resource_metrics_and_pods_through_no
     assert!(listed.items.iter().any(|p| p.metadata.name.as_deref() == Some("burner")));
     let own = get_text(&client, &format!("{proxy}/metrics")).await;
     assert!(own.contains("kubelet_pleg_relist_duration_seconds"), "{own}");
+
+    // `/run`: a command's output; 400 without one, 404 for a container the pod lacks.
+    let run = |path: String| {
+        let client = client.clone();
+        async move {
+            let req = http::Request::post(path).body(Vec::new()).expect("request");
+            let resp = client.send(req.map(kube::client::Body::from)).await.expect("send");
+            let code = resp.status().as_u16();
+            let body = http_body_util::BodyExt::collect(resp.into_body()).await.map(|b| b.to_bytes()).unwrap_or_default();
+            (code, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    assert_eq!(run(format!("{proxy}/run/default/burner/loop?cmd=echo%20hello%20there")).await, (200, "hello there\n".to_string()));
+    assert_eq!(run(format!("{proxy}/run/default/burner/loop")).await.0, 400);
+    assert_eq!(run(format!("{proxy}/run/default/burner/nope?cmd=true")).await.0, 404);
 
     scheduler.shutdown().await.expect("scheduler stops");
     node.shutdown().await;

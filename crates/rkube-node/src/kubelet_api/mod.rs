@@ -7,6 +7,7 @@
 //!   `timestamps`, `tailLines`, `limitBytes`), read from the CRI log file the runtime writes
 //!   ([`logs`]). `follow` streams lines as they are written until the container exits, the
 //!   client goes away or the agent stops;
+//! - `POST /run/<namespace>/<pod>/<container>?cmd=...` — a command's output (CRI `ExecSync`);
 //! - `GET|POST /exec/<namespace>/<pod>/<container>`, `/attach/...` and
 //!   `/portForward/<namespace>/<pod>` — an upgrade (WebSocket) proxied to the runtime's
 //!   streaming server for CRI `Exec` / `Attach` / `PortForward` ([`stream`]);
@@ -145,6 +146,8 @@ pub async fn serve(
         .route("/exec/{namespace}/{pod}/{container}", get(stream::exec).post(stream::exec))
         .route("/attach/{namespace}/{pod}/{container}", get(stream::attach).post(stream::attach))
         .route("/portForward/{namespace}/{pod}", get(stream::port_forward).post(stream::port_forward))
+        .route("/run/{namespace}/{pod}/{container}", axum::routing::post(run_in_container))
+        .route("/run/{namespace}/{pod}/{uid}/{container}", axum::routing::post(run_in_container_of_uid))
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), authn_authz))
         .with_state(ctx);
     let task = tokio::spawn(async move {
@@ -188,6 +191,51 @@ async fn authn_authz(State(ctx): State<Ctx>, ConnectInfo(conn): ConnectInfo<Kube
             tracing::warn!(%err, "kubelet API authorization failed");
             text(StatusCode::INTERNAL_SERVER_ERROR, format!("Authorization error ({})", describe(&attrs.subresources)))
         }
+    }
+}
+
+/// How long a `/run` command may take (upstream runs it without a deadline;
+/// rkube bounds it so a stuck command cannot hold the request forever).
+const RUN_TIMEOUT_SECONDS: i64 = 300;
+
+/// `POST /run/<namespace>/<pod>/<container>?cmd=<command>` (upstream
+/// `getRun`): runs `cmd`, split on whitespace, in the running container
+/// (CRI `ExecSync`) and answers its stdout and stderr, in that order. 400
+/// without `cmd`, 404 for an unknown pod or container, 500 when the runtime fails.
+async fn run_in_container(State(ctx): State<Ctx>, Path((namespace, pod, container)): Path<(String, String, String)>, req: Request) -> Response {
+    run(ctx, namespace, pod, container, req).await
+}
+
+/// `POST /run/<namespace>/<pod>/<uid>/<container>`: as [`run_in_container`]
+/// (the pod UID is not checked: one pod of a name runs on a node at a time).
+async fn run_in_container_of_uid(
+    State(ctx): State<Ctx>,
+    Path((namespace, pod, _uid, container)): Path<(String, String, String, String)>,
+    req: Request,
+) -> Response {
+    run(ctx, namespace, pod, container, req).await
+}
+
+async fn run(ctx: Ctx, namespace: String, pod: String, container: String, req: Request) -> Response {
+    let query = req.uri().query().unwrap_or("").to_string();
+    let cmd: Vec<String> = form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "cmd")
+        .map(|(_, v)| v.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default();
+    if cmd.is_empty() {
+        return text(StatusCode::BAD_REQUEST, "missing cmd parameter");
+    }
+    let id = match stream::running_container(&ctx, &namespace, &pod, &container).await {
+        Ok(id) => id,
+        Err(resp) => return *resp,
+    };
+    match ctx.cri.exec_sync(&id, cmd, RUN_TIMEOUT_SECONDS).await {
+        Ok(out) => {
+            let mut body = out.stdout;
+            body.extend_from_slice(&out.stderr);
+            (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+        }
+        Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("failed to run in container: {err}")),
     }
 }
 

@@ -201,7 +201,7 @@ pub(crate) async fn port_forward(State(ctx): State<Ctx>, Path((namespace, pod)):
 }
 
 /// The id of the running instance of the pod's container, or the 404 / 500 to answer.
-async fn running_container(ctx: &Ctx, namespace: &str, pod: &str, container: &str) -> Result<String, Box<Response>> {
+pub(crate) async fn running_container(ctx: &Ctx, namespace: &str, pod: &str, container: &str) -> Result<String, Box<Response>> {
     let all = match ctx.cri.list_containers().await {
         Ok(all) => all,
         Err(err) => return Err(Box::new(text(StatusCode::INTERNAL_SERVER_ERROR, format!("listing containers: {err}")))),
