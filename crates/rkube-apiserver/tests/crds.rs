@@ -489,6 +489,17 @@ async fn rules_rkube_cannot_enforce_are_named_in_a_warning() {
     );
 }
 
+/// [`widget_crd`] serving `v1` (storage) and `v2`, with the same schema.
+fn two_version_crd(g: &str) -> Value {
+    let mut crd = widget_crd(g);
+    let v1 = crd["spec"]["versions"][0].clone();
+    let mut v2 = v1.clone();
+    v2["name"] = json!("v2");
+    v2["storage"] = json!(false);
+    crd["spec"]["versions"] = json!([v1, v2]);
+    crd
+}
+
 /// The `Warning` header values of `r`.
 fn warnings_of(r: &common::Resp) -> Vec<String> {
     r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect()
@@ -502,12 +513,7 @@ fn warnings_of(r: &common::Resp) -> Vec<String> {
 async fn custom_resources_are_served_in_every_version_of_their_crd() {
     let s = TestServer::embedded().await;
     let g = "versions.example.com";
-    let mut crd = widget_crd(g);
-    let v1 = crd["spec"]["versions"][0].clone();
-    let mut v2 = v1.clone();
-    v2["name"] = json!("v2");
-    v2["storage"] = json!(false);
-    crd["spec"]["versions"] = json!([v1, v2]);
+    let crd = two_version_crd(g);
     let r = s.post(CRDS, &crd).await;
     assert_eq!(r.code, 201, "{}", r.text);
     assert!(warnings_of(&r).is_empty(), "{:?}", warnings_of(&r));
@@ -568,12 +574,7 @@ async fn custom_resources_are_served_in_every_version_of_their_crd() {
 async fn conversion_webhooks_are_named_in_a_warning() {
     let s = TestServer::embedded().await;
     let g = "webhookconv.example.com";
-    let mut crd = widget_crd(g);
-    let v1 = crd["spec"]["versions"][0].clone();
-    let mut v2 = v1.clone();
-    v2["name"] = json!("v2");
-    v2["storage"] = json!(false);
-    crd["spec"]["versions"] = json!([v1, v2]);
+    let mut crd = two_version_crd(g);
     crd["spec"]["conversion"] = json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
         "clientConfig": {"url": "https://127.0.0.1:1/convert"}}});
     let r = s.post(CRDS, &crd).await;
