@@ -112,7 +112,7 @@ impl Binder {
         client: &kube::Client,
         caches: &VolumeCaches,
         claim: &Arc<PersistentVolumeClaim>,
-        volumes: &mut Vec<Arc<PersistentVolume>>,
+        volumes: &mut [Arc<PersistentVolume>],
     ) -> Result<(), kube::Error> {
         if claim.metadata.deletion_timestamp.is_some() {
             return Ok(());
@@ -157,7 +157,7 @@ impl Binder {
         client: &kube::Client,
         caches: &VolumeCaches,
         claim: &Arc<PersistentVolumeClaim>,
-        volumes: &mut Vec<Arc<PersistentVolume>>,
+        volumes: &mut [Arc<PersistentVolume>],
     ) -> Result<(), kube::Error> {
         let class = claim_class(claim);
         let delay = is_delay_binding(caches, &class);
