@@ -76,7 +76,8 @@ async fn a_claim_binds_to_the_smallest_matching_volume_and_releases_it_on_delete
     let r = small.spec.as_ref().unwrap().claim_ref.as_ref().unwrap();
     assert_eq!((r.namespace.as_deref(), r.name.as_deref(), r.uid.as_deref()), (Some("default"), Some("data"), claim.uid().as_deref()));
     assert_eq!(small.annotations().get("pv.kubernetes.io/bound-by-controller").map(String::as_str), Some("yes"));
-    assert_eq!(phase_of_volume(&pvs, "big", "Available").await.map(|v| v.name_any()).as_deref(), Some("big"));
+    let big = eventually(WAIT, "big Available", || async { phase_of_volume(&pvs, "big", "Available").await }).await;
+    assert_eq!(big.spec.unwrap().claim_ref, None);
 
     claims.delete("data", &Default::default()).await.unwrap();
     eventually(WAIT, "Retain volume Released", || async { phase_of_volume(&pvs, "small", "Released").await }).await;
@@ -106,7 +107,8 @@ async fn pre_bound_claims_and_volumes_bind_to_each_other_only() {
     assert_eq!(named.spec.as_ref().unwrap().volume_name.as_deref(), Some("named"));
     // A user pre-binding is not marked bound-by-controller on the claim.
     assert_eq!(named.annotations().get("pv.kubernetes.io/bound-by-controller"), None);
-    assert!(phase_of_volume(&pvs, "free", "Available").await.is_some());
+    let free = eventually(WAIT, "free Available", || async { phase_of_volume(&pvs, "free", "Available").await }).await;
+    assert_eq!(free.spec.unwrap().claim_ref, None);
     c.stop().await;
 }
 
@@ -173,5 +175,41 @@ async fn local_path_provisions_a_host_path_volume_on_the_selected_node_and_delet
     claims.delete("data", &Default::default()).await.unwrap();
     eventually(WAIT, "volume deleted", || async { pvs.get_opt(&name).await.ok().and_then(|v| v.is_none().then_some(())) }).await;
     assert!(!dir.exists(), "the volume's directory is removed");
+    c.stop().await;
+}
+
+#[tokio::test]
+async fn a_claim_in_use_by_a_pod_and_its_bound_volume_outlive_their_deletion_until_the_pod_is_gone() {
+    let c = Cluster::start("persistentvolume-binder-controller,pvc-protection,pv-protection").await;
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c.client.clone(), "default");
+    let pp = PostParams::default();
+    pvs.create(&pp, &pv("vol", "1Gi", json!({}))).await.unwrap();
+    claims.create(&pp, &pvc("data", "1Gi", None)).await.unwrap();
+    let pod = json!({"metadata": {"name": "user"}, "spec": {"containers": [{"name": "c", "image": "busybox"}],
+        "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]}});
+    pods.create(&pp, &serde_json::from_value(pod).unwrap()).await.unwrap();
+    eventually(WAIT, "claim Bound with its finalizer", || async {
+        let c = phase_of_claim(&claims, "data", "Bound").await?;
+        c.finalizers().iter().any(|f| f == "kubernetes.io/pvc-protection").then_some(())
+    })
+    .await;
+    eventually(WAIT, "volume finalizer", || async {
+        let v = pvs.get_opt("vol").await.ok()??;
+        v.finalizers().iter().any(|f| f == "kubernetes.io/pv-protection").then_some(())
+    })
+    .await;
+    claims.delete("data", &Default::default()).await.unwrap();
+    pvs.delete("vol", &Default::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let kept = claims.get("data").await.expect("the claim in use is kept");
+    assert!(kept.metadata.deletion_timestamp.is_some());
+    assert!(pvs.get("vol").await.expect("the bound volume is kept").metadata.deletion_timestamp.is_some());
+
+    pods.delete("user", &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
+    // The resync (15s) notices the pod is gone; the volume follows once Released.
+    eventually(Duration::from_secs(40), "claim gone", || async { claims.get_opt("data").await.ok().and_then(|c| c.is_none().then_some(())) }).await;
+    eventually(Duration::from_secs(40), "volume gone", || async { pvs.get_opt("vol").await.ok().and_then(|v| v.is_none().then_some(())) }).await;
     c.stop().await;
 }

@@ -125,6 +125,18 @@ pub static CONTROLLERS: &[Controller] = &[
         enabled_by_default: true,
         start: volume::binder::start,
     },
+    Controller {
+        name: "persistentvolume-protection-controller",
+        aliases: &["pv-protection"],
+        enabled_by_default: true,
+        start: volume::protection::start_pv,
+    },
+    Controller {
+        name: "persistentvolumeclaim-protection-controller",
+        aliases: &["pvc-protection"],
+        enabled_by_default: true,
+        start: volume::protection::start_pvc,
+    },
     // Not upstream's: k3s runs local-path-provisioner as an add-on; rkube
     // runs it here, off unless selected (`rkube up` selects it), since it
     // writes to this machine's disk.
@@ -161,10 +173,6 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "attachdetach",
     "persistentvolume-expander-controller",
     "persistentvolume-expander",
-    "persistentvolume-protection-controller",
-    "pv-protection",
-    "persistentvolumeclaim-protection-controller",
-    "pvc-protection",
     "endpointslice-mirroring-controller",
     "endpointslicemirroring",
     "service-lb-controller",

@@ -205,9 +205,8 @@ impl Binder {
     }
 
     async fn sync_volume(&mut self, client: &kube::Client, caches: &VolumeCaches, pv: &Arc<PersistentVolume>) -> Result<(), kube::Error> {
-        if pv.metadata.deletion_timestamp.is_some() {
-            return Ok(());
-        }
+        // A volume being deleted is still synced: its phase tells
+        // pv-protection when it may go.
         let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
             return set_volume_phase(client, pv, "Available").await;
         };
@@ -250,6 +249,7 @@ impl Binder {
         }
         match reclaim_policy(pv) {
             "Delete" if pv.annotations().contains_key(ANN_PROVISIONED_BY) => Ok(()),
+            "Delete" if pv.metadata.deletion_timestamp.is_some() => Ok(()),
             "Delete" => {
                 let api: Api<PersistentVolume> = Api::all(client.clone());
                 crate::pod_control::ignore_gone(api.delete(&pv.name_any(), &Default::default()).await.map(|_| ()))

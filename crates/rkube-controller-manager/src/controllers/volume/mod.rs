@@ -5,9 +5,11 @@
 //! - [`localpath`]: `local-path-provisioner-controller`, the provisioner k3s
 //!   ships (`rancher.io/local-path`), creating hostPath volumes for claims
 //!   of its class under one root directory;
+//! - [`protection`]: `persistentvolumeclaim-protection-controller` and
+//!   `persistentvolume-protection-controller`, the in-use finalizers;
 //! - [`matching`]: which volume a claim binds to.
 //!
-//! Both controllers keep reflectors of claims, volumes and StorageClasses
+//! The controllers keep reflectors of claims, volumes and StorageClasses
 //! ([`VolumeCaches`]) and sync every object after any change (and every
 //! [`RESYNC`], upstream's `--pvclaimbinder-sync-period` default), so a
 //! failed write is retried on the next pass.
@@ -15,6 +17,7 @@
 pub mod binder;
 pub mod localpath;
 pub mod matching;
+pub mod protection;
 
 use std::collections::HashMap;
 use std::sync::Arc;
