@@ -213,3 +213,30 @@ async fn a_claim_in_use_by_a_pod_and_its_bound_volume_outlive_their_deletion_unt
     eventually(Duration::from_secs(40), "volume gone", || async { pvs.get_opt("vol").await.ok().and_then(|v| v.is_none().then_some(())) }).await;
     c.stop().await;
 }
+
+#[tokio::test]
+async fn a_claim_whose_volume_vanishes_is_lost_and_a_delete_policy_volume_goes_with_its_claim() {
+    let c = Cluster::start("persistentvolume-binder-controller").await;
+    let pvs: Api<PersistentVolume> = Api::all(c.client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), "default");
+    let pp = PostParams::default();
+    pvs.create(&pp, &pv("doomed", "1Gi", json!({"accessModes": ["ReadWriteMany"]}))).await.unwrap();
+    pvs.create(&pp, &pv("deletable", "1Gi", json!({"persistentVolumeReclaimPolicy": "Delete"}))).await.unwrap();
+    let mut shared = pvc("shared", "1Gi", None);
+    shared.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteMany".into()]);
+    claims.create(&pp, &shared).await.unwrap();
+    claims.create(&pp, &pvc("scratch", "1Gi", None)).await.unwrap();
+    let s = eventually(WAIT, "shared Bound", || async { phase_of_claim(&claims, "shared", "Bound").await }).await;
+    assert_eq!(s.spec.unwrap().volume_name.as_deref(), Some("doomed"));
+    let t = eventually(WAIT, "scratch Bound", || async { phase_of_claim(&claims, "scratch", "Bound").await }).await;
+    assert_eq!(t.spec.unwrap().volume_name.as_deref(), Some("deletable"));
+
+    pvs.delete("doomed", &Default::default()).await.unwrap();
+    eventually(WAIT, "shared Lost", || async { phase_of_claim(&claims, "shared", "Lost").await }).await;
+    let lost = eventually(WAIT, "ClaimLost event", || async { Some(notes(&c.client, "default", "ClaimLost").await).filter(|n| !n.is_empty()) }).await;
+    assert_eq!(lost, vec!["Bound claim has lost its PersistentVolume. Data on the volume is lost!"]);
+
+    claims.delete("scratch", &Default::default()).await.unwrap();
+    eventually(WAIT, "deletable deleted", || async { pvs.get_opt("deletable").await.ok().and_then(|v| v.is_none().then_some(())) }).await;
+    c.stop().await;
+}
