@@ -208,9 +208,9 @@ async fn a_claim_in_use_by_a_pod_and_its_bound_volume_outlive_their_deletion_unt
     assert!(pvs.get("vol").await.expect("the bound volume is kept").metadata.deletion_timestamp.is_some());
 
     pods.delete("user", &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
-    // The resync (15s) notices the pod is gone; the volume follows once Released.
-    eventually(Duration::from_secs(40), "claim gone", || async { claims.get_opt("data").await.ok().and_then(|c| c.is_none().then_some(())) }).await;
-    eventually(Duration::from_secs(40), "volume gone", || async { pvs.get_opt("vol").await.ok().and_then(|v| v.is_none().then_some(())) }).await;
+    // The controller lists the claim's pods again every second; the volume follows once Released.
+    eventually(Duration::from_secs(5), "claim gone", || async { claims.get_opt("data").await.ok().and_then(|c| c.is_none().then_some(())) }).await;
+    eventually(Duration::from_secs(10), "volume gone", || async { pvs.get_opt("vol").await.ok().and_then(|v| v.is_none().then_some(())) }).await;
     c.stop().await;
 }
 

@@ -67,7 +67,7 @@ pub fn is_delay_binding(caches: &VolumeCaches, class: &str) -> bool {
 }
 
 impl Binder {
-    async fn pass(&mut self, client: &kube::Client, caches: &VolumeCaches) {
+    async fn pass(&mut self, client: &kube::Client, caches: &VolumeCaches) -> bool {
         let mut volumes: Vec<Arc<PersistentVolume>> = caches.volumes.state();
         volumes.sort_by_key(|v| v.name_any());
         let mut claims = caches.claims.state();
@@ -89,6 +89,7 @@ impl Binder {
         let live: std::collections::HashSet<String> =
             claims.iter().filter_map(|c| c.uid()).chain(caches.volumes.state().iter().filter_map(|v| v.uid())).collect();
         self.reported.retain(|uid, _| live.contains(uid));
+        false
     }
 
     /// Publishes an event about `obj` unless the same one was its last.

@@ -112,7 +112,7 @@ struct Provisioner {
 }
 
 impl Provisioner {
-    async fn pass(&mut self, client: &kube::Client, caches: &VolumeCaches) {
+    async fn pass(&mut self, client: &kube::Client, caches: &VolumeCaches) -> bool {
         let volumes = caches.volumes_by_name();
         for claim in caches.claims.state() {
             if let Err(e) = self.provision(client, caches, &claim, &volumes).await {
@@ -128,6 +128,7 @@ impl Provisioner {
                 }
             }
         }
+        false
     }
 
     async fn provision(

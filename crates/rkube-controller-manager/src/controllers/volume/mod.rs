@@ -96,11 +96,16 @@ impl VolumeCaches {
     }
 }
 
+/// How soon a pass that waits on something the caches do not watch (pods)
+/// asks to run again.
+pub const RETRY: Duration = Duration::from_secs(1);
+
 /// Runs `pass` over the caches after every change (batched for 50ms) and
-/// every [`RESYNC`], until `ctx` says stop.
+/// every [`RESYNC`] (every [`RETRY`] after a pass that returned `true`),
+/// until `ctx` says stop.
 async fn run_passes<S, F>(ctx: ControllerContext, mut state: S, pass: F) -> anyhow::Result<()>
 where
-    F: for<'a> Fn(&'a kube::Client, &'a VolumeCaches, &'a mut S) -> futures::future::BoxFuture<'a, ()>,
+    F: for<'a> Fn(&'a kube::Client, &'a VolumeCaches, &'a mut S) -> futures::future::BoxFuture<'a, bool>,
 {
     let (caches, tasks) = tokio::select! {
         r = VolumeCaches::start(&ctx.client) => r?,
@@ -109,11 +114,11 @@ where
     let stopped = ctx.stopped();
     tokio::pin!(stopped);
     loop {
-        pass(&ctx.client, &caches, &mut state).await;
+        let soon = pass(&ctx.client, &caches, &mut state).await;
         tokio::select! {
             _ = &mut stopped => break,
             _ = caches.changed.notified() => tokio::time::sleep(Duration::from_millis(50)).await,
-            _ = tokio::time::sleep(RESYNC) => {}
+            _ = tokio::time::sleep(if soon { RETRY } else { RESYNC }) => {}
         }
     }
     for t in tasks {

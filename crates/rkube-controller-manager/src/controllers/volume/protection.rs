@@ -10,7 +10,9 @@
 //! (phase other than `Succeeded`/`Failed`) uses it; a volume being deleted
 //! keeps its finalizer while it is `Bound`. So deleting a claim under a
 //! running pod waits for the pod, and its volume (and, for the local-path
-//! provisioner, its data) stays until then.
+//! provisioner, its data) stays until then. Pods are not watched: while a
+//! deleted claim is in use, its namespace's pods are listed again every
+//! second.
 
 use std::sync::Arc;
 
@@ -80,17 +82,22 @@ fn with_finalizer<K: kube::Resource + Clone>(obj: &K, finalizer: &str, action: F
     obj
 }
 
-async fn pvc_pass(client: &kube::Client, caches: &VolumeCaches) {
+/// Returns whether a deleted claim waits for its pods (the pass then runs
+/// again soon: pods are not watched).
+async fn pvc_pass(client: &kube::Client, caches: &VolumeCaches) -> bool {
+    let mut waiting = false;
     for claim in caches.claims.state() {
-        if let Err(e) = sync_claim(client, &claim).await {
-            if !is_stale(&e) {
-                tracing::warn!(claim = %claim.name_any(), error = %e, "pvc-protection sync failed");
-            }
+        match sync_claim(client, &claim).await {
+            Ok(in_use) => waiting |= in_use,
+            Err(e) if !is_stale(&e) => tracing::warn!(claim = %claim.name_any(), error = %e, "pvc-protection sync failed"),
+            Err(_) => {}
         }
     }
+    waiting
 }
 
-async fn sync_claim(client: &kube::Client, claim: &Arc<PersistentVolumeClaim>) -> Result<(), kube::Error> {
+/// Syncs one claim's finalizer; `Ok(true)` when it is deleted but still in use.
+async fn sync_claim(client: &kube::Client, claim: &Arc<PersistentVolumeClaim>) -> Result<bool, kube::Error> {
     let deleting = claim.metadata.deletion_timestamp.is_some();
     let finalizers = claim.finalizers();
     let ns = claim.namespace().unwrap_or_default();
@@ -102,14 +109,14 @@ async fn sync_claim(client: &kube::Client, claim: &Arc<PersistentVolumeClaim>) -
     };
     let action = decide(finalizers, PVC_PROTECTION, deleting, in_use);
     if action == FinalizerAction::Keep {
-        return Ok(());
+        return Ok(in_use);
     }
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     api.replace(&claim.name_any(), &PostParams::default(), &with_finalizer(claim.as_ref(), PVC_PROTECTION, action)).await?;
-    Ok(())
+    Ok(false)
 }
 
-async fn pv_pass(client: &kube::Client, caches: &VolumeCaches) {
+async fn pv_pass(client: &kube::Client, caches: &VolumeCaches) -> bool {
     for pv in caches.volumes.state() {
         let action = decide(pv.finalizers(), PV_PROTECTION, pv.metadata.deletion_timestamp.is_some(), volume_phase(&pv) == "Bound");
         if action == FinalizerAction::Keep {
@@ -122,6 +129,7 @@ async fn pv_pass(client: &kube::Client, caches: &VolumeCaches) {
             }
         }
     }
+    false
 }
 
 #[cfg(test)]
