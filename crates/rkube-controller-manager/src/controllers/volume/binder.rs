@@ -42,7 +42,7 @@ use crate::events::EventSink;
 
 /// The reporting controller of the binder's events.
 pub const CONTROLLER: &str = "persistentvolume-controller";
-/// `FailedBinding` for a claim without a class and no volume (upstream's `noPVsAndNoClass`... message).
+/// `FailedBinding`'s message for a claim without a class that no volume satisfies.
 pub const NO_VOLUMES_NO_CLASS: &str = "no persistent volumes available for this claim and no storage class is set";
 /// `WaitForFirstConsumer`'s message.
 pub const WAITING_FOR_CONSUMER: &str = "waiting for first consumer to be created before binding";
