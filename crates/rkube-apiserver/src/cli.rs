@@ -154,6 +154,12 @@ pub struct UpArgs {
     /// The resource metrics API's scrape period (`kubectl top`).
     #[command(flatten)]
     pub metrics: crate::metrics_api::scraper::MetricsArgs,
+    /// Default local storage path for the local-path provisioner's volumes
+    /// (StorageClass `local-path`), k3s's flag; default `<data-dir>/storage`.
+    /// The provisioner runs in this process and writes there directly, so
+    /// pods using its volumes must run on this machine (`--node`).
+    #[arg(long = "default-local-storage-path")]
+    pub default_local_storage_path: Option<PathBuf>,
 }
 
 /// The flags of [`UpArgs`] that mean nothing over `--insecure`'s plain HTTP

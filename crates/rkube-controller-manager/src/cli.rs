@@ -41,6 +41,10 @@ pub struct ControllerManagerArgs {
     /// marking it unhealthy.
     #[arg(long, default_value = "1m0s", value_parser = parse_duration)]
     pub node_startup_grace_period: std::time::Duration,
+    /// Directory the local-path provisioner (`local-path-provisioner-controller`,
+    /// off unless selected) creates volumes in (k3s's flag name).
+    #[arg(long, default_value = crate::context::DEFAULT_LOCAL_STORAGE_PATH)]
+    pub default_local_storage_path: PathBuf,
     /// Leader election on the `kube-system/kube-controller-manager` Lease.
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
@@ -67,6 +71,7 @@ impl ControllerManagerArgs {
                 monitor_grace: self.node_monitor_grace_period,
                 startup_grace: self.node_startup_grace_period,
             },
+            local_path_root: self.default_local_storage_path.clone(),
         }
     }
 }

@@ -14,11 +14,22 @@ pub struct ControllerConfig {
     /// `--node-monitor-period`, `--node-monitor-grace-period`,
     /// `--node-startup-grace-period` of the node lifecycle controller.
     pub node_lifecycle: crate::controllers::nodelifecycle::NodeLifecycleOptions,
+    /// `--default-local-storage-path` (k3s's flag name): the directory the
+    /// local-path provisioner creates volumes in.
+    pub local_path_root: std::path::PathBuf,
 }
+
+/// `--default-local-storage-path`'s default for `rkube controller-manager`
+/// (`rkube up` uses `<data-dir>/storage`).
+pub const DEFAULT_LOCAL_STORAGE_PATH: &str = "/var/lib/rkube/storage";
 
 impl Default for ControllerConfig {
     fn default() -> Self {
-        ControllerConfig { terminated_pod_gc_threshold: 12500, node_lifecycle: Default::default() }
+        ControllerConfig {
+            terminated_pod_gc_threshold: 12500,
+            node_lifecycle: Default::default(),
+            local_path_root: std::path::PathBuf::from(DEFAULT_LOCAL_STORAGE_PATH),
+        }
     }
 }
 

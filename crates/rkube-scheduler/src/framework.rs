@@ -41,6 +41,9 @@ pub struct FitError {
     pub num_all_nodes: usize,
     /// Each node's rejection.
     pub statuses: Vec<(String, Status)>,
+    /// A PreFilter's rejection of the pod as a whole (it then stands for
+    /// every node's reason in the message, as upstream's `PreFilterMsg`).
+    pub pre_filter_msg: Option<String>,
 }
 
 /// `0/N nodes are available: <count> <reason>, ....`: reasons counted over
@@ -60,6 +63,9 @@ impl FitError {
     /// available: <count> <reason>, ....` (the whole message when preemption
     /// found victims, as upstream's empty `PostFilterMsg`).
     pub fn nodes_message(&self) -> String {
+        if let Some(msg) = &self.pre_filter_msg {
+            return format!("0/{} nodes are available: {msg}.", self.num_all_nodes);
+        }
         histogram_message(self.num_all_nodes, self.statuses.iter().flat_map(|(_, s)| s.reasons.iter().cloned()))
     }
 
@@ -92,6 +98,11 @@ pub fn schedule_pod(pod: &Pod, snapshot: &Snapshot) -> Result<String, ScheduleEr
     if snapshot.nodes.is_empty() {
         return Err(ScheduleError::NoNodes);
     }
+    if let Err(msg) = crate::plugins::volumes::pre_filter(pod, snapshot) {
+        let status = Status::new(crate::plugins::volumes::NAME, Code::UnschedulableAndUnresolvable, msg.clone());
+        let statuses = snapshot.nodes.iter().map(|n| (n.name.clone(), status.clone())).collect();
+        return Err(ScheduleError::Fit(FitError { num_all_nodes: snapshot.nodes.len(), statuses, pre_filter_msg: Some(msg) }));
+    }
     let mut feasible: Vec<&NodeInfo> = Vec::new();
     let mut statuses = Vec::new();
     for node in &snapshot.nodes {
@@ -102,7 +113,7 @@ pub fn schedule_pod(pod: &Pod, snapshot: &Snapshot) -> Result<String, ScheduleEr
         }
     }
     if feasible.is_empty() {
-        return Err(ScheduleError::Fit(FitError { num_all_nodes: snapshot.nodes.len(), statuses }));
+        return Err(ScheduleError::Fit(FitError { num_all_nodes: snapshot.nodes.len(), statuses, pre_filter_msg: None }));
     }
     if feasible.len() == 1 {
         return Ok(feasible[0].name.clone());

@@ -1,7 +1,8 @@
 //! The scheduling loop (upstream `pkg/scheduler/scheduler.go`,
 //! `schedule_one.go`, `eventhandlers.go`).
 //!
-//! kube-rs reflectors keep pods, nodes and namespaces; their events feed the
+//! kube-rs reflectors keep pods, nodes, namespaces, PersistentVolumeClaims,
+//! PersistentVolumes and StorageClasses; their events feed the
 //! [`SchedulingQueue`] (pending pods of `schedulerName: default-scheduler`
 //! without `schedulingGates`) and wake unschedulable pods on cluster events.
 //! One loop pops a pod, takes a [`Snapshot`] (bound pods plus the pods this
@@ -16,13 +17,16 @@
 //! `DisruptionTarget` condition (reason `PreemptionByScheduler`), a
 //! `Preempted` event and a graceful delete, and the pod's
 //! `status.nominatedNodeName` names the node; it is scheduled once they are gone.
+//! Before binding a pod with unbound `WaitForFirstConsumer` claims, the
+//! claims get `volume.kubernetes.io/selected-node` (see [`crate::plugins::volumes`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
@@ -45,6 +49,8 @@ enum Msg {
     PodApplied(Arc<Pod>),
     PodDeleted(Arc<Pod>),
     NodeApplied(Arc<Node>),
+    /// A claim, volume or StorageClass changed: pods waiting on volumes may fit now.
+    VolumesChanged,
     Bound { pod: Arc<Pod>, node: String, attempts: u32, initial: Instant, started: Instant, result: Result<(), String> },
 }
 
@@ -126,6 +132,13 @@ fn no_msgs(_: Event<Namespace>) -> Vec<Msg> {
     Vec::new()
 }
 
+fn volume_msgs<K>(ev: Event<K>) -> Vec<Msg> {
+    match ev {
+        Event::Apply(_) | Event::Delete(_) => vec![Msg::VolumesChanged],
+        _ => Vec::new(),
+    }
+}
+
 /// The loop's state.
 struct Scheduler {
     client: kube::Client,
@@ -134,6 +147,9 @@ struct Scheduler {
     pods: Store<Pod>,
     nodes: Store<Node>,
     namespaces: Store<Namespace>,
+    claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    classes: Store<StorageClass>,
     queue: SchedulingQueue,
     /// Pods placed by this scheduler and not yet seen bound, by key.
     assumed: HashMap<String, Arc<Pod>>,
@@ -151,7 +167,10 @@ pub async fn run(client: kube::Client, metrics: Arc<SchedulerMetrics>, mut stop:
     let (pods, t1) = spawn_reflector(Api::<Pod>::all(client.clone()), tx.clone(), pod_msgs);
     let (nodes, t2) = spawn_reflector(Api::<Node>::all(client.clone()), tx.clone(), node_msgs);
     let (namespaces, t3) = spawn_reflector(Api::<Namespace>::all(client.clone()), tx.clone(), no_msgs);
-    let tasks = [t1, t2, t3];
+    let (claims, t4) = spawn_reflector(Api::<PersistentVolumeClaim>::all(client.clone()), tx.clone(), volume_msgs);
+    let (volumes, t5) = spawn_reflector(Api::<PersistentVolume>::all(client.clone()), tx.clone(), volume_msgs);
+    let (classes, t6) = spawn_reflector(Api::<StorageClass>::all(client.clone()), tx.clone(), volume_msgs);
+    let tasks = [t1, t2, t3, t4, t5, t6];
     let host = rkube_component::leader::default_identity();
     let host = host.rsplit_once('_').map(|(h, _)| h.to_string()).unwrap_or_default();
     let reporter = Reporter { controller: DEFAULT_SCHEDULER.into(), instance: Some(format!("{DEFAULT_SCHEDULER}-{host}")) };
@@ -162,6 +181,9 @@ pub async fn run(client: kube::Client, metrics: Arc<SchedulerMetrics>, mut stop:
         pods,
         nodes,
         namespaces,
+        claims,
+        volumes,
+        classes,
         queue: SchedulingQueue::new(),
         assumed: HashMap::new(),
         bound: HashSet::new(),
@@ -172,6 +194,9 @@ pub async fn run(client: kube::Client, metrics: Arc<SchedulerMetrics>, mut stop:
     let ready = async {
         s.pods.wait_until_ready().await?;
         s.nodes.wait_until_ready().await?;
+        s.claims.wait_until_ready().await?;
+        s.volumes.wait_until_ready().await?;
+        s.classes.wait_until_ready().await?;
         s.namespaces.wait_until_ready().await
     };
     let ready_result = tokio::select! {
@@ -255,6 +280,7 @@ impl Scheduler {
                     self.queue.move_all(now);
                 }
             }
+            Msg::VolumesChanged => self.queue.move_all(now),
             Msg::Bound { pod, node, attempts, initial, started, result } => {
                 let key = key_of(&pod);
                 match result {
@@ -284,7 +310,13 @@ impl Scheduler {
             pods.insert(k.clone(), Arc::clone(p));
         }
         let pending: Vec<Arc<Pod>> = pods.values().filter(|p| !assigned(p)).cloned().collect();
-        Snapshot::new(self.nodes.state(), pods.into_values(), self.namespaces.state()).with_nominated(pending)
+        let mut snapshot = Snapshot::new(self.nodes.state(), pods.into_values(), self.namespaces.state()).with_nominated(pending);
+        snapshot.volumes = Arc::new(crate::plugins::volumes::VolumeState {
+            claims: self.claims.state().into_iter().map(|c| (format!("{}/{}", c.metadata.namespace.as_deref().unwrap_or(""), c.metadata.name.as_deref().unwrap_or("")), c)).collect(),
+            volumes: self.volumes.state().into_iter().map(|v| (v.metadata.name.clone().unwrap_or_default(), v)).collect(),
+            classes: self.classes.state().into_iter().map(|c| (c.metadata.name.clone().unwrap_or_default(), c)).collect(),
+        });
+        snapshot
     }
 
     fn schedule_one(&mut self, qp: crate::queue::QueuedPod) {
@@ -306,8 +338,12 @@ impl Scheduler {
                 self.assumed.insert(qp.key.clone(), Arc::new(placed));
                 let (client, tx) = (self.client.clone(), self.tx.clone());
                 let (attempts, initial) = (qp.attempts, qp.initial);
+                let to_select = crate::plugins::volumes::claims_to_select(&pod, &snapshot, &node);
                 tokio::spawn(async move {
-                    let result = bind(&client, &pod, &node).await.map_err(|e| e.to_string());
+                    let result = match select_node_for_claims(&client, &pod, &to_select, &node).await {
+                        Ok(()) => bind(&client, &pod, &node).await.map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    };
                     let _ = tx.send(Msg::Bound { pod, node, attempts, initial, started, result });
                 });
             }
@@ -399,6 +435,19 @@ pub async fn evict(client: &kube::Client, victim: &Pod) -> Result<(), kube::Erro
         Err(e) => Err(e),
         Ok(_) => Ok(()),
     }
+}
+
+/// Annotates the claims `names` (in `pod`'s namespace) with
+/// `volume.kubernetes.io/selected-node: <node>` (upstream VolumeBinding's
+/// PreBind for claims to provision), so their volume is made for `node`.
+pub async fn select_node_for_claims(client: &kube::Client, pod: &Pod, names: &[String], node: &str) -> Result<(), kube::Error> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    for name in names {
+        let patch = serde_json::json!({"metadata": {"annotations": {crate::plugins::volumes::SELECTED_NODE: node}}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+    }
+    Ok(())
 }
 
 /// POSTs the Binding of `pod` to `node` (`pods/binding`, with the pod's UID).

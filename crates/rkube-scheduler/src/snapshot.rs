@@ -118,6 +118,8 @@ pub struct Snapshot {
     /// Pending pods nominated to a node by a preemption
     /// (`status.nominatedNodeName`), whose room is kept for them.
     pub nominated: Vec<Arc<Pod>>,
+    /// PersistentVolumeClaims, PersistentVolumes and StorageClasses (VolumeBinding).
+    pub volumes: Arc<crate::plugins::volumes::VolumeState>,
 }
 
 impl Snapshot {
@@ -143,7 +145,7 @@ impl Snapshot {
             .into_iter()
             .filter_map(|ns| Some((ns.metadata.name.clone()?, ns.metadata.labels.clone().unwrap_or_default())))
             .collect();
-        Snapshot { nodes: infos, namespace_labels, nominated: Vec::new() }
+        Snapshot { nodes: infos, namespace_labels, nominated: Vec::new(), volumes: Default::default() }
     }
 
     /// Keeps room for the pods of `pending` nominated to a node (see [`Snapshot::nominated`]).

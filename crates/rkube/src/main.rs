@@ -80,6 +80,7 @@ fn run_snapshot(cmd: SnapshotCommand) -> anyhow::Result<()> {
 async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone();
     let (with_node, insecure) = (args.node, args.insecure);
+    let storage_path = args.default_local_storage_path.clone();
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let mut server = tokio::spawn(rkube_apiserver::cli::run_up_with(args, move || {
         let _ = ready_tx.send(());
@@ -93,7 +94,12 @@ async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
         result = &mut server => return result?,
     }
     let data_dir = std::fs::canonicalize(&data_dir)?;
-    let controllers = match start_controllers(&data_dir, insecure).await {
+    let storage_path = storage_path.unwrap_or_else(|| data_dir.join("storage"));
+    if let Err(err) = ensure_default_storage_class(&data_dir).await {
+        server.abort();
+        return Err(err.context("creating the default StorageClass"));
+    }
+    let controllers = match start_controllers(&data_dir, insecure, storage_path).await {
         Ok(cm) => cm,
         Err(err) => {
             server.abort();
@@ -146,14 +152,37 @@ async fn start_scheduler(data_dir: &std::path::Path, insecure: bool) -> anyhow::
     rkube_scheduler::cli::start(client, rkube_scheduler::cli::StartOptions::default()).await
 }
 
-/// The controllers `rkube controller-manager` runs by default, in this
-/// process, as `system:kube-controller-manager` with the kubeconfig `rkube
-/// up` wrote for it (`controller-manager.kubeconfig`), or with `--insecure`
-/// through the plain kubeconfig.
-async fn start_controllers(data_dir: &std::path::Path, insecure: bool) -> anyhow::Result<rkube_controller_manager::cli::ControllerManager> {
-    use rkube_controller_manager::{cli, controllers};
+/// The controllers `rkube controller-manager` runs by default, plus the
+/// local-path provisioner writing under `storage_path` (as k3s ships it), in
+/// this process, as `system:kube-controller-manager` with the kubeconfig
+/// `rkube up` wrote for it (`controller-manager.kubeconfig`), or with
+/// `--insecure` through the plain kubeconfig.
+async fn start_controllers(
+    data_dir: &std::path::Path,
+    insecure: bool,
+    storage_path: std::path::PathBuf,
+) -> anyhow::Result<rkube_controller_manager::cli::ControllerManager> {
+    use rkube_controller_manager::{cli, context::ControllerConfig, controllers};
     let file = if insecure { "kubeconfig" } else { "controller-manager.kubeconfig" };
     let client = rkube_component::client::client(Some(&data_dir.join(file))).await?;
-    let (selected, _) = controllers::select(&["*".to_string()]).map_err(|e| anyhow::anyhow!(e))?;
-    Ok(cli::start(client, &selected))
+    let spec = ["*".to_string(), "local-path-provisioner-controller".to_string()];
+    let (selected, _) = controllers::select(&spec).map_err(|e| anyhow::anyhow!(e))?;
+    let config = ControllerConfig { local_path_root: storage_path, ..ControllerConfig::default() };
+    Ok(cli::start_with(client, &selected, config))
+}
+
+/// Creates k3s's default StorageClass `local-path` (provisioner
+/// `rancher.io/local-path`, `WaitForFirstConsumer`, reclaim `Delete`) unless
+/// a StorageClass of that name exists (a user's edits are kept).
+async fn ensure_default_storage_class(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use rkube_controller_manager::controllers::volume::localpath;
+    let client = rkube_component::client::client(Some(&data_dir.join("kubeconfig"))).await?;
+    let api: kube::Api<StorageClass> = kube::Api::all(client);
+    let class: StorageClass = serde_json::from_value(localpath::default_storage_class())?;
+    match api.create(&Default::default(), &class).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }

@@ -300,13 +300,15 @@ fn pvc_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
         errs.push(FieldError::required("spec.resources[storage]", ""));
     }
     if let Some(old) = old {
+        // The binder sets volumeName on a claim that had none (upstream's
+        // ValidatePersistentVolumeClaimUpdate ignores it then).
+        let binding = old.pointer("/spec/volumeName").and_then(Value::as_str).is_none_or(str::is_empty);
         let strip = |v: &Value| {
             let mut spec = v.get("spec").cloned().unwrap_or(Value::Null);
             if let Some(m) = spec.as_object_mut() {
                 m.remove("resources");
                 m.remove("volumeAttributesClassName");
-                // The binder fills these in on a bound claim.
-                if v.pointer("/spec/volumeName").is_none() {
+                if binding {
                     m.remove("volumeName");
                 }
             }

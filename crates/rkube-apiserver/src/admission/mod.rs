@@ -2,18 +2,20 @@
 //! and storage (upstream `plugin/pkg/admission`): [`service_account`]
 //! (`ServiceAccount`), [`default_toleration_seconds`]
 //! (`DefaultTolerationSeconds`), [`limit_ranger`] (`LimitRanger`),
-//! [`priority`] (`Priority`) and [`resource_quota`] (`ResourceQuota`);
+//! [`priority`] (`Priority`), [`default_storage_class`]
+//! (`DefaultStorageClass`) and [`resource_quota`] (`ResourceQuota`);
 //! namespace lifecycle checks are
 //! part of every create ([`crate::handlers::create`]). Admission webhooks
 //! ([`webhook`]: `MutatingAdmissionWebhook`, `ValidatingAdmissionWebhook`)
 //! always run, as they are on by default upstream.
 //!
 //! `--enable-admission-plugins` and `--disable-admission-plugins` take
-//! upstream's plugin names; all five are on by default in `rkube apiserver` and
+//! upstream's plugin names; all six are on by default in `rkube apiserver` and
 //! `rkube up`, as in kube-apiserver. A library user's
 //! [`crate::ServerConfig::default`] enables none: it runs no serviceaccount
 //! controller to create the `default` ServiceAccounts the plugin requires.
 
+pub mod default_storage_class;
 pub mod default_toleration_seconds;
 pub mod limit_ranger;
 pub mod policy;
@@ -37,8 +39,11 @@ pub const RESOURCE_QUOTA: &str = "ResourceQuota";
 /// The plugin name of [`priority`].
 pub const PRIORITY: &str = "Priority";
 
+/// The plugin name of [`default_storage_class`].
+pub const DEFAULT_STORAGE_CLASS: &str = "DefaultStorageClass";
+
 /// Plugins rkube implements.
-pub const PLUGINS: &[&str] = &[SERVICE_ACCOUNT, DEFAULT_TOLERATION_SECONDS, LIMIT_RANGER, PRIORITY, RESOURCE_QUOTA];
+pub const PLUGINS: &[&str] = &[SERVICE_ACCOUNT, DEFAULT_TOLERATION_SECONDS, LIMIT_RANGER, PRIORITY, DEFAULT_STORAGE_CLASS, RESOURCE_QUOTA];
 
 /// An admission plugin's 403: `<resource> "<name>" is forbidden: <message>`,
 /// with the name and resource in `details` (upstream `admission.NewForbidden`).
@@ -84,12 +89,14 @@ pub struct AdmissionConfig {
     pub limit_ranger: bool,
     /// `Priority`: pods get `spec.priority` from their PriorityClass.
     pub priority: bool,
+    /// `DefaultStorageClass`: claims without a class get the default StorageClass.
+    pub default_storage_class: bool,
 }
 
 /// kube-apiserver's admission flags; `#[command(flatten)]` them.
 #[derive(clap::Args, Debug, Clone)]
 pub struct AdmissionArgs {
-    /// Admission plugins to enable besides the default ones (rkube implements: ServiceAccount, DefaultTolerationSeconds, LimitRanger, Priority, ResourceQuota, all on by default).
+    /// Admission plugins to enable besides the default ones (rkube implements: ServiceAccount, DefaultTolerationSeconds, LimitRanger, Priority, DefaultStorageClass, ResourceQuota, all on by default).
     #[arg(long = "enable-admission-plugins", value_delimiter = ',')]
     pub enable: Vec<String>,
     /// Admission plugins to disable although they are on by default (e.g. ServiceAccount).
@@ -117,7 +124,7 @@ impl Default for AdmissionArgs {
 }
 
 impl AdmissionArgs {
-    /// The plugins to run: the defaults (all five), plus enabled,
+    /// The plugins to run: the defaults (all six), plus enabled,
     /// minus disabled. Errors name a plugin rkube does not implement, or one
     /// both enabled and disabled (as upstream refuses).
     pub fn load(&self) -> Result<AdmissionConfig, String> {
@@ -139,6 +146,7 @@ impl AdmissionArgs {
             resource_quota: on(RESOURCE_QUOTA),
             limit_ranger: on(LIMIT_RANGER),
             priority: on(PRIORITY),
+            default_storage_class: on(DEFAULT_STORAGE_CLASS),
         })
     }
 }
@@ -169,6 +177,13 @@ mod tests {
         assert_eq!(args.load().unwrap().default_toleration_seconds, Some((300, 30)));
         let off = AdmissionArgs { disable: vec!["DefaultTolerationSeconds".into()], ..Default::default() };
         assert_eq!(off.load().unwrap().default_toleration_seconds, None);
+    }
+
+    #[test]
+    fn default_storage_class_is_on_unless_disabled() {
+        assert!(AdmissionArgs::default().load().unwrap().default_storage_class);
+        let off = AdmissionArgs { disable: vec!["DefaultStorageClass".into()], ..Default::default() };
+        assert!(!off.load().unwrap().default_storage_class);
     }
 
     #[test]

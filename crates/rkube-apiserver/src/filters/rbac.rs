@@ -617,6 +617,8 @@ fn kube_scheduler_rules() -> Value {
         {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": read},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": read},
         {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"], "verbs": read},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"], "verbs": ["patch", "update"]},
+        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": read},
         {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
         {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
         {"apiGroups": ["storage.k8s.io"], "resources": ["csinodes"], "verbs": read},
@@ -636,7 +638,8 @@ pub const KUBE_CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
 /// `system:controller:<name>` roles of per-controller ServiceAccounts with
 /// `--use-service-account-credentials`): pods, ReplicaSets,
 /// ReplicationControllers, Deployments, StatefulSets, DaemonSets and their
-/// status, ControllerRevisions, StatefulSets' PersistentVolumeClaims; Endpoints and
+/// status, ControllerRevisions, StatefulSets' PersistentVolumeClaims, provisioned
+/// PersistentVolumes; Endpoints and
 /// EndpointSlices; and, for the garbage collector and the namespace
 /// controller (`system:controller:generic-garbage-collector`,
 /// `system:controller:namespace-controller`), updating and deleting any
@@ -658,7 +661,7 @@ fn kube_controller_manager_role(cr: &dyn Fn(&str, Value) -> Value) -> Value {
         {"apiGroups": ["batch"], "resources": ["jobs/status", "cronjobs/status", "jobs/finalizers", "cronjobs/finalizers"], "verbs": ["patch", "update"]},
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
         {"apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"], "verbs": ["create"]},
         {"apiGroups": ["*"], "resources": ["*"], "verbs": ["delete", "deletecollection", "patch", "update"]},
     ]))
 }

@@ -78,6 +78,9 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     if ctx.st.config.admission.priority && info.group.is_empty() && info.resource == "pods" {
         crate::admission::priority::admit(&ctx.st, &name, &mut obj).await?;
     }
+    if ctx.st.config.admission.default_storage_class && info.group.is_empty() && info.resource == "persistentvolumeclaims" {
+        crate::admission::default_storage_class::admit(&ctx.st, &mut obj).await?;
+    }
     if let Some((not_ready, unreachable)) = ctx.st.config.admission.default_toleration_seconds {
         if info.group.is_empty() && info.resource == "pods" {
             crate::admission::default_toleration_seconds::admit(&mut obj, not_ready, unreachable);

@@ -27,6 +27,7 @@ pub mod nodelifecycle;
 pub mod podgc;
 pub mod resourcequota;
 pub mod ttlafterfinished;
+pub mod volume;
 
 /// One controller: its names, whether `*` enables it, and how to start it.
 pub struct Controller {
@@ -118,6 +119,33 @@ pub static CONTROLLERS: &[Controller] = &[
         enabled_by_default: true,
         start: resourcequota::start,
     },
+    Controller {
+        name: "persistentvolume-binder-controller",
+        aliases: &["persistentvolume-binder"],
+        enabled_by_default: true,
+        start: volume::binder::start,
+    },
+    Controller {
+        name: "persistentvolume-protection-controller",
+        aliases: &["pv-protection"],
+        enabled_by_default: true,
+        start: volume::protection::start_pv,
+    },
+    Controller {
+        name: "persistentvolumeclaim-protection-controller",
+        aliases: &["pvc-protection"],
+        enabled_by_default: true,
+        start: volume::protection::start_pvc,
+    },
+    // Not upstream's: k3s runs local-path-provisioner as an add-on; rkube
+    // runs it here, off unless selected (`rkube up` selects it), since it
+    // writes to this machine's disk.
+    Controller {
+        name: "local-path-provisioner-controller",
+        aliases: &["local-path-provisioner"],
+        enabled_by_default: false,
+        start: volume::localpath::start,
+    },
 ];
 
 /// Upstream controllers rkube does not run (yet): `--controllers` accepts
@@ -143,14 +171,8 @@ pub const NOT_IMPLEMENTED: &[&str] = &[
     "nodeipam",
     "persistentvolume-attach-detach-controller",
     "attachdetach",
-    "persistentvolume-binder-controller",
-    "persistentvolume-binder",
     "persistentvolume-expander-controller",
     "persistentvolume-expander",
-    "persistentvolume-protection-controller",
-    "pv-protection",
-    "persistentvolumeclaim-protection-controller",
-    "pvc-protection",
     "endpointslice-mirroring-controller",
     "endpointslicemirroring",
     "service-lb-controller",

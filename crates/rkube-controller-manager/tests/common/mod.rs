@@ -28,6 +28,11 @@ pub struct Cluster {
 impl Cluster {
     /// A server and the controllers `--controllers=<spec>` selects.
     pub async fn start(spec: &str) -> Cluster {
+        Self::start_with(spec, Default::default()).await
+    }
+
+    /// [`Cluster::start`] with controller settings `config`.
+    pub async fn start_with(spec: &str, settings: rkube_controller_manager::context::ControllerConfig) -> Cluster {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("temp dir");
         let server = rkube_apiserver::testing::InProcessServer::start(dir.path(), rkube_apiserver::ServerConfig::default()).await;
@@ -35,7 +40,7 @@ impl Cluster {
         let client = kube::Client::try_from(config.clone()).expect("client");
         let names: Vec<String> = spec.split(',').map(String::from).collect();
         let (selected, _) = controllers::select(&names).expect("controllers");
-        let controllers = (!selected.is_empty()).then(|| cli::start(client.clone(), &selected));
+        let controllers = (!selected.is_empty()).then(|| cli::start_with(client.clone(), &selected, settings));
         Cluster { client, client_config: config, controllers, server: Some(server), _dir: dir }
     }
 

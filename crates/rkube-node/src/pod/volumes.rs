@@ -19,16 +19,21 @@
 //!   and `defaultMode` (0644), written atomically ([`super::atomic_writer`])
 //!   and rewritten by [`refresh`] when their sources change.
 //!
+//! - `persistentVolumeClaim`: the claim's bound PersistentVolume, which
+//!   must be a `hostPath` (checked like one) or `local` volume on this
+//!   machine; the claim's `readOnly` makes every mount of it read-only.
+//!
 //! A volume that cannot be set up (a missing ConfigMap that is not
-//! `optional`, a failed hostPath check, a type rkube does not support such
-//! as `persistentVolumeClaim`) is a [`MountError`]: the container is not
-//! created and kubelet's `FailedMount` event says why.
+//! `optional`, a failed hostPath check, a claim not bound yet, a type rkube
+//! does not support such as `nfs`) is a [`MountError`]: the container is
+//! not created, kubelet's `FailedMount` event says why, and the next sync
+//! of the pod tries again.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, Volume, VolumeProjection};
+use k8s_openapi::api::core::v1::{Container, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod, Volume, VolumeProjection};
 use serde_json::{json, Value};
 
 use rkube_runtime::cri;
@@ -91,7 +96,7 @@ pub async fn container_mounts(
         mounts.push(cri::Mount {
             container_path: vm.mount_path.clone(),
             host_path: host.display().to_string(),
-            readonly: vm.read_only.unwrap_or(false),
+            readonly: vm.read_only.unwrap_or(false) || volume.persistent_volume_claim.as_ref().and_then(|c| c.read_only).unwrap_or(false),
             ..Default::default()
         });
     }
@@ -149,6 +154,10 @@ async fn prepare(client: &kube::Client, root: &Path, pod: &Pod, volume: &Volume,
     }
     if let Some(h) = &volume.host_path {
         return host_path(&h.path, h.type_.as_deref().unwrap_or(""));
+    }
+    if let Some(c) = &volume.persistent_volume_claim {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        return claim_path(client, ns, &c.claim_name).await;
     }
     let Some((plugin, default_mode)) = file_plugin(volume) else {
         return Err(format!("volume type of {:?} is not supported by rkube's node agent yet", volume.name));
@@ -211,6 +220,53 @@ pub fn clean_up(root: &Path, pod_uid: &str) {
         }
     }
     let _ = std::fs::remove_dir_all(&pod_dir);
+}
+
+/// The host path of claim `namespace/name`: fetched with its volume, then [`bound_volume_path`].
+async fn claim_path(client: &kube::Client, namespace: &str, name: &str) -> Result<PathBuf, String> {
+    let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client.clone(), namespace);
+    let claim = claims.get_opt(name).await.map_err(|e| format!("error processing PVC {namespace}/{name}: {e}"))?;
+    let volume_name = claim.as_ref().and_then(|c| c.spec.as_ref()).and_then(|s| s.volume_name.clone()).unwrap_or_default();
+    let pv = if volume_name.is_empty() {
+        None
+    } else {
+        let pvs: kube::Api<PersistentVolume> = kube::Api::all(client.clone());
+        pvs.get_opt(&volume_name).await.map_err(|e| format!("error processing PVC {namespace}/{name}: {e}"))?
+    };
+    bound_volume_path(namespace, name, claim.as_ref(), pv.as_ref())
+}
+
+/// The host path behind claim `namespace/name` (`claim`, and `pv`, the
+/// volume its `spec.volumeName` names), as kubelet's volume manager resolves
+/// it: a `hostPath` volume's path after its type check, or a `local`
+/// volume's path, which must exist. Errors (kubelet's words): the claim is
+/// missing, not bound (no `volumeName` or phase not `Bound`), its volume is
+/// missing, or the volume's type is one rkube cannot mount.
+pub fn bound_volume_path(
+    namespace: &str,
+    name: &str,
+    claim: Option<&PersistentVolumeClaim>,
+    pv: Option<&PersistentVolume>,
+) -> Result<PathBuf, String> {
+    let claim = claim.ok_or_else(|| format!("error processing PVC {namespace}/{name}: persistentvolumeclaim {name:?} not found"))?;
+    let volume_name = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()).unwrap_or("");
+    let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+    if volume_name.is_empty() || phase != "Bound" {
+        return Err(format!("error processing PVC {namespace}/{name}: PVC is not bound"));
+    }
+    let pv = pv.ok_or_else(|| format!("error processing PVC {namespace}/{name}: persistentvolume {volume_name:?} not found"))?;
+    let spec = pv.spec.as_ref();
+    if let Some(h) = spec.and_then(|s| s.host_path.as_ref()) {
+        return host_path(&h.path, h.type_.as_deref().unwrap_or(""));
+    }
+    if let Some(l) = spec.and_then(|s| s.local.as_ref()) {
+        let path = PathBuf::from(&l.path);
+        if !path.exists() {
+            return Err(format!("path {:?} does not exist", l.path));
+        }
+        return Ok(path);
+    }
+    Err(format!("PersistentVolume {volume_name:?} is not a hostPath or local volume, the only kinds rkube's node agent mounts"))
 }
 
 /// A hostPath volume's path after its `type` check (upstream's
@@ -441,6 +497,31 @@ mod tests {
         assert!(host_path("/nonexistent/x", "File").is_err());
         assert!(host_path("/nonexistent/x", "").is_ok());
         assert!(host_path("/tmp", "Bogus").is_err());
+    }
+
+    #[test]
+    fn a_claim_resolves_to_its_bound_host_path_or_local_volume() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vol");
+        let claim = |volume: &str, phase: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": "data"}, "spec": {"volumeName": volume}, "status": {"phase": phase}})).unwrap()
+        };
+        let pv = |source: Value| -> PersistentVolume { serde_json::from_value(json!({"metadata": {"name": "pv1"}, "spec": source})).unwrap() };
+        let host = pv(json!({"hostPath": {"path": path.to_str().unwrap(), "type": "DirectoryOrCreate"}}));
+        assert_eq!(bound_volume_path("ns", "data", Some(&claim("pv1", "Bound")), Some(&host)).unwrap(), path);
+        assert!(path.is_dir(), "DirectoryOrCreate creates the directory");
+        let local = pv(json!({"local": {"path": path.to_str().unwrap()}}));
+        assert_eq!(bound_volume_path("ns", "data", Some(&claim("pv1", "Bound")), Some(&local)).unwrap(), path);
+        assert_eq!(
+            bound_volume_path("ns", "data", Some(&claim("", "Pending")), None).unwrap_err(),
+            "error processing PVC ns/data: PVC is not bound"
+        );
+        assert_eq!(
+            bound_volume_path("ns", "data", None, None).unwrap_err(),
+            "error processing PVC ns/data: persistentvolumeclaim \"data\" not found"
+        );
+        let nfs = pv(json!({"nfs": {"server": "x", "path": "/"}}));
+        assert!(bound_volume_path("ns", "data", Some(&claim("pv1", "Bound")), Some(&nfs)).unwrap_err().contains("not a hostPath or local volume"));
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! - [`score`]: NodeResourcesFit (LeastAllocated),
 //!   NodeResourcesBalancedAllocation, TaintToleration and NodeAffinity
 //!   (preferred terms);
+//! - [`volumes`]: VolumeBinding (PersistentVolumeClaims: unbound immediate
+//!   claims, volume node affinity);
 //! - [`selectors`]: label and node selector matching.
 
 pub mod filters;
@@ -20,6 +22,7 @@ pub mod interpod;
 pub mod score;
 pub mod selectors;
 pub mod spread;
+pub mod volumes;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -68,6 +71,7 @@ pub const FILTERS: &[(&str, Filter)] = &[
     ("NodeAffinity", filters::node_affinity),
     ("NodePorts", filters::node_ports),
     ("NodeResourcesFit", filters::node_resources_fit),
+    ("VolumeBinding", volumes::filter),
     ("PodTopologySpread", spread::filter),
     ("InterPodAffinity", interpod::filter),
 ];
