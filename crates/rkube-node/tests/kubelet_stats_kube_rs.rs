@@ -2,8 +2,8 @@
 //! `nodes/proxy` (`rkube up` in-process + `run_local_node`, the API server's kubelet client
 //! certificate on the way to the node agent's HTTPS kubelet API): `/stats/summary` shows a
 //! container burning CPU and holding memory, `/metrics/resource` names it with upstream's
-//! labels, `/pods` lists the pod, `/metrics` is the agent's own registry, and `/run`
-//! answers a command's output.
+//! labels (and `/metrics/cadvisor` with cAdvisor's), `/pods` lists the pod, `/metrics` is the
+//! agent's own registry, and `/run` answers a command's output.
 
 mod common;
 
@@ -69,6 +69,14 @@ async fn kube_rs_reads_the_kubelets_summary_resource_metrics_and_pods_through_no
     assert_eq!(fields.len(), 3, "value and timestamp: {line}");
     assert!(fields[1].parse::<f64>().is_ok_and(|v| v > 0.1), "{line}");
     assert!(fields[2].parse::<i64>().is_ok_and(|ms| ms > 1_600_000_000_000), "timestamp in ms: {line}");
+
+    let cadvisor = get_text(&client, &format!("{proxy}/metrics/cadvisor")).await;
+    let line = cadvisor
+        .lines()
+        .find(|l| l.starts_with("container_cpu_usage_seconds_total{container=\"loop\",id=\"/") && l.contains("image=\"busybox\"") && l.contains("pod=\"burner\",cpu=\"total\"}"))
+        .unwrap_or_else(|| panic!("no burner CPU line in\n{cadvisor}"));
+    assert!(line.split(' ').nth(1).and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v > 0.1), "{line}");
+    assert!(cadvisor.lines().any(|l| l.starts_with("machine_cpu_cores ")), "{cadvisor}");
 
     let listed: ObjectList<Pod> = serde_json::from_str(&get_text(&client, &format!("{proxy}/pods")).await).expect("PodList");
     assert!(listed.items.iter().any(|p| p.metadata.name.as_deref() == Some("burner")));

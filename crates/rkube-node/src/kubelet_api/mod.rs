@@ -11,8 +11,9 @@
 //! - `GET|POST /exec/<namespace>/<pod>/<container>`, `/attach/...` and
 //!   `/portForward/<namespace>/<pod>` — an upgrade (WebSocket) proxied to the runtime's
 //!   streaming server for CRI `Exec` / `Attach` / `PortForward` ([`stream`]);
-//! - `GET /pods`, `/stats/summary`, `/metrics/resource` and `/metrics` — the pods the agent
-//!   knows, and resource usage from the runtime's CRI stats and `/proc` ([`stats`]).
+//! - `GET /pods`, `/stats/summary`, `/metrics/resource`, `/metrics/cadvisor` and `/metrics` —
+//!   the pods the agent knows, and resource usage from the runtime's CRI stats and `/proc`
+//!   ([`stats`]).
 //!
 //! Errors are plain text, as kubelet's: 400 for a query that does not decode, 422 for invalid
 //! options, 404 for an unknown pod or container, 400 for a missing previous instance.
@@ -142,6 +143,7 @@ pub async fn serve(
         .route("/stats/summary", get(stats::stats_summary))
         .route("/metrics", get(stats::metrics))
         .route("/metrics/resource", get(stats::metrics_resource))
+        .route("/metrics/cadvisor", get(stats::metrics_cadvisor))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
         .route("/exec/{namespace}/{pod}/{container}", get(stream::exec).post(stream::exec))
         .route("/attach/{namespace}/{pod}/{container}", get(stream::attach).post(stream::attach))

@@ -309,6 +309,85 @@ pub fn resource_metrics(usage: &Usage) -> String {
     out
 }
 
+/// The `/metrics/cadvisor` page of `usage`: the cAdvisor container metrics that the agent's
+/// `/proc` accounting can give, with cAdvisor's names and labels (`container`, `id` (the
+/// container id), `image`, `name`, `namespace`, `pod`; CPU also `cpu="total"`), each sample
+/// stamped with its reading's time in ms: `container_cpu_usage_seconds_total`,
+/// `container_memory_working_set_bytes`, `container_memory_rss`, `container_start_time_seconds`,
+/// and the machine's `machine_cpu_cores` and `machine_memory_bytes`. cAdvisor's other families
+/// (file system, network, per-CPU, cgroup throttling) are not served: rkube's runtime keeps no
+/// per-container cgroups.
+///
+/// `images` maps `(namespace, pod, container)` to the container's image (from the pods the
+/// agent runs); a container it lacks has an empty `image` label.
+pub fn cadvisor_metrics(usage: &Usage, images: &ContainerImages, cpu_cores: usize, memory_bytes: Option<u64>) -> String {
+    let ms = |ns: i64| ns / 1_000_000;
+    let (mut cpu, mut working, mut rss, mut start) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for p in &usage.pods {
+        for c in &p.stats.containers {
+            let attrs = c.attributes.as_ref();
+            let id = attrs.map(|a| a.id.as_str()).unwrap_or("");
+            let name = container_name(c);
+            let key = (p.namespace.clone(), p.name.clone(), name.clone());
+            let image = images.get(&key).map(String::as_str).unwrap_or("");
+            let labels = format!(
+                "container=\"{}\",id=\"/{}\",image=\"{}\",name=\"{}\",namespace=\"{}\",pod=\"{}\"",
+                esc(&name),
+                esc(id),
+                esc(image),
+                esc(id),
+                esc(&p.namespace),
+                esc(&p.name)
+            );
+            if let Some(n) = c.cpu.as_ref().and_then(|u| value(&u.usage_core_nano_seconds).map(|n| (n, u.timestamp))) {
+                cpu.push((format!("{labels},cpu=\"total\""), n.0 as f64 / 1e9, ms(n.1)));
+            }
+            if let Some(m) = &c.memory {
+                if let Some(n) = value(&m.working_set_bytes) {
+                    working.push((labels.clone(), n as f64, ms(m.timestamp)));
+                }
+                if let Some(n) = value(&m.rss_bytes) {
+                    rss.push((labels.clone(), n as f64, ms(m.timestamp)));
+                }
+            }
+            if let Some(at) = p.container_start_ns.get(id).filter(|s| **s > 0) {
+                start.push((labels, *at as f64 / 1e9, 0));
+            }
+        }
+    }
+    let mut out = String::new();
+    family(&mut out, "container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed in seconds.", &cpu);
+    family(&mut out, "container_memory_rss", "gauge", "Size of RSS in bytes.", &rss);
+    family(&mut out, "container_memory_working_set_bytes", "gauge", "Current working set in bytes.", &working);
+    family(&mut out, "container_start_time_seconds", "gauge", "Start time of the container since unix epoch in seconds.", &start);
+    family(&mut out, "machine_cpu_cores", "gauge", "Number of logical CPU cores.", &[(String::new(), cpu_cores as f64, 0)]);
+    let memory: Vec<(String, f64, i64)> = memory_bytes.map(|b| (String::new(), b as f64, 0)).into_iter().collect();
+    family(&mut out, "machine_memory_bytes", "gauge", "Amount of memory installed on the machine.", &memory);
+    // cAdvisor's help texts carry no stability marker.
+    out.replace(" [STABLE] ", " ")
+}
+
+/// Container images by `(namespace, pod, container)`.
+pub type ContainerImages = std::collections::HashMap<(String, String, String), String>;
+
+/// `GET /metrics/cadvisor` (Prometheus text, version 0.0.4; see [`cadvisor_metrics`]).
+pub(crate) async fn metrics_cadvisor(State(ctx): State<Ctx>) -> Response {
+    let usage = gather(&ctx).await;
+    let mut images = ContainerImages::new();
+    for pod in ctx.stats.pods.list() {
+        let (ns, name) = (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone().unwrap_or_default());
+        for c in pod.spec.iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten())) {
+            images.insert((ns.clone(), name.clone(), c.name.clone()), c.image.clone().unwrap_or_default());
+        }
+    }
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let memory = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?.to_string();
+        line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
+    });
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], cadvisor_metrics(&usage, &images, cores, memory)).into_response()
+}
+
 /// `GET /stats/summary` (JSON `Summary`).
 pub(crate) async fn stats_summary(State(ctx): State<Ctx>) -> Response {
     let usage = gather(&ctx).await;
@@ -392,6 +471,25 @@ mod tests {
             "pod_cpu_usage_seconds_total{namespace=\"ns\",pod=\"p\\\"1\"} 1.5 2000",
             "pod_memory_working_set_bytes{namespace=\"ns\",pod=\"p\\\"1\"} 4096 2000",
             "scrape_error 0",
+        ] {
+            assert!(page.lines().any(|l| l == line), "missing {line:?} in\n{page}");
+        }
+    }
+
+    #[test]
+    fn cadvisor_metrics_use_cadvisors_names_and_labels() {
+        let images = ContainerImages::from([(("ns".into(), "p\"1".into(), "burn".into()), "busybox:1.36".into())]);
+        let page = cadvisor_metrics(&usage(), &images, 2, Some(1 << 30));
+        let labels = "container=\"burn\",id=\"/c1\",image=\"busybox:1.36\",name=\"c1\",namespace=\"ns\",pod=\"p\\\"1\"";
+        for line in [
+            "# TYPE container_cpu_usage_seconds_total counter".to_string(),
+            format!("container_cpu_usage_seconds_total{{{labels},cpu=\"total\"}} 1.5 2000"),
+            format!("container_memory_working_set_bytes{{{labels}}} 4096 2000"),
+            format!("container_memory_rss{{{labels}}} 4096 2000"),
+            format!("container_start_time_seconds{{{labels}}} 1.5"),
+            "machine_cpu_cores 2".to_string(),
+            "machine_memory_bytes 1073741824".to_string(),
+            "# HELP machine_cpu_cores Number of logical CPU cores.".to_string(),
         ] {
             assert!(page.lines().any(|l| l == line), "missing {line:?} in\n{page}");
         }
