@@ -204,7 +204,7 @@ fn values_that_do_not_fit_their_field_are_errors_not_panics() {
 #[test]
 fn go_durations_parse_as_go_prints_them() {
     for ns in [0i64, 1, 999, 1_500, 300_000_000, 1_500_000_000, 3_600_000_000_000, 5_400_000_000_000, -60_000_000_000] {
-        assert_eq!(crate::time::parse_go_duration(&go_duration(ns)), Some(ns), "{}", go_duration(ns));
+        assert_eq!(crate::time::parse_go_duration(&crate::time::format_go_duration(ns)), Some(ns), "{}", crate::time::format_go_duration(ns));
     }
     assert_eq!(crate::time::parse_go_duration("1h30m"), Some(5_400_000_000_000));
     assert_eq!(crate::time::parse_go_duration("10us"), Some(10_000));

@@ -383,7 +383,7 @@ fn decode_special(name: &str, bytes: &[u8]) -> Result<Option<Value>, ProtobufErr
                 crate::time::format_rfc3339_micros(t)
             }))
         }
-        ("apimachinery.pkg.apis.meta.v1.", "Duration") => Some(Value::String(go_duration(int(&fields()?, 1)))),
+        ("apimachinery.pkg.apis.meta.v1.", "Duration") => Some(Value::String(crate::time::format_go_duration(int(&fields()?, 1)))),
         ("apimachinery.pkg.api.resource.", "Quantity") => Some(Value::String(utf8(&bytes_of(&fields()?, 1))?)),
         ("apimachinery.pkg.util.intstr.", "IntOrString") => {
             let f = fields()?;
@@ -464,45 +464,6 @@ fn decode_schema_union(name: &str, bytes: &[u8], depth: usize) -> Result<Option<
         }
         _ => Ok(None),
     }
-}
-
-/// Go's `time.Duration.String()` for a nanosecond count, e.g. `1h0m0s`, `1.5s`, `300ms`.
-fn go_duration(ns: i64) -> String {
-    if ns == 0 {
-        return "0s".into();
-    }
-    let neg = ns < 0;
-    let u = ns.unsigned_abs();
-    let mut s = if u < 1_000_000_000 {
-        let (unit, div) = if u < 1_000 { ("ns", 1) } else if u < 1_000_000 { ("µs", 1_000) } else { ("ms", 1_000_000) };
-        format!("{}{}", trim_frac(u, div), unit)
-    } else {
-        let secs_total = u / 1_000_000_000;
-        let frac = u % 1_000_000_000;
-        let (h, m, sec) = (secs_total / 3600, (secs_total / 60) % 60, secs_total % 60);
-        let secs = trim_frac(sec * 1_000_000_000 + frac, 1_000_000_000);
-        if h > 0 {
-            format!("{h}h{m}m{secs}s")
-        } else if m > 0 {
-            format!("{m}m{secs}s")
-        } else {
-            format!("{secs}s")
-        }
-    };
-    if neg {
-        s.insert(0, '-');
-    }
-    s
-}
-
-fn trim_frac(v: u64, div: u64) -> String {
-    let (whole, frac) = (v / div, v % div);
-    if frac == 0 {
-        return whole.to_string();
-    }
-    let width = div.to_string().len() - 1;
-    let f = format!("{frac:0width$}");
-    format!("{whole}.{}", f.trim_end_matches('0'))
 }
 
 #[cfg(test)]

@@ -92,9 +92,9 @@ fn special_types_follow_go_json() {
     }
     t.push(v as u8);
     assert_eq!(decode_message("apimachinery.pkg.apis.meta.v1.Time", &t).unwrap(), json!("2023-11-14T22:13:20Z"));
-    assert_eq!(go_duration(3_600_000_000_000), "1h0m0s");
-    assert_eq!(go_duration(1_500_000_000), "1.5s");
-    assert_eq!(go_duration(300_000_000), "300ms");
+    assert_eq!(crate::time::format_go_duration(3_600_000_000_000), "1h0m0s");
+    assert_eq!(crate::time::format_go_duration(1_500_000_000), "1.5s");
+    assert_eq!(crate::time::format_go_duration(300_000_000), "300ms");
 }
 
 #[test]

@@ -27,7 +27,6 @@ use std::collections::BTreeMap;
 
 use rkube_api::quota::{self, pods, Quantity, ResourceList};
 use rkube_api::registry::{self, ResourceInfo};
-use rkube_api::status::{Status, StatusDetails};
 use rkube_storage::RangeRequest;
 use serde_json::{json, Value};
 
@@ -249,9 +248,7 @@ pub fn validate(info: &ResourceInfo, name: &str, limit_ranges: &[Value], obj: &V
             continue;
         }
         let reason = if errs.len() == 1 { errs[0].clone() } else { format!("[{}]", errs.join(", ")) };
-        return Err(Status::new(403, "Forbidden", format!("{} {name:?} is forbidden: {reason}", info.resource))
-            .with_details(StatusDetails { name: name.to_string(), kind: info.resource.to_string(), ..StatusDetails::default() })
-            .into());
+        return Err(super::forbidden(info.group, info.resource, name, &reason));
     }
     Ok(())
 }

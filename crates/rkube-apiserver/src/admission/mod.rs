@@ -45,12 +45,19 @@ pub const DEFAULT_STORAGE_CLASS: &str = "DefaultStorageClass";
 /// Plugins rkube implements.
 pub const PLUGINS: &[&str] = &[SERVICE_ACCOUNT, DEFAULT_TOLERATION_SECONDS, LIMIT_RANGER, PRIORITY, DEFAULT_STORAGE_CLASS, RESOURCE_QUOTA];
 
-/// An admission plugin's 403: `<resource> "<name>" is forbidden: <message>`,
-/// with the name and resource in `details` (upstream `admission.NewForbidden`).
-pub(crate) fn forbidden(resource: &str, name: &str, message: &str) -> crate::error::ApiError {
-    let what = if name.is_empty() { resource.to_string() } else { format!("{resource} {}", rkube_api::field_error::go_quote(name)) };
+/// An admission plugin's 403: `<resource>[.<group>] "<name>" is forbidden:
+/// <message>` (without the name when it is empty), with the name, group and
+/// resource in `details` (upstream `admission.NewForbidden`).
+pub(crate) fn forbidden(group: &str, resource: &str, name: &str, message: &str) -> crate::error::ApiError {
+    let qualified = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
+    let what = if name.is_empty() { qualified } else { format!("{qualified} {}", rkube_api::field_error::go_quote(name)) };
     rkube_api::status::Status::new(403, "Forbidden", format!("{what} is forbidden: {message}"))
-        .with_details(rkube_api::status::StatusDetails { name: name.to_string(), kind: resource.to_string(), ..Default::default() })
+        .with_details(rkube_api::status::StatusDetails {
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: resource.to_string(),
+            ..Default::default()
+        })
         .into()
 }
 

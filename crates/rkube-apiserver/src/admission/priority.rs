@@ -72,7 +72,7 @@ fn default_class(classes: &[(String, Value)]) -> Option<&(String, Value)> {
 /// PriorityClasses from the watch cache.
 pub async fn admit(st: &ApiState, name: &str, pod: &mut Value) -> ApiResult<()> {
     let classes = super::cached_objects(st, "scheduling.k8s.io", "v1", "priorityclasses").await?;
-    resolve(pod, &classes).map_err(|message| super::forbidden("pods", name, &message))
+    resolve(pod, &classes).map_err(|message| super::forbidden("", "pods", name, &message))
 }
 
 #[cfg(test)]

@@ -31,7 +31,6 @@ use std::collections::BTreeSet;
 use rkube_api::quota::{self, ResourceList};
 use rkube_api::list_options::ListOptions;
 use rkube_api::registry::{self, ResourceInfo};
-use rkube_api::status::{Status, StatusDetails};
 use rkube_storage::{RangeRequest, StorageError};
 use serde_json::Value;
 
@@ -43,12 +42,7 @@ use crate::state::ApiState;
 const ATTEMPTS: usize = 10;
 
 fn forbidden(info: &ResourceInfo, name: &str, reason: String) -> ApiError {
-    let resource = if info.group.is_empty() { info.resource.to_string() } else { format!("{}.{}", info.resource, info.group) };
-    let message =
-        if name.is_empty() { format!("{resource} is forbidden: {reason}") } else { format!("{resource} {name:?} is forbidden: {reason}") };
-    Status::new(403, "Forbidden", message)
-        .with_details(StatusDetails { name: name.to_string(), group: info.group.to_string(), kind: info.resource.to_string(), ..StatusDetails::default() })
-        .into()
+    super::forbidden(info.group, info.resource, name, &reason)
 }
 
 /// One quota as read from storage.

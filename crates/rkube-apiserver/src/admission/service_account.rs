@@ -51,7 +51,7 @@ const DEFAULT_LOOKUPS: usize = 10;
 const LOOKUP_INTERVAL: Duration = Duration::from_millis(150);
 
 fn forbidden(pod: &str, message: String) -> ApiError {
-    super::forbidden("pods", pod, &message)
+    super::forbidden("", "pods", pod, &message)
 }
 
 /// Five lowercase alphanumerics (upstream `utilrand.String(5)` alphabet, without vowels).

@@ -304,42 +304,9 @@ fn go_quote(s: &str) -> String {
 }
 
 /// Formats `d` like Go's `time.Duration.String()`: `0s`, `750ns`, `1.5µs`,
-/// `612.345678ms`, `1.5s`, `2m0.5s`, `1h0m0s`.
+/// `612.345678ms`, `1.5s`, `2m0.5s`, `1h0m0s` ([`rkube_api::time::format_go_duration`]).
 pub fn go_duration(d: Duration) -> String {
-    let nanos = d.as_nanos();
-    if nanos == 0 {
-        return "0s".into();
-    }
-    fn frac(value: u128, unit: u128, digits: usize) -> String {
-        let whole = value / unit;
-        let rest = value % unit;
-        if rest == 0 {
-            return whole.to_string();
-        }
-        let s = format!("{rest:0digits$}");
-        format!("{whole}.{}", s.trim_end_matches('0'))
-    }
-    if nanos < 1_000 {
-        return format!("{nanos}ns");
-    }
-    if nanos < 1_000_000 {
-        return format!("{}µs", frac(nanos, 1_000, 3));
-    }
-    if nanos < 1_000_000_000 {
-        return format!("{}ms", frac(nanos, 1_000_000, 6));
-    }
-    let hours = nanos / 3_600_000_000_000;
-    let minutes = (nanos / 60_000_000_000) % 60;
-    let secs = nanos % 60_000_000_000;
-    let mut out = String::new();
-    if hours > 0 {
-        let _ = write!(out, "{hours}h");
-    }
-    if hours > 0 || minutes > 0 {
-        let _ = write!(out, "{minutes}m");
-    }
-    let _ = write!(out, "{}s", frac(secs, 1_000_000_000, 9));
-    out
+    rkube_api::time::format_go_duration(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 /// Settings of [`trace_middleware`].
