@@ -77,9 +77,9 @@ pub fn memory_quantity(bytes: u64) -> String {
     format!("{value}{suffix}")
 }
 
-/// A Go duration string of `ms` milliseconds (`15s`, `15.003s`).
+/// A Go duration string of `ms` milliseconds (`15s`, `15.003s`, `1m30s`).
 fn go_duration(ms: i64) -> String {
-    format!("{}s", ms as f64 / 1000.0)
+    rkube_api::time::format_go_duration(ms.saturating_mul(1_000_000))
 }
 
 fn rfc3339_ms(ms: i64) -> String {
