@@ -72,7 +72,8 @@ pub fn request_der(pem: &[u8]) -> Result<Vec<u8>, String> {
     };
     let (_, req) = X509CertificationRequest::from_der(&block.contents)
         .map_err(|e| format!("x509: malformed certificate request: {e}"))?;
-    req.verify_signature().map_err(|e| format!("x509: certificate request signature is invalid: {e}"))?;
+    req.verify_signature()
+        .map_err(|e| format!("x509: certificate request signature is invalid: {e}"))?;
     Ok(block.contents)
 }
 
@@ -87,7 +88,10 @@ pub fn check_certificate_pem(pem: &[u8]) -> Result<(), String> {
     for block in Pem::iter_from_buffer(pem) {
         let block = block.map_err(|e| format!("invalid PEM: {e}"))?;
         if block.label != "CERTIFICATE" {
-            return Err(format!("only CERTIFICATE PEM blocks are allowed, found {:?}", block.label));
+            return Err(format!(
+                "only CERTIFICATE PEM blocks are allowed, found {:?}",
+                block.label
+            ));
         }
         x509_parser::parse_x509_certificate(&block.contents).map_err(|e| format!("x509: {e}"))?;
         blocks += 1;
@@ -100,7 +104,10 @@ pub fn check_certificate_pem(pem: &[u8]) -> Result<(), String> {
 
 /// The conditions of a CSR (`status.conditions`), empty when absent.
 pub fn conditions(csr: &Value) -> &[Value] {
-    csr.pointer("/status/conditions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
+    csr.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
 }
 
 /// The `type` of a condition (`""` when absent).
@@ -112,7 +119,11 @@ pub fn condition_type(c: &Value) -> &str {
 /// status, which defaults to `True`).
 pub fn has_true_condition(csr: &Value, t: &str) -> bool {
     conditions(csr).iter().any(|c| {
-        condition_type(c) == t && matches!(c.get("status").and_then(Value::as_str), None | Some("") | Some("True"))
+        condition_type(c) == t
+            && matches!(
+                c.get("status").and_then(Value::as_str),
+                None | Some("") | Some("True")
+            )
     })
 }
 
@@ -135,16 +146,28 @@ mod tests {
     #[test]
     fn a_pem_that_is_not_a_certificate_request_is_refused_with_upstreams_message() {
         let not_csr = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
-        assert_eq!(request_der(not_csr).unwrap_err(), "PEM block type must be CERTIFICATE REQUEST");
-        assert_eq!(request_der(b"garbage").unwrap_err(), "PEM block type must be CERTIFICATE REQUEST");
-        let junk = b"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n";
-        assert!(request_der(junk).unwrap_err().starts_with("x509: malformed certificate request"));
+        assert_eq!(
+            request_der(not_csr).unwrap_err(),
+            "PEM block type must be CERTIFICATE REQUEST"
+        );
+        assert_eq!(
+            request_der(b"garbage").unwrap_err(),
+            "PEM block type must be CERTIFICATE REQUEST"
+        );
+        let junk =
+            b"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n";
+        assert!(request_der(junk)
+            .unwrap_err()
+            .starts_with("x509: malformed certificate request"));
     }
 
     #[test]
     fn certificate_content_must_be_certificate_blocks() {
         assert!(check_certificate_pem(b"").is_ok());
-        assert_eq!(check_certificate_pem(b"hello").unwrap_err(), "must contain at least one CERTIFICATE PEM block");
+        assert_eq!(
+            check_certificate_pem(b"hello").unwrap_err(),
+            "must contain at least one CERTIFICATE PEM block"
+        );
         let key = b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
         assert_eq!(
             check_certificate_pem(key).unwrap_err(),

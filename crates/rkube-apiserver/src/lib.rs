@@ -18,6 +18,7 @@
 //!   authenticator, issuer discovery); [`admission`]: admission plugins
 //!   (ServiceAccount); [`controllers`]: the serviceaccount, root CA publisher
 //!   and token controllers run in the API server process.
+//! - [`splice`]: the two ends of a proxied upgrade (exec, attach, port-forward) spliced.
 //! - [`cli`]: the `apiserver` and `up` commands; [`up_auth`]: `rkube up`'s HTTPS, authentication and RBAC defaults.
 
 pub mod admission;
@@ -30,8 +31,8 @@ pub mod controllers;
 pub mod csr;
 pub mod discovery;
 pub mod error;
-pub mod filters;
 pub mod feature_gates;
+pub mod filters;
 pub mod handlers;
 pub mod ipalloc;
 pub mod kubelet_client;
@@ -50,8 +51,9 @@ pub mod request;
 pub mod server;
 pub mod serviceaccount;
 pub mod source;
-pub mod strict;
+pub mod splice;
 pub mod state;
+pub mod strict;
 pub mod system;
 pub mod table;
 pub mod testing;

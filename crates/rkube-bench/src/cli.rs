@@ -188,7 +188,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             let mut failed = Vec::new();
             for scenario in EVERY_SCENARIO {
                 crate::progress::phase(&format!("scenario {}", scenario.name()));
-                let args = BenchArgs { scenario, ..args.clone() };
+                let args = BenchArgs {
+                    scenario,
+                    ..args.clone()
+                };
                 if let Err(e) = run_one(args).await {
                     crate::progress::phase(&format!("scenario {} failed: {e:#}", scenario.name()));
                     failed.push(scenario.name());
@@ -216,7 +219,12 @@ async fn run_one(args: BenchArgs) -> anyhow::Result<()> {
     }
     let scenario = args.scenario;
     let out = args.out.clone();
-    let ctx = Ctx { args, exe, caps, machine };
+    let ctx = Ctx {
+        args,
+        exe,
+        caps,
+        machine,
+    };
     // On SIGINT/SIGTERM the scenario future is dropped, and with it every
     // child process handle (each kills its PID on drop).
     let report = tokio::select! {
@@ -226,11 +234,17 @@ async fn run_one(args: BenchArgs) -> anyhow::Result<()> {
     let mut report = report;
     report.duration_seconds = started.elapsed().as_secs_f64();
     report.machine.finish();
-    let written = report.write(&out).with_context(|| format!("writing the report to {}", out.display()))?;
+    let written = report
+        .write(&out)
+        .with_context(|| format!("writing the report to {}", out.display()))?;
     println!("{}", report.to_markdown());
     for p in written {
         crate::progress::phase(&format!("wrote {}", p.display()));
     }
-    anyhow::ensure!(report.missed_goals.is_empty(), "goal missed: {}", report.missed_goals.join("; "));
+    anyhow::ensure!(
+        report.missed_goals.is_empty(),
+        "goal missed: {}",
+        report.missed_goals.join("; ")
+    );
     Ok(())
 }

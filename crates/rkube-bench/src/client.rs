@@ -177,16 +177,20 @@ pub fn https_builder_alpn(ca_pem: &str, alpn: &[&[u8]]) -> Result<reqwest::Clien
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         let cert = cert.map_err(|e| format!("reading the CA: {e}"))?;
-        roots.add(cert).map_err(|e| format!("trusting the CA: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("trusting the CA: {e}"))?;
     }
     if roots.is_empty() {
         return Err("no CA certificate".into());
     }
-    let mut cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let mut cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(reqwest::Client::builder().use_preconfigured_tls(cfg))
 }
@@ -202,26 +206,47 @@ impl Api {
             .tcp_nodelay(true)
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
-        Api { http, base: base.trim_end_matches('/').to_string(), token: None, accept: "application/json" }
+        Api {
+            http,
+            base: base.trim_end_matches('/').to_string(),
+            token: None,
+            accept: "application/json",
+        }
     }
 
     /// A client for `base` (`https://127.0.0.1:PORT`) trusting `ca_pem`,
     /// authenticating with bearer `token`.
     pub fn secure(base: &str, ca_pem: &str, token: &str) -> Result<Api, String> {
-        let http = https_builder(ca_pem)?.pool_max_idle_per_host(1024).tcp_nodelay(true).build().map_err(|e| e.to_string())?;
-        Ok(Api { http, base: base.trim_end_matches('/').to_string(), token: Some(token.to_string()), accept: "application/json" })
+        let http = https_builder(ca_pem)?
+            .pool_max_idle_per_host(1024)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Api {
+            http,
+            base: base.trim_end_matches('/').to_string(),
+            token: Some(token.to_string()),
+            accept: "application/json",
+        })
     }
 
     /// [`Api::secure`] speaking HTTP/2 (negotiated by ALPN) when `http2`,
     /// else HTTP/1.1.
     pub fn secure_with(base: &str, ca_pem: &str, token: &str, http2: bool) -> Result<Api, String> {
         let alpn: &[&[u8]] = if http2 { &[b"h2"] } else { &[b"http/1.1"] };
-        let mut builder = https_builder_alpn(ca_pem, alpn)?.pool_max_idle_per_host(1024).tcp_nodelay(true);
+        let mut builder = https_builder_alpn(ca_pem, alpn)?
+            .pool_max_idle_per_host(1024)
+            .tcp_nodelay(true);
         if http2 {
             builder = builder.http2_prior_knowledge();
         }
         let http = builder.build().map_err(|e| e.to_string())?;
-        Ok(Api { http, base: base.trim_end_matches('/').to_string(), token: Some(token.to_string()), accept: "application/json" })
+        Ok(Api {
+            http,
+            base: base.trim_end_matches('/').to_string(),
+            token: Some(token.to_string()),
+            accept: "application/json",
+        })
     }
 
     /// The same client asking for `accept` (e.g. what client-go's protobuf
@@ -244,61 +269,127 @@ impl Api {
     ) -> ClientResult<reqwest::Response> {
         let url = format!("{}{}", self.base, path);
         let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
-        let mut req = self.http.request(m, url).header("accept", self.accept).timeout(CALL_TIMEOUT);
+        let mut req = self
+            .http
+            .request(m, url)
+            .header("accept", self.accept)
+            .timeout(CALL_TIMEOUT);
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
         if let Some((b, ct)) = body {
             req = req.header("content-type", ct).body(b);
         }
-        let resp = req.send().await.map_err(|source| ClientError::Http { method, path: path.to_string(), source })?;
+        let resp = req.send().await.map_err(|source| ClientError::Http {
+            method,
+            path: path.to_string(),
+            source,
+        })?;
         if !resp.status().is_success() {
             let code = resp.status().as_u16();
             let text = resp.text().await.unwrap_or_default();
-            return Err(ClientError::Status { method, path: path.to_string(), code, body: text.chars().take(300).collect() });
+            return Err(ClientError::Status {
+                method,
+                path: path.to_string(),
+                code,
+                body: text.chars().take(300).collect(),
+            });
         }
         Ok(resp)
     }
 
-    async fn body(&self, method: &'static str, path: &str, resp: reqwest::Response) -> ClientResult<Bytes> {
-        resp.bytes().await.map_err(|source| ClientError::Http { method, path: path.to_string(), source })
+    async fn body(
+        &self,
+        method: &'static str,
+        path: &str,
+        resp: reqwest::Response,
+    ) -> ClientResult<Bytes> {
+        resp.bytes().await.map_err(|source| ClientError::Http {
+            method,
+            path: path.to_string(),
+            source,
+        })
     }
 
-    async fn write(&self, method: &'static str, path: &str, body: Vec<u8>, ct: &'static str) -> ClientResult<String> {
+    async fn write(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Vec<u8>,
+        ct: &'static str,
+    ) -> ClientResult<String> {
         let resp = self.send(method, path, Some((body, ct))).await?;
         let bytes = self.body(method, path, resp).await?;
-        let head: ObjectHead = serde_json::from_slice(&bytes)
-            .map_err(|source| ClientError::Decode { method, path: path.to_string(), source })?;
+        let head: ObjectHead =
+            serde_json::from_slice(&bytes).map_err(|source| ClientError::Decode {
+                method,
+                path: path.to_string(),
+                source,
+            })?;
         Ok(head.metadata.resource_version)
     }
 
     /// Sends `body` as `content_type` with `method` to `path` and returns the
     /// answer's HTTP code and body, whatever the code.
-    pub async fn send_raw(&self, method: &'static str, path: &str, body: Vec<u8>, content_type: &'static str) -> ClientResult<(u16, Bytes)> {
+    pub async fn send_raw(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Vec<u8>,
+        content_type: &'static str,
+    ) -> ClientResult<(u16, Bytes)> {
         let url = format!("{}{}", self.base, path);
         let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::POST);
-        let mut req = self.http.request(m, url).header("accept", self.accept).header("content-type", content_type).timeout(CALL_TIMEOUT).body(body);
+        let mut req = self
+            .http
+            .request(m, url)
+            .header("accept", self.accept)
+            .header("content-type", content_type)
+            .timeout(CALL_TIMEOUT)
+            .body(body);
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
-        let resp = req.send().await.map_err(|source| ClientError::Http { method, path: path.to_string(), source })?;
+        let resp = req.send().await.map_err(|source| ClientError::Http {
+            method,
+            path: path.to_string(),
+            source,
+        })?;
         let code = resp.status().as_u16();
         Ok((code, self.body(method, path, resp).await?))
     }
 
     /// POST `body` (JSON) to a collection path; returns the new resourceVersion.
     pub async fn create(&self, collection: &str, body: &serde_json::Value) -> ClientResult<String> {
-        self.write("POST", collection, serde_json::to_vec(body).unwrap_or_default(), "application/json").await
+        self.write(
+            "POST",
+            collection,
+            serde_json::to_vec(body).unwrap_or_default(),
+            "application/json",
+        )
+        .await
     }
 
     /// PUT `body` to an object path; returns the new resourceVersion.
     pub async fn update(&self, path: &str, body: &serde_json::Value) -> ClientResult<String> {
-        self.write("PUT", path, serde_json::to_vec(body).unwrap_or_default(), "application/json").await
+        self.write(
+            "PUT",
+            path,
+            serde_json::to_vec(body).unwrap_or_default(),
+            "application/json",
+        )
+        .await
     }
 
     /// JSON merge-PATCH an object path (e.g. `.../pods/x/status`); returns the new resourceVersion.
     pub async fn merge_patch(&self, path: &str, patch: &serde_json::Value) -> ClientResult<String> {
-        self.write("PATCH", path, serde_json::to_vec(patch).unwrap_or_default(), "application/merge-patch+json").await
+        self.write(
+            "PATCH",
+            path,
+            serde_json::to_vec(patch).unwrap_or_default(),
+            "application/merge-patch+json",
+        )
+        .await
     }
 
     /// GET a path; the body.
@@ -328,7 +419,11 @@ impl Api {
         let mut stream = resp.bytes_stream();
         let mut chunks = Vec::new();
         while let Some(chunk) = stream.next().await {
-            chunks.push(chunk.map_err(|source| ClientError::Http { method: "GET", path: path.to_string(), source })?);
+            chunks.push(chunk.map_err(|source| ClientError::Http {
+                method: "GET",
+                path: path.to_string(),
+                source,
+            })?);
         }
         Ok((start.elapsed(), chunks))
     }
@@ -348,13 +443,26 @@ impl Api {
             .header("accept", "application/json")
             .send()
             .await
-            .map_err(|source| ClientError::Http { method: "GET", path: path.to_string(), source })?;
+            .map_err(|source| ClientError::Http {
+                method: "GET",
+                path: path.to_string(),
+                source,
+            })?;
         if !resp.status().is_success() {
             let code = resp.status().as_u16();
             let text = resp.text().await.unwrap_or_default();
-            return Err(ClientError::Status { method: "GET", path: path.to_string(), code, body: text.chars().take(300).collect() });
+            return Err(ClientError::Status {
+                method: "GET",
+                path: path.to_string(),
+                code,
+                body: text.chars().take(300).collect(),
+            });
         }
-        Ok(WatchStream { inner: Box::pin(resp.bytes_stream()), buf: Vec::new(), path: path.to_string() })
+        Ok(WatchStream {
+            inner: Box::pin(resp.bytes_stream()),
+            buf: Vec::new(),
+            path: path.to_string(),
+        })
     }
 
     /// `GET /metrics` as text, or `None` when the server has no such endpoint.
@@ -368,11 +476,24 @@ impl Api {
 /// with `k8s\0`): item count, resourceVersion, continue.
 pub fn parse_list(path: &str, chunks: &[Bytes]) -> ClientResult<ListPage> {
     let bytes: usize = chunks.iter().map(Bytes::len).sum();
-    if chunks.first().is_some_and(|c| c.starts_with(rkube_api::protobuf::MAGIC)) {
+    if chunks
+        .first()
+        .is_some_and(|c| c.starts_with(rkube_api::protobuf::MAGIC))
+    {
         let all = chunks.concat();
-        let s = rkube_api::protobuf::list_summary(&all)
-            .map_err(|source| ClientError::DecodeProtobuf { method: "GET", path: path.to_string(), source })?;
-        return Ok(ListPage { items: s.items, bytes, resource_version: s.resource_version, continue_token: s.continue_token });
+        let s = rkube_api::protobuf::list_summary(&all).map_err(|source| {
+            ClientError::DecodeProtobuf {
+                method: "GET",
+                path: path.to_string(),
+                source,
+            }
+        })?;
+        return Ok(ListPage {
+            items: s.items,
+            bytes,
+            resource_version: s.resource_version,
+            continue_token: s.continue_token,
+        });
     }
     let head: ListHead = if chunks.len() == 1 {
         serde_json::from_slice(&chunks[0])
@@ -383,7 +504,11 @@ pub fn parse_list(path: &str, chunks: &[Bytes]) -> ClientResult<ListPage> {
         }
         serde_json::from_slice(&all)
     }
-    .map_err(|source| ClientError::Decode { method: "GET", path: path.to_string(), source })?;
+    .map_err(|source| ClientError::Decode {
+        method: "GET",
+        path: path.to_string(),
+        source,
+    })?;
     Ok(ListPage {
         items: head.items.len(),
         bytes,
@@ -411,13 +536,23 @@ impl WatchStream {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                let ev: WatchEvent = serde_json::from_slice(line)
-                    .map_err(|source| ClientError::Decode { method: "GET", path: self.path.clone(), source })?;
+                let ev: WatchEvent =
+                    serde_json::from_slice(line).map_err(|source| ClientError::Decode {
+                        method: "GET",
+                        path: self.path.clone(),
+                        source,
+                    })?;
                 return Ok(Some(ev));
             }
             match self.inner.next().await {
                 Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
-                Some(Err(source)) => return Err(ClientError::Http { method: "GET", path: self.path.clone(), source }),
+                Some(Err(source)) => {
+                    return Err(ClientError::Http {
+                        method: "GET",
+                        path: self.path.clone(),
+                        source,
+                    })
+                }
                 None => return Ok(None),
             }
         }
@@ -428,7 +563,9 @@ impl WatchStream {
 pub fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -467,9 +604,19 @@ mod tests {
     #[test]
     fn parse_list_counts_items_across_chunks() {
         let body = br#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"42","continue":"abc"},"items":[{"a":1},{"b":{"c":[1,2]}}]}"#;
-        let chunks = vec![Bytes::copy_from_slice(&body[..30]), Bytes::copy_from_slice(&body[30..])];
+        let chunks = vec![
+            Bytes::copy_from_slice(&body[..30]),
+            Bytes::copy_from_slice(&body[30..]),
+        ];
         let page = parse_list("/api/v1/configmaps", &chunks).unwrap();
-        assert_eq!((page.items, page.resource_version.as_str(), page.continue_token.as_str()), (2, "42", "abc"));
+        assert_eq!(
+            (
+                page.items,
+                page.resource_version.as_str(),
+                page.continue_token.as_str()
+            ),
+            (2, "42", "abc")
+        );
         assert_eq!(page.bytes, body.len());
     }
 
@@ -481,7 +628,10 @@ mod tests {
     #[test]
     fn metric_sum_adds_all_label_sets_and_ignores_prefixes() {
         let text = "# HELP x\napiserver_terminated_watchers_total{resource=\"pods\"} 2\napiserver_terminated_watchers_total{resource=\"configmaps\"} 3\napiserver_terminated_watchers_total_other 9\n";
-        assert_eq!(metric_sum(text, "apiserver_terminated_watchers_total"), Some(5.0));
+        assert_eq!(
+            metric_sum(text, "apiserver_terminated_watchers_total"),
+            Some(5.0)
+        );
         assert_eq!(metric_sum(text, "absent_metric"), None);
     }
 }

@@ -45,11 +45,19 @@ impl MachineInfo {
     pub fn collect() -> MachineInfo {
         let repo = find_repo();
         let commit = repo.as_deref().and_then(|r| git(r, &["rev-parse", "HEAD"]));
-        let dirty = repo.as_deref().and_then(|r| git(r, &["status", "--porcelain", "--untracked-files=no"])).map(|s| !s.is_empty());
+        let dirty = repo
+            .as_deref()
+            .and_then(|r| git(r, &["status", "--porcelain", "--untracked-files=no"]))
+            .map(|s| !s.is_empty());
         MachineInfo {
-            nproc: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            nproc: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             cpu_model: read("/proc/cpuinfo").and_then(|s| {
-                s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|v| v.trim().to_string())
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split(':').nth(1))
+                    .map(|v| v.trim().to_string())
             }),
             memory_bytes: meminfo("MemTotal"),
             memory_available_bytes: meminfo("MemAvailable"),
@@ -58,7 +66,11 @@ impl MachineInfo {
             loadavg_1m_end: None,
             rkube_git_commit: commit,
             rkube_git_dirty: dirty,
-            rkube_build: if cfg!(debug_assertions) { "debug" } else { "release" },
+            rkube_build: if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            },
             rkube_version: env!("CARGO_PKG_VERSION"),
             etcd_version: Command::new("etcd")
                 .arg("--version")
@@ -77,10 +89,15 @@ impl MachineInfo {
 
     /// One line for reports: `2 CPUs (model), 23.4 GiB, kernel X, load 1.2 → 2.3, commit abc (dirty), release`.
     pub fn one_line(&self) -> String {
-        let mem = self.memory_bytes.map(crate::stats::fmt_bytes).unwrap_or_else(|| "? memory".into());
+        let mem = self
+            .memory_bytes
+            .map(crate::stats::fmt_bytes)
+            .unwrap_or_else(|| "? memory".into());
         let load = |l: Option<f64>| l.map(|v| format!("{v:.2}")).unwrap_or_else(|| "?".into());
         let commit = match (&self.rkube_git_commit, self.rkube_git_dirty) {
-            (Some(c), Some(true)) => format!("commit {} + uncommitted changes", &c[..c.len().min(12)]),
+            (Some(c), Some(true)) => {
+                format!("commit {} + uncommitted changes", &c[..c.len().min(12)])
+            }
             (Some(c), _) => format!("commit {}", &c[..c.len().min(12)]),
             (None, _) => "commit unknown".into(),
         };
@@ -104,17 +121,26 @@ fn read(path: &str) -> Option<String> {
 
 fn meminfo(field: &str) -> Option<u64> {
     let text = read("/proc/meminfo")?;
-    let line = text.lines().find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
 
 fn loadavg() -> Option<f64> {
-    read("/proc/loadavg")?.split_whitespace().next()?.parse().ok()
+    read("/proc/loadavg")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn open_files_limit() -> Option<u64> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit writes into the struct we own.
     let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
     (rc == 0).then_some(lim.rlim_cur)
@@ -123,14 +149,20 @@ fn open_files_limit() -> Option<u64> {
 /// Raises this process's soft open-files limit to its hard limit (children
 /// inherit it), so thousands of watch connections fit. Returns the new limit.
 pub fn raise_open_files_limit() -> Option<u64> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit/setrlimit read and write a struct we own.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             return None;
         }
         if lim.rlim_cur < lim.rlim_max {
-            let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
                 return Some(raised.rlim_cur);
             }
@@ -149,11 +181,20 @@ fn find_repo() -> Option<PathBuf> {
     if let Ok(cwd) = std::env::current_dir() {
         candidates.extend(cwd.ancestors().map(Path::to_path_buf));
     }
-    candidates.into_iter().find(|d| d.join(".git").exists() && d.join("crates").is_dir())
+    candidates
+        .into_iter()
+        .find(|d| d.join(".git").exists() && d.join("crates").is_dir())
 }
 
 /// Runs a read-only git command in `repo`; trimmed stdout on success.
 fn git(repo: &Path, args: &[&str]) -> Option<String> {
-    let out = Command::new("git").arg("-C").arg(repo).args(args).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }

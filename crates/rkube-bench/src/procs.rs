@@ -56,7 +56,9 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ProcError {
 }
 
 /// Storage backend of the API server under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum, serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// The embedded redb store (`--storage-backend=embedded`).
@@ -97,7 +99,9 @@ impl ServerCaps {
             watch_cache_sizes: help.contains("--watch-cache-sizes"),
             watch_cache_switch: help.lines().any(|l| {
                 let l = l.trim_start();
-                l.starts_with("--watch-cache ") || l.starts_with("--watch-cache=") || l.starts_with("--watch-cache <")
+                l.starts_with("--watch-cache ")
+                    || l.starts_with("--watch-cache=")
+                    || l.starts_with("--watch-cache <")
             }),
         }
     }
@@ -139,12 +143,22 @@ impl Env {
     /// Prepares `backend`: starts etcd on loopback for [`Backend::Etcd`],
     /// makes a fresh data directory either way.
     pub fn new(backend: Backend, exe: PathBuf, caps: ServerCaps) -> Result<Env, ProcError> {
-        let dir = tempfile::Builder::new().prefix("rkube-bench-").tempdir().map_err(io("creating a temp dir"))?;
+        let dir = tempfile::Builder::new()
+            .prefix("rkube-bench-")
+            .tempdir()
+            .map_err(io("creating a temp dir"))?;
         let etcd = match backend {
             Backend::Etcd => Some(EtcdServer::start()?),
             Backend::Embedded => None,
         };
-        Ok(Env { backend, exe, caps, etcd, dir, seq: Default::default() })
+        Ok(Env {
+            backend,
+            exe,
+            caps,
+            etcd,
+            dir,
+            seq: Default::default(),
+        })
     }
 
     /// The etcd endpoint (etcd backend only).
@@ -169,14 +183,21 @@ impl Env {
             (Some(etcd), _) => {
                 let s = rkube_storage::etcd::EtcdStorage::connect(&[etcd.endpoint()])
                     .await
-                    .map_err(|source| ProcError::Storage { backend: "etcd", source })?;
+                    .map_err(|source| ProcError::Storage {
+                        backend: "etcd",
+                        source,
+                    })?;
                 Ok(Arc::new(s))
             }
             _ => {
                 let dir = self.data_dir();
                 std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
-                let s = rkube_storage::embedded::EmbeddedStorage::open(&dir)
-                    .map_err(|source| ProcError::Storage { backend: "embedded", source })?;
+                let s = rkube_storage::embedded::EmbeddedStorage::open(&dir).map_err(|source| {
+                    ProcError::Storage {
+                        backend: "embedded",
+                        source,
+                    }
+                })?;
                 Ok(Arc::new(s))
             }
         }
@@ -191,7 +212,11 @@ impl Env {
     /// Like [`Env::start_server`]; with `secure` the server is reached over
     /// HTTPS (`extra` must hold its TLS flags) and `/readyz` is polled with
     /// `secure`'s CA and bearer token.
-    pub async fn start_server_with(&self, extra: &[String], secure: Option<&Secure>) -> Result<ApiServer, ProcError> {
+    pub async fn start_server_with(
+        &self,
+        extra: &[String],
+        secure: Option<&Secure>,
+    ) -> Result<ApiServer, ProcError> {
         let mut last = None;
         for _ in 0..3 {
             match self.spawn_server(extra, secure).await {
@@ -199,14 +224,22 @@ impl Env {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or_else(|| ProcError::NotReady { reason: "was not started".into(), log: String::new() }))
+        Err(last.unwrap_or_else(|| ProcError::NotReady {
+            reason: "was not started".into(),
+            log: String::new(),
+        }))
     }
 
-    async fn spawn_server(&self, extra: &[String], secure: Option<&Secure>) -> Result<ApiServer, ProcError> {
+    async fn spawn_server(
+        &self,
+        extra: &[String],
+        secure: Option<&Secure>,
+    ) -> Result<ApiServer, ProcError> {
         let port = free_port().map_err(io("picking a free port"))?;
         let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log_path = self.dir.path().join(format!("apiserver-{n}.log"));
-        let log = std::fs::File::create(&log_path).map_err(io(format!("creating {}", log_path.display())))?;
+        let log = std::fs::File::create(&log_path)
+            .map_err(io(format!("creating {}", log_path.display())))?;
         let log_err = log.try_clone().map_err(io("cloning the log file"))?;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("apiserver")
@@ -215,15 +248,21 @@ impl Env {
             .arg(format!("--data-dir={}", self.data_dir().display()));
         match &self.etcd {
             Some(etcd) => {
-                cmd.arg("--storage-backend=etcd3").arg(format!("--etcd-servers={}", etcd.endpoint()));
+                cmd.arg("--storage-backend=etcd3")
+                    .arg(format!("--etcd-servers={}", etcd.endpoint()));
             }
             None => {
                 cmd.arg("--storage-backend=embedded");
             }
         }
-        cmd.args(extra).stdin(Stdio::null()).stdout(log).stderr(log_err);
+        cmd.args(extra)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
         let spawned_at = Instant::now();
-        let child = cmd.spawn().map_err(io(format!("running {}", self.exe.display())))?;
+        let child = cmd
+            .spawn()
+            .map_err(io(format!("running {}", self.exe.display())))?;
         let scheme = if secure.is_some() { "https" } else { "http" };
         let mut server = ApiServer {
             child: Some(child),
@@ -289,9 +328,16 @@ impl ApiServer {
             Some(s) => crate::client::https_builder(&s.ca_pem),
             None => Ok(reqwest::Client::builder()),
         };
-        let http = builder.and_then(|b| b.timeout(Duration::from_secs(5)).build().map_err(|e| e.to_string())).map_err(|e| {
-            ProcError::NotReady { reason: format!("cannot build an HTTP client: {e}"), log: String::new() }
-        })?;
+        let http = builder
+            .and_then(|b| {
+                b.timeout(Duration::from_secs(5))
+                    .build()
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| ProcError::NotReady {
+                reason: format!("cannot build an HTTP client: {e}"),
+                log: String::new(),
+            })?;
         let url = format!("{}/readyz", self.base);
         let token = self.secure.as_ref().map(|s| s.token.clone());
         loop {
@@ -307,11 +353,17 @@ impl ApiServer {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     self.child = None;
-                    return Err(ProcError::NotReady { reason: format!("exited: {status}"), log: self.log_tail(20) });
+                    return Err(ProcError::NotReady {
+                        reason: format!("exited: {status}"),
+                        log: self.log_tail(20),
+                    });
                 }
             }
             if self.spawned_at.elapsed() > timeout {
-                return Err(ProcError::NotReady { reason: format!("not ready after {timeout:?}"), log: self.log_tail(20) });
+                return Err(ProcError::NotReady {
+                    reason: format!("not ready after {timeout:?}"),
+                    log: self.log_tail(20),
+                });
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -319,7 +371,9 @@ impl ApiServer {
 
     /// Stops the server: SIGTERM to its PID, wait up to [`STOP_GRACE`], then SIGKILL.
     pub async fn stop(mut self) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         if let Ok(pid) = i32::try_from(child.id()) {
             // SAFETY: kill(2) on the PID of our own child, which has not been reaped yet.
             unsafe {
@@ -333,7 +387,10 @@ impl ApiServer {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        tracing::warn!(pid = child.id(), "apiserver did not exit after SIGTERM; killing it");
+        tracing::warn!(
+            pid = child.id(),
+            "apiserver did not exit after SIGTERM; killing it"
+        );
         let _ = child.kill();
         let _ = child.wait();
     }
@@ -362,7 +419,13 @@ pub struct ProcSample {
 /// `None` when the process is gone.
 pub fn sample_proc(pid: u32) -> Option<ProcSample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kb: u64 = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    let rss_kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the `(comm)` closing parenthesis; utime and stime are fields 14 and 15.
     let after = stat.rsplit_once(')')?.1;
@@ -372,7 +435,10 @@ pub fn sample_proc(pid: u32) -> Option<ProcSample> {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let ticks = if ticks > 0 { ticks as f64 } else { 100.0 };
-    Some(ProcSample { rss_bytes: rss_kb * 1024, cpu_seconds: (utime + stime) / ticks })
+    Some(ProcSample {
+        rss_bytes: rss_kb * 1024,
+        cpu_seconds: (utime + stime) / ticks,
+    })
 }
 
 /// Samples a process once a second in the background: peak RSS and the CPU
@@ -404,7 +470,9 @@ impl ProcWatcher {
     /// Starts sampling `pid` every second.
     pub fn start(pid: u32) -> ProcWatcher {
         let first = sample_proc(pid);
-        let peak = Arc::new(std::sync::atomic::AtomicU64::new(first.map(|s| s.rss_bytes).unwrap_or(0)));
+        let peak = Arc::new(std::sync::atomic::AtomicU64::new(
+            first.map(|s| s.rss_bytes).unwrap_or(0),
+        ));
         let p = peak.clone();
         let task = tokio::spawn(async move {
             loop {
@@ -417,7 +485,13 @@ impl ProcWatcher {
                 }
             }
         });
-        ProcWatcher { pid, first, started: Instant::now(), peak, task }
+        ProcWatcher {
+            pid,
+            first,
+            started: Instant::now(),
+            peak,
+            task,
+        }
     }
 
     /// Stops sampling and reports; `None` when the process could not be read.
@@ -425,7 +499,10 @@ impl ProcWatcher {
         self.task.abort();
         let last = sample_proc(self.pid)?;
         let first = self.first?;
-        let peak = self.peak.load(std::sync::atomic::Ordering::Relaxed).max(last.rss_bytes);
+        let peak = self
+            .peak
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .max(last.rss_bytes);
         let wall = self.started.elapsed().as_secs_f64();
         let cpu = (last.cpu_seconds - first.cpu_seconds).max(0.0);
         Some(ProcUsage {
@@ -452,10 +529,24 @@ mod tests {
 
     #[test]
     fn cache_disabled_flags_follow_the_available_switch() {
-        let sizes = ServerCaps { watch_cache_sizes: true, watch_cache_switch: true };
-        assert_eq!(sizes.cache_disabled_flags(&["pods", "configmaps"]).unwrap(), ["--watch-cache-sizes=pods#0,configmaps#0"]);
-        let switch = ServerCaps { watch_cache_sizes: false, watch_cache_switch: true };
-        assert_eq!(switch.cache_disabled_flags(&["pods"]).unwrap(), ["--watch-cache=false"]);
-        assert!(ServerCaps::default().cache_disabled_flags(&["pods"]).is_none());
+        let sizes = ServerCaps {
+            watch_cache_sizes: true,
+            watch_cache_switch: true,
+        };
+        assert_eq!(
+            sizes.cache_disabled_flags(&["pods", "configmaps"]).unwrap(),
+            ["--watch-cache-sizes=pods#0,configmaps#0"]
+        );
+        let switch = ServerCaps {
+            watch_cache_sizes: false,
+            watch_cache_switch: true,
+        };
+        assert_eq!(
+            switch.cache_disabled_flags(&["pods"]).unwrap(),
+            ["--watch-cache=false"]
+        );
+        assert!(ServerCaps::default()
+            .cache_disabled_flags(&["pods"])
+            .is_none());
     }
 }

@@ -36,7 +36,11 @@ impl Summary {
         }
         v.sort_by(f64::total_cmp);
         let n = v.len();
-        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
         Some(Summary {
             runs: n,
             median,
@@ -145,7 +149,13 @@ const BUCKETS: usize = 380;
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram { buckets: vec![0; BUCKETS], count: 0, sum_us: 0.0, min_us: u32::MAX, max_us: 0 }
+        Histogram {
+            buckets: vec![0; BUCKETS],
+            count: 0,
+            sum_us: 0.0,
+            min_us: u32::MAX,
+            max_us: 0,
+        }
     }
 }
 
@@ -194,7 +204,10 @@ impl Histogram {
             seen += n;
             if seen >= rank {
                 let upper = GROWTH.powi(i as i32);
-                return upper.min(f64::from(self.max_us)).max(f64::from(self.min_us)) / 1e6;
+                return upper
+                    .min(f64::from(self.max_us))
+                    .max(f64::from(self.min_us))
+                    / 1e6;
             }
         }
         f64::from(self.max_us) / 1e6
@@ -227,7 +240,10 @@ mod tests {
     fn summary_uses_nearest_rank_percentiles() {
         let samples: Vec<f64> = (1..=100).map(f64::from).collect();
         let s = Summary::of(&samples).unwrap();
-        assert_eq!((s.runs, s.p50, s.p90, s.p99, s.min, s.max), (100, 50.0, 90.0, 99.0, 1.0, 100.0));
+        assert_eq!(
+            (s.runs, s.p50, s.p90, s.p99, s.min, s.max),
+            (100, 50.0, 90.0, 99.0, 1.0, 100.0)
+        );
         assert_eq!(s.median, 50.5);
     }
 

@@ -42,7 +42,11 @@ fn set_of(names: &[&str]) -> BTreeSet<String> {
 async fn notes(env: &Env, ns: &str, reason: &str) -> Vec<String> {
     let api: Api<Event> = Api::namespaced(env.client.clone(), ns);
     let list = api.list(&ListParams::default()).await.expect("events");
-    let mut events: Vec<Event> = list.items.into_iter().filter(|e| e.reason.as_deref() == Some(reason)).collect();
+    let mut events: Vec<Event> = list
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect();
     // In the order they were written.
     events.sort_by_key(|e| e.resource_version().and_then(|v| v.parse::<u64>().ok()));
     events.into_iter().filter_map(|e| e.note).collect()
@@ -53,28 +57,64 @@ async fn ordered_ready_creates_named_pods_one_by_one_and_reports_one_revision() 
     let env = Env::start(&["statefulset"], true).await;
     env.namespace("sts1").await;
     let api: Api<StatefulSet> = Api::namespaced(env.client.clone(), "sts1");
-    api.create(&PostParams::default(), &stateful_set("web", 3, json!({}), "OrderedReady")).await.expect("create");
+    api.create(
+        &PostParams::default(),
+        &stateful_set("web", 3, json!({}), "OrderedReady"),
+    )
+    .await
+    .expect("create");
     let status = eventually("3 ready replicas", || async {
-        api.get("web").await.ok()?.status.filter(|s| s.ready_replicas == Some(3) && s.current_revision.is_some())
+        api.get("web")
+            .await
+            .ok()?
+            .status
+            .filter(|s| s.ready_replicas == Some(3) && s.current_revision.is_some())
     })
     .await;
     let pods = env.live_pods("sts1", "web").await;
     assert_eq!(names(&pods), set_of(&["web-0", "web-1", "web-2"]));
     // Created in ordinal order: each after the previous one was ready.
     let mut by_time: Vec<&Pod> = pods.iter().collect();
-    by_time.sort_by_key(|p| (p.metadata.creation_timestamp.clone().map(|t| t.0), p.resource_version().and_then(|v| v.parse::<u64>().ok())));
-    assert_eq!(by_time.iter().map(|p| p.name_any()).collect::<Vec<_>>(), ["web-0", "web-1", "web-2"]);
+    by_time.sort_by_key(|p| {
+        (
+            p.metadata.creation_timestamp.clone().map(|t| t.0),
+            p.resource_version().and_then(|v| v.parse::<u64>().ok()),
+        )
+    });
+    assert_eq!(
+        by_time.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
+        ["web-0", "web-1", "web-2"]
+    );
     for (i, p) in by_time.iter().enumerate() {
         let labels = p.labels();
-        assert_eq!(labels.get("statefulset.kubernetes.io/pod-name"), Some(&p.name_any()));
-        assert_eq!(labels.get("apps.kubernetes.io/pod-index"), Some(&i.to_string()));
-        assert_eq!(labels.get("controller-revision-hash"), status.update_revision.as_ref());
+        assert_eq!(
+            labels.get("statefulset.kubernetes.io/pod-name"),
+            Some(&p.name_any())
+        );
+        assert_eq!(
+            labels.get("apps.kubernetes.io/pod-index"),
+            Some(&i.to_string())
+        );
+        assert_eq!(
+            labels.get("controller-revision-hash"),
+            status.update_revision.as_ref()
+        );
         let spec = p.spec.as_ref().expect("spec");
-        assert_eq!((spec.hostname.as_deref(), spec.subdomain.as_deref()), (Some(p.name_any().as_str()), Some("web")));
+        assert_eq!(
+            (spec.hostname.as_deref(), spec.subdomain.as_deref()),
+            (Some(p.name_any().as_str()), Some("web"))
+        );
         assert_eq!(p.owner_references()[0].kind, "StatefulSet");
     }
     assert_eq!(status.current_revision, status.update_revision);
-    assert_eq!((status.replicas, status.current_replicas, status.updated_replicas), (3, Some(3), Some(3)));
+    assert_eq!(
+        (
+            status.replicas,
+            status.current_replicas,
+            status.updated_replicas
+        ),
+        (3, Some(3), Some(3))
+    );
     assert_eq!(status.observed_generation, Some(1));
     let revs: Api<ControllerRevision> = Api::namespaced(env.client.clone(), "sts1");
     let list = revs.list(&ListParams::default()).await.expect("revisions");
@@ -82,7 +122,10 @@ async fn ordered_ready_creates_named_pods_one_by_one_and_reports_one_revision() 
     assert_eq!(Some(list.items[0].name_any()), status.update_revision);
     assert_eq!(list.items[0].revision, 1);
     let created = notes(&env, "sts1", "SuccessfulCreate").await;
-    assert!(created.contains(&"create Pod web-0 in StatefulSet web successful".to_string()), "{created:?}");
+    assert!(
+        created.contains(&"create Pod web-0 in StatefulSet web successful".to_string()),
+        "{created:?}"
+    );
     env.stop().await;
 }
 
@@ -91,12 +134,31 @@ async fn ordered_ready_waits_for_a_pod_that_never_gets_ready_but_parallel_does_n
     let env = Env::start(&["statefulset"], true).await;
     env.namespace("sts2").await;
     let api: Api<StatefulSet> = Api::namespaced(env.client.clone(), "sts2");
-    api.create(&PostParams::default(), &stateful_set("slow", 3, json!({"never-ready": "1"}), "OrderedReady")).await.expect("create");
-    api.create(&PostParams::default(), &stateful_set("fast", 3, json!({"never-ready": "1"}), "Parallel")).await.expect("create");
-    eventually("3 parallel pods", || async { Some(env.live_pods("sts2", "fast").await).filter(|p| p.len() == 3) }).await;
-    eventually("slow-0", || async { Some(env.live_pods("sts2", "slow").await).filter(|p| !p.is_empty()) }).await;
+    api.create(
+        &PostParams::default(),
+        &stateful_set("slow", 3, json!({"never-ready": "1"}), "OrderedReady"),
+    )
+    .await
+    .expect("create");
+    api.create(
+        &PostParams::default(),
+        &stateful_set("fast", 3, json!({"never-ready": "1"}), "Parallel"),
+    )
+    .await
+    .expect("create");
+    eventually("3 parallel pods", || async {
+        Some(env.live_pods("sts2", "fast").await).filter(|p| p.len() == 3)
+    })
+    .await;
+    eventually("slow-0", || async {
+        Some(env.live_pods("sts2", "slow").await).filter(|p| !p.is_empty())
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(names(&env.live_pods("sts2", "slow").await), set_of(&["slow-0"]));
+    assert_eq!(
+        names(&env.live_pods("sts2", "slow").await),
+        set_of(&["slow-0"])
+    );
     env.stop().await;
 }
 
@@ -111,28 +173,68 @@ async fn scaling_down_removes_the_highest_ordinals_and_claims_come_from_template
     if let Some(spec) = set.spec.as_mut() {
         spec.volume_claim_templates = serde_json::from_value(claim).expect("claims");
     }
-    api.create(&PostParams::default(), &set).await.expect("create");
-    eventually("3 ready", || async { api.get("db").await.ok()?.status.filter(|s| s.ready_replicas == Some(3)) }).await;
+    api.create(&PostParams::default(), &set)
+        .await
+        .expect("create");
+    eventually("3 ready", || async {
+        api.get("db")
+            .await
+            .ok()?
+            .status
+            .filter(|s| s.ready_replicas == Some(3))
+    })
+    .await;
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client.clone(), "sts3");
     let list = pvcs.list(&ListParams::default()).await.expect("claims");
     let claim_names: BTreeSet<String> = list.items.iter().map(|c| c.name_any()).collect();
-    assert_eq!(claim_names, set_of(&["data-db-0", "data-db-1", "data-db-2"]));
+    assert_eq!(
+        claim_names,
+        set_of(&["data-db-0", "data-db-1", "data-db-2"])
+    );
     for c in &list.items {
         assert_eq!(c.labels().get("tier").map(String::as_str), Some("storage"));
         assert_eq!(c.labels().get("app").map(String::as_str), Some("db"));
     }
-    let pod = Api::<Pod>::namespaced(env.client.clone(), "sts3").get("db-1").await.expect("pod");
+    let pod = Api::<Pod>::namespaced(env.client.clone(), "sts3")
+        .get("db-1")
+        .await
+        .expect("pod");
     let volumes = pod.spec.and_then(|s| s.volumes).unwrap_or_default();
-    let data = volumes.iter().find(|v| v.name == "data").and_then(|v| v.persistent_volume_claim.as_ref());
+    let data = volumes
+        .iter()
+        .find(|v| v.name == "data")
+        .and_then(|v| v.persistent_volume_claim.as_ref());
     assert_eq!(data.map(|c| c.claim_name.as_str()), Some("data-db-1"));
 
-    api.patch("db", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"replicas": 1}}))).await.expect("scale");
-    eventually("1 pod", || async { Some(env.live_pods("sts3", "db").await).filter(|p| p.len() == 1) }).await;
+    api.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"replicas": 1}})),
+    )
+    .await
+    .expect("scale");
+    eventually("1 pod", || async {
+        Some(env.live_pods("sts3", "db").await).filter(|p| p.len() == 1)
+    })
+    .await;
     assert_eq!(names(&env.live_pods("sts3", "db").await), set_of(&["db-0"]));
-    let deleted = eventually("2 delete events", || async { Some(notes(&env, "sts3", "SuccessfulDelete").await).filter(|n| n.len() == 2) }).await;
-    assert!(deleted.contains(&"delete Pod db-2 in StatefulSet db successful".to_string()), "{deleted:?}");
+    let deleted = eventually("2 delete events", || async {
+        Some(notes(&env, "sts3", "SuccessfulDelete").await).filter(|n| n.len() == 2)
+    })
+    .await;
+    assert!(
+        deleted.contains(&"delete Pod db-2 in StatefulSet db successful".to_string()),
+        "{deleted:?}"
+    );
     // Claims stay (the default retention policy is Retain).
-    assert_eq!(pvcs.list(&ListParams::default()).await.expect("claims").items.len(), 3);
+    assert_eq!(
+        pvcs.list(&ListParams::default())
+            .await
+            .expect("claims")
+            .items
+            .len(),
+        3
+    );
     env.stop().await;
 }
 
@@ -141,35 +243,67 @@ async fn rolling_update_replaces_every_pod_and_records_a_second_revision() {
     let env = Env::start(&["statefulset"], true).await;
     env.namespace("sts4").await;
     let api: Api<StatefulSet> = Api::namespaced(env.client.clone(), "sts4");
-    api.create(&PostParams::default(), &stateful_set("web", 3, json!({}), "OrderedReady")).await.expect("create");
+    api.create(
+        &PostParams::default(),
+        &stateful_set("web", 3, json!({}), "OrderedReady"),
+    )
+    .await
+    .expect("create");
     let first = eventually("3 ready", || async {
-        api.get("web").await.ok()?.status.filter(|s| s.ready_replicas == Some(3) && s.current_revision.is_some())
+        api.get("web")
+            .await
+            .ok()?
+            .status
+            .filter(|s| s.ready_replicas == Some(3) && s.current_revision.is_some())
     })
     .await;
     let patch = json!({"spec": {"template": {"metadata": {"annotations": {"rev": "2"}}}}});
-    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("update template");
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("update template");
     let done = eventually("rolled out", || async {
         let s = api.get("web").await.ok()?.status?;
-        (s.update_revision != first.update_revision && s.current_revision == s.update_revision && s.updated_replicas == Some(3) && s.ready_replicas == Some(3))
-            .then_some(s)
+        (s.update_revision != first.update_revision
+            && s.current_revision == s.update_revision
+            && s.updated_replicas == Some(3)
+            && s.ready_replicas == Some(3))
+        .then_some(s)
     })
     .await;
     let pods = env.live_pods("sts4", "web").await;
     assert_eq!(names(&pods), set_of(&["web-0", "web-1", "web-2"]));
     for p in &pods {
-        assert_eq!(p.labels().get("controller-revision-hash"), done.update_revision.as_ref());
+        assert_eq!(
+            p.labels().get("controller-revision-hash"),
+            done.update_revision.as_ref()
+        );
         assert_eq!(p.annotations().get("rev").map(String::as_str), Some("2"));
     }
     let revs: Api<ControllerRevision> = Api::namespaced(env.client.clone(), "sts4");
-    let mut list = revs.list(&ListParams::default()).await.expect("revisions").items;
+    let mut list = revs
+        .list(&ListParams::default())
+        .await
+        .expect("revisions")
+        .items;
     list.sort_by_key(|r| r.revision);
-    assert_eq!(list.iter().map(|r| r.revision).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(
+        list.iter().map(|r| r.revision).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
     assert_eq!(Some(list[1].name_any()), done.update_revision);
-    let data = list[0].data.as_ref().map(|d| d.0.clone()).unwrap_or_default();
+    let data = list[0]
+        .data
+        .as_ref()
+        .map(|d| d.0.clone())
+        .unwrap_or_default();
     assert_eq!(data["spec"]["template"]["$patch"], "replace");
     // Replaced from the highest ordinal down.
     let deleted = notes(&env, "sts4", "SuccessfulDelete").await;
-    assert_eq!(deleted.first().map(String::as_str), Some("delete Pod web-2 in StatefulSet web successful"), "{deleted:?}");
+    assert_eq!(
+        deleted.first().map(String::as_str),
+        Some("delete Pod web-2 in StatefulSet web successful"),
+        "{deleted:?}"
+    );
     env.stop().await;
 }
 
@@ -180,17 +314,37 @@ async fn a_member_pods_identity_labels_are_restored() {
     let env = Env::start(&["statefulset"], true).await;
     env.namespace("sts9").await;
     let api: Api<StatefulSet> = Api::namespaced(env.client.clone(), "sts9");
-    api.create(&PostParams::default(), &stateful_set("db", 2, json!({}), "Parallel")).await.expect("create");
-    eventually("2 ready replicas", || async { api.get("db").await.ok()?.status.filter(|s| s.ready_replicas == Some(2)) }).await;
+    api.create(
+        &PostParams::default(),
+        &stateful_set("db", 2, json!({}), "Parallel"),
+    )
+    .await
+    .expect("create");
+    eventually("2 ready replicas", || async {
+        api.get("db")
+            .await
+            .ok()?
+            .status
+            .filter(|s| s.ready_replicas == Some(2))
+    })
+    .await;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), "sts9");
     let uid = pods.get("db-1").await.expect("db-1").uid();
     let patch = json!({"metadata": {"labels": {"statefulset.kubernetes.io/pod-name": null, "apps.kubernetes.io/pod-index": "7"}}});
-    pods.patch("db-1", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("relabel");
+    pods.patch("db-1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("relabel");
     let p = eventually("identity restored", || async {
         let p = pods.get("db-1").await.ok()?;
         let labels = p.labels();
-        (labels.get("statefulset.kubernetes.io/pod-name").map(String::as_str) == Some("db-1")
-            && labels.get("apps.kubernetes.io/pod-index").map(String::as_str) == Some("1"))
+        (labels
+            .get("statefulset.kubernetes.io/pod-name")
+            .map(String::as_str)
+            == Some("db-1")
+            && labels
+                .get("apps.kubernetes.io/pod-index")
+                .map(String::as_str)
+                == Some("1"))
         .then_some(p)
     })
     .await;

@@ -83,7 +83,9 @@ pub struct AgentHandle {
 
 impl std::fmt::Debug for AgentHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentHandle").field("healthz_addr", &self.healthz_addr).finish_non_exhaustive()
+        f.debug_struct("AgentHandle")
+            .field("healthz_addr", &self.healthz_addr)
+            .finish_non_exhaustive()
     }
 }
 
@@ -122,21 +124,38 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
     metrics.register(&mut registry);
     let (tx, rx) = mpsc::channel(PLEG_CHANNEL_CAPACITY);
     let api: Arc<dyn crate::cri::RuntimeApi> = Arc::new(cri.clone());
-    let generic = GenericPleg::new(Arc::clone(&api), Arc::clone(&cache), tx.clone(), metrics.clone());
+    let generic = GenericPleg::new(
+        Arc::clone(&api),
+        Arc::clone(&cache),
+        tx.clone(),
+        metrics.clone(),
+    );
     let mut tasks = Vec::new();
-    let (evented, health): (Option<Arc<EventedPleg>>, HealthCheck) = if config.feature_gates.enabled(EVENTED_PLEG) {
-        let evented = EventedPleg::new(api, Arc::clone(&cache), tx, metrics.clone(), Arc::clone(&generic));
-        tasks.push(tokio::spawn(Arc::clone(&evented).run(sd.clone())));
-        let e = Arc::clone(&evented);
-        (Some(evented), Arc::new(move || e.healthy()))
-    } else {
-        tasks.push(tokio::spawn(Arc::clone(&generic).run(sd.clone())));
-        let g = Arc::clone(&generic);
-        (None, Arc::new(move || g.healthy()))
-    };
+    let (evented, health): (Option<Arc<EventedPleg>>, HealthCheck) =
+        if config.feature_gates.enabled(EVENTED_PLEG) {
+            let evented = EventedPleg::new(
+                api,
+                Arc::clone(&cache),
+                tx,
+                metrics.clone(),
+                Arc::clone(&generic),
+            );
+            tasks.push(tokio::spawn(Arc::clone(&evented).run(sd.clone())));
+            let e = Arc::clone(&evented);
+            (Some(evented), Arc::new(move || e.healthy()))
+        } else {
+            tasks.push(tokio::spawn(Arc::clone(&generic).run(sd.clone())));
+            let g = Arc::clone(&generic);
+            (None, Arc::new(move || g.healthy()))
+        };
     let registry = Arc::new(registry);
-    let (healthz_addr, healthz_task) =
-        healthz::serve(config.healthz_addr, Arc::clone(&health), Arc::clone(&registry), sd.clone()).await?;
+    let (healthz_addr, healthz_task) = healthz::serve(
+        config.healthz_addr,
+        Arc::clone(&health),
+        Arc::clone(&registry),
+        sd.clone(),
+    )
+    .await?;
     let pods = PodStore::default();
     tasks.push(healthz_task);
     let deps = crate::kubelet_api::ServeDeps {
@@ -144,12 +163,18 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
         health: Arc::clone(&health),
         client: client.clone(),
         node_name: config.node_name.clone(),
-        cert_names: vec![config.node_name.clone(), config.node_ip.clone(), "localhost".into(), "127.0.0.1".into()],
+        cert_names: vec![
+            config.node_name.clone(),
+            config.node_ip.clone(),
+            "localhost".into(),
+            "127.0.0.1".into(),
+        ],
         cert_dir: config.root_dir.join("pki"),
         pods: pods.clone(),
         registry,
     };
-    let (kubelet_addr, kubelet_task) = crate::kubelet_api::serve(&config.kubelet, deps, sd.clone()).await?;
+    let (kubelet_addr, kubelet_task) =
+        crate::kubelet_api::serve(&config.kubelet, deps, sd.clone()).await?;
     tasks.push(kubelet_task);
     let info = NodeInfo {
         name: config.node_name.clone(),
@@ -159,7 +184,13 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
     };
     let node = node_status::register(&client, &info).await?;
     node_status::renew_lease(&client, &node).await?;
-    tasks.push(tokio::spawn(node_status::heartbeat(client.clone(), info, Some(node), health, sd.clone())));
+    tasks.push(tokio::spawn(node_status::heartbeat(
+        client.clone(),
+        info,
+        Some(node),
+        health,
+        sd.clone(),
+    )));
     let env = Arc::new(WorkerEnv {
         cri,
         pleg: Arc::clone(&generic),
@@ -180,5 +211,14 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
         resync: config.resync,
     });
     tasks.push(tokio::spawn(PodManager::new(env, pods).run(rx, sd)));
-    Ok(AgentHandle { trigger, tasks, healthz_addr, kubelet_addr, metrics, cache, evented, generic })
+    Ok(AgentHandle {
+        trigger,
+        tasks,
+        healthz_addr,
+        kubelet_addr,
+        metrics,
+        cache,
+        evented,
+        generic,
+    })
 }

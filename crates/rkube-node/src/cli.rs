@@ -16,7 +16,10 @@ pub struct NodeArgs {
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: PathBuf,
     /// CRI endpoint of the container runtime.
-    #[arg(long = "container-runtime-endpoint", default_value = "unix:///run/rkube/cri.sock")]
+    #[arg(
+        long = "container-runtime-endpoint",
+        default_value = "unix:///run/rkube/cri.sock"
+    )]
     pub container_runtime_endpoint: String,
     /// Node name (default: the host name).
     #[arg(long = "hostname-override")]
@@ -125,23 +128,41 @@ mod tests {
     #[test]
     fn root_dir_sets_where_pod_volumes_live() {
         let parse = |extra: &[&str]| {
-            let argv = ["node", "--kubeconfig", "k"].iter().chain(extra.iter()).copied();
+            let argv = ["node", "--kubeconfig", "k"]
+                .iter()
+                .chain(extra.iter())
+                .copied();
             node_config(Node::try_parse_from(argv).expect("flags parse").args).expect("config")
         };
-        assert_eq!(parse(&[]).root_dir, std::path::PathBuf::from("/var/lib/kubelet"), "kubelet's default");
-        assert_eq!(parse(&["--root-dir", "/tmp/kubelet"]).root_dir, std::path::PathBuf::from("/tmp/kubelet"));
+        assert_eq!(
+            parse(&[]).root_dir,
+            std::path::PathBuf::from("/var/lib/kubelet"),
+            "kubelet's default"
+        );
+        assert_eq!(
+            parse(&["--root-dir", "/tmp/kubelet"]).root_dir,
+            std::path::PathBuf::from("/tmp/kubelet")
+        );
     }
 
     #[test]
     fn kubelet_api_flags_keep_kubelet_names() {
         let parse = |extra: &[&str]| {
-            let argv = ["node", "--kubeconfig", "k"].iter().chain(extra.iter()).copied();
-            node_config(Node::try_parse_from(argv).expect("flags parse").args).expect("config").kubelet
+            let argv = ["node", "--kubeconfig", "k"]
+                .iter()
+                .chain(extra.iter())
+                .copied();
+            node_config(Node::try_parse_from(argv).expect("flags parse").args)
+                .expect("config")
+                .kubelet
         };
         let d = parse(&[]);
         assert_eq!(d.addr, SocketAddr::from(([0, 0, 0, 0], 10250)));
         assert!(!d.anonymous_auth);
-        assert_eq!(d.authorization_mode, crate::kubelet_api::auth::AuthorizationMode::Webhook);
+        assert_eq!(
+            d.authorization_mode,
+            crate::kubelet_api::auth::AuthorizationMode::Webhook
+        );
         let k = parse(&[
             "--address=127.0.0.1",
             "--port=0",
@@ -152,10 +173,19 @@ mod tests {
             "--authorization-mode=AlwaysAllow",
         ]);
         assert_eq!(k.addr, SocketAddr::from(([127, 0, 0, 1], 0)));
-        assert_eq!(k.tls_cert_file.as_deref(), Some(std::path::Path::new("c.crt")));
-        assert_eq!(k.client_ca_file.as_deref(), Some(std::path::Path::new("ca.crt")));
+        assert_eq!(
+            k.tls_cert_file.as_deref(),
+            Some(std::path::Path::new("c.crt"))
+        );
+        assert_eq!(
+            k.client_ca_file.as_deref(),
+            Some(std::path::Path::new("ca.crt"))
+        );
         assert!(k.anonymous_auth);
-        assert_eq!(k.authorization_mode, crate::kubelet_api::auth::AuthorizationMode::AlwaysAllow);
+        assert_eq!(
+            k.authorization_mode,
+            crate::kubelet_api::auth::AuthorizationMode::AlwaysAllow
+        );
         assert!(!parse(&["--anonymous-auth=false"]).anonymous_auth);
     }
 }

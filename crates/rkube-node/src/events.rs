@@ -40,7 +40,10 @@ pub struct PodEvents {
 impl PodEvents {
     /// Events reported by `kubelet` on `node`.
     pub fn new(client: kube::Client, node: impl Into<String>) -> Self {
-        PodEvents { client, node: node.into() }
+        PodEvents {
+            client,
+            node: node.into(),
+        }
     }
 
     /// The reference to `pod`, or to its container `container`
@@ -67,11 +70,30 @@ impl PodEvents {
     /// Each note is its own event: kube-runtime's recorder would fold
     /// events of one reason and object into a series whatever their note,
     /// while upstream's correlator keys on the message too.
-    pub async fn publish(&self, regarding: &ObjectReference, warning: bool, reason: &str, note: String) {
-        let reporter = Reporter { controller: "kubelet".into(), instance: Some(self.node.clone()) };
+    pub async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let reporter = Reporter {
+            controller: "kubelet".into(),
+            instance: Some(self.node.clone()),
+        };
         let recorder = Recorder::new(self.client.clone(), reporter);
-        let type_ = if warning { EventType::Warning } else { EventType::Normal };
-        let ev = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
+        let type_ = if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
         if let Err(err) = recorder.publish(&ev, regarding).await {
             tracing::debug!(reason, %err, "could not record an event");
         }

@@ -45,7 +45,13 @@ pub fn default_node_name() -> String {
         .trim()
         .to_ascii_lowercase()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     let name = name.trim_matches(|c| c == '-' || c == '.').to_string();
     if name.is_empty() {
@@ -58,7 +64,11 @@ pub fn default_node_name() -> String {
 /// A kube client from a kubeconfig file.
 pub async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
     Ok(kube::Client::try_from(config)?)
 }
 
@@ -68,15 +78,29 @@ pub async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client>
 ///
 /// # Errors
 /// The CA cannot be read or the files cannot be written.
-pub fn sign_serving_cert(data_dir: &Path, dir: &Path, node: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
+pub fn sign_serving_cert(
+    data_dir: &Path,
+    dir: &Path,
+    node: &str,
+) -> anyhow::Result<(PathBuf, PathBuf)> {
     let ca_pem = std::fs::read_to_string(data_dir.join("pki").join("ca.crt"))?;
-    let ca_key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(data_dir.join("pki").join("ca.key"))?)?;
+    let ca_key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(
+        data_dir.join("pki").join("ca.key"),
+    )?)?;
     let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, &ca_key)?;
     let key = rcgen::KeyPair::generate()?;
-    let mut params = rcgen::CertificateParams::new(vec![node.to_string(), "localhost".into(), "127.0.0.1".into()])?;
+    let mut params = rcgen::CertificateParams::new(vec![
+        node.to_string(),
+        "localhost".into(),
+        "127.0.0.1".into(),
+    ])?;
     params.distinguished_name = rcgen::DistinguishedName::new();
-    params.distinguished_name.push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     params.use_authority_key_identifier_extension = true;
     let now = time::OffsetDateTime::now_utc();
@@ -84,7 +108,10 @@ pub fn sign_serving_cert(data_dir: &Path, dir: &Path, node: &str) -> anyhow::Res
     params.not_after = now + time::Duration::days(365);
     let cert = params.signed_by(&key, &issuer)?;
     std::fs::create_dir_all(dir)?;
-    let (cert_path, key_path) = (dir.join("kubelet-server.crt"), dir.join("kubelet-server.key"));
+    let (cert_path, key_path) = (
+        dir.join("kubelet-server.crt"),
+        dir.join("kubelet-server.key"),
+    );
     std::fs::write(&cert_path, cert.pem())?;
     crate::kubelet_api::tls::write_private(&key_path, &key.serialize_pem())?;
     Ok((cert_path, key_path))
@@ -99,7 +126,10 @@ pub fn sign_serving_cert(data_dir: &Path, dir: &Path, node: &str) -> anyhow::Res
 /// trusts that CA for client certificates (the API server's kubelet client certificate),
 /// refuses anonymous requests and authorizes by SubjectAccessReview; otherwise (`rkube up
 /// --insecure`) it serves a self-signed certificate and allows everyone, as the API server does.
-pub async fn run_local_node(kubeconfig_path: impl AsRef<Path>, data_dir: impl AsRef<Path>) -> anyhow::Result<NodeHandle> {
+pub async fn run_local_node(
+    kubeconfig_path: impl AsRef<Path>,
+    data_dir: impl AsRef<Path>,
+) -> anyhow::Result<NodeHandle> {
     let root: PathBuf = data_dir.as_ref().join("node");
     std::fs::create_dir_all(&root)?;
     let runtime_config = rkube_runtime::RuntimeConfig::new(root.join("runtime"));
@@ -121,13 +151,15 @@ pub async fn run_local_node(kubeconfig_path: impl AsRef<Path>, data_dir: impl As
         .any(|s| s.starts_with("https://"));
     let ca = data_dir.as_ref().join("pki").join("ca.crt");
     if https && ca.exists() && data_dir.as_ref().join("pki").join("ca.key").exists() {
-        let (cert, key) = sign_serving_cert(data_dir.as_ref(), &config.root_dir.join("pki"), &node_name)?;
+        let (cert, key) =
+            sign_serving_cert(data_dir.as_ref(), &config.root_dir.join("pki"), &node_name)?;
         config.kubelet.tls_cert_file = Some(cert);
         config.kubelet.tls_private_key_file = Some(key);
         config.kubelet.client_ca_file = Some(ca);
     } else {
         config.kubelet.anonymous_auth = true;
-        config.kubelet.authorization_mode = crate::kubelet_api::auth::AuthorizationMode::AlwaysAllow;
+        config.kubelet.authorization_mode =
+            crate::kubelet_api::auth::AuthorizationMode::AlwaysAllow;
     }
     let agent = match agent::start(config, client.clone()).await {
         Ok(a) => a,
@@ -136,5 +168,9 @@ pub async fn run_local_node(kubeconfig_path: impl AsRef<Path>, data_dir: impl As
             return Err(err);
         }
     };
-    Ok(NodeHandle { runtime, agent, node_name })
+    Ok(NodeHandle {
+        runtime,
+        agent,
+        node_name,
+    })
 }

@@ -71,23 +71,40 @@ fn main_status(p: &Pod) -> k8s_openapi::api::core::v1::ContainerStatus {
 /// Containers of the pod `uid` that containerd still has.
 async fn containers_of(cri: &CriClient, uid: &str) -> usize {
     let all = cri.list_containers().await.expect("ListContainers");
-    all.iter().filter(|c| c.labels.get(LABEL_POD_UID).map(String::as_str) == Some(uid)).count()
+    all.iter()
+        .filter(|c| c.labels.get(LABEL_POD_UID).map(String::as_str) == Some(uid))
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status() {
-    let Some(busybox) = containerd_support::prerequisites() else { return };
+    let Some(busybox) = containerd_support::prerequisites() else {
+        return;
+    };
     let started = Instant::now();
     let dir = tempfile::tempdir().expect("tempdir");
 
     // Private containerd + the local image under both names.
-    let mut containerd = Containerd::start(&dir.path().join("ctrd"), PAUSE_IMAGE).await.expect("start containerd");
+    let mut containerd = Containerd::start(&dir.path().join("ctrd"), PAUSE_IMAGE)
+        .await
+        .expect("start containerd");
     let tarball = dir.path().join("image.tar");
-    containerd_support::oci::write_busybox_image(&busybox, &[PAUSE_IMAGE, IMAGE], &tarball).expect("build OCI image");
+    containerd_support::oci::write_busybox_image(&busybox, &[PAUSE_IMAGE, IMAGE], &tarball)
+        .expect("build OCI image");
     containerd.import(&tarball).await.expect("import image");
-    let images = containerd.ctr(&["images", "ls", "-q"]).await.expect("ctr images ls");
-    assert!(images.lines().any(|l| l == IMAGE) && images.lines().any(|l| l == PAUSE_IMAGE), "images: {images}");
-    eprintln!("containerd up with snapshotter {} and image imported after {:?}", containerd.snapshotter, started.elapsed());
+    let images = containerd
+        .ctr(&["images", "ls", "-q"])
+        .await
+        .expect("ctr images ls");
+    assert!(
+        images.lines().any(|l| l == IMAGE) && images.lines().any(|l| l == PAUSE_IMAGE),
+        "images: {images}"
+    );
+    eprintln!(
+        "containerd up with snapshotter {} and image imported after {:?}",
+        containerd.snapshotter,
+        started.elapsed()
+    );
 
     // API server and the node agent, configured by `rkube node` flags.
     let (api, client) = common::apiserver(dir.path()).await;
@@ -107,13 +124,24 @@ async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status(
         logs.to_str().expect("utf-8"),
     ]);
     let config = rkube_node::cli::node_config(flags.args).expect("node config");
-    let agent = rkube_node::agent::start(config, client.clone()).await.expect("node agent on containerd");
+    let agent = rkube_node::agent::start(config, client.clone())
+        .await
+        .expect("node agent on containerd");
 
     // The Node reports containerd as its runtime.
     let nodes: Api<Node> = Api::all(client.clone());
     let node = nodes.get(NODE).await.expect("node registered");
-    let info = node.status.as_ref().and_then(|s| s.node_info.as_ref()).expect("nodeInfo");
-    assert!(info.container_runtime_version.starts_with("containerd://1.6"), "runtime {}", info.container_runtime_version);
+    let info = node
+        .status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .expect("nodeInfo");
+    assert!(
+        info.container_runtime_version
+            .starts_with("containerd://1.6"),
+        "runtime {}",
+        info.container_runtime_version
+    );
     let host_ip = node
         .status
         .as_ref()
@@ -126,67 +154,140 @@ async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status(
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let created = Instant::now();
     let pp = PostParams::default();
-    pods.create(&pp, &host_network_pod("sleeper", "Always", &["sleep", "3600"])).await.expect("create sleeper");
-    let ok_pod = host_network_pod("ok", "Never", &["sh", "-c", "echo hello from containerd; sleep 1; exit 0"]);
+    pods.create(
+        &pp,
+        &host_network_pod("sleeper", "Always", &["sleep", "3600"]),
+    )
+    .await
+    .expect("create sleeper");
+    let ok_pod = host_network_pod(
+        "ok",
+        "Never",
+        &["sh", "-c", "echo hello from containerd; sleep 1; exit 0"],
+    );
     pods.create(&pp, &ok_pod).await.expect("create ok");
-    pods.create(&pp, &host_network_pod("bad", "Never", &["sh", "-c", "sleep 1; exit 3"])).await.expect("create bad");
+    pods.create(
+        &pp,
+        &host_network_pod("bad", "Never", &["sh", "-c", "sleep 1; exit 3"]),
+    )
+    .await
+    .expect("create bad");
 
     let running = wait_phase(&pods, "sleeper", "Running", Duration::from_secs(30)).await;
     let to_running = created.elapsed();
     let st = main_status(&running);
-    assert!(st.state.as_ref().and_then(|s| s.running.as_ref()).is_some(), "sleeper state {:?}", st.state);
+    assert!(
+        st.state.as_ref().and_then(|s| s.running.as_ref()).is_some(),
+        "sleeper state {:?}",
+        st.state
+    );
     assert!(st.ready, "sleeper ready");
-    assert!(st.container_id.as_deref().is_some_and(|id| id.starts_with("containerd://")), "containerID {:?}", st.container_id);
+    assert!(
+        st.container_id
+            .as_deref()
+            .is_some_and(|id| id.starts_with("containerd://")),
+        "containerID {:?}",
+        st.container_id
+    );
     assert!(!st.image_id.is_empty(), "imageID from containerd");
     let status = running.status.as_ref().expect("status");
     assert_eq!(status.host_ip.as_deref(), Some(host_ip.as_str()));
-    assert_eq!(status.pod_ip.as_deref(), Some(host_ip.as_str()), "a host-network pod has the node's IP");
+    assert_eq!(
+        status.pod_ip.as_deref(),
+        Some(host_ip.as_str()),
+        "a host-network pod has the node's IP"
+    );
 
     let ok = wait_phase(&pods, "ok", "Succeeded", Duration::from_secs(30)).await;
-    let t = main_status(&ok).state.and_then(|s| s.terminated).expect("ok terminated");
+    let t = main_status(&ok)
+        .state
+        .and_then(|s| s.terminated)
+        .expect("ok terminated");
     assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
     // containerd wrote the container's output in CRI log format where the agent asked.
     let ok_uid = ok.metadata.uid.clone().expect("uid");
-    let log_path = logs.join(format!("default_ok_{ok_uid}")).join("main").join("0.log");
-    let log = std::fs::read_to_string(&log_path).unwrap_or_else(|e| panic!("{}: {e}", log_path.display()));
-    assert!(log.contains(" stdout F hello from containerd"), "log {log:?}");
+    let log_path = logs
+        .join(format!("default_ok_{ok_uid}"))
+        .join("main")
+        .join("0.log");
+    let log = std::fs::read_to_string(&log_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", log_path.display()));
+    assert!(
+        log.contains(" stdout F hello from containerd"),
+        "log {log:?}"
+    );
     let bad = wait_phase(&pods, "bad", "Failed", Duration::from_secs(30)).await;
-    let t = main_status(&bad).state.and_then(|s| s.terminated).expect("bad terminated");
+    let t = main_status(&bad)
+        .state
+        .and_then(|s| s.terminated)
+        .expect("bad terminated");
     assert_eq!((t.exit_code, t.reason.as_deref()), (3, Some("Error")));
     let to_terminal = created.elapsed();
 
     // PLEG: containerd 1.6 has no GetContainerEvents, so the evented PLEG gave up for good and
     // the generic PLEG relists every second; every status came from relists/inspections.
-    let evented = agent.evented.as_ref().expect("EventedPLEG is on by default");
+    let evented = agent
+        .evented
+        .as_ref()
+        .expect("EventedPLEG is on by default");
     assert_eq!(*evented.connection().borrow(), ConnectionState::Relisting);
     assert!(!evented.in_use());
     assert_eq!(agent.generic.relist_duration(), GENERIC_RELIST);
     let m = &agent.metrics;
     assert_eq!(m.connection_successes.get(), 0);
-    assert_eq!(m.connection_errors.get(), 1, "one UNIMPLEMENTED answer, no retries");
+    assert_eq!(
+        m.connection_errors.get(),
+        1,
+        "one UNIMPLEMENTED answer, no retries"
+    );
     assert_eq!(m.cache_updates_by(CacheSource::Event), 0);
-    assert!(m.cache_updates_by(CacheSource::Relist) > 0, "relists wrote the cache");
-    assert_eq!(m.missed_events.get(), 0, "missed events only count while a stream is up");
+    assert!(
+        m.cache_updates_by(CacheSource::Relist) > 0,
+        "relists wrote the cache"
+    );
+    assert_eq!(
+        m.missed_events.get(),
+        0,
+        "missed events only count while a stream is up"
+    );
     let (code, body) = http_get(agent.healthz_addr, "/healthz").await;
     assert_eq!((code, body.as_str()), (200, "ok"));
     let (_, metrics) = http_get(agent.healthz_addr, "/metrics").await;
-    for line in ["kubelet_evented_pleg_connection_error_count 1", "kubelet_evented_pleg_connection_success_count 0"] {
+    for line in [
+        "kubelet_evented_pleg_connection_error_count 1",
+        "kubelet_evented_pleg_connection_success_count 0",
+    ] {
         assert!(metrics.contains(line), "{line} missing from /metrics");
     }
 
     // Deleting the running pod stops its container in containerd and removes the object.
     let cri = CriClient::connect_lazy(&endpoint).expect("CRI client");
     let uid = running.metadata.uid.clone().expect("uid");
-    assert_eq!(containers_of(&cri, &uid).await, 1, "exactly one container for the sleeper (no duplicate)");
-    pods.delete("sleeper", &DeleteParams::default()).await.expect("delete sleeper");
+    assert_eq!(
+        containers_of(&cri, &uid).await,
+        1,
+        "exactly one container for the sleeper (no duplicate)"
+    );
+    pods.delete("sleeper", &DeleteParams::default())
+        .await
+        .expect("delete sleeper");
     let deadline = Instant::now() + Duration::from_secs(20);
     while pods.get_opt("sleeper").await.expect("get").is_some() {
         assert!(Instant::now() < deadline, "sleeper not removed");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(containers_of(&cri, &uid).await, 0, "sleeper's container removed from containerd");
+    assert_eq!(
+        containers_of(&cri, &uid).await,
+        0,
+        "sleeper's container removed from containerd"
+    );
     let sandboxes = cri.list_pod_sandbox().await.expect("ListPodSandbox");
-    assert!(!sandboxes.iter().any(|s| s.metadata.as_ref().is_some_and(|m| m.uid == uid)), "sleeper's sandbox removed");
+    assert!(
+        !sandboxes
+            .iter()
+            .any(|s| s.metadata.as_ref().is_some_and(|m| m.uid == uid)),
+        "sleeper's sandbox removed"
+    );
 
     eprintln!(
         "containerd figures: pod created → Running {:?}; all three pods final after {:?}; whole test {:?}",
@@ -220,12 +321,24 @@ fn host_network_pods_get_node_namespaces_no_hostname_and_the_node_ip() {
     pod.metadata.uid = Some("u1".into());
     let sandbox = sandbox_config(&pod, 0, std::path::Path::new("/logs"));
     assert_eq!(sandbox.hostname, "");
-    let ns = sandbox.linux.and_then(|l| l.security_context).and_then(|s| s.namespace_options).expect("sandbox namespaces");
-    let (node, own, shared) = (NamespaceMode::Node as i32, NamespaceMode::Container as i32, NamespaceMode::Pod as i32);
+    let ns = sandbox
+        .linux
+        .and_then(|l| l.security_context)
+        .and_then(|s| s.namespace_options)
+        .expect("sandbox namespaces");
+    let (node, own, shared) = (
+        NamespaceMode::Node as i32,
+        NamespaceMode::Container as i32,
+        NamespaceMode::Pod as i32,
+    );
     assert_eq!((ns.network, ns.pid, ns.ipc), (node, own, shared));
     let container = &pod.spec.as_ref().expect("spec").containers[0];
     let config = container_config(&pod, container, 0, &[]);
-    let ns = config.linux.and_then(|l| l.security_context).and_then(|s| s.namespace_options).expect("container namespaces");
+    let ns = config
+        .linux
+        .and_then(|l| l.security_context)
+        .and_then(|s| s.namespace_options)
+        .expect("container namespaces");
     assert_eq!(ns.network, node);
 
     let backing_off = Default::default();
@@ -248,6 +361,12 @@ fn host_network_pods_get_node_namespaces_no_hostname_and_the_node_ip() {
     if let Some(spec) = pod_net.spec.as_mut() {
         spec.host_network = Some(false);
     }
-    assert_eq!(sandbox_config(&pod_net, 0, std::path::Path::new("/logs")).hostname, "hn");
-    assert_eq!(api_pod_status(&pod_net, &rkube_node::pleg::PodStatus::empty("u1"), &ctx).pod_ip, None);
+    assert_eq!(
+        sandbox_config(&pod_net, 0, std::path::Path::new("/logs")).hostname,
+        "hn"
+    );
+    assert_eq!(
+        api_pod_status(&pod_net, &rkube_node::pleg::PodStatus::empty("u1"), &ctx).pod_ip,
+        None
+    );
 }

@@ -15,20 +15,36 @@ use serde_json::json;
 use tokio::io::AsyncReadExt as _;
 
 /// Runs `command` in `pod` and returns (stdout, stderr, the error channel's Status).
-async fn exec(pods: &Api<Pod>, pod: &str, command: &[&str]) -> (String, String, Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>) {
+async fn exec(
+    pods: &Api<Pod>,
+    pod: &str,
+    command: &[&str],
+) -> (
+    String,
+    String,
+    Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>,
+) {
     let params = AttachParams::default().stdout(true).stderr(true);
-    let mut attached = pods.exec(pod, command.iter().copied(), &params).await.expect("exec");
+    let mut attached = pods
+        .exec(pod, command.iter().copied(), &params)
+        .await
+        .expect("exec");
     let (mut out, mut err) = (String::new(), String::new());
     let mut stdout = attached.stdout().expect("stdout");
     let mut stderr = attached.stderr().expect("stderr");
     let status = attached.take_status().expect("status");
     let read = async {
-        let (a, b) = tokio::join!(stdout.read_to_string(&mut out), stderr.read_to_string(&mut err));
+        let (a, b) = tokio::join!(
+            stdout.read_to_string(&mut out),
+            stderr.read_to_string(&mut err)
+        );
         a.expect("stdout");
         b.expect("stderr");
         status.await
     };
-    let status = tokio::time::timeout(Duration::from_secs(20), read).await.expect("exec ends");
+    let status = tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("exec ends");
     (out, err, status)
 }
 
@@ -36,8 +52,12 @@ async fn exec(pods: &Api<Pod>, pod: &str, command: &[&str]) -> (String, String, 
 async fn kube_rs_execs_in_a_pod_and_reads_the_exit_status() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (api, client) = apiserver(dir.path()).await;
-    let node = rkube_node::run_local_node(&api.kubeconfig, dir.path().join("api")).await.expect("local node");
-    let scheduler = rkube_scheduler::cli::start(client.clone(), Default::default()).await.expect("scheduler");
+    let node = rkube_node::run_local_node(&api.kubeconfig, dir.path().join("api"))
+        .await
+        .expect("local node");
+    let scheduler = rkube_scheduler::cli::start(client.clone(), Default::default())
+        .await
+        .expect("scheduler");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1",
@@ -46,20 +66,33 @@ async fn kube_rs_execs_in_a_pod_and_reads_the_exit_status() {
         "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}]}
     }))
     .expect("pod");
-    pods.create(&PostParams::default(), &pod).await.expect("create");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create");
     phases_until(&pods, "shell", "Running", Duration::from_secs(20)).await;
 
-    let (out, err, status) = exec(&pods, "shell", &["sh", "-c", "echo to-out; echo to-err >&2"]).await;
+    let (out, err, status) = exec(
+        &pods,
+        "shell",
+        &["sh", "-c", "echo to-out; echo to-err >&2"],
+    )
+    .await;
     assert_eq!((out.as_str(), err.as_str()), ("to-out\n", "to-err\n"));
     assert_eq!(status.and_then(|s| s.status).as_deref(), Some("Success"));
 
     let (out, _, status) = exec(&pods, "shell", &["sh", "-c", "echo before; exit 5"]).await;
     assert_eq!(out, "before\n");
     let status = status.expect("a failure status");
-    assert_eq!((status.status.as_deref(), status.reason.as_deref()), (Some("Failure"), Some("NonZeroExitCode")));
+    assert_eq!(
+        (status.status.as_deref(), status.reason.as_deref()),
+        (Some("Failure"), Some("NonZeroExitCode"))
+    );
     let causes = status.details.and_then(|d| d.causes).unwrap_or_default();
     assert_eq!(causes.len(), 1, "{causes:?}");
-    assert_eq!((causes[0].reason.as_deref(), causes[0].message.as_deref()), (Some("ExitCode"), Some("5")));
+    assert_eq!(
+        (causes[0].reason.as_deref(), causes[0].message.as_deref()),
+        (Some("ExitCode"), Some("5"))
+    );
 
     scheduler.shutdown().await.expect("scheduler stops");
     node.shutdown().await;

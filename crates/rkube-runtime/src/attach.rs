@@ -39,12 +39,21 @@ impl AttachIo {
     pub fn new(stdin: Option<ChildStdin>, stdin_once: bool) -> Self {
         let (output, _) = broadcast::channel(OUTPUT_BUFFER);
         let stdin_closed = AtomicBool::new(stdin.is_none());
-        Self { output, stdin: Mutex::new(stdin), stdin_once, stdin_closed }
+        Self {
+            output,
+            stdin: Mutex::new(stdin),
+            stdin_once,
+            stdin_closed,
+        }
     }
 
     /// A reader of `inner` that also broadcasts what it reads on `channel`.
     pub fn tee<R>(&self, inner: R, channel: u8) -> Tee<R> {
-        Tee { inner, channel, tx: self.output.clone() }
+        Tee {
+            inner,
+            channel,
+            tx: self.output.clone(),
+        }
     }
 
     /// Output written from now on.
@@ -70,7 +79,10 @@ impl AttachIo {
         let mut stdin = self.stdin.lock().await;
         match stdin.as_mut() {
             Some(pipe) => pipe.write_all(data).await,
-            None => Err(io::Error::new(io::ErrorKind::BrokenPipe, "the container's stdin is closed")),
+            None => Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the container's stdin is closed",
+            )),
         }
     }
 
@@ -90,7 +102,11 @@ pub struct Tee<R> {
 }
 
 impl<R: AsyncRead + Unpin> AsyncRead for Tee<R> {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let res = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -120,6 +136,9 @@ mod tests {
         assert_eq!(out, "hello");
         assert_eq!(rx.recv().await.expect("chunk"), (2, b"hello".to_vec()));
         assert!(!hub.has_stdin());
-        assert_eq!(hub.write_stdin(b"x").await.expect_err("no stdin").kind(), io::ErrorKind::BrokenPipe);
+        assert_eq!(
+            hub.write_stdin(b"x").await.expect_err("no stdin").kind(),
+            io::ErrorKind::BrokenPipe
+        );
     }
 }

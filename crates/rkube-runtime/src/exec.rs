@@ -58,7 +58,9 @@ impl Pty {
         loop {
             let mut guard = self.master.readable().await?;
             // SAFETY: read(2) into a buffer we own, of its length.
-            let res = guard.try_io(|fd| cvt(unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) }));
+            let res = guard.try_io(|fd| {
+                cvt(unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) })
+            });
             match res {
                 Ok(Ok(n)) => return Ok(n),
                 Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
@@ -76,7 +78,9 @@ impl Pty {
         while !data.is_empty() {
             let mut guard = self.master.writable().await?;
             // SAFETY: write(2) from a buffer we own, of its length.
-            let res = guard.try_io(|fd| cvt(unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) }));
+            let res = guard.try_io(|fd| {
+                cvt(unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) })
+            });
             match res {
                 Ok(Ok(n)) => data = &data[n..],
                 Ok(Err(e)) => return Err(e),
@@ -91,9 +95,15 @@ impl Pty {
     /// # Errors
     /// The ioctl failed.
     pub fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
-        let ws = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        let ws = libc::winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
         // SAFETY: TIOCSWINSZ reads one winsize from the pointer.
-        cvt(unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) as isize }).map(|_| ())
+        cvt(unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) as isize })
+            .map(|_| ())
     }
 }
 
@@ -112,9 +122,22 @@ pub struct Spawned {
 
 fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
     let (mut master, mut slave): (RawFd, RawFd) = (-1, -1);
-    let ws = libc::winsize { ws_row: 24, ws_col: 80, ws_xpixel: 0, ws_ypixel: 0 };
+    let ws = libc::winsize {
+        ws_row: 24,
+        ws_col: 80,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
     // SAFETY: openpty writes two fds; name and termios pointers may be null.
-    let rc = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &ws) };
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &ws,
+        )
+    };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -140,7 +163,9 @@ fn container_mount_ns(pid: i32) -> Option<OwnedFd> {
     if theirs == ours {
         return None;
     }
-    std::fs::File::open(format!("/proc/{pid}/ns/mnt")).ok().map(OwnedFd::from)
+    std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+        .ok()
+        .map(OwnedFd::from)
 }
 
 /// Starts `argv` in `target`'s context with the streams asked for (see the module docs);
@@ -149,9 +174,16 @@ fn container_mount_ns(pid: i32) -> Option<OwnedFd> {
 /// # Errors
 /// [`ProcessError::NoCommand`] for an empty `argv`; [`ProcessError::Spawn`] when the terminal
 /// cannot be made or the program not started.
-pub fn spawn(target: &ExecTarget, argv: &[String], streams: ExecStreams) -> Result<Spawned, ProcessError> {
+pub fn spawn(
+    target: &ExecTarget,
+    argv: &[String],
+    streams: ExecStreams,
+) -> Result<Spawned, ProcessError> {
     let program = argv.first().ok_or(ProcessError::NoCommand)?;
-    let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
+    let spawn_err = |source| ProcessError::Spawn {
+        program: program.clone(),
+        source,
+    };
     let mut cmd = Command::new(program);
     cmd.args(&argv[1..])
         .env_clear()
@@ -162,26 +194,40 @@ pub fn spawn(target: &ExecTarget, argv: &[String], streams: ExecStreams) -> Resu
     if streams.tty {
         let (master, slave) = open_pty().map_err(spawn_err)?;
         let dup = |fd: &OwnedFd| fd.try_clone().map(Stdio::from).map_err(spawn_err);
-        cmd.stdin(dup(&slave)?).stdout(dup(&slave)?).stderr(dup(&slave)?);
+        cmd.stdin(dup(&slave)?)
+            .stdout(dup(&slave)?)
+            .stderr(dup(&slave)?);
         slave_fd = slave.as_raw_fd();
         pty = Some((master, slave));
     } else {
         let pick = |on: bool| if on { Stdio::piped() } else { Stdio::null() };
-        cmd.stdin(pick(streams.stdin)).stdout(pick(streams.stdout)).stderr(pick(streams.stderr));
+        cmd.stdin(pick(streams.stdin))
+            .stdout(pick(streams.stdout))
+            .stderr(pick(streams.stderr));
     }
     let mount_ns = container_mount_ns(target.pid);
     let ns_fd = mount_ns.as_ref().map_or(-1, AsRawFd::as_raw_fd);
     let workdir = if target.working_dir.is_empty() {
         None
     } else {
-        Some(std::ffi::CString::new(target.working_dir.as_str()).map_err(|e| spawn_err(io::Error::other(e)))?)
+        Some(
+            std::ffi::CString::new(target.working_dir.as_str())
+                .map_err(|e| spawn_err(io::Error::other(e)))?,
+        )
     };
     let (tty, pgid) = (streams.tty, target.pid);
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
     // calls (prctl, setns, chdir, setsid, ioctl, setpgid) on data prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(io::Error::last_os_error());
             }
             if ns_fd >= 0 && libc::setns(ns_fd, libc::CLONE_NEWNS) != 0 {
@@ -210,7 +256,8 @@ pub fn spawn(target: &ExecTarget, argv: &[String], streams: ExecStreams) -> Resu
             drop(slave);
             // SAFETY: `master` is an open descriptor this `Pty` owns; it is neither replaced nor
             // closed while registered.
-            let master = unsafe { AsyncFd::register(master) }.map_err(|e| spawn_err(io::Error::from(e)))?;
+            let master =
+                unsafe { AsyncFd::register(master) }.map_err(|e| spawn_err(io::Error::from(e)))?;
             Some(Pty { master })
         }
         None => None,
@@ -234,8 +281,17 @@ pub struct SyncOutput {
 ///
 /// # Errors
 /// The process cannot be started.
-pub async fn run_sync(target: &ExecTarget, argv: &[String], timeout: Option<Duration>) -> Result<SyncOutput, ProcessError> {
-    let streams = ExecStreams { stdin: false, stdout: true, stderr: true, tty: false };
+pub async fn run_sync(
+    target: &ExecTarget,
+    argv: &[String],
+    timeout: Option<Duration>,
+) -> Result<SyncOutput, ProcessError> {
+    let streams = ExecStreams {
+        stdin: false,
+        stdout: true,
+        stderr: true,
+        tty: false,
+    };
     let Spawned { mut child, .. } = spawn(target, argv, streams)?;
     let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
     let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
@@ -252,7 +308,11 @@ pub async fn run_sync(target: &ExecTarget, argv: &[String], timeout: Option<Dura
             }
         };
         tokio::join!(read_out, read_err);
-        let code = child.wait().await.map(|s| process::exit_code(&s)).unwrap_or(255);
+        let code = child
+            .wait()
+            .await
+            .map(|s| process::exit_code(&s))
+            .unwrap_or(255);
         (o, e, code)
     };
     let waited = match timeout {
@@ -260,11 +320,19 @@ pub async fn run_sync(target: &ExecTarget, argv: &[String], timeout: Option<Dura
         None => Some(collect.await),
     };
     match waited {
-        Some((stdout, stderr, exit_code)) => Ok(SyncOutput { stdout, stderr, exit_code }),
+        Some((stdout, stderr, exit_code)) => Ok(SyncOutput {
+            stdout,
+            stderr,
+            exit_code,
+        }),
         None => {
             // SAFETY: kill(2) on the pid we started; no memory is involved.
             unsafe { libc::kill(pid, libc::SIGKILL) };
-            Ok(SyncOutput { stdout: Vec::new(), stderr: Vec::new(), exit_code: 128 + libc::SIGKILL })
+            Ok(SyncOutput {
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+                exit_code: 128 + libc::SIGKILL,
+            })
         }
     }
 }

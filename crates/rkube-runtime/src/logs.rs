@@ -102,7 +102,10 @@ pub async fn copy_to_log(
                 f.flush().await
             }
             .await;
-            res.map_err(|source| LogError::Io { path: p.clone(), source })?;
+            res.map_err(|source| LogError::Io {
+                path: p.clone(),
+                source,
+            })?;
         }
     }
     let _ = out.await;
@@ -111,11 +114,19 @@ pub async fn copy_to_log(
 }
 
 async fn open_log(path: &Path) -> Result<tokio::fs::File, LogError> {
-    let io_err = |source| LogError::Io { path: path.to_path_buf(), source };
+    let io_err = |source| LogError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     if let Some(dir) = path.parent() {
         tokio::fs::create_dir_all(dir).await.map_err(io_err)?;
     }
-    tokio::fs::OpenOptions::new().create(true).append(true).open(path).await.map_err(io_err)
+    tokio::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .await
+        .map_err(io_err)
 }
 
 async fn read_lines(reader: impl AsyncRead + Unpin, stream: Stream, tx: mpsc::Sender<Piece>) {
@@ -124,7 +135,11 @@ async fn read_lines(reader: impl AsyncRead + Unpin, stream: Stream, tx: mpsc::Se
     loop {
         buf.clear();
         // Read at most one piece's worth, so an endless line cannot grow the buffer forever.
-        let n = match (&mut reader).take(MAX_LINE_BYTES as u64).read_until(b'\n', &mut buf).await {
+        let n = match (&mut reader)
+            .take(MAX_LINE_BYTES as u64)
+            .read_until(b'\n', &mut buf)
+            .await
+        {
             Ok(n) => n,
             Err(_) => return,
         };
@@ -137,7 +152,11 @@ async fn read_lines(reader: impl AsyncRead + Unpin, stream: Stream, tx: mpsc::Se
         }
         // A piece cut at MAX_LINE_BYTES without a newline is partial; so is nothing else.
         let partial = !full && n == MAX_LINE_BYTES;
-        let piece = Piece { stream, partial, content: std::mem::take(&mut buf) };
+        let piece = Piece {
+            stream,
+            partial,
+            content: std::mem::take(&mut buf),
+        };
         if tx.send(piece).await.is_err() {
             return;
         }
@@ -152,7 +171,10 @@ mod tests {
     fn rfc3339_nano_trims_trailing_zeros_like_go() {
         assert_eq!(rfc3339_nano(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339_nano(1_500_000_000), "1970-01-01T00:00:01.5Z");
-        assert_eq!(rfc3339_nano(1_000_000_001), "1970-01-01T00:00:01.000000001Z");
+        assert_eq!(
+            rfc3339_nano(1_000_000_001),
+            "1970-01-01T00:00:01.000000001Z"
+        );
     }
 
     #[test]
@@ -170,14 +192,22 @@ mod tests {
         let mut long = vec![b'a'; MAX_LINE_BYTES + 10];
         long.push(b'\n');
         long.extend_from_slice(b"tail");
-        copy_to_log(Some(path.clone()), std::io::Cursor::new(long), std::io::Cursor::new(Vec::new()), || 0)
-            .await
-            .expect("copy");
+        copy_to_log(
+            Some(path.clone()),
+            std::io::Cursor::new(long),
+            std::io::Cursor::new(Vec::new()),
+            || 0,
+        )
+        .await
+        .expect("copy");
         let text = std::fs::read_to_string(&path).expect("read log");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("1970-01-01T00:00:00Z stdout P aaa"));
-        assert_eq!(lines[1], format!("1970-01-01T00:00:00Z stdout F {}", "a".repeat(10)));
+        assert_eq!(
+            lines[1],
+            format!("1970-01-01T00:00:00Z stdout F {}", "a".repeat(10))
+        );
         assert_eq!(lines[2], "1970-01-01T00:00:00Z stdout F tail");
     }
 }

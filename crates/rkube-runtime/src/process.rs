@@ -12,8 +12,8 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 
-use tokio::process::{Child, Command};
 use crate::cri;
+use tokio::process::{Child, Command};
 
 /// `PATH` given to every container (the usual value of a Linux image's config).
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -70,11 +70,19 @@ pub fn bind_mounts(mounts: &[cri::Mount], container: &str) -> Vec<BindMount> {
     let wanted: Vec<BindMount> = mounts
         .iter()
         .filter(|m| m.host_path.starts_with('/') && m.container_path.starts_with('/'))
-        .map(|m| BindMount { host_path: m.host_path.clone(), container_path: m.container_path.clone(), readonly: m.readonly })
+        .map(|m| BindMount {
+            host_path: m.host_path.clone(),
+            container_path: m.container_path.clone(),
+            readonly: m.readonly,
+        })
         .collect();
     // SAFETY: geteuid has no preconditions.
     if !wanted.is_empty() && unsafe { libc::geteuid() } != 0 {
-        tracing::warn!(container, mounts = wanted.len(), "not running as root: the container's volumes are not mounted");
+        tracing::warn!(
+            container,
+            mounts = wanted.len(),
+            "not running as root: the container's volumes are not mounted"
+        );
         return Vec::new();
     }
     wanted
@@ -88,7 +96,11 @@ pub fn spawn(spec: &ProcessSpec) -> Result<Child, ProcessError> {
     cmd.args(&spec.argv[1..])
         .env_clear()
         .envs(spec.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() })
+        .stdin(if spec.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -97,19 +109,38 @@ pub fn spawn(spec: &ProcessSpec) -> Result<Child, ProcessError> {
         cmd.current_dir(&spec.working_dir);
     }
     // Mount points are created (on the host's tree) and paths converted before the fork.
-    let mut binds: Vec<(std::ffi::CString, std::ffi::CString, bool)> = Vec::with_capacity(spec.mounts.len());
+    let mut binds: Vec<(std::ffi::CString, std::ffi::CString, bool)> =
+        Vec::with_capacity(spec.mounts.len());
     for m in &spec.mounts {
         let target = std::path::Path::new(&m.container_path);
-        let is_dir = std::fs::metadata(&m.host_path).map(|md| md.is_dir()).unwrap_or(true);
+        let is_dir = std::fs::metadata(&m.host_path)
+            .map(|md| md.is_dir())
+            .unwrap_or(true);
         let made = if is_dir {
             std::fs::create_dir_all(target)
         } else {
-            target.parent().map(std::fs::create_dir_all).unwrap_or(Ok(())).and_then(|_| {
-                std::fs::OpenOptions::new().create(true).append(true).open(target).map(|_| ())
+            target
+                .parent()
+                .map(std::fs::create_dir_all)
+                .unwrap_or(Ok(()))
+                .and_then(|_| {
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(target)
+                        .map(|_| ())
+                })
+        };
+        made.map_err(|source| ProcessError::Spawn {
+            program: format!("mount point {}", m.container_path),
+            source,
+        })?;
+        let c = |s: &str| {
+            std::ffi::CString::new(s).map_err(|e| ProcessError::Spawn {
+                program: s.to_string(),
+                source: std::io::Error::other(e),
             })
         };
-        made.map_err(|source| ProcessError::Spawn { program: format!("mount point {}", m.container_path), source })?;
-        let c = |s: &str| std::ffi::CString::new(s).map_err(|e| ProcessError::Spawn { program: s.to_string(), source: std::io::Error::other(e) });
         binds.push((c(&m.host_path)?, c(&m.container_path)?, m.readonly));
     }
     // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
@@ -117,7 +148,14 @@ pub fn spawn(spec: &ProcessSpec) -> Result<Child, ProcessError> {
     // it allocates nothing and touches no locks.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             if binds.is_empty() {
@@ -128,16 +166,37 @@ pub fn spawn(spec: &ProcessSpec) -> Result<Child, ProcessError> {
                 return Err(std::io::Error::last_os_error());
             }
             let root = c"/";
-            if libc::mount(std::ptr::null(), root.as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+            if libc::mount(
+                std::ptr::null(),
+                root.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             for (source, target, readonly) in &binds {
-                if libc::mount(source.as_ptr(), target.as_ptr(), std::ptr::null(), libc::MS_BIND | libc::MS_REC, std::ptr::null()) != 0 {
+                if libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ) != 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 if *readonly {
                     let flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_REC;
-                    if libc::mount(std::ptr::null(), target.as_ptr(), std::ptr::null(), flags, std::ptr::null()) != 0 {
+                    if libc::mount(
+                        std::ptr::null(),
+                        target.as_ptr(),
+                        std::ptr::null(),
+                        flags,
+                        std::ptr::null(),
+                    ) != 0
+                    {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
@@ -145,7 +204,10 @@ pub fn spawn(spec: &ProcessSpec) -> Result<Child, ProcessError> {
             Ok(())
         });
     }
-    cmd.spawn().map_err(|source| ProcessError::Spawn { program: program.clone(), source })
+    cmd.spawn().map_err(|source| ProcessError::Spawn {
+        program: program.clone(),
+        source,
+    })
 }
 
 /// Sends `signal` to every process of the group `pgid`. A group that no longer exists is not an
@@ -170,7 +232,10 @@ pub fn process_exists(pid: i32) -> bool {
     }
     // A zombie still answers kill(pid, 0); look at its state.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')).unwrap_or(true),
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .map(|(_, rest)| !rest.starts_with('Z'))
+            .unwrap_or(true),
         Err(_) => false,
     }
 }

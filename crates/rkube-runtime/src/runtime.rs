@@ -83,7 +83,11 @@ pub struct RuntimeConfig {
 impl RuntimeConfig {
     /// Defaults for a root directory: the host's IP, [`DEFAULT_EVENT_BUFFER`].
     pub fn new(root_dir: impl Into<PathBuf>) -> Self {
-        Self { root_dir: root_dir.into(), pod_ip: detect_host_ip(), event_buffer: DEFAULT_EVENT_BUFFER }
+        Self {
+            root_dir: root_dir.into(),
+            pod_ip: detect_host_ip(),
+            event_buffer: DEFAULT_EVENT_BUFFER,
+        }
     }
 }
 
@@ -147,7 +151,9 @@ impl Runtime {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind; keep serving it.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Publishes one event built from the current records. `sandbox` overrides the sandbox status
@@ -164,7 +170,8 @@ impl Runtime {
         if self.suppress_events.load(Ordering::SeqCst) {
             return;
         }
-        let pod_sandbox_status = sandbox.or_else(|| st.sandboxes.get(sandbox_id).map(SandboxRecord::status));
+        let pod_sandbox_status =
+            sandbox.or_else(|| st.sandboxes.get(sandbox_id).map(SandboxRecord::status));
         self.events.publish(cri::ContainerEventResponse {
             container_id: container_id.to_string(),
             container_event_type: kind as i32,
@@ -177,13 +184,18 @@ impl Runtime {
     // ----- sandboxes -----
 
     /// `RunPodSandbox`: records a Ready sandbox; publishes CREATED and STARTED for it.
-    pub fn run_pod_sandbox(&self, config: cri::PodSandboxConfig, runtime_handler: String) -> Result<String> {
-        let metadata = config
-            .metadata
-            .clone()
-            .ok_or_else(|| RuntimeError::InvalidArgument("sandbox config metadata is required".into()))?;
+    pub fn run_pod_sandbox(
+        &self,
+        config: cri::PodSandboxConfig,
+        runtime_handler: String,
+    ) -> Result<String> {
+        let metadata = config.metadata.clone().ok_or_else(|| {
+            RuntimeError::InvalidArgument("sandbox config metadata is required".into())
+        })?;
         if metadata.name.is_empty() || metadata.namespace.is_empty() {
-            return Err(RuntimeError::InvalidArgument("sandbox metadata needs name and namespace".into()));
+            return Err(RuntimeError::InvalidArgument(
+                "sandbox metadata needs name and namespace".into(),
+            ));
         }
         let mut st = self.lock();
         if st.sandboxes.values().any(|s| s.metadata == metadata) {
@@ -209,9 +221,23 @@ impl Runtime {
                 ip: self.config.pod_ip.clone(),
             },
         );
-        self.emit(&st, &id, &id, cri::ContainerEventType::ContainerCreatedEvent, ts, None);
+        self.emit(
+            &st,
+            &id,
+            &id,
+            cri::ContainerEventType::ContainerCreatedEvent,
+            ts,
+            None,
+        );
         let ts = self.clock.now_ns();
-        self.emit(&st, &id, &id, cri::ContainerEventType::ContainerStartedEvent, ts, None);
+        self.emit(
+            &st,
+            &id,
+            &id,
+            cri::ContainerEventType::ContainerStartedEvent,
+            ts,
+            None,
+        );
         Ok(id)
     }
 
@@ -223,19 +249,32 @@ impl Runtime {
             if !st.sandboxes.contains_key(id) {
                 return Ok(());
             }
-            st.containers.values().filter(|c| c.sandbox_id == id).map(|c| c.id.clone()).collect()
+            st.containers
+                .values()
+                .filter(|c| c.sandbox_id == id)
+                .map(|c| c.id.clone())
+                .collect()
         };
         for cid in running {
             self.kill_and_wait(&cid).await;
         }
         let mut st = self.lock();
-        let Some(sandbox) = st.sandboxes.get_mut(id) else { return Ok(()) };
+        let Some(sandbox) = st.sandboxes.get_mut(id) else {
+            return Ok(());
+        };
         if sandbox.state == cri::PodSandboxState::SandboxNotready {
             return Ok(());
         }
         sandbox.state = cri::PodSandboxState::SandboxNotready;
         let ts = self.clock.now_ns();
-        self.emit(&st, id, id, cri::ContainerEventType::ContainerStoppedEvent, ts, None);
+        self.emit(
+            &st,
+            id,
+            id,
+            cri::ContainerEventType::ContainerStoppedEvent,
+            ts,
+            None,
+        );
         Ok(())
     }
 
@@ -244,15 +283,34 @@ impl Runtime {
     pub async fn remove_pod_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
         self.stop_pod_sandbox(id).await?;
         let mut st = self.lock();
-        let ids: Vec<String> = st.containers.values().filter(|c| c.sandbox_id == id).map(|c| c.id.clone()).collect();
+        let ids: Vec<String> = st
+            .containers
+            .values()
+            .filter(|c| c.sandbox_id == id)
+            .map(|c| c.id.clone())
+            .collect();
         for cid in ids {
             st.containers.remove(&cid);
             let ts = self.clock.now_ns();
-            self.emit(&st, &cid, id, cri::ContainerEventType::ContainerDeletedEvent, ts, None);
+            self.emit(
+                &st,
+                &cid,
+                id,
+                cri::ContainerEventType::ContainerDeletedEvent,
+                ts,
+                None,
+            );
         }
         if let Some(sandbox) = st.sandboxes.remove(id) {
             let ts = self.clock.now_ns();
-            self.emit(&st, id, id, cri::ContainerEventType::ContainerDeletedEvent, ts, Some(sandbox.status()));
+            self.emit(
+                &st,
+                id,
+                id,
+                cri::ContainerEventType::ContainerDeletedEvent,
+                ts,
+                Some(sandbox.status()),
+            );
         }
         Ok(())
     }
@@ -261,7 +319,10 @@ impl Runtime {
     /// the reading (KEP-3386); `info.pid`-style details are not applicable (no pause process).
     pub fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatusResponse> {
         let st = self.lock();
-        let sandbox = st.sandboxes.get(id).ok_or_else(|| not_found("pod sandbox", id))?;
+        let sandbox = st
+            .sandboxes
+            .get(id)
+            .ok_or_else(|| not_found("pod sandbox", id))?;
         Ok(cri::PodSandboxStatusResponse {
             status: Some(sandbox.status()),
             info: HashMap::new(),
@@ -278,9 +339,14 @@ impl Runtime {
     // ----- containers -----
 
     /// `CreateContainer`: records a Created container in a Ready sandbox; publishes CREATED.
-    pub fn create_container(&self, sandbox_id: &str, config: cri::ContainerConfig) -> Result<String> {
-        let metadata =
-            config.metadata.ok_or_else(|| RuntimeError::InvalidArgument("container config metadata is required".into()))?;
+    pub fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+    ) -> Result<String> {
+        let metadata = config.metadata.ok_or_else(|| {
+            RuntimeError::InvalidArgument("container config metadata is required".into())
+        })?;
         let argv: Vec<String> = config.command.into_iter().chain(config.args).collect();
         if argv.is_empty() {
             return Err(RuntimeError::InvalidArgument(format!(
@@ -289,11 +355,20 @@ impl Runtime {
             )));
         }
         let mut st = self.lock();
-        let sandbox = st.sandboxes.get(sandbox_id).ok_or_else(|| not_found("pod sandbox", sandbox_id))?;
+        let sandbox = st
+            .sandboxes
+            .get(sandbox_id)
+            .ok_or_else(|| not_found("pod sandbox", sandbox_id))?;
         if sandbox.state != cri::PodSandboxState::SandboxReady {
-            return Err(RuntimeError::FailedPrecondition(format!("pod sandbox {sandbox_id} is not ready")));
+            return Err(RuntimeError::FailedPrecondition(format!(
+                "pod sandbox {sandbox_id} is not ready"
+            )));
         }
-        if st.containers.values().any(|c| c.sandbox_id == sandbox_id && c.metadata == metadata) {
+        if st
+            .containers
+            .values()
+            .any(|c| c.sandbox_id == sandbox_id && c.metadata == metadata)
+        {
             return Err(RuntimeError::AlreadyExists(format!(
                 "container {:?} attempt {} in sandbox {sandbox_id}",
                 metadata.name, metadata.attempt
@@ -343,7 +418,14 @@ impl Runtime {
                 attach: None,
             },
         );
-        self.emit(&st, &id, sandbox_id, cri::ContainerEventType::ContainerCreatedEvent, ts, None);
+        self.emit(
+            &st,
+            &id,
+            sandbox_id,
+            cri::ContainerEventType::ContainerCreatedEvent,
+            ts,
+            None,
+        );
         Ok(id)
     }
 
@@ -352,17 +434,32 @@ impl Runtime {
     pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<()> {
         let spec = {
             let mut st = self.lock();
-            let c = st.containers.get_mut(id).ok_or_else(|| not_found("container", id))?;
+            let c = st
+                .containers
+                .get_mut(id)
+                .ok_or_else(|| not_found("container", id))?;
             if c.state != cri::ContainerState::ContainerCreated || c.starting {
-                return Err(RuntimeError::FailedPrecondition(format!("container {id} is not in created state")));
+                return Err(RuntimeError::FailedPrecondition(format!(
+                    "container {id} is not in created state"
+                )));
             }
             c.starting = true;
             let mounts = process::bind_mounts(&c.mounts, &c.metadata.name);
-            ProcessSpec { argv: c.argv.clone(), envs: c.envs.clone(), working_dir: c.working_dir.clone(), mounts, stdin: c.stdin }
+            ProcessSpec {
+                argv: c.argv.clone(),
+                envs: c.envs.clone(),
+                working_dir: c.working_dir.clone(),
+                mounts,
+                stdin: c.stdin,
+            }
         };
         let spawned = process::spawn(&spec);
         let (mut child, pid, log_file) = match self.record_start(id, spawned) {
-            Ok(Started::Running { child, pid, log_file }) => (child, pid, log_file),
+            Ok(Started::Running {
+                child,
+                pid,
+                log_file,
+            }) => (child, pid, log_file),
             Ok(Started::Orphan { mut child, pid }) => {
                 // Removed while we were spawning: do not leave the process behind.
                 process::signal_group(pid, libc::SIGKILL);
@@ -382,9 +479,13 @@ impl Runtime {
         drop(hub);
         let rt = Arc::clone(self);
         let logs = tokio::spawn(async move {
-            let (Some(out), Some(err)) = (stdout, stderr) else { return };
+            let (Some(out), Some(err)) = (stdout, stderr) else {
+                return;
+            };
             let clock_rt = Arc::clone(&rt);
-            if let Err(err) = crate::logs::copy_to_log(log_file, out, err, move || clock_rt.now_ns()).await {
+            if let Err(err) =
+                crate::logs::copy_to_log(log_file, out, err, move || clock_rt.now_ns()).await
+            {
                 tracing::warn!(%err, "container log copy failed");
             }
         });
@@ -425,9 +526,19 @@ impl Runtime {
                     c.message = source.to_string();
                     let _ = c.exited.send(true);
                     let sandbox_id = c.sandbox_id.clone();
-                    self.emit(&st, id, &sandbox_id, cri::ContainerEventType::ContainerStoppedEvent, ts, None);
+                    self.emit(
+                        &st,
+                        id,
+                        &sandbox_id,
+                        cri::ContainerEventType::ContainerStoppedEvent,
+                        ts,
+                        None,
+                    );
                 }
-                return Err(RuntimeError::Start { id: id.to_string(), source });
+                return Err(RuntimeError::Start {
+                    id: id.to_string(),
+                    source,
+                });
             }
         };
         let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
@@ -441,14 +552,27 @@ impl Runtime {
         c.pid = Some(pid);
         let log_file = c.log_file.clone();
         let sandbox_id = c.sandbox_id.clone();
-        self.emit(&st, id, &sandbox_id, cri::ContainerEventType::ContainerStartedEvent, ts, None);
-        Ok(Started::Running { child, pid, log_file })
+        self.emit(
+            &st,
+            id,
+            &sandbox_id,
+            cri::ContainerEventType::ContainerStartedEvent,
+            ts,
+            None,
+        );
+        Ok(Started::Running {
+            child,
+            pid,
+            log_file,
+        })
     }
 
     /// Records the exit of a running container and publishes STOPPED.
     fn finish(&self, id: &str, code: i32) {
         let mut st = self.lock();
-        let Some(c) = st.containers.get_mut(id) else { return };
+        let Some(c) = st.containers.get_mut(id) else {
+            return;
+        };
         let ts = self.clock.now_ns();
         c.state = cri::ContainerState::ContainerExited;
         c.finished_at = ts;
@@ -458,7 +582,14 @@ impl Runtime {
         c.attach = None;
         let _ = c.exited.send(true);
         let sandbox_id = c.sandbox_id.clone();
-        self.emit(&st, id, &sandbox_id, cri::ContainerEventType::ContainerStoppedEvent, ts, None);
+        self.emit(
+            &st,
+            id,
+            &sandbox_id,
+            cri::ContainerEventType::ContainerStoppedEvent,
+            ts,
+            None,
+        );
     }
 
     /// `StopContainer`: SIGTERM to the container's process group, SIGKILL after `timeout_s`
@@ -467,7 +598,10 @@ impl Runtime {
     pub async fn stop_container(self: &Arc<Self>, id: &str, timeout_s: i64) -> Result<()> {
         let (pid, mut exited) = {
             let mut st = self.lock();
-            let c = st.containers.get_mut(id).ok_or_else(|| not_found("container", id))?;
+            let c = st
+                .containers
+                .get_mut(id)
+                .ok_or_else(|| not_found("container", id))?;
             match (c.state, c.pid) {
                 (cri::ContainerState::ContainerRunning, Some(pid)) => (pid, c.exited.subscribe()),
                 (cri::ContainerState::ContainerCreated, _) if !c.starting => {
@@ -478,11 +612,20 @@ impl Runtime {
                     c.message = "stopped before it was started".into();
                     let _ = c.exited.send(true);
                     let sandbox_id = c.sandbox_id.clone();
-                    self.emit(&st, id, &sandbox_id, cri::ContainerEventType::ContainerStoppedEvent, ts, None);
+                    self.emit(
+                        &st,
+                        id,
+                        &sandbox_id,
+                        cri::ContainerEventType::ContainerStoppedEvent,
+                        ts,
+                        None,
+                    );
                     return Ok(());
                 }
                 (cri::ContainerState::ContainerCreated, _) => {
-                    return Err(RuntimeError::FailedPrecondition(format!("container {id} is being started")));
+                    return Err(RuntimeError::FailedPrecondition(format!(
+                        "container {id} is being started"
+                    )));
                 }
                 _ => return Ok(()),
             }
@@ -490,7 +633,10 @@ impl Runtime {
         if timeout_s > 0 {
             process::signal_group(pid, libc::SIGTERM);
             let grace = Duration::from_secs(u64::try_from(timeout_s).unwrap_or(0));
-            if tokio::time::timeout(grace, exited.wait_for(|done| *done)).await.is_ok() {
+            if tokio::time::timeout(grace, exited.wait_for(|done| *done))
+                .await
+                .is_ok()
+            {
                 return Ok(());
             }
         }
@@ -504,7 +650,9 @@ impl Runtime {
         let (pid, mut exited) = {
             let st = self.lock();
             match st.containers.get(id) {
-                Some(c) if c.state == cri::ContainerState::ContainerRunning => (c.pid, c.exited.subscribe()),
+                Some(c) if c.state == cri::ContainerState::ContainerRunning => {
+                    (c.pid, c.exited.subscribe())
+                }
                 _ => return,
             }
         };
@@ -523,7 +671,14 @@ impl Runtime {
                 process::signal_group(pid, libc::SIGKILL);
             }
             let ts = self.clock.now_ns();
-            self.emit(&st, id, &c.sandbox_id, cri::ContainerEventType::ContainerDeletedEvent, ts, None);
+            self.emit(
+                &st,
+                id,
+                &c.sandbox_id,
+                cri::ContainerEventType::ContainerDeletedEvent,
+                ts,
+                None,
+            );
         }
         Ok(())
     }
@@ -534,16 +689,26 @@ impl Runtime {
     }
 
     /// `ContainerStatus`; with `verbose`, `info["pid"]` holds the main process id while it runs.
-    pub fn container_status(&self, id: &str, verbose: bool) -> Result<cri::ContainerStatusResponse> {
+    pub fn container_status(
+        &self,
+        id: &str,
+        verbose: bool,
+    ) -> Result<cri::ContainerStatusResponse> {
         let st = self.lock();
-        let c = st.containers.get(id).ok_or_else(|| not_found("container", id))?;
+        let c = st
+            .containers
+            .get(id)
+            .ok_or_else(|| not_found("container", id))?;
         let mut info = HashMap::new();
         if verbose {
             if let Some(pid) = c.pid {
                 info.insert("pid".to_string(), pid.to_string());
             }
         }
-        Ok(cri::ContainerStatusResponse { status: Some(c.status()), info })
+        Ok(cri::ContainerStatusResponse {
+            status: Some(c.status()),
+            info,
+        })
     }
 
     /// What a process exec'd into container `id` inherits (CRI `Exec`, `ExecSync`).
@@ -553,12 +718,20 @@ impl Runtime {
     /// CONTAINER_EXITED state`, as containerd words it) when it is not running.
     pub fn exec_target(&self, id: &str) -> Result<crate::exec::ExecTarget> {
         let st = self.lock();
-        let c = st.containers.get(id).ok_or_else(|| not_found("container", id))?;
+        let c = st
+            .containers
+            .get(id)
+            .ok_or_else(|| not_found("container", id))?;
         match (c.state, c.pid) {
-            (cri::ContainerState::ContainerRunning, Some(pid)) => {
-                Ok(crate::exec::ExecTarget { pid, envs: c.envs.clone(), working_dir: c.working_dir.clone() })
-            }
-            (state, _) => Err(RuntimeError::FailedPrecondition(format!("container is in {} state", state.as_str_name()))),
+            (cri::ContainerState::ContainerRunning, Some(pid)) => Ok(crate::exec::ExecTarget {
+                pid,
+                envs: c.envs.clone(),
+                working_dir: c.working_dir.clone(),
+            }),
+            (state, _) => Err(RuntimeError::FailedPrecondition(format!(
+                "container is in {} state",
+                state.as_str_name()
+            ))),
         }
     }
 
@@ -567,18 +740,33 @@ impl Runtime {
     ///
     /// # Errors
     /// As [`Self::exec_target`].
-    pub fn attach_io(&self, id: &str) -> Result<(Arc<crate::attach::AttachIo>, watch::Receiver<bool>)> {
+    pub fn attach_io(
+        &self,
+        id: &str,
+    ) -> Result<(Arc<crate::attach::AttachIo>, watch::Receiver<bool>)> {
         let st = self.lock();
-        let c = st.containers.get(id).ok_or_else(|| not_found("container", id))?;
+        let c = st
+            .containers
+            .get(id)
+            .ok_or_else(|| not_found("container", id))?;
         match (c.state, &c.attach) {
-            (cri::ContainerState::ContainerRunning, Some(hub)) => Ok((Arc::clone(hub), c.exited.subscribe())),
-            (state, _) => Err(RuntimeError::FailedPrecondition(format!("container is in {} state", state.as_str_name()))),
+            (cri::ContainerState::ContainerRunning, Some(hub)) => {
+                Ok((Arc::clone(hub), c.exited.subscribe()))
+            }
+            (state, _) => Err(RuntimeError::FailedPrecondition(format!(
+                "container is in {} state",
+                state.as_str_name()
+            ))),
         }
     }
 
     /// Process ids of every running container (for shutdown and tests).
     pub fn running_pids(&self) -> Vec<i32> {
-        self.lock().containers.values().filter_map(|c| c.pid).collect()
+        self.lock()
+            .containers
+            .values()
+            .filter_map(|c| c.pid)
+            .collect()
     }
 
     /// SIGKILLs every running container and waits (bounded) until their exits are recorded.
@@ -594,19 +782,28 @@ impl Runtime {
     /// `PullImage`: records the name; returns its id (`sha256:` of the name). Nothing is fetched.
     pub fn pull_image(&self, image: &str) -> Result<String> {
         if image.is_empty() {
-            return Err(RuntimeError::InvalidArgument("image name is required".into()));
+            return Err(RuntimeError::InvalidArgument(
+                "image name is required".into(),
+            ));
         }
         let id = image_id(image);
-        self.lock()
-            .images
-            .insert(image.to_string(), ImageRecord { id: id.clone(), name: image.to_string() });
+        self.lock().images.insert(
+            image.to_string(),
+            ImageRecord {
+                id: id.clone(),
+                name: image.to_string(),
+            },
+        );
         Ok(id)
     }
 
     /// `ImageStatus`: the image by name or id, `None` if never pulled.
     pub fn image_status(&self, image: &str) -> Option<cri::Image> {
         let st = self.lock();
-        st.images.values().find(|i| i.name == image || i.id == image).map(to_cri_image)
+        st.images
+            .values()
+            .find(|i| i.name == image || i.id == image)
+            .map(to_cri_image)
     }
 
     /// `ListImages`, optionally only the one matching `filter`.
@@ -621,14 +818,23 @@ impl Runtime {
 
     /// `RemoveImage`: forgets the image (by name or id). Idempotent.
     pub fn remove_image(&self, image: &str) {
-        self.lock().images.retain(|_, i| i.name != image && i.id != image);
+        self.lock()
+            .images
+            .retain(|_, i| i.name != image && i.id != image);
     }
 }
 
 /// Outcome of [`Runtime::record_start`].
 enum Started {
-    Running { child: tokio::process::Child, pid: i32, log_file: Option<PathBuf> },
-    Orphan { child: tokio::process::Child, pid: i32 },
+    Running {
+        child: tokio::process::Child,
+        pid: i32,
+        log_file: Option<PathBuf>,
+    },
+    Orphan {
+        child: tokio::process::Child,
+        pid: i32,
+    },
 }
 
 fn to_cri_image(i: &ImageRecord) -> cri::Image {
@@ -639,7 +845,10 @@ fn to_cri_image(i: &ImageRecord) -> cri::Image {
         size: 0,
         uid: None,
         username: String::new(),
-        spec: Some(cri::ImageSpec { image: i.name.clone(), ..Default::default() }),
+        spec: Some(cri::ImageSpec {
+            image: i.name.clone(),
+            ..Default::default()
+        }),
         pinned: false,
     }
 }
@@ -652,7 +861,10 @@ pub fn image_id(name: &str) -> String {
 }
 
 fn not_found(kind: &'static str, id: &str) -> RuntimeError {
-    RuntimeError::NotFound { kind, id: id.to_string() }
+    RuntimeError::NotFound {
+        kind,
+        id: id.to_string(),
+    }
 }
 
 /// The log file of a container: `log_directory/log_path` (kubelet's layout), an absolute

@@ -122,7 +122,10 @@ impl SandboxRecord {
             metadata: Some(self.metadata.clone()),
             state: self.state as i32,
             created_at: self.created_at,
-            network: Some(cri::PodSandboxNetworkStatus { ip: self.ip.clone(), additional_ips: vec![] }),
+            network: Some(cri::PodSandboxNetworkStatus {
+                ip: self.ip.clone(),
+                additional_ips: vec![],
+            }),
             linux: Some(cri::LinuxPodSandboxStatus {
                 namespaces: Some(cri::Namespace {
                     options: Some(cri::NamespaceOption {
@@ -171,7 +174,11 @@ impl ContainerRecord {
             labels: self.labels.clone(),
             annotations: self.annotations.clone(),
             mounts: self.mounts.clone(),
-            log_path: self.log_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            log_path: self
+                .log_file
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
             resources: None,
             image_id: self.image_ref.clone(),
             user: None,
@@ -198,25 +205,46 @@ impl ContainerRecord {
 impl State {
     /// Statuses of every container of a sandbox, oldest first.
     pub fn pod_container_statuses(&self, sandbox_id: &str) -> Vec<cri::ContainerStatus> {
-        let mut list: Vec<&ContainerRecord> =
-            self.containers.values().filter(|c| c.sandbox_id == sandbox_id).collect();
-        list.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+        let mut list: Vec<&ContainerRecord> = self
+            .containers
+            .values()
+            .filter(|c| c.sandbox_id == sandbox_id)
+            .collect();
+        list.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then_with(|| a.id.cmp(&b.id))
+        });
         list.into_iter().map(ContainerRecord::status).collect()
     }
 
     /// Containers matching a `ListContainers` filter, oldest first.
     pub fn list_containers(&self, filter: Option<&cri::ContainerFilter>) -> Vec<cri::Container> {
-        let mut list: Vec<&ContainerRecord> =
-            self.containers.values().filter(|c| container_matches(c, filter)).collect();
-        list.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+        let mut list: Vec<&ContainerRecord> = self
+            .containers
+            .values()
+            .filter(|c| container_matches(c, filter))
+            .collect();
+        list.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then_with(|| a.id.cmp(&b.id))
+        });
         list.into_iter().map(ContainerRecord::summary).collect()
     }
 
     /// Sandboxes matching a `ListPodSandbox` filter, oldest first.
     pub fn list_sandboxes(&self, filter: Option<&cri::PodSandboxFilter>) -> Vec<cri::PodSandbox> {
-        let mut list: Vec<&SandboxRecord> =
-            self.sandboxes.values().filter(|s| sandbox_matches(s, filter)).collect();
-        list.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+        let mut list: Vec<&SandboxRecord> = self
+            .sandboxes
+            .values()
+            .filter(|s| sandbox_matches(s, filter))
+            .collect();
+        list.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then_with(|| a.id.cmp(&b.id))
+        });
         list.into_iter().map(SandboxRecord::summary).collect()
     }
 }
@@ -242,5 +270,9 @@ fn sandbox_matches(s: &SandboxRecord, filter: Option<&cri::PodSandboxFilter>) ->
 
 /// A new 64-hex-character id (the shape containerd uses).
 pub fn new_id() -> String {
-    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
 }

@@ -25,7 +25,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    Binding, Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -51,28 +53,50 @@ enum Msg {
     NodeApplied(Arc<Node>),
     /// A claim, volume or StorageClass changed: pods waiting on volumes may fit now.
     VolumesChanged,
-    Bound { pod: Arc<Pod>, node: String, attempts: u32, initial: Instant, started: Instant, result: Result<(), String> },
+    Bound {
+        pod: Arc<Pod>,
+        node: String,
+        attempts: u32,
+        initial: Instant,
+        started: Instant,
+        result: Result<(), String>,
+    },
 }
 
 fn key_of(pod: &Pod) -> String {
-    format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or(""))
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
 }
 
 fn assigned(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty())
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
 }
 
 /// Whether this scheduler should place `pod`: unassigned, not deleting,
 /// not finished, and for `default-scheduler`.
 fn wants(pod: &Pod) -> bool {
     let spec = pod.spec.as_ref();
-    let ours = spec.and_then(|s| s.scheduler_name.as_deref()).unwrap_or(DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER;
+    let ours = spec
+        .and_then(|s| s.scheduler_name.as_deref())
+        .unwrap_or(DEFAULT_SCHEDULER)
+        == DEFAULT_SCHEDULER;
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    ours && !assigned(pod) && pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+    ours && !assigned(pod)
+        && pod.metadata.deletion_timestamp.is_none()
+        && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
 fn gated(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty())
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
 }
 
 /// What about a node can make a pending pod fit: labels, taints,
@@ -89,12 +113,23 @@ fn node_fingerprint(node: &Node) -> String {
 }
 
 /// Forwards a reflector's events to the loop.
-fn spawn_reflector<K>(api: Api<K>, tx: mpsc::UnboundedSender<Msg>, wrap: fn(Event<K>) -> Vec<Msg>) -> (Store<K>, tokio::task::JoinHandle<()>)
+fn spawn_reflector<K>(
+    api: Api<K>,
+    tx: mpsc::UnboundedSender<Msg>,
+    wrap: fn(Event<K>) -> Vec<Msg>,
+) -> (Store<K>, tokio::task::JoinHandle<()>)
 where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + k8s_openapi::serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default())).default_backoff();
+    let stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
+        .default_backoff();
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(ev) = stream.next().await {
@@ -162,18 +197,41 @@ struct Scheduler {
 
 /// Runs the scheduler with `client` until `stop` turns true (or its sender
 /// is dropped). Errors only if the reflectors end before they are ready.
-pub async fn run(client: kube::Client, metrics: Arc<SchedulerMetrics>, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+pub async fn run(
+    client: kube::Client,
+    metrics: Arc<SchedulerMetrics>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (pods, t1) = spawn_reflector(Api::<Pod>::all(client.clone()), tx.clone(), pod_msgs);
     let (nodes, t2) = spawn_reflector(Api::<Node>::all(client.clone()), tx.clone(), node_msgs);
-    let (namespaces, t3) = spawn_reflector(Api::<Namespace>::all(client.clone()), tx.clone(), no_msgs);
-    let (claims, t4) = spawn_reflector(Api::<PersistentVolumeClaim>::all(client.clone()), tx.clone(), volume_msgs);
-    let (volumes, t5) = spawn_reflector(Api::<PersistentVolume>::all(client.clone()), tx.clone(), volume_msgs);
-    let (classes, t6) = spawn_reflector(Api::<StorageClass>::all(client.clone()), tx.clone(), volume_msgs);
+    let (namespaces, t3) =
+        spawn_reflector(Api::<Namespace>::all(client.clone()), tx.clone(), no_msgs);
+    let (claims, t4) = spawn_reflector(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        tx.clone(),
+        volume_msgs,
+    );
+    let (volumes, t5) = spawn_reflector(
+        Api::<PersistentVolume>::all(client.clone()),
+        tx.clone(),
+        volume_msgs,
+    );
+    let (classes, t6) = spawn_reflector(
+        Api::<StorageClass>::all(client.clone()),
+        tx.clone(),
+        volume_msgs,
+    );
     let tasks = [t1, t2, t3, t4, t5, t6];
     let host = rkube_component::leader::default_identity();
-    let host = host.rsplit_once('_').map(|(h, _)| h.to_string()).unwrap_or_default();
-    let reporter = Reporter { controller: DEFAULT_SCHEDULER.into(), instance: Some(format!("{DEFAULT_SCHEDULER}-{host}")) };
+    let host = host
+        .rsplit_once('_')
+        .map(|(h, _)| h.to_string())
+        .unwrap_or_default();
+    let reporter = Reporter {
+        controller: DEFAULT_SCHEDULER.into(),
+        instance: Some(format!("{DEFAULT_SCHEDULER}-{host}")),
+    };
     let mut s = Scheduler {
         recorder: Recorder::new(client.clone(), reporter),
         client,
@@ -249,7 +307,11 @@ impl Scheduler {
                     self.assumed.remove(&key);
                     // Newly bound, or finished (its resources freed): a cluster event.
                     let running = crate::snapshot::is_assigned_and_running(&pod);
-                    let changed = if running { self.bound.insert(key.clone()) } else { self.bound.remove(&key) };
+                    let changed = if running {
+                        self.bound.insert(key.clone())
+                    } else {
+                        self.bound.remove(&key)
+                    };
                     if changed {
                         self.queue.move_all(now);
                     }
@@ -258,7 +320,11 @@ impl Scheduler {
                     self.gated.insert(key);
                 } else if wants(&pod) {
                     self.gated.remove(&key);
-                    self.queue.add_or_update(&key, pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0), now);
+                    self.queue.add_or_update(
+                        &key,
+                        pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+                        now,
+                    );
                 } else {
                     self.gated.remove(&key);
                     self.queue.delete(&key);
@@ -281,13 +347,25 @@ impl Scheduler {
                 }
             }
             Msg::VolumesChanged => self.queue.move_all(now),
-            Msg::Bound { pod, node, attempts, initial, started, result } => {
+            Msg::Bound {
+                pod,
+                node,
+                attempts,
+                initial,
+                started,
+                result,
+            } => {
                 let key = key_of(&pod);
                 match result {
                     Ok(()) => {
                         self.queue.done(&key);
-                        self.metrics.attempt(DEFAULT_SCHEDULER, "scheduled", started.elapsed().as_secs_f64());
-                        self.metrics.bound(attempts, initial.elapsed().as_secs_f64());
+                        self.metrics.attempt(
+                            DEFAULT_SCHEDULER,
+                            "scheduled",
+                            started.elapsed().as_secs_f64(),
+                        );
+                        self.metrics
+                            .bound(attempts, initial.elapsed().as_secs_f64());
                         let note = format!("Successfully assigned {key} to {node}");
                         self.publish(&pod, EventType::Normal, "Scheduled", "Binding", note);
                     }
@@ -295,8 +373,18 @@ impl Scheduler {
                         tracing::warn!(pod = %key, %node, %err, "binding failed");
                         self.assumed.remove(&key);
                         self.queue.failed(&key, now);
-                        self.metrics.attempt(DEFAULT_SCHEDULER, "error", started.elapsed().as_secs_f64());
-                        self.publish(&pod, EventType::Warning, "FailedScheduling", "Scheduling", format!("Binding rejected: {err}"));
+                        self.metrics.attempt(
+                            DEFAULT_SCHEDULER,
+                            "error",
+                            started.elapsed().as_secs_f64(),
+                        );
+                        self.publish(
+                            &pod,
+                            EventType::Warning,
+                            "FailedScheduling",
+                            "Scheduling",
+                            format!("Binding rejected: {err}"),
+                        );
                     }
                 }
             }
@@ -304,17 +392,52 @@ impl Scheduler {
     }
 
     fn snapshot(&mut self) -> Snapshot {
-        let mut pods: HashMap<String, Arc<Pod>> = self.pods.state().into_iter().map(|p| (key_of(&p), p)).collect();
-        self.assumed.retain(|k, _| pods.get(k).is_some_and(|p| !assigned(p)));
+        let mut pods: HashMap<String, Arc<Pod>> = self
+            .pods
+            .state()
+            .into_iter()
+            .map(|p| (key_of(&p), p))
+            .collect();
+        self.assumed
+            .retain(|k, _| pods.get(k).is_some_and(|p| !assigned(p)));
         for (k, p) in &self.assumed {
             pods.insert(k.clone(), Arc::clone(p));
         }
         let pending: Vec<Arc<Pod>> = pods.values().filter(|p| !assigned(p)).cloned().collect();
-        let mut snapshot = Snapshot::new(self.nodes.state(), pods.into_values(), self.namespaces.state()).with_nominated(pending);
+        let mut snapshot = Snapshot::new(
+            self.nodes.state(),
+            pods.into_values(),
+            self.namespaces.state(),
+        )
+        .with_nominated(pending);
         snapshot.volumes = Arc::new(crate::plugins::volumes::VolumeState {
-            claims: self.claims.state().into_iter().map(|c| (format!("{}/{}", c.metadata.namespace.as_deref().unwrap_or(""), c.metadata.name.as_deref().unwrap_or("")), c)).collect(),
-            volumes: self.volumes.state().into_iter().map(|v| (v.metadata.name.clone().unwrap_or_default(), v)).collect(),
-            classes: self.classes.state().into_iter().map(|c| (c.metadata.name.clone().unwrap_or_default(), c)).collect(),
+            claims: self
+                .claims
+                .state()
+                .into_iter()
+                .map(|c| {
+                    (
+                        format!(
+                            "{}/{}",
+                            c.metadata.namespace.as_deref().unwrap_or(""),
+                            c.metadata.name.as_deref().unwrap_or("")
+                        ),
+                        c,
+                    )
+                })
+                .collect(),
+            volumes: self
+                .volumes
+                .state()
+                .into_iter()
+                .map(|v| (v.metadata.name.clone().unwrap_or_default(), v))
+                .collect(),
+            classes: self
+                .classes
+                .state()
+                .into_iter()
+                .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
+                .collect(),
         });
         snapshot
     }
@@ -340,11 +463,19 @@ impl Scheduler {
                 let (attempts, initial) = (qp.attempts, qp.initial);
                 let to_select = crate::plugins::volumes::claims_to_select(&pod, &snapshot, &node);
                 tokio::spawn(async move {
-                    let result = match select_node_for_claims(&client, &pod, &to_select, &node).await {
-                        Ok(()) => bind(&client, &pod, &node).await.map_err(|e| e.to_string()),
-                        Err(e) => Err(e.to_string()),
-                    };
-                    let _ = tx.send(Msg::Bound { pod, node, attempts, initial, started, result });
+                    let result =
+                        match select_node_for_claims(&client, &pod, &to_select, &node).await {
+                            Ok(()) => bind(&client, &pod, &node).await.map_err(|e| e.to_string()),
+                            Err(e) => Err(e.to_string()),
+                        };
+                    let _ = tx.send(Msg::Bound {
+                        pod,
+                        node,
+                        attempts,
+                        initial,
+                        started,
+                        result,
+                    });
                 });
             }
             Err(err) => {
@@ -362,8 +493,18 @@ impl Scheduler {
                 }
                 tracing::info!(pod = %qp.key, %message, "unable to schedule pod; no fit; waiting");
                 self.queue.unschedulable(&qp.key, Instant::now());
-                self.metrics.attempt(DEFAULT_SCHEDULER, "unschedulable", started.elapsed().as_secs_f64());
-                self.publish(&pod, EventType::Warning, "FailedScheduling", "Scheduling", message.clone());
+                self.metrics.attempt(
+                    DEFAULT_SCHEDULER,
+                    "unschedulable",
+                    started.elapsed().as_secs_f64(),
+                );
+                self.publish(
+                    &pod,
+                    EventType::Warning,
+                    "FailedScheduling",
+                    "Scheduling",
+                    message.clone(),
+                );
                 let client = self.client.clone();
                 tokio::spawn(async move {
                     if let Err(e) = mark_unschedulable(&client, &pod, &message).await {
@@ -382,7 +523,13 @@ impl Scheduler {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         tracing::info!(pod = %key_of(pod), node = %candidate.node, victims = candidate.victims.len(), "preempting");
         for victim in &candidate.victims {
-            self.publish(victim, EventType::Normal, "Preempted", "Preempting", format!("Preempted by pod {uid} on node {}", candidate.node));
+            self.publish(
+                victim,
+                EventType::Normal,
+                "Preempted",
+                "Preempting",
+                format!("Preempted by pod {uid} on node {}", candidate.node),
+            );
         }
         let (client, pod) = (self.client.clone(), Arc::clone(pod));
         tokio::spawn(async move {
@@ -394,7 +541,14 @@ impl Scheduler {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
             let api: Api<Pod> = Api::namespaced(client, ns);
             let patch = serde_json::json!({"status": {"nominatedNodeName": candidate.node}});
-            if let Err(e) = api.patch_status(pod.metadata.name.as_deref().unwrap_or(""), &PatchParams::default(), &Patch::Merge(patch)).await {
+            if let Err(e) = api
+                .patch_status(
+                    pod.metadata.name.as_deref().unwrap_or(""),
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                )
+                .await
+            {
                 tracing::warn!(error = %e, "nominating a node failed");
             }
         });
@@ -403,7 +557,13 @@ impl Scheduler {
     fn publish(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: String) {
         let recorder = self.recorder.clone();
         let reference = pod.object_ref(&());
-        let ev = KubeEvent { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+        let ev = KubeEvent {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
         tokio::spawn(async move {
             if let Err(e) = recorder.publish(&ev, &reference).await {
                 tracing::warn!(error = %e, "publishing an event failed");
@@ -419,13 +579,19 @@ pub async fn evict(client: &kube::Client, victim: &Pod) -> Result<(), kube::Erro
     let ns = victim.metadata.namespace.as_deref().unwrap_or("default");
     let name = victim.metadata.name.as_deref().unwrap_or("");
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let now = k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default();
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_default();
     let patch = serde_json::json!({"status": {"conditions": [{
         "type": "DisruptionTarget", "status": "True", "reason": crate::preemption::PREEMPTION_BY_SCHEDULER,
         "message": format!("{DEFAULT_SCHEDULER}: preempting to accommodate a higher priority pod"), "lastTransitionTime": now,
     }]}});
     let gone = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
-    match api.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+    {
         Err(e) if gone(&e) => return Ok(()),
         Err(e) => return Err(e),
         Ok(_) => {}
@@ -440,12 +606,18 @@ pub async fn evict(client: &kube::Client, victim: &Pod) -> Result<(), kube::Erro
 /// Annotates the claims `names` (in `pod`'s namespace) with
 /// `volume.kubernetes.io/selected-node: <node>` (upstream VolumeBinding's
 /// PreBind for claims to provision), so their volume is made for `node`.
-pub async fn select_node_for_claims(client: &kube::Client, pod: &Pod, names: &[String], node: &str) -> Result<(), kube::Error> {
+pub async fn select_node_for_claims(
+    client: &kube::Client,
+    pod: &Pod,
+    names: &[String],
+    node: &str,
+) -> Result<(), kube::Error> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     for name in names {
         let patch = serde_json::json!({"metadata": {"annotations": {crate::plugins::volumes::SELECTED_NODE: node}}});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+        api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
     }
     Ok(())
 }
@@ -453,7 +625,11 @@ pub async fn select_node_for_claims(client: &kube::Client, pod: &Pod, names: &[S
 /// POSTs the Binding of `pod` to `node` (`pods/binding`, with the pod's UID).
 pub async fn bind(client: &kube::Client, pod: &Pod, node: &str) -> Result<(), kube::Error> {
     let name = pod.metadata.name.clone().unwrap_or_default();
-    let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
     let binding = Binding {
         metadata: ObjectMeta {
             name: Some(name.clone()),
@@ -461,36 +637,61 @@ pub async fn bind(client: &kube::Client, pod: &Pod, node: &str) -> Result<(), ku
             uid: pod.metadata.uid.clone(),
             ..ObjectMeta::default()
         },
-        target: ObjectReference { kind: Some("Node".into()), name: Some(node.into()), api_version: Some("v1".into()), ..ObjectReference::default() },
+        target: ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            api_version: Some("v1".into()),
+            ..ObjectReference::default()
+        },
     };
     let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    let _: serde_json::Value = api.create_subresource("binding", &name, &PostParams::default(), &binding).await?;
+    let _: serde_json::Value = api
+        .create_subresource("binding", &name, &PostParams::default(), &binding)
+        .await?;
     Ok(())
 }
 
 /// Sets `PodScheduled=False`, reason `Unschedulable`, with `message` on the
 /// pod's status (a strategic merge patch of `pods/status`), unless the pod
 /// already has that condition; `lastTransitionTime` changes only with the status.
-pub async fn mark_unschedulable(client: &kube::Client, pod: &Pod, message: &str) -> Result<(), kube::Error> {
+pub async fn mark_unschedulable(
+    client: &kube::Client,
+    pod: &Pod,
+    message: &str,
+) -> Result<(), kube::Error> {
     let current = pod
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
-    if current.is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable") && c.message.as_deref() == Some(message)) {
+    if current.is_some_and(|c| {
+        c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+            && c.message.as_deref() == Some(message)
+    }) {
         return Ok(());
     }
     let transition = match current {
         Some(c) if c.status == "False" => c.last_transition_time.as_ref().map(|t| t.0.to_string()),
         _ => None,
     }
-    .unwrap_or_else(|| k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default());
+    .unwrap_or_else(|| {
+        k8s_openapi::jiff::Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .map(|t| t.to_string())
+            .unwrap_or_default()
+    });
     let patch = serde_json::json!({"status": {"conditions": [{
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
         "lastProbeTime": null, "lastTransitionTime": transition,
     }]}});
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    api.patch_status(pod.metadata.name.as_deref().unwrap_or(""), &PatchParams::default(), &Patch::Strategic(patch)).await?;
+    api.patch_status(
+        pod.metadata.name.as_deref().unwrap_or(""),
+        &PatchParams::default(),
+        &Patch::Strategic(patch),
+    )
+    .await?;
     Ok(())
 }

@@ -26,13 +26,17 @@ impl HostPort {
     /// same IP or either on every address.
     pub fn conflicts(&self, o: &HostPort) -> bool {
         let any = |ip: &str| ip.is_empty() || ip == "0.0.0.0";
-        self.protocol == o.protocol && self.port == o.port && (self.ip == o.ip || any(&self.ip) || any(&o.ip))
+        self.protocol == o.protocol
+            && self.port == o.port
+            && (self.ip == o.ip || any(&self.ip) || any(&o.ip))
     }
 }
 
 /// The host ports of `pod`'s containers.
 pub fn host_ports(pod: &Pod) -> Vec<HostPort> {
-    let Some(spec) = pod.spec.as_ref() else { return Vec::new() };
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
     spec.containers
         .iter()
         .chain(spec.init_containers.iter().flatten())
@@ -84,7 +88,8 @@ impl NodeInfo {
     /// Counts `pod` as assigned here.
     pub fn add_pod(&mut self, pod: Arc<Pod>) {
         self.requested.add(&resources::pod_requests(&pod, false));
-        self.non_zero_requested.add(&resources::pod_requests(&pod, true));
+        self.non_zero_requested
+            .add(&resources::pod_requests(&pod, true));
         self.used_ports.extend(host_ports(&pod));
         self.pods.push(pod);
     }
@@ -103,7 +108,11 @@ impl NodeInfo {
 /// Whether `pod` counts against its node: assigned and not finished
 /// (phase `Succeeded`/`Failed` pods hold no resources).
 pub fn is_assigned_and_running(pod: &Pod) -> bool {
-    let assigned = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    let assigned = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     assigned && !matches!(phase, Some("Succeeded" | "Failed"))
 }
@@ -131,30 +140,58 @@ impl Snapshot {
     ) -> Snapshot {
         let mut infos: Vec<NodeInfo> = nodes.into_iter().map(NodeInfo::new).collect();
         infos.sort_by(|a, b| a.name.cmp(&b.name));
-        let index: HashMap<String, usize> = infos.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+        let index: HashMap<String, usize> = infos
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
         for pod in pods {
             if !is_assigned_and_running(&pod) {
                 continue;
             }
-            let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            let node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
             if let Some(i) = index.get(&node) {
                 infos[*i].add_pod(pod);
             }
         }
         let namespace_labels = namespaces
             .into_iter()
-            .filter_map(|ns| Some((ns.metadata.name.clone()?, ns.metadata.labels.clone().unwrap_or_default())))
+            .filter_map(|ns| {
+                Some((
+                    ns.metadata.name.clone()?,
+                    ns.metadata.labels.clone().unwrap_or_default(),
+                ))
+            })
             .collect();
-        Snapshot { nodes: infos, namespace_labels, nominated: Vec::new(), volumes: Default::default() }
+        Snapshot {
+            nodes: infos,
+            namespace_labels,
+            nominated: Vec::new(),
+            volumes: Default::default(),
+        }
     }
 
     /// Keeps room for the pods of `pending` nominated to a node (see [`Snapshot::nominated`]).
     pub fn with_nominated(mut self, pending: impl IntoIterator<Item = Arc<Pod>>) -> Snapshot {
         self.nominated = pending
             .into_iter()
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty))
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_none_or(str::is_empty)
+            })
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| p.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).is_some_and(|n| !n.is_empty()))
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.nominated_node_name.as_deref())
+                    .is_some_and(|n| !n.is_empty())
+            })
             .collect();
         self
     }
@@ -168,7 +205,12 @@ impl Snapshot {
         let mut extra = self
             .nominated
             .iter()
-            .filter(|n| n.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()) == Some(node.name.as_str()))
+            .filter(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.nominated_node_name.as_deref())
+                    == Some(node.name.as_str())
+            })
             .filter(|n| n.metadata.uid.as_deref() != own && prio(n) >= prio(pod))
             .peekable();
         extra.peek()?;

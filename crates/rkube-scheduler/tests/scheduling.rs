@@ -20,7 +20,9 @@ async fn pods_bind_to_the_node_that_fits_and_back_to_back_pods_see_each_other() 
     let client = server.client();
     create_node(&client, "small", "1", json!({})).await;
     create_node(&client, "big", "4", json!({})).await;
-    let sched = start(client.clone(), StartOptions::default()).await.expect("start");
+    let sched = start(client.clone(), StartOptions::default())
+        .await
+        .expect("start");
     create_pod(&client, "needs-two", "2", json!({})).await;
     assert_eq!(bound_node(&client, "needs-two", 20).await, "big");
     // 1.5 cpu each: big has 2 left, small 1, so exactly one of them fits
@@ -41,7 +43,10 @@ async fn pods_bind_to_the_node_that_fits_and_back_to_back_pods_see_each_other() 
                     bound.push((name, n));
                 }
                 let cond = p.status.and_then(|s| s.conditions).unwrap_or_default();
-                if cond.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False") {
+                if cond
+                    .iter()
+                    .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+                {
                     refused.push(name);
                 }
             }
@@ -53,7 +58,11 @@ async fn pods_bind_to_the_node_that_fits_and_back_to_back_pods_see_each_other() 
     assert_ne!(placed.0, pending);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let still: Pod = pods.get(pending).await.expect("get");
-    assert_eq!(still.spec.and_then(|s| s.node_name), None, "{pending} stays pending");
+    assert_eq!(
+        still.spec.and_then(|s| s.node_name),
+        None,
+        "{pending} stays pending"
+    );
     sched.shutdown().await.expect("shutdown");
 }
 
@@ -62,7 +71,9 @@ async fn unschedulable_pod_waits_with_failed_scheduling_and_binds_when_a_node_fi
     let server = TestServer::start().await;
     let client = server.client();
     create_node(&client, "small", "1", json!({})).await;
-    let sched = start(client.clone(), StartOptions::default()).await.expect("start");
+    let sched = start(client.clone(), StartOptions::default())
+        .await
+        .expect("start");
     create_pod(&client, "huge", "8", json!({})).await;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let want = "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.";
@@ -70,42 +81,74 @@ async fn unschedulable_pod_waits_with_failed_scheduling_and_binds_when_a_node_fi
         let events = events.clone();
         async move {
             let list = events.list(&ListParams::default()).await.ok()?;
-            list.items.into_iter().find(|e| e.reason.as_deref() == Some("FailedScheduling"))
+            list.items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("FailedScheduling"))
         }
     })
     .await;
     assert_eq!(ev.note.as_deref(), Some(want));
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
     assert_eq!(ev.action.as_deref(), Some("Scheduling"));
-    assert_eq!(ev.reporting_controller.as_deref(), Some("default-scheduler"));
-    assert_eq!(ev.regarding.as_ref().and_then(|r| r.name.as_deref()), Some("huge"));
+    assert_eq!(
+        ev.reporting_controller.as_deref(),
+        Some("default-scheduler")
+    );
+    assert_eq!(
+        ev.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("huge")
+    );
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let cond = eventually(20, "PodScheduled=False", || {
         let pods = pods.clone();
         async move {
             let p = pods.get("huge").await.ok()?;
-            p.status?.conditions?.into_iter().find(|c| c.type_ == "PodScheduled")
+            p.status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled")
         }
     })
     .await;
-    assert_eq!((cond.status.as_str(), cond.reason.as_deref(), cond.message.as_deref()), ("False", Some("Unschedulable"), Some(want)));
+    assert_eq!(
+        (
+            cond.status.as_str(),
+            cond.reason.as_deref(),
+            cond.message.as_deref()
+        ),
+        ("False", Some("Unschedulable"), Some(want))
+    );
     let still: Pod = pods.get("huge").await.expect("get");
     assert_eq!(still.spec.and_then(|s| s.node_name), None, "stays pending");
     // A node that fits appears: the pod is scheduled there.
     create_node(&client, "large", "16", json!({})).await;
     assert_eq!(bound_node(&client, "huge", 20).await, "large");
     let bound: Pod = pods.get("huge").await.expect("get");
-    let cond = bound.status.and_then(|s| s.conditions).unwrap_or_default().into_iter().find(|c| c.type_ == "PodScheduled");
-    assert_eq!(cond.map(|c| c.status), Some("True".to_string()), "the binding sets PodScheduled=True");
+    let cond = bound
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "PodScheduled");
+    assert_eq!(
+        cond.map(|c| c.status),
+        Some("True".to_string()),
+        "the binding sets PodScheduled=True"
+    );
     let scheduled = eventually(20, "Scheduled event", || {
         let events = events.clone();
         async move {
             let list = events.list(&ListParams::default()).await.ok()?;
-            list.items.into_iter().find(|e| e.reason.as_deref() == Some("Scheduled"))
+            list.items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("Scheduled"))
         }
     })
     .await;
-    assert_eq!(scheduled.note.as_deref(), Some("Successfully assigned default/huge to large"));
+    assert_eq!(
+        scheduled.note.as_deref(),
+        Some("Successfully assigned default/huge to large")
+    );
     assert_eq!(scheduled.type_.as_deref(), Some("Normal"));
     sched.shutdown().await.expect("shutdown");
 }
@@ -118,7 +161,9 @@ async fn taints_tolerations_and_node_selectors_steer_pods() {
                        "metadata": {"labels": {"accelerator": "gpu"}}});
     create_node(&client, "gpu", "4", taint).await;
     create_node(&client, "plain", "1", json!({})).await;
-    let sched = start(client.clone(), StartOptions::default()).await.expect("start");
+    let sched = start(client.clone(), StartOptions::default())
+        .await
+        .expect("start");
     // Without a toleration the tainted (emptier) node is out.
     create_pod(&client, "plain-pod", "100m", json!({})).await;
     assert_eq!(bound_node(&client, "plain-pod", 20).await, "plain");
@@ -128,13 +173,23 @@ async fn taints_tolerations_and_node_selectors_steer_pods() {
     create_pod(&client, "gpu-pod", "100m", gpu).await;
     assert_eq!(bound_node(&client, "gpu-pod", 20).await, "gpu");
     // Selecting the gpu node without tolerating it: nowhere.
-    create_pod(&client, "stuck", "100m", json!({"nodeSelector": {"accelerator": "gpu"}})).await;
+    create_pod(
+        &client,
+        "stuck",
+        "100m",
+        json!({"nodeSelector": {"accelerator": "gpu"}}),
+    )
+    .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let msg = eventually(20, "stuck pod condition", || {
         let pods = pods.clone();
         async move {
             let p = pods.get("stuck").await.ok()?;
-            p.status?.conditions?.into_iter().find(|c| c.type_ == "PodScheduled")?.message
+            p.status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled")?
+                .message
         }
     })
     .await;

@@ -33,9 +33,13 @@ fn run_quick(scenario: &str) -> tempfile::TempDir {
         }
         if start.elapsed() > LIMIT {
             // SIGTERM by PID: rkube bench then stops the API server and etcd it started.
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
             let grace = Instant::now();
-            while grace.elapsed() < Duration::from_secs(10) && matches!(child.try_wait(), Ok(None)) {
+            while grace.elapsed() < Duration::from_secs(10) && matches!(child.try_wait(), Ok(None))
+            {
                 std::thread::sleep(Duration::from_millis(100));
             }
             let _ = child.kill();
@@ -45,26 +49,44 @@ fn run_quick(scenario: &str) -> tempfile::TempDir {
         std::thread::sleep(Duration::from_millis(100));
     };
     let stderr = std::fs::read_to_string(&log_path).unwrap_or_default();
-    assert!(status.success(), "rkube bench {scenario} --quick failed ({status}):\n{stderr}");
+    assert!(
+        status.success(),
+        "rkube bench {scenario} --quick failed ({status}):\n{stderr}"
+    );
     out
 }
 
 /// Checks that `svg` is one well-formed `<svg>` element: every tag closed in order.
 fn assert_well_formed_svg(svg: &str) {
     let body = svg.trim();
-    let body = body.strip_prefix("<?xml").map(|r| &r[r.find("?>").expect("xml declaration ends") + 2..]).unwrap_or(body);
+    let body = body
+        .strip_prefix("<?xml")
+        .map(|r| &r[r.find("?>").expect("xml declaration ends") + 2..])
+        .unwrap_or(body);
     let mut stack: Vec<String> = Vec::new();
     let mut rest = body;
     let mut saw_root = false;
     while let Some(open) = rest.find('<') {
-        assert!(!rest[..open].contains('>'), "stray '>' in text: {:?}", &rest[..open]);
+        assert!(
+            !rest[..open].contains('>'),
+            "stray '>' in text: {:?}",
+            &rest[..open]
+        );
         let close = rest[open..].find('>').expect("unterminated tag") + open;
         let tag = &rest[open + 1..close];
         assert!(!tag.contains('<'), "'<' inside a tag: {tag:?}");
         if let Some(name) = tag.strip_prefix('/') {
-            assert_eq!(stack.pop().as_deref(), Some(name.trim()), "closing tag out of order");
+            assert_eq!(
+                stack.pop().as_deref(),
+                Some(name.trim()),
+                "closing tag out of order"
+            );
         } else if !tag.ends_with('/') {
-            let name = tag.split_whitespace().next().unwrap_or_default().to_string();
+            let name = tag
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string();
             if stack.is_empty() {
                 assert_eq!(name, "svg", "the root element is <svg>");
                 assert!(!saw_root, "one root element");
@@ -76,15 +98,29 @@ fn assert_well_formed_svg(svg: &str) {
     }
     assert!(stack.is_empty(), "unclosed tags: {stack:?}");
     assert!(saw_root, "no <svg> root");
-    assert!(body.contains("<polyline"), "the plot draws at least one line");
+    assert!(
+        body.contains("<polyline"),
+        "the plot draws at least one line"
+    );
 }
 
 /// Checks the report files of `scenario` in `dir`; returns the JSON.
 fn assert_report(dir: &Path, scenario: &str, svg: bool) -> Value {
-    let json_text = std::fs::read_to_string(dir.join(format!("{scenario}.json"))).expect("JSON report written");
+    let json_text =
+        std::fs::read_to_string(dir.join(format!("{scenario}.json"))).expect("JSON report written");
     let json: Value = serde_json::from_str(&json_text).expect("JSON report parses");
     assert_eq!(json["scenario"], scenario);
-    for key in ["started_at", "duration_seconds", "command", "machine", "parameters", "measurements", "not_measured", "tables", "notes"] {
+    for key in [
+        "started_at",
+        "duration_seconds",
+        "command",
+        "machine",
+        "parameters",
+        "measurements",
+        "not_measured",
+        "tables",
+        "notes",
+    ] {
         assert!(json.get(key).is_some(), "JSON report has {key}");
     }
     let machine = &json["machine"];
@@ -95,21 +131,42 @@ fn assert_report(dir: &Path, scenario: &str, svg: bool) -> Value {
     let measurements = json["measurements"].as_array().expect("measurements array");
     assert!(!measurements.is_empty(), "at least one measurement");
     for m in measurements {
-        assert!(m["name"].as_str().is_some_and(|n| !n.is_empty()), "measurement name: {m}");
+        assert!(
+            m["name"].as_str().is_some_and(|n| !n.is_empty()),
+            "measurement name: {m}"
+        );
         assert!(m["unit"].as_str().is_some(), "measurement unit: {m}");
         for k in ["runs", "median", "p50", "p90", "p99", "min", "max"] {
             assert!(m["summary"][k].is_number(), "summary.{k} in {m}");
         }
     }
     let tables = json["tables"].as_array().expect("tables array");
-    assert!(tables.iter().any(|t| t["rows"].as_array().is_some_and(|r| !r.is_empty())), "a table with rows");
+    assert!(
+        tables
+            .iter()
+            .any(|t| t["rows"].as_array().is_some_and(|r| !r.is_empty())),
+        "a table with rows"
+    );
 
-    let md = std::fs::read_to_string(dir.join(format!("{scenario}.md"))).expect("Markdown report written");
-    assert!(md.starts_with(&format!("# rkube bench {scenario}")), "Markdown title");
+    let md = std::fs::read_to_string(dir.join(format!("{scenario}.md")))
+        .expect("Markdown report written");
+    assert!(
+        md.starts_with(&format!("# rkube bench {scenario}")),
+        "Markdown title"
+    );
     let lines: Vec<&str> = md.lines().collect();
-    let sep = lines.iter().position(|l| l.starts_with("|---|")).expect("a Markdown table separator");
-    assert!(sep > 0 && lines[sep - 1].starts_with("| "), "a header row above the separator");
-    assert!(lines.get(sep + 1).is_some_and(|l| l.starts_with("| ")), "a data row below the separator");
+    let sep = lines
+        .iter()
+        .position(|l| l.starts_with("|---|"))
+        .expect("a Markdown table separator");
+    assert!(
+        sep > 0 && lines[sep - 1].starts_with("| "),
+        "a header row above the separator"
+    );
+    assert!(
+        lines.get(sep + 1).is_some_and(|l| l.starts_with("| ")),
+        "a data row below the separator"
+    );
 
     let svg_path = dir.join(format!("{scenario}.svg"));
     if svg {
@@ -119,7 +176,12 @@ fn assert_report(dir: &Path, scenario: &str, svg: bool) -> Value {
 }
 
 fn measurement_names(json: &Value) -> Vec<String> {
-    json["measurements"].as_array().into_iter().flatten().filter_map(|m| m["name"].as_str().map(str::to_string)).collect()
+    json["measurements"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["name"].as_str().map(str::to_string))
+        .collect()
 }
 
 #[test]
@@ -128,7 +190,12 @@ fn bench_list_quick_reports_every_list_mode_side_by_side() {
     let json = assert_report(out.path(), "list", true);
     let names = measurement_names(&json);
     for mode in ["floor", "rv0", "consistent", "walk"] {
-        assert!(names.iter().any(|n| n == &format!("list/configmaps/{mode}")), "list/configmaps/{mode} in {names:?}");
+        assert!(
+            names
+                .iter()
+                .any(|n| n == &format!("list/configmaps/{mode}")),
+            "list/configmaps/{mode} in {names:?}"
+        );
     }
 }
 
@@ -137,8 +204,14 @@ fn bench_watch_quick_reports_delivery_latency_and_rate_sweep() {
     let out = run_quick("watch");
     let json = assert_report(out.path(), "watch", true);
     let names = measurement_names(&json);
-    assert!(names.iter().any(|n| n == "watch/delivery_latency"), "{names:?}");
-    assert!(names.iter().any(|n| n == "watch/achieved_rate"), "{names:?}");
+    assert!(
+        names.iter().any(|n| n == "watch/delivery_latency"),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n == "watch/achieved_rate"),
+        "{names:?}"
+    );
 }
 
 #[test]
@@ -146,7 +219,10 @@ fn bench_cluster_quick_reports_latency_per_slo() {
     let out = run_quick("cluster");
     let json = assert_report(out.path(), "cluster", true);
     let names = measurement_names(&json);
-    assert!(names.iter().any(|n| n == "cluster/slo_latency"), "{names:?}");
+    assert!(
+        names.iter().any(|n| n == "cluster/slo_latency"),
+        "{names:?}"
+    );
     assert!(names.iter().any(|n| n == "cluster/peak_rss"), "{names:?}");
 }
 
@@ -160,7 +236,10 @@ fn bench_init_quick_reports_both_backends() {
         .flatten()
         .filter_map(|m| m["labels"]["backend"].as_str())
         .collect();
-    assert!(backends.contains(&"embedded") && backends.contains(&"etcd"), "{backends:?}");
+    assert!(
+        backends.contains(&"embedded") && backends.contains(&"etcd"),
+        "{backends:?}"
+    );
 }
 
 #[test]
@@ -168,7 +247,11 @@ fn bench_writes_quick_reports_create_and_update() {
     let out = run_quick("writes");
     let json = assert_report(out.path(), "writes", true);
     let names = measurement_names(&json);
-    assert!(names.iter().any(|n| n == "writes/create/latency") && names.iter().any(|n| n == "writes/update/latency"), "{names:?}");
+    assert!(
+        names.iter().any(|n| n == "writes/create/latency")
+            && names.iter().any(|n| n == "writes/update/latency"),
+        "{names:?}"
+    );
 }
 
 #[test]
@@ -176,7 +259,12 @@ fn bench_stalled_quick_reports_rss_before_during_and_after() {
     let out = run_quick("stalled");
     let json = assert_report(out.path(), "stalled", false);
     let names = measurement_names(&json);
-    for name in ["rss/before", "rss/peak_while_stalled", "rss/after", "small_get/while_stalled"] {
+    for name in [
+        "rss/before",
+        "rss/peak_while_stalled",
+        "rss/after",
+        "small_get/while_stalled",
+    ] {
         assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
     }
 }
@@ -193,7 +281,11 @@ fn bench_bodies_quick_reports_cpu_per_request_for_every_encoding() {
         .filter_map(|m| m["labels"]["case"].as_str())
         .collect();
     assert_eq!(cases.len(), 6, "{cases:?}");
-    assert!(cases.contains(&"server-side apply, JSON text (kubectl)") && cases.contains(&"create, nested YAML (refused)"), "{cases:?}");
+    assert!(
+        cases.contains(&"server-side apply, JSON text (kubectl)")
+            && cases.contains(&"create, nested YAML (refused)"),
+        "{cases:?}"
+    );
 }
 
 /// `rkube bench all` runs every scenario and exits non-zero naming those that
@@ -203,15 +295,32 @@ fn bench_bodies_quick_reports_cpu_per_request_for_every_encoding() {
 fn bench_all_runs_every_scenario_and_fails_on_any_failure() {
     let out = tempfile::tempdir().expect("temp dir");
     let output = Command::new(env!("CARGO_BIN_EXE_rkube"))
-        .args(["bench", "all", "--quick", "--rkube", "/nonexistent/rkube", "--out"])
+        .args([
+            "bench",
+            "all",
+            "--quick",
+            "--rkube",
+            "/nonexistent/rkube",
+            "--out",
+        ])
         .arg(out.path())
         .stdin(Stdio::null())
         .output()
         .expect("run rkube bench all");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled, bodies"), "{stderr}");
-    for name in ["list", "writes", "init", "watch", "cluster", "rbac", "stalled", "bodies"] {
-        assert!(!out.path().join(format!("{name}.json")).exists(), "{name}: a failed run wrote a report");
+    assert!(
+        stderr.contains(
+            "rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled, bodies"
+        ),
+        "{stderr}"
+    );
+    for name in [
+        "list", "writes", "init", "watch", "cluster", "rbac", "stalled", "bodies",
+    ] {
+        assert!(
+            !out.path().join(format!("{name}.json")).exists(),
+            "{name}: a failed run wrote a report"
+        );
     }
 }

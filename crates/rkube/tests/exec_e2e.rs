@@ -24,18 +24,34 @@ fn cluster_with_box(version: &str) -> (Cluster, Kubectl, tempfile::TempDir) {
     let fixtures = tempfile::tempdir().expect("tempdir");
     let tokens = fixtures.path().join("tokens.csv");
     std::fs::write(&tokens, "bob-secret,bob,2001\n").expect("token file");
-    let cluster =
-        Cluster::builder(Backend::Embedded).arg("--node").arg(format!("--token-auth-file={}", tokens.display())).start();
+    let cluster = Cluster::builder(Backend::Embedded)
+        .arg("--node")
+        .arg(format!("--token-auth-file={}", tokens.display()))
+        .start();
     let k = cluster.kubectl(version);
     cluster.wait_for_ready_node(&k, LIMIT);
-    k.ok(&["run", "box", "--image=busybox", "--restart=Never", "--env=GREETING=hello", "--", "sleep", "3600"]);
+    k.ok(&[
+        "run",
+        "box",
+        "--image=busybox",
+        "--restart=Never",
+        "--env=GREETING=hello",
+        "--",
+        "sleep",
+        "3600",
+    ]);
     let deadline = Instant::now() + LIMIT;
     loop {
         let p = k.json(&["get", "pod", "box"]);
         if p["status"]["containerStatuses"][0]["state"]["running"].is_object() {
             break;
         }
-        assert!(Instant::now() < deadline, "box not running: {}\n--- server log ---\n{}", p["status"], cluster.server_log());
+        assert!(
+            Instant::now() < deadline,
+            "box not running: {}\n--- server log ---\n{}",
+            p["status"],
+            cluster.server_log()
+        );
         thread::sleep(Duration::from_millis(200));
     }
     (cluster, k, fixtures)
@@ -43,28 +59,63 @@ fn cluster_with_box(version: &str) -> (Cluster, Kubectl, tempfile::TempDir) {
 
 fn kubectl_exec_prints_output_and_exits_with_the_commands_code(version: &str) {
     let (_cluster, k, _fixtures) = cluster_with_box(version);
-    let hi = k.run(&["exec", "box", "--", "sh", "-c", "echo hi; echo oops >&2; exit 3"]).exit_code(3);
+    let hi = k
+        .run(&[
+            "exec",
+            "box",
+            "--",
+            "sh",
+            "-c",
+            "echo hi; echo oops >&2; exit 3",
+        ])
+        .exit_code(3);
     assert_eq!(hi.stdout, "hi\n");
     assert!(hi.stderr.starts_with("oops\n"), "{:?}", hi.stderr);
-    assert!(hi.stderr.contains("command terminated with exit code 3"), "{:?}", hi.stderr);
+    assert!(
+        hi.stderr.contains("command terminated with exit code 3"),
+        "{:?}",
+        hi.stderr
+    );
     let env = k.ok(&["exec", "box", "--", "sh", "-c", "echo $GREETING"]);
     assert_eq!((env.stdout.as_str(), env.stderr.as_str()), ("hello\n", ""));
     // stdin, ended by the v5 close message when kubectl's stdin ends.
-    let upper = k.run_stdin(&["exec", "-i", "box", "--", "tr", "a-z", "A-Z"], "abc\ndef\n").success();
+    let upper = k
+        .run_stdin(
+            &["exec", "-i", "box", "--", "tr", "a-z", "A-Z"],
+            "abc\ndef\n",
+        )
+        .success();
     assert_eq!(upper.stdout, "ABC\nDEF\n");
     // A command that cannot start is the runtime's internal error.
     let missing = k.run(&["exec", "box", "--", "no-such-command-here"]);
     assert_eq!(missing.code, Some(1), "{missing:?}");
-    assert!(missing.stderr.contains("error executing command in container"), "{:?}", missing.stderr);
+    assert!(
+        missing
+            .stderr
+            .contains("error executing command in container"),
+        "{:?}",
+        missing.stderr
+    );
     // A container name the pod does not have.
-    k.fails_with(&["exec", "box", "-c", "nope", "--", "true"], "Error from server (BadRequest): container nope is not valid for pod box");
+    k.fails_with(
+        &["exec", "box", "-c", "nope", "--", "true"],
+        "Error from server (BadRequest): container nope is not valid for pod box",
+    );
 }
 
 #[test]
 fn kubectl_1_33_exec_with_a_terminal_gets_a_tty() {
     let (_cluster, k, _fixtures) = cluster_with_box("1.33");
     // `script` gives kubectl a terminal of its own, so `-t` is honoured.
-    let cmd = k.command(&["exec", "-it", "box", "--", "sh", "-c", "test -t 0 && test -t 1 && echo on-a-tty"]);
+    let cmd = k.command(&[
+        "exec",
+        "-it",
+        "box",
+        "--",
+        "sh",
+        "-c",
+        "test -t 0 && test -t 1 && echo on-a-tty",
+    ]);
     let quoted: Vec<String> = std::iter::once(cmd.get_program().to_string_lossy().into_owned())
         .chain(cmd.get_args().map(|a| a.to_string_lossy().into_owned()))
         .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
@@ -79,7 +130,11 @@ fn kubectl_1_33_exec_with_a_terminal_gets_a_tty() {
     }
     let out = common::process::run(script, Some(""), Duration::from_secs(45));
     assert_eq!(out.code, Some(0), "{out:?}");
-    assert!(out.stdout.contains("on-a-tty\r\n"), "a terminal turns \\n into \\r\\n: {:?}", out.stdout);
+    assert!(
+        out.stdout.contains("on-a-tty\r\n"),
+        "a terminal turns \\n into \\r\\n: {:?}",
+        out.stdout
+    );
 }
 
 fn kubectl_cp_copies_files_into_and_out_of_a_pod(version: &str) {
@@ -90,28 +145,70 @@ fn kubectl_cp_copies_files_into_and_out_of_a_pod(version: &str) {
     let local = cluster.write_file("notes.txt", "first line\nsecond line\n");
     let remote = format!("box:{}/notes.txt", remote_dir.display());
     k.ok(&["cp", &local.display().to_string(), &remote]);
-    let cat = k.ok(&["exec", "box", "--", "cat", &format!("{}/notes.txt", remote_dir.display())]);
+    let cat = k.ok(&[
+        "exec",
+        "box",
+        "--",
+        "cat",
+        &format!("{}/notes.txt", remote_dir.display()),
+    ]);
     assert_eq!(cat.stdout, "first line\nsecond line\n");
 
-    k.ok(&["exec", "box", "--", "sh", "-c", &format!("printf 'made in the pod\\n' > {}/made.txt", remote_dir.display())]);
+    k.ok(&[
+        "exec",
+        "box",
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "printf 'made in the pod\\n' > {}/made.txt",
+            remote_dir.display()
+        ),
+    ]);
     let back = cluster.dir().join("back.txt");
-    k.ok(&["cp", &format!("box:{}/made.txt", remote_dir.display()), &back.display().to_string()]);
-    assert_eq!(std::fs::read_to_string(&back).expect("copied back"), "made in the pod\n");
+    k.ok(&[
+        "cp",
+        &format!("box:{}/made.txt", remote_dir.display()),
+        &back.display().to_string(),
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(&back).expect("copied back"),
+        "made in the pod\n"
+    );
 }
 
 #[test]
 fn exec_needs_the_pods_exec_permission() {
     let (cluster, k, _fixtures) = cluster_with_box("1.33");
-    k.ok(&["create", "role", "pod-reader", "--verb=get,list", "--resource=pods"]);
-    k.ok(&["create", "rolebinding", "bob-reads-pods", "--role=pod-reader", "--user=bob"]);
-    let bob = cluster.kubectl_with("1.33", &cluster.write_kubeconfig_for("bob", &Credentials::Token("bob-secret".into())));
+    k.ok(&[
+        "create",
+        "role",
+        "pod-reader",
+        "--verb=get,list",
+        "--resource=pods",
+    ]);
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "bob-reads-pods",
+        "--role=pod-reader",
+        "--user=bob",
+    ]);
+    let bob = cluster.kubectl_with(
+        "1.33",
+        &cluster.write_kubeconfig_for("bob", &Credentials::Token("bob-secret".into())),
+    );
     bob.ok(&["get", "pod", "box"]);
     // kubectl 1.33 tries a WebSocket GET (verb get), then falls back to SPDY's POST (verb create).
     bob.fails_with(
         &["exec", "box", "--", "true"],
         r#"Error from server (Forbidden): pods "box" is forbidden: User "bob" cannot create resource "pods/exec" in API group "" in the namespace "default""#,
     );
-    let raw = bob.run(&["get", "--raw", "/api/v1/namespaces/default/pods/box/exec?command=true&stdout=true"]);
+    let raw = bob.run(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/box/exec?command=true&stdout=true",
+    ]);
     assert!(
         raw.stderr.contains(r#"User "bob" cannot get resource "pods/exec" in API group "" in the namespace "default""#),
         "{:?}",
@@ -138,17 +235,29 @@ fn kubectl_attach_feeds_stdin_and_stdin_once_ends_it(version: &str) {
     let (cluster, k, _fixtures) = cluster_with_box(version);
     k.run_stdin(&["apply", "-f", "-"], READER).success();
     let deadline = Instant::now() + LIMIT;
-    while !k.json(&["get", "pod", "reader"])["status"]["containerStatuses"][0]["state"]["running"].is_object() {
-        assert!(Instant::now() < deadline, "reader not running:\n{}", cluster.server_log());
+    while !k.json(&["get", "pod", "reader"])["status"]["containerStatuses"][0]["state"]["running"]
+        .is_object()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "reader not running:\n{}",
+            cluster.server_log()
+        );
         thread::sleep(Duration::from_millis(200));
     }
     // kubectl's stdin ends after one line: with stdinOnce the container then reads end of
     // file, says bye and exits, which ends the attach.
-    let attached = k.run_stdin(&["attach", "-i", "reader"], "hello\n").success();
+    let attached = k
+        .run_stdin(&["attach", "-i", "reader"], "hello\n")
+        .success();
     assert_eq!(attached.stdout, "got hello\nbye\n");
     let deadline = Instant::now() + LIMIT;
     while k.json(&["get", "pod", "reader"])["status"]["phase"] != "Succeeded" {
-        assert!(Instant::now() < deadline, "reader did not complete:\n{}", cluster.server_log());
+        assert!(
+            Instant::now() < deadline,
+            "reader did not complete:\n{}",
+            cluster.server_log()
+        );
         thread::sleep(Duration::from_millis(200));
     }
 }
@@ -161,25 +270,49 @@ fn kubectl_port_forward_fetches_from_an_http_server_in_a_pod(version: &str) {
     let pod_port = common::cluster::free_port();
     let listen = format!("127.0.0.1:{pod_port}");
     let home = site.display().to_string();
-    k.ok(&["run", "web", "--image=busybox", "--restart=Never", "--", "busybox", "httpd", "-f", "-p", &listen, "-h", &home]);
+    k.ok(&[
+        "run",
+        "web",
+        "--image=busybox",
+        "--restart=Never",
+        "--",
+        "busybox",
+        "httpd",
+        "-f",
+        "-p",
+        &listen,
+        "-h",
+        &home,
+    ]);
     let deadline = Instant::now() + LIMIT;
     while std::net::TcpStream::connect(&listen).is_err() {
-        assert!(Instant::now() < deadline, "httpd never listened:\n{}", cluster.server_log());
+        assert!(
+            Instant::now() < deadline,
+            "httpd never listened:\n{}",
+            cluster.server_log()
+        );
         thread::sleep(Duration::from_millis(200));
     }
     let local = common::cluster::free_port();
     let mapping = format!("{local}:{pod_port}");
     let mut forward = k.spawn(&["port-forward", "pod/web", &mapping]);
-    forward.expect_line("`Forwarding from`", LIMIT, |l| l.starts_with("Forwarding from 127.0.0.1:"));
+    forward.expect_line("`Forwarding from`", LIMIT, |l| {
+        l.starts_with("Forwarding from 127.0.0.1:")
+    });
     // Two connections in turn: each gets its own pair of streams.
     for _ in 0..2 {
-        let mut conn = std::net::TcpStream::connect(("127.0.0.1", local)).expect("connect to the forwarded port");
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", local))
+            .expect("connect to the forwarded port");
         conn.set_read_timeout(Some(LIMIT)).expect("timeout");
-        conn.write_all(b"GET /hello.txt HTTP/1.0\r\nHost: pod\r\n\r\n").expect("request");
+        conn.write_all(b"GET /hello.txt HTTP/1.0\r\nHost: pod\r\n\r\n")
+            .expect("request");
         let mut answer = String::new();
         conn.read_to_string(&mut answer).expect("response");
         assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer:?}");
-        assert!(answer.ends_with("\r\n\r\nhello through port-forward\n"), "{answer:?}");
+        assert!(
+            answer.ends_with("\r\n\r\nhello through port-forward\n"),
+            "{answer:?}"
+        );
     }
     drop(forward);
 }
@@ -189,7 +322,17 @@ fn kubectl_port_forward_fetches_from_an_http_server_in_a_pod(version: &str) {
 /// attaches (or, once it has exited, reads its log), and `kubectl logs -c` shows its output.
 fn kubectl_debug_runs_an_ephemeral_container_to_completion(version: &str) {
     let (cluster, k, _fixtures) = cluster_with_box(version);
-    k.ok(&["debug", "-i", "box", "--image=busybox", "--container=dbg", "--", "sh", "-c", "echo from-debug"]);
+    k.ok(&[
+        "debug",
+        "-i",
+        "box",
+        "--image=busybox",
+        "--container=dbg",
+        "--",
+        "sh",
+        "-c",
+        "echo from-debug",
+    ]);
     let deadline = Instant::now() + LIMIT;
     let status = loop {
         let p = k.json(&["get", "pod", "box"]);
@@ -197,9 +340,14 @@ fn kubectl_debug_runs_an_ephemeral_container_to_completion(version: &str) {
         if s["state"]["terminated"].is_object() {
             break s;
         }
-        assert!(Instant::now() < deadline, "dbg not terminated: {}
+        assert!(
+            Instant::now() < deadline,
+            "dbg not terminated: {}
 --- server log ---
-{}", p["status"], cluster.server_log());
+{}",
+            p["status"],
+            cluster.server_log()
+        );
         thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(status["name"], "dbg");
@@ -209,8 +357,16 @@ fn kubectl_debug_runs_an_ephemeral_container_to_completion(version: &str) {
     // The pod's own container kept running; the ephemeral one is not restarted.
     thread::sleep(Duration::from_secs(2));
     let p = k.json(&["get", "pod", "box"]);
-    assert!(p["status"]["containerStatuses"][0]["state"]["running"].is_object(), "{}", p["status"]);
-    assert_eq!(p["status"]["ephemeralContainerStatuses"][0]["restartCount"], 0, "{}", p["status"]);
+    assert!(
+        p["status"]["containerStatuses"][0]["state"]["running"].is_object(),
+        "{}",
+        p["status"]
+    );
+    assert_eq!(
+        p["status"]["ephemeralContainerStatuses"][0]["restartCount"], 0,
+        "{}",
+        p["status"]
+    );
 }
 
 per_kubectl_version!(

@@ -26,7 +26,11 @@ fn container(c: &mut Object) {
     default_field(c, "terminationMessagePath", json!("/dev/termination-log"));
     default_field(c, "terminationMessagePolicy", json!("File"));
     default_field(c, "resources", json!({}));
-    let image = c.get("image").and_then(Value::as_str).unwrap_or("").to_string();
+    let image = c
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     default_field(c, "imagePullPolicy", json!(pull_policy(&image)));
     each(c, "ports", |p| default_field(p, "protocol", json!("TCP")));
 }
@@ -52,7 +56,11 @@ pub(crate) fn template_defaults(spec: &mut Object) {
 
 /// Pod QoS class (upstream `GetPodQOS`, simplified to cpu/memory of regular containers).
 pub fn qos_class(spec: Option<&Value>) -> &'static str {
-    let containers = spec.and_then(|s| s.get("containers")).and_then(Value::as_array).cloned().unwrap_or_default();
+    let containers = spec
+        .and_then(|s| s.get("containers"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let mut any = false;
     let mut guaranteed = true;
     for c in &containers {
@@ -83,11 +91,20 @@ pub fn qos_class(spec: Option<&Value>) -> &'static str {
 /// Validates a `PodSpec` at `path`: containers with DNS-1123 names and
 /// images, container ports in range, a known `restartPolicy` (limited to
 /// `allowed_restart` when given, as workload templates are).
-pub(crate) fn validate_pod_spec(spec: Option<&Value>, path: &str, allowed_restart: &[&str], errs: &mut Vec<FieldError>) {
-    let containers = spec.and_then(|s| s.get("containers")).and_then(Value::as_array);
+pub(crate) fn validate_pod_spec(
+    spec: Option<&Value>,
+    path: &str,
+    allowed_restart: &[&str],
+    errs: &mut Vec<FieldError>,
+) {
+    let containers = spec
+        .and_then(|s| s.get("containers"))
+        .and_then(Value::as_array);
     match containers {
         None => errs.push(FieldError::required(&format!("{path}.containers"), "")),
-        Some(cs) if cs.is_empty() => errs.push(FieldError::required(&format!("{path}.containers"), "")),
+        Some(cs) if cs.is_empty() => {
+            errs.push(FieldError::required(&format!("{path}.containers"), ""))
+        }
         Some(cs) => {
             let mut seen: Vec<&str> = Vec::new();
             for (i, c) in cs.iter().enumerate() {
@@ -104,12 +121,20 @@ pub(crate) fn validate_pod_spec(spec: Option<&Value>, path: &str, allowed_restar
                     }
                     seen.push(name);
                 }
-                if c.get("image").and_then(Value::as_str).unwrap_or("").trim().is_empty() {
+                if c.get("image")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .trim()
+                    .is_empty()
+                {
                     errs.push(FieldError::required(&format!("{p}.image"), ""));
                 }
                 if let Some(ports) = c.get("ports").and_then(Value::as_array) {
                     for (j, port) in ports.iter().enumerate() {
-                        let n = port.get("containerPort").and_then(Value::as_i64).unwrap_or(0);
+                        let n = port
+                            .get("containerPort")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(0);
                         if !(1..=65535).contains(&n) {
                             errs.push(FieldError::invalid_json(
                                 &format!("{p}.ports[{j}].containerPort"),
@@ -122,10 +147,17 @@ pub(crate) fn validate_pod_spec(spec: Option<&Value>, path: &str, allowed_restar
             }
         }
     }
-    if let Some(rp) = spec.and_then(|s| s.get("restartPolicy")).and_then(Value::as_str) {
+    if let Some(rp) = spec
+        .and_then(|s| s.get("restartPolicy"))
+        .and_then(Value::as_str)
+    {
         let field = format!("{path}.restartPolicy");
         if !matches!(rp, "Always" | "OnFailure" | "Never") {
-            errs.push(FieldError::not_supported(&field, rp, &["Always", "OnFailure", "Never"]));
+            errs.push(FieldError::not_supported(
+                &field,
+                rp,
+                &["Always", "OnFailure", "Never"],
+            ));
         } else if !allowed_restart.is_empty() && !allowed_restart.contains(&rp) {
             errs.push(FieldError::not_supported(&field, rp, allowed_restart));
         }
@@ -134,7 +166,12 @@ pub(crate) fn validate_pod_spec(spec: Option<&Value>, path: &str, allowed_restar
 
 /// Validates `spec.template.spec` of a workload.
 pub(crate) fn validate_template(obj: &Value, allowed_restart: &[&str], errs: &mut Vec<FieldError>) {
-    validate_pod_spec(obj.pointer("/spec/template/spec"), "spec.template.spec", allowed_restart, errs);
+    validate_pod_spec(
+        obj.pointer("/spec/template/spec"),
+        "spec.template.spec",
+        allowed_restart,
+        errs,
+    );
 }
 
 /// Pod spec updates may change only container images, `activeDeadlineSeconds`,
@@ -151,7 +188,11 @@ pub(crate) fn validate_pod_update(old: &Value, new: &Value, errs: &mut Vec<Field
                     }
                 }
             }
-            for key in ["activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds"] {
+            for key in [
+                "activeDeadlineSeconds",
+                "tolerations",
+                "terminationGracePeriodSeconds",
+            ] {
                 m.remove(key);
             }
         }

@@ -3,7 +3,11 @@ use serde_json::json;
 use crate::registry::{self, lookup};
 
 fn defaulted(group: &str, resource: &str, mut obj: serde_json::Value) -> serde_json::Value {
-    lookup(group, "v1", resource).or_else(|| lookup(group, "v2", resource)).unwrap().strategy.apply_defaults(&mut obj);
+    lookup(group, "v1", resource)
+        .or_else(|| lookup(group, "v2", resource))
+        .unwrap()
+        .strategy
+        .apply_defaults(&mut obj);
     obj
 }
 
@@ -27,33 +31,57 @@ fn defaults_are_idempotent_for_every_row() {
 
 #[test]
 fn workload_templates_get_pod_defaults() {
-    let d = defaulted("apps", "statefulsets", json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.25"}]}}}}));
+    let d = defaulted(
+        "apps",
+        "statefulsets",
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.25"}]}}}}),
+    );
     assert_eq!(d["spec"]["podManagementPolicy"], "OrderedReady");
-    assert_eq!(d["spec"]["updateStrategy"], json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}));
+    assert_eq!(
+        d["spec"]["updateStrategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+    );
     assert_eq!(d["spec"]["template"]["spec"]["restartPolicy"], "Always");
-    assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
     let ds = defaulted("apps", "daemonsets", json!({"spec": {}}));
-    assert_eq!(ds["spec"]["updateStrategy"]["rollingUpdate"], json!({"maxUnavailable": 1, "maxSurge": 0}));
+    assert_eq!(
+        ds["spec"]["updateStrategy"]["rollingUpdate"],
+        json!({"maxUnavailable": 1, "maxSurge": 0})
+    );
 }
 
 #[test]
 fn jobs_default_like_set_defaults_job() {
-    let j = defaulted("batch", "jobs", json!({"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": []}}}}));
+    let j = defaulted(
+        "batch",
+        "jobs",
+        json!({"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": []}}}}),
+    );
     assert_eq!(j["spec"]["completions"], 1);
     assert_eq!(j["spec"]["parallelism"], 1);
     assert_eq!(j["spec"]["backoffLimit"], 6);
     assert_eq!(j["spec"]["completionMode"], "NonIndexed");
     assert_eq!(j["spec"]["podReplacementPolicy"], "TerminatingOrFailed");
     let parallel = defaulted("batch", "jobs", json!({"spec": {"parallelism": 3}}));
-    assert!(parallel["spec"].get("completions").is_none(), "completions stay unset when parallelism is set");
+    assert!(
+        parallel["spec"].get("completions").is_none(),
+        "completions stay unset when parallelism is set"
+    );
 }
 
 #[test]
 fn job_prepare_generates_the_selector_and_pod_labels() {
     let jobs = lookup("batch", "v1", "jobs").unwrap();
-    let mut job = json!({"metadata": {"name": "pi", "uid": "u-1"}, "spec": {"template": {"spec": {}}}});
+    let mut job =
+        json!({"metadata": {"name": "pi", "uid": "u-1"}, "spec": {"template": {"spec": {}}}});
     jobs.strategy.prepare(&mut job);
-    assert_eq!(job["spec"]["selector"], json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}}));
+    assert_eq!(
+        job["spec"]["selector"],
+        json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}})
+    );
     let labels = &job["spec"]["template"]["metadata"]["labels"];
     assert_eq!(labels["batch.kubernetes.io/job-name"], "pi");
     assert_eq!(labels["controller-uid"], "u-1");
@@ -67,7 +95,10 @@ fn workload_selector_must_match_template_labels() {
     let errs = rs.strategy.validate_object(&bad, None);
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].field, "spec.template.metadata.labels");
-    assert_eq!(errs[0].detail, "`selector` does not match template `labels`");
+    assert_eq!(
+        errs[0].detail,
+        "`selector` does not match template `labels`"
+    );
     let exprs = json!({"spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["b"]}]}, "template": {"metadata": {"labels": {"app": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
     assert!(rs.strategy.validate_object(&exprs, None).is_empty());
 }
@@ -98,12 +129,24 @@ fn job_success_policies_are_validated_as_upstream() {
     let with = |mode: &str, policy: serde_json::Value| {
         let job = json!({"spec": {"completions": 5, "completionMode": mode, "successPolicy": policy,
             "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}});
-        jobs.strategy.validate_object(&job, None).iter().map(|e| format!("{}: {}", e.field, e.body())).collect::<Vec<_>>()
+        jobs.strategy
+            .validate_object(&job, None)
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.body()))
+            .collect::<Vec<_>>()
     };
-    assert!(with("Indexed", json!({"rules": [{"succeededIndexes": "0,2-4", "succeededCount": 4}]})).is_empty());
+    assert!(with(
+        "Indexed",
+        json!({"rules": [{"succeededIndexes": "0,2-4", "succeededCount": 4}]})
+    )
+    .is_empty());
     let errs = with("NonIndexed", json!({"rules": [{"succeededCount": 1}]}));
     assert_eq!(errs.len(), 1);
-    assert!(errs[0].starts_with("spec.successPolicy: Invalid value: ") && errs[0].ends_with(": requires indexed completion mode"), "{errs:?}");
+    assert!(
+        errs[0].starts_with("spec.successPolicy: Invalid value: ")
+            && errs[0].ends_with(": requires indexed completion mode"),
+        "{errs:?}"
+    );
     assert_eq!(with("Indexed", json!({"rules": []})), ["spec.successPolicy.rules: Required value: at least one rules must be specified when the successPolicy is specified"]);
     assert_eq!(
         with("Indexed", json!({"rules": [{}]})),
@@ -122,7 +165,10 @@ fn job_success_policies_are_validated_as_upstream() {
         ["spec.successPolicy.rules[0].succeededCount: Invalid value: 6: must be less than or equal to 5 (the number of specified completions)"]
     );
     let many: Vec<serde_json::Value> = (0..21).map(|_| json!({"succeededCount": 1})).collect();
-    assert_eq!(with("Indexed", json!({"rules": many})), ["spec.successPolicy.rules: Too many: 21: must have at most 20 items"]);
+    assert_eq!(
+        with("Indexed", json!({"rules": many})),
+        ["spec.successPolicy.rules: Too many: 21: must have at most 20 items"]
+    );
 }
 
 #[test]
@@ -133,16 +179,28 @@ fn per_index_backoff_limits_are_validated_as_upstream() {
         if let (Some(spec), Some(extra)) = (job["spec"].as_object_mut(), extra.as_object()) {
             spec.extend(extra.clone());
         }
-        jobs.strategy.validate_object(&job, None).iter().map(|e| format!("{}: {}", e.field, e.body())).collect::<Vec<_>>()
+        jobs.strategy
+            .validate_object(&job, None)
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.body()))
+            .collect::<Vec<_>>()
     };
-    assert!(with(json!({"completionMode": "Indexed", "backoffLimitPerIndex": 1, "maxFailedIndexes": 5})).is_empty());
-    assert_eq!(with(json!({"backoffLimitPerIndex": 1})), ["spec.backoffLimitPerIndex: Invalid value: 1: requires indexed completion mode"]);
+    assert!(with(
+        json!({"completionMode": "Indexed", "backoffLimitPerIndex": 1, "maxFailedIndexes": 5})
+    )
+    .is_empty());
+    assert_eq!(
+        with(json!({"backoffLimitPerIndex": 1})),
+        ["spec.backoffLimitPerIndex: Invalid value: 1: requires indexed completion mode"]
+    );
     assert_eq!(
         with(json!({"completionMode": "Indexed", "maxFailedIndexes": 1})),
         ["spec.backoffLimitPerIndex: Required value: when maxFailedIndexes is specified"]
     );
     assert_eq!(
-        with(json!({"completionMode": "Indexed", "backoffLimitPerIndex": -1, "maxFailedIndexes": 6})),
+        with(
+            json!({"completionMode": "Indexed", "backoffLimitPerIndex": -1, "maxFailedIndexes": 6})
+        ),
         [
             "spec.backoffLimitPerIndex: Invalid value: -1: must be greater than or equal to 0",
             "spec.maxFailedIndexes: Invalid value: 6: must be less than or equal to completions"
@@ -166,16 +224,28 @@ fn pod_defaults_match_upstream() {
     assert_eq!(c["ports"][0]["protocol"], "TCP");
     assert_eq!(pod["status"]["phase"], "Pending");
     assert_eq!(pod["status"]["qosClass"], "BestEffort");
-    for (image, policy) in [("nginx", "Always"), ("registry:5000/nginx", "Always"), ("nginx:latest", "Always"), ("a@sha256:x", "IfNotPresent")] {
+    for (image, policy) in [
+        ("nginx", "Always"),
+        ("registry:5000/nginx", "Always"),
+        ("nginx:latest", "Always"),
+        ("a@sha256:x", "IfNotPresent"),
+    ] {
         let mut p = json!({"spec": {"containers": [{"name": "c", "image": image}]}});
         pods.strategy.apply_defaults(&mut p);
-        assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], policy, "{image}");
+        assert_eq!(
+            p["spec"]["containers"][0]["imagePullPolicy"], policy,
+            "{image}"
+        );
     }
 }
 
 #[test]
 fn endpointslice_ports_get_name_and_protocol() {
-    let s = defaulted("discovery.k8s.io", "endpointslices", json!({"ports": [{"port": 80}]}));
+    let s = defaulted(
+        "discovery.k8s.io",
+        "endpointslices",
+        json!({"ports": [{"port": 80}]}),
+    );
     assert_eq!(s["ports"][0]["name"], "");
     assert_eq!(s["ports"][0]["protocol"], "TCP");
 }
@@ -191,7 +261,10 @@ fn service_ports_default_target_port() {
 #[test]
 fn pods_need_containers_with_images() {
     let pods = lookup("", "v1", "pods").unwrap();
-    let errs = pods.strategy.validate_object(&json!({"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}}), None);
+    let errs = pods.strategy.validate_object(
+        &json!({"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}}),
+        None,
+    );
     assert_eq!(errs.len(), 1);
     assert_eq!(errs[0].field, "spec.containers[0].image");
 }

@@ -31,7 +31,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rkube_api::csr::{self as api_csr, FAILED, KUBE_APISERVER_CLIENT, KUBE_APISERVER_CLIENT_KUBELET};
+use rkube_api::csr::{
+    self as api_csr, FAILED, KUBE_APISERVER_CLIENT, KUBE_APISERVER_CLIENT_KUBELET,
+};
 use rkube_storage::{RangeRequest, Storage, StorageError};
 use serde_json::{json, Value};
 use x509_parser::certification_request::X509CertificationRequest;
@@ -75,7 +77,10 @@ pub struct Signer {
 
 impl std::fmt::Debug for Signer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Signer").field("ca_not_after", &self.ca_not_after).field("duration", &self.duration).finish()
+        f.debug_struct("Signer")
+            .field("ca_not_after", &self.ca_not_after)
+            .field("duration", &self.duration)
+            .finish()
     }
 }
 
@@ -83,9 +88,15 @@ impl Signer {
     /// A signer from PEM texts: `ca_cert_pem` (one CA certificate) and
     /// `ca_key_pem` (its private key, PKCS#8 or SEC1/PKCS#1 as `rcgen`
     /// reads them); `duration` is `--cluster-signing-duration`.
-    pub fn new(ca_cert_pem: &str, ca_key_pem: &str, duration: Duration) -> Result<Self, SignerError> {
-        let key = rcgen::KeyPair::from_pem(ca_key_pem).map_err(|e| SignerError::Parse(format!("CA key: {e}")))?;
-        rcgen::Issuer::from_ca_cert_pem(ca_cert_pem, &key).map_err(|e| SignerError::Parse(format!("CA certificate: {e}")))?;
+    pub fn new(
+        ca_cert_pem: &str,
+        ca_key_pem: &str,
+        duration: Duration,
+    ) -> Result<Self, SignerError> {
+        let key = rcgen::KeyPair::from_pem(ca_key_pem)
+            .map_err(|e| SignerError::Parse(format!("CA key: {e}")))?;
+        rcgen::Issuer::from_ca_cert_pem(ca_cert_pem, &key)
+            .map_err(|e| SignerError::Parse(format!("CA certificate: {e}")))?;
         let block = x509_parser::pem::Pem::iter_from_buffer(ca_cert_pem.as_bytes())
             .next()
             .and_then(Result::ok)
@@ -93,13 +104,25 @@ impl Signer {
         let (_, cert) = x509_parser::parse_x509_certificate(&block.contents)
             .map_err(|e| SignerError::Parse(format!("CA certificate: {e}")))?;
         let ca_not_after = cert.validity().not_after.timestamp();
-        Ok(Signer { ca_cert_pem: ca_cert_pem.to_string(), ca_key_pem: ca_key_pem.to_string(), ca_not_after, duration })
+        Ok(Signer {
+            ca_cert_pem: ca_cert_pem.to_string(),
+            ca_key_pem: ca_key_pem.to_string(),
+            ca_not_after,
+            duration,
+        })
     }
 
     /// [`Signer::new`] from `--cluster-signing-cert-file` and `--cluster-signing-key-file`.
-    pub fn load(cert_file: &std::path::Path, key_file: &std::path::Path, duration: Duration) -> Result<Self, SignerError> {
+    pub fn load(
+        cert_file: &std::path::Path,
+        key_file: &std::path::Path,
+        duration: Duration,
+    ) -> Result<Self, SignerError> {
         let read = |p: &std::path::Path| {
-            std::fs::read_to_string(p).map_err(|source| SignerError::Read { path: p.display().to_string(), source })
+            std::fs::read_to_string(p).map_err(|source| SignerError::Read {
+                path: p.display().to_string(),
+                source,
+            })
         };
         Self::new(&read(cert_file)?, &read(key_file)?, duration)
     }
@@ -107,18 +130,31 @@ impl Signer {
     /// What to do with `csr` (see the module docs): `None` when nothing,
     /// else the CSR with its new status. `now` is Unix seconds.
     pub fn handle(&self, csr: &Value, now: i64) -> Option<Value> {
-        let signer = csr.pointer("/spec/signerName").and_then(Value::as_str).unwrap_or("");
+        let signer = csr
+            .pointer("/spec/signerName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         if signer != KUBE_APISERVER_CLIENT && signer != KUBE_APISERVER_CLIENT_KUBELET {
             return None;
         }
         if !api_csr::is_approved(csr) || api_csr::has_true_condition(csr, FAILED) {
             return None;
         }
-        if csr.pointer("/status/certificate").and_then(Value::as_str).is_some_and(|c| !c.is_empty()) {
+        if csr
+            .pointer("/status/certificate")
+            .and_then(Value::as_str)
+            .is_some_and(|c| !c.is_empty())
+        {
             return None;
         }
-        let name = csr.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-        let der = match api_csr::bytes_field(csr, "/spec/request").ok_or("request is not base64".to_string()).and_then(|p| api_csr::request_der(&p)) {
+        let name = csr
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let der = match api_csr::bytes_field(csr, "/spec/request")
+            .ok_or("request is not base64".to_string())
+            .and_then(|p| api_csr::request_der(&p))
+        {
             Ok(der) => der,
             Err(e) => {
                 tracing::warn!(csr = name, error = %e, "unable to parse csr");
@@ -128,11 +164,18 @@ impl Signer {
         let usages: Vec<String> = csr
             .pointer("/spec/usages")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
             .unwrap_or_default();
         let mut out = csr.clone();
         if let Err(reason) = signer_usages_ok(&der, &usages, signer) {
-            let stamp = rkube_api::time::format_rfc3339(chrono::DateTime::from_timestamp(now, 0).unwrap_or_default());
+            let stamp = rkube_api::time::format_rfc3339(
+                chrono::DateTime::from_timestamp(now, 0).unwrap_or_default(),
+            );
             let failed = json!({
                 "type": FAILED,
                 "status": "True",
@@ -141,19 +184,32 @@ impl Signer {
                 "lastUpdateTime": stamp,
                 "lastTransitionTime": stamp,
             });
-            let status = out.as_object_mut()?.entry("status").or_insert_with(|| json!({}));
-            let conds = status.as_object_mut()?.entry("conditions").or_insert_with(|| json!([]));
+            let status = out
+                .as_object_mut()?
+                .entry("status")
+                .or_insert_with(|| json!({}));
+            let conds = status
+                .as_object_mut()?
+                .entry("conditions")
+                .or_insert_with(|| json!([]));
             conds.as_array_mut()?.push(failed);
             return Some(out);
         }
-        let expiration = csr.pointer("/spec/expirationSeconds").and_then(Value::as_i64);
+        let expiration = csr
+            .pointer("/spec/expirationSeconds")
+            .and_then(Value::as_i64);
         let lifetime = lifetime(self.duration, expiration);
         match self.sign(&der, &usages, lifetime, now) {
             Ok(pem) => {
                 use base64::Engine as _;
                 let b64 = base64::engine::general_purpose::STANDARD.encode(pem.as_bytes());
-                let status = out.as_object_mut()?.entry("status").or_insert_with(|| json!({}));
-                status.as_object_mut()?.insert("certificate".into(), json!(b64));
+                let status = out
+                    .as_object_mut()?
+                    .entry("status")
+                    .or_insert_with(|| json!({}));
+                status
+                    .as_object_mut()?
+                    .insert("certificate".into(), json!(b64));
                 Some(out)
             }
             Err(e) => {
@@ -165,14 +221,24 @@ impl Signer {
 
     /// A PEM certificate for the PKCS#10 request `der`, with `usages`, valid
     /// for `lifetime` from `now` (Unix seconds), as described in the module docs.
-    pub fn sign(&self, der: &[u8], usages: &[String], lifetime: Duration, now: i64) -> Result<String, String> {
-        use rcgen::{CertificateParams, CertificateSigningRequestParams, DnType, IsCa, SerialNumber};
+    pub fn sign(
+        &self,
+        der: &[u8],
+        usages: &[String],
+        lifetime: Duration,
+        now: i64,
+    ) -> Result<String, String> {
+        use rcgen::{
+            CertificateParams, CertificateSigningRequestParams, DnType, IsCa, SerialNumber,
+        };
         let key = rcgen::KeyPair::from_pem(&self.ca_key_pem).map_err(|e| e.to_string())?;
-        let issuer = rcgen::Issuer::from_ca_cert_pem(&self.ca_cert_pem, &key).map_err(|e| e.to_string())?;
+        let issuer =
+            rcgen::Issuer::from_ca_cert_pem(&self.ca_cert_pem, &key).map_err(|e| e.to_string())?;
         let (_, req) = X509CertificationRequest::from_der(der).map_err(|e| e.to_string())?;
         let info = &req.certification_request_info;
         let mut params = CertificateParams::default();
-        let public_key = rcgen::SubjectPublicKeyInfo::from_der(info.subject_pki.raw).map_err(|e| e.to_string())?;
+        let public_key = rcgen::SubjectPublicKeyInfo::from_der(info.subject_pki.raw)
+            .map_err(|e| e.to_string())?;
         match CertificateSigningRequestParams::from_der(&der.to_vec().into()) {
             Ok(parsed) => {
                 params.distinguished_name = parsed.params.distinguished_name;
@@ -181,10 +247,18 @@ impl Signer {
             Err(_) => {
                 // Extensions rcgen does not model: keep the subject's common name and organizations.
                 let mut dn = rcgen::DistinguishedName::new();
-                for cn in info.subject.iter_common_name().filter_map(|a| a.as_str().ok()) {
+                for cn in info
+                    .subject
+                    .iter_common_name()
+                    .filter_map(|a| a.as_str().ok())
+                {
                     dn.push(DnType::CommonName, cn);
                 }
-                for o in info.subject.iter_organization().filter_map(|a| a.as_str().ok()) {
+                for o in info
+                    .subject
+                    .iter_organization()
+                    .filter_map(|a| a.as_str().ok())
+                {
                     dn.push(DnType::OrganizationName, o);
                 }
                 params.distinguished_name = dn;
@@ -201,15 +275,24 @@ impl Signer {
         let backdate = BACKDATE.as_secs() as i64;
         let secs = lifetime.as_secs() as i64;
         let not_before = now - backdate;
-        let mut not_after = if lifetime < SHORT { now + secs } else { now + secs - backdate };
+        let mut not_after = if lifetime < SHORT {
+            now + secs
+        } else {
+            now + secs - backdate
+        };
         if not_before >= self.ca_not_after || now >= self.ca_not_after {
-            return Err(format!("the signer has expired: NotAfter={}", self.ca_not_after));
+            return Err(format!(
+                "the signer has expired: NotAfter={}",
+                self.ca_not_after
+            ));
         }
         not_after = not_after.min(self.ca_not_after);
         let ts = |t: i64| time::OffsetDateTime::from_unix_timestamp(t).map_err(|e| e.to_string());
         params.not_before = ts(not_before)?;
         params.not_after = ts(not_after)?;
-        let cert = params.signed_by(&public_key, &issuer).map_err(|e| e.to_string())?;
+        let cert = params
+            .signed_by(&public_key, &issuer)
+            .map_err(|e| e.to_string())?;
         Ok(cert.pem())
     }
 }
@@ -218,7 +301,9 @@ impl Signer {
 /// (`--cluster-signing-duration`), shortened to `expiration_seconds` when
 /// that is smaller, never below 10 minutes (upstream `duration`).
 pub fn lifetime(max_duration: Duration, expiration_seconds: Option<i64>) -> Duration {
-    let Some(secs) = expiration_seconds else { return max_duration };
+    let Some(secs) = expiration_seconds else {
+        return max_duration;
+    };
     let requested = Duration::from_secs(secs.max(0) as u64);
     if requested > max_duration {
         max_duration
@@ -232,7 +317,13 @@ pub fn lifetime(max_duration: Duration, expiration_seconds: Option<i64>) -> Dura
 /// rcgen key usages and extended key usages for CSR `usages`.
 fn x509_usages(
     usages: &[String],
-) -> Result<(Vec<rcgen::KeyUsagePurpose>, Vec<rcgen::ExtendedKeyUsagePurpose>), String> {
+) -> Result<
+    (
+        Vec<rcgen::KeyUsagePurpose>,
+        Vec<rcgen::ExtendedKeyUsagePurpose>,
+    ),
+    String,
+> {
     use rcgen::{ExtendedKeyUsagePurpose as E, KeyUsagePurpose as K};
     let (mut ku, mut eku) = (Vec::new(), Vec::new());
     for u in usages {
@@ -301,7 +392,10 @@ fn apiserver_client_usages(usages: &[String]) -> Result<(), String> {
 fn kubelet_client(der: &[u8], usages: &[String]) -> Result<(), String> {
     let (_, req) = X509CertificationRequest::from_der(der).map_err(|e| e.to_string())?;
     let subject = &req.certification_request_info.subject;
-    let orgs: Vec<&str> = subject.iter_organization().filter_map(|a| a.as_str().ok()).collect();
+    let orgs: Vec<&str> = subject
+        .iter_organization()
+        .filter_map(|a| a.as_str().ok())
+        .collect();
     if orgs != ["system:nodes"] {
         return Err("subject organization is not system:nodes".into());
     }
@@ -309,21 +403,32 @@ fn kubelet_client(der: &[u8], usages: &[String]) -> Result<(), String> {
         if let ParsedExtension::SubjectAlternativeName(san) = ext {
             for n in &san.general_names {
                 match n {
-                    GeneralName::DNSName(_) => return Err("DNS subjectAltNames are not allowed".into()),
-                    GeneralName::RFC822Name(_) => return Err("Email subjectAltNames are not allowed".into()),
-                    GeneralName::IPAddress(_) => return Err("IP subjectAltNames are not allowed".into()),
+                    GeneralName::DNSName(_) => {
+                        return Err("DNS subjectAltNames are not allowed".into())
+                    }
+                    GeneralName::RFC822Name(_) => {
+                        return Err("Email subjectAltNames are not allowed".into())
+                    }
+                    GeneralName::IPAddress(_) => {
+                        return Err("IP subjectAltNames are not allowed".into())
+                    }
                     GeneralName::URI(_) => return Err("URI subjectAltNames are not allowed".into()),
                     _ => {}
                 }
             }
         }
     }
-    let cn = subject.iter_common_name().next().and_then(|a| a.as_str().ok()).unwrap_or("");
+    let cn = subject
+        .iter_common_name()
+        .next()
+        .and_then(|a| a.as_str().ok())
+        .unwrap_or("");
     if !cn.starts_with("system:node:") {
         return Err("subject common name does not begin with system:node:".into());
     }
     let set: std::collections::BTreeSet<&str> = usages.iter().map(String::as_str).collect();
-    let with_rsa: std::collections::BTreeSet<&str> = ["client auth", "digital signature", "key encipherment"].into();
+    let with_rsa: std::collections::BTreeSet<&str> =
+        ["client auth", "digital signature", "key encipherment"].into();
     let without_rsa: std::collections::BTreeSet<&str> = ["client auth", "digital signature"].into();
     if set != with_rsa && set != without_rsa {
         return Err("usages did not match [client auth digital signature key encipherment]".into());
@@ -334,16 +439,29 @@ fn kubelet_client(der: &[u8], usages: &[String]) -> Result<(), String> {
 /// One pass: lists the CSRs under `prefix` and writes the new status of
 /// each one [`Signer::handle`] changes. Returns the list's revision and how
 /// many CSRs were written.
-pub async fn reconcile_all(signer: &Signer, storage: &dyn Storage, prefix: &str) -> Result<(i64, usize), StorageError> {
-    let dir = format!("{}/certificatesigningrequests/", prefix.trim_end_matches('/'));
+pub async fn reconcile_all(
+    signer: &Signer,
+    storage: &dyn Storage,
+    prefix: &str,
+) -> Result<(i64, usize), StorageError> {
+    let dir = format!(
+        "{}/certificatesigningrequests/",
+        prefix.trim_end_matches('/')
+    );
     let resp = storage.range(RangeRequest::prefix(&dir)).await?;
     let now = chrono::Utc::now().timestamp();
     let mut written = 0;
     for kv in &resp.kvs {
-        let Ok(csr) = serde_json::from_slice::<Value>(&kv.value) else { continue };
-        let Some(mut updated) = signer.handle(&csr, now) else { continue };
+        let Ok(csr) = serde_json::from_slice::<Value>(&kv.value) else {
+            continue;
+        };
+        let Some(mut updated) = signer.handle(&csr, now) else {
+            continue;
+        };
         rkube_api::wire::order_object_keys(&mut updated);
-        let Ok(bytes) = serde_json::to_vec(&updated) else { continue };
+        let Ok(bytes) = serde_json::to_vec(&updated) else {
+            continue;
+        };
         match storage.update(&kv.key, bytes.into(), kv.mod_revision).await {
             Ok(_) => written += 1,
             // Changed or deleted meanwhile: the watch brings it back.
@@ -357,9 +475,15 @@ pub async fn reconcile_all(signer: &Signer, storage: &dyn Storage, prefix: &str)
 /// Runs the signer until `stop` turns true (or its sender is dropped): a
 /// pass over every CSR, then one after each batch of CSR events, on the
 /// controllers' one list-and-watch loop ([`crate::controllers::run_watching`]).
-pub async fn run(signer: Signer, storage: Arc<dyn Storage>, prefix: String, stop: tokio::sync::watch::Receiver<bool>) {
+pub async fn run(
+    signer: Signer,
+    storage: Arc<dyn Storage>,
+    prefix: String,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
     let signer = Arc::new(signer);
-    let (pass_signer, pass_storage, pass_prefix) = (signer.clone(), storage.clone(), prefix.clone());
+    let (pass_signer, pass_storage, pass_prefix) =
+        (signer.clone(), storage.clone(), prefix.clone());
     let (event_storage, event_prefix) = (storage.clone(), prefix.clone());
     crate::controllers::run_watching(
         "certificatesigningrequest-signing-controller",
@@ -368,11 +492,21 @@ pub async fn run(signer: Signer, storage: Arc<dyn Storage>, prefix: String, stop
         &["certificatesigningrequests/"],
         stop,
         move || {
-            let (signer, storage, prefix) = (pass_signer.clone(), pass_storage.clone(), pass_prefix.clone());
-            async move { reconcile_all(&signer, storage.as_ref(), &prefix).await.map(|(rev, _)| rev).map_err(|e| e.to_string()) }
+            let (signer, storage, prefix) = (
+                pass_signer.clone(),
+                pass_storage.clone(),
+                pass_prefix.clone(),
+            );
+            async move {
+                reconcile_all(&signer, storage.as_ref(), &prefix)
+                    .await
+                    .map(|(rev, _)| rev)
+                    .map_err(|e| e.to_string())
+            }
         },
         move |_events| {
-            let (signer, storage, prefix) = (signer.clone(), event_storage.clone(), event_prefix.clone());
+            let (signer, storage, prefix) =
+                (signer.clone(), event_storage.clone(), event_prefix.clone());
             async move {
                 if let Err(e) = reconcile_all(&signer, storage.as_ref(), &prefix).await {
                     tracing::warn!(error = %e, "csr signing failed");

@@ -46,12 +46,23 @@ fn truthy(v: Option<&str>) -> bool {
 /// The kubelet query of an exec: `PodExecOptions` (`command`, `stdin`, `stdout`, `stderr`,
 /// `tty`) in kubelet's names (`command`, `input`, `output`, `error`, `tty`).
 pub fn kubelet_exec_query(query: &[(String, String)]) -> String {
-    let last = |k: &str| query.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let last = |k: &str| {
+        query
+            .iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    };
     let mut out = form_urlencoded::Serializer::new(String::new());
     for (_, c) in query.iter().filter(|(k, _)| k == "command") {
         out.append_pair("command", c);
     }
-    for (theirs, kubelets) in [("stdin", "input"), ("stdout", "output"), ("stderr", "error"), ("tty", "tty")] {
+    for (theirs, kubelets) in [
+        ("stdin", "input"),
+        ("stdout", "output"),
+        ("stderr", "error"),
+        ("tty", "tty"),
+    ] {
         if truthy(last(theirs)) {
             out.append_pair(kubelets, "1");
         }
@@ -62,7 +73,11 @@ pub fn kubelet_exec_query(query: &[(String, String)]) -> String {
 /// The kubelet query of an attach: `PodAttachOptions` (`stdin`, `stdout`, `stderr`, `tty`) in
 /// kubelet's names.
 pub fn kubelet_attach_query(query: &[(String, String)]) -> String {
-    let no_command: Vec<(String, String)> = query.iter().filter(|(k, _)| k != "command").cloned().collect();
+    let no_command: Vec<(String, String)> = query
+        .iter()
+        .filter(|(k, _)| k != "command")
+        .cloned()
+        .collect();
     kubelet_exec_query(&no_command)
 }
 
@@ -95,45 +110,79 @@ pub fn kubelet_port_forward_query(query: &[(String, String)]) -> String {
 /// # Errors
 /// 404 for a missing pod; the 400s above; a kubelet error's code; 500 when the kubelet cannot be
 /// reached.
-pub async fn connect(ctx: &Ctx, method: &Method, upgrade: Option<OnUpgrade>, stream: Stream) -> ApiResult<Response> {
+pub async fn connect(
+    ctx: &Ctx,
+    method: &Method,
+    upgrade: Option<OnUpgrade>,
+    stream: Stream,
+) -> ApiResult<Response> {
     let name = ctx.name();
-    let (pod, _) = ctx.load(&ctx.key(name), name).await?.ok_or_else(|| ApiError::not_found(ctx.ri.info, name))?;
+    let (pod, _) = ctx
+        .load(&ctx.key(name), name)
+        .await?
+        .ok_or_else(|| ApiError::not_found(ctx.ri.info, name))?;
     let container = match stream {
         Stream::PortForward => String::new(),
         _ => choose_container(&pod, ctx.q("container"))?,
     };
     let node_name = pod["spec"]["nodeName"].as_str().unwrap_or("");
     if node_name.is_empty() {
-        return Err(ApiError::bad_request(format!("pod {name} does not have a host assigned")));
+        return Err(ApiError::bad_request(format!(
+            "pod {name} does not have a host assigned"
+        )));
     }
     if ctx.headers.get("upgrade").is_none() {
         return Err(ApiError::bad_request("Upgrade request required"));
     }
-    let upgrade = upgrade.ok_or_else(|| ApiError::bad_request("the connection cannot be upgraded (HTTP/1.1 is required)"))?;
+    let upgrade = upgrade.ok_or_else(|| {
+        ApiError::bad_request("the connection cannot be upgraded (HTTP/1.1 is required)")
+    })?;
     let host_port = kubelet_address(&ctx.st, node_name).await?;
     let ns = ctx.namespace();
     let (path, url) = match stream {
-        Stream::Exec => ("exec", format!("https://{host_port}/exec/{ns}/{name}/{container}?{}", kubelet_exec_query(&ctx.query))),
-        Stream::Attach => {
-            ("attach", format!("https://{host_port}/attach/{ns}/{name}/{container}?{}", kubelet_attach_query(&ctx.query)))
-        }
-        Stream::PortForward => {
-            ("portforward", format!("https://{host_port}/portForward/{ns}/{name}?{}", kubelet_port_forward_query(&ctx.query)))
-        }
+        Stream::Exec => (
+            "exec",
+            format!(
+                "https://{host_port}/exec/{ns}/{name}/{container}?{}",
+                kubelet_exec_query(&ctx.query)
+            ),
+        ),
+        Stream::Attach => (
+            "attach",
+            format!(
+                "https://{host_port}/attach/{ns}/{name}/{container}?{}",
+                kubelet_attach_query(&ctx.query)
+            ),
+        ),
+        Stream::PortForward => (
+            "portforward",
+            format!(
+                "https://{host_port}/portForward/{ns}/{name}?{}",
+                kubelet_port_forward_query(&ctx.query)
+            ),
+        ),
     };
     let client = kubelet_client(&ctx.st)?;
     let mut request = client.http.request(method.clone(), &url);
     for name in UPGRADE_HEADERS {
-        let Ok(header) = HeaderName::from_bytes(name.as_bytes()) else { continue };
+        let Ok(header) = HeaderName::from_bytes(name.as_bytes()) else {
+            continue;
+        };
         for v in ctx.headers.get_all(&header) {
             request = request.header(header.clone(), v.clone());
         }
     }
-    let answer = request.send().await.map_err(|e| ApiError::internal(format!("{method} {url:?}: {e}")))?;
+    let answer = request
+        .send()
+        .await
+        .map_err(|e| ApiError::internal(format!("{method} {url:?}: {e}")))?;
     if answer.status() != StatusCode::SWITCHING_PROTOCOLS {
         let code = answer.status().as_u16();
         let body = answer.bytes().await.unwrap_or_default();
-        return Err(status_for(code, &String::from_utf8_lossy(&body[..body.len().min(1024)])));
+        return Err(status_for(
+            code,
+            &String::from_utf8_lossy(&body[..body.len().min(1024)]),
+        ));
     }
     let mut response = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
     if let Some(headers) = response.headers_mut() {
@@ -143,16 +192,15 @@ pub async fn connect(ctx: &Ctx, method: &Method, upgrade: Option<OnUpgrade>, str
     }
     tokio::spawn(async move {
         let kubelet = answer.upgrade();
-        let (client, mut kubelet) = match tokio::join!(upgrade, kubelet) {
+        let (client, kubelet) = match tokio::join!(upgrade, kubelet) {
             (Ok(c), Ok(k)) => (c, k),
             (c, k) => {
                 tracing::debug!(client = ?c.err(), kubelet = ?k.err(), "pods/{path} upgrade failed");
                 return;
             }
         };
-        if let Err(err) = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut kubelet).await {
-            tracing::debug!(%err, "pods/{path} stream ended");
-        }
+        let spliced = crate::splice::splice(TokioIo::new(client), kubelet).await;
+        tracing::debug!(?spliced, "pods/{path} stream ended");
     });
     response.body(Body::empty()).map_err(ApiError::internal)
 }
@@ -163,11 +211,39 @@ mod tests {
 
     #[test]
     fn exec_options_become_kubelet_parameters() {
-        let q = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
-        let query = q(&[("command", "sh"), ("command", "-c"), ("command", "echo a&b"), ("stdout", "true"), ("stderr", "1"), ("stdin", "false")]);
-        assert_eq!(kubelet_exec_query(&query), "command=sh&command=-c&command=echo+a%26b&output=1&error=1");
-        assert_eq!(kubelet_exec_query(&q(&[("command", "ls"), ("stdin", "true"), ("tty", "true")])), "command=ls&input=1&tty=1");
-        assert_eq!(kubelet_attach_query(&q(&[("command", "ls"), ("stdin", "true"), ("stdout", "true")])), "input=1&output=1");
-        assert_eq!(kubelet_port_forward_query(&q(&[("ports", "80,8080"), ("ports", "9090")])), "port=80&port=8080&port=9090");
+        let q = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let query = q(&[
+            ("command", "sh"),
+            ("command", "-c"),
+            ("command", "echo a&b"),
+            ("stdout", "true"),
+            ("stderr", "1"),
+            ("stdin", "false"),
+        ]);
+        assert_eq!(
+            kubelet_exec_query(&query),
+            "command=sh&command=-c&command=echo+a%26b&output=1&error=1"
+        );
+        assert_eq!(
+            kubelet_exec_query(&q(&[("command", "ls"), ("stdin", "true"), ("tty", "true")])),
+            "command=ls&input=1&tty=1"
+        );
+        assert_eq!(
+            kubelet_attach_query(&q(&[
+                ("command", "ls"),
+                ("stdin", "true"),
+                ("stdout", "true")
+            ])),
+            "input=1&output=1"
+        );
+        assert_eq!(
+            kubelet_port_forward_query(&q(&[("ports", "80,8080"), ("ports", "9090")])),
+            "port=80&port=8080&port=9090"
+        );
     }
 }

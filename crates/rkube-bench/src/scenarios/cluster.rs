@@ -45,7 +45,12 @@ impl Drop for AbortOnDrop {
 
 /// The SLO groups: (title, verbs, scope, p99 bound in seconds).
 const SLOS: &[(&str, &[Verb], Scope, f64)] = &[
-    ("mutating (POST/PUT/PATCH)", &[Verb::Create, Verb::Update, Verb::Patch], Scope::Resource, 1.0),
+    (
+        "mutating (POST/PUT/PATCH)",
+        &[Verb::Create, Verb::Update, Verb::Patch],
+        Scope::Resource,
+        1.0,
+    ),
     ("GET", &[Verb::Get], Scope::Resource, 1.0),
     ("LIST namespace", &[Verb::List], Scope::Namespace, 5.0),
     ("LIST cluster", &[Verb::List], Scope::Cluster, 30.0),
@@ -63,13 +68,24 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let quick = a.quick;
     let backend = a.backend.unwrap_or(Backend::Embedded);
     let node_counts = pick(&a.nodes, quick, &[20], &[1000]);
-    let ppn = if quick { a.pods_per_node.min(3) } else { a.pods_per_node };
-    let pod_rate = a.pod_rate.unwrap_or(if quick { 50.0 } else { 100.0 }).max(0.1);
+    let ppn = if quick {
+        a.pods_per_node.min(3)
+    } else {
+        a.pods_per_node
+    };
+    let pod_rate = a
+        .pod_rate
+        .unwrap_or(if quick { 50.0 } else { 100.0 })
+        .max(0.1);
     let steady = Duration::from_secs(a.steady_seconds.unwrap_or(if quick { 3 } else { 60 }));
     let max_pod = Duration::from_secs(a.max_pod_seconds.unwrap_or(if quick { 10 } else { 600 }));
     let lease_interval = Duration::from_secs(if quick { 1 } else { 10 });
     let node_status_interval = Duration::from_secs(if quick { 2 } else { 300 });
-    let (ns_every, cluster_every) = if quick { (Duration::from_secs(1), Duration::from_secs(2)) } else { (Duration::from_secs(5), Duration::from_secs(30)) };
+    let (ns_every, cluster_every) = if quick {
+        (Duration::from_secs(1), Duration::from_secs(2))
+    } else {
+        (Duration::from_secs(5), Duration::from_secs(30))
+    };
     let mut report = ctx.report(
         Scenario::Cluster,
         json!({"backend": backend, "nodes": node_counts, "pods_per_node": ppn, "pod_rate": pod_rate,
@@ -84,14 +100,24 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let fd_limit = ctx.machine.open_files_limit.unwrap_or(1024) as usize;
     let mut outcomes = Vec::new();
     for &nodes in &node_counts {
-        let mut share = a.proxy_share.unwrap_or(if nodes <= 1000 { 1 } else { nodes.div_ceil(1000) }).max(1);
+        let mut share = a
+            .proxy_share
+            .unwrap_or(if nodes <= 1000 {
+                1
+            } else {
+                nodes.div_ceil(1000)
+            })
+            .max(1);
         // Each watch is a descriptor here and one in the server: kubelet watches + 2 per proxy + the request pool.
         while nodes + 2 * nodes.div_ceil(share) + 1500 > fd_limit && share < nodes {
             share += 1;
         }
         if nodes + 2 * nodes.div_ceil(share) + 1500 > fd_limit {
             report.note(format!("{nodes} nodes need more watch connections than the open-files limit ({fd_limit}) allows; skipped."));
-            report.not_measured(format!("cluster with {nodes} nodes"), format!("open-files limit {fd_limit} too low"));
+            report.not_measured(
+                format!("cluster with {nodes} nodes"),
+                format!("open-files limit {fd_limit} too low"),
+            );
             continue;
         }
         let proxies = nodes.div_ceil(share);
@@ -101,15 +127,45 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 2 * proxies
             ));
         }
-        let o = one(ctx, &mut report, backend, nodes, ppn, pod_rate, steady, max_pod, lease_interval, node_status_interval, ns_every, cluster_every, share).await?;
+        let o = one(
+            ctx,
+            &mut report,
+            backend,
+            nodes,
+            ppn,
+            pod_rate,
+            steady,
+            max_pod,
+            lease_interval,
+            node_status_interval,
+            ns_every,
+            cluster_every,
+            share,
+        )
+        .await?;
         outcomes.push(o);
     }
     if outcomes.len() > 1 {
-        let mut plot = Plot { title: "API call p99 vs simulated nodes".into(), x_label: "nodes".into(), y_label: "seconds (p99)".into(), log_x: true, log_y: false, series: vec![] };
+        let mut plot = Plot {
+            title: "API call p99 vs simulated nodes".into(),
+            x_label: "nodes".into(),
+            y_label: "seconds (p99)".into(),
+            log_x: true,
+            log_y: false,
+            series: vec![],
+        };
         for (i, (title, ..)) in SLOS.iter().enumerate() {
             plot.series.push(Series {
                 name: title.to_string(),
-                points: outcomes.iter().filter_map(|o| o.slo.get(i).and_then(|s| s.1).map(|s| (o.nodes as f64, s.p99))).collect(),
+                points: outcomes
+                    .iter()
+                    .filter_map(|o| {
+                        o.slo
+                            .get(i)
+                            .and_then(|s| s.1)
+                            .map(|s| (o.nodes as f64, s.p99))
+                    })
+                    .collect(),
             });
         }
         report.plots.push(plot);
@@ -164,24 +220,39 @@ async fn one(
     let series: Arc<Mutex<Vec<(f64, f64)>>> = Arc::default();
     let sampler = {
         let series = series.clone();
-        let every = if ctx.args.quick { Duration::from_millis(500) } else { Duration::from_secs(2) };
+        let every = if ctx.args.quick {
+            Duration::from_millis(500)
+        } else {
+            Duration::from_secs(2)
+        };
         AbortOnDrop(tokio::spawn(async move {
             let t0 = Instant::now();
             while let Some(s) = sample_proc(pid) {
                 if let Ok(mut v) = series.lock() {
-                    v.push((t0.elapsed().as_secs_f64(), s.rss_bytes as f64 / (1024.0 * 1024.0)));
+                    v.push((
+                        t0.elapsed().as_secs_f64(),
+                        s.rss_bytes as f64 / (1024.0 * 1024.0),
+                    ));
                 }
                 tokio::time::sleep(every).await;
             }
         }))
     };
 
-    progress::phase(&format!("cluster with {nodes} nodes on {}: namespaces, {services} services", backend.name()));
+    progress::phase(&format!(
+        "cluster with {nodes} nodes on {}: namespaces, {services} services",
+        backend.name()
+    ));
     simc::setup(&sim).await?;
 
     let gate = Arc::new(Semaphore::new(50));
-    let mut tasks: Vec<AbortOnDrop> = (0..nodes).map(|i| AbortOnDrop(tokio::spawn(simc::kubelet(sim.clone(), i, gate.clone())))).collect();
-    let pb = progress::bar(nodes as u64, format!("registering {nodes} hollow nodes (node, lease, pod watch)"));
+    let mut tasks: Vec<AbortOnDrop> = (0..nodes)
+        .map(|i| AbortOnDrop(tokio::spawn(simc::kubelet(sim.clone(), i, gate.clone()))))
+        .collect();
+    let pb = progress::bar(
+        nodes as u64,
+        format!("registering {nodes} hollow nodes (node, lease, pod watch)"),
+    );
     let reg_deadline = Instant::now() + Duration::from_secs((nodes as u64 / 10).max(120));
     loop {
         let r = sim.registered.load(Ordering::Relaxed);
@@ -200,12 +271,26 @@ async fn one(
     let proxies = nodes.div_ceil(share);
     tasks.extend((0..proxies).map(|_| AbortOnDrop(tokio::spawn(simc::proxy(sim.clone())))));
     tasks.push(AbortOnDrop(tokio::spawn(simc::endpoints(sim.clone()))));
-    tasks.push(AbortOnDrop(tokio::spawn(simc::lister(sim.clone(), ns_every, cluster_every))));
+    tasks.push(AbortOnDrop(tokio::spawn(simc::lister(
+        sim.clone(),
+        ns_every,
+        cluster_every,
+    ))));
 
     let target = nodes * ppn;
-    let pb = progress::bar(target as u64, format!("creating {target} pods at {pod_rate}/s"));
+    let pb = progress::bar(
+        target as u64,
+        format!("creating {target} pods at {pod_rate}/s"),
+    );
     let pods_started = Instant::now();
-    simc::controller(sim.clone(), target, pod_rate, pods_started + max_pod, pb.clone()).await;
+    simc::controller(
+        sim.clone(),
+        target,
+        pod_rate,
+        pods_started + max_pod,
+        pb.clone(),
+    )
+    .await;
     let created = sim.pods_created.load(Ordering::Relaxed);
     let pod_secs = pods_started.elapsed().as_secs_f64();
     let run_deadline = Instant::now() + Duration::from_secs(60);
@@ -229,7 +314,13 @@ async fn one(
     let terminated_metric = sim.api.metrics().await.map(|text| {
         crate::client::metric_sum(&text, "apiserver_terminated_watchers_total")
             .map(|v| format!("{v}"))
-            .unwrap_or_else(|| if text.contains("apiserver_watch_cache_") { "0".into() } else { "n/a (no watch cache metrics)".into() })
+            .unwrap_or_else(|| {
+                if text.contains("apiserver_watch_cache_") {
+                    "0".into()
+                } else {
+                    "n/a (no watch cache metrics)".into()
+                }
+            })
     });
     sim.stopping.store(true, Ordering::SeqCst);
     drop(tasks);
@@ -249,10 +340,27 @@ async fn one(
     // Reports.
     let calls = sim.rec.calls();
     let errors = sim.rec.errors();
-    let err_count = |pred: &dyn Fn(&CallKey) -> bool| errors.iter().filter(|((k, _), _)| pred(k)).map(|(_, n)| n).sum::<u64>();
+    let err_count = |pred: &dyn Fn(&CallKey) -> bool| {
+        errors
+            .iter()
+            .filter(|((k, _), _)| pred(k))
+            .map(|(_, n)| n)
+            .sum::<u64>()
+    };
     let mut slo_table = Table::new(
         format!("{nodes} nodes: API call latency vs the Kubernetes SLOs (client-side, whole run)"),
-        &["SLI", "scope", "calls", "errors", "p50", "p90", "p99", "max", "SLO (p99 ≤)", "met"],
+        &[
+            "SLI",
+            "scope",
+            "calls",
+            "errors",
+            "p50",
+            "p90",
+            "p99",
+            "max",
+            "SLO (p99 ≤)",
+            "met",
+        ],
     );
     let mut slo = Vec::new();
     for (title, verbs, scope, bound) in SLOS {
@@ -264,7 +372,12 @@ async fn one(
         }
         let errs = err_count(&|(v, s, _)| verbs.contains(v) && s == scope);
         let summary = h.summary();
-        let fmt = |f: fn(&Summary) -> f64| summary.as_ref().map(|s| fmt_secs(f(s))).unwrap_or_else(|| "n/a".into());
+        let fmt = |f: fn(&Summary) -> f64| {
+            summary
+                .as_ref()
+                .map(|s| fmt_secs(f(s)))
+                .unwrap_or_else(|| "n/a".into())
+        };
         slo_table.row(vec![
             title.to_string(),
             scope.name().into(),
@@ -282,67 +395,188 @@ async fn one(
             },
         ]);
         if let Some(s) = summary {
-            report.push_summary("cluster/slo_latency", "s", &[("nodes", nodes.to_string()), ("sli", title.to_string()), ("scope", scope.name().into())], s);
+            report.push_summary(
+                "cluster/slo_latency",
+                "s",
+                &[
+                    ("nodes", nodes.to_string()),
+                    ("sli", title.to_string()),
+                    ("scope", scope.name().into()),
+                ],
+                s,
+            );
         }
         slo.push((*title, summary, errs, *bound));
     }
-    let mut detail = Table::new(format!("{nodes} nodes: calls by verb, scope and resource"), &["verb", "scope", "resource", "calls", "errors", "p50", "p99", "max"]);
+    let mut detail = Table::new(
+        format!("{nodes} nodes: calls by verb, scope and resource"),
+        &[
+            "verb", "scope", "resource", "calls", "errors", "p50", "p99", "max",
+        ],
+    );
     for (key @ (v, s, r), h) in &calls {
         let Some(sum) = h.summary() else { continue };
         let errs = err_count(&|k| k == key);
-        detail.row(vec![v.name().into(), s.name().into(), r.to_string(), fmt_count(h.count()), fmt_count(errs), fmt_secs(sum.p50), fmt_secs(sum.p99), fmt_secs(sum.max)]);
+        detail.row(vec![
+            v.name().into(),
+            s.name().into(),
+            r.to_string(),
+            fmt_count(h.count()),
+            fmt_count(errs),
+            fmt_secs(sum.p50),
+            fmt_secs(sum.p99),
+            fmt_secs(sum.max),
+        ]);
         report.push_summary(
             "cluster/call_latency",
             "s",
-            &[("nodes", nodes.to_string()), ("verb", v.name().into()), ("scope", s.name().into()), ("resource", r.to_string())],
+            &[
+                ("nodes", nodes.to_string()),
+                ("verb", v.name().into()),
+                ("scope", s.name().into()),
+                ("resource", r.to_string()),
+            ],
             sum,
         );
     }
-    let mut err_table = Table::new(format!("{nodes} nodes: failed calls"), &["verb", "scope", "resource", "code", "count"]);
+    let mut err_table = Table::new(
+        format!("{nodes} nodes: failed calls"),
+        &["verb", "scope", "resource", "code", "count"],
+    );
     for (((v, s, r), code), n) in &errors {
-        err_table.row(vec![v.name().into(), s.name().into(), r.to_string(), code.clone(), fmt_count(*n)]);
+        err_table.row(vec![
+            v.name().into(),
+            s.name().into(),
+            r.to_string(),
+            code.clone(),
+            fmt_count(*n),
+        ]);
     }
     let seen = sim.pod_seen.lock().ok().and_then(|h| h.summary());
     if let Some(s) = seen {
-        report.push_summary("cluster/pod_create_to_kubelet_watch", "s", &[("nodes", nodes.to_string())], s);
+        report.push_summary(
+            "cluster/pod_create_to_kubelet_watch",
+            "s",
+            &[("nodes", nodes.to_string())],
+            s,
+        );
     }
     let mut sim_table = Table::new(format!("{nodes} nodes: the simulation"), &["what", "value"]);
     let rows: Vec<(&str, String)> = vec![
-        ("hollow kubelets registered", format!("{} of {nodes} in {register_secs:.0} s", fmt_count(registered as u64))),
-        ("hollow proxies (nodes per proxy)", format!("{} ({share})", fmt_count(proxies as u64))),
-        ("open watches (kubelet pod watches + 2 per proxy)", fmt_count((registered + 2 * proxies) as u64)),
+        (
+            "hollow kubelets registered",
+            format!(
+                "{} of {nodes} in {register_secs:.0} s",
+                fmt_count(registered as u64)
+            ),
+        ),
+        (
+            "hollow proxies (nodes per proxy)",
+            format!("{} ({share})", fmt_count(proxies as u64)),
+        ),
+        (
+            "open watches (kubelet pod watches + 2 per proxy)",
+            fmt_count((registered + 2 * proxies) as u64),
+        ),
         ("services / endpointslices", fmt_count(services as u64)),
-        ("pods created / target", format!("{} / {}", fmt_count(created), fmt_count(target as u64))),
-        ("pod creation rate achieved", fmt_rate(created as f64 / pod_secs.max(1e-9))),
-        ("pods reported Running by their kubelet", fmt_count(sim.pods_running.load(Ordering::Relaxed))),
+        (
+            "pods created / target",
+            format!("{} / {}", fmt_count(created), fmt_count(target as u64)),
+        ),
+        (
+            "pod creation rate achieved",
+            fmt_rate(created as f64 / pod_secs.max(1e-9)),
+        ),
+        (
+            "pods reported Running by their kubelet",
+            fmt_count(sim.pods_running.load(Ordering::Relaxed)),
+        ),
         (
             "pod create → ADDED at its kubelet (p50 / p99 / max)",
-            seen.map(|s| format!("{} / {} / {}", fmt_secs(s.p50), fmt_secs(s.p99), fmt_secs(s.max))).unwrap_or_else(|| "n/a".into()),
+            seen.map(|s| {
+                format!(
+                    "{} / {} / {}",
+                    fmt_secs(s.p50),
+                    fmt_secs(s.p99),
+                    fmt_secs(s.max)
+                )
+            })
+            .unwrap_or_else(|| "n/a".into()),
         ),
-        ("events received by proxies", fmt_count(sim.proxy_events.load(Ordering::Relaxed))),
-        ("watch streams that ended early (re-opened by the client)", fmt_count(sim.watch_terminations.load(Ordering::Relaxed))),
-        ("apiserver_terminated_watchers_total at the end", terminated_metric.unwrap_or_else(|| "n/a (no /metrics)".into())),
+        (
+            "events received by proxies",
+            fmt_count(sim.proxy_events.load(Ordering::Relaxed)),
+        ),
+        (
+            "watch streams that ended early (re-opened by the client)",
+            fmt_count(sim.watch_terminations.load(Ordering::Relaxed)),
+        ),
+        (
+            "apiserver_terminated_watchers_total at the end",
+            terminated_metric.unwrap_or_else(|| "n/a (no /metrics)".into()),
+        ),
         ("steady state", format!("{} s", steady.as_secs())),
-        ("wall time", format!("{:.0} s", started.elapsed().as_secs_f64())),
+        (
+            "wall time",
+            format!("{:.0} s", started.elapsed().as_secs_f64()),
+        ),
     ];
     for (k, v) in rows {
         sim_table.row(vec![k.into(), v]);
     }
-    let mut res = Table::new(format!("{nodes} nodes: resource use"), &["process", "window", "peak RSS", "RSS at end", "CPU seconds", "avg cores"]);
+    let mut res = Table::new(
+        format!("{nodes} nodes: resource use"),
+        &[
+            "process",
+            "window",
+            "peak RSS",
+            "RSS at end",
+            "CPU seconds",
+            "avg cores",
+        ],
+    );
     let mut usage_row = |name: &str, window: &str, u: Option<ProcUsage>| match u {
-        Some(u) => res.row(vec![name.into(), window.into(), fmt_bytes(u.peak_rss_bytes), fmt_bytes(u.final_rss_bytes), format!("{:.1}", u.cpu_seconds), format!("{:.2}", u.avg_cores)]),
-        None => res.row(vec![name.into(), window.into(), "n/a".into(), "n/a".into(), "n/a".into(), "n/a".into()]),
+        Some(u) => res.row(vec![
+            name.into(),
+            window.into(),
+            fmt_bytes(u.peak_rss_bytes),
+            fmt_bytes(u.final_rss_bytes),
+            format!("{:.1}", u.cpu_seconds),
+            format!("{:.2}", u.avg_cores),
+        ]),
+        None => res.row(vec![
+            name.into(),
+            window.into(),
+            "n/a".into(),
+            "n/a".into(),
+            "n/a".into(),
+            "n/a".into(),
+        ]),
     };
     usage_row("rkube apiserver", "whole run", whole);
     usage_row("rkube apiserver", "steady state", steady_usage);
     if backend == Backend::Etcd {
         usage_row("etcd", "whole run", etcd_whole);
     }
-    usage_row("rkube bench (all simulated clients)", "whole run", bench_whole);
-    for (name, u) in [("apiserver", whole), ("apiserver_steady", steady_usage), ("etcd", etcd_whole), ("bench", bench_whole)] {
+    usage_row(
+        "rkube bench (all simulated clients)",
+        "whole run",
+        bench_whole,
+    );
+    for (name, u) in [
+        ("apiserver", whole),
+        ("apiserver_steady", steady_usage),
+        ("etcd", etcd_whole),
+        ("bench", bench_whole),
+    ] {
         if let Some(u) = u {
             let labels = [("nodes", nodes.to_string()), ("process", name.to_string())];
-            report.measure("cluster/peak_rss", "bytes", &labels, &[u.peak_rss_bytes as f64]);
+            report.measure(
+                "cluster/peak_rss",
+                "bytes",
+                &labels,
+                &[u.peak_rss_bytes as f64],
+            );
             report.measure("cluster/avg_cores", "cores", &labels, &[u.avg_cores]);
         }
     }
@@ -357,7 +591,10 @@ async fn one(
         y_label: "RSS (MiB)".into(),
         log_x: false,
         log_y: false,
-        series: vec![Series { name: "apiserver RSS".into(), points }],
+        series: vec![Series {
+            name: "apiserver RSS".into(),
+            points,
+        }],
     });
     if ctx.machine.nproc <= 2 {
         report.note(format!(

@@ -96,7 +96,11 @@ pub struct Recorder {
 
 impl Recorder {
     /// Runs `fut`, recording its latency (successes and failures alike) and its error.
-    pub async fn call<T>(&self, key: CallKey, fut: impl std::future::Future<Output = Result<T, ClientError>>) -> Result<T, ClientError> {
+    pub async fn call<T>(
+        &self,
+        key: CallKey,
+        fut: impl std::future::Future<Output = Result<T, ClientError>>,
+    ) -> Result<T, ClientError> {
         let t = Instant::now();
         let r = fut.await;
         let us = micros(t.elapsed());
@@ -104,7 +108,10 @@ impl Recorder {
             m.entry(key).or_default().record(us);
         }
         if let Err(e) = &r {
-            let code = e.code().map(|c| c.to_string()).unwrap_or_else(|| "transport".into());
+            let code = e
+                .code()
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "transport".into());
             if let Ok(mut m) = self.errors.lock() {
                 *m.entry((key, code)).or_default() += 1;
             }
@@ -190,20 +197,29 @@ impl Sim {
 }
 
 fn now_nanos() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
 }
 
 /// One hollow kubelet for node `idx`. `gate` bounds concurrent registrations.
 pub async fn kubelet(sim: Arc<Sim>, idx: usize, gate: Arc<Semaphore>) {
     let node = Sim::node_name(idx);
     let rec = &sim.rec;
-    let lease_path = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
+    let lease_path =
+        format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
     let mut lease_rv;
     let watch_task;
     {
         let _permit = gate.acquire().await;
         loop {
-            let created = rec.call((Verb::Create, Scope::Resource, "nodes"), sim.api.create("/api/v1/nodes", &objects::node(&node))).await;
+            let created = rec
+                .call(
+                    (Verb::Create, Scope::Resource, "nodes"),
+                    sim.api.create("/api/v1/nodes", &objects::node(&node)),
+                )
+                .await;
             match created {
                 Ok(_) => break,
                 Err(e) if e.code() == Some(409) => break,
@@ -215,7 +231,10 @@ pub async fn kubelet(sim: Arc<Sim>, idx: usize, gate: Arc<Semaphore>) {
             let created = rec
                 .call(
                     (Verb::Create, Scope::Resource, "leases"),
-                    sim.api.create("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", &objects::lease(&node, &objects::now_micro())),
+                    sim.api.create(
+                        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                        &objects::lease(&node, &objects::now_micro()),
+                    ),
                 )
                 .await;
             match created {
@@ -242,30 +261,59 @@ pub async fn kubelet(sim: Arc<Sim>, idx: usize, gate: Arc<Semaphore>) {
     if !sim.pause(offset).await {
         return;
     }
-    let status_every = (sim.node_status_interval.as_secs_f64() / sim.lease_interval.as_secs_f64()).round().max(1.0) as u64;
+    let status_every = (sim.node_status_interval.as_secs_f64() / sim.lease_interval.as_secs_f64())
+        .round()
+        .max(1.0) as u64;
     let status_phase = (idx as u64 * 7919) % status_every;
     let mut beat: u64 = 0;
     loop {
         // Lease renewal (upstream: update with the last lease it saw; on conflict, GET and retry once).
         let mut body = objects::lease(&node, &objects::now_micro());
         body["metadata"]["resourceVersion"] = json!(lease_rv);
-        match rec.call((Verb::Update, Scope::Resource, "leases"), sim.api.update(&lease_path, &body)).await {
+        match rec
+            .call(
+                (Verb::Update, Scope::Resource, "leases"),
+                sim.api.update(&lease_path, &body),
+            )
+            .await
+        {
             Ok(rv) => lease_rv = rv,
             Err(e) if e.code() == Some(409) => {
-                if let Ok(bytes) = rec.call((Verb::Get, Scope::Resource, "leases"), sim.api.get(&lease_path)).await {
+                if let Ok(bytes) = rec
+                    .call(
+                        (Verb::Get, Scope::Resource, "leases"),
+                        sim.api.get(&lease_path),
+                    )
+                    .await
+                {
                     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) {
-                        lease_rv = v["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string();
+                        lease_rv = v["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string();
                     }
                 }
             }
             Err(_) => {}
         }
         // Node status loop: read the node from the cache, report status every node_status_interval.
-        let _ = rec.call((Verb::Get, Scope::Resource, "nodes"), sim.api.get(&format!("/api/v1/nodes/{node}?resourceVersion=0"))).await;
+        let _ = rec
+            .call(
+                (Verb::Get, Scope::Resource, "nodes"),
+                sim.api
+                    .get(&format!("/api/v1/nodes/{node}?resourceVersion=0")),
+            )
+            .await;
         if beat % status_every == status_phase {
             let patch = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                 "lastHeartbeatTime": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)}]}});
-            let _ = rec.call((Verb::Patch, Scope::Resource, "nodes"), sim.api.merge_patch(&format!("/api/v1/nodes/{node}/status"), &patch)).await;
+            let _ = rec
+                .call(
+                    (Verb::Patch, Scope::Resource, "nodes"),
+                    sim.api
+                        .merge_patch(&format!("/api/v1/nodes/{node}/status"), &patch),
+                )
+                .await;
         }
         beat += 1;
         if !sim.pause(sim.lease_interval).await {
@@ -279,7 +327,14 @@ async fn pod_watch(sim: Arc<Sim>, node: String, ready: tokio::sync::oneshot::Sen
     let mut ready = Some(ready);
     let selector = format!("fieldSelector=spec.nodeName%3D{node}");
     loop {
-        let list = sim.rec.call((Verb::List, Scope::Cluster, "pods"), sim.api.list(&format!("/api/v1/pods?{selector}&resourceVersion=0"))).await;
+        let list = sim
+            .rec
+            .call(
+                (Verb::List, Scope::Cluster, "pods"),
+                sim.api
+                    .list(&format!("/api/v1/pods?{selector}&resourceVersion=0")),
+            )
+            .await;
         let rv = match list {
             Ok(page) => page.resource_version,
             Err(_) => {
@@ -307,7 +362,12 @@ async fn pod_watch(sim: Arc<Sim>, node: String, ready: tokio::sync::oneshot::Sen
                 continue;
             }
             let meta = ev.object.metadata;
-            if let Some(sent) = meta.annotations.as_ref().and_then(|a| a.get("bench.rkube.io/created")).and_then(|s| s.parse::<u128>().ok()) {
+            if let Some(sent) = meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("bench.rkube.io/created"))
+                .and_then(|s| s.parse::<u128>().ok())
+            {
                 let us = u32::try_from(now_nanos().saturating_sub(sent) / 1000).unwrap_or(u32::MAX);
                 if let Ok(mut h) = sim.pod_seen.lock() {
                     h.record(us);
@@ -324,13 +384,28 @@ async fn pod_watch(sim: Arc<Sim>, node: String, ready: tokio::sync::oneshot::Sen
 
 /// Reports a pod Running (PATCH pods/<name>/status) and marks its service's endpoints dirty.
 async fn start_pod(sim: Arc<Sim>, ns: String, name: String) {
-    let Some(i) = name.strip_prefix("pod-").and_then(|n| n.parse::<usize>().ok()) else { return };
+    let Some(i) = name
+        .strip_prefix("pod-")
+        .and_then(|n| n.parse::<usize>().ok())
+    else {
+        return;
+    };
     let patch = json!({"status": objects::running_status(i)});
     let path = format!("/api/v1/namespaces/{ns}/pods/{name}/status");
-    if sim.rec.call((Verb::Patch, Scope::Resource, "pods"), sim.api.merge_patch(&path, &patch)).await.is_ok() {
+    if sim
+        .rec
+        .call(
+            (Verb::Patch, Scope::Resource, "pods"),
+            sim.api.merge_patch(&path, &patch),
+        )
+        .await
+        .is_ok()
+    {
         sim.pods_running.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut d) = sim.dirty.lock() {
-            d.entry(i % sim.services).or_default().push(objects::pod_ip(i));
+            d.entry(i % sim.services)
+                .or_default()
+                .push(objects::pod_ip(i));
         }
     }
 }
@@ -339,13 +414,24 @@ async fn start_pod(sim: Arc<Sim>, ns: String, name: String) {
 pub async fn proxy(sim: Arc<Sim>) {
     tokio::join!(
         informer(sim.clone(), "/api/v1/services", "services"),
-        informer(sim.clone(), "/apis/discovery.k8s.io/v1/endpointslices", "endpointslices")
+        informer(
+            sim.clone(),
+            "/apis/discovery.k8s.io/v1/endpointslices",
+            "endpointslices"
+        )
     );
 }
 
 async fn informer(sim: Arc<Sim>, collection: &'static str, resource: &'static str) {
     loop {
-        let rv = match sim.rec.call((Verb::List, Scope::Cluster, resource), sim.api.list(&format!("{collection}?resourceVersion=0"))).await {
+        let rv = match sim
+            .rec
+            .call(
+                (Verb::List, Scope::Cluster, resource),
+                sim.api.list(&format!("{collection}?resourceVersion=0")),
+            )
+            .await
+        {
             Ok(page) => page.resource_version,
             Err(_) => {
                 if !sim.pause(Duration::from_secs(1)).await {
@@ -372,7 +458,13 @@ async fn informer(sim: Arc<Sim>, collection: &'static str, resource: &'static st
 }
 
 /// Creates `total` pods at `rate`/s (bound to nodes round-robin) until done or `deadline`.
-pub async fn controller(sim: Arc<Sim>, total: usize, rate: f64, deadline: Instant, progress: indicatif::ProgressBar) {
+pub async fn controller(
+    sim: Arc<Sim>,
+    total: usize,
+    rate: f64,
+    deadline: Instant,
+    progress: indicatif::ProgressBar,
+) {
     let sem = Arc::new(Semaphore::new(256));
     let start = Instant::now();
     for i in 0..total {
@@ -381,7 +473,9 @@ pub async fn controller(sim: Arc<Sim>, total: usize, rate: f64, deadline: Instan
             break;
         }
         tokio::time::sleep_until(at.into()).await;
-        let Ok(permit) = sem.clone().acquire_owned().await else { break };
+        let Ok(permit) = sem.clone().acquire_owned().await else {
+            break;
+        };
         let sim = sim.clone();
         let progress = progress.clone();
         tokio::spawn(async move {
@@ -389,9 +483,18 @@ pub async fn controller(sim: Arc<Sim>, total: usize, rate: f64, deadline: Instan
             let name = format!("pod-{i:07}");
             let mut pod = objects::pending_pod(&ns, &name, &Sim::node_name(i % sim.nodes), i);
             pod["metadata"]["labels"]["app"] = json!(format!("svc-{}", i % sim.services));
-            pod["metadata"]["annotations"]["bench.rkube.io/created"] = json!(now_nanos().to_string());
+            pod["metadata"]["annotations"]["bench.rkube.io/created"] =
+                json!(now_nanos().to_string());
             let path = format!("/api/v1/namespaces/{ns}/pods");
-            if sim.rec.call((Verb::Create, Scope::Resource, "pods"), sim.api.create(&path, &pod)).await.is_ok() {
+            if sim
+                .rec
+                .call(
+                    (Verb::Create, Scope::Resource, "pods"),
+                    sim.api.create(&path, &pod),
+                )
+                .await
+                .is_ok()
+            {
                 sim.pods_created.fetch_add(1, Ordering::Relaxed);
                 progress.inc(1);
             }
@@ -409,11 +512,22 @@ pub async fn setup(sim: &Sim) -> anyhow::Result<()> {
     for s in 0..sim.services {
         let ns = sim.namespace(s);
         let name = format!("svc-{s}");
-        sim.rec.call((Verb::Create, Scope::Resource, "services"), sim.api.create(&format!("/api/v1/namespaces/{ns}/services"), &objects::service(&ns, &name))).await?;
+        sim.rec
+            .call(
+                (Verb::Create, Scope::Resource, "services"),
+                sim.api.create(
+                    &format!("/api/v1/namespaces/{ns}/services"),
+                    &objects::service(&ns, &name),
+                ),
+            )
+            .await?;
         sim.rec
             .call(
                 (Verb::Create, Scope::Resource, "endpointslices"),
-                sim.api.create(&format!("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"), &objects::endpoint_slice(&ns, &name, &[])),
+                sim.api.create(
+                    &format!("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"),
+                    &objects::endpoint_slice(&ns, &name, &[]),
+                ),
             )
             .await?;
     }
@@ -424,7 +538,11 @@ pub async fn setup(sim: &Sim) -> anyhow::Result<()> {
 pub async fn endpoints(sim: Arc<Sim>) {
     let mut ips: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     while sim.pause(Duration::from_secs(1)).await {
-        let dirty: BTreeMap<usize, Vec<String>> = sim.dirty.lock().map(|mut d| std::mem::take(&mut *d)).unwrap_or_default();
+        let dirty: BTreeMap<usize, Vec<String>> = sim
+            .dirty
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default();
         let touched: BTreeSet<usize> = dirty.keys().copied().collect();
         for (s, new) in dirty {
             let list = ips.entry(s).or_default();
@@ -435,9 +553,17 @@ pub async fn endpoints(sim: Arc<Sim>) {
         for s in touched {
             let ns = sim.namespace(s);
             let name = format!("svc-{s}");
-            let body = objects::endpoint_slice(&ns, &name, ips.get(&s).map(Vec::as_slice).unwrap_or(&[]));
-            let path = format!("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices/{name}-bench");
-            let _ = sim.rec.call((Verb::Update, Scope::Resource, "endpointslices"), sim.api.update(&path, &body)).await;
+            let body =
+                objects::endpoint_slice(&ns, &name, ips.get(&s).map(Vec::as_slice).unwrap_or(&[]));
+            let path =
+                format!("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices/{name}-bench");
+            let _ = sim
+                .rec
+                .call(
+                    (Verb::Update, Scope::Resource, "endpointslices"),
+                    sim.api.update(&path, &body),
+                )
+                .await;
         }
     }
 }
@@ -449,13 +575,24 @@ pub async fn lister(sim: Arc<Sim>, ns_every: Duration, cluster_every: Duration) 
     let mut n = 0;
     while sim.pause(Duration::from_millis(200)).await {
         if Instant::now() >= next_ns {
-            walk(&sim, &format!("/api/v1/namespaces/{}/pods", sim.namespace(n)), Scope::Namespace).await;
+            walk(
+                &sim,
+                &format!("/api/v1/namespaces/{}/pods", sim.namespace(n)),
+                Scope::Namespace,
+            )
+            .await;
             n += 1;
             next_ns += ns_every;
         }
         if Instant::now() >= next_cluster {
             walk(&sim, "/api/v1/pods", Scope::Cluster).await;
-            let _ = sim.rec.call((Verb::List, Scope::Cluster, "nodes"), sim.api.list("/api/v1/nodes?resourceVersion=0")).await;
+            let _ = sim
+                .rec
+                .call(
+                    (Verb::List, Scope::Cluster, "nodes"),
+                    sim.api.list("/api/v1/nodes?resourceVersion=0"),
+                )
+                .await;
             next_cluster += cluster_every;
         }
     }
@@ -471,8 +608,19 @@ pub const WALK_PAGE_BUDGET: usize = 10_000;
 async fn walk(sim: &Sim, collection: &str, scope: Scope) {
     let mut token = String::new();
     for _ in 0..WALK_PAGE_BUDGET {
-        let url = if token.is_empty() { format!("{collection}?limit=500") } else { format!("{collection}?limit=500&continue={}", crate::client::urlencode(&token)) };
-        match sim.rec.call((Verb::List, scope, "pods"), sim.api.list(&url)).await {
+        let url = if token.is_empty() {
+            format!("{collection}?limit=500")
+        } else {
+            format!(
+                "{collection}?limit=500&continue={}",
+                crate::client::urlencode(&token)
+            )
+        };
+        match sim
+            .rec
+            .call((Verb::List, scope, "pods"), sim.api.list(&url))
+            .await
+        {
             Ok(page) if !page.continue_token.is_empty() => token = page.continue_token,
             _ => return,
         }

@@ -58,14 +58,20 @@ impl Ctx {
 
     /// `--runs`, else `normal` (or 2 with `--quick`).
     pub fn runs(&self, normal: usize) -> usize {
-        self.args.runs.unwrap_or(if self.args.quick { 2 } else { normal }).max(1)
+        self.args
+            .runs
+            .unwrap_or(if self.args.quick { 2 } else { normal })
+            .max(1)
     }
 
     /// A new report for `scenario` with `parameters`, carrying the server capabilities.
     pub fn report(&self, scenario: Scenario, mut parameters: serde_json::Value) -> Report {
         if let Some(map) = parameters.as_object_mut() {
             map.insert("quick".into(), self.args.quick.into());
-            map.insert("server_caps".into(), serde_json::to_value(&self.caps).unwrap_or_default());
+            map.insert(
+                "server_caps".into(),
+                serde_json::to_value(&self.caps).unwrap_or_default(),
+            );
         }
         let mut r = Report::new(scenario.name(), self.machine.clone(), parameters);
         if self.args.quick {
@@ -100,14 +106,20 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Report> {
         Scenario::Rbac => rbac::run(ctx).await,
         Scenario::Stalled => stalled::run(ctx).await,
         Scenario::Bodies => bodies::run(ctx).await,
-        Scenario::All | Scenario::Summary => anyhow::bail!("`{}` is not a measuring scenario", scenario.name()),
+        Scenario::All | Scenario::Summary => {
+            anyhow::bail!("`{}` is not a measuring scenario", scenario.name())
+        }
     }
 }
 
 /// "median (p90 x)" of a summary in seconds, or "n/a".
 pub fn cell(s: Option<crate::stats::Summary>) -> String {
     match s {
-        Some(s) if s.runs > 2 => format!("{} (p90 {})", crate::stats::fmt_secs(s.median), crate::stats::fmt_secs(s.p90)),
+        Some(s) if s.runs > 2 => format!(
+            "{} (p90 {})",
+            crate::stats::fmt_secs(s.median),
+            crate::stats::fmt_secs(s.p90)
+        ),
         Some(s) => crate::stats::fmt_secs(s.median),
         None => "n/a".into(),
     }

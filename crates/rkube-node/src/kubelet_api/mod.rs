@@ -37,12 +37,14 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use rkube_runtime::cri;
 use k8s_openapi::jiff::Timestamp;
+use rkube_runtime::cri;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
-use crate::cri::{CriClient, RuntimeApi as _, LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE};
+use crate::cri::{
+    CriClient, RuntimeApi as _, LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE,
+};
 use crate::healthz::HealthCheck;
 use crate::shutdown::Shutdown;
 use auth::{AuthorizationMode, Authorizer};
@@ -135,8 +137,19 @@ pub async fn serve(
         registry: deps.registry,
         rates: Arc::default(),
     };
-    let authorizer = Arc::new(Authorizer::new(deps.client, deps.node_name, config.anonymous_auth, config.authorization_mode));
-    let ctx = Ctx { cri: deps.cri, health: deps.health, authorizer, shutdown: shutdown.clone(), stats };
+    let authorizer = Arc::new(Authorizer::new(
+        deps.client,
+        deps.node_name,
+        config.anonymous_auth,
+        config.authorization_mode,
+    ));
+    let ctx = Ctx {
+        cri: deps.cri,
+        health: deps.health,
+        authorizer,
+        shutdown: shutdown.clone(),
+        stats,
+    };
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/pods", get(stats::pods))
@@ -144,18 +157,42 @@ pub async fn serve(
         .route("/metrics", get(stats::metrics))
         .route("/metrics/resource", get(stats::metrics_resource))
         .route("/metrics/cadvisor", get(stats::metrics_cadvisor))
-        .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
-        .route("/exec/{namespace}/{pod}/{container}", get(stream::exec).post(stream::exec))
-        .route("/attach/{namespace}/{pod}/{container}", get(stream::attach).post(stream::attach))
-        .route("/portForward/{namespace}/{pod}", get(stream::port_forward).post(stream::port_forward))
-        .route("/run/{namespace}/{pod}/{container}", axum::routing::post(run_in_container))
-        .route("/run/{namespace}/{pod}/{uid}/{container}", axum::routing::post(run_in_container_of_uid))
-        .layer(axum::middleware::from_fn_with_state(ctx.clone(), authn_authz))
+        .route(
+            "/containerLogs/{namespace}/{pod}/{container}",
+            get(container_logs),
+        )
+        .route(
+            "/exec/{namespace}/{pod}/{container}",
+            get(stream::exec).post(stream::exec),
+        )
+        .route(
+            "/attach/{namespace}/{pod}/{container}",
+            get(stream::attach).post(stream::attach),
+        )
+        .route(
+            "/portForward/{namespace}/{pod}",
+            get(stream::port_forward).post(stream::port_forward),
+        )
+        .route(
+            "/run/{namespace}/{pod}/{container}",
+            axum::routing::post(run_in_container),
+        )
+        .route(
+            "/run/{namespace}/{pod}/{uid}/{container}",
+            axum::routing::post(run_in_container_of_uid),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            ctx.clone(),
+            authn_authz,
+        ))
         .with_state(ctx);
     let task = tokio::spawn(async move {
         let stop = async move { shutdown.wait().await };
         let service = app.into_make_service_with_connect_info::<KubeletConn>();
-        if let Err(err) = axum::serve(listener, service).with_graceful_shutdown(stop).await {
+        if let Err(err) = axum::serve(listener, service)
+            .with_graceful_shutdown(stop)
+            .await
+        {
             tracing::warn!(%err, "kubelet API server failed");
         }
     });
@@ -163,19 +200,37 @@ pub async fn serve(
 }
 
 pub(crate) fn text(code: StatusCode, body: impl Into<String>) -> Response {
-    (code, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body.into()).into_response()
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body.into(),
+    )
+        .into_response()
 }
 
 /// Authentication then authorization of every request (see [`auth`]).
-async fn authn_authz(State(ctx): State<Ctx>, ConnectInfo(conn): ConnectInfo<KubeletConn>, req: Request, next: Next) -> Response {
-    let cert_user = conn.peer_certs.as_ref().and_then(|c| c.first()).and_then(|leaf| auth::cert_user(leaf.as_ref()));
+async fn authn_authz(
+    State(ctx): State<Ctx>,
+    ConnectInfo(conn): ConnectInfo<KubeletConn>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let cert_user = conn
+        .peer_certs
+        .as_ref()
+        .and_then(|c| c.first())
+        .and_then(|leaf| auth::cert_user(leaf.as_ref()));
     let bearer = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(|t| t.trim().to_string());
-    let user = match ctx.authorizer.authenticate(cert_user, bearer.as_deref()).await {
+    let user = match ctx
+        .authorizer
+        .authenticate(cert_user, bearer.as_deref())
+        .await
+    {
         Ok(Some(u)) => u,
         Ok(None) => return text(StatusCode::UNAUTHORIZED, "Unauthorized"),
         Err(err) => {
@@ -184,14 +239,26 @@ async fn authn_authz(State(ctx): State<Ctx>, ConnectInfo(conn): ConnectInfo<Kube
         }
     };
     let attrs = auth::path_attributes(req.method(), req.uri().path());
-    let describe =
-        |subs: &[&str]| format!("user={}, verb={}, resource=nodes, subresource(s)=[{}]", user.name, attrs.verb, subs.join(" "));
+    let describe = |subs: &[&str]| {
+        format!(
+            "user={}, verb={}, resource=nodes, subresource(s)=[{}]",
+            user.name,
+            attrs.verb,
+            subs.join(" ")
+        )
+    };
     match ctx.authorizer.authorize(&user, &attrs).await {
         Ok(None) => next.run(req).await,
-        Ok(Some(_)) => text(StatusCode::FORBIDDEN, format!("Forbidden ({})", describe(&attrs.subresources))),
+        Ok(Some(_)) => text(
+            StatusCode::FORBIDDEN,
+            format!("Forbidden ({})", describe(&attrs.subresources)),
+        ),
         Err(err) => {
             tracing::warn!(%err, "kubelet API authorization failed");
-            text(StatusCode::INTERNAL_SERVER_ERROR, format!("Authorization error ({})", describe(&attrs.subresources)))
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("Authorization error ({})", describe(&attrs.subresources)),
+            )
         }
     }
 }
@@ -204,7 +271,11 @@ const RUN_TIMEOUT_SECONDS: i64 = 300;
 /// `getRun`): runs `cmd`, split on whitespace, in the running container
 /// (CRI `ExecSync`) and answers its stdout and stderr, in that order. 400
 /// without `cmd`, 404 for an unknown pod or container, 500 when the runtime fails.
-async fn run_in_container(State(ctx): State<Ctx>, Path((namespace, pod, container)): Path<(String, String, String)>, req: Request) -> Response {
+async fn run_in_container(
+    State(ctx): State<Ctx>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
     run(ctx, namespace, pod, container, req).await
 }
 
@@ -218,7 +289,13 @@ async fn run_in_container_of_uid(
     run(ctx, namespace, pod, container, req).await
 }
 
-async fn run(ctx: Ctx, namespace: String, pod: String, container: String, req: Request) -> Response {
+async fn run(
+    ctx: Ctx,
+    namespace: String,
+    pod: String,
+    container: String,
+    req: Request,
+) -> Response {
     let query = req.uri().query().unwrap_or("").to_string();
     let cmd: Vec<String> = form_urlencoded::parse(query.as_bytes())
         .find(|(k, _)| k == "cmd")
@@ -235,16 +312,27 @@ async fn run(ctx: Ctx, namespace: String, pod: String, container: String, req: R
         Ok(out) => {
             let mut body = out.stdout;
             body.extend_from_slice(&out.stderr);
-            (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                body,
+            )
+                .into_response()
         }
-        Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("failed to run in container: {err}")),
+        Err(err) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("failed to run in container: {err}"),
+        ),
     }
 }
 
 async fn healthz(State(ctx): State<Ctx>) -> Response {
     match (ctx.health)() {
         Ok(()) => text(StatusCode::OK, "ok"),
-        Err(reason) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("[-]pleg failed: {reason}\nhealthz check failed\n")),
+        Err(reason) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("[-]pleg failed: {reason}\nhealthz check failed\n"),
+        ),
     }
 }
 
@@ -278,7 +366,12 @@ impl LogQuery {
     /// # Errors
     /// See above.
     pub fn parse(query: &str) -> Result<Self, QueryError> {
-        let bad = |what: &str| (StatusCode::BAD_REQUEST, format!("Unable to decode query: invalid {what}"));
+        let bad = |what: &str| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("Unable to decode query: invalid {what}"),
+            )
+        };
         let mut q = LogQuery::default();
         for (k, v) in form_urlencoded::parse(query.as_bytes()) {
             let (k, v) = (k.into_owned(), v.into_owned());
@@ -319,7 +412,9 @@ impl LogQuery {
     pub fn selection(&self, now: Timestamp) -> Selection {
         let since = match (self.since_time, self.since_seconds) {
             (Some(t), _) => Some(t),
-            (None, Some(s)) => now.checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(s)).ok(),
+            (None, Some(s)) => now
+                .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(s))
+                .ok(),
             (None, None) => None,
         };
         Selection {
@@ -332,7 +427,12 @@ impl LogQuery {
 }
 
 /// The instances of a pod's container known to the runtime, newest first.
-pub(crate) fn instances(all: Vec<cri::Container>, namespace: &str, pod: &str, container: &str) -> (bool, Vec<cri::Container>) {
+pub(crate) fn instances(
+    all: Vec<cri::Container>,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+) -> (bool, Vec<cri::Container>) {
     let of_pod: Vec<cri::Container> = all
         .into_iter()
         .filter(|c| {
@@ -341,9 +441,16 @@ pub(crate) fn instances(all: Vec<cri::Container>, namespace: &str, pod: &str, co
         })
         .collect();
     let pod_known = !of_pod.is_empty();
-    let mut mine: Vec<cri::Container> =
-        of_pod.into_iter().filter(|c| c.labels.get(LABEL_CONTAINER_NAME).map(String::as_str) == Some(container)).collect();
-    mine.sort_by_key(|c| std::cmp::Reverse((c.created_at, c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0))));
+    let mut mine: Vec<cri::Container> = of_pod
+        .into_iter()
+        .filter(|c| c.labels.get(LABEL_CONTAINER_NAME).map(String::as_str) == Some(container))
+        .collect();
+    mine.sort_by_key(|c| {
+        std::cmp::Reverse((
+            c.created_at,
+            c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
+        ))
+    });
     (pod_known, mine)
 }
 
@@ -358,34 +465,63 @@ async fn container_logs(
     };
     let all = match ctx.cri.list_containers().await {
         Ok(all) => all,
-        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("listing containers: {err}")),
+        Err(err) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("listing containers: {err}"),
+            )
+        }
     };
     let (pod_known, found) = instances(all, &namespace, &pod, &container);
     if !pod_known {
-        return text(StatusCode::NOT_FOUND, format!("pod \"{namespace}/{pod}\" does not exist\n"));
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("pod \"{namespace}/{pod}\" does not exist\n"),
+        );
     }
     let index = usize::from(query.previous);
     let Some(instance) = found.get(index) else {
         return if query.previous {
-            text(StatusCode::BAD_REQUEST, format!("previous terminated container \"{container}\" in pod \"{pod}\" not found"))
+            text(
+                StatusCode::BAD_REQUEST,
+                format!("previous terminated container \"{container}\" in pod \"{pod}\" not found"),
+            )
         } else {
-            text(StatusCode::NOT_FOUND, format!("container \"{container}\" not found in pod \"{namespace}/{pod}\"\n"))
+            text(
+                StatusCode::NOT_FOUND,
+                format!("container \"{container}\" not found in pod \"{namespace}/{pod}\"\n"),
+            )
         };
     };
     let status = match ctx.cri.container_status(&instance.id).await {
         Ok(s) => s,
-        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("container status: {err}")),
+        Err(err) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("container status: {err}"),
+            )
+        }
     };
     if status.log_path.is_empty() {
-        return text(StatusCode::BAD_REQUEST, format!("container \"{container}\" in pod \"{pod}\" has no log file"));
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("container \"{container}\" in pod \"{pod}\" has no log file"),
+        );
     }
     let selection = query.selection(Timestamp::now());
     let (tx, rx) = mpsc::channel::<bytes::Bytes>(16);
     let follow = query.follow && !query.previous;
-    let follower =
-        Follower { cri: ctx.cri.clone(), id: instance.id.clone(), path: PathBuf::from(status.log_path), selection, follow };
+    let follower = Follower {
+        cri: ctx.cri.clone(),
+        id: instance.id.clone(),
+        path: PathBuf::from(status.log_path),
+        selection,
+        follow,
+    };
     tokio::spawn(follower.run(tx, ctx.shutdown.clone()));
-    let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx)) });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    });
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/plain")
@@ -405,7 +541,10 @@ struct Follower {
 impl Follower {
     async fn running(&self) -> bool {
         match self.cri.container_status(&self.id).await {
-            Ok(s) => s.state == cri::ContainerState::ContainerRunning as i32 || s.state == cri::ContainerState::ContainerCreated as i32,
+            Ok(s) => {
+                s.state == cri::ContainerState::ContainerRunning as i32
+                    || s.state == cri::ContainerState::ContainerCreated as i32
+            }
             Err(_) => false,
         }
     }
@@ -484,20 +623,52 @@ mod tests {
 
     #[test]
     fn log_query_decodes_pod_log_options_and_validates_them() {
-        let q = LogQuery::parse("follow=true&timestamps=1&tailLines=5&limitBytes=10&sinceSeconds=3").expect("valid");
+        let q =
+            LogQuery::parse("follow=true&timestamps=1&tailLines=5&limitBytes=10&sinceSeconds=3")
+                .expect("valid");
         assert!(q.follow && q.timestamps && !q.previous);
-        assert_eq!((q.tail_lines, q.limit_bytes, q.since_seconds), (Some(5), Some(10), Some(3)));
+        assert_eq!(
+            (q.tail_lines, q.limit_bytes, q.since_seconds),
+            (Some(5), Some(10), Some(3))
+        );
         let q = LogQuery::parse("sinceTime=2026-01-02T03%3A04%3A05Z&previous=true").expect("valid");
-        assert_eq!(q.since_time, Some("2026-01-02T03:04:05Z".parse().expect("ts")));
+        assert_eq!(
+            q.since_time,
+            Some("2026-01-02T03:04:05Z".parse().expect("ts"))
+        );
         assert!(q.previous);
         let now: Timestamp = "2026-01-02T03:04:10Z".parse().expect("ts");
-        assert_eq!(LogQuery::parse("sinceSeconds=10").expect("valid").selection(now).since, Some("2026-01-02T03:04:00Z".parse().expect("ts")));
-        assert_eq!(LogQuery::parse("tailLines=x").map_err(|e| e.0), Err(StatusCode::BAD_REQUEST));
-        assert_eq!(LogQuery::parse("follow=maybe").map_err(|e| e.0), Err(StatusCode::BAD_REQUEST));
-        assert_eq!(LogQuery::parse("tailLines=-1").map_err(|e| e.0), Err(StatusCode::UNPROCESSABLE_ENTITY));
-        assert_eq!(LogQuery::parse("limitBytes=0").map_err(|e| e.0), Err(StatusCode::UNPROCESSABLE_ENTITY));
-        assert_eq!(LogQuery::parse("sinceSeconds=0").map_err(|e| e.0), Err(StatusCode::UNPROCESSABLE_ENTITY));
+        assert_eq!(
+            LogQuery::parse("sinceSeconds=10")
+                .expect("valid")
+                .selection(now)
+                .since,
+            Some("2026-01-02T03:04:00Z".parse().expect("ts"))
+        );
+        assert_eq!(
+            LogQuery::parse("tailLines=x").map_err(|e| e.0),
+            Err(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(
+            LogQuery::parse("follow=maybe").map_err(|e| e.0),
+            Err(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(
+            LogQuery::parse("tailLines=-1").map_err(|e| e.0),
+            Err(StatusCode::UNPROCESSABLE_ENTITY)
+        );
+        assert_eq!(
+            LogQuery::parse("limitBytes=0").map_err(|e| e.0),
+            Err(StatusCode::UNPROCESSABLE_ENTITY)
+        );
+        assert_eq!(
+            LogQuery::parse("sinceSeconds=0").map_err(|e| e.0),
+            Err(StatusCode::UNPROCESSABLE_ENTITY)
+        );
         let both = "sinceSeconds=1&sinceTime=2026-01-02T03:04:05Z";
-        assert_eq!(LogQuery::parse(both).map_err(|e| e.0), Err(StatusCode::UNPROCESSABLE_ENTITY));
+        assert_eq!(
+            LogQuery::parse(both).map_err(|e| e.0),
+            Err(StatusCode::UNPROCESSABLE_ENTITY)
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! `/exec/<namespace>/<pod>/<container>`, `/attach/...` and `/portForward/<namespace>/<pod>` of
 //! the kubelet API (upstream kubelet's `getExec`, `getAttach`, `getPortForward`): asks the
 //! runtime for a streaming URL (CRI `Exec`, `Attach`, `PortForward`) and proxies the client's upgrade request
-//! to it, then copies bytes both ways until either side closes (upstream kubelet's proxying
+//! to it, then splices the two connections ([`rkube_apiserver::splice`]; upstream kubelet's proxying
 //! mode of `pkg/kubelet/cri/streaming`). The channel protocol is spoken by the runtime's
 //! streaming server; this proxy does not look into the stream.
 //!
@@ -110,7 +110,10 @@ pub(crate) async fn exec(
     };
     match ctx.cri.exec(exec).await {
         Ok(url) => proxy_upgrade(req, &url).await,
-        Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("error executing command in container: {err}")),
+        Err(err) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("error executing command in container: {err}"),
+        ),
     }
 }
 
@@ -129,10 +132,19 @@ pub(crate) async fn attach(
         Ok(id) => id,
         Err(resp) => return *resp,
     };
-    let attach = cri::AttachRequest { container_id: id, stdin: query.stdin, tty: query.tty, stdout: query.stdout, stderr: query.stderr };
+    let attach = cri::AttachRequest {
+        container_id: id,
+        stdin: query.stdin,
+        tty: query.tty,
+        stdout: query.stdout,
+        stderr: query.stderr,
+    };
     match ctx.cri.attach(attach).await {
         Ok(url) => proxy_upgrade(req, &url).await,
-        Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("error attaching to container: {err}")),
+        Err(err) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("error attaching to container: {err}"),
+        ),
     }
 }
 
@@ -150,7 +162,10 @@ pub fn parse_ports(query: &str) -> Result<Vec<i32>, String> {
             return Err("query parameter \"port\" cannot be empty".into());
         }
         for p in v.split(',') {
-            let port: u16 = p.trim().parse().map_err(|_| format!("unable to parse {v:?} as a port"))?;
+            let port: u16 = p
+                .trim()
+                .parse()
+                .map_err(|_| format!("unable to parse {v:?} as a port"))?;
             if port < 1 {
                 return Err(format!("port {v:?} must be > 0"));
             }
@@ -163,7 +178,11 @@ pub fn parse_ports(query: &str) -> Result<Vec<i32>, String> {
 /// Whether the request asks for the WebSocket channel port-forward protocol, whose ports must
 /// be in the query (SPDY clients, tunnelled or not, name them per stream).
 fn needs_query_ports(headers: &HeaderMap) -> bool {
-    let websocket = headers.get_all(header::UPGRADE).iter().filter_map(|v| v.to_str().ok()).any(|v| v.eq_ignore_ascii_case("websocket"));
+    let websocket = headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.eq_ignore_ascii_case("websocket"));
     let tunnel = headers
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
         .iter()
@@ -174,17 +193,29 @@ fn needs_query_ports(headers: &HeaderMap) -> bool {
 }
 
 /// Serves `/portForward/<namespace>/<pod>` (CRI `PortForward` on the pod's ready sandbox).
-pub(crate) async fn port_forward(State(ctx): State<Ctx>, Path((namespace, pod)): Path<(String, String)>, req: Request) -> Response {
+pub(crate) async fn port_forward(
+    State(ctx): State<Ctx>,
+    Path((namespace, pod)): Path<(String, String)>,
+    req: Request,
+) -> Response {
     let ports = match parse_ports(req.uri().query().unwrap_or("")) {
         Ok(p) if p.is_empty() && needs_query_ports(req.headers()) => {
-            return text(StatusCode::BAD_REQUEST, "query parameter \"port\" is required")
+            return text(
+                StatusCode::BAD_REQUEST,
+                "query parameter \"port\" is required",
+            )
         }
         Ok(p) => p,
         Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
     };
     let sandboxes = match ctx.cri.list_pod_sandbox().await {
         Ok(all) => all,
-        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("listing pod sandboxes: {err}")),
+        Err(err) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("listing pod sandboxes: {err}"),
+            )
+        }
     };
     let ready = sandboxes.into_iter().find(|s| {
         s.state == cri::PodSandboxState::SandboxReady as i32
@@ -194,25 +225,51 @@ pub(crate) async fn port_forward(State(ctx): State<Ctx>, Path((namespace, pod)):
     let Some(sandbox) = ready else {
         return text(StatusCode::NOT_FOUND, "pod does not exist");
     };
-    match ctx.cri.port_forward(cri::PortForwardRequest { pod_sandbox_id: sandbox.id, port: ports }).await {
+    match ctx
+        .cri
+        .port_forward(cri::PortForwardRequest {
+            pod_sandbox_id: sandbox.id,
+            port: ports,
+        })
+        .await
+    {
         Ok(url) => proxy_upgrade(req, &url).await,
-        Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("error forwarding ports: {err}")),
+        Err(err) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("error forwarding ports: {err}"),
+        ),
     }
 }
 
 /// The id of the running instance of the pod's container, or the 404 / 500 to answer.
-pub(crate) async fn running_container(ctx: &Ctx, namespace: &str, pod: &str, container: &str) -> Result<String, Box<Response>> {
+pub(crate) async fn running_container(
+    ctx: &Ctx,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+) -> Result<String, Box<Response>> {
     let all = match ctx.cri.list_containers().await {
         Ok(all) => all,
-        Err(err) => return Err(Box::new(text(StatusCode::INTERNAL_SERVER_ERROR, format!("listing containers: {err}")))),
+        Err(err) => {
+            return Err(Box::new(text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("listing containers: {err}"),
+            )))
+        }
     };
     let (pod_known, found) = instances(all, namespace, pod, container);
     if !pod_known {
         return Err(Box::new(text(StatusCode::NOT_FOUND, "pod does not exist")));
     }
-    match found.iter().find(|c| c.state == cri::ContainerState::ContainerRunning as i32) {
+    match found
+        .iter()
+        .find(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+    {
         Some(c) => Ok(c.id.clone()),
-        None => Err(Box::new(text(StatusCode::NOT_FOUND, format!("container not found ({container:?})")))),
+        None => Err(Box::new(text(
+            StatusCode::NOT_FOUND,
+            format!("container not found ({container:?})"),
+        ))),
     }
 }
 
@@ -221,26 +278,47 @@ pub(crate) async fn running_container(ctx: &Ctx, namespace: &str, pod: &str, con
 pub async fn proxy_upgrade(mut req: Request, target: &str) -> Response {
     let uri: http::Uri = match target.parse() {
         Ok(u) => u,
-        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("bad streaming URL {target:?}: {err}")),
+        Err(err) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("bad streaming URL {target:?}: {err}"),
+            )
+        }
     };
     let Some(authority) = uri.authority().map(|a| a.as_str().to_string()) else {
-        return text(StatusCode::INTERNAL_SERVER_ERROR, format!("bad streaming URL {target:?}"));
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("bad streaming URL {target:?}"),
+        );
     };
     let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
     let tcp = match tokio::net::TcpStream::connect(&authority).await {
         Ok(t) => t,
-        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("connecting to the streaming server: {err}")),
+        Err(err) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("connecting to the streaming server: {err}"),
+            )
+        }
     };
     let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await {
         Ok(pair) => pair,
-        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("streaming server: {err}")),
+        Err(err) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("streaming server: {err}"),
+            )
+        }
     };
     tokio::spawn(async move {
         if let Err(err) = conn.with_upgrades().await {
             tracing::debug!(%err, "streaming server connection ended");
         }
     });
-    let mut upstream = http::Request::builder().method(req.method().clone()).uri(path).header(header::HOST, &authority);
+    let mut upstream = http::Request::builder()
+        .method(req.method().clone())
+        .uri(path)
+        .header(header::HOST, &authority);
     if let Some(headers) = upstream.headers_mut() {
         copy_headers(req.headers(), headers, UPGRADE_HEADERS);
     }
@@ -250,11 +328,19 @@ pub async fn proxy_upgrade(mut req: Request, target: &str) -> Response {
     };
     let mut answer = match sender.send_request(upstream).await {
         Ok(a) => a,
-        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("streaming server: {err}")),
+        Err(err) => {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("streaming server: {err}"),
+            )
+        }
     };
     if answer.status() != StatusCode::SWITCHING_PROTOCOLS {
         let code = answer.status();
-        let body = http_body_util::BodyExt::collect(answer.into_body()).await.map(|b| b.to_bytes()).unwrap_or_default();
+        let body = http_body_util::BodyExt::collect(answer.into_body())
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
         return text(code, String::from_utf8_lossy(&body).into_owned());
     }
     let mut response = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
@@ -273,18 +359,21 @@ pub async fn proxy_upgrade(mut req: Request, target: &str) -> Response {
                 return;
             }
         };
-        let (mut client, mut runtime) = (TokioIo::new(client), TokioIo::new(runtime));
-        if let Err(err) = tokio::io::copy_bidirectional(&mut client, &mut runtime).await {
-            tracing::debug!(%err, "stream ended");
-        }
+        let spliced =
+            rkube_apiserver::splice::splice(TokioIo::new(client), TokioIo::new(runtime)).await;
+        tracing::debug!(?spliced, "stream ended");
     });
-    response.body(Body::empty()).unwrap_or_else(|_| text(StatusCode::INTERNAL_SERVER_ERROR, "building the response"))
+    response
+        .body(Body::empty())
+        .unwrap_or_else(|_| text(StatusCode::INTERNAL_SERVER_ERROR, "building the response"))
 }
 
 /// Appends every value of each header in `names` from `from` to `to`.
 pub fn copy_headers(from: &HeaderMap, to: &mut HeaderMap, names: &[&str]) {
     for name in names {
-        let Ok(name) = HeaderName::from_bytes(name.as_bytes()) else { continue };
+        let Ok(name) = HeaderName::from_bytes(name.as_bytes()) else {
+            continue;
+        };
         for v in from.get_all(&name) {
             to.append(name.clone(), v.clone());
         }
@@ -297,22 +386,45 @@ mod tests {
 
     #[test]
     fn exec_query_takes_the_commands_in_order_and_needs_a_stream() {
-        let q = ExecQuery::parse("command=sh&command=-c&command=echo%20hi&output=1&error=1").expect("valid");
+        let q = ExecQuery::parse("command=sh&command=-c&command=echo%20hi&output=1&error=1")
+            .expect("valid");
         assert_eq!(q.command, vec!["sh", "-c", "echo hi"]);
         assert!(q.stdout && q.stderr && !q.stdin && !q.tty);
         let q = ExecQuery::parse("command=sh&input=1&output=1&error=1&tty=1").expect("valid");
-        assert!(q.tty && q.stdin && !q.stderr, "a terminal has no separate stderr");
-        assert_eq!(ExecQuery::parse("output=1"), Err("you must specify at least 1 command".into()));
-        assert_eq!(ExecQuery::parse("command=ls"), Err("you must specify at least 1 of stdin, stdout, stderr".into()));
-        assert_eq!(parse_ports("port=80&port=8080,9090"), Ok(vec![80, 8080, 9090]));
-        assert_eq!(parse_ports(""), Ok(vec![]), "SPDY clients name ports per stream");
+        assert!(
+            q.tty && q.stdin && !q.stderr,
+            "a terminal has no separate stderr"
+        );
+        assert_eq!(
+            ExecQuery::parse("output=1"),
+            Err("you must specify at least 1 command".into())
+        );
+        assert_eq!(
+            ExecQuery::parse("command=ls"),
+            Err("you must specify at least 1 of stdin, stdout, stderr".into())
+        );
+        assert_eq!(
+            parse_ports("port=80&port=8080,9090"),
+            Ok(vec![80, 8080, 9090])
+        );
+        assert_eq!(
+            parse_ports(""),
+            Ok(vec![]),
+            "SPDY clients name ports per stream"
+        );
         let mut h = HeaderMap::new();
         h.insert(header::UPGRADE, "websocket".parse().expect("value"));
         assert!(needs_query_ports(&h));
-        h.insert(header::SEC_WEBSOCKET_PROTOCOL, "SPDY/3.1+portforward.k8s.io".parse().expect("value"));
+        h.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            "SPDY/3.1+portforward.k8s.io".parse().expect("value"),
+        );
         assert!(!needs_query_ports(&h), "kubectl's tunnelled SPDY");
         assert!(!needs_query_ports(&HeaderMap::new()));
-        assert_eq!(parse_ports("port=x"), Err("unable to parse \"x\" as a port".into()));
+        assert_eq!(
+            parse_ports("port=x"),
+            Err("unable to parse \"x\" as a port".into())
+        );
         assert_eq!(parse_ports("port=0"), Err("port \"0\" must be > 0".into()));
         let attach = ExecQuery::parse_streams("input=1&output=1").expect("attach takes no command");
         assert!(attach.command.is_empty() && attach.stdin && attach.stdout);

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::{IncomingStream, Listener};
 use axum::extract::connect_info::Connected;
+use axum::serve::{IncomingStream, Listener};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
@@ -42,7 +42,10 @@ pub fn load_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
 ///
 /// # Errors
 /// The files cannot be written or the certificate cannot be generated.
-pub fn ensure_self_signed(dir: &Path, names: &[String]) -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf)> {
+pub fn ensure_self_signed(
+    dir: &Path,
+    names: &[String],
+) -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf)> {
     let (cert, key) = (dir.join("kubelet.crt"), dir.join("kubelet.key"));
     if cert.exists() && key.exists() {
         return Ok((cert, key));
@@ -52,7 +55,9 @@ pub fn ensure_self_signed(dir: &Path, names: &[String]) -> anyhow::Result<(std::
     let mut params = rcgen::CertificateParams::new(names.to_vec())?;
     params.distinguished_name = rcgen::DistinguishedName::new();
     let cn = names.first().cloned().unwrap_or_else(|| "kubelet".into());
-    params.distinguished_name.push(rcgen::DnType::CommonName, format!("{cn}@self-signed"));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{cn}@self-signed"));
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::hours(1);
     params.not_after = now + time::Duration::days(365);
@@ -66,7 +71,12 @@ pub fn ensure_self_signed(dir: &Path, names: &[String]) -> anyhow::Result<(std::
 pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
     f.write_all(text.as_bytes())
 }
 
@@ -76,18 +86,27 @@ pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 ///
 /// # Errors
 /// Unreadable files, or a key that does not match.
-pub fn server_config(cert: &Path, key: &Path, client_ca: Option<&Path>) -> anyhow::Result<Arc<ServerConfig>> {
+pub fn server_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> anyhow::Result<Arc<ServerConfig>> {
     let chain = load_certs(cert)?;
     let key = PrivateKeyDer::from_pem_file(key).map_err(pem_err(key))?;
-    let builder = ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+    let builder =
+        ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let mut cfg = match client_ca {
         Some(ca) => {
             let mut roots = RootCertStore::empty();
             for c in load_certs(ca)? {
                 roots.add(c)?;
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider()).allow_unauthenticated().build()?;
-            builder.with_client_cert_verifier(verifier).with_single_cert(chain, key)?
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                .allow_unauthenticated()
+                .build()?;
+            builder
+                .with_client_cert_verifier(verifier)
+                .with_single_cert(chain, key)?
         }
         None => builder.with_no_client_auth().with_single_cert(chain, key)?,
     };
@@ -104,7 +123,12 @@ pub struct KubeletConn {
 
 impl Connected<IncomingStream<'_, TlsListener>> for KubeletConn {
     fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
-        let certs = stream.io().get_ref().1.peer_certificates().map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
+        let certs = stream
+            .io()
+            .get_ref()
+            .1
+            .peer_certificates()
+            .map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
         KubeletConn { peer_certs: certs }
     }
 }
@@ -140,8 +164,12 @@ impl TlsListener {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, addr)).await;
                         }
-                        Ok(Err(e)) => tracing::debug!(peer = %addr, error = %e, "kubelet API TLS handshake failed"),
-                        Err(_) => tracing::debug!(peer = %addr, "kubelet API TLS handshake timed out"),
+                        Ok(Err(e)) => {
+                            tracing::debug!(peer = %addr, error = %e, "kubelet API TLS handshake failed")
+                        }
+                        Err(_) => {
+                            tracing::debug!(peer = %addr, "kubelet API TLS handshake timed out")
+                        }
                     }
                 });
             }

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, HostIP,
-    Pod, PodCondition, PodIP, PodStatus as ApiPodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus as ApiPodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff;
@@ -20,7 +20,9 @@ pub fn api_time(ns: i64) -> Option<Time> {
     if ns <= 0 {
         return None;
     }
-    jiff::Timestamp::from_nanosecond(i128::from(ns)).ok().map(Time)
+    jiff::Timestamp::from_nanosecond(i128::from(ns))
+        .ok()
+        .map(Time)
 }
 
 /// Everything besides spec and runtime status that the API status needs.
@@ -57,7 +59,13 @@ fn terminated(c: &cri::ContainerStatus, runtime: &str) -> ContainerStateTerminat
 }
 
 fn waiting(reason: &str, message: Option<String>) -> ContainerState {
-    ContainerState { waiting: Some(ContainerStateWaiting { reason: Some(reason.into()), message }), ..Default::default() }
+    ContainerState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.into()),
+            message,
+        }),
+        ..Default::default()
+    }
 }
 
 /// A last termination of reason `ContainerStatusUnknown`, exit code 137 (upstream's wording).
@@ -68,7 +76,10 @@ fn status_unknown(message: &str) -> ContainerState {
         message: Some(message.into()),
         ..Default::default()
     };
-    ContainerState { terminated: Some(terminated), ..Default::default() }
+    ContainerState {
+        terminated: Some(terminated),
+        ..Default::default()
+    }
 }
 
 /// The status of a container the runtime no longer has (a restarted runtime lost it), from the
@@ -92,8 +103,15 @@ fn lost_container_status(pod: &Pod, name: &str, terminal: bool) -> Option<Contai
     let (last_state, restart_count) = if state.running.is_some() {
         let msg = "The container could not be located when the pod was deleted.  The container used to be Running";
         (status_unknown(msg), old.restart_count.saturating_add(1))
-    } else if old.last_state.as_ref().is_some_and(|l| l.terminated.is_some()) {
-        (old.last_state.clone().unwrap_or_default(), old.restart_count) // lost earlier
+    } else if old
+        .last_state
+        .as_ref()
+        .is_some_and(|l| l.terminated.is_some())
+    {
+        (
+            old.last_state.clone().unwrap_or_default(),
+            old.restart_count,
+        ) // lost earlier
     } else {
         return None;
     };
@@ -115,12 +133,24 @@ fn lost_container_status(pod: &Pod, name: &str, terminal: bool) -> Option<Contai
 /// Regular containers of `pod` the runtime no longer has although its last API status reported
 /// them as run, each with whether that run succeeded (for [`super::phase::pod_phase_with_lost`]).
 pub fn lost_containers(pod: &Pod, status: &PodStatus) -> HashMap<String, bool> {
-    let spec = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    let spec = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
     spec.iter()
-        .filter(|c| !status.container_statuses.iter().any(|s| container_name(s) == c.name))
+        .filter(|c| {
+            !status
+                .container_statuses
+                .iter()
+                .any(|s| container_name(s) == c.name)
+        })
         .filter_map(|c| {
             let kept = lost_container_status(pod, &c.name, false)?;
-            let ok = kept.state.and_then(|s| s.terminated).is_some_and(|t| t.exit_code == 0);
+            let ok = kept
+                .state
+                .and_then(|s| s.terminated)
+                .is_some_and(|t| t.exit_code == 0);
             Some((c.name.clone(), ok))
         })
         .collect()
@@ -142,14 +172,19 @@ fn container_status(
     let prev = history.get(1).copied();
     let last_state = |c: Option<&cri::ContainerStatus>| {
         c.filter(|c| PlegState::from_container(c.state) == PlegState::Exited)
-            .map(|c| ContainerState { terminated: Some(terminated(c, ctx.runtime_name)), ..Default::default() })
+            .map(|c| ContainerState {
+                terminated: Some(terminated(c, ctx.runtime_name)),
+                ..Default::default()
+            })
     };
     let config_error = ctx.config_errors.get(&spec.name).cloned();
     // The runtime no longer has the previous instance (it or the agent
     // restarted): the last termination comes from the reported status.
     let last_state = |c: Option<&cri::ContainerStatus>| {
         let from_runtime = last_state(c);
-        let restarted = latest.and_then(|l| l.metadata.as_ref()).is_some_and(|m| m.attempt > 0);
+        let restarted = latest
+            .and_then(|l| l.metadata.as_ref())
+            .is_some_and(|m| m.attempt > 0);
         if from_runtime.is_some() || c.is_some() || !restarted {
             return from_runtime;
         }
@@ -163,26 +198,46 @@ fn container_status(
                 .find(|s| s.name == spec.name)
         })?;
         if reported.container_id.is_some() && reported.container_id == latest_id {
-            reported.last_state.clone().filter(|l| l.terminated.is_some())
+            reported
+                .last_state
+                .clone()
+                .filter(|l| l.terminated.is_some())
         } else {
-            lost_container_status(pod, &spec.name, false).and_then(|s| s.last_state).filter(|l| l.terminated.is_some())
+            lost_container_status(pod, &spec.name, false)
+                .and_then(|s| s.last_state)
+                .filter(|l| l.terminated.is_some())
         }
     };
     let (state, last, running) = match latest {
-        None if config_error.is_some() => (waiting("CreateContainerConfigError", config_error), None, false),
+        None if config_error.is_some() => (
+            waiting("CreateContainerConfigError", config_error),
+            None,
+            false,
+        ),
         None => {
-            let reason = if init_pending { "PodInitializing" } else { "ContainerCreating" };
+            let reason = if init_pending {
+                "PodInitializing"
+            } else {
+                "ContainerCreating"
+            };
             (waiting(reason, None), None, false)
         }
         Some(c) => match PlegState::from_container(c.state) {
             PlegState::Running => (
-                ContainerState { running: Some(ContainerStateRunning { started_at: api_time(c.started_at) }), ..Default::default() },
+                ContainerState {
+                    running: Some(ContainerStateRunning {
+                        started_at: api_time(c.started_at),
+                    }),
+                    ..Default::default()
+                },
                 last_state(prev),
                 true,
             ),
-            PlegState::Exited if config_error.is_some() => {
-                (waiting("CreateContainerConfigError", config_error), last_state(Some(c)), false)
-            }
+            PlegState::Exited if config_error.is_some() => (
+                waiting("CreateContainerConfigError", config_error),
+                last_state(Some(c)),
+                false,
+            ),
             PlegState::Exited => match ctx.backing_off.get(&spec.name) {
                 Some(until) => {
                     let secs = (until.0 - c.finished_at).max(0) / 1_000_000_000;
@@ -191,10 +246,17 @@ fn container_status(
                         "back-off {secs}s restarting failed container={} pod={name}_{namespace}({uid})",
                         spec.name
                     );
-                    (waiting("CrashLoopBackOff", Some(msg)), last_state(Some(c)), false)
+                    (
+                        waiting("CrashLoopBackOff", Some(msg)),
+                        last_state(Some(c)),
+                        false,
+                    )
                 }
                 None => (
-                    ContainerState { terminated: Some(terminated(c, ctx.runtime_name)), ..Default::default() },
+                    ContainerState {
+                        terminated: Some(terminated(c, ctx.runtime_name)),
+                        ..Default::default()
+                    },
                     last_state(prev),
                     false,
                 ),
@@ -209,14 +271,24 @@ fn container_status(
         container_id: latest.map(|c| format!("{}://{}", ctx.runtime_name, c.id)),
         ready: running && ctx.probe_results.get(&spec.name).is_none_or(|r| r.0),
         started: Some(running && ctx.probe_results.get(&spec.name).is_none_or(|r| r.1)),
-        restart_count: latest.and_then(|c| c.metadata.as_ref()).map(|m| i32::try_from(m.attempt).unwrap_or(i32::MAX)).unwrap_or(0),
+        restart_count: latest
+            .and_then(|c| c.metadata.as_ref())
+            .map(|m| i32::try_from(m.attempt).unwrap_or(i32::MAX))
+            .unwrap_or(0),
         state: Some(state),
         last_state: Some(last.unwrap_or_default()),
         ..Default::default()
     }
 }
 
-fn condition(old: Option<&ApiPodStatus>, ty: &str, ok: bool, reason: Option<&str>, message: Option<String>, now: Timestamp) -> PodCondition {
+fn condition(
+    old: Option<&ApiPodStatus>,
+    ty: &str,
+    ok: bool,
+    reason: Option<&str>,
+    message: Option<String>,
+    now: Timestamp,
+) -> PodCondition {
     let status = if ok { "True" } else { "False" };
     let previous = old
         .and_then(|s| s.conditions.as_ref())
@@ -238,20 +310,29 @@ fn condition(old: Option<&ApiPodStatus>, ty: &str, ok: bool, reason: Option<&str
 pub fn api_pod_status(pod: &Pod, status: &PodStatus, ctx: &StatusContext<'_>) -> ApiPodStatus {
     let old = pod.status.as_ref();
     let (containers, inits) = match pod.spec.as_ref() {
-        Some(s) => (s.containers.as_slice(), s.init_containers.as_deref().unwrap_or_default()),
+        Some(s) => (
+            s.containers.as_slice(),
+            s.init_containers.as_deref().unwrap_or_default(),
+        ),
         None => (&[][..], &[][..]),
     };
     let by_name = |name: &str| -> Vec<&cri::ContainerStatus> {
-        status.container_statuses.iter().filter(|c| container_name(c) == name).collect()
+        status
+            .container_statuses
+            .iter()
+            .filter(|c| container_name(c) == name)
+            .collect()
     };
-    let init_statuses: Vec<ContainerStatus> =
-        inits.iter().map(|c| container_status(pod, c, &by_name(&c.name), false, ctx)).collect();
+    let init_statuses: Vec<ContainerStatus> = inits
+        .iter()
+        .map(|c| container_status(pod, c, &by_name(&c.name), false, ctx))
+        .collect();
     let pending_inits: Vec<String> = inits
         .iter()
         .filter(|c| {
-            !by_name(&c.name)
-                .first()
-                .is_some_and(|s| PlegState::from_container(s.state) == PlegState::Exited && s.exit_code == 0)
+            !by_name(&c.name).first().is_some_and(|s| {
+                PlegState::from_container(s.state) == PlegState::Exited && s.exit_code == 0
+            })
         })
         .map(|c| c.name.clone())
         .collect();
@@ -259,16 +340,28 @@ pub fn api_pod_status(pod: &Pod, status: &PodStatus, ctx: &StatusContext<'_>) ->
         .iter()
         .map(|c| container_status(pod, c, &by_name(&c.name), !pending_inits.is_empty(), ctx))
         .collect();
-    let unready: Vec<String> = statuses.iter().filter(|s| !s.ready).map(|s| s.name.clone()).collect();
+    let unready: Vec<String> = statuses
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.clone())
+        .collect();
     // Ephemeral containers count for nothing in readiness or phase; they are never ready.
     let ephemeral_statuses: Vec<ContainerStatus> = super::ephemeral::containers(pod)
         .iter()
-        .map(|c| ContainerStatus { ready: false, ..container_status(pod, c, &by_name(&c.name), false, ctx) })
+        .map(|c| ContainerStatus {
+            ready: false,
+            ..container_status(pod, c, &by_name(&c.name), false, ctx)
+        })
         .collect();
-    let sandbox_ready =
-        status.newest_sandbox().is_some_and(|s| PlegState::from_sandbox(s.state) == PlegState::Running);
+    let sandbox_ready = status
+        .newest_sandbox()
+        .is_some_and(|s| PlegState::from_sandbox(s.state) == PlegState::Running);
     let completed = ctx.phase == Phase::Succeeded;
-    let not_ready_reason = if completed { "PodCompleted" } else { "ContainersNotReady" };
+    let not_ready_reason = if completed {
+        "PodCompleted"
+    } else {
+        "ContainersNotReady"
+    };
     let unready_msg = format!("containers with unready status: [{}]", unready.join(" "));
     let scheduled = old
         .and_then(|s| s.conditions.as_ref())
@@ -276,17 +369,41 @@ pub fn api_pod_status(pod: &Pod, status: &PodStatus, ctx: &StatusContext<'_>) ->
         .cloned()
         .unwrap_or_else(|| condition(None, "PodScheduled", true, None, None, ctx.now));
     let conditions = vec![
-        condition(old, "PodReadyToStartContainers", sandbox_ready, None, None, ctx.now),
+        condition(
+            old,
+            "PodReadyToStartContainers",
+            sandbox_ready,
+            None,
+            None,
+            ctx.now,
+        ),
         condition(
             old,
             "Initialized",
             pending_inits.is_empty(),
             Some("ContainersNotInitialized"),
-            Some(format!("containers with incomplete status: [{}]", pending_inits.join(" "))),
+            Some(format!(
+                "containers with incomplete status: [{}]",
+                pending_inits.join(" ")
+            )),
             ctx.now,
         ),
-        condition(old, "Ready", unready.is_empty(), Some(not_ready_reason), Some(unready_msg.clone()), ctx.now),
-        condition(old, "ContainersReady", unready.is_empty(), Some(not_ready_reason), Some(unready_msg), ctx.now),
+        condition(
+            old,
+            "Ready",
+            unready.is_empty(),
+            Some(not_ready_reason),
+            Some(unready_msg.clone()),
+            ctx.now,
+        ),
+        condition(
+            old,
+            "ContainersReady",
+            unready.is_empty(),
+            Some(not_ready_reason),
+            Some(unready_msg),
+            ctx.now,
+        ),
         scheduled,
     ];
     // Host-network pods have the node's IP when the runtime reports none (upstream
@@ -300,13 +417,18 @@ pub fn api_pod_status(pod: &Pod, status: &PodStatus, ctx: &StatusContext<'_>) ->
         phase: Some(ctx.phase.as_str().into()),
         conditions: Some(conditions),
         host_ip: Some(ctx.host_ip.into()),
-        host_ips: Some(vec![HostIP { ip: ctx.host_ip.into() }]),
+        host_ips: Some(vec![HostIP {
+            ip: ctx.host_ip.into(),
+        }]),
         pod_ip: ips.first().cloned(),
         pod_ips: (!pod_ips.is_empty()).then_some(pod_ips),
-        start_time: old.and_then(|s| s.start_time.clone()).or_else(|| api_time(ctx.now.0)),
+        start_time: old
+            .and_then(|s| s.start_time.clone())
+            .or_else(|| api_time(ctx.now.0)),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         container_statuses: Some(statuses),
-        ephemeral_container_statuses: (!ephemeral_statuses.is_empty()).then_some(ephemeral_statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
+            .then_some(ephemeral_statuses),
         qos_class: old.and_then(|s| s.qos_class.clone()),
         ..Default::default()
     }

@@ -24,8 +24,13 @@ pub fn pod_identity(pod: &Pod) -> (String, String, String) {
 
 fn pod_labels(pod: &Pod) -> HashMap<String, String> {
     let (name, namespace, uid) = pod_identity(pod);
-    let mut labels: HashMap<String, String> =
-        pod.metadata.labels.clone().unwrap_or_default().into_iter().collect();
+    let mut labels: HashMap<String, String> = pod
+        .metadata
+        .labels
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
     labels.insert(LABEL_POD_NAME.into(), name);
     labels.insert(LABEL_POD_NAMESPACE.into(), namespace);
     labels.insert(LABEL_POD_UID.into(), uid);
@@ -34,7 +39,10 @@ fn pod_labels(pod: &Pod) -> HashMap<String, String> {
 
 /// Whether the pod uses the node's network namespace (`spec.hostNetwork`).
 pub fn is_host_network(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false)
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
 }
 
 /// The pod's namespace modes (upstream `kuberuntime/util.go` `namespacesForPod`): network and
@@ -43,7 +51,9 @@ pub fn is_host_network(pod: &Pod) -> bool {
 pub fn namespaces_for_pod(pod: &Pod) -> cri::NamespaceOption {
     use cri::NamespaceMode::{Container as OwnNs, Node, Pod as PodNs};
     let spec = pod.spec.as_ref();
-    let on = |f: fn(&k8s_openapi::api::core::v1::PodSpec) -> Option<bool>| spec.and_then(f).unwrap_or(false);
+    let on = |f: fn(&k8s_openapi::api::core::v1::PodSpec) -> Option<bool>| {
+        spec.and_then(f).unwrap_or(false)
+    };
     let network = if on(|s| s.host_network) { Node } else { PodNs };
     let ipc = if on(|s| s.host_ipc) { Node } else { PodNs };
     let pid = if on(|s| s.host_pid) {
@@ -53,7 +63,12 @@ pub fn namespaces_for_pod(pod: &Pod) -> cri::NamespaceOption {
     } else {
         OwnNs
     };
-    cri::NamespaceOption { network: network as i32, pid: pid as i32, ipc: ipc as i32, ..Default::default() }
+    cri::NamespaceOption {
+        network: network as i32,
+        pid: pid as i32,
+        ipc: ipc as i32,
+        ..Default::default()
+    }
 }
 
 /// The sandbox config for `attempt`. Host-network pods get no hostname (they keep the node's
@@ -63,17 +78,39 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, logs_root: &Path) -> cri::PodSand
     let hostname = if is_host_network(pod) {
         String::new()
     } else {
-        pod.spec.as_ref().and_then(|s| s.hostname.clone()).unwrap_or_else(|| name.clone())
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.hostname.clone())
+            .unwrap_or_else(|| name.clone())
     };
-    let security_context =
-        cri::LinuxSandboxSecurityContext { namespace_options: Some(namespaces_for_pod(pod)), ..Default::default() };
+    let security_context = cri::LinuxSandboxSecurityContext {
+        namespace_options: Some(namespaces_for_pod(pod)),
+        ..Default::default()
+    };
     cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata { name: name.clone(), uid: uid.clone(), namespace: namespace.clone(), attempt }),
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.clone(),
+            uid: uid.clone(),
+            namespace: namespace.clone(),
+            attempt,
+        }),
         hostname,
-        log_directory: logs_root.join(format!("{namespace}_{name}_{uid}")).display().to_string(),
+        log_directory: logs_root
+            .join(format!("{namespace}_{name}_{uid}"))
+            .display()
+            .to_string(),
         labels: pod_labels(pod),
-        annotations: pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect(),
-        linux: Some(cri::LinuxPodSandboxConfig { security_context: Some(security_context), ..Default::default() }),
+        annotations: pod
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            security_context: Some(security_context),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -96,19 +133,33 @@ pub struct DownwardValues {
 /// The container config for `attempt` (the restart count), with the
 /// environment made by [`super::env::environment`] (command and args are
 /// expanded from it).
-pub fn container_config(pod: &Pod, container: &Container, attempt: u32, env: &[(String, String)]) -> cri::ContainerConfig {
+pub fn container_config(
+    pod: &Pod,
+    container: &Container,
+    attempt: u32,
+    env: &[(String, String)],
+) -> cri::ContainerConfig {
     let (envs, command, args) = super::env::cri_parts(env, container);
     let mut labels = pod_labels(pod);
     labels.insert(LABEL_CONTAINER_NAME.into(), container.name.clone());
     cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata { name: container.name.clone(), attempt }),
-        image: Some(cri::ImageSpec { image: container.image.clone().unwrap_or_default(), ..Default::default() }),
+        metadata: Some(cri::ContainerMetadata {
+            name: container.name.clone(),
+            attempt,
+        }),
+        image: Some(cri::ImageSpec {
+            image: container.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
         command,
         args,
         working_dir: container.working_dir.clone().unwrap_or_default(),
         envs,
         labels,
-        annotations: HashMap::from([("io.kubernetes.container.restartCount".to_string(), attempt.to_string())]),
+        annotations: HashMap::from([(
+            "io.kubernetes.container.restartCount".to_string(),
+            attempt.to_string(),
+        )]),
         log_path: format!("{}/{attempt}.log", container.name),
         // For `kubectl attach`: the runtime keeps stdin open (and closes it after the first
         // attach with `stdinOnce`).

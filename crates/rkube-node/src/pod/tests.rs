@@ -33,30 +33,59 @@ fn pod(restart: &str, inits: &[&str], containers: &[&str]) -> Pod {
 fn sandbox(ready: bool) -> cri::PodSandboxStatus {
     cri::PodSandboxStatus {
         id: "sb".into(),
-        metadata: Some(cri::PodSandboxMetadata { name: "p".into(), uid: "uid-p".into(), namespace: "default".into(), attempt: 0 }),
-        state: if ready { cri::PodSandboxState::SandboxReady } else { cri::PodSandboxState::SandboxNotready } as i32,
+        metadata: Some(cri::PodSandboxMetadata {
+            name: "p".into(),
+            uid: "uid-p".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        state: if ready {
+            cri::PodSandboxState::SandboxReady
+        } else {
+            cri::PodSandboxState::SandboxNotready
+        } as i32,
         created_at: 1,
-        network: Some(cri::PodSandboxNetworkStatus { ip: "10.1.1.1".into(), additional_ips: vec![] }),
+        network: Some(cri::PodSandboxNetworkStatus {
+            ip: "10.1.1.1".into(),
+            additional_ips: vec![],
+        }),
         ..Default::default()
     }
 }
 
 /// A container of `name`, `attempt`: "created" | "running" | exit code (exited), times in s.
-fn ctr(id: &str, name: &str, attempt: u32, state: &str, started: i64, finished: i64) -> cri::ContainerStatus {
+fn ctr(
+    id: &str,
+    name: &str,
+    attempt: u32,
+    state: &str,
+    started: i64,
+    finished: i64,
+) -> cri::ContainerStatus {
     let (st, code) = match state {
         "created" => (cri::ContainerState::ContainerCreated, 0),
         "running" => (cri::ContainerState::ContainerRunning, 0),
-        code => (cri::ContainerState::ContainerExited, code.parse().expect("exit code")),
+        code => (
+            cri::ContainerState::ContainerExited,
+            code.parse().expect("exit code"),
+        ),
     };
     cri::ContainerStatus {
         id: id.into(),
-        metadata: Some(cri::ContainerMetadata { name: name.into(), attempt }),
+        metadata: Some(cri::ContainerMetadata {
+            name: name.into(),
+            attempt,
+        }),
         state: st as i32,
         created_at: (started.max(1) * S) - 1 + i64::from(attempt),
         started_at: started * S,
         finished_at: finished * S,
         exit_code: code,
-        reason: if code == 0 { "Completed".into() } else { "Error".into() },
+        reason: if code == 0 {
+            "Completed".into()
+        } else {
+            "Error".into()
+        },
         labels: HashMap::from([(LABEL_CONTAINER_NAME.to_string(), name.to_string())]),
         image_ref: "sha256:x".into(),
         ..Default::default()
@@ -75,27 +104,49 @@ fn status(sandbox_ready: Option<bool>, containers: Vec<cri::ContainerStatus>) ->
 }
 
 fn plan(p: &Pod, st: &PodStatus, now_s: i64) -> super::actions::PodActions {
-    compute_pod_actions(p, st, &HashMap::new(), None, Timestamp(now_s * S), &Backoff::default())
+    compute_pod_actions(
+        p,
+        st,
+        &HashMap::new(),
+        None,
+        Timestamp(now_s * S),
+        &Backoff::default(),
+    )
 }
 
 fn create(name: &str, init: bool, attempt: u32) -> ToCreate {
-    ToCreate { name: name.into(), init, ephemeral: false, attempt }
+    ToCreate {
+        name: name.into(),
+        init,
+        ephemeral: false,
+        attempt,
+    }
 }
 
 #[test]
 fn first_sync_creates_the_sandbox_and_the_first_init_container_only() {
-    let a = plan(&pod("Always", &["i1", "i2"], &["a", "b"]), &PodStatus::empty("uid-p"), 1);
+    let a = plan(
+        &pod("Always", &["i1", "i2"], &["a", "b"]),
+        &PodStatus::empty("uid-p"),
+        1,
+    );
     assert_eq!(a.create_sandbox, Some(0));
     assert_eq!(a.create, vec![create("i1", true, 0)]);
-    let a = plan(&pod("Always", &[], &["a", "b"]), &PodStatus::empty("uid-p"), 1);
+    let a = plan(
+        &pod("Always", &[], &["a", "b"]),
+        &PodStatus::empty("uid-p"),
+        1,
+    );
     assert_eq!(a.create, vec![create("a", false, 0), create("b", false, 0)]);
 }
 
 /// `pod` with ephemeral container `dbg`.
 fn with_debugger(mut p: Pod) -> Pod {
     if let Some(spec) = p.spec.as_mut() {
-        spec.ephemeral_containers =
-            Some(vec![serde_json::from_value(json!({"name": "dbg", "image": "busybox", "command": ["true"]})).expect("ephemeral")]);
+        spec.ephemeral_containers = Some(vec![serde_json::from_value(
+            json!({"name": "dbg", "image": "busybox", "command": ["true"]}),
+        )
+        .expect("ephemeral")]);
     }
     p
 }
@@ -103,10 +154,29 @@ fn with_debugger(mut p: Pod) -> Pod {
 #[test]
 fn ephemeral_containers_start_once_even_during_init_and_are_never_restarted() {
     let p = with_debugger(pod("Always", &["i1"], &["a"]));
-    let a = plan(&p, &status(Some(true), vec![ctr("1", "i1", 0, "running", 1, 0)]), 2);
-    assert_eq!(a.create, vec![ToCreate { name: "dbg".into(), init: false, ephemeral: true, attempt: 0 }]);
+    let a = plan(
+        &p,
+        &status(Some(true), vec![ctr("1", "i1", 0, "running", 1, 0)]),
+        2,
+    );
+    assert_eq!(
+        a.create,
+        vec![ToCreate {
+            name: "dbg".into(),
+            init: false,
+            ephemeral: true,
+            attempt: 0
+        }]
+    );
     // Exited: not restarted, whatever the restart policy says.
-    let st = status(Some(true), vec![ctr("1", "i1", 0, "0", 1, 2), ctr("2", "a", 0, "running", 3, 0), ctr("3", "dbg", 0, "0", 2, 3)]);
+    let st = status(
+        Some(true),
+        vec![
+            ctr("1", "i1", 0, "0", 1, 2),
+            ctr("2", "a", 0, "running", 3, 0),
+            ctr("3", "dbg", 0, "0", 2, 3),
+        ],
+    );
     let a = plan(&p, &st, 30);
     assert!(a.create.is_empty(), "{a:?}");
     // Already created by this worker (not yet in the status): not created twice.
@@ -119,25 +189,49 @@ fn ephemeral_containers_start_once_even_during_init_and_are_never_restarted() {
 #[test]
 fn ephemeral_containers_are_reported_in_their_own_statuses_never_ready() {
     let p = with_debugger(pod("Always", &[], &["a"]));
-    let st = status(Some(true), vec![ctr("1", "a", 0, "running", 1, 0), ctr("2", "dbg", 0, "running", 2, 0)]);
+    let st = status(
+        Some(true),
+        vec![
+            ctr("1", "a", 0, "running", 1, 0),
+            ctr("2", "dbg", 0, "running", 2, 0),
+        ],
+    );
     let none = HashMap::new();
     let api = api_pod_status(&p, &st, &ctx(Phase::Running, &none));
     let ecs = api.ephemeral_container_statuses.unwrap_or_default();
     assert_eq!(ecs.len(), 1);
     assert_eq!(ecs[0].name, "dbg");
     assert!(!ecs[0].ready);
-    assert!(ecs[0].state.as_ref().is_some_and(|s| s.running.is_some()), "{ecs:?}");
+    assert!(
+        ecs[0].state.as_ref().is_some_and(|s| s.running.is_some()),
+        "{ecs:?}"
+    );
     assert_eq!(api.container_statuses.unwrap_or_default().len(), 1);
 }
 
 #[test]
 fn init_containers_run_in_order_then_the_app_containers() {
     let p = pod("Always", &["i1", "i2"], &["a"]);
-    let a = plan(&p, &status(Some(true), vec![ctr("1", "i1", 0, "running", 1, 0)]), 2);
+    let a = plan(
+        &p,
+        &status(Some(true), vec![ctr("1", "i1", 0, "running", 1, 0)]),
+        2,
+    );
     assert!(a.is_noop(), "i2 waits for i1: {a:?}");
-    let a = plan(&p, &status(Some(true), vec![ctr("1", "i1", 0, "0", 1, 2)]), 3);
+    let a = plan(
+        &p,
+        &status(Some(true), vec![ctr("1", "i1", 0, "0", 1, 2)]),
+        3,
+    );
     assert_eq!(a.create, vec![create("i2", true, 0)]);
-    let a = plan(&p, &status(Some(true), vec![ctr("1", "i1", 0, "0", 1, 2), ctr("2", "i2", 0, "0", 3, 4)]), 5);
+    let a = plan(
+        &p,
+        &status(
+            Some(true),
+            vec![ctr("1", "i1", 0, "0", 1, 2), ctr("2", "i2", 0, "0", 3, 4)],
+        ),
+        5,
+    );
     assert_eq!(a.create, vec![create("a", false, 0)]);
 }
 
@@ -146,7 +240,11 @@ fn a_created_container_is_started_and_never_duplicated() {
     // The state that made upstream create a second container (kubernetes#120942): the status
     // shows our container still Created. The plan starts that one; it creates nothing.
     let p = pod("Always", &[], &["a"]);
-    let a = plan(&p, &status(Some(true), vec![ctr("c1", "a", 0, "created", 0, 0)]), 2);
+    let a = plan(
+        &p,
+        &status(Some(true), vec![ctr("c1", "a", 0, "created", 0, 0)]),
+        2,
+    );
     assert_eq!(a.start, vec!["c1".to_string()]);
     assert!(a.create.is_empty());
 }
@@ -168,14 +266,24 @@ fn exited_containers_restart_per_policy_after_the_backoff() {
         let early = plan(&p, &st, 5);
         let late = plan(&p, &st, 12);
         if restarts {
-            assert!(early.create.is_empty(), "{policy}/{code}: backing off until t=12");
+            assert!(
+                early.create.is_empty(),
+                "{policy}/{code}: backing off until t=12"
+            );
             assert_eq!(early.wake_at, Some(Timestamp(12 * S)));
             assert!(early.backing_off.contains_key("a"));
             assert_eq!(late.create, vec![create("a", false, 2)], "{policy}/{code}");
             let first = status(Some(true), vec![ctr("c1", "a", 0, code, 1, 2)]);
-            assert_eq!(plan(&p, &first, 2).create, vec![create("a", false, 1)], "first restart at once");
+            assert_eq!(
+                plan(&p, &first, 2).create,
+                vec![create("a", false, 1)],
+                "first restart at once"
+            );
         } else {
-            assert!(late.create.is_empty() && late.wake_at.is_none(), "{policy}/{code}");
+            assert!(
+                late.create.is_empty() && late.wake_at.is_none(),
+                "{policy}/{code}"
+            );
         }
     }
 }
@@ -217,7 +325,13 @@ fn phase_follows_upstream_get_phase() {
     let running = || ctr("r", "a", 0, "running", 1, 0);
     let ok = |n: &str| ctr(n, n, 0, "0", 1, 2);
     let failed = |n: &str| ctr(n, n, 0, "1", 1, 2);
-    type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], Vec<cri::ContainerStatus>, Phase);
+    type Case<'a> = (
+        &'a str,
+        &'a [&'a str],
+        &'a [&'a str],
+        Vec<cri::ContainerStatus>,
+        Phase,
+    );
     let cases: Vec<Case> = vec![
         ("Always", &[], &["a"], vec![], Phase::Pending),
         ("Always", &[], &["a"], vec![running()], Phase::Running),
@@ -225,14 +339,30 @@ fn phase_follows_upstream_get_phase() {
         ("OnFailure", &[], &["a"], vec![ok("a")], Phase::Succeeded),
         ("OnFailure", &[], &["a"], vec![failed("a")], Phase::Running),
         ("Never", &[], &["a"], vec![ok("a")], Phase::Succeeded),
-        ("Never", &[], &["a", "b"], vec![ok("a"), failed("b")], Phase::Failed),
+        (
+            "Never",
+            &[],
+            &["a", "b"],
+            vec![ok("a"), failed("b")],
+            Phase::Failed,
+        ),
         ("Never", &["i"], &["a"], vec![failed("i")], Phase::Failed),
         ("Always", &["i"], &["a"], vec![failed("i")], Phase::Pending),
-        ("Always", &[], &["a"], vec![ctr("x", "a", 1, "created", 0, 0)], Phase::Running),
+        (
+            "Always",
+            &[],
+            &["a"],
+            vec![ctr("x", "a", 1, "created", 0, 0)],
+            Phase::Running,
+        ),
     ];
     for (policy, inits, containers, list, want) in cases {
         let p = pod(policy, inits, containers);
-        assert_eq!(pod_phase(&p, &status(Some(true), list.clone())), want, "{policy} {inits:?} {containers:?} {list:?}");
+        assert_eq!(
+            pod_phase(&p, &status(Some(true), list.clone())),
+            want,
+            "{policy} {inits:?} {containers:?} {list:?}"
+        );
     }
 }
 
@@ -240,8 +370,14 @@ fn phase_follows_upstream_get_phase() {
 fn reflects_requires_every_own_action_to_be_visible() {
     let st = status(Some(true), vec![ctr("c1", "a", 0, "created", 0, 0)]);
     assert!(reflects(&st, &[Expectation::SandboxCreated("sb".into())]));
-    assert!(!reflects(&st, &[Expectation::Started("c1".into())]), "still Created: not our start yet");
-    assert!(!reflects(&st, &[Expectation::SandboxCreated("other".into())]));
+    assert!(
+        !reflects(&st, &[Expectation::Started("c1".into())]),
+        "still Created: not our start yet"
+    );
+    assert!(!reflects(
+        &st,
+        &[Expectation::SandboxCreated("other".into())]
+    ));
     assert!(!reflects(&st, &[Expectation::SandboxStopped("sb".into())]));
     let st = status(Some(true), vec![ctr("c1", "a", 0, "running", 1, 0)]);
     assert!(reflects(&st, &[Expectation::Started("c1".into())]));
@@ -258,7 +394,15 @@ fn no_errors() -> &'static HashMap<String, String> {
 }
 
 fn ctx<'a>(phase: Phase, backing_off: &'a HashMap<String, Timestamp>) -> StatusContext<'a> {
-    StatusContext { phase, backing_off, config_errors: no_errors(), probe_results: no_probes(), host_ip: "192.0.2.1", runtime_name: "rkube", now: Timestamp(50 * S) }
+    StatusContext {
+        phase,
+        backing_off,
+        config_errors: no_errors(),
+        probe_results: no_probes(),
+        host_ip: "192.0.2.1",
+        runtime_name: "rkube",
+        now: Timestamp(50 * S),
+    }
 }
 
 #[test]
@@ -271,13 +415,20 @@ fn api_status_reports_exit_code_ips_and_conditions() {
     assert_eq!(api.pod_ip.as_deref(), Some("10.1.1.1"));
     assert_eq!(api.host_ip.as_deref(), Some("192.0.2.1"));
     let cs = &api.container_statuses.as_ref().expect("statuses")[0];
-    let term = cs.state.as_ref().and_then(|s| s.terminated.as_ref()).expect("terminated");
+    let term = cs
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .expect("terminated");
     assert_eq!((term.exit_code, term.reason.as_deref()), (3, Some("Error")));
     assert_eq!(term.container_id.as_deref(), Some("rkube://c1"));
     assert_eq!(cs.container_id.as_deref(), Some("rkube://c1"));
     assert!(!cs.ready);
     let cond = |t: &str| {
-        api.conditions.as_ref().and_then(|cs| cs.iter().find(|c| c.type_ == t)).map(|c| c.status.clone())
+        api.conditions
+            .as_ref()
+            .and_then(|cs| cs.iter().find(|c| c.type_ == t))
+            .map(|c| c.status.clone())
     };
     assert_eq!(cond("Ready").as_deref(), Some("False"));
     assert_eq!(cond("Initialized").as_deref(), Some("True"));
@@ -288,14 +439,28 @@ fn api_status_reports_exit_code_ips_and_conditions() {
 #[test]
 fn api_status_shows_crash_loop_back_off_with_the_last_termination() {
     let p = pod("Always", &[], &["a"]);
-    let st = status(Some(true), vec![ctr("c2", "a", 1, "1", 3, 4), ctr("c1", "a", 0, "1", 1, 2)]);
+    let st = status(
+        Some(true),
+        vec![ctr("c2", "a", 1, "1", 3, 4), ctr("c1", "a", 0, "1", 1, 2)],
+    );
     let backing = HashMap::from([("a".to_string(), Timestamp(14 * S))]);
     let api = api_pod_status(&p, &st, &ctx(Phase::Running, &backing));
     let cs = &api.container_statuses.as_ref().expect("statuses")[0];
-    let waiting = cs.state.as_ref().and_then(|s| s.waiting.as_ref()).expect("waiting");
+    let waiting = cs
+        .state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .expect("waiting");
     assert_eq!(waiting.reason.as_deref(), Some("CrashLoopBackOff"));
-    assert!(waiting.message.as_deref().is_some_and(|m| m.starts_with("back-off 10s restarting failed container=a")));
-    let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref()).expect("last state");
+    assert!(waiting
+        .message
+        .as_deref()
+        .is_some_and(|m| m.starts_with("back-off 10s restarting failed container=a")));
+    let last = cs
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .expect("last state");
     assert_eq!(last.container_id.as_deref(), Some("rkube://c2"));
     assert_eq!(cs.restart_count, 1);
 }
@@ -309,7 +474,11 @@ fn running_container_is_ready_and_the_pod_running() {
     let cs = &api.container_statuses.as_ref().expect("statuses")[0];
     assert!(cs.ready && cs.started == Some(true));
     assert!(cs.state.as_ref().is_some_and(|s| s.running.is_some()));
-    let ready = api.conditions.as_ref().and_then(|cs| cs.iter().find(|c| c.type_ == "Ready")).expect("Ready");
+    let ready = api
+        .conditions
+        .as_ref()
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .expect("Ready");
     assert_eq!(ready.status, "True");
 }
 
@@ -318,26 +487,64 @@ fn container_lost_by_the_runtime_keeps_its_reported_termination_or_becomes_statu
     let none = HashMap::new();
     // Reported: `a` exited 3, `b` running. Then the runtime restarts and knows neither.
     let mut p = pod("Never", &[], &["a", "b"]);
-    let before = status(Some(true), vec![ctr("c1", "a", 0, "3", 1, 2), ctr("c2", "b", 0, "running", 1, 0)]);
+    let before = status(
+        Some(true),
+        vec![
+            ctr("c1", "a", 0, "3", 1, 2),
+            ctr("c2", "b", 0, "running", 1, 0),
+        ],
+    );
     p.status = Some(api_pod_status(&p, &before, &ctx(Phase::Running, &none)));
     let api = api_pod_status(&p, &PodStatus::empty("uid-p"), &ctx(Phase::Running, &none));
     let statuses = api.container_statuses.expect("statuses");
-    let a = statuses[0].state.as_ref().and_then(|s| s.terminated.as_ref()).expect("a stays terminated");
-    assert_eq!((a.exit_code, a.container_id.as_deref()), (3, Some("rkube://c1")));
+    let a = statuses[0]
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .expect("a stays terminated");
+    assert_eq!(
+        (a.exit_code, a.container_id.as_deref()),
+        (3, Some("rkube://c1"))
+    );
     let b = &statuses[1];
-    assert!(b.state.as_ref().is_some_and(|s| s.waiting.is_some()), "{b:?}");
-    let last = b.last_state.as_ref().and_then(|s| s.terminated.as_ref()).expect("b's last termination");
-    assert_eq!((last.exit_code, last.reason.as_deref()), (137, Some("ContainerStatusUnknown")));
+    assert!(
+        b.state.as_ref().is_some_and(|s| s.waiting.is_some()),
+        "{b:?}"
+    );
+    let last = b
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .expect("b's last termination");
+    assert_eq!(
+        (last.exit_code, last.reason.as_deref()),
+        (137, Some("ContainerStatusUnknown"))
+    );
     assert_eq!(b.restart_count, 1);
     assert!(!b.ready);
     // Once the pod is terminal, the lost running container is terminated, status unknown.
     let api = api_pod_status(&p, &PodStatus::empty("uid-p"), &ctx(Phase::Failed, &none));
     let b = &api.container_statuses.expect("statuses")[1];
-    let term = b.state.as_ref().and_then(|s| s.terminated.as_ref()).expect("terminated");
-    assert_eq!((term.exit_code, term.reason.as_deref()), (137, Some("ContainerStatusUnknown")));
+    let term = b
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .expect("terminated");
+    assert_eq!(
+        (term.exit_code, term.reason.as_deref()),
+        (137, Some("ContainerStatusUnknown"))
+    );
     // A container never reported is simply waiting to be created.
-    let fresh = api_pod_status(&pod("Never", &[], &["a"]), &PodStatus::empty("uid-p"), &ctx(Phase::Pending, &none));
-    let w = fresh.container_statuses.expect("statuses")[0].state.clone().and_then(|s| s.waiting).expect("waiting");
+    let fresh = api_pod_status(
+        &pod("Never", &[], &["a"]),
+        &PodStatus::empty("uid-p"),
+        &ctx(Phase::Pending, &none),
+    );
+    let w = fresh.container_statuses.expect("statuses")[0]
+        .state
+        .clone()
+        .and_then(|s| s.waiting)
+        .expect("waiting");
     assert_eq!(w.reason.as_deref(), Some("ContainerCreating"));
 }
 
@@ -346,7 +553,11 @@ fn lost_running_container_makes_a_never_pod_failed_and_an_always_pod_running_aga
     use super::api_status::lost_containers;
     use super::phase::pod_phase_with_lost;
     let none = HashMap::new();
-    for (policy, want) in [("Never", Phase::Failed), ("OnFailure", Phase::Running), ("Always", Phase::Running)] {
+    for (policy, want) in [
+        ("Never", Phase::Failed),
+        ("OnFailure", Phase::Running),
+        ("Always", Phase::Running),
+    ] {
         let mut p = pod(policy, &[], &["a"]);
         let before = status(Some(true), vec![ctr("c1", "a", 0, "running", 1, 0)]);
         p.status = Some(api_pod_status(&p, &before, &ctx(Phase::Running, &none)));
@@ -354,14 +565,21 @@ fn lost_running_container_makes_a_never_pod_failed_and_an_always_pod_running_aga
         let lost = lost_containers(&p, &empty);
         assert_eq!(lost, HashMap::from([("a".to_string(), false)]), "{policy}");
         assert_eq!(pod_phase_with_lost(&p, &empty, &lost), want, "{policy}");
-        assert_eq!(pod_phase(&p, &empty), Phase::Pending, "without the last API status: never ran");
+        assert_eq!(
+            pod_phase(&p, &empty),
+            Phase::Pending,
+            "without the last API status: never ran"
+        );
     }
     // A lost container that had succeeded leaves an OnFailure pod Succeeded.
     let mut p = pod("OnFailure", &[], &["a"]);
     let before = status(Some(true), vec![ctr("c1", "a", 0, "0", 1, 2)]);
     p.status = Some(api_pod_status(&p, &before, &ctx(Phase::Succeeded, &none)));
     let empty = PodStatus::empty("uid-p");
-    assert_eq!(pod_phase_with_lost(&p, &empty, &lost_containers(&p, &empty)), Phase::Succeeded);
+    assert_eq!(
+        pod_phase_with_lost(&p, &empty, &lost_containers(&p, &empty)),
+        Phase::Succeeded
+    );
 }
 
 #[test]
@@ -380,8 +598,19 @@ fn a_new_worker_counts_on_from_the_reported_restart_counts() {
     assert_eq!(seen.get("b"), Some(&0));
     assert_eq!(seen.get("i"), Some(&1));
     // With the runtime empty, the plan creates attempt restartCount + 1.
-    let plan = compute_pod_actions(&p, &status(Some(true), vec![]), &seen, None, Timestamp(S), &Backoff::default());
-    let a = plan.create.iter().find(|c| c.name == "i").map(|c| c.attempt);
+    let plan = compute_pod_actions(
+        &p,
+        &status(Some(true), vec![]),
+        &seen,
+        None,
+        Timestamp(S),
+        &Backoff::default(),
+    );
+    let a = plan
+        .create
+        .iter()
+        .find(|c| c.name == "i")
+        .map(|c| c.attempt);
     assert_eq!(a, Some(2));
     assert!(super::worker::reported_attempts(&pod("Always", &[], &["x"])).is_empty());
 }

@@ -27,11 +27,11 @@ use super::api_status::{api_pod_status, lost_containers, StatusContext};
 use super::cri_config::{container_config, pod_identity, sandbox_config, DownwardValues};
 use super::env::{environment, Sources};
 use super::hooks;
+use super::phase::{pod_phase_with_lost, Phase};
 use super::prober::{Prober, Running};
 use super::volumes;
-use crate::events::{self, PodEvents};
-use super::phase::{pod_phase_with_lost, Phase};
 use crate::cri::{CriClient, RuntimeApi};
+use crate::events::{self, PodEvents};
 use crate::pleg::metrics::{CacheSource, PlegMetrics};
 use crate::pleg::status::container_name;
 use crate::pleg::{GenericPleg, PlegState, PodCache, PodStatus, Timestamp};
@@ -74,7 +74,9 @@ pub struct WorkerEnv {
 
 impl std::fmt::Debug for WorkerEnv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WorkerEnv").field("node_name", &self.node_name).finish_non_exhaustive()
+        f.debug_struct("WorkerEnv")
+            .field("node_name", &self.node_name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -104,10 +106,9 @@ pub enum Expectation {
 pub fn reflects(status: &PodStatus, expect: &[Expectation]) -> bool {
     expect.iter().all(|e| match e {
         Expectation::SandboxCreated(id) => status.sandbox_statuses.iter().any(|s| &s.id == id),
-        Expectation::Started(id) => status
-            .container_statuses
-            .iter()
-            .any(|c| &c.id == id && c.state != rkube_runtime::cri::ContainerState::ContainerCreated as i32),
+        Expectation::Started(id) => status.container_statuses.iter().any(|c| {
+            &c.id == id && c.state != rkube_runtime::cri::ContainerState::ContainerCreated as i32
+        }),
         Expectation::SandboxStopped(id) => status.state_of(id) != PlegState::Running,
     })
 }
@@ -117,18 +118,33 @@ pub fn reflects(status: &PodStatus, expect: &[Expectation]) -> bool {
 /// tagged images) pulls only when `ImageStatus` finds no image; `Never` fails when it is absent.
 /// Runtimes with local-only images (containerd without a registry) need the `ImageStatus` check.
 /// Returns the `Pulled` event's message (`None` without an image).
-async fn ensure_image(cri: &CriClient, container: &k8s_openapi::api::core::v1::Container) -> anyhow::Result<Option<String>> {
-    let Some(image) = container.image.as_deref().filter(|i| !i.is_empty()) else { return Ok(None) };
-    let policy = container.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+async fn ensure_image(
+    cri: &CriClient,
+    container: &k8s_openapi::api::core::v1::Container,
+) -> anyhow::Result<Option<String>> {
+    let Some(image) = container.image.as_deref().filter(|i| !i.is_empty()) else {
+        return Ok(None);
+    };
+    let policy = container
+        .image_pull_policy
+        .as_deref()
+        .unwrap_or("IfNotPresent");
     if policy != "Always" && cri.image_status(image).await?.is_some() {
-        return Ok(Some(format!("Container image {image:?} already present on machine")));
+        return Ok(Some(format!(
+            "Container image {image:?} already present on machine"
+        )));
     }
     if policy == "Never" {
-        anyhow::bail!("ErrImageNeverPull: container image {image:?} is not present with pull policy of Never");
+        anyhow::bail!(
+            "ErrImageNeverPull: container image {image:?} is not present with pull policy of Never"
+        );
     }
     let began = std::time::Instant::now();
     cri.pull_image(image).await?;
-    Ok(Some(format!("Successfully pulled image {image:?} in {:?}", began.elapsed())))
+    Ok(Some(format!(
+        "Successfully pulled image {image:?} in {:?}",
+        began.elapsed()
+    )))
 }
 
 /// The restart counts the pod's API status reports, per container (init
@@ -137,14 +153,21 @@ async fn ensure_image(cri: &CriClient, container: &k8s_openapi::api::core::v1::C
 /// as attempt `restartCount + 1`, not 0 (kubelet reads the same from the
 /// runtime's surviving containers).
 pub fn reported_attempts(pod: &Pod) -> HashMap<String, u32> {
-    let Some(status) = pod.status.as_ref() else { return HashMap::new() };
+    let Some(status) = pod.status.as_ref() else {
+        return HashMap::new();
+    };
     status
         .container_statuses
         .iter()
         .flatten()
         .chain(status.init_container_statuses.iter().flatten())
         .chain(status.ephemeral_container_statuses.iter().flatten())
-        .map(|c| (c.name.clone(), u32::try_from(c.restart_count.max(0)).unwrap_or(0)))
+        .map(|c| {
+            (
+                c.name.clone(),
+                u32::try_from(c.restart_count.max(0)).unwrap_or(0),
+            )
+        })
         .collect()
 }
 
@@ -228,7 +251,11 @@ impl PodWorker {
 
     /// Runs until the pod is gone from the API and from the runtime; then reports its uid on
     /// `done`.
-    pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<WorkerMsg>, done: mpsc::UnboundedSender<String>) {
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<WorkerMsg>,
+        done: mpsc::UnboundedSender<String>,
+    ) {
         loop {
             if self.removed || self.pod.metadata.deletion_timestamp.is_some() {
                 self.terminate().await;
@@ -238,7 +265,9 @@ impl PodWorker {
                 tracing::warn!(pod = %self.name(), %err, "sync failed; retrying");
                 self.wake_at = Some(Timestamp(now().0 + 1_000_000_000));
             }
-            let wake = self.wake_at.map(|w| Duration::from_nanos(u64::try_from(w.0 - now().0).unwrap_or(0)));
+            let wake = self
+                .wake_at
+                .map(|w| Duration::from_nanos(u64::try_from(w.0 - now().0).unwrap_or(0)));
             let sleep = wake.map_or(self.env.resync, |w| w.min(self.env.resync));
             tokio::select! {
                 msg = rx.recv() => match msg {
@@ -275,7 +304,11 @@ impl PodWorker {
 
     /// A status that reflects this worker's last actions.
     async fn status(&mut self) -> Arc<PodStatus> {
-        let read = tokio::time::timeout(STATUS_WAIT, self.env.cache.get_newer_than(&self.uid, self.await_after)).await;
+        let read = tokio::time::timeout(
+            STATUS_WAIT,
+            self.env.cache.get_newer_than(&self.uid, self.await_after),
+        )
+        .await;
         if let Ok(read) = &read {
             if reflects(&read.status, &self.expect) {
                 self.expect.clear();
@@ -284,7 +317,12 @@ impl PodWorker {
         }
         // Late event, release by the global timestamp only, or a stale entry: ask the runtime.
         let mut sandboxes: Vec<String> = match &read {
-            Ok(r) => r.status.sandbox_statuses.iter().map(|s| s.id.clone()).collect(),
+            Ok(r) => r
+                .status
+                .sandbox_statuses
+                .iter()
+                .map(|s| s.id.clone())
+                .collect(),
             Err(_) => vec![],
         };
         for e in &self.expect {
@@ -320,7 +358,10 @@ impl PodWorker {
         let status = self.status().await;
         for c in &status.container_statuses {
             let attempt = c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
-            let e = self.seen_attempts.entry(container_name(c).to_string()).or_insert(attempt);
+            let e = self
+                .seen_attempts
+                .entry(container_name(c).to_string())
+                .or_insert(attempt);
             *e = (*e).max(attempt);
         }
         let now_ts = now();
@@ -334,27 +375,42 @@ impl PodWorker {
             reported.status = Some(last.clone());
         }
         let lost = lost_containers(&reported, &status);
-        let phase = self.terminal.unwrap_or_else(|| pod_phase_with_lost(&self.pod, &status, &lost));
+        let phase = self
+            .terminal
+            .unwrap_or_else(|| pod_phase_with_lost(&self.pod, &status, &lost));
         if phase.is_terminal() {
             self.terminal = Some(phase);
         }
-        let actions = compute_pod_actions(&self.pod, &status, &self.seen_attempts, self.terminal, now_ts, &self.env.backoff);
+        let actions = compute_pod_actions(
+            &self.pod,
+            &status,
+            &self.seen_attempts,
+            self.terminal,
+            now_ts,
+            &self.env.backoff,
+        );
         self.wake_at = actions.wake_at;
         if self.terminal.is_none() {
             self.probe(&status).await;
         }
-        self.write_status(&reported, &status, phase, &actions.backing_off, now_ts).await;
+        self.write_status(&reported, &status, phase, &actions.backing_off, now_ts)
+            .await;
         if !actions.is_noop() {
             let errors_before = self.config_errors.clone();
             self.execute(&actions, &status).await?;
             if self.config_errors != errors_before {
-                self.write_status(&reported, &status, phase, &actions.backing_off, now_ts).await;
+                self.write_status(&reported, &status, phase, &actions.backing_off, now_ts)
+                    .await;
             }
         }
         self.refresh_volumes(&status).await;
         if !self.config_errors.is_empty() || !self.mount_errors.is_empty() {
-            let retry = Timestamp(now().0 + i64::try_from(CONFIG_RETRY.as_nanos()).unwrap_or(i64::MAX));
-            self.wake_at = Some(self.wake_at.map_or(retry, |w| if w.0 < retry.0 { w } else { retry }));
+            let retry =
+                Timestamp(now().0 + i64::try_from(CONFIG_RETRY.as_nanos()).unwrap_or(i64::MAX));
+            self.wake_at = Some(
+                self.wake_at
+                    .map_or(retry, |w| if w.0 < retry.0 { w } else { retry }),
+            );
         }
         Ok(())
     }
@@ -367,7 +423,11 @@ impl PodWorker {
             cri.remove_pod_sandbox(old).await?;
             sandbox_id = None;
         }
-        let sandbox_attempt = status.newest_sandbox().and_then(|s| s.metadata.as_ref()).map(|m| m.attempt).unwrap_or(0);
+        let sandbox_attempt = status
+            .newest_sandbox()
+            .and_then(|s| s.metadata.as_ref())
+            .map(|m| m.attempt)
+            .unwrap_or(0);
         let attempt = actions.create_sandbox.unwrap_or(sandbox_attempt);
         let sandbox_config = sandbox_config(&self.pod, attempt, &self.env.logs_root);
         if actions.create_sandbox.is_some() {
@@ -383,29 +443,62 @@ impl PodWorker {
         }
         let pod = Arc::clone(&self.pod);
         let (containers, inits) = match pod.spec.as_ref() {
-            Some(s) => (s.containers.as_slice(), s.init_containers.as_deref().unwrap_or_default()),
+            Some(s) => (
+                s.containers.as_slice(),
+                s.init_containers.as_deref().unwrap_or_default(),
+            ),
             None => (&[][..], &[][..]),
         };
         let ephemeral = super::ephemeral::containers(&pod);
         let dw = self.downward(status);
         for plan in &actions.create {
-            let Some(sandbox) = sandbox_id.as_deref() else { break };
-            let list = if plan.ephemeral { ephemeral.as_slice() } else if plan.init { inits } else { containers };
-            let Some(container) = list.iter().find(|c| c.name == plan.name) else { continue };
+            let Some(sandbox) = sandbox_id.as_deref() else {
+                break;
+            };
+            let list = if plan.ephemeral {
+                ephemeral.as_slice()
+            } else if plan.init {
+                inits
+            } else {
+                containers
+            };
+            let Some(container) = list.iter().find(|c| c.name == plan.name) else {
+                continue;
+            };
             let mut regarding = PodEvents::reference(&pod, Some((&plan.name, plan.init)));
             if plan.ephemeral {
                 regarding.field_path = Some(format!("spec.ephemeralContainers{{{}}}", plan.name));
             }
             let events = &self.env.events;
-            let mounts = match volumes::container_mounts(&self.env.client, &self.env.root_dir, &pod, container, &dw).await {
+            let mounts = match volumes::container_mounts(
+                &self.env.client,
+                &self.env.root_dir,
+                &pod,
+                container,
+                &dw,
+            )
+            .await
+            {
                 Ok(m) => {
                     self.mount_errors.clear();
                     m
                 }
                 Err(err) => {
                     let message = err.to_string();
-                    if self.mount_errors.insert(err.volume.clone(), message.clone()).as_deref() != Some(message.as_str()) {
-                        events.publish(&PodEvents::reference(&pod, None), true, events::FAILED_MOUNT, message).await;
+                    if self
+                        .mount_errors
+                        .insert(err.volume.clone(), message.clone())
+                        .as_deref()
+                        != Some(message.as_str())
+                    {
+                        events
+                            .publish(
+                                &PodEvents::reference(&pod, None),
+                                true,
+                                events::FAILED_MOUNT,
+                                message,
+                            )
+                            .await;
                     }
                     continue;
                 }
@@ -413,60 +506,141 @@ impl PodWorker {
             let pulled = match ensure_image(&cri, container).await {
                 Ok(pulled) => pulled,
                 Err(err) => {
-                    events.publish(&regarding, true, events::FAILED, format!("Error: {err}")).await;
+                    events
+                        .publish(&regarding, true, events::FAILED, format!("Error: {err}"))
+                        .await;
                     return Err(err);
                 }
             };
-            let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+            let namespace = pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
             let sources = Sources::fetch(&self.env.client, &namespace, container).await?;
             let env = match environment(&pod, container, &dw, &sources) {
                 Ok((env, invalid)) => {
                     self.config_errors.remove(&plan.name);
                     for skipped in invalid {
-                        events.publish(&regarding, true, events::INVALID_ENV_NAMES, skipped.message()).await;
+                        events
+                            .publish(
+                                &regarding,
+                                true,
+                                events::INVALID_ENV_NAMES,
+                                skipped.message(),
+                            )
+                            .await;
                     }
                     env
                 }
                 Err(err) => {
                     // Reported once per distinct error; retried every CONFIG_RETRY.
-                    if self.config_errors.insert(plan.name.clone(), err.0.clone()).as_deref() != Some(err.0.as_str()) {
-                        events.publish(&regarding, true, events::FAILED, format!("Error: {err}")).await;
+                    if self
+                        .config_errors
+                        .insert(plan.name.clone(), err.0.clone())
+                        .as_deref()
+                        != Some(err.0.as_str())
+                    {
+                        events
+                            .publish(&regarding, true, events::FAILED, format!("Error: {err}"))
+                            .await;
                     }
                     continue;
                 }
             };
             if let Some(note) = pulled {
-                events.publish(&regarding, false, events::PULLED, note).await;
+                events
+                    .publish(&regarding, false, events::PULLED, note)
+                    .await;
             }
             let mut config = container_config(&pod, container, plan.attempt, &env);
             config.mounts = mounts;
-            let id = match cri.create_container(sandbox, config, sandbox_config.clone()).await {
+            let id = match cri
+                .create_container(sandbox, config, sandbox_config.clone())
+                .await
+            {
                 Ok(id) => id,
                 Err(err) => {
-                    events.publish(&regarding, true, events::FAILED, format!("Error: {err}")).await;
+                    events
+                        .publish(&regarding, true, events::FAILED, format!("Error: {err}"))
+                        .await;
                     return Err(err.into());
                 }
             };
-            events.publish(&regarding, false, events::CREATED, format!("Created container: {}", plan.name)).await;
+            events
+                .publish(
+                    &regarding,
+                    false,
+                    events::CREATED,
+                    format!("Created container: {}", plan.name),
+                )
+                .await;
             self.seen_attempts.insert(plan.name.clone(), plan.attempt);
             self.await_after = now();
             // A start failure leaves the container Exited (StartError); back-off handles it.
             match cri.start_container(&id).await {
                 Ok(()) => {
-                    events.publish(&regarding, false, events::STARTED, format!("Started container {}", plan.name)).await;
-                    if let Some(hook) = container.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
-                        let pod_ip = status.ips.first().cloned().unwrap_or_else(|| self.env.host_ip.clone());
-                        let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
-                        if let Err(err) = hooks::run(hook, container, &id, &cri, &pod_ip, Duration::from_secs(u64::try_from(grace.max(1)).unwrap_or(30))).await {
-                            events.publish(&regarding, true, events::FAILED_POST_START_HOOK, format!("PostStartHook failed: {err}")).await;
-                            events.publish(&regarding, false, events::KILLING, format!("FailedPostStartHook: container {} will be restarted", plan.name)).await;
+                    events
+                        .publish(
+                            &regarding,
+                            false,
+                            events::STARTED,
+                            format!("Started container {}", plan.name),
+                        )
+                        .await;
+                    if let Some(hook) = container
+                        .lifecycle
+                        .as_ref()
+                        .and_then(|l| l.post_start.as_ref())
+                    {
+                        let pod_ip = status
+                            .ips
+                            .first()
+                            .cloned()
+                            .unwrap_or_else(|| self.env.host_ip.clone());
+                        let grace = pod
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.termination_grace_period_seconds)
+                            .unwrap_or(30);
+                        if let Err(err) = hooks::run(
+                            hook,
+                            container,
+                            &id,
+                            &cri,
+                            &pod_ip,
+                            Duration::from_secs(u64::try_from(grace.max(1)).unwrap_or(30)),
+                        )
+                        .await
+                        {
+                            events
+                                .publish(
+                                    &regarding,
+                                    true,
+                                    events::FAILED_POST_START_HOOK,
+                                    format!("PostStartHook failed: {err}"),
+                                )
+                                .await;
+                            events
+                                .publish(
+                                    &regarding,
+                                    false,
+                                    events::KILLING,
+                                    format!(
+                                        "FailedPostStartHook: container {} will be restarted",
+                                        plan.name
+                                    ),
+                                )
+                                .await;
                             let _ = cri.stop_container(&id, grace).await;
                         }
                     }
                 }
                 Err(err) => {
                     tracing::warn!(pod = %self.name(), container = %plan.name, %err, "start failed");
-                    events.publish(&regarding, true, events::FAILED, format!("Error: {err}")).await;
+                    events
+                        .publish(&regarding, true, events::FAILED, format!("Error: {err}"))
+                        .await;
                 }
             }
             self.expect.push(Expectation::Started(id));
@@ -508,7 +682,10 @@ impl PodWorker {
         let (name, namespace, _) = pod_identity(&self.pod);
         let pods: Api<Pod> = Api::namespaced(self.env.client.clone(), &namespace);
         let patch = serde_json::json!({ "status": api });
-        match pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match pods
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             Ok(_) => self.last_written = Some(api),
             Err(err) => tracing::warn!(pod = %self.name(), %err, "writing pod status failed"),
         }
@@ -520,35 +697,75 @@ impl PodWorker {
     /// worker for the next probe.
     async fn probe(&mut self, status: &PodStatus) {
         let pod = Arc::clone(&self.pod);
-        let Some(spec) = pod.spec.as_ref() else { return };
+        let Some(spec) = pod.spec.as_ref() else {
+            return;
+        };
         let now_ns = now().0;
         let running: Vec<Running<'_>> = status
             .container_statuses
             .iter()
             .filter(|c| PlegState::from_container(c.state) == PlegState::Running)
             .filter_map(|c| {
-                let spec = spec.containers.iter().find(|s| s.name == container_name(c))?;
+                let spec = spec
+                    .containers
+                    .iter()
+                    .find(|s| s.name == container_name(c))?;
                 let age = Duration::from_nanos(u64::try_from(now_ns - c.started_at).unwrap_or(0));
-                let started_at = std::time::Instant::now().checked_sub(age).unwrap_or_else(std::time::Instant::now);
-                Some(Running { spec, id: c.id.clone(), started_at })
+                let started_at = std::time::Instant::now()
+                    .checked_sub(age)
+                    .unwrap_or_else(std::time::Instant::now);
+                Some(Running {
+                    spec,
+                    id: c.id.clone(),
+                    started_at,
+                })
             })
             .collect();
-        let pod_ip = status.ips.first().cloned().unwrap_or_else(|| self.env.host_ip.clone());
+        let pod_ip = status
+            .ips
+            .first()
+            .cloned()
+            .unwrap_or_else(|| self.env.host_ip.clone());
         let round = self.prober.round(&running, &self.env.cri, &pod_ip).await;
-        self.probe_results = running.iter().map(|r| (r.spec.name.clone(), (self.prober.ready(r.spec), self.prober.started(r.spec)))).collect();
+        self.probe_results = running
+            .iter()
+            .map(|r| {
+                (
+                    r.spec.name.clone(),
+                    (self.prober.ready(r.spec), self.prober.started(r.spec)),
+                )
+            })
+            .collect();
         for (name, message) in round.unhealthy {
             let regarding = PodEvents::reference(&pod, Some((&name, false)));
-            self.env.events.publish(&regarding, true, events::UNHEALTHY, message).await;
+            self.env
+                .events
+                .publish(&regarding, true, events::UNHEALTHY, message)
+                .await;
         }
         for (name, id, message) in round.kill {
             let regarding = PodEvents::reference(&pod, Some((&name, false)));
-            self.env.events.publish(&regarding, false, events::KILLING, message).await;
+            self.env
+                .events
+                .publish(&regarding, false, events::KILLING, message)
+                .await;
             let grace = spec.termination_grace_period_seconds.unwrap_or(30);
-            let probe_grace = spec.containers.iter().find(|c| c.name == name).and_then(|c| {
-                c.liveness_probe.as_ref().and_then(|p| p.termination_grace_period_seconds)
-            });
+            let probe_grace = spec
+                .containers
+                .iter()
+                .find(|c| c.name == name)
+                .and_then(|c| {
+                    c.liveness_probe
+                        .as_ref()
+                        .and_then(|p| p.termination_grace_period_seconds)
+                });
             self.await_after = now();
-            if let Err(err) = self.env.cri.stop_container(&id, probe_grace.unwrap_or(grace)).await {
+            if let Err(err) = self
+                .env
+                .cri
+                .stop_container(&id, probe_grace.unwrap_or(grace))
+                .await
+            {
                 tracing::warn!(pod = %self.name(), container = %name, %err, "stopping an unhealthy container failed");
             }
         }
@@ -563,7 +780,11 @@ impl PodWorker {
     fn downward(&self, status: &PodStatus) -> DownwardValues {
         DownwardValues {
             allocatable: self.env.allocatable.clone(),
-            pod_ip: status.ips.first().cloned().unwrap_or_else(|| self.env.host_ip.clone()),
+            pod_ip: status
+                .ips
+                .first()
+                .cloned()
+                .unwrap_or_else(|| self.env.host_ip.clone()),
             host_ip: self.env.host_ip.clone(),
             node_name: self.env.node_name.clone(),
         }
@@ -576,16 +797,28 @@ impl PodWorker {
         if !volumes::has_file_volumes(&self.pod) || self.terminal.is_some() {
             return;
         }
-        let running = status.container_statuses.iter().any(|c| PlegState::from_container(c.state) == PlegState::Running);
-        if running && self.volumes_refreshed.is_none_or(|t| t.elapsed() >= VOLUME_REFRESH) {
+        let running = status
+            .container_statuses
+            .iter()
+            .any(|c| PlegState::from_container(c.state) == PlegState::Running);
+        if running
+            && self
+                .volumes_refreshed
+                .is_none_or(|t| t.elapsed() >= VOLUME_REFRESH)
+        {
             let dw = self.downward(status);
-            for err in volumes::refresh(&self.env.client, &self.env.root_dir, &self.pod, &dw).await {
+            for err in volumes::refresh(&self.env.client, &self.env.root_dir, &self.pod, &dw).await
+            {
                 tracing::warn!(pod = %self.name(), %err, "volume refresh failed");
             }
             self.volumes_refreshed = Some(std::time::Instant::now());
         }
-        let next = Timestamp(now().0 + i64::try_from(VOLUME_REFRESH.as_nanos()).unwrap_or(i64::MAX));
-        self.wake_at = Some(self.wake_at.map_or(next, |w| if w.0 < next.0 { w } else { next }));
+        let next =
+            Timestamp(now().0 + i64::try_from(VOLUME_REFRESH.as_nanos()).unwrap_or(i64::MAX));
+        self.wake_at = Some(
+            self.wake_at
+                .map_or(next, |w| if w.0 < next.0 { w } else { next }),
+        );
     }
 
     /// Kills the pod (grace period from the deletion), removes its sandbox, deletes the object.
@@ -596,7 +829,12 @@ impl PodWorker {
             self.pod
                 .metadata
                 .deletion_grace_period_seconds
-                .or_else(|| self.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+                .or_else(|| {
+                    self.pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.termination_grace_period_seconds)
+                })
                 .unwrap_or(30)
         };
         let sandboxes = self.find_sandboxes().await;
@@ -608,38 +846,86 @@ impl PodWorker {
                 .map(|c| c.id.clone())
                 .collect();
             if !self.removed {
-                for c in status.container_statuses.iter().filter(|c| PlegState::from_container(c.state) == PlegState::Running) {
+                for c in status
+                    .container_statuses
+                    .iter()
+                    .filter(|c| PlegState::from_container(c.state) == PlegState::Running)
+                {
                     let name = container_name(c);
-                    let init = self.pod.spec.as_ref().and_then(|s| s.init_containers.as_ref()).is_some_and(|i| i.iter().any(|x| x.name == name));
+                    let init = self
+                        .pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.init_containers.as_ref())
+                        .is_some_and(|i| i.iter().any(|x| x.name == name));
                     let regarding = PodEvents::reference(&self.pod, Some((name, init)));
-                    self.env.events.publish(&regarding, false, events::KILLING, format!("Stopping container {name}")).await;
+                    self.env
+                        .events
+                        .publish(
+                            &regarding,
+                            false,
+                            events::KILLING,
+                            format!("Stopping container {name}"),
+                        )
+                        .await;
                 }
             }
             // preStop hooks first, all at once, within the grace period.
             let began = std::time::Instant::now();
             if !self.removed {
                 let pod = Arc::clone(&self.pod);
-                let pod_ip = status.ips.first().cloned().unwrap_or_else(|| self.env.host_ip.clone());
+                let pod_ip = status
+                    .ips
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| self.env.host_ip.clone());
                 let limit = Duration::from_secs(u64::try_from(grace.max(1)).unwrap_or(30));
                 let hooked: Vec<_> = status
                     .container_statuses
                     .iter()
                     .filter(|c| PlegState::from_container(c.state) == PlegState::Running)
                     .filter_map(|c| {
-                        let spec = pod.spec.as_ref()?.containers.iter().find(|s| s.name == container_name(c))?;
-                        Some((spec, c.id.clone(), spec.lifecycle.as_ref()?.pre_stop.as_ref()?))
+                        let spec = pod
+                            .spec
+                            .as_ref()?
+                            .containers
+                            .iter()
+                            .find(|s| s.name == container_name(c))?;
+                        Some((
+                            spec,
+                            c.id.clone(),
+                            spec.lifecycle.as_ref()?.pre_stop.as_ref()?,
+                        ))
                     })
                     .collect();
-                let runs = hooked.iter().map(|(spec, id, hook)| hooks::run(hook, spec, id, &self.env.cri, &pod_ip, limit));
-                for ((spec, _, _), result) in hooked.iter().zip(futures::future::join_all(runs).await) {
+                let runs = hooked.iter().map(|(spec, id, hook)| {
+                    hooks::run(hook, spec, id, &self.env.cri, &pod_ip, limit)
+                });
+                for ((spec, _, _), result) in
+                    hooked.iter().zip(futures::future::join_all(runs).await)
+                {
                     if let Err(err) = result {
                         let regarding = PodEvents::reference(&pod, Some((&spec.name, false)));
-                        self.env.events.publish(&regarding, true, events::FAILED_PRE_STOP_HOOK, format!("PreStopHook failed: {err}")).await;
+                        self.env
+                            .events
+                            .publish(
+                                &regarding,
+                                true,
+                                events::FAILED_PRE_STOP_HOOK,
+                                format!("PreStopHook failed: {err}"),
+                            )
+                            .await;
                     }
                 }
             }
-            let grace = if grace > 0 { hooks::grace_after_hook(grace, began) } else { 0 };
-            let stops = running.iter().map(|id| self.env.cri.stop_container(id, grace));
+            let grace = if grace > 0 {
+                hooks::grace_after_hook(grace, began)
+            } else {
+                0
+            };
+            let stops = running
+                .iter()
+                .map(|id| self.env.cri.stop_container(id, grace));
             for res in futures::future::join_all(stops).await {
                 if let Err(err) = res {
                     tracing::warn!(pod = %self.name(), %err, "stopping container failed");
@@ -658,7 +944,10 @@ impl PodWorker {
         let pods: Api<Pod> = Api::namespaced(self.env.client.clone(), &namespace);
         let params = DeleteParams {
             grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
+            preconditions: Some(Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
             ..Default::default()
         };
         if let Err(err) = pods.delete(&name, &params).await {

@@ -34,7 +34,13 @@ impl Drop for Apiserver {
 /// Starts `rkube up --data-dir <dir>/api --port 0` and waits until `kube-node-lease` exists.
 pub async fn apiserver(dir: &Path) -> (Apiserver, kube::Client) {
     let data = dir.join("api");
-    let up = Up::parse_from(["up", "--data-dir", data.to_str().expect("utf-8 path"), "--port", "0"]);
+    let up = Up::parse_from([
+        "up",
+        "--data-dir",
+        data.to_str().expect("utf-8 path"),
+        "--port",
+        "0",
+    ]);
     let task = tokio::spawn(rkube_apiserver::cli::run_up(up.args));
     let kubeconfig = data.join("kubeconfig");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -55,12 +61,20 @@ pub async fn apiserver(dir: &Path) -> (Apiserver, kube::Client) {
 
 /// `status.phase` of a pod (`<none>` when unset).
 pub fn phase(p: &Pod) -> String {
-    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_else(|| "<none>".into())
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_else(|| "<none>".into())
 }
 
 /// Watches one pod and returns the distinct phases it went through until `until`, and the pod
 /// then (panics after `within`).
-pub async fn phases_until(pods: &Api<Pod>, name: &str, until: &str, within: Duration) -> (Vec<String>, Pod) {
+pub async fn phases_until(
+    pods: &Api<Pod>,
+    name: &str,
+    until: &str,
+    within: Duration,
+) -> (Vec<String>, Pod) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut stream = watcher::watcher(pods.clone(), config).boxed();
     let deadline = tokio::time::Instant::now() + within;
@@ -68,10 +82,14 @@ pub async fn phases_until(pods: &Api<Pod>, name: &str, until: &str, within: Dura
     loop {
         let ev = tokio::time::timeout_at(deadline, stream.next())
             .await
-            .unwrap_or_else(|_| panic!("{name} did not reach {until} within {within:?}; phases seen {seen:?}"))
+            .unwrap_or_else(|_| {
+                panic!("{name} did not reach {until} within {within:?}; phases seen {seen:?}")
+            })
             .expect("watch open")
             .expect("watch event");
-        let (Event::Apply(p) | Event::InitApply(p)) = ev else { continue };
+        let (Event::Apply(p) | Event::InitApply(p)) = ev else {
+            continue;
+        };
         let ph = phase(&p);
         if seen.last() != Some(&ph) {
             seen.push(ph.clone());
@@ -90,11 +108,22 @@ pub async fn wait_phase(pods: &Api<Pod>, name: &str, until: &str, within: Durati
 /// A plain HTTP/1.0 GET; returns (status code, body).
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect healthz");
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.expect("write");
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect healthz");
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
     let mut buf = String::new();
     s.read_to_string(&mut buf).await.expect("read");
-    let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let code = buf
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (code, body)
 }

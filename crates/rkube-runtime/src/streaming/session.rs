@@ -58,9 +58,13 @@ pub struct Transport {
 /// The transport of a WebSocket speaking `protocol`.
 pub fn websocket(ws: WebSocketStream<TcpStream>, protocol: Option<Protocol>) -> Transport {
     let (sink, mut source) = ws.split();
-    let (out, done) = spawn_writer(sink);
     let (in_tx, input) = mpsc::channel(32);
-    tokio::spawn(async move {
+    // Reads until the client's close (or end of stream), also once nobody takes its messages:
+    // the socket is dropped after the client's close reply, not with the reply unread (a
+    // socket closed with unread bytes is reset, and a reset can discard what the client had
+    // not read yet: the exit status).
+    let reader = tokio::spawn(async move {
+        let mut forward = true;
         while let Some(msg) = source.next().await {
             let data = match msg {
                 Ok(Message::Binary(b)) => b.to_vec(),
@@ -68,11 +72,12 @@ pub fn websocket(ws: WebSocketStream<TcpStream>, protocol: Option<Protocol>) -> 
                 Ok(Message::Close(_)) | Err(_) => break,
                 Ok(_) => continue,
             };
-            if in_tx.send(channel::decode(protocol, &data)).await.is_err() {
-                break;
+            if forward && in_tx.send(channel::decode(protocol, &data)).await.is_err() {
+                forward = false;
             }
         }
     });
+    let (out, done) = spawn_writer(sink, reader);
     Transport { out, input, done }
 }
 
@@ -85,7 +90,11 @@ pub async fn exec(
     cmd: Vec<String>,
     streams: ExecStreams,
 ) {
-    let Transport { out: out_tx, input: mut source, done: writer } = transport;
+    let Transport {
+        out: out_tx,
+        input: mut source,
+        done: writer,
+    } = transport;
     let spawned = target.and_then(|t| exec::spawn(&t, &cmd, streams).map_err(|e| e.to_string()));
     let exec::Spawned { mut child, pty } = match spawned {
         Ok(s) => s,
@@ -107,7 +116,12 @@ pub async fn exec(
         pumps.push(tokio::spawn(async move {
             let mut buf = vec![0u8; 32 * 1024];
             while let Ok(n) = pty.read(&mut buf).await {
-                if n == 0 || tx.send(channel::frame(channel::STDOUT, &buf[..n])).await.is_err() {
+                if n == 0
+                    || tx
+                        .send(channel::frame(channel::STDOUT, &buf[..n]))
+                        .await
+                        .is_err()
+                {
                     break;
                 }
             }
@@ -173,13 +187,20 @@ pub async fn exec(
         }
     };
     let code = status.map(|s| process::exit_code(&s)).unwrap_or(255);
-    let aborts: Vec<_> = pumps.iter().map(tokio::task::JoinHandle::abort_handle).collect();
+    let aborts: Vec<_> = pumps
+        .iter()
+        .map(tokio::task::JoinHandle::abort_handle)
+        .collect();
     let _ = tokio::time::timeout(OUTPUT_DRAIN, futures::future::join_all(pumps)).await;
     for pump in aborts {
         pump.abort();
     }
     reader.abort();
-    let outcome = if code == 0 { Outcome::Success } else { Outcome::Exited { command: cmd, code } };
+    let outcome = if code == 0 {
+        Outcome::Success
+    } else {
+        Outcome::Exited { command: cmd, code }
+    };
     if let Some(payload) = channel::error_payload(protocol, &outcome) {
         let _ = out_tx.send(channel::frame(channel::ERROR, &payload)).await;
     }
@@ -189,21 +210,38 @@ pub async fn exec(
 
 type Sink = futures::stream::SplitSink<WebSocketStream<TcpStream>, Message>;
 
+/// How long the client has to answer the server's close before its socket is dropped.
+pub const CLOSE_REPLY_WAIT: Duration = Duration::from_secs(2);
+
 /// A task sending each queued message as one binary WebSocket message; when every sender is
 /// gone it closes the WebSocket normally (clients read a close without a status code, 1005,
-/// as an error).
-fn spawn_writer(mut sink: Sink) -> (mpsc::Sender<Vec<u8>>, tokio::task::JoinHandle<()>) {
+/// as an error) and waits up to [`CLOSE_REPLY_WAIT`] for `reader` to see the client's close.
+fn spawn_writer(
+    mut sink: Sink,
+    mut reader: tokio::task::JoinHandle<()>,
+) -> (mpsc::Sender<Vec<u8>>, tokio::task::JoinHandle<()>) {
     let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(32);
     let first_send = tokio::time::Instant::now() + CLIENT_SETUP_HOLD;
     let writer = tokio::spawn(async move {
         while let Some(msg) = out_rx.recv().await {
             tokio::time::sleep_until(first_send).await;
             if sink.send(Message::Binary(msg.into())).await.is_err() {
+                reader.abort();
                 return;
             }
         }
-        let normal = CloseFrame { code: CloseCode::Normal, reason: "".into() };
+        let normal = CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        };
         let _ = sink.send(Message::Close(Some(normal))).await;
+        let _ = sink.flush().await;
+        if tokio::time::timeout(CLOSE_REPLY_WAIT, &mut reader)
+            .await
+            .is_err()
+        {
+            reader.abort();
+        }
         let _ = sink.close().await;
     });
     (out_tx, writer)
@@ -230,10 +268,20 @@ fn ready_frame(streams: ExecStreams) -> Vec<u8> {
 pub async fn attach(
     transport: Transport,
     protocol: Option<Protocol>,
-    io: Result<(std::sync::Arc<crate::attach::AttachIo>, tokio::sync::watch::Receiver<bool>), String>,
+    io: Result<
+        (
+            std::sync::Arc<crate::attach::AttachIo>,
+            tokio::sync::watch::Receiver<bool>,
+        ),
+        String,
+    >,
     streams: ExecStreams,
 ) {
-    let Transport { out: out_tx, input: mut source, done: writer } = transport;
+    let Transport {
+        out: out_tx,
+        input: mut source,
+        done: writer,
+    } = transport;
     let (hub, mut exited) = match io {
         Ok(pair) => pair,
         Err(err) => {
@@ -247,14 +295,19 @@ pub async fn attach(
     };
     let mut output = hub.subscribe();
     let _ = out_tx.send(ready_frame(streams)).await;
-    let wants = move |ch: u8| (ch == channel::STDOUT && streams.stdout) || (ch == channel::STDERR && (streams.stderr || streams.tty));
+    let wants = move |ch: u8| {
+        (ch == channel::STDOUT && streams.stdout)
+            || (ch == channel::STDERR && (streams.stderr || streams.tty))
+    };
     let writes_stdin = streams.stdin && hub.has_stdin();
     let input_hub = std::sync::Arc::clone(&hub);
     let mut reader = tokio::spawn(async move {
         let mut open = writes_stdin;
         while let Some(msg) = source.recv().await {
             match msg {
-                Incoming::Stdin(bytes) if open && input_hub.write_stdin(&bytes).await.is_err() => open = false,
+                Incoming::Stdin(bytes) if open && input_hub.write_stdin(&bytes).await.is_err() => {
+                    open = false
+                }
                 Incoming::Close(channel::STDIN) => {
                     open = false;
                     if input_hub.stdin_once() {

@@ -9,7 +9,10 @@ fn ca() -> (String, String) {
     let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
     p.distinguished_name.push(DnType::CommonName, "test-ca");
     p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     p.not_before = time::OffsetDateTime::from_unix_timestamp(NOW - 3600).unwrap();
     p.not_after = time::OffsetDateTime::from_unix_timestamp(NOW + 3 * 365 * 86400).unwrap();
     (p.self_signed(&key).unwrap().pem(), key.serialize_pem())
@@ -26,7 +29,13 @@ fn request(cn: &str, orgs: &[&str], sans: Vec<SanType>) -> String {
     p.serialize_request(&key).unwrap().pem().unwrap()
 }
 
-fn csr(signer: &str, pem: &str, usages: &[&str], conditions: Value, expiration: Option<i64>) -> Value {
+fn csr(
+    signer: &str,
+    pem: &str,
+    usages: &[&str],
+    conditions: Value,
+    expiration: Option<i64>,
+) -> Value {
     let mut spec = json!({
         "signerName": signer,
         "request": base64::engine::general_purpose::STANDARD.encode(pem),
@@ -43,10 +52,19 @@ fn approved() -> Value {
 }
 
 fn issued(out: &Value) -> Vec<u8> {
-    let b64 = out.pointer("/status/certificate").and_then(Value::as_str).expect("a certificate");
-    let pem = base64::engine::general_purpose::STANDARD.decode(b64).unwrap();
+    let b64 = out
+        .pointer("/status/certificate")
+        .and_then(Value::as_str)
+        .expect("a certificate");
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
     api_csr::check_certificate_pem(&pem).unwrap();
-    x509_parser::pem::Pem::iter_from_buffer(&pem).next().unwrap().unwrap().contents
+    x509_parser::pem::Pem::iter_from_buffer(&pem)
+        .next()
+        .unwrap()
+        .unwrap()
+        .contents
 }
 
 #[test]
@@ -54,22 +72,49 @@ fn an_approved_client_csr_gets_a_pem_certificate_for_its_subject_signed_by_the_c
     let (ca_pem, ca_key) = ca();
     let signer = Signer::new(&ca_pem, &ca_key, DEFAULT_SIGNING_DURATION).unwrap();
     let req = request("alice", &["devs"], vec![]);
-    let c = csr(KUBE_APISERVER_CLIENT, &req, &["client auth", "digital signature"], approved(), None);
+    let c = csr(
+        KUBE_APISERVER_CLIENT,
+        &req,
+        &["client auth", "digital signature"],
+        approved(),
+        None,
+    );
     let out = signer.handle(&c, NOW).expect("signed");
     let der = issued(&out);
     let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
-    let cn: Vec<&str> = cert.subject().iter_common_name().filter_map(|a| a.as_str().ok()).collect();
-    let o: Vec<&str> = cert.subject().iter_organization().filter_map(|a| a.as_str().ok()).collect();
+    let cn: Vec<&str> = cert
+        .subject()
+        .iter_common_name()
+        .filter_map(|a| a.as_str().ok())
+        .collect();
+    let o: Vec<&str> = cert
+        .subject()
+        .iter_organization()
+        .filter_map(|a| a.as_str().ok())
+        .collect();
     assert_eq!((cn, o), (vec!["alice"], vec!["devs"]));
-    assert_eq!(cert.issuer().iter_common_name().next().and_then(|a| a.as_str().ok()), Some("test-ca"));
+    assert_eq!(
+        cert.issuer()
+            .iter_common_name()
+            .next()
+            .and_then(|a| a.as_str().ok()),
+        Some("test-ca")
+    );
     let eku = cert.extended_key_usage().unwrap().unwrap().value;
     assert!(eku.client_auth && !eku.server_auth);
     assert!(cert.key_usage().unwrap().unwrap().value.digital_signature());
     // Default duration (one year, 8h or longer): backdated 5 minutes at both ends.
     assert_eq!(cert.validity().not_before.timestamp(), NOW - 300);
-    assert_eq!(cert.validity().not_after.timestamp(), NOW + 8760 * 3600 - 300);
+    assert_eq!(
+        cert.validity().not_after.timestamp(),
+        NOW + 8760 * 3600 - 300
+    );
     // The CA's key signed it.
-    let ca_der = x509_parser::pem::Pem::iter_from_buffer(ca_pem.as_bytes()).next().unwrap().unwrap().contents;
+    let ca_der = x509_parser::pem::Pem::iter_from_buffer(ca_pem.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap()
+        .contents;
     let (_, ca_cert) = x509_parser::parse_x509_certificate(&ca_der).unwrap();
     cert.verify_signature(Some(ca_cert.public_key())).unwrap();
     // Already signed: nothing more to do.
@@ -86,22 +131,47 @@ fn expiration_seconds_shortens_the_lifetime_but_not_below_ten_minutes_nor_past_t
     let (ca_pem, ca_key) = ca();
     let signer = Signer::new(&ca_pem, &ca_key, max).unwrap();
     let req = request("bob", &[], vec![]);
-    let c = csr(KUBE_APISERVER_CLIENT, &req, &["client auth"], approved(), Some(3600));
+    let c = csr(
+        KUBE_APISERVER_CLIENT,
+        &req,
+        &["client auth"],
+        approved(),
+        Some(3600),
+    );
     let der = issued(&signer.handle(&c, NOW).unwrap());
     let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
     // Short-lived (< 8h): the end is not backdated.
     assert_eq!(cert.validity().not_after.timestamp(), NOW + 3600);
     // Never past the CA's own notAfter.
     let long = Signer::new(&ca_pem, &ca_key, Duration::from_secs(10 * 365 * 86400)).unwrap();
-    let der = issued(&long.handle(&csr(KUBE_APISERVER_CLIENT, &req, &["client auth"], approved(), None), NOW).unwrap());
+    let der = issued(
+        &long
+            .handle(
+                &csr(
+                    KUBE_APISERVER_CLIENT,
+                    &req,
+                    &["client auth"],
+                    approved(),
+                    None,
+                ),
+                NOW,
+            )
+            .unwrap(),
+    );
     let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
     assert_eq!(cert.validity().not_after.timestamp(), NOW + 3 * 365 * 86400);
 }
 
 fn failure(out: &Value) -> (String, String) {
-    let c = api_csr::conditions(out).iter().find(|c| api_csr::condition_type(c) == "Failed").expect("Failed");
+    let c = api_csr::conditions(out)
+        .iter()
+        .find(|c| api_csr::condition_type(c) == "Failed")
+        .expect("Failed");
     assert_eq!(c["status"], "True");
-    (c["reason"].as_str().unwrap().to_string(), c["message"].as_str().unwrap().to_string())
+    (
+        c["reason"].as_str().unwrap().to_string(),
+        c["message"].as_str().unwrap().to_string(),
+    )
 }
 
 #[test]
@@ -109,12 +179,46 @@ fn usages_a_signer_refuses_fail_the_csr_with_signer_validation_failure() {
     let (ca_pem, ca_key) = ca();
     let signer = Signer::new(&ca_pem, &ca_key, DEFAULT_SIGNING_DURATION).unwrap();
     let req = request("alice", &[], vec![]);
-    let out = signer.handle(&csr(KUBE_APISERVER_CLIENT, &req, &["server auth", "client auth"], approved(), None), NOW).unwrap();
-    assert_eq!(failure(&out), ("SignerValidationFailure".into(), "invalid usage for client certificate: server auth".into()));
+    let out = signer
+        .handle(
+            &csr(
+                KUBE_APISERVER_CLIENT,
+                &req,
+                &["server auth", "client auth"],
+                approved(),
+                None,
+            ),
+            NOW,
+        )
+        .unwrap();
+    assert_eq!(
+        failure(&out),
+        (
+            "SignerValidationFailure".into(),
+            "invalid usage for client certificate: server auth".into()
+        )
+    );
     assert!(out.pointer("/status/certificate").is_none());
-    assert!(signer.handle(&out, NOW).is_none(), "a failed CSR is left alone");
-    let out = signer.handle(&csr(KUBE_APISERVER_CLIENT, &req, &["digital signature"], approved(), None), NOW).unwrap();
-    assert_eq!(failure(&out).1, "missing required usage for client certificate: client auth");
+    assert!(
+        signer.handle(&out, NOW).is_none(),
+        "a failed CSR is left alone"
+    );
+    let out = signer
+        .handle(
+            &csr(
+                KUBE_APISERVER_CLIENT,
+                &req,
+                &["digital signature"],
+                approved(),
+                None,
+            ),
+            NOW,
+        )
+        .unwrap();
+    assert_eq!(
+        failure(&out).1,
+        "missing required usage for client certificate: client auth"
+    );
 }
 
 #[test]
@@ -123,24 +227,48 @@ fn kubelet_client_csrs_need_system_node_names_in_system_nodes_and_no_sans() {
     let ok = request("system:node:n1", &["system:nodes"], vec![]);
     let der = api_csr::request_der(ok.as_bytes()).unwrap();
     let owned = |u: &[&str]| u.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    assert_eq!(signer_usages_ok(&der, &owned(&usages), KUBE_APISERVER_CLIENT_KUBELET), Ok(()));
-    let with_ke = owned(&["key encipherment", "digital signature", "client auth"]);
-    assert_eq!(signer_usages_ok(&der, &with_ke, KUBE_APISERVER_CLIENT_KUBELET), Ok(()));
     assert_eq!(
-        signer_usages_ok(&der, &owned(&["client auth"]), KUBE_APISERVER_CLIENT_KUBELET).unwrap_err(),
+        signer_usages_ok(&der, &owned(&usages), KUBE_APISERVER_CLIENT_KUBELET),
+        Ok(())
+    );
+    let with_ke = owned(&["key encipherment", "digital signature", "client auth"]);
+    assert_eq!(
+        signer_usages_ok(&der, &with_ke, KUBE_APISERVER_CLIENT_KUBELET),
+        Ok(())
+    );
+    assert_eq!(
+        signer_usages_ok(
+            &der,
+            &owned(&["client auth"]),
+            KUBE_APISERVER_CLIENT_KUBELET
+        )
+        .unwrap_err(),
         "usages did not match [client auth digital signature key encipherment]"
     );
     let cases = [
-        (request("system:node:n1", &["devs"], vec![]), "subject organization is not system:nodes"),
-        (request("alice", &["system:nodes"], vec![]), "subject common name does not begin with system:node:"),
         (
-            request("system:node:n1", &["system:nodes"], vec![SanType::DnsName("n1".try_into().unwrap())]),
+            request("system:node:n1", &["devs"], vec![]),
+            "subject organization is not system:nodes",
+        ),
+        (
+            request("alice", &["system:nodes"], vec![]),
+            "subject common name does not begin with system:node:",
+        ),
+        (
+            request(
+                "system:node:n1",
+                &["system:nodes"],
+                vec![SanType::DnsName("n1".try_into().unwrap())],
+            ),
             "DNS subjectAltNames are not allowed",
         ),
     ];
     for (pem, want) in cases {
         let der = api_csr::request_der(pem.as_bytes()).unwrap();
-        assert_eq!(signer_usages_ok(&der, &owned(&usages), KUBE_APISERVER_CLIENT_KUBELET).unwrap_err(), want);
+        assert_eq!(
+            signer_usages_ok(&der, &owned(&usages), KUBE_APISERVER_CLIENT_KUBELET).unwrap_err(),
+            want
+        );
     }
 }
 
@@ -150,10 +278,25 @@ fn only_approved_undenied_csrs_of_its_signers_are_handled() {
     let signer = Signer::new(&ca_pem, &ca_key, DEFAULT_SIGNING_DURATION).unwrap();
     let req = request("alice", &[], vec![]);
     let u = ["client auth"];
-    assert!(signer.handle(&csr(KUBE_APISERVER_CLIENT, &req, &u, json!([]), None), NOW).is_none(), "pending");
+    assert!(
+        signer
+            .handle(&csr(KUBE_APISERVER_CLIENT, &req, &u, json!([]), None), NOW)
+            .is_none(),
+        "pending"
+    );
     let denied = json!([{"type": "Denied", "status": "True"}]);
-    assert!(signer.handle(&csr(KUBE_APISERVER_CLIENT, &req, &u, denied, None), NOW).is_none(), "denied");
-    assert!(signer.handle(&csr("example.com/other", &req, &u, approved(), None), NOW).is_none(), "another signer");
+    assert!(
+        signer
+            .handle(&csr(KUBE_APISERVER_CLIENT, &req, &u, denied, None), NOW)
+            .is_none(),
+        "denied"
+    );
+    assert!(
+        signer
+            .handle(&csr("example.com/other", &req, &u, approved(), None), NOW)
+            .is_none(),
+        "another signer"
+    );
 }
 
 #[test]

@@ -29,7 +29,9 @@ pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 /// Syncs `set` once; the returned action requeues it while pods wait out
 /// `minReadySeconds`. Errors: the API server's (the sync is retried).
 pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Action, kube::Error> {
-    let Some(owner) = pod_control::controller_ref(set) else { return Ok(Action::await_change()) };
+    let Some(owner) = pod_control::controller_ref(set) else {
+        return Ok(Action::await_change());
+    };
     let ns = set.namespace().unwrap_or_default();
     let name = set.name_any();
     let spec = set.spec.clone().unwrap_or_default();
@@ -47,9 +49,21 @@ pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Actio
         .map(|p| p.as_ref())
         .collect();
     let mine = pod_control::claim_pods(&pods_api, &owner, deleting, sel.as_ref(), &members).await?;
-    for p in mine.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
-        if let Some(patch) = plan::ordinal_of(&name, &p.name_any()).and_then(|o| identity_repair(p, o)) {
-            match pods_api.patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+    for p in mine
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        if let Some(patch) =
+            plan::ordinal_of(&name, &p.name_any()).and_then(|o| identity_repair(p, o))
+        {
+            match pods_api
+                .patch(
+                    &p.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
                 Ok(_) => {}
                 Err(e) if pod_control::is_gone(&e) => {}
                 Err(e) => return Err(e),
@@ -61,8 +75,21 @@ pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Actio
     let rev_api: Api<ControllerRevision> = Api::namespaced(state.client.clone(), &ns);
     let existing = history::owned(&state.revisions.state(), &owner.uid);
     let template = serde_json::to_value(&spec.template).unwrap_or(Value::Null);
-    let template_labels = spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
-    let settled = history::ensure(&rev_api, &owner, &template_labels, &template, &existing, status.collision_count.unwrap_or(0)).await?;
+    let template_labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let settled = history::ensure(
+        &rev_api,
+        &owner,
+        &template_labels,
+        &template,
+        &existing,
+        status.collision_count.unwrap_or(0),
+    )
+    .await?;
     let update = settled.update;
     let current = status
         .current_revision
@@ -80,39 +107,68 @@ pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Actio
         start: spec.ordinals.as_ref().and_then(|o| o.start).unwrap_or(0),
         ordered_ready: spec.pod_management_policy.as_deref() != Some("Parallel"),
         rolling_update: rolling,
-        partition: strategy.rolling_update.as_ref().and_then(|r| r.partition).unwrap_or(0),
+        partition: strategy
+            .rolling_update
+            .as_ref()
+            .and_then(|r| r.partition)
+            .unwrap_or(0),
         current_revision: current.name_any(),
         update_revision: update.name_any(),
         deleting,
     };
-    let views: Vec<PodView> = mine.iter().filter_map(|p| pod_view(&name, p, min_ready, now)).collect();
+    let views: Vec<PodView> = mine
+        .iter()
+        .filter_map(|p| pod_view(&name, p, min_ready, now))
+        .collect();
 
     let regarding = pod_control::object_ref(set);
     for step in plan::plan(&view, &views) {
         match step {
             Step::Create { ordinal, which } => {
-                let rev = if which == Which::Current { &current } else { &update };
-                let template = if which == Which::Current { history::template_of(rev).unwrap_or(template.clone()) } else { template.clone() };
+                let rev = if which == Which::Current {
+                    &current
+                } else {
+                    &update
+                };
+                let template = if which == Which::Current {
+                    history::template_of(rev).unwrap_or(template.clone())
+                } else {
+                    template.clone()
+                };
                 create_claims(set, &owner, ordinal, state, &regarding).await?;
                 let pod = member_pod(set, &owner, ordinal, &template, &rev.name_any());
                 let pod_name = format!("{name}-{ordinal}");
                 match pods_api.create(&PostParams::default(), &pod).await {
                     Ok(_) => {
-                        let note = format!("create Pod {pod_name} in StatefulSet {name} successful");
-                        state.events.normal(&regarding, "SuccessfulCreate", note).await;
+                        let note =
+                            format!("create Pod {pod_name} in StatefulSet {name} successful");
+                        state
+                            .events
+                            .normal(&regarding, "SuccessfulCreate", note)
+                            .await;
                     }
                     Err(e) if matches!(&e, kube::Error::Api(s) if s.code == 409) => {}
                     Err(e) => {
-                        let note = format!("create Pod {pod_name} in StatefulSet {name} failed error: {}", api_message(&e));
+                        let note = format!(
+                            "create Pod {pod_name} in StatefulSet {name} failed error: {}",
+                            api_message(&e)
+                        );
                         state.events.warning(&regarding, "FailedCreate", note).await;
                         return Err(e);
                     }
                 }
             }
-            Step::Delete { name: pod_name, why } => {
+            Step::Delete {
+                name: pod_name,
+                why,
+            } => {
                 if why == Why::Finished {
-                    let note = format!("StatefulSet {ns}/{name} is recreating failed Pod {pod_name}");
-                    state.events.warning(&regarding, "RecreatingFailedPod", note).await;
+                    let note =
+                        format!("StatefulSet {ns}/{name} is recreating failed Pod {pod_name}");
+                    state
+                        .events
+                        .warning(&regarding, "RecreatingFailedPod", note)
+                        .await;
                 }
                 if why == Why::Condemned {
                     if let Some(p) = mine.iter().find(|p| p.name_any() == pod_name) {
@@ -121,12 +177,19 @@ pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Actio
                 }
                 match pods_api.delete(&pod_name, &DeleteParams::default()).await {
                     Ok(_) => {
-                        let note = format!("delete Pod {pod_name} in StatefulSet {name} successful");
-                        state.events.normal(&regarding, "SuccessfulDelete", note).await;
+                        let note =
+                            format!("delete Pod {pod_name} in StatefulSet {name} successful");
+                        state
+                            .events
+                            .normal(&regarding, "SuccessfulDelete", note)
+                            .await;
                     }
                     Err(e) if pod_control::is_not_found(&e) => {}
                     Err(e) => {
-                        let note = format!("delete Pod {pod_name} in StatefulSet {name} failed error: {}", api_message(&e));
+                        let note = format!(
+                            "delete Pod {pod_name} in StatefulSet {name} failed error: {}",
+                            api_message(&e)
+                        );
                         state.events.warning(&regarding, "FailedDelete", note).await;
                         return Err(e);
                     }
@@ -138,7 +201,8 @@ pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Actio
     // Status, from the pods as they were at the start of this sync (the
     // next event brings the steps' effects).
     let counts = plan::count(&view, &views);
-    let (mut current_name, mut current_replicas) = (view.current_revision.clone(), counts.current_replicas);
+    let (mut current_name, mut current_replicas) =
+        (view.current_revision.clone(), counts.current_replicas);
     if plan::rolling_update_complete(&view, &counts) {
         current_name = view.update_revision.clone();
         current_replicas = counts.updated_replicas;
@@ -155,10 +219,20 @@ pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Actio
         "collisionCount": settled.collision_count,
     });
     let before = serde_json::to_value(&status).unwrap_or(Value::Null);
-    let changed = next.as_object().is_some_and(|m| m.iter().any(|(k, v)| before.get(k).unwrap_or(&json!(0)) != v));
+    let changed = next.as_object().is_some_and(|m| {
+        m.iter()
+            .any(|(k, v)| before.get(k).unwrap_or(&json!(0)) != v)
+    });
     if changed && !deleting {
         let api: Api<StatefulSet> = Api::namespaced(state.client.clone(), &ns);
-        match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": next}))).await {
+        match api
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": next})),
+            )
+            .await
+        {
             Ok(_) => {}
             Err(e) if pod_control::is_not_found(&e) => return Ok(Action::await_change()),
             Err(e) => return Err(e),
@@ -169,10 +243,19 @@ pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Actio
     let mut live: Vec<String> = views.iter().map(|v| v.revision.clone()).collect();
     live.extend([current_name, view.update_revision.clone()]);
     let all = history::owned(&state.revisions.state(), &owner.uid);
-    history::truncate(&rev_api, &all, &live, spec.revision_history_limit.unwrap_or(history::DEFAULT_HISTORY_LIMIT)).await?;
+    history::truncate(
+        &rev_api,
+        &all,
+        &live,
+        spec.revision_history_limit
+            .unwrap_or(history::DEFAULT_HISTORY_LIMIT),
+    )
+    .await?;
 
     if min_ready > 0 && views.iter().any(|v| v.running_ready && !v.available) {
-        return Ok(Action::requeue(Duration::from_secs(u64::try_from(min_ready).unwrap_or(1))));
+        return Ok(Action::requeue(Duration::from_secs(
+            u64::try_from(min_ready).unwrap_or(1),
+        )));
     }
     Ok(Action::requeue(Duration::from_secs(300)))
 }
@@ -184,8 +267,10 @@ pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Actio
 pub fn identity_repair(pod: &Pod, ordinal: i32) -> Option<Value> {
     let labels = pod.labels();
     let (name, index) = (pod.name_any(), ordinal.to_string());
-    let right = labels.get(POD_NAME_LABEL) == Some(&name) && labels.get(POD_INDEX_LABEL) == Some(&index);
-    (!right).then(|| json!({"metadata": {"labels": {POD_NAME_LABEL: name, POD_INDEX_LABEL: index}}}))
+    let right =
+        labels.get(POD_NAME_LABEL) == Some(&name) && labels.get(POD_INDEX_LABEL) == Some(&index);
+    (!right)
+        .then(|| json!({"metadata": {"labels": {POD_NAME_LABEL: name, POD_INDEX_LABEL: index}}}))
 }
 
 /// What the planner needs of a member pod.
@@ -196,7 +281,11 @@ fn pod_view(set: &str, p: &Pod, min_ready: i32, now: Timestamp) -> Option<PodVie
     Some(PodView {
         name: p.name_any(),
         ordinal,
-        revision: p.labels().get(history::POD_REVISION_LABEL).cloned().unwrap_or_default(),
+        revision: p
+            .labels()
+            .get(history::POD_REVISION_LABEL)
+            .cloned()
+            .unwrap_or_default(),
         terminating: p.metadata.deletion_timestamp.is_some(),
         running_ready,
         available: running_ready && pod_util::is_available(p, min_ready, now),
@@ -209,11 +298,19 @@ fn pod_view(set: &str, p: &Pod, min_ready: i32, now: Timestamp) -> Option<PodVie
 /// template's labels plus the pod-name, pod-index and revision labels,
 /// hostname = name, subdomain = `spec.serviceName`, and one
 /// `persistentVolumeClaim` volume per claim template.
-pub fn member_pod(set: &StatefulSet, owner: &OwnerReference, ordinal: i32, template: &Value, revision: &str) -> Pod {
+pub fn member_pod(
+    set: &StatefulSet,
+    owner: &OwnerReference,
+    ordinal: i32,
+    template: &Value,
+    revision: &str,
+) -> Pod {
     let name = format!("{}-{ordinal}", set.name_any());
     let meta = &template["metadata"];
-    let mut labels: BTreeMap<String, Value> =
-        meta["labels"].as_object().map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
+    let mut labels: BTreeMap<String, Value> = meta["labels"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
     labels.insert(POD_NAME_LABEL.into(), json!(name));
     labels.insert(POD_INDEX_LABEL.into(), json!(ordinal.to_string()));
     labels.insert(history::POD_REVISION_LABEL.into(), json!(revision));
@@ -222,14 +319,21 @@ pub fn member_pod(set: &StatefulSet, owner: &OwnerReference, ordinal: i32, templ
         spec = json!({});
     }
     spec["hostname"] = json!(name);
-    let service = set.spec.as_ref().map(|s| s.service_name.clone()).unwrap_or_default();
+    let service = set
+        .spec
+        .as_ref()
+        .map(|s| s.service_name.clone())
+        .unwrap_or_default();
     if let Some(service) = service.filter(|s| !s.is_empty()) {
         spec["subdomain"] = json!(service);
     }
     let claims = claim_templates(set);
     if !claims.is_empty() {
         let mut volumes: Vec<Value> = spec["volumes"].as_array().cloned().unwrap_or_default();
-        for (volume, claim) in claims.iter().map(|c| (c.name_any(), claim_name(c, set, ordinal))) {
+        for (volume, claim) in claims
+            .iter()
+            .map(|c| (c.name_any(), claim_name(c, set, ordinal)))
+        {
             volumes.retain(|v| v["name"].as_str() != Some(volume.as_str()));
             volumes.push(json!({"name": volume, "persistentVolumeClaim": {"claimName": claim}}));
         }
@@ -251,7 +355,10 @@ pub fn member_pod(set: &StatefulSet, owner: &OwnerReference, ordinal: i32, templ
 }
 
 fn claim_templates(set: &StatefulSet) -> Vec<PersistentVolumeClaim> {
-    set.spec.as_ref().and_then(|s| s.volume_claim_templates.clone()).unwrap_or_default()
+    set.spec
+        .as_ref()
+        .and_then(|s| s.volume_claim_templates.clone())
+        .unwrap_or_default()
 }
 
 /// `<claim template>-<set>-<ordinal>` (upstream's `getPersistentVolumeClaimName`).
@@ -262,9 +369,15 @@ pub fn claim_name(template: &PersistentVolumeClaim, set: &StatefulSet, ordinal: 
 /// `persistentVolumeClaimRetentionPolicy` (`whenDeleted`, `whenScaled`), each
 /// `Retain` unless `Delete`.
 fn retention(set: &StatefulSet) -> (bool, bool) {
-    let p = set.spec.as_ref().and_then(|s| s.persistent_volume_claim_retention_policy.as_ref());
+    let p = set
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_claim_retention_policy.as_ref());
     let delete = |v: Option<&String>| v.map(String::as_str) == Some("Delete");
-    (delete(p.and_then(|p| p.when_deleted.as_ref())), delete(p.and_then(|p| p.when_scaled.as_ref())))
+    (
+        delete(p.and_then(|p| p.when_deleted.as_ref())),
+        delete(p.and_then(|p| p.when_scaled.as_ref())),
+    )
 }
 
 /// Creates the claims of `ordinal` that do not exist yet (upstream's
@@ -284,7 +397,11 @@ async fn create_claims(
     let ns = set.namespace().unwrap_or_default();
     let api: Api<PersistentVolumeClaim> = Api::namespaced(state.client.clone(), &ns);
     let (when_deleted, _) = retention(set);
-    let match_labels = set.spec.as_ref().and_then(|s| s.selector.match_labels.clone()).unwrap_or_default();
+    let match_labels = set
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.match_labels.clone())
+        .unwrap_or_default();
     for t in &templates {
         let claim = claim_name(t, set, ordinal);
         if api.get_opt(&claim).await?.is_some() {
@@ -307,12 +424,22 @@ async fn create_claims(
         let pod = format!("{}-{ordinal}", set.name_any());
         match api.create(&PostParams::default(), &pvc).await {
             Ok(_) => {
-                let note = format!("create Claim {claim} Pod {pod} in StatefulSet {} success", set.name_any());
-                state.events.normal(regarding, "SuccessfulCreate", note).await;
+                let note = format!(
+                    "create Claim {claim} Pod {pod} in StatefulSet {} success",
+                    set.name_any()
+                );
+                state
+                    .events
+                    .normal(regarding, "SuccessfulCreate", note)
+                    .await;
             }
             Err(e) if matches!(&e, kube::Error::Api(s) if s.code == 409) => {}
             Err(e) => {
-                let note = format!("create Claim {claim} for Pod {pod} in StatefulSet {} failed error: {}", set.name_any(), api_message(&e));
+                let note = format!(
+                    "create Claim {claim} for Pod {pod} in StatefulSet {} failed error: {}",
+                    set.name_any(),
+                    api_message(&e)
+                );
                 state.events.warning(regarding, "FailedCreate", note).await;
                 return Err(e);
             }
@@ -324,11 +451,20 @@ async fn create_claims(
 /// With `whenScaled: Delete`, makes the condemned pod own its claims so
 /// the garbage collector removes them with it (upstream's
 /// `updateClaimOwnerRefForSetAndPod`).
-async fn release_claims_on_scale_down(set: &StatefulSet, pod: &Pod, state: &State) -> Result<(), kube::Error> {
+async fn release_claims_on_scale_down(
+    set: &StatefulSet,
+    pod: &Pod,
+    state: &State,
+) -> Result<(), kube::Error> {
     let (_, when_scaled) = retention(set);
-    let (Some(uid), true) = (pod.metadata.uid.clone(), when_scaled) else { return Ok(()) };
-    let Some(ordinal) = plan::ordinal_of(&set.name_any(), &pod.name_any()) else { return Ok(()) };
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(state.client.clone(), &set.namespace().unwrap_or_default());
+    let (Some(uid), true) = (pod.metadata.uid.clone(), when_scaled) else {
+        return Ok(());
+    };
+    let Some(ordinal) = plan::ordinal_of(&set.name_any(), &pod.name_any()) else {
+        return Ok(());
+    };
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(state.client.clone(), &set.namespace().unwrap_or_default());
     let pod_ref = OwnerReference {
         api_version: "v1".into(),
         kind: "Pod".into(),
@@ -338,14 +474,23 @@ async fn release_claims_on_scale_down(set: &StatefulSet, pod: &Pod, state: &Stat
         block_owner_deletion: None,
     };
     for t in claim_templates(set) {
-        let Some(pvc) = api.get_opt(&claim_name(&t, set, ordinal)).await? else { continue };
+        let Some(pvc) = api.get_opt(&claim_name(&t, set, ordinal)).await? else {
+            continue;
+        };
         let mut refs = pvc.metadata.owner_references.clone().unwrap_or_default();
         if refs.iter().any(|r| r.uid == pod_ref.uid) {
             continue;
         }
         refs.push(pod_ref.clone());
         let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": pvc.resource_version()}});
-        match api.patch(&pvc.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match api
+            .patch(
+                &pvc.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
             Ok(_) => {}
             Err(e) if pod_control::is_gone(&e) => {}
             Err(e) => return Err(e),
@@ -373,14 +518,29 @@ mod tests {
         let labels = pod.labels();
         assert_eq!(pod.name_any(), "web-2");
         assert_eq!(labels.get("app").map(String::as_str), Some("web"));
-        assert_eq!(labels.get(POD_NAME_LABEL).map(String::as_str), Some("web-2"));
+        assert_eq!(
+            labels.get(POD_NAME_LABEL).map(String::as_str),
+            Some("web-2")
+        );
         assert_eq!(labels.get(POD_INDEX_LABEL).map(String::as_str), Some("2"));
-        assert_eq!(labels.get(history::POD_REVISION_LABEL).map(String::as_str), Some("web-abc"));
+        assert_eq!(
+            labels.get(history::POD_REVISION_LABEL).map(String::as_str),
+            Some("web-abc")
+        );
         let spec = pod.spec.unwrap();
-        assert_eq!((spec.hostname.as_deref(), spec.subdomain.as_deref()), (Some("web-2"), Some("nginx")));
+        assert_eq!(
+            (spec.hostname.as_deref(), spec.subdomain.as_deref()),
+            (Some("web-2"), Some("nginx"))
+        );
         let vols = spec.volumes.unwrap();
         assert_eq!(vols.len(), 1);
-        assert_eq!(vols[0].persistent_volume_claim.as_ref().map(|c| c.claim_name.as_str()), Some("www-web-2"));
+        assert_eq!(
+            vols[0]
+                .persistent_volume_claim
+                .as_ref()
+                .map(|c| c.claim_name.as_str()),
+            Some("www-web-2")
+        );
         assert_eq!(pod.metadata.owner_references.unwrap()[0].uid, "u1");
     }
 }
