@@ -43,6 +43,8 @@ pub struct NodeConfig {
     pub resync: Duration,
     /// The kubelet API server (`--address`, `--port`, TLS, authentication, authorization).
     pub kubelet: crate::kubelet_api::KubeletServerConfig,
+    /// Container log rotation (`--container-log-max-size`, `--container-log-max-files`, ...).
+    pub log_rotation: crate::container_log_manager::LogRotatePolicy,
 }
 
 impl NodeConfig {
@@ -59,6 +61,7 @@ impl NodeConfig {
             backoff: Backoff::default(),
             resync: Duration::from_secs(60),
             kubelet: crate::kubelet_api::KubeletServerConfig::default(),
+            log_rotation: crate::container_log_manager::LogRotatePolicy::default(),
         }
     }
 }
@@ -115,6 +118,7 @@ async fn runtime_version(cri: &CriClient, wait: Duration) -> anyhow::Result<(Str
 
 /// Starts the agent against the API server behind `client`.
 pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<AgentHandle> {
+    config.log_rotation.validate().map_err(anyhow::Error::msg)?;
     let cri = CriClient::connect_lazy(&config.runtime_endpoint)?;
     let (runtime_name, runtime_version) = runtime_version(&cri, Duration::from_secs(30)).await?;
     let (trigger, sd) = shutdown::channel();
@@ -130,7 +134,11 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
         tx.clone(),
         metrics.clone(),
     );
-    let mut tasks = Vec::new();
+    let mut tasks = vec![tokio::spawn(crate::container_log_manager::run(
+        cri.clone(),
+        config.log_rotation.clone(),
+        sd.clone(),
+    ))];
     let (evented, health): (Option<Arc<EventedPleg>>, HealthCheck) =
         if config.feature_gates.enabled(EVENTED_PLEG) {
             let evented = EventedPleg::new(

@@ -69,6 +69,18 @@ pub struct NodeArgs {
     /// rkube, as kubeadm configures kubelets).
     #[arg(long = "authorization-mode", default_value = "Webhook")]
     pub authorization_mode: crate::kubelet_api::auth::AuthorizationMode,
+    /// Size a container's log may reach before it is rotated (a quantity: `10Mi`).
+    #[arg(long = "container-log-max-size", default_value = "10Mi", value_parser = crate::container_log_manager::parse_max_size)]
+    pub container_log_max_size: u64,
+    /// Log files kept per container, the live one included (at least 2).
+    #[arg(long = "container-log-max-files", default_value_t = 5)]
+    pub container_log_max_files: usize,
+    /// How often container logs are checked for rotation (a Go duration, at least `3s`).
+    #[arg(long = "container-log-monitor-interval", default_value = "10s", value_parser = rkube_apiserver::filters::timeout::parse_go_duration)]
+    pub container_log_monitor_interval: Duration,
+    /// Containers whose logs are rotated at once.
+    #[arg(long = "container-log-max-workers", default_value_t = 1)]
+    pub container_log_max_workers: usize,
 }
 
 /// The agent's settings from the flags (everything but the kubeconfig).
@@ -94,6 +106,13 @@ pub fn node_config(args: NodeArgs) -> anyhow::Result<NodeConfig> {
         anonymous_auth: args.anonymous_auth,
         authorization_mode: args.authorization_mode,
     };
+    config.log_rotation = crate::container_log_manager::LogRotatePolicy {
+        max_size: args.container_log_max_size,
+        max_files: args.container_log_max_files,
+        monitor_interval: args.container_log_monitor_interval,
+        max_workers: args.container_log_max_workers,
+    };
+    config.log_rotation.validate().map_err(anyhow::Error::msg)?;
     Ok(config)
 }
 
@@ -142,6 +161,40 @@ mod tests {
         assert_eq!(
             parse(&["--root-dir", "/tmp/kubelet"]).root_dir,
             std::path::PathBuf::from("/tmp/kubelet")
+        );
+    }
+
+    #[test]
+    fn container_log_flags_set_the_rotation_policy_and_are_checked() {
+        let parse = |extra: &[&str]| {
+            let argv = ["node", "--kubeconfig", "k"]
+                .iter()
+                .chain(extra.iter())
+                .copied();
+            node_config(Node::try_parse_from(argv).expect("flags parse").args)
+        };
+        assert_eq!(
+            parse(&[]).expect("config").log_rotation,
+            crate::container_log_manager::LogRotatePolicy::default()
+        );
+        let p = parse(&[
+            "--container-log-max-size=1Mi",
+            "--container-log-max-files=3",
+            "--container-log-monitor-interval=1m30s",
+            "--container-log-max-workers=2",
+        ])
+        .expect("config")
+        .log_rotation;
+        assert_eq!(
+            (p.max_size, p.max_files, p.monitor_interval, p.max_workers),
+            (1 << 20, 3, Duration::from_secs(90), 2)
+        );
+        let err = parse(&["--container-log-max-files=1"]).expect_err("one file is refused");
+        assert!(err.to_string().contains("must be more than 1"), "{err}");
+        let bad = ["node", "--kubeconfig", "k", "--container-log-max-size=lots"];
+        assert!(
+            Node::try_parse_from(bad).is_err(),
+            "an unparsable quantity is a flag error"
         );
     }
 

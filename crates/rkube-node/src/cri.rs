@@ -296,6 +296,20 @@ impl CriClient {
         Ok(())
     }
 
+    /// `ReopenContainerLog`: the runtime opens the container's log path again (after it was
+    /// renamed to rotate it).
+    pub async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        let req = cri::ReopenContainerLogRequest {
+            container_id: id.into(),
+        };
+        self.runtime
+            .clone()
+            .reopen_container_log(req)
+            .await
+            .map_err(status_err("ReopenContainerLog"))?;
+        Ok(())
+    }
+
     /// `Exec`: the streaming URL for the command (one connection, within a minute).
     pub async fn exec(&self, req: cri::ExecRequest) -> Result<String> {
         Ok(self

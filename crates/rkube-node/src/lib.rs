@@ -13,11 +13,13 @@
 //!   authorized through the API server): `/healthz`, `/containerLogs`.
 //! - [`local`] — [`run_local_node`]: runtime + agent in one process (`rkube up --node`; the scheduler places pods).
 //! - [`cri`] — the CRI client and the [`cri::RuntimeApi`] trait PLEG reads through.
+//! - [`container_log_manager`] — container log rotation (`--container-log-max-size`, ...).
 //! - [`feature_gates`], [`shutdown`].
 #![deny(missing_docs)]
 
 pub mod agent;
 pub mod cli;
+pub mod container_log_manager;
 pub mod cri;
 pub mod events;
 pub mod feature_gates;

@@ -130,6 +130,16 @@ pub async fn run_local_node(
     kubeconfig_path: impl AsRef<Path>,
     data_dir: impl AsRef<Path>,
 ) -> anyhow::Result<NodeHandle> {
+    run_local_node_with(kubeconfig_path, data_dir, |_| {}).await
+}
+
+/// [`run_local_node`], with `configure` given the agent's configuration last (log rotation,
+/// back-off, resync) before the agent starts.
+pub async fn run_local_node_with(
+    kubeconfig_path: impl AsRef<Path>,
+    data_dir: impl AsRef<Path>,
+    configure: impl FnOnce(&mut NodeConfig),
+) -> anyhow::Result<NodeHandle> {
     let root: PathBuf = data_dir.as_ref().join("node");
     std::fs::create_dir_all(&root)?;
     let runtime_config = rkube_runtime::RuntimeConfig::new(root.join("runtime"));
@@ -161,6 +171,7 @@ pub async fn run_local_node(
         config.kubelet.authorization_mode =
             crate::kubelet_api::auth::AuthorizationMode::AlwaysAllow;
     }
+    configure(&mut config);
     let agent = match agent::start(config, client.clone()).await {
         Ok(a) => a,
         Err(err) => {

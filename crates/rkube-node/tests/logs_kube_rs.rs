@@ -157,3 +157,113 @@ async fn kube_rs_reads_and_follows_pod_logs_through_the_kubelet_api() {
     node.shutdown().await;
     drop(api);
 }
+
+/// Log rotation (`--container-log-max-size` 4 KiB, `--container-log-max-files` 3, checked every
+/// 3 s): a container writing for ~12 s has its log rotated several times; a `follow` stream
+/// started before the first rotation reads every line once, in order, across rotations; the
+/// directory never holds more than three files of the container, older ones gzipped; a plain
+/// read gives the live file only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_reads_every_line_across_log_rotations_and_old_logs_are_compressed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (api, client) = apiserver(dir.path()).await;
+    let policy = rkube_node::container_log_manager::LogRotatePolicy {
+        max_size: 4096,
+        max_files: 3,
+        monitor_interval: Duration::from_secs(3),
+        max_workers: 1,
+    };
+    let node =
+        rkube_node::local::run_local_node_with(&api.kubeconfig, dir.path().join("api"), |c| {
+            c.log_rotation = policy
+        })
+        .await
+        .expect("local node");
+    let scheduler = rkube_scheduler::cli::start(client.clone(), Default::default())
+        .await
+        .expect("scheduler");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    const LINES: usize = 600;
+    let script = format!(
+        "sleep 1; i=0; while [ $i -lt {LINES} ]; do echo \"line $i of a log that grows by about a hundred bytes at a time, to be rotated\"; i=$((i+1)); sleep 0.02; done"
+    );
+    pods.create(&PostParams::default(), &pod("chatty", &script))
+        .await
+        .expect("create");
+    phases_until(&pods, "chatty", "Running", Duration::from_secs(20)).await;
+    let stream = pods
+        .log_stream(
+            "chatty",
+            &LogParams {
+                follow: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("log stream");
+    let mut text = String::new();
+    let mut reader = Box::pin(stream);
+    tokio::time::timeout(Duration::from_secs(60), reader.read_to_string(&mut text))
+        .await
+        .expect("the stream ends when the container exits")
+        .expect("read");
+    let numbers: Vec<usize> = text
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("line {l:?}"))
+        })
+        .collect();
+    assert_eq!(
+        numbers,
+        (0..LINES).collect::<Vec<_>>(),
+        "every line once, in order"
+    );
+
+    // The container's log directory: at most max_files files, the older ones compressed.
+    let pod_dir = std::fs::read_dir(dir.path().join("api/node/pods"))
+        .expect("pod logs dir")
+        .map(|e| e.expect("entry").path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("default_chatty_"))
+        })
+        .expect("chatty's log dir");
+    let mut files: Vec<String> = std::fs::read_dir(pod_dir.join("main"))
+        .expect("container log dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert!(files.len() <= 3, "files: {files:?}");
+    assert!(
+        files
+            .iter()
+            .any(|f| f.starts_with("0.log.") && f.ends_with(".gz")),
+        "a compressed rotated log: {files:?}"
+    );
+    assert!(
+        files.iter().any(|f| f == "0.log"),
+        "the live log: {files:?}"
+    );
+    let live = pods
+        .logs("chatty", &LogParams::default())
+        .await
+        .expect("logs");
+    assert!(
+        live.ends_with(&format!(
+            "line {} of a log that grows by about a hundred bytes at a time, to be rotated\n",
+            LINES - 1
+        )),
+        "{live:?}"
+    );
+    assert!(
+        !live.starts_with("line 0 "),
+        "a plain read gives the live file only"
+    );
+
+    scheduler.shutdown().await.expect("scheduler stops");
+    node.shutdown().await;
+    drop(api);
+}

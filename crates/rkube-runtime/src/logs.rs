@@ -77,15 +77,24 @@ struct Piece {
     content: Vec<u8>,
 }
 
+/// A request to reopen a container's log file (CRI `ReopenContainerLog`): the answer says
+/// whether the file at the log path could be opened again.
+pub type Reopen = tokio::sync::oneshot::Sender<Result<(), LogError>>;
+
 /// Copies a process's stdout and stderr into a CRI-format log file until both reach end of file.
 ///
 /// Runs as one task per container; returns when both streams are closed (which the runtime
-/// forces by killing the container's process group after its main process exits).
+/// forces by killing the container's process group after its main process exits). A message on
+/// `reopen` makes it open `path` again, after the node agent renamed the file to rotate it
+/// (upstream kubelet's `pkg/kubelet/logs/container_log_manager.go`): records written before the
+/// answer are in the old file, records after it in the new one. A file that cannot be opened
+/// again is answered with the error, and records keep going to the old file.
 pub async fn copy_to_log(
     path: Option<PathBuf>,
     stdout: impl AsyncRead + Unpin + Send + 'static,
     stderr: impl AsyncRead + Unpin + Send + 'static,
     now_ns: impl Fn() -> i64 + Send + 'static,
+    mut reopen: mpsc::Receiver<Reopen>,
 ) -> Result<(), LogError> {
     let (tx, mut rx) = mpsc::channel::<Piece>(256);
     let out = tokio::spawn(read_lines(stdout, Stream::Stdout, tx.clone()));
@@ -94,7 +103,25 @@ pub async fn copy_to_log(
         Some(p) => Some(open_log(p).await?),
         None => None,
     };
-    while let Some(piece) = rx.recv().await {
+    let mut reopening = true;
+    loop {
+        let piece = tokio::select! {
+            piece = rx.recv() => piece,
+            ask = reopen.recv(), if reopening => {
+                match ask {
+                    Some(answer) => {
+                        let result = match &path {
+                            Some(p) => open_log(p).await.map(|f| file = Some(f)),
+                            None => Ok(()),
+                        };
+                        let _ = answer.send(result);
+                    }
+                    None => reopening = false,
+                }
+                continue;
+            }
+        };
+        let Some(piece) = piece else { break };
         if let (Some(f), Some(p)) = (file.as_mut(), path.as_ref()) {
             let record = format_record(now_ns(), piece.stream, piece.partial, &piece.content);
             let res = async {
@@ -197,6 +224,7 @@ mod tests {
             std::io::Cursor::new(long),
             std::io::Cursor::new(Vec::new()),
             || 0,
+            mpsc::channel(1).1,
         )
         .await
         .expect("copy");
@@ -209,5 +237,55 @@ mod tests {
             format!("1970-01-01T00:00:00Z stdout F {}", "a".repeat(10))
         );
         assert_eq!(lines[2], "1970-01-01T00:00:00Z stdout F tail");
+    }
+}
+
+#[cfg(test)]
+mod reopen_tests {
+    use super::*;
+
+    /// Records written before a reopen stay in the renamed file; later ones go to a new file
+    /// at the log path.
+    #[tokio::test]
+    async fn a_reopen_after_a_rename_sends_later_records_to_a_new_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c/0.log");
+        let (mut out_w, out_r) = tokio::io::duplex(1024);
+        let (reopen_tx, reopen_rx) = mpsc::channel(1);
+        let copier = tokio::spawn(copy_to_log(
+            Some(path.clone()),
+            out_r,
+            tokio::io::empty(),
+            || 0,
+            reopen_rx,
+        ));
+        out_w.write_all(b"before\n").await.expect("write");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .is_empty()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "first record never written"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let rotated = dir.path().join("c/0.log.20261127-000000");
+        std::fs::rename(&path, &rotated).expect("rename");
+        let (answer, done) = tokio::sync::oneshot::channel();
+        reopen_tx.send(answer).await.expect("ask");
+        done.await.expect("answered").expect("reopened");
+        out_w.write_all(b"after\n").await.expect("write");
+        drop(out_w);
+        copier.await.expect("task").expect("copy");
+        assert_eq!(
+            std::fs::read_to_string(&rotated).expect("rotated"),
+            "1970-01-01T00:00:00Z stdout F before\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("new"),
+            "1970-01-01T00:00:00Z stdout F after\n"
+        );
     }
 }

@@ -56,6 +56,9 @@ pub enum RuntimeError {
     /// The object is not in a state that allows the call.
     #[error("failed precondition: {0}")]
     FailedPrecondition(String),
+    /// The runtime could not do what was asked of it (a file it could not open).
+    #[error("{0}")]
+    Internal(String),
     /// The process could not be started; the container is now Exited with reason `StartError`.
     #[error("start container {id}: {source}")]
     Start {
@@ -416,6 +419,7 @@ impl Runtime {
                 stdin: config.stdin,
                 stdin_once: config.stdin_once,
                 attach: None,
+                log_reopen: None,
             },
         );
         self.emit(
@@ -471,8 +475,10 @@ impl Runtime {
 
         let stdin_once = self.lock().containers.get(id).is_some_and(|c| c.stdin_once);
         let hub = Arc::new(crate::attach::AttachIo::new(child.stdin.take(), stdin_once));
+        let (reopen_tx, reopen_rx) = tokio::sync::mpsc::channel(1);
         if let Some(c) = self.lock().containers.get_mut(id) {
             c.attach = Some(Arc::clone(&hub));
+            c.log_reopen = Some(reopen_tx);
         }
         let stdout = child.stdout.take().map(|s| hub.tee(s, 1));
         let stderr = child.stderr.take().map(|s| hub.tee(s, 2));
@@ -484,7 +490,8 @@ impl Runtime {
             };
             let clock_rt = Arc::clone(&rt);
             if let Err(err) =
-                crate::logs::copy_to_log(log_file, out, err, move || clock_rt.now_ns()).await
+                crate::logs::copy_to_log(log_file, out, err, move || clock_rt.now_ns(), reopen_rx)
+                    .await
             {
                 tracing::warn!(%err, "container log copy failed");
             }
@@ -580,6 +587,7 @@ impl Runtime {
         c.reason = process::exit_reason(code).to_string();
         c.pid = None;
         c.attach = None;
+        c.log_reopen = None;
         let _ = c.exited.send(true);
         let sandbox_id = c.sandbox_id.clone();
         self.emit(
@@ -590,6 +598,36 @@ impl Runtime {
             ts,
             None,
         );
+    }
+
+    /// `ReopenContainerLog`: the log writer of a running container opens its log path again
+    /// (after the node agent renamed the file to rotate it). Errors: not found; failed
+    /// precondition when the container is not running (containerd's answer too); internal when
+    /// the file cannot be opened.
+    pub async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        let writer = {
+            let st = self.lock();
+            let c = st
+                .containers
+                .get(id)
+                .ok_or_else(|| not_found("container", id))?;
+            match (&c.state, &c.log_reopen) {
+                (cri::ContainerState::ContainerRunning, Some(w)) => w.clone(),
+                _ => {
+                    return Err(RuntimeError::FailedPrecondition(format!(
+                        "container {id} is not running"
+                    )))
+                }
+            }
+        };
+        let (answer, reply) = tokio::sync::oneshot::channel();
+        let gone = || RuntimeError::FailedPrecondition(format!("container {id} is not running"));
+        writer.send(answer).await.map_err(|_| gone())?;
+        match reply.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => Err(RuntimeError::Internal(err.to_string())),
+            Err(_) => Err(gone()),
+        }
     }
 
     /// `StopContainer`: SIGTERM to the container's process group, SIGKILL after `timeout_s`

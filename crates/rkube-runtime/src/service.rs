@@ -35,6 +35,7 @@ impl From<RuntimeError> for Status {
             RuntimeError::AlreadyExists(_) => Status::already_exists(msg),
             RuntimeError::FailedPrecondition(_) => Status::failed_precondition(msg),
             RuntimeError::Start { .. } => Status::unknown(msg),
+            RuntimeError::Internal(_) => Status::internal(msg),
         }
     }
 }
@@ -214,9 +215,12 @@ impl RuntimeService for CriService {
 
     async fn reopen_container_log(
         &self,
-        _req: Request<cri::ReopenContainerLogRequest>,
+        req: Request<cri::ReopenContainerLogRequest>,
     ) -> Res<cri::ReopenContainerLogResponse> {
-        unimplemented("ReopenContainerLog")
+        self.rt
+            .reopen_container_log(&req.into_inner().container_id)
+            .await?;
+        Ok(Response::new(cri::ReopenContainerLogResponse {}))
     }
 
     async fn exec_sync(&self, req: Request<cri::ExecSyncRequest>) -> Res<cri::ExecSyncResponse> {

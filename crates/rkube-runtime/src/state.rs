@@ -92,6 +92,8 @@ pub struct ContainerRecord {
     pub stdin_once: bool,
     /// The attach hub while the process runs.
     pub attach: Option<std::sync::Arc<crate::attach::AttachIo>>,
+    /// Reopens the log file while the process runs (CRI `ReopenContainerLog`).
+    pub log_reopen: Option<tokio::sync::mpsc::Sender<crate::logs::Reopen>>,
 }
 
 /// An image name recorded by `PullImage`.

@@ -5,8 +5,9 @@
 //! - `GET /containerLogs/<namespace>/<pod>/<container>` — the container's log, with the query
 //!   parameters of `PodLogOptions` (`follow`, `previous`, `sinceSeconds`, `sinceTime`,
 //!   `timestamps`, `tailLines`, `limitBytes`), read from the CRI log file the runtime writes
-//!   ([`logs`]). `follow` streams lines as they are written until the container exits, the
-//!   client goes away or the agent stops;
+//!   ([`logs`]): the live file, as upstream (rotated files are not read). `follow` streams
+//!   lines as they are written, across rotations, until the container exits, the client goes
+//!   away or the agent stops;
 //! - `POST /run/<namespace>/<pod>/<container>?cmd=...` — a command's output (CRI `ExecSync`);
 //! - `GET|POST /exec/<namespace>/<pod>/<container>`, `/attach/...` and
 //!   `/portForward/<namespace>/<pod>` — an upgrade (WebSocket) proxied to the runtime's
@@ -549,6 +550,17 @@ impl Follower {
         }
     }
 
+    /// The file now at the log path, when it is not `current` (the log was rotated).
+    async fn rotated(&self, current: &tokio::fs::File) -> Option<tokio::fs::File> {
+        use std::os::unix::fs::MetadataExt as _;
+        let now = tokio::fs::metadata(&self.path).await.ok()?;
+        let open = current.metadata().await.ok()?;
+        if (now.dev(), now.ino()) == (open.dev(), open.ino()) {
+            return None;
+        }
+        tokio::fs::File::open(&self.path).await.ok()
+    }
+
     async fn run(self, tx: mpsc::Sender<bytes::Bytes>, mut shutdown: Shutdown) {
         let mut budget = ByteBudget::new(self.selection.limit_bytes);
         let mut decoder = LineDecoder::default();
@@ -601,6 +613,12 @@ impl Follower {
                 if budget.spent() {
                     return;
                 }
+                continue;
+            }
+            // Rotated (renamed away, and the runtime writes a new file at the path): the old
+            // file is read to its end above, so the new one is read from its start.
+            if let Some(next) = self.rotated(&file).await {
+                file = next;
                 continue;
             }
             if exited {
