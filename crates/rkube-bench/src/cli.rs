@@ -8,6 +8,7 @@
 //! rkube bench writes  [--concurrency 1,8,64] [--ops 5000]  (both backends unless --backend)
 //! rkube bench rbac    [--sizes 0,400,10000] [--runs 3] [--step-seconds 5]  (exits non-zero below its goal)
 //! rkube bench bodies  [--sizes 3137536] [--runs 5]  (body bytes; fails on a wrong answer)
+//! rkube bench streaming [--sizes 1073741824] [--runs 3] [--kubectl-dir DIR]  (exec and port-forward, kubectl 1.27 and 1.33)
 //! rkube bench all     every scenario above in turn, each with its own report
 //! rkube bench summary --commit SHA   BENCHMARKS.md (stdout) from the reports in --out
 //! common: [--quick] [--out bench-results] [--rkube PATH]
@@ -54,7 +55,10 @@ pub enum Scenario {
     /// Server CPU per request for ~3 MiB ConfigMap bodies: JSON, block YAML, JSON text as YAML,
     /// server-side apply, nested YAML; against the goal of about 100 ms.
     Bodies,
-    /// Every scenario in turn (list, writes, init, watch, cluster, rbac, stalled, bodies), each writing its report;
+    /// `kubectl exec` round trips and `kubectl port-forward` throughput on `rkube up --node`,
+    /// with kubectl 1.27 (SPDY) and 1.33 (WebSocket).
+    Streaming,
+    /// Every scenario in turn (list, writes, init, watch, cluster, rbac, stalled, bodies, streaming), each writing its report;
     /// exits non-zero when any failed.
     All,
     /// Prints BENCHMARKS.md made from the reports in --out, which must all come from
@@ -63,7 +67,7 @@ pub enum Scenario {
 }
 
 /// The measuring scenarios, in the order `all` runs them.
-pub const EVERY_SCENARIO: [Scenario; 8] = [
+pub const EVERY_SCENARIO: [Scenario; 9] = [
     Scenario::List,
     Scenario::Writes,
     Scenario::Init,
@@ -72,6 +76,7 @@ pub const EVERY_SCENARIO: [Scenario; 8] = [
     Scenario::Rbac,
     Scenario::Stalled,
     Scenario::Bodies,
+    Scenario::Streaming,
 ];
 
 impl Scenario {
@@ -86,6 +91,7 @@ impl Scenario {
             Scenario::Rbac => "rbac",
             Scenario::Stalled => "stalled",
             Scenario::Bodies => "bodies",
+            Scenario::Streaming => "streaming",
             Scenario::All => "all",
             Scenario::Summary => "summary",
         }
@@ -113,7 +119,8 @@ pub struct BenchArgs {
     pub runs: Option<usize>,
     /// list, init: object counts (default 10000,50000,100000,300000 for list; 10000,50000,100000 for init);
     /// rbac: ClusterRoleBindings of other users (default 0,400,10000); stalled: ConfigMaps (default 13500);
-    /// bodies: request body bytes (default 3137536, just under the 3 MiB limit).
+    /// bodies: request body bytes (default 3137536, just under the 3 MiB limit);
+    /// streaming: bytes per port-forward connection (default 1073741824).
     #[arg(long, value_delimiter = ',')]
     pub sizes: Vec<usize>,
     /// list, init: kinds to load (default configmaps,pods for list; pods for init).
@@ -152,6 +159,10 @@ pub struct BenchArgs {
     /// writes: operations per verb and concurrency level (default 5000).
     #[arg(long)]
     pub ops: Option<usize>,
+    /// streaming: the directory holding `kubectl.1.27` and `kubectl.1.33` (default: the first
+    /// directory of PATH that has both).
+    #[arg(long, env = "RKUBE_KUBECTL_DIR")]
+    pub kubectl_dir: Option<PathBuf>,
     /// The rkube binary to start as the API server (default: this binary).
     #[arg(long)]
     pub rkube: Option<PathBuf>,

@@ -288,6 +288,25 @@ fn bench_bodies_quick_reports_cpu_per_request_for_every_encoding() {
     );
 }
 
+#[test]
+fn bench_streaming_quick_reports_exec_and_port_forward_for_both_protocols() {
+    let out = run_quick("streaming");
+    let json = assert_report(out.path(), "streaming", false);
+    for name in [
+        "streaming/exec_round_trip",
+        "streaming/port_forward_throughput",
+    ] {
+        let protocols: Vec<&str> = json["measurements"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["name"] == name)
+            .filter_map(|m| m["labels"]["protocol"].as_str())
+            .collect();
+        assert_eq!(protocols, ["SPDY/3.1", "WebSocket"], "{name}");
+    }
+}
+
 /// `rkube bench all` runs every scenario and exits non-zero naming those that
 /// failed: here all of them, as the API server binary it is given does not
 /// exist. No report is written for a failed scenario.
@@ -311,12 +330,20 @@ fn bench_all_runs_every_scenario_and_fails_on_any_failure() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(
-            "rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled, bodies"
+            "rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled, bodies, streaming"
         ),
         "{stderr}"
     );
     for name in [
-        "list", "writes", "init", "watch", "cluster", "rbac", "stalled", "bodies",
+        "list",
+        "writes",
+        "init",
+        "watch",
+        "cluster",
+        "rbac",
+        "stalled",
+        "bodies",
+        "streaming",
     ] {
         assert!(
             !out.path().join(format!("{name}.json")).exists(),

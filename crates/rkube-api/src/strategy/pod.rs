@@ -33,6 +33,19 @@ fn container(c: &mut Object) {
         .to_string();
     default_field(c, "imagePullPolicy", json!(pull_policy(&image)));
     each(c, "ports", |p| default_field(p, "protocol", json!("TCP")));
+    // Upstream's SetDefaults_Probe and SetDefaults_HTTPGetAction.
+    for key in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        if let Some(Value::Object(probe)) = c.get_mut(key) {
+            default_field(probe, "timeoutSeconds", json!(1));
+            default_field(probe, "periodSeconds", json!(10));
+            default_field(probe, "successThreshold", json!(1));
+            default_field(probe, "failureThreshold", json!(3));
+            if let Some(Value::Object(get)) = probe.get_mut("httpGet") {
+                default_field(get, "path", json!("/"));
+                default_field(get, "scheme", json!("HTTP"));
+            }
+        }
+    }
 }
 
 /// Defaults of a `PodSpec` (pods and pod templates).

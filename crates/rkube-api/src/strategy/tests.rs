@@ -224,6 +224,19 @@ fn pod_defaults_match_upstream() {
     assert_eq!(c["ports"][0]["protocol"], "TCP");
     assert_eq!(pod["status"]["phase"], "Pending");
     assert_eq!(pod["status"]["qosClass"], "BestEffort");
+    let mut probed = json!({"spec": {"containers": [{"name": "c", "image": "x:1",
+        "readinessProbe": {"httpGet": {"port": 80}}, "livenessProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 2}}]}});
+    pods.strategy.apply_defaults(&mut probed);
+    let c = &probed["spec"]["containers"][0];
+    assert_eq!(
+        c["readinessProbe"],
+        json!({"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3})
+    );
+    assert_eq!(
+        c["livenessProbe"]["periodSeconds"], 2,
+        "a value given is kept"
+    );
+    assert_eq!(c["livenessProbe"]["failureThreshold"], 3);
     for (image, policy) in [
         ("nginx", "Always"),
         ("registry:5000/nginx", "Always"),

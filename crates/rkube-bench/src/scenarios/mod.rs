@@ -8,6 +8,7 @@
 //! - [`writes`]: create/update throughput and latency vs concurrency.
 //! - [`stalled`]: server memory while clients stall on large LISTs, and after.
 //! - [`bodies`]: server CPU per large request body, per encoding.
+//! - [`streaming`]: `kubectl exec` round trips and `port-forward` throughput, SPDY and WebSocket.
 //! - [`rbac`]: GET throughput of an RBAC-bound user vs a `system:masters` one, vs bindings.
 
 pub mod bodies;
@@ -17,6 +18,7 @@ pub mod init;
 pub mod list;
 pub mod rbac;
 pub mod stalled;
+pub mod streaming;
 pub mod watch;
 pub mod writes;
 
@@ -106,6 +108,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Report> {
         Scenario::Rbac => rbac::run(ctx).await,
         Scenario::Stalled => stalled::run(ctx).await,
         Scenario::Bodies => bodies::run(ctx).await,
+        Scenario::Streaming => streaming::run(ctx).await,
         Scenario::All | Scenario::Summary => {
             anyhow::bail!("`{}` is not a measuring scenario", scenario.name())
         }
