@@ -8,7 +8,8 @@
 //! `rkube up` API server and the node agent from `rkube node` flags
 //! (`--container-runtime-endpoint=unix://<socket>`). Pods use `hostNetwork: true`
 //! (NamespaceMode NODE), so no CNI plugin or configuration is involved: containerd only needs
-//! CNI for pod-network sandboxes.
+//! CNI for pod-network sandboxes. `pods/log` and `pods/exec` go from the API server through the
+//! node agent's kubelet API to the file containerd wrote and to containerd's streaming server.
 //!
 //! Without containerd (or runc, or a static busybox, or root) the test fails when `$CI` is set
 //! and is skipped with a message otherwise.
@@ -28,7 +29,7 @@ use rkube_node::pleg::metrics::CacheSource;
 use rkube_node::pleg::GENERIC_RELIST;
 use serde_json::json;
 
-use common::{http_get, wait_phase};
+use common::{exec, http_get, wait_phase};
 use containerd_support::daemon::Containerd;
 
 /// The sandbox image name containerd is configured with.
@@ -110,6 +111,15 @@ async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status(
     let (api, client) = common::apiserver(dir.path()).await;
     let endpoint = containerd.endpoint();
     let logs = dir.path().join("pods");
+    // The kubelet API serves a certificate of the `rkube up` CA and trusts that CA for the API
+    // server's kubelet client certificate, so `pods/log` and `pods/exec` reach it.
+    let (cert, key) = rkube_node::local::sign_serving_cert(
+        &dir.path().join("api"),
+        &dir.path().join("kubelet-pki"),
+        NODE,
+    )
+    .expect("kubelet serving certificate");
+    let ca = dir.path().join("api/pki/ca.crt");
     let flags = NodeFlags::parse_from([
         "node",
         "--kubeconfig",
@@ -120,6 +130,11 @@ async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status(
         // A free port: kubelet's 10250 may be taken by a test running beside this one.
         "--port=0",
         "--address=127.0.0.1",
+        // The API server reaches the kubelet API at the node's address.
+        "--node-ip=127.0.0.1",
+        &format!("--tls-cert-file={}", cert.display()),
+        &format!("--tls-private-key-file={}", key.display()),
+        &format!("--client-ca-file={}", ca.display()),
         "--pod-logs-directory",
         logs.to_str().expect("utf-8"),
     ]);
@@ -216,6 +231,38 @@ async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status(
         log.contains(" stdout F hello from containerd"),
         "log {log:?}"
     );
+    // `kubectl logs`: the API server's pods/log, the kubelet API, the file containerd wrote.
+    let text = pods
+        .logs("ok", &kube::api::LogParams::default())
+        .await
+        .expect("pods/log through the kubelet API");
+    assert_eq!(text, "hello from containerd\n");
+    // `kubectl exec`: the API server's pods/exec, the kubelet API, containerd's streaming server
+    // (its URL from CRI Exec), runc exec in the sleeper's container (busybox's sh).
+    let (out, err, status) = exec(
+        &pods,
+        "sleeper",
+        &["sh", "-c", "echo in containerd; echo to stderr >&2"],
+    )
+    .await;
+    assert_eq!(
+        (out.as_str(), err.as_str()),
+        ("in containerd\n", "to stderr\n")
+    );
+    assert_eq!(status.and_then(|s| s.status).as_deref(), Some("Success"));
+    let (_, _, status) = exec(&pods, "sleeper", &["sh", "-c", "exit 3"]).await;
+    let status = status.expect("a failure status");
+    assert_eq!(
+        status.reason.as_deref(),
+        Some("NonZeroExitCode"),
+        "{status:?}"
+    );
+    let code = status
+        .details
+        .and_then(|d| d.causes)
+        .and_then(|c| c.into_iter().next())
+        .and_then(|c| c.message);
+    assert_eq!(code.as_deref(), Some("3"));
     let bad = wait_phase(&pods, "bad", "Failed", Duration::from_secs(30)).await;
     let t = main_status(&bad)
         .state

@@ -7,46 +7,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{apiserver, phases_until};
+use common::{apiserver, exec, phases_until};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{AttachParams, PostParams};
+use kube::api::PostParams;
 use kube::Api;
 use serde_json::json;
-use tokio::io::AsyncReadExt as _;
-
-/// Runs `command` in `pod` and returns (stdout, stderr, the error channel's Status).
-async fn exec(
-    pods: &Api<Pod>,
-    pod: &str,
-    command: &[&str],
-) -> (
-    String,
-    String,
-    Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>,
-) {
-    let params = AttachParams::default().stdout(true).stderr(true);
-    let mut attached = pods
-        .exec(pod, command.iter().copied(), &params)
-        .await
-        .expect("exec");
-    let (mut out, mut err) = (String::new(), String::new());
-    let mut stdout = attached.stdout().expect("stdout");
-    let mut stderr = attached.stderr().expect("stderr");
-    let status = attached.take_status().expect("status");
-    let read = async {
-        let (a, b) = tokio::join!(
-            stdout.read_to_string(&mut out),
-            stderr.read_to_string(&mut err)
-        );
-        a.expect("stdout");
-        b.expect("stderr");
-        status.await
-    };
-    let status = tokio::time::timeout(Duration::from_secs(20), read)
-        .await
-        .expect("exec ends");
-    (out, err, status)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_execs_in_a_pod_and_reads_the_exit_status() {

@@ -1,6 +1,6 @@
 //! Harness shared by the node's end-to-end tests (`e2e_node.rs`, `containerd.rs`): an
 //! in-process `rkube up` API server (its public entry point, embedded store), a pod-phase
-//! watcher, and a plain HTTP/1.0 GET for the agent's `/healthz` and `/metrics`.
+//! watcher, kube-rs exec, and a plain HTTP/1.0 GET for the agent's `/healthz` and `/metrics`.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -126,4 +126,38 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (code, body)
+}
+
+/// Runs `command` in `pod` and returns (stdout, stderr, the error channel's Status).
+pub async fn exec(
+    pods: &Api<Pod>,
+    pod: &str,
+    command: &[&str],
+) -> (
+    String,
+    String,
+    Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>,
+) {
+    let params = kube::api::AttachParams::default().stdout(true).stderr(true);
+    let mut attached = pods
+        .exec(pod, command.iter().copied(), &params)
+        .await
+        .expect("exec");
+    let (mut out, mut err) = (String::new(), String::new());
+    let mut stdout = attached.stdout().expect("stdout");
+    let mut stderr = attached.stderr().expect("stderr");
+    let status = attached.take_status().expect("status");
+    let read = async {
+        let (a, b) = tokio::join!(
+            tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut out),
+            tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut err)
+        );
+        a.expect("stdout");
+        b.expect("stderr");
+        status.await
+    };
+    let status = tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("exec ends");
+    (out, err, status)
 }
