@@ -7,16 +7,20 @@
 //! [`OUTPUT_BUFFER`] chunks behind loses the chunks it missed). Input: when the container spec
 //! says `stdin: true` its stdin is a pipe the runtime keeps open; attached clients write to it;
 //! with `stdinOnce` it is closed when the first attached client that wrote stdin detaches (the
-//! container then reads end of file), as kubelet documents for `stdinOnce`.
+//! container then reads end of file), as kubelet documents for `stdinOnce`. A container with
+//! `tty` has one terminal instead: its output is channel 1, input and resizes go to it.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::process::ChildStdin;
 use tokio::sync::{broadcast, Mutex};
+
+use crate::exec::Pty;
 
 /// Output chunks kept for a slow attached client.
 pub const OUTPUT_BUFFER: usize = 256;
@@ -24,11 +28,19 @@ pub const OUTPUT_BUFFER: usize = 256;
 /// One chunk of output: the channel (1 stdout, 2 stderr) and the bytes.
 pub type Chunk = (u8, Vec<u8>);
 
+/// Where attached clients' input goes.
+#[derive(Debug)]
+enum Input {
+    Pipe(ChildStdin),
+    Terminal(Arc<Pty>),
+}
+
 /// The attach hub of one running container.
 #[derive(Debug)]
 pub struct AttachIo {
     output: broadcast::Sender<Chunk>,
-    stdin: Mutex<Option<ChildStdin>>,
+    stdin: Mutex<Option<Input>>,
+    terminal: Option<Arc<Pty>>,
     stdin_once: bool,
     stdin_closed: AtomicBool,
 }
@@ -37,13 +49,43 @@ impl AttachIo {
     /// A hub for a container whose stdin pipe is `stdin` (`None`: the spec did not ask for
     /// stdin), closing it after the first writer when `stdin_once`.
     pub fn new(stdin: Option<ChildStdin>, stdin_once: bool) -> Self {
+        Self::with_input(stdin.map(Input::Pipe), None, stdin_once)
+    }
+
+    /// A hub for a container with `tty`: its output is the terminal's (read by the log writer
+    /// through a [`Tee`]), clients' input is written to the terminal when the spec says
+    /// `stdin`, and resizes set the terminal's size. Closing stdin sends the terminal its
+    /// end-of-file character (Ctrl-D), as a user would.
+    pub fn with_terminal(pty: Arc<Pty>, stdin: bool, stdin_once: bool) -> Self {
+        let input = stdin.then(|| Input::Terminal(Arc::clone(&pty)));
+        Self::with_input(input, Some(pty), stdin_once)
+    }
+
+    fn with_input(input: Option<Input>, terminal: Option<Arc<Pty>>, stdin_once: bool) -> Self {
         let (output, _) = broadcast::channel(OUTPUT_BUFFER);
-        let stdin_closed = AtomicBool::new(stdin.is_none());
+        let stdin_closed = AtomicBool::new(input.is_none());
         Self {
             output,
-            stdin: Mutex::new(stdin),
+            stdin: Mutex::new(input),
+            terminal,
             stdin_once,
             stdin_closed,
+        }
+    }
+
+    /// Whether the container has a terminal (`tty`).
+    pub fn is_terminal(&self) -> bool {
+        self.terminal.is_some()
+    }
+
+    /// Sets the terminal's size; nothing for a container without one.
+    ///
+    /// # Errors
+    /// The ioctl failed.
+    pub fn resize(&self, cols: u16, rows: u16) -> io::Result<()> {
+        match &self.terminal {
+            Some(pty) => pty.resize(cols, rows),
+            None => Ok(()),
         }
     }
 
@@ -78,7 +120,8 @@ impl AttachIo {
     pub async fn write_stdin(&self, data: &[u8]) -> io::Result<()> {
         let mut stdin = self.stdin.lock().await;
         match stdin.as_mut() {
-            Some(pipe) => pipe.write_all(data).await,
+            Some(Input::Pipe(pipe)) => pipe.write_all(data).await,
+            Some(Input::Terminal(pty)) => pty.write_all(data).await,
             None => Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "the container's stdin is closed",
@@ -89,7 +132,9 @@ impl AttachIo {
     /// Closes the container's stdin (it reads end of file). Idempotent.
     pub async fn close_stdin(&self) {
         self.stdin_closed.store(true, Ordering::SeqCst);
-        drop(self.stdin.lock().await.take());
+        if let Some(Input::Terminal(pty)) = self.stdin.lock().await.take() {
+            let _ = pty.write_all(&[4]).await;
+        }
     }
 }
 

@@ -49,6 +49,18 @@ pub struct Pty {
 }
 
 impl Pty {
+    /// The runtime's side of a terminal from [`open_pty`]'s master descriptor.
+    ///
+    /// # Errors
+    /// The descriptor cannot be registered with tokio.
+    pub(crate) fn from_master(master: OwnedFd) -> io::Result<Self> {
+        // SAFETY: `master` is an open descriptor this `Pty` owns; it is neither replaced nor
+        // closed while registered.
+        Ok(Self {
+            master: unsafe { AsyncFd::register(master) }?,
+        })
+    }
+
     /// Reads output of the terminal; `Ok(0)` once every holder of the slave side has closed it
     /// (Linux reports that as `EIO`).
     ///
@@ -120,7 +132,9 @@ pub struct Spawned {
     pub pty: Option<Pty>,
 }
 
-fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
+/// A new pseudo-terminal (80x24): its master side (non-blocking) and its slave side, both
+/// close-on-exec.
+pub(crate) fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
     let (mut master, mut slave): (RawFd, RawFd) = (-1, -1);
     let ws = libc::winsize {
         ws_row: 24,
@@ -254,11 +268,7 @@ pub fn spawn(
     let pty = match pty {
         Some((master, slave)) => {
             drop(slave);
-            // SAFETY: `master` is an open descriptor this `Pty` owns; it is neither replaced nor
-            // closed while registered.
-            let master =
-                unsafe { AsyncFd::register(master) }.map_err(|e| spawn_err(io::Error::from(e)))?;
-            Some(Pty { master })
+            Some(Pty::from_master(master).map_err(spawn_err)?)
         }
         None => None,
     };
@@ -333,6 +343,41 @@ pub async fn run_sync(
                 stderr: Vec::new(),
                 exit_code: 128 + libc::SIGKILL,
             })
+        }
+    }
+}
+
+/// An [`tokio::io::AsyncRead`] over a terminal's output (end of stream once every holder of
+/// the slave side has closed it), for the log writer of a container with `tty`.
+#[derive(Debug, Clone)]
+pub struct PtyReader(pub std::sync::Arc<Pty>);
+
+impl tokio::io::AsyncRead for PtyReader {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        loop {
+            let mut guard = std::task::ready!(self.0.master.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            // SAFETY: read(2) into the initialized, unfilled part of `buf`, of its length.
+            let res = guard.try_io(|fd| {
+                cvt(unsafe {
+                    libc::read(fd.as_raw_fd(), unfilled.as_mut_ptr().cast(), unfilled.len())
+                })
+            });
+            match res {
+                Ok(Ok(n)) => {
+                    buf.advance(n);
+                    return std::task::Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => {
+                    return std::task::Poll::Ready(Ok(()))
+                }
+                Ok(Err(e)) => return std::task::Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
         }
     }
 }

@@ -9,11 +9,12 @@
 //! spawned from tokio worker threads, which live as long as the tokio runtime; rkube-runtime
 //! never calls `block_in_place`, which would retire a worker thread early.)
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 
 use crate::cri;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 /// `PATH` given to every container (the usual value of a Linux image's config).
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -47,6 +48,9 @@ pub struct ProcessSpec {
     pub mounts: Vec<BindMount>,
     /// Stdin is a pipe (for `Attach`) instead of `/dev/null`.
     pub stdin: bool,
+    /// `ContainerConfig.tty`: stdin, stdout and stderr are the slave side of a new
+    /// pseudo-terminal, the process's controlling terminal in a session of its own.
+    pub tty: bool,
 }
 
 /// One bind mount: `host_path` is seen at `container_path` by the process.
@@ -89,22 +93,39 @@ pub fn bind_mounts(mounts: &[cri::Mount], container: &str) -> Vec<BindMount> {
 }
 
 /// Starts the process with piped stdout/stderr, stdin piped when `spec.stdin` (else null), in a
-/// new process group, killed when the runtime dies.
-pub fn spawn(spec: &ProcessSpec) -> Result<Child, ProcessError> {
+/// new process group, killed when the runtime dies. With `spec.tty` the three streams are a new
+/// terminal instead (returned as [`crate::exec::Spawned::pty`]) and the process leads a new
+/// session (so its group id is its pid too).
+pub fn spawn(spec: &ProcessSpec) -> Result<crate::exec::Spawned, ProcessError> {
     let program = spec.argv.first().ok_or(ProcessError::NoCommand)?;
+    let spawn_err = |source| ProcessError::Spawn {
+        program: program.clone(),
+        source,
+    };
     let mut cmd = Command::new(program);
     cmd.args(&spec.argv[1..])
         .env_clear()
         .envs(spec.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(if spec.stdin {
+        .kill_on_drop(false);
+    let pty = if spec.tty {
+        let (master, slave) = crate::exec::open_pty().map_err(spawn_err)?;
+        let dup = |fd: &OwnedFd| fd.try_clone().map(Stdio::from).map_err(spawn_err);
+        cmd.stdin(dup(&slave)?)
+            .stdout(dup(&slave)?)
+            .stderr(dup(&slave)?);
+        Some((master, slave))
+    } else {
+        cmd.stdin(if spec.stdin {
             Stdio::piped()
         } else {
             Stdio::null()
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(false);
+        .process_group(0);
+        None
+    };
+    let slave_fd = pty.as_ref().map_or(-1, |(_, slave)| slave.as_raw_fd());
     if !spec.working_dir.is_empty() {
         cmd.current_dir(&spec.working_dir);
     }
@@ -144,7 +165,7 @@ pub fn spawn(spec: &ProcessSpec) -> Result<Child, ProcessError> {
         binds.push((c(&m.host_path)?, c(&m.container_path)?, m.readonly));
     }
     // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
-    // system calls (prctl(2), unshare(2), mount(2)) on data prepared before the fork;
+    // system calls (prctl(2), setsid(2), ioctl(2), unshare(2), mount(2)) on data prepared before the fork;
     // it allocates nothing and touches no locks.
     unsafe {
         cmd.pre_exec(move || {
@@ -155,6 +176,11 @@ pub fn spawn(spec: &ProcessSpec) -> Result<Child, ProcessError> {
                 0,
                 0,
             ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if slave_fd >= 0
+                && (libc::setsid() < 0 || libc::ioctl(slave_fd, libc::TIOCSCTTY, 0) != 0)
             {
                 return Err(std::io::Error::last_os_error());
             }
@@ -204,10 +230,17 @@ pub fn spawn(spec: &ProcessSpec) -> Result<Child, ProcessError> {
             Ok(())
         });
     }
-    cmd.spawn().map_err(|source| ProcessError::Spawn {
-        program: program.clone(),
-        source,
-    })
+    let child = cmd.spawn().map_err(spawn_err)?;
+    let pty = match pty {
+        Some((master, slave)) => {
+            // Only the process holds the slave side: the terminal ends when it (and what it
+            // started) closed it.
+            drop(slave);
+            Some(crate::exec::Pty::from_master(master).map_err(spawn_err)?)
+        }
+        None => None,
+    };
+    Ok(crate::exec::Spawned { child, pty })
 }
 
 /// Sends `signal` to every process of the group `pgid`. A group that no longer exists is not an

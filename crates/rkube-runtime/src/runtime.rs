@@ -418,6 +418,7 @@ impl Runtime {
                 exited,
                 stdin: config.stdin,
                 stdin_once: config.stdin_once,
+                tty: config.tty,
                 attach: None,
                 log_reopen: None,
             },
@@ -455,9 +456,13 @@ impl Runtime {
                 working_dir: c.working_dir.clone(),
                 mounts,
                 stdin: c.stdin,
+                tty: c.tty,
             }
         };
-        let spawned = process::spawn(&spec);
+        let (spawned, pty) = match process::spawn(&spec) {
+            Ok(s) => (Ok(s.child), s.pty.map(Arc::new)),
+            Err(err) => (Err(err), None),
+        };
         let (mut child, pid, log_file) = match self.record_start(id, spawned) {
             Ok(Started::Running {
                 child,
@@ -474,14 +479,31 @@ impl Runtime {
         };
 
         let stdin_once = self.lock().containers.get(id).is_some_and(|c| c.stdin_once);
-        let hub = Arc::new(crate::attach::AttachIo::new(child.stdin.take(), stdin_once));
+        let hub = Arc::new(match &pty {
+            Some(pty) => {
+                crate::attach::AttachIo::with_terminal(Arc::clone(pty), spec.stdin, stdin_once)
+            }
+            None => crate::attach::AttachIo::new(child.stdin.take(), stdin_once),
+        });
         let (reopen_tx, reopen_rx) = tokio::sync::mpsc::channel(1);
         if let Some(c) = self.lock().containers.get_mut(id) {
             c.attach = Some(Arc::clone(&hub));
             c.log_reopen = Some(reopen_tx);
         }
-        let stdout = child.stdout.take().map(|s| hub.tee(s, 1));
-        let stderr = child.stderr.take().map(|s| hub.tee(s, 2));
+        type Output = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+        let (stdout, stderr): (Option<Output>, Option<Output>) = match pty {
+            // A terminal is one stream: the log's stdout.
+            Some(pty) => (
+                Some(Box::new(crate::exec::PtyReader(pty))),
+                Some(Box::new(tokio::io::empty())),
+            ),
+            None => (
+                child.stdout.take().map(|s| Box::new(s) as Output),
+                child.stderr.take().map(|s| Box::new(s) as Output),
+            ),
+        };
+        let stdout = stdout.map(|s| hub.tee(s, 1));
+        let stderr = stderr.map(|s| hub.tee(s, 2));
         drop(hub);
         let rt = Arc::clone(self);
         let logs = tokio::spawn(async move {

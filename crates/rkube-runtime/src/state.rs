@@ -90,6 +90,8 @@ pub struct ContainerRecord {
     pub stdin: bool,
     /// `ContainerConfig.stdin_once`: stdin closes when the first attached writer detaches.
     pub stdin_once: bool,
+    /// `ContainerConfig.tty`: the process runs on a terminal of its own.
+    pub tty: bool,
     /// The attach hub while the process runs.
     pub attach: Option<std::sync::Arc<crate::attach::AttachIo>>,
     /// Reopens the log file while the process runs (CRI `ReopenContainerLog`).

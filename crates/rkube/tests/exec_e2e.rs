@@ -103,19 +103,9 @@ fn kubectl_exec_prints_output_and_exits_with_the_commands_code(version: &str) {
     );
 }
 
-#[test]
-fn kubectl_1_33_exec_with_a_terminal_gets_a_tty() {
-    let (_cluster, k, _fixtures) = cluster_with_box("1.33");
-    // `script` gives kubectl a terminal of its own, so `-t` is honoured.
-    let cmd = k.command(&[
-        "exec",
-        "-it",
-        "box",
-        "--",
-        "sh",
-        "-c",
-        "test -t 0 && test -t 1 && echo on-a-tty",
-    ]);
+/// Runs kubectl with `args` on a terminal of its own (`script`), `input` typed into it.
+fn on_a_terminal(k: &Kubectl, args: &[&str], input: &str) -> common::process::Finished {
+    let cmd = k.command(args);
     let quoted: Vec<String> = std::iter::once(cmd.get_program().to_string_lossy().into_owned())
         .chain(cmd.get_args().map(|a| a.to_string_lossy().into_owned()))
         .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
@@ -128,13 +118,78 @@ fn kubectl_1_33_exec_with_a_terminal_gets_a_tty() {
             None => script.env_remove(key),
         };
     }
-    let out = common::process::run(script, Some(""), Duration::from_secs(45));
+    common::process::run(script, Some(input), Duration::from_secs(45))
+}
+
+#[test]
+fn kubectl_1_33_exec_with_a_terminal_gets_a_tty() {
+    let (_cluster, k, _fixtures) = cluster_with_box("1.33");
+    // `script` gives kubectl a terminal of its own, so `-t` is honoured.
+    let args = [
+        "exec",
+        "-it",
+        "box",
+        "--",
+        "sh",
+        "-c",
+        "test -t 0 && test -t 1 && echo on-a-tty",
+    ];
+    let out = on_a_terminal(&k, &args, "");
     assert_eq!(out.code, Some(0), "{out:?}");
     assert!(
         out.stdout.contains("on-a-tty\r\n"),
         "a terminal turns \\n into \\r\\n: {:?}",
         out.stdout
     );
+}
+
+/// `kubectl run -it`: a pod whose container has `stdin`, `stdinOnce` and `tty`; the runtime
+/// gives its process a terminal, kubectl attaches to it, what is typed reaches the shell, and
+/// the log holds the terminal's output (`\r\n` line ends).
+fn kubectl_run_it_gives_the_container_a_terminal(version: &str) {
+    let (_cluster, k, _fixtures) = cluster_with_box(version);
+    let args = [
+        "run",
+        "shell",
+        "-i",
+        "-t",
+        "--restart=Never",
+        "--image=busybox",
+        "--",
+        "sh",
+    ];
+    let out = on_a_terminal(&k, &args, "test -t 0 && echo term-$((40+2))\nexit 7\n");
+    assert!(
+        out.stdout.contains("term-42"),
+        "the shell ran on a terminal: {out:?}"
+    );
+    let pod = k.json(&["get", "pod", "shell"]);
+    let c = &pod["spec"]["containers"][0];
+    assert_eq!(
+        (
+            c["stdin"].as_bool(),
+            c["stdinOnce"].as_bool(),
+            c["tty"].as_bool()
+        ),
+        (Some(true), Some(true), Some(true))
+    );
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let p = k.json(&["get", "pod", "shell"]);
+        let code = &p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"];
+        if code.is_number() {
+            assert_eq!(code, 7, "{}", p["status"]);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the shell did not exit: {}",
+            p["status"]
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+    let logs = k.ok(&["logs", "shell"]).stdout;
+    assert!(logs.contains("term-42\r\n"), "{logs:?}");
 }
 
 fn kubectl_cp_copies_files_into_and_out_of_a_pod(version: &str) {
@@ -370,6 +425,7 @@ fn kubectl_debug_runs_an_ephemeral_container_to_completion(version: &str) {
 }
 
 per_kubectl_version!(
+    kubectl_run_it_gives_the_container_a_terminal,
     kubectl_debug_runs_an_ephemeral_container_to_completion,
     kubectl_exec_prints_output_and_exits_with_the_commands_code,
     kubectl_cp_copies_files_into_and_out_of_a_pod,

@@ -165,6 +165,8 @@ pub fn container_config(
         // attach with `stdinOnce`).
         stdin: container.stdin.unwrap_or(false),
         stdin_once: container.stdin_once.unwrap_or(false),
+        // `kubectl run -it`: the runtime gives the process a terminal.
+        tty: container.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             security_context: Some(cri::LinuxContainerSecurityContext {
                 namespace_options: Some(namespaces_for_pod(pod)),

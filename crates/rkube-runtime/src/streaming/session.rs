@@ -262,7 +262,8 @@ fn ready_frame(streams: ExecStreams) -> Vec<u8> {
 
 /// Attaches a client to a running container's streams over `transport` (upstream kubelet's
 /// `ServeAttach`): output written from now on goes to the client on the channels it asked for;
-/// its stdin messages go to the container's stdin; the session ends when the container exits
+/// its stdin messages go to the container's stdin (its terminal with `tty`, which resize
+/// messages also size); the session ends when the container exits
 /// (after its last output) or the client goes away, with a `Success` status. A client that
 /// wrote stdin and detaches closes the container's stdin when the spec says `stdinOnce`.
 pub async fn attach(
@@ -312,6 +313,13 @@ pub async fn attach(
                     open = false;
                     if input_hub.stdin_once() {
                         input_hub.close_stdin().await;
+                    }
+                }
+                Incoming::Resize(sizes) => {
+                    if let Some(last) = sizes.last() {
+                        if let Err(err) = input_hub.resize(last.width, last.height) {
+                            tracing::debug!(%err, "terminal resize failed");
+                        }
                     }
                 }
                 _ => {}
