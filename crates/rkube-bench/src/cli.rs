@@ -3,7 +3,7 @@
 //! ```text
 //! rkube bench list    [--backend etcd|embedded] [--sizes 10000,50000] [--kinds configmaps,pods] [--runs 5]
 //! rkube bench watch   [--watchers 100,1000,5000] [--rates 50,100,...]
-//! rkube bench cluster [--nodes 1000] [--pods-per-node 30] [--pod-rate 100]
+//! rkube bench cluster [--nodes 1000] [--pods-per-node 30] [--workload deployments|pods] [--pod-rate 100]
 //! rkube bench init    [--sizes ...]       (both backends unless --backend)
 //! rkube bench writes  [--concurrency 1,8,64] [--ops 5000]  (both backends unless --backend)
 //! rkube bench rbac    [--sizes 0,400,10000] [--runs 3] [--step-seconds 5]  (exits non-zero below its goal)
@@ -64,6 +64,16 @@ pub enum Scenario {
     /// Prints BENCHMARKS.md made from the reports in --out, which must all come from
     /// the clean build of --commit.
     Summary,
+}
+
+/// Who creates the pods of `rkube bench cluster`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// Deployments, expanded by `rkube controller-manager`, placed by `rkube scheduler`.
+    Deployments,
+    /// Pods created bound to nodes by the bench itself.
+    Pods,
 }
 
 /// The measuring scenarios, in the order `all` runs them.
@@ -141,7 +151,12 @@ pub struct BenchArgs {
     /// cluster: pods per node the controller creates.
     #[arg(long, default_value_t = 30)]
     pub pods_per_node: usize,
-    /// cluster: pods created per second by the controller (default 100).
+    /// cluster: who makes the pods: `deployments` (default: Deployments expanded by `rkube
+    /// controller-manager` and placed by `rkube scheduler`, with pod startup latency) or
+    /// `pods` (the bench creates pods bound to nodes at --pod-rate).
+    #[arg(long, value_enum, default_value = "deployments")]
+    pub workload: Workload,
+    /// cluster: pods created per second by the bench (`--workload pods`; default 100).
     #[arg(long)]
     pub pod_rate: Option<f64>,
     /// cluster: seconds of steady state (leases, status, lists) after the pods are created (default 60).
@@ -170,6 +185,11 @@ pub struct BenchArgs {
     #[arg(long, required_if_eq("scenario", "summary"))]
     pub commit: Option<String>,
 }
+
+/// The error of a scenario stopped by SIGINT or SIGTERM.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted; stopped every process this run started")]
+pub struct Interrupted;
 
 /// Resolves on SIGINT or SIGTERM.
 async fn interrupted() {
@@ -204,6 +224,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                     ..args.clone()
                 };
                 if let Err(e) = run_one(args).await {
+                    // SIGINT/SIGTERM stops the whole run, not just the scenario it interrupted.
+                    if e.is::<Interrupted>() {
+                        return Err(e);
+                    }
                     crate::progress::phase(&format!("scenario {} failed: {e:#}", scenario.name()));
                     failed.push(scenario.name());
                 }
@@ -240,7 +264,7 @@ async fn run_one(args: BenchArgs) -> anyhow::Result<()> {
     // child process handle (each kills its PID on drop).
     let report = tokio::select! {
         r = scenarios::run(scenario, &ctx) => r?,
-        _ = interrupted() => anyhow::bail!("interrupted; stopped every process this run started"),
+        _ = interrupted() => return Err(Interrupted.into()),
     };
     let mut report = report;
     report.duration_seconds = started.elapsed().as_secs_f64();

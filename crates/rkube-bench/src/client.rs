@@ -126,6 +126,17 @@ pub struct EventObject {
     /// Pod spec (the cluster scenario reads `nodeName`).
     #[serde(default)]
     pub spec: Option<EventSpec>,
+    /// Pod status (the cluster scenario reads `phase`).
+    #[serde(default)]
+    pub status: Option<EventStatus>,
+}
+
+/// Pod status fields read from watch events.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct EventStatus {
+    /// `status.phase`.
+    #[serde(default)]
+    pub phase: String,
 }
 
 /// Object metadata fields read from watch events.

@@ -317,9 +317,7 @@ impl ApiServer {
 
     /// The last `lines` lines of the server's log.
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        tail_of(&self.log_path, lines)
     }
 
     /// Polls `/readyz` every 10 ms until 200; returns the time since spawn.
@@ -513,6 +511,13 @@ impl ProcWatcher {
             avg_cores: if wall > 0.0 { cpu / wall } else { 0.0 },
         })
     }
+}
+
+/// The last `lines` lines of the file at `path` (empty when it cannot be read).
+pub fn tail_of(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 #[cfg(test)]

@@ -307,6 +307,58 @@ fn bench_streaming_quick_reports_exec_and_port_forward_for_both_protocols() {
     }
 }
 
+/// SIGTERM stops `rkube bench all` as a whole: the scenario it interrupts stops its processes,
+/// and no later scenario starts.
+#[test]
+fn bench_all_stops_at_sigterm_without_starting_the_next_scenario() {
+    let out = tempfile::tempdir().expect("temp dir");
+    let log_path = out.path().join("stderr.log");
+    let log = std::fs::File::create(&log_path).expect("stderr log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rkube"))
+        .args(["bench", "all", "--quick", "--out"])
+        .arg(out.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn rkube bench all");
+    let deadline = Instant::now() + LIMIT;
+    while !std::fs::read_to_string(&log_path)
+        .unwrap_or_default()
+        .contains("LIST")
+    {
+        assert!(Instant::now() < deadline, "the list scenario never started");
+        assert!(
+            matches!(child.try_wait(), Ok(None)),
+            "rkube bench all ended early"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("rkube bench all did not stop within 30 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(
+        !stderr.contains("scenario writes"),
+        "a later scenario started:\n{stderr}"
+    );
+}
+
 /// `rkube bench all` runs every scenario and exits non-zero naming those that
 /// failed: here all of them, as the API server binary it is given does not
 /// exist. No report is written for a failed scenario.

@@ -24,8 +24,12 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
+use anyhow::Context as _;
+
 use super::cluster_sim::{self as simc, CallKey, Scope, Sim, Verb};
+use super::cluster_workload as workload;
 use crate::cli::Scenario;
+use crate::cli::Workload;
 use crate::client::Api;
 use crate::procs::{sample_proc, Backend, ProcUsage, ProcWatcher};
 use crate::progress;
@@ -278,26 +282,69 @@ async fn one(
     ))));
 
     let target = nodes * ppn;
-    let pb = progress::bar(
-        target as u64,
-        format!("creating {target} pods at {pod_rate}/s"),
-    );
     let pods_started = Instant::now();
-    simc::controller(
-        sim.clone(),
-        target,
-        pod_rate,
-        pods_started + max_pod,
-        pb.clone(),
-    )
-    .await;
+    let startup = Arc::new(workload::Startup::default());
+    let mut components = None;
+    let mut deployments = 0;
+    match ctx.args.workload {
+        Workload::Pods => {
+            let pb = progress::bar(
+                target as u64,
+                format!("creating {target} pods at {pod_rate}/s"),
+            );
+            simc::controller(
+                sim.clone(),
+                target,
+                pod_rate,
+                pods_started + max_pod,
+                pb.clone(),
+            )
+            .await;
+            let created = sim.pods_created.load(Ordering::Relaxed);
+            let run_deadline = Instant::now() + Duration::from_secs(60);
+            while sim.pods_running.load(Ordering::Relaxed) < created
+                && Instant::now() < run_deadline
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            pb.finish_and_clear();
+        }
+        Workload::Deployments => {
+            tasks.push(AbortOnDrop(tokio::spawn(workload::startup_watcher(
+                sim.clone(),
+                startup.clone(),
+            ))));
+            let dir = tempfile::tempdir().context("temp dir for the components")?;
+            let mut c = workload::Components::start(&ctx.exe, server.base_url(), dir.path())?;
+            let pb = progress::bar(
+                target as u64,
+                format!("{target} pods from Deployments (controller-manager, scheduler, hollow kubelets)"),
+            );
+            let (d, replicas) = workload::create_deployments(&sim, target).await;
+            deployments = d;
+            let deadline = pods_started + max_pod;
+            loop {
+                let running = startup.running();
+                pb.set_position(running);
+                if running >= replicas as u64 || Instant::now() > deadline {
+                    break;
+                }
+                if !c.alive() {
+                    let logs: Vec<String> = c
+                        .logs
+                        .iter()
+                        .map(|p| crate::procs::tail_of(p, 20))
+                        .collect();
+                    anyhow::bail!("a component exited during the run:\n{}", logs.join("\n"));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            pb.finish_and_clear();
+            components = Some((c, dir));
+        }
+    }
     let created = sim.pods_created.load(Ordering::Relaxed);
     let pod_secs = pods_started.elapsed().as_secs_f64();
-    let run_deadline = Instant::now() + Duration::from_secs(60);
-    while sim.pods_running.load(Ordering::Relaxed) < created && Instant::now() < run_deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    pb.finish_and_clear();
     if (created as usize) < target {
         report.note(format!(
             "{nodes} nodes: {created} of {target} pods were created: the pod phase is capped at {} s (--max-pod-seconds) on this machine.",
@@ -323,6 +370,7 @@ async fn one(
             })
     });
     sim.stopping.store(true, Ordering::SeqCst);
+    drop(components);
     drop(tasks);
     let unfinished = sim.unfinished_walks.load(Ordering::Relaxed);
     anyhow::ensure!(
@@ -580,7 +628,12 @@ async fn one(
             report.measure("cluster/avg_cores", "cores", &labels, &[u.avg_cores]);
         }
     }
-    report.tables.extend([slo_table, sim_table, res, detail]);
+    report.tables.extend([slo_table, sim_table]);
+    if ctx.args.workload == Workload::Deployments {
+        let t = startup_table(report, nodes, deployments, created, &startup.summary());
+        report.tables.push(t);
+    }
+    report.tables.extend([res, detail]);
     if !err_table.rows.is_empty() {
         report.tables.push(err_table);
     }
@@ -604,4 +657,90 @@ async fn one(
         ));
     }
     Ok(Outcome { nodes, slo })
+}
+
+/// Upstream's pod startup SLO for stateless pods: p99 of created → Running ≤ 5 s.
+const POD_STARTUP_SLO_SECONDS: f64 = 5.0;
+
+/// The Deployments workload's figures: each stage's latency (and the startup SLO) and the
+/// scheduler's throughput, also as measurements.
+fn startup_table(
+    report: &mut Report,
+    nodes: usize,
+    deployments: usize,
+    replicas: u64,
+    f: &workload::StartupFigures,
+) -> Table {
+    let mut t = Table::new(
+        format!(
+            "{nodes} nodes: {} pods of {deployments} Deployments, expanded by rkube controller-manager and placed by rkube scheduler (times seen by one pod watch)",
+            fmt_count(replicas)
+        ),
+        &["stage", "pods", "p50", "p90", "p99", "max", "SLO (p99 ≤)", "met"],
+    );
+    let labels = [("nodes", nodes.to_string())];
+    let stages: [(&str, &str, &Histogram, Option<f64>); 3] = [
+        (
+            "created → scheduled",
+            "cluster/pod_create_to_scheduled",
+            &f.create_to_schedule,
+            None,
+        ),
+        (
+            "scheduled → Running reported",
+            "cluster/pod_scheduled_to_running",
+            &f.schedule_to_running,
+            None,
+        ),
+        (
+            "created → Running (pod startup)",
+            "cluster/pod_startup_latency",
+            &f.startup,
+            Some(POD_STARTUP_SLO_SECONDS),
+        ),
+    ];
+    for (title, metric, h, slo) in stages {
+        let sum = h.summary();
+        let cell = |g: fn(&Summary) -> f64| sum.as_ref().map_or("n/a".into(), |s| fmt_secs(g(s)));
+        let met = match (slo, &sum) {
+            (Some(bound), Some(s)) if s.p99 <= bound && h.count() == replicas => "yes".to_string(),
+            (Some(_), _) => "NO".to_string(),
+            (None, _) => String::new(),
+        };
+        t.row(vec![
+            title.into(),
+            fmt_count(h.count()),
+            cell(|s| s.p50),
+            cell(|s| s.p90),
+            cell(|s| s.p99),
+            cell(|s| s.max),
+            slo.map_or(String::new(), fmt_secs),
+            met,
+        ]);
+        if let Some(s) = sum {
+            report.push_summary(metric, "s", &labels, s);
+        }
+    }
+    let rate = f.scheduler_pods_per_second;
+    t.row(vec![
+        "scheduler throughput (first → last binding)".into(),
+        fmt_count(f.scheduled),
+        rate.map_or("n/a".into(), fmt_rate),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+    ]);
+    if let Some(r) = rate {
+        report.measure("cluster/scheduler_throughput", "pods/s", &labels, &[r]);
+    }
+    if f.running < replicas {
+        report.note(format!(
+            "{nodes} nodes: {} of {} pods were seen Running before the pod phase ended (--max-pod-seconds).",
+            fmt_count(f.running),
+            fmt_count(replicas)
+        ));
+    }
+    t
 }

@@ -8,7 +8,8 @@
 //!   LIST+WATCHes its pods with `fieldSelector=spec.nodeName=<node>`, and
 //!   PATCHes `pods/<name>/status` to Running for each new pod.
 //! - [`proxy`]: LIST+WATCH of Services and EndpointSlices (cluster scope).
-//! - [`controller`]: creates pods bound to nodes at a set rate;
+//! - [`controller`]: creates pods bound to nodes at a set rate (`--workload pods`; see
+//!   [`super::cluster_workload`] for Deployments);
 //!   [`endpoints`] rewrites the EndpointSlices of services whose pods started,
 //!   at most once a second each; [`lister`] LISTs pods per namespace and
 //!   cluster-wide on fixed periods (paginated, limit 500).
@@ -384,12 +385,11 @@ async fn pod_watch(sim: Arc<Sim>, node: String, ready: tokio::sync::oneshot::Sen
 
 /// Reports a pod Running (PATCH pods/<name>/status) and marks its service's endpoints dirty.
 async fn start_pod(sim: Arc<Sim>, ns: String, name: String) {
-    let Some(i) = name
+    // The bench's own pods carry their index; a controller's pods get the next free one.
+    let i = name
         .strip_prefix("pod-")
         .and_then(|n| n.parse::<usize>().ok())
-    else {
-        return;
-    };
+        .unwrap_or_else(|| sim.pods_running.load(Ordering::Relaxed) as usize);
     let patch = json!({"status": objects::running_status(i)});
     let path = format!("/api/v1/namespaces/{ns}/pods/{name}/status");
     if sim

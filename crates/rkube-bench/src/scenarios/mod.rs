@@ -14,6 +14,7 @@
 pub mod bodies;
 pub mod cluster;
 mod cluster_sim;
+mod cluster_workload;
 pub mod init;
 pub mod list;
 pub mod rbac;
