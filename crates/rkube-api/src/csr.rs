@@ -25,6 +25,8 @@ pub const FAILED: &str = "Failed";
 pub const KUBE_APISERVER_CLIENT: &str = "kubernetes.io/kube-apiserver-client";
 /// The signer of kubelets' client certificates (`system:node:<name>`, `system:nodes`).
 pub const KUBE_APISERVER_CLIENT_KUBELET: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// The signer of kubelets' serving certificates (the kubelet API's, `--rotate-server-certificates`).
+pub const KUBELET_SERVING: &str = "kubernetes.io/kubelet-serving";
 
 /// Every `spec.usages` value upstream accepts (`allValidUsages`), sorted as
 /// upstream lists them in a `NotSupported` error.

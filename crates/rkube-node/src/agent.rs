@@ -82,6 +82,9 @@ pub struct AgentHandle {
     pub evented: Option<Arc<EventedPleg>>,
     /// The generic PLEG (alone, or under the evented one).
     pub generic: Arc<GenericPleg>,
+    /// The kubelet API's serving certificate (empty until issued with
+    /// `--rotate-server-certificates`).
+    pub serving_cert: Arc<crate::kubelet_api::tls::CertSlot>,
 }
 
 impl std::fmt::Debug for AgentHandle {
@@ -181,7 +184,7 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
         pods: pods.clone(),
         registry,
     };
-    let (kubelet_addr, kubelet_task) =
+    let (kubelet_addr, kubelet_task, serving_cert) =
         crate::kubelet_api::serve(&config.kubelet, deps, sd.clone()).await?;
     tasks.push(kubelet_task);
     let info = NodeInfo {
@@ -228,5 +231,6 @@ pub async fn start(config: NodeConfig, client: kube::Client) -> anyhow::Result<A
         cache,
         evented,
         generic,
+        serving_cert,
     })
 }

@@ -69,6 +69,11 @@ pub struct NodeArgs {
     /// rkube, as kubeadm configures kubelets).
     #[arg(long = "authorization-mode", default_value = "Webhook")]
     pub authorization_mode: crate::kubelet_api::auth::AuthorizationMode,
+    /// Without `--tls-cert-file`: request the kubelet API's serving certificate through the
+    /// certificates API (signer `kubernetes.io/kubelet-serving`; an admin approves it with
+    /// `kubectl certificate approve`) instead of signing one itself.
+    #[arg(long = "rotate-server-certificates", num_args = 0..=1, default_value_t = false, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub rotate_server_certificates: bool,
     /// Size a container's log may reach before it is rotated (a quantity: `10Mi`).
     #[arg(long = "container-log-max-size", default_value = "10Mi", value_parser = crate::container_log_manager::parse_max_size)]
     pub container_log_max_size: u64,
@@ -105,6 +110,8 @@ pub fn node_config(args: NodeArgs) -> anyhow::Result<NodeConfig> {
         client_ca_file: args.client_ca_file,
         anonymous_auth: args.anonymous_auth,
         authorization_mode: args.authorization_mode,
+        rotate_server_certificates: args.rotate_server_certificates,
+        approve_own_serving_csr: false,
     };
     config.log_rotation = crate::container_log_manager::LogRotatePolicy {
         max_size: args.container_log_max_size,
@@ -240,5 +247,12 @@ mod tests {
             crate::kubelet_api::auth::AuthorizationMode::AlwaysAllow
         );
         assert!(!parse(&["--anonymous-auth=false"]).anonymous_auth);
+        assert!(!d.rotate_server_certificates && !d.approve_own_serving_csr);
+        let r = parse(&["--rotate-server-certificates"]);
+        assert!(
+            r.rotate_server_certificates,
+            "the flag turns CSR-issued serving certificates on"
+        );
+        assert!(!r.approve_own_serving_csr, "an admin approves them");
     }
 }

@@ -117,12 +117,16 @@ pub fn sign_serving_cert(
     Ok((cert_path, key_path))
 }
 
+/// How long [`run_local_node`] waits for the kubelet API's serving certificate.
+const SERVING_CERT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Starts `rkube runtime` (socket `<data_dir>/node/cri.sock`), the node agent (evented PLEG,
 /// pod logs under `<data_dir>/node/pods`, healthz on an ephemeral loopback port, InternalIP
 /// 127.0.0.1) for the API server of `kubeconfig_path`. The node is named after the host.
 ///
 /// The kubelet API listens on a free loopback port. When the kubeconfig's server is HTTPS and
-/// `<data_dir>/pki` holds the CA of `rkube up`, it serves a certificate signed by that CA,
+/// `<data_dir>/pki` holds the CA of `rkube up`, it serves a certificate issued by that CA
+/// through a CertificateSigningRequest (`kubernetes.io/kubelet-serving`, approved by this node),
 /// trusts that CA for client certificates (the API server's kubelet client certificate),
 /// refuses anonymous requests and authorizes by SubjectAccessReview; otherwise (`rkube up
 /// --insecure`) it serves a self-signed certificate and allows everyone, as the API server does.
@@ -160,11 +164,13 @@ pub async fn run_local_node_with(
         .filter_map(|c| c.cluster.as_ref().and_then(|c| c.server.as_deref()))
         .any(|s| s.starts_with("https://"));
     let ca = data_dir.as_ref().join("pki").join("ca.crt");
-    if https && ca.exists() && data_dir.as_ref().join("pki").join("ca.key").exists() {
-        let (cert, key) =
-            sign_serving_cert(data_dir.as_ref(), &config.root_dir.join("pki"), &node_name)?;
-        config.kubelet.tls_cert_file = Some(cert);
-        config.kubelet.tls_private_key_file = Some(key);
+    let requests_cert =
+        https && ca.exists() && data_dir.as_ref().join("pki").join("ca.key").exists();
+    if requests_cert {
+        // Through a CertificateSigningRequest the API server's signer issues (and this node,
+        // holding the admin's credentials, approves).
+        config.kubelet.rotate_server_certificates = true;
+        config.kubelet.approve_own_serving_csr = true;
         config.kubelet.client_ca_file = Some(ca);
     } else {
         config.kubelet.anonymous_auth = true;
@@ -179,6 +185,14 @@ pub async fn run_local_node_with(
             return Err(err);
         }
     };
+    // The API server reaches the kubelet API once its certificate is issued (a second or so).
+    if requests_cert && !agent.serving_cert.wait_ready(SERVING_CERT_WAIT).await {
+        agent.shutdown().await;
+        runtime.shutdown().await;
+        anyhow::bail!(
+            "the kubelet API's serving certificate was not issued within {SERVING_CERT_WAIT:?}"
+        );
+    }
     Ok(NodeHandle {
         runtime,
         agent,

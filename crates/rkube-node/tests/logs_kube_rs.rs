@@ -24,6 +24,22 @@ fn pod(name: &str, script: &str) -> Pod {
     .expect("pod")
 }
 
+/// Reads `pods/log?follow=true` of `name` until the stream ends (the container exited).
+async fn follow_to_end(pods: &Api<Pod>, name: &str, limit: Duration) -> String {
+    let params = LogParams {
+        follow: true,
+        ..Default::default()
+    };
+    let stream = pods.log_stream(name, &params).await.expect("log stream");
+    let mut text = String::new();
+    let mut reader = Box::pin(stream);
+    tokio::time::timeout(limit, reader.read_to_string(&mut text))
+        .await
+        .expect("the stream ends when the container exits")
+        .expect("read");
+    text
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_reads_and_follows_pod_logs_through_the_kubelet_api() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -79,22 +95,7 @@ async fn kube_rs_reads_and_follows_pod_logs_through_the_kubelet_api() {
     .await
     .expect("create");
     phases_until(&pods, "counter", "Running", Duration::from_secs(20)).await;
-    let stream = pods
-        .log_stream(
-            "counter",
-            &LogParams {
-                follow: true,
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("log stream");
-    let mut text = String::new();
-    let mut reader = Box::pin(stream);
-    tokio::time::timeout(Duration::from_secs(20), reader.read_to_string(&mut text))
-        .await
-        .expect("the stream ends when the container exits")
-        .expect("read");
+    let text = follow_to_end(&pods, "counter", Duration::from_secs(20)).await;
     assert_eq!(text, "n 1\nn 2\nn 3\n");
 
     // previous: the log of the instance before a restart.
@@ -191,22 +192,7 @@ async fn follow_reads_every_line_across_log_rotations_and_old_logs_are_compresse
         .await
         .expect("create");
     phases_until(&pods, "chatty", "Running", Duration::from_secs(20)).await;
-    let stream = pods
-        .log_stream(
-            "chatty",
-            &LogParams {
-                follow: true,
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("log stream");
-    let mut text = String::new();
-    let mut reader = Box::pin(stream);
-    tokio::time::timeout(Duration::from_secs(60), reader.read_to_string(&mut text))
-        .await
-        .expect("the stream ends when the container exits")
-        .expect("read");
+    let text = follow_to_end(&pods, "chatty", Duration::from_secs(60)).await;
     let numbers: Vec<usize> = text
         .lines()
         .map(|l| {

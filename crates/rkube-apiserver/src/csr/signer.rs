@@ -1,5 +1,6 @@
-//! The CSR signer for `kubernetes.io/kube-apiserver-client` and
-//! `kubernetes.io/kube-apiserver-client-kubelet`, run inside the API server
+//! The CSR signer for `kubernetes.io/kube-apiserver-client`,
+//! `kubernetes.io/kube-apiserver-client-kubelet` and `kubernetes.io/kubelet-serving`, run inside
+//! the API server
 //! process. Upstream runs it in kube-controller-manager (the `csrsigning`
 //! controller, `pkg/controller/certificates/signer/signer.go`, with
 //! `--cluster-signing-cert-file`, `--cluster-signing-key-file` and
@@ -10,9 +11,10 @@
 //! (`rkube up --insecure` has no PKI and no signer).
 //!
 //! A CSR is handled when it is approved (and not denied), not `Failed`, has
-//! no `status.certificate` yet and names one of the two signers:
+//! no `status.certificate` yet and names one of the three signers:
 //! - its usages are checked against the signer (upstream's
-//!   `validAPIServerClientUsages` and `ValidateKubeletClientCSR`); a refusal
+//!   `validAPIServerClientUsages`, `ValidateKubeletClientCSR` and
+//!   `ValidateKubeletServingCSR`); a refusal
 //!   adds a `Failed` condition with reason `SignerValidationFailure` and the
 //!   check's message;
 //! - otherwise `status.certificate` gets a PEM certificate signed by the CA:
@@ -32,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rkube_api::csr::{
-    self as api_csr, FAILED, KUBE_APISERVER_CLIENT, KUBE_APISERVER_CLIENT_KUBELET,
+    self as api_csr, FAILED, KUBELET_SERVING, KUBE_APISERVER_CLIENT, KUBE_APISERVER_CLIENT_KUBELET,
 };
 use rkube_storage::{RangeRequest, Storage, StorageError};
 use serde_json::{json, Value};
@@ -134,7 +136,13 @@ impl Signer {
             .pointer("/spec/signerName")
             .and_then(Value::as_str)
             .unwrap_or("");
-        if signer != KUBE_APISERVER_CLIENT && signer != KUBE_APISERVER_CLIENT_KUBELET {
+        if ![
+            KUBE_APISERVER_CLIENT,
+            KUBE_APISERVER_CLIENT_KUBELET,
+            KUBELET_SERVING,
+        ]
+        .contains(&signer)
+        {
             return None;
         }
         if !api_csr::is_approved(csr) || api_csr::has_true_condition(csr, FAILED) {
@@ -367,6 +375,7 @@ pub fn signer_usages_ok(der: &[u8], usages: &[String], signer: &str) -> Result<(
     match signer {
         KUBE_APISERVER_CLIENT => apiserver_client_usages(usages),
         KUBE_APISERVER_CLIENT_KUBELET => kubelet_client(der, usages),
+        KUBELET_SERVING => kubelet_serving(der, usages),
         other => Err(format!("unrecognized signerName: {other:?}")),
     }
 }
@@ -432,6 +441,59 @@ fn kubelet_client(der: &[u8], usages: &[String]) -> Result<(), String> {
     let without_rsa: std::collections::BTreeSet<&str> = ["client auth", "digital signature"].into();
     if set != with_rsa && set != without_rsa {
         return Err("usages did not match [client auth digital signature key encipherment]".into());
+    }
+    Ok(())
+}
+
+/// Upstream `ValidateKubeletServingCSR`: organization exactly `system:nodes`, at least one DNS
+/// or IP subject alternative name and no email or URI ones, usages {digital signature, server
+/// auth} with or without key encipherment, common name `system:node:<name>`.
+fn kubelet_serving(der: &[u8], usages: &[String]) -> Result<(), String> {
+    let (_, req) = X509CertificationRequest::from_der(der).map_err(|e| e.to_string())?;
+    let subject = &req.certification_request_info.subject;
+    let orgs: Vec<&str> = subject
+        .iter_organization()
+        .filter_map(|a| a.as_str().ok())
+        .collect();
+    if orgs != ["system:nodes"] {
+        return Err("subject organization is not system:nodes".into());
+    }
+    let (mut dns_or_ip, mut email, mut uri) = (false, false, false);
+    for ext in req.requested_extensions().into_iter().flatten() {
+        if let ParsedExtension::SubjectAlternativeName(san) = ext {
+            for n in &san.general_names {
+                match n {
+                    GeneralName::DNSName(_) | GeneralName::IPAddress(_) => dns_or_ip = true,
+                    GeneralName::RFC822Name(_) => email = true,
+                    GeneralName::URI(_) => uri = true,
+                    _ => {}
+                }
+            }
+        }
+    }
+    if !dns_or_ip {
+        return Err("DNS or IP subjectAltName is required".into());
+    }
+    if email {
+        return Err("Email subjectAltNames are not allowed".into());
+    }
+    if uri {
+        return Err("URI subjectAltNames are not allowed".into());
+    }
+    let set: std::collections::BTreeSet<&str> = usages.iter().map(String::as_str).collect();
+    let with_rsa: std::collections::BTreeSet<&str> =
+        ["digital signature", "key encipherment", "server auth"].into();
+    let without_rsa: std::collections::BTreeSet<&str> = ["digital signature", "server auth"].into();
+    if set != with_rsa && set != without_rsa {
+        return Err("usages did not match [digital signature key encipherment server auth]".into());
+    }
+    let cn = subject
+        .iter_common_name()
+        .next()
+        .and_then(|a| a.as_str().ok())
+        .unwrap_or("");
+    if !cn.starts_with("system:node:") {
+        return Err("subject common name does not begin with system:node:".into());
     }
     Ok(())
 }

@@ -21,6 +21,7 @@
 
 pub mod auth;
 pub mod logs;
+pub mod server_cert;
 pub mod stats;
 pub mod stream;
 pub mod tls;
@@ -70,6 +71,12 @@ pub struct KubeletServerConfig {
     pub anonymous_auth: bool,
     /// `--authorization-mode`.
     pub authorization_mode: AuthorizationMode,
+    /// `--rotate-server-certificates`: without `--tls-cert-file`, the serving certificate is
+    /// requested through the certificates API ([`server_cert`]).
+    pub rotate_server_certificates: bool,
+    /// Approve that request with the agent's own client (`rkube up --node`, whose node agent
+    /// holds the cluster admin's credentials).
+    pub approve_own_serving_csr: bool,
 }
 
 impl Default for KubeletServerConfig {
@@ -81,6 +88,8 @@ impl Default for KubeletServerConfig {
             client_ca_file: None,
             anonymous_auth: false,
             authorization_mode: AuthorizationMode::Webhook,
+            rotate_server_certificates: false,
+            approve_own_serving_csr: false,
         }
     }
 }
@@ -122,13 +131,36 @@ pub async fn serve(
     config: &KubeletServerConfig,
     deps: ServeDeps,
     mut shutdown: Shutdown,
-) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let (cert, key) = match (&config.tls_cert_file, &config.tls_private_key_file) {
-        (Some(c), Some(k)) => (c.clone(), k.clone()),
-        (None, None) => tls::ensure_self_signed(&deps.cert_dir, &deps.cert_names)?,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>, Arc<tls::CertSlot>)> {
+    let slot = Arc::new(tls::CertSlot::default());
+    match (&config.tls_cert_file, &config.tls_private_key_file) {
+        (Some(c), Some(k)) => slot.load(c, k)?,
+        (None, None) if config.rotate_server_certificates => {
+            let req = server_cert::ServingRequest {
+                node_name: deps.node_name.clone(),
+                names: deps.cert_names.clone(),
+                dir: deps.cert_dir.clone(),
+                approve: config.approve_own_serving_csr,
+            };
+            let (client, slot, sd) = (deps.client.clone(), Arc::clone(&slot), shutdown.clone());
+            tokio::spawn(async move {
+                match server_cert::ensure(client, &req, sd).await {
+                    Ok(path) => {
+                        if let Err(err) = slot.load(&path, &path) {
+                            tracing::error!(%err, "the issued serving certificate cannot be served");
+                        }
+                    }
+                    Err(err) => tracing::error!(%err, "no serving certificate for the kubelet API"),
+                }
+            });
+        }
+        (None, None) => {
+            let (cert, key) = tls::ensure_self_signed(&deps.cert_dir, &deps.cert_names)?;
+            slot.load(&cert, &key)?;
+        }
         _ => anyhow::bail!("--tls-cert-file and --tls-private-key-file go together"),
-    };
-    let tls_config = tls::server_config(&cert, &key, config.client_ca_file.as_deref())?;
+    }
+    let tls_config = tls::server_config(Arc::clone(&slot), config.client_ca_file.as_deref())?;
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
     let listener = tls::TlsListener::new(listener, tls_config)?;
     let bound = axum::serve::Listener::local_addr(&listener)?;
@@ -197,7 +229,7 @@ pub async fn serve(
             tracing::warn!(%err, "kubelet API server failed");
         }
     });
-    Ok((bound, task))
+    Ok((bound, task, slot))
 }
 
 pub(crate) fn text(code: StatusCode, body: impl Into<String>) -> Response {

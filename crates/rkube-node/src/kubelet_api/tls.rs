@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use axum::extract::connect_info::Connected;
 use axum::serve::{IncomingStream, Listener};
-use rustls::server::WebPkiClientVerifier;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -80,19 +81,66 @@ pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     f.write_all(text.as_bytes())
 }
 
-/// The server config: the serving certificate, and client certificates verified against
-/// `client_ca` when given (optional for the client: a request without one falls through to
-/// token or anonymous authentication; one that does not chain fails the handshake).
+/// The serving certificate of the kubelet API, replaceable while it serves: empty until a
+/// certificate requested through the certificates API is issued (handshakes fail meanwhile,
+/// as upstream kubelet's with `serverTLSBootstrap`), then that certificate.
+#[derive(Debug)]
+pub struct CertSlot {
+    current: std::sync::RwLock<Option<Arc<CertifiedKey>>>,
+    ready: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for CertSlot {
+    fn default() -> Self {
+        Self {
+            current: std::sync::RwLock::new(None),
+            ready: tokio::sync::watch::channel(false).0,
+        }
+    }
+}
+
+impl CertSlot {
+    /// Serves the certificate chain of the PEM file `cert` with the key of the PEM file `key`
+    /// (they may be one file) from now on.
+    ///
+    /// # Errors
+    /// Unreadable files, or a key that does not match the certificate.
+    pub fn load(&self, cert: &Path, key: &Path) -> anyhow::Result<()> {
+        let chain = load_certs(cert)?;
+        let key = PrivateKeyDer::from_pem_file(key).map_err(pem_err(key))?;
+        let certified = CertifiedKey::from_der(chain, key, &provider())?;
+        if let Ok(mut current) = self.current.write() {
+            *current = Some(Arc::new(certified));
+        }
+        let _ = self.ready.send(true);
+        Ok(())
+    }
+
+    /// Waits (up to `limit`) until a certificate is served; false when none came.
+    pub async fn wait_ready(&self, limit: Duration) -> bool {
+        let mut rx = self.ready.subscribe();
+        tokio::time::timeout(limit, rx.wait_for(|ready| *ready))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+}
+
+impl ResolvesServerCert for CertSlot {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current.read().ok()?.clone()
+    }
+}
+
+/// The server config: the serving certificate of `slot`, and client certificates verified
+/// against `client_ca` when given (optional for the client: a request without one falls through
+/// to token or anonymous authentication; one that does not chain fails the handshake).
 ///
 /// # Errors
-/// Unreadable files, or a key that does not match.
+/// An unreadable CA file.
 pub fn server_config(
-    cert: &Path,
-    key: &Path,
+    slot: Arc<CertSlot>,
     client_ca: Option<&Path>,
 ) -> anyhow::Result<Arc<ServerConfig>> {
-    let chain = load_certs(cert)?;
-    let key = PrivateKeyDer::from_pem_file(key).map_err(pem_err(key))?;
     let builder =
         ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let mut cfg = match client_ca {
@@ -106,9 +154,9 @@ pub fn server_config(
                 .build()?;
             builder
                 .with_client_cert_verifier(verifier)
-                .with_single_cert(chain, key)?
+                .with_cert_resolver(slot)
         }
-        None => builder.with_no_client_auth().with_single_cert(chain, key)?,
+        None => builder.with_no_client_auth().with_cert_resolver(slot),
     };
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))

@@ -273,6 +273,87 @@ fn kubelet_client_csrs_need_system_node_names_in_system_nodes_and_no_sans() {
 }
 
 #[test]
+fn kubelet_serving_csrs_need_system_node_names_dns_or_ip_sans_and_server_usages() {
+    let owned = |u: &[&str]| u.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let usages = owned(&["digital signature", "server auth"]);
+    let sans = || {
+        vec![
+            SanType::DnsName("n1".try_into().unwrap()),
+            SanType::IpAddress([127, 0, 0, 1].into()),
+        ]
+    };
+    let ok = request("system:node:n1", &["system:nodes"], sans());
+    let der = api_csr::request_der(ok.as_bytes()).unwrap();
+    assert_eq!(signer_usages_ok(&der, &usages, KUBELET_SERVING), Ok(()));
+    let with_ke = owned(&["key encipherment", "digital signature", "server auth"]);
+    assert_eq!(signer_usages_ok(&der, &with_ke, KUBELET_SERVING), Ok(()));
+    assert_eq!(
+        signer_usages_ok(
+            &der,
+            &owned(&["digital signature", "client auth"]),
+            KUBELET_SERVING
+        )
+        .unwrap_err(),
+        "usages did not match [digital signature key encipherment server auth]"
+    );
+    let cases = [
+        (
+            request("system:node:n1", &["devs"], sans()),
+            "subject organization is not system:nodes",
+        ),
+        (
+            request("system:node:n1", &["system:nodes"], vec![]),
+            "DNS or IP subjectAltName is required",
+        ),
+        (
+            request(
+                "system:node:n1",
+                &["system:nodes"],
+                vec![
+                    SanType::DnsName("n1".try_into().unwrap()),
+                    SanType::Rfc822Name("a@b.c".try_into().unwrap()),
+                ],
+            ),
+            "Email subjectAltNames are not allowed",
+        ),
+        (
+            request("alice", &["system:nodes"], sans()),
+            "subject common name does not begin with system:node:",
+        ),
+    ];
+    for (pem, want) in cases {
+        let der = api_csr::request_der(pem.as_bytes()).unwrap();
+        assert_eq!(
+            signer_usages_ok(&der, &usages, KUBELET_SERVING).unwrap_err(),
+            want
+        );
+    }
+    // Approved, it is signed with its names.
+    let (ca_pem, ca_key) = ca();
+    let signer = Signer::new(&ca_pem, &ca_key, DEFAULT_SIGNING_DURATION).unwrap();
+    let out = signer
+        .handle(
+            &csr(
+                KUBELET_SERVING,
+                &ok,
+                &["digital signature", "server auth"],
+                approved(),
+                None,
+            ),
+            NOW,
+        )
+        .expect("signed");
+    let der = issued(&out);
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    let san = cert
+        .subject_alternative_name()
+        .unwrap()
+        .expect("SANs")
+        .value;
+    assert_eq!(san.general_names.len(), 2, "{san:?}");
+}
+
+#[test]
 fn only_approved_undenied_csrs_of_its_signers_are_handled() {
     let (ca_pem, ca_key) = ca();
     let signer = Signer::new(&ca_pem, &ca_key, DEFAULT_SIGNING_DURATION).unwrap();
