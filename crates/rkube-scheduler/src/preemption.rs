@@ -7,10 +7,15 @@
 //! (not `UnschedulableAndUnresolvable`), the pod must fit once every
 //! lower-priority pod is gone; then those pods are given back in order of
 //! decreasing priority (earlier started first), each kept when the pod still
-//! fits with it: the rest are the node's victims. Among the nodes with
-//! victims, the one chosen has the lowest highest victim priority, then the
-//! smallest sum of victim priorities, then the fewest victims, then the
-//! first in name order. PodDisruptionBudgets are not consulted.
+//! fits with it: the rest are the node's victims. Pods whose eviction would
+//! break a PodDisruptionBudget ([`split_by_pdb_violation`]) are given back
+//! before the others, so they are evicted only when nothing else makes room.
+//! Among the nodes with victims, the one chosen breaks the fewest budgets,
+//! then has the lowest highest victim priority, then the smallest sum of
+//! victim priorities, then the fewest victims, then comes first in name
+//! order (upstream's `pickOneNodeForPreemption`, without its start-time
+//! criteria). As upstream, a budget may still be broken when no other choice
+//! makes room.
 //!
 //! A pod nominated to a node keeps its room there: lower-priority pods do
 //! not fit into it ([`Snapshot::with_nominated_for`]).
@@ -23,8 +28,10 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::framework::FitError;
+use crate::plugins::selectors::label_selector_matches;
 use crate::plugins::{run_filters, Code};
 use crate::snapshot::{NodeInfo, Snapshot};
 
@@ -82,20 +89,25 @@ pub fn eligible(pod: &Pod, snapshot: &Snapshot) -> Result<(), &'static str> {
 /// evicting lower-priority pods helps anywhere.
 pub fn find(pod: &Pod, snapshot: &Snapshot, fit: &FitError) -> Option<Candidate> {
     let p = priority(pod);
-    let mut candidates: Vec<Candidate> = fit
+    let mut candidates: Vec<(usize, Candidate)> = fit
         .statuses
         .iter()
         .filter(|(_, s)| s.code != Code::UnschedulableAndUnresolvable)
         .filter_map(|(name, _)| snapshot.node(name))
         .filter_map(|node| {
-            victims_on(pod, p, node, snapshot).map(|victims| Candidate {
-                node: node.name.clone(),
-                victims,
+            victims_on(pod, p, node, snapshot).map(|(victims, violations)| {
+                (
+                    violations,
+                    Candidate {
+                        node: node.name.clone(),
+                        victims,
+                    },
+                )
             })
         })
-        .filter(|c| !c.victims.is_empty())
+        .filter(|(_, c)| !c.victims.is_empty())
         .collect();
-    candidates.sort_by_key(|c| {
+    candidates.sort_by_key(|(violations, c)| {
         let top = c
             .victims
             .iter()
@@ -103,14 +115,76 @@ pub fn find(pod: &Pod, snapshot: &Snapshot, fit: &FitError) -> Option<Candidate>
             .max()
             .unwrap_or(i32::MIN);
         let sum: i64 = c.victims.iter().map(|v| i64::from(priority(v))).sum();
-        (top, sum, c.victims.len())
+        (*violations, top, sum, c.victims.len())
     });
-    candidates.into_iter().next()
+    candidates.into_iter().next().map(|(_, c)| c)
 }
 
-/// The fewest lower-priority pods of `node` whose eviction lets `pod` fit,
-/// or `None` when evicting all of them would not.
-fn victims_on(pod: &Pod, p: i32, node: &NodeInfo, snapshot: &Snapshot) -> Option<Vec<Arc<Pod>>> {
+/// Splits `pods` (in order) into those whose eviction would take a PodDisruptionBudget below
+/// its allowed disruptions and the others (upstream's `filterPodsWithPDBViolation`): each
+/// pod a budget selects, and that is not yet among its `disruptedPods`, uses one of its
+/// `disruptionsAllowed`; a pod that takes any budget below zero violates it. A budget with
+/// an empty selector selects nothing.
+pub fn split_by_pdb_violation(
+    pods: Vec<Arc<Pod>>,
+    pdbs: &[Arc<PodDisruptionBudget>],
+) -> (Vec<Arc<Pod>>, Vec<Arc<Pod>>) {
+    let mut allowed: Vec<i32> = pdbs
+        .iter()
+        .map(|b| b.status.as_ref().map_or(0, |s| s.disruptions_allowed))
+        .collect();
+    let (mut violating, mut other) = (Vec::new(), Vec::new());
+    for pod in pods {
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let mut violates = false;
+        if !labels.is_empty() {
+            for (i, pdb) in pdbs.iter().enumerate() {
+                if pdb.metadata.namespace != pod.metadata.namespace {
+                    continue;
+                }
+                let Some(selector) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
+                    continue;
+                };
+                let empty = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                    && selector
+                        .match_expressions
+                        .as_ref()
+                        .is_none_or(|e| e.is_empty());
+                if empty || !label_selector_matches(selector, &labels) {
+                    continue;
+                }
+                let name = pod.metadata.name.as_deref().unwrap_or("");
+                let disrupted = pdb
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.disrupted_pods.as_ref())
+                    .is_some_and(|d| d.contains_key(name));
+                if disrupted {
+                    continue;
+                }
+                allowed[i] -= 1;
+                if allowed[i] < 0 {
+                    violates = true;
+                }
+            }
+        }
+        if violates {
+            violating.push(pod);
+        } else {
+            other.push(pod);
+        }
+    }
+    (violating, other)
+}
+
+/// The fewest lower-priority pods of `node` whose eviction lets `pod` fit, with how many of
+/// them break a PodDisruptionBudget; `None` when evicting all of them would not.
+fn victims_on(
+    pod: &Pod,
+    p: i32,
+    node: &NodeInfo,
+    snapshot: &Snapshot,
+) -> Option<(Vec<Arc<Pod>>, usize)> {
     let (mut lower, keep): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
         node.pods.iter().cloned().partition(|v| priority(v) < p);
     let mut trial = NodeInfo::new(Arc::clone(&node.node));
@@ -129,17 +203,25 @@ fn victims_on(pod: &Pod, p: i32, node: &NodeInfo, snapshot: &Snapshot) -> Option
             .cmp(&priority(a))
             .then_with(|| started(a).cmp(&started(b)))
     });
+    // Pods whose eviction would break a budget are given back first.
+    let (violating, other) = split_by_pdb_violation(lower, &snapshot.pdbs);
     let mut victims = Vec::new();
-    for v in lower {
+    let mut violations = 0;
+    for (v, breaks_budget) in violating
+        .into_iter()
+        .map(|v| (v, true))
+        .chain(other.into_iter().map(|v| (v, false)))
+    {
         let mut with = trial.clone();
         with.add_pod(Arc::clone(&v));
         if run_filters(pod, &with, snapshot).is_ok() {
             trial = with;
         } else {
+            violations += usize::from(breaks_budget);
             victims.push(v);
         }
     }
-    Some(victims)
+    Some((victims, violations))
 }
 
 #[cfg(test)]
@@ -185,6 +267,97 @@ mod tests {
                 .map(|v| v.metadata.name.clone().unwrap_or_default())
                 .collect::<Vec<_>>(),
             ["low-a"]
+        );
+    }
+
+    fn labelled(name: &str, prio: i32, node_name: &str, app: &str) -> Pod {
+        pod(
+            name,
+            json!({"priority": prio, "nodeName": node_name, "labels": {"app": app},
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}),
+        )
+    }
+
+    fn pdb(app: &str, allowed: i32, disrupted: &[&str]) -> Arc<PodDisruptionBudget> {
+        let disrupted: serde_json::Map<String, serde_json::Value> = disrupted
+            .iter()
+            .map(|p| (p.to_string(), json!("2026-11-27T00:00:00Z")))
+            .collect();
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": app, "namespace": "default"},
+                "spec": {"selector": {"matchLabels": {"app": app}}},
+                "status": {"disruptionsAllowed": allowed, "disruptedPods": disrupted,
+                    "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}))
+            .expect("pdb"),
+        )
+    }
+
+    #[test]
+    fn a_node_whose_victims_break_no_disruption_budget_is_preferred() {
+        // n1's pod is the lower one but its budget allows no disruption; n2's is not covered.
+        let mut s = snapshot(
+            vec![node("n1", json!({})), node("n2", json!({}))],
+            vec![
+                labelled("db-0", 1, "n1", "db"),
+                labelled("web-0", 5, "n2", "web"),
+            ],
+        );
+        s.pdbs = vec![pdb("db", 0, &[])];
+        let p = sized("urgent", "1", 100, None);
+        let c = find(&p, &s, &fit_error(&p, &s)).expect("a candidate");
+        assert_eq!(
+            (c.node.as_str(), c.victims[0].metadata.name.as_deref()),
+            ("n2", Some("web-0"))
+        );
+        // With room in the budget, or the pod already counted as disrupted, the lower one goes.
+        for budget in [pdb("db", 1, &[]), pdb("db", 0, &["db-0"])] {
+            s.pdbs = vec![budget];
+            let c = find(&p, &s, &fit_error(&p, &s)).expect("a candidate");
+            assert_eq!(c.node, "n1");
+        }
+        // A budget is still broken when nothing else makes room.
+        let mut only = snapshot(
+            vec![node("n1", json!({}))],
+            vec![labelled("db-0", 1, "n1", "db")],
+        );
+        only.pdbs = vec![pdb("db", 0, &[])];
+        assert_eq!(
+            find(&p, &only, &fit_error(&p, &only))
+                .expect("a candidate")
+                .node,
+            "n1"
+        );
+    }
+
+    #[test]
+    fn budgets_count_down_over_the_pods_they_select() {
+        let pods: Vec<Arc<Pod>> = ["a", "b", "c"]
+            .iter()
+            .map(|n| Arc::new(labelled(n, 1, "n1", "db")))
+            .collect();
+        let other = Arc::new(labelled("x", 1, "n1", "web"));
+        let mut all = pods.clone();
+        all.push(other);
+        let (violating, rest) = split_by_pdb_violation(all, &[pdb("db", 1, &[])]);
+        let names = |v: &[Arc<Pod>]| {
+            v.iter()
+                .map(|p| p.metadata.name.clone().unwrap_or_default())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            (names(&violating), names(&rest)),
+            (
+                vec!["b".to_string(), "c".into()],
+                vec!["a".to_string(), "x".into()]
+            )
+        );
+        let empty: Arc<PodDisruptionBudget> = Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "e", "namespace": "default"}, "spec": {"selector": {}}, "status": {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}}))
+                .expect("pdb"),
+        );
+        assert!(
+            split_by_pdb_violation(pods, &[empty]).0.is_empty(),
+            "an empty selector selects nothing"
         );
     }
 

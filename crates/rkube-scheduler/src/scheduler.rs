@@ -28,6 +28,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
     Binding, Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -163,7 +164,7 @@ fn node_msgs(ev: Event<Node>) -> Vec<Msg> {
     }
 }
 
-fn no_msgs(_: Event<Namespace>) -> Vec<Msg> {
+fn no_msgs<K>(_: Event<K>) -> Vec<Msg> {
     Vec::new()
 }
 
@@ -185,6 +186,7 @@ struct Scheduler {
     claims: Store<PersistentVolumeClaim>,
     volumes: Store<PersistentVolume>,
     classes: Store<StorageClass>,
+    pdbs: Store<PodDisruptionBudget>,
     queue: SchedulingQueue,
     /// Pods placed by this scheduler and not yet seen bound, by key.
     assumed: HashMap<String, Arc<Pod>>,
@@ -222,7 +224,12 @@ pub async fn run(
         tx.clone(),
         volume_msgs,
     );
-    let tasks = [t1, t2, t3, t4, t5, t6];
+    let (pdbs, t7) = spawn_reflector(
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        tx.clone(),
+        no_msgs,
+    );
+    let tasks = [t1, t2, t3, t4, t5, t6, t7];
     let host = rkube_component::leader::default_identity();
     let host = host
         .rsplit_once('_')
@@ -242,6 +249,7 @@ pub async fn run(
         claims,
         volumes,
         classes,
+        pdbs,
         queue: SchedulingQueue::new(),
         assumed: HashMap::new(),
         bound: HashSet::new(),
@@ -255,6 +263,7 @@ pub async fn run(
         s.claims.wait_until_ready().await?;
         s.volumes.wait_until_ready().await?;
         s.classes.wait_until_ready().await?;
+        s.pdbs.wait_until_ready().await?;
         s.namespaces.wait_until_ready().await
     };
     let ready_result = tokio::select! {
@@ -410,6 +419,7 @@ impl Scheduler {
             self.namespaces.state(),
         )
         .with_nominated(pending);
+        snapshot.pdbs = self.pdbs.state();
         snapshot.volumes = Arc::new(crate::plugins::volumes::VolumeState {
             claims: self
                 .claims

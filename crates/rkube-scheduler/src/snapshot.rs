@@ -129,6 +129,8 @@ pub struct Snapshot {
     pub nominated: Vec<Arc<Pod>>,
     /// PersistentVolumeClaims, PersistentVolumes and StorageClasses (VolumeBinding).
     pub volumes: Arc<crate::plugins::volumes::VolumeState>,
+    /// PodDisruptionBudgets (preemption avoids victims whose eviction would break one).
+    pub pdbs: Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>,
 }
 
 impl Snapshot {
@@ -172,6 +174,7 @@ impl Snapshot {
             namespace_labels,
             nominated: Vec::new(),
             volumes: Default::default(),
+            pdbs: Vec::new(),
         }
     }
 
