@@ -351,3 +351,58 @@ async fn a_member_pods_identity_labels_are_restored() {
     assert_eq!(p.uid(), uid, "repaired in place, not replaced");
     env.stop().await;
 }
+
+/// A live member whose claim was deleted gets it back (upstream's `storageMatches` and
+/// `createPersistentVolumeClaims`), from the template, without replacing the pod.
+#[tokio::test]
+async fn a_live_members_deleted_claim_is_made_again() {
+    let env = Env::start(&["statefulset"], true).await;
+    env.namespace("sts10").await;
+    let api: Api<StatefulSet> = Api::namespaced(env.client.clone(), "sts10");
+    let mut set = stateful_set("db", 1, json!({}), "OrderedReady");
+    let claim = json!([{"metadata": {"name": "data"},
+                        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]);
+    if let Some(spec) = set.spec.as_mut() {
+        spec.volume_claim_templates = serde_json::from_value(claim).expect("claims");
+    }
+    api.create(&PostParams::default(), &set)
+        .await
+        .expect("create");
+    eventually("1 ready", || async {
+        api.get("db")
+            .await
+            .ok()?
+            .status
+            .filter(|s| s.ready_replicas == Some(1))
+    })
+    .await;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.client.clone(), "sts10");
+    let first = pvcs.get("data-db-0").await.expect("claim").uid();
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "sts10");
+    let pod_uid = pods.get("db-0").await.expect("db-0").uid();
+    pvcs.delete("data-db-0", &Default::default())
+        .await
+        .expect("delete claim");
+    // The next sync (any change of the set brings one) sees it gone and makes it again.
+    let bump = json!({"metadata": {"annotations": {"test/bump": "1"}}});
+    api.patch("db", &PatchParams::default(), &Patch::Merge(&bump))
+        .await
+        .expect("bump");
+    let again = eventually("claim made again", || async {
+        pvcs.get_opt("data-db-0")
+            .await
+            .ok()?
+            .filter(|c| c.uid() != first && c.metadata.deletion_timestamp.is_none())
+    })
+    .await;
+    assert_eq!(
+        again.spec.and_then(|s| s.access_modes),
+        Some(vec!["ReadWriteOnce".to_string()])
+    );
+    assert_eq!(
+        pods.get("db-0").await.expect("db-0").uid(),
+        pod_uid,
+        "the pod is kept"
+    );
+    env.stop().await;
+}

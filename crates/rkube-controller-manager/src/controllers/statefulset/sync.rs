@@ -71,6 +71,35 @@ pub async fn sync_stateful_set(set: &StatefulSet, state: &State) -> Result<Actio
         }
     }
 
+    // Storage: a live member whose claims are gone gets them again (upstream's
+    // `storageMatches` and `createPersistentVolumeClaims` in `UpdateStatefulPod`).
+    let templates = claim_templates(set);
+    if !deleting && !templates.is_empty() {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(state.client.clone(), &ns);
+        let present: std::collections::BTreeSet<String> = claims
+            .list_metadata(&kube::api::ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect();
+        let regarding = pod_control::object_ref(set);
+        for p in mine
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+        {
+            let Some(ordinal) = plan::ordinal_of(&name, &p.name_any()) else {
+                continue;
+            };
+            if templates
+                .iter()
+                .any(|t| !present.contains(&claim_name(t, set, ordinal)))
+            {
+                create_claims(set, &owner, ordinal, state, &regarding).await?;
+            }
+        }
+    }
+
     // Revisions: the template now, and the one pods below the partition keep.
     let rev_api: Api<ControllerRevision> = Api::namespaced(state.client.clone(), &ns);
     let existing = history::owned(&state.revisions.state(), &owner.uid);
