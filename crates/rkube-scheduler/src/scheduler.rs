@@ -195,7 +195,17 @@ struct Scheduler {
     gated: HashSet<String>,
     node_prints: HashMap<String, String>,
     tx: mpsc::UnboundedSender<Msg>,
+    /// The snapshot of recent cycles and when it was built (see [`SNAPSHOT_REUSE`]).
+    cached: Option<(Snapshot, Instant)>,
 }
+
+/// How long one snapshot serves successive scheduling cycles. Building one reads every pod and
+/// node (O(pods)); within this window each pod placed is added to it instead, as upstream's
+/// scheduler cache assumes pods, so a cycle costs O(nodes). A pod that fits nowhere in a
+/// reused snapshot is tried again on a fresh one before it is reported unschedulable, and a
+/// failed binding drops the snapshot, so staleness can only delay a placement by this much,
+/// never refuse one.
+const SNAPSHOT_REUSE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Runs the scheduler with `client` until `stop` turns true (or its sender
 /// is dropped). Errors only if the reflectors end before they are ready.
@@ -256,6 +266,7 @@ pub async fn run(
         gated: HashSet::new(),
         node_prints: HashMap::new(),
         tx,
+        cached: None,
     };
     let ready = async {
         s.pods.wait_until_ready().await?;
@@ -381,6 +392,7 @@ impl Scheduler {
                     Err(err) => {
                         tracing::warn!(pod = %key, %node, %err, "binding failed");
                         self.assumed.remove(&key);
+                        self.cached = None;
                         self.queue.failed(&key, now);
                         self.metrics.attempt(
                             DEFAULT_SCHEDULER,
@@ -463,12 +475,27 @@ impl Scheduler {
             self.queue.done(&qp.key);
             return;
         }
-        let snapshot = self.snapshot();
-        match schedule_pod(&pod, &snapshot) {
+        let (mut snapshot, mut built, reused) = match self.cached.take() {
+            Some((snap, at)) if at.elapsed() < SNAPSHOT_REUSE => (snap, at, true),
+            _ => (self.snapshot(), Instant::now(), false),
+        };
+        let mut result = schedule_pod(&pod, &snapshot);
+        if result.is_err() && reused {
+            // Fits nowhere in a reused snapshot: look again at the cluster as it is now.
+            snapshot = self.snapshot();
+            built = Instant::now();
+            result = schedule_pod(&pod, &snapshot);
+        }
+        let mut keep = true;
+        match result {
             Ok(node) => {
                 let mut placed = (*pod).clone();
                 placed.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
-                self.assumed.insert(qp.key.clone(), Arc::new(placed));
+                let placed = Arc::new(placed);
+                if let Some(info) = snapshot.nodes.iter_mut().find(|n| n.name == node) {
+                    info.add_pod(Arc::clone(&placed));
+                }
+                self.assumed.insert(qp.key.clone(), placed);
                 let (client, tx) = (self.client.clone(), self.tx.clone());
                 let (attempts, initial) = (qp.attempts, qp.initial);
                 let to_select = crate::plugins::volumes::claims_to_select(&pod, &snapshot, &node);
@@ -497,6 +524,7 @@ impl Scheduler {
                             if let Some(candidate) = crate::preemption::find(&pod, &snapshot, fit) {
                                 message = fit.nodes_message();
                                 self.preempt(&pod, candidate);
+                                keep = false;
                             }
                         }
                     }
@@ -522,6 +550,9 @@ impl Scheduler {
                     }
                 });
             }
+        }
+        if keep {
+            self.cached = Some((snapshot, built));
         }
     }
 

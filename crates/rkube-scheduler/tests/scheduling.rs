@@ -201,3 +201,54 @@ async fn taints_tolerations_and_node_selectors_steer_pods() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     sched.shutdown().await.expect("shutdown");
 }
+
+/// A burst of pods is placed from reused snapshots, each pod placed counted in the next one's:
+/// 20 pods of one cpu on four nodes of four cpus fill every node exactly and leave four pending,
+/// none over any node's capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_pods_fills_nodes_exactly_without_overcommitting_any() {
+    let server = TestServer::start().await;
+    let client = server.client();
+    for n in ["n1", "n2", "n3", "n4"] {
+        create_node(&client, n, "4", json!({})).await;
+    }
+    let sched = start(client.clone(), StartOptions::default())
+        .await
+        .expect("start");
+    for i in 0..20 {
+        create_pod(&client, &format!("p{i:02}"), "1", json!({})).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let per_node = eventually(30, "16 pods bound and 4 refused", || {
+        let pods = pods.clone();
+        async move {
+            let list = pods.list(&ListParams::default()).await.ok()?;
+            let mut per_node = std::collections::BTreeMap::<String, usize>::new();
+            let mut refused = 0;
+            for p in &list.items {
+                if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                    *per_node.entry(n).or_default() += 1;
+                }
+                let conds = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.clone())
+                    .unwrap_or_default();
+                if conds
+                    .iter()
+                    .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+                {
+                    refused += 1;
+                }
+            }
+            (per_node.values().sum::<usize>() == 16 && refused == 4).then_some(per_node)
+        }
+    })
+    .await;
+    assert_eq!(
+        per_node.values().copied().collect::<Vec<_>>(),
+        [4, 4, 4, 4],
+        "{per_node:?}"
+    );
+    sched.shutdown().await.expect("shutdown");
+}

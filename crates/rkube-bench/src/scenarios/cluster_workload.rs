@@ -23,6 +23,9 @@ use serde_json::json;
 use super::cluster_sim::{CallKey, Scope, Sim, Verb};
 use crate::stats::{micros, Histogram};
 
+/// Tries of one Deployment create that the server answers 429.
+const CREATE_ATTEMPTS: usize = 10;
+
 /// Replicas of each Deployment (the last one takes the remainder).
 pub const REPLICAS_PER_DEPLOYMENT: usize = 100;
 
@@ -175,8 +178,10 @@ pub fn deployment(ns: &str, name: &str, replicas: usize) -> serde_json::Value {
 }
 
 /// Creates Deployments totalling `total` replicas ([`REPLICAS_PER_DEPLOYMENT`] each) across the
-/// simulation's namespaces; returns how many Deployments and replicas were created (a failed
-/// create is counted by the recorder, and its replicas are not expected).
+/// simulation's namespaces; returns how many Deployments and replicas were created. A create
+/// answered 429 is tried again after a second (up to [`CREATE_ATTEMPTS`] times); every failure
+/// is counted by the recorder, and the replicas of a create that failed for good are not
+/// expected.
 pub async fn create_deployments(sim: &Sim, total: usize) -> (usize, usize) {
     let (mut deployments, mut created, mut asked) = (0, 0, 0);
     for d in 0.. {
@@ -189,16 +194,25 @@ pub async fn create_deployments(sim: &Sim, total: usize) -> (usize, usize) {
         let name = format!("dep-{d:05}");
         let path = format!("/apis/apps/v1/namespaces/{ns}/deployments");
         let body = deployment(&ns, &name, n);
-        let call = sim.api.create(&path, &body);
-        if sim
-            .rec
-            .call((Verb::Create, Scope::Resource, "deployments"), call)
-            .await
-            .is_ok()
-        {
-            deployments += 1;
-            created += n;
-            sim.pods_created.fetch_add(n as u64, Ordering::Relaxed);
+        // 429 (the server's in-flight limit) is retried after a second, as client-go does.
+        for attempt in 1..=CREATE_ATTEMPTS {
+            let call = sim.api.create(&path, &body);
+            match sim
+                .rec
+                .call((Verb::Create, Scope::Resource, "deployments"), call)
+                .await
+            {
+                Ok(_) => {
+                    deployments += 1;
+                    created += n;
+                    sim.pods_created.fetch_add(n as u64, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) if e.code() == Some(429) && attempt < CREATE_ATTEMPTS => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(_) => break,
+            }
         }
     }
     (deployments, created)
