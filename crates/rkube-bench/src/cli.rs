@@ -248,7 +248,7 @@ async fn run_one(args: BenchArgs) -> anyhow::Result<()> {
         None => std::env::current_exe().context("finding the rkube binary")?,
     };
     let caps = ServerCaps::detect(&exe);
-    let machine = MachineInfo::collect();
+    let machine = MachineInfo::collect(&args.out);
     if machine.rkube_build == "debug" && !args.quick {
         crate::progress::phase("warning: this is a debug build; figures are not comparable (use cargo build --release)");
     }

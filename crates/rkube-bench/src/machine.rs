@@ -28,7 +28,8 @@ pub struct MachineInfo {
     pub loadavg_1m_end: Option<f64>,
     /// `git rev-parse HEAD` of the rkube checkout the binary was built from, when found.
     pub rkube_git_commit: Option<String>,
-    /// True when tracked files differ from that commit (`git status --porcelain -uno`).
+    /// True when tracked files differ from that commit (`git status --porcelain -uno`),
+    /// the reports directory of the run excepted (its files are this run's outputs).
     pub rkube_git_dirty: Option<bool>,
     /// `release` or `debug` (figures from a debug build are not comparable).
     pub rkube_build: &'static str,
@@ -41,14 +42,13 @@ pub struct MachineInfo {
 }
 
 impl MachineInfo {
-    /// Reads everything now (the end load average is filled by [`MachineInfo::finish`]).
-    pub fn collect() -> MachineInfo {
+    /// Reads everything now (the end load average is filled by [`MachineInfo::finish`]);
+    /// `reports` is the run's output directory, left out of the dirty-tree check when it lies
+    /// inside the checkout (a run that rewrites committed reports is still a clean build).
+    pub fn collect(reports: &Path) -> MachineInfo {
         let repo = find_repo();
         let commit = repo.as_deref().and_then(|r| git(r, &["rev-parse", "HEAD"]));
-        let dirty = repo
-            .as_deref()
-            .and_then(|r| git(r, &["status", "--porcelain", "--untracked-files=no"]))
-            .map(|s| !s.is_empty());
+        let dirty = repo.as_deref().and_then(|r| dirty(r, reports));
         MachineInfo {
             nproc: std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -186,6 +186,43 @@ fn find_repo() -> Option<PathBuf> {
         .find(|d| d.join(".git").exists() && d.join("crates").is_dir())
 }
 
+/// Whether tracked files of `repo` differ from its HEAD, changes under `reports` aside.
+fn dirty(repo: &Path, reports: &Path) -> Option<bool> {
+    let mut args = vec![
+        "status".to_string(),
+        "--porcelain".into(),
+        "--untracked-files=no".into(),
+    ];
+    if let Some(rel) = inside(repo, reports) {
+        args.extend([
+            "--".into(),
+            ".".into(),
+            format!(":(exclude){}", rel.display()),
+        ]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    git(repo, &args).map(|s| !s.is_empty())
+}
+
+/// `path` relative to `repo` when it lies inside it (both resolved; `path` may not exist yet).
+fn inside(repo: &Path, path: &Path) -> Option<PathBuf> {
+    let repo = repo.canonicalize().ok()?;
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().ok()?.join(path)
+    };
+    // The directory may not exist yet: resolve its nearest existing ancestor.
+    let (base, rest) = abs.ancestors().find_map(|a| {
+        a.canonicalize()
+            .ok()
+            .map(|c| (c, abs.strip_prefix(a).ok().map(Path::to_path_buf)))
+    })?;
+    let full = base.join(rest.unwrap_or_default());
+    let rel = full.strip_prefix(&repo).ok()?.to_path_buf();
+    (!rel.as_os_str().is_empty()).then_some(rel)
+}
+
 /// Runs a read-only git command in `repo`; trimmed stdout on success.
 fn git(repo: &Path, args: &[&str]) -> Option<String> {
     let out = Command::new("git")
@@ -197,4 +234,65 @@ fn git(repo: &Path, args: &[&str]) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(dir: &Path, args: &[&str]) {
+        let ok = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .map(|o| o.status.success());
+        assert_eq!(ok.ok(), Some(true), "git {args:?}");
+    }
+
+    #[test]
+    fn rewritten_reports_do_not_make_the_tree_dirty_but_other_changes_do() {
+        let repo = tempfile::tempdir().expect("tempdir");
+        let r = repo.path();
+        run(r, &["init", "-q"]);
+        std::fs::create_dir_all(r.join("bench-results")).expect("dir");
+        std::fs::write(r.join("bench-results/list.json"), "{}").expect("write");
+        std::fs::write(r.join("src.rs"), "fn main() {}").expect("write");
+        run(r, &["add", "."]);
+        run(
+            r,
+            &[
+                "-c",
+                "user.email=b@e",
+                "-c",
+                "user.name=bench",
+                "commit",
+                "-qm",
+                "reports",
+            ],
+        );
+        assert_eq!(dirty(r, &r.join("bench-results")), Some(false));
+        std::fs::write(r.join("bench-results/list.json"), "{\"new\": 1}").expect("write");
+        assert_eq!(
+            dirty(r, &r.join("bench-results")),
+            Some(false),
+            "the run's own reports"
+        );
+        assert_eq!(
+            dirty(r, Path::new("/elsewhere")),
+            Some(true),
+            "reports written elsewhere: a change"
+        );
+        std::fs::write(r.join("src.rs"), "fn main() { }").expect("write");
+        assert_eq!(
+            dirty(r, &r.join("bench-results")),
+            Some(true),
+            "a source change"
+        );
+        assert_eq!(
+            inside(r, &r.join("not-yet/made")),
+            Some(PathBuf::from("not-yet/made"))
+        );
+        assert_eq!(inside(r, Path::new("/elsewhere")), None);
+    }
 }
