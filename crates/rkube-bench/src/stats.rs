@@ -129,8 +129,9 @@ pub fn fmt_bytes(b: u64) -> String {
     }
 }
 
-/// A latency histogram with logarithmic buckets (5% wide) from 1 µs to
-/// ~100 s, for millions of samples (watch event deliveries) in fixed memory.
+/// A latency histogram with logarithmic buckets (5% wide) from 1 µs to the
+/// largest sample a `u32` of microseconds holds (~71 minutes), for millions of
+/// samples (watch event deliveries) in fixed memory.
 /// Percentiles are the upper bound of the bucket holding the rank, so they
 /// overstate by at most 5%; min, max, mean and count are exact.
 #[derive(Debug, Clone)]
@@ -144,8 +145,8 @@ pub struct Histogram {
 
 /// Bucket growth factor.
 const GROWTH: f64 = 1.05;
-/// Buckets: ceil(ln(1e8 µs) / ln(1.05)) + 1.
-const BUCKETS: usize = 380;
+/// Buckets: ceil(ln(u32::MAX µs) / ln(1.05)) + 1.
+const BUCKETS: usize = 456;
 
 impl Default for Histogram {
     fn default() -> Self {
@@ -268,6 +269,19 @@ mod tests {
         let mut m = Histogram::default();
         m.merge(&h);
         assert_eq!(m.count(), 10_000);
+    }
+
+    #[test]
+    fn percentiles_past_a_hundred_seconds_are_not_clamped() {
+        let mut h = Histogram::default();
+        for s in [100u32, 300, 600, 900] {
+            h.record(s * 1_000_000);
+        }
+        let sum = h.summary().unwrap();
+        assert!((sum.p50 / 300.0 - 1.0).abs() <= 0.05, "p50 {}", sum.p50);
+        assert!((sum.p90 / 900.0 - 1.0).abs() <= 0.05, "p90 {}", sum.p90);
+        h.record(u32::MAX);
+        assert_eq!(h.summary().unwrap().max, f64::from(u32::MAX) / 1e6);
     }
 
     #[test]
