@@ -27,6 +27,8 @@ pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 pub const UNHEALTHY: &str = "Unhealthy";
 /// `BackOff`: a container is waiting out its restart back-off.
 pub const BACK_OFF: &str = "BackOff";
+/// `ErrImageNeverPull`: the image is absent and its pull policy is `Never`.
+pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
 /// `InvalidEnvironmentVariableNames`: `envFrom` keys that are no variable names were skipped.
 pub const INVALID_ENV_NAMES: &str = "InvalidEnvironmentVariableNames";
 

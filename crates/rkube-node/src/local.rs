@@ -118,7 +118,7 @@ pub fn sign_serving_cert(
 }
 
 /// How long [`run_local_node`] waits for the kubelet API's serving certificate.
-const SERVING_CERT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+const SERVING_CERT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Starts `rkube runtime` (socket `<data_dir>/node/cri.sock`), the node agent (evented PLEG,
 /// pod logs under `<data_dir>/node/pods`, healthz on an ephemeral loopback port, InternalIP

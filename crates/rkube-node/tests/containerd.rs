@@ -271,6 +271,77 @@ async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status(
     assert_eq!((t.exit_code, t.reason.as_deref()), (3, Some("Error")));
     let to_terminal = created.elapsed();
 
+    // Images that cannot be had: a pull from a registry that refuses connections is
+    // `ErrImagePull` with kubelet's message, then `ImagePullBackOff` while the back-off runs;
+    // an absent image with `imagePullPolicy: Never` is `ErrImageNeverPull`.
+    let unreachable = "127.0.0.1:1/rkube/missing:1.0";
+    let mut nopull = host_network_pod("nopull", "Never", &["true"]);
+    nopull.spec.as_mut().expect("spec").containers[0].image = Some(unreachable.into());
+    pods.create(&pp, &nopull).await.expect("create nopull");
+    let mut never = host_network_pod("never", "Never", &["true"]);
+    let c = &mut never.spec.as_mut().expect("spec").containers[0];
+    c.image = Some("rkube.test/absent:1.0".into());
+    c.image_pull_policy = Some("Never".into());
+    pods.create(&pp, &never).await.expect("create never");
+    let waiting = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.first())
+            .and_then(|c| c.state.as_ref())
+            .and_then(|s| s.waiting.clone())
+            .map(|w| (w.reason.unwrap_or_default(), w.message.unwrap_or_default()))
+    };
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut seen: Vec<(String, String)> = Vec::new();
+    loop {
+        if let Some(w) = waiting(&pods.get("nopull").await.expect("get nopull")) {
+            if seen.last() != Some(&w) {
+                seen.push(w.clone());
+            }
+            if w.0 == "ImagePullBackOff" {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nopull never reached ImagePullBackOff: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pulled = seen
+        .iter()
+        .find(|(r, _)| r == "ErrImagePull")
+        .expect("ErrImagePull first");
+    assert!(
+        pulled
+            .1
+            .starts_with(&format!("Failed to pull image {unreachable:?}: ")),
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.last().map(|w| w.1.clone()),
+        Some(format!("Back-off pulling image {unreachable:?}"))
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let w = loop {
+        if let Some(w) = waiting(&pods.get("never").await.expect("get never"))
+            .filter(|w| w.0 != "ContainerCreating")
+        {
+            break w;
+        }
+        assert!(Instant::now() < deadline, "never: no ErrImageNeverPull");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        w,
+        (
+            "ErrImageNeverPull".to_string(),
+            "Container image \"rkube.test/absent:1.0\" is not present with pull policy of Never"
+                .to_string()
+        )
+    );
+
     // PLEG: containerd 1.6 has no GetContainerEvents, so the evented PLEG gave up for good and
     // the generic PLEG relists every second; every status came from relists/inspections.
     let evented = agent
@@ -390,11 +461,13 @@ fn host_network_pods_get_node_namespaces_no_hostname_and_the_node_ip() {
 
     let backing_off = Default::default();
     let config_errors = Default::default();
+    let image_errors = Default::default();
     let probe_results = Default::default();
     let ctx = StatusContext {
         phase: Phase::Pending,
         backing_off: &backing_off,
         config_errors: &config_errors,
+        image_errors: &image_errors,
         probe_results: &probe_results,
         host_ip: "10.1.2.3",
         runtime_name: "containerd",

@@ -60,6 +60,49 @@ pub async fn ensure(
     if still_valid(&current) {
         return Ok(current);
     }
+    // Errors talking to the API server (429s, a restart) are retried with a back-off, as
+    // client-go's certificate manager does; a denied or failed request is final.
+    let mut wait = Duration::from_secs(1);
+    loop {
+        match request_once(client.clone(), req, &current, shutdown.clone()).await {
+            Ok(path) => return Ok(path),
+            Err(Outcome::Final(err)) => return Err(err),
+            Err(Outcome::Retry(err)) => {
+                tracing::warn!(%err, retry_in = ?wait, "requesting the kubelet API's serving certificate");
+                tokio::select! {
+                    _ = shutdown.wait() => anyhow::bail!("stopped while requesting the serving certificate: {err}"),
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                wait = (wait * 2).min(MAX_RETRY_WAIT);
+            }
+        }
+    }
+}
+
+/// The longest wait between two tries of the request.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
+
+/// How one try ended without a certificate.
+enum Outcome {
+    /// Try again (the API server could not be reached or refused for now).
+    Retry(anyhow::Error),
+    /// Give up (denied, failed, or the agent stopped).
+    Final(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Outcome {
+    fn from(e: E) -> Self {
+        Outcome::Retry(e.into())
+    }
+}
+
+/// One try: a new key and CSR, then waiting until it is issued, denied or failed.
+async fn request_once(
+    client: kube::Client,
+    req: &ServingRequest,
+    current: &Path,
+    mut shutdown: Shutdown,
+) -> Result<PathBuf, Outcome> {
     let key = rcgen::KeyPair::generate()?;
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -106,22 +149,24 @@ pub async fn ensure(
         let status = csr.status.unwrap_or_default();
         for c in status.conditions.unwrap_or_default() {
             if (c.type_ == "Denied" || c.type_ == "Failed") && c.status == "True" {
-                anyhow::bail!(
-                    "certificate signing request {name} {}: {}",
-                    c.type_.to_lowercase(),
-                    c.message.unwrap_or_default()
-                );
+                let state = c.type_.to_lowercase();
+                let message = c.message.unwrap_or_default();
+                return Err(Outcome::Final(anyhow::anyhow!(
+                    "certificate signing request {name} {state}: {message}"
+                )));
             }
         }
         if let Some(cert) = status.certificate.filter(|c| !c.0.is_empty()) {
             std::fs::create_dir_all(&req.dir)?;
             let mut both = String::from_utf8(cert.0)?;
             both.push_str(&key.serialize_pem());
-            super::tls::write_private(&current, &both)?;
-            return Ok(current);
+            super::tls::write_private(current, &both)?;
+            return Ok(current.to_path_buf());
         }
         tokio::select! {
-            _ = shutdown.wait() => anyhow::bail!("stopped while waiting for certificate signing request {name}"),
+            _ = shutdown.wait() => return Err(Outcome::Final(anyhow::anyhow!(
+                "stopped while waiting for certificate signing request {name}"
+            ))),
             _ = tokio::time::sleep(POLL) => {}
         }
     }

@@ -35,6 +35,9 @@ pub struct StatusContext<'a> {
     /// Containers whose configuration failed: name → error
     /// (`CreateContainerConfigError`).
     pub config_errors: &'a HashMap<String, String>,
+    /// Containers whose image could not be had: name → (waiting reason, message):
+    /// `ErrImagePull`, `ImagePullBackOff` or `ErrImageNeverPull`.
+    pub image_errors: &'a HashMap<String, (String, String)>,
     /// Probe results of running containers: name → (ready, started); a
     /// container not listed is ready and started while it runs.
     pub probe_results: &'a HashMap<String, (bool, bool)>,
@@ -208,7 +211,12 @@ fn container_status(
                 .filter(|l| l.terminated.is_some())
         }
     };
+    let image_error = ctx.image_errors.get(&spec.name).cloned();
     let (state, last, running) = match latest {
+        None if image_error.is_some() => {
+            let (reason, message) = image_error.unwrap_or_default();
+            (waiting(&reason, Some(message)), None, false)
+        }
         None if config_error.is_some() => (
             waiting("CreateContainerConfigError", config_error),
             None,

@@ -393,11 +393,18 @@ fn no_errors() -> &'static HashMap<String, String> {
     EMPTY.get_or_init(HashMap::new)
 }
 
+fn no_image_errors() -> &'static HashMap<String, (String, String)> {
+    static EMPTY: std::sync::OnceLock<HashMap<String, (String, String)>> =
+        std::sync::OnceLock::new();
+    EMPTY.get_or_init(HashMap::new)
+}
+
 fn ctx<'a>(phase: Phase, backing_off: &'a HashMap<String, Timestamp>) -> StatusContext<'a> {
     StatusContext {
         phase,
         backing_off,
         config_errors: no_errors(),
+        image_errors: no_image_errors(),
         probe_results: no_probes(),
         host_ip: "192.0.2.1",
         runtime_name: "rkube",

@@ -121,7 +121,7 @@ pub fn reflects(status: &PodStatus, expect: &[Expectation]) -> bool {
 async fn ensure_image(
     cri: &CriClient,
     container: &k8s_openapi::api::core::v1::Container,
-) -> anyhow::Result<Option<String>> {
+) -> Result<Option<String>, ImageError> {
     let Some(image) = container.image.as_deref().filter(|i| !i.is_empty()) else {
         return Ok(None);
     };
@@ -135,16 +135,52 @@ async fn ensure_image(
         )));
     }
     if policy == "Never" {
-        anyhow::bail!(
-            "ErrImageNeverPull: container image {image:?} is not present with pull policy of Never"
-        );
+        return Err(ImageError::NeverPull(format!(
+            "Container image {image:?} is not present with pull policy of Never"
+        )));
     }
     let began = std::time::Instant::now();
-    cri.pull_image(image).await?;
+    cri.pull_image(image)
+        .await
+        .map_err(|e| ImageError::Pull(format!("Failed to pull image {image:?}: {e}")))?;
     Ok(Some(format!(
         "Successfully pulled image {image:?} in {:?}",
         began.elapsed()
     )))
+}
+
+/// Why a container's image could not be had (upstream `images.ErrImagePull`,
+/// `ErrImageNeverPull`); the message is upstream's event message.
+#[derive(Debug)]
+enum ImageError {
+    /// `ImageStatus` failed.
+    Status(String),
+    /// The pull failed.
+    Pull(String),
+    /// Absent, and the pull policy is `Never`.
+    NeverPull(String),
+}
+
+impl From<crate::cri::CriError> for ImageError {
+    fn from(e: crate::cri::CriError) -> Self {
+        ImageError::Status(e.to_string())
+    }
+}
+
+/// First wait before a failed image pull is tried again, doubled after each failure up to
+/// [`IMAGE_BACKOFF_MAX`] (kubelet's image back-off: 10 s to 300 s).
+const IMAGE_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+/// The longest wait between pulls of an image that failed.
+const IMAGE_BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// A container whose image could not be had, and when it is tried again.
+#[derive(Debug, Clone)]
+struct ImagePull {
+    /// `ErrImagePull`, `ImagePullBackOff` or `ErrImageNeverPull`.
+    reason: &'static str,
+    message: String,
+    backoff: Duration,
+    next_try: std::time::Instant,
 }
 
 /// The restart counts the pod's API status reports, per container (init
@@ -192,6 +228,8 @@ pub struct PodWorker {
     /// Volumes that could not be set up: name → the `FailedMount` message
     /// last reported (reported again only when it changes).
     mount_errors: HashMap<String, String>,
+    /// Containers whose image could not be had, by name.
+    image_pulls: HashMap<String, ImagePull>,
     /// When the file-backed volumes were last rewritten from their sources.
     volumes_refreshed: Option<std::time::Instant>,
     /// Liveness, readiness and startup probe results.
@@ -235,6 +273,7 @@ impl PodWorker {
             wake_at: None,
             config_errors: HashMap::new(),
             mount_errors: HashMap::new(),
+            image_pulls: HashMap::new(),
             volumes_refreshed: None,
             prober: Prober::default(),
             probe_results: HashMap::new(),
@@ -396,15 +435,20 @@ impl PodWorker {
         self.write_status(&reported, &status, phase, &actions.backing_off, now_ts)
             .await;
         if !actions.is_noop() {
-            let errors_before = self.config_errors.clone();
+            let errors_before = (self.config_errors.clone(), self.image_errors());
             self.execute(&actions, &status).await?;
-            if self.config_errors != errors_before {
+            if (self.config_errors.clone(), self.image_errors()) != errors_before {
                 self.write_status(&reported, &status, phase, &actions.backing_off, now_ts)
                     .await;
             }
         }
         self.refresh_volumes(&status).await;
-        if !self.config_errors.is_empty() || !self.mount_errors.is_empty() {
+        if !self.config_errors.is_empty()
+            || !self.mount_errors.is_empty()
+            || !self.image_pulls.is_empty()
+        {
+            // Image pulls in back-off are looked at again as often: the first look after an
+            // error reports ImagePullBackOff, a look past the back-off pulls again.
             let retry =
                 Timestamp(now().0 + i64::try_from(CONFIG_RETRY.as_nanos()).unwrap_or(i64::MAX));
             self.wake_at = Some(
@@ -413,6 +457,14 @@ impl PodWorker {
             );
         }
         Ok(())
+    }
+
+    /// The waiting reason and message of each container whose image could not be had.
+    fn image_errors(&self) -> HashMap<String, (String, String)> {
+        self.image_pulls
+            .iter()
+            .map(|(name, p)| (name.clone(), (p.reason.to_string(), p.message.clone())))
+            .collect()
     }
 
     async fn execute(&mut self, actions: &PodActions, status: &PodStatus) -> anyhow::Result<()> {
@@ -503,13 +555,56 @@ impl PodWorker {
                     continue;
                 }
             };
+            let image = container.image.clone().unwrap_or_default();
+            if let Some(pull) = self.image_pulls.get_mut(&plan.name) {
+                if std::time::Instant::now() < pull.next_try {
+                    // Waiting out the back-off (upstream's `ImagePullBackOff`).
+                    if pull.reason == "ErrImagePull" {
+                        pull.reason = "ImagePullBackOff";
+                        pull.message = format!("Back-off pulling image {image:?}");
+                        events
+                            .publish(&regarding, false, events::BACK_OFF, pull.message.clone())
+                            .await;
+                    }
+                    continue;
+                }
+            }
             let pulled = match ensure_image(&cri, container).await {
-                Ok(pulled) => pulled,
+                Ok(pulled) => {
+                    self.image_pulls.remove(&plan.name);
+                    pulled
+                }
                 Err(err) => {
+                    let (reason, message, event_reason) = match err {
+                        ImageError::NeverPull(m) => {
+                            ("ErrImageNeverPull", m, events::ERR_IMAGE_NEVER_PULL)
+                        }
+                        ImageError::Pull(m) | ImageError::Status(m) => {
+                            ("ErrImagePull", m, events::FAILED)
+                        }
+                    };
+                    let backoff = self
+                        .image_pulls
+                        .get(&plan.name)
+                        .map_or(IMAGE_BACKOFF_INITIAL, |p| {
+                            (p.backoff * 2).min(IMAGE_BACKOFF_MAX)
+                        });
                     events
-                        .publish(&regarding, true, events::FAILED, format!("Error: {err}"))
+                        .publish(&regarding, true, event_reason, message.clone())
                         .await;
-                    return Err(err);
+                    events
+                        .publish(&regarding, true, events::FAILED, format!("Error: {reason}"))
+                        .await;
+                    self.image_pulls.insert(
+                        plan.name.clone(),
+                        ImagePull {
+                            reason,
+                            message,
+                            backoff,
+                            next_try: std::time::Instant::now() + backoff,
+                        },
+                    );
+                    continue;
                 }
             };
             let namespace = pod
@@ -666,10 +761,12 @@ impl PodWorker {
         backing_off: &HashMap<String, Timestamp>,
         now_ts: Timestamp,
     ) {
+        let image_errors = self.image_errors();
         let ctx = StatusContext {
             phase,
             backing_off,
             config_errors: &self.config_errors,
+            image_errors: &image_errors,
             probe_results: &self.probe_results,
             host_ip: &self.env.host_ip,
             runtime_name: &self.env.runtime_name,
