@@ -105,17 +105,8 @@ impl FieldError {
 
     /// `Invalid value: <rendered>: <detail>`, the value already printed the
     /// way upstream prints it (e.g. Go's `%#v` of a list).
-    pub fn invalid_rendered(
-        field: &str,
-        rendered: impl Into<String>,
-        detail: impl Into<String>,
-    ) -> Self {
-        Self::with(
-            FieldErrorType::Invalid,
-            field,
-            Some(rendered.into()),
-            detail,
-        )
+    pub fn invalid_rendered(field: &str, rendered: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::with(FieldErrorType::Invalid, field, Some(rendered.into()), detail)
     }
 
     /// `Required value: <detail>`.
@@ -157,12 +148,7 @@ impl FieldError {
 
     /// `Too many: <actual>: must have at most <max> items` (upstream `field.TooMany`).
     pub fn too_many(field: &str, actual: usize, max: usize) -> Self {
-        Self::with(
-            FieldErrorType::TooMany,
-            field,
-            Some(actual.to_string()),
-            format!("must have at most {max} items"),
-        )
+        Self::with(FieldErrorType::TooMany, field, Some(actual.to_string()), format!("must have at most {max} items"))
     }
 
     /// `Duplicate value: "<value>"`.

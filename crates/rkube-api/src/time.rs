@@ -54,17 +54,13 @@ pub fn parse_go_duration(s: &str) -> Option<i64> {
     }
     let mut total: f64 = 0.0;
     while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         if num_len == 0 {
             return None;
         }
         let n: f64 = rest[..num_len].parse().ok()?;
         rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
         let scale = match &rest[..unit_len] {
             "ns" => 1.0,
             "us" | "µs" | "μs" => 1e3,
@@ -92,13 +88,7 @@ pub fn format_go_duration(ns: i64) -> String {
     let neg = ns < 0;
     let u = ns.unsigned_abs();
     let mut s = if u < 1_000_000_000 {
-        let (unit, div) = if u < 1_000 {
-            ("ns", 1)
-        } else if u < 1_000_000 {
-            ("µs", 1_000)
-        } else {
-            ("ms", 1_000_000)
-        };
+        let (unit, div) = if u < 1_000 { ("ns", 1) } else if u < 1_000_000 { ("µs", 1_000) } else { ("ms", 1_000_000) };
         format!("{}{}", trim_frac(u, div), unit)
     } else {
         let secs_total = u / 1_000_000_000;
@@ -128,3 +118,4 @@ fn trim_frac(v: u64, div: u64) -> String {
     let f = format!("{frac:0width$}");
     format!("{whole}.{}", f.trim_end_matches('0'))
 }
+

@@ -307,18 +307,14 @@ fn go_string_slice(items: &[&str]) -> String {
 /// are skipped here.
 pub fn validate_finalizers(finalizers: &[serde_json::Value]) -> Vec<StatusCause> {
     const FIELD: &str = "metadata.finalizers";
-    let names: Vec<&str> = finalizers
-        .iter()
-        .filter_map(serde_json::Value::as_str)
-        .collect();
+    let names: Vec<&str> = finalizers.iter().filter_map(serde_json::Value::as_str).collect();
     let mut causes: Vec<StatusCause> = Vec::new();
     for name in &names {
         for m in is_qualified_name(name) {
             causes.push(FieldError::invalid(FIELD, name, m).into());
         }
     }
-    if names.contains(&FINALIZER_ORPHAN_DEPENDENTS) && names.contains(&FINALIZER_DELETE_DEPENDENTS)
-    {
+    if names.contains(&FINALIZER_ORPHAN_DEPENDENTS) && names.contains(&FINALIZER_DELETE_DEPENDENTS) {
         let detail = format!(
             "finalizer {FINALIZER_ORPHAN_DEPENDENTS} and {FINALIZER_DELETE_DEPENDENTS} cannot be both set"
         );
@@ -366,50 +362,26 @@ fn go_owner_reference(r: &serde_json::Value) -> String {
 /// reference with `controller: true`.
 pub fn validate_owner_references(refs: &[serde_json::Value]) -> Vec<StatusCause> {
     const FIELD: &str = "metadata.ownerReferences";
-    let text = |r: &serde_json::Value, k: &str| {
-        r.get(k)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
+    let text = |r: &serde_json::Value, k: &str| r.get(k).and_then(serde_json::Value::as_str).unwrap_or("").to_string();
     let mut causes: Vec<StatusCause> = Vec::new();
     let mut first_controller: Option<String> = None;
     for r in refs {
-        let (api_version, kind, name, uid) = (
-            text(r, "apiVersion"),
-            text(r, "kind"),
-            text(r, "name"),
-            text(r, "uid"),
-        );
+        let (api_version, kind, name, uid) = (text(r, "apiVersion"), text(r, "kind"), text(r, "name"), text(r, "uid"));
         let (group, version) = group_version(&api_version);
         if version.is_empty() {
-            causes.push(
-                FieldError::invalid(
-                    &format!("{FIELD}.apiVersion"),
-                    &api_version,
-                    "version must not be empty",
-                )
-                .into(),
-            );
+            causes.push(FieldError::invalid(&format!("{FIELD}.apiVersion"), &api_version, "version must not be empty").into());
         }
         if kind.is_empty() {
-            causes.push(
-                FieldError::invalid(&format!("{FIELD}.kind"), &kind, "must not be empty").into(),
-            );
+            causes.push(FieldError::invalid(&format!("{FIELD}.kind"), &kind, "must not be empty").into());
         }
         if name.is_empty() {
-            causes.push(
-                FieldError::invalid(&format!("{FIELD}.name"), &name, "must not be empty").into(),
-            );
+            causes.push(FieldError::invalid(&format!("{FIELD}.name"), &name, "must not be empty").into());
         }
         if uid.is_empty() {
-            causes.push(
-                FieldError::invalid(&format!("{FIELD}.uid"), &uid, "must not be empty").into(),
-            );
+            causes.push(FieldError::invalid(&format!("{FIELD}.uid"), &uid, "must not be empty").into());
         }
         if BANNED_OWNERS.contains(&(group, version, kind.as_str())) {
-            let detail =
-                format!("{group}/{version}, Kind={kind} is disallowed from being an owner");
+            let detail = format!("{group}/{version}, Kind={kind} is disallowed from being an owner");
             causes.push(FieldError::invalid_rendered(FIELD, go_owner_reference(r), detail).into());
         }
         if r.get("controller").and_then(serde_json::Value::as_bool) == Some(true) {

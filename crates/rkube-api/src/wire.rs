@@ -56,20 +56,14 @@ fn top_rank(key: &str) -> u8 {
 /// Rank of a `metadata` key: its place in [`OBJECT_META_ORDER`]; unknown
 /// keys after them, in their present order.
 fn meta_rank(key: &str) -> usize {
-    OBJECT_META_ORDER
-        .iter()
-        .position(|k| *k == key)
-        .unwrap_or(OBJECT_META_ORDER.len())
+    OBJECT_META_ORDER.iter().position(|k| *k == key).unwrap_or(OBJECT_META_ORDER.len())
 }
 
 /// Reorders `map`'s keys by `rank` (stable: equal ranks keep their order).
 /// Values are moved, not copied; nothing is rebuilt when already in order.
 /// Returns whether anything moved.
 fn reorder<R: Ord>(map: &mut Map<String, Value>, rank: impl Fn(&str) -> R) -> bool {
-    let sorted = map
-        .keys()
-        .zip(map.keys().skip(1))
-        .all(|(a, b)| rank(a) <= rank(b));
+    let sorted = map.keys().zip(map.keys().skip(1)).all(|(a, b)| rank(a) <= rank(b));
     if sorted {
         return false;
     }
@@ -85,9 +79,7 @@ fn reorder<R: Ord>(map: &mut Map<String, Value>, rank: impl Fn(&str) -> R) -> bo
 /// the object's serialized bytes re-encodes only then). Non-objects are left
 /// alone.
 pub fn order_object_keys(obj: &mut Value) -> bool {
-    let Value::Object(map) = obj else {
-        return false;
-    };
+    let Value::Object(map) = obj else { return false };
     let mut moved = reorder(map, top_rank);
     if let Some(Value::Object(meta)) = map.get_mut("metadata") {
         moved |= reorder(meta, meta_rank);
@@ -129,22 +121,15 @@ mod tests {
 
     #[test]
     fn status_goes_last_and_other_fields_keep_their_order() {
-        let mut obj =
-            json!({"status": {}, "spec": {}, "kind": "Pod", "extra": 1, "apiVersion": "v1"});
+        let mut obj = json!({"status": {}, "spec": {}, "kind": "Pod", "extra": 1, "apiVersion": "v1"});
         order_object_keys(&mut obj);
-        assert_eq!(
-            keys(&obj),
-            ["kind", "apiVersion", "spec", "extra", "status"]
-        );
+        assert_eq!(keys(&obj), ["kind", "apiVersion", "spec", "extra", "status"]);
         let mut not_object = json!([1, 2]);
         assert!(!order_object_keys(&mut not_object));
     }
 
     #[test]
     fn bodies_end_with_a_newline() {
-        assert_eq!(
-            to_json_body(&json!({"kind": "Status"})).unwrap(),
-            b"{\"kind\":\"Status\"}\n"
-        );
+        assert_eq!(to_json_body(&json!({"kind": "Status"})).unwrap(), b"{\"kind\":\"Status\"}\n");
     }
 }

@@ -58,11 +58,7 @@ fn hostile_key() -> impl Strategy<Value = String> {
 fn check_rejection(status: &Status) -> Result<(), TestCaseError> {
     prop_assert_eq!(status.code, 400);
     prop_assert_eq!(status.reason.as_str(), "BadRequest");
-    prop_assert!(
-        status.message.starts_with("invalid continue token: "),
-        "{}",
-        status.message
-    );
+    prop_assert!(status.message.starts_with("invalid continue token: "), "{}", status.message);
     Ok(())
 }
 
@@ -75,11 +71,7 @@ fn check_token(token: &str) -> Result<(), TestCaseError> {
             prop_assert!(!t.start_key.ends_with('/'), "{:?}", t.start_key);
             if !t.start_key.is_empty() {
                 for seg in t.start_key.split('/') {
-                    prop_assert!(
-                        !seg.is_empty() && seg != "." && seg != "..",
-                        "unclean key {:?}",
-                        t.start_key
-                    );
+                    prop_assert!(!seg.is_empty() && seg != "." && seg != "..", "unclean key {:?}", t.start_key);
                 }
             }
             // Re-encoding gives a token that decodes to the same thing (the
@@ -92,11 +84,7 @@ fn check_token(token: &str) -> Result<(), TestCaseError> {
         }
         Err(status) => {
             check_rejection(&status)?;
-            if !token.is_empty()
-                && token
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            {
+            if !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
                 let via_query = ListOptions::from_query(&format!("continue={token}"))
                     .err()
                     .ok_or_else(|| TestCaseError::fail("query accepted an invalid token"))?;

@@ -79,7 +79,5 @@ proptest! {
 }
 
 fn check_string(s: &str) -> Result<(), TestCaseError> {
-    check_selector_string(s, "fieldSelector", FieldSelector::parse, |o| {
-        &o.field_selector
-    })
+    check_selector_string(s, "fieldSelector", FieldSelector::parse, |o| &o.field_selector)
 }

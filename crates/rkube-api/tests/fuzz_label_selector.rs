@@ -61,11 +61,7 @@ fn key() -> impl Strategy<Value = String> {
 
 /// A valid label value (possibly empty).
 fn value() -> impl Strategy<Value = String> {
-    prop_oneof![
-        Just(String::new()),
-        "[A-Za-z0-9]([A-Za-z0-9_.-]{0,20}[A-Za-z0-9])?",
-        "[0-9]{1,12}"
-    ]
+    prop_oneof![Just(String::new()), "[A-Za-z0-9]([A-Za-z0-9_.-]{0,20}[A-Za-z0-9])?", "[0-9]{1,12}"]
 }
 
 fn requirement() -> impl Strategy<Value = LabelRequirement> {
@@ -81,23 +77,18 @@ fn requirement() -> impl Strategy<Value = LabelRequirement> {
         Just(LabelOperator::LessThan),
     ];
     // Label values start with an alphanumeric, so `>`/`<` bounds are non-negative.
-    (
-        key(),
-        op,
-        prop::collection::btree_set(value(), 1..4),
-        0i64..1_000_000,
-    )
-        .prop_filter_map("requirement must be valid", |(k, op, vals, n)| {
+    (key(), op, prop::collection::btree_set(value(), 1..4), 0i64..1_000_000).prop_filter_map(
+        "requirement must be valid",
+        |(k, op, vals, n)| {
             let values: BTreeSet<String> = match op {
                 LabelOperator::Exists | LabelOperator::DoesNotExist => BTreeSet::new(),
                 LabelOperator::In | LabelOperator::NotIn => vals,
-                LabelOperator::GreaterThan | LabelOperator::LessThan => {
-                    BTreeSet::from([n.to_string()])
-                }
+                LabelOperator::GreaterThan | LabelOperator::LessThan => BTreeSet::from([n.to_string()]),
                 _ => vals.into_iter().take(1).collect(),
             };
             LabelRequirement::new(&k, op, values).ok()
-        })
+        },
+    )
 }
 
 proptest! {
@@ -126,7 +117,5 @@ proptest! {
 }
 
 fn check_string(s: &str) -> Result<(), TestCaseError> {
-    check_selector_string(s, "labelSelector", LabelSelector::parse, |o| {
-        &o.label_selector
-    })
+    check_selector_string(s, "labelSelector", LabelSelector::parse, |o| &o.label_selector)
 }

@@ -26,10 +26,7 @@ fn check_query_error(status: &Status) -> Result<(), TestCaseError> {
         400 => prop_assert_eq!(status.reason.as_str(), "BadRequest"),
         422 => {
             prop_assert_eq!(status.reason.as_str(), "Invalid");
-            let details = status
-                .details
-                .as_ref()
-                .ok_or_else(|| TestCaseError::fail("422 without details"))?;
+            let details = status.details.as_ref().ok_or_else(|| TestCaseError::fail("422 without details"))?;
             prop_assert_eq!(details.kind.as_str(), "ListOptions");
             prop_assert_eq!(details.group.as_str(), "meta.k8s.io");
             prop_assert!(!details.causes.is_empty());

@@ -29,9 +29,7 @@ pub fn splice<T: Send + 'static>(
         if let Some(h) = head.take() {
             chunk.extend_from_slice(&h);
         }
-        while next < items.len()
-            && (chunk.is_empty() || chunk.len() + bytes(&items[next]).len() < chunk_bytes)
-        {
+        while next < items.len() && (chunk.is_empty() || chunk.len() + bytes(&items[next]).len() < chunk_bytes) {
             let b = bytes(&items[next]);
             prefix(next, b.len(), &mut chunk);
             chunk.extend_from_slice(b);

@@ -19,33 +19,18 @@ use crate::error::ApiError;
 use crate::state::ApiState;
 
 /// Namespaces that exist from the first start (upstream's system namespaces).
-pub const SYSTEM_NAMESPACES: &[&str] =
-    &["default", "kube-system", "kube-public", "kube-node-lease"];
+pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// Creates `obj` (of `info`, named `name`) unless it exists, with defaults,
 /// a uid and a creation timestamp.
-pub(crate) async fn create_missing(
-    st: &ApiState,
-    info: &ResourceInfo,
-    mut obj: Value,
-) -> Result<(), ApiError> {
+pub(crate) async fn create_missing(st: &ApiState, info: &ResourceInfo, mut obj: Value) -> Result<(), ApiError> {
     let name = crate::object::name(&obj).to_string();
     let key = info.object_key(st.prefix(), crate::object::namespace(&obj), &name);
-    if st
-        .storage
-        .get(&key)
-        .await
-        .map_err(|e| ApiError::from_storage(e, info, &name))?
-        .is_some()
-    {
+    if st.storage.get(&key).await.map_err(|e| ApiError::from_storage(e, info, &name))?.is_some() {
         return Ok(());
     }
     crate::object::set_meta(&mut obj, "uid", json!(crate::object::new_uid()));
-    crate::object::set_meta(
-        &mut obj,
-        "creationTimestamp",
-        json!(rkube_api::time::now_rfc3339()),
-    );
+    crate::object::set_meta(&mut obj, "creationTimestamp", json!(rkube_api::time::now_rfc3339()));
     info.strategy.apply_defaults(&mut obj);
     crate::object::set_initial_generation(&mut obj, info.has_spec);
     rkube_api::wire::order_object_keys(&mut obj);
@@ -57,8 +42,7 @@ pub(crate) async fn create_missing(
 }
 
 fn row(group: &str, resource: &str) -> Result<&'static ResourceInfo, ApiError> {
-    registry::lookup(group, "v1", resource)
-        .ok_or_else(|| ApiError::internal(format!("{resource} are not served")))
+    registry::lookup(group, "v1", resource).ok_or_else(|| ApiError::internal(format!("{resource} are not served")))
 }
 
 /// The local APIService of one group version (`v1.apps`, `v1.` for core).
@@ -160,24 +144,13 @@ fn priority_levels() -> [Value; 2] {
 pub async fn ensure(st: &ApiState) -> Result<(), ApiError> {
     let namespaces = row("", "namespaces")?;
     for ns in SYSTEM_NAMESPACES {
-        create_missing(
-            st,
-            namespaces,
-            json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": ns}}),
-        )
-        .await?;
+        create_missing(st, namespaces, json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": ns}})).await?;
     }
     let pcs = row("scheduling.k8s.io", "priorityclasses")?;
     for pc in priority_classes() {
         create_missing(st, pcs, pc).await?;
     }
-    let (fs, plc) = (
-        row("flowcontrol.apiserver.k8s.io", "flowschemas")?,
-        row(
-            "flowcontrol.apiserver.k8s.io",
-            "prioritylevelconfigurations",
-        )?,
-    );
+    let (fs, plc) = (row("flowcontrol.apiserver.k8s.io", "flowschemas")?, row("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations")?);
     for obj in flow_schemas() {
         create_missing(st, fs, obj).await?;
     }

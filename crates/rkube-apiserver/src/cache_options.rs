@@ -27,29 +27,20 @@ pub enum CacheOptionsError {
 /// Parses a Go duration (`300ms`, `1.5h`, `2h45m`, `0`); no negative values.
 /// One parser serves every duration flag: [`crate::filters::timeout::parse_go_duration`].
 pub fn parse_duration(s: &str) -> Result<Duration, CacheOptionsError> {
-    crate::filters::timeout::parse_go_duration(s)
-        .map_err(|_| CacheOptionsError::InvalidDuration(s.to_string()))
+    crate::filters::timeout::parse_go_duration(s).map_err(|_| CacheOptionsError::InvalidDuration(s.to_string()))
 }
 
 /// Parses `--watch-cache-sizes` entries `resource[.group]#size` into
 /// `resource[.group]` → size (upstream `ParseWatchCacheSizes`).
-pub fn parse_watch_cache_sizes(
-    entries: &[String],
-) -> Result<BTreeMap<String, usize>, CacheOptionsError> {
+pub fn parse_watch_cache_sizes(entries: &[String]) -> Result<BTreeMap<String, usize>, CacheOptionsError> {
     let mut out = BTreeMap::new();
     for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
-        let (resource, size) = entry
-            .split_once('#')
-            .ok_or_else(|| CacheOptionsError::InvalidSize(entry.to_string()))?;
+        let (resource, size) = entry.split_once('#').ok_or_else(|| CacheOptionsError::InvalidSize(entry.to_string()))?;
         if resource.is_empty() {
             return Err(CacheOptionsError::InvalidSize(entry.to_string()));
         }
-        let size: i64 = size
-            .trim()
-            .parse()
-            .map_err(|_| CacheOptionsError::InvalidSize(entry.to_string()))?;
-        let size = usize::try_from(size)
-            .map_err(|_| CacheOptionsError::NegativeSize(entry.to_string()))?;
+        let size: i64 = size.trim().parse().map_err(|_| CacheOptionsError::InvalidSize(entry.to_string()))?;
+        let size = usize::try_from(size).map_err(|_| CacheOptionsError::NegativeSize(entry.to_string()))?;
         out.insert(resource.trim().to_string(), size);
     }
     Ok(out)
@@ -172,41 +163,20 @@ mod tests {
             ("1d", None),
         ];
         for (s, want) in cases {
-            assert_eq!(
-                parse_duration(s).ok().map(|d| d.as_secs_f64()),
-                want,
-                "{s:?}"
-            );
+            assert_eq!(parse_duration(s).ok().map(|d| d.as_secs_f64()), want, "{s:?}");
         }
     }
 
     #[test]
     fn watch_cache_sizes_parse_resource_group_and_size() {
-        let sizes =
-            parse_watch_cache_sizes(&["pods#1000".into(), "deployments.apps#0".into()]).unwrap();
-        let opts = WatchCacheOptions {
-            sizes,
-            ..Default::default()
-        };
+        let sizes = parse_watch_cache_sizes(&["pods#1000".into(), "deployments.apps#0".into()]).unwrap();
+        let opts = WatchCacheOptions { sizes, ..Default::default() };
         assert_eq!(opts.size_of("", "pods"), Some(1000));
         assert_eq!(opts.size_of("apps", "deployments"), Some(0));
         assert_eq!(opts.size_of("", "configmaps"), None);
-        assert_eq!(
-            opts.size_of("", "events"),
-            Some(0),
-            "events are not cached by default"
-        );
-        assert!(matches!(
-            parse_watch_cache_sizes(&["pods".into()]),
-            Err(CacheOptionsError::InvalidSize(_))
-        ));
-        assert!(matches!(
-            parse_watch_cache_sizes(&["pods#-1".into()]),
-            Err(CacheOptionsError::NegativeSize(_))
-        ));
-        assert!(matches!(
-            parse_watch_cache_sizes(&["pods#x".into()]),
-            Err(CacheOptionsError::InvalidSize(_))
-        ));
+        assert_eq!(opts.size_of("", "events"), Some(0), "events are not cached by default");
+        assert!(matches!(parse_watch_cache_sizes(&["pods".into()]), Err(CacheOptionsError::InvalidSize(_))));
+        assert!(matches!(parse_watch_cache_sizes(&["pods#-1".into()]), Err(CacheOptionsError::NegativeSize(_))));
+        assert!(matches!(parse_watch_cache_sizes(&["pods#x".into()]), Err(CacheOptionsError::InvalidSize(_))));
     }
 }

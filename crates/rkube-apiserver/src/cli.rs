@@ -71,16 +71,10 @@ pub struct ApiserverArgs {
     /// PEM CA certificate that signs approved CertificateSigningRequests of
     /// the `kubernetes.io/kube-apiserver-client(-kubelet)` signers (a
     /// kube-controller-manager flag upstream; no signing without it).
-    #[arg(
-        long = "cluster-signing-cert-file",
-        requires = "cluster_signing_key_file"
-    )]
+    #[arg(long = "cluster-signing-cert-file", requires = "cluster_signing_key_file")]
     pub cluster_signing_cert_file: Option<PathBuf>,
     /// PEM private key of --cluster-signing-cert-file.
-    #[arg(
-        long = "cluster-signing-key-file",
-        requires = "cluster_signing_cert_file"
-    )]
+    #[arg(long = "cluster-signing-key-file", requires = "cluster_signing_cert_file")]
     pub cluster_signing_key_file: Option<PathBuf>,
     /// The longest lifetime of a signed certificate (Go duration); a CSR's
     /// `spec.expirationSeconds` may only shorten it.
@@ -170,14 +164,8 @@ pub struct UpArgs {
 
 /// The flags of [`UpArgs`] that mean nothing over `--insecure`'s plain HTTP
 /// without access control (clap ids: field names).
-const UP_SECURE_ONLY_FLAGS: [&str; 6] = [
-    "tls_cert_file",
-    "tls_private_key_file",
-    "token_auth_file",
-    "client_ca_file",
-    "anonymous_auth",
-    "authorization_mode",
-];
+const UP_SECURE_ONLY_FLAGS: [&str; 6] =
+    ["tls_cert_file", "tls_private_key_file", "token_auth_file", "client_ca_file", "anonymous_auth", "authorization_mode"];
 const UP_ANONYMOUS_HELP: &str = "Allow requests without credentials as system:anonymous (off by default in `rkube up`, unlike kube-apiserver)";
 const UP_AUTHORIZATION_HELP: &str =
     "Ordered list of authorizers: AlwaysAllow, AlwaysDeny, RBAC (`rkube up` default RBAC; system:masters may do anything)";
@@ -216,21 +204,10 @@ fn build_chain(
     storage: Arc<dyn Storage>,
     fargs: &crate::filters::FilterArgs,
     etcd_prefix: &str,
-) -> anyhow::Result<(
-    Arc<dyn Storage>,
-    crate::filters::FilterChain,
-    Arc<crate::filters::rbac_cache::RbacCache>,
-)> {
-    use crate::filters::{
-        metrics::ApiserverMetrics, rbac, rbac_cache::RbacCache,
-        storage_metrics::InstrumentedStorage,
-    };
+) -> anyhow::Result<(Arc<dyn Storage>, crate::filters::FilterChain, Arc<crate::filters::rbac_cache::RbacCache>)> {
+    use crate::filters::{metrics::ApiserverMetrics, rbac, rbac_cache::RbacCache, storage_metrics::InstrumentedStorage};
     let metrics = Arc::new(ApiserverMetrics::new());
-    let storage: Arc<dyn Storage> = Arc::new(InstrumentedStorage::new(
-        storage,
-        metrics.clone(),
-        etcd_prefix,
-    ));
+    let storage: Arc<dyn Storage> = Arc::new(InstrumentedStorage::new(storage, metrics.clone(), etcd_prefix));
     let rbac_cache = RbacCache::start(storage.clone(), etcd_prefix);
     let rbac_source: Arc<dyn rbac::RbacSource> = rbac_cache.clone();
     let config = fargs.load().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -265,81 +242,42 @@ async fn serve_until_signal(
     advertise: IpAddr,
     ready: impl FnOnce(),
 ) -> anyhow::Result<()> {
-    let config = ServerConfig {
-        min_request_timeout: fargs.min_request_timeout,
-        ..config
-    };
+    let config = ServerConfig { min_request_timeout: fargs.min_request_timeout, ..config };
     let prefix = config.etcd_prefix.clone();
     let cidr = config.service_cidr;
-    let me = crate::kubernetes_service::ApiserverEndpoint {
-        ip: advertise,
-        port: listener.local_addr()?.port(),
-    };
+    let me = crate::kubernetes_service::ApiserverEndpoint { ip: advertise, port: listener.local_addr()?.port() };
     let (storage, chain, rbac_cache) = build_chain(storage, fargs, &prefix)?;
     let tokens = identity.tokens.map(Arc::new);
     let st = ApiState::new(storage.clone(), config).with_service_account_tokens(tokens.clone());
     let chain = match &tokens {
         Some(t) => {
             let objects = Arc::new(crate::serviceaccount::CacheGetter::new(st.cache.clone()));
-            chain.with_service_account_tokens(Arc::new(
-                crate::serviceaccount::ServiceAccountAuthenticator::new(t.clone(), objects),
-            ))
+            chain.with_service_account_tokens(Arc::new(crate::serviceaccount::ServiceAccountAuthenticator::new(t.clone(), objects)))
         }
         None => chain,
     };
     // `serve_api` attaches the cache's metrics (watch cache, consistency checks) to the chain's /metrics.
-    crate::readiness::bootstrap_or_retry(&st)
-        .await
-        .map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
-    if fargs
-        .authorization_mode
-        .iter()
-        .any(|m| m.split(',').any(|m| m.trim() == "RBAC"))
-    {
+    crate::readiness::bootstrap_or_retry(&st).await.map_err(|e| anyhow::anyhow!("bootstrap failed: {e}"))?;
+    if fargs.authorization_mode.iter().any(|m| m.split(',').any(|m| m.trim() == "RBAC")) {
         crate::filters::rbac::ensure_bootstrap_policy(storage.as_ref(), &prefix)
             .await
             .map_err(|e| anyhow::anyhow!("writing the RBAC bootstrap policy: {e}"))?;
     }
     // ClusterRole aggregation (upstream runs it in kube-controller-manager).
-    tokio::spawn(crate::rbac_aggregation::run_with(
-        rbac_cache.clone(),
-        st.shutdown.subscribe(),
-    ));
+    tokio::spawn(crate::rbac_aggregation::run_with(rbac_cache.clone(), st.shutdown.subscribe()));
     // The default/kubernetes Service, Endpoints and EndpointSlice: in place
     // before the server reports ready (when storage answers), then kept right.
-    if let Err(e) = crate::kubernetes_service::reconcile(storage.as_ref(), &prefix, cidr, me).await
-    {
+    if let Err(e) = crate::kubernetes_service::reconcile(storage.as_ref(), &prefix, cidr, me).await {
         tracing::warn!(error = %e, "creating the default/kubernetes service; retrying in the background");
     }
-    tokio::spawn(crate::kubernetes_service::run(
-        st.cache.clone(),
-        storage.clone(),
-        prefix.clone(),
-        cidr,
-        me,
-        st.shutdown.subscribe(),
-    ));
-    tokio::spawn(crate::controllers::serviceaccounts::run(
-        st.clone(),
-        identity.root_ca.clone(),
-        st.shutdown.subscribe(),
-    ));
+    tokio::spawn(crate::kubernetes_service::run(st.cache.clone(), storage.clone(), prefix.clone(), cidr, me, st.shutdown.subscribe()));
+    tokio::spawn(crate::controllers::serviceaccounts::run(st.clone(), identity.root_ca.clone(), st.shutdown.subscribe()));
     if let Some(t) = tokens.filter(|t| t.signer.is_some()) {
-        tokio::spawn(crate::controllers::tokens::run(
-            st.clone(),
-            t,
-            identity.root_ca.clone(),
-            st.shutdown.subscribe(),
-        ));
+        tokio::spawn(crate::controllers::tokens::run(st.clone(), t, identity.root_ca.clone(), st.shutdown.subscribe()));
     }
     // The CSR signer (upstream runs it in kube-controller-manager).
     if let Some(signer) = identity.signer {
-        tokio::spawn(crate::csr::signer::run(
-            signer,
-            storage.clone(),
-            prefix.clone(),
-            st.shutdown.subscribe(),
-        ));
+        tokio::spawn(crate::csr::signer::run(signer, storage.clone(), prefix.clone(), st.shutdown.subscribe()));
     }
     // The resource metrics API's scraper (metrics-server's job upstream).
     tokio::spawn(crate::metrics_api::scraper::run(
@@ -351,9 +289,7 @@ async fn serve_until_signal(
     // RBAC answers from memory once its caches are filled; until then (storage
     // not answering yet, KEP-4568) it reads storage, so serving starts at once.
     ready();
-    crate::server::serve_api(listener, st, &chain, shutdown_signal())
-        .await
-        .context("serving the API")?;
+    crate::server::serve_api(listener, st, &chain, shutdown_signal()).await.context("serving the API")?;
     Ok(())
 }
 
@@ -361,70 +297,33 @@ async fn serve_until_signal(
 pub async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     crate::filters::trace::init_logging(args.v);
     let cidr = Cidr::parse(&args.service_cluster_ip_range)?;
-    let storage = crate::lazy_storage::open_storage_resilient(
-        &args.storage_backend,
-        &args.data_dir,
-        &args.etcd_servers,
-    )
-    .await?;
+    let storage =
+        crate::lazy_storage::open_storage_resilient(&args.storage_backend, &args.data_dir, &args.etcd_servers).await?;
     let port = args.secure_port.unwrap_or(args.port);
     let tls = args.filters.tls_cert_file.is_some();
     if args.secure_port.is_some() && !tls {
-        tracing::warn!(
-            port,
-            "--secure-port without --tls-cert-file/--tls-private-key-file: serving plain HTTP"
-        );
+        tracing::warn!(port, "--secure-port without --tls-cert-file/--tls-private-key-file: serving plain HTTP");
     }
     let addr = SocketAddr::new(args.bind_address, port);
-    let listener = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("listening on {addr}"))?;
+    let listener = TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
     let local = listener.local_addr()?;
     let scheme = if tls { "HTTPS" } else { "plain HTTP" };
     tracing::info!(address = %local, backend = storage.backend_name(), "serving the Kubernetes API over {scheme}");
     let watch_cache = args.cache.options()?;
     let admission = args.admission.load().map_err(|e| anyhow::anyhow!(e))?;
-    let config = ServerConfig {
-        etcd_prefix: args.etcd_prefix.clone(),
-        service_cidr: cidr,
-        watch_cache,
-        admission,
-        ..Default::default()
-    };
-    let kubelet_client = Some(crate::kubelet_client::KubeletClient::from_args(
-        &args.kubelet,
-    )?);
-    let config = ServerConfig {
-        kubelet_client,
-        metric_resolution: args.metrics.resolution()?,
-        ..config
-    };
-    let advertise = args
-        .advertise_address
-        .unwrap_or_else(|| crate::kubernetes_service::advertise_address(local.ip()));
+    let config =
+        ServerConfig { etcd_prefix: args.etcd_prefix.clone(), service_cidr: cidr, watch_cache, admission, ..Default::default() };
+    let kubelet_client = Some(crate::kubelet_client::KubeletClient::from_args(&args.kubelet)?);
+    let config = ServerConfig { kubelet_client, metric_resolution: args.metrics.resolution()?, ..config };
+    let advertise = args.advertise_address.unwrap_or_else(|| crate::kubernetes_service::advertise_address(local.ip()));
     let tokens = args.service_accounts.load()?;
     let signer = apiserver_signer(&args)?;
     // The CA of the serving certificate (the last one of --tls-cert-file), as kubeadm's clusters publish theirs.
     let root_ca = match &args.filters.tls_cert_file {
-        Some(cert) => std::fs::read_to_string(cert)
-            .ok()
-            .and_then(|pem| crate::up_auth::last_certificate_pem(&pem)),
+        Some(cert) => std::fs::read_to_string(cert).ok().and_then(|pem| crate::up_auth::last_certificate_pem(&pem)),
         None => None,
     };
-    serve_until_signal(
-        listener,
-        storage,
-        config,
-        &args.filters,
-        Identity {
-            tokens,
-            root_ca,
-            signer,
-        },
-        advertise,
-        || {},
-    )
-    .await
+    serve_until_signal(listener, storage, config, &args.filters, Identity { tokens, root_ca, signer }, advertise, || {}).await
 }
 
 /// The CSR signer of `rkube apiserver`: from --cluster-signing-cert-file and
@@ -432,10 +331,7 @@ pub async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
 fn apiserver_signer(args: &ApiserverArgs) -> anyhow::Result<Option<crate::csr::signer::Signer>> {
     let duration = crate::filters::timeout::parse_go_duration(&args.cluster_signing_duration)
         .map_err(|e| anyhow::anyhow!("--cluster-signing-duration: {e}"))?;
-    match (
-        &args.cluster_signing_cert_file,
-        &args.cluster_signing_key_file,
-    ) {
+    match (&args.cluster_signing_cert_file, &args.cluster_signing_key_file) {
         (Some(cert), Some(key)) => Ok(Some(crate::csr::signer::Signer::load(cert, key, duration)?)),
         _ => Ok(None),
     }
@@ -455,9 +351,7 @@ async fn bind_loopback(port: u16) -> anyhow::Result<TcpListener> {
             Err(e) => tracing::warn!(port, error = %e, "port is taken; picking a free one"),
         }
     }
-    TcpListener::bind(SocketAddr::new(ip, 0))
-        .await
-        .context("binding a free port on 127.0.0.1")
+    TcpListener::bind(SocketAddr::new(ip, 0)).await.context("binding a free port on 127.0.0.1")
 }
 
 /// Run `rkube up`.
@@ -467,21 +361,13 @@ pub async fn run_up(args: UpArgs) -> anyhow::Result<()> {
 
 /// Run `rkube up`, calling `ready` once the server answers (right after the
 /// `export KUBECONFIG=` line is printed) so a caller can start clients of it.
-pub async fn run_up_with(
-    args: UpArgs,
-    ready: impl FnOnce() + Send + 'static,
-) -> anyhow::Result<()> {
+pub async fn run_up_with(args: UpArgs, ready: impl FnOnce() + Send + 'static) -> anyhow::Result<()> {
     crate::filters::trace::init_logging(args.v);
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating {}", args.data_dir.display()))?;
-    let data_dir = std::fs::canonicalize(&args.data_dir)
-        .with_context(|| format!("resolving {}", args.data_dir.display()))?;
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let data_dir =
+        std::fs::canonicalize(&args.data_dir).with_context(|| format!("resolving {}", args.data_dir.display()))?;
     let storage = open_storage("embedded", &data_dir, &[]).await?;
-    let default_port = if args.insecure {
-        crate::up_auth::INSECURE_PORT
-    } else {
-        crate::up_auth::SECURE_PORT
-    };
+    let default_port = if args.insecure { crate::up_auth::INSECURE_PORT } else { crate::up_auth::SECURE_PORT };
     let listener = bind_loopback(args.port.unwrap_or(default_port)).await?;
     let local = listener.local_addr()?;
     let kubeconfig_path = data_dir.join("kubeconfig");
@@ -489,34 +375,22 @@ pub async fn run_up_with(
     let mut signer = None;
     let mut kubelet_client = None;
     let (fargs, server, root_ca) = if args.insecure {
-        tracing::warn!(
-            "--insecure: serving plain HTTP on loopback with no authentication or authorization"
-        );
+        tracing::warn!("--insecure: serving plain HTTP on loopback with no authentication or authorization");
         let server = format!("http://{local}");
         std::fs::write(&kubeconfig_path, kubeconfig(&server))
             .with_context(|| format!("writing {}", kubeconfig_path.display()))?;
-        (
-            crate::up_auth::insecure_filter_args(&args.filters),
-            server,
-            None,
-        )
+        (crate::up_auth::insecure_filter_args(&args.filters), server, None)
     } else {
         let up = crate::up_auth::secure_filter_args(&data_dir, &args.filters)?;
         let server = format!("https://{local}");
         crate::filters::tls::write_kubeconfig(&kubeconfig_path, &server, &up.kubeconfig_pki())?;
         crate::up_auth::write_component_kubeconfigs(&data_dir, &server, &up)?;
         let kubelet_args = crate::up_auth::write_kubelet_client_cert(&data_dir, &up)?;
-        kubelet_client = Some(crate::kubelet_client::KubeletClient::from_args(
-            &kubelet_args,
-        )?);
+        kubelet_client = Some(crate::kubelet_client::KubeletClient::from_args(&kubelet_args)?);
         // The generated CA signs approved client CSRs; it is a trusted client CA.
         let ca_key = data_dir.join("pki").join("ca.key");
         let duration = crate::csr::signer::DEFAULT_SIGNING_DURATION;
-        signer = Some(crate::csr::signer::Signer::load(
-            &up.pki.ca_cert_path,
-            &ca_key,
-            duration,
-        )?);
+        signer = Some(crate::csr::signer::Signer::load(&up.pki.ca_cert_path, &ca_key, duration)?);
         let root_ca = Some(up.server_ca_pem.clone());
         (up.filters, server, root_ca)
     };
@@ -524,51 +398,28 @@ pub async fn run_up_with(
     // Over plain HTTP there is no CA to publish in `kube-root-ca.crt` and no
     // authentication to present a token to: pods get no token volume unless
     // the plugin is asked for by name.
-    if args.insecure
-        && !args
-            .admission
-            .enable
-            .iter()
-            .any(|p| p.trim() == crate::admission::SERVICE_ACCOUNT)
-    {
+    if args.insecure && !args.admission.enable.iter().any(|p| p.trim() == crate::admission::SERVICE_ACCOUNT) {
         admission.service_account = false;
     }
     let metric_resolution = args.metrics.resolution()?;
-    let config = ServerConfig {
-        admission,
-        kubelet_client,
-        metric_resolution,
-        ..ServerConfig::default()
-    };
+    let config = ServerConfig { admission, kubelet_client, metric_resolution, ..ServerConfig::default() };
     tracing::info!(server = %server, data_dir = %data_dir.display(), "rkube is up");
     let printed = kubeconfig_path.display().to_string();
-    serve_until_signal(
-        listener,
-        storage,
-        config,
-        &fargs,
-        Identity {
-            tokens,
-            root_ca,
-            signer,
-        },
-        local.ip(),
-        move || {
-            // The one line on stdout, printed once the server can answer.
-            println!("export KUBECONFIG={printed}");
-            use std::io::Write as _;
-            let _ = std::io::stdout().flush();
-            ready();
-        },
-    )
+    serve_until_signal(listener, storage, config, &fargs, Identity { tokens, root_ca, signer }, local.ip(), move || {
+        // The one line on stdout, printed once the server can answer.
+        println!("export KUBECONFIG={printed}");
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        ready();
+    })
     .await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
     use std::path::Path;
+    use clap::Parser;
 
     #[derive(Parser)]
     struct Up {
@@ -588,30 +439,14 @@ mod tests {
         assert!(!a.filters.anonymous_auth);
         assert_eq!(a.filters.authorization_mode, vec!["RBAC".to_string()]);
         assert!(a.filters.tls_cert_file.is_none());
-        assert_eq!(
-            a.filters.max_requests_inflight,
-            crate::filters::inflight::DEFAULT_MAX_REQUESTS_INFLIGHT
-        );
+        assert_eq!(a.filters.max_requests_inflight, crate::filters::inflight::DEFAULT_MAX_REQUESTS_INFLIGHT);
         // The old opt-in flag is still accepted; --secure-port names the port.
-        let a = parse(&[
-            "--secure",
-            "--secure-port",
-            "7443",
-            "--token-auth-file",
-            "t.csv",
-        ])
-        .unwrap();
+        let a = parse(&["--secure", "--secure-port", "7443", "--token-auth-file", "t.csv"]).unwrap();
         assert_eq!(a.port, Some(7443));
-        assert_eq!(
-            a.filters.token_auth_file.as_deref(),
-            Some(Path::new("t.csv"))
-        );
+        assert_eq!(a.filters.token_auth_file.as_deref(), Some(Path::new("t.csv")));
         let a = parse(&["--anonymous-auth", "--authorization-mode=AlwaysAllow"]).unwrap();
         assert!(a.filters.anonymous_auth);
-        assert_eq!(
-            a.filters.authorization_mode,
-            vec!["AlwaysAllow".to_string()]
-        );
+        assert_eq!(a.filters.authorization_mode, vec!["AlwaysAllow".to_string()]);
     }
 
     #[test]
@@ -627,11 +462,7 @@ mod tests {
             "--tls-private-key-file=s.key",
         ] {
             let err = parse(&["--insecure", flag]).err();
-            assert_eq!(
-                err.map(|e| e.kind()),
-                Some(clap::error::ErrorKind::ArgumentConflict),
-                "{flag}"
-            );
+            assert_eq!(err.map(|e| e.kind()), Some(clap::error::ErrorKind::ArgumentConflict), "{flag}");
         }
     }
 
@@ -656,26 +487,10 @@ mod tests {
             }
             let f = parse(&args).unwrap().filters;
             assert_eq!(f.audit_log_path.as_deref(), Some("/tmp/audit.log"));
-            assert_eq!(
-                f.audit_policy_file.as_deref(),
-                Some(Path::new("/tmp/policy.yaml"))
-            );
-            assert_eq!(
-                (
-                    f.audit_log_maxsize,
-                    f.audit_log_maxbackup,
-                    f.audit_log_maxage
-                ),
-                (5, 2, 7)
-            );
-            assert_eq!(
-                (f.max_requests_inflight, f.max_mutating_requests_inflight),
-                (10, 3)
-            );
-            assert_eq!(
-                (f.request_timeout.as_str(), f.min_request_timeout),
-                ("30s", 900)
-            );
+            assert_eq!(f.audit_policy_file.as_deref(), Some(Path::new("/tmp/policy.yaml")));
+            assert_eq!((f.audit_log_maxsize, f.audit_log_maxbackup, f.audit_log_maxage), (5, 2, 7));
+            assert_eq!((f.max_requests_inflight, f.max_mutating_requests_inflight), (10, 3));
+            assert_eq!((f.request_timeout.as_str(), f.min_request_timeout), ("30s", 900));
             assert_eq!(f.request_trace_threshold, "2s");
         }
     }
@@ -687,28 +502,17 @@ mod tests {
     }
 
     fn parse_apiserver(args: &[&str]) -> Result<ApiserverArgs, clap::Error> {
-        Apiserver::try_parse_from(std::iter::once("apiserver").chain(args.iter().copied()))
-            .map(|a| a.args)
+        Apiserver::try_parse_from(std::iter::once("apiserver").chain(args.iter().copied())).map(|a| a.args)
     }
 
     #[test]
     fn apiserver_signs_csrs_only_with_a_cluster_signing_cert_and_key() {
         let a = parse_apiserver(&[]).unwrap();
         assert_eq!(a.cluster_signing_duration, "8760h0m0s");
-        assert!(
-            apiserver_signer(&a).unwrap().is_none(),
-            "no signer without the flags"
-        );
-        for one in [
-            "--cluster-signing-cert-file=ca.crt",
-            "--cluster-signing-key-file=ca.key",
-        ] {
+        assert!(apiserver_signer(&a).unwrap().is_none(), "no signer without the flags");
+        for one in ["--cluster-signing-cert-file=ca.crt", "--cluster-signing-key-file=ca.key"] {
             let err = parse_apiserver(&[one]).err();
-            assert_eq!(
-                err.map(|e| e.kind()),
-                Some(clap::error::ErrorKind::MissingRequiredArgument),
-                "{one}"
-            );
+            assert_eq!(err.map(|e| e.kind()), Some(clap::error::ErrorKind::MissingRequiredArgument), "{one}");
         }
         let dir = tempfile::tempdir().unwrap();
         let pki = crate::filters::tls::generate_self_signed(dir.path()).unwrap();
@@ -717,17 +521,10 @@ mod tests {
         let key_flag = format!("--cluster-signing-key-file={}", key.display());
         let a = parse_apiserver(&[&cert_flag, &key_flag, "--cluster-signing-duration=2h"]).unwrap();
         let signer = apiserver_signer(&a).unwrap().expect("a signer");
-        assert!(
-            format!("{signer:?}").contains("duration: 7200s"),
-            "{signer:?}"
-        );
-        let a =
-            parse_apiserver(&[&cert_flag, &key_flag, "--cluster-signing-duration=soon"]).unwrap();
+        assert!(format!("{signer:?}").contains("duration: 7200s"), "{signer:?}");
+        let a = parse_apiserver(&[&cert_flag, &key_flag, "--cluster-signing-duration=soon"]).unwrap();
         assert!(apiserver_signer(&a).is_err());
-        let missing = format!(
-            "--cluster-signing-key-file={}",
-            dir.path().join("nope.key").display()
-        );
+        let missing = format!("--cluster-signing-key-file={}", dir.path().join("nope.key").display());
         assert!(apiserver_signer(&parse_apiserver(&[&cert_flag, &missing]).unwrap()).is_err());
     }
 
@@ -737,11 +534,7 @@ mod tests {
         assert_eq!(a.filters.tls_cert_file.as_deref(), Some(Path::new("s.crt")));
         for one in ["--tls-cert-file=s.crt", "--tls-private-key-file=s.key"] {
             let err = parse(&[one]).err();
-            assert_eq!(
-                err.map(|e| e.kind()),
-                Some(clap::error::ErrorKind::MissingRequiredArgument),
-                "{one}"
-            );
+            assert_eq!(err.map(|e| e.kind()), Some(clap::error::ErrorKind::MissingRequiredArgument), "{one}");
         }
     }
 }

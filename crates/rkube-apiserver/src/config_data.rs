@@ -25,31 +25,20 @@ pub fn merge_string_data(kind: &str, obj: &mut Value) {
     if kind != "Secret" {
         return;
     }
-    let Some(map) = obj.as_object_mut() else {
-        return;
-    };
-    let Some(string_data) = map.remove("stringData") else {
-        return;
-    };
-    let Value::Object(entries) = string_data else {
-        return;
-    };
+    let Some(map) = obj.as_object_mut() else { return };
+    let Some(string_data) = map.remove("stringData") else { return };
+    let Value::Object(entries) = string_data else { return };
     if entries.is_empty() {
         return;
     }
-    let data = map
-        .entry("data")
-        .or_insert_with(|| Value::Object(Map::new()));
+    let data = map.entry("data").or_insert_with(|| Value::Object(Map::new()));
     if !data.is_object() {
         *data = Value::Object(Map::new());
     }
     if let Some(data) = data.as_object_mut() {
         for (k, v) in entries {
             let text = v.as_str().unwrap_or_default();
-            data.insert(
-                k,
-                Value::String(base64::engine::general_purpose::STANDARD.encode(text)),
-            );
+            data.insert(k, Value::String(base64::engine::general_purpose::STANDARD.encode(text)));
         }
     }
 }
@@ -57,10 +46,7 @@ pub fn merge_string_data(kind: &str, obj: &mut Value) {
 /// Bytes a base64 string decodes to (its length when it is not base64:
 /// typed decoding refuses such values before this is asked).
 fn decoded_len(s: &str) -> usize {
-    base64::engine::general_purpose::STANDARD
-        .decode(s)
-        .map(|b| b.len())
-        .unwrap_or(s.len())
+    base64::engine::general_purpose::STANDARD.decode(s).map(|b| b.len()).unwrap_or(s.len())
 }
 
 fn sum(obj: &Value, section: &str, len: impl Fn(&str) -> usize) -> usize {
@@ -74,10 +60,7 @@ fn sum(obj: &Value, section: &str, len: impl Fn(&str) -> usize) -> usize {
 /// [`MAX_SECRET_SIZE`]; `None` when it fits or for other kinds.
 pub fn validate_size(kind: &str, obj: &Value) -> Option<FieldError> {
     let (total, field) = match kind {
-        "ConfigMap" => (
-            sum(obj, "data", str::len) + sum(obj, "binaryData", decoded_len),
-            "[]",
-        ),
+        "ConfigMap" => (sum(obj, "data", str::len) + sum(obj, "binaryData", decoded_len), "[]"),
         "Secret" => (sum(obj, "data", decoded_len), "data"),
         _ => return None,
     };
@@ -93,10 +76,7 @@ mod tests {
     fn string_data_is_encoded_into_data_and_dropped() {
         let mut s = json!({"kind": "Secret", "data": {"a": "eA==", "b": "eQ=="}, "stringData": {"b": "new", "c": "z"}});
         merge_string_data("Secret", &mut s);
-        assert_eq!(
-            s,
-            json!({"kind": "Secret", "data": {"a": "eA==", "b": "bmV3", "c": "eg=="}})
-        );
+        assert_eq!(s, json!({"kind": "Secret", "data": {"a": "eA==", "b": "bmV3", "c": "eg=="}}));
         let mut cm = json!({"stringData": {"a": "b"}});
         merge_string_data("ConfigMap", &mut cm);
         assert_eq!(cm, json!({"stringData": {"a": "b"}}));
@@ -104,20 +84,12 @@ mod tests {
 
     #[test]
     fn payload_over_one_mib_is_too_long() {
-        let at_limit =
-            json!({"data": {"a": "x".repeat(MAX_SECRET_SIZE - 3)}, "binaryData": {"b": "eHh4"}});
+        let at_limit = json!({"data": {"a": "x".repeat(MAX_SECRET_SIZE - 3)}, "binaryData": {"b": "eHh4"}});
         assert_eq!(validate_size("ConfigMap", &at_limit), None);
-        let over =
-            json!({"data": {"a": "x".repeat(MAX_SECRET_SIZE - 2)}, "binaryData": {"b": "eHh4"}});
+        let over = json!({"data": {"a": "x".repeat(MAX_SECRET_SIZE - 2)}, "binaryData": {"b": "eHh4"}});
         let err = validate_size("ConfigMap", &over).unwrap();
-        assert_eq!(
-            err.to_string(),
-            "[]: Too long: may not be more than 1048576 bytes"
-        );
+        assert_eq!(err.to_string(), "[]: Too long: may not be more than 1048576 bytes");
         let secret = json!({"data": {"a": base64::engine::general_purpose::STANDARD.encode(vec![0u8; MAX_SECRET_SIZE + 1])}});
-        assert_eq!(
-            validate_size("Secret", &secret).unwrap().to_string(),
-            "data: Too long: may not be more than 1048576 bytes"
-        );
+        assert_eq!(validate_size("Secret", &secret).unwrap().to_string(), "data: Too long: may not be more than 1048576 bytes");
     }
 }

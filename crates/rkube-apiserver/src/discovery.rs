@@ -32,12 +32,8 @@ impl Aggregated {
     /// The exact `Content-Type` of the answer.
     pub fn content_type(self) -> &'static str {
         match self {
-            Aggregated::V2 => {
-                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-            }
-            Aggregated::V2Beta1 => {
-                "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
-            }
+            Aggregated::V2 => "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+            Aggregated::V2Beta1 => "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
         }
     }
 }
@@ -51,9 +47,7 @@ pub fn wants_aggregated(headers: &HeaderMap) -> Option<Aggregated> {
             continue;
         }
         match (r.param("g"), r.param("v"), r.param("as")) {
-            (Some("apidiscovery.k8s.io"), Some("v2"), Some("APIGroupDiscoveryList")) => {
-                return Some(Aggregated::V2)
-            }
+            (Some("apidiscovery.k8s.io"), Some("v2"), Some("APIGroupDiscoveryList")) => return Some(Aggregated::V2),
             (Some("apidiscovery.k8s.io"), Some("v2beta1"), Some("APIGroupDiscoveryList")) => {
                 return Some(Aggregated::V2Beta1)
             }
@@ -69,10 +63,8 @@ pub fn wants_aggregated(headers: &HeaderMap) -> Option<Aggregated> {
 fn json_response(value: &Value, content_type: &'static str) -> Response {
     let body = rkube_api::wire::to_json_body(value).unwrap_or_default();
     let mut resp = (StatusCode::OK, body).into_response();
-    resp.headers_mut()
-        .insert("content-type", HeaderValue::from_static(content_type));
-    resp.headers_mut()
-        .insert("vary", HeaderValue::from_static("Accept"));
+    resp.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
+    resp.headers_mut().insert("vary", HeaderValue::from_static("Accept"));
     resp
 }
 
@@ -92,10 +84,8 @@ pub fn api(headers: &HeaderMap, server_address: &str) -> Response {
 }
 
 fn group_json(group: &str, versions: &[&str]) -> Value {
-    let vs: Vec<Value> = versions
-        .iter()
-        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
-        .collect();
+    let vs: Vec<Value> =
+        versions.iter().map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v})).collect();
     json!({
         "name": group,
         "versions": vs,
@@ -108,14 +98,8 @@ pub fn apis(headers: &HeaderMap) -> Response {
     if let Some(agg) = wants_aggregated(headers) {
         return aggregated(agg, false);
     }
-    let groups: Vec<Value> = registry::groups()
-        .iter()
-        .map(|(g, vs)| group_json(g, vs))
-        .collect();
-    json_response(
-        &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}),
-        "application/json",
-    )
+    let groups: Vec<Value> = registry::groups().iter().map(|(g, vs)| group_json(g, vs)).collect();
+    json_response(&json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}), "application/json")
 }
 
 /// `GET /apis/<group>`.
@@ -176,11 +160,7 @@ pub fn resource_list(group: &str, version: &str) -> Response {
     if resources.is_empty() {
         return ApiError::path_not_found().into_response();
     }
-    let gv = if group.is_empty() {
-        version.to_string()
-    } else {
-        format!("{group}/{version}")
-    };
+    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
     json_response(
         &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
         "application/json",
@@ -229,9 +209,7 @@ fn aggregated_group(group: &str, versions: &[&str]) -> Value {
     let vs: Vec<Value> = versions
         .iter()
         .map(|v| {
-            let resources: Vec<Value> = registry::resources_in(group, v)
-                .map(aggregated_resource)
-                .collect();
+            let resources: Vec<Value> = registry::resources_in(group, v).map(aggregated_resource).collect();
             json!({"version": v, "resources": resources, "freshness": "Current"})
         })
         .collect();
@@ -247,10 +225,7 @@ pub fn aggregated(agg: Aggregated, legacy: bool) -> Response {
     let items: Vec<Value> = if legacy {
         vec![aggregated_group("", &["v1"])]
     } else {
-        registry::groups()
-            .iter()
-            .map(|(g, vs)| aggregated_group(g, vs))
-            .collect()
+        registry::groups().iter().map(|(g, vs)| aggregated_group(g, vs)).collect()
     };
     json_response(
         &json!({

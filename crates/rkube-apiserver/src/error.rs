@@ -55,13 +55,9 @@ impl ApiError {
 
     /// 404 `NotFound` for an unknown path: `the server could not find the requested resource`.
     pub fn path_not_found() -> Self {
-        Status::new(
-            404,
-            "NotFound",
-            "the server could not find the requested resource",
-        )
-        .with_details(StatusDetails::default())
-        .into()
+        Status::new(404, "NotFound", "the server could not find the requested resource")
+            .with_details(StatusDetails::default())
+            .into()
     }
 
     /// 409 `AlreadyExists`: `<resource> "<name>" already exists`.
@@ -95,20 +91,14 @@ impl ApiError {
 
     /// 405 `MethodNotAllowed`.
     pub fn method_not_allowed() -> Self {
-        Status::method_not_allowed(
-            "the server does not allow this method on the requested resource",
-        )
-        .with_details(StatusDetails::default())
-        .into()
+        Status::method_not_allowed("the server does not allow this method on the requested resource")
+            .with_details(StatusDetails::default())
+            .into()
     }
 
     /// 406 `NotAcceptable`.
     pub fn not_acceptable(accepted: &[&str]) -> Self {
-        Status::not_acceptable(format!(
-            "only the following media types are accepted: {}",
-            accepted.join(", ")
-        ))
-        .into()
+        Status::not_acceptable(format!("only the following media types are accepted: {}", accepted.join(", "))).into()
     }
 
     /// 415 `UnsupportedMediaType`.
@@ -133,11 +123,7 @@ impl ApiError {
     /// Converts a storage failure on the object `name` of `info` (`""` for a
     /// collection) with the one mapping, [`rkube_cache::error::storage_status`].
     pub fn from_storage(err: StorageError, info: &ResourceInfo, name: &str) -> Self {
-        let target = Target {
-            group: info.group,
-            resource: info.resource,
-            name,
-        };
+        let target = Target { group: info.group, resource: info.resource, name };
         storage_status(err, target, StorageOp::Object).into()
     }
 
@@ -152,8 +138,7 @@ impl IntoResponse for ApiError {
         let body = rkube_api::wire::to_json_body(&*self.0).unwrap_or_default();
         let code = StatusCode::from_u16(self.0.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut resp = (code, body).into_response();
-        resp.headers_mut()
-            .insert("content-type", HeaderValue::from_static("application/json"));
+        resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
         if let Some(secs) = self.0.retry_after() {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 resp.headers_mut().insert("retry-after", v);

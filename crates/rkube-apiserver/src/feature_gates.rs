@@ -94,13 +94,9 @@ impl FeatureGates {
                 return Err(FeatureGateError::MissingValue(entry.to_string()));
             };
             let (name, value) = (name.trim(), value.trim());
-            let slot = gates
-                .slot(name)
-                .ok_or_else(|| FeatureGateError::Unknown(name.to_string()))?;
-            *slot = parse_go_bool(value).ok_or_else(|| FeatureGateError::InvalidValue {
-                name: name.to_string(),
-                value: value.to_string(),
-            })?;
+            let slot = gates.slot(name).ok_or_else(|| FeatureGateError::Unknown(name.to_string()))?;
+            *slot = parse_go_bool(value)
+                .ok_or_else(|| FeatureGateError::InvalidValue { name: name.to_string(), value: value.to_string() })?;
         }
         Ok(gates)
     }
@@ -110,9 +106,7 @@ impl FeatureGates {
             "ListFromCacheSnapshot" => &mut self.list_from_cache_snapshot,
             "ConsistentListFromCache" => &mut self.consistent_list_from_cache,
             "ResilientWatchCacheInitialization" => &mut self.resilient_watch_cache_initialization,
-            "WatchCacheInitializationPostStartHook" => {
-                &mut self.watch_cache_initialization_post_start_hook
-            }
+            "WatchCacheInitializationPostStartHook" => &mut self.watch_cache_initialization_post_start_hook,
             "DetectCacheInconsistency" => &mut self.detect_cache_inconsistency,
             "WatchList" => &mut self.watch_list,
             _ => return None,
@@ -141,10 +135,8 @@ impl FromStr for FeatureGates {
 impl fmt::Display for FeatureGates {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut copy = *self;
-        let parts: Vec<String> = KNOWN
-            .iter()
-            .map(|n| format!("{n}={}", copy.slot(n).map(|v| *v).unwrap_or(false)))
-            .collect();
+        let parts: Vec<String> =
+            KNOWN.iter().map(|n| format!("{n}={}", copy.slot(n).map(|v| *v).unwrap_or(false))).collect();
         f.write_str(&parts.join(","))
     }
 }
@@ -155,15 +147,10 @@ mod tests {
 
     #[test]
     fn feature_gates_parse_known_names_over_defaults() {
-        let g = FeatureGates::parse(
-            "ListFromCacheSnapshot=false, DetectCacheInconsistency=0,WatchList=true",
-        )
-        .unwrap();
+        let g = FeatureGates::parse("ListFromCacheSnapshot=false, DetectCacheInconsistency=0,WatchList=true").unwrap();
         assert!(!g.list_from_cache_snapshot);
         assert!(!g.detect_cache_inconsistency);
-        assert!(
-            g.watch_list && g.consistent_list_from_cache && g.resilient_watch_cache_initialization
-        );
+        assert!(g.watch_list && g.consistent_list_from_cache && g.resilient_watch_cache_initialization);
         assert_eq!(FeatureGates::parse("").unwrap(), FeatureGates::default());
         // Display round-trips.
         assert_eq!(FeatureGates::parse(&g.to_string()).unwrap(), g);

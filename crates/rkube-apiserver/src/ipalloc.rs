@@ -53,10 +53,7 @@ impl Cidr {
             return Err(bad());
         }
         let mask = u32::MAX << (32 - prefix);
-        Ok(Cidr {
-            base: u32::from(ip) & mask,
-            prefix,
-        })
+        Ok(Cidr { base: u32::from(ip) & mask, prefix })
     }
 
     fn size(&self) -> u32 {
@@ -90,10 +87,7 @@ pub struct ClusterIpAllocator {
 impl ClusterIpAllocator {
     /// An allocator for `cidr`.
     pub fn new(cidr: Cidr) -> Self {
-        ClusterIpAllocator {
-            cidr,
-            pending: Mutex::new(HashMap::new()),
-        }
+        ClusterIpAllocator { cidr, pending: Mutex::new(HashMap::new()) }
     }
 
     /// The range.
@@ -107,12 +101,7 @@ impl ClusterIpAllocator {
         for svc in services {
             let ips = svc.pointer("/spec/clusterIPs").and_then(Value::as_array);
             let single = svc.pointer("/spec/clusterIP").and_then(Value::as_str);
-            for ip in ips
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .chain(single)
-            {
+            for ip in ips.into_iter().flatten().filter_map(Value::as_str).chain(single) {
                 if let Ok(ip) = ip.parse::<Ipv4Addr>() {
                     live.insert(ip);
                 }
@@ -122,23 +111,15 @@ impl ClusterIpAllocator {
     }
 
     /// Allocates `requested` (when given) or a random free address, avoiding `live`.
-    pub fn allocate(
-        &self,
-        requested: Option<&str>,
-        live: &HashSet<Ipv4Addr>,
-    ) -> Result<Ipv4Addr, AllocError> {
+    pub fn allocate(&self, requested: Option<&str>, live: &HashSet<Ipv4Addr>) -> Result<Ipv4Addr, AllocError> {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         pending.retain(|ip, at| now.duration_since(*at) < PENDING_TTL && !live.contains(ip));
         if let Some(req) = requested {
-            let ip: Ipv4Addr = req
-                .parse()
-                .map_err(|_| AllocError::OutOfRange(req.to_string(), self.cidr.to_string()))?;
+            let ip: Ipv4Addr =
+                req.parse().map_err(|_| AllocError::OutOfRange(req.to_string(), self.cidr.to_string()))?;
             if !self.cidr.contains(ip) {
-                return Err(AllocError::OutOfRange(
-                    req.to_string(),
-                    self.cidr.to_string(),
-                ));
+                return Err(AllocError::OutOfRange(req.to_string(), self.cidr.to_string()));
             }
             if live.contains(&ip) || pending.contains_key(&ip) {
                 return Err(AllocError::Allocated);
@@ -151,11 +132,7 @@ impl ClusterIpAllocator {
         if usable == 0 {
             return Err(AllocError::Full);
         }
-        let start = u32::from_le_bytes(
-            uuid::Uuid::new_v4().into_bytes()[..4]
-                .try_into()
-                .unwrap_or([0; 4]),
-        ) % usable;
+        let start = u32::from_le_bytes(uuid::Uuid::new_v4().into_bytes()[..4].try_into().unwrap_or([0; 4])) % usable;
         for i in 0..usable {
             let offset = 2 + (start + i) % usable;
             let ip = Ipv4Addr::from(self.cidr.base + offset);
@@ -189,17 +166,8 @@ mod tests {
     fn requested_ips_are_checked() {
         let alloc = ClusterIpAllocator::new(Cidr::parse("10.96.0.0/12").unwrap());
         let live: HashSet<Ipv4Addr> = ["10.96.0.10".parse().unwrap()].into_iter().collect();
-        assert_eq!(
-            alloc.allocate(Some("10.96.0.10"), &live),
-            Err(AllocError::Allocated)
-        );
-        assert!(matches!(
-            alloc.allocate(Some("192.168.0.1"), &live),
-            Err(AllocError::OutOfRange(..))
-        ));
-        assert_eq!(
-            alloc.allocate(Some("10.96.0.11"), &live).unwrap(),
-            Ipv4Addr::new(10, 96, 0, 11)
-        );
+        assert_eq!(alloc.allocate(Some("10.96.0.10"), &live), Err(AllocError::Allocated));
+        assert!(matches!(alloc.allocate(Some("192.168.0.1"), &live), Err(AllocError::OutOfRange(..))));
+        assert_eq!(alloc.allocate(Some("10.96.0.11"), &live).unwrap(), Ipv4Addr::new(10, 96, 0, 11));
     }
 }

@@ -59,12 +59,7 @@ impl ServerCertVerifier for UnverifiedServer {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
     }
     fn verify_tls13_signature(
         &self,
@@ -72,12 +67,7 @@ impl ServerCertVerifier for UnverifiedServer {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
@@ -91,26 +81,19 @@ impl KubeletClient {
     /// A file cannot be read or holds no usable certificate or key.
     pub fn from_args(args: &KubeletClientArgs) -> Result<Self, TlsError> {
         let provider = tls::provider();
-        let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()?;
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider)).with_safe_default_protocol_versions()?;
         let builder = match &args.kubelet_certificate_authority {
             Some(ca) => {
                 let mut roots = rustls::RootCertStore::empty();
                 for c in tls::load_certs(ca)? {
-                    roots
-                        .add(c)
-                        .map_err(|e| TlsError::ClientCa(e.to_string()))?;
+                    roots.add(c).map_err(|e| TlsError::ClientCa(e.to_string()))?;
                 }
                 builder.with_root_certificates(roots)
             }
-            None => builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(UnverifiedServer(provider))),
+            None => builder.dangerous().with_custom_certificate_verifier(Arc::new(UnverifiedServer(provider))),
         };
         let config = match (&args.kubelet_client_certificate, &args.kubelet_client_key) {
-            (Some(cert), Some(key)) => {
-                builder.with_client_auth_cert(tls::load_certs(cert)?, tls::load_key(key)?)?
-            }
+            (Some(cert), Some(key)) => builder.with_client_auth_cert(tls::load_certs(cert)?, tls::load_key(key)?)?,
             _ => builder.with_no_client_auth(),
         };
         let http = reqwest::Client::builder()

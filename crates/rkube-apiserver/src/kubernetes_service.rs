@@ -96,10 +96,7 @@ pub struct ApiserverEndpoint {
     pub port: u16,
 }
 
-fn info(
-    group: &str,
-    resource: &'static str,
-) -> Result<&'static ResourceInfo, KubernetesServiceError> {
+fn info(group: &str, resource: &'static str) -> Result<&'static ResourceInfo, KubernetesServiceError> {
     registry::lookup(group, "v1", resource).ok_or(KubernetesServiceError::NotServed(resource))
 }
 
@@ -111,14 +108,7 @@ pub async fn reconcile(
     cidr: Cidr,
     me: ApiserverEndpoint,
 ) -> Result<(), KubernetesServiceError> {
-    Reconciler {
-        storage,
-        cache: None,
-        prefix,
-        memo: &Memo::default(),
-    }
-    .pass(cidr, me)
-    .await
+    Reconciler { storage, cache: None, prefix, memo: &Memo::default() }.pass(cidr, me).await
 }
 
 /// Reconciles every [`RECONCILE_INTERVAL`] until `shutdown` turns true
@@ -137,12 +127,7 @@ pub async fn run(
 ) {
     let memo = Memo::default();
     loop {
-        let r = Reconciler {
-            storage: storage.as_ref(),
-            cache: Some(cache.as_ref()),
-            prefix: &prefix,
-            memo: &memo,
-        };
+        let r = Reconciler { storage: storage.as_ref(), cache: Some(cache.as_ref()), prefix: &prefix, memo: &memo };
         if let Err(e) = r.pass(cidr, me).await {
             tracing::warn!(error = %e, "reconciling the default/kubernetes service");
         }
@@ -159,17 +144,10 @@ struct Memo(std::sync::Mutex<std::collections::HashMap<&'static str, i64>>);
 
 impl Memo {
     fn get(&self, resource: &'static str) -> Option<i64> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(resource)
-            .copied()
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).get(resource).copied()
     }
     fn set(&self, resource: &'static str, rv: i64) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(resource, rv);
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(resource, rv);
     }
 }
 
@@ -194,33 +172,20 @@ impl Reconciler<'_> {
         let ns = info("", "namespaces")?;
         let exists = match self.cache {
             Some(c) => c.get(ns, "", NAMESPACE, Some("0")).await?.is_some(),
-            None => self
-                .storage
-                .get(&ns.object_key(self.prefix, "", NAMESPACE))
-                .await?
-                .is_some(),
+            None => self.storage.get(&ns.object_key(self.prefix, "", NAMESPACE)).await?.is_some(),
         };
         if !exists {
             return Err(KubernetesServiceError::NoDefaultNamespace);
         }
-        self.ensure(info("", "services")?, |cur| desired_service(cur, cidr, me))
-            .await?;
-        self.ensure(info("", "endpoints")?, |cur| desired_endpoints(cur, me))
-            .await?;
-        self.ensure(info("discovery.k8s.io", "endpointslices")?, |cur| {
-            desired_slice(cur, me)
-        })
-        .await?;
+        self.ensure(info("", "services")?, |cur| desired_service(cur, cidr, me)).await?;
+        self.ensure(info("", "endpoints")?, |cur| desired_endpoints(cur, me)).await?;
+        self.ensure(info("discovery.k8s.io", "endpointslices")?, |cur| desired_slice(cur, me)).await?;
         Ok(())
     }
 
     /// Reads `default/kubernetes` of `info`: from the cache on the first
     /// attempt when there is one, else (and after a conflict) from storage.
-    async fn read(
-        &self,
-        info: &'static ResourceInfo,
-        attempt: usize,
-    ) -> Result<Current, KubernetesServiceError> {
+    async fn read(&self, info: &'static ResourceInfo, attempt: usize) -> Result<Current, KubernetesServiceError> {
         let key = info.object_key(self.prefix, NAMESPACE, NAME);
         let (bytes, rv) = match self.cache {
             Some(c) if attempt == 0 => match c.get(info, NAMESPACE, NAME, Some("0")).await? {
@@ -235,8 +200,7 @@ impl Reconciler<'_> {
         if self.memo.get(info.resource) == Some(rv) {
             return Ok(Current::Unchanged);
         }
-        let obj = serde_json::from_slice(&bytes)
-            .map_err(|source| KubernetesServiceError::Decode { key, source })?;
+        let obj = serde_json::from_slice(&bytes).map_err(|source| KubernetesServiceError::Decode { key, source })?;
         Ok(Current::Object(obj, rv))
     }
 
@@ -272,27 +236,18 @@ impl Reconciler<'_> {
             };
             match written {
                 Ok(kv) => {
-                    let verb = if current.is_none() {
-                        "created"
-                    } else {
-                        "updated"
-                    };
+                    let verb = if current.is_none() { "created" } else { "updated" };
                     tracing::info!(kind = info.kind, "{verb} {NAMESPACE}/{NAME}");
                     self.memo.set(info.resource, kv.mod_revision);
                     return Ok(());
                 }
-                Err(
-                    StorageError::Conflict { .. }
-                    | StorageError::AlreadyExists { .. }
-                    | StorageError::NotFound { .. },
-                ) => continue,
+                Err(StorageError::Conflict { .. } | StorageError::AlreadyExists { .. } | StorageError::NotFound { .. }) => {
+                    continue
+                }
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(KubernetesServiceError::Contended(format!(
-            "{}/{NAMESPACE}/{NAME}",
-            info.resource
-        )))
+        Err(KubernetesServiceError::Contended(format!("{}/{NAMESPACE}/{NAME}", info.resource)))
     }
 }
 
@@ -353,10 +308,7 @@ fn desired_service(current: Option<&Value>, cidr: Cidr, me: ApiserverEndpoint) -
         set(&mut svc, "status", json!({"loadBalancer": {}}));
         return Some(svc);
     };
-    let stored_ip = cur
-        .pointer("/spec/clusterIP")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let stored_ip = cur.pointer("/spec/clusterIP").and_then(Value::as_str).unwrap_or("");
     if stored_ip != ip {
         tracing::warn!(stored = stored_ip, want = %ip, "default/kubernetes has another clusterIP (immutable); leaving it");
     }
@@ -369,10 +321,7 @@ fn desired_service(current: Option<&Value>, cidr: Cidr, me: ApiserverEndpoint) -
     }
     let mut svc = cur.clone();
     set_labels(&mut svc, service_labels());
-    if let Some(spec) = svc
-        .as_object_mut()
-        .map(|m| m.entry("spec").or_insert_with(|| json!({})))
-    {
+    if let Some(spec) = svc.as_object_mut().map(|m| m.entry("spec").or_insert_with(|| json!({}))) {
         if let Some(spec) = spec.as_object_mut() {
             spec.insert("ports".into(), service_ports(me));
             spec.insert("type".into(), json!("ClusterIP"));
@@ -389,16 +338,8 @@ fn endpoint_port(me: ApiserverEndpoint) -> Value {
 
 /// The addresses to list: the stored ones plus ours when the stored port is
 /// ours, else only ours (sorted, without duplicates).
-fn addresses(
-    stored_port: Option<&Value>,
-    stored: Vec<String>,
-    me: ApiserverEndpoint,
-) -> Vec<String> {
-    let mut out = if stored_port == Some(&endpoint_port(me)) {
-        stored
-    } else {
-        Vec::new()
-    };
+fn addresses(stored_port: Option<&Value>, stored: Vec<String>, me: ApiserverEndpoint) -> Vec<String> {
+    let mut out = if stored_port == Some(&endpoint_port(me)) { stored } else { Vec::new() };
     out.push(me.ip.to_string());
     out.sort();
     out.dedup();
@@ -422,8 +363,7 @@ fn desired_endpoints(current: Option<&Value>, me: ApiserverEndpoint) -> Option<V
         "ports": [endpoint_port(me)],
     }]);
     if let Some(cur) = current {
-        if cur.get("subsets") == Some(&subsets) && cur.pointer("/metadata/labels") == Some(&labels)
-        {
+        if cur.get("subsets") == Some(&subsets) && cur.pointer("/metadata/labels") == Some(&labels) {
             return None;
         }
     }
@@ -446,17 +386,11 @@ fn desired_slice(current: Option<&Value>, me: ApiserverEndpoint) -> Option<Value
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|e| {
-            e.pointer("/addresses/0")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
+        .filter_map(|e| e.pointer("/addresses/0").and_then(Value::as_str).map(str::to_string))
         .collect();
     let ips = addresses(stored_port, stored_ips, me);
-    let endpoints: Vec<Value> = ips
-        .iter()
-        .map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}}))
-        .collect();
+    let endpoints: Vec<Value> =
+        ips.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}})).collect();
     let endpoints = Value::Array(endpoints);
     let ports = json!([endpoint_port(me)]);
     if let Some(cur) = current {
@@ -503,49 +437,27 @@ mod tests {
     use std::net::Ipv4Addr;
 
     fn me(ip: [u8; 4], port: u16) -> ApiserverEndpoint {
-        ApiserverEndpoint {
-            ip: IpAddr::V4(Ipv4Addr::from(ip)),
-            port,
-        }
+        ApiserverEndpoint { ip: IpAddr::V4(Ipv4Addr::from(ip)), port }
     }
 
     #[test]
     fn endpoints_merge_addresses_of_apiservers_on_the_same_port() {
         let a = desired_endpoints(None, me([10, 0, 0, 2], 6443)).unwrap();
         assert_eq!(a["subsets"][0]["addresses"], json!([{"ip": "10.0.0.2"}]));
-        assert!(
-            desired_endpoints(Some(&a), me([10, 0, 0, 2], 6443)).is_none(),
-            "right already"
-        );
+        assert!(desired_endpoints(Some(&a), me([10, 0, 0, 2], 6443)).is_none(), "right already");
         let b = desired_endpoints(Some(&a), me([10, 0, 0, 1], 6443)).unwrap();
-        assert_eq!(
-            b["subsets"][0]["addresses"],
-            json!([{"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}])
-        );
-        assert!(
-            desired_endpoints(Some(&b), me([10, 0, 0, 2], 6443)).is_none(),
-            "no fight"
-        );
+        assert_eq!(b["subsets"][0]["addresses"], json!([{"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}]));
+        assert!(desired_endpoints(Some(&b), me([10, 0, 0, 2], 6443)).is_none(), "no fight");
         let c = desired_endpoints(Some(&b), me([10, 0, 0, 2], 7443)).unwrap();
-        assert_eq!(
-            c["subsets"][0]["addresses"],
-            json!([{"ip": "10.0.0.2"}]),
-            "another port resets"
-        );
-        assert_eq!(
-            c["subsets"][0]["ports"],
-            json!([{"name": "https", "port": 7443, "protocol": "TCP"}])
-        );
+        assert_eq!(c["subsets"][0]["addresses"], json!([{"ip": "10.0.0.2"}]), "another port resets");
+        assert_eq!(c["subsets"][0]["ports"], json!([{"name": "https", "port": 7443, "protocol": "TCP"}]));
     }
 
     #[test]
     fn service_is_rewritten_only_when_ports_labels_or_type_differ() {
         let cidr = Cidr::parse("10.96.0.0/12").unwrap();
         let mut s = desired_service(None, cidr, me([127, 0, 0, 1], 6443)).unwrap();
-        rkube_api::registry::lookup("", "v1", "services")
-            .expect("services are served")
-            .strategy
-            .apply_defaults(&mut s);
+        rkube_api::registry::lookup("", "v1", "services").expect("services are served").strategy.apply_defaults(&mut s);
         assert_eq!(s["spec"]["clusterIP"], "10.96.0.1");
         assert!(desired_service(Some(&s), cidr, me([127, 0, 0, 1], 6443)).is_none());
         let moved = desired_service(Some(&s), cidr, me([127, 0, 0, 1], 7443)).unwrap();

@@ -15,9 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::Bytes;
 use rkube_storage::etcd::EtcdStorage;
-use rkube_storage::{
-    KeyValue, RangeRequest, RangeResponse, Result, Revision, Storage, StorageError, Watch,
-};
+use rkube_storage::{KeyValue, RangeRequest, RangeResponse, Result, Revision, Storage, StorageError, Watch};
 
 /// Longest wait of one connection attempt.
 pub const CONNECT_ATTEMPT: Duration = Duration::from_secs(2);
@@ -58,11 +56,7 @@ impl LazyStorage {
             }
         })
         .abort_handle();
-        LazyStorage {
-            inner,
-            endpoints,
-            task,
-        }
+        LazyStorage { inner, endpoints, task }
     }
 
     /// True once connected.
@@ -71,9 +65,9 @@ impl LazyStorage {
     }
 
     fn get_inner(&self) -> Result<&EtcdStorage> {
-        self.inner.get().ok_or_else(|| {
-            StorageError::Unavailable(format!("etcd at {:?} is not reachable yet", self.endpoints))
-        })
+        self.inner
+            .get()
+            .ok_or_else(|| StorageError::Unavailable(format!("etcd at {:?} is not reachable yet", self.endpoints)))
     }
 }
 
@@ -91,21 +85,10 @@ impl Storage for LazyStorage {
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
         self.get_inner()?.create(key, value).await
     }
-    async fn update(
-        &self,
-        key: &str,
-        value: Bytes,
-        expected_mod_revision: Revision,
-    ) -> Result<KeyValue> {
-        self.get_inner()?
-            .update(key, value, expected_mod_revision)
-            .await
+    async fn update(&self, key: &str, value: Bytes, expected_mod_revision: Revision) -> Result<KeyValue> {
+        self.get_inner()?.update(key, value, expected_mod_revision).await
     }
-    async fn delete(
-        &self,
-        key: &str,
-        expected_mod_revision: Option<Revision>,
-    ) -> Result<(KeyValue, Revision)> {
+    async fn delete(&self, key: &str, expected_mod_revision: Option<Revision>) -> Result<(KeyValue, Revision)> {
         self.get_inner()?.delete(key, expected_mod_revision).await
     }
     async fn watch(&self, prefix: &str, after_revision: Revision) -> Result<Watch> {
@@ -121,9 +104,7 @@ impl Storage for LazyStorage {
         self.get_inner()?.compact(revision).await
     }
     fn progress_notify_reliable(&self) -> bool {
-        self.inner
-            .get()
-            .is_some_and(|s| s.progress_notify_reliable())
+        self.inner.get().is_some_and(|s| s.progress_notify_reliable())
     }
 }
 
@@ -137,16 +118,10 @@ pub async fn open_storage_resilient(
     if matches!(backend, "etcd3" | "etcd") && !etcd_servers.is_empty() {
         match tokio::time::timeout(CONNECT_ATTEMPT, EtcdStorage::connect(etcd_servers)).await {
             Ok(Ok(s)) => return Ok(Arc::new(s)),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "etcd is not reachable; serving while connecting in the background")
-            }
-            Err(_) => tracing::warn!(
-                "etcd did not answer in time; serving while connecting in the background"
-            ),
+            Ok(Err(e)) => tracing::warn!(error = %e, "etcd is not reachable; serving while connecting in the background"),
+            Err(_) => tracing::warn!("etcd did not answer in time; serving while connecting in the background"),
         }
-        return Ok(Arc::new(LazyStorage::connect_in_background(
-            etcd_servers.to_vec(),
-        )));
+        return Ok(Arc::new(LazyStorage::connect_in_background(etcd_servers.to_vec())));
     }
     open_storage(backend, data_dir, etcd_servers).await
 }
@@ -163,15 +138,10 @@ pub enum CliError {
 }
 
 /// Opens the storage backend the flags name.
-pub async fn open_storage(
-    backend: &str,
-    data_dir: &Path,
-    etcd_servers: &[String],
-) -> anyhow::Result<Arc<dyn Storage>> {
+pub async fn open_storage(backend: &str, data_dir: &Path, etcd_servers: &[String]) -> anyhow::Result<Arc<dyn Storage>> {
     match backend {
         "embedded" => {
-            std::fs::create_dir_all(data_dir)
-                .with_context(|| format!("creating data dir {}", data_dir.display()))?;
+            std::fs::create_dir_all(data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
             let store = rkube_storage::embedded::EmbeddedStorage::open(data_dir)
                 .with_context(|| format!("opening the embedded store in {}", data_dir.display()))?;
             Ok(Arc::new(store))

@@ -23,21 +23,14 @@ use crate::error::{ApiError, ApiResult};
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// Media types accepted for create/update bodies.
-pub const BODY_TYPES: &[&str] = &[
-    "application/json",
-    "application/yaml",
-    "application/vnd.kubernetes.protobuf",
-];
+pub const BODY_TYPES: &[&str] = &["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"];
 
 /// Media types a response can be rendered as (built-in kinds add protobuf).
 pub const RESPONSE_TYPES: &[&str] = &["application/json", "application/yaml"];
 
 /// Media types a response of a built-in kind can be rendered as.
-pub const BUILTIN_RESPONSE_TYPES: &[&str] = &[
-    "application/json",
-    "application/yaml",
-    "application/vnd.kubernetes.protobuf",
-];
+pub const BUILTIN_RESPONSE_TYPES: &[&str] =
+    &["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"];
 
 /// One parsed media range of an `Accept` header.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,10 +44,7 @@ pub struct MediaRange {
 impl MediaRange {
     /// A parameter's value.
     pub fn param(&self, name: &str) -> Option<&str> {
-        self.params
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        self.params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 }
 
@@ -71,10 +61,7 @@ pub fn parse_media_ranges(header: &str) -> Vec<MediaRange> {
             let params = pieces
                 .filter_map(|p| {
                     let (k, v) = p.split_once('=')?;
-                    Some((
-                        k.trim().to_ascii_lowercase(),
-                        v.trim().trim_matches('"').to_string(),
-                    ))
+                    Some((k.trim().to_ascii_lowercase(), v.trim().trim_matches('"').to_string()))
                 })
                 .collect();
             Some(MediaRange { essence, params })
@@ -106,10 +93,7 @@ pub enum Output {
 /// Returns 406 when every listed type is unsupported (e.g. protobuf only,
 /// for a custom resource).
 pub fn negotiate_output(headers: &HeaderMap, protobuf: bool) -> ApiResult<Output> {
-    let accept = headers
-        .get("accept")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
     if accept.trim().is_empty() {
         return Ok(Output::Json);
     }
@@ -118,13 +102,11 @@ pub fn negotiate_output(headers: &HeaderMap, protobuf: bool) -> ApiResult<Output
         match essence {
             "application/json" | "application/*" | "*/*" => match range.param("as") {
                 None => return Ok(Output::Json),
-                Some("Table") if matches!(range.param("g"), Some("meta.k8s.io") | None) => {
-                    match range.param("v") {
-                        Some("v1") | None => return Ok(Output::Table(TableVersion::V1)),
-                        Some("v1beta1") => return Ok(Output::Table(TableVersion::V1Beta1)),
-                        _ => continue,
-                    }
-                }
+                Some("Table") if matches!(range.param("g"), Some("meta.k8s.io") | None) => match range.param("v") {
+                    Some("v1") | None => return Ok(Output::Table(TableVersion::V1)),
+                    Some("v1beta1") => return Ok(Output::Table(TableVersion::V1Beta1)),
+                    _ => continue,
+                },
                 Some("PartialObjectMetadata") | Some("PartialObjectMetadataList")
                     if matches!(range.param("g"), Some("meta.k8s.io") | None) =>
                 {
@@ -138,19 +120,13 @@ pub fn negotiate_output(headers: &HeaderMap, protobuf: bool) -> ApiResult<Output
                 }
             }
             // Tables and metadata-only answers stay JSON (`as=` in protobuf is not served).
-            rkube_api::protobuf::PROTOBUF_CONTENT_TYPE
-                if protobuf && range.param("as").is_none() =>
-            {
+            rkube_api::protobuf::PROTOBUF_CONTENT_TYPE if protobuf && range.param("as").is_none() => {
                 return Ok(Output::Protobuf)
             }
             _ => continue,
         }
     }
-    Err(ApiError::not_acceptable(if protobuf {
-        BUILTIN_RESPONSE_TYPES
-    } else {
-        RESPONSE_TYPES
-    }))
+    Err(ApiError::not_acceptable(if protobuf { BUILTIN_RESPONSE_TYPES } else { RESPONSE_TYPES }))
 }
 
 /// Reads `?includeObject=` (`None`, `Metadata` (default), `Object`); 400 otherwise.
@@ -179,11 +155,8 @@ pub async fn read_body(body: Body) -> ApiResult<bytes::Bytes> {
     let mut body = body;
     let mut buf = bytes::BytesMut::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame
-            .map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;
-        let Ok(chunk) = frame.into_data() else {
-            continue;
-        };
+        let frame = frame.map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;
+        let Ok(chunk) = frame.into_data() else { continue };
         if buf.len() + chunk.len() > MAX_BODY_BYTES {
             crate::filters::body::drain(body, buf.len() + chunk.len()).await;
             return Err(ApiError::too_large(MAX_BODY_BYTES));
@@ -207,26 +180,24 @@ pub async fn read_body(body: Body) -> ApiResult<bytes::Bytes> {
 pub fn decode_object(content_type: &str, body: &[u8]) -> ApiResult<Value> {
     let value: Value = off_the_workers(body.len(), || decode_any(content_type, body))?;
     if !value.is_object() {
-        return Err(ApiError::bad_request(
-            "the request body must be a JSON object",
-        ));
+        return Err(ApiError::bad_request("the request body must be a JSON object"));
     }
     Ok(value)
 }
 
 fn decode_any(content_type: &str, body: &[u8]) -> ApiResult<Value> {
     Ok(match content_type {
-        "application/json" => serde_json::from_slice(body).map_err(|e| {
-            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-        })?,
+        "application/json" => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => decode_yaml(body)?,
-        rkube_api::protobuf::PROTOBUF_CONTENT_TYPE => rkube_api::protobuf::decode_object(body)
-            .map_err(|e| match e {
+        rkube_api::protobuf::PROTOBUF_CONTENT_TYPE => {
+            rkube_api::protobuf::decode_object(body).map_err(|e| match e {
                 rkube_api::protobuf::ProtobufError::UnknownKind { .. } => {
                     ApiError::unsupported_media_type(content_type, BODY_TYPES)
                 }
                 other => ApiError::bad_request(other),
-            })?,
+            })?
+        }
         other => return Err(ApiError::unsupported_media_type(other, BODY_TYPES)),
     })
 }
@@ -239,8 +210,7 @@ pub const BLOCKING_DECODE_BYTES: usize = 64 * 1024;
 /// over to the other tasks when the body is large and the runtime can do it.
 pub(crate) fn off_the_workers<T>(len: usize, decode: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
-    let multi_thread =
-        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    let multi_thread = Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
     if len >= BLOCKING_DECODE_BYTES && multi_thread {
         tokio::task::block_in_place(decode)
     } else {
@@ -252,9 +222,7 @@ pub(crate) fn off_the_workers<T>(len: usize, decode: impl FnOnce() -> T) -> T {
 /// reporting; `None` for other media types (and bodies that are not JSON,
 /// which [`decode_object`] refuses).
 pub fn scan_json_keys(content_type: &str, body: &[u8]) -> Option<crate::strict::KeyScan> {
-    (content_type == "application/json")
-        .then(|| crate::strict::KeyScan::of_json(body))
-        .flatten()
+    (content_type == "application/json").then(|| crate::strict::KeyScan::of_json(body)).flatten()
 }
 
 /// Decodes YAML into JSON (400 on malformed YAML).
@@ -263,8 +231,7 @@ pub fn scan_json_keys(content_type: &str, body: &[u8]) -> Option<crate::strict::
 /// ([`crate::patch::MAX_NESTING_DEPTH`]; the YAML decoder allows one level
 /// more), so every body stored can be decoded again.
 pub fn decode_yaml(body: &[u8]) -> ApiResult<Value> {
-    yaml_to_json(body)
-        .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}")))
+    yaml_to_json(body).map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}")))
 }
 
 /// Why a YAML text was not decoded.
@@ -299,10 +266,7 @@ pub(crate) enum YamlError {
 pub(crate) fn yaml_to_json(body: &[u8]) -> Result<Value, YamlError> {
     let max = crate::patch::MAX_NESTING_DEPTH;
     if looks_like_json(body) && !has_surrogate_escape(body) {
-        if let Some(value) = serde_json::from_slice::<Value>(body)
-            .ok()
-            .filter(|v| !has_negative_zero(v))
-        {
+        if let Some(value) = serde_json::from_slice::<Value>(body).ok().filter(|v| !has_negative_zero(v)) {
             if crate::patch::json::nesting_depth(&value) > max {
                 return Err(YamlError::TooDeep { max });
             }
@@ -319,21 +283,14 @@ pub(crate) fn yaml_to_json(body: &[u8]) -> Result<Value, YamlError> {
 
 /// Whether `body`'s first byte that is not JSON whitespace opens a JSON object.
 fn looks_like_json(body: &[u8]) -> bool {
-    body.iter()
-        .find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
-        == Some(&b'{')
+    body.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n')) == Some(&b'{')
 }
 
 /// Whether `body` has a `\u` escape of a UTF-16 surrogate (`\uD800` to
 /// `\uDFFF`, either case); an escaped backslash before a `u` counts too
 /// (so such a body takes the slower YAML decoder, which decides).
 fn has_surrogate_escape(body: &[u8]) -> bool {
-    body.windows(4).any(|w| {
-        w[0] == b'\\'
-            && w[1] == b'u'
-            && matches!(w[2], b'd' | b'D')
-            && matches!(w[3], b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
-    })
+    body.windows(4).any(|w| w[0] == b'\\' && w[1] == b'u' && matches!(w[2], b'd' | b'D') && matches!(w[3], b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F'))
 }
 
 /// Whether a float in `value` is `-0.0` (iteratively: `value` may nest as
@@ -342,11 +299,7 @@ fn has_negative_zero(value: &Value) -> bool {
     let mut todo = vec![value];
     while let Some(v) = todo.pop() {
         match v {
-            Value::Number(n)
-                if n.is_f64() && n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()) =>
-            {
-                return true
-            }
+            Value::Number(n) if n.is_f64() && n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()) => return true,
             Value::Array(items) => todo.extend(items),
             Value::Object(map) => todo.extend(map.values()),
             _ => {}
@@ -386,8 +339,7 @@ pub fn respond(code: u16, output: Output, value: &Value) -> Response {
         },
     };
     let mut resp = (status, body).into_response();
-    resp.headers_mut()
-        .insert("content-type", HeaderValue::from_static(ctype));
+    resp.headers_mut().insert("content-type", HeaderValue::from_static(ctype));
     resp
 }
 
@@ -409,16 +361,8 @@ mod tests {
 
     #[test]
     fn protobuf_only_accept_is_not_acceptable() {
-        assert_eq!(
-            accept("application/vnd.kubernetes.protobuf")
-                .unwrap_err()
-                .code(),
-            406
-        );
-        assert_eq!(
-            accept("application/vnd.kubernetes.protobuf, application/json").unwrap(),
-            Output::Json
-        );
+        assert_eq!(accept("application/vnd.kubernetes.protobuf").unwrap_err().code(), 406);
+        assert_eq!(accept("application/vnd.kubernetes.protobuf, application/json").unwrap(), Output::Json);
         assert_eq!(accept("application/yaml").unwrap(), Output::Yaml);
         assert_eq!(accept("*/*").unwrap(), Output::Json);
     }
@@ -426,44 +370,26 @@ mod tests {
     #[test]
     fn protobuf_is_chosen_for_built_in_kinds_in_the_client_order() {
         let mut h = HeaderMap::new();
-        h.insert(
-            "accept",
-            HeaderValue::from_static("application/vnd.kubernetes.protobuf, application/json"),
-        );
+        h.insert("accept", HeaderValue::from_static("application/vnd.kubernetes.protobuf, application/json"));
         assert_eq!(negotiate_output(&h, true).unwrap(), Output::Protobuf);
         assert_eq!(negotiate_output(&h, false).unwrap(), Output::Json);
-        h.insert(
-            "accept",
-            HeaderValue::from_static("application/json, application/vnd.kubernetes.protobuf"),
-        );
+        h.insert("accept", HeaderValue::from_static("application/json, application/vnd.kubernetes.protobuf"));
         assert_eq!(negotiate_output(&h, true).unwrap(), Output::Json);
         // Tables are JSON whatever the client prefers.
         h.insert(
             "accept",
             HeaderValue::from_static("application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1;g=meta.k8s.io"),
         );
-        assert_eq!(
-            negotiate_output(&h, true).unwrap(),
-            Output::Table(TableVersion::V1)
-        );
-        h.insert(
-            "accept",
-            HeaderValue::from_static("application/vnd.kubernetes.protobuf"),
-        );
+        assert_eq!(negotiate_output(&h, true).unwrap(), Output::Table(TableVersion::V1));
+        h.insert("accept", HeaderValue::from_static("application/vnd.kubernetes.protobuf"));
         let e = negotiate_output(&h, false).unwrap_err();
         assert_eq!(e.code(), 406);
     }
 
     #[test]
     fn malformed_bodies_are_bad_requests() {
-        assert_eq!(
-            decode_object("application/json", b"{").unwrap_err().code(),
-            400
-        );
-        assert_eq!(
-            decode_object("application/json", b"[]").unwrap_err().code(),
-            400
-        );
+        assert_eq!(decode_object("application/json", b"{").unwrap_err().code(), 400);
+        assert_eq!(decode_object("application/json", b"[]").unwrap_err().code(), 400);
         assert_eq!(decode_object("text/plain", b"{}").unwrap_err().code(), 415);
         let v = decode_object("application/yaml", b"kind: Pod\nmetadata:\n  name: a\n").unwrap();
         assert_eq!(v["metadata"]["name"], "a");
@@ -480,47 +406,25 @@ mod tests {
             let fast = yaml_to_json(text.as_bytes()).unwrap();
             let yaml = crate::yaml_value::from_slice(text.as_bytes()).unwrap();
             assert_eq!(fast, yaml, "{text}");
-            assert_eq!(
-                serde_json::to_string(&fast).unwrap(),
-                serde_json::to_string(&yaml).unwrap(),
-                "key order of {text}"
-            );
+            assert_eq!(serde_json::to_string(&fast).unwrap(), serde_json::to_string(&yaml).unwrap(), "key order of {text}");
         }
     }
 
     #[test]
     fn flow_yaml_that_is_not_json_goes_to_the_yaml_decoder() {
-        assert_eq!(
-            yaml_to_json(b"{a: b, c: [1, x]}").unwrap(),
-            serde_json::json!({"a": "b", "c": [1, "x"]})
-        );
+        assert_eq!(yaml_to_json(b"{a: b, c: [1, x]}").unwrap(), serde_json::json!({"a": "b", "c": [1, "x"]}));
         let e = yaml_to_json(br#"{"s": "\ud83d\ude00"}"#).unwrap_err();
-        assert!(
-            e.to_string().contains("invalid Unicode character escape"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("invalid Unicode character escape"), "{e}");
         // Beyond 64 bits: a float, as in a JSON body (the YAML decoder refuses it).
-        assert_eq!(
-            yaml_to_json(br#"{"n": 18446744073709551616}"#).unwrap()["n"].as_f64(),
-            Some(18446744073709551616.0)
-        );
-        assert_eq!(
-            yaml_to_json(b"{\"a\": 1} # a comment\n").unwrap(),
-            serde_json::json!({"a": 1})
-        );
+        assert_eq!(yaml_to_json(br#"{"n": 18446744073709551616}"#).unwrap()["n"].as_f64(), Some(18446744073709551616.0));
+        assert_eq!(yaml_to_json(b"{\"a\": 1} # a comment\n").unwrap(), serde_json::json!({"a": 1}));
         // Errors are the YAML decoder's, and nesting is held to the JSON limit either way.
         let e = yaml_to_json(b"{\"a\": [}").unwrap_err();
         assert!(matches!(e, YamlError::Malformed(_)), "{e}");
         let max = crate::patch::MAX_NESTING_DEPTH;
         let deep = format!("{{\"a\": {}{}}}", "[".repeat(max), "]".repeat(max));
-        assert!(matches!(
-            yaml_to_json(deep.as_bytes()),
-            Err(YamlError::TooDeep { .. })
-        ));
+        assert!(matches!(yaml_to_json(deep.as_bytes()), Err(YamlError::TooDeep { .. })));
         let deeper = format!("{{\"a\": {}{}}}", "[".repeat(4 * max), "]".repeat(4 * max));
-        assert!(matches!(
-            yaml_to_json(deeper.as_bytes()),
-            Err(YamlError::TooDeep { .. })
-        ));
+        assert!(matches!(yaml_to_json(deeper.as_bytes()), Err(YamlError::TooDeep { .. })));
     }
 }

@@ -7,10 +7,7 @@ use serde_json::{Map, Value};
 
 /// `metadata.<field>` as a string (`""` when absent).
 pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
-    obj.get("metadata")
-        .and_then(|m| m.get(field))
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
 }
 
 /// `metadata.name`.
@@ -29,9 +26,7 @@ pub fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
         *obj = Value::Object(Map::new());
     }
     let map = obj.as_object_mut().expect("just made an object");
-    let meta = map
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
+    let meta = map.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
     if !meta.is_object() {
         *meta = Value::Object(Map::new());
     }
@@ -52,11 +47,7 @@ pub fn remove_meta(obj: &mut Value, field: &str) -> Option<Value> {
 pub fn finalizers(obj: &Value) -> Vec<String> {
     obj.pointer("/metadata/finalizers")
         .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
         .unwrap_or_default()
 }
 
@@ -118,19 +109,9 @@ pub fn clear_server_fields(obj: &mut Value) {
 /// `creationTimestamp`, `deletionTimestamp`, `deletionGracePeriodSeconds`,
 /// `generation`, and `name`/`namespace`/`generateName`.
 pub fn keep_immutable_meta(old: &Value, new: &mut Value) {
-    let old_meta = old
-        .get("metadata")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let old_meta = old.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
     let meta = metadata_mut(new);
-    for f in [
-        "uid",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "generation",
-    ] {
+    for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
         match old_meta.get(f) {
             Some(v) => {
                 meta.insert(f.to_string(), v.clone());
@@ -157,10 +138,7 @@ pub fn bump_generation(old: &Value, new: &mut Value, tracks_generation: bool) {
     if !tracks_generation {
         return;
     }
-    let old_gen = old
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
+    let old_gen = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
     let changed = spec_part(old) != spec_part(new);
     let gen = if changed { old_gen + 1 } else { old_gen.max(1) };
     set_meta(new, "generation", Value::from(gen));
@@ -170,9 +148,7 @@ fn spec_part(obj: &Value) -> Map<String, Value> {
     obj.as_object()
         .map(|m| {
             m.iter()
-                .filter(|(k, _)| {
-                    !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
-                })
+                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         })
@@ -215,8 +191,7 @@ mod tests {
     #[test]
     fn generation_bumps_only_on_spec_change() {
         let old = json!({"metadata": {"generation": 3}, "spec": {"a": 1}, "status": {"x": 1}});
-        let mut same =
-            json!({"metadata": {"labels": {"l": "v"}}, "spec": {"a": 1}, "status": {"x": 2}});
+        let mut same = json!({"metadata": {"labels": {"l": "v"}}, "spec": {"a": 1}, "status": {"x": 2}});
         bump_generation(&old, &mut same, true);
         assert_eq!(same["metadata"]["generation"], 3);
         let mut changed = json!({"metadata": {}, "spec": {"a": 2}});

@@ -50,25 +50,18 @@ fn encode_error(e: pb::ProtobufError) -> ApiError {
 ///
 /// Errors: 500 when its JSON does not fit the schema.
 pub fn object_message(info: &ResourceInfo, obj: &CachedObject) -> ApiResult<Bytes> {
-    let name = message(info)
-        .ok_or_else(|| ApiError::internal(format!("no protobuf message for {}", info.kind)))?;
+    let name = message(info).ok_or_else(|| ApiError::internal(format!("no protobuf message for {}", info.kind)))?;
     obj.encodings.protobuf(|| {
         let v: Value = serde_json::from_slice(&obj.json)
             .map_err(|e| ApiError::internal(format!("cached object is not JSON: {e}")))?;
-        pb::encode_message(&name, &v)
-            .map(Bytes::from)
-            .map_err(encode_error)
+        pb::encode_message(&name, &v).map(Bytes::from).map_err(encode_error)
     })
 }
 
 /// The whole GET body of one cached object.
 pub fn object_body(info: &ResourceInfo, obj: &CachedObject) -> ApiResult<Bytes> {
     let raw = object_message(info, obj)?;
-    Ok(Bytes::from(pb::envelope(
-        &info.api_version(),
-        info.kind,
-        &raw,
-    )))
+    Ok(Bytes::from(pb::envelope(&info.api_version(), info.kind, &raw)))
 }
 
 /// Any JSON object (with `apiVersion` and `kind`) as a protobuf body;
@@ -102,36 +95,21 @@ pub fn list_chunks(
     list_meta: Map<String, Value>,
     chunk_bytes: usize,
 ) -> ApiResult<(usize, impl Iterator<Item = Bytes> + Send + 'static)> {
-    let meta = pb::encode_message(
-        "apimachinery.pkg.apis.meta.v1.ListMeta",
-        &Value::Object(list_meta),
-    )
-    .map_err(encode_error)?;
+    let meta = pb::encode_message("apimachinery.pkg.apis.meta.v1.ListMeta", &Value::Object(list_meta))
+        .map_err(encode_error)?;
     let mut opening = pb::field_header(1, meta.len());
     opening.extend_from_slice(&meta);
-    let items_len: usize = items
-        .iter()
-        .map(|b| 1 + pb::varint_len(b.len() as u64) + b.len())
-        .sum();
+    let items_len: usize = items.iter().map(|b| 1 + pb::varint_len(b.len() as u64) + b.len()).sum();
     let raw_len = opening.len() + items_len;
     let mut head = pb::envelope_head(&info.api_version(), info.list_kind, raw_len);
     head.extend_from_slice(&opening);
     let total = head.len() + items_len + pb::ENVELOPE_TAIL.len();
 
-    let prefix = |_: usize, len: usize, out: &mut bytes::BytesMut| {
-        out.extend_from_slice(&pb::field_header(2, len))
-    };
+    let prefix = |_: usize, len: usize, out: &mut bytes::BytesMut| out.extend_from_slice(&pb::field_header(2, len));
     fn raw(b: &Bytes) -> &[u8] {
         b
     }
-    let chunks = crate::body_chunks::splice(
-        head,
-        items,
-        raw,
-        prefix,
-        pb::ENVELOPE_TAIL,
-        chunk_bytes.min(total),
-    );
+    let chunks = crate::body_chunks::splice(head, items, raw, prefix, pb::ENVELOPE_TAIL, chunk_bytes.min(total));
     Ok((total, chunks))
 }
 
@@ -148,10 +126,8 @@ pub fn watch_frame(info: &ResourceInfo, api_version: &str, ev: &WatchEvent) -> A
             // The JSON line's object, encoded: a bookmark carries only
             // metadata, an error a `Status`.
             let line = ev.to_json_line(info.kind, api_version);
-            let v: Value =
-                serde_json::from_slice(&line).map_err(|e| ApiError::internal(e.to_string()))?;
-            value_body(&v["object"])?
-                .ok_or_else(|| ApiError::internal("watch event object has no protobuf form"))?
+            let v: Value = serde_json::from_slice(&line).map_err(|e| ApiError::internal(e.to_string()))?;
+            value_body(&v["object"])?.ok_or_else(|| ApiError::internal("watch event object has no protobuf form"))?
         }
     };
     Ok(Bytes::from(pb::watch_event_frame(ev.type_name(), &body)))

@@ -44,14 +44,11 @@ pub enum AggregationError {
 }
 
 fn name_of(role: &Value) -> &str {
-    role.pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    role.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
 }
 
 fn selectors(role: &Value) -> Option<&Vec<Value>> {
-    role.pointer("/aggregationRule/clusterRoleSelectors")
-        .and_then(Value::as_array)
+    role.pointer("/aggregationRule/clusterRoleSelectors").and_then(Value::as_array)
 }
 
 /// The rules aggregated ClusterRole `role` should have, given every
@@ -67,19 +64,11 @@ pub fn aggregated_rules(role: &Value, all: &BTreeMap<String, Value>) -> Option<V
             if name == own {
                 continue;
             }
-            let labels = other
-                .pointer("/metadata/labels")
-                .and_then(Value::as_object)
-                .unwrap_or(&empty);
+            let labels = other.pointer("/metadata/labels").and_then(Value::as_object).unwrap_or(&empty);
             if !rkube_api::selector::label_selector_matches(sel, labels) {
                 continue;
             }
-            for r in other
-                .get("rules")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                .unwrap_or(&[])
-            {
+            for r in other.get("rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
                 if !rules.contains(r) {
                     rules.push(r.clone());
                 }
@@ -95,35 +84,19 @@ pub fn aggregated_rules(role: &Value, all: &BTreeMap<String, Value>) -> Option<V
 /// newer state arrives). Returns how many were written.
 pub async fn reconcile_cached(cache: &RbacCache) -> Result<usize, AggregationError> {
     let stored = cache.stored_cluster_roles();
-    let all: BTreeMap<String, Value> = stored
-        .iter()
-        .map(|(n, c)| (n.clone(), (*c.object).clone()))
-        .collect();
+    let all: BTreeMap<String, Value> = stored.iter().map(|(n, c)| (n.clone(), (*c.object).clone())).collect();
     let mut written = 0;
     for (name, role) in &all {
-        let Some(rules) = aggregated_rules(role, &all) else {
-            continue;
-        };
-        let current = role
-            .get("rules")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        let Some(rules) = aggregated_rules(role, &all) else { continue };
+        let current = role.get("rules").and_then(Value::as_array).cloned().unwrap_or_default();
         if current == rules {
             continue;
         }
         let Some(c) = stored.get(name) else { continue };
         let mut updated = role.clone();
         updated["rules"] = Value::Array(rules);
-        let bytes = serde_json::to_vec(&updated).map_err(|source| AggregationError::Encode {
-            name: name.clone(),
-            source,
-        })?;
-        match cache
-            .storage()
-            .update(&c.key, bytes.into(), c.mod_revision)
-            .await
-        {
+        let bytes = serde_json::to_vec(&updated).map_err(|source| AggregationError::Encode { name: name.clone(), source })?;
+        match cache.storage().update(&c.key, bytes.into(), c.mod_revision).await {
             Ok(_) => written += 1,
             // Someone else changed it: its event brings us back.
             Err(StorageError::Conflict { .. }) | Err(StorageError::NotFound { .. }) => {}
@@ -181,10 +154,7 @@ mod tests {
     use serde_json::json;
 
     fn role(name: &str, labels: Value, rules: Value) -> (String, Value) {
-        (
-            name.into(),
-            json!({"metadata": {"name": name, "labels": labels}, "rules": rules}),
-        )
+        (name.into(), json!({"metadata": {"name": name, "labels": labels}, "rules": rules}))
     }
 
     #[test]
@@ -203,10 +173,7 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        assert_eq!(
-            aggregated_rules(&all["parent"], &all),
-            Some(vec![r1.clone(), r2.clone()])
-        );
+        assert_eq!(aggregated_rules(&all["parent"], &all), Some(vec![r1.clone(), r2.clone()]));
         assert_eq!(aggregated_rules(&all["other"], &all), None);
     }
 

@@ -28,9 +28,7 @@ pub fn table(
     list_meta: Option<Value>,
 ) -> Value {
     let mut t = match info.custom {
-        Some(custom) => {
-            crate::table::custom::to_table(custom, items, include, list_meta, chrono::Utc::now())
-        }
+        Some(custom) => crate::table::custom::to_table(custom, items, include, list_meta, chrono::Utc::now()),
         None => crate::table::to_table(info, items, include, list_meta),
     };
     crate::table::set_version(&mut t, version);
@@ -49,13 +47,7 @@ pub fn partial_metadata(obj: &Value) -> Value {
 /// Renders one object with HTTP `code`, adding `Warning` headers. Its keys
 /// go in typed order ([`rkube_api::wire::order_object_keys`]), also for
 /// objects never stored (dry runs).
-pub fn object(
-    info: &ResourceInfo,
-    r: Render,
-    code: u16,
-    obj: &Value,
-    warnings: &[String],
-) -> Response {
+pub fn object(info: &ResourceInfo, r: Render, code: u16, obj: &Value, warnings: &[String]) -> Response {
     let body = match r.output {
         Output::Table(v) => table(info, v, std::slice::from_ref(obj), r.include, None),
         Output::PartialMetadata => partial_metadata(obj),
@@ -69,12 +61,7 @@ pub fn object(
 }
 
 /// Renders a list: `list_meta` is the list's `metadata` (resourceVersion, continue, ...).
-pub fn list(
-    info: &ResourceInfo,
-    r: Render,
-    items: Vec<Value>,
-    list_meta: Map<String, Value>,
-) -> Response {
+pub fn list(info: &ResourceInfo, r: Render, items: Vec<Value>, list_meta: Map<String, Value>) -> Response {
     let body = match r.output {
         Output::Table(v) => table(info, v, &items, r.include, Some(Value::Object(list_meta))),
         Output::PartialMetadata => json!({

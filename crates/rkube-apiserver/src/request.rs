@@ -78,9 +78,7 @@ pub fn decode_path(raw: &str) -> ApiResult<std::borrow::Cow<'_, str>> {
             i += 1;
         }
     }
-    String::from_utf8(out)
-        .map(std::borrow::Cow::Owned)
-        .map_err(|_| bad())
+    String::from_utf8(out).map(std::borrow::Cow::Owned).map_err(|_| bad())
 }
 
 /// Upstream `path.IsValidPathSegmentName`: why `name` cannot be an object
@@ -89,11 +87,7 @@ fn path_segment_name_errors(name: &str) -> Vec<String> {
     if name == "." || name == ".." {
         return vec![format!("may not be '{name}'")];
     }
-    ["/", "%"]
-        .iter()
-        .filter(|c| name.contains(**c))
-        .map(|c| format!("may not contain '{c}'"))
-        .collect()
+    ["/", "%"].iter().filter(|c| name.contains(**c)).map(|c| format!("may not contain '{c}'")).collect()
 }
 
 /// Namespace subresources: `namespaces/<name>/<sub>` is the namespace object,
@@ -132,8 +126,7 @@ pub fn parse(
         }
     }
     let resource = parts[0];
-    let info = registry::lookup(group, version, resource)
-        .ok_or_else(|| not_yet_served(group, version, resource))?;
+    let info = registry::lookup(group, version, resource).ok_or_else(|| not_yet_served(group, version, resource))?;
     if info.namespaced != namespace.is_some() && !(info.namespaced && parts.len() == 1) {
         // A namespaced resource needs a namespace for object paths; a
         // cluster-scoped one never takes one.
@@ -143,17 +136,12 @@ pub fn parse(
     if let Some(n) = &name {
         let errs = path_segment_name_errors(n);
         if !errs.is_empty() {
-            return Err(ApiError::bad_request(format!(
-                "invalid resource name {n:?}: [{}]",
-                errs.join(", ")
-            )));
+            return Err(ApiError::bad_request(format!("invalid resource name {n:?}: [{}]", errs.join(", "))));
         }
     }
     let subresource = parts.get(2).map(|s| s.to_string());
     // `nodes/<name>/proxy/<path...>`: the rest is the kubelet's path.
-    let proxied = subresource.as_deref() == Some("proxy")
-        && info.group.is_empty()
-        && info.resource == "nodes";
+    let proxied = subresource.as_deref() == Some("proxy") && info.group.is_empty() && info.resource == "nodes";
     if parts.len() > 3 && !proxied {
         return Err(ApiError::path_not_found());
     }
@@ -178,10 +166,7 @@ pub fn parse(
             // POST to an object's subresource (binding, eviction, token) creates
             // when the subresource takes `create`.
             (Method::POST, false)
-                if subresource
-                    .as_deref()
-                    .and_then(|s| info.subresource(s))
-                    .is_some_and(|s| s.verbs.contains(&"create")) =>
+                if subresource.as_deref().and_then(|s| info.subresource(s)).is_some_and(|s| s.verbs.contains(&"create")) =>
             {
                 Verb::Create
             }
@@ -212,13 +197,7 @@ pub fn parse(
     if subresource.is_none() && !info.verbs.contains(&verb_name) {
         return Err(ApiError::method_not_allowed());
     }
-    Ok(RequestInfo {
-        info,
-        namespace,
-        name,
-        subresource,
-        verb,
-    })
+    Ok(RequestInfo { info, namespace, name, subresource, verb })
 }
 
 /// Group versions Kubernetes 1.33 serves by default that rkube does not serve yet.
@@ -235,14 +214,8 @@ const NOT_YET_SERVED_SUBRESOURCES: &[(&str, &str, &[&str])] = &[
 /// the group version and rkube does not yet.
 fn not_yet_served(group: &str, version: &str, resource: &str) -> ApiError {
     if NOT_YET_SERVED_GROUP_VERSIONS.contains(&(group, version)) {
-        let gv = if group.is_empty() {
-            version.to_string()
-        } else {
-            format!("{group}/{version}")
-        };
-        let what = format!(
-            "{gv} ({resource}) is served by Kubernetes 1.33 but not implemented in rkube yet"
-        );
+        let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+        let what = format!("{gv} ({resource}) is served by Kubernetes 1.33 but not implemented in rkube yet");
         return rkube_api::status::Status::new(404, "NotFound", what).into();
     }
     ApiError::path_not_found()
@@ -255,10 +228,7 @@ fn not_yet_served_subresource(info: &ResourceInfo, sub: &str) -> ApiError {
         .iter()
         .any(|(g, r, subs)| *g == info.group && *r == info.resource && subs.contains(&sub));
     if known {
-        let what = format!(
-            "the {sub} subresource of {} is not implemented in rkube yet",
-            crate::error::qualified(info)
-        );
+        let what = format!("the {sub} subresource of {} is not implemented in rkube yet", crate::error::qualified(info));
         return rkube_api::status::Status::new(404, "NotFound", what).into();
     }
     ApiError::path_not_found()
@@ -301,10 +271,7 @@ mod tests {
     #[test]
     fn paths_are_percent_decoded_like_go() {
         assert_eq!(decode_path("/api/v1/x").unwrap(), "/api/v1/x");
-        assert_eq!(
-            decode_path("/a/system%3Anode/%2e%2E/a+b").unwrap(),
-            "/a/system:node/../a+b"
-        );
+        assert_eq!(decode_path("/a/system%3Anode/%2e%2E/a+b").unwrap(), "/a/system:node/../a+b");
         for bad in ["/a%", "/a%2", "/a%zz", "/a%ff"] {
             assert_eq!(decode_path(bad).unwrap_err().code(), 400, "{bad}");
         }
@@ -313,31 +280,12 @@ mod tests {
     #[test]
     fn node_proxy_paths_carry_the_kubelet_path_and_take_the_connect_verbs() {
         let r = p("nodes/n1/proxy/stats/summary", Method::GET, false).unwrap();
-        assert_eq!(
-            (r.name.as_deref(), r.subresource.as_deref(), r.verb),
-            (Some("n1"), Some("proxy"), Verb::Get)
-        );
-        assert_eq!(
-            p("nodes/n1/proxy", Method::POST, false).unwrap().verb,
-            Verb::Create
-        );
-        assert_eq!(
-            p("nodes/n1/proxy/x", Method::DELETE, false).unwrap().verb,
-            Verb::Delete
-        );
+        assert_eq!((r.name.as_deref(), r.subresource.as_deref(), r.verb), (Some("n1"), Some("proxy"), Verb::Get));
+        assert_eq!(p("nodes/n1/proxy", Method::POST, false).unwrap().verb, Verb::Create);
+        assert_eq!(p("nodes/n1/proxy/x", Method::DELETE, false).unwrap().verb, Verb::Delete);
         // Only nodes/proxy takes a path after the subresource.
-        assert_eq!(
-            p("nodes/n1/status/x", Method::GET, false)
-                .unwrap_err()
-                .code(),
-            404
-        );
-        assert_eq!(
-            p("namespaces/ns/pods/p/proxy/x", Method::GET, false)
-                .unwrap_err()
-                .code(),
-            404
-        );
+        assert_eq!(p("nodes/n1/status/x", Method::GET, false).unwrap_err().code(), 404);
+        assert_eq!(p("namespaces/ns/pods/p/proxy/x", Method::GET, false).unwrap_err().code(), 404);
     }
 
     #[test]
@@ -352,18 +300,8 @@ mod tests {
     #[test]
     fn unknown_and_misplaced_paths_are_not_found() {
         assert_eq!(p("widgets", Method::GET, false).unwrap_err().code(), 404);
-        assert_eq!(
-            p("nodes/n1/binding", Method::POST, false)
-                .unwrap_err()
-                .code(),
-            404
-        );
+        assert_eq!(p("nodes/n1/binding", Method::POST, false).unwrap_err().code(), 404);
         assert_eq!(p("pods/web", Method::GET, false).unwrap_err().code(), 404);
-        assert_eq!(
-            p("namespaces/ns/pods", Method::PUT, false)
-                .unwrap_err()
-                .code(),
-            405
-        );
+        assert_eq!(p("namespaces/ns/pods", Method::PUT, false).unwrap_err().code(), 405);
     }
 }

@@ -50,111 +50,72 @@ async fn handle(State(st): State<ApiState>, req: Request) -> Response {
         Ok(p) => p.into_owned(),
         Err(e) => return e.into_response(),
     };
-    let segs: Vec<&str> = path
-        .trim_start_matches('/')
-        .trim_end_matches('/')
-        .split('/')
-        .collect();
+    let segs: Vec<&str> = path.trim_start_matches('/').trim_end_matches('/').split('/').collect();
     let method = parts.method.clone();
-    let user = parts
-        .extensions
-        .get::<crate::filters::authn::UserInfo>()
-        .cloned();
+    let user = parts.extensions.get::<crate::filters::authn::UserInfo>().cloned();
     let query: Vec<(String, String)> =
-        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
-            .map(|q| q.0)
-            .unwrap_or_default();
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri).map(|q| q.0).unwrap_or_default();
     let gets = |f: &dyn Fn() -> Response| match only_get(&method) {
         Ok(()) => f(),
         Err(e) => e.into_response(),
     };
     let started = std::time::Instant::now();
-    let annotations = parts
-        .extensions
-        .get::<crate::filters::audit::AuditAnnotations>()
-        .cloned()
-        .unwrap_or_default();
-    let resp = crate::filters::audit::with_request_annotations(annotations, async {
-        match segs.as_slice() {
-            ["version"] => gets(&system::version),
-            ["metrics"] => gets(&|| crate::filters::metrics::metrics_response(&st.metrics)),
-            // `/<endpoint>/<check>`; check names may hold one slash (`poststarthook/<name>`).
-            [ep @ ("healthz" | "livez" | "readyz"), rest @ ..] if rest.len() <= 2 => {
-                if let Err(e) = only_get(&method) {
-                    return e.into_response();
-                }
-                let endpoint = match *ep {
-                    "healthz" => Endpoint::Healthz,
-                    "livez" => Endpoint::Livez,
-                    _ => Endpoint::Readyz,
-                };
-                let check = (!rest.is_empty()).then(|| rest.join("/"));
-                system::health(&st, endpoint, check.as_deref(), &query).await
+    let annotations = parts.extensions.get::<crate::filters::audit::AuditAnnotations>().cloned().unwrap_or_default();
+    let resp = crate::filters::audit::with_request_annotations(annotations, async { match segs.as_slice() {
+        ["version"] => gets(&system::version),
+        ["metrics"] => gets(&|| crate::filters::metrics::metrics_response(&st.metrics)),
+        // `/<endpoint>/<check>`; check names may hold one slash (`poststarthook/<name>`).
+        [ep @ ("healthz" | "livez" | "readyz"), rest @ ..] if rest.len() <= 2 => {
+            if let Err(e) = only_get(&method) {
+                return e.into_response();
             }
-            [".well-known", "openid-configuration"] => gets(&|| {
-                crate::serviceaccount::discovery_response(
-                    st.service_account_tokens.as_deref(),
-                    false,
-                )
-            }),
-            ["openid", "v1", "jwks"] => gets(&|| {
-                crate::serviceaccount::discovery_response(
-                    st.service_account_tokens.as_deref(),
-                    true,
-                )
-            }),
-            ["openapi", "v2"] => gets(&|| system::openapi_v2(&parts.headers)),
-            ["openapi", "v3"] => gets(&system::openapi_v3_index),
-            ["openapi", "v3", rest @ ..] => {
-                let p = rest.join("/");
-                gets(&|| system::openapi_v3(&p))
-            }
-            ["api"] => {
-                let host = parts
-                    .headers
-                    .get("host")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("127.0.0.1")
-                    .to_string();
-                gets(&|| discovery::api(&parts.headers, &host))
-            }
-            ["api", "v1"] => gets(&|| discovery::resource_list("", "v1")),
-            ["api", "v1", rest @ ..] => {
-                handlers::dispatch(
-                    st.clone(),
-                    user.clone(),
-                    method.clone(),
-                    parts.uri.clone(),
-                    parts.headers.clone(),
-                    body,
-                    "",
-                    "v1",
-                    rest,
-                    upgrade,
-                )
-                .await
-            }
-            ["apis"] => gets(&|| discovery::apis(&parts.headers)),
-            ["apis", g] => gets(&|| discovery::group(g)),
-            ["apis", g, v] => gets(&|| discovery::resource_list(g, v)),
-            ["apis", g, v, rest @ ..] => {
-                handlers::dispatch(
-                    st.clone(),
-                    user.clone(),
-                    method.clone(),
-                    parts.uri.clone(),
-                    parts.headers.clone(),
-                    body,
-                    g,
-                    v,
-                    rest,
-                    None,
-                )
-                .await
-            }
-            _ => ApiError::path_not_found().into_response(),
+            let endpoint = match *ep {
+                "healthz" => Endpoint::Healthz,
+                "livez" => Endpoint::Livez,
+                _ => Endpoint::Readyz,
+            };
+            let check = (!rest.is_empty()).then(|| rest.join("/"));
+            system::health(&st, endpoint, check.as_deref(), &query).await
         }
-    })
+        [".well-known", "openid-configuration"] => {
+            gets(&|| crate::serviceaccount::discovery_response(st.service_account_tokens.as_deref(), false))
+        }
+        ["openid", "v1", "jwks"] => gets(&|| crate::serviceaccount::discovery_response(st.service_account_tokens.as_deref(), true)),
+        ["openapi", "v2"] => gets(&|| system::openapi_v2(&parts.headers)),
+        ["openapi", "v3"] => gets(&system::openapi_v3_index),
+        ["openapi", "v3", rest @ ..] => {
+            let p = rest.join("/");
+            gets(&|| system::openapi_v3(&p))
+        }
+        ["api"] => {
+            let host = parts.headers.get("host").and_then(|v| v.to_str().ok()).unwrap_or("127.0.0.1").to_string();
+            gets(&|| discovery::api(&parts.headers, &host))
+        }
+        ["api", "v1"] => gets(&|| discovery::resource_list("", "v1")),
+        ["api", "v1", rest @ ..] => {
+            handlers::dispatch(
+                st.clone(),
+                user.clone(),
+                method.clone(),
+                parts.uri.clone(),
+                parts.headers.clone(),
+                body,
+                "",
+                "v1",
+                rest,
+                upgrade,
+            )
+            .await
+        }
+        ["apis"] => gets(&|| discovery::apis(&parts.headers)),
+        ["apis", g] => gets(&|| discovery::group(g)),
+        ["apis", g, v] => gets(&|| discovery::resource_list(g, v)),
+        ["apis", g, v, rest @ ..] => {
+            handlers::dispatch(st.clone(), user.clone(), method.clone(), parts.uri.clone(), parts.headers.clone(), body, g, v, rest, None)
+                .await
+        }
+        _ => ApiError::path_not_found().into_response(),
+    }})
     .await;
     tracing::debug!(
         method = %method,
@@ -218,10 +179,7 @@ pub async fn serve_api(
         let _ = stopping.send(true);
     };
     crate::controllers::crds::start(&st).await;
-    let st = st
-        .with_metrics(chain.metrics())
-        .with_authorizer(chain.authorizer())
-        .with_authenticator(chain.authenticator());
+    let st = st.with_metrics(chain.metrics()).with_authorizer(chain.authorizer()).with_authenticator(chain.authenticator());
     let router = crate::filters::apply(router(st), chain);
     let served = crate::filters::serve(listener, router, chain.tls_server_config(), signal).await;
     chain.shutdown().await;

@@ -24,14 +24,9 @@ pub fn decode_stored(kv_key: &str, bytes: &[u8], revision: Revision) -> SourceRe
 /// resourceVersion in its `ObjectMeta` place).
 pub fn set_resource_version(obj: &mut Value, revision: Revision) {
     if let Some(map) = obj.as_object_mut() {
-        let meta = map
-            .entry("metadata")
-            .or_insert_with(|| Value::Object(Default::default()));
+        let meta = map.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
         if let Some(meta) = meta.as_object_mut() {
-            meta.insert(
-                "resourceVersion".into(),
-                Value::String(revision.to_string()),
-            );
+            meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
         }
     }
     rkube_api::wire::order_object_keys(obj);

@@ -89,10 +89,7 @@ impl ApiState {
     /// `storage` with `--watch-cache=false`), with compaction as configured.
     pub fn new(storage: Arc<dyn Storage>, config: ServerConfig) -> Self {
         crate::metrics_api::register_rows();
-        let cache = rkube_cache::CacheLayer::start(
-            storage.clone(),
-            config.watch_cache.layer_options(&config.etcd_prefix),
-        );
+        let cache = rkube_cache::CacheLayer::start(storage.clone(), config.watch_cache.layer_options(&config.etcd_prefix));
         let cluster_ips = Arc::new(ClusterIpAllocator::new(config.service_cidr));
         let (shutdown, _) = tokio::sync::watch::channel(false);
         let metrics = Arc::new(ApiserverMetrics::new());
@@ -113,19 +110,13 @@ impl ApiState {
     }
 
     /// This state issuing and publishing ServiceAccount tokens with `tokens`.
-    pub fn with_service_account_tokens(
-        mut self,
-        tokens: Option<Arc<crate::serviceaccount::TokenConfig>>,
-    ) -> Self {
+    pub fn with_service_account_tokens(mut self, tokens: Option<Arc<crate::serviceaccount::TokenConfig>>) -> Self {
         self.service_account_tokens = tokens;
         self
     }
 
     /// This state with `authenticator` as the one handlers ask.
-    pub fn with_authenticator(
-        mut self,
-        authenticator: Arc<crate::filters::authn::Authenticator>,
-    ) -> Self {
+    pub fn with_authenticator(mut self, authenticator: Arc<crate::filters::authn::Authenticator>) -> Self {
         self.authenticator = authenticator;
         self
     }

@@ -34,12 +34,7 @@ impl KeyScan {
     pub fn of_json(body: &[u8]) -> Option<KeyScan> {
         let mut scan = KeyScan::default();
         let mut de = serde_json::Deserializer::from_slice(body);
-        Walk {
-            path: String::new(),
-            scan: &mut scan,
-        }
-        .deserialize(&mut de)
-        .ok()?;
+        Walk { path: String::new(), scan: &mut scan }.deserialize(&mut de).ok()?;
         Some(scan)
     }
 
@@ -55,19 +50,12 @@ impl KeyScan {
         let inside_unknown = |path: &str| {
             unknown.iter().any(|u| {
                 path == u
-                    || path
-                        .strip_prefix(u.as_str())
-                        .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+                    || path.strip_prefix(u.as_str()).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
             })
         };
         let mut errors: Vec<(usize, String)> = unknown
             .iter()
-            .map(|u| {
-                (
-                    self.first_seen.get(u).copied().unwrap_or(usize::MAX),
-                    format!("unknown field {u:?}"),
-                )
-            })
+            .map(|u| (self.first_seen.get(u).copied().unwrap_or(usize::MAX), format!("unknown field {u:?}")))
             .collect();
         errors.extend(
             self.duplicates
@@ -113,20 +101,13 @@ impl<'de> Visitor<'de> for Walk<'_> {
         while let Some(key) = map.next_key::<String>()? {
             let at = self.scan.next;
             self.scan.next += 1;
-            let path = if self.path.is_empty() {
-                key.clone()
-            } else {
-                format!("{}.{key}", self.path)
-            };
+            let path = if self.path.is_empty() { key.clone() } else { format!("{}.{key}", self.path) };
             if seen.insert(key) {
                 self.scan.first_seen.entry(path.clone()).or_insert(at);
             } else {
                 self.scan.duplicates.push((at, path.clone()));
             }
-            map.next_value_seed(Walk {
-                path,
-                scan: self.scan,
-            })?;
+            map.next_value_seed(Walk { path, scan: self.scan })?;
         }
         Ok(())
     }
@@ -135,13 +116,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
         let mut i = 0usize;
         loop {
             let path = format!("{}[{i}]", self.path);
-            if seq
-                .next_element_seed(Walk {
-                    path,
-                    scan: self.scan,
-                })?
-                .is_none()
-            {
+            if seq.next_element_seed(Walk { path, scan: self.scan })?.is_none() {
                 return Ok(());
             }
             i += 1;
@@ -194,13 +169,8 @@ mod tests {
     #[test]
     fn a_repeated_unknown_field_is_reported_once_as_unknown() {
         let scan = KeyScan::of_json(br#"{"spec":{"u":1,"u":2}}"#).unwrap();
-        assert_eq!(
-            scan.strict_errors(&["spec.u".to_string()]),
-            vec![r#"unknown field "spec.u""#]
-        );
+        assert_eq!(scan.strict_errors(&["spec.u".to_string()]), vec![r#"unknown field "spec.u""#]);
         assert_eq!(KeyScan::of_json(b"{"), None);
-        assert!(!KeyScan::of_json(br#"{"a":[{"b":1},{"b":2}]}"#)
-            .unwrap()
-            .has_duplicates());
+        assert!(!KeyScan::of_json(br#"{"a":[{"b":1},{"b":2}]}"#).unwrap().has_duplicates());
     }
 }

@@ -49,13 +49,8 @@ pub fn version() -> Response {
     });
     // Upstream writes it with `WriteRawJSON`: indented by two spaces, no
     // trailing newline (`apiserver/pkg/server/routes/version.go`).
-    let mut resp = (
-        StatusCode::OK,
-        serde_json::to_vec_pretty(&body).unwrap_or_default(),
-    )
-        .into_response();
-    resp.headers_mut()
-        .insert("content-type", HeaderValue::from_static("application/json"));
+    let mut resp = (StatusCode::OK, serde_json::to_vec_pretty(&body).unwrap_or_default()).into_response();
+    resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
     resp
 }
 
@@ -137,22 +132,11 @@ async fn run_check(st: &ApiState, ep: Endpoint, name: &str) -> Result<(), String
 
 /// `GET /<endpoint>[/<check>]?verbose&exclude=...` (`check` may contain a
 /// slash: `/readyz/poststarthook/storage-readiness`).
-pub async fn health(
-    st: &ApiState,
-    ep: Endpoint,
-    check: Option<&str>,
-    query: &[(String, String)],
-) -> Response {
+pub async fn health(st: &ApiState, ep: Endpoint, check: Option<&str>, query: &[(String, String)]) -> Response {
     let text = |code: StatusCode, body: String| {
         let mut r = (code, body).into_response();
-        r.headers_mut().insert(
-            "content-type",
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        r.headers_mut().insert(
-            "x-content-type-options",
-            HeaderValue::from_static("nosniff"),
-        );
+        r.headers_mut().insert("content-type", HeaderValue::from_static("text/plain; charset=utf-8"));
+        r.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
         r
     };
     let checks = ep.checks(st.cache.storage_readiness_hook_registered());
@@ -162,18 +146,11 @@ pub async fn health(
         }
         return match run_check(st, ep, c).await {
             Ok(()) => text(StatusCode::OK, "ok".into()),
-            Err(reason) => text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("internal server error: {reason}\n"),
-            ),
+            Err(reason) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("internal server error: {reason}\n")),
         };
     }
     let verbose = query.iter().any(|(k, _)| k == "verbose");
-    let mut excluded: Vec<&str> = query
-        .iter()
-        .filter(|(k, _)| k == "exclude")
-        .map(|(_, v)| v.trim())
-        .collect();
+    let mut excluded: Vec<&str> = query.iter().filter(|(k, _)| k == "exclude").map(|(_, v)| v.trim()).collect();
     let mut lines = Vec::new();
     let mut failed = Vec::new();
     for c in &checks {
@@ -194,14 +171,8 @@ pub async fn health(
         excluded.sort_unstable();
         excluded.dedup();
         let names: Vec<String> = excluded.iter().map(|e| format!("{e:?}")).collect();
-        tracing::warn!(
-            "cannot exclude some health checks, no health checks are installed matching {}",
-            names.join(",")
-        );
-        lines.push(format!(
-            "warn: some health checks cannot be excluded: no matches for {}",
-            names.join(",")
-        ));
+        tracing::warn!("cannot exclude some health checks, no health checks are installed matching {}", names.join(","));
+        lines.push(format!("warn: some health checks cannot be excluded: no matches for {}", names.join(",")));
     }
     if !failed.is_empty() {
         tracing::debug!("{} check failed:\n{}", ep.name(), failed.join("\n"));
@@ -218,17 +189,13 @@ pub async fn health(
 
 fn bytes_response(bytes: &'static [u8], content_type: &'static str) -> Response {
     let mut r = (StatusCode::OK, bytes).into_response();
-    r.headers_mut()
-        .insert("content-type", HeaderValue::from_static(content_type));
+    r.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
     r
 }
 
 /// `GET /openapi/v2` (JSON, or protobuf when asked).
 pub fn openapi_v2(headers: &HeaderMap) -> Response {
-    let accept = headers
-        .get("accept")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let accept = headers.get("accept").and_then(|v| v.to_str().ok()).unwrap_or("");
     if let Some((json, protobuf)) = crate::openapi::openapi_v2_with_custom_resources() {
         let (bytes, content_type) = if crate::openapi::wants_v2_protobuf(accept) {
             (protobuf, crate::openapi::CONTENT_TYPE_V2_PROTOBUF)
@@ -236,20 +203,13 @@ pub fn openapi_v2(headers: &HeaderMap) -> Response {
             (json, crate::openapi::CONTENT_TYPE_JSON)
         };
         let mut r = (StatusCode::OK, bytes.as_ref().clone()).into_response();
-        r.headers_mut()
-            .insert("content-type", HeaderValue::from_static(content_type));
+        r.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
         return r;
     }
     if crate::openapi::wants_v2_protobuf(accept) {
-        bytes_response(
-            crate::openapi::openapi_v2_protobuf(),
-            crate::openapi::CONTENT_TYPE_V2_PROTOBUF,
-        )
+        bytes_response(crate::openapi::openapi_v2_protobuf(), crate::openapi::CONTENT_TYPE_V2_PROTOBUF)
     } else {
-        bytes_response(
-            crate::openapi::openapi_v2_json(),
-            crate::openapi::CONTENT_TYPE_JSON,
-        )
+        bytes_response(crate::openapi::openapi_v2_json(), crate::openapi::CONTENT_TYPE_JSON)
     }
 }
 
@@ -257,10 +217,7 @@ pub fn openapi_v2(headers: &HeaderMap) -> Response {
 pub fn openapi_v3_index() -> Response {
     let body = serde_json::to_vec(&crate::openapi::openapi_v3_index()).unwrap_or_default();
     let mut r = (StatusCode::OK, body).into_response();
-    r.headers_mut().insert(
-        "content-type",
-        HeaderValue::from_static(crate::openapi::CONTENT_TYPE_JSON),
-    );
+    r.headers_mut().insert("content-type", HeaderValue::from_static(crate::openapi::CONTENT_TYPE_JSON));
     r
 }
 
@@ -279,10 +236,7 @@ pub fn openapi_v3(path: &str) -> Response {
         None => match crate::openapi::openapi_v3_custom_group_version(path) {
             Some((bytes, hash)) => {
                 let mut r = (StatusCode::OK, bytes).into_response();
-                r.headers_mut().insert(
-                    "content-type",
-                    HeaderValue::from_static(crate::openapi::CONTENT_TYPE_JSON),
-                );
+                r.headers_mut().insert("content-type", HeaderValue::from_static(crate::openapi::CONTENT_TYPE_JSON));
                 if let Ok(v) = HeaderValue::from_str(&format!("\"{hash}\"")) {
                     r.headers_mut().insert("etag", v);
                 }

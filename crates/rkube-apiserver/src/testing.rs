@@ -23,14 +23,11 @@ impl InProcessServer {
     /// with `config`. Panics when the store cannot be opened or the port
     /// bound: it is meant for tests.
     pub async fn start(data_dir: &Path, config: ServerConfig) -> InProcessServer {
-        let storage: Arc<dyn rkube_storage::Storage> = Arc::new(
-            rkube_storage::embedded::EmbeddedStorage::open(data_dir).expect("open embedded store"),
-        );
+        let storage: Arc<dyn rkube_storage::Storage> =
+            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(data_dir).expect("open embedded store"));
         let st = ApiState::new(storage, config);
         crate::bootstrap(&st).await.expect("bootstrap");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -39,10 +36,7 @@ impl InProcessServer {
             })
             .await;
         });
-        InProcessServer {
-            base: format!("http://{addr}"),
-            stop: Some(tx),
-        }
+        InProcessServer { base: format!("http://{addr}"), stop: Some(tx) }
     }
 
     /// Stops serving (also done on drop).

@@ -48,11 +48,7 @@ pub enum UpAuthError {
 /// kube-apiserver's defaults except `--anonymous-auth=false` and
 /// `--authorization-mode=RBAC` (what [`crate::cli::UpArgs`] parses to).
 pub fn up_default_filter_args() -> FilterArgs {
-    FilterArgs {
-        anonymous_auth: false,
-        authorization_mode: vec!["RBAC".into()],
-        ..FilterArgs::default()
-    }
+    FilterArgs { anonymous_auth: false, authorization_mode: vec!["RBAC".into()], ..FilterArgs::default() }
 }
 
 /// The filter flags of `rkube up --insecure`: `flags`' audit, inflight,
@@ -92,10 +88,7 @@ impl SecureUp {
     /// The PKI to write the kubeconfig from ([`tls::write_kubeconfig`]):
     /// the generated one, trusting [`SecureUp::server_ca_pem`].
     pub fn kubeconfig_pki(&self) -> tls::Pki {
-        tls::Pki {
-            ca_cert_pem: self.server_ca_pem.clone(),
-            ..self.pki.clone()
-        }
+        tls::Pki { ca_cert_pem: self.server_ca_pem.clone(), ..self.pki.clone() }
     }
 }
 
@@ -120,10 +113,7 @@ pub fn last_certificate_pem(pem: &str) -> Option<String> {
 pub fn secure_filter_args(data_dir: &Path, flags: &FilterArgs) -> Result<SecureUp, UpAuthError> {
     let auth = flags;
     let pki = tls::generate_self_signed(data_dir)?;
-    let (serving_cert, serving_key, server_ca_pem) = match (
-        &flags.tls_cert_file,
-        &flags.tls_private_key_file,
-    ) {
+    let (serving_cert, serving_key, server_ca_pem) = match (&flags.tls_cert_file, &flags.tls_private_key_file) {
         (Some(cert), Some(key)) => {
             // Fails early (and clearly) on a missing file, no certificate or a key that does not load.
             tls::TlsConfig::load(cert, key)?;
@@ -132,16 +122,11 @@ pub fn secure_filter_args(data_dir: &Path, flags: &FilterArgs) -> Result<SecureU
                 path: cert.display().to_string(),
                 source,
             })?;
-            let trusted = last_certificate_pem(&pem)
-                .ok_or_else(|| TlsError::NoCertificate(cert.display().to_string()))?;
+            let trusted = last_certificate_pem(&pem).ok_or_else(|| TlsError::NoCertificate(cert.display().to_string()))?;
             tracing::info!(cert = %cert.display(), "serving with --tls-cert-file; the kubeconfig trusts its last certificate");
             (cert.clone(), key.clone(), trusted)
         }
-        (None, None) => (
-            pki.serving_cert_path.clone(),
-            pki.serving_key_path.clone(),
-            pki.ca_cert_pem.clone(),
-        ),
+        (None, None) => (pki.serving_cert_path.clone(), pki.serving_key_path.clone(), pki.ca_cert_pem.clone()),
         _ => return Err(TlsError::Incomplete.into()),
     };
     let client_ca = match &auth.client_ca_file {
@@ -174,11 +159,7 @@ pub fn secure_filter_args(data_dir: &Path, flags: &FilterArgs) -> Result<SecureU
         client_ca_file: Some(client_ca),
         ..flags.clone()
     };
-    Ok(SecureUp {
-        filters,
-        pki,
-        server_ca_pem,
-    })
+    Ok(SecureUp { filters, pki, server_ca_pem })
 }
 
 /// The control-plane components `rkube up` runs in its own process, each
@@ -186,13 +167,8 @@ pub fn secure_filter_args(data_dir: &Path, flags: &FilterArgs) -> Result<SecureU
 /// data dir: (file name, user). Each user is bound to its bootstrap
 /// ClusterRole (`system:kube-scheduler`, ...) by
 /// [`crate::filters::rbac::bootstrap_policy`].
-pub const UP_COMPONENTS: &[(&str, &str)] = &[
-    ("scheduler.kubeconfig", "system:kube-scheduler"),
-    (
-        "controller-manager.kubeconfig",
-        "system:kube-controller-manager",
-    ),
-];
+pub const UP_COMPONENTS: &[(&str, &str)] =
+    &[("scheduler.kubeconfig", "system:kube-scheduler"), ("controller-manager.kubeconfig", "system:kube-controller-manager")];
 
 /// Writes, for each of [`UP_COMPONENTS`], `<data_dir>/<file>`: a kubeconfig
 /// for `server_url` trusting `up`'s server CA and authenticating with a
@@ -200,18 +176,10 @@ pub const UP_COMPONENTS: &[(&str, &str)] = &[
 /// from last year for 10 years) signed by the generated CA
 /// (`<data_dir>/pki/ca.key`). Errors: the CA cannot be read or a file
 /// cannot be written.
-pub fn write_component_kubeconfigs(
-    data_dir: &Path,
-    server_url: &str,
-    up: &SecureUp,
-) -> Result<(), UpAuthError> {
+pub fn write_component_kubeconfigs(data_dir: &Path, server_url: &str, up: &SecureUp) -> Result<(), UpAuthError> {
     for (file, user) in UP_COMPONENTS {
         let (cert, key) = sign_client_certificate(data_dir, up, user, &[])?;
-        let pki = tls::Pki {
-            admin_cert_pem: cert,
-            admin_key_pem: key,
-            ..up.kubeconfig_pki()
-        };
+        let pki = tls::Pki { admin_cert_pem: cert, admin_key_pem: key, ..up.kubeconfig_pki() };
         tls::write_kubeconfig(&data_dir.join(file), server_url, &pki)?;
     }
     Ok(())
@@ -221,15 +189,8 @@ pub fn write_component_kubeconfigs(
 /// `groups`, client auth, valid from a year ago for 10 years, signed by the
 /// generated CA of `up` (its key in `<data_dir>/pki/ca.key`). Errors: the
 /// CA key cannot be read, or signing fails.
-fn sign_client_certificate(
-    data_dir: &Path,
-    up: &SecureUp,
-    user: &str,
-    groups: &[&str],
-) -> Result<(String, String), UpAuthError> {
-    use rcgen::{
-        CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose,
-    };
+fn sign_client_certificate(data_dir: &Path, up: &SecureUp, user: &str, groups: &[&str]) -> Result<(String, String), UpAuthError> {
+    use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose};
     let key_path = data_dir.join("pki").join("ca.key");
     let ca_key_pem = std::fs::read_to_string(&key_path).map_err(|source| UpAuthError::File {
         what: "reading",
@@ -243,14 +204,9 @@ fn sign_client_certificate(
     params.distinguished_name = rcgen::DistinguishedName::new();
     params.distinguished_name.push(DnType::CommonName, user);
     for group in groups {
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, *group);
+        params.distinguished_name.push(DnType::OrganizationName, *group);
     }
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     params.use_authority_key_identifier_extension = true;
     let now = time::OffsetDateTime::now_utc();
@@ -270,23 +226,12 @@ pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
 /// kubelet client flags that use them, trusting the generated CA for kubelet serving
 /// certificates (`rkube up --node` signs its kubelet's with it). Errors: the CA cannot be read or
 /// a file cannot be written.
-pub fn write_kubelet_client_cert(
-    data_dir: &Path,
-    up: &SecureUp,
-) -> Result<crate::kubelet_client::KubeletClientArgs, UpAuthError> {
+pub fn write_kubelet_client_cert(data_dir: &Path, up: &SecureUp) -> Result<crate::kubelet_client::KubeletClientArgs, UpAuthError> {
     let pki = data_dir.join("pki");
-    let (cert, key) =
-        sign_client_certificate(data_dir, up, KUBELET_CLIENT_USER, &["system:masters"])?;
-    let (cert_path, key_file) = (
-        pki.join("apiserver-kubelet-client.crt"),
-        pki.join("apiserver-kubelet-client.key"),
-    );
+    let (cert, key) = sign_client_certificate(data_dir, up, KUBELET_CLIENT_USER, &["system:masters"])?;
+    let (cert_path, key_file) = (pki.join("apiserver-kubelet-client.crt"), pki.join("apiserver-kubelet-client.key"));
     let write = |path: &Path, text: String| {
-        std::fs::write(path, text).map_err(|source| UpAuthError::File {
-            what: "writing",
-            path: path.display().to_string(),
-            source,
-        })
+        std::fs::write(path, text).map_err(|source| UpAuthError::File { what: "writing", path: path.display().to_string(), source })
     };
     write(&cert_path, cert)?;
     write(&key_file, key)?;
@@ -312,11 +257,7 @@ mod tests {
         let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
         let cfg = up.filters.load().unwrap();
         assert!(cfg.tls.is_some(), "HTTPS");
-        assert_eq!(
-            cfg.client_ca.as_ref().map(Vec::len),
-            Some(1),
-            "the generated CA only"
-        );
+        assert_eq!(cfg.client_ca.as_ref().map(Vec::len), Some(1), "the generated CA only");
         assert!(!cfg.anonymous);
         assert_eq!(cfg.authorization_modes, vec![AuthorizationMode::Rbac]);
         assert!(cfg.tokens.is_none());
@@ -337,11 +278,7 @@ mod tests {
             token_auth_file: Some(tokens),
             ..up_default_filter_args()
         };
-        let cfg = secure_filter_args(dir.path(), &auth)
-            .unwrap()
-            .filters
-            .load()
-            .unwrap();
+        let cfg = secure_filter_args(dir.path(), &auth).unwrap().filters.load().unwrap();
         assert_eq!(cfg.client_ca.as_ref().map(Vec::len), Some(2));
         assert_eq!(cfg.tokens.as_ref().map(|t| t.len()), Some(1));
     }
@@ -351,27 +288,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let empty = dir.path().join("empty.crt");
         std::fs::write(&empty, "").unwrap();
-        let auth = FilterArgs {
-            client_ca_file: Some(empty),
-            ..up_default_filter_args()
-        };
-        assert!(matches!(
-            secure_filter_args(dir.path(), &auth),
-            Err(UpAuthError::Tls(TlsError::NoCertificate(_)))
-        ));
-        let missing = FilterArgs {
-            client_ca_file: Some(dir.path().join("nope.crt")),
-            ..up_default_filter_args()
-        };
-        assert!(matches!(
-            secure_filter_args(dir.path(), &missing),
-            Err(UpAuthError::File { .. })
-        ));
+        let auth = FilterArgs { client_ca_file: Some(empty), ..up_default_filter_args() };
+        assert!(matches!(secure_filter_args(dir.path(), &auth), Err(UpAuthError::Tls(TlsError::NoCertificate(_)))));
+        let missing = FilterArgs { client_ca_file: Some(dir.path().join("nope.crt")), ..up_default_filter_args() };
+        assert!(matches!(secure_filter_args(dir.path(), &missing), Err(UpAuthError::File { .. })));
     }
 
     #[test]
-    fn given_serving_certificate_replaces_the_generated_one_and_the_kubeconfig_trusts_its_last_certificate(
-    ) {
+    fn given_serving_certificate_replaces_the_generated_one_and_the_kubeconfig_trusts_its_last_certificate() {
         let dir = tempfile::tempdir().unwrap();
         let other = tempfile::tempdir().unwrap();
         let other_pki = tls::generate_self_signed(other.path()).unwrap();
@@ -388,39 +312,19 @@ mod tests {
         };
         let up = secure_filter_args(dir.path(), &flags).unwrap();
         assert_eq!(up.filters.tls_cert_file.as_deref(), Some(chain.as_path()));
-        assert_eq!(
-            (
-                up.filters.audit_log_maxbackup,
-                up.filters.max_requests_inflight
-            ),
-            (3, 7),
-            "other flags kept"
-        );
+        assert_eq!((up.filters.audit_log_maxbackup, up.filters.max_requests_inflight), (3, 7), "other flags kept");
         assert_eq!(up.server_ca_pem.trim(), other_pki.ca_cert_pem.trim());
         let kc = up.kubeconfig_pki();
         assert_eq!(kc.ca_cert_pem, up.server_ca_pem);
-        assert_eq!(
-            kc.admin_cert_pem, up.pki.admin_cert_pem,
-            "still the generated admin credentials"
-        );
+        assert_eq!(kc.admin_cert_pem, up.pki.admin_cert_pem, "still the generated admin credentials");
         assert!(up.filters.load().unwrap().tls.is_some());
         // Only the certificate: the kubeconfig trusts it.
         let alone = Some(other_pki.serving_cert_path.clone());
-        let up = secure_filter_args(
-            dir.path(),
-            &FilterArgs {
-                tls_cert_file: alone,
-                ..flags.clone()
-            },
-        )
-        .unwrap();
+        let up = secure_filter_args(dir.path(), &FilterArgs { tls_cert_file: alone, ..flags.clone() }).unwrap();
         assert_eq!(up.server_ca_pem.trim(), serving_pem.trim());
         // Without the flags: the generated serving certificate and CA.
         let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
-        assert_eq!(
-            up.filters.tls_cert_file.as_ref(),
-            Some(&up.pki.serving_cert_path)
-        );
+        assert_eq!(up.filters.tls_cert_file.as_ref(), Some(&up.pki.serving_cert_path));
         assert_eq!(up.server_ca_pem, up.pki.ca_cert_pem);
     }
 
@@ -430,40 +334,22 @@ mod tests {
         let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
         write_component_kubeconfigs(dir.path(), "https://127.0.0.1:6443", &up).unwrap();
         for (file, user) in UP_COMPONENTS {
-            let kc: serde_json::Value =
-                serde_yaml::from_str(&std::fs::read_to_string(dir.path().join(file)).unwrap())
-                    .unwrap();
-            assert_eq!(
-                kc["clusters"][0]["cluster"]["server"],
-                "https://127.0.0.1:6443"
-            );
-            use base64::Engine as _;
-            let pem = base64::engine::general_purpose::STANDARD
-                .decode(
-                    kc["users"][0]["user"]["client-certificate-data"]
-                        .as_str()
-                        .unwrap(),
-                )
-                .unwrap();
-            let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
-            let cert = pem.parse_x509().unwrap();
-            let cn: Vec<&str> = cert
-                .subject()
-                .iter_common_name()
-                .filter_map(|c| c.as_str().ok())
-                .collect();
-            assert_eq!(cn, vec![*user]);
-            assert_eq!(cert.subject().iter_organization().count(), 0, "no groups");
-            let ca_der = up.pki.ca_certs().unwrap();
-            let (_, ca) = x509_parser::parse_x509_certificate(ca_der[0].as_ref()).unwrap();
-            assert!(
-                cert.verify_signature(Some(ca.public_key())).is_ok(),
-                "signed by the up CA"
-            );
+        let kc: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(dir.path().join(file)).unwrap()).unwrap();
+        assert_eq!(kc["clusters"][0]["cluster"]["server"], "https://127.0.0.1:6443");
+        use base64::Engine as _;
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(kc["users"][0]["user"]["client-certificate-data"].as_str().unwrap())
+            .unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+        let cert = pem.parse_x509().unwrap();
+        let cn: Vec<&str> = cert.subject().iter_common_name().filter_map(|c| c.as_str().ok()).collect();
+        assert_eq!(cn, vec![*user]);
+        assert_eq!(cert.subject().iter_organization().count(), 0, "no groups");
+        let ca_der = up.pki.ca_certs().unwrap();
+        let (_, ca) = x509_parser::parse_x509_certificate(ca_der[0].as_ref()).unwrap();
+        assert!(cert.verify_signature(Some(ca.public_key())).is_ok(), "signed by the up CA");
         }
-        assert!(UP_COMPONENTS
-            .iter()
-            .any(|(_, u)| *u == "system:kube-controller-manager"));
+        assert!(UP_COMPONENTS.iter().any(|(_, u)| *u == "system:kube-controller-manager"));
     }
 
     #[test]
@@ -471,10 +357,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let up = secure_filter_args(dir.path(), &up_default_filter_args()).unwrap();
         let args = write_kubelet_client_cert(dir.path(), &up).unwrap();
-        assert_eq!(
-            args.kubelet_certificate_authority.as_ref(),
-            Some(&up.pki.ca_cert_path)
-        );
+        assert_eq!(args.kubelet_certificate_authority.as_ref(), Some(&up.pki.ca_cert_path));
         let pem = std::fs::read(args.kubelet_client_certificate.as_ref().unwrap()).unwrap();
         let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
         let cert = pem.parse_x509().unwrap();
@@ -483,14 +366,8 @@ mod tests {
         assert_eq!(subject.organizations, vec!["system:masters".to_string()]);
         let ca_der = up.pki.ca_certs().unwrap();
         let (_, ca) = x509_parser::parse_x509_certificate(ca_der[0].as_ref()).unwrap();
-        assert!(
-            cert.verify_signature(Some(ca.public_key())).is_ok(),
-            "signed by the up CA"
-        );
-        assert!(
-            crate::kubelet_client::KubeletClient::from_args(&args).is_ok(),
-            "the files load as a kubelet client"
-        );
+        assert!(cert.verify_signature(Some(ca.public_key())).is_ok(), "signed by the up CA");
+        assert!(crate::kubelet_client::KubeletClient::from_args(&args).is_ok(), "the files load as a kubelet client");
     }
 
     #[test]

@@ -50,11 +50,7 @@ fn prune_unknown(input: &mut Value, typed: &Value, path: &str, unknown: &mut Vec
         (Value::Object(m), Value::Object(t)) => {
             let keys: Vec<String> = m.keys().cloned().collect();
             for k in keys {
-                let child_path = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
+                let child_path = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
                 match t.get(&k) {
                     Some(tv) => {
                         if let Some(v) = m.get_mut(&k) {
@@ -81,11 +77,7 @@ fn prune_unknown(input: &mut Value, typed: &Value, path: &str, unknown: &mut Vec
 
 /// Decodes `obj` as its built-in kind, drops unknown fields and applies
 /// `mode`. Returns the warnings to send (`Warn` mode).
-pub fn check_typed(
-    info: &ResourceInfo,
-    obj: &mut Value,
-    mode: FieldValidation,
-) -> ApiResult<Vec<String>> {
+pub fn check_typed(info: &ResourceInfo, obj: &mut Value, mode: FieldValidation) -> ApiResult<Vec<String>> {
     check_typed_body(info, obj, mode, None)
 }
 
@@ -102,10 +94,7 @@ pub fn check_typed_body(
     let mut unknown = Vec::new();
     if let Some(typed) = info.typed {
         let typed = (typed.roundtrip)(obj).map_err(|e| {
-            ApiError::bad_request(format!(
-                "{kind} in version \"{}\" cannot be handled as a {kind}: {e}",
-                info.version
-            ))
+            ApiError::bad_request(format!("{kind} in version \"{}\" cannot be handled as a {kind}: {e}", info.version))
         })?;
         prune_unknown(obj, &typed, "", &mut unknown);
     }
@@ -119,12 +108,7 @@ pub fn check_typed_body(
             type ObjectMeta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
             let typed = serde_json::from_value::<ObjectMeta>(meta.clone())
                 .and_then(serde_json::to_value)
-                .map_err(|e| {
-                    ApiError::bad_request(format!(
-                        "{kind} in version \"{}\" cannot be handled as a {kind}: {e}",
-                        info.version
-                    ))
-                })?;
+                .map_err(|e| ApiError::bad_request(format!("{kind} in version \"{}\" cannot be handled as a {kind}: {e}", info.version)))?;
             let mut in_meta = Vec::new();
             prune_unknown(meta, &typed, "metadata", &mut in_meta);
             unknown.splice(0..0, in_meta);
@@ -132,10 +116,7 @@ pub fn check_typed_body(
     }
     let msgs: Vec<String> = match keys {
         Some(keys) if keys.has_duplicates() => keys.strict_errors(&unknown),
-        _ => unknown
-            .iter()
-            .map(|p| format!("unknown field \"{p}\""))
-            .collect(),
+        _ => unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect(),
     };
     if msgs.is_empty() {
         return Ok(Vec::new());
@@ -168,30 +149,18 @@ pub fn validate_with(
     let mut causes: Vec<StatusCause> = Vec::new();
     let name = crate::object::name(obj);
     if old.is_none() {
-        causes.extend(validation::validate_object_meta_name(
-            name,
-            info.strategy.name_is_label,
-        ));
+        causes.extend(validation::validate_object_meta_name(name, info.strategy.name_is_label));
     }
     if let Some(labels) = obj.pointer("/metadata/labels").and_then(Value::as_object) {
         causes.extend(validation::validate_labels(labels));
     }
-    if let Some(ann) = obj
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-    {
+    if let Some(ann) = obj.pointer("/metadata/annotations").and_then(Value::as_object) {
         causes.extend(validation::validate_annotations(ann));
     }
-    if let Some(refs) = obj
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-    {
+    if let Some(refs) = obj.pointer("/metadata/ownerReferences").and_then(Value::as_array) {
         causes.extend(validation::validate_owner_references(refs));
     }
-    if let Some(finalizers) = obj
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-    {
+    if let Some(finalizers) = obj.pointer("/metadata/finalizers").and_then(Value::as_array) {
         causes.extend(validation::validate_finalizers(finalizers));
     }
     let mut errs = match strategy_validate {
@@ -222,16 +191,9 @@ mod tests {
         let info = registry::lookup("", "v1", "configmaps").unwrap();
         let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "bogus": 1}, "data": {"k": "v"}, "extra": true});
         let warnings = check_typed(info, &mut cm, FieldValidation::Warn).unwrap();
-        assert_eq!(
-            warnings,
-            vec![
-                "unknown field \"metadata.bogus\"",
-                "unknown field \"extra\""
-            ]
-        );
+        assert_eq!(warnings, vec!["unknown field \"metadata.bogus\"", "unknown field \"extra\""]);
         assert!(cm.get("extra").is_none());
-        let mut cm2 =
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "spec": 1});
+        let mut cm2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "spec": 1});
         let err = check_typed(info, &mut cm2, FieldValidation::Strict).unwrap_err();
         assert_eq!(err.0.message, "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"spec\"");
     }
@@ -239,16 +201,11 @@ mod tests {
     #[test]
     fn type_errors_are_bad_requests() {
         let info = registry::lookup("", "v1", "pods").unwrap();
-        let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}, "spec": {"containers": "no"}});
+        let mut pod =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}, "spec": {"containers": "no"}});
         let err = check_typed(info, &mut pod, FieldValidation::Warn).unwrap_err();
         assert_eq!(err.code(), 400);
-        assert!(
-            err.0
-                .message
-                .starts_with("Pod in version \"v1\" cannot be handled as a Pod:"),
-            "{}",
-            err.0.message
-        );
+        assert!(err.0.message.starts_with("Pod in version \"v1\" cannot be handled as a Pod:"), "{}", err.0.message);
     }
 
     #[test]

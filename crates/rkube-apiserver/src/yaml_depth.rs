@@ -26,14 +26,7 @@
 /// when it never does. Reads each byte at most a few times.
 pub fn check(text: &[u8], max: usize) -> Result<(), usize> {
     let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
-    let mut scan = Scan {
-        b: text,
-        i: 0,
-        line_start: 0,
-        indents: Vec::new(),
-        flow: 0,
-        max,
-    };
+    let mut scan = Scan { b: text, i: 0, line_start: 0, indents: Vec::new(), flow: 0, max };
     while scan.i < scan.b.len() {
         scan.line()?;
     }
@@ -150,10 +143,7 @@ impl Scan<'_> {
             _ => {}
         }
         let rest = &self.b[self.i..];
-        if indent == 0
-            && (rest.starts_with(b"---") || rest.starts_with(b"..."))
-            && is_blank(rest.get(3).copied())
-        {
+        if indent == 0 && (rest.starts_with(b"---") || rest.starts_with(b"...")) && is_blank(rest.get(3).copied()) {
             // A new document: nothing is open any more.
             self.indents.clear();
             if rest[0] == b'.' {
@@ -183,11 +173,7 @@ impl Scan<'_> {
                     return Ok(());
                 }
                 b'-' | b'?' if is_blank(self.peek_at(1)) => {
-                    let kind = if c == b'-' {
-                        Block::Sequence
-                    } else {
-                        Block::Mapping
-                    };
+                    let kind = if c == b'-' { Block::Sequence } else { Block::Mapping };
                     self.block_collection(self.column(), kind)?;
                     self.i += 1;
                 }
@@ -299,11 +285,7 @@ impl Scan<'_> {
     fn flow_collection(&mut self) -> Result<(), usize> {
         let col = self.column();
         while let Some(c) = self.peek() {
-            let prev = if self.i > 0 {
-                self.b[self.i - 1]
-            } else {
-                b'\n'
-            };
+            let prev = if self.i > 0 { self.b[self.i - 1] } else { b'\n' };
             match c {
                 b'[' | b'{' => {
                     self.flow += 1;
@@ -317,12 +299,7 @@ impl Scan<'_> {
                         return self.after_key_candidate(col);
                     }
                 }
-                b'\'' | b'"'
-                    if matches!(
-                        prev,
-                        b'[' | b'{' | b',' | b':' | b'?' | b' ' | b'\t' | b'\n' | b'\r'
-                    ) =>
-                {
+                b'\'' | b'"' if matches!(prev, b'[' | b'{' | b',' | b':' | b'?' | b' ' | b'\t' | b'\n' | b'\r') => {
                     self.quoted(c);
                 }
                 b'#' if matches!(prev, b' ' | b'\t' | b'\n' | b'\r') => self.skip_line(),
@@ -344,9 +321,7 @@ mod tests {
 
     /// The depth the scan reports for `text` (the smallest `max` it accepts).
     fn scanned_depth(text: &str) -> usize {
-        (0..200)
-            .find(|&max| check(text.as_bytes(), max).is_ok())
-            .expect("depth under 200")
+        (0..200).find(|&max| check(text.as_bytes(), max).is_ok()).expect("depth under 200")
     }
 
     fn decoded_depth(text: &str) -> usize {
@@ -378,17 +353,9 @@ mod tests {
             assert_eq!(scanned_depth(doc), decoded_depth(doc), "{doc:?}");
         }
         // Indentless sequences (`key:` then `- item` at the key's column).
-        for doc in [
-            "a:\n- b:\n  - c\n",
-            "a:\n- x\nb:\n- y\n",
-            "a:\n- x\nb: {c: 1}\n- - 1\n",
-        ] {
+        for doc in ["a:\n- b:\n  - c\n", "a:\n- x\nb:\n- y\n", "a:\n- x\nb: {c: 1}\n- - 1\n"] {
             if let Ok(v) = serde_yaml::from_str::<Value>(doc) {
-                assert_eq!(
-                    scanned_depth(doc),
-                    crate::patch::json::nesting_depth(&v),
-                    "{doc:?}"
-                );
+                assert_eq!(scanned_depth(doc), crate::patch::json::nesting_depth(&v), "{doc:?}");
             }
         }
         assert_eq!(scanned_depth("a:\n- b:\n  - c\n"), 4);
@@ -405,11 +372,7 @@ mod tests {
             let seq = json!({ "s": seq });
             for v in [map, seq] {
                 let text = serde_yaml::to_string(&v).unwrap();
-                assert_eq!(
-                    scanned_depth(&text),
-                    crate::patch::json::nesting_depth(&v),
-                    "{text}"
-                );
+                assert_eq!(scanned_depth(&text), crate::patch::json::nesting_depth(&v), "{text}");
             }
         }
     }
@@ -421,9 +384,7 @@ mod tests {
             format!("x: {}{}", "[".repeat(n), "]".repeat(n)),
             format!("x: {}1{}", "{a: ".repeat(n), "}".repeat(n)),
             format!("x:\n{}1\n", "- ".repeat(n)),
-            (0..3000)
-                .map(|i| format!("{}a:\n", " ".repeat(i)))
-                .collect::<String>(),
+            (0..3000).map(|i| format!("{}a:\n", " ".repeat(i))).collect::<String>(),
         ] {
             assert_eq!(check(text.as_bytes(), 127), Err(128), "{}", &text[..40]);
         }
@@ -431,16 +392,7 @@ mod tests {
 
     #[test]
     fn unterminated_input_ends_the_scan() {
-        for text in [
-            "a: \"open",
-            "a: 'open",
-            "a: [1, 2",
-            "a: |\n",
-            "a: {b: [",
-            "\u{feff}a: 1",
-            "- ",
-            "? ",
-        ] {
+        for text in ["a: \"open", "a: 'open", "a: [1, 2", "a: |\n", "a: {b: [", "\u{feff}a: 1", "- ", "? "] {
             assert!(check(text.as_bytes(), 127).is_ok(), "{text:?}");
         }
     }

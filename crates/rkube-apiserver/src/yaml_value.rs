@@ -152,12 +152,7 @@ mod tests {
             let theirs: Value = serde_yaml::from_str(doc).expect("serde_yaml decodes");
             assert_eq!(ours, theirs, "{doc:?}");
         }
-        assert_eq!(
-            from_slice(b"a: [").unwrap_err().to_string(),
-            serde_yaml::from_str::<Value>("a: [")
-                .unwrap_err()
-                .to_string()
-        );
+        assert_eq!(from_slice(b"a: [").unwrap_err().to_string(), serde_yaml::from_str::<Value>("a: [").unwrap_err().to_string());
     }
 
     #[test]

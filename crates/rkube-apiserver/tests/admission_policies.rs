@@ -33,19 +33,11 @@ async fn install(s: &TestServer, name: &str, spec: Value, binding_spec: Value) {
     let rv: i64 = r.rv().parse().unwrap_or(0);
     let started = Instant::now();
     loop {
-        let cached: i64 = s
-            .get(&format!("{BINDINGS}?resourceVersion=0"))
-            .await
-            .rv()
-            .parse()
-            .unwrap_or(0);
+        let cached: i64 = s.get(&format!("{BINDINGS}?resourceVersion=0")).await.rv().parse().unwrap_or(0);
         if cached >= rv {
             return;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "binding not cached within 5 s"
-        );
+        assert!(started.elapsed() < Duration::from_secs(5), "binding not cached within 5 s");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -63,19 +55,11 @@ async fn a_failed_validation_denies_with_upstreams_status() {
     ]});
     install(&s, "max-keys", spec, json!({"validationActions": ["Deny"]})).await;
     assert_eq!(s.post(CMS, &cm("small", json!({"a": "1"}))).await.code, 201);
-    let r = s
-        .post(CMS, &cm("big", json!({"a": "1", "b": "2", "c": "3"})))
-        .await;
+    let r = s.post(CMS, &cm("big", json!({"a": "1", "b": "2", "c": "3"}))).await;
     r.assert_status(422, "Invalid");
     let why = "ValidatingAdmissionPolicy 'max-keys' with binding 'max-keys-binding' denied request: at most 2 keys";
-    assert_eq!(
-        r.message(),
-        format!("configmaps \"big\" is forbidden: {why}")
-    );
-    assert_eq!(
-        r.body["details"],
-        json!({"name": "big", "kind": "configmaps", "causes": [{"message": why}]})
-    );
+    assert_eq!(r.message(), format!("configmaps \"big\" is forbidden: {why}"));
+    assert_eq!(r.body["details"], json!({"name": "big", "kind": "configmaps", "causes": [{"message": why}]}));
     let r = s.post(CMS, &cm("forbidden", json!({}))).await;
     r.assert_status(403, "Forbidden");
     assert_eq!(
@@ -83,21 +67,10 @@ async fn a_failed_validation_denies_with_upstreams_status() {
         "configmaps \"forbidden\" is forbidden: ValidatingAdmissionPolicy 'max-keys' with binding 'max-keys-binding' denied request: failed expression: object.metadata.name != 'forbidden'"
     );
     // Updates are checked too; other resources are not.
-    let r = s
-        .patch(
-            &format!("{CMS}/small"),
-            "application/merge-patch+json",
-            r#"{"data":{"b":"2","c":"3"}}"#,
-        )
-        .await;
+    let r = s.patch(&format!("{CMS}/small"), "application/merge-patch+json", r#"{"data":{"b":"2","c":"3"}}"#).await;
     r.assert_status(422, "Invalid");
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "big"}, "stringData": {"a": "1", "b": "2", "c": "3"}});
-    assert_eq!(
-        s.post("/api/v1/namespaces/default/secrets", &secret)
-            .await
-            .code,
-        201
-    );
+    assert_eq!(s.post("/api/v1/namespaces/default/secrets", &secret).await.code, 201);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,12 +85,7 @@ async fn warn_bindings_answer_with_a_warning_and_variables_feed_message_expressi
     install(&s, "one-key", spec, json!({"validationActions": ["Warn"]})).await;
     let r = s.post(CMS, &cm("two", json!({"a": "1", "b": "2"}))).await;
     assert_eq!(r.code, 201, "{}", r.text);
-    let warnings: Vec<&str> = r
-        .headers
-        .get_all("warning")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
+    let warnings: Vec<&str> = r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).collect();
     assert_eq!(
         warnings,
         [
@@ -142,10 +110,7 @@ async fn parameters_come_from_the_bindings_param_ref() {
     let r = s.post(secrets, &secret("before-params")).await;
     r.assert_status(422, "Invalid");
     assert!(r.message().ends_with("denied request: no params found for policy binding with `Deny` parameterNotFoundAction"), "{}", r.message());
-    assert_eq!(
-        s.post(CMS, &cm("limits", json!({"max": "1"}))).await.code,
-        201
-    );
+    assert_eq!(s.post(CMS, &cm("limits", json!({"max": "1"}))).await.code, 201);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let r = s.post(secrets, &secret("two-keys")).await;
@@ -181,13 +146,7 @@ async fn match_constraints_conditions_and_failure_policy_decide_what_is_checked(
     let mut labelled = cm("labelled", json!({"ok": "no"}));
     labelled["metadata"]["labels"] = json!({"checked": "1"});
     s.post(CMS, &labelled).await.assert_status(422, "Invalid");
-    assert_eq!(
-        s.post(CMS, &cm("unlabelled", json!({"ok": "no"})))
-            .await
-            .code,
-        201,
-        "matchConditions false: not checked"
-    );
+    assert_eq!(s.post(CMS, &cm("unlabelled", json!({"ok": "no"}))).await.code, 201, "matchConditions false: not checked");
     let mut exempt = labelled.clone();
     exempt["metadata"]["name"] = json!("exempt");
     assert_eq!(s.post(CMS, &exempt).await.code, 201, "excluded by name");
@@ -197,10 +156,5 @@ async fn match_constraints_conditions_and_failure_policy_decide_what_is_checked(
     no_data.as_object_mut().unwrap().remove("data");
     let r = s.post(CMS, &no_data).await;
     r.assert_status(422, "Invalid");
-    assert!(
-        r.message()
-            .contains("denied request: expression 'object.data.ok == 'yes'' resulted in error: "),
-        "{}",
-        r.message()
-    );
+    assert!(r.message().contains("denied request: expression 'object.data.ok == 'yes'' resulted in error: "), "{}", r.message());
 }

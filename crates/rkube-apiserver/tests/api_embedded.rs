@@ -3,7 +3,4 @@
 mod common;
 mod suite;
 
-all_suite_tests!(
-    common::TestServer::embedded(),
-    common::TestServer::embedded_storage_reads()
-);
+all_suite_tests!(common::TestServer::embedded(), common::TestServer::embedded_storage_reads());

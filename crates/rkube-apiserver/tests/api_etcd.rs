@@ -4,7 +4,4 @@
 mod common;
 mod suite;
 
-all_suite_tests!(
-    common::TestServer::etcd(),
-    common::TestServer::etcd_storage_reads()
-);
+all_suite_tests!(common::TestServer::etcd(), common::TestServer::etcd_storage_reads());

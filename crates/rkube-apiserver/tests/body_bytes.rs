@@ -16,11 +16,7 @@ const CMS: &str = "/api/v1/namespaces/default/configmaps";
 
 /// The one line a watch at `path` sends first (within 5 s), with its `\n`.
 async fn first_watch_line(srv: &TestServer, path: &str) -> String {
-    let resp = common::http_client(None)
-        .get(format!("{}{path}", srv.base))
-        .send()
-        .await
-        .expect("watch");
+    let resp = common::http_client(None).get(format!("{}{path}", srv.base)).send().await.expect("watch");
     assert_eq!(resp.status().as_u16(), 200);
     let mut stream = resp.bytes_stream();
     let mut buf = Vec::new();
@@ -37,8 +33,7 @@ async fn first_watch_line(srv: &TestServer, path: &str) -> String {
 
 /// `s` without its trailing `\n` (asserting it has one).
 fn line(s: &str) -> &str {
-    s.strip_suffix('\n')
-        .unwrap_or_else(|| panic!("body does not end with a newline: {s:?}"))
+    s.strip_suffix('\n').unwrap_or_else(|| panic!("body does not end with a newline: {s:?}"))
 }
 
 /// A ConfigMap whose keys come as kubectl sends them (sorted: `apiVersion`
@@ -46,15 +41,7 @@ fn line(s: &str) -> &str {
 /// trailing newline, byte for byte the same object everywhere.
 async fn objects_lists_and_watch_lines_start_with_kind_and_end_with_newline(srv: &TestServer) {
     let body = r#"{"apiVersion":"v1","data":{"k":"v"},"kind":"ConfigMap","metadata":{"labels":{"app":"web"},"name":"cm","namespace":"default"}}"#;
-    let created = srv
-        .send(
-            "POST",
-            CMS,
-            Some("application/json"),
-            None,
-            Some(body.as_bytes().to_vec()),
-        )
-        .await;
+    let created = srv.send("POST", CMS, Some("application/json"), None, Some(body.as_bytes().to_vec())).await;
     assert_eq!(created.code, 201, "{}", created.text);
     let meta = &created.body["metadata"];
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
@@ -74,17 +61,9 @@ async fn objects_lists_and_watch_lines_start_with_kind_and_end_with_newline(srv:
 
     for path in [format!("{CMS}/cm"), format!("{CMS}/cm?resourceVersion=0")] {
         let got = srv.get(&path).await;
-        assert_eq!(
-            (got.code, got.text.as_str()),
-            (200, expected.as_str()),
-            "GET {path}"
-        );
+        assert_eq!((got.code, got.text.as_str()), (200, expected.as_str()), "GET {path}");
     }
-    for path in [
-        CMS.to_string(),
-        format!("{CMS}?resourceVersion=0"),
-        "/api/v1/configmaps?labelSelector=app".to_string(),
-    ] {
+    for path in [CMS.to_string(), format!("{CMS}?resourceVersion=0"), "/api/v1/configmaps?labelSelector=app".to_string()] {
         let list = srv.get(&path).await;
         assert_eq!(list.code, 200, "{}", list.text);
         let want = format!(
@@ -95,25 +74,14 @@ async fn objects_lists_and_watch_lines_start_with_kind_and_end_with_newline(srv:
         assert_eq!(line(&list.text), want, "LIST {path}");
     }
     let watched = first_watch_line(srv, &format!("{CMS}?watch=true&resourceVersion=0")).await;
-    assert_eq!(
-        watched,
-        format!("{{\"type\":\"ADDED\",\"object\":{}}}\n", line(&expected)),
-        "watch line"
-    );
+    assert_eq!(watched, format!("{{\"type\":\"ADDED\",\"object\":{}}}\n", line(&expected)), "watch line");
 }
 
 /// Objects stored before rkube kept the typed key order (here: written
 /// straight to storage with `apiVersion` first) come out in it too.
 async fn objects_stored_in_client_order_come_out_in_typed_order(srv: &TestServer) {
     let stored = r#"{"apiVersion":"v1","data":{"k":"v"},"kind":"ConfigMap","metadata":{"uid":"u-1","name":"old","namespace":"default","creationTimestamp":"2024-01-01T00:00:00Z"}}"#;
-    let kv = srv
-        .storage
-        .create(
-            "/registry/configmaps/default/old",
-            stored.as_bytes().to_vec().into(),
-        )
-        .await
-        .expect("store");
+    let kv = srv.storage.create("/registry/configmaps/default/old", stored.as_bytes().to_vec().into()).await.expect("store");
     let want = format!(
         concat!(
             r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"old","namespace":"default","uid":"u-1","#,
@@ -124,32 +92,17 @@ async fn objects_stored_in_client_order_come_out_in_typed_order(srv: &TestServer
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         // The watch cache sees the write a little later.
-        let got = srv
-            .get(&format!("{CMS}/old?resourceVersion={}", kv.mod_revision))
-            .await;
+        let got = srv.get(&format!("{CMS}/old?resourceVersion={}", kv.mod_revision)).await;
         if got.code == 200 || tokio::time::Instant::now() > deadline {
             assert_eq!((got.code, line(&got.text)), (200, want.as_str()), "GET");
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let list = srv
-        .get(&format!(
-            "{CMS}?resourceVersion={}&resourceVersionMatch=NotOlderThan",
-            kv.mod_revision
-        ))
-        .await;
-    assert!(
-        line(&list.text).ends_with(&format!("\"items\":[{want}]}}")),
-        "LIST: {}",
-        list.text
-    );
+    let list = srv.get(&format!("{CMS}?resourceVersion={}&resourceVersionMatch=NotOlderThan", kv.mod_revision)).await;
+    assert!(line(&list.text).ends_with(&format!("\"items\":[{want}]}}")), "LIST: {}", list.text);
     let watched = first_watch_line(srv, &format!("{CMS}?watch=true&resourceVersion=0")).await;
-    assert_eq!(
-        watched,
-        format!("{{\"type\":\"ADDED\",\"object\":{want}}}\n"),
-        "watch line"
-    );
+    assert_eq!(watched, format!("{{\"type\":\"ADDED\",\"object\":{want}}}\n"), "watch line");
 }
 
 /// Status errors are upstream's exact bytes, newline included; so are
@@ -171,30 +124,14 @@ async fn status_and_discovery_bodies_end_with_newline(srv: &TestServer) {
     );
     let bad = srv.get(&format!("{CMS}?labelSelector=a%20in%20(b")).await;
     assert_eq!(bad.code, 400);
-    assert!(
-        bad.text
-            .starts_with(r#"{"kind":"Status","apiVersion":"v1","#)
-            && bad.text.ends_with("}\n"),
-        "{}",
-        bad.text
-    );
+    assert!(bad.text.starts_with(r#"{"kind":"Status","apiVersion":"v1","#) && bad.text.ends_with("}\n"), "{}", bad.text);
     for path in ["/api", "/apis", "/api/v1", "/apis/apps/v1"] {
         let d = srv.get(path).await;
         assert_eq!(d.code, 200, "{path}");
-        assert!(
-            d.text.starts_with("{\"kind\":\"") && d.text.ends_with("}\n"),
-            "{path}: {}",
-            d.text
-        );
+        assert!(d.text.starts_with("{\"kind\":\"") && d.text.ends_with("}\n"), "{path}: {}", d.text);
     }
     let version = srv.get("/version").await;
-    assert!(
-        version
-            .text
-            .starts_with("{\n  \"major\": \"1\",\n  \"minor\": \"33\","),
-        "{}",
-        version.text
-    );
+    assert!(version.text.starts_with("{\n  \"major\": \"1\",\n  \"minor\": \"33\","), "{}", version.text);
     assert!(version.text.ends_with("\n}"), "{}", version.text);
 }
 
@@ -204,38 +141,14 @@ async fn tables_and_partial_metadata_end_with_newline(srv: &TestServer) {
     let created = srv.post(CMS, &serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "t"}})).await;
     assert_eq!(created.code, 201, "{}", created.text);
     let table = "application/json;as=Table;v=v1;g=meta.k8s.io";
-    for path in [
-        format!("{CMS}/t"),
-        CMS.to_string(),
-        format!("{CMS}?resourceVersion=0"),
-    ] {
+    for path in [format!("{CMS}/t"), CMS.to_string(), format!("{CMS}?resourceVersion=0")] {
         let got = srv.get_as(&path, table).await;
         assert_eq!(got.code, 200, "{path}: {}", got.text);
-        assert!(
-            got.text
-                .starts_with(r#"{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"#),
-            "{path}: {}",
-            got.text
-        );
-        assert!(
-            got.text.ends_with("}\n") && !got.text.ends_with("\n\n"),
-            "{path}: {:?}",
-            got.text
-        );
+        assert!(got.text.starts_with(r#"{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"#), "{path}: {}", got.text);
+        assert!(got.text.ends_with("}\n") && !got.text.ends_with("\n\n"), "{path}: {:?}", got.text);
     }
-    let partial = srv
-        .get_as(
-            CMS,
-            "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
-        )
-        .await;
-    assert!(
-        partial
-            .text
-            .starts_with(r#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","#),
-        "{}",
-        partial.text
-    );
+    let partial = srv.get_as(CMS, "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io").await;
+    assert!(partial.text.starts_with(r#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","#), "{}", partial.text);
     assert!(partial.text.ends_with("]}\n"), "{:?}", partial.text);
 }
 

@@ -29,10 +29,7 @@ async fn server_state(api: &cache_support::Api) -> BTreeMap<String, String> {
         .iter()
         .map(|i| {
             let m = &i["metadata"];
-            (
-                m["name"].as_str().unwrap_or("").to_string(),
-                m["resourceVersion"].as_str().unwrap_or("").to_string(),
-            )
+            (m["name"].as_str().unwrap_or("").to_string(), m["resourceVersion"].as_str().unwrap_or("").to_string())
         })
         .collect()
 }
@@ -69,10 +66,7 @@ async fn reflector_follows_a_burst(config: watcher::Config) {
             }
         }
     });
-    tokio::time::timeout(Duration::from_secs(20), store.wait_until_ready())
-        .await
-        .expect("store ready")
-        .expect("ready");
+    tokio::time::timeout(Duration::from_secs(20), store.wait_until_ready()).await.expect("store ready").expect("ready");
 
     // The burst: 40 creates, 25 updates, 15 deletes.
     for i in 0..40 {
@@ -85,12 +79,7 @@ async fn reflector_follows_a_burst(config: watcher::Config) {
         assert_eq!(api.send("PUT", &path, Some(&obj)).await.code, 200);
     }
     for i in 25..40 {
-        assert_eq!(
-            api.send("DELETE", &format!("{CM}/burst-{i:02}"), None)
-                .await
-                .code,
-            200
-        );
+        assert_eq!(api.send("DELETE", &format!("{CM}/burst-{i:02}"), None).await.code, 200);
     }
 
     let want = server_state(&api).await;
@@ -100,20 +89,12 @@ async fn reflector_follows_a_burst(config: watcher::Config) {
         let got: BTreeMap<String, String> = store
             .state()
             .iter()
-            .map(|c| {
-                (
-                    c.metadata.name.clone().unwrap_or_default(),
-                    c.metadata.resource_version.clone().unwrap_or_default(),
-                )
-            })
+            .map(|c| (c.metadata.name.clone().unwrap_or_default(), c.metadata.resource_version.clone().unwrap_or_default()))
             .collect();
         if got == want {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "store never matched the server:\nstore {got:?}\nserver {want:?}"
-        );
+        assert!(Instant::now() < deadline, "store never matched the server:\nstore {got:?}\nserver {want:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(inits.load(Ordering::SeqCst), 1, "the watcher re-listed");

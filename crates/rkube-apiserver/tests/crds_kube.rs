@@ -22,10 +22,7 @@ use serde_json::json;
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
 #[kube(group = "kube.example.com", version = "v1", kind = "Foo", namespaced)]
 #[kube(status = "FooStatus", shortname = "fo")]
-#[kube(scale(
-    spec_replicas_path = ".spec.replicas",
-    status_replicas_path = ".status.replicas"
-))]
+#[kube(scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.replicas"))]
 #[kube(printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"))]
 pub struct FooSpec {
     name: String,
@@ -53,31 +50,16 @@ async fn derived_custom_resources_are_queryable_and_have_subresources() {
     let crd = Foo::crd();
     let name = crd.metadata.name.clone().expect("CRD name");
     assert_eq!(name, "foos.kube.example.com");
-    crds.patch(&name, &PatchParams::apply("crds-test"), &Patch::Apply(&crd))
+    crds.patch(&name, &PatchParams::apply("crds-test"), &Patch::Apply(&crd)).await.expect("server-side apply of the CRD");
+    let established = tokio::time::timeout(Duration::from_secs(10), await_condition(crds.clone(), &name, conditions::is_crd_established()))
         .await
-        .expect("server-side apply of the CRD");
-    let established = tokio::time::timeout(
-        Duration::from_secs(10),
-        await_condition(crds.clone(), &name, conditions::is_crd_established()),
-    )
-    .await
-    .expect("Established within 10 s")
-    .expect("watching the CRD");
+        .expect("Established within 10 s")
+        .expect("watching the CRD");
     assert!(established.is_some());
 
     let foos: Api<Foo> = Api::namespaced(client, "default");
-    let foo = Foo::new(
-        "baz",
-        FooSpec {
-            name: "baz".into(),
-            info: Some("old baz".into()),
-            replicas: 1,
-        },
-    );
-    let created = foos
-        .create(&PostParams::default(), &foo)
-        .await
-        .expect("create");
+    let foo = Foo::new("baz", FooSpec { name: "baz".into(), info: Some("old baz".into()), replicas: 1 });
+    let created = foos.create(&PostParams::default(), &foo).await.expect("create");
     assert_eq!(created.spec.replicas, 1);
     assert_eq!(created.metadata.generation, Some(1));
 
@@ -87,41 +69,26 @@ async fn derived_custom_resources_are_queryable_and_have_subresources() {
 
     let mut got = foos.get("baz").await.expect("get");
     got.spec.info = Some("new baz".into());
-    let replaced = foos
-        .replace("baz", &PostParams::default(), &got)
-        .await
-        .expect("replace");
+    let replaced = foos.replace("baz", &PostParams::default(), &got).await.expect("replace");
     assert_eq!(replaced.spec.info.as_deref(), Some("new baz"));
     assert_eq!(replaced.metadata.generation, Some(2));
 
     // Status: a merge patch on /status.
     let status = json!({"status": FooStatus { is_bad: true, replicas: 1 }});
-    let patched = foos
-        .patch_status("baz", &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .expect("patch status");
+    let patched = foos.patch_status("baz", &PatchParams::default(), &Patch::Merge(&status)).await.expect("patch status");
     assert_eq!(patched.status.as_ref().map(|s| s.is_bad), Some(true));
-    assert_eq!(
-        patched.metadata.generation,
-        Some(2),
-        "status changes keep the generation"
-    );
+    assert_eq!(patched.metadata.generation, Some(2), "status changes keep the generation");
 
     // Scale: read, then patch spec.replicas through it.
     let scale = foos.get_scale("baz").await.expect("get scale");
     assert_eq!(scale.spec.and_then(|s| s.replicas), Some(1));
     assert_eq!(scale.status.map(|s| s.replicas), Some(1));
     let patch = json!({"spec": {"replicas": 2}});
-    let scaled = foos
-        .patch_scale("baz", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("patch scale");
+    let scaled = foos.patch_scale("baz", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch scale");
     assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(2));
     assert_eq!(foos.get("baz").await.expect("get").spec.replicas, 2);
 
-    foos.delete("baz", &DeleteParams::default())
-        .await
-        .expect("delete");
+    foos.delete("baz", &DeleteParams::default()).await.expect("delete");
     let gone = foos.get_opt("baz").await.expect("get after delete");
     assert!(gone.is_none());
 }

@@ -23,13 +23,7 @@ fn claim(name: &str, class: Option<&str>) -> Value {
 
 #[tokio::test]
 async fn claims_without_a_class_get_the_default_storage_class() {
-    let config = ServerConfig {
-        admission: AdmissionConfig {
-            default_storage_class: true,
-            ..Default::default()
-        },
-        ..ServerConfig::default()
-    };
+    let config = ServerConfig { admission: AdmissionConfig { default_storage_class: true, ..Default::default() }, ..ServerConfig::default() };
     let srv = TestServer::embedded_with(config).await;
     let before = srv.post(CLAIMS, &claim("before", None)).await;
     assert_eq!(before.code, 201, "{}", before.text);

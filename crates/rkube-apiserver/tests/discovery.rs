@@ -6,8 +6,7 @@ use common::TestServer;
 use serde_json::Value;
 
 const AGG_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
-const AGG_V2BETA1: &str =
-    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+const AGG_V2BETA1: &str = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
 #[tokio::test]
 async fn legacy_discovery_lists_resources_with_short_names_and_verbs() {
@@ -19,46 +18,26 @@ async fn legacy_discovery_lists_resources_with_short_names_and_verbs() {
     assert_eq!(v1.body["kind"], "APIResourceList");
     assert_eq!(v1.body["groupVersion"], "v1");
     let res = v1.body["resources"].as_array().unwrap();
-    let find = |n: &str| {
-        res.iter()
-            .find(|r| r["name"] == n)
-            .cloned()
-            .unwrap_or(Value::Null)
-    };
+    let find = |n: &str| res.iter().find(|r| r["name"] == n).cloned().unwrap_or(Value::Null);
     let pods = find("pods");
     assert_eq!(pods["singularName"], "pod");
     assert_eq!(pods["namespaced"], true);
     assert_eq!(pods["kind"], "Pod");
     assert_eq!(pods["shortNames"], serde_json::json!(["po"]));
     assert_eq!(pods["categories"], serde_json::json!(["all"]));
-    assert!(pods["verbs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|v| v == "watch"));
+    assert!(pods["verbs"].as_array().unwrap().iter().any(|v| v == "watch"));
     assert_eq!(find("pods/binding")["kind"], "Binding");
-    assert_eq!(
-        find("pods/status")["verbs"],
-        serde_json::json!(["get", "patch", "update"])
-    );
-    for (name, short) in [
-        ("services", "svc"),
-        ("nodes", "no"),
-        ("namespaces", "ns"),
-        ("configmaps", "cm"),
-        ("endpoints", "ep"),
-    ] {
+    assert_eq!(find("pods/status")["verbs"], serde_json::json!(["get", "patch", "update"]));
+    for (name, short) in
+        [("services", "svc"), ("nodes", "no"), ("namespaces", "ns"), ("configmaps", "cm"), ("endpoints", "ep")]
+    {
         assert_eq!(find(name)["shortNames"][0], short, "{name}");
     }
     assert_eq!(find("namespaces")["namespaced"], false);
     let apis = s.get("/apis").await;
     assert_eq!(apis.body["kind"], "APIGroupList");
-    let names: Vec<&str> = apis.body["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> =
+        apis.body["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
         vec![
@@ -88,28 +67,13 @@ async fn legacy_discovery_lists_resources_with_short_names_and_verbs() {
     );
     let apps = s.get("/apis/apps/v1").await;
     assert_eq!(apps.body["groupVersion"], "apps/v1");
-    let deployments = apps.body["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "deployments")
-        .unwrap();
+    let deployments = apps.body["resources"].as_array().unwrap().iter().find(|r| r["name"] == "deployments").unwrap();
     assert_eq!(deployments["shortNames"], serde_json::json!(["deploy"]));
-    let scale = apps.body["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == "statefulsets/scale")
-        .unwrap();
+    let scale = apps.body["resources"].as_array().unwrap().iter().find(|r| r["name"] == "statefulsets/scale").unwrap();
     assert_eq!(scale["kind"], "Scale");
     assert_eq!(scale["group"], "autoscaling");
-    assert_eq!(
-        s.get("/apis/apps").await.body["preferredVersion"]["groupVersion"],
-        "apps/v1"
-    );
-    s.get("/apis/nope.example.com/v1")
-        .await
-        .assert_status(404, "NotFound");
+    assert_eq!(s.get("/apis/apps").await.body["preferredVersion"]["groupVersion"], "apps/v1");
+    s.get("/apis/nope.example.com/v1").await.assert_status(404, "NotFound");
 }
 
 #[tokio::test]
@@ -123,31 +87,16 @@ async fn aggregated_discovery_only_when_asked_with_exact_content_type() {
     assert_eq!(agg.headers["content-type"], AGG_V2);
     assert_eq!(agg.body["kind"], "APIGroupDiscoveryList");
     assert_eq!(agg.body["apiVersion"], "apidiscovery.k8s.io/v2");
-    let apps = agg.body["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["metadata"]["name"] == "apps")
-        .unwrap();
+    let apps = agg.body["items"].as_array().unwrap().iter().find(|i| i["metadata"]["name"] == "apps").unwrap();
     let resources = apps["versions"][0]["resources"].as_array().unwrap();
-    let deployments = resources
-        .iter()
-        .find(|r| r["resource"] == "deployments")
-        .unwrap();
+    let deployments = resources.iter().find(|r| r["resource"] == "deployments").unwrap();
     assert_eq!(deployments["scope"], "Namespaced");
     assert_eq!(deployments["categories"], serde_json::json!(["all"]));
-    let old = s
-        .get_as("/api", &format!("{AGG_V2BETA1},application/json"))
-        .await;
+    let old = s.get_as("/api", &format!("{AGG_V2BETA1},application/json")).await;
     assert_eq!(old.headers["content-type"], AGG_V2BETA1);
     let core = &old.body["items"][0]["versions"][0];
     assert_eq!(core["version"], "v1");
-    let pods = core["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["resource"] == "pods")
-        .unwrap();
+    let pods = core["resources"].as_array().unwrap().iter().find(|r| r["resource"] == "pods").unwrap();
     assert_eq!(pods["shortNames"][0], "po");
     assert_eq!(pods["subresources"][0]["subresource"], "status");
 }
@@ -191,10 +140,7 @@ async fn system_namespaces_exist_at_first_start() {
         let r = s.get(&format!("/api/v1/namespaces/{ns}")).await;
         assert_eq!(r.code, 200, "{ns}");
         assert_eq!(r.body["status"]["phase"], "Active");
-        assert_eq!(
-            r.body["metadata"]["labels"]["kubernetes.io/metadata.name"],
-            ns
-        );
+        assert_eq!(r.body["metadata"]["labels"]["kubernetes.io/metadata.name"], ns);
     }
 }
 
@@ -203,15 +149,10 @@ async fn openapi_v3_index_and_documents_are_served() {
     let s = TestServer::embedded().await;
     let idx = s.get("/openapi/v3").await;
     assert_eq!(idx.code, 200);
-    let url = idx.body["paths"]["api/v1"]["serverRelativeURL"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let url = idx.body["paths"]["api/v1"]["serverRelativeURL"].as_str().unwrap().to_string();
     let doc = s.get(&url).await;
     assert_eq!(doc.code, 200);
     assert!(doc.body["components"]["schemas"].is_object());
     assert_eq!(s.get("/openapi/v2").await.code, 200);
-    s.get("/openapi/v3/apis/nope/v1")
-        .await
-        .assert_status(404, "NotFound");
+    s.get("/openapi/v3/apis/nope/v1").await.assert_status(404, "NotFound");
 }

@@ -59,22 +59,15 @@ async fn full_disk_gives_503_naming_the_cause_fails_readyz_and_recovers_without_
             }
         }
         let r = refused.expect("a create failed on the full disk");
-        assert_eq!(
-            (r.code, r.reason()),
-            (503, "ServiceUnavailable"),
-            "{}",
-            r.text
-        );
+        assert_eq!((r.code, r.reason()), (503, "ServiceUnavailable"), "{}", r.text);
         assert_eq!(r.body["kind"], "Status");
         assert_eq!(r.body["details"]["retryAfterSeconds"], 1, "{}", r.text);
         assert_eq!(r.retry_after(), Some(1));
         let message = r.body["message"].as_str().unwrap_or("");
         let db = data.join("rkube.redb");
         assert!(
-            message.starts_with(&format!(
-                "storage write failed: embedded store {}: ",
-                db.display()
-            )) && message.contains("No space left on device (os error 28)")
+            message.starts_with(&format!("storage write failed: embedded store {}: ", db.display()))
+                && message.contains("No space left on device (os error 28)")
                 && message.ends_with("; nothing was written"),
             "{message}"
         );
@@ -87,16 +80,11 @@ async fn full_disk_gives_503_naming_the_cause_fails_readyz_and_recovers_without_
         assert_eq!(one.code, 200, "{}", one.text);
         let readyz = s.api.get("/readyz?verbose").await;
         assert_eq!(readyz.code, 500, "{}", readyz.text);
-        assert!(
-            readyz.text.contains("[-]etcd failed: reason withheld\n"),
-            "{}",
-            readyz.text
-        );
+        assert!(readyz.text.contains("[-]etcd failed: reason withheld\n"), "{}", readyz.text);
         let etcd = s.api.get("/readyz/etcd").await;
         assert_eq!(etcd.code, 500);
         assert!(
-            etcd.text
-                .starts_with("internal server error: embedded store ")
+            etcd.text.starts_with("internal server error: embedded store ")
                 && etcd.text.contains("No space left on device"),
             "{}",
             etcd.text
@@ -112,11 +100,7 @@ async fn full_disk_gives_503_naming_the_cause_fails_readyz_and_recovers_without_
             if r.code == 200 {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "/readyz did not recover: {}",
-                r.text
-            );
+            assert!(Instant::now() < deadline, "/readyz did not recover: {}", r.text);
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         for i in 0..10 {
@@ -134,12 +118,7 @@ async fn full_disk_gives_503_naming_the_cause_fails_readyz_and_recovers_without_
         .expect("range")
         .kvs
         .into_iter()
-        .map(|kv| {
-            (
-                kv.key.trim_start_matches(prefix).to_string(),
-                kv.mod_revision,
-            )
-        })
+        .map(|kv| (kv.key.trim_start_matches(prefix).to_string(), kv.mod_revision))
         .collect();
     assert_eq!(stored, acked);
 }

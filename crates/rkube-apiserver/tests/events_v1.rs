@@ -57,18 +57,13 @@ async fn kubectl(s: &TestServer, dir: &std::path::Path, args: &[&str]) -> String
     .expect("kubectl finished within 60s")
     .expect("kubectl runs");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "kubectl {args:?}: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     stdout
 }
 
 fn kube_client(s: &TestServer) -> kube::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    kube::Client::try_from(kube::Config::new(s.base.parse().expect("server URL")))
-        .expect("kube client")
+    kube::Client::try_from(kube::Config::new(s.base.parse().expect("server URL"))).expect("kube client")
 }
 
 /// kube-rs's `Recorder` writes events.k8s.io/v1 events (and patches their
@@ -79,23 +74,11 @@ async fn kube_rs_recorder_events_are_core_v1_events_kubectl_lists() {
     use kube::runtime::events::{Event, EventType, Recorder, Reporter};
     use kube::Resource;
     let s = caching_events().await;
-    assert_eq!(
-        s.post(
-            "/api/v1/namespaces/default/configmaps",
-            &common::configmap("cm1")
-        )
-        .await
-        .code,
-        201
-    );
+    assert_eq!(s.post("/api/v1/namespaces/default/configmaps", &common::configmap("cm1")).await.code, 201);
     let client = kube_client(&s);
-    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(client.clone(), "default");
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(client.clone(), "default");
     let cm = cms.get("cm1").await.expect("get configmap");
-    let reporter = Reporter {
-        controller: "rkube-test".into(),
-        instance: Some("instance-1".into()),
-    };
+    let reporter = Reporter { controller: "rkube-test".into(), instance: Some("instance-1".into()) };
     let recorder = Recorder::new(client, reporter);
     let event = Event {
         type_: EventType::Normal,
@@ -104,10 +87,7 @@ async fn kube_rs_recorder_events_are_core_v1_events_kubectl_lists() {
         action: "Test".into(),
         secondary: None,
     };
-    recorder
-        .publish(&event, &cm.object_ref(&()))
-        .await
-        .expect("publish");
+    recorder.publish(&event, &cm.object_ref(&())).await.expect("publish");
 
     let list = s.get(CORE).await;
     assert_eq!(list.code, 200, "{}", list.text);
@@ -122,20 +102,11 @@ async fn kube_rs_recorder_events_are_core_v1_events_kubectl_lists() {
     assert_eq!(ev["reportingComponent"], "rkube-test");
     assert_eq!(ev["reportingInstance"], "instance-1");
     assert_eq!(ev["action"], "Test");
-    assert!(
-        ev["eventTime"].as_str().is_some_and(|t| !t.is_empty()),
-        "{ev}"
-    );
-    assert!(
-        ev.get("note").is_none() && ev.get("regarding").is_none(),
-        "{ev}"
-    );
+    assert!(ev["eventTime"].as_str().is_some_and(|t| !t.is_empty()), "{ev}");
+    assert!(ev.get("note").is_none() && ev.get("regarding").is_none(), "{ev}");
 
     // A repeat is a merge patch through events.k8s.io/v1 setting `series`.
-    recorder
-        .publish(&event, &cm.object_ref(&()))
-        .await
-        .expect("publish again");
+    recorder.publish(&event, &cm.object_ref(&())).await.expect("publish again");
     let name = ev["metadata"]["name"].as_str().expect("name");
     let again = s.get(&format!("{CORE}/{name}")).await;
     assert_eq!(again.body["series"]["count"], 2, "{}", again.text);
@@ -144,22 +115,13 @@ async fn kube_rs_recorder_events_are_core_v1_events_kubectl_lists() {
     let out = kubectl(&s, dir.path(), &["get", "events"]).await;
     let mut lines = out.lines();
     let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
-    assert_eq!(
-        header,
-        ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
-        "{out}"
-    );
+    assert_eq!(header, ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], "{out}");
     let row = lines.next().unwrap_or("");
     for want in ["Normal", "Tested", "configmap/cm1", "hello from kube-rs"] {
         assert!(row.contains(want), "{want} in {out}");
     }
     let out = kubectl(&s, dir.path(), &["get", "events.v1.events.k8s.io"]).await;
-    assert!(
-        out.lines()
-            .nth(1)
-            .is_some_and(|l| l.contains("configmap/cm1") && l.contains("Tested")),
-        "{out}"
-    );
+    assert!(out.lines().nth(1).is_some_and(|l| l.contains("configmap/cm1") && l.contains("Tested")), "{out}");
 }
 
 fn core_event(name: &str) -> Value {
@@ -176,9 +138,7 @@ async fn core_events_read_and_watch_through_events_k8s_io(s: TestServer) {
     assert_eq!(start.code, 200, "{}", start.text);
     assert_eq!(start.body["kind"], "EventList");
     assert_eq!(start.body["apiVersion"], "events.k8s.io/v1");
-    let mut watch = s
-        .watch(&format!("{V1}?watch=true&resourceVersion={}", start.rv()))
-        .await;
+    let mut watch = s.watch(&format!("{V1}?watch=true&resourceVersion={}", start.rv())).await;
     assert_eq!(watch.code, 200);
 
     let created = s.post(CORE, &core_event("e1")).await;
@@ -188,78 +148,35 @@ async fn core_events_read_and_watch_through_events_k8s_io(s: TestServer) {
     let obj = &ev["object"];
     assert_eq!(obj["apiVersion"], "events.k8s.io/v1");
     assert_eq!(obj["kind"], "Event");
-    assert_eq!(
-        obj["regarding"],
-        json!({"kind": "Pod", "name": "p1", "namespace": "default"})
-    );
+    assert_eq!(obj["regarding"], json!({"kind": "Pod", "name": "p1", "namespace": "default"}));
     assert_eq!(obj["note"], "started container");
-    assert_eq!(
-        obj["deprecatedSource"],
-        json!({"component": "kubelet", "host": "node-1"})
-    );
+    assert_eq!(obj["deprecatedSource"], json!({"component": "kubelet", "host": "node-1"}));
     assert_eq!(obj["deprecatedCount"], 3);
     assert_eq!(obj["deprecatedFirstTimestamp"], "2024-01-01T00:00:00Z");
     assert_eq!(obj["deprecatedLastTimestamp"], "2024-01-01T00:00:05Z");
-    assert_eq!(
-        obj["metadata"]["resourceVersion"],
-        created.body["metadata"]["resourceVersion"]
-    );
-    assert!(
-        obj.get("involvedObject").is_none() && obj.get("message").is_none(),
-        "{obj}"
-    );
+    assert_eq!(obj["metadata"]["resourceVersion"], created.body["metadata"]["resourceVersion"]);
+    assert!(obj.get("involvedObject").is_none() && obj.get("message").is_none(), "{obj}");
 
     let got = s.get(&format!("{V1}/e1")).await;
     assert_eq!(got.code, 200, "{}", got.text);
     assert_eq!(&got.body, obj);
 
     // Field selectors in the events.k8s.io names; core-only labels are refused.
-    let hit = s
-        .get(&format!(
-            "{V1}?fieldSelector=regarding.name%3Dp1,type%3DNormal"
-        ))
-        .await;
+    let hit = s.get(&format!("{V1}?fieldSelector=regarding.name%3Dp1,type%3DNormal")).await;
     assert_eq!(hit.code, 200, "{}", hit.text);
-    assert_eq!(
-        hit.body["items"].as_array().map(Vec::len),
-        Some(1),
-        "{}",
-        hit.text
-    );
-    let miss = s
-        .get(&format!("{V1}?fieldSelector=regarding.name%3Dother"))
-        .await;
+    assert_eq!(hit.body["items"].as_array().map(Vec::len), Some(1), "{}", hit.text);
+    let miss = s.get(&format!("{V1}?fieldSelector=regarding.name%3Dother")).await;
     assert_eq!(miss.body["items"], json!([]), "{}", miss.text);
-    let bad = s
-        .get(&format!("{V1}?fieldSelector=involvedObject.name%3Dp1"))
-        .await;
+    let bad = s.get(&format!("{V1}?fieldSelector=involvedObject.name%3Dp1")).await;
     bad.assert_status(400, "BadRequest");
-    assert_eq!(
-        bad.message(),
-        "field label not supported: involvedObject.name"
-    );
+    assert_eq!(bad.message(), "field label not supported: involvedObject.name");
 
     // The events.k8s.io table is the events table.
     let table = s.get_as(V1, TABLE).await;
     assert_eq!(table.code, 200, "{}", table.text);
-    let cols: Vec<&str> = table.body["columnDefinitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
-    assert_eq!(
-        &cols[..7],
-        &[
-            "Last Seen",
-            "Type",
-            "Reason",
-            "Object",
-            "Subobject",
-            "Source",
-            "Message"
-        ]
-    );
+    let cols: Vec<&str> =
+        table.body["columnDefinitions"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(&cols[..7], &["Last Seen", "Type", "Reason", "Object", "Subobject", "Source", "Message"]);
     let cells = &table.body["rows"][0]["cells"];
     assert_eq!(cells[3], "pod/p1");
     assert_eq!(cells[5], "kubelet, node-1");
@@ -267,19 +184,10 @@ async fn core_events_read_and_watch_through_events_k8s_io(s: TestServer) {
 
     // A write through events.k8s.io lands in the core object (old events
     // without eventTime keep passing: upstream's legacy validation).
-    let patched = s
-        .patch(
-            &format!("{V1}/e1"),
-            "application/merge-patch+json",
-            r#"{"note":"patched"}"#,
-        )
-        .await;
+    let patched = s.patch(&format!("{V1}/e1"), "application/merge-patch+json", r#"{"note":"patched"}"#).await;
     assert_eq!(patched.code, 200, "{}", patched.text);
     assert_eq!(patched.body["note"], "patched");
-    assert_eq!(
-        s.get(&format!("{CORE}/e1")).await.body["message"],
-        "patched"
-    );
+    assert_eq!(s.get(&format!("{CORE}/e1")).await.body["message"], "patched");
     let modified = watch.next().await;
     assert_eq!(modified["type"], "MODIFIED", "{modified}");
     assert_eq!(modified["object"]["note"], "patched");
@@ -310,12 +218,8 @@ async fn events_k8s_io_v1_validation_follows_upstream() {
         "regarding": {"kind": "Pod", "name": "p"}, "type": "Normal"});
     let r = s.post(V1, &bare).await;
     r.assert_status(422, "Invalid");
-    let fields: Vec<&str> = r.body["details"]["causes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["field"].as_str())
-        .collect();
+    let fields: Vec<&str> =
+        r.body["details"]["causes"].as_array().unwrap().iter().filter_map(|c| c["field"].as_str()).collect();
     assert_eq!(fields, ["eventTime"], "{}", r.text);
 
     let mut ev = bare.clone();
@@ -324,19 +228,9 @@ async fn events_k8s_io_v1_validation_follows_upstream() {
     ev["deprecatedCount"] = json!(2);
     let r = s.post(V1, &ev).await;
     r.assert_status(422, "Invalid");
-    let fields: Vec<&str> = r.body["details"]["causes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["field"].as_str())
-        .collect();
-    for want in [
-        "reportingController",
-        "reportingInstance",
-        "action",
-        "reason",
-        "deprecatedCount",
-    ] {
+    let fields: Vec<&str> =
+        r.body["details"]["causes"].as_array().unwrap().iter().filter_map(|c| c["field"].as_str()).collect();
+    for want in ["reportingController", "reportingInstance", "action", "reason", "deprecatedCount"] {
         assert!(fields.contains(&want), "{want} in {}", r.text);
     }
 
@@ -390,11 +284,7 @@ async fn protobuf_events_k8s_io_bodies_are_stored_as_core_events() {
     let s = TestServer::embedded().await;
     let s_ = |tag, text: &str| pb_field(tag, 2, text.as_bytes());
     let meta = s_(1, "pb");
-    let event_time = [
-        pb_field(1, 0, &varint(1_704_067_200)),
-        pb_field(2, 0, &varint(5_000)),
-    ]
-    .concat();
+    let event_time = [pb_field(1, 0, &varint(1_704_067_200)), pb_field(2, 0, &varint(5_000))].concat();
     let regarding = [s_(1, "Pod"), s_(2, "default"), s_(3, "p1")].concat();
     let event = [
         pb_field(1, 2, &meta),
@@ -409,20 +299,9 @@ async fn protobuf_events_k8s_io_bodies_are_stored_as_core_events() {
     ]
     .concat();
     let type_meta = [s_(1, "events.k8s.io/v1"), s_(2, "Event")].concat();
-    let body = [
-        b"k8s\x00".as_slice(),
-        &pb_field(1, 2, &type_meta),
-        &pb_field(2, 2, &event),
-    ]
-    .concat();
+    let body = [b"k8s\x00".as_slice(), &pb_field(1, 2, &type_meta), &pb_field(2, 2, &event)].concat();
     let r = s
-        .send(
-            "POST",
-            V1,
-            Some("application/vnd.kubernetes.protobuf"),
-            Some("application/json"),
-            Some(body),
-        )
+        .send("POST", V1, Some("application/vnd.kubernetes.protobuf"), Some("application/json"), Some(body))
         .await;
     assert_eq!(r.code, 201, "{}", r.text);
     assert_eq!(r.body["note"], "from protobuf");

@@ -20,10 +20,7 @@ use tokio::sync::oneshot;
 const TOKENS: &str = "admin-token,admin,1,\"system:masters\"\nalice-token,alice,2,\"dev\"\n";
 
 fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(tracing::Level::WARN)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(tracing::Level::WARN).try_init();
 }
 
 // ---------------------------------------------------------------- kubectl
@@ -41,11 +38,7 @@ async fn kubectl(kubeconfig: &Path, cache: &Path, args: &[&str]) -> (bool, Strin
     .await
     .expect("kubectl finished within 60s")
     .expect("kubectl runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// The real API server (embedded store) behind the filters: kubectl with the
@@ -76,17 +69,9 @@ async fn kubectl_works_over_https_with_client_certificate_and_token() {
         authorization_mode: vec!["RBAC".into()],
         ..FilterArgs::default()
     };
-    let chain = FilterChain::build(
-        args.load().unwrap(),
-        Some(Arc::new(rbac)),
-        Arc::new(ApiserverMetrics::new()),
-    )
-    .unwrap();
+    let chain = FilterChain::build(args.load().unwrap(), Some(Arc::new(rbac)), Arc::new(ApiserverMetrics::new())).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!(
-        "https://127.0.0.1:{}",
-        listener.local_addr().unwrap().port()
-    );
+    let base = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         rkube_apiserver::server::serve_api(listener, st, &chain, async {
@@ -101,12 +86,7 @@ async fn kubectl_works_over_https_with_client_certificate_and_token() {
     let (ok, out, err) = kubectl(&admin_kc, &cache, &["get", "namespaces", "-o", "name"]).await;
     assert!(ok, "{err}");
     assert!(out.lines().any(|l| l == "namespace/default"), "{out}");
-    let (ok, _, err) = kubectl(
-        &admin_kc,
-        &cache,
-        &["create", "configmap", "c1", "--from-literal=a=b"],
-    )
-    .await;
+    let (ok, _, err) = kubectl(&admin_kc, &cache, &["create", "configmap", "c1", "--from-literal=a=b"]).await;
     assert!(ok, "{err}");
     let (ok, metrics, err) = kubectl(&admin_kc, &cache, &["get", "--raw", "/metrics"]).await;
     assert!(ok, "{err}");
@@ -114,10 +94,7 @@ async fn kubectl_works_over_https_with_client_certificate_and_token() {
         metrics.contains("apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"namespaces\",scope=\"cluster\",subresource=\"\",verb=\"LIST\",version=\"v1\"}"),
         "{metrics}"
     );
-    assert!(
-        metrics.contains("verb=\"POST\""),
-        "the create is counted: {metrics}"
-    );
+    assert!(metrics.contains("verb=\"POST\""), "the create is counted: {metrics}");
 
     // A kubeconfig trusting the CA, with no client certificate: tokens only.
     let b64 = |s: &str| {
@@ -133,27 +110,10 @@ async fn kubectl_works_over_https_with_client_certificate_and_token() {
         ),
     )
     .unwrap();
-    let (ok, out, err) = kubectl(
-        &token_kc,
-        &cache,
-        &[
-            "--token=alice-token",
-            "get",
-            "configmap",
-            "c1",
-            "-o",
-            "jsonpath={.data.a}",
-        ],
-    )
-    .await;
+    let (ok, out, err) = kubectl(&token_kc, &cache, &["--token=alice-token", "get", "configmap", "c1", "-o", "jsonpath={.data.a}"]).await;
     assert!(ok, "{err}");
     assert_eq!(out, "b");
-    let (ok, _, err) = kubectl(
-        &token_kc,
-        &cache,
-        &["--token=alice-token", "delete", "configmap", "c1"],
-    )
-    .await;
+    let (ok, _, err) = kubectl(&token_kc, &cache, &["--token=alice-token", "delete", "configmap", "c1"]).await;
     assert!(!ok);
     assert!(
         err.contains("Error from server (Forbidden): configmaps \"c1\" is forbidden: User \"alice\" cannot delete resource \"configmaps\" in API group \"\" in the namespace \"default\""),
@@ -201,65 +161,33 @@ async fn audit_overhead_on_list_throughput_at_request_response() {
         };
         if level != "none" {
             let policy = dir.path().join(format!("{level}.yaml"));
-            std::fs::write(
-                &policy,
-                format!("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: {level}\n"),
-            )
-            .unwrap();
-            args.audit_log_path = Some(
-                dir.path()
-                    .join(format!("{level}.log"))
-                    .display()
-                    .to_string(),
-            );
+            std::fs::write(&policy, format!("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: {level}\n")).unwrap();
+            args.audit_log_path = Some(dir.path().join(format!("{level}.log")).display().to_string());
             args.audit_policy_file = Some(policy);
             // Keep everything in one file.
             args.audit_log_maxsize = 4096;
         }
-        let chain = Arc::new(
-            FilterChain::build(
-                args.load().unwrap(),
-                None,
-                Arc::new(ApiserverMetrics::new()),
-            )
-            .unwrap(),
-        );
+        let chain = Arc::new(FilterChain::build(args.load().unwrap(), None, Arc::new(ApiserverMetrics::new())).unwrap());
         let router = filters::apply(rkube_apiserver::router(st.clone()), &chain);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!(
-            "https://127.0.0.1:{}",
-            listener.local_addr().unwrap().port()
-        );
+        let base = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
         let tls_cfg = chain.tls_server_config();
-        tokio::spawn(filters::serve(
-            listener,
-            router,
-            tls_cfg,
-            std::future::pending(),
-        ));
+        tokio::spawn(filters::serve(listener, router, tls_cfg, std::future::pending()));
         servers.push((base, chain));
     }
     let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(tls::load_certs(&pki.ca_cert_path).unwrap().remove(0))
-        .unwrap();
+    roots.add(tls::load_certs(&pki.ca_cert_path).unwrap().remove(0)).unwrap();
     let cfg = rustls::ClientConfig::builder_with_provider(tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let client = reqwest::Client::builder()
-        .use_preconfigured_tls(cfg)
-        .build()
-        .unwrap();
+    let client = reqwest::Client::builder().use_preconfigured_tls(cfg).build().unwrap();
     for i in 0..OBJECTS {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i:03}"), "labels": {"app": "bench"}},
                         "data": {"payload": "x".repeat(800)}});
         let r = client
-            .post(format!(
-                "{}/api/v1/namespaces/default/configmaps",
-                servers[0].0
-            ))
+            .post(format!("{}/api/v1/namespaces/default/configmaps", servers[0].0))
             .bearer_auth("admin-token")
             .json(&cm)
             .send()
@@ -277,12 +205,7 @@ async fn audit_overhead_on_list_throughput_at_request_response() {
                 tasks.push(tokio::spawn(async move {
                     let mut bytes = 0usize;
                     for _ in 0..LISTS / CLIENTS {
-                        let r = client
-                            .get(format!("{base}/api/v1/namespaces/default/configmaps"))
-                            .bearer_auth("admin-token")
-                            .send()
-                            .await
-                            .unwrap();
+                        let r = client.get(format!("{base}/api/v1/namespaces/default/configmaps")).bearer_auth("admin-token").send().await.unwrap();
                         assert_eq!(r.status().as_u16(), 200);
                         bytes += r.bytes().await.unwrap().len();
                     }
@@ -293,10 +216,7 @@ async fn audit_overhead_on_list_throughput_at_request_response() {
             for t in tasks {
                 bytes += t.await.unwrap();
             }
-            (
-                LISTS as f64 / started.elapsed().as_secs_f64(),
-                bytes / LISTS,
-            )
+            (LISTS as f64 / started.elapsed().as_secs_f64(), bytes / LISTS)
         }
     };
     // Warm up every server, then alternate.
@@ -327,21 +247,12 @@ async fn audit_overhead_on_list_throughput_at_request_response() {
             let log = dir.path().join(format!("{level}.log"));
             bytes = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
             let events = read_audit(&log);
-            logged = events
-                .iter()
-                .filter(|e| e["verb"] == "list" && e["stage"] == "ResponseComplete")
-                .count();
+            logged = events.iter().filter(|e| e["verb"] == "list" && e["stage"] == "ResponseComplete").count();
             let dropped = chain.metrics().audit_error_count("log") as usize;
             // Every LIST (warm-up included) is either logged or counted as dropped.
-            assert_eq!(
-                logged + dropped / 2,
-                (RUNS + 1) * LISTS,
-                "{level}: {logged} logged, {dropped} events dropped"
-            );
+            assert_eq!(logged + dropped / 2, (RUNS + 1) * LISTS, "{level}: {logged} logged, {dropped} events dropped");
             if *level == "RequestResponse" {
-                assert!(events
-                    .iter()
-                    .any(|e| e["responseObject"]["kind"] == "ConfigMapList"));
+                assert!(events.iter().any(|e| e["responseObject"]["kind"] == "ConfigMapList"));
             }
         }
         let r = median(&rates[i]);

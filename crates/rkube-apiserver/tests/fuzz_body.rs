@@ -43,10 +43,8 @@ fn arb_scalar() -> impl Strategy<Value = Value> {
         any::<bool>().prop_map(Value::from),
         any::<i64>().prop_map(Value::from),
         "\\PC{0,10}".prop_map(Value::from),
-        prop::sample::select(vec![
-            "yes", "no", "on", "off", "~", "null", "1e3", "0x1F", ".inf", "-", "'", "\"", ": ", "#"
-        ])
-        .prop_map(Value::from),
+        prop::sample::select(vec!["yes", "no", "on", "off", "~", "null", "1e3", "0x1F", ".inf", "-", "'", "\"", ": ", "#"])
+            .prop_map(Value::from),
     ]
 }
 
@@ -70,46 +68,10 @@ fn arb_object() -> impl Strategy<Value = Value> {
 fn arb_yaml() -> impl Strategy<Value = String> {
     prop::collection::vec(
         prop::sample::select(vec![
-            "apiVersion: v1\n",
-            "kind: ConfigMap\n",
-            "metadata:\n",
-            "  name: x\n",
-            "data:\n",
-            "  a: b\n",
-            "- ",
-            "  ",
-            ": ",
-            "[",
-            "]",
-            "{",
-            "}",
-            ",",
-            "&a ",
-            "*a",
-            "&b [*a,*a,*a,*a]\n",
-            "<<: *a\n",
-            "!!str ",
-            "!!binary ",
-            "!!float ",
-            "!custom ",
-            "---\n",
-            "...\n",
-            "? ",
-            "\"",
-            "'",
-            "\t",
-            "\n",
-            "1: 2\n",
-            "~",
-            "%YAML 1.2\n",
-            "|\n",
-            ">-\n",
-            "# c\n",
-            "\u{feff}",
-            "\\x00",
-            "0o17",
-            ".nan",
-            "2001-12-14t21:59:43.10-05:00",
+            "apiVersion: v1\n", "kind: ConfigMap\n", "metadata:\n", "  name: x\n", "data:\n", "  a: b\n", "- ",
+            "  ", ": ", "[", "]", "{", "}", ",", "&a ", "*a", "&b [*a,*a,*a,*a]\n", "<<: *a\n", "!!str ", "!!binary ",
+            "!!float ", "!custom ", "---\n", "...\n", "? ", "\"", "'", "\t", "\n", "1: 2\n", "~", "%YAML 1.2\n",
+            "|\n", ">-\n", "# c\n", "\u{feff}", "\\x00", "0o17", ".nan", "2001-12-14t21:59:43.10-05:00",
         ]),
         0..32,
     )
@@ -131,10 +93,7 @@ fn check_decode(ct: &str, body: &[u8]) -> Result<Option<Value>, TestCaseError> {
             prop_assert!(v.is_object());
             prop_assert!(depth(&v) < 128, "decoded body nests {} levels", depth(&v));
             let bytes = serde_json::to_vec(&v).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            prop_assert!(
-                serde_json::from_slice::<Value>(&bytes).is_ok(),
-                "stored form does not decode"
-            );
+            prop_assert!(serde_json::from_slice::<Value>(&bytes).is_ok(), "stored form does not decode");
             Ok(Some(v))
         }
         Err(e) => {
@@ -215,28 +174,11 @@ proptest! {
 fn deeply_nested_bodies_are_bad_requests() {
     let n = 10_000;
     let bodies = [
-        (
-            "application/json",
-            format!("{}{}", "{\"a\":".repeat(n), "}".repeat(n)),
-        ),
-        (
-            "application/json",
-            format!("{{\"a\":{}{}}}", "[".repeat(n), "]".repeat(n)),
-        ),
-        (
-            "application/yaml",
-            format!("a: {}{}", "[".repeat(n), "]".repeat(n)),
-        ),
-        (
-            "application/yaml",
-            format!("a: {}{}", "{b: ".repeat(n), "}".repeat(n)),
-        ),
-        (
-            "application/yaml",
-            (0..n)
-                .map(|i| format!("{}a:\n", " ".repeat(i)))
-                .collect::<String>(),
-        ),
+        ("application/json", format!("{}{}", "{\"a\":".repeat(n), "}".repeat(n))),
+        ("application/json", format!("{{\"a\":{}{}}}", "[".repeat(n), "]".repeat(n))),
+        ("application/yaml", format!("a: {}{}", "[".repeat(n), "]".repeat(n))),
+        ("application/yaml", format!("a: {}{}", "{b: ".repeat(n), "}".repeat(n))),
+        ("application/yaml", (0..n).map(|i| format!("{}a:\n", " ".repeat(i))).collect::<String>()),
     ];
     for (ct, body) in bodies {
         let err = media::decode_object(ct, body.as_bytes()).expect_err("too deep");
@@ -250,9 +192,7 @@ fn yaml_alias_amplification_is_a_bad_request() {
     let mut y = String::from("a0: &a0 [x,x,x,x,x,x,x,x,x,x]\n");
     for i in 1..12 {
         let p = i - 1;
-        y.push_str(&format!(
-            "a{i}: &a{i} [*a{p},*a{p},*a{p},*a{p},*a{p},*a{p},*a{p},*a{p},*a{p},*a{p}]\n"
-        ));
+        y.push_str(&format!("a{i}: &a{i} [*a{p},*a{p},*a{p},*a{p},*a{p},*a{p},*a{p},*a{p},*a{p},*a{p}]\n"));
     }
     let started = std::time::Instant::now();
     let err = media::decode_object("application/yaml", y.as_bytes()).expect_err("amplification");
@@ -323,11 +263,7 @@ fn nesting_limit_is_the_same_for_json_and_yaml() {
     for n in 120..136 {
         let json_body = format!("{{\"a\":{}{}}}", "[".repeat(n - 1), "]".repeat(n - 1));
         let yaml_body = format!("a: {}{}\n", "[".repeat(n - 1), "]".repeat(n - 1));
-        let yaml_block = (0..n)
-            .map(|i| format!("{}a:\n", "  ".repeat(i)))
-            .collect::<String>()
-            + &"  ".repeat(n)
-            + "x\n";
+        let yaml_block = (0..n).map(|i| format!("{}a:\n", "  ".repeat(i))).collect::<String>() + &"  ".repeat(n) + "x\n";
         let j = media::decode_object("application/json", json_body.as_bytes());
         let y = media::decode_object("application/yaml", yaml_body.as_bytes());
         let b = media::decode_object("application/yaml", yaml_block.as_bytes());
@@ -335,10 +271,7 @@ fn nesting_limit_is_the_same_for_json_and_yaml() {
         for v in [j, y, b].into_iter().flatten() {
             assert!(depth(&v) <= 127, "depth {n}: decoded {} levels", depth(&v));
             let bytes = serde_json::to_vec(&v).unwrap();
-            assert!(
-                serde_json::from_slice::<Value>(&bytes).is_ok(),
-                "depth {n}: stored form does not decode"
-            );
+            assert!(serde_json::from_slice::<Value>(&bytes).is_ok(), "depth {n}: stored form does not decode");
         }
     }
 }

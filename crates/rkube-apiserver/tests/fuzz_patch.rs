@@ -33,9 +33,7 @@ use fuzz_support::{cases, depth, handler_cases, server};
 use http_body_util::BodyExt;
 use proptest::prelude::*;
 use rkube_api::Status;
-use rkube_apiserver::patch::{
-    apply_patch, apply_patch_at, update_managed_fields, PatchError, PatchType,
-};
+use rkube_apiserver::patch::{apply_patch, apply_patch_at, update_managed_fields, PatchError, PatchType};
 use rkube_apiserver::ApiState;
 use serde_json::{json, Map, Value};
 use tower::ServiceExt;
@@ -68,19 +66,8 @@ fn arb_scalar() -> impl Strategy<Value = Value> {
         any::<i64>().prop_map(Value::from),
         any::<u64>().prop_map(Value::from),
         any::<i32>().prop_map(|i| json!(f64::from(i) / 8.0)),
-        prop::sample::select(vec![
-            "replace",
-            "delete",
-            "merge",
-            "retainKeys",
-            "web",
-            "TCP",
-            "a",
-            "",
-            "v1",
-            "Pod"
-        ])
-        .prop_map(Value::from),
+        prop::sample::select(vec!["replace", "delete", "merge", "retainKeys", "web", "TCP", "a", "", "v1", "Pod"])
+            .prop_map(Value::from),
         "\\PC{0,8}".prop_map(Value::from),
     ]
 }
@@ -163,9 +150,7 @@ fn arb_pointer() -> impl Strategy<Value = String> {
 
 fn arb_json_patch() -> impl Strategy<Value = Value> {
     let op = (
-        prop::sample::select(vec![
-            "add", "remove", "replace", "move", "copy", "test", "bogus",
-        ]),
+        prop::sample::select(vec!["add", "remove", "replace", "move", "copy", "test", "bogus"]),
         arb_pointer(),
         prop::option::of(arb_pointer()),
         prop::option::of(arb_value()),
@@ -196,35 +181,22 @@ fn arb_body(doc: impl Strategy<Value = Value>) -> impl Strategy<Value = Vec<u8>>
 }
 
 fn arb_apply_body() -> impl Strategy<Value = Vec<u8>> {
-    (
-        arb_value(),
-        prop::sample::select(KINDS.to_vec()),
-        any::<bool>(),
-        any::<bool>(),
-    )
-        .prop_map(|(config, kind, header, yaml)| {
+    (arb_value(), prop::sample::select(KINDS.to_vec()), any::<bool>(), any::<bool>()).prop_map(
+        |(config, kind, header, yaml)| {
             let mut config = config;
             if header {
                 if let Value::Object(m) = &mut config {
-                    m.insert(
-                        "apiVersion".into(),
-                        json!(if kind == "Deployment" {
-                            "apps/v1"
-                        } else {
-                            "v1"
-                        }),
-                    );
+                    m.insert("apiVersion".into(), json!(if kind == "Deployment" { "apps/v1" } else { "v1" }));
                     m.insert("kind".into(), json!(kind));
                 }
             }
             if yaml {
-                serde_yaml::to_string(&config)
-                    .unwrap_or_default()
-                    .into_bytes()
+                serde_yaml::to_string(&config).unwrap_or_default().into_bytes()
             } else {
                 config.to_string().into_bytes()
             }
-        })
+        },
+    )
 }
 
 // ------------------------------------------------------------------ checks
@@ -255,20 +227,12 @@ fn check_error(patch_type: PatchType, e: &PatchError) -> Result<(), TestCaseErro
         413 => prop_assert!(patch_type == PatchType::Json && st.reason == "RequestEntityTooLarge"),
         409 => prop_assert!(patch_type == PatchType::Apply && st.reason == "Conflict"),
         500 => prop_assert!(
-            patch_type == PatchType::Apply
-                && st.reason.is_empty()
-                && matches!(e, PatchError::TypedConversion(_)),
+            patch_type == PatchType::Apply && st.reason.is_empty() && matches!(e, PatchError::TypedConversion(_)),
             "500 from {:?}: {:?}",
             patch_type,
             st
         ),
-        other => prop_assert!(
-            false,
-            "unexpected code {} from {:?}: {:?}",
-            other,
-            patch_type,
-            st
-        ),
+        other => prop_assert!(false, "unexpected code {} from {:?}: {:?}", other, patch_type, st),
     }
     Ok(())
 }
@@ -333,34 +297,15 @@ proptest! {
 fn json_patch_copy_amplification_stops_at_the_copy_limit() {
     let original = json!({"metadata": {"name": "p"}, "data": {"x": "y".repeat(1000)}});
     // Each op copies everything so far: 2^40 KB without a limit.
-    let ops: Vec<Value> = (0..40)
-        .map(|i| json!({"op": "copy", "from": "/data", "path": format!("/data/c{i}")}))
-        .collect();
+    let ops: Vec<Value> = (0..40).map(|i| json!({"op": "copy", "from": "/data", "path": format!("/data/c{i}")})).collect();
     let started = Instant::now();
-    let err = apply_patch(
-        "ConfigMap",
-        PatchType::Json,
-        Some(&original),
-        Value::Array(ops).to_string().as_bytes(),
-        "m",
-        false,
-    )
-    .expect_err("amplification must fail");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        started.elapsed()
-    );
+    let err = apply_patch("ConfigMap", PatchType::Json, Some(&original), Value::Array(ops).to_string().as_bytes(), "m", false)
+        .expect_err("amplification must fail");
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     assert_eq!(err.code(), 422, "{err:?}");
-    assert!(
-        err.message().contains("the server rejected our request"),
-        "{err:?}"
-    );
+    assert!(err.message().contains("the server rejected our request"), "{err:?}");
     let cause = &err.status().details.expect("details").causes[0];
-    assert!(
-        cause.message.contains("accumulated size increase of copy"),
-        "{cause:?}"
-    );
+    assert!(cause.message.contains("accumulated size increase of copy"), "{cause:?}");
 }
 
 /// Copies within the limit still work.
@@ -368,15 +313,7 @@ fn json_patch_copy_amplification_stops_at_the_copy_limit() {
 fn json_patch_small_copies_are_applied() {
     let original = json!({"metadata": {"name": "p"}, "data": {"x": "y"}});
     let ops = json!([{"op": "copy", "from": "/data/x", "path": "/data/z"}, {"op": "copy", "from": "/data", "path": "/more"}]);
-    let out = apply_patch(
-        "ConfigMap",
-        PatchType::Json,
-        Some(&original),
-        ops.to_string().as_bytes(),
-        "m",
-        false,
-    )
-    .unwrap();
+    let out = apply_patch("ConfigMap", PatchType::Json, Some(&original), ops.to_string().as_bytes(), "m", false).unwrap();
     assert_eq!(out["data"]["z"], "y");
     assert_eq!(out["more"], json!({"x": "y", "z": "y"}));
 }
@@ -394,15 +331,8 @@ fn json_patch_cannot_nest_objects_beyond_the_decodable_depth() {
         ops.push(json!({"op": "add", "path": format!("{path}/a"), "value": deep(100)}));
         path.push_str(&"/a".repeat(100));
     }
-    let err = apply_patch(
-        "ConfigMap",
-        PatchType::Json,
-        Some(&original),
-        Value::Array(ops).to_string().as_bytes(),
-        "m",
-        false,
-    )
-    .expect_err("too deep");
+    let err = apply_patch("ConfigMap", PatchType::Json, Some(&original), Value::Array(ops).to_string().as_bytes(), "m", false)
+        .expect_err("too deep");
     assert_eq!(err.code(), 422, "{err:?}");
 
     // Doubling the depth with a copy of a chain into its own end: same answer.
@@ -410,31 +340,14 @@ fn json_patch_cannot_nest_objects_beyond_the_decodable_depth() {
         {"op": "add", "path": "/data/a", "value": deep(70)},
         {"op": "copy", "from": "/data/a", "path": format!("/data{}", "/a".repeat(70))},
     ]);
-    let err = apply_patch(
-        "ConfigMap",
-        PatchType::Json,
-        Some(&original),
-        ops.to_string().as_bytes(),
-        "m",
-        false,
-    )
-    .expect_err("too deep");
+    let err = apply_patch("ConfigMap", PatchType::Json, Some(&original), ops.to_string().as_bytes(), "m", false)
+        .expect_err("too deep");
     assert_eq!(err.code(), 422, "{err:?}");
-    assert!(err.status().details.expect("details").causes[0]
-        .message
-        .starts_with("operation '/1' failed"));
+    assert!(err.status().details.expect("details").causes[0].message.starts_with("operation '/1' failed"));
 
     // Just within the limit is fine.
     let ops = json!([{"op": "add", "path": "/data/a", "value": deep(120)}]);
-    let out = apply_patch(
-        "ConfigMap",
-        PatchType::Json,
-        Some(&original),
-        ops.to_string().as_bytes(),
-        "m",
-        false,
-    )
-    .unwrap();
+    let out = apply_patch("ConfigMap", PatchType::Json, Some(&original), ops.to_string().as_bytes(), "m", false).unwrap();
     assert!(depth(&out) < 128);
 }
 
@@ -444,12 +357,7 @@ fn deeply_nested_patch_bodies_are_bad_requests() {
     let original = pod("p");
     let deep_obj = format!("{}{}", "{\"a\":".repeat(10_000), "}".repeat(10_000));
     let deep_arr = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
-    let deep_yaml = format!(
-        "{}x",
-        (0..10_000)
-            .map(|i| format!("{}a:\n", " ".repeat(i)))
-            .collect::<String>()
-    );
+    let deep_yaml = format!("{}x", (0..10_000).map(|i| format!("{}a:\n", " ".repeat(i))).collect::<String>());
     for (t, body) in [
         (PatchType::Json, deep_arr.as_str()),
         (PatchType::Merge, deep_obj.as_str()),
@@ -457,8 +365,7 @@ fn deeply_nested_patch_bodies_are_bad_requests() {
         (PatchType::Apply, deep_obj.as_str()),
         (PatchType::Apply, deep_yaml.as_str()),
     ] {
-        let err = apply_patch("Pod", t, Some(&original), body.as_bytes(), "m", false)
-            .expect_err("too deep");
+        let err = apply_patch("Pod", t, Some(&original), body.as_bytes(), "m", false).expect_err("too deep");
         assert_eq!(err.code(), 400, "{t:?}: {err:?}");
     }
 }
@@ -466,44 +373,23 @@ fn deeply_nested_patch_bodies_are_bad_requests() {
 // ------------------------------------------------------------------ through the handler
 
 async fn call(st: &ApiState, method: &str, uri: &str, ct: &str, body: Vec<u8>) -> (u16, Value) {
-    let req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("content-type", ct)
-        .body(Body::from(body))
-        .expect("request");
-    let resp = rkube_apiserver::router(st.clone())
-        .oneshot(req)
-        .await
-        .expect("infallible");
+    let req = Request::builder().method(method).uri(uri).header("content-type", ct).body(Body::from(body)).expect("request");
+    let resp = rkube_apiserver::router(st.clone()).oneshot(req).await.expect("infallible");
     let code = resp.status().as_u16();
-    let bytes = resp
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let bytes = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
 /// The stored revision of `key`, straight from storage.
 async fn revision(st: &ApiState, key: &str) -> Option<i64> {
-    st.storage
-        .get(key)
-        .await
-        .ok()
-        .flatten()
-        .map(|kv| kv.mod_revision)
+    st.storage.get(key).await.ok().flatten().map(|kv| kv.mod_revision)
 }
 
 fn http_patch(patch_type: PatchType, object: Value, body: Vec<u8>) -> Result<(), TestCaseError> {
     let srv = server();
     srv.rt.block_on(async {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let name = format!(
-            "p{}",
-            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
+        let name = format!("p{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let (kind, coll) = if object.get("kind") == Some(&json!("ConfigMap")) {
             ("configmaps", "/api/v1/namespaces/default/configmaps")
         } else {
@@ -511,14 +397,7 @@ fn http_patch(patch_type: PatchType, object: Value, body: Vec<u8>) -> Result<(),
         };
         let mut object = object;
         object["metadata"]["name"] = json!(name);
-        let (code, created) = call(
-            &srv.st,
-            "POST",
-            coll,
-            "application/json",
-            object.to_string().into_bytes(),
-        )
-        .await;
+        let (code, created) = call(&srv.st, "POST", coll, "application/json", object.to_string().into_bytes()).await;
         prop_assert_eq!(code, 201, "{}", created);
         let key = format!("/registry/{kind}/default/{name}");
         let before = revision(&srv.st, &key).await;
@@ -528,46 +407,20 @@ fn http_patch(patch_type: PatchType, object: Value, body: Vec<u8>) -> Result<(),
         let after = revision(&srv.st, &key).await;
         match code {
             200 => {
-                let (code, got) = call(
-                    &srv.st,
-                    "GET",
-                    &format!("{coll}/{name}"),
-                    "application/json",
-                    vec![],
-                )
-                .await;
+                let (code, got) = call(&srv.st, "GET", &format!("{coll}/{name}"), "application/json", vec![]).await;
                 prop_assert_eq!(code, 200, "patched object cannot be read back: {}", got);
             }
             400 | 404 | 409 | 413 | 422 => {
                 prop_assert_eq!(&resp["kind"], "Status", "{}", resp);
                 prop_assert_eq!(&resp["code"], code);
-                prop_assert_eq!(
-                    before,
-                    after,
-                    "a failed PATCH ({}) changed storage: {}",
-                    code,
-                    resp
-                );
+                prop_assert_eq!(before, after, "a failed PATCH ({}) changed storage: {}", code, resp);
             }
             500 if patch_type == PatchType::Apply && resp["reason"] == "" => {
                 prop_assert_eq!(before, after);
             }
-            other => prop_assert!(
-                false,
-                "unexpected {} from {:?}: {}",
-                other,
-                patch_type,
-                resp
-            ),
+            other => prop_assert!(false, "unexpected {} from {:?}: {}", other, patch_type, resp),
         }
-        let _ = call(
-            &srv.st,
-            "DELETE",
-            &format!("{coll}/{name}?gracePeriodSeconds=0"),
-            "application/json",
-            vec![],
-        )
-        .await;
+        let _ = call(&srv.st, "DELETE", &format!("{coll}/{name}?gracePeriodSeconds=0"), "application/json", vec![]).await;
         Ok(())
     })
 }
@@ -576,9 +429,7 @@ fn http_patch(patch_type: PatchType, object: Value, body: Vec<u8>) -> Result<(),
 fn arb_live() -> impl Strategy<Value = Value> {
     prop_oneof![
         Just(pod("p")),
-        Just(
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p", "labels": {"a": "b"}}, "data": {"k": "v"}})
-        ),
+        Just(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p", "labels": {"a": "b"}}, "data": {"k": "v"}})),
     ]
 }
 
@@ -616,16 +467,7 @@ fn apply_configurations_at_the_nesting_limit_stay_decodable() {
             "[".repeat(n - 1),
             "]".repeat(n - 1)
         );
-        match apply_patch_at(
-            "ConfigMap",
-            Some("v1"),
-            PatchType::Apply,
-            None,
-            config.as_bytes(),
-            "m",
-            false,
-            NOW,
-        ) {
+        match apply_patch_at("ConfigMap", Some("v1"), PatchType::Apply, None, config.as_bytes(), "m", false, NOW) {
             Ok(v) => {
                 assert!(depth(&v) <= 127, "depth {n}: {} levels", depth(&v));
                 assert!(serde_json::from_slice::<Value>(&serde_json::to_vec(&v).unwrap()).is_ok());

@@ -56,17 +56,13 @@ impl Server {
     async fn start() -> Server {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("temp dir");
-        let storage: Arc<dyn Storage> = Arc::new(
-            rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("embedded store"),
-        );
+        let storage: Arc<dyn Storage> =
+            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("embedded store"));
         let st = rkube_apiserver::server::default_state(storage.clone());
         rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
         let config = FilterArgs::default().load().expect("default flags");
-        let chain = FilterChain::build(config, None, Arc::new(ApiserverMetrics::new()))
-            .expect("filter chain");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let chain = FilterChain::build(config, None, Arc::new(ApiserverMetrics::new())).expect("filter chain");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -75,28 +71,11 @@ impl Server {
             })
             .await;
         });
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("client");
-        Server {
-            base: format!("http://{addr}"),
-            addr,
-            storage,
-            client,
-            stop: Some(tx),
-            _dir: dir,
-        }
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
+        Server { base: format!("http://{addr}"), addr, storage, client, stop: Some(tx), _dir: dir }
     }
 
-    async fn send(
-        &self,
-        method: &str,
-        path: &str,
-        ct: Option<&str>,
-        accept: Option<&str>,
-        body: Vec<u8>,
-    ) -> (u16, Value) {
+    async fn send(&self, method: &str, path: &str, ct: Option<&str>, accept: Option<&str>, body: Vec<u8>) -> (u16, Value) {
         let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         let mut req = self.client.request(m, format!("{}{}", self.base, path));
         if let Some(ct) = ct {
@@ -108,10 +87,7 @@ impl Server {
         if !body.is_empty() {
             req = req.body(body);
         }
-        let resp = req
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let resp = req.send().await.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         let code = resp.status().as_u16();
         let text = resp.text().await.expect("body");
         (code, serde_json::from_str(&text).unwrap_or(Value::Null))
@@ -119,38 +95,21 @@ impl Server {
 
     async fn snapshot(&self) -> Snapshot {
         let revision = self.storage.current_revision().await.expect("revision");
-        let all = self
-            .storage
-            .range(RangeRequest::prefix("/"))
-            .await
-            .expect("range");
-        Snapshot {
-            revision,
-            keys: all
-                .kvs
-                .into_iter()
-                .map(|kv| (kv.key, kv.mod_revision))
-                .collect(),
-        }
+        let all = self.storage.range(RangeRequest::prefix("/")).await.expect("range");
+        Snapshot { revision, keys: all.kvs.into_iter().map(|kv| (kv.key, kv.mod_revision)).collect() }
     }
 
     /// Sends raw bytes; returns the status code of the answer and whether
     /// the server closed the connection after it (within 10 s).
     async fn raw(&self, request: &[u8]) -> (u16, bool) {
-        let mut sock = tokio::net::TcpStream::connect(self.addr)
-            .await
-            .expect("connect");
+        let mut sock = tokio::net::TcpStream::connect(self.addr).await.expect("connect");
         // The server may answer and close before it read everything.
         let _ = sock.write_all(request).await;
         let mut buf = Vec::new();
         let read = tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut buf)).await;
         let closed = matches!(read, Ok(Ok(_)) | Ok(Err(_)));
         let head = String::from_utf8_lossy(&buf[..buf.len().min(64)]).into_owned();
-        let code = head
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
+        let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
         (code, closed)
     }
 }
@@ -169,48 +128,12 @@ struct Row {
     cause_field: Option<&'static str>,
 }
 
-fn row(
-    name: &'static str,
-    method: &'static str,
-    path: &str,
-    ct: Option<&'static str>,
-    body: impl Into<Vec<u8>>,
-    code: u16,
-    reason: &'static str,
-) -> Row {
-    Row {
-        name,
-        method,
-        path: path.to_string(),
-        ct,
-        accept: None,
-        body: body.into(),
-        code,
-        reason,
-        cause_field: None,
-    }
+fn row(name: &'static str, method: &'static str, path: &str, ct: Option<&'static str>, body: impl Into<Vec<u8>>, code: u16, reason: &'static str) -> Row {
+    Row { name, method, path: path.to_string(), ct, accept: None, body: body.into(), code, reason, cause_field: None }
 }
 
-fn invalid(
-    name: &'static str,
-    method: &'static str,
-    path: &str,
-    ct: &'static str,
-    body: Value,
-    field: &'static str,
-) -> Row {
-    Row {
-        cause_field: Some(field),
-        ..row(
-            name,
-            method,
-            path,
-            Some(ct),
-            body.to_string(),
-            422,
-            "Invalid",
-        )
-    }
+fn invalid(name: &'static str, method: &'static str, path: &str, ct: &'static str, body: Value, field: &'static str) -> Row {
+    Row { cause_field: Some(field), ..row(name, method, path, Some(ct), body.to_string(), 422, "Invalid") }
 }
 
 fn configmap(name: &str) -> Value {
@@ -231,12 +154,8 @@ fn table() -> Vec<Row> {
         cm["data"]["k"] = json!("x".repeat(4 * 1024 * 1024));
         cm.to_string()
     };
-    let many_ops: Vec<Value> = (0..10_001)
-        .map(|_| json!({"op": "test", "path": "/data/k", "value": "v"}))
-        .collect();
-    let copies: Vec<Value> = (0..40)
-        .map(|i| json!({"op": "copy", "from": "/data", "path": format!("/data/c{i}")}))
-        .collect();
+    let many_ops: Vec<Value> = (0..10_001).map(|_| json!({"op": "test", "path": "/data/k", "value": "v"})).collect();
+    let copies: Vec<Value> = (0..40).map(|i| json!({"op": "copy", "from": "/data", "path": format!("/data/c{i}")})).collect();
     let over_one_mib = "x".repeat(1024 * 1024 + 1);
     let deep_add = {
         let deep = (0..100).fold(json!("x"), |v, _| json!({"a": v}));
@@ -354,41 +273,18 @@ fn base64_of(n: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn percent_encoded_names_address_the_object() {
     let srv = Server::start().await;
-    let (code, body) = srv
-        .send(
-            "POST",
-            CMS,
-            Some(JSON),
-            None,
-            configmap("system.x-1").to_string().into_bytes(),
-        )
-        .await;
+    let (code, body) = srv.send("POST", CMS, Some(JSON), None, configmap("system.x-1").to_string().into_bytes()).await;
     assert_eq!(code, 201, "{body}");
-    let (code, body) = srv
-        .send("GET", &format!("{CMS}/system%2Ex%2D1"), None, None, vec![])
-        .await;
+    let (code, body) = srv.send("GET", &format!("{CMS}/system%2Ex%2D1"), None, None, vec![]).await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["metadata"]["name"], "system.x-1");
-    let (code, body) = srv
-        .send(
-            "GET",
-            "/api/v1/namespaces/%64efault/configmaps/system.x-1",
-            None,
-            None,
-            vec![],
-        )
-        .await;
+    let (code, body) = srv.send("GET", "/api/v1/namespaces/%64efault/configmaps/system.x-1", None, None, vec![]).await;
     assert_eq!(code, 200, "{body}");
     // HTTP clients resolve `%2e%2e` themselves; over a raw socket it reaches
     // the server, which refuses it as a name like upstream's namer.
     let before = srv.snapshot().await;
     for name in ["%2e%2e", "%2E", "a%252Fb"] {
-        let (code, closed) = srv
-            .raw(
-                format!("DELETE {CMS}/{name} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                    .as_bytes(),
-            )
-            .await;
+        let (code, closed) = srv.raw(format!("DELETE {CMS}/{name} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await;
         assert_eq!(code, 400, "{name}");
         assert!(closed);
     }
@@ -406,15 +302,7 @@ fn token(rv: i64, start: &str) -> String {
 async fn hostile_requests_get_the_exact_status_and_change_nothing() {
     let srv = Server::start().await;
     for name in ["cm", "cm2"] {
-        let (code, body) = srv
-            .send(
-                "POST",
-                CMS,
-                Some(JSON),
-                None,
-                configmap(name).to_string().into_bytes(),
-            )
-            .await;
+        let (code, body) = srv.send("POST", CMS, Some(JSON), None, configmap(name).to_string().into_bytes()).await;
         assert_eq!(code, 201, "{body}");
     }
     let mut failures = Vec::new();
@@ -422,17 +310,7 @@ async fn hostile_requests_get_the_exact_status_and_change_nothing() {
         let before = srv.snapshot().await;
         let (code, body) = srv.send(r.method, &r.path, r.ct, r.accept, r.body).await;
         let after = srv.snapshot().await;
-        eprintln!(
-            "{:<55} {code} {:<22} {}",
-            r.name,
-            body["reason"].as_str().unwrap_or(""),
-            body["message"]
-                .as_str()
-                .unwrap_or("")
-                .chars()
-                .take(140)
-                .collect::<String>()
-        );
+        eprintln!("{:<55} {code} {:<22} {}", r.name, body["reason"].as_str().unwrap_or(""), body["message"].as_str().unwrap_or("").chars().take(140).collect::<String>());
         let mut problems = Vec::new();
         if code != r.code {
             problems.push(format!("code {code}, want {}", r.code));
@@ -461,12 +339,7 @@ async fn hostile_requests_get_the_exact_status_and_change_nothing() {
             failures.push(format!("{}: {} — {shown}", r.name, problems.join("; ")));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} rows failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} rows failed:\n{}", failures.len(), failures.join("\n"));
 }
 
 /// A continue token whose list revision was compacted is 410 Expired.
@@ -474,43 +347,19 @@ async fn hostile_requests_get_the_exact_status_and_change_nothing() {
 async fn continue_token_of_a_compacted_revision_is_410_expired() {
     let srv = Server::start().await;
     for name in ["a", "b", "c"] {
-        let (code, body) = srv
-            .send(
-                "POST",
-                CMS,
-                Some(JSON),
-                None,
-                configmap(name).to_string().into_bytes(),
-            )
-            .await;
+        let (code, body) = srv.send("POST", CMS, Some(JSON), None, configmap(name).to_string().into_bytes()).await;
         assert_eq!(code, 201, "{body}");
     }
-    let (code, page) = srv
-        .send("GET", &format!("{CMS}?limit=1"), None, None, vec![])
-        .await;
+    let (code, page) = srv.send("GET", &format!("{CMS}?limit=1"), None, None, vec![]).await;
     assert_eq!(code, 200, "{page}");
-    let next = page
-        .pointer("/metadata/continue")
-        .and_then(Value::as_str)
-        .expect("a continue token")
-        .to_string();
-    let (code, body) = srv
-        .send(
-            "POST",
-            CMS,
-            Some(JSON),
-            None,
-            configmap("d").to_string().into_bytes(),
-        )
-        .await;
+    let next = page.pointer("/metadata/continue").and_then(Value::as_str).expect("a continue token").to_string();
+    let (code, body) = srv.send("POST", CMS, Some(JSON), None, configmap("d").to_string().into_bytes()).await;
     assert_eq!(code, 201, "{body}");
     // Two compactor rounds: the first records the current revision, the
     // second compacts to it; the watch cache hears of it and drops its snapshots.
     let mut state = rkube_storage::compactor::CompactorState::default();
     for _ in 0..2 {
-        rkube_storage::compactor::compact_once(srv.storage.as_ref(), &mut state)
-            .await
-            .expect("compaction round");
+        rkube_storage::compactor::compact_once(srv.storage.as_ref(), &mut state).await.expect("compaction round");
     }
     let path = format!("{CMS}?limit=1&continue={next}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -525,10 +374,7 @@ async fn continue_token_of_a_compacted_revision_is_410_expired() {
     };
     assert_eq!(code, 410, "{body}");
     assert_eq!(body["reason"], "Expired", "{body}");
-    assert!(
-        body["message"].as_str().unwrap_or("").contains("continue"),
-        "{body}"
-    );
+    assert!(body["message"].as_str().unwrap_or("").contains("continue"), "{body}");
 }
 
 /// Request heads over hyper's limits are refused cleanly (and the
@@ -537,41 +383,21 @@ async fn continue_token_of_a_compacted_revision_is_410_expired() {
 async fn oversized_request_heads_are_refused_without_hanging() {
     let srv = Server::start().await;
     let before = srv.snapshot().await;
-    let long_path = format!(
-        "/api/v1/namespaces/default/configmaps/{}",
-        "a".repeat(1024 * 1024)
-    );
+    let long_path = format!("/api/v1/namespaces/default/configmaps/{}", "a".repeat(1024 * 1024));
     let cases: Vec<(&str, Vec<u8>, &[u16])> = vec![
-        (
-            "1 MiB URL",
-            format!("GET {long_path} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes(),
-            &[414, 431],
-        ),
+        ("1 MiB URL", format!("GET {long_path} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes(), &[414, 431]),
         (
             "1 MiB header",
-            format!(
-                "GET {CMS} HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
-                "b".repeat(1024 * 1024)
-            )
-            .into_bytes(),
+            format!("GET {CMS} HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "b".repeat(1024 * 1024)).into_bytes(),
             &[431],
         ),
         (
             "1,000 headers",
-            format!(
-                "GET {CMS} HTTP/1.1\r\nHost: x\r\n{}\r\n",
-                (0..1000)
-                    .map(|i| format!("X-H{i}: v\r\n"))
-                    .collect::<String>()
-            )
-            .into_bytes(),
+            format!("GET {CMS} HTTP/1.1\r\nHost: x\r\n{}\r\n", (0..1000).map(|i| format!("X-H{i}: v\r\n")).collect::<String>())
+                .into_bytes(),
             &[431],
         ),
-        (
-            "request line that is not HTTP",
-            b"\x00\x01\x02 garbage\r\n\r\n".to_vec(),
-            &[400],
-        ),
+        ("request line that is not HTTP", b"\x00\x01\x02 garbage\r\n\r\n".to_vec(), &[400]),
         (
             "Content-Length that is not a number",
             format!("POST {CMS} HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n").into_bytes(),
@@ -580,10 +406,7 @@ async fn oversized_request_heads_are_refused_without_hanging() {
     ];
     for (name, request, want) in cases {
         let (code, closed) = srv.raw(&request).await;
-        assert!(
-            want.contains(&code),
-            "{name}: answered {code}, want one of {want:?}"
-        );
+        assert!(want.contains(&code), "{name}: answered {code}, want one of {want:?}");
         assert!(closed, "{name}: connection left open");
     }
     // The server still answers normally afterwards.
@@ -599,30 +422,16 @@ async fn oversized_request_heads_are_refused_without_hanging() {
 async fn objects_nested_up_to_the_body_limit_stay_readable() {
     let srv = Server::start().await;
     let chain = |n: usize| (0..n).fold(json!("x"), |v, _| json!({"a": v}));
-    for (i, depth) in [100usize, 120, 124, 125, 126, 127, 128]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, depth) in [100usize, 120, 124, 125, 126, 127, 128].into_iter().enumerate() {
         for (j, ct) in [JSON, YAML].into_iter().enumerate() {
             let name = format!("deep-{i}-{j}");
             // The object itself is one level; `x` holds the rest.
             let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "x": chain(depth - 2)});
-            let body = if ct == JSON {
-                obj.to_string()
-            } else {
-                serde_yaml::to_string(&obj).unwrap()
-            };
-            let (code, resp) = srv
-                .send("POST", CMS, Some(ct), None, body.into_bytes())
-                .await;
+            let body = if ct == JSON { obj.to_string() } else { serde_yaml::to_string(&obj).unwrap() };
+            let (code, resp) = srv.send("POST", CMS, Some(ct), None, body.into_bytes()).await;
             assert!(code == 201 || code == 400, "{depth} {ct}: {code} {resp}");
-            let (code, resp) = srv
-                .send("GET", &format!("{CMS}/{name}"), None, None, vec![])
-                .await;
-            assert!(
-                code == 200 || code == 404,
-                "{depth} {ct}: GET {code} {resp}"
-            );
+            let (code, resp) = srv.send("GET", &format!("{CMS}/{name}"), None, None, vec![]).await;
+            assert!(code == 200 || code == 404, "{depth} {ct}: GET {code} {resp}");
             let (code, resp) = srv.send("GET", CMS, None, None, vec![]).await;
             assert_eq!(code, 200, "{depth} {ct}: LIST {resp}");
         }
@@ -630,13 +439,7 @@ async fn objects_nested_up_to_the_body_limit_stay_readable() {
 }
 
 /// One response as a client sees it: code, `Warning` headers, body text.
-async fn call(
-    srv: &Server,
-    method: &str,
-    path: &str,
-    ct: &str,
-    body: impl Into<Vec<u8>>,
-) -> (u16, Vec<String>, String) {
+async fn call(srv: &Server, method: &str, path: &str, ct: &str, body: impl Into<Vec<u8>>) -> (u16, Vec<String>, String) {
     let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
     let resp = srv
         .client
@@ -647,12 +450,7 @@ async fn call(
         .await
         .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
     let code = resp.status().as_u16();
-    let warnings = resp
-        .headers()
-        .get_all("warning")
-        .iter()
-        .map(|v| v.to_str().unwrap_or("").to_string())
-        .collect();
+    let warnings = resp.headers().get_all("warning").iter().map(|v| v.to_str().unwrap_or("").to_string()).collect();
     (code, warnings, resp.text().await.expect("body"))
 }
 
@@ -694,23 +492,14 @@ async fn repeated_json_keys_are_400_when_strict_and_warnings_otherwise() {
     let srv = Server::start().await;
     let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","name":"dup"},"bogus":1,"data":{"k":"1","k":"2"}}"#;
     let before = srv.snapshot().await;
-    let (code, _, text) = call(
-        &srv,
-        "POST",
-        &format!("{CMS}?fieldValidation=Strict"),
-        JSON,
-        body,
-    )
-    .await;
+    let (code, _, text) = call(&srv, "POST", &format!("{CMS}?fieldValidation=Strict"), JSON, body).await;
     assert_eq!(code, 400, "{text}");
     let status: Value = serde_json::from_str(&text).expect("Status");
     assert_eq!(
         (status["reason"].as_str(), status["message"].as_str()),
         (
             Some("BadRequest"),
-            Some(
-                r#"ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: duplicate field "metadata.name", unknown field "bogus", duplicate field "data.k""#
-            )
+            Some(r#"ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: duplicate field "metadata.name", unknown field "bogus", duplicate field "data.k""#)
         )
     );
     assert_eq!(before, srv.snapshot().await);
@@ -728,22 +517,9 @@ async fn repeated_json_keys_are_400_when_strict_and_warnings_otherwise() {
             "{query}"
         );
         let created: Value = serde_json::from_str(&text).expect("object");
-        assert_eq!(
-            (created["metadata"]["name"].as_str(), &created["data"]),
-            (
-                Some(format!("dup{}", query.len()).as_str()),
-                &json!({"k": "2"})
-            )
-        );
+        assert_eq!((created["metadata"]["name"].as_str(), &created["data"]), (Some(format!("dup{}", query.len()).as_str()), &json!({"k": "2"})));
     }
-    let (code, warnings, _) = call(
-        &srv,
-        "POST",
-        &format!("{CMS}?fieldValidation=Ignore"),
-        JSON,
-        body,
-    )
-    .await;
+    let (code, warnings, _) = call(&srv, "POST", &format!("{CMS}?fieldValidation=Ignore"), JSON, body).await;
     assert_eq!((code, warnings), (201, vec![]));
 }
 
@@ -757,11 +533,7 @@ async fn secret_string_data_is_merged_into_data_and_never_stored() {
     let stored = |srv: &Server| {
         let storage = srv.storage.clone();
         async move {
-            let kv = storage
-                .get("/registry/secrets/default/s")
-                .await
-                .expect("get")
-                .expect("stored");
+            let kv = storage.get("/registry/secrets/default/s").await.expect("get").expect("stored");
             serde_json::from_slice::<Value>(&kv.value).expect("JSON")
         }
     };
@@ -787,46 +559,18 @@ async fn secret_string_data_is_merged_into_data_and_never_stored() {
         let (code, _, text) = call(&srv, method, path, ct, body).await;
         let got: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         assert!(code == 200 || code == 201, "{method} {ct}: {code} {text}");
-        assert_eq!(
-            (&got["data"], got.get("stringData")),
-            (&want, None),
-            "{method} {ct} response"
-        );
+        assert_eq!((&got["data"], got.get("stringData")), (&want, None), "{method} {ct} response");
         let kept = stored(&srv).await;
-        assert_eq!(
-            (&kept["data"], kept.get("stringData")),
-            (&want, None),
-            "{method} {ct} storage"
-        );
+        assert_eq!((&kept["data"], kept.get("stringData")), (&want, None), "{method} {ct} storage");
     }
     let applied = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "applied"}, "stringData": {"k": "v"}});
-    let (code, _, text) = call(
-        &srv,
-        "PATCH",
-        &format!("{SECRETS}/applied?fieldManager=test"),
-        APPLY,
-        applied.to_string(),
-    )
-    .await;
+    let (code, _, text) = call(&srv, "PATCH", &format!("{SECRETS}/applied?fieldManager=test"), APPLY, applied.to_string()).await;
     assert_eq!(code, 201, "{text}");
     let got: Value = serde_json::from_str(&text).expect("object");
-    assert_eq!(
-        (&got["data"], got.get("stringData")),
-        (&json!({"k": "dg=="}), None),
-        "apply"
-    );
-    let kv = srv
-        .storage
-        .get("/registry/secrets/default/applied")
-        .await
-        .expect("get")
-        .expect("stored");
+    assert_eq!((&got["data"], got.get("stringData")), (&json!({"k": "dg=="}), None), "apply");
+    let kv = srv.storage.get("/registry/secrets/default/applied").await.expect("get").expect("stored");
     let kept: Value = serde_json::from_slice(&kv.value).expect("JSON");
-    assert_eq!(
-        (&kept["data"], kept.get("stringData")),
-        (&json!({"k": "dg=="}), None),
-        "apply storage"
-    );
+    assert_eq!((&kept["data"], kept.get("stringData")), (&json!({"k": "dg=="}), None), "apply storage");
 }
 
 /// A request URI over hyper's 64 KiB limit is 414 with a Status body (and the
@@ -835,40 +579,19 @@ async fn secret_string_data_is_merged_into_data_and_never_stored() {
 async fn uri_over_64_kib_is_414_with_a_status_body() {
     let srv = Server::start().await;
     let path = format!("{CMS}/{}", "a".repeat(70 * 1024));
-    let mut sock = tokio::net::TcpStream::connect(srv.addr)
-        .await
-        .expect("connect");
-    sock.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .expect("send");
+    let mut sock = tokio::net::TcpStream::connect(srv.addr).await.expect("connect");
+    sock.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.expect("send");
     let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut buf))
-        .await
-        .expect("closed in time")
-        .expect("read");
+    tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut buf)).await.expect("closed in time").expect("read");
     let text = String::from_utf8(buf).expect("UTF-8");
     let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
     let head = format!("{head}\r\n");
     assert!(head.starts_with("HTTP/1.1 414 URI Too Long\r\n"), "{head}");
     let body_want = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"the request URI is too long\",\"code\":414}\n";
-    assert!(
-        head.contains("\r\ncontent-type: application/json\r\n"),
-        "{head}"
-    );
-    assert!(
-        head.contains(&format!("\r\ncontent-length: {}\r\n", body_want.len())),
-        "{head}"
-    );
+    assert!(head.contains("\r\ncontent-type: application/json\r\n"), "{head}");
+    assert!(head.contains(&format!("\r\ncontent-length: {}\r\n", body_want.len())), "{head}");
     assert_eq!(body, body_want);
-    let (code, _) = srv
-        .send(
-            "GET",
-            &format!("{CMS}/{}", "a".repeat(60 * 1024)),
-            None,
-            None,
-            vec![],
-        )
-        .await;
+    let (code, _) = srv.send("GET", &format!("{CMS}/{}", "a".repeat(60 * 1024)), None, None, vec![]).await;
     assert_eq!(code, 404);
 }
 
@@ -880,77 +603,33 @@ async fn uri_over_64_kib_is_414_with_a_status_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deeply_nested_yaml_is_refused_at_once_while_others_are_served() {
     let srv = Arc::new(Server::start().await);
-    let (code, _) = srv
-        .send(
-            "POST",
-            CMS,
-            Some(JSON),
-            None,
-            br#"{"metadata":{"name":"cm"}}"#.to_vec(),
-        )
-        .await;
+    let (code, _) = srv.send("POST", CMS, Some(JSON), None, br#"{"metadata":{"name":"cm"}}"#.to_vec()).await;
     assert_eq!(code, 201);
     let before = srv.snapshot().await;
     let n = 250_000;
-    let flow = format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\nx: {}{}\n",
-        "[".repeat(n),
-        "]".repeat(n)
-    );
-    let block = format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\nx:\n{}1\n",
-        "- ".repeat(n)
-    );
+    let flow = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\nx: {}{}\n", "[".repeat(n), "]".repeat(n));
+    let block = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\nx:\n{}1\n", "- ".repeat(n));
     let converting = "error converting YAML to JSON: yaml: exceeded max depth of 127";
     let requests = [
         ("POST", CMS.to_string(), YAML, flow.clone(), converting),
-        (
-            "POST",
-            format!("{CMS}?dryRun=All"),
-            YAML,
-            block.clone(),
-            converting,
-        ),
+        ("POST", format!("{CMS}?dryRun=All"), YAML, block.clone(), converting),
         ("PUT", CM.to_string(), YAML, flow.clone(), converting),
-        (
-            "PATCH",
-            format!("{CM}?fieldManager=t"),
-            APPLY,
-            flow,
-            "error decoding YAML: exceeded max depth of 127",
-        ),
+        ("PATCH", format!("{CM}?fieldManager=t"), APPLY, flow, "error decoding YAML: exceeded max depth of 127"),
     ];
     let posts: Vec<_> = requests
         .into_iter()
         .map(|(method, path, ct, body, message)| {
             let srv = srv.clone();
             tokio::spawn(async move {
-                let (code, status) = srv
-                    .send(method, &path, Some(ct), None, body.into_bytes())
-                    .await;
-                assert_eq!(
-                    (code, status["reason"].as_str(), status["message"].as_str()),
-                    (400, Some("BadRequest"), Some(message)),
-                    "{method} {path}: {status}"
-                );
+                let (code, status) = srv.send(method, &path, Some(ct), None, body.into_bytes()).await;
+                assert_eq!((code, status["reason"].as_str(), status["message"].as_str()), (400, Some("BadRequest"), Some(message)), "{method} {path}: {status}");
             })
         })
         .collect();
-    let get = tokio::time::timeout(
-        Duration::from_secs(20),
-        srv.send("GET", CM, None, None, vec![]),
-    )
-    .await;
-    assert_eq!(
-        get.expect("GET answered while the nested bodies are decoded")
-            .0,
-        200
-    );
+    let get = tokio::time::timeout(Duration::from_secs(20), srv.send("GET", CM, None, None, vec![])).await;
+    assert_eq!(get.expect("GET answered while the nested bodies are decoded").0, 200);
     for p in posts {
-        tokio::time::timeout(Duration::from_secs(60), p)
-            .await
-            .expect("refused in time")
-            .expect("asserts hold");
+        tokio::time::timeout(Duration::from_secs(60), p).await.expect("refused in time").expect("asserts hold");
     }
     assert_eq!(before, srv.snapshot().await);
 }
@@ -964,44 +643,24 @@ async fn deeply_nested_yaml_is_refused_at_once_while_others_are_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_timeout_bounds_decoding_of_large_yaml_bodies() {
     let srv = Arc::new(Server::start().await);
-    let (code, _) = srv
-        .send(
-            "POST",
-            CMS,
-            Some(JSON),
-            None,
-            br#"{"metadata":{"name":"cm"}}"#.to_vec(),
-        )
-        .await;
+    let (code, _) = srv.send("POST", CMS, Some(JSON), None, br#"{"metadata":{"name":"cm"}}"#.to_vec()).await;
     assert_eq!(code, 201);
     let posts: Vec<_> = (0..4)
         .map(|i| {
             let srv = srv.clone();
             tokio::spawn(async move {
-                let mut body =
-                    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big-{i}\ndata:\n");
+                let mut body = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big-{i}\ndata:\n");
                 for k in 0..140_000 {
                     body.push_str(&format!("  key{k}: value\n"));
                 }
                 body.push_str("  last: [unclosed\n");
-                srv.send(
-                    "POST",
-                    &format!("{CMS}?timeout=100ms"),
-                    Some(YAML),
-                    None,
-                    body.into_bytes(),
-                )
-                .await
+                srv.send("POST", &format!("{CMS}?timeout=100ms"), Some(YAML), None, body.into_bytes()).await
             })
         })
         .collect();
     for p in posts {
         let (code, status) = p.await.expect("POST task");
-        assert_eq!(
-            (code, status["reason"].as_str()),
-            (504, Some("Timeout")),
-            "{status}"
-        );
+        assert_eq!((code, status["reason"].as_str()), (504, Some("Timeout")), "{status}");
     }
     let (code, _) = srv.send("GET", CM, None, None, vec![]).await;
     assert_eq!(code, 200);

@@ -12,9 +12,7 @@ const V1: &str = "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscale
 const V2: &str = "/apis/autoscaling/v2/namespaces/default/horizontalpodautoscalers";
 
 fn annotation(obj: &Value, name: &str) -> Value {
-    let text = obj["metadata"]["annotations"][name]
-        .as_str()
-        .unwrap_or_else(|| panic!("{name} in {obj}"));
+    let text = obj["metadata"]["annotations"][name].as_str().unwrap_or_else(|| panic!("{name} in {obj}"));
     serde_json::from_str(text).expect("annotation is JSON")
 }
 
@@ -44,10 +42,7 @@ async fn v2_only_metrics_and_behavior_round_trip_through_v1_annotations() {
                {"type": "Pods", "pods": {"metricName": "qps", "targetAverageValue": "100"}}])
     );
     let behavior = annotation(&v1.body, "autoscaling.alpha.kubernetes.io/behavior");
-    assert_eq!(
-        behavior["ScaleDown"]["StabilizationWindowSeconds"], 120,
-        "{behavior}"
-    );
+    assert_eq!(behavior["ScaleDown"]["StabilizationWindowSeconds"], 120, "{behavior}");
     let listed = s.get(V1).await;
     assert_eq!(listed.body["kind"], "HorizontalPodAutoscalerList");
     assert_eq!(listed.body["items"][0], v1.body);
@@ -65,21 +60,12 @@ async fn v2_only_metrics_and_behavior_round_trip_through_v1_annotations() {
         assert_eq!(c1[i], c2[i], "cell {i}: {c1} vs {c2}");
     }
     let targets = |c: &Value| {
-        let mut parts: Vec<String> = c[2]
-            .as_str()
-            .unwrap_or("")
-            .split(", ")
-            .map(str::to_string)
-            .collect();
+        let mut parts: Vec<String> = c[2].as_str().unwrap_or("").split(", ").map(str::to_string).collect();
         parts.sort();
         parts
     };
     assert_eq!(targets(c1), targets(c2));
-    assert_eq!(
-        t1.body["rows"][0]["cells"][1], "Deployment/web",
-        "{}",
-        t1.text
-    );
+    assert_eq!(t1.body["rows"][0]["cells"][1], "Deployment/web", "{}", t1.text);
 
     // A v1 update of the CPU target keeps the v2-only metrics and behavior.
     let mut changed = v1.body.clone();
@@ -93,25 +79,15 @@ async fn v2_only_metrics_and_behavior_round_trip_through_v1_annotations() {
     assert!(metrics.contains(&json!({"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 75}}})));
     assert!(metrics.contains(&v2["spec"]["metrics"][1]), "{}", back.text);
     assert!(metrics.contains(&v2["spec"]["metrics"][2]), "{}", back.text);
-    assert_eq!(
-        back.body["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"], 120,
-        "{}",
-        back.text
-    );
-    assert!(
-        back.body["metadata"].get("annotations").is_none(),
-        "round-trip annotations are not stored: {}",
-        back.text
-    );
+    assert_eq!(back.body["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"], 120, "{}", back.text);
+    assert!(back.body["metadata"].get("annotations").is_none(), "round-trip annotations are not stored: {}", back.text);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1_hpas_default_to_80_percent_cpu_and_watch_in_v1() {
     let s = TestServer::embedded().await;
     let start = s.get(V1).await;
-    let mut watch = s
-        .watch(&format!("{V1}?watch=true&resourceVersion={}", start.rv()))
-        .await;
+    let mut watch = s.watch(&format!("{V1}?watch=true&resourceVersion={}", start.rv())).await;
     let v1 = json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "api"},
         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"}, "maxReplicas": 4}});
     let created = s.post(V1, &v1).await;
@@ -152,43 +128,23 @@ async fn autoscaling_discovery_prefers_v2_and_lists_v1() {
     let s = TestServer::embedded().await;
     let group = s.get("/apis/autoscaling").await;
     assert_eq!(group.code, 200, "{}", group.text);
-    assert_eq!(
-        group.body["preferredVersion"]["groupVersion"],
-        "autoscaling/v2"
-    );
-    let versions: Vec<&str> = group.body["versions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|v| v["version"].as_str())
-        .collect();
+    assert_eq!(group.body["preferredVersion"]["groupVersion"], "autoscaling/v2");
+    let versions: Vec<&str> =
+        group.body["versions"].as_array().unwrap().iter().filter_map(|v| v["version"].as_str()).collect();
     assert_eq!(versions, ["v2", "v1"]);
     let resources = s.get("/apis/autoscaling/v1").await;
-    assert_eq!(
-        resources.body["resources"][0]["name"],
-        "horizontalpodautoscalers"
-    );
+    assert_eq!(resources.body["resources"][0]["name"], "horizontalpodautoscalers");
     assert_eq!(resources.body["resources"][0]["shortNames"], json!(["hpa"]));
     for (gv, schema) in [
-        (
-            "autoscaling/v1",
-            "io.k8s.api.autoscaling.v1.HorizontalPodAutoscaler",
-        ),
+        ("autoscaling/v1", "io.k8s.api.autoscaling.v1.HorizontalPodAutoscaler"),
         ("events.k8s.io/v1", "io.k8s.api.events.v1.Event"),
     ] {
         let doc = s.get(&format!("/openapi/v3/apis/{gv}")).await;
         assert_eq!(doc.code, 200, "{gv}: {}", doc.text);
-        assert!(
-            doc.body["components"]["schemas"].get(schema).is_some(),
-            "{schema} in the {gv} OpenAPI v3 document"
-        );
+        assert!(doc.body["components"]["schemas"].get(schema).is_some(), "{schema} in the {gv} OpenAPI v3 document");
     }
     for name in ["v1.autoscaling", "v2.autoscaling", "v1.events.k8s.io"] {
-        let svc = s
-            .get(&format!(
-                "/apis/apiregistration.k8s.io/v1/apiservices/{name}"
-            ))
-            .await;
+        let svc = s.get(&format!("/apis/apiregistration.k8s.io/v1/apiservices/{name}")).await;
         assert_eq!(svc.code, 200, "{name}: {}", svc.text);
     }
 }

@@ -15,35 +15,18 @@ use tokio::sync::oneshot;
 /// curl's exit code, the HTTP code and version it saw, and the body.
 async fn curl(args: &[&str], body: &std::path::Path, url: &str) -> (i32, String, Value) {
     let mut cmd = tokio::process::Command::new("curl");
-    cmd.args([
-        "-sS",
-        "--http2",
-        "-k",
-        "-X",
-        "POST",
-        "-H",
-        "content-type: application/json",
-        "--max-time",
-        "30",
-    ])
-    .arg("--data-binary")
-    .arg(format!("@{}", body.display()))
-    .args(["-w", "\n%{http_code} %{http_version}"])
-    .args(args)
-    .arg(url)
-    .kill_on_drop(true);
-    let out = cmd
-        .output()
-        .await
-        .expect("curl runs (apt-get install curl)");
+    cmd.args(["-sS", "--http2", "-k", "-X", "POST", "-H", "content-type: application/json", "--max-time", "30"])
+        .arg("--data-binary")
+        .arg(format!("@{}", body.display()))
+        .args(["-w", "\n%{http_code} %{http_version}"])
+        .args(args)
+        .arg(url)
+        .kill_on_drop(true);
+    let out = cmd.output().await.expect("curl runs (apt-get install curl)");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let (text, code) = stdout.rsplit_once('\n').unwrap_or(("", &stdout));
     let code = format!("{code}{}", String::from_utf8_lossy(&out.stderr).trim());
-    (
-        out.status.code().unwrap_or(-1),
-        code,
-        serde_json::from_str(text).unwrap_or(Value::Null),
-    )
+    (out.status.code().unwrap_or(-1), code, serde_json::from_str(text).unwrap_or(Value::Null))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,17 +47,9 @@ async fn http2_error_answers_to_unread_bodies_are_complete() {
         anonymous_auth: false,
         ..FilterArgs::default()
     };
-    let chain = FilterChain::build(
-        args.load().unwrap(),
-        None,
-        Arc::new(ApiserverMetrics::new()),
-    )
-    .unwrap();
+    let chain = FilterChain::build(args.load().unwrap(), None, Arc::new(ApiserverMetrics::new())).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!(
-        "https://127.0.0.1:{}",
-        listener.local_addr().unwrap().port()
-    );
+    let base = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         rkube_apiserver::server::serve_api(listener, st, &chain, async {
@@ -90,17 +65,9 @@ async fn http2_error_answers_to_unread_bodies_are_complete() {
     let auth: &[&str] = &["-H", "Authorization: Bearer admin-token"];
     for round in 0..5 {
         let (exit, code, status) = curl(&[], &body, &cms).await;
-        assert_eq!(
-            (exit, code.as_str(), status["reason"].as_str()),
-            (0, "401 2", Some("Unauthorized")),
-            "round {round}: {status}"
-        );
+        assert_eq!((exit, code.as_str(), status["reason"].as_str()), (0, "401 2", Some("Unauthorized")), "round {round}: {status}");
         let (exit, code, status) = curl(auth, &body, &missing).await;
-        assert_eq!(
-            (exit, code.as_str(), status["reason"].as_str()),
-            (0, "404 2", Some("NotFound")),
-            "round {round}: {status}"
-        );
+        assert_eq!((exit, code.as_str(), status["reason"].as_str()), (0, "404 2", Some("NotFound")), "round {round}: {status}");
     }
     // A body the handler does read still works on the same server.
     std::fs::write(&body, r#"{"metadata":{"name":"cm"}}"#).unwrap();

@@ -59,20 +59,11 @@ impl Storage for SlowStorage {
         self.pause().await;
         self.inner.create(key, value).await
     }
-    async fn update(
-        &self,
-        key: &str,
-        value: Bytes,
-        expected_mod_revision: Revision,
-    ) -> Result<KeyValue> {
+    async fn update(&self, key: &str, value: Bytes, expected_mod_revision: Revision) -> Result<KeyValue> {
         self.pause().await;
         self.inner.update(key, value, expected_mod_revision).await
     }
-    async fn delete(
-        &self,
-        key: &str,
-        expected_mod_revision: Option<Revision>,
-    ) -> Result<(KeyValue, Revision)> {
+    async fn delete(&self, key: &str, expected_mod_revision: Option<Revision>) -> Result<(KeyValue, Revision)> {
         self.pause().await;
         self.inner.delete(key, expected_mod_revision).await
     }
@@ -119,24 +110,12 @@ impl Server {
         init_logging();
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
-        let inner: Arc<dyn Storage> =
-            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
-        let storage = Arc::new(SlowStorage {
-            inner,
-            delay_ms: AtomicU64::new(0),
-        });
+        let inner: Arc<dyn Storage> = Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
+        let storage = Arc::new(SlowStorage { inner, delay_ms: AtomicU64::new(0) });
         let st = ApiState::new(storage.clone(), config);
         rkube_apiserver::bootstrap(&st).await.unwrap();
-        let args = FilterArgs {
-            request_trace_threshold: threshold.into(),
-            ..FilterArgs::default()
-        };
-        let chain = FilterChain::build(
-            args.load().unwrap(),
-            None,
-            Arc::new(ApiserverMetrics::new()),
-        )
-        .unwrap();
+        let args = FilterArgs { request_trace_threshold: threshold.into(), ..FilterArgs::default() };
+        let chain = FilterChain::build(args.load().unwrap(), None, Arc::new(ApiserverMetrics::new())).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -147,69 +126,31 @@ impl Server {
             .await
             .unwrap();
         });
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .unwrap();
-        Server {
-            base,
-            client,
-            storage,
-            stop: Some(stop),
-            done: Some(done),
-            _dir: dir,
-        }
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+        Server { base, client, storage, stop: Some(stop), done: Some(done), _dir: dir }
     }
 
-    async fn send(
-        &self,
-        method: &str,
-        path: &str,
-        content_type: &str,
-        body: Option<String>,
-    ) -> Answer {
-        let mut rb = self
-            .client
-            .request(method.parse().unwrap(), format!("{}{path}", self.base));
+    async fn send(&self, method: &str, path: &str, content_type: &str, body: Option<String>) -> Answer {
+        let mut rb = self.client.request(method.parse().unwrap(), format!("{}{path}", self.base));
         if let Some(b) = body {
             rb = rb.header("content-type", content_type).body(b);
         }
         let resp = rb.send().await.unwrap();
         let code = resp.status().as_u16();
-        let audit_id = resp
-            .headers()
-            .get("audit-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
+        let audit_id = resp.headers().get("audit-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let text = resp.text().await.unwrap();
-        Answer {
-            code,
-            audit_id,
-            body: serde_json::from_str(&text).unwrap_or(Value::Null),
-        }
+        Answer { code, audit_id, body: serde_json::from_str(&text).unwrap_or(Value::Null) }
     }
 
     async fn text(&self, path: &str) -> (u16, String, String) {
-        let resp = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .unwrap();
+        let resp = self.client.get(format!("{}{path}", self.base)).send().await.unwrap();
         let code = resp.status().as_u16();
-        let ct = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
+        let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         (code, ct, resp.text().await.unwrap())
     }
 
     async fn json(&self, method: &str, path: &str, body: Value) -> Answer {
-        self.send(method, path, "application/json", Some(body.to_string()))
-            .await
+        self.send(method, path, "application/json", Some(body.to_string())).await
     }
 
     fn slow_storage(&self, ms: u64) {
@@ -261,16 +202,8 @@ async fn slow_requests_log_one_trace_with_each_verbs_handler_steps() {
         assert!(head.contains(&field), "{field:?} missing in {head}");
     }
     assert_eq!(step_names(&trace), ["Get from storage done"], "{trace:#?}");
-    let read = trace
-        .iter()
-        .find(|l| l.contains("---\"Get from storage done\""))
-        .unwrap();
-    let ms: u64 = read
-        .split("\" ")
-        .nth(1)
-        .and_then(|r| r.split("ms").next())
-        .and_then(|n| n.parse().ok())
-        .unwrap();
+    let read = trace.iter().find(|l| l.contains("---\"Get from storage done\"")).unwrap();
+    let ms: u64 = read.split("\" ").nth(1).and_then(|r| r.split("ms").next()).and_then(|n| n.parse().ok()).unwrap();
     assert!(ms >= 400, "the read step took the storage delay: {read}");
     assert!(trace.last().unwrap().ends_with("] END"), "{trace:#?}");
 
@@ -281,52 +214,33 @@ async fn slow_requests_log_one_trace_with_each_verbs_handler_steps() {
     assert!(!logged().contains(&fast.audit_id));
 
     // Verbosity 4 (set at runtime): every step of every verb is shown.
-    let v = s
-        .send("PUT", "/debug/flags/v", "text/plain", Some("4".into()))
-        .await;
+    let v = s.send("PUT", "/debug/flags/v", "text/plain", Some("4".into())).await;
     assert_eq!(v.code, 200);
     s.slow_storage(350);
     let write_steps = |first: &[&'static str]| {
         let mut v: Vec<&'static str> = first.to_vec();
-        v.extend([
-            "Admission and validation done",
-            "Object stored in database",
-            "About to write a response",
-        ]);
+        v.extend(["Admission and validation done", "Object stored in database", "About to write a response"]);
         v
     };
     let cases: Vec<(&str, Answer, Vec<&str>)> = vec![
         (
             "Get",
             s.send("GET", &format!("{CM}/cm"), "", None).await,
-            vec![
-                "About to Get from storage",
-                "Get from storage done",
-                "About to write a response",
-            ],
+            vec!["About to Get from storage", "Get from storage done", "About to write a response"],
         ),
         (
             "List",
             s.send("GET", CM, "", None).await,
-            vec![
-                "About to List from storage",
-                "Listing from storage done",
-                "About to write a response",
-            ],
+            vec!["About to List from storage", "Listing from storage done", "About to write a response"],
         ),
         (
             "Create",
             s.json("POST", CM, configmap("cm2", "1")).await,
-            write_steps(&[
-                "About to convert to expected version",
-                "Conversion done",
-                "About to store object in database",
-            ]),
+            write_steps(&["About to convert to expected version", "Conversion done", "About to store object in database"]),
         ),
         (
             "Update",
-            s.json("PUT", &format!("{CM}/cm2"), configmap("cm2", "2"))
-                .await,
+            s.json("PUT", &format!("{CM}/cm2"), configmap("cm2", "2")).await,
             write_steps(&[
                 "About to convert to expected version",
                 "Conversion done",
@@ -336,18 +250,9 @@ async fn slow_requests_log_one_trace_with_each_verbs_handler_steps() {
         ),
         (
             "Patch",
-            s.send(
-                "PATCH",
-                &format!("{CM}/cm2"),
-                "application/merge-patch+json",
-                Some(r#"{"data":{"k":"3"}}"#.into()),
-            )
-            .await,
-            write_steps(&[
-                "About to apply patch",
-                "Current object read from storage",
-                "About to check admission control",
-            ]),
+            s.send("PATCH", &format!("{CM}/cm2"), "application/merge-patch+json", Some(r#"{"data":{"k":"3"}}"#.into()))
+                .await,
+            write_steps(&["About to apply patch", "Current object read from storage", "About to check admission control"]),
         ),
         (
             "Delete",
@@ -363,29 +268,16 @@ async fn slow_requests_log_one_trace_with_each_verbs_handler_steps() {
     for (name, answer, handler_steps) in cases {
         assert!(answer.code < 300, "{name}: {} {}", answer.code, answer.body);
         let trace = trace_of(&answer.audit_id).await;
-        assert!(
-            trace[0].contains(&format!("\"{name}\" accept:")),
-            "{trace:#?}"
-        );
+        assert!(trace[0].contains(&format!("\"{name}\" accept:")), "{trace:#?}");
         let mut want: Vec<&str> = handler_steps;
         want.extend(["Transformed response object", "Writing http response done"]);
         assert_eq!(step_names(&trace), want, "{name}: {trace:#?}");
         if name == "List" {
-            assert!(
-                trace
-                    .iter()
-                    .any(|l| l.contains("---\"Listing from storage done\" count:1 ")),
-                "{trace:#?}"
-            );
+            assert!(trace.iter().any(|l| l.contains("---\"Listing from storage done\" count:1 ")), "{trace:#?}");
         }
     }
     s.slow_storage(0);
-    assert_eq!(
-        s.send("PUT", "/debug/flags/v", "text/plain", Some("0".into()))
-            .await
-            .code,
-        200
-    );
+    assert_eq!(s.send("PUT", "/debug/flags/v", "text/plain", Some("0".into())).await.code, 200);
     s.stop().await;
 }
 
@@ -407,22 +299,10 @@ async fn non_resource_requests_are_counted_without_resource_labels() {
         assert!(std::time::Instant::now() < deadline, "/readyz never passed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    for path in [
-        "/version",
-        "/openapi/v2",
-        "/api",
-        "/apis",
-        "/healthz",
-        "/livez/ping",
-    ] {
+    for path in ["/version", "/openapi/v2", "/api", "/apis", "/healthz", "/livez/ping"] {
         assert_eq!(s.text(path).await.0, 200, "{path}");
     }
-    assert_eq!(
-        s.send("GET", "/api/v1/namespaces/default/configmaps", "", None)
-            .await
-            .code,
-        200
-    );
+    assert_eq!(s.send("GET", "/api/v1/namespaces/default/configmaps", "", None).await.code, 200);
     let (code, content_type, text) = s.text("/metrics").await;
     assert_eq!(code, 200);
     assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
@@ -437,29 +317,15 @@ async fn non_resource_requests_are_counted_without_resource_labels() {
         (series("apiserver", "apis"), 1),
         (series("", "/healthz"), 1),
     ] {
-        assert!(
-            text.contains(&format!("{line} {n}\n")),
-            "missing {line} {n} in:\n{text}"
-        );
+        assert!(text.contains(&format!("{line} {n}\n")), "missing {line} {n} in:\n{text}");
     }
     assert!(text.contains("apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"configmaps\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"} 1"), "{text}");
-    for label in [
-        "subresource=\"/api\"",
-        "subresource=\"/version\"",
-        "subresource=\"/openapi/v2\"",
-        "subresource=\"/livez/ping\"",
-    ] {
+    for label in ["subresource=\"/api\"", "subresource=\"/version\"", "subresource=\"/openapi/v2\"", "subresource=\"/livez/ping\""] {
         assert!(!text.contains(label), "{label} in:\n{text}");
     }
     // The watch cache's families are part of the same text, once.
-    assert!(
-        text.contains("# TYPE apiserver_watch_cache_initializations_total counter"),
-        "{text}"
-    );
-    assert!(
-        text.contains("# TYPE apiserver_cache_list_total counter"),
-        "{text}"
-    );
+    assert!(text.contains("# TYPE apiserver_watch_cache_initializations_total counter"), "{text}");
+    assert!(text.contains("# TYPE apiserver_cache_list_total counter"), "{text}");
     assert_families_unique(&text);
     s.stop().await;
 }
@@ -468,8 +334,7 @@ async fn non_resource_requests_are_counted_without_resource_labels() {
 async fn the_unfiltered_router_serves_the_same_combined_metrics() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn Storage> =
-        Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
+    let storage: Arc<dyn Storage> = Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
     let st = ApiState::new(storage, ServerConfig::default());
     rkube_apiserver::bootstrap(&st).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -478,22 +343,13 @@ async fn the_unfiltered_router_serves_the_same_combined_metrics() {
     let done = tokio::spawn(rkube_apiserver::serve(listener, st, async {
         let _ = stopped.await;
     }));
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let list = client
-        .get(format!("{base}/api/v1/namespaces/default/configmaps"))
-        .send()
-        .await
-        .unwrap();
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let list = client.get(format!("{base}/api/v1/namespaces/default/configmaps")).send().await.unwrap();
     assert_eq!(list.status().as_u16(), 200);
     let resp = client.get(format!("{base}/metrics")).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     assert_eq!(
-        resp.headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok()),
+        resp.headers().get("content-type").and_then(|v| v.to_str().ok()),
         Some("text/plain; version=0.0.4; charset=utf-8")
     );
     let text = resp.text().await.unwrap();

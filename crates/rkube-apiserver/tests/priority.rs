@@ -14,13 +14,7 @@ const PODS: &str = "/api/v1/namespaces/default/pods";
 const CLASSES: &str = "/apis/scheduling.k8s.io/v1/priorityclasses";
 
 async fn server() -> TestServer {
-    let config = ServerConfig {
-        admission: AdmissionConfig {
-            priority: true,
-            ..Default::default()
-        },
-        ..ServerConfig::default()
-    };
+    let config = ServerConfig { admission: AdmissionConfig { priority: true, ..Default::default() }, ..ServerConfig::default() };
     TestServer::embedded_with(config).await
 }
 
@@ -58,25 +52,13 @@ async fn admitted(srv: &TestServer, name: &str, class: Option<&str>) -> Value {
 async fn pods_get_the_priority_of_their_class() {
     let srv = server().await;
     let plain = admitted(&srv, "plain", None).await;
-    assert_eq!(
-        (
-            plain["spec"]["priority"].clone(),
-            plain["spec"]["preemptionPolicy"].clone()
-        ),
-        (json!(0), json!("PreemptLowerPriority"))
-    );
+    assert_eq!((plain["spec"]["priority"].clone(), plain["spec"]["preemptionPolicy"].clone()), (json!(0), json!("PreemptLowerPriority")));
     assert!(plain["spec"].get("priorityClassName").is_none());
     let critical = admitted(&srv, "critical", Some("system-node-critical")).await;
     assert_eq!(critical["spec"]["priority"], 2_000_001_000);
     class(&srv, "batch-low", 100, json!({"preemptionPolicy": "Never"})).await;
     let low = admitted(&srv, "low", Some("batch-low")).await;
-    assert_eq!(
-        (
-            low["spec"]["priority"].clone(),
-            low["spec"]["preemptionPolicy"].clone()
-        ),
-        (json!(100), json!("Never"))
-    );
+    assert_eq!((low["spec"]["priority"].clone(), low["spec"]["preemptionPolicy"].clone()), (json!(100), json!("Never")));
     // A global default applies to pods that name no class.
     class(&srv, "everyone", 7, json!({"globalDefault": true})).await;
     let mut defaulted = Value::Null;
@@ -86,13 +68,7 @@ async fn pods_get_the_priority_of_their_class() {
             break;
         }
     }
-    assert_eq!(
-        (
-            defaulted["spec"]["priority"].clone(),
-            defaulted["spec"]["priorityClassName"].clone()
-        ),
-        (json!(7), json!("everyone"))
-    );
+    assert_eq!((defaulted["spec"]["priority"].clone(), defaulted["spec"]["priorityClassName"].clone()), (json!(7), json!("everyone")));
 }
 
 #[tokio::test]
@@ -100,10 +76,7 @@ async fn unknown_classes_and_contradicting_priorities_are_forbidden() {
     let srv = server().await;
     let r = srv.post(PODS, &pod("lost", Some("nope"))).await;
     r.assert_status(403, "Forbidden");
-    assert_eq!(
-        r.message(),
-        "pods \"lost\" is forbidden: no PriorityClass with name nope was found"
-    );
+    assert_eq!(r.message(), "pods \"lost\" is forbidden: no PriorityClass with name nope was found");
     let mut p = pod("sneaky", Some("system-cluster-critical"));
     p["spec"]["priority"] = json!(5);
     let r = srv.post(PODS, &p).await;
@@ -112,9 +85,5 @@ async fn unknown_classes_and_contradicting_priorities_are_forbidden() {
         r.message(),
         "pods \"sneaky\" is forbidden: the integer value of priority (5) must not be provided in pod spec; priority admission controller computed 2000000000 from the given PriorityClass name"
     );
-    assert_eq!(
-        srv.get(&format!("{PODS}/lost")).await.code,
-        404,
-        "nothing stored"
-    );
+    assert_eq!(srv.get(&format!("{PODS}/lost")).await.code, 404, "nothing stored");
 }

@@ -12,13 +12,7 @@ use rkube_apiserver::ServerConfig;
 use serde_json::{json, Value};
 
 async fn server() -> TestServer {
-    let config = ServerConfig {
-        admission: AdmissionConfig {
-            resource_quota: true,
-            ..Default::default()
-        },
-        ..ServerConfig::default()
-    };
+    let config = ServerConfig { admission: AdmissionConfig { resource_quota: true, ..Default::default() }, ..ServerConfig::default() };
     TestServer::embedded_with(config).await
 }
 
@@ -36,10 +30,7 @@ async fn quota(srv: &TestServer, ns: &str, hard: Value, used: Option<Value>) {
 }
 
 async fn used(srv: &TestServer, ns: &str) -> Value {
-    srv.get(&format!("/api/v1/namespaces/{ns}/resourcequotas/q"))
-        .await
-        .body["status"]["used"]
-        .clone()
+    srv.get(&format!("/api/v1/namespaces/{ns}/resourcequotas/q")).await.body["status"]["used"].clone()
 }
 
 fn pod(name: &str, cpu: Option<&str>) -> Value {
@@ -56,25 +47,16 @@ async fn pods_beyond_the_quota_are_refused_with_upstreams_exceeded_message() {
     srv.namespace("q1").await;
     quota(&srv, "q1", json!({"pods": "2"}), Some(json!({"pods": "0"}))).await;
     for name in ["p1", "p2"] {
-        let r = srv
-            .post("/api/v1/namespaces/q1/pods", &pod(name, None))
-            .await;
+        let r = srv.post("/api/v1/namespaces/q1/pods", &pod(name, None)).await;
         assert_eq!(r.code, 201, "{}", r.text);
     }
     assert_eq!(used(&srv, "q1").await, json!({"pods": "2"}));
-    let r = srv
-        .post("/api/v1/namespaces/q1/pods", &pod("p3", None))
-        .await;
+    let r = srv.post("/api/v1/namespaces/q1/pods", &pod("p3", None)).await;
     r.assert_status(403, "Forbidden");
     assert_eq!(r.message(), "pods \"p3\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2");
     assert_eq!(r.body["details"], json!({"name": "p3", "kind": "pods"}));
     // A dry run is checked but not charged.
-    let r = srv
-        .post(
-            "/api/v1/namespaces/q1/configmaps?dryRun=All",
-            &common::configmap("cm"),
-        )
-        .await;
+    let r = srv.post("/api/v1/namespaces/q1/configmaps?dryRun=All", &common::configmap("cm")).await;
     assert_eq!(r.code, 201, "{}", r.text);
     assert_eq!(used(&srv, "q1").await, json!({"pods": "2"}));
 }
@@ -84,60 +66,30 @@ async fn configmap_counts_and_cpu_requests_are_limited_and_cpu_quotas_require_re
     let srv = server().await;
     srv.namespace("q2").await;
     let hard = json!({"count/configmaps": "1", "requests.cpu": "1"});
-    quota(
-        &srv,
-        "q2",
-        hard,
-        Some(json!({"count/configmaps": "0", "requests.cpu": "0"})),
-    )
-    .await;
-    let r = srv
-        .post(
-            "/api/v1/namespaces/q2/configmaps",
-            &common::configmap("cm1"),
-        )
-        .await;
+    quota(&srv, "q2", hard, Some(json!({"count/configmaps": "0", "requests.cpu": "0"}))).await;
+    let r = srv.post("/api/v1/namespaces/q2/configmaps", &common::configmap("cm1")).await;
     assert_eq!(r.code, 201, "{}", r.text);
-    let r = srv
-        .post(
-            "/api/v1/namespaces/q2/configmaps",
-            &common::configmap("cm2"),
-        )
-        .await;
+    let r = srv.post("/api/v1/namespaces/q2/configmaps", &common::configmap("cm2")).await;
     r.assert_status(403, "Forbidden");
     assert_eq!(
         r.message(),
         "configmaps \"cm2\" is forbidden: exceeded quota: q, requested: count/configmaps=1, used: count/configmaps=1, limited: count/configmaps=1"
     );
 
-    let r = srv
-        .post("/api/v1/namespaces/q2/pods", &pod("a", Some("600m")))
-        .await;
+    let r = srv.post("/api/v1/namespaces/q2/pods", &pod("a", Some("600m"))).await;
     assert_eq!(r.code, 201, "{}", r.text);
-    let r = srv
-        .post("/api/v1/namespaces/q2/pods", &pod("b", Some("600m")))
-        .await;
+    let r = srv.post("/api/v1/namespaces/q2/pods", &pod("b", Some("600m"))).await;
     r.assert_status(403, "Forbidden");
     assert_eq!(
         r.message(),
         "pods \"b\" is forbidden: exceeded quota: q, requested: requests.cpu=600m, used: requests.cpu=600m, limited: requests.cpu=1"
     );
-    let r = srv
-        .post("/api/v1/namespaces/q2/pods", &pod("c", None))
-        .await;
+    let r = srv.post("/api/v1/namespaces/q2/pods", &pod("c", None)).await;
     r.assert_status(403, "Forbidden");
-    assert_eq!(
-        r.message(),
-        "pods \"c\" is forbidden: failed quota: q: must specify requests.cpu for: c"
-    );
-    let r = srv
-        .post("/api/v1/namespaces/q2/pods", &pod("d", Some("400m")))
-        .await;
+    assert_eq!(r.message(), "pods \"c\" is forbidden: failed quota: q: must specify requests.cpu for: c");
+    let r = srv.post("/api/v1/namespaces/q2/pods", &pod("d", Some("400m"))).await;
     assert_eq!(r.code, 201, "{}", r.text);
-    assert_eq!(
-        used(&srv, "q2").await,
-        json!({"count/configmaps": "1", "requests.cpu": "1"})
-    );
+    assert_eq!(used(&srv, "q2").await, json!({"count/configmaps": "1", "requests.cpu": "1"}));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,75 +98,41 @@ async fn a_quota_without_usage_for_a_tracked_resource_refuses_with_status_unknow
     srv.namespace("q3").await;
     // No status yet: the quota does not take part (upstream matches on status.hard).
     quota(&srv, "q3", json!({"pods": "1"}), None).await;
-    let r = srv
-        .post("/api/v1/namespaces/q3/pods", &pod("free", None))
-        .await;
+    let r = srv.post("/api/v1/namespaces/q3/pods", &pod("free", None)).await;
     assert_eq!(r.code, 201, "{}", r.text);
     let path = "/api/v1/namespaces/q3/resourcequotas/q";
     let mut obj = srv.get(path).await.body;
     obj["status"] = json!({"hard": {"pods": "1", "services": "1"}, "used": {"services": "0"}});
     let r = srv.put(&format!("{path}/status"), &obj).await;
     assert_eq!(r.code, 200, "{}", r.text);
-    let r = srv
-        .post("/api/v1/namespaces/q3/pods", &pod("blocked", None))
-        .await;
+    let r = srv.post("/api/v1/namespaces/q3/pods", &pod("blocked", None)).await;
     r.assert_status(403, "Forbidden");
-    assert_eq!(
-        r.message(),
-        "pods \"blocked\" is forbidden: status unknown for quota: q, resources: pods"
-    );
+    assert_eq!(r.message(), "pods \"blocked\" is forbidden: status unknown for quota: q, resources: pods");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_creates_against_a_quota_of_one_admit_exactly_one() {
     let srv = std::sync::Arc::new(server().await);
     srv.namespace("q4").await;
-    quota(
-        &srv,
-        "q4",
-        json!({"count/configmaps": "1"}),
-        Some(json!({"count/configmaps": "0"})),
-    )
-    .await;
+    quota(&srv, "q4", json!({"count/configmaps": "1"}), Some(json!({"count/configmaps": "0"}))).await;
     let mut tasks = Vec::new();
     for i in 0..6 {
         let srv = srv.clone();
-        tasks.push(tokio::spawn(async move {
-            srv.post(
-                "/api/v1/namespaces/q4/configmaps",
-                &common::configmap(&format!("cm{i}")),
-            )
-            .await
-        }));
+        tasks.push(tokio::spawn(async move { srv.post("/api/v1/namespaces/q4/configmaps", &common::configmap(&format!("cm{i}"))).await }));
     }
     let mut codes = Vec::new();
     for t in tasks {
         let r = t.await.expect("task");
         if r.code != 201 {
             r.assert_status(403, "Forbidden");
-            assert!(
-                r.message().contains(
-                    "exceeded quota: q, requested: count/configmaps=1, used: count/configmaps=1"
-                ),
-                "{}",
-                r.text
-            );
+            assert!(r.message().contains("exceeded quota: q, requested: count/configmaps=1, used: count/configmaps=1"), "{}", r.text);
         }
         codes.push(r.code);
     }
     assert_eq!(codes.iter().filter(|c| **c == 201).count(), 1, "{codes:?}");
     let list = srv.get("/api/v1/namespaces/q4/configmaps").await.body;
-    let names: Vec<&str> = list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i["metadata"]["name"].as_str())
-        .collect();
-    assert_eq!(
-        names.iter().filter(|n| n.starts_with("cm")).count(),
-        1,
-        "{names:?}"
-    );
+    let names: Vec<&str> = list["items"].as_array().into_iter().flatten().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    assert_eq!(names.iter().filter(|n| n.starts_with("cm")).count(), 1, "{names:?}");
     assert_eq!(used(&srv, "q4").await, json!({"count/configmaps": "1"}));
 }
 
@@ -222,56 +140,28 @@ async fn concurrent_creates_against_a_quota_of_one_admit_exactly_one() {
 async fn a_service_update_is_charged_the_node_ports_it_adds() {
     let srv = server().await;
     srv.namespace("q5").await;
-    quota(
-        &srv,
-        "q5",
-        json!({"services": "2", "services.nodeports": "1"}),
-        Some(json!({"services": "0", "services.nodeports": "0"})),
-    )
-    .await;
+    quota(&srv, "q5", json!({"services": "2", "services.nodeports": "1"}), Some(json!({"services": "0", "services.nodeports": "0"}))).await;
     let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
         "spec": {"ports": [{"name": "a", "port": 80}, {"name": "b", "port": 81}]}});
     let r = srv.post("/api/v1/namespaces/q5/services", &svc).await;
     assert_eq!(r.code, 201, "{}", r.text);
-    assert_eq!(
-        used(&srv, "q5").await,
-        json!({"services": "1", "services.nodeports": "0"})
-    );
-    let r = srv
-        .patch(
-            "/api/v1/namespaces/q5/services/web",
-            "application/merge-patch+json",
-            r#"{"spec":{"type":"NodePort"}}"#,
-        )
-        .await;
+    assert_eq!(used(&srv, "q5").await, json!({"services": "1", "services.nodeports": "0"}));
+    let r = srv.patch("/api/v1/namespaces/q5/services/web", "application/merge-patch+json", r#"{"spec":{"type":"NodePort"}}"#).await;
     r.assert_status(403, "Forbidden");
     assert_eq!(
         r.message(),
         "services \"web\" is forbidden: exceeded quota: q, requested: services.nodeports=2, used: services.nodeports=0, limited: services.nodeports=1"
     );
     // A label change costs nothing and passes.
-    let r = srv
-        .patch(
-            "/api/v1/namespaces/q5/services/web",
-            "application/merge-patch+json",
-            r#"{"metadata":{"labels":{"a":"b"}}}"#,
-        )
-        .await;
+    let r = srv.patch("/api/v1/namespaces/q5/services/web", "application/merge-patch+json", r#"{"metadata":{"labels":{"a":"b"}}}"#).await;
     assert_eq!(r.code, 200, "{}", r.text);
-    assert_eq!(
-        used(&srv, "q5").await,
-        json!({"services": "1", "services.nodeports": "0"})
-    );
+    assert_eq!(used(&srv, "q5").await, json!({"services": "1", "services.nodeports": "0"}));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limit_ranges_default_container_resources_and_refuse_out_of_bounds_pods() {
     let config = ServerConfig {
-        admission: AdmissionConfig {
-            resource_quota: true,
-            limit_ranger: true,
-            ..Default::default()
-        },
+        admission: AdmissionConfig { resource_quota: true, limit_ranger: true, ..Default::default() },
         ..ServerConfig::default()
     };
     let srv = TestServer::embedded_with(config).await;
@@ -281,21 +171,10 @@ async fn limit_ranges_default_container_resources_and_refuse_out_of_bounds_pods(
     let r = srv.post("/api/v1/namespaces/lr/limitranges", &lr).await;
     assert_eq!(r.code, 201, "{}", r.text);
     // With a requests.cpu quota, the defaulted request satisfies "must specify".
-    quota(
-        &srv,
-        "lr",
-        json!({"requests.cpu": "1"}),
-        Some(json!({"requests.cpu": "0"})),
-    )
-    .await;
-    let r = srv
-        .post("/api/v1/namespaces/lr/pods", &pod("defaulted", None))
-        .await;
+    quota(&srv, "lr", json!({"requests.cpu": "1"}), Some(json!({"requests.cpu": "0"}))).await;
+    let r = srv.post("/api/v1/namespaces/lr/pods", &pod("defaulted", None)).await;
     assert_eq!(r.code, 201, "{}", r.text);
-    assert_eq!(
-        r.body["spec"]["containers"][0]["resources"],
-        json!({"requests": {"cpu": "200m"}, "limits": {"cpu": "1"}})
-    );
+    assert_eq!(r.body["spec"]["containers"][0]["resources"], json!({"requests": {"cpu": "200m"}, "limits": {"cpu": "1"}}));
     assert_eq!(
         r.body["metadata"]["annotations"]["kubernetes.io/limit-ranger"],
         "LimitRanger plugin set: cpu request for container c; cpu limit for container c"

@@ -39,47 +39,23 @@ impl Server {
     async fn start(tls: bool) -> (Server, Option<tls::Pki>) {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("temp dir");
-        let storage: Arc<dyn Storage> = Arc::new(
-            rkube_storage::embedded::EmbeddedStorage::open(&dir.path().join("db"))
-                .expect("embedded store"),
-        );
+        let storage: Arc<dyn Storage> =
+            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(&dir.path().join("db")).expect("embedded store"));
         let st = rkube_apiserver::server::default_state(storage);
         rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
         let config = FilterArgs::default().load().expect("default flags");
-        let chain = FilterChain::build(config, None, Arc::new(ApiserverMetrics::new()))
-            .expect("filter chain");
+        let chain = FilterChain::build(config, None, Arc::new(ApiserverMetrics::new())).expect("filter chain");
         let router = filters::apply(rkube_apiserver::server::router(st), &chain);
         let pki = tls.then(|| tls::generate_self_signed(dir.path()).expect("pki"));
-        let server_config = pki.as_ref().map(|p| {
-            tls::server_config(&p.tls_config().expect("serving pair"), None).expect("server config")
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let server_config = pki.as_ref().map(|p| tls::server_config(&p.tls_config().expect("serving pair"), None).expect("server config"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
-        let opts = ServeOptions {
-            header_read_timeout: TEST_TIMEOUT,
-            write_stall_timeout: TEST_TIMEOUT,
-        };
-        let done = tokio::spawn(tls::serve_with(
-            listener,
-            router,
-            server_config,
-            opts,
-            async move {
-                let _ = rx.await;
-            },
-        ));
-        (
-            Server {
-                addr,
-                stop: Some(tx),
-                done: Some(done),
-                _dir: dir,
-            },
-            pki,
-        )
+        let opts = ServeOptions { header_read_timeout: TEST_TIMEOUT, write_stall_timeout: TEST_TIMEOUT };
+        let done = tokio::spawn(tls::serve_with(listener, router, server_config, opts, async move {
+            let _ = rx.await;
+        }));
+        (Server { addr, stop: Some(tx), done: Some(done), _dir: dir }, pki)
     }
 
     /// Stops the server and waits until it returned.
@@ -104,10 +80,7 @@ impl Drop for Server {
 
 /// Reads until the server closes the connection (or 10 s pass): the bytes
 /// read and how long it took, or `None` when the connection stayed open.
-async fn wait_for_close<S: AsyncRead + Unpin>(
-    sock: &mut S,
-    since: Instant,
-) -> Option<(Vec<u8>, Duration)> {
+async fn wait_for_close<S: AsyncRead + Unpin>(sock: &mut S, since: Instant) -> Option<(Vec<u8>, Duration)> {
     let mut buf = Vec::new();
     match tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut buf)).await {
         // A reset counts as closed too.
@@ -123,23 +96,12 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     F: std::future::Future<Output = u16>,
 {
-    sock.write_all(PARTIAL_HEAD)
-        .await
-        .expect("send partial head");
+    sock.write_all(PARTIAL_HEAD).await.expect("send partial head");
     sock.flush().await.expect("flush");
     let since = Instant::now();
-    assert_eq!(
-        answered_meanwhile.await,
-        200,
-        "another client is answered while the slow one waits"
-    );
-    let (bytes, elapsed) = wait_for_close(&mut sock, since)
-        .await
-        .expect("server closes the slow connection within 10 s");
-    assert!(
-        elapsed >= TEST_TIMEOUT - Duration::from_millis(100),
-        "closed only after the header read timeout, took {elapsed:?}"
-    );
+    assert_eq!(answered_meanwhile.await, 200, "another client is answered while the slow one waits");
+    let (bytes, elapsed) = wait_for_close(&mut sock, since).await.expect("server closes the slow connection within 10 s");
+    assert!(elapsed >= TEST_TIMEOUT - Duration::from_millis(100), "closed only after the header read timeout, took {elapsed:?}");
     assert!(
         bytes.is_empty() || bytes.starts_with(b"HTTP/1.1 408"),
         "no answer but a close (or a 408): {:?}",
@@ -150,34 +112,16 @@ where
 #[tokio::test]
 async fn incomplete_request_head_is_closed_after_read_header_timeout_over_http() {
     let (server, _) = Server::start(false).await;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .expect("client");
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
     let url = format!("http://{}/api/v1/namespaces/default", server.addr);
-    let sock = tokio::net::TcpStream::connect(server.addr)
-        .await
-        .expect("connect");
-    assert_slow_head_is_cut_off(sock, async {
-        client
-            .get(&url)
-            .send()
-            .await
-            .expect("normal request")
-            .status()
-            .as_u16()
-    })
-    .await;
+    let sock = tokio::net::TcpStream::connect(server.addr).await.expect("connect");
+    assert_slow_head_is_cut_off(sock, async { client.get(&url).send().await.expect("normal request").status().as_u16() })
+        .await;
 
     // A connection that sends nothing at all is closed too.
-    let mut silent = tokio::net::TcpStream::connect(server.addr)
-        .await
-        .expect("connect");
+    let mut silent = tokio::net::TcpStream::connect(server.addr).await.expect("connect");
     let closed = wait_for_close(&mut silent, Instant::now()).await;
-    assert!(
-        closed.is_some(),
-        "a silent connection is closed within 10 s"
-    );
+    assert!(closed.is_some(), "a silent connection is closed within 10 s");
     server.stop().await;
 }
 
@@ -192,110 +136,52 @@ async fn incomplete_request_head_is_closed_after_read_header_timeout_over_https(
         .timeout(Duration::from_secs(10))
         .build()
         .expect("client");
-    let url = format!(
-        "https://127.0.0.1:{}/api/v1/namespaces/default",
-        server.addr.port()
-    );
+    let url = format!("https://127.0.0.1:{}/api/v1/namespaces/default", server.addr.port());
 
     let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(pki.ca_certs().expect("ca certs")[0].clone())
-        .expect("root");
-    let mut cfg = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    roots.add(pki.ca_certs().expect("ca certs")[0].clone()).expect("root");
+    let mut cfg = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
-    let tcp = tokio::net::TcpStream::connect(server.addr)
-        .await
-        .expect("connect");
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.expect("connect");
     let name = rustls_pki_types::ServerName::try_from("localhost").expect("name");
     let sock = connector.connect(name, tcp).await.expect("TLS handshake");
-    assert_slow_head_is_cut_off(sock, async {
-        client
-            .get(&url)
-            .send()
-            .await
-            .expect("normal request")
-            .status()
-            .as_u16()
-    })
-    .await;
+    assert_slow_head_is_cut_off(sock, async { client.get(&url).send().await.expect("normal request").status().as_u16() })
+        .await;
     server.stop().await;
 }
 
 #[tokio::test]
 async fn a_client_that_stops_reading_is_disconnected_after_the_write_stall_timeout() {
     let (server, _) = Server::start(false).await;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client");
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
     let base = format!("http://{}", server.addr);
     let value = "x".repeat(20 * 1024);
     for i in 0..300 {
         let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i:03}")}, "data": {"v": value}});
-        let r = client
-            .post(format!("{base}/api/v1/namespaces/default/configmaps"))
-            .json(&cm)
-            .send()
-            .await
-            .expect("create");
+        let r = client.post(format!("{base}/api/v1/namespaces/default/configmaps")).json(&cm).send().await.expect("create");
         assert_eq!(r.status().as_u16(), 201);
     }
-    let full = client
-        .get(format!("{base}/api/v1/configmaps"))
-        .send()
-        .await
-        .expect("list")
-        .bytes()
-        .await
-        .expect("body");
+    let full = client.get(format!("{base}/api/v1/configmaps")).send().await.expect("list").bytes().await.expect("body");
     assert!(full.len() > 6_000_000, "a ~6 MB LIST: {}", full.len());
 
     // A small receive buffer, so the server's writes wait on this client soon.
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
     let mut sock = socket.connect(server.addr).await.expect("connect");
-    sock.write_all(b"GET /api/v1/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        .await
-        .expect("send");
+    sock.write_all(b"GET /api/v1/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.expect("send");
     tokio::time::sleep(TEST_TIMEOUT * 4).await;
     assert_eq!(
-        client
-            .get(format!("{base}/api/v1/namespaces/default"))
-            .send()
-            .await
-            .expect("normal request")
-            .status()
-            .as_u16(),
+        client.get(format!("{base}/api/v1/namespaces/default")).send().await.expect("normal request").status().as_u16(),
         200,
         "another client is answered while the stalled one waits"
     );
-    let (bytes, _) = wait_for_close(&mut sock, Instant::now())
-        .await
-        .expect("the server closed the stalled connection");
-    assert!(
-        bytes.starts_with(b"HTTP/1.1 200"),
-        "the answer had started: {:?}",
-        String::from_utf8_lossy(&bytes[..bytes.len().min(64)])
-    );
-    assert!(
-        bytes.len() < full.len(),
-        "cut before the end of the body: {} of {} bytes",
-        bytes.len(),
-        full.len()
-    );
+    let (bytes, _) = wait_for_close(&mut sock, Instant::now()).await.expect("the server closed the stalled connection");
+    assert!(bytes.starts_with(b"HTTP/1.1 200"), "the answer had started: {:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(64)]));
+    assert!(bytes.len() < full.len(), "cut before the end of the body: {} of {} bytes", bytes.len(), full.len());
 
     // A client that reads the same LIST at once gets all of it.
-    let again = client
-        .get(format!("{base}/api/v1/configmaps"))
-        .send()
-        .await
-        .expect("list")
-        .bytes()
-        .await
-        .expect("body");
+    let again = client.get(format!("{base}/api/v1/configmaps")).send().await.expect("list").bytes().await.expect("body");
     assert_eq!(again.len(), full.len());
     server.stop().await;
 }

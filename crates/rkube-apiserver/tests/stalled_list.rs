@@ -31,12 +31,7 @@ async fn stalled_list_clients_do_not_each_hold_a_copy_of_the_body() {
     let value = "x".repeat(20 * 1024);
     for i in 0..300 {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i:03}")}, "data": {"v": value}});
-        assert_eq!(
-            s.post("/api/v1/namespaces/default/configmaps", &cm)
-                .await
-                .code,
-            201
-        );
+        assert_eq!(s.post("/api/v1/namespaces/default/configmaps", &cm).await.code, 201);
     }
     let full = s.get("/api/v1/configmaps").await;
     assert_eq!(full.code, 200);
@@ -47,12 +42,8 @@ async fn stalled_list_clients_do_not_each_hold_a_copy_of_the_body() {
     let before = rss_bytes();
     let mut stalled = Vec::new();
     for _ in 0..40 {
-        let mut sock = tokio::net::TcpStream::connect(&addr)
-            .await
-            .expect("connect");
-        sock.write_all(b"GET /api/v1/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            .await
-            .expect("send");
+        let mut sock = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+        sock.write_all(b"GET /api/v1/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.expect("send");
         stalled.push(sock);
     }
     // Let every response start and fill what the sockets take.
@@ -86,9 +77,8 @@ async fn stalled_http2_streams_do_not_each_hold_a_copy_of_the_body() {
 
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().expect("temp dir");
-    let storage: Arc<dyn rkube_storage::Storage> = Arc::new(
-        rkube_storage::embedded::EmbeddedStorage::open(&dir.path().join("data")).expect("store"),
-    );
+    let storage: Arc<dyn rkube_storage::Storage> =
+        Arc::new(rkube_storage::embedded::EmbeddedStorage::open(&dir.path().join("data")).expect("store"));
     let st = rkube_apiserver::server::default_state(storage);
     rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
     let pki = tls::generate_self_signed(dir.path()).expect("pki");
@@ -101,15 +91,8 @@ async fn stalled_http2_streams_do_not_each_hold_a_copy_of_the_body() {
         anonymous_auth: false,
         ..FilterArgs::default()
     };
-    let chain = FilterChain::build(
-        args.load().expect("flags"),
-        None,
-        Arc::new(ApiserverMetrics::new()),
-    )
-    .expect("chain");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let chain = FilterChain::build(args.load().expect("flags"), None, Arc::new(ApiserverMetrics::new())).expect("chain");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
@@ -120,39 +103,21 @@ async fn stalled_http2_streams_do_not_each_hold_a_copy_of_the_body() {
     });
 
     let ca = reqwest::Certificate::from_pem(pki.ca_cert_pem.as_bytes()).expect("ca");
-    let client = reqwest::Client::builder()
-        .use_rustls_tls()
-        .add_root_certificate(ca)
-        .build()
-        .expect("client");
+    let client = reqwest::Client::builder().use_rustls_tls().add_root_certificate(ca).build().expect("client");
     let base = format!("https://127.0.0.1:{}", addr.port());
     let value = "x".repeat(20 * 1024);
     for i in 0..300 {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i:03}")}, "data": {"v": value}});
-        let r = client
-            .post(format!("{base}/api/v1/namespaces/default/configmaps"))
-            .bearer_auth("admin-token")
-            .json(&cm)
-            .send()
-            .await;
+        let r = client.post(format!("{base}/api/v1/namespaces/default/configmaps")).bearer_auth("admin-token").json(&cm).send().await;
         assert_eq!(r.expect("create").status().as_u16(), 201);
     }
-    let full = client
-        .get(format!("{base}/api/v1/configmaps"))
-        .bearer_auth("admin-token")
-        .send()
-        .await
-        .expect("list");
+    let full = client.get(format!("{base}/api/v1/configmaps")).bearer_auth("admin-token").send().await.expect("list");
     let body_len = full.bytes().await.expect("body").len() as u64;
     assert!(body_len > 6_000_000, "a ~6 MB LIST: {body_len}");
 
     let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(pki.ca_certs().expect("ca certs")[0].clone())
-        .expect("root");
-    let mut cfg = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    roots.add(pki.ca_certs().expect("ca certs")[0].clone()).expect("root");
+    let mut cfg = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
     cfg.alpn_protocols = vec![b"h2".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
 
@@ -162,11 +127,7 @@ async fn stalled_http2_streams_do_not_each_hold_a_copy_of_the_body() {
         let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let name = rustls_pki_types::ServerName::try_from("localhost").expect("name");
         let tls = connector.connect(name, tcp).await.expect("TLS handshake");
-        assert_eq!(
-            tls.get_ref().1.alpn_protocol(),
-            Some(&b"h2"[..]),
-            "HTTP/2 negotiated"
-        );
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "HTTP/2 negotiated");
         // A large connection window, so only each stream's own (default,
         // 64 KiB) window, never released, holds the server back.
         let (h2, conn) = h2::client::Builder::new()
@@ -197,13 +158,7 @@ async fn stalled_http2_streams_do_not_each_hold_a_copy_of_the_body() {
     let during = rss_bytes();
     let grown = during.saturating_sub(before);
 
-    let other = client
-        .get(format!(
-            "{base}/api/v1/namespaces/default/configmaps?limit=1"
-        ))
-        .bearer_auth("admin-token")
-        .send()
-        .await;
+    let other = client.get(format!("{base}/api/v1/namespaces/default/configmaps?limit=1")).bearer_auth("admin-token").send().await;
     assert_eq!(other.expect("answered meanwhile").status().as_u16(), 200);
 
     let buffered = 100 * body_len;

@@ -22,12 +22,7 @@ async fn measure(label: &str, s: TestServer) {
         let s = s.clone();
         tasks.push(tokio::spawn(async move {
             for i in (worker..N).step_by(CONCURRENCY) {
-                let r = s
-                    .post(
-                        "/api/v1/namespaces/default/configmaps",
-                        &configmap(&format!("cm-{i:05}")),
-                    )
-                    .await;
+                let r = s.post("/api/v1/namespaces/default/configmaps", &configmap(&format!("cm-{i:05}"))).await;
                 assert_eq!(r.code, 201, "{}", r.text);
             }
         }));
@@ -39,9 +34,7 @@ async fn measure(label: &str, s: TestServer) {
     let mut lat: Vec<Duration> = Vec::with_capacity(N);
     for i in 0..N {
         let t = Instant::now();
-        let r = s
-            .get(&format!("/api/v1/namespaces/default/configmaps/cm-{i:05}"))
-            .await;
+        let r = s.get(&format!("/api/v1/namespaces/default/configmaps/cm-{i:05}")).await;
         lat.push(t.elapsed());
         assert_eq!(r.code, 200);
     }

@@ -42,11 +42,7 @@ fn url_config(server: &WebhookServer, path: &str) -> Value {
 /// Creates a configuration at `collection` and waits until the watch cache
 /// serves it (what admission reads); returns how long that took.
 async fn install(s: &TestServer, collection: &str, name: &str, webhooks: Vec<Value>) -> Duration {
-    let kind = if collection == VALIDATING {
-        "ValidatingWebhookConfiguration"
-    } else {
-        "MutatingWebhookConfiguration"
-    };
+    let kind = if collection == VALIDATING { "ValidatingWebhookConfiguration" } else { "MutatingWebhookConfiguration" };
     let body = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": name}, "webhooks": webhooks});
     let started = Instant::now();
     let r = s.post(collection, &body).await;
@@ -58,10 +54,7 @@ async fn install(s: &TestServer, collection: &str, name: &str, webhooks: Vec<Val
         if cached >= rv {
             return started.elapsed();
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "configuration not cached within 5 s"
-        );
+        assert!(started.elapsed() < Duration::from_secs(5), "configuration not cached within 5 s");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -70,30 +63,13 @@ async fn install(s: &TestServer, collection: &str, name: &str, webhooks: Vec<Val
 async fn validating_webhook_denial_is_upstreams_400_naming_the_webhook() {
     let s = TestServer::embedded().await;
     let wh = WebhookServer::start(&[]);
-    let took = install(
-        &s,
-        VALIDATING,
-        "deny",
-        vec![hook(
-            "deny.example.com",
-            url_config(&wh, "/deny-prefix"),
-            json!({}),
-        )],
-    )
-    .await;
-    assert!(
-        took < Duration::from_secs(1),
-        "a new configuration applies within a second, took {took:?}"
-    );
+    let took = install(&s, VALIDATING, "deny", vec![hook("deny.example.com", url_config(&wh, "/deny-prefix"), json!({}))]).await;
+    assert!(took < Duration::from_secs(1), "a new configuration applies within a second, took {took:?}");
 
     let r = s.post(CONFIGMAPS, &configmap("deny-me")).await;
     r.assert_status(400, "");
     assert_eq!(r.message(), "admission webhook \"deny.example.com\" denied the request: names starting with deny- are refused");
-    assert_eq!(
-        s.get(&format!("{CONFIGMAPS}/deny-me")).await.code,
-        404,
-        "a denied object is not stored"
-    );
+    assert_eq!(s.get(&format!("{CONFIGMAPS}/deny-me")).await.code, 404, "a denied object is not stored");
 
     let ok = s.post(CONFIGMAPS, &configmap("fine")).await;
     assert_eq!(ok.code, 201, "{}", ok.text);
@@ -103,14 +79,8 @@ async fn validating_webhook_denial_is_upstreams_400_naming_the_webhook() {
     assert_eq!(seen[1]["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(seen[1]["kind"], "AdmissionReview");
     assert!(req["uid"].as_str().is_some_and(|u| !u.is_empty()));
-    assert_eq!(
-        req["kind"],
-        json!({"group": "", "version": "v1", "kind": "ConfigMap"})
-    );
-    assert_eq!(
-        req["resource"],
-        json!({"group": "", "version": "v1", "resource": "configmaps"})
-    );
+    assert_eq!(req["kind"], json!({"group": "", "version": "v1", "kind": "ConfigMap"}));
+    assert_eq!(req["resource"], json!({"group": "", "version": "v1", "resource": "configmaps"}));
     assert_eq!(req["requestKind"], req["kind"]);
     assert_eq!(req["requestResource"], req["resource"]);
     assert_eq!(req["operation"], "CREATE");
@@ -118,10 +88,7 @@ async fn validating_webhook_denial_is_upstreams_400_naming_the_webhook() {
     assert_eq!(req["namespace"], "default");
     assert_eq!(req["dryRun"], false);
     assert_eq!(req["object"]["data"], json!({"k": "v"}));
-    assert!(
-        req["object"]["metadata"]["uid"].is_string(),
-        "validating webhooks see the object as it will be stored"
-    );
+    assert!(req["object"]["metadata"]["uid"].is_string(), "validating webhooks see the object as it will be stored");
     assert_eq!(req["oldObject"], Value::Null);
     assert_eq!(req["options"]["kind"], "CreateOptions");
 }
@@ -130,51 +97,18 @@ async fn validating_webhook_denial_is_upstreams_400_naming_the_webhook() {
 async fn a_denial_keeps_the_webhooks_own_status_code_and_reason() {
     let s = TestServer::embedded().await;
     let wh = WebhookServer::start(&[]);
-    install(
-        &s,
-        VALIDATING,
-        "own-status",
-        vec![hook(
-            "status.example.com",
-            url_config(&wh, "/deny-status"),
-            json!({}),
-        )],
-    )
-    .await;
+    install(&s, VALIDATING, "own-status", vec![hook("status.example.com", url_config(&wh, "/deny-status"), json!({}))]).await;
     let r = s.post(CONFIGMAPS, &configmap("any")).await;
     r.assert_status(422, "Invalid");
-    assert_eq!(
-        r.message(),
-        "admission webhook \"status.example.com\" denied the request: custom denial"
-    );
+    assert_eq!(r.message(), "admission webhook \"status.example.com\" denied the request: custom denial");
 }
 
 #[tokio::test]
 async fn mutating_webhook_patch_is_stored_and_seen_by_validating_webhooks() {
     let s = TestServer::embedded().await;
     let wh = WebhookServer::start(&[]);
-    install(
-        &s,
-        MUTATING,
-        "label",
-        vec![hook(
-            "label.example.com",
-            url_config(&wh, "/add-label"),
-            json!({}),
-        )],
-    )
-    .await;
-    install(
-        &s,
-        VALIDATING,
-        "watch",
-        vec![hook(
-            "watch.example.com",
-            url_config(&wh, "/allow"),
-            json!({}),
-        )],
-    )
-    .await;
+    install(&s, MUTATING, "label", vec![hook("label.example.com", url_config(&wh, "/add-label"), json!({}))]).await;
+    install(&s, VALIDATING, "watch", vec![hook("watch.example.com", url_config(&wh, "/allow"), json!({}))]).await;
 
     let r = s.post(CONFIGMAPS, &configmap("labelled")).await;
     assert_eq!(r.code, 201, "{}", r.text);
@@ -183,17 +117,9 @@ async fn mutating_webhook_patch_is_stored_and_seen_by_validating_webhooks() {
     assert_eq!(stored.body["metadata"]["labels"][MUTATED_LABEL], "true");
     let validated = wh.requests("/allow");
     assert_eq!(validated.len(), 1);
-    assert_eq!(
-        validated[0]["request"]["object"]["metadata"]["labels"][MUTATED_LABEL], "true",
-        "mutation runs before validation"
-    );
+    assert_eq!(validated[0]["request"]["object"]["metadata"]["labels"][MUTATED_LABEL], "true", "mutation runs before validation");
     let mutated = wh.requests("/add-label");
-    assert!(
-        mutated[0]["request"]["object"]["metadata"]
-            .get("uid")
-            .is_none(),
-        "mutating webhooks run before server-set metadata"
-    );
+    assert!(mutated[0]["request"]["object"]["metadata"].get("uid").is_none(), "mutating webhooks run before server-set metadata");
 }
 
 #[tokio::test]
@@ -201,33 +127,13 @@ async fn failure_policy_fail_answers_500_and_ignore_lets_the_write_through() {
     let s = TestServer::embedded().await;
     let wh = WebhookServer::start(&[]);
     // A port nothing listens on: bind, read the port, close.
-    let down = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(1);
-    let cc =
-        json!({"url": format!("https://127.0.0.1:{down}/validate"), "caBundle": wh.ca_bundle()});
-    install(
-        &s,
-        VALIDATING,
-        "ignore",
-        vec![hook(
-            "ignore.example.com",
-            cc.clone(),
-            json!({"failurePolicy": "Ignore"}),
-        )],
-    )
-    .await;
+    let down = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(1);
+    let cc = json!({"url": format!("https://127.0.0.1:{down}/validate"), "caBundle": wh.ca_bundle()});
+    install(&s, VALIDATING, "ignore", vec![hook("ignore.example.com", cc.clone(), json!({"failurePolicy": "Ignore"}))]).await;
     let r = s.post(CONFIGMAPS, &configmap("through")).await;
     assert_eq!(r.code, 201, "Ignore fails open: {}", r.text);
 
-    install(
-        &s,
-        VALIDATING,
-        "fail",
-        vec![hook("fail.example.com", cc, json!({}))],
-    )
-    .await;
+    install(&s, VALIDATING, "fail", vec![hook("fail.example.com", cc, json!({}))]).await;
     let r = s.post(CONFIGMAPS, &configmap("blocked")).await;
     r.assert_status(500, "InternalError");
     let prefix = format!(
@@ -240,17 +146,7 @@ async fn failure_policy_fail_answers_500_and_ignore_lets_the_write_through() {
 async fn timeout_seconds_bounds_a_slow_webhook() {
     let s = TestServer::embedded().await;
     let wh = WebhookServer::start(&[]);
-    install(
-        &s,
-        VALIDATING,
-        "slow",
-        vec![hook(
-            "slow.example.com",
-            url_config(&wh, "/sleep"),
-            json!({"timeoutSeconds": 1}),
-        )],
-    )
-    .await;
+    install(&s, VALIDATING, "slow", vec![hook("slow.example.com", url_config(&wh, "/sleep"), json!({"timeoutSeconds": 1}))]).await;
     let started = Instant::now();
     let r = s.post(CONFIGMAPS, &configmap("late")).await;
     let took = started.elapsed();
@@ -260,30 +156,15 @@ async fn timeout_seconds_bounds_a_slow_webhook() {
         wh.url("/sleep")
     );
     assert_eq!(r.message(), expected);
-    assert!(
-        took >= Duration::from_secs(1) && took < Duration::from_millis(2500),
-        "answered after {took:?}"
-    );
+    assert!(took >= Duration::from_secs(1) && took < Duration::from_millis(2500), "answered after {took:?}");
 }
 
 #[tokio::test]
 async fn dry_run_calls_side_effect_free_webhooks_with_dry_run_true_and_refuses_others() {
     let s = TestServer::embedded().await;
     let wh = WebhookServer::start(&[]);
-    install(
-        &s,
-        VALIDATING,
-        "pure",
-        vec![hook(
-            "pure.example.com",
-            url_config(&wh, "/pure"),
-            json!({"sideEffects": "None"}),
-        )],
-    )
-    .await;
-    let r = s
-        .post(&format!("{CONFIGMAPS}?dryRun=All"), &configmap("dry"))
-        .await;
+    install(&s, VALIDATING, "pure", vec![hook("pure.example.com", url_config(&wh, "/pure"), json!({"sideEffects": "None"}))]).await;
+    let r = s.post(&format!("{CONFIGMAPS}?dryRun=All"), &configmap("dry")).await;
     assert_eq!(r.code, 201, "{}", r.text);
     let seen = wh.requests("/pure");
     assert_eq!(seen.len(), 1);
@@ -292,31 +173,18 @@ async fn dry_run_calls_side_effect_free_webhooks_with_dry_run_true_and_refuses_o
 
     // admissionregistration/v1 refuses sideEffects Some; a configuration
     // stored before (v1beta1 allowed it) is refused for dry runs.
-    let some = hook(
-        "some.example.com",
-        url_config(&wh, "/some"),
-        json!({"sideEffects": "Some"}),
-    );
+    let some = hook("some.example.com", url_config(&wh, "/some"), json!({"sideEffects": "Some"}));
     let body = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "legacy"}, "webhooks": [some.clone()]});
     let refused = s.post(VALIDATING, &body).await;
     refused.assert_status(422, "Invalid");
-    assert!(
-        refused
-            .message()
-            .contains("webhooks[0].sideEffects: Unsupported value: \"Some\""),
-        "{}",
-        refused.message()
-    );
+    assert!(refused.message().contains("webhooks[0].sideEffects: Unsupported value: \"Some\""), "{}", refused.message());
     let mut stored = body.clone();
     stored["metadata"]["uid"] = json!("0b6c7a4e-1111-4222-8333-444455556666");
     stored["metadata"]["creationTimestamp"] = json!("2024-01-01T00:00:00Z");
     stored["webhooks"][0]["failurePolicy"] = json!("Fail");
     let kv = s
         .storage
-        .create(
-            "/registry/validatingwebhookconfigurations/legacy",
-            stored.to_string().into_bytes().into(),
-        )
+        .create("/registry/validatingwebhookconfigurations/legacy", stored.to_string().into_bytes().into())
         .await
         .expect("store the legacy configuration");
     loop {
@@ -326,18 +194,10 @@ async fn dry_run_calls_side_effect_free_webhooks_with_dry_run_true_and_refuses_o
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let r = s
-        .post(&format!("{CONFIGMAPS}?dryRun=All"), &configmap("dry2"))
-        .await;
+    let r = s.post(&format!("{CONFIGMAPS}?dryRun=All"), &configmap("dry2")).await;
     r.assert_status(400, "BadRequest");
-    assert_eq!(
-        r.message(),
-        "admission webhook \"some.example.com\" does not support dry run"
-    );
-    assert!(
-        wh.requests("/some").is_empty(),
-        "not called for the dry run"
-    );
+    assert_eq!(r.message(), "admission webhook \"some.example.com\" does not support dry run");
+    assert!(wh.requests("/some").is_empty(), "not called for the dry run");
     let wet = s.post(CONFIGMAPS, &configmap("wet")).await;
     assert_eq!(wet.code, 201, "{}", wet.text);
     assert_eq!(wh.requests("/some").len(), 1);
@@ -349,35 +209,17 @@ async fn namespace_and_object_selectors_choose_the_requests_sent() {
     let wh = WebhookServer::start(&[]);
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-x", "labels": {"team": "x"}}});
     assert_eq!(s.post("/api/v1/namespaces", &ns).await.code, 201);
-    install(
-        &s,
-        VALIDATING,
-        "ns",
-        vec![hook(
-            "ns.example.com",
-            url_config(&wh, "/ns"),
-            json!({"namespaceSelector": {"matchLabels": {"team": "x"}}}),
-        )],
-    )
-    .await;
+    install(&s, VALIDATING, "ns", vec![hook("ns.example.com", url_config(&wh, "/ns"), json!({"namespaceSelector": {"matchLabels": {"team": "x"}}}))]).await;
     install(&s, VALIDATING, "obj", vec![hook("obj.example.com", url_config(&wh, "/obj"), json!({"objectSelector": {"matchExpressions": [{"key": "watched", "operator": "Exists"}]}}))]).await;
 
     assert_eq!(s.post(CONFIGMAPS, &configmap("plain")).await.code, 201);
-    assert_eq!(
-        s.post("/api/v1/namespaces/team-x/configmaps", &configmap("in-x"))
-            .await
-            .code,
-        201
-    );
+    assert_eq!(s.post("/api/v1/namespaces/team-x/configmaps", &configmap("in-x")).await.code, 201);
     let mut labelled = configmap("labelled");
     labelled["metadata"]["labels"] = json!({"watched": "yes"});
     assert_eq!(s.post(CONFIGMAPS, &labelled).await.code, 201);
 
     let names = |path: &str| -> Vec<String> {
-        wh.requests(path)
-            .iter()
-            .map(|r| r["request"]["name"].as_str().unwrap_or("").to_string())
-            .collect()
+        wh.requests(path).iter().map(|r| r["request"]["name"].as_str().unwrap_or("").to_string()).collect()
     };
     assert_eq!(names("/ns"), vec!["in-x"]);
     assert_eq!(names("/obj"), vec!["labelled"]);
@@ -387,25 +229,10 @@ async fn namespace_and_object_selectors_choose_the_requests_sent() {
 async fn webhook_warnings_are_warning_headers() {
     let s = TestServer::embedded().await;
     let wh = WebhookServer::start(&[]);
-    install(
-        &s,
-        VALIDATING,
-        "warn",
-        vec![hook(
-            "warn.example.com",
-            url_config(&wh, "/warn"),
-            json!({}),
-        )],
-    )
-    .await;
+    install(&s, VALIDATING, "warn", vec![hook("warn.example.com", url_config(&wh, "/warn"), json!({}))]).await;
     let r = s.post(CONFIGMAPS, &configmap("warned")).await;
     assert_eq!(r.code, 201, "{}", r.text);
-    let warnings: Vec<&str> = r
-        .headers
-        .get_all("warning")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
+    let warnings: Vec<&str> = r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).collect();
     assert_eq!(warnings, vec!["299 - \"configmaps here are watched\""]);
 }
 
@@ -422,36 +249,16 @@ async fn match_conditions_choose_the_requests_a_webhook_sees() {
         {"name": "labelled", "expression": "has(object.metadata.labels) && object.metadata.labels['send'] == 'yes'"},
         {"name": "creates", "expression": "request.operation == 'CREATE'"},
     ]});
-    install(
-        &s,
-        VALIDATING,
-        "cel",
-        vec![hook(
-            "cel.example.com",
-            url_config(&wh, "/allow"),
-            conditions,
-        )],
-    )
-    .await;
+    install(&s, VALIDATING, "cel", vec![hook("cel.example.com", url_config(&wh, "/allow"), conditions)]).await;
     let mut sent = configmap("sent");
     sent["metadata"]["labels"] = json!({"send": "yes"});
     assert_eq!(s.post(CONFIGMAPS, &sent).await.code, 201);
     assert_eq!(s.post(CONFIGMAPS, &configmap("not-sent")).await.code, 201);
-    let seen: Vec<String> = wh
-        .requests("/allow")
-        .iter()
-        .filter_map(|r| r["request"]["name"].as_str().map(String::from))
-        .collect();
+    let seen: Vec<String> = wh.requests("/allow").iter().filter_map(|r| r["request"]["name"].as_str().map(String::from)).collect();
     assert_eq!(seen, ["sent"]);
 
     let failing = json!({"failurePolicy": "Fail", "matchConditions": [{"name": "reads-spec", "expression": "object.spec.x == 1"}]});
-    install(
-        &s,
-        VALIDATING,
-        "cel-fail",
-        vec![hook("fail.example.com", url_config(&wh, "/allow"), failing)],
-    )
-    .await;
+    install(&s, VALIDATING, "cel-fail", vec![hook("fail.example.com", url_config(&wh, "/allow"), failing)]).await;
     let r = s.post(CONFIGMAPS, &configmap("errors")).await;
     r.assert_status(500, "InternalError");
     assert_eq!(
@@ -465,32 +272,12 @@ async fn match_conditions_rkube_cannot_evaluate_match_with_a_warning() {
     let s = TestServer::embedded().await;
     let wh = WebhookServer::start(&[]);
     let conditions = json!({"matchConditions": [{"name": "authz", "expression": "authorizer.group('').resource('pods').check('get').allowed()"}]});
-    install(
-        &s,
-        VALIDATING,
-        "cel",
-        vec![hook(
-            "cel.example.com",
-            url_config(&wh, "/allow"),
-            conditions,
-        )],
-    )
-    .await;
+    install(&s, VALIDATING, "cel", vec![hook("cel.example.com", url_config(&wh, "/allow"), conditions)]).await;
     let r = s.post(CONFIGMAPS, &configmap("with-conditions")).await;
     assert_eq!(r.code, 201, "{}", r.text);
-    let warnings: Vec<&str> = r
-        .headers
-        .get_all("warning")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
+    let warnings: Vec<&str> = r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).collect();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(
-        warnings[0].contains(
-            "webhook cel.example.com matchCondition \\\"authz\\\" uses CEL rkube cannot evaluate"
-        ),
-        "{warnings:?}"
-    );
+    assert!(warnings[0].contains("webhook cel.example.com matchCondition \\\"authz\\\" uses CEL rkube cannot evaluate"), "{warnings:?}");
     assert_eq!(wh.requests("/allow").len(), 1);
 }
 
@@ -499,24 +286,8 @@ async fn updates_send_the_old_object_and_can_be_denied() {
     let s = TestServer::embedded().await;
     let wh = WebhookServer::start(&[]);
     assert_eq!(s.post(CONFIGMAPS, &configmap("deny-later")).await.code, 201);
-    install(
-        &s,
-        VALIDATING,
-        "deny",
-        vec![hook(
-            "deny.example.com",
-            url_config(&wh, "/deny-prefix"),
-            json!({}),
-        )],
-    )
-    .await;
-    let r = s
-        .patch(
-            &format!("{CONFIGMAPS}/deny-later"),
-            "application/merge-patch+json",
-            r#"{"data":{"k":"w"}}"#,
-        )
-        .await;
+    install(&s, VALIDATING, "deny", vec![hook("deny.example.com", url_config(&wh, "/deny-prefix"), json!({}))]).await;
+    let r = s.patch(&format!("{CONFIGMAPS}/deny-later"), "application/merge-patch+json", r#"{"data":{"k":"w"}}"#).await;
     r.assert_status(400, "");
     let seen = wh.requests("/deny-prefix");
     let req = &seen[0]["request"];
@@ -524,10 +295,7 @@ async fn updates_send_the_old_object_and_can_be_denied() {
     assert_eq!(req["oldObject"]["data"], json!({"k": "v"}));
     assert_eq!(req["object"]["data"], json!({"k": "w"}));
     assert_eq!(req["options"]["kind"], "PatchOptions");
-    assert_eq!(
-        s.get(&format!("{CONFIGMAPS}/deny-later")).await.body["data"],
-        json!({"k": "v"})
-    );
+    assert_eq!(s.get(&format!("{CONFIGMAPS}/deny-later")).await.body["data"], json!({"k": "v"}));
 }
 
 #[tokio::test]
@@ -536,24 +304,13 @@ async fn service_references_resolve_through_the_services_endpoints() {
     let wh = WebhookServer::start(&["hooks.default.svc"]);
     let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "hooks"},
         "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443}]}});
-    assert_eq!(
-        s.post("/api/v1/namespaces/default/services", &svc)
-            .await
-            .code,
-        201
-    );
+    assert_eq!(s.post("/api/v1/namespaces/default/services", &svc).await.code, 201);
     let ep = json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "hooks"},
         "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "https", "port": wh.port}]}]});
     let r = s.post("/api/v1/namespaces/default/endpoints", &ep).await;
     assert_eq!(r.code, 201, "{}", r.text);
     let cc = json!({"service": {"namespace": "default", "name": "hooks", "path": "/deny-prefix"}, "caBundle": wh.ca_bundle()});
-    install(
-        &s,
-        VALIDATING,
-        "svc",
-        vec![hook("svc.example.com", cc, json!({}))],
-    )
-    .await;
+    install(&s, VALIDATING, "svc", vec![hook("svc.example.com", cc, json!({}))]).await;
     let r = s.post(CONFIGMAPS, &configmap("deny-svc")).await;
     assert_eq!(r.message(), "admission webhook \"svc.example.com\" denied the request: names starting with deny- are refused");
 }
@@ -563,42 +320,13 @@ async fn if_needed_webhooks_are_called_again_after_a_later_mutation() {
     let s = TestServer::embedded().await;
     let wh = WebhookServer::start(&[]);
     // Configurations run by name: "a-observe" first, then "b-label".
-    install(
-        &s,
-        MUTATING,
-        "a-observe",
-        vec![hook(
-            "observe.example.com",
-            url_config(&wh, "/observe"),
-            json!({"reinvocationPolicy": "IfNeeded"}),
-        )],
-    )
-    .await;
-    install(
-        &s,
-        MUTATING,
-        "b-label",
-        vec![hook(
-            "label.example.com",
-            url_config(&wh, "/add-label"),
-            json!({}),
-        )],
-    )
-    .await;
+    install(&s, MUTATING, "a-observe", vec![hook("observe.example.com", url_config(&wh, "/observe"), json!({"reinvocationPolicy": "IfNeeded"}))]).await;
+    install(&s, MUTATING, "b-label", vec![hook("label.example.com", url_config(&wh, "/add-label"), json!({}))]).await;
     assert_eq!(s.post(CONFIGMAPS, &configmap("again")).await.code, 201);
     let observed = wh.requests("/observe");
-    assert_eq!(
-        observed.len(),
-        2,
-        "called once more after the label was added"
-    );
-    assert!(observed[0]["request"]["object"]["metadata"]
-        .get("labels")
-        .is_none());
-    assert_eq!(
-        observed[1]["request"]["object"]["metadata"]["labels"][MUTATED_LABEL],
-        "true"
-    );
+    assert_eq!(observed.len(), 2, "called once more after the label was added");
+    assert!(observed[0]["request"]["object"]["metadata"].get("labels").is_none());
+    assert_eq!(observed[1]["request"]["object"]["metadata"]["labels"][MUTATED_LABEL], "true");
     assert_eq!(wh.requests("/add-label").len(), 1, "Never: not reinvoked");
 }
 
@@ -613,28 +341,14 @@ async fn invalid_configurations_are_refused_with_upstreams_422() {
         "sideEffects": "None",
         "admissionReviewVersions": ["v1"],
     });
-    let dup = hook(
-        "twice.example.com",
-        json!({"url": "https://127.0.0.1:9/"}),
-        json!({}),
-    );
+    let dup = hook("twice.example.com", json!({"url": "https://127.0.0.1:9/"}), json!({}));
     let body = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": "bad"}, "webhooks": [bad, dup.clone(), dup]});
     let r = s.post(VALIDATING, &body).await;
     r.assert_status(422, "Invalid");
     let causes: Vec<String> = r.body["details"]["causes"]
         .as_array()
-        .map(|c| {
-            c.iter()
-                .map(|c| {
-                    format!(
-                        "{}: {}",
-                        c["field"].as_str().unwrap_or(""),
-                        c["message"].as_str().unwrap_or("")
-                    )
-                })
-                .collect()
-        })
+        .map(|c| c.iter().map(|c| format!("{}: {}", c["field"].as_str().unwrap_or(""), c["message"].as_str().unwrap_or(""))).collect())
         .unwrap_or_default();
     for expected in [
         "webhooks[0].name: Invalid value: \"short\": should be a domain with at least three segments separated by dots",
@@ -647,24 +361,13 @@ async fn invalid_configurations_are_refused_with_upstreams_422() {
     ] {
         assert!(causes.iter().any(|c| c == expected), "missing {expected:?} in {causes:#?}");
     }
-    let svc = hook(
-        "svc.example.com",
-        json!({"service": {"namespace": "default", "name": "hooks", "path": "/v"}}),
-        json!({}),
-    );
+    let svc = hook("svc.example.com", json!({"service": {"namespace": "default", "name": "hooks", "path": "/v"}}), json!({}));
     let ok = s.post(MUTATING, &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": "defaults"}, "webhooks": [svc]})).await;
     assert_eq!(ok.code, 201, "{}", ok.text);
     let w = &ok.body["webhooks"][0];
     assert_eq!(w["clientConfig"]["service"]["port"], 443);
-    assert_eq!(
-        (
-            w["failurePolicy"].clone(),
-            w["timeoutSeconds"].clone(),
-            w["reinvocationPolicy"].clone()
-        ),
-        (json!("Fail"), json!(10), json!("Never"))
-    );
+    assert_eq!((w["failurePolicy"].clone(), w["timeoutSeconds"].clone(), w["reinvocationPolicy"].clone()), (json!("Fail"), json!(10), json!("Never")));
 }
 
 #[tokio::test]
@@ -679,12 +382,7 @@ async fn custom_resources_are_admitted_by_webhooks() {
             "versions": [{"name": "v1", "served": true, "storage": true,
                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
     });
-    let r = s
-        .post(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            &crd,
-        )
-        .await;
+    let r = s.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd).await;
     assert_eq!(r.code, 201, "{}", r.text);
     let path = format!("/apis/{group}/v1/namespaces/default/gadgets");
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -693,28 +391,8 @@ async fn custom_resources_are_admitted_by_webhooks() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let rules = json!([{"operations": ["CREATE"], "apiGroups": [group], "apiVersions": ["*"], "resources": ["gadgets"]}]);
-    install(
-        &s,
-        MUTATING,
-        "gadget-label",
-        vec![hook(
-            "label.example.com",
-            url_config(&wh, "/add-label"),
-            json!({"rules": rules}),
-        )],
-    )
-    .await;
-    install(
-        &s,
-        VALIDATING,
-        "gadget-deny",
-        vec![hook(
-            "deny.example.com",
-            url_config(&wh, "/deny-prefix"),
-            json!({"rules": rules}),
-        )],
-    )
-    .await;
+    install(&s, MUTATING, "gadget-label", vec![hook("label.example.com", url_config(&wh, "/add-label"), json!({"rules": rules}))]).await;
+    install(&s, VALIDATING, "gadget-deny", vec![hook("deny.example.com", url_config(&wh, "/deny-prefix"), json!({"rules": rules}))]).await;
     let gadget = |name: &str| json!({"apiVersion": format!("{group}/v1"), "kind": "Gadget", "metadata": {"name": name}});
     let denied = s.post(&path, &gadget("deny-gadget")).await;
     denied.assert_status(400, "");
@@ -723,14 +401,8 @@ async fn custom_resources_are_admitted_by_webhooks() {
     assert_eq!(ok.code, 201, "{}", ok.text);
     assert_eq!(ok.body["metadata"]["labels"][MUTATED_LABEL], "true");
     let seen = wh.requests("/deny-prefix");
-    assert_eq!(
-        seen[1]["request"]["kind"],
-        json!({"group": group, "version": "v1", "kind": "Gadget"})
-    );
-    assert_eq!(
-        seen[1]["request"]["resource"],
-        json!({"group": group, "version": "v1", "resource": "gadgets"})
-    );
+    assert_eq!(seen[1]["request"]["kind"], json!({"group": group, "version": "v1", "kind": "Gadget"}));
+    assert_eq!(seen[1]["request"]["resource"], json!({"group": group, "version": "v1", "resource": "gadgets"}));
 }
 
 #[tokio::test]
@@ -740,25 +412,11 @@ async fn deletes_are_validated_with_the_stored_object_as_old_object_and_can_be_d
     assert_eq!(s.post(CONFIGMAPS, &configmap("deny-keep")).await.code, 201);
     assert_eq!(s.post(CONFIGMAPS, &configmap("drop")).await.code, 201);
     let rules = json!([{"operations": ["DELETE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]);
-    install(
-        &s,
-        VALIDATING,
-        "guard",
-        vec![hook(
-            "guard.example.com",
-            url_config(&wh, "/deny-prefix"),
-            json!({"rules": rules}),
-        )],
-    )
-    .await;
+    install(&s, VALIDATING, "guard", vec![hook("guard.example.com", url_config(&wh, "/deny-prefix"), json!({"rules": rules}))]).await;
     let refused = s.delete(&format!("{CONFIGMAPS}/deny-keep"), None).await;
     refused.assert_status(400, "");
     assert_eq!(refused.message(), "admission webhook \"guard.example.com\" denied the request: names starting with deny- are refused");
-    assert_eq!(
-        s.get(&format!("{CONFIGMAPS}/deny-keep")).await.code,
-        200,
-        "a denied delete keeps the object"
-    );
+    assert_eq!(s.get(&format!("{CONFIGMAPS}/deny-keep")).await.code, 200, "a denied delete keeps the object");
     let r = s.delete(&format!("{CONFIGMAPS}/drop"), None).await;
     assert_eq!(r.code, 200, "{}", r.text);
     let seen = wh.requests("/deny-prefix");

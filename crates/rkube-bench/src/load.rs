@@ -42,13 +42,7 @@ pub async fn namespace_direct(storage: &Arc<dyn Storage>, ns: &str) -> anyhow::R
 }
 
 /// Writes objects `range` of `kind` into namespace `ns` straight into storage.
-pub async fn load_direct(
-    storage: &Arc<dyn Storage>,
-    kind: Kind,
-    ns: &str,
-    range: Range<usize>,
-    pb: &ProgressBar,
-) -> anyhow::Result<()> {
+pub async fn load_direct(storage: &Arc<dyn Storage>, kind: Kind, ns: &str, range: Range<usize>, pb: &ProgressBar) -> anyhow::Result<()> {
     namespace_direct(storage, ns).await?;
     futures::stream::iter(range)
         .map(|i| {
@@ -72,8 +66,7 @@ pub async fn load_direct(
 
 /// Creates namespace `ns` through the API (409 is fine).
 pub async fn namespace_http(api: &Api, ns: &str) -> Result<(), ClientError> {
-    let body =
-        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    let body = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
     match api.create("/api/v1/namespaces", &body).await {
         Ok(_) => Ok(()),
         Err(e) if e.code() == Some(409) => Ok(()),
@@ -82,14 +75,7 @@ pub async fn namespace_http(api: &Api, ns: &str) -> Result<(), ClientError> {
 }
 
 /// POSTs objects `range` of `kind` into `ns` with `in_flight` concurrent requests.
-pub async fn load_http(
-    api: &Api,
-    kind: Kind,
-    ns: &str,
-    range: Range<usize>,
-    in_flight: usize,
-    pb: &ProgressBar,
-) -> anyhow::Result<()> {
+pub async fn load_http(api: &Api, kind: Kind, ns: &str, range: Range<usize>, in_flight: usize, pb: &ProgressBar) -> anyhow::Result<()> {
     namespace_http(api, ns).await?;
     let collection = kind.collection(ns);
     futures::stream::iter(range)

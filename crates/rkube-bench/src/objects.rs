@@ -6,9 +6,7 @@
 use serde_json::{json, Value};
 
 /// Kinds the `list` and `init` scenarios load.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum, serde::Serialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// ConfigMaps of ~1 KB (KEP-2340's 300k × 1 KB configmaps).
@@ -75,12 +73,7 @@ pub fn configmap(ns: &str, name: &str, i: usize) -> Value {
 /// `len` printable characters that differ per `i` (not compressible to nothing).
 pub fn payload(i: usize, len: usize) -> String {
     let seed = format!("{i:08x}");
-    seed.chars()
-        .cycle()
-        .zip("abcdefghijklmnopqrstuvwxyz0123456789".chars().cycle())
-        .map(|(a, b)| if a == '0' { b } else { a })
-        .take(len)
-        .collect()
+    seed.chars().cycle().zip("abcdefghijklmnopqrstuvwxyz0123456789".chars().cycle()).map(|(a, b)| if a == '0' { b } else { a }).take(len).collect()
 }
 
 /// A pod of about 1.5 KB of JSON bound to `node`, Running.
@@ -191,10 +184,7 @@ pub fn service(ns: &str, name: &str) -> Value {
 
 /// The EndpointSlice of service `svc` listing `ips`.
 pub fn endpoint_slice(ns: &str, svc: &str, ips: &[String]) -> Value {
-    let endpoints: Vec<Value> = ips
-        .iter()
-        .map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}}))
-        .collect();
+    let endpoints: Vec<Value> = ips.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}})).collect();
     json!({
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",

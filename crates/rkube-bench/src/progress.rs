@@ -14,9 +14,7 @@ pub fn bar(len: u64, msg: impl Into<String>) -> ProgressBar {
     let style = if len == 0 {
         ProgressStyle::with_template("{spinner} {msg} {elapsed}")
     } else {
-        ProgressStyle::with_template(
-            "{spinner} {msg} [{bar:30}] {human_pos}/{human_len} {elapsed} (eta {eta})",
-        )
+        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {human_pos}/{human_len} {elapsed} (eta {eta})")
     };
     if let Ok(style) = style {
         pb.set_style(style.progress_chars("=> "));

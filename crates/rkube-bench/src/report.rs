@@ -64,11 +64,7 @@ pub struct Table {
 impl Table {
     /// A table with these headers and no rows.
     pub fn new(title: impl Into<String>, columns: &[&str]) -> Table {
-        Table {
-            title: title.into(),
-            columns: columns.iter().map(|c| c.to_string()).collect(),
-            rows: Vec::new(),
-        }
+        Table { title: title.into(), columns: columns.iter().map(|c| c.to_string()).collect(), rows: Vec::new() }
     }
 
     /// Appends a row (padded or cut to the number of columns).
@@ -82,20 +78,10 @@ impl Table {
     pub fn to_markdown(&self) -> String {
         let esc = |s: &str| s.replace('|', "\\|").replace('\n', " ");
         let mut out = format!("### {}\n\n", self.title);
-        out += &format!(
-            "| {} |\n",
-            self.columns
-                .iter()
-                .map(|c| esc(c))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
+        out += &format!("| {} |\n", self.columns.iter().map(|c| esc(c)).collect::<Vec<_>>().join(" | "));
         out += &format!("|{}\n", "---|".repeat(self.columns.len()));
         for row in &self.rows {
-            out += &format!(
-                "| {} |\n",
-                row.iter().map(|c| esc(c)).collect::<Vec<_>>().join(" | ")
-            );
+            out += &format!("| {} |\n", row.iter().map(|c| esc(c)).collect::<Vec<_>>().join(" | "));
         }
         out
     }
@@ -152,43 +138,25 @@ impl Report {
     }
 
     /// Records a measurement from raw samples; returns its summary (`None` when no samples).
-    pub fn measure(
-        &mut self,
-        name: &str,
-        unit: &str,
-        labels: &[(&str, String)],
-        samples: &[f64],
-    ) -> Option<Summary> {
+    pub fn measure(&mut self, name: &str, unit: &str, labels: &[(&str, String)], samples: &[f64]) -> Option<Summary> {
         let summary = Summary::of(samples)?;
         self.push_summary(name, unit, labels, summary);
         Some(summary)
     }
 
     /// Records an already summarized measurement.
-    pub fn push_summary(
-        &mut self,
-        name: &str,
-        unit: &str,
-        labels: &[(&str, String)],
-        summary: Summary,
-    ) {
+    pub fn push_summary(&mut self, name: &str, unit: &str, labels: &[(&str, String)], summary: Summary) {
         self.measurements.push(Measurement {
             name: name.to_string(),
             unit: unit.to_string(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
             summary,
         });
     }
 
     /// Records that `name` was not measured because of `reason`.
     pub fn not_measured(&mut self, name: impl Into<String>, reason: impl Into<String>) {
-        self.not_measured.push(NotMeasured {
-            name: name.into(),
-            reason: reason.into(),
-        });
+        self.not_measured.push(NotMeasured { name: name.into(), reason: reason.into() });
     }
 
     /// Adds a remark.
@@ -200,10 +168,7 @@ impl Report {
     pub fn to_markdown(&self) -> String {
         let mut out = format!("# rkube bench {}\n\n", self.scenario);
         out += &format!("- Command: `{}`\n", self.command);
-        out += &format!(
-            "- Started: {} (took {:.0} s)\n",
-            self.started_at, self.duration_seconds
-        );
+        out += &format!("- Started: {} (took {:.0} s)\n", self.started_at, self.duration_seconds);
         out += &format!("- Machine: {}\n", self.machine.one_line());
         if let Some(etcd) = &self.machine.etcd_version {
             out += &format!("- etcd: {etcd}\n");
@@ -273,9 +238,6 @@ mod tests {
         let mut t = Table::new("LIST", &["objects", "median"]);
         t.row(vec!["10,000".into(), "1 | 2".into()]);
         let md = t.to_markdown();
-        assert!(
-            md.contains("| objects | median |\n|---|---|\n| 10,000 | 1 \\| 2 |\n"),
-            "{md}"
-        );
+        assert!(md.contains("| objects | median |\n|---|---|\n| 10,000 | 1 \\| 2 |\n"), "{md}");
     }
 }

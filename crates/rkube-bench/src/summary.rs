@@ -27,15 +27,9 @@ pub fn benchmarks_md(out: &Path, commit: &str) -> anyhow::Result<String> {
     for scenario in EVERY_SCENARIO {
         let name = scenario.name();
         let json_path = out.join(format!("{name}.json"));
-        let text = std::fs::read_to_string(&json_path).with_context(|| {
-            format!(
-                "reading {} (run `rkube bench all --out {}`)",
-                json_path.display(),
-                out.display()
-            )
-        })?;
-        let report: Value = serde_json::from_str(&text)
-            .with_context(|| format!("parsing {}", json_path.display()))?;
+        let text = std::fs::read_to_string(&json_path)
+            .with_context(|| format!("reading {} (run `rkube bench all --out {}`)", json_path.display(), out.display()))?;
+        let report: Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", json_path.display()))?;
         let machine = &report["machine"];
         let measured = machine["rkube_git_commit"].as_str().unwrap_or("unknown");
         anyhow::ensure!(
@@ -49,15 +43,11 @@ pub fn benchmarks_md(out: &Path, commit: &str) -> anyhow::Result<String> {
             json_path.display()
         );
         full_commit = measured.to_string();
-        if report["command"]
-            .as_str()
-            .is_some_and(|c| c.contains("--quick"))
-        {
+        if report["command"].as_str().is_some_and(|c| c.contains("--quick")) {
             smoke.push(name);
         }
         let md_path = out.join(format!("{name}.md"));
-        let md = std::fs::read_to_string(&md_path)
-            .with_context(|| format!("reading {}", md_path.display()))?;
+        let md = std::fs::read_to_string(&md_path).with_context(|| format!("reading {}", md_path.display()))?;
         sections += &section(&md, name, out);
         sections += "\n";
     }
@@ -113,18 +103,10 @@ mod tests {
     fn write_reports(dir: &Path, commit: &str, dirty: bool, quick: bool) {
         for s in EVERY_SCENARIO {
             let name = s.name();
-            let cmd = if quick {
-                format!("rkube bench {name} --quick")
-            } else {
-                format!("rkube bench {name}")
-            };
+            let cmd = if quick { format!("rkube bench {name} --quick") } else { format!("rkube bench {name}") };
             let report = json!({"command": cmd, "machine": {"rkube_git_commit": commit, "rkube_git_dirty": dirty}});
             std::fs::write(dir.join(format!("{name}.json")), report.to_string()).unwrap();
-            std::fs::write(
-                dir.join(format!("{name}.md")),
-                format!("# rkube bench {name}\n\n| a |\n![{name} plots]({name}.svg)\n"),
-            )
-            .unwrap();
+            std::fs::write(dir.join(format!("{name}.md")), format!("# rkube bench {name}\n\n| a |\n![{name} plots]({name}.svg)\n")).unwrap();
         }
     }
 
@@ -134,17 +116,11 @@ mod tests {
         let commit = "0123456789abcdef0123456789abcdef01234567";
         write_reports(dir.path(), commit, false, false);
         let md = benchmarks_md(dir.path(), "0123456").unwrap();
-        assert!(
-            md.contains(&format!("release build of commit `{commit}`")),
-            "{md}"
-        );
+        assert!(md.contains(&format!("release build of commit `{commit}`")), "{md}");
         for s in EVERY_SCENARIO {
             let name = s.name();
             assert!(md.contains(&format!("\n## rkube bench {name}\n")), "{md}");
-            assert!(
-                md.contains(&format!("]({}/{name}.svg)", dir.path().display())),
-                "{md}"
-            );
+            assert!(md.contains(&format!("]({}/{name}.svg)", dir.path().display())), "{md}");
         }
         assert!(!md.contains("Smoke runs"));
     }
@@ -153,22 +129,13 @@ mod tests {
     fn reports_of_another_commit_or_a_dirty_tree_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         write_reports(dir.path(), "0123456789abcdef", false, false);
-        let err = benchmarks_md(dir.path(), "fedcba9")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("was measured on commit 0123456789abcdef, not fedcba9"),
-            "{err}"
-        );
+        let err = benchmarks_md(dir.path(), "fedcba9").unwrap_err().to_string();
+        assert!(err.contains("was measured on commit 0123456789abcdef, not fedcba9"), "{err}");
         write_reports(dir.path(), "0123456789abcdef", true, true);
-        let err = benchmarks_md(dir.path(), "0123456")
-            .unwrap_err()
-            .to_string();
+        let err = benchmarks_md(dir.path(), "0123456").unwrap_err().to_string();
         assert!(err.contains("uncommitted changes"), "{err}");
         write_reports(dir.path(), "0123456789abcdef", false, true);
-        assert!(benchmarks_md(dir.path(), "0123456")
-            .unwrap()
-            .contains("**Smoke runs (`--quick`)"));
+        assert!(benchmarks_md(dir.path(), "0123456").unwrap().contains("**Smoke runs (`--quick`)"));
         std::fs::remove_file(dir.path().join("watch.json")).unwrap();
         assert!(benchmarks_md(dir.path(), "0123456").is_err());
         assert!(benchmarks_md(dir.path(), "xyz").is_err());

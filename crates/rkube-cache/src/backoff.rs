@@ -31,11 +31,7 @@ impl Backoff {
             .with_factor(2.0)
             .with_jitter()
             .without_max_times();
-        Backoff {
-            delays: builder.build(),
-            builder,
-            max,
-        }
+        Backoff { delays: builder.build(), builder, max }
     }
 
     /// The next delay, in `[d, 2d)` for the current step `d`.
@@ -61,11 +57,7 @@ mod tests {
         let mut step = initial;
         for _ in 0..12 {
             let d = b.next_delay();
-            assert!(
-                d >= step && d < step * 2,
-                "{d:?} not in [{step:?}, {:?})",
-                step * 2
-            );
+            assert!(d >= step && d < step * 2, "{d:?} not in [{step:?}, {:?})", step * 2);
             step = (step * 2).min(max);
         }
         b.reset();
@@ -76,17 +68,13 @@ mod tests {
     #[test]
     fn cachers_broken_together_do_not_retry_in_lockstep() {
         // 20 cachers whose watches broke at the same moment (an etcd outage).
-        let first: Vec<Duration> = (0..20)
-            .map(|_| Backoff::new(Duration::from_millis(800), Duration::from_secs(30)).next_delay())
-            .collect();
+        let first: Vec<Duration> =
+            (0..20).map(|_| Backoff::new(Duration::from_millis(800), Duration::from_secs(30)).next_delay()).collect();
         let mut distinct = first.clone();
         distinct.sort();
         distinct.dedup();
         assert!(distinct.len() >= 15, "retries should spread out: {first:?}");
         let spread = distinct[distinct.len() - 1] - distinct[0];
-        assert!(
-            spread >= Duration::from_millis(200),
-            "spread {spread:?} of {first:?}"
-        );
+        assert!(spread >= Duration::from_millis(200), "spread {spread:?} of {first:?}");
     }
 }

@@ -21,18 +21,10 @@ pub const BOOKMARK_BEFORE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// The next bookmark time after `now` for a watcher with `deadline`, or
 /// `None` when the pre-deadline bookmark time has passed.
-pub fn next_bookmark_time(
-    now: Instant,
-    deadline: Option<Instant>,
-    frequency: Duration,
-) -> Option<Instant> {
+pub fn next_bookmark_time(now: Instant, deadline: Option<Instant>, frequency: Duration) -> Option<Instant> {
     let heartbeat = now + frequency;
-    let Some(deadline) = deadline else {
-        return Some(heartbeat);
-    };
-    let pre_timeout = deadline
-        .checked_sub(BOOKMARK_BEFORE_DEADLINE)
-        .unwrap_or(deadline);
+    let Some(deadline) = deadline else { return Some(heartbeat) };
+    let pre_timeout = deadline.checked_sub(BOOKMARK_BEFORE_DEADLINE).unwrap_or(deadline);
     let t = heartbeat.min(pre_timeout);
     (t >= now).then_some(t)
 }
@@ -47,10 +39,7 @@ pub struct BookmarkTimer {
 impl BookmarkTimer {
     /// Buckets counted from `origin`.
     pub fn new(origin: Instant) -> Self {
-        BookmarkTimer {
-            origin,
-            buckets: BTreeMap::new(),
-        }
+        BookmarkTimer { origin, buckets: BTreeMap::new() }
     }
 
     fn bucket(&self, t: Instant) -> u64 {

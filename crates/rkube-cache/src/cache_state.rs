@@ -90,11 +90,7 @@ impl CacheState {
                     }
                 };
                 let prev = self.store.insert(obj.clone());
-                let kind = if prev.is_some() {
-                    EventKind::Modified
-                } else {
-                    EventKind::Added
-                };
+                let kind = if prev.is_some() { EventKind::Modified } else { EventKind::Added };
                 CacheEvent::new(kind, obj, prev, rv, now)
             }
             StorageEventKind::Delete => {

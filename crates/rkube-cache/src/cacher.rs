@@ -19,7 +19,7 @@ use crate::dispatcher::{DispatchMsg, DispatchPolicy, Dispatcher};
 use crate::error::{CacheError, Result};
 use crate::history::Sizing;
 use crate::metrics::{CacheMetrics, ResourceMetrics};
-use crate::ready::{Readiness, ReadyState};
+use crate::ready::{ReadyState, Readiness};
 use crate::store::{CachedObject, FieldExtractor};
 use crate::watch::CacheWatch;
 use crate::watchers::Registry;
@@ -115,11 +115,7 @@ pub struct CacherConfig {
 impl CacherConfig {
     /// Defaults for `resource_prefix` (must end in `/`): dynamic history, all
     /// gates on, no extra fields, no node index, unregistered metrics.
-    pub fn new(
-        resource_prefix: impl Into<String>,
-        group: impl Into<String>,
-        resource: impl Into<String>,
-    ) -> Self {
+    pub fn new(resource_prefix: impl Into<String>, group: impl Into<String>, resource: impl Into<String>) -> Self {
         CacherConfig {
             resource_prefix: resource_prefix.into(),
             group: group.into(),
@@ -186,8 +182,7 @@ impl Inner {
     /// 3.5.13 only once the watch is synced; upstream delegates to etcd otherwise).
     pub fn consistent_read_supported(&self) -> bool {
         self.config.gates.consistent_list_from_cache
-            && (self.storage.progress_notify_reliable()
-                || self.watch_synced.load(Ordering::Acquire))
+            && (self.storage.progress_notify_reliable() || self.watch_synced.load(Ordering::Acquire))
     }
 
     /// `NotReady` with the Retry-After for the current downtime, when not ready.
@@ -200,11 +195,7 @@ impl Inner {
     }
 
     pub fn request_progress(&self) {
-        let p = self
-            .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let p = self.progress.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(p) = p {
             p.request_progress();
         }
@@ -265,11 +256,7 @@ impl Cacher {
     pub fn new(storage: Arc<dyn Storage>, config: CacherConfig) -> Arc<Cacher> {
         let now = config.clock.now();
         let metrics = ResourceMetrics::new(config.metrics.clone(), &config.group, &config.resource);
-        let state = CacheState::new(
-            config.sizing(),
-            config.index_node_name,
-            config.gates.list_from_cache_snapshot,
-        );
+        let state = CacheState::new(config.sizing(), config.index_node_name, config.gates.list_from_cache_snapshot);
         metrics.capacity(0, state.history.capacity());
         let registry = Arc::new(Mutex::new(Registry::new(now)));
         let (dispatch, dispatch_rx) = mpsc::channel(1024);
@@ -277,12 +264,7 @@ impl Cacher {
             budget: config.tuning.slow_watcher_budget,
             max_overflow: config.tuning.max_overflow,
         };
-        let dispatcher = Dispatcher::new(
-            registry.clone(),
-            metrics.clone(),
-            config.clock.clone(),
-            policy,
-        );
+        let dispatcher = Dispatcher::new(registry.clone(), metrics.clone(), config.clock.clone(), policy);
         let disabled = config.cache_disabled();
         let inner = Arc::new(Inner {
             storage,
@@ -320,11 +302,7 @@ impl Cacher {
     /// LIST straight from storage, whatever the cache's state (the storage
     /// read `opts` ask for; used while a cache that is not ready is handled
     /// as before KEP-4568). Errors as [`Cacher::list`].
-    pub async fn list_from_storage(
-        &self,
-        namespace: Option<&str>,
-        opts: &ListOptions,
-    ) -> Result<ListResult> {
+    pub async fn list_from_storage(&self, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
         delegator::list_from_storage(&self.inner, namespace, opts).await
     }
 
@@ -340,39 +318,23 @@ impl Cacher {
     /// `resource_version` None or `""` reads storage (consistent, as
     /// upstream); otherwise the cache at least as fresh as it (≤ 3 s wait,
     /// then 504). While the cache is not ready, reads storage (KEP-4568).
-    pub async fn get(
-        &self,
-        key: &str,
-        resource_version: Option<&str>,
-    ) -> Result<Option<Arc<CachedObject>>> {
+    pub async fn get(&self, key: &str, resource_version: Option<&str>) -> Result<Option<Arc<CachedObject>>> {
         let inner = &self.inner;
         let from_cache = match resource_version {
             None | Some("") => None,
-            Some(rv) => Some(
-                rkube_api::list_options::parse_resource_version(rv)
-                    .map_err(|s| CacheError::BadRequest(s.message().to_string()))?,
-            ),
+            Some(rv) => Some(rkube_api::list_options::parse_resource_version(rv).map_err(|s| CacheError::BadRequest(s.message().to_string()))?),
         };
         match from_cache {
             Some(rv) if inner.ready.get().is_ready() && !inner.config.cache_disabled() => {
-                inner
-                    .wait_until_fresh(rv, inner.consistent_read_supported())
-                    .await?;
+                inner.wait_until_fresh(rv, inner.consistent_read_supported()).await?;
                 Ok(inner.read_state().store.get(key).cloned())
             }
             _ => {
                 let full = format!("{}{}", inner.config.resource_prefix, key);
-                let Some(kv) = inner.storage.get(&full).await? else {
-                    return Ok(None);
-                };
-                Ok(CachedObject::decode(
-                    key,
-                    &kv.value,
-                    kv.mod_revision,
-                    inner.config.field_extractor,
-                )
-                .ok()
-                .map(Arc::new))
+                let Some(kv) = inner.storage.get(&full).await? else { return Ok(None) };
+                Ok(CachedObject::decode(key, &kv.value, kv.mod_revision, inner.config.field_extractor)
+                    .ok()
+                    .map(Arc::new))
             }
         }
     }
@@ -404,11 +366,7 @@ impl Cacher {
 
     /// Number of registered watchers.
     pub fn watcher_count(&self) -> usize {
-        self.inner
-            .registry
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        self.inner.registry.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Number of snapshots kept.
@@ -460,11 +418,7 @@ impl Drop for Cacher {
             t.abort();
         }
         // Close every watch now (their senders live in the registry).
-        self.inner
-            .registry
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.inner.registry.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }
 

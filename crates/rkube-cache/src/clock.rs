@@ -39,9 +39,7 @@ pub struct FakeClock {
 impl FakeClock {
     /// A clock standing at the current real instant.
     pub fn new() -> Self {
-        FakeClock {
-            now: Mutex::new(Instant::now()),
-        }
+        FakeClock { now: Mutex::new(Instant::now()) }
     }
 
     /// Moves the clock forward by `d`.

@@ -19,10 +19,7 @@ use crate::layer::Caches;
 
 /// The revision a `compact_rev_key` value names (0 when unparsable).
 fn parse_value(v: &[u8]) -> Revision {
-    std::str::from_utf8(v)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
+    std::str::from_utf8(v).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
 }
 
 /// Watches `compact_rev_key` and tells `caches` every compaction (until aborted).
@@ -53,16 +50,10 @@ async fn follow(storage: &dyn Storage, caches: &Caches) -> Result<(), StorageErr
     let mut stream = watch.stream;
     while let Some(msg) = stream.next().await {
         if let WatchResponse::Events(events) = msg? {
-            for ev in events
-                .iter()
-                .filter(|e| e.kind == EventKind::Put && e.kv.key == COMPACT_REV_KEY)
-            {
+            for ev in events.iter().filter(|e| e.kind == EventKind::Put && e.kv.key == COMPACT_REV_KEY) {
                 let rev = parse_value(&ev.kv.value);
                 if rev > 0 {
-                    tracing::debug!(
-                        revision = rev,
-                        "storage compacted; dropping older snapshots"
-                    );
+                    tracing::debug!(revision = rev, "storage compacted; dropping older snapshots");
                 }
                 caches.on_compaction(rev);
             }

@@ -87,25 +87,17 @@ impl ConsistencyMetrics {
     }
 
     fn labels(group: &str, resource: &str, status: &str) -> Vec<(&'static str, String)> {
-        vec![
-            ("group", group.to_string()),
-            ("resource", resource.to_string()),
-            ("status", status.to_string()),
-        ]
+        vec![("group", group.to_string()), ("resource", resource.to_string()), ("status", status.to_string())]
     }
 
     /// Counts one check.
     pub fn record(&self, group: &str, resource: &str, status: &str) {
-        self.checks
-            .get_or_create(&Self::labels(group, resource, status))
-            .inc();
+        self.checks.get_or_create(&Self::labels(group, resource, status)).inc();
     }
 
     /// Checks so far with these labels.
     pub fn count(&self, group: &str, resource: &str, status: &str) -> u64 {
-        self.checks
-            .get_or_create(&Self::labels(group, resource, status))
-            .get()
+        self.checks.get_or_create(&Self::labels(group, resource, status)).get()
     }
 }
 
@@ -182,30 +174,16 @@ pub async fn digests(storage: &dyn Storage, entry: &CacheEntry) -> Result<Digest
     if !cacher.ready_state().is_ready() {
         return Err(CheckError::NotReady);
     }
-    let query = if cacher.config().gates.consistent_list_from_cache {
-        ""
-    } else {
-        "resourceVersion=0"
-    };
-    let opts =
-        ListOptions::from_query(query).map_err(|s| CheckError::Cache(s.message().to_string()))?;
-    let list = cacher
-        .list(None, &opts)
-        .await
-        .map_err(|e| CheckError::Cache(e.to_string()))?;
+    let query = if cacher.config().gates.consistent_list_from_cache { "" } else { "resourceVersion=0" };
+    let opts = ListOptions::from_query(query).map_err(|s| CheckError::Cache(s.message().to_string()))?;
+    let list = cacher.list(None, &opts).await.map_err(|e| CheckError::Cache(e.to_string()))?;
     if list.served_from != crate::ServedFrom::Cache {
-        return Err(CheckError::Cache(
-            "the cache did not catch up with storage in time".into(),
-        ));
+        return Err(CheckError::Cache("the cache did not catch up with storage in time".into()));
     }
     let rv = list.resource_version;
     let mut cache = Fnv1::default();
     for o in &list.items {
-        cache.add_object(
-            o.namespace.as_deref().unwrap_or(""),
-            &o.name,
-            o.resource_version,
-        );
+        cache.add_object(o.namespace.as_deref().unwrap_or(""), &o.name, o.resource_version);
     }
     drop(list);
 
@@ -215,36 +193,18 @@ pub async fn digests(storage: &dyn Storage, entry: &CacheEntry) -> Result<Digest
     let mut hash = Fnv1::default();
     loop {
         let resp = storage
-            .range(RangeRequest {
-                start: start.clone(),
-                end: end.clone(),
-                revision: rv,
-                limit: PAGE,
-                count_only: false,
-            })
+            .range(RangeRequest { start: start.clone(), end: end.clone(), revision: rv, limit: PAGE, count_only: false })
             .await?;
         for kv in &resp.kvs {
-            let Some(key) = kv.key.strip_prefix(prefix.as_str()) else {
-                continue;
-            };
-            let Ok(m) = serde_json::from_slice::<MetaOnly>(&kv.value) else {
-                continue;
-            };
+            let Some(key) = kv.key.strip_prefix(prefix.as_str()) else { continue };
+            let Ok(m) = serde_json::from_slice::<MetaOnly>(&kv.value) else { continue };
             // The cache's rule: metadata first, the key's parts when missing.
             let (key_ns, key_name) = match key.rsplit_once('/') {
                 Some((ns, name)) => (ns, name),
                 None => ("", key),
             };
-            let ns = m
-                .metadata
-                .namespace
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| key_ns.to_string());
-            let name = m
-                .metadata
-                .name
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| key_name.to_string());
+            let ns = m.metadata.namespace.filter(|s| !s.is_empty()).unwrap_or_else(|| key_ns.to_string());
+            let name = m.metadata.name.filter(|s| !s.is_empty()).unwrap_or_else(|| key_name.to_string());
             hash.add_object(&ns, &name, kv.mod_revision);
         }
         match resp.kvs.last() {
@@ -252,19 +212,11 @@ pub async fn digests(storage: &dyn Storage, entry: &CacheEntry) -> Result<Digest
             _ => break,
         }
     }
-    Ok(Digests {
-        resource_version: rv,
-        cache: cache.sum(),
-        storage: hash.sum(),
-    })
+    Ok(Digests { resource_version: rv, cache: cache.sum(), storage: hash.sum() })
 }
 
 /// Runs one check of `entry` and acts on it; returns the status label.
-pub async fn check(
-    storage: &dyn Storage,
-    entry: &CacheEntry,
-    metrics: &ConsistencyMetrics,
-) -> &'static str {
+pub async fn check(storage: &dyn Storage, entry: &CacheEntry, metrics: &ConsistencyMetrics) -> &'static str {
     let (group, resource) = (entry.info.group, entry.info.resource);
     let d = match digests(storage, entry).await {
         Ok(d) => d,
@@ -279,11 +231,7 @@ pub async fn check(
         metrics.record(group, resource, "success");
         if entry.purged.swap(false, Ordering::AcqRel) {
             entry.cacher.resume_snapshots();
-            tracing::info!(
-                group,
-                resource,
-                "cache is consistent again; serving LISTs from snapshots"
-            );
+            tracing::info!(group, resource, "cache is consistent again; serving LISTs from snapshots");
         }
         return "success";
     }
@@ -338,11 +286,8 @@ mod tests {
     #[test]
     fn fnv1_64_matches_go_hash_fnv_new64() {
         // Reference values of FNV-1 64 (not FNV-1a).
-        let cases: [(&[u8], u64); 3] = [
-            (b"", 0xcbf29ce484222325),
-            (b"a", 0xaf63bd4c8601b7be),
-            (b"foobar", 0x340d8765a4dda9c2),
-        ];
+        let cases: [(&[u8], u64); 3] =
+            [(b"", 0xcbf29ce484222325), (b"a", 0xaf63bd4c8601b7be), (b"foobar", 0x340d8765a4dda9c2)];
         for (input, want) in cases {
             let mut h = Fnv1::default();
             h.write(input);

@@ -26,14 +26,10 @@ pub fn served(info: &ResourceInfo, obj: Arc<CachedObject>) -> Arc<CachedObject> 
     if info.conversion.is_none() {
         return obj;
     }
-    let Ok(v) = serde_json::from_slice::<Value>(&obj.json) else {
-        return obj;
-    };
+    let Ok(v) = serde_json::from_slice::<Value>(&obj.json) else { return obj };
     let mut v = info.to_served(v);
     rkube_api::wire::order_object_keys(&mut v);
-    let Ok(json) = serde_json::to_vec(&v) else {
-        return obj;
-    };
+    let Ok(json) = serde_json::to_vec(&v) else { return obj };
     let mut out = (*obj).clone();
     out.json = json.into();
     out.encodings = Default::default();
@@ -52,14 +48,8 @@ pub fn served_event(info: &ResourceInfo, ev: WatchEvent) -> WatchEvent {
 
 /// `opts` with its field selector in the stored row's labels (borrowed
 /// unchanged when nothing is renamed).
-pub fn stored_options<'a>(
-    info: &ResourceInfo,
-    opts: &'a ListOptions,
-) -> std::borrow::Cow<'a, ListOptions> {
-    let renames = opts
-        .field_selector
-        .fields()
-        .any(|f| info.stored_field_label(f) != f);
+pub fn stored_options<'a>(info: &ResourceInfo, opts: &'a ListOptions) -> std::borrow::Cow<'a, ListOptions> {
+    let renames = opts.field_selector.fields().any(|f| info.stored_field_label(f) != f);
     if !renames {
         return std::borrow::Cow::Borrowed(opts);
     }
@@ -85,18 +75,11 @@ mod tests {
     #[test]
     fn events_v1_selectors_use_core_labels() {
         let v1 = rkube_api::registry::lookup("events.k8s.io", "v1", "events").unwrap();
-        let opts =
-            ListOptions::from_query("fieldSelector=regarding.name%3Dp,type%3DNormal").unwrap();
+        let opts = ListOptions::from_query("fieldSelector=regarding.name%3Dp,type%3DNormal").unwrap();
         let stored = stored_options(v1, &opts);
         let fields: Vec<&str> = stored.field_selector.fields().collect();
-        assert!(
-            fields.contains(&"involvedObject.name") && fields.contains(&"type"),
-            "{fields:?}"
-        );
+        assert!(fields.contains(&"involvedObject.name") && fields.contains(&"type"), "{fields:?}");
         let core = rkube_api::registry::lookup("", "v1", "events").unwrap();
-        assert!(matches!(
-            stored_options(core, &opts),
-            std::borrow::Cow::Borrowed(_)
-        ));
+        assert!(matches!(stored_options(core, &opts), std::borrow::Cow::Borrowed(_)));
     }
 }

@@ -65,13 +65,7 @@ impl Dispatcher {
         clock: Arc<dyn Clock>,
         policy: DispatchPolicy,
     ) -> Self {
-        Dispatcher {
-            registry,
-            metrics,
-            clock,
-            policy,
-            dispatched_rv: 0,
-        }
+        Dispatcher { registry, metrics, clock, policy, dispatched_rv: 0 }
     }
 
     fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
@@ -185,9 +179,7 @@ impl Dispatcher {
                 let deadline = w.deadline;
                 // A next time within this tick means the pre-deadline bookmark
                 // was just sent (buckets are 1 s wide): it was the last one.
-                if let Some(t) = next_bookmark_time(now, deadline, BOOKMARK_FREQUENCY)
-                    .filter(|t| *t >= now + BOOKMARK_TICK)
-                {
+                if let Some(t) = next_bookmark_time(now, deadline, BOOKMARK_FREQUENCY).filter(|t| *t >= now + BOOKMARK_TICK) {
                     reg.bookmarks.schedule(id, t);
                 }
             }
@@ -225,9 +217,7 @@ impl Dispatcher {
 
 impl std::fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dispatcher")
-            .field("dispatched_rv", &self.dispatched_rv)
-            .finish_non_exhaustive()
+        f.debug_struct("Dispatcher").field("dispatched_rv", &self.dispatched_rv).finish_non_exhaustive()
     }
 }
 
@@ -244,33 +234,14 @@ mod tests {
     use serde_json::Value;
 
     fn pod_fields(v: &Value) -> Vec<(String, String)> {
-        let node = v
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let node = v.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
         vec![(NODE_NAME_FIELD.to_string(), node.to_string())]
     }
 
     fn event(name: &str, node: &str, rv: i64) -> DispatchMsg {
-        let json = format!(
-            r#"{{"metadata":{{"name":"{name}","namespace":"d"}},"spec":{{"nodeName":"{node}"}}}}"#
-        );
-        let obj = Arc::new(
-            CachedObject::decode(
-                &format!("d/{name}"),
-                json.as_bytes(),
-                rv,
-                crate::store::FieldExtractor::Fn(pod_fields),
-            )
-            .unwrap(),
-        );
-        let ev = CacheEvent::new(
-            EventKind::Modified,
-            obj.clone(),
-            Some(obj),
-            rv,
-            tokio::time::Instant::now(),
-        );
+        let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"d"}},"spec":{{"nodeName":"{node}"}}}}"#);
+        let obj = Arc::new(CachedObject::decode(&format!("d/{name}"), json.as_bytes(), rv, crate::store::FieldExtractor::Fn(pod_fields)).unwrap());
+        let ev = CacheEvent::new(EventKind::Modified, obj.clone(), Some(obj), rv, tokio::time::Instant::now());
         DispatchMsg::Event(Arc::new(ev))
     }
 
@@ -283,25 +254,11 @@ mod tests {
     async fn queued_events_reach_a_reading_watcher_while_other_events_keep_coming() {
         let registry = Arc::new(Mutex::new(Registry::new(tokio::time::Instant::now())));
         let metrics = ResourceMetrics::new(CacheMetrics::unregistered(), "", "pods");
-        let policy = DispatchPolicy {
-            budget: Duration::from_secs(5),
-            max_overflow: 100,
-        };
-        let dispatcher = Dispatcher::new(
-            registry.clone(),
-            metrics.clone(),
-            Arc::new(TokioClock),
-            policy,
-        );
-        let pred = Predicate {
-            field: FieldSelector::one_term(NODE_NAME_FIELD, "a"),
-            ..Default::default()
-        };
+        let policy = DispatchPolicy { budget: Duration::from_secs(5), max_overflow: 100 };
+        let dispatcher = Dispatcher::new(registry.clone(), metrics.clone(), Arc::new(TokioClock), policy);
+        let pred = Predicate { field: FieldSelector::one_term(NODE_NAME_FIELD, "a"), ..Default::default() };
         let (tx, mut rx) = mpsc::channel(2);
-        registry.lock().unwrap().add(
-            Watcher::new(Arc::new(pred), 0, false, None, tx),
-            tokio::time::Instant::now(),
-        );
+        registry.lock().unwrap().add(Watcher::new(Arc::new(pred), 0, false, None, tx), tokio::time::Instant::now());
         let (dtx, drx) = mpsc::channel(16);
         let task = tokio::spawn(dispatcher.run(drx));
 
@@ -330,11 +287,7 @@ mod tests {
                 break;
             }
         }
-        assert_eq!(
-            got,
-            [1, 2, 3, 4, 5],
-            "queued events delivered in order while node b stayed busy"
-        );
+        assert_eq!(got, [1, 2, 3, 4, 5], "queued events delivered in order while node b stayed busy");
         assert!(rv <= 5 + 4, "the queued events waited {} ms", (rv - 5) * 5);
         assert_eq!(metrics.terminated_watchers(), 0);
         assert!(!matches!(rx.try_recv(), Ok(WatchEvent::Error(_))));

@@ -68,18 +68,14 @@ impl From<CacheError> for Status {
             CacheError::NotReady { retry_after_secs } => {
                 Status::too_many_requests("storage is (re)initializing", retry_after_secs)
             }
-            CacheError::TooOldResourceVersion { requested, oldest } => {
-                Status::too_old_resource_version(requested, oldest)
-            }
+            CacheError::TooOldResourceVersion { requested, oldest } => Status::too_old_resource_version(requested, oldest),
             CacheError::TooLargeResourceVersion { requested, current } => {
                 Status::too_large_resource_version(requested, current)
             }
             CacheError::Expired { message } => Status::expired(message),
             CacheError::BadRequest(msg) => Status::bad_request(msg),
             CacheError::Storage(s) => storage_status(s, Target::default(), StorageOp::List),
-            CacheError::NotReadyTimeout => {
-                Status::service_unavailable("storage is (re)initializing")
-            }
+            CacheError::NotReadyTimeout => Status::service_unavailable("storage is (re)initializing"),
             CacheError::Stopped => Status::service_unavailable("apiserver cacher is stopped"),
         }
     }
@@ -137,11 +133,7 @@ pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
 /// client's retries time out; rkube fails fast with a 503 and `Retry-After`,
 /// which every client retries the same way.
 pub fn storage_status(err: StorageError, target: Target<'_>, op: StorageOp) -> Status {
-    let Target {
-        group,
-        resource,
-        name,
-    } = target;
+    let Target { group, resource, name } = target;
     match err {
         StorageError::NotFound { .. } => Status::not_found(group, resource, name),
         StorageError::AlreadyExists { .. } => Status::already_exists(group, resource, name),
@@ -190,49 +182,18 @@ mod tests {
     fn errors_map_to_the_status_a_client_sees() {
         // (error, code, reason, message contains)
         let cases = [
+            (CacheError::NotReady { retry_after_secs: 3 }, 429, "TooManyRequests", "storage is (re)initializing"),
+            (CacheError::TooOldResourceVersion { requested: 5, oldest: 9 }, 410, "Expired", "too old resource version: 5 (9)"),
             (
-                CacheError::NotReady {
-                    retry_after_secs: 3,
-                },
-                429,
-                "TooManyRequests",
-                "storage is (re)initializing",
-            ),
-            (
-                CacheError::TooOldResourceVersion {
-                    requested: 5,
-                    oldest: 9,
-                },
-                410,
-                "Expired",
-                "too old resource version: 5 (9)",
-            ),
-            (
-                CacheError::TooLargeResourceVersion {
-                    requested: 50,
-                    current: 9,
-                },
+                CacheError::TooLargeResourceVersion { requested: 50, current: 9 },
                 504,
                 "Timeout",
                 "Too large resource version: 50, current: 9",
             ),
+            (CacheError::BadRequest("bad".into()), 400, "BadRequest", "bad"),
+            (CacheError::NotReadyTimeout, 503, "ServiceUnavailable", "storage is (re)initializing"),
             (
-                CacheError::BadRequest("bad".into()),
-                400,
-                "BadRequest",
-                "bad",
-            ),
-            (
-                CacheError::NotReadyTimeout,
-                503,
-                "ServiceUnavailable",
-                "storage is (re)initializing",
-            ),
-            (
-                CacheError::Storage(StorageError::Compacted {
-                    requested: 1,
-                    compacted: 5,
-                }),
+                CacheError::Storage(StorageError::Compacted { requested: 1, compacted: 5 }),
                 410,
                 "Expired",
                 EXPIRED_LIST_MESSAGE,
@@ -243,56 +204,22 @@ mod tests {
             assert_eq!((s.code(), s.reason()), (code, reason), "{err:?}");
             assert!(s.message().contains(msg), "{err:?}: {}", s.message());
         }
-        let s = Status::from(CacheError::NotReady {
-            retry_after_secs: 3,
-        });
+        let s = Status::from(CacheError::NotReady { retry_after_secs: 3 });
         assert_eq!(s.retry_after(), Some(3));
-        let s = Status::from(CacheError::TooLargeResourceVersion {
-            requested: 2,
-            current: 1,
-        });
+        let s = Status::from(CacheError::TooLargeResourceVersion { requested: 2, current: 1 });
         assert_eq!(s.retry_after(), Some(1));
         // A storage failure inside a cache read maps like any other storage failure.
-        let s = Status::from(CacheError::Storage(StorageError::Unavailable(
-            "down".into(),
-        )));
-        assert_eq!(
-            (s.code(), s.reason(), s.message(), s.retry_after()),
-            (
-                503,
-                "ServiceUnavailable",
-                "storage unavailable: down",
-                Some(1)
-            )
-        );
+        let s = Status::from(CacheError::Storage(StorageError::Unavailable("down".into())));
+        assert_eq!((s.code(), s.reason(), s.message(), s.retry_after()), (503, "ServiceUnavailable", "storage unavailable: down", Some(1)));
     }
 
     #[test]
     fn storage_errors_map_to_upstream_status_in_one_place() {
-        let pod = Target {
-            group: "",
-            resource: "pods",
-            name: "web",
-        };
-        let deploy = Target {
-            group: "apps",
-            resource: "deployments",
-            name: "d",
-        };
-        let compacted = || StorageError::Compacted {
-            requested: 3,
-            compacted: 8,
-        };
+        let pod = Target { group: "", resource: "pods", name: "web" };
+        let deploy = Target { group: "apps", resource: "deployments", name: "d" };
+        let compacted = || StorageError::Compacted { requested: 3, compacted: 8 };
         // (error, target, op, code, reason, message, Retry-After)
-        type Case<'a> = (
-            StorageError,
-            Target<'a>,
-            StorageOp,
-            u16,
-            &'a str,
-            String,
-            Option<u64>,
-        );
+        type Case<'a> = (StorageError, Target<'a>, StorageOp, u16, &'a str, String, Option<u64>);
         let cases: Vec<Case> = vec![
             (StorageError::NotFound { key: "k".into() }, pod, StorageOp::Object, 404, "NotFound", r#"pods "web" not found"#.into(), None),
             (StorageError::NotFound { key: "k".into() }, deploy, StorageOp::Object, 404, "NotFound", r#"deployments.apps "d" not found"#.into(), None),
@@ -325,20 +252,9 @@ mod tests {
         ];
         for (err, target, op, code, reason, message, retry) in cases {
             let s = storage_status(err.clone(), target, op);
-            assert_eq!(
-                (s.code(), s.reason(), s.message(), s.retry_after()),
-                (code, reason, message.as_str(), retry),
-                "{err:?} {op:?}"
-            );
+            assert_eq!((s.code(), s.reason(), s.message(), s.retry_after()), (code, reason, message.as_str(), retry), "{err:?} {op:?}");
         }
-        let s = storage_status(
-            StorageError::FutureRevision {
-                requested: 50,
-                current: 9,
-            },
-            pod,
-            StorageOp::List,
-        );
+        let s = storage_status(StorageError::FutureRevision { requested: 50, current: 9 }, pod, StorageOp::List);
         let cause = &s.details.as_ref().expect("details").causes[0];
         assert_eq!(cause.reason, "ResourceVersionTooLarge");
     }

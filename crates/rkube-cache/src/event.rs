@@ -56,14 +56,7 @@ impl CacheEvent {
         resource_version: i64,
         record_time: Instant,
     ) -> Self {
-        CacheEvent {
-            kind,
-            object,
-            prev_object,
-            resource_version,
-            record_time,
-            prev_at_event_rv: OnceLock::new(),
-        }
+        CacheEvent { kind, object, prev_object, resource_version, record_time, prev_at_event_rv: OnceLock::new() }
     }
 
     /// The previous state re-stamped with this event's revision (serialized
@@ -73,11 +66,7 @@ impl CacheEvent {
         if self.kind == EventKind::Deleted {
             return Some(self.object.clone());
         }
-        Some(
-            self.prev_at_event_rv
-                .get_or_init(|| Arc::new(prev.with_resource_version(self.resource_version)))
-                .clone(),
-        )
+        Some(self.prev_at_event_rv.get_or_init(|| Arc::new(prev.with_resource_version(self.resource_version))).clone())
     }
 }
 
@@ -153,11 +142,9 @@ impl WatchEvent {
                 b.freeze()
             }
             WatchEvent::Bookmark(bm) => {
-                let mut meta =
-                    serde_json::json!({ "resourceVersion": bm.resource_version.to_string() });
+                let mut meta = serde_json::json!({ "resourceVersion": bm.resource_version.to_string() });
                 if bm.initial_events_end {
-                    meta["annotations"] =
-                        serde_json::json!({ INITIAL_EVENTS_END_ANNOTATION: "true" });
+                    meta["annotations"] = serde_json::json!({ INITIAL_EVENTS_END_ANNOTATION: "true" });
                 }
                 let line = serde_json::json!({
                     "type": type_name,

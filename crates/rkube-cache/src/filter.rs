@@ -24,10 +24,7 @@ pub struct Predicate {
 impl Predicate {
     /// Selects everything in `namespace`.
     pub fn namespace(namespace: Option<&str>) -> Self {
-        Predicate {
-            namespace: namespace.map(str::to_string),
-            ..Default::default()
-        }
+        Predicate { namespace: namespace.map(str::to_string), ..Default::default() }
     }
 
     /// The selection of a LIST or WATCH request: `namespace` plus the
@@ -57,7 +54,6 @@ impl Predicate {
                 return false;
             }
         }
-        self.label.matches_btree(&obj.labels)
-            && self.field.matches(|f| obj.field(f).map(str::to_string))
+        self.label.matches_btree(&obj.labels) && self.field.matches(|f| obj.field(f).map(str::to_string))
     }
 }

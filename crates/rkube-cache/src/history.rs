@@ -91,11 +91,7 @@ impl History {
     /// An empty history sized by `sizing`.
     pub fn new(sizing: Sizing) -> Self {
         let (capacity, lower, upper) = match sizing {
-            Sizing::Dynamic => (
-                LOWER_BOUND_CAPACITY,
-                LOWER_BOUND_CAPACITY,
-                UPPER_BOUND_CAPACITY,
-            ),
+            Sizing::Dynamic => (LOWER_BOUND_CAPACITY, LOWER_BOUND_CAPACITY, UPPER_BOUND_CAPACITY),
             Sizing::Fixed(n) => {
                 let n = n.max(1);
                 (n, n, n)
@@ -143,10 +139,7 @@ impl History {
 
     /// Adds `event` (received at `event.record_time`), resizing first.
     pub fn push(&mut self, event: Arc<CacheEvent>) -> PushOutcome {
-        let mut out = PushOutcome {
-            resized: self.resize(event.record_time),
-            evicted: false,
-        };
+        let mut out = PushOutcome { resized: self.resize(event.record_time), evicted: false };
         while self.events.len() > self.capacity {
             self.events.pop_front();
             out.evicted = true;
@@ -197,10 +190,7 @@ impl History {
     pub fn since(&self, rv: i64) -> Result<Vec<Arc<CacheEvent>>> {
         let oldest = self.oldest_watchable_rv()?;
         if rv < oldest {
-            return Err(HistoryError::TooOld {
-                requested: rv,
-                oldest,
-            });
+            return Err(HistoryError::TooOld { requested: rv, oldest });
         }
         let first = self.events.partition_point(|e| e.resource_version <= rv);
         Ok(self.events.range(first..).cloned().collect())
@@ -215,20 +205,8 @@ mod tests {
     use crate::store::{CachedObject, FieldExtractor};
 
     fn ev(rv: i64, at: Instant) -> Arc<CacheEvent> {
-        let o = CachedObject::decode(
-            "ns/a",
-            br#"{"metadata":{"name":"a"}}"#,
-            rv,
-            FieldExtractor::None,
-        )
-        .unwrap();
-        Arc::new(CacheEvent::new(
-            EventKind::Modified,
-            Arc::new(o),
-            None,
-            rv,
-            at,
-        ))
+        let o = CachedObject::decode("ns/a", br#"{"metadata":{"name":"a"}}"#, rv, FieldExtractor::None).unwrap();
+        Arc::new(CacheEvent::new(EventKind::Modified, Arc::new(o), None, rv, at))
     }
 
     #[test]
@@ -266,11 +244,7 @@ mod tests {
             h.push(ev(rv, clock.now()));
             caps.push(h.capacity());
         }
-        assert_eq!(
-            caps,
-            [100, 100, 100, 100],
-            "halves once full and stale, floor 100"
-        );
+        assert_eq!(caps, [100, 100, 100, 100], "halves once full and stale, floor 100");
         assert!(h.len() <= 100);
     }
 
@@ -306,13 +280,7 @@ mod tests {
         // Before any eviction, everything after the list RV is available.
         h.push(ev(11, clock.now()));
         assert_eq!(h.since(10).unwrap().len(), 1);
-        assert_eq!(
-            h.since(9).err(),
-            Some(HistoryError::TooOld {
-                requested: 9,
-                oldest: 10
-            })
-        );
+        assert_eq!(h.since(9).err(), Some(HistoryError::TooOld { requested: 9, oldest: 10 }));
         for rv in 12..=15 {
             h.push(ev(rv, clock.now()));
         }
@@ -322,18 +290,10 @@ mod tests {
             (13, Ok(vec![14, 15])),
             (15, Ok(vec![])),
             (99, Ok(vec![])),
-            (
-                10,
-                Err(HistoryError::TooOld {
-                    requested: 10,
-                    oldest: 11,
-                }),
-            ),
+            (10, Err(HistoryError::TooOld { requested: 10, oldest: 11 })),
         ];
         for (rv, want) in cases {
-            let got = h
-                .since(*rv)
-                .map(|v| v.iter().map(|e| e.resource_version).collect::<Vec<_>>());
+            let got = h.since(*rv).map(|v| v.iter().map(|e| e.resource_version).collect::<Vec<_>>());
             assert_eq!(&got, want, "since({rv})");
         }
     }

@@ -49,10 +49,7 @@ impl NodeIndex {
             }
         }
         if let Some(n) = new {
-            self.by_node
-                .entry(Self::node_of(n).to_string())
-                .or_default()
-                .insert(n.key.clone());
+            self.by_node.entry(Self::node_of(n).to_string()).or_default().insert(n.key.clone());
         }
     }
 
@@ -73,24 +70,13 @@ mod tests {
     use serde_json::Value;
 
     fn pod_fields(v: &Value) -> Vec<(String, String)> {
-        let node = v
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let node = v.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
         vec![(NODE_NAME_FIELD.to_string(), node.to_string())]
     }
 
     fn pod(name: &str, node: &str) -> CachedObject {
-        let json = format!(
-            r#"{{"metadata":{{"name":"{name}","namespace":"d"}},"spec":{{"nodeName":"{node}"}}}}"#
-        );
-        CachedObject::decode(
-            &format!("d/{name}"),
-            json.as_bytes(),
-            1,
-            crate::store::FieldExtractor::Fn(pod_fields),
-        )
-        .unwrap()
+        let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"d"}},"spec":{{"nodeName":"{node}"}}}}"#);
+        CachedObject::decode(&format!("d/{name}"), json.as_bytes(), 1, crate::store::FieldExtractor::Fn(pod_fields)).unwrap()
     }
 
     #[test]

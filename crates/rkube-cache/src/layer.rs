@@ -31,11 +31,11 @@ use crate::cacher::{Cacher, CacherConfig, FeatureGates};
 use crate::consistency::ConsistencyMetrics;
 use crate::delegator::ListResult;
 use crate::error::{CacheError, Result};
+use crate::store::CachedObject;
+use crate::watch::CacheWatch;
 use crate::metrics::CacheMetrics;
 use crate::storage_readiness::StorageReadiness;
-use crate::store::CachedObject;
 use crate::store::FieldExtractor;
-use crate::watch::CacheWatch;
 
 /// Settings of the layer (kube-apiserver's flags; parsed by the API server).
 #[derive(Debug, Clone, PartialEq)]
@@ -79,11 +79,7 @@ impl Default for CacheLayerOptions {
 /// The history size `sizes` gives `resource` of `group`: `None` = dynamic.
 /// Events default to 0, not cached (upstream `DefaultWatchCacheSizes`).
 pub fn size_of(sizes: &BTreeMap<String, usize>, group: &str, resource: &str) -> Option<usize> {
-    let n = if group.is_empty() {
-        sizes.get(resource)
-    } else {
-        sizes.get(&format!("{resource}.{group}"))
-    };
+    let n = if group.is_empty() { sizes.get(resource) } else { sizes.get(&format!("{resource}.{group}")) };
     n.copied().or((resource == "events").then_some(0))
 }
 
@@ -123,20 +119,13 @@ pub struct Caches {
 impl Caches {
     /// The entries, in the order they were added.
     pub fn entries(&self) -> Vec<Arc<CacheEntry>> {
-        self.entries
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .list
-            .clone()
+        self.entries.read().unwrap_or_else(|e| e.into_inner()).list.clone()
     }
 
     /// The entry of `info`'s group and resource.
     pub fn find(&self, info: &ResourceInfo) -> Option<Arc<CacheEntry>> {
         let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-        entries
-            .by_resource
-            .get(&(info.group, info.resource))
-            .map(|i| entries.list[*i].clone())
+        entries.by_resource.get(&(info.group, info.resource)).map(|i| entries.list[*i].clone())
     }
 
     /// Adds `entry` unless its resource has one; returns the entry in place.
@@ -193,9 +182,7 @@ pub struct CacheLayer {
 
 impl std::fmt::Debug for CacheLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CacheLayer")
-            .field("caches", &self.caches.entries().len())
-            .finish_non_exhaustive()
+        f.debug_struct("CacheLayer").field("caches", &self.caches.entries().len()).finish_non_exhaustive()
     }
 }
 
@@ -223,20 +210,13 @@ impl CacheLayer {
         let mut registry = prometheus_client::registry::Registry::default();
         let mut tasks = Vec::new();
         if runtime && !options.compaction_interval.is_zero() {
-            let compactor = rkube_storage::compactor::spawn_compactor(
-                storage.clone(),
-                options.compaction_interval,
-            );
+            let compactor = rkube_storage::compactor::spawn_compactor(storage.clone(), options.compaction_interval);
             tasks.push(compactor.abort_handle());
         }
         // With `--watch-cache=false` no cache family is exposed, as upstream.
-        let metrics = if options.enabled {
-            CacheMetrics::register(&mut registry)
-        } else {
-            CacheMetrics::unregistered()
-        };
-        let checker_runs = options.enabled
-            && (options.detect_cache_inconsistency || crate::consistency::abort_on_mismatch());
+        let metrics = if options.enabled { CacheMetrics::register(&mut registry) } else { CacheMetrics::unregistered() };
+        let checker_runs =
+            options.enabled && (options.detect_cache_inconsistency || crate::consistency::abort_on_mismatch());
         // Without the checker the family is not exposed at all (upstream
         // shows no series for a counter vector nobody incremented).
         let consistency = checker_runs.then(|| ConsistencyMetrics::register(&mut registry));
@@ -263,11 +243,7 @@ impl CacheLayer {
         let readiness = if layer.options.enabled && layer.options.post_start_hook {
             let timeout = layer.options.storage_initialization_timeout;
             let (r, task) = crate::storage_readiness::spawn_hook(layer.caches.clone(), timeout);
-            layer
-                .tasks
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(task.abort_handle());
+            layer.tasks.lock().unwrap_or_else(|e| e.into_inner()).push(task.abort_handle());
             r
         } else {
             StorageReadiness::passed()
@@ -286,26 +262,15 @@ impl CacheLayer {
         if let Some(e) = self.caches.find(info) {
             return e;
         }
-        let mut c = CacherConfig::new(
-            info.list_prefix(&self.options.etcd_prefix, None),
-            info.group,
-            info.resource,
-        );
+        let mut c = CacherConfig::new(info.list_prefix(&self.options.etcd_prefix, None), info.group, info.resource);
         c.field_extractor = FieldExtractor::Resource(info);
         c.index_node_name = info.group.is_empty() && info.resource == "pods";
-        c.history_size = if self.options.enabled {
-            size_of(&self.options.sizes, info.group, info.resource)
-        } else {
-            Some(0)
-        };
+        c.history_size =
+            if self.options.enabled { size_of(&self.options.sizes, info.group, info.resource) } else { Some(0) };
         c.gates = self.options.gates;
         c.metrics = self.metrics.clone();
         let cacher = Cacher::new(self.storage.clone(), c);
-        let (entry, added) = self.caches.insert(CacheEntry {
-            info,
-            cacher,
-            purged: AtomicBool::new(false),
-        });
+        let (entry, added) = self.caches.insert(CacheEntry { info, cacher, purged: AtomicBool::new(false) });
         if let (true, true, Some(metrics)) = (added, entry.enabled(), &self.consistency) {
             let task = crate::consistency::spawn_entry_checker(
                 self.storage.clone(),
@@ -313,10 +278,7 @@ impl CacheLayer {
                 self.options.consistency_check_period,
                 metrics.clone(),
             );
-            self.tasks
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(task.abort_handle());
+            self.tasks.lock().unwrap_or_else(|e| e.into_inner()).push(task.abort_handle());
         }
         entry
     }
@@ -409,10 +371,7 @@ impl CacheLayer {
             return Ok(());
         }
         let mut rx = entry.cacher.subscribe_ready();
-        let ready = matches!(
-            tokio::time::timeout(NOT_READY_WAIT, rx.wait_for(|s| s.is_ready())).await,
-            Ok(Ok(_))
-        );
+        let ready = matches!(tokio::time::timeout(NOT_READY_WAIT, rx.wait_for(|s| s.is_ready())).await, Ok(Ok(_)));
         if ready {
             Ok(())
         } else {
@@ -431,11 +390,7 @@ impl CacheLayer {
         resource_version: Option<&str>,
     ) -> Result<Option<Arc<CachedObject>>> {
         let entry = self.entry(info);
-        let key = if info.namespaced {
-            format!("{namespace}/{name}")
-        } else {
-            name.to_string()
-        };
+        let key = if info.namespaced { format!("{namespace}/{name}") } else { name.to_string() };
         // Pre-KEP-4568 (gate off): a GET at a resourceVersion > 0 waits for
         // the cache; resourceVersion unset or "0" reads storage while it is not ready.
         if resource_version.is_some_and(|rv| !rv.is_empty() && rv != "0") {
@@ -448,31 +403,15 @@ impl CacheLayer {
     /// LIST `info` in `namespace` (None = all) with the request's options
     /// ([`Cacher::list`]), in `info`'s form: its field selector labels and
     /// its objects are converted ([`crate::convert`]).
-    pub async fn list(
-        &self,
-        info: &'static ResourceInfo,
-        namespace: Option<&str>,
-        opts: &ListOptions,
-    ) -> Result<ListResult> {
-        let mut page = self
-            .list_stored(info, namespace, &crate::convert::stored_options(info, opts))
-            .await?;
+    pub async fn list(&self, info: &'static ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
+        let mut page = self.list_stored(info, namespace, &crate::convert::stored_options(info, opts)).await?;
         if info.conversion.is_some() {
-            page.items = page
-                .items
-                .into_iter()
-                .map(|o| crate::convert::served(info, o))
-                .collect();
+            page.items = page.items.into_iter().map(|o| crate::convert::served(info, o)).collect();
         }
         Ok(page)
     }
 
-    async fn list_stored(
-        &self,
-        info: &'static ResourceInfo,
-        namespace: Option<&str>,
-        opts: &ListOptions,
-    ) -> Result<ListResult> {
+    async fn list_stored(&self, info: &'static ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
         let entry = self.entry(info);
         if !self.resilient() && entry.enabled() && !entry.cacher.ready_state().is_ready() {
             // Pre-KEP-4568 (gate off): resourceVersion "0" goes to storage
@@ -487,40 +426,20 @@ impl CacheLayer {
 
     /// WATCH `info` in `namespace` (None = all) with the request's options
     /// ([`Cacher::watch`]), in `info`'s form ([`crate::convert`]).
-    pub async fn watch(
-        &self,
-        info: &'static ResourceInfo,
-        namespace: Option<&str>,
-        opts: &ListOptions,
-    ) -> Result<CacheWatch> {
+    pub async fn watch(&self, info: &'static ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Result<CacheWatch> {
         let opts = crate::convert::stored_options(info, opts);
-        Ok(self
-            .watch_stored(info, namespace, &opts)
-            .await?
-            .served_as(info))
+        Ok(self.watch_stored(info, namespace, &opts).await?.served_as(info))
     }
 
-    async fn watch_stored(
-        &self,
-        info: &'static ResourceInfo,
-        namespace: Option<&str>,
-        opts: &ListOptions,
-    ) -> Result<CacheWatch> {
+    async fn watch_stored(&self, info: &'static ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Result<CacheWatch> {
         let entry = self.entry(info);
         self.wait_ready_if_not_resilient(&entry).await?;
         // A watch from below the compacted revision sees what etcd would say
         // (410), even if the cache's history still holds those events.
         let requested = opts.resource_version_number();
         let compacted = self.caches.compacted_revision();
-        if entry.enabled()
-            && requested > 0
-            && requested + 1 < compacted
-            && opts.send_initial_events != Some(true)
-        {
-            return Ok(CacheWatch::error(CacheError::TooOldResourceVersion {
-                requested,
-                oldest: compacted,
-            }));
+        if entry.enabled() && requested > 0 && requested + 1 < compacted && opts.send_initial_events != Some(true) {
+            return Ok(CacheWatch::error(CacheError::TooOldResourceVersion { requested, oldest: compacted }));
         }
         entry.cacher.watch(namespace, opts).await
     }
@@ -542,9 +461,7 @@ fn openmetrics_to_text(openmetrics: &str) -> String {
         let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
             let rest = line.strip_prefix(prefix)?;
             let name = rest.split(' ').next()?;
-            counters
-                .contains(name)
-                .then(|| format!("{prefix}{name}_total{}", &rest[name.len()..]))
+            counters.contains(name).then(|| format!("{prefix}{name}_total{}", &rest[name.len()..]))
         });
         out.push_str(renamed.as_deref().unwrap_or(line));
         out.push('\n');
@@ -558,8 +475,7 @@ mod tests {
 
     #[test]
     fn openmetrics_counters_are_renamed_for_text_format() {
-        let om =
-            "# HELP x_total_test a.\n# TYPE a counter\n# HELP a A.\na_total{k=\"v\"} 1\n# EOF\n";
+        let om = "# HELP x_total_test a.\n# TYPE a counter\n# HELP a A.\na_total{k=\"v\"} 1\n# EOF\n";
         let t = openmetrics_to_text(om);
         assert!(t.contains("# TYPE a_total counter"), "{t}");
         assert!(t.contains("# HELP a_total A."), "{t}");
@@ -568,17 +484,10 @@ mod tests {
 
     #[test]
     fn watch_cache_sizes_name_resource_and_group() {
-        let sizes = BTreeMap::from([
-            ("pods".to_string(), 1000),
-            ("deployments.apps".to_string(), 0),
-        ]);
+        let sizes = BTreeMap::from([("pods".to_string(), 1000), ("deployments.apps".to_string(), 0)]);
         assert_eq!(size_of(&sizes, "", "pods"), Some(1000));
         assert_eq!(size_of(&sizes, "apps", "deployments"), Some(0));
         assert_eq!(size_of(&sizes, "", "configmaps"), None);
-        assert_eq!(
-            size_of(&sizes, "", "events"),
-            Some(0),
-            "events are not cached by default"
-        );
+        assert_eq!(size_of(&sizes, "", "events"), Some(0), "events are not cached by default");
     }
 }

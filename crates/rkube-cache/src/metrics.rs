@@ -38,9 +38,7 @@ type Labels = Vec<(&'static str, String)>;
 type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
 fn read_wait_histogram() -> Histogram {
-    Histogram::new([
-        0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0,
-    ])
+    Histogram::new([0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0])
 }
 
 /// Every metric family of the cache.
@@ -99,11 +97,7 @@ impl CacheMetrics {
     /// Counter names are given without `_total`, which the encoder appends.
     pub fn register(registry: &mut Registry) -> Arc<Self> {
         let m = CacheMetrics::default();
-        registry.register(
-            "apiserver_cache_list",
-            "Number of LIST requests served from watch cache",
-            m.list_total.clone(),
-        );
+        registry.register("apiserver_cache_list", "Number of LIST requests served from watch cache", m.list_total.clone());
         registry.register(
             "apiserver_cache_list_fetched_objects",
             "Number of objects read from watch cache in the course of serving a LIST request",
@@ -149,11 +143,7 @@ impl CacheMetrics {
             "Counter of watchers closed due to unresponsiveness broken by resource type.",
             m.terminated_watchers.clone(),
         );
-        registry.register(
-            "watch_cache_capacity",
-            "Total capacity of watch cache broken by resource type.",
-            m.capacity.clone(),
-        );
+        registry.register("watch_cache_capacity", "Total capacity of watch cache broken by resource type.", m.capacity.clone());
         registry.register(
             "watch_cache_capacity_increase",
             "Total number of watch cache capacity increase events broken by resource type.",
@@ -169,11 +159,7 @@ impl CacheMetrics {
             "Number of currently registered watchers for a given resources",
             m.registered_watchers.clone(),
         );
-        registry.register(
-            "apiserver_storage_list",
-            "Number of LIST requests served from storage",
-            m.storage_list_total.clone(),
-        );
+        registry.register("apiserver_storage_list", "Number of LIST requests served from storage", m.storage_list_total.clone());
         registry.register(
             "apiserver_storage_list_fetched_objects",
             "Number of objects read from storage in the course of serving a LIST request",
@@ -214,36 +200,20 @@ struct LabelSets {
 impl ResourceMetrics {
     /// Records for `group` / `resource`.
     pub fn new(m: Arc<CacheMetrics>, group: &str, resource: &str) -> Self {
-        let gr: Labels = vec![
-            ("group", group.to_string()),
-            ("resource", resource.to_string()),
-        ];
+        let gr: Labels = vec![("group", group.to_string()), ("resource", resource.to_string())];
         let with = |extra: &[(&'static str, &str)]| -> Labels {
             let mut l = gr.clone();
             l.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
             l
         };
-        let consistent = |success: bool, fallback: bool| {
-            with(&[
-                ("success", bool_str(success)),
-                ("fallback", bool_str(fallback)),
-            ])
-        };
+        let consistent = |success: bool, fallback: bool| with(&[("success", bool_str(success)), ("fallback", bool_str(fallback))]);
         let labels = LabelSets {
             index_none: with(&[("index", "")]),
             index_node: with(&[("index", crate::filter::NODE_NAME_FIELD)]),
-            consistent: [
-                consistent(false, false),
-                consistent(false, true),
-                consistent(true, false),
-                consistent(true, true),
-            ],
+            consistent: [consistent(false, false), consistent(false, true), consistent(true, false), consistent(true, true)],
             gr,
         };
-        ResourceMetrics {
-            m,
-            labels: Arc::new(labels),
-        }
+        ResourceMetrics { m, labels: Arc::new(labels) }
     }
 
     fn gr(&self) -> &Labels {
@@ -273,23 +243,14 @@ impl ResourceMetrics {
         let l = self.index_labels(index);
         self.m.list_total.get_or_create(&l).inc();
         self.m.list_fetched.get_or_create(&l).inc_by(fetched as u64);
-        self.m
-            .list_returned
-            .get_or_create(self.gr())
-            .inc_by(returned as u64);
+        self.m.list_returned.get_or_create(self.gr()).inc_by(returned as u64);
     }
 
     /// A LIST served from storage.
     pub fn storage_list(&self, fetched: usize, returned: usize) {
         self.m.storage_list_total.get_or_create(self.gr()).inc();
-        self.m
-            .storage_list_fetched
-            .get_or_create(self.gr())
-            .inc_by(fetched as u64);
-        self.m
-            .storage_list_returned
-            .get_or_create(self.gr())
-            .inc_by(returned as u64);
+        self.m.storage_list_fetched.get_or_create(self.gr()).inc_by(fetched as u64);
+        self.m.storage_list_returned.get_or_create(self.gr()).inc_by(returned as u64);
     }
 
     /// LISTs served from storage so far (for tests and benchmarks).
@@ -317,10 +278,7 @@ impl ResourceMetrics {
 
     /// The cache's resourceVersion (15 least significant digits, as upstream).
     pub fn resource_version(&self, rv: i64) {
-        self.m
-            .resource_version
-            .get_or_create(self.gr())
-            .set(rv % 1_000_000_000_000_000);
+        self.m.resource_version.get_or_create(self.gr()).set(rv % 1_000_000_000_000_000);
     }
 
     /// A completed (re)initialization.
@@ -335,18 +293,12 @@ impl ResourceMetrics {
 
     /// A consistent read: served (`success`) and whether it fell back to storage.
     pub fn consistent_read(&self, success: bool, fallback: bool) {
-        self.m
-            .consistent_read
-            .get_or_create(self.consistent_labels(success, fallback))
-            .inc();
+        self.m.consistent_read.get_or_create(self.consistent_labels(success, fallback)).inc();
     }
 
     /// Consistent reads so far with these labels.
     pub fn consistent_read_count(&self, success: bool, fallback: bool) -> u64 {
-        self.m
-            .consistent_read
-            .get_or_create(self.consistent_labels(success, fallback))
-            .get()
+        self.m.consistent_read.get_or_create(self.consistent_labels(success, fallback)).get()
     }
 
     /// A watcher closed for being too slow.
@@ -371,10 +323,7 @@ impl ResourceMetrics {
 
     /// Adds `delta` to the number of registered watchers.
     pub fn registered_watchers(&self, delta: i64) {
-        self.m
-            .registered_watchers
-            .get_or_create(self.gr())
-            .inc_by(delta);
+        self.m.registered_watchers.get_or_create(self.gr()).inc_by(delta);
     }
 }
 

@@ -51,14 +51,9 @@ impl ReadyState {
     pub fn step(self, input: ReadyInput, now: Instant) -> ReadyState {
         match (self, input) {
             (_, ReadyInput::ListCompleted) => ReadyState::Ready,
-            (ReadyState::Ready, ReadyInput::WatchBroken) => {
-                ReadyState::Reinitializing { since: now }
-            }
+            (ReadyState::Ready, ReadyInput::WatchBroken) => ReadyState::Reinitializing { since: now },
             // Already unready: keep the original time (downtime keeps growing).
-            (
-                s @ (ReadyState::Pending { .. } | ReadyState::Reinitializing { .. }),
-                ReadyInput::WatchBroken,
-            ) => s,
+            (s @ (ReadyState::Pending { .. } | ReadyState::Reinitializing { .. }), ReadyInput::WatchBroken) => s,
         }
     }
 
@@ -77,9 +72,7 @@ impl ReadyState {
 
     /// The `Retry-After` seconds for a 429 at `now` (None when ready).
     pub fn retry_after_secs(&self, now: Instant) -> Option<u64> {
-        self.unready_since().map(|since| {
-            retry_after_for_downtime(now.saturating_duration_since(since).as_secs_f64())
-        })
+        self.unready_since().map(|since| retry_after_for_downtime(now.saturating_duration_since(since).as_secs_f64()))
     }
 }
 
@@ -99,9 +92,7 @@ pub struct Readiness {
 impl Readiness {
     /// `Pending` since `now`.
     pub fn new(now: Instant) -> Self {
-        Readiness {
-            tx: watch::Sender::new(ReadyState::Pending { since: now }),
-        }
+        Readiness { tx: watch::Sender::new(ReadyState::Pending { since: now }) }
     }
 
     /// The current state.
@@ -138,26 +129,10 @@ mod tests {
         let cases = [
             (pending, ReadyInput::WatchBroken, pending),
             (pending, ReadyInput::ListCompleted, ReadyState::Ready),
-            (
-                ReadyState::Ready,
-                ReadyInput::WatchBroken,
-                ReadyState::Reinitializing { since: t1 },
-            ),
-            (
-                ReadyState::Ready,
-                ReadyInput::ListCompleted,
-                ReadyState::Ready,
-            ),
-            (
-                ReadyState::Reinitializing { since: t0 },
-                ReadyInput::WatchBroken,
-                ReadyState::Reinitializing { since: t0 },
-            ),
-            (
-                ReadyState::Reinitializing { since: t0 },
-                ReadyInput::ListCompleted,
-                ReadyState::Ready,
-            ),
+            (ReadyState::Ready, ReadyInput::WatchBroken, ReadyState::Reinitializing { since: t1 }),
+            (ReadyState::Ready, ReadyInput::ListCompleted, ReadyState::Ready),
+            (ReadyState::Reinitializing { since: t0 }, ReadyInput::WatchBroken, ReadyState::Reinitializing { since: t0 }),
+            (ReadyState::Reinitializing { since: t0 }, ReadyInput::ListCompleted, ReadyState::Ready),
         ];
         for (from, input, want) in cases {
             assert_eq!(from.step(input, t1), want, "{from:?} + {input:?}");
@@ -167,18 +142,7 @@ mod tests {
     #[test]
     fn retry_after_grows_exponentially_with_downtime_and_is_clamped() {
         // (seconds unready, Retry-After)
-        let cases = [
-            (0.0, 1),
-            (5.0, 1),
-            (11.0, 1),
-            (12.0, 2),
-            (20.0, 3),
-            (30.0, 6),
-            (45.0, 14),
-            (56.0, 28),
-            (57.0, 30),
-            (600.0, 30),
-        ];
+        let cases = [(0.0, 1), (5.0, 1), (11.0, 1), (12.0, 2), (20.0, 3), (30.0, 6), (45.0, 14), (56.0, 28), (57.0, 30), (600.0, 30)];
         for (secs, want) in cases {
             assert_eq!(retry_after_for_downtime(secs), want, "after {secs}s");
         }

@@ -70,9 +70,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
 
 /// Marks the cache unready and closes every watcher.
 async fn broken(inner: &Inner) {
-    inner
-        .ready
-        .apply(ReadyInput::WatchBroken, inner.config.clock.now());
+    inner.ready.apply(ReadyInput::WatchBroken, inner.config.clock.now());
     *inner.progress.lock().unwrap_or_else(|e| e.into_inner()) = None;
     inner.watch_synced.store(false, Ordering::Release);
     let _ = inner.dispatch.send(DispatchMsg::TerminateAll).await;
@@ -98,15 +96,8 @@ pub(crate) async fn list_all(inner: &Inner) -> Result<(Store, i64), StorageError
             .await?;
         revision = resp.revision;
         for kv in &resp.kvs {
-            let Some(key) = inner.relative_key(&kv.key) else {
-                continue;
-            };
-            match CachedObject::decode(
-                key,
-                &kv.value,
-                kv.mod_revision,
-                inner.config.field_extractor,
-            ) {
+            let Some(key) = inner.relative_key(&kv.key) else { continue };
+            match CachedObject::decode(key, &kv.value, kv.mod_revision, inner.config.field_extractor) {
                 Ok(o) => {
                     store.insert(Arc::new(o));
                 }
@@ -144,15 +135,8 @@ async fn list_and_watch(inner: &Inner) -> ReflectorError {
     }
     install(inner, store, rv);
     *inner.progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(watch.progress.clone());
-    inner
-        .watch_synced
-        .store(sync_target.is_none(), Ordering::Release);
-    if inner
-        .dispatch
-        .send(DispatchMsg::Progress(rv))
-        .await
-        .is_err()
-    {
+    inner.watch_synced.store(sync_target.is_none(), Ordering::Release);
+    if inner.dispatch.send(DispatchMsg::Progress(rv)).await.is_err() {
         return ReflectorError::Stopped;
     }
 
@@ -170,12 +154,7 @@ async fn list_and_watch(inner: &Inner) -> ReflectorError {
                 if moved {
                     inner.rv.send_replace(revision);
                     inner.metrics.resource_version(revision);
-                    if inner
-                        .dispatch
-                        .send(DispatchMsg::Progress(revision))
-                        .await
-                        .is_err()
-                    {
+                    if inner.dispatch.send(DispatchMsg::Progress(revision)).await.is_err() {
                         return ReflectorError::Stopped;
                     }
                 }
@@ -200,29 +179,20 @@ fn install(inner: &Inner, store: Store, rv: i64) {
     inner.rv.send_replace(rv);
     inner.metrics.resource_version(rv);
     inner.metrics.initialized();
-    inner
-        .ready
-        .apply(ReadyInput::ListCompleted, inner.config.clock.now());
+    inner.ready.apply(ReadyInput::ListCompleted, inner.config.clock.now());
     tracing::info!(resource = %inner.config.resource, resource_version = rv, "watch cache initialized");
 }
 
 /// Applies a batch of storage events; returns the cache's resourceVersion after it.
-async fn apply_events(
-    inner: &Inner,
-    events: &[rkube_storage::Event],
-) -> Result<i64, ReflectorError> {
+async fn apply_events(inner: &Inner, events: &[rkube_storage::Event]) -> Result<i64, ReflectorError> {
     let now = inner.config.clock.now();
     inner.metrics.events_received(events.len() as u64);
     let mut applied = Vec::with_capacity(events.len());
     let rv = {
         let mut state = inner.write_state();
         for ev in events {
-            let Some(key) = inner.relative_key(&ev.kv.key) else {
-                continue;
-            };
-            if let Some((cache_event, outcome)) =
-                state.apply(ev, key, inner.config.field_extractor, now)
-            {
+            let Some(key) = inner.relative_key(&ev.kv.key) else { continue };
+            if let Some((cache_event, outcome)) = state.apply(ev, key, inner.config.field_extractor, now) {
                 if let Some((old, new)) = outcome.resized {
                     inner.metrics.capacity(old, new);
                 }
@@ -235,16 +205,8 @@ async fn apply_events(
     inner.rv.send_replace(rv);
     inner.metrics.resource_version(rv);
     for ev in applied {
-        inner
-            .dispatch
-            .send(DispatchMsg::Event(ev))
-            .await
-            .map_err(|_| ReflectorError::Stopped)?;
+        inner.dispatch.send(DispatchMsg::Event(ev)).await.map_err(|_| ReflectorError::Stopped)?;
     }
-    inner
-        .dispatch
-        .send(DispatchMsg::Progress(rv))
-        .await
-        .map_err(|_| ReflectorError::Stopped)?;
+    inner.dispatch.send(DispatchMsg::Progress(rv)).await.map_err(|_| ReflectorError::Stopped)?;
     Ok(rv)
 }

@@ -33,10 +33,7 @@ pub struct Snapshots {
 impl Snapshots {
     /// An empty, enabled set.
     pub fn new() -> Self {
-        Snapshots {
-            by_rv: BTreeMap::new(),
-            enabled: true,
-        }
+        Snapshots { by_rv: BTreeMap::new(), enabled: true }
     }
 
     /// Keeps `store` as the state at `rv`.
@@ -96,9 +93,7 @@ mod tests {
         for i in 0..n {
             let key = format!("ns/o{i}");
             let json = format!(r#"{{"metadata":{{"name":"o{i}","namespace":"ns"}}}}"#);
-            s.insert(Arc::new(
-                CachedObject::decode(&key, json.as_bytes(), 1, FieldExtractor::None).unwrap(),
-            ));
+            s.insert(Arc::new(CachedObject::decode(&key, json.as_bytes(), 1, FieldExtractor::None).unwrap()));
         }
         s
     }
@@ -111,13 +106,7 @@ mod tests {
         for (rv, n) in [(10, 1), (12, 2), (15, 3), (19, 4)] {
             s.add(rv, store_with(n));
         }
-        let cases = [
-            (9, None),
-            (10, Some((10, 1))),
-            (14, Some((12, 2))),
-            (15, Some((15, 3))),
-            (100, Some((19, 4))),
-        ];
+        let cases = [(9, None), (10, Some((10, 1))), (14, Some((12, 2))), (15, Some((15, 3))), (100, Some((19, 4)))];
         for (rv, want) in cases {
             let got = s.get_less_or_equal(rv).map(|(r, st)| (r, st.len()));
             assert_eq!(got, want, "lookup at {rv}");

@@ -47,10 +47,7 @@ pub(crate) async fn list(
 ) -> Result<ListResult> {
     let prefix = &inner.config.resource_prefix;
     let (lo, hi) = match &pred.namespace {
-        Some(ns) => (
-            format!("{prefix}{ns}/"),
-            prefix_end(&format!("{prefix}{ns}/")),
-        ),
+        Some(ns) => (format!("{prefix}{ns}/"), prefix_end(&format!("{prefix}{ns}/"))),
         None => (prefix.clone(), prefix_end(prefix)),
     };
     let mut cursor = match start {
@@ -73,21 +70,10 @@ pub(crate) async fn list(
     let mut fetched = 0usize;
     let mut last_key: Option<String> = None;
     let mut has_more = false;
-    let mut batch = if limit > 0 {
-        limit.max(1)
-    } else if pred.has_no_selectors() {
-        0
-    } else {
-        MIN_BATCH
-    };
+    let mut batch = if limit > 0 { limit.max(1) } else if pred.has_no_selectors() { 0 } else { MIN_BATCH };
     let map_err = |e: StorageError| match e {
         StorageError::Compacted { .. } => CacheError::Expired {
-            message: if from_continue {
-                EXPIRED_CONTINUE_MESSAGE
-            } else {
-                EXPIRED_LIST_MESSAGE
-            }
-            .to_string(),
+            message: if from_continue { EXPIRED_CONTINUE_MESSAGE } else { EXPIRED_LIST_MESSAGE }.to_string(),
         },
         StorageError::FutureRevision { requested, current } => {
             CacheError::TooLargeResourceVersion { requested, current }
@@ -111,10 +97,7 @@ pub(crate) async fn list(
             revision = resp.revision;
             if let StorageRead::NotOlderThan(min) = read {
                 if revision < min {
-                    return Err(CacheError::TooLargeResourceVersion {
-                        requested: min,
-                        current: revision,
-                    });
+                    return Err(CacheError::TooLargeResourceVersion { requested: min, current: revision });
                 }
             }
         }
@@ -128,16 +111,9 @@ pub(crate) async fn list(
                 break; // the extra key: it starts the next batch
             }
             fetched += 1;
-            let Some(key) = inner.relative_key(&kv.key) else {
-                continue;
-            };
+            let Some(key) = inner.relative_key(&kv.key) else { continue };
             last_key = Some(key.to_string());
-            match CachedObject::decode(
-                key,
-                &kv.value,
-                kv.mod_revision,
-                inner.config.field_extractor,
-            ) {
+            match CachedObject::decode(key, &kv.value, kv.mod_revision, inner.config.field_extractor) {
                 Ok(obj) if pred.matches(&obj) => items.push(Arc::new(obj)),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "skipping undecodable object in storage list"),

@@ -34,9 +34,7 @@ pub struct StorageReadiness {
 impl StorageReadiness {
     /// A hook that has already passed (gate off, or no caches).
     pub fn passed() -> Arc<StorageReadiness> {
-        Arc::new(StorageReadiness {
-            passed: AtomicBool::new(true),
-        })
+        Arc::new(StorageReadiness { passed: AtomicBool::new(true) })
     }
 
     /// Whether the hook passed.
@@ -56,10 +54,7 @@ fn not_ready(caches: &Caches) -> Vec<&'static str> {
 }
 
 /// Starts the hook: passes once every enabled cache is ready, or after `timeout`.
-pub fn spawn_hook(
-    caches: Arc<Caches>,
-    timeout: Duration,
-) -> (Arc<StorageReadiness>, JoinHandle<()>) {
+pub fn spawn_hook(caches: Arc<Caches>, timeout: Duration) -> (Arc<StorageReadiness>, JoinHandle<()>) {
     let state = Arc::new(StorageReadiness::default());
     let out = state.clone();
     let task = tokio::spawn(async move {

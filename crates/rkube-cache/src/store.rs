@@ -48,9 +48,7 @@ impl FieldExtractor {
             FieldExtractor::Resource(info) => info
                 .fields
                 .iter()
-                .filter_map(|f| {
-                    registry::field_value(info, v, f.label).map(|val| (f.label.to_string(), val))
-                })
+                .filter_map(|f| registry::field_value(info, v, f.label).map(|val| (f.label.to_string(), val)))
                 .collect(),
             FieldExtractor::Fn(f) => f(v),
         }
@@ -134,21 +132,11 @@ impl CachedObject {
     /// kube-apiserver does) or its keys are not in typed order
     /// ([`rkube_api::wire::order_object_keys`]). Errors: [`StoreError::Undecodable`] when the
     /// value is not a JSON object.
-    pub fn decode(
-        key: &str,
-        value: &[u8],
-        resource_version: i64,
-        extract: FieldExtractor,
-    ) -> Result<CachedObject> {
-        let mut v: Value = serde_json::from_slice(value).map_err(|e| StoreError::Undecodable {
-            key: key.to_string(),
-            reason: e.to_string(),
-        })?;
+    pub fn decode(key: &str, value: &[u8], resource_version: i64, extract: FieldExtractor) -> Result<CachedObject> {
+        let mut v: Value = serde_json::from_slice(value)
+            .map_err(|e| StoreError::Undecodable { key: key.to_string(), reason: e.to_string() })?;
         if !v.is_object() {
-            return Err(StoreError::Undecodable {
-                key: key.to_string(),
-                reason: "not an object".into(),
-            });
+            return Err(StoreError::Undecodable { key: key.to_string(), reason: "not an object".into() });
         }
         let rv_string = resource_version.to_string();
         let rv_set = set_resource_version(&mut v, &rv_string);
@@ -163,19 +151,9 @@ impl CachedObject {
         Ok(Self::from_value(key, &v, resource_version, json, extract))
     }
 
-    fn from_value(
-        key: &str,
-        v: &Value,
-        resource_version: i64,
-        json: Bytes,
-        extract: FieldExtractor,
-    ) -> CachedObject {
+    fn from_value(key: &str, v: &Value, resource_version: i64, json: Bytes, extract: FieldExtractor) -> CachedObject {
         let meta = v.get("metadata");
-        let str_of = |k: &str| {
-            meta.and_then(|m| m.get(k))
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-        };
+        let str_of = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str).filter(|s| !s.is_empty());
         let (key_ns, key_name) = match key.rsplit_once('/') {
             Some((ns, name)) => (Some(ns), name),
             None => (None, key),
@@ -185,11 +163,7 @@ impl CachedObject {
         let labels = meta
             .and_then(|m| m.get("labels"))
             .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
-                    .collect()
-            })
+            .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
             .unwrap_or_default();
         let mut fields = vec![("metadata.name".to_string(), name.clone())];
         if let Some(ns) = &namespace {
@@ -225,10 +199,7 @@ impl CachedObject {
 
     /// The value of a selectable field, if the object has it.
     pub fn field(&self, name: &str) -> Option<&str> {
-        self.fields
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        self.fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 }
 
@@ -247,15 +218,9 @@ fn to_exact_json(v: &Value, hint: usize) -> Bytes {
 
 /// Sets `metadata.resourceVersion`; returns false when it already had that value.
 fn set_resource_version(v: &mut Value, rv: &str) -> bool {
-    let Some(obj) = v.as_object_mut() else {
-        return false;
-    };
-    let meta = obj
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Default::default()));
-    let Some(meta) = meta.as_object_mut() else {
-        return false;
-    };
+    let Some(obj) = v.as_object_mut() else { return false };
+    let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
+    let Some(meta) = meta.as_object_mut() else { return false };
     if meta.get("resourceVersion").and_then(Value::as_str) == Some(rv) {
         return false;
     }
@@ -333,11 +298,7 @@ impl Store {
             Some(h) => Bound::Excluded(h.as_str()),
             None => Bound::Unbounded,
         };
-        Box::new(
-            self.map
-                .range::<_, str>((Bound::Included(lo.as_str()), upper))
-                .map(|(_, v)| v),
-        )
+        Box::new(self.map.range::<_, str>((Bound::Included(lo.as_str()), upper)).map(|(_, v)| v))
     }
 }
 
@@ -417,9 +378,7 @@ mod tests {
 
     fn obj(key: &str, rv: i64) -> Arc<CachedObject> {
         let (ns, name) = key.split_once('/').unwrap();
-        let json = format!(
-            r#"{{"metadata":{{"name":"{name}","namespace":"{ns}","labels":{{"app":"a"}}}}}}"#
-        );
+        let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"{ns}","labels":{{"app":"a"}}}}}}"#);
         Arc::new(CachedObject::decode(key, json.as_bytes(), rv, FieldExtractor::None).unwrap())
     }
 

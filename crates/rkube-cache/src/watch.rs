@@ -139,11 +139,7 @@ impl Drop for CacheWatch {
 }
 
 /// Sets up a watch (see the module docs).
-pub(crate) async fn watch(
-    inner: &Inner,
-    namespace: Option<&str>,
-    opts: &ListOptions,
-) -> Result<CacheWatch> {
+pub(crate) async fn watch(inner: &Inner, namespace: Option<&str>, opts: &ListOptions) -> Result<CacheWatch> {
     let pred = Arc::new(Predicate::from_list_options(namespace, opts));
     if inner.config.cache_disabled() {
         return storage_watch(inner, pred, opts).await;
@@ -158,22 +154,16 @@ pub(crate) async fn watch(
         requested
     };
     if required > 0 {
-        inner
-            .wait_until_fresh(required, inner.consistent_read_supported())
-            .await?;
+        inner.wait_until_fresh(required, inner.consistent_read_supported()).await?;
     }
     let now = inner.config.clock.now();
-    let deadline = opts
-        .timeout_seconds
-        .filter(|s| *s > 0)
-        .map(|s| now + Duration::from_secs(s));
+    let deadline = opts.timeout_seconds.filter(|s| *s > 0).map(|s| now + Duration::from_secs(s));
 
     let state = inner.read_state();
     let start_rv = state.resource_version;
     // `sendInitialEvents=false` at resourceVersion ""/"0": no initial
     // events, the stream starts at the cache's current revision (upstream).
-    let initial_events =
-        send_initial || (requested == 0 && opts.send_initial_events != Some(false));
+    let initial_events = send_initial || (requested == 0 && opts.send_initial_events != Some(false));
     let initial: VecDeque<WatchEvent> = if initial_events {
         let mut v: VecDeque<WatchEvent> = match (pred.node_name(), state.node_index.as_ref()) {
             (Some(node), Some(index)) => index
@@ -190,25 +180,18 @@ pub(crate) async fn watch(
                 .collect(),
         };
         if send_initial && opts.allow_watch_bookmarks {
-            v.push_back(WatchEvent::Bookmark(Bookmark {
-                resource_version: start_rv,
-                initial_events_end: true,
-            }));
+            v.push_back(WatchEvent::Bookmark(Bookmark { resource_version: start_rv, initial_events_end: true }));
         }
         v
     } else if requested == 0 {
         VecDeque::new()
     } else {
         match state.history.since(requested) {
-            Ok(events) => events
-                .iter()
-                .filter_map(|e| convert_event(&pred, requested, e))
-                .collect(),
+            Ok(events) => {
+                events.iter().filter_map(|e| convert_event(&pred, requested, e)).collect()
+            }
             Err(HistoryError::TooOld { requested, oldest }) => {
-                return Ok(CacheWatch::error(CacheError::TooOldResourceVersion {
-                    requested,
-                    oldest,
-                }));
+                return Ok(CacheWatch::error(CacheError::TooOldResourceVersion { requested, oldest }));
             }
             Err(HistoryError::Uninitialized) => {
                 let retry_after_secs = inner.ready.get().retry_after_secs(now).unwrap_or(1);
@@ -218,11 +201,7 @@ pub(crate) async fn watch(
     };
     let (tx, rx) = mpsc::channel(inner.config.tuning.watcher_buffer.max(1));
     let watcher = Watcher::new(pred, start_rv, opts.allow_watch_bookmarks, deadline, tx);
-    let id = inner
-        .registry
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .add(watcher, now);
+    let id = inner.registry.lock().unwrap_or_else(|e| e.into_inner()).add(watcher, now);
     drop(state);
     inner.metrics.registered_watchers(1);
 
@@ -238,10 +217,7 @@ pub(crate) async fn watch(
 
 /// A periodic `BOOKMARK` at `resource_version`.
 fn bookmark(resource_version: i64) -> WatchEvent {
-    WatchEvent::Bookmark(Bookmark {
-        resource_version,
-        initial_events_end: false,
-    })
+    WatchEvent::Bookmark(Bookmark { resource_version, initial_events_end: false })
 }
 
 /// A watch straight from storage, for a resource whose cacher has size 0
@@ -252,11 +228,7 @@ fn bookmark(resource_version: i64) -> WatchEvent {
 /// progress notification is requested and sent on as a `BOOKMARK` (when the
 /// storage's notifications are reliable; otherwise a `BOOKMARK` at the last
 /// revision seen), plus WatchList's initial-events-end.
-async fn storage_watch(
-    inner: &Inner,
-    pred: Arc<Predicate>,
-    opts: &ListOptions,
-) -> Result<CacheWatch> {
+async fn storage_watch(inner: &Inner, pred: Arc<Predicate>, opts: &ListOptions) -> Result<CacheWatch> {
     use crate::event::{CacheEvent, EventKind};
     use crate::storage_list::{self, StorageRead};
     use crate::store::CachedObject;
@@ -266,21 +238,13 @@ async fn storage_watch(
     let send_initial = inner.config.gates.watch_list && opts.send_initial_events == Some(true);
     let requested = opts.resource_version_number();
     let mut initial = VecDeque::new();
-    let initial_events =
-        send_initial || (requested == 0 && opts.send_initial_events != Some(false));
+    let initial_events = send_initial || (requested == 0 && opts.send_initial_events != Some(false));
     let after = if initial_events {
-        let read = if requested > 0 {
-            StorageRead::NotOlderThan(requested)
-        } else {
-            StorageRead::Latest
-        };
+        let read = if requested > 0 { StorageRead::NotOlderThan(requested) } else { StorageRead::Latest };
         let r = storage_list::list(inner, &pred, read, None, 0, false).await?;
         initial.extend(r.items.into_iter().map(WatchEvent::Added));
         if send_initial && opts.allow_watch_bookmarks {
-            initial.push_back(WatchEvent::Bookmark(Bookmark {
-                resource_version: r.resource_version,
-                initial_events_end: true,
-            }));
+            initial.push_back(WatchEvent::Bookmark(Bookmark { resource_version: r.resource_version, initial_events_end: true }));
         }
         r.resource_version
     } else if requested == 0 {
@@ -288,17 +252,10 @@ async fn storage_watch(
     } else {
         requested
     };
-    let watch = match inner
-        .storage
-        .watch(&inner.config.resource_prefix, after)
-        .await
-    {
+    let watch = match inner.storage.watch(&inner.config.resource_prefix, after).await {
         Ok(w) => w,
         Err(StorageError::Compacted { compacted, .. }) => {
-            return Ok(CacheWatch::error(CacheError::TooOldResourceVersion {
-                requested: after,
-                oldest: compacted,
-            }));
+            return Ok(CacheWatch::error(CacheError::TooOldResourceVersion { requested: after, oldest: compacted }));
         }
         Err(e) => return Err(e.into()),
     };
@@ -309,10 +266,7 @@ async fn storage_watch(
     let bookmarks = opts.allow_watch_bookmarks;
     let reliable = inner.storage.progress_notify_reliable();
     let forwarder = tokio::spawn(async move {
-        let rkube_storage::Watch {
-            mut stream,
-            progress,
-        } = watch;
+        let rkube_storage::Watch { mut stream, progress } = watch;
         let mut last_rv = after;
         let first = tokio::time::Instant::now() + BOOKMARK_FREQUENCY;
         let mut ticker = tokio::time::interval_at(first, BOOKMARK_FREQUENCY);
@@ -342,16 +296,8 @@ async fn storage_watch(
                     }
                     continue;
                 }
-                Err(StorageError::Compacted {
-                    requested,
-                    compacted,
-                }) => {
-                    let _ = tx
-                        .send(WatchEvent::Error(CacheError::TooOldResourceVersion {
-                            requested,
-                            oldest: compacted,
-                        }))
-                        .await;
+                Err(StorageError::Compacted { requested, compacted }) => {
+                    let _ = tx.send(WatchEvent::Error(CacheError::TooOldResourceVersion { requested, oldest: compacted })).await;
                     return;
                 }
                 Err(e) => {
@@ -362,25 +308,13 @@ async fn storage_watch(
             for ev in events {
                 let rv = ev.revision();
                 last_rv = last_rv.max(rv);
-                let Some(key) = ev.kv.key.strip_prefix(prefix.as_str()) else {
-                    continue;
-                };
-                let decode =
-                    |v: &[u8], rv| CachedObject::decode(key, v, rv, extract).ok().map(Arc::new);
-                let prev = ev
-                    .prev_kv
-                    .as_ref()
-                    .and_then(|p| decode(&p.value, p.mod_revision));
+                let Some(key) = ev.kv.key.strip_prefix(prefix.as_str()) else { continue };
+                let decode = |v: &[u8], rv| CachedObject::decode(key, v, rv, extract).ok().map(Arc::new);
+                let prev = ev.prev_kv.as_ref().and_then(|p| decode(&p.value, p.mod_revision));
                 let cache_event = match (ev.kind, prev) {
                     (StorageEventKind::Put, prev) => {
-                        let Some(obj) = decode(&ev.kv.value, rv) else {
-                            continue;
-                        };
-                        let kind = if prev.is_some() {
-                            EventKind::Modified
-                        } else {
-                            EventKind::Added
-                        };
+                        let Some(obj) = decode(&ev.kv.value, rv) else { continue };
+                        let kind = if prev.is_some() { EventKind::Modified } else { EventKind::Added };
                         CacheEvent::new(kind, obj, prev, rv, clock.now())
                     }
                     (StorageEventKind::Delete, Some(prev)) => {
@@ -398,10 +332,7 @@ async fn storage_watch(
         }
     });
     let now = inner.config.clock.now();
-    let deadline = opts
-        .timeout_seconds
-        .filter(|s| *s > 0)
-        .map(|s| now + Duration::from_secs(s));
+    let deadline = opts.timeout_seconds.filter(|s| *s > 0).map(|s| now + Duration::from_secs(s));
     Ok(CacheWatch {
         initial,
         rx: Some(rx),

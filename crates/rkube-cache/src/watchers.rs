@@ -91,16 +91,7 @@ impl Watcher {
         tx: mpsc::Sender<WatchEvent>,
     ) -> Self {
         let node = pred.node_name().map(str::to_string);
-        Watcher {
-            pred,
-            node,
-            start_rv,
-            allow_bookmarks,
-            deadline,
-            tx,
-            overflow: VecDeque::new(),
-            blocked_since: None,
-        }
+        Watcher { pred, node, start_rv, allow_bookmarks, deadline, tx, overflow: VecDeque::new(), blocked_since: None }
     }
 
     /// What this watcher should see of `ev` (see [`convert_event`]).
@@ -130,10 +121,7 @@ impl Watcher {
         if !self.overflow.is_empty() {
             return Delivery::Queued;
         }
-        let bm = WatchEvent::Bookmark(Bookmark {
-            resource_version: rv.max(self.start_rv),
-            initial_events_end: false,
-        });
+        let bm = WatchEvent::Bookmark(Bookmark { resource_version: rv.max(self.start_rv), initial_events_end: false });
         match self.tx.try_send(bm) {
             Ok(()) => Delivery::Sent,
             Err(TrySendError::Full(_)) => Delivery::Queued,
@@ -161,9 +149,7 @@ impl Watcher {
     /// than `budget`, or has queued more than `max_overflow` events.
     pub fn is_unresponsive(&self, now: Instant, budget: Duration, max_overflow: usize) -> bool {
         self.overflow.len() > max_overflow
-            || self
-                .blocked_since
-                .is_some_and(|t| now.saturating_duration_since(t) > budget)
+            || self.blocked_since.is_some_and(|t| now.saturating_duration_since(t) > budget)
     }
 
     /// True while events are queued.
@@ -218,9 +204,7 @@ impl Registry {
 
     /// Unregisters `id` (its channel closes when the sender drops). Returns true if it was there.
     pub fn remove(&mut self, id: WatcherId) -> bool {
-        let Some(w) = self.watchers.remove(&id) else {
-            return false;
-        };
+        let Some(w) = self.watchers.remove(&id) else { return false };
         match &w.node {
             Some(node) => {
                 if let Some(set) = self.by_node.get_mut(node) {
@@ -268,10 +252,7 @@ impl Registry {
         if !self.by_node.is_empty() {
             let new_node = (ev.kind != EventKind::Deleted).then(|| NodeIndex::node_of(&ev.object));
             let old_node = ev.prev_object.as_deref().map(NodeIndex::node_of);
-            for node in [new_node, old_node.filter(|o| Some(*o) != new_node)]
-                .into_iter()
-                .flatten()
-            {
+            for node in [new_node, old_node.filter(|o| Some(*o) != new_node)].into_iter().flatten() {
                 if let Some(set) = self.by_node.get(node) {
                     out.extend(set.iter().copied());
                 }
@@ -282,10 +263,6 @@ impl Registry {
 
     /// Ids of watchers with queued events.
     pub fn blocked(&self) -> Vec<WatcherId> {
-        self.watchers
-            .iter()
-            .filter(|(_, w)| w.is_blocked())
-            .map(|(id, _)| *id)
-            .collect()
+        self.watchers.iter().filter(|(_, w)| w.is_blocked()).map(|(id, _)| *id).collect()
     }
 }

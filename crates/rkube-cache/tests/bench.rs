@@ -29,8 +29,7 @@ fn big_pod(i: usize, nodes: usize) -> Bytes {
 
 /// Writes the response body a server would send (items' JSON joined), as it would.
 fn body(r: &ListResult) -> usize {
-    let mut b =
-        BytesMut::with_capacity(r.items.iter().map(|o| o.json.len() + 1).sum::<usize>() + 64);
+    let mut b = BytesMut::with_capacity(r.items.iter().map(|o| o.json.len() + 1).sum::<usize>() + 64);
     b.put_slice(br#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":["#);
     for (i, o) in r.items.iter().enumerate() {
         if i > 0 {
@@ -68,22 +67,11 @@ where
 }
 
 async fn walk(c: &Cacher, rv: i64) -> (usize, Vec<ServedFrom>) {
-    let mut page = c
-        .list(
-            None,
-            &opts(&format!(
-                "resourceVersion={rv}&resourceVersionMatch=Exact&limit=500"
-            )),
-        )
-        .await
-        .unwrap();
+    let mut page = c.list(None, &opts(&format!("resourceVersion={rv}&resourceVersionMatch=Exact&limit=500"))).await.unwrap();
     let mut n = page.items.len();
     let mut from = vec![page.served_from];
     while let Some(t) = page.continue_token.clone() {
-        page = c
-            .list(None, &opts(&format!("limit=500&continue={t}")))
-            .await
-            .unwrap();
+        page = c.list(None, &opts(&format!("limit=500&continue={t}"))).await.unwrap();
         n += page.items.len();
         from.push(page.served_from);
     }
@@ -101,16 +89,7 @@ async fn bench_list_cache_vs_storage() {
     println!("\nLIST benchmark, embedded store, medians of {RUNS} runs (release build)");
     println!(
         "{:>7} | {:>12} {:>12} {:>7} {:>10} | {:>12} {:>12} {:>7} {:>14} | {:>12}",
-        "objects",
-        "RV=0 cache",
-        "storage",
-        "ratio",
-        "cache MB/s",
-        "walk snap",
-        "walk storage",
-        "ratio",
-        "storage reads",
-        "node p99"
+        "objects", "RV=0 cache", "storage", "ratio", "cache MB/s", "walk snap", "walk storage", "ratio", "storage reads", "node p99"
     );
     for n in sizes {
         let b = embedded();
@@ -122,9 +101,7 @@ async fn bench_list_cache_vs_storage() {
                 let s = s.clone();
                 async move {
                     let p = big_pod(i, nodes);
-                    s.create(&format!("{PODS}ns-{}/pod-{i:06}", i % 10), p)
-                        .await
-                        .unwrap();
+                    s.create(&format!("{PODS}ns-{}/pod-{i:06}", i % 10), p).await.unwrap();
                 }
             })
             .buffer_unordered(256)
@@ -146,26 +123,17 @@ async fn bench_list_cache_vs_storage() {
         })
         .await;
         let (storage_t, _) = timed(RUNS, || async {
-            let r = storage_only
-                .list(None, &opts("resourceVersion=0"))
-                .await
-                .unwrap();
+            let r = storage_only.list(None, &opts("resourceVersion=0")).await.unwrap();
             assert_eq!((r.items.len(), r.served_from), (n, ServedFrom::Storage));
             body(&r)
         })
         .await;
         let (raw_range_t, _) = timed(RUNS, || async {
-            s.range(RangeRequest {
-                start: PODS.into(),
-                end: prefix_end(PODS),
-                revision: 0,
-                limit: 0,
-                count_only: false,
-            })
-            .await
-            .unwrap()
-            .kvs
-            .len()
+            s.range(RangeRequest { start: PODS.into(), end: prefix_end(PODS), revision: 0, limit: 0, count_only: false })
+                .await
+                .unwrap()
+                .kvs
+                .len()
         })
         .await;
 
@@ -180,10 +148,7 @@ async fn bench_list_cache_vs_storage() {
 
         let mut node_times = Vec::new();
         for i in 0..500 {
-            let q = opts(&format!(
-                "resourceVersion=0&fieldSelector=spec.nodeName%3Dnode-{}",
-                i % nodes
-            ));
+            let q = opts(&format!("resourceVersion=0&fieldSelector=spec.nodeName%3Dnode-{}", i % nodes));
             let t = Instant::now();
             let r = cacher.list(None, &q).await.unwrap();
             node_times.push(t.elapsed());

@@ -63,10 +63,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
-            LIVE.fetch_add(
-                new_size as isize - layout.size() as isize,
-                Ordering::Relaxed,
-            );
+            LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
         }
         p
     }
@@ -79,10 +76,7 @@ const GOAL_RATIO: f64 = 0.10;
 const CHILD_ENV: &str = "RKUBE_BENCH_MEM_CHILD_DIR";
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
 }
 
 /// (VmRSS bytes, live heap bytes) after returning free heap pages to the system.
@@ -112,11 +106,7 @@ fn open_store(dir: &std::path::Path) -> Arc<dyn Storage> {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
 }
 
 /// One configuration's run, in this (child) process; prints one `RKUBE_MEM {json}` line.
@@ -127,35 +117,15 @@ async fn child(dir: &std::path::Path, mode: &str, secs: f64, rate: f64) -> serde
     let s = open_store(dir);
     // Warm the store with one full read; it also gives each pod's revision.
     let resp = s
-        .range(RangeRequest {
-            start: PODS.into(),
-            end: prefix_end(PODS),
-            revision: 0,
-            limit: 0,
-            count_only: false,
-        })
+        .range(RangeRequest { start: PODS.into(), end: prefix_end(PODS), revision: 0, limit: 0, count_only: false })
         .await
         .expect("range");
     let n = resp.kvs.len();
     let nodes = (n / 30).max(1);
-    let mut pods = vec![
-        PodState {
-            node: 0,
-            mod_revision: 0
-        };
-        n
-    ];
+    let mut pods = vec![PodState { node: 0, mod_revision: 0 }; n];
     for kv in &resp.kvs {
-        let i: usize = kv
-            .key
-            .rsplit("pod-")
-            .next()
-            .and_then(|x| x.parse().ok())
-            .expect("bench pod key");
-        pods[i] = PodState {
-            node: i % nodes,
-            mod_revision: kv.mod_revision,
-        };
+        let i: usize = kv.key.rsplit("pod-").next().and_then(|x| x.parse().ok()).expect("bench pod key");
+        pods[i] = PodState { node: i % nodes, mod_revision: kv.mod_revision };
     }
     drop(resp);
     let (rss0, heap0) = measure();
@@ -169,18 +139,12 @@ async fn child(dir: &std::path::Path, mode: &str, secs: f64, rate: f64) -> serde
     let (rss1, heap1) = measure();
     let mut json_bytes = 0;
     if let Some(c) = &cacher {
-        let opts =
-            rkube_api::list_options::ListOptions::from_query("resourceVersion=0").expect("opts");
+        let opts = rkube_api::list_options::ListOptions::from_query("resourceVersion=0").expect("opts");
         let all = c.list(None, &opts).await.expect("list");
         json_bytes = all.items.iter().map(|o| o.json.len()).sum();
     }
 
-    let pacing = Pacing {
-        rate,
-        duration: Duration::from_secs_f64(secs),
-        move_every: 0,
-        nodes,
-    };
+    let pacing = Pacing { rate, duration: Duration::from_secs_f64(secs), move_every: 0, nodes };
     let (writes, achieved) = load::paced_updates(&s, pods, pacing).await;
     if let (Some(c), Some(last)) = (&cacher, writes.last()) {
         wait_for(c, last.rv).await;
@@ -207,9 +171,7 @@ async fn child(dir: &std::path::Path, mode: &str, secs: f64, rate: f64) -> serde
 #[test]
 #[ignore = "child process of bench_memory_per_pod_and_snapshots"]
 fn memory_child() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
-        return;
-    };
+    let Ok(dir) = std::env::var(CHILD_ENV) else { return };
     let mode: String = env_or("RKUBE_BENCH_MEM_MODE", "on".to_string());
     let secs = env_or("RKUBE_BENCH_MEM_SECS", 75.0);
     let rate = env_or("RKUBE_BENCH_MEM_RATE", 100.0);
@@ -220,28 +182,15 @@ fn memory_child() {
 fn spawn_child(dir: &std::path::Path, mode: &str) -> serde_json::Value {
     let exe = std::env::current_exe().expect("test binary path");
     let out = std::process::Command::new(exe)
-        .args([
-            "memory_child",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["memory_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, dir)
         .env("RKUBE_BENCH_MEM_MODE", mode)
         .output()
         .expect("run child");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find_map(|l| l.find("RKUBE_MEM ").map(|i| &l[i + "RKUBE_MEM ".len()..]))
-        .unwrap_or_else(|| {
-            panic!(
-                "child failed ({}):\n{stdout}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+    let line = stdout.lines().find_map(|l| l.find("RKUBE_MEM ").map(|i| &l[i + "RKUBE_MEM ".len()..])).unwrap_or_else(|| {
+        panic!("child failed ({}):\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr))
+    });
     serde_json::from_str(line).expect("child result")
 }
 
@@ -268,16 +217,7 @@ fn bench_memory_per_pod_and_snapshots() {
     );
     println!(
         "{:>4} {:>9} | {:>9} {:>11} {:>9} {:>11} | {:>11} {:>11} | {:>9} {:>14}",
-        "run",
-        "snapshots",
-        "base RSS",
-        "cache RSS",
-        "B/pod",
-        "cache heap",
-        "after RSS",
-        "after heap",
-        "kept",
-        "purge frees"
+        "run", "snapshots", "base RSS", "cache RSS", "B/pod", "cache heap", "after RSS", "after heap", "kept", "purge frees"
     );
     let mut rows: Vec<serde_json::Value> = Vec::new();
     for r in 1..=runs {
@@ -353,12 +293,6 @@ fn bench_memory_per_pod_and_snapshots() {
         purge_heap / kept.max(1.0),
         purge_heap / (cache_heap_off - store_heap) * 100.0
     );
-    assert!(
-        rows.iter().all(|v| v["pods"].as_u64() == Some(n as u64)),
-        "every child saw every pod"
-    );
-    assert!(rows
-        .iter()
-        .filter(|v| v["mode"] == "on")
-        .all(|v| g(v, "snapshot_count") > 0.0));
+    assert!(rows.iter().all(|v| v["pods"].as_u64() == Some(n as u64)), "every child saw every pod");
+    assert!(rows.iter().filter(|v| v["mode"] == "on").all(|v| g(v, "snapshot_count") > 0.0));
 }

@@ -53,10 +53,7 @@ struct Params {
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
 }
 
 /// Event kinds as recorded by a watcher.
@@ -87,12 +84,7 @@ fn spawn_watcher(
     delivered: Arc<AtomicU64>,
 ) -> JoinHandle<Seen> {
     tokio::spawn(async move {
-        let mut seen = Seen {
-            node,
-            events: Vec::new(),
-            ended: false,
-            other: 0,
-        };
+        let mut seen = Seen { node, events: Vec::new(), ended: false, other: 0 };
         loop {
             tokio::select! {
                 biased;
@@ -191,27 +183,13 @@ async fn run(p: Params) -> Outcome {
     let delivered = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for n in 0..p.node_watchers.min(p.nodes) {
-        let q = format!(
-            "resourceVersion={rv}&fieldSelector=spec.nodeName%3D{}",
-            load::node_name(n)
-        );
-        let w = cacher
-            .watch(None, &ListOptions::from_query(&q).expect("query"))
-            .await
-            .expect("node watch");
-        tasks.push(spawn_watcher(
-            Some(n),
-            w,
-            stop_rx.clone(),
-            delivered.clone(),
-        ));
+        let q = format!("resourceVersion={rv}&fieldSelector=spec.nodeName%3D{}", load::node_name(n));
+        let w = cacher.watch(None, &ListOptions::from_query(&q).expect("query")).await.expect("node watch");
+        tasks.push(spawn_watcher(Some(n), w, stop_rx.clone(), delivered.clone()));
     }
     for _ in 0..p.cluster_watchers {
         let q = format!("resourceVersion={rv}");
-        let w = cacher
-            .watch(None, &ListOptions::from_query(&q).expect("query"))
-            .await
-            .expect("cluster watch");
+        let w = cacher.watch(None, &ListOptions::from_query(&q).expect("query")).await.expect("cluster watch");
         tasks.push(spawn_watcher(None, w, stop_rx.clone(), delivered.clone()));
     }
 
@@ -240,12 +218,7 @@ async fn run(p: Params) -> Outcome {
         at
     });
 
-    let pacing = Pacing {
-        rate: p.rate,
-        duration: p.duration,
-        move_every: p.move_every,
-        nodes: p.nodes,
-    };
+    let pacing = Pacing { rate: p.rate, duration: p.duration, move_every: p.move_every, nodes: p.nodes };
     let (writes, achieved_rate) = load::paced_updates(&s, state, pacing).await;
 
     // Wait for the expected deliveries (bounded), then stop the watchers.
@@ -281,12 +254,8 @@ async fn run(p: Params) -> Outcome {
         let got: Vec<(i64, Kind)> = w.events.iter().map(|(rv, k, _)| (*rv, *k)).collect();
         let exp = expected(w.node, &writes);
         if got != exp || w.other > 0 {
-            let name = w
-                .node
-                .map(load::node_name)
-                .unwrap_or_else(|| "cluster-wide".into());
-            let (got_set, exp_set): (HashSet<_>, HashSet<_>) =
-                (got.iter().collect(), exp.iter().collect());
+            let name = w.node.map(load::node_name).unwrap_or_else(|| "cluster-wide".into());
+            let (got_set, exp_set): (HashSet<_>, HashSet<_>) = (got.iter().collect(), exp.iter().collect());
             let missing = exp_set.difference(&got_set).count();
             let extra = got_set.difference(&exp_set).count();
             wrong_watchers.push(format!(
@@ -386,11 +355,7 @@ const END_TO_END: Pick = |c| (c.issue_p50, c.issue_p99, c.issue_max);
 fn print_classes(o: &Outcome, pick: Pick, before_ack: bool) {
     for (name, c) in [("node-scoped", &o.node), ("cluster-wide", &o.cluster)] {
         let (p50, p99, max) = pick(c);
-        let before = if before_ack {
-            c.before_ack.to_string()
-        } else {
-            String::new()
-        };
+        let before = if before_ack { c.before_ack.to_string() } else { String::new() };
         println!(
             "  {:<14} {:>8} {:>9} {:>10.2?} {:>10.2?} {:>10.2?} {:>11}   p99 goal < {P99_GOAL:?}: {}",
             name,
@@ -411,10 +376,7 @@ fn print(p: &Params, o: &Outcome) {
         o.pods, o.load, o.init, o.writes, o.moves, o.achieved_rate, p.rate, o.write_p99
     );
     println!("  delivery latency = arrival at the watcher − write acknowledged by storage (events arriving before the ack count 0)");
-    println!(
-        "  {:<14} {:>8} {:>9} {:>10} {:>10} {:>10} {:>11}",
-        "class", "watchers", "events", "p50", "p99", "max", "before ack"
-    );
+    println!("  {:<14} {:>8} {:>9} {:>10} {:>10} {:>10} {:>11}", "class", "watchers", "events", "p50", "p99", "max", "before ack");
     print_classes(o, FROM_ACK, true);
     println!("  cache share = arrival at the watcher − arrival of the same event on a raw storage watch (0 when the watcher was first)");
     print_classes(o, CACHE_SHARE, false);
@@ -487,32 +449,16 @@ async fn bench_watchers_fan_out() {
         };
         // `node-scoped p50 .. p99 .. max ..; cluster-wide p50 .. p99 .. max ..` of the medians.
         let classes = |pick: Pick| {
-            let of = |c: fn(&Outcome) -> &ClassStats| {
-                (
-                    med(&|o| pick(c(o)).0),
-                    med(&|o| pick(c(o)).1),
-                    med(&|o| pick(c(o)).2),
-                )
-            };
+            let of = |c: fn(&Outcome) -> &ClassStats| (med(&|o| pick(c(o)).0), med(&|o| pick(c(o)).1), med(&|o| pick(c(o)).2));
             let (n, c) = (of(|o| &o.node), of(|o| &o.cluster));
             format!(
                 "node-scoped p50 {:.2?} p99 {:.2?} max {:.2?}; cluster-wide p50 {:.2?} p99 {:.2?} max {:.2?}",
                 n.0, n.1, n.2, c.0, c.1, c.2
             )
         };
-        println!(
-            "median of {runs} runs, from ack: {} (p99 goal < {P99_GOAL:?})",
-            classes(FROM_ACK)
-        );
-        println!(
-            "median of {runs} runs, cache share: {}",
-            classes(CACHE_SHARE)
-        );
-        println!(
-            "median of {runs} runs, end to end: {}; write ack p99 {:.2?}",
-            classes(END_TO_END),
-            med(&|o| o.write_p99)
-        );
+        println!("median of {runs} runs, from ack: {} (p99 goal < {P99_GOAL:?})", classes(FROM_ACK));
+        println!("median of {runs} runs, cache share: {}", classes(CACHE_SHARE));
+        println!("median of {runs} runs, end to end: {}; write ack p99 {:.2?}", classes(END_TO_END), med(&|o| o.write_p99));
     }
     for o in &outcomes {
         assert_correct(o);

@@ -30,11 +30,7 @@ fn opts(q: &str) -> ListOptions {
 }
 
 /// Lists the whole state at `rv`, following continue tokens with page size `limit` (0 = one page).
-async fn walk(
-    cacher: &Cacher,
-    rv: i64,
-    limit: u8,
-) -> (Vec<(String, i64, serde_json::Value)>, Vec<ServedFrom>) {
+async fn walk(cacher: &Cacher, rv: i64, limit: u8) -> (Vec<(String, i64, serde_json::Value)>, Vec<ServedFrom>) {
     let first = if limit == 0 {
         format!("resourceVersion={rv}&resourceVersionMatch=Exact")
     } else {
@@ -44,10 +40,7 @@ async fn walk(
     let mut items = list_state(&page);
     let mut from = vec![page.served_from];
     while let Some(t) = page.continue_token.clone() {
-        page = cacher
-            .list(None, &opts(&format!("limit={limit}&continue={t}")))
-            .await
-            .expect("page");
+        page = cacher.list(None, &opts(&format!("limit={limit}&continue={t}"))).await.expect("page");
         assert_eq!(page.resource_version, rv);
         items.extend(list_state(&page));
         from.push(page.served_from);
@@ -67,16 +60,8 @@ async fn run(ops: Vec<Op>) {
                 let name = format!("p{n}");
                 let exists = s.get(&key("ns", &name)).await.unwrap().is_some();
                 let rv = match (exists, alt) {
-                    (false, _) => {
-                        create(s, "ns", &name, &format!("n{node}"))
-                            .await
-                            .mod_revision
-                    }
-                    (true, false) => {
-                        update(s, "ns", &name, &format!("n{node}"), &format!("v{node}"))
-                            .await
-                            .mod_revision
-                    }
+                    (false, _) => create(s, "ns", &name, &format!("n{node}")).await.mod_revision,
+                    (true, false) => update(s, "ns", &name, &format!("n{node}"), &format!("v{node}")).await.mod_revision,
                     (true, true) => delete(s, "ns", &name).await,
                 };
                 revs.push(rv);
@@ -84,15 +69,8 @@ async fn run(ops: Vec<Op>) {
             Op::ListAt { pick, limit } => {
                 let rv = revs[pick % revs.len()];
                 let (items, from) = walk(&cacher, rv, limit).await;
-                assert!(
-                    from.iter().all(|f| *f == ServedFrom::Snapshot),
-                    "at {rv}: {from:?}"
-                );
-                assert_eq!(
-                    items,
-                    storage_state(s, rv).await,
-                    "LIST at {rv} (limit {limit})"
-                );
+                assert!(from.iter().all(|f| *f == ServedFrom::Snapshot), "at {rv}: {from:?}");
+                assert_eq!(items, storage_state(s, rv).await, "LIST at {rv} (limit {limit})");
             }
         }
     }

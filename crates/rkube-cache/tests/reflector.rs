@@ -37,34 +37,21 @@ async fn reinit_case(b: Backend) {
     config.tuning.initial_backoff = Duration::from_millis(50);
     let cacher = Cacher::new(faulty.clone(), config);
     wait_for(&cacher, real.current_revision().await.unwrap()).await;
-    let mut watch = cacher
-        .watch(None, &opts("watch=true&resourceVersion=0"))
-        .await
-        .unwrap();
+    let mut watch = cacher.watch(None, &opts("watch=true&resourceVersion=0")).await.unwrap();
 
     // Readers: every cache LIST must equal storage at the list's revision.
     let stop = Arc::new(AtomicBool::new(false));
     let checked = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
     let reader = {
-        let (cacher, real, stop, checked, refused) = (
-            cacher.clone(),
-            real.clone(),
-            stop.clone(),
-            checked.clone(),
-            refused.clone(),
-        );
+        let (cacher, real, stop, checked, refused) =
+            (cacher.clone(), real.clone(), stop.clone(), checked.clone(), refused.clone());
         tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
                 match cacher.list(None, &opts("resourceVersion=0")).await {
                     Ok(r) => {
                         assert_eq!(r.served_from, ServedFrom::Cache);
-                        assert_eq!(
-                            list_state(&r),
-                            storage_state(real.as_ref(), r.resource_version).await,
-                            "torn view at {}",
-                            r.resource_version
-                        );
+                        assert_eq!(list_state(&r), storage_state(real.as_ref(), r.resource_version).await, "torn view at {}", r.resource_version);
                         checked.fetch_add(1, Ordering::SeqCst);
                     }
                     Err(CacheError::NotReady { .. }) => {
@@ -83,20 +70,11 @@ async fn reinit_case(b: Backend) {
     faulty.break_watches();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while cacher.ready_state().is_ready() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never noticed the broken watch"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "never noticed the broken watch");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!(matches!(
-        cacher.ready_state(),
-        ReadyState::Reinitializing { .. }
-    ));
-    let err = cacher
-        .watch(None, &opts("watch=true&resourceVersion=0"))
-        .await
-        .unwrap_err();
+    assert!(matches!(cacher.ready_state(), ReadyState::Reinitializing { .. }));
+    let err = cacher.watch(None, &opts("watch=true&resourceVersion=0")).await.unwrap_err();
     assert!(matches!(err, CacheError::NotReady { .. }), "{err:?}");
     for i in 0..10 {
         update(real.as_ref(), "ns", &format!("p{i:02}"), "n2", "after").await;
@@ -104,17 +82,10 @@ async fn reinit_case(b: Backend) {
     delete(real.as_ref(), "ns", "p19").await;
     // The old watch was closed when the cache went unready.
     let mut seen = 0;
-    while tokio::time::timeout(Duration::from_secs(5), watch.next())
-        .await
-        .expect("old watch must end")
-        .is_some()
-    {
+    while tokio::time::timeout(Duration::from_secs(5), watch.next()).await.expect("old watch must end").is_some() {
         seen += 1;
     }
-    assert_eq!(
-        seen, 20,
-        "only the initial events were delivered before the break"
-    );
+    assert_eq!(seen, 20, "only the initial events were delivered before the break");
     tokio::time::sleep(Duration::from_millis(50)).await;
     faulty.hold_lists(false);
     let want_rv = real.current_revision().await.unwrap();
@@ -124,27 +95,12 @@ async fn reinit_case(b: Backend) {
     reader.await.expect("reader saw only consistent states");
 
     let r = cacher.list(None, &opts("resourceVersion=0")).await.unwrap();
-    assert_eq!(
-        list_state(&r),
-        storage_state(real.as_ref(), r.resource_version).await
-    );
+    assert_eq!(list_state(&r), storage_state(real.as_ref(), r.resource_version).await);
     assert_eq!(r.items.len(), 19);
     assert!(checked.load(Ordering::SeqCst) > 0 && refused.load(Ordering::SeqCst) > 0);
     // A new watch after re-initialization follows new writes.
-    let mut w = cacher
-        .watch(
-            None,
-            &opts(&format!(
-                "watch=true&resourceVersion={}",
-                r.resource_version
-            )),
-        )
-        .await
-        .unwrap();
+    let mut w = cacher.watch(None, &opts(&format!("watch=true&resourceVersion={}", r.resource_version))).await.unwrap();
     let rv = create(real.as_ref(), "ns", "late", "n1").await.mod_revision;
-    let ev = tokio::time::timeout(Duration::from_secs(5), w.next())
-        .await
-        .unwrap()
-        .unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(5), w.next()).await.unwrap().unwrap();
     assert_eq!((ev.type_name(), ev.resource_version()), ("ADDED", Some(rv)));
 }

@@ -17,21 +17,14 @@ fn opts(q: &str) -> ListOptions {
 
 /// The next event within 5 s, as (type, name, resourceVersion).
 async fn next(w: &mut CacheWatch) -> Option<(&'static str, String, i64)> {
-    let ev = tokio::time::timeout(Duration::from_secs(5), w.next())
-        .await
-        .expect("no event within 5 s")?;
+    let ev = tokio::time::timeout(Duration::from_secs(5), w.next()).await.expect("no event within 5 s")?;
     let name = ev.object().map(|o| o.name.clone()).unwrap_or_default();
     Some((ev.type_name(), name, ev.resource_version().unwrap_or(0)))
 }
 
 /// Asserts nothing arrives for 100 ms.
 async fn quiet(w: &mut CacheWatch) {
-    assert!(
-        tokio::time::timeout(Duration::from_millis(100), w.next())
-            .await
-            .is_err(),
-        "unexpected event"
-    );
+    assert!(tokio::time::timeout(Duration::from_millis(100), w.next()).await.is_err(), "unexpected event");
 }
 
 #[tokio::test]
@@ -48,11 +41,7 @@ async fn watch_from_rv0_sends_current_state_then_changes() {
         assert_eq!(next(&mut w).await.unwrap().0, "ADDED", "{q}");
         quiet(&mut w).await;
         let rv = update(s, "ns", "a", "n1", "x").await.mod_revision;
-        assert_eq!(
-            next(&mut w).await,
-            Some(("MODIFIED", "a".into(), rv)),
-            "{q}"
-        );
+        assert_eq!(next(&mut w).await, Some(("MODIFIED", "a".into(), rv)), "{q}");
     }
 }
 
@@ -66,28 +55,13 @@ async fn watch_from_rv_replays_history_after_it() {
     let r2 = update(s, "ns", "a", "n1", "x").await.mod_revision;
     let r3 = delete(s, "ns", "a").await;
     wait_for(&cacher, r3).await;
-    let mut w = cacher
-        .watch(None, &opts(&format!("watch=true&resourceVersion={r1}")))
-        .await
-        .unwrap();
+    let mut w = cacher.watch(None, &opts(&format!("watch=true&resourceVersion={r1}"))).await.unwrap();
     assert_eq!(next(&mut w).await, Some(("MODIFIED", "a".into(), r2)));
-    let ev = tokio::time::timeout(Duration::from_secs(5), w.next())
-        .await
-        .unwrap()
-        .unwrap();
-    let WatchEvent::Deleted(obj) = ev else {
-        panic!("want DELETED, got {ev:?}")
-    };
+    let ev = tokio::time::timeout(Duration::from_secs(5), w.next()).await.unwrap().unwrap();
+    let WatchEvent::Deleted(obj) = ev else { panic!("want DELETED, got {ev:?}") };
     let json: serde_json::Value = serde_json::from_slice(&obj.json).unwrap();
-    assert_eq!(
-        json["metadata"]["resourceVersion"],
-        r3.to_string(),
-        "DELETED carries the deletion RV"
-    );
-    assert_eq!(
-        json["metadata"]["labels"]["app"], "x",
-        "DELETED carries the last state"
-    );
+    assert_eq!(json["metadata"]["resourceVersion"], r3.to_string(), "DELETED carries the deletion RV");
+    assert_eq!(json["metadata"]["labels"]["app"], "x", "DELETED carries the last state");
 }
 
 #[tokio::test]
@@ -101,37 +75,20 @@ async fn watch_too_old_rv_gets_410() {
     let first = create(s, "ns", "a", "n1").await.mod_revision;
     let mut last = first;
     for i in 0..6 {
-        last = update(s, "ns", "a", "n1", &format!("v{i}"))
-            .await
-            .mod_revision;
+        last = update(s, "ns", "a", "n1", &format!("v{i}")).await.mod_revision;
     }
     wait_for(&cacher, last).await;
-    let mut w = cacher
-        .watch(None, &opts(&format!("watch=true&resourceVersion={first}")))
-        .await
-        .unwrap();
+    let mut w = cacher.watch(None, &opts(&format!("watch=true&resourceVersion={first}"))).await.unwrap();
     let ev = w.next().await.expect("an ERROR event");
-    let WatchEvent::Error(err) = ev else {
-        panic!("want ERROR, got {ev:?}")
-    };
+    let WatchEvent::Error(err) = ev else { panic!("want ERROR, got {ev:?}") };
     let status = Status::from(err);
     assert_eq!((status.code(), status.reason()), (410, "Expired"));
-    assert_eq!(
-        status.message(),
-        format!("too old resource version: {first} ({})", last - 4)
-    );
+    assert_eq!(status.message(), format!("too old resource version: {first} ({})", last - 4));
     assert!(w.next().await.is_none(), "the stream ends after the error");
     // The wire line a client reads.
-    let line = WatchEvent::Error(CacheError::TooOldResourceVersion {
-        requested: 1,
-        oldest: 2,
-    })
-    .to_json_line("Pod", "v1");
+    let line = WatchEvent::Error(CacheError::TooOldResourceVersion { requested: 1, oldest: 2 }).to_json_line("Pod", "v1");
     let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
-    assert_eq!(
-        (v["type"].as_str(), v["object"]["code"].as_u64()),
-        (Some("ERROR"), Some(410))
-    );
+    assert_eq!((v["type"].as_str(), v["object"]["code"].as_u64()), (Some("ERROR"), Some(410)));
 }
 
 #[tokio::test]
@@ -142,23 +99,11 @@ async fn watch_too_new_rv_times_out_with_504_after_3s() {
     tokio::time::pause();
     let cur = cacher.resource_version();
     let started = tokio::time::Instant::now();
-    let err = cacher
-        .watch(
-            None,
-            &opts(&format!("watch=true&resourceVersion={}", cur + 10)),
-        )
-        .await
-        .unwrap_err();
+    let err = cacher.watch(None, &opts(&format!("watch=true&resourceVersion={}", cur + 10))).await.unwrap_err();
     let waited = started.elapsed();
-    assert!(
-        waited >= Duration::from_secs(3) && waited < Duration::from_secs(4),
-        "waited {waited:?}"
-    );
+    assert!(waited >= Duration::from_secs(3) && waited < Duration::from_secs(4), "waited {waited:?}");
     let status = Status::from(err);
-    assert_eq!(
-        (status.code(), status.reason(), status.retry_after()),
-        (504, "Timeout", Some(1))
-    );
+    assert_eq!((status.code(), status.reason(), status.retry_after()), (504, "Timeout", Some(1)));
     let causes = &status.details.as_ref().expect("details").causes;
     assert_eq!(causes[0].reason, "ResourceVersionTooLarge");
 }
@@ -177,20 +122,12 @@ async fn watch_list_sends_initial_events_then_end_bookmark() {
     assert_eq!(next(&mut w).await.unwrap().0, "ADDED");
     assert_eq!(next(&mut w).await.unwrap().0, "ADDED");
     let ev = w.next().await.unwrap();
-    let WatchEvent::Bookmark(bm) = &ev else {
-        panic!("want BOOKMARK, got {ev:?}")
-    };
+    let WatchEvent::Bookmark(bm) = &ev else { panic!("want BOOKMARK, got {ev:?}") };
     assert!(bm.initial_events_end);
     assert_eq!(bm.resource_version, rv);
     let line: serde_json::Value = serde_json::from_slice(&ev.to_json_line("Pod", "v1")).unwrap();
-    assert_eq!(
-        line["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
-        "true"
-    );
-    assert_eq!(
-        line["object"]["metadata"]["resourceVersion"],
-        rv.to_string()
-    );
+    assert_eq!(line["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+    assert_eq!(line["object"]["metadata"]["resourceVersion"], rv.to_string());
     let r = create(s, "ns", "c", "n1").await.mod_revision;
     assert_eq!(next(&mut w).await, Some(("ADDED", "c".into(), r)));
 }
@@ -202,31 +139,16 @@ async fn bookmark_sent_two_seconds_before_deadline() {
     wait_for(&cacher, 0).await;
     tokio::time::pause();
     let started = tokio::time::Instant::now();
-    let mut w = cacher
-        .watch(
-            None,
-            &opts("watch=true&resourceVersion=0&allowWatchBookmarks=true&timeoutSeconds=10"),
-        )
-        .await
-        .unwrap();
+    let mut w = cacher.watch(None, &opts("watch=true&resourceVersion=0&allowWatchBookmarks=true&timeoutSeconds=10")).await.unwrap();
     let ev = w.next().await.expect("a bookmark");
-    assert!(
-        matches!(ev, WatchEvent::Bookmark(b) if !b.initial_events_end),
-        "{ev:?}"
-    );
+    assert!(matches!(ev, WatchEvent::Bookmark(b) if !b.initial_events_end), "{ev:?}");
     let at = started.elapsed();
     // Bookmarks are bucketed by the second, as upstream: "2 s before" within that second.
-    assert!(
-        at >= Duration::from_secs(7) && at < Duration::from_secs(9),
-        "bookmark at {at:?}"
-    );
+    assert!(at >= Duration::from_secs(7) && at < Duration::from_secs(9), "bookmark at {at:?}");
     assert!(w.next().await.is_none(), "the watch ends at its deadline");
     assert!(started.elapsed() >= Duration::from_secs(10));
     // Without allowWatchBookmarks, none.
-    let mut w = cacher
-        .watch(None, &opts("watch=true&resourceVersion=0&timeoutSeconds=5"))
-        .await
-        .unwrap();
+    let mut w = cacher.watch(None, &opts("watch=true&resourceVersion=0&timeoutSeconds=5")).await.unwrap();
     assert!(w.next().await.is_none());
 }
 
@@ -237,19 +159,8 @@ async fn node_watcher_receives_only_its_pods_events_including_move_off() {
     let cacher = Cacher::new(b.storage.clone(), pod_config());
     wait_for(&cacher, 0).await;
     let rv = cacher.resource_version();
-    let mut n1 = cacher
-        .watch(
-            None,
-            &opts(&format!(
-                "watch=true&resourceVersion={rv}&fieldSelector=spec.nodeName%3Dn1"
-            )),
-        )
-        .await
-        .unwrap();
-    let mut all = cacher
-        .watch(None, &opts(&format!("watch=true&resourceVersion={rv}")))
-        .await
-        .unwrap();
+    let mut n1 = cacher.watch(None, &opts(&format!("watch=true&resourceVersion={rv}&fieldSelector=spec.nodeName%3Dn1"))).await.unwrap();
+    let mut all = cacher.watch(None, &opts(&format!("watch=true&resourceVersion={rv}"))).await.unwrap();
 
     let ra = create(s, "ns", "a", "n1").await.mod_revision;
     let rb = create(s, "ns", "b", "n2").await.mod_revision;
@@ -281,27 +192,11 @@ async fn node_watcher_receives_only_its_pods_events_including_move_off() {
         assert_eq!(next(&mut all).await, Some((t, n.to_string(), r)));
     }
     // The move-off DELETED carries a's last state on n1 at the move's revision.
-    let mut again = cacher
-        .watch(
-            None,
-            &opts(&format!(
-                "watch=true&resourceVersion={ra2}&fieldSelector=spec.nodeName%3Dn1"
-            )),
-        )
-        .await
-        .unwrap();
+    let mut again = cacher.watch(None, &opts(&format!("watch=true&resourceVersion={ra2}&fieldSelector=spec.nodeName%3Dn1"))).await.unwrap();
     let _added_b = again.next().await;
-    let WatchEvent::Deleted(obj) = again.next().await.unwrap() else {
-        panic!("want DELETED")
-    };
+    let WatchEvent::Deleted(obj) = again.next().await.unwrap() else { panic!("want DELETED") };
     let json: serde_json::Value = serde_json::from_slice(&obj.json).unwrap();
-    assert_eq!(
-        (
-            json["spec"]["nodeName"].as_str(),
-            json["metadata"]["resourceVersion"].as_str()
-        ),
-        (Some("n1"), Some(ra3.to_string().as_str()))
-    );
+    assert_eq!((json["spec"]["nodeName"].as_str(), json["metadata"]["resourceVersion"].as_str()), (Some("n1"), Some(ra3.to_string().as_str())));
 }
 
 #[tokio::test]
@@ -333,20 +228,13 @@ async fn slow_watcher_terminated_without_delaying_others() {
         worst = worst.max(written.elapsed());
         assert_eq!(got.2, r);
     }
-    assert!(
-        worst < budget,
-        "the fast watcher waited {worst:?} for an event (slow-watcher budget {budget:?})"
-    );
+    assert!(worst < budget, "the fast watcher waited {worst:?} for an event (slow-watcher budget {budget:?})");
     tokio::time::sleep(budget + Duration::from_millis(500)).await;
     assert_eq!(cacher.metrics().terminated_watchers(), 1);
     assert_eq!(cacher.watcher_count(), 1);
     // The slow watcher gets what fit in its buffer, then its stream ends.
     let mut got = 0;
-    while tokio::time::timeout(Duration::from_secs(1), slow.next())
-        .await
-        .expect("stream must end")
-        .is_some()
-    {
+    while tokio::time::timeout(Duration::from_secs(1), slow.next()).await.expect("stream must end").is_some() {
         got += 1;
     }
     assert!(got < n, "terminated watcher received {got} of {n}");
@@ -361,23 +249,9 @@ async fn disabled_cache_serves_lists_and_watches_from_storage() {
     config.history_size = Some(0); // --watch-cache-sizes=pods#0
     let cacher = Cacher::new(b.storage.clone(), config);
     let r = cacher.list(None, &opts("resourceVersion=0")).await.unwrap();
-    assert_eq!(
-        (r.served_from, r.items.len()),
-        (rkube_cache::ServedFrom::Storage, 1)
-    );
-    let mut all = cacher
-        .watch(None, &opts("watch=true&resourceVersion=0"))
-        .await
-        .unwrap();
-    let mut n2 = cacher
-        .watch(
-            None,
-            &opts(&format!(
-                "watch=true&resourceVersion={r0}&fieldSelector=spec.nodeName%3Dn2"
-            )),
-        )
-        .await
-        .unwrap();
+    assert_eq!((r.served_from, r.items.len()), (rkube_cache::ServedFrom::Storage, 1));
+    let mut all = cacher.watch(None, &opts("watch=true&resourceVersion=0")).await.unwrap();
+    let mut n2 = cacher.watch(None, &opts(&format!("watch=true&resourceVersion={r0}&fieldSelector=spec.nodeName%3Dn2"))).await.unwrap();
     assert_eq!(next(&mut all).await, Some(("ADDED", "a".into(), r0)));
     let r1 = update(s, "ns", "a", "n2", "x").await.mod_revision;
     let r2 = delete(s, "ns", "a").await;
@@ -393,31 +267,18 @@ async fn disabled_cache_serves_lists_and_watches_from_storage() {
 #[tokio::test(start_paused = true)]
 async fn size_0_cacher_watch_sends_bookmarks_from_storage_progress() {
     let b = embedded();
-    let r0 = create(b.storage.as_ref(), "ns", "a", "n1")
-        .await
-        .mod_revision;
+    let r0 = create(b.storage.as_ref(), "ns", "a", "n1").await.mod_revision;
     let mut config = pod_config();
     config.history_size = Some(0);
     let cacher = Cacher::new(b.storage.clone(), config);
     let q = format!("watch=true&resourceVersion={r0}&allowWatchBookmarks=true");
     let mut w = cacher.watch(None, &opts(&q)).await.unwrap();
-    let ev = tokio::time::timeout(Duration::from_secs(90), w.next())
-        .await
-        .expect("a bookmark within 90 s");
+    let ev = tokio::time::timeout(Duration::from_secs(90), w.next()).await.expect("a bookmark within 90 s");
     match ev {
-        Some(WatchEvent::Bookmark(bm)) => {
-            assert_eq!((bm.resource_version, bm.initial_events_end), (r0, false))
-        }
+        Some(WatchEvent::Bookmark(bm)) => assert_eq!((bm.resource_version, bm.initial_events_end), (r0, false)),
         other => panic!("want BOOKMARK at {r0}, got {other:?}"),
     }
     // Without allowWatchBookmarks: nothing.
-    let mut quiet_watch = cacher
-        .watch(None, &opts(&format!("watch=true&resourceVersion={r0}")))
-        .await
-        .unwrap();
-    assert!(
-        tokio::time::timeout(Duration::from_secs(90), quiet_watch.next())
-            .await
-            .is_err()
-    );
+    let mut quiet_watch = cacher.watch(None, &opts(&format!("watch=true&resourceVersion={r0}"))).await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_secs(90), quiet_watch.next()).await.is_err());
 }

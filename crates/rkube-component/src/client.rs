@@ -15,8 +15,7 @@ pub async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?
         }
         None => kube::Config::infer().await?,
     };

@@ -101,10 +101,7 @@ pub struct LeaderElectionArgs {
     #[arg(long = "leader-elect-resource-name")]
     pub leader_elect_resource_name: Option<String>,
     /// The namespace of resource object that is used for locking during leader election.
-    #[arg(
-        long = "leader-elect-resource-namespace",
-        default_value = "kube-system"
-    )]
+    #[arg(long = "leader-elect-resource-namespace", default_value = "kube-system")]
     pub leader_elect_resource_namespace: String,
 }
 
@@ -138,27 +135,17 @@ impl LeaderElectionArgs {
                 self.leader_elect_resource_lock
             )));
         }
-        let (lease, renew, retry) = (
-            self.leader_elect_lease_duration,
-            self.leader_elect_renew_deadline,
-            self.leader_elect_retry_period,
-        );
+        let (lease, renew, retry) =
+            (self.leader_elect_lease_duration, self.leader_elect_renew_deadline, self.leader_elect_retry_period);
         if lease <= renew {
-            return Err(LeaderError::Config(
-                "leaseDuration must be greater than renewDeadline".into(),
-            ));
+            return Err(LeaderError::Config("leaseDuration must be greater than renewDeadline".into()));
         }
         if renew.as_secs_f64() <= retry.as_secs_f64() * JITTER_FACTOR {
-            return Err(LeaderError::Config(
-                "renewDeadline must be greater than retryPeriod*JitterFactor".into(),
-            ));
+            return Err(LeaderError::Config("renewDeadline must be greater than retryPeriod*JitterFactor".into()));
         }
         Ok(Some(LeaderElectionConfig {
             namespace: self.leader_elect_resource_namespace.clone(),
-            name: self
-                .leader_elect_resource_name
-                .clone()
-                .unwrap_or_else(|| component.to_string()),
+            name: self.leader_elect_resource_name.clone().unwrap_or_else(|| component.to_string()),
             identity: default_identity(),
             lease_duration: lease,
             renew_deadline: renew,
@@ -170,9 +157,7 @@ impl LeaderElectionArgs {
 
 /// `<hostname>_<uuid>`, upstream's holder identity for its components.
 pub fn default_identity() -> String {
-    let host = hostname::get()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let host = hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
     format!("{host}_{}", uuid::Uuid::new_v4())
 }
 
@@ -223,17 +208,13 @@ pub fn decide(
 ) -> Decision {
     let fresh = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
         holder_identity: Some(cfg.identity.clone()),
-        lease_duration_seconds: Some(
-            cfg.lease_duration.as_secs().max(1).min(i32::MAX as u64) as i32
-        ),
+        lease_duration_seconds: Some(cfg.lease_duration.as_secs().max(1).min(i32::MAX as u64) as i32),
         acquire_time: Some(acquired.unwrap_or(MicroTime(wall))),
         renew_time: Some(MicroTime(wall)),
         lease_transitions: Some(transitions),
         ..LeaseSpec::default()
     };
-    let Some(cur) = current else {
-        return Decision::Create(fresh(0, None));
-    };
+    let Some(cur) = current else { return Decision::Create(fresh(0, None)) };
     let holder = cur.holder_identity.clone().unwrap_or_default();
     let transitions = cur.lease_transitions.unwrap_or(0);
     if holder == cfg.identity {
@@ -283,9 +264,7 @@ impl ElectionStatus {
         if leading {
             s.last_renew = Some(Instant::now());
         }
-        self.master
-            .get_or_create(&vec![("name".to_string(), self.name.clone())])
-            .set(i64::from(leading));
+        self.master.get_or_create(&vec![("name".to_string(), self.name.clone())]).set(i64::from(leading));
     }
 
     fn renewed(&self) {
@@ -307,18 +286,16 @@ impl ElectionStatus {
             return Err(format!("lost leadership on lease {}", self.name));
         }
         match (s.leading, s.last_renew) {
-            (true, Some(t)) if t.elapsed() > self.lease_duration + HEALTHZ_TOLERANCE => Err(
-                format!("failed election to renew leadership on lease {}", self.name),
-            ),
+            (true, Some(t)) if t.elapsed() > self.lease_duration + HEALTHZ_TOLERANCE => {
+                Err(format!("failed election to renew leadership on lease {}", self.name))
+            }
             _ => Ok(()),
         }
     }
 
     /// Registers `leader_election_master_status{name}` (1 while leading, else 0).
     pub fn register(&self, registry: &mut Registry) {
-        self.master
-            .get_or_create(&vec![("name".to_string(), self.name.clone())])
-            .set(i64::from(self.is_leader()));
+        self.master.get_or_create(&vec![("name".to_string(), self.name.clone())]).set(i64::from(self.is_leader()));
         registry.register(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
@@ -350,10 +327,7 @@ impl LeaderElector {
             api: Api::namespaced(client, &cfg.namespace),
             cfg,
             status,
-            observed: Mutex::new(Observed {
-                lease: None,
-                at: Instant::now(),
-            }),
+            observed: Mutex::new(Observed { lease: None, at: Instant::now() }),
         }
     }
 
@@ -387,13 +361,7 @@ impl LeaderElector {
             o.lease = read.clone();
             o.at
         };
-        let decision = decide(
-            read.as_ref().and_then(|l| l.spec.as_ref()),
-            observed_at,
-            &self.cfg,
-            now,
-            Timestamp::now(),
-        );
+        let decision = decide(read.as_ref().and_then(|l| l.spec.as_ref()), observed_at, &self.cfg, now, Timestamp::now());
         let written = match decision {
             Decision::Wait { holder } => {
                 tracing::debug!(lease = %self.cfg.name, %holder, "lock is held by another candidate and has not yet expired");
@@ -413,9 +381,7 @@ impl LeaderElector {
             Decision::Renew(spec) | Decision::TakeOver(spec) => {
                 let mut lease = read.unwrap_or_default();
                 lease.spec = Some(spec);
-                self.api
-                    .replace(&self.cfg.name, &PostParams::default(), &lease)
-                    .await
+                self.api.replace(&self.cfg.name, &PostParams::default(), &lease).await
             }
         };
         match written {
@@ -433,12 +399,8 @@ impl LeaderElector {
     /// Clears the holder of a Lease this candidate holds (holder `""`,
     /// `leaseDurationSeconds: 1`, transitions kept), as upstream's release.
     pub async fn release(&self) -> Result<(), kube::Error> {
-        let Some(mut lease) = self.observed().lease.clone() else {
-            return Ok(());
-        };
-        let Some(spec) = lease.spec.as_mut() else {
-            return Ok(());
-        };
+        let Some(mut lease) = self.observed().lease.clone() else { return Ok(()) };
+        let Some(spec) = lease.spec.as_mut() else { return Ok(()) };
         if spec.holder_identity.as_deref() != Some(self.cfg.identity.as_str()) {
             return Ok(());
         }
@@ -447,9 +409,7 @@ impl LeaderElector {
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(wall.clone());
         spec.acquire_time = Some(wall);
-        self.api
-            .replace(&self.cfg.name, &PostParams::default(), &lease)
-            .await?;
+        self.api.replace(&self.cfg.name, &PostParams::default(), &lease).await?;
         Ok(())
     }
 
@@ -458,11 +418,7 @@ impl LeaderElector {
     /// result when it ends by itself or after a stop request (releasing the
     /// Lease), or [`LeaderError::LeaseLost`] after telling the work to stop
     /// when no renewal succeeded within the renew deadline.
-    pub async fn run<F, Fut>(
-        &self,
-        mut stop: watch::Receiver<bool>,
-        work: F,
-    ) -> Result<(), LeaderError>
+    pub async fn run<F, Fut>(&self, mut stop: watch::Receiver<bool>, work: F) -> Result<(), LeaderError>
     where
         F: FnOnce(watch::Receiver<bool>) -> Fut,
         Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
@@ -473,9 +429,7 @@ impl LeaderElector {
             match self.try_acquire_or_renew().await {
                 Ok(true) => break,
                 Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, lease = %self.cfg.name, "error retrieving resource lock")
-                }
+                Err(e) => tracing::warn!(error = %e, lease = %self.cfg.name, "error retrieving resource lock"),
             }
             tokio::select! {
                 _ = tokio::time::sleep(jittered(retry)) => {}
@@ -500,10 +454,7 @@ impl LeaderElector {
                 }
             }
             if !self.renew_within_deadline().await {
-                break Err(LeaderError::LeaseLost {
-                    namespace: self.cfg.namespace.clone(),
-                    name: self.cfg.name.clone(),
-                });
+                break Err(LeaderError::LeaseLost { namespace: self.cfg.namespace.clone(), name: self.cfg.name.clone() });
             }
             self.status.renewed();
         };
@@ -528,16 +479,12 @@ impl LeaderElector {
                 match self.try_acquire_or_renew().await {
                     Ok(true) => return,
                     Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, lease = %self.cfg.name, "failed to renew lease")
-                    }
+                    Err(e) => tracing::warn!(error = %e, lease = %self.cfg.name, "failed to renew lease"),
                 }
                 tokio::time::sleep(self.cfg.retry_period).await;
             }
         };
-        tokio::time::timeout(self.cfg.renew_deadline, attempts)
-            .await
-            .is_ok()
+        tokio::time::timeout(self.cfg.renew_deadline, attempts).await.is_ok()
     }
 
     async fn finish(&self, lost: bool) {
@@ -570,10 +517,7 @@ mod tests {
     use super::*;
 
     fn cfg() -> LeaderElectionConfig {
-        LeaderElectionArgs::default()
-            .config("kube-scheduler")
-            .unwrap()
-            .unwrap()
+        LeaderElectionArgs::default().config("kube-scheduler").unwrap().unwrap()
     }
 
     fn spec(holder: &str, duration: i32, transitions: i32) -> LeaseSpec {
@@ -619,11 +563,7 @@ mod tests {
                 assert_eq!(s.lease_duration_seconds, Some(15));
                 assert_eq!(s.renew_time, Some(MicroTime(wall)));
                 let kept = want == "renew";
-                assert_eq!(
-                    s.acquire_time == Some(MicroTime(Timestamp::UNIX_EPOCH)),
-                    kept,
-                    "acquireTime kept only on renew"
-                );
+                assert_eq!(s.acquire_time == Some(MicroTime(Timestamp::UNIX_EPOCH)), kept, "acquireTime kept only on renew");
             }
         }
     }
@@ -631,43 +571,22 @@ mod tests {
     #[test]
     fn flags_are_validated_like_upstream() {
         let base = LeaderElectionArgs::default();
-        assert!(LeaderElectionArgs {
-            leader_elect: false,
-            ..base.clone()
-        }
-        .config("x")
-        .unwrap()
-        .is_none());
+        assert!(LeaderElectionArgs { leader_elect: false, ..base.clone() }.config("x").unwrap().is_none());
         let bad = |a: LeaderElectionArgs| a.config("x").unwrap_err().to_string();
         assert_eq!(
             bad(LeaderElectionArgs { leader_elect_resource_lock: "endpoints".into(), ..base.clone() }),
             "leaderElection.resourceLock: Invalid value: \"endpoints\": resourceLock value must be \"leases\""
         );
         assert_eq!(
-            bad(LeaderElectionArgs {
-                leader_elect_lease_duration: Duration::from_secs(10),
-                ..base.clone()
-            }),
+            bad(LeaderElectionArgs { leader_elect_lease_duration: Duration::from_secs(10), ..base.clone() }),
             "leaseDuration must be greater than renewDeadline"
         );
         assert_eq!(
-            bad(LeaderElectionArgs {
-                leader_elect_retry_period: Duration::from_secs(9),
-                ..base.clone()
-            }),
+            bad(LeaderElectionArgs { leader_elect_retry_period: Duration::from_secs(9), ..base.clone() }),
             "renewDeadline must be greater than retryPeriod*JitterFactor"
         );
-        let c = LeaderElectionArgs {
-            leader_elect_resource_name: Some("mine".into()),
-            ..base
-        }
-        .config("x")
-        .unwrap()
-        .unwrap();
-        assert_eq!(
-            (c.namespace.as_str(), c.name.as_str()),
-            ("kube-system", "mine")
-        );
+        let c = LeaderElectionArgs { leader_elect_resource_name: Some("mine".into()), ..base }.config("x").unwrap().unwrap();
+        assert_eq!((c.namespace.as_str(), c.name.as_str()), ("kube-system", "mine"));
         let (host, id) = c.identity.rsplit_once('_').unwrap();
         assert_eq!(host, hostname::get().unwrap().to_string_lossy());
         assert!(uuid::Uuid::parse_str(id).is_ok());
@@ -680,9 +599,6 @@ mod tests {
         s.set(true, false);
         assert!(s.check().is_ok());
         s.set(false, true);
-        assert_eq!(
-            s.check().unwrap_err(),
-            "lost leadership on lease kube-scheduler"
-        );
+        assert_eq!(s.check().unwrap_err(), "lost leadership on lease kube-scheduler");
     }
 }

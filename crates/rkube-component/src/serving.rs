@@ -63,13 +63,7 @@ impl ServingArgs {
     /// `default_port` is the component's.
     pub fn address(&self, default_port: u16) -> Option<SocketAddr> {
         let port = self.secure_port.unwrap_or(default_port);
-        (port != 0).then(|| {
-            SocketAddr::new(
-                self.bind_address
-                    .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
-                port,
-            )
-        })
+        (port != 0).then(|| SocketAddr::new(self.bind_address.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), port))
     }
 
     /// The serving certificate: the files given, or a self-signed one.
@@ -84,18 +78,10 @@ impl ServingArgs {
 /// A self-signed serving certificate for `localhost`, `127.0.0.1` and `::1`
 /// (upstream: `localhost@<unix time>` from `GenerateSelfSignedCertKey`).
 pub fn self_signed() -> anyhow::Result<TlsConfig> {
-    let names = vec![
-        "localhost".to_string(),
-        "127.0.0.1".to_string(),
-        "::1".to_string(),
-    ];
-    let cert = rcgen::generate_simple_self_signed(names)
-        .context("generating a self-signed serving certificate")?;
+    let names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+    let cert = rcgen::generate_simple_self_signed(names).context("generating a self-signed serving certificate")?;
     let key = rustls_pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
-    Ok(TlsConfig {
-        cert_chain: vec![cert.cert.der().clone()],
-        key,
-    })
+    Ok(TlsConfig { cert_chain: vec![cert.cert.der().clone()], key })
 }
 
 /// A named health check: `Err(reason)` when failing.
@@ -110,18 +96,13 @@ pub struct HealthCheck {
 impl HealthCheck {
     /// A check named `name`.
     pub fn new(name: &str, check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Self {
-        HealthCheck {
-            name: name.to_string(),
-            check: Arc::new(check),
-        }
+        HealthCheck { name: name.to_string(), check: Arc::new(check) }
     }
 }
 
 impl std::fmt::Debug for HealthCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HealthCheck")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
+        f.debug_struct("HealthCheck").field("name", &self.name).finish_non_exhaustive()
     }
 }
 
@@ -132,11 +113,7 @@ struct Endpoints {
 }
 
 /// The body and code of `/<endpoint>` (`healthz`, `livez`, `readyz`).
-pub fn health_response(
-    endpoint: &str,
-    checks: &[HealthCheck],
-    verbose: bool,
-) -> (StatusCode, String) {
+pub fn health_response(endpoint: &str, checks: &[HealthCheck], verbose: bool) -> (StatusCode, String) {
     let mut lines = vec!["[+]ping ok".to_string()];
     let mut failed = false;
     for c in checks {
@@ -150,29 +127,16 @@ pub fn health_response(
         }
     }
     if failed {
-        (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("{}\n{endpoint} check failed\n", lines.join("\n")),
-        )
+        (StatusCode::INTERNAL_SERVER_ERROR, format!("{}\n{endpoint} check failed\n", lines.join("\n")))
     } else if verbose {
-        (
-            StatusCode::OK,
-            format!("{}\n{endpoint} check passed\n", lines.join("\n")),
-        )
+        (StatusCode::OK, format!("{}\n{endpoint} check passed\n", lines.join("\n")))
     } else {
         (StatusCode::OK, "ok".to_string())
     }
 }
 
 fn text(code: StatusCode, body: String) -> Response {
-    (
-        code,
-        [
-            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        ],
-        body,
-    )
+    (code, [(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::X_CONTENT_TYPE_OPTIONS, "nosniff")], body)
         .into_response()
 }
 
@@ -189,10 +153,7 @@ async fn one(e: Endpoints, name: String) -> Response {
         None => text(StatusCode::NOT_FOUND, "404 page not found\n".into()),
         Some(c) => match (c.check)() {
             Ok(()) => text(StatusCode::OK, "ok".into()),
-            Err(reason) => text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("internal server error: {reason}\n"),
-            ),
+            Err(reason) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("internal server error: {reason}\n")),
         },
     }
 }
@@ -202,36 +163,23 @@ async fn metrics(State(e): State<Endpoints>) -> Response {
     match prometheus_client::encoding::text::encode(&mut body, &e.registry) {
         Ok(()) => (
             StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
             body,
         )
             .into_response(),
-        Err(err) => text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("encoding metrics: {err}\n"),
-        ),
+        Err(err) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("encoding metrics: {err}\n")),
     }
 }
 
 /// The routes, for tests and [`serve`].
 pub fn router(checks: Vec<HealthCheck>, registry: Arc<Registry>) -> Router {
-    let state = Endpoints {
-        checks: Arc::new(checks),
-        registry,
-    };
+    let state = Endpoints { checks: Arc::new(checks), registry };
     let mut r = Router::new();
     for endpoint in ["healthz", "livez", "readyz"] {
         r = r
             .route(
                 &format!("/{endpoint}"),
-                get(
-                    move |State(e): State<Endpoints>, Query(q): Query<HashMap<String, String>>| {
-                        all(endpoint, e, q)
-                    },
-                ),
+                get(move |State(e): State<Endpoints>, Query(q): Query<HashMap<String, String>>| all(endpoint, e, q)),
             )
             .route(
                 &format!("/{endpoint}/{{name}}"),
@@ -271,15 +219,8 @@ impl Drop for Serving {
 /// Binds `addr` (port 0: any free port) and serves [`router`] over HTTPS
 /// with `cert`. Errors: the address cannot be bound or the certificate is
 /// unusable.
-pub async fn serve(
-    addr: SocketAddr,
-    cert: TlsConfig,
-    checks: Vec<HealthCheck>,
-    registry: Arc<Registry>,
-) -> anyhow::Result<Serving> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding {addr}"))?;
+pub async fn serve(addr: SocketAddr, cert: TlsConfig, checks: Vec<HealthCheck>, registry: Arc<Registry>) -> anyhow::Result<Serving> {
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
     let addr = listener.local_addr()?;
     let config = tls::server_config(&cert, None)?;
     let (stop, rx) = oneshot::channel();
@@ -294,11 +235,7 @@ pub async fn serve(
         }
     });
     tracing::info!(%addr, "serving securely (/healthz, /livez, /readyz, /metrics)");
-    Ok(Serving {
-        addr,
-        stop: Some(stop),
-        task,
-    })
+    Ok(Serving { addr, stop: Some(stop), task })
 }
 
 #[cfg(test)]
@@ -310,15 +247,9 @@ mod tests {
         let checks = vec![HealthCheck::new("leaderElection", || Err("lost".into()))];
         let (code, body) = health_response("healthz", &checks, false);
         assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(
-            body,
-            "[+]ping ok\n[-]leaderElection failed: reason withheld\nhealthz check failed\n"
-        );
+        assert_eq!(body, "[+]ping ok\n[-]leaderElection failed: reason withheld\nhealthz check failed\n");
         let ok = vec![HealthCheck::new("leaderElection", || Ok(()))];
-        assert_eq!(
-            health_response("readyz", &ok, false),
-            (StatusCode::OK, "ok".into())
-        );
+        assert_eq!(health_response("readyz", &ok, false), (StatusCode::OK, "ok".into()));
         assert_eq!(
             health_response("livez", &ok, true).1,
             "[+]ping ok\n[+]leaderElection ok\nlivez check passed\n"
@@ -328,14 +259,8 @@ mod tests {
     #[test]
     fn secure_port_zero_disables_serving_and_defaults_are_upstreams() {
         let a = ServingArgs::default();
-        assert_eq!(
-            a.address(SCHEDULER_PORT),
-            Some("0.0.0.0:10259".parse().unwrap())
-        );
-        let off = ServingArgs {
-            secure_port: Some(0),
-            ..ServingArgs::default()
-        };
+        assert_eq!(a.address(SCHEDULER_PORT), Some("0.0.0.0:10259".parse().unwrap()));
+        let off = ServingArgs { secure_port: Some(0), ..ServingArgs::default() };
         assert_eq!(off.address(CONTROLLER_MANAGER_PORT), None);
         assert!(self_signed().is_ok());
     }

@@ -92,10 +92,7 @@ impl ControllerManager {
     pub async fn ended(&mut self) -> (&'static str, anyhow::Result<()>) {
         match self.tasks.join_next().await {
             Some(Ok(done)) => done,
-            Some(Err(e)) => (
-                "controller task",
-                Err(anyhow::anyhow!("controller task failed: {e}")),
-            ),
+            Some(Err(e)) => ("controller task", Err(anyhow::anyhow!("controller task failed: {e}"))),
             None => std::future::pending().await,
         }
     }
@@ -113,20 +110,12 @@ pub fn start(client: kube::Client, selected: &[&'static Controller]) -> Controll
 }
 
 /// Starts `selected` controllers against `client` with `config`.
-pub fn start_with(
-    client: kube::Client,
-    selected: &[&'static Controller],
-    config: ControllerConfig,
-) -> ControllerManager {
+pub fn start_with(client: kube::Client, selected: &[&'static Controller], config: ControllerConfig) -> ControllerManager {
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let config = Arc::new(config);
     for c in selected {
-        let ctx = ControllerContext {
-            client: client.clone(),
-            stop: stop_rx.clone(),
-            config: config.clone(),
-        };
+        let ctx = ControllerContext { client: client.clone(), stop: stop_rx.clone(), config: config.clone() };
         let fut = (c.start)(ctx);
         let name = c.name;
         tracing::info!(controller = name, "starting controller");
@@ -158,8 +147,7 @@ async fn run_controllers(
 /// controller fails or the lease is lost; with leader election the
 /// controllers run only while this instance leads.
 pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
-    let (selected, warnings) =
-        controllers::select(&args.controllers).map_err(|e| anyhow::anyhow!(e))?;
+    let (selected, warnings) = controllers::select(&args.controllers).map_err(|e| anyhow::anyhow!(e))?;
     for w in warnings {
         tracing::warn!("{w}");
     }
@@ -174,26 +162,14 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         checks.push(HealthCheck::new("leaderElection", move || status.check()));
     }
     let _serving = match args.serving.address(serving::CONTROLLER_MANAGER_PORT) {
-        Some(addr) => Some(
-            serving::serve(
-                addr,
-                args.serving.certificate()?,
-                checks,
-                Arc::new(registry),
-            )
-            .await?,
-        ),
+        Some(addr) => Some(serving::serve(addr, args.serving.certificate()?, checks, Arc::new(registry)).await?),
         None => None,
     };
     let config = args.controller_config();
     let (stop, stop_rx) = watch::channel(false);
     let work = async move {
         match elector {
-            Some(e) => Ok(e
-                .run(stop_rx, move |work_stop| {
-                    run_controllers(client, selected, config, work_stop)
-                })
-                .await?),
+            Some(e) => Ok(e.run(stop_rx, move |work_stop| run_controllers(client, selected, config, work_stop)).await?),
             None => run_controllers(client, selected, config, stop_rx).await,
         }
     };
@@ -220,30 +196,15 @@ mod tests {
 
     #[test]
     fn node_lifecycle_flags_reach_the_controller_config_with_upstreams_defaults() {
-        let defaults = Cli::parse_from(["cm"])
+        let defaults = Cli::parse_from(["cm"]).args.controller_config().node_lifecycle;
+        assert_eq!(defaults, crate::controllers::nodelifecycle::NodeLifecycleOptions::default());
+        assert_eq!(defaults.monitor_grace, std::time::Duration::from_secs(50));
+        let set = Cli::parse_from(["cm", "--node-monitor-period=1s", "--node-monitor-grace-period=1m30s", "--node-startup-grace-period=2m"])
             .args
             .controller_config()
             .node_lifecycle;
         assert_eq!(
-            defaults,
-            crate::controllers::nodelifecycle::NodeLifecycleOptions::default()
-        );
-        assert_eq!(defaults.monitor_grace, std::time::Duration::from_secs(50));
-        let set = Cli::parse_from([
-            "cm",
-            "--node-monitor-period=1s",
-            "--node-monitor-grace-period=1m30s",
-            "--node-startup-grace-period=2m",
-        ])
-        .args
-        .controller_config()
-        .node_lifecycle;
-        assert_eq!(
-            (
-                set.monitor_period.as_secs(),
-                set.monitor_grace.as_secs(),
-                set.startup_grace.as_secs()
-            ),
+            (set.monitor_period.as_secs(), set.monitor_grace.as_secs(), set.startup_grace.as_secs()),
             (1, 90, 120)
         );
         assert!(Cli::try_parse_from(["cm", "--node-monitor-grace-period=-5s"]).is_err());

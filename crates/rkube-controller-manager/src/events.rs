@@ -26,35 +26,18 @@ impl EventSink {
     /// Publishes a `Normal` event; failures are logged, never returned
     /// (events are best effort, as upstream's broadcaster).
     pub async fn normal(&self, regarding: &ObjectReference, reason: &str, note: String) {
-        self.publish(regarding, EventType::Normal, reason, note)
-            .await;
+        self.publish(regarding, EventType::Normal, reason, note).await;
     }
 
     /// Publishes a `Warning` event (best effort, as [`EventSink::normal`]).
     pub async fn warning(&self, regarding: &ObjectReference, reason: &str, note: String) {
-        self.publish(regarding, EventType::Warning, reason, note)
-            .await;
+        self.publish(regarding, EventType::Warning, reason, note).await;
     }
 
-    async fn publish(
-        &self,
-        regarding: &ObjectReference,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        let reporter = Reporter {
-            controller: self.controller.to_string(),
-            instance: None,
-        };
+    async fn publish(&self, regarding: &ObjectReference, type_: EventType, reason: &str, note: String) {
+        let reporter = Reporter { controller: self.controller.to_string(), instance: None };
         let recorder = Recorder::new(self.client.clone(), reporter);
-        let ev = Event {
-            type_,
-            reason: reason.to_string(),
-            note: Some(note),
-            action: reason.to_string(),
-            secondary: None,
-        };
+        let ev = Event { type_, reason: reason.to_string(), note: Some(note), action: reason.to_string(), secondary: None };
         if let Err(err) = recorder.publish(&ev, regarding).await {
             tracing::warn!(controller = self.controller, reason, %err, "could not record an event");
         }

@@ -100,48 +100,16 @@ mod tests {
         let e = Expectations::default();
         assert!(e.satisfied("ns/rs", []));
         e.expect_creations("ns/rs", ["a".to_string(), "b".to_string()]);
-        assert!(!e.satisfied(
-            "ns/rs",
-            [Seen {
-                name: "a",
-                uid: "1",
-                terminating: false
-            }]
-        ));
-        assert!(e.satisfied(
-            "ns/rs",
-            [Seen {
-                name: "b",
-                uid: "2",
-                terminating: false
-            }]
-        ));
+        assert!(!e.satisfied("ns/rs", [Seen { name: "a", uid: "1", terminating: false }]));
+        assert!(e.satisfied("ns/rs", [Seen { name: "b", uid: "2", terminating: false }]));
     }
 
     #[test]
     fn deletions_are_observed_when_the_pod_terminates_or_leaves_the_cache() {
         let e = Expectations::default();
         e.expect_deletions("ns/rs", ["1".to_string(), "2".to_string()]);
-        let live = [
-            Seen {
-                name: "a",
-                uid: "1",
-                terminating: true,
-            },
-            Seen {
-                name: "b",
-                uid: "2",
-                terminating: false,
-            },
-        ];
+        let live = [Seen { name: "a", uid: "1", terminating: true }, Seen { name: "b", uid: "2", terminating: false }];
         assert!(!e.satisfied("ns/rs", live));
-        assert!(e.satisfied(
-            "ns/rs",
-            [Seen {
-                name: "a",
-                uid: "1",
-                terminating: true
-            }]
-        ));
+        assert!(e.satisfied("ns/rs", [Seen { name: "a", uid: "1", terminating: true }]));
     }
 }

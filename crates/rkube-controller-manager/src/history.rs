@@ -45,13 +45,7 @@ pub fn patch_for_template(template: &Value) -> Value {
 
 /// The template a revision's data restores (`$patch` removed), if any.
 pub fn template_of(revision: &ControllerRevision) -> Option<Value> {
-    let mut t = revision
-        .data
-        .as_ref()?
-        .0
-        .get("spec")?
-        .get("template")?
-        .clone();
+    let mut t = revision.data.as_ref()?.0.get("spec")?.get("template")?.clone();
     if let Value::Object(m) = &mut t {
         m.remove("$patch");
     }
@@ -85,11 +79,7 @@ pub fn owned(all: &[std::sync::Arc<ControllerRevision>], uid: &str) -> Vec<Contr
         .filter(|r| pod_control::controller_of(&r.metadata).is_some_and(|o| o.uid == uid))
         .map(|r| r.as_ref().clone())
         .collect();
-    out.sort_by(|a, b| {
-        a.revision
-            .cmp(&b.revision)
-            .then_with(|| a.name_any().cmp(&b.name_any()))
-    });
+    out.sort_by(|a, b| a.revision.cmp(&b.revision).then_with(|| a.name_any().cmp(&b.name_any())));
     out
 }
 
@@ -119,30 +109,16 @@ pub async fn ensure(
 ) -> Result<Revisions, kube::Error> {
     let data = patch_for_template(template);
     let next = existing.iter().map(|r| r.revision).max().unwrap_or(0) + 1;
-    let same: Vec<&ControllerRevision> = existing
-        .iter()
-        .filter(|r| r.data.as_ref().map(|d| &d.0) == Some(&data))
-        .collect();
+    let same: Vec<&ControllerRevision> =
+        existing.iter().filter(|r| r.data.as_ref().map(|d| &d.0) == Some(&data)).collect();
     if let Some(found) = same.last() {
         let newest = existing.last().map(|r| r.name_any());
         if newest == Some(found.name_any()) {
-            return Ok(Revisions {
-                update: (*found).clone(),
-                collision_count,
-            });
+            return Ok(Revisions { update: (*found).clone(), collision_count });
         }
         let patch = json!({"revision": next});
-        let renumbered = api
-            .patch(
-                &found.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
-        return Ok(Revisions {
-            update: renumbered,
-            collision_count,
-        });
+        let renumbered = api.patch(&found.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        return Ok(Revisions { update: renumbered, collision_count });
     }
     for _ in 0..10 {
         let h = hash(&data, collision_count);
@@ -159,38 +135,22 @@ pub async fn ensure(
             revision: next,
         };
         match api.create(&PostParams::default(), &rev).await {
-            Ok(created) => {
-                return Ok(Revisions {
-                    update: created,
-                    collision_count,
-                })
-            }
+            Ok(created) => return Ok(Revisions { update: created, collision_count }),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 // A revision of this name exists: ours with the same data
                 // (a lagging cache) is reused, anything else is a collision.
                 let there = api.get(&rev.name_any()).await?;
-                let ours =
-                    pod_control::controller_of(&there.metadata).is_some_and(|o| o.uid == owner.uid);
+                let ours = pod_control::controller_of(&there.metadata).is_some_and(|o| o.uid == owner.uid);
                 if ours && there.data.as_ref().map(|d| &d.0) == Some(&data) {
-                    return Ok(Revisions {
-                        update: there,
-                        collision_count,
-                    });
+                    return Ok(Revisions { update: there, collision_count });
                 }
                 collision_count += 1;
             }
             Err(e) => return Err(e),
         }
     }
-    let message = format!(
-        "too many ControllerRevision name collisions for {}",
-        owner.name
-    );
-    Err(kube::Error::Api(
-        kube::core::Status::failure(&message, "Conflict")
-            .with_code(409)
-            .boxed(),
-    ))
+    let message = format!("too many ControllerRevision name collisions for {}", owner.name);
+    Err(kube::Error::Api(kube::core::Status::failure(&message, "Conflict").with_code(409).boxed()))
 }
 
 /// Deletes the oldest revisions not in `live` until at most `limit` of
@@ -203,13 +163,8 @@ pub async fn truncate(
     live: &[String],
     limit: i32,
 ) -> Result<(), kube::Error> {
-    let old: Vec<&ControllerRevision> = existing
-        .iter()
-        .filter(|r| !live.contains(&r.name_any()))
-        .collect();
-    let excess = old
-        .len()
-        .saturating_sub(usize::try_from(limit.max(0)).unwrap_or(0));
+    let old: Vec<&ControllerRevision> = existing.iter().filter(|r| !live.contains(&r.name_any())).collect();
+    let excess = old.len().saturating_sub(usize::try_from(limit.max(0)).unwrap_or(0));
     for r in old.into_iter().take(excess) {
         match api.delete(&r.name_any(), &DeleteParams::default()).await {
             Ok(_) => {}
@@ -229,10 +184,7 @@ mod tests {
         let t = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}});
         let data = patch_for_template(&t);
         assert_eq!(data["spec"]["template"]["$patch"], "replace");
-        let rev = ControllerRevision {
-            data: Some(RawExtension(data)),
-            ..ControllerRevision::default()
-        };
+        let rev = ControllerRevision { data: Some(RawExtension(data)), ..ControllerRevision::default() };
         assert_eq!(template_of(&rev), Some(t));
     }
 
@@ -243,9 +195,7 @@ mod tests {
         assert_eq!(hash(&a, 0), hash(&a.clone(), 0));
         assert_ne!(hash(&a, 0), hash(&b, 0));
         assert_ne!(hash(&a, 0), hash(&a, 1));
-        assert!(hash(&a, 0)
-            .chars()
-            .all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
+        assert!(hash(&a, 0).chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)));
         assert_eq!(revision_name("web", "abc"), "web-abc");
         assert_eq!(revision_name(&"x".repeat(300), "h").len(), 225);
     }

@@ -33,10 +33,7 @@ pub fn object_ref<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectReference {
 
 /// The `controller: true` owner reference of `meta`, if any.
 pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
-    meta.owner_references
-        .as_ref()?
-        .iter()
-        .find(|r| r.controller == Some(true))
+    meta.owner_references.as_ref()?.iter().find(|r| r.controller == Some(true))
 }
 
 /// A pod to create from `template`, named `<prefix>-<random>` by the API
@@ -95,12 +92,7 @@ pub fn claim(owner_uid: &str, owner_deleting: bool, selected: bool, child: &Obje
 /// merge patch of its owner references, guarded by its resourceVersion.
 /// Errors: the API server's (a conflict means the child changed; the next
 /// sync decides again).
-pub async fn apply_claim<C>(
-    api: &Api<C>,
-    child: &C,
-    decision: &Claim,
-    owner: &OwnerReference,
-) -> Result<(), kube::Error>
+pub async fn apply_claim<C>(api: &Api<C>, child: &C, decision: &Claim, owner: &OwnerReference) -> Result<(), kube::Error>
 where
     C: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -110,15 +102,8 @@ where
         Claim::Release => refs.retain(|r| r.uid != owner.uid),
         Claim::Keep | Claim::Ignore => return Ok(()),
     }
-    let patch =
-        json!({"metadata": {"ownerReferences": refs, "resourceVersion": child.resource_version()}});
-    api.patch(
-        &child.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map(|_| ())
+    let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": child.resource_version()}});
+    api.patch(&child.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
 }
 
 /// Claims `candidates` for the owner `owner` (upstream's
@@ -136,12 +121,7 @@ pub async fn claim_pods(
 ) -> Result<Vec<Pod>, kube::Error> {
     let mut mine = Vec::new();
     for p in candidates.iter().copied() {
-        let decision = claim(
-            &owner.uid,
-            deleting,
-            selects(selector, p.labels()),
-            &p.metadata,
-        );
+        let decision = claim(&owner.uid, deleting, selects(selector, p.labels()), &p.metadata);
         match decision {
             Claim::Keep => mine.push(p.clone()),
             Claim::Adopt | Claim::Release => match apply_claim(api, p, &decision, owner).await {
@@ -187,11 +167,7 @@ mod tests {
     fn meta(owner: Option<&str>) -> ObjectMeta {
         ObjectMeta {
             owner_references: owner.map(|u| {
-                vec![OwnerReference {
-                    uid: u.into(),
-                    controller: Some(true),
-                    ..OwnerReference::default()
-                }]
+                vec![OwnerReference { uid: u.into(), controller: Some(true), ..OwnerReference::default() }]
             }),
             ..ObjectMeta::default()
         }
@@ -202,10 +178,7 @@ mod tests {
         assert_eq!(claim("me", false, true, &meta(Some("me"))), Claim::Keep);
         assert_eq!(claim("me", false, false, &meta(Some("me"))), Claim::Release);
         assert_eq!(claim("me", true, false, &meta(Some("me"))), Claim::Ignore);
-        assert_eq!(
-            claim("me", false, true, &meta(Some("other"))),
-            Claim::Ignore
-        );
+        assert_eq!(claim("me", false, true, &meta(Some("other"))), Claim::Ignore);
         assert_eq!(claim("me", false, true, &meta(None)), Claim::Adopt);
         assert_eq!(claim("me", true, true, &meta(None)), Claim::Ignore);
         assert_eq!(claim("me", false, false, &meta(None)), Claim::Ignore);

@@ -11,8 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 /// Not `Succeeded`, not `Failed`, and not being deleted.
 pub fn is_active(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    !matches!(phase, Some("Succeeded") | Some("Failed"))
-        && pod.metadata.deletion_timestamp.is_none()
+    !matches!(phase, Some("Succeeded") | Some("Failed")) && pod.metadata.deletion_timestamp.is_none()
 }
 
 /// The time the `Ready` condition turned `True`, when it is `True`.
@@ -54,10 +53,7 @@ fn restarts(pod: &Pod) -> i32 {
 }
 
 fn node(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .unwrap_or("")
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("")
 }
 
 /// Log2 bucket of how long a pod has been ready (upstream's
@@ -85,13 +81,7 @@ pub fn sort_for_deletion(pods: &mut [&Pod], related: &[&Pod], now: Timestamp) {
             *per_node.entry(n).or_default() += 1;
         }
     }
-    let rank = |p: &Pod| {
-        if node(p).is_empty() {
-            0
-        } else {
-            per_node.get(node(p)).copied().unwrap_or(0)
-        }
-    };
+    let rank = |p: &Pod| if node(p).is_empty() { 0 } else { per_node.get(node(p)).copied().unwrap_or(0) };
     pods.sort_by(|a, b| {
         let ord = (!node(a).is_empty()).cmp(&!node(b).is_empty());
         if ord != Ordering::Equal {
@@ -129,14 +119,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(
-        name: &str,
-        node: &str,
-        phase: &str,
-        ready: Option<&str>,
-        restarts: i32,
-        created: &str,
-    ) -> Pod {
+    fn pod(name: &str, node: &str, phase: &str, ready: Option<&str>, restarts: i32, created: &str) -> Pod {
         let mut conds = vec![];
         if let Some(t) = ready {
             conds.push(json!({"type": "Ready", "status": "True", "lastTransitionTime": t}));
@@ -159,59 +142,18 @@ mod tests {
         let pending = pod("pending", "n1", "Pending", None, 0, t0);
         let running_unready = pod("running-unready", "n1", "Running", None, 0, t0);
         let restarted = pod("restarted", "n1", "Running", Some(t0), 5, t0);
-        let newer = pod(
-            "newer",
-            "n1",
-            "Running",
-            Some(t0),
-            0,
-            "2026-01-01T00:00:30Z",
-        );
-        let mut pods = vec![
-            &running_ready,
-            &newer,
-            &restarted,
-            &running_unready,
-            &pending,
-            &unscheduled,
-        ];
+        let newer = pod("newer", "n1", "Running", Some(t0), 0, "2026-01-01T00:00:30Z");
+        let mut pods = vec![&running_ready, &newer, &restarted, &running_unready, &pending, &unscheduled];
         sort_for_deletion(&mut pods, &[], now);
-        let names: Vec<_> = pods
-            .iter()
-            .map(|p| p.metadata.name.as_deref().unwrap())
-            .collect();
-        assert_eq!(
-            names,
-            [
-                "unscheduled",
-                "pending",
-                "running-unready",
-                "restarted",
-                "newer",
-                "running-ready"
-            ]
-        );
+        let names: Vec<_> = pods.iter().map(|p| p.metadata.name.as_deref().unwrap()).collect();
+        assert_eq!(names, ["unscheduled", "pending", "running-unready", "restarted", "newer", "running-ready"]);
     }
 
     #[test]
     fn pods_ready_for_a_shorter_time_go_first_and_availability_waits_min_ready_seconds() {
         let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
-        let old = pod(
-            "old",
-            "n1",
-            "Running",
-            Some("2026-01-01T00:00:00Z"),
-            0,
-            "2026-01-01T00:00:00Z",
-        );
-        let fresh = pod(
-            "fresh",
-            "n1",
-            "Running",
-            Some("2026-01-01T00:59:58Z"),
-            0,
-            "2026-01-01T00:00:00Z",
-        );
+        let old = pod("old", "n1", "Running", Some("2026-01-01T00:00:00Z"), 0, "2026-01-01T00:00:00Z");
+        let fresh = pod("fresh", "n1", "Running", Some("2026-01-01T00:59:58Z"), 0, "2026-01-01T00:00:00Z");
         let mut pods = vec![&old, &fresh];
         sort_for_deletion(&mut pods, &[], now);
         assert_eq!(pods[0].metadata.name.as_deref(), Some("fresh"));

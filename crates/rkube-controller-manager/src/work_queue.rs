@@ -27,21 +27,9 @@ pub enum Trigger {
 
 /// A reflected watch of `api` turned into triggers by `map`; `index` names
 /// it in [`Trigger::Listed`].
-pub fn reflected<K, F>(
-    api: Api<K>,
-    config: watcher::Config,
-    writer: reflector::store::Writer<K>,
-    index: usize,
-    map: F,
-) -> BoxStream<'static, Trigger>
+pub fn reflected<K, F>(api: Api<K>, config: watcher::Config, writer: reflector::store::Writer<K>, index: usize, map: F) -> BoxStream<'static, Trigger>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     F: Fn(&K) -> Vec<Key> + Send + 'static,
 {
     reflector::reflector(writer, watcher::watcher(api, config).default_backoff())
@@ -97,9 +85,7 @@ impl Queue {
     /// Queues `key` again after 5 ms × 2^failures, at most 1000 s.
     pub fn retry(&mut self, key: Key) {
         let n = self.failures.entry(key.clone()).or_insert(0);
-        let delay = Duration::from_millis(5)
-            .saturating_mul(1u32 << (*n).min(20))
-            .min(Duration::from_secs(1000));
+        let delay = Duration::from_millis(5).saturating_mul(1u32 << (*n).min(20)).min(Duration::from_secs(1000));
         *n += 1;
         self.waiting.insert((Instant::now() + delay, key), ());
     }
@@ -123,6 +109,7 @@ impl Queue {
     }
 }
 
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,10 +124,7 @@ mod tests {
         q.add(key("a"));
         q.add(key("b"));
         q.add(key("a"));
-        assert_eq!(
-            (q.pop(), q.pop(), q.pop()),
-            (Some(key("a")), Some(key("b")), None)
-        );
+        assert_eq!((q.pop(), q.pop(), q.pop()), (Some(key("a")), Some(key("b")), None));
     }
 
     #[tokio::test(start_paused = true)]

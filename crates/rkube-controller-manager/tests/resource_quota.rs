@@ -13,10 +13,7 @@ use serde_json::{json, Value};
 
 async fn start() -> Env {
     let config = rkube_apiserver::ServerConfig {
-        admission: rkube_apiserver::admission::AdmissionConfig {
-            resource_quota: true,
-            ..Default::default()
-        },
+        admission: rkube_apiserver::admission::AdmissionConfig { resource_quota: true, ..Default::default() },
         ..rkube_apiserver::ServerConfig::default()
     };
     Env::start_with(&["resourcequota-controller"], false, config).await
@@ -24,19 +21,11 @@ async fn start() -> Env {
 
 async fn create<K>(env: &Env, ns: &str, obj: Value) -> kube::Result<K>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
     K::DynamicType: Default,
 {
     let api: Api<K> = Api::namespaced(env.client.clone(), ns);
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(obj).expect("object"),
-    )
-    .await
+    api.create(&PostParams::default(), &serde_json::from_value(obj).expect("object")).await
 }
 
 fn pod(name: &str, cpu: Option<&str>, spec_extra: Value) -> Value {
@@ -51,9 +40,7 @@ fn pod(name: &str, cpu: Option<&str>, spec_extra: Value) -> Value {
 }
 
 async fn quota(env: &Env, ns: &str, name: &str, spec: Value) {
-    create::<ResourceQuota>(env, ns, json!({"metadata": {"name": name}, "spec": spec}))
-        .await
-        .expect("quota");
+    create::<ResourceQuota>(env, ns, json!({"metadata": {"name": name}, "spec": spec})).await.expect("quota");
 }
 
 /// Waits until quota `name`'s `status.used` is `want`.
@@ -73,10 +60,7 @@ async fn used_becomes(env: &Env, ns: &str, name: &str, want: Value) {
         }
     })
     .await;
-    assert!(
-        found.is_ok(),
-        "quota {name}: used {last} never became {want}"
-    );
+    assert!(found.is_ok(), "quota {name}: used {last} never became {want}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,12 +69,7 @@ async fn status_used_follows_pods_configmaps_and_services() {
     env.namespace("rq").await;
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "rq");
     // The namespace may already hold a published CA ConfigMap.
-    let base = eventually("configmaps listed", || async {
-        cms.list(&Default::default()).await.ok()
-    })
-    .await
-    .items
-    .len() as i64;
+    let base = eventually("configmaps listed", || async { cms.list(&Default::default()).await.ok() }).await.items.len() as i64;
     let hard = json!({"pods": "5", "requests.cpu": "2", "configmaps": "9", "count/configmaps": "9", "services": "3", "services.nodeports": "4"});
     quota(&env, "rq", "q", json!({"hard": hard})).await;
     used_becomes(
@@ -101,15 +80,9 @@ async fn status_used_follows_pods_configmaps_and_services() {
     )
     .await;
 
-    create::<Pod>(&env, "rq", pod("a", Some("500m"), json!({})))
-        .await
-        .expect("pod a");
-    create::<Pod>(&env, "rq", pod("b", Some("250m"), json!({})))
-        .await
-        .expect("pod b");
-    create::<ConfigMap>(&env, "rq", json!({"metadata": {"name": "cm"}}))
-        .await
-        .expect("configmap");
+    create::<Pod>(&env, "rq", pod("a", Some("500m"), json!({}))).await.expect("pod a");
+    create::<Pod>(&env, "rq", pod("b", Some("250m"), json!({}))).await.expect("pod b");
+    create::<ConfigMap>(&env, "rq", json!({"metadata": {"name": "cm"}})).await.expect("configmap");
     let svc = json!({"metadata": {"name": "web"}, "spec": {"type": "NodePort", "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 81}]}});
     create::<Service>(&env, "rq", svc).await.expect("service");
     let n = (base + 1).to_string();
@@ -123,18 +96,8 @@ async fn status_used_follows_pods_configmaps_and_services() {
 
     // A deleted pod and configmap, and a pod that failed, no longer count.
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), "rq");
-    pods.delete(
-        "a",
-        &DeleteParams {
-            grace_period_seconds: Some(0),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("delete a");
-    cms.delete("cm", &DeleteParams::default())
-        .await
-        .expect("delete cm");
+    pods.delete("a", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.expect("delete a");
+    cms.delete("cm", &DeleteParams::default()).await.expect("delete cm");
     let b = base.to_string();
     used_becomes(
         &env,
@@ -143,13 +106,7 @@ async fn status_used_follows_pods_configmaps_and_services() {
         json!({"pods": "1", "requests.cpu": "250m", "configmaps": b, "count/configmaps": b, "services": "1", "services.nodeports": "2"}),
     )
     .await;
-    pods.patch_status(
-        "b",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Failed"}})),
-    )
-    .await
-    .expect("fail b");
+    pods.patch_status("b", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Failed"}}))).await.expect("fail b");
     used_becomes(
         &env,
         "rq",
@@ -164,69 +121,21 @@ async fn status_used_follows_pods_configmaps_and_services() {
 async fn scoped_quotas_count_only_the_pods_their_scopes_select() {
     let env = start().await;
     env.namespace("scoped").await;
-    quota(
-        &env,
-        "scoped",
-        "terminating",
-        json!({"hard": {"pods": "5"}, "scopes": ["Terminating"]}),
-    )
-    .await;
-    quota(
-        &env,
-        "scoped",
-        "best-effort",
-        json!({"hard": {"pods": "5"}, "scopes": ["BestEffort"]}),
-    )
-    .await;
+    quota(&env, "scoped", "terminating", json!({"hard": {"pods": "5"}, "scopes": ["Terminating"]})).await;
+    quota(&env, "scoped", "best-effort", json!({"hard": {"pods": "5"}, "scopes": ["BestEffort"]})).await;
     let high = json!({"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]});
-    quota(
-        &env,
-        "scoped",
-        "high",
-        json!({"hard": {"pods": "5", "requests.cpu": "4"}, "scopeSelector": high}),
-    )
-    .await;
+    quota(&env, "scoped", "high", json!({"hard": {"pods": "5", "requests.cpu": "4"}, "scopeSelector": high})).await;
     for name in ["terminating", "best-effort"] {
         used_becomes(&env, "scoped", name, json!({"pods": "0"})).await;
     }
-    used_becomes(
-        &env,
-        "scoped",
-        "high",
-        json!({"pods": "0", "requests.cpu": "0"}),
-    )
-    .await;
+    used_becomes(&env, "scoped", "high", json!({"pods": "0", "requests.cpu": "0"})).await;
 
-    create::<Pod>(
-        &env,
-        "scoped",
-        pod("batch", Some("1"), json!({"activeDeadlineSeconds": 60})),
-    )
-    .await
-    .expect("batch");
-    create::<Pod>(&env, "scoped", pod("plain", None, json!({})))
-        .await
-        .expect("plain");
-    create::<Pod>(
-        &env,
-        "scoped",
-        pod(
-            "important",
-            Some("1500m"),
-            json!({"priorityClassName": "high"}),
-        ),
-    )
-    .await
-    .expect("important");
+    create::<Pod>(&env, "scoped", pod("batch", Some("1"), json!({"activeDeadlineSeconds": 60}))).await.expect("batch");
+    create::<Pod>(&env, "scoped", pod("plain", None, json!({}))).await.expect("plain");
+    create::<Pod>(&env, "scoped", pod("important", Some("1500m"), json!({"priorityClassName": "high"}))).await.expect("important");
     used_becomes(&env, "scoped", "terminating", json!({"pods": "1"})).await;
     used_becomes(&env, "scoped", "best-effort", json!({"pods": "1"})).await;
-    used_becomes(
-        &env,
-        "scoped",
-        "high",
-        json!({"pods": "1", "requests.cpu": "1500m"}),
-    )
-    .await;
+    used_becomes(&env, "scoped", "high", json!({"pods": "1", "requests.cpu": "1500m"})).await;
     env.stop().await;
 }
 
@@ -236,12 +145,8 @@ async fn once_the_controller_computed_a_quota_admission_refuses_the_pod_beyond_i
     env.namespace("one").await;
     quota(&env, "one", "q", json!({"hard": {"pods": "1"}})).await;
     used_becomes(&env, "one", "q", json!({"pods": "0"})).await;
-    create::<Pod>(&env, "one", pod("first", None, json!({})))
-        .await
-        .expect("first pod");
-    let err = create::<Pod>(&env, "one", pod("second", None, json!({})))
-        .await
-        .expect_err("second pod refused");
+    create::<Pod>(&env, "one", pod("first", None, json!({}))).await.expect("first pod");
+    let err = create::<Pod>(&env, "one", pod("second", None, json!({}))).await.expect_err("second pod refused");
     match err {
         kube::Error::Api(s) => {
             assert_eq!(s.code, 403);

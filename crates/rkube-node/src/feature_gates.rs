@@ -35,9 +35,7 @@ pub struct FeatureGates {
 
 impl Default for FeatureGates {
     fn default() -> Self {
-        Self {
-            gates: BTreeMap::from([(EVENTED_PLEG, true)]),
-        }
+        Self { gates: BTreeMap::from([(EVENTED_PLEG, true)]) }
     }
 }
 
@@ -46,26 +44,14 @@ impl FeatureGates {
     pub fn parse(spec: &str) -> Result<Self, FeatureGateError> {
         let mut gates = Self::default();
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (name, value) = item
-                .split_once('=')
-                .ok_or_else(|| FeatureGateError::Malformed(item.to_string()))?;
+            let (name, value) = item.split_once('=').ok_or_else(|| FeatureGateError::Malformed(item.to_string()))?;
             let (name, value) = (name.trim(), value.trim());
             let on = match value.to_ascii_lowercase().as_str() {
                 "true" => true,
                 "false" => false,
-                _ => {
-                    return Err(FeatureGateError::NotBool {
-                        name: name.into(),
-                        value: value.into(),
-                    })
-                }
+                _ => return Err(FeatureGateError::NotBool { name: name.into(), value: value.into() }),
             };
-            let key = gates
-                .gates
-                .keys()
-                .copied()
-                .find(|k| *k == name)
-                .ok_or_else(|| FeatureGateError::Unknown(name.into()))?;
+            let key = gates.gates.keys().copied().find(|k| *k == name).ok_or_else(|| FeatureGateError::Unknown(name.into()))?;
             gates.gates.insert(key, on);
         }
         Ok(gates)
@@ -83,30 +69,15 @@ mod tests {
 
     #[test]
     fn evented_pleg_is_on_by_default_and_can_be_turned_off() {
-        assert!(FeatureGates::parse("")
-            .expect("empty")
-            .enabled(EVENTED_PLEG));
-        assert!(!FeatureGates::parse("EventedPLEG=false")
-            .expect("off")
-            .enabled(EVENTED_PLEG));
-        assert!(FeatureGates::parse(" EventedPLEG=True ")
-            .expect("on")
-            .enabled(EVENTED_PLEG));
+        assert!(FeatureGates::parse("").expect("empty").enabled(EVENTED_PLEG));
+        assert!(!FeatureGates::parse("EventedPLEG=false").expect("off").enabled(EVENTED_PLEG));
+        assert!(FeatureGates::parse(" EventedPLEG=True ").expect("on").enabled(EVENTED_PLEG));
     }
 
     #[test]
     fn bad_gates_are_rejected_with_kubelet_messages() {
-        assert_eq!(
-            FeatureGates::parse("Nope=true"),
-            Err(FeatureGateError::Unknown("Nope".into()))
-        );
-        assert_eq!(
-            FeatureGates::parse("EventedPLEG"),
-            Err(FeatureGateError::Malformed("EventedPLEG".into()))
-        );
-        assert!(matches!(
-            FeatureGates::parse("EventedPLEG=yes"),
-            Err(FeatureGateError::NotBool { .. })
-        ));
+        assert_eq!(FeatureGates::parse("Nope=true"), Err(FeatureGateError::Unknown("Nope".into())));
+        assert_eq!(FeatureGates::parse("EventedPLEG"), Err(FeatureGateError::Malformed("EventedPLEG".into())));
+        assert!(matches!(FeatureGates::parse("EventedPLEG=yes"), Err(FeatureGateError::NotBool { .. })));
     }
 }

@@ -38,17 +38,10 @@ async fn metrics(State(e): State<Endpoints>) -> impl IntoResponse {
     match prometheus_client::encoding::text::encode(&mut text, &e.registry) {
         Ok(()) => (
             StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
+            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
             text,
         ),
-        Err(_) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            [(header::CONTENT_TYPE, "text/plain")],
-            "encode failed".into(),
-        ),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], "encode failed".into()),
     }
 }
 
@@ -67,10 +60,7 @@ pub async fn serve(
         .with_state(Endpoints { pleg, registry });
     let task = tokio::spawn(async move {
         let stop = async move { shutdown.wait().await };
-        if let Err(err) = axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .await
-        {
+        if let Err(err) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
             tracing::warn!(%err, "healthz server failed");
         }
     });

@@ -8,10 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus,
-    NodeSystemInfo,
-};
+use k8s_openapi::api::core::v1::{DaemonEndpoint, Node, NodeAddress, NodeDaemonEndpoints, NodeCondition, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff;
@@ -58,16 +55,11 @@ pub struct NodeInfo {
 }
 
 fn now_time() -> Time {
-    Time(
-        jiff::Timestamp::from_nanosecond(i128::from(crate::pleg::Timestamp::now().0))
-            .unwrap_or(jiff::Timestamp::UNIX_EPOCH),
-    )
+    Time(jiff::Timestamp::from_nanosecond(i128::from(crate::pleg::Timestamp::now().0)).unwrap_or(jiff::Timestamp::UNIX_EPOCH))
 }
 
 fn read_trimmed(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 fn memory_kib() -> u64 {
@@ -91,26 +83,15 @@ fn os_image() -> String {
 /// The node's capacity (also its allocatable: nothing is reserved): cpu
 /// cores, memory from `/proc/meminfo`, 110 pods.
 pub fn capacity() -> BTreeMap<String, Quantity> {
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     BTreeMap::from([
         ("cpu".to_string(), Quantity(cpus.to_string())),
-        (
-            "memory".to_string(),
-            Quantity(format!("{}Ki", memory_kib())),
-        ),
+        ("memory".to_string(), Quantity(format!("{}Ki", memory_kib()))),
         ("pods".to_string(), Quantity("110".into())),
     ])
 }
 
-fn condition(
-    ty: &str,
-    ok_status: &str,
-    reason: &str,
-    message: &str,
-    old: Option<&NodeStatus>,
-) -> NodeCondition {
+fn condition(ty: &str, ok_status: &str, reason: &str, message: &str, old: Option<&NodeStatus>) -> NodeCondition {
     let now = now_time();
     let previous = old
         .and_then(|s| s.conditions.as_ref())
@@ -128,72 +109,30 @@ fn condition(
 }
 
 /// The node status; `runtime_error` (e.g. an unhealthy PLEG) makes `Ready` false.
-pub fn node_status(
-    info: &NodeInfo,
-    runtime_error: Option<&str>,
-    old: Option<&NodeStatus>,
-) -> NodeStatus {
+pub fn node_status(info: &NodeInfo, runtime_error: Option<&str>, old: Option<&NodeStatus>) -> NodeStatus {
     let ready = match runtime_error {
-        None => condition(
-            "Ready",
-            "True",
-            "KubeletReady",
-            "kubelet is posting ready status",
-            old,
-        ),
+        None => condition("Ready", "True", "KubeletReady", "kubelet is posting ready status", old),
         Some(err) => condition("Ready", "False", "KubeletNotReady", err, old),
     };
     let hostname = read_trimmed("/proc/sys/kernel/hostname");
     NodeStatus {
         conditions: Some(vec![
-            condition(
-                "MemoryPressure",
-                "False",
-                "KubeletHasSufficientMemory",
-                "kubelet has sufficient memory available",
-                old,
-            ),
-            condition(
-                "DiskPressure",
-                "False",
-                "KubeletHasNoDiskPressure",
-                "kubelet has no disk pressure",
-                old,
-            ),
-            condition(
-                "PIDPressure",
-                "False",
-                "KubeletHasSufficientPID",
-                "kubelet has sufficient PID available",
-                old,
-            ),
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available", old),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure", old),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available", old),
             ready,
         ]),
         addresses: Some(vec![
-            NodeAddress {
-                type_: "InternalIP".into(),
-                address: info.ip.clone(),
-            },
-            NodeAddress {
-                type_: "Hostname".into(),
-                address: if hostname.is_empty() {
-                    info.name.clone()
-                } else {
-                    hostname
-                },
-            },
+            NodeAddress { type_: "InternalIP".into(), address: info.ip.clone() },
+            NodeAddress { type_: "Hostname".into(), address: if hostname.is_empty() { info.name.clone() } else { hostname } },
         ]),
         daemon_endpoints: Some(NodeDaemonEndpoints {
-            kubelet_endpoint: Some(DaemonEndpoint {
-                port: i32::from(info.kubelet_port),
-            }),
+            kubelet_endpoint: Some(DaemonEndpoint { port: i32::from(info.kubelet_port) }),
         }),
         capacity: Some(capacity()),
         allocatable: Some(capacity()),
         node_info: Some(NodeSystemInfo {
-            architecture: std::env::consts::ARCH
-                .replace("x86_64", "amd64")
-                .replace("aarch64", "arm64"),
+            architecture: std::env::consts::ARCH.replace("x86_64", "amd64").replace("aarch64", "arm64"),
             operating_system: "linux".into(),
             kernel_version: read_trimmed("/proc/sys/kernel/osrelease"),
             os_image: os_image(),
@@ -213,9 +152,7 @@ pub fn node_status(
 /// `kubernetes.io/arch`) and writes its status; returns the Node.
 pub async fn register(client: &kube::Client, info: &NodeInfo) -> Result<Node, NodeStatusError> {
     let nodes: Api<Node> = Api::all(client.clone());
-    let arch = std::env::consts::ARCH
-        .replace("x86_64", "amd64")
-        .replace("aarch64", "arm64");
+    let arch = std::env::consts::ARCH.replace("x86_64", "amd64").replace("aarch64", "arm64");
     let node = Node {
         metadata: ObjectMeta {
             name: Some(info.name.clone()),
@@ -231,39 +168,21 @@ pub async fn register(client: &kube::Client, info: &NodeInfo) -> Result<Node, No
     match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(source) => {
-            return Err(NodeStatusError::Api {
-                op: "create node",
-                source,
-            })
-        }
+        Err(source) => return Err(NodeStatusError::Api { op: "create node", source }),
     }
     update_status(client, info, None).await
 }
 
 /// Writes the node status (merge patch on `nodes/status`).
-pub async fn update_status(
-    client: &kube::Client,
-    info: &NodeInfo,
-    runtime_error: Option<&str>,
-) -> Result<Node, NodeStatusError> {
+pub async fn update_status(client: &kube::Client, info: &NodeInfo, runtime_error: Option<&str>) -> Result<Node, NodeStatusError> {
     let nodes: Api<Node> = Api::all(client.clone());
-    let current = nodes
-        .get(&info.name)
-        .await
-        .map_err(|source| NodeStatusError::Api {
-            op: "get node",
-            source,
-        })?;
+    let current = nodes.get(&info.name).await.map_err(|source| NodeStatusError::Api { op: "get node", source })?;
     let status = node_status(info, runtime_error, current.status.as_ref());
     let patch = serde_json::json!({ "status": status });
     nodes
         .patch_status(&info.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|source| NodeStatusError::Api {
-            op: "update node status",
-            source,
-        })
+        .map_err(|source| NodeStatusError::Api { op: "update node status", source })
 }
 
 /// Creates or renews the node's Lease.
@@ -277,22 +196,13 @@ pub async fn renew_lease(client: &kube::Client, node: &Node) -> Result<Lease, No
         renew_time: Some(now),
         ..Default::default()
     };
-    match leases
-        .get_opt(&name)
-        .await
-        .map_err(|source| NodeStatusError::Api {
-            op: "get lease",
-            source,
-        })? {
+    match leases.get_opt(&name).await.map_err(|source| NodeStatusError::Api { op: "get lease", source })? {
         Some(mut lease) => {
             lease.spec = Some(spec);
             leases
                 .replace(&name, &PostParams::default(), &lease)
                 .await
-                .map_err(|source| NodeStatusError::Api {
-                    op: "renew lease",
-                    source,
-                })
+                .map_err(|source| NodeStatusError::Api { op: "renew lease", source })
         }
         None => {
             let owner = node.metadata.uid.clone().map(|uid| OwnerReference {
@@ -314,10 +224,7 @@ pub async fn renew_lease(client: &kube::Client, node: &Node) -> Result<Lease, No
             leases
                 .create(&PostParams::default(), &lease)
                 .await
-                .map_err(|source| NodeStatusError::Api {
-                    op: "create lease",
-                    source,
-                })
+                .map_err(|source| NodeStatusError::Api { op: "create lease", source })
         }
     }
 }

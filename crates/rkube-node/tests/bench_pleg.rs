@@ -16,18 +16,14 @@ use std::time::{Duration, Instant};
 
 use rkube_node::cri::{CriClient, RuntimeApi};
 use rkube_node::pleg::{
-    EventedPleg, GenericPleg, PlegMetrics, PodCache, PodLifecycleEvent, PodLifecycleEventType,
-    PLEG_CHANNEL_CAPACITY,
+    EventedPleg, GenericPleg, PlegMetrics, PodCache, PodLifecycleEvent, PodLifecycleEventType, PLEG_CHANNEL_CAPACITY,
 };
 use rkube_node::shutdown;
 use rkube_runtime::{cri, serve, RuntimeConfig};
 use tokio::sync::mpsc;
 
 fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// User + system CPU seconds of this process so far.
@@ -63,34 +59,19 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 async fn run_mode(evented: bool, containers: usize, idle: Duration, exits: usize) -> Result {
     let dir = tempfile::tempdir().expect("tempdir");
-    let handle = serve(&dir.path().join("cri.sock"), RuntimeConfig::new(dir.path()))
-        .await
-        .expect("serve");
+    let handle = serve(&dir.path().join("cri.sock"), RuntimeConfig::new(dir.path())).await.expect("serve");
     let client = CriClient::connect_lazy(&handle.endpoint()).expect("client");
     let api: Arc<dyn RuntimeApi> = Arc::new(client.clone());
     let cache = PodCache::new();
     let metrics = PlegMetrics::new();
     let (tx, mut rx) = mpsc::channel::<PodLifecycleEvent>(PLEG_CHANNEL_CAPACITY * 4);
-    let generic = GenericPleg::new(
-        Arc::clone(&api),
-        Arc::clone(&cache),
-        tx.clone(),
-        metrics.clone(),
-    );
+    let generic = GenericPleg::new(Arc::clone(&api), Arc::clone(&cache), tx.clone(), metrics.clone());
     let (trigger, sd) = shutdown::channel();
     let task = if evented {
-        let e = EventedPleg::new(
-            api,
-            Arc::clone(&cache),
-            tx,
-            metrics.clone(),
-            Arc::clone(&generic),
-        );
+        let e = EventedPleg::new(api, Arc::clone(&cache), tx, metrics.clone(), Arc::clone(&generic));
         let mut conn = e.connection();
         let t = tokio::spawn(Arc::clone(&e).run(sd));
-        conn.wait_for(|s| s.is_streaming())
-            .await
-            .expect("streaming");
+        conn.wait_for(|s| s.is_streaming()).await.expect("streaming");
         t
     } else {
         tokio::spawn(Arc::clone(&generic).run(sd))
@@ -99,30 +80,16 @@ async fn run_mode(evented: bool, containers: usize, idle: Duration, exits: usize
     let mut ids = Vec::new();
     for i in 0..containers {
         let sandbox_config = cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata {
-                name: format!("p{i}"),
-                uid: format!("uid-{i}"),
-                namespace: "bench".into(),
-                attempt: 0,
-            }),
+            metadata: Some(cri::PodSandboxMetadata { name: format!("p{i}"), uid: format!("uid-{i}"), namespace: "bench".into(), attempt: 0 }),
             ..Default::default()
         };
-        let sb = client
-            .run_pod_sandbox(sandbox_config.clone())
-            .await
-            .expect("sandbox");
+        let sb = client.run_pod_sandbox(sandbox_config.clone()).await.expect("sandbox");
         let config = cri::ContainerConfig {
-            metadata: Some(cri::ContainerMetadata {
-                name: "c".into(),
-                attempt: 0,
-            }),
+            metadata: Some(cri::ContainerMetadata { name: "c".into(), attempt: 0 }),
             command: vec!["sleep".into(), "100000".into()],
             ..Default::default()
         };
-        let c = client
-            .create_container(&sb, config, sandbox_config)
-            .await
-            .expect("create");
+        let c = client.create_container(&sb, config, sandbox_config).await.expect("create");
         client.start_container(&c).await.expect("start");
         ids.push(c);
     }
@@ -175,10 +142,8 @@ async fn run_mode(evented: bool, containers: usize, idle: Duration, exits: usize
     let died = reader.await.expect("reader");
     trigger.fire();
     let _ = task.await;
-    let mut latencies: Vec<Duration> = killed_at
-        .iter()
-        .filter_map(|(id, at)| died.get(id).map(|d| d.duration_since(*at)))
-        .collect();
+    let mut latencies: Vec<Duration> =
+        killed_at.iter().filter_map(|(id, at)| died.get(id).map(|d| d.duration_since(*at))).collect();
     latencies.sort();
     handle.shutdown().await;
     Result {
@@ -202,10 +167,7 @@ async fn bench_evented_vs_generic_pleg() {
     let generic = run_mode(false, containers, idle, exits).await;
     let evented = run_mode(true, containers, idle, exits).await;
     println!();
-    println!(
-        "PLEG benchmark: {containers} containers, {}s idle, {exits} exits",
-        idle.as_secs()
-    );
+    println!("PLEG benchmark: {containers} containers, {}s idle, {exits} exits", idle.as_secs());
     println!(
         "{:<8} {:>8} {:>12} {:>10} {:>12} {:>12} {:>12} {:>6}",
         "mode", "relists", "cpu_s(idle)", "cpu_%", "died p50", "died p99", "died max", "seen"
@@ -223,10 +185,7 @@ async fn bench_evented_vs_generic_pleg() {
             r.exits
         );
     }
-    println!(
-        "evented/generic idle CPU: {:.1}%",
-        100.0 * evented.cpu / generic.cpu.max(1e-9)
-    );
+    println!("evented/generic idle CPU: {:.1}%", 100.0 * evented.cpu / generic.cpu.max(1e-9));
     assert_eq!(generic.exits, exits, "every death reported (generic)");
     assert_eq!(evented.exits, exits, "every death reported (evented)");
 }

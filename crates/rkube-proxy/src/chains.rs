@@ -26,13 +26,8 @@ pub struct Chain {
 impl Chain {
     /// Wrap a name.
     pub fn new(name: &str) -> Self {
-        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
-        Chain {
-            hash,
-            name: Arc::from(name),
-        }
+        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        Chain { hash, name: Arc::from(name) }
     }
 
     /// The name.
@@ -104,9 +99,7 @@ pub const PREFIX_SEP: &str = "KUBE-SEP-";
 /// Whether a nat chain is a per-service or per-endpoint chain owned by the proxy
 /// (upstream `isServiceChainName`); only those are ever deleted as stale.
 pub fn is_service_chain(name: &str) -> bool {
-    [PREFIX_SVC, PREFIX_SVL, PREFIX_EXT, PREFIX_FW, PREFIX_SEP]
-        .iter()
-        .any(|p| name.starts_with(p))
+    [PREFIX_SVC, PREFIX_SVL, PREFIX_EXT, PREFIX_FW, PREFIX_SEP].iter().any(|p| name.starts_with(p))
 }
 
 fn hash16(input: &[&str]) -> String {
@@ -133,10 +126,7 @@ pub fn service_port_chains(service_port_name: &str, protocol: Protocol) -> Servi
 
 /// `KUBE-SEP-<h>` for an endpoint `ip:port` of a service port.
 pub fn endpoint_chain(service_port_name: &str, protocol: Protocol, endpoint: &str) -> Chain {
-    Chain::new(&format!(
-        "{PREFIX_SEP}{}",
-        hash16(&[service_port_name, protocol.lower(), endpoint])
-    ))
+    Chain::new(&format!("{PREFIX_SEP}{}", hash16(&[service_port_name, protocol.lower(), endpoint])))
 }
 
 #[cfg(test)]

@@ -109,14 +109,10 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, Error> {
         return Err(err());
     }
     while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(err)?;
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(err)?;
         let value: f64 = rest[..num_len].parse().map_err(|_| err())?;
         rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
         let scale = match &rest[..unit_len] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -150,12 +146,7 @@ impl ProxyArgs {
         if self.iptables_masquerade_bit > 31 {
             return Err(Error::MasqueradeBit(self.iptables_masquerade_bit));
         }
-        let cluster_cidr = self
-            .cluster_cidr
-            .as_deref()
-            .filter(|s| !s.is_empty())
-            .map(Ipv4Cidr::parse)
-            .transpose()?;
+        let cluster_cidr = self.cluster_cidr.as_deref().filter(|s| !s.is_empty()).map(Ipv4Cidr::parse).transpose()?;
         let node_port_addresses = self
             .nodeport_addresses
             .iter()
@@ -193,23 +184,16 @@ impl ProxyArgs {
 async fn client(args: &ProxyArgs) -> anyhow::Result<Client> {
     let mut config = match &args.kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {path}"))?;
+            let kc = Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {path}"))?;
             Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?
         }
         None => match &args.master {
-            Some(master) => Config::new(
-                master
-                    .parse()
-                    .with_context(|| format!("parsing --master {master}"))?,
-            ),
+            Some(master) => Config::new(master.parse().with_context(|| format!("parsing --master {master}"))?),
             None => Config::infer().await?,
         },
     };
     if let Some(master) = &args.master {
-        config.cluster_url = master
-            .parse()
-            .with_context(|| format!("parsing --master {master}"))?;
+        config.cluster_url = master.parse().with_context(|| format!("parsing --master {master}"))?;
     }
     Ok(Client::try_from(config)?)
 }
@@ -218,14 +202,8 @@ async fn bind(addr: &str, what: &str) -> anyhow::Result<Option<tokio::net::TcpLi
     if addr.is_empty() {
         return Ok(None);
     }
-    let sock: SocketAddr = addr
-        .parse()
-        .with_context(|| format!("parsing {what} {addr}"))?;
-    Ok(Some(
-        tokio::net::TcpListener::bind(sock)
-            .await
-            .with_context(|| format!("binding {what} {addr}"))?,
-    ))
+    let sock: SocketAddr = addr.parse().with_context(|| format!("parsing {what} {addr}"))?;
+    Ok(Some(tokio::net::TcpListener::bind(sock).await.with_context(|| format!("binding {what} {addr}"))?))
 }
 
 /// Run `rkube proxy` until interrupted.
@@ -234,14 +212,8 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
     let settings = args.settings()?;
     let client = client(&args).await?;
     let metrics = Arc::new(Metrics::new());
-    let health = Arc::new(ProxyHealth::new(
-        settings.timing.sync_period * 2,
-        SystemTime::now(),
-    ));
-    let tracker = Arc::new(Mutex::new(ChangeTracker::new(
-        settings.node_name.clone(),
-        SystemTime::now(),
-    )));
+    let health = Arc::new(ProxyHealth::new(settings.timing.sync_period * 2, SystemTime::now()));
+    let tracker = Arc::new(Mutex::new(ChangeTracker::new(settings.node_name.clone(), SystemTime::now())));
     let (tx, rx) = mpsc::unbounded_channel();
     let ctx = WatchContext {
         tracker: tracker.clone(),
@@ -260,11 +232,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
     let watches = [
         tokio::spawn(watchers::watch_services(client.clone(), ctx.clone())),
         tokio::spawn(watchers::watch_endpoint_slices(client.clone(), ctx.clone())),
-        tokio::spawn(watchers::watch_node(
-            client.clone(),
-            settings.node_name.clone(),
-            ctx.clone(),
-        )),
+        tokio::spawn(watchers::watch_node(client.clone(), settings.node_name.clone(), ctx.clone())),
     ];
     drop(ctx);
     let iptables = match &args.network_namespace {
@@ -273,11 +241,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
     };
     let backend = IptablesBackend::new(iptables, settings.rules.clone());
     let (status, _) = watch::channel(LoopStatus::default());
-    let observers = Observers {
-        metrics,
-        health,
-        status,
-    };
+    let observers = Observers { metrics, health, status };
     tracing::info!(node = %settings.node_name, mode = "iptables", "starting rkube proxy");
     tokio::select! {
         () = run_sync_loop(backend, tracker, settings.timing, rx, observers) => {}
@@ -333,10 +297,7 @@ mod tests {
         ]);
         let s = w.args.settings().expect("valid flags");
         assert_eq!(s.node_name, "node-a");
-        assert_eq!(
-            s.rules.cluster_cidr.map(|c| c.to_string()),
-            Some("10.244.0.0/16".to_string())
-        );
+        assert_eq!(s.rules.cluster_cidr.map(|c| c.to_string()), Some("10.244.0.0/16".to_string()));
         assert_eq!(s.rules.node_port_addresses.len(), 2);
         assert_eq!(s.rules.masquerade_mark, "0x4000");
         assert_eq!(s.timing.min_sync_period, Duration::from_millis(500));
@@ -348,9 +309,6 @@ mod tests {
     #[test]
     fn unsupported_proxy_mode_is_rejected() {
         let w = Wrapper::parse_from(["proxy", "--proxy-mode=ipvs"]);
-        assert_eq!(
-            w.args.settings(),
-            Err(Error::UnsupportedMode("ipvs".into()))
-        );
+        assert_eq!(w.args.settings(), Err(Error::UnsupportedMode("ipvs".into())));
     }
 }

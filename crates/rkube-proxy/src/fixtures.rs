@@ -16,11 +16,7 @@ use crate::model::LABEL_SERVICE_NAME;
 /// A `ClusterIP` Service `ns/name` at `cluster_ip` with one TCP port `port_name`/`port`.
 pub fn service(ns: &str, name: &str, cluster_ip: &str, port_name: &str, port: i32) -> Service {
     Service {
-        metadata: ObjectMeta {
-            namespace: Some(ns.into()),
-            name: Some(name.into()),
-            ..Default::default()
-        },
+        metadata: ObjectMeta { namespace: Some(ns.into()), name: Some(name.into()), ..Default::default() },
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             cluster_ip: Some(cluster_ip.into()),
@@ -59,12 +55,7 @@ pub fn with_load_balancer(svc: Service, node_port: i32, vips: &[&str]) -> Servic
     svc.status = Some(ServiceStatus {
         load_balancer: Some(LoadBalancerStatus {
             ingress: Some(
-                vips.iter()
-                    .map(|ip| LoadBalancerIngress {
-                        ip: Some((*ip).into()),
-                        ..Default::default()
-                    })
-                    .collect(),
+                vips.iter().map(|ip| LoadBalancerIngress { ip: Some((*ip).into()), ..Default::default() }).collect(),
             ),
         }),
         ..Default::default()
@@ -99,17 +90,14 @@ pub fn with_client_ip_affinity(mut svc: Service, timeout_seconds: i32) -> Servic
     let spec = spec_mut(&mut svc);
     spec.session_affinity = Some("ClientIP".into());
     spec.session_affinity_config = Some(SessionAffinityConfig {
-        client_ip: Some(ClientIPConfig {
-            timeout_seconds: Some(timeout_seconds),
-        }),
+        client_ip: Some(ClientIPConfig { timeout_seconds: Some(timeout_seconds) }),
     });
     svc
 }
 
 /// Set `loadBalancerSourceRanges`.
 pub fn with_source_ranges(mut svc: Service, ranges: &[&str]) -> Service {
-    spec_mut(&mut svc).load_balancer_source_ranges =
-        Some(ranges.iter().map(|s| (*s).into()).collect());
+    spec_mut(&mut svc).load_balancer_source_ranges = Some(ranges.iter().map(|s| (*s).into()).collect());
     svc
 }
 
@@ -131,35 +119,17 @@ pub struct Ep {
 impl Ep {
     /// A ready endpoint (conditions left unset, which means ready).
     pub fn ready(ip: &str) -> Self {
-        Ep {
-            ip: ip.into(),
-            ready: None,
-            serving: None,
-            terminating: None,
-            node: None,
-        }
+        Ep { ip: ip.into(), ready: None, serving: None, terminating: None, node: None }
     }
 
     /// A terminating endpoint that is still serving (`ready=false, serving=true, terminating=true`).
     pub fn terminating_serving(ip: &str) -> Self {
-        Ep {
-            ip: ip.into(),
-            ready: Some(false),
-            serving: Some(true),
-            terminating: Some(true),
-            node: None,
-        }
+        Ep { ip: ip.into(), ready: Some(false), serving: Some(true), terminating: Some(true), node: None }
     }
 
     /// A terminating endpoint that no longer serves.
     pub fn terminating_not_serving(ip: &str) -> Self {
-        Ep {
-            ip: ip.into(),
-            ready: Some(false),
-            serving: Some(false),
-            terminating: Some(true),
-            node: None,
-        }
+        Ep { ip: ip.into(), ready: Some(false), serving: Some(false), terminating: Some(true), node: None }
     }
 
     /// Place the endpoint on `node`.
@@ -170,22 +140,12 @@ impl Ep {
 }
 
 /// An IPv4 EndpointSlice `slice` of service `ns/svc` with one TCP port.
-pub fn endpoint_slice(
-    ns: &str,
-    svc: &str,
-    slice: &str,
-    port_name: &str,
-    port: i32,
-    eps: &[Ep],
-) -> EndpointSlice {
+pub fn endpoint_slice(ns: &str, svc: &str, slice: &str, port_name: &str, port: i32, eps: &[Ep]) -> EndpointSlice {
     EndpointSlice {
         metadata: ObjectMeta {
             namespace: Some(ns.into()),
             name: Some(slice.into()),
-            labels: Some(BTreeMap::from([(
-                LABEL_SERVICE_NAME.to_string(),
-                svc.to_string(),
-            )])),
+            labels: Some(BTreeMap::from([(LABEL_SERVICE_NAME.to_string(), svc.to_string())])),
             ..Default::default()
         },
         address_type: "IPv4".into(),
@@ -193,11 +153,7 @@ pub fn endpoint_slice(
             .iter()
             .map(|e| Endpoint {
                 addresses: vec![e.ip.clone()],
-                conditions: Some(EndpointConditions {
-                    ready: e.ready,
-                    serving: e.serving,
-                    terminating: e.terminating,
-                }),
+                conditions: Some(EndpointConditions { ready: e.ready, serving: e.serving, terminating: e.terminating }),
                 node_name: e.node.clone(),
                 ..Default::default()
             })

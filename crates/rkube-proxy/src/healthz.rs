@@ -42,13 +42,7 @@ pub struct ProxyHealth {
 impl ProxyHealth {
     /// Healthy until a queued change waits longer than `timeout`.
     pub fn new(timeout: Duration, now: SystemTime) -> Self {
-        Self {
-            timeout,
-            state: Mutex::new(HealthState {
-                last_updated: now,
-                oldest_pending: None,
-            }),
-        }
+        Self { timeout, state: Mutex::new(HealthState { last_updated: now, oldest_pending: None }) }
     }
 
     /// A change was queued at `now` (upstream `QueuedUpdate`).
@@ -70,9 +64,9 @@ impl ProxyHealth {
     pub fn status(&self, now: SystemTime) -> (bool, SystemTime) {
         match self.state.lock() {
             Ok(s) => {
-                let late = s.oldest_pending.is_some_and(|q| {
-                    now.duration_since(q).unwrap_or(Duration::ZERO) > self.timeout
-                });
+                let late = s
+                    .oldest_pending
+                    .is_some_and(|q| now.duration_since(q).unwrap_or(Duration::ZERO) > self.timeout);
                 (!late, s.last_updated)
             }
             Err(_) => (false, SystemTime::UNIX_EPOCH),
@@ -92,42 +86,26 @@ async fn healthz(State(health): State<Arc<ProxyHealth>>) -> impl IntoResponse {
         rfc3339(last),
         rfc3339(now)
     );
-    let code = if healthy {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
+    let code = if healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (code, [(header::CONTENT_TYPE, "application/json")], body)
 }
 
 async fn metrics(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
         metrics.encode(),
     )
 }
 
 /// Serve `/healthz` and `/livez` on `listener` until the task is dropped.
-pub async fn serve_healthz(
-    listener: tokio::net::TcpListener,
-    health: Arc<ProxyHealth>,
-) -> Result<(), Error> {
-    let app = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/livez", get(healthz))
-        .with_state(health);
+pub async fn serve_healthz(listener: tokio::net::TcpListener, health: Arc<ProxyHealth>) -> Result<(), Error> {
+    let app = Router::new().route("/healthz", get(healthz)).route("/livez", get(healthz)).with_state(health);
     axum::serve(listener, app).await?;
     Ok(())
 }
 
 /// Serve `/metrics` on `listener` until the task is dropped.
-pub async fn serve_metrics(
-    listener: tokio::net::TcpListener,
-    m: Arc<Metrics>,
-) -> Result<(), Error> {
+pub async fn serve_metrics(listener: tokio::net::TcpListener, m: Arc<Metrics>) -> Result<(), Error> {
     let app = Router::new().route("/metrics", get(metrics)).with_state(m);
     axum::serve(listener, app).await?;
     Ok(())
@@ -145,14 +123,8 @@ mod tests {
         h.queued(t0 + Duration::from_secs(1));
         assert!(h.status(t0 + Duration::from_secs(61)).0, "not late yet");
         h.queued(t0 + Duration::from_secs(30));
-        assert!(
-            !h.status(t0 + Duration::from_secs(62)).0,
-            "oldest queued change is what counts"
-        );
+        assert!(!h.status(t0 + Duration::from_secs(62)).0, "oldest queued change is what counts");
         h.updated(t0 + Duration::from_secs(63));
-        assert!(
-            h.status(t0 + Duration::from_secs(500)).0,
-            "a sync clears the pending change"
-        );
+        assert!(h.status(t0 + Duration::from_secs(500)).0, "a sync clears the pending change");
     }
 }

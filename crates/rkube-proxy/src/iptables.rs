@@ -109,20 +109,12 @@ pub struct ExecIptables {
 impl ExecIptables {
     /// Act on the current network namespace.
     pub fn new() -> Self {
-        Self {
-            netns: None,
-            legacy: false,
-            nf_tables: None,
-        }
+        Self { netns: None, legacy: false, nf_tables: None }
     }
 
     /// Act inside the named namespace (`ip netns exec <ns> …`).
     pub fn in_netns(ns: impl Into<String>) -> Self {
-        Self {
-            netns: Some(ns.into()),
-            legacy: false,
-            nf_tables: None,
-        }
+        Self { netns: Some(ns.into()), legacy: false, nf_tables: None }
     }
 
     /// Use the legacy (x_tables) binaries `iptables-legacy`, `iptables-legacy-save`
@@ -154,33 +146,15 @@ impl ExecIptables {
         (cmd, line)
     }
 
-    fn run(
-        &self,
-        program: &str,
-        args: &[&str],
-        stdin: Option<&[u8]>,
-    ) -> Result<(bool, String, String, String)> {
+    fn run(&self, program: &str, args: &[&str], stdin: Option<&[u8]>) -> Result<(bool, String, String, String)> {
         let (mut cmd, line) = self.command(program, args);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        cmd.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-        let mut child = cmd.spawn().map_err(|source| Error::Spawn {
-            command: line.clone(),
-            source,
-        })?;
+        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        let mut child = cmd.spawn().map_err(|source| Error::Spawn { command: line.clone(), source })?;
         if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(data).map_err(|source| Error::Spawn {
-                command: line.clone(),
-                source,
-            })?;
+            pipe.write_all(data).map_err(|source| Error::Spawn { command: line.clone(), source })?;
         }
-        let out = child.wait_with_output().map_err(|source| Error::Spawn {
-            command: line.clone(),
-            source,
-        })?;
+        let out = child.wait_with_output().map_err(|source| Error::Spawn { command: line.clone(), source })?;
         Ok((
             out.status.success(),
             out.status.to_string(),
@@ -191,11 +165,7 @@ impl ExecIptables {
 
     /// Whether `chain` exists in `table`.
     pub fn chain_exists(&self, table: Table, chain: &str) -> Result<bool> {
-        let (ok, ..) = self.run(
-            "iptables",
-            &["-w", "5", "-t", table.name(), "-S", chain, "1"],
-            None,
-        )?;
+        let (ok, ..) = self.run("iptables", &["-w", "5", "-t", table.name(), "-S", chain, "1"], None)?;
         Ok(ok)
     }
 
@@ -204,12 +174,7 @@ impl ExecIptables {
         if ok {
             Ok(stdout)
         } else {
-            Err(Error::Failed {
-                command: self.command(program, args).1,
-                status,
-                stderr,
-                context: String::new(),
-            })
+            Err(Error::Failed { command: self.command(program, args).1, status, stderr, context: String::new() })
         }
     }
 }
@@ -224,9 +189,7 @@ impl Iptables for ExecIptables {
         Err(Error::Failed {
             command: self.command("iptables-restore", &args).1,
             status,
-            context: failing_line(&stderr)
-                .map(|n| extract_lines(data, n, 3))
-                .unwrap_or_default(),
+            context: failing_line(&stderr).map(|n| extract_lines(data, n, 3)).unwrap_or_default(),
             stderr,
         })
     }
@@ -238,18 +201,14 @@ impl Iptables for ExecIptables {
     fn save_tables(&mut self, tables: &[Table]) -> Result<BTreeMap<Table, String>> {
         let all = self.check("iptables-save", &[])?;
         let mut sections = split_save_tables(&all);
-        Ok(tables
-            .iter()
-            .map(|t| (*t, sections.remove(t.name()).unwrap_or_default()))
-            .collect())
+        Ok(tables.iter().map(|t| (*t, sections.remove(t.name()).unwrap_or_default())).collect())
     }
 
     fn ensure_chain(&mut self, table: Table, chain: &str) -> Result<()> {
         if self.chain_exists(table, chain)? {
             return Ok(());
         }
-        self.check("iptables", &["-w", "5", "-t", table.name(), "-N", chain])
-            .map(|_| ())
+        self.check("iptables", &["-w", "5", "-t", table.name(), "-N", chain]).map(|_| ())
     }
 
     fn ensure_rule_prepend(&mut self, table: Table, chain: &str, args: &[&str]) -> Result<()> {
@@ -270,14 +229,8 @@ impl Iptables for ExecIptables {
             args.extend(["-n", ns.as_str()]);
         }
         args.extend(["-o", "-4", "addr", "show"]);
-        let (cmd, line) = (
-            Command::new("ip").args(&args).output(),
-            format!("ip {}", args.join(" ")),
-        );
-        let out = cmd.map_err(|source| Error::Spawn {
-            command: line.clone(),
-            source,
-        })?;
+        let (cmd, line) = (Command::new("ip").args(&args).output(), format!("ip {}", args.join(" ")));
+        let out = cmd.map_err(|source| Error::Spawn { command: line.clone(), source })?;
         if !out.status.success() {
             return Err(Error::Failed {
                 command: line,
@@ -338,11 +291,7 @@ pub fn parse_ip_addr_output(text: &str) -> Vec<Ipv4Addr> {
 /// The line number iptables-restore names in "line N failed" (upstream `ParseError`).
 fn failing_line(stderr: &str) -> Option<usize> {
     let idx = stderr.find("line ")?;
-    stderr[idx + 5..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
+    stderr[idx + 5..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
 /// Lines `n-count..=n+count` of `data`, numbered, the failing one marked
@@ -377,10 +326,7 @@ impl SavedTable {
                 }
             } else if let Some(rule) = line.strip_prefix("-A ") {
                 if let Some(name) = rule.split_whitespace().next() {
-                    chains
-                        .entry(name.to_string())
-                        .or_default()
-                        .push(line.to_string());
+                    chains.entry(name.to_string()).or_default().push(line.to_string());
                 }
             }
         }
@@ -389,11 +335,7 @@ impl SavedTable {
 
     /// Number of rules in the chains `owned` accepts.
     pub fn rule_count(&self, owned: impl Fn(&str) -> bool) -> usize {
-        self.chains
-            .iter()
-            .filter(|(c, _)| owned(c))
-            .map(|(_, r)| r.len())
-            .sum()
+        self.chains.iter().filter(|(c, _)| owned(c)).map(|(_, r)| r.len()).sum()
     }
 }
 
@@ -425,10 +367,7 @@ mod tests {
         assert_eq!(ipt.binary("iptables-restore"), "iptables-legacy-restore");
         assert_eq!(ipt.binary("iptables"), "iptables-legacy");
         assert_eq!(ExecIptables::new().binary("iptables-save"), "iptables-save");
-        assert_eq!(
-            ipt.command("iptables-save", &["-t", "nat"]).1,
-            "ip netns exec x iptables-legacy-save -t nat"
-        );
+        assert_eq!(ipt.command("iptables-save", &["-t", "nat"]).1, "ip netns exec x iptables-legacy-save -t nat");
     }
 
     #[test]
@@ -444,10 +383,7 @@ mod tests {
         let a = "# Generated\n*nat\n:KUBE-B - [3:4]\n:KUBE-A - [0:0]\n-A KUBE-B -j RETURN\n-A KUBE-A -j KUBE-B\nCOMMIT\n";
         let b = "*nat\n:KUBE-A - [0:0]\n:KUBE-B - [0:0]\n-A KUBE-A -j KUBE-B\n-A KUBE-B -j RETURN\nCOMMIT\n# done\n";
         assert_eq!(normalize_save(a), normalize_save(b));
-        assert_eq!(
-            SavedTable::parse(a).rule_count(|c| c.starts_with("KUBE-")),
-            2
-        );
+        assert_eq!(SavedTable::parse(a).rule_count(|c| c.starts_with("KUBE-")), 2);
         assert_eq!(SavedTable::parse(a).rule_count(|c| c == "KUBE-A"), 1);
     }
 
@@ -457,14 +393,9 @@ mod tests {
                     # Completed\n*nat\n:KUBE-SVC-A - [0:0]\n-A KUBE-SVC-A -j KUBE-SEP-B\nCOMMIT\n";
         let tables = split_save_tables(text);
         assert_eq!(tables.len(), 2);
-        assert!(SavedTable::parse(&tables["mangle"])
-            .chains
-            .contains_key("KUBE-PROXY-CANARY"));
+        assert!(SavedTable::parse(&tables["mangle"]).chains.contains_key("KUBE-PROXY-CANARY"));
         let nat = SavedTable::parse(&tables["nat"]);
-        assert_eq!(
-            nat.chains["KUBE-SVC-A"],
-            vec!["-A KUBE-SVC-A -j KUBE-SEP-B".to_string()]
-        );
+        assert_eq!(nat.chains["KUBE-SVC-A"], vec!["-A KUBE-SVC-A -j KUBE-SEP-B".to_string()]);
         assert!(!nat.chains.contains_key("KUBE-PROXY-CANARY"));
     }
 

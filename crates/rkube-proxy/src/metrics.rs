@@ -59,9 +59,7 @@ fn network_programming_buckets() -> Vec<f64> {
 }
 
 fn seconds_since_epoch(t: SystemTime) -> f64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 impl Metrics {
@@ -84,66 +82,18 @@ impl Metrics {
             endpoint_changes: Counter::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "sync_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds",
-            m.sync_duration.clone(),
-        );
-        registry.register(
-            "sync_full_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for full resyncs",
-            m.sync_full_duration.clone(),
-        );
-        registry.register(
-            "sync_partial_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for partial resyncs",
-            m.sync_partial_duration.clone(),
-        );
-        registry.register(
-            "sync_proxy_rules_last_timestamp_seconds",
-            "The last time proxy rules were successfully synced",
-            m.last_sync_timestamp.clone(),
-        );
-        registry.register(
-            "sync_proxy_rules_last_queued_timestamp_seconds",
-            "The last time a sync of proxy rules was queued",
-            m.last_queued_timestamp.clone(),
-        );
-        registry.register(
-            "network_programming_duration_seconds",
-            "In Cluster Network Programming Latency in seconds",
-            m.network_programming_duration.clone(),
-        );
-        registry.register(
-            "sync_proxy_rules_iptables_restore_failures",
-            "Cumulative proxy iptables restore failures",
-            m.restore_failures.clone(),
-        );
-        registry.register(
-            "sync_proxy_rules_iptables_partial_restore_failures",
-            "Cumulative proxy iptables partial restore failures",
-            m.partial_restore_failures.clone(),
-        );
-        registry.register(
-            "sync_proxy_rules_iptables_total",
-            "Total number of iptables rules owned by kube-proxy",
-            m.iptables_total.clone(),
-        );
-        registry.register(
-            "sync_proxy_rules_iptables_last",
-            "Number of iptables rules written by kube-proxy in last sync",
-            m.iptables_last.clone(),
-        );
-        registry.register(
-            "sync_proxy_rules_service_changes",
-            "Cumulative proxy rules Service changes",
-            m.service_changes.clone(),
-        );
-        registry.register(
-            "sync_proxy_rules_endpoint_changes",
-            "Cumulative proxy rules Endpoint changes",
-            m.endpoint_changes.clone(),
-        );
+        registry.register("sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds", m.sync_duration.clone());
+        registry.register("sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for full resyncs", m.sync_full_duration.clone());
+        registry.register("sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for partial resyncs", m.sync_partial_duration.clone());
+        registry.register("sync_proxy_rules_last_timestamp_seconds", "The last time proxy rules were successfully synced", m.last_sync_timestamp.clone());
+        registry.register("sync_proxy_rules_last_queued_timestamp_seconds", "The last time a sync of proxy rules was queued", m.last_queued_timestamp.clone());
+        registry.register("network_programming_duration_seconds", "In Cluster Network Programming Latency in seconds", m.network_programming_duration.clone());
+        registry.register("sync_proxy_rules_iptables_restore_failures", "Cumulative proxy iptables restore failures", m.restore_failures.clone());
+        registry.register("sync_proxy_rules_iptables_partial_restore_failures", "Cumulative proxy iptables partial restore failures", m.partial_restore_failures.clone());
+        registry.register("sync_proxy_rules_iptables_total", "Total number of iptables rules owned by kube-proxy", m.iptables_total.clone());
+        registry.register("sync_proxy_rules_iptables_last", "Number of iptables rules written by kube-proxy in last sync", m.iptables_last.clone());
+        registry.register("sync_proxy_rules_service_changes", "Cumulative proxy rules Service changes", m.service_changes.clone());
+        registry.register("sync_proxy_rules_endpoint_changes", "Cumulative proxy rules Endpoint changes", m.endpoint_changes.clone());
         Metrics { registry, ..m }
     }
 
@@ -163,22 +113,13 @@ impl Metrics {
             return;
         }
         let table = |t: &str| vec![("table".to_string(), t.to_string())];
-        self.iptables_total
-            .get_or_create(&table("nat"))
-            .set(i64::try_from(report.nat_rules_total).unwrap_or(i64::MAX));
-        self.iptables_total
-            .get_or_create(&table("filter"))
-            .set(i64::try_from(report.filter_rules).unwrap_or(i64::MAX));
-        self.iptables_last
-            .get_or_create(&table("nat"))
-            .set(i64::try_from(report.nat_rules_written).unwrap_or(i64::MAX));
-        self.iptables_last
-            .get_or_create(&table("filter"))
-            .set(i64::try_from(report.filter_rules).unwrap_or(i64::MAX));
+        self.iptables_total.get_or_create(&table("nat")).set(i64::try_from(report.nat_rules_total).unwrap_or(i64::MAX));
+        self.iptables_total.get_or_create(&table("filter")).set(i64::try_from(report.filter_rules).unwrap_or(i64::MAX));
+        self.iptables_last.get_or_create(&table("nat")).set(i64::try_from(report.nat_rules_written).unwrap_or(i64::MAX));
+        self.iptables_last.get_or_create(&table("filter")).set(i64::try_from(report.filter_rules).unwrap_or(i64::MAX));
         for t in &report.trigger_times {
             let latency = now.duration_since(*t).unwrap_or(Duration::ZERO);
-            self.network_programming_duration
-                .observe(latency.as_secs_f64());
+            self.network_programming_duration.observe(latency.as_secs_f64());
         }
         self.last_sync_timestamp.set(seconds_since_epoch(now));
     }
@@ -217,11 +158,7 @@ mod tests {
     fn report(kind: SyncKind, ok: bool) -> SyncReport {
         SyncReport {
             kind,
-            result: if ok {
-                Ok(())
-            } else {
-                Err(crate::engine::Error::Poisoned)
-            },
+            result: if ok { Ok(()) } else { Err(crate::engine::Error::Poisoned) },
             duration: Duration::from_millis(20),
             generation: Duration::from_millis(5),
             restore: Duration::ZERO,
@@ -238,10 +175,7 @@ mod tests {
     #[test]
     fn exposition_uses_kube_proxy_metric_names() {
         let m = Metrics::new();
-        m.observe_sync(
-            &report(SyncKind::Full(FullReason::FirstSync), true),
-            SystemTime::now(),
-        );
+        m.observe_sync(&report(SyncKind::Full(FullReason::FirstSync), true), SystemTime::now());
         m.observe_sync(&report(SyncKind::Partial, false), SystemTime::now());
         let text = m.encode();
         for name in [

@@ -41,8 +41,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
 /// Annotation with the time of the change that triggered the EndpointSlice update
 /// (`v1.EndpointsLastChangeTriggerTime`), RFC 3339.
-pub const ANNOTATION_LAST_CHANGE_TRIGGER_TIME: &str =
-    "endpoints.kubernetes.io/last-change-trigger-time";
+pub const ANNOTATION_LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 /// Node label holding the node's zone (`v1.LabelTopologyZone`), used for topology hints.
 pub const LABEL_TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
 /// Session affinity timeout used when `sessionAffinityConfig` is absent
@@ -61,10 +60,7 @@ pub struct NamespacedName {
 impl NamespacedName {
     /// Build from parts.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
+        Self { namespace: namespace.into(), name: name.into() }
     }
 }
 
@@ -143,23 +139,14 @@ impl Ipv4Cidr {
     pub fn parse(s: &str) -> Result<Self> {
         let s = s.trim();
         let (addr, prefix) = match s.split_once('/') {
-            Some((a, p)) => (
-                a,
-                p.parse::<u8>()
-                    .map_err(|_| Error::InvalidCidr(s.to_string()))?,
-            ),
+            Some((a, p)) => (a, p.parse::<u8>().map_err(|_| Error::InvalidCidr(s.to_string()))?),
             None => (s, 32),
         };
-        let addr: Ipv4Addr = addr
-            .parse()
-            .map_err(|_| Error::InvalidCidr(s.to_string()))?;
+        let addr: Ipv4Addr = addr.parse().map_err(|_| Error::InvalidCidr(s.to_string()))?;
         if prefix > 32 {
             return Err(Error::InvalidCidr(s.to_string()));
         }
-        Ok(Self {
-            addr: Ipv4Addr::from(u32::from(addr) & Self::mask(prefix)),
-            prefix,
-        })
+        Ok(Self { addr: Ipv4Addr::from(u32::from(addr) & Self::mask(prefix)), prefix })
     }
 
     fn mask(prefix: u8) -> u32 {
@@ -272,9 +259,7 @@ pub struct EndpointInfo {
 /// Whether a Service gets proxy rules at all (upstream `ShouldSkipService`):
 /// headless (`clusterIP: None`), IP-less and `ExternalName` services are skipped.
 fn should_skip(service: &Service) -> bool {
-    let Some(spec) = service.spec.as_ref() else {
-        return true;
-    };
+    let Some(spec) = service.spec.as_ref() else { return true };
     if spec.type_.as_deref() == Some("ExternalName") {
         return true;
     }
@@ -297,23 +282,15 @@ pub fn service_ports(service: &Service) -> Vec<ServicePortInfo> {
     if should_skip(service) {
         return Vec::new();
     }
-    let Some(cluster_ip) = ipv4_cluster_ip(service) else {
-        return Vec::new();
-    };
-    let Some(spec) = service.spec.as_ref() else {
-        return Vec::new();
-    };
+    let Some(cluster_ip) = ipv4_cluster_ip(service) else { return Vec::new() };
+    let Some(spec) = service.spec.as_ref() else { return Vec::new() };
     let nn = NamespacedName::new(
         service.metadata.namespace.clone().unwrap_or_default(),
         service.metadata.name.clone().unwrap_or_default(),
     );
     let type_ = spec.type_.as_deref().unwrap_or("ClusterIP");
-    let external_ips: Vec<Ipv4Addr> = spec
-        .external_ips
-        .iter()
-        .flatten()
-        .filter_map(|ip| ip.trim().parse().ok())
-        .collect();
+    let external_ips: Vec<Ipv4Addr> =
+        spec.external_ips.iter().flatten().filter_map(|ip| ip.trim().parse().ok()).collect();
     // apiservice.ExternallyAccessible / ExternalPolicyLocal / NeedsHealthCheck.
     let externally_accessible_type = type_ == "LoadBalancer"
         || type_ == "NodePort"
@@ -322,21 +299,18 @@ pub fn service_ports(service: &Service) -> Vec<ServicePortInfo> {
         externally_accessible_type && spec.external_traffic_policy.as_deref() == Some("Local");
     let internal_policy_local = spec.internal_traffic_policy.as_deref() == Some("Local");
     let health_check_node_port = if type_ == "LoadBalancer" && external_policy_local {
-        spec.health_check_node_port
-            .and_then(|p| u16::try_from(p).ok())
-            .unwrap_or(0)
+        spec.health_check_node_port.and_then(|p| u16::try_from(p).ok()).unwrap_or(0)
     } else {
         0
     };
-    let session_affinity_seconds =
-        (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
-            spec.session_affinity_config
-                .as_ref()
-                .and_then(|c| c.client_ip.as_ref())
-                .and_then(|c| c.timeout_seconds)
-                .and_then(|t| u32::try_from(t).ok())
-                .unwrap_or(DEFAULT_CLIENT_IP_AFFINITY_SECONDS)
-        });
+    let session_affinity_seconds = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+        spec.session_affinity_config
+            .as_ref()
+            .and_then(|c| c.client_ip.as_ref())
+            .and_then(|c| c.timeout_seconds)
+            .and_then(|t| u32::try_from(t).ok())
+            .unwrap_or(DEFAULT_CLIENT_IP_AFFINITY_SECONDS)
+    });
     let load_balancer_source_ranges: Vec<Ipv4Cidr> = spec
         .load_balancer_source_ranges
         .iter()
@@ -394,15 +368,8 @@ pub fn service_ports(service: &Service) -> Vec<ServicePortInfo> {
 pub fn slice_service(slice: &EndpointSlice) -> Result<NamespacedName> {
     let namespace = slice.metadata.namespace.clone().unwrap_or_default();
     let name = slice.metadata.name.clone().unwrap_or_default();
-    match slice
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_SERVICE_NAME))
-    {
-        Some(svc) if !svc.is_empty() && !namespace.is_empty() => {
-            Ok(NamespacedName::new(namespace, svc.clone()))
-        }
+    match slice.metadata.labels.as_ref().and_then(|l| l.get(LABEL_SERVICE_NAME)) {
+        Some(svc) if !svc.is_empty() && !namespace.is_empty() => Ok(NamespacedName::new(namespace, svc.clone())),
         _ => Err(Error::NoServiceNameLabel { namespace, name }),
     }
 }
@@ -421,14 +388,8 @@ pub fn slice_endpoints(
         return out;
     }
     for port in slice.ports.iter().flatten() {
-        let Some(protocol) = Protocol::from_api(port.protocol.as_deref()) else {
-            continue;
-        };
-        let Some(port_num) = port
-            .port
-            .and_then(|p| u16::try_from(p).ok())
-            .filter(|p| *p != 0)
-        else {
+        let Some(protocol) = Protocol::from_api(port.protocol.as_deref()) else { continue };
+        let Some(port_num) = port.port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0) else {
             continue;
         };
         let spn = ServicePortName {
@@ -439,13 +400,7 @@ pub fn slice_endpoints(
         let spn_string = spn.to_string();
         let list = out.entry(spn).or_default();
         for ep in &slice.endpoints {
-            let Some(ip) = ep
-                .addresses
-                .first()
-                .and_then(|a| a.parse::<Ipv4Addr>().ok())
-            else {
-                continue;
-            };
+            let Some(ip) = ep.addresses.first().and_then(|a| a.parse::<Ipv4Addr>().ok()) else { continue };
             let cond = ep.conditions.as_ref();
             let ready = cond.and_then(|c| c.ready).unwrap_or(true);
             let addr = format!("{ip}:{port_num}");
@@ -511,16 +466,8 @@ mod tests {
     #[test]
     fn service_port_name_displays_like_upstream() {
         let nn = NamespacedName::new("ns1", "svc1");
-        let named = ServicePortName {
-            service: nn.clone(),
-            port: "p80".into(),
-            protocol: Protocol::Tcp,
-        };
-        let unnamed = ServicePortName {
-            service: nn,
-            port: String::new(),
-            protocol: Protocol::Udp,
-        };
+        let named = ServicePortName { service: nn.clone(), port: "p80".into(), protocol: Protocol::Tcp };
+        let unnamed = ServicePortName { service: nn, port: String::new(), protocol: Protocol::Udp };
         assert_eq!(named.to_string(), "ns1/svc1:p80");
         assert_eq!(unnamed.to_string(), "ns1/svc1");
     }

@@ -72,11 +72,7 @@ pub struct ServicePortPlan<'a> {
 
 impl<'a> ServicePortPlan<'a> {
     /// Compute the plan for `svc` with its endpoints on node `node_name` in `zone`.
-    pub fn new(
-        svc: &'a ServicePortInfo,
-        endpoints: &'a [EndpointInfo],
-        zone: Option<&str>,
-    ) -> Self {
+    pub fn new(svc: &'a ServicePortInfo, endpoints: &'a [EndpointInfo], zone: Option<&str>) -> Self {
         let (cluster_endpoints, local_endpoints, all_reachable, has_endpoints) =
             categorize_endpoints(endpoints, svc, zone);
         let chains = &svc.chains;
@@ -97,17 +93,10 @@ impl<'a> ServicePortPlan<'a> {
         let uses_firewall_chain = has_endpoints
             && !svc.load_balancer_vips.is_empty()
             && !svc.load_balancer_source_ranges.is_empty();
-        let load_balancer_chain = if uses_firewall_chain {
-            &chains.firewall
-        } else {
-            &chains.external
-        };
+        let load_balancer_chain = if uses_firewall_chain { &chains.firewall } else { &chains.external };
 
         let (internal_no_endpoints, external_no_endpoints) = if !has_endpoints {
-            (
-                Some(NoEndpointsTarget::Reject),
-                Some(NoEndpointsTarget::Reject),
-            )
+            (Some(NoEndpointsTarget::Reject), Some(NoEndpointsTarget::Reject))
         } else {
             (
                 (!has_internal_endpoints).then_some(NoEndpointsTarget::Drop),
@@ -149,12 +138,7 @@ impl<'a> ServicePortPlan<'a> {
     }
 }
 
-type Categorized<'a> = (
-    Vec<&'a EndpointInfo>,
-    Vec<&'a EndpointInfo>,
-    Vec<&'a EndpointInfo>,
-    bool,
-);
+type Categorized<'a> = (Vec<&'a EndpointInfo>, Vec<&'a EndpointInfo>, Vec<&'a EndpointInfo>, bool);
 
 /// Upstream `CategorizeEndpoints`: (cluster, local, all reachable, has any endpoints).
 pub fn categorize_endpoints<'a>(
@@ -169,17 +153,10 @@ pub fn categorize_endpoints<'a>(
         topology_in_use = zone_hints_apply(endpoints, zone);
         cluster = endpoints
             .iter()
-            .filter(|ep| {
-                ep.ready
-                    && (!topology_in_use
-                        || zone.is_some_and(|z| ep.zone_hints.iter().any(|h| h == z)))
-            })
+            .filter(|ep| ep.ready && (!topology_in_use || zone.is_some_and(|z| ep.zone_hints.iter().any(|h| h == z))))
             .collect();
         if cluster.is_empty() {
-            cluster = endpoints
-                .iter()
-                .filter(|ep| ep.serving && ep.terminating)
-                .collect();
+            cluster = endpoints.iter().filter(|ep| ep.serving && ep.terminating).collect();
         }
         has_any = !cluster.is_empty();
     }
@@ -201,16 +178,10 @@ pub fn categorize_endpoints<'a>(
     }
     let mut use_serving_terminating = false;
     let local: Vec<&EndpointInfo> = if has_local_ready {
-        endpoints
-            .iter()
-            .filter(|ep| ep.is_local && ep.ready)
-            .collect()
+        endpoints.iter().filter(|ep| ep.is_local && ep.ready).collect()
     } else if has_local_serving_terminating {
         use_serving_terminating = true;
-        endpoints
-            .iter()
-            .filter(|ep| ep.is_local && ep.serving && ep.terminating)
-            .collect()
+        endpoints.iter().filter(|ep| ep.is_local && ep.serving && ep.terminating).collect()
     } else {
         Vec::new()
     };
@@ -250,9 +221,7 @@ fn zone_hints_apply(endpoints: &[EndpointInfo], zone: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::{
-        endpoint_slice, service, with_external_policy_local, with_node_port, Ep,
-    };
+    use crate::fixtures::{endpoint_slice, service, with_external_policy_local, with_node_port, Ep};
     use crate::model::{self, NamespacedName};
 
     fn plan_inputs(
@@ -272,33 +241,18 @@ mod tests {
     fn terminating_serving_endpoints_used_only_when_none_ready() {
         let (svc, eps) = plan_inputs(
             service("ns", "a", "10.96.0.1", "http", 80),
-            &[
-                Ep::ready("10.0.0.1"),
-                Ep::terminating_serving("10.0.0.2"),
-                Ep::terminating_not_serving("10.0.0.3"),
-            ],
+            &[Ep::ready("10.0.0.1"), Ep::terminating_serving("10.0.0.2"), Ep::terminating_not_serving("10.0.0.3")],
         );
         let plan = ServicePortPlan::new(&svc, &eps, None);
-        let addrs: Vec<&str> = plan
-            .cluster_endpoints
-            .iter()
-            .map(|e| e.addr.as_str())
-            .collect();
+        let addrs: Vec<&str> = plan.cluster_endpoints.iter().map(|e| e.addr.as_str()).collect();
         assert_eq!(addrs, ["10.0.0.1:80"]);
 
         let (svc, eps) = plan_inputs(
             service("ns", "a", "10.96.0.1", "http", 80),
-            &[
-                Ep::terminating_serving("10.0.0.2"),
-                Ep::terminating_not_serving("10.0.0.3"),
-            ],
+            &[Ep::terminating_serving("10.0.0.2"), Ep::terminating_not_serving("10.0.0.3")],
         );
         let plan = ServicePortPlan::new(&svc, &eps, None);
-        let addrs: Vec<&str> = plan
-            .cluster_endpoints
-            .iter()
-            .map(|e| e.addr.as_str())
-            .collect();
+        let addrs: Vec<&str> = plan.cluster_endpoints.iter().map(|e| e.addr.as_str()).collect();
         assert_eq!(addrs, ["10.0.0.2:80"]);
         assert!(plan.has_endpoints);
     }
@@ -318,10 +272,7 @@ mod tests {
 
     #[test]
     fn external_policy_local_without_local_endpoints_drops_external_only() {
-        let svc = with_external_policy_local(
-            with_node_port(service("ns", "a", "10.96.0.1", "http", 80), 30080),
-            0,
-        );
+        let svc = with_external_policy_local(with_node_port(service("ns", "a", "10.96.0.1", "http", 80), 30080), 0);
         let (svc, eps) = plan_inputs(svc, &[Ep::ready("10.0.0.1").on("node-b")]);
         let plan = ServicePortPlan::new(&svc, &eps, None);
         assert!(plan.has_internal_endpoints);

@@ -122,9 +122,7 @@ impl ChangeTracker {
     /// the one recorded. Slices without a service-name label are ignored (upstream
     /// logs and drops them).
     pub fn update_slice(&mut self, slice: &EndpointSlice) -> bool {
-        let Ok(nn) = model::slice_service(slice) else {
-            return false;
-        };
+        let Ok(nn) = model::slice_service(slice) else { return false };
         let slice_name = slice.metadata.name.clone().unwrap_or_default();
         let eps = model::slice_endpoints(&nn, slice, &self.node_name);
         let per_service = self.slices.entry(nn.clone()).or_default();
@@ -141,13 +139,9 @@ impl ChangeTracker {
 
     /// Record an EndpointSlice deletion. Returns whether the service's endpoints change.
     pub fn delete_slice(&mut self, slice: &EndpointSlice) -> bool {
-        let Ok(nn) = model::slice_service(slice) else {
-            return false;
-        };
+        let Ok(nn) = model::slice_service(slice) else { return false };
         let slice_name = slice.metadata.name.clone().unwrap_or_default();
-        let Some(per_service) = self.slices.get_mut(&nn) else {
-            return false;
-        };
+        let Some(per_service) = self.slices.get_mut(&nn) else { return false };
         if per_service.remove(&slice_name).is_none() {
             return false;
         }
@@ -242,14 +236,8 @@ impl ChangeTracker {
 
 /// Parse the slice's `endpoints.kubernetes.io/last-change-trigger-time` annotation.
 pub fn trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
-    let value = slice
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(model::ANNOTATION_LAST_CHANGE_TRIGGER_TIME)?;
-    chrono::DateTime::parse_from_rfc3339(value)
-        .ok()
-        .map(SystemTime::from)
+    let value = slice.metadata.annotations.as_ref()?.get(model::ANNOTATION_LAST_CHANGE_TRIGGER_TIME)?;
+    chrono::DateTime::parse_from_rfc3339(value).ok().map(SystemTime::from)
 }
 
 #[cfg(test)]

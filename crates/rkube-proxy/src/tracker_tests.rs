@@ -6,10 +6,7 @@ use crate::fixtures::{endpoint_slice, service, Ep};
 use crate::model::Protocol;
 
 fn tracker() -> ChangeTracker {
-    ChangeTracker::new(
-        "node-a",
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000),
-    )
+    ChangeTracker::new("node-a", SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000))
 }
 
 fn nn(ns: &str, name: &str) -> NamespacedName {
@@ -17,11 +14,7 @@ fn nn(ns: &str, name: &str) -> NamespacedName {
 }
 
 fn spn(ns: &str, name: &str, port: &str) -> ServicePortName {
-    ServicePortName {
-        service: nn(ns, name),
-        port: port.into(),
-        protocol: Protocol::Tcp,
-    }
+    ServicePortName { service: nn(ns, name), port: port.into(), protocol: Protocol::Tcp }
 }
 
 #[test]
@@ -54,10 +47,7 @@ fn service_delete_marks_service_pending() {
     t.finish_sync(true);
     assert!(t.delete_service("ns", "a"));
     assert_eq!(t.pending().services, [nn("ns", "a")].into());
-    assert!(
-        !t.delete_service("ns", "a"),
-        "deleting twice changes nothing"
-    );
+    assert!(!t.delete_service("ns", "a"), "deleting twice changes nothing");
 }
 
 #[test]
@@ -78,23 +68,9 @@ fn slice_change_marks_its_service_and_identical_slice_does_not() {
 #[test]
 fn endpoints_are_merged_across_slices_sorted_and_deduplicated() {
     let mut t = tracker();
-    t.update_slice(&endpoint_slice(
-        "ns",
-        "a",
-        "a-1",
-        "http",
-        80,
-        &[Ep::ready("10.0.0.9"), Ep::ready("10.0.0.2")],
-    ));
+    t.update_slice(&endpoint_slice("ns", "a", "a-1", "http", 80, &[Ep::ready("10.0.0.9"), Ep::ready("10.0.0.2")]));
     // Same IP in a second slice, terminating there: the ready copy wins.
-    t.update_slice(&endpoint_slice(
-        "ns",
-        "a",
-        "a-2",
-        "http",
-        80,
-        &[Ep::terminating_serving("10.0.0.2")],
-    ));
+    t.update_slice(&endpoint_slice("ns", "a", "a-2", "http", 80, &[Ep::terminating_serving("10.0.0.2")]));
     let eps = t.endpoints(&spn("ns", "a", "http"));
     let addrs: Vec<&str> = eps.iter().map(|e| e.addr.as_str()).collect();
     assert_eq!(addrs, ["10.0.0.2:80", "10.0.0.9:80"]);
@@ -110,10 +86,7 @@ fn endpoint_on_this_node_is_local() {
         "a-1",
         "http",
         80,
-        &[
-            Ep::ready("10.0.0.1").on("node-a"),
-            Ep::ready("10.0.0.2").on("node-b"),
-        ],
+        &[Ep::ready("10.0.0.1").on("node-a"), Ep::ready("10.0.0.2").on("node-b")],
     ));
     let eps = t.endpoints(&spn("ns", "a", "http"));
     assert!(eps[0].is_local);

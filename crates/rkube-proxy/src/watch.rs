@@ -47,9 +47,7 @@ pub struct WatchContext {
 
 impl WatchContext {
     fn mark_synced(&self, services: bool) {
-        let Ok(mut s) = self.synced.lock() else {
-            return;
-        };
+        let Ok(mut s) = self.synced.lock() else { return };
         if services {
             s.services = true;
         } else {
@@ -71,9 +69,7 @@ impl WatchContext {
 }
 
 /// How one resource kind updates the tracker.
-trait Tracked:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
-{
+trait Tracked: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static {
     const IS_SERVICE: bool;
     fn apply(tracker: &mut ChangeTracker, obj: &Self) -> bool;
     fn delete(tracker: &mut ChangeTracker, obj: &Self) -> bool;
@@ -111,10 +107,7 @@ struct EventApplier<K: Tracked> {
 
 impl<K: Tracked> EventApplier<K> {
     fn new() -> Self {
-        Self {
-            known: HashMap::new(),
-            relisted: HashSet::new(),
-        }
+        Self { known: HashMap::new(), relisted: HashSet::new() }
     }
 
     /// Apply one event. Returns (tracker changed, a list just completed).
@@ -136,12 +129,8 @@ impl<K: Tracked> EventApplier<K> {
                 (false, false)
             }
             Event::InitDone => {
-                let gone: Vec<ObjectRef<K>> = self
-                    .known
-                    .keys()
-                    .filter(|k| !self.relisted.contains(*k))
-                    .cloned()
-                    .collect();
+                let gone: Vec<ObjectRef<K>> =
+                    self.known.keys().filter(|k| !self.relisted.contains(*k)).cloned().collect();
                 let mut changed = false;
                 for key in gone {
                     if let Some(obj) = self.known.remove(&key) {
@@ -166,8 +155,7 @@ async fn run_watch<K: Tracked>(api: Api<K>, ctx: WatchContext) {
                 continue;
             }
         };
-        let Ok((changed, listed)) = ctx.tracker.lock().map(|mut t| applier.apply(event, &mut t))
-        else {
+        let Ok((changed, listed)) = ctx.tracker.lock().map(|mut t| applier.apply(event, &mut t)) else {
             tracing::error!("change tracker lock poisoned; stopping the watch");
             return;
         };
@@ -204,14 +192,10 @@ pub async fn watch_node(client: Client, node_name: String, ctx: WatchContext) {
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
         let labels: Option<BTreeMap<String, String>> = match event {
-            Ok(Event::Apply(node)) | Ok(Event::InitApply(node))
-                if node.metadata.name.as_deref() == Some(&node_name) =>
-            {
+            Ok(Event::Apply(node)) | Ok(Event::InitApply(node)) if node.metadata.name.as_deref() == Some(&node_name) => {
                 Some(node.metadata.labels.unwrap_or_default())
             }
-            Ok(Event::Delete(node)) if node.metadata.name.as_deref() == Some(&node_name) => {
-                Some(BTreeMap::new())
-            }
+            Ok(Event::Delete(node)) if node.metadata.name.as_deref() == Some(&node_name) => Some(BTreeMap::new()),
             Ok(_) => None,
             Err(err) => {
                 tracing::debug!("node watch error (retrying with backoff): {err}");
@@ -240,10 +224,7 @@ mod tests {
         let a = service("ns", "a", "10.96.0.1", "p", 80);
         let b = service("ns", "b", "10.96.0.2", "p", 80);
         assert_eq!(services.apply(Event::Init, &mut t), (false, false));
-        assert_eq!(
-            services.apply(Event::InitApply(a.clone()), &mut t),
-            (true, false)
-        );
+        assert_eq!(services.apply(Event::InitApply(a.clone()), &mut t), (true, false));
         assert_eq!(services.apply(Event::InitApply(b), &mut t), (true, false));
         assert_eq!(services.apply(Event::InitDone, &mut t), (false, true));
         assert_eq!(t.service_port_count(), 2);
@@ -252,21 +233,10 @@ mod tests {
 
         // The watch restarts; b was deleted meanwhile and only a is listed.
         services.apply(Event::Init, &mut t);
-        assert_eq!(
-            services.apply(Event::InitApply(a), &mut t),
-            (false, false),
-            "unchanged a"
-        );
-        assert_eq!(
-            services.apply(Event::InitDone, &mut t),
-            (true, true),
-            "b deleted at InitDone"
-        );
+        assert_eq!(services.apply(Event::InitApply(a), &mut t), (false, false), "unchanged a");
+        assert_eq!(services.apply(Event::InitDone, &mut t), (true, true), "b deleted at InitDone");
         assert_eq!(t.service_port_count(), 1);
-        assert_eq!(
-            t.pending().services,
-            [crate::model::NamespacedName::new("ns", "b")].into()
-        );
+        assert_eq!(t.pending().services, [crate::model::NamespacedName::new("ns", "b")].into());
     }
 
     #[test]

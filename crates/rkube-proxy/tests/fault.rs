@@ -43,33 +43,12 @@ fn start(ns: &NetNs, sync_period: Duration, retry_period: Duration) -> Running {
         status: status_tx,
     };
     let (notices, rx) = mpsc::unbounded_channel();
-    let timing = Timing {
-        min_sync_period: Duration::from_millis(50),
-        sync_period,
-        retry_period,
-        ..Timing::default()
-    };
-    let task = tokio::spawn(run_sync_loop(
-        backend,
-        proxy.tracker.clone(),
-        timing,
-        rx,
-        observers,
-    ));
-    Running {
-        tracker: proxy.tracker,
-        notices,
-        status,
-        metrics,
-        task,
-    }
+    let timing = Timing { min_sync_period: Duration::from_millis(50), sync_period, retry_period, ..Timing::default() };
+    let task = tokio::spawn(run_sync_loop(backend, proxy.tracker.clone(), timing, rx, observers));
+    Running { tracker: proxy.tracker, notices, status, metrics, task }
 }
 
-async fn wait_for(
-    status: &mut watch::Receiver<LoopStatus>,
-    what: &str,
-    pred: impl Fn(&LoopStatus) -> bool,
-) -> LoopStatus {
+async fn wait_for(status: &mut watch::Receiver<LoopStatus>, what: &str, pred: impl Fn(&LoopStatus) -> bool) -> LoopStatus {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let current = status.borrow().clone();
@@ -77,10 +56,7 @@ async fn wait_for(
             return current;
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        assert!(
-            !left.is_zero(),
-            "timed out waiting for {what}; status {current:?}"
-        );
+        assert!(!left.is_zero(), "timed out waiting for {what}; status {current:?}");
         let _ = tokio::time::timeout(left, status.changed()).await;
     }
 }
@@ -88,23 +64,9 @@ async fn wait_for(
 fn two_services(r: &Running) {
     let mut t = r.tracker.lock().expect("lock");
     t.update_service(&service("ns", "a", "10.96.0.1", "p", 80));
-    t.update_slice(&endpoint_slice(
-        "ns",
-        "a",
-        "a-1",
-        "p",
-        8080,
-        &[Ep::ready("10.244.0.1")],
-    ));
+    t.update_slice(&endpoint_slice("ns", "a", "a-1", "p", 8080, &[Ep::ready("10.244.0.1")]));
     t.update_service(&service("ns", "b", "10.96.0.2", "p", 80));
-    t.update_slice(&endpoint_slice(
-        "ns",
-        "b",
-        "b-1",
-        "p",
-        8080,
-        &[Ep::ready("10.244.0.2")],
-    ));
+    t.update_slice(&endpoint_slice("ns", "b", "b-1", "p", 8080, &[Ep::ready("10.244.0.2")]));
 }
 
 /// Normalized state of a fresh namespace after one full restore of the same final state.
@@ -113,11 +75,7 @@ fn expected_state(final_state: impl Fn(&mut rkube_proxy::tracker::ChangeTracker)
     let mut p = Proxy::new(&ns, NODE);
     p.change(|t| final_state(t));
     let r = p.sync();
-    assert!(
-        r.result.is_ok(),
-        "reference full sync failed: {:?}",
-        r.result
-    );
+    assert!(r.result.is_ok(), "reference full sync failed: {:?}", r.result);
     ns.saved_state()
 }
 
@@ -138,10 +96,7 @@ async fn failed_partial_restore_is_repaired_by_full_restore_without_losing_chang
     let mut r = start(&ns, Duration::from_secs(3600), Duration::from_millis(300));
     two_services(&r);
     r.notices.send(Notice::InformersSynced).expect("loop alive");
-    wait_for(&mut r.status, "first full sync", |s| {
-        s.syncs_ok == 1 && s.full_syncs == 1
-    })
-    .await;
+    wait_for(&mut r.status, "first full sync", |s| s.syncs_ok == 1 && s.full_syncs == 1).await;
 
     // Behind the proxy's back: remove service a's KUBE-SVC chain (and the rule using it).
     let chain_a = svc_chain_of(&ns, "10.96.0.1");
@@ -154,64 +109,28 @@ async fn failed_partial_restore_is_repaired_by_full_restore_without_losing_chang
     r.tracker
         .lock()
         .expect("lock")
-        .update_slice(&endpoint_slice(
-            "ns",
-            "b",
-            "b-1",
-            "p",
-            8080,
-            &[Ep::ready("10.244.0.2"), Ep::ready("10.244.0.3")],
-        ));
+        .update_slice(&endpoint_slice("ns", "b", "b-1", "p", 8080, &[Ep::ready("10.244.0.2"), Ep::ready("10.244.0.3")]));
     r.notices.send(Notice::Changed).expect("loop alive");
-    let after_failure = wait_for(&mut r.status, "failed partial sync", |s| {
-        s.syncs_failed == 1
-    })
-    .await;
+    let after_failure = wait_for(&mut r.status, "failed partial sync", |s| s.syncs_failed == 1).await;
     assert_eq!(after_failure.syncs_ok, 1);
 
     // The retry (after the retry period) is a full sync and succeeds.
     let repaired = wait_for(&mut r.status, "repairing full sync", |s| s.syncs_ok == 2).await;
-    assert_eq!(
-        repaired.full_syncs, 2,
-        "the retry was a full sync: {repaired:?}"
-    );
+    assert_eq!(repaired.full_syncs, 2, "the retry was a full sync: {repaired:?}");
 
     let text = r.metrics.encode();
-    assert!(
-        text.contains("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total 1"),
-        "{text}"
-    );
-    assert!(
-        text.contains("kubeproxy_sync_proxy_rules_iptables_restore_failures_total 1"),
-        "{text}"
-    );
+    assert!(text.contains("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total 1"), "{text}");
+    assert!(text.contains("kubeproxy_sync_proxy_rules_iptables_restore_failures_total 1"), "{text}");
 
     // Repaired, and b's change (made before the failure) is in the rules.
     let expected = expected_state(|t| {
         t.update_service(&service("ns", "a", "10.96.0.1", "p", 80));
-        t.update_slice(&endpoint_slice(
-            "ns",
-            "a",
-            "a-1",
-            "p",
-            8080,
-            &[Ep::ready("10.244.0.1")],
-        ));
+        t.update_slice(&endpoint_slice("ns", "a", "a-1", "p", 8080, &[Ep::ready("10.244.0.1")]));
         t.update_service(&service("ns", "b", "10.96.0.2", "p", 80));
-        t.update_slice(&endpoint_slice(
-            "ns",
-            "b",
-            "b-1",
-            "p",
-            8080,
-            &[Ep::ready("10.244.0.2"), Ep::ready("10.244.0.3")],
-        ));
+        t.update_slice(&endpoint_slice("ns", "b", "b-1", "p", 8080, &[Ep::ready("10.244.0.2"), Ep::ready("10.244.0.3")]));
     });
     assert_eq!(ns.saved_state(), expected);
-    assert!(
-        r.tracker.lock().expect("lock").pending().is_empty(),
-        "nothing left pending"
-    );
+    assert!(r.tracker.lock().expect("lock").pending().is_empty(), "nothing left pending");
     r.task.abort();
 }
 

@@ -31,12 +31,7 @@ impl Iptables for Counting {
         *self.ensures.lock().expect("lock") += 1;
         self.inner.ensure_chain(table, chain)
     }
-    fn ensure_rule_prepend(
-        &mut self,
-        table: Table,
-        chain: &str,
-        args: &[&str],
-    ) -> iptables::Result<()> {
+    fn ensure_rule_prepend(&mut self, table: Table, chain: &str, args: &[&str]) -> iptables::Result<()> {
         *self.ensures.lock().expect("lock") += 1;
         self.inner.ensure_rule_prepend(table, chain, args)
     }
@@ -49,65 +44,28 @@ impl Iptables for Counting {
 fn full_syncs_install_jump_rules_once_and_then_find_them_in_save_output() {
     let ns = NetNs::new("jump");
     let ensures = Arc::new(Mutex::new(0));
-    let mut backend = IptablesBackend::new(
-        Counting {
-            inner: ns.iptables(),
-            ensures: ensures.clone(),
-        },
-        test_config(),
-    );
+    let mut backend = IptablesBackend::new(Counting { inner: ns.iptables(), ensures: ensures.clone() }, test_config());
     let tracker = Mutex::new(ChangeTracker::new("node-a", SystemTime::UNIX_EPOCH));
     {
         let mut t = tracker.lock().expect("lock");
         t.update_service(&service("ns", "a", "10.96.0.1", "p", 80));
-        t.update_slice(&endpoint_slice(
-            "ns",
-            "a",
-            "a-1",
-            "p",
-            8080,
-            &[Ep::ready("10.244.0.1")],
-        ));
+        t.update_slice(&endpoint_slice("ns", "a", "a-1", "p", 8080, &[Ep::ready("10.244.0.1")]));
     }
     let full = SyncKind::Full(FullReason::FirstSync);
     assert!(backend.sync(&tracker, full).result.is_ok());
     let first = *ensures.lock().expect("lock");
-    assert!(
-        first >= 12,
-        "first full sync creates chains and jump rules ({first} ensures)"
-    );
+    assert!(first >= 12, "first full sync creates chains and jump rules ({first} ensures)");
 
-    assert!(backend
-        .sync(&tracker, SyncKind::Full(FullReason::Periodic))
-        .result
-        .is_ok());
-    assert_eq!(
-        *ensures.lock().expect("lock"),
-        first,
-        "second full sync found everything in iptables-save"
-    );
+    assert!(backend.sync(&tracker, SyncKind::Full(FullReason::Periodic)).result.is_ok());
+    assert_eq!(*ensures.lock().expect("lock"), first, "second full sync found everything in iptables-save");
 
     let nat = ns.exec_ok("iptables-save", &["-t", "nat"]);
-    let jumps = |chain: &str| {
-        nat.lines()
-            .filter(|l| l.starts_with(&format!("-A {chain} ")) && l.ends_with("-j KUBE-SERVICES"))
-            .count()
-    };
+    let jumps = |chain: &str| nat.lines().filter(|l| l.starts_with(&format!("-A {chain} ")) && l.ends_with("-j KUBE-SERVICES")).count();
     assert_eq!(jumps("OUTPUT"), 1, "{nat}");
     assert_eq!(jumps("PREROUTING"), 1, "{nat}");
     let filter = ns.exec_ok("iptables-save", &["-t", "filter"]);
-    assert_eq!(
-        filter
-            .lines()
-            .filter(|l| l.starts_with("-A FORWARD ") && l.ends_with("-j KUBE-PROXY-FIREWALL"))
-            .count(),
-        1
-    );
+    assert_eq!(filter.lines().filter(|l| l.starts_with("-A FORWARD ") && l.ends_with("-j KUBE-PROXY-FIREWALL")).count(), 1);
     for table in ["mangle", "nat", "filter"] {
-        assert!(
-            ns.exec_ok("iptables-save", &["-t", table])
-                .contains(":KUBE-PROXY-CANARY"),
-            "canary in {table}"
-        );
+        assert!(ns.exec_ok("iptables-save", &["-t", table]).contains(":KUBE-PROXY-CANARY"), "canary in {table}");
     }
 }

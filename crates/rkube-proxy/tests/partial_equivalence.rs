@@ -20,16 +20,10 @@ const SERVICES: usize = 4;
 #[derive(Debug, Clone)]
 enum Op {
     /// Create or update service `idx` in one of several shapes.
-    Service {
-        idx: usize,
-        variant: u8,
-    },
+    Service { idx: usize, variant: u8 },
     DeleteService(usize),
     /// Replace service `idx`'s slice with endpoints (ip suffix, state).
-    Endpoints {
-        idx: usize,
-        eps: Vec<(u8, u8)>,
-    },
+    Endpoints { idx: usize, eps: Vec<(u8, u8)> },
     DeleteSlice(usize),
     /// Sync now (partial), batching the changes since the previous sync.
     Sync,
@@ -45,10 +39,7 @@ fn make_service(idx: usize, variant: u8) -> Service {
         3 => with_external_policy_local(with_node_port(base, node_port), 0),
         4 => with_client_ip_affinity(base, 600),
         5 => with_internal_policy_local(base),
-        6 => with_source_ranges(
-            with_load_balancer(base, node_port, &[&format!("192.0.2.{}", idx + 1)]),
-            &["203.0.113.0/24"],
-        ),
+        6 => with_source_ranges(with_load_balancer(base, node_port, &[&format!("192.0.2.{}", idx + 1)]), &["203.0.113.0/24"]),
         7 => with_external_ips(base, &[&format!("198.51.100.{}", idx + 1)]),
         _ => base,
     }
@@ -67,14 +58,7 @@ fn make_slice(idx: usize, eps: &[(u8, u8)]) -> EndpointSlice {
             }
         })
         .collect();
-    endpoint_slice(
-        "ns",
-        &format!("svc{idx}"),
-        &format!("svc{idx}-abc"),
-        "p",
-        8080,
-        &eps,
-    )
+    endpoint_slice("ns", &format!("svc{idx}"), &format!("svc{idx}-abc"), "p", 8080, &eps)
 }
 
 fn apply(t: &mut ChangeTracker, op: &Op) {
@@ -162,41 +146,23 @@ proptest! {
 fn partial_restores_equal_full_restore_for_scaling_and_deletion_sequence() {
     let initial = vec![
         Op::Service { idx: 0, variant: 3 },
-        Op::Endpoints {
-            idx: 0,
-            eps: vec![(1, 0)],
-        },
+        Op::Endpoints { idx: 0, eps: vec![(1, 0)] },
         Op::Service { idx: 1, variant: 4 },
-        Op::Endpoints {
-            idx: 1,
-            eps: vec![(1, 1), (2, 1)],
-        },
+        Op::Endpoints { idx: 1, eps: vec![(1, 1), (2, 1)] },
     ];
     let ops = vec![
-        Op::Endpoints {
-            idx: 0,
-            eps: vec![],
-        },
+        Op::Endpoints { idx: 0, eps: vec![] },
         Op::Sync,
-        Op::Endpoints {
-            idx: 0,
-            eps: vec![(2, 0), (3, 1)],
-        },
+        Op::Endpoints { idx: 0, eps: vec![(2, 0), (3, 1)] },
         Op::Service { idx: 1, variant: 6 },
         Op::Sync,
-        Op::Endpoints {
-            idx: 1,
-            eps: vec![(2, 2), (3, 3)],
-        },
+        Op::Endpoints { idx: 1, eps: vec![(2, 2), (3, 3)] },
         Op::Sync,
         Op::DeleteService(0),
         Op::DeleteSlice(0),
         Op::Sync,
         Op::Service { idx: 0, variant: 0 },
-        Op::Endpoints {
-            idx: 0,
-            eps: vec![(4, 1)],
-        },
+        Op::Endpoints { idx: 0, eps: vec![(4, 1)] },
     ];
     if let Err(e) = check(&initial, &ops) {
         panic!("{e}");

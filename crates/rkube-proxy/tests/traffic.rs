@@ -43,77 +43,29 @@ socketserver.ThreadingTCPServer((sys.argv[1], 8080), H).serve_forever()
 "#;
 
 fn python() -> &'static str {
-    if std::path::Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    }
+    if std::path::Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" }
 }
 
 /// Join `client` and a new backend namespace with a veth pair and start its HTTP server.
 fn backend(client: &NetNs, name: &str, subnet: u8) -> Backend {
     let ns = NetNs::new(name);
     let (host_if, peer_if) = (format!("c{subnet}"), format!("e{subnet}"));
-    client.exec_ok(
-        "ip",
-        &[
-            "link", "add", &host_if, "type", "veth", "peer", "name", &peer_if, "netns", &ns.name,
-        ],
-    );
-    client.exec_ok(
-        "ip",
-        &[
-            "addr",
-            "add",
-            &format!("10.201.{subnet}.1/24"),
-            "dev",
-            &host_if,
-        ],
-    );
+    client.exec_ok("ip", &["link", "add", &host_if, "type", "veth", "peer", "name", &peer_if, "netns", &ns.name]);
+    client.exec_ok("ip", &["addr", "add", &format!("10.201.{subnet}.1/24"), "dev", &host_if]);
     client.exec_ok("ip", &["link", "set", &host_if, "up"]);
-    ns.exec_ok(
-        "ip",
-        &[
-            "addr",
-            "add",
-            &format!("10.201.{subnet}.2/24"),
-            "dev",
-            &peer_if,
-        ],
-    );
+    ns.exec_ok("ip", &["addr", "add", &format!("10.201.{subnet}.2/24"), "dev", &peer_if]);
     ns.exec_ok("ip", &["link", "set", &peer_if, "up"]);
-    ns.exec_ok(
-        "ip",
-        &[
-            "route",
-            "add",
-            "default",
-            "via",
-            &format!("10.201.{subnet}.1"),
-        ],
-    );
+    ns.exec_ok("ip", &["route", "add", "default", "via", &format!("10.201.{subnet}.1")]);
 
     // A minimal HTTP responder (http.server's reverse DNS lookup at bind time
     // stalls in a namespace without DNS).
     let child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.name,
-            python(),
-            "-c",
-            HTTP_SERVER,
-            &format!("10.201.{subnet}.2"),
-            name,
-        ])
+        .args(["netns", "exec", &ns.name, python(), "-c", HTTP_SERVER, &format!("10.201.{subnet}.2"), name])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("start python3 HTTP server");
-    let b = Backend {
-        _ns: ns,
-        _server: ChildGuard(child),
-    };
+    let b = Backend { _ns: ns, _server: ChildGuard(child) };
     // Wait until the server answers directly (no service rules involved).
     let url = format!("http://10.201.{subnet}.2:8080/who");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -122,10 +74,7 @@ fn backend(client: &NetNs, name: &str, subnet: u8) -> Backend {
         if answer == Ok(name.to_string()) {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "backend {name} did not start: last answer {answer:?}"
-        );
+        assert!(Instant::now() < deadline, "backend {name} did not start: last answer {answer:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
     b
@@ -143,20 +92,13 @@ fn get(ns: &NetNs, url: &str) -> Result<String, i32> {
 
 fn who_answers(ns: &NetNs, url: &str, tries: usize) -> BTreeSet<String> {
     (0..tries)
-        .map(|_| {
-            get(ns, url)
-                .unwrap_or_else(|code| panic!("request to {url} failed with curl exit {code}"))
-        })
+        .map(|_| get(ns, url).unwrap_or_else(|code| panic!("request to {url} failed with curl exit {code}")))
         .collect()
 }
 
 fn set_endpoints(proxy: &mut Proxy, ips: &[&str]) {
     let eps: Vec<Ep> = ips.iter().map(|ip| Ep::ready(ip)).collect();
-    proxy.change(|t| {
-        t.update_slice(&endpoint_slice(
-            "default", "web", "web-1", "http", 8080, &eps,
-        ))
-    });
+    proxy.change(|t| t.update_slice(&endpoint_slice("default", "web", "web-1", "http", 8080, &eps)));
     let r = proxy.sync();
     assert!(r.result.is_ok(), "sync failed: {:?}", r.result);
     assert_eq!(r.kind, SyncKind::Partial);
@@ -173,14 +115,7 @@ fn cluster_ip_and_node_port_traffic_follows_endpoint_changes() {
     let svc = with_node_port(service("default", "web", CLUSTER_IP, "http", 80), NODE_PORT);
     proxy.change(|t| t.update_service(&svc));
     proxy.change(|t| {
-        t.update_slice(&endpoint_slice(
-            "default",
-            "web",
-            "web-1",
-            "http",
-            8080,
-            &[Ep::ready("10.201.1.2"), Ep::ready("10.201.2.2")],
-        ))
+        t.update_slice(&endpoint_slice("default", "web", "web-1", "http", 8080, &[Ep::ready("10.201.1.2"), Ep::ready("10.201.2.2")]))
     });
     let r = proxy.sync();
     assert!(r.result.is_ok(), "first sync failed: {:?}", r.result);
@@ -189,67 +124,30 @@ fn cluster_ip_and_node_port_traffic_follows_endpoint_changes() {
     let cluster_url = format!("http://{CLUSTER_IP}/who");
     let node_port_url = format!("http://10.201.1.1:{NODE_PORT}/who");
     let both: BTreeSet<String> = ["b1".to_string(), "b2".to_string()].into();
-    assert_eq!(
-        who_answers(&client, &cluster_url, 24),
-        both,
-        "2 endpoints: both answer the ClusterIP"
-    );
-    assert_eq!(
-        who_answers(&client, &node_port_url, 24),
-        both,
-        "2 endpoints: both answer the NodePort"
-    );
+    assert_eq!(who_answers(&client, &cluster_url, 24), both, "2 endpoints: both answer the ClusterIP");
+    assert_eq!(who_answers(&client, &node_port_url, 24), both, "2 endpoints: both answer the NodePort");
 
     set_endpoints(&mut proxy, &["10.201.2.2"]);
-    assert_eq!(
-        who_answers(&client, &cluster_url, 8),
-        ["b2".to_string()].into(),
-        "1 endpoint: only b2"
-    );
-    assert_eq!(
-        who_answers(&client, &node_port_url, 4),
-        ["b2".to_string()].into()
-    );
+    assert_eq!(who_answers(&client, &cluster_url, 8), ["b2".to_string()].into(), "1 endpoint: only b2");
+    assert_eq!(who_answers(&client, &node_port_url, 4), ["b2".to_string()].into());
 
     set_endpoints(&mut proxy, &[]);
-    assert_eq!(
-        get(&client, &cluster_url),
-        Err(7),
-        "0 endpoints: ClusterIP connection refused"
-    );
-    assert_eq!(
-        get(&client, &node_port_url),
-        Err(7),
-        "0 endpoints: NodePort connection refused"
-    );
+    assert_eq!(get(&client, &cluster_url), Err(7), "0 endpoints: ClusterIP connection refused");
+    assert_eq!(get(&client, &node_port_url), Err(7), "0 endpoints: NodePort connection refused");
 
     set_endpoints(&mut proxy, &["10.201.1.2", "10.201.2.2"]);
-    assert_eq!(
-        who_answers(&client, &cluster_url, 24),
-        both,
-        "back to 2 endpoints"
-    );
+    assert_eq!(who_answers(&client, &cluster_url, 24), both, "back to 2 endpoints");
 
     // Deleting the service removes its chains in the next (partial) sync.
     let before = client.saved_state();
-    assert!(
-        before.contains(":KUBE-SVC-"),
-        "service chain present before delete"
-    );
+    assert!(before.contains(":KUBE-SVC-"), "service chain present before delete");
     proxy.change(|t| t.delete_service("default", "web"));
     let r = proxy.sync();
     assert!(r.result.is_ok(), "sync after delete failed: {:?}", r.result);
-    assert!(
-        r.chains_deleted >= 4,
-        "SVC, EXT and two SEP chains deleted, got {}",
-        r.chains_deleted
-    );
+    assert!(r.chains_deleted >= 4, "SVC, EXT and two SEP chains deleted, got {}", r.chains_deleted);
     let after = client.saved_state();
     for prefix in [":KUBE-SVC-", ":KUBE-SEP-", ":KUBE-EXT-"] {
-        assert!(
-            !after.contains(prefix),
-            "{prefix} chain left after delete:\n{after}"
-        );
+        assert!(!after.contains(prefix), "{prefix} chain left after delete:\n{after}");
     }
     drop((b1, b2));
 }

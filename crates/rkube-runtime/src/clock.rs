@@ -29,10 +29,7 @@ impl RuntimeClock {
         let mut prev = self.last.load(Ordering::Relaxed);
         loop {
             let next = if wall > prev { wall } else { prev + 1 };
-            match self
-                .last
-                .compare_exchange_weak(prev, next, Ordering::AcqRel, Ordering::Relaxed)
-            {
+            match self.last.compare_exchange_weak(prev, next, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => return next,
                 Err(seen) => prev = seen,
             }

@@ -45,17 +45,14 @@ fn endpoint_builder() -> Endpoint {
 }
 
 type UnixIo = TokioIo<tokio::net::UnixStream>;
-type ConnectFuture =
-    std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<UnixIo>> + Send>>;
+type ConnectFuture = std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<UnixIo>> + Send>>;
 
 fn connector(
     path: PathBuf,
-) -> impl tower::Service<Uri, Response = UnixIo, Error = std::io::Error, Future = ConnectFuture> + Clone
-{
+) -> impl tower::Service<Uri, Response = UnixIo, Error = std::io::Error, Future = ConnectFuture> + Clone {
     tower::service_fn(move |_: Uri| {
         let path = path.clone();
-        Box::pin(async move { Ok(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) })
-            as ConnectFuture
+        Box::pin(async move { Ok(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }) as ConnectFuture
     })
 }
 
@@ -65,10 +62,7 @@ pub async fn connect(endpoint: &str) -> Result<Channel, EndpointError> {
     endpoint_builder()
         .connect_with_connector(connector(path))
         .await
-        .map_err(|source| EndpointError::Connect {
-            endpoint: endpoint.to_string(),
-            source,
-        })
+        .map_err(|source| EndpointError::Connect { endpoint: endpoint.to_string(), source })
 }
 
 /// A channel that connects on first use and reconnects after failures (for agents that may start
@@ -84,21 +78,9 @@ mod tests {
 
     #[test]
     fn unix_endpoints_parse_to_paths() {
-        assert_eq!(
-            socket_path("unix:///run/rkube/cri.sock").ok(),
-            Some(PathBuf::from("/run/rkube/cri.sock"))
-        );
-        assert_eq!(
-            socket_path("/tmp/x.sock").ok(),
-            Some(PathBuf::from("/tmp/x.sock"))
-        );
-        assert!(matches!(
-            socket_path("tcp://1.2.3.4:5"),
-            Err(EndpointError::Unsupported(_))
-        ));
-        assert!(matches!(
-            socket_path("unix://relative.sock"),
-            Err(EndpointError::Unsupported(_))
-        ));
+        assert_eq!(socket_path("unix:///run/rkube/cri.sock").ok(), Some(PathBuf::from("/run/rkube/cri.sock")));
+        assert_eq!(socket_path("/tmp/x.sock").ok(), Some(PathBuf::from("/tmp/x.sock")));
+        assert!(matches!(socket_path("tcp://1.2.3.4:5"), Err(EndpointError::Unsupported(_))));
+        assert!(matches!(socket_path("unix://relative.sock"), Err(EndpointError::Unsupported(_))));
     }
 }

@@ -41,10 +41,7 @@ impl EventBus {
 
     /// A new subscription: every event published from now on, in order; ends with an error
     /// if the subscriber lags by more than the buffer.
-    pub fn subscribe(
-        &self,
-    ) -> impl Stream<Item = Result<cri::ContainerEventResponse, tonic::Status>> + Send + 'static
-    {
+    pub fn subscribe(&self) -> impl Stream<Item = Result<cri::ContainerEventResponse, tonic::Status>> + Send + 'static {
         let rx = self.tx.subscribe();
         futures::stream::unfold(Some(rx), |rx| async move {
             let mut rx = rx?;
@@ -69,10 +66,7 @@ mod tests {
     use super::*;
 
     fn event(n: i64) -> cri::ContainerEventResponse {
-        cri::ContainerEventResponse {
-            created_at: n,
-            ..Default::default()
-        }
+        cri::ContainerEventResponse { created_at: n, ..Default::default() }
     }
 
     #[tokio::test]
@@ -84,14 +78,8 @@ mod tests {
             bus.publish(event(n));
         }
         drop(bus);
-        let a: Vec<i64> = a
-            .map(|e| e.map(|e| e.created_at).unwrap_or(-1))
-            .collect()
-            .await;
-        let b: Vec<i64> = b
-            .map(|e| e.map(|e| e.created_at).unwrap_or(-1))
-            .collect()
-            .await;
+        let a: Vec<i64> = a.map(|e| e.map(|e| e.created_at).unwrap_or(-1)).collect().await;
+        let b: Vec<i64> = b.map(|e| e.map(|e| e.created_at).unwrap_or(-1)).collect().await;
         assert_eq!(a, vec![1, 2, 3]);
         assert_eq!(b, vec![1, 2, 3]);
     }

@@ -70,10 +70,7 @@ impl RuntimeHandle {
             let _ = stop.send(());
         }
         if let Some(mut server) = self.server.take() {
-            if tokio::time::timeout(SHUTDOWN_GRACE, &mut server)
-                .await
-                .is_err()
-            {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await.is_err() {
                 server.abort();
                 let _ = server.await;
             }
@@ -107,14 +104,8 @@ pub async fn serve(socket: &Path, config: RuntimeConfig) -> Result<RuntimeHandle
 }
 
 /// Like [`serve`], for an existing [`Runtime`] (a restarted server over the same records).
-pub async fn serve_runtime(
-    socket: &Path,
-    runtime: Arc<Runtime>,
-) -> Result<RuntimeHandle, ServeError> {
-    let listen_err = |source| ServeError::Listen {
-        path: socket.to_path_buf(),
-        source,
-    };
+pub async fn serve_runtime(socket: &Path, runtime: Arc<Runtime>) -> Result<RuntimeHandle, ServeError> {
+    let listen_err = |source| ServeError::Listen { path: socket.to_path_buf(), source };
     if let Some(dir) = socket.parent() {
         std::fs::create_dir_all(dir).map_err(listen_err)?;
     }
@@ -128,10 +119,7 @@ pub async fn serve_runtime(
     let (stopping, stopping_rx) = watch::channel(false);
     let streaming = StreamingServer::start(Arc::clone(&runtime), stopping_rx.clone())
         .await
-        .map_err(|source| ServeError::Listen {
-            path: socket.to_path_buf(),
-            source,
-        })?;
+        .map_err(|source| ServeError::Listen { path: socket.to_path_buf(), source })?;
     let service = CriService::new(Arc::clone(&runtime), stopping_rx, streaming);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
@@ -142,11 +130,5 @@ pub async fn serve_runtime(
         });
     let server = tokio::spawn(server);
     tracing::info!(socket = %socket.display(), "rkube runtime serving CRI v1");
-    Ok(RuntimeHandle {
-        runtime,
-        socket: socket.to_path_buf(),
-        stop: Some(stop_tx),
-        stopping,
-        server: Some(server),
-    })
+    Ok(RuntimeHandle { runtime, socket: socket.to_path_buf(), stop: Some(stop_tx), stopping, server: Some(server) })
 }

@@ -58,9 +58,7 @@ struct Proc {
 
 /// Every live process of the host (processes that vanish while being read are skipped).
 fn snapshot() -> Vec<Proc> {
-    let Ok(all) = procfs::process::all_processes() else {
-        return Vec::new();
-    };
+    let Ok(all) = procfs::process::all_processes() else { return Vec::new() };
     all.filter_map(Result::ok)
         .filter_map(|p| p.stat().ok())
         .filter(|s| s.state != 'Z')
@@ -68,9 +66,7 @@ fn snapshot() -> Vec<Proc> {
             pid: s.pid,
             ppid: s.ppid,
             pgrp: s.pgrp,
-            cpu_ticks: s.utime
-                + s.stime
-                + u64::try_from(s.cutime.max(0) + s.cstime.max(0)).unwrap_or(0),
+            cpu_ticks: s.utime + s.stime + u64::try_from(s.cutime.max(0) + s.cstime.max(0)).unwrap_or(0),
             rss_pages: s.rss,
         })
         .collect()
@@ -94,12 +90,8 @@ pub fn tree_usage(leaders: &[i32]) -> HashMap<i32, TreeUsage> {
     leaders
         .iter()
         .map(|&leader| {
-            let mut members: HashSet<usize> = procs
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.pgrp == leader || p.pid == leader)
-                .map(|(i, _)| i)
-                .collect();
+            let mut members: HashSet<usize> =
+                procs.iter().enumerate().filter(|(_, p)| p.pgrp == leader || p.pid == leader).map(|(i, _)| i).collect();
             let mut queue: Vec<i32> = members.iter().map(|&i| procs[i].pid).collect();
             while let Some(pid) = queue.pop() {
                 for &c in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
@@ -147,12 +139,7 @@ pub fn host_usage() -> Result<HostUsage, procfs::ProcError> {
     let stat = procfs::KernelStats::current()?;
     let t = &stat.total;
     // CpuTime's fields are in ticks (its *_ms helpers convert); steal, irq and softirq are optional.
-    let busy = t.user
-        + t.nice
-        + t.system
-        + t.irq.unwrap_or(0)
-        + t.softirq.unwrap_or(0)
-        + t.steal.unwrap_or(0);
+    let busy = t.user + t.nice + t.system + t.irq.unwrap_or(0) + t.softirq.unwrap_or(0) + t.steal.unwrap_or(0);
     let mem = procfs::Meminfo::current()?;
     let usage = mem.mem_total.saturating_sub(mem.mem_free);
     Ok(HostUsage {
@@ -184,19 +171,14 @@ impl RateTracker {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         let prev = last.insert(id.to_string(), (at_ns, cpu_ns));
         let (t0, c0) = prev?;
-        let dt = u64::try_from(at_ns.checked_sub(t0)?)
-            .ok()
-            .filter(|d| *d > 0)?;
+        let dt = u64::try_from(at_ns.checked_sub(t0)?).ok().filter(|d| *d > 0)?;
         let dc = cpu_ns.checked_sub(c0)?;
         Some(u64::try_from(u128::from(dc) * 1_000_000_000 / u128::from(dt)).unwrap_or(u64::MAX))
     }
 
     /// Forgets ids not in `keep` (removed containers and sandboxes).
     pub fn retain(&self, keep: &HashSet<String>) {
-        self.last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|k, _| keep.contains(k));
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).retain(|k, _| keep.contains(k));
     }
 }
 
@@ -206,11 +188,7 @@ fn u64v(value: u64) -> Option<cri::UInt64Value> {
 
 /// CRI `CpuUsage` at `at_ns`.
 pub fn cpu_usage(at_ns: i64, cpu_ns: u64, nano_cores: Option<u64>) -> cri::CpuUsage {
-    cri::CpuUsage {
-        timestamp: at_ns,
-        usage_core_nano_seconds: u64v(cpu_ns),
-        usage_nano_cores: nano_cores.and_then(u64v),
-    }
+    cri::CpuUsage { timestamp: at_ns, usage_core_nano_seconds: u64v(cpu_ns), usage_nano_cores: nano_cores.and_then(u64v) }
 }
 
 /// CRI `MemoryUsage` at `at_ns` of a tree whose resident set is `rss` bytes (working set, usage
@@ -242,11 +220,7 @@ impl Runtime {
             .filter(|c| c.state == cri::ContainerState::ContainerRunning && keep(c))
             .filter_map(|c| c.pid.map(|pid| (c, pid)))
             .collect();
-        list.sort_by(|a, b| {
-            a.0.created_at
-                .cmp(&b.0.created_at)
-                .then_with(|| a.0.id.cmp(&b.0.id))
-        });
+        list.sort_by(|a, b| a.0.created_at.cmp(&b.0.created_at).then_with(|| a.0.id.cmp(&b.0.id)));
         list.into_iter()
             .map(|(c, pid)| Target {
                 id: c.id.clone(),
@@ -273,11 +247,7 @@ impl Runtime {
                 let u = usage.get(&t.pid).copied().unwrap_or_default();
                 cri::ContainerStats {
                     attributes: Some(t.attributes.clone()),
-                    cpu: Some(cpu_usage(
-                        now,
-                        u.cpu_ns,
-                        self.rates.rate(&t.id, now, u.cpu_ns),
-                    )),
+                    cpu: Some(cpu_usage(now, u.cpu_ns, self.rates.rate(&t.id, now, u.cpu_ns))),
                     memory: Some(memory_usage(now, u.rss_bytes)),
                     writable_layer: None,
                     swap: None,
@@ -288,12 +258,7 @@ impl Runtime {
 
     fn forget_removed(&self) {
         let st = self.lock();
-        let keep: HashSet<String> = st
-            .containers
-            .keys()
-            .chain(st.sandboxes.keys())
-            .cloned()
-            .collect();
+        let keep: HashSet<String> = st.containers.keys().chain(st.sandboxes.keys()).cloned().collect();
         drop(st);
         self.rates.retain(&keep);
     }
@@ -309,13 +274,7 @@ impl Runtime {
             return Ok(stats);
         }
         let st = self.lock();
-        let c = st
-            .containers
-            .get(id)
-            .ok_or_else(|| RuntimeError::NotFound {
-                kind: "container",
-                id: id.to_string(),
-            })?;
+        let c = st.containers.get(id).ok_or_else(|| RuntimeError::NotFound { kind: "container", id: id.to_string() })?;
         Ok(cri::ContainerStats {
             attributes: Some(cri::ContainerAttributes {
                 id: c.id.clone(),
@@ -329,18 +288,13 @@ impl Runtime {
 
     /// CRI `ListContainerStats`: every running container matching the filter (id, sandbox id,
     /// labels), oldest first.
-    pub fn list_container_stats(
-        &self,
-        filter: Option<&cri::ContainerStatsFilter>,
-    ) -> Vec<cri::ContainerStats> {
+    pub fn list_container_stats(&self, filter: Option<&cri::ContainerStatsFilter>) -> Vec<cri::ContainerStats> {
         self.forget_removed();
         let targets = self.running_targets(|c| {
             filter.is_none_or(|f| {
                 (f.id.is_empty() || c.id == f.id)
                     && (f.pod_sandbox_id.is_empty() || c.sandbox_id == f.pod_sandbox_id)
-                    && f.label_selector
-                        .iter()
-                        .all(|(k, v)| c.labels.get(k) == Some(v))
+                    && f.label_selector.iter().all(|(k, v)| c.labels.get(k) == Some(v))
             })
         });
         self.measure(&targets)
@@ -352,23 +306,14 @@ impl Runtime {
     /// # Errors
     /// `NotFound` for an unknown sandbox.
     pub fn pod_sandbox_stats(&self, id: &str) -> Result<cri::PodSandboxStats> {
-        let filter = cri::PodSandboxStatsFilter {
-            id: id.to_string(),
-            ..Default::default()
-        };
+        let filter = cri::PodSandboxStatsFilter { id: id.to_string(), ..Default::default() };
         self.list_pod_sandbox_stats(Some(&filter))
             .pop()
-            .ok_or_else(|| RuntimeError::NotFound {
-                kind: "pod sandbox",
-                id: id.to_string(),
-            })
+            .ok_or_else(|| RuntimeError::NotFound { kind: "pod sandbox", id: id.to_string() })
     }
 
     /// CRI `ListPodSandboxStats`: every sandbox matching the filter (id, labels), oldest first.
-    pub fn list_pod_sandbox_stats(
-        &self,
-        filter: Option<&cri::PodSandboxStatsFilter>,
-    ) -> Vec<cri::PodSandboxStats> {
+    pub fn list_pod_sandbox_stats(&self, filter: Option<&cri::PodSandboxStatsFilter>) -> Vec<cri::PodSandboxStats> {
         self.forget_removed();
         let sandboxes: Vec<cri::PodSandboxAttributes> = {
             let st = self.lock();
@@ -377,18 +322,11 @@ impl Runtime {
                 .values()
                 .filter(|s| {
                     filter.is_none_or(|f| {
-                        (f.id.is_empty() || s.id == f.id)
-                            && f.label_selector
-                                .iter()
-                                .all(|(k, v)| s.labels.get(k) == Some(v))
+                        (f.id.is_empty() || s.id == f.id) && f.label_selector.iter().all(|(k, v)| s.labels.get(k) == Some(v))
                     })
                 })
                 .collect();
-            list.sort_by(|a, b| {
-                a.created_at
-                    .cmp(&b.created_at)
-                    .then_with(|| a.id.cmp(&b.id))
-            });
+            list.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
             list.into_iter()
                 .map(|s| cri::PodSandboxAttributes {
                     id: s.id.clone(),
@@ -412,18 +350,8 @@ impl Runtime {
                     .map(|(_, s)| s.clone())
                     .collect();
                 let value = |v: &Option<cri::UInt64Value>| v.as_ref().map_or(0, |v| v.value);
-                let cpu_ns: u64 = containers
-                    .iter()
-                    .map(|c| {
-                        c.cpu
-                            .as_ref()
-                            .map_or(0, |u| value(&u.usage_core_nano_seconds))
-                    })
-                    .sum();
-                let rss: u64 = containers
-                    .iter()
-                    .map(|c| c.memory.as_ref().map_or(0, |m| value(&m.rss_bytes)))
-                    .sum();
+                let cpu_ns: u64 = containers.iter().map(|c| c.cpu.as_ref().map_or(0, |u| value(&u.usage_core_nano_seconds))).sum();
+                let rss: u64 = containers.iter().map(|c| c.memory.as_ref().map_or(0, |m| value(&m.rss_bytes))).sum();
                 let rate = self.rates.rate(&attrs.id, now, cpu_ns);
                 cri::PodSandboxStats {
                     attributes: Some(attrs),
@@ -431,10 +359,7 @@ impl Runtime {
                         cpu: Some(cpu_usage(now, cpu_ns, rate)),
                         memory: Some(memory_usage(now, rss)),
                         network: None,
-                        process: Some(cri::ProcessUsage {
-                            timestamp: now,
-                            process_count: None,
-                        }),
+                        process: Some(cri::ProcessUsage { timestamp: now, process_count: None }),
                         containers,
                     }),
                     windows: None,
@@ -453,27 +378,16 @@ mod tests {
         let r = RateTracker::default();
         assert_eq!(r.rate("a", 1_000_000_000, 0), None);
         assert_eq!(r.rate("a", 3_000_000_000, 1_000_000_000), Some(500_000_000));
-        assert_eq!(
-            r.rate("a", 4_000_000_000, 500),
-            None,
-            "a counter that went back gives no rate"
-        );
+        assert_eq!(r.rate("a", 4_000_000_000, 500), None, "a counter that went back gives no rate");
         r.retain(&HashSet::new());
-        assert_eq!(
-            r.rate("a", 5_000_000_000, 600),
-            None,
-            "forgotten ids start over"
-        );
+        assert_eq!(r.rate("a", 5_000_000_000, 600), None, "forgotten ids start over");
     }
 
     #[test]
     fn host_usage_reads_cpu_and_memory_of_this_machine() {
         let h = host_usage().expect("/proc readable");
         assert!(h.cpu_ns > 0 && h.memory_total_bytes > 0);
-        assert!(
-            h.memory_working_set_bytes <= h.memory_usage_bytes
-                && h.memory_usage_bytes <= h.memory_total_bytes
-        );
+        assert!(h.memory_working_set_bytes <= h.memory_usage_bytes && h.memory_usage_bytes <= h.memory_total_bytes);
     }
 
     #[test]
@@ -492,15 +406,8 @@ mod tests {
         let _ = child.wait();
         let u = u[&pid];
         assert!(u.processes >= 2, "{u:?}");
-        assert!(
-            u.cpu_ns >= 50_000_000,
-            "burned at least 0.05 s of CPU: {u:?}"
-        );
+        assert!(u.cpu_ns >= 50_000_000, "burned at least 0.05 s of CPU: {u:?}");
         assert!(u.rss_bytes > 0, "{u:?}");
-        assert_eq!(
-            tree_usage(&[pid])[&pid],
-            TreeUsage::default(),
-            "a dead group has no usage"
-        );
+        assert_eq!(tree_usage(&[pid])[&pid], TreeUsage::default(), "a dead group has no usage");
     }
 }

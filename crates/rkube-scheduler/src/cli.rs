@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use prometheus_client::registry::Registry;
-use rkube_component::leader::{
-    ElectionStatus, LeaderElectionArgs, LeaderElectionConfig, LeaderElector, LeaderError,
-};
+use rkube_component::leader::{ElectionStatus, LeaderElectionArgs, LeaderElectionConfig, LeaderElector, LeaderError};
 use rkube_component::serving::{self, HealthCheck, Serving, ServingArgs, TlsConfig};
 use tokio::sync::watch;
 
@@ -65,9 +63,7 @@ impl SchedulerHandle {
     pub async fn ended(&mut self) -> Result<(), LeaderError> {
         match (&mut self.task).await {
             Ok(r) => r,
-            Err(e) => Err(LeaderError::Work(anyhow::anyhow!(
-                "scheduler task failed: {e}"
-            ))),
+            Err(e) => Err(LeaderError::Work(anyhow::anyhow!("scheduler task failed: {e}"))),
         }
     }
 
@@ -76,9 +72,7 @@ impl SchedulerHandle {
         let _ = self.stop.send(true);
         let result = match self.task.await {
             Ok(r) => r,
-            Err(e) => Err(LeaderError::Work(anyhow::anyhow!(
-                "scheduler task failed: {e}"
-            ))),
+            Err(e) => Err(LeaderError::Work(anyhow::anyhow!("scheduler task failed: {e}"))),
         };
         if let Some(s) = self.serving {
             s.shutdown().await;
@@ -94,9 +88,7 @@ pub async fn start(client: kube::Client, options: StartOptions) -> anyhow::Resul
     let metrics = Arc::new(SchedulerMetrics::default());
     let mut registry = Registry::default();
     metrics.register(&mut registry);
-    let elector = options
-        .leader_election
-        .map(|cfg| LeaderElector::new(client.clone(), cfg));
+    let elector = options.leader_election.map(|cfg| LeaderElector::new(client.clone(), cfg));
     let election = elector.as_ref().map(|e| e.status());
     let mut checks = Vec::new();
     if let Some(status) = &election {
@@ -111,24 +103,11 @@ pub async fn start(client: kube::Client, options: StartOptions) -> anyhow::Resul
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(async move {
         match elector {
-            Some(elector) => {
-                elector
-                    .run(stop_rx, move |work_stop| {
-                        crate::scheduler::run(client, metrics, work_stop)
-                    })
-                    .await
-            }
-            None => crate::scheduler::run(client, metrics, stop_rx)
-                .await
-                .map_err(LeaderError::Work),
+            Some(elector) => elector.run(stop_rx, move |work_stop| crate::scheduler::run(client, metrics, work_stop)).await,
+            None => crate::scheduler::run(client, metrics, stop_rx).await.map_err(LeaderError::Work),
         }
     });
-    Ok(SchedulerHandle {
-        stop,
-        task,
-        serving,
-        election,
-    })
+    Ok(SchedulerHandle { stop, task, serving, election })
 }
 
 /// Runs `rkube scheduler` until SIGINT/SIGTERM, or until the lease is lost
@@ -140,14 +119,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
         None => None,
     };
     let client = rkube_component::client::client(args.kubeconfig.as_deref()).await?;
-    let mut handle = start(
-        client,
-        StartOptions {
-            leader_election,
-            serving,
-        },
-    )
-    .await?;
+    let mut handle = start(client, StartOptions { leader_election, serving }).await?;
     tokio::select! {
         r = handle.ended() => Ok(r?),
         _ = rkube_component::shutdown_signal() => Ok(handle.shutdown().await?),

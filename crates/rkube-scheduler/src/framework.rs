@@ -53,10 +53,7 @@ fn histogram_message(num_nodes: usize, reasons: impl Iterator<Item = String>) ->
     for r in reasons {
         *counts.entry(r).or_default() += 1;
     }
-    let mut parts: Vec<String> = counts
-        .into_iter()
-        .map(|(r, n)| format!("{n} {r}"))
-        .collect();
+    let mut parts: Vec<String> = counts.into_iter().map(|(r, n)| format!("{n} {r}")).collect();
     parts.sort();
     format!("0/{num_nodes} nodes are available: {}.", parts.join(", "))
 }
@@ -69,28 +66,15 @@ impl FitError {
         if let Some(msg) = &self.pre_filter_msg {
             return format!("0/{} nodes are available: {msg}.", self.num_all_nodes);
         }
-        histogram_message(
-            self.num_all_nodes,
-            self.statuses
-                .iter()
-                .flat_map(|(_, s)| s.reasons.iter().cloned()),
-        )
+        histogram_message(self.num_all_nodes, self.statuses.iter().flat_map(|(_, s)| s.reasons.iter().cloned()))
     }
 
     /// What the preemption step reports: `preemption: 0/N nodes are available: ...`.
     pub fn preemption_message(&self) -> String {
         let reasons = self.statuses.iter().map(|(_, s)| {
-            if s.code == Code::UnschedulableAndUnresolvable {
-                PREEMPTION_NOT_HELPFUL
-            } else {
-                NO_PREEMPTION_VICTIMS
-            }
-            .to_string()
+            if s.code == Code::UnschedulableAndUnresolvable { PREEMPTION_NOT_HELPFUL } else { NO_PREEMPTION_VICTIMS }.to_string()
         });
-        format!(
-            "preemption: {}",
-            histogram_message(self.num_all_nodes, reasons)
-        )
+        format!("preemption: {}", histogram_message(self.num_all_nodes, reasons))
     }
 }
 
@@ -115,21 +99,9 @@ pub fn schedule_pod(pod: &Pod, snapshot: &Snapshot) -> Result<String, ScheduleEr
         return Err(ScheduleError::NoNodes);
     }
     if let Err(msg) = crate::plugins::volumes::pre_filter(pod, snapshot) {
-        let status = Status::new(
-            crate::plugins::volumes::NAME,
-            Code::UnschedulableAndUnresolvable,
-            msg.clone(),
-        );
-        let statuses = snapshot
-            .nodes
-            .iter()
-            .map(|n| (n.name.clone(), status.clone()))
-            .collect();
-        return Err(ScheduleError::Fit(FitError {
-            num_all_nodes: snapshot.nodes.len(),
-            statuses,
-            pre_filter_msg: Some(msg),
-        }));
+        let status = Status::new(crate::plugins::volumes::NAME, Code::UnschedulableAndUnresolvable, msg.clone());
+        let statuses = snapshot.nodes.iter().map(|n| (n.name.clone(), status.clone())).collect();
+        return Err(ScheduleError::Fit(FitError { num_all_nodes: snapshot.nodes.len(), statuses, pre_filter_msg: Some(msg) }));
     }
     let mut feasible: Vec<&NodeInfo> = Vec::new();
     let mut statuses = Vec::new();
@@ -141,23 +113,14 @@ pub fn schedule_pod(pod: &Pod, snapshot: &Snapshot) -> Result<String, ScheduleEr
         }
     }
     if feasible.is_empty() {
-        return Err(ScheduleError::Fit(FitError {
-            num_all_nodes: snapshot.nodes.len(),
-            statuses,
-            pre_filter_msg: None,
-        }));
+        return Err(ScheduleError::Fit(FitError { num_all_nodes: snapshot.nodes.len(), statuses, pre_filter_msg: None }));
     }
     if feasible.len() == 1 {
         return Ok(feasible[0].name.clone());
     }
     let scores = score::score(pod, &feasible);
     let best = scores.iter().copied().max().unwrap_or(0);
-    let top: Vec<usize> = scores
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| **s == best)
-        .map(|(i, _)| i)
-        .collect();
+    let top: Vec<usize> = scores.iter().enumerate().filter(|(_, s)| **s == best).map(|(i, _)| i).collect();
     Ok(feasible[top[random_below(top.len())]].name.clone())
 }
 
@@ -169,10 +132,7 @@ mod tests {
 
     #[test]
     fn failed_scheduling_message_has_upstreams_shape() {
-        let cpu = pod(
-            "p",
-            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "100"}}}]}),
-        );
+        let cpu = pod("p", json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "100"}}}]}));
         let one = snapshot(vec![node("n1", json!({}))], vec![]);
         let err = schedule_pod(&cpu, &one).unwrap_err();
         assert_eq!(
@@ -182,10 +142,7 @@ mod tests {
         let three = snapshot(
             vec![
                 node("a", json!({"spec": {"unschedulable": true}})),
-                node(
-                    "b",
-                    json!({"spec": {"taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]}}),
-                ),
+                node("b", json!({"spec": {"taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]}})),
                 node("c", json!({})),
             ],
             vec![],
@@ -195,25 +152,14 @@ mod tests {
             "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {gpu: yes}, 1 node(s) were unschedulable. \
              preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
         );
-        assert_eq!(
-            schedule_pod(&cpu, &snapshot(vec![], vec![]))
-                .unwrap_err()
-                .to_string(),
-            ERR_NO_NODES
-        );
+        assert_eq!(schedule_pod(&cpu, &snapshot(vec![], vec![])).unwrap_err().to_string(), ERR_NO_NODES);
     }
 
     #[test]
     fn the_emptier_node_wins() {
-        let busy = pod(
-            "busy",
-            json!({"nodeName": "a", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]}),
-        );
+        let busy = pod("busy", json!({"nodeName": "a", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]}));
         let snap = snapshot(vec![node("a", json!({})), node("b", json!({}))], vec![busy]);
-        let p = pod(
-            "p",
-            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}}}]}),
-        );
+        let p = pod("p", json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}}}]}));
         for _ in 0..10 {
             assert_eq!(schedule_pod(&p, &snap).unwrap(), "b");
         }

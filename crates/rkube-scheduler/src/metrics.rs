@@ -50,10 +50,7 @@ impl Default for SchedulerMetrics {
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 impl SchedulerMetrics {
@@ -90,20 +87,14 @@ impl SchedulerMetrics {
 
     /// Records a pod bound after `attempts` attempts, `seconds` after it was first queued.
     pub fn bound(&self, attempts: u32, seconds: f64) {
-        self.sli_duration
-            .get_or_create(&labels(&[("attempts", &attempts.to_string())]))
-            .observe(seconds);
+        self.sli_duration.get_or_create(&labels(&[("attempts", &attempts.to_string())])).observe(seconds);
     }
 
     /// Sets `scheduler_pending_pods` from the queue's counts and the gated pods.
     pub fn pending(&self, counts: [(Queue, i64); 3], gated: i64) {
         for (q, n) in counts {
-            self.pending_pods
-                .get_or_create(&labels(&[("queue", q.label())]))
-                .set(n);
+            self.pending_pods.get_or_create(&labels(&[("queue", q.label())])).set(n);
         }
-        self.pending_pods
-            .get_or_create(&labels(&[("queue", "gated")]))
-            .set(gated);
+        self.pending_pods.get_or_create(&labels(&[("queue", "gated")])).set(gated);
     }
 }

@@ -110,13 +110,7 @@ impl SchedulingQueue {
                 }
             }
             None => {
-                let p = QueuedPod {
-                    key: key.to_string(),
-                    priority,
-                    attempts: 0,
-                    timestamp: now,
-                    initial: now,
-                };
+                let p = QueuedPod { key: key.to_string(), priority, attempts: 0, timestamp: now, initial: now };
                 self.pods.insert(key.to_string(), (Queue::Active, p));
             }
         }
@@ -130,11 +124,7 @@ impl SchedulingQueue {
     }
 
     fn requeue(&mut self, p: QueuedPod, now: Instant) {
-        let q = if p.timestamp + backoff(p.attempts) > now {
-            Queue::Backoff
-        } else {
-            Queue::Active
-        };
+        let q = if p.timestamp + backoff(p.attempts) > now { Queue::Backoff } else { Queue::Active };
         self.pods.insert(p.key.clone(), (q, p));
     }
 
@@ -164,12 +154,7 @@ impl SchedulingQueue {
             .values()
             .filter(|(q, _)| *q == Queue::Active)
             .map(|(_, p)| p)
-            .min_by(|a, b| {
-                b.priority
-                    .cmp(&a.priority)
-                    .then(a.timestamp.cmp(&b.timestamp))
-                    .then(a.key.cmp(&b.key))
-            })?
+            .min_by(|a, b| b.priority.cmp(&a.priority).then(a.timestamp.cmp(&b.timestamp)).then(a.key.cmp(&b.key)))?
             .key
             .clone();
         let (_, mut p) = self.pods.remove(&key)?;
@@ -188,24 +173,16 @@ impl SchedulingQueue {
     /// The attempt found no node: the pod waits for a cluster event, or
     /// backs off when one came during the attempt.
     pub fn unschedulable(&mut self, key: &str, now: Instant) {
-        let Some(mut p) = self.in_flight.remove(key) else {
-            return;
-        };
+        let Some(mut p) = self.in_flight.remove(key) else { return };
         let started = self.in_flight_cycle.remove(key).unwrap_or(0);
         p.timestamp = now;
-        let q = if self.move_cycle > started {
-            Queue::Backoff
-        } else {
-            Queue::Unschedulable
-        };
+        let q = if self.move_cycle > started { Queue::Backoff } else { Queue::Unschedulable };
         self.pods.insert(key.to_string(), (q, p));
     }
 
     /// The attempt failed for another reason (API error): back off.
     pub fn failed(&mut self, key: &str, now: Instant) {
-        let Some(mut p) = self.in_flight.remove(key) else {
-            return;
-        };
+        let Some(mut p) = self.in_flight.remove(key) else { return };
         self.in_flight_cycle.remove(key);
         p.timestamp = now;
         self.pods.insert(key.to_string(), (Queue::Backoff, p));
@@ -214,12 +191,8 @@ impl SchedulingQueue {
     /// A cluster event: unschedulable pods go to `backoffQ` or `activeQ`.
     pub fn move_all(&mut self, now: Instant) {
         self.move_cycle += 1;
-        let waiting: Vec<QueuedPod> = self
-            .pods
-            .values()
-            .filter(|(q, _)| *q == Queue::Unschedulable)
-            .map(|(_, p)| p.clone())
-            .collect();
+        let waiting: Vec<QueuedPod> =
+            self.pods.values().filter(|(q, _)| *q == Queue::Unschedulable).map(|(_, p)| p.clone()).collect();
         for p in waiting {
             self.requeue(p, now);
         }
@@ -233,11 +206,7 @@ impl SchedulingQueue {
     /// How many pods each queue holds (for `scheduler_pending_pods`).
     pub fn counts(&self) -> [(Queue, i64); 3] {
         let n = |which| self.pods.values().filter(|(q, _)| *q == which).count() as i64;
-        [
-            (Queue::Active, n(Queue::Active)),
-            (Queue::Backoff, n(Queue::Backoff)),
-            (Queue::Unschedulable, n(Queue::Unschedulable)),
-        ]
+        [(Queue::Active, n(Queue::Active)), (Queue::Backoff, n(Queue::Backoff)), (Queue::Unschedulable, n(Queue::Unschedulable))]
     }
 
     /// When the next backoff ends (or an unschedulable pod times out).
@@ -270,8 +239,7 @@ mod tests {
         q.add_or_update("ns/low", 0, t);
         q.add_or_update("ns/high", 100, t + Duration::from_millis(5));
         q.add_or_update("ns/low2", 0, t + Duration::from_millis(1));
-        let order: Vec<String> =
-            std::iter::from_fn(|| q.pop(t + Duration::from_secs(1)).map(|p| p.key)).collect();
+        let order: Vec<String> = std::iter::from_fn(|| q.pop(t + Duration::from_secs(1)).map(|p| p.key)).collect();
         assert_eq!(order, vec!["ns/high", "ns/low", "ns/low2"]);
     }
 
@@ -284,10 +252,7 @@ mod tests {
         assert_eq!(p.attempts, 1);
         q.unschedulable("ns/p", t);
         assert_eq!(q.position("ns/p"), Some(Queue::Unschedulable));
-        assert!(
-            q.pop(t + Duration::from_secs(60)).is_none(),
-            "no event, no retry"
-        );
+        assert!(q.pop(t + Duration::from_secs(60)).is_none(), "no event, no retry");
         // A node appears half a second later: still backing off (1s).
         q.move_all(t + Duration::from_millis(500));
         assert_eq!(q.position("ns/p"), Some(Queue::Backoff));
@@ -326,10 +291,6 @@ mod tests {
         q.pop(t + Duration::from_secs(1)).unwrap();
         q.unschedulable("ns/p", t + Duration::from_secs(1));
         q.add_or_update("ns/p", 0, t + Duration::from_secs(10));
-        assert_eq!(
-            q.position("ns/p"),
-            Some(Queue::Active),
-            "backoff of 2s is over"
-        );
+        assert_eq!(q.position("ns/p"), Some(Queue::Active), "backoff of 2s is over");
     }
 }

@@ -26,20 +26,14 @@ pub fn parse_milli(q: &str) -> Option<i128> {
         Some(rest) => (true, rest),
         None => (false, s.strip_prefix('+').unwrap_or(s)),
     };
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (num, suffix) = s.split_at(split);
     if num.is_empty() || num == "." || num.matches('.').count() > 1 {
         return None;
     }
     let (int, frac) = num.split_once('.').unwrap_or((num, ""));
     let digits = format!("{int}{frac}");
-    let mantissa: i128 = if digits.is_empty() {
-        0
-    } else {
-        digits.parse().ok()?
-    };
+    let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().ok()? };
     // value = mantissa * 10^(exp10 - frac.len()) * bin
     let (bin, exp10): (i128, i32) = match suffix {
         "" => (1, 0),
@@ -73,15 +67,11 @@ pub fn parse_milli(q: &str) -> Option<i128> {
 }
 
 fn milli(q: &Quantity) -> i64 {
-    parse_milli(&q.0)
-        .map(|v| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64)
-        .unwrap_or(0)
+    parse_milli(&q.0).map(|v| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64).unwrap_or(0)
 }
 
 fn units(q: &Quantity) -> i64 {
-    parse_milli(&q.0)
-        .map(|v| ((v + 999).div_euclid(1000)).clamp(i64::MIN as i128, i64::MAX as i128) as i64)
-        .unwrap_or(0)
+    parse_milli(&q.0).map(|v| ((v + 999).div_euclid(1000)).clamp(i64::MIN as i128, i64::MAX as i128) as i64).unwrap_or(0)
 }
 
 /// Amounts of resources (requests of a pod, sums on a node, allocatable).
@@ -140,20 +130,13 @@ impl Resource {
 
     /// Whether every amount is zero.
     pub fn is_zero(&self) -> bool {
-        self.milli_cpu == 0
-            && self.memory == 0
-            && self.ephemeral_storage == 0
-            && self.scalar.values().all(|v| *v == 0)
+        self.milli_cpu == 0 && self.memory == 0 && self.ephemeral_storage == 0 && self.scalar.values().all(|v| *v == 0)
     }
 }
 
 fn container_requests(c: &Container, non_zero: bool) -> Resource {
     let empty = BTreeMap::new();
-    let requests = c
-        .resources
-        .as_ref()
-        .and_then(|r| r.requests.as_ref())
-        .unwrap_or(&empty);
+    let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref()).unwrap_or(&empty);
     let mut r = Resource::from_list(requests);
     if non_zero {
         if !requests.contains_key("cpu") {
@@ -173,9 +156,7 @@ fn container_requests(c: &Container, non_zero: bool) -> Resource {
 /// without a cpu or memory request counts [`DEFAULT_MILLI_CPU_REQUEST`] /
 /// [`DEFAULT_MEMORY_REQUEST`] (upstream's scoring view).
 pub fn pod_requests(pod: &Pod, non_zero: bool) -> Resource {
-    let Some(spec) = pod.spec.as_ref() else {
-        return Resource::default();
-    };
+    let Some(spec) = pod.spec.as_ref() else { return Resource::default() };
     let mut sum = Resource::default();
     for c in &spec.containers {
         sum.add(&container_requests(c, non_zero));
@@ -251,18 +232,12 @@ mod tests {
             "overhead": {"cpu": "10m"},
         }));
         let r = pod_requests(&p, false);
-        assert_eq!(
-            r.milli_cpu, 1010,
-            "init container 1 core dominates, plus overhead"
-        );
+        assert_eq!(r.milli_cpu, 1010, "init container 1 core dominates, plus overhead");
         assert_eq!(r.memory, 64 * 1024 * 1024);
         assert_eq!(r.scalar.get("example.com/gpu"), Some(&1));
         let empty = pod(serde_json::json!({"containers": [{"name": "a"}]}));
         assert!(pod_requests(&empty, false).is_zero());
         let nz = pod_requests(&empty, true);
-        assert_eq!(
-            (nz.milli_cpu, nz.memory),
-            (DEFAULT_MILLI_CPU_REQUEST, DEFAULT_MEMORY_REQUEST)
-        );
+        assert_eq!((nz.milli_cpu, nz.memory), (DEFAULT_MILLI_CPU_REQUEST, DEFAULT_MEMORY_REQUEST));
     }
 }

@@ -37,10 +37,7 @@ pub fn pod(name: &str, mut spec: Value) -> Pod {
     if spec.get("containers").is_none() {
         spec["containers"] = json!([{"name": "c"}]);
     }
-    let labels = spec
-        .as_object_mut()
-        .and_then(|o| o.remove("labels"))
-        .unwrap_or(json!({}));
+    let labels = spec.as_object_mut().and_then(|o| o.remove("labels")).unwrap_or(json!({}));
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": labels},
         "spec": spec,

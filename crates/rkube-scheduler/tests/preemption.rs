@@ -19,10 +19,7 @@ async fn event_note(events: &Api<Event>, reason: &str, regarding: &str) -> Strin
             let list = events.list(&ListParams::default()).await.ok()?;
             list.items
                 .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some(reason)
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding)
-                })
+                .find(|e| e.reason.as_deref() == Some(reason) && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding))
                 .and_then(|e| e.note)
         }
     })
@@ -34,18 +31,10 @@ async fn a_higher_priority_pod_preempts_a_lower_one_and_takes_its_place() {
     let server = TestServer::start().await;
     let client = server.client();
     create_node(&client, "only", "2", json!({})).await;
-    let sched = start(client.clone(), StartOptions::default())
-        .await
-        .expect("start");
+    let sched = start(client.clone(), StartOptions::default()).await.expect("start");
     create_pod(&client, "low", "1500m", json!({"priority": 10})).await;
     assert_eq!(bound_node(&client, "low", 20).await, "only");
-    create_pod(
-        &client,
-        "polite",
-        "1500m",
-        json!({"priority": 500, "preemptionPolicy": "Never"}),
-    )
-    .await;
+    create_pod(&client, "polite", "1500m", json!({"priority": 500, "preemptionPolicy": "Never"})).await;
     let urgent = create_pod(&client, "urgent", "1", json!({"priority": 1000})).await;
 
     // The victim: a DisruptionTarget condition, a Preempted event, a graceful delete.
@@ -59,31 +48,13 @@ async fn a_higher_priority_pod_preempts_a_lower_one_and_takes_its_place() {
         }
     })
     .await;
-    let cond = victim
-        .status
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
-        .into_iter()
-        .find(|c| c.type_ == "DisruptionTarget")
-        .expect("condition");
-    assert_eq!(
-        (cond.status.as_str(), cond.reason.as_deref()),
-        ("True", Some("PreemptionByScheduler"))
-    );
-    assert_eq!(
-        cond.message.as_deref(),
-        Some("default-scheduler: preempting to accommodate a higher priority pod")
-    );
+    let cond = victim.status.and_then(|s| s.conditions).unwrap_or_default().into_iter().find(|c| c.type_ == "DisruptionTarget").expect("condition");
+    assert_eq!((cond.status.as_str(), cond.reason.as_deref()), ("True", Some("PreemptionByScheduler")));
+    assert_eq!(cond.message.as_deref(), Some("default-scheduler: preempting to accommodate a higher priority pod"));
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let uid = urgent.metadata.uid.clone().unwrap_or_default();
-    assert_eq!(
-        event_note(&events, "Preempted", "low").await,
-        format!("Preempted by pod {uid} on node only")
-    );
-    assert_eq!(
-        event_note(&events, "FailedScheduling", "urgent").await,
-        "0/1 nodes are available: 1 Insufficient cpu."
-    );
+    assert_eq!(event_note(&events, "Preempted", "low").await, format!("Preempted by pod {uid} on node only"));
+    assert_eq!(event_note(&events, "FailedScheduling", "urgent").await, "0/1 nodes are available: 1 Insufficient cpu.");
     let nominated = eventually(20, "urgent nominated", || {
         let pods = pods.clone();
         async move { pods.get("urgent").await.ok()?.status?.nominated_node_name }
@@ -97,21 +68,9 @@ async fn a_higher_priority_pod_preempts_a_lower_one_and_takes_its_place() {
     );
 
     // The kubelet would finish the victim; here it is removed at once.
-    pods.delete(
-        "low",
-        &DeleteParams {
-            grace_period_seconds: Some(0),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("finish the victim");
+    pods.delete("low", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.expect("finish the victim");
     assert_eq!(bound_node(&client, "urgent", 20).await, "only");
     let polite: Pod = pods.get("polite").await.expect("polite");
-    assert_eq!(
-        polite.spec.and_then(|s| s.node_name),
-        None,
-        "the Never pod still waits: the node has room for only one of the two"
-    );
+    assert_eq!(polite.spec.and_then(|s| s.node_name), None, "the Never pod still waits: the node has room for only one of the two");
     sched.shutdown().await.expect("shutdown");
 }

@@ -19,18 +19,9 @@ fn uses(claim: &str) -> serde_json::Value {
 
 async fn create<K>(api: &Api<K>, v: serde_json::Value) -> K
 where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + k8s_openapi::serde::de::DeserializeOwned
-        + k8s_openapi::serde::Serialize,
+    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + k8s_openapi::serde::Serialize,
 {
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(v).expect("object"),
-    )
-    .await
-    .expect("create")
+    api.create(&PostParams::default(), &serde_json::from_value(v).expect("object")).await.expect("create")
 }
 
 fn claim(name: &str, class: &str) -> serde_json::Value {
@@ -46,11 +37,7 @@ async fn pods_follow_their_claims_volumes() {
     create_node(&client, "n2", "2", json!({})).await;
     let classes: Api<StorageClass> = Api::all(client.clone());
     create(&classes, json!({"metadata": {"name": "later"}, "provisioner": "rancher.io/local-path", "volumeBindingMode": "WaitForFirstConsumer"})).await;
-    create(
-        &classes,
-        json!({"metadata": {"name": "now"}, "provisioner": "example.com/x"}),
-    )
-    .await;
+    create(&classes, json!({"metadata": {"name": "now"}, "provisioner": "example.com/x"})).await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     create(&claims, claim("delayed", "later")).await;
     create(&claims, claim("immediate", "now")).await;
@@ -62,18 +49,11 @@ async fn pods_follow_their_claims_volumes() {
         "local": {"path": "/mnt/x"}, "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}]}]}}}})).await;
 
-    let sched = start(client.clone(), StartOptions::default())
-        .await
-        .expect("start");
+    let sched = start(client.clone(), StartOptions::default()).await.expect("start");
     create_pod(&client, "wffc", "100m", uses("delayed")).await;
     let node = bound_node(&client, "wffc", 20).await;
     let c = claims.get("delayed").await.expect("claim");
-    let selected = c
-        .metadata
-        .annotations
-        .unwrap_or_default()
-        .get("volume.kubernetes.io/selected-node")
-        .cloned();
+    let selected = c.metadata.annotations.unwrap_or_default().get("volume.kubernetes.io/selected-node").cloned();
     assert_eq!(selected.as_deref(), Some(node.as_str()));
 
     for i in 0..4 {
@@ -88,10 +68,7 @@ async fn pods_follow_their_claims_volumes() {
         async move {
             let p = pods.get("waits").await.ok()?;
             let conds = p.status?.conditions?;
-            conds
-                .into_iter()
-                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
-                .message
+            conds.into_iter().find(|c| c.type_ == "PodScheduled" && c.status == "False")?.message
         }
     })
     .await;

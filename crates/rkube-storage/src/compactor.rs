@@ -62,30 +62,19 @@ fn decimal(rev: Revision) -> bytes::Bytes {
 }
 
 /// One compaction round (see the module docs); updates `state`.
-pub async fn compact_once(
-    storage: &dyn Storage,
-    state: &mut CompactorState,
-) -> Result<Round, CompactionError> {
+pub async fn compact_once(storage: &dyn Storage, state: &mut CompactorState) -> Result<Round, CompactionError> {
     let attempt = if state.seen == 0 {
         storage.create(COMPACT_REV_KEY, decimal(state.rev)).await
     } else {
-        storage
-            .update(COMPACT_REV_KEY, decimal(state.rev), state.seen)
-            .await
+        storage.update(COMPACT_REV_KEY, decimal(state.rev), state.seen).await
     };
     let won = match attempt {
         Ok(kv) => {
             state.seen = kv.mod_revision;
             true
         }
-        Err(StorageError::AlreadyExists { .. })
-        | Err(StorageError::Conflict { .. })
-        | Err(StorageError::NotFound { .. }) => {
-            state.seen = storage
-                .get(COMPACT_REV_KEY)
-                .await?
-                .map(|kv| kv.mod_revision)
-                .unwrap_or(0);
+        Err(StorageError::AlreadyExists { .. }) | Err(StorageError::Conflict { .. }) | Err(StorageError::NotFound { .. }) => {
+            state.seen = storage.get(COMPACT_REV_KEY).await?.map(|kv| kv.mod_revision).unwrap_or(0);
             false
         }
         Err(e) => return Err(e.into()),
@@ -115,14 +104,8 @@ pub fn spawn_compactor(storage: Arc<dyn Storage>, interval: Duration) -> JoinHan
                 Ok(Round::Compacted(rev)) => {
                     tracing::info!(revision = rev, "etcd: compacted rev ({rev})");
                 }
-                Ok(Round::Recorded) => tracing::info!(
-                    next = state.rev,
-                    "compaction: won compact_rev_key, recorded revision"
-                ),
-                Ok(Round::Lost) => tracing::info!(
-                    next = state.rev,
-                    "compaction: another apiserver holds compact_rev_key this round"
-                ),
+                Ok(Round::Recorded) => tracing::info!(next = state.rev, "compaction: won compact_rev_key, recorded revision"),
+                Ok(Round::Lost) => tracing::info!(next = state.rev, "compaction: another apiserver holds compact_rev_key this round"),
                 Err(e) => tracing::warn!(error = %e, "etcd: could not compact"),
             }
         }
@@ -141,26 +124,17 @@ mod tests {
         let storage = crate::embedded::EmbeddedStorage::open(dir.path()).unwrap();
         let (mut a, mut b) = (CompactorState::default(), CompactorState::default());
         storage.create("/registry/x/1", "{}".into()).await.unwrap();
-        assert_eq!(
-            compact_once(&storage, &mut a).await.unwrap(),
-            Round::Recorded
-        );
+        assert_eq!(compact_once(&storage, &mut a).await.unwrap(), Round::Recorded);
         assert_eq!(compact_once(&storage, &mut b).await.unwrap(), Round::Lost);
         let recorded = a.rev;
         storage.create("/registry/x/2", "{}".into()).await.unwrap();
         // Round 2: a saw the latest key state and wins; b's view is stale.
-        assert_eq!(
-            compact_once(&storage, &mut a).await.unwrap(),
-            Round::Compacted(recorded)
-        );
+        assert_eq!(compact_once(&storage, &mut a).await.unwrap(), Round::Compacted(recorded));
         assert_eq!(compact_once(&storage, &mut b).await.unwrap(), Round::Lost);
         assert_eq!(storage.compacted_revision().await.unwrap(), recorded);
         // b learnt the key state: in the next round whoever goes first wins.
         let before = b.rev;
-        assert_eq!(
-            compact_once(&storage, &mut b).await.unwrap(),
-            Round::Compacted(before)
-        );
+        assert_eq!(compact_once(&storage, &mut b).await.unwrap(), Round::Compacted(before));
         assert_eq!(compact_once(&storage, &mut a).await.unwrap(), Round::Lost);
     }
 }

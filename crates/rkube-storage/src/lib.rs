@@ -67,9 +67,7 @@ pub enum StorageError {
         actual: Revision,
     },
     /// The requested revision was compacted (API: 410 `Expired`).
-    #[error(
-        "mvcc: required revision has been compacted (requested {requested}, compacted {compacted})"
-    )]
+    #[error("mvcc: required revision has been compacted (requested {requested}, compacted {compacted})")]
     Compacted {
         /// The requested revision.
         requested: Revision,
@@ -77,9 +75,7 @@ pub enum StorageError {
         compacted: Revision,
     },
     /// The requested revision is newer than the current one (etcd `ErrFutureRev`).
-    #[error(
-        "mvcc: required revision is a future revision (requested {requested}, current {current})"
-    )]
+    #[error("mvcc: required revision is a future revision (requested {requested}, current {current})")]
     FutureRevision {
         /// The requested revision.
         requested: Revision,
@@ -135,11 +131,7 @@ pub struct RangeRequest {
 impl RangeRequest {
     /// All keys under `prefix` (which should end in `/`), at the latest revision.
     pub fn prefix(prefix: &str) -> Self {
-        RangeRequest {
-            start: prefix.to_string(),
-            end: prefix_end(prefix),
-            ..Default::default()
-        }
+        RangeRequest { start: prefix.to_string(), end: prefix_end(prefix), ..Default::default() }
     }
 }
 
@@ -244,21 +236,12 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Replace `key`'s value if its `mod_revision` equals `expected_mod_revision`.
     /// Errors: `NotFound` if absent, `Conflict` if the guard fails.
-    async fn update(
-        &self,
-        key: &str,
-        value: Bytes,
-        expected_mod_revision: Revision,
-    ) -> Result<KeyValue>;
+    async fn update(&self, key: &str, value: Bytes, expected_mod_revision: Revision) -> Result<KeyValue>;
 
     /// Delete `key`, guarded by `expected_mod_revision` when given.
     /// Returns the deleted key-value (its last state) and the revision of the delete.
     /// Errors: `NotFound`, `Conflict`.
-    async fn delete(
-        &self,
-        key: &str,
-        expected_mod_revision: Option<Revision>,
-    ) -> Result<(KeyValue, Revision)>;
+    async fn delete(&self, key: &str, expected_mod_revision: Option<Revision>) -> Result<(KeyValue, Revision)>;
 
     /// Watch keys under `prefix` for every event with revision > `after_revision`
     /// (so `after_revision` = the revision of a LIST gives exactly what came after it).

@@ -63,10 +63,7 @@ fn free_port() -> std::io::Result<u16> {
 /// A fresh unique directory under the temp dir.
 fn fresh_dir() -> std::io::Result<PathBuf> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     let dir = std::env::temp_dir().join(format!(
         "rkube-test-etcd-{}-{}-{}",
         std::process::id(),
@@ -84,10 +81,7 @@ fn healthy(port: u16) -> bool {
         return false;
     };
     let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
-    if conn
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
+    if conn.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
         return false;
     }
     let mut body = String::new();
@@ -124,10 +118,7 @@ impl EtcdServer {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or_else(|| EtcdServerError::Unhealthy {
-            reason: "no attempt made".into(),
-            log: String::new(),
-        }))
+        Err(last.unwrap_or_else(|| EtcdServerError::Unhealthy { reason: "no attempt made".into(), log: String::new() }))
     }
 
     fn start_once(etcd: &OsStr) -> Result<EtcdServer, EtcdServerError> {
@@ -163,11 +154,7 @@ impl EtcdServer {
             }
         };
         // From here on, Drop kills the child and removes the dir.
-        let mut server = EtcdServer {
-            child,
-            data_dir,
-            client_port,
-        };
+        let mut server = EtcdServer { child, data_dir, client_port };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if healthy(client_port) {
@@ -233,10 +220,7 @@ impl Tmpfs {
             .output()
             .map_err(|e| format!("cannot run mount: {e}"))?;
         if !out.status.success() {
-            return Err(format!(
-                "mount -t tmpfs failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(format!("mount -t tmpfs failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
         }
         Ok(Tmpfs { dir })
     }
@@ -248,10 +232,7 @@ impl Tmpfs {
 
     /// Writes `path()/filler` until the file system is full; returns its size.
     pub fn fill(&self) -> std::io::Result<u64> {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.path().join("filler"))?;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(self.path().join("filler"))?;
         let chunk = vec![0xa5u8; 4096];
         let mut written = 0u64;
         loop {
@@ -276,10 +257,7 @@ impl Drop for Tmpfs {
         // Lazily when something still holds a file there (a store being dropped).
         let plain = Command::new("umount").arg(self.dir.path()).output();
         if !plain.is_ok_and(|o| o.status.success()) {
-            let _ = Command::new("umount")
-                .arg("-l")
-                .arg(self.dir.path())
-                .output();
+            let _ = Command::new("umount").arg("-l").arg(self.dir.path()).output();
         }
     }
 }

@@ -23,10 +23,7 @@ const N: usize = 2000;
 
 /// A ~1 KiB JSON-ish value, the size of a small pod.
 fn value(i: usize) -> Bytes {
-    Bytes::from(format!(
-        "{{\"metadata\":{{\"name\":\"p{i}\"}},\"pad\":\"{}\"}}",
-        "x".repeat(1000)
-    ))
+    Bytes::from(format!("{{\"metadata\":{{\"name\":\"p{i}\"}},\"pad\":\"{}\"}}", "x".repeat(1000)))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -36,9 +33,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn run(name: &str, s: Arc<dyn Storage>) {
     let t = Instant::now();
     for i in 0..N {
-        s.create(&format!("/registry/pods/seq/p{i:05}"), value(i))
-            .await
-            .unwrap();
+        s.create(&format!("/registry/pods/seq/p{i:05}"), value(i)).await.unwrap();
     }
     let sequential = N as f64 / t.elapsed().as_secs_f64();
 
@@ -46,11 +41,7 @@ async fn run(name: &str, s: Arc<dyn Storage>) {
     futures::stream::iter(0..N)
         .map(|i| {
             let s = s.clone();
-            async move {
-                s.create(&format!("/registry/pods/par/p{i:05}"), value(i))
-                    .await
-                    .unwrap()
-            }
+            async move { s.create(&format!("/registry/pods/par/p{i:05}"), value(i)).await.unwrap() }
         })
         .buffer_unordered(64)
         .collect::<Vec<_>>()
@@ -67,10 +58,7 @@ async fn run(name: &str, s: Arc<dyn Storage>) {
     latencies.sort();
 
     let t = Instant::now();
-    let list = s
-        .range(RangeRequest::prefix("/registry/pods/"))
-        .await
-        .unwrap();
+    let list = s.range(RangeRequest::prefix("/registry/pods/")).await.unwrap();
     let list_time = t.elapsed();
     assert_eq!(list.kvs.len(), 2 * N);
 
@@ -111,31 +99,18 @@ async fn bench_embedded_list_100k() {
     futures::stream::iter(0..100_000usize)
         .map(|i| {
             let s = s.clone();
-            async move {
-                s.create(&format!("/registry/pods/ns/p{i:06}"), value(i))
-                    .await
-                    .unwrap()
-            }
+            async move { s.create(&format!("/registry/pods/ns/p{i:06}"), value(i)).await.unwrap() }
         })
         .buffer_unordered(256)
         .collect::<Vec<_>>()
         .await;
     let load = t.elapsed();
     let t = Instant::now();
-    let all = s
-        .range(RangeRequest::prefix("/registry/pods/"))
-        .await
-        .unwrap();
+    let all = s.range(RangeRequest::prefix("/registry/pods/")).await.unwrap();
     let full = t.elapsed();
     assert_eq!(all.kvs.len(), 100_000);
     let t = Instant::now();
-    let page = s
-        .range(RangeRequest {
-            limit: 500,
-            ..RangeRequest::prefix("/registry/pods/")
-        })
-        .await
-        .unwrap();
+    let page = s.range(RangeRequest { limit: 500, ..RangeRequest::prefix("/registry/pods/") }).await.unwrap();
     let paged = t.elapsed();
     assert_eq!((page.kvs.len(), page.count), (500, 100_000));
     println!("BENCH embedded 100k: load {load:?}; LIST all {full:?}; LIST limit=500 (count 100k) {paged:?}");

@@ -26,10 +26,7 @@ async fn embedded_data_survives_reopen() {
     let (a2, b1, deleted_at) = {
         let s = EmbeddedStorage::open(dir.path()).unwrap();
         let a1 = s.create("/registry/pods/ns/a", b("a1")).await.unwrap();
-        let a2 = s
-            .update("/registry/pods/ns/a", b("a2"), a1.mod_revision)
-            .await
-            .unwrap();
+        let a2 = s.update("/registry/pods/ns/a", b("a2"), a1.mod_revision).await.unwrap();
         let b1 = s.create("/registry/pods/ns/b", b("b1")).await.unwrap();
         let (_, deleted_at) = s.delete("/registry/pods/ns/b", None).await.unwrap();
         s.compact(a2.mod_revision).await.unwrap();
@@ -38,41 +35,22 @@ async fn embedded_data_survives_reopen() {
     let s = EmbeddedStorage::open(dir.path()).unwrap();
     assert_eq!(s.current_revision().await.unwrap(), deleted_at);
     assert_eq!(s.compacted_revision().await.unwrap(), a2.mod_revision);
-    assert_eq!(
-        s.get("/registry/pods/ns/a").await.unwrap(),
-        Some(a2.clone())
-    );
+    assert_eq!(s.get("/registry/pods/ns/a").await.unwrap(), Some(a2.clone()));
     assert_eq!(s.get("/registry/pods/ns/b").await.unwrap(), None);
-    let at_b1 = s
-        .range(RangeRequest {
-            revision: b1.mod_revision,
-            ..RangeRequest::prefix("/registry/pods/")
-        })
-        .await
-        .unwrap();
+    let at_b1 =
+        s.range(RangeRequest { revision: b1.mod_revision, ..RangeRequest::prefix("/registry/pods/") }).await.unwrap();
     assert_eq!(at_b1.kvs, vec![a2.clone(), b1.clone()]);
     let err = s
-        .range(RangeRequest {
-            revision: a2.mod_revision - 1,
-            ..RangeRequest::prefix("/registry/pods/")
-        })
+        .range(RangeRequest { revision: a2.mod_revision - 1, ..RangeRequest::prefix("/registry/pods/") })
         .await
         .unwrap_err();
     assert!(matches!(err, StorageError::Compacted { .. }), "{err:?}");
     // History survives too: a watch from the compacted revision replays r3, r4.
     let mut watch = s.watch("/registry/pods/", a2.mod_revision).await.unwrap();
-    let Some(Ok(WatchResponse::Events(events))) = watch.stream.next().await else {
-        panic!("no replay")
-    };
+    let Some(Ok(WatchResponse::Events(events))) = watch.stream.next().await else { panic!("no replay") };
     assert_eq!(
-        events
-            .iter()
-            .map(|e| (e.kind, e.revision()))
-            .collect::<Vec<_>>(),
-        [
-            (EventKind::Put, b1.mod_revision),
-            (EventKind::Delete, deleted_at)
-        ]
+        events.iter().map(|e| (e.kind, e.revision())).collect::<Vec<_>>(),
+        [(EventKind::Put, b1.mod_revision), (EventKind::Delete, deleted_at)]
     );
     assert_eq!(events[1].prev_kv, Some(b1));
     // Revisions continue where they stopped.
@@ -94,14 +72,8 @@ async fn embedded_second_open_of_same_dir_fails_unavailable() {
 #[test]
 #[ignore = "child process of embedded_acknowledged_writes_survive_kill_9"]
 fn kill9_child_writer() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let Ok(dir) = std::env::var(CHILD_ENV) else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async move {
         let s = std::sync::Arc::new(EmbeddedStorage::open(std::path::Path::new(&dir)).unwrap());
         let tasks: Vec<_> = (0..8)
@@ -126,13 +98,7 @@ fn kill9_child_writer() {
 async fn embedded_acknowledged_writes_survive_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "kill9_child_writer",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "kill9_child_writer", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -145,9 +111,7 @@ async fn embedded_acknowledged_writes_survive_kill_9() {
             let Ok(line) = line else { break };
             let mut parts = line.split_whitespace();
             if parts.next() == Some("ACK") {
-                if let (Some(key), Some(Ok(rev))) =
-                    (parts.next(), parts.next().map(str::parse::<Revision>))
-                {
+                if let (Some(key), Some(Ok(rev))) = (parts.next(), parts.next().map(str::parse::<Revision>)) {
                     if tx.send((key.to_string(), rev)).is_err() {
                         break;
                     }
@@ -162,10 +126,7 @@ async fn embedded_acknowledged_writes_survive_kill_9() {
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!(
-                    "child stopped acknowledging after {} writes: {e}",
-                    acked.len()
-                );
+                panic!("child stopped acknowledging after {} writes: {e}", acked.len());
             }
         }
     }
@@ -177,52 +138,29 @@ async fn embedded_acknowledged_writes_survive_kill_9() {
 
     let s = EmbeddedStorage::open(dir.path()).unwrap();
     for (key, rev) in &acked {
-        let kv = s
-            .get(key)
-            .await
-            .unwrap()
-            .unwrap_or_else(|| panic!("acknowledged {key} at {rev} lost"));
+        let kv = s.get(key).await.unwrap().unwrap_or_else(|| panic!("acknowledged {key} at {rev} lost"));
         assert_eq!(kv.mod_revision, *rev, "{key}");
     }
     let max_acked = acked.iter().map(|(_, r)| *r).max().unwrap();
     assert!(s.current_revision().await.unwrap() >= max_acked);
     // The store is consistent: every revision up to the current one is a key, in order.
-    let all = s
-        .range(RangeRequest::prefix("/registry/pods/"))
-        .await
-        .unwrap();
+    let all = s.range(RangeRequest::prefix("/registry/pods/")).await.unwrap();
     let current = s.current_revision().await.unwrap();
-    assert_eq!(
-        all.count,
-        current - 1,
-        "one key per revision after the initial revision 1"
-    );
+    assert_eq!(all.count, current - 1, "one key per revision after the initial revision 1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_slow_watcher_overflow_ends_stream_with_unavailable() {
     let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStorage::open_with(
-        dir.path(),
-        EmbeddedOptions {
-            watch_channel_capacity: 2,
-        },
-    )
-    .unwrap();
+    let s = EmbeddedStorage::open_with(dir.path(), EmbeddedOptions { watch_channel_capacity: 2 }).unwrap();
     let mut watch = s.watch("/registry/pods/", 0).await.unwrap();
     // The writer is never blocked by the watcher that does not read.
     for i in 0..5 {
-        tokio::time::timeout(WAIT, s.create(&format!("/registry/pods/ns/{i}"), b("x")))
-            .await
-            .unwrap()
-            .unwrap();
+        tokio::time::timeout(WAIT, s.create(&format!("/registry/pods/ns/{i}"), b("x"))).await.unwrap().unwrap();
     }
     let mut delivered = 0;
     let err = loop {
-        match tokio::time::timeout(WAIT, watch.stream.next())
-            .await
-            .unwrap()
-        {
+        match tokio::time::timeout(WAIT, watch.stream.next()).await.unwrap() {
             Some(Ok(WatchResponse::Events(events))) => delivered += events.len(),
             Some(Ok(WatchResponse::Progress { .. })) => {}
             Some(Err(e)) => break e,
@@ -230,14 +168,8 @@ async fn embedded_slow_watcher_overflow_ends_stream_with_unavailable() {
         }
     };
     assert_eq!(delivered, 2, "the queued messages come first");
-    assert!(
-        matches!(err, StorageError::Unavailable(ref m) if m.contains("overflowed")),
-        "{err:?}"
-    );
-    assert!(
-        watch.stream.next().await.is_none(),
-        "the stream ends after the error"
-    );
+    assert!(matches!(err, StorageError::Unavailable(ref m) if m.contains("overflowed")), "{err:?}");
+    assert!(watch.stream.next().await.is_none(), "the stream ends after the error");
 }
 
 /// 2,500 events: replay is read in pages of 1,000, in revision order.
@@ -248,11 +180,7 @@ async fn embedded_watch_replay_spans_pages_in_revision_order() {
     let start = s.current_revision().await.unwrap();
     let creates = (0..2500).map(|i| {
         let s = &s;
-        async move {
-            s.create(&format!("/registry/pods/ns/{i:05}"), b("x"))
-                .await
-                .unwrap()
-        }
+        async move { s.create(&format!("/registry/pods/ns/{i:05}"), b("x")).await.unwrap() }
     });
     futures::future::join_all(creates).await;
     let end = s.current_revision().await.unwrap();
@@ -260,13 +188,8 @@ async fn embedded_watch_replay_spans_pages_in_revision_order() {
     let mut watch = s.watch("/registry/pods/", start).await.unwrap();
     let mut revisions = Vec::new();
     while revisions.len() < 2500 {
-        match tokio::time::timeout(WAIT, watch.stream.next())
-            .await
-            .unwrap()
-        {
-            Some(Ok(WatchResponse::Events(events))) => {
-                revisions.extend(events.iter().map(|e| e.revision()))
-            }
+        match tokio::time::timeout(WAIT, watch.stream.next()).await.unwrap() {
+            Some(Ok(WatchResponse::Events(events))) => revisions.extend(events.iter().map(|e| e.revision())),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -281,30 +204,21 @@ async fn embedded_watch_replay_to_live_switch_loses_and_repeats_nothing() {
     let s = std::sync::Arc::new(EmbeddedStorage::open(dir.path()).unwrap());
     let start = s.current_revision().await.unwrap();
     for i in 0..50 {
-        s.create(&format!("/registry/pods/ns/pre-{i}"), b("x"))
-            .await
-            .unwrap();
+        s.create(&format!("/registry/pods/ns/pre-{i}"), b("x")).await.unwrap();
     }
     let writer = {
         let s = s.clone();
         tokio::spawn(async move {
             for i in 0..200 {
-                s.create(&format!("/registry/pods/ns/live-{i}"), b("x"))
-                    .await
-                    .unwrap();
+                s.create(&format!("/registry/pods/ns/live-{i}"), b("x")).await.unwrap();
             }
         })
     };
     let mut watch = s.watch("/registry/pods/", start).await.unwrap();
     let mut revisions = Vec::new();
     while revisions.len() < 250 {
-        match tokio::time::timeout(WAIT, watch.stream.next())
-            .await
-            .unwrap()
-        {
-            Some(Ok(WatchResponse::Events(events))) => {
-                revisions.extend(events.iter().map(|e| e.revision()))
-            }
+        match tokio::time::timeout(WAIT, watch.stream.next()).await.unwrap() {
+            Some(Ok(WatchResponse::Events(events))) => revisions.extend(events.iter().map(|e| e.revision())),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -321,37 +235,20 @@ async fn embedded_compaction_keeps_newest_version_at_compacted_revision() {
     let dir = tempfile::tempdir().unwrap();
     let s = EmbeddedStorage::open(dir.path()).unwrap();
     let a1 = s.create("/registry/pods/ns/a", b("a1")).await.unwrap();
-    let a2 = s
-        .update("/registry/pods/ns/a", b("a2"), a1.mod_revision)
-        .await
-        .unwrap();
+    let a2 = s.update("/registry/pods/ns/a", b("a2"), a1.mod_revision).await.unwrap();
     s.create("/registry/pods/ns/b", b("b1")).await.unwrap();
     let (_, r4) = s.delete("/registry/pods/ns/b", None).await.unwrap();
-    let a3 = s
-        .update("/registry/pods/ns/a", b("a3"), a2.mod_revision)
-        .await
-        .unwrap();
+    let a3 = s.update("/registry/pods/ns/a", b("a3"), a2.mod_revision).await.unwrap();
     s.compact(r4).await.unwrap();
-    let at_r4 = s
-        .range(RangeRequest {
-            revision: r4,
-            ..RangeRequest::prefix("/registry/pods/")
-        })
-        .await
-        .unwrap();
+    let at_r4 = s.range(RangeRequest { revision: r4, ..RangeRequest::prefix("/registry/pods/") }).await.unwrap();
     assert_eq!(at_r4.kvs, vec![a2.clone()]);
     let mut watch = s.watch("/registry/pods/", r4).await.unwrap();
-    let Some(Ok(WatchResponse::Events(events))) = watch.stream.next().await else {
-        panic!("no replay")
-    };
+    let Some(Ok(WatchResponse::Events(events))) = watch.stream.next().await else { panic!("no replay") };
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].kv, a3);
     assert_eq!(events[0].prev_kv, Some(a2));
     let err = s.compact(r4 + 10).await.unwrap_err();
-    assert!(
-        matches!(err, StorageError::FutureRevision { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, StorageError::FutureRevision { .. }), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,13 +257,8 @@ async fn embedded_watch_ends_with_unavailable_when_store_closes() {
     let s = EmbeddedStorage::open(dir.path()).unwrap();
     let mut watch = s.watch("/registry/pods/", 0).await.unwrap();
     drop(s);
-    let item = tokio::time::timeout(WAIT, watch.stream.next())
-        .await
-        .unwrap();
-    assert!(
-        matches!(item, Some(Err(StorageError::Unavailable(_)))),
-        "{item:?}"
-    );
+    let item = tokio::time::timeout(WAIT, watch.stream.next()).await.unwrap();
+    assert!(matches!(item, Some(Err(StorageError::Unavailable(_)))), "{item:?}");
     assert!(watch.stream.next().await.is_none());
     // Once the stream is gone too, the directory can be opened again.
     drop(watch);

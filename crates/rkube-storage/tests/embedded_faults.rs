@@ -30,13 +30,8 @@ async fn full_disk_fails_writes_with_no_space_keeps_reads_and_recovers_without_r
         let s = EmbeddedStorage::open(&data).expect("open on tmpfs");
         for i in 0..20 {
             let key = format!("{PREFIX}before-{i:03}");
-            acked.insert(
-                key.clone(),
-                s.create(&key, value.clone())
-                    .await
-                    .expect("create before the fill")
-                    .mod_revision,
-            );
+            acked
+                .insert(key.clone(), s.create(&key, value.clone()).await.expect("create before the fill").mod_revision);
         }
         fs.fill().expect("fill the tmpfs");
 
@@ -55,58 +50,31 @@ async fn full_disk_fails_writes_with_no_space_keeps_reads_and_recovers_without_r
             }
         }
         let failure = failure.expect("a write failed on the full disk");
-        let StorageError::NoSpace(message) = &failure else {
-            panic!("not NoSpace: {failure:?}")
-        };
+        let StorageError::NoSpace(message) = &failure else { panic!("not NoSpace: {failure:?}") };
         assert!(message.contains("No space left on device"), "{message}");
-        assert!(
-            message.contains(&data.join("rkube.redb").display().to_string()),
-            "{message}"
-        );
+        assert!(message.contains(&data.join("rkube.redb").display().to_string()), "{message}");
         assert!(message.ends_with("nothing was written"), "{message}");
 
         // Reads keep working; health reports the fault.
         let (first, rev) = acked.iter().next().expect("acked");
-        assert_eq!(
-            s.get(first)
-                .await
-                .expect("read while full")
-                .expect("present")
-                .mod_revision,
-            *rev
-        );
-        let listed = s
-            .range(RangeRequest::prefix(PREFIX))
-            .await
-            .expect("list while full");
+        assert_eq!(s.get(first).await.expect("read while full").expect("present").mod_revision, *rev);
+        let listed = s.range(RangeRequest::prefix(PREFIX)).await.expect("list while full");
         assert_eq!(listed.kvs.len(), acked.len());
         let health = s.write_health().await.expect_err("unhealthy while full");
         assert!(matches!(health, StorageError::NoSpace(_)), "{health:?}");
-        let again = s
-            .create(&format!("{PREFIX}still-full"), value.clone())
-            .await
-            .expect_err("still full");
+        let again = s.create(&format!("{PREFIX}still-full"), value.clone()).await.expect_err("still full");
         assert!(matches!(again, StorageError::NoSpace(_)), "{again:?}");
 
         // Space back: health recovers within a few probes, writes succeed, no restart.
         fs.free().expect("free the tmpfs");
         let deadline = Instant::now() + Duration::from_secs(10);
         while let Err(e) = s.write_health().await {
-            assert!(
-                Instant::now() < deadline,
-                "still unhealthy after space came back: {e}"
-            );
+            assert!(Instant::now() < deadline, "still unhealthy after space came back: {e}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         for i in 0..20 {
             let key = format!("{PREFIX}after-{i:03}");
-            acked.insert(
-                key.clone(),
-                s.create(&key, value.clone())
-                    .await
-                    .expect("create after freeing")
-                    .mod_revision,
-            );
+            acked.insert(key.clone(), s.create(&key, value.clone()).await.expect("create after freeing").mod_revision);
         }
         let revs: Vec<i64> = acked.values().copied().collect();
         let mut sorted = revs.clone();

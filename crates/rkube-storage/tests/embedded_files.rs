@@ -39,9 +39,7 @@ async fn existing_world_readable_data_dir_and_store_are_narrowed_on_open() {
 /// Opens, writes one key, closes: the dir has now held a cluster.
 async fn used_data_dir(data: &Path) {
     let s = EmbeddedStorage::open(data).unwrap();
-    s.create("/registry/configmaps/default/a", Bytes::from_static(b"{}"))
-        .await
-        .unwrap();
+    s.create("/registry/configmaps/default/a", Bytes::from_static(b"{}")).await.unwrap();
 }
 
 fn refusal(data: &Path, found: &str) -> String {
@@ -66,10 +64,7 @@ async fn missing_store_in_a_data_dir_that_held_a_cluster_is_refused() {
     let err = EmbeddedStorage::open(&data).unwrap_err();
     assert!(matches!(err, StorageError::Internal(_)), "{err:?}");
     assert_eq!(err.to_string(), refusal(&data, "is missing"));
-    assert!(
-        !data.join(DB_FILE).exists(),
-        "the refusal created the store file"
-    );
+    assert!(!data.join(DB_FILE).exists(), "the refusal created the store file");
 }
 
 #[tokio::test]
@@ -80,11 +75,7 @@ async fn empty_store_in_a_data_dir_that_held_a_cluster_is_refused() {
     std::fs::write(data.join(DB_FILE), b"").unwrap();
     let err = EmbeddedStorage::open(&data).unwrap_err();
     assert_eq!(err.to_string(), refusal(&data, "is empty (0 bytes)"));
-    assert_eq!(
-        std::fs::metadata(data.join(DB_FILE)).unwrap().len(),
-        0,
-        "the refusal wrote the store file"
-    );
+    assert_eq!(std::fs::metadata(data.join(DB_FILE)).unwrap().len(), 0, "the refusal wrote the store file");
 }
 
 #[tokio::test]
@@ -96,10 +87,7 @@ async fn deleting_the_marker_starts_an_empty_cluster_on_purpose() {
     std::fs::remove_file(data.join(MARKER_FILE)).unwrap();
     let s = EmbeddedStorage::open(&data).unwrap();
     assert_eq!(s.current_revision().await.unwrap(), 1);
-    assert!(
-        data.join(MARKER_FILE).exists(),
-        "the new store wrote its marker"
-    );
+    assert!(data.join(MARKER_FILE).exists(), "the new store wrote its marker");
 }
 
 #[tokio::test]

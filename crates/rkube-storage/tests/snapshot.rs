@@ -16,20 +16,13 @@ const PREFIX: &str = "/registry/configmaps/default/";
 
 async fn contents(s: &EmbeddedStorage) -> BTreeMap<String, Revision> {
     let all = s.range(RangeRequest::prefix(PREFIX)).await.unwrap();
-    all.kvs
-        .into_iter()
-        .map(|kv| (kv.key, kv.mod_revision))
-        .collect()
+    all.kvs.into_iter().map(|kv| (kv.key, kv.mod_revision)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn save_under_writes_then_restore_has_every_acknowledged_object_at_the_saved_revision() {
     let dir = tempfile::tempdir().unwrap();
-    let (live, restored, file) = (
-        dir.path().join("live"),
-        dir.path().join("restored"),
-        dir.path().join("snap.db"),
-    );
+    let (live, restored, file) = (dir.path().join("live"), dir.path().join("restored"), dir.path().join("snap.db"));
     let s = Arc::new(EmbeddedStorage::open(&live).unwrap());
     let acked = Arc::new(Mutex::new(BTreeMap::new()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -40,10 +33,7 @@ async fn save_under_writes_then_restore_has_every_acknowledged_object_at_the_sav
                 let mut i = 0;
                 while !stop.load(Ordering::Relaxed) {
                     let key = format!("{PREFIX}w{w}-{i:05}");
-                    let kv = s
-                        .create(&key, Bytes::from(format!("{{\"i\":{i}}}")))
-                        .await
-                        .unwrap();
+                    let kv = s.create(&key, Bytes::from(format!("{{\"i\":{i}}}"))).await.unwrap();
                     acked.lock().unwrap().insert(key, kv.mod_revision);
                     i += 1;
                 }
@@ -56,10 +46,7 @@ async fn save_under_writes_then_restore_has_every_acknowledged_object_at_the_sav
     let before_save = acked.lock().unwrap().clone();
     let status = {
         let (live, file) = (live.clone(), file.clone());
-        tokio::task::spawn_blocking(move || snapshot::save(&live, &file))
-            .await
-            .unwrap()
-            .unwrap()
+        tokio::task::spawn_blocking(move || snapshot::save(&live, &file)).await.unwrap().unwrap()
     };
     let mid_writes = acked.lock().unwrap().len();
     stop.store(true, Ordering::Relaxed);
@@ -67,28 +54,15 @@ async fn save_under_writes_then_restore_has_every_acknowledged_object_at_the_sav
         w.await.unwrap();
     }
     let acked = acked.lock().unwrap().clone();
-    assert!(
-        acked.len() > before_save.len(),
-        "no write ran during the save ({mid_writes} acked)"
-    );
-    assert_eq!(
-        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
-        0o600
-    );
+    assert!(acked.len() > before_save.len(), "no write ran during the save ({mid_writes} acked)");
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(!dir.path().join("snap.db.part").exists());
 
     // Consistent at one revision: exactly the writes at or below it.
-    let expected: BTreeMap<String, Revision> = acked
-        .iter()
-        .filter(|(_, rev)| **rev <= status.revision)
-        .map(|(k, r)| (k.clone(), *r))
-        .collect();
+    let expected: BTreeMap<String, Revision> =
+        acked.iter().filter(|(_, rev)| **rev <= status.revision).map(|(k, r)| (k.clone(), *r)).collect();
     for (key, rev) in &before_save {
-        assert_eq!(
-            expected.get(key),
-            Some(rev),
-            "{key} acknowledged before the save is missing"
-        );
+        assert_eq!(expected.get(key), Some(rev), "{key} acknowledged before the save is missing");
     }
     assert_eq!(status.keys as usize, expected.len());
     assert_eq!(snapshot::check(&file).unwrap(), status);
@@ -99,22 +73,9 @@ async fn save_under_writes_then_restore_has_every_acknowledged_object_at_the_sav
     assert_eq!(r.current_revision().await.unwrap(), status.revision);
     assert_eq!(contents(&r).await, expected);
     assert!(restored.join(MARKER_FILE).exists());
-    assert_eq!(
-        std::fs::metadata(&restored).unwrap().permissions().mode() & 0o777,
-        0o700
-    );
-    assert_eq!(
-        std::fs::metadata(restored.join(DB_FILE))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777,
-        0o600
-    );
-    let next = r
-        .create(&format!("{PREFIX}after-restore"), Bytes::from_static(b"{}"))
-        .await
-        .unwrap();
+    assert_eq!(std::fs::metadata(&restored).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(std::fs::metadata(restored.join(DB_FILE)).unwrap().permissions().mode() & 0o777, 0o600);
+    let next = r.create(&format!("{PREFIX}after-restore"), Bytes::from_static(b"{}")).await.unwrap();
     assert_eq!(next.mod_revision, status.revision + 1);
 }
 
@@ -123,29 +84,16 @@ use std::os::unix::fs::PermissionsExt;
 #[tokio::test]
 async fn restore_refuses_an_existing_store_without_overwrite_and_a_store_a_server_has_open() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, b, file) = (
-        dir.path().join("a"),
-        dir.path().join("b"),
-        dir.path().join("snap.db"),
-    );
+    let (a, b, file) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("snap.db"));
     let s = EmbeddedStorage::open(&a).unwrap();
-    s.create(&format!("{PREFIX}x"), Bytes::from_static(b"{}"))
-        .await
-        .unwrap();
+    s.create(&format!("{PREFIX}x"), Bytes::from_static(b"{}")).await.unwrap();
     snapshot::save(&a, &file).unwrap();
     {
         let other = EmbeddedStorage::open(&b).unwrap();
-        other
-            .create(&format!("{PREFIX}y"), Bytes::from_static(b"{}"))
-            .await
-            .unwrap();
+        other.create(&format!("{PREFIX}y"), Bytes::from_static(b"{}")).await.unwrap();
         let err = snapshot::restore(&file, &b, true).unwrap_err();
         assert!(matches!(err, StorageError::Unavailable(_)), "{err:?}");
-        assert!(
-            err.to_string()
-                .ends_with("is already open: stop the server before restoring"),
-            "{err}"
-        );
+        assert!(err.to_string().ends_with("is already open: stop the server before restoring"), "{err}");
     }
     let err = snapshot::restore(&file, &b, false).unwrap_err();
     assert_eq!(
@@ -156,10 +104,7 @@ async fn restore_refuses_an_existing_store_without_overwrite_and_a_store_a_serve
         )
     );
     let other = EmbeddedStorage::open(&b).unwrap();
-    assert_eq!(
-        contents(&other).await.into_keys().collect::<Vec<_>>(),
-        [format!("{PREFIX}y")]
-    );
+    assert_eq!(contents(&other).await.into_keys().collect::<Vec<_>>(), [format!("{PREFIX}y")]);
 }
 
 #[tokio::test]
@@ -168,45 +113,23 @@ async fn restore_over_a_newer_store_keeps_its_revision_and_marks_it_compacted() 
     let (data, file) = (dir.path().join("data"), dir.path().join("snap.db"));
     let saved_rev = {
         let s = EmbeddedStorage::open(&data).unwrap();
-        s.create(&format!("{PREFIX}old"), Bytes::from_static(b"{}"))
-            .await
-            .unwrap();
+        s.create(&format!("{PREFIX}old"), Bytes::from_static(b"{}")).await.unwrap();
         snapshot::save(&data, &file).unwrap();
         for i in 0..5 {
-            s.create(&format!("{PREFIX}new-{i}"), Bytes::from_static(b"{}"))
-                .await
-                .unwrap();
+            s.create(&format!("{PREFIX}new-{i}"), Bytes::from_static(b"{}")).await.unwrap();
         }
         assert_eq!(s.current_revision().await.unwrap(), 7);
         snapshot::check(&file).unwrap().revision
     };
     assert_eq!(saved_rev, 2);
     let status = snapshot::restore(&file, &data, true).unwrap();
-    assert_eq!(
-        (status.revision, status.compacted_revision, status.keys),
-        (7, 7, 1)
-    );
+    assert_eq!((status.revision, status.compacted_revision, status.keys), (7, 7, 1));
     let s = EmbeddedStorage::open(&data).unwrap();
     assert_eq!(s.current_revision().await.unwrap(), 7);
     let err = s.watch(PREFIX, 3).await.unwrap_err();
-    assert_eq!(
-        err,
-        StorageError::Compacted {
-            requested: 3,
-            compacted: 7
-        }
-    );
-    assert_eq!(
-        contents(&s).await,
-        BTreeMap::from([(format!("{PREFIX}old"), 2)])
-    );
-    assert_eq!(
-        s.create(&format!("{PREFIX}next"), Bytes::from_static(b"{}"))
-            .await
-            .unwrap()
-            .mod_revision,
-        8
-    );
+    assert_eq!(err, StorageError::Compacted { requested: 3, compacted: 7 });
+    assert_eq!(contents(&s).await, BTreeMap::from([(format!("{PREFIX}old"), 2)]));
+    assert_eq!(s.create(&format!("{PREFIX}next"), Bytes::from_static(b"{}")).await.unwrap().mod_revision, 8);
 }
 
 #[test]
@@ -215,28 +138,19 @@ fn check_rejects_missing_empty_and_foreign_files() {
     let missing = dir.path().join("missing.db");
     assert_eq!(
         snapshot::check(&missing).unwrap_err().to_string(),
-        format!(
-            "storage internal error: {}: no such file",
-            missing.display()
-        )
+        format!("storage internal error: {}: no such file", missing.display())
     );
     let empty = dir.path().join("empty.db");
     std::fs::write(&empty, b"").unwrap();
     assert_eq!(
         snapshot::check(&empty).unwrap_err().to_string(),
-        format!(
-            "storage internal error: {}: the file is empty (0 bytes), not an rkube store",
-            empty.display()
-        )
+        format!("storage internal error: {}: the file is empty (0 bytes), not an rkube store", empty.display())
     );
     let garbage = dir.path().join("garbage.db");
     std::fs::write(&garbage, vec![7u8; 10_000]).unwrap();
     let err = snapshot::check(&garbage).unwrap_err().to_string();
     assert!(
-        err.starts_with(&format!(
-            "storage internal error: {}: not a readable redb file: ",
-            garbage.display()
-        )),
+        err.starts_with(&format!("storage internal error: {}: not a readable redb file: ", garbage.display())),
         "{err}"
     );
 }
@@ -247,30 +161,18 @@ async fn check_rejects_a_snapshot_with_damaged_pages() {
     let (data, file) = (dir.path().join("data"), dir.path().join("snap.db"));
     let s = EmbeddedStorage::open(&data).unwrap();
     for i in 0..200 {
-        s.create(
-            &format!("{PREFIX}cm-{i:03}"),
-            Bytes::from(format!("{{\"i\":{i},\"pad\":\"{}\"}}", "p".repeat(500))),
-        )
-        .await
-        .unwrap();
+        s.create(&format!("{PREFIX}cm-{i:03}"), Bytes::from(format!("{{\"i\":{i},\"pad\":\"{}\"}}", "p".repeat(500))))
+            .await
+            .unwrap();
     }
     snapshot::save(&data, &file).unwrap();
     let mut bytes = std::fs::read(&file).unwrap();
-    let damaged: Vec<usize> = (0..bytes.len())
-        .filter(|i| bytes[*i] == b'p')
-        .step_by(97)
-        .collect();
+    let damaged: Vec<usize> = (0..bytes.len()).filter(|i| bytes[*i] == b'p').step_by(97).collect();
     assert!(!damaged.is_empty());
     for i in damaged {
         bytes[i] = b'q';
     }
     std::fs::write(&file, &bytes).unwrap();
     let err = snapshot::check(&file).unwrap_err().to_string();
-    assert!(
-        err.starts_with(&format!(
-            "storage internal error: {}: integrity check failed: ",
-            file.display()
-        )),
-        "{err}"
-    );
+    assert!(err.starts_with(&format!("storage internal error: {}: integrity check failed: ", file.display())), "{err}");
 }

@@ -92,25 +92,12 @@ impl Builder {
     /// server could not start (see [`Error`]).
     pub async fn start(self) -> Result<TestEnv, Error> {
         let (selected, _warnings) =
-            rkube_controller_manager::controllers::select(&self.controllers)
-                .map_err(Error::Controllers)?;
+            rkube_controller_manager::controllers::select(&self.controllers).map_err(Error::Controllers)?;
         let shm = Path::new("/dev/shm");
-        let dir = if shm.is_dir() {
-            tempfile::Builder::new()
-                .prefix("rkube-testenv-")
-                .tempdir_in(shm)
-        } else {
-            tempfile::tempdir()
-        }?;
-        let storage = rkube_storage::embedded::EmbeddedStorage::open(&dir.path().join("store"))
-            .map_err(|e| Error::Storage(e.to_string()))?;
-        let st = rkube_apiserver::ApiState::new(
-            Arc::new(storage),
-            rkube_apiserver::ServerConfig::default(),
-        );
-        rkube_apiserver::bootstrap(&st)
-            .await
-            .map_err(|e| Error::Storage(e.to_string()))?;
+        let dir = if shm.is_dir() { tempfile::Builder::new().prefix("rkube-testenv-").tempdir_in(shm) } else { tempfile::tempdir() }?;
+        let storage = rkube_storage::embedded::EmbeddedStorage::open(&dir.path().join("store")).map_err(|e| Error::Storage(e.to_string()))?;
+        let st = rkube_apiserver::ApiState::new(Arc::new(storage), rkube_apiserver::ServerConfig::default());
+        rkube_apiserver::bootstrap(&st).await.map_err(|e| Error::Storage(e.to_string()))?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let (stop, stopped) = oneshot::channel::<()>();
@@ -122,26 +109,13 @@ impl Builder {
         });
         let kubeconfig = kubeconfig_for(&base);
         let kubeconfig_path = dir.path().join("kubeconfig");
-        std::fs::write(
-            &kubeconfig_path,
-            serde_json::to_vec(&kubeconfig_json(&base)).unwrap_or_default(),
-        )?;
+        std::fs::write(&kubeconfig_path, serde_json::to_vec(&kubeconfig_json(&base)).unwrap_or_default())?;
         let config = kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &Default::default())
             .await
             .map_err(|e| Error::Kube(kube::Error::InferKubeconfig(e)))?;
         let client = kube::Client::try_from(config)?;
-        let controllers = (!selected.is_empty())
-            .then(|| rkube_controller_manager::cli::start(client.clone(), &selected));
-        Ok(TestEnv {
-            client,
-            base,
-            kubeconfig,
-            kubeconfig_path,
-            stop: Some(stop),
-            server: Some(server),
-            controllers,
-            _dir: dir,
-        })
+        let controllers = (!selected.is_empty()).then(|| rkube_controller_manager::cli::start(client.clone(), &selected));
+        Ok(TestEnv { client, base, kubeconfig, kubeconfig_path, stop: Some(stop), server: Some(server), controllers, _dir: dir })
     }
 }
 
@@ -198,22 +172,16 @@ impl TestEnv {
 
     /// Installs the CRD of `K` (server-side apply) and returns once it is
     /// `Established`, so `Api<K>` works at once.
-    pub async fn install_crd<K: CustomResourceExt>(
-        &self,
-    ) -> Result<CustomResourceDefinition, Error> {
+    pub async fn install_crd<K: CustomResourceExt>(&self) -> Result<CustomResourceDefinition, Error> {
         let mut out = self.install_crds(vec![K::crd()]).await?;
-        out.pop()
-            .ok_or_else(|| Error::NotEstablished(K::crd_name().to_string()))
+        out.pop().ok_or_else(|| Error::NotEstablished(K::crd_name().to_string()))
     }
 
     /// Installs `crds` (server-side apply, field manager `rkube-testenv`)
     /// and returns them once every one is `Established`. Errors: the API
     /// server's (e.g. 422 for a schema it refuses), or
     /// [`Error::NotEstablished`].
-    pub async fn install_crds(
-        &self,
-        crds: Vec<CustomResourceDefinition>,
-    ) -> Result<Vec<CustomResourceDefinition>, Error> {
+    pub async fn install_crds(&self, crds: Vec<CustomResourceDefinition>) -> Result<Vec<CustomResourceDefinition>, Error> {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         let params = PatchParams::apply("rkube-testenv").force();
         let mut names = Vec::new();

@@ -19,13 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
-#[kube(
-    group = "example.rkube.dev",
-    version = "v1",
-    kind = "ConfigMapGenerator",
-    namespaced,
-    status = "GeneratorStatus"
-)]
+#[kube(group = "example.rkube.dev", version = "v1", kind = "ConfigMapGenerator", namespaced, status = "GeneratorStatus")]
 pub struct ConfigMapGeneratorSpec {
     content: String,
 }
@@ -58,10 +52,8 @@ async fn reconcile(g: Arc<ConfigMapGenerator>, ctx: Arc<Ctx>) -> Result<Action, 
             Event::Cleanup(g) => {
                 // Leave a trace of the cleanup the test can see.
                 let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
-                let cm: ConfigMap = serde_json::from_value(
-                    json!({"metadata": {"name": format!("{}-cleaned", g.name_any())}}),
-                )
-                .map_err(kube::Error::SerdeError)?;
+                let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("{}-cleaned", g.name_any())}}))
+                    .map_err(kube::Error::SerdeError)?;
                 cms.create(&PostParams::default(), &cm).await?;
                 Ok(Action::await_change())
             }
@@ -79,20 +71,10 @@ async fn apply(g: &ConfigMapGenerator, client: &kube::Client) -> Result<Action, 
                     "metadata": {"name": name, "ownerReferences": owner},
                     "data": {"content": g.spec.content}});
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    cms.patch(
-        &name,
-        &PatchParams::apply("generator").force(),
-        &Patch::Apply(&cm),
-    )
-    .await?;
+    cms.patch(&name, &PatchParams::apply("generator").force(), &Patch::Apply(&cm)).await?;
     let api: Api<ConfigMapGenerator> = Api::namespaced(client.clone(), &ns);
     let status = json!({"status": {"config_map": name}});
-    api.patch_status(
-        &g.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&status),
-    )
-    .await?;
+    api.patch_status(&g.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await?;
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
@@ -110,10 +92,7 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -121,24 +100,13 @@ where
 #[tokio::test]
 async fn a_controller_reconciles_its_custom_resource_against_a_test_env() {
     let env = TestEnv::start().await.expect("start");
-    env.install_crd::<ConfigMapGenerator>()
-        .await
-        .expect("install CRD");
+    env.install_crd::<ConfigMapGenerator>().await.expect("install CRD");
     let client = env.client();
     let generators: Api<ConfigMapGenerator> = Api::namespaced(client.clone(), "default");
     let controller = tokio::spawn(
         Controller::new(generators.clone(), watcher::Config::default())
-            .owns(
-                Api::<ConfigMap>::namespaced(client.clone(), "default"),
-                watcher::Config::default(),
-            )
-            .run(
-                reconcile,
-                error_policy,
-                Arc::new(Ctx {
-                    client: client.clone(),
-                }),
-            )
+            .owns(Api::<ConfigMap>::namespaced(client.clone(), "default"), watcher::Config::default())
+            .run(reconcile, error_policy, Arc::new(Ctx { client: client.clone() }))
             .for_each(|r| async move {
                 if let Err(e) = r {
                     eprintln!("reconcile: {e:?}");
@@ -147,53 +115,22 @@ async fn a_controller_reconciles_its_custom_resource_against_a_test_env() {
     );
 
     generators
-        .create(
-            &PostParams::default(),
-            &ConfigMapGenerator::new(
-                "greeting",
-                ConfigMapGeneratorSpec {
-                    content: "hello".into(),
-                },
-            ),
-        )
+        .create(&PostParams::default(), &ConfigMapGenerator::new("greeting", ConfigMapGeneratorSpec { content: "hello".into() }))
         .await
         .expect("create");
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let cm = eventually("the generated ConfigMap", || async {
-        cms.get_opt("greeting-generated").await.ok().flatten()
-    })
-    .await;
-    assert_eq!(
-        cm.data
-            .unwrap_or_default()
-            .get("content")
-            .map(String::as_str),
-        Some("hello")
-    );
-    assert_eq!(
-        cm.metadata.owner_references.unwrap_or_default()[0].kind,
-        "ConfigMapGenerator"
-    );
+    let cm = eventually("the generated ConfigMap", || async { cms.get_opt("greeting-generated").await.ok().flatten() }).await;
+    assert_eq!(cm.data.unwrap_or_default().get("content").map(String::as_str), Some("hello"));
+    assert_eq!(cm.metadata.owner_references.unwrap_or_default()[0].kind, "ConfigMapGenerator");
     let g = eventually("the status", || async {
-        generators.get("greeting").await.ok().filter(|g| {
-            g.status
-                .as_ref()
-                .is_some_and(|s| s.config_map == "greeting-generated")
-        })
+        generators.get("greeting").await.ok().filter(|g| g.status.as_ref().is_some_and(|s| s.config_map == "greeting-generated"))
     })
     .await;
-    assert!(
-        g.finalizers().iter().any(|f| f == FINALIZER),
-        "{:?}",
-        g.finalizers()
-    );
+    assert!(g.finalizers().iter().any(|f| f == FINALIZER), "{:?}", g.finalizers());
 
     // An update reaches the ConfigMap.
     let patch = json!({"spec": {"content": "bonjour"}});
-    generators
-        .patch("greeting", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("update");
+    generators.patch("greeting", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("update");
     eventually("the new content", || async {
         let cm = cms.get_opt("greeting-generated").await.ok().flatten()?;
         (cm.data?.get("content").map(String::as_str) == Some("bonjour")).then_some(())
@@ -201,22 +138,9 @@ async fn a_controller_reconciles_its_custom_resource_against_a_test_env() {
     .await;
 
     // Deletion runs the finalizer's cleanup, then the object goes.
-    generators
-        .delete("greeting", &DeleteParams::default())
-        .await
-        .expect("delete");
-    eventually("the cleanup trace", || async {
-        cms.get_opt("greeting-cleaned").await.ok().flatten()
-    })
-    .await;
-    eventually("the generator gone", || async {
-        generators
-            .get_opt("greeting")
-            .await
-            .ok()
-            .filter(|g| g.is_none())
-    })
-    .await;
+    generators.delete("greeting", &DeleteParams::default()).await.expect("delete");
+    eventually("the cleanup trace", || async { cms.get_opt("greeting-cleaned").await.ok().flatten() }).await;
+    eventually("the generator gone", || async { generators.get_opt("greeting").await.ok().filter(|g| g.is_none()) }).await;
     controller.abort();
     env.stop().await;
 }

@@ -102,16 +102,11 @@ pub const DEPRECATED_FLAGS: &[DeprecatedFlag] = &[DeprecatedFlag {
 
 /// The warnings for the deprecated flags set on `matches`' command line.
 pub fn deprecation_warnings(matches: &clap::ArgMatches) -> Vec<String> {
-    let Some((command, sub)) = matches.subcommand() else {
-        return Vec::new();
-    };
+    let Some((command, sub)) = matches.subcommand() else { return Vec::new() };
     DEPRECATED_FLAGS
         .iter()
         .filter(|d| d.command == command)
-        .filter(|d| {
-            sub.try_contains_id(d.flag).unwrap_or(false)
-                && sub.value_source(d.flag) == Some(clap::parser::ValueSource::CommandLine)
-        })
+        .filter(|d| sub.try_contains_id(d.flag).unwrap_or(false) && sub.value_source(d.flag) == Some(clap::parser::ValueSource::CommandLine))
         .map(|d| format!("Flag --{} has been deprecated, {}", d.flag, d.message))
         .collect()
 }

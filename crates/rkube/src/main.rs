@@ -23,10 +23,7 @@ fn main() -> std::process::ExitCode {
     // reqwest, kube-rs and the API server's rustls all find it here, whatever
     // features cargo unified for them.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("rkube: cannot start the async runtime: {err}");
@@ -43,9 +40,7 @@ fn main() -> std::process::ExitCode {
             Command::Scheduler(args) => rkube_scheduler::cli::run(args).await,
             Command::ControllerManager(args) => rkube_controller_manager::cli::run(args).await,
             Command::Bench(args) => rkube_bench::cli::run(args).await,
-            Command::Snapshot(cmd) => {
-                tokio::task::spawn_blocking(move || run_snapshot(cmd)).await?
-            }
+            Command::Snapshot(cmd) => tokio::task::spawn_blocking(move || run_snapshot(cmd)).await?,
         }
     });
     match result {
@@ -67,11 +62,7 @@ fn run_snapshot(cmd: SnapshotCommand) -> anyhow::Result<()> {
         }
         SnapshotCommand::Restore(args) => {
             let status = snapshot::restore(&args.file, &args.data_dir, args.overwrite)?;
-            println!(
-                "Restored {} into {}: {status}",
-                args.file.display(),
-                args.data_dir.display()
-            );
+            println!("Restored {} into {}: {status}", args.file.display(), args.data_dir.display());
         }
         SnapshotCommand::Check(args) => {
             let status = snapshot::check(&args.file)?;
@@ -126,10 +117,7 @@ async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
     let node = if with_node {
         match rkube_node::run_local_node(data_dir.join("kubeconfig"), &data_dir).await {
             Ok(node) => {
-                eprintln!(
-                    "rkube: node {} is running pods on this machine",
-                    node.node_name
-                );
+                eprintln!("rkube: node {} is running pods on this machine", node.node_name);
                 Some(node)
             }
             Err(err) => {
@@ -158,15 +146,8 @@ async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
 /// It authenticates as `system:kube-scheduler` with the kubeconfig `rkube up`
 /// wrote for it (`scheduler.kubeconfig`), or with `--insecure` as everyone
 /// does, through the plain kubeconfig.
-async fn start_scheduler(
-    data_dir: &std::path::Path,
-    insecure: bool,
-) -> anyhow::Result<rkube_scheduler::cli::SchedulerHandle> {
-    let file = if insecure {
-        "kubeconfig"
-    } else {
-        "scheduler.kubeconfig"
-    };
+async fn start_scheduler(data_dir: &std::path::Path, insecure: bool) -> anyhow::Result<rkube_scheduler::cli::SchedulerHandle> {
+    let file = if insecure { "kubeconfig" } else { "scheduler.kubeconfig" };
     let client = rkube_component::client::client(Some(&data_dir.join(file))).await?;
     rkube_scheduler::cli::start(client, rkube_scheduler::cli::StartOptions::default()).await
 }
@@ -182,21 +163,11 @@ async fn start_controllers(
     storage_path: std::path::PathBuf,
 ) -> anyhow::Result<rkube_controller_manager::cli::ControllerManager> {
     use rkube_controller_manager::{cli, context::ControllerConfig, controllers};
-    let file = if insecure {
-        "kubeconfig"
-    } else {
-        "controller-manager.kubeconfig"
-    };
+    let file = if insecure { "kubeconfig" } else { "controller-manager.kubeconfig" };
     let client = rkube_component::client::client(Some(&data_dir.join(file))).await?;
-    let spec = [
-        "*".to_string(),
-        "local-path-provisioner-controller".to_string(),
-    ];
+    let spec = ["*".to_string(), "local-path-provisioner-controller".to_string()];
     let (selected, _) = controllers::select(&spec).map_err(|e| anyhow::anyhow!(e))?;
-    let config = ControllerConfig {
-        local_path_root: storage_path,
-        ..ControllerConfig::default()
-    };
+    let config = ControllerConfig { local_path_root: storage_path, ..ControllerConfig::default() };
     Ok(cli::start_with(client, &selected, config))
 }
 

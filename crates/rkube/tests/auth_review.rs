@@ -34,18 +34,8 @@ fn can_i(kubectl: &Kubectl, args: &[&str], allowed: bool) {
     let mut a = vec!["auth", "can-i"];
     a.extend_from_slice(args);
     let f = kubectl.run(&a);
-    let want = if allowed {
-        (Some(0), "yes")
-    } else {
-        (Some(1), "no")
-    };
-    assert_eq!(
-        (f.code, f.stdout.trim()),
-        want,
-        "`{}`: {}",
-        f.cmdline,
-        f.stderr
-    );
+    let want = if allowed { (Some(0), "yes") } else { (Some(1), "no") };
+    assert_eq!((f.code, f.stdout.trim()), want, "`{}`: {}", f.cmdline, f.stderr);
 }
 
 /// kubectl 1.27's `auth whoami` asks only authentication.k8s.io/v1beta1 and
@@ -102,11 +92,7 @@ fn whoami_names_the_admin_certificate_user_and_token_users(version: &str) {
     let f = admin.ok(&["auth", "whoami", "--as=bob", "--as-group=qa"]);
     assert_eq!(
         common::lines(&f.stdout),
-        vec![
-            "ATTRIBUTE   VALUE",
-            "Username    bob",
-            "Groups      [qa system:authenticated]"
-        ],
+        vec!["ATTRIBUTE   VALUE", "Username    bob", "Groups      [qa system:authenticated]"],
         "{}",
         f.stdout
     );
@@ -117,26 +103,9 @@ fn can_i_answers_yes_or_no_from_rbac(version: &str) {
     let admin = cluster.kubectl(version);
     let alice = alice(&cluster, version);
     // Discovery lists the review resources (create only: none is listable).
-    let f = admin.ok(&[
-        "api-resources",
-        "--api-group=authentication.k8s.io",
-        "-o",
-        "name",
-    ]);
-    assert_eq!(
-        common::lines(&f.stdout),
-        vec![
-            "selfsubjectreviews.authentication.k8s.io",
-            "tokenreviews.authentication.k8s.io"
-        ]
-    );
-    let f = admin.ok(&[
-        "api-resources",
-        "--api-group=authorization.k8s.io",
-        "--verbs=create",
-        "-o",
-        "name",
-    ]);
+    let f = admin.ok(&["api-resources", "--api-group=authentication.k8s.io", "-o", "name"]);
+    assert_eq!(common::lines(&f.stdout), vec!["selfsubjectreviews.authentication.k8s.io", "tokenreviews.authentication.k8s.io"]);
+    let f = admin.ok(&["api-resources", "--api-group=authorization.k8s.io", "--verbs=create", "-o", "name"]);
     assert_eq!(
         common::lines(&f.stdout),
         vec![
@@ -146,126 +115,44 @@ fn can_i_answers_yes_or_no_from_rbac(version: &str) {
             "subjectaccessreviews.authorization.k8s.io",
         ]
     );
-    let f = admin.ok(&[
-        "api-resources",
-        "--api-group=authorization.k8s.io",
-        "--verbs=list",
-        "-o",
-        "name",
-    ]);
+    let f = admin.ok(&["api-resources", "--api-group=authorization.k8s.io", "--verbs=list", "-o", "name"]);
     assert_eq!(f.stdout.trim(), "", "{}", f.stderr);
     can_i(&admin, &["delete", "nodes"], true);
     can_i(&alice, &["list", "pods"], false);
-    admin.ok(&[
-        "create",
-        "role",
-        "pod-reader",
-        "-n",
-        "default",
-        "--verb=get,list",
-        "--resource=pods",
-    ]);
-    admin.ok(&[
-        "create",
-        "rolebinding",
-        "alice-reads",
-        "-n",
-        "default",
-        "--role=pod-reader",
-        "--user=alice",
-    ]);
+    admin.ok(&["create", "role", "pod-reader", "-n", "default", "--verb=get,list", "--resource=pods"]);
+    admin.ok(&["create", "rolebinding", "alice-reads", "-n", "default", "--role=pod-reader", "--user=alice"]);
     can_i(&alice, &["list", "pods"], true);
     can_i(&alice, &["get", "pods/web"], true);
     can_i(&alice, &["delete", "pods"], false);
     can_i(&alice, &["list", "pods", "-n", "kube-system"], false);
-    can_i(
-        &alice,
-        &["create", "selfsubjectaccessreviews.authorization.k8s.io"],
-        true,
-    );
+    can_i(&alice, &["create", "selfsubjectaccessreviews.authorization.k8s.io"], true);
     // --as: the admin asks on alice's behalf (impersonation).
     can_i(&admin, &["list", "pods", "--as=alice"], true);
-    can_i(
-        &admin,
-        &["list", "pods", "--as=alice", "-n", "kube-system"],
-        false,
-    );
-    can_i(
-        &admin,
-        &["list", "pods", "--as=bob", "--as-group=dev"],
-        false,
-    );
+    can_i(&admin, &["list", "pods", "--as=alice", "-n", "kube-system"], false);
+    can_i(&admin, &["list", "pods", "--as=bob", "--as-group=dev"], false);
 }
 
 fn can_i_list_shows_the_rules_of_the_namespace(version: &str) {
     let (cluster, _fixtures) = cluster_with_alice();
     let admin = cluster.kubectl(version);
     let alice = alice(&cluster, version);
-    admin.ok(&[
-        "create",
-        "role",
-        "pod-reader",
-        "-n",
-        "default",
-        "--verb=get,list",
-        "--resource=pods",
-        "--resource-name=web",
-    ]);
-    admin.ok(&[
-        "create",
-        "rolebinding",
-        "alice-reads",
-        "-n",
-        "default",
-        "--role=pod-reader",
-        "--user=alice",
-    ]);
+    admin.ok(&["create", "role", "pod-reader", "-n", "default", "--verb=get,list", "--resource=pods", "--resource-name=web"]);
+    admin.ok(&["create", "rolebinding", "alice-reads", "-n", "default", "--role=pod-reader", "--user=alice"]);
     let table = |f: common::process::Finished| -> Vec<Vec<String>> {
-        common::lines(&f.stdout)
-            .iter()
-            .map(|l| l.split_whitespace().map(str::to_owned).collect())
-            .collect()
+        common::lines(&f.stdout).iter().map(|l| l.split_whitespace().map(str::to_owned).collect()).collect()
     };
     let rows = table(alice.ok(&["auth", "can-i", "--list"]));
-    assert_eq!(
-        rows[0],
-        vec![
-            "Resources",
-            "Non-Resource",
-            "URLs",
-            "Resource",
-            "Names",
-            "Verbs"
-        ],
-        "{rows:?}"
-    );
+    assert_eq!(rows[0], vec!["Resources", "Non-Resource", "URLs", "Resource", "Names", "Verbs"], "{rows:?}");
     let has = |rows: &[Vec<String>], row: &[&str]| rows.iter().any(|r| r == row);
-    assert!(
-        has(&rows, &["pods", "[]", "[web]", "[get", "list]"]),
-        "{rows:?}"
-    );
-    assert!(
-        has(
-            &rows,
-            &[
-                "selfsubjectreviews.authentication.k8s.io",
-                "[]",
-                "[]",
-                "[create]"
-            ]
-        ),
-        "{rows:?}"
-    );
+    assert!(has(&rows, &["pods", "[]", "[web]", "[get", "list]"]), "{rows:?}");
+    assert!(has(&rows, &["selfsubjectreviews.authentication.k8s.io", "[]", "[]", "[create]"]), "{rows:?}");
     assert!(has(&rows, &["[/healthz]", "[]", "[get]"]), "{rows:?}");
     // In kube-system alice's RoleBinding does not apply.
     let rows = table(alice.ok(&["auth", "can-i", "--list", "-n", "kube-system"]));
     assert!(!rows.iter().any(|r| r[0] == "pods"), "{rows:?}");
     // The same through --as from the admin.
     let rows = table(admin.ok(&["auth", "can-i", "--list", "--as=alice"]));
-    assert!(
-        has(&rows, &["pods", "[]", "[web]", "[get", "list]"]),
-        "{rows:?}"
-    );
+    assert!(has(&rows, &["pods", "[]", "[web]", "[get", "list]"]), "{rows:?}");
     // The admin (system:masters): cluster-admin's wildcards.
     let rows = table(admin.ok(&["auth", "can-i", "--list"]));
     assert!(has(&rows, &["*.*", "[]", "[]", "[*]"]), "{rows:?}");

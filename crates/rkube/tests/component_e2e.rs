@@ -38,19 +38,11 @@ fn held_lease(k: &Kubectl, name: &str) -> Value {
         let out = k.run(&["get", "lease", "-n", "kube-system", name, "-o", "json"]);
         if out.code == Some(0) {
             let lease: Value = serde_json::from_str(&out.stdout).expect("lease JSON");
-            if lease
-                .pointer("/spec/holderIdentity")
-                .and_then(Value::as_str)
-                .is_some_and(|h| !h.is_empty())
-            {
+            if lease.pointer("/spec/holderIdentity").and_then(Value::as_str).is_some_and(|h| !h.is_empty()) {
                 return lease;
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "no holder of lease {name}: {}",
-            out.stderr
-        );
+        assert!(Instant::now() < deadline, "no holder of lease {name}: {}", out.stderr);
         thread::sleep(Duration::from_millis(200));
     }
 }
@@ -64,13 +56,8 @@ fn curl(url: &str) -> (String, String) {
 }
 
 fn host_of(lease: &Value) -> String {
-    let holder = lease
-        .pointer("/spec/holderIdentity")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let (host, uuid) = holder
-        .rsplit_once('_')
-        .unwrap_or_else(|| panic!("holder {holder} is not <hostname>_<uuid>"));
+    let holder = lease.pointer("/spec/holderIdentity").and_then(Value::as_str).unwrap_or("");
+    let (host, uuid) = holder.rsplit_once('_').unwrap_or_else(|| panic!("holder {holder} is not <hostname>_<uuid>"));
     assert_eq!(uuid.len(), 36, "{holder}");
     host.to_string()
 }
@@ -84,82 +71,37 @@ fn scheduler_and_controller_manager_elect_leaders_and_serve_health() {
     let port = free_port().to_string();
     let mut scheduler = spawn(
         &[
-            "scheduler",
-            "--kubeconfig",
-            kubeconfig,
-            "--bind-address",
-            "127.0.0.1",
-            "--secure-port",
-            &port,
-            "--leader-elect-lease-duration",
-            "4s",
-            "--leader-elect-renew-deadline",
-            "3s",
-            "--leader-elect-retry-period",
-            "1s",
+            "scheduler", "--kubeconfig", kubeconfig, "--bind-address", "127.0.0.1", "--secure-port", &port,
+            "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "1s",
         ],
         "rkube scheduler",
     );
-    let _cm = spawn(
-        &[
-            "controller-manager",
-            "--kubeconfig",
-            kubeconfig,
-            "--secure-port",
-            "0",
-        ],
-        "rkube controller-manager",
-    );
+    let _cm = spawn(&["controller-manager", "--kubeconfig", kubeconfig, "--secure-port", "0"], "rkube controller-manager");
     let sched_lease = held_lease(&k, "kube-scheduler");
-    assert_eq!(
-        sched_lease.pointer("/spec/leaseDurationSeconds"),
-        Some(&Value::from(4))
-    );
-    assert_eq!(
-        sched_lease.pointer("/spec/leaseTransitions"),
-        Some(&Value::from(0))
-    );
+    assert_eq!(sched_lease.pointer("/spec/leaseDurationSeconds"), Some(&Value::from(4)));
+    assert_eq!(sched_lease.pointer("/spec/leaseTransitions"), Some(&Value::from(0)));
     let cm_lease = held_lease(&k, "kube-controller-manager");
-    assert_eq!(
-        cm_lease.pointer("/spec/leaseDurationSeconds"),
-        Some(&Value::from(15)),
-        "upstream's default"
-    );
+    assert_eq!(cm_lease.pointer("/spec/leaseDurationSeconds"), Some(&Value::from(15)), "upstream's default");
     assert_eq!(host_of(&sched_lease), host_of(&cm_lease));
 
     let base = format!("https://127.0.0.1:{port}");
     let deadline = Instant::now() + LIMIT;
     let metrics = loop {
         let (code, body) = curl(&format!("{base}/metrics"));
-        if code == "200"
-            && body.contains("leader_election_master_status{name=\"kube-scheduler\"} 1")
-        {
+        if code == "200" && body.contains("leader_election_master_status{name=\"kube-scheduler\"} 1") {
             break body;
         }
         assert!(Instant::now() < deadline, "metrics: {code} {body}");
         thread::sleep(Duration::from_millis(200));
     };
-    assert!(
-        metrics.contains("scheduler_pending_pods{queue=\"active\"}"),
-        "{metrics}"
-    );
+    assert!(metrics.contains("scheduler_pending_pods{queue=\"active\"}"), "{metrics}");
     for path in ["/healthz", "/livez", "/readyz"] {
-        assert_eq!(
-            curl(&format!("{base}{path}")),
-            ("200".to_string(), "ok".to_string()),
-            "{path}"
-        );
+        assert_eq!(curl(&format!("{base}{path}")), ("200".to_string(), "ok".to_string()), "{path}");
     }
 
     scheduler.signal("TERM");
-    let status = scheduler
-        .wait_timeout(Duration::from_secs(15))
-        .expect("scheduler exits on SIGTERM");
+    let status = scheduler.wait_timeout(Duration::from_secs(15)).expect("scheduler exits on SIGTERM");
     assert!(status.success(), "{status:?}");
     let released: Value = k.json(&["get", "lease", "-n", "kube-system", "kube-scheduler"]);
-    assert_eq!(
-        released.pointer("/spec/holderIdentity"),
-        None,
-        "released: {released}"
-    );
+    assert_eq!(released.pointer("/spec/holderIdentity"), None, "released: {released}");
 }

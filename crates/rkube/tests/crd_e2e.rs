@@ -70,9 +70,7 @@ spec:
 "#;
 
 fn widget(name: &str, spec: &str) -> String {
-    format!(
-        "apiVersion: e2e.example.com/v1\nkind: Widget\nmetadata:\n  name: {name}\nspec:\n{spec}"
-    )
+    format!("apiVersion: e2e.example.com/v1\nkind: Widget\nmetadata:\n  name: {name}\nspec:\n{spec}")
 }
 
 fn crds_serve_custom_resources_to_kubectl(version: &str) {
@@ -80,29 +78,12 @@ fn crds_serve_custom_resources_to_kubectl(version: &str) {
     let k = cluster.kubectl(version);
 
     let applied = k.run_stdin(&["apply", "-f", "-"], CRD).success();
-    assert_eq!(
-        applied.stdout.trim(),
-        "customresourcedefinition.apiextensions.k8s.io/widgets.e2e.example.com created"
-    );
-    k.ok(&[
-        "wait",
-        "--for",
-        "condition=established",
-        "crd/widgets.e2e.example.com",
-        "--timeout=30s",
-    ]);
+    assert_eq!(applied.stdout.trim(), "customresourcedefinition.apiextensions.k8s.io/widgets.e2e.example.com created");
+    k.ok(&["wait", "--for", "condition=established", "crd/widgets.e2e.example.com", "--timeout=30s"]);
     let crd = k.json(&["get", "crd", "widgets.e2e.example.com"]);
-    assert_eq!(
-        crd["status"]["acceptedNames"]["shortNames"][0], "wd",
-        "{crd}"
-    );
+    assert_eq!(crd["status"]["acceptedNames"]["shortNames"][0], "wd", "{crd}");
 
-    let created = k
-        .run_stdin(
-            &["apply", "-f", "-"],
-            &widget("w1", "  size: large\n  replicas: 2\n"),
-        )
-        .success();
+    let created = k.run_stdin(&["apply", "-f", "-"], &widget("w1", "  size: large\n  replicas: 2\n")).success();
     assert_eq!(created.stdout.trim(), "widget.e2e.example.com/w1 created");
 
     // The short name and the printer columns, AGE last.
@@ -114,10 +95,7 @@ fn crds_serve_custom_resources_to_kubectl(version: &str) {
     // explain reads the CRD's schema from OpenAPI.
     let explained = k.ok(&["explain", "widgets.spec.size"]).stdout;
     assert!(explained.contains("How big the widget is."), "{explained}");
-    assert!(
-        explained.contains("KIND:") && explained.contains("Widget"),
-        "{explained}"
-    );
+    assert!(explained.contains("KIND:") && explained.contains("Widget"), "{explained}");
 
     // scale through the scale subresource.
     let scaled = k.ok(&["scale", "widget/w1", "--replicas=4"]).stdout;
@@ -128,49 +106,24 @@ fn crds_serve_custom_resources_to_kubectl(version: &str) {
     cluster.stop(Stop::Term);
     cluster.restart();
     let after = k.ok(&["get", "wd", "w1", "--no-headers"]).stdout;
-    assert!(
-        after.starts_with("w1") && after.contains("large") && after.contains('4'),
-        "{after}"
-    );
+    assert!(after.starts_with("w1") && after.contains("large") && after.contains('4'), "{after}");
 
     // A schema violation is refused with the field named.
-    let bad = k.run_stdin(
-        &["apply", "-f", "-"],
-        &widget("w2", "  size: huge\n  replicas: three\n"),
-    );
+    let bad = k.run_stdin(&["apply", "-f", "-"], &widget("w2", "  size: huge\n  replicas: three\n"));
     assert_ne!(bad.code, Some(0), "{}", bad.stdout);
     assert!(
         bad.stderr.contains(r#"spec.replicas: Invalid value: "string": spec.replicas in body must be of type integer: "string""#),
         "{}",
         bad.stderr
     );
-    assert!(
-        bad.stderr.contains(
-            r#"spec.size: Unsupported value: "huge": supported values: "small", "large""#
-        ),
-        "{}",
-        bad.stderr
-    );
+    assert!(bad.stderr.contains(r#"spec.size: Unsupported value: "huge": supported values: "small", "large""#), "{}", bad.stderr);
 
     // Deleting the CRD deletes its objects; the resource is no longer served.
-    let deleted = k
-        .ok(&["delete", "crd", "widgets.e2e.example.com", "--timeout=60s"])
-        .stdout;
-    assert_eq!(
-        deleted.trim(),
-        "customresourcedefinition.apiextensions.k8s.io \"widgets.e2e.example.com\" deleted"
-    );
-    let gone = k.run(&[
-        "get",
-        "--raw",
-        "/apis/e2e.example.com/v1/namespaces/default/widgets",
-    ]);
+    let deleted = k.ok(&["delete", "crd", "widgets.e2e.example.com", "--timeout=60s"]).stdout;
+    assert_eq!(deleted.trim(), "customresourcedefinition.apiextensions.k8s.io \"widgets.e2e.example.com\" deleted");
+    let gone = k.run(&["get", "--raw", "/apis/e2e.example.com/v1/namespaces/default/widgets"]);
     assert_ne!(gone.code, Some(0), "{}", gone.stdout);
-    assert!(
-        gone.stderr.contains("NotFound") || gone.stderr.contains("not found"),
-        "{}",
-        gone.stderr
-    );
+    assert!(gone.stderr.contains("NotFound") || gone.stderr.contains("not found"), "{}", gone.stderr);
 }
 
 per_kubectl_version!(crds_serve_custom_resources_to_kubectl);

@@ -61,23 +61,14 @@ fn unread_flags(cmd: &clap::Command, path: &str, source: &str, out: &mut Vec<Str
         if matches!(id, "help" | "version") {
             continue;
         }
-        let deprecated = rkube::DEPRECATED_FLAGS
-            .iter()
-            .any(|d| d.command == path && d.flag == id);
+        let deprecated = rkube::DEPRECATED_FLAGS.iter().any(|d| d.command == path && d.flag == id);
         if !deprecated && !reads_field(source, id) {
-            let name = arg
-                .get_long()
-                .map(|l| format!("--{l}"))
-                .unwrap_or_else(|| format!("<{id}>"));
+            let name = arg.get_long().map(|l| format!("--{l}")).unwrap_or_else(|| format!("<{id}>"));
             out.push(format!("rkube {path} {name} (field `{id}`)"));
         }
     }
     for sub in cmd.get_subcommands() {
-        let path = if path.is_empty() {
-            sub.get_name().to_string()
-        } else {
-            format!("{path} {}", sub.get_name())
-        };
+        let path = if path.is_empty() { sub.get_name().to_string() } else { format!("{path} {}", sub.get_name()) };
         unread_flags(sub, &path, source, out);
     }
 }
@@ -88,23 +79,10 @@ fn every_flag_is_read_or_declared_deprecated() {
     let source = workspace_source();
     let mut unread = Vec::new();
     unread_flags(&cli, "", &source, &mut unread);
-    assert!(
-        unread.is_empty(),
-        "flags parsed but never read:\n{}",
-        unread.join("\n")
-    );
+    assert!(unread.is_empty(), "flags parsed but never read:\n{}", unread.join("\n"));
     // The walk saw every subcommand and their flags.
     let subs: Vec<&str> = cli.get_subcommands().map(|s| s.get_name()).collect();
-    for expected in [
-        "apiserver",
-        "up",
-        "proxy",
-        "runtime",
-        "node",
-        "scheduler",
-        "controller-manager",
-        "bench",
-    ] {
+    for expected in ["apiserver", "up", "proxy", "runtime", "node", "scheduler", "controller-manager", "bench"] {
         assert!(subs.contains(&expected), "{subs:?}");
     }
 }
@@ -121,36 +99,20 @@ fn the_check_finds_an_unread_flag() {
     let source = "fn run(a: Fake) { if a.used { } let _ = a.never_read_len(); }";
     let mut unread = Vec::new();
     unread_flags(&Fake::command(), "fake", source, &mut unread);
-    assert_eq!(
-        unread,
-        vec!["rkube fake --never-read (field `never_read`)".to_string()]
-    );
+    assert_eq!(unread, vec!["rkube fake --never-read (field `never_read`)".to_string()]);
 }
 
 #[test]
 fn deprecated_flags_exist_and_warn_like_upstream() {
     let cli = rkube::Cli::command();
     for d in rkube::DEPRECATED_FLAGS {
-        let sub = cli
-            .find_subcommand(d.command)
-            .unwrap_or_else(|| panic!("no subcommand {}", d.command));
-        assert!(
-            sub.get_arguments().any(|a| a.get_id() == d.flag),
-            "{} has no --{}",
-            d.command,
-            d.flag
-        );
+        let sub = cli.find_subcommand(d.command).unwrap_or_else(|| panic!("no subcommand {}", d.command));
+        assert!(sub.get_arguments().any(|a| a.get_id() == d.flag), "{} has no --{}", d.command, d.flag);
     }
-    let matches = cli
-        .clone()
-        .try_get_matches_from(["rkube", "up", "--secure"])
-        .expect("parses");
+    let matches = cli.clone().try_get_matches_from(["rkube", "up", "--secure"]).expect("parses");
     assert_eq!(
         rkube::deprecation_warnings(&matches),
-        vec![
-            "Flag --secure has been deprecated, HTTPS is the default; --insecure serves plain HTTP"
-                .to_string()
-        ]
+        vec!["Flag --secure has been deprecated, HTTPS is the default; --insecure serves plain HTTP".to_string()]
     );
     let matches = cli.try_get_matches_from(["rkube", "up"]).expect("parses");
     assert!(rkube::deprecation_warnings(&matches).is_empty());

@@ -34,16 +34,9 @@ fn job_manifest(name: &str, command: &str, spec: &str) -> String {
 
 /// The `True` condition of `job` of type `type_`, as (reason, message).
 fn condition(job: &Value, type_: &str) -> Option<(String, String)> {
-    job["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_ && c["status"] == "True")
-        .map(|c| {
-            (
-                c["reason"].as_str().unwrap_or("").to_string(),
-                c["message"].as_str().unwrap_or("").to_string(),
-            )
-        })
+    job["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_ && c["status"] == "True").map(|c| {
+        (c["reason"].as_str().unwrap_or("").to_string(), c["message"].as_str().unwrap_or("").to_string())
+    })
 }
 
 fn jobs_complete_fail_and_run_from_cronjobs(version: &str) {
@@ -54,92 +47,35 @@ fn jobs_complete_fail_and_run_from_cronjobs(version: &str) {
     // completions 3, parallelism 2: Complete, 3 succeeded.
     let ok = job_manifest("ok", "exit 0", "  completions: 3\n  parallelism: 2\n");
     k.run_stdin(&["create", "-f", "-"], &ok).success();
-    k.ok(&[
-        "wait",
-        "--for=condition=complete",
-        "job/ok",
-        "--timeout=120s",
-    ]);
+    k.ok(&["wait", "--for=condition=complete", "job/ok", "--timeout=120s"]);
     let job = k.json(&["get", "job", "ok"]);
-    assert_eq!(
-        (
-            job["status"]["succeeded"].as_i64(),
-            job["status"]["active"].as_i64()
-        ),
-        (Some(3), Some(0)),
-        "{job}"
-    );
-    assert_eq!(
-        condition(&job, "Complete").map(|c| c.0),
-        Some("CompletionsReached".to_string()),
-        "{job}"
-    );
+    assert_eq!((job["status"]["succeeded"].as_i64(), job["status"]["active"].as_i64()), (Some(3), Some(0)), "{job}");
+    assert_eq!(condition(&job, "Complete").map(|c| c.0), Some("CompletionsReached".to_string()), "{job}");
     let pods = k.json(&["get", "pods", "-l", "job-name=ok"]);
-    let phases: Vec<&str> = pods["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| p["status"]["phase"].as_str())
-        .collect();
+    let phases: Vec<&str> = pods["items"].as_array().into_iter().flatten().filter_map(|p| p["status"]["phase"].as_str()).collect();
     assert_eq!(phases, ["Succeeded"; 3], "{pods}");
 
     // exit 1 with backoffLimit 1: two pods fail (10s backoff between them), then Failed.
     let boom = job_manifest("boom", "exit 1", "  backoffLimit: 1\n");
     k.run_stdin(&["create", "-f", "-"], &boom).success();
-    k.ok(&[
-        "wait",
-        "--for=condition=failed",
-        "job/boom",
-        "--timeout=120s",
-    ]);
+    k.ok(&["wait", "--for=condition=failed", "job/boom", "--timeout=120s"]);
     let job = k.json(&["get", "job", "boom"]);
-    assert_eq!(
-        condition(&job, "Failed"),
-        Some((
-            "BackoffLimitExceeded".into(),
-            "Job has reached the specified backoff limit".into()
-        )),
-        "{job}"
-    );
+    assert_eq!(condition(&job, "Failed"), Some(("BackoffLimitExceeded".into(), "Job has reached the specified backoff limit".into())), "{job}");
     assert_eq!(job["status"]["failed"].as_i64(), Some(2), "{job}");
 
     // A CronJob's template run now with `create job --from`.
-    k.ok(&[
-        "create",
-        "cronjob",
-        "tick",
-        "--image=busybox",
-        "--schedule=0 0 1 1 *",
-        "--",
-        "/bin/sh",
-        "-c",
-        "exit 0",
-    ]);
+    k.ok(&["create", "cronjob", "tick", "--image=busybox", "--schedule=0 0 1 1 *", "--", "/bin/sh", "-c", "exit 0"]);
     k.ok(&["create", "job", "manual", "--from=cronjob/tick"]);
-    k.ok(&[
-        "wait",
-        "--for=condition=complete",
-        "job/manual",
-        "--timeout=120s",
-    ]);
+    k.ok(&["wait", "--for=condition=complete", "job/manual", "--timeout=120s"]);
     let job = k.json(&["get", "job", "manual"]);
-    assert_eq!(
-        job["metadata"]["annotations"]["cronjob.kubernetes.io/instantiate"], "manual",
-        "{job}"
-    );
-    assert_eq!(
-        job["metadata"]["ownerReferences"][0]["kind"], "CronJob",
-        "{job}"
-    );
+    assert_eq!(job["metadata"]["annotations"]["cronjob.kubernetes.io/instantiate"], "manual", "{job}");
+    assert_eq!(job["metadata"]["ownerReferences"][0]["kind"], "CronJob", "{job}");
 
     let events = wait_for(&cluster, "the Completed events", || {
         let out = k.ok(&["get", "events"]).stdout;
         (out.matches("Job completed").count() >= 2).then_some(out)
     });
-    assert!(
-        events.contains("SuccessfulCreate") && events.contains("Created pod: ok-"),
-        "{events}"
-    );
+    assert!(events.contains("SuccessfulCreate") && events.contains("Created pod: ok-"), "{events}");
     assert!(events.contains("Completed"), "{events}");
     assert!(events.contains("BackoffLimitExceeded"), "{events}");
 }

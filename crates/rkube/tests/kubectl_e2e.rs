@@ -12,15 +12,15 @@ mod scenarios;
 
 use scenarios::apply::{
     apply_multi_document_manifest_then_reapply_merges_changes,
-    apply_secret_string_data_lands_in_data, apply_server_side_creates_then_merges_field_managers,
-    apply_then_apply_server_side_migrates_and_reapplies,
+    apply_server_side_creates_then_merges_field_managers,
+    apply_secret_string_data_lands_in_data, apply_then_apply_server_side_migrates_and_reapplies,
 };
 use scenarios::cascade::{
-    delete_cascade_background_foreground_orphan,
-    delete_manifest_holding_its_own_namespace_succeeds,
+    delete_cascade_background_foreground_orphan, delete_manifest_holding_its_own_namespace_succeeds,
     delete_namespace_shows_terminating_then_it_goes,
 };
 use scenarios::debug::debug_adds_an_ephemeral_container;
+use scenarios::every_kind::apply_every_kind_then_reapply_writes_nothing;
 use scenarios::delete::delete_waits_until_gone_and_wait_false_returns_at_once;
 use scenarios::describe::describe_pod_and_service;
 use scenarios::discovery::{
@@ -28,11 +28,11 @@ use scenarios::discovery::{
 };
 use scenarios::errors::{
     create_body_over_3mib_is_request_entity_too_large, create_configmap_over_1mib_is_invalid,
-    create_duplicate_is_already_exists, create_invalid_name_is_invalid_with_field_cause,
+    create_duplicate_is_already_exists,
+    create_invalid_name_is_invalid_with_field_cause,
     create_unknown_field_is_rejected_by_strict_validation, get_missing_object_is_not_found,
     replace_stale_manifest_is_conflict,
 };
-use scenarios::every_kind::apply_every_kind_then_reapply_writes_nothing;
 use scenarios::get::{
     get_all_namespaces_with_label_and_field_selectors, get_chunk_size_pages_through_every_object,
     get_output_json_yaml_and_wide, get_table_for_nodes_events_and_secrets,

@@ -22,10 +22,8 @@ fn cluster_with_bob() -> (Cluster, tempfile::TempDir) {
     let fixtures = tempfile::tempdir().expect("tempdir");
     let tokens = fixtures.path().join("tokens.csv");
     std::fs::write(&tokens, "bob-secret,bob,2001\n").expect("token file");
-    let cluster = Cluster::builder(Backend::Embedded)
-        .arg("--node")
-        .arg(format!("--token-auth-file={}", tokens.display()))
-        .start();
+    let cluster =
+        Cluster::builder(Backend::Embedded).arg("--node").arg(format!("--token-auth-file={}", tokens.display())).start();
     (cluster, fixtures)
 }
 
@@ -36,20 +34,12 @@ fn ready_node(cluster: &Cluster, k: &Kubectl) -> serde_json::Value {
     loop {
         let nodes = k.json(&["get", "nodes"]);
         let ready = nodes["items"].as_array().into_iter().flatten().find(|n| {
-            n["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            n["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True")
         });
         if let Some(node) = ready {
             return node.clone();
         }
-        assert!(
-            Instant::now() < deadline,
-            "no Ready node: {nodes}\n--- server log ---\n{}",
-            cluster.server_log()
-        );
+        assert!(Instant::now() < deadline, "no Ready node: {nodes}\n--- server log ---\n{}", cluster.server_log());
         thread::sleep(Duration::from_millis(200));
     }
 }
@@ -60,19 +50,11 @@ fn running(cluster: &Cluster, k: &Kubectl, pod: &str) {
     let deadline = Instant::now() + LIMIT;
     loop {
         let p = k.json(&["get", "pod", pod]);
-        let statuses = p["status"]["containerStatuses"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
+        let statuses = p["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
         if !statuses.is_empty() && statuses.iter().all(|s| s["state"]["running"].is_object()) {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{pod} not running: {}\n--- server log ---\n{}",
-            p["status"],
-            cluster.server_log()
-        );
+        assert!(Instant::now() < deadline, "{pod} not running: {}\n--- server log ---\n{}", p["status"], cluster.server_log());
         thread::sleep(Duration::from_millis(200));
     }
 }
@@ -89,14 +71,7 @@ fn logs_become(k: &Kubectl, args: &[&str], want: &str) {
         if f.code == Some(0) && f.stdout == want {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "`{}`: code {:?}, stdout {:?}, stderr {:?}; want {want:?}",
-            f.cmdline,
-            f.code,
-            f.stdout,
-            f.stderr
-        );
+        assert!(Instant::now() < deadline, "`{}`: code {:?}, stdout {:?}, stderr {:?}; want {want:?}", f.cmdline, f.code, f.stdout, f.stderr);
         thread::sleep(Duration::from_millis(200));
     }
 }
@@ -135,64 +110,29 @@ fn kubectl_logs_reads_container_output_through_the_kubelet_api(version: &str) {
     let (cluster, _fixtures) = cluster_with_bob();
     let k = cluster.kubectl(version);
     let node = ready_node(&cluster, &k);
-    let addresses = node["status"]["addresses"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let addresses = node["status"]["addresses"].as_array().cloned().unwrap_or_default();
     assert!(
-        addresses
-            .iter()
-            .any(|a| a["type"] == "InternalIP" && a["address"] == "127.0.0.1"),
+        addresses.iter().any(|a| a["type"] == "InternalIP" && a["address"] == "127.0.0.1"),
         "InternalIP 127.0.0.1 in {addresses:?}"
     );
-    assert!(
-        addresses.iter().any(|a| a["type"] == "Hostname"),
-        "Hostname in {addresses:?}"
-    );
-    let kubelet_port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
-        .as_u64()
-        .unwrap_or(0);
-    assert!(
-        kubelet_port > 0,
-        "daemonEndpoints: {}",
-        node["status"]["daemonEndpoints"]
-    );
+    assert!(addresses.iter().any(|a| a["type"] == "Hostname"), "Hostname in {addresses:?}");
+    let kubelet_port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_u64().unwrap_or(0);
+    assert!(kubelet_port > 0, "daemonEndpoints: {}", node["status"]["daemonEndpoints"]);
 
-    k.ok(&[
-        "run",
-        "lines",
-        "--image=busybox",
-        "--restart=Never",
-        "--",
-        "/bin/sh",
-        "-c",
-        "for i in 1 2 3; do echo line $i; done; sleep 3600",
-    ]);
+    k.ok(&["run", "lines", "--image=busybox", "--restart=Never", "--", "/bin/sh", "-c", "for i in 1 2 3; do echo line $i; done; sleep 3600"]);
     running(&cluster, &k, "lines");
     logs_become(&k, &["lines"], "line 1\nline 2\nline 3\n");
     assert_eq!(k.ok(&["logs", "lines", "--tail=1"]).stdout, "line 3\n");
-    assert_eq!(
-        k.ok(&["logs", "lines", "--limit-bytes=9"]).stdout,
-        "line 1\nli"
-    );
-    assert_eq!(
-        k.ok(&["logs", "lines", "--since=1h"]).stdout,
-        "line 1\nline 2\nline 3\n"
-    );
-    assert_eq!(
-        k.ok(&["logs", "lines", "-c", "lines"]).stdout,
-        "line 1\nline 2\nline 3\n"
-    );
+    assert_eq!(k.ok(&["logs", "lines", "--limit-bytes=9"]).stdout, "line 1\nli");
+    assert_eq!(k.ok(&["logs", "lines", "--since=1h"]).stdout, "line 1\nline 2\nline 3\n");
+    assert_eq!(k.ok(&["logs", "lines", "-c", "lines"]).stdout, "line 1\nline 2\nline 3\n");
     let stamped = k.ok(&["logs", "lines", "--timestamps"]).stdout;
     let stamped: Vec<&str> = stamped.lines().collect();
     assert_eq!(stamped.len(), 3, "{stamped:?}");
     for (i, line) in stamped.iter().enumerate() {
         let (ts, rest) = line.split_once(' ').unwrap_or_default();
         assert_eq!(rest, format!("line {}", i + 1));
-        assert!(
-            ts.len() >= 20 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T',
-            "RFC 3339 timestamp: {line:?}"
-        );
+        assert!(ts.len() >= 20 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T', "RFC 3339 timestamp: {line:?}");
     }
     k.fails_with(
         &["logs", "lines", "--previous"],
@@ -200,33 +140,15 @@ fn kubectl_logs_reads_container_output_through_the_kubelet_api(version: &str) {
     );
 
     // logs -f gets a line written after it started.
-    k.ok(&[
-        "run",
-        "ticker",
-        "--image=busybox",
-        "--restart=Never",
-        "--",
-        "/bin/sh",
-        "-c",
-        "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.5; done",
-    ]);
+    k.ok(&["run", "ticker", "--image=busybox", "--restart=Never", "--", "/bin/sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.5; done"]);
     running(&cluster, &k, "ticker");
     let mut follow = k.spawn(&["logs", "-f", "ticker"]);
     follow.expect_line("`tick 1`", LIMIT, |l| l == "tick 1");
     let snapshot = k.ok(&["logs", "ticker"]).stdout;
-    let last: u64 = snapshot
-        .lines()
-        .last()
-        .and_then(|l| l.strip_prefix("tick "))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    let last: u64 = snapshot.lines().last().and_then(|l| l.strip_prefix("tick ")).and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(last >= 1, "{snapshot:?}");
     let next = format!("tick {}", last + 1);
-    follow.expect_line(
-        &format!("`{next}`, written after the snapshot"),
-        LIMIT,
-        |l| l == next,
-    );
+    follow.expect_line(&format!("`{next}`, written after the snapshot"), LIMIT, |l| l == next);
     drop(follow);
 
     // Two containers: -c picks one; without it kubectl defaults to the first, and the API
@@ -236,50 +158,22 @@ fn kubectl_logs_reads_container_output_through_the_kubelet_api(version: &str) {
     logs_become(&k, &["duo", "-c", "b"], "from-b\n");
     let defaulted = k.ok(&["logs", "duo"]);
     assert_eq!(defaulted.stdout, "from-a\n");
-    assert!(
-        defaulted
-            .stderr
-            .contains(r#"Defaulted container "a" out of: a, b"#),
-        "{}",
-        defaulted.stderr
-    );
+    assert!(defaulted.stderr.contains(r#"Defaulted container "a" out of: a, b"#), "{}", defaulted.stderr);
     k.fails_with(
         &["get", "--raw", "/api/v1/namespaces/default/pods/duo/log"],
         "Error from server (BadRequest): a container name must be specified for pod duo, choose one of: [a b]",
     );
     // kubectl checks the name itself; the API answers the same.
+    k.fails_with(&["logs", "duo", "-c", "nope"], "error: container nope is not valid for pod duo");
     k.fails_with(
-        &["logs", "duo", "-c", "nope"],
-        "error: container nope is not valid for pod duo",
-    );
-    k.fails_with(
-        &[
-            "get",
-            "--raw",
-            "/api/v1/namespaces/default/pods/duo/log?container=nope",
-        ],
+        &["get", "--raw", "/api/v1/namespaces/default/pods/duo/log?container=nope"],
         "Error from server (BadRequest): container nope is not valid for pod duo",
     );
 
     // RBAC: pods/log is its own subresource.
-    k.ok(&[
-        "create",
-        "role",
-        "pod-reader",
-        "--verb=get",
-        "--resource=pods",
-    ]);
-    k.ok(&[
-        "create",
-        "rolebinding",
-        "bob-reads-pods",
-        "--role=pod-reader",
-        "--user=bob",
-    ]);
-    let bob = cluster.kubectl_with(
-        version,
-        &cluster.write_kubeconfig_for("bob", &Credentials::Token("bob-secret".into())),
-    );
+    k.ok(&["create", "role", "pod-reader", "--verb=get", "--resource=pods"]);
+    k.ok(&["create", "rolebinding", "bob-reads-pods", "--role=pod-reader", "--user=bob"]);
+    let bob = cluster.kubectl_with(version, &cluster.write_kubeconfig_for("bob", &Credentials::Token("bob-secret".into())));
     bob.ok(&["get", "pod", "lines"]);
     bob.fails_with(
         &["logs", "lines"],
@@ -288,60 +182,24 @@ fn kubectl_logs_reads_container_output_through_the_kubelet_api(version: &str) {
 
     // The kubelet API directly.
     let info = cluster.kubeconfig_info();
-    let kubelet = common::KubeconfigInfo {
-        server: format!("https://127.0.0.1:{kubelet_port}"),
-        ..info.clone()
-    };
+    let kubelet = common::KubeconfigInfo { server: format!("https://127.0.0.1:{kubelet_port}"), ..info.clone() };
     let path = "/containerLogs/default/lines/lines?tailLines=2";
-    let anonymous = kubelet
-        .client(&Credentials::None)
-        .expect("client")
-        .get(path)
-        .expect("GET");
+    let anonymous = kubelet.client(&Credentials::None).expect("client").get(path).expect("GET");
     assert_eq!(anonymous, (401, "Unauthorized".to_string()));
-    let as_bob = kubelet
-        .client(&Credentials::Token("bob-secret".into()))
-        .expect("client")
-        .get(path)
-        .expect("GET");
-    assert_eq!(
-        as_bob,
-        (
-            403,
-            "Forbidden (user=bob, verb=get, resource=nodes, subresource(s)=[proxy])".to_string()
-        )
-    );
-    let (code, body) = kubelet
-        .client(&info.credentials)
-        .expect("client")
-        .get(path)
-        .expect("GET");
-    assert_eq!(
-        (code, dechunk(&body)),
-        (200, "line 2\nline 3\n".to_string())
-    );
+    let as_bob = kubelet.client(&Credentials::Token("bob-secret".into())).expect("client").get(path).expect("GET");
+    assert_eq!(as_bob, (403, "Forbidden (user=bob, verb=get, resource=nodes, subresource(s)=[proxy])".to_string()));
+    let (code, body) = kubelet.client(&info.credentials).expect("client").get(path).expect("GET");
+    assert_eq!((code, dechunk(&body)), (200, "line 2\nline 3\n".to_string()));
 }
 
 /// `rkube up --insecure --node`: no PKI, so the kubelet API serves a self-signed certificate
 /// and allows everyone, and the API server reads logs without a client certificate.
 #[test]
 fn insecure_up_node_serves_logs_too() {
-    let cluster = Cluster::builder(Backend::Embedded)
-        .insecure()
-        .arg("--node")
-        .start();
+    let cluster = Cluster::builder(Backend::Embedded).insecure().arg("--node").start();
     let k = cluster.kubectl("1.33");
     ready_node(&cluster, &k);
-    k.ok(&[
-        "run",
-        "hello",
-        "--image=busybox",
-        "--restart=Never",
-        "--",
-        "/bin/sh",
-        "-c",
-        "echo hello; sleep 3600",
-    ]);
+    k.ok(&["run", "hello", "--image=busybox", "--restart=Never", "--", "/bin/sh", "-c", "echo hello; sleep 3600"]);
     running(&cluster, &k, "hello");
     logs_become(&k, &["hello"], "hello\n");
 }

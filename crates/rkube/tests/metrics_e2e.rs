@@ -60,11 +60,7 @@ fn millicores(q: &str) -> f64 {
 
 /// The value of a memory quantity in bytes (`4Ki`, `12Mi`, `1000`).
 fn bytes(q: &str) -> f64 {
-    for (suffix, scale) in [
-        ("Ki", 1024.0),
-        ("Mi", 1024.0 * 1024.0),
-        ("Gi", 1024.0 * 1024.0 * 1024.0),
-    ] {
+    for (suffix, scale) in [("Ki", 1024.0), ("Mi", 1024.0 * 1024.0), ("Gi", 1024.0 * 1024.0 * 1024.0)] {
         if let Some(n) = q.strip_suffix(suffix) {
             return n.parse::<f64>().unwrap_or(0.0) * scale;
         }
@@ -75,27 +71,16 @@ fn bytes(q: &str) -> f64 {
 /// The `kubectl top` row of `name` once it shows non-zero CPU (`CPU(cores)` column, e.g.
 /// `987m`), as (cpu millicores, memory cell).
 fn top_row(cluster: &Cluster, k: &Kubectl, args: &[&str], name: &str) -> (f64, String) {
-    cluster.wait_until(
-        &format!("`kubectl {}` showing {name} with CPU", args.join(" ")),
-        LIMIT,
-        || {
-            let f = k.run(args);
-            if f.code != Some(0) {
-                return None;
-            }
-            let t = Table::parse(&f.stdout);
-            let row = t
-                .rows
-                .iter()
-                .find(|r| r.first().map(String::as_str) == Some(name))?;
-            let cpu = t
-                .cell(row, "CPU(cores)")
-                .trim_end_matches('m')
-                .parse::<f64>()
-                .ok()?;
-            (cpu > 0.0).then(|| (cpu, t.cell(row, "MEMORY(bytes)").to_string()))
-        },
-    )
+    cluster.wait_until(&format!("`kubectl {}` showing {name} with CPU", args.join(" ")), LIMIT, || {
+        let f = k.run(args);
+        if f.code != Some(0) {
+            return None;
+        }
+        let t = Table::parse(&f.stdout);
+        let row = t.rows.iter().find(|r| r.first().map(String::as_str) == Some(name))?;
+        let cpu = t.cell(row, "CPU(cores)").trim_end_matches('m').parse::<f64>().ok()?;
+        (cpu > 0.0).then(|| (cpu, t.cell(row, "MEMORY(bytes)").to_string()))
+    })
 }
 
 fn kubectl_top_and_the_metrics_api_show_a_burning_pod(version: &str) {
@@ -103,83 +88,29 @@ fn kubectl_top_and_the_metrics_api_show_a_burning_pod(version: &str) {
     let k = cluster.kubectl(version);
     cluster.wait_for_ready_node(&k, LIMIT);
     let node = k.json(&["get", "nodes"])["items"][0].clone();
-    let node_name = node["metadata"]["name"]
-        .as_str()
-        .expect("node name")
-        .to_string();
-    let kubelet_port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
-        .as_u64()
-        .expect("kubelet port");
-    k.ok(&[
-        "run",
-        "burner",
-        "--image=busybox",
-        "--restart=Never",
-        "--",
-        "/bin/sh",
-        "-c",
-        BURN,
-    ]);
+    let node_name = node["metadata"]["name"].as_str().expect("node name").to_string();
+    let kubelet_port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_u64().expect("kubelet port");
+    k.ok(&["run", "burner", "--image=busybox", "--restart=Never", "--", "/bin/sh", "-c", BURN]);
 
     // The kubelet API directly: the summary shows the container burning.
     let info = cluster.kubeconfig_info();
-    let kubelet = common::KubeconfigInfo {
-        server: format!("https://127.0.0.1:{kubelet_port}"),
-        ..info.clone()
-    };
+    let kubelet = common::KubeconfigInfo { server: format!("https://127.0.0.1:{kubelet_port}"), ..info.clone() };
     let admin = kubelet.client(&info.credentials).expect("client");
-    let summary: Value = cluster.wait_until(
-        "the summary listing burner with CPU and memory",
-        LIMIT,
-        || {
-            let (code, body) = admin.get("/stats/summary").ok()?;
-            let s: Value = serde_json::from_str(&body).ok()?;
-            let pod = s["pods"]
-                .as_array()?
-                .iter()
-                .find(|p| p["podRef"]["name"] == "burner")?
-                .clone();
-            let c = &pod["containers"][0];
-            let busy = c["cpu"]["usageCoreNanoSeconds"].as_u64()? > 100_000_000
-                && c["memory"]["workingSetBytes"].as_u64()? > 4_000_000;
-            (code == 200 && busy).then_some(s)
-        },
-    );
+    let summary: Value = cluster.wait_until("the summary listing burner with CPU and memory", LIMIT, || {
+        let (code, body) = admin.get("/stats/summary").ok()?;
+        let s: Value = serde_json::from_str(&body).ok()?;
+        let pod = s["pods"].as_array()?.iter().find(|p| p["podRef"]["name"] == "burner")?.clone();
+        let c = &pod["containers"][0];
+        let busy = c["cpu"]["usageCoreNanoSeconds"].as_u64()? > 100_000_000 && c["memory"]["workingSetBytes"].as_u64()? > 4_000_000;
+        (code == 200 && busy).then_some(s)
+    });
     assert_eq!(summary["node"]["nodeName"], node_name.as_str());
-    assert!(
-        summary["node"]["cpu"]["usageCoreNanoSeconds"]
-            .as_u64()
-            .is_some_and(|n| n > 0),
-        "{}",
-        summary["node"]
-    );
-    assert!(
-        summary["node"]["memory"]["workingSetBytes"]
-            .as_u64()
-            .is_some_and(|n| n > 0),
-        "{}",
-        summary["node"]
-    );
-    let pod = summary["pods"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["podRef"]["name"] == "burner")
-        .expect("burner");
-    assert_eq!(
-        (
-            pod["podRef"]["namespace"].as_str(),
-            pod["containers"][0]["name"].as_str()
-        ),
-        (Some("default"), Some("burner"))
-    );
-    assert!(
-        pod["startTime"].as_str().is_some_and(|t| t.ends_with('Z')),
-        "{pod}"
-    );
-    let (code, page) = admin
-        .get("/metrics/resource")
-        .expect("GET /metrics/resource");
+    assert!(summary["node"]["cpu"]["usageCoreNanoSeconds"].as_u64().is_some_and(|n| n > 0), "{}", summary["node"]);
+    assert!(summary["node"]["memory"]["workingSetBytes"].as_u64().is_some_and(|n| n > 0), "{}", summary["node"]);
+    let pod = summary["pods"].as_array().into_iter().flatten().find(|p| p["podRef"]["name"] == "burner").expect("burner");
+    assert_eq!((pod["podRef"]["namespace"].as_str(), pod["containers"][0]["name"].as_str()), (Some("default"), Some("burner")));
+    assert!(pod["startTime"].as_str().is_some_and(|t| t.ends_with('Z')), "{pod}");
+    let (code, page) = admin.get("/metrics/resource").expect("GET /metrics/resource");
     assert_eq!(code, 200);
     for prefix in [
         "container_cpu_usage_seconds_total{container=\"burner\",namespace=\"default\",pod=\"burner\"} ",
@@ -195,45 +126,19 @@ fn kubectl_top_and_the_metrics_api_show_a_burning_pod(version: &str) {
     let (code, pods) = admin.get("/pods").expect("GET /pods");
     let pods: Value = serde_json::from_str(&pods).expect("PodList");
     assert_eq!((code, pods["kind"].as_str()), (200, Some("PodList")));
-    assert!(
-        pods["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|p| p["metadata"]["name"] == "burner"),
-        "{pods}"
-    );
-    let bob_kubelet = kubelet
-        .client(&Credentials::Token("bob-secret".into()))
-        .expect("client");
+    assert!(pods["items"].as_array().into_iter().flatten().any(|p| p["metadata"]["name"] == "burner"), "{pods}");
+    let bob_kubelet = kubelet.client(&Credentials::Token("bob-secret".into())).expect("client");
     assert_eq!(
         bob_kubelet.get("/stats/summary").expect("GET"),
-        (
-            403,
-            "Forbidden (user=bob, verb=get, resource=nodes, subresource(s)=[stats])".to_string()
-        )
+        (403, "Forbidden (user=bob, verb=get, resource=nodes, subresource(s)=[stats])".to_string())
     );
 
     // nodes/proxy through the API server.
-    let proxied = raw_json(
-        &k,
-        &format!("/api/v1/nodes/{node_name}/proxy/stats/summary"),
-    );
+    let proxied = raw_json(&k, &format!("/api/v1/nodes/{node_name}/proxy/stats/summary"));
     assert_eq!(proxied["node"]["nodeName"], node_name.as_str());
-    let raw = k.ok(&[
-        "get",
-        "--raw",
-        &format!("/api/v1/nodes/{node_name}/proxy/metrics/resource"),
-    ]);
-    assert!(
-        raw.stdout.contains("node_cpu_usage_seconds_total "),
-        "{}",
-        raw.stdout
-    );
-    let bob = cluster.kubectl_with(
-        version,
-        &cluster.write_kubeconfig_for("bob", &Credentials::Token("bob-secret".into())),
-    );
+    let raw = k.ok(&["get", "--raw", &format!("/api/v1/nodes/{node_name}/proxy/metrics/resource")]);
+    assert!(raw.stdout.contains("node_cpu_usage_seconds_total "), "{}", raw.stdout);
+    let bob = cluster.kubectl_with(version, &cluster.write_kubeconfig_for("bob", &Credentials::Token("bob-secret".into())));
     bob.fails_with(
         &["get", "--raw", &format!("/api/v1/nodes/{node_name}/proxy/stats/summary")],
         &format!(r#"Error from server (Forbidden): nodes "{node_name}" is forbidden: User "bob" cannot get resource "nodes/proxy" in API group "" at the cluster scope"#),
@@ -241,130 +146,48 @@ fn kubectl_top_and_the_metrics_api_show_a_burning_pod(version: &str) {
 
     // kubectl top, once two scrapes have happened.
     let (cpu, memory) = top_row(&cluster, &k, &["top", "pod", "burner"], "burner");
-    assert!(
-        cpu >= 1.0 && bytes(&memory) >= 4_000_000.0,
-        "burner: {cpu}m, {memory}"
-    );
+    assert!(cpu >= 1.0 && bytes(&memory) >= 4_000_000.0, "burner: {cpu}m, {memory}");
     top_row(&cluster, &k, &["top", "pod"], "burner");
-    top_row(
-        &cluster,
-        &k,
-        &["top", "pod", "-l", "run=burner", "--containers"],
-        "burner",
-    );
+    top_row(&cluster, &k, &["top", "pod", "-l", "run=burner", "--containers"], "burner");
     let (node_cpu, node_memory) = top_row(&cluster, &k, &["top", "node"], &node_name);
-    assert!(
-        node_cpu >= 1.0 && bytes(&node_memory) > 0.0,
-        "{node_name}: {node_cpu}m, {node_memory}"
-    );
+    assert!(node_cpu >= 1.0 && bytes(&node_memory) > 0.0, "{node_name}: {node_cpu}m, {node_memory}");
 
     // The API behind it.
     let groups = raw_json(&k, "/apis");
-    let metrics_group = groups["groups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|g| g["name"] == "metrics.k8s.io")
-        .expect("metrics.k8s.io in /apis");
-    assert_eq!(
-        metrics_group["preferredVersion"]["groupVersion"],
-        "metrics.k8s.io/v1beta1"
-    );
+    let metrics_group = groups["groups"].as_array().into_iter().flatten().find(|g| g["name"] == "metrics.k8s.io").expect("metrics.k8s.io in /apis");
+    assert_eq!(metrics_group["preferredVersion"]["groupVersion"], "metrics.k8s.io/v1beta1");
     let service = k.json(&["get", "apiservice", "v1beta1.metrics.k8s.io"]);
-    assert!(
-        service["spec"].get("service").is_none(),
-        "a local APIService: {service}"
-    );
-    let pm = raw_json(
-        &k,
-        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/burner",
-    );
-    assert_eq!(
-        (pm["kind"].as_str(), pm["apiVersion"].as_str()),
-        (Some("PodMetrics"), Some("metrics.k8s.io/v1beta1"))
-    );
-    assert_eq!(
-        pm["metadata"]["labels"]["run"], "burner",
-        "the pod's labels: {pm}"
-    );
-    assert!(
-        pm["window"].as_str().is_some_and(|w| w.ends_with('s'))
-            && pm["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')),
-        "{pm}"
-    );
+    assert!(service["spec"].get("service").is_none(), "a local APIService: {service}");
+    let pm = raw_json(&k, "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/burner");
+    assert_eq!((pm["kind"].as_str(), pm["apiVersion"].as_str()), (Some("PodMetrics"), Some("metrics.k8s.io/v1beta1")));
+    assert_eq!(pm["metadata"]["labels"]["run"], "burner", "the pod's labels: {pm}");
+    assert!(pm["window"].as_str().is_some_and(|w| w.ends_with('s')) && pm["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')), "{pm}");
     assert_eq!(pm["containers"][0]["name"], "burner");
     let usage = &pm["containers"][0]["usage"];
-    assert!(
-        millicores(usage["cpu"].as_str().unwrap_or("")) > 1.0
-            && bytes(usage["memory"].as_str().unwrap_or("")) > 4e6,
-        "{usage}"
-    );
-    let by_label = raw_json(
-        &k,
-        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=run%3Dburner",
-    );
+    assert!(millicores(usage["cpu"].as_str().unwrap_or("")) > 1.0 && bytes(usage["memory"].as_str().unwrap_or("")) > 4e6, "{usage}");
+    let by_label = raw_json(&k, "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=run%3Dburner");
     assert_eq!(by_label["kind"], "PodMetricsList");
-    assert_eq!(
-        by_label["items"].as_array().map(Vec::len),
-        Some(1),
-        "{by_label}"
-    );
-    let none = raw_json(
-        &k,
-        "/apis/metrics.k8s.io/v1beta1/pods?fieldSelector=metadata.name%3Dnope",
-    );
+    assert_eq!(by_label["items"].as_array().map(Vec::len), Some(1), "{by_label}");
+    let none = raw_json(&k, "/apis/metrics.k8s.io/v1beta1/pods?fieldSelector=metadata.name%3Dnope");
     assert_eq!(none["items"].as_array().map(Vec::len), Some(0), "{none}");
-    let nodes = raw_json(
-        &k,
-        &format!("/apis/metrics.k8s.io/v1beta1/nodes?fieldSelector=metadata.name%3D{node_name}"),
-    );
-    assert_eq!(
-        (
-            nodes["kind"].as_str(),
-            nodes["items"][0]["metadata"]["name"].as_str()
-        ),
-        (Some("NodeMetricsList"), Some(node_name.as_str()))
-    );
-    assert!(
-        millicores(nodes["items"][0]["usage"]["cpu"].as_str().unwrap_or("")) > 1.0,
-        "{nodes}"
-    );
+    let nodes = raw_json(&k, &format!("/apis/metrics.k8s.io/v1beta1/nodes?fieldSelector=metadata.name%3D{node_name}"));
+    assert_eq!((nodes["kind"].as_str(), nodes["items"][0]["metadata"]["name"].as_str()), (Some("NodeMetricsList"), Some(node_name.as_str())));
+    assert!(millicores(nodes["items"][0]["usage"]["cpu"].as_str().unwrap_or("")) > 1.0, "{nodes}");
     k.fails_with(
-        &[
-            "get",
-            "--raw",
-            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/nope",
-        ],
+        &["get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/nope"],
         r#"Error from server (NotFound): podmetrics.metrics.k8s.io "nope" not found"#,
     );
     let table = Table::parse(&k.ok(&["get", "podmetrics"]).stdout);
     assert_eq!(table.header_strs(), ["NAME", "CPU", "MEMORY", "WINDOW"]);
     let row = table.row("NAME", "burner");
-    assert!(
-        millicores(table.cell(&row, "CPU")) > 1.0 && table.cell(&row, "WINDOW").ends_with('s'),
-        "{row:?}"
-    );
+    assert!(millicores(table.cell(&row, "CPU")) > 1.0 && table.cell(&row, "WINDOW").ends_with('s'), "{row:?}");
 
     // RBAC: nothing for bob; carol gets metrics through `view`'s aggregated rule.
     let denied = bob.run(&["top", "pod", "burner"]);
     assert_ne!(denied.code, Some(0));
-    assert!(
-        denied.stderr.contains(r#"User "bob" cannot"#)
-            && denied.stderr.contains(r#"in API group "metrics.k8s.io""#),
-        "{}",
-        denied.stderr
-    );
-    k.ok(&[
-        "create",
-        "rolebinding",
-        "carol-view",
-        "--clusterrole=view",
-        "--user=carol",
-    ]);
-    let carol = cluster.kubectl_with(
-        version,
-        &cluster.write_kubeconfig_for("carol", &Credentials::Token("carol-secret".into())),
-    );
+    assert!(denied.stderr.contains(r#"User "bob" cannot"#) && denied.stderr.contains(r#"in API group "metrics.k8s.io""#), "{}", denied.stderr);
+    k.ok(&["create", "rolebinding", "carol-view", "--clusterrole=view", "--user=carol"]);
+    let carol = cluster.kubectl_with(version, &cluster.write_kubeconfig_for("carol", &Credentials::Token("carol-secret".into())));
     top_row(&cluster, &carol, &["top", "pod", "burner"], "burner");
 }
 

@@ -86,69 +86,32 @@ fn environment_comes_from_config_maps_secrets_and_the_downward_api(version: &str
         let state = container_state(&k, "needs-config");
         (state["waiting"]["reason"] == "CreateContainerConfigError").then_some(state)
     });
-    assert_eq!(
-        waiting["waiting"]["message"], "configmap \"late-config\" not found",
-        "{waiting}"
-    );
+    assert_eq!(waiting["waiting"]["message"], "configmap \"late-config\" not found", "{waiting}");
     let table = k.ok(&["get", "pod", "needs-config"]).stdout;
     assert!(table.contains("CreateContainerConfigError"), "{table}");
     cluster.wait_until("the Failed event", LIMIT, || {
-        let events = k
-            .ok(&[
-                "get",
-                "events",
-                "--field-selector",
-                "involvedObject.name=needs-config",
-            ])
-            .stdout;
-        events
-            .contains("Error: configmap \"late-config\" not found")
-            .then_some(())
+        let events = k.ok(&["get", "events", "--field-selector", "involvedObject.name=needs-config"]).stdout;
+        events.contains("Error: configmap \"late-config\" not found").then_some(())
     });
-    k.ok(&[
-        "create",
-        "configmap",
-        "late-config",
-        "--from-literal=flag=on",
-    ]);
+    k.ok(&["create", "configmap", "late-config", "--from-literal=flag=on"]);
     cluster.wait_until("needs-config running with FLAG=on", LIMIT, || {
         let out = k.run(&["logs", "needs-config"]);
-        (container_state(&k, "needs-config")["running"].is_object()
-            && out.stdout.contains("FLAG=on"))
-        .then_some(())
+        (container_state(&k, "needs-config")["running"].is_object() && out.stdout.contains("FLAG=on")).then_some(())
     });
 
     // The node agent's events, as kubectl shows them.
-    let events = k
-        .ok(&[
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.name=env-demo",
-        ])
-        .stdout;
+    let events = k.ok(&["get", "events", "--field-selector", "involvedObject.name=env-demo"]).stdout;
     for want in ["Created container: c", "Started container c"] {
         assert!(events.contains(want), "{want:?} missing in:\n{events}");
     }
     // The first pod of an image pulls it; later ones find it present.
-    let pulled = events
-        .lines()
-        .find(|l| l.contains("Pulled"))
-        .unwrap_or_default();
+    let pulled = events.lines().find(|l| l.contains("Pulled")).unwrap_or_default();
     assert!(
-        pulled.contains("Successfully pulled image \"busybox\" in ")
-            || pulled.contains("Container image \"busybox\" already present on machine"),
+        pulled.contains("Successfully pulled image \"busybox\" in ") || pulled.contains("Container image \"busybox\" already present on machine"),
         "{events}"
     );
     k.ok(&["delete", "pod", "env-demo", "--wait=true"]);
-    let events = k
-        .ok(&[
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.name=env-demo",
-        ])
-        .stdout;
+    let events = k.ok(&["get", "events", "--field-selector", "involvedObject.name=env-demo"]).stdout;
     assert!(events.contains("Stopping container c"), "{events}");
 }
 

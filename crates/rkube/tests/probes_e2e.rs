@@ -21,17 +21,8 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 fn condition(k: &Kubectl, pod: &str, ty: &str) -> (Value, Value) {
     let p = k.json(&["get", "pod", pod]);
-    let c = p["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == ty)
-        .cloned()
-        .unwrap_or_default();
-    (
-        c["status"].clone(),
-        p["status"]["containerStatuses"][0].clone(),
-    )
+    let c = p["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == ty).cloned().unwrap_or_default();
+    (c["status"].clone(), p["status"]["containerStatuses"][0].clone())
 }
 
 #[test]
@@ -92,21 +83,7 @@ spec:
         let (_, c) = condition(&k, "sick", "Ready");
         (c["restartCount"].as_i64().unwrap_or(0) >= 1).then_some(())
     });
-    let events = k
-        .ok(&[
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.name=sick",
-        ])
-        .stdout;
-    assert!(
-        events.contains(&format!(":{closed}: connect: "))
-            && events.contains("Liveness probe failed: dial tcp "),
-        "{events}"
-    );
-    assert!(
-        events.contains("Container c failed liveness probe, will be restarted"),
-        "{events}"
-    );
+    let events = k.ok(&["get", "events", "--field-selector", "involvedObject.name=sick"]).stdout;
+    assert!(events.contains(&format!(":{closed}: connect: ")) && events.contains("Liveness probe failed: dial tcp "), "{events}");
+    assert!(events.contains("Container c failed liveness probe, will be restarted"), "{events}");
 }

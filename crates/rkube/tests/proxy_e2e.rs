@@ -25,19 +25,12 @@ impl Drop for Netns {
 }
 
 fn run(program: &str, args: &[&str]) -> Output {
-    Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+    Command::new(program).args(args).output().unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
 }
 
 fn must(program: &str, args: &[&str]) -> String {
     let out = run(program, args);
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -60,30 +53,12 @@ fn kubectl_apply(kubeconfig: &str, yaml: &str) {
         std::io::Write::write_all(&mut stdin, yaml.as_bytes()).expect("write manifest");
     }
     let out = child.wait_with_output().expect("kubectl apply");
-    assert!(
-        out.status.success(),
-        "kubectl apply: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// curl from inside `ns`: Ok(body) or Err(curl exit code; 7 = connection refused).
 fn get(ns: &str, url: &str) -> Result<String, i32> {
-    let out = run(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            ns,
-            "curl",
-            "-s",
-            "--noproxy",
-            "*",
-            "--max-time",
-            "2",
-            url,
-        ],
-    );
+    let out = run("ip", &["netns", "exec", ns, "curl", "-s", "--noproxy", "*", "--max-time", "2", url]);
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
@@ -124,13 +99,8 @@ fn kubectl_applied_service_and_endpoint_slice_make_cluster_ip_answer_through_rku
         .expect("start rkube up");
     let stdout = up.stdout.take().expect("stdout");
     let _up = Guard(up);
-    let line = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .find(|l| l.contains("KUBECONFIG="));
-    let kubeconfig = line
-        .and_then(|l| l.split("KUBECONFIG=").nth(1).map(str::to_string))
-        .expect("rkube up printed KUBECONFIG");
+    let line = BufReader::new(stdout).lines().map_while(Result::ok).find(|l| l.contains("KUBECONFIG="));
+    let kubeconfig = line.and_then(|l| l.split("KUBECONFIG=").nth(1).map(str::to_string)).expect("rkube up printed KUBECONFIG");
 
     // client namespace (rules) <-veth-> backend namespace (HTTP server on 10.202.1.2:8080).
     let tag = std::process::id();
@@ -141,52 +111,14 @@ fn kubectl_applied_service_and_endpoint_slice_make_cluster_ip_answer_through_rku
     for ns in [&client.0, &backend.0] {
         must("ip", &["-n", ns, "link", "set", "lo", "up"]);
     }
-    must(
-        "ip",
-        &[
-            "-n", &client.0, "link", "add", "c1", "type", "veth", "peer", "name", "e1", "netns",
-            &backend.0,
-        ],
-    );
-    must(
-        "ip",
-        &["-n", &client.0, "addr", "add", "10.202.1.1/24", "dev", "c1"],
-    );
+    must("ip", &["-n", &client.0, "link", "add", "c1", "type", "veth", "peer", "name", "e1", "netns", &backend.0]);
+    must("ip", &["-n", &client.0, "addr", "add", "10.202.1.1/24", "dev", "c1"]);
     must("ip", &["-n", &client.0, "link", "set", "c1", "up"]);
-    must(
-        "ip",
-        &[
-            "-n",
-            &backend.0,
-            "addr",
-            "add",
-            "10.202.1.2/24",
-            "dev",
-            "e1",
-        ],
-    );
+    must("ip", &["-n", &backend.0, "addr", "add", "10.202.1.2/24", "dev", "e1"]);
     must("ip", &["-n", &backend.0, "link", "set", "e1", "up"]);
-    must(
-        "ip",
-        &[
-            "-n",
-            &backend.0,
-            "route",
-            "add",
-            "default",
-            "via",
-            "10.202.1.1",
-        ],
-    );
-    must(
-        "ip",
-        &["-n", &client.0, "route", "add", "10.96.0.0/12", "dev", "c1"],
-    );
-    let python = if std::path::Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    };
+    must("ip", &["-n", &backend.0, "route", "add", "default", "via", "10.202.1.1"]);
+    must("ip", &["-n", &client.0, "route", "add", "10.96.0.0/12", "dev", "c1"]);
+    let python = if std::path::Path::new("/usr/bin/python3").exists() { "/usr/bin/python3" } else { "python3" };
     let _server = Guard(
         Command::new("ip")
             .args(["netns", "exec", &backend.0, python, "-c", SERVER])
@@ -195,9 +127,7 @@ fn kubectl_applied_service_and_endpoint_slice_make_cluster_ip_answer_through_rku
             .spawn()
             .expect("start HTTP server"),
     );
-    wait_until("backend HTTP server", || {
-        get(&client.0, "http://10.202.1.2:8080/").is_ok()
-    });
+    wait_until("backend HTTP server", || get(&client.0, "http://10.202.1.2:8080/").is_ok());
 
     // A free loopback port for the proxy's /metrics (network_programming_duration_seconds).
     let metrics_address = {
@@ -206,25 +136,9 @@ fn kubectl_applied_service_and_endpoint_slice_make_cluster_ip_answer_through_rku
     };
     let _proxy = Guard(
         Command::new(bin)
-            .args([
-                "proxy",
-                "--kubeconfig",
-                &kubeconfig,
-                "--hostname-override",
-                "node-a",
-            ])
-            .args([
-                "--cluster-cidr",
-                "10.244.0.0/16",
-                "--network-namespace",
-                &client.0,
-            ])
-            .args([
-                "--healthz-bind-address",
-                "127.0.0.1:0",
-                "--metrics-bind-address",
-                &metrics_address,
-            ])
+            .args(["proxy", "--kubeconfig", &kubeconfig, "--hostname-override", "node-a"])
+            .args(["--cluster-cidr", "10.244.0.0/16", "--network-namespace", &client.0])
+            .args(["--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", &metrics_address])
             .args(["--iptables-min-sync-period", "100ms"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -236,43 +150,15 @@ fn kubectl_applied_service_and_endpoint_slice_make_cluster_ip_answer_through_rku
         &kubeconfig,
         "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec:\n  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]\n",
     );
-    let cluster_ip = must(
-        &kubectl(),
-        &[
-            "--kubeconfig",
-            &kubeconfig,
-            "get",
-            "svc",
-            "web",
-            "-o",
-            "jsonpath={.spec.clusterIP}",
-        ],
-    );
+    let cluster_ip = must(&kubectl(), &["--kubeconfig", &kubeconfig, "get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
     assert!(!cluster_ip.is_empty(), "service got a cluster IP");
     // Stamped like the endpointslice controller does: the time of the change that
     // triggered this EndpointSlice update (RFC 3339, UTC); taken once the proxy serves
     // /metrics, i.e. after it started (earlier trigger times are ignored, as upstream).
     let metrics_url = format!("http://{metrics_address}/metrics");
-    let scrape = || {
-        run(
-            "curl",
-            &[
-                "-s",
-                "-f",
-                "--noproxy",
-                "*",
-                "--max-time",
-                "2",
-                &metrics_url,
-            ],
-        )
-    };
-    wait_until("rkube proxy to serve /metrics", || {
-        scrape().status.success()
-    });
-    let trigger_time = must("date", &["-u", "+%Y-%m-%dT%H:%M:%S.%NZ"])
-        .trim()
-        .to_string();
+    let scrape = || run("curl", &["-s", "-f", "--noproxy", "*", "--max-time", "2", &metrics_url]);
+    wait_until("rkube proxy to serve /metrics", || scrape().status.success());
+    let trigger_time = must("date", &["-u", "+%Y-%m-%dT%H:%M:%S.%NZ"]).trim().to_string();
     kubectl_apply(
         &kubeconfig,
         &format!(
@@ -280,49 +166,21 @@ fn kubectl_applied_service_and_endpoint_slice_make_cluster_ip_answer_through_rku
         ),
     );
     let url = format!("http://{cluster_ip}/");
-    wait_until("ClusterIP to answer", || {
-        get(&client.0, &url).as_deref() == Ok("hello")
-    });
+    wait_until("ClusterIP to answer", || get(&client.0, &url).as_deref() == Ok("hello"));
 
     // The sync that programmed the slice is counted in network_programming_duration_seconds,
     // measured from the annotation's trigger time.
     let sample = |text: &str, name: &str| -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
     };
     let mut metrics = String::new();
-    wait_until(
-        "network_programming_duration_seconds to count the sync",
-        || {
-            metrics = String::from_utf8_lossy(&scrape().stdout).into_owned();
-            sample(
-                &metrics,
-                "kubeproxy_network_programming_duration_seconds_count",
-            )
-            .is_some_and(|c| c >= 1.0)
-        },
-    );
-    let seconds = sample(
-        &metrics,
-        "kubeproxy_network_programming_duration_seconds_sum",
-    )
-    .unwrap_or(-1.0);
-    assert!(
-        (0.0..30.0).contains(&seconds),
-        "trigger time to programmed rules: {seconds} s\n{metrics}"
-    );
-
-    must(
-        &kubectl(),
-        &[
-            "--kubeconfig",
-            &kubeconfig,
-            "delete",
-            "endpointslice",
-            "web-1",
-        ],
-    );
-    wait_until("ClusterIP to refuse connections", || {
-        get(&client.0, &url) == Err(7)
+    wait_until("network_programming_duration_seconds to count the sync", || {
+        metrics = String::from_utf8_lossy(&scrape().stdout).into_owned();
+        sample(&metrics, "kubeproxy_network_programming_duration_seconds_count").is_some_and(|c| c >= 1.0)
     });
+    let seconds = sample(&metrics, "kubeproxy_network_programming_duration_seconds_sum").unwrap_or(-1.0);
+    assert!((0.0..30.0).contains(&seconds), "trigger time to programmed rules: {seconds} s\n{metrics}");
+
+    must(&kubectl(), &["--kubeconfig", &kubeconfig, "delete", "endpointslice", "web-1"]);
+    wait_until("ClusterIP to refuse connections", || get(&client.0, &url) == Err(7));
 }

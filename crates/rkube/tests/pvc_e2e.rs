@@ -35,18 +35,11 @@ fn claims_of_the_default_class_get_local_path_volumes_that_keep_data_and_go_with
     let k = cluster.kubectl("1.33");
     let k27 = cluster.kubectl("1.27");
     cluster.wait_for_ready_node(&k, LIMIT);
-    let storage = cluster
-        .data_dir()
-        .canonicalize()
-        .unwrap_or_else(|_| cluster.data_dir())
-        .join("storage");
+    let storage = cluster.data_dir().canonicalize().unwrap_or_else(|_| cluster.data_dir()).join("storage");
     let sc = k.json(&["get", "storageclass", "local-path"]);
     assert_eq!(sc["provisioner"], "rancher.io/local-path");
     assert_eq!(sc["volumeBindingMode"], "WaitForFirstConsumer");
-    assert_eq!(
-        sc["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"],
-        "true"
-    );
+    assert_eq!(sc["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"], "true");
     let listed = k.ok(&["get", "storageclass"]).stdout;
     assert!(listed.contains("local-path (default)"), "{listed}");
 
@@ -77,57 +70,23 @@ spec:
     );
     let file = cluster.write_file("pvc.yaml", &manifest);
     k.ok(&["apply", "-f", file.to_str().unwrap_or_default()]);
-    cluster.wait_until("the writer's log", LIMIT, || {
-        k.run(&["logs", "writer"])
-            .stdout
-            .contains("WROTE")
-            .then_some(())
-    });
+    cluster.wait_until("the writer's log", LIMIT, || k.run(&["logs", "writer"]).stdout.contains("WROTE").then_some(()));
     let claim = k.json(&["get", "pvc", "data"]);
     assert_eq!(claim["status"]["phase"], "Bound", "{claim}");
-    assert_eq!(
-        claim["spec"]["storageClassName"], "local-path",
-        "the DefaultStorageClass plugin sets the class"
-    );
-    let uid = claim["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    assert_eq!(claim["spec"]["storageClassName"], "local-path", "the DefaultStorageClass plugin sets the class");
+    let uid = claim["metadata"]["uid"].as_str().unwrap_or_default().to_string();
     let volume = format!("pvc-{uid}");
     assert_eq!(claim["spec"]["volumeName"], volume.as_str());
-    let node = k.json(&["get", "pod", "writer"])["spec"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    assert_eq!(
-        claim["metadata"]["annotations"]["volume.kubernetes.io/selected-node"],
-        node.as_str()
-    );
+    let node = k.json(&["get", "pod", "writer"])["spec"]["nodeName"].as_str().unwrap_or_default().to_string();
+    assert_eq!(claim["metadata"]["annotations"]["volume.kubernetes.io/selected-node"], node.as_str());
     let pv = k.json(&["get", "pv", &volume]);
     let dir: PathBuf = storage.join(format!("pvc-{uid}_default_data"));
-    assert_eq!(
-        pv["spec"]["hostPath"]["path"],
-        dir.display().to_string().as_str(),
-        "{pv}"
-    );
+    assert_eq!(pv["spec"]["hostPath"]["path"], dir.display().to_string().as_str(), "{pv}");
     assert_eq!(pv["status"]["phase"], "Bound");
     assert_eq!(pv["spec"]["claimRef"]["name"], "data");
-    assert_eq!(
-        std::fs::read_to_string(dir.join("greeting")).unwrap_or_default(),
-        "hello\n"
-    );
-    let events = k
-        .ok(&[
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.name=data",
-        ])
-        .stdout;
-    assert!(
-        events.contains("ExternalProvisioning") && events.contains("ProvisioningSucceeded"),
-        "{events}"
-    );
+    assert_eq!(std::fs::read_to_string(dir.join("greeting")).unwrap_or_default(), "hello\n");
+    let events = k.ok(&["get", "events", "--field-selector", "involvedObject.name=data"]).stdout;
+    assert!(events.contains("ExternalProvisioning") && events.contains("ProvisioningSucceeded"), "{events}");
 
     // A StatefulSet member finds its earlier data after its pod is replaced (kubectl 1.27).
     let sts = format!(
@@ -157,22 +116,15 @@ spec:
     );
     let file = cluster.write_file("sts.yaml", &sts);
     k27.ok(&["apply", "-f", file.to_str().unwrap_or_default()]);
-    cluster.wait_until("web-0 created its data", LIMIT, || {
-        k27.run(&["logs", "web-0"])
-            .stdout
-            .contains("CREATED")
-            .then_some(())
-    });
+    cluster.wait_until("web-0 created its data", LIMIT, || k27.run(&["logs", "web-0"]).stdout.contains("CREATED").then_some(()));
     let www = k27.json(&["get", "pvc", "www-web-0"]);
     assert_eq!(www["status"]["phase"], "Bound", "{www}");
     let old_uid = k27.json(&["get", "pod", "web-0"])["metadata"]["uid"].clone();
     k27.ok(&["delete", "pod", "web-0"]);
     cluster.wait_until("a new web-0 that found the data", LIMIT, || {
         let pod = k27.run(&["get", "pod", "web-0", "-o", "json"]);
-        let uid =
-            serde_json::from_str::<serde_json::Value>(&pod.stdout).ok()?["metadata"]["uid"].clone();
-        (uid != old_uid && k27.run(&["logs", "web-0"]).stdout.contains("FOUND=web-0-1"))
-            .then_some(())
+        let uid = serde_json::from_str::<serde_json::Value>(&pod.stdout).ok()?["metadata"]["uid"].clone();
+        (uid != old_uid && k27.run(&["logs", "web-0"]).stdout.contains("FOUND=web-0-1")).then_some(())
     });
 
     // Deleting the claim (after its pod) deletes the volume and its directory.

@@ -139,33 +139,15 @@ fn python_client_token_review_and_subject_access_review() {
         .arg(format!("--token-auth-file={}", file.display()))
         .start();
     let admin = cluster.kubectl("1.33");
-    admin.ok(&[
-        "create",
-        "role",
-        "pod-reader",
-        "-n",
-        "default",
-        "--verb=get,list",
-        "--resource=pods",
-    ]);
-    admin.ok(&[
-        "create",
-        "rolebinding",
-        "alice-reads",
-        "-n",
-        "default",
-        "--role=pod-reader",
-        "--user=alice",
-    ]);
+    admin.ok(&["create", "role", "pod-reader", "-n", "default", "--verb=get,list", "--resource=pods"]);
+    admin.ok(&["create", "rolebinding", "alice-reads", "-n", "default", "--role=pod-reader", "--user=alice"]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/reviews.py");
     let mut cmd = Command::new(&py);
     cmd.arg(script)
         .arg(&cluster.kubeconfig)
         .arg("alice-secret")
         .env("HOME", cluster.dir());
-    let got = process::run(cmd, None, Duration::from_secs(90))
-        .success()
-        .json();
+    let got = process::run(cmd, None, Duration::from_secs(90)).success().json();
     assert_eq!(
         got["token"],
         json!({"authenticated": true, "username": "alice", "uid": "1001",
@@ -184,11 +166,7 @@ fn python_client_token_review_and_subject_access_review() {
                "reason": "RBAC: allowed by RoleBinding \"alice-reads\" of Role \"pod-reader\" to User \"alice\" in namespace \"default\""}),
         "{got}"
     );
-    assert_eq!(
-        got["delete_pods"],
-        json!({"allowed": false, "denied": null, "reason": null}),
-        "{got}"
-    );
+    assert_eq!(got["delete_pods"], json!({"allowed": false, "denied": null, "reason": null}), "{got}");
 }
 
 /// `read_namespaced_pod_log` on `rkube up --node`: the whole log, `tail_lines`,
@@ -199,35 +177,17 @@ fn python_client_reads_pod_logs_from_the_node() {
     assert_client_installed(&py);
     let cluster = Cluster::builder(Backend::Embedded).arg("--node").start();
     let k = cluster.kubectl("1.33");
-    k.ok(&[
-        "run",
-        "printer",
-        "--image=busybox",
-        "--restart=Never",
-        "--",
-        "/bin/sh",
-        "-c",
-        "echo one; echo two; sleep 3600",
-    ]);
+    k.ok(&["run", "printer", "--image=busybox", "--restart=Never", "--", "/bin/sh", "-c", "echo one; echo two; sleep 3600"]);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     // Scheduled, running and both lines written.
     while k.run(&["logs", "printer"]).stdout != "one\ntwo\n" {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "printer never logged both lines:\n{}",
-            cluster.server_log()
-        );
+        assert!(std::time::Instant::now() < deadline, "printer never logged both lines:\n{}", cluster.server_log());
         std::thread::sleep(Duration::from_millis(200));
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/pod_log.py");
     let mut cmd = Command::new(&py);
-    cmd.arg(script)
-        .arg(&cluster.kubeconfig)
-        .arg("printer")
-        .env("HOME", cluster.dir());
-    let got = process::run(cmd, None, Duration::from_secs(90))
-        .success()
-        .json();
+    cmd.arg(script).arg(&cluster.kubeconfig).arg("printer").env("HOME", cluster.dir());
+    let got = process::run(cmd, None, Duration::from_secs(90)).success().json();
     assert_eq!(got["all"], json!("one\ntwo\n"), "{got}");
     assert_eq!(got["tail"], json!("two\n"), "{got}");
     assert_eq!(got["limit"], json!("one"), "{got}");
@@ -247,35 +207,16 @@ fn python_client_execs_in_a_pod_over_websocket() {
     assert_client_installed(&py);
     let cluster = Cluster::builder(Backend::Embedded).arg("--node").start();
     let k = cluster.kubectl("1.33");
-    k.ok(&[
-        "run",
-        "shell",
-        "--image=busybox",
-        "--restart=Never",
-        "--",
-        "sleep",
-        "3600",
-    ]);
+    k.ok(&["run", "shell", "--image=busybox", "--restart=Never", "--", "sleep", "3600"]);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !k.json(&["get", "pod", "shell"])["status"]["containerStatuses"][0]["state"]["running"]
-        .is_object()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "shell never ran:\n{}",
-            cluster.server_log()
-        );
+    while !k.json(&["get", "pod", "shell"])["status"]["containerStatuses"][0]["state"]["running"].is_object() {
+        assert!(std::time::Instant::now() < deadline, "shell never ran:\n{}", cluster.server_log());
         std::thread::sleep(Duration::from_millis(200));
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/pod_exec.py");
     let mut cmd = Command::new(&py);
-    cmd.arg(script)
-        .arg(&cluster.kubeconfig)
-        .arg("shell")
-        .env("HOME", cluster.dir());
-    let got = process::run(cmd, None, Duration::from_secs(90))
-        .success()
-        .json();
+    cmd.arg(script).arg(&cluster.kubeconfig).arg("shell").env("HOME", cluster.dir());
+    let got = process::run(cmd, None, Duration::from_secs(90)).success().json();
     assert_eq!(got["output"], json!("hello\nworld\n"), "{got}");
     assert_eq!(got["stdout"], json!("got ping\n"), "{got}");
     assert_eq!(got["stderr"], json!("bad\n"), "{got}");
@@ -296,42 +237,16 @@ fn python_client_port_forwards_to_an_http_server_in_a_pod() {
     let port = common::cluster::free_port().to_string();
     let listen = format!("127.0.0.1:{port}");
     let home = site.display().to_string();
-    k.ok(&[
-        "run",
-        "web",
-        "--image=busybox",
-        "--restart=Never",
-        "--",
-        "busybox",
-        "httpd",
-        "-f",
-        "-p",
-        &listen,
-        "-h",
-        &home,
-    ]);
+    k.ok(&["run", "web", "--image=busybox", "--restart=Never", "--", "busybox", "httpd", "-f", "-p", &listen, "-h", &home]);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(&listen).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "httpd never listened:\n{}",
-            cluster.server_log()
-        );
+        assert!(std::time::Instant::now() < deadline, "httpd never listened:\n{}", cluster.server_log());
         std::thread::sleep(Duration::from_millis(200));
     }
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/pod_portforward.py"
-    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/pod_portforward.py");
     let mut cmd = Command::new(&py);
-    cmd.arg(script)
-        .arg(&cluster.kubeconfig)
-        .arg("web")
-        .arg(&port)
-        .env("HOME", cluster.dir());
-    let got = process::run(cmd, None, Duration::from_secs(90))
-        .success()
-        .json();
+    cmd.arg(script).arg(&cluster.kubeconfig).arg("web").arg(&port).env("HOME", cluster.dir());
+    let got = process::run(cmd, None, Duration::from_secs(90)).success().json();
     assert_eq!(got["status_line"], json!("HTTP/1.1 200 OK"), "{got}");
     assert_eq!(got["body"], json!("hello through the tunnel\n"), "{got}");
     assert_eq!(got["error"], json!(null), "{got}");

@@ -21,17 +21,7 @@ fn a_pod_beyond_a_quota_or_a_limit_range_is_refused(version: &str) {
     k.ok(&["create", "namespace", "quota"]);
     k.ok(&["create", "quota", "q", "--hard=pods=1", "-n", "quota"]);
     cluster.wait_until("the controller computes the quota's usage", LIMIT, || {
-        let out = k
-            .run(&[
-                "get",
-                "quota",
-                "q",
-                "-n",
-                "quota",
-                "-o",
-                "jsonpath={.status.used.pods}/{.status.hard.pods}",
-            ])
-            .stdout;
+        let out = k.run(&["get", "quota", "q", "-n", "quota", "-o", "jsonpath={.status.used.pods}/{.status.hard.pods}"]).stdout;
         (out == "0/1").then_some(())
     });
     k.ok(&["run", "first", "--image=nginx", "-n", "quota"]);
@@ -40,10 +30,7 @@ fn a_pod_beyond_a_quota_or_a_limit_range_is_refused(version: &str) {
         "Error from server (Forbidden): pods \"second\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1",
     );
     let out = k.ok(&["describe", "quota", "q", "-n", "quota"]).stdout;
-    let rows: Vec<Vec<&str>> = out
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
+    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
     assert!(rows.contains(&vec!["Name:", "q"]), "{out}");
     assert!(rows.contains(&vec!["Namespace:", "quota"]), "{out}");
     assert!(rows.contains(&vec!["Resource", "Used", "Hard"]), "{out}");
@@ -56,11 +43,7 @@ fn a_pod_beyond_a_quota_or_a_limit_range_is_refused(version: &str) {
     k.run_stdin(&["create", "-f", "-"], lr).success();
     k.ok(&["run", "small", "--image=nginx", "-n", "limits"]);
     let pod = k.json(&["get", "pod", "small", "-n", "limits"]);
-    assert_eq!(
-        pod["spec"]["containers"][0]["resources"],
-        serde_json::json!({"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}}),
-        "{pod}"
-    );
+    assert_eq!(pod["spec"]["containers"][0]["resources"], serde_json::json!({"requests": {"memory": "64Mi"}, "limits": {"memory": "256Mi"}}), "{pod}");
     k.fails_with(
         &["run", "big", "--image=nginx", "-n", "limits", "--overrides", r#"{"spec":{"containers":[{"name":"big","image":"nginx","resources":{"limits":{"memory":"1Gi"}}}]}}"#],
         "Error from server (Forbidden): pods \"big\" is forbidden: maximum memory usage per Container is 256Mi, but limit is 1Gi",

@@ -333,10 +333,7 @@ fn insecure_up_serves_plain_http_on_loopback_without_access_control() {
         info.server
     );
     assert_eq!(info.credentials, Credentials::None);
-    assert!(
-        !cluster.pki_dir().join("ca.crt").exists(),
-        "no TLS PKI with --insecure"
-    );
+    assert!(!cluster.pki_dir().join("ca.crt").exists(), "no TLS PKI with --insecure");
     cluster.kubectl("1.33").ok(&["create", "namespace", "open"]);
     let (code, body) = HttpClient::plain(cluster.port)
         .get("/api/v1/namespaces/open")
@@ -470,9 +467,7 @@ fn up_audit_log_records_kubectl_get_pods_at_the_policys_metadata_level() {
             && e["verb"] == "list"
             && e["objectRef"]["resource"] == "pods"
             && e["user"]["username"] == "rkube-admin"
-            && e["requestURI"]
-                .as_str()
-                .is_some_and(|u| u.starts_with("/api/v1/namespaces/default/pods"))
+            && e["requestURI"].as_str().is_some_and(|u| u.starts_with("/api/v1/namespaces/default/pods"))
     };
     // The writer is asynchronous (a bounded buffer): give it a moment.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

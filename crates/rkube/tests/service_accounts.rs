@@ -34,10 +34,7 @@ fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 }
 
 fn as_token(cluster: &Cluster, version: &str, name: &str, token: &str) -> Kubectl {
-    cluster.kubectl_with(
-        version,
-        &cluster.write_kubeconfig_for(name, &Credentials::Token(token.to_string())),
-    )
+    cluster.kubectl_with(version, &cluster.write_kubeconfig_for(name, &Credentials::Token(token.to_string())))
 }
 
 fn payload(token: &str) -> Value {
@@ -48,10 +45,7 @@ fn payload(token: &str) -> Value {
 /// Asserts `kubectl get --raw` with this identity answers 401.
 #[track_caller]
 fn assert_unauthorized(kubectl: &Kubectl) {
-    kubectl.fails_with(
-        &["get", "--raw", "/api/v1/namespaces/team/pods"],
-        UNAUTHORIZED,
-    );
+    kubectl.fails_with(&["get", "--raw", "/api/v1/namespaces/team/pods"], UNAUTHORIZED);
 }
 
 fn new_namespace_gets_default_service_account_and_root_ca(version: &str) {
@@ -59,50 +53,23 @@ fn new_namespace_gets_default_service_account_and_root_ca(version: &str) {
     let admin = cluster.kubectl(version);
     admin.ok(&["create", "namespace", "team"]);
     let sa = eventually("the default ServiceAccount", || {
-        let f = admin.run(&[
-            "get",
-            "serviceaccount",
-            "default",
-            "-n",
-            "team",
-            "-o",
-            "json",
-        ]);
+        let f = admin.run(&["get", "serviceaccount", "default", "-n", "team", "-o", "json"]);
         (f.code == Some(0)).then(|| f.json())
     });
     assert!(!common::str_at(&sa, "/metadata/uid").is_empty());
     let ca = std::fs::read_to_string(cluster.pki_dir().join("ca.crt")).expect("ca.crt");
     let cm = eventually("kube-root-ca.crt", || {
-        let f = admin.run(&[
-            "get",
-            "configmap",
-            "kube-root-ca.crt",
-            "-n",
-            "team",
-            "-o",
-            "json",
-        ]);
+        let f = admin.run(&["get", "configmap", "kube-root-ca.crt", "-n", "team", "-o", "json"]);
         (f.code == Some(0)).then(|| f.json())
     });
     assert_eq!(common::str_at(&cm, "/data/ca.crt"), ca);
     // Deleted, it comes back.
     admin.ok(&["delete", "serviceaccount", "default", "-n", "team"]);
     let again = eventually("the default ServiceAccount again", || {
-        let f = admin.run(&[
-            "get",
-            "serviceaccount",
-            "default",
-            "-n",
-            "team",
-            "-o",
-            "json",
-        ]);
+        let f = admin.run(&["get", "serviceaccount", "default", "-n", "team", "-o", "json"]);
         (f.code == Some(0)).then(|| f.json())
     });
-    assert_ne!(
-        common::str_at(&again, "/metadata/uid"),
-        common::str_at(&sa, "/metadata/uid")
-    );
+    assert_ne!(common::str_at(&again, "/metadata/uid"), common::str_at(&sa, "/metadata/uid"));
 }
 
 fn bound_tokens_authenticate_until_their_pod_is_deleted_and_expire(version: &str) {
@@ -110,108 +77,49 @@ fn bound_tokens_authenticate_until_their_pod_is_deleted_and_expire(version: &str
     let admin = cluster.kubectl(version);
     admin.ok(&["create", "namespace", "team"]);
     eventually("the default ServiceAccount", || {
-        (admin
-            .run(&["get", "serviceaccount", "default", "-n", "team"])
-            .code
-            == Some(0))
-        .then_some(())
+        (admin.run(&["get", "serviceaccount", "default", "-n", "team"]).code == Some(0)).then_some(())
     });
 
-    let token = admin
-        .ok(&["create", "token", "default", "-n", "team", "--duration=20m"])
-        .stdout
-        .trim()
-        .to_string();
+    let token = admin.ok(&["create", "token", "default", "-n", "team", "--duration=20m"]).stdout.trim().to_string();
     let claims = payload(&token);
     assert_eq!(claims["iss"], ISSUER);
     assert_eq!(claims["sub"], "system:serviceaccount:team:default");
     assert_eq!(claims["aud"], ISSUER);
-    assert_eq!(
-        claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),
-        1200
-    );
+    assert_eq!(claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(), 1200);
     let sa = as_token(&cluster, version, "sa", &token);
     sa.fails_with(
         &["get", "pods", "-n", "team"],
         r#"Error from server (Forbidden): pods is forbidden: User "system:serviceaccount:team:default" cannot list resource "pods" in API group "" in the namespace "team""#,
     );
-    admin.ok(&[
-        "create",
-        "rolebinding",
-        "sa-view",
-        "--clusterrole=view",
-        "--serviceaccount=team:default",
-        "-n",
-        "team",
-    ]);
+    admin.ok(&["create", "rolebinding", "sa-view", "--clusterrole=view", "--serviceaccount=team:default", "-n", "team"]);
     let f = sa.ok(&["get", "pods", "-n", "team"]);
     assert_eq!(f.stderr.trim(), "No resources found in team namespace.");
 
     // A token bound to a pod names it, and dies with it.
-    admin.ok(&[
-        "run",
-        "p",
-        "-n",
-        "team",
-        "--image=busybox",
-        "--restart=Never",
-        "--",
-        "sleep",
-        "3600",
-    ]);
+    admin.ok(&["run", "p", "-n", "team", "--image=busybox", "--restart=Never", "--", "sleep", "3600"]);
     let bound = admin
-        .ok(&[
-            "create",
-            "token",
-            "default",
-            "-n",
-            "team",
-            "--bound-object-kind=Pod",
-            "--bound-object-name=p",
-        ])
+        .ok(&["create", "token", "default", "-n", "team", "--bound-object-kind=Pod", "--bound-object-name=p"])
         .stdout
         .trim()
         .to_string();
     let pod = admin.json(&["get", "pod", "p", "-n", "team"]);
-    assert_eq!(
-        payload(&bound)["kubernetes.io"]["pod"]["uid"],
-        pod["metadata"]["uid"]
-    );
+    assert_eq!(payload(&bound)["kubernetes.io"]["pod"]["uid"], pod["metadata"]["uid"]);
     let pod_sa = as_token(&cluster, version, "pod-sa", &bound);
     pod_sa.ok(&["get", "pods", "-n", "team"]);
-    admin.ok(&[
-        "delete",
-        "pod",
-        "p",
-        "-n",
-        "team",
-        "--grace-period=0",
-        "--force",
-    ]);
-    eventually("the pod to be gone", || {
-        (admin.run(&["get", "pod", "p", "-n", "team"]).code == Some(1)).then_some(())
-    });
+    admin.ok(&["delete", "pod", "p", "-n", "team", "--grace-period=0", "--force"]);
+    eventually("the pod to be gone", || (admin.run(&["get", "pod", "p", "-n", "team"]).code == Some(1)).then_some(()));
     assert_unauthorized(&pod_sa);
     // The unbound token still works.
     sa.ok(&["get", "pods", "-n", "team"]);
 
     // An expired token of the same key and issuer: 401.
-    let key =
-        rkube_apiserver::serviceaccount::keys::load_signing_key(&cluster.pki_dir().join("sa.key"))
-            .expect("sa.key");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
+    let key = rkube_apiserver::serviceaccount::keys::load_signing_key(&cluster.pki_dir().join("sa.key")).expect("sa.key");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     let mut claims = claims.clone();
     claims["iat"] = (now - 7200).into();
     claims["nbf"] = (now - 7200).into();
     claims["exp"] = (now - 3600).into();
-    let header = jsonwebtoken::Header {
-        alg: jsonwebtoken::Algorithm::ES256,
-        kid: Some(key.public.kid.clone()),
-        ..Default::default()
-    };
+    let header = jsonwebtoken::Header { alg: jsonwebtoken::Algorithm::ES256, kid: Some(key.public.kid.clone()), ..Default::default() };
     let expired = jsonwebtoken::encode(&header, &claims, &key.encoding).expect("sign");
     assert_unauthorized(&as_token(&cluster, version, "expired", &expired));
     // The same claims unexpired authenticate: the expiry is what failed.
@@ -222,71 +130,36 @@ fn bound_tokens_authenticate_until_their_pod_is_deleted_and_expire(version: &str
     // TokenRequest validation: at least 10 minutes.
     let short = admin.run(&["create", "token", "default", "-n", "team", "--duration=5m"]);
     assert_ne!(short.code, Some(0));
-    assert!(
-        short
-            .stderr
-            .contains("may not specify a duration less than 10 minutes"),
-        "{}",
-        short.stderr
-    );
+    assert!(short.stderr.contains("may not specify a duration less than 10 minutes"), "{}", short.stderr);
 }
 
 fn jwks_verifies_a_token_signature_independently(version: &str) {
     let cluster = Cluster::start(common::Backend::Embedded);
     let admin = cluster.kubectl(version);
-    let config: Value = serde_json::from_str(
-        &admin
-            .ok(&["get", "--raw", "/.well-known/openid-configuration"])
-            .stdout,
-    )
-    .unwrap();
+    let config: Value = serde_json::from_str(&admin.ok(&["get", "--raw", "/.well-known/openid-configuration"]).stdout).unwrap();
     assert_eq!(config["issuer"], ISSUER);
     assert_eq!(config["jwks_uri"], format!("{ISSUER}/openid/v1/jwks"));
     eventually("the default ServiceAccount", || {
         (admin.run(&["get", "serviceaccount", "default"]).code == Some(0)).then_some(())
     });
-    let token = admin
-        .ok(&["create", "token", "default"])
-        .stdout
-        .trim()
-        .to_string();
+    let token = admin.ok(&["create", "token", "default"]).stdout.trim().to_string();
     // ServiceAccounts may read the key set (system:service-account-issuer-discovery).
-    let jwks: Value = serde_json::from_str(
-        &as_token(&cluster, version, "sa", &token)
-            .ok(&["get", "--raw", "/openid/v1/jwks"])
-            .stdout,
-    )
-    .unwrap();
-    let header: Value = serde_json::from_slice(
-        &URL_SAFE_NO_PAD
-            .decode(token.split('.').next().unwrap())
-            .unwrap(),
-    )
-    .unwrap();
+    let jwks: Value =
+        serde_json::from_str(&as_token(&cluster, version, "sa", &token).ok(&["get", "--raw", "/openid/v1/jwks"]).stdout).unwrap();
+    let header: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(token.split('.').next().unwrap()).unwrap()).unwrap();
     assert_eq!(header["alg"], "ES256");
-    let key = jwks["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["kid"] == header["kid"])
-        .expect("the token's kid is published");
+    let key = jwks["keys"].as_array().unwrap().iter().find(|k| k["kid"] == header["kid"]).expect("the token's kid is published");
     let mut point = vec![4u8];
     point.extend(URL_SAFE_NO_PAD.decode(key["x"].as_str().unwrap()).unwrap());
     point.extend(URL_SAFE_NO_PAD.decode(key["y"].as_str().unwrap()).unwrap());
-    let public =
-        ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, point);
+    let public = ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, point);
     let (signed, signature) = token.rsplit_once('.').unwrap();
     let signature = URL_SAFE_NO_PAD.decode(signature).unwrap();
-    public
-        .verify(signed.as_bytes(), &signature)
-        .expect("the published key verifies the token");
+    public.verify(signed.as_bytes(), &signature).expect("the published key verifies the token");
     let mut tampered = signed.as_bytes().to_vec();
     let last = tampered.len() - 1;
     tampered[last] ^= 1;
-    assert!(
-        public.verify(&tampered, &signature).is_err(),
-        "a changed token does not verify"
-    );
+    assert!(public.verify(&tampered, &signature).is_err(), "a changed token does not verify");
 }
 
 fn pods_get_their_service_account_and_token_volume(version: &str) {
@@ -295,35 +168,18 @@ fn pods_get_their_service_account_and_token_volume(version: &str) {
     eventually("the default ServiceAccount", || {
         (admin.run(&["get", "serviceaccount", "default"]).code == Some(0)).then_some(())
     });
-    admin.ok(&[
-        "run",
-        "web",
-        "--image=busybox",
-        "--restart=Never",
-        "--",
-        "sleep",
-        "3600",
-    ]);
+    admin.ok(&["run", "web", "--image=busybox", "--restart=Never", "--", "sleep", "3600"]);
     let pod = admin.json(&["get", "pod", "web"]);
     assert_eq!(common::str_at(&pod, "/spec/serviceAccountName"), "default");
     let volume = &pod["spec"]["volumes"][0];
     let vname = volume["name"].as_str().unwrap();
-    assert!(
-        vname.starts_with("kube-api-access-") && vname.len() == "kube-api-access-".len() + 5,
-        "{vname}"
-    );
+    assert!(vname.starts_with("kube-api-access-") && vname.len() == "kube-api-access-".len() + 5, "{vname}");
     let sources = &volume["projected"]["sources"];
     assert_eq!(sources[0]["serviceAccountToken"]["expirationSeconds"], 3607);
     assert_eq!(sources[1]["configMap"]["name"], "kube-root-ca.crt");
-    assert_eq!(
-        sources[2]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"],
-        "metadata.namespace"
-    );
+    assert_eq!(sources[2]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"], "metadata.namespace");
     let mount = &pod["spec"]["containers"][0]["volumeMounts"][0];
-    assert_eq!(
-        mount["mountPath"],
-        "/var/run/secrets/kubernetes.io/serviceaccount"
-    );
+    assert_eq!(mount["mountPath"], "/var/run/secrets/kubernetes.io/serviceaccount");
     assert_eq!(mount["readOnly"], true);
     assert_eq!(mount["name"], vname);
 
@@ -356,34 +212,18 @@ fn legacy_token_secret_is_filled_and_dies_with_it(version: &str) {
         let s = admin.json(&["get", "secret", "builder-token"]);
         s["data"]["token"].is_string().then_some(s)
     });
-    let token = String::from_utf8(
-        STANDARD
-            .decode(filled["data"]["token"].as_str().unwrap())
-            .unwrap(),
-    )
-    .unwrap();
+    let token = String::from_utf8(STANDARD.decode(filled["data"]["token"].as_str().unwrap()).unwrap()).unwrap();
     assert_eq!(payload(&token)["iss"], "kubernetes/serviceaccount");
-    assert_eq!(
-        STANDARD
-            .decode(filled["data"]["namespace"].as_str().unwrap())
-            .unwrap(),
-        b"default"
-    );
+    assert_eq!(STANDARD.decode(filled["data"]["namespace"].as_str().unwrap()).unwrap(), b"default");
     let sa = admin.json(&["get", "serviceaccount", "builder"]);
-    assert_eq!(
-        filled["metadata"]["annotations"]["kubernetes.io/service-account.uid"],
-        sa["metadata"]["uid"]
-    );
+    assert_eq!(filled["metadata"]["annotations"]["kubernetes.io/service-account.uid"], sa["metadata"]["uid"]);
     let builder = as_token(&cluster, version, "builder", &token);
     builder.fails_with(
         &["get", "pods"],
         r#"Error from server (Forbidden): pods is forbidden: User "system:serviceaccount:default:builder" cannot list resource "pods" in API group "" in the namespace "default""#,
     );
     admin.ok(&["delete", "secret", "builder-token"]);
-    builder.fails_with(
-        &["get", "--raw", "/api/v1/namespaces/default/pods"],
-        UNAUTHORIZED,
-    );
+    builder.fails_with(&["get", "--raw", "/api/v1/namespaces/default/pods"], UNAUTHORIZED);
 }
 
 per_kubectl_version!(

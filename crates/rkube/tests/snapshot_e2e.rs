@@ -70,13 +70,7 @@ fn snapshot_saved_while_kubectl_writes_restores_every_acknowledged_object() {
     wait_for(5);
     let before_save = acked.lock().unwrap().clone();
     let saved = rkube(&["snapshot", "save", path(&snap), "--data-dir", path(&data)]).success();
-    assert!(
-        saved
-            .stdout
-            .starts_with(&format!("Snapshot saved at {}: revision ", snap.display())),
-        "{}",
-        saved.stdout
-    );
+    assert!(saved.stdout.starts_with(&format!("Snapshot saved at {}: revision ", snap.display())), "{}", saved.stdout);
     wait_for(before_save.len() + 3);
     stop.store(true, Ordering::Relaxed);
     writer.join().expect("writer thread");
@@ -90,54 +84,19 @@ fn snapshot_saved_while_kubectl_writes_restores_every_acknowledged_object() {
         .and_then(|r| r.parse().ok())
         .unwrap_or_else(|| panic!("unexpected check output: {}", checked.stdout));
 
-    let refused = rkube(&[
-        "snapshot",
-        "restore",
-        path(&snap),
-        "--data-dir",
-        path(&data),
-        "--overwrite",
-    ])
-    .exit_code(1);
-    assert!(
-        refused
-            .stderr
-            .contains("is already open: stop the server before restoring"),
-        "{}",
-        refused.stderr
-    );
+    let refused = rkube(&["snapshot", "restore", path(&snap), "--data-dir", path(&data), "--overwrite"]).exit_code(1);
+    assert!(refused.stderr.contains("is already open: stop the server before restoring"), "{}", refused.stderr);
 
     cluster.stop(Stop::Term);
-    let refused = rkube(&[
-        "snapshot",
-        "restore",
-        path(&snap),
-        "--data-dir",
-        path(&data),
-    ])
-    .exit_code(1);
+    let refused = rkube(&["snapshot", "restore", path(&snap), "--data-dir", path(&data)]).exit_code(1);
     assert!(
         refused.stderr.contains("already holds a store (revision ")
-            && refused
-                .stderr
-                .contains("pass --overwrite to replace it with the snapshot"),
+            && refused.stderr.contains("pass --overwrite to replace it with the snapshot"),
         "{}",
         refused.stderr
     );
-    let restored = rkube(&[
-        "snapshot",
-        "restore",
-        path(&snap),
-        "--data-dir",
-        path(&data),
-        "--overwrite",
-    ])
-    .success();
-    assert!(restored.stdout.starts_with(&format!(
-        "Restored {} into {}: ",
-        snap.display(),
-        data.display()
-    )));
+    let restored = rkube(&["snapshot", "restore", path(&snap), "--data-dir", path(&data), "--overwrite"]).success();
+    assert!(restored.stdout.starts_with(&format!("Restored {} into {}: ", snap.display(), data.display())));
 
     cluster.restart();
     let (code, body) = cluster.http_get("/api/v1/namespaces/default/configmaps");
@@ -149,36 +108,18 @@ fn snapshot_saved_while_kubectl_writes_restores_every_acknowledged_object() {
         .iter()
         .filter_map(|cm| {
             let name = cm.pointer("/metadata/name")?.as_str()?;
-            let rv = cm
-                .pointer("/metadata/resourceVersion")?
-                .as_str()?
-                .parse()
-                .ok()?;
+            let rv = cm.pointer("/metadata/resourceVersion")?.as_str()?.parse().ok()?;
             name.starts_with("cm-").then(|| (name.to_string(), rv))
         })
         .collect();
-    let expected: BTreeMap<String, i64> = acked
-        .iter()
-        .filter(|(_, rv)| **rv <= revision)
-        .map(|(n, rv)| (n.clone(), *rv))
-        .collect();
-    assert_eq!(
-        listed, expected,
-        "restored objects differ from those acknowledged at or below revision {revision}"
-    );
+    let expected: BTreeMap<String, i64> =
+        acked.iter().filter(|(_, rv)| **rv <= revision).map(|(n, rv)| (n.clone(), *rv)).collect();
+    assert_eq!(listed, expected, "restored objects differ from those acknowledged at or below revision {revision}");
     for name in before_save.keys() {
-        assert!(
-            listed.contains_key(name),
-            "{name} was acknowledged before the save and is missing"
-        );
+        assert!(listed.contains_key(name), "{name} was acknowledged before the save and is missing");
     }
-    let list_rv: i64 = list
-        .pointer("/metadata/resourceVersion")
-        .and_then(|v| v.as_str()?.parse().ok())
-        .expect("list RV");
+    let list_rv: i64 =
+        list.pointer("/metadata/resourceVersion").and_then(|v| v.as_str()?.parse().ok()).expect("list RV");
     let newest_seen = acked.values().copied().max().unwrap_or(0);
-    assert!(
-        list_rv >= newest_seen,
-        "resourceVersion went backwards: {list_rv} < {newest_seen}"
-    );
+    assert!(list_rv >= newest_seen, "resourceVersion went backwards: {list_rv} < {newest_seen}");
 }

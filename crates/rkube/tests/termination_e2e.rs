@@ -25,15 +25,9 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// Whether a process whose command line contains `marker` exists.
 fn process_with(marker: &str) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
+    let Ok(dir) = std::fs::read_dir("/proc") else { return false };
     dir.flatten().any(|e| {
-        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
-            String::from_utf8_lossy(&c)
-                .replace('\0', " ")
-                .contains(marker)
-        })
+        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(marker))
     })
 }
 
@@ -52,13 +46,8 @@ fn deletion_runs_the_pre_stop_hook_then_sigterm_and_waits_for_the_processes() {
             let mut stream = stream;
             let mut buf = [0u8; 1024];
             let n = stream.read(&mut buf).unwrap_or(0);
-            let line = String::from_utf8_lossy(&buf[..n])
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_string();
-            let _ = stream
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let line = String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or("").to_string();
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
             let _ = seen_tx.send(line);
         }
     });
@@ -100,40 +89,21 @@ spec:
     for pod in ["polite", "stubborn"] {
         cluster.wait_until("running", LIMIT, || {
             let p = k.json(&["get", "pod", pod]);
-            p["status"]["containerStatuses"][0]["state"]["running"]
-                .is_object()
-                .then_some(())
+            p["status"]["containerStatuses"][0]["state"]["running"].is_object().then_some(())
         });
     }
-    assert!(
-        process_with(&format!("{marker}-polite")) && process_with(&format!("{marker}-stubborn"))
-    );
+    assert!(process_with(&format!("{marker}-polite")) && process_with(&format!("{marker}-stubborn")));
 
     k.ok(&["delete", "pod", "polite", "--wait=true"]);
-    assert!(
-        !process_with(&format!("{marker}-polite")),
-        "the container's process outlived the pod object"
-    );
-    assert_eq!(
-        seen_rx.recv_timeout(Duration::from_secs(5)).ok().as_deref(),
-        Some("GET /pre-stop HTTP/1.1")
-    );
-    assert_eq!(
-        std::fs::read_to_string(out.join("log")).unwrap_or_default(),
-        "TERM\n"
-    );
+    assert!(!process_with(&format!("{marker}-polite")), "the container's process outlived the pod object");
+    assert_eq!(seen_rx.recv_timeout(Duration::from_secs(5)).ok().as_deref(), Some("GET /pre-stop HTTP/1.1"));
+    assert_eq!(std::fs::read_to_string(out.join("log")).unwrap_or_default(), "TERM\n");
 
     let began = Instant::now();
     k.ok(&["delete", "pod", "stubborn", "--wait=true"]);
     let took = began.elapsed();
-    assert!(
-        !process_with(&format!("{marker}-stubborn")),
-        "the SIGTERM-ignoring process survived"
-    );
-    assert!(
-        took >= Duration::from_millis(2500),
-        "killed before its 3 s grace period: {took:?}"
-    );
+    assert!(!process_with(&format!("{marker}-stubborn")), "the SIGTERM-ignoring process survived");
+    assert!(took >= Duration::from_millis(2500), "killed before its 3 s grace period: {took:?}");
 }
 
 #[test]

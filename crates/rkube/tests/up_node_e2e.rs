@@ -217,9 +217,7 @@ fn exit_code(cluster: &Cluster, k: &Kubectl, pod: &str) -> i64 {
     let deadline = Instant::now() + POD_LIMIT;
     loop {
         let p = k.json(&["get", "pod", pod]);
-        if let Some(code) =
-            p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"].as_i64()
-        {
+        if let Some(code) = p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"].as_i64() {
             return code;
         }
         assert!(
@@ -256,43 +254,11 @@ fn pod_calls_the_api_with_its_projected_token(version: &str) {
             cluster.port
         )
     };
-    k.ok(&[
-        "run",
-        "denied",
-        "--image=busybox",
-        "--restart=Never",
-        "--",
-        "sh",
-        "-c",
-        &script(403),
-    ]);
-    assert_eq!(
-        exit_code(&cluster, &k, "denied"),
-        0,
-        "the token authenticates (403, not 401) but RBAC does not allow the list yet"
-    );
-    k.ok(&[
-        "create",
-        "rolebinding",
-        "default-view",
-        "--clusterrole=view",
-        "--serviceaccount=default:default",
-    ]);
-    k.ok(&[
-        "run",
-        "allowed",
-        "--image=busybox",
-        "--restart=Never",
-        "--",
-        "sh",
-        "-c",
-        &script(200),
-    ]);
-    assert_eq!(
-        exit_code(&cluster, &k, "allowed"),
-        0,
-        "the token authenticates and the binding allows the list"
-    );
+    k.ok(&["run", "denied", "--image=busybox", "--restart=Never", "--", "sh", "-c", &script(403)]);
+    assert_eq!(exit_code(&cluster, &k, "denied"), 0, "the token authenticates (403, not 401) but RBAC does not allow the list yet");
+    k.ok(&["create", "rolebinding", "default-view", "--clusterrole=view", "--serviceaccount=default:default"]);
+    k.ok(&["run", "allowed", "--image=busybox", "--restart=Never", "--", "sh", "-c", &script(200)]);
+    assert_eq!(exit_code(&cluster, &k, "allowed"), 0, "the token authenticates and the binding allows the list");
 }
 
 mod kubectl_1_27 {

@@ -114,24 +114,11 @@ spec:
     ] {
         assert!(log.contains(want), "{want:?} missing in:\n{log}");
     }
-    assert_eq!(
-        std::fs::read_to_string(host_data.join("from-pod")).unwrap_or_default(),
-        "written\n"
-    );
+    assert_eq!(std::fs::read_to_string(host_data.join("from-pod")).unwrap_or_default(), "written\n");
 
-    k.ok(&[
-        "patch",
-        "configmap",
-        "app-config",
-        "--type=merge",
-        "-p",
-        r#"{"data":{"app.conf":"mode=slow"}}"#,
-    ]);
+    k.ok(&["patch", "configmap", "app-config", "--type=merge", "-p", r#"{"data":{"app.conf":"mode=slow"}}"#]);
     cluster.wait_until("the update in the mounted file", LIMIT, || {
-        k.run(&["logs", "vols", "--tail=1"])
-            .stdout
-            .contains("NOW=mode=slow")
-            .then_some(())
+        k.run(&["logs", "vols", "--tail=1"]).stdout.contains("NOW=mode=slow").then_some(())
     });
 
     // A missing ConfigMap: FailedMount, and the container is not started.
@@ -153,23 +140,9 @@ spec:
     let file = cluster.write_file("missing.yaml", &missing);
     k.ok(&["apply", "-f", file.to_str().unwrap_or_default()]);
     cluster.wait_until("the FailedMount event", LIMIT, || {
-        let events = k
-            .ok(&[
-                "get",
-                "events",
-                "--field-selector",
-                "involvedObject.name=no-config",
-            ])
-            .stdout;
-        events
-            .contains(
-                "MountVolume.SetUp failed for volume \"cfg\" : configmap \"not-there\" not found",
-            )
-            .then_some(())
+        let events = k.ok(&["get", "events", "--field-selector", "involvedObject.name=no-config"]).stdout;
+        events.contains("MountVolume.SetUp failed for volume \"cfg\" : configmap \"not-there\" not found").then_some(())
     });
     let pod = k.json(&["get", "pod", "no-config"]);
-    assert_eq!(
-        pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"], "ContainerCreating",
-        "{pod}"
-    );
+    assert_eq!(pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"], "ContainerCreating", "{pod}");
 }

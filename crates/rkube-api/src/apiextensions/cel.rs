@@ -64,21 +64,11 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-fn validate_at(
-    v: &Value,
-    old: Option<&Value>,
-    schema: &Value,
-    path: &str,
-    errs: &mut Vec<FieldError>,
-    depth: usize,
-) {
+fn validate_at(v: &Value, old: Option<&Value>, schema: &Value, path: &str, errs: &mut Vec<FieldError>, depth: usize) {
     if depth > MAX_DEPTH || v.is_null() {
         return;
     }
-    if let Some(rules) = schema
-        .get("x-kubernetes-validations")
-        .and_then(Value::as_array)
-    {
+    if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
         for rule in rules {
             check_rule(rule, v, old, schema, path, errs);
         }
@@ -88,16 +78,10 @@ fn validate_at(
             let props = schema.get("properties").and_then(Value::as_object);
             let extra = schema.get("additionalProperties").filter(|a| a.is_object());
             for (k, child) in map {
-                let Some(s) = props.and_then(|p| p.get(k)).or(extra) else {
-                    continue;
-                };
+                let Some(s) = props.and_then(|p| p.get(k)).or(extra) else { continue };
                 let child_old = old.and_then(|o| o.get(k));
                 // Keys of maps (additionalProperties) are shown as [key], properties as .key.
-                let child_path = if props.is_some_and(|p| p.contains_key(k)) {
-                    join(path, k)
-                } else {
-                    format!("{path}[{k}]")
-                };
+                let child_path = if props.is_some_and(|p| p.contains_key(k)) { join(path, k) } else { format!("{path}[{k}]") };
                 validate_at(child, child_old, s, &child_path, errs, depth + 1);
             }
         }
@@ -114,37 +98,19 @@ fn validate_at(
 
 /// The OpenAPI type upstream shows as the bad value of a failed rule.
 fn schema_type(schema: &Value) -> &str {
-    if schema
-        .get("x-kubernetes-int-or-string")
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
-    {
+    if schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool).unwrap_or(false) {
         return "integer-or-string";
     }
-    schema
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("object")
+    schema.get("type").and_then(Value::as_str).unwrap_or("object")
 }
 
 fn compile(source: &str) -> Option<Program> {
     env().compile(source).ok()
 }
 
-fn check_rule(
-    rule: &Value,
-    v: &Value,
-    old: Option<&Value>,
-    schema: &Value,
-    path: &str,
-    errs: &mut Vec<FieldError>,
-) {
-    let Some(source) = rule.get("rule").and_then(Value::as_str) else {
-        return;
-    };
-    let Some(program) = compile(source) else {
-        return;
-    };
+fn check_rule(rule: &Value, v: &Value, old: Option<&Value>, schema: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    let Some(source) = rule.get("rule").and_then(Value::as_str) else { return };
+    let Some(program) = compile(source) else { return };
     let transition = program.references().has_variable("oldSelf");
     if transition && old.is_none() {
         return;
@@ -155,11 +121,7 @@ fn check_rule(
     if let Some(o) = old {
         ctx.add_variable_from_value("oldSelf", to_cel(o, schema));
     }
-    let field = match rule
-        .get("fieldPath")
-        .and_then(Value::as_str)
-        .filter(|f| !f.is_empty())
-    {
+    let field = match rule.get("fieldPath").and_then(Value::as_str).filter(|f| !f.is_empty()) {
         Some(f) => format!("{path}{f}"),
         None => path.to_string(),
     };
@@ -168,10 +130,7 @@ fn check_rule(
         Ok(Cel::Bool(true)) => {}
         Ok(Cel::Bool(false)) => {
             let message = rule_message(rule, source, &ctx);
-            let reason = rule
-                .get("reason")
-                .and_then(Value::as_str)
-                .unwrap_or("FieldValueInvalid");
+            let reason = rule.get("reason").and_then(Value::as_str).unwrap_or("FieldValueInvalid");
             errs.push(match reason {
                 "FieldValueForbidden" => FieldError::forbidden(&field, message),
                 "FieldValueRequired" => FieldError::required(&field, message),
@@ -182,10 +141,7 @@ fn check_rule(
         Ok(other) => errs.push(FieldError::invalid(
             &field,
             shown_type,
-            format!(
-                "rule result must be a boolean, got {other:?} for rule: {}",
-                source.trim()
-            ),
+            format!("rule result must be a boolean, got {other:?} for rule: {}", source.trim()),
         )),
         // A function or variable this CEL environment lacks: not evaluated.
         Err(ExecutionError::UndeclaredReference(_)) => {}
@@ -207,28 +163,14 @@ fn unevaluable_at(schema: &Value, path: &str, out: &mut Vec<String>, depth: usiz
     if depth > MAX_DEPTH {
         return;
     }
-    for (i, rule) in schema
-        .get("x-kubernetes-validations")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let Some(source) = rule.get("rule").and_then(Value::as_str) else {
-            continue;
-        };
+    for (i, rule) in schema.get("x-kubernetes-validations").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let Some(source) = rule.get("rule").and_then(Value::as_str) else { continue };
         let at = format!("{path}.x-kubernetes-validations[{i}]");
         match env().compile(source) {
-            Err(e) => out.push(format!(
-                "{at}: rule {source:?} does not parse in rkube's CEL ({e}); it is not enforced"
-            )),
+            Err(e) => out.push(format!("{at}: rule {source:?} does not parse in rkube's CEL ({e}); it is not enforced")),
             Ok(program) => {
                 let refs = program.references();
-                let mut missing: Vec<&str> = refs
-                    .functions()
-                    .into_iter()
-                    .filter(|f| !declared(f))
-                    .collect();
+                let mut missing: Vec<&str> = refs.functions().into_iter().filter(|f| !declared(f)).collect();
                 missing.sort_unstable();
                 if !missing.is_empty() {
                     out.push(format!(
@@ -240,12 +182,7 @@ fn unevaluable_at(schema: &Value, path: &str, out: &mut Vec<String>, depth: usiz
         }
     }
     let mut children: Vec<(String, &Value)> = Vec::new();
-    for (k, v) in schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-    {
+    for (k, v) in schema.get("properties").and_then(Value::as_object).into_iter().flatten() {
         children.push((format!("{path}.properties[{k}]"), v));
     }
     for key in ["items", "additionalProperties"] {
@@ -264,10 +201,7 @@ fn unevaluable_at(schema: &Value, path: &str, out: &mut Vec<String>, depth: usiz
 /// (`_+_`, `@in`, `has`) are always known.
 fn declared(name: &str) -> bool {
     if !name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        || matches!(
-            name,
-            "has" | "all" | "exists" | "exists_one" | "map" | "filter"
-        )
+        || matches!(name, "has" | "all" | "exists" | "exists_one" | "map" | "filter")
     {
         return true;
     }
@@ -292,9 +226,7 @@ pub enum Outcome {
 /// numbers are ints when integral), as upstream's `matchconditions`
 /// matcher does with `object`, `oldObject` and `request`.
 pub fn evaluate_bool(expr: &str, vars: &[(&str, &Value)]) -> Outcome {
-    let Some(result) = evaluate(expr, vars) else {
-        return Outcome::Unsupported;
-    };
+    let Some(result) = evaluate(expr, vars) else { return Outcome::Unsupported };
     match result {
         Ok(Cel::Bool(b)) => Outcome::Bool(b),
         Ok(other) => Outcome::Error(format!("expression must evaluate to a bool, got {other:?}")),
@@ -350,12 +282,7 @@ fn to_json(v: &Cel) -> Option<Value> {
 
 /// `message`, else `messageExpression`'s string value, else `failed rule: <rule>`.
 fn rule_message(rule: &Value, source: &str, ctx: &Context) -> String {
-    if let Some(m) = rule
-        .get("message")
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|m| !m.is_empty())
-    {
+    if let Some(m) = rule.get("message").and_then(Value::as_str).map(str::trim).filter(|m| !m.is_empty()) {
         return m.to_string();
     }
     if let Some(expr) = rule.get("messageExpression").and_then(Value::as_str) {
@@ -384,16 +311,11 @@ pub fn to_cel(v: &Value, schema: &Value) -> Cel {
         Value::String(s) => Cel::String(Arc::new(s.clone())),
         Value::Array(items) => {
             let item_schema = schema.get("items").unwrap_or(&Value::Null);
-            Cel::List(Arc::new(
-                items.iter().map(|i| to_cel(i, item_schema)).collect(),
-            ))
+            Cel::List(Arc::new(items.iter().map(|i| to_cel(i, item_schema)).collect()))
         }
         Value::Object(map) => {
             let props = schema.get("properties").and_then(Value::as_object);
-            let extra = schema
-                .get("additionalProperties")
-                .filter(|a| a.is_object())
-                .unwrap_or(&Value::Null);
+            let extra = schema.get("additionalProperties").filter(|a| a.is_object()).unwrap_or(&Value::Null);
             let entries: HashMap<Key, Cel> = map
                 .iter()
                 .map(|(k, child)| {
@@ -401,9 +323,7 @@ pub fn to_cel(v: &Value, schema: &Value) -> Cel {
                     (Key::String(Arc::new(k.clone())), to_cel(child, s))
                 })
                 .collect();
-            Cel::Map(CelMap {
-                map: Arc::new(entries),
-            })
+            Cel::Map(CelMap { map: Arc::new(entries) })
         }
     }
 }

@@ -26,11 +26,7 @@ fn rendered(errs: &[FieldError]) -> Vec<String> {
 #[test]
 fn rules_that_hold_give_no_errors_and_numbers_are_doubles_where_the_schema_says() {
     let obj = json!({"spec": {"replicas": 1, "maxReplicas": 3, "ratio": 2, "mode": "a", "tags": ["t-1"], "limits": {"cpu": 1}}});
-    assert!(
-        validate(&obj, None, &schema()).is_empty(),
-        "{:?}",
-        rendered(&validate(&obj, None, &schema()))
-    );
+    assert!(validate(&obj, None, &schema()).is_empty(), "{:?}", rendered(&validate(&obj, None, &schema())));
 }
 
 #[test]
@@ -52,10 +48,7 @@ fn failed_rules_are_field_errors_with_upstreams_messages() {
 fn transition_rules_run_on_updates_with_old_self() {
     let old = json!({"spec": {"replicas": 1, "maxReplicas": 5, "ratio": 1}});
     let new = json!({"spec": {"replicas": 1, "maxReplicas": 3, "ratio": 1}});
-    assert!(
-        validate(&new, None, &schema()).is_empty(),
-        "no oldSelf on create"
-    );
+    assert!(validate(&new, None, &schema()).is_empty(), "no oldSelf on create");
     assert_eq!(
         rendered(&validate(&new, Some(&old), &schema())),
         ["spec: Invalid value: \"object\": maxReplicas may not shrink below 5"]
@@ -69,49 +62,20 @@ fn reading_an_absent_field_is_an_error_and_unknown_functions_are_skipped() {
         "properties": {"u": {"type": "string"}}}}});
     let errs = rendered(&validate(&json!({"spec": {"u": "x"}}), None, &s));
     assert_eq!(errs.len(), 1, "{errs:?}");
-    assert!(
-        errs[0].starts_with("spec: Invalid value: \"object\": "),
-        "{errs:?}"
-    );
+    assert!(errs[0].starts_with("spec: Invalid value: \"object\": "), "{errs:?}");
     assert!(errs[0].to_lowercase().contains("missing"), "{errs:?}");
 }
 
 #[test]
 fn match_conditions_evaluate_over_request_variables() {
-    let request =
-        json!({"operation": "CREATE", "userInfo": {"username": "alice", "groups": ["dev"]}});
+    let request = json!({"operation": "CREATE", "userInfo": {"username": "alice", "groups": ["dev"]}});
     let object = json!({"metadata": {"name": "x", "labels": {"team": "a"}}});
-    let vars = [
-        ("request", &request),
-        ("object", &object),
-        ("oldObject", &Value::Null),
-    ];
-    assert_eq!(
-        evaluate_bool("request.userInfo.username == 'alice'", &vars),
-        Outcome::Bool(true)
-    );
-    assert_eq!(
-        evaluate_bool(
-            "'team' in object.metadata.labels && oldObject == null",
-            &vars
-        ),
-        Outcome::Bool(true)
-    );
-    assert_eq!(
-        evaluate_bool("!('system:masters' in request.userInfo.groups)", &vars),
-        Outcome::Bool(true)
-    );
-    assert!(matches!(
-        evaluate_bool("object.spec.x == 1", &vars),
-        Outcome::Error(_)
-    ));
-    assert_eq!(
-        evaluate_bool(
-            "authorizer.group('').resource('pods').check('get').allowed()",
-            &vars
-        ),
-        Outcome::Unsupported
-    );
+    let vars = [("request", &request), ("object", &object), ("oldObject", &Value::Null)];
+    assert_eq!(evaluate_bool("request.userInfo.username == 'alice'", &vars), Outcome::Bool(true));
+    assert_eq!(evaluate_bool("'team' in object.metadata.labels && oldObject == null", &vars), Outcome::Bool(true));
+    assert_eq!(evaluate_bool("!('system:masters' in request.userInfo.groups)", &vars), Outcome::Bool(true));
+    assert!(matches!(evaluate_bool("object.spec.x == 1", &vars), Outcome::Error(_)));
+    assert_eq!(evaluate_bool("authorizer.group('').resource('pods').check('get').allowed()", &vars), Outcome::Unsupported);
     assert_eq!(evaluate_bool("1 +", &vars), Outcome::Unsupported);
 }
 

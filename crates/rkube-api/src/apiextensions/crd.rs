@@ -39,17 +39,9 @@ pub fn warnings(obj: &Value, _old: Option<&Value>) -> Vec<String> {
         .flatten()
         .enumerate()
         .filter_map(|(i, v)| Some((i, v.pointer("/schema/openAPIV3Schema")?)))
-        .flat_map(|(i, schema)| {
-            super::cel::unevaluable_rules(
-                schema,
-                &format!("spec.versions[{i}].schema.openAPIV3Schema"),
-            )
-        })
+        .flat_map(|(i, schema)| super::cel::unevaluable_rules(schema, &format!("spec.versions[{i}].schema.openAPIV3Schema")))
         .collect();
-    let webhook = obj
-        .pointer("/spec/conversion/strategy")
-        .and_then(Value::as_str)
-        == Some("Webhook");
+    let webhook = obj.pointer("/spec/conversion/strategy").and_then(Value::as_str) == Some("Webhook");
     if webhook && versions.is_some_and(|v| v.len() > 1) {
         out.push(WEBHOOK_CONVERSION_WARNING.to_string());
     }
@@ -62,21 +54,13 @@ pub fn warnings(obj: &Value, _old: Option<&Value>) -> Vec<String> {
 pub fn defaults(obj: &mut Object) {
     let spec = child(obj, "spec");
     let names = child(spec, "names");
-    let kind = names
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
+    let kind = names.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
     if !kind.is_empty() {
         default_field(names, "singular", json!(kind.to_lowercase()));
         default_field(names, "listKind", json!(format!("{kind}List")));
     }
     default_field(spec, "conversion", json!({"strategy": "None"}));
-    if let Some(svc) = spec
-        .get_mut("conversion")
-        .and_then(|c| c.pointer_mut("/webhook/clientConfig/service"))
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(svc) = spec.get_mut("conversion").and_then(|c| c.pointer_mut("/webhook/clientConfig/service")).and_then(Value::as_object_mut) {
         default_field(svc, "port", json!(443));
     }
 }
@@ -115,31 +99,19 @@ fn s<'a>(v: &'a Value, pointer: &str) -> &'a str {
 
 /// True when the CRD's `Established` condition is `True`.
 pub fn is_established(crd: &Value) -> bool {
-    crd.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.get("type").and_then(Value::as_str) == Some("Established")
-                && c.get("status").and_then(Value::as_str) == Some("True")
-        })
+    crd.pointer("/status/conditions").and_then(Value::as_array).into_iter().flatten().any(|c| {
+        c.get("type").and_then(Value::as_str) == Some("Established") && c.get("status").and_then(Value::as_str) == Some("True")
+    })
 }
 
 fn label_errors(value: &str, field: &str, mixed_case: bool, errs: &mut Vec<FieldError>) {
     if value.is_empty() {
         return;
     }
-    let msgs = is_dns1035_label(&if mixed_case {
-        value.to_lowercase()
-    } else {
-        value.to_string()
-    });
+    let msgs = is_dns1035_label(&if mixed_case { value.to_lowercase() } else { value.to_string() });
     if !msgs.is_empty() {
         let detail = if mixed_case {
-            format!(
-                "may have mixed case, but should otherwise match: {}",
-                msgs.join(",")
-            )
+            format!("may have mixed case, but should otherwise match: {}", msgs.join(","))
         } else {
             msgs.join(",")
         };
@@ -153,11 +125,7 @@ pub fn validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let plural = s(obj, "/spec/names/plural");
     let name = s(obj, "/metadata/name");
     if name != format!("{plural}.{group}") {
-        errs.push(FieldError::invalid(
-            "metadata.name",
-            name,
-            "must be spec.names.plural+\".\"+spec.group",
-        ));
+        errs.push(FieldError::invalid("metadata.name", name, "must be spec.names.plural+\".\"+spec.group"));
     }
     if group.is_empty() {
         errs.push(FieldError::required("spec.group", ""));
@@ -166,83 +134,44 @@ pub fn validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
         if !msgs.is_empty() {
             errs.push(FieldError::invalid("spec.group", group, msgs.join(",")));
         } else if !group.contains('.') {
-            errs.push(FieldError::invalid(
-                "spec.group",
-                group,
-                "should be a domain with at least one dot",
-            ));
+            errs.push(FieldError::invalid("spec.group", group, "should be a domain with at least one dot"));
         }
     }
     match s(obj, "/spec/scope") {
         "" => errs.push(FieldError::required("spec.scope", "")),
         "Cluster" | "Namespaced" => {}
-        other => errs.push(FieldError::not_supported(
-            "spec.scope",
-            other,
-            &["Cluster", "Namespaced"],
-        )),
+        other => errs.push(FieldError::not_supported("spec.scope", other, &["Cluster", "Namespaced"])),
     }
     validate_versions(obj, errs);
-    for (field, required) in [
-        ("plural", true),
-        ("singular", true),
-        ("kind", true),
-        ("listKind", true),
-    ] {
+    for (field, required) in [("plural", true), ("singular", true), ("kind", true), ("listKind", true)] {
         if required && s(obj, &format!("/spec/names/{field}")).is_empty() {
             errs.push(FieldError::required(&format!("spec.names.{field}"), ""));
         }
     }
     label_errors(plural, "spec.names.plural", false, errs);
-    label_errors(
-        s(obj, "/spec/names/singular"),
-        "spec.names.singular",
-        false,
-        errs,
-    );
+    label_errors(s(obj, "/spec/names/singular"), "spec.names.singular", false, errs);
     let (kind, list_kind) = (s(obj, "/spec/names/kind"), s(obj, "/spec/names/listKind"));
     label_errors(kind, "spec.names.kind", true, errs);
     label_errors(list_kind, "spec.names.listKind", true, errs);
     for key in ["shortNames", "categories"] {
-        let items = obj
-            .pointer(&format!("/spec/names/{key}"))
-            .and_then(Value::as_array);
+        let items = obj.pointer(&format!("/spec/names/{key}")).and_then(Value::as_array);
         for (i, v) in items.into_iter().flatten().enumerate() {
-            label_errors(
-                v.as_str().unwrap_or(""),
-                &format!("spec.names.{key}[{i}]"),
-                false,
-                errs,
-            );
+            label_errors(v.as_str().unwrap_or(""), &format!("spec.names.{key}[{i}]"), false, errs);
         }
     }
     if !kind.is_empty() && kind == list_kind {
-        errs.push(FieldError::invalid(
-            "spec.names.listKind",
-            list_kind,
-            "kind and listKind may not be the same",
-        ));
+        errs.push(FieldError::invalid("spec.names.listKind", list_kind, "kind and listKind may not be the same"));
     }
     match s(obj, "/spec/conversion/strategy") {
         "" | "None" | "Webhook" => {}
-        other => errs.push(FieldError::not_supported(
-            "spec.conversion.strategy",
-            other,
-            &["None", "Webhook"],
-        )),
+        other => errs.push(FieldError::not_supported("spec.conversion.strategy", other, &["None", "Webhook"])),
     }
     if let Some(old) = old {
-        for (pointer, field) in [
-            ("/spec/group", "spec.group"),
-            ("/spec/names/plural", "spec.names.plural"),
-        ] {
+        for (pointer, field) in [("/spec/group", "spec.group"), ("/spec/names/plural", "spec.names.plural")] {
             crate::strategy::immutable(obj, Some(old), pointer, field, errs);
         }
         if super::crd::is_established(old) {
-            for (pointer, field) in [
-                ("/spec/scope", "spec.scope"),
-                ("/spec/names/kind", "spec.names.kind"),
-            ] {
+            for (pointer, field) in [("/spec/scope", "spec.scope"), ("/spec/names/kind", "spec.names.kind")] {
                 crate::strategy::immutable(obj, Some(old), pointer, field, errs);
             }
         }
@@ -250,11 +179,7 @@ pub fn validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
 }
 
 fn validate_versions(obj: &Value, errs: &mut Vec<FieldError>) {
-    let versions: Vec<Value> = obj
-        .pointer("/spec/versions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let versions: Vec<Value> = obj.pointer("/spec/versions").and_then(Value::as_array).cloned().unwrap_or_default();
     let mut seen = std::collections::HashSet::new();
     let mut unique = true;
     let mut storage = 0;
@@ -266,55 +191,31 @@ fn validate_versions(obj: &Value, errs: &mut Vec<FieldError>) {
         unique &= seen.insert(vname.to_string());
         label_errors(vname, &format!("spec.versions[{i}].name"), false, errs);
         if vname.is_empty() {
-            errs.push(FieldError::invalid(
-                &format!("spec.versions[{i}].name"),
-                vname,
-                is_dns1035_label("").join(","),
-            ));
+            errs.push(FieldError::invalid(&format!("spec.versions[{i}].name"), vname, is_dns1035_label("").join(",")));
         }
         let schema_field = format!("spec.versions[{i}].schema.openAPIV3Schema");
         match v.pointer("/schema/openAPIV3Schema") {
-            Some(schema) if schema.is_object() => {
-                errs.extend(structural_errors(schema, &schema_field))
-            }
+            Some(schema) if schema.is_object() => errs.extend(structural_errors(schema, &schema_field)),
             _ => errs.push(FieldError::required(&schema_field, "schemas are required")),
         }
         if let Some(scale) = v.pointer("/subresources/scale").filter(|x| x.is_object()) {
             let field = format!("spec.versions[{i}].subresources.scale");
-            for (key, prefix) in [
-                ("specReplicasPath", ".spec."),
-                ("statusReplicasPath", ".status."),
-            ] {
+            for (key, prefix) in [("specReplicasPath", ".spec."), ("statusReplicasPath", ".status.")] {
                 let p = s(scale, &format!("/{key}"));
                 if p.is_empty() {
                     errs.push(FieldError::required(&format!("{field}.{key}"), ""));
                 } else if !p.starts_with(prefix) {
-                    errs.push(FieldError::invalid(
-                        &format!("{field}.{key}"),
-                        p,
-                        format!(
-                            "should be a json path under {}",
-                            prefix.trim_end_matches('.')
-                        ),
-                    ));
+                    errs.push(FieldError::invalid(&format!("{field}.{key}"), p, format!("should be a json path under {}", prefix.trim_end_matches('.'))));
                 }
             }
         }
     }
     let rendered = serde_json::to_string(&versions).unwrap_or_default();
     if !unique {
-        errs.push(FieldError::invalid_rendered(
-            "spec.versions",
-            rendered.clone(),
-            "must contain unique version names",
-        ));
+        errs.push(FieldError::invalid_rendered("spec.versions", rendered.clone(), "must contain unique version names"));
     }
     if storage != 1 {
-        errs.push(FieldError::invalid_rendered(
-            "spec.versions",
-            rendered,
-            "must have exactly one version marked as storage version",
-        ));
+        errs.push(FieldError::invalid_rendered("spec.versions", rendered, "must have exactly one version marked as storage version"));
     }
 }
 
@@ -377,11 +278,7 @@ mod tests {
         let mut obj = crd();
         obj["spec"]["versions"][0]["storage"] = json!(false);
         let errs = errors_of(obj);
-        assert!(
-            errs[0].starts_with("spec.versions: Invalid value: ")
-                && errs[0].ends_with("must have exactly one version marked as storage version"),
-            "{errs:?}"
-        );
+        assert!(errs[0].starts_with("spec.versions: Invalid value: ") && errs[0].ends_with("must have exactly one version marked as storage version"), "{errs:?}");
     }
 
     #[test]
@@ -396,22 +293,15 @@ mod tests {
         let mut obj = crd();
         obj["spec"]["group"] = json!("example");
         obj["metadata"]["name"] = json!("widgets.example");
-        assert_eq!(
-            errors_of(obj),
-            ["spec.group: Invalid value: \"example\": should be a domain with at least one dot"]
-        );
+        assert_eq!(errors_of(obj), ["spec.group: Invalid value: \"example\": should be a domain with at least one dot"]);
     }
 
     #[test]
     fn v1_needs_a_structural_schema() {
         let mut obj = crd();
         obj["spec"]["versions"][0]["schema"] = json!(null);
-        assert_eq!(
-            errors_of(obj.clone()),
-            ["spec.versions[0].schema.openAPIV3Schema: Required value: schemas are required"]
-        );
-        obj["spec"]["versions"][0]["schema"] =
-            json!({"openAPIV3Schema": {"type": "object", "properties": {"spec": {}}}});
+        assert_eq!(errors_of(obj.clone()), ["spec.versions[0].schema.openAPIV3Schema: Required value: schemas are required"]);
+        obj["spec"]["versions"][0]["schema"] = json!({"openAPIV3Schema": {"type": "object", "properties": {"spec": {}}}});
         assert_eq!(
             errors_of(obj),
             ["spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"]
@@ -426,11 +316,6 @@ mod tests {
         new["metadata"]["name"] = json!("widgets.other.io");
         let mut errs = Vec::new();
         validate(&new, Some(&old), &mut errs);
-        assert!(
-            errs.iter()
-                .any(|e| e.to_string()
-                    == "spec.group: Invalid value: \"other.io\": field is immutable"),
-            "{errs:?}"
-        );
+        assert!(errs.iter().any(|e| e.to_string() == "spec.group: Invalid value: \"other.io\": field is immutable"), "{errs:?}");
     }
 }

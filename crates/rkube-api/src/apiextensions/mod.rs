@@ -17,9 +17,7 @@ pub mod schema;
 
 use serde_json::Value;
 
-use crate::registry::{
-    status, FieldType, ResourceInfo, SelectableField, SubresourceInfo, ALL_VERBS, BASE, SCALE,
-};
+use crate::registry::{status, FieldType, ResourceInfo, SelectableField, SubresourceInfo, ALL_VERBS, BASE, SCALE};
 
 /// The finalizer every CRD gets on create; the API server removes it once
 /// the CRD's custom resources are deleted (upstream's `finalizer` controller).
@@ -73,13 +71,7 @@ fn leak(s: &str) -> &'static str {
 }
 
 fn leak_strs(v: &Value) -> &'static [&'static str] {
-    let items: Vec<&'static str> = v
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(leak)
-        .collect();
+    let items: Vec<&'static str> = v.as_array().into_iter().flatten().filter_map(Value::as_str).map(leak).collect();
     Box::leak(items.into_boxed_slice())
 }
 
@@ -89,9 +81,7 @@ fn str_of<'a>(v: &'a Value, pointer: &str) -> &'a str {
 
 /// The printer columns of a CRD version (`additionalPrinterColumns`).
 pub fn printer_columns(version: &Value) -> Vec<PrinterColumn> {
-    let columns = version
-        .get("additionalPrinterColumns")
-        .and_then(Value::as_array);
+    let columns = version.get("additionalPrinterColumns").and_then(Value::as_array);
     columns
         .into_iter()
         .flatten()
@@ -108,17 +98,11 @@ pub fn printer_columns(version: &Value) -> Vec<PrinterColumn> {
 
 /// The [`CustomResource`] of version `version` (one `spec.versions[]` entry) of `crd`.
 pub fn custom_resource(crd: &Value, version: &Value) -> CustomResource {
-    let scale = version
-        .pointer("/subresources/scale")
-        .filter(|s| s.is_object())
-        .map(|s| ScalePaths {
-            spec_replicas: str_of(s, "/specReplicasPath").to_string(),
-            status_replicas: str_of(s, "/statusReplicasPath").to_string(),
-            label_selector: s
-                .get("labelSelectorPath")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-        });
+    let scale = version.pointer("/subresources/scale").filter(|s| s.is_object()).map(|s| ScalePaths {
+        spec_replicas: str_of(s, "/specReplicasPath").to_string(),
+        status_replicas: str_of(s, "/statusReplicasPath").to_string(),
+        label_selector: s.get("labelSelectorPath").and_then(Value::as_str).map(str::to_string),
+    });
     CustomResource {
         crd_name: str_of(crd, "/metadata/name").to_string(),
         schema: version.pointer("/schema/openAPIV3Schema").cloned(),
@@ -132,10 +116,7 @@ pub fn custom_resource(crd: &Value, version: &Value) -> CustomResource {
 /// the schema (`integer`, `boolean`, else string). Leaks its strings, as
 /// [`rows_for`] does.
 pub fn selectable_fields(version: &Value) -> &'static [SelectableField] {
-    let schema = version
-        .pointer("/schema/openAPIV3Schema")
-        .cloned()
-        .unwrap_or(Value::Null);
+    let schema = version.pointer("/schema/openAPIV3Schema").cloned().unwrap_or(Value::Null);
     let fields: Vec<SelectableField> = version
         .get("selectableFields")
         .and_then(Value::as_array)
@@ -147,9 +128,7 @@ pub fn selectable_fields(version: &Value) -> &'static [SelectableField] {
         .map(|path| {
             let mut node = &schema;
             for seg in path.split('.') {
-                node = node
-                    .pointer(&format!("/properties/{seg}"))
-                    .unwrap_or(&Value::Null);
+                node = node.pointer(&format!("/properties/{seg}")).unwrap_or(&Value::Null);
             }
             let field_type = match node.get("type").and_then(Value::as_str) {
                 Some("integer") => FieldType::Int,
@@ -157,11 +136,7 @@ pub fn selectable_fields(version: &Value) -> &'static [SelectableField] {
                 _ => FieldType::Str,
             };
             let path = leak(path);
-            SelectableField {
-                label: path,
-                path,
-                field_type,
-            }
+            SelectableField { label: path, path, field_type }
         })
         .collect();
     Box::leak(fields.into_boxed_slice())
@@ -172,25 +147,13 @@ pub fn selectable_fields(version: &Value) -> &'static [SelectableField] {
 /// row converts to and from the storage version
 /// ([`crate::registry::conversion::custom_resource`]).
 fn version_conversion(crd: &Value, group: &'static str) -> Option<crate::registry::Conversion> {
-    let versions = crd
-        .pointer("/spec/versions")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let stored = crd
-        .pointer("/status/storedVersions")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
+    let versions = crd.pointer("/spec/versions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let stored = crd.pointer("/status/storedVersions").and_then(Value::as_array).map_or(0, Vec::len);
     if versions.len() <= 1 && stored <= 1 {
         return None;
     }
-    let storage = versions
-        .iter()
-        .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))?;
-    Some(crate::registry::conversion::custom_resource(
-        group,
-        leak(str_of(storage, "/name")),
-    ))
+    let storage = versions.iter().find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))?;
+    Some(crate::registry::conversion::custom_resource(group, leak(str_of(storage, "/name"))))
 }
 
 /// The rows `crd` (a CRD object) serves: one per served version, named by
@@ -200,10 +163,7 @@ fn version_conversion(crd: &Value, group: &'static str) -> Option<crate::registr
 /// changed. A CRD with several versions converts between them
 /// ([`ResourceInfo::conversion`]).
 pub fn rows_for(crd: &Value) -> Vec<ResourceInfo> {
-    let names = crd
-        .pointer("/status/acceptedNames")
-        .cloned()
-        .unwrap_or(Value::Null);
+    let names = crd.pointer("/status/acceptedNames").cloned().unwrap_or(Value::Null);
     let (plural, kind) = (str_of(&names, "/plural"), str_of(&names, "/kind"));
     let group = str_of(crd, "/spec/group");
     if plural.is_empty() || kind.is_empty() || group.is_empty() {
@@ -231,14 +191,10 @@ pub fn rows_for(crd: &Value) -> Vec<ResourceInfo> {
         .filter(|v| v.get("served").and_then(Value::as_bool).unwrap_or(false))
         .map(|v| {
             let mut subresources: Vec<SubresourceInfo> = Vec::new();
-            if v.pointer("/subresources/status")
-                .is_some_and(Value::is_object)
-            {
+            if v.pointer("/subresources/status").is_some_and(Value::is_object) {
                 subresources.push(status(kind));
             }
-            if v.pointer("/subresources/scale")
-                .is_some_and(Value::is_object)
-            {
+            if v.pointer("/subresources/scale").is_some_and(Value::is_object) {
                 subresources.push(SCALE);
             }
             ResourceInfo {
@@ -285,29 +241,19 @@ mod tests {
         let rows = rows_for(&crd);
         assert_eq!(rows.len(), 1);
         let r = &rows[0];
-        assert_eq!(
-            (r.group, r.version, r.resource, r.kind, r.list_kind),
-            ("example.com", "v1", "widgets", "Widget", "WidgetList")
-        );
-        assert_eq!(
-            r.object_key("/registry", "ns", "a"),
-            "/registry/example.com/widgets/ns/a"
-        );
+        assert_eq!((r.group, r.version, r.resource, r.kind, r.list_kind), ("example.com", "v1", "widgets", "Widget", "WidgetList"));
+        assert_eq!(r.object_key("/registry", "ns", "a"), "/registry/example.com/widgets/ns/a");
         assert_eq!((r.short_names, r.categories), (&["wd"][..], &["all"][..]));
         let subs: Vec<&str> = r.subresources.iter().map(|s| s.name).collect();
         assert_eq!(subs, ["status", "scale"]);
         let custom = r.custom.expect("custom");
         assert_eq!(custom.columns[0].json_path, ".spec.replicas");
-        assert_eq!(
-            custom.scale.as_ref().map(|s| s.spec_replicas.as_str()),
-            Some(".spec.replicas")
-        );
+        assert_eq!(custom.scale.as_ref().map(|s| s.spec_replicas.as_str()), Some(".spec.replicas"));
     }
 
     #[test]
     fn crds_without_accepted_names_serve_nothing() {
-        let crd =
-            json!({"spec": {"group": "example.com", "versions": [{"name": "v1", "served": true}]}});
+        let crd = json!({"spec": {"group": "example.com", "versions": [{"name": "v1", "served": true}]}});
         assert!(rows_for(&crd).is_empty());
     }
 }

@@ -52,13 +52,7 @@ pub fn prune(obj: &mut Value, schema: &Value) -> Vec<String> {
     dropped
 }
 
-fn prune_at(
-    obj: &mut Value,
-    schema: &Value,
-    path: &str,
-    keep_meta: bool,
-    dropped: &mut Vec<String>,
-) {
+fn prune_at(obj: &mut Value, schema: &Value, path: &str, keep_meta: bool, dropped: &mut Vec<String>) {
     match obj {
         Value::Object(map) => {
             let keep_meta = keep_meta || flag(schema, "x-kubernetes-embedded-resource");
@@ -75,10 +69,8 @@ fn prune_at(
                             prune_at(v, s, &child_path, false, dropped);
                         }
                     }
-                    None if keep_meta
-                        && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") => {}
-                    None if preserve
-                        || schema.get("additionalProperties") == Some(&Value::Bool(true)) => {}
+                    None if keep_meta && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") => {}
+                    None if preserve || schema.get("additionalProperties") == Some(&Value::Bool(true)) => {}
                     None => {
                         map.remove(&k);
                         dropped.push(child_path);
@@ -223,18 +215,12 @@ fn validate_at(v: &Value, schema: &Value, path: &str, root: bool, errs: &mut Vec
     }
     match v {
         Value::String(s) => validate_string(s, v, schema, path, shown, errs),
-        Value::Number(n) => {
-            validate_number(n.as_f64().unwrap_or(0.0), v, schema, path, shown, errs)
-        }
+        Value::Number(n) => validate_number(n.as_f64().unwrap_or(0.0), v, schema, path, shown, errs),
         Value::Array(items) => {
             let n = items.len() as i64;
             if let Some(min) = schema.get("minItems").and_then(Value::as_i64) {
                 if n < min {
-                    errs.push(invalid(
-                        path,
-                        v,
-                        format!("{shown} in body should have at least {min} items"),
-                    ));
+                    errs.push(invalid(path, v, format!("{shown} in body should have at least {min} items")));
                 }
             }
             if let Some(max) = schema.get("maxItems").and_then(Value::as_i64) {
@@ -252,11 +238,7 @@ fn validate_at(v: &Value, schema: &Value, path: &str, root: bool, errs: &mut Vec
             let n = map.len() as i64;
             if let Some(min) = schema.get("minProperties").and_then(Value::as_i64) {
                 if n < min {
-                    errs.push(invalid(
-                        path,
-                        v,
-                        format!("{shown} in body should have at least {min} properties"),
-                    ));
+                    errs.push(invalid(path, v, format!("{shown} in body should have at least {min} properties")));
                 }
             }
             if let Some(max) = schema.get("maxProperties").and_then(Value::as_i64) {
@@ -264,13 +246,7 @@ fn validate_at(v: &Value, schema: &Value, path: &str, root: bool, errs: &mut Vec
                     errs.push(too_many(path, n, max));
                 }
             }
-            for req in schema
-                .get("required")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-            {
+            for req in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
                 if !map.contains_key(req) {
                     errs.push(FieldError::required(&join(path, req), ""));
                 }
@@ -278,11 +254,7 @@ fn validate_at(v: &Value, schema: &Value, path: &str, root: bool, errs: &mut Vec
             let embedded = root || flag(schema, "x-kubernetes-embedded-resource");
             if flag(schema, "x-kubernetes-embedded-resource") {
                 for key in ["apiVersion", "kind"] {
-                    if map
-                        .get(key)
-                        .and_then(Value::as_str)
-                        .is_none_or(str::is_empty)
-                    {
+                    if map.get(key).and_then(Value::as_str).is_none_or(str::is_empty) {
                         errs.push(FieldError::required(&join(path, key), "must not be empty"));
                     }
                 }
@@ -290,10 +262,7 @@ fn validate_at(v: &Value, schema: &Value, path: &str, root: bool, errs: &mut Vec
             let properties = props(schema);
             let extra = additional(schema);
             for (k, child) in map {
-                if embedded
-                    && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")
-                    && properties.is_none_or(|p| !p.contains_key(k))
-                {
+                if embedded && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") && properties.is_none_or(|p| !p.contains_key(k)) {
                     continue;
                 }
                 if let Some(s) = properties.and_then(|p| p.get(k)).or(extra) {
@@ -311,10 +280,7 @@ fn type_error(path: &str, shown: &str, expected: &str, v: &Value) -> FieldError 
         error_type: FieldErrorType::TypeInvalid,
         field: path.to_string(),
         bad_value: Some(go_quote(actual)),
-        detail: format!(
-            "{shown} in body must be of type {expected}: {}",
-            go_quote(actual)
-        ),
+        detail: format!("{shown} in body must be of type {expected}: {}", go_quote(actual)),
     }
 }
 
@@ -327,22 +293,11 @@ fn too_many(path: &str, actual: i64, max: i64) -> FieldError {
     }
 }
 
-fn validate_string(
-    s: &str,
-    v: &Value,
-    schema: &Value,
-    path: &str,
-    shown: &str,
-    errs: &mut Vec<FieldError>,
-) {
+fn validate_string(s: &str, v: &Value, schema: &Value, path: &str, shown: &str, errs: &mut Vec<FieldError>) {
     let len = s.chars().count() as i64;
     if let Some(min) = schema.get("minLength").and_then(Value::as_i64) {
         if len < min {
-            errs.push(invalid(
-                path,
-                v,
-                format!("{shown} in body should be at least {min} chars long"),
-            ));
+            errs.push(invalid(path, v, format!("{shown} in body should be at least {min} chars long")));
         }
     }
     if let Some(max) = schema.get("maxLength").and_then(Value::as_i64) {
@@ -357,26 +312,14 @@ fn validate_string(
     }
     if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
         match regex::Regex::new(p) {
-            Ok(re) if !re.is_match(s) => errs.push(invalid(
-                path,
-                v,
-                format!("{shown} in body should match '{p}'"),
-            )),
+            Ok(re) if !re.is_match(s) => errs.push(invalid(path, v, format!("{shown} in body should match '{p}'"))),
             Ok(_) => {}
-            Err(_) => errs.push(invalid(
-                path,
-                v,
-                format!("{shown} in body should match '{p}'"),
-            )),
+            Err(_) => errs.push(invalid(path, v, format!("{shown} in body should match '{p}'"))),
         }
     }
     if let Some(format) = schema.get("format").and_then(Value::as_str) {
         if !string_format_ok(format, s) {
-            errs.push(invalid(
-                path,
-                v,
-                format!("{shown} in body must be of type {format}: {}", go_quote(s)),
-            ));
+            errs.push(invalid(path, v, format!("{shown} in body must be of type {format}: {}", go_quote(s))));
         }
     }
 }
@@ -398,57 +341,25 @@ fn string_format_ok(format: &str, s: &str) -> bool {
     }
 }
 
-fn validate_number(
-    f: f64,
-    v: &Value,
-    schema: &Value,
-    path: &str,
-    shown: &str,
-    errs: &mut Vec<FieldError>,
-) {
+fn validate_number(f: f64, v: &Value, schema: &Value, path: &str, shown: &str, errs: &mut Vec<FieldError>) {
     if let Some(min) = schema.get("minimum").filter(|m| m.is_number()) {
         let m = min.as_f64().unwrap_or(f64::MIN);
         if flag(schema, "exclusiveMinimum") {
             if f <= m {
-                errs.push(invalid(
-                    path,
-                    v,
-                    format!(
-                        "{shown} in body should be greater than {}",
-                        number_text(min)
-                    ),
-                ));
+                errs.push(invalid(path, v, format!("{shown} in body should be greater than {}", number_text(min))));
             }
         } else if f < m {
-            errs.push(invalid(
-                path,
-                v,
-                format!(
-                    "{shown} in body should be greater than or equal to {}",
-                    number_text(min)
-                ),
-            ));
+            errs.push(invalid(path, v, format!("{shown} in body should be greater than or equal to {}", number_text(min))));
         }
     }
     if let Some(max) = schema.get("maximum").filter(|m| m.is_number()) {
         let m = max.as_f64().unwrap_or(f64::MAX);
         if flag(schema, "exclusiveMaximum") {
             if f >= m {
-                errs.push(invalid(
-                    path,
-                    v,
-                    format!("{shown} in body should be less than {}", number_text(max)),
-                ));
+                errs.push(invalid(path, v, format!("{shown} in body should be less than {}", number_text(max))));
             }
         } else if f > m {
-            errs.push(invalid(
-                path,
-                v,
-                format!(
-                    "{shown} in body should be less than or equal to {}",
-                    number_text(max)
-                ),
-            ));
+            errs.push(invalid(path, v, format!("{shown} in body should be less than or equal to {}", number_text(max))));
         }
     }
     let fits = match schema.get("format").and_then(Value::as_str) {
@@ -458,11 +369,7 @@ fn validate_number(
     };
     if !fits {
         let format = schema.get("format").and_then(Value::as_str).unwrap_or("");
-        errs.push(invalid(
-            path,
-            v,
-            format!("{shown} in body must be of type {format}: {}", render(v)),
-        ));
+        errs.push(invalid(path, v, format!("{shown} in body must be of type {format}: {}", render(v))));
     }
 }
 
@@ -475,15 +382,8 @@ pub fn structural_errors(schema: &Value, field: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();
     match schema.get("type").and_then(Value::as_str) {
         Some("object") => {}
-        None | Some("") => errs.push(FieldError::required(
-            &format!("{field}.type"),
-            "must not be empty at the root",
-        )),
-        Some(other) => errs.push(FieldError::not_supported(
-            &format!("{field}.type"),
-            other,
-            &["object"],
-        )),
+        None | Some("") => errs.push(FieldError::required(&format!("{field}.type"), "must not be empty at the root")),
+        Some(other) => errs.push(FieldError::not_supported(&format!("{field}.type"), other, &["object"])),
     }
     structural_children(schema, field, &mut errs);
     errs
@@ -491,18 +391,9 @@ pub fn structural_errors(schema: &Value, field: &str) -> Vec<FieldError> {
 
 fn structural_children(schema: &Value, field: &str, errs: &mut Vec<FieldError>) {
     let check = |s: &Value, f: String, errs: &mut Vec<FieldError>| {
-        let typed = s
-            .get("type")
-            .and_then(Value::as_str)
-            .is_some_and(|t| !t.is_empty());
-        if !typed
-            && !flag(s, "x-kubernetes-int-or-string")
-            && !flag(s, "x-kubernetes-preserve-unknown-fields")
-        {
-            errs.push(FieldError::required(
-                &format!("{f}.type"),
-                "must not be empty for specified object fields",
-            ));
+        let typed = s.get("type").and_then(Value::as_str).is_some_and(|t| !t.is_empty());
+        if !typed && !flag(s, "x-kubernetes-int-or-string") && !flag(s, "x-kubernetes-preserve-unknown-fields") {
+            errs.push(FieldError::required(&format!("{f}.type"), "must not be empty for specified object fields"));
         }
         structural_children(s, &f, errs);
     };

@@ -20,11 +20,7 @@ pub fn human_duration(seconds: i64) -> String {
     let minutes = seconds / 60;
     if minutes < 10 {
         let s = seconds % 60;
-        return if s == 0 {
-            format!("{minutes}m")
-        } else {
-            format!("{minutes}m{s}s")
-        };
+        return if s == 0 { format!("{minutes}m") } else { format!("{minutes}m{s}s") };
     }
     if minutes < 60 * 3 {
         return format!("{minutes}m");
@@ -32,33 +28,21 @@ pub fn human_duration(seconds: i64) -> String {
     let hours = seconds / 3600;
     if hours < 8 {
         let m = minutes % 60;
-        return if m == 0 {
-            format!("{hours}h")
-        } else {
-            format!("{hours}h{m}m")
-        };
+        return if m == 0 { format!("{hours}h") } else { format!("{hours}h{m}m") };
     }
     if hours < 48 {
         return format!("{hours}h");
     }
     if hours < 24 * 8 {
         let h = hours % 24;
-        return if h == 0 {
-            format!("{}d", hours / 24)
-        } else {
-            format!("{}d{h}h", hours / 24)
-        };
+        return if h == 0 { format!("{}d", hours / 24) } else { format!("{}d{h}h", hours / 24) };
     }
     if hours < 24 * 365 * 2 {
         return format!("{}d", hours / 24);
     }
     if hours < 24 * 365 * 8 {
         let days = (hours / 24) % 365;
-        return if days == 0 {
-            format!("{}y", hours / 24 / 365)
-        } else {
-            format!("{}y{days}d", hours / 24 / 365)
-        };
+        return if days == 0 { format!("{}y", hours / 24 / 365) } else { format!("{}y{days}d", hours / 24 / 365) };
     }
     format!("{}y", hours / 24 / 365)
 }
@@ -66,9 +50,7 @@ pub fn human_duration(seconds: i64) -> String {
 /// Parses an RFC 3339 timestamp field (`Time`/`MicroTime`); `None` when absent or malformed.
 pub fn timestamp(v: Option<&Value>) -> Option<DateTime<Utc>> {
     let s = v?.as_str()?;
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
+    DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
 }
 
 /// Time since `t`, like printers' `translateTimestampSince`: `<unknown>` when unset.
@@ -96,65 +78,41 @@ pub fn int_at(obj: &Value, pointer: &str) -> i64 {
 
 /// An array field, empty when absent.
 pub fn array_at<'a>(obj: &'a Value, pointer: &str) -> &'a [Value] {
-    obj.pointer(pointer)
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
+    obj.pointer(pointer).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
 }
 
 /// Number of keys of a map field, 0 when absent.
 pub fn map_len(obj: &Value, pointer: &str) -> usize {
-    obj.pointer(pointer)
-        .and_then(Value::as_object)
-        .map(|m| m.len())
-        .unwrap_or(0)
+    obj.pointer(pointer).and_then(Value::as_object).map(|m| m.len()).unwrap_or(0)
 }
 
 /// `a=b,c=d` sorted by key, like `labels.FormatLabels`; `<none>` when empty.
 pub fn format_labels(map: Option<&Value>) -> String {
     let mut pairs: Vec<(String, String)> = map
         .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                .collect()
-        })
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
         .unwrap_or_default();
     if pairs.is_empty() {
         return "<none>".to_string();
     }
     pairs.sort();
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
 /// A `LabelSelector` rendered like `metav1.LabelSelectorAsSelector(..).String()`:
 /// requirements sorted by key, `k=v`, `k in (a,b)`, `k notin (a)`, `k`, `!k`.
 /// An absent or empty selector renders as `""`.
 pub fn format_label_selector(selector: Option<&Value>) -> String {
-    let Some(sel) = selector else {
-        return String::new();
-    };
+    let Some(sel) = selector else { return String::new() };
     let mut reqs: Vec<(String, String)> = Vec::new();
     if let Some(labels) = sel.get("matchLabels").and_then(Value::as_object) {
         for (k, v) in labels {
             reqs.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or_default())));
         }
     }
-    for expr in sel
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-    {
+    for expr in sel.get("matchExpressions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
         let key = str_at(expr, "/key");
-        let mut values: Vec<&str> = array_at(expr, "/values")
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
+        let mut values: Vec<&str> = array_at(expr, "/values").iter().filter_map(Value::as_str).collect();
         values.sort_unstable();
         let text = match str_at(expr, "/operator") {
             "In" => format!("{key} in ({})", values.join(",")),
@@ -166,10 +124,7 @@ pub fn format_label_selector(selector: Option<&Value>) -> String {
         reqs.push((key.to_string(), text));
     }
     reqs.sort_by(|a, b| a.0.cmp(&b.0));
-    reqs.into_iter()
-        .map(|(_, t)| t)
-        .collect::<Vec<_>>()
-        .join(",")
+    reqs.into_iter().map(|(_, t)| t).collect::<Vec<_>>().join(",")
 }
 
 /// `list` joined with `,`, with ` + N more...` when `count` exceeds what is

@@ -10,29 +10,12 @@ use super::{name, printer, Column, Desc, Printer, NAME};
 use crate::quota::quantity::Quantity;
 
 const fn quantity_column(name: &'static str) -> Column {
-    Column {
-        name,
-        ty: "string",
-        format: "quantity",
-        priority: 0,
-        description: Desc::Text(""),
-    }
+    Column { name, ty: "string", format: "quantity", priority: 0, description: Desc::Text("") }
 }
 
-const WINDOW: Column = Column {
-    name: "Window",
-    ty: "string",
-    format: "duration",
-    priority: 0,
-    description: Desc::Text(""),
-};
+const WINDOW: Column = Column { name: "Window", ty: "string", format: "duration", priority: 0, description: Desc::Text("") };
 
-const COLUMNS: &[Column] = &[
-    NAME,
-    quantity_column("cpu"),
-    quantity_column("memory"),
-    WINDOW,
-];
+const COLUMNS: &[Column] = &[NAME, quantity_column("cpu"), quantity_column("memory"), WINDOW];
 
 /// `metrics.k8s.io` `nodes` (NodeMetrics).
 pub const NODE_METRICS: Printer = printer(COLUMNS, node_cells);
@@ -42,12 +25,7 @@ pub const POD_METRICS: Printer = printer(COLUMNS, pod_cells);
 
 fn node_cells(obj: &Value, _now: DateTime<Utc>) -> Vec<Value> {
     let usage = |r: &str| obj["usage"][r].as_str().unwrap_or("").to_string();
-    vec![
-        name(obj),
-        json!(usage("cpu")),
-        json!(usage("memory")),
-        obj["window"].clone(),
-    ]
+    vec![name(obj), json!(usage("cpu")), json!(usage("memory")), obj["window"].clone()]
 }
 
 fn pod_cells(obj: &Value, _now: DateTime<Utc>) -> Vec<Value> {
@@ -60,12 +38,7 @@ fn pod_cells(obj: &Value, _now: DateTime<Utc>) -> Vec<Value> {
             .fold(Quantity::zero(), Quantity::plus)
             .to_string()
     };
-    vec![
-        name(obj),
-        json!(sum("cpu")),
-        json!(sum("memory")),
-        obj["window"].clone(),
-    ]
+    vec![name(obj), json!(sum("cpu")), json!(sum("memory")), obj["window"].clone()]
 }
 
 #[cfg(test)]
@@ -78,14 +51,8 @@ mod tests {
             {"name": "a", "usage": {"cpu": "250m", "memory": "4Ki"}},
             {"name": "b", "usage": {"cpu": "500m", "memory": "1Mi"}},
         ]});
-        assert_eq!(
-            pod_cells(&pod, Utc::now()),
-            vec![json!("web"), json!("750m"), json!("1028Ki"), json!("15s")]
-        );
+        assert_eq!(pod_cells(&pod, Utc::now()), vec![json!("web"), json!("750m"), json!("1028Ki"), json!("15s")]);
         let node = json!({"metadata": {"name": "n1"}, "window": "2s", "usage": {"cpu": "123456n", "memory": "3Mi"}});
-        assert_eq!(
-            node_cells(&node, Utc::now()),
-            vec![json!("n1"), json!("123456n"), json!("3Mi"), json!("2s")]
-        );
+        assert_eq!(node_cells(&node, Utc::now()), vec![json!("n1"), json!("123456n"), json!("3Mi"), json!("2s")]);
     }
 }

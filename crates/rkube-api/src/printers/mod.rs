@@ -47,46 +47,14 @@ pub struct Column {
     pub description: Desc,
 }
 
-pub(super) const fn col(
-    name: &'static str,
-    ty: &'static str,
-    priority: i64,
-    description: Desc,
-) -> Column {
-    Column {
-        name,
-        ty,
-        format: "",
-        priority,
-        description,
-    }
+pub(super) const fn col(name: &'static str, ty: &'static str, priority: i64, description: Desc) -> Column {
+    Column { name, ty, format: "", priority, description }
 }
 
-pub(super) const NAME: Column = Column {
-    name: "Name",
-    ty: "string",
-    format: "name",
-    priority: 0,
-    description: Desc::Schema(OBJECT_META, "name"),
-};
-pub(super) const AGE: Column = col(
-    "Age",
-    "string",
-    0,
-    Desc::Schema(OBJECT_META, "creationTimestamp"),
-);
-pub(super) const CONTAINERS: Column = col(
-    "Containers",
-    "string",
-    1,
-    Desc::Text("Names of each container in the template."),
-);
-pub(super) const IMAGES: Column = col(
-    "Images",
-    "string",
-    1,
-    Desc::Text("Images referenced by each container in the template."),
-);
+pub(super) const NAME: Column = Column { name: "Name", ty: "string", format: "name", priority: 0, description: Desc::Schema(OBJECT_META, "name") };
+pub(super) const AGE: Column = col("Age", "string", 0, Desc::Schema(OBJECT_META, "creationTimestamp"));
+pub(super) const CONTAINERS: Column = col("Containers", "string", 1, Desc::Text("Names of each container in the template."));
+pub(super) const IMAGES: Column = col("Images", "string", 1, Desc::Text("Images referenced by each container in the template."));
 
 /// Computes the cells of one object at time `now`.
 pub type CellsFn = fn(&Value, DateTime<Utc>) -> Vec<Value>;
@@ -103,11 +71,7 @@ pub struct Printer {
 }
 
 const fn printer(columns: &'static [Column], cells: CellsFn) -> Printer {
-    Printer {
-        columns,
-        cells,
-        conditions: None,
-    }
+    Printer { columns, cells, conditions: None }
 }
 
 /// NAME and AGE: the printer of every row that names no other (upstream's
@@ -115,11 +79,7 @@ const fn printer(columns: &'static [Column], cells: CellsFn) -> Printer {
 pub const DEFAULT: Printer = printer(DEFAULT_COLUMNS, default_cells);
 
 /// `pods`.
-pub const POD: Printer = Printer {
-    columns: POD_COLUMNS,
-    cells: pod::cells,
-    conditions: Some(pod::conditions),
-};
+pub const POD: Printer = Printer { columns: POD_COLUMNS, cells: pod::cells, conditions: Some(pod::conditions) };
 
 /// `nodes`.
 pub const NODE: Printer = printer(NODE_COLUMNS, node_cells);
@@ -161,8 +121,7 @@ pub const DEPLOYMENT: Printer = printer(DEPLOYMENT_COLUMNS, deployment_cells);
 pub const LEASE: Printer = printer(LEASE_COLUMNS, lease_cells);
 
 /// `replicationcontrollers`.
-pub const REPLICATION_CONTROLLER: Printer =
-    printer(w::REPLICA_SET_COLUMNS, w::replication_controller_cells);
+pub const REPLICATION_CONTROLLER: Printer = printer(w::REPLICA_SET_COLUMNS, w::replication_controller_cells);
 
 /// `persistentvolumeclaims`.
 pub const PERSISTENT_VOLUME_CLAIM: Printer = printer(w::PVC_COLUMNS, w::pvc_cells);
@@ -180,8 +139,7 @@ pub const STATEFUL_SET: Printer = printer(w::STATEFUL_SET_COLUMNS, w::stateful_s
 pub const DAEMON_SET: Printer = printer(w::DAEMON_SET_COLUMNS, w::daemon_set_cells);
 
 /// `controllerrevisions` (apps).
-pub const CONTROLLER_REVISION: Printer =
-    printer(w::CONTROLLER_REVISION_COLUMNS, w::controller_revision_cells);
+pub const CONTROLLER_REVISION: Printer = printer(w::CONTROLLER_REVISION_COLUMNS, w::controller_revision_cells);
 
 /// `jobs` (batch).
 pub const JOB: Printer = printer(w::JOB_COLUMNS, w::job_cells);
@@ -244,42 +202,12 @@ const NODE_COLUMNS: &[Column] = &[
     col("Status", "string", 0, Desc::Text("The status of the node")),
     col("Roles", "string", 0, Desc::Text("The roles of the node")),
     AGE,
-    col(
-        "Version",
-        "string",
-        0,
-        Desc::Schema(NODE_SYSTEM_INFO, "kubeletVersion"),
-    ),
-    col(
-        "Internal-IP",
-        "string",
-        1,
-        Desc::Schema("io.k8s.api.core.v1.NodeStatus", "addresses"),
-    ),
-    col(
-        "External-IP",
-        "string",
-        1,
-        Desc::Schema("io.k8s.api.core.v1.NodeStatus", "addresses"),
-    ),
-    col(
-        "OS-Image",
-        "string",
-        1,
-        Desc::Schema(NODE_SYSTEM_INFO, "osImage"),
-    ),
-    col(
-        "Kernel-Version",
-        "string",
-        1,
-        Desc::Schema(NODE_SYSTEM_INFO, "kernelVersion"),
-    ),
-    col(
-        "Container-Runtime",
-        "string",
-        1,
-        Desc::Schema(NODE_SYSTEM_INFO, "containerRuntimeVersion"),
-    ),
+    col("Version", "string", 0, Desc::Schema(NODE_SYSTEM_INFO, "kubeletVersion")),
+    col("Internal-IP", "string", 1, Desc::Schema("io.k8s.api.core.v1.NodeStatus", "addresses")),
+    col("External-IP", "string", 1, Desc::Schema("io.k8s.api.core.v1.NodeStatus", "addresses")),
+    col("OS-Image", "string", 1, Desc::Schema(NODE_SYSTEM_INFO, "osImage")),
+    col("Kernel-Version", "string", 1, Desc::Schema(NODE_SYSTEM_INFO, "kernelVersion")),
+    col("Container-Runtime", "string", 1, Desc::Schema(NODE_SYSTEM_INFO, "containerRuntimeVersion")),
 ];
 
 /// Label prefix of node roles (`node-role.kubernetes.io/<role>`).
@@ -297,15 +225,8 @@ fn node_address(node: &Value, ty: &str) -> String {
 
 fn node_cells(node: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let mut status: Vec<&str> = Vec::new();
-    if let Some(ready) = array_at(node, "/status/conditions")
-        .iter()
-        .find(|c| str_at(c, "/type") == "Ready")
-    {
-        status.push(if str_at(ready, "/status") == "True" {
-            "Ready"
-        } else {
-            "NotReady"
-        });
+    if let Some(ready) = array_at(node, "/status/conditions").iter().find(|c| str_at(c, "/type") == "Ready") {
+        status.push(if str_at(ready, "/status") == "True" { "Ready" } else { "NotReady" });
     }
     if status.is_empty() {
         status.push("Unknown");
@@ -331,18 +252,8 @@ fn node_cells(node: &Value, now: DateTime<Utc>) -> Vec<Value> {
         }
     }
     roles.sort();
-    let roles = if roles.is_empty() {
-        "<none>".to_string()
-    } else {
-        roles.join(",")
-    };
-    let unknown_if_empty = |s: &str| {
-        if s.is_empty() {
-            "<unknown>".to_string()
-        } else {
-            s.to_string()
-        }
-    };
+    let roles = if roles.is_empty() { "<none>".to_string() } else { roles.join(",") };
+    let unknown_if_empty = |s: &str| if s.is_empty() { "<unknown>".to_string() } else { s.to_string() };
     vec![
         name(node),
         json!(status.join(",")),
@@ -352,14 +263,8 @@ fn node_cells(node: &Value, now: DateTime<Utc>) -> Vec<Value> {
         json!(node_address(node, "InternalIP")),
         json!(node_address(node, "ExternalIP")),
         json!(unknown_if_empty(str_at(node, "/status/nodeInfo/osImage"))),
-        json!(unknown_if_empty(str_at(
-            node,
-            "/status/nodeInfo/kernelVersion"
-        ))),
-        json!(unknown_if_empty(str_at(
-            node,
-            "/status/nodeInfo/containerRuntimeVersion"
-        ))),
+        json!(unknown_if_empty(str_at(node, "/status/nodeInfo/kernelVersion"))),
+        json!(unknown_if_empty(str_at(node, "/status/nodeInfo/containerRuntimeVersion"))),
     ]
 }
 
@@ -369,34 +274,15 @@ const SERVICE_SPEC: &str = "io.k8s.api.core.v1.ServiceSpec";
 const SERVICE_COLUMNS: &[Column] = &[
     NAME,
     col("Type", "string", 0, Desc::Schema(SERVICE_SPEC, "type")),
-    col(
-        "Cluster-IP",
-        "string",
-        0,
-        Desc::Schema(SERVICE_SPEC, "clusterIP"),
-    ),
-    col(
-        "External-IP",
-        "string",
-        0,
-        Desc::Schema(SERVICE_SPEC, "externalIPs"),
-    ),
+    col("Cluster-IP", "string", 0, Desc::Schema(SERVICE_SPEC, "clusterIP")),
+    col("External-IP", "string", 0, Desc::Schema(SERVICE_SPEC, "externalIPs")),
     col("Port(s)", "string", 0, Desc::Schema(SERVICE_SPEC, "ports")),
     AGE,
-    col(
-        "Selector",
-        "string",
-        1,
-        Desc::Schema(SERVICE_SPEC, "selector"),
-    ),
+    col("Selector", "string", 1, Desc::Schema(SERVICE_SPEC, "selector")),
 ];
 
 fn strings(values: &[Value]) -> Vec<String> {
-    values
-        .iter()
-        .filter_map(Value::as_str)
-        .map(str::to_string)
-        .collect()
+    values.iter().filter_map(Value::as_str).map(str::to_string).collect()
 }
 
 fn service_external_ip(svc: &Value) -> String {
@@ -463,11 +349,7 @@ fn service_cells(svc: &Value, now: DateTime<Utc>) -> Vec<Value> {
             }
         })
         .collect();
-    let ports = if ports.is_empty() {
-        "<none>".to_string()
-    } else {
-        ports.join(",")
-    };
+    let ports = if ports.is_empty() { "<none>".to_string() } else { ports.join(",") };
     vec![
         name(svc),
         json!(str_at(svc, "/spec/type")),
@@ -481,35 +363,13 @@ fn service_cells(svc: &Value, now: DateTime<Utc>) -> Vec<Value> {
 
 // ---- namespaces, configmaps, secrets, service accounts, leases ----------------
 
-const NAMESPACE_COLUMNS: &[Column] = &[
-    NAME,
-    col(
-        "Status",
-        "string",
-        0,
-        Desc::Text("The status of the namespace"),
-    ),
-    AGE,
-];
+const NAMESPACE_COLUMNS: &[Column] = &[NAME, col("Status", "string", 0, Desc::Text("The status of the namespace")), AGE];
 
 fn namespace_cells(ns: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    vec![
-        name(ns),
-        json!(str_at(ns, "/status/phase")),
-        json!(age(ns, now)),
-    ]
+    vec![name(ns), json!(str_at(ns, "/status/phase")), json!(age(ns, now))]
 }
 
-const CONFIGMAP_COLUMNS: &[Column] = &[
-    NAME,
-    col(
-        "Data",
-        "string",
-        0,
-        Desc::Schema("io.k8s.api.core.v1.ConfigMap", "data"),
-    ),
-    AGE,
-];
+const CONFIGMAP_COLUMNS: &[Column] = &[NAME, col("Data", "string", 0, Desc::Schema("io.k8s.api.core.v1.ConfigMap", "data")), AGE];
 
 fn configmap_cells(cm: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let data = map_len(cm, "/data") + map_len(cm, "/binaryData");
@@ -518,106 +378,44 @@ fn configmap_cells(cm: &Value, now: DateTime<Utc>) -> Vec<Value> {
 
 const SECRET_COLUMNS: &[Column] = &[
     NAME,
-    col(
-        "Type",
-        "string",
-        0,
-        Desc::Schema("io.k8s.api.core.v1.Secret", "type"),
-    ),
-    col(
-        "Data",
-        "string",
-        0,
-        Desc::Schema("io.k8s.api.core.v1.Secret", "data"),
-    ),
+    col("Type", "string", 0, Desc::Schema("io.k8s.api.core.v1.Secret", "type")),
+    col("Data", "string", 0, Desc::Schema("io.k8s.api.core.v1.Secret", "data")),
     AGE,
 ];
 
 fn secret_cells(secret: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    vec![
-        name(secret),
-        json!(str_at(secret, "/type")),
-        json!(map_len(secret, "/data")),
-        json!(age(secret, now)),
-    ]
+    vec![name(secret), json!(str_at(secret, "/type")), json!(map_len(secret, "/data")), json!(age(secret, now))]
 }
 
-const SERVICE_ACCOUNT_COLUMNS: &[Column] = &[
-    NAME,
-    col(
-        "Secrets",
-        "string",
-        0,
-        Desc::Schema("io.k8s.api.core.v1.ServiceAccount", "secrets"),
-    ),
-    AGE,
-];
+const SERVICE_ACCOUNT_COLUMNS: &[Column] =
+    &[NAME, col("Secrets", "string", 0, Desc::Schema("io.k8s.api.core.v1.ServiceAccount", "secrets")), AGE];
 
 fn service_account_cells(sa: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    vec![
-        name(sa),
-        json!(array_at(sa, "/secrets").len()),
-        json!(age(sa, now)),
-    ]
+    vec![name(sa), json!(array_at(sa, "/secrets").len()), json!(age(sa, now))]
 }
 
 const CSR_SPEC: &str = "io.k8s.api.certificates.v1.CertificateSigningRequestSpec";
 const CSR_COLUMNS: &[Column] = &[
     NAME,
     AGE,
-    col(
-        "SignerName",
-        "string",
-        0,
-        Desc::Schema(CSR_SPEC, "signerName"),
-    ),
+    col("SignerName", "string", 0, Desc::Schema(CSR_SPEC, "signerName")),
     col("Requestor", "string", 0, Desc::Schema(CSR_SPEC, "request")),
-    col(
-        "RequestedDuration",
-        "string",
-        0,
-        Desc::Schema(CSR_SPEC, "expirationSeconds"),
-    ),
-    col(
-        "Condition",
-        "string",
-        0,
-        Desc::Schema(
-            "io.k8s.api.certificates.v1.CertificateSigningRequestStatus",
-            "conditions",
-        ),
-    ),
+    col("RequestedDuration", "string", 0, Desc::Schema(CSR_SPEC, "expirationSeconds")),
+    col("Condition", "string", 0, Desc::Schema("io.k8s.api.certificates.v1.CertificateSigningRequestStatus", "conditions")),
 ];
 
 /// Upstream `printCertificateSigningRequest` and `extractCSRStatus`: the
 /// condition is `Denied`, `Approved` or `Pending`, then `,Failed` and `,Issued`.
 fn csr_cells(csr: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    let has = |t: &str| {
-        array_at(csr, "/status/conditions")
-            .iter()
-            .any(|c| str_at(c, "/type") == t)
-    };
-    let mut condition = if has("Denied") {
-        "Denied"
-    } else if has("Approved") {
-        "Approved"
-    } else {
-        "Pending"
-    }
-    .to_string();
+    let has = |t: &str| array_at(csr, "/status/conditions").iter().any(|c| str_at(c, "/type") == t);
+    let mut condition = if has("Denied") { "Denied" } else if has("Approved") { "Approved" } else { "Pending" }.to_string();
     if has("Failed") {
         condition.push_str(",Failed");
     }
     if !str_at(csr, "/status/certificate").is_empty() {
         condition.push_str(",Issued");
     }
-    let or_none = |s: &str| {
-        if s.is_empty() {
-            "<none>".to_string()
-        } else {
-            s.to_string()
-        }
-    };
+    let or_none = |s: &str| if s.is_empty() { "<none>".to_string() } else { s.to_string() };
     let duration = csr
         .pointer("/spec/expirationSeconds")
         .and_then(Value::as_i64)
@@ -633,37 +431,16 @@ fn csr_cells(csr: &Value, now: DateTime<Utc>) -> Vec<Value> {
     ]
 }
 
-const LEASE_COLUMNS: &[Column] = &[
-    NAME,
-    col(
-        "Holder",
-        "string",
-        0,
-        Desc::Schema("io.k8s.api.coordination.v1.LeaseSpec", "holderIdentity"),
-    ),
-    AGE,
-];
+const LEASE_COLUMNS: &[Column] =
+    &[NAME, col("Holder", "string", 0, Desc::Schema("io.k8s.api.coordination.v1.LeaseSpec", "holderIdentity")), AGE];
 
 fn lease_cells(lease: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    vec![
-        name(lease),
-        json!(str_at(lease, "/spec/holderIdentity")),
-        json!(age(lease, now)),
-    ]
+    vec![name(lease), json!(str_at(lease, "/spec/holderIdentity")), json!(age(lease, now))]
 }
 
 // ---- endpoints and endpoint slices --------------------------------------------
 
-const ENDPOINTS_COLUMNS: &[Column] = &[
-    NAME,
-    col(
-        "Endpoints",
-        "string",
-        0,
-        Desc::Schema("io.k8s.api.core.v1.Endpoints", "subsets"),
-    ),
-    AGE,
-];
+const ENDPOINTS_COLUMNS: &[Column] = &[NAME, col("Endpoints", "string", 0, Desc::Schema("io.k8s.api.core.v1.Endpoints", "subsets")), AGE];
 
 /// Most addresses listed before `+ N more...`.
 const LIST_MAX: usize = 3;
@@ -712,24 +489,9 @@ fn endpoints_cells(ep: &Value, now: DateTime<Utc>) -> Vec<Value> {
 const ENDPOINT_SLICE_DEF: &str = "io.k8s.api.discovery.v1.EndpointSlice";
 const ENDPOINT_SLICE_COLUMNS: &[Column] = &[
     NAME,
-    col(
-        "AddressType",
-        "string",
-        0,
-        Desc::Schema(ENDPOINT_SLICE_DEF, "addressType"),
-    ),
-    col(
-        "Ports",
-        "string",
-        0,
-        Desc::Schema(ENDPOINT_SLICE_DEF, "ports"),
-    ),
-    col(
-        "Endpoints",
-        "string",
-        0,
-        Desc::Schema(ENDPOINT_SLICE_DEF, "endpoints"),
-    ),
+    col("AddressType", "string", 0, Desc::Schema(ENDPOINT_SLICE_DEF, "addressType")),
+    col("Ports", "string", 0, Desc::Schema(ENDPOINT_SLICE_DEF, "ports")),
+    col("Endpoints", "string", 0, Desc::Schema(ENDPOINT_SLICE_DEF, "endpoints")),
     AGE,
 ];
 
@@ -750,11 +512,7 @@ fn endpoint_slice_cells(slice: &Value, now: DateTime<Utc>) -> Vec<Value> {
         .iter()
         .flat_map(|e| array_at(e, "/addresses").iter().filter_map(Value::as_str))
         .collect();
-    let listed: Vec<String> = addresses
-        .iter()
-        .take(LIST_MAX)
-        .map(|s| s.to_string())
-        .collect();
+    let listed: Vec<String> = addresses.iter().take(LIST_MAX).map(|s| s.to_string()).collect();
     vec![
         name(slice),
         json!(str_at(slice, "/addressType")),
@@ -768,42 +526,16 @@ fn endpoint_slice_cells(slice: &Value, now: DateTime<Utc>) -> Vec<Value> {
 
 const EVENT_DEF: &str = "io.k8s.api.core.v1.Event";
 const EVENT_COLUMNS: &[Column] = &[
-    col(
-        "Last Seen",
-        "string",
-        0,
-        Desc::Schema(EVENT_DEF, "lastTimestamp"),
-    ),
+    col("Last Seen", "string", 0, Desc::Schema(EVENT_DEF, "lastTimestamp")),
     col("Type", "string", 0, Desc::Schema(EVENT_DEF, "type")),
     col("Reason", "string", 0, Desc::Schema(EVENT_DEF, "reason")),
-    col(
-        "Object",
-        "string",
-        0,
-        Desc::Schema(EVENT_DEF, "involvedObject"),
-    ),
-    col(
-        "Subobject",
-        "string",
-        1,
-        Desc::Schema("io.k8s.api.core.v1.ObjectReference", "fieldPath"),
-    ),
+    col("Object", "string", 0, Desc::Schema(EVENT_DEF, "involvedObject")),
+    col("Subobject", "string", 1, Desc::Schema("io.k8s.api.core.v1.ObjectReference", "fieldPath")),
     col("Source", "string", 1, Desc::Schema(EVENT_DEF, "source")),
     col("Message", "string", 0, Desc::Schema(EVENT_DEF, "message")),
-    col(
-        "First Seen",
-        "string",
-        1,
-        Desc::Schema(EVENT_DEF, "firstTimestamp"),
-    ),
+    col("First Seen", "string", 1, Desc::Schema(EVENT_DEF, "firstTimestamp")),
     col("Count", "string", 1, Desc::Schema(EVENT_DEF, "count")),
-    Column {
-        name: "Name",
-        ty: "string",
-        format: "name",
-        priority: 1,
-        description: Desc::Schema(OBJECT_META, "name"),
-    },
+    Column { name: "Name", ty: "string", format: "name", priority: 1, description: Desc::Schema(OBJECT_META, "name") },
 ];
 
 fn event_cells(ev: &Value, now: DateTime<Utc>) -> Vec<Value> {
@@ -824,28 +556,11 @@ fn event_cells(ev: &Value, now: DateTime<Utc>) -> Vec<Value> {
     }
     let kind = str_at(ev, "/involvedObject/kind").to_lowercase();
     let object_name = str_at(ev, "/involvedObject/name");
-    let target = if object_name.is_empty() {
-        kind
-    } else {
-        format!("{kind}/{object_name}")
-    };
-    let first_non_empty = |a: &str, b: &str| {
-        if a.is_empty() {
-            b.to_string()
-        } else {
-            a.to_string()
-        }
-    };
-    let component = first_non_empty(
-        str_at(ev, "/source/component"),
-        str_at(ev, "/reportingComponent"),
-    );
+    let target = if object_name.is_empty() { kind } else { format!("{kind}/{object_name}") };
+    let first_non_empty = |a: &str, b: &str| if a.is_empty() { b.to_string() } else { a.to_string() };
+    let component = first_non_empty(str_at(ev, "/source/component"), str_at(ev, "/reportingComponent"));
     let instance = first_non_empty(str_at(ev, "/source/host"), str_at(ev, "/reportingInstance"));
-    let source = if instance.is_empty() {
-        component
-    } else {
-        format!("{component}, {instance}")
-    };
+    let source = if instance.is_empty() { component } else { format!("{component}, {instance}") };
     vec![
         json!(last),
         json!(str_at(ev, "/type")),
@@ -870,33 +585,13 @@ fn event_v1_cells(ev: &Value, now: DateTime<Utc>) -> Vec<Value> {
 
 const DEPLOYMENT_COLUMNS: &[Column] = &[
     NAME,
-    col(
-        "Ready",
-        "string",
-        0,
-        Desc::Text("Number of the pod with ready state"),
-    ),
-    col(
-        "Up-to-date",
-        "string",
-        0,
-        Desc::Schema("io.k8s.api.apps.v1.DeploymentStatus", "updatedReplicas"),
-    ),
-    col(
-        "Available",
-        "string",
-        0,
-        Desc::Schema("io.k8s.api.apps.v1.DeploymentStatus", "availableReplicas"),
-    ),
+    col("Ready", "string", 0, Desc::Text("Number of the pod with ready state")),
+    col("Up-to-date", "string", 0, Desc::Schema("io.k8s.api.apps.v1.DeploymentStatus", "updatedReplicas")),
+    col("Available", "string", 0, Desc::Schema("io.k8s.api.apps.v1.DeploymentStatus", "availableReplicas")),
     AGE,
     CONTAINERS,
     IMAGES,
-    col(
-        "Selector",
-        "string",
-        1,
-        Desc::Schema("io.k8s.api.apps.v1.DeploymentSpec", "selector"),
-    ),
+    col("Selector", "string", 1, Desc::Schema("io.k8s.api.apps.v1.DeploymentSpec", "selector")),
 ];
 
 /// Container names and images of a pod template, comma-joined (`layoutContainerCells`).
@@ -909,10 +604,7 @@ pub(super) fn containers_and_images(obj: &Value, pointer: &str) -> (String, Stri
 
 fn deployment_cells(d: &Value, now: DateTime<Utc>) -> Vec<Value> {
     // spec.replicas defaults to 1 (apps/v1 defaulting).
-    let desired = d
-        .pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
+    let desired = d.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
     let (containers, images) = containers_and_images(d, "/spec/template/spec/containers");
     vec![
         name(d),

@@ -26,9 +26,7 @@ fn is_restartable_init_container(pod: &Value, name: &str) -> bool {
 }
 
 fn condition_true(pod: &Value, ty: &str) -> bool {
-    array_at(pod, "/status/conditions")
-        .iter()
-        .any(|c| str_at(c, "/type") == ty && str_at(c, "/status") == "True")
+    array_at(pod, "/status/conditions").iter().any(|c| str_at(c, "/type") == ty && str_at(c, "/status") == "True")
 }
 
 fn terminated_reason(terminated: &Value, prefix: &str) -> String {
@@ -69,10 +67,7 @@ pub fn cells(pod: &Value, now: DateTime<Utc>) -> Vec<Value> {
 
     let init_specs = array_at(pod, "/spec/initContainers");
     let total = array_at(pod, "/spec/containers").len()
-        + init_specs
-            .iter()
-            .filter(|c| str_at(c, "/restartPolicy") == "Always")
-            .count();
+        + init_specs.iter().filter(|c| str_at(c, "/restartPolicy") == "Always").count();
     let mut ready = 0usize;
     let mut restarts = 0i64;
     let mut last_restart: Option<DateTime<Utc>> = None;
@@ -80,10 +75,7 @@ pub fn cells(pod: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let mut sidecar_last_restart: Option<DateTime<Utc>> = None;
 
     let mut initializing = false;
-    for (i, cs) in array_at(pod, "/status/initContainerStatuses")
-        .iter()
-        .enumerate()
-    {
+    for (i, cs) in array_at(pod, "/status/initContainerStatuses").iter().enumerate() {
         let restart_count = int_at(cs, "/restartCount");
         restarts += restart_count;
         track_last_restart(&mut last_restart, cs);
@@ -106,9 +98,7 @@ pub fn cells(pod: &Value, now: DateTime<Utc>) -> Vec<Value> {
         }
         reason = match terminated {
             Some(t) => terminated_reason(t, "Init:"),
-            None if !waiting_reason.is_empty() && waiting_reason != "PodInitializing" => {
-                format!("Init:{waiting_reason}")
-            }
+            None if !waiting_reason.is_empty() && waiting_reason != "PodInitializing" => format!("Init:{waiting_reason}"),
             None => format!("Init:{i}/{}", init_specs.len()),
         };
         initializing = true;
@@ -128,25 +118,17 @@ pub fn cells(pod: &Value, now: DateTime<Utc>) -> Vec<Value> {
                 reason = waiting_reason.to_string();
             } else if let Some(t) = terminated {
                 reason = terminated_reason(t, "");
-            } else if cs.get("ready").and_then(Value::as_bool) == Some(true)
-                && cs.pointer("/state/running").is_some()
-            {
+            } else if cs.get("ready").and_then(Value::as_bool) == Some(true) && cs.pointer("/state/running").is_some() {
                 has_running = true;
                 ready += 1;
             }
         }
         if reason == "Completed" && has_running {
-            reason = if condition_true(pod, "Ready") {
-                "Running".to_string()
-            } else {
-                "NotReady".to_string()
-            };
+            reason = if condition_true(pod, "Ready") { "Running".to_string() } else { "NotReady".to_string() };
         }
     }
 
-    let deleting = pod
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null());
+    let deleting = pod.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null());
     if deleting && str_at(pod, "/status/reason") == NODE_UNREACHABLE_POD_REASON {
         reason = "Unknown".to_string();
     } else if deleting && phase != "Succeeded" && phase != "Failed" {
@@ -164,13 +146,7 @@ pub fn cells(pod: &Value, now: DateTime<Utc>) -> Vec<Value> {
         .filter(|s| !s.is_empty())
         .or_else(|| Some(str_at(pod, "/status/podIP")).filter(|s| !s.is_empty()))
         .unwrap_or("<none>");
-    let none_if_empty = |s: &str| {
-        if s.is_empty() {
-            "<none>".to_string()
-        } else {
-            s.to_string()
-        }
-    };
+    let none_if_empty = |s: &str| if s.is_empty() { "<none>".to_string() } else { s.to_string() };
     let gates = array_at(pod, "/spec/readinessGates");
     let readiness_gates = if gates.is_empty() {
         "<none>".to_string()
@@ -180,10 +156,7 @@ pub fn cells(pod: &Value, now: DateTime<Utc>) -> Vec<Value> {
             .iter()
             .filter(|g| {
                 let ty = str_at(g, "/conditionType");
-                conditions
-                    .iter()
-                    .find(|c| str_at(c, "/type") == ty)
-                    .is_some_and(|c| str_at(c, "/status") == "True")
+                conditions.iter().find(|c| str_at(c, "/type") == ty).is_some_and(|c| str_at(c, "/status") == "True")
             })
             .count();
         format!("{true_count}/{}", gates.len())
@@ -206,12 +179,8 @@ pub fn cells(pod: &Value, now: DateTime<Utc>) -> Vec<Value> {
 /// which clients may use to dim or hide finished rows.
 pub fn conditions(pod: &Value) -> Option<Value> {
     match str_at(pod, "/status/phase") {
-        "Succeeded" => Some(
-            json!([{"type": "Completed", "status": "True", "reason": "Succeeded", "message": "The pod completed successfully."}]),
-        ),
-        "Failed" => Some(
-            json!([{"type": "Completed", "status": "True", "reason": "Failed", "message": "The pod failed."}]),
-        ),
+        "Succeeded" => Some(json!([{"type": "Completed", "status": "True", "reason": "Succeeded", "message": "The pod completed successfully."}])),
+        "Failed" => Some(json!([{"type": "Completed", "status": "True", "reason": "Failed", "message": "The pod failed."}])),
         _ => None,
     }
 }

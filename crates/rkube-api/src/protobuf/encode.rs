@@ -81,19 +81,10 @@ pub fn envelope_head(api_version: &str, kind: &str, raw_len: usize) -> Vec<u8> {
 /// kind (custom resources), [`ProtobufError::Malformed`] when a field's JSON
 /// does not fit its protobuf type.
 pub fn encode_object(value: &Value) -> Result<Vec<u8>, ProtobufError> {
-    let api_version = value
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let kind = value
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let name =
-        super::message_name(api_version, kind).ok_or_else(|| ProtobufError::UnknownKind {
-            api_version: api_version.into(),
-            kind: kind.into(),
-        })?;
+    let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let name = super::message_name(api_version, kind)
+        .ok_or_else(|| ProtobufError::UnknownKind { api_version: api_version.into(), kind: kind.into() })?;
     let raw = encode_message(&name, value)?;
     Ok(envelope(api_version, kind, &raw))
 }
@@ -111,45 +102,33 @@ pub fn encode_message(name: &str, value: &Value) -> Result<Vec<u8>, ProtobufErro
     Ok(out)
 }
 
-fn encode_into(
-    name: &str,
-    value: &Value,
-    out: &mut Vec<u8>,
-    depth: usize,
-) -> Result<(), ProtobufError> {
+fn encode_into(name: &str, value: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), ProtobufError> {
     if depth > super::MAX_DEPTH {
         return Err(ProtobufError::Malformed("message nesting too deep".into()));
     }
     if encode_special(name, value, out)? || encode_schema_union(name, value, out, depth)? {
         return Ok(());
     }
-    let fields = ordered(name)
-        .ok_or_else(|| ProtobufError::Malformed(format!("no schema for message {name}")))?;
+    let fields = ordered(name).ok_or_else(|| ProtobufError::Malformed(format!("no schema for message {name}")))?;
     let Value::Object(map) = value else {
         return Err(mismatch(name, "", "an object", value));
     };
     for &(tag, field) in fields {
         if field.inline {
             // A Go struct embedded inline: its fields are the parent's own.
-            let FieldKind::Message(inner) = &field.kind else {
-                continue;
-            };
+            let FieldKind::Message(inner) = &field.kind else { continue };
             let mut sub = Vec::new();
             encode_into(inner, value, &mut sub, depth + 1)?;
             put_bytes(out, tag, &sub);
             continue;
         }
-        let Some(v) = map.get(&field.json) else {
-            continue;
-        };
+        let Some(v) = map.get(&field.json) else { continue };
         if v.is_null() {
             continue;
         }
         match &field.kind {
             FieldKind::MapString | FieldKind::MapBytes | FieldKind::MapMessage(_) => {
-                let Value::Object(entries) = v else {
-                    return Err(mismatch(name, &field.json, "an object", v));
-                };
+                let Value::Object(entries) = v else { return Err(mismatch(name, &field.json, "an object", v)) };
                 let mut keys: Vec<&String> = entries.keys().collect();
                 keys.sort();
                 for k in keys {
@@ -160,9 +139,7 @@ fn encode_into(
                         FieldKind::MapString => {
                             put_bytes(&mut entry, 2, as_str(name, &field.json, ev)?.as_bytes())
                         }
-                        FieldKind::MapBytes => {
-                            put_bytes(&mut entry, 2, &base64_bytes(name, &field.json, ev)?)
-                        }
+                        FieldKind::MapBytes => put_bytes(&mut entry, 2, &base64_bytes(name, &field.json, ev)?),
                         FieldKind::MapMessage(m) => {
                             let mut sub = Vec::new();
                             encode_into(m, ev, &mut sub, depth + 1)?;
@@ -174,9 +151,7 @@ fn encode_into(
                 }
             }
             kind if field.repeated => {
-                let Value::Array(items) = v else {
-                    return Err(mismatch(name, &field.json, "a list", v));
-                };
+                let Value::Array(items) = v else { return Err(mismatch(name, &field.json, "a list", v)) };
                 for item in items {
                     encode_single(name, &field.json, kind, tag, item, out, depth)?;
                 }
@@ -200,9 +175,7 @@ fn encode_single(
         FieldKind::String => put_bytes(out, tag, as_str(msg, json, v)?.as_bytes()),
         FieldKind::Bytes => put_bytes(out, tag, &base64_bytes(msg, json, v)?),
         FieldKind::Bool => {
-            let b = v
-                .as_bool()
-                .ok_or_else(|| mismatch(msg, json, "a boolean", v))?;
+            let b = v.as_bool().ok_or_else(|| mismatch(msg, json, "a boolean", v))?;
             put_key(out, tag, 0);
             put_varint(out, u64::from(b));
         }
@@ -216,9 +189,7 @@ fn encode_single(
             put_varint(out, n as u64);
         }
         FieldKind::Double => {
-            let f = v
-                .as_f64()
-                .ok_or_else(|| mismatch(msg, json, "a number", v))?;
+            let f = v.as_f64().ok_or_else(|| mismatch(msg, json, "a number", v))?;
             put_key(out, tag, 1);
             out.extend_from_slice(&f.to_bits().to_le_bytes());
         }
@@ -238,12 +209,10 @@ fn encode_special(name: &str, value: &Value, out: &mut Vec<u8>) -> Result<bool, 
     let short = name.rsplit('.').next().unwrap_or(name);
     let pkg = name.strip_suffix(short).unwrap_or("");
     match (pkg, short) {
-        ("apimachinery.pkg.apis.meta.v1.", "Time")
-        | ("apimachinery.pkg.apis.meta.v1.", "MicroTime") => {
+        ("apimachinery.pkg.apis.meta.v1.", "Time") | ("apimachinery.pkg.apis.meta.v1.", "MicroTime") => {
             let s = as_str(name, "", value)?;
-            let t = chrono::DateTime::parse_from_rfc3339(s).map_err(|e| {
-                ProtobufError::Malformed(format!("{name}: invalid time {s:?}: {e}"))
-            })?;
+            let t = chrono::DateTime::parse_from_rfc3339(s)
+                .map_err(|e| ProtobufError::Malformed(format!("{name}: invalid time {s:?}: {e}")))?;
             // Go's Time marshaller writes both fields, zero or not.
             put_key(out, 1, 0);
             put_varint(out, t.timestamp() as u64);
@@ -252,9 +221,8 @@ fn encode_special(name: &str, value: &Value, out: &mut Vec<u8>) -> Result<bool, 
         }
         ("apimachinery.pkg.apis.meta.v1.", "Duration") => {
             let s = as_str(name, "", value)?;
-            let ns = crate::time::parse_go_duration(s).ok_or_else(|| {
-                ProtobufError::Malformed(format!("{name}: invalid duration {s:?}"))
-            })?;
+            let ns = crate::time::parse_go_duration(s)
+                .ok_or_else(|| ProtobufError::Malformed(format!("{name}: invalid duration {s:?}")))?;
             put_key(out, 1, 0);
             put_varint(out, ns as u64);
         }
@@ -270,11 +238,7 @@ fn encode_special(name: &str, value: &Value, out: &mut Vec<u8>) -> Result<bool, 
             // {type: 0 Int / 1 String, intVal, strVal}, all three written as Go does.
             let (ty, int, s) = match value {
                 Value::String(s) => (1u64, 0i64, s.as_str()),
-                v => (
-                    0,
-                    as_int(v).ok_or_else(|| mismatch(name, "", "an integer or a string", v))?,
-                    "",
-                ),
+                v => (0, as_int(v).ok_or_else(|| mismatch(name, "", "an integer or a string", v))?, ""),
             };
             put_key(out, 1, 0);
             put_varint(out, ty);
@@ -282,16 +246,12 @@ fn encode_special(name: &str, value: &Value, out: &mut Vec<u8>) -> Result<bool, 
             put_varint(out, int as u64);
             put_bytes(out, 3, s.as_bytes());
         }
-        ("apimachinery.pkg.runtime.", "RawExtension")
-        | ("apimachinery.pkg.apis.meta.v1.", "FieldsV1") => {
-            let raw = serde_json::to_vec(value)
-                .map_err(|e| ProtobufError::Malformed(format!("{name}: {e}")))?;
+        ("apimachinery.pkg.runtime.", "RawExtension") | ("apimachinery.pkg.apis.meta.v1.", "FieldsV1") => {
+            let raw = serde_json::to_vec(value).map_err(|e| ProtobufError::Malformed(format!("{name}: {e}")))?;
             put_bytes(out, 1, &raw);
         }
         (_, "ExtraValue") => {
-            let Value::Array(items) = value else {
-                return Err(mismatch(name, "", "a list", value));
-            };
+            let Value::Array(items) = value else { return Err(mismatch(name, "", "a list", value)) };
             for item in items {
                 put_bytes(out, 1, as_str(name, "items", item)?.as_bytes());
             }
@@ -304,15 +264,8 @@ fn encode_special(name: &str, value: &Value, out: &mut Vec<u8>) -> Result<bool, 
 /// The CRD schema unions (see the decoder): `JSON` as raw bytes, and
 /// schema-or-list / schema-or-bool by the JSON value's type. Returns `false`
 /// for other messages.
-fn encode_schema_union(
-    name: &str,
-    value: &Value,
-    out: &mut Vec<u8>,
-    depth: usize,
-) -> Result<bool, ProtobufError> {
-    let Some(short) = name.strip_prefix(super::APIEXTENSIONS) else {
-        return Ok(false);
-    };
+fn encode_schema_union(name: &str, value: &Value, out: &mut Vec<u8>, depth: usize) -> Result<bool, ProtobufError> {
+    let Some(short) = name.strip_prefix(super::APIEXTENSIONS) else { return Ok(false) };
     let props = format!("{}JsonSchemaProps", super::APIEXTENSIONS);
     let schema = |v: &Value, out: &mut Vec<u8>, tag: u32| -> Result<(), ProtobufError> {
         let mut sub = Vec::new();
@@ -322,13 +275,10 @@ fn encode_schema_union(
     };
     match (short, value) {
         ("Json", v) => {
-            let raw = serde_json::to_vec(v)
-                .map_err(|e| ProtobufError::Malformed(format!("{name}: {e}")))?;
+            let raw = serde_json::to_vec(v).map_err(|e| ProtobufError::Malformed(format!("{name}: {e}")))?;
             put_bytes(out, 1, &raw);
         }
-        ("JsonSchemaPropsOrArray" | "JsonSchemaPropsOrStringArray", Value::Object(_)) => {
-            schema(value, out, 1)?
-        }
+        ("JsonSchemaPropsOrArray" | "JsonSchemaPropsOrStringArray", Value::Object(_)) => schema(value, out, 1)?,
         ("JsonSchemaPropsOrArray", Value::Array(items)) => {
             for item in items {
                 schema(item, out, 2)?;
@@ -348,10 +298,7 @@ fn encode_schema_union(
             put_varint(out, 1);
             schema(value, out, 2)?;
         }
-        (
-            "JsonSchemaPropsOrArray" | "JsonSchemaPropsOrStringArray" | "JsonSchemaPropsOrBool",
-            other,
-        ) => {
+        ("JsonSchemaPropsOrArray" | "JsonSchemaPropsOrStringArray" | "JsonSchemaPropsOrBool", other) => {
             return Err(mismatch(name, "", "a schema, a list or a boolean", other));
         }
         _ => return Ok(false),
@@ -360,13 +307,9 @@ fn encode_schema_union(
 }
 
 fn as_int(v: &Value) -> Option<i64> {
-    v.as_i64()
-        .or_else(|| v.as_u64().and_then(|u| i64::try_from(u).ok()))
-        .or_else(|| {
-            v.as_f64()
-                .filter(|f| f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15)
-                .map(|f| f as i64)
-        })
+    v.as_i64().or_else(|| v.as_u64().and_then(|u| i64::try_from(u).ok())).or_else(|| {
+        v.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15).map(|f| f as i64)
+    })
 }
 
 fn as_str<'a>(msg: &str, json: &str, v: &'a Value) -> Result<&'a str, ProtobufError> {
@@ -377,9 +320,7 @@ fn base64_bytes(msg: &str, json: &str, v: &Value) -> Result<Vec<u8>, ProtobufErr
     let s = as_str(msg, json, v)?;
     base64::engine::general_purpose::STANDARD
         .decode(s)
-        .map_err(|e| {
-            ProtobufError::Malformed(format!("field {json} of {msg}: invalid base64: {e}"))
-        })
+        .map_err(|e| ProtobufError::Malformed(format!("field {json} of {msg}: invalid base64: {e}")))
 }
 
 fn mismatch(msg: &str, json: &str, want: &str, got: &Value) -> ProtobufError {
@@ -391,9 +332,7 @@ fn mismatch(msg: &str, json: &str, want: &str, got: &Value) -> ProtobufError {
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
     };
-    ProtobufError::Malformed(format!(
-        "field {json} of {msg}: expected {want}, found {got}"
-    ))
+    ProtobufError::Malformed(format!("field {json} of {msg}: expected {want}, found {got}"))
 }
 
 /// Appends a field key (`tag << 3 | wire type`).

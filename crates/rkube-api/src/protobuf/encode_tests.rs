@@ -13,16 +13,11 @@ use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 /// (apiVersion, kind, raw).
 fn open_envelope(body: &[u8]) -> (String, String, Vec<u8>) {
     let rest = body.strip_prefix(MAGIC.as_slice()).expect("magic");
-    let unknown =
-        k8s_pb::apimachinery::pkg::runtime::Unknown::decode(rest).expect("runtime.Unknown");
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(rest).expect("runtime.Unknown");
     let tm = unknown.type_meta.expect("typeMeta");
     assert_eq!(unknown.content_encoding.as_deref(), Some(""));
     assert_eq!(unknown.content_type.as_deref(), Some(""));
-    (
-        tm.api_version.unwrap_or_default(),
-        tm.kind.unwrap_or_default(),
-        unknown.raw.unwrap_or_default(),
-    )
+    (tm.api_version.unwrap_or_default(), tm.kind.unwrap_or_default(), unknown.raw.unwrap_or_default())
 }
 
 /// Encodes `obj` with rkube, decodes it with prost as `M`, re-encodes it
@@ -34,10 +29,7 @@ fn round_trip_through_prost<M: Message + Default>(obj: Value) -> M {
     assert_eq!(Some(kind.as_str()), obj["kind"].as_str());
     let typed = M::decode(raw.as_slice()).expect("prost decodes what rkube wrote");
     let again = envelope(&api_version, &kind, &typed.encode_to_vec());
-    assert_eq!(
-        decode_object(&again).expect("rkube decodes what prost wrote"),
-        obj
-    );
+    assert_eq!(decode_object(&again).expect("rkube decodes what prost wrote"), obj);
     typed
 }
 
@@ -86,55 +78,20 @@ fn pod() -> Value {
 fn a_pod_written_by_rkube_decodes_with_prost_and_comes_back_equal() {
     let mut expected = pod();
     // imageID "" is omitted on decode (Go omits empty strings the same way).
-    expected["status"]["containerStatuses"][0]
-        .as_object_mut()
-        .unwrap()
-        .remove("imageID");
+    expected["status"]["containerStatuses"][0].as_object_mut().unwrap().remove("imageID");
     let p: core::Pod = round_trip_through_prost(expected);
     let meta = p.metadata.as_ref().unwrap();
     assert_eq!(meta.name.as_deref(), Some("web-0"));
     assert_eq!(meta.generation, Some(3));
-    assert_eq!(
-        meta.creation_timestamp.as_ref().and_then(|t| t.seconds),
-        Some(1_795_687_200)
-    );
+    assert_eq!(meta.creation_timestamp.as_ref().and_then(|t| t.seconds), Some(1_795_687_200));
     let spec = p.spec.as_ref().unwrap();
     assert_eq!(spec.priority, Some(-5), "negative int32 survives");
     let c = &spec.containers[0];
-    assert_eq!(
-        c.resources.as_ref().unwrap().limits["memory"]
-            .string
-            .as_deref(),
-        Some("128Mi")
-    );
-    let port = c
-        .readiness_probe
-        .as_ref()
-        .unwrap()
-        .handler
-        .as_ref()
-        .unwrap()
-        .http_get
-        .as_ref()
-        .unwrap()
-        .port
-        .as_ref()
-        .unwrap();
-    assert_eq!(
-        (port.r#type, port.str_val.as_deref()),
-        (Some(1), Some("http"))
-    );
-    let fields = meta.managed_fields[0]
-        .fields_v1
-        .as_ref()
-        .unwrap()
-        .raw
-        .as_deref()
-        .unwrap();
-    assert_eq!(
-        serde_json::from_slice::<Value>(fields).unwrap(),
-        json!({"f:metadata": {"f:labels": {"f:a": {}}}})
-    );
+    assert_eq!(c.resources.as_ref().unwrap().limits["memory"].string.as_deref(), Some("128Mi"));
+    let port = c.readiness_probe.as_ref().unwrap().handler.as_ref().unwrap().http_get.as_ref().unwrap().port.as_ref().unwrap();
+    assert_eq!((port.r#type, port.str_val.as_deref()), (Some(1), Some("http")));
+    let fields = meta.managed_fields[0].fields_v1.as_ref().unwrap().raw.as_deref().unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(fields).unwrap(), json!({"f:metadata": {"f:labels": {"f:a": {}}}}));
 }
 
 #[test]
@@ -217,9 +174,7 @@ fn equal_objects_give_equal_bytes_whatever_their_key_order() {
 
 #[test]
 fn watch_frames_are_length_prefixed_watch_events() {
-    let obj =
-        encode_object(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}))
-            .unwrap();
+    let obj = encode_object(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})).unwrap();
     let frame = watch_event_frame("ADDED", &obj);
     let len = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
     assert_eq!(len, frame.len() - 4);
@@ -238,10 +193,7 @@ fn values_that_do_not_fit_their_field_are_errors_not_panics() {
         json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": {"name": "c"}}}),
     ];
     for obj in bad {
-        assert!(
-            matches!(encode_object(&obj), Err(ProtobufError::Malformed(_))),
-            "{obj}"
-        );
+        assert!(matches!(encode_object(&obj), Err(ProtobufError::Malformed(_))), "{obj}");
     }
     assert!(matches!(
         encode_object(&json!({"apiVersion": "example.com/v1", "kind": "Widget"})),
@@ -251,28 +203,10 @@ fn values_that_do_not_fit_their_field_are_errors_not_panics() {
 
 #[test]
 fn go_durations_parse_as_go_prints_them() {
-    for ns in [
-        0i64,
-        1,
-        999,
-        1_500,
-        300_000_000,
-        1_500_000_000,
-        3_600_000_000_000,
-        5_400_000_000_000,
-        -60_000_000_000,
-    ] {
-        assert_eq!(
-            crate::time::parse_go_duration(&crate::time::format_go_duration(ns)),
-            Some(ns),
-            "{}",
-            crate::time::format_go_duration(ns)
-        );
+    for ns in [0i64, 1, 999, 1_500, 300_000_000, 1_500_000_000, 3_600_000_000_000, 5_400_000_000_000, -60_000_000_000] {
+        assert_eq!(crate::time::parse_go_duration(&crate::time::format_go_duration(ns)), Some(ns), "{}", crate::time::format_go_duration(ns));
     }
-    assert_eq!(
-        crate::time::parse_go_duration("1h30m"),
-        Some(5_400_000_000_000)
-    );
+    assert_eq!(crate::time::parse_go_duration("1h30m"), Some(5_400_000_000_000));
     assert_eq!(crate::time::parse_go_duration("10us"), Some(10_000));
     assert_eq!(crate::time::parse_go_duration("5"), None);
     assert_eq!(crate::time::parse_go_duration(""), None);
@@ -293,22 +227,18 @@ fn varint_lengths() {
 /// the protobuf path before the schema said so.
 #[test]
 fn inline_structs_and_odd_json_names_survive() {
-    round_trip_through_prost::<
-        k8s_pb::api::admissionregistration::v1::ValidatingWebhookConfiguration,
-    >(json!({
+    round_trip_through_prost::<k8s_pb::api::admissionregistration::v1::ValidatingWebhookConfiguration>(json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "w"},
         "webhooks": [{"name": "a.example.com", "clientConfig": {"url": "https://example.com"}, "sideEffects": "None",
                       "admissionReviewVersions": ["v1"],
                       "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"}]}]
     }));
-    round_trip_through_prost::<k8s_pb::api::admissionregistration::v1::ValidatingAdmissionPolicy>(
-        json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "p"},
-            "spec": {"matchConstraints": {"resourceRules": [{"resourceNames": ["x"], "operations": ["UPDATE"], "apiGroups": ["apps"],
-                                                              "apiVersions": ["v1"], "resources": ["deployments"]}]},
-                     "validations": [{"expression": "true"}]}
-        }),
-    );
+    round_trip_through_prost::<k8s_pb::api::admissionregistration::v1::ValidatingAdmissionPolicy>(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "p"},
+        "spec": {"matchConstraints": {"resourceRules": [{"resourceNames": ["x"], "operations": ["UPDATE"], "apiGroups": ["apps"],
+                                                          "apiVersions": ["v1"], "resources": ["deployments"]}]},
+                 "validations": [{"expression": "true"}]}
+    }));
     round_trip_through_prost::<k8s_pb::api::networking::v1::Ingress>(json!({
         "apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "i"},
         "spec": {"rules": [{"host": "a.example.com", "http": {"paths": [{"path": "/", "pathType": "Prefix",
@@ -318,16 +248,7 @@ fn inline_structs_and_odd_json_names_survive() {
         "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
         "status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}
     }));
-    assert_eq!(
-        node.status
-            .unwrap()
-            .daemon_endpoints
-            .unwrap()
-            .kubelet_endpoint
-            .unwrap()
-            .port,
-        Some(10250)
-    );
+    assert_eq!(node.status.unwrap().daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port, Some(10250));
 }
 
 #[test]
@@ -335,14 +256,7 @@ fn list_summaries_count_items_without_decoding_them() {
     let list = json!({"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "12", "continue": "c"},
                       "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}, {"metadata": {"name": "c"}}]});
     let s = list_summary(&encode_object(&list).unwrap()).unwrap();
-    assert_eq!(
-        s,
-        ListSummary {
-            items: 3,
-            resource_version: "12".into(),
-            continue_token: "c".into()
-        }
-    );
+    assert_eq!(s, ListSummary { items: 3, resource_version: "12".into(), continue_token: "c".into() });
     assert_eq!(list_summary(b"{}"), Err(ProtobufError::MissingMagic));
 }
 
@@ -385,29 +299,9 @@ fn custom_resource_definitions_round_trip_through_prost() {
             "status": {"storedVersions": ["v1"], "acceptedNames": {"plural": "widgets", "kind": "Widget"},
                        "conditions": [{"type": "Established", "status": "True", "lastTransitionTime": "2026-11-26T10:00:00Z", "reason": "InitialNamesAccepted"}]}
         }));
-    let schema = crd.spec.unwrap().versions[0]
-        .schema
-        .clone()
-        .unwrap()
-        .open_apiv3_schema
-        .unwrap();
+    let schema = crd.spec.unwrap().versions[0].schema.clone().unwrap().open_apiv3_schema.unwrap();
     let spec = &schema.properties["spec"];
-    assert_eq!(
-        spec.properties["size"]
-            .default
-            .as_ref()
-            .and_then(|d| d.raw.as_deref()),
-        Some(&b"3"[..])
-    );
-    assert_eq!(
-        spec.properties["ref"].r#ref.as_deref(),
-        Some("#/definitions/x")
-    );
-    assert_eq!(
-        spec.properties["free"]
-            .additional_properties
-            .as_ref()
-            .and_then(|a| a.allows),
-        Some(true)
-    );
+    assert_eq!(spec.properties["size"].default.as_ref().and_then(|d| d.raw.as_deref()), Some(&b"3"[..]));
+    assert_eq!(spec.properties["ref"].r#ref.as_deref(), Some("#/definitions/x"));
+    assert_eq!(spec.properties["free"].additional_properties.as_ref().and_then(|a| a.allows), Some(true));
 }

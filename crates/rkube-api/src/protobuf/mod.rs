@@ -25,8 +25,8 @@ mod encode;
 mod wire;
 
 pub use encode::{
-    encode_message, encode_object, envelope, envelope_head, field_header, varint_len,
-    watch_event_frame, ENVELOPE_TAIL,
+    encode_message, encode_object, envelope, envelope_head, field_header, varint_len, watch_event_frame,
+    ENVELOPE_TAIL,
 };
 
 use std::collections::HashMap;
@@ -93,9 +93,7 @@ fn schema() -> &'static Schema {
     SCHEMA.get_or_init(|| {
         let doc: Value = serde_json::from_str(include_str!("schema.json")).unwrap_or(Value::Null);
         let mut out = Schema::new();
-        let Some(messages) = doc.get("messages").and_then(Value::as_object) else {
-            return out;
-        };
+        let Some(messages) = doc.get("messages").and_then(Value::as_object) else { return out };
         for (name, fields) in messages {
             let mut table = HashMap::new();
             for f in fields.as_array().into_iter().flatten() {
@@ -107,11 +105,7 @@ fn schema() -> &'static Schema {
                     continue;
                 };
                 let repeated = f.get(3).and_then(Value::as_bool).unwrap_or(false);
-                let typ = f
-                    .get(4)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
+                let typ = f.get(4).and_then(Value::as_str).unwrap_or_default().to_string();
                 let kind = match kind {
                     "string" => FieldKind::String,
                     "bytes" => FieldKind::Bytes,
@@ -126,15 +120,7 @@ fn schema() -> &'static Schema {
                     _ => continue,
                 };
                 let inline = f.get(5).and_then(Value::as_bool).unwrap_or(false);
-                table.insert(
-                    tag as u32,
-                    Field {
-                        json: json.to_string(),
-                        kind,
-                        repeated,
-                        inline,
-                    },
-                );
+                table.insert(tag as u32, Field { json: json.to_string(), kind, repeated, inline });
             }
             out.insert(name.clone(), table);
         }
@@ -150,13 +136,9 @@ pub fn message_name(api_version: &str, kind: &str) -> Option<String> {
     if group.is_empty() {
         candidates.push(format!("api.core.{version}.{kind}"));
     } else if group == "apiregistration.k8s.io" {
-        candidates.push(format!(
-            "kube_aggregator.pkg.apis.apiregistration.{version}.{kind}"
-        ));
+        candidates.push(format!("kube_aggregator.pkg.apis.apiregistration.{version}.{kind}"));
     } else if group == "apiextensions.k8s.io" {
-        candidates.push(format!(
-            "apiextensions_apiserver.pkg.apis.apiextensions.{version}.{kind}"
-        ));
+        candidates.push(format!("apiextensions_apiserver.pkg.apis.apiextensions.{version}.{kind}"));
     } else {
         let first = group.split('.').next().unwrap_or(group);
         candidates.push(format!("api.{first}.{version}.{kind}"));
@@ -168,11 +150,7 @@ pub fn message_name(api_version: &str, kind: &str) -> Option<String> {
 
 /// Whether `content_type` (parameters ignored) is the Kubernetes protobuf media type.
 pub fn is_protobuf(content_type: &str) -> bool {
-    content_type
-        .split(';')
-        .next()
-        .map(str::trim)
-        .is_some_and(|m| m.eq_ignore_ascii_case(PROTOBUF_CONTENT_TYPE))
+    content_type.split(';').next().map(str::trim).is_some_and(|m| m.eq_ignore_ascii_case(PROTOBUF_CONTENT_TYPE))
 }
 
 /// Decodes a whole `k8s\0`-prefixed body into the JSON object it carries, with
@@ -181,9 +159,7 @@ pub fn is_protobuf(content_type: &str) -> bool {
 /// Errors: [`ProtobufError::MissingMagic`], [`ProtobufError::Malformed`],
 /// [`ProtobufError::UnknownKind`].
 pub fn decode_object(body: &[u8]) -> Result<Value, ProtobufError> {
-    let rest = body
-        .strip_prefix(MAGIC.as_slice())
-        .ok_or(ProtobufError::MissingMagic)?;
+    let rest = body.strip_prefix(MAGIC.as_slice()).ok_or(ProtobufError::MissingMagic)?;
     // runtime.Unknown: 1 typeMeta {1 apiVersion, 2 kind}, 2 raw, 3 contentEncoding, 4 contentType
     let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), &[][..]);
     let mut reader = Reader::new(rest);
@@ -201,18 +177,13 @@ pub fn decode_object(body: &[u8]) -> Result<Value, ProtobufError> {
             }
             (2, WireValue::Len(b)) => raw = b,
             (3, WireValue::Len(b)) if !b.is_empty() => {
-                return Err(ProtobufError::Malformed(format!(
-                    "unsupported content encoding {:?}",
-                    String::from_utf8_lossy(b)
-                )))
+                return Err(ProtobufError::Malformed(format!("unsupported content encoding {:?}", String::from_utf8_lossy(b))))
             }
             _ => {}
         }
     }
-    let name = message_name(&api_version, &kind).ok_or_else(|| ProtobufError::UnknownKind {
-        api_version: api_version.clone(),
-        kind: kind.clone(),
-    })?;
+    let name = message_name(&api_version, &kind)
+        .ok_or_else(|| ProtobufError::UnknownKind { api_version: api_version.clone(), kind: kind.clone() })?;
     let mut object = match decode_message(&name, raw)? {
         Value::Object(map) => map,
         _ => Map::new(),
@@ -242,51 +213,34 @@ fn decode_message_depth(name: &str, bytes: &[u8], depth: usize) -> Result<Value,
     if let Some(schema) = decode_schema_union(name, bytes, depth)? {
         return Ok(schema);
     }
-    let table = schema()
-        .get(name)
-        .ok_or_else(|| ProtobufError::Malformed(format!("no schema for message {name}")))?;
+    let table = schema().get(name).ok_or_else(|| ProtobufError::Malformed(format!("no schema for message {name}")))?;
     let mut out = Map::new();
     let mut reader = Reader::new(bytes);
     while let Some((tag, value)) = reader.next_field()? {
-        let Some(field) = table.get(&tag) else {
-            continue;
-        }; // unknown fields are skipped, as proto2 does
+        let Some(field) = table.get(&tag) else { continue }; // unknown fields are skipped, as proto2 does
         match &field.kind {
             FieldKind::MapString | FieldKind::MapBytes | FieldKind::MapMessage(_) => {
-                let WireValue::Len(entry) = value else {
-                    return Err(wire_type_error(name, &field.json));
-                };
+                let WireValue::Len(entry) = value else { return Err(wire_type_error(name, &field.json)) };
                 let (k, v) = decode_map_entry(&field.kind, entry, depth)?;
-                let map = out
-                    .entry(field.json.clone())
-                    .or_insert_with(|| Value::Object(Map::new()));
+                let map = out.entry(field.json.clone()).or_insert_with(|| Value::Object(Map::new()));
                 if let Value::Object(m) = map {
                     m.insert(k, v);
                 }
             }
             kind if field.repeated => {
-                let items = decode_repeated(kind, value, depth)
-                    .map_err(|_| wire_type_error(name, &field.json))?;
-                let list = out
-                    .entry(field.json.clone())
-                    .or_insert_with(|| Value::Array(Vec::new()));
+                let items = decode_repeated(kind, value, depth).map_err(|_| wire_type_error(name, &field.json))?;
+                let list = out.entry(field.json.clone()).or_insert_with(|| Value::Array(Vec::new()));
                 if let Value::Array(a) = list {
                     a.extend(items);
                 }
             }
             kind => {
                 let v = decode_single(kind, value, depth).map_err(|e| match e {
-                    ProtobufError::Malformed(m) if m.is_empty() => {
-                        wire_type_error(name, &field.json)
-                    }
+                    ProtobufError::Malformed(m) if m.is_empty() => wire_type_error(name, &field.json),
                     other => other,
                 })?;
                 // ObjectMeta.generation is a plain int64 in Go: 0 means unset and is omitted.
-                let v = v.filter(|v| {
-                    !(field.json == "generation"
-                        && name.ends_with("meta.v1.ObjectMeta")
-                        && v == &Value::from(0))
-                });
+                let v = v.filter(|v| !(field.json == "generation" && name.ends_with("meta.v1.ObjectMeta") && v == &Value::from(0)));
                 match v {
                     Some(Value::Object(inner)) if field.inline => {
                         for (k, v) in inner {
@@ -311,16 +265,11 @@ fn wire_type_error(message: &str, field: &str) -> ProtobufError {
 }
 
 fn utf8(b: &[u8]) -> Result<String, ProtobufError> {
-    String::from_utf8(b.to_vec())
-        .map_err(|_| ProtobufError::Malformed("string field is not valid UTF-8".into()))
+    String::from_utf8(b.to_vec()).map_err(|_| ProtobufError::Malformed("string field is not valid UTF-8".into()))
 }
 
 /// One non-repeated field; `None` means "omit" (empty string, zero time).
-fn decode_single(
-    kind: &FieldKind,
-    value: WireValue<'_>,
-    depth: usize,
-) -> Result<Option<Value>, ProtobufError> {
+fn decode_single(kind: &FieldKind, value: WireValue<'_>, depth: usize) -> Result<Option<Value>, ProtobufError> {
     let bad = || ProtobufError::Malformed(String::new());
     Ok(Some(match (kind, value) {
         (FieldKind::String, WireValue::Len(b)) => {
@@ -330,9 +279,7 @@ fn decode_single(
             }
             Value::String(s)
         }
-        (FieldKind::Bytes, WireValue::Len(b)) => {
-            Value::String(base64::engine::general_purpose::STANDARD.encode(b))
-        }
+        (FieldKind::Bytes, WireValue::Len(b)) => Value::String(base64::engine::general_purpose::STANDARD.encode(b)),
         (FieldKind::Bool, WireValue::Varint(v)) => Value::Bool(v != 0),
         (FieldKind::Int32, WireValue::Varint(v)) => Value::from(v as i64 as i32),
         (FieldKind::Int64, WireValue::Varint(v)) => Value::from(v as i64),
@@ -342,9 +289,7 @@ fn decode_single(
             if f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 {
                 Value::from(f as i64)
             } else {
-                serde_json::Number::from_f64(f)
-                    .map(Value::Number)
-                    .unwrap_or(Value::Null)
+                serde_json::Number::from_f64(f).map(Value::Number).unwrap_or(Value::Null)
             }
         }
         (FieldKind::Message(name), WireValue::Len(b)) => {
@@ -358,11 +303,7 @@ fn decode_single(
     }))
 }
 
-fn decode_repeated(
-    kind: &FieldKind,
-    value: WireValue<'_>,
-    depth: usize,
-) -> Result<Vec<Value>, ProtobufError> {
+fn decode_repeated(kind: &FieldKind, value: WireValue<'_>, depth: usize) -> Result<Vec<Value>, ProtobufError> {
     match (kind, value) {
         // k8s protos use packed=false, but accept packed varints too.
         (FieldKind::Int32 | FieldKind::Int64 | FieldKind::Bool, WireValue::Len(b)) => {
@@ -383,11 +324,7 @@ fn decode_repeated(
     }
 }
 
-fn decode_map_entry(
-    kind: &FieldKind,
-    entry: &[u8],
-    depth: usize,
-) -> Result<(String, Value), ProtobufError> {
+fn decode_map_entry(kind: &FieldKind, entry: &[u8], depth: usize) -> Result<(String, Value), ProtobufError> {
     let mut key = String::new();
     let mut val = match kind {
         FieldKind::MapMessage(_) => Value::Object(Map::new()),
@@ -400,9 +337,7 @@ fn decode_map_entry(
             (2, WireValue::Len(b)) => {
                 val = match kind {
                     FieldKind::MapString => Value::String(utf8(b)?),
-                    FieldKind::MapBytes => {
-                        Value::String(base64::engine::general_purpose::STANDARD.encode(b))
-                    }
+                    FieldKind::MapBytes => Value::String(base64::engine::general_purpose::STANDARD.encode(b)),
                     FieldKind::MapMessage(name) => decode_message_depth(name, b, depth + 1)?,
                     _ => Value::Null,
                 }
@@ -434,8 +369,7 @@ fn decode_special(name: &str, bytes: &[u8]) -> Result<Option<Value>, ProtobufErr
         _ => Vec::new(),
     };
     Ok(match (pkg, short) {
-        ("apimachinery.pkg.apis.meta.v1.", "Time")
-        | ("apimachinery.pkg.apis.meta.v1.", "MicroTime") => {
+        ("apimachinery.pkg.apis.meta.v1.", "Time") | ("apimachinery.pkg.apis.meta.v1.", "MicroTime") => {
             let f = fields()?;
             let (secs, nanos) = (int(&f, 1), int(&f, 2));
             if secs == 0 && nanos == 0 {
@@ -449,12 +383,8 @@ fn decode_special(name: &str, bytes: &[u8]) -> Result<Option<Value>, ProtobufErr
                 crate::time::format_rfc3339_micros(t)
             }))
         }
-        ("apimachinery.pkg.apis.meta.v1.", "Duration") => Some(Value::String(
-            crate::time::format_go_duration(int(&fields()?, 1)),
-        )),
-        ("apimachinery.pkg.api.resource.", "Quantity") => {
-            Some(Value::String(utf8(&bytes_of(&fields()?, 1))?))
-        }
+        ("apimachinery.pkg.apis.meta.v1.", "Duration") => Some(Value::String(crate::time::format_go_duration(int(&fields()?, 1)))),
+        ("apimachinery.pkg.api.resource.", "Quantity") => Some(Value::String(utf8(&bytes_of(&fields()?, 1))?)),
         ("apimachinery.pkg.util.intstr.", "IntOrString") => {
             let f = fields()?;
             Some(if int(&f, 1) == 1 {
@@ -463,16 +393,12 @@ fn decode_special(name: &str, bytes: &[u8]) -> Result<Option<Value>, ProtobufErr
                 Value::from(int(&f, 2) as i32)
             })
         }
-        ("apimachinery.pkg.runtime.", "RawExtension")
-        | ("apimachinery.pkg.apis.meta.v1.", "FieldsV1") => {
+        ("apimachinery.pkg.runtime.", "RawExtension") | ("apimachinery.pkg.apis.meta.v1.", "FieldsV1") => {
             let raw = bytes_of(&fields()?, 1);
             if raw.is_empty() {
                 return Ok(Some(Value::Null));
             }
-            Some(
-                serde_json::from_slice(&raw)
-                    .map_err(|e| ProtobufError::Malformed(format!("embedded JSON: {e}")))?,
-            )
+            Some(serde_json::from_slice(&raw).map_err(|e| ProtobufError::Malformed(format!("embedded JSON: {e}")))?)
         }
         // `type ExtraValue []string`: a message of repeated `items` on the
         // wire, a plain list of strings in JSON (user extras of reviews and CSRs).
@@ -497,16 +423,9 @@ const APIEXTENSIONS: &str = "apiextensions_apiserver.pkg.apis.apiextensions.v1."
 /// marshallers): `JSON` is the raw value; `JSONSchemaPropsOrArray` a schema
 /// or a list of them; `JSONSchemaPropsOrBool` a schema or a boolean;
 /// `JSONSchemaPropsOrStringArray` a schema or a list of strings.
-fn decode_schema_union(
-    name: &str,
-    bytes: &[u8],
-    depth: usize,
-) -> Result<Option<Value>, ProtobufError> {
-    let Some(short) = name.strip_prefix(APIEXTENSIONS) else {
-        return Ok(None);
-    };
-    let props =
-        |b: &[u8]| decode_message_depth(&format!("{APIEXTENSIONS}JsonSchemaProps"), b, depth + 1);
+fn decode_schema_union(name: &str, bytes: &[u8], depth: usize) -> Result<Option<Value>, ProtobufError> {
+    let Some(short) = name.strip_prefix(APIEXTENSIONS) else { return Ok(None) };
+    let props = |b: &[u8]| decode_message_depth(&format!("{APIEXTENSIONS}JsonSchemaProps"), b, depth + 1);
     let (mut first, mut rest, mut allows) = (None, Vec::new(), false);
     let mut r = Reader::new(bytes);
     match short {
@@ -516,8 +435,7 @@ fn decode_schema_union(
                     if raw.is_empty() {
                         return Ok(Some(Value::Null));
                     }
-                    let v = serde_json::from_slice(raw)
-                        .map_err(|e| ProtobufError::Malformed(format!("embedded JSON: {e}")))?;
+                    let v = serde_json::from_slice(raw).map_err(|e| ProtobufError::Malformed(format!("embedded JSON: {e}")))?;
                     return Ok(Some(v));
                 }
             }
@@ -527,9 +445,7 @@ fn decode_schema_union(
             while let Some((t, v)) = r.next_field()? {
                 match (t, v) {
                     (1, WireValue::Len(b)) => first = Some(props(b)?),
-                    (2, WireValue::Len(b)) if short == "JsonSchemaPropsOrArray" => {
-                        rest.push(props(b)?)
-                    }
+                    (2, WireValue::Len(b)) if short == "JsonSchemaPropsOrArray" => rest.push(props(b)?),
                     (2, WireValue::Len(b)) => rest.push(Value::String(utf8(b)?)),
                     _ => {}
                 }
@@ -551,9 +467,9 @@ fn decode_schema_union(
 }
 
 #[cfg(test)]
-mod encode_tests;
-#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod encode_tests;
 
 /// What a protobuf LIST body says without decoding its items: the number of
 /// items, `metadata.resourceVersion` and `metadata.continue`.
@@ -573,9 +489,7 @@ pub struct ListSummary {
 ///
 /// Errors: [`ProtobufError::MissingMagic`], [`ProtobufError::Malformed`].
 pub fn list_summary(body: &[u8]) -> Result<ListSummary, ProtobufError> {
-    let rest = body
-        .strip_prefix(MAGIC.as_slice())
-        .ok_or(ProtobufError::MissingMagic)?;
+    let rest = body.strip_prefix(MAGIC.as_slice()).ok_or(ProtobufError::MissingMagic)?;
     let mut raw = &[][..];
     let mut reader = Reader::new(rest);
     while let Some((tag, value)) = reader.next_field()? {
@@ -588,15 +502,8 @@ pub fn list_summary(body: &[u8]) -> Result<ListSummary, ProtobufError> {
     while let Some((tag, value)) = list.next_field()? {
         match (tag, value) {
             (1, WireValue::Len(meta)) => {
-                if let Value::Object(m) =
-                    decode_message("apimachinery.pkg.apis.meta.v1.ListMeta", meta)?
-                {
-                    let s = |k: &str| {
-                        m.get(k)
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string()
-                    };
+                if let Value::Object(m) = decode_message("apimachinery.pkg.apis.meta.v1.ListMeta", meta)? {
+                    let s = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
                     out.resource_version = s("resourceVersion");
                     out.continue_token = s("continue");
                 }

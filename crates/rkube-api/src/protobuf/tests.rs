@@ -17,10 +17,7 @@ fn fixture(name: &str) -> &'static [u8] {
 #[test]
 fn kubectl_create_namespace_body_decodes_to_json() {
     let v = decode_object(fixture("namespace")).unwrap();
-    assert_eq!(
-        v,
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "foo"}, "spec": {}, "status": {}})
-    );
+    assert_eq!(v, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "foo"}, "spec": {}, "status": {}}));
 }
 
 #[test]
@@ -51,17 +48,12 @@ fn kubectl_create_deployment_keeps_zero_replicas_and_pod_template() {
     assert_eq!(c["ports"][0]["containerPort"], 80);
     // zero metav1.Time is omitted, like Go's JSON output.
     assert!(d["metadata"].get("creationTimestamp").is_none());
-    assert!(d["spec"]["template"]["metadata"]
-        .get("creationTimestamp")
-        .is_none());
+    assert!(d["spec"]["template"]["metadata"].get("creationTimestamp").is_none());
 }
 
 #[test]
 fn body_without_magic_is_rejected() {
-    assert_eq!(
-        decode_object(b"{\"kind\":\"Pod\"}"),
-        Err(ProtobufError::MissingMagic)
-    );
+    assert_eq!(decode_object(b"{\"kind\":\"Pod\"}"), Err(ProtobufError::MissingMagic));
 }
 
 #[test]
@@ -70,10 +62,7 @@ fn truncated_body_is_malformed_not_a_panic() {
     for cut in 4..body.len() {
         let _ = decode_object(&body[..cut]);
     }
-    assert!(matches!(
-        decode_object(&body[..body.len() - 3]),
-        Err(ProtobufError::Malformed(_))
-    ));
+    assert!(matches!(decode_object(&body[..body.len() - 3]), Err(ProtobufError::Malformed(_))));
 }
 
 #[test]
@@ -85,32 +74,15 @@ fn unknown_kind_is_reported() {
     body.extend(tm);
     assert_eq!(
         decode_object(&body),
-        Err(ProtobufError::UnknownKind {
-            api_version: "v1".into(),
-            kind: "Nope".into()
-        })
+        Err(ProtobufError::UnknownKind { api_version: "v1".into(), kind: "Nope".into() })
     );
 }
 
 #[test]
 fn special_types_follow_go_json() {
     // IntOrString {type 1, strVal "http"} and {type 0, intVal 8080}
-    assert_eq!(
-        decode_message(
-            "apimachinery.pkg.util.intstr.IntOrString",
-            &[0x08, 1, 0x1a, 4, b'h', b't', b't', b'p']
-        )
-        .unwrap(),
-        json!("http")
-    );
-    assert_eq!(
-        decode_message(
-            "apimachinery.pkg.util.intstr.IntOrString",
-            &[0x10, 0x90, 0x3f]
-        )
-        .unwrap(),
-        json!(8080)
-    );
+    assert_eq!(decode_message("apimachinery.pkg.util.intstr.IntOrString", &[0x08, 1, 0x1a, 4, b'h', b't', b't', b'p']).unwrap(), json!("http"));
+    assert_eq!(decode_message("apimachinery.pkg.util.intstr.IntOrString", &[0x10, 0x90, 0x3f]).unwrap(), json!(8080));
     // Time {seconds 1700000000}
     let mut t = vec![0x08];
     let mut v: u64 = 1_700_000_000;
@@ -119,10 +91,7 @@ fn special_types_follow_go_json() {
         v >>= 7;
     }
     t.push(v as u8);
-    assert_eq!(
-        decode_message("apimachinery.pkg.apis.meta.v1.Time", &t).unwrap(),
-        json!("2023-11-14T22:13:20Z")
-    );
+    assert_eq!(decode_message("apimachinery.pkg.apis.meta.v1.Time", &t).unwrap(), json!("2023-11-14T22:13:20Z"));
     assert_eq!(crate::time::format_go_duration(3_600_000_000_000), "1h0m0s");
     assert_eq!(crate::time::format_go_duration(1_500_000_000), "1.5s");
     assert_eq!(crate::time::format_go_duration(300_000_000), "300ms");
@@ -130,22 +99,10 @@ fn special_types_follow_go_json() {
 
 #[test]
 fn message_names_map_groups_to_packages() {
-    assert_eq!(
-        message_name("v1", "Pod").as_deref(),
-        Some("api.core.v1.Pod")
-    );
-    assert_eq!(
-        message_name("apps/v1", "Deployment").as_deref(),
-        Some("api.apps.v1.Deployment")
-    );
-    assert_eq!(
-        message_name("discovery.k8s.io/v1", "EndpointSlice").as_deref(),
-        Some("api.discovery.v1.EndpointSlice")
-    );
-    assert_eq!(
-        message_name("v1", "DeleteOptions").as_deref(),
-        Some("apimachinery.pkg.apis.meta.v1.DeleteOptions")
-    );
+    assert_eq!(message_name("v1", "Pod").as_deref(), Some("api.core.v1.Pod"));
+    assert_eq!(message_name("apps/v1", "Deployment").as_deref(), Some("api.apps.v1.Deployment"));
+    assert_eq!(message_name("discovery.k8s.io/v1", "EndpointSlice").as_deref(), Some("api.discovery.v1.EndpointSlice"));
+    assert_eq!(message_name("v1", "DeleteOptions").as_deref(), Some("apimachinery.pkg.apis.meta.v1.DeleteOptions"));
     assert_eq!(message_name("v1", "Nope"), None);
 }
 
@@ -153,10 +110,7 @@ fn message_names_map_groups_to_packages() {
 fn embedded_go_structs_are_flattened_like_json_inline() {
     // ConfigMapKeySelector { localObjectReference(1) { name(1) "cfg" }, key(2) "k" }
     let body = [0x0a, 5, 0x0a, 3, b'c', b'f', b'g', 0x12, 1, b'k'];
-    assert_eq!(
-        decode_message("api.core.v1.ConfigMapKeySelector", &body).unwrap(),
-        json!({"name": "cfg", "key": "k"})
-    );
+    assert_eq!(decode_message("api.core.v1.ConfigMapKeySelector", &body).unwrap(), json!({"name": "cfg", "key": "k"}));
     // Probe { handler(1) { exec(1) { command(1) "true" } }, periodSeconds(4) 5 }
     let exec = [0x0a, 4, b't', b'r', b'u', b'e'];
     let handler = [&[0x0a, exec.len() as u8][..], &exec].concat();
@@ -170,14 +124,8 @@ fn embedded_go_structs_are_flattened_like_json_inline() {
 #[test]
 fn acronym_field_names_match_kubernetes_json() {
     // NodeSpec podCIDRs(7), PolicyRule nonResourceURLs(5)
-    assert_eq!(
-        decode_message("api.core.v1.NodeSpec", &[0x3a, 1, b'a']).unwrap(),
-        json!({"podCIDRs": ["a"]})
-    );
-    assert_eq!(
-        decode_message("api.rbac.v1.PolicyRule", &[0x2a, 1, b'/']).unwrap(),
-        json!({"nonResourceURLs": ["/"]})
-    );
+    assert_eq!(decode_message("api.core.v1.NodeSpec", &[0x3a, 1, b'a']).unwrap(), json!({"podCIDRs": ["a"]}));
+    assert_eq!(decode_message("api.rbac.v1.PolicyRule", &[0x2a, 1, b'/']).unwrap(), json!({"nonResourceURLs": ["/"]}));
 }
 
 /// A length-delimited field `tag` holding `bytes` (lengths < 128 here).
@@ -195,42 +143,16 @@ fn subject_access_review_bodies_decode_with_extras_as_string_lists() {
     let attrs = [len_field(2, b"get"), len_field(5, b"pods")].concat();
     let extra_value = [len_field(1, b"a"), len_field(1, b"b")].concat();
     let entry = [len_field(1, b"k"), len_field(2, &extra_value)].concat();
-    let spec = [
-        len_field(1, &attrs),
-        len_field(3, b"alice"),
-        len_field(5, &entry),
-    ]
-    .concat();
+    let spec = [len_field(1, &attrs), len_field(3, b"alice"), len_field(5, &entry)].concat();
     let raw = len_field(2, &spec);
-    let type_meta = [
-        len_field(1, b"authorization.k8s.io/v1"),
-        len_field(2, b"SubjectAccessReview"),
-    ]
-    .concat();
-    let body = [
-        MAGIC.as_slice(),
-        &len_field(1, &type_meta),
-        &len_field(2, &raw),
-    ]
-    .concat();
+    let type_meta = [len_field(1, b"authorization.k8s.io/v1"), len_field(2, b"SubjectAccessReview")].concat();
+    let body = [MAGIC.as_slice(), &len_field(1, &type_meta), &len_field(2, &raw)].concat();
     assert_eq!(
         decode_object(&body).unwrap(),
         json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                "spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}, "user": "alice", "extra": {"k": ["a", "b"]}}})
     );
-    let type_meta = [
-        len_field(1, b"authentication.k8s.io/v1"),
-        len_field(2, b"SelfSubjectReview"),
-    ]
-    .concat();
-    let body = [
-        MAGIC.as_slice(),
-        &len_field(1, &type_meta),
-        &len_field(2, b""),
-    ]
-    .concat();
-    assert_eq!(
-        decode_object(&body).unwrap(),
-        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
-    );
+    let type_meta = [len_field(1, b"authentication.k8s.io/v1"), len_field(2, b"SelfSubjectReview")].concat();
+    let body = [MAGIC.as_slice(), &len_field(1, &type_meta), &len_field(2, b"")].concat();
+    assert_eq!(decode_object(&body).unwrap(), json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}));
 }

@@ -39,9 +39,7 @@ impl<'a> Reader<'a> {
                 return Ok(value);
             }
         }
-        Err(ProtobufError::Malformed(
-            "varint longer than 10 bytes".into(),
-        ))
+        Err(ProtobufError::Malformed("varint longer than 10 bytes".into()))
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], ProtobufError> {
@@ -59,28 +57,19 @@ impl<'a> Reader<'a> {
             return Ok(None);
         }
         let key = self.varint()?;
-        let tag = u32::try_from(key >> 3)
-            .map_err(|_| ProtobufError::Malformed("field number too large".into()))?;
+        let tag = u32::try_from(key >> 3).map_err(|_| ProtobufError::Malformed("field number too large".into()))?;
         if tag == 0 {
             return Err(ProtobufError::Malformed("field number 0".into()));
         }
         let value = match key & 7 {
             0 => WireValue::Varint(self.varint()?),
-            1 => WireValue::Fixed64(u64::from_le_bytes(
-                self.take(8)?.try_into().map_err(|_| truncated("fixed64"))?,
-            )),
+            1 => WireValue::Fixed64(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| truncated("fixed64"))?)),
             2 => {
                 let len = usize::try_from(self.varint()?).map_err(|_| truncated("length"))?;
                 WireValue::Len(self.take(len)?)
             }
-            5 => WireValue::Fixed32(u32::from_le_bytes(
-                self.take(4)?.try_into().map_err(|_| truncated("fixed32"))?,
-            )),
-            other => {
-                return Err(ProtobufError::Malformed(format!(
-                    "unsupported wire type {other}"
-                )))
-            }
+            5 => WireValue::Fixed32(u32::from_le_bytes(self.take(4)?.try_into().map_err(|_| truncated("fixed32"))?)),
+            other => return Err(ProtobufError::Malformed(format!("unsupported wire type {other}"))),
         };
         Ok(Some((tag, value)))
     }

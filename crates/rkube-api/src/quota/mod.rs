@@ -24,12 +24,7 @@ pub use quantity::{Format, Quantity};
 pub type ResourceList = BTreeMap<String, Quantity>;
 
 /// The core resources with a legacy (un-prefixed) object count name.
-const LEGACY_COUNTED: &[&str] = &[
-    "configmaps",
-    "secrets",
-    "replicationcontrollers",
-    "resourcequotas",
-];
+const LEGACY_COUNTED: &[&str] = &["configmaps", "secrets", "replicationcontrollers", "resourcequotas"];
 
 /// The object count name of a resource: `count/pods`, `count/deployments.apps`.
 pub fn object_count_name(group: &str, resource: &str) -> String {
@@ -70,11 +65,7 @@ pub fn parse_list(v: Option<&Value>) -> ResourceList {
 
 /// A resource map as JSON, quantities in canonical form.
 pub fn list_to_json(l: &ResourceList) -> Value {
-    Value::Object(
-        l.iter()
-            .map(|(k, q)| (k.clone(), json!(q.to_string())))
-            .collect(),
-    )
+    Value::Object(l.iter().map(|(k, q)| (k.clone(), json!(q.to_string()))).collect())
 }
 
 /// `a + b` per name (upstream `quota.Add`).
@@ -91,17 +82,8 @@ pub fn add(a: &ResourceList, b: &ResourceList) -> ResourceList {
 pub fn subtract(a: &ResourceList, b: &ResourceList) -> ResourceList {
     let mut out = a.clone();
     for (k, q) in b {
-        let have = out.get(k).copied().unwrap_or(Quantity {
-            milli: 0,
-            format: q.format,
-        });
-        out.insert(
-            k.clone(),
-            Quantity {
-                milli: have.milli.saturating_sub(q.milli),
-                format: have.format,
-            },
-        );
+        let have = out.get(k).copied().unwrap_or(Quantity { milli: 0, format: q.format });
+        out.insert(k.clone(), Quantity { milli: have.milli.saturating_sub(q.milli), format: have.format });
     }
     out
 }
@@ -116,27 +98,17 @@ pub fn charges_updates(group: &str, resource: &str) -> bool {
 
 /// The entries of `l` named in `names` (upstream `quota.Mask`).
 pub fn mask<'a>(l: &ResourceList, names: impl IntoIterator<Item = &'a String>) -> ResourceList {
-    names
-        .into_iter()
-        .filter_map(|n| l.get(n).map(|q| (n.clone(), *q)))
-        .collect()
+    names.into_iter().filter_map(|n| l.get(n).map(|q| (n.clone(), *q))).collect()
 }
 
 /// `name=value` pairs sorted by name, joined by `,` (upstream `prettyPrint`).
 pub fn pretty(l: &ResourceList) -> String {
-    l.iter()
-        .map(|(k, q)| format!("{k}={q}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    l.iter().map(|(k, q)| format!("{k}={q}")).collect::<Vec<_>>().join(",")
 }
 
 /// The names among `names` that objects of (`group`, `resource`) count
 /// towards (upstream `Evaluator.MatchingResources`).
-pub fn matching_resources<'a>(
-    group: &str,
-    resource: &str,
-    names: impl IntoIterator<Item = &'a String>,
-) -> Vec<String> {
+pub fn matching_resources<'a>(group: &str, resource: &str, names: impl IntoIterator<Item = &'a String>) -> Vec<String> {
     let count = object_count_name(group, resource);
     names
         .into_iter()
@@ -144,10 +116,7 @@ pub fn matching_resources<'a>(
             **n == count
                 || match (group, resource) {
                     ("", "pods") => pods::tracks(n),
-                    ("", "services") => matches!(
-                        n.as_str(),
-                        "services" | "services.nodeports" | "services.loadbalancers"
-                    ),
+                    ("", "services") => matches!(n.as_str(), "services" | "services.nodeports" | "services.loadbalancers"),
                     ("", "persistentvolumeclaims") => {
                         matches!(n.as_str(), "persistentvolumeclaims" | "requests.storage")
                             || n.ends_with(".storageclass.storage.k8s.io/requests.storage")
@@ -175,10 +144,7 @@ pub fn usage(group: &str, resource: &str, obj: &Value) -> ResourceList {
     match resource {
         "services" => {
             out.insert("services".into(), Quantity::count(1));
-            let ports = obj
-                .pointer("/spec/ports")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
+            let ports = obj.pointer("/spec/ports").and_then(Value::as_array).map_or(0, Vec::len);
             let ports = i64::try_from(ports).unwrap_or(i64::MAX);
             match obj.pointer("/spec/type").and_then(Value::as_str) {
                 Some("NodePort") => {
@@ -186,11 +152,7 @@ pub fn usage(group: &str, resource: &str, obj: &Value) -> ResourceList {
                 }
                 Some("LoadBalancer") => {
                     out.insert("services.loadbalancers".into(), Quantity::count(1));
-                    if obj
-                        .pointer("/spec/allocateLoadBalancerNodePorts")
-                        .and_then(Value::as_bool)
-                        != Some(false)
-                    {
+                    if obj.pointer("/spec/allocateLoadBalancerNodePorts").and_then(Value::as_bool) != Some(false) {
                         out.insert("services.nodeports".into(), Quantity::count(ports));
                     }
                 }
@@ -199,27 +161,15 @@ pub fn usage(group: &str, resource: &str, obj: &Value) -> ResourceList {
         }
         "persistentvolumeclaims" => {
             out.insert("persistentvolumeclaims".into(), Quantity::count(1));
-            let class = obj
-                .pointer("/spec/storageClassName")
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            let class = obj.pointer("/spec/storageClassName").and_then(Value::as_str).unwrap_or("");
             if !class.is_empty() {
-                out.insert(
-                    format!("{class}.storageclass.storage.k8s.io/persistentvolumeclaims"),
-                    Quantity::count(1),
-                );
+                out.insert(format!("{class}.storageclass.storage.k8s.io/persistentvolumeclaims"), Quantity::count(1));
             }
-            let storage = obj
-                .pointer("/spec/resources/requests/storage")
-                .and_then(Value::as_str)
-                .and_then(Quantity::parse);
+            let storage = obj.pointer("/spec/resources/requests/storage").and_then(Value::as_str).and_then(Quantity::parse);
             if let Some(storage) = storage {
                 out.insert("requests.storage".into(), storage);
                 if !class.is_empty() {
-                    out.insert(
-                        format!("{class}.storageclass.storage.k8s.io/requests.storage"),
-                        storage,
-                    );
+                    out.insert(format!("{class}.storageclass.storage.k8s.io/requests.storage"), storage);
                 }
             }
         }
@@ -247,40 +197,16 @@ pub struct ScopeRequirement {
 /// `spec.scopeSelector.matchExpressions` (upstream `GetScopeSelectorsFromQuota`).
 pub fn scope_requirements(quota: &Value) -> Vec<ScopeRequirement> {
     let strings = |v: Option<&Value>| -> Vec<String> {
-        v.and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default()
+        v.and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect()).unwrap_or_default()
     };
     let mut out: Vec<ScopeRequirement> = strings(quota.pointer("/spec/scopes"))
         .into_iter()
-        .map(|scope| ScopeRequirement {
-            scope,
-            operator: "Exists".into(),
-            values: Vec::new(),
-        })
+        .map(|scope| ScopeRequirement { scope, operator: "Exists".into(), values: Vec::new() })
         .collect();
-    for e in quota
-        .pointer("/spec/scopeSelector/matchExpressions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for e in quota.pointer("/spec/scopeSelector/matchExpressions").and_then(Value::as_array).into_iter().flatten() {
         out.push(ScopeRequirement {
-            scope: e
-                .get("scopeName")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-            operator: e
-                .get("operator")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
+            scope: e.get("scopeName").and_then(Value::as_str).unwrap_or("").to_string(),
+            operator: e.get("operator").and_then(Value::as_str).unwrap_or("").to_string(),
             values: strings(e.get("values")),
         });
     }
@@ -304,12 +230,7 @@ pub fn scopes_select(quota: &Value, group: &str, resource: &str, obj: &Value) ->
 /// Whether `quota` (with a computed `status.hard`) applies to `obj`: it
 /// tracks a resource the object counts towards and its scopes select it
 /// (upstream `quota.Matches`). Returns the matching `status.hard` names.
-pub fn quota_matches(
-    quota: &Value,
-    group: &str,
-    resource: &str,
-    obj: &Value,
-) -> Option<Vec<String>> {
+pub fn quota_matches(quota: &Value, group: &str, resource: &str, obj: &Value) -> Option<Vec<String>> {
     let hard = parse_list(quota.pointer("/status/hard"));
     let names = matching_resources(group, resource, hard.keys());
     (!names.is_empty() && scopes_select(quota, group, resource, obj)).then_some(names)
@@ -317,8 +238,5 @@ pub fn quota_matches(
 
 /// The names of `l` that are negative.
 pub fn negative(l: &ResourceList) -> BTreeSet<String> {
-    l.iter()
-        .filter(|(_, q)| q.milli < 0)
-        .map(|(k, _)| k.clone())
-        .collect()
+    l.iter().filter(|(_, q)| q.milli < 0).map(|(k, _)| k.clone()).collect()
 }

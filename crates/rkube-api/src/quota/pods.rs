@@ -30,31 +30,19 @@ const POD_RESOURCES: &[&str] = &[
 
 /// Resources each container must request or limit when a quota tracks them
 /// (upstream's backward-compatible `validationSet`).
-const MUST_SPECIFY: &[&str] = &[
-    "cpu",
-    "memory",
-    "requests.cpu",
-    "requests.memory",
-    "limits.cpu",
-    "limits.memory",
-];
+const MUST_SPECIFY: &[&str] = &["cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory"];
 
 /// Whether the quota resource `name` is tracked by the pod evaluator.
 pub fn tracks(name: &str) -> bool {
     POD_RESOURCES.contains(&name)
         || name == "count/pods"
         || name.starts_with("requests.hugepages-")
-        || name
-            .strip_prefix("requests.")
-            .is_some_and(|r| r.contains('/') && !r.starts_with("kubernetes.io/"))
+        || name.strip_prefix("requests.").is_some_and(|r| r.contains('/') && !r.starts_with("kubernetes.io/"))
 }
 
 /// Whether the pod is terminal (upstream `QuotaV1Pod` is false).
 pub fn is_terminal(pod: &Value) -> bool {
-    matches!(
-        pod.pointer("/status/phase").and_then(Value::as_str),
-        Some("Succeeded") | Some("Failed")
-    )
+    matches!(pod.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded") | Some("Failed"))
 }
 
 type Amounts = BTreeMap<String, Quantity>;
@@ -89,10 +77,7 @@ fn max_into(sum: &mut Amounts, other: &Amounts) {
 }
 
 fn containers<'a>(pod: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
-    pod.pointer(&format!("/spec/{key}"))
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    pod.pointer(&format!("/spec/{key}")).and_then(Value::as_array).into_iter().flatten()
 }
 
 /// The pod's effective requests (or, with `limits`, limits): containers
@@ -168,26 +153,16 @@ pub fn usage(pod: &Value) -> ResourceList {
 }
 
 fn best_effort(pod: &Value) -> bool {
-    containers(pod, "containers")
-        .chain(containers(pod, "initContainers"))
-        .all(|c| {
-            let (r, l) = container_resources(c);
-            !r.keys()
-                .chain(l.keys())
-                .any(|k| k == "cpu" || k == "memory")
-        })
+    containers(pod, "containers").chain(containers(pod, "initContainers")).all(|c| {
+        let (r, l) = container_resources(c);
+        !r.keys().chain(l.keys()).any(|k| k == "cpu" || k == "memory")
+    })
 }
 
 fn cross_namespace_affinity(pod: &Value) -> bool {
     ["podAffinity", "podAntiAffinity"].iter().any(|kind| {
-        let Some(a) = pod.pointer(&format!("/spec/affinity/{kind}")) else {
-            return false;
-        };
-        let required = a
-            .get("requiredDuringSchedulingIgnoredDuringExecution")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten();
+        let Some(a) = pod.pointer(&format!("/spec/affinity/{kind}")) else { return false };
+        let required = a.get("requiredDuringSchedulingIgnoredDuringExecution").and_then(Value::as_array).into_iter().flatten();
         let preferred = a
             .get("preferredDuringSchedulingIgnoredDuringExecution")
             .and_then(Value::as_array)
@@ -195,9 +170,7 @@ fn cross_namespace_affinity(pod: &Value) -> bool {
             .flatten()
             .filter_map(|p| p.get("podAffinityTerm"));
         required.chain(preferred).any(|t| {
-            t.get("namespaces")
-                .and_then(Value::as_array)
-                .is_some_and(|n| !n.is_empty())
+            t.get("namespaces").and_then(Value::as_array).is_some_and(|n| !n.is_empty())
                 || t.get("namespaceSelector").is_some_and(|s| !s.is_null())
         })
     })
@@ -205,10 +178,7 @@ fn cross_namespace_affinity(pod: &Value) -> bool {
 
 /// Whether one scope requirement selects `pod` (upstream `podMatchesScopeFunc`).
 pub fn matches_scope(req: &ScopeRequirement, pod: &Value) -> bool {
-    let terminating = pod
-        .pointer("/spec/activeDeadlineSeconds")
-        .and_then(Value::as_i64)
-        .is_some_and(|s| s >= 0);
+    let terminating = pod.pointer("/spec/activeDeadlineSeconds").and_then(Value::as_i64).is_some_and(|s| s >= 0);
     match req.scope.as_str() {
         "Terminating" => terminating,
         "NotTerminating" => !terminating,
@@ -216,10 +186,7 @@ pub fn matches_scope(req: &ScopeRequirement, pod: &Value) -> bool {
         "NotBestEffort" => !best_effort(pod),
         "CrossNamespacePodAffinity" => cross_namespace_affinity(pod),
         "PriorityClass" => {
-            let class = pod
-                .pointer("/spec/priorityClassName")
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            let class = pod.pointer("/spec/priorityClassName").and_then(Value::as_str).unwrap_or("");
             match req.operator.as_str() {
                 "Exists" => !class.is_empty(),
                 "In" => req.values.iter().any(|v| v == class),
@@ -237,11 +204,7 @@ pub fn matches_scope(req: &ScopeRequirement, pod: &Value) -> bool {
 /// `must specify <resource> for: <containers>[; <resource> for: …]`,
 /// resources and container names sorted.
 pub fn constraints(required: &[String], pod: &Value) -> Result<(), String> {
-    let required: BTreeSet<&str> = required
-        .iter()
-        .map(String::as_str)
-        .filter(|r| MUST_SPECIFY.contains(r))
-        .collect();
+    let required: BTreeSet<&str> = required.iter().map(String::as_str).filter(|r| MUST_SPECIFY.contains(r)).collect();
     if required.is_empty() {
         return Ok(());
     }
@@ -251,27 +214,15 @@ pub fn constraints(required: &[String], pod: &Value) -> Result<(), String> {
         let has = compute_usage(&r, &l);
         for res in &required {
             if !has.contains_key(*res) {
-                missing.entry(res).or_default().insert(
-                    c.get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                );
+                missing.entry(res).or_default().insert(c.get("name").and_then(Value::as_str).unwrap_or("").to_string());
             }
         }
     }
     if missing.is_empty() {
         return Ok(());
     }
-    let parts: Vec<String> = missing
-        .iter()
-        .map(|(res, names)| {
-            format!(
-                "{res} for: {}",
-                names.iter().cloned().collect::<Vec<_>>().join(",")
-            )
-        })
-        .collect();
+    let parts: Vec<String> =
+        missing.iter().map(|(res, names)| format!("{res} for: {}", names.iter().cloned().collect::<Vec<_>>().join(","))).collect();
     Err(format!("must specify {}", parts.join("; ")))
 }
 
@@ -297,8 +248,7 @@ mod tests {
             show(&usage(&pod)),
             "count/pods=1,cpu=2,limits.cpu=1500m,limits.memory=128Mi,memory=192Mi,pods=1,requests.cpu=2,requests.memory=192Mi"
         );
-        let done =
-            json!({"spec": {"containers": [{"name": "a"}]}, "status": {"phase": "Succeeded"}});
+        let done = json!({"spec": {"containers": [{"name": "a"}]}, "status": {"phase": "Succeeded"}});
         assert_eq!(show(&usage(&done)), "count/pods=1");
     }
 
@@ -335,17 +285,8 @@ mod tests {
         assert!(matches_scope(&req("BestEffort", "Exists", &[]), &plain));
         assert!(matches_scope(&req("NotBestEffort", "Exists", &[]), &batch));
         assert!(!matches_scope(&req("PriorityClass", "Exists", &[]), &plain));
-        assert!(matches_scope(
-            &req("PriorityClass", "In", &["high", "low"]),
-            &batch
-        ));
-        assert!(matches_scope(
-            &req("PriorityClass", "NotIn", &["high"]),
-            &plain
-        ));
-        assert!(!matches_scope(
-            &req("PriorityClass", "NotIn", &["high"]),
-            &batch
-        ));
+        assert!(matches_scope(&req("PriorityClass", "In", &["high", "low"]), &batch));
+        assert!(matches_scope(&req("PriorityClass", "NotIn", &["high"]), &plain));
+        assert!(!matches_scope(&req("PriorityClass", "NotIn", &["high"]), &batch));
     }
 }

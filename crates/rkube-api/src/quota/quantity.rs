@@ -33,10 +33,7 @@ pub struct Quantity {
 impl Quantity {
     /// A whole number printed in decimal SI (object counts: `pods=1`).
     pub fn count(n: i64) -> Quantity {
-        Quantity {
-            milli: i128::from(n) * 1000,
-            format: Format::DecimalSI,
-        }
+        Quantity { milli: i128::from(n) * 1000, format: Format::DecimalSI }
     }
 
     /// Zero, printed `0`.
@@ -52,9 +49,7 @@ impl Quantity {
             b'+' => (false, &s[1..]),
             _ => (false, s),
         };
-        let end = body
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(body.len());
+        let end = body.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(body.len());
         let (number, suffix) = body.split_at(end);
         let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
         if int_part.is_empty() && frac_part.is_empty() {
@@ -62,9 +57,7 @@ impl Quantity {
         }
         let mut mantissa: i128 = 0;
         for c in int_part.chars().chain(frac_part.chars()) {
-            mantissa = mantissa
-                .checked_mul(10)?
-                .checked_add(i128::from(c.to_digit(10)?))?;
+            mantissa = mantissa.checked_mul(10)?.checked_add(i128::from(c.to_digit(10)?))?;
         }
         // value = mantissa * num / den, in thousandths.
         let mut num: i128 = 1000;
@@ -87,9 +80,7 @@ impl Quantity {
             "Pi" => (Format::BinarySI, 0, 5),
             "Ei" => (Format::BinarySI, 0, 6),
             other => {
-                let exp = other
-                    .strip_prefix('e')
-                    .or_else(|| other.strip_prefix('E'))?;
+                let exp = other.strip_prefix('e').or_else(|| other.strip_prefix('E'))?;
                 let e: i32 = exp.parse().ok().filter(|e: &i32| e.abs() <= 30)?;
                 (Format::DecimalExponent, e, 0)
             }
@@ -110,15 +101,8 @@ impl Quantity {
 
     /// `self + other`; a zero `self` takes `other`'s notation (as upstream's `Add`).
     pub fn plus(self, other: Quantity) -> Quantity {
-        let format = if self.milli == 0 {
-            other.format
-        } else {
-            self.format
-        };
-        Quantity {
-            milli: self.milli.saturating_add(other.milli),
-            format,
-        }
+        let format = if self.milli == 0 { other.format } else { self.format };
+        Quantity { milli: self.milli.saturating_add(other.milli), format }
     }
 }
 
@@ -130,11 +114,7 @@ fn decimal(milli: i128, exponent_style: bool) -> String {
         e += 3;
     }
     if exponent_style {
-        return if e == 0 {
-            m.to_string()
-        } else {
-            format!("{m}e{e}")
-        };
+        return if e == 0 { m.to_string() } else { format!("{m}e{e}") };
     }
     let suffix = match e {
         -3 => "m",

@@ -9,20 +9,17 @@
 //! kube-apiserver's discovery lists them).
 
 use k8s_openapi::api::{
-    admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates,
-    coordination, core, discovery, events, flowcontrol, networking, node, policy, rbac, scheduling,
-    storage,
+    admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates, coordination, core, discovery, events, flowcontrol,
+    networking, node, policy, rbac, scheduling, storage,
 };
 use k8s_openapi::{apiextensions_apiserver, kube_aggregator};
 
-use super::builtin_parts::{
-    EVENT_FIELDS, EVENT_V1_FIELDS, FINALIZE, NODE_PROXY, POD_FIELDS, POD_SUBRESOURCES, TOKEN,
-};
 use super::typed::{typed, TypedKind};
 use super::{
-    bool_field, int_field, status, str_field, ResourceInfo, APPROVAL, BASE, CREATE_VERBS,
-    NAMESPACE_VERBS, SCALE,
+    bool_field, int_field, status, str_field, ResourceInfo, BASE, CREATE_VERBS,
+    NAMESPACE_VERBS, APPROVAL, SCALE,
 };
+use super::builtin_parts::{EVENT_FIELDS, EVENT_V1_FIELDS, FINALIZE, NODE_PROXY, POD_FIELDS, POD_SUBRESOURCES, TOKEN};
 use crate::printers;
 use crate::strategy;
 
@@ -40,17 +37,7 @@ const fn review(
     namespaced: bool,
     typed: TypedKind,
 ) -> ResourceInfo {
-    ResourceInfo {
-        group,
-        resource,
-        kind,
-        singular,
-        namespaced,
-        verbs: CREATE_VERBS,
-        stored: false,
-        typed: Some(typed),
-        ..BASE
-    }
+    ResourceInfo { group, resource, kind, singular, namespaced, verbs: CREATE_VERBS, stored: false, typed: Some(typed), ..BASE }
 }
 
 const AUTHN: &str = "authentication.k8s.io";
@@ -276,10 +263,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         subresources: &[status("Service")],
         storage_prefix: "services/specs",
         has_spec: true,
-        fields: &[
-            str_field("spec.clusterIP", "spec.clusterIP"),
-            str_field("spec.type", "spec.type"),
-        ],
+        fields: &[str_field("spec.clusterIP", "spec.clusterIP"), str_field("spec.type", "spec.type")],
         typed: Some(typed::<core::v1::Service>()),
         strategy: strategy::SERVICE,
         printer: &printers::SERVICE,
@@ -295,9 +279,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         namespaced: false,
         categories: &["api-extensions"],
         storage_prefix: "mutatingwebhookconfigurations",
-        typed: Some(typed::<
-            admissionregistration::v1::MutatingWebhookConfiguration,
-        >()),
+        typed: Some(typed::<admissionregistration::v1::MutatingWebhookConfiguration>()),
         strategy: strategy::MUTATING_WEBHOOK_CONFIGURATION,
         ..BASE
     },
@@ -326,9 +308,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         categories: &["api-extensions"],
         storage_prefix: "validatingadmissionpolicybindings",
         has_spec: true,
-        typed: Some(typed::<
-            admissionregistration::v1::ValidatingAdmissionPolicyBinding,
-        >()),
+        typed: Some(typed::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>()),
         strategy: strategy::VALIDATING_ADMISSION_POLICY_BINDING,
         ..BASE
     },
@@ -341,9 +321,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         namespaced: false,
         categories: &["api-extensions"],
         storage_prefix: "validatingwebhookconfigurations",
-        typed: Some(typed::<
-            admissionregistration::v1::ValidatingWebhookConfiguration,
-        >()),
+        typed: Some(typed::<admissionregistration::v1::ValidatingWebhookConfiguration>()),
         strategy: strategy::VALIDATING_WEBHOOK_CONFIGURATION,
         ..BASE
     },
@@ -359,9 +337,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         subresources: &[status("CustomResourceDefinition")],
         storage_prefix: "apiextensions.k8s.io/customresourcedefinitions",
         has_spec: true,
-        typed: Some(typed::<
-            apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-        >()),
+        typed: Some(typed::<apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>()),
         strategy: crate::apiextensions::crd::CUSTOM_RESOURCE_DEFINITION,
         ..BASE
     },
@@ -376,9 +352,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         subresources: &[status("APIService")],
         storage_prefix: "apiregistration.k8s.io/apiservices",
         has_spec: true,
-        typed: Some(typed::<
-            kube_aggregator::pkg::apis::apiregistration::v1::APIService,
-        >()),
+        typed: Some(typed::<kube_aggregator::pkg::apis::apiregistration::v1::APIService>()),
         strategy: strategy::STATUS_RESET,
         ..BASE
     },
@@ -458,54 +432,16 @@ pub static RESOURCES: &[ResourceInfo] = &[
         printer: &printers::STATEFUL_SET,
         ..BASE
     },
-    review(
-        AUTHN,
-        "selfsubjectreviews",
-        "SelfSubjectReview",
-        "selfsubjectreview",
-        false,
-        typed::<authentication::v1::SelfSubjectReview>(),
-    ),
-    review(
-        AUTHN,
-        "tokenreviews",
-        "TokenReview",
-        "tokenreview",
-        false,
-        typed::<authentication::v1::TokenReview>(),
-    ),
-    review(
-        AUTHZ,
-        "localsubjectaccessreviews",
-        "LocalSubjectAccessReview",
-        "localsubjectaccessreview",
-        true,
-        typed::<authorization::v1::LocalSubjectAccessReview>(),
-    ),
-    review(
-        AUTHZ,
-        "selfsubjectaccessreviews",
-        "SelfSubjectAccessReview",
-        "selfsubjectaccessreview",
-        false,
-        typed::<authorization::v1::SelfSubjectAccessReview>(),
-    ),
-    review(
-        AUTHZ,
-        "selfsubjectrulesreviews",
-        "SelfSubjectRulesReview",
-        "selfsubjectrulesreview",
-        false,
-        typed::<authorization::v1::SelfSubjectRulesReview>(),
-    ),
-    review(
-        AUTHZ,
-        "subjectaccessreviews",
-        "SubjectAccessReview",
-        "subjectaccessreview",
-        false,
-        typed::<authorization::v1::SubjectAccessReview>(),
-    ),
+    review(AUTHN, "selfsubjectreviews", "SelfSubjectReview", "selfsubjectreview", false, typed::<authentication::v1::SelfSubjectReview>()),
+    review(AUTHN, "tokenreviews", "TokenReview", "tokenreview", false, typed::<authentication::v1::TokenReview>()),
+    review(AUTHZ, "localsubjectaccessreviews", "LocalSubjectAccessReview", "localsubjectaccessreview", true,
+        typed::<authorization::v1::LocalSubjectAccessReview>()),
+    review(AUTHZ, "selfsubjectaccessreviews", "SelfSubjectAccessReview", "selfsubjectaccessreview", false,
+        typed::<authorization::v1::SelfSubjectAccessReview>()),
+    review(AUTHZ, "selfsubjectrulesreviews", "SelfSubjectRulesReview", "selfsubjectrulesreview", false,
+        typed::<authorization::v1::SelfSubjectRulesReview>()),
+    review(AUTHZ, "subjectaccessreviews", "SubjectAccessReview", "subjectaccessreview", false,
+        typed::<authorization::v1::SubjectAccessReview>()),
     ResourceInfo {
         group: "autoscaling",
         version: "v2",

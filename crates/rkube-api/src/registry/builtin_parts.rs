@@ -3,33 +3,21 @@
 //! (`pkg/registry/core/pod/storage`, `pkg/registry/core/event`,
 //! `pkg/apis/events/v1`).
 
-use super::{
-    bool_field, status, str_field, subresource, SelectableField, SubresourceInfo, STATUS_VERBS,
-};
+use super::{bool_field, status, str_field, subresource, SelectableField, SubresourceInfo, STATUS_VERBS};
 use crate::strategy;
 
 /// `namespaces/finalize` (PUT only, as upstream's `FinalizeREST`).
-pub(super) const FINALIZE: SubresourceInfo = SubresourceInfo {
-    updates: "/spec/finalizers",
-    ..subresource("finalize", "Namespace", &["update"], "")
-};
+pub(super) const FINALIZE: SubresourceInfo =
+    SubresourceInfo { updates: "/spec/finalizers", ..subresource("finalize", "Namespace", &["update"], "") };
 
 /// `serviceaccounts/<name>/token`: TokenRequest (create only, nothing stored).
-pub(super) const TOKEN: SubresourceInfo = subresource(
-    "token",
-    "TokenRequest",
-    &["create"],
-    "authentication.k8s.io/v1",
-);
+pub(super) const TOKEN: SubresourceInfo =
+    subresource("token", "TokenRequest", &["create"], "authentication.k8s.io/v1");
 
 /// `nodes/<name>/proxy[/<path>]`: requests passed to the node's kubelet (upstream
 /// `pkg/registry/core/node/rest/proxy.go`; the connect verbs discovery lists).
-pub(super) const NODE_PROXY: SubresourceInfo = subresource(
-    "proxy",
-    "NodeProxyOptions",
-    &["create", "delete", "get", "patch", "update"],
-    "",
-);
+pub(super) const NODE_PROXY: SubresourceInfo =
+    subresource("proxy", "NodeProxyOptions", &["create", "delete", "get", "patch", "update"], "");
 
 /// Pod subresources served today.
 pub(super) const POD_SUBRESOURCES: &[SubresourceInfo] = &[
@@ -46,12 +34,7 @@ pub(super) const POD_SUBRESOURCES: &[SubresourceInfo] = &[
     subresource("log", "Pod", &["get"], ""),
     subresource("exec", "PodExecOptions", &["create", "get"], ""),
     subresource("attach", "PodAttachOptions", &["create", "get"], ""),
-    subresource(
-        "portforward",
-        "PodPortForwardOptions",
-        &["create", "get"],
-        "",
-    ),
+    subresource("portforward", "PodPortForwardOptions", &["create", "get"], ""),
 ];
 
 /// Selectable fields of pods (upstream `PodToSelectableFields`).
@@ -73,10 +56,7 @@ pub(super) const EVENT_FIELDS: &[SelectableField] = &[
     str_field("involvedObject.name", "involvedObject.name"),
     str_field("involvedObject.uid", "involvedObject.uid"),
     str_field("involvedObject.apiVersion", "involvedObject.apiVersion"),
-    str_field(
-        "involvedObject.resourceVersion",
-        "involvedObject.resourceVersion",
-    ),
+    str_field("involvedObject.resourceVersion", "involvedObject.resourceVersion"),
     str_field("involvedObject.fieldPath", "involvedObject.fieldPath"),
     str_field("reason", "reason"),
     str_field("reportingComponent", "reportingComponent"),

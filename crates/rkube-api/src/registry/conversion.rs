@@ -37,9 +37,7 @@ pub struct Conversion {
 /// field order) that `obj` has, then anything else unchanged. Anything but
 /// an object is returned as it is.
 fn rename(obj: Value, api_version: &str, kind: &str, renames: &[(&str, &str)]) -> Value {
-    let Value::Object(mut src) = obj else {
-        return obj;
-    };
+    let Value::Object(mut src) = obj else { return obj };
     let mut out = Map::with_capacity(src.len() + 2);
     src.remove("kind");
     src.remove("apiVersion");
@@ -129,9 +127,7 @@ fn hpa_to_stored(obj: Value, _: &str) -> Value {
 /// upstream's `None` conversion of custom resources
 /// (`apiextensions-apiserver/pkg/apiserver/conversion/nop_converter.go`).
 pub fn set_api_version(obj: Value, api_version: &str) -> Value {
-    let Value::Object(mut map) = obj else {
-        return obj;
-    };
+    let Value::Object(mut map) = obj else { return obj };
     map.insert("apiVersion".into(), Value::String(api_version.to_string()));
     Value::Object(map)
 }
@@ -142,13 +138,7 @@ pub fn set_api_version(obj: Value, api_version: &str) -> Value {
 /// `apiVersion` (the `None` strategy; rkube does not call conversion
 /// webhooks, and says so when such a CRD is written).
 pub fn custom_resource(group: &'static str, storage_version: &'static str) -> Conversion {
-    Conversion {
-        stored_group: group,
-        stored_version: storage_version,
-        to_served: set_api_version,
-        to_stored: set_api_version,
-        field_labels: &[],
-    }
+    Conversion { stored_group: group, stored_version: storage_version, to_served: set_api_version, to_stored: set_api_version, field_labels: &[] }
 }
 
 /// events.k8s.io/v1 `events`, stored as core/v1 `events`. Field selectors
@@ -165,10 +155,7 @@ pub const EVENTS_V1: Conversion = Conversion {
         ("regarding.name", "involvedObject.name"),
         ("regarding.uid", "involvedObject.uid"),
         ("regarding.apiVersion", "involvedObject.apiVersion"),
-        (
-            "regarding.resourceVersion",
-            "involvedObject.resourceVersion",
-        ),
+        ("regarding.resourceVersion", "involvedObject.resourceVersion"),
         ("regarding.fieldPath", "involvedObject.fieldPath"),
         ("reportingController", "reportingComponent"),
     ],

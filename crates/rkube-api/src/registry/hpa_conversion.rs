@@ -28,9 +28,7 @@ pub const DEFAULT_CPU_UTILIZATION: i64 = 80;
 
 /// True when an autoscaling/v1 HPA carries spec metrics in the round-trip annotation.
 pub fn has_annotated_metrics(v1: &Value) -> bool {
-    v1.pointer("/metadata/annotations")
-        .and_then(|a| a.get(METRICS))
-        .is_some()
+    v1.pointer("/metadata/annotations").and_then(|a| a.get(METRICS)).is_some()
 }
 
 /// Copies `from[key]` to `to[as_key]` when present and not null.
@@ -46,56 +44,37 @@ fn obj(v: Map<String, Value>) -> Value {
 
 /// True for the v2 metric v1 holds in `targetCPUUtilizationPercentage`.
 fn is_cpu_utilization(m: &Value) -> bool {
-    m["type"] == "Resource"
-        && m["resource"]["name"] == "cpu"
-        && m["resource"]["target"]["averageUtilization"].is_number()
+    m["type"] == "Resource" && m["resource"]["name"] == "cpu" && m["resource"]["target"]["averageUtilization"].is_number()
 }
 
 /// A v2 `MetricSpec` as a v1 (annotation) `MetricSpec`.
 fn spec_to_v1(m: &Value) -> Value {
     let mut out = Map::new();
     put(&mut out, "type", m.get("type"));
-    let target =
-        |src: &Value, out: &mut Map<String, Value>, util: &str, avg: &str, value: Option<&str>| {
-            put(out, util, src.pointer("/target/averageUtilization"));
-            put(out, avg, src.pointer("/target/averageValue"));
-            if let Some(value) = value {
-                put(out, value, src.pointer("/target/value"));
-            }
-        };
+    let target = |src: &Value, out: &mut Map<String, Value>, util: &str, avg: &str, value: Option<&str>| {
+        put(out, util, src.pointer("/target/averageUtilization"));
+        put(out, avg, src.pointer("/target/averageValue"));
+        if let Some(value) = value {
+            put(out, value, src.pointer("/target/value"));
+        }
+    };
     if let Some(r) = m.get("resource").filter(|v| v.is_object()) {
         let mut o = Map::new();
         put(&mut o, "name", r.get("name"));
-        target(
-            r,
-            &mut o,
-            "targetAverageUtilization",
-            "targetAverageValue",
-            None,
-        );
+        target(r, &mut o, "targetAverageUtilization", "targetAverageValue", None);
         out.insert("resource".into(), obj(o));
     }
     if let Some(r) = m.get("containerResource").filter(|v| v.is_object()) {
         let mut o = Map::new();
         put(&mut o, "name", r.get("name"));
         put(&mut o, "container", r.get("container"));
-        target(
-            r,
-            &mut o,
-            "targetAverageUtilization",
-            "targetAverageValue",
-            None,
-        );
+        target(r, &mut o, "targetAverageUtilization", "targetAverageValue", None);
         out.insert("containerResource".into(), obj(o));
     }
     if let Some(p) = m.get("pods").filter(|v| v.is_object()) {
         let mut o = Map::new();
         put(&mut o, "metricName", p.pointer("/metric/name"));
-        put(
-            &mut o,
-            "targetAverageValue",
-            p.pointer("/target/averageValue"),
-        );
+        put(&mut o, "targetAverageValue", p.pointer("/target/averageValue"));
         put(&mut o, "selector", p.pointer("/metric/selector"));
         out.insert("pods".into(), obj(o));
     }
@@ -113,11 +92,7 @@ fn spec_to_v1(m: &Value) -> Value {
         put(&mut o, "metricName", x.pointer("/metric/name"));
         put(&mut o, "metricSelector", x.pointer("/metric/selector"));
         put(&mut o, "targetValue", x.pointer("/target/value"));
-        put(
-            &mut o,
-            "targetAverageValue",
-            x.pointer("/target/averageValue"),
-        );
+        put(&mut o, "targetAverageValue", x.pointer("/target/averageValue"));
         out.insert("external".into(), obj(o));
     }
     obj(out)
@@ -132,12 +107,7 @@ fn identifier(name: Option<&Value>, selector: Option<&Value>) -> Value {
 }
 
 /// A v2 `MetricTarget` of `kind` (`Utilization`, `AverageValue`, `Value`).
-fn metric_target(
-    kind: &str,
-    utilization: Option<&Value>,
-    average: Option<&Value>,
-    value: Option<&Value>,
-) -> Value {
+fn metric_target(kind: &str, utilization: Option<&Value>, average: Option<&Value>, value: Option<&Value>) -> Value {
     let mut o = Map::new();
     o.insert("type".into(), json!(kind));
     put(&mut o, "value", value);
@@ -154,11 +124,7 @@ fn spec_to_v2(m: &Value) -> Value {
     put(&mut out, "type", m.get("type"));
     let resource_target = |r: &Value| {
         let util = r.get("targetAverageUtilization").filter(|v| !v.is_null());
-        let kind = if util.is_some() {
-            "Utilization"
-        } else {
-            "AverageValue"
-        };
+        let kind = if util.is_some() { "Utilization" } else { "AverageValue" };
         metric_target(kind, util, r.get("targetAverageValue"), None)
     };
     if let Some(r) = m.get("resource").filter(|v| v.is_object()) {
@@ -176,37 +142,20 @@ fn spec_to_v2(m: &Value) -> Value {
     }
     if let Some(p) = m.get("pods").filter(|v| v.is_object()) {
         let target = metric_target("AverageValue", None, p.get("targetAverageValue"), None);
-        out.insert(
-            "pods".into(),
-            json!({"metric": identifier(p.get("metricName"), p.get("selector")), "target": target}),
-        );
+        out.insert("pods".into(), json!({"metric": identifier(p.get("metricName"), p.get("selector")), "target": target}));
     }
     if let Some(x) = m.get("object").filter(|v| v.is_object()) {
         let avg = x.get("averageValue").filter(|v| !v.is_null());
-        let kind = if avg.is_some() {
-            "AverageValue"
-        } else {
-            "Value"
-        };
+        let kind = if avg.is_some() { "AverageValue" } else { "Value" };
         let mut o = Map::new();
         put(&mut o, "describedObject", x.get("target"));
-        o.insert(
-            "target".into(),
-            metric_target(kind, None, avg, x.get("targetValue")),
-        );
-        o.insert(
-            "metric".into(),
-            identifier(x.get("metricName"), x.get("selector")),
-        );
+        o.insert("target".into(), metric_target(kind, None, avg, x.get("targetValue")));
+        o.insert("metric".into(), identifier(x.get("metricName"), x.get("selector")));
         out.insert("object".into(), obj(o));
     }
     if let Some(x) = m.get("external").filter(|v| v.is_object()) {
         let value = x.get("targetValue").filter(|v| !v.is_null());
-        let kind = if value.is_some() {
-            "Value"
-        } else {
-            "AverageValue"
-        };
+        let kind = if value.is_some() { "Value" } else { "AverageValue" };
         let target = metric_target(kind, None, x.get("targetAverageValue"), value);
         out.insert("external".into(), json!({"metric": identifier(x.get("metricName"), x.get("metricSelector")), "target": target}));
     }
@@ -222,27 +171,15 @@ fn status_to_v1(m: &Value) -> Value {
             let mut o = Map::new();
             put(&mut o, "name", r.get("name"));
             put(&mut o, "container", r.get("container"));
-            put(
-                &mut o,
-                "currentAverageUtilization",
-                r.pointer("/current/averageUtilization"),
-            );
-            put(
-                &mut o,
-                "currentAverageValue",
-                r.pointer("/current/averageValue"),
-            );
+            put(&mut o, "currentAverageUtilization", r.pointer("/current/averageUtilization"));
+            put(&mut o, "currentAverageValue", r.pointer("/current/averageValue"));
             out.insert(key.into(), obj(o));
         }
     }
     if let Some(p) = m.get("pods").filter(|v| v.is_object()) {
         let mut o = Map::new();
         put(&mut o, "metricName", p.pointer("/metric/name"));
-        put(
-            &mut o,
-            "currentAverageValue",
-            p.pointer("/current/averageValue"),
-        );
+        put(&mut o, "currentAverageValue", p.pointer("/current/averageValue"));
         put(&mut o, "selector", p.pointer("/metric/selector"));
         out.insert("pods".into(), obj(o));
     }
@@ -260,11 +197,7 @@ fn status_to_v1(m: &Value) -> Value {
         put(&mut o, "metricName", x.pointer("/metric/name"));
         put(&mut o, "metricSelector", x.pointer("/metric/selector"));
         put(&mut o, "currentValue", x.pointer("/current/value"));
-        put(
-            &mut o,
-            "currentAverageValue",
-            x.pointer("/current/averageValue"),
-        );
+        put(&mut o, "currentAverageValue", x.pointer("/current/averageValue"));
         out.insert("external".into(), obj(o));
     }
     obj(out)
@@ -285,35 +218,19 @@ fn status_to_v2(m: &Value) -> Value {
         if let Some(r) = m.get(key).filter(|v| v.is_object()) {
             let mut o = Map::new();
             put(&mut o, "name", r.get("name"));
-            o.insert(
-                "current".into(),
-                current(
-                    r.get("currentAverageUtilization"),
-                    r.get("currentAverageValue"),
-                    None,
-                ),
-            );
+            o.insert("current".into(), current(r.get("currentAverageUtilization"), r.get("currentAverageValue"), None));
             put(&mut o, "container", r.get("container"));
             out.insert(key.into(), obj(o));
         }
     }
     if let Some(p) = m.get("pods").filter(|v| v.is_object()) {
         let cur = current(None, p.get("currentAverageValue"), None);
-        out.insert(
-            "pods".into(),
-            json!({"metric": identifier(p.get("metricName"), p.get("selector")), "current": cur}),
-        );
+        out.insert("pods".into(), json!({"metric": identifier(p.get("metricName"), p.get("selector")), "current": cur}));
     }
     if let Some(x) = m.get("object").filter(|v| v.is_object()) {
         let mut o = Map::new();
-        o.insert(
-            "metric".into(),
-            identifier(x.get("metricName"), x.get("selector")),
-        );
-        o.insert(
-            "current".into(),
-            current(None, x.get("averageValue"), x.get("currentValue")),
-        );
+        o.insert("metric".into(), identifier(x.get("metricName"), x.get("selector")));
+        o.insert("current".into(), current(None, x.get("averageValue"), x.get("currentValue")));
         put(&mut o, "describedObject", x.get("target"));
         out.insert("object".into(), obj(o));
     }
@@ -348,11 +265,7 @@ fn annotations(o: &mut Map<String, Value>) -> &mut Map<String, Value> {
     if !meta.is_object() {
         *meta = json!({});
     }
-    let ann = meta
-        .as_object_mut()
-        .expect("made an object above")
-        .entry("annotations")
-        .or_insert_with(|| json!({}));
+    let ann = meta.as_object_mut().expect("made an object above").entry("annotations").or_insert_with(|| json!({}));
     if !ann.is_object() {
         *ann = json!({});
     }
@@ -387,81 +300,36 @@ pub fn hpa_to_v1(v: Value) -> Value {
     take_round_trip(&mut src);
     let spec = src.remove("spec").unwrap_or_else(|| json!({}));
     let status = src.remove("status");
-    let metrics: Vec<Value> = spec
-        .get("metrics")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let metrics: Vec<Value> = spec.get("metrics").and_then(Value::as_array).cloned().unwrap_or_default();
     let mut v1_spec = Map::new();
     put(&mut v1_spec, "scaleTargetRef", spec.get("scaleTargetRef"));
     put(&mut v1_spec, "minReplicas", spec.get("minReplicas"));
     put(&mut v1_spec, "maxReplicas", spec.get("maxReplicas"));
     if let Some(cpu) = metrics.iter().find(|m| is_cpu_utilization(m)) {
-        put(
-            &mut v1_spec,
-            "targetCPUUtilizationPercentage",
-            cpu.pointer("/resource/target/averageUtilization"),
-        );
+        put(&mut v1_spec, "targetCPUUtilizationPercentage", cpu.pointer("/resource/target/averageUtilization"));
     }
     let mut round_trip: Vec<(&str, Value)> = Vec::new();
-    let others: Vec<Value> = metrics
-        .iter()
-        .filter(|m| !is_cpu_utilization(m))
-        .map(spec_to_v1)
-        .collect();
+    let others: Vec<Value> = metrics.iter().filter(|m| !is_cpu_utilization(m)).map(spec_to_v1).collect();
     if !others.is_empty() {
         round_trip.push((METRICS, json_string(&Value::Array(others))));
     }
     let mut v1_status = Map::new();
     if let Some(status) = &status {
-        put(
-            &mut v1_status,
-            "observedGeneration",
-            status.get("observedGeneration"),
-        );
+        put(&mut v1_status, "observedGeneration", status.get("observedGeneration"));
         put(&mut v1_status, "lastScaleTime", status.get("lastScaleTime"));
-        put(
-            &mut v1_status,
-            "currentReplicas",
-            status.get("currentReplicas"),
-        );
-        put(
-            &mut v1_status,
-            "desiredReplicas",
-            status.get("desiredReplicas"),
-        );
-        let current: Vec<Value> = status
-            .get("currentMetrics")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let cpu = current
-            .iter()
-            .find(|m| m["type"] == "Resource" && m["resource"]["name"] == "cpu");
-        put(
-            &mut v1_status,
-            "currentCPUUtilizationPercentage",
-            cpu.and_then(|m| m.pointer("/resource/current/averageUtilization")),
-        );
+        put(&mut v1_status, "currentReplicas", status.get("currentReplicas"));
+        put(&mut v1_status, "desiredReplicas", status.get("desiredReplicas"));
+        let current: Vec<Value> = status.get("currentMetrics").and_then(Value::as_array).cloned().unwrap_or_default();
+        let cpu = current.iter().find(|m| m["type"] == "Resource" && m["resource"]["name"] == "cpu");
+        put(&mut v1_status, "currentCPUUtilizationPercentage", cpu.and_then(|m| m.pointer("/resource/current/averageUtilization")));
         if !current.is_empty() {
-            round_trip.push((
-                CURRENT_METRICS,
-                json_string(&Value::Array(current.iter().map(status_to_v1).collect())),
-            ));
+            round_trip.push((CURRENT_METRICS, json_string(&Value::Array(current.iter().map(status_to_v1).collect()))));
         }
     }
     if let Some(behavior) = spec.get("behavior").filter(|b| !b.is_null()) {
-        round_trip.push((
-            BEHAVIOR,
-            json_string(&rename_keys(behavior, &|k| with_first(k, true))),
-        ));
+        round_trip.push((BEHAVIOR, json_string(&rename_keys(behavior, &|k| with_first(k, true)))));
     }
-    if let Some(conds) = status
-        .as_ref()
-        .and_then(|s| s.get("conditions"))
-        .and_then(Value::as_array)
-        .filter(|c| !c.is_empty())
-    {
+    if let Some(conds) = status.as_ref().and_then(|s| s.get("conditions")).and_then(Value::as_array).filter(|c| !c.is_empty()) {
         round_trip.push((CONDITIONS, json_string(&Value::Array(conds.clone()))));
     }
     if !round_trip.is_empty() {
@@ -488,10 +356,7 @@ pub fn hpa_to_v1(v: Value) -> Value {
 
 /// The JSON held in a round-trip annotation (`None` when absent or not JSON, as upstream ignores it then).
 fn decoded(taken: &Map<String, Value>, key: &str) -> Option<Value> {
-    taken
-        .get(key)
-        .and_then(Value::as_str)
-        .and_then(|s| serde_json::from_str(s).ok())
+    taken.get(key).and_then(Value::as_str).and_then(|s| serde_json::from_str(s).ok())
 }
 
 /// An autoscaling/v1 HPA as the stored autoscaling/v2 HPA.
@@ -506,10 +371,7 @@ pub fn hpa_to_v2(v: Value) -> Value {
         .unwrap_or_default();
     // Upstream applies v1's implicit 80 % CPU target here, where the
     // annotation's metrics are known.
-    let cpu = spec
-        .get("targetCPUUtilizationPercentage")
-        .filter(|v| !v.is_null())
-        .cloned();
+    let cpu = spec.get("targetCPUUtilizationPercentage").filter(|v| !v.is_null()).cloned();
     if cpu.is_some() || metrics.is_empty() {
         let cpu = cpu.unwrap_or(json!(DEFAULT_CPU_UTILIZATION));
         metrics.push(json!({"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": cpu}}}));
@@ -521,13 +383,8 @@ pub fn hpa_to_v2(v: Value) -> Value {
     if !metrics.is_empty() {
         v2_spec.insert("metrics".into(), Value::Array(metrics));
     }
-    if let Some(behavior) =
-        decoded(&taken, BEHAVIOR).filter(|b| b.as_object().is_some_and(|m| !m.is_empty()))
-    {
-        v2_spec.insert(
-            "behavior".into(),
-            rename_keys(&behavior, &|k| with_first(k, false)),
-        );
+    if let Some(behavior) = decoded(&taken, BEHAVIOR).filter(|b| b.as_object().is_some_and(|m| !m.is_empty())) {
+        v2_spec.insert("behavior".into(), rename_keys(&behavior, &|k| with_first(k, false)));
     }
     let mut out = Map::new();
     out.insert("kind".into(), json!("HorizontalPodAutoscaler"));
@@ -540,11 +397,7 @@ pub fn hpa_to_v2(v: Value) -> Value {
     out.insert("spec".into(), obj(v2_spec));
     if let Some(status) = status {
         let mut s = Map::new();
-        put(
-            &mut s,
-            "observedGeneration",
-            status.get("observedGeneration"),
-        );
+        put(&mut s, "observedGeneration", status.get("observedGeneration"));
         put(&mut s, "lastScaleTime", status.get("lastScaleTime"));
         put(&mut s, "currentReplicas", status.get("currentReplicas"));
         put(&mut s, "desiredReplicas", status.get("desiredReplicas"));
@@ -553,10 +406,7 @@ pub fn hpa_to_v2(v: Value) -> Value {
             .map(|m| m.iter().map(status_to_v2).collect())
             .unwrap_or_default();
         if current.is_empty() {
-            if let Some(cpu) = status
-                .get("currentCPUUtilizationPercentage")
-                .filter(|v| !v.is_null())
-            {
+            if let Some(cpu) = status.get("currentCPUUtilizationPercentage").filter(|v| !v.is_null()) {
                 current.push(json!({"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": cpu}}}));
             }
         }
@@ -598,18 +448,9 @@ mod tests {
         let ann = &v1["metadata"]["annotations"];
         assert_eq!(ann["keep"], "me");
         let metrics: Value = serde_json::from_str(ann[METRICS].as_str().unwrap()).unwrap();
-        assert_eq!(
-            metrics[0],
-            json!({"type": "Pods", "pods": {"metricName": "qps", "targetAverageValue": "10"}})
-        );
-        assert_eq!(
-            metrics[1],
-            json!({"type": "Resource", "resource": {"name": "memory", "targetAverageValue": "1Gi"}})
-        );
-        assert!(
-            ann[BEHAVIOR].as_str().unwrap().contains("\"ScaleDown\""),
-            "{ann}"
-        );
+        assert_eq!(metrics[0], json!({"type": "Pods", "pods": {"metricName": "qps", "targetAverageValue": "10"}}));
+        assert_eq!(metrics[1], json!({"type": "Resource", "resource": {"name": "memory", "targetAverageValue": "1Gi"}}));
+        assert!(ann[BEHAVIOR].as_str().unwrap().contains("\"ScaleDown\""), "{ann}");
         let back = hpa_to_v2(v1);
         assert_eq!(back, v2);
     }

@@ -49,26 +49,15 @@ pub use builtin::RESOURCES;
 pub use conversion::Conversion;
 pub use typed::TypedKind;
 
-pub use crate::printers::Printer;
 pub use crate::strategy::{DeleteRules, Lifecycle, ScaleSelector, Strategy, ValidateFn};
+pub use crate::printers::Printer;
 
 /// Verbs of a regular namespaced or cluster-scoped resource
 /// (`create`, `delete`, `deletecollection`, `get`, `list`, `patch`, `update`, `watch`).
-pub const ALL_VERBS: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
+pub const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 
 /// Verbs of namespaces (upstream has no `deletecollection` for them).
-pub const NAMESPACE_VERBS: &[&str] = &[
-    "create", "delete", "get", "list", "patch", "update", "watch",
-];
+pub const NAMESPACE_VERBS: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
 
 /// Verbs of a create-only resource (the review APIs: upstream storage that
 /// implements only `rest.Creater`).
@@ -101,27 +90,15 @@ pub struct SelectableField {
 }
 
 pub(crate) const fn str_field(label: &'static str, path: &'static str) -> SelectableField {
-    SelectableField {
-        label,
-        path,
-        field_type: FieldType::Str,
-    }
+    SelectableField { label, path, field_type: FieldType::Str }
 }
 
 pub(crate) const fn bool_field(label: &'static str, path: &'static str) -> SelectableField {
-    SelectableField {
-        label,
-        path,
-        field_type: FieldType::Bool,
-    }
+    SelectableField { label, path, field_type: FieldType::Bool }
 }
 
 pub(crate) const fn int_field(label: &'static str, path: &'static str) -> SelectableField {
-    SelectableField {
-        label,
-        path,
-        field_type: FieldType::Int,
-    }
+    SelectableField { label, path, field_type: FieldType::Int }
 }
 
 /// A subresource such as `pods/status` or `pods/binding`.
@@ -154,19 +131,8 @@ impl PartialEq for SubresourceInfo {
     /// Subresources are the same when everything but the validation function
     /// (which cannot be compared meaningfully) is.
     fn eq(&self, other: &Self) -> bool {
-        (
-            self.name,
-            self.kind,
-            self.verbs,
-            self.api_version,
-            self.updates,
-        ) == (
-            other.name,
-            other.kind,
-            other.verbs,
-            other.api_version,
-            other.updates,
-        )
+        (self.name, self.kind, self.verbs, self.api_version, self.updates)
+            == (other.name, other.kind, other.verbs, other.api_version, other.updates)
     }
 }
 
@@ -180,22 +146,12 @@ pub(crate) const fn subresource(
     verbs: &'static [&'static str],
     api_version: &'static str,
 ) -> SubresourceInfo {
-    SubresourceInfo {
-        name,
-        kind,
-        verbs,
-        api_version,
-        updates: "",
-        validate_update: None,
-    }
+    SubresourceInfo { name, kind, verbs, api_version, updates: "", validate_update: None }
 }
 
 /// The `status` subresource of a resource of kind `kind`: PUT/PATCH change `status` only.
 pub(crate) const fn status(kind: &'static str) -> SubresourceInfo {
-    SubresourceInfo {
-        updates: "/status",
-        ..subresource("status", kind, STATUS_VERBS, "")
-    }
+    SubresourceInfo { updates: "/status", ..subresource("status", kind, STATUS_VERBS, "") }
 }
 
 /// The `approval` subresource of CertificateSigningRequests (upstream
@@ -291,9 +247,7 @@ pub struct ResourceInfo {
 impl PartialEq for ResourceInfo {
     /// Rows are the same when they serve the same group, version and resource.
     fn eq(&self, other: &Self) -> bool {
-        self.group == other.group
-            && self.version == other.version
-            && self.resource == other.resource
+        self.group == other.group && self.version == other.version && self.resource == other.resource
     }
 }
 
@@ -350,11 +304,7 @@ impl ResourceInfo {
     /// namespaces (or a cluster-scoped resource), `<prefix>/<storage_prefix>/<ns>/`
     /// for one namespace. `etcd_prefix` is `--etcd-prefix` (e.g. `/registry`).
     pub fn list_prefix(&self, etcd_prefix: &str, namespace: Option<&str>) -> String {
-        let base = format!(
-            "{}/{}/",
-            etcd_prefix.trim_end_matches('/'),
-            self.storage_prefix
-        );
+        let base = format!("{}/{}/", etcd_prefix.trim_end_matches('/'), self.storage_prefix);
         match namespace {
             Some(ns) if self.namespaced && !ns.is_empty() => format!("{base}{ns}/"),
             _ => base,
@@ -363,11 +313,7 @@ impl ResourceInfo {
 
     /// Storage key of one object. `namespace` is ignored for cluster-scoped resources.
     pub fn object_key(&self, etcd_prefix: &str, namespace: &str, name: &str) -> String {
-        let base = format!(
-            "{}/{}/",
-            etcd_prefix.trim_end_matches('/'),
-            self.storage_prefix
-        );
+        let base = format!("{}/{}/", etcd_prefix.trim_end_matches('/'), self.storage_prefix);
         if self.namespaced {
             format!("{base}{namespace}/{name}")
         } else {
@@ -397,11 +343,7 @@ impl ResourceInfo {
     pub fn to_stored(&self, obj: Value) -> Value {
         match &self.conversion {
             Some(c) => {
-                let stored = if c.stored_group.is_empty() {
-                    c.stored_version.to_string()
-                } else {
-                    format!("{}/{}", c.stored_group, c.stored_version)
-                };
+                let stored = if c.stored_group.is_empty() { c.stored_version.to_string() } else { format!("{}/{}", c.stored_group, c.stored_version) };
                 (c.to_stored)(obj, &stored)
             }
             None => obj,
@@ -419,20 +361,14 @@ impl ResourceInfo {
     /// without a conversion and for labels the conversion does not rename.
     pub fn stored_field_label<'a>(&self, label: &'a str) -> &'a str {
         match &self.conversion {
-            Some(c) => c
-                .field_labels
-                .iter()
-                .find(|(served, _)| *served == label)
-                .map_or(label, |(_, stored)| stored),
+            Some(c) => c.field_labels.iter().find(|(served, _)| *served == label).map_or(label, |(_, stored)| stored),
             None => label,
         }
     }
 
     /// Every field label a field selector may use on this resource, in order.
     pub fn field_labels(&self) -> impl Iterator<Item = &'static str> {
-        ["metadata.name", "metadata.namespace"]
-            .into_iter()
-            .chain(self.fields.iter().map(|f| f.label))
+        ["metadata.name", "metadata.namespace"].into_iter().chain(self.fields.iter().map(|f| f.label))
     }
 }
 
@@ -446,9 +382,7 @@ pub fn all() -> &'static [ResourceInfo] {
 /// in another version, see [`ResourceInfo::conversion`]): what the watch
 /// cache, namespace deletion and storage metrics walk.
 pub fn stored() -> impl Iterator<Item = &'static ResourceInfo> {
-    RESOURCES
-        .iter()
-        .filter(|r| r.stored && r.conversion.is_none())
+    RESOURCES.iter().filter(|r| r.stored && r.conversion.is_none())
 }
 
 /// Rows added while the server runs ([`register`]); each is leaked once,
@@ -609,13 +543,8 @@ pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
 }
 
 /// The resources of one group version, in registry order.
-pub fn resources_in<'a>(
-    group: &'a str,
-    version: &'a str,
-) -> impl Iterator<Item = &'static ResourceInfo> + 'a {
-    every()
-        .into_iter()
-        .filter(move |r| r.group == group && r.version == version)
+pub fn resources_in<'a>(group: &'a str, version: &'a str) -> impl Iterator<Item = &'static ResourceInfo> + 'a {
+    every().into_iter().filter(move |r| r.group == group && r.version == version)
 }
 
 /// Reads a dotted path (`spec.nodeName`) from a JSON object.
@@ -663,61 +592,30 @@ mod tests {
     #[test]
     fn core_keys_follow_kube_apiserver_layout() {
         let pods = lookup("", "v1", "pods").unwrap();
-        assert_eq!(
-            pods.object_key("/registry", "default", "web"),
-            "/registry/pods/default/web"
-        );
-        assert_eq!(
-            pods.list_prefix("/registry", Some("default")),
-            "/registry/pods/default/"
-        );
+        assert_eq!(pods.object_key("/registry", "default", "web"), "/registry/pods/default/web");
+        assert_eq!(pods.list_prefix("/registry", Some("default")), "/registry/pods/default/");
         assert_eq!(pods.list_prefix("/registry", None), "/registry/pods/");
         let svc = lookup("", "v1", "services").unwrap();
-        assert_eq!(
-            svc.object_key("/registry", "ns", "a"),
-            "/registry/services/specs/ns/a"
-        );
+        assert_eq!(svc.object_key("/registry", "ns", "a"), "/registry/services/specs/ns/a");
         let nodes = lookup("", "v1", "nodes").unwrap();
-        assert_eq!(
-            nodes.object_key("/registry/", "ignored", "n1"),
-            "/registry/minions/n1"
-        );
+        assert_eq!(nodes.object_key("/registry/", "ignored", "n1"), "/registry/minions/n1");
         let deploy = lookup("apps", "v1", "deployments").unwrap();
-        assert_eq!(
-            deploy.object_key("/registry", "ns", "d"),
-            "/registry/deployments/ns/d"
-        );
+        assert_eq!(deploy.object_key("/registry", "ns", "d"), "/registry/deployments/ns/d");
     }
 
     #[test]
     fn create_on_update_follows_upstream_strategies() {
-        let allowed: Vec<&str> = RESOURCES
-            .iter()
-            .filter(|r| r.allow_create_on_update)
-            .map(|r| r.resource)
-            .collect();
+        let allowed: Vec<&str> = RESOURCES.iter().filter(|r| r.allow_create_on_update).map(|r| r.resource).collect();
         assert_eq!(
             allowed,
-            vec![
-                "endpoints",
-                "events",
-                "leases",
-                "events",
-                "clusterrolebindings",
-                "clusterroles",
-                "rolebindings",
-                "roles"
-            ]
+            vec!["endpoints", "events", "leases", "events", "clusterrolebindings", "clusterroles", "rolebindings", "roles"]
         );
     }
 
     #[test]
     fn kinds_and_groups_are_found() {
         assert_eq!(lookup_kind("v1", "Pod").unwrap().resource, "pods");
-        assert_eq!(
-            lookup_kind("apps/v1", "Deployment").unwrap().api_version(),
-            "apps/v1"
-        );
+        assert_eq!(lookup_kind("apps/v1", "Deployment").unwrap().api_version(), "apps/v1");
         assert!(lookup_kind("v1", "Deployment").is_none());
         let groups = groups();
         let names: Vec<_> = groups.iter().map(|g| g.0).collect();
@@ -765,11 +663,7 @@ mod tests {
 
     #[test]
     fn review_rows_are_create_only_and_never_stored() {
-        let unstored: Vec<(&str, &str)> = RESOURCES
-            .iter()
-            .filter(|r| !r.stored)
-            .map(|r| (r.group, r.resource))
-            .collect();
+        let unstored: Vec<(&str, &str)> = RESOURCES.iter().filter(|r| !r.stored).map(|r| (r.group, r.resource)).collect();
         assert_eq!(
             unstored,
             vec![
@@ -783,12 +677,7 @@ mod tests {
         );
         for row in RESOURCES.iter().filter(|r| !r.stored) {
             assert_eq!(row.verbs, CREATE_VERBS, "{}", row.resource);
-            assert_eq!(
-                (row.list_kind, row.storage_prefix),
-                ("", ""),
-                "{}",
-                row.resource
-            );
+            assert_eq!((row.list_kind, row.storage_prefix), ("", ""), "{}", row.resource);
             assert!(row.subresources.is_empty(), "{}", row.resource);
         }
         let converted = RESOURCES.iter().filter(|r| r.conversion.is_some()).count();
@@ -798,10 +687,7 @@ mod tests {
 
     #[test]
     fn rows_are_unique_and_in_discovery_order() {
-        let keys: Vec<(&str, &str, &str)> = RESOURCES
-            .iter()
-            .map(|r| (r.group, r.version, r.resource))
-            .collect();
+        let keys: Vec<(&str, &str, &str)> = RESOURCES.iter().map(|r| (r.group, r.version, r.resource)).collect();
         let mut sorted = keys.clone();
         sorted.sort_by(|a, b| (!a.0.is_empty(), a.0, a.2).cmp(&(!b.0.is_empty(), b.0, b.2)));
         sorted.dedup();
@@ -820,20 +706,11 @@ mod tests {
             ..BASE
         };
         let registered = register(row).unwrap();
-        assert!(std::ptr::eq(
-            lookup("example.com", "v1", "widgets").unwrap(),
-            registered
-        ));
-        assert_eq!(
-            lookup_kind("example.com/v1", "Widget").unwrap().resource,
-            "widgets"
-        );
+        assert!(std::ptr::eq(lookup("example.com", "v1", "widgets").unwrap(), registered));
+        assert_eq!(lookup_kind("example.com/v1", "Widget").unwrap().resource, "widgets");
         assert!(groups().iter().any(|(g, _)| *g == "example.com"));
         assert!(every().iter().any(|r| r.resource == "widgets"));
-        assert!(matches!(
-            register(*lookup("", "v1", "pods").unwrap()),
-            Err(RegisterError::BuiltIn { .. })
-        ));
+        assert!(matches!(register(*lookup("", "v1", "pods").unwrap()), Err(RegisterError::BuiltIn { .. })));
         assert!(unregister("example.com", "v1", "widgets"));
         assert!(lookup("example.com", "v1", "widgets").is_none());
     }
@@ -842,26 +719,14 @@ mod tests {
     fn field_value_reads_selectable_fields_only() {
         let pods = lookup("", "v1", "pods").unwrap();
         let pod = json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n1"}});
-        assert_eq!(
-            field_value(pods, &pod, "spec.nodeName").as_deref(),
-            Some("n1")
-        );
+        assert_eq!(field_value(pods, &pod, "spec.nodeName").as_deref(), Some("n1"));
         assert_eq!(field_value(pods, &pod, "status.phase").as_deref(), Some(""));
-        assert_eq!(
-            field_value(pods, &pod, "spec.hostNetwork").as_deref(),
-            Some("false")
-        );
+        assert_eq!(field_value(pods, &pod, "spec.hostNetwork").as_deref(), Some("false"));
         assert_eq!(field_value(pods, &pod, "spec.containers"), None);
         let events = lookup("", "v1", "events").unwrap();
         let ev = json!({"source": {"component": "kubelet"}, "involvedObject": {"name": "p"}});
-        assert_eq!(
-            field_value(events, &ev, "source").as_deref(),
-            Some("kubelet")
-        );
-        assert_eq!(
-            field_value(events, &ev, "involvedObject.name").as_deref(),
-            Some("p")
-        );
+        assert_eq!(field_value(events, &ev, "source").as_deref(), Some("kubelet"));
+        assert_eq!(field_value(events, &ev, "involvedObject.name").as_deref(), Some("p"));
     }
 
     #[test]
@@ -870,26 +735,14 @@ mod tests {
         let core = lookup("", "v1", "events").unwrap();
         assert!(std::ptr::eq(v1.storage_row(), core));
         assert!(std::ptr::eq(core.storage_row(), core));
-        assert_eq!(
-            v1.object_key("/registry", "ns", "e"),
-            core.object_key("/registry", "ns", "e")
-        );
+        assert_eq!(v1.object_key("/registry", "ns", "e"), core.object_key("/registry", "ns", "e"));
         assert!(!stored().any(|r| r.group == "events.k8s.io"));
-        assert_eq!(
-            v1.stored_field_label("regarding.name"),
-            "involvedObject.name"
-        );
-        assert_eq!(
-            v1.stored_field_label("reportingController"),
-            "reportingComponent"
-        );
+        assert_eq!(v1.stored_field_label("regarding.name"), "involvedObject.name");
+        assert_eq!(v1.stored_field_label("reportingController"), "reportingComponent");
         assert_eq!(v1.stored_field_label("type"), "type");
         for label in v1.field_labels() {
             let stored = v1.stored_field_label(label);
-            assert!(
-                core.field_labels().any(|l| l == stored),
-                "{label} -> {stored}"
-            );
+            assert!(core.field_labels().any(|l| l == stored), "{label} -> {stored}");
         }
     }
 }

@@ -25,9 +25,7 @@ pub struct TypedKind {
 
 impl std::fmt::Debug for TypedKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("TypedKind")
-            .field(&(self.definition)())
-            .finish()
+        f.debug_tuple("TypedKind").field(&(self.definition)()).finish()
     }
 }
 
@@ -50,8 +48,7 @@ where
     T: k8s_openapi::Resource,
     T::Scope: 'static,
 {
-    let namespaced = std::any::TypeId::of::<T::Scope>()
-        == std::any::TypeId::of::<k8s_openapi::NamespaceResourceScope>();
+    let namespaced = std::any::TypeId::of::<T::Scope>() == std::any::TypeId::of::<k8s_openapi::NamespaceResourceScope>();
     (T::API_VERSION, T::KIND, T::URL_PATH_SEGMENT, namespaced)
 }
 
@@ -86,9 +83,5 @@ pub const fn body<T>() -> TypedBody
 where
     T: DeserializeOwned + Serialize + JsonSchema,
 {
-    TypedBody {
-        roundtrip: roundtrip::<T>,
-        add_schema: add_schema::<T>,
-        definition: definition::<T>,
-    }
+    TypedBody { roundtrip: roundtrip::<T>, add_schema: add_schema::<T>, definition: definition::<T> }
 }

@@ -5,10 +5,7 @@ use serde_json::{json, Value};
 
 use super::core::replicas_status;
 use super::pod::{template_defaults, validate_template};
-use super::{
-    child, default_field, immutable, non_negative, reset_status, selector_matches_template, Object,
-    ScaleSelector, Strategy,
-};
+use super::{child, default_field, immutable, non_negative, reset_status, selector_matches_template, Object, ScaleSelector, Strategy};
 use crate::field_error::FieldError;
 
 fn deployment_defaults(map: &mut Object) {
@@ -30,12 +27,7 @@ fn workload_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError
     selector_matches_template(obj, errs);
     non_negative(obj, "/spec/replicas", "spec.replicas", errs);
     non_negative(obj, "/spec/minReadySeconds", "spec.minReadySeconds", errs);
-    non_negative(
-        obj,
-        "/spec/revisionHistoryLimit",
-        "spec.revisionHistoryLimit",
-        errs,
-    );
+    non_negative(obj, "/spec/revisionHistoryLimit", "spec.revisionHistoryLimit", errs);
     validate_template(obj, &["Always"], errs);
     // apps/v1 selectors are immutable (upstream `ValidateDeploymentUpdate` and friends).
     immutable(obj, old, "/spec/selector", "spec.selector", errs);
@@ -44,8 +36,7 @@ fn workload_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError
 fn deployment_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     workload_validate(obj, old, errs);
     if let (Some(p), Some(m)) = (
-        obj.pointer("/spec/progressDeadlineSeconds")
-            .and_then(Value::as_i64),
+        obj.pointer("/spec/progressDeadlineSeconds").and_then(Value::as_i64),
         obj.pointer("/spec/minReadySeconds").and_then(Value::as_i64),
     ) {
         if p <= m {
@@ -113,33 +104,20 @@ fn stateful_set_defaults(map: &mut Object) {
 }
 
 fn stateful_set_prepare(obj: &mut Object) {
-    obj.insert(
-        "status".into(),
-        json!({"replicas": 0, "availableReplicas": 0}),
-    );
+    obj.insert("status".into(), json!({"replicas": 0, "availableReplicas": 0}));
 }
 
 fn stateful_set_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     workload_validate(obj, old, errs);
-    if let Some(policy) = obj
-        .pointer("/spec/podManagementPolicy")
-        .and_then(Value::as_str)
-    {
+    if let Some(policy) = obj.pointer("/spec/podManagementPolicy").and_then(Value::as_str) {
         if !matches!(policy, "OrderedReady" | "Parallel") {
-            errs.push(FieldError::not_supported(
-                "spec.podManagementPolicy",
-                policy,
-                &["OrderedReady", "Parallel"],
-            ));
+            errs.push(FieldError::not_supported("spec.podManagementPolicy", policy, &["OrderedReady", "Parallel"]));
         }
     }
     if old.is_some() {
         // Upstream `ValidateStatefulSetUpdate`: only these spec fields may change.
         let strip = |v: Option<&Value>| {
-            let mut spec = v
-                .and_then(|v| v.get("spec"))
-                .cloned()
-                .unwrap_or(Value::Null);
+            let mut spec = v.and_then(|v| v.get("spec")).cloned().unwrap_or(Value::Null);
             if let Some(m) = spec.as_object_mut() {
                 for k in [
                     "replicas",
@@ -209,36 +187,19 @@ fn daemon_set_prepare(obj: &mut Object) {
 /// by one when `spec.template` changes.
 fn daemon_set_prepare_update(obj: &mut Object, old: &Value) {
     let old_generation = old
-        .pointer(&format!(
-            "/metadata/annotations/{}",
-            DAEMON_SET_TEMPLATE_GENERATION.replace('/', "~1")
-        ))
+        .pointer(&format!("/metadata/annotations/{}", DAEMON_SET_TEMPLATE_GENERATION.replace('/', "~1")))
         .and_then(Value::as_str)
         .and_then(|g| g.parse::<i64>().ok())
         .unwrap_or(0);
     let changed = obj.get("spec").and_then(|s| s.get("template")) != old.pointer("/spec/template");
-    set_template_generation(
-        obj,
-        if changed {
-            old_generation + 1
-        } else {
-            old_generation
-        },
-    );
+    set_template_generation(obj, if changed { old_generation + 1 } else { old_generation });
 }
 
 fn set_template_generation(obj: &mut Object, generation: i64) {
     if generation > 0 {
         let annotations = child(child(obj, "metadata"), "annotations");
-        annotations.insert(
-            DAEMON_SET_TEMPLATE_GENERATION.into(),
-            Value::String(generation.to_string()),
-        );
-    } else if let Some(annotations) = obj
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("annotations"))
-        .and_then(Value::as_object_mut)
-    {
+        annotations.insert(DAEMON_SET_TEMPLATE_GENERATION.into(), Value::String(generation.to_string()));
+    } else if let Some(annotations) = obj.get_mut("metadata").and_then(|m| m.get_mut("annotations")).and_then(Value::as_object_mut) {
         annotations.remove(DAEMON_SET_TEMPLATE_GENERATION);
     }
 }

@@ -35,31 +35,22 @@ const LEGACY_UNKNOWN_SIGNER: &str = "kubernetes.io/legacy-unknown";
 pub const MIN_EXPIRATION_SECONDS: i64 = 600;
 
 /// CertificateSigningRequests (see the module docs).
-pub(crate) const CERTIFICATE_SIGNING_REQUEST: Strategy = Strategy {
-    defaults: csr_defaults,
-    prepare_for_create: reset_status,
-    validate: csr_validate,
-    ..Strategy::NONE
-};
+pub(crate) const CERTIFICATE_SIGNING_REQUEST: Strategy =
+    Strategy { defaults: csr_defaults, prepare_for_create: reset_status, validate: csr_validate, ..Strategy::NONE };
 
 fn csr_defaults(obj: &mut Object) {
     if !obj.get("status").is_some_and(Value::is_object) {
         return;
     }
     each(child(obj, "status"), "conditions", |c| {
-        if c.get("status")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
+        if c.get("status").and_then(Value::as_str).is_none_or(str::is_empty) {
             c.insert("status".into(), Value::String("True".into()));
         }
     });
 }
 
 fn strs(v: Option<&Value>) -> Vec<&str> {
-    v.and_then(Value::as_array)
-        .map(|a| a.iter().map(|u| u.as_str().unwrap_or("")).collect())
-        .unwrap_or_default()
+    v.and_then(Value::as_array).map(|a| a.iter().map(|u| u.as_str().unwrap_or("")).collect()).unwrap_or_default()
 }
 
 fn has_duplicates<'a>(items: impl IntoIterator<Item = &'a str>) -> bool {
@@ -77,25 +68,16 @@ fn csr_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let allow_both = old_types.contains(&APPROVED) && old_types.contains(&DENIED);
     let allow_duplicate_types = has_duplicates(old_types.iter().copied());
     let allow_empty_type = old_types.contains(&"");
-    let allow_legacy_signer = old.is_some_and(|o| {
-        o.pointer("/spec/signerName").and_then(Value::as_str) == Some(LEGACY_UNKNOWN_SIGNER)
-    });
+    let allow_legacy_signer = old.is_some_and(|o| o.pointer("/spec/signerName").and_then(Value::as_str) == Some(LEGACY_UNKNOWN_SIGNER));
 
-    let request = obj
-        .pointer("/spec/request")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let request = obj.pointer("/spec/request").and_then(Value::as_str).unwrap_or("");
     let checked = match csr::bytes_field(obj, "/spec/request") {
         Some(pem) => csr::request_der(&pem).map(|_| ()),
         None if request.is_empty() => Err("PEM block type must be CERTIFICATE REQUEST".to_string()),
         None => Err("illegal base64 data".to_string()),
     };
     if let Err(e) = checked {
-        errs.push(FieldError::invalid_rendered(
-            "spec.request",
-            "\"<request data>\"",
-            e,
-        ));
+        errs.push(FieldError::invalid_rendered("spec.request", "\"<request data>\"", e));
     }
 
     let usages = strs(obj.pointer("/spec/usages"));
@@ -105,11 +87,7 @@ fn csr_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     if !allow_unknown_usages {
         for (i, u) in usages.iter().enumerate() {
             if !KNOWN_USAGES.contains(u) {
-                errs.push(FieldError::not_supported(
-                    &format!("spec.usages[{i}]"),
-                    u,
-                    KNOWN_USAGES,
-                ));
+                errs.push(FieldError::not_supported(&format!("spec.usages[{i}]"), u, KNOWN_USAGES));
             }
         }
     }
@@ -122,24 +100,14 @@ fn csr_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
         }
     }
 
-    let signer = obj
-        .pointer("/spec/signerName")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let signer = obj.pointer("/spec/signerName").and_then(Value::as_str).unwrap_or("");
     if signer == LEGACY_UNKNOWN_SIGNER && !allow_legacy_signer {
-        errs.push(FieldError::invalid(
-            "spec.signerName",
-            signer,
-            "the legacy signerName is not allowed via this API version",
-        ));
+        errs.push(FieldError::invalid("spec.signerName", signer, "the legacy signerName is not allowed via this API version"));
     } else {
         validate_signer_name(signer, errs);
     }
 
-    if let Some(secs) = obj
-        .pointer("/spec/expirationSeconds")
-        .and_then(Value::as_i64)
-    {
+    if let Some(secs) = obj.pointer("/spec/expirationSeconds").and_then(Value::as_i64) {
         if secs < MIN_EXPIRATION_SECONDS {
             errs.push(FieldError::invalid_json(
                 "spec.expirationSeconds",
@@ -149,13 +117,7 @@ fn csr_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
         }
     }
 
-    validate_conditions(
-        obj,
-        allow_both,
-        allow_duplicate_types,
-        allow_empty_type,
-        errs,
-    );
+    validate_conditions(obj, allow_both, allow_duplicate_types, allow_empty_type, errs);
 
     let cert = obj.pointer("/status/certificate");
     let unchanged = old.is_some_and(|o| o.pointer("/status/certificate") == cert);
@@ -168,76 +130,38 @@ fn csr_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
             None => Err("illegal base64 data".to_string()),
         };
         if let Err(e) = checked {
-            errs.push(FieldError::invalid(
-                "status.certificate",
-                "<certificate data>",
-                e,
-            ));
+            errs.push(FieldError::invalid("status.certificate", "<certificate data>", e));
         }
     }
 
     let Some(old) = old else { return };
     for t in [APPROVED, DENIED, FAILED] {
-        let count = |v: &Value| {
-            csr::conditions(v)
-                .iter()
-                .filter(|c| csr::condition_type(c) == t)
-                .count()
-        };
+        let count = |v: &Value| csr::conditions(v).iter().filter(|c| csr::condition_type(c) == t).count();
         if count(obj) < count(old) {
-            errs.push(FieldError::forbidden(
-                "status.conditions",
-                format!("updates may not remove a condition of type {t:?}"),
-            ));
+            errs.push(FieldError::forbidden("status.conditions", format!("updates may not remove a condition of type {t:?}")));
         }
     }
-    let old_cert = old
-        .pointer("/status/certificate")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let old_cert = old.pointer("/status/certificate").and_then(Value::as_str).unwrap_or("");
     if !unchanged && !old_cert.is_empty() {
-        errs.push(FieldError::forbidden(
-            "status.certificate",
-            "updates may not modify existing certificate content",
-        ));
+        errs.push(FieldError::forbidden("status.certificate", "updates may not modify existing certificate content"));
     }
 }
 
-fn validate_conditions(
-    obj: &Value,
-    allow_both: bool,
-    allow_dup: bool,
-    allow_empty: bool,
-    errs: &mut Vec<FieldError>,
-) {
+fn validate_conditions(obj: &Value, allow_both: bool, allow_dup: bool, allow_empty: bool, errs: &mut Vec<FieldError>) {
     let (mut approved, mut denied) = (false, false);
     let mut seen = std::collections::HashSet::new();
     for (i, c) in csr::conditions(obj).iter().enumerate() {
         let t = csr::condition_type(c);
         if t.is_empty() && !allow_empty {
-            errs.push(FieldError::required(
-                &format!("status.conditions[{i}].type"),
-                "",
-            ));
+            errs.push(FieldError::required(&format!("status.conditions[{i}].type"), ""));
         }
         let only_true = [APPROVED, DENIED, FAILED].contains(&t);
-        let allowed: &[&str] = if only_true {
-            &["True"]
-        } else {
-            &["False", "True", "Unknown"]
-        };
+        let allowed: &[&str] = if only_true { &["True"] } else { &["False", "True", "Unknown"] };
         let status = c.get("status").and_then(Value::as_str).unwrap_or("");
         if status.is_empty() {
-            errs.push(FieldError::required(
-                &format!("status.conditions[{i}].status"),
-                "",
-            ));
+            errs.push(FieldError::required(&format!("status.conditions[{i}].status"), ""));
         } else if !allowed.contains(&status) {
-            errs.push(FieldError::not_supported(
-                &format!("status.conditions[{i}].status"),
-                status,
-                allowed,
-            ));
+            errs.push(FieldError::not_supported(&format!("status.conditions[{i}].status"), status, allowed));
         }
         if !allow_both {
             let clash = match t {
@@ -260,10 +184,7 @@ fn validate_conditions(
             }
         }
         if !allow_dup && !seen.insert(t) {
-            errs.push(FieldError::duplicate(
-                &format!("status.conditions[{i}].type"),
-                t,
-            ));
+            errs.push(FieldError::duplicate(&format!("status.conditions[{i}].type"), t));
         }
     }
 }
@@ -278,11 +199,7 @@ fn validate_signer_name(signer: &str, errs: &mut Vec<FieldError>) {
         return;
     }
     let Some((domain, path)) = signer.split_once('/').filter(|(_, p)| !p.contains('/')) else {
-        errs.push(FieldError::invalid(
-            FIELD,
-            signer,
-            "must be a fully qualified domain and path of the form 'example.com/signer-name'",
-        ));
+        errs.push(FieldError::invalid(FIELD, signer, "must be a fully qualified domain and path of the form 'example.com/signer-name'"));
         return;
     };
     if domain.len() > 253 {
@@ -291,31 +208,19 @@ fn validate_signer_name(signer: &str, errs: &mut Vec<FieldError>) {
     for label in domain.split('.') {
         let problems = is_dns1123_label(label);
         for p in &problems {
-            errs.push(FieldError::invalid(
-                FIELD,
-                domain,
-                format!("validating label {label:?}: {p}"),
-            ));
+            errs.push(FieldError::invalid(FIELD, domain, format!("validating label {label:?}: {p}")));
         }
         if !problems.is_empty() {
             break;
         }
     }
     if domain.split('.').count() < 2 {
-        errs.push(FieldError::invalid(
-            FIELD,
-            domain,
-            "should be a domain with at least two segments separated by dots",
-        ));
+        errs.push(FieldError::invalid(FIELD, domain, "should be a domain with at least two segments separated by dots"));
     }
     for part in path.split('.') {
         let problems = is_dns1123_subdomain(part);
         for p in &problems {
-            errs.push(FieldError::invalid(
-                FIELD,
-                path,
-                format!("validating component {part:?}: {p}"),
-            ));
+            errs.push(FieldError::invalid(FIELD, path, format!("validating component {part:?}: {p}")));
         }
         if !problems.is_empty() {
             break;
@@ -363,13 +268,7 @@ mod tests {
         let mut obj = valid();
         obj["spec"]["signerName"] = json!("");
         obj["spec"]["usages"] = json!([]);
-        assert_eq!(
-            errors(&obj, None),
-            [
-                "spec.usages: Required value",
-                "spec.signerName: Required value: signerName must be provided"
-            ]
-        );
+        assert_eq!(errors(&obj, None), ["spec.usages: Required value", "spec.signerName: Required value: signerName must be provided"]);
         obj["spec"]["signerName"] = json!("a.b/c/d");
         obj["spec"]["usages"] = json!(["client auth"]);
         assert_eq!(
@@ -425,9 +324,6 @@ mod tests {
     fn condition_status_defaults_to_true() {
         let mut obj = json!({"status": {"conditions": [{"type": "Approved"}, {"type": "Ready", "status": "False"}]}});
         csr_defaults(obj.as_object_mut().unwrap());
-        assert_eq!(
-            obj["status"]["conditions"],
-            json!([{"type": "Approved", "status": "True"}, {"type": "Ready", "status": "False"}])
-        );
+        assert_eq!(obj["status"]["conditions"], json!([{"type": "Approved", "status": "True"}, {"type": "Ready", "status": "False"}]));
     }
 }

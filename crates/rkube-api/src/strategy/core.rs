@@ -3,19 +3,13 @@
 
 use serde_json::{json, Value};
 
-use super::pod::{
-    pod_spec_defaults, qos_class, template_defaults, validate_pod_spec, validate_pod_update,
-    validate_template,
-};
+use super::pod::{pod_spec_defaults, qos_class, template_defaults, validate_pod_spec, validate_pod_update, validate_template};
 use super::{child, default_field, each, immutable, non_negative, reset_status, Object, Strategy};
 use crate::field_error::FieldError;
 
 /// A strategy whose only job is resetting `status` on create (kinds with a
 /// status subresource and no other rules here: resource quotas, …).
-pub(crate) const STATUS_RESET: Strategy = Strategy {
-    prepare_for_create: reset_status,
-    ..Strategy::NONE
-};
+pub(crate) const STATUS_RESET: Strategy = Strategy { prepare_for_create: reset_status, ..Strategy::NONE };
 
 // ---- pods ----
 
@@ -25,10 +19,7 @@ fn pod_defaults(obj: &mut Object) {
 
 fn pod_prepare(obj: &mut Object) {
     let qos = qos_class(obj.get("spec"));
-    obj.insert(
-        "status".into(),
-        json!({"phase": "Pending", "qosClass": qos}),
-    );
+    obj.insert("status".into(), json!({"phase": "Pending", "qosClass": qos}));
 }
 
 fn pod_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
@@ -46,10 +37,7 @@ pub(crate) const POD: Strategy = Strategy {
     defaults: pod_defaults,
     prepare_for_create: pod_prepare,
     validate: pod_validate,
-    delete: super::DeleteRules {
-        graceful: Some(super::delete::pod_grace),
-        lifecycle: None,
-    },
+    delete: super::DeleteRules { graceful: Some(super::delete::pod_grace), lifecycle: None },
     ..Strategy::NONE
 };
 
@@ -63,11 +51,8 @@ fn pod_template_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<Field
 }
 
 /// Pod templates (`v1.PodTemplate`).
-pub(crate) const POD_TEMPLATE: Strategy = Strategy {
-    defaults: pod_template_defaults,
-    validate: pod_template_validate,
-    ..Strategy::NONE
-};
+pub(crate) const POD_TEMPLATE: Strategy =
+    Strategy { defaults: pod_template_defaults, validate: pod_template_validate, ..Strategy::NONE };
 
 // ---- services ----
 
@@ -75,11 +60,7 @@ fn service_defaults(map: &mut Object) {
     let spec = child(map, "spec");
     default_field(spec, "type", json!("ClusterIP"));
     default_field(spec, "sessionAffinity", json!("None"));
-    let ty = spec
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("ClusterIP")
-        .to_string();
+    let ty = spec.get("type").and_then(Value::as_str).unwrap_or("ClusterIP").to_string();
     if ty != "ExternalName" {
         default_field(spec, "internalTrafficPolicy", json!("Cluster"));
         default_field(spec, "ipFamilies", json!(["IPv4"]));
@@ -106,34 +87,16 @@ fn service_prepare(obj: &mut Object) {
 
 fn service_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let spec = obj.get("spec");
-    let ty = spec
-        .and_then(|s| s.get("type"))
-        .and_then(Value::as_str)
-        .unwrap_or("ClusterIP");
-    if !matches!(
-        ty,
-        "ClusterIP" | "NodePort" | "LoadBalancer" | "ExternalName"
-    ) {
-        errs.push(FieldError::not_supported(
-            "spec.type",
-            ty,
-            &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"],
-        ));
+    let ty = spec.and_then(|s| s.get("type")).and_then(Value::as_str).unwrap_or("ClusterIP");
+    if !matches!(ty, "ClusterIP" | "NodePort" | "LoadBalancer" | "ExternalName") {
+        errs.push(FieldError::not_supported("spec.type", ty, &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]));
     }
-    let headless = spec
-        .and_then(|s| s.get("clusterIP"))
-        .and_then(Value::as_str)
-        == Some("None");
+    let headless = spec.and_then(|s| s.get("clusterIP")).and_then(Value::as_str) == Some("None");
     let ports = spec.and_then(|s| s.get("ports")).and_then(Value::as_array);
     if ty != "ExternalName" && !headless && ports.is_none_or(|p| p.is_empty()) {
         errs.push(FieldError::required("spec.ports", ""));
     }
-    if ty == "ExternalName"
-        && spec
-            .and_then(|s| s.get("externalName"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .is_empty()
+    if ty == "ExternalName" && spec.and_then(|s| s.get("externalName")).and_then(Value::as_str).unwrap_or("").is_empty()
     {
         errs.push(FieldError::required("spec.externalName", ""));
     }
@@ -148,12 +111,7 @@ fn service_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError
                     "must be between 1 and 65535, inclusive",
                 ));
             }
-            if named
-                && p.get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .is_empty()
-            {
+            if named && p.get("name").and_then(Value::as_str).unwrap_or("").is_empty() {
                 errs.push(FieldError::required(&format!("spec.ports[{i}].name"), ""));
             }
         }
@@ -176,12 +134,7 @@ pub(crate) const SERVICE: Strategy = Strategy {
 // ---- namespaces, nodes ----
 
 fn namespace_defaults(map: &mut Object) {
-    let name = map
-        .get("metadata")
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
+    let name = map.get("metadata").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
     let labels = child(child(map, "metadata"), "labels");
     if !name.is_empty() {
         labels.insert("kubernetes.io/metadata.name".into(), json!(name));
@@ -197,10 +150,7 @@ fn namespace_defaults(map: &mut Object) {
 pub(crate) const NAMESPACE: Strategy = Strategy {
     defaults: namespace_defaults,
     name_is_label: true,
-    delete: super::DeleteRules {
-        graceful: None,
-        lifecycle: Some(super::delete::NAMESPACE_LIFECYCLE),
-    },
+    delete: super::DeleteRules { graceful: None, lifecycle: Some(super::delete::NAMESPACE_LIFECYCLE) },
     ..Strategy::NONE
 };
 
@@ -213,18 +163,12 @@ fn node_prepare(obj: &mut Object) {
 }
 
 /// Nodes.
-pub(crate) const NODE: Strategy = Strategy {
-    prepare_for_create: node_prepare,
-    ..Strategy::NONE
-};
+pub(crate) const NODE: Strategy = Strategy { prepare_for_create: node_prepare, ..Strategy::NONE };
 
 // ---- configuration ----
 
 fn is_config_key(k: &str) -> bool {
-    !k.is_empty()
-        && k.len() <= 253
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    !k.is_empty() && k.len() <= 253 && k.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 fn config_keys(obj: &Value, errs: &mut Vec<FieldError>) {
@@ -251,17 +195,11 @@ fn immutable_data(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) 
         return;
     }
     if obj.get("immutable").and_then(Value::as_bool) != Some(true) {
-        errs.push(FieldError::forbidden(
-            "immutable",
-            "field is immutable when `immutable` is set",
-        ));
+        errs.push(FieldError::forbidden("immutable", "field is immutable when `immutable` is set"));
     }
     for section in ["data", "binaryData"] {
         if obj.get(section) != old.get(section) {
-            errs.push(FieldError::forbidden(
-                section,
-                "field is immutable when `immutable` is set",
-            ));
+            errs.push(FieldError::forbidden(section, "field is immutable when `immutable` is set"));
         }
     }
 }
@@ -272,10 +210,7 @@ fn config_map_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldErr
 }
 
 /// ConfigMaps: key names; immutable data once `immutable: true`.
-pub(crate) const CONFIG_MAP: Strategy = Strategy {
-    validate: config_map_validate,
-    ..Strategy::NONE
-};
+pub(crate) const CONFIG_MAP: Strategy = Strategy { validate: config_map_validate, ..Strategy::NONE };
 
 fn secret_defaults(map: &mut Object) {
     default_field(map, "type", json!("Opaque"));
@@ -288,25 +223,16 @@ fn secret_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>)
 }
 
 /// Secrets: type `Opaque`; key names; immutable type, and data once `immutable: true`.
-pub(crate) const SECRET: Strategy = Strategy {
-    defaults: secret_defaults,
-    validate: secret_validate,
-    ..Strategy::NONE
-};
+pub(crate) const SECRET: Strategy = Strategy { defaults: secret_defaults, validate: secret_validate, ..Strategy::NONE };
 
 // ---- endpoints ----
 
 fn endpoints_defaults(map: &mut Object) {
-    each(map, "subsets", |s| {
-        each(s, "ports", |p| default_field(p, "protocol", json!("TCP")))
-    });
+    each(map, "subsets", |s| each(s, "ports", |p| default_field(p, "protocol", json!("TCP"))));
 }
 
 /// Endpoints: port protocols.
-pub(crate) const ENDPOINTS: Strategy = Strategy {
-    defaults: endpoints_defaults,
-    ..Strategy::NONE
-};
+pub(crate) const ENDPOINTS: Strategy = Strategy { defaults: endpoints_defaults, ..Strategy::NONE };
 
 fn endpoint_slice_defaults(map: &mut Object) {
     // kubectl 1.33 crashes describing slices whose ports lack name/protocol.
@@ -314,30 +240,23 @@ fn endpoint_slice_defaults(map: &mut Object) {
         default_field(p, "name", json!(""));
         default_field(p, "protocol", json!("TCP"));
     });
-    each(map, "endpoints", |e| {
-        default_field(e, "conditions", json!({}))
-    });
+    each(map, "endpoints", |e| default_field(e, "conditions", json!({})));
 }
 
 fn endpoint_slice_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     match obj.get("addressType").and_then(Value::as_str) {
         None | Some("") => errs.push(FieldError::required("addressType", "")),
-        Some(t) if !matches!(t, "IPv4" | "IPv6" | "FQDN") => errs.push(FieldError::not_supported(
-            "addressType",
-            t,
-            &["FQDN", "IPv4", "IPv6"],
-        )),
+        Some(t) if !matches!(t, "IPv4" | "IPv6" | "FQDN") => {
+            errs.push(FieldError::not_supported("addressType", t, &["FQDN", "IPv4", "IPv6"]))
+        }
         _ => {}
     }
     immutable(obj, old, "/addressType", "addressType", errs);
 }
 
 /// EndpointSlices: port and condition defaults; address type.
-pub(crate) const ENDPOINT_SLICE: Strategy = Strategy {
-    defaults: endpoint_slice_defaults,
-    validate: endpoint_slice_validate,
-    ..Strategy::NONE
-};
+pub(crate) const ENDPOINT_SLICE: Strategy =
+    Strategy { defaults: endpoint_slice_defaults, validate: endpoint_slice_validate, ..Strategy::NONE };
 
 // ---- volumes ----
 
@@ -354,11 +273,7 @@ fn pv_prepare(obj: &mut Object) {
 }
 
 fn pv_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
-    if obj
-        .pointer("/spec/accessModes")
-        .and_then(Value::as_array)
-        .is_none_or(|a| a.is_empty())
-    {
+    if obj.pointer("/spec/accessModes").and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
         errs.push(FieldError::required("spec.accessModes", ""));
     }
     if obj.pointer("/spec/capacity/storage").is_none() {
@@ -367,12 +282,8 @@ fn pv_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
 }
 
 /// PersistentVolumes: reclaim policy `Retain`, volume mode, phase `Pending`.
-pub(crate) const PERSISTENT_VOLUME: Strategy = Strategy {
-    defaults: pv_defaults,
-    prepare_for_create: pv_prepare,
-    validate: pv_validate,
-    ..Strategy::NONE
-};
+pub(crate) const PERSISTENT_VOLUME: Strategy =
+    Strategy { defaults: pv_defaults, prepare_for_create: pv_prepare, validate: pv_validate, ..Strategy::NONE };
 
 fn pvc_defaults(map: &mut Object) {
     let spec = child(map, "spec");
@@ -382,15 +293,8 @@ fn pvc_defaults(map: &mut Object) {
 }
 
 fn pvc_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
-    if obj
-        .pointer("/spec/accessModes")
-        .and_then(Value::as_array)
-        .is_none_or(|a| a.is_empty())
-    {
-        errs.push(FieldError::required(
-            "spec.accessModes",
-            "at least 1 access mode is required",
-        ));
+    if obj.pointer("/spec/accessModes").and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
+        errs.push(FieldError::required("spec.accessModes", "at least 1 access mode is required"));
     }
     if obj.pointer("/spec/resources/requests/storage").is_none() {
         errs.push(FieldError::required("spec.resources[storage]", ""));
@@ -398,10 +302,7 @@ fn pvc_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     if let Some(old) = old {
         // The binder sets volumeName on a claim that had none (upstream's
         // ValidatePersistentVolumeClaimUpdate ignores it then).
-        let binding = old
-            .pointer("/spec/volumeName")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty);
+        let binding = old.pointer("/spec/volumeName").and_then(Value::as_str).is_none_or(str::is_empty);
         let strip = |v: &Value| {
             let mut spec = v.get("spec").cloned().unwrap_or(Value::Null);
             if let Some(m) = spec.as_object_mut() {
@@ -424,12 +325,8 @@ fn pvc_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
 
 /// PersistentVolumeClaims: volume mode, phase `Pending`; access modes and a
 /// storage request are required; the spec is immutable but for requests.
-pub(crate) const PERSISTENT_VOLUME_CLAIM: Strategy = Strategy {
-    defaults: pvc_defaults,
-    prepare_for_create: pv_prepare,
-    validate: pvc_validate,
-    ..Strategy::NONE
-};
+pub(crate) const PERSISTENT_VOLUME_CLAIM: Strategy =
+    Strategy { defaults: pvc_defaults, prepare_for_create: pv_prepare, validate: pvc_validate, ..Strategy::NONE };
 
 // ---- replication controllers ----
 
@@ -443,19 +340,11 @@ fn rc_defaults(map: &mut Object) {
     let spec = child(map, "spec");
     default_field(spec, "replicas", json!(1));
     if let Some(labels) = template_labels.filter(|l| l.as_object().is_some_and(|m| !m.is_empty())) {
-        if spec
-            .get("selector")
-            .and_then(Value::as_object)
-            .is_none_or(|m| m.is_empty())
-        {
+        if spec.get("selector").and_then(Value::as_object).is_none_or(|m| m.is_empty()) {
             spec.insert("selector".into(), labels.clone());
         }
         let meta = child(map, "metadata");
-        if meta
-            .get("labels")
-            .and_then(Value::as_object)
-            .is_none_or(|m| m.is_empty())
-        {
+        if meta.get("labels").and_then(Value::as_object).is_none_or(|m| m.is_empty()) {
             meta.insert("labels".into(), labels);
         }
     }
@@ -469,17 +358,12 @@ fn rc_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
         None => errs.push(FieldError::required("spec.selector", "")),
         Some(s) if s.is_empty() => errs.push(FieldError::required("spec.selector", "")),
         Some(s) => {
-            let labels = obj
-                .pointer("/spec/template/metadata/labels")
-                .and_then(Value::as_object);
+            let labels = obj.pointer("/spec/template/metadata/labels").and_then(Value::as_object);
             let matches = labels.is_some_and(|l| s.iter().all(|(k, v)| l.get(k) == Some(v)));
             if !matches {
                 errs.push(FieldError::invalid_json(
                     "spec.template.metadata.labels",
-                    labels
-                        .map(|l| Value::Object(l.clone()))
-                        .as_ref()
-                        .unwrap_or(&Value::Null),
+                    labels.map(|l| Value::Object(l.clone())).as_ref().unwrap_or(&Value::Null),
                     "`selector` does not match template `labels`",
                 ));
             }

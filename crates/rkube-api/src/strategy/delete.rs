@@ -43,10 +43,7 @@ pub struct DeleteRules {
 
 impl DeleteRules {
     /// Immediate deletion, no lifecycle.
-    pub const NONE: DeleteRules = DeleteRules {
-        graceful: None,
-        lifecycle: None,
-    };
+    pub const NONE: DeleteRules = DeleteRules { graceful: None, lifecycle: None };
 }
 
 /// Upstream `podStrategy.CheckGracefulDelete`: a pod bound to a node and
@@ -54,22 +51,13 @@ impl DeleteRules {
 /// else `spec.terminationGracePeriodSeconds` (30 when unset); grace 0, an
 /// unbound pod or a `Succeeded`/`Failed` one goes at once.
 pub(crate) fn pod_grace(obj: &Value, requested: Option<i64>) -> Option<i64> {
-    let node = obj
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let phase = obj
-        .pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let node = obj.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
+    let phase = obj.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
     if node.is_empty() || phase == "Succeeded" || phase == "Failed" {
         return None;
     }
     let grace = requested
-        .or_else(|| {
-            obj.pointer("/spec/terminationGracePeriodSeconds")
-                .and_then(Value::as_i64)
-        })
+        .or_else(|| obj.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
         .unwrap_or(30);
     (grace > 0).then_some(grace)
 }
@@ -79,11 +67,7 @@ pub(crate) fn pod_grace(obj: &Value, requested: Option<i64>) -> Option<i64> {
 pub fn namespace_spec_finalizers(obj: &Value) -> Vec<String> {
     obj.pointer("/spec/finalizers")
         .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
         .unwrap_or_default()
 }
 

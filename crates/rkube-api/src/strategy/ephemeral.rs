@@ -25,16 +25,8 @@ use crate::validation;
 
 /// Container fields an ephemeral container may not set, in upstream's field
 /// order (`EphemeralContainerCommon`), as JSON names.
-const NOT_ALLOWED: &[&str] = &[
-    "ports",
-    "resources",
-    "resizePolicy",
-    "restartPolicy",
-    "livenessProbe",
-    "readinessProbe",
-    "startupProbe",
-    "lifecycle",
-];
+const NOT_ALLOWED: &[&str] =
+    &["ports", "resources", "resizePolicy", "restartPolicy", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle"];
 
 /// The message upstream gives for each of [`NOT_ALLOWED`].
 const NOT_FOR_EPHEMERAL: &str = "cannot be set for an Ephemeral Container";
@@ -59,25 +51,15 @@ fn is_zero(v: &Value) -> bool {
 fn names<'a>(spec: &'a Value, key: &str) -> Vec<&'a str> {
     spec.get(key)
         .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .map(|c| c.get("name").and_then(Value::as_str).unwrap_or(""))
-                .collect()
-        })
+        .map(|a| a.iter().map(|c| c.get("name").and_then(Value::as_str).unwrap_or("")).collect())
         .unwrap_or_default()
 }
 
 /// Validates `spec.ephemeralContainers` of a pod spec at `path` (upstream
 /// `validateEphemeralContainers`).
-pub(crate) fn validate_ephemeral_containers(
-    spec: Option<&Value>,
-    path: &str,
-    errs: &mut Vec<FieldError>,
-) {
+pub(crate) fn validate_ephemeral_containers(spec: Option<&Value>, path: &str, errs: &mut Vec<FieldError>) {
     let Some(spec) = spec else { return };
-    let Some(ecs) = spec.get("ephemeralContainers").and_then(Value::as_array) else {
-        return;
-    };
+    let Some(ecs) = spec.get("ephemeralContainers").and_then(Value::as_array) else { return };
     let mut others = names(spec, "containers");
     others.extend(names(spec, "initContainers"));
     let mut all = others.clone();
@@ -91,13 +73,7 @@ pub(crate) fn validate_ephemeral_containers(
                 errs.push(FieldError::invalid(&format!("{p}.name"), name, m));
             }
         }
-        if ec
-            .get("image")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .trim()
-            .is_empty()
-        {
+        if ec.get("image").and_then(Value::as_str).unwrap_or("").trim().is_empty() {
             errs.push(FieldError::required(&format!("{p}.image"), ""));
         }
         if all.contains(&name) {
@@ -105,41 +81,19 @@ pub(crate) fn validate_ephemeral_containers(
         } else {
             all.push(name);
         }
-        let target = ec
-            .get("targetContainerName")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let target = ec.get("targetContainerName").and_then(Value::as_str).unwrap_or("");
         if !target.is_empty() && !others.contains(&target) {
-            errs.push(FieldError::not_found(
-                &format!("{p}.targetContainerName"),
-                target,
-            ));
+            errs.push(FieldError::not_found(&format!("{p}.targetContainerName"), target));
         }
         for field in NOT_ALLOWED {
             if ec.get(*field).is_some_and(|v| !is_zero(v)) {
-                errs.push(FieldError::forbidden(
-                    &format!("{p}.{field}"),
-                    NOT_FOR_EPHEMERAL,
-                ));
+                errs.push(FieldError::forbidden(&format!("{p}.{field}"), NOT_FOR_EPHEMERAL));
             }
         }
-        for (j, vm) in ec
-            .get("volumeMounts")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (j, vm) in ec.get("volumeMounts").and_then(Value::as_array).into_iter().flatten().enumerate() {
             for key in ["subPath", "subPathExpr"] {
-                if vm
-                    .get(key)
-                    .and_then(Value::as_str)
-                    .is_some_and(|s| !s.is_empty())
-                {
-                    errs.push(FieldError::forbidden(
-                        &format!("{p}.volumeMounts[{j}].{key}"),
-                        NOT_FOR_EPHEMERAL,
-                    ));
+                if vm.get(key).and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
+                    errs.push(FieldError::forbidden(&format!("{p}.volumeMounts[{j}].{key}"), NOT_FOR_EPHEMERAL));
                 }
             }
         }
@@ -149,15 +103,8 @@ pub(crate) fn validate_ephemeral_containers(
 /// A pod cannot be created with ephemeral containers (upstream
 /// `validatePodCreate`: `spec.ephemeralContainers: Forbidden: cannot be set on create`).
 pub(crate) fn forbid_on_create(obj: &Value, errs: &mut Vec<FieldError>) {
-    if obj
-        .pointer("/spec/ephemeralContainers")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty())
-    {
-        errs.push(FieldError::forbidden(
-            "spec.ephemeralContainers",
-            "cannot be set on create",
-        ));
+    if obj.pointer("/spec/ephemeralContainers").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
+        errs.push(FieldError::forbidden("spec.ephemeralContainers", "cannot be set on create"));
     }
 }
 
@@ -167,42 +114,20 @@ pub(crate) fn forbid_on_create(obj: &Value, errs: &mut Vec<FieldError>) {
 /// unchanged (matched by name, since patches do not keep the order).
 /// Upstream appends a Go `cmp.Diff` of the change to the "may not be
 /// changed" message; rkube ends the message where that diff would start.
-pub fn validate_ephemeral_containers_update(
-    obj: &Value,
-    old: Option<&Value>,
-    errs: &mut Vec<FieldError>,
-) {
+pub fn validate_ephemeral_containers_update(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     validate_pod_spec(obj.get("spec"), "spec", &[], errs);
     validate_ephemeral_containers(obj.get("spec"), "spec", errs);
     let Some(old) = old else { return };
-    if old
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(MIRROR_POD_ANNOTATION))
-        .is_some()
-    {
+    if old.pointer("/metadata/annotations").and_then(|a| a.get(MIRROR_POD_ANNOTATION)).is_some() {
         errs.clear();
-        errs.push(FieldError::forbidden(
-            "",
-            "static pods do not support ephemeral containers",
-        ));
+        errs.push(FieldError::forbidden("", "static pods do not support ephemeral containers"));
         return;
     }
-    let new_ecs: Vec<&Value> = obj
-        .pointer("/spec/ephemeralContainers")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().collect())
-        .unwrap_or_default();
-    for old_ec in old
-        .pointer("/spec/ephemeralContainers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    let new_ecs: Vec<&Value> =
+        obj.pointer("/spec/ephemeralContainers").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
+    for old_ec in old.pointer("/spec/ephemeralContainers").and_then(Value::as_array).into_iter().flatten() {
         let name = old_ec.get("name").and_then(Value::as_str).unwrap_or("");
-        match new_ecs
-            .iter()
-            .find(|c| c.get("name").and_then(Value::as_str) == Some(name))
-        {
+        match new_ecs.iter().find(|c| c.get("name").and_then(Value::as_str) == Some(name)) {
             None => errs.push(FieldError::forbidden(
                 "spec.ephemeralContainers",
                 format!("existing ephemeral containers {name:?} may not be removed\n"),
@@ -233,13 +158,9 @@ mod tests {
 
     #[test]
     fn empty_resources_are_not_a_set_field() {
-        let ok = pod(
-            json!([{"name": "dbg", "image": "busybox", "resources": {}, "targetContainerName": "app"}]),
-        );
+        let ok = pod(json!([{"name": "dbg", "image": "busybox", "resources": {}, "targetContainerName": "app"}]));
         assert!(errors(&ok, None).is_empty(), "{:?}", errors(&ok, None));
-        let bad = pod(
-            json!([{"name": "dbg", "image": "busybox", "resources": {"limits": {"cpu": "1"}}}]),
-        );
+        let bad = pod(json!([{"name": "dbg", "image": "busybox", "resources": {"limits": {"cpu": "1"}}}]));
         assert_eq!(errors(&bad, None), ["spec.ephemeralContainers[0].resources: Forbidden: cannot be set for an Ephemeral Container"]);
     }
 
@@ -251,8 +172,7 @@ mod tests {
             errors(&changed, Some(&old)),
             ["spec.ephemeralContainers[dbg]: Forbidden: existing ephemeral containers \"dbg\" may not be changed\n"]
         );
-        let added =
-            pod(json!([{"name": "dbg", "image": "busybox"}, {"name": "dbg2", "image": "busybox"}]));
+        let added = pod(json!([{"name": "dbg", "image": "busybox"}, {"name": "dbg2", "image": "busybox"}]));
         assert!(errors(&added, Some(&old)).is_empty());
     }
 }

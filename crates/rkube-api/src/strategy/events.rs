@@ -62,72 +62,42 @@ const NOTE_LIMIT: usize = 1024;
 
 /// True when the value at `pointer` is a set (non-null, non-empty) timestamp.
 fn time_set(obj: &Value, pointer: &str) -> bool {
-    obj.pointer(pointer)
-        .is_some_and(|v| !v.is_null() && v.as_str() != Some(""))
+    obj.pointer(pointer).is_some_and(|v| !v.is_null() && v.as_str() != Some(""))
 }
 
 fn at_most(obj: &Value, pointer: &str, field: &str, limit: usize, errs: &mut Vec<FieldError>) {
     // Upstream compares Go string lengths: bytes.
     if str_at(obj, pointer).len() > limit {
-        errs.push(FieldError::invalid(
-            field,
-            "",
-            format!("can have at most {limit} characters"),
-        ));
+        errs.push(FieldError::invalid(field, "", format!("can have at most {limit} characters")));
     }
 }
 
 /// Upstream `legacyValidateEvent`, over the JSON form `f` of the request's version.
 fn legacy(obj: &Value, f: &EventFields, errs: &mut Vec<FieldError>) {
     let namespace = str_at(obj, "/metadata/namespace");
-    let involved_ns = obj
-        .pointer(f.involved_object)
-        .map(|o| str_at(o, "/namespace"))
-        .unwrap_or("");
+    let involved_ns = obj.pointer(f.involved_object).map(|o| str_at(o, "/namespace")).unwrap_or("");
     if !time_set(obj, "/eventTime") {
         // Old-style events: the involved object's namespace is the event's
         // (or empty, for events in `default` from old clients).
-        let matches = if involved_ns.is_empty() {
-            namespace.is_empty() || namespace == "default"
-        } else {
-            involved_ns == namespace
-        };
+        let matches = if involved_ns.is_empty() { namespace.is_empty() || namespace == "default" } else { involved_ns == namespace };
         if !matches {
-            errs.push(FieldError::invalid(
-                "involvedObject.namespace",
-                involved_ns,
-                "does not match event.namespace",
-            ));
+            errs.push(FieldError::invalid("involvedObject.namespace", involved_ns, "does not match event.namespace"));
         }
     } else {
         if involved_ns.is_empty() && namespace != "default" && namespace != "kube-system" {
-            errs.push(FieldError::invalid(
-                "involvedObject.namespace",
-                "",
-                "does not match event.namespace",
-            ));
+            errs.push(FieldError::invalid("involvedObject.namespace", "", "does not match event.namespace"));
         }
         let controller = str_at(obj, f.reporting_controller);
         if controller.is_empty() {
             errs.push(FieldError::required(f.reporting_controller_field, ""));
         }
         for msg in is_qualified_name(controller) {
-            errs.push(FieldError::invalid(
-                f.reporting_controller_field,
-                controller,
-                msg,
-            ));
+            errs.push(FieldError::invalid(f.reporting_controller_field, controller, msg));
         }
         if str_at(obj, "/reportingInstance").is_empty() {
             errs.push(FieldError::required("reportingInstance", ""));
         }
-        at_most(
-            obj,
-            "/reportingInstance",
-            "reportingInstance",
-            SHORT_LIMIT,
-            errs,
-        );
+        at_most(obj, "/reportingInstance", "reportingInstance", SHORT_LIMIT, errs);
         if str_at(obj, "/action").is_empty() {
             errs.push(FieldError::required("action", ""));
         }
@@ -145,15 +115,9 @@ fn legacy(obj: &Value, f: &EventFields, errs: &mut Vec<FieldError>) {
 
 /// Upstream `validateV1EventSeries`.
 fn series(obj: &Value, errs: &mut Vec<FieldError>) {
-    let Some(series) = obj.get("series").filter(|s| !s.is_null()) else {
-        return;
-    };
+    let Some(series) = obj.get("series").filter(|s| !s.is_null()) else { return };
     if series.get("count").and_then(Value::as_i64).unwrap_or(0) < 2 {
-        errs.push(FieldError::invalid(
-            "series.count",
-            "",
-            "should be at least 2",
-        ));
+        errs.push(FieldError::invalid("series.count", "", "should be at least 2"));
     }
     if !time_set(series, "/lastObservedTime") {
         errs.push(FieldError::required("series.lastObservedTime", ""));
@@ -169,11 +133,7 @@ fn validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
         }
         let ty = str_at(obj, "/type");
         if ty != "Normal" && ty != "Warning" {
-            errs.push(FieldError::invalid(
-                "type",
-                "",
-                format!("has invalid value: {ty}"),
-            ));
+            errs.push(FieldError::invalid("type", "", format!("has invalid value: {ty}")));
         }
         for (pointer, field) in [
             ("/deprecatedFirstTimestamp", "deprecatedFirstTimestamp"),
@@ -183,26 +143,11 @@ fn validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
                 errs.push(FieldError::invalid(field, "", "needs to be unset"));
             }
         }
-        if obj
-            .get("deprecatedCount")
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-            != 0
-        {
-            errs.push(FieldError::invalid(
-                "deprecatedCount",
-                "",
-                "needs to be unset",
-            ));
+        if obj.get("deprecatedCount").and_then(Value::as_i64).unwrap_or(0) != 0 {
+            errs.push(FieldError::invalid("deprecatedCount", "", "needs to be unset"));
         }
-        if !str_at(obj, "/deprecatedSource/component").is_empty()
-            || !str_at(obj, "/deprecatedSource/host").is_empty()
-        {
-            errs.push(FieldError::invalid(
-                "deprecatedSource",
-                "",
-                "needs to be unset",
-            ));
+        if !str_at(obj, "/deprecatedSource/component").is_empty() || !str_at(obj, "/deprecatedSource/host").is_empty() {
+            errs.push(FieldError::invalid("deprecatedSource", "", "needs to be unset"));
         }
         return;
     };
@@ -224,10 +169,7 @@ fn validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
 }
 
 /// events.k8s.io/v1 events: validation only (no defaults upstream).
-pub(crate) const EVENT_V1: Strategy = Strategy {
-    validate,
-    ..Strategy::NONE
-};
+pub(crate) const EVENT_V1: Strategy = Strategy { validate, ..Strategy::NONE };
 
 /// core/v1 requests: the legacy rules only, on create and update.
 fn validate_core(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
@@ -235,10 +177,7 @@ fn validate_core(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) 
 }
 
 /// core/v1 events: validation only (no defaults upstream).
-pub(crate) const EVENT: Strategy = Strategy {
-    validate: validate_core,
-    ..Strategy::NONE
-};
+pub(crate) const EVENT: Strategy = Strategy { validate: validate_core, ..Strategy::NONE };
 
 #[cfg(test)]
 mod tests {
@@ -246,11 +185,7 @@ mod tests {
     use serde_json::json;
 
     fn causes(obj: &Value, old: Option<&Value>) -> Vec<String> {
-        EVENT_V1
-            .validate_object(obj, old)
-            .iter()
-            .map(|e| e.field.clone())
-            .collect()
+        EVENT_V1.validate_object(obj, old).iter().map(|e| e.field.clone()).collect()
     }
 
     #[test]
@@ -265,24 +200,14 @@ mod tests {
         no_ctl["reportingController"] = json!("");
         no_ctl["deprecatedCount"] = json!(2);
         // Required, then the two qualified-name errors of "" (empty, pattern), as upstream.
-        assert_eq!(
-            causes(&no_ctl, None),
-            vec!["reportingController"; 3]
-                .into_iter()
-                .chain(["deprecatedCount"])
-                .collect::<Vec<_>>()
-        );
+        assert_eq!(causes(&no_ctl, None), vec!["reportingController"; 3].into_iter().chain(["deprecatedCount"]).collect::<Vec<_>>());
         let mut changed = ok.clone();
         changed["reason"] = json!("Other");
         assert_eq!(causes(&changed, Some(&ok)), vec!["reason"]);
     }
 
     fn core_causes(obj: &Value, old: Option<&Value>) -> Vec<String> {
-        EVENT
-            .validate_object(obj, old)
-            .iter()
-            .map(ToString::to_string)
-            .collect()
+        EVENT.validate_object(obj, old).iter().map(ToString::to_string).collect()
     }
 
     #[test]
@@ -290,12 +215,8 @@ mod tests {
         let ok = json!({"metadata": {"namespace": "ns1"}, "involvedObject": {"kind": "Pod", "namespace": "ns1"}});
         assert!(core_causes(&ok, None).is_empty());
         let other = json!({"metadata": {"namespace": "ns1"}, "involvedObject": {"kind": "Pod", "namespace": "ns2"}});
-        assert_eq!(
-            core_causes(&other, None),
-            ["involvedObject.namespace: Invalid value: \"ns2\": does not match event.namespace"]
-        );
-        let cluster =
-            json!({"metadata": {"namespace": "default"}, "involvedObject": {"kind": "Node"}});
+        assert_eq!(core_causes(&other, None), ["involvedObject.namespace: Invalid value: \"ns2\": does not match event.namespace"]);
+        let cluster = json!({"metadata": {"namespace": "default"}, "involvedObject": {"kind": "Node"}});
         assert!(core_causes(&cluster, None).is_empty());
         let reported = json!({"metadata": {"namespace": "ns1"}, "eventTime": "2024-01-01T00:00:00.000000Z",
             "involvedObject": {"namespace": "ns1"}, "reportingInstance": "i", "action": "A", "reason": "R"});

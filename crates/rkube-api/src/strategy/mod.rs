@@ -29,19 +29,17 @@ mod pod;
 
 pub(crate) use apps::{DAEMON_SET, DEPLOYMENT, REPLICA_SET, STATEFUL_SET};
 pub(crate) use batch::{CRON_JOB, JOB};
-pub(crate) use certificates::CERTIFICATE_SIGNING_REQUEST;
 pub(crate) use core::{
-    CONFIG_MAP, ENDPOINTS, ENDPOINT_SLICE, NAMESPACE, NODE, PERSISTENT_VOLUME,
-    PERSISTENT_VOLUME_CLAIM, POD, POD_TEMPLATE, REPLICATION_CONTROLLER, SECRET, SERVICE,
-    STATUS_RESET,
+    CONFIG_MAP, ENDPOINTS, ENDPOINT_SLICE, NAMESPACE, NODE, PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, POD,
+    POD_TEMPLATE, REPLICATION_CONTROLLER, SECRET, SERVICE, STATUS_RESET,
 };
-pub(crate) use events::{EVENT, EVENT_V1};
 pub(crate) use other::{
-    CSI_DRIVER, FLOW_SCHEMA, HORIZONTAL_POD_AUTOSCALER, HORIZONTAL_POD_AUTOSCALER_V1, INGRESS,
-    MUTATING_WEBHOOK_CONFIGURATION, NETWORK_POLICY, POD_DISRUPTION_BUDGET, PRIORITY_CLASS,
-    PRIORITY_LEVEL_CONFIGURATION, RUNTIME_CLASS, STORAGE_CLASS, VALIDATING_ADMISSION_POLICY,
-    VALIDATING_ADMISSION_POLICY_BINDING, VALIDATING_WEBHOOK_CONFIGURATION,
+    CSI_DRIVER, FLOW_SCHEMA, HORIZONTAL_POD_AUTOSCALER, HORIZONTAL_POD_AUTOSCALER_V1, INGRESS, MUTATING_WEBHOOK_CONFIGURATION, NETWORK_POLICY,
+    POD_DISRUPTION_BUDGET, PRIORITY_CLASS, PRIORITY_LEVEL_CONFIGURATION, RUNTIME_CLASS, STORAGE_CLASS,
+    VALIDATING_ADMISSION_POLICY, VALIDATING_ADMISSION_POLICY_BINDING, VALIDATING_WEBHOOK_CONFIGURATION,
 };
+pub(crate) use certificates::CERTIFICATE_SIGNING_REQUEST;
+pub(crate) use events::{EVENT, EVENT_V1};
 
 pub use apps::DAEMON_SET_TEMPLATE_GENERATION;
 pub use delete::{DeleteRules, Lifecycle};
@@ -103,10 +101,7 @@ fn no_warnings(_: &Value, _: Option<&Value>) -> Vec<String> {
 
 impl std::fmt::Debug for Strategy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Strategy")
-            .field("name_is_label", &self.name_is_label)
-            .field("scale", &self.scale)
-            .finish()
+        f.debug_struct("Strategy").field("name_is_label", &self.name_is_label).field("scale", &self.scale).finish()
     }
 }
 
@@ -178,9 +173,7 @@ pub(crate) fn default_field(map: &mut Object, key: &str, value: Value) {
 
 /// The object map at `obj[key]`, created when absent (a non-object is replaced).
 pub(crate) fn child<'a>(obj: &'a mut Object, key: &str) -> &'a mut Object {
-    let v = obj
-        .entry(key.to_string())
-        .or_insert_with(|| Value::Object(Map::new()));
+    let v = obj.entry(key.to_string()).or_insert_with(|| Value::Object(Map::new()));
     if !v.is_object() {
         *v = Value::Object(Map::new());
     }
@@ -223,11 +216,7 @@ pub(crate) fn str_at<'a>(obj: &'a Value, pointer: &str) -> &'a str {
 pub(crate) fn non_negative(obj: &Value, pointer: &str, field: &str, errs: &mut Vec<FieldError>) {
     if let Some(n) = int_at(obj, pointer) {
         if n < 0 {
-            errs.push(FieldError::invalid_json(
-                field,
-                &Value::from(n),
-                "must be greater than or equal to 0",
-            ));
+            errs.push(FieldError::invalid_json(field, &Value::from(n), "must be greater than or equal to 0"));
         }
     }
 }
@@ -241,21 +230,11 @@ pub(crate) fn required_str(obj: &Value, pointer: &str, field: &str, errs: &mut V
 
 /// On update, the value at `pointer` may not change (upstream
 /// `ValidateImmutableField`: `Invalid value: …: field is immutable`).
-pub(crate) fn immutable(
-    obj: &Value,
-    old: Option<&Value>,
-    pointer: &str,
-    field: &str,
-    errs: &mut Vec<FieldError>,
-) {
+pub(crate) fn immutable(obj: &Value, old: Option<&Value>, pointer: &str, field: &str, errs: &mut Vec<FieldError>) {
     let Some(old) = old else { return };
     let (a, b) = (obj.pointer(pointer), old.pointer(pointer));
     if a != b {
-        errs.push(FieldError::invalid_json(
-            field,
-            a.unwrap_or(&Value::Null),
-            "field is immutable",
-        ));
+        errs.push(FieldError::invalid_json(field, a.unwrap_or(&Value::Null), "field is immutable"));
     }
 }
 
@@ -265,22 +244,14 @@ pub(crate) fn immutable(
 /// `selector does not match template labels`).
 pub(crate) fn selector_matches_template(obj: &Value, errs: &mut Vec<FieldError>) {
     let selector = obj.pointer("/spec/selector");
-    let match_labels = selector
-        .and_then(|s| s.get("matchLabels"))
-        .and_then(Value::as_object);
-    let exprs = selector
-        .and_then(|s| s.get("matchExpressions"))
-        .and_then(Value::as_array);
+    let match_labels = selector.and_then(|s| s.get("matchLabels")).and_then(Value::as_object);
+    let exprs = selector.and_then(|s| s.get("matchExpressions")).and_then(Value::as_array);
     let empty = match_labels.is_none_or(|m| m.is_empty()) && exprs.is_none_or(|a| a.is_empty());
     if selector.is_none() || selector == Some(&Value::Null) || empty {
         errs.push(FieldError::required("spec.selector", ""));
         return;
     }
-    let labels = obj
-        .pointer("/spec/template/metadata/labels")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let labels = obj.pointer("/spec/template/metadata/labels").and_then(Value::as_object).cloned().unwrap_or_default();
     if !crate::selector::label_selector_matches(selector.unwrap_or(&Value::Null), &labels) {
         errs.push(FieldError::invalid_json(
             "spec.template.metadata.labels",

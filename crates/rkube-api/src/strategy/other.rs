@@ -5,9 +5,7 @@
 
 use serde_json::{json, Value};
 
-use super::{
-    child, default_field, each, immutable, int_at, required_str, reset_status, Object, Strategy,
-};
+use super::{child, default_field, each, immutable, int_at, required_str, reset_status, Object, Strategy};
 use crate::field_error::FieldError;
 
 // ---- autoscaling/v2 ----
@@ -15,10 +13,7 @@ use crate::field_error::FieldError;
 fn hpa_defaults(map: &mut Object) {
     let spec = child(map, "spec");
     default_field(spec, "minReplicas", json!(1));
-    let no_metrics = spec
-        .get("metrics")
-        .and_then(Value::as_array)
-        .is_none_or(|m| m.is_empty());
+    let no_metrics = spec.get("metrics").and_then(Value::as_array).is_none_or(|m| m.is_empty());
     if no_metrics {
         spec.insert(
             "metrics".into(),
@@ -36,42 +31,20 @@ fn hpa_defaults(map: &mut Object) {
         );
         let down = child(behavior, "scaleDown");
         default_field(down, "selectPolicy", json!("Max"));
-        default_field(
-            down,
-            "policies",
-            json!([{"type": "Percent", "value": 100, "periodSeconds": 15}]),
-        );
+        default_field(down, "policies", json!([{"type": "Percent", "value": 100, "periodSeconds": 15}]));
     }
 }
 
 fn hpa_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
-    required_str(
-        obj,
-        "/spec/scaleTargetRef/kind",
-        "spec.scaleTargetRef.kind",
-        errs,
-    );
-    required_str(
-        obj,
-        "/spec/scaleTargetRef/name",
-        "spec.scaleTargetRef.name",
-        errs,
-    );
+    required_str(obj, "/spec/scaleTargetRef/kind", "spec.scaleTargetRef.kind", errs);
+    required_str(obj, "/spec/scaleTargetRef/name", "spec.scaleTargetRef.name", errs);
     let min = int_at(obj, "/spec/minReplicas").unwrap_or(1);
     let max = int_at(obj, "/spec/maxReplicas").unwrap_or(0);
     if min < 1 {
-        errs.push(FieldError::invalid_json(
-            "spec.minReplicas",
-            &Value::from(min),
-            "must be greater than or equal to 1",
-        ));
+        errs.push(FieldError::invalid_json("spec.minReplicas", &Value::from(min), "must be greater than or equal to 1"));
     }
     if max < 1 {
-        errs.push(FieldError::invalid_json(
-            "spec.maxReplicas",
-            &Value::from(max),
-            "must be greater than 0",
-        ));
+        errs.push(FieldError::invalid_json("spec.maxReplicas", &Value::from(max), "must be greater than 0"));
     } else if max < min {
         errs.push(FieldError::invalid_json(
             "spec.maxReplicas",
@@ -83,20 +56,15 @@ fn hpa_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
 
 /// HorizontalPodAutoscalers (autoscaling/v2): minReplicas 1, the 80 % CPU
 /// metric, behavior policies; target and replica bounds.
-pub(crate) const HORIZONTAL_POD_AUTOSCALER: Strategy = Strategy {
-    defaults: hpa_defaults,
-    prepare_for_create: reset_status,
-    validate: hpa_validate,
-    ..Strategy::NONE
-};
+pub(crate) const HORIZONTAL_POD_AUTOSCALER: Strategy =
+    Strategy { defaults: hpa_defaults, prepare_for_create: reset_status, validate: hpa_validate, ..Strategy::NONE };
 
 /// autoscaling/v1 defaults (upstream `pkg/apis/autoscaling/v1/defaults.go`):
 /// minReplicas 1; the 80 % CPU target upstream adds in conversion when no
 /// metric is named (neither `targetCPUUtilizationPercentage` nor the
 /// metrics annotation), shown here so the created object is what reads return.
 fn hpa_v1_defaults(map: &mut Object) {
-    let annotated =
-        crate::registry::hpa_conversion::has_annotated_metrics(&Value::Object(map.clone()));
+    let annotated = crate::registry::hpa_conversion::has_annotated_metrics(&Value::Object(map.clone()));
     let spec = child(map, "spec");
     default_field(spec, "minReplicas", json!(1));
     if !annotated {
@@ -110,24 +78,14 @@ fn hpa_v1_defaults(map: &mut Object) {
 
 /// HorizontalPodAutoscalers served as autoscaling/v1: v1 defaults, the same
 /// target and replica bounds as v2.
-pub(crate) const HORIZONTAL_POD_AUTOSCALER_V1: Strategy = Strategy {
-    defaults: hpa_v1_defaults,
-    prepare_for_create: reset_status,
-    validate: hpa_validate,
-    ..Strategy::NONE
-};
+pub(crate) const HORIZONTAL_POD_AUTOSCALER_V1: Strategy =
+    Strategy { defaults: hpa_v1_defaults, prepare_for_create: reset_status, validate: hpa_validate, ..Strategy::NONE };
 
 // ---- networking ----
 
 fn ingress_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
-    let rules = obj
-        .pointer("/spec/rules")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    let has_default = obj
-        .pointer("/spec/defaultBackend")
-        .is_some_and(|v| !v.is_null());
+    let rules = obj.pointer("/spec/rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    let has_default = obj.pointer("/spec/defaultBackend").is_some_and(|v| !v.is_null());
     if rules.is_empty() && !has_default {
         errs.push(FieldError::invalid_json(
             "spec.rules",
@@ -136,24 +94,14 @@ fn ingress_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError
         ));
     }
     for (i, rule) in rules.iter().enumerate() {
-        let paths = rule
-            .pointer("/http/paths")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
+        let paths = rule.pointer("/http/paths").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
         for (j, path) in paths.iter().enumerate() {
             let field = format!("spec.rules[{i}].http.paths[{j}]");
             match path.get("pathType").and_then(Value::as_str) {
-                None | Some("") => errs.push(FieldError::required(
-                    &format!("{field}.pathType"),
-                    "pathType must be specified",
-                )),
-                Some(t) if !matches!(t, "Exact" | "Prefix" | "ImplementationSpecific") => errs
-                    .push(FieldError::not_supported(
-                        &format!("{field}.pathType"),
-                        t,
-                        &["Exact", "ImplementationSpecific", "Prefix"],
-                    )),
+                None | Some("") => errs.push(FieldError::required(&format!("{field}.pathType"), "pathType must be specified")),
+                Some(t) if !matches!(t, "Exact" | "Prefix" | "ImplementationSpecific") => errs.push(
+                    FieldError::not_supported(&format!("{field}.pathType"), t, &["Exact", "ImplementationSpecific", "Prefix"]),
+                ),
                 _ => {}
             }
             if path.get("backend").is_none_or(Value::is_null) {
@@ -164,32 +112,17 @@ fn ingress_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError
 }
 
 /// Ingresses: rules or a default backend; each path has a `pathType` and a backend.
-pub(crate) const INGRESS: Strategy = Strategy {
-    prepare_for_create: reset_status,
-    validate: ingress_validate,
-    ..Strategy::NONE
-};
+pub(crate) const INGRESS: Strategy =
+    Strategy { prepare_for_create: reset_status, validate: ingress_validate, ..Strategy::NONE };
 
 fn network_policy_defaults(map: &mut Object) {
     let spec = child(map, "spec");
     for key in ["ingress", "egress"] {
-        each(spec, key, |rule| {
-            each(rule, "ports", |p| {
-                default_field(p, "protocol", json!("TCP"))
-            })
-        });
+        each(spec, key, |rule| each(rule, "ports", |p| default_field(p, "protocol", json!("TCP"))));
     }
-    if spec
-        .get("policyTypes")
-        .and_then(Value::as_array)
-        .is_none_or(|a| a.is_empty())
-    {
+    if spec.get("policyTypes").and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
         let mut types = vec![json!("Ingress")];
-        if spec
-            .get("egress")
-            .and_then(Value::as_array)
-            .is_some_and(|a| !a.is_empty())
-        {
+        if spec.get("egress").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
             types.push(json!("Egress"));
         }
         spec.insert("policyTypes".into(), Value::Array(types));
@@ -197,20 +130,13 @@ fn network_policy_defaults(map: &mut Object) {
 }
 
 /// NetworkPolicies: port protocols and policy types (upstream `SetDefaults_NetworkPolicy`).
-pub(crate) const NETWORK_POLICY: Strategy = Strategy {
-    defaults: network_policy_defaults,
-    ..Strategy::NONE
-};
+pub(crate) const NETWORK_POLICY: Strategy = Strategy { defaults: network_policy_defaults, ..Strategy::NONE };
 
 // ---- policy ----
 
 fn pdb_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
-    let min = obj
-        .pointer("/spec/minAvailable")
-        .is_some_and(|v| !v.is_null());
-    let max = obj
-        .pointer("/spec/maxUnavailable")
-        .is_some_and(|v| !v.is_null());
+    let min = obj.pointer("/spec/minAvailable").is_some_and(|v| !v.is_null());
+    let max = obj.pointer("/spec/maxUnavailable").is_some_and(|v| !v.is_null());
     if min && max {
         errs.push(FieldError::invalid_json(
             "spec",
@@ -221,11 +147,8 @@ fn pdb_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
 }
 
 /// PodDisruptionBudgets: at most one of minAvailable and maxUnavailable.
-pub(crate) const POD_DISRUPTION_BUDGET: Strategy = Strategy {
-    prepare_for_create: pdb_prepare,
-    validate: pdb_validate,
-    ..Strategy::NONE
-};
+pub(crate) const POD_DISRUPTION_BUDGET: Strategy =
+    Strategy { prepare_for_create: pdb_prepare, validate: pdb_validate, ..Strategy::NONE };
 
 fn pdb_prepare(obj: &mut Object) {
     obj.insert(
@@ -244,10 +167,7 @@ fn priority_class_defaults(map: &mut Object) {
 }
 
 fn priority_class_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
-    let name = obj
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     let value = int_at(obj, "/value").unwrap_or(0);
     if !name.starts_with("system-") && value > HIGHEST_USER_DEFINABLE_PRIORITY {
         errs.push(FieldError::forbidden(
@@ -260,11 +180,8 @@ fn priority_class_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<Fiel
 }
 
 /// PriorityClasses: `PreemptLowerPriority`; bounded, immutable value.
-pub(crate) const PRIORITY_CLASS: Strategy = Strategy {
-    defaults: priority_class_defaults,
-    validate: priority_class_validate,
-    ..Strategy::NONE
-};
+pub(crate) const PRIORITY_CLASS: Strategy =
+    Strategy { defaults: priority_class_defaults, validate: priority_class_validate, ..Strategy::NONE };
 
 fn runtime_class_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     required_str(obj, "/handler", "handler", errs);
@@ -272,10 +189,7 @@ fn runtime_class_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<Field
 }
 
 /// RuntimeClasses: a required, immutable handler.
-pub(crate) const RUNTIME_CLASS: Strategy = Strategy {
-    validate: runtime_class_validate,
-    ..Strategy::NONE
-};
+pub(crate) const RUNTIME_CLASS: Strategy = Strategy { validate: runtime_class_validate, ..Strategy::NONE };
 
 // ---- storage ----
 
@@ -286,23 +200,15 @@ fn storage_class_defaults(map: &mut Object) {
 
 fn storage_class_validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     required_str(obj, "/provisioner", "provisioner", errs);
-    for f in [
-        "provisioner",
-        "parameters",
-        "reclaimPolicy",
-        "volumeBindingMode",
-    ] {
+    for f in ["provisioner", "parameters", "reclaimPolicy", "volumeBindingMode"] {
         immutable(obj, old, &format!("/{f}"), f, errs);
     }
 }
 
 /// StorageClasses: reclaim `Delete`, binding `Immediate`; provisioner
 /// required; provisioner, parameters and policies immutable.
-pub(crate) const STORAGE_CLASS: Strategy = Strategy {
-    defaults: storage_class_defaults,
-    validate: storage_class_validate,
-    ..Strategy::NONE
-};
+pub(crate) const STORAGE_CLASS: Strategy =
+    Strategy { defaults: storage_class_defaults, validate: storage_class_validate, ..Strategy::NONE };
 
 fn csi_driver_defaults(map: &mut Object) {
     let spec = child(map, "spec");
@@ -316,10 +222,7 @@ fn csi_driver_defaults(map: &mut Object) {
 }
 
 /// CSIDrivers: upstream `SetDefaults_CSIDriver`.
-pub(crate) const CSI_DRIVER: Strategy = Strategy {
-    defaults: csi_driver_defaults,
-    ..Strategy::NONE
-};
+pub(crate) const CSI_DRIVER: Strategy = Strategy { defaults: csi_driver_defaults, ..Strategy::NONE };
 
 // ---- admissionregistration ----
 
@@ -337,11 +240,7 @@ fn webhook_defaults(w: &mut Object, mutating: bool) {
         default_field(w, "reinvocationPolicy", json!("Never"));
     }
     each(w, "rules", rule_defaults);
-    if let Some(svc) = w
-        .get_mut("clientConfig")
-        .and_then(|c| c.get_mut("service"))
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(svc) = w.get_mut("clientConfig").and_then(|c| c.get_mut("service")).and_then(Value::as_object_mut) {
         default_field(svc, "port", json!(443));
     }
 }
@@ -366,68 +265,34 @@ fn webhook_fields_validate(w: &Value, field: &str, errs: &mut Vec<FieldError>) {
     if !name.is_empty() {
         let dns = crate::validation::is_dns1123_subdomain(name);
         if !dns.is_empty() {
-            errs.push(FieldError::invalid(
-                &format!("{field}.name"),
-                name,
-                dns.join(","),
-            ));
+            errs.push(FieldError::invalid(&format!("{field}.name"), name, dns.join(",")));
         } else if name.split('.').count() < 3 {
-            errs.push(FieldError::invalid(
-                &format!("{field}.name"),
-                name,
-                "should be a domain with at least three segments separated by dots",
-            ));
+            errs.push(FieldError::invalid(&format!("{field}.name"), name, "should be a domain with at least three segments separated by dots"));
         }
     }
     let one_of = |key: &str, allowed: &[&str], errs: &mut Vec<FieldError>| {
         if let Some(v) = w.get(key).and_then(Value::as_str) {
             if !allowed.contains(&v) {
-                errs.push(FieldError::not_supported(
-                    &format!("{field}.{key}"),
-                    v,
-                    allowed,
-                ));
+                errs.push(FieldError::not_supported(&format!("{field}.{key}"), v, allowed));
             }
         }
     };
     one_of("failurePolicy", &["Fail", "Ignore"], errs);
     one_of("matchPolicy", &["Equivalent", "Exact"], errs);
     one_of("reinvocationPolicy", &["IfNeeded", "Never"], errs);
-    for (r, rule) in w
-        .get("rules")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-        .iter()
-        .enumerate()
-    {
+    for (r, rule) in w.get("rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]).iter().enumerate() {
         let rf = format!("{field}.rules[{r}]");
-        for (o, op) in rule
-            .get("operations")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
-            .iter()
-            .enumerate()
-        {
+        for (o, op) in rule.get("operations").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]).iter().enumerate() {
             let op = op.as_str().unwrap_or("");
             let ops = ["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
             if !ops.contains(&op) {
-                errs.push(FieldError::not_supported(
-                    &format!("{rf}.operations[{o}]"),
-                    op,
-                    &ops,
-                ));
+                errs.push(FieldError::not_supported(&format!("{rf}.operations[{o}]"), op, &ops));
             }
         }
         if let Some(scope) = rule.get("scope").and_then(Value::as_str) {
             let scopes = ["*", "Cluster", "Namespaced"];
             if !scopes.contains(&scope) {
-                errs.push(FieldError::not_supported(
-                    &format!("{rf}.scope"),
-                    scope,
-                    &scopes,
-                ));
+                errs.push(FieldError::not_supported(&format!("{rf}.scope"), scope, &scopes));
             }
         }
     }
@@ -437,76 +302,42 @@ fn webhook_fields_validate(w: &Value, field: &str, errs: &mut Vec<FieldError>) {
         const FORM: &str = "; desired format: https://host[/path]";
         let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
         if scheme != "https" {
-            errs.push(FieldError::invalid(
-                &uf,
-                scheme,
-                format!("'https' is the only allowed URL scheme{FORM}"),
-            ));
+            errs.push(FieldError::invalid(&uf, scheme, format!("'https' is the only allowed URL scheme{FORM}")));
         }
         let (rest, fragment) = rest.split_once('#').unwrap_or((rest, ""));
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let authority = rest.split('/').next().unwrap_or("");
-        let (user, host) = authority
-            .rsplit_once('@')
-            .map_or(("", authority), |(u, h)| (u, h));
+        let (user, host) = authority.rsplit_once('@').map_or(("", authority), |(u, h)| (u, h));
         if host.is_empty() {
-            errs.push(FieldError::invalid(
-                &uf,
-                host,
-                format!("host must be specified{FORM}"),
-            ));
+            errs.push(FieldError::invalid(&uf, host, format!("host must be specified{FORM}")));
         }
         if !user.is_empty() {
-            errs.push(FieldError::invalid(
-                &uf,
-                user,
-                "user information is not permitted in the URL",
-            ));
+            errs.push(FieldError::invalid(&uf, user, "user information is not permitted in the URL"));
         }
         if !fragment.is_empty() {
-            errs.push(FieldError::invalid(
-                &uf,
-                fragment,
-                "fragments are not permitted in the URL",
-            ));
+            errs.push(FieldError::invalid(&uf, fragment, "fragments are not permitted in the URL"));
         }
         if !query.is_empty() {
-            errs.push(FieldError::invalid(
-                &uf,
-                query,
-                "query parameters are not permitted in the URL",
-            ));
+            errs.push(FieldError::invalid(&uf, query, "query parameters are not permitted in the URL"));
         }
     }
     if let Some(svc) = cc.and_then(|c| c.get("service")).filter(|s| s.is_object()) {
         let sf = format!("{field}.clientConfig.service");
         if let Some(path) = svc.get("path").and_then(Value::as_str) {
             if !path.is_empty() && !path.starts_with('/') {
-                errs.push(FieldError::invalid(
-                    &format!("{sf}.path"),
-                    path,
-                    "must start with a '/'",
-                ));
+                errs.push(FieldError::invalid(&format!("{sf}.path"), path, "must start with a '/'"));
             }
         }
         if let Some(port) = svc.get("port").and_then(Value::as_i64) {
             if !(1..=65535).contains(&port) {
-                errs.push(FieldError::invalid_json(
-                    &format!("{sf}.port"),
-                    &Value::from(port),
-                    "port is not valid: must be between 1 and 65535, inclusive",
-                ));
+                errs.push(FieldError::invalid_json(&format!("{sf}.port"), &Value::from(port), "port is not valid: must be between 1 and 65535, inclusive"));
             }
         }
     }
 }
 
 fn webhooks_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
-    let hooks = obj
-        .get("webhooks")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
+    let hooks = obj.get("webhooks").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
     let mut seen: Vec<&str> = Vec::new();
     for (i, w) in hooks.iter().enumerate() {
         let name = w.get("name").and_then(Value::as_str).unwrap_or("");
@@ -519,23 +350,13 @@ fn webhooks_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldErro
         seen.push(name);
         webhook_fields_validate(w, &field, errs);
         match w.get("sideEffects").and_then(Value::as_str) {
-            None => errs.push(FieldError::required(
-                &format!("{field}.sideEffects"),
-                "must specify one of None, NoneOnDryRun",
-            )),
+            None => errs.push(FieldError::required(&format!("{field}.sideEffects"), "must specify one of None, NoneOnDryRun")),
             Some(s) if !matches!(s, "None" | "NoneOnDryRun") => {
-                errs.push(FieldError::not_supported(
-                    &format!("{field}.sideEffects"),
-                    s,
-                    &["None", "NoneOnDryRun"],
-                ))
+                errs.push(FieldError::not_supported(&format!("{field}.sideEffects"), s, &["None", "NoneOnDryRun"]))
             }
             _ => {}
         }
-        if w.get("admissionReviewVersions")
-            .and_then(Value::as_array)
-            .is_none_or(|a| a.is_empty())
-        {
+        if w.get("admissionReviewVersions").and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
             errs.push(FieldError::required(
                 &format!("{field}.admissionReviewVersions"),
                 "must specify one of v1, v1beta1",
@@ -543,14 +364,9 @@ fn webhooks_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldErro
         }
         let cfg = w.get("clientConfig");
         let url = cfg.and_then(|c| c.get("url")).is_some_and(|v| !v.is_null());
-        let svc = cfg
-            .and_then(|c| c.get("service"))
-            .is_some_and(|v| !v.is_null());
+        let svc = cfg.and_then(|c| c.get("service")).is_some_and(|v| !v.is_null());
         if url == svc {
-            errs.push(FieldError::required(
-                &format!("{field}.clientConfig"),
-                "exactly one of url or service is required",
-            ));
+            errs.push(FieldError::required(&format!("{field}.clientConfig"), "exactly one of url or service is required"));
         }
         if let Some(t) = w.get("timeoutSeconds").and_then(Value::as_i64) {
             if !(1..=30).contains(&t) {
@@ -566,18 +382,12 @@ fn webhooks_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldErro
 
 /// MutatingWebhookConfigurations: upstream `SetDefaults_MutatingWebhook`; names,
 /// side effects, review versions, client config and timeouts validated.
-pub(crate) const MUTATING_WEBHOOK_CONFIGURATION: Strategy = Strategy {
-    defaults: mutating_webhook_defaults,
-    validate: webhooks_validate,
-    ..Strategy::NONE
-};
+pub(crate) const MUTATING_WEBHOOK_CONFIGURATION: Strategy =
+    Strategy { defaults: mutating_webhook_defaults, validate: webhooks_validate, ..Strategy::NONE };
 
 /// ValidatingWebhookConfigurations: as the mutating ones, without reinvocation.
-pub(crate) const VALIDATING_WEBHOOK_CONFIGURATION: Strategy = Strategy {
-    defaults: validating_webhook_defaults,
-    validate: webhooks_validate,
-    ..Strategy::NONE
-};
+pub(crate) const VALIDATING_WEBHOOK_CONFIGURATION: Strategy =
+    Strategy { defaults: validating_webhook_defaults, validate: webhooks_validate, ..Strategy::NONE };
 
 fn match_resources_defaults(m: &mut Object) {
     default_field(m, "matchPolicy", json!("Equivalent"));
@@ -590,89 +400,50 @@ fn match_resources_defaults(m: &mut Object) {
 fn vap_defaults(map: &mut Object) {
     let spec = child(map, "spec");
     default_field(spec, "failurePolicy", json!("Fail"));
-    if let Some(m) = spec
-        .get_mut("matchConstraints")
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(m) = spec.get_mut("matchConstraints").and_then(Value::as_object_mut) {
         match_resources_defaults(m);
     }
 }
 
 fn vap_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
-    if obj
-        .pointer("/spec/validations")
-        .and_then(Value::as_array)
-        .is_none_or(|a| a.is_empty())
-        && obj
-            .pointer("/spec/auditAnnotations")
-            .and_then(Value::as_array)
-            .is_none_or(|a| a.is_empty())
+    if obj.pointer("/spec/validations").and_then(Value::as_array).is_none_or(|a| a.is_empty())
+        && obj.pointer("/spec/auditAnnotations").and_then(Value::as_array).is_none_or(|a| a.is_empty())
     {
-        errs.push(FieldError::required(
-            "spec.validations",
-            "validations or auditAnnotations must contain at least one item",
-        ));
+        errs.push(FieldError::required("spec.validations", "validations or auditAnnotations must contain at least one item"));
     }
-    if obj
-        .pointer("/spec/matchConstraints/resourceRules")
-        .and_then(Value::as_array)
-        .is_none_or(|a| a.is_empty())
-    {
-        errs.push(FieldError::required(
-            "spec.matchConstraints.resourceRules",
-            "",
-        ));
+    if obj.pointer("/spec/matchConstraints/resourceRules").and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
+        errs.push(FieldError::required("spec.matchConstraints.resourceRules", ""));
     }
 }
 
 /// ValidatingAdmissionPolicies: failure policy `Fail` and match defaults.
-pub(crate) const VALIDATING_ADMISSION_POLICY: Strategy = Strategy {
-    defaults: vap_defaults,
-    prepare_for_create: reset_status,
-    validate: vap_validate,
-    ..Strategy::NONE
-};
+pub(crate) const VALIDATING_ADMISSION_POLICY: Strategy =
+    Strategy { defaults: vap_defaults, prepare_for_create: reset_status, validate: vap_validate, ..Strategy::NONE };
 
 fn vap_binding_defaults(map: &mut Object) {
     let spec = child(map, "spec");
-    if let Some(m) = spec
-        .get_mut("matchResources")
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(m) = spec.get_mut("matchResources").and_then(Value::as_object_mut) {
         match_resources_defaults(m);
     }
 }
 
 fn vap_binding_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
     required_str(obj, "/spec/policyName", "spec.policyName", errs);
-    if let Some(actions) = obj
-        .pointer("/spec/validationActions")
-        .and_then(Value::as_array)
-    {
+    if let Some(actions) = obj.pointer("/spec/validationActions").and_then(Value::as_array) {
         for (i, a) in actions.iter().enumerate() {
             let a = a.as_str().unwrap_or("");
             if !matches!(a, "Deny" | "Warn" | "Audit") {
-                errs.push(FieldError::not_supported(
-                    &format!("spec.validationActions[{i}]"),
-                    a,
-                    &["Audit", "Deny", "Warn"],
-                ));
+                errs.push(FieldError::not_supported(&format!("spec.validationActions[{i}]"), a, &["Audit", "Deny", "Warn"]));
             }
         }
     } else {
-        errs.push(FieldError::required(
-            "spec.validationActions",
-            "at least one validation action is required",
-        ));
+        errs.push(FieldError::required("spec.validationActions", "at least one validation action is required"));
     }
 }
 
 /// ValidatingAdmissionPolicyBindings.
-pub(crate) const VALIDATING_ADMISSION_POLICY_BINDING: Strategy = Strategy {
-    defaults: vap_binding_defaults,
-    validate: vap_binding_validate,
-    ..Strategy::NONE
-};
+pub(crate) const VALIDATING_ADMISSION_POLICY_BINDING: Strategy =
+    Strategy { defaults: vap_binding_defaults, validate: vap_binding_validate, ..Strategy::NONE };
 
 // ---- flowcontrol ----
 
@@ -682,11 +453,8 @@ fn flow_schema_defaults(map: &mut Object) {
 }
 
 /// FlowSchemas: matchingPrecedence 1000 (upstream `SetDefaults_FlowSchemaSpec`).
-pub(crate) const FLOW_SCHEMA: Strategy = Strategy {
-    defaults: flow_schema_defaults,
-    prepare_for_create: reset_status,
-    ..Strategy::NONE
-};
+pub(crate) const FLOW_SCHEMA: Strategy =
+    Strategy { defaults: flow_schema_defaults, prepare_for_create: reset_status, ..Strategy::NONE };
 
 fn plc_defaults(map: &mut Object) {
     let spec = child(map, "spec");
@@ -709,8 +477,6 @@ fn plc_defaults(map: &mut Object) {
 }
 
 /// PriorityLevelConfigurations: upstream `SetDefaults_PriorityLevelConfiguration`.
-pub(crate) const PRIORITY_LEVEL_CONFIGURATION: Strategy = Strategy {
-    defaults: plc_defaults,
-    prepare_for_create: reset_status,
-    ..Strategy::NONE
-};
+pub(crate) const PRIORITY_LEVEL_CONFIGURATION: Strategy =
+    Strategy { defaults: plc_defaults, prepare_for_create: reset_status, ..Strategy::NONE };
+

@@ -207,11 +207,7 @@ fn annotation_keys_are_qualified_names_case_insensitively() {
 #[test]
 fn finalizers_are_qualified_names_and_orphan_excludes_foreground() {
     use serde_json::json;
-    let ok = [
-        json!("kubernetes"),
-        json!("example.com/cleanup"),
-        json!("orphan"),
-    ];
+    let ok = [json!("kubernetes"), json!("example.com/cleanup"), json!("orphan")];
     assert!(validate_finalizers(&ok).is_empty());
     let causes = validate_finalizers(&[json!("a/b/c")]);
     assert_eq!(
@@ -236,16 +232,11 @@ fn finalizers_are_qualified_names_and_orphan_excludes_foreground() {
 #[test]
 fn owner_references_need_their_fields_and_one_controller_at_most() {
     use serde_json::json;
-    let owner = |kind: &str, name: &str, controller: bool| json!({"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "u-1", "controller": controller});
-    assert!(validate_owner_references(&[
-        owner("ReplicaSet", "a", true),
-        owner("Deployment", "b", false)
-    ])
-    .is_empty());
-    let two = validate_owner_references(&[
-        owner("ReplicaSet", "a", true),
-        owner("Deployment", "b", true),
-    ]);
+    let owner = |kind: &str, name: &str, controller: bool| {
+        json!({"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "u-1", "controller": controller})
+    };
+    assert!(validate_owner_references(&[owner("ReplicaSet", "a", true), owner("Deployment", "b", false)]).is_empty());
+    let two = validate_owner_references(&[owner("ReplicaSet", "a", true), owner("Deployment", "b", true)]);
     assert_eq!(two.len(), 1);
     assert_eq!(two[0].field, "metadata.ownerReferences");
     assert_eq!(two[0].reason, "FieldValueInvalid");
@@ -255,42 +246,17 @@ fn owner_references_need_their_fields_and_one_controller_at_most() {
         "{}",
         two[0].message
     );
-    let empty = validate_owner_references(&[
-        json!({"apiVersion": "apps/", "kind": "", "name": "", "uid": ""}),
-    ]);
-    let got: Vec<(&str, &str)> = empty
-        .iter()
-        .map(|c| (c.field.as_str(), c.message.as_str()))
-        .collect();
+    let empty = validate_owner_references(&[json!({"apiVersion": "apps/", "kind": "", "name": "", "uid": ""})]);
+    let got: Vec<(&str, &str)> = empty.iter().map(|c| (c.field.as_str(), c.message.as_str())).collect();
     assert_eq!(
         got,
         vec![
-            (
-                "metadata.ownerReferences.apiVersion",
-                "Invalid value: \"apps/\": version must not be empty"
-            ),
-            (
-                "metadata.ownerReferences.kind",
-                "Invalid value: \"\": must not be empty"
-            ),
-            (
-                "metadata.ownerReferences.name",
-                "Invalid value: \"\": must not be empty"
-            ),
-            (
-                "metadata.ownerReferences.uid",
-                "Invalid value: \"\": must not be empty"
-            ),
+            ("metadata.ownerReferences.apiVersion", "Invalid value: \"apps/\": version must not be empty"),
+            ("metadata.ownerReferences.kind", "Invalid value: \"\": must not be empty"),
+            ("metadata.ownerReferences.name", "Invalid value: \"\": must not be empty"),
+            ("metadata.ownerReferences.uid", "Invalid value: \"\": must not be empty"),
         ]
     );
-    let event = validate_owner_references(&[
-        json!({"apiVersion": "v1", "kind": "Event", "name": "e", "uid": "u"}),
-    ]);
-    assert!(
-        event[0]
-            .message
-            .ends_with(": /v1, Kind=Event is disallowed from being an owner"),
-        "{}",
-        event[0].message
-    );
+    let event = validate_owner_references(&[json!({"apiVersion": "v1", "kind": "Event", "name": "e", "uid": "u"})]);
+    assert!(event[0].message.ends_with(": /v1, Kind=Event is disallowed from being an owner"), "{}", event[0].message);
 }

@@ -13,10 +13,7 @@ use rkube_api::ListOptions;
 
 /// `PROPTEST_CASES` when set, else `default`.
 pub fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// Percent-encodes everything but unreserved characters, for a query value.
@@ -50,23 +47,13 @@ pub fn check_selector_string<S: PartialEq + Debug + Display>(
         Ok(sel) => {
             let rendered = sel.to_string();
             let again = parse(&rendered);
-            prop_assert_eq!(
-                again.as_ref(),
-                Ok(sel),
-                "{:?} rendered as {:?}",
-                s,
-                rendered
-            );
-            let opts = via_query.map_err(|e| {
-                TestCaseError::fail(format!("query rejected a valid selector: {e:?}"))
-            })?;
+            prop_assert_eq!(again.as_ref(), Ok(sel), "{:?} rendered as {:?}", s, rendered);
+            let opts = via_query.map_err(|e| TestCaseError::fail(format!("query rejected a valid selector: {e:?}")))?;
             prop_assert_eq!(selected(&opts), sel);
         }
         Err(msg) => {
             prop_assert!(!msg.is_empty());
-            let status = via_query
-                .err()
-                .ok_or_else(|| TestCaseError::fail("query accepted an invalid selector"))?;
+            let status = via_query.err().ok_or_else(|| TestCaseError::fail("query accepted an invalid selector"))?;
             prop_assert_eq!(status.code, 400);
             prop_assert_eq!(status.reason.as_str(), "BadRequest");
             prop_assert_eq!(&status.message, msg);

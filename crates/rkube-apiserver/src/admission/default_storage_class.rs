@@ -13,27 +13,14 @@ use crate::error::ApiResult;
 use crate::state::ApiState;
 
 /// The annotations that mark a StorageClass as the default.
-const DEFAULT_ANNOTATIONS: [&str; 2] = [
-    "storageclass.kubernetes.io/is-default-class",
-    "storageclass.beta.kubernetes.io/is-default-class",
-];
+const DEFAULT_ANNOTATIONS: [&str; 2] = ["storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class"];
 
 /// The name of the default class among `classes` (`(name, StorageClass)`).
 pub fn default_class(classes: &[(String, Value)]) -> Option<&str> {
     let is_default = |c: &Value| {
-        DEFAULT_ANNOTATIONS.iter().any(|a| {
-            c.pointer("/metadata/annotations")
-                .and_then(|m| m.get(*a))
-                .and_then(Value::as_str)
-                == Some("true")
-        })
+        DEFAULT_ANNOTATIONS.iter().any(|a| c.pointer("/metadata/annotations").and_then(|m| m.get(*a)).and_then(Value::as_str) == Some("true"))
     };
-    let created = |c: &Value| {
-        c.pointer("/metadata/creationTimestamp")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
+    let created = |c: &Value| c.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or("").to_string();
     let mut best: Option<&(String, Value)> = None;
     for c in classes.iter().filter(|(_, c)| is_default(c)) {
         // RFC 3339 UTC timestamps at second precision order as strings.
@@ -47,18 +34,12 @@ pub fn default_class(classes: &[(String, Value)]) -> Option<&str> {
 /// Sets `spec.storageClassName` of the claim `claim` to the default class
 /// of `classes` when the claim names none.
 pub fn set_default(claim: &mut Value, classes: &[(String, Value)]) {
-    if claim
-        .pointer("/spec/storageClassName")
-        .is_some_and(|v| !v.is_null())
-        || claim
-            .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
-            .is_some()
+    if claim.pointer("/spec/storageClassName").is_some_and(|v| !v.is_null())
+        || claim.pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class").is_some()
     {
         return;
     }
-    let Some(name) = default_class(classes) else {
-        return;
-    };
+    let Some(name) = default_class(classes) else { return };
     if let Some(spec) = claim.get_mut("spec").and_then(Value::as_object_mut) {
         spec.insert("storageClassName".into(), json!(name));
     }
@@ -90,16 +71,8 @@ mod tests {
     #[test]
     fn a_claim_without_a_class_gets_the_newest_default_class() {
         let classes = [
-            class(
-                "old-default",
-                Some(DEFAULT_ANNOTATIONS[0]),
-                "2026-01-01T00:00:00Z",
-            ),
-            class(
-                "new-default",
-                Some(DEFAULT_ANNOTATIONS[1]),
-                "2026-02-01T00:00:00Z",
-            ),
+            class("old-default", Some(DEFAULT_ANNOTATIONS[0]), "2026-01-01T00:00:00Z"),
+            class("new-default", Some(DEFAULT_ANNOTATIONS[1]), "2026-02-01T00:00:00Z"),
             class("plain", None, "2026-03-01T00:00:00Z"),
         ];
         let mut c = claim(json!({}));
@@ -112,11 +85,7 @@ mod tests {
 
     #[test]
     fn an_explicit_class_or_empty_class_is_kept() {
-        let classes = [class(
-            "d",
-            Some(DEFAULT_ANNOTATIONS[0]),
-            "2026-01-01T00:00:00Z",
-        )];
+        let classes = [class("d", Some(DEFAULT_ANNOTATIONS[0]), "2026-01-01T00:00:00Z")];
         let mut empty = claim(json!({"storageClassName": ""}));
         set_default(&mut empty, &classes);
         assert_eq!(empty["spec"]["storageClassName"], "");

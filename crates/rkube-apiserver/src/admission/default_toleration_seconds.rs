@@ -17,16 +17,12 @@ pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 
 /// Adds the missing default tolerations to `pod` (a Pod object being created).
 pub fn admit(pod: &mut Value, not_ready_seconds: i64, unreachable_seconds: i64) {
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
-    };
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return };
     let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
     if tolerations.is_null() {
         *tolerations = json!([]);
     }
-    let Some(list) = tolerations.as_array_mut() else {
-        return;
-    };
+    let Some(list) = tolerations.as_array_mut() else { return };
     let tolerates = |list: &[Value], key: &str| {
         list.iter().any(|t| {
             let k = t.get("key").and_then(Value::as_str).unwrap_or("");
@@ -34,10 +30,7 @@ pub fn admit(pod: &mut Value, not_ready_seconds: i64, unreachable_seconds: i64) 
             (k == key || k.is_empty()) && (effect == "NoExecute" || effect.is_empty())
         })
     };
-    for (key, seconds) in [
-        (NOT_READY, not_ready_seconds),
-        (UNREACHABLE, unreachable_seconds),
-    ] {
+    for (key, seconds) in [(NOT_READY, not_ready_seconds), (UNREACHABLE, unreachable_seconds)] {
         if !tolerates(list, key) {
             list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}));
         }

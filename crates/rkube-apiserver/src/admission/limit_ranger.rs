@@ -45,28 +45,17 @@ pub fn handles(info: &ResourceInfo) -> bool {
 /// The namespace's LimitRanges, in name order, read from storage (so a
 /// LimitRange applies from the moment its create returned).
 pub async fn read(st: &ApiState, ns: &str) -> ApiResult<Vec<Value>> {
-    let info = registry::lookup("", "v1", "limitranges")
-        .ok_or_else(|| ApiError::internal("limitranges are not served"))?;
+    let info = registry::lookup("", "v1", "limitranges").ok_or_else(|| ApiError::internal("limitranges are not served"))?;
     let prefix = info.list_prefix(st.prefix(), Some(ns));
-    let resp = st
-        .storage
-        .range(RangeRequest::prefix(&prefix))
-        .await
-        .map_err(|e| ApiError::from_storage(e, info, ""))?;
+    let resp = st.storage.range(RangeRequest::prefix(&prefix)).await.map_err(|e| ApiError::from_storage(e, info, ""))?;
     resp.kvs
         .iter()
-        .map(|kv| {
-            decode_stored(&kv.key, &kv.value, kv.mod_revision)
-                .map_err(|e| ApiError::from_storage(e, info, ""))
-        })
+        .map(|kv| decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, info, "")))
         .collect()
 }
 
 fn items(lr: &Value) -> impl Iterator<Item = &Value> {
-    lr.pointer("/spec/limits")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    lr.pointer("/spec/limits").and_then(Value::as_array).into_iter().flatten()
 }
 
 fn item_type(item: &Value) -> &str {
@@ -104,39 +93,19 @@ pub fn default_pod(limit_ranges: &[Value], pod: &mut Value) {
         if limits.is_empty() && requests.is_empty() {
             continue;
         }
-        let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
-            return;
-        };
-        for (key, label) in [
-            ("initContainers", "init container"),
-            ("containers", "container"),
-        ] {
-            for c in spec
-                .get_mut(key)
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                let name = c
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
+        let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return };
+        for (key, label) in [("initContainers", "init container"), ("containers", "container")] {
+            for c in spec.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten() {
+                let name = c.get("name").and_then(Value::as_str).unwrap_or("").to_string();
                 let Some(c) = c.as_object_mut() else { continue };
                 let resources = c.entry("resources").or_insert_with(|| json!({}));
                 if !resources.is_object() {
                     *resources = json!({});
                 }
-                let Some(resources) = resources.as_object_mut() else {
-                    continue;
-                };
+                let Some(resources) = resources.as_object_mut() else { continue };
                 // Upstream's pod defaulting (before admission) sets a missing
                 // request to the container's own limit.
-                let own_limits = resources
-                    .get("limits")
-                    .and_then(Value::as_object)
-                    .cloned()
-                    .unwrap_or_default();
+                let own_limits = resources.get("limits").and_then(Value::as_object).cloned().unwrap_or_default();
                 if !own_limits.is_empty() {
                     let reqs = resources.entry("requests").or_insert_with(|| json!({}));
                     if let Some(reqs) = reqs.as_object_mut() {
@@ -145,17 +114,12 @@ pub fn default_pod(limit_ranges: &[Value], pod: &mut Value) {
                         }
                     }
                 }
-                for (field, defaults, what) in [
-                    ("requests", &requests, "request"),
-                    ("limits", &limits, "limit"),
-                ] {
+                for (field, defaults, what) in [("requests", &requests, "request"), ("limits", &limits, "limit")] {
                     let set = resources.entry(field).or_insert_with(|| json!({}));
                     if !set.is_object() {
                         *set = json!({});
                     }
-                    let Some(set) = set.as_object_mut() else {
-                        continue;
-                    };
+                    let Some(set) = set.as_object_mut() else { continue };
                     let mut added: Vec<&str> = Vec::new();
                     for (k, q) in defaults.iter() {
                         if !set.contains_key(k) {
@@ -183,55 +147,25 @@ pub fn default_pod(limit_ranges: &[Value], pod: &mut Value) {
     }
 }
 
-fn min_violation(
-    kind: &str,
-    res: &str,
-    min: Quantity,
-    req: Option<Quantity>,
-    lim: Option<Quantity>,
-) -> Option<String> {
+fn min_violation(kind: &str, res: &str, min: Quantity, req: Option<Quantity>, lim: Option<Quantity>) -> Option<String> {
     match (req, lim) {
-        (None, _) => Some(format!(
-            "minimum {res} usage per {kind} is {min}.  No request is specified"
-        )),
-        (Some(r), _) if r.milli < min.milli => Some(format!(
-            "minimum {res} usage per {kind} is {min}, but request is {r}"
-        )),
-        (_, Some(l)) if l.milli < min.milli => Some(format!(
-            "minimum {res} usage per {kind} is {min}, but limit is {l}"
-        )),
+        (None, _) => Some(format!("minimum {res} usage per {kind} is {min}.  No request is specified")),
+        (Some(r), _) if r.milli < min.milli => Some(format!("minimum {res} usage per {kind} is {min}, but request is {r}")),
+        (_, Some(l)) if l.milli < min.milli => Some(format!("minimum {res} usage per {kind} is {min}, but limit is {l}")),
         _ => None,
     }
 }
 
-fn max_violation(
-    kind: &str,
-    res: &str,
-    max: Quantity,
-    req: Option<Quantity>,
-    lim: Option<Quantity>,
-) -> Option<String> {
+fn max_violation(kind: &str, res: &str, max: Quantity, req: Option<Quantity>, lim: Option<Quantity>) -> Option<String> {
     match (req, lim) {
-        (_, None) => Some(format!(
-            "maximum {res} usage per {kind} is {max}.  No limit is specified"
-        )),
-        (_, Some(l)) if l.milli > max.milli => Some(format!(
-            "maximum {res} usage per {kind} is {max}, but limit is {l}"
-        )),
-        (Some(r), _) if r.milli > max.milli => Some(format!(
-            "maximum {res} usage per {kind} is {max}, but request is {r}"
-        )),
+        (_, None) => Some(format!("maximum {res} usage per {kind} is {max}.  No limit is specified")),
+        (_, Some(l)) if l.milli > max.milli => Some(format!("maximum {res} usage per {kind} is {max}, but limit is {l}")),
+        (Some(r), _) if r.milli > max.milli => Some(format!("maximum {res} usage per {kind} is {max}, but request is {r}")),
         _ => None,
     }
 }
 
-fn ratio_violation(
-    kind: &str,
-    res: &str,
-    ratio: Quantity,
-    req: Option<Quantity>,
-    lim: Option<Quantity>,
-) -> Option<String> {
+fn ratio_violation(kind: &str, res: &str, ratio: Quantity, req: Option<Quantity>, lim: Option<Quantity>) -> Option<String> {
     let r = req.filter(|r| r.milli != 0);
     let l = lim.filter(|l| l.milli != 0);
     match (r, l) {
@@ -247,39 +181,15 @@ fn ratio_violation(
 
 /// Checks `min`, `max` and `maxLimitRequestRatio` of `item` (of `kind`)
 /// against `requests`/`limits`, adding violations to `errs`.
-fn check_item(
-    item: &Value,
-    kind: &str,
-    requests: &ResourceList,
-    limits: &ResourceList,
-    errs: &mut Vec<String>,
-) {
+fn check_item(item: &Value, kind: &str, requests: &ResourceList, limits: &ResourceList, errs: &mut Vec<String>) {
     for (res, min) in quota::parse_list(item.get("min")) {
-        errs.extend(min_violation(
-            kind,
-            &res,
-            min,
-            requests.get(&res).copied(),
-            limits.get(&res).copied(),
-        ));
+        errs.extend(min_violation(kind, &res, min, requests.get(&res).copied(), limits.get(&res).copied()));
     }
     for (res, max) in quota::parse_list(item.get("max")) {
-        errs.extend(max_violation(
-            kind,
-            &res,
-            max,
-            requests.get(&res).copied(),
-            limits.get(&res).copied(),
-        ));
+        errs.extend(max_violation(kind, &res, max, requests.get(&res).copied(), limits.get(&res).copied()));
     }
     for (res, ratio) in quota::parse_list(item.get("maxLimitRequestRatio")) {
-        errs.extend(ratio_violation(
-            kind,
-            &res,
-            ratio,
-            requests.get(&res).copied(),
-            limits.get(&res).copied(),
-        ));
+        errs.extend(ratio_violation(kind, &res, ratio, requests.get(&res).copied(), limits.get(&res).copied()));
     }
 }
 
@@ -290,12 +200,7 @@ pub fn violations(lr: &Value, resource: &str, obj: &Value) -> Vec<String> {
         match (resource, item_type(item)) {
             ("pods", "Container") => {
                 for key in ["containers", "initContainers"] {
-                    for c in obj
-                        .pointer(&format!("/spec/{key}"))
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                    {
+                    for c in obj.pointer(&format!("/spec/{key}")).and_then(Value::as_array).into_iter().flatten() {
                         let requests = quota::parse_list(c.pointer("/resources/requests"));
                         let limits = quota::parse_list(c.pointer("/resources/limits"));
                         check_item(item, "Container", &requests, &limits, &mut errs);
@@ -303,13 +208,7 @@ pub fn violations(lr: &Value, resource: &str, obj: &Value) -> Vec<String> {
                 }
             }
             ("pods", "Pod") => {
-                check_item(
-                    item,
-                    "Pod",
-                    &pods::effective(obj, false),
-                    &pods::effective(obj, true),
-                    &mut errs,
-                );
+                check_item(item, "Pod", &pods::effective(obj, false), &pods::effective(obj, true), &mut errs);
             }
             ("persistentvolumeclaims", "PersistentVolumeClaim") => {
                 let requests = quota::parse_list(obj.pointer("/spec/resources/requests"));
@@ -342,22 +241,13 @@ pub fn violations(lr: &Value, resource: &str, obj: &Value) -> Vec<String> {
 
 /// Refuses `obj` (an object of `info` named `name`) with a 403 when a
 /// LimitRange of `limit_ranges` is violated (the first one that is).
-pub fn validate(
-    info: &ResourceInfo,
-    name: &str,
-    limit_ranges: &[Value],
-    obj: &Value,
-) -> ApiResult<()> {
+pub fn validate(info: &ResourceInfo, name: &str, limit_ranges: &[Value], obj: &Value) -> ApiResult<()> {
     for lr in limit_ranges {
         let errs = violations(lr, info.resource, obj);
         if errs.is_empty() {
             continue;
         }
-        let reason = if errs.len() == 1 {
-            errs[0].clone()
-        } else {
-            format!("[{}]", errs.join(", "))
-        };
+        let reason = if errs.len() == 1 { errs[0].clone() } else { format!("[{}]", errs.join(", ")) };
         return Err(super::forbidden(info.group, info.resource, name, &reason));
     }
     Ok(())
@@ -379,14 +269,8 @@ mod tests {
             {"name": "log", "resources": {"limits": {"cpu": "500m", "memory": "32Mi"}}},
         ]}});
         default_pod(&[lr()], &mut pod);
-        assert_eq!(
-            pod["spec"]["containers"][0]["resources"],
-            json!({"requests": {"cpu": "200m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}})
-        );
-        assert_eq!(
-            pod["spec"]["containers"][1]["resources"],
-            json!({"requests": {"cpu": "500m", "memory": "32Mi"}, "limits": {"cpu": "500m", "memory": "32Mi"}})
-        );
+        assert_eq!(pod["spec"]["containers"][0]["resources"], json!({"requests": {"cpu": "200m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}}));
+        assert_eq!(pod["spec"]["containers"][1]["resources"], json!({"requests": {"cpu": "500m", "memory": "32Mi"}, "limits": {"cpu": "500m", "memory": "32Mi"}}));
         assert_eq!(
             pod["metadata"]["annotations"][ANNOTATION],
             "LimitRanger plugin set: memory request for container web; cpu, memory limit for container web"
@@ -398,24 +282,13 @@ mod tests {
         let pod = json!({"spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "50m"}, "limits": {"cpu": "2"}}}]}});
         assert_eq!(
             violations(&lr(), "pods", &pod),
-            vec![
-                "minimum cpu usage per Container is 100m, but request is 50m",
-                "maximum cpu usage per Container is 1, but limit is 2"
-            ]
+            vec!["minimum cpu usage per Container is 100m, but request is 50m", "maximum cpu usage per Container is 1, but limit is 2"]
         );
         let ratio = json!({"spec": {"limits": [{"type": "Container", "maxLimitRequestRatio": {"cpu": "2"}}]}});
         let pod = json!({"spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "300m"}}}]}});
-        assert_eq!(
-            violations(&ratio, "pods", &pod),
-            vec![
-                "cpu max limit to request ratio per Container is 2, but provided ratio is 3.000000"
-            ]
-        );
+        assert_eq!(violations(&ratio, "pods", &pod), vec!["cpu max limit to request ratio per Container is 2, but provided ratio is 3.000000"]);
         let pvc = json!({"spec": {"limits": [{"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}}]}});
         let claim = json!({"spec": {"resources": {"requests": {"storage": "500Mi"}}}});
-        assert_eq!(
-            violations(&pvc, "persistentvolumeclaims", &claim),
-            vec!["minimum storage usage per PersistentVolumeClaim is 1Gi, but request is 500Mi"]
-        );
+        assert_eq!(violations(&pvc, "persistentvolumeclaims", &claim), vec!["minimum storage usage per PersistentVolumeClaim is 1Gi, but request is 500Mi"]);
     }
 }

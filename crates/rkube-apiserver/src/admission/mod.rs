@@ -43,34 +43,14 @@ pub const PRIORITY: &str = "Priority";
 pub const DEFAULT_STORAGE_CLASS: &str = "DefaultStorageClass";
 
 /// Plugins rkube implements.
-pub const PLUGINS: &[&str] = &[
-    SERVICE_ACCOUNT,
-    DEFAULT_TOLERATION_SECONDS,
-    LIMIT_RANGER,
-    PRIORITY,
-    DEFAULT_STORAGE_CLASS,
-    RESOURCE_QUOTA,
-];
+pub const PLUGINS: &[&str] = &[SERVICE_ACCOUNT, DEFAULT_TOLERATION_SECONDS, LIMIT_RANGER, PRIORITY, DEFAULT_STORAGE_CLASS, RESOURCE_QUOTA];
 
 /// An admission plugin's 403: `<resource>[.<group>] "<name>" is forbidden:
 /// <message>` (without the name when it is empty), with the name, group and
 /// resource in `details` (upstream `admission.NewForbidden`).
-pub(crate) fn forbidden(
-    group: &str,
-    resource: &str,
-    name: &str,
-    message: &str,
-) -> crate::error::ApiError {
-    let qualified = if group.is_empty() {
-        resource.to_string()
-    } else {
-        format!("{resource}.{group}")
-    };
-    let what = if name.is_empty() {
-        qualified
-    } else {
-        format!("{qualified} {}", rkube_api::field_error::go_quote(name))
-    };
+pub(crate) fn forbidden(group: &str, resource: &str, name: &str, message: &str) -> crate::error::ApiError {
+    let qualified = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
+    let what = if name.is_empty() { qualified } else { format!("{qualified} {}", rkube_api::field_error::go_quote(name)) };
     rkube_api::status::Status::new(403, "Forbidden", format!("{what} is forbidden: {message}"))
         .with_details(rkube_api::status::StatusDetails {
             name: name.to_string(),
@@ -92,20 +72,10 @@ pub(crate) async fn cached_objects(
 ) -> crate::error::ApiResult<Vec<(String, serde_json::Value)>> {
     let info = rkube_api::registry::lookup(group, version, resource)
         .ok_or_else(|| crate::error::ApiError::internal(format!("no {resource} resource")))?;
-    let opts = rkube_api::list_options::ListOptions {
-        resource_version: Some("0".into()),
-        ..Default::default()
-    };
-    let page = st
-        .cache
-        .list(info, None, &opts)
-        .await
-        .map_err(crate::error::ApiError::internal)?;
-    let mut objects: Vec<(String, serde_json::Value)> = page
-        .items
-        .iter()
-        .filter_map(|item| Some((item.name.clone(), serde_json::from_slice(&item.json).ok()?)))
-        .collect();
+    let opts = rkube_api::list_options::ListOptions { resource_version: Some("0".into()), ..Default::default() };
+    let page = st.cache.list(info, None, &opts).await.map_err(crate::error::ApiError::internal)?;
+    let mut objects: Vec<(String, serde_json::Value)> =
+        page.items.iter().filter_map(|item| Some((item.name.clone(), serde_json::from_slice(&item.json).ok()?))).collect();
     objects.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(objects)
 }
@@ -165,33 +135,21 @@ impl AdmissionArgs {
     /// minus disabled. Errors name a plugin rkube does not implement, or one
     /// both enabled and disabled (as upstream refuses).
     pub fn load(&self) -> Result<AdmissionConfig, String> {
-        let names = |v: &[String]| -> Vec<String> {
-            v.iter()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect()
-        };
+        let names = |v: &[String]| -> Vec<String> { v.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect() };
         let (enable, disable) = (names(&self.enable), names(&self.disable));
         for p in enable.iter().chain(disable.iter()) {
             if !PLUGINS.contains(&p.as_str()) {
-                return Err(format!(
-                    "admission plugin {p:?} is not implemented by rkube (it implements: {})",
-                    PLUGINS.join(", ")
-                ));
+                return Err(format!("admission plugin {p:?} is not implemented by rkube (it implements: {})", PLUGINS.join(", ")));
             }
         }
         if let Some(p) = enable.iter().find(|p| disable.contains(p)) {
-            return Err(format!(
-                "{p} in --enable-admission-plugins and --disable-admission-plugins overlapped"
-            ));
+            return Err(format!("{p} in --enable-admission-plugins and --disable-admission-plugins overlapped"));
         }
         let on = |name: &str| !disable.iter().any(|p| p == name);
         Ok(AdmissionConfig {
             service_account: on(SERVICE_ACCOUNT),
-            default_toleration_seconds: on(DEFAULT_TOLERATION_SECONDS).then_some((
-                self.default_not_ready_toleration_seconds,
-                self.default_unreachable_toleration_seconds,
-            )),
+            default_toleration_seconds: on(DEFAULT_TOLERATION_SECONDS)
+                .then_some((self.default_not_ready_toleration_seconds, self.default_unreachable_toleration_seconds)),
             resource_quota: on(RESOURCE_QUOTA),
             limit_ranger: on(LIMIT_RANGER),
             priority: on(PRIORITY),
@@ -207,15 +165,9 @@ mod tests {
     #[test]
     fn service_account_is_on_unless_disabled_and_unknown_plugins_are_refused() {
         assert!(AdmissionArgs::default().load().unwrap().service_account);
-        let off = AdmissionArgs {
-            disable: vec!["ServiceAccount".into()],
-            ..Default::default()
-        };
+        let off = AdmissionArgs { disable: vec!["ServiceAccount".into()], ..Default::default() };
         assert!(!off.load().unwrap().service_account);
-        let unknown = AdmissionArgs {
-            enable: vec!["NodeRestriction".into()],
-            ..Default::default()
-        };
+        let unknown = AdmissionArgs { enable: vec!["NodeRestriction".into()], ..Default::default() };
         assert!(unknown.load().unwrap_err().contains("NodeRestriction"));
         let both = AdmissionArgs {
             enable: vec!["ServiceAccount".into()],
@@ -227,66 +179,34 @@ mod tests {
 
     #[test]
     fn default_toleration_seconds_is_on_with_its_flags_unless_disabled() {
-        assert_eq!(
-            AdmissionArgs::default()
-                .load()
-                .unwrap()
-                .default_toleration_seconds,
-            Some((300, 300))
-        );
-        let args = AdmissionArgs {
-            default_unreachable_toleration_seconds: 30,
-            ..Default::default()
-        };
-        assert_eq!(
-            args.load().unwrap().default_toleration_seconds,
-            Some((300, 30))
-        );
-        let off = AdmissionArgs {
-            disable: vec!["DefaultTolerationSeconds".into()],
-            ..Default::default()
-        };
+        assert_eq!(AdmissionArgs::default().load().unwrap().default_toleration_seconds, Some((300, 300)));
+        let args = AdmissionArgs { default_unreachable_toleration_seconds: 30, ..Default::default() };
+        assert_eq!(args.load().unwrap().default_toleration_seconds, Some((300, 30)));
+        let off = AdmissionArgs { disable: vec!["DefaultTolerationSeconds".into()], ..Default::default() };
         assert_eq!(off.load().unwrap().default_toleration_seconds, None);
     }
 
     #[test]
     fn default_storage_class_is_on_unless_disabled() {
-        assert!(
-            AdmissionArgs::default()
-                .load()
-                .unwrap()
-                .default_storage_class
-        );
-        let off = AdmissionArgs {
-            disable: vec!["DefaultStorageClass".into()],
-            ..Default::default()
-        };
+        assert!(AdmissionArgs::default().load().unwrap().default_storage_class);
+        let off = AdmissionArgs { disable: vec!["DefaultStorageClass".into()], ..Default::default() };
         assert!(!off.load().unwrap().default_storage_class);
     }
 
     #[test]
     fn priority_is_on_unless_disabled() {
         assert!(AdmissionArgs::default().load().unwrap().priority);
-        let off = AdmissionArgs {
-            disable: vec!["Priority".into()],
-            ..Default::default()
-        };
+        let off = AdmissionArgs { disable: vec!["Priority".into()], ..Default::default() };
         assert!(!off.load().unwrap().priority);
     }
 
     #[test]
     fn resource_quota_and_limit_ranger_are_on_unless_disabled() {
         assert!(AdmissionArgs::default().load().unwrap().resource_quota);
-        let off = AdmissionArgs {
-            disable: vec!["ResourceQuota".into()],
-            ..Default::default()
-        };
+        let off = AdmissionArgs { disable: vec!["ResourceQuota".into()], ..Default::default() };
         assert!(!off.load().unwrap().resource_quota);
         assert!(AdmissionArgs::default().load().unwrap().limit_ranger);
-        let off = AdmissionArgs {
-            disable: vec!["LimitRanger".into()],
-            ..Default::default()
-        };
+        let off = AdmissionArgs { disable: vec!["LimitRanger".into()], ..Default::default() };
         assert!(!off.load().unwrap().limit_ranger);
     }
 }

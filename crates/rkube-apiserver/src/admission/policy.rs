@@ -38,25 +38,19 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::ApiState;
 
 fn name_of(v: &Value) -> &str {
-    v.pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
 }
 
 /// Whether `constraints` (a `MatchResources`) matches the request.
 fn matches(constraints: &Value, a: &Attributes, ns_labels: Option<&Map<String, Value>>) -> bool {
     let named = |rule: &Value| {
         matching::rule_matches(rule, a)
-            && rule
-                .get("resourceNames")
-                .and_then(Value::as_array)
-                .filter(|n| !n.is_empty())
-                .is_none_or(|names| names.iter().any(|n| n.as_str() == Some(a.name.as_str())))
+            && rule.get("resourceNames").and_then(Value::as_array).filter(|n| !n.is_empty()).is_none_or(|names| {
+                names.iter().any(|n| n.as_str() == Some(a.name.as_str()))
+            })
     };
     let rules = constraints.get("resourceRules").and_then(Value::as_array);
-    let excluded = constraints
-        .get("excludeResourceRules")
-        .and_then(Value::as_array);
+    let excluded = constraints.get("excludeResourceRules").and_then(Value::as_array);
     rules.is_some_and(|r| r.iter().any(named))
         && !excluded.is_some_and(|r| r.iter().any(named))
         && matching::namespace_selector_matches(constraints, ns_labels)
@@ -74,19 +68,9 @@ enum Params {
 }
 
 /// The binding's parameter object (`paramRef.name`, `namespace`).
-async fn params(
-    st: &ApiState,
-    policy: &Value,
-    binding: &Value,
-    warnings: &mut Vec<String>,
-) -> Params {
-    let Some(kind) = policy.pointer("/spec/paramKind").filter(|k| k.is_object()) else {
-        return Params::Found(Value::Null);
-    };
-    let pr = binding
-        .pointer("/spec/paramRef")
-        .cloned()
-        .unwrap_or(Value::Null);
+async fn params(st: &ApiState, policy: &Value, binding: &Value, warnings: &mut Vec<String>) -> Params {
+    let Some(kind) = policy.pointer("/spec/paramKind").filter(|k| k.is_object()) else { return Params::Found(Value::Null) };
+    let pr = binding.pointer("/spec/paramRef").cloned().unwrap_or(Value::Null);
     let allow = pr.get("parameterNotFoundAction").and_then(Value::as_str) == Some("Allow");
     let Some(name) = pr.get("name").and_then(Value::as_str) else {
         warnings.push(format!(
@@ -95,15 +79,10 @@ async fn params(
         ));
         return Params::Skip;
     };
-    let api_version = kind
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("v1");
+    let api_version = kind.get("apiVersion").and_then(Value::as_str).unwrap_or("v1");
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let kind_name = kind.get("kind").and_then(Value::as_str).unwrap_or("");
-    let info = registry::all()
-        .iter()
-        .find(|r| r.group == group && r.version == version && r.kind == kind_name);
+    let info = registry::all().iter().find(|r| r.group == group && r.version == version && r.kind == kind_name);
     let ns = pr.get("namespace").and_then(Value::as_str).unwrap_or("");
     let found = match info {
         Some(info) => st.cache.get(info, ns, name, Some("0")).await.ok().flatten(),
@@ -135,76 +114,39 @@ fn code_of(reason: &str) -> u16 {
 /// Upstream's denial: `admission.NewForbidden`'s message with the
 /// validation's reason and its code.
 fn deny(t: &Target, policy: &str, binding: &str, message: &str, reason: &str) -> ApiError {
-    let why = format!(
-        "ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: {message}"
-    );
-    let what = if t.group.is_empty() {
-        t.resource.clone()
-    } else {
-        format!("{}.{}", t.resource, t.group)
-    };
+    let why = format!("ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: {message}");
+    let what = if t.group.is_empty() { t.resource.clone() } else { format!("{}.{}", t.resource, t.group) };
     let full = format!("{what} {:?} is forbidden: {why}", t.name);
     let details = StatusDetails {
         name: t.name.clone(),
         group: t.group.clone(),
         kind: t.resource.clone(),
-        causes: vec![StatusCause {
-            message: why,
-            ..Default::default()
-        }],
+        causes: vec![StatusCause { message: why, ..Default::default() }],
         ..Default::default()
     };
-    Status::new(code_of(reason), reason, full)
-        .with_details(details)
-        .into()
+    Status::new(code_of(reason), reason, full).with_details(details).into()
 }
 
 /// Applies every binding to `a`; returns the `Warn` warnings (and those about
 /// what rkube could not evaluate), or the first denial.
 pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
-    let bindings: Vec<Value> = configurations(st, "validatingadmissionpolicybindings")
-        .await?
-        .into_iter()
-        .map(|(_, b)| b)
-        .collect();
+    let bindings: Vec<Value> = configurations(st, "validatingadmissionpolicybindings").await?.into_iter().map(|(_, b)| b).collect();
     if bindings.is_empty() {
         return Ok(Vec::new());
     }
-    let policies: Vec<Value> = configurations(st, "validatingadmissionpolicies")
-        .await?
-        .into_iter()
-        .map(|(_, p)| p)
-        .collect();
+    let policies: Vec<Value> = configurations(st, "validatingadmissionpolicies").await?.into_iter().map(|(_, p)| p).collect();
     let (namespace_object, ns_labels) = namespace_of(st, a).await;
-    let request = call::review(a, "")
-        .get("request")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let target = Target {
-        group: a.group.clone(),
-        resource: a.resource.clone(),
-        name: a.name.clone(),
-    };
+    let request = call::review(a, "").get("request").cloned().unwrap_or(Value::Null);
+    let target = Target { group: a.group.clone(), resource: a.resource.clone(), name: a.name.clone() };
     let mut warnings = Vec::new();
     for binding in &bindings {
-        let policy_name = binding
-            .pointer("/spec/policyName")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let Some(policy) = policies.iter().find(|p| name_of(p) == policy_name) else {
-            continue;
-        };
-        let constraints = policy
-            .pointer("/spec/matchConstraints")
-            .cloned()
-            .unwrap_or(Value::Null);
+        let policy_name = binding.pointer("/spec/policyName").and_then(Value::as_str).unwrap_or("");
+        let Some(policy) = policies.iter().find(|p| name_of(p) == policy_name) else { continue };
+        let constraints = policy.pointer("/spec/matchConstraints").cloned().unwrap_or(Value::Null);
         if !matches(&constraints, a, ns_labels.as_ref()) {
             continue;
         }
-        if let Some(extra) = binding
-            .pointer("/spec/matchResources")
-            .filter(|m| m.get("resourceRules").is_some())
-        {
+        if let Some(extra) = binding.pointer("/spec/matchResources").filter(|m| m.get("resourceRules").is_some()) {
             if !matches(extra, a, ns_labels.as_ref()) {
                 continue;
             }
@@ -217,16 +159,7 @@ pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
                 return Err(deny(&target, policy_name, name_of(binding), msg, "Invalid"));
             }
         };
-        apply(
-            policy,
-            binding,
-            a,
-            &target,
-            &request,
-            &namespace_object,
-            &params,
-            &mut warnings,
-        )?;
+        apply(policy, binding, a, &target, &request, &namespace_object, &params, &mut warnings)?;
     }
     Ok(warnings)
 }
@@ -243,10 +176,7 @@ fn apply(
     warnings: &mut Vec<String>,
 ) -> ApiResult<()> {
     let (policy_name, binding_name) = (name_of(policy), name_of(binding));
-    let fail_open = policy
-        .pointer("/spec/failurePolicy")
-        .and_then(Value::as_str)
-        == Some("Ignore");
+    let fail_open = policy.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore");
     let object = a.object.clone().unwrap_or(Value::Null);
     let old_object = a.old_object.clone().unwrap_or(Value::Null);
     let mut variables = Map::new();
@@ -261,16 +191,8 @@ fn apply(
         ]
     };
     // Variables in order; one that fails is left out (a validation using it then fails).
-    for v in policy
-        .pointer("/spec/variables")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let (Some(name), Some(expr)) = (
-            v.get("name").and_then(Value::as_str),
-            v.get("expression").and_then(Value::as_str),
-        ) else {
+    for v in policy.pointer("/spec/variables").and_then(Value::as_array).into_iter().flatten() {
+        let (Some(name), Some(expr)) = (v.get("name").and_then(Value::as_str), v.get("expression").and_then(Value::as_str)) else {
             continue;
         };
         let bound = vars(&variables);
@@ -281,31 +203,19 @@ fn apply(
     }
     let bound = vars(&variables);
     let refs: Vec<(&str, &Value)> = bound.iter().map(|(k, v)| (*k, v)).collect();
-    for c in policy
-        .pointer("/spec/matchConditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for c in policy.pointer("/spec/matchConditions").and_then(Value::as_array).into_iter().flatten() {
         let expr = c.get("expression").and_then(Value::as_str).unwrap_or("");
         match evaluate_bool(expr, &refs) {
             Outcome::Bool(true) | Outcome::Unsupported => {}
             Outcome::Bool(false) => return Ok(()),
             Outcome::Error(_) if fail_open => return Ok(()),
             Outcome::Error(e) => {
-                let msg = format!(
-                    "failed to evaluate matchCondition {:?}: {e}",
-                    c.get("name").and_then(Value::as_str).unwrap_or("")
-                );
+                let msg = format!("failed to evaluate matchCondition {:?}: {e}", c.get("name").and_then(Value::as_str).unwrap_or(""));
                 return Err(deny(target, policy_name, binding_name, &msg, "Invalid"));
             }
         }
     }
-    if policy
-        .pointer("/spec/auditAnnotations")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty())
-    {
+    if policy.pointer("/spec/auditAnnotations").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
         warnings.push(format!("ValidatingAdmissionPolicy '{policy_name}' has auditAnnotations, which rkube does not evaluate yet"));
     }
     let actions: Vec<&str> = binding
@@ -313,13 +223,7 @@ fn apply(
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    for (index, v) in policy
-        .pointer("/spec/validations")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (index, v) in policy.pointer("/spec/validations").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let expr = v.get("expression").and_then(Value::as_str).unwrap_or("");
         let (message, reason) = match evaluate_bool(expr, &refs) {
             Outcome::Bool(true) => continue,
@@ -330,10 +234,7 @@ fn apply(
                 continue;
             }
             Outcome::Error(_) if fail_open => continue,
-            Outcome::Error(e) => (
-                format!("expression '{expr}' resulted in error: {e}"),
-                "Invalid".to_string(),
-            ),
+            Outcome::Error(e) => (format!("expression '{expr}' resulted in error: {e}"), "Invalid".to_string()),
             Outcome::Bool(false) => {
                 let message = v
                     .get("message")
@@ -343,16 +244,10 @@ fn apply(
                     .map(str::to_string)
                     .or_else(|| {
                         let expr = v.get("messageExpression").and_then(Value::as_str)?;
-                        evaluate_string(expr, &refs)
-                            .map(|s| s.trim().to_string())
-                            .filter(|s| !s.is_empty())
+                        evaluate_string(expr, &refs).map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
                     })
                     .unwrap_or_else(|| format!("failed expression: {}", expr.trim()));
-                let reason = v
-                    .get("reason")
-                    .and_then(Value::as_str)
-                    .unwrap_or("Invalid")
-                    .to_string();
+                let reason = v.get("reason").and_then(Value::as_str).unwrap_or("Invalid").to_string();
                 (message, reason)
             }
         };
@@ -364,10 +259,7 @@ fn apply(
         if actions.contains(&"Audit") {
             let entry = json!([{"message": message, "policy": policy_name, "binding": binding_name,
                                 "expressionIndex": index, "validationActions": actions}]);
-            crate::filters::audit::annotate(
-                "validation.policy.admission.k8s.io/validation_failure",
-                &entry.to_string(),
-            );
+            crate::filters::audit::annotate("validation.policy.admission.k8s.io/validation_failure", &entry.to_string());
         }
         if actions.contains(&"Deny") {
             return Err(deny(target, policy_name, binding_name, &message, &reason));

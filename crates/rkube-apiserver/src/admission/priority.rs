@@ -18,16 +18,10 @@ type Resolved = (i64, Option<String>, Option<String>);
 /// and writes it into `pod`. Errors: the message of upstream's Forbidden.
 pub fn resolve(pod: &mut Value, classes: &[(String, Value)]) -> Result<(), String> {
     let spec = pod.get("spec").cloned().unwrap_or(Value::Null);
-    let asked = spec
-        .get("priorityClassName")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty());
+    let asked = spec.get("priorityClassName").and_then(Value::as_str).filter(|n| !n.is_empty());
     let (priority, class, policy): Resolved = match asked {
         Some(name) => {
-            let c = classes
-                .iter()
-                .find(|(n, _)| n == name)
-                .ok_or_else(|| format!("no PriorityClass with name {name} was found"))?;
+            let c = classes.iter().find(|(n, _)| n == name).ok_or_else(|| format!("no PriorityClass with name {name} was found"))?;
             (value_of(&c.1), Some(name.to_string()), policy_of(&c.1))
         }
         None => match default_class(classes) {
@@ -65,19 +59,13 @@ fn value_of(class: &Value) -> i64 {
 }
 
 fn policy_of(class: &Value) -> Option<String> {
-    class
-        .get("preemptionPolicy")
-        .and_then(Value::as_str)
-        .map(str::to_string)
+    class.get("preemptionPolicy").and_then(Value::as_str).map(str::to_string)
 }
 
 /// The `globalDefault` class; the lowest-valued when several are (upstream's
 /// `getDefaultPriorityClass`).
 fn default_class(classes: &[(String, Value)]) -> Option<&(String, Value)> {
-    classes
-        .iter()
-        .filter(|(_, c)| c.get("globalDefault").and_then(Value::as_bool) == Some(true))
-        .min_by_key(|(_, c)| value_of(c))
+    classes.iter().filter(|(_, c)| c.get("globalDefault").and_then(Value::as_bool) == Some(true)).min_by_key(|(_, c)| value_of(c))
 }
 
 /// Runs the plugin on the pod `name` being created, reading the
@@ -94,14 +82,8 @@ mod tests {
     fn classes() -> Vec<(String, Value)> {
         vec![
             ("high".into(), json!({"value": 1000})),
-            (
-                "never".into(),
-                json!({"value": 500, "preemptionPolicy": "Never"}),
-            ),
-            (
-                "low-default".into(),
-                json!({"value": 10, "globalDefault": true}),
-            ),
+            ("never".into(), json!({"value": 500, "preemptionPolicy": "Never"})),
+            ("low-default".into(), json!({"value": 10, "globalDefault": true})),
         ]
     }
 
@@ -109,25 +91,13 @@ mod tests {
     fn pods_get_their_class_value_or_the_global_default() {
         let mut pod = json!({"spec": {"priorityClassName": "high", "containers": []}});
         resolve(&mut pod, &classes()).unwrap();
-        assert_eq!(
-            (
-                pod["spec"]["priority"].clone(),
-                pod["spec"]["preemptionPolicy"].clone()
-            ),
-            (json!(1000), json!("PreemptLowerPriority"))
-        );
+        assert_eq!((pod["spec"]["priority"].clone(), pod["spec"]["preemptionPolicy"].clone()), (json!(1000), json!("PreemptLowerPriority")));
         let mut pod = json!({"spec": {"priorityClassName": "never"}});
         resolve(&mut pod, &classes()).unwrap();
         assert_eq!(pod["spec"]["preemptionPolicy"], "Never");
         let mut pod = json!({"spec": {}});
         resolve(&mut pod, &classes()).unwrap();
-        assert_eq!(
-            (
-                pod["spec"]["priority"].clone(),
-                pod["spec"]["priorityClassName"].clone()
-            ),
-            (json!(10), json!("low-default"))
-        );
+        assert_eq!((pod["spec"]["priority"].clone(), pod["spec"]["priorityClassName"].clone()), (json!(10), json!("low-default")));
         let mut pod = json!({"spec": {}});
         resolve(&mut pod, &[]).unwrap();
         assert_eq!(pod["spec"]["priority"], 0);
@@ -137,17 +107,10 @@ mod tests {
     #[test]
     fn unknown_classes_and_contradicting_values_are_refused() {
         let mut pod = json!({"spec": {"priorityClassName": "nope"}});
-        assert_eq!(
-            resolve(&mut pod, &classes()).unwrap_err(),
-            "no PriorityClass with name nope was found"
-        );
+        assert_eq!(resolve(&mut pod, &classes()).unwrap_err(), "no PriorityClass with name nope was found");
         let mut pod = json!({"spec": {"priorityClassName": "high", "priority": 7}});
-        assert!(resolve(&mut pod, &classes())
-            .unwrap_err()
-            .starts_with("the integer value of priority (7) must not be provided"));
+        assert!(resolve(&mut pod, &classes()).unwrap_err().starts_with("the integer value of priority (7) must not be provided"));
         let mut pod = json!({"spec": {"priorityClassName": "high", "priority": 1000, "preemptionPolicy": "Never"}});
-        assert!(resolve(&mut pod, &classes())
-            .unwrap_err()
-            .starts_with("the string value of PreemptionPolicy (Never) must not be provided"));
+        assert!(resolve(&mut pod, &classes()).unwrap_err().starts_with("the string value of PreemptionPolicy (Never) must not be provided"));
     }
 }

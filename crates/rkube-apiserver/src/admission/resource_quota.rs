@@ -28,8 +28,8 @@
 
 use std::collections::BTreeSet;
 
-use rkube_api::list_options::ListOptions;
 use rkube_api::quota::{self, ResourceList};
+use rkube_api::list_options::ListOptions;
 use rkube_api::registry::{self, ResourceInfo};
 use rkube_storage::{RangeRequest, StorageError};
 use serde_json::Value;
@@ -54,99 +54,51 @@ struct StoredQuota {
 
 impl StoredQuota {
     fn name(&self) -> &str {
-        self.obj
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
+        self.obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
     }
 }
 
 /// The namespace's quotas, from the watch cache or from storage.
-async fn read_quotas(
-    st: &ApiState,
-    quotas: &'static ResourceInfo,
-    ns: &str,
-    from_cache: bool,
-) -> ApiResult<Vec<StoredQuota>> {
+async fn read_quotas(st: &ApiState, quotas: &'static ResourceInfo, ns: &str, from_cache: bool) -> ApiResult<Vec<StoredQuota>> {
     if from_cache {
-        let opts = ListOptions {
-            resource_version: Some("0".into()),
-            ..Default::default()
-        };
-        let page = st
-            .cache
-            .list(quotas, Some(ns), &opts)
-            .await
-            .map_err(ApiError::internal)?;
+        let opts = ListOptions { resource_version: Some("0".into()), ..Default::default() };
+        let page = st.cache.list(quotas, Some(ns), &opts).await.map_err(ApiError::internal)?;
         return Ok(page
             .items
             .iter()
             .filter_map(|item| {
                 let obj = serde_json::from_slice::<Value>(&item.json).ok()?;
-                Some(StoredQuota {
-                    key: quotas.object_key(st.prefix(), ns, &item.name),
-                    revision: item.resource_version,
-                    obj,
-                })
+                Some(StoredQuota { key: quotas.object_key(st.prefix(), ns, &item.name), revision: item.resource_version, obj })
             })
             .collect());
     }
     let prefix = quotas.list_prefix(st.prefix(), Some(ns));
-    let resp = st
-        .storage
-        .range(RangeRequest::prefix(&prefix))
-        .await
-        .map_err(|e| ApiError::from_storage(e, quotas, ""))?;
+    let resp = st.storage.range(RangeRequest::prefix(&prefix)).await.map_err(|e| ApiError::from_storage(e, quotas, ""))?;
     resp.kvs
         .iter()
         .map(|kv| {
-            let obj = decode_stored(&kv.key, &kv.value, kv.mod_revision)
-                .map_err(|e| ApiError::from_storage(e, quotas, ""))?;
-            Ok(StoredQuota {
-                key: kv.key.clone(),
-                revision: kv.mod_revision,
-                obj,
-            })
+            let obj = decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, quotas, ""))?;
+            Ok(StoredQuota { key: kv.key.clone(), revision: kv.mod_revision, obj })
         })
         .collect()
 }
 
 /// The new `status.used` of each quota that `obj` is charged to, or the
 /// 403 that refuses it (upstream `checkRequest`).
-fn check(
-    info: &ResourceInfo,
-    name: &str,
-    obj: &Value,
-    old: Option<&Value>,
-    quotas: &[StoredQuota],
-) -> ApiResult<Vec<(usize, ResourceList)>> {
+fn check(info: &ResourceInfo, name: &str, obj: &Value, old: Option<&Value>, quotas: &[StoredQuota]) -> ApiResult<Vec<(usize, ResourceList)>> {
     let mut interesting = Vec::new();
     for (i, q) in quotas.iter().enumerate() {
-        let Some(restricted) = quota::quota_matches(&q.obj, info.group, info.resource, obj) else {
-            continue;
-        };
+        let Some(restricted) = quota::quota_matches(&q.obj, info.group, info.resource, obj) else { continue };
         if info.group.is_empty() && info.resource == "pods" {
             if let Err(e) = quota::pods::constraints(&restricted, obj) {
-                return Err(forbidden(
-                    info,
-                    name,
-                    format!("failed quota: {}: {e}", q.name()),
-                ));
+                return Err(forbidden(info, name, format!("failed quota: {}: {e}", q.name())));
             }
         }
         let used = quota::parse_list(q.obj.pointer("/status/used"));
         if restricted.iter().any(|r| !used.contains_key(r)) {
             let names: BTreeSet<&String> = restricted.iter().collect();
             let names: Vec<&str> = names.into_iter().map(String::as_str).collect();
-            return Err(forbidden(
-                info,
-                name,
-                format!(
-                    "status unknown for quota: {}, resources: {}",
-                    q.name(),
-                    names.join(",")
-                ),
-            ));
+            return Err(forbidden(info, name, format!("status unknown for quota: {}, resources: {}", q.name(), names.join(","))));
         }
         interesting.push(i);
     }
@@ -157,14 +109,7 @@ fn check(
     let negative = quota::negative(&delta);
     if !negative.is_empty() {
         let names: Vec<&str> = negative.iter().map(String::as_str).collect();
-        return Err(forbidden(
-            info,
-            name,
-            format!(
-                "quota usage is negative for resource(s): {}",
-                names.join(",")
-            ),
-        ));
+        return Err(forbidden(info, name, format!("quota usage is negative for resource(s): {}", names.join(","))));
     }
     let delta = match old {
         Some(old) => quota::subtract(&delta, &quota::usage(info.group, info.resource, old)),
@@ -211,23 +156,11 @@ fn check(
 /// `dry_run`, charges it to them. Errors: 403 as the module docs say; a
 /// storage error reading or writing quotas; 409 when quota writes keep
 /// conflicting.
-pub async fn admit(
-    st: &ApiState,
-    info: &ResourceInfo,
-    ns: &str,
-    name: &str,
-    obj: &Value,
-    old: Option<&Value>,
-    dry_run: bool,
-) -> ApiResult<()> {
-    if ns.is_empty()
-        || !info.namespaced
-        || (old.is_some() && !quota::charges_updates(info.group, info.resource))
-    {
+pub async fn admit(st: &ApiState, info: &ResourceInfo, ns: &str, name: &str, obj: &Value, old: Option<&Value>, dry_run: bool) -> ApiResult<()> {
+    if ns.is_empty() || !info.namespaced || (old.is_some() && !quota::charges_updates(info.group, info.resource)) {
         return Ok(());
     }
-    let quotas_info = registry::lookup("", "v1", "resourcequotas")
-        .ok_or_else(|| ApiError::internal("resourcequotas are not served"))?;
+    let quotas_info = registry::lookup("", "v1", "resourcequotas").ok_or_else(|| ApiError::internal("resourcequotas are not served"))?;
     let mut charged: BTreeSet<String> = BTreeSet::new();
     let mut last_conflict = None;
     // The cache answers the common case (no quota in the namespace) without
@@ -247,10 +180,7 @@ pub async fn admit(
         for (i, used) in updates {
             let q = &quotas[i];
             let mut updated = q.obj.clone();
-            if let Some(status) = updated.as_object_mut().map(|m| {
-                m.entry("status")
-                    .or_insert_with(|| Value::Object(Default::default()))
-            }) {
+            if let Some(status) = updated.as_object_mut().map(|m| m.entry("status").or_insert_with(|| Value::Object(Default::default()))) {
                 if let Some(status) = status.as_object_mut() {
                     status.insert("used".into(), quota::list_to_json(&used));
                 }
@@ -271,6 +201,5 @@ pub async fn admit(
             return Ok(());
         }
     }
-    Err(last_conflict
-        .unwrap_or_else(|| ApiError::internal("resource quota updates kept conflicting")))
+    Err(last_conflict.unwrap_or_else(|| ApiError::internal("resource quota updates kept conflicting")))
 }

@@ -83,24 +83,14 @@ pub fn token_volume(name: &str) -> Value {
 }
 
 async fn lookup(st: &ApiState, ns: &str, name: &str) -> ApiResult<Option<Value>> {
-    let info = registry::lookup("", "v1", "serviceaccounts")
-        .ok_or_else(|| ApiError::internal("serviceaccounts are not served"))?;
+    let info = registry::lookup("", "v1", "serviceaccounts").ok_or_else(|| ApiError::internal("serviceaccounts are not served"))?;
     let key = info.object_key(st.prefix(), ns, name);
-    let attempts = if name == DEFAULT_SERVICE_ACCOUNT {
-        DEFAULT_LOOKUPS
-    } else {
-        1
-    };
+    let attempts = if name == DEFAULT_SERVICE_ACCOUNT { DEFAULT_LOOKUPS } else { 1 };
     for attempt in 0..attempts {
         if attempt > 0 {
             tokio::time::sleep(LOOKUP_INTERVAL).await;
         }
-        if let Some(kv) = st
-            .storage
-            .get(&key)
-            .await
-            .map_err(|e| ApiError::from_storage(e, info, name))?
-        {
+        if let Some(kv) = st.storage.get(&key).await.map_err(|e| ApiError::from_storage(e, info, name))? {
             return crate::source::decode_stored(&kv.key, &kv.value, kv.mod_revision)
                 .map(Some)
                 .map_err(|e| ApiError::from_storage(e, info, name));
@@ -110,66 +100,29 @@ async fn lookup(st: &ApiState, ns: &str, name: &str) -> ApiResult<Option<Value>>
 }
 
 fn mounts_token_path(container: &Value) -> bool {
-    container
-        .get("volumeMounts")
-        .and_then(Value::as_array)
-        .is_some_and(|ms| {
-            ms.iter().any(|m| {
-                m.get("mountPath")
-                    .and_then(Value::as_str)
-                    .map(|p| p.trim_end_matches('/'))
-                    == Some(TOKEN_MOUNT_PATH)
-            })
-        })
+    container.get("volumeMounts").and_then(Value::as_array).is_some_and(|ms| {
+        ms.iter().any(|m| m.get("mountPath").and_then(Value::as_str).map(|p| p.trim_end_matches('/')) == Some(TOKEN_MOUNT_PATH))
+    })
 }
 
 /// Admits the pod `pod` being created in `ns` (see the module docs).
 pub async fn admit_pod(st: &ApiState, ns: &str, pod: &mut Value) -> ApiResult<()> {
-    let pod_name = pod
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let spec_sa = pod
-        .pointer("/spec/serviceAccountName")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    if pod
-        .pointer(&format!(
-            "/metadata/annotations/{}",
-            MIRROR_ANNOTATION.replace('/', "~1")
-        ))
-        .is_some()
-    {
+    let pod_name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let spec_sa = pod.pointer("/spec/serviceAccountName").and_then(Value::as_str).unwrap_or("").to_string();
+    if pod.pointer(&format!("/metadata/annotations/{}", MIRROR_ANNOTATION.replace('/', "~1"))).is_some() {
         let projected = pod
             .pointer("/spec/volumes")
             .and_then(Value::as_array)
-            .is_some_and(|vs| {
-                vs.iter().any(|v| {
-                    v.pointer("/projected/sources")
-                        .is_some_and(|s| s.to_string().contains("serviceAccountToken"))
-                })
-            });
+            .is_some_and(|vs| vs.iter().any(|v| v.pointer("/projected/sources").is_some_and(|s| s.to_string().contains("serviceAccountToken"))));
         if !spec_sa.is_empty() {
-            return Err(forbidden(
-                &pod_name,
-                "a mirror pod may not reference service accounts".into(),
-            ));
+            return Err(forbidden(&pod_name, "a mirror pod may not reference service accounts".into()));
         }
         if projected {
-            return Err(forbidden(
-                &pod_name,
-                "a mirror pod may not use ServiceAccountToken volume projections".into(),
-            ));
+            return Err(forbidden(&pod_name, "a mirror pod may not use ServiceAccountToken volume projections".into()));
         }
         return Ok(());
     }
-    let sa_name = if spec_sa.is_empty() {
-        DEFAULT_SERVICE_ACCOUNT.to_string()
-    } else {
-        spec_sa
-    };
+    let sa_name = if spec_sa.is_empty() { DEFAULT_SERVICE_ACCOUNT.to_string() } else { spec_sa };
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
         return Ok(());
     };
@@ -184,28 +137,17 @@ pub async fn admit_pod(st: &ApiState, ns: &str, pod: &mut Value) -> ApiResult<()
     let automount = spec
         .get("automountServiceAccountToken")
         .and_then(Value::as_bool)
-        .or_else(|| {
-            sa.get("automountServiceAccountToken")
-                .and_then(Value::as_bool)
-        })
+        .or_else(|| sa.get("automountServiceAccountToken").and_then(Value::as_bool))
         .unwrap_or(true);
     if automount {
         let needs_mount = |key: &str, spec: &serde_json::Map<String, Value>| {
-            spec.get(key)
-                .and_then(Value::as_array)
-                .is_some_and(|cs| cs.iter().any(|c| !mounts_token_path(c)))
+            spec.get(key).and_then(Value::as_array).is_some_and(|cs| cs.iter().any(|c| !mounts_token_path(c)))
         };
         if needs_mount("containers", spec) || needs_mount("initContainers", spec) {
             let existing = spec
                 .get("volumes")
                 .and_then(Value::as_array)
-                .and_then(|vs| {
-                    vs.iter().find_map(|v| {
-                        v.get("name")
-                            .and_then(Value::as_str)
-                            .filter(|n| n.starts_with(VOLUME_PREFIX))
-                    })
-                })
+                .and_then(|vs| vs.iter().find_map(|v| v.get("name").and_then(Value::as_str).filter(|n| n.starts_with(VOLUME_PREFIX))))
                 .map(str::to_string);
             let volume = match existing {
                 Some(name) => name,
@@ -219,17 +161,11 @@ pub async fn admit_pod(st: &ApiState, ns: &str, pod: &mut Value) -> ApiResult<()
                 }
             };
             for key in ["initContainers", "containers"] {
-                for c in spec
-                    .get_mut(key)
-                    .and_then(Value::as_array_mut)
-                    .into_iter()
-                    .flatten()
-                {
+                for c in spec.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten() {
                     if mounts_token_path(c) {
                         continue;
                     }
-                    let mount =
-                        json!({"name": volume, "readOnly": true, "mountPath": TOKEN_MOUNT_PATH});
+                    let mount = json!({"name": volume, "readOnly": true, "mountPath": TOKEN_MOUNT_PATH});
                     match c.get_mut("volumeMounts").and_then(Value::as_array_mut) {
                         Some(ms) => ms.push(mount),
                         None => c["volumeMounts"] = json!([mount]),
@@ -238,16 +174,9 @@ pub async fn admit_pod(st: &ApiState, ns: &str, pod: &mut Value) -> ApiResult<()
             }
         }
     }
-    let has_pull_secrets = spec
-        .get("imagePullSecrets")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty());
+    let has_pull_secrets = spec.get("imagePullSecrets").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
     if !has_pull_secrets {
-        if let Some(secrets) = sa
-            .get("imagePullSecrets")
-            .and_then(Value::as_array)
-            .filter(|a| !a.is_empty())
-        {
+        if let Some(secrets) = sa.get("imagePullSecrets").and_then(Value::as_array).filter(|a| !a.is_empty()) {
             spec.insert("imagePullSecrets".into(), Value::Array(secrets.clone()));
         }
     }
@@ -262,25 +191,16 @@ mod tests {
     fn volume_names_have_five_character_suffixes() {
         let a = suffix();
         assert_eq!(a.len(), 5);
-        assert!(a
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+        assert!(a.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
         let v = token_volume("kube-api-access-abcde");
-        assert_eq!(
-            v["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"],
-            3607
-        );
+        assert_eq!(v["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"], 3607);
         assert_eq!(v["projected"]["defaultMode"], 420);
     }
 
     #[test]
     fn a_mount_at_the_token_path_is_recognised() {
-        assert!(mounts_token_path(
-            &json!({"volumeMounts": [{"name": "x", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount/"}]})
-        ));
-        assert!(!mounts_token_path(
-            &json!({"volumeMounts": [{"name": "x", "mountPath": "/data"}]})
-        ));
+        assert!(mounts_token_path(&json!({"volumeMounts": [{"name": "x", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount/"}]})));
+        assert!(!mounts_token_path(&json!({"volumeMounts": [{"name": "x", "mountPath": "/data"}]})));
         assert!(!mounts_token_path(&json!({"name": "c"})));
     }
 }

@@ -6,10 +6,7 @@ use clap::Parser;
 
 /// `apiserver [FLAGS]`: see `rkube apiserver --help`.
 #[derive(Parser, Debug)]
-#[command(
-    name = "apiserver",
-    about = "rkube's Kubernetes API server (test entry point)"
-)]
+#[command(name = "apiserver", about = "rkube's Kubernetes API server (test entry point)")]
 struct Cli {
     #[command(flatten)]
     args: rkube_apiserver::cli::ApiserverArgs,

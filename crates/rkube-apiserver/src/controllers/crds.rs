@@ -88,10 +88,7 @@ pub async fn start(st: &ApiState) {
         served: Arc::new(tokio::sync::Mutex::new(Served::default())),
         retry_pending: Arc::new(std::sync::atomic::AtomicBool::new(false)),
     };
-    if tokio::time::timeout(Duration::from_secs(10), c.reconcile_all())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(Duration::from_secs(10), c.reconcile_all()).await.is_err() {
         tracing::warn!("CustomResourceDefinitions are not served yet: storage did not answer; retrying in the background");
     }
     let stop = st.shutdown.subscribe();
@@ -127,35 +124,18 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
 }
 
 fn strs_at(v: &Value, pointer: &str) -> Vec<String> {
-    v.pointer(pointer)
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(str::to_string)
-        .collect()
+    v.pointer(pointer).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect()
 }
 
 /// The condition `type` of a CRD.
 fn condition<'a>(crd: &'a Value, ty: &str) -> Option<&'a Value> {
-    crd.pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))
+    crd.pointer("/status/conditions")?.as_array()?.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(ty))
 }
 
 /// A condition, keeping `lastTransitionTime` of `old` when the status did not change.
-fn make_condition(
-    old: Option<&Value>,
-    ty: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-) -> Value {
+fn make_condition(old: Option<&Value>, ty: &str, status: &str, reason: &str, message: &str) -> Value {
     let since = match old {
-        Some(o) if o.get("status").and_then(Value::as_str) == Some(status) => {
-            o.get("lastTransitionTime").cloned()
-        }
+        Some(o) if o.get("status").and_then(Value::as_str) == Some(status) => o.get("lastTransitionTime").cloned(),
         _ => None,
     };
     json!({
@@ -170,36 +150,16 @@ fn make_condition(
 /// The names accepted and the `NamesAccepted` condition's `(status, reason,
 /// message)` of `crd` among `others` (every other CRD), as upstream's naming
 /// controller decides them.
-fn names_and_condition(
-    crd: &Value,
-    others: &[&Value],
-) -> (Value, (&'static str, &'static str, String)) {
+fn names_and_condition(crd: &Value, others: &[&Value]) -> (Value, (&'static str, &'static str, String)) {
     let group = str_at(crd, "/spec/group");
-    let same_group: Vec<&Value> = others
-        .iter()
-        .copied()
-        .filter(|o| str_at(o, "/spec/group") == group)
-        .collect();
+    let same_group: Vec<&Value> = others.iter().copied().filter(|o| str_at(o, "/spec/group") == group).collect();
     let mut taken_resources: Vec<String> = Vec::new();
     let mut taken_kinds: Vec<String> = Vec::new();
     for o in &same_group {
-        let names = o
-            .pointer("/status/acceptedNames")
-            .cloned()
-            .unwrap_or(Value::Null);
-        taken_resources.extend(
-            ["/plural", "/singular"]
-                .iter()
-                .map(|p| str_at(&names, p).to_string())
-                .filter(|s| !s.is_empty()),
-        );
+        let names = o.pointer("/status/acceptedNames").cloned().unwrap_or(Value::Null);
+        taken_resources.extend(["/plural", "/singular"].iter().map(|p| str_at(&names, p).to_string()).filter(|s| !s.is_empty()));
         taken_resources.extend(strs_at(&names, "/shortNames"));
-        taken_kinds.extend(
-            ["/kind", "/listKind"]
-                .iter()
-                .map(|p| str_at(&names, p).to_string())
-                .filter(|s| !s.is_empty()),
-        );
+        taken_kinds.extend(["/kind", "/listKind"].iter().map(|p| str_at(&names, p).to_string()).filter(|s| !s.is_empty()));
     }
     for r in registry::all().iter().filter(|r| r.group == group) {
         taken_resources.push(r.resource.to_string());
@@ -208,22 +168,13 @@ fn names_and_condition(
     }
     let requested = crd.pointer("/spec/names").cloned().unwrap_or(Value::Null);
     let in_use = |what: &str| format!("{what:?} is already in use");
-    let conflict = if let Some(p) =
-        Some(str_at(&requested, "/plural")).filter(|p| taken_resources.iter().any(|t| t == p))
-    {
+    let conflict = if let Some(p) = Some(str_at(&requested, "/plural")).filter(|p| taken_resources.iter().any(|t| t == p)) {
         Some(("PluralConflict", in_use(p)))
-    } else if let Some(s) = Some(str_at(&requested, "/singular"))
-        .filter(|s| !s.is_empty() && taken_resources.iter().any(|t| t == s))
-    {
+    } else if let Some(s) = Some(str_at(&requested, "/singular")).filter(|s| !s.is_empty() && taken_resources.iter().any(|t| t == s)) {
         Some(("SingularConflict", in_use(s)))
-    } else if let Some(s) = strs_at(&requested, "/shortNames")
-        .into_iter()
-        .find(|s| taken_resources.contains(s))
-    {
+    } else if let Some(s) = strs_at(&requested, "/shortNames").into_iter().find(|s| taken_resources.contains(s)) {
         Some(("ShortNamesConflict", in_use(&s)))
-    } else if let Some(k) =
-        Some(str_at(&requested, "/kind")).filter(|k| taken_kinds.iter().any(|t| t == k))
-    {
+    } else if let Some(k) = Some(str_at(&requested, "/kind")).filter(|k| taken_kinds.iter().any(|t| t == k)) {
         Some(("KindConflict", in_use(k)))
     } else {
         Some(str_at(&requested, "/listKind"))
@@ -231,15 +182,9 @@ fn names_and_condition(
             .map(|k| ("ListKindConflict", in_use(k)))
     };
     match conflict {
-        None => (
-            requested,
-            ("True", "NoConflicts", "no conflicts found".to_string()),
-        ),
+        None => (requested, ("True", "NoConflicts", "no conflicts found".to_string())),
         Some((reason, message)) => {
-            let old = crd
-                .pointer("/status/acceptedNames")
-                .cloned()
-                .unwrap_or_else(|| json!({"plural": "", "kind": ""}));
+            let old = crd.pointer("/status/acceptedNames").cloned().unwrap_or_else(|| json!({"plural": "", "kind": ""}));
             (old, ("False", reason, message))
         }
     }
@@ -248,32 +193,12 @@ fn names_and_condition(
 /// The status `crd` should have among `others`.
 fn desired_status(crd: &Value, others: &[&Value]) -> Value {
     let (accepted, (ns, reason, message)) = names_and_condition(crd, others);
-    let names_accepted = make_condition(
-        condition(crd, "NamesAccepted"),
-        "NamesAccepted",
-        ns,
-        reason,
-        &message,
-    );
+    let names_accepted = make_condition(condition(crd, "NamesAccepted"), "NamesAccepted", ns, reason, &message);
     let old_established = condition(crd, "Established");
-    let established = if ns == "True"
-        || old_established.is_some_and(|c| c.get("status").and_then(Value::as_str) == Some("True"))
-    {
-        make_condition(
-            old_established,
-            "Established",
-            "True",
-            "InitialNamesAccepted",
-            "the initial names have been accepted",
-        )
+    let established = if ns == "True" || old_established.is_some_and(|c| c.get("status").and_then(Value::as_str) == Some("True")) {
+        make_condition(old_established, "Established", "True", "InitialNamesAccepted", "the initial names have been accepted")
     } else {
-        make_condition(
-            old_established,
-            "Established",
-            "False",
-            "NotAccepted",
-            "not all names are accepted",
-        )
+        make_condition(old_established, "Established", "False", "NotAccepted", "not all names are accepted")
     };
     let mut conditions = vec![names_accepted, established];
     if let Some(t) = condition(crd, "Terminating") {
@@ -281,11 +206,7 @@ fn desired_status(crd: &Value, others: &[&Value]) -> Value {
     }
     let mut stored = strs_at(crd, "/status/storedVersions");
     let versions = crd.pointer("/spec/versions").and_then(Value::as_array);
-    if let Some(v) = versions
-        .into_iter()
-        .flatten()
-        .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
-    {
+    if let Some(v) = versions.into_iter().flatten().find(|v| v.get("storage").and_then(Value::as_bool) == Some(true)) {
         let name = str_at(v, "/name").to_string();
         if !name.is_empty() && !stored.contains(&name) {
             stored.push(name);
@@ -313,17 +234,9 @@ impl CrdController {
     /// One pass over every CRD; returns the storage revision read.
     async fn reconcile_all(&self) -> Result<i64, String> {
         let mut served = self.served.lock().await;
-        let resp = self
-            .st
-            .storage
-            .range(RangeRequest::prefix(&self.crd_dir()))
-            .await
-            .map_err(|e| e.to_string())?;
-        let crds: Vec<(KeyValue, Value)> = resp
-            .kvs
-            .into_iter()
-            .filter_map(|kv| serde_json::from_slice(&kv.value).ok().map(|v| (kv, v)))
-            .collect();
+        let resp = self.st.storage.range(RangeRequest::prefix(&self.crd_dir())).await.map_err(|e| e.to_string())?;
+        let crds: Vec<(KeyValue, Value)> =
+            resp.kvs.into_iter().filter_map(|kv| serde_json::from_slice(&kv.value).ok().map(|v| (kv, v))).collect();
         let mut seen = Vec::new();
         for (i, (kv, crd)) in crds.iter().enumerate() {
             let name = crate::object::name(crd).to_string();
@@ -333,12 +246,7 @@ impl CrdController {
                 continue;
             }
             // Names are checked against CRDs earlier in the pass as they are now.
-            let others: Vec<&Value> = crds
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, (_, c))| c)
-                .collect();
+            let others: Vec<&Value> = crds.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, (_, c))| c).collect();
             let status = desired_status(crd, &others);
             let mut current = crd.clone();
             current["status"] = status;
@@ -347,21 +255,14 @@ impl CrdController {
             if apiextensions::crd::is_established(&current) {
                 self.serve(&mut served, &name, &current).await;
             }
-            if comparable(&current["status"])
-                != comparable(crd.get("status").unwrap_or(&Value::Null))
-            {
+            if comparable(&current["status"]) != comparable(crd.get("status").unwrap_or(&Value::Null)) {
                 if let Err(e) = self.write(kv, &current).await {
                     // Another writer got in between: its event brings us back.
                     tracing::debug!(crd = %name, error = %e, "writing CRD status");
                 }
             }
         }
-        let gone: Vec<String> = served
-            .by_crd
-            .keys()
-            .filter(|n| !seen.contains(n))
-            .cloned()
-            .collect();
+        let gone: Vec<String> = served.by_crd.keys().filter(|n| !seen.contains(n)).cloned().collect();
         for name in gone {
             unregister(&mut served, &name);
         }
@@ -369,38 +270,20 @@ impl CrdController {
     }
 
     async fn write(&self, kv: &KeyValue, obj: &Value) -> Result<(), StorageError> {
-        let bytes = crate::handlers::encode_for_storage(obj)
-            .map_err(|e| StorageError::Internal(e.0.message.clone()))?;
-        self.st
-            .storage
-            .update(&kv.key, bytes, kv.mod_revision)
-            .await
-            .map(|_| ())
+        let bytes = crate::handlers::encode_for_storage(obj).map_err(|e| StorageError::Internal(e.0.message.clone()))?;
+        self.st.storage.update(&kv.key, bytes, kv.mod_revision).await.map(|_| ())
     }
 
     /// Registers the rows of an established CRD (when its spec or accepted
     /// names changed since the last time) and their watch caches.
     async fn serve(&self, served: &mut Served, name: &str, crd: &Value) {
-        let fingerprint =
-            json!({"spec": crd.get("spec"), "names": crd.pointer("/status/acceptedNames")});
-        if served
-            .by_crd
-            .get(name)
-            .is_some_and(|(f, _)| *f == fingerprint)
-        {
+        let fingerprint = json!({"spec": crd.get("spec"), "names": crd.pointer("/status/acceptedNames")});
+        if served.by_crd.get(name).is_some_and(|(f, _)| *f == fingerprint) {
             return;
         }
         let rows = apiextensions::rows_for(crd);
-        let keys: Vec<RowKey> = rows
-            .iter()
-            .map(|r| {
-                (
-                    r.group.to_string(),
-                    r.version.to_string(),
-                    r.resource.to_string(),
-                )
-            })
-            .collect();
+        let keys: Vec<RowKey> =
+            rows.iter().map(|r| (r.group.to_string(), r.version.to_string(), r.resource.to_string())).collect();
         if let Some((_, old)) = served.by_crd.get(name) {
             for (g, v, r) in old.iter().filter(|k| !keys.contains(k)) {
                 registry::unregister(g, v, r);
@@ -412,10 +295,7 @@ impl CrdController {
                     let entry = self.st.cache.add_resource(row);
                     if entry.enabled() {
                         let mut ready = entry.cacher.subscribe_ready();
-                        if tokio::time::timeout(CACHE_READY_WAIT, ready.wait_for(|s| s.is_ready()))
-                            .await
-                            .is_err()
-                        {
+                        if tokio::time::timeout(CACHE_READY_WAIT, ready.wait_for(|s| s.is_ready())).await.is_err() {
                             tracing::warn!(crd = %name, "the watch cache of a custom resource is not ready yet");
                         }
                     }
@@ -430,9 +310,7 @@ impl CrdController {
     /// left, stops serving them and removes the cleanup finalizer.
     async fn finalize(&self, served: &mut Served, kv: &KeyValue, crd: &Value) {
         let name = crate::object::name(crd).to_string();
-        let has_finalizer = strs_at(crd, "/metadata/finalizers")
-            .iter()
-            .any(|f| f == CLEANUP_FINALIZER);
+        let has_finalizer = strs_at(crd, "/metadata/finalizers").iter().any(|f| f == CLEANUP_FINALIZER);
         if !has_finalizer {
             unregister(served, &name);
             return;
@@ -441,20 +319,10 @@ impl CrdController {
         // `Terminating=True`, `InstanceDeletionInProgress`).
         let mut kv = kv.clone();
         let mut crd = crd.clone();
-        let in_progress = condition(&crd, "Terminating").is_some_and(|c| {
-            c.get("reason").and_then(Value::as_str) == Some("InstanceDeletionInProgress")
-        });
+        let in_progress = condition(&crd, "Terminating").is_some_and(|c| c.get("reason").and_then(Value::as_str) == Some("InstanceDeletionInProgress"));
         if !in_progress {
-            let terminating = make_condition(
-                None,
-                "Terminating",
-                "True",
-                "InstanceDeletionInProgress",
-                "CustomResource deletion is in progress",
-            );
-            let conds = crd["status"]
-                .as_object_mut()
-                .map(|st| st.entry("conditions").or_insert_with(|| json!([])));
+            let terminating = make_condition(None, "Terminating", "True", "InstanceDeletionInProgress", "CustomResource deletion is in progress");
+            let conds = crd["status"].as_object_mut().map(|st| st.entry("conditions").or_insert_with(|| json!([])));
             if let Some(list) = conds.and_then(Value::as_array_mut) {
                 list.retain(|c| c.get("type").and_then(Value::as_str) != Some("Terminating"));
                 list.push(terminating);
@@ -477,10 +345,7 @@ impl CrdController {
         let remaining = if group.is_empty() || plural.is_empty() {
             0
         } else {
-            let dir = format!(
-                "{}/{group}/{plural}/",
-                self.st.prefix().trim_end_matches('/')
-            );
+            let dir = format!("{}/{group}/{plural}/", self.st.prefix().trim_end_matches('/'));
             match self.delete_all(&dir).await {
                 Ok(n) => n,
                 Err(e) => {
@@ -495,18 +360,11 @@ impl CrdController {
         }
         unregister(served, &name);
         let mut done = crd.clone();
-        if let Some(list) = done
-            .pointer_mut("/metadata/finalizers")
-            .and_then(Value::as_array_mut)
-        {
+        if let Some(list) = done.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
             list.retain(|f| f.as_str() != Some(CLEANUP_FINALIZER));
         }
         let result = if strs_at(&done, "/metadata/finalizers").is_empty() {
-            self.st
-                .storage
-                .delete(&kv.key, Some(kv.mod_revision))
-                .await
-                .map(|_| ())
+            self.st.storage.delete(&kv.key, Some(kv.mod_revision)).await.map(|_| ())
         } else {
             self.write(kv, &done).await
         };
@@ -522,10 +380,7 @@ impl CrdController {
         let mut left = 0;
         for kv in resp.kvs {
             let Ok(mut obj) = serde_json::from_slice::<Value>(&kv.value) else {
-                self.st
-                    .storage
-                    .delete(&kv.key, Some(kv.mod_revision))
-                    .await?;
+                self.st.storage.delete(&kv.key, Some(kv.mod_revision)).await?;
                 continue;
             };
             if strs_at(&obj, "/metadata/finalizers").is_empty() {
@@ -538,16 +393,10 @@ impl CrdController {
             }
             left += 1;
             if !crate::object::is_terminating(&obj) {
-                crate::object::set_meta(
-                    &mut obj,
-                    "deletionTimestamp",
-                    json!(rkube_api::time::now_rfc3339()),
-                );
+                crate::object::set_meta(&mut obj, "deletionTimestamp", json!(rkube_api::time::now_rfc3339()));
                 crate::object::set_meta(&mut obj, "deletionGracePeriodSeconds", json!(0));
                 match self.write(&kv, &obj).await {
-                    Ok(())
-                    | Err(StorageError::Conflict { .. })
-                    | Err(StorageError::NotFound { .. }) => {}
+                    Ok(()) | Err(StorageError::Conflict { .. }) | Err(StorageError::NotFound { .. }) => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -587,23 +436,11 @@ impl CrdController {
 /// CRD is being deleted: 405 `MethodNotAllowed`, `create not allowed while
 /// custom resource definition is terminating`. `Ok` when the CRD is not
 /// terminating (or cannot be read: storage errors surface on the write).
-pub async fn refuse_create_while_terminating(
-    st: &ApiState,
-    info: &registry::ResourceInfo,
-) -> crate::error::ApiResult<()> {
-    let Some(custom) = info.custom else {
-        return Ok(());
-    };
-    let key = format!(
-        "{}/{CRD_PREFIX}{}",
-        st.prefix().trim_end_matches('/'),
-        custom.crd_name
-    );
-    let Ok(Some(kv)) = st.storage.get(&key).await else {
-        return Ok(());
-    };
-    let terminating = serde_json::from_slice::<Value>(&kv.value)
-        .is_ok_and(|crd| crate::object::is_terminating(&crd));
+pub async fn refuse_create_while_terminating(st: &ApiState, info: &registry::ResourceInfo) -> crate::error::ApiResult<()> {
+    let Some(custom) = info.custom else { return Ok(()) };
+    let key = format!("{}/{CRD_PREFIX}{}", st.prefix().trim_end_matches('/'), custom.crd_name);
+    let Ok(Some(kv)) = st.storage.get(&key).await else { return Ok(()) };
+    let terminating = serde_json::from_slice::<Value>(&kv.value).is_ok_and(|crd| crate::object::is_terminating(&crd));
     if !terminating {
         return Ok(());
     }
@@ -612,9 +449,7 @@ pub async fn refuse_create_while_terminating(
         kind: info.resource.to_string(),
         ..Default::default()
     };
-    let status = rkube_api::status::Status::method_not_allowed(
-        "create not allowed while custom resource definition is terminating",
-    );
+    let status = rkube_api::status::Status::method_not_allowed("create not allowed while custom resource definition is terminating");
     Err(status.with_details(details).into())
 }
 
@@ -654,10 +489,7 @@ mod tests {
         let status = desired_status(&crd("widgets.example.com", "widgets", "Widget"), &[&other]);
         assert_eq!(status["conditions"][0]["status"], "False");
         assert_eq!(status["conditions"][0]["reason"], "KindConflict");
-        assert_eq!(
-            status["conditions"][0]["message"],
-            "\"Widget\" is already in use"
-        );
+        assert_eq!(status["conditions"][0]["message"], "\"Widget\" is already in use");
         assert_eq!(status["conditions"][1]["status"], "False");
         assert_eq!(status["conditions"][1]["reason"], "NotAccepted");
     }

@@ -46,10 +46,7 @@ pub async fn run_watching<P, PF, E, EF>(
     E: Fn(Vec<Event>) -> EF,
     EF: Future<Output = ()>,
 {
-    let mut backoff = rkube_cache::backoff::Backoff::new(
-        std::time::Duration::from_millis(200),
-        std::time::Duration::from_secs(30),
-    );
+    let mut backoff = rkube_cache::backoff::Backoff::new(std::time::Duration::from_millis(200), std::time::Duration::from_secs(30));
     let base = etcd_prefix.trim_end_matches('/').to_string();
     'outer: loop {
         if *stop.borrow() {
@@ -114,13 +111,7 @@ mod tests {
 
     #[test]
     fn namespaced_keys_split_into_namespace_and_name() {
-        assert_eq!(
-            namespaced_key("/registry/secrets/dev/tok", "/registry/secrets/"),
-            Some(("dev", "tok"))
-        );
-        assert_eq!(
-            namespaced_key("/registry/configmaps/dev/x", "/registry/secrets/"),
-            None
-        );
+        assert_eq!(namespaced_key("/registry/secrets/dev/tok", "/registry/secrets/"), Some(("dev", "tok")));
+        assert_eq!(namespaced_key("/registry/configmaps/dev/x", "/registry/secrets/"), None);
     }
 }

@@ -46,11 +46,7 @@ pub async fn run(st: ApiState, root_ca: Option<String>, stop: tokio::sync::watch
 
 async fn full_pass(st: &ApiState, root_ca: Option<&str>) -> Result<i64, String> {
     let dir = format!("{}/namespaces/", st.prefix().trim_end_matches('/'));
-    let resp = st
-        .storage
-        .range(RangeRequest::prefix(&dir))
-        .await
-        .map_err(|e| e.to_string())?;
+    let resp = st.storage.range(RangeRequest::prefix(&dir)).await.map_err(|e| e.to_string())?;
     for kv in &resp.kvs {
         if let Some(ns) = kv.key.strip_prefix(&dir) {
             ensure(st, ns, root_ca).await;
@@ -66,8 +62,7 @@ async fn on_event(st: &ApiState, root_ca: Option<&str>, ev: Event) {
         if ev.kind == EventKind::Put {
             ensure(st, ns, root_ca).await;
         }
-    } else if let Some((ns, name)) = super::namespaced_key(key, &format!("{base}/serviceaccounts/"))
-    {
+    } else if let Some((ns, name)) = super::namespaced_key(key, &format!("{base}/serviceaccounts/")) {
         if ev.kind == EventKind::Delete && name == DEFAULT_SERVICE_ACCOUNT {
             ensure(st, ns, root_ca).await;
         }
@@ -80,12 +75,9 @@ async fn on_event(st: &ApiState, root_ca: Option<&str>, ev: Event) {
 
 /// Whether namespace `ns` exists and is not terminating.
 async fn active(st: &ApiState, ns: &str) -> bool {
-    let Some(info) = registry::lookup("", "v1", "namespaces") else {
-        return false;
-    };
+    let Some(info) = registry::lookup("", "v1", "namespaces") else { return false };
     match st.storage.get(&info.object_key(st.prefix(), "", ns)).await {
-        Ok(Some(kv)) => serde_json::from_slice::<Value>(&kv.value)
-            .is_ok_and(|obj| !crate::object::is_terminating(&obj)),
+        Ok(Some(kv)) => serde_json::from_slice::<Value>(&kv.value).is_ok_and(|obj| !crate::object::is_terminating(&obj)),
         _ => false,
     }
 }
@@ -115,9 +107,7 @@ async fn publish_root_ca(st: &ApiState, ns: &str, ca: &str) -> Result<(), String
         None => {
             let cm = json!({"kind": "ConfigMap", "apiVersion": "v1",
                             "metadata": {"name": ROOT_CA_CONFIGMAP, "namespace": ns}, "data": {"ca.crt": ca}});
-            crate::builtin_objects::create_missing(st, info, cm)
-                .await
-                .map_err(|e| e.to_string())
+            crate::builtin_objects::create_missing(st, info, cm).await.map_err(|e| e.to_string())
         }
         Some(kv) => {
             let mut cm: Value = serde_json::from_slice(&kv.value).map_err(|e| e.to_string())?;
@@ -128,9 +118,7 @@ async fn publish_root_ca(st: &ApiState, ns: &str, ca: &str) -> Result<(), String
             let bytes = crate::handlers::encode_for_storage(&cm).map_err(|e| e.to_string())?;
             match st.storage.update(&key, bytes, kv.mod_revision).await {
                 // Someone else wrote it: the watch brings us back.
-                Ok(_) | Err(StorageError::Conflict { .. }) | Err(StorageError::NotFound { .. }) => {
-                    Ok(())
-                }
+                Ok(_) | Err(StorageError::Conflict { .. }) | Err(StorageError::NotFound { .. }) => Ok(()),
                 Err(e) => Err(e.to_string()),
             }
         }

@@ -45,14 +45,10 @@ pub fn is_csr(info: &ResourceInfo) -> bool {
 /// Create-time preparation: the requester from `user` (none without the
 /// filter chain), an empty status.
 pub fn prepare_create(user: Option<&UserInfo>, obj: &mut Value) {
-    let Some(map) = obj.as_object_mut() else {
-        return;
-    };
+    let Some(map) = obj.as_object_mut() else { return };
     map.insert("status".into(), json!({}));
     let spec = map.entry("spec").or_insert_with(|| json!({}));
-    let Some(spec) = spec.as_object_mut() else {
-        return;
-    };
+    let Some(spec) = spec.as_object_mut() else { return };
     for k in ["username", "uid", "groups", "extra"] {
         spec.remove(k);
     }
@@ -92,10 +88,7 @@ impl WritePath {
 }
 
 fn of_type<'a>(conds: &'a [Value], t: &str) -> Vec<&'a Value> {
-    conds
-        .iter()
-        .filter(|c| api_csr::condition_type(c) == t)
-        .collect()
+    conds.iter().filter(|c| api_csr::condition_type(c) == t).collect()
 }
 
 /// Shapes `new` (already holding only what `path` may change, the rest from
@@ -126,10 +119,7 @@ pub fn prepare_update(path: WritePath, old: &Value, new: &mut Value, now: &str) 
                 }
                 // Keep the stored instances of Approved/Denied as they were.
                 let mut k = 0;
-                if let Some(list) = new
-                    .pointer_mut("/status/conditions")
-                    .and_then(Value::as_array_mut)
-                {
+                if let Some(list) = new.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
                     for c in list.iter_mut().filter(|c| api_csr::condition_type(c) == t) {
                         if let Some(o) = old_of.get(k) {
                             *c = (*o).clone();
@@ -147,23 +137,12 @@ pub fn prepare_update(path: WritePath, old: &Value, new: &mut Value, now: &str) 
 
 fn populate_condition_timestamps(old: &Value, new: &mut Value, now: &str) {
     let old_conds = api_csr::conditions(old).to_vec();
-    let Some(list) = new
-        .pointer_mut("/status/conditions")
-        .and_then(Value::as_array_mut)
-    else {
-        return;
-    };
+    let Some(list) = new.pointer_mut("/status/conditions").and_then(Value::as_array_mut) else { return };
     for c in list.iter_mut().filter_map(Value::as_object_mut) {
-        if c.get("lastUpdateTime")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
+        if c.get("lastUpdateTime").and_then(Value::as_str).is_none_or(str::is_empty) {
             c.insert("lastUpdateTime".into(), json!(now));
         }
-        if c.get("lastTransitionTime")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
+        if c.get("lastTransitionTime").and_then(Value::as_str).is_none_or(str::is_empty) {
             let (t, s) = (c.get("type").cloned(), c.get("status").cloned());
             let previous = old_conds
                 .iter()
@@ -212,20 +191,11 @@ pub async fn authorized_for_signer(
 /// requester may not approve (or sign) for the CSR's signer. No check
 /// without a user (no filter chain).
 pub async fn admit_update(ctx: &Ctx, old: &Value, new: &Value) -> ApiResult<()> {
-    let Some(user) = ctx.user.as_ref() else {
-        return Ok(());
-    };
-    let signer = old
-        .pointer("/spec/signerName")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let Some(user) = ctx.user.as_ref() else { return Ok(()) };
+    let signer = old.pointer("/spec/signerName").and_then(Value::as_str).unwrap_or("");
     let verb = match WritePath::of(ctx.ri.subresource.as_deref()) {
         WritePath::Approval => "approve",
-        WritePath::Status
-            if old.pointer("/status/certificate") != new.pointer("/status/certificate") =>
-        {
-            "sign"
-        }
+        WritePath::Status if old.pointer("/status/certificate") != new.pointer("/status/certificate") => "sign",
         _ => return Ok(()),
     };
     if authorized_for_signer(&ctx.st.authorizer, user, verb, signer).await {
@@ -241,9 +211,7 @@ pub async fn admit_update(ctx: &Ctx, old: &Value, new: &Value) -> ApiResult<()> 
         kind: "certificatesigningrequests".into(),
         ..StatusDetails::default()
     };
-    Err(Status::new(403, "Forbidden", msg)
-        .with_details(details)
-        .into())
+    Err(Status::new(403, "Forbidden", msg).with_details(details).into())
 }
 
 /// Runs [`prepare_update`] for the request's path; 422 on refused changes.
@@ -254,11 +222,7 @@ pub fn prepare_for_request(ctx: &Ctx, old: &Value, new: &mut Value) -> ApiResult
         return Ok(());
     }
     let causes = errs.into_iter().map(Into::into).collect();
-    Err(ApiError::invalid(
-        ctx.ri.info,
-        crate::object::name(new),
-        causes,
-    ))
+    Err(ApiError::invalid(ctx.ri.info, crate::object::name(new), causes))
 }
 
 #[cfg(test)]

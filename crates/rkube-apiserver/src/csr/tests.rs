@@ -51,16 +51,10 @@ fn status_writes_keep_stored_approval_conditions_and_may_not_add_one() {
     assert!(prepare_update(WritePath::Status, &old, &mut new, NOW).is_empty());
     assert_eq!(new["status"]["conditions"], old["status"]["conditions"]);
     let mut new = old.clone();
-    new["status"]["conditions"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"type": "Denied", "status": "True"}));
+    new["status"]["conditions"].as_array_mut().unwrap().push(json!({"type": "Denied", "status": "True"}));
     let errs = prepare_update(WritePath::Status, &old, &mut new, NOW);
     assert_eq!(errs.len(), 1);
-    assert_eq!(
-        errs[0].to_string(),
-        "status.conditions: Forbidden: updates may not add a condition of type \"Denied\""
-    );
+    assert_eq!(errs[0].to_string(), "status.conditions: Forbidden: updates may not add a condition of type \"Denied\"");
 }
 
 #[test]
@@ -74,13 +68,7 @@ fn approval_conditions_get_timestamps_keeping_a_stored_transition() {
     let c = &new["status"]["conditions"];
     assert_eq!(c[0]["lastTransitionTime"], "2029-05-05T00:00:00Z");
     assert_eq!(c[0]["lastUpdateTime"], NOW);
-    assert_eq!(
-        (
-            c[1]["lastTransitionTime"].as_str(),
-            c[1]["lastUpdateTime"].as_str()
-        ),
-        (Some(NOW), Some(NOW))
-    );
+    assert_eq!((c[1]["lastTransitionTime"].as_str(), c[1]["lastUpdateTime"].as_str()), (Some(NOW), Some(NOW)));
 }
 
 #[test]

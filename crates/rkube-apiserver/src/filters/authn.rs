@@ -99,12 +99,7 @@ pub struct UserInfo {
 impl UserInfo {
     /// The anonymous user.
     pub fn anonymous() -> Self {
-        UserInfo {
-            username: ANONYMOUS_USER.into(),
-            uid: String::new(),
-            groups: vec![UNAUTHENTICATED_GROUP.into()],
-            extra: Default::default(),
-        }
+        UserInfo { username: ANONYMOUS_USER.into(), uid: String::new(), groups: vec![UNAUTHENTICATED_GROUP.into()], extra: Default::default() }
     }
 
     /// True when the user is in `system:masters`.
@@ -129,10 +124,8 @@ pub struct TokenFile {
 impl TokenFile {
     /// Reads `path`.
     pub fn load(path: &Path) -> Result<Self, AuthnError> {
-        let text = std::fs::read_to_string(path).map_err(|source| AuthnError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| AuthnError::Read { path: path.display().to_string(), source })?;
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -145,34 +138,19 @@ impl TokenFile {
             if line.trim().is_empty() {
                 continue;
             }
-            let record = parse_csv_line(line).ok_or(AuthnError::Quote {
-                path: path.into(),
-                line: i + 1,
-            })?;
+            let record = parse_csv_line(line).ok_or(AuthnError::Quote { path: path.into(), line: i + 1 })?;
             if record.len() < 3 {
-                return Err(AuthnError::Columns {
-                    path: path.into(),
-                    found: record.len(),
-                });
+                return Err(AuthnError::Columns { path: path.into(), found: record.len() });
             }
             if record[0].is_empty() {
                 tracing::warn!(path, line = i + 1, "empty token in token file");
                 continue;
             }
             let groups = match record.get(3) {
-                Some(g) if !g.is_empty() => g
-                    .split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect(),
+                Some(g) if !g.is_empty() => g.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
                 _ => Vec::new(),
             };
-            let user = UserInfo {
-                username: record[1].clone(),
-                uid: record[2].clone(),
-                groups,
-                extra: Default::default(),
-            };
+            let user = UserInfo { username: record[1].clone(), uid: record[2].clone(), groups, extra: Default::default() };
             if tokens.insert(record[0].clone(), user).is_some() {
                 tracing::warn!(path, line = i + 1, "duplicate token in token file");
             }
@@ -279,18 +257,10 @@ impl Authenticator {
                 match verifier.verify_client_cert(end, intermediates, UnixTime::now()) {
                     Ok(_) => match x509::subject(end.as_ref()) {
                         Ok(s) if !s.common_name.is_empty() => {
-                            return Ok(UserInfo {
-                                username: s.common_name,
-                                uid: String::new(),
-                                groups: s.organizations,
-                                extra: Default::default(),
-                            }
-                            .authenticated())
+                            return Ok(UserInfo { username: s.common_name, uid: String::new(), groups: s.organizations, extra: Default::default() }
+                                .authenticated())
                         }
-                        Ok(_) => {
-                            failure =
-                                Some(AuthnFailure::InvalidCertificate("no common name".into()))
-                        }
+                        Ok(_) => failure = Some(AuthnFailure::InvalidCertificate("no common name".into())),
                         Err(e) => failure = Some(AuthnFailure::InvalidCertificate(e.to_string())),
                     },
                     Err(e) => failure = Some(AuthnFailure::InvalidCertificate(e.to_string())),
@@ -298,10 +268,7 @@ impl Authenticator {
             }
         }
         if let Some(token) = authorization.and_then(bearer_token) {
-            return self
-                .authenticate_token(token, &[])
-                .await
-                .map(|(user, _)| user);
+            return self.authenticate_token(token, &[]).await.map(|(user, _)| user);
         }
         if let Some(f) = failure {
             return Err(f);
@@ -322,20 +289,12 @@ impl Authenticator {
     /// ServiceAccount token valid for one of `audiences` (the API audiences
     /// when empty). `Err(InvalidToken)` for a token no authenticator knows or
     /// one that is not a single header-safe value.
-    pub async fn authenticate_token(
-        &self,
-        token: &str,
-        audiences: &[String],
-    ) -> Result<(UserInfo, Vec<String>), AuthnFailure> {
+    pub async fn authenticate_token(&self, token: &str, audiences: &[String]) -> Result<(UserInfo, Vec<String>), AuthnFailure> {
         if token.is_empty() || token.trim() != token || token.contains(['\r', '\n']) {
             return Err(AuthnFailure::InvalidToken);
         }
         if let Some(user) = self.tokens.as_ref().and_then(|t| t.lookup(token)) {
-            let api = self
-                .service_accounts
-                .as_ref()
-                .map(|sa| sa.api_audiences())
-                .unwrap_or_default();
+            let api = self.service_accounts.as_ref().map(|sa| sa.api_audiences()).unwrap_or_default();
             return match agnostic_audiences(&api, audiences) {
                 Some(aud) => Ok((user.clone().authenticated(), aud)),
                 None => Err(AuthnFailure::InvalidToken),
@@ -344,12 +303,8 @@ impl Authenticator {
         if let Some(sa) = &self.service_accounts {
             return match sa.authenticate(token, audiences).await {
                 Ok((user, aud)) => Ok((user.authenticated(), aud)),
-                Err(crate::serviceaccount::claims::TokenError::NotOurs) => {
-                    Err(AuthnFailure::InvalidToken)
-                }
-                Err(crate::serviceaccount::claims::TokenError::Invalid(m)) => {
-                    Err(AuthnFailure::InvalidServiceAccountToken(m))
-                }
+                Err(crate::serviceaccount::claims::TokenError::NotOurs) => Err(AuthnFailure::InvalidToken),
+                Err(crate::serviceaccount::claims::TokenError::Invalid(m)) => Err(AuthnFailure::InvalidServiceAccountToken(m)),
             };
         }
         Err(AuthnFailure::InvalidToken)
@@ -364,11 +319,7 @@ pub fn agnostic_audiences(implicit: &[String], target: &[String]) -> Option<Vec<
     if target.is_empty() {
         return Some(Vec::new());
     }
-    let both: Vec<String> = implicit
-        .iter()
-        .filter(|a| target.contains(a))
-        .cloned()
-        .collect();
+    let both: Vec<String> = implicit.iter().filter(|a| target.contains(a)).cloned().collect();
     (!both.is_empty()).then_some(both)
 }
 
@@ -395,28 +346,10 @@ pub struct AuthnState {
 }
 
 /// Middleware authenticating every request; inserts [`UserInfo`] or answers 401.
-pub async fn authn_middleware(
-    State(st): State<AuthnState>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    let authorization = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let certs = req
-        .extensions()
-        .get::<ConnectInfo<ConnInfo>>()
-        .and_then(|c| c.0.peer_certs.clone());
-    match st
-        .authenticator
-        .authenticate(
-            authorization.as_deref(),
-            certs.as_deref().map(|v| v.as_slice()),
-        )
-        .await
-    {
+pub async fn authn_middleware(State(st): State<AuthnState>, mut req: Request, next: Next) -> Response {
+    let authorization = req.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
+    let certs = req.extensions().get::<ConnectInfo<ConnInfo>>().and_then(|c| c.0.peer_certs.clone());
+    match st.authenticator.authenticate(authorization.as_deref(), certs.as_deref().map(|v| v.as_slice())).await {
         Ok(user) => {
             req.headers_mut().remove("authorization");
             req.extensions_mut().insert(user);
@@ -440,12 +373,7 @@ mod tests {
     const FILE: &str = "secret-admin,admin,1,\"system:masters\"\nsecret-alice,alice,2,\"dev,ops\"\n\nsecret-bob,bob,3\n,nobody,4\n";
 
     fn authn(anonymous: bool) -> Authenticator {
-        Authenticator {
-            tokens: Some(TokenFile::parse(FILE, "tokens.csv").unwrap()),
-            client_ca: None,
-            anonymous,
-            service_accounts: None,
-        }
+        Authenticator { tokens: Some(TokenFile::parse(FILE, "tokens.csv").unwrap()), client_ca: None, anonymous, service_accounts: None }
     }
 
     #[test]
@@ -453,10 +381,7 @@ mod tests {
         let t = TokenFile::parse(FILE, "tokens.csv").unwrap();
         assert_eq!(t.len(), 3);
         let alice = t.lookup("secret-alice").unwrap();
-        assert_eq!(
-            (alice.username.as_str(), alice.uid.as_str()),
-            ("alice", "2")
-        );
+        assert_eq!((alice.username.as_str(), alice.uid.as_str()), ("alice", "2"));
         assert_eq!(alice.groups, vec!["dev", "ops"]);
         assert!(t.lookup("secret-bob").unwrap().groups.is_empty());
     }
@@ -464,93 +389,50 @@ mod tests {
     #[test]
     fn short_records_and_open_quotes_are_rejected() {
         let e = TokenFile::parse("tok,user\n", "f.csv").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "token file 'f.csv' must have at least 3 columns (token, user name, user uid), found 2"
-        );
-        assert!(matches!(
-            TokenFile::parse("tok,user,1,\"a,b\n", "f.csv"),
-            Err(AuthnError::Quote { line: 1, .. })
-        ));
+        assert_eq!(e.to_string(), "token file 'f.csv' must have at least 3 columns (token, user name, user uid), found 2");
+        assert!(matches!(TokenFile::parse("tok,user,1,\"a,b\n", "f.csv"), Err(AuthnError::Quote { line: 1, .. })));
     }
 
     #[tokio::test]
     async fn bearer_tokens_authenticate_and_add_the_authenticated_group() {
-        let u = authn(false)
-            .authenticate(Some("Bearer secret-alice"), None)
-            .await
-            .unwrap();
+        let u = authn(false).authenticate(Some("Bearer secret-alice"), None).await.unwrap();
         assert_eq!(u.username, "alice");
         assert_eq!(u.groups, vec!["dev", "ops", AUTHENTICATED_GROUP]);
-        let u = authn(false)
-            .authenticate(Some("bearer secret-admin"), None)
-            .await
-            .unwrap();
+        let u = authn(false).authenticate(Some("bearer secret-admin"), None).await.unwrap();
         assert!(u.is_master());
     }
 
     #[tokio::test]
     async fn bad_token_fails_even_with_anonymous_auth() {
-        assert_eq!(
-            authn(true).authenticate(Some("Bearer nope"), None).await,
-            Err(AuthnFailure::InvalidToken)
-        );
+        assert_eq!(authn(true).authenticate(Some("Bearer nope"), None).await, Err(AuthnFailure::InvalidToken));
     }
 
     #[tokio::test]
     async fn bare_tokens_authenticate_like_bearer_headers_and_never_as_anonymous() {
-        let (u, _) = authn(true)
-            .authenticate_token("secret-alice", &[])
-            .await
-            .unwrap();
+        let (u, _) = authn(true).authenticate_token("secret-alice", &[]).await.unwrap();
         assert_eq!((u.username.as_str(), u.uid.as_str()), ("alice", "2"));
         assert_eq!(u.groups, vec!["dev", "ops", AUTHENTICATED_GROUP]);
         for bad in ["nope", "", " ", " secret-alice", "secret-alice\n"] {
-            assert_eq!(
-                authn(true).authenticate_token(bad, &[]).await,
-                Err(AuthnFailure::InvalidToken),
-                "{bad:?}"
-            );
+            assert_eq!(authn(true).authenticate_token(bad, &[]).await, Err(AuthnFailure::InvalidToken), "{bad:?}");
         }
         // A static token knows no audience: asked for one the API does not have, it is refused.
-        assert_eq!(
-            authn(true)
-                .authenticate_token("secret-alice", &["vault".to_string()])
-                .await,
-            Err(AuthnFailure::InvalidToken)
-        );
+        assert_eq!(authn(true).authenticate_token("secret-alice", &["vault".to_string()]).await, Err(AuthnFailure::InvalidToken));
     }
 
     #[test]
     fn agnostic_tokens_get_the_targeted_api_audiences() {
         let implicit = vec!["rkube".to_string()];
         assert_eq!(agnostic_audiences(&implicit, &[]), Some(vec![]));
-        assert_eq!(
-            agnostic_audiences(&implicit, &["rkube".to_string(), "other".to_string()]),
-            Some(vec!["rkube".to_string()])
-        );
+        assert_eq!(agnostic_audiences(&implicit, &["rkube".to_string(), "other".to_string()]), Some(vec!["rkube".to_string()]));
         assert_eq!(agnostic_audiences(&implicit, &["other".to_string()]), None);
         assert_eq!(agnostic_audiences(&[], &["other".to_string()]), None);
     }
 
     #[tokio::test]
     async fn no_credentials_is_anonymous_only_when_enabled() {
-        assert_eq!(
-            authn(true).authenticate(None, None).await.unwrap(),
-            UserInfo::anonymous()
-        );
-        assert_eq!(
-            authn(false).authenticate(None, None).await,
-            Err(AuthnFailure::NoCredentials)
-        );
+        assert_eq!(authn(true).authenticate(None, None).await.unwrap(), UserInfo::anonymous());
+        assert_eq!(authn(false).authenticate(None, None).await, Err(AuthnFailure::NoCredentials));
         // A non-bearer scheme is no credential.
-        assert_eq!(
-            authn(true)
-                .authenticate(Some("Basic abc"), None)
-                .await
-                .unwrap()
-                .username,
-            ANONYMOUS_USER
-        );
+        assert_eq!(authn(true).authenticate(Some("Basic abc"), None).await.unwrap().username, ANONYMOUS_USER);
     }
 }

@@ -82,18 +82,13 @@ pub struct Authorizer {
 
 impl std::fmt::Debug for Authorizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Authorizer")
-            .field("modes", &self.modes)
-            .finish_non_exhaustive()
+        f.debug_struct("Authorizer").field("modes", &self.modes).finish_non_exhaustive()
     }
 }
 
 impl Authorizer {
     /// An authorizer asking `modes` in order; `rbac` is required when RBAC is one of them.
-    pub fn new(
-        modes: Vec<AuthorizationMode>,
-        rbac: Option<Arc<dyn RbacSource>>,
-    ) -> Result<Self, AuthzError> {
+    pub fn new(modes: Vec<AuthorizationMode>, rbac: Option<Arc<dyn RbacSource>>) -> Result<Self, AuthzError> {
         if modes.contains(&AuthorizationMode::Rbac) && rbac.is_none() {
             return Err(AuthzError::NoRbacSource);
         }
@@ -102,10 +97,7 @@ impl Authorizer {
 
     /// An authorizer that allows everything.
     pub fn always_allow() -> Self {
-        Authorizer {
-            modes: vec![AuthorizationMode::AlwaysAllow],
-            rbac: None,
-        }
+        Authorizer { modes: vec![AuthorizationMode::AlwaysAllow], rbac: None }
     }
 
     /// Decides whether `user` may do `a`: a request nothing allows is denied.
@@ -128,16 +120,12 @@ impl Authorizer {
         for mode in &self.modes {
             match mode {
                 AuthorizationMode::AlwaysAllow => return (ReviewDecision::Allow, String::new()),
-                AuthorizationMode::AlwaysDeny => {
-                    return (ReviewDecision::Deny, "Everything is forbidden.".into())
-                }
+                AuthorizationMode::AlwaysDeny => return (ReviewDecision::Deny, "Everything is forbidden.".into()),
                 AuthorizationMode::Rbac => {
                     let Some(src) = &self.rbac else { continue };
                     match rbac::authorize(src.as_ref(), user, a).await {
                         RbacDecision::Allow(reason) => return (ReviewDecision::Allow, reason),
-                        RbacDecision::NoOpinion(reason) if !reason.is_empty() => {
-                            reasons.push(reason)
-                        }
+                        RbacDecision::NoOpinion(reason) if !reason.is_empty() => reasons.push(reason),
                         RbacDecision::NoOpinion(_) => {}
                     }
                 }
@@ -174,14 +162,10 @@ impl Authorizer {
                 AuthorizationMode::AlwaysDeny => {}
                 AuthorizationMode::Rbac => {
                     let Some(src) = &self.rbac else { continue };
-                    let (rules, errors) =
-                        crate::filters::rbac_rules::rules_for(src.as_ref(), user, namespace).await;
+                    let (rules, errors) = crate::filters::rbac_rules::rules_for(src.as_ref(), user, namespace).await;
                     for rule in rules {
                         if !rule.resources.is_empty() {
-                            out.resource_rules.push(rbac::PolicyRule {
-                                non_resource_urls: Vec::new(),
-                                ..rule.clone()
-                            });
+                            out.resource_rules.push(rbac::PolicyRule { non_resource_urls: Vec::new(), ..rule.clone() });
                         }
                         if !rule.non_resource_urls.is_empty() {
                             out.non_resource_rules.push(rbac::PolicyRule {
@@ -241,28 +225,12 @@ pub fn forbidden(user: &UserInfo, a: &RequestAttributes, reason: &str) -> Status
             go_quote(&a.api_group)
         )
     } else {
-        format!(
-            "User {} cannot {} path {}",
-            go_quote(&user.username),
-            a.verb,
-            go_quote(&a.path)
-        )
+        format!("User {} cannot {} path {}", go_quote(&user.username), a.verb, go_quote(&a.path))
     };
-    let err = if reason.is_empty() {
-        msg
-    } else {
-        format!("{msg}: {reason}")
-    };
-    let (group, resource, name) = if a.is_resource_request {
-        (a.api_group.as_str(), a.resource.as_str(), a.name.as_str())
-    } else {
-        ("", "", "")
-    };
-    let qualified = if group.is_empty() {
-        resource.to_string()
-    } else {
-        format!("{resource}.{group}")
-    };
+    let err = if reason.is_empty() { msg } else { format!("{msg}: {reason}") };
+    let (group, resource, name) =
+        if a.is_resource_request { (a.api_group.as_str(), a.resource.as_str(), a.name.as_str()) } else { ("", "", "") };
+    let qualified = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
     let message = if qualified.is_empty() {
         format!("forbidden: {err}")
     } else if name.is_empty() {
@@ -280,17 +248,9 @@ pub fn forbidden(user: &UserInfo, a: &RequestAttributes, reason: &str) -> Status
 
 /// Middleware authorizing every request; 403 on denial. Needs the
 /// [`UserInfo`] from authentication (without it the request is anonymous).
-pub async fn authz_middleware(
-    State(authz): State<Arc<Authorizer>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn authz_middleware(State(authz): State<Arc<Authorizer>>, req: Request, next: Next) -> Response {
     let ctx = context_of(&req);
-    let user = req
-        .extensions()
-        .get::<UserInfo>()
-        .cloned()
-        .unwrap_or_else(UserInfo::anonymous);
+    let user = req.extensions().get::<UserInfo>().cloned().unwrap_or_else(UserInfo::anonymous);
     let decision = authz.authorize(&user, &ctx.attrs).await;
     let annotations = req.extensions().get::<AuditAnnotations>().cloned();
     match decision {
@@ -322,104 +282,51 @@ mod tests {
     }
 
     fn alice() -> UserInfo {
-        UserInfo {
-            username: "alice".into(),
-            uid: String::new(),
-            groups: vec!["system:authenticated".into()],
-            extra: Default::default(),
-        }
+        UserInfo { username: "alice".into(), uid: String::new(), groups: vec!["system:authenticated".into()], extra: Default::default() }
     }
 
     #[test]
     fn forbidden_messages_match_upstream() {
-        let s = forbidden(
-            &alice(),
-            &attrs(Method::GET, "/api/v1/namespaces/default/pods"),
-            "",
-        );
+        let s = forbidden(&alice(), &attrs(Method::GET, "/api/v1/namespaces/default/pods"), "");
         assert_eq!(
             s.message,
             "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
         );
         assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
         let d = s.details.unwrap();
-        assert_eq!(
-            (d.kind.as_str(), d.group.as_str(), d.name.as_str()),
-            ("pods", "", "")
-        );
+        assert_eq!((d.kind.as_str(), d.group.as_str(), d.name.as_str()), ("pods", "", ""));
 
-        let s = forbidden(
-            &alice(),
-            &attrs(Method::GET, "/apis/apps/v1/deployments"),
-            "",
-        );
+        let s = forbidden(&alice(), &attrs(Method::GET, "/apis/apps/v1/deployments"), "");
         assert_eq!(
             s.message,
             "deployments.apps is forbidden: User \"alice\" cannot list resource \"deployments\" in API group \"apps\" at the cluster scope"
         );
-        let s = forbidden(
-            &alice(),
-            &attrs(Method::PUT, "/api/v1/namespaces/ns/pods/web/status"),
-            "RBAC: x",
-        );
+        let s = forbidden(&alice(), &attrs(Method::PUT, "/api/v1/namespaces/ns/pods/web/status"), "RBAC: x");
         assert_eq!(
             s.message,
             "pods \"web\" is forbidden: User \"alice\" cannot update resource \"pods/status\" in API group \"\" in the namespace \"ns\": RBAC: x"
         );
         let s = forbidden(&alice(), &attrs(Method::PUT, "/debug/flags/v"), "");
-        assert_eq!(
-            s.message,
-            "forbidden: User \"alice\" cannot put path \"/debug/flags/v\""
-        );
-        assert_eq!(
-            serde_json::to_value(&s).unwrap()["details"],
-            serde_json::json!({})
-        );
+        assert_eq!(s.message, "forbidden: User \"alice\" cannot put path \"/debug/flags/v\"");
+        assert_eq!(serde_json::to_value(&s).unwrap()["details"], serde_json::json!({}));
     }
 
     #[tokio::test]
     async fn masters_pass_every_mode_and_modes_are_ordered() {
         let deny = Authorizer::new(vec![AuthorizationMode::AlwaysDeny], None).unwrap();
         let a = attrs(Method::DELETE, "/api/v1/nodes/n1");
-        assert!(matches!(
-            deny.authorize(&alice(), &a).await,
-            Decision::Deny(_)
-        ));
-        let root = UserInfo {
-            username: "root".into(),
-            uid: String::new(),
-            groups: vec!["system:masters".into()],
-            extra: Default::default(),
-        };
-        assert!(matches!(
-            deny.authorize(&root, &a).await,
-            Decision::Allow(_)
-        ));
+        assert!(matches!(deny.authorize(&alice(), &a).await, Decision::Deny(_)));
+        let root = UserInfo { username: "root".into(), uid: String::new(), groups: vec!["system:masters".into()], extra: Default::default() };
+        assert!(matches!(deny.authorize(&root, &a).await, Decision::Allow(_)));
         let rbac: Arc<dyn RbacSource> = Arc::new(rbac::InMemoryRbac::new());
-        let chain = Authorizer::new(
-            vec![AuthorizationMode::Rbac, AuthorizationMode::AlwaysAllow],
-            Some(rbac),
-        )
-        .unwrap();
-        assert!(matches!(
-            chain.authorize(&alice(), &a).await,
-            Decision::Allow(_)
-        ));
+        let chain = Authorizer::new(vec![AuthorizationMode::Rbac, AuthorizationMode::AlwaysAllow], Some(rbac)).unwrap();
+        assert!(matches!(chain.authorize(&alice(), &a).await, Decision::Allow(_)));
     }
 
     #[test]
     fn modes_parse_and_rbac_needs_a_source() {
-        assert_eq!(
-            "RBAC".parse::<AuthorizationMode>(),
-            Ok(AuthorizationMode::Rbac)
-        );
-        assert_eq!(
-            "Node".parse::<AuthorizationMode>(),
-            Err(AuthzError::UnknownMode("Node".into()))
-        );
-        assert_eq!(
-            Authorizer::new(vec![AuthorizationMode::Rbac], None).unwrap_err(),
-            AuthzError::NoRbacSource
-        );
+        assert_eq!("RBAC".parse::<AuthorizationMode>(), Ok(AuthorizationMode::Rbac));
+        assert_eq!("Node".parse::<AuthorizationMode>(), Err(AuthzError::UnknownMode("Node".into())));
+        assert_eq!(Authorizer::new(vec![AuthorizationMode::Rbac], None).unwrap_err(), AuthzError::NoRbacSource);
     }
 }

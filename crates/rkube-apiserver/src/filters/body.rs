@@ -54,20 +54,12 @@ pub(crate) async fn drain<B: http_body::Body + Unpin>(mut body: B, already: usiz
 /// resets as a protocol error; curl reports either as "Stream error in the
 /// HTTP/2 framing layer" instead of the answer. Go's server reads the body of
 /// a handler that returned early in the same way. HTTP/1.1 requests pass.
-pub(crate) async fn complete_http2_answers(
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
+pub(crate) async fn complete_http2_answers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     if req.version() != axum::http::Version::HTTP_2 {
         return next.run(req).await;
     }
     let (tx, mut rx) = tokio::sync::oneshot::channel();
-    let req = req.map(|b| {
-        Body::new(DrainOnDrop {
-            inner: Some(b),
-            unread: Some(tx),
-        })
-    });
+    let req = req.map(|b| Body::new(DrainOnDrop { inner: Some(b), unread: Some(tx) }));
     let resp = next.run(req).await;
     if let Ok(rest) = rx.try_recv() {
         drain(rest, 0).await;
@@ -87,10 +79,7 @@ impl http_body::Body for DrainOnDrop {
     type Data = Bytes;
     type Error = axum::Error;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         match self.get_mut().inner.as_mut() {
             Some(b) => Pin::new(b).poll_frame(cx),
             None => Poll::Ready(None),
@@ -102,18 +91,13 @@ impl http_body::Body for DrainOnDrop {
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner
-            .as_ref()
-            .map(|b| b.size_hint())
-            .unwrap_or_else(|| SizeHint::with_exact(0))
+        self.inner.as_ref().map(|b| b.size_hint()).unwrap_or_else(|| SizeHint::with_exact(0))
     }
 }
 
 impl Drop for DrainOnDrop {
     fn drop(&mut self) {
-        let Some(body) = self.inner.take() else {
-            return;
-        };
+        let Some(body) = self.inner.take() else { return };
         if body.is_end_stream() {
             return;
         }
@@ -138,10 +122,7 @@ impl<G: Send + Unpin + 'static> http_body::Body for GuardBody<G> {
     type Data = Bytes;
     type Error = axum::Error;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
@@ -162,13 +143,7 @@ impl<G: Send + Unpin + 'static> http_body::Body for GuardBody<G> {
 /// `resp` with `guard` dropped when its body is finished or dropped.
 pub(crate) fn guard_response<G: Send + Unpin + 'static>(resp: Response, guard: G) -> Response {
     let (parts, body) = resp.into_parts();
-    Response::from_parts(
-        parts,
-        Body::new(GuardBody {
-            inner: body,
-            guard: Some(guard),
-        }),
-    )
+    Response::from_parts(parts, Body::new(GuardBody { inner: body, guard: Some(guard) }))
 }
 
 /// Reads `body` up to `cap` bytes. Returns an equivalent body and, when the
@@ -188,8 +163,7 @@ pub(crate) async fn capture(body: Body, cap: usize) -> (Body, Option<Bytes>) {
                     total += data.len();
                     chunks.push(data);
                     if total > cap {
-                        let head =
-                            futures::stream::iter(chunks.into_iter().map(Ok::<Bytes, axum::Error>));
+                        let head = futures::stream::iter(chunks.into_iter().map(Ok::<Bytes, axum::Error>));
                         let rest = body.into_data_stream();
                         use futures::StreamExt;
                         return (Body::from_stream(head.chain(rest)), None);
@@ -233,11 +207,7 @@ mod tests {
     async fn guard_lives_until_the_body_is_read() {
         let done = Arc::new(AtomicBool::new(false));
         let resp = guard_response(Response::new(Body::from("hello")), Flag(done.clone()));
-        assert_eq!(
-            resp.body().size_hint().exact(),
-            Some(5),
-            "content length is kept"
-        );
+        assert_eq!(resp.body().size_hint().exact(), Some(5), "content length is kept");
         assert!(!done.load(Ordering::SeqCst));
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&bytes[..], b"hello");
@@ -250,17 +220,10 @@ mod tests {
         assert_eq!(got.as_deref(), Some(&b"abc"[..]));
         assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"abc");
 
-        let stream = futures::stream::iter(vec![
-            Ok::<_, std::io::Error>(Bytes::from("12345")),
-            Ok(Bytes::from("67890")),
-        ]);
+        let stream = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from("12345")), Ok(Bytes::from("67890"))]);
         let (body, got) = capture(Body::from_stream(stream), 6).await;
         assert!(got.is_none());
-        assert_eq!(
-            &body.collect().await.unwrap().to_bytes()[..],
-            b"1234567890",
-            "nothing lost"
-        );
+        assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"1234567890", "nothing lost");
 
         let (_, got) = capture(Body::from(vec![0u8; 100]), 10).await;
         assert!(got.is_none());

@@ -85,39 +85,18 @@ pub struct EscalationState {
 }
 
 /// Makes the requester available to [`confirm`] for writes of RBAC objects.
-pub async fn escalation_middleware(
-    State(st): State<EscalationState>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn escalation_middleware(State(st): State<EscalationState>, req: Request, next: Next) -> Response {
     let ctx = context_of(&req);
     let a = &ctx.attrs;
     let on_rbac = a.is_resource_request
         && a.api_group == RBAC_GROUP
-        && matches!(
-            a.resource.as_str(),
-            "roles" | "clusterroles" | "rolebindings" | "clusterrolebindings"
-        );
+        && matches!(a.resource.as_str(), "roles" | "clusterroles" | "rolebindings" | "clusterrolebindings");
     let writes_rbac = on_rbac && matches!(a.verb.as_str(), "create" | "update" | "patch");
-    let changes_rbac = on_rbac
-        && matches!(
-            a.verb.as_str(),
-            "create" | "update" | "patch" | "delete" | "deletecollection"
-        );
-    let Some(rbac) = &st.rbac else {
-        return next.run(req).await;
-    };
+    let changes_rbac = on_rbac && matches!(a.verb.as_str(), "create" | "update" | "patch" | "delete" | "deletecollection");
+    let Some(rbac) = &st.rbac else { return next.run(req).await };
     let resp = if writes_rbac {
-        let user = req
-            .extensions()
-            .get::<UserInfo>()
-            .cloned()
-            .unwrap_or_else(UserInfo::anonymous);
-        let guard = Guard {
-            user,
-            authz: st.authz.clone(),
-            rbac: rbac.clone(),
-        };
+        let user = req.extensions().get::<UserInfo>().cloned().unwrap_or_else(UserInfo::anonymous);
+        let guard = Guard { user, authz: st.authz.clone(), rbac: rbac.clone() };
         GUARD.scope(guard, next.run(req)).await
     } else {
         next.run(req).await
@@ -152,51 +131,30 @@ fn has_aggregation(o: &RbacObject) -> bool {
 
 fn forbidden_status(resource: &str, name: &str, message: &str) -> ApiError {
     ApiError::from(
-        Status::new(
-            403,
-            "Forbidden",
-            format!(
-                "{resource}.{RBAC_GROUP} {} is forbidden: {message}",
-                go_quote(name)
-            ),
-        )
-        .with_details(StatusDetails {
-            name: name.to_string(),
-            group: RBAC_GROUP.to_string(),
-            kind: resource.to_string(),
-            ..StatusDetails::default()
-        }),
+        Status::new(403, "Forbidden", format!("{resource}.{RBAC_GROUP} {} is forbidden: {message}", go_quote(name)))
+            .with_details(StatusDetails {
+                name: name.to_string(),
+                group: RBAC_GROUP.to_string(),
+                kind: resource.to_string(),
+                ..StatusDetails::default()
+            }),
     )
 }
 
 /// Checks that writing `obj` (of API group `group`, kind `kind`) does not
 /// escalate the requester's privileges (see the module docs). `old` is the
 /// stored object for updates. `Ok` for other kinds and outside an RBAC write.
-pub async fn confirm(
-    group: &str,
-    kind: &str,
-    obj: &Value,
-    old: Option<&Value>,
-) -> Result<(), ApiError> {
+pub async fn confirm(group: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     if group != RBAC_GROUP {
         return Ok(());
     }
-    let Ok(guard) = GUARD.try_with(Guard::clone) else {
-        return Ok(());
-    };
+    let Ok(guard) = GUARD.try_with(Guard::clone) else { return Ok(()) };
     if guard.user.is_master() {
         return Ok(());
     }
     let decode = |v: &Value| {
-        serde_json::from_value::<RbacObject>(v.clone()).map_err(|e| {
-            ApiError::bad_request(
-                EscalationError::Decode {
-                    kind: kind.into(),
-                    message: e.to_string(),
-                }
-                .to_string(),
-            )
-        })
+        serde_json::from_value::<RbacObject>(v.clone())
+            .map_err(|e| ApiError::bad_request(EscalationError::Decode { kind: kind.into(), message: e.to_string() }.to_string()))
     };
     let o = decode(obj)?;
     let ns = o.metadata.namespace.clone();
@@ -213,10 +171,7 @@ pub async fn confirm(
             if guard.allowed("escalate", resource, &ns, &name).await {
                 return Ok(());
             }
-            guard
-                .confirm_no_escalation(&ns, &o.rules)
-                .await
-                .map_err(|m| forbidden_status(resource, &name, &m))?;
+            guard.confirm_no_escalation(&ns, &o.rules).await.map_err(|m| forbidden_status(resource, &name, &m))?;
             let old_aggregation = match old {
                 Some(v) => {
                     let old = decode(v)?;
@@ -226,41 +181,23 @@ pub async fn confirm(
             };
             if kind == "ClusterRole" && has_aggregation(&o) && !old_aggregation {
                 let full: Vec<PolicyRule> = vec![
-                    PolicyRule {
-                        verbs: vec!["*".into()],
-                        api_groups: vec!["*".into()],
-                        resources: vec!["*".into()],
-                        ..Default::default()
-                    },
-                    PolicyRule {
-                        verbs: vec!["*".into()],
-                        non_resource_urls: vec!["*".into()],
-                        ..Default::default()
-                    },
+                    PolicyRule { verbs: vec!["*".into()], api_groups: vec!["*".into()], resources: vec!["*".into()], ..Default::default() },
+                    PolicyRule { verbs: vec!["*".into()], non_resource_urls: vec!["*".into()], ..Default::default() },
                 ];
                 if guard.confirm_no_escalation("", &full).await.is_err() {
-                    return Err(forbidden_status(
-                        resource,
-                        &name,
-                        "must have cluster-admin privileges to use the aggregationRule",
-                    ));
+                    return Err(forbidden_status(resource, &name, "must have cluster-admin privileges to use the aggregationRule"));
                 }
             }
             Ok(())
         }
         _ => {
-            let Some(role_ref) = o.role_ref else {
-                return Ok(());
-            };
+            let Some(role_ref) = o.role_ref else { return Ok(()) };
             let ref_resource = match role_ref.kind.as_str() {
                 "Role" => "roles",
                 "ClusterRole" => "clusterroles",
                 _ => return Ok(()), // validation rejects other kinds
             };
-            if guard
-                .allowed("bind", ref_resource, &ns, &role_ref.name)
-                .await
-            {
+            if guard.allowed("bind", ref_resource, &ns, &role_ref.name).await {
                 return Ok(());
             }
             let role = match ref_resource {
@@ -270,31 +207,17 @@ pub async fn confirm(
             let role = match role {
                 Ok(Some(r)) => r,
                 Ok(None) => {
-                    let msg = format!(
-                        "{ref_resource}.{RBAC_GROUP} {} not found",
-                        go_quote(&role_ref.name)
-                    );
-                    return Err(ApiError::from(
-                        Status::new(404, "NotFound", msg).with_details(StatusDetails {
-                            name: role_ref.name.clone(),
-                            group: RBAC_GROUP.into(),
-                            kind: ref_resource.into(),
-                            ..StatusDetails::default()
-                        }),
-                    ));
+                    let msg = format!("{ref_resource}.{RBAC_GROUP} {} not found", go_quote(&role_ref.name));
+                    return Err(ApiError::from(Status::new(404, "NotFound", msg).with_details(StatusDetails {
+                        name: role_ref.name.clone(),
+                        group: RBAC_GROUP.into(),
+                        kind: ref_resource.into(),
+                        ..StatusDetails::default()
+                    })));
                 }
-                Err(e) => {
-                    return Err(ApiError::from(Status::new(
-                        500,
-                        "InternalError",
-                        e.to_string(),
-                    )))
-                }
+                Err(e) => return Err(ApiError::from(Status::new(500, "InternalError", e.to_string()))),
             };
-            guard
-                .confirm_no_escalation(&ns, &role.rules)
-                .await
-                .map_err(|m| forbidden_status(resource, &name, &m))
+            guard.confirm_no_escalation(&ns, &role.rules).await.map_err(|m| forbidden_status(resource, &name, &m))
         }
     }
 }
@@ -312,10 +235,7 @@ impl Guard {
             name: name.into(),
             ..Default::default()
         };
-        matches!(
-            self.authz.authorize(&self.user, &a).await,
-            Decision::Allow(_)
-        )
+        matches!(self.authz.authorize(&self.user, &a).await, Decision::Allow(_))
     }
 
     /// Every rule the user holds in `ns` (cluster-wide only for `""`), and the
@@ -329,10 +249,7 @@ impl Guard {
                 for b in &bindings {
                     match self.rbac.cluster_role_shared(&b.role_ref.name).await {
                         Ok(Some(r)) => rules.extend(r.rules.iter().cloned()),
-                        Ok(None) => errors.push(format!(
-                            "clusterrole.{RBAC_GROUP} {:?} not found",
-                            b.role_ref.name
-                        )),
+                        Ok(None) => errors.push(format!("clusterrole.{RBAC_GROUP} {:?} not found", b.role_ref.name)),
                         Err(e) => errors.push(e.to_string()),
                     }
                 }
@@ -393,12 +310,7 @@ pub fn breakdown(rule: &PolicyRule) -> Vec<PolicyRule> {
         for group in &rule.api_groups {
             for resource in &rule.resources {
                 if rule.resource_names.is_empty() {
-                    out.push(PolicyRule {
-                        verbs: one(verb),
-                        api_groups: one(group),
-                        resources: one(resource),
-                        ..Default::default()
-                    });
+                    out.push(PolicyRule { verbs: one(verb), api_groups: one(group), resources: one(resource), ..Default::default() });
                 }
                 for name in &rule.resource_names {
                     out.push(PolicyRule {
@@ -412,11 +324,7 @@ pub fn breakdown(rule: &PolicyRule) -> Vec<PolicyRule> {
             }
         }
         for url in &rule.non_resource_urls {
-            out.push(PolicyRule {
-                verbs: one(verb),
-                non_resource_urls: one(url),
-                ..Default::default()
-            });
+            out.push(PolicyRule { verbs: one(verb), non_resource_urls: one(url), ..Default::default() });
         }
     }
     out
@@ -425,24 +333,18 @@ pub fn breakdown(rule: &PolicyRule) -> Vec<PolicyRule> {
 /// Whether `owner` grants the atomic rule `s` (upstream `ruleCovers`), with
 /// the matching of [`crate::filters::rbac::rule_allows`].
 fn covers(owner: &PolicyRule, s: &PolicyRule) -> bool {
-    let (Some(verb), true) = (s.verbs.first(), s.verbs.len() == 1) else {
-        return false;
-    };
+    let (Some(verb), true) = (s.verbs.first(), s.verbs.len() == 1) else { return false };
     if !has(&owner.verbs, verb) {
         return false;
     }
     if let Some(url) = s.non_resource_urls.first() {
         return url_matches(&owner.non_resource_urls, url);
     }
-    let (Some(group), Some(resource)) = (s.api_groups.first(), s.resources.first()) else {
-        return false;
-    };
+    let (Some(group), Some(resource)) = (s.api_groups.first(), s.resources.first()) else { return false };
     let sub = resource.split_once('/').map(|(_, sub)| sub);
     let resource_ok = resource_matches(&owner.resources, resource, sub);
     let name_ok = owner.resource_names.is_empty()
-        || s.resource_names
-            .first()
-            .is_some_and(|n| owner.resource_names.contains(n));
+        || s.resource_names.first().is_some_and(|n| owner.resource_names.contains(n));
     has(&owner.api_groups, group) && resource_ok && name_ok
 }
 
@@ -459,12 +361,7 @@ pub fn uncovered(owned: &[PolicyRule], wanted: &[PolicyRule]) -> BTreeSet<String
 
 /// Upstream's `CompactString` of a rule: `{APIGroups:[""], Resources:["pods"], Verbs:["get"]}`.
 pub fn compact(r: &PolicyRule) -> String {
-    let list = |v: &[String]| {
-        format!(
-            "[{}]",
-            v.iter().map(|s| go_quote(s)).collect::<Vec<_>>().join(" ")
-        )
-    };
+    let list = |v: &[String]| format!("[{}]", v.iter().map(|s| go_quote(s)).collect::<Vec<_>>().join(" "));
     let mut parts = Vec::new();
     for (label, v) in [
         ("APIGroups", &r.api_groups),
@@ -492,22 +389,14 @@ mod tests {
     #[test]
     fn owned_rules_cover_subsets_and_report_the_rest() {
         let owned = vec![
-            rule(
-                json!({"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods", "*/status"]}),
-            ),
+            rule(json!({"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods", "*/status"]})),
             rule(json!({"verbs": ["get"], "nonResourceURLs": ["/healthz*"]})),
-            rule(
-                json!({"verbs": ["update"], "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"]}),
-            ),
+            rule(json!({"verbs": ["update"], "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"]})),
         ];
         let ok = vec![
-            rule(
-                json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods", "services/status"]}),
-            ),
+            rule(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods", "services/status"]})),
             rule(json!({"verbs": ["get"], "nonResourceURLs": ["/healthz/ping"]})),
-            rule(
-                json!({"verbs": ["update"], "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"]}),
-            ),
+            rule(json!({"verbs": ["update"], "apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"]})),
         ];
         assert!(uncovered(&owned, &ok).is_empty());
         let bad = vec![
@@ -528,18 +417,10 @@ mod tests {
 
     #[test]
     fn compact_form_matches_upstream() {
-        let r = rule(
-            json!({"verbs": ["get"], "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["s1"]}),
-        );
-        assert_eq!(
-            compact(&r),
-            "{APIGroups:[\"\"], Resources:[\"secrets\"], ResourceNames:[\"s1\"], Verbs:[\"get\"]}"
-        );
+        let r = rule(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["s1"]}));
+        assert_eq!(compact(&r), "{APIGroups:[\"\"], Resources:[\"secrets\"], ResourceNames:[\"s1\"], Verbs:[\"get\"]}");
         let r = rule(json!({"verbs": ["get", "post"], "nonResourceURLs": ["/x"]}));
-        assert_eq!(
-            compact(&r),
-            "{NonResourceURLs:[\"/x\"], Verbs:[\"get\" \"post\"]}"
-        );
+        assert_eq!(compact(&r), "{NonResourceURLs:[\"/x\"], Verbs:[\"get\" \"post\"]}");
     }
 
     #[tokio::test]

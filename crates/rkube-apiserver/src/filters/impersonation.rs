@@ -87,9 +87,7 @@ impl ImpersonatedUser {
     /// The request's impersonation, `Ok(None)` when it has no impersonation header.
     pub fn from_headers(headers: &HeaderMap) -> Result<Option<Self>, ImpersonationError> {
         let value = |name: &str, v: &axum::http::HeaderValue| {
-            v.to_str()
-                .map(str::to_string)
-                .map_err(|_| ImpersonationError::BadHeader(name.to_string()))
+            v.to_str().map(str::to_string).map_err(|_| ImpersonationError::BadHeader(name.to_string()))
         };
         let mut out = ImpersonatedUser::default();
         let mut has_user = false;
@@ -117,10 +115,7 @@ impl ImpersonatedUser {
             return if requested.is_empty() {
                 Ok(None)
             } else {
-                Err(ImpersonationError::NoUser(format!(
-                    "[{}]",
-                    requested.join(" ")
-                )))
+                Err(ImpersonationError::NoUser(format!("[{}]", requested.join(" "))))
             };
         }
         Ok(Some(out))
@@ -136,18 +131,17 @@ impl ImpersonatedUser {
     /// The authorization checks the requester must pass, in upstream's order
     /// (user or service account, groups, extras, uid).
     pub fn checks(&self) -> Vec<RequestAttributes> {
-        let attr =
-            |group: &str, resource: &str, sub: &str, ns: &str, name: &str| RequestAttributes {
-                is_resource_request: true,
-                verb: "impersonate".into(),
-                api_group: group.into(),
-                api_version: "v1".into(),
-                namespace: ns.into(),
-                resource: resource.into(),
-                subresource: sub.into(),
-                name: name.into(),
-                ..Default::default()
-            };
+        let attr = |group: &str, resource: &str, sub: &str, ns: &str, name: &str| RequestAttributes {
+            is_resource_request: true,
+            verb: "impersonate".into(),
+            api_group: group.into(),
+            api_version: "v1".into(),
+            namespace: ns.into(),
+            resource: resource.into(),
+            subresource: sub.into(),
+            name: name.into(),
+            ..Default::default()
+        };
         let mut out = Vec::new();
         match self.service_account() {
             Some((ns, name)) => out.push(attr("", "serviceaccounts", "", ns, name)),
@@ -176,11 +170,7 @@ impl ImpersonatedUser {
                 self.groups = vec!["system:serviceaccounts".into(), ns_group];
             }
         }
-        let implied = if self.username == ANONYMOUS_USER {
-            UNAUTHENTICATED_GROUP
-        } else {
-            AUTHENTICATED_GROUP
-        };
+        let implied = if self.username == ANONYMOUS_USER { UNAUTHENTICATED_GROUP } else { AUTHENTICATED_GROUP };
         if !self.groups.iter().any(|g| g == implied) {
             self.groups.push(implied.into());
         }
@@ -189,12 +179,7 @@ impl ImpersonatedUser {
 
     /// The user the request runs as.
     pub fn user_info(&self) -> UserInfo {
-        UserInfo {
-            username: self.username.clone(),
-            uid: self.uid.clone(),
-            groups: self.groups.clone(),
-            extra: self.extra.clone(),
-        }
+        UserInfo { username: self.username.clone(), uid: self.uid.clone(), groups: self.groups.clone(), extra: self.extra.clone() }
     }
 }
 
@@ -219,30 +204,18 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// Middleware applying impersonation headers (see the module docs).
-pub async fn impersonation_middleware(
-    State(authz): State<Arc<Authorizer>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
+pub async fn impersonation_middleware(State(authz): State<Arc<Authorizer>>, mut req: Request, next: Next) -> Response {
     let wanted = match ImpersonatedUser::from_headers(req.headers()) {
         Ok(None) => return next.run(req).await,
         Ok(Some(w)) => w,
         Err(e) => {
             let uri = req.uri().to_string();
             tracing::debug!(error = %e, "bad impersonation request");
-            return ApiError::from(Status::new(
-                500,
-                "InternalError",
-                format!("Internal Server Error: {uri:?}: {e}"),
-            ))
-            .into_response();
+            return ApiError::from(Status::new(500, "InternalError", format!("Internal Server Error: {uri:?}: {e}")))
+                .into_response();
         }
     };
-    let requester = req
-        .extensions()
-        .get::<UserInfo>()
-        .cloned()
-        .unwrap_or_else(UserInfo::anonymous);
+    let requester = req.extensions().get::<UserInfo>().cloned().unwrap_or_else(UserInfo::anonymous);
     for check in wanted.checks() {
         if let Decision::Deny(reason) = authz.authorize(&requester, &check).await {
             let ctx = context_of(&req);
@@ -259,10 +232,7 @@ pub async fn impersonation_middleware(
         .keys()
         .filter(|n| {
             let n = n.as_str();
-            n == IMPERSONATE_USER
-                || n == IMPERSONATE_GROUP
-                || n == IMPERSONATE_UID
-                || n.starts_with(IMPERSONATE_EXTRA_PREFIX)
+            n == IMPERSONATE_USER || n == IMPERSONATE_GROUP || n == IMPERSONATE_UID || n.starts_with(IMPERSONATE_EXTRA_PREFIX)
         })
         .cloned()
         .collect();
@@ -280,10 +250,7 @@ mod tests {
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
-            h.append(
-                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                v.parse().unwrap(),
-            );
+            h.append(axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
         }
         h
     }
@@ -291,12 +258,8 @@ mod tests {
     #[test]
     fn no_headers_is_no_impersonation_and_groups_need_a_user() {
         assert_eq!(ImpersonatedUser::from_headers(&HeaderMap::new()), Ok(None));
-        let e =
-            ImpersonatedUser::from_headers(&headers(&[("Impersonate-Group", "dev")])).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "requested [groups=dev] without impersonating a user"
-        );
+        let e = ImpersonatedUser::from_headers(&headers(&[("Impersonate-Group", "dev")])).unwrap_err();
+        assert_eq!(e.to_string(), "requested [groups=dev] without impersonating a user");
     }
 
     #[test]
@@ -309,63 +272,31 @@ mod tests {
         ]))
         .unwrap()
         .unwrap();
-        let c: Vec<String> = w
-            .checks()
-            .iter()
-            .map(|a| format!("{}/{}/{}", a.api_group, a.combined_resource(), a.name))
-            .collect();
-        assert_eq!(
-            c,
-            vec![
-                "/users/bob",
-                "/groups/dev",
-                "authentication.k8s.io/userextras/acme.com/project/p1",
-                "authentication.k8s.io/uids/42"
-            ]
-        );
+        let c: Vec<String> = w.checks().iter().map(|a| format!("{}/{}/{}", a.api_group, a.combined_resource(), a.name)).collect();
+        assert_eq!(c, vec!["/users/bob", "/groups/dev", "authentication.k8s.io/userextras/acme.com/project/p1", "authentication.k8s.io/uids/42"]);
         let u = w.finish().user_info();
         assert_eq!(u.groups, vec!["dev", AUTHENTICATED_GROUP]);
     }
 
     #[test]
     fn service_accounts_are_checked_in_their_namespace_and_get_their_groups() {
-        let w = ImpersonatedUser::from_headers(&headers(&[(
-            "Impersonate-User",
-            "system:serviceaccount:ns1:builder",
-        )]))
-        .unwrap()
-        .unwrap();
+        let w = ImpersonatedUser::from_headers(&headers(&[("Impersonate-User", "system:serviceaccount:ns1:builder")]))
+            .unwrap()
+            .unwrap();
         let c = &w.checks()[0];
-        assert_eq!(
-            (c.resource.as_str(), c.namespace.as_str(), c.name.as_str()),
-            ("serviceaccounts", "ns1", "builder")
-        );
+        assert_eq!((c.resource.as_str(), c.namespace.as_str(), c.name.as_str()), ("serviceaccounts", "ns1", "builder"));
         assert_eq!(
             w.finish().groups,
-            vec![
-                "system:serviceaccounts",
-                "system:serviceaccounts:ns1",
-                AUTHENTICATED_GROUP
-            ]
+            vec!["system:serviceaccounts", "system:serviceaccounts:ns1", AUTHENTICATED_GROUP]
         );
-        let anon =
-            ImpersonatedUser::from_headers(&headers(&[("Impersonate-User", ANONYMOUS_USER)]))
-                .unwrap()
-                .unwrap();
+        let anon = ImpersonatedUser::from_headers(&headers(&[("Impersonate-User", ANONYMOUS_USER)])).unwrap().unwrap();
         assert_eq!(anon.finish().groups, vec![UNAUTHENTICATED_GROUP]);
     }
 
     #[test]
     fn forbidden_impersonation_names_the_target() {
-        let w = ImpersonatedUser::from_headers(&headers(&[("Impersonate-User", "bob")]))
-            .unwrap()
-            .unwrap();
-        let alice = UserInfo {
-            username: "alice".into(),
-            uid: String::new(),
-            groups: vec![],
-            extra: Default::default(),
-        };
+        let w = ImpersonatedUser::from_headers(&headers(&[("Impersonate-User", "bob")])).unwrap().unwrap();
+        let alice = UserInfo { username: "alice".into(), uid: String::new(), groups: vec![], extra: Default::default() };
         let s = forbidden(&alice, &w.checks()[0], "");
         assert_eq!(
             s.message,

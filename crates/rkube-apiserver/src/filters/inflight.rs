@@ -41,17 +41,11 @@ struct Pool {
 
 impl Pool {
     fn new(limit: usize) -> Self {
-        Pool {
-            semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))),
-            limit,
-        }
+        Pool { semaphore: (limit > 0).then(|| Arc::new(Semaphore::new(limit))), limit }
     }
 
     fn in_use(&self) -> i64 {
-        self.semaphore
-            .as_ref()
-            .map(|s| (self.limit - s.available_permits()) as i64)
-            .unwrap_or(0)
+        self.semaphore.as_ref().map(|s| (self.limit - s.available_permits()) as i64).unwrap_or(0)
     }
 }
 
@@ -66,11 +60,7 @@ pub struct InflightLimiter {
 impl InflightLimiter {
     /// Limits of `max_read_only` and `max_mutating` concurrent requests (0 = unlimited).
     pub fn new(max_read_only: usize, max_mutating: usize, metrics: Arc<ApiserverMetrics>) -> Self {
-        InflightLimiter {
-            read_only: Pool::new(max_read_only),
-            mutating: Pool::new(max_mutating),
-            metrics,
-        }
+        InflightLimiter { read_only: Pool::new(max_read_only), mutating: Pool::new(max_mutating), metrics }
     }
 
     fn pool(&self, read_only: bool) -> &Pool {
@@ -93,27 +83,17 @@ impl Drop for Slot {
     fn drop(&mut self) {
         // The permit is released after this body runs; report the count without it.
         let in_use = self.limiter.pool(self.read_only).in_use() - 1;
-        self.limiter
-            .metrics
-            .set_inflight(self.read_only, in_use.max(0));
+        self.limiter.metrics.set_inflight(self.read_only, in_use.max(0));
     }
 }
 
 /// The 429 answer.
 pub fn too_many_requests() -> Response {
-    ApiError::from(Status::too_many_requests(
-        "Too many requests, please try again later.",
-        1,
-    ))
-    .into_response()
+    ApiError::from(Status::too_many_requests("Too many requests, please try again later.", 1)).into_response()
 }
 
 /// Middleware enforcing the limits (see the module docs).
-pub async fn inflight_middleware(
-    State(l): State<Arc<InflightLimiter>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn inflight_middleware(State(l): State<Arc<InflightLimiter>>, req: Request, next: Next) -> Response {
     let ctx = context_of(&req);
     if ctx.attrs.is_long_running() {
         return next.run(req).await;
@@ -124,22 +104,13 @@ pub async fn inflight_middleware(
     };
     match sem.try_acquire_owned() {
         Ok(permit) => {
-            l.metrics
-                .set_inflight(read_only, l.pool(read_only).in_use());
-            let slot = Slot {
-                _permit: permit,
-                limiter: l.clone(),
-                read_only,
-            };
+            l.metrics.set_inflight(read_only, l.pool(read_only).in_use());
+            let slot = Slot { _permit: permit, limiter: l.clone(), read_only };
             let resp = next.run(req).await;
             guard_response(resp, slot)
         }
         Err(_) => {
-            if req
-                .extensions()
-                .get::<UserInfo>()
-                .is_some_and(UserInfo::is_master)
-            {
+            if req.extensions().get::<UserInfo>().is_some_and(UserInfo::is_master) {
                 return next.run(req).await;
             }
             l.metrics.observe_dropped(&ctx.attrs, ctx.started.elapsed());

@@ -64,14 +64,14 @@ pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8
 
 /// Upstream's `apiserver_request_duration_seconds` buckets (seconds).
 pub const REQUEST_DURATION_BUCKETS: &[f64] = &[
-    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
-    10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0, 30.0,
+    45.0, 60.0,
 ];
 
 /// Upstream's `etcd_request_duration_seconds` buckets (seconds).
 pub const STORAGE_DURATION_BUCKETS: &[f64] = &[
-    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
-    10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0, 30.0,
+    45.0, 60.0,
 ];
 
 /// The `component` label value.
@@ -151,10 +151,7 @@ pub(crate) struct StorageLabels {
 pub(crate) struct StorageType(pub(crate) String);
 
 impl EncodeLabelSet for StorageType {
-    fn encode(
-        &self,
-        encoder: &mut prometheus_client::encoding::LabelSetEncoder,
-    ) -> Result<(), std::fmt::Error> {
+    fn encode(&self, encoder: &mut prometheus_client::encoding::LabelSetEncoder) -> Result<(), std::fmt::Error> {
         EncodeLabelSet::encode(&[("type", self.0.as_str())], encoder)
     }
 }
@@ -171,9 +168,7 @@ fn storage_duration_histogram() -> Histogram {
 
 fn response_size_histogram() -> Histogram {
     // Upstream: ExponentialBuckets(1000, 10.0, 8), 1 KB .. 10 GB.
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-        1000.0, 10.0, 8,
-    ))
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(1000.0, 10.0, 8))
 }
 
 /// The API server's metrics registry. Cheap to share (`Arc`); every method
@@ -221,10 +216,8 @@ impl ApiserverMetrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
-        let durations: HistogramFamily<DurationLabels> =
-            Family::new_with_constructor(request_duration_histogram);
-        let response_sizes: HistogramFamily<ResourceLabels> =
-            Family::new_with_constructor(response_size_histogram);
+        let durations: HistogramFamily<DurationLabels> = Family::new_with_constructor(request_duration_histogram);
+        let response_sizes: HistogramFamily<ResourceLabels> = Family::new_with_constructor(response_size_histogram);
         let inflight = Family::<RequestKindLabels, Gauge>::default();
         let dropped = Family::<RequestKindLabels, Counter>::default();
         let longrunning = Family::<ResourceLabels, Gauge>::default();
@@ -232,8 +225,7 @@ impl ApiserverMetrics {
         let audit_events = Counter::default();
         let audit_errors = Family::<PluginLabels, Counter>::default();
         let audit_levels = Family::<LevelLabels, Counter>::default();
-        let storage: HistogramFamily<StorageLabels> =
-            Family::new_with_constructor(storage_duration_histogram);
+        let storage: HistogramFamily<StorageLabels> = Family::new_with_constructor(storage_duration_histogram);
         registry.register(
             "apiserver_request",
             "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code",
@@ -279,11 +271,7 @@ impl ApiserverMetrics {
             "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by the error",
             audit_errors.clone(),
         );
-        registry.register(
-            "apiserver_audit_level",
-            "Counter of policy levels for audit events (1 per request)",
-            audit_levels.clone(),
-        );
+        registry.register("apiserver_audit_level", "Counter of policy levels for audit events (1 per request)", audit_levels.clone());
         registry.register(
             "etcd_request_duration_seconds",
             "Storage request latency in seconds for each operation, object type and storage backend",
@@ -292,9 +280,7 @@ impl ApiserverMetrics {
         registry.register_collector(Box::new(crate::filters::process::ProcessCollector::new()));
         // Pre-create the inflight gauges so both kinds show from the start.
         for kind in ["readOnly", "mutating"] {
-            let _ = inflight.get_or_create(&RequestKindLabels {
-                request_kind: kind.into(),
-            });
+            let _ = inflight.get_or_create(&RequestKindLabels { request_kind: kind.into() });
         }
         ApiserverMetrics {
             registry,
@@ -340,8 +326,7 @@ impl ApiserverMetrics {
         if extra.is_empty() {
             return own;
         }
-        let mut text =
-            String::with_capacity(own.len() + extra.iter().map(String::len).sum::<usize>());
+        let mut text = String::with_capacity(own.len() + extra.iter().map(String::len).sum::<usize>());
         // Families of the sources, then the registry's own text without them.
         let mut taken: HashSet<String> = HashSet::new();
         let mut sources_text = String::new();
@@ -358,13 +343,7 @@ impl ApiserverMetrics {
     /// Records one finished request: `apiserver_request_total`,
     /// `apiserver_request_duration_seconds`, and for GET/LIST
     /// `apiserver_response_sizes` (when the size is known).
-    pub fn observe_request(
-        &self,
-        attrs: &RequestAttributes,
-        code: u16,
-        elapsed: Duration,
-        response_size: Option<u64>,
-    ) {
+    pub fn observe_request(&self, attrs: &RequestAttributes, code: u16, elapsed: Duration, response_size: Option<u64>) {
         if !recordable(attrs, code) {
             return;
         }
@@ -403,20 +382,12 @@ impl ApiserverMetrics {
 
     /// Sets `apiserver_current_inflight_requests{request_kind}`.
     pub fn set_inflight(&self, read_only: bool, value: i64) {
-        self.inflight
-            .get_or_create(&RequestKindLabels {
-                request_kind: request_kind(read_only).into(),
-            })
-            .set(value);
+        self.inflight.get_or_create(&RequestKindLabels { request_kind: request_kind(read_only).into() }).set(value);
     }
 
     /// Counts a request rejected with 429 by the inflight limit.
     pub fn observe_dropped(&self, attrs: &RequestAttributes, elapsed: Duration) {
-        self.dropped
-            .get_or_create(&RequestKindLabels {
-                request_kind: request_kind(attrs.is_read_only()).into(),
-            })
-            .inc();
+        self.dropped.get_or_create(&RequestKindLabels { request_kind: request_kind(attrs.is_read_only()).into() }).inc();
         self.observe_request(attrs, 429, elapsed, None);
     }
 
@@ -427,30 +398,17 @@ impl ApiserverMetrics {
 
     /// Counts one audit event the `plugin` backend could not write (dropped or failed).
     pub fn audit_error(&self, plugin: &str) {
-        self.audit_errors
-            .get_or_create(&PluginLabels {
-                plugin: plugin.into(),
-            })
-            .inc();
+        self.audit_errors.get_or_create(&PluginLabels { plugin: plugin.into() }).inc();
     }
 
     /// Counts one request audited at `level` (`None`, `Metadata`, ...).
     pub fn audit_level(&self, level: &str) {
-        self.audit_levels
-            .get_or_create(&LevelLabels {
-                level: level.into(),
-            })
-            .inc();
+        self.audit_levels.get_or_create(&LevelLabels { level: level.into() }).inc();
     }
 
     /// `apiserver_audit_error_total{plugin}` (for tests and health checks).
     pub fn audit_error_count(&self, plugin: &str) -> u64 {
-        self.audit_errors
-            .get(&PluginLabels {
-                plugin: plugin.into(),
-            })
-            .map(|c| c.get())
-            .unwrap_or(0)
+        self.audit_errors.get(&PluginLabels { plugin: plugin.into() }).map(|c| c.get()).unwrap_or(0)
     }
 
     /// `apiserver_audit_event_total`.
@@ -473,24 +431,18 @@ impl ApiserverMetrics {
     /// `apiserver_longrunning_requests` and, for watches of known kinds,
     /// `apiserver_registered_watchers`, until the returned guard is dropped;
     /// the request is counted in `apiserver_request_total` then.
-    pub fn track_long_running(
-        self: &Arc<Self>,
-        attrs: &RequestAttributes,
-        started: Instant,
-    ) -> LongRunningGuard {
+    pub fn track_long_running(self: &Arc<Self>, attrs: &RequestAttributes, started: Instant) -> LongRunningGuard {
         let recorded = recordable(attrs, 200);
         let labels = labels_of(attrs);
         if recorded {
             self.longrunning.get_or_create(&labels).inc();
         }
         let watcher = if attrs.verb == "watch" {
-            rkube_api::registry::lookup(&attrs.api_group, &attrs.api_version, &attrs.resource).map(
-                |info| WatcherLabels {
-                    group: attrs.api_group.clone(),
-                    kind: info.kind.to_string(),
-                    version: attrs.api_version.clone(),
-                },
-            )
+            rkube_api::registry::lookup(&attrs.api_group, &attrs.api_version, &attrs.resource).map(|info| WatcherLabels {
+                group: attrs.api_group.clone(),
+                kind: info.kind.to_string(),
+                version: attrs.api_version.clone(),
+            })
         } else {
             None
         };
@@ -528,8 +480,7 @@ impl Drop for LongRunningGuard {
         if let Some(w) = &self.watcher {
             self.metrics.watchers.get_or_create(w).dec();
         }
-        self.metrics
-            .observe_request(&self.attrs, self.code, self.started.elapsed(), None);
+        self.metrics.observe_request(&self.attrs, self.code, self.started.elapsed(), None);
     }
 }
 
@@ -591,10 +542,7 @@ fn labels_of(attrs: &RequestAttributes) -> ResourceLabels {
 /// count, is counted with `subresource` empty (so label values stay a
 /// fixed set whatever the path).
 fn non_resource_labels(path: &str) -> (&'static str, &'static str) {
-    let p = path
-        .strip_suffix('/')
-        .filter(|p| !p.is_empty())
-        .unwrap_or(path);
+    let p = path.strip_suffix('/').filter(|p| !p.is_empty()).unwrap_or(path);
     match p {
         "/healthz" => ("/healthz", ""),
         "/livez" => ("/livez", ""),
@@ -612,19 +560,14 @@ fn non_resource_labels(path: &str) -> (&'static str, &'static str) {
 /// not invent label values.
 fn non_resource_verb(method: &str) -> String {
     match method {
-        "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS" | "CONNECT" | "TRACE" => {
-            method.to_string()
-        }
+        "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS" | "CONNECT" | "TRACE" => method.to_string(),
         _ => "other".to_string(),
     }
 }
 
 /// The family names a text declares with `# TYPE`.
 fn family_names(text: &str) -> HashSet<&str> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .collect()
+    text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_whitespace().next()).collect()
 }
 
 /// The family of one line of `text` whose families are `families`: the name
@@ -644,10 +587,7 @@ fn family_of<'a>(line: &'a str, families: &HashSet<&str>) -> &'a str {
     }
     ["_bucket", "_sum", "_count", "_created"]
         .iter()
-        .find_map(|suffix| {
-            name.strip_suffix(suffix)
-                .filter(|base| families.contains(base))
-        })
+        .find_map(|suffix| name.strip_suffix(suffix).filter(|base| families.contains(base)))
         .unwrap_or(name)
 }
 
@@ -680,9 +620,7 @@ fn to_prometheus_text(openmetrics: &str) -> String {
         let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|p| {
             let rest = line.strip_prefix(p)?;
             let name = rest.split(' ').next()?;
-            counters
-                .contains(name)
-                .then(|| format!("{p}{name}_total{}", &rest[name.len()..]))
+            counters.contains(name).then(|| format!("{p}{name}_total{}", &rest[name.len()..]))
         });
         out.push_str(rewritten.as_deref().unwrap_or(line));
         out.push('\n');
@@ -695,10 +633,7 @@ fn to_prometheus_text(openmetrics: &str) -> String {
 /// the router's `metrics` arm answer with it.
 pub fn metrics_response(m: &ApiserverMetrics) -> Response {
     let mut resp = (StatusCode::OK, m.render()).into_response();
-    resp.headers_mut().insert(
-        "content-type",
-        HeaderValue::from_static(METRICS_CONTENT_TYPE),
-    );
+    resp.headers_mut().insert("content-type", HeaderValue::from_static(METRICS_CONTENT_TYPE));
     resp
 }
 
@@ -708,11 +643,7 @@ pub async fn metrics_handler(State(m): State<Arc<ApiserverMetrics>>) -> Response
 }
 
 /// Middleware recording every request it wraps (see the module docs).
-pub async fn metrics_middleware(
-    State(m): State<Arc<ApiserverMetrics>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn metrics_middleware(State(m): State<Arc<ApiserverMetrics>>, req: Request, next: Next) -> Response {
     let ctx = context_of(&req);
     if ctx.attrs.is_long_running() {
         let mut guard = m.track_long_running(&ctx.attrs, ctx.started);
@@ -722,12 +653,7 @@ pub async fn metrics_middleware(
     }
     let resp = next.run(req).await;
     let size = resp.body().size_hint().exact();
-    m.observe_request(
-        &ctx.attrs,
-        resp.status().as_u16(),
-        ctx.started.elapsed(),
-        size,
-    );
+    m.observe_request(&ctx.attrs, resp.status().as_u16(), ctx.started.elapsed(), size);
     resp
 }
 
@@ -750,55 +676,29 @@ mod tests {
     fn added_text_sources_are_appended_and_replace_families_of_the_same_name() {
         let m = Arc::new(ApiserverMetrics::new());
         let _watch = m.track_long_running(
-            &attrs(
-                Method::GET,
-                "/apis/apps/v1/namespaces/default/deployments?watch=true",
-            ),
+            &attrs(Method::GET, "/apis/apps/v1/namespaces/default/deployments?watch=true"),
             std::time::Instant::now(),
         );
-        assert!(m
-            .render()
-            .contains("apiserver_registered_watchers{group=\"apps\",kind=\"Deployment\""));
+        assert!(m.render().contains("apiserver_registered_watchers{group=\"apps\",kind=\"Deployment\""));
         m.add_text_source(Arc::new(|| {
             "# HELP apiserver_registered_watchers from the cache.\n# TYPE apiserver_registered_watchers gauge\napiserver_registered_watchers{group=\"\",resource=\"pods\"} 3\n".to_string()
         }));
         let text = m.render();
-        assert_eq!(
-            text.matches("# TYPE apiserver_registered_watchers gauge")
-                .count(),
-            1,
-            "{text}"
-        );
+        assert_eq!(text.matches("# TYPE apiserver_registered_watchers gauge").count(), 1, "{text}");
+        assert!(text.contains("apiserver_registered_watchers{group=\"\",resource=\"pods\"} 3"), "{text}");
         assert!(
-            text.contains("apiserver_registered_watchers{group=\"\",resource=\"pods\"} 3"),
-            "{text}"
-        );
-        assert!(
-            !text
-                .lines()
-                .any(|l| l.starts_with("apiserver_registered_watchers{") && l.contains("kind=")),
+            !text.lines().any(|l| l.starts_with("apiserver_registered_watchers{") && l.contains("kind=")),
             "the registry's own family must be dropped: {text}"
         );
-        assert!(
-            text.contains("# TYPE apiserver_current_inflight_requests gauge"),
-            "{text}"
-        );
+        assert!(text.contains("# TYPE apiserver_current_inflight_requests gauge"), "{text}");
     }
 
     #[test]
     fn request_total_has_upstream_labels_and_total_suffix() {
         let m = ApiserverMetrics::new();
-        m.observe_request(
-            &attrs(Method::GET, "/api/v1/namespaces/default/pods"),
-            200,
-            Duration::from_millis(3),
-            Some(100),
-        );
+        m.observe_request(&attrs(Method::GET, "/api/v1/namespaces/default/pods"), 200, Duration::from_millis(3), Some(100));
         let text = m.render();
-        assert!(
-            text.contains("# TYPE apiserver_request_total counter"),
-            "{text}"
-        );
+        assert!(text.contains("# TYPE apiserver_request_total counter"), "{text}");
         assert!(text.contains(
             "apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"pods\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"} 1"
         ), "{text}");
@@ -811,50 +711,22 @@ mod tests {
     #[test]
     fn unknown_resources_and_404_paths_are_not_recorded() {
         let m = ApiserverMetrics::new();
-        m.observe_request(
-            &attrs(Method::GET, "/api/v1/widgets"),
-            404,
-            Duration::ZERO,
-            None,
-        );
-        m.observe_request(
-            &attrs(Method::GET, "/random/path"),
-            404,
-            Duration::ZERO,
-            None,
-        );
+        m.observe_request(&attrs(Method::GET, "/api/v1/widgets"), 404, Duration::ZERO, None);
+        m.observe_request(&attrs(Method::GET, "/random/path"), 404, Duration::ZERO, None);
         m.observe_request(&attrs(Method::GET, "/healthz"), 200, Duration::ZERO, None);
         let text = m.render();
         assert!(!text.contains("widgets"));
         assert!(!text.contains("/random/path"));
-        assert!(
-            text.contains("subresource=\"/healthz\",verb=\"GET\""),
-            "{text}"
-        );
+        assert!(text.contains("subresource=\"/healthz\",verb=\"GET\""), "{text}");
     }
 
     #[test]
     fn non_resource_requests_have_empty_resource_labels_like_upstream() {
         let m = ApiserverMetrics::new();
-        for path in [
-            "/version",
-            "/openapi/v2",
-            "/metrics",
-            "/healthz/etcd",
-            "/api",
-            "/apis",
-            "/healthz",
-            "/readyz/",
-            "/openapi/v3/apis/apps/v1",
-        ] {
+        for path in ["/version", "/openapi/v2", "/metrics", "/healthz/etcd", "/api", "/apis", "/healthz", "/readyz/", "/openapi/v3/apis/apps/v1"] {
             m.observe_request(&attrs(Method::GET, path), 200, Duration::ZERO, Some(10));
         }
-        m.observe_request(
-            &attrs(Method::from_bytes(b"FOO").unwrap(), "/version"),
-            405,
-            Duration::ZERO,
-            None,
-        );
+        m.observe_request(&attrs(Method::from_bytes(b"FOO").unwrap(), "/version"), 405, Duration::ZERO, None);
         let text = m.render();
         let series = |component: &str, subresource: &str, verb: &str, code: &str| {
             format!("apiserver_request_total{{code=\"{code}\",component=\"{component}\",dry_run=\"\",group=\"\",resource=\"\",scope=\"\",subresource=\"{subresource}\",verb=\"{verb}\",version=\"\"}}")
@@ -869,19 +741,9 @@ mod tests {
             (series("", "openapi/v3/", "GET", "200"), 1),
             (series("apiserver", "", "other", "405"), 1),
         ] {
-            assert!(
-                text.contains(&format!("{line} {n}\n")),
-                "missing {line} {n} in:\n{text}"
-            );
+            assert!(text.contains(&format!("{line} {n}\n")), "missing {line} {n} in:\n{text}");
         }
-        for path in [
-            "/version",
-            "/api\"",
-            "/metrics",
-            "openapi/v2",
-            "/healthz/etcd",
-            "FOO",
-        ] {
+        for path in ["/version", "/api\"", "/metrics", "openapi/v2", "/healthz/etcd", "FOO"] {
             assert!(!text.contains(path), "{path} leaked into a label:\n{text}");
         }
         assert!(text.contains("apiserver_request_duration_seconds_count{component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"\",scope=\"\",subresource=\"\",verb=\"GET\",version=\"\"} 4"), "{text}");
@@ -890,67 +752,32 @@ mod tests {
     #[test]
     fn every_family_is_rendered_once_whatever_the_sources() {
         let m = ApiserverMetrics::new();
-        m.observe_request(
-            &attrs(Method::GET, "/api/v1/pods"),
-            200,
-            Duration::from_millis(3),
-            None,
-        );
+        m.observe_request(&attrs(Method::GET, "/api/v1/pods"), 200, Duration::from_millis(3), None);
         let cache = "# HELP apiserver_request_duration_seconds other.\n# TYPE apiserver_request_duration_seconds histogram\napiserver_request_duration_seconds_bucket{le=\"+Inf\"} 7\napiserver_request_duration_seconds_sum 1.0\napiserver_request_duration_seconds_count 7\n# HELP apiserver_cache_list_total n.\n# TYPE apiserver_cache_list_total counter\napiserver_cache_list_total{resource_prefix=\"/pods\"} 2\n";
         m.add_text_source(Arc::new(move || cache.to_string()));
         m.add_text_source(Arc::new(move || cache.replace("} 2", "} 9")));
         let text = m.render();
-        assert_eq!(
-            text.matches("# TYPE apiserver_request_duration_seconds histogram")
-                .count(),
-            1,
-            "{text}"
-        );
-        assert_eq!(
-            text.matches("# TYPE apiserver_cache_list_total counter")
-                .count(),
-            1,
-            "{text}"
-        );
-        assert!(
-            text.contains("apiserver_request_duration_seconds_count 7\n"),
-            "{text}"
-        );
-        assert!(
-            !text.contains("apiserver_request_duration_seconds_count{"),
-            "the registry's histogram is replaced: {text}"
-        );
-        assert!(
-            text.contains("apiserver_cache_list_total{resource_prefix=\"/pods\"} 2\n"),
-            "the first source wins: {text}"
-        );
+        assert_eq!(text.matches("# TYPE apiserver_request_duration_seconds histogram").count(), 1, "{text}");
+        assert_eq!(text.matches("# TYPE apiserver_cache_list_total counter").count(), 1, "{text}");
+        assert!(text.contains("apiserver_request_duration_seconds_count 7\n"), "{text}");
+        assert!(!text.contains("apiserver_request_duration_seconds_count{"), "the registry's histogram is replaced: {text}");
+        assert!(text.contains("apiserver_cache_list_total{resource_prefix=\"/pods\"} 2\n"), "the first source wins: {text}");
         assert!(!text.contains("} 9"), "{text}");
-        assert!(
-            text.contains("apiserver_request_total{code=\"200\""),
-            "{text}"
-        );
+        assert!(text.contains("apiserver_request_total{code=\"200\""), "{text}");
     }
 
     #[test]
     fn watch_gauges_follow_the_guard() {
         let m = Arc::new(ApiserverMetrics::new());
-        let a = attrs(
-            Method::GET,
-            "/apis/apps/v1/namespaces/x/deployments?watch=true",
-        );
+        let a = attrs(Method::GET, "/apis/apps/v1/namespaces/x/deployments?watch=true");
         let g = m.track_long_running(&a, Instant::now());
         let text = m.render();
         assert!(text.contains("apiserver_registered_watchers{group=\"apps\",kind=\"Deployment\",version=\"v1\"} 1"), "{text}");
         assert!(text.contains("apiserver_longrunning_requests{component=\"apiserver\",group=\"apps\",resource=\"deployments\",scope=\"namespace\",subresource=\"\",verb=\"WATCH\",version=\"v1\"} 1"), "{text}");
         drop(g);
         let text = m.render();
-        assert!(text.contains(
-            "apiserver_registered_watchers{group=\"apps\",kind=\"Deployment\",version=\"v1\"} 0"
-        ));
-        assert!(
-            text.contains("verb=\"WATCH\",version=\"v1\"} 1"),
-            "counted when it ends: {text}"
-        );
+        assert!(text.contains("apiserver_registered_watchers{group=\"apps\",kind=\"Deployment\",version=\"v1\"} 0"));
+        assert!(text.contains("verb=\"WATCH\",version=\"v1\"} 1"), "counted when it ends: {text}");
     }
 
     #[test]
@@ -958,21 +785,10 @@ mod tests {
         let m = ApiserverMetrics::new();
         m.set_inflight(false, 3);
         let text = m.render();
-        assert!(
-            text.contains("apiserver_current_inflight_requests{request_kind=\"mutating\"} 3"),
-            "{text}"
-        );
+        assert!(text.contains("apiserver_current_inflight_requests{request_kind=\"mutating\"} 3"), "{text}");
         assert!(text.contains("apiserver_current_inflight_requests{request_kind=\"readOnly\"} 0"));
-        for name in [
-            "process_resident_memory_bytes",
-            "process_cpu_seconds_total",
-            "process_open_fds",
-            "process_start_time_seconds",
-        ] {
-            assert!(
-                text.contains(&format!("\n{name} ")),
-                "{name} missing: {text}"
-            );
+        for name in ["process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds", "process_start_time_seconds"] {
+            assert!(text.contains(&format!("\n{name} ")), "{name} missing: {text}");
         }
     }
 }

@@ -33,16 +33,16 @@
 pub mod audit;
 pub mod authn;
 pub mod authz;
-pub(crate) mod body;
 pub mod escalation;
 pub mod impersonation;
+pub(crate) mod body;
 pub mod inflight;
 pub mod metrics;
 pub mod process;
 pub mod rbac;
+pub mod rbac_rules;
 pub mod rbac_cache;
 pub mod rbac_index;
-pub mod rbac_rules;
 pub mod requestinfo;
 pub mod storage_metrics;
 pub mod timeout;
@@ -66,7 +66,7 @@ pub use tls::{serve, ConnInfo};
 use audit::policy::{Policy, PolicyError};
 use audit::writer::{AuditBackend, AuditMode, AuditSink, RotationConfig, WriterError};
 use audit::Auditor;
-use authn::{Authenticator, AuthnError, AuthnState, TokenFile};
+use authn::{AuthnError, Authenticator, AuthnState, TokenFile};
 use authz::{AuthorizationMode, Authorizer, AuthzError};
 use inflight::InflightLimiter;
 use metrics::ApiserverMetrics;
@@ -122,11 +122,7 @@ pub struct FilterArgs {
     #[arg(long = "anonymous-auth", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, overrides_with = "anonymous_auth")]
     pub anonymous_auth: bool,
     /// Ordered list of plug-ins to do authorization on secure port: AlwaysAllow, AlwaysDeny, RBAC.
-    #[arg(
-        long = "authorization-mode",
-        default_value = "AlwaysAllow",
-        value_delimiter = ','
-    )]
+    #[arg(long = "authorization-mode", default_value = "AlwaysAllow", value_delimiter = ',')]
     pub authorization_mode: Vec<String>,
     /// If set, all requests coming to the apiserver will be logged to this file. '-' means standard out.
     #[arg(long = "audit-log-path")]
@@ -234,10 +230,7 @@ pub struct FilterConfig {
 }
 
 fn duration_flag(flag: &'static str, v: &str) -> Result<Duration, FilterError> {
-    timeout::parse_go_duration(v).map_err(|e| FilterError::Flag {
-        flag,
-        message: e.to_string(),
-    })
+    timeout::parse_go_duration(v).map_err(|e| FilterError::Flag { flag, message: e.to_string() })
 }
 
 impl FilterArgs {
@@ -248,16 +241,8 @@ impl FilterArgs {
             (None, None) => None,
             _ => return Err(TlsError::Incomplete.into()),
         };
-        let client_ca = self
-            .client_ca_file
-            .as_deref()
-            .map(tls::load_certs)
-            .transpose()?;
-        let tokens = self
-            .token_auth_file
-            .as_deref()
-            .map(TokenFile::load)
-            .transpose()?;
+        let client_ca = self.client_ca_file.as_deref().map(tls::load_certs).transpose()?;
+        let tokens = self.token_auth_file.as_deref().map(TokenFile::load).transpose()?;
         let authorization_modes = self
             .authorization_mode
             .iter()
@@ -265,19 +250,13 @@ impl FilterArgs {
             .map(|m| m.parse::<AuthorizationMode>())
             .collect::<Result<Vec<_>, _>>()?;
         if self.audit_log_format != "json" {
-            return Err(FilterError::Flag {
-                flag: "audit-log-format",
-                message: format!("{:?}: only json is supported", self.audit_log_format),
-            });
+            return Err(FilterError::Flag { flag: "audit-log-format", message: format!("{:?}: only json is supported", self.audit_log_format) });
         }
         let mode = match self.audit_log_mode.as_str() {
             "batch" => AuditMode::Batch,
             "blocking" | "blocking-strict" => AuditMode::Blocking,
             other => {
-                return Err(FilterError::Flag {
-                    flag: "audit-log-mode",
-                    message: format!("{other:?}: use batch or blocking"),
-                })
+                return Err(FilterError::Flag { flag: "audit-log-mode", message: format!("{other:?}: use batch or blocking") })
             }
         };
         let audit = match (&self.audit_log_path, &self.audit_policy_file) {
@@ -312,10 +291,7 @@ impl FilterArgs {
             max_requests_inflight: self.max_requests_inflight,
             max_mutating_requests_inflight: self.max_mutating_requests_inflight,
             request_timeout: duration_flag("request-timeout", &self.request_timeout)?,
-            trace_threshold: duration_flag(
-                "request-trace-threshold",
-                &self.request_trace_threshold,
-            )?,
+            trace_threshold: duration_flag("request-trace-threshold", &self.request_trace_threshold)?,
         })
     }
 }
@@ -342,16 +318,8 @@ impl FilterChain {
         rbac: Option<Arc<dyn RbacSource>>,
         metrics: Arc<ApiserverMetrics>,
     ) -> Result<FilterChain, FilterError> {
-        let client_verifier = cfg
-            .client_ca
-            .as_deref()
-            .map(tls::client_verifier)
-            .transpose()?;
-        let tls = cfg
-            .tls
-            .as_ref()
-            .map(|t| tls::server_config(t, client_verifier.clone()))
-            .transpose()?;
+        let client_verifier = cfg.client_ca.as_deref().map(tls::client_verifier).transpose()?;
+        let tls = cfg.tls.as_ref().map(|t| tls::server_config(t, client_verifier.clone())).transpose()?;
         let authn = Arc::new(Authenticator {
             tokens: cfg.tokens,
             client_ca: client_verifier,
@@ -366,11 +334,8 @@ impl FilterChain {
             }
             None => None,
         };
-        let inflight = Arc::new(InflightLimiter::new(
-            cfg.max_requests_inflight,
-            cfg.max_mutating_requests_inflight,
-            metrics.clone(),
-        ));
+        let inflight =
+            Arc::new(InflightLimiter::new(cfg.max_requests_inflight, cfg.max_mutating_requests_inflight, metrics.clone()));
         Ok(FilterChain {
             metrics,
             authn,
@@ -379,9 +344,7 @@ impl FilterChain {
             auditor,
             inflight,
             request_timeout: cfg.request_timeout,
-            trace: TraceConfig {
-                threshold: cfg.trace_threshold,
-            },
+            trace: TraceConfig { threshold: cfg.trace_threshold },
             tls,
         })
     }
@@ -393,10 +356,7 @@ impl FilterChain {
 
     /// This chain, also accepting the ServiceAccount tokens `sa` checks
     /// (built once the server's watch cache exists).
-    pub fn with_service_account_tokens(
-        mut self,
-        sa: Arc<crate::serviceaccount::ServiceAccountAuthenticator>,
-    ) -> Self {
+    pub fn with_service_account_tokens(mut self, sa: Arc<crate::serviceaccount::ServiceAccountAuthenticator>) -> Self {
         self.authn = Arc::new(Authenticator {
             tokens: self.authn.tokens.clone(),
             client_ca: self.authn.client_ca.clone(),
@@ -440,51 +400,24 @@ impl FilterChain {
 /// the fallback) in the filter chain, in the order of the module docs.
 pub fn apply(router: Router, chain: &FilterChain) -> Router {
     let router = router
-        .route(
-            "/metrics",
-            get(metrics::metrics_handler).with_state(chain.metrics.clone()),
-        )
+        .route("/metrics", get(metrics::metrics_handler).with_state(chain.metrics.clone()))
         .route("/debug/flags/v", any(trace::debug_flags_v));
-    let escalation = escalation::EscalationState {
-        authz: chain.authz.clone(),
-        rbac: chain.rbac.clone(),
-    };
+    let escalation = escalation::EscalationState { authz: chain.authz.clone(), rbac: chain.rbac.clone() };
     let router = router
-        .layer(from_fn_with_state(
-            escalation,
-            escalation::escalation_middleware,
-        ))
-        .layer(from_fn_with_state(
-            chain.authz.clone(),
-            authz::authz_middleware,
-        ))
+        .layer(from_fn_with_state(escalation, escalation::escalation_middleware))
+        .layer(from_fn_with_state(chain.authz.clone(), authz::authz_middleware))
         .layer(from_fn_with_state(chain.trace, trace::trace_middleware))
-        .layer(from_fn_with_state(
-            chain.request_timeout,
-            timeout::timeout_middleware,
-        ))
-        .layer(from_fn_with_state(
-            chain.metrics.clone(),
-            metrics::metrics_middleware,
-        ))
-        .layer(from_fn_with_state(
-            chain.inflight.clone(),
-            inflight::inflight_middleware,
-        ))
-        .layer(from_fn_with_state(
-            chain.authz.clone(),
-            impersonation::impersonation_middleware,
-        ));
+        .layer(from_fn_with_state(chain.request_timeout, timeout::timeout_middleware))
+        .layer(from_fn_with_state(chain.metrics.clone(), metrics::metrics_middleware))
+        .layer(from_fn_with_state(chain.inflight.clone(), inflight::inflight_middleware))
+        .layer(from_fn_with_state(chain.authz.clone(), impersonation::impersonation_middleware));
     let router = match &chain.auditor {
         Some(a) => router.layer(from_fn_with_state(a.clone(), audit::audit_middleware)),
         None => router,
     };
     router
         .layer(from_fn_with_state(
-            AuthnState {
-                authenticator: chain.authn.clone(),
-                audit: chain.auditor.clone(),
-            },
+            AuthnState { authenticator: chain.authn.clone(), audit: chain.auditor.clone() },
             authn::authn_middleware,
         ))
         .layer(from_fn(requestinfo::request_context))

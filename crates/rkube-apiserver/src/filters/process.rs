@@ -35,29 +35,19 @@ impl ProcessStats {
         let boot_time = std::fs::read_to_string("/proc/stat")
             .ok()?
             .lines()
-            .find_map(|l| {
-                l.strip_prefix("btime ")
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-            })?;
+            .find_map(|l| l.strip_prefix("btime ").and_then(|v| v.trim().parse::<f64>().ok()))?;
         // SAFETY: sysconf has no preconditions.
         let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
         // SAFETY: as above.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as f64;
         let mut stats = parse_stat(&stat, ticks, page, boot_time)?;
-        stats.open_fds = std::fs::read_dir("/proc/self/fd")
-            .map(|d| d.count() as f64)
-            .unwrap_or(0.0);
+        stats.open_fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as f64).unwrap_or(0.0);
         stats.max_fds = std::fs::read_to_string("/proc/self/limits")
             .ok()
             .and_then(|l| {
-                l.lines()
-                    .find(|l| l.starts_with("Max open files"))
-                    .and_then(|l| {
-                        l.trim_start_matches("Max open files")
-                            .split_whitespace()
-                            .next()
-                            .and_then(|v| v.parse::<f64>().ok())
-                    })
+                l.lines().find(|l| l.starts_with("Max open files")).and_then(|l| {
+                    l.trim_start_matches("Max open files").split_whitespace().next().and_then(|v| v.parse::<f64>().ok())
+                })
             })
             .unwrap_or(0.0);
         Some(stats)
@@ -107,43 +97,18 @@ impl Collector for ProcessCollector {
             return Ok(());
         };
         let cpu = ConstCounter::new(s.cpu_seconds);
-        let e = encoder.encode_descriptor(
-            "process_cpu_seconds",
-            "Total user and system CPU time spent in seconds.",
-            None,
-            cpu.metric_type(),
-        )?;
+        let e = encoder.encode_descriptor("process_cpu_seconds", "Total user and system CPU time spent in seconds.", None, cpu.metric_type())?;
         cpu.encode(e)?;
-        gauge(
-            &mut encoder,
-            "process_max_fds",
-            "Maximum number of open file descriptors.",
-            s.max_fds,
-        )?;
-        gauge(
-            &mut encoder,
-            "process_open_fds",
-            "Number of open file descriptors.",
-            s.open_fds,
-        )?;
-        gauge(
-            &mut encoder,
-            "process_resident_memory_bytes",
-            "Resident memory size in bytes.",
-            s.resident_memory_bytes,
-        )?;
+        gauge(&mut encoder, "process_max_fds", "Maximum number of open file descriptors.", s.max_fds)?;
+        gauge(&mut encoder, "process_open_fds", "Number of open file descriptors.", s.open_fds)?;
+        gauge(&mut encoder, "process_resident_memory_bytes", "Resident memory size in bytes.", s.resident_memory_bytes)?;
         gauge(
             &mut encoder,
             "process_start_time_seconds",
             "Start time of the process since unix epoch in seconds.",
             s.start_time_seconds,
         )?;
-        gauge(
-            &mut encoder,
-            "process_virtual_memory_bytes",
-            "Virtual memory size in bytes.",
-            s.virtual_memory_bytes,
-        )
+        gauge(&mut encoder, "process_virtual_memory_bytes", "Virtual memory size in bytes.", s.virtual_memory_bytes)
     }
 }
 

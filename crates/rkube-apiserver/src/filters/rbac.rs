@@ -83,11 +83,7 @@ pub struct PolicyRule {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resource_names: Vec<String>,
     /// Non-resource URLs (`/healthz`, `/apis/*`, `*`).
-    #[serde(
-        default,
-        rename = "nonResourceURLs",
-        skip_serializing_if = "Vec::is_empty"
-    )]
+    #[serde(default, rename = "nonResourceURLs", skip_serializing_if = "Vec::is_empty")]
     pub non_resource_urls: Vec<String>,
 }
 
@@ -164,11 +160,7 @@ pub trait RbacSource: Send + Sync {
     async fn cluster_role_bindings(&self) -> Result<Vec<Binding>, RbacError>;
 
     /// The Role `namespace/name`, shared (no copy of its rules).
-    async fn role_shared(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<Arc<Role>>, RbacError> {
+    async fn role_shared(&self, namespace: &str, name: &str) -> Result<Option<Arc<Role>>, RbacError> {
         Ok(self.role(namespace, name).await?.map(Arc::new))
     }
     /// The ClusterRole `name`, shared.
@@ -178,34 +170,15 @@ pub trait RbacSource: Send + Sync {
     /// The RoleBindings of `namespace` with a subject naming `user`
     /// ([`subject_applies`]), in the order of [`RbacSource::role_bindings`]
     /// (an index: by name).
-    async fn role_bindings_for(
-        &self,
-        namespace: &str,
-        user: &UserInfo,
-    ) -> Result<Vec<Arc<Binding>>, RbacError> {
+    async fn role_bindings_for(&self, namespace: &str, user: &UserInfo) -> Result<Vec<Arc<Binding>>, RbacError> {
         let all = self.role_bindings(namespace).await?;
-        Ok(all
-            .into_iter()
-            .filter(|b| {
-                b.subjects
-                    .iter()
-                    .any(|s| subject_applies(s, user, namespace))
-            })
-            .map(Arc::new)
-            .collect())
+        Ok(all.into_iter().filter(|b| b.subjects.iter().any(|s| subject_applies(s, user, namespace))).map(Arc::new).collect())
     }
     /// The ClusterRoleBindings with a subject naming `user`, in the order of
     /// [`RbacSource::cluster_role_bindings`] (an index: by name).
-    async fn cluster_role_bindings_for(
-        &self,
-        user: &UserInfo,
-    ) -> Result<Vec<Arc<Binding>>, RbacError> {
+    async fn cluster_role_bindings_for(&self, user: &UserInfo) -> Result<Vec<Arc<Binding>>, RbacError> {
         let all = self.cluster_role_bindings().await?;
-        Ok(all
-            .into_iter()
-            .filter(|b| b.subjects.iter().any(|s| subject_applies(s, user, "")))
-            .map(Arc::new)
-            .collect())
+        Ok(all.into_iter().filter(|b| b.subjects.iter().any(|s| subject_applies(s, user, ""))).map(Arc::new).collect())
     }
     /// Waits until RBAC writes committed before the call are visible to this
     /// source (bounded; a cache waits for its watches). Sources that read
@@ -233,38 +206,18 @@ impl InMemoryRbac {
     pub fn add_objects(&self, objects: &[Value]) -> Result<(), RbacError> {
         for obj in objects {
             let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
-            let name = obj
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
+            let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
             match kind {
                 "Role" | "ClusterRole" => {
-                    let r: Role =
-                        serde_json::from_value(obj.clone()).map_err(|e| RbacError::Decode {
-                            kind: "Role",
-                            name,
-                            message: e.to_string(),
-                        })?;
-                    let list = if kind == "Role" {
-                        &self.roles
-                    } else {
-                        &self.cluster_roles
-                    };
+                    let r: Role = serde_json::from_value(obj.clone())
+                        .map_err(|e| RbacError::Decode { kind: "Role", name, message: e.to_string() })?;
+                    let list = if kind == "Role" { &self.roles } else { &self.cluster_roles };
                     write(list).push(r);
                 }
                 "RoleBinding" | "ClusterRoleBinding" => {
-                    let b: Binding =
-                        serde_json::from_value(obj.clone()).map_err(|e| RbacError::Decode {
-                            kind: "RoleBinding",
-                            name,
-                            message: e.to_string(),
-                        })?;
-                    let list = if kind == "RoleBinding" {
-                        &self.role_bindings
-                    } else {
-                        &self.cluster_role_bindings
-                    };
+                    let b: Binding = serde_json::from_value(obj.clone())
+                        .map_err(|e| RbacError::Decode { kind: "RoleBinding", name, message: e.to_string() })?;
+                    let list = if kind == "RoleBinding" { &self.role_bindings } else { &self.cluster_role_bindings };
                     write(list).push(b);
                 }
                 _ => {}
@@ -285,23 +238,13 @@ fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 #[async_trait::async_trait]
 impl RbacSource for InMemoryRbac {
     async fn role(&self, namespace: &str, name: &str) -> Result<Option<Role>, RbacError> {
-        Ok(read(&self.roles)
-            .iter()
-            .find(|r| r.metadata.namespace == namespace && r.metadata.name == name)
-            .cloned())
+        Ok(read(&self.roles).iter().find(|r| r.metadata.namespace == namespace && r.metadata.name == name).cloned())
     }
     async fn cluster_role(&self, name: &str) -> Result<Option<Role>, RbacError> {
-        Ok(read(&self.cluster_roles)
-            .iter()
-            .find(|r| r.metadata.name == name)
-            .cloned())
+        Ok(read(&self.cluster_roles).iter().find(|r| r.metadata.name == name).cloned())
     }
     async fn role_bindings(&self, namespace: &str) -> Result<Vec<Binding>, RbacError> {
-        Ok(read(&self.role_bindings)
-            .iter()
-            .filter(|b| b.metadata.namespace == namespace)
-            .cloned()
-            .collect())
+        Ok(read(&self.role_bindings).iter().filter(|b| b.metadata.namespace == namespace).cloned().collect())
     }
     async fn cluster_role_bindings(&self) -> Result<Vec<Binding>, RbacError> {
         Ok(read(&self.cluster_role_bindings).clone())
@@ -317,49 +260,25 @@ pub struct StorageRbacSource {
 impl StorageRbacSource {
     /// Reads keys under `etcd_prefix` (`--etcd-prefix`, default `/registry`).
     pub fn new(storage: Arc<dyn Storage>, etcd_prefix: &str) -> Self {
-        StorageRbacSource {
-            storage,
-            prefix: etcd_prefix.trim_end_matches('/').to_string(),
-        }
+        StorageRbacSource { storage, prefix: etcd_prefix.trim_end_matches('/').to_string() }
     }
 
-    async fn get<T: serde::de::DeserializeOwned>(
-        &self,
-        key: String,
-        kind: &'static str,
-    ) -> Result<Option<T>, RbacError> {
-        match self
-            .storage
-            .get(&key)
-            .await
-            .map_err(|e| RbacError::Source(e.to_string()))?
-        {
+    async fn get<T: serde::de::DeserializeOwned>(&self, key: String, kind: &'static str) -> Result<Option<T>, RbacError> {
+        match self.storage.get(&key).await.map_err(|e| RbacError::Source(e.to_string()))? {
             None => Ok(None),
-            Some(kv) => {
-                serde_json::from_slice(&kv.value)
-                    .map(Some)
-                    .map_err(|e| RbacError::Decode {
-                        kind,
-                        name: key,
-                        message: e.to_string(),
-                    })
-            }
+            Some(kv) => serde_json::from_slice(&kv.value)
+                .map(Some)
+                .map_err(|e| RbacError::Decode { kind, name: key, message: e.to_string() }),
         }
     }
 
     async fn list(&self, prefix: String) -> Result<Vec<Binding>, RbacError> {
-        let resp = self
-            .storage
-            .range(RangeRequest::prefix(&prefix))
-            .await
-            .map_err(|e| RbacError::Source(e.to_string()))?;
+        let resp = self.storage.range(RangeRequest::prefix(&prefix)).await.map_err(|e| RbacError::Source(e.to_string()))?;
         let mut out = Vec::with_capacity(resp.kvs.len());
         for kv in resp.kvs {
             match serde_json::from_slice::<Binding>(&kv.value) {
                 Ok(b) => out.push(b),
-                Err(e) => {
-                    tracing::warn!(key = %kv.key, error = %e, "skipping undecodable RBAC binding")
-                }
+                Err(e) => tracing::warn!(key = %kv.key, error = %e, "skipping undecodable RBAC binding"),
             }
         }
         Ok(out)
@@ -369,23 +288,16 @@ impl StorageRbacSource {
 #[async_trait::async_trait]
 impl RbacSource for StorageRbacSource {
     async fn role(&self, namespace: &str, name: &str) -> Result<Option<Role>, RbacError> {
-        self.get(format!("{}/roles/{namespace}/{name}", self.prefix), "Role")
-            .await
+        self.get(format!("{}/roles/{namespace}/{name}", self.prefix), "Role").await
     }
     async fn cluster_role(&self, name: &str) -> Result<Option<Role>, RbacError> {
-        self.get(
-            format!("{}/clusterroles/{name}", self.prefix),
-            "ClusterRole",
-        )
-        .await
+        self.get(format!("{}/clusterroles/{name}", self.prefix), "ClusterRole").await
     }
     async fn role_bindings(&self, namespace: &str) -> Result<Vec<Binding>, RbacError> {
-        self.list(format!("{}/rolebindings/{namespace}/", self.prefix))
-            .await
+        self.list(format!("{}/rolebindings/{namespace}/", self.prefix)).await
     }
     async fn cluster_role_bindings(&self) -> Result<Vec<Binding>, RbacError> {
-        self.list(format!("{}/clusterrolebindings/", self.prefix))
-            .await
+        self.list(format!("{}/clusterrolebindings/", self.prefix)).await
     }
 }
 
@@ -406,11 +318,7 @@ pub fn subject_applies(s: &Subject, user: &UserInfo, binding_ns: &str) -> bool {
         "User" => s.name == user.username,
         "Group" => user.groups.contains(&s.name),
         "ServiceAccount" => {
-            let ns = if s.namespace.is_empty() {
-                binding_ns
-            } else {
-                &s.namespace
-            };
+            let ns = if s.namespace.is_empty() { binding_ns } else { &s.namespace };
             user.username == format!("system:serviceaccount:{ns}:{}", s.name)
         }
         _ => false,
@@ -424,22 +332,14 @@ pub(crate) fn has(list: &[String], v: &str) -> bool {
 
 /// Whether a rule's `resources` match `combined` (`pods`, `pods/status`):
 /// `*`, the exact name, or `*/<subresource>` (upstream `ResourceMatches`).
-pub(crate) fn resource_matches(
-    resources: &[String],
-    combined: &str,
-    subresource: Option<&str>,
-) -> bool {
-    resources.iter().any(|r| {
-        r == "*" || r == combined || (subresource.is_some() && r.strip_prefix("*/") == subresource)
-    })
+pub(crate) fn resource_matches(resources: &[String], combined: &str, subresource: Option<&str>) -> bool {
+    resources.iter().any(|r| r == "*" || r == combined || (subresource.is_some() && r.strip_prefix("*/") == subresource))
 }
 
 /// Whether a rule's `nonResourceURLs` match `path`: `*`, the path, or a
 /// `prefix*` (upstream `NonResourceURLMatches`).
 pub(crate) fn url_matches(urls: &[String], path: &str) -> bool {
-    urls.iter().any(|u| {
-        u == "*" || u == path || (u.ends_with('*') && path.starts_with(u.trim_end_matches('*')))
-    })
+    urls.iter().any(|u| u == "*" || u == path || (u.ends_with('*') && path.starts_with(u.trim_end_matches('*'))))
 }
 
 /// Whether `rule` allows the request (upstream `RuleAllows`).
@@ -457,11 +357,7 @@ pub fn rule_allows(rule: &PolicyRule, a: &RequestAttributes) -> bool {
     }
 }
 
-async fn role_rules(
-    src: &dyn RbacSource,
-    r: &RoleRef,
-    ns: &str,
-) -> Result<Option<Arc<Role>>, RbacError> {
+async fn role_rules(src: &dyn RbacSource, r: &RoleRef, ns: &str) -> Result<Option<Arc<Role>>, RbacError> {
     match r.kind.as_str() {
         "ClusterRole" => src.cluster_role_shared(&r.name).await,
         "Role" => src.role_shared(ns, &r.name).await,
@@ -472,11 +368,7 @@ async fn role_rules(
 fn describe_subject(s: &Subject, binding_ns: &str) -> String {
     match s.kind.as_str() {
         "ServiceAccount" => {
-            let ns = if s.namespace.is_empty() {
-                binding_ns
-            } else {
-                &s.namespace
-            };
+            let ns = if s.namespace.is_empty() { binding_ns } else { &s.namespace };
             format!("ServiceAccount \"{}/{ns}\"", s.name)
         }
         k => format!("{k} \"{}\"", s.name),
@@ -513,11 +405,7 @@ fn check_binding(
         .find(|s| subject_applies(s, user, binding_ns))
         .map(|s| describe_subject(s, binding_ns))
         .unwrap_or_default();
-    let scope = if binding_ns.is_empty() {
-        String::new()
-    } else {
-        format!(" in namespace {binding_ns:?}")
-    };
+    let scope = if binding_ns.is_empty() { String::new() } else { format!(" in namespace {binding_ns:?}") };
     Ok(Some(format!(
         "RBAC: allowed by {what} {:?} of {} {:?} to {subject}{scope}",
         binding.metadata.name, binding.role_ref.kind, binding.role_ref.name
@@ -525,11 +413,7 @@ fn check_binding(
 }
 
 /// Evaluates RBAC for `user` doing `a` (see the module docs).
-pub async fn authorize(
-    src: &dyn RbacSource,
-    user: &UserInfo,
-    a: &RequestAttributes,
-) -> RbacDecision {
+pub async fn authorize(src: &dyn RbacSource, user: &UserInfo, a: &RequestAttributes) -> RbacDecision {
     let mut errors: Vec<String> = Vec::new();
     match src.cluster_role_bindings_for(user).await {
         Err(e) => errors.push(e.to_string()),
@@ -573,30 +457,14 @@ pub async fn authorize(
 /// [`StorageRbacSource`]), with a fresh `uid` and `creationTimestamp`, like
 /// upstream's RBAC post-start hook; existing objects are left alone.
 /// Returns how many were created.
-pub async fn ensure_bootstrap_policy(
-    storage: &dyn Storage,
-    etcd_prefix: &str,
-) -> Result<usize, RbacError> {
+pub async fn ensure_bootstrap_policy(storage: &dyn Storage, etcd_prefix: &str) -> Result<usize, RbacError> {
     let prefix = etcd_prefix.trim_end_matches('/');
     let mut created = 0;
     for mut obj in bootstrap_policy() {
-        let kind = obj
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        let name = obj
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+        let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
         let key = format!("{prefix}/{kind}s/{name}");
-        if storage
-            .get(&key)
-            .await
-            .map_err(|e| RbacError::Source(e.to_string()))?
-            .is_some()
-        {
+        if storage.get(&key).await.map_err(|e| RbacError::Source(e.to_string()))?.is_some() {
             continue;
         }
         obj["metadata"]["uid"] = Value::String(uuid::Uuid::new_v4().to_string());
@@ -650,17 +518,7 @@ pub fn bootstrap_policy() -> Vec<Value> {
     let read = ["get", "list", "watch"];
     let write = ["create", "delete", "deletecollection", "patch", "update"];
     let all_rw: Vec<&str> = read.iter().chain(write.iter()).copied().collect();
-    let groups = [
-        "",
-        "apps",
-        "batch",
-        "autoscaling",
-        "networking.k8s.io",
-        "policy",
-        "discovery.k8s.io",
-        "coordination.k8s.io",
-        "events.k8s.io",
-    ];
+    let groups = ["", "apps", "batch", "autoscaling", "networking.k8s.io", "policy", "discovery.k8s.io", "coordination.k8s.io", "events.k8s.io"];
     let read_rule = serde_json::json!({"apiGroups": groups, "resources": ["*"], "verbs": read});
     let write_rule = serde_json::json!({"apiGroups": groups, "resources": ["*"], "verbs": write});
     let rbac_rule = serde_json::json!({"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": all_rw});
@@ -681,93 +539,41 @@ pub fn bootstrap_policy() -> Vec<Value> {
         role
     };
     vec![
-        cr(
-            "cluster-admin",
-            serde_json::json!([
-                {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                {"nonResourceURLs": ["*"], "verbs": ["*"]},
-            ]),
-        ),
-        cr(
-            "system:discovery",
-            serde_json::json!([
-                {"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/"], "verbs": ["get"]},
-            ]),
-        ),
-        cr(
-            "system:basic-user",
-            serde_json::json!([
-                {"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"], "verbs": ["create"]},
-                {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]},
-            ]),
-        ),
-        cr(
-            "system:public-info-viewer",
-            serde_json::json!([
-                {"nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"], "verbs": ["get"]},
-            ]),
-        ),
-        cr(
-            "system:service-account-issuer-discovery",
-            serde_json::json!([
-                {"nonResourceURLs": ["/.well-known/openid-configuration", "/.well-known/openid-configuration/", "/openid/v1/jwks", "/openid/v1/jwks/"], "verbs": ["get"]},
-            ]),
-        ),
+        cr("cluster-admin", serde_json::json!([
+            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+            {"nonResourceURLs": ["*"], "verbs": ["*"]},
+        ])),
+        cr("system:discovery", serde_json::json!([
+            {"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/"], "verbs": ["get"]},
+        ])),
+        cr("system:basic-user", serde_json::json!([
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"], "verbs": ["create"]},
+            {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]},
+        ])),
+        cr("system:public-info-viewer", serde_json::json!([
+            {"nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"], "verbs": ["get"]},
+        ])),
+        cr("system:service-account-issuer-discovery", serde_json::json!([
+            {"nonResourceURLs": ["/.well-known/openid-configuration", "/.well-known/openid-configuration/", "/openid/v1/jwks", "/openid/v1/jwks/"], "verbs": ["get"]},
+        ])),
         // admin ⊇ edit ⊇ view by aggregation, as upstream: the rules live in
         // system:aggregate-to-*; the initial rules are the aggregated result.
-        aggregated(
-            "admin",
-            &[],
-            "admin",
-            serde_json::json!([write_rule, metrics_rule, read_rule, rbac_rule]),
-        ),
-        aggregated(
-            "edit",
-            &["admin"],
-            "edit",
-            serde_json::json!([write_rule, metrics_rule, read_rule]),
-        ),
-        aggregated(
-            "view",
-            &["edit"],
-            "view",
-            serde_json::json!([read_rule, metrics_rule]),
-        ),
+        aggregated("admin", &[], "admin", serde_json::json!([write_rule, metrics_rule, read_rule, rbac_rule])),
+        aggregated("edit", &["admin"], "edit", serde_json::json!([write_rule, metrics_rule, read_rule])),
+        aggregated("view", &["edit"], "view", serde_json::json!([read_rule, metrics_rule])),
         aggregate_to("admin", serde_json::json!([rbac_rule])),
         aggregate_to("edit", serde_json::json!([write_rule])),
         aggregate_to("view", serde_json::json!([read_rule])),
         crb("cluster-admin", "cluster-admin", &["system:masters"]),
-        crb(
-            "system:discovery",
-            "system:discovery",
-            &["system:authenticated"],
-        ),
-        crb(
-            "system:basic-user",
-            "system:basic-user",
-            &["system:authenticated"],
-        ),
-        crb(
-            "system:public-info-viewer",
-            "system:public-info-viewer",
-            &["system:authenticated", "system:unauthenticated"],
-        ),
-        crb(
-            "system:service-account-issuer-discovery",
-            "system:service-account-issuer-discovery",
-            &["system:serviceaccounts"],
-        ),
+        crb("system:discovery", "system:discovery", &["system:authenticated"]),
+        crb("system:basic-user", "system:basic-user", &["system:authenticated"]),
+        crb("system:public-info-viewer", "system:public-info-viewer", &["system:authenticated", "system:unauthenticated"]),
+        crb("system:service-account-issuer-discovery", "system:service-account-issuer-discovery", &["system:serviceaccounts"]),
         metrics_reader(&cr, &label),
         cr("system:kube-scheduler", kube_scheduler_rules()),
-        user_binding(
-            crb("system:kube-scheduler", "system:kube-scheduler", &[]),
-            "system:kube-scheduler",
-        ),
+        user_binding(crb("system:kube-scheduler", "system:kube-scheduler", &[]), "system:kube-scheduler"),
         kube_controller_manager_role(&cr),
-        user_binding(
-            crb(KUBE_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, &[]),
-            KUBE_CONTROLLER_MANAGER,
-        ),
+        user_binding(crb(KUBE_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, &[]), KUBE_CONTROLLER_MANAGER),
     ]
 }
 
@@ -775,10 +581,7 @@ pub fn bootstrap_policy() -> Vec<Value> {
 /// `metrics.k8s.io` (served by rkube's API server itself), aggregated into `view`, `edit` and
 /// `admin` so whoever may read pods may `kubectl top` them.
 fn metrics_reader(cr: &dyn Fn(&str, Value) -> Value, label: &dyn Fn(&str) -> String) -> Value {
-    let mut role = cr(
-        "system:aggregated-metrics-reader",
-        serde_json::json!([metrics_reader_rule()]),
-    );
+    let mut role = cr("system:aggregated-metrics-reader", serde_json::json!([metrics_reader_rule()]));
     for to in ["view", "edit", "admin"] {
         role["metadata"]["labels"][label(to)] = Value::String("true".into());
     }
@@ -792,8 +595,7 @@ fn metrics_reader_rule() -> Value {
 
 /// `binding` with the one subject User `user`.
 fn user_binding(mut binding: Value, user: &str) -> Value {
-    binding["subjects"] =
-        serde_json::json!([{"apiGroup": RBAC_GROUP, "kind": "User", "name": user}]);
+    binding["subjects"] = serde_json::json!([{"apiGroup": RBAC_GROUP, "kind": "User", "name": user}]);
     binding
 }
 
@@ -843,28 +645,25 @@ pub const KUBE_CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
 /// `system:controller:namespace-controller`), updating and deleting any
 /// object, including `namespaces/finalize` and `namespaces/status`.
 fn kube_controller_manager_role(cr: &dyn Fn(&str, Value) -> Value) -> Value {
-    cr(
-        KUBE_CONTROLLER_MANAGER,
-        serde_json::json!([
-            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]},
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "patch", "update"]},
-            {"apiGroups": [""], "resources": ["replicationcontrollers"], "verbs": ["patch", "update"]},
-            {"apiGroups": [""], "resources": ["replicationcontrollers/status"], "verbs": ["patch", "update"]},
-            {"apiGroups": ["apps", "extensions"], "resources": ["replicasets"], "verbs": ["create", "delete", "patch", "update"]},
-            {"apiGroups": ["apps", "extensions"], "resources": ["replicasets/status", "deployments/status"], "verbs": ["patch", "update"]},
-            {"apiGroups": ["apps", "extensions"], "resources": ["deployments", "deployments/finalizers", "replicasets/finalizers"], "verbs": ["patch", "update"]},
-            {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["create", "delete", "update"]},
-            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["create", "delete", "update"]},
-            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "patch", "update"]},
-            {"apiGroups": ["batch"], "resources": ["jobs/status", "cronjobs/status", "jobs/finalizers", "cronjobs/finalizers"], "verbs": ["patch", "update"]},
-            {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
-            {"apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["create"]},
-            {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"], "verbs": ["create"]},
-            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["delete", "deletecollection", "patch", "update"]},
-        ]),
-    )
+    cr(KUBE_CONTROLLER_MANAGER, serde_json::json!([
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "patch", "update"]},
+        {"apiGroups": [""], "resources": ["replicationcontrollers"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["replicationcontrollers/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": ["apps", "extensions"], "resources": ["replicasets"], "verbs": ["create", "delete", "patch", "update"]},
+        {"apiGroups": ["apps", "extensions"], "resources": ["replicasets/status", "deployments/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": ["apps", "extensions"], "resources": ["deployments", "deployments/finalizers", "replicasets/finalizers"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["create", "delete", "update"]},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["create", "delete", "update"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "patch", "update"]},
+        {"apiGroups": ["batch"], "resources": ["jobs/status", "cronjobs/status", "jobs/finalizers", "cronjobs/finalizers"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"], "verbs": ["create"]},
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["delete", "deletecollection", "patch", "update"]},
+    ]))
 }
 
 #[cfg(test)]
@@ -878,12 +677,7 @@ mod tests {
     }
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo {
-            username: name.into(),
-            uid: String::new(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-            extra: Default::default(),
-        }
+        UserInfo { username: name.into(), uid: String::new(), groups: groups.iter().map(|g| g.to_string()).collect(), extra: Default::default() }
     }
 
     fn rule(v: Value) -> PolicyRule {
@@ -893,46 +687,21 @@ mod tests {
     #[test]
     fn rules_match_verbs_groups_resources_and_names() {
         let list_pods = attrs(Method::GET, "/api/v1/namespaces/default/pods");
-        assert!(rule_allows(
-            &rule(json!({"verbs": ["list"], "apiGroups": [""], "resources": ["pods"]})),
-            &list_pods
-        ));
-        assert!(rule_allows(
-            &rule(json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})),
-            &list_pods
-        ));
-        assert!(!rule_allows(
-            &rule(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]})),
-            &list_pods
-        ));
-        assert!(!rule_allows(
-            &rule(json!({"verbs": ["list"], "apiGroups": ["apps"], "resources": ["pods"]})),
-            &list_pods
-        ));
+        assert!(rule_allows(&rule(json!({"verbs": ["list"], "apiGroups": [""], "resources": ["pods"]})), &list_pods));
+        assert!(rule_allows(&rule(json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})), &list_pods));
+        assert!(!rule_allows(&rule(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]})), &list_pods));
+        assert!(!rule_allows(&rule(json!({"verbs": ["list"], "apiGroups": ["apps"], "resources": ["pods"]})), &list_pods));
 
         let status = attrs(Method::PUT, "/api/v1/namespaces/default/pods/web/status");
-        assert!(!rule_allows(
-            &rule(json!({"verbs": ["update"], "apiGroups": [""], "resources": ["pods"]})),
-            &status
-        ));
+        assert!(!rule_allows(&rule(json!({"verbs": ["update"], "apiGroups": [""], "resources": ["pods"]})), &status));
+        assert!(rule_allows(&rule(json!({"verbs": ["update"], "apiGroups": [""], "resources": ["pods/status"]})), &status));
+        assert!(rule_allows(&rule(json!({"verbs": ["update"], "apiGroups": [""], "resources": ["*/status"]})), &status));
         assert!(rule_allows(
-            &rule(json!({"verbs": ["update"], "apiGroups": [""], "resources": ["pods/status"]})),
-            &status
-        ));
-        assert!(rule_allows(
-            &rule(json!({"verbs": ["update"], "apiGroups": [""], "resources": ["*/status"]})),
-            &status
-        ));
-        assert!(rule_allows(
-            &rule(
-                json!({"verbs": ["update"], "apiGroups": [""], "resources": ["pods/status"], "resourceNames": ["web"]})
-            ),
+            &rule(json!({"verbs": ["update"], "apiGroups": [""], "resources": ["pods/status"], "resourceNames": ["web"]})),
             &status
         ));
         assert!(!rule_allows(
-            &rule(
-                json!({"verbs": ["update"], "apiGroups": [""], "resources": ["pods/status"], "resourceNames": ["db"]})
-            ),
+            &rule(json!({"verbs": ["update"], "apiGroups": [""], "resources": ["pods/status"], "resourceNames": ["db"]})),
             &status
         ));
     }
@@ -940,22 +709,10 @@ mod tests {
     #[test]
     fn non_resource_rules_match_paths_and_prefixes() {
         let put_v = attrs(Method::PUT, "/debug/flags/v");
-        assert!(rule_allows(
-            &rule(json!({"verbs": ["put"], "nonResourceURLs": ["/debug/flags/v"]})),
-            &put_v
-        ));
-        assert!(rule_allows(
-            &rule(json!({"verbs": ["*"], "nonResourceURLs": ["/debug/*"]})),
-            &put_v
-        ));
-        assert!(!rule_allows(
-            &rule(json!({"verbs": ["get"], "nonResourceURLs": ["/debug/flags/v"]})),
-            &put_v
-        ));
-        assert!(!rule_allows(
-            &rule(json!({"verbs": ["put"], "apiGroups": ["*"], "resources": ["*"]})),
-            &put_v
-        ));
+        assert!(rule_allows(&rule(json!({"verbs": ["put"], "nonResourceURLs": ["/debug/flags/v"]})), &put_v));
+        assert!(rule_allows(&rule(json!({"verbs": ["*"], "nonResourceURLs": ["/debug/*"]})), &put_v));
+        assert!(!rule_allows(&rule(json!({"verbs": ["get"], "nonResourceURLs": ["/debug/flags/v"]})), &put_v));
+        assert!(!rule_allows(&rule(json!({"verbs": ["put"], "apiGroups": ["*"], "resources": ["*"]})), &put_v));
     }
 
     async fn fixture() -> InMemoryRbac {
@@ -982,31 +739,16 @@ mod tests {
     async fn role_binding_grants_only_in_its_namespace() {
         let rbac = fixture().await;
         let alice = user("alice", &["system:authenticated"]);
-        let d = authorize(
-            &rbac,
-            &alice,
-            &attrs(Method::GET, "/api/v1/namespaces/dev/pods"),
-        )
-        .await;
+        let d = authorize(&rbac, &alice, &attrs(Method::GET, "/api/v1/namespaces/dev/pods")).await;
         assert_eq!(
             d,
             RbacDecision::Allow(
                 "RBAC: allowed by RoleBinding \"alice-reads\" of Role \"pod-reader\" to User \"alice\" in namespace \"dev\"".into()
             )
         );
-        let d = authorize(
-            &rbac,
-            &alice,
-            &attrs(Method::GET, "/api/v1/namespaces/default/pods"),
-        )
-        .await;
+        let d = authorize(&rbac, &alice, &attrs(Method::GET, "/api/v1/namespaces/default/pods")).await;
         assert_eq!(d, RbacDecision::NoOpinion(String::new()));
-        let d = authorize(
-            &rbac,
-            &alice,
-            &attrs(Method::DELETE, "/api/v1/namespaces/dev/pods/x"),
-        )
-        .await;
+        let d = authorize(&rbac, &alice, &attrs(Method::DELETE, "/api/v1/namespaces/dev/pods/x")).await;
         assert_eq!(d, RbacDecision::NoOpinion(String::new()));
     }
 
@@ -1017,49 +759,28 @@ mod tests {
         let allowed = [
             (Method::POST, "/api/v1/namespaces/dev/pods"),
             (Method::DELETE, "/api/v1/namespaces/dev/pods/web-1"),
-            (
-                Method::PATCH,
-                "/apis/apps/v1/namespaces/dev/replicasets/web-1/status",
-            ),
+            (Method::PATCH, "/apis/apps/v1/namespaces/dev/replicasets/web-1/status"),
             (Method::POST, "/apis/apps/v1/namespaces/dev/replicasets"),
-            (
-                Method::PATCH,
-                "/apis/apps/v1/namespaces/dev/deployments/web/status",
-            ),
-            (
-                Method::PATCH,
-                "/api/v1/namespaces/dev/replicationcontrollers/rc/status",
-            ),
+            (Method::PATCH, "/apis/apps/v1/namespaces/dev/deployments/web/status"),
+            (Method::PATCH, "/api/v1/namespaces/dev/replicationcontrollers/rc/status"),
             (Method::POST, "/apis/events.k8s.io/v1/namespaces/dev/events"),
             (Method::GET, "/api/v1/secrets"),
             // The garbage collector and the namespace controller delete and
             // update any object.
-            (
-                Method::DELETE,
-                "/apis/apps/v1/namespaces/dev/deployments/web",
-            ),
+            (Method::DELETE, "/apis/apps/v1/namespaces/dev/deployments/web"),
             (Method::PUT, "/api/v1/namespaces/dev/finalize"),
-            (
-                Method::POST,
-                "/apis/discovery.k8s.io/v1/namespaces/dev/endpointslices",
-            ),
+            (Method::POST, "/apis/discovery.k8s.io/v1/namespaces/dev/endpointslices"),
             (Method::POST, "/apis/batch/v1/namespaces/dev/jobs"),
             (Method::DELETE, "/apis/batch/v1/namespaces/dev/jobs/j"),
             (Method::PUT, "/apis/batch/v1/namespaces/dev/jobs/j/status"),
-            (
-                Method::PUT,
-                "/apis/batch/v1/namespaces/dev/cronjobs/c/status",
-            ),
+            (Method::PUT, "/apis/batch/v1/namespaces/dev/cronjobs/c/status"),
             (Method::PATCH, "/api/v1/namespaces/dev/pods/p/status"),
         ];
         for (m, path) in allowed {
             let d = authorize(&rbac, &kcm, &attrs(m.clone(), path)).await;
             assert!(matches!(d, RbacDecision::Allow(_)), "{m} {path}: {d:?}");
         }
-        for (m, path) in [
-            (Method::POST, "/apis/apps/v1/namespaces/dev/deployments"),
-            (Method::POST, "/api/v1/namespaces/dev/secrets"),
-        ] {
+        for (m, path) in [(Method::POST, "/apis/apps/v1/namespaces/dev/deployments"), (Method::POST, "/api/v1/namespaces/dev/secrets")] {
             let d = authorize(&rbac, &kcm, &attrs(m.clone(), path)).await;
             assert!(matches!(d, RbacDecision::NoOpinion(_)), "{m} {path}: {d:?}");
         }
@@ -1069,59 +790,23 @@ mod tests {
     async fn missing_roles_are_reported_in_the_reason() {
         let rbac = fixture().await;
         let alice = user("alice", &["system:authenticated"]);
-        let d = authorize(
-            &rbac,
-            &alice,
-            &attrs(Method::GET, "/api/v1/namespaces/prod/pods"),
-        )
-        .await;
-        assert_eq!(
-            d,
-            RbacDecision::NoOpinion(
-                "RBAC: role.rbac.authorization.k8s.io \"missing\" not found".into()
-            )
-        );
+        let d = authorize(&rbac, &alice, &attrs(Method::GET, "/api/v1/namespaces/prod/pods")).await;
+        assert_eq!(d, RbacDecision::NoOpinion("RBAC: role.rbac.authorization.k8s.io \"missing\" not found".into()));
     }
 
     #[tokio::test]
     async fn service_accounts_groups_and_bootstrap_roles_apply() {
         let rbac = fixture().await;
-        let sa = user(
-            "system:serviceaccount:dev:builder",
-            &["system:serviceaccounts", "system:authenticated"],
-        );
-        assert!(matches!(
-            authorize(
-                &rbac,
-                &sa,
-                &attrs(Method::GET, "/apis/apps/v1/namespaces/dev/deployments")
-            )
-            .await,
-            RbacDecision::Allow(_)
-        ));
+        let sa = user("system:serviceaccount:dev:builder", &["system:serviceaccounts", "system:authenticated"]);
+        assert!(matches!(authorize(&rbac, &sa, &attrs(Method::GET, "/apis/apps/v1/namespaces/dev/deployments")).await, RbacDecision::Allow(_)));
         let admin = user("root", &["system:masters", "system:authenticated"]);
-        assert!(matches!(
-            authorize(&rbac, &admin, &attrs(Method::DELETE, "/api/v1/nodes/n1")).await,
-            RbacDecision::Allow(_)
-        ));
+        assert!(matches!(authorize(&rbac, &admin, &attrs(Method::DELETE, "/api/v1/nodes/n1")).await, RbacDecision::Allow(_)));
         let anyone = user("bob", &["system:authenticated"]);
-        assert!(matches!(
-            authorize(&rbac, &anyone, &attrs(Method::GET, "/apis")).await,
-            RbacDecision::Allow(_)
-        ));
-        assert!(matches!(
-            authorize(&rbac, &anyone, &attrs(Method::GET, "/metrics")).await,
-            RbacDecision::NoOpinion(_)
-        ));
+        assert!(matches!(authorize(&rbac, &anyone, &attrs(Method::GET, "/apis")).await, RbacDecision::Allow(_)));
+        assert!(matches!(authorize(&rbac, &anyone, &attrs(Method::GET, "/metrics")).await, RbacDecision::NoOpinion(_)));
         let anon = UserInfo::anonymous();
-        assert!(matches!(
-            authorize(&rbac, &anon, &attrs(Method::GET, "/healthz")).await,
-            RbacDecision::Allow(_)
-        ));
-        assert!(matches!(
-            authorize(&rbac, &anon, &attrs(Method::GET, "/api")).await,
-            RbacDecision::NoOpinion(_)
-        ));
+        assert!(matches!(authorize(&rbac, &anon, &attrs(Method::GET, "/healthz")).await, RbacDecision::Allow(_)));
+        assert!(matches!(authorize(&rbac, &anon, &attrs(Method::GET, "/api")).await, RbacDecision::NoOpinion(_)));
     }
 
     #[tokio::test]
@@ -1134,14 +819,8 @@ mod tests {
             (Method::GET, "/api/v1/pods?watch=true"),
             (Method::GET, "/api/v1/nodes"),
             (Method::POST, "/apis/events.k8s.io/v1/namespaces/dev/events"),
-            (
-                Method::POST,
-                "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
-            ),
-            (
-                Method::PUT,
-                "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler",
-            ),
+            (Method::POST, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"),
+            (Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler"),
         ];
         for (m, uri) in allowed {
             let d = authorize(&rbac, &sched, &attrs(m.clone(), uri)).await;
@@ -1161,53 +840,19 @@ mod tests {
     #[tokio::test]
     async fn storage_source_reads_upstream_keys() {
         let dir = tempfile::tempdir().unwrap();
-        let storage: Arc<dyn Storage> =
-            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
+        let storage: Arc<dyn Storage> = Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
         let role = json!({"kind": "ClusterRole", "metadata": {"name": "reader"}, "rules": [{"verbs": ["list"], "apiGroups": [""], "resources": ["pods"]}]});
         let crb = json!({"kind": "ClusterRoleBinding", "metadata": {"name": "carol-reads"},
                          "subjects": [{"kind": "User", "name": "carol"}], "roleRef": {"kind": "ClusterRole", "name": "reader"}});
-        storage
-            .create(
-                "/registry/clusterroles/reader",
-                serde_json::to_vec(&role).unwrap().into(),
-            )
-            .await
-            .unwrap();
-        storage
-            .create(
-                "/registry/clusterrolebindings/carol-reads",
-                serde_json::to_vec(&crb).unwrap().into(),
-            )
-            .await
-            .unwrap();
-        let n = ensure_bootstrap_policy(storage.as_ref(), "/registry")
-            .await
-            .unwrap();
+        storage.create("/registry/clusterroles/reader", serde_json::to_vec(&role).unwrap().into()).await.unwrap();
+        storage.create("/registry/clusterrolebindings/carol-reads", serde_json::to_vec(&crb).unwrap().into()).await.unwrap();
+        let n = ensure_bootstrap_policy(storage.as_ref(), "/registry").await.unwrap();
         assert_eq!(n, bootstrap_policy().len());
-        assert_eq!(
-            ensure_bootstrap_policy(storage.as_ref(), "/registry")
-                .await
-                .unwrap(),
-            0,
-            "idempotent"
-        );
+        assert_eq!(ensure_bootstrap_policy(storage.as_ref(), "/registry").await.unwrap(), 0, "idempotent");
         let src = StorageRbacSource::new(storage, "/registry");
-        let d = authorize(
-            &src,
-            &user("carol", &[]),
-            &attrs(Method::GET, "/api/v1/pods"),
-        )
-        .await;
+        let d = authorize(&src, &user("carol", &[]), &attrs(Method::GET, "/api/v1/pods")).await;
         assert!(matches!(d, RbacDecision::Allow(_)), "{d:?}");
-        let d = authorize(
-            &src,
-            &user("dave", &["system:authenticated"]),
-            &attrs(Method::GET, "/apis"),
-        )
-        .await;
-        assert!(
-            matches!(d, RbacDecision::Allow(ref r) if r.contains("system:discovery")),
-            "{d:?}"
-        );
+        let d = authorize(&src, &user("dave", &["system:authenticated"]), &attrs(Method::GET, "/apis")).await;
+        assert!(matches!(d, RbacDecision::Allow(ref r) if r.contains("system:discovery")), "{d:?}");
     }
 }

@@ -99,17 +99,12 @@ impl RbacCache {
             kinds: [kind_state(), kind_state(), kind_state(), kind_state()],
             cluster_roles_changed: tokio::sync::watch::channel(0).0,
         });
-        let tasks = RbacKind::ALL
-            .iter()
-            .map(|k| tokio::spawn(reflect(inner.clone(), *k)).abort_handle())
-            .collect();
+        let tasks = RbacKind::ALL.iter().map(|k| tokio::spawn(reflect(inner.clone(), *k)).abort_handle()).collect();
         Arc::new(RbacCache { inner, tasks })
     }
 
     fn synced(&self, kind: RbacKind) -> bool {
-        self.inner.kinds[kind.index()]
-            .synced
-            .load(Ordering::Acquire)
+        self.inner.kinds[kind.index()].synced.load(Ordering::Acquire)
     }
 
     /// Whether every kind's first list has been applied.
@@ -154,10 +149,7 @@ async fn reflect(inner: Arc<Inner>, kind: RbacKind) {
     loop {
         let err = list_and_watch(&inner, kind, &mut backoff).await;
         tracing::debug!(resource = kind.resource(), error = %err, "RBAC reflector: listing again");
-        *inner.kinds[kind.index()]
-            .progress
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = None;
+        *inner.kinds[kind.index()].progress.lock().unwrap_or_else(|p| p.into_inner()) = None;
         tokio::time::sleep(backoff.next_delay()).await;
     }
 }
@@ -205,13 +197,7 @@ async fn list_and_watch(inner: &Inner, kind: RbacKind, backoff: &mut Backoff) ->
                         let rest = ev.kv.key.strip_prefix(dir.as_str()).unwrap_or(&ev.kv.key);
                         match ev.kind {
                             EventKind::Put => {
-                                if let Err(e) = idx.put(
-                                    kind,
-                                    &ev.kv.key,
-                                    rest,
-                                    &ev.kv.value,
-                                    ev.kv.mod_revision,
-                                ) {
+                                if let Err(e) = idx.put(kind, &ev.kv.key, rest, &ev.kv.value, ev.kv.mod_revision) {
                                     tracing::warn!(error = %e, "dropping undecodable RBAC object");
                                 }
                             }
@@ -243,10 +229,7 @@ async fn list_and_watch(inner: &Inner, kind: RbacKind, backoff: &mut Backoff) ->
 #[async_trait::async_trait]
 impl RbacSource for RbacCache {
     async fn role(&self, namespace: &str, name: &str) -> Result<Option<Role>, RbacError> {
-        Ok(self
-            .role_shared(namespace, name)
-            .await?
-            .map(|r| (*r).clone()))
+        Ok(self.role_shared(namespace, name).await?.map(|r| (*r).clone()))
     }
     async fn cluster_role(&self, name: &str) -> Result<Option<Role>, RbacError> {
         Ok(self.cluster_role_shared(name).await?.map(|r| (*r).clone()))
@@ -255,27 +238,15 @@ impl RbacSource for RbacCache {
         if !self.synced(RbacKind::RoleBinding) {
             return self.inner.fallback.role_bindings(namespace).await;
         }
-        Ok(read(&self.inner.index)
-            .role_bindings(namespace)
-            .iter()
-            .map(|b| (**b).clone())
-            .collect())
+        Ok(read(&self.inner.index).role_bindings(namespace).iter().map(|b| (**b).clone()).collect())
     }
     async fn cluster_role_bindings(&self) -> Result<Vec<Binding>, RbacError> {
         if !self.synced(RbacKind::ClusterRoleBinding) {
             return self.inner.fallback.cluster_role_bindings().await;
         }
-        Ok(read(&self.inner.index)
-            .cluster_role_bindings()
-            .iter()
-            .map(|b| (**b).clone())
-            .collect())
+        Ok(read(&self.inner.index).cluster_role_bindings().iter().map(|b| (**b).clone()).collect())
     }
-    async fn role_shared(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<Arc<Role>>, RbacError> {
+    async fn role_shared(&self, namespace: &str, name: &str) -> Result<Option<Arc<Role>>, RbacError> {
         if !self.synced(RbacKind::Role) {
             return self.inner.fallback.role_shared(namespace, name).await;
         }
@@ -287,29 +258,20 @@ impl RbacSource for RbacCache {
         }
         Ok(read(&self.inner.index).cluster_role(name))
     }
-    async fn role_bindings_for(
-        &self,
-        namespace: &str,
-        user: &UserInfo,
-    ) -> Result<Vec<Arc<Binding>>, RbacError> {
+    async fn role_bindings_for(&self, namespace: &str, user: &UserInfo) -> Result<Vec<Arc<Binding>>, RbacError> {
         if !self.synced(RbacKind::RoleBinding) {
             return self.inner.fallback.role_bindings_for(namespace, user).await;
         }
         Ok(read(&self.inner.index).role_bindings_for(namespace, user))
     }
-    async fn cluster_role_bindings_for(
-        &self,
-        user: &UserInfo,
-    ) -> Result<Vec<Arc<Binding>>, RbacError> {
+    async fn cluster_role_bindings_for(&self, user: &UserInfo) -> Result<Vec<Arc<Binding>>, RbacError> {
         if !self.synced(RbacKind::ClusterRoleBinding) {
             return self.inner.fallback.cluster_role_bindings_for(user).await;
         }
         Ok(read(&self.inner.index).cluster_role_bindings_for(user))
     }
     async fn wait_fresh(&self) {
-        let Ok(revision) = self.inner.storage.current_revision().await else {
-            return;
-        };
+        let Ok(revision) = self.inner.storage.current_revision().await else { return };
         let reliable = self.inner.storage.progress_notify_reliable();
         let wait = async {
             for k in &self.inner.kinds {
@@ -327,10 +289,7 @@ impl RbacSource for RbacCache {
             }
         };
         if tokio::time::timeout(FRESH_WAIT, wait).await.is_err() {
-            tracing::debug!(
-                revision,
-                "RBAC cache not fresh after {FRESH_WAIT:?}; answering anyway"
-            );
+            tracing::debug!(revision, "RBAC cache not fresh after {FRESH_WAIT:?}; answering anyway");
         }
     }
 }
@@ -341,83 +300,33 @@ mod tests {
     use serde_json::json;
 
     fn user(name: &str) -> UserInfo {
-        UserInfo {
-            username: name.into(),
-            uid: String::new(),
-            groups: vec![],
-            extra: Default::default(),
-        }
+        UserInfo { username: name.into(), uid: String::new(), groups: vec![], extra: Default::default() }
     }
 
     #[tokio::test]
     async fn reflectors_follow_storage_and_wait_fresh_sees_the_last_write() {
         let dir = tempfile::tempdir().unwrap();
-        let storage: Arc<dyn Storage> =
-            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
+        let storage: Arc<dyn Storage> = Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
         let crb = |who: &str| {
             serde_json::to_vec(&json!({"kind": "ClusterRoleBinding", "metadata": {"name": "b"},
                 "subjects": [{"kind": "User", "name": who}], "roleRef": {"kind": "ClusterRole", "name": "view"}}))
             .unwrap()
         };
-        storage
-            .create("/registry/clusterrolebindings/b", crb("alice").into())
-            .await
-            .unwrap();
+        storage.create("/registry/clusterrolebindings/b", crb("alice").into()).await.unwrap();
         let cache = RbacCache::start(storage.clone(), "/registry");
-        tokio::time::timeout(Duration::from_secs(10), cache.wait_synced())
-            .await
-            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), cache.wait_synced()).await.unwrap();
         assert!(cache.has_synced());
-        assert_eq!(
-            cache
-                .cluster_role_bindings_for(&user("alice"))
-                .await
-                .unwrap()
-                .len(),
-            1
-        );
-        let kv = storage
-            .get("/registry/clusterrolebindings/b")
-            .await
-            .unwrap()
-            .unwrap();
-        storage
-            .update(
-                "/registry/clusterrolebindings/b",
-                crb("bob").into(),
-                kv.mod_revision,
-            )
-            .await
-            .unwrap();
+        assert_eq!(cache.cluster_role_bindings_for(&user("alice")).await.unwrap().len(), 1);
+        let kv = storage.get("/registry/clusterrolebindings/b").await.unwrap().unwrap();
+        storage.update("/registry/clusterrolebindings/b", crb("bob").into(), kv.mod_revision).await.unwrap();
         // An unrelated write moves the revision past the binding's.
-        storage
-            .create("/registry/configmaps/default/x", b"{}".to_vec().into())
-            .await
-            .unwrap();
+        storage.create("/registry/configmaps/default/x", b"{}".to_vec().into()).await.unwrap();
         cache.wait_fresh().await;
-        assert!(cache
-            .cluster_role_bindings_for(&user("alice"))
-            .await
-            .unwrap()
-            .is_empty());
-        assert_eq!(
-            cache
-                .cluster_role_bindings_for(&user("bob"))
-                .await
-                .unwrap()
-                .len(),
-            1
-        );
-        storage
-            .delete("/registry/clusterrolebindings/b", None)
-            .await
-            .unwrap();
+        assert!(cache.cluster_role_bindings_for(&user("alice")).await.unwrap().is_empty());
+        assert_eq!(cache.cluster_role_bindings_for(&user("bob")).await.unwrap().len(), 1);
+        storage.delete("/registry/clusterrolebindings/b", None).await.unwrap();
         cache.wait_fresh().await;
-        assert!(cache
-            .cluster_role_bindings_for(&user("bob"))
-            .await
-            .unwrap()
-            .is_empty());
+        assert!(cache.cluster_role_bindings_for(&user("bob")).await.unwrap().is_empty());
         assert!(cache.cluster_role_bindings().await.unwrap().is_empty());
     }
 }

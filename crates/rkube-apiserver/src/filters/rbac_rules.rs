@@ -15,11 +15,7 @@ use crate::filters::rbac::{subject_applies, Binding, PolicyRule, RbacSource, RBA
 
 /// The rules of the roles bound to `user` (cluster-wide, then in
 /// `namespace`), and the errors met (listing bindings, reading roles).
-pub async fn rules_for(
-    src: &dyn RbacSource,
-    user: &UserInfo,
-    namespace: &str,
-) -> (Vec<PolicyRule>, Vec<String>) {
+pub async fn rules_for(src: &dyn RbacSource, user: &UserInfo, namespace: &str) -> (Vec<PolicyRule>, Vec<String>) {
     let mut rules = Vec::new();
     let mut errors = Vec::new();
     match src.cluster_role_bindings().await {
@@ -45,11 +41,7 @@ async fn visit(
     rules: &mut Vec<PolicyRule>,
     errors: &mut Vec<String>,
 ) {
-    for b in bindings.iter().filter(|b| {
-        b.subjects
-            .iter()
-            .any(|s| subject_applies(s, user, binding_ns))
-    }) {
+    for b in bindings.iter().filter(|b| b.subjects.iter().any(|s| subject_applies(s, user, binding_ns))) {
         let role = match b.role_ref.kind.as_str() {
             "ClusterRole" => src.cluster_role(&b.role_ref.name).await,
             "Role" if !binding_ns.is_empty() => src.role(binding_ns, &b.role_ref.name).await,
@@ -77,11 +69,7 @@ mod tests {
     use serde_json::json;
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo {
-            username: name.into(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-            ..Default::default()
-        }
+        UserInfo { username: name.into(), groups: groups.iter().map(|g| g.to_string()).collect(), ..Default::default() }
     }
 
     fn fixture() -> InMemoryRbac {
@@ -104,16 +92,12 @@ mod tests {
     #[tokio::test]
     async fn cluster_bindings_come_first_then_the_namespace_s_role_bindings() {
         let rbac = fixture();
-        let (rules, errors) =
-            rules_for(&rbac, &user("alice", &["system:authenticated"]), "dev").await;
+        let (rules, errors) = rules_for(&rbac, &user("alice", &["system:authenticated"]), "dev").await;
         assert!(errors.is_empty(), "{errors:?}");
         // system:discovery, system:basic-user (2 rules), system:public-info-viewer, then pod-reader.
         let verbs: Vec<Vec<String>> = rules.iter().map(|r| r.verbs.clone()).collect();
         assert_eq!(verbs.len(), 5, "{rules:?}");
-        assert_eq!(
-            rules[1].resources,
-            vec!["selfsubjectaccessreviews", "selfsubjectrulesreviews"]
-        );
+        assert_eq!(rules[1].resources, vec!["selfsubjectaccessreviews", "selfsubjectrulesreviews"]);
         assert_eq!(rules[2].resources, vec!["selfsubjectreviews"]);
         assert_eq!(rules[4].resource_names, vec!["web"]);
         assert_eq!(rules[4].verbs, vec!["get", "list"]);
@@ -122,44 +106,26 @@ mod tests {
     #[tokio::test]
     async fn role_bindings_of_other_namespaces_do_not_apply() {
         let rbac = fixture();
-        let (in_default, _) =
-            rules_for(&rbac, &user("alice", &["system:authenticated"]), "default").await;
+        let (in_default, _) = rules_for(&rbac, &user("alice", &["system:authenticated"]), "default").await;
         assert_eq!(in_default.len(), 4);
-        let (cluster_only, _) =
-            rules_for(&rbac, &user("alice", &["system:authenticated"]), "").await;
+        let (cluster_only, _) = rules_for(&rbac, &user("alice", &["system:authenticated"]), "").await;
         assert_eq!(cluster_only, in_default);
     }
 
     #[tokio::test]
     async fn unreadable_roles_are_errors_and_other_rules_still_count() {
         let rbac = fixture();
-        let (rules, errors) =
-            rules_for(&rbac, &user("alice", &["system:authenticated"]), "prod").await;
-        assert_eq!(
-            errors,
-            vec!["clusterrole.rbac.authorization.k8s.io \"missing\" not found"]
-        );
+        let (rules, errors) = rules_for(&rbac, &user("alice", &["system:authenticated"]), "prod").await;
+        assert_eq!(errors, vec!["clusterrole.rbac.authorization.k8s.io \"missing\" not found"]);
         assert_eq!(rules.len(), 4);
     }
 
     #[tokio::test]
     async fn masters_get_cluster_admin_s_wildcards_through_their_binding() {
         let rbac = fixture();
-        let (rules, errors) = rules_for(
-            &rbac,
-            &user("root", &["system:masters", "system:authenticated"]),
-            "dev",
-        )
-        .await;
+        let (rules, errors) = rules_for(&rbac, &user("root", &["system:masters", "system:authenticated"]), "dev").await;
         assert!(errors.is_empty());
-        assert_eq!(
-            rules[0],
-            serde_json::from_value(json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}))
-                .unwrap()
-        );
-        assert_eq!(
-            rules[1],
-            serde_json::from_value(json!({"verbs": ["*"], "nonResourceURLs": ["*"]})).unwrap()
-        );
+        assert_eq!(rules[0], serde_json::from_value(json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})).unwrap());
+        assert_eq!(rules[1], serde_json::from_value(json!({"verbs": ["*"], "nonResourceURLs": ["*"]})).unwrap());
     }
 }

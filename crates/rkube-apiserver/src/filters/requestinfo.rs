@@ -88,8 +88,7 @@ impl RequestAttributes {
     pub fn new(method: &Method, uri: &Uri, headers: &HeaderMap) -> Self {
         // Decoded like the router does (a malformed escape is left as is:
         // the router answers 400 for it).
-        let path = crate::request::decode_path(uri.path())
-            .map_or_else(|_| uri.path().to_string(), |p| p.into_owned());
+        let path = crate::request::decode_path(uri.path()).map_or_else(|_| uri.path().to_string(), |p| p.into_owned());
         let query = parse_query(uri.query().unwrap_or(""));
         let mut ri = RequestAttributes {
             path: path.clone(),
@@ -100,16 +99,10 @@ impl RequestAttributes {
                 && headers
                     .get("content-type")
                     .and_then(|v| v.to_str().ok())
-                    .is_some_and(|ct| {
-                        ct.split(';').next().unwrap_or("").trim() == "application/apply-patch+yaml"
-                    }),
+                    .is_some_and(|ct| ct.split(';').next().unwrap_or("").trim() == "application/apply-patch+yaml"),
             ..Default::default()
         };
-        let parts: Vec<&str> = path
-            .trim_matches('/')
-            .split('/')
-            .filter(|s| !s.is_empty())
-            .collect();
+        let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
         if parts.len() < 3 || !(parts[0] == "api" || parts[0] == "apis") {
             return ri;
         }
@@ -160,12 +153,7 @@ impl RequestAttributes {
         }
         ri.resource = cur[0].to_string();
         if ri.name.is_empty() && ri.verb == "get" {
-            ri.verb = if query_bool(&query, "watch") {
-                "watch"
-            } else {
-                "list"
-            }
-            .to_string();
+            ri.verb = if query_bool(&query, "watch") { "watch" } else { "list" }.to_string();
         }
         if ri.name.is_empty() && (ri.verb == "list" || ri.verb == "watch") {
             if let Some(name) = name_from_field_selector(&query) {
@@ -190,8 +178,7 @@ impl RequestAttributes {
     /// True for `get`/`list`/`watch` (and non-resource GET/HEAD): the
     /// `readOnly` inflight pool; everything else is `mutating`.
     pub fn is_read_only(&self) -> bool {
-        READ_ONLY_VERBS.contains(&self.verb.as_str())
-            || (!self.is_resource_request && self.verb == "head")
+        READ_ONLY_VERBS.contains(&self.verb.as_str()) || (!self.is_resource_request && self.verb == "head")
     }
 
     /// The `scope` metric label (upstream `CleanScope`): `resource` for one
@@ -272,17 +259,9 @@ impl RequestContext {
     /// Builds the context of `req` (without touching it).
     pub fn from_request(req: &Request) -> Self {
         let headers = req.headers();
-        let header = |name: &str| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_string()
-        };
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let audit_id = match headers.get("audit-id").and_then(|v| v.to_str().ok()) {
-            Some(id) if !id.trim().is_empty() && id.len() <= MAX_AUDIT_ID_LEN => {
-                id.trim().to_string()
-            }
+            Some(id) if !id.trim().is_empty() && id.len() <= MAX_AUDIT_ID_LEN => id.trim().to_string(),
             _ => uuid::Uuid::new_v4().to_string(),
         };
         let peer = peer_addr(req);
@@ -293,11 +272,7 @@ impl RequestContext {
             started: Instant::now(),
             source_ips: source_ips(headers, peer),
             user_agent: header("user-agent"),
-            request_uri: req
-                .uri()
-                .path_and_query()
-                .map(|p| p.as_str().to_string())
-                .unwrap_or_else(|| "/".into()),
+            request_uri: req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into()),
             protocol: match req.version() {
                 axum::http::Version::HTTP_2 => "HTTP/2.0",
                 axum::http::Version::HTTP_10 => "HTTP/1.0",
@@ -323,9 +298,7 @@ pub fn peer_addr(req: &Request) -> Option<SocketAddr> {
     if let Some(ConnectInfo(c)) = req.extensions().get::<ConnectInfo<ConnInfo>>() {
         return Some(c.remote_addr);
     }
-    req.extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0)
+    req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0)
 }
 
 /// Outermost filter: classifies the request, assigns its audit ID (sent back
@@ -354,10 +327,7 @@ pub async fn request_context(mut req: Request, next: Next) -> Response {
 
 /// The answer to a request whose handler panicked.
 pub(crate) fn panic_response() -> Response {
-    ApiError::from(Status::internal(
-        "This request caused apiserver to panic. Look in the logs for details.",
-    ))
-    .into_response()
+    ApiError::from(Status::internal("This request caused apiserver to panic. Look in the logs for details.")).into_response()
 }
 
 /// The text of a panic payload.
@@ -373,9 +343,7 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 fn parse_query(q: &str) -> Vec<(String, String)> {
     axum::extract::Query::<Vec<(String, String)>>::try_from_uri(
-        &format!("/?{q}")
-            .parse::<Uri>()
-            .unwrap_or_else(|_| Uri::from_static("/")),
+        &format!("/?{q}").parse::<Uri>().unwrap_or_else(|_| Uri::from_static("/")),
     )
     .map(|q| q.0)
     .unwrap_or_default()
@@ -393,11 +361,7 @@ fn query_bool(query: &[(String, String)], name: &str) -> bool {
 }
 
 fn dry_run_label(query: &[(String, String)]) -> String {
-    let mut v: Vec<&str> = query
-        .iter()
-        .filter(|(k, _)| k == "dryRun")
-        .map(|(_, v)| v.as_str())
-        .collect();
+    let mut v: Vec<&str> = query.iter().filter(|(k, _)| k == "dryRun").map(|(_, v)| v.as_str()).collect();
     v.sort_unstable();
     v.dedup();
     v.join(",")
@@ -456,40 +420,23 @@ mod tests {
         let a = attrs(Method::PUT, "/api/v1/namespaces/ns/pods/web/status");
         assert!(a.is_resource_request);
         assert_eq!(
-            (
-                a.verb.as_str(),
-                a.api_group.as_str(),
-                a.api_version.as_str(),
-                a.namespace.as_str()
-            ),
+            (a.verb.as_str(), a.api_group.as_str(), a.api_version.as_str(), a.namespace.as_str()),
             ("update", "", "v1", "ns")
         );
-        assert_eq!(
-            (a.resource.as_str(), a.name.as_str(), a.subresource.as_str()),
-            ("pods", "web", "status")
-        );
+        assert_eq!((a.resource.as_str(), a.name.as_str(), a.subresource.as_str()), ("pods", "web", "status"));
         assert_eq!(a.scope(), "resource");
         assert_eq!(a.metrics_verb(), "PUT");
 
         let a = attrs(Method::GET, "/apis/apps/v1/deployments?watch=true");
-        assert_eq!(
-            (a.verb.as_str(), a.api_group.as_str(), a.scope()),
-            ("watch", "apps", "cluster")
-        );
+        assert_eq!((a.verb.as_str(), a.api_group.as_str(), a.scope()), ("watch", "apps", "cluster"));
         assert!(a.is_long_running());
         assert_eq!(a.metrics_verb(), "WATCH");
 
         let a = attrs(Method::GET, "/api/v1/watch/namespaces/ns/pods");
-        assert_eq!(
-            (a.verb.as_str(), a.namespace.as_str(), a.resource.as_str()),
-            ("watch", "ns", "pods")
-        );
+        assert_eq!((a.verb.as_str(), a.namespace.as_str(), a.resource.as_str()), ("watch", "ns", "pods"));
 
         let a = attrs(Method::GET, "/api/v1/namespaces/ns/pods?limit=500");
-        assert_eq!(
-            (a.verb.as_str(), a.scope(), a.metrics_verb().as_str()),
-            ("list", "namespace", "LIST")
-        );
+        assert_eq!((a.verb.as_str(), a.scope(), a.metrics_verb().as_str()), ("list", "namespace", "LIST"));
 
         let a = attrs(Method::DELETE, "/api/v1/namespaces/ns/pods");
         assert_eq!(a.verb, "deletecollection");
@@ -500,29 +447,14 @@ mod tests {
     #[test]
     fn namespace_object_carries_its_own_namespace() {
         let a = attrs(Method::GET, "/api/v1/namespaces/kube-system");
-        assert_eq!(
-            (a.resource.as_str(), a.name.as_str(), a.namespace.as_str()),
-            ("namespaces", "kube-system", "kube-system")
-        );
+        assert_eq!((a.resource.as_str(), a.name.as_str(), a.namespace.as_str()), ("namespaces", "kube-system", "kube-system"));
         let a = attrs(Method::PUT, "/api/v1/namespaces/x/finalize");
-        assert_eq!(
-            (a.resource.as_str(), a.subresource.as_str()),
-            ("namespaces", "finalize")
-        );
+        assert_eq!((a.resource.as_str(), a.subresource.as_str()), ("namespaces", "finalize"));
     }
 
     #[test]
     fn discovery_and_other_paths_are_non_resource() {
-        for p in [
-            "/api",
-            "/api/v1",
-            "/apis",
-            "/apis/apps",
-            "/apis/apps/v1",
-            "/healthz",
-            "/metrics",
-            "/debug/flags/v",
-        ] {
+        for p in ["/api", "/api/v1", "/apis", "/apis/apps", "/apis/apps/v1", "/healthz", "/metrics", "/debug/flags/v"] {
             let a = attrs(Method::GET, p);
             assert!(!a.is_resource_request, "{p}");
             assert_eq!(a.verb, "get");
@@ -534,10 +466,7 @@ mod tests {
 
     #[test]
     fn field_selector_on_name_sets_the_name() {
-        let a = attrs(
-            Method::GET,
-            "/api/v1/namespaces/ns/pods?fieldSelector=metadata.name%3Dweb&watch=1",
-        );
+        let a = attrs(Method::GET, "/api/v1/namespaces/ns/pods?fieldSelector=metadata.name%3Dweb&watch=1");
         assert_eq!((a.verb.as_str(), a.name.as_str()), ("watch", "web"));
         let a = attrs(Method::GET, "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1");
         assert_eq!(a.name, "");
@@ -546,17 +475,8 @@ mod tests {
     #[test]
     fn apply_patch_and_dry_run_are_reported() {
         let mut h = HeaderMap::new();
-        h.insert(
-            "content-type",
-            HeaderValue::from_static("application/apply-patch+yaml"),
-        );
-        let a = RequestAttributes::new(
-            &Method::PATCH,
-            &"/api/v1/namespaces/a/configmaps/c?dryRun=All"
-                .parse()
-                .unwrap(),
-            &h,
-        );
+        h.insert("content-type", HeaderValue::from_static("application/apply-patch+yaml"));
+        let a = RequestAttributes::new(&Method::PATCH, &"/api/v1/namespaces/a/configmaps/c?dryRun=All".parse().unwrap(), &h);
         assert_eq!(a.metrics_verb(), "APPLY");
         assert_eq!(a.dry_run, "All");
     }
@@ -564,10 +484,7 @@ mod tests {
     #[test]
     fn source_ips_list_forwarded_then_peer() {
         let mut h = HeaderMap::new();
-        h.insert(
-            "x-forwarded-for",
-            HeaderValue::from_static("10.0.0.1, 10.0.0.2"),
-        );
+        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1, 10.0.0.2"));
         h.insert("x-real-ip", HeaderValue::from_static("10.0.0.2"));
         let ips = source_ips(&h, Some("127.0.0.1:5555".parse().unwrap()));
         assert_eq!(ips, vec!["10.0.0.1", "10.0.0.2", "127.0.0.1"]);

@@ -57,39 +57,23 @@ impl InstrumentedStorage {
     pub fn new(inner: Arc<dyn Storage>, metrics: Arc<ApiserverMetrics>, etcd_prefix: &str) -> Self {
         let generation = rkube_api::registry::generation();
         let prefixes = RwLock::new((generation, prefixes_of_table(etcd_prefix)));
-        InstrumentedStorage {
-            inner,
-            metrics,
-            etcd_prefix: etcd_prefix.to_string(),
-            prefixes,
-        }
+        InstrumentedStorage { inner, metrics, etcd_prefix: etcd_prefix.to_string(), prefixes }
     }
 
     fn type_of(&self, key: &str) -> String {
         let generation = rkube_api::registry::generation();
-        let stale = self
-            .prefixes
-            .read()
-            .map(|p| p.0 != generation)
-            .unwrap_or(true);
+        let stale = self.prefixes.read().map(|p| p.0 != generation).unwrap_or(true);
         if stale {
             let fresh = prefixes_of_table(&self.etcd_prefix);
             let mut p = self.prefixes.write().unwrap_or_else(|e| e.into_inner());
             *p = (generation, fresh);
         }
         let p = self.prefixes.read().unwrap_or_else(|e| e.into_inner());
-        p.1.iter()
-            .find(|(prefix, _)| key.starts_with(prefix.as_str()))
-            .map_or_else(|| "unknown".to_string(), |(_, t)| t.clone())
+        p.1.iter().find(|(prefix, _)| key.starts_with(prefix.as_str())).map_or_else(|| "unknown".to_string(), |(_, t)| t.clone())
     }
 
     fn observe(&self, op: &str, key: &str, started: Instant) {
-        self.metrics.observe_storage(
-            self.inner.backend_name(),
-            op,
-            &self.type_of(key),
-            started.elapsed(),
-        );
+        self.metrics.observe_storage(self.inner.backend_name(), op, &self.type_of(key), started.elapsed());
     }
 }
 
@@ -122,23 +106,14 @@ impl Storage for InstrumentedStorage {
         r
     }
 
-    async fn update(
-        &self,
-        key: &str,
-        value: Bytes,
-        expected_mod_revision: Revision,
-    ) -> Result<KeyValue> {
+    async fn update(&self, key: &str, value: Bytes, expected_mod_revision: Revision) -> Result<KeyValue> {
         let t = Instant::now();
         let r = self.inner.update(key, value, expected_mod_revision).await;
         self.observe("update", key, t);
         r
     }
 
-    async fn delete(
-        &self,
-        key: &str,
-        expected_mod_revision: Option<Revision>,
-    ) -> Result<(KeyValue, Revision)> {
+    async fn delete(&self, key: &str, expected_mod_revision: Option<Revision>) -> Result<(KeyValue, Revision)> {
         let t = Instant::now();
         let r = self.inner.delete(key, expected_mod_revision).await;
         self.observe("delete", key, t);
@@ -189,17 +164,12 @@ mod tests {
     #[tokio::test]
     async fn storage_calls_are_observed_per_backend_operation_and_type() {
         let dir = tempfile::tempdir().unwrap();
-        let inner: Arc<dyn Storage> =
-            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
+        let inner: Arc<dyn Storage> = Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
         let metrics = Arc::new(ApiserverMetrics::new());
         let s = InstrumentedStorage::new(inner, metrics.clone(), "/registry");
-        s.create("/registry/pods/default/web", Bytes::from_static(b"{}"))
-            .await
-            .unwrap();
+        s.create("/registry/pods/default/web", Bytes::from_static(b"{}")).await.unwrap();
         s.get("/registry/deployments/default/d").await.unwrap();
-        s.range(RangeRequest::prefix("/registry/pods/"))
-            .await
-            .unwrap();
+        s.range(RangeRequest::prefix("/registry/pods/")).await.unwrap();
         let text = metrics.render();
         assert!(text.contains("etcd_request_duration_seconds_count{backend=\"embedded\",operation=\"create\",type=\"pods\"} 1"), "{text}");
         assert!(text.contains("etcd_request_duration_seconds_count{backend=\"embedded\",operation=\"get\",type=\"deployments.apps\"} 1"), "{text}");
@@ -209,8 +179,7 @@ mod tests {
     #[tokio::test]
     async fn custom_resources_registered_later_are_counted_under_their_resource() {
         let dir = tempfile::tempdir().unwrap();
-        let inner: Arc<dyn Storage> =
-            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
+        let inner: Arc<dyn Storage> = Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
         let metrics = Arc::new(ApiserverMetrics::new());
         let s = InstrumentedStorage::new(inner, metrics.clone(), "/registry");
         let crd = serde_json::json!({
@@ -225,9 +194,7 @@ mod tests {
         for row in rows {
             rkube_api::registry::register(row).unwrap();
         }
-        s.get("/registry/metrics.example.com/gizmos/default/g")
-            .await
-            .unwrap();
+        s.get("/registry/metrics.example.com/gizmos/default/g").await.unwrap();
         rkube_api::registry::unregister("metrics.example.com", "v1", "gizmos");
         let text = metrics.render();
         assert!(

@@ -40,7 +40,9 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
     let t = s.trim();
     match rkube_api::time::parse_go_duration(t) {
         // Flags take no negative durations (nor, by i64 nanoseconds, over 292 years).
-        Some(ns) if !t.starts_with('-') && ns >= 0 => Ok(Duration::from_nanos(ns as u64)),
+        Some(ns) if !t.starts_with('-') && ns >= 0 => {
+            Ok(Duration::from_nanos(ns as u64))
+        }
         _ => Err(DurationError::Invalid(s.to_string())),
     }
 }
@@ -59,19 +61,12 @@ pub fn watch_timeout(min_request_timeout_secs: u64, timeout_seconds: Option<u64>
 
 /// The 504 answer.
 pub fn timeout_response() -> Response {
-    ApiError::from(Status::timeout(
-        "request did not complete within requested timeout - context deadline exceeded",
-        0,
-    ))
-    .into_response()
+    ApiError::from(Status::timeout("request did not complete within requested timeout - context deadline exceeded", 0))
+        .into_response()
 }
 
 /// Middleware enforcing `limit` on non-long-running requests (0 = none).
-pub async fn timeout_middleware(
-    State(limit): State<Duration>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn timeout_middleware(State(limit): State<Duration>, req: Request, next: Next) -> Response {
     let ctx = context_of(&req);
     if ctx.attrs.is_long_running() {
         return next.run(req).await;
@@ -129,10 +124,7 @@ mod tests {
         assert_eq!(watch_timeout(1800, Some(5)), Duration::from_secs(5));
         for _ in 0..50 {
             let d = watch_timeout(10, None);
-            assert!(
-                d >= Duration::from_secs(10) && d < Duration::from_secs(20),
-                "{d:?}"
-            );
+            assert!(d >= Duration::from_secs(10) && d < Duration::from_secs(20), "{d:?}");
         }
     }
 }

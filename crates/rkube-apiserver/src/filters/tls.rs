@@ -91,14 +91,8 @@ pub fn provider() -> Arc<CryptoProvider> {
 
 /// Reads every certificate of a PEM file.
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem_err = |e: rustls_pki_types::pem::Error| TlsError::Pem {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    };
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(pem_err)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(pem_err)?;
+    let pem_err = |e: rustls_pki_types::pem::Error| TlsError::Pem { path: path.display().to_string(), message: e.to_string() };
+    let certs = CertificateDer::pem_file_iter(path).map_err(pem_err)?.collect::<Result<Vec<_>, _>>().map_err(pem_err)?;
     if certs.is_empty() {
         return Err(TlsError::NoCertificate(path.display().to_string()));
     }
@@ -107,10 +101,7 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
 
 /// Reads the first private key (PKCS#8, PKCS#1 or SEC1) of a PEM file.
 pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| TlsError::Pem {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })
+    PrivateKeyDer::from_pem_file(path).map_err(|e| TlsError::Pem { path: path.display().to_string(), message: e.to_string() })
 }
 
 /// A serving certificate and key.
@@ -124,33 +115,23 @@ pub struct TlsConfig {
 
 impl Clone for TlsConfig {
     fn clone(&self) -> Self {
-        TlsConfig {
-            cert_chain: self.cert_chain.clone(),
-            key: self.key.clone_key(),
-        }
+        TlsConfig { cert_chain: self.cert_chain.clone(), key: self.key.clone_key() }
     }
 }
 
 impl TlsConfig {
     /// Reads `--tls-cert-file` and `--tls-private-key-file`.
     pub fn load(cert_file: &Path, key_file: &Path) -> Result<Self, TlsError> {
-        Ok(TlsConfig {
-            cert_chain: load_certs(cert_file)?,
-            key: load_key(key_file)?,
-        })
+        Ok(TlsConfig { cert_chain: load_certs(cert_file)?, key: load_key(key_file)? })
     }
 }
 
 /// A verifier of client certificates against the CA certificates of
 /// `--client-ca-file` (that also accepts clients without one).
-pub fn client_verifier(
-    ca_certs: &[CertificateDer<'static>],
-) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+pub fn client_verifier(ca_certs: &[CertificateDer<'static>]) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
     let mut roots = RootCertStore::empty();
     for c in ca_certs {
-        roots
-            .add(c.clone())
-            .map_err(|e| TlsError::ClientCa(e.to_string()))?;
+        roots.add(c.clone()).map_err(|e| TlsError::ClientCa(e.to_string()))?;
     }
     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
         .allow_unauthenticated()
@@ -207,19 +188,13 @@ impl ClientCertVerifier for DeferredClientVerifier {
 
 /// The rustls server config for `tls`, asking for client certificates when
 /// `client_ca` is given (see the module docs); ALPN `h2`, `http/1.1`.
-pub fn server_config(
-    tls: &TlsConfig,
-    client_ca: Option<Arc<dyn ClientCertVerifier>>,
-) -> Result<Arc<ServerConfig>, TlsError> {
-    let builder =
-        ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+pub fn server_config(tls: &TlsConfig, client_ca: Option<Arc<dyn ClientCertVerifier>>) -> Result<Arc<ServerConfig>, TlsError> {
+    let builder = ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let mut cfg = match client_ca {
         Some(inner) => builder
             .with_client_cert_verifier(Arc::new(DeferredClientVerifier { inner }))
             .with_single_cert(tls.cert_chain.clone(), tls.key.clone_key())?,
-        None => builder
-            .with_no_client_auth()
-            .with_single_cert(tls.cert_chain.clone(), tls.key.clone_key())?,
+        None => builder.with_no_client_auth().with_single_cert(tls.cert_chain.clone(), tls.key.clone_key())?,
     };
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
@@ -263,10 +238,7 @@ impl Pki {
 pub const ADMIN_USER: &str = "rkube-admin";
 
 fn write_file(path: &Path, contents: &str, private: bool) -> Result<(), TlsError> {
-    let err = |source| TlsError::Write {
-        path: path.display().to_string(),
-        source,
-    };
+    let err = |source| TlsError::Write { path: path.display().to_string(), source };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(err)?;
     }
@@ -296,20 +268,10 @@ fn validity(params: &mut rcgen::CertificateParams, years: i32) {
 
 /// Creates (or reuses) the PKI of `rkube up` under `<data_dir>/pki`.
 pub fn generate_self_signed(data_dir: &Path) -> Result<Pki, TlsError> {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair, KeyUsagePurpose,
-    };
+    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
     let dir = data_dir.join("pki");
     let p = |n: &str| dir.join(n);
-    let paths = [
-        "ca.crt",
-        "ca.key",
-        "apiserver.crt",
-        "apiserver.key",
-        "admin.crt",
-        "admin.key",
-    ];
+    let paths = ["ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key"];
     let reusable = paths.iter().all(|n| p(n).is_file())
         && load_certs(&p("ca.crt")).is_ok()
         && TlsConfig::load(&p("apiserver.crt"), &p("apiserver.key")).is_ok()
@@ -318,15 +280,9 @@ pub fn generate_self_signed(data_dir: &Path) -> Result<Pki, TlsError> {
         let ca_key = KeyPair::generate()?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params.distinguished_name = rcgen::DistinguishedName::new();
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "rkube-ca");
+        ca_params.distinguished_name.push(DnType::CommonName, "rkube-ca");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         validity(&mut ca_params, 10);
         let ca_cert = ca_params.self_signed(&ca_key)?;
         let issuer = Issuer::new(ca_params, &ca_key);
@@ -341,12 +297,8 @@ pub fn generate_self_signed(data_dir: &Path) -> Result<Pki, TlsError> {
             "::1".to_string(),
         ])?;
         sp.distinguished_name = rcgen::DistinguishedName::new();
-        sp.distinguished_name
-            .push(DnType::CommonName, "kube-apiserver");
-        sp.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
+        sp.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        sp.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         sp.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         sp.use_authority_key_identifier_extension = true;
         validity(&mut sp, 10);
@@ -355,15 +307,9 @@ pub fn generate_self_signed(data_dir: &Path) -> Result<Pki, TlsError> {
         let admin_key = KeyPair::generate()?;
         let mut ap = CertificateParams::new(Vec::<String>::new())?;
         ap.distinguished_name = rcgen::DistinguishedName::new();
-        ap.distinguished_name.push(
-            DnType::OrganizationName,
-            crate::filters::authn::MASTERS_GROUP,
-        );
+        ap.distinguished_name.push(DnType::OrganizationName, crate::filters::authn::MASTERS_GROUP);
         ap.distinguished_name.push(DnType::CommonName, ADMIN_USER);
-        ap.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
+        ap.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         ap.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         ap.use_authority_key_identifier_extension = true;
         validity(&mut ap, 10);
@@ -378,10 +324,7 @@ pub fn generate_self_signed(data_dir: &Path) -> Result<Pki, TlsError> {
         write_file(&p("ca.crt"), &ca_cert.pem(), false)?;
     }
     let read = |n: &str| {
-        std::fs::read_to_string(p(n)).map_err(|e| TlsError::Pem {
-            path: p(n).display().to_string(),
-            message: e.to_string(),
-        })
+        std::fs::read_to_string(p(n)).map_err(|e| TlsError::Pem { path: p(n).display().to_string(), message: e.to_string() })
     };
     Ok(Pki {
         ca_cert_path: p("ca.crt"),
@@ -410,10 +353,7 @@ pub(crate) fn render_kubeconfig(server_url: &str, pki: Option<&Pki>) -> String {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
     let (ca, user) = match pki {
         Some(pki) => (
-            format!(
-                "    certificate-authority-data: {}\n",
-                b64(&pki.ca_cert_pem)
-            ),
+            format!("    certificate-authority-data: {}\n", b64(&pki.ca_cert_pem)),
             format!(
                 "\n    client-certificate-data: {}\n    client-key-data: {}",
                 b64(&pki.admin_cert_pem),
@@ -439,25 +379,14 @@ pub struct ConnInfo {
 
 impl Connected<IncomingStream<'_, TcpListener>> for ConnInfo {
     fn connect_info(stream: IncomingStream<'_, TcpListener>) -> Self {
-        ConnInfo {
-            remote_addr: *stream.remote_addr(),
-            peer_certs: None,
-        }
+        ConnInfo { remote_addr: *stream.remote_addr(), peer_certs: None }
     }
 }
 
 impl Connected<IncomingStream<'_, TlsListener>> for ConnInfo {
     fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
-        let certs = stream
-            .io()
-            .get_ref()
-            .1
-            .peer_certificates()
-            .map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
-        ConnInfo {
-            remote_addr: *stream.remote_addr(),
-            peer_certs: certs,
-        }
+        let certs = stream.io().get_ref().1.peer_certificates().map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
+        ConnInfo { remote_addr: *stream.remote_addr(), peer_certs: certs }
     }
 }
 
@@ -495,9 +424,7 @@ impl TlsListener {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, addr)).await;
                         }
-                        Ok(Err(e)) => {
-                            tracing::debug!(peer = %addr, error = %e, "TLS handshake failed")
-                        }
+                        Ok(Err(e)) => tracing::debug!(peer = %addr, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(peer = %addr, "TLS handshake timed out"),
                     }
                 });
@@ -551,10 +478,7 @@ pub struct ServeOptions {
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        ServeOptions {
-            header_read_timeout: READ_HEADER_TIMEOUT,
-            write_stall_timeout: super::write_stall::WRITE_STALL_TIMEOUT,
-        }
+        ServeOptions { header_read_timeout: READ_HEADER_TIMEOUT, write_stall_timeout: super::write_stall::WRITE_STALL_TIMEOUT }
     }
 }
 
@@ -589,38 +513,17 @@ pub async fn serve_with(
         None => {
             let info = |tcp: &TcpStream, addr: SocketAddr| {
                 let _ = tcp;
-                (
-                    ConnInfo {
-                        remote_addr: addr,
-                        peer_certs: None,
-                    },
-                    false,
-                )
+                (ConnInfo { remote_addr: addr, peer_certs: None }, false)
             };
             accept_loop(listener, router, opts, shutdown, info).await;
         }
         Some(cfg) => {
             let info = |tls: &TlsStream<TcpStream>, addr: SocketAddr| {
                 let session = tls.get_ref().1;
-                let certs = session
-                    .peer_certificates()
-                    .map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
-                (
-                    ConnInfo {
-                        remote_addr: addr,
-                        peer_certs: certs,
-                    },
-                    session.alpn_protocol() == Some(b"h2"),
-                )
+                let certs = session.peer_certificates().map(|c| Arc::new(c.iter().map(|d| d.clone().into_owned()).collect()));
+                (ConnInfo { remote_addr: addr, peer_certs: certs }, session.alpn_protocol() == Some(b"h2"))
             };
-            accept_loop(
-                TlsListener::new(listener, cfg)?,
-                router,
-                opts,
-                shutdown,
-                info,
-            )
-            .await;
+            accept_loop(TlsListener::new(listener, cfg)?, router, opts, shutdown, info).await;
         }
     }
     Ok(())
@@ -629,13 +532,8 @@ pub async fn serve_with(
 /// Accepts connections until `shutdown`, serving each on its own task; `info`
 /// gives a connection's [`ConnInfo`] and whether it speaks HTTP/2. Returns
 /// once every connection task ended.
-async fn accept_loop<L, F>(
-    mut listener: L,
-    router: Router,
-    opts: ServeOptions,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-    info: F,
-) where
+async fn accept_loop<L, F>(mut listener: L, router: Router, opts: ServeOptions, shutdown: impl Future<Output = ()> + Send + 'static, info: F)
+where
     L: Listener<Addr = SocketAddr>,
     F: Fn(&L::Io, SocketAddr) -> (ConnInfo, bool),
 {
@@ -648,26 +546,20 @@ async fn accept_loop<L, F>(
     });
     let (done_tx, done_rx) = watch::channel(());
     let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1
-        .timer(TokioTimer::new())
-        .header_read_timeout(opts.header_read_timeout);
+    http1.timer(TokioTimer::new()).header_read_timeout(opts.header_read_timeout);
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     http2.timer(TokioTimer::new()).enable_connect_protocol();
-    let router = router.layer(axum::middleware::from_fn(
-        super::body::complete_http2_answers,
-    ));
+    let router = router.layer(axum::middleware::from_fn(super::body::complete_http2_answers));
     loop {
         let (io, addr) = tokio::select! {
             conn = listener.accept() => conn,
             _ = stop_tx.closed() => break,
         };
         let (conn_info, is_h2) = info(&io, addr);
-        let service = TowerToHyperService::new(router.clone().map_request(
-            move |mut req: axum::extract::Request<Incoming>| {
-                req.extensions_mut().insert(ConnectInfo(conn_info.clone()));
-                req
-            },
-        ));
+        let service = TowerToHyperService::new(router.clone().map_request(move |mut req: axum::extract::Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(conn_info.clone()));
+            req
+        }));
         let (stop, done) = (stop_tx.clone(), done_rx.clone());
         let io = super::write_stall::WriteStallGuard::new(io, opts.write_stall_timeout);
         if is_h2 {
@@ -687,13 +579,8 @@ async fn accept_loop<L, F>(
 
 /// Runs one connection to its end, shutting it down gracefully (with
 /// `graceful`) once `stop` has no receiver left; drops `done` at the end.
-async fn drive<C>(
-    conn: C,
-    stop: watch::Sender<()>,
-    done: watch::Receiver<()>,
-    peer: SocketAddr,
-    graceful: fn(Pin<&mut C>),
-) where
+async fn drive<C>(conn: C, stop: watch::Sender<()>, done: watch::Receiver<()>, peer: SocketAddr, graceful: fn(Pin<&mut C>))
+where
     C: Future<Output = Result<(), hyper::Error>>,
 {
     let mut conn = std::pin::pin!(conn);
@@ -729,10 +616,7 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(&a.admin_key_path)
-                .unwrap()
-                .permissions()
-                .mode();
+            let mode = std::fs::metadata(&a.admin_key_path).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
         let admin = load_certs(&a.admin_cert_path).unwrap();
@@ -741,8 +625,7 @@ mod tests {
         assert_eq!(subject.organizations, vec!["system:masters".to_string()]);
         // The admin certificate chains to the CA.
         let v = client_verifier(&a.ca_certs().unwrap()).unwrap();
-        v.verify_client_cert(&admin[0], &[], UnixTime::now())
-            .unwrap();
+        v.verify_client_cert(&admin[0], &[], UnixTime::now()).unwrap();
         // And the serving pair makes a server config.
         server_config(&a.tls_config().unwrap(), Some(v)).unwrap();
     }
@@ -753,18 +636,10 @@ mod tests {
         let pki = generate_self_signed(dir.path()).unwrap();
         let path = dir.path().join("kubeconfig");
         write_kubeconfig(&path, "https://127.0.0.1:6443", &pki).unwrap();
-        let v: serde_yaml::Value =
-            serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        assert_eq!(
-            v["clusters"][0]["cluster"]["server"].as_str(),
-            Some("https://127.0.0.1:6443")
-        );
-        let ca = v["clusters"][0]["cluster"]["certificate-authority-data"]
-            .as_str()
-            .unwrap();
-        let ca = base64::engine::general_purpose::STANDARD
-            .decode(ca)
-            .unwrap();
+        let v: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(v["clusters"][0]["cluster"]["server"].as_str(), Some("https://127.0.0.1:6443"));
+        let ca = v["clusters"][0]["cluster"]["certificate-authority-data"].as_str().unwrap();
+        let ca = base64::engine::general_purpose::STANDARD.decode(ca).unwrap();
         assert_eq!(String::from_utf8(ca).unwrap(), pki.ca_cert_pem);
         assert!(v["users"][0]["user"]["client-key-data"].as_str().is_some());
         assert_eq!(v["current-context"].as_str(), Some("rkube"));
@@ -773,14 +648,8 @@ mod tests {
     #[test]
     fn missing_or_mismatched_files_are_errors() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(matches!(
-            load_certs(&dir.path().join("nope.crt")),
-            Err(TlsError::Pem { .. })
-        ));
+        assert!(matches!(load_certs(&dir.path().join("nope.crt")), Err(TlsError::Pem { .. })));
         std::fs::write(dir.path().join("empty.crt"), "").unwrap();
-        assert!(matches!(
-            load_certs(&dir.path().join("empty.crt")),
-            Err(TlsError::NoCertificate(_))
-        ));
+        assert!(matches!(load_certs(&dir.path().join("empty.crt")), Err(TlsError::NoCertificate(_))));
     }
 }

@@ -74,8 +74,7 @@ pub fn level_for(v: u8) -> tracing::Level {
 /// A per-layer `tracing_subscriber` filter that enables events up to
 /// [`level_for`]`(`[`verbosity`]`())`, re-read on every event so that
 /// `PUT /debug/flags/v` takes effect immediately.
-pub fn logging_filter(
-) -> tracing_subscriber::filter::FilterFn<impl Fn(&tracing::Metadata<'_>) -> bool> {
+pub fn logging_filter() -> tracing_subscriber::filter::FilterFn<impl Fn(&tracing::Metadata<'_>) -> bool> {
     tracing_subscriber::filter::filter_fn(|meta| *meta.level() <= level_for(verbosity()))
 }
 
@@ -89,16 +88,10 @@ pub fn init_logging(v: u8) {
     use tracing_subscriber::Layer as _;
     set_verbosity(v);
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
     let _ = match tracing_subscriber::EnvFilter::try_from_default_env() {
-        Ok(env) => tracing_subscriber::registry()
-            .with(layer.with_filter(env))
-            .try_init(),
-        Err(_) => tracing_subscriber::registry()
-            .with(layer.with_filter(logging_filter()))
-            .try_init(),
+        Ok(env) => tracing_subscriber::registry().with(layer.with_filter(env)).try_init(),
+        Err(_) => tracing_subscriber::registry().with(layer.with_filter(logging_filter())).try_init(),
     };
 }
 
@@ -155,12 +148,7 @@ impl Trace {
 
     /// Records the end of a step with key-value fields (e.g. `count:5000`).
     pub fn step_with(&self, msg: impl Into<String>, fields: Vec<(String, String)>) {
-        let step = Step {
-            at: Instant::now(),
-            wall: Local::now(),
-            msg: msg.into(),
-            fields,
-        };
+        let step = Step { at: Instant::now(), wall: Local::now(), msg: msg.into(), fields };
         self.lock().steps.push(step);
     }
 
@@ -184,13 +172,7 @@ impl Trace {
 
     /// The text [`Trace::log_if_long`] would log for a trace ending at `end`
     /// (`None` when shorter than `threshold`). `all_steps` shows every step.
-    fn render(
-        &self,
-        threshold: Duration,
-        end: Instant,
-        all_steps: bool,
-        id: u32,
-    ) -> Option<String> {
+    fn render(&self, threshold: Duration, end: Instant, all_steps: bool, id: u32) -> Option<String> {
         let t = self.lock();
         let total = end.saturating_duration_since(t.start);
         if total < threshold {
@@ -222,12 +204,7 @@ impl Trace {
             }
             last = s.at;
         }
-        let _ = write!(
-            b,
-            "\nTrace[{id}]: [{}] [{}] END",
-            go_duration(total),
-            go_duration(total)
-        );
+        let _ = write!(b, "\nTrace[{id}]: [{}] [{}] END", go_duration(total), go_duration(total));
         Some(b)
     }
 }
@@ -319,11 +296,7 @@ fn trace_id() -> u32 {
 }
 
 fn format_fields(fields: &[(String, String)]) -> String {
-    fields
-        .iter()
-        .map(|(k, v)| format!("{k}:{v}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    fields.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(",")
 }
 
 fn go_quote(s: &str) -> String {
@@ -345,9 +318,7 @@ pub struct TraceConfig {
 
 impl Default for TraceConfig {
     fn default() -> Self {
-        TraceConfig {
-            threshold: DEFAULT_TRACE_THRESHOLD,
-        }
+        TraceConfig { threshold: DEFAULT_TRACE_THRESHOLD }
     }
 }
 
@@ -365,11 +336,7 @@ impl Drop for TraceGuard {
 }
 
 /// Middleware tracing each non-long-running resource request (see the module docs).
-pub async fn trace_middleware(
-    State(cfg): State<TraceConfig>,
-    mut req: Request,
-    next: Next,
-) -> Response {
+pub async fn trace_middleware(State(cfg): State<TraceConfig>, mut req: Request, next: Next) -> Response {
     let ctx = context_of(&req);
     let a = &ctx.attrs;
     if !a.is_resource_request || a.is_long_running() {
@@ -388,10 +355,7 @@ pub async fn trace_middleware(
     let mut fields = vec![
         ("accept".to_string(), ctx.accept.clone()),
         ("audit-id".to_string(), ctx.audit_id.clone()),
-        (
-            "client".to_string(),
-            ctx.source_ips.last().cloned().unwrap_or_default(),
-        ),
+        ("client".to_string(), ctx.source_ips.last().cloned().unwrap_or_default()),
         ("method".to_string(), req.method().to_string()),
         ("protocol".to_string(), ctx.protocol.clone()),
         ("resource".to_string(), a.resource.clone()),
@@ -407,23 +371,13 @@ pub async fn trace_middleware(
     req.extensions_mut().insert(trace.clone());
     let resp = with_trace(trace.clone(), next.run(req)).await;
     trace.step(steps::SERIALIZED);
-    guard_response(
-        resp,
-        TraceGuard {
-            trace,
-            threshold: cfg.threshold,
-        },
-    )
+    guard_response(resp, TraceGuard { trace, threshold: cfg.threshold })
 }
 
 fn plain(code: StatusCode, text: String) -> Response {
     let mut resp = (code, format!("{text}\n")).into_response();
-    resp.headers_mut()
-        .insert("content-type", HeaderValue::from_static("text/plain"));
-    resp.headers_mut().insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
+    resp.headers_mut().insert("content-type", HeaderValue::from_static("text/plain"));
+    resp.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
     resp
 }
 
@@ -463,27 +417,12 @@ mod tests {
     use super::*;
 
     fn trace_with_steps(offsets_ms: &[u64]) -> (Trace, Instant) {
-        let t = Trace::new(
-            "List",
-            vec![
-                ("url".into(), "/api/v1/pods".into()),
-                ("verb".into(), "LIST".into()),
-            ],
-        );
+        let t = Trace::new("List", vec![("url".into(), "/api/v1/pods".into()), ("verb".into(), "LIST".into())]);
         let start = t.lock().start;
         for (i, ms) in offsets_ms.iter().enumerate() {
             let at = start + Duration::from_millis(*ms);
-            let fields = if i == 1 {
-                vec![("count".to_string(), "5000".to_string())]
-            } else {
-                vec![]
-            };
-            t.lock().steps.push(Step {
-                at,
-                wall: Local::now(),
-                msg: format!("step {i}"),
-                fields,
-            });
+            let fields = if i == 1 { vec![("count".to_string(), "5000".to_string())] } else { vec![] };
+            t.lock().steps.push(Step { at, wall: Local::now(), msg: format!("step {i}"), fields });
         }
         (t, start)
     }
@@ -491,53 +430,26 @@ mod tests {
     #[test]
     fn short_traces_are_not_logged() {
         let (t, start) = trace_with_steps(&[10]);
-        assert!(t
-            .render(
-                Duration::from_millis(500),
-                start + Duration::from_millis(499),
-                false,
-                1
-            )
-            .is_none());
+        assert!(t.render(Duration::from_millis(500), start + Duration::from_millis(499), false, 1).is_none());
     }
 
     #[test]
     fn long_trace_shows_only_steps_over_their_share() {
         // 3 steps → share = 500ms / 4 = 125ms. Step 0 took 10ms, step 1 543ms, step 2 59ms.
         let (t, start) = trace_with_steps(&[10, 553, 612]);
-        let text = t
-            .render(
-                Duration::from_millis(500),
-                start + Duration::from_millis(612),
-                false,
-                42,
-            )
-            .unwrap();
+        let text = t.render(Duration::from_millis(500), start + Duration::from_millis(612), false, 42).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");
-        assert!(
-            lines[0].starts_with("Trace[42]: \"List\" url:/api/v1/pods,verb:LIST ("),
-            "{text}"
-        );
+        assert!(lines[0].starts_with("Trace[42]: \"List\" url:/api/v1/pods,verb:LIST ("), "{text}");
         assert!(lines[0].ends_with(") (total time: 612ms):"), "{text}");
-        assert!(
-            lines[1].starts_with("Trace[42]: ---\"step 1\" count:5000 543ms ("),
-            "{text}"
-        );
+        assert!(lines[1].starts_with("Trace[42]: ---\"step 1\" count:5000 543ms ("), "{text}");
         assert_eq!(lines[2], "Trace[42]: [612ms] [612ms] END");
     }
 
     #[test]
     fn verbose_trace_shows_every_step() {
         let (t, start) = trace_with_steps(&[10, 553, 612]);
-        let text = t
-            .render(
-                Duration::from_millis(500),
-                start + Duration::from_millis(700),
-                true,
-                7,
-            )
-            .unwrap();
+        let text = t.render(Duration::from_millis(500), start + Duration::from_millis(700), true, 7).unwrap();
         assert_eq!(text.lines().count(), 5, "{text}");
         assert!(text.contains("---\"step 0\" 10ms"));
         assert!(text.contains("---\"step 2\" 59ms"));
@@ -548,10 +460,7 @@ mod tests {
         assert_eq!(go_duration(Duration::ZERO), "0s");
         assert_eq!(go_duration(Duration::from_nanos(750)), "750ns");
         assert_eq!(go_duration(Duration::from_nanos(1500)), "1.5µs");
-        assert_eq!(
-            go_duration(Duration::from_nanos(612_345_678)),
-            "612.345678ms"
-        );
+        assert_eq!(go_duration(Duration::from_nanos(612_345_678)), "612.345678ms");
         assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(go_duration(Duration::from_millis(120_500)), "2m0.5s");
         assert_eq!(go_duration(Duration::from_secs(3600)), "1h0m0s");
@@ -577,10 +486,7 @@ mod tests {
         assert_eq!(r.status(), StatusCode::NOT_ACCEPTABLE);
         let r = debug_flags_v(Method::PUT, Bytes::from_static(b"abc")).await;
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-        let body = http_body_util::BodyExt::collect(r.into_body())
-            .await
-            .unwrap()
-            .to_bytes();
+        let body = http_body_util::BodyExt::collect(r.into_body()).await.unwrap().to_bytes();
         assert_eq!(
             std::str::from_utf8(&body).unwrap(),
             "failed set klog.logging.verbosity abc: strconv.ParseInt: parsing \"abc\": invalid syntax\n"
@@ -592,11 +498,8 @@ mod tests {
         // A subscriber using logging_filter follows the verbosity at runtime.
         use tracing_subscriber::layer::SubscriberExt as _;
         use tracing_subscriber::Layer as _;
-        let sub = tracing_subscriber::registry().with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::sink)
-                .with_filter(logging_filter()),
-        );
+        let sub = tracing_subscriber::registry()
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink).with_filter(logging_filter()));
         tracing::subscriber::with_default(sub, || {
             set_verbosity(0);
             assert!(tracing::enabled!(tracing::Level::INFO));

@@ -31,21 +31,14 @@ fn rewrite(head: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let headers = text.strip_suffix("\r\n\r\n")?;
-    let kept: Vec<&str> = headers
-        .split("\r\n")
-        .filter(|l| !l.eq_ignore_ascii_case("content-length: 0"))
-        .collect();
+    let kept: Vec<&str> = headers.split("\r\n").filter(|l| !l.eq_ignore_ascii_case("content-length: 0")).collect();
     if kept.len() == headers.split("\r\n").count() {
         return None;
     }
     let body = status_body();
     let mut out = kept.join("\r\n").into_bytes();
     out.extend_from_slice(
-        format!(
-            "\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            body.len()
-        )
-        .as_bytes(),
+        format!("\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len()).as_bytes(),
     );
     out.extend_from_slice(&body);
     Some(out)
@@ -62,11 +55,7 @@ pub struct StatusOn414<T> {
 impl<T> StatusOn414<T> {
     /// Wraps `inner`.
     pub fn new(inner: T) -> Self {
-        StatusOn414 {
-            inner,
-            pending: Vec::new(),
-            written: 0,
-        }
+        StatusOn414 { inner, pending: Vec::new(), written: 0 }
     }
 }
 
@@ -74,8 +63,7 @@ impl<T: AsyncWrite + Unpin> StatusOn414<T> {
     /// Writes what is pending; `Ready(Ok)` once all of it is out.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.written < self.pending.len() {
-            let n =
-                ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending[self.written..]))?;
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending[self.written..]))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
@@ -88,21 +76,13 @@ impl<T: AsyncWrite + Unpin> StatusOn414<T> {
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for StatusOn414<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for StatusOn414<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         ready!(self.poll_drain(cx))?;
         if let Some(replacement) = rewrite(buf) {
             self.pending = replacement;
@@ -146,14 +126,8 @@ mod tests {
                 body.len()
             )
         );
-        assert_eq!(
-            rewrite(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"),
-            None
-        );
-        assert_eq!(
-            rewrite(b"HTTP/1.1 414 URI Too Long\r\ncontent-length: 12\r\n\r\n"),
-            None
-        );
+        assert_eq!(rewrite(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"), None);
+        assert_eq!(rewrite(b"HTTP/1.1 414 URI Too Long\r\ncontent-length: 12\r\n\r\n"), None);
         assert_eq!(rewrite(b"{\"kind\":\"Status\"}"), None);
     }
 }

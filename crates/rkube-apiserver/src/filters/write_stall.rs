@@ -41,11 +41,7 @@ pub struct WriteStallGuard<IO> {
 impl<IO> WriteStallGuard<IO> {
     /// Wraps `inner`; a zero `timeout` disables the guard.
     pub fn new(inner: IO, timeout: Duration) -> Self {
-        WriteStallGuard {
-            inner,
-            timeout,
-            stalled_since: None,
-        }
+        WriteStallGuard { inner, timeout, stalled_since: None }
     }
 
     /// The wrapped I/O object.
@@ -55,11 +51,7 @@ impl<IO> WriteStallGuard<IO> {
 
     /// Maps the inner poll's result: progress disarms the timer; `Pending`
     /// arms it (once) and turns into `TimedOut` when it has run out.
-    fn watch<T>(
-        &mut self,
-        cx: &mut Context<'_>,
-        polled: Poll<io::Result<T>>,
-    ) -> Poll<io::Result<T>> {
+    fn watch<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         match polled {
             Poll::Ready(r) => {
                 self.stalled_since = None;
@@ -68,16 +60,11 @@ impl<IO> WriteStallGuard<IO> {
             Poll::Pending if self.timeout.is_zero() => Poll::Pending,
             Poll::Pending => {
                 let timeout = self.timeout;
-                let timer = self
-                    .stalled_since
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                let timer = self.stalled_since.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
                 match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
-                        format!(
-                            "the client read nothing for {}s; closing the connection",
-                            timeout.as_secs()
-                        ),
+                        format!("the client read nothing for {}s; closing the connection", timeout.as_secs()),
                     ))),
                     Poll::Pending => Poll::Pending,
                 }
@@ -87,30 +74,18 @@ impl<IO> WriteStallGuard<IO> {
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for WriteStallGuard<IO> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
 
 impl<IO: AsyncWrite + Unpin> AsyncWrite for WriteStallGuard<IO> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
         self.watch(cx, polled)
     }
 
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         self.watch(cx, polled)
     }
@@ -139,10 +114,7 @@ mod tests {
     async fn a_write_the_peer_never_takes_times_out() {
         let (client, mut peer) = tokio::io::duplex(1024);
         let mut guarded = WriteStallGuard::new(client, Duration::from_secs(5));
-        let err = guarded
-            .write_all(&[0u8; 64 * 1024])
-            .await
-            .expect_err("the peer reads nothing");
+        let err = guarded.write_all(&[0u8; 64 * 1024]).await.expect_err("the peer reads nothing");
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         // What fit in the pipe was written before the stall.
         let mut got = vec![0u8; 1024];
@@ -164,10 +136,7 @@ mod tests {
             }
             total
         });
-        guarded
-            .write_all(&[0u8; 64 * 1024])
-            .await
-            .expect("progress keeps the connection");
+        guarded.write_all(&[0u8; 64 * 1024]).await.expect("progress keeps the connection");
         assert_eq!(reader.await.unwrap(), 64 * 1024);
     }
 
@@ -176,12 +145,7 @@ mod tests {
         let (client, peer) = tokio::io::duplex(16);
         let mut guarded = WriteStallGuard::new(client, Duration::ZERO);
         let write = guarded.write_all(&[0u8; 64]);
-        assert!(
-            tokio::time::timeout(Duration::from_secs(3600), write)
-                .await
-                .is_err(),
-            "still waiting"
-        );
+        assert!(tokio::time::timeout(Duration::from_secs(3600), write).await.is_err(), "still waiting");
         drop(peer);
     }
 }

@@ -39,18 +39,12 @@ fn directory_string(v: &AttributeTypeAndValue<'_>) -> String {
     match any.tag() {
         Tag::TeletexString => body.iter().map(|&b| b as char).collect(),
         Tag::BmpString => {
-            let units: Vec<u16> = body
-                .chunks_exact(2)
-                .map(|c| u16::from_be_bytes([c[0], c[1]]))
-                .collect();
+            let units: Vec<u16> = body.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
             String::from_utf16_lossy(&units)
         }
         Tag::UniversalString => body
             .chunks_exact(4)
-            .map(|c| {
-                char::from_u32(u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
-                    .unwrap_or(char::REPLACEMENT_CHARACTER)
-            })
+            .map(|c| char::from_u32(u32::from_be_bytes([c[0], c[1], c[2], c[3]])).unwrap_or(char::REPLACEMENT_CHARACTER))
             .collect(),
         _ => String::from_utf8_lossy(body).into_owned(),
     }
@@ -58,19 +52,11 @@ fn directory_string(v: &AttributeTypeAndValue<'_>) -> String {
 
 /// Reads the subject's CN and O attributes from a DER certificate.
 pub fn subject(der: &[u8]) -> Result<Subject, X509Error> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der)
-        .map_err(|e| X509Error::Malformed(e.to_string()))?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| X509Error::Malformed(e.to_string()))?;
     let name = cert.subject();
-    let common_name = name
-        .iter_common_name()
-        .next()
-        .map(directory_string)
-        .unwrap_or_default();
+    let common_name = name.iter_common_name().next().map(directory_string).unwrap_or_default();
     let organizations = name.iter_organization().map(directory_string).collect();
-    Ok(Subject {
-        common_name,
-        organizations,
-    })
+    Ok(Subject { common_name, organizations })
 }
 
 #[cfg(test)]
@@ -100,20 +86,11 @@ mod tests {
 
     #[test]
     fn attribute_order_does_not_matter_and_a_missing_common_name_is_empty() {
-        let der = cert_with(&[
-            (rcgen::DnType::CommonName, "alice"),
-            (rcgen::DnType::OrganizationName, "dev"),
-        ]);
+        let der = cert_with(&[(rcgen::DnType::CommonName, "alice"), (rcgen::DnType::OrganizationName, "dev")]);
         let s = subject(&der).unwrap();
-        assert_eq!(
-            (s.common_name.as_str(), s.organizations),
-            ("alice", vec!["dev".to_string()])
-        );
+        assert_eq!((s.common_name.as_str(), s.organizations), ("alice", vec!["dev".to_string()]));
         let none = subject(&cert_with(&[(rcgen::DnType::OrganizationName, "dev")])).unwrap();
-        assert_eq!(
-            none.common_name, "",
-            "no CN: empty, and authentication refuses it"
-        );
+        assert_eq!(none.common_name, "", "no CN: empty, and authentication refuses it");
         let bare = subject(&cert_with(&[])).unwrap();
         assert_eq!(bare, Subject::default());
     }

@@ -14,8 +14,7 @@ use crate::render;
 
 /// One `ComponentStatus` with a single `Healthy` condition.
 fn component(name: &str, healthy: bool, message: &str, error: &str) -> Value {
-    let mut condition =
-        json!({"type": "Healthy", "status": if healthy { "True" } else { "False" }});
+    let mut condition = json!({"type": "Healthy", "status": if healthy { "True" } else { "False" }});
     if !message.is_empty() {
         condition["message"] = json!(message);
     }
@@ -38,20 +37,12 @@ async fn probe(ctx: &Ctx) -> Vec<Value> {
 /// GET `componentstatuses/<name>`.
 pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
     let name = ctx.name();
-    let found = probe(ctx)
-        .await
-        .into_iter()
-        .find(|c| c.pointer("/metadata/name").and_then(Value::as_str) == Some(name));
+    let found = probe(ctx).await.into_iter().find(|c| c.pointer("/metadata/name").and_then(Value::as_str) == Some(name));
     let obj = found.ok_or_else(|| ApiError::not_found(ctx.ri.info, name))?;
     Ok(render::object(ctx.ri.info, ctx.render, 200, &obj, &[]))
 }
 
 /// GET `componentstatuses` (selectors and paging do not apply: the list is tiny and computed).
 pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
-    Ok(render::list(
-        ctx.ri.info,
-        ctx.render,
-        probe(ctx).await,
-        Map::new(),
-    ))
+    Ok(render::list(ctx.ri.info, ctx.render, probe(ctx).await, Map::new()))
 }

@@ -9,10 +9,7 @@
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::write::{
-    assign_cluster_ip, assign_node_ports, check_namespace, check_namespace_usable, check_type_meta,
-    encode_stored,
-};
+use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_namespace_usable, check_type_meta, encode_stored};
 use super::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::filters::trace::{self, steps};
@@ -46,11 +43,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     check_namespace(ctx, &mut obj)?;
     let generate_base = object::meta_str(&obj, "generateName").to_string();
     if object::name(&obj).is_empty() && !generate_base.is_empty() {
-        object::set_meta(
-            &mut obj,
-            "name",
-            json!(object::generate_name(&generate_base)),
-        );
+        object::set_meta(&mut obj, "name", json!(object::generate_name(&generate_base)));
     }
     let mode = FieldValidation::parse(ctx.q("fieldValidation"))?;
     let warnings = validate::check_typed_body(info, &mut obj, mode, new.keys.as_ref())?;
@@ -64,21 +57,15 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     let now = rkube_api::time::now_rfc3339();
     if !new.managed_recorded {
         let api_version = info.api_version();
-        let rec = crate::patch::UpdateRecord {
-            manager: &manager,
-            api_version: &api_version,
-            subresource: "",
-            now: &now,
-        };
+        let rec =
+            crate::patch::UpdateRecord { manager: &manager, api_version: &api_version, subresource: "", now: &now };
         crate::patch::record_update(&rec, None, &mut obj);
     }
 
     let name = object::name(&obj).to_string();
     check_namespace_usable(ctx, &name).await?;
     crate::controllers::crds::refuse_create_while_terminating(&ctx.st, info).await?;
-    let limit_ranges = match ctx.st.config.admission.limit_ranger
-        && crate::admission::limit_ranger::handles(info)
-    {
+    let limit_ranges = match ctx.st.config.admission.limit_ranger && crate::admission::limit_ranger::handles(info) {
         true => crate::admission::limit_ranger::read(&ctx.st, ctx.namespace()).await?,
         false => Vec::new(),
     };
@@ -91,10 +78,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     if ctx.st.config.admission.priority && info.group.is_empty() && info.resource == "pods" {
         crate::admission::priority::admit(&ctx.st, &name, &mut obj).await?;
     }
-    if ctx.st.config.admission.default_storage_class
-        && info.group.is_empty()
-        && info.resource == "persistentvolumeclaims"
-    {
+    if ctx.st.config.admission.default_storage_class && info.group.is_empty() && info.resource == "persistentvolumeclaims" {
         crate::admission::default_storage_class::admit(&ctx.st, &mut obj).await?;
     }
     if let Some((not_ready, unreachable)) = ctx.st.config.admission.default_toleration_seconds {
@@ -105,9 +89,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     let mut attrs = crate::admission::webhook::Attributes::for_write(ctx, "CREATE", &obj, None)?;
     let redefault = |o: &mut Value| info.strategy.apply_defaults(o);
     let mut warnings = warnings;
-    warnings.extend(
-        crate::admission::webhook::mutate(&ctx.st, &mut attrs, &mut obj, &redefault).await?,
-    );
+    warnings.extend(crate::admission::webhook::mutate(&ctx.st, &mut attrs, &mut obj, &redefault).await?);
     let causes = validate::validate(info, &obj, None);
     if !causes.is_empty() {
         return Err(ApiError::invalid(info, &name, causes));
@@ -129,16 +111,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     warnings.extend(crate::admission::webhook::validate(&ctx.st, &attrs).await?);
     if ctx.st.config.admission.resource_quota {
         let dry_run = ctx.dry_run()?;
-        crate::admission::resource_quota::admit(
-            &ctx.st,
-            info,
-            ctx.namespace(),
-            &name,
-            &obj,
-            None,
-            dry_run,
-        )
-        .await?;
+        crate::admission::resource_quota::admit(&ctx.st, info, ctx.namespace(), &name, &obj, None, dry_run).await?;
     }
     Ok((obj, warnings))
 }
@@ -155,15 +128,7 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let generated = object::name(&decoded).is_empty() && !generate_base.is_empty();
     let dry_run = ctx.dry_run()?;
     trace::step(steps::STORE_START);
-    let (mut obj, warnings) = prepare_new(
-        ctx,
-        NewObject {
-            obj: decoded,
-            managed_recorded: false,
-            keys,
-        },
-    )
-    .await?;
+    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: decoded, managed_recorded: false, keys }).await?;
     trace::step(steps::ADMISSION_DONE);
     if dry_run {
         trace::step(steps::STORED);
@@ -186,11 +151,7 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             Err(rkube_storage::StorageError::AlreadyExists { .. })
                 if generated && attempts < GENERATE_NAME_ATTEMPTS =>
             {
-                object::set_meta(
-                    &mut obj,
-                    "name",
-                    json!(object::generate_name(&generate_base)),
-                );
+                object::set_meta(&mut obj, "name", json!(object::generate_name(&generate_base)));
             }
             Err(e) => return Err(ApiError::from_storage(e, info, &name)),
         }

@@ -82,18 +82,9 @@ pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<Dele
             }
         }
         o.grace_period_seconds = v.get("gracePeriodSeconds").and_then(Value::as_i64);
-        o.uid = v
-            .pointer("/preconditions/uid")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        o.resource_version = v
-            .pointer("/preconditions/resourceVersion")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        o.propagation_policy = v
-            .get("propagationPolicy")
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        o.uid = v.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
+        o.resource_version = v.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string);
+        o.propagation_policy = v.get("propagationPolicy").and_then(Value::as_str).map(str::to_string);
         orphan_dependents = v.get("orphanDependents").and_then(Value::as_bool);
         if let Some(dr) = v.get("dryRun").and_then(Value::as_array) {
             for d in dr {
@@ -111,9 +102,7 @@ pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<Dele
     }
     if let Some(g) = ctx.q("gracePeriodSeconds") {
         o.grace_period_seconds =
-            Some(g.parse().map_err(|_| {
-                ApiError::bad_request(format!("invalid gracePeriodSeconds: {g:?}"))
-            })?);
+            Some(g.parse().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds: {g:?}")))?);
     }
     if let Some(p) = ctx.q("propagationPolicy") {
         o.propagation_policy = Some(p.to_string());
@@ -154,18 +143,14 @@ pub(super) fn options_from_value(ctx: &Ctx, v: Option<&Value>) -> ApiResult<Dele
 
 /// 422 `Invalid` for `DeleteOptions` with one cause.
 fn invalid_delete_options(cause: rkube_api::field_error::FieldError) -> ApiError {
-    Status::new(
-        422,
-        "Invalid",
-        format!("DeleteOptions.meta.k8s.io \"\" is invalid: {cause}"),
-    )
-    .with_details(StatusDetails {
-        group: "meta.k8s.io".into(),
-        kind: "DeleteOptions".into(),
-        causes: vec![cause.into()],
-        ..StatusDetails::default()
-    })
-    .into()
+    Status::new(422, "Invalid", format!("DeleteOptions.meta.k8s.io \"\" is invalid: {cause}"))
+        .with_details(StatusDetails {
+            group: "meta.k8s.io".into(),
+            kind: "DeleteOptions".into(),
+            causes: vec![cause.into()],
+            ..StatusDetails::default()
+        })
+        .into()
 }
 
 /// What one delete did.
@@ -187,17 +172,10 @@ pub(super) async fn delete_one(
 ) -> ApiResult<Outcome> {
     let key = info.object_key(ctx.st.prefix(), ns, name);
     for _ in 0..MAX_ATTEMPTS {
-        let kv = ctx
-            .st
-            .storage
-            .get(&key)
-            .await
-            .map_err(|e| ApiError::from_storage(e, info, name))?;
-        let Some(kv) = kv else {
-            return Err(ApiError::not_found(info, name));
-        };
-        let obj = decode_stored(&kv.key, &kv.value, kv.mod_revision)
-            .map_err(|e| ApiError::from_storage(e, info, name))?;
+        let kv = ctx.st.storage.get(&key).await.map_err(|e| ApiError::from_storage(e, info, name))?;
+        let Some(kv) = kv else { return Err(ApiError::not_found(info, name)) };
+        let obj =
+            decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, info, name))?;
         let obj = info.to_served(obj);
         if let Some(uid) = &opts.uid {
             let have = object::meta_str(&obj, "uid");
@@ -234,27 +212,15 @@ pub(super) async fn delete_one(
             set_finalizers(&mut marked, &finalizers);
         }
         let rules = info.strategy.delete;
-        let pending = if let Some(grace) = rules
-            .graceful
-            .and_then(|f| f(&obj, opts.grace_period_seconds))
-        {
+        let pending = if let Some(grace) = rules.graceful.and_then(|f| f(&obj, opts.grace_period_seconds)) {
             // Graceful deletion: only ever shorten an existing grace period.
-            let current = obj
-                .pointer("/metadata/deletionGracePeriodSeconds")
-                .and_then(Value::as_i64);
-            if object::is_terminating(&obj)
-                && current.is_some_and(|c| c <= grace)
-                && !finalizers_changed
-            {
+            let current = obj.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
+            if object::is_terminating(&obj) && current.is_some_and(|c| c <= grace) && !finalizers_changed {
                 return Ok(Outcome::Pending(obj));
             }
             if current.is_none_or(|c| c > grace) {
                 let at = chrono::Utc::now() + chrono::Duration::seconds(grace);
-                object::set_meta(
-                    &mut marked,
-                    "deletionTimestamp",
-                    json!(rkube_api::time::format_rfc3339(at)),
-                );
+                object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::format_rfc3339(at)));
                 object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(grace));
             }
             true
@@ -265,11 +231,7 @@ pub(super) async fn delete_one(
                 false
             } else {
                 if !object::is_terminating(&obj) {
-                    object::set_meta(
-                        &mut marked,
-                        "deletionTimestamp",
-                        json!(rkube_api::time::now_rfc3339()),
-                    );
+                    object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::now_rfc3339()));
                     object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
                 }
                 (lifecycle.mark)(&mut marked);
@@ -280,11 +242,7 @@ pub(super) async fn delete_one(
                 return Ok(Outcome::Pending(obj));
             }
             if !object::is_terminating(&obj) {
-                object::set_meta(
-                    &mut marked,
-                    "deletionTimestamp",
-                    json!(rkube_api::time::now_rfc3339()),
-                );
+                object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::now_rfc3339()));
                 object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
             }
             true
@@ -292,11 +250,7 @@ pub(super) async fn delete_one(
             false
         };
         if opts.dry_run {
-            return Ok(if pending {
-                Outcome::Pending(marked)
-            } else {
-                Outcome::Deleted(obj)
-            });
+            return Ok(if pending { Outcome::Pending(marked) } else { Outcome::Deleted(obj) });
         }
         if pending {
             if object::same_ignoring_rv(&obj, &marked) {
@@ -330,20 +284,13 @@ pub(super) async fn delete_one(
 /// upstream's `NamespaceLifecycle`: `namespaces "default" is forbidden: this
 /// namespace may not be deleted`.
 fn forbidden_delete(info: &ResourceInfo, name: &str, message: &str) -> Status {
-    Status::new(
-        403,
-        "Forbidden",
-        format!(
-            "{} {name:?} is forbidden: {message}",
-            crate::error::qualified(info)
-        ),
-    )
-    .with_details(StatusDetails {
-        name: name.to_string(),
-        group: info.group.to_string(),
-        kind: info.resource.to_string(),
-        ..StatusDetails::default()
-    })
+    Status::new(403, "Forbidden", format!("{} {name:?} is forbidden: {message}", crate::error::qualified(info)))
+        .with_details(StatusDetails {
+            name: name.to_string(),
+            group: info.group.to_string(),
+            kind: info.resource.to_string(),
+            ..StatusDetails::default()
+        })
 }
 
 /// `orphan`: the garbage collector removes the owner's references from its
@@ -368,16 +315,10 @@ pub fn gc_finalizers(obj: &Value, opts: &DeleteOptions) -> Vec<String> {
         Some("Orphan") => (true, false),
         Some("Foreground") => (false, true),
         Some(_) => (false, false),
-        None => (
-            has(FINALIZER_ORPHAN),
-            has(FINALIZER_FOREGROUND) && !has(FINALIZER_ORPHAN),
-        ),
+        None => (has(FINALIZER_ORPHAN), has(FINALIZER_FOREGROUND) && !has(FINALIZER_ORPHAN)),
     };
-    let mut out: Vec<String> = current
-        .iter()
-        .filter(|f| *f != FINALIZER_ORPHAN && *f != FINALIZER_FOREGROUND)
-        .cloned()
-        .collect();
+    let mut out: Vec<String> =
+        current.iter().filter(|f| *f != FINALIZER_ORPHAN && *f != FINALIZER_FOREGROUND).cloned().collect();
     if orphan {
         out.push(FINALIZER_ORPHAN.to_string());
     }
@@ -414,11 +355,7 @@ pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         Outcome::Pending(o) => {
             // Upstream answers 202 only when the client asked not to orphan
             // with the deprecated `orphanDependents: false`.
-            let code = if opts.orphan_dependents == Some(false) {
-                202
-            } else {
-                200
-            };
+            let code = if opts.orphan_dependents == Some(false) { 202 } else { 200 };
             return Ok(render::object(info, ctx.render, code, &o, &[]));
         }
         Outcome::Deleted(o) if info.return_deleted_object => {
@@ -451,11 +388,7 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     list_opts.resource_version_match = None;
     list_opts.limit = 0;
     list_opts.continue_token = None;
-    let page = ctx
-        .st
-        .cache
-        .list(info, ctx.ri.namespace.as_deref(), &list_opts)
-        .await?;
+    let page = ctx.st.cache.list(info, ctx.ri.namespace.as_deref(), &list_opts).await?;
     trace::step_with(steps::LIST_DONE, trace::count(page.items.len()));
     let mut items = Vec::new();
     for obj in &page.items {
@@ -468,10 +401,7 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     }
     trace::step_with(steps::DELETED, trace::count(items.len()));
     let mut meta = Map::new();
-    meta.insert(
-        "resourceVersion".into(),
-        json!(page.resource_version.to_string()),
-    );
+    meta.insert("resourceVersion".into(), json!(page.resource_version.to_string()));
     trace::step(steps::ABOUT_TO_WRITE);
     Ok(render::list(info, ctx.render, items, meta))
 }
@@ -485,39 +415,21 @@ mod tests {
     }
 
     fn policy(p: Option<&str>) -> DeleteOptions {
-        DeleteOptions {
-            propagation_policy: p.map(str::to_string),
-            ..DeleteOptions::default()
-        }
+        DeleteOptions { propagation_policy: p.map(str::to_string), ..DeleteOptions::default() }
     }
 
     #[test]
     fn propagation_policy_sets_exactly_one_gc_finalizer_and_keeps_others() {
         let obj = with(&["example.com/hold", "orphan"]);
-        assert_eq!(
-            gc_finalizers(&obj, &policy(Some("Foreground"))),
-            vec!["example.com/hold", "foregroundDeletion"]
-        );
-        assert_eq!(
-            gc_finalizers(&obj, &policy(Some("Background"))),
-            vec!["example.com/hold"]
-        );
-        assert_eq!(
-            gc_finalizers(&with(&[]), &policy(Some("Orphan"))),
-            vec!["orphan"]
-        );
+        assert_eq!(gc_finalizers(&obj, &policy(Some("Foreground"))), vec!["example.com/hold", "foregroundDeletion"]);
+        assert_eq!(gc_finalizers(&obj, &policy(Some("Background"))), vec!["example.com/hold"]);
+        assert_eq!(gc_finalizers(&with(&[]), &policy(Some("Orphan"))), vec!["orphan"]);
     }
 
     #[test]
     fn without_a_policy_the_objects_own_gc_finalizers_decide() {
-        assert_eq!(
-            gc_finalizers(&with(&["orphan"]), &policy(None)),
-            vec!["orphan"]
-        );
-        assert_eq!(
-            gc_finalizers(&with(&["foregroundDeletion"]), &policy(None)),
-            vec!["foregroundDeletion"]
-        );
+        assert_eq!(gc_finalizers(&with(&["orphan"]), &policy(None)), vec!["orphan"]);
+        assert_eq!(gc_finalizers(&with(&["foregroundDeletion"]), &policy(None)), vec!["foregroundDeletion"]);
         assert!(gc_finalizers(&with(&[]), &policy(None)).is_empty());
     }
 }

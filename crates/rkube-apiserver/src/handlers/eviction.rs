@@ -28,10 +28,7 @@ const VIOLATION: &str = "Cannot evict pod as it would violate the pod's disrupti
 
 fn refused(cause: String) -> ApiError {
     Status::new(429, "TooManyRequests", VIOLATION)
-        .with_details(StatusDetails {
-            causes: vec![StatusCause::new("DisruptionBudget", cause, "")],
-            ..StatusDetails::default()
-        })
+        .with_details(StatusDetails { causes: vec![StatusCause::new("DisruptionBudget", cause, "")], ..StatusDetails::default() })
         .into()
 }
 
@@ -59,20 +56,14 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     }
     let evicted = object::name(&eviction);
     if !evicted.is_empty() && evicted != name {
-        return Err(ApiError::bad_request(format!(
-            "name in URL does not match name in Eviction object: {name} != {evicted}"
-        )));
+        return Err(ApiError::bad_request(format!("name in URL does not match name in Eviction object: {name} != {evicted}")));
     }
     let opts = options_from_value(ctx, eviction.get("deleteOptions").filter(|v| !v.is_null()))?;
     let Some((pod, _)) = ctx.load(&ctx.key(&name), &name).await? else {
         return Err(ApiError::not_found(pods, &name));
     };
-    let phase = pod
-        .pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let budgeted =
-        !matches!(phase, "Pending" | "Succeeded" | "Failed") && !object::is_terminating(&pod);
+    let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+    let budgeted = !matches!(phase, "Pending" | "Succeeded" | "Failed") && !object::is_terminating(&pod);
     if budgeted {
         take_disruption(ctx, &pod, &name, opts.dry_run).await?;
     }
@@ -87,17 +78,9 @@ async fn take_disruption(ctx: &Ctx, pod: &Value, name: &str, dry_run: bool) -> A
     let pdbs = registry::lookup("policy", "v1", "poddisruptionbudgets")
         .ok_or_else(|| ApiError::internal("poddisruptionbudgets are not served"))?;
     let empty = serde_json::Map::new();
-    let labels = pod
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
+    let labels = pod.pointer("/metadata/labels").and_then(Value::as_object).unwrap_or(&empty);
     let prefix = pdbs.list_prefix(ctx.st.prefix(), Some(ctx.namespace()));
-    let listed = ctx
-        .st
-        .storage
-        .range(RangeRequest::prefix(&prefix))
-        .await
-        .map_err(|e| ApiError::from_storage(e, pdbs, ""))?;
+    let listed = ctx.st.storage.range(RangeRequest::prefix(&prefix)).await.map_err(|e| ApiError::from_storage(e, pdbs, ""))?;
     let mut matching = Vec::new();
     for kv in listed.kvs {
         let pdb: Value = serde_json::from_slice(&kv.value).map_err(ApiError::internal)?;
@@ -115,32 +98,15 @@ async fn take_disruption(ctx: &Ctx, pod: &Value, name: &str, dry_run: bool) -> A
         }
     };
     let pdb_name = object::name(&pdb).to_string();
-    let generation = pdb
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    let observed = pdb
-        .pointer("/status/observedGeneration")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
+    let generation = pdb.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+    let observed = pdb.pointer("/status/observedGeneration").and_then(Value::as_i64).unwrap_or(0);
     if observed < generation || pdb.pointer("/status/observedGeneration").is_none() {
-        return Err(refused(format!(
-            "The disruption budget {pdb_name} is still being processed by the server."
-        )));
+        return Err(refused(format!("The disruption budget {pdb_name} is still being processed by the server.")));
     }
-    let allowed = pdb
-        .pointer("/status/disruptionsAllowed")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
+    let allowed = pdb.pointer("/status/disruptionsAllowed").and_then(Value::as_i64).unwrap_or(0);
     if allowed <= 0 {
-        let desired = pdb
-            .pointer("/status/desiredHealthy")
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
-        let current = pdb
-            .pointer("/status/currentHealthy")
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
+        let desired = pdb.pointer("/status/desiredHealthy").and_then(Value::as_i64).unwrap_or(0);
+        let current = pdb.pointer("/status/currentHealthy").and_then(Value::as_i64).unwrap_or(0);
         return Err(refused(format!(
             "The disruption budget {pdb_name} needs {desired} healthy pods and has {current} currently"
         )));
@@ -151,17 +117,12 @@ async fn take_disruption(ctx: &Ctx, pod: &Value, name: &str, dry_run: bool) -> A
     pdb["status"]["disruptionsAllowed"] = json!(allowed - 1);
     pdb["status"]["disruptedPods"][name] = json!(rkube_api::time::now_rfc3339());
     let bytes = serde_json::to_vec(&pdb).map_err(ApiError::internal)?;
-    match ctx
-        .st
-        .storage
-        .update(&kv.key, bytes.into(), kv.mod_revision)
-        .await
-    {
+    match ctx.st.storage.update(&kv.key, bytes.into(), kv.mod_revision).await {
         Ok(_) => Ok(()),
         // Another eviction got in between: the client retries, as upstream's 429 asks.
-        Err(rkube_storage::StorageError::Conflict { .. }) => Err(refused(format!(
-            "The disruption budget {pdb_name} was updated concurrently; retry the eviction"
-        ))),
+        Err(rkube_storage::StorageError::Conflict { .. }) => {
+            Err(refused(format!("The disruption budget {pdb_name} was updated concurrently; retry the eviction")))
+        }
         Err(e) => Err(ApiError::from_storage(e, pdbs, &pdb_name)),
     }
 }

@@ -17,7 +17,6 @@
 //! - [`review`]: POST to the create-only review APIs (TokenReview,
 //!   SubjectAccessReview, ...), answered without storage.
 
-pub mod component_status;
 pub mod create;
 pub mod delete;
 pub mod eviction;
@@ -26,6 +25,7 @@ pub mod pod_log;
 pub mod pod_stream;
 pub mod read;
 pub mod review;
+pub mod component_status;
 pub mod scale;
 pub mod token_request;
 pub mod update;
@@ -69,29 +69,18 @@ pub struct Ctx {
 impl Ctx {
     /// The last value of query parameter `name`.
     pub fn q(&self, name: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        self.query.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 
     /// `dryRun=All` (true), absent (false); other values are 400 like upstream.
     pub fn dry_run(&self) -> ApiResult<bool> {
-        let values: Vec<&str> = self
-            .query
-            .iter()
-            .filter(|(k, _)| k == "dryRun")
-            .map(|(_, v)| v.as_str())
-            .collect();
+        let values: Vec<&str> = self.query.iter().filter(|(k, _)| k == "dryRun").map(|(_, v)| v.as_str()).collect();
         if values.is_empty() {
             return Ok(false);
         }
         for v in &values {
             if *v != "All" {
-                return Err(ApiError::bad_request(format!(
-                    "Invalid dry run value: {v}: supported values: \"All\""
-                )));
+                return Err(ApiError::bad_request(format!("Invalid dry run value: {v}: supported values: \"All\"")));
             }
         }
         Ok(true)
@@ -111,11 +100,7 @@ impl Ctx {
                 Ok(m.to_string())
             }
             _ => {
-                let ua = self
-                    .headers
-                    .get("user-agent")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("");
+                let ua = self.headers.get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("");
                 Ok(manager_from_user_agent(ua))
             }
         }
@@ -133,21 +118,14 @@ impl Ctx {
 
     /// Storage key of object `name` in the path namespace.
     pub fn key(&self, name: &str) -> String {
-        self.ri
-            .info
-            .object_key(self.st.prefix(), self.namespace(), name)
+        self.ri.info.object_key(self.st.prefix(), self.namespace(), name)
     }
 
     /// Reads and decodes the object at `key` from storage (not the read source:
     /// read-modify-write loops need the latest committed value), in the
     /// request's version ([`ResourceInfo::to_served`](rkube_api::registry::ResourceInfo::to_served)).
     pub async fn load(&self, key: &str, name: &str) -> ApiResult<Option<(Value, KeyValue)>> {
-        let kv = self
-            .st
-            .storage
-            .get(key)
-            .await
-            .map_err(|e| ApiError::from_storage(e, self.ri.info, name))?;
+        let kv = self.st.storage.get(key).await.map_err(|e| ApiError::from_storage(e, self.ri.info, name))?;
         match kv {
             Some(kv) => {
                 let obj = decode_stored(&kv.key, &kv.value, kv.mod_revision)
@@ -187,21 +165,7 @@ pub async fn dispatch(
     upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Response {
     let mut output = None;
-    match dispatch_inner(
-        st,
-        user,
-        method,
-        uri,
-        headers,
-        body,
-        group,
-        version,
-        segments,
-        upgrade,
-        &mut output,
-    )
-    .await
-    {
+    match dispatch_inner(st, user, method, uri, headers, body, group, version, segments, upgrade, &mut output).await {
         Ok(r) => r,
         Err(e) => error_response(e, output),
     }
@@ -215,12 +179,9 @@ fn error_response(e: ApiError, output: Option<Output>) -> Response {
     if output == Some(Output::Protobuf) {
         if let Ok(Some(body)) = crate::protobuf_body::value_body(&e.0.to_json()) {
             let mut resp = e.into_response();
+            resp.headers_mut().remove(axum::http::header::CONTENT_LENGTH);
             resp.headers_mut()
-                .remove(axum::http::header::CONTENT_LENGTH);
-            resp.headers_mut().insert(
-                "content-type",
-                axum::http::HeaderValue::from_static(crate::protobuf_body::CONTENT_TYPE),
-            );
+                .insert("content-type", axum::http::HeaderValue::from_static(crate::protobuf_body::CONTENT_TYPE));
             *resp.body_mut() = Body::from(body);
             return resp;
         }
@@ -243,62 +204,27 @@ async fn dispatch_inner(
     negotiated: &mut Option<Output>,
 ) -> ApiResult<Response> {
     let raw_query = uri.query().unwrap_or("").to_string();
-    let query: Vec<(String, String)> =
-        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
-            .map(|q| q.0)
-            .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?;
-    let watch_param = query
-        .iter()
-        .any(|(k, v)| k == "watch" && (v == "true" || v == "1"));
+    let query: Vec<(String, String)> = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
+        .map(|q| q.0)
+        .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?;
+    let watch_param = query.iter().any(|(k, v)| k == "watch" && (v == "true" || v == "1"));
     let ri = request::parse(group, version, segments, &method, watch_param)?;
-    if ri.info.group.is_empty()
-        && ri.info.resource == "nodes"
-        && ri.subresource.as_deref() == Some("proxy")
-    {
+    if ri.info.group.is_empty() && ri.info.resource == "nodes" && ri.subresource.as_deref() == Some("proxy") {
         // Passed through to the kubelet whatever the client accepts.
-        let ctx = Ctx {
-            st,
-            ri,
-            query,
-            raw_query,
-            headers,
-            render: Render {
-                output: Output::Json,
-                include: Default::default(),
-            },
-            user,
-        };
+        let ctx = Ctx { st, ri, query, raw_query, headers, render: Render { output: Output::Json, include: Default::default() }, user };
         return node_proxy::proxy(&ctx, &method, &node_proxy::proxied_path(segments), body).await;
     }
     let output = media::negotiate_output(&headers, crate::protobuf_body::supported(ri.info))?;
     *negotiated = Some(output);
-    let include_q = query
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "includeObject")
-        .map(|(_, v)| v.as_str());
+    let include_q = query.iter().rev().find(|(k, _)| k == "includeObject").map(|(_, v)| v.as_str());
     let include = media::include_object(include_q)?;
-    let ctx = Ctx {
-        st,
-        ri,
-        query,
-        raw_query,
-        headers,
-        render: Render { output, include },
-        user,
-    };
+    let ctx = Ctx { st, ri, query, raw_query, headers, render: Render { output, include }, user };
     if ctx.ri.info.group.is_empty() && ctx.ri.info.resource == "pods" {
         match ctx.ri.subresource.as_deref() {
-            Some("exec") => {
-                return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::Exec).await
-            }
-            Some("attach") => {
-                return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::Attach)
-                    .await
-            }
+            Some("exec") => return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::Exec).await,
+            Some("attach") => return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::Attach).await,
             Some("portforward") => {
-                return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::PortForward)
-                    .await
+                return pod_stream::connect(&ctx, &method, upgrade, pod_stream::Stream::PortForward).await
             }
             _ => {}
         }

@@ -26,10 +26,7 @@ const FORWARDED_HEADERS: &[header::HeaderName] = &[header::CONTENT_TYPE, header:
 /// (the path after the group version, split on `/`), joined with `/`; `""` for the kubelet's root.
 pub fn proxied_path(segments: &[&str]) -> String {
     let parts: Vec<&str> = segments.iter().copied().filter(|s| !s.is_empty()).collect();
-    parts
-        .get(3..)
-        .map(|rest| rest.join("/"))
-        .unwrap_or_default()
+    parts.get(3..).map(|rest| rest.join("/")).unwrap_or_default()
 }
 
 /// Serves a `nodes/<name>/proxy/<path>` request (see the module docs).
@@ -54,9 +51,7 @@ pub async fn proxy(ctx: &Ctx, method: &Method, path: &str, body: Body) -> ApiRes
         }
     }
     let answer = request.send().await.map_err(|e| {
-        rkube_api::status::Status::service_unavailable(format!(
-            "error trying to reach service: {e}"
-        ))
+        rkube_api::status::Status::service_unavailable(format!("error trying to reach service: {e}"))
     })?;
     let code = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut response = Response::builder().status(code);
@@ -64,9 +59,7 @@ pub async fn proxy(ctx: &Ctx, method: &Method, path: &str, body: Body) -> ApiRes
         response = response.header(header::CONTENT_TYPE, ct.clone());
     }
     let stream = answer.bytes_stream().map_err(std::io::Error::other);
-    response
-        .body(Body::from_stream(stream))
-        .map_err(ApiError::internal)
+    response.body(Body::from_stream(stream)).map_err(ApiError::internal)
 }
 
 #[cfg(test)]
@@ -75,14 +68,8 @@ mod tests {
 
     #[test]
     fn the_proxied_path_is_what_follows_proxy() {
-        assert_eq!(
-            proxied_path(&["nodes", "n1", "proxy", "stats", "summary"]),
-            "stats/summary"
-        );
+        assert_eq!(proxied_path(&["nodes", "n1", "proxy", "stats", "summary"]), "stats/summary");
         assert_eq!(proxied_path(&["nodes", "n1", "proxy"]), "");
-        assert_eq!(
-            proxied_path(&["nodes", "n1", "proxy", "", "metrics", "resource"]),
-            "metrics/resource"
-        );
+        assert_eq!(proxied_path(&["nodes", "n1", "proxy", "", "metrics", "resource"]), "metrics/resource");
     }
 }

@@ -24,23 +24,11 @@ use crate::source::decode_stored;
 use crate::state::ApiState;
 
 /// The `PodLogOptions` query parameters passed on to the kubelet.
-const FORWARDED: &[&str] = &[
-    "follow",
-    "previous",
-    "timestamps",
-    "sinceSeconds",
-    "sinceTime",
-    "tailLines",
-    "limitBytes",
-];
+const FORWARDED: &[&str] = &["follow", "previous", "timestamps", "sinceSeconds", "sinceTime", "tailLines", "limitBytes"];
 
 fn names(list: Option<&Value>) -> Vec<String> {
     list.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|c| c["name"].as_str().map(str::to_string))
-                .collect()
-        })
+        .map(|a| a.iter().filter_map(|c| c["name"].as_str().map(str::to_string)).collect())
         .unwrap_or_default()
 }
 
@@ -60,16 +48,12 @@ pub fn choose_container(pod: &Value, asked: Option<&str>) -> ApiResult<String> {
             if all.iter().any(|n| n == c) {
                 Ok(c.to_string())
             } else {
-                Err(ApiError::bad_request(format!(
-                    "container {c} is not valid for pod {name}"
-                )))
+                Err(ApiError::bad_request(format!("container {c} is not valid for pod {name}")))
             }
         }
         _ => match regular.as_slice() {
             [only] => Ok(only.clone()),
-            [] => Err(ApiError::bad_request(format!(
-                "a container name must be specified for pod {name}"
-            ))),
+            [] => Err(ApiError::bad_request(format!("a container name must be specified for pod {name}"))),
             _ => Err(ApiError::bad_request(format!(
                 "a container name must be specified for pod {name}, choose one of: [{}]",
                 all.join(" ")
@@ -85,15 +69,11 @@ pub fn choose_container(pod: &Value, asked: Option<&str>) -> ApiResult<String> {
 /// 400 when the container has not started, or `previous` has no earlier instance.
 pub fn check_status(pod: &Value, container: &str, previous: bool) -> ApiResult<()> {
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or("");
-    let status = [
-        "initContainerStatuses",
-        "containerStatuses",
-        "ephemeralContainerStatuses",
-    ]
-    .iter()
-    .filter_map(|k| pod["status"][*k].as_array())
-    .flatten()
-    .find(|s| s["name"].as_str() == Some(container));
+    let status = ["initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"]
+        .iter()
+        .filter_map(|k| pod["status"][*k].as_array())
+        .flatten()
+        .find(|s| s["name"].as_str() == Some(container));
     if previous {
         let has_previous = status.is_some_and(|s| s["lastState"]["terminated"].is_object());
         if !has_previous {
@@ -104,47 +84,32 @@ pub fn check_status(pod: &Value, container: &str, previous: bool) -> ApiResult<(
         return Ok(());
     }
     let started = status.is_some_and(|s| {
-        s["state"]["running"].is_object()
-            || s["state"]["terminated"].is_object()
-            || s["lastState"]["terminated"].is_object()
+        s["state"]["running"].is_object() || s["state"]["terminated"].is_object() || s["lastState"]["terminated"].is_object()
     });
     if started {
         return Ok(());
     }
-    let reason = status
-        .and_then(|s| s["state"]["waiting"]["reason"].as_str())
-        .unwrap_or("ContainerCreating");
+    let reason = status.and_then(|s| s["state"]["waiting"]["reason"].as_str()).unwrap_or("ContainerCreating");
     let why = match reason {
         "ErrImagePull" => "image can't be pulled".to_string(),
         "ImagePullBackOff" => "trying and failing to pull image".to_string(),
         other => other.to_string(),
     };
-    Err(ApiError::bad_request(format!(
-        "container \"{container}\" in pod \"{pod_name}\" is waiting to start: {why}"
-    )))
+    Err(ApiError::bad_request(format!("container \"{container}\" in pod \"{pod_name}\" is waiting to start: {why}")))
 }
 
 /// The kubelet's `host:port` from a Node: InternalIP, else Hostname, else ExternalIP, and the
 /// published kubelet port (10250 when none).
 pub fn kubelet_host_port(node: &Value) -> Option<String> {
     let addresses = node["status"]["addresses"].as_array()?;
-    let host = ["InternalIP", "Hostname", "ExternalIP"]
-        .iter()
-        .find_map(|t| {
-            addresses
-                .iter()
-                .find(|a| a["type"].as_str() == Some(*t))
-                .and_then(|a| a["address"].as_str())
-        })?;
+    let host = ["InternalIP", "Hostname", "ExternalIP"].iter().find_map(|t| {
+        addresses.iter().find(|a| a["type"].as_str() == Some(*t)).and_then(|a| a["address"].as_str())
+    })?;
     let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
         .as_i64()
         .filter(|p| *p > 0 && *p < 65536)
         .unwrap_or(i64::from(DEFAULT_KUBELET_PORT));
-    let host = if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host.to_string()
-    };
+    let host = if host.contains(':') { format!("[{host}]") } else { host.to_string() };
     Some(format!("{host}:{port}"))
 }
 
@@ -154,22 +119,12 @@ pub fn kubelet_host_port(node: &Value) -> Option<String> {
 /// 404 `NotFound` for an unknown node; 500 for a node that publishes no address, or a storage
 /// error.
 pub async fn kubelet_address(st: &ApiState, node_name: &str) -> ApiResult<String> {
-    let nodes = rkube_api::registry::lookup("", "v1", "nodes")
-        .ok_or_else(|| ApiError::internal("no nodes resource"))?;
+    let nodes = rkube_api::registry::lookup("", "v1", "nodes").ok_or_else(|| ApiError::internal("no nodes resource"))?;
     let node_key = nodes.object_key(st.prefix(), "", node_name);
-    let kv = st
-        .storage
-        .get(&node_key)
-        .await
-        .map_err(|e| ApiError::from_storage(e, nodes, node_name))?;
+    let kv = st.storage.get(&node_key).await.map_err(|e| ApiError::from_storage(e, nodes, node_name))?;
     let kv = kv.ok_or_else(|| ApiError::not_found(nodes, node_name))?;
-    let node = decode_stored(&kv.key, &kv.value, kv.mod_revision)
-        .map_err(|e| ApiError::from_storage(e, nodes, node_name))?;
-    kubelet_host_port(&node).ok_or_else(|| {
-        ApiError::internal(format!(
-            "node {node_name:?} publishes no address for its kubelet"
-        ))
-    })
+    let node = decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, nodes, node_name))?;
+    kubelet_host_port(&node).ok_or_else(|| ApiError::internal(format!("node {node_name:?} publishes no address for its kubelet")))
 }
 
 /// The configured kubelet client (`--kubelet-client-certificate`, ...), or one without client
@@ -205,49 +160,25 @@ pub fn status_for(code: u16, text: &str) -> ApiError {
 /// reached.
 pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
     let name = ctx.name();
-    let (pod, _) = ctx
-        .load(&ctx.key(name), name)
-        .await?
-        .ok_or_else(|| ApiError::not_found(ctx.ri.info, name))?;
+    let (pod, _) = ctx.load(&ctx.key(name), name).await?.ok_or_else(|| ApiError::not_found(ctx.ri.info, name))?;
     let container = choose_container(&pod, ctx.q("container"))?;
-    let previous = matches!(
-        ctx.q("previous"),
-        Some("true" | "1" | "t" | "True" | "TRUE")
-    );
+    let previous = matches!(ctx.q("previous"), Some("true" | "1" | "t" | "True" | "TRUE"));
     let node_name = pod["spec"]["nodeName"].as_str().unwrap_or("");
     if node_name.is_empty() {
         let reason = "ContainerCreating";
-        return Err(ApiError::bad_request(format!(
-            "container \"{container}\" in pod \"{name}\" is waiting to start: {reason}"
-        )));
+        return Err(ApiError::bad_request(format!("container \"{container}\" in pod \"{name}\" is waiting to start: {reason}")));
     }
     check_status(&pod, &container, previous)?;
     let host_port = kubelet_address(&ctx.st, node_name).await?;
-    let mut url = format!(
-        "https://{host_port}/containerLogs/{}/{name}/{container}",
-        ctx.namespace()
-    );
-    let params: Vec<(&str, &str)> = ctx
-        .query
-        .iter()
-        .filter(|(k, _)| FORWARDED.contains(&k.as_str()))
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
+    let mut url = format!("https://{host_port}/containerLogs/{}/{name}/{container}", ctx.namespace());
+    let params: Vec<(&str, &str)> =
+        ctx.query.iter().filter(|(k, _)| FORWARDED.contains(&k.as_str())).map(|(k, v)| (k.as_str(), v.as_str())).collect();
     if !params.is_empty() {
         url.push('?');
-        url.push_str(
-            &form_urlencoded::Serializer::new(String::new())
-                .extend_pairs(params)
-                .finish(),
-        );
+        url.push_str(&form_urlencoded::Serializer::new(String::new()).extend_pairs(params).finish());
     }
     let client = kubelet_client(&ctx.st)?;
-    let answer = client
-        .http
-        .get(&url)
-        .send()
-        .await
-        .map_err(|e| ApiError::internal(format!("Get {url:?}: {e}")))?;
+    let answer = client.http.get(&url).send().await.map_err(|e| ApiError::internal(format!("Get {url:?}: {e}")))?;
     let code = answer.status();
     if !code.is_success() {
         let body = answer.bytes().await.unwrap_or_default();
@@ -268,10 +199,7 @@ mod tests {
     use serde_json::json;
 
     fn pod(containers: &[&str]) -> Value {
-        let cs: Vec<Value> = containers
-            .iter()
-            .map(|c| json!({"name": c, "image": "x"}))
-            .collect();
+        let cs: Vec<Value> = containers.iter().map(|c| json!({"name": c, "image": "x"})).collect();
         json!({"metadata": {"name": "web"}, "spec": {"containers": cs, "initContainers": [{"name": "init", "image": "x"}]}})
     }
 
@@ -283,56 +211,26 @@ mod tests {
     #[test]
     fn container_is_required_when_the_pod_has_several_and_must_exist() {
         assert_eq!(choose_container(&pod(&["a"]), None).expect("only one"), "a");
-        assert_eq!(
-            choose_container(&pod(&["a", "b"]), Some("b")).expect("named"),
-            "b"
-        );
-        assert_eq!(
-            choose_container(&pod(&["a", "b"]), Some("init")).expect("init containers count"),
-            "init"
-        );
+        assert_eq!(choose_container(&pod(&["a", "b"]), Some("b")).expect("named"), "b");
+        assert_eq!(choose_container(&pod(&["a", "b"]), Some("init")).expect("init containers count"), "init");
         let err = choose_container(&pod(&["a", "b"]), None).expect_err("ambiguous");
-        assert_eq!(
-            message(err),
-            (
-                400,
-                "a container name must be specified for pod web, choose one of: [init a b]".into()
-            )
-        );
+        assert_eq!(message(err), (400, "a container name must be specified for pod web, choose one of: [init a b]".into()));
         let err = choose_container(&pod(&["a"]), Some("y")).expect_err("unknown");
-        assert_eq!(
-            message(err),
-            (400, "container y is not valid for pod web".into())
-        );
+        assert_eq!(message(err), (400, "container y is not valid for pod web".into()));
     }
 
     #[test]
     fn waiting_containers_and_missing_previous_instances_are_bad_requests() {
         let mut p = pod(&["c"]);
         let err = check_status(&p, "c", false).expect_err("no status yet");
-        assert_eq!(
-            message(err),
-            (
-                400,
-                "container \"c\" in pod \"web\" is waiting to start: ContainerCreating".into()
-            )
-        );
+        assert_eq!(message(err), (400, "container \"c\" in pod \"web\" is waiting to start: ContainerCreating".into()));
         p["status"] = json!({"containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "ErrImagePull"}}}]});
         let err = check_status(&p, "c", false).expect_err("image");
-        assert_eq!(
-            message(err).1,
-            "container \"c\" in pod \"web\" is waiting to start: image can't be pulled"
-        );
+        assert_eq!(message(err).1, "container \"c\" in pod \"web\" is waiting to start: image can't be pulled");
         p["status"] = json!({"containerStatuses": [{"name": "c", "state": {"running": {}}, "lastState": {}}]});
         assert!(check_status(&p, "c", false).is_ok());
         let err = check_status(&p, "c", true).expect_err("no previous");
-        assert_eq!(
-            message(err),
-            (
-                400,
-                "previous terminated container \"c\" in pod \"web\" not found".into()
-            )
-        );
+        assert_eq!(message(err), (400, "previous terminated container \"c\" in pod \"web\" not found".into()));
         p["status"]["containerStatuses"][0]["lastState"] = json!({"terminated": {"exitCode": 1}});
         assert!(check_status(&p, "c", true).is_ok());
     }

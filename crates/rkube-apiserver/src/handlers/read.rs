@@ -30,14 +30,12 @@ use crate::render;
 
 /// Decodes a cached object's JSON (for non-JSON outputs).
 pub(crate) fn decode(bytes: &[u8]) -> ApiResult<Value> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::internal(format!("cached object is not JSON: {e}")))
+    serde_json::from_slice(bytes).map_err(|e| ApiError::internal(format!("cached object is not JSON: {e}")))
 }
 
 fn json_response(body: Bytes) -> Response {
     let mut resp = (StatusCode::OK, body).into_response();
-    resp.headers_mut()
-        .insert("content-type", HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
     resp
 }
 
@@ -48,11 +46,7 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
     let info = ctx.ri.info;
     let name = ctx.name();
     let namespace = ctx.ri.namespace.as_deref().unwrap_or("");
-    let found = ctx
-        .st
-        .cache
-        .get(info, namespace, name, ctx.q("resourceVersion"))
-        .await;
+    let found = ctx.st.cache.get(info, namespace, name, ctx.q("resourceVersion")).await;
     trace::step(steps::GET_DONE);
     let obj = found?.ok_or_else(|| ApiError::not_found(info, name))?;
     trace::step(steps::ABOUT_TO_WRITE);
@@ -65,19 +59,9 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
     }
     if ctx.render.output == Output::Protobuf {
         let body = protobuf_body::object_body(info, &obj)?;
-        return Ok(typed_response(
-            body.len(),
-            std::iter::once(body),
-            protobuf_body::CONTENT_TYPE,
-        ));
+        return Ok(typed_response(body.len(), std::iter::once(body), protobuf_body::CONTENT_TYPE));
     }
-    Ok(render::object(
-        info,
-        ctx.render,
-        200,
-        &decode(&obj.json)?,
-        &[],
-    ))
+    Ok(render::object(info, ctx.render, 200, &decode(&obj.json)?, &[]))
 }
 
 /// Parses the LIST/WATCH query; checks that every field of the field
@@ -88,10 +72,7 @@ pub fn list_options(ctx: &Ctx) -> ApiResult<ListOptions> {
     check_fields(ctx.ri.info, &opts)?;
     if let Some(name) = &ctx.ri.name {
         let mut reqs = opts.field_selector.requirements().to_vec();
-        reqs.push(
-            rkube_api::selector::FieldSelector::one_term("metadata.name", name).requirements()[0]
-                .clone(),
-        );
+        reqs.push(rkube_api::selector::FieldSelector::one_term("metadata.name", name).requirements()[0].clone());
         opts.field_selector = rkube_api::selector::FieldSelector::from_requirements(reqs);
     }
     Ok(opts)
@@ -100,9 +81,7 @@ pub fn list_options(ctx: &Ctx) -> ApiResult<ListOptions> {
 fn check_fields(info: &ResourceInfo, opts: &ListOptions) -> ApiResult<()> {
     for f in opts.field_selector.fields() {
         if !info.field_labels().any(|l| l == f) {
-            return Err(ApiError::bad_request(format!(
-                "field label not supported: {f}"
-            )));
+            return Err(ApiError::bad_request(format!("field label not supported: {f}")));
         }
     }
     Ok(())
@@ -111,10 +90,7 @@ fn check_fields(info: &ResourceInfo, opts: &ListOptions) -> ApiResult<()> {
 /// The list's `metadata` (`resourceVersion`, `continue`, `remainingItemCount`).
 fn list_meta(page: &ListResult) -> Map<String, Value> {
     let mut meta = Map::new();
-    meta.insert(
-        "resourceVersion".into(),
-        Value::String(page.resource_version.to_string()),
-    );
+    meta.insert("resourceVersion".into(), Value::String(page.resource_version.to_string()));
     if let Some(token) = &page.continue_token {
         meta.insert("continue".into(), Value::String(token.clone()));
         if let Some(rem) = page.remaining_item_count.filter(|r| *r > 0) {
@@ -135,10 +111,7 @@ pub const LIST_CHUNK_BYTES: usize = 64 * 1024;
 /// [`LIST_CHUNK_BYTES`], built only when the connection asks for the next
 /// one. A response therefore holds the page's references to cached objects
 /// plus one chunk, not a copy of the whole body. Yields `(total_len, chunks)`.
-pub fn list_chunks(
-    info: &ResourceInfo,
-    page: ListResult,
-) -> (usize, impl Iterator<Item = Bytes> + Send + 'static) {
+pub fn list_chunks(info: &ResourceInfo, page: ListResult) -> (usize, impl Iterator<Item = Bytes> + Send + 'static) {
     let head = json!({"kind": info.list_kind, "apiVersion": info.api_version()});
     let head = serde_json::to_vec(&head).unwrap_or_default();
     let meta = serde_json::to_vec(&Value::Object(list_meta(&page))).unwrap_or_default();
@@ -149,8 +122,7 @@ pub fn list_chunks(
     opening.extend_from_slice(&meta);
     opening.extend_from_slice(b",\"items\":[");
     const CLOSING: &[u8] = b"]}\n";
-    let items_len: usize =
-        page.items.iter().map(|o| o.json.len()).sum::<usize>() + page.items.len().saturating_sub(1);
+    let items_len: usize = page.items.iter().map(|o| o.json.len()).sum::<usize>() + page.items.len().saturating_sub(1);
     let total = opening.len() + items_len + CLOSING.len();
 
     let prefix = |i: usize, _: usize, out: &mut BytesMut| {
@@ -161,14 +133,7 @@ pub fn list_chunks(
     fn json(o: &std::sync::Arc<rkube_cache::CachedObject>) -> &[u8] {
         &o.json
     }
-    let chunks = crate::body_chunks::splice(
-        opening,
-        page.items,
-        json,
-        prefix,
-        CLOSING,
-        LIST_CHUNK_BYTES.min(total),
-    );
+    let chunks = crate::body_chunks::splice(opening, page.items, json, prefix, CLOSING, LIST_CHUNK_BYTES.min(total));
     (total, chunks)
 }
 
@@ -197,10 +162,8 @@ fn typed_response(
 ) -> Response {
     let stream = futures::stream::iter(chunks.map(Ok::<Bytes, std::convert::Infallible>));
     let mut resp = (StatusCode::OK, axum::body::Body::from_stream(stream)).into_response();
-    resp.headers_mut()
-        .insert("content-type", HeaderValue::from_static(content_type));
-    resp.headers_mut()
-        .insert(axum::http::header::CONTENT_LENGTH, HeaderValue::from(total));
+    resp.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
+    resp.headers_mut().insert(axum::http::header::CONTENT_LENGTH, HeaderValue::from(total));
     resp
 }
 
@@ -209,15 +172,8 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
     trace::step(steps::LIST_START);
     let info = ctx.ri.info;
     let opts = list_options(ctx)?;
-    let page = ctx
-        .st
-        .cache
-        .list(info, ctx.ri.namespace.as_deref(), &opts)
-        .await;
-    trace::step_with(
-        steps::LIST_DONE,
-        trace::count(page.as_ref().map_or(0, |p| p.items.len())),
-    );
+    let page = ctx.st.cache.list(info, ctx.ri.namespace.as_deref(), &opts).await;
+    trace::step_with(steps::LIST_DONE, trace::count(page.as_ref().map_or(0, |p| p.items.len())));
     let page = page?;
     trace::step(steps::ABOUT_TO_WRITE);
     if ctx.render.output == Output::Json {
@@ -226,18 +182,11 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
     }
     if ctx.render.output == Output::Protobuf {
         // Items not yet encoded are encoded here: hand the worker over for large pages.
-        let items = crate::media::off_the_workers(page.items.len() * 1024, || {
-            protobuf_body::list_items(info, &page)
-        })?;
-        let (total, chunks) =
-            protobuf_body::list_chunks(info, items, list_meta(&page), LIST_CHUNK_BYTES)?;
+        let items = crate::media::off_the_workers(page.items.len() * 1024, || protobuf_body::list_items(info, &page))?;
+        let (total, chunks) = protobuf_body::list_chunks(info, items, list_meta(&page), LIST_CHUNK_BYTES)?;
         return Ok(typed_response(total, chunks, protobuf_body::CONTENT_TYPE));
     }
-    let items = page
-        .items
-        .iter()
-        .map(|o| decode(&o.json))
-        .collect::<ApiResult<Vec<Value>>>()?;
+    let items = page.items.iter().map(|o| decode(&o.json)).collect::<ApiResult<Vec<Value>>>()?;
     Ok(render::list(info, ctx.render, items, list_meta(&page)))
 }
 
@@ -287,10 +236,7 @@ mod tests {
             remaining_item_count: None,
             served_from: ServedFrom::Cache,
         };
-        assert_eq!(
-            serde_json::from_slice::<Value>(&list_json(info, empty)).unwrap()["items"],
-            json!([])
-        );
+        assert_eq!(serde_json::from_slice::<Value>(&list_json(info, empty)).unwrap()["items"], json!([]));
     }
 
     /// A large LIST comes out in chunks of about `LIST_CHUNK_BYTES`, built one
@@ -310,15 +256,8 @@ mod tests {
         };
         let (total, chunks) = list_chunks(info, page());
         let chunks: Vec<Bytes> = chunks.collect();
-        assert!(
-            chunks.len() >= 15,
-            "about 1 MB in 64 KiB chunks: {}",
-            chunks.len()
-        );
-        assert!(
-            chunks.iter().all(|c| c.len() <= LIST_CHUNK_BYTES + 64),
-            "chunk sizes bounded"
-        );
+        assert!(chunks.len() >= 15, "about 1 MB in 64 KiB chunks: {}", chunks.len());
+        assert!(chunks.iter().all(|c| c.len() <= LIST_CHUNK_BYTES + 64), "chunk sizes bounded");
         let joined: Vec<u8> = chunks.concat();
         assert_eq!(joined.len(), total);
         assert_eq!(&joined[..], &list_json(info, page())[..]);

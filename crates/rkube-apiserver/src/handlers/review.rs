@@ -54,9 +54,7 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let out = match info.resource {
         "tokenreviews" => token_review(ctx, obj).await?,
         "selfsubjectreviews" => self_subject_review(requester(ctx)?),
-        "subjectaccessreviews" | "localsubjectaccessreviews" => {
-            subject_access_review(ctx, obj).await?
-        }
+        "subjectaccessreviews" | "localsubjectaccessreviews" => subject_access_review(ctx, obj).await?,
         "selfsubjectaccessreviews" => self_subject_access_review(ctx, obj).await?,
         "selfsubjectrulesreviews" => self_subject_rules_review(ctx, obj).await?,
         _ => return Err(ApiError::path_not_found()),
@@ -66,28 +64,20 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
 
 /// The authenticated requester; 400 without one (upstream's `no user present on request`).
 fn requester(ctx: &Ctx) -> ApiResult<&UserInfo> {
-    ctx.user
-        .as_ref()
-        .ok_or_else(|| ApiError::bad_request("no user present on request"))
+    ctx.user.as_ref().ok_or_else(|| ApiError::bad_request("no user present on request"))
 }
 
 /// Decodes `obj` (already checked against its type) as `T`.
 fn typed<T: serde::de::DeserializeOwned>(ctx: &Ctx, obj: &Value) -> ApiResult<T> {
     serde_json::from_value(obj.clone()).map_err(|e| {
         let (kind, version) = (ctx.ri.info.kind, ctx.ri.info.version);
-        ApiError::bad_request(format!(
-            "{kind} in version \"{version}\" cannot be handled as a {kind}: {e}"
-        ))
+        ApiError::bad_request(format!("{kind} in version \"{version}\" cannot be handled as a {kind}: {e}"))
     })
 }
 
 /// `metadata` as Go serializes an `ObjectMeta` without a creation time.
 fn metadata_of(obj: &Value) -> Value {
-    let mut meta = obj
-        .get("metadata")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let mut meta = obj.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
     meta.entry("creationTimestamp").or_insert(Value::Null);
     Value::Object(meta)
 }
@@ -117,26 +107,14 @@ async fn token_review(ctx: &Ctx, mut obj: Value) -> ApiResult<Value> {
     let review: authn_v1::TokenReview = typed(ctx, &obj)?;
     let token = review.spec.token.unwrap_or_default();
     if token.is_empty() {
-        return Err(ApiError::bad_request(
-            "token is required for TokenReview in authentication",
-        ));
+        return Err(ApiError::bad_request("token is required for TokenReview in authentication"));
     }
     // Without audiences, the review targets the API audiences (`--api-audiences`).
     let mut target = review.spec.audiences.unwrap_or_default();
     if target.is_empty() {
-        target = ctx
-            .st
-            .service_account_tokens
-            .as_ref()
-            .map(|t| t.api_audiences.clone())
-            .unwrap_or_default();
+        target = ctx.st.service_account_tokens.as_ref().map(|t| t.api_audiences.clone()).unwrap_or_default();
     }
-    let outcome = ctx
-        .st
-        .authenticator
-        .authenticate_token(&token, &target)
-        .await
-        .ok();
+    let outcome = ctx.st.authenticator.authenticate_token(&token, &target).await.ok();
     let status = match outcome {
         Some((user, audiences)) => {
             let mut s = json!({"authenticated": true, "user": user_info_json(&user)});
@@ -197,11 +175,7 @@ fn validate_spec(
     }
     if let Some((name, groups)) = user {
         if name.is_empty() && groups == 0 {
-            errs.push(FieldError::invalid(
-                "spec.user",
-                name,
-                "at least one of user or group must be specified",
-            ));
+            errs.push(FieldError::invalid("spec.user", name, "at least one of user or group must be specified"));
         }
     }
     errs
@@ -218,15 +192,9 @@ fn validate_metadata(obj: &Value, namespaced: bool) -> Option<FieldError> {
         Value::Array(a) => a.is_empty(),
         _ => false,
     };
-    let extra = meta
-        .iter()
-        .any(|(k, v)| !(k == "managedFields" || (namespaced && k == "namespace") || is_empty(v)));
+    let extra = meta.iter().any(|(k, v)| !(k == "managedFields" || (namespaced && k == "namespace") || is_empty(v)));
     extra.then(|| {
-        let detail = if namespaced {
-            "must be empty except for namespace"
-        } else {
-            "must be empty"
-        };
+        let detail = if namespaced { "must be empty except for namespace" } else { "must be empty" };
         FieldError::invalid_rendered("metadata", Value::Object(meta.clone()).to_string(), detail)
     })
 }
@@ -244,23 +212,16 @@ pub fn review_attributes(
             is_resource_request: true,
             verb: s(&r.verb),
             api_group: s(&r.group),
-            api_version: r
-                .version
-                .clone()
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| "*".into()),
+            api_version: r.version.clone().filter(|v| !v.is_empty()).unwrap_or_else(|| "*".into()),
             namespace: s(&r.namespace),
             resource: s(&r.resource),
             subresource: s(&r.subresource),
             name: s(&r.name),
             ..Default::default()
         },
-        (None, Some(n)) => RequestAttributes {
-            is_resource_request: false,
-            verb: s(&n.verb),
-            path: s(&n.path),
-            ..Default::default()
-        },
+        (None, Some(n)) => {
+            RequestAttributes { is_resource_request: false, verb: s(&n.verb), path: s(&n.path), ..Default::default() }
+        }
         (None, None) => RequestAttributes::default(),
     }
 }
@@ -280,11 +241,7 @@ async fn access_status(ctx: &Ctx, user: &UserInfo, attrs: &RequestAttributes) ->
 }
 
 fn invalid(ctx: &Ctx, errs: Vec<FieldError>) -> ApiError {
-    ApiError::invalid(
-        ctx.ri.info,
-        "",
-        errs.into_iter().map(StatusCause::from).collect(),
-    )
+    ApiError::invalid(ctx.ri.info, "", errs.into_iter().map(StatusCause::from).collect())
 }
 
 /// SubjectAccessReview and LocalSubjectAccessReview (upstream
@@ -293,8 +250,7 @@ fn invalid(ctx: &Ctx, errs: Vec<FieldError>) -> ApiError {
 /// `system:authenticated` is added).
 async fn subject_access_review(ctx: &Ctx, mut obj: Value) -> ApiResult<Value> {
     // Both kinds share the spec type (the body's kind was checked already).
-    let spec: authz_v1::SubjectAccessReviewSpec =
-        typed(ctx, obj.get("spec").unwrap_or(&json!({})))?;
+    let spec: authz_v1::SubjectAccessReviewSpec = typed(ctx, obj.get("spec").unwrap_or(&json!({})))?;
     let local = ctx.ri.info.namespaced;
     let user = UserInfo {
         username: spec.user.clone().unwrap_or_default(),
@@ -302,29 +258,18 @@ async fn subject_access_review(ctx: &Ctx, mut obj: Value) -> ApiResult<Value> {
         groups: spec.groups.clone().unwrap_or_default(),
         extra: spec.extra.clone().unwrap_or_default().into_iter().collect(),
     };
-    let (ra, nra) = (
-        spec.resource_attributes.as_ref(),
-        spec.non_resource_attributes.as_ref(),
-    );
+    let (ra, nra) = (spec.resource_attributes.as_ref(), spec.non_resource_attributes.as_ref());
     let mut errs = validate_spec(ra, nra, Some((&user.username, user.groups.len())));
     errs.extend(validate_metadata(&obj, local));
     if local {
         let ns = ctx.namespace();
         if let Some(r) = ra.filter(|r| r.namespace.as_deref().unwrap_or("") != ns) {
             let got = r.namespace.as_deref().unwrap_or("");
-            errs.push(FieldError::invalid(
-                "spec.resourceAttributes.namespace",
-                got,
-                "must match metadata.namespace",
-            ));
+            errs.push(FieldError::invalid("spec.resourceAttributes.namespace", got, "must match metadata.namespace"));
         }
         if let Some(n) = nra {
             let rendered = non_resource_rendered(n);
-            errs.push(FieldError::invalid_rendered(
-                "spec.nonResourceAttributes",
-                rendered,
-                "disallowed on this kind of request",
-            ));
+            errs.push(FieldError::invalid_rendered("spec.nonResourceAttributes", rendered, "disallowed on this kind of request"));
         }
     }
     if !errs.is_empty() {
@@ -339,10 +284,7 @@ async fn subject_access_review(ctx: &Ctx, mut obj: Value) -> ApiResult<Value> {
 /// requester (after impersonation) is checked.
 async fn self_subject_access_review(ctx: &Ctx, mut obj: Value) -> ApiResult<Value> {
     let review: authz_v1::SelfSubjectAccessReview = typed(ctx, &obj)?;
-    let (ra, nra) = (
-        review.spec.resource_attributes.as_ref(),
-        review.spec.non_resource_attributes.as_ref(),
-    );
+    let (ra, nra) = (review.spec.resource_attributes.as_ref(), review.spec.non_resource_attributes.as_ref());
     let mut errs = validate_spec(ra, nra, None);
     errs.extend(validate_metadata(&obj, false));
     if !errs.is_empty() {
@@ -433,32 +375,17 @@ mod tests {
 
     #[test]
     fn resource_attributes_map_to_request_attributes_with_every_version_by_default() {
-        let r = ra(
-            json!({"verb": "list", "group": "apps", "resource": "deployments", "subresource": "scale",
-                          "namespace": "dev", "name": "web", "fieldSelector": {"rawSelector": "a=b"}}),
-        );
+        let r = ra(json!({"verb": "list", "group": "apps", "resource": "deployments", "subresource": "scale",
+                          "namespace": "dev", "name": "web", "fieldSelector": {"rawSelector": "a=b"}}));
         let a = review_attributes(Some(&r), None);
         assert!(a.is_resource_request);
         assert_eq!(
-            (
-                a.verb.as_str(),
-                a.api_group.as_str(),
-                a.api_version.as_str(),
-                a.resource.as_str()
-            ),
+            (a.verb.as_str(), a.api_group.as_str(), a.api_version.as_str(), a.resource.as_str()),
             ("list", "apps", "*", "deployments")
         );
-        assert_eq!(
-            (
-                a.subresource.as_str(),
-                a.namespace.as_str(),
-                a.name.as_str()
-            ),
-            ("scale", "dev", "web")
-        );
+        assert_eq!((a.subresource.as_str(), a.namespace.as_str(), a.name.as_str()), ("scale", "dev", "web"));
         assert_eq!(a.combined_resource(), "deployments/scale");
-        let n: authz_v1::NonResourceAttributes =
-            serde_json::from_value(json!({"path": "/metrics", "verb": "get"})).unwrap();
+        let n: authz_v1::NonResourceAttributes = serde_json::from_value(json!({"path": "/metrics", "verb": "get"})).unwrap();
         let a = review_attributes(None, Some(&n));
         assert!(!a.is_resource_request);
         assert_eq!((a.verb.as_str(), a.path.as_str()), ("get", "/metrics"));
@@ -466,14 +393,9 @@ mod tests {
 
     #[test]
     fn specs_need_exactly_one_kind_of_attributes_and_a_subject() {
-        let n: authz_v1::NonResourceAttributes =
-            serde_json::from_value(json!({"path": "/api", "verb": "get"})).unwrap();
+        let n: authz_v1::NonResourceAttributes = serde_json::from_value(json!({"path": "/api", "verb": "get"})).unwrap();
         let r = ra(json!({"verb": "get"}));
-        let msgs = |errs: Vec<FieldError>| {
-            errs.into_iter()
-                .map(|e| StatusCause::from(e).to_error_string())
-                .collect::<Vec<_>>()
-        };
+        let msgs = |errs: Vec<FieldError>| errs.into_iter().map(|e| StatusCause::from(e).to_error_string()).collect::<Vec<_>>();
         assert_eq!(
             msgs(validate_spec(Some(&r), Some(&n), Some(("", 0)))),
             vec![
@@ -491,17 +413,11 @@ mod tests {
 
     #[test]
     fn metadata_must_be_empty_except_a_local_review_s_namespace() {
-        assert!(
-            validate_metadata(&json!({"metadata": {"creationTimestamp": null}}), false).is_none()
-        );
+        assert!(validate_metadata(&json!({"metadata": {"creationTimestamp": null}}), false).is_none());
         assert!(validate_metadata(&json!({"metadata": {"namespace": "dev"}}), true).is_none());
         let e = validate_metadata(&json!({"metadata": {"name": "x"}}), false).unwrap();
         assert_eq!(e.detail, "must be empty");
-        let e = validate_metadata(
-            &json!({"metadata": {"namespace": "dev", "labels": {"a": "b"}}}),
-            true,
-        )
-        .unwrap();
+        let e = validate_metadata(&json!({"metadata": {"namespace": "dev", "labels": {"a": "b"}}}), true).unwrap();
         assert_eq!(e.detail, "must be empty except for namespace");
     }
 
@@ -509,17 +425,9 @@ mod tests {
     fn rules_status_lists_rules_as_upstream_serializes_them() {
         let rule = |v: Value| -> PolicyRule { serde_json::from_value(v).unwrap() };
         let rules = UserRules {
-            resource_rules: vec![rule(
-                json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"], "resourceNames": ["web"]}),
-            )],
-            non_resource_rules: vec![rule(
-                json!({"verbs": ["get"], "nonResourceURLs": ["/healthz"]}),
-            )],
-            errors: vec![
-                "role.rbac.authorization.k8s.io \"a\" not found".into(),
-                "x".into(),
-                "x".into(),
-            ],
+            resource_rules: vec![rule(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"], "resourceNames": ["web"]}))],
+            non_resource_rules: vec![rule(json!({"verbs": ["get"], "nonResourceURLs": ["/healthz"]}))],
+            errors: vec!["role.rbac.authorization.k8s.io \"a\" not found".into(), "x".into(), "x".into()],
         };
         assert_eq!(
             rules_status(&rules),
@@ -530,10 +438,7 @@ mod tests {
                 "evaluationError": "[role.rbac.authorization.k8s.io \"a\" not found, x]",
             })
         );
-        assert_eq!(
-            rules_status(&UserRules::default()),
-            json!({"resourceRules": [], "nonResourceRules": [], "incomplete": false})
-        );
+        assert_eq!(rules_status(&UserRules::default()), json!({"resourceRules": [], "nonResourceRules": [], "incomplete": false}));
     }
 
     #[test]

@@ -21,10 +21,7 @@ use crate::object;
 
 /// `key=value` pairs of a label map, sorted, comma-separated.
 fn map_selector(labels: &Map<String, Value>) -> String {
-    let mut pairs: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-        .collect();
+    let mut pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect();
     pairs.sort();
     pairs.join(",")
 }
@@ -38,22 +35,10 @@ fn label_selector_string(selector: &Value) -> String {
             reqs.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or(""))));
         }
     }
-    for e in selector
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-    {
-        let key = e
-            .get("key")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let mut values: Vec<&str> = e
-            .get("values")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
+    for e in selector.get("matchExpressions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+        let key = e.get("key").and_then(Value::as_str).unwrap_or("").to_string();
+        let mut values: Vec<&str> =
+            e.get("values").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
         values.sort();
         let text = match e.get("operator").and_then(Value::as_str).unwrap_or("") {
             "In" => format!("{key} in ({})", values.join(",")),
@@ -65,23 +50,14 @@ fn label_selector_string(selector: &Value) -> String {
         reqs.push((key, text));
     }
     reqs.sort();
-    reqs.into_iter()
-        .map(|(_, t)| t)
-        .collect::<Vec<_>>()
-        .join(",")
+    reqs.into_iter().map(|(_, t)| t).collect::<Vec<_>>().join(",")
 }
 
 /// The `Scale` of a scalable object of `info`.
 pub fn to_scale(info: &ResourceInfo, obj: &Value) -> Value {
     let meta = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));
     let mut m = Map::new();
-    for k in [
-        "name",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "creationTimestamp",
-    ] {
+    for k in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
         if let Some(v) = meta.get(k) {
             m.insert(k.to_string(), v.clone());
         }
@@ -89,11 +65,7 @@ pub fn to_scale(info: &ResourceInfo, obj: &Value) -> Value {
     if let Some(paths) = info.custom.and_then(|c| c.scale.as_ref()) {
         // Custom resources (upstream `scaleFromCustomResource`): the CRD's
         // paths; absent replicas read as 0, an absent selector as "".
-        let int_at = |path: &str| {
-            obj.pointer(&json_pointer(path))
-                .and_then(Value::as_i64)
-                .unwrap_or(0)
-        };
+        let int_at = |path: &str| obj.pointer(&json_pointer(path)).and_then(Value::as_i64).unwrap_or(0);
         let selector = paths
             .label_selector
             .as_deref()
@@ -127,23 +99,16 @@ pub fn to_scale(info: &ResourceInfo, obj: &Value) -> Value {
 
 /// A CRD's simple JSON path (`.spec.replicas`) as a JSON pointer (`/spec/replicas`).
 fn json_pointer(path: &str) -> String {
-    path.trim_start_matches('.')
-        .split('.')
-        .map(|seg| format!("/{seg}"))
-        .collect()
+    path.trim_start_matches('.').split('.').map(|seg| format!("/{seg}")).collect()
 }
 
 /// Sets the value at a CRD JSON path in `obj`, creating parent objects.
 fn set_path(obj: &mut Value, path: &str, value: Value) {
     let segs: Vec<&str> = path.trim_start_matches('.').split('.').collect();
-    let Some((last, parents)) = segs.split_last() else {
-        return;
-    };
+    let Some((last, parents)) = segs.split_last() else { return };
     let mut cur = obj;
     for seg in parents {
-        let Some(map) = cur.as_object_mut() else {
-            return;
-        };
+        let Some(map) = cur.as_object_mut() else { return };
         let next = map.entry(seg.to_string()).or_insert_with(|| json!({}));
         if !next.is_object() {
             *next = json!({});
@@ -164,29 +129,17 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
     };
     trace::step(steps::GET_DONE);
     trace::step(steps::ABOUT_TO_WRITE);
-    Ok(media::respond(
-        200,
-        ctx.render.output,
-        &to_scale(ctx.ri.info, &obj),
-    ))
+    Ok(media::respond(200, ctx.render.output, &to_scale(ctx.ri.info, &obj)))
 }
 
 /// PUT (`patch` = None) or PATCH `<resource>/<name>/scale`.
-pub async fn write(
-    ctx: &Ctx,
-    body: &[u8],
-    patch: Option<crate::patch::PatchType>,
-) -> ApiResult<Response> {
+pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType>) -> ApiResult<Response> {
     let info = ctx.ri.info;
     let name = ctx.name().to_string();
     let key = ctx.key(&name);
     let dry_run = ctx.dry_run()?;
     let manager = ctx.field_manager()?;
-    trace::step(if patch.is_some() {
-        steps::PATCH_START
-    } else {
-        steps::STORE_START
-    });
+    trace::step(if patch.is_some() { steps::PATCH_START } else { steps::STORE_START });
     for _ in 0..MAX_ATTEMPTS {
         let Some((old, kv)) = ctx.load(&key, &name).await? else {
             return Err(ApiError::not_found(info, &name));
@@ -221,21 +174,11 @@ pub async fn write(
             Some(crate::patch::PatchType::Json) => false,
             Some(_) => String::from_utf8_lossy(body).contains("resourceVersion"),
         };
-        let replicas = wanted
-            .pointer("/spec/replicas")
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
+        let replicas = wanted.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
         if replicas < 0 {
-            let cause = FieldError::invalid_json(
-                "spec.replicas",
-                &json!(replicas),
-                "must be greater than or equal to 0",
-            );
-            let scale_info = rkube_api::registry::ResourceInfo {
-                kind: "Scale",
-                group: "autoscaling",
-                ..*info
-            };
+            let cause =
+                FieldError::invalid_json("spec.replicas", &json!(replicas), "must be greater than or equal to 0");
+            let scale_info = rkube_api::registry::ResourceInfo { kind: "Scale", group: "autoscaling", ..*info };
             return Err(ApiError::invalid(&scale_info, &name, vec![cause.into()]));
         }
         let mut new = old.clone();
@@ -260,11 +203,7 @@ pub async fn write(
         match committed {
             Commit::Done(obj) => {
                 trace::step(steps::ABOUT_TO_WRITE);
-                return Ok(media::respond(
-                    200,
-                    ctx.render.output,
-                    &to_scale(ctx.ri.info, &obj),
-                ));
+                return Ok(media::respond(200, ctx.render.output, &to_scale(ctx.ri.info, &obj)));
             }
             Commit::Retry if explicit_rv => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,

@@ -22,9 +22,7 @@ use rkube_storage::{KeyValue, StorageError};
 use serde_json::{json, Value};
 
 use super::create::{prepare_new, NewObject};
-use super::write::{
-    assign_cluster_ip, assign_node_ports, check_namespace, check_type_meta, encode_stored,
-};
+use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_type_meta, encode_stored};
 use super::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::filters::trace::{self, steps};
@@ -98,12 +96,7 @@ enum Part {
 /// What a request may change of the stored object.
 fn part(ctx: &Ctx) -> Part {
     let info = ctx.ri.info;
-    match ctx
-        .ri
-        .subresource
-        .as_deref()
-        .and_then(|s| info.subresource(s))
-    {
+    match ctx.ri.subresource.as_deref().and_then(|s| info.subresource(s)) {
         Some(sub) if !sub.updates.is_empty() => Part::Only(sub.updates),
         _ if info.has_status_subresource() => Part::WithoutStatus,
         _ => Part::All,
@@ -114,9 +107,7 @@ fn part(ctx: &Ctx) -> Part {
 /// when `src` has none); creates parent objects as needed.
 fn copy_at(dst: &mut Value, src: &Value, pointer: &str) {
     let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
-    let Some((last, parents)) = parts.split_last() else {
-        return;
-    };
+    let Some((last, parents)) = parts.split_last() else { return };
     let mut cur = dst;
     for p in parents {
         if !cur.get(*p).is_some_and(Value::is_object) {
@@ -215,27 +206,14 @@ async fn prepare_update(
         let now = rkube_api::time::now_rfc3339();
         let api_version = info.api_version();
         let subresource = ctx.ri.subresource.as_deref().unwrap_or("");
-        let rec = crate::patch::UpdateRecord {
-            manager: &manager,
-            api_version: &api_version,
-            subresource,
-            now: &now,
-        };
+        let rec = crate::patch::UpdateRecord { manager: &manager, api_version: &api_version, subresource, now: &now };
         crate::patch::record_update(&rec, Some(old), &mut new);
     }
-    let mut attrs =
-        crate::admission::webhook::Attributes::for_write(ctx, "UPDATE", &new, Some(old))?;
+    let mut attrs = crate::admission::webhook::Attributes::for_write(ctx, "UPDATE", &new, Some(old))?;
     let redefault = |o: &mut Value| info.strategy.apply_defaults(o);
     let mut warnings = warnings;
-    warnings.extend(
-        crate::admission::webhook::mutate(&ctx.st, &mut attrs, &mut new, &redefault).await?,
-    );
-    let sub_validate = ctx
-        .ri
-        .subresource
-        .as_deref()
-        .and_then(|s| info.subresource(s))
-        .and_then(|s| s.validate_update);
+    warnings.extend(crate::admission::webhook::mutate(&ctx.st, &mut attrs, &mut new, &redefault).await?);
+    let sub_validate = ctx.ri.subresource.as_deref().and_then(|s| info.subresource(s)).and_then(|s| s.validate_update);
     let causes = validate::validate_with(info, sub_validate, &new, Some(old));
     if !causes.is_empty() {
         return Err(ApiError::invalid(info, object::name(&new), causes));
@@ -250,16 +228,7 @@ async fn prepare_update(
     if ctx.st.config.admission.resource_quota && ctx.ri.subresource.is_none() {
         let dry_run = ctx.dry_run()?;
         let name = object::name(&new).to_string();
-        crate::admission::resource_quota::admit(
-            &ctx.st,
-            info,
-            ctx.namespace(),
-            &name,
-            &new,
-            Some(old),
-            dry_run,
-        )
-        .await?;
+        crate::admission::resource_quota::admit(&ctx.st, info, ctx.namespace(), &name, &new, Some(old), dry_run).await?;
     }
     Ok((new, warnings))
 }
@@ -289,23 +258,12 @@ pub(super) async fn commit(
     if dry_run {
         return Ok(Commit::Done(new));
     }
-    let grace = new
-        .pointer("/metadata/deletionGracePeriodSeconds")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
+    let grace = new.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
     // An object with a lifecycle also waits for its spec to let it go (a
     // namespace's `spec.finalizers`, emptied through `finalize`), as
     // upstream's `ShouldDeleteNamespaceDuringUpdate`.
-    let spec_held = info
-        .strategy
-        .delete
-        .lifecycle
-        .is_some_and(|l| (l.held)(&new));
-    if object::is_terminating(&new)
-        && object::finalizers(&new).is_empty()
-        && grace == 0
-        && !spec_held
-    {
+    let spec_held = info.strategy.delete.lifecycle.is_some_and(|l| (l.held)(&new));
+    if object::is_terminating(&new) && object::finalizers(&new).is_empty() && grace == 0 && !spec_held {
         return match ctx.st.storage.delete(key, Some(kv.mod_revision)).await {
             Ok((_, rev)) => {
                 set_resource_version(&mut new, rev);
@@ -330,10 +288,9 @@ pub(super) async fn commit(
 fn requested_rv(obj: &Value) -> ApiResult<Option<i64>> {
     match object::meta_str(obj, "resourceVersion") {
         "" => Ok(None),
-        rv => rv
-            .parse::<i64>()
-            .map(Some)
-            .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion: {rv:?}"))),
+        rv => {
+            rv.parse::<i64>().map(Some).map_err(|_| ApiError::bad_request(format!("invalid resourceVersion: {rv:?}")))
+        }
     }
 }
 
@@ -356,9 +313,7 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             if !info.allow_create_on_update || ctx.ri.subresource.is_some() {
                 return Err(ApiError::not_found(info, &name));
             }
-            match create_on_update(ctx, &key, &name, body_obj.clone(), keys.clone(), dry_run)
-                .await?
-            {
+            match create_on_update(ctx, &key, &name, body_obj.clone(), keys.clone(), dry_run).await? {
                 Some(resp) => return Ok(resp),
                 None => continue,
             }
@@ -369,8 +324,7 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
                 return Err(ApiError::stale(info, &name));
             }
         }
-        let (new, warnings) =
-            prepare_update(ctx, &old, body_obj.clone(), Managed::Update, keys.as_ref()).await?;
+        let (new, warnings) = prepare_update(ctx, &old, body_obj.clone(), Managed::Update, keys.as_ref()).await?;
         trace::step(steps::ADMISSION_DONE);
         let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
         trace::step(steps::STORED);
@@ -407,15 +361,7 @@ async fn create_on_update(
         }
         _ => {}
     }
-    let (mut obj, warnings) = prepare_new(
-        ctx,
-        NewObject {
-            obj: body_obj,
-            managed_recorded: false,
-            keys,
-        },
-    )
-    .await?;
+    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: body_obj, managed_recorded: false, keys }).await?;
     trace::step(steps::ADMISSION_DONE);
     if dry_run {
         trace::step(steps::STORED);
@@ -442,11 +388,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let force = match ctx.q("force") {
         None | Some("") | Some("false") => false,
         Some("true") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "invalid force value: {other:?}"
-            )))
-        }
+        Some(other) => return Err(ApiError::bad_request(format!("invalid force value: {other:?}"))),
     };
     let manager_param = ctx.q("fieldManager").unwrap_or("").to_string();
     if kind == PatchKind::Apply && manager_param.is_empty() {
@@ -473,11 +415,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             }
             let applied = apply_patch(info, kind, None, body, &manager, force)?;
             trace::step(steps::PATCH_APPLIED);
-            let new = NewObject {
-                obj: applied,
-                managed_recorded: true,
-                keys: None,
-            };
+            let new = NewObject { obj: applied, managed_recorded: true, keys: None };
             let (mut obj, warnings) = prepare_new(ctx, new).await?;
             trace::step(steps::ADMISSION_DONE);
             if object::name(&obj) != name {
@@ -509,11 +447,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
                 return Err(ApiError::stale(info, &name));
             }
         }
-        let mode = if kind == PatchKind::Apply {
-            Managed::AlreadyRecorded
-        } else {
-            Managed::Update
-        };
+        let mode = if kind == PatchKind::Apply { Managed::AlreadyRecorded } else { Managed::Update };
         let (new, warnings) = prepare_update(ctx, &old, patched, mode, None).await?;
         trace::step(steps::ADMISSION_DONE);
         // A resourceVersion in the patch itself is a precondition; the one carried over is not.
@@ -530,13 +464,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
 }
 
 /// The response of a write that succeeded (after the `ABOUT_TO_WRITE` trace step).
-fn written(
-    info: &ResourceInfo,
-    ctx: &Ctx,
-    code: u16,
-    obj: &Value,
-    warnings: &[String],
-) -> Response {
+fn written(info: &ResourceInfo, ctx: &Ctx, code: u16, obj: &Value, warnings: &[String]) -> Response {
     trace::step(steps::ABOUT_TO_WRITE);
     render::object(info, ctx.render, code, obj, warnings)
 }
@@ -572,17 +500,8 @@ fn apply_patch(
     let patch_type: crate::patch::PatchType = kind.into();
     let api_version = info.api_version();
     let now = rkube_api::time::now_rfc3339();
-    crate::patch::apply_patch_at(
-        info.kind,
-        Some(&api_version),
-        patch_type,
-        original,
-        body,
-        manager,
-        force,
-        &now,
-    )
-    .map_err(|e| ApiError::from(e.status()))
+    crate::patch::apply_patch_at(info.kind, Some(&api_version), patch_type, original, body, manager, force, &now)
+        .map_err(|e| ApiError::from(e.status()))
 }
 
 /// POST `pods/<name>/binding`: sets `spec.nodeName` once (409 when already
@@ -595,10 +514,7 @@ pub async fn binding(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     trace::step(steps::CONVERT_START);
     let mut b = media::decode_object(&media::content_type(&ctx.headers), body)?;
     trace::step(steps::CONVERT_DONE);
-    let binding_info = ResourceInfo {
-        kind: "Binding",
-        ..*info
-    };
+    let binding_info = ResourceInfo { kind: "Binding", ..*info };
     check_type_meta(&binding_info, "Binding", &mut b)?;
     let body_ns = object::namespace(&b);
     if !body_ns.is_empty() && body_ns != ctx.namespace() {
@@ -612,31 +528,16 @@ pub async fn binding(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             "the name of the object ({bname}) does not match the name on the URL ({name})"
         )));
     }
-    let target_kind = b
-        .pointer("/target/kind")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let node = b
-        .pointer("/target/name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
+    let target_kind = b.pointer("/target/kind").and_then(Value::as_str).unwrap_or("");
+    let node = b.pointer("/target/name").and_then(Value::as_str).unwrap_or("").to_string();
     if !target_kind.is_empty() && target_kind != "Node" {
-        let causes =
-            vec![
-                FieldError::not_supported("target.kind", target_kind, &["Node", "<empty>"]).into(),
-            ];
+        let causes = vec![FieldError::not_supported("target.kind", target_kind, &["Node", "<empty>"]).into()];
         return Err(ApiError::invalid(&binding_info, &name, causes));
     }
     if node.is_empty() {
-        return Err(ApiError::invalid(
-            &binding_info,
-            &name,
-            vec![FieldError::required("target.name", "").into()],
-        ));
+        return Err(ApiError::invalid(&binding_info, &name, vec![FieldError::required("target.name", "").into()]));
     }
-    let binding_conflict =
-        |why: String| -> ApiError { Status::conflict("", "pods/binding", &name, why).into() };
+    let binding_conflict = |why: String| -> ApiError { Status::conflict("", "pods/binding", &name, why).into() };
     let dry_run = ctx.dry_run()?;
     trace::step(steps::STORE_START);
     for _ in 0..MAX_ATTEMPTS {
@@ -645,27 +546,18 @@ pub async fn binding(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         };
         trace::step(steps::READ_CURRENT);
         if object::is_terminating(&old) {
-            return Err(binding_conflict(format!(
-                "pod {name} is being deleted, cannot be assigned to a host"
-            )));
+            return Err(binding_conflict(format!("pod {name} is being deleted, cannot be assigned to a host")));
         }
-        let current = old
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let current = old.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
         if !current.is_empty() {
-            return Err(binding_conflict(format!(
-                "pod {name} is already assigned to node {current:?}"
-            )));
+            return Err(binding_conflict(format!("pod {name} is already assigned to node {current:?}")));
         }
         let mut new = old.clone();
         if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
             spec.insert("nodeName".into(), json!(node));
         }
-        let status = new
-            .as_object_mut()
-            .map(|m| m.entry("status").or_insert_with(|| json!({})))
-            .and_then(Value::as_object_mut);
+        let status =
+            new.as_object_mut().map(|m| m.entry("status").or_insert_with(|| json!({}))).and_then(Value::as_object_mut);
         if let Some(status) = status {
             let conds = status.entry("conditions").or_insert_with(|| json!([]));
             if let Some(list) = conds.as_array_mut() {

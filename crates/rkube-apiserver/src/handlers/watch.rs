@@ -51,17 +51,8 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
         let min = ctx.st.config.min_request_timeout;
         opts.timeout_seconds = Some(crate::filters::timeout::watch_timeout(min, None).as_secs());
     }
-    let watch = ctx
-        .st
-        .cache
-        .watch(info, ctx.ri.namespace.as_deref(), &opts)
-        .await?;
-    Ok(stream_response(
-        info,
-        ctx.render,
-        watch,
-        ctx.st.shutdown.subscribe(),
-    ))
+    let watch = ctx.st.cache.watch(info, ctx.ri.namespace.as_deref(), &opts).await?;
+    Ok(stream_response(info, ctx.render, watch, ctx.st.shutdown.subscribe()))
 }
 
 /// The chunked `200` response carrying `watch`'s events.
@@ -101,12 +92,8 @@ fn stream_response(
         Output::Protobuf => crate::protobuf_body::WATCH_CONTENT_TYPE,
         _ => "application/json",
     };
-    resp.headers_mut()
-        .insert("content-type", HeaderValue::from_static(content_type));
-    resp.headers_mut().insert(
-        "cache-control",
-        HeaderValue::from_static("no-cache, private"),
-    );
+    resp.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
+    resp.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache, private"));
     resp
 }
 
@@ -122,28 +109,15 @@ fn encode_event(info: &ResourceInfo, api_version: &str, render: Render, ev: &Wat
             };
             shape_object(info, render, &obj)
         }
-        WatchEvent::Bookmark(b) => bookmark(
-            info,
-            api_version,
-            render,
-            b.resource_version,
-            b.initial_events_end,
-        ),
+        WatchEvent::Bookmark(b) => bookmark(info, api_version, render, b.resource_version, b.initial_events_end),
         WatchEvent::Error(_) => return ev.to_json_line(info.kind, api_version),
     };
-    let mut v =
-        serde_json::to_vec(&json!({"type": ev.type_name(), "object": object})).unwrap_or_default();
+    let mut v = serde_json::to_vec(&json!({"type": ev.type_name(), "object": object})).unwrap_or_default();
     v.push(b'\n');
     Bytes::from(v)
 }
 
-fn bookmark(
-    info: &ResourceInfo,
-    api_version: &str,
-    r: Render,
-    rv: i64,
-    initial_end: bool,
-) -> Value {
+fn bookmark(info: &ResourceInfo, api_version: &str, r: Render, rv: i64, initial_end: bool) -> Value {
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if initial_end {
         meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
@@ -166,17 +140,8 @@ fn bookmark(
 pub(crate) fn shape_object(info: &ResourceInfo, render: Render, obj: &Value) -> Value {
     match render.output {
         Output::Table(v) => {
-            let rv = obj
-                .pointer("/metadata/resourceVersion")
-                .cloned()
-                .unwrap_or(Value::Null);
-            render::table(
-                info,
-                v,
-                std::slice::from_ref(obj),
-                render.include,
-                Some(json!({"resourceVersion": rv})),
-            )
+            let rv = obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
+            render::table(info, v, std::slice::from_ref(obj), render.include, Some(json!({"resourceVersion": rv})))
         }
         Output::PartialMetadata => render::partial_metadata(obj),
         _ => obj.clone(),

@@ -16,23 +16,12 @@ use crate::source::decode_stored;
 /// a resource whose kind is `kind` in `info`'s group version (400 on a mismatch).
 pub fn check_type_meta(info: &ResourceInfo, kind: &str, obj: &mut Value) -> ApiResult<()> {
     let expected_av = info.api_version();
-    let map = obj
-        .as_object_mut()
-        .ok_or_else(|| ApiError::bad_request("the request body must be a JSON object"))?;
-    let av = map
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let k = map
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
+    let map = obj.as_object_mut().ok_or_else(|| ApiError::bad_request("the request body must be a JSON object"))?;
+    let av = map.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
+    let k = map.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
     if !av.is_empty() && av != expected_av {
         let (group, _) = registry::split_api_version(&av);
-        let sent_as = registry::lookup_kind(&av, &k)
-            .filter(|r| group == info.group && r.resource == info.resource);
+        let sent_as = registry::lookup_kind(&av, &k).filter(|r| group == info.group && r.resource == info.resource);
         let Some(sent_as) = sent_as else {
             return Err(ApiError::bad_request(format!(
                 "the API version in the data ({av}) does not match the expected API version ({expected_av})"
@@ -45,9 +34,7 @@ pub fn check_type_meta(info: &ResourceInfo, kind: &str, obj: &mut Value) -> ApiR
             *obj = info.to_served(sent_as.to_stored(std::mem::take(obj)));
         }
     }
-    let map = obj
-        .as_object_mut()
-        .ok_or_else(|| ApiError::bad_request("the request body must be a JSON object"))?;
+    let map = obj.as_object_mut().ok_or_else(|| ApiError::bad_request("the request body must be a JSON object"))?;
     if !k.is_empty() && k != kind {
         return Err(ApiError::bad_request(format!(
             "the kind in the data ({k}) does not match the expected kind ({kind})"
@@ -85,20 +72,14 @@ pub async fn check_namespace_usable(ctx: &Ctx, name: &str) -> ApiResult<()> {
         return Ok(());
     }
     let ns = ctx.namespace();
-    let ns_info = registry::lookup("", "v1", "namespaces")
-        .ok_or_else(|| ApiError::internal("no namespaces resource"))?;
+    let ns_info =
+        registry::lookup("", "v1", "namespaces").ok_or_else(|| ApiError::internal("no namespaces resource"))?;
     let key = ns_info.object_key(ctx.st.prefix(), "", ns);
-    let kv = ctx
-        .st
-        .storage
-        .get(&key)
-        .await
-        .map_err(|e| ApiError::from_storage(e, ns_info, ns))?;
+    let kv = ctx.st.storage.get(&key).await.map_err(|e| ApiError::from_storage(e, ns_info, ns))?;
     let Some(kv) = kv else {
         return Err(ApiError::not_found(ns_info, ns));
     };
-    let obj = decode_stored(&kv.key, &kv.value, kv.mod_revision)
-        .map_err(|e| ApiError::from_storage(e, ns_info, ns))?;
+    let obj = decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, ns_info, ns))?;
     if object::is_terminating(&obj) {
         let qualified = crate::error::qualified(info);
         let msg = format!(
@@ -115,9 +96,7 @@ pub async fn check_namespace_usable(ctx: &Ctx, name: &str) -> ApiResult<()> {
             )],
             ..StatusDetails::default()
         };
-        return Err(Status::new(403, "Forbidden", msg)
-            .with_details(details)
-            .into());
+        return Err(Status::new(403, "Forbidden", msg).with_details(details).into());
     }
     Ok(())
 }
@@ -129,9 +108,7 @@ pub fn encode_for_storage(obj: &Value) -> ApiResult<bytes::Bytes> {
     let mut copy = obj.clone();
     object::remove_meta(&mut copy, "resourceVersion");
     rkube_api::wire::order_object_keys(&mut copy);
-    serde_json::to_vec(&copy)
-        .map(bytes::Bytes::from)
-        .map_err(ApiError::internal)
+    serde_json::to_vec(&copy).map(bytes::Bytes::from).map_err(ApiError::internal)
 }
 
 /// [`encode_for_storage`] of `obj`, an object of `info`, in the stored
@@ -147,30 +124,15 @@ pub fn encode_stored(info: &ResourceInfo, obj: &Value) -> ApiResult<bytes::Bytes
 /// Assigns `spec.clusterIP`/`clusterIPs` to a Service being created (or
 /// keeps `old`'s on update). Headless (`None`) and `ExternalName` services get none.
 pub async fn assign_cluster_ip(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
-    let spec_ty = obj
-        .pointer("/spec/type")
-        .and_then(Value::as_str)
-        .unwrap_or("ClusterIP")
-        .to_string();
-    let requested = obj
-        .pointer("/spec/clusterIP")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
+    let spec_ty = obj.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP").to_string();
+    let requested = obj.pointer("/spec/clusterIP").and_then(Value::as_str).unwrap_or("").to_string();
     if let Some(old) = old {
-        let old_ip = old
-            .pointer("/spec/clusterIP")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
+        let old_ip = old.pointer("/spec/clusterIP").and_then(Value::as_str).unwrap_or("").to_string();
         if !old_ip.is_empty() && spec_ty != "ExternalName" {
             if requested.is_empty() {
                 if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
                     spec.insert("clusterIP".into(), json!(old_ip));
-                    let ips = old
-                        .pointer("/spec/clusterIPs")
-                        .cloned()
-                        .unwrap_or_else(|| json!([old_ip]));
+                    let ips = old.pointer("/spec/clusterIPs").cloned().unwrap_or_else(|| json!([old_ip]));
                     spec.insert("clusterIPs".into(), ips);
                 }
             } else if requested != old_ip {
@@ -195,11 +157,7 @@ pub async fn assign_cluster_ip(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) 
         .range(RangeRequest::prefix(&prefix))
         .await
         .map_err(|e| ApiError::from_storage(e, ctx.ri.info, object::name(obj)))?;
-    let services: Vec<Value> = resp
-        .kvs
-        .iter()
-        .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
-        .collect();
+    let services: Vec<Value> = resp.kvs.iter().filter_map(|kv| serde_json::from_slice(&kv.value).ok()).collect();
     let live = ClusterIpAllocator::live_ips(services.iter());
     let want = (!requested.is_empty()).then_some(requested.as_str());
     let ip = ctx.st.cluster_ips.allocate(want, &live).map_err(|e| {
@@ -211,12 +169,7 @@ pub async fn assign_cluster_ip(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) 
                 ApiError::invalid(
                     ctx.ri.info,
                     &name,
-                    vec![rkube_api::field_error::FieldError::invalid(
-                        "spec.clusterIPs",
-                        &requested,
-                        msg,
-                    )
-                    .into()],
+                    vec![rkube_api::field_error::FieldError::invalid("spec.clusterIPs", &requested, msg).into()],
                 )
             }
         }
@@ -235,10 +188,7 @@ pub const NODE_PORT_RANGE: (i64, i64) = (30000, 32767);
 /// that lack one (keeping `old`'s on update), and checks requested ones
 /// against the range and the ports other Services hold (422 otherwise).
 pub async fn assign_node_ports(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
-    let ty = obj
-        .pointer("/spec/type")
-        .and_then(Value::as_str)
-        .unwrap_or("ClusterIP");
+    let ty = obj.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP");
     if ty != "NodePort" && ty != "LoadBalancer" {
         return Ok(());
     }
@@ -253,94 +203,50 @@ pub async fn assign_node_ports(ctx: &Ctx, obj: &mut Value, old: Option<&Value>) 
         .map_err(|e| ApiError::from_storage(e, ctx.ri.info, &name))?;
     let mut used: std::collections::HashSet<i64> = std::collections::HashSet::new();
     for kv in &resp.kvs {
-        let Ok(svc) = serde_json::from_slice::<Value>(&kv.value) else {
-            continue;
-        };
+        let Ok(svc) = serde_json::from_slice::<Value>(&kv.value) else { continue };
         if object::name(&svc) == name && object::namespace(&svc) == namespace {
             continue;
         }
-        for p in svc
-            .pointer("/spec/ports")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for p in svc.pointer("/spec/ports").and_then(Value::as_array).into_iter().flatten() {
             if let Some(n) = p.get("nodePort").and_then(Value::as_i64) {
                 used.insert(n);
             }
         }
     }
-    let old_ports: Vec<Value> = old
-        .and_then(|o| o.pointer("/spec/ports"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let Some(ports) = obj.pointer_mut("/spec/ports").and_then(Value::as_array_mut) else {
-        return Ok(());
-    };
+    let old_ports: Vec<Value> =
+        old.and_then(|o| o.pointer("/spec/ports")).and_then(Value::as_array).cloned().unwrap_or_default();
+    let Some(ports) = obj.pointer_mut("/spec/ports").and_then(Value::as_array_mut) else { return Ok(()) };
     let (lo, hi) = NODE_PORT_RANGE;
     let span = (hi - lo + 1) as u64;
     let mut causes = Vec::new();
     for (i, p) in ports.iter_mut().enumerate() {
-        let Some(pm) = p.as_object_mut() else {
-            continue;
-        };
+        let Some(pm) = p.as_object_mut() else { continue };
         let requested = pm.get("nodePort").and_then(Value::as_i64).unwrap_or(0);
         if requested != 0 {
             let field = format!("spec.ports[{i}].nodePort");
             if !(lo..=hi).contains(&requested) {
                 let msg = format!("provided port is not in the valid range. The range of valid ports is {lo}-{hi}");
-                causes.push(
-                    rkube_api::field_error::FieldError::invalid_json(
-                        &field,
-                        &json!(requested),
-                        msg,
-                    )
-                    .into(),
-                );
+                causes.push(rkube_api::field_error::FieldError::invalid_json(&field, &json!(requested), msg).into());
             } else if !used.insert(requested) {
                 let msg = "provided port is already allocated";
-                causes.push(
-                    rkube_api::field_error::FieldError::invalid_json(
-                        &field,
-                        &json!(requested),
-                        msg,
-                    )
-                    .into(),
-                );
+                causes.push(rkube_api::field_error::FieldError::invalid_json(&field, &json!(requested), msg).into());
             }
             continue;
         }
-        let same =
-            |o: &&Value| o.get("port") == pm.get("port") && o.get("protocol") == pm.get("protocol");
-        if let Some(n) = old_ports
-            .iter()
-            .find(same)
-            .and_then(|o| o.get("nodePort"))
-            .and_then(Value::as_i64)
-        {
+        let same = |o: &&Value| o.get("port") == pm.get("port") && o.get("protocol") == pm.get("protocol");
+        if let Some(n) = old_ports.iter().find(same).and_then(|o| o.get("nodePort")).and_then(Value::as_i64) {
             used.insert(n);
             pm.insert("nodePort".into(), json!(n));
             continue;
         }
-        let start = u64::from_le_bytes(
-            uuid::Uuid::new_v4().as_bytes()[..8]
-                .try_into()
-                .unwrap_or([0; 8]),
-        ) % span;
-        let free = (0..span)
-            .map(|k| lo + ((start + k) % span) as i64)
-            .find(|n| !used.contains(n));
+        let start = u64::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().unwrap_or([0; 8])) % span;
+        let free = (0..span).map(|k| lo + ((start + k) % span) as i64).find(|n| !used.contains(n));
         match free {
             Some(n) => {
                 used.insert(n);
                 pm.insert("nodePort".into(), json!(n));
             }
-            None => {
-                return Err(ApiError::internal(
-                    "failed to allocate a nodePort: range is full",
-                ))
-            }
+            None => return Err(ApiError::internal("failed to allocate a nodePort: range is full")),
         }
     }
     if !causes.is_empty() {

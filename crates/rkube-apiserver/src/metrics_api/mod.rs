@@ -98,14 +98,8 @@ fn metadata(obj: &Value, namespace: Option<&str>) -> Value {
     if let Some(ns) = namespace {
         m.insert("namespace".into(), json!(ns));
     }
-    m.insert(
-        "creationTimestamp".into(),
-        json!(rkube_api::time::now_rfc3339()),
-    );
-    if let Some(labels) = obj["metadata"]["labels"]
-        .as_object()
-        .filter(|l| !l.is_empty())
-    {
+    m.insert("creationTimestamp".into(), json!(rkube_api::time::now_rfc3339()));
+    if let Some(labels) = obj["metadata"]["labels"].as_object().filter(|l| !l.is_empty()) {
         m.insert("labels".into(), Value::Object(labels.clone()));
     }
     Value::Object(m)
@@ -113,10 +107,7 @@ fn metadata(obj: &Value, namespace: Option<&str>) -> Value {
 
 /// The `NodeMetrics` of `node` (a stored Node), if it has usage.
 fn node_metrics(ctx: &Ctx, node: &Value) -> Option<Value> {
-    let u = ctx
-        .st
-        .resource_metrics
-        .node_usage(node["metadata"]["name"].as_str()?)?;
+    let u = ctx.st.resource_metrics.node_usage(node["metadata"]["name"].as_str()?)?;
     Some(json!({
         "kind": "NodeMetrics",
         "apiVersion": "metrics.k8s.io/v1beta1",
@@ -130,15 +121,9 @@ fn node_metrics(ctx: &Ctx, node: &Value) -> Option<Value> {
 /// The `PodMetrics` of `pod` (a stored Pod), if every container has usage.
 fn pod_metrics(ctx: &Ctx, pod: &Value) -> Option<Value> {
     let ns = pod["metadata"]["namespace"].as_str()?;
-    let containers = ctx
-        .st
-        .resource_metrics
-        .pod_usage(ns, pod["metadata"]["name"].as_str()?)?;
+    let containers = ctx.st.resource_metrics.pod_usage(ns, pod["metadata"]["name"].as_str()?)?;
     let newest = containers.iter().map(|(_, u)| *u).max_by_key(|u| u.ts_ms)?;
-    let containers: Vec<Value> = containers
-        .iter()
-        .map(|(name, u)| json!({"name": name, "usage": usage_json(u)}))
-        .collect();
+    let containers: Vec<Value> = containers.iter().map(|(name, u)| json!({"name": name, "usage": usage_json(u)})).collect();
     Some(json!({
         "kind": "PodMetrics",
         "apiVersion": "metrics.k8s.io/v1beta1",
@@ -151,29 +136,15 @@ fn pod_metrics(ctx: &Ctx, pod: &Value) -> Option<Value> {
 
 /// The stored objects of core `resource` (`nodes`, `pods`), in `namespace` when given.
 async fn stored(ctx: &Ctx, resource: &str, namespace: Option<&str>) -> ApiResult<Vec<Value>> {
-    let info = rkube_api::registry::lookup("", "v1", resource)
-        .ok_or_else(|| ApiError::internal("no core resource"))?;
+    let info = rkube_api::registry::lookup("", "v1", resource).ok_or_else(|| ApiError::internal("no core resource"))?;
     let prefix = info.list_prefix(ctx.st.prefix(), namespace);
-    let listed = ctx
-        .st
-        .storage
-        .range(RangeRequest::prefix(&prefix))
-        .await
-        .map_err(|e| ApiError::from_storage(e, info, ""))?;
-    Ok(listed
-        .kvs
-        .iter()
-        .filter_map(|kv| decode_stored(&kv.key, &kv.value, kv.mod_revision).ok())
-        .collect())
+    let listed = ctx.st.storage.range(RangeRequest::prefix(&prefix)).await.map_err(|e| ApiError::from_storage(e, info, ""))?;
+    Ok(listed.kvs.iter().filter_map(|kv| decode_stored(&kv.key, &kv.value, kv.mod_revision).ok()).collect())
 }
 
 /// The kind metrics-server names in its 404s (`nodemetrics`, `podmetrics`).
 fn not_found(ctx: &Ctx, name: &str) -> ApiError {
-    let resource = if ctx.ri.info.resource == "nodes" {
-        "nodemetrics"
-    } else {
-        "podmetrics"
-    };
+    let resource = if ctx.ri.info.resource == "nodes" { "nodemetrics" } else { "podmetrics" };
     Status::not_found(METRICS_GROUP, resource, name).into()
 }
 
@@ -193,18 +164,9 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
     let name = ctx.name();
     let ns = ctx.ri.namespace.as_deref();
     let objects = stored(ctx, ctx.ri.info.resource, ns).await?;
-    let obj = objects
-        .iter()
-        .find(|o| o["metadata"]["name"].as_str() == Some(name))
-        .and_then(|o| metrics_of(ctx, o));
+    let obj = objects.iter().find(|o| o["metadata"]["name"].as_str() == Some(name)).and_then(|o| metrics_of(ctx, o));
     let obj = obj.ok_or_else(|| not_found(ctx, name))?;
-    Ok(crate::render::object(
-        ctx.ri.info,
-        ctx.render,
-        200,
-        &obj,
-        &[],
-    ))
+    Ok(crate::render::object(ctx.ri.info, ctx.render, 200, &obj, &[]))
 }
 
 /// LIST of `NodeMetrics` or `PodMetrics` (in a namespace or all), filtered by `labelSelector`
@@ -214,14 +176,8 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
 /// 400 for a selector that does not parse or a field that is not selectable.
 pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
     let opts = ListOptions::from_query(&ctx.raw_query)?;
-    if let Some(f) = opts
-        .field_selector
-        .fields()
-        .find(|f| !["metadata.name", "metadata.namespace"].contains(f))
-    {
-        return Err(ApiError::bad_request(format!(
-            "field label not supported: {f}"
-        )));
+    if let Some(f) = opts.field_selector.fields().find(|f| !["metadata.name", "metadata.namespace"].contains(f)) {
+        return Err(ApiError::bad_request(format!("field label not supported: {f}")));
     }
     let objects = stored(ctx, ctx.ri.info.resource, ctx.ri.namespace.as_deref()).await?;
     let mut items = Vec::new();
@@ -233,35 +189,17 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
         }
         let fields_match = opts.field_selector.matches(|f| match f {
             "metadata.name" => obj["metadata"]["name"].as_str().map(str::to_string),
-            _ => Some(
-                obj["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-            ),
+            _ => Some(obj["metadata"]["namespace"].as_str().unwrap_or("").to_string()),
         });
         if fields_match {
             items.extend(metrics_of(ctx, obj));
         }
     }
     items.sort_by(|a, b| {
-        let key = |v: &Value| {
-            (
-                v["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-                v["metadata"]["name"].as_str().unwrap_or("").to_string(),
-            )
-        };
+        let key = |v: &Value| (v["metadata"]["namespace"].as_str().unwrap_or("").to_string(), v["metadata"]["name"].as_str().unwrap_or("").to_string());
         key(a).cmp(&key(b))
     });
-    Ok(crate::render::list(
-        ctx.ri.info,
-        ctx.render,
-        items,
-        Map::new(),
-    ))
+    Ok(crate::render::list(ctx.ri.info, ctx.render, items, Map::new()))
 }
 
 #[cfg(test)]

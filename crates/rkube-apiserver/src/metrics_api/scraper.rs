@@ -36,10 +36,7 @@ impl MetricsArgs {
         let d = crate::filters::timeout::parse_go_duration(&self.metric_resolution)
             .map_err(|e| anyhow::anyhow!("--metric-resolution: {e}"))?;
         if d < Duration::from_secs(1) {
-            anyhow::bail!(
-                "--metric-resolution: must be at least 1s, got {}",
-                self.metric_resolution
-            );
+            anyhow::bail!("--metric-resolution: must be at least 1s, got {}", self.metric_resolution);
         }
         Ok(d)
     }
@@ -56,9 +53,7 @@ const MAX_SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 /// without both CPU and memory is left out.
 pub fn parse_resource_metrics(page: &str, now_ms: i64) -> NodeScrape {
     let lines = page.lines().map(|l| Ok(l.to_string()));
-    let Ok(scrape) = prometheus_parse::Scrape::parse(lines) else {
-        return NodeScrape::default();
-    };
+    let Ok(scrape) = prometheus_parse::Scrape::parse(lines) else { return NodeScrape::default() };
     let mut node_cpu = None;
     let mut node_mem = None;
     let mut cpu: HashMap<(String, String, String), (f64, i64)> = HashMap::new();
@@ -66,19 +61,13 @@ pub fn parse_resource_metrics(page: &str, now_ms: i64) -> NodeScrape {
     let mut start: HashMap<(String, String, String), f64> = HashMap::new();
     for s in scrape.samples {
         let v = match s.value {
-            prometheus_parse::Value::Counter(v)
-            | prometheus_parse::Value::Gauge(v)
-            | prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
             _ => continue,
         };
         let ts = s.timestamp.timestamp_millis();
         let ts = if ts > 0 { ts } else { now_ms };
         let key = || {
-            Some((
-                s.labels.get("namespace")?.to_string(),
-                s.labels.get("pod")?.to_string(),
-                s.labels.get("container")?.to_string(),
-            ))
+            Some((s.labels.get("namespace")?.to_string(), s.labels.get("pod")?.to_string(), s.labels.get("container")?.to_string()))
         };
         match s.metric.as_str() {
             "node_cpu_usage_seconds_total" => node_cpu = Some((v, ts)),
@@ -102,12 +91,7 @@ pub fn parse_resource_metrics(page: &str, now_ms: i64) -> NodeScrape {
         }
     }
     let node = match (node_cpu, node_mem) {
-        (Some((cpu_seconds, ts_ms)), Some(memory_bytes)) => Some(Point {
-            ts_ms,
-            cpu_seconds,
-            memory_bytes,
-            start: None,
-        }),
+        (Some((cpu_seconds, ts_ms)), Some(memory_bytes)) => Some(Point { ts_ms, cpu_seconds, memory_bytes, start: None }),
         _ => None,
     };
     let containers = cpu
@@ -115,15 +99,7 @@ pub fn parse_resource_metrics(page: &str, now_ms: i64) -> NodeScrape {
         .filter_map(|(k, (cpu_seconds, ts_ms))| {
             let memory_bytes = *mem.get(&k)?;
             let start = start.get(&k).copied();
-            Some((
-                k,
-                Point {
-                    ts_ms,
-                    cpu_seconds,
-                    memory_bytes,
-                    start,
-                },
-            ))
+            Some((k, Point { ts_ms, cpu_seconds, memory_bytes, start }))
         })
         .collect();
     NodeScrape { node, containers }
@@ -131,43 +107,25 @@ pub fn parse_resource_metrics(page: &str, now_ms: i64) -> NodeScrape {
 
 /// Whether a Node's `Ready` condition is `True`.
 pub fn node_ready(node: &Value) -> bool {
-    node["status"]["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-    })
+    node["status"]["conditions"].as_array().is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
 /// The stored Nodes.
 async fn list_nodes(st: &ApiState) -> Vec<Value> {
-    let Some(nodes) = rkube_api::registry::lookup("", "v1", "nodes") else {
-        return Vec::new();
-    };
+    let Some(nodes) = rkube_api::registry::lookup("", "v1", "nodes") else { return Vec::new() };
     let prefix = nodes.list_prefix(st.prefix(), None);
-    let Ok(listed) = st.storage.range(RangeRequest::prefix(&prefix)).await else {
-        return Vec::new();
-    };
-    listed
-        .kvs
-        .iter()
-        .filter_map(|kv| decode_stored(&kv.key, &kv.value, kv.mod_revision).ok())
-        .collect()
+    let Ok(listed) = st.storage.range(RangeRequest::prefix(&prefix)).await else { return Vec::new() };
+    listed.kvs.iter().filter_map(|kv| decode_stored(&kv.key, &kv.value, kv.mod_revision).ok()).collect()
 }
 
 /// One round: scrapes every Ready node at once and records what each answered.
 pub async fn scrape_once(st: &ApiState, store: &MetricsStore, timeout: Duration) {
-    let Ok(client) = kubelet_client(st) else {
-        return;
-    };
+    let Ok(client) = kubelet_client(st) else { return };
     let ready: Vec<(String, String)> = list_nodes(st)
         .await
         .iter()
         .filter(|n| node_ready(n))
-        .filter_map(|n| {
-            Some((
-                n["metadata"]["name"].as_str()?.to_string(),
-                kubelet_host_port(n)?,
-            ))
-        })
+        .filter_map(|n| Some((n["metadata"]["name"].as_str()?.to_string(), kubelet_host_port(n)?)))
         .collect();
     let scrapes = ready.iter().map(|(name, host_port)| {
         let url = format!("https://{host_port}/metrics/resource");
@@ -198,12 +156,7 @@ pub async fn scrape_once(st: &ApiState, store: &MetricsStore, timeout: Duration)
 }
 
 /// Scrapes every `resolution` until `shutdown` turns true.
-pub async fn run(
-    st: ApiState,
-    store: Arc<MetricsStore>,
-    resolution: Duration,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
+pub async fn run(st: ApiState, store: Arc<MetricsStore>, resolution: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let resolution = resolution.max(Duration::from_millis(100));
     let timeout = resolution.min(MAX_SCRAPE_TIMEOUT);
     let mut tick = tokio::time::interval(resolution);
@@ -233,29 +186,9 @@ container_cpu_usage_seconds_total{container=\"nomem\",namespace=\"ns\",pod=\"p\"
 # TYPE node_cpu_usage_seconds_total counter\nnode_cpu_usage_seconds_total 7 3000\n\
 # TYPE node_memory_working_set_bytes gauge\nnode_memory_working_set_bytes 1048576 3000\nscrape_error 0\n";
         let s = parse_resource_metrics(page, 99);
-        assert_eq!(
-            s.node,
-            Some(Point {
-                ts_ms: 3000,
-                cpu_seconds: 7.0,
-                memory_bytes: 1_048_576.0,
-                start: None
-            })
-        );
+        assert_eq!(s.node, Some(Point { ts_ms: 3000, cpu_seconds: 7.0, memory_bytes: 1_048_576.0, start: None }));
         let key = ("ns".to_string(), "p".to_string(), "c".to_string());
-        assert_eq!(
-            s.containers.get(&key),
-            Some(&Point {
-                ts_ms: 2000,
-                cpu_seconds: 1.5,
-                memory_bytes: 4096.0,
-                start: Some(1.5)
-            })
-        );
-        assert_eq!(
-            s.containers.len(),
-            1,
-            "a container without memory is left out"
-        );
+        assert_eq!(s.containers.get(&key), Some(&Point { ts_ms: 2000, cpu_seconds: 1.5, memory_bytes: 4096.0, start: Some(1.5) }));
+        assert_eq!(s.containers.len(), 1, "a container without memory is left out");
     }
 }

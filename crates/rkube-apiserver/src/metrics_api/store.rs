@@ -48,14 +48,8 @@ impl Series {
     pub fn push(old: Option<&Series>, p: Point) -> Series {
         match old {
             Some(o) if o.last.ts_ms >= p.ts_ms => *o,
-            Some(o) if o.last.start == p.start => Series {
-                prev: Some(o.last),
-                last: p,
-            },
-            _ => Series {
-                prev: None,
-                last: p,
-            },
+            Some(o) if o.last.start == p.start => Series { prev: Some(o.last), last: p },
+            _ => Series { prev: None, last: p },
         }
     }
 
@@ -126,20 +120,12 @@ impl MetricsStore {
 
     /// Forgets nodes not in `keep` (deleted or no longer Ready).
     pub fn retain_nodes(&self, keep: &[String]) {
-        self.nodes
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|n, _| keep.contains(n));
+        self.nodes.write().unwrap_or_else(|p| p.into_inner()).retain(|n, _| keep.contains(n));
     }
 
     /// The usage of node `name`, once two readings exist.
     pub fn node_usage(&self, name: &str) -> Option<Usage> {
-        self.nodes
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)?
-            .node?
-            .usage()
+        self.nodes.read().unwrap_or_else(|p| p.into_inner()).get(name)?.node?.usage()
     }
 
     /// The usage of each container of pod `namespace/name`, by container name, sorted; `None`
@@ -168,12 +154,7 @@ mod tests {
     use super::*;
 
     fn p(ts_ms: i64, cpu_seconds: f64, start: f64) -> Point {
-        Point {
-            ts_ms,
-            cpu_seconds,
-            memory_bytes: 2048.0,
-            start: Some(start),
-        }
+        Point { ts_ms, cpu_seconds, memory_bytes: 2048.0, start: Some(start) }
     }
 
     #[test]
@@ -189,33 +170,11 @@ mod tests {
         assert_eq!(store.pod_usage("ns", "p"), None);
         store.record("n1", scrape(12_000, 5.0));
         let u = store.node_usage("n1").expect("two readings");
-        assert_eq!(
-            u,
-            Usage {
-                ts_ms: 12_000,
-                window_ms: 2_000,
-                nano_cores: 500_000_000,
-                memory_bytes: 2048
-            }
-        );
+        assert_eq!(u, Usage { ts_ms: 12_000, window_ms: 2_000, nano_cores: 500_000_000, memory_bytes: 2048 });
         let pod = store.pod_usage("ns", "p").expect("pod");
-        assert_eq!(
-            pod,
-            vec![(
-                "c".to_string(),
-                Usage {
-                    ts_ms: 12_000,
-                    window_ms: 2_000,
-                    nano_cores: 250_000_000,
-                    memory_bytes: 2048
-                }
-            )]
-        );
+        assert_eq!(pod, vec![("c".to_string(), Usage { ts_ms: 12_000, window_ms: 2_000, nano_cores: 250_000_000, memory_bytes: 2048 })]);
         // A restart (new start time) starts the container over.
-        let restarted = NodeScrape {
-            node: None,
-            containers: HashMap::from([(key.clone(), p(14_000, 0.1, 200.0))]),
-        };
+        let restarted = NodeScrape { node: None, containers: HashMap::from([(key.clone(), p(14_000, 0.1, 200.0))]) };
         store.record("n1", restarted);
         assert_eq!(store.pod_usage("ns", "p"), None);
         store.retain_nodes(&[]);

@@ -22,10 +22,7 @@ const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
 
 /// The rows of custom resources served now.
 fn custom_rows() -> Vec<&'static ResourceInfo> {
-    registry::every()
-        .into_iter()
-        .filter(|r| r.custom.is_some())
-        .collect()
+    registry::every().into_iter().filter(|r| r.custom.is_some()).collect()
 }
 
 /// Upstream's definition name of `group`/`version` `kind`: the group's
@@ -49,9 +46,7 @@ fn to_v2(schema: &Value) -> Value {
                         _ if k.starts_with("x-") => v.clone(),
                         // Property names are data; their values are schemas.
                         "properties" | "patternProperties" => match v.as_object() {
-                            Some(p) => Value::Object(
-                                p.iter().map(|(name, s)| (name.clone(), to_v2(s))).collect(),
-                            ),
+                            Some(p) => Value::Object(p.iter().map(|(name, s)| (name.clone(), to_v2(s))).collect()),
                             None => v.clone(),
                         },
                         _ => to_v2(v),
@@ -67,10 +62,7 @@ fn to_v2(schema: &Value) -> Value {
 
 /// The kind and list definitions of a custom resource row.
 fn definitions_of(r: &ResourceInfo) -> Vec<(String, Value)> {
-    let schema = r
-        .custom
-        .and_then(|c| c.schema.clone())
-        .unwrap_or_else(|| json!({"type": "object"}));
+    let schema = r.custom.and_then(|c| c.schema.clone()).unwrap_or_else(|| json!({"type": "object"}));
     let mut kind = to_v2(&schema);
     if let Some(m) = kind.as_object_mut() {
         let props = m.entry("properties").or_insert_with(|| json!({}));
@@ -79,10 +71,7 @@ fn definitions_of(r: &ResourceInfo) -> Vec<(String, Value)> {
             p.insert("kind".into(), json!({"description": "Kind is a string value representing the REST resource this object represents.", "type": "string"}));
             p.insert("metadata".into(), json!({"description": "Standard object's metadata.", "$ref": format!("#/definitions/{OBJECT_META}")}));
         }
-        m.insert(
-            "x-kubernetes-group-version-kind".into(),
-            json!([schemas::gvk(r.group, r.version, r.kind)]),
-        );
+        m.insert("x-kubernetes-group-version-kind".into(), json!([schemas::gvk(r.group, r.version, r.kind)]));
     }
     let def = definition_name(r.group, r.version, r.kind);
     let list = json!({
@@ -97,10 +86,7 @@ fn definitions_of(r: &ResourceInfo) -> Vec<(String, Value)> {
         },
         "x-kubernetes-group-version-kind": [schemas::gvk(r.group, r.version, r.list_kind)]
     });
-    vec![
-        (def, kind),
-        (definition_name(r.group, r.version, r.list_kind), list),
-    ]
+    vec![(def, kind), (definition_name(r.group, r.version, r.list_kind), list)]
 }
 
 fn path_items_of(rows: &[&'static ResourceInfo]) -> Vec<PathItem> {
@@ -128,10 +114,8 @@ pub(crate) fn group_version_paths() -> Vec<String> {
 
 /// The OpenAPI 3.0 document of a custom group version (`apis/<g>/<v>`), if served.
 pub(crate) fn v3_document(path: &str) -> Option<Value> {
-    let rows: Vec<&'static ResourceInfo> = custom_rows()
-        .into_iter()
-        .filter(|r| super::kinds::group_version_path(r.group, r.version) == path)
-        .collect();
+    let rows: Vec<&'static ResourceInfo> =
+        custom_rows().into_iter().filter(|r| super::kinds::group_version_path(r.group, r.version) == path).collect();
     if rows.is_empty() {
         return None;
     }
@@ -147,22 +131,12 @@ pub(crate) fn v3_document(path: &str) -> Option<Value> {
     for m in super::kinds::META {
         wanted.insert(m.definition.to_string());
     }
-    let roots: Vec<Value> = wanted
-        .iter()
-        .filter_map(|n| builtin.get(n))
-        .cloned()
-        .collect();
+    let roots: Vec<Value> = wanted.iter().filter_map(|n| builtin.get(n)).cloned().collect();
     for root in &roots {
         schemas::collect_refs(builtin, root, &mut wanted);
     }
-    let mut components: Map<String, Value> = wanted
-        .iter()
-        .filter_map(|n| {
-            builtin
-                .get(n)
-                .map(|d| (n.clone(), super::v3::to_v3_schema(d)))
-        })
-        .collect();
+    let mut components: Map<String, Value> =
+        wanted.iter().filter_map(|n| builtin.get(n).map(|d| (n.clone(), super::v3::to_v3_schema(d)))).collect();
     for (name, d) in own {
         components.insert(name, super::v3::to_v3_schema(&d));
     }
@@ -210,19 +184,9 @@ pub(crate) fn v2_documents() -> Option<super::V2Bytes> {
         return Some((c.json.clone(), c.protobuf.clone()));
     }
     let doc = v2_with_custom(super::v2_value());
-    let json = Arc::new(super::log_failure(
-        "the OpenAPI v2 JSON document",
-        serde_json::to_vec(&doc).map_err(Into::into),
-    ));
-    let protobuf = Arc::new(super::log_failure(
-        "the OpenAPI v2 protobuf document",
-        super::v2::to_protobuf(&doc),
-    ));
-    *cache = Some(V2Docs {
-        generation,
-        json: json.clone(),
-        protobuf: protobuf.clone(),
-    });
+    let json = Arc::new(super::log_failure("the OpenAPI v2 JSON document", serde_json::to_vec(&doc).map_err(Into::into)));
+    let protobuf = Arc::new(super::log_failure("the OpenAPI v2 protobuf document", super::v2::to_protobuf(&doc)));
+    *cache = Some(V2Docs { generation, json: json.clone(), protobuf: protobuf.clone() });
     Some((json, protobuf))
 }
 
@@ -232,24 +196,13 @@ mod tests {
 
     #[test]
     fn definition_names_reverse_the_group() {
-        assert_eq!(
-            definition_name("example.com", "v1", "Widget"),
-            "com.example.v1.Widget"
-        );
-        assert_eq!(
-            definition_name("stable.example.com", "v1beta1", "CronTab"),
-            "com.example.stable.v1beta1.CronTab"
-        );
+        assert_eq!(definition_name("example.com", "v1", "Widget"), "com.example.v1.Widget");
+        assert_eq!(definition_name("stable.example.com", "v1beta1", "CronTab"), "com.example.stable.v1beta1.CronTab");
     }
 
     #[test]
     fn nullable_is_dropped_for_swagger_2() {
-        let v2 = to_v2(
-            &json!({"type": "object", "properties": {"a": {"type": "string", "nullable": true, "default": {"nullable": 1}}}}),
-        );
-        assert_eq!(
-            v2,
-            json!({"type": "object", "properties": {"a": {"type": "string", "default": {"nullable": 1}}}})
-        );
+        let v2 = to_v2(&json!({"type": "object", "properties": {"a": {"type": "string", "nullable": true, "default": {"nullable": 1}}}}));
+        assert_eq!(v2, json!({"type": "object", "properties": {"a": {"type": "string", "default": {"nullable": 1}}}}));
     }
 }

@@ -10,8 +10,8 @@ use std::sync::LazyLock;
 
 use k8s_openapi::api::core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
-use k8s_openapi::schemars::{JsonSchema, SchemaGenerator};
 use rkube_api::registry;
+use k8s_openapi::schemars::{JsonSchema, SchemaGenerator};
 
 /// Adds the schema of `T` (and everything it references) to the generator.
 pub(crate) type AddSchema = fn(&mut SchemaGenerator);

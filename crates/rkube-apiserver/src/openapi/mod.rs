@@ -59,8 +59,7 @@ pub use unknown::{strict_decoding_message, unknown_field_message, unknown_fields
 /// `Accept` media type kubectl 1.27/1.28 (and client-go) send for the v2 document as protobuf.
 pub const ACCEPT_V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
 /// `Content-Type` of the protobuf v2 reply (note `.v1.0`, not `@v1.0`, as upstream answers).
-pub const CONTENT_TYPE_V2_PROTOBUF: &str =
-    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+pub const CONTENT_TYPE_V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 /// `Content-Type` of the JSON documents (v2 JSON, v3 index, v3 group versions).
 pub const CONTENT_TYPE_JSON: &str = "application/json";
 /// `info.title` of every document.
@@ -109,12 +108,7 @@ fn log_failure<T: Default>(what: &str, result: Result<T, OpenApiError>) -> T {
 /// The Swagger 2.0 document as JSON bytes (`GET /openapi/v2`, `Accept: application/json`).
 pub fn openapi_v2_json() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
-    BYTES.get_or_init(|| {
-        log_failure(
-            "the OpenAPI v2 JSON document",
-            serde_json::to_vec(v2_value()).map_err(Into::into),
-        )
-    })
+    BYTES.get_or_init(|| log_failure("the OpenAPI v2 JSON document", serde_json::to_vec(v2_value()).map_err(Into::into)))
 }
 
 /// The Swagger 2.0 document encoded as gnostic's `openapi.v2.Document`
@@ -122,12 +116,7 @@ pub fn openapi_v2_json() -> &'static [u8] {
 /// reply with `Content-Type:` [`CONTENT_TYPE_V2_PROTOBUF`]).
 pub fn openapi_v2_protobuf() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
-    BYTES.get_or_init(|| {
-        log_failure(
-            "the OpenAPI v2 protobuf document",
-            v2::to_protobuf(v2_value()),
-        )
-    })
+    BYTES.get_or_init(|| log_failure("the OpenAPI v2 protobuf document", v2::to_protobuf(v2_value())))
 }
 
 /// True when an `Accept` header asks for the protobuf v2 document (any of its
@@ -135,8 +124,7 @@ pub fn openapi_v2_protobuf() -> &'static [u8] {
 pub fn wants_v2_protobuf(accept: &str) -> bool {
     accept.split(',').any(|range| {
         let media = range.split(';').next().unwrap_or("").trim();
-        media.eq_ignore_ascii_case(ACCEPT_V2_PROTOBUF)
-            || media.eq_ignore_ascii_case(CONTENT_TYPE_V2_PROTOBUF)
+        media.eq_ignore_ascii_case(ACCEPT_V2_PROTOBUF) || media.eq_ignore_ascii_case(CONTENT_TYPE_V2_PROTOBUF)
     })
 }
 
@@ -151,15 +139,9 @@ fn v3_docs() -> &'static BTreeMap<String, V3Doc> {
         let mut out = BTreeMap::new();
         for (group, version) in kinds::group_versions() {
             let doc = v3::group_version_document(definitions(), path_items(), group, version);
-            let bytes = log_failure(
-                "an OpenAPI v3 document",
-                serde_json::to_vec(&doc).map_err(Into::into),
-            );
+            let bytes = log_failure("an OpenAPI v3 document", serde_json::to_vec(&doc).map_err(Into::into));
             let hash = hex_upper(&Sha512::digest(&bytes));
-            out.insert(
-                kinds::group_version_path(group, version),
-                V3Doc { bytes, hash },
-            );
+            out.insert(kinds::group_version_path(group, version), V3Doc { bytes, hash });
         }
         out
     })
@@ -182,19 +164,11 @@ fn hex_upper(bytes: &[u8]) -> String {
 pub fn openapi_v3_index() -> Value {
     let mut paths: serde_json::Map<String, Value> = v3_docs()
         .iter()
-        .map(|(path, doc)| {
-            (
-                path.clone(),
-                json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", doc.hash)}),
-            )
-        })
+        .map(|(path, doc)| (path.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", doc.hash)})))
         .collect();
     for path in custom::group_version_paths() {
         if let Some((_, hash)) = custom_v3(&path) {
-            paths.insert(
-                path.clone(),
-                json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={hash}")}),
-            );
+            paths.insert(path.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={hash}")}));
         }
     }
     json!({ "paths": paths })
@@ -203,10 +177,7 @@ pub fn openapi_v3_index() -> Value {
 /// The v3 document of a custom resources' group version and its hash.
 fn custom_v3(path: &str) -> Option<(Vec<u8>, String)> {
     let doc = custom::v3_document(path)?;
-    let bytes = log_failure(
-        "an OpenAPI v3 document",
-        serde_json::to_vec(&doc).map_err(Into::into),
-    );
+    let bytes = log_failure("an OpenAPI v3 document", serde_json::to_vec(&doc).map_err(Into::into));
     let hash = hex_upper(&Sha512::digest(&bytes));
     Some((bytes, hash))
 }
@@ -217,10 +188,7 @@ fn custom_v3(path: &str) -> Option<(Vec<u8>, String)> {
 /// for the built-in ones).
 pub fn openapi_v3_custom_group_version(path: &str) -> Option<(Vec<u8>, String)> {
     let path = path.trim_start_matches('/');
-    let path = path
-        .strip_prefix("openapi/v3/")
-        .unwrap_or(path)
-        .trim_end_matches('/');
+    let path = path.strip_prefix("openapi/v3/").unwrap_or(path).trim_end_matches('/');
     custom_v3(path)
 }
 
@@ -257,10 +225,5 @@ fn v3_doc(path: &str) -> Option<&'static V3Doc> {
 /// (e.g. `("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "name")`), for
 /// Table column descriptions.
 pub fn property_description(definition: &str, property: &str) -> Option<&'static str> {
-    definitions()
-        .get(definition)?
-        .get("properties")?
-        .get(property)?
-        .get("description")?
-        .as_str()
+    definitions().get(definition)?.get("properties")?.get(property)?.get("description")?.as_str()
 }

@@ -15,171 +15,43 @@ pub(crate) type PatchMeta = (&'static str, &'static str, &'static str, &'static 
 /// in `k8s.io/api` (`core/v1/types.go`, `apps/v1/types.go`) and
 /// `k8s.io/apimachinery/pkg/apis/meta/v1/types.go`.
 pub(crate) static PATCH_META: &[PatchMeta] = &[
-    (
-        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
-        "finalizers",
-        "merge",
-        "",
-    ),
-    (
-        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
-        "ownerReferences",
-        "merge",
-        "uid",
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "volumes",
-        "merge,retainKeys",
-        "name",
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "initContainers",
-        "merge",
-        "name",
-    ),
+    ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "finalizers", "merge", ""),
+    ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "ownerReferences", "merge", "uid"),
+    ("io.k8s.api.core.v1.PodSpec", "volumes", "merge,retainKeys", "name"),
+    ("io.k8s.api.core.v1.PodSpec", "initContainers", "merge", "name"),
     ("io.k8s.api.core.v1.PodSpec", "containers", "merge", "name"),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "ephemeralContainers",
-        "merge",
-        "name",
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "imagePullSecrets",
-        "merge",
-        "name",
-    ),
+    ("io.k8s.api.core.v1.PodSpec", "ephemeralContainers", "merge", "name"),
+    ("io.k8s.api.core.v1.PodSpec", "imagePullSecrets", "merge", "name"),
     ("io.k8s.api.core.v1.PodSpec", "hostAliases", "merge", "ip"),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "topologySpreadConstraints",
-        "merge",
-        "topologyKey",
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "resourceClaims",
-        "merge,retainKeys",
-        "name",
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "schedulingGates",
-        "merge",
-        "name",
-    ),
-    (
-        "io.k8s.api.core.v1.Container",
-        "ports",
-        "merge",
-        "containerPort",
-    ),
+    ("io.k8s.api.core.v1.PodSpec", "topologySpreadConstraints", "merge", "topologyKey"),
+    ("io.k8s.api.core.v1.PodSpec", "resourceClaims", "merge,retainKeys", "name"),
+    ("io.k8s.api.core.v1.PodSpec", "schedulingGates", "merge", "name"),
+    ("io.k8s.api.core.v1.Container", "ports", "merge", "containerPort"),
     ("io.k8s.api.core.v1.Container", "env", "merge", "name"),
-    (
-        "io.k8s.api.core.v1.Container",
-        "volumeMounts",
-        "merge",
-        "mountPath",
-    ),
-    (
-        "io.k8s.api.core.v1.Container",
-        "volumeDevices",
-        "merge",
-        "devicePath",
-    ),
-    (
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "ports",
-        "merge",
-        "containerPort",
-    ),
-    (
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "env",
-        "merge",
-        "name",
-    ),
-    (
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "volumeMounts",
-        "merge",
-        "mountPath",
-    ),
-    (
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "volumeDevices",
-        "merge",
-        "devicePath",
-    ),
-    (
-        "io.k8s.api.core.v1.PodStatus",
-        "conditions",
-        "merge",
-        "type",
-    ),
+    ("io.k8s.api.core.v1.Container", "volumeMounts", "merge", "mountPath"),
+    ("io.k8s.api.core.v1.Container", "volumeDevices", "merge", "devicePath"),
+    ("io.k8s.api.core.v1.EphemeralContainer", "ports", "merge", "containerPort"),
+    ("io.k8s.api.core.v1.EphemeralContainer", "env", "merge", "name"),
+    ("io.k8s.api.core.v1.EphemeralContainer", "volumeMounts", "merge", "mountPath"),
+    ("io.k8s.api.core.v1.EphemeralContainer", "volumeDevices", "merge", "devicePath"),
+    ("io.k8s.api.core.v1.PodStatus", "conditions", "merge", "type"),
     ("io.k8s.api.core.v1.PodStatus", "podIPs", "merge", "ip"),
     ("io.k8s.api.core.v1.PodStatus", "hostIPs", "merge", "ip"),
-    (
-        "io.k8s.api.core.v1.PodStatus",
-        "resourceClaimStatuses",
-        "merge,retainKeys",
-        "name",
-    ),
+    ("io.k8s.api.core.v1.PodStatus", "resourceClaimStatuses", "merge,retainKeys", "name"),
     ("io.k8s.api.core.v1.NodeSpec", "podCIDRs", "merge", ""),
-    (
-        "io.k8s.api.core.v1.NodeStatus",
-        "conditions",
-        "merge",
-        "type",
-    ),
-    (
-        "io.k8s.api.core.v1.NodeStatus",
-        "addresses",
-        "merge",
-        "type",
-    ),
-    (
-        "io.k8s.api.core.v1.NamespaceStatus",
-        "conditions",
-        "merge",
-        "type",
-    ),
+    ("io.k8s.api.core.v1.NodeStatus", "conditions", "merge", "type"),
+    ("io.k8s.api.core.v1.NodeStatus", "addresses", "merge", "type"),
+    ("io.k8s.api.core.v1.NamespaceStatus", "conditions", "merge", "type"),
     ("io.k8s.api.core.v1.ServiceSpec", "ports", "merge", "port"),
-    (
-        "io.k8s.api.core.v1.ServiceStatus",
-        "conditions",
-        "merge",
-        "type",
-    ),
-    (
-        "io.k8s.api.core.v1.ServiceAccount",
-        "secrets",
-        "merge",
-        "name",
-    ),
-    (
-        "io.k8s.api.apps.v1.DeploymentSpec",
-        "strategy",
-        "retainKeys",
-        "",
-    ),
-    (
-        "io.k8s.api.apps.v1.DeploymentStatus",
-        "conditions",
-        "merge",
-        "type",
-    ),
+    ("io.k8s.api.core.v1.ServiceStatus", "conditions", "merge", "type"),
+    ("io.k8s.api.core.v1.ServiceAccount", "secrets", "merge", "name"),
+    ("io.k8s.api.apps.v1.DeploymentSpec", "strategy", "retainKeys", ""),
+    ("io.k8s.api.apps.v1.DeploymentStatus", "conditions", "merge", "type"),
 ];
 
 /// The patch strategy and merge key of `property` in `definition`, if any.
 /// The merge key is `None` for primitive sets and `retainKeys`-only fields.
-pub fn patch_strategy(
-    definition: &str,
-    property: &str,
-) -> Option<(&'static str, Option<&'static str>)> {
+pub fn patch_strategy(definition: &str, property: &str) -> Option<(&'static str, Option<&'static str>)> {
     PATCH_META
         .iter()
         .find(|(d, p, _, _)| *d == definition && *p == property)

@@ -47,125 +47,43 @@ struct Param {
 }
 
 const fn query(name: &'static str, ty: &'static str, description: &'static str) -> Param {
-    Param {
-        name,
-        location: "query",
-        ty,
-        description,
-    }
+    Param { name, location: "query", ty, description }
 }
 
-const PRETTY: Param = query(
-    "pretty",
-    "string",
-    "If 'true', the output is pretty printed.",
-);
-const NAMESPACE: Param = Param {
-    name: "namespace",
-    location: "path",
-    ty: "string",
-    description: "object name and auth scope, such as for teams and projects",
-};
-const NAME: Param = Param {
-    name: "name",
-    location: "path",
-    ty: "string",
-    description: "name of the object",
-};
+const PRETTY: Param = query("pretty", "string", "If 'true', the output is pretty printed.");
+const NAMESPACE: Param =
+    Param { name: "namespace", location: "path", ty: "string", description: "object name and auth scope, such as for teams and projects" };
+const NAME: Param = Param { name: "name", location: "path", ty: "string", description: "name of the object" };
 
 const LIST_PARAMS: &[Param] = &[
-    query(
-        "allowWatchBookmarks",
-        "boolean",
-        "Ask for BOOKMARK watch events; the server may send them.",
-    ),
-    query(
-        "continue",
-        "string",
-        "Continue token from a previous paged list.",
-    ),
-    query(
-        "fieldSelector",
-        "string",
-        "Restrict the returned objects by their fields.",
-    ),
-    query(
-        "labelSelector",
-        "string",
-        "Restrict the returned objects by their labels.",
-    ),
-    query(
-        "limit",
-        "integer",
-        "Maximum number of objects to return in one page.",
-    ),
-    query(
-        "resourceVersion",
-        "string",
-        "Resource version the list or watch starts from; see the API concepts docs.",
-    ),
-    query(
-        "resourceVersionMatch",
-        "string",
-        "How resourceVersion is applied to a list: Exact or NotOlderThan.",
-    ),
-    query(
-        "sendInitialEvents",
-        "boolean",
-        "With watch=true, start the watch with synthetic events for the current state.",
-    ),
-    query(
-        "timeoutSeconds",
-        "integer",
-        "Timeout for the list or watch call, in seconds.",
-    ),
-    query(
-        "watch",
-        "boolean",
-        "Watch for changes and return them as a stream of add, update and remove notifications.",
-    ),
+    query("allowWatchBookmarks", "boolean", "Ask for BOOKMARK watch events; the server may send them."),
+    query("continue", "string", "Continue token from a previous paged list."),
+    query("fieldSelector", "string", "Restrict the returned objects by their fields."),
+    query("labelSelector", "string", "Restrict the returned objects by their labels."),
+    query("limit", "integer", "Maximum number of objects to return in one page."),
+    query("resourceVersion", "string", "Resource version the list or watch starts from; see the API concepts docs."),
+    query("resourceVersionMatch", "string", "How resourceVersion is applied to a list: Exact or NotOlderThan."),
+    query("sendInitialEvents", "boolean", "With watch=true, start the watch with synthetic events for the current state."),
+    query("timeoutSeconds", "integer", "Timeout for the list or watch call, in seconds."),
+    query("watch", "boolean", "Watch for changes and return them as a stream of add, update and remove notifications."),
 ];
 
-const DRY_RUN: Param = query(
-    "dryRun",
-    "string",
-    "When present (All), modifications are not persisted.",
-);
-const FIELD_MANAGER: Param = query(
-    "fieldManager",
-    "string",
-    "Name of the actor making the change, recorded in managedFields.",
-);
+const DRY_RUN: Param = query("dryRun", "string", "When present (All), modifications are not persisted.");
+const FIELD_MANAGER: Param = query("fieldManager", "string", "Name of the actor making the change, recorded in managedFields.");
 const FIELD_VALIDATION: Param = query(
     "fieldValidation",
     "string",
     "How the server handles unknown or duplicate fields in the request body: Ignore, Warn or Strict.",
 );
-const FORCE: Param = query(
-    "force",
-    "boolean",
-    "Force an apply request to take ownership of conflicting fields.",
-);
+const FORCE: Param = query("force", "boolean", "Force an apply request to take ownership of conflicting fields.");
 
 const WRITE_PARAMS: &[Param] = &[DRY_RUN, FIELD_MANAGER, FIELD_VALIDATION];
 const PATCH_PARAMS: &[Param] = &[DRY_RUN, FIELD_MANAGER, FIELD_VALIDATION, FORCE];
 const DELETE_PARAMS: &[Param] = &[
     DRY_RUN,
-    query(
-        "gracePeriodSeconds",
-        "integer",
-        "Seconds before the object should be deleted; 0 deletes immediately.",
-    ),
-    query(
-        "orphanDependents",
-        "boolean",
-        "Deprecated: use propagationPolicy.",
-    ),
-    query(
-        "propagationPolicy",
-        "string",
-        "Whether and how garbage collection is performed: Orphan, Background or Foreground.",
-    ),
+    query("gracePeriodSeconds", "integer", "Seconds before the object should be deleted; 0 deletes immediately."),
+    query("orphanDependents", "boolean", "Deprecated: use propagationPolicy."),
+    query("propagationPolicy", "string", "Whether and how garbage collection is performed: Orphan, Background or Foreground."),
 ];
 
 /// Media types a PATCH accepts.
@@ -231,11 +149,7 @@ fn camel_version(version: &str) -> String {
 }
 
 fn tag(group: &str, version: &str) -> String {
-    let g = if group.is_empty() {
-        "core"
-    } else {
-        group.split('.').next().unwrap_or(group)
-    };
+    let g = if group.is_empty() { "core" } else { group.split('.').next().unwrap_or(group) };
     format!("{}_{version}", g.replace('-', "_"))
 }
 
@@ -250,29 +164,18 @@ pub(crate) fn build() -> Vec<PathItem> {
             params: Vec::new(),
             ops: vec![Op {
                 method: "get",
-                operation_id: format!(
-                    "get{}{}APIResources",
-                    camel_group(group),
-                    camel_version(version)
-                ),
+                operation_id: format!("get{}{}APIResources", camel_group(group), camel_version(version)),
                 description: "get available resources".to_string(),
                 action: "",
                 gvk: ("", "", ""),
                 params: Vec::new(),
                 body: None,
                 consumes: &[],
-                responses: vec![(
-                    "200",
-                    OK,
-                    Some("io.k8s.apimachinery.pkg.apis.meta.v1.APIResourceList".into()),
-                )],
+                responses: vec![("200", OK, Some("io.k8s.apimachinery.pkg.apis.meta.v1.APIResourceList".into()))],
                 tag: tag(group, version),
             }],
         });
-        for r in registry::all()
-            .iter()
-            .filter(|r| r.group == group && r.version == version)
-        {
+        for r in registry::all().iter().filter(|r| r.group == group && r.version == version) {
             resource_paths(r, &prefix, &mut items);
         }
     }
@@ -280,9 +183,7 @@ pub(crate) fn build() -> Vec<PathItem> {
 }
 
 fn resource_paths(r: &'static ResourceInfo, prefix: &str, items: &mut Vec<PathItem>) {
-    let Some(kind) = kinds::lookup(r.group, r.kind) else {
-        return;
-    };
+    let Some(kind) = kinds::lookup(r.group, r.kind) else { return };
     // Create-only rows (the review APIs) have no list kind and no list paths.
     let list_def = kinds::list_definition(kind);
     resource_paths_with(r, prefix, kind.definition.to_string(), list_def, items);
@@ -318,31 +219,16 @@ pub(crate) fn resource_paths_with(
     };
 
     let (collection, item) = if r.namespaced {
-        (
-            format!("{prefix}/namespaces/{{namespace}}/{}", r.resource),
-            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.resource),
-        )
+        (format!("{prefix}/namespaces/{{namespace}}/{}", r.resource), format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.resource))
     } else {
-        (
-            format!("{prefix}/{}", r.resource),
-            format!("{prefix}/{}/{{name}}", r.resource),
-        )
+        (format!("{prefix}/{}", r.resource), format!("{prefix}/{}/{{name}}", r.resource))
     };
-    let scope_params: Vec<Param> = if r.namespaced {
-        vec![NAMESPACE, PRETTY]
-    } else {
-        vec![PRETTY]
-    };
+    let scope_params: Vec<Param> = if r.namespaced { vec![NAMESPACE, PRETTY] } else { vec![PRETTY] };
 
     // Collection: list, create, deletecollection.
     let mut ops = Vec::new();
     if let (true, Some(list_def)) = (has("list"), &list_def) {
-        let mut o = op(
-            "get",
-            "list",
-            "list",
-            format!("list or watch {} objects", r.kind),
-        );
+        let mut o = op("get", "list", "list", format!("list or watch {} objects", r.kind));
         o.params = LIST_PARAMS.to_vec();
         o.responses = vec![("200", OK, Some(list_def.clone()))];
         ops.push(o);
@@ -352,41 +238,20 @@ pub(crate) fn resource_paths_with(
         o.params = WRITE_PARAMS.to_vec();
         o.body = Some((def.clone(), true));
         o.consumes = &["*/*"];
-        o.responses = vec![
-            ("200", OK, Some(def.clone())),
-            ("201", "Created", Some(def.clone())),
-            ("202", "Accepted", Some(def.clone())),
-        ];
+        o.responses = vec![("200", OK, Some(def.clone())), ("201", "Created", Some(def.clone())), ("202", "Accepted", Some(def.clone()))];
         ops.push(o);
     }
     if has("deletecollection") {
-        let mut o = op(
-            "delete",
-            "delete",
-            "deletecollection",
-            format!("delete a collection of {} objects", r.kind),
-        );
+        let mut o = op("delete", "delete", "deletecollection", format!("delete a collection of {} objects", r.kind));
         o.operation_id = format!("delete{id_mid}Collection{scope}{}", r.kind);
         o.params = LIST_PARAMS.iter().chain(DELETE_PARAMS).copied().collect();
-        o.body = Some((
-            "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions".into(),
-            false,
-        ));
+        o.body = Some(("io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions".into(), false));
         o.consumes = &["*/*"];
-        o.responses = vec![(
-            "200",
-            OK,
-            Some("io.k8s.apimachinery.pkg.apis.meta.v1.Status".into()),
-        )];
+        o.responses = vec![("200", OK, Some("io.k8s.apimachinery.pkg.apis.meta.v1.Status".into()))];
         ops.push(o);
     }
     if !ops.is_empty() {
-        items.push(PathItem {
-            path: collection,
-            group_version: gv,
-            params: scope_params.clone(),
-            ops,
-        });
+        items.push(PathItem { path: collection, group_version: gv, params: scope_params.clone(), ops });
     }
 
     // Item: read, replace, patch, delete.
@@ -394,87 +259,45 @@ pub(crate) fn resource_paths_with(
     item_params.extend(scope_params.iter().copied());
     let mut ops = Vec::new();
     if has("get") {
-        let mut o = op(
-            "get",
-            "read",
-            "get",
-            format!("read the specified {}", r.kind),
-        );
+        let mut o = op("get", "read", "get", format!("read the specified {}", r.kind));
         o.responses = vec![("200", OK, Some(def.clone()))];
         ops.push(o);
     }
     if has("update") {
-        let mut o = op(
-            "put",
-            "replace",
-            "put",
-            format!("replace the specified {}", r.kind),
-        );
+        let mut o = op("put", "replace", "put", format!("replace the specified {}", r.kind));
         o.params = WRITE_PARAMS.to_vec();
         o.body = Some((def.clone(), true));
         o.consumes = &["*/*"];
-        o.responses = vec![
-            ("200", OK, Some(def.clone())),
-            ("201", "Created", Some(def.clone())),
-        ];
+        o.responses = vec![("200", OK, Some(def.clone())), ("201", "Created", Some(def.clone()))];
         ops.push(o);
     }
     if has("patch") {
-        let mut o = op(
-            "patch",
-            "patch",
-            "patch",
-            format!("partially update the specified {}", r.kind),
-        );
+        let mut o = op("patch", "patch", "patch", format!("partially update the specified {}", r.kind));
         o.params = PATCH_PARAMS.to_vec();
         o.body = Some(("io.k8s.apimachinery.pkg.apis.meta.v1.Patch".into(), true));
         o.consumes = PATCH_TYPES;
-        o.responses = vec![
-            ("200", OK, Some(def.clone())),
-            ("201", "Created", Some(def.clone())),
-        ];
+        o.responses = vec![("200", OK, Some(def.clone())), ("201", "Created", Some(def.clone()))];
         ops.push(o);
     }
     if has("delete") {
         let mut o = op("delete", "delete", "delete", format!("delete a {}", r.kind));
         o.params = DELETE_PARAMS.to_vec();
-        o.body = Some((
-            "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions".into(),
-            false,
-        ));
+        o.body = Some(("io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions".into(), false));
         o.consumes = &["*/*"];
-        o.responses = vec![
-            ("200", OK, Some(def.clone())),
-            ("202", "Accepted", Some(def.clone())),
-        ];
+        o.responses = vec![("200", OK, Some(def.clone())), ("202", "Accepted", Some(def.clone()))];
         ops.push(o);
     }
     if !ops.is_empty() {
-        items.push(PathItem {
-            path: item.clone(),
-            group_version: gv,
-            params: item_params.clone(),
-            ops,
-        });
+        items.push(PathItem { path: item.clone(), group_version: gv, params: item_params.clone(), ops });
     }
 
     // All namespaces list.
     if let (true, Some(list_def)) = (r.namespaced && has("list"), &list_def) {
-        let mut o = op(
-            "get",
-            "list",
-            "list",
-            format!("list or watch {} objects in all namespaces", r.kind),
-        );
+        let mut o = op("get", "list", "list", format!("list or watch {} objects in all namespaces", r.kind));
         o.operation_id = format!("list{id_mid}{}ForAllNamespaces", r.kind);
         o.params = LIST_PARAMS.to_vec();
         o.responses = vec![("200", OK, Some(list_def.clone()))];
-        items.push(PathItem {
-            path: format!("{prefix}/{}", r.resource),
-            group_version: gv,
-            params: vec![PRETTY],
-            ops: vec![o],
-        });
+        items.push(PathItem { path: format!("{prefix}/{}", r.resource), group_version: gv, params: vec![PRETTY], ops: vec![o] });
     }
 
     // Subresources.
@@ -482,69 +305,36 @@ pub(crate) fn resource_paths_with(
         let (sub_def, sub_gvk) = if r.custom.is_some() && sub.kind == r.kind {
             (def.clone(), gvk)
         } else {
-            let Some(sub_kind) =
-                kinds::lookup(r.group, sub.kind).or_else(|| kinds::lookup("", sub.kind))
-            else {
-                continue;
-            };
-            (
-                sub_kind.definition.to_string(),
-                (sub_kind.group, sub_kind.version, sub_kind.kind),
-            )
+            let Some(sub_kind) = kinds::lookup(r.group, sub.kind).or_else(|| kinds::lookup("", sub.kind)) else { continue };
+            (sub_kind.definition.to_string(), (sub_kind.group, sub_kind.version, sub_kind.kind))
         };
         let suffix = camel_version(sub.name);
         let mut ops = Vec::new();
         for verb in sub.verbs {
             let mut o = match *verb {
                 "get" => {
-                    let mut o = op(
-                        "get",
-                        "read",
-                        "get",
-                        format!("read {} of the specified {}", sub.name, r.kind),
-                    );
+                    let mut o = op("get", "read", "get", format!("read {} of the specified {}", sub.name, r.kind));
                     o.responses = vec![("200", OK, Some(sub_def.clone()))];
                     o
                 }
                 "update" => {
-                    let mut o = op(
-                        "put",
-                        "replace",
-                        "put",
-                        format!("replace {} of the specified {}", sub.name, r.kind),
-                    );
+                    let mut o = op("put", "replace", "put", format!("replace {} of the specified {}", sub.name, r.kind));
                     o.params = WRITE_PARAMS.to_vec();
                     o.body = Some((sub_def.clone(), true));
                     o.consumes = &["*/*"];
-                    o.responses = vec![
-                        ("200", OK, Some(sub_def.clone())),
-                        ("201", "Created", Some(sub_def.clone())),
-                    ];
+                    o.responses = vec![("200", OK, Some(sub_def.clone())), ("201", "Created", Some(sub_def.clone()))];
                     o
                 }
                 "patch" => {
-                    let mut o = op(
-                        "patch",
-                        "patch",
-                        "patch",
-                        format!("partially update {} of the specified {}", sub.name, r.kind),
-                    );
+                    let mut o = op("patch", "patch", "patch", format!("partially update {} of the specified {}", sub.name, r.kind));
                     o.params = PATCH_PARAMS.to_vec();
                     o.body = Some(("io.k8s.apimachinery.pkg.apis.meta.v1.Patch".into(), true));
                     o.consumes = PATCH_TYPES;
-                    o.responses = vec![
-                        ("200", OK, Some(sub_def.clone())),
-                        ("201", "Created", Some(sub_def.clone())),
-                    ];
+                    o.responses = vec![("200", OK, Some(sub_def.clone())), ("201", "Created", Some(sub_def.clone()))];
                     o
                 }
                 "create" => {
-                    let mut o = op(
-                        "post",
-                        "create",
-                        "post",
-                        format!("create {} of a {}", sub.name, r.kind),
-                    );
+                    let mut o = op("post", "create", "post", format!("create {} of a {}", sub.name, r.kind));
                     o.params = WRITE_PARAMS.to_vec();
                     o.body = Some((sub_def.clone(), true));
                     o.consumes = &["*/*"];
@@ -562,12 +352,7 @@ pub(crate) fn resource_paths_with(
             ops.push(o);
         }
         if !ops.is_empty() {
-            items.push(PathItem {
-                path: format!("{item}/{}", sub.name),
-                group_version: gv,
-                params: item_params.clone(),
-                ops,
-            });
+            items.push(PathItem { path: format!("{item}/{}", sub.name), group_version: gv, params: item_params.clone(), ops });
         }
     }
 }
@@ -613,19 +398,10 @@ fn render_op(o: &Op, flavor: Flavor) -> Value {
         m.insert("parameters".into(), Value::Array(params));
     }
     if let (Flavor::V3, Some((def, required))) = (flavor, &o.body) {
-        let types: &[&str] = if o.consumes.is_empty() || o.consumes == ["*/*"] {
-            &["*/*"]
-        } else {
-            o.consumes
-        };
-        let content: Map<String, Value> = types
-            .iter()
-            .map(|t| ((*t).to_string(), json!({"schema": flavor.reference(def)})))
-            .collect();
-        m.insert(
-            "requestBody".into(),
-            json!({"content": content, "required": required}),
-        );
+        let types: &[&str] = if o.consumes.is_empty() || o.consumes == ["*/*"] { &["*/*"] } else { o.consumes };
+        let content: Map<String, Value> =
+            types.iter().map(|t| ((*t).to_string(), json!({"schema": flavor.reference(def)}))).collect();
+        m.insert("requestBody".into(), json!({"content": content, "required": required}));
     }
     let mut responses = Map::new();
     for (code, description, schema) in &o.responses {
@@ -637,10 +413,8 @@ fn render_op(o: &Op, flavor: Flavor) -> Value {
                     r.insert("schema".into(), flavor.reference(def));
                 }
                 Flavor::V3 => {
-                    let content: Map<String, Value> = PRODUCES
-                        .iter()
-                        .map(|t| ((*t).to_string(), json!({"schema": flavor.reference(def)})))
-                        .collect();
+                    let content: Map<String, Value> =
+                        PRODUCES.iter().map(|t| ((*t).to_string(), json!({"schema": flavor.reference(def)}))).collect();
                     r.insert("content".into(), Value::Object(content));
                 }
             }
@@ -652,19 +426,13 @@ fn render_op(o: &Op, flavor: Flavor) -> Value {
     if !o.action.is_empty() {
         m.insert("x-kubernetes-action".into(), o.action.into());
         let (g, v, k) = o.gvk;
-        m.insert(
-            "x-kubernetes-group-version-kind".into(),
-            json!({"group": g, "kind": k, "version": v}),
-        );
+        m.insert("x-kubernetes-group-version-kind".into(), json!({"group": g, "kind": k, "version": v}));
     }
     Value::Object(m)
 }
 
 /// Renders path items into a `paths` object of the given flavour.
-pub(crate) fn render<'a>(
-    items: impl IntoIterator<Item = &'a PathItem>,
-    flavor: Flavor,
-) -> Map<String, Value> {
+pub(crate) fn render<'a>(items: impl IntoIterator<Item = &'a PathItem>, flavor: Flavor) -> Map<String, Value> {
     let mut paths = Map::new();
     for item in items {
         let mut m = Map::new();
@@ -672,15 +440,7 @@ pub(crate) fn render<'a>(
             m.insert(o.method.into(), render_op(o, flavor));
         }
         if !item.params.is_empty() {
-            m.insert(
-                "parameters".into(),
-                Value::Array(
-                    item.params
-                        .iter()
-                        .map(|p| render_param(p, flavor))
-                        .collect(),
-                ),
-            );
+            m.insert("parameters".into(), Value::Array(item.params.iter().map(|p| render_param(p, flavor)).collect()));
         }
         paths.insert(item.path.clone(), Value::Object(m));
     }

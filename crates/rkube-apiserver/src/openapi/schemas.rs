@@ -82,15 +82,9 @@ pub(crate) fn build() -> Definitions {
         else {
             continue;
         };
-        prop.insert(
-            "x-kubernetes-patch-strategy".into(),
-            Value::String((*strategy).into()),
-        );
+        prop.insert("x-kubernetes-patch-strategy".into(), Value::String((*strategy).into()));
         if !key.is_empty() {
-            prop.insert(
-                "x-kubernetes-patch-merge-key".into(),
-                Value::String((*key).into()),
-            );
+            prop.insert("x-kubernetes-patch-merge-key".into(), Value::String((*key).into()));
         }
     }
     defs
@@ -108,9 +102,7 @@ fn set_gvk(def: &mut Value, tags: Vec<Value>) {
 }
 
 fn drop_required(def: &mut Value, field: &str) {
-    let Some(obj) = def.as_object_mut() else {
-        return;
-    };
+    let Some(obj) = def.as_object_mut() else { return };
     let now_empty = match obj.get_mut("required").and_then(Value::as_array_mut) {
         Some(required) => {
             required.retain(|r| r.as_str() != Some(field));
@@ -171,18 +163,12 @@ fn list_schema(k: &KindSchema) -> Option<(String, Value)> {
 /// The definition name a `$ref` string points to (`#/definitions/X` or
 /// `#/components/schemas/X` → `X`).
 pub(crate) fn ref_name(reference: &str) -> Option<&str> {
-    reference
-        .strip_prefix("#/definitions/")
-        .or_else(|| reference.strip_prefix("#/components/schemas/"))
+    reference.strip_prefix("#/definitions/").or_else(|| reference.strip_prefix("#/components/schemas/"))
 }
 
 /// Collects, into `out`, the definition names `value` references, directly or
 /// through other definitions (the transitive closure).
-pub(crate) fn collect_refs(
-    defs: &Definitions,
-    value: &Value,
-    out: &mut std::collections::BTreeSet<String>,
-) {
+pub(crate) fn collect_refs(defs: &Definitions, value: &Value, out: &mut std::collections::BTreeSet<String>) {
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
         match v {

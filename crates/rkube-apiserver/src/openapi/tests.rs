@@ -14,8 +14,7 @@ fn v2() -> Value {
 }
 
 fn v3(path: &str) -> Value {
-    serde_json::from_slice(openapi_v3_group_version(path).expect("group version served"))
-        .expect("v3 document is JSON")
+    serde_json::from_slice(openapi_v3_group_version(path).expect("group version served")).expect("v3 document is JSON")
 }
 
 fn gvk_tags(schema: &Value) -> Vec<(String, String, String)> {
@@ -25,12 +24,7 @@ fn gvk_tags(schema: &Value) -> Vec<(String, String, String)> {
         .map(|tags| {
             tags.iter()
                 .map(|t| {
-                    let s = |k: &str| {
-                        t.get(k)
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string()
-                    };
+                    let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
                     (s("group"), s("version"), s("kind"))
                 })
                 .collect()
@@ -57,26 +51,10 @@ fn every_served_kind_and_list_is_tagged_with_its_gvk() {
     let defs = &doc["definitions"];
     for k in KINDS.iter() {
         let tags = gvk_tags(&defs[k.definition.as_str()]);
-        assert_eq!(
-            tags,
-            vec![(
-                k.group.to_string(),
-                k.version.to_string(),
-                k.kind.to_string()
-            )],
-            "{}",
-            k.definition
-        );
+        assert_eq!(tags, vec![(k.group.to_string(), k.version.to_string(), k.kind.to_string())], "{}", k.definition);
         if let (Some(list_kind), Some(list_def)) = (k.list_kind, kinds::list_definition(k)) {
             let tags = gvk_tags(&defs[list_def.as_str()]);
-            assert_eq!(
-                tags,
-                vec![(
-                    k.group.to_string(),
-                    k.version.to_string(),
-                    list_kind.to_string()
-                )]
-            );
+            assert_eq!(tags, vec![(k.group.to_string(), k.version.to_string(), list_kind.to_string())]);
             assert_eq!(defs[list_def.as_str()]["required"], json!(["items"]));
         }
     }
@@ -91,10 +69,7 @@ fn resource_kinds_do_not_require_metadata() {
     let doc = v2();
     let pod = &doc["definitions"]["io.k8s.api.core.v1.Pod"];
     assert!(pod.get("required").is_none(), "{:?}", pod.get("required"));
-    assert_eq!(
-        pod["properties"]["metadata"]["$ref"],
-        "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
-    );
+    assert_eq!(pod["properties"]["metadata"]["$ref"], "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta");
 }
 
 #[test]
@@ -104,9 +79,7 @@ fn v2_references_all_resolve_to_definitions() {
     all_refs(&doc, &mut refs);
     assert!(refs.len() > 100);
     for r in refs {
-        let name = r
-            .strip_prefix("#/definitions/")
-            .unwrap_or_else(|| panic!("non-definition ref {r}"));
+        let name = r.strip_prefix("#/definitions/").unwrap_or_else(|| panic!("non-definition ref {r}"));
         assert!(doc["definitions"].get(name).is_some(), "dangling ref {r}");
     }
 }
@@ -120,18 +93,10 @@ fn v3_documents_are_self_contained_and_tag_their_kinds() {
         let mut refs = Vec::new();
         all_refs(&doc, &mut refs);
         for r in refs {
-            let name = r
-                .strip_prefix("#/components/schemas/")
-                .unwrap_or_else(|| panic!("{path}: ref {r}"));
-            assert!(
-                doc["components"]["schemas"].get(name).is_some(),
-                "{path}: dangling ref {r}"
-            );
+            let name = r.strip_prefix("#/components/schemas/").unwrap_or_else(|| panic!("{path}: ref {r}"));
+            assert!(doc["components"]["schemas"].get(name).is_some(), "{path}: dangling ref {r}");
         }
-        for k in KINDS
-            .iter()
-            .filter(|k| k.group == group && k.version == version)
-        {
+        for k in KINDS.iter().filter(|k| k.group == group && k.version == version) {
             let tags = gvk_tags(&doc["components"]["schemas"][k.definition.as_str()]);
             assert_eq!(tags.len(), 1, "{path}: {}", k.definition);
         }
@@ -161,28 +126,15 @@ fn v3_documents_are_self_contained_and_tag_their_kinds() {
 #[test]
 fn v3_index_lists_each_group_version_with_its_hash() {
     let index = openapi_v3_index();
-    for path in [
-        "api/v1",
-        "apis/apps/v1",
-        "apis/discovery.k8s.io/v1",
-        "apis/coordination.k8s.io/v1",
-    ] {
-        let url = index["paths"][path]["serverRelativeURL"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{path} missing"));
+    for path in ["api/v1", "apis/apps/v1", "apis/discovery.k8s.io/v1", "apis/coordination.k8s.io/v1"] {
+        let url = index["paths"][path]["serverRelativeURL"].as_str().unwrap_or_else(|| panic!("{path} missing"));
         let hash = openapi_v3_hash(path).expect("hash");
         assert_eq!(url, format!("/openapi/v3/{path}?hash={hash}"));
         assert_eq!(hash.len(), 128);
     }
-    assert!(
-        openapi_v3_group_version("apis/batch/v1").is_some(),
-        "batch/v1 is served"
-    );
+    assert!(openapi_v3_group_version("apis/batch/v1").is_some(), "batch/v1 is served");
     assert!(openapi_v3_group_version("apis/example.com/v1").is_none());
-    assert_eq!(
-        openapi_v3_group_version("/openapi/v3/api/v1"),
-        openapi_v3_group_version("api/v1")
-    );
+    assert_eq!(openapi_v3_group_version("/openapi/v3/api/v1"), openapi_v3_group_version("api/v1"));
 }
 
 /// The PATCH operation of every kind carries its GVK and `fieldValidation`,
@@ -191,12 +143,9 @@ fn v3_index_lists_each_group_version_with_its_hash() {
 fn patch_operations_advertise_field_validation_for_every_kind() {
     let check = |paths: &Value, flavor: &str| {
         let patchable = |k: &&kinds::KindSchema| {
-            rkube_api::registry::every().iter().any(|r| {
-                r.group == k.group
-                    && r.version == k.version
-                    && r.kind == k.kind
-                    && r.verbs.contains(&"patch")
-            })
+            rkube_api::registry::every()
+                .iter()
+                .any(|r| r.group == k.group && r.version == k.version && r.kind == k.kind && r.verbs.contains(&"patch"))
         };
         for k in KINDS.iter().filter(patchable) {
             let want = json!({"group": k.group, "kind": k.kind, "version": k.version});
@@ -207,17 +156,8 @@ fn patch_operations_advertise_field_validation_for_every_kind() {
                 .filter_map(|item| item.get("patch"))
                 .find(|op| op["x-kubernetes-group-version-kind"] == want)
                 .unwrap_or_else(|| panic!("{flavor}: no PATCH for {}", k.kind));
-            let names: Vec<&str> = op["parameters"]
-                .as_array()
-                .expect("params")
-                .iter()
-                .filter_map(|p| p["name"].as_str())
-                .collect();
-            assert!(
-                names.contains(&"fieldValidation"),
-                "{flavor} {}: {names:?}",
-                k.kind
-            );
+            let names: Vec<&str> = op["parameters"].as_array().expect("params").iter().filter_map(|p| p["name"].as_str()).collect();
+            assert!(names.contains(&"fieldValidation"), "{flavor} {}: {names:?}", k.kind);
         }
     };
     check(&v2()["paths"], "v2");
@@ -260,16 +200,10 @@ fn strategic_merge_metadata_is_published() {
     assert_eq!(containers["x-kubernetes-patch-strategy"], "merge");
     let ports = &doc["definitions"]["io.k8s.api.core.v1.ServiceSpec"]["properties"]["ports"];
     assert_eq!(ports["x-kubernetes-patch-merge-key"], "port");
-    assert_eq!(
-        patch_strategy("io.k8s.api.core.v1.PodSpec", "volumes"),
-        Some(("merge,retainKeys", Some("name")))
-    );
+    assert_eq!(patch_strategy("io.k8s.api.core.v1.PodSpec", "volumes"), Some(("merge,retainKeys", Some("name"))));
     // Every table entry names a real property.
     for (d, p, _, _) in patch_meta::PATCH_META {
-        assert!(
-            doc["definitions"][*d]["properties"].get(*p).is_some(),
-            "{d}.{p}"
-        );
+        assert!(doc["definitions"][*d]["properties"].get(*p).is_some(), "{d}.{p}");
     }
 }
 
@@ -278,27 +212,18 @@ fn strategic_merge_metadata_is_published() {
 #[test]
 fn v2_definitions_parse_under_kubectl_rules() {
     fn check(s: &Value, at: &str) {
-        let m = s
-            .as_object()
-            .unwrap_or_else(|| panic!("{at}: schema not an object"));
+        let m = s.as_object().unwrap_or_else(|| panic!("{at}: schema not an object"));
         let types: Vec<&str> = match m.get("type") {
             None => vec![],
             Some(Value::String(t)) => vec![t.as_str()],
             Some(other) => panic!("{at}: type {other}"),
         };
         if m.contains_key("$ref") {
-            assert!(
-                types.is_empty() && m.get("properties").is_none(),
-                "{at}: ref with type/properties"
-            );
+            assert!(types.is_empty() && m.get("properties").is_none(), "{at}: ref with type/properties");
             return;
         }
         match types.first().copied() {
-            Some("array") => check(
-                m.get("items")
-                    .unwrap_or_else(|| panic!("{at}: array without items")),
-                &format!("{at}[]"),
-            ),
+            Some("array") => check(m.get("items").unwrap_or_else(|| panic!("{at}: array without items")), &format!("{at}[]")),
             Some("object") | None => {
                 if let Some(props) = m.get("properties").and_then(Value::as_object) {
                     for (k, v) in props {
@@ -321,16 +246,12 @@ fn v2_definitions_parse_under_kubectl_rules() {
 // ---- protobuf round trip -------------------------------------------------
 
 fn yaml_value(any: &Option<proto::Any>) -> Option<Value> {
-    any.as_ref()
-        .map(|a| serde_yaml::from_str::<Value>(&a.yaml).expect("yaml"))
+    any.as_ref().map(|a| serde_yaml::from_str::<Value>(&a.yaml).expect("yaml"))
 }
 
 fn ext(out: &mut serde_json::Map<String, Value>, exts: &[proto::NamedAny]) {
     for e in exts {
-        out.insert(
-            e.name.clone(),
-            yaml_value(&e.value).expect("extension value"),
-        );
+        out.insert(e.name.clone(), yaml_value(&e.value).expect("extension value"));
     }
 }
 
@@ -346,22 +267,13 @@ fn schema_json(s: &proto::Schema) -> Value {
     put_str("description", &s.description);
     put_str("pattern", &s.pattern);
     if let Some(t) = &s.r#type {
-        m.insert(
-            "type".into(),
-            t.value.first().cloned().unwrap_or_default().into(),
-        );
+        m.insert("type".into(), t.value.first().cloned().unwrap_or_default().into());
     }
     if !s.required.is_empty() {
         m.insert("required".into(), json!(s.required));
     }
     if !s.r#enum.is_empty() {
-        m.insert(
-            "enum".into(),
-            s.r#enum
-                .iter()
-                .map(|a| yaml_value(&Some(a.clone())).expect("enum"))
-                .collect(),
-        );
+        m.insert("enum".into(), s.r#enum.iter().map(|a| yaml_value(&Some(a.clone())).expect("enum")).collect());
     }
     if let Some(d) = yaml_value(&s.default) {
         m.insert("default".into(), d);
@@ -373,12 +285,7 @@ fn schema_json(s: &proto::Schema) -> Value {
         let p: serde_json::Map<String, Value> = props
             .additional_properties
             .iter()
-            .map(|n| {
-                (
-                    n.name.clone(),
-                    schema_json(n.value.as_ref().expect("property schema")),
-                )
-            })
+            .map(|n| (n.name.clone(), schema_json(n.value.as_ref().expect("property schema"))))
             .collect();
         m.insert("properties".into(), Value::Object(p));
     }
@@ -404,36 +311,21 @@ fn protobuf_document_decodes_to_the_json_document() {
     let decoded = proto::Document::decode(bytes).expect("protobuf decodes");
     let doc = v2();
     assert_eq!(decoded.swagger, "2.0");
-    assert_eq!(
-        decoded.info.as_ref().map(|i| i.title.as_str()),
-        Some("Kubernetes")
-    );
+    assert_eq!(decoded.info.as_ref().map(|i| i.title.as_str()), Some("Kubernetes"));
 
     // Definitions: every schema decodes back to the JSON one.
     let defs = decoded.definitions.expect("definitions");
-    assert_eq!(
-        defs.additional_properties.len(),
-        doc["definitions"].as_object().expect("defs").len()
-    );
+    assert_eq!(defs.additional_properties.len(), doc["definitions"].as_object().expect("defs").len());
     for named in &defs.additional_properties {
         let back = schema_json(named.value.as_ref().expect("schema"));
-        assert_eq!(
-            back, doc["definitions"][&named.name],
-            "definition {}",
-            named.name
-        );
+        assert_eq!(back, doc["definitions"][&named.name], "definition {}", named.name);
     }
 
     // Paths: the same set, and the PATCH of pods keeps its GVK extension and
     // fieldValidation query parameter (what QueryParamVerifier reads).
     let paths = decoded.paths.expect("paths");
     let names: BTreeSet<&str> = paths.path.iter().map(|p| p.name.as_str()).collect();
-    let json_names: BTreeSet<&str> = doc["paths"]
-        .as_object()
-        .expect("paths")
-        .keys()
-        .map(String::as_str)
-        .collect();
+    let json_names: BTreeSet<&str> = doc["paths"].as_object().expect("paths").keys().map(String::as_str).collect();
     assert_eq!(names, json_names);
     let pod = paths
         .path
@@ -442,21 +334,13 @@ fn protobuf_document_decodes_to_the_json_document() {
         .and_then(|p| p.value.as_ref())
         .and_then(|p| p.patch.as_ref())
         .expect("pod patch");
-    let gvk = pod
-        .vendor_extension
-        .iter()
-        .find(|e| e.name == "x-kubernetes-group-version-kind")
-        .expect("gvk");
-    assert_eq!(
-        yaml_value(&gvk.value),
-        Some(json!({"group": "", "kind": "Pod", "version": "v1"}))
-    );
+    let gvk = pod.vendor_extension.iter().find(|e| e.name == "x-kubernetes-group-version-kind").expect("gvk");
+    assert_eq!(yaml_value(&gvk.value), Some(json!({"group": "", "kind": "Pod", "version": "v1"})));
     let has_field_validation = pod.parameters.iter().any(|p| match &p.oneof {
         Some(proto::parameters_item::Oneof::Parameter(proto::Parameter {
-            oneof:
-                Some(proto::parameter::Oneof::NonBodyParameter(proto::NonBodyParameter {
-                    oneof: Some(proto::non_body_parameter::Oneof::QueryParameterSubSchema(q)),
-                })),
+            oneof: Some(proto::parameter::Oneof::NonBodyParameter(proto::NonBodyParameter {
+                oneof: Some(proto::non_body_parameter::Oneof::QueryParameterSubSchema(q)),
+            })),
         })) => q.name == "fieldValidation",
         _ => false,
     });
@@ -465,12 +349,8 @@ fn protobuf_document_decodes_to_the_json_document() {
 
 #[test]
 fn accept_header_selects_protobuf() {
-    assert!(wants_v2_protobuf(
-        "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
-    ));
-    assert!(wants_v2_protobuf(
-        "application/json;q=0.9, application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
-    ));
+    assert!(wants_v2_protobuf("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"));
+    assert!(wants_v2_protobuf("application/json;q=0.9, application/com.github.proto-openapi.spec.v2@v1.0+protobuf"));
     assert!(!wants_v2_protobuf("application/json"));
 }
 
@@ -494,11 +374,7 @@ fn unknown_fields_reports_paths_like_strict_decoding() {
     });
     assert_eq!(
         unknown_fields("Pod", "", &pod),
-        vec![
-            "metadata.bogus".to_string(),
-            "spec.containers[1].imagee".to_string(),
-            "spec.unknownSpec".to_string()
-        ]
+        vec!["metadata.bogus".to_string(), "spec.containers[1].imagee".to_string(), "spec.unknownSpec".to_string()]
     );
     assert_eq!(
         strict_decoding_message(&["spec.containers[0].imagee".to_string()]),
@@ -517,64 +393,32 @@ fn unknown_fields_skips_strategic_merge_directives() {
             "$deleteFromPrimitiveList/x": ["y"]
         }
     });
-    assert_eq!(
-        unknown_fields("Pod", "", &patch),
-        vec!["spec.containers[0].imagee".to_string()]
-    );
+    assert_eq!(unknown_fields("Pod", "", &patch), vec!["spec.containers[0].imagee".to_string()]);
 }
 
 #[test]
 fn unknown_fields_accepts_valid_objects_of_every_kind() {
     let cases = [
-        (
-            "ConfigMap",
-            "",
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"x": "y"}, "binaryData": {"b": "AA=="}}),
-        ),
-        (
-            "Deployment",
-            "apps",
-            json!({
-                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
-                "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}},
-                         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%"}},
-                         "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}]}]}}}
-            }),
-        ),
-        (
-            "Service",
-            "",
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"selector": {"a": "b"}, "ports": [{"port": 80, "targetPort": "http"}]}}),
-        ),
-        (
-            "EndpointSlice",
-            "discovery.k8s.io",
-            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "e"}, "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": true}}], "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}),
-        ),
-        (
-            "Lease",
-            "coordination.k8s.io",
-            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"}, "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15}}),
-        ),
-        (
-            "Namespace",
-            "",
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "managedFields": [{"manager": "m", "fieldsV1": {"f:metadata": {}}}]}}),
-        ),
+        ("ConfigMap", "", json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"x": "y"}, "binaryData": {"b": "AA=="}})),
+        ("Deployment", "apps", json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}},
+                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%"}},
+                     "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}]}]}}}
+        })),
+        ("Service", "", json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"selector": {"a": "b"}, "ports": [{"port": 80, "targetPort": "http"}]}})),
+        ("EndpointSlice", "discovery.k8s.io", json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "e"}, "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": true}}], "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]})),
+        ("Lease", "coordination.k8s.io", json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"}, "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15}})),
+        ("Namespace", "", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "managedFields": [{"manager": "m", "fieldsV1": {"f:metadata": {}}}]}})),
     ];
     for (kind, group, obj) in cases {
-        assert_eq!(
-            unknown_fields(kind, group, &obj),
-            Vec::<String>::new(),
-            "{kind}"
-        );
+        assert_eq!(unknown_fields(kind, group, &obj), Vec::<String>::new(), "{kind}");
     }
     assert!(unknown_fields("Widget", "example.com", &json!({"x": 1})).is_empty());
 }
 
 #[test]
 fn table_column_descriptions_come_from_the_schemas() {
-    let d = property_description("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "name")
-        .expect("name description");
+    let d = property_description("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "name").expect("name description");
     assert!(d.contains("unique within a namespace"), "{d}");
 }

@@ -37,12 +37,8 @@ const MAX_DEPTH: usize = 100;
 /// reported here (decoding reports them).
 pub fn unknown_fields(kind: &str, group: &str, obj: &Value) -> Vec<String> {
     let defs = super::definitions();
-    let Some(k) = super::kinds::lookup(group, kind) else {
-        return Vec::new();
-    };
-    let Some(schema) = defs.get(&k.definition) else {
-        return Vec::new();
-    };
+    let Some(k) = super::kinds::lookup(group, kind) else { return Vec::new() };
+    let Some(schema) = defs.get(&k.definition) else { return Vec::new() };
     let mut out = Vec::new();
     let mut path = String::new();
     walk(defs, schema, obj, &mut path, &mut out, 0);
@@ -66,11 +62,7 @@ pub fn unknown_field_message(path: &str) -> String {
 /// describes the value.
 fn resolve<'a>(defs: &'a Definitions, mut schema: &'a Value) -> &'a Value {
     for _ in 0..32 {
-        if let Some(name) = schema
-            .get("$ref")
-            .and_then(Value::as_str)
-            .and_then(schemas::ref_name)
-        {
+        if let Some(name) = schema.get("$ref").and_then(Value::as_str).and_then(schemas::ref_name) {
             match defs.get(name) {
                 Some(target) => {
                     schema = target;
@@ -79,11 +71,7 @@ fn resolve<'a>(defs: &'a Definitions, mut schema: &'a Value) -> &'a Value {
                 None => return schema,
             }
         }
-        if let Some(first) = schema
-            .get("allOf")
-            .and_then(Value::as_array)
-            .and_then(|a| a.first())
-        {
+        if let Some(first) = schema.get("allOf").and_then(Value::as_array).and_then(|a| a.first()) {
             schema = first;
             continue;
         }
@@ -101,23 +89,12 @@ fn push_field(path: &mut String, field: &str) -> usize {
     len
 }
 
-fn walk(
-    defs: &Definitions,
-    schema: &Value,
-    obj: &Value,
-    path: &mut String,
-    out: &mut Vec<String>,
-    depth: usize,
-) {
+fn walk(defs: &Definitions, schema: &Value, obj: &Value, path: &mut String, out: &mut Vec<String>, depth: usize) {
     if depth > MAX_DEPTH {
         return;
     }
     let schema = resolve(defs, schema);
-    if schema
-        .get("x-kubernetes-preserve-unknown-fields")
-        .and_then(Value::as_bool)
-        == Some(true)
-    {
+    if schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true) {
         return;
     }
     match obj {
@@ -132,9 +109,7 @@ fn walk(
                 match (properties.and_then(|p| p.get(name)), additional) {
                     (Some(sub), _) => walk(defs, sub, value, path, out, depth + 1),
                     (None, Some(Value::Bool(false))) => out.push(path.clone()),
-                    (None, Some(sub @ Value::Object(_))) => {
-                        walk(defs, sub, value, path, out, depth + 1)
-                    }
+                    (None, Some(sub @ Value::Object(_))) => walk(defs, sub, value, path, out, depth + 1),
                     (None, Some(_)) => {}
                     // A struct type: every field must be declared.
                     (None, None) if properties.is_some() => out.push(path.clone()),
@@ -145,9 +120,7 @@ fn walk(
             }
         }
         Value::Array(items) => {
-            let Some(item_schema) = schema.get("items") else {
-                return;
-            };
+            let Some(item_schema) = schema.get("items") else { return };
             for (i, item) in items.iter().enumerate() {
                 let len = path.len();
                 path.push_str(&format!("[{i}]"));

@@ -14,25 +14,14 @@ use super::schemas::{self, Definitions};
 use super::{INFO_TITLE, INFO_VERSION};
 
 /// The OpenAPI 3.0 document of one group version.
-pub(crate) fn group_version_document(
-    defs: &Definitions,
-    items: &[PathItem],
-    group: &str,
-    version: &str,
-) -> Value {
-    let own: Vec<&PathItem> = items
-        .iter()
-        .filter(|i| i.group_version == (group, version))
-        .collect();
+pub(crate) fn group_version_document(defs: &Definitions, items: &[PathItem], group: &str, version: &str) -> Value {
+    let own: Vec<&PathItem> = items.iter().filter(|i| i.group_version == (group, version)).collect();
     let rendered = paths::render(own.iter().copied(), Flavor::V2);
 
     // Schemas: the group version's kinds, their lists, the meta types, and
     // everything those and the paths reference.
     let mut wanted = BTreeSet::new();
-    for k in KINDS
-        .iter()
-        .filter(|k| k.group == group && k.version == version)
-    {
+    for k in KINDS.iter().filter(|k| k.group == group && k.version == version) {
         wanted.insert(k.definition.to_string());
         if let Some(list) = kinds::list_definition(k) {
             wanted.insert(list);
@@ -46,10 +35,8 @@ pub(crate) fn group_version_document(
     for root in &roots {
         schemas::collect_refs(defs, root, &mut wanted);
     }
-    let components: Map<String, Value> = wanted
-        .iter()
-        .filter_map(|n| defs.get(n).map(|d| (n.clone(), to_v3_schema(d))))
-        .collect();
+    let components: Map<String, Value> =
+        wanted.iter().filter_map(|n| defs.get(n).map(|d| (n.clone(), to_v3_schema(d)))).collect();
 
     json!({
         "openapi": "3.0.0",
@@ -81,11 +68,7 @@ pub(crate) fn to_v3_schema(v: &Value) -> Value {
                 } else if k == "properties" {
                     let props = val
                         .as_object()
-                        .map(|p| {
-                            p.iter()
-                                .map(|(name, s)| (name.clone(), to_v3_schema(s)))
-                                .collect::<Map<_, _>>()
-                        })
+                        .map(|p| p.iter().map(|(name, s)| (name.clone(), to_v3_schema(s))).collect::<Map<_, _>>())
                         .unwrap_or_default();
                     out.insert(k.clone(), Value::Object(props));
                 } else {

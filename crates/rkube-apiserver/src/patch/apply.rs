@@ -123,10 +123,7 @@ pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchEr
             req.kind
         )));
     }
-    let applied_version = req
-        .api_version
-        .filter(|v| !v.is_empty())
-        .unwrap_or(str_at(&config, "/apiVersion"));
+    let applied_version = req.api_version.filter(|v| !v.is_empty()).unwrap_or(str_at(&config, "/apiVersion"));
     let shape = schema::root_for(applied_version, req.kind);
     validate_applied(&config, shape).map_err(|e| {
         PatchError::TypedConversion(format!(

@@ -28,10 +28,7 @@ pub(crate) fn root(info: &'static ResourceInfo) -> Option<&'static Shape> {
     let schema = info.custom?.schema.as_ref()?;
     static SHAPES: OnceLock<Mutex<HashMap<usize, &'static Shape>>> = OnceLock::new();
     let key = info as *const ResourceInfo as usize;
-    let mut shapes = SHAPES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut shapes = SHAPES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
     Some(*shapes.entry(key).or_insert_with(|| leak(top(schema))))
 }
 
@@ -42,21 +39,13 @@ fn leak<T>(v: T) -> &'static T {
 /// The object's root: its schema's properties, with `metadata` as ObjectMeta
 /// and `spec`/`status` present in the zero object (as for built-in kinds).
 fn top(schema: &Value) -> Shape {
-    let mut fields: Vec<Field> = vec![Field {
-        name: "metadata",
-        shape: &OBJECT_META,
-        value_struct: true,
-    }];
+    let mut fields: Vec<Field> = vec![Field { name: "metadata", shape: &OBJECT_META, value_struct: true }];
     for (name, prop) in properties(schema) {
         if matches!(name.as_str(), "metadata" | "apiVersion" | "kind") {
             continue;
         }
         let value_struct = matches!(name.as_str(), "spec" | "status");
-        fields.push(Field {
-            name: leak_str(name),
-            shape: leak(shape_of(prop, 1)),
-            value_struct,
-        });
+        fields.push(Field { name: leak_str(name), shape: leak(shape_of(prop, 1)), value_struct });
     }
     Shape::Struct(Box::leak(fields.into_boxed_slice()))
 }
@@ -66,11 +55,7 @@ fn leak_str(s: &str) -> &'static str {
 }
 
 fn properties(schema: &Value) -> impl Iterator<Item = (&String, &Value)> {
-    schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
+    schema.get("properties").and_then(Value::as_object).into_iter().flatten()
 }
 
 fn shape_of(schema: &Value, depth: usize) -> Shape {
@@ -80,24 +65,12 @@ fn shape_of(schema: &Value, depth: usize) -> Shape {
     let ext = |k: &str| schema.get(k).and_then(Value::as_str);
     match schema.get("type").and_then(Value::as_str) {
         Some("array") => {
-            let items = schema
-                .get("items")
-                .map_or(Shape::Any, |i| shape_of(i, depth + 1));
+            let items = schema.get("items").map_or(Shape::Any, |i| shape_of(i, depth + 1));
             let ssa = match ext("x-kubernetes-list-type") {
                 Some("set") => SsaList::Set,
                 Some("map") => {
-                    let keys = schema
-                        .get("x-kubernetes-list-map-keys")
-                        .and_then(Value::as_array);
-                    let keys: Vec<MapKey> = keys
-                        .into_iter()
-                        .flatten()
-                        .filter_map(Value::as_str)
-                        .map(|k| MapKey {
-                            name: leak_str(k),
-                            default: None,
-                        })
-                        .collect();
+                    let keys = schema.get("x-kubernetes-list-map-keys").and_then(Value::as_array);
+                    let keys: Vec<MapKey> = keys.into_iter().flatten().filter_map(Value::as_str).map(|k| MapKey { name: leak_str(k), default: None }).collect();
                     if keys.is_empty() {
                         return Shape::Any;
                     }
@@ -106,20 +79,12 @@ fn shape_of(schema: &Value, depth: usize) -> Shape {
                 _ if !matches!(items, Shape::Any) => SsaList::Atomic,
                 _ => return Shape::Any,
             };
-            Shape::List(leak(ListSpec {
-                smp: SmpList::Replace,
-                ssa,
-                items: leak(items),
-            }))
+            Shape::List(leak(ListSpec { smp: SmpList::Replace, ssa, items: leak(items) }))
         }
         Some("object") if ext("x-kubernetes-map-type") == Some("atomic") => Shape::AtomicMap,
         Some("object") => {
             let fields: Vec<Field> = properties(schema)
-                .map(|(name, prop)| Field {
-                    name: leak_str(name),
-                    shape: leak(shape_of(prop, depth + 1)),
-                    value_struct: false,
-                })
+                .map(|(name, prop)| Field { name: leak_str(name), shape: leak(shape_of(prop, depth + 1)), value_struct: false })
                 .collect();
             if fields.is_empty() {
                 return Shape::Any;
@@ -152,19 +117,7 @@ mod tests {
                 "selector": {"type": "object", "x-kubernetes-map-type": "atomic", "properties": {"app": {"type": "string"}}}}}}});
         let root = top(&schema);
         let spec = root.child("spec");
-        assert_eq!(
-            spec.child("ports").ssa_list(),
-            SsaList::Map(&[
-                MapKey {
-                    name: "name",
-                    default: None
-                },
-                MapKey {
-                    name: "protocol",
-                    default: None
-                }
-            ])
-        );
+        assert_eq!(spec.child("ports").ssa_list(), SsaList::Map(&[MapKey { name: "name", default: None }, MapKey { name: "protocol", default: None }]));
         assert_eq!(spec.child("tags").ssa_list(), SsaList::Set);
         assert_eq!(spec.child("args").ssa_list(), SsaList::Atomic);
         assert!(spec.child("selector").is_atomic_map());

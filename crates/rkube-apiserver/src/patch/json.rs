@@ -74,16 +74,12 @@ pub(crate) fn json_patch(original: &Value, patch: &[u8]) -> Result<Value, PatchE
 /// `null`, so the test passes (clients rely on it, e.g. kube-rs's
 /// finalizer helper testing that `/metadata/finalizers` is unset).
 fn tests_absent_member_for_null(doc: &Value, op: &json_patch::PatchOperation) -> bool {
-    let json_patch::PatchOperation::Test(t) = op else {
-        return false;
-    };
+    let json_patch::PatchOperation::Test(t) = op else { return false };
     if !t.value.is_null() {
         return false;
     }
     let path = t.path.to_string();
-    let Some((parent, _)) = path.rsplit_once('/') else {
-        return false;
-    };
+    let Some((parent, _)) = path.rsplit_once('/') else { return false };
     doc.pointer(&path).is_none() && doc.pointer(parent).is_some_and(Value::is_object)
 }
 
@@ -91,12 +87,7 @@ fn tests_absent_member_for_null(doc: &Value, op: &json_patch::PatchOperation) ->
 /// [`MAX_NESTING_DEPTH`], or when it is a `copy` taking the bytes copied so
 /// far (`copied`) over [`MAX_JSON_PATCH_COPY_BYTES`]. Operations that would
 /// fail anyway (a missing `from`) are left to the patch library.
-fn check_growth(
-    doc: &Value,
-    i: usize,
-    op: &json_patch::PatchOperation,
-    copied: &mut usize,
-) -> Result<(), PatchError> {
+fn check_growth(doc: &Value, i: usize, op: &json_patch::PatchOperation, copied: &mut usize) -> Result<(), PatchError> {
     use json_patch::PatchOperation as Op;
     let path = op.path();
     let at = path.count();
@@ -104,9 +95,7 @@ fn check_growth(
         Op::Add(o) => nesting_depth(&o.value),
         Op::Replace(o) => nesting_depth(&o.value),
         Op::Copy(o) => {
-            let Some(source) = doc.pointer(o.from.as_str()) else {
-                return Ok(());
-            };
+            let Some(source) = doc.pointer(o.from.as_str()) else { return Ok(()) };
             let mut counter = ByteCounter(0);
             // Writing a Value to a counter cannot fail.
             let _ = serde_json::to_writer(&mut counter, source);

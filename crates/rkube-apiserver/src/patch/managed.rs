@@ -190,11 +190,7 @@ pub fn record_update(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Valu
         .or_else(|| old.and_then(|o| o.get("kind")))
         .and_then(Value::as_str)
         .unwrap_or("");
-    let api_version = new
-        .get("apiVersion")
-        .or_else(|| old.and_then(|o| o.get("apiVersion")))
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let api_version = new.get("apiVersion").or_else(|| old.and_then(|o| o.get("apiVersion"))).and_then(Value::as_str).unwrap_or("");
     let shape = schema::root_for(api_version, kind);
     let mut entries = match decode(new) {
         Ok(e) if !e.is_empty() => e,

@@ -393,9 +393,7 @@ static GENERIC: Shape = Shape::Struct(&[
 /// The schema of objects of `kind` in `api_version`: a custom resource's
 /// from its CRD ([`super::custom_schema`]), else the built-in [`root`].
 pub(crate) fn root_for(api_version: &str, kind: &str) -> &'static Shape {
-    rkube_api::registry::lookup_kind(api_version, kind)
-        .and_then(super::custom_schema::root)
-        .unwrap_or_else(|| root(kind))
+    rkube_api::registry::lookup_kind(api_version, kind).and_then(super::custom_schema::root).unwrap_or_else(|| root(kind))
 }
 
 /// The schema of objects of the built-in `kind`.

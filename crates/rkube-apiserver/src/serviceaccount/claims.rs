@@ -209,10 +209,7 @@ impl TokenConfig {
 
     /// Signs a bound token for `spec`, issued now; returns it and its expiry (Unix seconds).
     pub fn issue(&self, spec: &TokenSpec) -> Result<(String, i64), String> {
-        let signer = self
-            .signer
-            .as_ref()
-            .ok_or("no --service-account-signing-key-file")?;
+        let signer = self.signer.as_ref().ok_or("no --service-account-signing-key-file")?;
         let now = chrono::Utc::now().timestamp();
         let exp = now + spec.expiration_seconds;
         let claims = BoundClaims {
@@ -237,16 +234,8 @@ impl TokenConfig {
 
     /// Signs a legacy token for the Secret `secret_name` of ServiceAccount
     /// `service_account` in `namespace`.
-    pub fn issue_legacy(
-        &self,
-        namespace: &str,
-        service_account: &ObjectRef,
-        secret_name: &str,
-    ) -> Result<String, String> {
-        let signer = self
-            .signer
-            .as_ref()
-            .ok_or("no --service-account-signing-key-file")?;
+    pub fn issue_legacy(&self, namespace: &str, service_account: &ObjectRef, secret_name: &str) -> Result<String, String> {
+        let signer = self.signer.as_ref().ok_or("no --service-account-signing-key-file")?;
         let claims = LegacyClaims {
             iss: LEGACY_ISSUER.to_string(),
             namespace: namespace.to_string(),
@@ -259,22 +248,14 @@ impl TokenConfig {
     }
 
     fn sign<C: Serialize>(&self, signer: &SigningKey, claims: &C) -> Result<String, String> {
-        let header = Header {
-            alg: Algorithm::ES256,
-            kid: Some(signer.public.kid.clone()),
-            ..Header::default()
-        };
+        let header = Header { alg: Algorithm::ES256, kid: Some(signer.public.kid.clone()), ..Header::default() };
         jsonwebtoken::encode(&header, claims, &signer.encoding).map_err(|e| e.to_string())
     }
 
     /// The keys to try for a token whose header names `kid`: that key when
     /// known, else every key.
     fn keys_for(&self, kid: Option<&str>) -> Vec<&PublicKey> {
-        let named: Vec<&PublicKey> = self
-            .keys
-            .iter()
-            .filter(|k| Some(k.kid.as_str()) == kid)
-            .collect();
+        let named: Vec<&PublicKey> = self.keys.iter().filter(|k| Some(k.kid.as_str()) == kid).collect();
         if named.is_empty() {
             self.keys.iter().collect()
         } else {
@@ -282,17 +263,10 @@ impl TokenConfig {
         }
     }
 
-    fn verify<C: serde::de::DeserializeOwned>(
-        &self,
-        token: &str,
-        validation: &Validation,
-    ) -> Result<C, TokenError> {
+    fn verify<C: serde::de::DeserializeOwned>(&self, token: &str, validation: &Validation) -> Result<C, TokenError> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::NotOurs)?;
         if header.alg != Algorithm::ES256 {
-            return Err(TokenError::Invalid(format!(
-                "unsupported signing algorithm {:?}",
-                header.alg
-            )));
+            return Err(TokenError::Invalid(format!("unsupported signing algorithm {:?}", header.alg)));
         }
         let mut last = TokenError::Invalid("no key verifies the token".to_string());
         for key in self.keys_for(header.kid.as_deref()) {
@@ -300,15 +274,9 @@ impl TokenConfig {
                 Ok(data) => return Ok(data.claims),
                 Err(e) => {
                     last = TokenError::Invalid(match e.kind() {
-                        ErrorKind::ExpiredSignature => {
-                            "service account token has expired".to_string()
-                        }
-                        ErrorKind::ImmatureSignature => {
-                            "service account token is not valid yet".to_string()
-                        }
-                        ErrorKind::InvalidAudience => {
-                            "token audiences are invalid for the target audiences".to_string()
-                        }
+                        ErrorKind::ExpiredSignature => "service account token has expired".to_string(),
+                        ErrorKind::ImmatureSignature => "service account token is not valid yet".to_string(),
+                        ErrorKind::InvalidAudience => "token audiences are invalid for the target audiences".to_string(),
                         ErrorKind::InvalidSignature => "invalid signature".to_string(),
                         other => format!("invalid token: {other:?}"),
                     });
@@ -324,13 +292,8 @@ impl TokenConfig {
     /// Checks a bound token's signature, issuer, times and audiences (it must
     /// name one of `audiences`). [`TokenError::NotOurs`] when another issuer
     /// wrote it or it is not a JWT.
-    pub fn verify_bound(
-        &self,
-        token: &str,
-        audiences: &[String],
-    ) -> Result<BoundClaims, TokenError> {
-        let iss = peek_payload(token)
-            .and_then(|p| p.get("iss").and_then(Value::as_str).map(str::to_string));
+    pub fn verify_bound(&self, token: &str, audiences: &[String]) -> Result<BoundClaims, TokenError> {
+        let iss = peek_payload(token).and_then(|p| p.get("iss").and_then(Value::as_str).map(str::to_string));
         match iss {
             Some(i) if self.issuers.contains(&i) => {}
             _ => return Err(TokenError::NotOurs),
@@ -346,8 +309,7 @@ impl TokenConfig {
 
     /// Checks a legacy token's signature and issuer.
     pub fn verify_legacy(&self, token: &str) -> Result<LegacyClaims, TokenError> {
-        let iss = peek_payload(token)
-            .and_then(|p| p.get("iss").and_then(Value::as_str).map(str::to_string));
+        let iss = peek_payload(token).and_then(|p| p.get("iss").and_then(Value::as_str).map(str::to_string));
         if iss.as_deref() != Some(LEGACY_ISSUER) {
             return Err(TokenError::NotOurs);
         }
@@ -381,16 +343,10 @@ mod tests {
     fn spec(aud: &[&str]) -> TokenSpec {
         TokenSpec {
             namespace: "dev".into(),
-            service_account: ObjectRef {
-                name: "builder".into(),
-                uid: "u-1".into(),
-            },
+            service_account: ObjectRef { name: "builder".into(), uid: "u-1".into() },
             audiences: aud.iter().map(|s| s.to_string()).collect(),
             expiration_seconds: 3600,
-            pod: Some(ObjectRef {
-                name: "web".into(),
-                uid: "p-1".into(),
-            }),
+            pod: Some(ObjectRef { name: "web".into(), uid: "p-1".into() }),
             ..TokenSpec::default()
         }
     }
@@ -398,38 +354,25 @@ mod tests {
     #[test]
     fn bound_tokens_carry_upstream_claims_and_verify() {
         let c = config();
-        let (token, exp) = c
-            .issue(&spec(&["https://kubernetes.default.svc.cluster.local"]))
-            .unwrap();
+        let (token, exp) = c.issue(&spec(&["https://kubernetes.default.svc.cluster.local"])).unwrap();
         let payload = peek_payload(&token).unwrap();
         assert_eq!(payload["sub"], "system:serviceaccount:dev:builder");
-        assert_eq!(
-            payload["aud"], "https://kubernetes.default.svc.cluster.local",
-            "one audience is a string"
-        );
+        assert_eq!(payload["aud"], "https://kubernetes.default.svc.cluster.local", "one audience is a string");
         assert_eq!(payload["kubernetes.io"]["pod"]["name"], "web");
         assert_eq!(payload["kubernetes.io"]["serviceaccount"]["uid"], "u-1");
         assert_eq!(payload["exp"].as_i64(), Some(exp));
         assert!(payload["kubernetes.io"].get("secret").is_none());
         let claims = c.verify_bound(&token, &c.api_audiences).unwrap();
         assert_eq!(claims.kubernetes.namespace, "dev");
-        assert_eq!(
-            jsonwebtoken::decode_header(&token).unwrap().kid,
-            Some(c.keys[0].kid.clone())
-        );
+        assert_eq!(jsonwebtoken::decode_header(&token).unwrap().kid, Some(c.keys[0].kid.clone()));
     }
 
     #[test]
     fn audiences_must_intersect() {
         let c = config();
         let (token, _) = c.issue(&spec(&["vault", "other"])).unwrap();
-        assert_eq!(
-            peek_payload(&token).unwrap()["aud"],
-            serde_json::json!(["vault", "other"])
-        );
-        assert!(
-            matches!(c.verify_bound(&token, &c.api_audiences), Err(TokenError::Invalid(m)) if m.contains("audiences"))
-        );
+        assert_eq!(peek_payload(&token).unwrap()["aud"], serde_json::json!(["vault", "other"]));
+        assert!(matches!(c.verify_bound(&token, &c.api_audiences), Err(TokenError::Invalid(m)) if m.contains("audiences")));
         assert!(c.verify_bound(&token, &["vault".to_string()]).is_ok());
     }
 
@@ -449,52 +392,28 @@ mod tests {
             sub: "system:serviceaccount:a:b".into(),
         };
         let expired = c.sign(&signer, &claims).unwrap();
-        assert_eq!(
-            c.verify_bound(&expired, &c.api_audiences),
-            Err(TokenError::Invalid(
-                "service account token has expired".into()
-            ))
-        );
+        assert_eq!(c.verify_bound(&expired, &c.api_audiences), Err(TokenError::Invalid("service account token has expired".into())));
         claims.exp = now + 600;
         claims.iss = "https://elsewhere".into();
         let foreign = c.sign(&signer, &claims).unwrap();
-        assert_eq!(
-            c.verify_bound(&foreign, &c.api_audiences),
-            Err(TokenError::NotOurs)
-        );
+        assert_eq!(c.verify_bound(&foreign, &c.api_audiences), Err(TokenError::NotOurs));
         // Signed by another key: no key of ours verifies it.
         let other = config();
-        let (token, _) = other
-            .issue(&spec(&["https://kubernetes.default.svc.cluster.local"]))
-            .unwrap();
-        assert!(matches!(
-            c.verify_bound(&token, &c.api_audiences),
-            Err(TokenError::Invalid(_))
-        ));
-        assert_eq!(
-            c.verify_bound("not-a-jwt", &c.api_audiences),
-            Err(TokenError::NotOurs)
-        );
+        let (token, _) = other.issue(&spec(&["https://kubernetes.default.svc.cluster.local"])).unwrap();
+        assert!(matches!(c.verify_bound(&token, &c.api_audiences), Err(TokenError::Invalid(_))));
+        assert_eq!(c.verify_bound("not-a-jwt", &c.api_audiences), Err(TokenError::NotOurs));
     }
 
     #[test]
     fn legacy_tokens_verify_without_expiry() {
         let c = config();
-        let sa = ObjectRef {
-            name: "builder".into(),
-            uid: "u-1".into(),
-        };
+        let sa = ObjectRef { name: "builder".into(), uid: "u-1".into() };
         let token = c.issue_legacy("dev", &sa, "builder-token").unwrap();
         let claims = c.verify_legacy(&token).unwrap();
         assert_eq!(claims.secret_name, "builder-token");
         assert_eq!(claims.sub, "system:serviceaccount:dev:builder");
-        assert_eq!(
-            c.verify_bound(&token, &c.api_audiences),
-            Err(TokenError::NotOurs)
-        );
-        let (bound, _) = c
-            .issue(&spec(&["https://kubernetes.default.svc.cluster.local"]))
-            .unwrap();
+        assert_eq!(c.verify_bound(&token, &c.api_audiences), Err(TokenError::NotOurs));
+        let (bound, _) = c.issue(&spec(&["https://kubernetes.default.svc.cluster.local"])).unwrap();
         assert_eq!(c.verify_legacy(&bound), Err(TokenError::NotOurs));
     }
 }

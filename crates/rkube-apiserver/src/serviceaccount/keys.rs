@@ -23,8 +23,8 @@ use sha2::{Digest, Sha256};
 /// DER prefix of a P-256 SubjectPublicKeyInfo (id-ecPublicKey, prime256v1,
 /// then the BIT STRING header of a 65-byte uncompressed point).
 const P256_SPKI_PREFIX: [u8; 26] = [
-    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a,
-    0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce,
+    0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
 ];
 
 /// Errors loading or generating keys.
@@ -62,9 +62,7 @@ pub struct PublicKey {
 
 impl std::fmt::Debug for PublicKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PublicKey")
-            .field("kid", &self.kid)
-            .finish_non_exhaustive()
+        f.debug_struct("PublicKey").field("kid", &self.kid).finish_non_exhaustive()
     }
 }
 
@@ -80,17 +78,12 @@ impl PublicKey {
         let x = URL_SAFE_NO_PAD.encode(&point[1..33]);
         let y = URL_SAFE_NO_PAD.encode(&point[33..65]);
         let decoding = DecodingKey::from_ec_components(&x, &y).ok()?;
-        Some(PublicKey {
-            kid,
-            point: point.to_vec(),
-            decoding,
-        })
+        Some(PublicKey { kid, point: point.to_vec(), decoding })
     }
 
     /// The key of a DER SubjectPublicKeyInfo, when it is a P-256 key.
     pub fn from_spki(spki: &[u8]) -> Option<PublicKey> {
-        spki.strip_prefix(&P256_SPKI_PREFIX[..])
-            .and_then(PublicKey::from_point)
+        spki.strip_prefix(&P256_SPKI_PREFIX[..]).and_then(PublicKey::from_point)
     }
 
     /// The JSON Web Key (RFC 7517) published for this key:
@@ -119,37 +112,26 @@ pub struct SigningKey {
 
 impl std::fmt::Debug for SigningKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SigningKey")
-            .field("kid", &self.public.kid)
-            .finish_non_exhaustive()
+        f.debug_struct("SigningKey").field("kid", &self.public.kid).finish_non_exhaustive()
     }
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, KeyError> {
-    std::fs::read(path).map_err(|source| KeyError::Io {
-        path: path.display().to_string(),
-        source,
-    })
+    std::fs::read(path).map_err(|source| KeyError::Io { path: path.display().to_string(), source })
 }
 
 fn invalid(path: &Path, message: impl Into<String>) -> KeyError {
-    KeyError::Invalid {
-        path: path.display().to_string(),
-        message: message.into(),
-    }
+    KeyError::Invalid { path: path.display().to_string(), message: message.into() }
 }
 
 /// The signing key of the PEM `pem` (a PKCS#8 P-256 private key).
 pub fn signing_key_from_pem(pem: &str) -> Result<SigningKey, String> {
-    let pair =
-        rcgen::KeyPair::from_pem(pem).map_err(|e| format!("not a PKCS#8 private key: {e}"))?;
+    let pair = rcgen::KeyPair::from_pem(pem).map_err(|e| format!("not a PKCS#8 private key: {e}"))?;
     if pair.algorithm() != &rcgen::PKCS_ECDSA_P256_SHA256 {
         return Err("only ECDSA P-256 keys (ES256) are supported by rkube".to_string());
     }
-    let public = PublicKey::from_point(pair.public_key_raw())
-        .ok_or("the key's public point is not valid")?;
-    let encoding =
-        EncodingKey::from_ec_pem(pair.serialize_pem().as_bytes()).map_err(|e| e.to_string())?;
+    let public = PublicKey::from_point(pair.public_key_raw()).ok_or("the key's public point is not valid")?;
+    let encoding = EncodingKey::from_ec_pem(pair.serialize_pem().as_bytes()).map_err(|e| e.to_string())?;
     Ok(SigningKey { encoding, public })
 }
 
@@ -177,15 +159,10 @@ pub fn load_public_keys(path: &Path) -> Result<Vec<PublicKey>, KeyError> {
             }
             _ => continue,
         };
-        keys.push(key.ok_or_else(|| {
-            invalid(path, "only ECDSA P-256 keys (ES256) are supported by rkube")
-        })?);
+        keys.push(key.ok_or_else(|| invalid(path, "only ECDSA P-256 keys (ES256) are supported by rkube"))?);
     }
     if keys.is_empty() {
-        return Err(invalid(
-            path,
-            "no public key, certificate or private key found",
-        ));
+        return Err(invalid(path, "no public key, certificate or private key found"));
     }
     Ok(keys)
 }
@@ -204,9 +181,7 @@ fn pem_block(label: &str, der: &[u8]) -> String {
 /// The P-256 SubjectPublicKeyInfo inside a DER certificate, found by its
 /// fixed prefix (enough for the keys rkube accepts).
 fn spki_of_certificate(der: &[u8]) -> Option<&[u8]> {
-    let at = der
-        .windows(P256_SPKI_PREFIX.len())
-        .position(|w| w == P256_SPKI_PREFIX)?;
+    let at = der.windows(P256_SPKI_PREFIX.len()).position(|w| w == P256_SPKI_PREFIX)?;
     der.get(at..at + P256_SPKI_PREFIX.len() + 65)
 }
 
@@ -262,17 +237,11 @@ mod tests {
         // The private key file verifies too, and reuse keeps the key.
         assert_eq!(load_public_keys(&key).unwrap()[0].kid, signing.public.kid);
         ensure_key_files(dir.path()).unwrap();
-        assert_eq!(
-            load_signing_key(&key).unwrap().public.kid,
-            signing.public.kid
-        );
+        assert_eq!(load_signing_key(&key).unwrap().public.kid, signing.public.kid);
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            assert_eq!(
-                std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
-                0o600
-            );
+            assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
         }
     }
 
@@ -281,26 +250,10 @@ mod tests {
         use rcgen::PublicKeyData as _;
         let pair = rcgen::KeyPair::generate().unwrap();
         let k = PublicKey::from_spki(&pair.subject_public_key_info()).unwrap();
-        assert_eq!(
-            k.kid,
-            URL_SAFE_NO_PAD.encode(Sha256::digest(pair.subject_public_key_info()))
-        );
+        assert_eq!(k.kid, URL_SAFE_NO_PAD.encode(Sha256::digest(pair.subject_public_key_info())));
         let jwk = k.jwk();
-        assert_eq!(
-            (
-                jwk["kty"].as_str(),
-                jwk["crv"].as_str(),
-                jwk["alg"].as_str()
-            ),
-            (Some("EC"), Some("P-256"), Some("ES256"))
-        );
-        assert_eq!(
-            URL_SAFE_NO_PAD
-                .decode(jwk["x"].as_str().unwrap())
-                .unwrap()
-                .len(),
-            32
-        );
+        assert_eq!((jwk["kty"].as_str(), jwk["crv"].as_str(), jwk["alg"].as_str()), (Some("EC"), Some("P-256"), Some("ES256")));
+        assert_eq!(URL_SAFE_NO_PAD.decode(jwk["x"].as_str().unwrap()).unwrap().len(), 32);
     }
 
     #[test]
@@ -308,23 +261,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "nothing here\n").unwrap();
-        assert!(load_public_keys(&empty)
-            .unwrap_err()
-            .to_string()
-            .contains("no public key"));
+        assert!(load_public_keys(&empty).unwrap_err().to_string().contains("no public key"));
         let rsa = dir.path().join("rsa.pub");
-        std::fs::write(
-            &rsa,
-            pem_block("PUBLIC KEY", &[0x30, 0x82, 0x01, 0x22, 0x30, 0x0d]),
-        )
-        .unwrap();
-        assert!(load_public_keys(&rsa)
-            .unwrap_err()
-            .to_string()
-            .contains("only ECDSA P-256"));
-        assert!(matches!(
-            load_signing_key(&dir.path().join("missing")),
-            Err(KeyError::Io { .. })
-        ));
+        std::fs::write(&rsa, pem_block("PUBLIC KEY", &[0x30, 0x82, 0x01, 0x22, 0x30, 0x0d])).unwrap();
+        assert!(load_public_keys(&rsa).unwrap_err().to_string().contains("only ECDSA P-256"));
+        assert!(matches!(load_signing_key(&dir.path().join("missing")), Err(KeyError::Io { .. })));
     }
 }

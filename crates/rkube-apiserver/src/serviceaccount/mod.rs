@@ -78,10 +78,7 @@ impl ServiceAccountArgs {
     /// `rkube up`'s settings: these flags, with `<data_dir>/pki/sa.key`
     /// (generated when missing) as the signing key and [`DEFAULT_ISSUER`]
     /// as the issuer when they are not given.
-    pub fn with_up_defaults(
-        &self,
-        data_dir: &Path,
-    ) -> Result<ServiceAccountArgs, ServiceAccountError> {
+    pub fn with_up_defaults(&self, data_dir: &Path) -> Result<ServiceAccountArgs, ServiceAccountError> {
         let mut args = self.clone();
         if args.signing_key_file.is_none() {
             let (key, _) = keys::ensure_key_files(&data_dir.join("pki"))?;
@@ -106,11 +103,7 @@ impl ServiceAccountArgs {
             }
             return Ok(None);
         }
-        let signer = self
-            .signing_key_file
-            .as_deref()
-            .map(keys::load_signing_key)
-            .transpose()?;
+        let signer = self.signing_key_file.as_deref().map(keys::load_signing_key).transpose()?;
         let mut verify: Vec<keys::PublicKey> = signer.iter().map(|s| s.public.clone()).collect();
         for f in &self.key_files {
             for k in keys::load_public_keys(f)? {
@@ -124,31 +117,16 @@ impl ServiceAccountArgs {
                 "--service-account-issuer needs --service-account-signing-key-file or --service-account-key-file".into(),
             ));
         }
-        let max = crate::filters::timeout::parse_go_duration(&self.max_token_expiration).map_err(
-            |e| {
-                ServiceAccountError::Flags(format!(
-                    "invalid value for --service-account-max-token-expiration: {e}"
-                ))
-            },
-        )?;
+        let max = crate::filters::timeout::parse_go_duration(&self.max_token_expiration)
+            .map_err(|e| ServiceAccountError::Flags(format!("invalid value for --service-account-max-token-expiration: {e}")))?;
         let max_expiration_seconds = (max.as_secs() > 0).then_some(max.as_secs() as i64);
         if max_expiration_seconds.is_some_and(|m| m < claims::MIN_EXPIRATION_SECONDS) {
             return Err(ServiceAccountError::Flags(
                 "--service-account-max-token-expiration must be at least 10m0s".into(),
             ));
         }
-        let api_audiences = if self.api_audiences.is_empty() {
-            self.issuers.clone()
-        } else {
-            self.api_audiences.clone()
-        };
-        Ok(Some(TokenConfig {
-            issuers: self.issuers.clone(),
-            api_audiences,
-            signer,
-            keys: verify,
-            max_expiration_seconds,
-        }))
+        let api_audiences = if self.api_audiences.is_empty() { self.issuers.clone() } else { self.api_audiences.clone() };
+        Ok(Some(TokenConfig { issuers: self.issuers.clone(), api_audiences, signer, keys: verify, max_expiration_seconds }))
     }
 }
 
@@ -174,10 +152,7 @@ pub fn jwks(config: &TokenConfig) -> Value {
 /// `application/json`) or `GET /openid/v1/jwks` (`jwks` true,
 /// `application/jwk-set+json`), cacheable for an hour as upstream's; 404
 /// when no issuer is configured.
-pub fn discovery_response(
-    config: Option<&TokenConfig>,
-    jwks_set: bool,
-) -> axum::response::Response {
+pub fn discovery_response(config: Option<&TokenConfig>, jwks_set: bool) -> axum::response::Response {
     use axum::response::IntoResponse as _;
     let Some(config) = config else {
         return crate::error::ApiError::path_not_found().into_response();
@@ -188,10 +163,7 @@ pub fn discovery_response(
         (openid_configuration(config), "application/json")
     };
     (
-        [
-            (axum::http::header::CONTENT_TYPE, content_type),
-            (axum::http::header::CACHE_CONTROL, "public, max-age=3600"),
-        ],
+        [(axum::http::header::CONTENT_TYPE, content_type), (axum::http::header::CACHE_CONTROL, "public, max-age=3600")],
         body.to_string(),
     )
         .into_response()
@@ -204,39 +176,17 @@ mod tests {
     #[test]
     fn no_issuer_means_no_tokens_and_keys_need_an_issuer() {
         assert!(ServiceAccountArgs::default().load().unwrap().is_none());
-        let args = ServiceAccountArgs {
-            signing_key_file: Some("k".into()),
-            ..Default::default()
-        };
-        assert!(args
-            .load()
-            .unwrap_err()
-            .to_string()
-            .contains("need --service-account-issuer"));
-        let args = ServiceAccountArgs {
-            issuers: vec!["https://x".into()],
-            ..Default::default()
-        };
-        assert!(args
-            .load()
-            .unwrap_err()
-            .to_string()
-            .contains("needs --service-account-signing-key-file"));
+        let args = ServiceAccountArgs { signing_key_file: Some("k".into()), ..Default::default() };
+        assert!(args.load().unwrap_err().to_string().contains("need --service-account-issuer"));
+        let args = ServiceAccountArgs { issuers: vec!["https://x".into()], ..Default::default() };
+        assert!(args.load().unwrap_err().to_string().contains("needs --service-account-signing-key-file"));
     }
 
     #[test]
     fn up_defaults_sign_with_a_generated_key_and_publish_it() {
         let dir = tempfile::tempdir().unwrap();
-        let args = ServiceAccountArgs {
-            max_token_expiration: "48h".into(),
-            ..Default::default()
-        };
-        let config = args
-            .with_up_defaults(dir.path())
-            .unwrap()
-            .load()
-            .unwrap()
-            .unwrap();
+        let args = ServiceAccountArgs { max_token_expiration: "48h".into(), ..Default::default() };
+        let config = args.with_up_defaults(dir.path()).unwrap().load().unwrap().unwrap();
         assert_eq!(config.issuers, vec![DEFAULT_ISSUER]);
         assert_eq!(config.api_audiences, vec![DEFAULT_ISSUER]);
         assert_eq!(config.max_expiration_seconds, Some(48 * 3600));
@@ -244,29 +194,11 @@ mod tests {
         let doc = openid_configuration(&config);
         assert_eq!(doc["jwks_uri"], format!("{DEFAULT_ISSUER}/openid/v1/jwks"));
         let set = jwks(&config);
-        assert_eq!(
-            set["keys"][0]["kid"],
-            config.signer.as_ref().unwrap().public.kid.as_str()
-        );
-        let aud = ServiceAccountArgs {
-            api_audiences: vec!["vault".into(), "api".into()],
-            ..Default::default()
-        };
-        let config = aud
-            .with_up_defaults(dir.path())
-            .unwrap()
-            .load()
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            config.api_audiences,
-            vec!["vault", "api"],
-            "--api-audiences replaces the issuer as audience"
-        );
-        let short = ServiceAccountArgs {
-            max_token_expiration: "1m".into(),
-            ..Default::default()
-        };
+        assert_eq!(set["keys"][0]["kid"], config.signer.as_ref().unwrap().public.kid.as_str());
+        let aud = ServiceAccountArgs { api_audiences: vec!["vault".into(), "api".into()], ..Default::default() };
+        let config = aud.with_up_defaults(dir.path()).unwrap().load().unwrap().unwrap();
+        assert_eq!(config.api_audiences, vec!["vault", "api"], "--api-audiences replaces the issuer as audience");
+        let short = ServiceAccountArgs { max_token_expiration: "1m".into(), ..Default::default() };
         assert!(short.with_up_defaults(dir.path()).unwrap().load().is_err());
     }
 }

@@ -24,12 +24,9 @@ fn columns(custom: &CustomResource) -> Vec<PrinterColumn> {
         name: "Age".into(),
         column_type: "date".into(),
         format: String::new(),
-        description: crate::openapi::property_description(
-            "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
-            "creationTimestamp",
-        )
-        .unwrap_or("")
-        .into(),
+        description: crate::openapi::property_description("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "creationTimestamp")
+            .unwrap_or("")
+            .into(),
         priority: 0,
         json_path: ".metadata.creationTimestamp".into(),
     }]
@@ -90,9 +87,7 @@ fn parse(path: &str) -> Option<Vec<Step>> {
 
 /// The values `path` finds in `obj`.
 fn find<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
-    let Some(steps) = parse(path) else {
-        return Vec::new();
-    };
+    let Some(steps) = parse(path) else { return Vec::new() };
     let mut cur = vec![obj];
     for step in &steps {
         let mut next = Vec::new();
@@ -122,39 +117,23 @@ fn find<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
 /// The cell of `column` for `obj`.
 fn cell(column: &PrinterColumn, obj: &Value, now: DateTime<Utc>) -> Value {
     let found = find(obj, &column.json_path);
-    let Some(first) = found.first().copied() else {
-        return Value::Null;
-    };
+    let Some(first) = found.first().copied() else { return Value::Null };
     if column.column_type == "date" {
         return json!(format::since(format::timestamp(Some(first)), now));
     }
     match (column.column_type.as_str(), first) {
         (_, Value::Object(_) | Value::Array(_)) => json!(first.to_string()),
-        ("string", Value::String(_))
-        | ("integer" | "number", Value::Number(_))
-        | ("boolean", Value::Bool(_)) => first.clone(),
+        ("string", Value::String(_)) | ("integer" | "number", Value::Number(_)) | ("boolean", Value::Bool(_)) => first.clone(),
         (_, Value::String(s)) => json!(s),
         (_, other) => json!(other.to_string()),
     }
 }
 
 /// The Table of `items`, objects of a custom resource whose CRD version is `custom`.
-pub fn to_table(
-    custom: &CustomResource,
-    items: &[Value],
-    include: IncludeObject,
-    list_meta: Option<Value>,
-    now: DateTime<Utc>,
-) -> Value {
+pub fn to_table(custom: &CustomResource, items: &[Value], include: IncludeObject, list_meta: Option<Value>, now: DateTime<Utc>) -> Value {
     let columns = columns(custom);
-    let name_description = crate::openapi::property_description(
-        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
-        "name",
-    )
-    .unwrap_or("");
-    let mut defs = vec![
-        json!({"name": "Name", "type": "string", "format": "name", "description": name_description, "priority": 0}),
-    ];
+    let name_description = crate::openapi::property_description("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "name").unwrap_or("");
+    let mut defs = vec![json!({"name": "Name", "type": "string", "format": "name", "description": name_description, "priority": 0})];
     defs.extend(columns.iter().map(|c| {
         json!({"name": c.name, "type": c.column_type, "format": c.format, "description": c.description, "priority": c.priority})
     }));
@@ -188,14 +167,7 @@ mod tests {
     use super::*;
 
     fn column(name: &str, ty: &str, path: &str) -> PrinterColumn {
-        PrinterColumn {
-            name: name.into(),
-            column_type: ty.into(),
-            format: String::new(),
-            description: String::new(),
-            priority: 0,
-            json_path: path.into(),
-        }
+        PrinterColumn { name: name.into(), column_type: ty.into(), format: String::new(), description: String::new(), priority: 0, json_path: path.into() }
     }
 
     #[test]
@@ -203,64 +175,20 @@ mod tests {
         let obj = json!({"metadata": {"name": "w"}, "spec": {"replicas": 3, "size": "small"},
                          "status": {"conditions": [{"type": "Synced", "status": "False"}, {"type": "Ready", "status": "True"}]}});
         let now = Utc::now();
-        assert_eq!(
-            cell(&column("Replicas", "integer", ".spec.replicas"), &obj, now),
-            json!(3)
-        );
-        assert_eq!(
-            cell(&column("Size", "string", ".spec.size"), &obj, now),
-            json!("small")
-        );
-        assert_eq!(
-            cell(
-                &column(
-                    "Ready",
-                    "string",
-                    ".status.conditions[?(@.type==\"Ready\")].status"
-                ),
-                &obj,
-                now
-            ),
-            json!("True")
-        );
-        assert_eq!(
-            cell(
-                &column("First", "string", ".status.conditions[0].type"),
-                &obj,
-                now
-            ),
-            json!("Synced")
-        );
-        assert_eq!(
-            cell(&column("Missing", "string", ".spec.nothing"), &obj, now),
-            Value::Null
-        );
+        assert_eq!(cell(&column("Replicas", "integer", ".spec.replicas"), &obj, now), json!(3));
+        assert_eq!(cell(&column("Size", "string", ".spec.size"), &obj, now), json!("small"));
+        assert_eq!(cell(&column("Ready", "string", ".status.conditions[?(@.type==\"Ready\")].status"), &obj, now), json!("True"));
+        assert_eq!(cell(&column("First", "string", ".status.conditions[0].type"), &obj, now), json!("Synced"));
+        assert_eq!(cell(&column("Missing", "string", ".spec.nothing"), &obj, now), Value::Null);
     }
 
     #[test]
     fn versions_without_columns_show_name_and_age() {
-        let custom = CustomResource {
-            crd_name: "w.example.com".into(),
-            schema: None,
-            columns: vec![],
-            scale: None,
-        };
+        let custom = CustomResource { crd_name: "w.example.com".into(), schema: None, columns: vec![], scale: None };
         let now = Utc::now();
-        let created =
-            (now - chrono::Duration::minutes(5)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        let t = to_table(
-            &custom,
-            &[json!({"metadata": {"name": "a", "creationTimestamp": created}})],
-            IncludeObject::None,
-            None,
-            now,
-        );
-        let names: Vec<&str> = t["columnDefinitions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|c| c["name"].as_str())
-            .collect();
+        let created = (now - chrono::Duration::minutes(5)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let t = to_table(&custom, &[json!({"metadata": {"name": "a", "creationTimestamp": created}})], IncludeObject::None, None, now);
+        let names: Vec<&str> = t["columnDefinitions"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
         assert_eq!(names, ["Name", "Age"]);
         assert_eq!(t["rows"][0]["cells"], json!(["a", "5m"]));
     }

@@ -112,10 +112,7 @@ pub struct TableRequest {
 /// produce (protobuf, other `as=` kinds) are skipped, as upstream's
 /// negotiation does. `include_object` is the `?includeObject=` value; an
 /// invalid one is an error only when a Table was asked for.
-pub fn is_table_request(
-    accept: &str,
-    include_object: Option<&str>,
-) -> Result<Option<TableRequest>, TableError> {
+pub fn is_table_request(accept: &str, include_object: Option<&str>) -> Result<Option<TableRequest>, TableError> {
     for range in accept.split(',') {
         let mut parts = range.split(';');
         let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
@@ -133,10 +130,7 @@ pub fn is_table_request(
                 }
             }
         }
-        let json_like = matches!(
-            essence.as_str(),
-            "application/json" | "application/*" | "*/*"
-        );
+        let json_like = matches!(essence.as_str(), "application/json" | "application/*" | "*/*");
         match (as_kind.as_deref(), json_like) {
             (None, true) => return Ok(None),
             (None, false) if essence == "application/yaml" => return Ok(None),
@@ -147,10 +141,7 @@ pub fn is_table_request(
                     _ => continue,
                 };
                 let include_object = IncludeObject::from_query(include_object)?;
-                return Ok(Some(TableRequest {
-                    version,
-                    include_object,
-                }));
+                return Ok(Some(TableRequest { version, include_object }));
             }
             _ => continue,
         }
@@ -163,12 +154,7 @@ pub fn is_table_request(
 /// `metadata` (a ListMeta: `resourceVersion`, `continue`,
 /// `remainingItemCount`). Every column is filled, including the `-o wide`
 /// (priority 1) ones.
-pub fn to_table(
-    info: &ResourceInfo,
-    items: &[Value],
-    include_object: IncludeObject,
-    list_meta: Option<Value>,
-) -> Value {
+pub fn to_table(info: &ResourceInfo, items: &[Value], include_object: IncludeObject, list_meta: Option<Value>) -> Value {
     to_table_at(info.printer, items, include_object, list_meta, Utc::now())
 }
 
@@ -241,9 +227,7 @@ fn column_definitions(printer: &Printer) -> Value {
         .map(|c| {
             let description = match c.description {
                 Desc::Text(t) => t,
-                Desc::Schema(def, prop) => {
-                    crate::openapi::property_description(def, prop).unwrap_or("")
-                }
+                Desc::Schema(def, prop) => crate::openapi::property_description(def, prop).unwrap_or(""),
             };
             json!({
                 "name": c.name,

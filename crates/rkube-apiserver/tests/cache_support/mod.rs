@@ -29,18 +29,12 @@ pub fn client() -> reqwest::Client {
 /// crypto provider reqwest needs (plain HTTP only here).
 pub fn client_with_timeout(timeout: Duration) -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .build()
-        .expect("HTTP client")
+    reqwest::Client::builder().timeout(timeout).build().expect("HTTP client")
 }
 
 /// `metadata.resourceVersion` of a JSON object as a number (0 when absent).
 pub fn rv_of(v: &Value) -> i64 {
-    v.pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+    v.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
 /// One response as a client sees it.
@@ -71,11 +65,7 @@ impl Resp {
     pub fn names(&self) -> Vec<String> {
         self.body["items"]
             .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|i| i.pointer("/metadata/name")?.as_str().map(str::to_string))
-                    .collect()
-            })
+            .map(|a| a.iter().filter_map(|i| i.pointer("/metadata/name")?.as_str().map(str::to_string)).collect())
             .unwrap_or_default()
     }
     /// The `Retry-After` header as a number.
@@ -95,10 +85,7 @@ pub struct Api {
 impl Api {
     /// A client for `base`.
     pub fn new(base: &str) -> Api {
-        Api {
-            base: base.to_string(),
-            client: client(),
-        }
+        Api { base: base.to_string(), client: client() }
     }
 
     /// Sends a request with an optional JSON body.
@@ -107,22 +94,14 @@ impl Api {
         let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         let mut req = self.client.request(m, format!("{}{}", self.base, path));
         if let Some(b) = body {
-            req = req
-                .header("content-type", "application/json")
-                .body(b.to_string());
+            req = req.header("content-type", "application/json").body(b.to_string());
         }
         let resp = req.send().await.expect("request");
         let code = resp.status().as_u16();
         let headers = resp.headers().clone();
         let text = resp.text().await.expect("body");
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Resp {
-            code,
-            headers,
-            body,
-            text,
-            elapsed: started.elapsed(),
-        }
+        Resp { code, headers, body, text, elapsed: started.elapsed() }
     }
 
     /// GET.
@@ -140,9 +119,7 @@ impl Api {
     /// Creates configmap `name` in `default`, returning its resourceVersion.
     pub async fn configmap(&self, name: &str) -> i64 {
         let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}});
-        self.create("/api/v1/namespaces/default/configmaps", &body)
-            .await
-            .rv()
+        self.create("/api/v1/namespaces/default/configmaps", &body).await.rv()
     }
 
     /// The `/metrics` text.
@@ -156,33 +133,19 @@ impl Api {
     pub async fn wait_ready(&self, secs: u64) {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
-            if let Ok(r) = self
-                .client
-                .get(format!("{}/readyz", self.base))
-                .send()
-                .await
-            {
+            if let Ok(r) = self.client.get(format!("{}/readyz", self.base)).send().await {
                 if r.status().as_u16() == 200 {
                     return;
                 }
             }
-            assert!(
-                Instant::now() < deadline,
-                "{} not ready within {secs}s",
-                self.base
-            );
+            assert!(Instant::now() < deadline, "{} not ready within {secs}s", self.base);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     /// Opens a watch.
     pub async fn watch(&self, path: &str) -> WatchReader {
-        let resp = self
-            .client
-            .get(format!("{}{}", self.base, path))
-            .send()
-            .await
-            .expect("watch request");
+        let resp = self.client.get(format!("{}{}", self.base, path)).send().await.expect("watch request");
         WatchReader::from_response(resp)
     }
 }
@@ -191,11 +154,7 @@ impl Api {
 pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .filter(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
+        .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -223,11 +182,7 @@ pub enum Line {
 impl WatchReader {
     /// Reads the body of a watch response.
     pub fn from_response(resp: reqwest::Response) -> WatchReader {
-        WatchReader {
-            code: resp.status().as_u16(),
-            stream: Box::pin(resp.bytes_stream()),
-            buf: Vec::new(),
-        }
+        WatchReader { code: resp.status().as_u16(), stream: Box::pin(resp.bytes_stream()), buf: Vec::new() }
     }
 
     /// The next line, waiting at most `wait`.
@@ -268,11 +223,7 @@ impl WatchReader {
 
 /// A free loopback port.
 pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind").local_addr().expect("addr").port()
 }
 
 /// A real `apiserver` process (this crate's binary), killed by PID on drop.
@@ -299,17 +250,11 @@ impl Apiserver {
     }
 
     /// Like [`Apiserver::spawn`] with the embedded store in `data_dir` (a temp dir when None).
-    pub fn spawn_in(
-        data_dir: Option<&std::path::Path>,
-        args: &[&str],
-        env: &[(&str, &str)],
-    ) -> Apiserver {
+    pub fn spawn_in(data_dir: Option<&std::path::Path>, args: &[&str], env: &[(&str, &str)]) -> Apiserver {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("apiserver.log");
         let out = std::fs::File::create(&log).expect("log file");
-        let data = data_dir
-            .map(|d| d.to_path_buf())
-            .unwrap_or_else(|| dir.path().join("data"));
+        let data = data_dir.map(|d| d.to_path_buf()).unwrap_or_else(|| dir.path().join("data"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_apiserver"));
         cmd.arg("--port=0")
             .arg(format!("--data-dir={}", data.display()))
@@ -322,12 +267,7 @@ impl Apiserver {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("spawn apiserver");
-        let mut server = Apiserver {
-            child,
-            log,
-            _dir: dir,
-            api: Api::new("http://0.0.0.0:0"),
-        };
+        let mut server = Apiserver { child, log, _dir: dir, api: Api::new("http://0.0.0.0:0") };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let text = server.log();
@@ -343,10 +283,7 @@ impl Apiserver {
             if let Ok(Some(status)) = server.child.try_wait() {
                 panic!("apiserver exited ({status}):\n{text}");
             }
-            assert!(
-                Instant::now() < deadline,
-                "apiserver did not listen in 30 s:\n{text}"
-            );
+            assert!(Instant::now() < deadline, "apiserver did not listen in 30 s:\n{text}");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -382,15 +319,8 @@ impl Apiserver {
 
 /// Runs `apiserver <args>` expecting it to exit; returns (success, output).
 pub fn run_to_exit(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_apiserver"))
-        .args(args)
-        .output()
-        .expect("run apiserver");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(env!("CARGO_BIN_EXE_apiserver")).args(args).output().expect("run apiserver");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
 }
 
@@ -411,12 +341,7 @@ impl LateEtcd {
         while peer_port == client_port {
             peer_port = free_port();
         }
-        LateEtcd {
-            client_port,
-            peer_port,
-            dir: tempfile::tempdir().expect("temp dir"),
-            child: None,
-        }
+        LateEtcd { client_port, peer_port, dir: tempfile::tempdir().expect("temp dir"), child: None }
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -431,10 +356,7 @@ impl LateEtcd {
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).expect("etcd log");
         let child = Command::new("etcd")
             .arg("--name=late")
-            .arg(format!(
-                "--data-dir={}",
-                self.dir.path().join("data").display()
-            ))
+            .arg(format!("--data-dir={}", self.dir.path().join("data").display()))
             .arg(format!("--listen-client-urls={client}"))
             .arg(format!("--advertise-client-urls={client}"))
             .arg(format!("--listen-peer-urls={peer}"))
@@ -476,17 +398,13 @@ impl Drop for LateEtcd {
 
 fn etcd_healthy(port: u16) -> bool {
     use std::io::Write;
-    let Ok(mut conn) = std::net::TcpStream::connect_timeout(
-        &(Ipv4Addr::LOCALHOST, port).into(),
-        Duration::from_millis(200),
-    ) else {
+    let Ok(mut conn) =
+        std::net::TcpStream::connect_timeout(&(Ipv4Addr::LOCALHOST, port).into(), Duration::from_millis(200))
+    else {
         return false;
     };
     let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
-    if conn
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
+    if conn.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
         return false;
     }
     let mut body = String::new();
@@ -524,9 +442,7 @@ impl InProcess {
     pub async fn start_unready(storage: Arc<dyn Storage>, config: ServerConfig) -> InProcess {
         let state = ApiState::new(storage, config);
         rkube_apiserver::bootstrap(&state).await.expect("bootstrap");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let st = state.clone();
@@ -536,11 +452,7 @@ impl InProcess {
             })
             .await;
         });
-        InProcess {
-            api: Api::new(&format!("http://{addr}")),
-            state,
-            stop: Some(tx),
-        }
+        InProcess { api: Api::new(&format!("http://{addr}")), state, stop: Some(tx) }
     }
 }
 
@@ -578,17 +490,10 @@ impl<H: WatchHook> Storage for WatchHooked<H> {
     async fn get(&self, key: &str) -> rkube_storage::Result<Option<rkube_storage::KeyValue>> {
         self.inner.get(key).await
     }
-    async fn range(
-        &self,
-        req: rkube_storage::RangeRequest,
-    ) -> rkube_storage::Result<rkube_storage::RangeResponse> {
+    async fn range(&self, req: rkube_storage::RangeRequest) -> rkube_storage::Result<rkube_storage::RangeResponse> {
         self.inner.range(req).await
     }
-    async fn create(
-        &self,
-        key: &str,
-        value: bytes::Bytes,
-    ) -> rkube_storage::Result<rkube_storage::KeyValue> {
+    async fn create(&self, key: &str, value: bytes::Bytes) -> rkube_storage::Result<rkube_storage::KeyValue> {
         self.inner.create(key, value).await
     }
     async fn update(
@@ -606,11 +511,7 @@ impl<H: WatchHook> Storage for WatchHooked<H> {
     ) -> rkube_storage::Result<(rkube_storage::KeyValue, rkube_storage::Revision)> {
         self.inner.delete(key, expected).await
     }
-    async fn watch(
-        &self,
-        prefix: &str,
-        after: rkube_storage::Revision,
-    ) -> rkube_storage::Result<rkube_storage::Watch> {
+    async fn watch(&self, prefix: &str, after: rkube_storage::Revision) -> rkube_storage::Result<rkube_storage::Watch> {
         self.hook.watch(&*self.inner, prefix, after).await
     }
     async fn current_revision(&self) -> rkube_storage::Result<rkube_storage::Revision> {
@@ -646,20 +547,14 @@ impl WatchHook for LoseMarked {
             let stream = w.stream.filter_map(move |msg| {
                 let out = match msg {
                     Ok(WatchResponse::Events(evs)) => {
-                        let kept: Vec<_> = evs
-                            .into_iter()
-                            .filter(|e| !e.kv.key.contains(&marker))
-                            .collect();
+                        let kept: Vec<_> = evs.into_iter().filter(|e| !e.kv.key.contains(&marker)).collect();
                         (!kept.is_empty()).then_some(Ok(WatchResponse::Events(kept)))
                     }
                     other => Some(other),
                 };
                 futures::future::ready(out)
             });
-            Ok(rkube_storage::Watch {
-                stream: Box::pin(stream),
-                progress: w.progress,
-            })
+            Ok(rkube_storage::Watch { stream: Box::pin(stream), progress: w.progress })
         })
     }
 }
@@ -672,19 +567,13 @@ pub type LossyWatchStorage = WatchHooked<LoseMarked>;
 impl LossyWatchStorage {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn Storage>, marker: &str) -> LossyWatchStorage {
-        WatchHooked::wrap(
-            inner,
-            LoseMarked {
-                marker: marker.to_string(),
-            },
-        )
+        WatchHooked::wrap(inner, LoseMarked { marker: marker.to_string() })
     }
 }
 
 /// A fresh embedded store in a temp dir (kept alive by the returned dir).
 pub fn embedded() -> (Arc<dyn Storage>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let s =
-        rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("open embedded store");
+    let s = rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("open embedded store");
     (Arc::new(s), dir)
 }

@@ -61,25 +61,15 @@ pub struct Resp {
 impl Resp {
     /// `Status.reason`.
     pub fn reason(&self) -> &str {
-        self.body
-            .get("reason")
-            .and_then(Value::as_str)
-            .unwrap_or("")
+        self.body.get("reason").and_then(Value::as_str).unwrap_or("")
     }
     /// `Status.message`.
     pub fn message(&self) -> &str {
-        self.body
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("")
+        self.body.get("message").and_then(Value::as_str).unwrap_or("")
     }
     /// `metadata.resourceVersion`.
     pub fn rv(&self) -> String {
-        self.body
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
+        self.body.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("").to_string()
     }
     /// Asserts the response is a failure `Status` with `code` and `reason`.
     pub fn assert_status(&self, code: u16, reason: &str) {
@@ -107,10 +97,8 @@ impl TestServer {
     /// A server over a fresh embedded store with `config`.
     pub async fn embedded_with(config: ServerConfig) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        let storage: Arc<dyn Storage> = Arc::new(
-            rkube_storage::embedded::EmbeddedStorage::open(dir.path())
-                .expect("open embedded store"),
-        );
+        let storage: Arc<dyn Storage> =
+            Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("open embedded store"));
         Self::start(storage, Some(dir), None, config).await
     }
 
@@ -126,11 +114,8 @@ impl TestServer {
 
     async fn etcd_with(config: ServerConfig) -> TestServer {
         let etcd = rkube_storage::testing::EtcdServer::start().expect("start etcd");
-        let storage: Arc<dyn Storage> = Arc::new(
-            rkube_storage::etcd::EtcdStorage::connect(&[etcd.endpoint()])
-                .await
-                .expect("connect to etcd"),
-        );
+        let storage: Arc<dyn Storage> =
+            Arc::new(rkube_storage::etcd::EtcdStorage::connect(&[etcd.endpoint()]).await.expect("connect to etcd"));
         Self::start(storage, None, Some(etcd), config).await
     }
 
@@ -142,9 +127,7 @@ impl TestServer {
     ) -> TestServer {
         let st = ApiState::new(storage.clone(), config);
         rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -188,12 +171,7 @@ impl TestServer {
         let headers = resp.headers().clone();
         let text = resp.text().await.expect("body");
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Resp {
-            code,
-            headers,
-            body,
-            text,
-        }
+        Resp { code, headers, body, text }
     }
 
     /// GET.
@@ -208,38 +186,17 @@ impl TestServer {
 
     /// POST a JSON body.
     pub async fn post(&self, path: &str, body: &Value) -> Resp {
-        self.send(
-            "POST",
-            path,
-            Some("application/json"),
-            None,
-            Some(body.to_string().into_bytes()),
-        )
-        .await
+        self.send("POST", path, Some("application/json"), None, Some(body.to_string().into_bytes())).await
     }
 
     /// PUT a JSON body.
     pub async fn put(&self, path: &str, body: &Value) -> Resp {
-        self.send(
-            "PUT",
-            path,
-            Some("application/json"),
-            None,
-            Some(body.to_string().into_bytes()),
-        )
-        .await
+        self.send("PUT", path, Some("application/json"), None, Some(body.to_string().into_bytes())).await
     }
 
     /// PATCH with a content type.
     pub async fn patch(&self, path: &str, content_type: &str, body: &str) -> Resp {
-        self.send(
-            "PATCH",
-            path,
-            Some(content_type),
-            None,
-            Some(body.as_bytes().to_vec()),
-        )
-        .await
+        self.send("PATCH", path, Some(content_type), None, Some(body.as_bytes().to_vec())).await
     }
 
     /// DELETE with an optional JSON body.
@@ -252,10 +209,7 @@ impl TestServer {
     /// Creates a namespace (asserts 201).
     pub async fn namespace(&self, name: &str) {
         let r = self
-            .post(
-                "/api/v1/namespaces",
-                &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
-            )
+            .post("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
             .await;
         assert_eq!(r.code, 201, "{}", r.text);
     }
@@ -275,12 +229,7 @@ impl TestServer {
         let resp = req.send().await.expect("watch request");
         let code = resp.status().as_u16();
         let headers = resp.headers().clone();
-        WatchReader {
-            code,
-            headers,
-            stream: Box::pin(resp.bytes_stream()),
-            buf: Vec::new(),
-        }
+        WatchReader { code, headers, stream: Box::pin(resp.bytes_stream()), buf: Vec::new() }
     }
 }
 

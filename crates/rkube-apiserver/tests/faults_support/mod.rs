@@ -17,9 +17,7 @@ use rkube_storage::{EventKind, RangeRequest, Revision, Storage, WatchResponse};
 use serde_json::Value;
 
 pub use crate::cache_support::rv_of;
-use crate::cache_support::{
-    client_with_timeout, InProcess, Line, WatchHook, WatchHooked, WatchReader,
-};
+use crate::cache_support::{client_with_timeout, InProcess, Line, WatchHook, WatchHooked, WatchReader};
 
 /// One answer: status, JSON body (Null when not JSON), raw text.
 #[derive(Debug, Clone)]
@@ -54,19 +52,11 @@ pub struct Client {
 impl Client {
     /// A client for `http://host:port`.
     pub fn new(base: &str) -> Client {
-        Client {
-            base: base.to_string(),
-            http: client_with_timeout(Duration::from_secs(20)),
-        }
+        Client { base: base.to_string(), http: client_with_timeout(Duration::from_secs(20)) }
     }
 
     /// Sends `method path` with an optional body of `content_type`.
-    pub async fn send(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<(&str, String)>,
-    ) -> Option<Answer> {
+    pub async fn send(&self, method: &str, path: &str, body: Option<(&str, String)>) -> Option<Answer> {
         let m = reqwest::Method::from_bytes(method.as_bytes()).ok()?;
         let mut req = self.http.request(m, format!("{}{}", self.base, path));
         if let Some((ct, b)) = body {
@@ -86,28 +76,19 @@ impl Client {
 
     /// POST JSON.
     pub async fn post(&self, path: &str, body: &Value) -> Option<Answer> {
-        self.send("POST", path, Some(("application/json", body.to_string())))
-            .await
+        self.send("POST", path, Some(("application/json", body.to_string()))).await
     }
 
     /// Opens a watch: `Err(answer)` when the server did not answer 200.
     pub async fn watch(&self, path: &str) -> Option<Result<EventStream, Answer>> {
-        let resp = self
-            .http
-            .get(format!("{}{}", self.base, path))
-            .timeout(Duration::from_secs(3600))
-            .send()
-            .await
-            .ok()?;
+        let resp = self.http.get(format!("{}{}", self.base, path)).timeout(Duration::from_secs(3600)).send().await.ok()?;
         let code = resp.status().as_u16();
         if code != 200 {
             let text = resp.text().await.ok()?;
             let body = serde_json::from_str(&text).unwrap_or(Value::Null);
             return Some(Err(Answer { code, body, text }));
         }
-        Some(Ok(EventStream {
-            reader: WatchReader::from_response(resp),
-        }))
+        Some(Ok(EventStream { reader: WatchReader::from_response(resp) }))
     }
 }
 
@@ -174,24 +155,13 @@ async fn relist(c: &Client, path: &str, log: &Mutex<WatchLog>) -> (i64, Vec<(Str
                     .as_array()
                     .map(|v| {
                         v.iter()
-                            .map(|i| {
-                                (
-                                    i.pointer("/metadata/name")
-                                        .and_then(Value::as_str)
-                                        .unwrap_or("")
-                                        .to_string(),
-                                    rv_of(i),
-                                )
-                            })
+                            .map(|i| (i.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string(), rv_of(i)))
                             .collect()
                     })
                     .unwrap_or_default();
                 return (a.rv(), items);
             }
-            log.lock()
-                .unwrap()
-                .refusals
-                .push((a.code, a.reason().to_string()));
+            log.lock().unwrap().refusals.push((a.code, a.reason().to_string()));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -202,49 +172,27 @@ async fn relist(c: &Client, path: &str, log: &Mutex<WatchLog>) -> (i64, Vec<(Str
 /// resourceVersion seen; on 429 / 5xx retry after 200 ms; on `ERROR` 410
 /// (or HTTP 410) re-LIST and start a new segment. Stops once it has seen
 /// `target` (when non-zero) or when `stop` is set.
-pub async fn run_watcher(
-    c: Client,
-    path: String,
-    target: Arc<AtomicI64>,
-    stop: Arc<AtomicBool>,
-    log: Arc<Mutex<WatchLog>>,
-) {
+pub async fn run_watcher(c: Client, path: String, target: Arc<AtomicI64>, stop: Arc<AtomicBool>, log: Arc<Mutex<WatchLog>>) {
     let (mut rv, items) = relist(&c, &path, &log).await;
-    log.lock().unwrap().segments.push(Segment {
-        start_rv: rv,
-        relist: Some(items),
-        events: Vec::new(),
-    });
+    log.lock().unwrap().segments.push(Segment { start_rv: rv, relist: Some(items), events: Vec::new() });
     let sep = if path.contains('?') { '&' } else { '?' };
     loop {
         let t = target.load(Ordering::Acquire);
         if (t > 0 && rv >= t) || stop.load(Ordering::Acquire) {
             return;
         }
-        let w = c
-            .watch(&format!("{path}{sep}watch=1&resourceVersion={rv}"))
-            .await;
+        let w = c.watch(&format!("{path}{sep}watch=1&resourceVersion={rv}")).await;
         let mut stream = match w {
             Some(Ok(s)) => s,
             Some(Err(a)) if a.code == 410 => {
-                log.lock()
-                    .unwrap()
-                    .refusals
-                    .push((410, a.reason().to_string()));
+                log.lock().unwrap().refusals.push((410, a.reason().to_string()));
                 let (l, items) = relist(&c, &path, &log).await;
                 rv = l;
-                log.lock().unwrap().segments.push(Segment {
-                    start_rv: l,
-                    relist: Some(items),
-                    events: Vec::new(),
-                });
+                log.lock().unwrap().segments.push(Segment { start_rv: l, relist: Some(items), events: Vec::new() });
                 continue;
             }
             Some(Err(a)) => {
-                log.lock()
-                    .unwrap()
-                    .refusals
-                    .push((a.code, a.reason().to_string()));
+                log.lock().unwrap().refusals.push((a.code, a.reason().to_string()));
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
@@ -268,18 +216,11 @@ pub async fn run_watcher(
                     let ty = ev["type"].as_str().unwrap_or("").to_string();
                     if ty == "ERROR" {
                         let code = ev["object"]["code"].as_u64().unwrap_or(0) as u16;
-                        log.lock().unwrap().refusals.push((
-                            code,
-                            ev["object"]["reason"].as_str().unwrap_or("").to_string(),
-                        ));
+                        log.lock().unwrap().refusals.push((code, ev["object"]["reason"].as_str().unwrap_or("").to_string()));
                         if code == 410 {
                             let (l, items) = relist(&c, &path, &log).await;
                             rv = l;
-                            let seg = Segment {
-                                start_rv: l,
-                                relist: Some(items),
-                                events: Vec::new(),
-                            };
+                            let seg = Segment { start_rv: l, relist: Some(items), events: Vec::new() };
                             log.lock().unwrap().segments.push(seg);
                         }
                         break;
@@ -287,10 +228,7 @@ pub async fn run_watcher(
                     if ty == "BOOKMARK" {
                         continue;
                     }
-                    let name = ev["object"]["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_string();
+                    let name = ev["object"]["metadata"]["name"].as_str().unwrap_or("").to_string();
                     let ev_rv = rv_of(&ev["object"]);
                     rv = ev_rv;
                     if let Some(seg) = log.lock().unwrap().segments.last_mut() {
@@ -304,12 +242,7 @@ pub async fn run_watcher(
 
 /// The storage's history of `prefix` in `(after, upto]` as watch events:
 /// `(type, name, revision)` with ADDED for a put that created the key.
-pub async fn history(
-    storage: &dyn Storage,
-    prefix: &str,
-    after: Revision,
-    upto: Revision,
-) -> Vec<Seen> {
+pub async fn history(storage: &dyn Storage, prefix: &str, after: Revision, upto: Revision) -> Vec<Seen> {
     let mut out = Vec::new();
     if upto <= after {
         return out;
@@ -347,23 +280,11 @@ pub async fn history(
 }
 
 /// `(name, mod_revision)` of every key under `prefix` at `revision`.
-pub async fn state_at(
-    storage: &dyn Storage,
-    prefix: &str,
-    revision: Revision,
-) -> Vec<(String, i64)> {
+pub async fn state_at(storage: &dyn Storage, prefix: &str, revision: Revision) -> Vec<(String, i64)> {
     let mut req = RangeRequest::prefix(prefix);
     req.revision = revision;
     let r = storage.range(req).await.expect("range at revision");
-    r.kvs
-        .iter()
-        .map(|kv| {
-            (
-                kv.key.rsplit('/').next().unwrap_or("").to_string(),
-                kv.mod_revision,
-            )
-        })
-        .collect()
+    r.kvs.iter().map(|kv| (kv.key.rsplit('/').next().unwrap_or("").to_string(), kv.mod_revision)).collect()
 }
 
 /// Compares one watcher's record with the storage's history: within each
@@ -371,12 +292,7 @@ pub async fn state_at(
 /// loss, no duplicate, same order and types); a segment begun by a re-list
 /// must have listed exactly the storage's state at its list revision; the
 /// last segment must reach `final_rv`. Returns the number of events checked.
-pub async fn check_against_history(
-    storage: &dyn Storage,
-    prefix: &str,
-    log: &WatchLog,
-    final_rv: i64,
-) -> usize {
+pub async fn check_against_history(storage: &dyn Storage, prefix: &str, log: &WatchLog, final_rv: i64) -> usize {
     let mut checked = 0;
     for (i, seg) in log.segments.iter().enumerate() {
         let last = i + 1 == log.segments.len();
@@ -385,17 +301,9 @@ pub async fn check_against_history(
             let mut got = items.clone();
             want.sort();
             got.sort();
-            assert_eq!(
-                got, want,
-                "segment {i}: the LIST at {} differs from storage's state there",
-                seg.start_rv
-            );
+            assert_eq!(got, want, "segment {i}: the LIST at {} differs from storage's state there", seg.start_rv);
         }
-        let end = if last {
-            final_rv
-        } else {
-            seg.events.last().map(|e| e.2).unwrap_or(seg.start_rv)
-        };
+        let end = if last { final_rv } else { seg.events.last().map(|e| e.2).unwrap_or(seg.start_rv) };
         let want = history(storage, prefix, seg.start_rv, end).await;
         if seg.events != want {
             let got_revs: Vec<i64> = seg.events.iter().map(|e| e.2).collect();
@@ -403,11 +311,7 @@ pub async fn check_against_history(
             let missing: Vec<&i64> = want_revs.iter().filter(|r| !got_revs.contains(r)).collect();
             let mut dups = got_revs.clone();
             dups.sort();
-            let dup: Vec<i64> = dups
-                .windows(2)
-                .filter(|w| w[0] == w[1])
-                .map(|w| w[0])
-                .collect();
+            let dup: Vec<i64> = dups.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
             let mut problems = Vec::new();
             if !missing.is_empty() {
                 problems.push(format!("lost revisions {missing:?}"));
@@ -449,9 +353,7 @@ impl WatchHook for HoldMarked {
     ) -> futures::future::BoxFuture<'a, rkube_storage::Result<rkube_storage::Watch>> {
         Box::pin(async move {
             if prefix.contains(&self.marker) && !self.released.load(Ordering::Acquire) {
-                return Err(rkube_storage::StorageError::Unavailable(format!(
-                    "watch of {prefix} held by the test"
-                )));
+                return Err(rkube_storage::StorageError::Unavailable(format!("watch of {prefix} held by the test")));
             }
             inner.watch(prefix, after).await
         })
@@ -466,13 +368,7 @@ pub type HeldWatchStorage = WatchHooked<HoldMarked>;
 impl HeldWatchStorage {
     /// Wraps `inner`, holding watches of prefixes containing `marker`.
     pub fn new(inner: Arc<dyn Storage>, marker: &str) -> Arc<HeldWatchStorage> {
-        Arc::new(WatchHooked::wrap(
-            inner,
-            HoldMarked {
-                marker: marker.to_string(),
-                released: AtomicBool::new(false),
-            },
-        ))
+        Arc::new(WatchHooked::wrap(inner, HoldMarked { marker: marker.to_string(), released: AtomicBool::new(false) }))
     }
     /// Lets watches through from now on.
     pub fn release(&self) {

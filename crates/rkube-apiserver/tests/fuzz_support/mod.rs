@@ -10,19 +10,13 @@ use serde_json::Value;
 
 /// `PROPTEST_CASES` when set, else `default`.
 pub fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// Cases of the properties that go through the handler and the store (each
 /// case is several requests and writes): a tenth of `PROPTEST_CASES`.
 pub fn handler_cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .map_or(default, |n| (n / 10).max(1))
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse::<u32>().ok()).map_or(default, |n| (n / 10).max(1))
 }
 
 /// One bootstrapped API state over an embedded store in a temp dir, with the
@@ -39,16 +33,11 @@ pub struct Server {
 pub fn server() -> &'static Server {
     static SERVER: OnceLock<Server> = OnceLock::new();
     SERVER.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
         let dir = tempfile::tempdir().expect("temp dir");
         let st = rt.block_on(async {
-            let storage: Arc<dyn rkube_storage::Storage> = Arc::new(
-                rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("embedded store"),
-            );
+            let storage: Arc<dyn rkube_storage::Storage> =
+                Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).expect("embedded store"));
             let st = rkube_apiserver::server::default_state(storage);
             rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
             st

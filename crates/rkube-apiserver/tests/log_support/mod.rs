@@ -51,24 +51,13 @@ pub fn logged() -> String {
 pub async fn trace_of(audit_id: &str) -> Vec<String> {
     for _ in 0..200 {
         let text = logged();
-        let mut lines = text
-            .lines()
-            .skip_while(|l| !(l.contains("Trace[") && l.contains(audit_id)));
+        let mut lines = text.lines().skip_while(|l| !(l.contains("Trace[") && l.contains(audit_id)));
         if let Some(head) = lines.next() {
-            let id = head
-                .split("Trace[")
-                .nth(1)
-                .and_then(|r| r.split(']').next())
-                .unwrap_or("")
-                .to_string();
+            let id = head.split("Trace[").nth(1).and_then(|r| r.split(']').next()).unwrap_or("").to_string();
             let prefix = format!("Trace[{id}]: ");
             let head = head[head.find(&prefix).unwrap_or(0)..].to_string();
             let mut out = vec![head];
-            out.extend(
-                lines
-                    .take_while(|l| l.starts_with(&prefix))
-                    .map(str::to_string),
-            );
+            out.extend(lines.take_while(|l| l.starts_with(&prefix)).map(str::to_string));
             if out.last().is_some_and(|l| l.ends_with("END")) {
                 return out;
             }
@@ -80,16 +69,7 @@ pub async fn trace_of(audit_id: &str) -> Vec<String> {
 
 /// The step names of a trace, in order (`---"<name>" ...` lines).
 pub fn step_names(trace: &[String]) -> Vec<String> {
-    trace
-        .iter()
-        .filter_map(|l| {
-            l.split("---\"")
-                .nth(1)?
-                .split('"')
-                .next()
-                .map(str::to_string)
-        })
-        .collect()
+    trace.iter().filter_map(|l| l.split("---\"").nth(1)?.split('"').next().map(str::to_string)).collect()
 }
 
 /// The audit events in the JSON-lines audit log at `path` (none when it does
@@ -98,9 +78,6 @@ pub fn read_audit(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l)
-                .unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}"))
-        })
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}")))
         .collect()
 }

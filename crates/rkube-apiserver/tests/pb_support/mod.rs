@@ -40,11 +40,7 @@ pub const CLIENT_GO_ACCEPT: &str = "application/vnd.kubernetes.protobuf, applica
 /// Decodes `raw` as the prost type of `(api_version, kind)` and encodes it
 /// again with prost: `None` when the kind has no prost type here, `Some(Err)`
 /// when prost cannot decode it.
-fn prost_reencode(
-    api_version: &str,
-    kind: &str,
-    raw: &[u8],
-) -> Option<Result<Vec<u8>, prost::DecodeError>> {
+fn prost_reencode(api_version: &str, kind: &str, raw: &[u8]) -> Option<Result<Vec<u8>, prost::DecodeError>> {
     fn re<M: Message + Default>(raw: &[u8]) -> Result<Vec<u8>, prost::DecodeError> {
         M::decode(raw).map(|m| m.encode_to_vec())
     }
@@ -99,17 +95,10 @@ fn prost_reencode(
 
 /// Opens a `k8s\0` + `runtime.Unknown` body with prost: `(apiVersion, kind, raw)`.
 pub fn open(body: &[u8]) -> (String, String, Vec<u8>) {
-    let rest = body
-        .strip_prefix(b"k8s\0".as_slice())
-        .unwrap_or_else(|| panic!("no protobuf magic: {body:?}"));
-    let unknown =
-        k8s_pb::apimachinery::pkg::runtime::Unknown::decode(rest).expect("runtime.Unknown");
+    let rest = body.strip_prefix(b"k8s\0".as_slice()).unwrap_or_else(|| panic!("no protobuf magic: {body:?}"));
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(rest).expect("runtime.Unknown");
     let tm = unknown.type_meta.unwrap_or_default();
-    (
-        tm.api_version.unwrap_or_default(),
-        tm.kind.unwrap_or_default(),
-        unknown.raw.unwrap_or_default(),
-    )
+    (tm.api_version.unwrap_or_default(), tm.kind.unwrap_or_default(), unknown.raw.unwrap_or_default())
 }
 
 /// A whole protobuf body as JSON, read the independent way: prost decodes
@@ -140,9 +129,7 @@ pub fn to_json(body: &[u8]) -> Value {
 pub fn body_of(obj: &Value) -> Vec<u8> {
     let ours = rkube_api::protobuf::encode_object(obj).expect("encodable");
     let (api_version, kind, raw) = open(&ours);
-    let again = prost_reencode(&api_version, &kind, &raw)
-        .expect("prost type")
-        .expect("prost decodes");
+    let again = prost_reencode(&api_version, &kind, &raw).expect("prost type").expect("prost decodes");
     rkube_api::protobuf::envelope(&api_version, &kind, &again)
 }
 
@@ -185,18 +172,10 @@ pub async fn send(client: &reqwest::Client, method: &str, url: &str, body: Optio
     }
     let resp = req.send().await.expect("request");
     let code = resp.status().as_u16();
-    let content_type = resp
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let content_type =
+        resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
     let body = resp.bytes().await.expect("body").to_vec();
-    Raw {
-        code,
-        content_type,
-        body,
-    }
+    Raw { code, content_type, body }
 }
 
 /// Reads length-delimited protobuf watch frames.
@@ -213,25 +192,11 @@ impl Frames {
     /// Opens a watch at `url` asking for protobuf.
     pub async fn open(url: &str) -> Frames {
         let client = reqwest::Client::builder().build().expect("client");
-        let resp = client
-            .get(url)
-            .header("accept", CLIENT_GO_ACCEPT)
-            .send()
-            .await
-            .expect("watch");
+        let resp = client.get(url).header("accept", CLIENT_GO_ACCEPT).send().await.expect("watch");
         let code = resp.status().as_u16();
-        let content_type = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
-        Frames {
-            code,
-            content_type,
-            stream: resp.bytes_stream().boxed(),
-            buf: Vec::new(),
-        }
+        let content_type =
+            resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+        Frames { code, content_type, stream: resp.bytes_stream().boxed(), buf: Vec::new() }
     }
 
     /// The next event as `(type, object as JSON read through prost)`, or
@@ -243,10 +208,8 @@ impl Frames {
                 let len = u32::from_be_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
                 if self.buf.len() >= 4 + len {
                     let frame: Vec<u8> = self.buf.drain(..4 + len).skip(4).collect();
-                    let ev = k8s_pb::apimachinery::pkg::apis::meta::v1::WatchEvent::decode(
-                        frame.as_slice(),
-                    )
-                    .expect("WatchEvent");
+                    let ev = k8s_pb::apimachinery::pkg::apis::meta::v1::WatchEvent::decode(frame.as_slice())
+                        .expect("WatchEvent");
                     let raw = ev.object.and_then(|o| o.raw).unwrap_or_default();
                     return Some((ev.r#type.unwrap_or_default(), to_json(&raw)));
                 }

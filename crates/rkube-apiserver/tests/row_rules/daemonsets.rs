@@ -27,30 +27,14 @@ async fn template_generation_starts_at_one_and_counts_template_changes_only() {
     ds["metadata"]["annotations"] = json!({ANNOTATION: "7"});
     let r = s.post(DS, &ds).await;
     assert_eq!(r.code, 201, "{}", r.text);
-    assert_eq!(
-        template_generation(&r.body),
-        Some("1"),
-        "a client's value is not kept on create"
-    );
+    assert_eq!(template_generation(&r.body), Some("1"), "a client's value is not kept on create");
     assert_eq!(r.body["metadata"]["generation"], 1);
 
     // A change outside the template: generation moves, the template generation does not.
     let patch = r#"{"spec": {"minReadySeconds": 5}}"#;
-    let r = s
-        .patch(
-            &format!("{DS}/agent"),
-            "application/merge-patch+json",
-            patch,
-        )
-        .await;
+    let r = s.patch(&format!("{DS}/agent"), "application/merge-patch+json", patch).await;
     assert_eq!(r.code, 200, "{}", r.text);
-    assert_eq!(
-        (
-            template_generation(&r.body),
-            r.body["metadata"]["generation"].as_i64()
-        ),
-        (Some("1"), Some(2))
-    );
+    assert_eq!((template_generation(&r.body), r.body["metadata"]["generation"].as_i64()), (Some("1"), Some(2)));
 
     // A template change through PUT counts one, whatever the client wrote in the annotation.
     let mut next = r.body.clone();
@@ -58,38 +42,17 @@ async fn template_generation_starts_at_one_and_counts_template_changes_only() {
     next["metadata"]["annotations"][ANNOTATION] = json!("40");
     let r = s.put(&format!("{DS}/agent"), &next).await;
     assert_eq!(r.code, 200, "{}", r.text);
-    assert_eq!(
-        (
-            template_generation(&r.body),
-            r.body["metadata"]["generation"].as_i64()
-        ),
-        (Some("2"), Some(3))
-    );
+    assert_eq!((template_generation(&r.body), r.body["metadata"]["generation"].as_i64()), (Some("2"), Some(3)));
 
     // Removing the annotation does not reset it.
     let patch = format!(r#"{{"metadata": {{"annotations": {{"{ANNOTATION}": null}}}}}}"#);
-    let r = s
-        .patch(
-            &format!("{DS}/agent"),
-            "application/merge-patch+json",
-            &patch,
-        )
-        .await;
+    let r = s.patch(&format!("{DS}/agent"), "application/merge-patch+json", &patch).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(template_generation(&r.body), Some("2"));
 
     // Writes to the status subresource leave it alone.
-    let r = s
-        .patch(
-            &format!("{DS}/agent/status"),
-            "application/merge-patch+json",
-            r#"{"status": {"numberReady": 0}}"#,
-        )
-        .await;
+    let r = s.patch(&format!("{DS}/agent/status"), "application/merge-patch+json", r#"{"status": {"numberReady": 0}}"#).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(template_generation(&r.body), Some("2"));
-    assert_eq!(
-        template_generation(&s.get(&format!("{DS}/agent")).await.body),
-        Some("2")
-    );
+    assert_eq!(template_generation(&s.get(&format!("{DS}/agent")).await.body), Some("2"));
 }

@@ -19,13 +19,7 @@ fn deployment(name: &str) -> Value {
 }
 
 /// Asserts `r` is upstream's `Success` Status for the removed `name` of `resource` in `group`.
-fn assert_success_status(
-    r: &crate::common::Resp,
-    group: &str,
-    resource: &str,
-    name: &str,
-    uid: &Value,
-) {
+fn assert_success_status(r: &crate::common::Resp, group: &str, resource: &str, name: &str, uid: &Value) {
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["kind"], "Status", "{}", r.text);
     assert_eq!(r.body["status"], "Success");
@@ -41,39 +35,19 @@ async fn rows_that_return_deleted_objects_answer_the_object_and_others_a_success
     // Upstream ReturnDeletedObject: true (pods, serviceaccounts, ...).
     assert_eq!(s.post(&format!("{NS}/pods"), &pod("p")).await.code, 201);
     let r = s.delete(&format!("{NS}/pods/p"), None).await;
-    assert_eq!(
-        (r.code, r.body["kind"].as_str()),
-        (200, Some("Pod")),
-        "{}",
-        r.text
-    );
+    assert_eq!((r.code, r.body["kind"].as_str()), (200, Some("Pod")), "{}", r.text);
     let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa"}});
-    assert_eq!(
-        s.post(&format!("{NS}/serviceaccounts"), &sa).await.code,
-        201
-    );
+    assert_eq!(s.post(&format!("{NS}/serviceaccounts"), &sa).await.code, 201);
     let r = s.delete(&format!("{NS}/serviceaccounts/sa"), None).await;
-    assert_eq!(
-        (r.code, r.body["kind"].as_str()),
-        (200, Some("ServiceAccount")),
-        "{}",
-        r.text
-    );
+    assert_eq!((r.code, r.body["kind"].as_str()), (200, Some("ServiceAccount")), "{}", r.text);
 
     // Everything else: a Success Status (configmaps; deployments too).
     let cm = s.post(&format!("{NS}/configmaps"), &configmap("cm")).await;
     let r = s.delete(&format!("{NS}/configmaps/cm"), None).await;
     assert_success_status(&r, "", "configmaps", "cm", &cm.body["metadata"]["uid"]);
-    let d = s
-        .post(
-            "/apis/apps/v1/namespaces/default/deployments",
-            &deployment("d"),
-        )
-        .await;
+    let d = s.post("/apis/apps/v1/namespaces/default/deployments", &deployment("d")).await;
     assert_eq!(d.code, 201, "{}", d.text);
-    let r = s
-        .delete("/apis/apps/v1/namespaces/default/deployments/d", None)
-        .await;
+    let r = s.delete("/apis/apps/v1/namespaces/default/deployments/d", None).await;
     assert_success_status(&r, "apps", "deployments", "d", &d.body["metadata"]["uid"]);
 }
 
@@ -86,11 +60,7 @@ async fn a_delete_that_only_marks_the_object_answers_it_with_200() {
     let r = s.delete(&format!("{NS}/configmaps/held"), None).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["kind"], "ConfigMap");
-    assert!(
-        r.body["metadata"]["deletionTimestamp"].is_string(),
-        "{}",
-        r.text
-    );
+    assert!(r.body["metadata"]["deletionTimestamp"].is_string(), "{}", r.text);
 }
 
 #[tokio::test]
@@ -100,27 +70,13 @@ async fn orphan_dependents_false_answers_202_while_the_object_stays() {
     cm["metadata"]["finalizers"] = json!(["example.com/hold"]);
     assert_eq!(s.post(&format!("{NS}/configmaps"), &cm).await.code, 201);
     let opts = json!({"kind": "DeleteOptions", "apiVersion": "v1", "orphanDependents": false});
-    let r = s
-        .delete(&format!("{NS}/configmaps/held"), Some(&opts))
-        .await;
+    let r = s.delete(&format!("{NS}/configmaps/held"), Some(&opts)).await;
     assert_eq!(r.code, 202, "{}", r.text);
     assert_eq!(r.body["kind"], "ConfigMap");
     // A removed object answers 200 whatever orphanDependents says.
-    assert_eq!(
-        s.post(&format!("{NS}/configmaps"), &configmap("free"))
-            .await
-            .code,
-        201
-    );
-    let r = s
-        .delete(&format!("{NS}/configmaps/free"), Some(&opts))
-        .await;
-    assert_eq!(
-        (r.code, r.body["kind"].as_str()),
-        (200, Some("Status")),
-        "{}",
-        r.text
-    );
+    assert_eq!(s.post(&format!("{NS}/configmaps"), &configmap("free")).await.code, 201);
+    let r = s.delete(&format!("{NS}/configmaps/free"), Some(&opts)).await;
+    assert_eq!((r.code, r.body["kind"].as_str()), (200, Some("Status")), "{}", r.text);
 }
 
 #[tokio::test]
@@ -145,8 +101,5 @@ async fn namespaces_are_marked_terminating_and_immortal_ones_refused() {
     assert_eq!(r.body["status"]["phase"], "Terminating");
     let r = s.delete("/api/v1/namespaces/kube-system", None).await;
     r.assert_status(403, "Forbidden");
-    assert_eq!(
-        r.message(),
-        "namespaces \"kube-system\" is forbidden: this namespace may not be deleted"
-    );
+    assert_eq!(r.message(), "namespaces \"kube-system\" is forbidden: this namespace may not be deleted");
 }

@@ -33,44 +33,27 @@ async fn with_ephemeral(s: &TestServer, ecs: Value) -> Value {
 fn ec_names(p: &Value) -> Vec<String> {
     p["spec"]["ephemeralContainers"]
         .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|c| c["name"].as_str().unwrap_or("").to_string())
-                .collect()
-        })
+        .map(|a| a.iter().map(|c| c["name"].as_str().unwrap_or("").to_string()).collect())
         .unwrap_or_default()
 }
 
 #[tokio::test]
-async fn the_subresource_answers_the_pod_and_adds_ephemeral_containers_with_put_and_every_patch_type(
-) {
+async fn the_subresource_answers_the_pod_and_adds_ephemeral_containers_with_put_and_every_patch_type() {
     let s = with_pod().await;
     let g = s.get(EC).await;
-    assert_eq!(
-        (g.code, g.body["kind"].as_str()),
-        (200, Some("Pod")),
-        "{}",
-        g.text
-    );
+    assert_eq!((g.code, g.body["kind"].as_str()), (200, Some("Pod")), "{}", g.text);
 
-    let put = s
-        .put(EC, &with_ephemeral(&s, json!([debugger("dbg-put")])).await)
-        .await;
+    let put = s.put(EC, &with_ephemeral(&s, json!([debugger("dbg-put")])).await).await;
     assert_eq!(put.code, 200, "{}", put.text);
     assert_eq!(ec_names(&put.body), ["dbg-put"]);
     // Container defaults apply to ephemeral containers too.
-    assert_eq!(
-        put.body["spec"]["ephemeralContainers"][0]["terminationMessagePolicy"],
-        "File"
-    );
+    assert_eq!(put.body["spec"]["ephemeralContainers"][0]["terminationMessagePolicy"], "File");
 
     // kubectl debug (1.27 and 1.33) sends a strategic merge patch; merging
     // by name puts the patch's new entry first, as upstream's merge does
     // without a `$setElementOrder` directive.
     let smp = json!({"spec": {"ephemeralContainers": [debugger("dbg-smp")]}}).to_string();
-    let r = s
-        .patch(EC, "application/strategic-merge-patch+json", &smp)
-        .await;
+    let r = s.patch(EC, "application/strategic-merge-patch+json", &smp).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(ec_names(&r.body), ["dbg-smp", "dbg-put"]);
 
@@ -84,16 +67,10 @@ async fn the_subresource_answers_the_pod_and_adds_ephemeral_containers_with_put_
     let jp = json!([{"op": "add", "path": "/spec/ephemeralContainers/-", "value": debugger("dbg-json")}]).to_string();
     let r = s.patch(EC, "application/json-patch+json", &jp).await;
     assert_eq!(r.code, 200, "{}", r.text);
-    assert_eq!(
-        ec_names(&r.body),
-        ["dbg-smp", "dbg-put", "dbg-merge", "dbg-json"]
-    );
+    assert_eq!(ec_names(&r.body), ["dbg-smp", "dbg-put", "dbg-merge", "dbg-json"]);
 
     let stored = s.get(&format!("{PODS}/p")).await;
-    assert_eq!(
-        ec_names(&stored.body),
-        ["dbg-smp", "dbg-put", "dbg-merge", "dbg-json"]
-    );
+    assert_eq!(ec_names(&stored.body), ["dbg-smp", "dbg-put", "dbg-merge", "dbg-json"]);
 }
 
 #[tokio::test]
@@ -108,52 +85,30 @@ async fn other_changes_sent_to_the_subresource_are_ignored() {
     let stored = s.get(&format!("{PODS}/p")).await.body;
     assert_eq!(stored["metadata"]["labels"], json!({"app": "web"}));
     assert_eq!(stored["spec"]["containers"][0]["image"], "nginx:1.25");
-    assert!(
-        stored["spec"]["activeDeadlineSeconds"].is_null(),
-        "{stored}"
-    );
+    assert!(stored["spec"]["activeDeadlineSeconds"].is_null(), "{stored}");
     assert_eq!(ec_names(&stored), ["dbg"]);
 }
 
 #[tokio::test]
 async fn existing_ephemeral_containers_may_not_be_removed() {
     let s = with_pod().await;
-    assert_eq!(
-        s.put(EC, &with_ephemeral(&s, json!([debugger("dbg")])).await)
-            .await
-            .code,
-        200
-    );
+    assert_eq!(s.put(EC, &with_ephemeral(&s, json!([debugger("dbg")])).await).await.code, 200);
     let r = s.put(EC, &with_ephemeral(&s, json!([])).await).await;
     r.assert_status(422, "Invalid");
     assert_eq!(
         r.message(),
         "Pod \"p\" is invalid: spec.ephemeralContainers: Forbidden: existing ephemeral containers \"dbg\" may not be removed\n"
     );
-    assert_eq!(
-        r.body["details"]["causes"][0]["field"],
-        "spec.ephemeralContainers"
-    );
-    assert_eq!(
-        r.body["details"]["causes"][0]["reason"],
-        "FieldValueForbidden"
-    );
+    assert_eq!(r.body["details"]["causes"][0]["field"], "spec.ephemeralContainers");
+    assert_eq!(r.body["details"]["causes"][0]["reason"], "FieldValueForbidden");
 }
 
 #[tokio::test]
 async fn existing_ephemeral_containers_may_not_be_changed() {
     let s = with_pod().await;
-    assert_eq!(
-        s.put(EC, &with_ephemeral(&s, json!([debugger("dbg")])).await)
-            .await
-            .code,
-        200
-    );
-    let smp =
-        json!({"spec": {"ephemeralContainers": [{"name": "dbg", "image": "alpine"}]}}).to_string();
-    let r = s
-        .patch(EC, "application/strategic-merge-patch+json", &smp)
-        .await;
+    assert_eq!(s.put(EC, &with_ephemeral(&s, json!([debugger("dbg")])).await).await.code, 200);
+    let smp = json!({"spec": {"ephemeralContainers": [{"name": "dbg", "image": "alpine"}]}}).to_string();
+    let r = s.patch(EC, "application/strategic-merge-patch+json", &smp).await;
     r.assert_status(422, "Invalid");
     assert_eq!(
         r.message(),
@@ -164,32 +119,15 @@ async fn existing_ephemeral_containers_may_not_be_changed() {
 #[tokio::test]
 async fn ephemeral_container_names_are_unique_across_all_containers() {
     let s = with_pod().await;
-    let r = s
-        .put(
-            EC,
-            &with_ephemeral(&s, json!([{"name": "c", "image": "busybox"}])).await,
-        )
-        .await;
+    let r = s.put(EC, &with_ephemeral(&s, json!([{"name": "c", "image": "busybox"}])).await).await;
     r.assert_status(422, "Invalid");
-    assert_eq!(
-        r.message(),
-        "Pod \"p\" is invalid: spec.ephemeralContainers[0].name: Duplicate value: \"c\""
-    );
+    assert_eq!(r.message(), "Pod \"p\" is invalid: spec.ephemeralContainers[0].name: Duplicate value: \"c\"");
 }
 
 #[tokio::test]
 async fn the_target_container_must_be_a_regular_or_init_container() {
     let s = with_pod().await;
-    let r = s
-        .put(
-            EC,
-            &with_ephemeral(
-                &s,
-                json!([{"name": "dbg", "image": "busybox", "targetContainerName": "nope"}]),
-            )
-            .await,
-        )
-        .await;
+    let r = s.put(EC, &with_ephemeral(&s, json!([{"name": "dbg", "image": "busybox", "targetContainerName": "nope"}])).await).await;
     r.assert_status(422, "Invalid");
     assert_eq!(r.message(), "Pod \"p\" is invalid: spec.ephemeralContainers[0].targetContainerName: Not found: \"nope\"");
 }
@@ -222,9 +160,7 @@ async fn the_pods_update_may_not_change_ephemeral_containers() {
     let r = s.put(&format!("{PODS}/p"), &p).await;
     r.assert_status(422, "Invalid");
     assert!(
-        r.message().starts_with(
-            "Pod \"p\" is invalid: spec: Forbidden: pod updates may not change fields other than"
-        ),
+        r.message().starts_with("Pod \"p\" is invalid: spec: Forbidden: pod updates may not change fields other than"),
         "{}",
         r.message()
     );
@@ -238,10 +174,7 @@ async fn pods_may_not_be_created_with_ephemeral_containers() {
     p["spec"]["ephemeralContainers"] = json!([debugger("dbg")]);
     let r = s.post(PODS, &p).await;
     r.assert_status(422, "Invalid");
-    assert_eq!(
-        r.message(),
-        "Pod \"p\" is invalid: spec.ephemeralContainers: Forbidden: cannot be set on create"
-    );
+    assert_eq!(r.message(), "Pod \"p\" is invalid: spec.ephemeralContainers: Forbidden: cannot be set on create");
 }
 
 #[tokio::test]

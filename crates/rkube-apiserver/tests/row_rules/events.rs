@@ -61,14 +61,8 @@ async fn new_style_core_events_need_their_reporting_fields() {
     no_component["reportingComponent"] = json!("");
     let r = s.post(EVENTS, &no_component).await;
     r.assert_status(422, "Invalid");
-    assert_eq!(
-        r.body["details"]["causes"][0]["field"],
-        "reportingComponent"
-    );
-    assert_eq!(
-        r.body["details"]["causes"][0]["reason"],
-        "FieldValueRequired"
-    );
+    assert_eq!(r.body["details"]["causes"][0]["field"], "reportingComponent");
+    assert_eq!(r.body["details"]["causes"][0]["reason"], "FieldValueRequired");
 }
 
 #[tokio::test]

@@ -19,12 +19,7 @@ fn lease(name: &str, holder: &str) -> Value {
 }
 
 pub async fn put_of_missing_lease_creates_it_with_201(s: &TestServer) {
-    let r = s
-        .put(
-            &format!("{LEASES}/leader?fieldManager=elector"),
-            &lease("leader", "a"),
-        )
-        .await;
+    let r = s.put(&format!("{LEASES}/leader?fieldManager=elector"), &lease("leader", "a")).await;
     assert_eq!(r.code, 201, "{}", r.text);
     assert_eq!(r.body["kind"], "Lease");
     assert_eq!(r.body["metadata"]["name"], "leader");
@@ -37,21 +32,14 @@ pub async fn put_of_missing_lease_creates_it_with_201(s: &TestServer) {
     assert_eq!(got.code, 200, "{}", got.text);
     assert_eq!(got.body["metadata"]["uid"], r.body["metadata"]["uid"]);
     // A second PUT is an ordinary update (200, same uid).
-    let r2 = s
-        .put(&format!("{LEASES}/leader"), &lease("leader", "b"))
-        .await;
+    let r2 = s.put(&format!("{LEASES}/leader"), &lease("leader", "b")).await;
     assert_eq!(r2.code, 200, "{}", r2.text);
     assert_eq!(r2.body["metadata"]["uid"], r.body["metadata"]["uid"]);
     assert_eq!(r2.body["spec"]["holderIdentity"], "b");
     // The name in the body must still match the URL.
-    let r3 = s
-        .put(&format!("{LEASES}/other"), &lease("leader", "c"))
-        .await;
+    let r3 = s.put(&format!("{LEASES}/other"), &lease("leader", "c")).await;
     r3.assert_status(400, "BadRequest");
-    assert_eq!(
-        r3.message(),
-        "the name of the object (leader) does not match the name on the URL (other)"
-    );
+    assert_eq!(r3.message(), "the name of the object (leader) does not match the name on the URL (other)");
     // Endpoints allow it too.
     let ep = json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "svc"}, "subsets": []});
     let r4 = s.put("/api/v1/namespaces/default/endpoints/svc", &ep).await;
@@ -62,13 +50,6 @@ pub async fn put_of_missing_configmap_is_404_not_found(s: &TestServer) {
     let r = s.put(&format!("{CMS}/ghost"), &configmap("ghost")).await;
     r.assert_status(404, "NotFound");
     assert_eq!(r.message(), "configmaps \"ghost\" not found");
-    assert_eq!(
-        r.body["details"],
-        json!({"name": "ghost", "kind": "configmaps"})
-    );
-    assert_eq!(
-        s.get(&format!("{CMS}/ghost")).await.code,
-        404,
-        "nothing was created"
-    );
+    assert_eq!(r.body["details"], json!({"name": "ghost", "kind": "configmaps"}));
+    assert_eq!(s.get(&format!("{CMS}/ghost")).await.code, 404, "nothing was created");
 }

@@ -8,41 +8,24 @@ const PODS: &str = "/api/v1/namespaces/default/pods";
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 
 pub async fn create_sets_server_fields_and_defaults(s: &TestServer) {
-    let r = s
-        .post(&format!("{PODS}?fieldManager=kubectl-create"), &pod("web"))
-        .await;
+    let r = s.post(&format!("{PODS}?fieldManager=kubectl-create"), &pod("web")).await;
     assert_eq!(r.code, 201, "{}", r.text);
     let o = &r.body;
     assert_eq!(o["metadata"]["namespace"], "default");
     assert_eq!(o["metadata"]["uid"].as_str().unwrap().len(), 36);
-    assert!(o["metadata"]["creationTimestamp"]
-        .as_str()
-        .unwrap()
-        .ends_with('Z'));
+    assert!(o["metadata"]["creationTimestamp"].as_str().unwrap().ends_with('Z'));
     assert!(r.rv().parse::<i64>().unwrap() > 0);
     assert_eq!(o["metadata"]["generation"], 1);
-    assert_eq!(
-        o["metadata"]["managedFields"][0]["manager"],
-        "kubectl-create"
-    );
-    assert_eq!(
-        o["metadata"]["managedFields"][0]["operation"], "Update",
-        "upstream records creates as Update"
-    );
+    assert_eq!(o["metadata"]["managedFields"][0]["manager"], "kubectl-create");
+    assert_eq!(o["metadata"]["managedFields"][0]["operation"], "Update", "upstream records creates as Update");
     assert_eq!(o["metadata"]["managedFields"][0]["fieldsType"], "FieldsV1");
     assert!(o["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"].is_object());
     assert_eq!(o["spec"]["restartPolicy"], "Always");
     assert_eq!(o["spec"]["dnsPolicy"], "ClusterFirst");
     assert_eq!(o["spec"]["schedulerName"], "default-scheduler");
     assert_eq!(o["spec"]["terminationGracePeriodSeconds"], 30);
-    assert_eq!(
-        o["spec"]["containers"][0]["imagePullPolicy"],
-        "IfNotPresent"
-    );
-    assert_eq!(
-        o["spec"]["containers"][0]["terminationMessagePath"],
-        "/dev/termination-log"
-    );
+    assert_eq!(o["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(o["spec"]["containers"][0]["terminationMessagePath"], "/dev/termination-log");
     assert_eq!(o["status"]["phase"], "Pending");
     // GET returns the same object at the same resourceVersion.
     let g = s.get(&format!("{PODS}/web")).await;
@@ -61,9 +44,7 @@ pub async fn create_duplicate_is_409_already_exists(s: &TestServer) {
 }
 
 pub async fn create_in_missing_namespace_is_404(s: &TestServer) {
-    let r = s
-        .post("/api/v1/namespaces/nope/configmaps", &configmap("a"))
-        .await;
+    let r = s.post("/api/v1/namespaces/nope/configmaps", &configmap("a")).await;
     r.assert_status(404, "NotFound");
     assert_eq!(r.message(), "namespaces \"nope\" not found");
 }
@@ -73,24 +54,15 @@ pub async fn create_with_mismatched_namespace_is_400(s: &TestServer) {
     cm["metadata"]["namespace"] = json!("kube-system");
     let r = s.post(CMS, &cm).await;
     r.assert_status(400, "BadRequest");
-    assert_eq!(
-        r.message(),
-        "the namespace of the provided object does not match the namespace sent on the request"
-    );
-    assert_eq!(
-        s.get(&format!("{CMS}/a")).await.code,
-        404,
-        "nothing was created"
-    );
+    assert_eq!(r.message(), "the namespace of the provided object does not match the namespace sent on the request");
+    assert_eq!(s.get(&format!("{CMS}/a")).await.code, 404, "nothing was created");
 }
 
 pub async fn create_with_invalid_name_is_422_with_causes(s: &TestServer) {
     let r = s.post(CMS, &configmap("Bad_Name")).await;
     r.assert_status(422, "Invalid");
     assert!(
-        r.message().starts_with(
-            "ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\""
-        ),
+        r.message().starts_with("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\""),
         "{}",
         r.message()
     );
@@ -102,32 +74,19 @@ pub async fn create_with_invalid_name_is_422_with_causes(s: &TestServer) {
 
 pub async fn create_pod_without_image_is_422(s: &TestServer) {
     let mut p = pod("noimg");
-    p["spec"]["containers"][0]
-        .as_object_mut()
-        .unwrap()
-        .remove("image");
+    p["spec"]["containers"][0].as_object_mut().unwrap().remove("image");
     let r = s.post(PODS, &p).await;
     r.assert_status(422, "Invalid");
-    assert_eq!(
-        r.body["details"]["causes"][0]["field"],
-        "spec.containers[0].image"
-    );
-    assert_eq!(
-        r.body["details"]["causes"][0]["reason"],
-        "FieldValueRequired"
-    );
+    assert_eq!(r.body["details"]["causes"][0]["field"], "spec.containers[0].image");
+    assert_eq!(r.body["details"]["causes"][0]["reason"], "FieldValueRequired");
 }
 
 pub async fn create_with_generate_name_adds_suffix(s: &TestServer) {
-    let body =
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "gen-"}});
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "gen-"}});
     let a = s.post(CMS, &body).await;
     let b = s.post(CMS, &body).await;
     assert_eq!((a.code, b.code), (201, 201));
-    let (na, nb) = (
-        a.body["metadata"]["name"].as_str().unwrap(),
-        b.body["metadata"]["name"].as_str().unwrap(),
-    );
+    let (na, nb) = (a.body["metadata"]["name"].as_str().unwrap(), b.body["metadata"]["name"].as_str().unwrap());
     assert!(na.starts_with("gen-") && na.len() == 9, "{na}");
     assert_ne!(na, nb);
 }
@@ -146,12 +105,7 @@ pub async fn create_with_wrong_field_type_is_400(s: &TestServer) {
     p["spec"]["containers"] = json!("not-a-list");
     let r = s.post(PODS, &p).await;
     r.assert_status(400, "BadRequest");
-    assert!(
-        r.message()
-            .starts_with("Pod in version \"v1\" cannot be handled as a Pod"),
-        "{}",
-        r.message()
-    );
+    assert!(r.message().starts_with("Pod in version \"v1\" cannot be handled as a Pod"), "{}", r.message());
 }
 
 pub async fn strict_field_validation_rejects_unknown_fields(s: &TestServer) {
@@ -172,27 +126,15 @@ pub async fn strict_field_validation_rejects_unknown_fields(s: &TestServer) {
 }
 
 pub async fn dry_run_create_stores_nothing(s: &TestServer) {
-    let r = s
-        .post(&format!("{CMS}?dryRun=All"), &configmap("dry"))
-        .await;
+    let r = s.post(&format!("{CMS}?dryRun=All"), &configmap("dry")).await;
     assert_eq!(r.code, 201);
     assert_eq!(r.body["metadata"]["name"], "dry");
-    s.get(&format!("{CMS}/dry"))
-        .await
-        .assert_status(404, "NotFound");
+    s.get(&format!("{CMS}/dry")).await.assert_status(404, "NotFound");
 }
 
 pub async fn yaml_bodies_and_yaml_responses(s: &TestServer) {
     let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  a: b\n";
-    let r = s
-        .send(
-            "POST",
-            CMS,
-            Some("application/yaml"),
-            Some("application/yaml"),
-            Some(yaml.into()),
-        )
-        .await;
+    let r = s.send("POST", CMS, Some("application/yaml"), Some("application/yaml"), Some(yaml.into())).await;
     assert_eq!(r.code, 201, "{}", r.text);
     assert_eq!(r.headers["content-type"], "application/yaml");
     assert!(r.text.contains("name: from-yaml"), "{}", r.text);
@@ -203,35 +145,17 @@ pub async fn body_over_3mib_is_413(s: &TestServer) {
     let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"a": big}});
     let r = s.post(CMS, &body).await;
     r.assert_status(413, "RequestEntityTooLarge");
-    s.get(&format!("{CMS}/big"))
-        .await
-        .assert_status(404, "NotFound");
+    s.get(&format!("{CMS}/big")).await.assert_status(404, "NotFound");
 }
 
 pub async fn malformed_json_is_400(s: &TestServer) {
-    let r = s
-        .send(
-            "POST",
-            CMS,
-            Some("application/json"),
-            None,
-            Some(b"{\"kind\": ".to_vec()),
-        )
-        .await;
+    let r = s.send("POST", CMS, Some("application/json"), None, Some(b"{\"kind\": ".to_vec())).await;
     r.assert_status(400, "BadRequest");
     assert!(!r.message().is_empty());
 }
 
 pub async fn unsupported_content_type_is_415(s: &TestServer) {
-    let r = s
-        .send(
-            "POST",
-            CMS,
-            Some("text/plain"),
-            None,
-            Some(configmap("t").to_string().into()),
-        )
-        .await;
+    let r = s.send("POST", CMS, Some("text/plain"), None, Some(configmap("t").to_string().into())).await;
     r.assert_status(415, "UnsupportedMediaType");
     let r = s.patch(&format!("{CMS}/t"), "application/json", "{}").await;
     r.assert_status(415, "UnsupportedMediaType");
@@ -241,31 +165,15 @@ pub async fn unsupported_content_type_is_415(s: &TestServer) {
 /// an `Accept` naming only that is 406 (upstream lists its media types).
 pub async fn protobuf_tables_only_accept_is_406(s: &TestServer) {
     let r = s.get_as(CMS, "application/vnd.kubernetes.protobuf").await;
-    assert_eq!(
-        (r.code, r.headers["content-type"].to_str().unwrap()),
-        (200, "application/vnd.kubernetes.protobuf")
-    );
-    let r = s
-        .get_as(
-            CMS,
-            "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io",
-        )
-        .await;
+    assert_eq!((r.code, r.headers["content-type"].to_str().unwrap()), (200, "application/vnd.kubernetes.protobuf"));
+    let r = s.get_as(CMS, "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io").await;
     r.assert_status(406, "NotAcceptable");
     assert_eq!(
         r.message(),
         "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"
     );
-    let r = s
-        .get_as(
-            CMS,
-            "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io, application/json",
-        )
-        .await;
-    assert_eq!(
-        (r.code, r.headers["content-type"].to_str().unwrap()),
-        (200, "application/json")
-    );
+    let r = s.get_as(CMS, "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io, application/json").await;
+    assert_eq!((r.code, r.headers["content-type"].to_str().unwrap()), (200, "application/json"));
 }
 
 pub async fn get_missing_is_404_not_found(s: &TestServer) {
@@ -273,9 +181,7 @@ pub async fn get_missing_is_404_not_found(s: &TestServer) {
     r.assert_status(404, "NotFound");
     assert_eq!(r.message(), "pods \"ghost\" not found");
     assert_eq!(r.body["details"], json!({"name": "ghost", "kind": "pods"}));
-    let r = s
-        .get("/apis/apps/v1/namespaces/default/deployments/ghost")
-        .await;
+    let r = s.get("/apis/apps/v1/namespaces/default/deployments/ghost").await;
     assert_eq!(r.message(), "deployments.apps \"ghost\" not found");
     assert_eq!(r.body["details"]["group"], "apps");
 }
@@ -307,31 +213,11 @@ pub async fn list_filters_by_label_and_field_selectors(s: &TestServer) {
             .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
             .collect()
     };
+    assert_eq!(names(&s.get(&format!("{PODS}?labelSelector=app%3Dweb")).await), vec!["a", "c"]);
+    assert_eq!(names(&s.get(&format!("{PODS}?labelSelector=app%20in%20(db)")).await), vec!["b"]);
+    assert_eq!(names(&s.get(&format!("{PODS}?fieldSelector=metadata.name%3Dc")).await), vec!["c"]);
     assert_eq!(
-        names(&s.get(&format!("{PODS}?labelSelector=app%3Dweb")).await),
-        vec!["a", "c"]
-    );
-    assert_eq!(
-        names(
-            &s.get(&format!("{PODS}?labelSelector=app%20in%20(db)"))
-                .await
-        ),
-        vec!["b"]
-    );
-    assert_eq!(
-        names(
-            &s.get(&format!("{PODS}?fieldSelector=metadata.name%3Dc"))
-                .await
-        ),
-        vec!["c"]
-    );
-    assert_eq!(
-        names(
-            &s.get(&format!(
-                "{PODS}?fieldSelector=status.phase%3DPending,metadata.name!%3Da"
-            ))
-            .await
-        ),
+        names(&s.get(&format!("{PODS}?fieldSelector=status.phase%3DPending,metadata.name!%3Da")).await),
         vec!["b", "c"]
     );
     let r = s.get(&format!("{PODS}?fieldSelector=spec.bogus%3Dx")).await;
@@ -347,10 +233,7 @@ pub async fn list_paginates_with_limit_and_continue(s: &TestServer) {
     let first = s.get(&format!("{CMS}?limit=2")).await;
     assert_eq!(first.body["items"].as_array().unwrap().len(), 2);
     assert_eq!(first.body["metadata"]["remainingItemCount"], 3);
-    let token = first.body["metadata"]["continue"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let token = first.body["metadata"]["continue"].as_str().unwrap().to_string();
     // A write between pages does not show: pages are read at the first page's revision.
     s.post(CMS, &configmap("cm-late")).await;
     let mut names: Vec<String> = first.body["items"]
@@ -365,18 +248,12 @@ pub async fn list_paginates_with_limit_and_continue(s: &TestServer) {
         assert_eq!(r.code, 200, "{}", r.text);
         assert_eq!(r.rv(), first.rv());
         names.extend(
-            r.body["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|i| i["metadata"]["name"].as_str().unwrap().to_string()),
+            r.body["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()),
         );
         token = r.body["metadata"]["continue"].as_str().map(str::to_string);
     }
     assert_eq!(names, vec!["cm-0", "cm-1", "cm-2", "cm-3", "cm-4"]);
-    s.get(&format!("{CMS}?limit=2&continue=garbage"))
-        .await
-        .assert_status(400, "BadRequest");
+    s.get(&format!("{CMS}?limit=2&continue=garbage")).await.assert_status(400, "BadRequest");
 }
 
 pub async fn list_with_selector_pages_without_remaining_count(s: &TestServer) {
@@ -385,35 +262,23 @@ pub async fn list_with_selector_pages_without_remaining_count(s: &TestServer) {
         cm["metadata"]["labels"] = json!({"even": (i % 2 == 0).to_string()});
         s.post(CMS, &cm).await;
     }
-    let r = s
-        .get(&format!("{CMS}?limit=1&labelSelector=even%3Dtrue"))
-        .await;
+    let r = s.get(&format!("{CMS}?limit=1&labelSelector=even%3Dtrue")).await;
     assert_eq!(r.body["items"][0]["metadata"]["name"], "sel-0");
     assert!(r.body["metadata"].get("remainingItemCount").is_none());
     let t = r.body["metadata"]["continue"].as_str().unwrap();
-    let r = s
-        .get(&format!(
-            "{CMS}?limit=1&labelSelector=even%3Dtrue&continue={t}"
-        ))
-        .await;
+    let r = s.get(&format!("{CMS}?limit=1&labelSelector=even%3Dtrue&continue={t}")).await;
     assert_eq!(r.body["items"][0]["metadata"]["name"], "sel-2");
 }
 
 pub async fn list_all_namespaces(s: &TestServer) {
     s.namespace("other").await;
     s.post(CMS, &configmap("here")).await;
-    s.post("/api/v1/namespaces/other/configmaps", &configmap("there"))
-        .await;
+    s.post("/api/v1/namespaces/other/configmaps", &configmap("there")).await;
     let r = s.get("/api/v1/configmaps").await;
     let items = r.body["items"].as_array().unwrap();
     let pairs: Vec<(String, String)> = items
         .iter()
-        .map(|i| {
-            (
-                i["metadata"]["namespace"].as_str().unwrap().into(),
-                i["metadata"]["name"].as_str().unwrap().into(),
-            )
-        })
+        .map(|i| (i["metadata"]["namespace"].as_str().unwrap().into(), i["metadata"]["name"].as_str().unwrap().into()))
         .collect();
     assert!(pairs.contains(&("default".into(), "here".into())));
     assert!(pairs.contains(&("other".into(), "there".into())));
@@ -430,11 +295,7 @@ pub async fn list_at_compacted_revision_is_410_expired(s: &TestServer) {
     s.post(CMS, &configmap("newer")).await;
     let current = s.storage.current_revision().await.unwrap();
     s.storage.compact(current).await.unwrap();
-    let r = s
-        .get(&format!(
-            "{CMS}?resourceVersion={rv}&resourceVersionMatch=Exact"
-        ))
-        .await;
+    let r = s.get(&format!("{CMS}?resourceVersion={rv}&resourceVersionMatch=Exact")).await;
     r.assert_status(410, "Expired");
     // Latest reads still work.
     assert_eq!(s.get(CMS).await.code, 200);
@@ -456,10 +317,7 @@ pub async fn update_with_stale_resource_version_is_409(s: &TestServer) {
         "Operation cannot be fulfilled on configmaps \"u\": the object has been modified; please apply your changes to the latest version and try again"
     );
     // Without a resourceVersion the update is unconditional.
-    v1["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("resourceVersion");
+    v1["metadata"].as_object_mut().unwrap().remove("resourceVersion");
     let r3 = s.put(&format!("{CMS}/u"), &v1).await;
     assert_eq!(r3.code, 200);
     assert_eq!(r3.body["data"]["k"], "v2");
@@ -474,14 +332,8 @@ pub async fn update_keeps_immutable_metadata_and_bumps_generation_on_spec_change
     let r = s.put(&format!("{PODS}/g"), &p).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["metadata"]["uid"], created.body["metadata"]["uid"]);
-    assert_eq!(
-        r.body["metadata"]["creationTimestamp"],
-        created.body["metadata"]["creationTimestamp"]
-    );
-    assert_eq!(
-        r.body["metadata"]["generation"], 1,
-        "label change leaves generation"
-    );
+    assert_eq!(r.body["metadata"]["creationTimestamp"], created.body["metadata"]["creationTimestamp"]);
+    assert_eq!(r.body["metadata"]["generation"], 1, "label change leaves generation");
     let mut p = r.body.clone();
     p["spec"]["containers"][0]["image"] = json!("nginx:1.26");
     let r = s.put(&format!("{PODS}/g"), &p).await;
@@ -507,10 +359,7 @@ pub async fn status_subresource_separates_spec_and_status(s: &TestServer) {
     let mut p = r.body.clone();
     p["status"]["phase"] = json!("Running");
     p["spec"]["containers"][0]["image"] = json!("ignored:1");
-    p["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("resourceVersion");
+    p["metadata"].as_object_mut().unwrap().remove("resourceVersion");
     let r = s.put(&format!("{PODS}/st/status"), &p).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["status"]["phase"], "Running");
@@ -518,11 +367,7 @@ pub async fn status_subresource_separates_spec_and_status(s: &TestServer) {
     let g = s.get(&format!("{PODS}/st/status")).await;
     assert_eq!(g.body["status"]["phase"], "Running");
     let r = s
-        .patch(
-            &format!("{PODS}/st/status"),
-            "application/merge-patch+json",
-            r#"{"status":{"podIP":"10.1.2.3"}}"#,
-        )
+        .patch(&format!("{PODS}/st/status"), "application/merge-patch+json", r#"{"status":{"podIP":"10.1.2.3"}}"#)
         .await;
     assert_eq!(r.body["status"]["podIP"], "10.1.2.3");
 }
@@ -530,61 +375,24 @@ pub async fn status_subresource_separates_spec_and_status(s: &TestServer) {
 pub async fn patch_types_apply_to_the_stored_object(s: &TestServer) {
     s.post(CMS, &configmap("p")).await;
     let path = format!("{CMS}/p");
-    let r = s
-        .patch(
-            &path,
-            "application/merge-patch+json",
-            r#"{"data":{"m":"1"}}"#,
-        )
-        .await;
+    let r = s.patch(&path, "application/merge-patch+json", r#"{"data":{"m":"1"}}"#).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["data"]["m"], "1");
-    let r = s
-        .patch(
-            &path,
-            "application/json-patch+json",
-            r#"[{"op":"add","path":"/data/j","value":"2"}]"#,
-        )
-        .await;
+    let r = s.patch(&path, "application/json-patch+json", r#"[{"op":"add","path":"/data/j","value":"2"}]"#).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["data"]["j"], "2");
-    let r = s
-        .patch(
-            &path,
-            "application/strategic-merge-patch+json",
-            r#"{"data":{"s":"3"}}"#,
-        )
-        .await;
+    let r = s.patch(&path, "application/strategic-merge-patch+json", r#"{"data":{"s":"3"}}"#).await;
     assert_eq!(r.code, 200, "{}", r.text);
-    assert_eq!(
-        r.body["data"],
-        json!({"k": "v", "m": "1", "j": "2", "s": "3"})
-    );
-    let r = s
-        .patch(
-            &format!("{CMS}/missing"),
-            "application/merge-patch+json",
-            "{}",
-        )
-        .await;
+    assert_eq!(r.body["data"], json!({"k": "v", "m": "1", "j": "2", "s": "3"}));
+    let r = s.patch(&format!("{CMS}/missing"), "application/merge-patch+json", "{}").await;
     r.assert_status(404, "NotFound");
 }
 
 pub async fn patch_with_stale_resource_version_is_409(s: &TestServer) {
     let c = s.post(CMS, &configmap("pr")).await;
-    s.patch(
-        &format!("{CMS}/pr"),
-        "application/merge-patch+json",
-        r#"{"data":{"a":"1"}}"#,
-    )
-    .await;
-    let body = format!(
-        r#"{{"metadata":{{"resourceVersion":"{}"}},"data":{{"b":"2"}}}}"#,
-        c.rv()
-    );
-    s.patch(&format!("{CMS}/pr"), "application/merge-patch+json", &body)
-        .await
-        .assert_status(409, "Conflict");
+    s.patch(&format!("{CMS}/pr"), "application/merge-patch+json", r#"{"data":{"a":"1"}}"#).await;
+    let body = format!(r#"{{"metadata":{{"resourceVersion":"{}"}},"data":{{"b":"2"}}}}"#, c.rv());
+    s.patch(&format!("{CMS}/pr"), "application/merge-patch+json", &body).await.assert_status(409, "Conflict");
 }
 
 pub async fn server_side_apply_creates_then_updates(s: &TestServer) {
@@ -593,28 +401,12 @@ pub async fn server_side_apply_creates_then_updates(s: &TestServer) {
     let r = s.patch(&path, "application/apply-patch+yaml", yaml).await;
     assert_eq!(r.code, 201, "{}", r.text);
     let mf = r.body["metadata"]["managedFields"].as_array().unwrap();
-    assert!(
-        mf.iter()
-            .any(|m| m["manager"] == "kubectl" && m["operation"] == "Apply"),
-        "{mf:?}"
-    );
-    let r = s
-        .patch(
-            &path,
-            "application/apply-patch+yaml",
-            &yaml.replace("\"1\"", "\"2\""),
-        )
-        .await;
+    assert!(mf.iter().any(|m| m["manager"] == "kubectl" && m["operation"] == "Apply"), "{mf:?}");
+    let r = s.patch(&path, "application/apply-patch+yaml", &yaml.replace("\"1\"", "\"2\"")).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["data"]["a"], "2");
     // Apply needs a field manager.
-    let r = s
-        .patch(
-            &format!("{CMS}/applied"),
-            "application/apply-patch+yaml",
-            yaml,
-        )
-        .await;
+    let r = s.patch(&format!("{CMS}/applied"), "application/apply-patch+yaml", yaml).await;
     assert_eq!(r.code, 422, "{}", r.text);
 }
 
@@ -623,18 +415,14 @@ pub async fn delete_answers_object_or_status_like_upstream(s: &TestServer) {
     let r = s.delete(&format!("{PODS}/d"), None).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["kind"], "Pod");
-    s.get(&format!("{PODS}/d"))
-        .await
-        .assert_status(404, "NotFound");
+    s.get(&format!("{PODS}/d")).await.assert_status(404, "NotFound");
     let c = s.post(CMS, &configmap("d")).await;
     let r = s.delete(&format!("{CMS}/d"), None).await;
     assert_eq!(r.code, 200);
     assert_eq!(r.body["kind"], "Status");
     assert_eq!(r.body["status"], "Success");
     assert_eq!(r.body["details"]["uid"], c.body["metadata"]["uid"]);
-    s.delete(&format!("{CMS}/d"), None)
-        .await
-        .assert_status(404, "NotFound");
+    s.delete(&format!("{CMS}/d"), None).await.assert_status(404, "NotFound");
 }
 
 pub async fn delete_preconditions_conflict(s: &TestServer) {
@@ -642,18 +430,10 @@ pub async fn delete_preconditions_conflict(s: &TestServer) {
     let opts = json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "not-the-uid"}});
     let r = s.delete(&format!("{CMS}/pre"), Some(&opts)).await;
     r.assert_status(409, "Conflict");
-    assert!(
-        r.message()
-            .contains("Precondition failed: UID in precondition: not-the-uid"),
-        "{}",
-        r.message()
-    );
+    assert!(r.message().contains("Precondition failed: UID in precondition: not-the-uid"), "{}", r.message());
     let opts = json!({"preconditions": {"resourceVersion": "1"}});
-    s.delete(&format!("{CMS}/pre"), Some(&opts))
-        .await
-        .assert_status(409, "Conflict");
-    let opts =
-        json!({"preconditions": {"uid": c.body["metadata"]["uid"], "resourceVersion": c.rv()}});
+    s.delete(&format!("{CMS}/pre"), Some(&opts)).await.assert_status(409, "Conflict");
+    let opts = json!({"preconditions": {"uid": c.body["metadata"]["uid"], "resourceVersion": c.rv()}});
     assert_eq!(s.delete(&format!("{CMS}/pre"), Some(&opts)).await.code, 200);
 }
 
@@ -670,17 +450,9 @@ pub async fn finalizers_defer_deletion_until_removed(s: &TestServer) {
     assert_eq!(g.code, 200, "still there");
     assert!(g.body["metadata"]["deletionTimestamp"].is_string());
     assert_eq!(g.body["metadata"]["deletionGracePeriodSeconds"], 0);
-    let r = s
-        .patch(
-            &format!("{CMS}/fin"),
-            "application/merge-patch+json",
-            r#"{"metadata":{"finalizers":null}}"#,
-        )
-        .await;
+    let r = s.patch(&format!("{CMS}/fin"), "application/merge-patch+json", r#"{"metadata":{"finalizers":null}}"#).await;
     assert_eq!(r.code, 200, "{}", r.text);
-    s.get(&format!("{CMS}/fin"))
-        .await
-        .assert_status(404, "NotFound");
+    s.get(&format!("{CMS}/fin")).await.assert_status(404, "NotFound");
 }
 
 /// Upstream behaviour (the namespace REST storage): DELETE only marks the
@@ -689,50 +461,30 @@ pub async fn finalizers_defer_deletion_until_removed(s: &TestServer) {
 /// through `finalize`, which removes the namespace.
 pub async fn deleting_a_namespace_marks_it_terminating_until_finalized(s: &TestServer) {
     s.namespace("doomed").await;
-    s.post("/api/v1/namespaces/doomed/configmaps", &configmap("a"))
-        .await;
+    s.post("/api/v1/namespaces/doomed/configmaps", &configmap("a")).await;
     let r = s.delete("/api/v1/namespaces/doomed", None).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["kind"], "Namespace");
     assert_eq!(r.body["status"]["phase"], "Terminating");
     assert_eq!(r.body["spec"]["finalizers"], json!(["kubernetes"]));
-    assert!(
-        r.body["metadata"]["deletionTimestamp"].is_string(),
-        "{}",
-        r.text
-    );
+    assert!(r.body["metadata"]["deletionTimestamp"].is_string(), "{}", r.text);
     let again = s.delete("/api/v1/namespaces/doomed", None).await;
     assert_eq!(again.code, 200, "{}", again.text);
-    assert_eq!(
-        s.get("/api/v1/namespaces/doomed").await.body["status"]["phase"],
-        "Terminating"
-    );
-    assert_eq!(
-        s.get("/api/v1/namespaces/doomed/configmaps/a").await.code,
-        200,
-        "content is the controller's to remove"
-    );
+    assert_eq!(s.get("/api/v1/namespaces/doomed").await.body["status"]["phase"], "Terminating");
+    assert_eq!(s.get("/api/v1/namespaces/doomed/configmaps/a").await.code, 200, "content is the controller's to remove");
     let mut ns = s.get("/api/v1/namespaces/doomed").await.body;
     ns["spec"]["finalizers"] = json!([]);
     let f = s.put("/api/v1/namespaces/doomed/finalize", &ns).await;
     assert_eq!(f.code, 200, "{}", f.text);
-    s.get("/api/v1/namespaces/doomed")
-        .await
-        .assert_status(404, "NotFound");
+    s.get("/api/v1/namespaces/doomed").await.assert_status(404, "NotFound");
 }
 
 pub async fn system_namespaces_may_not_be_deleted(s: &TestServer) {
     for name in ["default", "kube-system", "kube-public"] {
         let r = s.delete(&format!("/api/v1/namespaces/{name}"), None).await;
         r.assert_status(403, "Forbidden");
-        assert_eq!(
-            r.message(),
-            format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted")
-        );
-        assert_eq!(
-            s.get(&format!("/api/v1/namespaces/{name}")).await.body["status"]["phase"],
-            "Active"
-        );
+        assert_eq!(r.message(), format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"));
+        assert_eq!(s.get(&format!("/api/v1/namespaces/{name}")).await.body["status"]["phase"], "Active");
     }
 }
 
@@ -742,8 +494,7 @@ pub async fn foreground_and_orphan_deletes_add_gc_finalizers(s: &TestServer) {
         ("or", "Orphan", json!(["orphan"])),
     ] {
         s.post(CMS, &configmap(n)).await;
-        let body =
-            json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": policy});
+        let body = json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": policy});
         let r = s.delete(&format!("{CMS}/{n}"), Some(&body)).await;
         assert!(r.code == 200 || r.code == 202, "{}", r.text);
         let g = s.get(&format!("{CMS}/{n}")).await;
@@ -753,15 +504,8 @@ pub async fn foreground_and_orphan_deletes_add_gc_finalizers(s: &TestServer) {
     }
     // orphanDependents: true is the deprecated spelling of Orphan.
     s.post(CMS, &configmap("od")).await;
-    s.delete(
-        &format!("{CMS}/od"),
-        Some(&json!({"orphanDependents": true})),
-    )
-    .await;
-    assert_eq!(
-        s.get(&format!("{CMS}/od")).await.body["metadata"]["finalizers"],
-        json!(["orphan"])
-    );
+    s.delete(&format!("{CMS}/od"), Some(&json!({"orphanDependents": true}))).await;
+    assert_eq!(s.get(&format!("{CMS}/od")).await.body["metadata"]["finalizers"], json!(["orphan"]));
     let both = json!({"orphanDependents": true, "propagationPolicy": "Foreground"});
     let r = s.delete(&format!("{CMS}/od"), Some(&both)).await;
     r.assert_status(422, "Invalid");
@@ -771,11 +515,8 @@ pub async fn foreground_and_orphan_deletes_add_gc_finalizers(s: &TestServer) {
     );
     // Background (and no policy) deletes at once.
     s.post(CMS, &configmap("bg")).await;
-    s.delete(&format!("{CMS}/bg?propagationPolicy=Background"), None)
-        .await;
-    s.get(&format!("{CMS}/bg"))
-        .await
-        .assert_status(404, "NotFound");
+    s.delete(&format!("{CMS}/bg?propagationPolicy=Background"), None).await;
+    s.get(&format!("{CMS}/bg")).await.assert_status(404, "NotFound");
 }
 
 pub async fn creating_in_a_terminating_namespace_is_403(s: &TestServer) {
@@ -783,18 +524,13 @@ pub async fn creating_in_a_terminating_namespace_is_403(s: &TestServer) {
     s.delete("/api/v1/namespaces/held", None).await;
     let ns = s.get("/api/v1/namespaces/held").await;
     assert_eq!(ns.body["status"]["phase"], "Terminating");
-    let r = s
-        .post("/api/v1/namespaces/held/configmaps", &configmap("new"))
-        .await;
+    let r = s.post("/api/v1/namespaces/held/configmaps", &configmap("new")).await;
     r.assert_status(403, "Forbidden");
     assert_eq!(
         r.message(),
         "configmaps \"new\" is forbidden: unable to create new content in namespace held because it is being terminated"
     );
-    assert_eq!(
-        r.body["details"]["causes"][0]["reason"],
-        "NamespaceTerminating"
-    );
+    assert_eq!(r.body["details"]["causes"][0]["reason"], "NamespaceTerminating");
 }
 
 pub async fn delete_collection_honours_label_selector(s: &TestServer) {
@@ -803,9 +539,7 @@ pub async fn delete_collection_honours_label_selector(s: &TestServer) {
         cm["metadata"]["labels"] = json!({"grp": l});
         s.post(CMS, &cm).await;
     }
-    let r = s
-        .delete(&format!("{CMS}?labelSelector=grp%3Da"), None)
-        .await;
+    let r = s.delete(&format!("{CMS}?labelSelector=grp%3Da"), None).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["kind"], "ConfigMapList");
     assert_eq!(r.body["items"].as_array().unwrap().len(), 2);
@@ -824,43 +558,27 @@ pub async fn pod_binding_sets_node_once(s: &TestServer) {
     assert_eq!(g.body["spec"]["nodeName"], "node-1");
     let r = s.post(&format!("{PODS}/b/binding"), &binding).await;
     r.assert_status(409, "Conflict");
-    assert!(
-        r.message()
-            .contains("is already assigned to node \"node-1\""),
-        "{}",
-        r.message()
-    );
+    assert!(r.message().contains("is already assigned to node \"node-1\""), "{}", r.message());
     // A bound pod is deleted gracefully: marked, kept until grace 0.
     let r = s.delete(&format!("{PODS}/b"), None).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["metadata"]["deletionGracePeriodSeconds"], 30);
     assert_eq!(s.get(&format!("{PODS}/b")).await.code, 200);
-    let r = s
-        .delete(&format!("{PODS}/b?gracePeriodSeconds=0"), None)
-        .await;
+    let r = s.delete(&format!("{PODS}/b?gracePeriodSeconds=0"), None).await;
     assert_eq!(r.code, 200, "{}", r.text);
-    s.get(&format!("{PODS}/b"))
-        .await
-        .assert_status(404, "NotFound");
+    s.get(&format!("{PODS}/b")).await.assert_status(404, "NotFound");
 }
 
 pub async fn services_get_cluster_ips_and_defaults(s: &TestServer) {
     let svc = |n: &str| json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": n}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}});
-    let a = s
-        .post("/api/v1/namespaces/default/services", &svc("a"))
-        .await;
-    let b = s
-        .post("/api/v1/namespaces/default/services", &svc("b"))
-        .await;
+    let a = s.post("/api/v1/namespaces/default/services", &svc("a")).await;
+    let b = s.post("/api/v1/namespaces/default/services", &svc("b")).await;
     assert_eq!((a.code, b.code), (201, 201), "{}", a.text);
     let ip_a = a.body["spec"]["clusterIP"].as_str().unwrap();
     let ip_b = b.body["spec"]["clusterIP"].as_str().unwrap();
     assert!(ip_a.starts_with("10.") && ip_a != ip_b);
     let oct: Vec<u8> = ip_a.split('.').map(|x| x.parse().unwrap()).collect();
-    assert!(
-        oct[0] == 10 && (96..112).contains(&oct[1]),
-        "{ip_a} in 10.96.0.0/12"
-    );
+    assert!(oct[0] == 10 && (96..112).contains(&oct[1]), "{ip_a} in 10.96.0.0/12");
     assert_eq!(a.body["spec"]["clusterIPs"], json!([ip_a]));
     assert_eq!(a.body["spec"]["type"], "ClusterIP");
     assert_eq!(a.body["spec"]["ports"][0]["protocol"], "TCP");
@@ -868,9 +586,7 @@ pub async fn services_get_cluster_ips_and_defaults(s: &TestServer) {
     // Asking for a live IP is refused.
     let mut c = svc("c");
     c["spec"]["clusterIP"] = json!(ip_a);
-    s.post("/api/v1/namespaces/default/services", &c)
-        .await
-        .assert_status(422, "Invalid");
+    s.post("/api/v1/namespaces/default/services", &c).await.assert_status(422, "Invalid");
     // An update without clusterIP keeps it.
     let mut upd = a.body.clone();
     upd["spec"].as_object_mut().unwrap().remove("clusterIP");
@@ -881,37 +597,20 @@ pub async fn services_get_cluster_ips_and_defaults(s: &TestServer) {
 
 pub async fn endpointslice_ports_are_defaulted(s: &TestServer) {
     let es = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "es"}, "addressType": "IPv4", "ports": [{"port": 80}], "endpoints": [{"addresses": ["10.0.0.1"]}]});
-    let r = s
-        .post(
-            "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
-            &es,
-        )
-        .await;
+    let r = s.post("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", &es).await;
     assert_eq!(r.code, 201, "{}", r.text);
     assert_eq!(r.body["ports"][0]["name"], "");
     assert_eq!(r.body["ports"][0]["protocol"], "TCP");
 }
 
 pub async fn unknown_paths_are_404_and_wrong_methods_405(s: &TestServer) {
-    s.get("/api/v1/widgets")
-        .await
-        .assert_status(404, "NotFound");
+    s.get("/api/v1/widgets").await.assert_status(404, "NotFound");
     s.get("/nothing/here").await.assert_status(404, "NotFound");
-    s.send(
-        "PUT",
-        PODS,
-        Some("application/json"),
-        None,
-        Some(b"{}".to_vec()),
-    )
-    .await
-    .assert_status(405, "MethodNotAllowed");
-    s.send("POST", "/version", None, None, None)
+    s.send("PUT", PODS, Some("application/json"), None, Some(b"{}".to_vec()))
         .await
         .assert_status(405, "MethodNotAllowed");
-    s.send("DELETE", "/api/v1/namespaces", None, None, None)
-        .await
-        .assert_status(405, "MethodNotAllowed");
+    s.send("POST", "/version", None, None, None).await.assert_status(405, "MethodNotAllowed");
+    s.send("DELETE", "/api/v1/namespaces", None, None, None).await.assert_status(405, "MethodNotAllowed");
 }
 
 pub async fn protobuf_bodies_from_kubectl_1_33_are_accepted(s: &TestServer) {
@@ -922,21 +621,14 @@ pub async fn protobuf_bodies_from_kubectl_1_33_are_accepted(s: &TestServer) {
         .client
         .post(format!("{}{CMS}", s.base))
         .header("content-type", "application/vnd.kubernetes.protobuf")
-        .header(
-            "accept",
-            "application/vnd.kubernetes.protobuf,application/json",
-        )
+        .header("accept", "application/vnd.kubernetes.protobuf,application/json")
         .body(cm)
         .send()
         .await
         .expect("request");
     assert_eq!(resp.status().as_u16(), 201);
-    assert_eq!(
-        resp.headers()["content-type"],
-        "application/vnd.kubernetes.protobuf"
-    );
-    let created = rkube_api::protobuf::decode_object(&resp.bytes().await.expect("body"))
-        .expect("protobuf answer");
+    assert_eq!(resp.headers()["content-type"], "application/vnd.kubernetes.protobuf");
+    let created = rkube_api::protobuf::decode_object(&resp.bytes().await.expect("body")).expect("protobuf answer");
     assert_eq!(created["data"], json!({"a": "1", "b": "two"}));
     let accept = Some("application/json");
     let d = include_bytes!("../fixtures/deployment.pb").to_vec();
@@ -950,19 +642,9 @@ pub async fn protobuf_bodies_from_kubectl_1_33_are_accepted(s: &TestServer) {
         )
         .await;
     assert_eq!(r.code, 201, "{}", r.text);
-    assert_eq!(
-        r.body["spec"]["template"]["spec"]["containers"][0]["image"],
-        "nginx:1.25"
-    );
-    let r = s
-        .send(
-            "POST",
-            CMS,
-            Some("application/vnd.kubernetes.protobuf"),
-            accept,
-            Some(b"k8s\x00\x12".to_vec()),
-        )
-        .await;
+    assert_eq!(r.body["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.25");
+    let r =
+        s.send("POST", CMS, Some("application/vnd.kubernetes.protobuf"), accept, Some(b"k8s\x00\x12".to_vec())).await;
     r.assert_status(400, "BadRequest");
 }
 
@@ -973,25 +655,14 @@ pub async fn deployment_scale_subresource_reads_and_sets_replicas(s: &TestServer
                  "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}
     });
     let path = "/apis/apps/v1/namespaces/default/deployments/web";
-    assert_eq!(
-        s.post("/apis/apps/v1/namespaces/default/deployments", &deploy)
-            .await
-            .code,
-        201
-    );
+    assert_eq!(s.post("/apis/apps/v1/namespaces/default/deployments", &deploy).await.code, 201);
     let g = s.get(&format!("{path}/scale")).await;
     assert_eq!(g.body["kind"], "Scale");
     assert_eq!(g.body["apiVersion"], "autoscaling/v1");
     assert_eq!(g.body["spec"]["replicas"], 2);
     assert_eq!(g.body["status"]["selector"], "app=web");
     // kubectl scale: a merge patch on the scale subresource.
-    let r = s
-        .patch(
-            &format!("{path}/scale"),
-            "application/merge-patch+json",
-            r#"{"spec":{"replicas":5}}"#,
-        )
-        .await;
+    let r = s.patch(&format!("{path}/scale"), "application/merge-patch+json", r#"{"spec":{"replicas":5}}"#).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["spec"]["replicas"], 5);
     let d = s.get(path).await;
@@ -1007,38 +678,18 @@ pub async fn nodeport_services_get_node_ports_from_the_range(s: &TestServer) {
         }
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": n}, "spec": {"type": "NodePort", "ports": [port]}})
     };
-    let a = s
-        .post("/api/v1/namespaces/default/services", &svc("np-a", None))
-        .await;
+    let a = s.post("/api/v1/namespaces/default/services", &svc("np-a", None)).await;
     assert_eq!(a.code, 201, "{}", a.text);
     let np = a.body["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
     assert!((30000..=32767).contains(&np), "{np}");
     assert_eq!(a.body["spec"]["externalTrafficPolicy"], "Cluster");
-    let dup = s
-        .post(
-            "/api/v1/namespaces/default/services",
-            &svc("np-b", Some(np)),
-        )
-        .await;
+    let dup = s.post("/api/v1/namespaces/default/services", &svc("np-b", Some(np))).await;
     dup.assert_status(422, "Invalid");
-    assert_eq!(
-        dup.body["details"]["causes"][0]["field"],
-        "spec.ports[0].nodePort"
-    );
-    s.post(
-        "/api/v1/namespaces/default/services",
-        &svc("np-c", Some(80)),
-    )
-    .await
-    .assert_status(422, "Invalid");
+    assert_eq!(dup.body["details"]["causes"][0]["field"], "spec.ports[0].nodePort");
+    s.post("/api/v1/namespaces/default/services", &svc("np-c", Some(80))).await.assert_status(422, "Invalid");
     // An update that drops nodePort keeps the allocated one.
     let mut upd = a.body.clone();
-    upd["spec"]["ports"][0]
-        .as_object_mut()
-        .unwrap()
-        .remove("nodePort");
-    let r = s
-        .put("/api/v1/namespaces/default/services/np-a", &upd)
-        .await;
+    upd["spec"]["ports"][0].as_object_mut().unwrap().remove("nodePort");
+    let r = s.put("/api/v1/namespaces/default/services/np-a", &upd).await;
     assert_eq!(r.body["spec"]["ports"][0]["nodePort"], np, "{}", r.text);
 }

@@ -64,13 +64,9 @@ impl WebhookServer {
         let mut names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
         names.extend(hostnames.iter().map(|h| h.to_string()));
         let key = KeyPair::generate().expect("serving key");
-        let serving = CertificateParams::new(names)
-            .expect("serving params")
-            .signed_by(&key, &issuer)
-            .expect("serving certificate");
+        let serving = CertificateParams::new(names).expect("serving params").signed_by(&key, &issuer).expect("serving certificate");
         let cert_der = serving.der().clone();
-        let key_der =
-            rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key DER");
+        let key_der = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("key DER");
         let config = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(vec![cert_der], key_der)
@@ -91,12 +87,7 @@ impl WebhookServer {
                 std::thread::spawn(move || serve(conn, config, seen));
             }
         });
-        WebhookServer {
-            port,
-            ca_pem: ca_cert.pem(),
-            seen,
-            stop,
-        }
+        WebhookServer { port, ca_pem: ca_cert.pem(), seen, stop }
     }
 
     /// `https://127.0.0.1:<port><path>`.
@@ -111,41 +102,20 @@ impl WebhookServer {
 
     /// The AdmissionReviews received on `path` so far.
     pub fn requests(&self, path: &str) -> Vec<Value> {
-        self.seen
-            .lock()
-            .map(|s| {
-                s.iter()
-                    .filter(|(p, _)| p == path)
-                    .map(|(_, v)| v.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.seen.lock().map(|s| s.iter().filter(|(p, _)| p == path).map(|(_, v)| v.clone()).collect()).unwrap_or_default()
     }
 }
 
-fn serve(
-    conn: TcpStream,
-    config: Arc<rustls::ServerConfig>,
-    seen: Arc<Mutex<Vec<(String, Value)>>>,
-) {
+fn serve(conn: TcpStream, config: Arc<rustls::ServerConfig>, seen: Arc<Mutex<Vec<(String, Value)>>>) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let Ok(tls) = rustls::ServerConnection::new(config) else {
-        return;
-    };
+    let Ok(tls) = rustls::ServerConnection::new(config) else { return };
     let mut stream = rustls::StreamOwned::new(tls, conn);
     let mut reader = BufReader::new(&mut stream);
     let mut request_line = String::new();
     if reader.read_line(&mut request_line).is_err() {
         return;
     }
-    let path = request_line
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or("/")
-        .split('?')
-        .next()
-        .unwrap_or("/")
-        .to_string();
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/").split('?').next().unwrap_or("/").to_string();
     let mut length = 0usize;
     loop {
         let mut line = String::new();
@@ -180,10 +150,7 @@ fn serve(
 }
 
 fn answer(path: &str, review: &Value) -> Value {
-    let uid = review
-        .pointer("/request/uid")
-        .cloned()
-        .unwrap_or(Value::Null);
+    let uid = review.pointer("/request/uid").cloned().unwrap_or(Value::Null);
     let name = review
         .pointer("/request/object/metadata/name")
         .or_else(|| review.pointer("/request/oldObject/metadata/name"))
@@ -197,13 +164,10 @@ fn answer(path: &str, review: &Value) -> Value {
         }
         "/deny-status" => {
             response["allowed"] = json!(false);
-            response["status"] =
-                json!({"code": 422, "reason": "Invalid", "message": "custom denial"});
+            response["status"] = json!({"code": 422, "reason": "Invalid", "message": "custom denial"});
         }
         "/add-label" => {
-            let has_labels = review
-                .pointer("/request/object/metadata/labels")
-                .is_some_and(Value::is_object);
+            let has_labels = review.pointer("/request/object/metadata/labels").is_some_and(Value::is_object);
             let op = if has_labels {
                 json!({"op": "add", "path": format!("/metadata/labels/{}", MUTATED_LABEL.replace('/', "~1")), "value": "true"})
             } else {

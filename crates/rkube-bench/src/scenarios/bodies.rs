@@ -56,14 +56,7 @@ enum Case {
     NestedYaml,
 }
 
-const CASES: [Case; 6] = [
-    Case::Json,
-    Case::YamlBlock,
-    Case::YamlJsonText,
-    Case::ApplyJsonText,
-    Case::ApplyYamlBlock,
-    Case::NestedYaml,
-];
+const CASES: [Case; 6] = [Case::Json, Case::YamlBlock, Case::YamlJsonText, Case::ApplyJsonText, Case::ApplyYamlBlock, Case::NestedYaml];
 
 impl Case {
     fn name(self) -> &'static str {
@@ -103,35 +96,18 @@ impl Case {
         match self {
             Case::Json | Case::YamlJsonText | Case::ApplyJsonText => {
                 let (obj, keys) = configmap_json(name, bytes);
-                let path = if matches!(self, Case::ApplyJsonText) {
-                    apply
-                } else {
-                    collection
-                };
-                let method = if matches!(self, Case::ApplyJsonText) {
-                    "PATCH"
-                } else {
-                    "POST"
-                };
+                let path = if matches!(self, Case::ApplyJsonText) { apply } else { collection };
+                let method = if matches!(self, Case::ApplyJsonText) { "PATCH" } else { "POST" };
                 (method, path, obj, keys)
             }
             Case::YamlBlock | Case::ApplyYamlBlock => {
                 let (obj, keys) = configmap_yaml(name, bytes);
-                let path = if matches!(self, Case::ApplyYamlBlock) {
-                    apply
-                } else {
-                    collection
-                };
-                let method = if matches!(self, Case::ApplyYamlBlock) {
-                    "PATCH"
-                } else {
-                    "POST"
-                };
+                let path = if matches!(self, Case::ApplyYamlBlock) { apply } else { collection };
+                let method = if matches!(self, Case::ApplyYamlBlock) { "PATCH" } else { "POST" };
                 (method, path, obj, keys)
             }
             Case::NestedYaml => {
-                let head =
-                    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata: ");
+                let head = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata: ");
                 let depth = bytes.saturating_sub(head.len()) / 2;
                 let body = format!("{head}{}{}\n", "[".repeat(depth), "]".repeat(depth));
                 ("POST", collection, body.into_bytes(), 0)
@@ -148,9 +124,7 @@ fn data_bytes(keys: usize) -> usize {
 
 /// A ConfigMap as JSON text of about `bytes` bytes, and its number of keys.
 fn configmap_json(name: &str, bytes: usize) -> (Vec<u8>, usize) {
-    let mut s = format!(
-        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"data":{{"#
-    );
+    let mut s = format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"data":{{"#);
     let mut keys = 0;
     while s.len() + 24 < bytes {
         if keys > 0 {
@@ -190,19 +164,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let api = Api::new(server.base_url());
     load::namespace_http(&api, NS).await?;
     let mut table = Table::new(
-        format!(
-            "Server CPU per request for a {} body (median of {runs} runs of {REQUESTS_PER_RUN})",
-            fmt_bytes(bytes as u64)
-        ),
-        &[
-            "case",
-            "content type",
-            "answer",
-            "CPU per request",
-            "p90",
-            "latency",
-            "goal ≤ 100 ms",
-        ],
+        format!("Server CPU per request for a {} body (median of {runs} runs of {REQUESTS_PER_RUN})", fmt_bytes(bytes as u64)),
+        &["case", "content type", "answer", "CPU per request", "p90", "latency", "goal ≤ 100 ms"],
     );
     let mut missed = Vec::new();
     for case in CASES {
@@ -210,37 +173,24 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         let data = data_bytes(case.request("probe", bytes).3);
         let mut latency = Vec::new();
         for run in 0..runs {
-            let requests: Vec<_> = (0..REQUESTS_PER_RUN)
-                .map(|i| case.request(&format!("b{}-{run}-{i}", case as u8), bytes))
-                .collect();
-            let before = sample_proc(server.pid())
-                .ok_or_else(|| anyhow::anyhow!("the API server is gone"))?;
+            let requests: Vec<_> = (0..REQUESTS_PER_RUN).map(|i| case.request(&format!("b{}-{run}-{i}", case as u8), bytes)).collect();
+            let before = sample_proc(server.pid()).ok_or_else(|| anyhow::anyhow!("the API server is gone"))?;
             for (method, path, body, keys) in requests {
                 let t = Instant::now();
-                let (code, answer) = api
-                    .send_raw(method, &path, body, case.content_type())
-                    .await?;
+                let (code, answer) = api.send_raw(method, &path, body, case.content_type()).await?;
                 latency.push(t.elapsed().as_secs_f64());
                 check_answer(case, data, code, &answer, keys)?;
             }
-            let after = sample_proc(server.pid())
-                .ok_or_else(|| anyhow::anyhow!("the API server is gone"))?;
+            let after = sample_proc(server.pid()).ok_or_else(|| anyhow::anyhow!("the API server is gone"))?;
             cpu.push((after.cpu_seconds - before.cpu_seconds).max(0.0) / REQUESTS_PER_RUN as f64);
             for i in 0..REQUESTS_PER_RUN {
                 if case.expected_code(data) == 201 {
-                    let path = format!(
-                        "/api/v1/namespaces/{NS}/configmaps/b{}-{run}-{i}",
-                        case as u8
-                    );
-                    api.send_raw("DELETE", &path, Vec::new(), "application/json")
-                        .await?;
+                    let path = format!("/api/v1/namespaces/{NS}/configmaps/b{}-{run}-{i}", case as u8);
+                    api.send_raw("DELETE", &path, Vec::new(), "application/json").await?;
                 }
             }
         }
-        let labels = [
-            ("case", case.name().to_string()),
-            ("content_type", case.content_type().to_string()),
-        ];
+        let labels = [("case", case.name().to_string()), ("content_type", case.content_type().to_string())];
         let c = report.measure("bodies/cpu_per_request", "s", &labels, &cpu);
         let l = report.measure("bodies/latency", "s", &labels, &latency);
         let met = c.as_ref().is_some_and(|c| c.median <= GOAL_CPU_SECONDS);
@@ -251,8 +201,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             case.name().into(),
             case.content_type().into(),
             case.expected_code(data).to_string(),
-            c.as_ref()
-                .map_or("n/a".into(), |c: &Summary| fmt_secs(c.median)),
+            c.as_ref().map_or("n/a".into(), |c: &Summary| fmt_secs(c.median)),
             c.as_ref().map_or("n/a".into(), |c| fmt_secs(c.p90)),
             l.as_ref().map_or("n/a".into(), |l| fmt_secs(l.median)),
             if met { "met".into() } else { "missed".into() },
@@ -261,10 +210,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     server.stop().await;
     report.tables.push(table);
     if !missed.is_empty() {
-        report.note(format!(
-            "Goal of ≤ 100 ms of server CPU per request missed by: {}.",
-            missed.join("; ")
-        ));
+        report.note(format!("Goal of ≤ 100 ms of server CPU per request missed by: {}.", missed.join("; ")));
     }
     Ok(report)
 }
@@ -272,37 +218,20 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
 /// Fails unless `code` is what `case` expects for a ConfigMap of
 /// `data` bytes, a created object carries all `keys` data keys, and a 422
 /// is the data size refusal.
-fn check_answer(
-    case: Case,
-    data: usize,
-    code: u16,
-    answer: &[u8],
-    keys: usize,
-) -> anyhow::Result<()> {
+fn check_answer(case: Case, data: usize, code: u16, answer: &[u8], keys: usize) -> anyhow::Result<()> {
     let short = || String::from_utf8_lossy(&answer[..answer.len().min(300)]).into_owned();
     let expected = case.expected_code(data);
     if code != expected {
-        anyhow::bail!(
-            "{}: answered {code}, expected {expected}: {}",
-            case.name(),
-            short()
-        );
+        anyhow::bail!("{}: answered {code}, expected {expected}: {}", case.name(), short());
     }
     if code == 422 && !short().contains("Too long: may not be more than 1048576 bytes") {
-        anyhow::bail!(
-            "{}: a 422 that is not the data size refusal: {}",
-            case.name(),
-            short()
-        );
+        anyhow::bail!("{}: a 422 that is not the data size refusal: {}", case.name(), short());
     }
     if code == 201 {
         let obj: Value = serde_json::from_slice(answer)?;
         let got = obj["data"].as_object().map_or(0, |d| d.len());
         if got != keys {
-            anyhow::bail!(
-                "{}: the created ConfigMap has {got} data keys, {keys} were sent",
-                case.name()
-            );
+            anyhow::bail!("{}: the created ConfigMap has {got} data keys, {keys} were sent", case.name());
         }
     }
     Ok(())

@@ -34,12 +34,7 @@ const NS: &str = "bench-init";
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let quick = ctx.args.quick;
     let backends = ctx.backends(&[Backend::Embedded, Backend::Etcd]);
-    let mut sizes = pick(
-        &ctx.args.sizes,
-        quick,
-        &[100, 500],
-        &[10_000, 50_000, 100_000],
-    );
+    let mut sizes = pick(&ctx.args.sizes, quick, &[100, 500], &[10_000, 50_000, 100_000]);
     sizes.sort_unstable();
     sizes.dedup();
     let kind = ctx.args.kinds.first().copied().unwrap_or(Kind::Pods);
@@ -58,37 +53,19 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         for &size in &sizes {
             {
                 let storage = env.open_storage().await?;
-                let pb = progress::bar(
-                    (size - loaded) as u64,
-                    format!(
-                        "loading {} {} into {}",
-                        size - loaded,
-                        kind.resource(),
-                        backend.name()
-                    ),
-                );
+                let pb = progress::bar((size - loaded) as u64, format!("loading {} {} into {}", size - loaded, kind.resource(), backend.name()));
                 load::load_direct(&storage, kind, NS, loaded..size, &pb).await?;
                 pb.finish_and_clear();
                 loaded = size;
             }
-            let pb = progress::bar(
-                runs as u64,
-                format!(
-                    "{runs} × start rkube apiserver on {} with {size} {}",
-                    backend.name(),
-                    kind.resource()
-                ),
-            );
+            let pb = progress::bar(runs as u64, format!("{runs} × start rkube apiserver on {} with {size} {}", backend.name(), kind.resource()));
             let mut ready = Vec::new();
             let mut listed = Vec::new();
             for _ in 0..runs {
                 let server = env.start_server(&[]).await?;
                 ready.push(server.ready_after.as_secs_f64());
                 let api = Api::new(server.base_url());
-                let path = format!(
-                    "/api/v1/{}?resourceVersion=0&labelSelector=rkube-bench%3Dnone",
-                    kind.resource()
-                );
+                let path = format!("/api/v1/{}?resourceVersion=0&labelSelector=rkube-bench%3Dnone", kind.resource());
                 let deadline = Instant::now() + Duration::from_secs(300);
                 loop {
                     if let Ok(200) = api.status_of(&path).await {
@@ -96,9 +73,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                         break;
                     }
                     if Instant::now() > deadline {
-                        anyhow::bail!(
-                            "LIST {path} did not answer 200 within 300 s of the server's start"
-                        );
+                        anyhow::bail!("LIST {path} did not answer 200 within 300 s of the server's start");
                     }
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
@@ -109,11 +84,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 pb.inc(1);
             }
             pb.finish_and_clear();
-            let labels = [
-                ("backend", backend.name().to_string()),
-                ("objects", size.to_string()),
-                ("kind", kind.resource().to_string()),
-            ];
+            let labels = [("backend", backend.name().to_string()), ("objects", size.to_string()), ("kind", kind.resource().to_string())];
             if let Some(s) = report.measure("init/readyz", "s", &labels, &ready) {
                 results.insert((backend, size, "readyz"), s);
             }
@@ -129,26 +100,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         );
     }
     let mut t = Table::new(
-        format!(
-            "Start → ready, {} (median (p90) of {runs} starts)",
-            kind.resource()
-        ),
-        &[
-            "backend",
-            "objects",
-            "spawn → /readyz 200",
-            "spawn → first LIST 200",
-            "apiserver RSS then",
-        ],
+        format!("Start → ready, {} (median (p90) of {runs} starts)", kind.resource()),
+        &["backend", "objects", "spawn → /readyz 200", "spawn → first LIST 200", "apiserver RSS then"],
     );
-    let mut plot = Plot {
-        title: "Server start vs objects in storage".into(),
-        x_label: "objects".into(),
-        y_label: "seconds".into(),
-        log_x: true,
-        log_y: false,
-        series: vec![],
-    };
+    let mut plot = Plot { title: "Server start vs objects in storage".into(), x_label: "objects".into(), y_label: "seconds".into(), log_x: true, log_y: false, series: vec![] };
     for &backend in &backends {
         for &size in &sizes {
             t.row(vec![
@@ -156,18 +111,13 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 fmt_count(size as u64),
                 cell(results.get(&(backend, size, "readyz")).copied()),
                 cell(results.get(&(backend, size, "first_list")).copied()),
-                rss.get(&(backend, size))
-                    .map(|b| fmt_bytes(*b))
-                    .unwrap_or_else(|| "n/a".into()),
+                rss.get(&(backend, size)).map(|b| fmt_bytes(*b)).unwrap_or_else(|| "n/a".into()),
             ]);
         }
         for (m, title) in [("readyz", "/readyz"), ("first_list", "first LIST")] {
             plot.series.push(Series {
                 name: format!("{} {title}", backend.name()),
-                points: sizes
-                    .iter()
-                    .filter_map(|&n| results.get(&(backend, n, m)).map(|s| (n as f64, s.median)))
-                    .collect(),
+                points: sizes.iter().filter_map(|&n| results.get(&(backend, n, m)).map(|s| (n as f64, s.median))).collect(),
             });
         }
     }

@@ -59,20 +59,10 @@ type Results = BTreeMap<(Kind, usize, &'static str), Summary>;
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let quick = ctx.args.quick;
     let backend = ctx.args.backend.unwrap_or(Backend::Etcd);
-    let mut sizes = pick(
-        &ctx.args.sizes,
-        quick,
-        &[200, 1000],
-        &[10_000, 50_000, 100_000, 300_000],
-    );
+    let mut sizes = pick(&ctx.args.sizes, quick, &[200, 1000], &[10_000, 50_000, 100_000, 300_000]);
     sizes.sort_unstable();
     sizes.dedup();
-    let kinds = pick(
-        &ctx.args.kinds,
-        quick,
-        &[Kind::Configmaps, Kind::Pods],
-        &[Kind::Configmaps, Kind::Pods],
-    );
+    let kinds = pick(&ctx.args.kinds, quick, &[Kind::Configmaps, Kind::Pods], &[Kind::Configmaps, Kind::Pods]);
     let runs = ctx.runs(5);
     let walk_runs = ctx.runs(3).min(runs);
     let resources: Vec<&str> = kinds.iter().map(|k| k.resource()).collect();
@@ -104,15 +94,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 for &kind in &kinds_here {
                     let have = loaded.get(&kind).copied().unwrap_or(0);
                     if have < size {
-                        let pb = progress::bar(
-                            (size - have) as u64,
-                            format!(
-                                "loading {} {} into {}",
-                                size - have,
-                                kind.resource(),
-                                backend.name()
-                            ),
-                        );
+                        let pb = progress::bar((size - have) as u64, format!("loading {} {} into {}", size - have, kind.resource(), backend.name()));
                         let t = Instant::now();
                         load::load_direct(&storage, kind, NS, have..size, &pb).await?;
                         pb.finish_and_clear();
@@ -120,42 +102,26 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                         report.measure(
                             &format!("load/{}", kind.resource()),
                             "objects/s",
-                            &[
-                                ("kind", kind.resource().into()),
-                                ("objects", (size - have).to_string()),
-                                ("backend", backend.name().into()),
-                            ],
+                            &[("kind", kind.resource().into()), ("objects", (size - have).to_string()), ("backend", backend.name().into())],
                             &[(size - have) as f64 / secs],
                         );
                         loaded.insert(kind, size);
                     }
-                    let pb = progress::bar(
-                        runs as u64,
-                        format!("{} × direct range of {} {}", runs, size, kind.resource()),
-                    );
+                    let pb = progress::bar(runs as u64, format!("{} × direct range of {} {}", runs, size, kind.resource()));
                     match floor(&env, &storage, kind, size, runs, &pb).await {
                         Ok(samples) => {
-                            if let Some(s) =
-                                record(&mut report, kind, size, "floor", backend, &samples)
-                            {
+                            if let Some(s) = record(&mut report, kind, size, "floor", backend, &samples) {
                                 results.insert((kind, size, "floor"), s);
                             }
                         }
-                        Err(e) => report.not_measured(
-                            format!("floor for {size} {}", kind.resource()),
-                            format!("{e:#}"),
-                        ),
+                        Err(e) => report.not_measured(format!("floor for {size} {}", kind.resource()), format!("{e:#}")),
                     }
                     pb.finish_and_clear();
                 }
             }
 
             // 2. The server with its default settings (watch cache on when it has one).
-            progress::phase(&format!(
-                "starting rkube apiserver on {} with {size} {}",
-                backend.name(),
-                one.resource()
-            ));
+            progress::phase(&format!("starting rkube apiserver on {} with {size} {}", backend.name(), one.resource()));
             let server = env.start_server(&[]).await?;
             let api = Api::new(server.base_url());
             for &kind in &kinds_here {
@@ -165,12 +131,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 }
                 let path = format!("/api/v1/{}", kind.resource());
                 for (mode, query) in [("rv0", "?resourceVersion=0"), ("consistent", "")] {
-                    let pb = progress::bar(
-                        runs as u64 + 1,
-                        format!("LIST {size} {} {mode}", kind.resource()),
-                    );
-                    let (samples, body, from) =
-                        time_list(ctx, &api, &format!("{path}{query}"), runs, size, &pb).await?;
+                    let pb = progress::bar(runs as u64 + 1, format!("LIST {size} {} {mode}", kind.resource()));
+                    let (samples, body, from) = time_list(ctx, &api, &format!("{path}{query}"), runs, size, &pb).await?;
                     pb.finish_and_clear();
                     bytes.insert((kind, size), body);
                     if let Some(s) = record(&mut report, kind, size, mode, backend, &samples) {
@@ -178,10 +140,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                     }
                     served.insert((kind, size, mode), from);
                 }
-                let pb = progress::bar(
-                    walk_runs as u64,
-                    format!("walk {size} {} limit={PAGE}", kind.resource()),
-                );
+                let pb = progress::bar(walk_runs as u64, format!("walk {size} {} limit={PAGE}", kind.resource()));
                 let (samples, from) = time_walk(ctx, &api, &path, walk_runs, size, &pb).await?;
                 pb.finish_and_clear();
                 if let Some(s) = record(&mut report, kind, size, "walk", backend, &samples) {
@@ -238,46 +197,25 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
 
             // 4. The server with its cache, over HTTPS: HTTP/1.1 and HTTP/2 side by side.
             //    Last, since it publishes `kube-root-ca.crt` ConfigMaps, removed after it.
-            progress::phase(&format!(
-                "starting rkube apiserver over HTTPS with {size} {}",
-                one.resource()
-            ));
+            progress::phase(&format!("starting rkube apiserver over HTTPS with {size} {}", one.resource()));
             let dir = tempfile::tempdir()?;
             let (ca_pem, flags) = crate::scenarios::rbac::pki(dir.path())?;
             let token = crate::scenarios::rbac::MASTERS_TOKEN;
-            let server = env
-                .start_server_with(
-                    &flags,
-                    Some(&crate::procs::Secure {
-                        ca_pem: ca_pem.clone(),
-                        token: token.into(),
-                    }),
-                )
-                .await?;
+            let server = env.start_server_with(&flags, Some(&crate::procs::Secure { ca_pem: ca_pem.clone(), token: token.into() })).await?;
             for (mode, http2, accept) in [
                 ("rv0-https", false, "application/json"),
                 ("rv0-h2", true, "application/json"),
-                (
-                    "rv0-h2-pb",
-                    true,
-                    "application/vnd.kubernetes.protobuf, application/json",
-                ),
+                ("rv0-h2-pb", true, "application/vnd.kubernetes.protobuf, application/json"),
             ] {
-                let api = Api::secure_with(server.base_url(), &ca_pem, token, http2)
-                    .map_err(anyhow::Error::msg)?
-                    .with_accept(accept);
+                let api = Api::secure_with(server.base_url(), &ca_pem, token, http2).map_err(anyhow::Error::msg)?.with_accept(accept);
                 for &kind in &kinds_here {
                     wait_listable(&api, kind).await?;
                     // A server with a CA publishes `kube-root-ca.crt` in every
                     // namespace: those are listed too, so they are counted first.
                     let extra = settled_extras(&api, kind).await?;
                     let path = format!("/api/v1/{}?resourceVersion=0", kind.resource());
-                    let pb = progress::bar(
-                        runs as u64 + 1,
-                        format!("LIST {size} {} {mode}", kind.resource()),
-                    );
-                    let (samples, _, from) =
-                        time_list(ctx, &api, &path, runs, size + extra, &pb).await?;
+                    let pb = progress::bar(runs as u64 + 1, format!("LIST {size} {} {mode}", kind.resource()));
+                    let (samples, _, from) = time_list(ctx, &api, &path, runs, size + extra, &pb).await?;
                     pb.finish_and_clear();
                     if let Some(s) = record(&mut report, kind, size, mode, backend, &samples) {
                         results.insert((kind, size, mode), s);
@@ -292,45 +230,17 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     }
 
     if !ctx.caps.has_watch_cache() {
-        report.note(
-            "This server build has no watch cache flag: every LIST here was served from storage.",
-        );
+        report.note("This server build has no watch cache flag: every LIST here was served from storage.");
     }
-    tables(
-        &mut report,
-        &kinds,
-        &sizes,
-        &results,
-        &bytes,
-        &rss,
-        runs,
-        walk_runs,
-        backend,
-    );
+    tables(&mut report, &kinds, &sizes, &results, &bytes, &rss, runs, walk_runs, backend);
     let mut t = Table::new(
         "Where each mode was served from (apiserver_cache_list_total / apiserver_storage_list_total deltas over its warm-up + timed runs)",
         &["kind", "objects", "RV=0", "RV=0 HTTPS", "RV=0 HTTP/2", "RV=0 HTTP/2 protobuf", "RV=\"\"", "walk", "cache disabled", "walk, cache disabled"],
     );
     for &kind in &kinds {
         for &size in &sizes {
-            let get = |m: &str| {
-                served
-                    .get(&(kind, size, m))
-                    .cloned()
-                    .unwrap_or_else(|| "n/a".into())
-            };
-            t.row(vec![
-                kind.resource().into(),
-                fmt_count(size as u64),
-                get("rv0"),
-                get("rv0-https"),
-                get("rv0-h2"),
-                get("rv0-h2-pb"),
-                get("consistent"),
-                get("walk"),
-                get("storage"),
-                get("walk-storage"),
-            ]);
+            let get = |m: &str| served.get(&(kind, size, m)).cloned().unwrap_or_else(|| "n/a".into());
+            t.row(vec![kind.resource().into(), fmt_count(size as u64), get("rv0"), get("rv0-https"), get("rv0-h2"), get("rv0-h2-pb"), get("consistent"), get("walk"), get("storage"), get("walk-storage")]);
         }
     }
     report.tables.push(t);
@@ -338,75 +248,37 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
 }
 
 /// Records a latency measurement `list/<kind>/<mode>`.
-fn record(
-    report: &mut Report,
-    kind: Kind,
-    size: usize,
-    mode: &str,
-    backend: Backend,
-    samples: &[f64],
-) -> Option<Summary> {
+fn record(report: &mut Report, kind: Kind, size: usize, mode: &str, backend: Backend, samples: &[f64]) -> Option<Summary> {
     report.measure(
         &format!("list/{}/{mode}", kind.resource()),
         "s",
-        &[
-            ("kind", kind.resource().into()),
-            ("objects", size.to_string()),
-            ("mode", mode.into()),
-            ("backend", backend.name().into()),
-        ],
+        &[("kind", kind.resource().into()), ("objects", size.to_string()), ("mode", mode.into()), ("backend", backend.name().into())],
         samples,
     )
 }
 
 /// Direct range reads of the kind's prefix: etcd-client on etcd, the store in process on embedded.
-async fn floor(
-    env: &Env,
-    storage: &std::sync::Arc<dyn rkube_storage::Storage>,
-    kind: Kind,
-    size: usize,
-    runs: usize,
-    pb: &indicatif::ProgressBar,
-) -> anyhow::Result<Vec<f64>> {
+async fn floor(env: &Env, storage: &std::sync::Arc<dyn rkube_storage::Storage>, kind: Kind, size: usize, runs: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<Vec<f64>> {
     let prefix = format!("/registry/{}/", kind.resource());
     let mut samples = Vec::with_capacity(runs);
     match env.etcd_endpoint() {
         Some(endpoint) => {
-            let client = etcd_client::Client::connect([endpoint], None)
-                .await
-                .context("connecting etcd-client")?;
+            let client = etcd_client::Client::connect([endpoint], None).await.context("connecting etcd-client")?;
             let mut kv = client.kv_client().max_decoding_message_size(usize::MAX);
             for _ in 0..runs {
                 let t = Instant::now();
-                let resp = kv
-                    .get(
-                        prefix.as_str(),
-                        Some(etcd_client::GetOptions::new().with_prefix()),
-                    )
-                    .await
-                    .context("etcd range")?;
+                let resp = kv.get(prefix.as_str(), Some(etcd_client::GetOptions::new().with_prefix())).await.context("etcd range")?;
                 samples.push(t.elapsed().as_secs_f64());
-                anyhow::ensure!(
-                    resp.kvs().len() >= size,
-                    "etcd range returned {} keys, expected {size}",
-                    resp.kvs().len()
-                );
+                anyhow::ensure!(resp.kvs().len() >= size, "etcd range returned {} keys, expected {size}", resp.kvs().len());
                 pb.inc(1);
             }
         }
         None => {
             for _ in 0..runs {
                 let t = Instant::now();
-                let resp = storage
-                    .range(rkube_storage::RangeRequest::prefix(&prefix))
-                    .await
-                    .context("storage range")?;
+                let resp = storage.range(rkube_storage::RangeRequest::prefix(&prefix)).await.context("storage range")?;
                 samples.push(t.elapsed().as_secs_f64());
-                anyhow::ensure!(
-                    resp.kvs.len() >= size,
-                    "range returned {} keys, expected {size}",
-                    resp.kvs.len()
-                );
+                anyhow::ensure!(resp.kvs.len() >= size, "range returned {} keys, expected {size}", resp.kvs.len());
                 pb.inc(1);
             }
         }
@@ -423,10 +295,7 @@ async fn settled_extras(api: &Api, kind: Kind) -> anyhow::Result<usize> {
     if kind != Kind::Configmaps {
         return Ok(0);
     }
-    let path = format!(
-        "/api/v1/{}?resourceVersion=0&labelSelector=bench%21%3Dlist",
-        kind.resource()
-    );
+    let path = format!("/api/v1/{}?resourceVersion=0&labelSelector=bench%21%3Dlist", kind.resource());
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut last = api.list(&path).await?.items;
     loop {
@@ -446,36 +315,21 @@ async fn settled_extras(api: &Api, kind: Kind) -> anyhow::Result<usize> {
 /// server lists only what the bench loaded.
 async fn remove_published(env: &Env) -> anyhow::Result<()> {
     let storage = env.open_storage().await?;
-    let found = storage
-        .range(rkube_storage::RangeRequest::prefix("/registry/configmaps/"))
-        .await
-        .context("storage range")?;
-    for kv in found
-        .kvs
-        .iter()
-        .filter(|kv| kv.key.ends_with("/kube-root-ca.crt"))
-    {
-        storage
-            .delete(&kv.key, None)
-            .await
-            .context("deleting a published ConfigMap")?;
+    let found = storage.range(rkube_storage::RangeRequest::prefix("/registry/configmaps/")).await.context("storage range")?;
+    for kv in found.kvs.iter().filter(|kv| kv.key.ends_with("/kube-root-ca.crt")) {
+        storage.delete(&kv.key, None).await.context("deleting a published ConfigMap")?;
     }
     Ok(())
 }
 
 /// Waits until a LIST of the kind answers 200 (a cache still initializing answers 429).
 async fn wait_listable(api: &Api, kind: Kind) -> anyhow::Result<()> {
-    let path = format!(
-        "/api/v1/{}?resourceVersion=0&labelSelector=rkube-bench%3Dnone",
-        kind.resource()
-    );
+    let path = format!("/api/v1/{}?resourceVersion=0&labelSelector=rkube-bench%3Dnone", kind.resource());
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         match api.status_of(&path).await {
             Ok(200) => return Ok(()),
-            Ok(code) if Instant::now() > deadline => {
-                anyhow::bail!("LIST {path} still answers {code} after 300 s")
-            }
+            Ok(code) if Instant::now() > deadline => anyhow::bail!("LIST {path} still answers {code} after 300 s"),
             Err(e) if Instant::now() > deadline => return Err(e.into()),
             _ => tokio::time::sleep(Duration::from_millis(20)).await,
         }
@@ -487,19 +341,12 @@ async fn wait_listable(api: &Api, kind: Kind) -> anyhow::Result<()> {
 /// once its watch is known to be synced); true when it is, or when the
 /// server has no `/metrics` to tell.
 async fn wait_consistent_from_cache(api: &Api, kind: Kind) -> bool {
-    let path = format!(
-        "/api/v1/{}?labelSelector=rkube-bench%3Dnone",
-        kind.resource()
-    );
+    let path = format!("/api/v1/{}?labelSelector=rkube-bench%3Dnone", kind.resource());
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let Some(before) = counters(api).await else {
-            return true;
-        };
+        let Some(before) = counters(api).await else { return true };
         let _ = api.status_of(&path).await;
-        let Some(after) = counters(api).await else {
-            return true;
-        };
+        let Some(after) = counters(api).await else { return true };
         if after.cache > before.cache && after.storage == before.storage {
             return true;
         }
@@ -513,14 +360,7 @@ async fn wait_consistent_from_cache(api: &Api, kind: Kind) -> bool {
 /// One warm-up then `runs` timed LISTs of `path`; an item count other than
 /// `expect` in the warm-up fails the scenario.
 /// Returns the samples (seconds) and the body size.
-async fn time_list(
-    ctx: &Ctx,
-    api: &Api,
-    path: &str,
-    runs: usize,
-    expect: usize,
-    pb: &indicatif::ProgressBar,
-) -> anyhow::Result<(Vec<f64>, usize, String)> {
+async fn time_list(ctx: &Ctx, api: &Api, path: &str, runs: usize, expect: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<(Vec<f64>, usize, String)> {
     let before = counters(api).await;
     let (_, chunks) = api.list_raw(path).await?;
     let page = parse_list(path, &chunks)?;
@@ -541,14 +381,7 @@ async fn time_list(
 /// `runs` paginated walks (`limit=500`, then `continue`) of `path`; seconds
 /// per whole walk. A walk that returns other than `expect` items, or that has
 /// not ended after `expect / 500 + 10` pages, fails the scenario.
-async fn time_walk(
-    ctx: &Ctx,
-    api: &Api,
-    path: &str,
-    runs: usize,
-    expect: usize,
-    pb: &indicatif::ProgressBar,
-) -> anyhow::Result<(Vec<f64>, String)> {
+async fn time_walk(ctx: &Ctx, api: &Api, path: &str, runs: usize, expect: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<(Vec<f64>, String)> {
     let before = counters(api).await;
     let mut samples = Vec::with_capacity(runs);
     for run in 0..runs {
@@ -560,10 +393,7 @@ async fn time_walk(
             let url = if token.is_empty() {
                 format!("{path}?limit={PAGE}")
             } else {
-                format!(
-                    "{path}?limit={PAGE}&continue={}",
-                    crate::client::urlencode(&token)
-                )
+                format!("{path}?limit={PAGE}&continue={}", crate::client::urlencode(&token))
             };
             let page = api.list(&url).await?;
             items += page.items;
@@ -575,11 +405,7 @@ async fn time_walk(
             check_walk_budget(&format!("walk {run} of {path}"), pages, items, expect)?;
         }
         samples.push(t.elapsed().as_secs_f64());
-        check_count(
-            &format!("walk {run} of {path} ({pages} pages)"),
-            items,
-            expect,
-        )?;
+        check_count(&format!("walk {run} of {path} ({pages} pages)"), items, expect)?;
         pb.inc(1);
     }
     let after = counters(api).await;
@@ -589,10 +415,7 @@ async fn time_walk(
 /// A LIST or walk that returned another number of objects than were loaded
 /// measured something else: an error, so the scenario fails.
 fn check_count(what: &str, items: usize, expect: usize) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        items == expect,
-        "{what} returned {items} items, expected {expect}"
-    );
+    anyhow::ensure!(items == expect, "{what} returned {items} items, expected {expect}");
     Ok(())
 }
 
@@ -600,10 +423,7 @@ fn check_count(what: &str, items: usize, expect: usize) -> anyhow::Result<()> {
 /// pages does not end: an error, so the scenario fails.
 fn check_walk_budget(what: &str, pages: usize, items: usize, expect: usize) -> anyhow::Result<()> {
     let budget = expect / PAGE + 10;
-    anyhow::ensure!(
-        pages <= budget,
-        "{what} had not ended after {pages} pages ({items} items so far, expected {expect})"
-    );
+    anyhow::ensure!(pages <= budget, "{what} had not ended after {pages} pages ({items} items so far, expected {expect})");
     Ok(())
 }
 
@@ -620,29 +440,16 @@ async fn counters(api: &Api) -> Option<Counters> {
     Some(Counters {
         cache: metric_sum(&text, "apiserver_cache_list_total").unwrap_or(0.0),
         storage: metric_sum(&text, "apiserver_storage_list_total").unwrap_or(0.0),
-        fallback: metric_sum_where(
-            &text,
-            "apiserver_watch_cache_consistent_read_total",
-            "fallback=\"true\"",
-        )
-        .unwrap_or(0.0),
+        fallback: metric_sum_where(&text, "apiserver_watch_cache_consistent_read_total", "fallback=\"true\"").unwrap_or(0.0),
     })
 }
 
 /// Where the LISTs between two counter readings were served from.
 fn served(ctx: &Ctx, before: Option<Counters>, after: Option<Counters>) -> String {
     let (Some(b), Some(a)) = (before, after) else {
-        return if ctx.caps.has_watch_cache() {
-            "unknown (no /metrics)".into()
-        } else {
-            "storage (no watch cache in this build)".into()
-        };
+        return if ctx.caps.has_watch_cache() { "unknown (no /metrics)".into() } else { "storage (no watch cache in this build)".into() };
     };
-    let (c, s, f) = (
-        a.cache - b.cache,
-        a.storage - b.storage,
-        a.fallback - b.fallback,
-    );
+    let (c, s, f) = (a.cache - b.cache, a.storage - b.storage, a.fallback - b.fallback);
     let mut out = match (c > 0.0, s > 0.0) {
         (true, false) => "cache".to_string(),
         (false, true) => "storage".to_string(),
@@ -676,58 +483,19 @@ fn tables(
         cols.extend(MODES.iter().map(|m| m.1));
         cols.push("apiserver RSS after");
         let mut t = Table::new(
-            format!(
-                "LIST {what} on {}: median (p90) seconds, {runs} runs ({walk_runs} for walks)",
-                backend.name()
-            ),
+            format!("LIST {what} on {}: median (p90) seconds, {runs} runs ({walk_runs} for walks)", backend.name()),
             &cols,
         );
-        let mut tp = Table::new(
-            format!("LIST {what}: throughput at the median (objects/s)"),
-            &[
-                "objects",
-                "floor",
-                "RV=0",
-                "RV=0 HTTP/2",
-                "RV=0 HTTP/2 protobuf",
-                "RV=\"\"",
-                "cache disabled",
-            ],
-        );
+        let mut tp = Table::new(format!("LIST {what}: throughput at the median (objects/s)"), &["objects", "floor", "RV=0", "RV=0 HTTP/2", "RV=0 HTTP/2 protobuf", "RV=\"\"", "cache disabled"]);
         for &size in sizes {
-            let mut row = vec![
-                fmt_count(size as u64),
-                bytes
-                    .get(&(kind, size))
-                    .map(|b| fmt_bytes(*b as u64))
-                    .unwrap_or_else(|| "n/a".into()),
-            ];
-            row.extend(
-                MODES
-                    .iter()
-                    .map(|m| cell(results.get(&(kind, size, m.0)).copied())),
-            );
-            row.push(
-                rss.get(&(kind, size))
-                    .map(|b| fmt_bytes(*b))
-                    .unwrap_or_else(|| "n/a".into()),
-            );
+            let mut row = vec![fmt_count(size as u64), bytes.get(&(kind, size)).map(|b| fmt_bytes(*b as u64)).unwrap_or_else(|| "n/a".into())];
+            row.extend(MODES.iter().map(|m| cell(results.get(&(kind, size, m.0)).copied())));
+            row.push(rss.get(&(kind, size)).map(|b| fmt_bytes(*b)).unwrap_or_else(|| "n/a".into()));
             t.row(row);
             let rate = |mode: &str| {
-                results
-                    .get(&(kind, size, mode))
-                    .map(|s| fmt_rate(size as f64 / s.median))
-                    .unwrap_or_else(|| "n/a".into())
+                results.get(&(kind, size, mode)).map(|s| fmt_rate(size as f64 / s.median)).unwrap_or_else(|| "n/a".into())
             };
-            tp.row(vec![
-                fmt_count(size as u64),
-                rate("floor"),
-                rate("rv0"),
-                rate("rv0-h2"),
-                rate("rv0-h2-pb"),
-                rate("consistent"),
-                rate("storage"),
-            ]);
+            tp.row(vec![fmt_count(size as u64), rate("floor"), rate("rv0"), rate("rv0-h2"), rate("rv0-h2-pb"), rate("consistent"), rate("storage")]);
         }
         report.tables.push(t);
         report.tables.push(tp);
@@ -735,10 +503,7 @@ fn tables(
             .iter()
             .map(|(mode, title)| Series {
                 name: title.to_string(),
-                points: sizes
-                    .iter()
-                    .filter_map(|&n| results.get(&(kind, n, *mode)).map(|s| (n as f64, s.median)))
-                    .collect(),
+                points: sizes.iter().filter_map(|&n| results.get(&(kind, n, *mode)).map(|s| (n as f64, s.median))).collect(),
             })
             .filter(|s| !s.points.is_empty())
             .collect();
@@ -760,14 +525,10 @@ mod count_tests {
     #[test]
     fn wrong_counts_and_endless_walks_fail_the_scenario() {
         assert!(check_count("LIST x", 10, 10).is_ok());
-        let err = check_count("LIST /api/v1/pods", 9, 10)
-            .unwrap_err()
-            .to_string();
+        let err = check_count("LIST /api/v1/pods", 9, 10).unwrap_err().to_string();
         assert_eq!(err, "LIST /api/v1/pods returned 9 items, expected 10");
         assert!(check_walk_budget("walk", 30, 15_000, 10_000).is_ok());
-        let err = check_walk_budget("walk 0 of /api/v1/pods", 31, 15_500, 10_000)
-            .unwrap_err()
-            .to_string();
+        let err = check_walk_budget("walk 0 of /api/v1/pods", 31, 15_500, 10_000).unwrap_err().to_string();
         assert_eq!(err, "walk 0 of /api/v1/pods had not ended after 31 pages (15500 items so far, expected 10000)");
     }
 }

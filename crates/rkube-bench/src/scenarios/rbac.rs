@@ -46,21 +46,15 @@ pub(crate) fn pki(dir: &std::path::Path) -> anyhow::Result<(String, Vec<String>)
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate()?;
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
-    ca.distinguished_name
-        .push(DnType::CommonName, "rkube-bench-ca");
+    ca.distinguished_name.push(DnType::CommonName, "rkube-bench-ca");
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca_cert = ca.self_signed(&ca_key)?;
     let issuer = Issuer::new(ca, &ca_key);
     let key = KeyPair::generate()?;
     let mut sp = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
-    sp.distinguished_name
-        .push(DnType::CommonName, "kube-apiserver");
+    sp.distinguished_name.push(DnType::CommonName, "kube-apiserver");
     let cert = sp.signed_by(&key, &issuer)?;
-    let (crt, keyf, tokens) = (
-        dir.join("apiserver.crt"),
-        dir.join("apiserver.key"),
-        dir.join("tokens.csv"),
-    );
+    let (crt, keyf, tokens) = (dir.join("apiserver.crt"), dir.join("apiserver.key"), dir.join("tokens.csv"));
     std::fs::write(&crt, cert.pem())?;
     std::fs::write(&keyf, key.serialize_pem())?;
     std::fs::write(&tokens, format!("{MASTERS_TOKEN},bench-admin,1,\"system:masters\"\n{USER_TOKEN},bench-viewer,2,\"bench-viewers\"\n"))?;
@@ -76,42 +70,23 @@ pub(crate) fn pki(dir: &std::path::Path) -> anyhow::Result<(String, Vec<String>)
 
 /// GETs `path` with `token` on [`CONNECTIONS`] connections for `window`;
 /// returns requests per second. Any answer but 200 is an error.
-async fn throughput(
-    base: &str,
-    ca_pem: &str,
-    token: &str,
-    path: &str,
-    window: Duration,
-) -> anyhow::Result<f64> {
+async fn throughput(base: &str, ca_pem: &str, token: &str, path: &str, window: Duration) -> anyhow::Result<f64> {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let url = format!("{base}{path}");
     let mut tasks = Vec::new();
     for _ in 0..CONNECTIONS {
         // One client per connection: each keeps exactly one connection open.
-        let http = https_builder(ca_pem)
-            .map_err(anyhow::Error::msg)?
-            .pool_max_idle_per_host(1)
-            .tcp_nodelay(true)
-            .build()?;
+        let http = https_builder(ca_pem).map_err(anyhow::Error::msg)?.pool_max_idle_per_host(1).tcp_nodelay(true).build()?;
         let (stop, done, url, token) = (stop.clone(), done.clone(), url.clone(), token.to_string());
         tasks.push(tokio::spawn(async move {
             // Warm the connection (TLS handshake) before counting.
-            http.get(&url)
-                .bearer_auth(&token)
-                .send()
-                .await?
-                .bytes()
-                .await?;
+            http.get(&url).bearer_auth(&token).send().await?.bytes().await?;
             while !stop.load(Ordering::Relaxed) {
                 let resp = http.get(&url).bearer_auth(&token).send().await?;
                 let code = resp.status().as_u16();
                 let body = resp.bytes().await?;
-                anyhow::ensure!(
-                    code == 200,
-                    "GET {url}: {code} {}",
-                    String::from_utf8_lossy(&body[..body.len().min(300)])
-                );
+                anyhow::ensure!(code == 200, "GET {url}: {code} {}", String::from_utf8_lossy(&body[..body.len().min(300)]));
                 done.fetch_add(1, Ordering::Relaxed);
             }
             Ok::<_, anyhow::Error>(())
@@ -133,18 +108,14 @@ async fn throughput(
 
 /// Creates ClusterRoleBindings `other-<i>` (user `other-<i>`, ClusterRole `view`) for `range`.
 async fn add_bindings(api: &Api, range: std::ops::Range<usize>) -> anyhow::Result<()> {
-    let pb = progress::bar(
-        range.len() as u64,
-        format!("creating {} ClusterRoleBindings", range.len()),
-    );
+    let pb = progress::bar(range.len() as u64, format!("creating {} ClusterRoleBindings", range.len()));
     futures::stream::iter(range)
         .map(|i| async move {
             let b = json!({"apiVersion": format!("{RBAC}/v1"), "kind": "ClusterRoleBinding",
                 "metadata": {"name": format!("other-{i:05}")},
                 "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "view"},
                 "subjects": [{"apiGroup": RBAC, "kind": "User", "name": format!("other-{i:05}")}]});
-            api.create(&format!("/apis/{RBAC}/v1/clusterrolebindings"), &b)
-                .await
+            api.create(&format!("/apis/{RBAC}/v1/clusterrolebindings"), &b).await
         })
         .buffer_unordered(16)
         .inspect_ok(|_| pb.inc(1))
@@ -171,51 +142,25 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             "goal_ratio": GOAL_RATIO}),
     );
     let env = ctx.env(backend).await?;
-    let dir = tempfile::Builder::new()
-        .prefix("rkube-bench-rbac-")
-        .tempdir()?;
+    let dir = tempfile::Builder::new().prefix("rkube-bench-rbac-").tempdir()?;
     let (ca_pem, flags) = pki(dir.path())?;
-    let secure = Secure {
-        ca_pem: ca_pem.clone(),
-        token: MASTERS_TOKEN.into(),
-    };
+    let secure = Secure { ca_pem: ca_pem.clone(), token: MASTERS_TOKEN.into() };
     let server = env.start_server_with(&flags, Some(&secure)).await?;
     let base = server.base_url().to_string();
     let admin = Api::secure(&base, &ca_pem, MASTERS_TOKEN).map_err(anyhow::Error::msg)?;
-    admin
-        .create(
-            "/api/v1/namespaces",
-            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
-        )
-        .await?;
+    admin.create("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await?;
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "target", "namespace": NS}, "data": {"k": "v"}});
-    admin
-        .create(&format!("/api/v1/namespaces/{NS}/configmaps"), &cm)
-        .await?;
+    admin.create(&format!("/api/v1/namespaces/{NS}/configmaps"), &cm).await?;
     let rb = json!({"apiVersion": format!("{RBAC}/v1"), "kind": "RoleBinding", "metadata": {"name": "viewer", "namespace": NS},
         "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "view"},
         "subjects": [{"apiGroup": RBAC, "kind": "User", "name": "bench-viewer"}]});
-    admin
-        .create(
-            &format!("/apis/{RBAC}/v1/namespaces/{NS}/rolebindings"),
-            &rb,
-        )
-        .await?;
+    admin.create(&format!("/apis/{RBAC}/v1/namespaces/{NS}/rolebindings"), &rb).await?;
     let path = format!("/api/v1/namespaces/{NS}/configmaps/target");
     let watcher = ProcWatcher::start(server.pid());
 
     let mut table = Table::new(
-        format!(
-            "GET one ConfigMap over HTTPS, {CONNECTIONS} connections, median of {runs} × {} s",
-            window.as_secs()
-        ),
-        &[
-            "ClusterRoleBindings of others",
-            "system:masters req/s",
-            "RBAC user req/s",
-            "ratio",
-            "goal",
-        ],
+        format!("GET one ConfigMap over HTTPS, {CONNECTIONS} connections, median of {runs} × {} s", window.as_secs()),
+        &["ClusterRoleBindings of others", "system:masters req/s", "RBAC user req/s", "ratio", "goal"],
     );
     let mut present = 0;
     for &n in &sizes {
@@ -232,16 +177,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         let labels = |who: &str| [("bindings", n.to_string()), ("user", who.to_string())];
         let m = report.measure("rbac/get/throughput", "req/s", &labels("masters"), &masters);
         let u = report.measure("rbac/get/throughput", "req/s", &labels("rbac"), &user);
-        let (Some(m), Some(u)) = (m, u) else {
-            anyhow::bail!("no samples at {n} bindings")
-        };
+        let (Some(m), Some(u)) = (m, u) else { anyhow::bail!("no samples at {n} bindings") };
         let ratio = u.median / m.median;
-        report.measure(
-            "rbac/get/ratio",
-            "ratio",
-            &[("bindings", n.to_string())],
-            &[ratio],
-        );
+        report.measure("rbac/get/ratio", "ratio", &[("bindings", n.to_string())], &[ratio]);
         let met = ratio >= GOAL_RATIO;
         if !met {
             report.missed_goals.push(format!(
@@ -260,10 +198,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     }
     report.tables.push(table);
     if let Some(usage) = watcher.finish() {
-        report.note(format!(
-            "API server over the whole run: {:.2} cores on average, {:.1} CPU seconds",
-            usage.avg_cores, usage.cpu_seconds
-        ));
+        report.note(format!("API server over the whole run: {:.2} cores on average, {:.1} CPU seconds", usage.avg_cores, usage.cpu_seconds));
     }
     report.note("The load generator runs in this process, on the same machine as the server; both users pay its cost alike.");
     server.stop().await;

@@ -56,16 +56,8 @@ const NS: &str = "bench-stalled";
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let quick = ctx.args.quick;
     let size = pick(&ctx.args.sizes, quick, &[500], &[13_500])[0];
-    let (http1, http2) = if quick {
-        (10, 10)
-    } else {
-        (HTTP1_CLIENTS, HTTP2_STREAMS)
-    };
-    let (stall, settle) = if quick {
-        (3, 3)
-    } else {
-        (STALL_SECONDS, SETTLE_SECONDS)
-    };
+    let (http1, http2) = if quick { (10, 10) } else { (HTTP1_CLIENTS, HTTP2_STREAMS) };
+    let (stall, settle) = if quick { (3, 3) } else { (STALL_SECONDS, SETTLE_SECONDS) };
     let mut report = ctx.report(
         Scenario::Stalled,
         json!({"backend": "embedded", "configmaps": size, "http1_clients": http1, "http2_streams": http2,
@@ -84,42 +76,16 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let (ca_pem, flags) = rbac::pki(dir.path())?;
     let token = rbac::MASTERS_TOKEN.to_string();
     progress::phase("starting rkube apiserver over HTTPS");
-    let server = env
-        .start_server_with(
-            &flags,
-            Some(&Secure {
-                ca_pem: ca_pem.clone(),
-                token: token.clone(),
-            }),
-        )
-        .await?;
+    let server = env.start_server_with(&flags, Some(&Secure { ca_pem: ca_pem.clone(), token: token.clone() })).await?;
     let pid = server.pid();
     let base = server.base_url().to_string();
-    let port = base
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.trim_end_matches('/').parse::<u16>().ok())
-        .context("server port")?;
-    let http = https_builder(&ca_pem)
-        .map_err(anyhow::Error::msg)?
-        .build()?;
+    let port = base.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse::<u16>().ok()).context("server port")?;
+    let http = https_builder(&ca_pem).map_err(anyhow::Error::msg)?.build()?;
     // The loaded objects only (the namespace also gets `kube-root-ca.crt`).
     let list_path = format!("/api/v1/namespaces/{NS}/configmaps?labelSelector=bench%3Dlist");
-    let full = http
-        .get(format!("{base}{list_path}"))
-        .bearer_auth(&token)
-        .send()
-        .await?
-        .bytes()
-        .await?;
-    let items = serde_json::from_slice::<serde_json::Value>(&full)?["items"]
-        .as_array()
-        .map(Vec::len)
-        .unwrap_or(0);
-    anyhow::ensure!(
-        items == size,
-        "the LIST returned {items} items, {size} were loaded"
-    );
+    let full = http.get(format!("{base}{list_path}")).bearer_auth(&token).send().await?.bytes().await?;
+    let items = serde_json::from_slice::<serde_json::Value>(&full)?["items"].as_array().map(Vec::len).unwrap_or(0);
+    anyhow::ensure!(items == size, "the LIST returned {items} items, {size} were loaded");
     let body_len = full.len() as u64;
     drop(full);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -139,8 +105,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut opened = 0;
     while opened < http2 {
         let n = per_conn.min(http2 - opened);
-        held.http2
-            .push(open_h2_streams(&ca_pem, port, &list_path, &token, n).await?);
+        held.http2.push(open_h2_streams(&ca_pem, port, &list_path, &token, n).await?);
         opened += n;
     }
     let mut peak = before;
@@ -158,10 +123,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
 
     let growth = peak.saturating_sub(before);
     let kept = after.saturating_sub(before);
-    let labels = [
-        ("configmaps", size.to_string()),
-        ("list_bytes", body_len.to_string()),
-    ];
+    let labels = [("configmaps", size.to_string()), ("list_bytes", body_len.to_string())];
     report.measure("rss/before", "bytes", &labels, &[before as f64]);
     report.measure("rss/peak_while_stalled", "bytes", &labels, &[peak as f64]);
     report.measure("rss/after", "bytes", &labels, &[after as f64]);
@@ -172,10 +134,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         &["RSS before", "peak while stalled", "growth", "after the clients left", "kept", "GET limit=1 quiet", "while stalled (median)"],
     );
     during_ms.sort_by(f64::total_cmp);
-    let median = during_ms
-        .get(during_ms.len() / 2)
-        .copied()
-        .unwrap_or(f64::NAN);
+    let median = during_ms.get(during_ms.len() / 2).copied().unwrap_or(f64::NAN);
     table.row(vec![
         fmt_bytes(before),
         fmt_bytes(peak),
@@ -230,84 +189,45 @@ fn tls_connector_alpn(ca_pem: &str, alpn: &[u8]) -> anyhow::Result<tokio_rustls:
     for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert?)?;
     }
-    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     cfg.alpn_protocols = vec![alpn.to_vec()];
     Ok(tokio_rustls::TlsConnector::from(Arc::new(cfg)))
 }
 
 /// Opens one HTTP/2 connection and `n` streams asking for `path`; waits for
 /// every 200 head and keeps the bodies unread.
-async fn open_h2_streams(
-    ca_pem: &str,
-    port: u16,
-    path: &str,
-    token: &str,
-    n: usize,
-) -> anyhow::Result<H2Conn> {
+async fn open_h2_streams(ca_pem: &str, port: u16, path: &str, token: &str, n: usize) -> anyhow::Result<H2Conn> {
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let tls = tls_connector_alpn(ca_pem, b"h2")?
-        .connect(server_name(), tcp)
-        .await?;
-    anyhow::ensure!(
-        tls.get_ref().1.alpn_protocol() == Some(b"h2"),
-        "the server did not negotiate HTTP/2"
-    );
-    let (send, conn) = h2::client::Builder::new()
-        .initial_connection_window_size(1 << 30)
-        .handshake::<_, bytes::Bytes>(tls)
-        .await?;
+    let tls = tls_connector_alpn(ca_pem, b"h2")?.connect(server_name(), tcp).await?;
+    anyhow::ensure!(tls.get_ref().1.alpn_protocol() == Some(b"h2"), "the server did not negotiate HTTP/2");
+    let (send, conn) = h2::client::Builder::new().initial_connection_window_size(1 << 30).handshake::<_, bytes::Bytes>(tls).await?;
     let driver = tokio::spawn(async move {
         let _ = conn.await;
     });
     let mut pending = Vec::new();
     for _ in 0..n {
         let mut ready = send.clone().ready().await?;
-        let req = http::Request::get(format!("https://127.0.0.1:{port}{path}"))
-            .header("authorization", format!("Bearer {token}"))
-            .body(())?;
+        let req = http::Request::get(format!("https://127.0.0.1:{port}{path}")).header("authorization", format!("Bearer {token}")).body(())?;
         pending.push(ready.send_request(req, true)?.0);
     }
     let mut responses = Vec::new();
     for p in pending {
         let resp = p.await?;
-        anyhow::ensure!(
-            resp.status() == 200,
-            "a stalled HTTP/2 LIST answered {}",
-            resp.status()
-        );
+        anyhow::ensure!(resp.status() == 200, "a stalled HTTP/2 LIST answered {}", resp.status());
         responses.push(resp);
     }
-    Ok(H2Conn {
-        _send: send,
-        _responses: responses,
-        driver,
-    })
+    Ok(H2Conn { _send: send, _responses: responses, driver })
 }
 
 /// Milliseconds for `GET path&limit=1` (a normal client's request; `path` has a query).
-async fn small_get_ms(
-    http: &reqwest::Client,
-    base: &str,
-    path: &str,
-    token: &str,
-) -> anyhow::Result<f64> {
+async fn small_get_ms(http: &reqwest::Client, base: &str, path: &str, token: &str) -> anyhow::Result<f64> {
     let t = Instant::now();
-    let resp = http
-        .get(format!("{base}{path}&limit=1"))
-        .bearer_auth(token)
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await?;
+    let resp = http.get(format!("{base}{path}&limit=1")).bearer_auth(token).timeout(Duration::from_secs(30)).send().await?;
     let code = resp.status().as_u16();
     resp.bytes().await?;
-    anyhow::ensure!(
-        code == 200,
-        "GET {path}&limit=1 answered {code} while clients stalled"
-    );
+    anyhow::ensure!(code == 200, "GET {path}&limit=1 answered {code} while clients stalled");
     Ok(t.elapsed().as_secs_f64() * 1000.0)
 }

@@ -47,15 +47,11 @@ const TERMINATED_METRIC: &str = "apiserver_terminated_watchers_total";
 /// (an empty counter family is not printed); `None` without such metrics.
 async fn terminated_metric(api: &Api) -> Option<f64> {
     let text = api.metrics().await?;
-    metric_sum(&text, TERMINATED_METRIC)
-        .or_else(|| text.contains("apiserver_watch_cache_").then_some(0.0))
+    metric_sum(&text, TERMINATED_METRIC).or_else(|| text.contains("apiserver_watch_cache_").then_some(0.0))
 }
 
 fn now_nanos() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }
 
 /// One watcher's counters for the current step.
@@ -82,10 +78,7 @@ struct Watchers {
 
 impl Watchers {
     async fn start(api: &Api, count: usize, rv: &str) -> Watchers {
-        let global = Arc::new(Global {
-            step: AtomicU32::new(0),
-            stopping: AtomicBool::new(false),
-        });
+        let global = Arc::new(Global { step: AtomicU32::new(0), stopping: AtomicBool::new(false) });
         let mut states = Vec::with_capacity(count);
         let mut tasks = Vec::with_capacity(count);
         // Connect in waves so the accept queue is not flooded.
@@ -93,40 +86,21 @@ impl Watchers {
         for _ in 0..count {
             let state = Arc::new(WatcherState::default());
             states.push(state.clone());
-            tasks.push(tokio::spawn(watch_loop(
-                api.clone(),
-                state,
-                global.clone(),
-                rv.to_string(),
-                gate.clone(),
-            )));
+            tasks.push(tokio::spawn(watch_loop(api.clone(), state, global.clone(), rv.to_string(), gate.clone())));
         }
-        Watchers {
-            states,
-            tasks,
-            global,
-        }
+        Watchers { states, tasks, global }
     }
 
     fn connected(&self) -> usize {
-        self.states
-            .iter()
-            .filter(|s| s.connected.load(Ordering::Relaxed))
-            .count()
+        self.states.iter().filter(|s| s.connected.load(Ordering::Relaxed)).count()
     }
 
     fn received(&self) -> u64 {
-        self.states
-            .iter()
-            .map(|s| s.received.load(Ordering::Relaxed))
-            .sum()
+        self.states.iter().map(|s| s.received.load(Ordering::Relaxed)).sum()
     }
 
     fn terminated(&self) -> u64 {
-        self.states
-            .iter()
-            .map(|s| s.terminated.load(Ordering::Relaxed))
-            .sum()
+        self.states.iter().map(|s| s.terminated.load(Ordering::Relaxed)).sum()
     }
 
     /// Moves to step `step`: clears per-step counters and histograms.
@@ -159,13 +133,7 @@ impl Watchers {
 }
 
 /// One watcher: watch, record, re-watch from the last resourceVersion when the stream ends.
-async fn watch_loop(
-    api: Api,
-    state: Arc<WatcherState>,
-    global: Arc<Global>,
-    mut rv: String,
-    gate: Arc<Semaphore>,
-) {
+async fn watch_loop(api: Api, state: Arc<WatcherState>, global: Arc<Global>, mut rv: String, gate: Arc<Semaphore>) {
     loop {
         let path = format!("/api/v1/namespaces/{NS}/configmaps?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=3600");
         let opened = {
@@ -187,10 +155,7 @@ async fn watch_loop(
             let received = now_nanos();
             if ev.kind == "ERROR" {
                 // 410 Expired or another error: start over from the current state.
-                if let Ok(page) = api
-                    .list(&format!("/api/v1/namespaces/{NS}/configmaps?limit=1"))
-                    .await
-                {
+                if let Ok(page) = api.list(&format!("/api/v1/namespaces/{NS}/configmaps?limit=1")).await {
                     rv = page.resource_version;
                 }
                 break;
@@ -201,13 +166,8 @@ async fn watch_loop(
             if ev.kind != "ADDED" {
                 continue;
             }
-            let Some(data) = &ev.object.data else {
-                continue;
-            };
-            let (Some(sent), Some(step)) = (
-                data.get("sent").and_then(|s| s.parse::<u128>().ok()),
-                data.get("step").and_then(|s| s.parse::<u32>().ok()),
-            ) else {
+            let Some(data) = &ev.object.data else { continue };
+            let (Some(sent), Some(step)) = (data.get("sent").and_then(|s| s.parse::<u128>().ok()), data.get("step").and_then(|s| s.parse::<u32>().ok())) else {
                 continue;
             };
             if step == global.step.load(Ordering::Relaxed) {
@@ -256,10 +216,7 @@ async fn write_step(api: &Api, step: u32, rate: f64, duration: Duration) -> Writ
                 "metadata": {"name": name, "namespace": NS},
                 "data": {"sent": now_nanos().to_string(), "step": step.to_string(), "pad": objects::payload(i as usize, 200)},
             });
-            match api
-                .create(&format!("/api/v1/namespaces/{NS}/configmaps"), &body)
-                .await
-            {
+            match api.create(&format!("/api/v1/namespaces/{NS}/configmaps"), &body).await {
                 Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
                 Err(_) => failed.fetch_add(1, Ordering::Relaxed),
             };
@@ -267,12 +224,7 @@ async fn write_step(api: &Api, step: u32, rate: f64, duration: Duration) -> Writ
         });
     }
     let _ = sem.acquire_many(WRITER_IN_FLIGHT as u32).await;
-    Written {
-        ok: ok.load(Ordering::Relaxed),
-        failed: failed.load(Ordering::Relaxed),
-        skipped,
-        seconds: start.elapsed().as_secs_f64(),
-    }
+    Written { ok: ok.load(Ordering::Relaxed), failed: failed.load(Ordering::Relaxed), skipped, seconds: start.elapsed().as_secs_f64() }
 }
 
 /// The result of one step.
@@ -292,24 +244,13 @@ struct StepResult {
 
 impl StepResult {
     fn clean(&self) -> bool {
-        self.terminated_client == 0
-            && self.terminated_metric.unwrap_or(0.0) == 0.0
-            && self.delivered >= 0.999
+        self.terminated_client == 0 && self.terminated_metric.unwrap_or(0.0) == 0.0 && self.delivered >= 0.999
     }
 }
 
 #[allow(clippy::too_many_arguments)]
 /// Runs one step: warm-up, then `rate` events/s for `secs`, then waits for delivery.
-async fn step(
-    api: &Api,
-    writer: &Api,
-    w: &Watchers,
-    step_id: u32,
-    rate: f64,
-    secs: Duration,
-    drain: Duration,
-    pid: u32,
-) -> StepResult {
+async fn step(api: &Api, writer: &Api, w: &Watchers, step_id: u32, rate: f64, secs: Duration, drain: Duration, pid: u32) -> StepResult {
     // Warm-up: every watcher must see these before timing starts.
     w.begin(step_id * 2);
     let warm = write_step(writer, step_id * 2, 20.0, Duration::from_millis(150)).await;
@@ -336,11 +277,7 @@ async fn step(
         watchers: w.states.len(),
         target_rate: rate,
         achieved_rate: written.ok as f64 / written.seconds.max(1e-9),
-        delivered: if want == 0 {
-            0.0
-        } else {
-            w.received() as f64 / want as f64
-        },
+        delivered: if want == 0 { 0.0 } else { w.received() as f64 / want as f64 },
         latency: w.merged().summary(),
         terminated_client: w.terminated() - term_before,
         terminated_metric: match (metric_before, metric_after) {
@@ -378,15 +315,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let backend = ctx.args.backend.unwrap_or(Backend::Embedded);
     let mut counts = pick(&ctx.args.watchers, quick, &[10, 50], &[100, 1000, 5000]);
     counts.sort_unstable();
-    let rates: Vec<f64> = pick(
-        &ctx.args.rates,
-        quick,
-        &[20, 100],
-        &[50, 100, 200, 500, 1000, 2000, 4000],
-    )
-    .into_iter()
-    .map(f64::from)
-    .collect();
+    let rates: Vec<f64> = pick(&ctx.args.rates, quick, &[20, 100], &[50, 100, 200, 500, 1000, 2000, 4000]).into_iter().map(f64::from).collect();
     let secs = Duration::from_secs(ctx.args.step_seconds.unwrap_or(if quick { 1 } else { 10 }));
     let drain = Duration::from_secs(if quick { 3 } else { 15 });
     let fanout_rate = if quick { 20.0 } else { 50.0 };
@@ -422,10 +351,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut fanout = Vec::new();
     let mut largest_ok = 0;
     for &count in &counts {
-        let rv = api
-            .list(&format!("/api/v1/namespaces/{NS}/configmaps?limit=1"))
-            .await?
-            .resource_version;
+        let rv = api.list(&format!("/api/v1/namespaces/{NS}/configmaps?limit=1")).await?.resource_version;
         let w = start_watchers(&api, count, &rv).await;
         let connected = w.connected();
         if connected < count {
@@ -433,50 +359,24 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         } else {
             largest_ok = count;
         }
-        progress::phase(&format!(
-            "fan-out: {count} watchers, {fanout_rate} events/s for {} s",
-            secs.as_secs()
-        ));
-        let r = step(
-            &api,
-            &writer,
-            &w,
-            step_id,
-            fanout_rate,
-            secs,
-            drain,
-            server.pid(),
-        )
-        .await;
+        progress::phase(&format!("fan-out: {count} watchers, {fanout_rate} events/s for {} s", secs.as_secs()));
+        let r = step(&api, &writer, &w, step_id, fanout_rate, secs, drain, server.pid()).await;
         step_id += 1;
         w.stop();
         record(&mut report, "fanout", &r, backend);
         fanout.push(r);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let sweep_w = if largest_ok > 0 {
-        sweep_watchers.min(largest_ok.max(counts[0]))
-    } else {
-        sweep_watchers.min(counts.first().copied().unwrap_or(10))
-    };
+    let sweep_w = if largest_ok > 0 { sweep_watchers.min(largest_ok.max(counts[0])) } else { sweep_watchers.min(counts.first().copied().unwrap_or(10)) };
     if sweep_w < sweep_watchers {
         report.note(format!("Rate sweep scaled down to {sweep_w} watchers (the largest count that connected fully)."));
     }
-    let rv = api
-        .list(&format!("/api/v1/namespaces/{NS}/configmaps?limit=1"))
-        .await?
-        .resource_version;
+    let rv = api.list(&format!("/api/v1/namespaces/{NS}/configmaps?limit=1")).await?.resource_version;
     let w = start_watchers(&api, sweep_w, &rv).await;
     let mut sweep = Vec::new();
-    let mut stop_reason = format!(
-        "the sweep reached its last rate ({}/s) with no termination",
-        rates.last().copied().unwrap_or(0.0)
-    );
+    let mut stop_reason = format!("the sweep reached its last rate ({}/s) with no termination", rates.last().copied().unwrap_or(0.0));
     for &rate in &rates {
-        progress::phase(&format!(
-            "rate sweep: {sweep_w} watchers, {rate} events/s for {} s",
-            secs.as_secs()
-        ));
+        progress::phase(&format!("rate sweep: {sweep_w} watchers, {rate} events/s for {} s", secs.as_secs()));
         let r = step(&api, &writer, &w, step_id, rate, secs, drain, server.pid()).await;
         step_id += 1;
         record(&mut report, "rate", &r, backend);
@@ -485,21 +385,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         let failed = r.write_failures;
         sweep.push(r);
         if !clean {
-            let r = sweep
-                .last()
-                .map(|r| {
-                    (
-                        r.terminated_client,
-                        r.terminated_metric.unwrap_or(0.0),
-                        r.delivered,
-                    )
-                })
-                .unwrap_or_default();
+            let r = sweep.last().map(|r| (r.terminated_client, r.terminated_metric.unwrap_or(0.0), r.delivered)).unwrap_or_default();
             stop_reason = if r.0 > 0 || r.1 > 0.0 {
-                format!(
-                    "at {rate}/s watchers were terminated ({} streams ended early, metric +{})",
-                    r.0, r.1
-                )
+                format!("at {rate}/s watchers were terminated ({} streams ended early, metric +{})", r.0, r.1)
             } else {
                 format!(
                     "at {rate}/s only {:.1}% of the events reached the watchers within {} s of the last write, with no watcher terminated                      (the server or this client, which parses every event on the same CPUs, could not keep up)",
@@ -520,71 +408,26 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     server.stop().await;
     drop(env);
 
-    let best_step = sweep
-        .iter()
-        .filter(|r| r.clean())
-        .max_by(|a, b| a.achieved_rate.total_cmp(&b.achieved_rate));
+    let best_step = sweep.iter().filter(|r| r.clean()).max_by(|a, b| a.achieved_rate.total_cmp(&b.achieved_rate));
     let best = best_step.map(|r| r.achieved_rate).unwrap_or(f64::NAN);
     let mut summary = Table::new(
         "Highest sustained write rate before any watcher was terminated",
-        &[
-            "watchers",
-            "highest clean rate (achieved)",
-            "p99 delivery latency there",
-            "why the sweep stopped",
-        ],
+        &["watchers", "highest clean rate (achieved)", "p99 delivery latency there", "why the sweep stopped"],
     );
     summary.row(vec![
         fmt_count(sweep_w as u64),
-        if best.is_nan() {
-            "none".into()
-        } else {
-            fmt_rate(best)
-        },
-        best_step
-            .and_then(|r| r.latency)
-            .map(|l| fmt_secs(l.p99))
-            .unwrap_or_else(|| "n/a".into()),
+        if best.is_nan() { "none".into() } else { fmt_rate(best) },
+        best_step.and_then(|r| r.latency).map(|l| fmt_secs(l.p99)).unwrap_or_else(|| "n/a".into()),
         stop_reason,
     ]);
     if !best.is_nan() {
-        report.measure(
-            "watch/max_sustained_rate",
-            "events/s",
-            &[
-                ("watchers", sweep_w.to_string()),
-                ("backend", backend.name().into()),
-            ],
-            &[best],
-        );
+        report.measure("watch/max_sustained_rate", "events/s", &[("watchers", sweep_w.to_string()), ("backend", backend.name().into())], &[best]);
     }
-    report.tables.push(table(
-        &format!(
-            "Fan-out at {fanout_rate} events/s ({} s per step)",
-            secs.as_secs()
-        ),
-        &fanout,
-    ));
-    report.tables.push(table(
-        &format!(
-            "Event rate sweep with {sweep_w} watchers ({} s per step)",
-            secs.as_secs()
-        ),
-        &sweep,
-    ));
+    report.tables.push(table(&format!("Fan-out at {fanout_rate} events/s ({} s per step)", secs.as_secs()), &fanout));
+    report.tables.push(table(&format!("Event rate sweep with {sweep_w} watchers ({} s per step)", secs.as_secs()), &sweep));
     report.tables.push(summary);
-    report.plots.push(plot(
-        "Watch delivery latency vs watchers",
-        "watchers",
-        &fanout,
-        |r| r.watchers as f64,
-    ));
-    report.plots.push(plot(
-        &format!("Watch delivery latency vs event rate ({sweep_w} watchers)"),
-        "events/s (target)",
-        &sweep,
-        |r| r.target_rate,
-    ));
+    report.plots.push(plot("Watch delivery latency vs watchers", "watchers", &fanout, |r| r.watchers as f64));
+    report.plots.push(plot(&format!("Watch delivery latency vs event rate ({sweep_w} watchers)"), "events/s (target)", &sweep, |r| r.target_rate));
     Ok(report)
 }
 
@@ -598,12 +441,7 @@ fn record(report: &mut Report, sweep: &str, r: &StepResult, backend: Backend) {
     if let Some(l) = r.latency {
         report.push_summary("watch/delivery_latency", "s", &labels, l);
     }
-    report.measure(
-        "watch/achieved_rate",
-        "events/s",
-        &labels,
-        &[r.achieved_rate],
-    );
+    report.measure("watch/achieved_rate", "events/s", &labels, &[r.achieved_rate]);
     report.measure("watch/delivered_fraction", "ratio", &labels, &[r.delivered]);
     if let Some(c) = r.server_cores {
         report.measure("watch/apiserver_cores", "cores", &labels, &[c]);
@@ -616,27 +454,10 @@ fn record(report: &mut Report, sweep: &str, r: &StepResult, backend: Backend) {
 fn table(title: &str, rows: &[StepResult]) -> Table {
     let mut t = Table::new(
         title,
-        &[
-            "watchers",
-            "target rate",
-            "achieved",
-            "delivered",
-            "p50",
-            "p99",
-            "max",
-            "terminated (client / metric)",
-            "apiserver CPU (cores)",
-            "bench client CPU (cores)",
-            "apiserver RSS",
-        ],
+        &["watchers", "target rate", "achieved", "delivered", "p50", "p99", "max", "terminated (client / metric)", "apiserver CPU (cores)", "bench client CPU (cores)", "apiserver RSS"],
     );
     for r in rows {
-        let lat = |f: fn(&Summary) -> f64| {
-            r.latency
-                .as_ref()
-                .map(|s| fmt_secs(f(s)))
-                .unwrap_or_else(|| "n/a".into())
-        };
+        let lat = |f: fn(&Summary) -> f64| r.latency.as_ref().map(|s| fmt_secs(f(s))).unwrap_or_else(|| "n/a".into());
         t.row(vec![
             fmt_count(r.watchers as u64),
             fmt_rate(r.target_rate),
@@ -645,19 +466,9 @@ fn table(title: &str, rows: &[StepResult]) -> Table {
             lat(|s| s.p50),
             lat(|s| s.p99),
             lat(|s| s.max),
-            format!(
-                "{} / {}",
-                r.terminated_client,
-                r.terminated_metric
-                    .map(|m| format!("{m}"))
-                    .unwrap_or_else(|| "n/a".into())
-            ),
-            r.server_cores
-                .map(|c| format!("{c:.2}"))
-                .unwrap_or_else(|| "n/a".into()),
-            r.bench_cores
-                .map(|c| format!("{c:.2}"))
-                .unwrap_or_else(|| "n/a".into()),
+            format!("{} / {}", r.terminated_client, r.terminated_metric.map(|m| format!("{m}")).unwrap_or_else(|| "n/a".into())),
+            r.server_cores.map(|c| format!("{c:.2}")).unwrap_or_else(|| "n/a".into()),
+            r.bench_cores.map(|c| format!("{c:.2}")).unwrap_or_else(|| "n/a".into()),
             r.server_rss.map(fmt_bytes).unwrap_or_else(|| "n/a".into()),
         ]);
     }
@@ -665,26 +476,13 @@ fn table(title: &str, rows: &[StepResult]) -> Table {
 }
 
 fn plot(title: &str, x_label: &str, rows: &[StepResult], x: fn(&StepResult) -> f64) -> Plot {
-    let pts = |f: fn(&Summary) -> f64| {
-        rows.iter()
-            .filter_map(|r| r.latency.as_ref().map(|s| (x(r), f(s))))
-            .collect::<Vec<_>>()
-    };
+    let pts = |f: fn(&Summary) -> f64| rows.iter().filter_map(|r| r.latency.as_ref().map(|s| (x(r), f(s)))).collect::<Vec<_>>();
     Plot {
         title: title.into(),
         x_label: x_label.into(),
         y_label: "seconds".into(),
         log_x: true,
         log_y: false,
-        series: vec![
-            Series {
-                name: "p50".into(),
-                points: pts(|s| s.p50),
-            },
-            Series {
-                name: "p99".into(),
-                points: pts(|s| s.p99),
-            },
-        ],
+        series: vec![Series { name: "p50".into(), points: pts(|s| s.p50) }, Series { name: "p99".into(), points: pts(|s| s.p99) }],
     }
 }

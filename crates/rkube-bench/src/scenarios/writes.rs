@@ -36,11 +36,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let quick = ctx.args.quick;
     let backends = ctx.backends(&[Backend::Embedded, Backend::Etcd]);
     let levels = pick(&ctx.args.concurrency, quick, &[1, 4], &[1, 8, 64]);
-    let ops = ctx
-        .args
-        .ops
-        .unwrap_or(if quick { 100 } else { 5000 })
-        .max(1);
+    let ops = ctx.args.ops.unwrap_or(if quick { 100 } else { 5000 }).max(1);
     let mut report = ctx.report(
         Scenario::Writes,
         json!({"backends": backends, "concurrency": levels, "ops": ops, "object": "~1 KB configmap", "namespace": NS,
@@ -55,10 +51,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         load::namespace_http(&api, NS).await?;
         let watcher = ProcWatcher::start(server.pid());
         for &c in &levels {
-            let pb = progress::bar(
-                ops as u64,
-                format!("{} create ×{ops}, {c} in flight", backend.name()),
-            );
+            let pb = progress::bar(ops as u64, format!("{} create ×{ops}, {c} in flight", backend.name()));
             let t = Instant::now();
             let created: Vec<(usize, String, u32)> = futures::stream::iter(0..ops)
                 .map(|i| {
@@ -68,9 +61,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                         let mut body = objects::configmap(NS, &name, i);
                         strip_server_fields(&mut body);
                         let t = Instant::now();
-                        let rv = api
-                            .create(&format!("/api/v1/namespaces/{NS}/configmaps"), &body)
-                            .await?;
+                        let rv = api.create(&format!("/api/v1/namespaces/{NS}/configmaps"), &body).await?;
                         Ok::<_, anyhow::Error>((i, rv, micros(t.elapsed())))
                     }
                 })
@@ -80,21 +71,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 .await?;
             let wall = t.elapsed().as_secs_f64();
             pb.finish_and_clear();
-            push(
-                &mut report,
-                &mut rows,
-                backend,
-                "create",
-                c,
-                ops,
-                wall,
-                created.iter().map(|r| r.2).collect(),
-            );
+            push(&mut report, &mut rows, backend, "create", c, ops, wall, created.iter().map(|r| r.2).collect());
 
-            let pb = progress::bar(
-                ops as u64,
-                format!("{} update ×{ops}, {c} in flight", backend.name()),
-            );
+            let pb = progress::bar(ops as u64, format!("{} update ×{ops}, {c} in flight", backend.name()));
             let t = Instant::now();
             let lat: Vec<u32> = futures::stream::iter(created)
                 .map(|(i, rv, _)| {
@@ -105,8 +84,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                         strip_server_fields(&mut body);
                         body["metadata"]["resourceVersion"] = json!(rv);
                         let t = Instant::now();
-                        api.update(&format!("/api/v1/namespaces/{NS}/configmaps/{name}"), &body)
-                            .await?;
+                        api.update(&format!("/api/v1/namespaces/{NS}/configmaps/{name}"), &body).await?;
                         Ok::<_, anyhow::Error>(micros(t.elapsed()))
                     }
                 })
@@ -126,31 +104,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
 
     let mut t = Table::new(
         format!("Writes of ~1 KB configmaps, {ops} per row"),
-        &[
-            "backend",
-            "verb",
-            "in flight",
-            "throughput",
-            "p50",
-            "p90",
-            "p99",
-            "max",
-        ],
+        &["backend", "verb", "in flight", "throughput", "p50", "p90", "p99", "max"],
     );
-    let mut plot = Plot {
-        title: "Write throughput vs requests in flight".into(),
-        x_label: "requests in flight".into(),
-        y_label: "operations/s".into(),
-        log_x: true,
-        log_y: false,
-        series: vec![],
-    };
+    let mut plot = Plot { title: "Write throughput vs requests in flight".into(), x_label: "requests in flight".into(), y_label: "operations/s".into(), log_x: true, log_y: false, series: vec![] };
     for &backend in &backends {
         for verb in ["create", "update"] {
-            let mut series = Series {
-                name: format!("{} {verb}", backend.name()),
-                points: vec![],
-            };
+            let mut series = Series { name: format!("{} {verb}", backend.name()), points: vec![] };
             for &c in &levels {
                 if let Some(r) = rows.get(&(backend, verb, c)) {
                     t.row(vec![
@@ -170,17 +129,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         }
     }
     report.tables.push(t);
-    let mut u = Table::new(
-        "API server resource use over the whole run",
-        &["backend", "CPU (avg cores)", "CPU seconds", "peak RSS"],
-    );
+    let mut u = Table::new("API server resource use over the whole run", &["backend", "CPU (avg cores)", "CPU seconds", "peak RSS"]);
     for (backend, usage) in usage {
-        u.row(vec![
-            backend.name().into(),
-            format!("{:.2}", usage.avg_cores),
-            format!("{:.1}", usage.cpu_seconds),
-            fmt_bytes(usage.peak_rss_bytes),
-        ]);
+        u.row(vec![backend.name().into(), format!("{:.2}", usage.avg_cores), format!("{:.1}", usage.cpu_seconds), fmt_bytes(usage.peak_rss_bytes)]);
     }
     report.tables.push(u);
     report.plots.push(plot);
@@ -196,36 +147,12 @@ fn strip_server_fields(obj: &mut serde_json::Value) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn push(
-    report: &mut Report,
-    rows: &mut BTreeMap<(Backend, &'static str, usize), Row>,
-    backend: Backend,
-    verb: &'static str,
-    c: usize,
-    ops: usize,
-    wall: f64,
-    lat: Vec<u32>,
-) {
-    let labels = [
-        ("backend", backend.name().to_string()),
-        ("verb", verb.to_string()),
-        ("concurrency", c.to_string()),
-    ];
+fn push(report: &mut Report, rows: &mut BTreeMap<(Backend, &'static str, usize), Row>, backend: Backend, verb: &'static str, c: usize, ops: usize, wall: f64, lat: Vec<u32>) {
+    let labels = [("backend", backend.name().to_string()), ("verb", verb.to_string()), ("concurrency", c.to_string())];
     let throughput = ops as f64 / wall;
-    report.measure(
-        &format!("writes/{verb}/throughput"),
-        "ops/s",
-        &labels,
-        &[throughput],
-    );
+    report.measure(&format!("writes/{verb}/throughput"), "ops/s", &labels, &[throughput]);
     if let Some(latency) = Summary::of_micros(&lat) {
         report.push_summary(&format!("writes/{verb}/latency"), "s", &labels, latency);
-        rows.insert(
-            (backend, verb, c),
-            Row {
-                throughput,
-                latency,
-            },
-        );
+        rows.insert((backend, verb, c), Row { throughput, latency });
     }
 }

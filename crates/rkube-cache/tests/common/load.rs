@@ -88,17 +88,8 @@ pub async fn load_pods(s: &Arc<dyn Storage>, n: usize, nodes: usize) -> Vec<PodS
             let s = s.clone();
             async move {
                 let node = i % nodes;
-                let kv = s
-                    .create(&pod_key(i), bench_pod(i, &node_name(node), 0))
-                    .await
-                    .expect("create pod");
-                (
-                    i,
-                    PodState {
-                        node,
-                        mod_revision: kv.mod_revision,
-                    },
-                )
+                let kv = s.create(&pod_key(i), bench_pod(i, &node_name(node), 0)).await.expect("create pod");
+                (i, PodState { node, mod_revision: kv.mod_revision })
             }
         })
         .buffer_unordered(256)
@@ -141,16 +132,9 @@ pub struct Write {
 /// schedule; at most 256 in flight) on pod `k * stride mod n`, a stride
 /// coprime with `n`, so one pod is never written twice at once. Returns the
 /// acknowledged writes in revision order and the achieved rate.
-pub async fn paced_updates(
-    s: &Arc<dyn Storage>,
-    pods: Vec<PodState>,
-    pacing: Pacing,
-) -> (Vec<Write>, f64) {
+pub async fn paced_updates(s: &Arc<dyn Storage>, pods: Vec<PodState>, pacing: Pacing) -> (Vec<Write>, f64) {
     let n = pods.len();
-    let stride = [7919usize, 7907, 7901, 1]
-        .into_iter()
-        .find(|p| gcd(*p, n) == 1)
-        .unwrap_or(1);
+    let stride = [7919usize, 7907, 7901, 1].into_iter().find(|p| gcd(*p, n) == 1).unwrap_or(1);
     let total = (pacing.rate * pacing.duration.as_secs_f64()).round() as usize;
     let pods = Arc::new(Mutex::new(pods));
     let writes = Arc::new(Mutex::new(Vec::with_capacity(total)));
@@ -159,36 +143,21 @@ pub async fn paced_updates(
     let mut tasks = Vec::with_capacity(total);
     for k in 0..total {
         tokio::time::sleep_until(start + Duration::from_secs_f64(k as f64 / pacing.rate)).await;
-        let permit = in_flight
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("semaphore open");
+        let permit = in_flight.clone().acquire_owned().await.expect("semaphore open");
         let (s, pods, writes) = (s.clone(), pods.clone(), writes.clone());
         let pod = (k * stride) % n;
         let moves = pacing.move_every > 0 && k % pacing.move_every == pacing.move_every - 1;
         tasks.push(tokio::spawn(async move {
             let _permit = permit;
             let cur = pods.lock().expect("pods")[pod];
-            let new_node = if moves {
-                (cur.node + 1) % pacing.nodes
-            } else {
-                cur.node
-            };
+            let new_node = if moves { (cur.node + 1) % pacing.nodes } else { cur.node };
             let started = Instant::now();
             let kv = s
-                .update(
-                    &pod_key(pod),
-                    bench_pod(pod, &node_name(new_node), k as u64 + 1),
-                    cur.mod_revision,
-                )
+                .update(&pod_key(pod), bench_pod(pod, &node_name(new_node), k as u64 + 1), cur.mod_revision)
                 .await
                 .expect("update pod");
             let acked = Instant::now();
-            pods.lock().expect("pods")[pod] = PodState {
-                node: new_node,
-                mod_revision: kv.mod_revision,
-            };
+            pods.lock().expect("pods")[pod] = PodState { node: new_node, mod_revision: kv.mod_revision };
             writes.lock().expect("writes").push(Write {
                 pod,
                 rv: kv.mod_revision,

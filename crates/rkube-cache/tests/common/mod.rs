@@ -15,8 +15,7 @@ use rkube_cache::{Cacher, CacherConfig, ListResult};
 use rkube_storage::embedded::EmbeddedStorage;
 use rkube_storage::testing::EtcdServer;
 use rkube_storage::{
-    prefix_end, KeyValue, RangeRequest, RangeResponse, Revision, Storage, StorageError, Watch,
-    WatchResponse,
+    prefix_end, KeyValue, RangeRequest, RangeResponse, Revision, Storage, StorageError, Watch, WatchResponse,
 };
 use serde_json::Value;
 use tokio::sync::watch;
@@ -33,37 +32,19 @@ pub struct Backend {
 pub fn embedded() -> Backend {
     let dir = tempfile::tempdir().expect("temp dir");
     let storage = EmbeddedStorage::open(dir.path()).expect("open embedded store");
-    Backend {
-        storage: Arc::new(storage),
-        _dir: Some(dir),
-        _etcd: None,
-    }
+    Backend { storage: Arc::new(storage), _dir: Some(dir), _etcd: None }
 }
 
 pub async fn etcd() -> Backend {
     let server = EtcdServer::start().expect("start etcd (apt-get install -y etcd-server)");
-    let storage = rkube_storage::etcd::EtcdStorage::connect(&[server.endpoint()])
-        .await
-        .expect("connect etcd");
-    Backend {
-        storage: Arc::new(storage),
-        _dir: None,
-        _etcd: Some(server),
-    }
+    let storage = rkube_storage::etcd::EtcdStorage::connect(&[server.endpoint()]).await.expect("connect etcd");
+    Backend { storage: Arc::new(storage), _dir: None, _etcd: Some(server) }
 }
 
 /// Pods' selectable fields (upstream `pod.ToSelectableFields`, the ones tests use).
 pub fn pod_fields(v: &Value) -> Vec<(String, String)> {
-    let s = |p: &str| {
-        v.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    vec![
-        ("spec.nodeName".into(), s("/spec/nodeName")),
-        ("status.phase".into(), s("/status/phase")),
-    ]
+    let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    vec![("spec.nodeName".into(), s("/spec/nodeName")), ("status.phase".into(), s("/status/phase"))]
 }
 
 pub fn pod_config() -> CacherConfig {
@@ -88,17 +69,13 @@ pub fn key(ns: &str, name: &str) -> String {
 }
 
 pub async fn create(s: &dyn Storage, ns: &str, name: &str, node: &str) -> KeyValue {
-    s.create(&key(ns, name), pod(ns, name, node, "a"))
-        .await
-        .expect("create")
+    s.create(&key(ns, name), pod(ns, name, node, "a")).await.expect("create")
 }
 
 pub async fn update(s: &dyn Storage, ns: &str, name: &str, node: &str, app: &str) -> KeyValue {
     let k = key(ns, name);
     let cur = s.get(&k).await.expect("get").expect("exists");
-    s.update(&k, pod(ns, name, node, app), cur.mod_revision)
-        .await
-        .expect("update")
+    s.update(&k, pod(ns, name, node, app), cur.mod_revision).await.expect("update")
 }
 
 pub async fn delete(s: &dyn Storage, ns: &str, name: &str) -> Revision {
@@ -109,12 +86,7 @@ pub async fn delete(s: &dyn Storage, ns: &str, name: &str) -> Revision {
 pub async fn wait_for(c: &Cacher, rv: i64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while !(c.ready_state().is_ready() && c.resource_version() >= rv) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "cache not ready at {rv}: {:?} rv {}",
-            c.ready_state(),
-            c.resource_version()
-        );
+        assert!(tokio::time::Instant::now() < deadline, "cache not ready at {rv}: {:?} rv {}", c.ready_state(), c.resource_version());
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -122,13 +94,7 @@ pub async fn wait_for(c: &Cacher, rv: i64) {
 /// (key, resourceVersion, json) of every object of the storage range at `rev` (0 = latest).
 pub async fn storage_state(s: &dyn Storage, rev: i64) -> Vec<(String, i64, Value)> {
     let resp = s
-        .range(RangeRequest {
-            start: PODS.into(),
-            end: prefix_end(PODS),
-            revision: rev,
-            limit: 0,
-            count_only: false,
-        })
+        .range(RangeRequest { start: PODS.into(), end: prefix_end(PODS), revision: rev, limit: 0, count_only: false })
         .await
         .expect("range");
     resp.kvs
@@ -143,16 +109,7 @@ pub async fn storage_state(s: &dyn Storage, rev: i64) -> Vec<(String, i64, Value
 
 /// The same triple for a cache LIST result.
 pub fn list_state(r: &ListResult) -> Vec<(String, i64, Value)> {
-    r.items
-        .iter()
-        .map(|o| {
-            (
-                o.key.clone(),
-                o.resource_version,
-                serde_json::from_slice(&o.json).unwrap(),
-            )
-        })
-        .collect()
+    r.items.iter().map(|o| (o.key.clone(), o.resource_version, serde_json::from_slice(&o.json).unwrap())).collect()
 }
 
 /// A real store with two faults tests can switch: `break_watches()` ends
@@ -208,19 +165,10 @@ impl Storage for Faulty {
     async fn create(&self, key: &str, value: Bytes) -> rkube_storage::Result<KeyValue> {
         self.inner.create(key, value).await
     }
-    async fn update(
-        &self,
-        key: &str,
-        value: Bytes,
-        rev: Revision,
-    ) -> rkube_storage::Result<KeyValue> {
+    async fn update(&self, key: &str, value: Bytes, rev: Revision) -> rkube_storage::Result<KeyValue> {
         self.inner.update(key, value, rev).await
     }
-    async fn delete(
-        &self,
-        key: &str,
-        rev: Option<Revision>,
-    ) -> rkube_storage::Result<(KeyValue, Revision)> {
+    async fn delete(&self, key: &str, rev: Option<Revision>) -> rkube_storage::Result<(KeyValue, Revision)> {
         self.inner.delete(key, rev).await
     }
     async fn watch(&self, prefix: &str, after: Revision) -> rkube_storage::Result<Watch> {
@@ -233,13 +181,13 @@ impl Storage for Faulty {
         let cut = async move {
             let _ = epoch.changed().await;
         };
-        let stream = w.stream.take_until(cut).chain(futures::stream::once(async {
-            Err::<WatchResponse, _>(StorageError::Unavailable("watch broken by test".into()))
-        }));
-        Ok(Watch {
-            stream: Box::pin(stream),
-            progress: w.progress,
-        })
+        let stream = w
+            .stream
+            .take_until(cut)
+            .chain(futures::stream::once(async {
+                Err::<WatchResponse, _>(StorageError::Unavailable("watch broken by test".into()))
+            }));
+        Ok(Watch { stream: Box::pin(stream), progress: w.progress })
     }
     async fn current_revision(&self) -> rkube_storage::Result<Revision> {
         self.inner.current_revision().await

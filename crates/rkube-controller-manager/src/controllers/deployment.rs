@@ -55,30 +55,15 @@ pub fn start(ctx: ControllerContext) -> futures::future::BoxFuture<'static, anyh
 pub async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let (replica_sets, writer) = reflector::store::<ReplicaSet>();
-    let rs_events = reflector::reflector(
-        writer,
-        watcher(
-            Api::<ReplicaSet>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let controller = Controller::new(
-        Api::<Deployment>::all(client.clone()),
-        watcher::Config::default(),
-    );
+    let rs_events = reflector::reflector(writer, watcher(Api::<ReplicaSet>::all(client.clone()), watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    let controller = Controller::new(Api::<Deployment>::all(client.clone()), watcher::Config::default());
     let deployments = controller.store();
-    let state = Arc::new(State {
-        client: client.clone(),
-        replica_sets,
-        events: EventSink::new(client, CONTROLLER),
-    });
+    let state = Arc::new(State { client: client.clone(), replica_sets, events: EventSink::new(client, CONTROLLER) });
     let stop = ctx.clone();
     controller
-        .watches_stream(rs_events, move |rs: ReplicaSet| {
-            deployments_of(&rs, &deployments)
-        })
+        .watches_stream(rs_events, move |rs: ReplicaSet| deployments_of(&rs, &deployments))
         .graceful_shutdown_on(async move { stop.stopped().await })
         .run(reconcile, error_policy, state)
         .for_each(|r| async move {
@@ -113,13 +98,7 @@ fn error_policy(_d: Arc<Deployment>, err: &kube::Error, _state: Arc<State>) -> A
 }
 
 async fn reconcile(d: Arc<Deployment>, state: Arc<State>) -> Result<Action, kube::Error> {
-    if tokio::time::timeout(
-        Duration::from_secs(1),
-        state.replica_sets.wait_until_ready(),
-    )
-    .await
-    .is_err()
-    {
+    if tokio::time::timeout(Duration::from_secs(1), state.replica_sets.wait_until_ready()).await.is_err() {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     sync::sync_deployment(d.as_ref().clone(), &state).await

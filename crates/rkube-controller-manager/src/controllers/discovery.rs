@@ -25,26 +25,13 @@ impl Discovered {
         if self.failures.is_empty() {
             return None;
         }
-        let parts: Vec<String> = self
-            .failures
-            .iter()
-            .map(|(gv, e)| format!("{gv}: {e}"))
-            .collect();
-        Some(format!(
-            "unable to retrieve the complete list of server APIs: {}",
-            parts.join(", ")
-        ))
+        let parts: Vec<String> = self.failures.iter().map(|(gv, e)| format!("{gv}: {e}")).collect();
+        Some(format!("unable to retrieve the complete list of server APIs: {}", parts.join(", ")))
     }
 
     /// The resource serving `api_version` and `kind`, if discovered.
-    pub fn by_kind(
-        &self,
-        api_version: &str,
-        kind: &str,
-    ) -> Option<&(ApiResource, ApiCapabilities)> {
-        self.resources
-            .iter()
-            .find(|(ar, _)| ar.api_version == api_version && ar.kind == kind)
+    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<&(ApiResource, ApiCapabilities)> {
+        self.resources.iter().find(|(ar, _)| ar.api_version == api_version && ar.kind == kind)
     }
 }
 

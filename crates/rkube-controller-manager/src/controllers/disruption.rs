@@ -48,12 +48,8 @@ pub fn start(ctx: ControllerContext) -> BoxFuture<'static, anyhow::Result<()>> {
 /// selects all, a missing or invalid one none).
 pub fn selected<'a>(pdb: &PodDisruptionBudget, pods: &'a [Arc<Pod>]) -> Vec<&'a Arc<Pod>> {
     let ns = pdb.metadata.namespace.as_deref();
-    let Some(selector) = pdb.spec.as_ref().and_then(|s| s.selector.clone()) else {
-        return Vec::new();
-    };
-    let Ok(selector) = Selector::try_from(selector) else {
-        return Vec::new();
-    };
+    let Some(selector) = pdb.spec.as_ref().and_then(|s| s.selector.clone()) else { return Vec::new() };
+    let Ok(selector) = Selector::try_from(selector) else { return Vec::new() };
     pods.iter()
         .filter(|p| p.metadata.namespace.as_deref() == ns)
         .filter(|p| selector.matches(&p.metadata.labels.clone().unwrap_or_default()))
@@ -75,10 +71,7 @@ pub fn scaled(value: &IntOrString, total: i32) -> Result<i32, String> {
     match value {
         IntOrString::Int(n) => Ok(*n),
         IntOrString::String(s) => {
-            let pct: i64 = s
-                .strip_suffix('%')
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(|| format!("invalid value for IntOrString: invalid value {s:?}"))?;
+            let pct: i64 = s.strip_suffix('%').and_then(|n| n.parse().ok()).ok_or_else(|| format!("invalid value for IntOrString: invalid value {s:?}"))?;
             Ok(((pct * i64::from(total) + 99) / 100) as i32)
         }
     }
@@ -87,11 +80,7 @@ pub fn scaled(value: &IntOrString, total: i32) -> Result<i32, String> {
 /// Whether `pdb` needs the pods' controllers' replicas to count expected pods.
 pub fn needs_scale(pdb: &PodDisruptionBudget) -> bool {
     let spec = pdb.spec.as_ref();
-    spec.and_then(|s| s.max_unavailable.as_ref()).is_some()
-        || matches!(
-            spec.and_then(|s| s.min_available.as_ref()),
-            Some(IntOrString::String(_))
-        )
+    spec.and_then(|s| s.max_unavailable.as_ref()).is_some() || matches!(spec.and_then(|s| s.min_available.as_ref()), Some(IntOrString::String(_)))
 }
 
 /// The status `pdb` should have. `expected_from_controllers`: the summed
@@ -106,34 +95,20 @@ pub fn compute_status(
 ) -> PodDisruptionBudgetStatus {
     let old = pdb.status.clone().unwrap_or_default();
     let spec = pdb.spec.clone().unwrap_or_default();
-    let by_name: HashMap<&str, &Arc<Pod>> = pods
-        .iter()
-        .map(|p| (p.metadata.name.as_deref().unwrap_or_default(), *p))
-        .collect();
+    let by_name: HashMap<&str, &Arc<Pod>> = pods.iter().map(|p| (p.metadata.name.as_deref().unwrap_or_default(), *p)).collect();
     let disrupted: BTreeMap<String, Time> = old
         .disrupted_pods
         .clone()
         .unwrap_or_default()
         .into_iter()
         .filter(|(name, t)| {
-            let alive = by_name
-                .get(name.as_str())
-                .is_some_and(|p| p.metadata.deletion_timestamp.is_none());
+            let alive = by_name.get(name.as_str()).is_some_and(|p| p.metadata.deletion_timestamp.is_none());
             let fresh = now.duration_since(t.0).as_secs_f64() < DELETION_TIMEOUT.as_secs_f64();
             alive && fresh
         })
         .collect();
-    let current_healthy = pods
-        .iter()
-        .filter(|p| {
-            is_healthy(p) && !disrupted.contains_key(p.metadata.name.as_deref().unwrap_or_default())
-        })
-        .count() as i32;
-    let counted = if needs_scale(pdb) {
-        expected_from_controllers
-    } else {
-        Ok(pods.len() as i32)
-    };
+    let current_healthy = pods.iter().filter(|p| is_healthy(p) && !disrupted.contains_key(p.metadata.name.as_deref().unwrap_or_default())).count() as i32;
+    let counted = if needs_scale(pdb) { expected_from_controllers } else { Ok(pods.len() as i32) };
     let computed = counted.and_then(|expected| {
         let desired = match (&spec.max_unavailable, &spec.min_available) {
             (Some(max), _) => (expected - scaled(max, expected)?).max(0),
@@ -145,24 +120,12 @@ pub fn compute_status(
     let (expected, desired, allowed, condition) = match computed {
         Ok((expected, desired)) => {
             let allowed = (current_healthy - desired).max(0);
-            let (status, reason) = if allowed > 0 {
-                ("True", "SufficientPods")
-            } else {
-                ("False", "InsufficientPods")
-            };
+            let (status, reason) = if allowed > 0 { ("True", "SufficientPods") } else { ("False", "InsufficientPods") };
             (expected, desired, allowed, (status, reason, String::new()))
         }
-        Err(message) => (
-            old.expected_pods,
-            old.desired_healthy,
-            0,
-            ("False", "SyncFailed", message),
-        ),
+        Err(message) => (old.expected_pods, old.desired_healthy, 0, ("False", "SyncFailed", message)),
     };
-    let old_condition = old
-        .conditions
-        .as_ref()
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionAllowed"));
+    let old_condition = old.conditions.as_ref().and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionAllowed"));
     let transition = match old_condition {
         Some(c) if c.status == condition.0 => c.last_transition_time.clone(),
         _ => Time(now),
@@ -187,42 +150,26 @@ pub fn compute_status(
 
 /// The summed replicas of the distinct controllers of `pods` (upstream's
 /// `getExpectedScale`); `Err` when a pod has no controller or one cannot be read.
-async fn expected_from_controllers(
-    client: &kube::Client,
-    ns: &str,
-    pods: &[&Arc<Pod>],
-) -> Result<i32, String> {
+async fn expected_from_controllers(client: &kube::Client, ns: &str, pods: &[&Arc<Pod>]) -> Result<i32, String> {
     let mut seen: HashMap<String, i32> = HashMap::new();
     for pod in pods {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let owner = crate::pod_control::controller_of(&pod.metadata)
-            .ok_or_else(|| format!("found no controllers for pod {name:?}"))?;
+        let owner = crate::pod_control::controller_of(&pod.metadata).ok_or_else(|| format!("found no controllers for pod {name:?}"))?;
         if seen.contains_key(&owner.uid) {
             continue;
         }
         let read_err = |e: kube::Error| format!("reading the controller of pod {name:?}: {e}");
         let replicas = match (owner.api_version.as_str(), owner.kind.as_str()) {
             ("apps/v1", "ReplicaSet") => {
-                let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns)
-                    .get(&owner.name)
-                    .await
-                    .map_err(read_err)?;
-                match crate::pod_control::controller_of(&rs.metadata)
-                    .filter(|o| o.kind == "Deployment")
-                {
+                let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns).get(&owner.name).await.map_err(read_err)?;
+                match crate::pod_control::controller_of(&rs.metadata).filter(|o| o.kind == "Deployment") {
                     Some(d) => {
-                        let dep = Api::<Deployment>::namespaced(client.clone(), ns)
-                            .get(&d.name)
-                            .await
-                            .map_err(read_err)?;
+                        let dep = Api::<Deployment>::namespaced(client.clone(), ns).get(&d.name).await.map_err(read_err)?;
                         if seen.contains_key(&d.uid) {
                             seen.insert(owner.uid.clone(), 0);
                             continue;
                         }
-                        seen.insert(
-                            d.uid.clone(),
-                            dep.spec.and_then(|s| s.replicas).unwrap_or(1),
-                        );
+                        seen.insert(d.uid.clone(), dep.spec.and_then(|s| s.replicas).unwrap_or(1));
                         seen.insert(owner.uid.clone(), 0);
                         continue;
                     }
@@ -230,26 +177,12 @@ async fn expected_from_controllers(
                 }
             }
             ("v1", "ReplicationController") => {
-                Api::<ReplicationController>::namespaced(client.clone(), ns)
-                    .get(&owner.name)
-                    .await
-                    .map_err(read_err)?
-                    .spec
-                    .and_then(|s| s.replicas)
-                    .unwrap_or(1)
+                Api::<ReplicationController>::namespaced(client.clone(), ns).get(&owner.name).await.map_err(read_err)?.spec.and_then(|s| s.replicas).unwrap_or(1)
             }
-            ("apps/v1", "StatefulSet") => Api::<StatefulSet>::namespaced(client.clone(), ns)
-                .get(&owner.name)
-                .await
-                .map_err(read_err)?
-                .spec
-                .and_then(|s| s.replicas)
-                .unwrap_or(1),
-            (_, kind) => {
-                return Err(format!(
-                    "pod {name:?} is controlled by a {kind}, which has no scale rkube knows"
-                ))
+            ("apps/v1", "StatefulSet") => {
+                Api::<StatefulSet>::namespaced(client.clone(), ns).get(&owner.name).await.map_err(read_err)?.spec.and_then(|s| s.replicas).unwrap_or(1)
             }
+            (_, kind) => return Err(format!("pod {name:?} is controlled by a {kind}, which has no scale rkube knows")),
         };
         seen.insert(owner.uid.clone(), replicas);
     }
@@ -257,10 +190,7 @@ async fn expected_from_controllers(
 }
 
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {
-    (
-        meta.namespace.clone().unwrap_or_default(),
-        meta.name.clone().unwrap_or_default(),
-    )
+    (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
 async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
@@ -269,29 +199,14 @@ async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
     let (pods, pod_w) = reflector::store::<Pod>();
     let pdbs_for_pods = pdbs.clone();
     let streams = vec![
-        reflected(
-            Api::<PodDisruptionBudget>::all(client.clone()),
-            watcher::Config::default(),
-            pdb_w,
-            0,
-            |p: &PodDisruptionBudget| vec![key_of(&p.metadata)],
-        ),
-        reflected(
-            Api::<Pod>::all(client.clone()),
-            watcher::Config::default(),
-            pod_w,
-            1,
-            move |pod: &Pod| {
-                // Every budget of the pod's namespace: a pod whose labels changed
-                // must leave the budgets that selected it too.
-                pdbs_for_pods
-                    .state()
-                    .iter()
-                    .filter(|b| b.metadata.namespace == pod.metadata.namespace)
-                    .map(|b| key_of(&b.metadata))
-                    .collect()
-            },
-        ),
+        reflected(Api::<PodDisruptionBudget>::all(client.clone()), watcher::Config::default(), pdb_w, 0, |p: &PodDisruptionBudget| {
+            vec![key_of(&p.metadata)]
+        }),
+        reflected(Api::<Pod>::all(client.clone()), watcher::Config::default(), pod_w, 1, move |pod: &Pod| {
+            // Every budget of the pod's namespace: a pod whose labels changed
+            // must leave the budgets that selected it too.
+            pdbs_for_pods.state().iter().filter(|b| b.metadata.namespace == pod.metadata.namespace).map(|b| key_of(&b.metadata)).collect()
+        }),
     ];
     let mut events = futures::stream::select_all(streams);
     let mut listed = [false; 2];
@@ -344,35 +259,18 @@ async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
 
 /// Writes the budget's status when it changed; returns when its earliest
 /// `disruptedPods` entry expires, if it has any.
-async fn sync(
-    client: &kube::Client,
-    pdbs: &Store<PodDisruptionBudget>,
-    pods: &Store<Pod>,
-    (ns, name): &Key,
-) -> anyhow::Result<Option<Duration>> {
-    let Some(pdb) = pdbs.get(&ObjectRef::new(name).within(ns)) else {
-        return Ok(None);
-    };
+async fn sync(client: &kube::Client, pdbs: &Store<PodDisruptionBudget>, pods: &Store<Pod>, (ns, name): &Key) -> anyhow::Result<Option<Duration>> {
+    let Some(pdb) = pdbs.get(&ObjectRef::new(name).within(ns)) else { return Ok(None) };
     if pdb.metadata.deletion_timestamp.is_some() {
         return Ok(None);
     }
     let all = pods.state();
     let chosen = selected(&pdb, &all);
-    let expected = if needs_scale(&pdb) {
-        expected_from_controllers(client, ns, &chosen).await
-    } else {
-        Ok(chosen.len() as i32)
-    };
+    let expected = if needs_scale(&pdb) { expected_from_controllers(client, ns, &chosen).await } else { Ok(chosen.len() as i32) };
     let now = Timestamp::now();
     let status = compute_status(&pdb, &chosen, expected, now);
     let expiry = status.disrupted_pods.as_ref().and_then(|d| {
-        d.values()
-            .map(|t| {
-                DELETION_TIMEOUT.saturating_sub(Duration::from_secs_f64(
-                    now.duration_since(t.0).as_secs_f64().max(0.0),
-                ))
-            })
-            .min()
+        d.values().map(|t| DELETION_TIMEOUT.saturating_sub(Duration::from_secs_f64(now.duration_since(t.0).as_secs_f64().max(0.0)))).min()
     });
     let unchanged = pdb.status.as_ref().is_some_and(|old| {
         let mut a = old.clone();
@@ -388,8 +286,7 @@ async fn sync(
     if !unchanged {
         let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
         let patch = serde_json::json!({"status": status});
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
     Ok(expiry)
 }
@@ -416,31 +313,14 @@ mod tests {
     #[test]
     fn min_available_counts_ready_selected_pods() {
         let b = pdb(json!({"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}));
-        let pods = [
-            pod("a", true, json!({"app": "web"})),
-            pod("b", true, json!({"app": "web"})),
-            pod("c", true, json!({"app": "web"})),
-            pod("d", false, json!({"app": "web"})),
-            pod("x", true, json!({"app": "db"})),
-        ];
+        let pods = [pod("a", true, json!({"app": "web"})), pod("b", true, json!({"app": "web"})), pod("c", true, json!({"app": "web"})), pod("d", false, json!({"app": "web"})), pod("x", true, json!({"app": "db"}))];
         let chosen = selected(&b, &pods);
         assert_eq!(chosen.len(), 4);
         let s = compute_status(&b, &chosen, Err("unused".into()), Timestamp::now());
-        assert_eq!(
-            (
-                s.expected_pods,
-                s.current_healthy,
-                s.desired_healthy,
-                s.disruptions_allowed
-            ),
-            (4, 3, 2, 1)
-        );
+        assert_eq!((s.expected_pods, s.current_healthy, s.desired_healthy, s.disruptions_allowed), (4, 3, 2, 1));
         assert_eq!(s.observed_generation, Some(2));
         let c = &s.conditions.unwrap()[0];
-        assert_eq!(
-            (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
-            ("DisruptionAllowed", "True", "SufficientPods")
-        );
+        assert_eq!((c.type_.as_str(), c.status.as_str(), c.reason.as_str()), ("DisruptionAllowed", "True", "SufficientPods"));
     }
 
     #[test]
@@ -448,33 +328,14 @@ mod tests {
         let b = pdb(json!({"maxUnavailable": "25%", "selector": {}}));
         let pods = [pod("a", true, json!({})), pod("b", true, json!({}))];
         let chosen = selected(&b, &pods);
-        assert_eq!(
-            chosen.len(),
-            2,
-            "an empty selector selects every pod of the namespace"
-        );
+        assert_eq!(chosen.len(), 2, "an empty selector selects every pod of the namespace");
         // 25% of 3 rounds up to 1 unavailable: desired 2, healthy 2, none allowed.
         let s = compute_status(&b, &chosen, Ok(3), Timestamp::now());
-        assert_eq!(
-            (s.expected_pods, s.desired_healthy, s.disruptions_allowed),
-            (3, 2, 0)
-        );
+        assert_eq!((s.expected_pods, s.desired_healthy, s.disruptions_allowed), (3, 2, 0));
         assert_eq!(s.conditions.unwrap()[0].reason, "InsufficientPods");
-        let failed = compute_status(
-            &b,
-            &chosen,
-            Err("found no controllers for pod \"a\"".into()),
-            Timestamp::now(),
-        );
+        let failed = compute_status(&b, &chosen, Err("found no controllers for pod \"a\"".into()), Timestamp::now());
         let c = &failed.conditions.unwrap()[0];
-        assert_eq!(
-            (
-                c.status.as_str(),
-                c.reason.as_str(),
-                failed.disruptions_allowed
-            ),
-            ("False", "SyncFailed", 0)
-        );
+        assert_eq!((c.status.as_str(), c.reason.as_str(), failed.disruptions_allowed), ("False", "SyncFailed", 0));
         assert_eq!(scaled(&IntOrString::String("50%".into()), 3), Ok(2));
         assert!(scaled(&IntOrString::String("x".into()), 3).is_err());
     }
@@ -486,23 +347,12 @@ mod tests {
         let recent = Time(now - std::time::Duration::from_secs(10));
         let old = Time(now - std::time::Duration::from_secs(300));
         b.status = Some(PodDisruptionBudgetStatus {
-            disrupted_pods: Some(BTreeMap::from([
-                ("a".to_string(), recent),
-                ("b".to_string(), old),
-            ])),
+            disrupted_pods: Some(BTreeMap::from([("a".to_string(), recent), ("b".to_string(), old)])),
             ..Default::default()
         });
-        let pods = [
-            pod("a", true, json!({"app": "web"})),
-            pod("b", true, json!({"app": "web"})),
-        ];
+        let pods = [pod("a", true, json!({"app": "web"})), pod("b", true, json!({"app": "web"}))];
         let s = compute_status(&b, &selected(&b, &pods), Ok(0), now);
-        assert_eq!(
-            s.disrupted_pods
-                .as_ref()
-                .map(|d| d.keys().cloned().collect::<Vec<_>>()),
-            Some(vec!["a".to_string()])
-        );
+        assert_eq!(s.disrupted_pods.as_ref().map(|d| d.keys().cloned().collect::<Vec<_>>()), Some(vec!["a".to_string()]));
         assert_eq!((s.current_healthy, s.disruptions_allowed), (1, 0));
     }
 }

@@ -44,9 +44,7 @@ pub struct Controller {
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Controller")
-            .field("name", &self.name)
-            .finish()
+        f.debug_struct("Controller").field("name", &self.name).finish()
     }
 }
 
@@ -83,66 +81,26 @@ pub static CONTROLLERS: &[Controller] = &[
         enabled_by_default: true,
         start: garbagecollector::start,
     },
-    Controller {
-        name: "namespace-controller",
-        aliases: &["namespace"],
-        enabled_by_default: true,
-        start: namespace::start,
-    },
-    Controller {
-        name: "endpoints-controller",
-        aliases: &["endpoint"],
-        enabled_by_default: true,
-        start: endpoints::start_endpoints,
-    },
-    Controller {
-        name: "endpointslice-controller",
-        aliases: &["endpointslice"],
-        enabled_by_default: true,
-        start: endpoints::start_slices,
-    },
-    Controller {
-        name: "disruption-controller",
-        aliases: &["disruption"],
-        enabled_by_default: true,
-        start: disruption::start,
-    },
+    Controller { name: "namespace-controller", aliases: &["namespace"], enabled_by_default: true, start: namespace::start },
+    Controller { name: "endpoints-controller", aliases: &["endpoint"], enabled_by_default: true, start: endpoints::start_endpoints },
+    Controller { name: "endpointslice-controller", aliases: &["endpointslice"], enabled_by_default: true, start: endpoints::start_slices },
+    Controller { name: "disruption-controller", aliases: &["disruption"], enabled_by_default: true, start: disruption::start },
     Controller {
         name: "statefulset-controller",
         aliases: &["statefulset"],
         enabled_by_default: true,
         start: statefulset::start,
     },
-    Controller {
-        name: "daemonset-controller",
-        aliases: &["daemonset"],
-        enabled_by_default: true,
-        start: daemonset::start,
-    },
-    Controller {
-        name: "job-controller",
-        aliases: &["job"],
-        enabled_by_default: true,
-        start: job::start,
-    },
-    Controller {
-        name: "cronjob-controller",
-        aliases: &["cronjob"],
-        enabled_by_default: true,
-        start: cronjob::start,
-    },
+    Controller { name: "daemonset-controller", aliases: &["daemonset"], enabled_by_default: true, start: daemonset::start },
+    Controller { name: "job-controller", aliases: &["job"], enabled_by_default: true, start: job::start },
+    Controller { name: "cronjob-controller", aliases: &["cronjob"], enabled_by_default: true, start: cronjob::start },
     Controller {
         name: "ttl-after-finished-controller",
         aliases: &["ttl-after-finished"],
         enabled_by_default: true,
         start: ttlafterfinished::start,
     },
-    Controller {
-        name: "pod-garbage-collector-controller",
-        aliases: &["podgc"],
-        enabled_by_default: true,
-        start: podgc::start,
-    },
+    Controller { name: "pod-garbage-collector-controller", aliases: &["podgc"], enabled_by_default: true, start: podgc::start },
     Controller {
         name: "node-lifecycle-controller",
         aliases: &["nodelifecycle"],
@@ -266,9 +224,7 @@ pub fn select(spec: &[String]) -> Result<(Vec<&'static Controller>, Vec<String>)
             Some(c) => on.push(c.name),
             None if NOT_IMPLEMENTED.contains(&name) => {
                 if !disable {
-                    warnings.push(format!(
-                        "controller {name:?} is not implemented by rkube; ignoring it"
-                    ));
+                    warnings.push(format!("controller {name:?} is not implemented by rkube; ignoring it"));
                 }
             }
             None => return Err(format!("{raw:?} is not in the list of known controllers")),
@@ -299,20 +255,14 @@ mod tests {
 
     #[test]
     fn unknown_controller_names_are_refused_with_upstreams_message() {
-        assert_eq!(
-            select(&spec("*,frobnicator")).unwrap_err(),
-            "\"frobnicator\" is not in the list of known controllers"
-        );
+        assert_eq!(select(&spec("*,frobnicator")).unwrap_err(), "\"frobnicator\" is not in the list of known controllers");
     }
 
     #[test]
     fn upstream_controllers_rkube_lacks_are_accepted_with_a_warning() {
         let (_, warnings) = select(&spec("*,ttl")).unwrap();
         assert_eq!(warnings.len(), 1);
-        assert!(
-            warnings[0].contains("\"ttl\" is not implemented"),
-            "{warnings:?}"
-        );
+        assert!(warnings[0].contains("\"ttl\" is not implemented"), "{warnings:?}");
         let (_, warnings) = select(&spec("*,-ttl")).unwrap();
         assert!(warnings.is_empty());
     }
@@ -320,18 +270,10 @@ mod tests {
     #[test]
     fn star_selects_the_controllers_enabled_by_default_and_minus_removes() {
         let (all, _) = select(&spec("*")).unwrap();
-        let default: Vec<_> = CONTROLLERS
-            .iter()
-            .filter(|c| c.enabled_by_default)
-            .map(|c| c.name)
-            .collect();
+        let default: Vec<_> = CONTROLLERS.iter().filter(|c| c.enabled_by_default).map(|c| c.name).collect();
         assert_eq!(all.iter().map(|c| c.name).collect::<Vec<_>>(), default);
         if let Some(first) = CONTROLLERS.first() {
-            let (fewer, _) = select(&[
-                String::from("*"),
-                format!("-{}", first.aliases.first().unwrap_or(&first.name)),
-            ])
-            .unwrap();
+            let (fewer, _) = select(&[String::from("*"), format!("-{}", first.aliases.first().unwrap_or(&first.name))]).unwrap();
             assert!(!fewer.iter().any(|c| c.name == first.name));
         }
         let (none, _) = select(&[]).unwrap();

@@ -60,18 +60,12 @@ impl State {
         d
     }
     fn reset(&self, ns: &str) {
-        self.attempts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(ns);
+        self.attempts.lock().unwrap_or_else(|p| p.into_inner()).remove(ns);
     }
 }
 
 async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
-    let state = Arc::new(State {
-        client: ctx.client.clone(),
-        attempts: Mutex::new(HashMap::new()),
-    });
+    let state = Arc::new(State { client: ctx.client.clone(), attempts: Mutex::new(HashMap::new()) });
     let api: Api<Namespace> = Api::all(ctx.client.clone());
     let stop = ctx.clone();
     Controller::new(api, watcher::Config::default())
@@ -106,32 +100,19 @@ fn error_policy(ns: Arc<Namespace>, err: &Error, state: Arc<State>) -> Action {
 
 async fn reconcile(ns: Arc<Namespace>, state: Arc<State>) -> Result<Action, Error> {
     let name = ns.metadata.name.clone().unwrap_or_default();
-    let finalizers = ns
-        .spec
-        .as_ref()
-        .and_then(|s| s.finalizers.clone())
-        .unwrap_or_default();
-    if ns.metadata.deletion_timestamp.is_none()
-        || !finalizers.iter().any(|f| f == FINALIZER_KUBERNETES)
-    {
+    let finalizers = ns.spec.as_ref().and_then(|s| s.finalizers.clone()).unwrap_or_default();
+    if ns.metadata.deletion_timestamp.is_none() || !finalizers.iter().any(|f| f == FINALIZER_KUBERNETES) {
         state.reset(&name);
         return Ok(Action::await_change());
     }
     let found = discovery::preferred_resources(&state.client).await?;
     let report = delete_content(&state.client, &name, &found).await;
     let api: Api<Namespace> = Api::all(state.client.clone());
-    let old = ns
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
+    let old = ns.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
     let conditions = conditions(&report, &old, Time(k8s_openapi::jiff::Timestamp::now()));
     if conditions != old {
         let patch = serde_json::json!({"status": {"conditions": conditions}});
-        match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
+        match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Action::await_change()),
             Err(e) => return Err(e.into()),
@@ -148,22 +129,11 @@ async fn reconcile(ns: Arc<Namespace>, state: Arc<State>) -> Result<Action, Erro
 /// Removes `kubernetes` from `spec.finalizers` through `namespaces/<ns>/finalize`
 /// (on the latest object; a namespace already gone is fine).
 async fn finalize(api: &Api<Namespace>, name: &str) -> Result<(), kube::Error> {
-    let Some(mut ns) = api.get_opt(name).await? else {
-        return Ok(());
-    };
+    let Some(mut ns) = api.get_opt(name).await? else { return Ok(()) };
     let spec = ns.spec.get_or_insert_with(Default::default);
-    let left: Vec<String> = spec
-        .finalizers
-        .take()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|f| f != FINALIZER_KUBERNETES)
-        .collect();
+    let left: Vec<String> = spec.finalizers.take().unwrap_or_default().into_iter().filter(|f| f != FINALIZER_KUBERNETES).collect();
     spec.finalizers = Some(left);
-    match api
-        .replace_subresource("finalize", name, &PostParams::default(), &ns)
-        .await
-    {
+    match api.replace_subresource("finalize", name, &PostParams::default(), &ns).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e),
@@ -198,10 +168,7 @@ impl DeletionReport {
 /// counts what is left.
 async fn delete_content(client: &kube::Client, ns: &str, found: &Discovered) -> DeletionReport {
     let discovery_failure = found.failure_message().map(|m| (found.failures.len(), m));
-    let mut report = DeletionReport {
-        discovery_failure,
-        ..Default::default()
-    };
+    let mut report = DeletionReport { discovery_failure, ..Default::default() };
     for (ar, caps) in &found.resources {
         if caps.scope != Scope::Namespaced || !caps.supports_operation(verbs::LIST) {
             continue;
@@ -212,16 +179,12 @@ async fn delete_content(client: &kube::Client, ns: &str, found: &Discovered) -> 
         }
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, ar);
         if let Err(e) = delete_all(&api, collection).await {
-            report
-                .content_errors
-                .push(format!("{e} for {}.{}", ar.plural, ar.group));
+            report.content_errors.push(format!("{e} for {}.{}", ar.plural, ar.group));
             continue;
         }
         match api.list_metadata(&ListParams::default()).await {
             Ok(left) if !left.items.is_empty() => {
-                report
-                    .remaining
-                    .insert(format!("{}.{}", ar.plural, ar.group), left.items.len());
+                report.remaining.insert(format!("{}.{}", ar.plural, ar.group), left.items.len());
                 for item in &left.items {
                     for f in item.metadata.finalizers.iter().flatten() {
                         *report.finalizers.entry(f.clone()).or_default() += 1;
@@ -230,9 +193,7 @@ async fn delete_content(client: &kube::Client, ns: &str, found: &Discovered) -> 
             }
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 405 => {}
-            Err(e) => report
-                .content_errors
-                .push(format!("{e} for {}.{}", ar.plural, ar.group)),
+            Err(e) => report.content_errors.push(format!("{e} for {}.{}", ar.plural, ar.group)),
         }
     }
     report
@@ -241,9 +202,7 @@ async fn delete_content(client: &kube::Client, ns: &str, found: &Discovered) -> 
 async fn delete_all(api: &Api<DynamicObject>, collection: bool) -> Result<(), kube::Error> {
     let dp = DeleteParams::default();
     let result = if collection {
-        api.delete_collection(&dp, &ListParams::default())
-            .await
-            .map(|_| ())
+        api.delete_collection(&dp, &ListParams::default()).await.map(|_| ())
     } else {
         let mut r = Ok(());
         for item in api.list_metadata(&ListParams::default()).await?.items {
@@ -267,64 +226,34 @@ async fn delete_all(api: &Api<DynamicObject>, collection: bool) -> Result<(), ku
 /// Upstream's conditions for `report`: all five types, each `True` with the
 /// failure's reason and message or `False` with the all-clear ones; an
 /// unchanged status keeps its `lastTransitionTime`.
-pub fn conditions(
-    report: &DeletionReport,
-    old: &[NamespaceCondition],
-    now: Time,
-) -> Vec<NamespaceCondition> {
+pub fn conditions(report: &DeletionReport, old: &[NamespaceCondition], now: Time) -> Vec<NamespaceCondition> {
     let bad: [(&str, Option<(&str, String)>); 5] = [
         (
             "NamespaceDeletionDiscoveryFailure",
-            report.discovery_failure.as_ref().map(|(n, m)| {
-                (
-                    "DiscoveryFailed",
-                    format!("Discovery failed for some groups, {n} failing: {m}"),
-                )
-            }),
+            report
+                .discovery_failure
+                .as_ref()
+                .map(|(n, m)| ("DiscoveryFailed", format!("Discovery failed for some groups, {n} failing: {m}"))),
         ),
         ("NamespaceDeletionGroupVersionParsingFailure", None),
         (
             "NamespaceDeletionContentFailure",
             (!report.content_errors.is_empty()).then(|| {
-                (
-                    "ContentDeletionFailed",
-                    format!(
-                        "Failed to delete all resource types, {} remaining: {}",
-                        report.content_errors.len(),
-                        aggregate(&report.content_errors)
-                    ),
-                )
+                ("ContentDeletionFailed", format!("Failed to delete all resource types, {} remaining: {}", report.content_errors.len(), aggregate(&report.content_errors)))
             }),
         ),
         (
             "NamespaceContentRemaining",
             (!report.remaining.is_empty()).then(|| {
-                let parts: Vec<String> = report
-                    .remaining
-                    .iter()
-                    .map(|(r, n)| format!("{r} has {n} resource instances"))
-                    .collect();
-                (
-                    "SomeResourcesRemain",
-                    format!("Some resources are remaining: {}", parts.join(", ")),
-                )
+                let parts: Vec<String> = report.remaining.iter().map(|(r, n)| format!("{r} has {n} resource instances")).collect();
+                ("SomeResourcesRemain", format!("Some resources are remaining: {}", parts.join(", ")))
             }),
         ),
         (
             "NamespaceFinalizersRemaining",
             (!report.finalizers.is_empty()).then(|| {
-                let parts: Vec<String> = report
-                    .finalizers
-                    .iter()
-                    .map(|(f, n)| format!("{f} in {n} resource instances"))
-                    .collect();
-                (
-                    "SomeFinalizersRemain",
-                    format!(
-                        "Some content in the namespace has finalizers remaining: {}",
-                        parts.join(", ")
-                    ),
-                )
+                let parts: Vec<String> = report.finalizers.iter().map(|(f, n)| format!("{f} in {n} resource instances")).collect();
+                ("SomeFinalizersRemain", format!("Some content in the namespace has finalizers remaining: {}", parts.join(", ")))
             }),
         ),
     ];
@@ -337,10 +266,7 @@ pub fn conditions(
                     ("False", reason.to_string(), message.to_string())
                 }
             };
-            let kept = old
-                .iter()
-                .find(|c| c.type_ == ty && c.status == status)
-                .and_then(|c| c.last_transition_time.clone());
+            let kept = old.iter().find(|c| c.type_ == ty && c.status == status).and_then(|c| c.last_transition_time.clone());
             NamespaceCondition {
                 type_: ty.to_string(),
                 status: status.to_string(),
@@ -355,23 +281,11 @@ pub fn conditions(
 /// The reason and message of a condition type when all is well.
 fn ok_condition(ty: &str) -> (&'static str, &'static str) {
     match ty {
-        "NamespaceDeletionDiscoveryFailure" => (
-            "ResourcesDiscovered",
-            "All resources successfully discovered",
-        ),
-        "NamespaceDeletionGroupVersionParsingFailure" => (
-            "ParsedGroupVersions",
-            "All legacy kube types successfully parsed",
-        ),
-        "NamespaceDeletionContentFailure" => (
-            "ContentDeleted",
-            "All content successfully deleted, may be waiting on finalization",
-        ),
+        "NamespaceDeletionDiscoveryFailure" => ("ResourcesDiscovered", "All resources successfully discovered"),
+        "NamespaceDeletionGroupVersionParsingFailure" => ("ParsedGroupVersions", "All legacy kube types successfully parsed"),
+        "NamespaceDeletionContentFailure" => ("ContentDeleted", "All content successfully deleted, may be waiting on finalization"),
         "NamespaceContentRemaining" => ("ContentRemoved", "All content successfully removed"),
-        _ => (
-            "ContentHasNoFinalizers",
-            "All content-preserving finalizers finished",
-        ),
+        _ => ("ContentHasNoFinalizers", "All content-preserving finalizers finished"),
     }
 }
 
@@ -394,42 +308,19 @@ mod tests {
     #[test]
     fn a_clean_pass_reports_all_five_conditions_false_with_upstreams_messages() {
         let c = conditions(&DeletionReport::default(), &[], t(10));
-        let got: Vec<(&str, &str, &str)> = c
-            .iter()
-            .map(|c| {
-                (
-                    c.type_.as_str(),
-                    c.status.as_str(),
-                    c.reason.as_deref().unwrap_or(""),
-                )
-            })
-            .collect();
+        let got: Vec<(&str, &str, &str)> =
+            c.iter().map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_deref().unwrap_or(""))).collect();
         assert_eq!(
             got,
             vec![
-                (
-                    "NamespaceDeletionDiscoveryFailure",
-                    "False",
-                    "ResourcesDiscovered"
-                ),
-                (
-                    "NamespaceDeletionGroupVersionParsingFailure",
-                    "False",
-                    "ParsedGroupVersions"
-                ),
+                ("NamespaceDeletionDiscoveryFailure", "False", "ResourcesDiscovered"),
+                ("NamespaceDeletionGroupVersionParsingFailure", "False", "ParsedGroupVersions"),
                 ("NamespaceDeletionContentFailure", "False", "ContentDeleted"),
                 ("NamespaceContentRemaining", "False", "ContentRemoved"),
-                (
-                    "NamespaceFinalizersRemaining",
-                    "False",
-                    "ContentHasNoFinalizers"
-                ),
+                ("NamespaceFinalizersRemaining", "False", "ContentHasNoFinalizers"),
             ]
         );
-        assert_eq!(
-            c[3].message.as_deref(),
-            Some("All content successfully removed")
-        );
+        assert_eq!(c[3].message.as_deref(), Some("All content successfully removed"));
     }
 
     #[test]
@@ -439,10 +330,7 @@ mod tests {
         r.remaining.insert("configmaps.".into(), 1);
         r.finalizers.insert("example.com/hold".into(), 1);
         let c = conditions(&r, &[], t(10));
-        assert_eq!(
-            (c[3].status.as_str(), c[3].reason.as_deref()),
-            ("True", Some("SomeResourcesRemain"))
-        );
+        assert_eq!((c[3].status.as_str(), c[3].reason.as_deref()), ("True", Some("SomeResourcesRemain")));
         assert_eq!(
             c[3].message.as_deref(),
             Some("Some resources are remaining: configmaps. has 1 resource instances, pods. has 2 resource instances")

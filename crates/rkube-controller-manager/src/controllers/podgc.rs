@@ -32,10 +32,7 @@ pub struct PodGcOptions {
 
 impl Default for PodGcOptions {
     fn default() -> Self {
-        PodGcOptions {
-            check_period: Duration::from_secs(20),
-            quarantine: Duration::from_secs(40),
-        }
+        PodGcOptions { check_period: Duration::from_secs(20), quarantine: Duration::from_secs(40) }
     }
 }
 
@@ -48,33 +45,19 @@ pub fn terminated_to_delete(pods: &[Pod], threshold: i32) -> Vec<(String, String
     }
     let mut terminated: Vec<&Pod> = pods
         .iter()
-        .filter(|p| {
-            matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded") | Some("Failed")
-            )
-        })
+        .filter(|p| matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded") | Some("Failed")))
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .collect();
-    let excess = terminated
-        .len()
-        .saturating_sub(usize::try_from(threshold).unwrap_or(0));
+    let excess = terminated.len().saturating_sub(usize::try_from(threshold).unwrap_or(0));
     terminated.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
-    terminated[..excess]
-        .iter()
-        .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
-        .collect()
+    terminated[..excess].iter().map(|p| (p.namespace().unwrap_or_default(), p.name_any())).collect()
 }
 
 /// Pods bound to a node outside `nodes` (upstream's orphaned pods).
 pub fn orphaned<'a>(pods: &'a [Pod], nodes: &HashSet<String>) -> Vec<&'a Pod> {
     pods.iter()
         .filter(|p| {
-            let node = p
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .unwrap_or("");
+            let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("");
             !node.is_empty() && !nodes.contains(node)
         })
         .collect()
@@ -84,13 +67,7 @@ pub fn orphaned<'a>(pods: &'a [Pod], nodes: &HashSet<String>) -> Vec<&'a Pod> {
 pub fn unscheduled_terminating(pods: &[Pod]) -> Vec<&Pod> {
     pods.iter()
         .filter(|p| p.metadata.deletion_timestamp.is_some())
-        .filter(|p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .unwrap_or("")
-                .is_empty()
-        })
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("").is_empty())
         .collect()
 }
 
@@ -106,14 +83,7 @@ pub async fn run(ctx: ControllerContext, options: PodGcOptions) -> anyhow::Resul
     let stopped = ctx.stopped();
     tokio::pin!(stopped);
     loop {
-        if let Err(err) = gc_once(
-            &ctx.client,
-            threshold,
-            options.quarantine,
-            &mut missing_since,
-        )
-        .await
-        {
+        if let Err(err) = gc_once(&ctx.client, threshold, options.quarantine, &mut missing_since).await {
             tracing::debug!(%err, "pod garbage collection");
         }
         tokio::select! {
@@ -123,64 +93,33 @@ pub async fn run(ctx: ControllerContext, options: PodGcOptions) -> anyhow::Resul
     }
 }
 
-async fn gc_once(
-    client: &kube::Client,
-    threshold: i32,
-    quarantine: Duration,
-    missing_since: &mut HashMap<String, Instant>,
-) -> Result<(), kube::Error> {
-    let pods = Api::<Pod>::all(client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items;
-    let nodes: HashSet<String> = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .map(|n| n.name_any())
-        .collect();
+async fn gc_once(client: &kube::Client, threshold: i32, quarantine: Duration, missing_since: &mut HashMap<String, Instant>) -> Result<(), kube::Error> {
+    let pods = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await?.items;
+    let nodes: HashSet<String> = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?.items.iter().map(|n| n.name_any()).collect();
 
     for (ns, name) in terminated_to_delete(&pods, threshold) {
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         tracing::info!(pod = %format!("{ns}/{name}"), "deleting a terminated pod beyond the threshold");
-        pod_control::ignore_gone(
-            api.delete(&name, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        )?;
+        pod_control::ignore_gone(api.delete(&name, &DeleteParams::default()).await.map(|_| ()))?;
     }
 
     let orphans = orphaned(&pods, &nodes);
     let now = Instant::now();
-    let missing: HashSet<String> = orphans
-        .iter()
-        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-        .collect();
+    let missing: HashSet<String> = orphans.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect();
     missing_since.retain(|n, _| missing.contains(n));
     for n in &missing {
         missing_since.entry(n.clone()).or_insert(now);
     }
     let mut confirmed: HashMap<String, bool> = HashMap::new();
     for p in orphans {
-        let node = p
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default();
-        if missing_since
-            .get(&node)
-            .is_none_or(|t| t.elapsed() < quarantine)
-        {
+        let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        if missing_since.get(&node).is_none_or(|t| t.elapsed() < quarantine) {
             continue;
         }
         let gone = match confirmed.get(&node) {
             Some(g) => *g,
             None => {
-                let g = Api::<Node>::all(client.clone())
-                    .get_opt(&node)
-                    .await?
-                    .is_none();
+                let g = Api::<Node>::all(client.clone()).get_opt(&node).await?.is_none();
                 confirmed.insert(node.clone(), g);
                 g
             }
@@ -193,17 +132,7 @@ async fn gc_once(
 
     for p in unscheduled_terminating(&pods) {
         let api: Api<Pod> = Api::namespaced(client.clone(), &p.namespace().unwrap_or_default());
-        pod_control::ignore_gone(
-            api.delete(
-                &p.name_any(),
-                &DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..DeleteParams::default()
-                },
-            )
-            .await
-            .map(|_| ()),
-        )?;
+        pod_control::ignore_gone(api.delete(&p.name_any(), &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await.map(|_| ()))?;
     }
     Ok(())
 }
@@ -211,44 +140,19 @@ async fn gc_once(
 /// Upstream's `markFailedAndDeletePodWithCondition`: a non-terminal pod
 /// becomes `Failed` with a `DisruptionTarget` condition, then the pod is
 /// deleted with grace period 0.
-async fn fail_and_force_delete(
-    client: &kube::Client,
-    pod: &Pod,
-    message: &str,
-) -> Result<(), kube::Error> {
+async fn fail_and_force_delete(client: &kube::Client, pod: &Pod, message: &str) -> Result<(), kube::Error> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-    let phase = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("");
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
     if !matches!(phase, "Succeeded" | "Failed") {
         let now = Timestamp::now().to_string();
         let status = json!({"status": {"phase": "Failed", "conditions": [
             {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC", "message": message, "lastTransitionTime": now},
         ]}});
-        pod_control::ignore_gone(
-            api.patch_status(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Strategic(&status),
-            )
-            .await
-            .map(|_| ()),
-        )?;
+        pod_control::ignore_gone(api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(&status)).await.map(|_| ()))?;
     }
-    pod_control::ignore_gone(
-        api.delete(
-            &pod.name_any(),
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..DeleteParams::default()
-            },
-        )
-        .await
-        .map(|_| ()),
-    )
+    pod_control::ignore_gone(api.delete(&pod.name_any(), &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await.map(|_| ()))
 }
+
 
 #[cfg(test)]
 mod tests {
@@ -275,10 +179,7 @@ mod tests {
             pod("mid-ok", "n", "Succeeded", "2026-01-01T00:02:00Z", false),
         ];
         let names = |v: Vec<(String, String)>| v.into_iter().map(|(_, n)| n).collect::<Vec<_>>();
-        assert_eq!(
-            names(terminated_to_delete(&pods, 1)),
-            vec!["old-failed", "mid-ok"]
-        );
+        assert_eq!(names(terminated_to_delete(&pods, 1)), vec!["old-failed", "mid-ok"]);
         assert_eq!(names(terminated_to_delete(&pods, 3)), Vec::<String>::new());
         assert_eq!(names(terminated_to_delete(&pods, 0)), Vec::<String>::new());
     }
@@ -289,24 +190,12 @@ mod tests {
             pod("on-live", "live", "Running", "2026-01-01T00:00:00Z", false),
             pod("on-gone", "gone", "Running", "2026-01-01T00:00:00Z", true),
             pod("unscheduled", "", "Pending", "2026-01-01T00:00:00Z", false),
-            pod(
-                "unscheduled-deleting",
-                "",
-                "Pending",
-                "2026-01-01T00:00:00Z",
-                true,
-            ),
+            pod("unscheduled-deleting", "", "Pending", "2026-01-01T00:00:00Z", true),
         ];
         let nodes: HashSet<String> = ["live".to_string()].into();
-        let o: Vec<_> = orphaned(&pods, &nodes)
-            .iter()
-            .map(|p| p.name_any())
-            .collect();
+        let o: Vec<_> = orphaned(&pods, &nodes).iter().map(|p| p.name_any()).collect();
         assert_eq!(o, vec!["on-gone"]);
-        let u: Vec<_> = unscheduled_terminating(&pods)
-            .iter()
-            .map(|p| p.name_any())
-            .collect();
+        let u: Vec<_> = unscheduled_terminating(&pods).iter().map(|p| p.name_any()).collect();
         assert_eq!(u, vec!["unscheduled-deleting"]);
     }
 }

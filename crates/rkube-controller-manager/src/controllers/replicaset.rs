@@ -28,9 +28,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use self::status::{
-    calculate_status, manage, slow_start_batches, Condition, Manage, ManageError, ReplicaStatus,
-};
+use self::status::{calculate_status, manage, slow_start_batches, Condition, Manage, ManageError, ReplicaStatus};
 use crate::context::ControllerContext;
 use crate::events::EventSink;
 use crate::expectations::{Expectations, Seen};
@@ -66,10 +64,7 @@ impl ReplicaOwner for ReplicaSet {
         self.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
     }
     fn min_ready_seconds(&self) -> i32 {
-        self.spec
-            .as_ref()
-            .and_then(|s| s.min_ready_seconds)
-            .unwrap_or(0)
+        self.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0)
     }
     fn template(&self) -> Option<&PodTemplateSpec> {
         self.spec.as_ref()?.template.as_ref()
@@ -86,21 +81,13 @@ impl ReplicaOwner for ReplicationController {
         self.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
     }
     fn min_ready_seconds(&self) -> i32 {
-        self.spec
-            .as_ref()
-            .and_then(|s| s.min_ready_seconds)
-            .unwrap_or(0)
+        self.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0)
     }
     fn template(&self) -> Option<&PodTemplateSpec> {
         self.spec.as_ref()?.template.as_ref()
     }
     fn selector(&self) -> Option<Selector> {
-        let map = self
-            .spec
-            .as_ref()?
-            .selector
-            .clone()
-            .filter(|m| !m.is_empty())?;
+        let map = self.spec.as_ref()?.selector.clone().filter(|m| !m.is_empty())?;
         Some(map.into_iter().collect())
     }
 }
@@ -110,11 +97,7 @@ impl ReplicaOwner for ReplicationController {
 pub fn current_status<K: Serialize>(owner: &K) -> ReplicaStatus {
     let v = serde_json::to_value(owner).unwrap_or(Value::Null);
     let s = &v["status"];
-    let int = |k: &str| {
-        s[k].as_i64()
-            .and_then(|n| i32::try_from(n).ok())
-            .unwrap_or(0)
-    };
+    let int = |k: &str| s[k].as_i64().and_then(|n| i32::try_from(n).ok()).unwrap_or(0);
     let text = |c: &Value, k: &str| c[k].as_str().unwrap_or("").to_string();
     let conditions = s["conditions"]
         .as_array()
@@ -161,16 +144,12 @@ pub enum SyncError {
 }
 
 /// Starts the ReplicaSet controller.
-pub fn start_replicasets(
-    ctx: ControllerContext,
-) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
+pub fn start_replicasets(ctx: ControllerContext) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
     Box::pin(run::<ReplicaSet>(ctx))
 }
 
 /// Starts the ReplicationController controller.
-pub fn start_replication_controllers(
-    ctx: ControllerContext,
-) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
+pub fn start_replication_controllers(ctx: ControllerContext) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
     Box::pin(run::<ReplicationController>(ctx))
 }
 
@@ -178,12 +157,9 @@ pub fn start_replication_controllers(
 pub async fn run<K: ReplicaOwner>(ctx: ControllerContext) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let (pods, writer) = reflector::store::<Pod>();
-    let pod_events = reflector::reflector(
-        writer,
-        watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
+    let pod_events = reflector::reflector(writer, watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
     let controller = Controller::new(Api::<K>::all(client.clone()), watcher::Config::default());
     let owners = controller.store();
     let state = Arc::new(State::<K> {
@@ -233,56 +209,34 @@ fn error_policy<K: ReplicaOwner>(_owner: Arc<K>, err: &SyncError, _state: Arc<St
     Action::requeue(Duration::from_secs(2))
 }
 
-async fn reconcile<K: ReplicaOwner>(
-    owner: Arc<K>,
-    state: Arc<State<K>>,
-) -> Result<Action, SyncError> {
-    if tokio::time::timeout(Duration::from_secs(1), state.pods.wait_until_ready())
-        .await
-        .is_err()
-    {
+async fn reconcile<K: ReplicaOwner>(owner: Arc<K>, state: Arc<State<K>>) -> Result<Action, SyncError> {
+    if tokio::time::timeout(Duration::from_secs(1), state.pods.wait_until_ready()).await.is_err() {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let ns = owner.namespace().unwrap_or_default();
     let key = format!("{ns}/{}", owner.name_any());
-    let Some(owner_ref) = pod_control::controller_ref(owner.as_ref()) else {
-        return Ok(Action::await_change());
-    };
+    let Some(owner_ref) = pod_control::controller_ref(owner.as_ref()) else { return Ok(Action::await_change()) };
     let deleting = owner.meta().deletion_timestamp.is_some();
     let selector = owner.selector();
-    let in_ns: Vec<Arc<Pod>> = state
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
-        .collect();
+    let in_ns: Vec<Arc<Pod>> = state.pods.state().into_iter().filter(|p| p.namespace().as_deref() == Some(ns.as_str())).collect();
     let pods_api: Api<Pod> = Api::namespaced(state.client.clone(), &ns);
 
     // Claim: keep ours, adopt matching orphans, release the unmatched.
     let mut mine: Vec<Arc<Pod>> = Vec::new();
     for p in in_ns.iter().filter(|p| pod_util::is_active(p)) {
-        let decision = pod_control::claim(
-            &owner_ref.uid,
-            deleting,
-            pod_control::selects(selector.as_ref(), p.labels()),
-            &p.metadata,
-        );
+        let decision = pod_control::claim(&owner_ref.uid, deleting, pod_control::selects(selector.as_ref(), p.labels()), &p.metadata);
         match decision {
             Claim::Keep => mine.push(p.clone()),
-            Claim::Adopt => {
-                match pod_control::apply_claim(&pods_api, p.as_ref(), &decision, &owner_ref).await {
-                    Ok(()) => mine.push(p.clone()),
-                    Err(e) if pod_control::is_gone(&e) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            Claim::Release => {
-                match pod_control::apply_claim(&pods_api, p.as_ref(), &decision, &owner_ref).await {
-                    Ok(()) => {}
-                    Err(e) if pod_control::is_gone(&e) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            Claim::Adopt => match pod_control::apply_claim(&pods_api, p.as_ref(), &decision, &owner_ref).await {
+                Ok(()) => mine.push(p.clone()),
+                Err(e) if pod_control::is_gone(&e) => {}
+                Err(e) => return Err(e.into()),
+            },
+            Claim::Release => match pod_control::apply_claim(&pods_api, p.as_ref(), &decision, &owner_ref).await {
+                Ok(()) => {}
+                Err(e) if pod_control::is_gone(&e) => {}
+                Err(e) => return Err(e.into()),
+            },
             Claim::Ignore => {}
         }
     }
@@ -294,59 +248,28 @@ async fn reconcile<K: ReplicaOwner>(
     });
     let needs_sync = state.expectations.satisfied(&key, seen);
     let mut manage_err = None;
-    if needs_sync && !deleting && matches!(manage(mine.len(), owner.replicas()), Manage::Create(_))
-    {
-        if let Some(lagging) =
-            unseen_candidate(&pods_api, selector.as_ref(), &owner_ref.uid, &in_ns).await?
-        {
+    if needs_sync && !deleting && matches!(manage(mine.len(), owner.replicas()), Manage::Create(_)) {
+        if let Some(lagging) = unseen_candidate(&pods_api, selector.as_ref(), &owner_ref.uid, &in_ns).await? {
             tracing::debug!(%key, pod = %lagging, "pod cache lags behind the API server; creating later");
             return Ok(Action::requeue(Duration::from_millis(200)));
         }
     }
     if needs_sync && !deleting {
         let related = related_pods(owner.as_ref(), &in_ns, &state.owners);
-        manage_err = manage_replicas(
-            owner.as_ref(),
-            &owner_ref,
-            &key,
-            &mine,
-            &related,
-            &pods_api,
-            &state,
-        )
-        .await
-        .err();
+        manage_err = manage_replicas(owner.as_ref(), &owner_ref, &key, &mine, &related, &pods_api, &state).await.err();
     }
 
     let now = Timestamp::now();
-    let template_labels: BTreeMap<String, String> = owner
-        .template()
-        .and_then(|t| t.metadata.as_ref())
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
+    let template_labels: BTreeMap<String, String> =
+        owner.template().and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default();
     let current = current_status(owner.as_ref());
     let refs: Vec<&Pod> = mine.iter().map(|p| p.as_ref()).collect();
     let generation = owner.meta().generation.unwrap_or(0);
-    let next = calculate_status(
-        &current,
-        &refs,
-        &template_labels,
-        owner.min_ready_seconds(),
-        generation,
-        manage_err.as_ref(),
-        now,
-    );
+    let next = calculate_status(&current, &refs, &template_labels, owner.min_ready_seconds(), generation, manage_err.as_ref(), now);
     if next != current {
         let api: Api<K> = Api::namespaced(state.client.clone(), &ns);
         let patch = serde_json::json!({"status": next.to_json()});
-        match api
-            .patch_status(
-                &owner.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
+        match api.patch_status(&owner.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => {}
             Err(e) if pod_control::is_not_found(&e) => return Ok(Action::await_change()),
             Err(e) => return Err(e.into()),
@@ -356,13 +279,8 @@ async fn reconcile<K: ReplicaOwner>(
         return Err(SyncError::Manage(e.message));
     }
     let min_ready = owner.min_ready_seconds();
-    if min_ready > 0
-        && next.ready_replicas == next.replicas
-        && next.available_replicas != next.replicas
-    {
-        return Ok(Action::requeue(Duration::from_secs(
-            u64::try_from(min_ready).unwrap_or(1),
-        )));
+    if min_ready > 0 && next.ready_replicas == next.replicas && next.available_replicas != next.replicas {
+        return Ok(Action::requeue(Duration::from_secs(u64::try_from(min_ready).unwrap_or(1))));
     }
     Ok(Action::requeue(Duration::from_secs(300)))
 }
@@ -377,44 +295,23 @@ async fn reconcile<K: ReplicaOwner>(
 /// `manageReplicas` trusts its informer and would create a surplus replica,
 /// then delete one (possibly the orphan) on the next sync; one LIST by label
 /// selector, only when replicas are missing, avoids that.
-async fn unseen_candidate(
-    pods_api: &Api<Pod>,
-    selector: Option<&Selector>,
-    owner_uid: &str,
-    in_ns: &[Arc<Pod>],
-) -> Result<Option<String>, SyncError> {
-    let Some(selector) = selector.filter(|s| !s.selects_all()) else {
-        return Ok(None);
-    };
-    let live = pods_api
-        .list(&kube::api::ListParams::default().labels(&selector.to_string()))
-        .await?;
-    let cached: std::collections::HashSet<&str> = in_ns
-        .iter()
-        .filter_map(|p| p.metadata.uid.as_deref())
-        .collect();
+async fn unseen_candidate(pods_api: &Api<Pod>, selector: Option<&Selector>, owner_uid: &str, in_ns: &[Arc<Pod>]) -> Result<Option<String>, SyncError> {
+    let Some(selector) = selector.filter(|s| !s.selects_all()) else { return Ok(None) };
+    let live = pods_api.list(&kube::api::ListParams::default().labels(&selector.to_string())).await?;
+    let cached: std::collections::HashSet<&str> = in_ns.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
     Ok(live
         .items
         .iter()
         .filter(|p| pod_util::is_active(p) && pod_control::selects(Some(selector), p.labels()))
         .filter(|p| pod_control::controller_of(&p.metadata).is_none_or(|r| r.uid == owner_uid))
-        .find(|p| {
-            p.metadata
-                .uid
-                .as_deref()
-                .is_some_and(|uid| !cached.contains(uid))
-        })
+        .find(|p| p.metadata.uid.as_deref().is_some_and(|uid| !cached.contains(uid)))
         .map(|p| p.name_any()))
 }
 
 /// Pods whose controller is `owner` or another owner with the same
 /// controller as `owner` (the other ReplicaSets of its Deployment), which
 /// the deletion ranking counts per node (upstream's `getIndirectlyRelatedPods`).
-fn related_pods<'a, K: ReplicaOwner>(
-    owner: &K,
-    in_ns: &'a [Arc<Pod>],
-    owners: &Store<K>,
-) -> Vec<&'a Pod> {
+fn related_pods<'a, K: ReplicaOwner>(owner: &K, in_ns: &'a [Arc<Pod>], owners: &Store<K>) -> Vec<&'a Pod> {
     let own_uid = owner.meta().uid.clone().unwrap_or_default();
     let mut uids = vec![own_uid];
     if let Some(parent) = pod_control::controller_of(owner.meta()) {
@@ -424,9 +321,7 @@ fn related_pods<'a, K: ReplicaOwner>(
                 .state()
                 .iter()
                 .filter(|o| o.namespace() == ns)
-                .filter(|o| {
-                    pod_control::controller_of(o.meta()).is_some_and(|r| r.uid == parent.uid)
-                })
+                .filter(|o| pod_control::controller_of(o.meta()).is_some_and(|r| r.uid == parent.uid))
                 .filter_map(|o| o.meta().uid.clone()),
         );
     }
@@ -452,17 +347,12 @@ async fn manage_replicas<K: ReplicaOwner>(
         Manage::Steady => Ok(()),
         Manage::Create(n) => {
             let Some(template) = owner.template() else {
-                return Err(ManageError {
-                    creating: true,
-                    message: "spec.template is missing".into(),
-                });
+                return Err(ManageError { creating: true, message: "spec.template is missing".into() });
             };
-            let pod =
-                pod_control::pod_from_template(template, &owner.name_any(), owner_ref.clone());
+            let pod = pod_control::pod_from_template(template, &owner.name_any(), owner_ref.clone());
             for batch in slow_start_batches(n) {
                 let pp = PostParams::default();
-                let results =
-                    futures::future::join_all((0..batch).map(|_| pods_api.create(&pp, &pod))).await;
+                let results = futures::future::join_all((0..batch).map(|_| pods_api.create(&pp, &pod))).await;
                 let mut failed = None;
                 let mut created = Vec::new();
                 for r in results {
@@ -473,29 +363,12 @@ async fn manage_replicas<K: ReplicaOwner>(
                 }
                 state.expectations.expect_creations(key, created.clone());
                 for name in created {
-                    state
-                        .events
-                        .normal(
-                            &regarding,
-                            "SuccessfulCreate",
-                            format!("Created pod: {name}"),
-                        )
-                        .await;
+                    state.events.normal(&regarding, "SuccessfulCreate", format!("Created pod: {name}")).await;
                 }
                 if let Some(e) = failed {
                     let message = api_message(&e);
-                    state
-                        .events
-                        .warning(
-                            &regarding,
-                            "FailedCreate",
-                            format!("Error creating: {message}"),
-                        )
-                        .await;
-                    return Err(ManageError {
-                        creating: true,
-                        message,
-                    });
+                    state.events.warning(&regarding, "FailedCreate", format!("Error creating: {message}")).await;
+                    return Err(ManageError { creating: true, message });
                 }
             }
             Ok(())
@@ -504,50 +377,24 @@ async fn manage_replicas<K: ReplicaOwner>(
             let mut ranked: Vec<&Pod> = mine.iter().map(|p| p.as_ref()).collect();
             pod_util::sort_for_deletion(&mut ranked, related, Timestamp::now());
             let victims = &ranked[..n.min(ranked.len())];
-            state
-                .expectations
-                .expect_deletions(key, victims.iter().filter_map(|p| p.metadata.uid.clone()));
+            state.expectations.expect_deletions(key, victims.iter().filter_map(|p| p.metadata.uid.clone()));
             let dp = DeleteParams::default();
-            let results = futures::future::join_all(
-                victims
-                    .iter()
-                    .map(|p| pods_api.delete(p.metadata.name.as_deref().unwrap_or(""), &dp)),
-            )
-            .await;
+            let results = futures::future::join_all(victims.iter().map(|p| pods_api.delete(p.metadata.name.as_deref().unwrap_or(""), &dp))).await;
             let mut failed = None;
             for (p, r) in victims.iter().zip(results) {
                 let name = p.name_any();
                 match r {
-                    Ok(_) => {
-                        state
-                            .events
-                            .normal(
-                                &regarding,
-                                "SuccessfulDelete",
-                                format!("Deleted pod: {name}"),
-                            )
-                            .await
-                    }
+                    Ok(_) => state.events.normal(&regarding, "SuccessfulDelete", format!("Deleted pod: {name}")).await,
                     Err(e) if pod_control::is_not_found(&e) => {}
                     Err(e) => {
                         let message = api_message(&e);
-                        state
-                            .events
-                            .warning(
-                                &regarding,
-                                "FailedDelete",
-                                format!("Error deleting: {message}"),
-                            )
-                            .await;
+                        state.events.warning(&regarding, "FailedDelete", format!("Error deleting: {message}")).await;
                         failed = Some(message);
                     }
                 }
             }
             match failed {
-                Some(message) => Err(ManageError {
-                    creating: false,
-                    message,
-                }),
+                Some(message) => Err(ManageError { creating: false, message }),
                 None => Ok(()),
             }
         }

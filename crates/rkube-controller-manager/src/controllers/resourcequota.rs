@@ -40,9 +40,7 @@ pub struct ResourceQuotaOptions {
 
 impl Default for ResourceQuotaOptions {
     fn default() -> Self {
-        ResourceQuotaOptions {
-            poll: Duration::from_secs(2),
-        }
+        ResourceQuotaOptions { poll: Duration::from_secs(2) }
     }
 }
 
@@ -106,14 +104,8 @@ pub fn compute_used(rq: &Value, objects: &HashMap<(String, String), Vec<Value>>)
         if names.is_empty() {
             continue;
         }
-        let mut sum: ResourceList = names
-            .iter()
-            .map(|n| (n.clone(), quota::Quantity::zero()))
-            .collect();
-        for obj in objs
-            .iter()
-            .filter(|o| quota::scopes_select(rq, &gr.0, &gr.1, o))
-        {
+        let mut sum: ResourceList = names.iter().map(|n| (n.clone(), quota::Quantity::zero())).collect();
+        for obj in objs.iter().filter(|o| quota::scopes_select(rq, &gr.0, &gr.1, o)) {
             sum = quota::add(&sum, &quota::mask(&quota::usage(&gr.0, &gr.1, obj), &names));
         }
         used.extend(sum);
@@ -121,25 +113,14 @@ pub fn compute_used(rq: &Value, objects: &HashMap<(String, String), Vec<Value>>)
     quota::mask(&used, hard.keys())
 }
 
-async fn api_resource(
-    client: &kube::Client,
-    group: &str,
-    resource: &str,
-) -> Result<Option<ApiResource>, kube::Error> {
+async fn api_resource(client: &kube::Client, group: &str, resource: &str) -> Result<Option<ApiResource>, kube::Error> {
     if group.is_empty() {
         if let Some((_, kind)) = CORE.iter().find(|(r, _)| *r == resource) {
-            return Ok(Some(ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("", "v1", kind),
-                resource,
-            )));
+            return Ok(Some(ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", kind), resource)));
         }
     }
     let found = match kube::discovery::oneshot::group(client, group).await {
-        Ok(g) => g
-            .recommended_resources()
-            .into_iter()
-            .map(|(ar, _)| ar)
-            .find(|ar| ar.plural == resource),
+        Ok(g) => g.recommended_resources().into_iter().map(|(ar, _)| ar).find(|ar| ar.plural == resource),
         Err(kube::Error::Api(e)) if e.code == 404 => None,
         Err(e) => return Err(e),
     };
@@ -147,16 +128,10 @@ async fn api_resource(
 }
 
 async fn sync_all(client: &kube::Client) -> Result<(), kube::Error> {
-    let quotas = Api::<ResourceQuota>::all(client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items;
+    let quotas = Api::<ResourceQuota>::all(client.clone()).list(&ListParams::default()).await?.items;
     let mut by_ns: BTreeMap<String, Vec<ResourceQuota>> = BTreeMap::new();
     for q in quotas {
-        by_ns
-            .entry(q.namespace().unwrap_or_default())
-            .or_default()
-            .push(q);
+        by_ns.entry(q.namespace().unwrap_or_default()).or_default().push(q);
     }
     for (ns, quotas) in by_ns {
         let mut objects: HashMap<(String, String), Vec<Value>> = HashMap::new();
@@ -168,37 +143,22 @@ async fn sync_all(client: &kube::Client) -> Result<(), kube::Error> {
                 if objects.contains_key(&gr) {
                     continue;
                 }
-                let Some(ar) = api_resource(client, &gr.0, &gr.1).await? else {
-                    continue;
-                };
-                let list = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar)
-                    .list(&ListParams::default())
-                    .await?;
-                let values = list
-                    .items
-                    .iter()
-                    .filter_map(|o| serde_json::to_value(o).ok())
-                    .collect();
+                let Some(ar) = api_resource(client, &gr.0, &gr.1).await? else { continue };
+                let list = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar).list(&ListParams::default()).await?;
+                let values = list.items.iter().filter_map(|o| serde_json::to_value(o).ok()).collect();
                 objects.insert(gr, values);
             }
             let used = compute_used(&rq_json, &objects);
             let want_hard = quota::list_to_json(&hard);
             let want_used = quota::list_to_json(&used);
-            if rq_json.pointer("/status/hard") == Some(&want_hard)
-                && rq_json.pointer("/status/used") == Some(&want_used)
-            {
+            if rq_json.pointer("/status/hard") == Some(&want_hard) && rq_json.pointer("/status/used") == Some(&want_used) {
                 continue;
             }
             let mut updated = rq_json.clone();
             updated["status"] = serde_json::json!({"hard": want_hard, "used": want_used});
-            let Ok(updated) = serde_json::from_value::<ResourceQuota>(updated) else {
-                continue;
-            };
+            let Ok(updated) = serde_json::from_value::<ResourceQuota>(updated) else { continue };
             let api: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
-            if let Err(e) = api
-                .replace_status(&rq.name_any(), &PostParams::default(), &updated)
-                .await
-            {
+            if let Err(e) = api.replace_status(&rq.name_any(), &PostParams::default(), &updated).await {
                 if !crate::pod_control::is_conflict(&e) && !crate::pod_control::is_not_found(&e) {
                     last_err = Some(e);
                 }
@@ -223,26 +183,19 @@ mod tests {
             json!({"spec": {"activeDeadlineSeconds": 5, "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]}}),
             json!({"spec": {"containers": [{"name": "a"}]}, "status": {"phase": "Failed"}}),
         ];
-        let objects: HashMap<(String, String), Vec<Value>> =
-            [((String::new(), "pods".to_string()), pods)].into();
+        let objects: HashMap<(String, String), Vec<Value>> = [((String::new(), "pods".to_string()), pods)].into();
         let rq = json!({"spec": {"hard": {"pods": "10", "requests.cpu": "4", "count/pods": "9", "example.com/foo": "1"}},
             "status": {"used": {"example.com/foo": "1", "secrets": "3"}}});
-        assert_eq!(
-            quota::pretty(&compute_used(&rq, &objects)),
-            "count/pods=3,example.com/foo=1,pods=2,requests.cpu=1250m"
-        );
+        assert_eq!(quota::pretty(&compute_used(&rq, &objects)), "count/pods=3,example.com/foo=1,pods=2,requests.cpu=1250m");
         let scoped = json!({"spec": {"hard": {"pods": "10"}, "scopes": ["Terminating"]}});
         assert_eq!(quota::pretty(&compute_used(&scoped, &objects)), "pods=1");
-        let empty: HashMap<(String, String), Vec<Value>> =
-            [((String::new(), "pods".to_string()), vec![])].into();
+        let empty: HashMap<(String, String), Vec<Value>> = [((String::new(), "pods".to_string()), vec![])].into();
         assert_eq!(quota::pretty(&compute_used(&scoped, &empty)), "pods=0");
     }
 
     #[test]
     fn the_resources_to_list_follow_the_hard_names() {
-        let hard = quota::parse_list(Some(
-            &json!({"pods": "1", "count/deployments.apps": "2", "count/configmaps": "3"}),
-        ));
+        let hard = quota::parse_list(Some(&json!({"pods": "1", "count/deployments.apps": "2", "count/configmaps": "3"})));
         let got = resources_to_count(&hard);
         let want: Vec<(String, String)> = vec![
             (String::new(), "pods".into()),

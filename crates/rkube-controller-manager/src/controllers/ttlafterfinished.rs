@@ -42,9 +42,7 @@ pub fn finish_time(job: &Job) -> Option<i64> {
 
 /// Upstream's `timeLeft`: `finished + ttl - now` (seconds since the epoch and seconds).
 pub fn ttl_state(ttl: Option<i32>, finished: Option<i64>, now: i64) -> Ttl {
-    let (Some(ttl), Some(finished)) = (ttl, finished) else {
-        return Ttl::NotApplicable;
-    };
+    let (Some(ttl), Some(finished)) = (ttl, finished) else { return Ttl::NotApplicable };
     let left = finished + i64::from(ttl) - now;
     if left <= 0 {
         Ttl::Expired
@@ -57,11 +55,7 @@ fn state_of(job: &Job, now: i64) -> Ttl {
     if job.metadata.deletion_timestamp.is_some() {
         return Ttl::NotApplicable;
     }
-    ttl_state(
-        job.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished),
-        finish_time(job),
-        now,
-    )
+    ttl_state(job.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished), finish_time(job), now)
 }
 
 /// Starts the controller.
@@ -75,11 +69,7 @@ pub async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
     let stop = ctx.clone();
     Controller::new(Api::<Job>::all(client.clone()), watcher::Config::default())
         .graceful_shutdown_on(async move { stop.stopped().await })
-        .run(
-            reconcile,
-            |_, _: &kube::Error, _| Action::requeue(Duration::from_secs(2)),
-            Arc::new(client),
-        )
+        .run(reconcile, |_, _: &kube::Error, _| Action::requeue(Duration::from_secs(2)), Arc::new(client))
         .for_each(|r| async move {
             if let Err(err) = r {
                 tracing::debug!(%err, "ttl-after-finished sync");
@@ -97,18 +87,13 @@ async fn reconcile(job: Arc<Job>, client: Arc<kube::Client>) -> Result<Action, k
     }
     // The cache may be stale: check the Job the server has before deleting.
     let api: Api<Job> = Api::namespaced((*client).clone(), &job.namespace().unwrap_or_default());
-    let Some(fresh) = api.get_opt(&job.name_any()).await? else {
-        return Ok(Action::await_change());
-    };
+    let Some(fresh) = api.get_opt(&job.name_any()).await? else { return Ok(Action::await_change()) };
     if state_of(&fresh, Timestamp::now().as_second()) != Ttl::Expired {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let dp = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Foreground),
-        preconditions: Some(Preconditions {
-            resource_version: fresh.metadata.resource_version.clone(),
-            uid: fresh.metadata.uid.clone(),
-        }),
+        preconditions: Some(Preconditions { resource_version: fresh.metadata.resource_version.clone(), uid: fresh.metadata.uid.clone() }),
         ..DeleteParams::default()
     };
     match api.delete(&fresh.name_any(), &dp).await {
@@ -127,10 +112,7 @@ mod tests {
     fn finished_jobs_expire_ttl_seconds_after_finishing() {
         assert_eq!(ttl_state(None, Some(100), 500), Ttl::NotApplicable);
         assert_eq!(ttl_state(Some(10), None, 500), Ttl::NotApplicable);
-        assert_eq!(
-            ttl_state(Some(10), Some(100), 105),
-            Ttl::ExpiresIn(Duration::from_secs(5))
-        );
+        assert_eq!(ttl_state(Some(10), Some(100), 105), Ttl::ExpiresIn(Duration::from_secs(5)));
         assert_eq!(ttl_state(Some(10), Some(100), 110), Ttl::Expired);
         assert_eq!(ttl_state(Some(0), Some(100), 100), Ttl::Expired);
     }

@@ -32,30 +32,16 @@ impl Cluster {
     }
 
     /// [`Cluster::start`] with controller settings `config`.
-    pub async fn start_with(
-        spec: &str,
-        settings: rkube_controller_manager::context::ControllerConfig,
-    ) -> Cluster {
+    pub async fn start_with(spec: &str, settings: rkube_controller_manager::context::ControllerConfig) -> Cluster {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("temp dir");
-        let server = rkube_apiserver::testing::InProcessServer::start(
-            dir.path(),
-            rkube_apiserver::ServerConfig::default(),
-        )
-        .await;
+        let server = rkube_apiserver::testing::InProcessServer::start(dir.path(), rkube_apiserver::ServerConfig::default()).await;
         let config = kube::Config::new(server.base.parse().expect("url"));
         let client = kube::Client::try_from(config.clone()).expect("client");
         let names: Vec<String> = spec.split(',').map(String::from).collect();
         let (selected, _) = controllers::select(&names).expect("controllers");
-        let controllers =
-            (!selected.is_empty()).then(|| cli::start_with(client.clone(), &selected, settings));
-        Cluster {
-            client,
-            client_config: config,
-            controllers,
-            server: Some(server),
-            _dir: dir,
-        }
+        let controllers = (!selected.is_empty()).then(|| cli::start_with(client.clone(), &selected, settings));
+        Cluster { client, client_config: config, controllers, server: Some(server), _dir: dir }
     }
 
     /// Stops the controllers, then the server.
@@ -91,10 +77,7 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -57,32 +57,18 @@ impl Env {
     }
 
     /// [`Env::start`] with a server configured by `config`.
-    pub async fn start_with(
-        names: &[&str],
-        kubelet: bool,
-        config: rkube_apiserver::ServerConfig,
-    ) -> Env {
+    pub async fn start_with(names: &[&str], kubelet: bool, config: rkube_apiserver::ServerConfig) -> Env {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("temp dir");
         let server = rkube_apiserver::testing::InProcessServer::start(dir.path(), config).await;
-        let client = kube::Client::try_from(kube::Config::new(server.base.parse().expect("url")))
-            .expect("client");
+        let client = kube::Client::try_from(kube::Config::new(server.base.parse().expect("url"))).expect("client");
         let spec: Vec<String> = names.iter().map(|s| s.to_string()).collect();
         let (selected, _) = controllers::select(&spec).expect("controllers");
         let cm = cli::start(client.clone(), &selected);
         let seen = Arc::new(Mutex::new(Observed::default()));
         let kubelet = kubelet.then(|| tokio::spawn(stand_in_kubelet(client.clone(), seen.clone())));
         let (extra_stop, _) = tokio::sync::watch::channel(false);
-        Env {
-            client,
-            cm: Some(cm),
-            server: Some(server),
-            kubelet,
-            extra_stop,
-            extra: Vec::new(),
-            seen,
-            _dir: dir,
-        }
+        Env { client, cm: Some(cm), server: Some(server), kubelet, extra_stop, extra: Vec::new(), seen, _dir: dir }
     }
 
     /// Runs a controller started outside the table (`run` given a context
@@ -92,11 +78,7 @@ impl Env {
         F: FnOnce(ControllerContext) -> Fut,
         Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
     {
-        let ctx = ControllerContext {
-            client: self.client.clone(),
-            stop: self.extra_stop.subscribe(),
-            config: std::sync::Arc::new(ControllerConfig::default()),
-        };
+        let ctx = ControllerContext { client: self.client.clone(), stop: self.extra_stop.subscribe(), config: std::sync::Arc::new(ControllerConfig::default()) };
         self.extra.push(tokio::spawn(run(ctx)));
     }
 
@@ -119,22 +101,14 @@ impl Env {
     pub async fn namespace(&self, ns: &str) {
         let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
         let obj = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
-        api.create(&Default::default(), &obj)
-            .await
-            .expect("create namespace");
+        api.create(&Default::default(), &obj).await.expect("create namespace");
     }
 
     /// Live (not terminating) pods of `ns` with label `app=<app>`.
     pub async fn live_pods(&self, ns: &str, app: &str) -> Vec<Pod> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        let list = api
-            .list(&ListParams::default().labels(&format!("app={app}")))
-            .await
-            .expect("list pods");
-        list.items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect()
+        let list = api.list(&ListParams::default().labels(&format!("app={app}"))).await.expect("list pods");
+        list.items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
     }
 }
 
@@ -160,28 +134,14 @@ async fn stand_in_kubelet(client: kube::Client, seen: Arc<Mutex<Observed>>) {
     let api: Api<Pod> = Api::all(client);
     loop {
         if let Ok(list) = api.list(&ListParams::default()).await {
-            let live: Vec<&Pod> = list
-                .items
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .collect();
-            let phase = |p: &Pod| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.phase.clone())
-                    .unwrap_or_default()
-            };
+            let live: Vec<&Pod> = list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+            let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
             let finished = |p: &Pod| matches!(phase(p).as_str(), "Succeeded" | "Failed");
             {
                 let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
                 s.max_live = s.max_live.max(live.len());
-                s.max_active = s
-                    .max_active
-                    .max(live.iter().filter(|p| !finished(p)).count());
-                let hashes: BTreeSet<String> = live
-                    .iter()
-                    .filter_map(|p| p.labels().get("pod-template-hash").cloned())
-                    .collect();
+                s.max_active = s.max_active.max(live.iter().filter(|p| !finished(p)).count());
+                let hashes: BTreeSet<String> = live.iter().filter_map(|p| p.labels().get("pod-template-hash").cloned()).collect();
                 if s.live_hashes.last() != Some(&hashes) {
                     s.live_hashes.push(hashes);
                 }
@@ -191,12 +151,7 @@ async fn stand_in_kubelet(client: kube::Client, seen: Arc<Mutex<Observed>>) {
                 if finished(p) {
                     continue;
                 }
-                if let (true, Some(code)) = (
-                    running,
-                    p.labels()
-                        .get("exit-code")
-                        .and_then(|c| c.parse::<i32>().ok()),
-                ) {
+                if let (true, Some(code)) = (running, p.labels().get("exit-code").and_then(|c| c.parse::<i32>().ok())) {
                     finish(&api, p, code).await;
                     continue;
                 }
@@ -209,13 +164,7 @@ async fn stand_in_kubelet(client: kube::Client, seen: Arc<Mutex<Observed>>) {
                 ]}});
                 let ns = p.namespace().unwrap_or_default();
                 let pods: Api<Pod> = Api::namespaced(api.clone().into_client(), &ns);
-                let _ = pods
-                    .patch_status(
-                        &p.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(&status),
-                    )
-                    .await;
+                let _ = pods.patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await;
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -226,33 +175,16 @@ async fn stand_in_kubelet(client: kube::Client, seen: Arc<Mutex<Observed>>) {
 async fn finish(api: &Api<Pod>, pod: &Pod, code: i32) {
     let phase = if code == 0 { "Succeeded" } else { "Failed" };
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let container = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.first())
-        .map(|c| c.name.clone())
-        .unwrap_or_default();
+    let container = pod.spec.as_ref().and_then(|s| s.containers.first()).map(|c| c.name.clone()).unwrap_or_default();
     let status = json!({"status": {"phase": phase, "conditions": [
         {"type": "Ready", "status": "False", "lastTransitionTime": now},
     ], "containerStatuses": [{"name": container, "image": "", "imageID": "", "ready": false, "restartCount": 0,
         "state": {"terminated": {"exitCode": code, "finishedAt": now}}}]}});
-    let pods: Api<Pod> = Api::namespaced(
-        api.clone().into_client(),
-        &pod.namespace().unwrap_or_default(),
-    );
-    let _ = pods
-        .patch_status(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&status),
-        )
-        .await;
+    let pods: Api<Pod> = Api::namespaced(api.clone().into_client(), &pod.namespace().unwrap_or_default());
+    let _ = pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await;
 }
 
 /// Labels map from pairs.
 pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }

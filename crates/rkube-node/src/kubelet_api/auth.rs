@@ -14,9 +14,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::PostParams;
 use kube::Api;
 
@@ -49,9 +47,7 @@ impl std::str::FromStr for AuthorizationMode {
         match s {
             "AlwaysAllow" => Ok(Self::AlwaysAllow),
             "Webhook" => Ok(Self::Webhook),
-            other => Err(format!(
-                "unknown authorization mode {other:?} (AlwaysAllow or Webhook)"
-            )),
+            other => Err(format!("unknown authorization mode {other:?} (AlwaysAllow or Webhook)")),
         }
     }
 }
@@ -68,10 +64,7 @@ pub struct Attributes {
 }
 
 fn under(path: &str, prefix: &str) -> bool {
-    path == prefix
-        || path
-            .strip_prefix(prefix)
-            .is_some_and(|rest| rest.starts_with('/'))
+    path == prefix || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// Maps a method and path to authorization attributes as upstream `auth.go`:
@@ -122,28 +115,14 @@ pub struct Authorizer {
 
 impl std::fmt::Debug for Authorizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Authorizer")
-            .field("node_name", &self.node_name)
-            .field("mode", &self.mode)
-            .finish_non_exhaustive()
+        f.debug_struct("Authorizer").field("node_name", &self.node_name).field("mode", &self.mode).finish_non_exhaustive()
     }
 }
 
 impl Authorizer {
     /// An authorizer for node `node_name` using `client` for reviews.
-    pub fn new(
-        client: kube::Client,
-        node_name: String,
-        anonymous: bool,
-        mode: AuthorizationMode,
-    ) -> Self {
-        Self {
-            client,
-            node_name,
-            anonymous,
-            mode,
-            tokens: Mutex::new(HashMap::new()),
-        }
+    pub fn new(client: kube::Client, node_name: String, anonymous: bool, mode: AuthorizationMode) -> Self {
+        Self { client, node_name, anonymous, mode, tokens: Mutex::new(HashMap::new()) }
     }
 
     /// The user of a request: `cert_user` (from a verified client certificate), else the bearer
@@ -151,11 +130,7 @@ impl Authorizer {
     ///
     /// # Errors
     /// The TokenReview call failed.
-    pub async fn authenticate(
-        &self,
-        cert_user: Option<User>,
-        bearer: Option<&str>,
-    ) -> Result<Option<User>, ReviewError> {
+    pub async fn authenticate(&self, cert_user: Option<User>, bearer: Option<&str>) -> Result<Option<User>, ReviewError> {
         if let Some(u) = cert_user {
             return Ok(Some(u));
         }
@@ -182,23 +157,13 @@ impl Authorizer {
         }
         let api: Api<TokenReview> = Api::all(self.client.clone());
         let review = TokenReview {
-            spec: TokenReviewSpec {
-                token: Some(token.to_string()),
-                audiences: None,
-            },
+            spec: TokenReviewSpec { token: Some(token.to_string()), audiences: None },
             ..Default::default()
         };
-        let answer = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| ReviewError(format!("TokenReview: {e}")))?;
+        let answer = api.create(&PostParams::default(), &review).await.map_err(|e| ReviewError(format!("TokenReview: {e}")))?;
         let status = answer.status.unwrap_or_default();
         let user = if status.authenticated == Some(true) {
-            status.user.map(|u| User {
-                name: u.username.unwrap_or_default(),
-                groups: u.groups.unwrap_or_default(),
-                uid: u.uid,
-            })
+            status.user.map(|u| User { name: u.username.unwrap_or_default(), groups: u.groups.unwrap_or_default(), uid: u.uid })
         } else {
             None
         };
@@ -214,11 +179,7 @@ impl Authorizer {
     ///
     /// # Errors
     /// The SubjectAccessReview call failed.
-    pub async fn authorize(
-        &self,
-        user: &User,
-        attrs: &Attributes,
-    ) -> Result<Option<&'static str>, ReviewError> {
+    pub async fn authorize(&self, user: &User, attrs: &Attributes) -> Result<Option<&'static str>, ReviewError> {
         if self.mode == AuthorizationMode::AlwaysAllow {
             return Ok(None);
         }
@@ -259,20 +220,9 @@ impl Authorizer {
 pub fn cert_user(der: &[u8]) -> Option<User> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let subject = cert.subject();
-    let name = subject
-        .iter_common_name()
-        .next()
-        .and_then(|c| c.as_str().ok())?
-        .to_string();
-    let groups = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(str::to_string))
-        .collect();
-    Some(User {
-        name,
-        groups,
-        uid: None,
-    })
+    let name = subject.iter_common_name().next().and_then(|c| c.as_str().ok())?.to_string();
+    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(str::to_string)).collect();
+    Some(User { name, groups, uid: None })
 }
 
 #[cfg(test)]
@@ -283,38 +233,16 @@ mod tests {
     #[test]
     fn paths_map_to_node_subresources_as_upstream_kubelet() {
         let sub = |m: &Method, p: &str| path_attributes(m, p);
-        assert_eq!(
-            sub(&Method::GET, "/containerLogs/ns/pod/c"),
-            Attributes {
-                verb: "get",
-                subresources: vec!["proxy"]
-            }
-        );
+        assert_eq!(sub(&Method::GET, "/containerLogs/ns/pod/c"), Attributes { verb: "get", subresources: vec!["proxy"] });
         assert_eq!(sub(&Method::GET, "/logs/messages").subresources, ["log"]);
         assert_eq!(sub(&Method::GET, "/stats/summary").subresources, ["stats"]);
-        assert_eq!(
-            sub(&Method::GET, "/metrics/cadvisor").subresources,
-            ["metrics"]
-        );
-        assert_eq!(
-            sub(&Method::GET, "/healthz").subresources,
-            ["healthz", "proxy"]
-        );
+        assert_eq!(sub(&Method::GET, "/metrics/cadvisor").subresources, ["metrics"]);
+        assert_eq!(sub(&Method::GET, "/healthz").subresources, ["healthz", "proxy"]);
         assert_eq!(sub(&Method::GET, "/pods").subresources, ["pods", "proxy"]);
-        assert_eq!(
-            sub(&Method::GET, "/runningpods/").subresources,
-            ["pods", "proxy"]
-        );
-        assert_eq!(
-            sub(&Method::GET, "/configz").subresources,
-            ["configz", "proxy"]
-        );
+        assert_eq!(sub(&Method::GET, "/runningpods/").subresources, ["pods", "proxy"]);
+        assert_eq!(sub(&Method::GET, "/configz").subresources, ["configz", "proxy"]);
         assert_eq!(sub(&Method::POST, "/exec/ns/pod/c").verb, "create");
-        assert_eq!(
-            sub(&Method::GET, "/statsx").subresources,
-            ["proxy"],
-            "a prefix must end at a segment"
-        );
+        assert_eq!(sub(&Method::GET, "/statsx").subresources, ["proxy"], "a prefix must end at a segment");
         assert_eq!(sub(&Method::DELETE, "/x").verb, "delete");
         assert_eq!(sub(&Method::PUT, "/x").verb, "update");
         assert_eq!(sub(&Method::PATCH, "/x").verb, "patch");
@@ -322,14 +250,8 @@ mod tests {
 
     #[test]
     fn authorization_mode_parses_kubelet_names() {
-        assert_eq!(
-            "Webhook".parse::<AuthorizationMode>(),
-            Ok(AuthorizationMode::Webhook)
-        );
-        assert_eq!(
-            "AlwaysAllow".parse::<AuthorizationMode>(),
-            Ok(AuthorizationMode::AlwaysAllow)
-        );
+        assert_eq!("Webhook".parse::<AuthorizationMode>(), Ok(AuthorizationMode::Webhook));
+        assert_eq!("AlwaysAllow".parse::<AuthorizationMode>(), Ok(AuthorizationMode::AlwaysAllow));
         assert!("RBAC".parse::<AuthorizationMode>().is_err());
     }
 }

@@ -60,11 +60,8 @@ pub fn parse_record(line: &[u8]) -> Result<Record<'_>, ParseError> {
     let tag = parts.next().ok_or(ParseError::Fields)?;
     // A record of an empty line may lack the final space.
     let text = parts.next().unwrap_or(&[]);
-    let time_text = std::str::from_utf8(time_bytes)
-        .map_err(|_| ParseError::Time(String::from_utf8_lossy(time_bytes).into()))?;
-    let time: Timestamp = time_text
-        .parse()
-        .map_err(|_| ParseError::Time(time_text.to_string()))?;
+    let time_text = std::str::from_utf8(time_bytes).map_err(|_| ParseError::Time(String::from_utf8_lossy(time_bytes).into()))?;
+    let time: Timestamp = time_text.parse().map_err(|_| ParseError::Time(time_text.to_string()))?;
     let stream = match stream_bytes {
         b"stdout" => LogStream::Stdout,
         b"stderr" => LogStream::Stderr,
@@ -75,13 +72,7 @@ pub fn parse_record(line: &[u8]) -> Result<Record<'_>, ParseError> {
         b"F" => false,
         other => return Err(ParseError::Tag(String::from_utf8_lossy(other).into())),
     };
-    Ok(Record {
-        time_text,
-        time,
-        stream,
-        partial,
-        text,
-    })
+    Ok(Record { time_text, time, stream, partial, text })
 }
 
 /// One whole log line (partial records joined).
@@ -205,9 +196,7 @@ impl ByteBudget {
             None => Some(bytes),
             Some(0) => None,
             Some(left) => {
-                let n = usize::try_from(*left)
-                    .unwrap_or(usize::MAX)
-                    .min(bytes.len());
+                let n = usize::try_from(*left).unwrap_or(usize::MAX).min(bytes.len());
                 bytes.truncate(n);
                 *left -= n as u64;
                 Some(bytes)
@@ -231,37 +220,16 @@ mod tests {
 
     #[test]
     fn records_of_both_streams_and_tags_parse() {
-        let r =
-            parse_record(b"2026-01-02T03:04:05.123456789Z stdout F hello world").expect("parses");
-        assert_eq!(
-            (r.stream, r.partial, r.text),
-            (LogStream::Stdout, false, &b"hello world"[..])
-        );
+        let r = parse_record(b"2026-01-02T03:04:05.123456789Z stdout F hello world").expect("parses");
+        assert_eq!((r.stream, r.partial, r.text), (LogStream::Stdout, false, &b"hello world"[..]));
         assert_eq!(r.time, ts("2026-01-02T03:04:05.123456789Z"));
         let r = parse_record(b"2026-01-02T03:04:05Z stderr P part").expect("parses");
-        assert_eq!(
-            (r.stream, r.partial, r.text),
-            (LogStream::Stderr, true, &b"part"[..])
-        );
-        assert_eq!(
-            parse_record(b"2026-01-02T03:04:05Z stdout F")
-                .expect("empty line")
-                .text,
-            b""
-        );
+        assert_eq!((r.stream, r.partial, r.text), (LogStream::Stderr, true, &b"part"[..]));
+        assert_eq!(parse_record(b"2026-01-02T03:04:05Z stdout F").expect("empty line").text, b"");
         assert_eq!(parse_record(b"nonsense"), Err(ParseError::Fields));
-        assert!(matches!(
-            parse_record(b"yesterday stdout F x"),
-            Err(ParseError::Time(_))
-        ));
-        assert!(matches!(
-            parse_record(b"2026-01-02T03:04:05Z stdin F x"),
-            Err(ParseError::Stream(_))
-        ));
-        assert!(matches!(
-            parse_record(b"2026-01-02T03:04:05Z stdout X x"),
-            Err(ParseError::Tag(_))
-        ));
+        assert!(matches!(parse_record(b"yesterday stdout F x"), Err(ParseError::Time(_))));
+        assert!(matches!(parse_record(b"2026-01-02T03:04:05Z stdin F x"), Err(ParseError::Stream(_))));
+        assert!(matches!(parse_record(b"2026-01-02T03:04:05Z stdout X x"), Err(ParseError::Tag(_))));
     }
 
     #[test]
@@ -270,18 +238,9 @@ mod tests {
         let text = b"2026-01-02T03:04:05.1Z stdout P ab\n2026-01-02T03:04:05.2Z stderr F err\n2026-01-02T03:04:05.3Z stdout F cd\n2026-01-02T03:04:05.4Z stdout F e";
         let lines = d.feed(text);
         assert_eq!(lines.len(), 2);
-        assert_eq!(
-            (lines[0].stream, lines[0].text.as_slice()),
-            (LogStream::Stderr, &b"err"[..])
-        );
-        assert_eq!(
-            (lines[1].stream, lines[1].text.as_slice()),
-            (LogStream::Stdout, &b"abcd"[..])
-        );
-        assert_eq!(
-            lines[1].time_text, "2026-01-02T03:04:05.1Z",
-            "a joined line keeps its first record's time"
-        );
+        assert_eq!((lines[0].stream, lines[0].text.as_slice()), (LogStream::Stderr, &b"err"[..]));
+        assert_eq!((lines[1].stream, lines[1].text.as_slice()), (LogStream::Stdout, &b"abcd"[..]));
+        assert_eq!(lines[1].time_text, "2026-01-02T03:04:05.1Z", "a joined line keeps its first record's time");
         let rest = d.feed(b"f\n");
         assert_eq!(rest.len(), 1);
         assert_eq!(rest[0].text, b"ef");
@@ -301,60 +260,19 @@ mod tests {
         let lines = d.feed(
             b"2026-01-02T03:04:01Z stdout F one\n2026-01-02T03:04:02Z stdout F two\n2026-01-02T03:04:03Z stdout F three\n",
         );
-        let texts = |ls: Vec<LogLine>| {
-            ls.into_iter()
-                .map(|l| String::from_utf8_lossy(&l.text).into_owned())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            texts(
-                Selection {
-                    tail_lines: Some(1),
-                    ..Default::default()
-                }
-                .initial(lines.clone())
-            ),
-            ["three"]
-        );
-        assert_eq!(
-            texts(
-                Selection {
-                    tail_lines: Some(0),
-                    ..Default::default()
-                }
-                .initial(lines.clone())
-            ),
-            Vec::<String>::new()
-        );
-        assert_eq!(
-            texts(
-                Selection {
-                    tail_lines: Some(10),
-                    ..Default::default()
-                }
-                .initial(lines.clone())
-            ),
-            ["one", "two", "three"]
-        );
-        let since = Selection {
-            since: Some(ts("2026-01-02T03:04:02Z")),
-            ..Default::default()
-        };
+        let texts = |ls: Vec<LogLine>| ls.into_iter().map(|l| String::from_utf8_lossy(&l.text).into_owned()).collect::<Vec<_>>();
+        assert_eq!(texts(Selection { tail_lines: Some(1), ..Default::default() }.initial(lines.clone())), ["three"]);
+        assert_eq!(texts(Selection { tail_lines: Some(0), ..Default::default() }.initial(lines.clone())), Vec::<String>::new());
+        assert_eq!(texts(Selection { tail_lines: Some(10), ..Default::default() }.initial(lines.clone())), ["one", "two", "three"]);
+        let since = Selection { since: Some(ts("2026-01-02T03:04:02Z")), ..Default::default() };
         assert_eq!(texts(since.initial(lines.clone())), ["two", "three"]);
-        let both = Selection {
-            since: Some(ts("2026-01-02T03:04:02Z")),
-            tail_lines: Some(1),
-            ..Default::default()
-        };
+        let both = Selection { since: Some(ts("2026-01-02T03:04:02Z")), tail_lines: Some(1), ..Default::default() };
         assert_eq!(texts(both.initial(lines)), ["three"]);
         let mut budget = ByteBudget::new(Some(6));
         assert_eq!(budget.take(b"one\n".to_vec()), Some(b"one\n".to_vec()));
         assert_eq!(budget.take(b"two\n".to_vec()), Some(b"tw".to_vec()));
         assert!(budget.spent());
         assert_eq!(budget.take(b"x\n".to_vec()), None);
-        assert_eq!(
-            ByteBudget::new(None).take(b"all".to_vec()),
-            Some(b"all".to_vec())
-        );
+        assert_eq!(ByteBudget::new(None).take(b"all".to_vec()), Some(b"all".to_vec()));
     }
 }

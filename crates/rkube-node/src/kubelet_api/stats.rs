@@ -39,9 +39,7 @@ pub struct StatsDeps {
 
 /// CRI nanoseconds since the epoch as a `metav1.Time` (RFC 3339, whole seconds).
 fn time(ns: i64) -> String {
-    Timestamp::from_second(ns.div_euclid(1_000_000_000))
-        .map(|t| t.to_string())
-        .unwrap_or_default()
+    Timestamp::from_second(ns.div_euclid(1_000_000_000)).map(|t| t.to_string()).unwrap_or_default()
 }
 
 fn value(v: &Option<cri::UInt64Value>) -> Option<u64> {
@@ -115,41 +113,18 @@ pub struct Usage {
 /// Reads the node's usage and every pod's from the runtime.
 pub(crate) async fn gather(ctx: &Ctx) -> Usage {
     let at_ns = rkube_runtime::clock::wall_ns();
-    let node = tokio::task::spawn_blocking(host_usage)
-        .await
-        .ok()
-        .and_then(Result::ok);
+    let node = tokio::task::spawn_blocking(host_usage).await.ok().and_then(Result::ok);
     let node_nano_cores = node.and_then(|n| ctx.stats.rates.rate(NODE_KEY, at_ns, n.cpu_ns));
-    let (sandboxes, stats, containers) = tokio::join!(
-        ctx.cri.list_pod_sandbox(),
-        ctx.cri.list_pod_sandbox_stats(),
-        ctx.cri.list_containers()
-    );
+    let (sandboxes, stats, containers) =
+        tokio::join!(ctx.cri.list_pod_sandbox(), ctx.cri.list_pod_sandbox_stats(), ctx.cri.list_containers());
     let (Ok(sandboxes), Ok(stats), Ok(containers)) = (sandboxes, stats, containers) else {
-        return Usage {
-            at_ns,
-            node,
-            node_nano_cores,
-            pods: Vec::new(),
-            runtime_ok: false,
-        };
+        return Usage { at_ns, node, node_nano_cores, pods: Vec::new(), runtime_ok: false };
     };
-    let container_start_ns: HashMap<String, i64> = containers
-        .iter()
-        .map(|c| (c.id.clone(), c.created_at))
-        .collect();
+    let container_start_ns: HashMap<String, i64> = containers.iter().map(|c| (c.id.clone(), c.created_at)).collect();
     // The newest Ready sandbox of each pod uid (older attempts are history).
     let mut newest: HashMap<String, &cri::PodSandbox> = HashMap::new();
-    for s in sandboxes
-        .iter()
-        .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
-    {
-        let uid = s
-            .labels
-            .get(LABEL_POD_UID)
-            .cloned()
-            .or_else(|| s.metadata.as_ref().map(|m| m.uid.clone()))
-            .unwrap_or_default();
+    for s in sandboxes.iter().filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32) {
+        let uid = s.labels.get(LABEL_POD_UID).cloned().or_else(|| s.metadata.as_ref().map(|m| m.uid.clone())).unwrap_or_default();
         if newest.get(&uid).is_none_or(|o| o.created_at < s.created_at) {
             newest.insert(uid, s);
         }
@@ -160,13 +135,7 @@ pub(crate) async fn gather(ctx: &Ctx) -> Usage {
             let attrs = st.attributes?;
             let (uid, sandbox) = newest.iter().find(|(_, s)| s.id == attrs.id)?;
             let meta = sandbox.metadata.clone().unwrap_or_default();
-            let label = |k: &str, fallback: &str| {
-                attrs
-                    .labels
-                    .get(k)
-                    .cloned()
-                    .unwrap_or_else(|| fallback.to_string())
-            };
+            let label = |k: &str, fallback: &str| attrs.labels.get(k).cloned().unwrap_or_else(|| fallback.to_string());
             Some(PodUsage {
                 namespace: label(LABEL_POD_NAMESPACE, &meta.namespace),
                 name: label(LABEL_POD_NAME, &meta.name),
@@ -177,33 +146,18 @@ pub(crate) async fn gather(ctx: &Ctx) -> Usage {
                     .iter()
                     .flat_map(|l| &l.containers)
                     .filter_map(|c| c.attributes.as_ref())
-                    .map(|a| {
-                        (
-                            a.id.clone(),
-                            container_start_ns.get(&a.id).copied().unwrap_or(0),
-                        )
-                    })
+                    .map(|a| (a.id.clone(), container_start_ns.get(&a.id).copied().unwrap_or(0)))
                     .collect(),
                 stats: st.linux?,
             })
         })
         .collect();
     pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    Usage {
-        at_ns,
-        node,
-        node_nano_cores,
-        pods,
-        runtime_ok: true,
-    }
+    Usage { at_ns, node, node_nano_cores, pods, runtime_ok: true }
 }
 
 fn container_name(c: &cri::ContainerStats) -> String {
-    c.attributes
-        .as_ref()
-        .and_then(|a| a.metadata.as_ref())
-        .map(|m| m.name.clone())
-        .unwrap_or_default()
+    c.attributes.as_ref().and_then(|a| a.metadata.as_ref()).map(|m| m.name.clone()).unwrap_or_default()
 }
 
 /// The stats/v1alpha1 `Summary` of `usage` for node `node_name` (upstream
@@ -213,19 +167,13 @@ fn container_name(c: &cri::ContainerStats) -> String {
 pub fn summary(node_name: &str, usage: &Usage) -> Value {
     let mut node = json!({"nodeName": node_name, "systemContainers": []});
     if let Some(boot) = rkube_runtime::stats::boot_time_secs() {
-        node["startTime"] = json!(time(
-            i64::try_from(boot)
-                .unwrap_or(0)
-                .saturating_mul(1_000_000_000)
-        ));
+        node["startTime"] = json!(time(i64::try_from(boot).unwrap_or(0).saturating_mul(1_000_000_000)));
     }
     if let Some(n) = usage.node {
         let cpu = cri::CpuUsage {
             timestamp: usage.at_ns,
             usage_core_nano_seconds: Some(cri::UInt64Value { value: n.cpu_ns }),
-            usage_nano_cores: usage
-                .node_nano_cores
-                .map(|value| cri::UInt64Value { value }),
+            usage_nano_cores: usage.node_nano_cores.map(|value| cri::UInt64Value { value }),
         };
         node["cpu"] = cpu_json(&cpu);
         node["memory"] = json!({
@@ -280,11 +228,7 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(Stri
     let _ = writeln!(out, "# HELP {name} [STABLE] {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
     for (labels, v, ts) in samples {
-        let labels = if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        };
+        let labels = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
         if *ts > 0 {
             let _ = writeln!(out, "{name}{labels} {v} {ts}");
         } else {
@@ -295,9 +239,7 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(Stri
 
 /// A label value escaped as the text format wants (`\\`, `\"`, `\n`).
 fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// The `/metrics/resource` page of `usage`: kubelet's resource metrics with upstream's names,
@@ -319,11 +261,7 @@ pub fn resource_metrics(usage: &Usage) -> String {
     let mut p_cpu = Vec::new();
     let mut p_mem = Vec::new();
     for p in &usage.pods {
-        let pod_labels = format!(
-            "namespace=\"{}\",pod=\"{}\"",
-            esc(&p.namespace),
-            esc(&p.name)
-        );
+        let pod_labels = format!("namespace=\"{}\",pod=\"{}\"", esc(&p.namespace), esc(&p.name));
         for c in &p.stats.containers {
             let labels = format!("container=\"{}\",{pod_labels}", esc(&container_name(c)));
             if let Some(cpu) = &c.cpu {
@@ -353,86 +291,21 @@ pub fn resource_metrics(usage: &Usage) -> String {
         }
     }
     let mut out = String::new();
-    family(
-        &mut out,
-        "container_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the container in core-seconds",
-        &c_cpu,
-    );
-    family(
-        &mut out,
-        "container_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the container in bytes",
-        &c_mem,
-    );
-    family(
-        &mut out,
-        "container_start_time_seconds",
-        "gauge",
-        "Start time of the container since unix epoch in seconds",
-        &c_start,
-    );
+    family(&mut out, "container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed by the container in core-seconds", &c_cpu);
+    family(&mut out, "container_memory_working_set_bytes", "gauge", "Current working set of the container in bytes", &c_mem);
+    family(&mut out, "container_start_time_seconds", "gauge", "Start time of the container since unix epoch in seconds", &c_start);
     let (n_cpu, n_mem) = match usage.node {
-        Some(n) => (
-            vec![(String::new(), secs(n.cpu_ns), ms(usage.at_ns))],
-            vec![(
-                String::new(),
-                n.memory_working_set_bytes as f64,
-                ms(usage.at_ns),
-            )],
-        ),
+        Some(n) => (vec![(String::new(), secs(n.cpu_ns), ms(usage.at_ns))], vec![(String::new(), n.memory_working_set_bytes as f64, ms(usage.at_ns))]),
         None => (Vec::new(), Vec::new()),
     };
-    family(
-        &mut out,
-        "node_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the node in core-seconds",
-        &n_cpu,
-    );
-    family(
-        &mut out,
-        "node_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the node in bytes",
-        &n_mem,
-    );
-    family(
-        &mut out,
-        "pod_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the pod in core-seconds",
-        &p_cpu,
-    );
-    family(
-        &mut out,
-        "pod_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the pod in bytes",
-        &p_mem,
-    );
-    let failed = if usage.runtime_ok && usage.node.is_some() {
-        0.0
-    } else {
-        1.0
-    };
+    family(&mut out, "node_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed by the node in core-seconds", &n_cpu);
+    family(&mut out, "node_memory_working_set_bytes", "gauge", "Current working set of the node in bytes", &n_mem);
+    family(&mut out, "pod_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed by the pod in core-seconds", &p_cpu);
+    family(&mut out, "pod_memory_working_set_bytes", "gauge", "Current working set of the pod in bytes", &p_mem);
+    let failed = if usage.runtime_ok && usage.node.is_some() { 0.0 } else { 1.0 };
     let help = "1 if there was an error while getting container metrics, 0 otherwise";
-    family(
-        &mut out,
-        "resource_scrape_error",
-        "gauge",
-        help,
-        &[(String::new(), failed, 0)],
-    );
-    family(
-        &mut out,
-        "scrape_error",
-        "gauge",
-        help,
-        &[(String::new(), failed, 0)],
-    );
+    family(&mut out, "resource_scrape_error", "gauge", help, &[(String::new(), failed, 0)]);
+    family(&mut out, "scrape_error", "gauge", help, &[(String::new(), failed, 0)]);
     out
 }
 
@@ -447,15 +320,9 @@ pub fn resource_metrics(usage: &Usage) -> String {
 ///
 /// `images` maps `(namespace, pod, container)` to the container's image (from the pods the
 /// agent runs); a container it lacks has an empty `image` label.
-pub fn cadvisor_metrics(
-    usage: &Usage,
-    images: &ContainerImages,
-    cpu_cores: usize,
-    memory_bytes: Option<u64>,
-) -> String {
+pub fn cadvisor_metrics(usage: &Usage, images: &ContainerImages, cpu_cores: usize, memory_bytes: Option<u64>) -> String {
     let ms = |ns: i64| ns / 1_000_000;
-    let (mut cpu, mut working, mut rss, mut start) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut cpu, mut working, mut rss, mut start) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for p in &usage.pods {
         for c in &p.stats.containers {
             let attrs = c.attributes.as_ref();
@@ -472,11 +339,7 @@ pub fn cadvisor_metrics(
                 esc(&p.namespace),
                 esc(&p.name)
             );
-            if let Some(n) = c
-                .cpu
-                .as_ref()
-                .and_then(|u| value(&u.usage_core_nano_seconds).map(|n| (n, u.timestamp)))
-            {
+            if let Some(n) = c.cpu.as_ref().and_then(|u| value(&u.usage_core_nano_seconds).map(|n| (n, u.timestamp))) {
                 cpu.push((format!("{labels},cpu=\"total\""), n.0 as f64 / 1e9, ms(n.1)));
             }
             if let Some(m) = &c.memory {
@@ -493,52 +356,13 @@ pub fn cadvisor_metrics(
         }
     }
     let mut out = String::new();
-    family(
-        &mut out,
-        "container_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed in seconds.",
-        &cpu,
-    );
-    family(
-        &mut out,
-        "container_memory_rss",
-        "gauge",
-        "Size of RSS in bytes.",
-        &rss,
-    );
-    family(
-        &mut out,
-        "container_memory_working_set_bytes",
-        "gauge",
-        "Current working set in bytes.",
-        &working,
-    );
-    family(
-        &mut out,
-        "container_start_time_seconds",
-        "gauge",
-        "Start time of the container since unix epoch in seconds.",
-        &start,
-    );
-    family(
-        &mut out,
-        "machine_cpu_cores",
-        "gauge",
-        "Number of logical CPU cores.",
-        &[(String::new(), cpu_cores as f64, 0)],
-    );
-    let memory: Vec<(String, f64, i64)> = memory_bytes
-        .map(|b| (String::new(), b as f64, 0))
-        .into_iter()
-        .collect();
-    family(
-        &mut out,
-        "machine_memory_bytes",
-        "gauge",
-        "Amount of memory installed on the machine.",
-        &memory,
-    );
+    family(&mut out, "container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed in seconds.", &cpu);
+    family(&mut out, "container_memory_rss", "gauge", "Size of RSS in bytes.", &rss);
+    family(&mut out, "container_memory_working_set_bytes", "gauge", "Current working set in bytes.", &working);
+    family(&mut out, "container_start_time_seconds", "gauge", "Start time of the container since unix epoch in seconds.", &start);
+    family(&mut out, "machine_cpu_cores", "gauge", "Number of logical CPU cores.", &[(String::new(), cpu_cores as f64, 0)]);
+    let memory: Vec<(String, f64, i64)> = memory_bytes.map(|b| (String::new(), b as f64, 0)).into_iter().collect();
+    family(&mut out, "machine_memory_bytes", "gauge", "Amount of memory installed on the machine.", &memory);
     // cAdvisor's help texts carry no stability marker.
     out.replace(" [STABLE] ", " ")
 }
@@ -551,50 +375,24 @@ pub(crate) async fn metrics_cadvisor(State(ctx): State<Ctx>) -> Response {
     let usage = gather(&ctx).await;
     let mut images = ContainerImages::new();
     for pod in ctx.stats.pods.list() {
-        let (ns, name) = (
-            pod.metadata.namespace.clone().unwrap_or_default(),
-            pod.metadata.name.clone().unwrap_or_default(),
-        );
-        for c in pod.spec.iter().flat_map(|s| {
-            s.containers
-                .iter()
-                .chain(s.init_containers.iter().flatten())
-        }) {
-            images.insert(
-                (ns.clone(), name.clone(), c.name.clone()),
-                c.image.clone().unwrap_or_default(),
-            );
+        let (ns, name) = (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone().unwrap_or_default());
+        for c in pod.spec.iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten())) {
+            images.insert((ns.clone(), name.clone(), c.name.clone()), c.image.clone().unwrap_or_default());
         }
     }
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let memory = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         let line = m.lines().find(|l| l.starts_with("MemTotal:"))?.to_string();
-        line.split_whitespace()
-            .nth(1)?
-            .parse::<u64>()
-            .ok()
-            .map(|kb| kb * 1024)
+        line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
     });
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        cadvisor_metrics(&usage, &images, cores, memory),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], cadvisor_metrics(&usage, &images, cores, memory)).into_response()
 }
 
 /// `GET /stats/summary` (JSON `Summary`).
 pub(crate) async fn stats_summary(State(ctx): State<Ctx>) -> Response {
     let usage = gather(&ctx).await;
     if !usage.runtime_ok {
-        return text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "failed to get pod stats from the container runtime",
-        );
+        return text(StatusCode::INTERNAL_SERVER_ERROR, "failed to get pod stats from the container runtime");
     }
     axum::Json(summary(&ctx.stats.node_name, &usage)).into_response()
 }
@@ -602,28 +400,14 @@ pub(crate) async fn stats_summary(State(ctx): State<Ctx>) -> Response {
 /// `GET /metrics/resource` (Prometheus text, version 0.0.4).
 pub(crate) async fn metrics_resource(State(ctx): State<Ctx>) -> Response {
     let usage = gather(&ctx).await;
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        resource_metrics(&usage),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], resource_metrics(&usage)).into_response()
 }
 
 /// `GET /metrics`: the agent's own metrics (the PLEG's), OpenMetrics text.
 pub(crate) async fn metrics(State(ctx): State<Ctx>) -> Response {
     let mut out = String::new();
     match prometheus_client::encoding::text::encode(&mut out, &ctx.stats.registry) {
-        Ok(()) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            out,
-        )
-            .into_response(),
+        Ok(()) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], out).into_response(),
         Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "encoding metrics failed"),
     }
 }
@@ -631,15 +415,8 @@ pub(crate) async fn metrics(State(ctx): State<Ctx>) -> Response {
 /// `GET /pods`: a `PodList` (`apiVersion: v1`) of the pods bound to this node as the agent last
 /// received them.
 pub(crate) async fn pods(State(ctx): State<Ctx>) -> Response {
-    let items: Vec<Value> = ctx
-        .stats
-        .pods
-        .list()
-        .iter()
-        .filter_map(|p| serde_json::to_value(p.as_ref()).ok())
-        .collect();
-    axum::Json(json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}))
-        .into_response()
+    let items: Vec<Value> = ctx.stats.pods.list().iter().filter_map(|p| serde_json::to_value(p.as_ref()).ok()).collect();
+    axum::Json(json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})).into_response()
 }
 
 #[cfg(test)]
@@ -649,26 +426,14 @@ mod tests {
     fn usage() -> Usage {
         let attrs = |id: &str, name: &str| cri::ContainerAttributes {
             id: id.into(),
-            metadata: Some(cri::ContainerMetadata {
-                name: name.into(),
-                attempt: 0,
-            }),
+            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
             ..Default::default()
         };
         let u = |v: u64| Some(cri::UInt64Value { value: v });
         let container = cri::ContainerStats {
             attributes: Some(attrs("c1", "burn")),
-            cpu: Some(cri::CpuUsage {
-                timestamp: 2_000_000_000,
-                usage_core_nano_seconds: u(1_500_000_000),
-                usage_nano_cores: u(900_000_000),
-            }),
-            memory: Some(cri::MemoryUsage {
-                timestamp: 2_000_000_000,
-                working_set_bytes: u(4096),
-                rss_bytes: u(4096),
-                ..Default::default()
-            }),
+            cpu: Some(cri::CpuUsage { timestamp: 2_000_000_000, usage_core_nano_seconds: u(1_500_000_000), usage_nano_cores: u(900_000_000) }),
+            memory: Some(cri::MemoryUsage { timestamp: 2_000_000_000, working_set_bytes: u(4096), rss_bytes: u(4096), ..Default::default() }),
             ..Default::default()
         };
         let stats = cri::LinuxPodSandboxStats {
@@ -679,11 +444,7 @@ mod tests {
         };
         Usage {
             at_ns: 3_000_000_000,
-            node: Some(rkube_runtime::stats::HostUsage {
-                cpu_ns: 7_000_000_000,
-                memory_working_set_bytes: 1 << 20,
-                ..Default::default()
-            }),
+            node: Some(rkube_runtime::stats::HostUsage { cpu_ns: 7_000_000_000, memory_working_set_bytes: 1 << 20, ..Default::default() }),
             node_nano_cores: None,
             pods: vec![PodUsage {
                 namespace: "ns".into(),
@@ -717,10 +478,7 @@ mod tests {
 
     #[test]
     fn cadvisor_metrics_use_cadvisors_names_and_labels() {
-        let images = ContainerImages::from([(
-            ("ns".into(), "p\"1".into(), "burn".into()),
-            "busybox:1.36".into(),
-        )]);
+        let images = ContainerImages::from([(("ns".into(), "p\"1".into(), "burn".into()), "busybox:1.36".into())]);
         let page = cadvisor_metrics(&usage(), &images, 2, Some(1 << 30));
         let labels = "container=\"burn\",id=\"/c1\",image=\"busybox:1.36\",name=\"c1\",namespace=\"ns\",pod=\"p\\\"1\"";
         for line in [
@@ -733,10 +491,7 @@ mod tests {
             "machine_memory_bytes 1073741824".to_string(),
             "# HELP machine_cpu_cores Number of logical CPU cores.".to_string(),
         ] {
-            assert!(
-                page.lines().any(|l| l == line),
-                "missing {line:?} in\n{page}"
-            );
+            assert!(page.lines().any(|l| l == line), "missing {line:?} in\n{page}");
         }
     }
 
@@ -747,16 +502,10 @@ mod tests {
         assert_eq!(s["node"]["cpu"]["usageCoreNanoSeconds"], 7_000_000_000u64);
         assert_eq!(s["node"]["memory"]["workingSetBytes"], 1u64 << 20);
         let pod = &s["pods"][0];
-        assert_eq!(
-            pod["podRef"],
-            json!({"name": "p\"1", "namespace": "ns", "uid": "u1"})
-        );
+        assert_eq!(pod["podRef"], json!({"name": "p\"1", "namespace": "ns", "uid": "u1"}));
         assert_eq!(pod["startTime"], "1970-01-01T00:00:01Z");
         assert_eq!(pod["containers"][0]["name"], "burn");
-        assert_eq!(
-            pod["containers"][0]["cpu"]["usageNanoCores"],
-            900_000_000u64
-        );
+        assert_eq!(pod["containers"][0]["cpu"]["usageNanoCores"], 900_000_000u64);
         assert_eq!(pod["containers"][0]["memory"]["workingSetBytes"], 4096);
         assert_eq!(pod["cpu"]["time"], "1970-01-01T00:00:02Z");
     }

@@ -79,12 +79,7 @@ impl Inner {
                 modified: Some(e.modified),
                 freshness,
             },
-            None => CacheRead {
-                status: Arc::new(PodStatus::empty(id)),
-                error: None,
-                modified: None,
-                freshness,
-            },
+            None => CacheRead { status: Arc::new(PodStatus::empty(id)), error: None, modified: None, freshness },
         }
     }
 
@@ -100,9 +95,7 @@ impl Inner {
     }
 
     fn notify(&mut self, id: &str) {
-        let Some(list) = self.waiters.remove(id) else {
-            return;
-        };
+        let Some(list) = self.waiters.remove(id) else { return };
         let mut keep = Vec::new();
         for w in list {
             if w.tx.is_closed() {
@@ -138,34 +131,17 @@ impl PodCache {
 
     /// Every cached status.
     pub fn get_all(&self) -> Vec<Arc<PodStatus>> {
-        self.lock()
-            .pods
-            .values()
-            .map(|e| Arc::clone(&e.status))
-            .collect()
+        self.lock().pods.values().map(|e| Arc::clone(&e.status)).collect()
     }
 
     /// Stores `status` if the pod has no entry or its entry is older than `timestamp`
     /// (KEP-3386's setter); returns whether it was stored. Wakes waiters it satisfies.
-    pub fn set(
-        &self,
-        id: &str,
-        status: PodStatus,
-        error: Option<String>,
-        timestamp: Timestamp,
-    ) -> bool {
+    pub fn set(&self, id: &str, status: PodStatus, error: Option<String>, timestamp: Timestamp) -> bool {
         let mut inner = self.lock();
         if inner.pods.get(id).is_some_and(|e| e.modified >= timestamp) {
             return false;
         }
-        inner.pods.insert(
-            id.to_string(),
-            Entry {
-                status: Arc::new(status),
-                error,
-                modified: timestamp,
-            },
-        );
+        inner.pods.insert(id.to_string(), Entry { status: Arc::new(status), error, modified: timestamp });
         inner.notify(id);
         true
     }
@@ -233,12 +209,7 @@ mod tests {
     use super::*;
 
     fn status(id: &str, ts: i64) -> PodStatus {
-        PodStatus {
-            id: id.into(),
-            name: format!("at-{ts}"),
-            timestamp: Timestamp(ts),
-            ..Default::default()
-        }
+        PodStatus { id: id.into(), name: format!("at-{ts}"), timestamp: Timestamp(ts), ..Default::default() }
     }
 
     #[test]
@@ -267,10 +238,7 @@ mod tests {
         let cache = PodCache::new();
         cache.set("p", status("p", 20), None, Timestamp(20));
         let read = cache.get_newer_than("p", Timestamp(19)).await;
-        assert_eq!(
-            (read.status.name.as_str(), read.freshness),
-            ("at-20", Freshness::Entry)
-        );
+        assert_eq!((read.status.name.as_str(), read.freshness), ("at-20", Freshness::Entry));
     }
 
     #[tokio::test]
@@ -287,14 +255,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!waiter.is_finished());
         cache.set("p", status("p", 11), None, Timestamp(11));
-        let read = tokio::time::timeout(Duration::from_secs(1), waiter)
-            .await
-            .expect("woken")
-            .expect("task");
-        assert_eq!(
-            (read.status.name.as_str(), read.freshness),
-            ("at-11", Freshness::Entry)
-        );
+        let read = tokio::time::timeout(Duration::from_secs(1), waiter).await.expect("woken").expect("task");
+        assert_eq!((read.status.name.as_str(), read.freshness), ("at-11", Freshness::Entry));
         assert_eq!(cache.waiters(), 0);
     }
 
@@ -315,18 +277,9 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!waiter.is_finished() && !missing.is_finished());
         cache.update_time(Timestamp(16));
-        let read = tokio::time::timeout(Duration::from_secs(1), waiter)
-            .await
-            .expect("woken")
-            .expect("task");
-        assert_eq!(
-            (read.status.name.as_str(), read.freshness),
-            ("at-10", Freshness::Global)
-        );
-        let read = tokio::time::timeout(Duration::from_secs(1), missing)
-            .await
-            .expect("woken")
-            .expect("task");
+        let read = tokio::time::timeout(Duration::from_secs(1), waiter).await.expect("woken").expect("task");
+        assert_eq!((read.status.name.as_str(), read.freshness), ("at-10", Freshness::Global));
+        let read = tokio::time::timeout(Duration::from_secs(1), missing).await.expect("woken").expect("task");
         assert_eq!((read.status.id.as_str(), read.modified), ("gone", None));
     }
 

@@ -138,22 +138,14 @@ fn fail(failures_before: u32, failure: Failure, now: Instant) -> Step {
     match failure {
         Failure::Unimplemented => Step {
             next: ConnectionState::Relisting,
-            effects: vec![
-                Effect::CountError,
-                Effect::SetRelist(GENERIC_RELIST),
-                Effect::RelistNow,
-            ],
+            effects: vec![Effect::CountError, Effect::SetRelist(GENERIC_RELIST), Effect::RelistNow],
         },
         Failure::Other => Step {
             next: ConnectionState::BackingOff {
                 failures: failures_before + 1,
                 retry_at: now + backoff_delay(failures_before),
             },
-            effects: vec![
-                Effect::CountError,
-                Effect::SetRelist(GENERIC_RELIST),
-                Effect::RelistNow,
-            ],
+            effects: vec![Effect::CountError, Effect::SetRelist(GENERIC_RELIST), Effect::RelistNow],
         },
     }
 }
@@ -161,35 +153,20 @@ fn fail(failures_before: u32, failure: Failure, now: Instant) -> Step {
 /// The pure transition function. Inputs that do not apply to a state change nothing.
 pub fn step(state: &ConnectionState, input: Input, now: Instant) -> Step {
     use ConnectionState::*;
-    let stay = || Step {
-        next: *state,
-        effects: vec![],
-    };
+    let stay = || Step { next: *state, effects: vec![] };
     match (*state, input) {
         (Connecting { failures }, Input::Connected) => Step {
-            next: Streaming {
-                failures,
-                since: now,
-            },
-            effects: vec![
-                Effect::CountSuccess,
-                Effect::SetRelist(EVENTED_RELIST),
-                Effect::RelistNow,
-            ],
+            next: Streaming { failures, since: now },
+            effects: vec![Effect::CountSuccess, Effect::SetRelist(EVENTED_RELIST), Effect::RelistNow],
         },
         (Connecting { failures }, Input::Failed(f)) => fail(failures, f, now),
         (Streaming { failures, since }, Input::Failed(f)) => {
-            let failures = if now.saturating_duration_since(since) >= STABLE_AFTER {
-                0
-            } else {
-                failures
-            };
+            let failures = if now.saturating_duration_since(since) >= STABLE_AFTER { 0 } else { failures };
             fail(failures, f, now)
         }
-        (BackingOff { failures, .. }, Input::RetryDue) => Step {
-            next: Connecting { failures },
-            effects: vec![Effect::OpenStream],
-        },
+        (BackingOff { failures, .. }, Input::RetryDue) => {
+            Step { next: Connecting { failures }, effects: vec![Effect::OpenStream] }
+        }
         _ => stay(),
     }
 }
@@ -205,9 +182,7 @@ mod tests {
         let mut out = Vec::new();
         for _ in 0..n {
             let s = step(&state, Input::Failed(Failure::Other), now);
-            let ConnectionState::BackingOff { retry_at, .. } = s.next else {
-                panic!("not backing off: {:?}", s.next)
-            };
+            let ConnectionState::BackingOff { retry_at, .. } = s.next else { panic!("not backing off: {:?}", s.next) };
             out.push((retry_at - now).as_secs());
             now = retry_at;
             state = step(&s.next, Input::RetryDue, now).next;
@@ -218,105 +193,44 @@ mod tests {
 
     #[test]
     fn reconnect_backoff_is_0_1_2_4_to_64_then_every_60s() {
-        assert_eq!(
-            delays_of_consecutive_failures(11),
-            vec![0, 1, 2, 4, 8, 16, 32, 64, 60, 60, 60]
-        );
+        assert_eq!(delays_of_consecutive_failures(11), vec![0, 1, 2, 4, 8, 16, 32, 64, 60, 60, 60]);
     }
 
     #[test]
     fn start_relists_at_1s_and_opens_the_stream() {
         let s = initial();
         assert_eq!(s.next, ConnectionState::Connecting { failures: 0 });
-        assert_eq!(
-            s.effects,
-            vec![Effect::SetRelist(GENERIC_RELIST), Effect::OpenStream]
-        );
+        assert_eq!(s.effects, vec![Effect::SetRelist(GENERIC_RELIST), Effect::OpenStream]);
     }
 
     #[test]
     fn connecting_switches_to_300s_relist_and_resyncs_once() {
         let now = Instant::now();
-        let s = step(
-            &ConnectionState::Connecting { failures: 3 },
-            Input::Connected,
-            now,
-        );
-        assert_eq!(
-            s.next,
-            ConnectionState::Streaming {
-                failures: 3,
-                since: now
-            }
-        );
-        assert_eq!(
-            s.effects,
-            vec![
-                Effect::CountSuccess,
-                Effect::SetRelist(EVENTED_RELIST),
-                Effect::RelistNow
-            ]
-        );
+        let s = step(&ConnectionState::Connecting { failures: 3 }, Input::Connected, now);
+        assert_eq!(s.next, ConnectionState::Streaming { failures: 3, since: now });
+        assert_eq!(s.effects, vec![Effect::CountSuccess, Effect::SetRelist(EVENTED_RELIST), Effect::RelistNow]);
         assert_eq!(s.next.relist(), EVENTED_RELIST);
     }
 
     #[test]
     fn unimplemented_falls_back_to_generic_for_good() {
         let now = Instant::now();
-        let s = step(
-            &ConnectionState::Connecting { failures: 0 },
-            Input::Failed(Failure::Unimplemented),
-            now,
-        );
+        let s = step(&ConnectionState::Connecting { failures: 0 }, Input::Failed(Failure::Unimplemented), now);
         assert_eq!(s.next, ConnectionState::Relisting);
-        assert_eq!(
-            s.effects,
-            vec![
-                Effect::CountError,
-                Effect::SetRelist(GENERIC_RELIST),
-                Effect::RelistNow
-            ]
-        );
+        assert_eq!(s.effects, vec![Effect::CountError, Effect::SetRelist(GENERIC_RELIST), Effect::RelistNow]);
         // Terminal: nothing moves it.
-        for input in [
-            Input::Connected,
-            Input::RetryDue,
-            Input::Failed(Failure::Other),
-        ] {
-            assert_eq!(
-                step(&ConnectionState::Relisting, input, now).next,
-                ConnectionState::Relisting
-            );
+        for input in [Input::Connected, Input::RetryDue, Input::Failed(Failure::Other)] {
+            assert_eq!(step(&ConnectionState::Relisting, input, now).next, ConnectionState::Relisting);
         }
     }
 
     #[test]
     fn stream_failure_falls_back_to_1s_relist_and_retries_at_once() {
         let t0 = Instant::now();
-        let streaming = ConnectionState::Streaming {
-            failures: 0,
-            since: t0,
-        };
-        let s = step(
-            &streaming,
-            Input::Failed(Failure::Other),
-            t0 + Duration::from_secs(5),
-        );
-        assert_eq!(
-            s.next,
-            ConnectionState::BackingOff {
-                failures: 1,
-                retry_at: t0 + Duration::from_secs(5)
-            }
-        );
-        assert_eq!(
-            s.effects,
-            vec![
-                Effect::CountError,
-                Effect::SetRelist(GENERIC_RELIST),
-                Effect::RelistNow
-            ]
-        );
+        let streaming = ConnectionState::Streaming { failures: 0, since: t0 };
+        let s = step(&streaming, Input::Failed(Failure::Other), t0 + Duration::from_secs(5));
+        assert_eq!(s.next, ConnectionState::BackingOff { failures: 1, retry_at: t0 + Duration::from_secs(5) });
+        assert_eq!(s.effects, vec![Effect::CountError, Effect::SetRelist(GENERIC_RELIST), Effect::RelistNow]);
         assert_eq!(s.next.relist(), GENERIC_RELIST);
     }
 
@@ -324,63 +238,23 @@ mod tests {
     fn flapping_stream_keeps_backing_off_but_a_stable_one_resets() {
         let t0 = Instant::now();
         // Up for 1 s after 4 failures: the next delay continues the sequence (8 s).
-        let short = ConnectionState::Streaming {
-            failures: 4,
-            since: t0,
-        };
-        let s = step(
-            &short,
-            Input::Failed(Failure::Other),
-            t0 + Duration::from_secs(1),
-        );
-        assert_eq!(
-            s.next,
-            ConnectionState::BackingOff {
-                failures: 5,
-                retry_at: t0 + Duration::from_secs(9)
-            }
-        );
+        let short = ConnectionState::Streaming { failures: 4, since: t0 };
+        let s = step(&short, Input::Failed(Failure::Other), t0 + Duration::from_secs(1));
+        assert_eq!(s.next, ConnectionState::BackingOff { failures: 5, retry_at: t0 + Duration::from_secs(9) });
         // Up for STABLE_AFTER: back to "retry at once".
-        let long = ConnectionState::Streaming {
-            failures: 4,
-            since: t0,
-        };
+        let long = ConnectionState::Streaming { failures: 4, since: t0 };
         let now = t0 + STABLE_AFTER;
         let s = step(&long, Input::Failed(Failure::Other), now);
-        assert_eq!(
-            s.next,
-            ConnectionState::BackingOff {
-                failures: 1,
-                retry_at: now
-            }
-        );
+        assert_eq!(s.next, ConnectionState::BackingOff { failures: 1, retry_at: now });
     }
 
     #[test]
     fn inputs_that_do_not_apply_change_nothing() {
         let now = Instant::now();
-        let streaming = ConnectionState::Streaming {
-            failures: 0,
-            since: now,
-        };
-        assert_eq!(
-            step(&streaming, Input::Connected, now),
-            Step {
-                next: streaming,
-                effects: vec![]
-            }
-        );
-        assert_eq!(
-            step(&streaming, Input::RetryDue, now),
-            Step {
-                next: streaming,
-                effects: vec![]
-            }
-        );
-        let backing = ConnectionState::BackingOff {
-            failures: 2,
-            retry_at: now,
-        };
+        let streaming = ConnectionState::Streaming { failures: 0, since: now };
+        assert_eq!(step(&streaming, Input::Connected, now), Step { next: streaming, effects: vec![] });
+        assert_eq!(step(&streaming, Input::RetryDue, now), Step { next: streaming, effects: vec![] });
+        let backing = ConnectionState::BackingOff { failures: 2, retry_at: now };
         assert_eq!(step(&backing, Input::Connected, now).next, backing);
     }
 }

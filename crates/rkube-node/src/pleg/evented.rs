@@ -56,9 +56,7 @@ pub struct EventedPleg {
 
 impl std::fmt::Debug for EventedPleg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventedPleg")
-            .field("state", &*self.state.borrow())
-            .finish_non_exhaustive()
+        f.debug_struct("EventedPleg").field("state", &*self.state.borrow()).finish_non_exhaustive()
     }
 }
 
@@ -90,8 +88,7 @@ impl EventedPleg {
             epoch: AtomicU64::new(0),
             last_relist: Mutex::new(RelistMark::default()),
         });
-        let observer: std::sync::Weak<dyn RelistObserver> =
-            Arc::downgrade(&pleg) as std::sync::Weak<EventedPleg>;
+        let observer: std::sync::Weak<dyn RelistObserver> = Arc::downgrade(&pleg) as std::sync::Weak<EventedPleg>;
         generic.set_observer(observer);
         pleg
     }
@@ -176,9 +173,7 @@ impl EventedPleg {
             }
             true
         } else {
-            let written = self
-                .cache
-                .set(&uid, status, None, Timestamp(event.created_at));
+            let written = self.cache.set(&uid, status, None, Timestamp(event.created_at));
             if written {
                 self.metrics.cache_update(CacheSource::Event);
             }
@@ -187,15 +182,9 @@ impl EventedPleg {
         if !updated {
             return false;
         }
-        let ev = |t| PodLifecycleEvent {
-            id: uid.clone(),
-            r#type: t,
-            data: cid.to_string(),
-        };
+        let ev = |t| PodLifecycleEvent { id: uid.clone(), r#type: t, data: cid.to_string() };
         match kind {
-            Some(Ev::ContainerStartedEvent) if !is_sandbox => {
-                self.send(ev(PodLifecycleEventType::ContainerStarted))
-            }
+            Some(Ev::ContainerStartedEvent) if !is_sandbox => self.send(ev(PodLifecycleEventType::ContainerStarted)),
             Some(Ev::ContainerStoppedEvent) => self.send(ev(PodLifecycleEventType::ContainerDied)),
             Some(Ev::ContainerDeletedEvent) => {
                 if previous != PlegState::Exited {
@@ -309,29 +298,19 @@ async fn tick_global(cache: Arc<PodCache>, mut shutdown: Shutdown) {
 
 impl RelistObserver for EventedPleg {
     fn relist_done(&self, report: &RelistReport) {
-        let mark = RelistMark {
-            epoch: self.epoch.load(Ordering::SeqCst),
-            streaming: self.in_use(),
-        };
-        let prev = std::mem::replace(
-            &mut *self.last_relist.lock().unwrap_or_else(|p| p.into_inner()),
-            mark,
-        );
+        let mark = RelistMark { epoch: self.epoch.load(Ordering::SeqCst), streaming: self.in_use() };
+        let prev = std::mem::replace(&mut *self.last_relist.lock().unwrap_or_else(|p| p.into_inner()), mark);
         let covered = prev.streaming && mark.streaming && prev.epoch == mark.epoch;
         if !covered || report.changes.is_empty() {
             return;
         }
-        self.lock_missed()
-            .relist_found(&report.changes, Instant::now());
+        self.lock_missed().relist_found(&report.changes, Instant::now());
         // Settle after the grace period: events in flight during the relist still count.
         let metrics = self.metrics.clone();
         let missed = Arc::clone(&self.missed);
         tokio::spawn(async move {
             tokio::time::sleep(EVENT_GRACE).await;
-            let n = missed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .settle(Instant::now());
+            let n = missed.lock().unwrap_or_else(|p| p.into_inner()).settle(Instant::now());
             for _ in 0..n {
                 metrics.missed_events.inc();
             }

@@ -48,36 +48,18 @@ impl FakeRuntime {
 pub fn sandbox(id: &str, uid: &str, ready: bool, created_at: i64) -> cri::PodSandbox {
     cri::PodSandbox {
         id: id.into(),
-        metadata: Some(cri::PodSandboxMetadata {
-            name: format!("pod-{uid}"),
-            uid: uid.into(),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        state: if ready {
-            cri::PodSandboxState::SandboxReady
-        } else {
-            cri::PodSandboxState::SandboxNotready
-        } as i32,
+        metadata: Some(cri::PodSandboxMetadata { name: format!("pod-{uid}"), uid: uid.into(), namespace: "default".into(), attempt: 0 }),
+        state: if ready { cri::PodSandboxState::SandboxReady } else { cri::PodSandboxState::SandboxNotready } as i32,
         created_at,
         ..Default::default()
     }
 }
 
-pub fn container(
-    id: &str,
-    sandbox: &str,
-    name: &str,
-    state: cri::ContainerState,
-    created_at: i64,
-) -> cri::Container {
+pub fn container(id: &str, sandbox: &str, name: &str, state: cri::ContainerState, created_at: i64) -> cri::Container {
     cri::Container {
         id: id.into(),
         pod_sandbox_id: sandbox.into(),
-        metadata: Some(cri::ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
+        metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
         state: state as i32,
         created_at,
         ..Default::default()
@@ -90,10 +72,7 @@ pub fn sandbox_status(s: &cri::PodSandbox) -> cri::PodSandboxStatus {
         metadata: s.metadata.clone(),
         state: s.state,
         created_at: s.created_at,
-        network: Some(cri::PodSandboxNetworkStatus {
-            ip: "10.0.0.1".into(),
-            additional_ips: vec![],
-        }),
+        network: Some(cri::PodSandboxNetworkStatus { ip: "10.0.0.1".into(), additional_ips: vec![] }),
         ..Default::default()
     }
 }
@@ -110,17 +89,8 @@ pub fn container_status(c: &cri::Container, exit_code: i32) -> cri::ContainerSta
 }
 
 /// An event describing the world's pod `uid` right now.
-pub fn event_for(
-    world: &FakeWorld,
-    uid: &str,
-    cid: &str,
-    kind: cri::ContainerEventType,
-    at: i64,
-) -> cri::ContainerEventResponse {
-    let sb = world
-        .sandboxes
-        .iter()
-        .find(|s| s.metadata.as_ref().is_some_and(|m| m.uid == uid));
+pub fn event_for(world: &FakeWorld, uid: &str, cid: &str, kind: cri::ContainerEventType, at: i64) -> cri::ContainerEventResponse {
+    let sb = world.sandboxes.iter().find(|s| s.metadata.as_ref().is_some_and(|m| m.uid == uid));
     cri::ContainerEventResponse {
         container_id: cid.into(),
         container_event_type: kind as i32,
@@ -128,12 +98,7 @@ pub fn event_for(
         pod_sandbox_status: sb.map(sandbox_status),
         containers_statuses: sb
             .map(|s| {
-                world
-                    .containers
-                    .iter()
-                    .filter(|c| c.pod_sandbox_id == s.id)
-                    .map(|c| container_status(c, 0))
-                    .collect()
+                world.containers.iter().filter(|c| c.pod_sandbox_id == s.id).map(|c| container_status(c, 0)).collect()
             })
             .unwrap_or_default(),
     }
@@ -153,61 +118,34 @@ impl RuntimeApi for FakeRuntime {
         self.with(|w| {
             w.inspections += 1;
             if w.failing.iter().any(|f| f == id) {
-                return Err(CriError::Status {
-                    rpc: "PodSandboxStatus",
-                    status: tonic::Status::internal("scripted failure"),
-                });
+                return Err(CriError::Status { rpc: "PodSandboxStatus", status: tonic::Status::internal("scripted failure") });
             }
-            let sb = w
-                .sandboxes
-                .iter()
-                .find(|s| s.id == id)
-                .ok_or(CriError::Status {
-                    rpc: "PodSandboxStatus",
-                    status: tonic::Status::not_found("no sandbox"),
-                })?;
+            let sb = w.sandboxes.iter().find(|s| s.id == id).ok_or(CriError::Status {
+                rpc: "PodSandboxStatus",
+                status: tonic::Status::not_found("no sandbox"),
+            })?;
             w.now += 1;
             Ok(cri::PodSandboxStatusResponse {
                 status: Some(sandbox_status(sb)),
                 info: HashMap::new(),
-                containers_statuses: w
-                    .containers
-                    .iter()
-                    .filter(|c| c.pod_sandbox_id == id)
-                    .map(|c| container_status(c, 0))
-                    .collect(),
+                containers_statuses: w.containers.iter().filter(|c| c.pod_sandbox_id == id).map(|c| container_status(c, 0)).collect(),
                 timestamp: w.now,
             })
         })
     }
 
-    async fn sandbox_container_statuses(
-        &self,
-        sandbox_id: &str,
-    ) -> Result<Vec<cri::ContainerStatus>> {
-        Ok(self.with(|w| {
-            w.containers
-                .iter()
-                .filter(|c| c.pod_sandbox_id == sandbox_id)
-                .map(|c| container_status(c, 0))
-                .collect()
-        }))
+    async fn sandbox_container_statuses(&self, sandbox_id: &str) -> Result<Vec<cri::ContainerStatus>> {
+        Ok(self.with(|w| w.containers.iter().filter(|c| c.pod_sandbox_id == sandbox_id).map(|c| container_status(c, 0)).collect()))
     }
 
     async fn get_container_events(&self) -> Result<EventStream> {
         if self.with(|w| w.no_events) {
-            return Err(CriError::Status {
-                rpc: "GetContainerEvents",
-                status: tonic::Status::unimplemented("no events"),
-            });
+            return Err(CriError::Status { rpc: "GetContainerEvents", status: tonic::Status::unimplemented("no events") });
         }
         let rx = self.streams.lock().expect("streams").pop();
         match rx {
             Some(rx) => Ok(tokio_stream_from(rx)),
-            None => Err(CriError::Status {
-                rpc: "GetContainerEvents",
-                status: tonic::Status::unavailable("no stream scripted"),
-            }),
+            None => Err(CriError::Status { rpc: "GetContainerEvents", status: tonic::Status::unavailable("no stream scripted") }),
         }
     }
 }

@@ -18,9 +18,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch, Notify};
 
 use super::metrics::{CacheSource, PlegMetrics};
-use super::{
-    generate_events, PlegState, PodCache, PodLifecycleEvent, PodLifecycleEventType, PodStatus,
-};
+use super::{generate_events, PlegState, PodCache, PodLifecycleEvent, PodLifecycleEventType, PodStatus};
 use super::{RelistDuration, Timestamp, GENERIC_RELIST};
 use crate::cri::{CriError, RuntimeApi, LABEL_POD_UID};
 use crate::shutdown::Shutdown;
@@ -87,12 +85,10 @@ fn record_of(status: &PodStatus) -> RelistPod {
     let mut pod = RelistPod::default();
     for s in &status.sandbox_statuses {
         pod.sandboxes.push(s.id.clone());
-        pod.states
-            .insert(s.id.clone(), PlegState::from_sandbox(s.state));
+        pod.states.insert(s.id.clone(), PlegState::from_sandbox(s.state));
     }
     for c in &status.container_statuses {
-        pod.states
-            .insert(c.id.clone(), PlegState::from_container(c.state));
+        pod.states.insert(c.id.clone(), PlegState::from_container(c.state));
     }
     pod
 }
@@ -117,9 +113,7 @@ pub struct GenericPleg {
 
 impl std::fmt::Debug for GenericPleg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GenericPleg")
-            .field("relist", &*self.relist.borrow())
-            .finish_non_exhaustive()
+        f.debug_struct("GenericPleg").field("relist", &*self.relist.borrow()).finish_non_exhaustive()
     }
 }
 
@@ -171,26 +165,18 @@ impl GenericPleg {
 
     /// The pod uid owning a container or sandbox id, as of the last relist.
     pub fn owner_of(&self, id: &str) -> Option<String> {
-        self.owners
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-            .cloned()
+        self.owners.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
     }
 
     /// Health at `now` (upstream `Healthy`): fails before the first relist and when the last
     /// one started longer ago than the threshold. Updates `kubelet_pleg_last_seen_seconds`.
     pub fn healthy_at(&self, now: Instant) -> Result<(), String> {
         let last = *self.relist_time.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(last) = last else {
-            return Err("pleg has yet to be successful".into());
-        };
+        let Some(last) = last else { return Err("pleg has yet to be successful".into()) };
         let elapsed = now.saturating_duration_since(last);
         let threshold = self.relist.borrow().relist_threshold;
         if elapsed > threshold {
-            return Err(format!(
-                "pleg was last seen active {elapsed:?} ago; threshold is {threshold:?}"
-            ));
+            return Err(format!("pleg was last seen active {elapsed:?} ago; threshold is {threshold:?}"));
         }
         Ok(())
     }
@@ -236,9 +222,7 @@ impl GenericPleg {
         let start = Instant::now();
         let started = Timestamp::now();
         if let Some(prev) = st.last_start {
-            self.metrics
-                .relist_interval
-                .observe(start.duration_since(prev).as_secs_f64());
+            self.metrics.relist_interval.observe(start.duration_since(prev).as_secs_f64());
         }
         st.last_start = Some(start);
         let listed = async {
@@ -250,9 +234,7 @@ impl GenericPleg {
         let (sandboxes, containers) = match listed {
             Ok(l) => l,
             Err(e) => {
-                self.metrics
-                    .relist_duration
-                    .observe(start.elapsed().as_secs_f64());
+                self.metrics.relist_duration.observe(start.elapsed().as_secs_f64());
                 return Err(e.into());
             }
         };
@@ -272,27 +254,16 @@ impl GenericPleg {
             owners.insert(s.id.clone(), uid.clone());
             let pod = current.entry(uid).or_default();
             pod.sandboxes.push(s.id.clone());
-            pod.states
-                .insert(s.id.clone(), PlegState::from_sandbox(s.state));
+            pod.states.insert(s.id.clone(), PlegState::from_sandbox(s.state));
         }
         for c in &containers {
-            let uid = owners
-                .get(&c.pod_sandbox_id)
-                .cloned()
-                .or_else(|| c.labels.get(LABEL_POD_UID).cloned());
+            let uid = owners.get(&c.pod_sandbox_id).cloned().or_else(|| c.labels.get(LABEL_POD_UID).cloned());
             let Some(uid) = uid else { continue };
             owners.insert(c.id.clone(), uid.clone());
-            current
-                .entry(uid)
-                .or_default()
-                .states
-                .insert(c.id.clone(), PlegState::from_container(c.state));
+            current.entry(uid).or_default().states.insert(c.id.clone(), PlegState::from_container(c.state));
         }
 
-        let mut report = RelistReport {
-            started,
-            ..Default::default()
-        };
+        let mut report = RelistReport { started, ..Default::default() };
         let mut reinspect_next = HashSet::new();
         // Pods only events told about (under the evented PLEG the relist runs every 300 s, so
         // it may never have recorded them): their cached status stands in for the missing
@@ -306,39 +277,20 @@ impl GenericPleg {
             .map(|s| (s.id.clone(), record_of(&s)))
             .filter(|(_, pod)| !pod.states.is_empty())
             .collect();
-        let pods: BTreeSet<String> = st
-            .records
-            .keys()
-            .chain(current.keys())
-            .chain(known.keys())
-            .cloned()
-            .collect();
+        let pods: BTreeSet<String> =
+            st.records.keys().chain(current.keys()).chain(known.keys()).cloned().collect();
         for uid in pods {
             let old = st.records.get(&uid).or_else(|| known.get(&uid));
             let new = current.get(&uid);
-            let ids: BTreeSet<&String> = old
-                .iter()
-                .chain(new.iter())
-                .flat_map(|p| p.states.keys())
-                .collect();
+            let ids: BTreeSet<&String> =
+                old.iter().chain(new.iter()).flat_map(|p| p.states.keys()).collect();
             let mut events = Vec::new();
             let mut changes = Vec::new();
             for cid in ids {
-                let o = old
-                    .and_then(|p| p.states.get(cid))
-                    .copied()
-                    .unwrap_or(PlegState::NonExistent);
-                let n = new
-                    .and_then(|p| p.states.get(cid))
-                    .copied()
-                    .unwrap_or(PlegState::NonExistent);
+                let o = old.and_then(|p| p.states.get(cid)).copied().unwrap_or(PlegState::NonExistent);
+                let n = new.and_then(|p| p.states.get(cid)).copied().unwrap_or(PlegState::NonExistent);
                 if o != n {
-                    changes.push(ContainerChange {
-                        pod: uid.clone(),
-                        container: cid.clone(),
-                        old: o,
-                        new: n,
-                    });
+                    changes.push(ContainerChange { pod: uid.clone(), container: cid.clone(), old: o, new: n });
                     events.extend(generate_events(&uid, cid, o, n));
                 }
             }
@@ -388,9 +340,7 @@ impl GenericPleg {
         *self.owners.lock().unwrap_or_else(|p| p.into_inner()) = owners;
         // Everything changed up to `started` is in the cache now.
         self.cache.update_time(started);
-        self.metrics
-            .relist_duration
-            .observe(start.elapsed().as_secs_f64());
+        self.metrics.relist_duration.observe(start.elapsed().as_secs_f64());
         self.metrics.relists.inc();
         drop(st);
         if let Some(observer) = self.observer.get().and_then(Weak::upgrade) {

@@ -8,9 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use prometheus_client::encoding::{
-    EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder, MetricEncoder,
-};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -135,16 +133,12 @@ impl PlegMetrics {
 
     /// Counts a cache write by `source`.
     pub fn cache_update(&self, source: CacheSource) {
-        self.cache_updates
-            .get_or_create(&CacheSourceLabel { source })
-            .inc();
+        self.cache_updates.get_or_create(&CacheSourceLabel { source }).inc();
     }
 
     /// Cache writes so far by `source`.
     pub fn cache_updates_by(&self, source: CacheSource) -> u64 {
-        self.cache_updates
-            .get_or_create(&CacheSourceLabel { source })
-            .get()
+        self.cache_updates.get_or_create(&CacheSourceLabel { source }).get()
     }
 
     /// Registers every metric under its upstream name.
@@ -199,11 +193,7 @@ impl PlegMetrics {
             "Pod status cache writes by source (event, relist, inspect)",
             self.cache_updates.clone(),
         );
-        registry.register(
-            "rkube_pleg_relists",
-            "Completed PLEG relists",
-            self.relists.clone(),
-        );
+        registry.register("rkube_pleg_relists", "Completed PLEG relists", self.relists.clone());
     }
 }
 
@@ -230,10 +220,7 @@ mod tests {
             "kubelet_pleg_discard_events 0",
             "rkube_pleg_cache_updates_total{source=\"event\"} 1",
         ] {
-            assert!(
-                text.lines().any(|l| l == line),
-                "missing {line:?} in\n{text}"
-            );
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
         assert!(text.contains("kubelet_pleg_relist_duration_seconds_bucket"));
         assert!(text.contains("kubelet_evented_pleg_connection_latency_seconds_count"));

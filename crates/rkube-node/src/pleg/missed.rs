@@ -33,9 +33,7 @@ impl MissedEvents {
     /// Records that an event reported `container` in `state`; returns the previously reported
     /// state (`NonExistent` if none).
     pub fn record_event(&mut self, container: &str, state: PlegState) -> PlegState {
-        self.seen
-            .insert(container.to_string(), state)
-            .unwrap_or(PlegState::NonExistent)
+        self.seen.insert(container.to_string(), state).unwrap_or(PlegState::NonExistent)
     }
 
     /// The last event-reported state of a container.
@@ -48,11 +46,7 @@ impl MissedEvents {
     pub fn relist_found(&mut self, changes: &[ContainerChange], now: Instant) {
         for ch in changes {
             if self.seen.get(&ch.container) != Some(&ch.new) {
-                self.suspects.push(Suspect {
-                    container: ch.container.clone(),
-                    state: ch.new,
-                    deadline: now + EVENT_GRACE,
-                });
+                self.suspects.push(Suspect { container: ch.container.clone(), state: ch.new, deadline: now + EVENT_GRACE });
             }
         }
         // Removed containers confirmed by the relist need no further memory.
@@ -94,12 +88,7 @@ mod tests {
     use PlegState::*;
 
     fn change(c: &str, old: PlegState, new: PlegState) -> ContainerChange {
-        ContainerChange {
-            pod: "p".into(),
-            container: c.into(),
-            old,
-            new,
-        }
+        ContainerChange { pod: "p".into(), container: c.into(), old, new }
     }
 
     #[test]
@@ -130,18 +119,8 @@ mod tests {
         let mut m = MissedEvents::default();
         let t0 = Instant::now();
         m.record_event("c", Running);
-        m.relist_found(
-            &[
-                change("c", Running, Exited),
-                change("d", NonExistent, Running),
-            ],
-            t0,
-        );
-        assert_eq!(
-            m.settle(t0 + Duration::from_millis(10)),
-            0,
-            "still within grace"
-        );
+        m.relist_found(&[change("c", Running, Exited), change("d", NonExistent, Running)], t0);
+        assert_eq!(m.settle(t0 + Duration::from_millis(10)), 0, "still within grace");
         assert_eq!(m.settle(t0 + EVENT_GRACE), 2);
         assert_eq!(m.settle(t0 + EVENT_GRACE * 2), 0, "counted once");
     }

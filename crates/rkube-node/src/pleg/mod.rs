@@ -45,11 +45,7 @@ impl Timestamp {
 
     /// A `SystemTime` in ns (0 before 1970).
     pub fn from_system(t: SystemTime) -> Self {
-        Timestamp(
-            t.duration_since(UNIX_EPOCH)
-                .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-                .unwrap_or(0),
-        )
+        Timestamp(t.duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)).unwrap_or(0))
     }
 
     /// Nanoseconds since the epoch.
@@ -64,10 +60,7 @@ impl Timestamp {
 
     /// `self - d`, saturating.
     pub fn minus(self, d: Duration) -> Self {
-        Timestamp(
-            self.0
-                .saturating_sub(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)),
-        )
+        Timestamp(self.0.saturating_sub(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)))
     }
 }
 
@@ -108,17 +101,13 @@ pub struct RelistDuration {
 
 /// Generic PLEG: relist every 1 s, unhealthy after 3 min (kubelet `genericPlegRelistPeriod`,
 /// `genericPlegRelistThreshold`).
-pub const GENERIC_RELIST: RelistDuration = RelistDuration {
-    relist_period: Duration::from_secs(1),
-    relist_threshold: Duration::from_secs(180),
-};
+pub const GENERIC_RELIST: RelistDuration =
+    RelistDuration { relist_period: Duration::from_secs(1), relist_threshold: Duration::from_secs(180) };
 
 /// Evented PLEG: the generic relist every 300 s, unhealthy after 10 min (kubelet
 /// `eventedPlegRelistPeriod`, `eventedPlegRelistThreshold`).
-pub const EVENTED_RELIST: RelistDuration = RelistDuration {
-    relist_period: Duration::from_secs(300),
-    relist_threshold: Duration::from_secs(600),
-};
+pub const EVENTED_RELIST: RelistDuration =
+    RelistDuration { relist_period: Duration::from_secs(300), relist_threshold: Duration::from_secs(600) };
 
 /// Capacity of the PLEG → pod worker channel (kubelet `plegChannelCapacity`).
 pub const PLEG_CHANNEL_CAPACITY: usize = 1000;
@@ -167,32 +156,18 @@ impl PlegState {
 /// `generateEvents`): running → `ContainerStarted`; exited → `ContainerDied`; unknown →
 /// `ContainerChanged`; gone → `ContainerRemoved`, preceded by `ContainerDied` unless it was
 /// already reported exited.
-pub fn generate_events(
-    pod: &str,
-    cid: &str,
-    old: PlegState,
-    new: PlegState,
-) -> Vec<PodLifecycleEvent> {
+pub fn generate_events(pod: &str, cid: &str, old: PlegState, new: PlegState) -> Vec<PodLifecycleEvent> {
     if old == new {
         return vec![];
     }
-    let ev = |t| PodLifecycleEvent {
-        id: pod.to_string(),
-        r#type: t,
-        data: cid.to_string(),
-    };
+    let ev = |t| PodLifecycleEvent { id: pod.to_string(), r#type: t, data: cid.to_string() };
     match new {
         PlegState::Running => vec![ev(PodLifecycleEventType::ContainerStarted)],
         PlegState::Exited => vec![ev(PodLifecycleEventType::ContainerDied)],
         PlegState::Unknown => vec![ev(PodLifecycleEventType::ContainerChanged)],
-        PlegState::NonExistent if old == PlegState::Exited => {
-            vec![ev(PodLifecycleEventType::ContainerRemoved)]
-        }
+        PlegState::NonExistent if old == PlegState::Exited => vec![ev(PodLifecycleEventType::ContainerRemoved)],
         PlegState::NonExistent => {
-            vec![
-                ev(PodLifecycleEventType::ContainerDied),
-                ev(PodLifecycleEventType::ContainerRemoved),
-            ]
+            vec![ev(PodLifecycleEventType::ContainerDied), ev(PodLifecycleEventType::ContainerRemoved)]
         }
     }
 }
@@ -204,10 +179,7 @@ mod tests {
     use PodLifecycleEventType::*;
 
     fn kinds(old: PlegState, new: PlegState) -> Vec<PodLifecycleEventType> {
-        generate_events("p", "c", old, new)
-            .into_iter()
-            .map(|e| e.r#type)
-            .collect()
+        generate_events("p", "c", old, new).into_iter().map(|e| e.r#type).collect()
     }
 
     #[test]

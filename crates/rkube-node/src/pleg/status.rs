@@ -28,10 +28,7 @@ pub struct PodStatus {
 impl PodStatus {
     /// An empty status (the pod has nothing in the runtime).
     pub fn empty(id: &str) -> Self {
-        PodStatus {
-            id: id.to_string(),
-            ..Default::default()
-        }
+        PodStatus { id: id.to_string(), ..Default::default() }
     }
 
     /// The status a `ContainerEventResponse` describes, stamped with its `created_at`; `None`
@@ -87,10 +84,8 @@ impl PodStatus {
     }
 
     fn sort(&mut self) {
-        self.sandbox_statuses
-            .sort_by_key(|s| std::cmp::Reverse(s.created_at));
-        self.container_statuses
-            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        self.sandbox_statuses.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        self.container_statuses.sort_by_key(|c| std::cmp::Reverse(c.created_at));
     }
 
     /// The newest sandbox, if any.
@@ -112,9 +107,7 @@ impl PodStatus {
     /// The newest status of the container named `name` (label `io.kubernetes.container.name`,
     /// else metadata name).
     pub fn latest_container(&self, name: &str) -> Option<&cri::ContainerStatus> {
-        self.container_statuses
-            .iter()
-            .find(|c| container_name(c) == name)
+        self.container_statuses.iter().find(|c| container_name(c) == name)
     }
 }
 

@@ -29,27 +29,9 @@ fn rig() -> Rig {
     let metrics = PlegMetrics::new();
     let (tx, rx) = mpsc::channel(PLEG_CHANNEL_CAPACITY);
     let rt: Arc<dyn crate::cri::RuntimeApi> = Arc::new(fake.clone());
-    let generic = GenericPleg::new(
-        Arc::clone(&rt),
-        Arc::clone(&cache),
-        tx.clone(),
-        metrics.clone(),
-    );
-    let evented = EventedPleg::new(
-        rt,
-        Arc::clone(&cache),
-        tx,
-        metrics.clone(),
-        Arc::clone(&generic),
-    );
-    Rig {
-        fake,
-        cache,
-        metrics,
-        generic,
-        evented,
-        rx,
-    }
+    let generic = GenericPleg::new(Arc::clone(&rt), Arc::clone(&cache), tx.clone(), metrics.clone());
+    let evented = EventedPleg::new(rt, Arc::clone(&cache), tx, metrics.clone(), Arc::clone(&generic));
+    Rig { fake, cache, metrics, generic, evented, rx }
 }
 
 impl Rig {
@@ -61,13 +43,7 @@ impl Rig {
         out
     }
 
-    fn event(
-        &self,
-        uid: &str,
-        cid: &str,
-        kind: Ev,
-        at: i64,
-    ) -> rkube_runtime::cri::ContainerEventResponse {
+    fn event(&self, uid: &str, cid: &str, kind: Ev, at: i64) -> rkube_runtime::cri::ContainerEventResponse {
         self.fake.with(|w| event_for(w, uid, cid, kind, at))
     }
 
@@ -102,10 +78,7 @@ async fn one_pod_known_only_from_events(r: &mut Rig) {
     r.generic.relist().await.expect("relist");
     one_pod(r);
     r.set_container("c1", S::ContainerRunning);
-    assert!(r.evented.process_event(
-        &r.event("uid1", "c1", Ev::ContainerStartedEvent, 70),
-        Timestamp(71)
-    ));
+    assert!(r.evented.process_event(&r.event("uid1", "c1", Ev::ContainerStartedEvent, 70), Timestamp(71)));
     r.drain();
 }
 
@@ -122,8 +95,7 @@ fn one_pod_gone() -> Vec<(PodLifecycleEventType, String)> {
 fn one_pod(r: &Rig) {
     r.fake.with(|w| {
         w.sandboxes.push(sandbox("sb1", "uid1", true, 10));
-        w.containers
-            .push(container("c1", "sb1", "main", S::ContainerCreated, 11));
+        w.containers.push(container("c1", "sb1", "main", S::ContainerCreated, 11));
         w.now = 50;
     });
 }
@@ -135,27 +107,12 @@ fn created_started_stopped_sequence_yields_started_then_died() {
     let mut r = rig();
     one_pod(&r);
     // t=60 CREATED, t=70 STARTED, t=80 STOPPED
-    assert!(r.evented.process_event(
-        &r.event("uid1", "c1", Ev::ContainerCreatedEvent, 60),
-        Timestamp(61)
-    ));
+    assert!(r.evented.process_event(&r.event("uid1", "c1", Ev::ContainerCreatedEvent, 60), Timestamp(61)));
     r.set_container("c1", S::ContainerRunning);
-    assert!(r.evented.process_event(
-        &r.event("uid1", "c1", Ev::ContainerStartedEvent, 70),
-        Timestamp(71)
-    ));
+    assert!(r.evented.process_event(&r.event("uid1", "c1", Ev::ContainerStartedEvent, 70), Timestamp(71)));
     r.set_container("c1", S::ContainerExited);
-    assert!(r.evented.process_event(
-        &r.event("uid1", "c1", Ev::ContainerStoppedEvent, 80),
-        Timestamp(81)
-    ));
-    assert_eq!(
-        r.drain(),
-        vec![
-            (ContainerStarted, "c1".into()),
-            (ContainerDied, "c1".into())
-        ]
-    );
+    assert!(r.evented.process_event(&r.event("uid1", "c1", Ev::ContainerStoppedEvent, 80), Timestamp(81)));
+    assert_eq!(r.drain(), vec![(ContainerStarted, "c1".into()), (ContainerDied, "c1".into())]);
     let read = r.cache.get("uid1");
     assert_eq!(read.modified, Some(Timestamp(80)));
     assert_eq!(read.status.state_of("c1"), PlegState::Exited);
@@ -177,36 +134,18 @@ fn stale_event_after_reconnect_does_not_overwrite_newer_relist_status() {
     r.set_container("c1", S::ContainerRunning);
     let stale = r.event("uid1", "c1", Ev::ContainerStartedEvent, 100);
     assert!(!r.evented.process_event(&stale, Timestamp(300)));
-    assert_eq!(
-        r.cache.get("uid1").status.state_of("c1"),
-        PlegState::Exited,
-        "newer status kept"
-    );
+    assert_eq!(r.cache.get("uid1").status.state_of("c1"), PlegState::Exited, "newer status kept");
     assert!(r.drain().is_empty(), "a stale event wakes no pod worker");
 }
 
 #[test]
 fn sandbox_created_and_started_events_update_the_cache_but_wake_no_worker() {
     let mut r = rig();
-    r.fake
-        .with(|w| w.sandboxes.push(sandbox("sb1", "uid1", true, 10)));
-    assert!(r.evented.process_event(
-        &r.event("uid1", "sb1", Ev::ContainerCreatedEvent, 10),
-        Timestamp(11)
-    ));
-    assert!(r.evented.process_event(
-        &r.event("uid1", "sb1", Ev::ContainerStartedEvent, 12),
-        Timestamp(13)
-    ));
+    r.fake.with(|w| w.sandboxes.push(sandbox("sb1", "uid1", true, 10)));
+    assert!(r.evented.process_event(&r.event("uid1", "sb1", Ev::ContainerCreatedEvent, 10), Timestamp(11)));
+    assert!(r.evented.process_event(&r.event("uid1", "sb1", Ev::ContainerStartedEvent, 12), Timestamp(13)));
     assert!(r.drain().is_empty());
-    assert_eq!(
-        r.cache
-            .get("uid1")
-            .status
-            .newest_sandbox()
-            .map(|s| s.id.as_str()),
-        Some("sb1")
-    );
+    assert_eq!(r.cache.get("uid1").status.newest_sandbox().map(|s| s.id.as_str()), Some("sb1"));
     assert_eq!(r.cache.get("uid1").status.ips, vec!["10.0.0.1".to_string()]);
 }
 
@@ -215,37 +154,15 @@ fn deleted_after_stopped_sends_only_removed_and_sandbox_deletion_forgets_the_pod
     let mut r = rig();
     one_pod(&r);
     r.set_container("c1", S::ContainerExited);
-    r.evented.process_event(
-        &r.event("uid1", "c1", Ev::ContainerStoppedEvent, 60),
-        Timestamp(61),
-    );
+    r.evented.process_event(&r.event("uid1", "c1", Ev::ContainerStoppedEvent, 60), Timestamp(61));
     r.fake.with(|w| w.containers.clear());
-    r.evented.process_event(
-        &r.event("uid1", "c1", Ev::ContainerDeletedEvent, 70),
-        Timestamp(71),
-    );
-    assert_eq!(
-        r.drain(),
-        vec![
-            (ContainerDied, "c1".into()),
-            (ContainerRemoved, "c1".into())
-        ]
-    );
+    r.evented.process_event(&r.event("uid1", "c1", Ev::ContainerDeletedEvent, 70), Timestamp(71));
+    assert_eq!(r.drain(), vec![(ContainerDied, "c1".into()), (ContainerRemoved, "c1".into())]);
     let gone = r.event("uid1", "sb1", Ev::ContainerDeletedEvent, 80);
     r.evented.process_event(&gone, Timestamp(81));
-    assert_eq!(
-        r.cache.modified("uid1"),
-        None,
-        "pod forgotten with its last sandbox"
-    );
+    assert_eq!(r.cache.modified("uid1"), None, "pod forgotten with its last sandbox");
     // Kept the IP of the dead pod? Nothing is cached any more; the event itself had it.
-    assert_eq!(
-        r.drain(),
-        vec![
-            (ContainerDied, "sb1".into()),
-            (ContainerRemoved, "sb1".into())
-        ]
-    );
+    assert_eq!(r.drain(), vec![(ContainerDied, "sb1".into()), (ContainerRemoved, "sb1".into())]);
 }
 
 #[tokio::test]
@@ -272,8 +189,7 @@ async fn relist_reports_changes_and_inspects_only_changed_pods() {
     one_pod(&r);
     r.fake.with(|w| {
         w.sandboxes.push(sandbox("sb2", "uid2", true, 20));
-        w.containers
-            .push(container("c2", "sb2", "main", S::ContainerRunning, 21));
+        w.containers.push(container("c2", "sb2", "main", S::ContainerRunning, 21));
     });
     let first = r.generic.relist().await.expect("relist");
     assert_eq!(first.inspected, 2);
@@ -282,11 +198,7 @@ async fn relist_reports_changes_and_inspects_only_changed_pods() {
     // c1 is created (ContainerChanged is not sent), sandboxes and c2 started.
     assert_eq!(
         evs,
-        vec![
-            (ContainerStarted, "c2".into()),
-            (ContainerStarted, "sb1".into()),
-            (ContainerStarted, "sb2".into())
-        ]
+        vec![(ContainerStarted, "c2".into()), (ContainerStarted, "sb1".into()), (ContainerStarted, "sb2".into())]
     );
     r.set_container("c1", S::ContainerRunning);
     let inspections = r.fake.with(|w| w.inspections);
@@ -295,12 +207,7 @@ async fn relist_reports_changes_and_inspects_only_changed_pods() {
     assert_eq!(r.fake.with(|w| w.inspections), inspections + 1);
     assert_eq!(
         second.changes,
-        vec![generic::ContainerChange {
-            pod: "uid1".into(),
-            container: "c1".into(),
-            old: PlegState::Unknown,
-            new: PlegState::Running
-        }]
+        vec![generic::ContainerChange { pod: "uid1".into(), container: "c1".into(), old: PlegState::Unknown, new: PlegState::Running }]
     );
     assert_eq!(r.drain(), vec![(ContainerStarted, "c1".into())]);
     assert!(r.cache.global_time().is_some_and(|g| g >= second.started));
@@ -330,17 +237,11 @@ async fn relist_does_not_repeat_events_an_event_already_delivered() {
     r.drain();
     // The runtime's STOPPED event at t=1000 arrives before the relist inspects (t≈51).
     r.set_container("c1", S::ContainerExited);
-    r.evented.process_event(
-        &r.event("uid1", "c1", Ev::ContainerStoppedEvent, 1000),
-        Timestamp(1001),
-    );
+    r.evented.process_event(&r.event("uid1", "c1", Ev::ContainerStoppedEvent, 1000), Timestamp(1001));
     assert_eq!(r.drain(), vec![(ContainerDied, "c1".into())]);
     let report = r.generic.relist().await.expect("relist");
     assert_eq!(report.changes.len(), 1, "the relist still sees the change");
-    assert!(
-        r.drain().is_empty(),
-        "but the cache refused the older status, so no second ContainerDied"
-    );
+    assert!(r.drain().is_empty(), "but the cache refused the older status, so no second ContainerDied");
     assert_eq!(r.cache.modified("uid1"), Some(Timestamp(1000)));
 }
 
@@ -365,11 +266,7 @@ async fn pod_known_only_from_events_and_lost_by_a_restarted_runtime_is_reported_
     let report = r.generic.relist().await.expect("relist");
     assert_eq!(r.drain_sorted(), one_pod_gone());
     assert_eq!(report.changes.len(), 2, "{:?}", report.changes);
-    assert_eq!(
-        r.cache.modified("uid1"),
-        None,
-        "the cache no longer says the container runs"
-    );
+    assert_eq!(r.cache.modified("uid1"), None, "the cache no longer says the container runs");
     // Nothing is reported twice.
     r.generic.relist().await.expect("relist");
     assert!(r.drain().is_empty());
@@ -380,11 +277,7 @@ async fn pod_known_only_from_events_is_not_reported_again_by_a_relist_that_agree
     let mut r = rig();
     one_pod_known_only_from_events(&mut r).await;
     let report = r.generic.relist().await.expect("relist");
-    assert!(
-        report.changes.is_empty(),
-        "the cached status already says so: {:?}",
-        report.changes
-    );
+    assert!(report.changes.is_empty(), "the cached status already says so: {:?}", report.changes);
     assert!(r.drain().is_empty());
 }
 
@@ -396,21 +289,10 @@ async fn health_fails_before_the_first_relist_and_after_the_threshold() {
     let now = Instant::now();
     assert!(r.generic.healthy_at(now).is_ok());
     assert!(r.generic.healthy_at(now + Duration::from_secs(179)).is_ok());
-    assert!(
-        r.generic
-            .healthy_at(now + Duration::from_secs(181))
-            .is_err(),
-        "3 min generic threshold"
-    );
+    assert!(r.generic.healthy_at(now + Duration::from_secs(181)).is_err(), "3 min generic threshold");
     r.generic.set_relist(EVENTED_RELIST);
-    assert!(
-        r.generic.healthy_at(now + Duration::from_secs(181)).is_ok(),
-        "10 min while evented"
-    );
-    assert!(r
-        .generic
-        .healthy_at(now + Duration::from_secs(601))
-        .is_err());
+    assert!(r.generic.healthy_at(now + Duration::from_secs(181)).is_ok(), "10 min while evented");
+    assert!(r.generic.healthy_at(now + Duration::from_secs(601)).is_err());
 }
 
 // ----- evented connection driver on the fake -----
@@ -422,14 +304,11 @@ async fn unimplemented_runtime_falls_back_to_generic_relisting() {
     let (trigger, shutdown) = crate::shutdown::channel();
     let mut conn = r.evented.connection();
     let run = tokio::spawn(Arc::clone(&r.evented).run(shutdown));
-    let state = tokio::time::timeout(
-        Duration::from_secs(2),
-        conn.wait_for(|s| *s == connection::ConnectionState::Relisting),
-    )
-    .await
-    .expect("falls back")
-    .map(|s| *s)
-    .expect("state");
+    let state = tokio::time::timeout(Duration::from_secs(2), conn.wait_for(|s| *s == connection::ConnectionState::Relisting))
+        .await
+        .expect("falls back")
+        .map(|s| *s)
+        .expect("state");
     assert_eq!(state, connection::ConnectionState::Relisting);
     assert_eq!(r.generic.relist_duration(), GENERIC_RELIST);
     assert_eq!(r.metrics.connection_errors.get(), 1);
@@ -444,15 +323,11 @@ async fn stream_end_relists_at_1s_then_reconnects_and_returns_to_300s() {
     let (trigger, shutdown) = crate::shutdown::channel();
     let mut conn = r.evented.connection();
     let run = tokio::spawn(Arc::clone(&r.evented).run(shutdown));
-    conn.wait_for(|s| s.is_streaming())
-        .await
-        .expect("streaming");
+    conn.wait_for(|s| s.is_streaming()).await.expect("streaming");
     assert_eq!(r.generic.relist_duration(), EVENTED_RELIST);
     let _second = r.fake.next_stream(); // the retry "at once" will find this one
     drop(feed); // stream ends
-    conn.wait_for(|s| !s.is_streaming())
-        .await
-        .expect("backing off");
+    conn.wait_for(|s| !s.is_streaming()).await.expect("backing off");
     tokio::time::timeout(Duration::from_secs(2), conn.wait_for(|s| s.is_streaming()))
         .await
         .expect("reconnected at once")

@@ -38,11 +38,7 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self {
-            initial: Duration::from_secs(10),
-            max: Duration::from_secs(300),
-            reset_after: Duration::from_secs(600),
-        }
+        Self { initial: Duration::from_secs(10), max: Duration::from_secs(300), reset_after: Duration::from_secs(600) }
     }
 }
 
@@ -109,25 +105,12 @@ impl PodActions {
 /// Containers of the newest sandbox, newest first (only those created after it, should an old
 /// sandbox still be around).
 pub fn current_containers(status: &PodStatus) -> Vec<&cri::ContainerStatus> {
-    let since = status
-        .newest_sandbox()
-        .map(|s| s.created_at)
-        .unwrap_or(i64::MIN);
-    status
-        .container_statuses
-        .iter()
-        .filter(|c| c.created_at >= since)
-        .collect()
+    let since = status.newest_sandbox().map(|s| s.created_at).unwrap_or(i64::MIN);
+    status.container_statuses.iter().filter(|c| c.created_at >= since).collect()
 }
 
-fn latest<'a>(
-    containers: &[&'a cri::ContainerStatus],
-    name: &str,
-) -> Option<&'a cri::ContainerStatus> {
-    containers
-        .iter()
-        .copied()
-        .find(|c| container_name(c) == name)
+fn latest<'a>(containers: &[&'a cri::ContainerStatus], name: &str) -> Option<&'a cri::ContainerStatus> {
+    containers.iter().copied().find(|c| container_name(c) == name)
 }
 
 fn attempt_of(c: &cri::ContainerStatus) -> u32 {
@@ -164,27 +147,14 @@ fn plan_exited(
     backoff: &Backoff,
     actions: &mut PodActions,
 ) {
-    let ran = Duration::from_nanos(
-        u64::try_from(c.finished_at.saturating_sub(c.started_at)).unwrap_or(0),
-    );
+    let ran = Duration::from_nanos(u64::try_from(c.finished_at.saturating_sub(c.started_at)).unwrap_or(0));
     let delay = backoff.delay(attempt_of(c), ran);
-    let due = c
-        .finished_at
-        .saturating_add(i64::try_from(delay.as_nanos()).unwrap_or(i64::MAX));
+    let due = c.finished_at.saturating_add(i64::try_from(delay.as_nanos()).unwrap_or(i64::MAX));
     if now.0 >= due {
-        actions.create.push(ToCreate {
-            name: name.to_string(),
-            init,
-            ephemeral: false,
-            attempt: attempt_of(c) + 1,
-        });
+        actions.create.push(ToCreate { name: name.to_string(), init, ephemeral: false, attempt: attempt_of(c) + 1 });
     } else {
         actions.backing_off.insert(name.to_string(), Timestamp(due));
-        actions.wake_at = Some(
-            actions
-                .wake_at
-                .map_or(Timestamp(due), |w| w.min(Timestamp(due))),
-        );
+        actions.wake_at = Some(actions.wake_at.map_or(Timestamp(due), |w| w.min(Timestamp(due))));
     }
 }
 
@@ -200,13 +170,10 @@ pub fn compute_pod_actions(
     backoff: &Backoff,
 ) -> PodActions {
     let mut actions = PodActions::default();
-    let Some(spec) = pod.spec.as_ref() else {
-        return actions;
-    };
+    let Some(spec) = pod.spec.as_ref() else { return actions };
     let policy = restart_policy(pod);
     let sandbox = status.newest_sandbox();
-    let sandbox_ready =
-        sandbox.is_some_and(|s| PlegState::from_sandbox(s.state) == PlegState::Running);
+    let sandbox_ready = sandbox.is_some_and(|s| PlegState::from_sandbox(s.state) == PlegState::Running);
     let phase = terminal.unwrap_or_else(|| pod_phase(pod, status));
 
     if matches!(phase, Phase::Succeeded | Phase::Failed) {
@@ -221,28 +188,15 @@ pub fn compute_pod_actions(
             return actions; // finished pod: its phase is settled by the containers
         }
         actions.remove_sandbox = sandbox.map(|s| s.id.clone());
-        let attempt = sandbox
-            .and_then(|s| s.metadata.as_ref())
-            .map(|m| m.attempt + 1)
-            .unwrap_or(0);
+        let attempt = sandbox.and_then(|s| s.metadata.as_ref()).map(|m| m.attempt + 1).unwrap_or(0);
         actions.create_sandbox = Some(attempt);
         // Start the first init container, or every container, in the new sandbox.
         let inits = spec.init_containers.as_deref().unwrap_or(&[]);
         if let Some(first) = inits.first() {
-            actions.create.push(ToCreate {
-                name: first.name.clone(),
-                init: true,
-                ephemeral: false,
-                attempt: next_attempt(&first.name, seen_attempts),
-            });
+            actions.create.push(ToCreate { name: first.name.clone(), init: true, ephemeral: false, attempt: next_attempt(&first.name, seen_attempts) });
         } else {
             for c in &spec.containers {
-                actions.create.push(ToCreate {
-                    name: c.name.clone(),
-                    init: false,
-                    ephemeral: false,
-                    attempt: next_attempt(&c.name, seen_attempts),
-                });
+                actions.create.push(ToCreate { name: c.name.clone(), init: false, ephemeral: false, attempt: next_attempt(&c.name, seen_attempts) });
             }
         }
         return actions;
@@ -252,12 +206,7 @@ pub fn compute_pod_actions(
     let plan_one = |c: &Container, init: bool, actions: &mut PodActions| -> Step {
         match latest(&current, &c.name) {
             None => {
-                actions.create.push(ToCreate {
-                    name: c.name.clone(),
-                    init,
-                    ephemeral: false,
-                    attempt: next_attempt(&c.name, seen_attempts),
-                });
+                actions.create.push(ToCreate { name: c.name.clone(), init, ephemeral: false, attempt: next_attempt(&c.name, seen_attempts) });
                 Step::Busy
             }
             Some(s) => match PlegState::from_container(s.state) {
@@ -287,17 +236,9 @@ pub fn compute_pod_actions(
     // Ephemeral containers: started once, whatever the init containers do; one that ever ran
     // (in any sandbox) or that this worker already created is never started again.
     for ec in spec.ephemeral_containers.iter().flatten() {
-        let ran = status
-            .container_statuses
-            .iter()
-            .any(|c| container_name(c) == ec.name);
+        let ran = status.container_statuses.iter().any(|c| container_name(c) == ec.name);
         if !ran && !seen_attempts.contains_key(&ec.name) {
-            actions.create.push(ToCreate {
-                name: ec.name.clone(),
-                init: false,
-                ephemeral: true,
-                attempt: 0,
-            });
+            actions.create.push(ToCreate { name: ec.name.clone(), init: false, ephemeral: true, attempt: 0 });
         }
     }
 

@@ -33,10 +33,7 @@ pub fn validate_path(path: &str) -> io::Result<()> {
         || p.is_absolute()
         || p.components().any(|c| !matches!(c, Component::Normal(_)));
     if bad {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("invalid path {path:?}"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid path {path:?}")));
     }
     Ok(())
 }
@@ -74,10 +71,8 @@ pub fn write(dir: &Path, files: &BTreeMap<String, FileData>) -> io::Result<bool>
     std::os::unix::fs::symlink(&ts_name, &tmp_link)?;
     std::fs::rename(&tmp_link, &data_link)?;
     // Visible names: one symlink per top-level component.
-    let tops: std::collections::BTreeSet<String> = files
-        .keys()
-        .filter_map(|p| p.split('/').next().map(String::from))
-        .collect();
+    let tops: std::collections::BTreeSet<String> =
+        files.keys().filter_map(|p| p.split('/').next().map(String::from)).collect();
     for top in &tops {
         let link = dir.join(top);
         let want = Path::new(DATA_DIR).join(top);
@@ -112,8 +107,7 @@ fn same_contents(dir: &Path, files: &BTreeMap<String, FileData>) -> bool {
     }
     files.iter().all(|(path, f)| {
         let p = dir.join(path);
-        let mode_ok =
-            std::fs::metadata(&p).is_ok_and(|m| m.permissions().mode() & 0o777 == f.mode & 0o777);
+        let mode_ok = std::fs::metadata(&p).is_ok_and(|m| m.permissions().mode() & 0o777 == f.mode & 0o777);
         mode_ok && std::fs::read(&p).is_ok_and(|b| b == f.bytes)
     })
 }
@@ -152,18 +146,7 @@ mod tests {
     use super::*;
 
     fn files(pairs: &[(&str, &str)]) -> BTreeMap<String, FileData> {
-        pairs
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.to_string(),
-                    FileData {
-                        bytes: v.as_bytes().to_vec(),
-                        mode: 0o644,
-                    },
-                )
-            })
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), FileData { bytes: v.as_bytes().to_vec(), mode: 0o644 })).collect()
     }
 
     #[test]
@@ -173,10 +156,7 @@ mod tests {
         assert!(write(dir, &files(&[("a", "1"), ("sub/b", "2")])).unwrap());
         assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "1");
         assert_eq!(std::fs::read_to_string(dir.join("sub/b")).unwrap(), "2");
-        assert_eq!(
-            std::fs::read_link(dir.join("a")).unwrap(),
-            Path::new("..data/a")
-        );
+        assert_eq!(std::fs::read_link(dir.join("a")).unwrap(), Path::new("..data/a"));
         let first = std::fs::read_link(dir.join(DATA_DIR)).unwrap();
         // Same contents: nothing is rewritten.
         assert!(!write(dir, &files(&[("a", "1"), ("sub/b", "2")])).unwrap());
@@ -186,18 +166,8 @@ mod tests {
         assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "3");
         assert!(!dir.join("sub").exists());
         assert!(!dir.join(&first).exists());
-        let hidden: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(
-            hidden
-                .iter()
-                .filter(|n| n.starts_with("..") && n.as_str() != DATA_DIR)
-                .count(),
-            1,
-            "{hidden:?}"
-        );
+        let hidden: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(hidden.iter().filter(|n| n.starts_with("..") && n.as_str() != DATA_DIR).count(), 1, "{hidden:?}");
     }
 
     #[test]
@@ -214,14 +184,7 @@ mod tests {
 
     #[test]
     fn paths_escaping_the_volume_are_refused() {
-        for bad in [
-            "",
-            "/etc/passwd",
-            "../x",
-            "a/../../x",
-            "..data/x",
-            "a//b/../c",
-        ] {
+        for bad in ["", "/etc/passwd", "../x", "a/../../x", "..data/x", "a//b/../c"] {
             assert!(validate_path(bad).is_err(), "{bad}");
         }
         assert!(validate_path("a/b.txt").is_ok());

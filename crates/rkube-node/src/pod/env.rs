@@ -35,17 +35,9 @@ impl Sources {
     /// Reads every ConfigMap and Secret `container`'s `env` and `envFrom`
     /// name, in `namespace`. Errors: the API server's, except 404 (recorded
     /// as not found).
-    pub async fn fetch(
-        client: &kube::Client,
-        namespace: &str,
-        container: &Container,
-    ) -> Result<Sources, kube::Error> {
+    pub async fn fetch(client: &kube::Client, namespace: &str, container: &Container) -> Result<Sources, kube::Error> {
         let mut out = Sources::default();
-        let text = |d: BTreeMap<String, Vec<u8>>| {
-            d.into_iter()
-                .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
-                .collect()
-        };
+        let text = |d: BTreeMap<String, Vec<u8>>| d.into_iter().map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned())).collect();
         let (cm_names, secret_names) = referenced(container);
         for name in cm_names {
             let data = config_map_data(client, namespace, &name).await?.map(text);
@@ -80,54 +72,22 @@ impl Sources {
 
 /// A ConfigMap's `data` and `binaryData` as bytes by key (`None`: not
 /// found). Errors: the API server's, except 404.
-pub async fn config_map_data(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-) -> Result<Option<BTreeMap<String, Vec<u8>>>, kube::Error> {
-    let found = Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await?;
+pub async fn config_map_data(client: &kube::Client, ns: &str, name: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, kube::Error> {
+    let found = Api::<ConfigMap>::namespaced(client.clone(), ns).get_opt(name).await?;
     Ok(found.map(|c| {
-        let mut data: BTreeMap<String, Vec<u8>> = c
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.into_bytes()))
-            .collect();
-        data.extend(
-            c.binary_data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0)),
-        );
+        let mut data: BTreeMap<String, Vec<u8>> = c.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes())).collect();
+        data.extend(c.binary_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)));
         data
     }))
 }
 
 /// A Secret's `data` (and `stringData`, should a stored one carry it) by
 /// key (`None`: not found). Errors: the API server's, except 404.
-pub async fn secret_data(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-) -> Result<Option<BTreeMap<String, Vec<u8>>>, kube::Error> {
-    let found = Api::<Secret>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await?;
+pub async fn secret_data(client: &kube::Client, ns: &str, name: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, kube::Error> {
+    let found = Api::<Secret>::namespaced(client.clone(), ns).get_opt(name).await?;
     Ok(found.map(|s| {
-        let mut data: BTreeMap<String, Vec<u8>> = s
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect();
-        data.extend(
-            s.string_data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.into_bytes())),
-        );
+        let mut data: BTreeMap<String, Vec<u8>> = s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+        data.extend(s.string_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes())));
         data
     }))
 }
@@ -163,9 +123,7 @@ fn referenced(c: &Container) -> (Vec<String>, Vec<String>) {
 /// `IsEnvVarName`: `[-._a-zA-Z][-._a-zA-Z0-9]*`).
 pub fn is_env_var_name(name: &str) -> bool {
     let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || "-._".contains(c))
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || "-._".contains(c))
         && chars.all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
 }
 
@@ -205,17 +163,10 @@ pub fn environment(
     dw: &DownwardValues,
     sources: &Sources,
 ) -> Result<(Environment, Vec<SkippedKeys>), ConfigError> {
-    let ns = pod
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
+    let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let mut env: Vec<(String, String)> = Vec::new();
     let mut invalid = Vec::new();
-    let set = |env: &mut Vec<(String, String)>, k: String, v: String| match env
-        .iter_mut()
-        .find(|(n, _)| *n == k)
-    {
+    let set = |env: &mut Vec<(String, String)>, k: String, v: String| match env.iter_mut().find(|(n, _)| *n == k) {
         Some(slot) => slot.1 = v,
         None => env.push((k, v)),
     };
@@ -246,11 +197,7 @@ pub fn environment(
             }
         }
         if !skipped.is_empty() {
-            invalid.push(SkippedKeys {
-                kind,
-                source: format!("{ns}/{source}"),
-                keys: skipped,
-            });
+            invalid.push(SkippedKeys { kind, source: format!("{ns}/{source}"), keys: skipped });
         }
     }
     for e in container.env.iter().flatten() {
@@ -277,37 +224,23 @@ fn value_from(
     if let Some(r) = &from.config_map_key_ref {
         let optional = r.optional == Some(true);
         let Some(data) = sources.config_map(&r.name) else {
-            return if optional {
-                Ok(None)
-            } else {
-                Err(ConfigError(format!("configmap {:?} not found", r.name)))
-            };
+            return if optional { Ok(None) } else { Err(ConfigError(format!("configmap {:?} not found", r.name))) };
         };
         return match data.get(&r.key) {
             Some(v) => Ok(Some(v.clone())),
             None if optional => Ok(None),
-            None => Err(ConfigError(format!(
-                "couldn't find key {} in ConfigMap {ns}/{}",
-                r.key, r.name
-            ))),
+            None => Err(ConfigError(format!("couldn't find key {} in ConfigMap {ns}/{}", r.key, r.name))),
         };
     }
     if let Some(r) = &from.secret_key_ref {
         let optional = r.optional == Some(true);
         let Some(data) = sources.secret(&r.name) else {
-            return if optional {
-                Ok(None)
-            } else {
-                Err(ConfigError(format!("secret {:?} not found", r.name)))
-            };
+            return if optional { Ok(None) } else { Err(ConfigError(format!("secret {:?} not found", r.name))) };
         };
         return match data.get(&r.key) {
             Some(v) => Ok(Some(v.clone())),
             None if optional => Ok(None),
-            None => Err(ConfigError(format!(
-                "couldn't find key {} in Secret {ns}/{}",
-                r.key, r.name
-            ))),
+            None => Err(ConfigError(format!("couldn't find key {} in Secret {ns}/{}", r.key, r.name))),
         };
     }
     if let Some(f) = &from.field_ref {
@@ -318,22 +251,11 @@ fn value_from(
             Some(name) => pod
                 .spec
                 .as_ref()
-                .and_then(|s| {
-                    s.containers
-                        .iter()
-                        .chain(s.init_containers.iter().flatten())
-                        .find(|c| c.name == name)
-                })
+                .and_then(|s| s.containers.iter().chain(s.init_containers.iter().flatten()).find(|c| c.name == name))
                 .ok_or_else(|| ConfigError(format!("container {name} not found")))?,
             None => container,
         };
-        return resource_value(
-            target,
-            &r.resource,
-            r.divisor.as_ref().map(|q| q.0.as_str()),
-            dw,
-        )
-        .map(Some);
+        return resource_value(target, &r.resource, r.divisor.as_ref().map(|q| q.0.as_str()), dw).map(Some);
     }
     Ok(None)
 }
@@ -342,17 +264,9 @@ fn value_from(
 /// and `ExtractFieldPathAsString`). Errors: a path kubelet does not support.
 pub fn field_value(pod: &Pod, path: &str, dw: &DownwardValues) -> Result<String, ConfigError> {
     let m = &pod.metadata;
-    let subscript = |prefix: &str| {
-        path.strip_prefix(prefix)
-            .and_then(|r| r.strip_prefix("['"))
-            .and_then(|r| r.strip_suffix("']"))
-    };
+    let subscript = |prefix: &str| path.strip_prefix(prefix).and_then(|r| r.strip_prefix("['")).and_then(|r| r.strip_suffix("']"));
     let map_text = |map: &Option<BTreeMap<String, String>>| {
-        map.iter()
-            .flatten()
-            .map(|(k, v)| format!("{k}={v:?}"))
-            .collect::<Vec<_>>()
-            .join("\n")
+        map.iter().flatten().map(|(k, v)| format!("{k}={v:?}")).collect::<Vec<_>>().join("\n")
     };
     let spec = pod.spec.as_ref();
     let v = match path {
@@ -362,24 +276,14 @@ pub fn field_value(pod: &Pod, path: &str, dw: &DownwardValues) -> Result<String,
         "metadata.labels" => map_text(&m.labels),
         "metadata.annotations" => map_text(&m.annotations),
         "spec.nodeName" => dw.node_name.clone(),
-        "spec.serviceAccountName" => spec
-            .and_then(|s| s.service_account_name.clone())
-            .unwrap_or_default(),
+        "spec.serviceAccountName" => spec.and_then(|s| s.service_account_name.clone()).unwrap_or_default(),
         "status.hostIP" | "status.hostIPs" => dw.host_ip.clone(),
         "status.podIP" | "status.podIPs" => dw.pod_ip.clone(),
         _ => {
             if let Some(k) = subscript("metadata.labels") {
-                m.labels
-                    .as_ref()
-                    .and_then(|l| l.get(k))
-                    .cloned()
-                    .unwrap_or_default()
+                m.labels.as_ref().and_then(|l| l.get(k)).cloned().unwrap_or_default()
             } else if let Some(k) = subscript("metadata.annotations") {
-                m.annotations
-                    .as_ref()
-                    .and_then(|a| a.get(k))
-                    .cloned()
-                    .unwrap_or_default()
+                m.annotations.as_ref().and_then(|a| a.get(k)).cloned().unwrap_or_default()
             } else {
                 return Err(ConfigError(format!("unsupported fieldPath: {path}")));
             }
@@ -391,21 +295,12 @@ pub fn field_value(pod: &Pod, path: &str, dw: &DownwardValues) -> Result<String,
 /// A container resource as an env value (upstream's
 /// `ExtractContainerResourceValue`): the quantity divided by `divisor`
 /// (default 1) and rounded up; an unset limit is the node's allocatable.
-pub fn resource_value(
-    c: &Container,
-    resource: &str,
-    divisor: Option<&str>,
-    dw: &DownwardValues,
-) -> Result<String, ConfigError> {
+pub fn resource_value(c: &Container, resource: &str, divisor: Option<&str>, dw: &DownwardValues) -> Result<String, ConfigError> {
     let res = c.resources.as_ref();
     let (list, name) = match resource.split_once('.') {
         Some(("limits", n)) => (res.and_then(|r| r.limits.as_ref()), n),
         Some(("requests", n)) => (res.and_then(|r| r.requests.as_ref()), n),
-        _ => {
-            return Err(ConfigError(format!(
-                "unsupported container resource : {resource:?}"
-            )))
-        }
+        _ => return Err(ConfigError(format!("unsupported container resource : {resource:?}"))),
     };
     let quantity = list.and_then(|l| l.get(name)).map(|q| q.0.clone());
     let milli = match quantity {
@@ -414,9 +309,7 @@ pub fn resource_value(
         None => Some(0),
     }
     .unwrap_or(0);
-    let divisor = rkube_scheduler::resources::parse_milli(divisor.unwrap_or("1"))
-        .filter(|d| *d > 0)
-        .unwrap_or(1000);
+    let divisor = rkube_scheduler::resources::parse_milli(divisor.unwrap_or("1")).filter(|d| *d > 0).unwrap_or(1000);
     // Both are in thousandths: the ratio rounds up to a whole number.
     let value = (milli + divisor - 1).div_euclid(divisor);
     Ok(value.to_string())
@@ -463,29 +356,10 @@ pub fn expand(s: &str, env: &[(String, String)]) -> String {
 }
 
 /// The CRI environment, command and args of `container`.
-pub fn cri_parts(
-    env: &[(String, String)],
-    container: &Container,
-) -> (Vec<cri::KeyValue>, Vec<String>, Vec<String>) {
-    let kvs = env
-        .iter()
-        .map(|(k, v)| cri::KeyValue {
-            key: k.clone(),
-            value: v.clone(),
-        })
-        .collect();
-    let command = container
-        .command
-        .iter()
-        .flatten()
-        .map(|s| expand(s, env))
-        .collect();
-    let args = container
-        .args
-        .iter()
-        .flatten()
-        .map(|s| expand(s, env))
-        .collect();
+pub fn cri_parts(env: &[(String, String)], container: &Container) -> (Vec<cri::KeyValue>, Vec<String>, Vec<String>) {
+    let kvs = env.iter().map(|(k, v)| cri::KeyValue { key: k.clone(), value: v.clone() }).collect();
+    let command = container.command.iter().flatten().map(|s| expand(s, env)).collect();
+    let args = container.args.iter().flatten().map(|s| expand(s, env)).collect();
     (kvs, command, args)
 }
 

@@ -34,11 +34,5 @@ pub fn as_container(ec: &EphemeralContainer) -> Container {
 
 /// The pod's ephemeral containers as [`Container`]s, in spec order.
 pub fn containers(pod: &Pod) -> Vec<Container> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.ephemeral_containers.as_ref())
-        .into_iter()
-        .flatten()
-        .map(as_container)
-        .collect()
+    pod.spec.as_ref().and_then(|s| s.ephemeral_containers.as_ref()).into_iter().flatten().map(as_container).collect()
 }

@@ -18,28 +18,13 @@ pub const MIN_GRACE_AFTER_HOOK: i64 = 2;
 
 /// Runs `hook` for container `c` (id `id`, reached at `pod_ip`) within
 /// `limit`. Errors: the handler's failure as kubelet words it.
-pub async fn run(
-    hook: &LifecycleHandler,
-    c: &Container,
-    id: &str,
-    exec: &dyn ExecSync,
-    pod_ip: &str,
-    limit: Duration,
-) -> Result<(), String> {
+pub async fn run(hook: &LifecycleHandler, c: &Container, id: &str, exec: &dyn ExecSync, pod_ip: &str, limit: Duration) -> Result<(), String> {
     if let Some(s) = &hook.sleep {
-        tokio::time::sleep(
-            Duration::from_secs(u64::try_from(s.seconds.max(0)).unwrap_or(0)).min(limit),
-        )
-        .await;
+        tokio::time::sleep(Duration::from_secs(u64::try_from(s.seconds.max(0)).unwrap_or(0)).min(limit)).await;
         return Ok(());
     }
     let secs = i32::try_from(limit.as_secs().max(1)).unwrap_or(i32::MAX);
-    let probe = Probe {
-        exec: hook.exec.clone(),
-        http_get: hook.http_get.clone(),
-        timeout_seconds: Some(secs),
-        ..Probe::default()
-    };
+    let probe = Probe { exec: hook.exec.clone(), http_get: hook.http_get.clone(), timeout_seconds: Some(secs), ..Probe::default() };
     if probe.exec.is_none() && probe.http_get.is_none() {
         return Err("a lifecycle hook needs exec, httpGet or sleep".into());
     }
@@ -65,12 +50,7 @@ mod tests {
 
     #[async_trait::async_trait]
     impl ExecSync for Exit {
-        async fn exec_sync(
-            &self,
-            _id: &str,
-            _cmd: Vec<String>,
-            _t: i64,
-        ) -> Result<(i32, Vec<u8>), String> {
+        async fn exec_sync(&self, _id: &str, _cmd: Vec<String>, _t: i64) -> Result<(i32, Vec<u8>), String> {
             Ok((self.0, b"boom".to_vec()))
         }
     }
@@ -83,58 +63,13 @@ mod tests {
     async fn hooks_run_exec_and_sleep_and_report_failures() {
         let c: Container = serde_json::from_value(json!({"name": "c"})).unwrap();
         let exec = handler(json!({"exec": {"command": ["x"]}}));
-        assert_eq!(
-            run(
-                &exec,
-                &c,
-                "i",
-                &Exit(0),
-                "127.0.0.1",
-                Duration::from_secs(5)
-            )
-            .await,
-            Ok(())
-        );
-        assert_eq!(
-            run(
-                &exec,
-                &c,
-                "i",
-                &Exit(1),
-                "127.0.0.1",
-                Duration::from_secs(5)
-            )
-            .await,
-            Err("boom".into())
-        );
+        assert_eq!(run(&exec, &c, "i", &Exit(0), "127.0.0.1", Duration::from_secs(5)).await, Ok(()));
+        assert_eq!(run(&exec, &c, "i", &Exit(1), "127.0.0.1", Duration::from_secs(5)).await, Err("boom".into()));
         let began = Instant::now();
         let sleep = handler(json!({"sleep": {"seconds": 30}}));
-        assert_eq!(
-            run(
-                &sleep,
-                &c,
-                "i",
-                &Exit(0),
-                "127.0.0.1",
-                Duration::from_millis(200)
-            )
-            .await,
-            Ok(())
-        );
-        assert!(
-            began.elapsed() < Duration::from_secs(5),
-            "sleep is bounded by the limit"
-        );
-        assert!(run(
-            &handler(json!({})),
-            &c,
-            "i",
-            &Exit(0),
-            "127.0.0.1",
-            Duration::from_secs(1)
-        )
-        .await
-        .is_err());
+        assert_eq!(run(&sleep, &c, "i", &Exit(0), "127.0.0.1", Duration::from_millis(200)).await, Ok(()));
+        assert!(began.elapsed() < Duration::from_secs(5), "sleep is bounded by the limit");
+        assert!(run(&handler(json!({})), &c, "i", &Exit(0), "127.0.0.1", Duration::from_secs(1)).await.is_err());
     }
 
     #[test]

@@ -32,25 +32,16 @@ impl PodStore {
     pub fn list(&self) -> Vec<Arc<Pod>> {
         let map = self.0.read().unwrap_or_else(|p| p.into_inner());
         let mut pods: Vec<Arc<Pod>> = map.values().cloned().collect();
-        pods.sort_by(|a, b| {
-            (&a.metadata.namespace, &a.metadata.name)
-                .cmp(&(&b.metadata.namespace, &b.metadata.name))
-        });
+        pods.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
         pods
     }
 
     fn insert(&self, uid: String, pod: Arc<Pod>) {
-        self.0
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(uid, pod);
+        self.0.write().unwrap_or_else(|p| p.into_inner()).insert(uid, pod);
     }
 
     fn remove(&self, uid: &str) {
-        self.0
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(uid);
+        self.0.write().unwrap_or_else(|p| p.into_inner()).remove(uid);
     }
 }
 
@@ -70,21 +61,11 @@ impl PodManager {
     /// A manager without workers, keeping `store` current.
     pub fn new(env: Arc<WorkerEnv>, store: PodStore) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
-        Self {
-            env,
-            store,
-            workers: HashMap::new(),
-            done_tx,
-            done_rx,
-            listed: HashSet::new(),
-            synced: false,
-        }
+        Self { env, store, workers: HashMap::new(), done_tx, done_rx, listed: HashSet::new(), synced: false }
     }
 
     fn dispatch(&mut self, pod: Pod) {
-        let Some(uid) = pod.metadata.uid.clone() else {
-            return;
-        };
+        let Some(uid) = pod.metadata.uid.clone() else { return };
         self.listed.insert(uid.clone());
         let pod = Arc::new(pod);
         self.store.insert(uid.clone(), Arc::clone(&pod));
@@ -110,15 +91,9 @@ impl PodManager {
         if !self.synced {
             return;
         }
-        let Ok(sandboxes) = self.env.cri.list_pod_sandbox().await else {
-            return;
-        };
+        let Ok(sandboxes) = self.env.cri.list_pod_sandbox().await else { return };
         for s in sandboxes {
-            let uid = s
-                .metadata
-                .as_ref()
-                .map(|m| m.uid.clone())
-                .unwrap_or_default();
+            let uid = s.metadata.as_ref().map(|m| m.uid.clone()).unwrap_or_default();
             if !self.workers.contains_key(&uid) {
                 tracing::info!(sandbox = %s.id, pod_uid = %uid, "removing orphaned pod sandbox");
                 let _ = self.env.cri.stop_pod_sandbox(&s.id).await;
@@ -128,14 +103,9 @@ impl PodManager {
     }
 
     /// Runs until `shutdown`.
-    pub async fn run(
-        mut self,
-        mut pleg: mpsc::Receiver<PodLifecycleEvent>,
-        mut shutdown: Shutdown,
-    ) {
+    pub async fn run(mut self, mut pleg: mpsc::Receiver<PodLifecycleEvent>, mut shutdown: Shutdown) {
         let api: Api<Pod> = Api::all(self.env.client.clone());
-        let config =
-            watcher::Config::default().fields(&format!("spec.nodeName={}", self.env.node_name));
+        let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.env.node_name));
         let mut pods = watcher::watcher(api, config).default_backoff().boxed();
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
         loop {

@@ -79,9 +79,7 @@ pub fn pod_phase(pod: &Pod, status: &PodStatus) -> Phase {
 /// last termination: a `Never` pod whose running container was lost is `Failed`, not `Pending`
 /// (and is not started again).
 pub fn pod_phase_with_lost(pod: &Pod, status: &PodStatus, lost: &HashMap<String, bool>) -> Phase {
-    let Some(spec) = pod.spec.as_ref() else {
-        return Phase::Pending;
-    };
+    let Some(spec) = pod.spec.as_ref() else { return Phase::Pending };
     let policy = restart_policy(pod);
     let current = current_containers(status);
     let latest = |name: &str| current.iter().copied().find(|c| container_name(c) == name);

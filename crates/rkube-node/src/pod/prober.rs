@@ -26,25 +26,13 @@ use crate::cri::CriClient;
 pub trait ExecSync: Send + Sync {
     /// Runs `cmd` in container `id` for at most `timeout_s` seconds; returns
     /// (exit code, stdout and stderr). Errors: the runtime's, as text.
-    async fn exec_sync(
-        &self,
-        id: &str,
-        cmd: Vec<String>,
-        timeout_s: i64,
-    ) -> Result<(i32, Vec<u8>), String>;
+    async fn exec_sync(&self, id: &str, cmd: Vec<String>, timeout_s: i64) -> Result<(i32, Vec<u8>), String>;
 }
 
 #[async_trait::async_trait]
 impl ExecSync for CriClient {
-    async fn exec_sync(
-        &self,
-        id: &str,
-        cmd: Vec<String>,
-        timeout_s: i64,
-    ) -> Result<(i32, Vec<u8>), String> {
-        let answer = CriClient::exec_sync(self, id, cmd, timeout_s)
-            .await
-            .map_err(|e| e.to_string())?;
+    async fn exec_sync(&self, id: &str, cmd: Vec<String>, timeout_s: i64) -> Result<(i32, Vec<u8>), String> {
+        let answer = CriClient::exec_sync(self, id, cmd, timeout_s).await.map_err(|e| e.to_string())?;
         let mut out = answer.stdout;
         out.extend_from_slice(&answer.stderr);
         Ok((answer.exit_code, out))
@@ -129,67 +117,41 @@ impl Prober {
     /// Whether `name` (running) is ready: started, and no readiness probe
     /// or it succeeds.
     pub fn ready(&self, c: &Container) -> bool {
-        self.started(c)
-            && (c.readiness_probe.is_none() || self.result(&c.name, Kind::Readiness) == Some(true))
+        self.started(c) && (c.readiness_probe.is_none() || self.result(&c.name, Kind::Readiness) == Some(true))
     }
 
     fn result(&self, name: &str, kind: Kind) -> Option<bool> {
-        self.tracked
-            .get(&(name.to_string(), kind))
-            .and_then(|t| t.result)
+        self.tracked.get(&(name.to_string(), kind)).and_then(|t| t.result)
     }
 
     /// Runs the probes that are due on `running` containers and updates the
     /// results; the others' state is dropped. Returns what to report and kill.
-    pub async fn round(
-        &mut self,
-        running: &[Running<'_>],
-        cri: &dyn ExecSync,
-        pod_ip: &str,
-    ) -> Round {
-        self.tracked.retain(|(name, _), t| {
-            running
-                .iter()
-                .any(|r| r.spec.name == *name && r.id == t.container_id)
-        });
+    pub async fn round(&mut self, running: &[Running<'_>], cri: &dyn ExecSync, pod_ip: &str) -> Round {
+        self.tracked.retain(|(name, _), t| running.iter().any(|r| r.spec.name == *name && r.id == t.container_id));
         let mut due = Vec::new();
         for r in running {
-            let startup_pending = r.spec.startup_probe.is_some()
-                && self.result(&r.spec.name, Kind::Startup) != Some(true);
+            let startup_pending = r.spec.startup_probe.is_some() && self.result(&r.spec.name, Kind::Startup) != Some(true);
             for kind in [Kind::Startup, Kind::Liveness, Kind::Readiness] {
-                let Some(probe) = kind.of(r.spec) else {
-                    continue;
-                };
-                if kind == Kind::Startup && !startup_pending
-                    || kind != Kind::Startup && startup_pending
-                {
+                let Some(probe) = kind.of(r.spec) else { continue };
+                if kind == Kind::Startup && !startup_pending || kind != Kind::Startup && startup_pending {
                     continue;
                 }
-                let t = self
-                    .tracked
-                    .entry((r.spec.name.clone(), kind))
-                    .or_insert_with(|| Tracked {
-                        container_id: r.id.clone(),
-                        result: None,
-                        successes: 0,
-                        failures: 0,
-                        last_run: None,
-                    });
+                let t = self.tracked.entry((r.spec.name.clone(), kind)).or_insert_with(|| Tracked {
+                    container_id: r.id.clone(),
+                    result: None,
+                    successes: 0,
+                    failures: 0,
+                    last_run: None,
+                });
                 if is_due(probe, r.started_at, t.last_run) {
                     due.push((r, kind, probe));
                 }
             }
         }
-        let outcomes = futures::future::join_all(
-            due.iter()
-                .map(|(r, _, probe)| run(probe, r.spec, &r.id, cri, pod_ip)),
-        )
-        .await;
+        let outcomes = futures::future::join_all(due.iter().map(|(r, _, probe)| run(probe, r.spec, &r.id, cri, pod_ip))).await;
         let mut round = Round::default();
         for ((r, kind, probe), outcome) in due.into_iter().zip(outcomes) {
-            let Some(t) = self.tracked.get_mut(&(r.spec.name.clone(), kind)) else {
-                continue;
-            };
+            let Some(t) = self.tracked.get_mut(&(r.spec.name.clone(), kind)) else { continue };
             t.last_run = Some(Instant::now());
             match &outcome {
                 Ok(()) => {
@@ -203,19 +165,12 @@ impl Prober {
                     t.failures += 1;
                     t.successes = 0;
                     if t.failures == 1 {
-                        round.unhealthy.push((
-                            r.spec.name.clone(),
-                            format!("{} probe failed: {output}", kind.title()),
-                        ));
+                        round.unhealthy.push((r.spec.name.clone(), format!("{} probe failed: {output}", kind.title())));
                     }
                     if t.failures >= probe.failure_threshold.unwrap_or(3).max(1) {
                         t.result = Some(false);
                         if kind != Kind::Readiness {
-                            let why = format!(
-                                "Container {} failed {} probe, will be restarted",
-                                r.spec.name,
-                                kind.title().to_lowercase()
-                            );
+                            let why = format!("Container {} failed {} probe, will be restarted", r.spec.name, kind.title().to_lowercase());
                             round.kill.push((r.spec.name.clone(), r.id.clone(), why));
                         }
                     }
@@ -230,15 +185,10 @@ impl Prober {
         running
             .iter()
             .flat_map(|r| {
-                [Kind::Startup, Kind::Liveness, Kind::Readiness]
-                    .into_iter()
-                    .filter_map(move |k| Some((r, k, k.of(r.spec)?)))
+                [Kind::Startup, Kind::Liveness, Kind::Readiness].into_iter().filter_map(move |k| Some((r, k, k.of(r.spec)?)))
             })
             .map(|(r, k, p)| {
-                let last = self
-                    .tracked
-                    .get(&(r.spec.name.clone(), k))
-                    .and_then(|t| t.last_run);
+                let last = self.tracked.get(&(r.spec.name.clone(), k)).and_then(|t| t.last_run);
                 next_time(p, r.started_at, last)
             })
             .min()
@@ -276,72 +226,37 @@ fn port_of(port: &IntOrString, c: &Container) -> Result<u16, String> {
 }
 
 /// Runs one try of `probe` against container `c` (id `id`, reached at `pod_ip`).
-pub async fn run(
-    probe: &Probe,
-    c: &Container,
-    id: &str,
-    cri: &dyn ExecSync,
-    pod_ip: &str,
-) -> Outcome {
+pub async fn run(probe: &Probe, c: &Container, id: &str, cri: &dyn ExecSync, pod_ip: &str) -> Outcome {
     let timeout = secs(probe.timeout_seconds, 1).max(Duration::from_secs(1));
     if let Some(e) = &probe.exec {
         let cmd = e.command.clone().unwrap_or_default();
-        let (code, output) = cri
-            .exec_sync(id, cmd, i64::try_from(timeout.as_secs()).unwrap_or(1))
-            .await?;
+        let (code, output) = cri.exec_sync(id, cmd, i64::try_from(timeout.as_secs()).unwrap_or(1)).await?;
         if code == 0 {
             return Ok(());
         }
         let out = String::from_utf8_lossy(&output).into_owned();
-        return Err(if out.trim().is_empty() {
-            format!("command exited with code {code}")
-        } else {
-            out
-        });
+        return Err(if out.trim().is_empty() { format!("command exited with code {code}") } else { out });
     }
     if let Some(h) = &probe.http_get {
         let port = port_of(&h.port, c)?;
-        let host = h
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| pod_ip.to_string());
+        let host = h.host.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| pod_ip.to_string());
         let scheme = h.scheme.as_deref().unwrap_or("HTTP").to_ascii_lowercase();
         let path = h.path.clone().unwrap_or_else(|| "/".into());
-        let path = if path.starts_with('/') {
-            path
-        } else {
-            format!("/{path}")
-        };
+        let path = if path.starts_with('/') { path } else { format!("/{path}") };
         let url = format!("{scheme}://{host}:{port}{path}");
         return http_probe(&url, h.http_headers.as_deref().unwrap_or_default(), timeout).await;
     }
     if let Some(t) = &probe.tcp_socket {
         let port = port_of(&t.port, c)?;
-        let host = t
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| pod_ip.to_string());
-        return match tokio::time::timeout(
-            timeout,
-            tokio::net::TcpStream::connect((host.as_str(), port)),
-        )
-        .await
-        {
+        let host = t.host.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| pod_ip.to_string());
+        return match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host.as_str(), port))).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(format!("dial tcp {host}:{port}: connect: {e}")),
             Err(_) => Err(format!("dial tcp {host}:{port}: i/o timeout")),
         };
     }
     if let Some(g) = &probe.grpc {
-        return grpc_probe(
-            pod_ip,
-            g.port,
-            g.service.clone().unwrap_or_default(),
-            timeout,
-        )
-        .await;
+        return grpc_probe(pod_ip, g.port, g.service.clone().unwrap_or_default(), timeout).await;
     }
     Err("probe has no handler".into())
 }
@@ -365,11 +280,7 @@ fn http_client() -> Result<reqwest::Client, String> {
     Ok(CLIENT.get_or_init(|| built).clone())
 }
 
-async fn http_probe(
-    url: &str,
-    headers: &[k8s_openapi::api::core::v1::HTTPHeader],
-    timeout: Duration,
-) -> Outcome {
+async fn http_probe(url: &str, headers: &[k8s_openapi::api::core::v1::HTTPHeader], timeout: Duration) -> Outcome {
     let mut req = http_client()?.get(url).timeout(timeout);
     for h in headers {
         req = req.header(h.name.as_str(), h.value.as_str());
@@ -388,35 +299,21 @@ async fn grpc_probe(host: &str, port: i32, service: String, timeout: Duration) -
     use tonic_health::pb::HealthCheckRequest;
     let addr = format!("http://{host}:{port}");
     let attempt = async {
-        let channel = tonic::transport::Endpoint::from_shared(addr.clone())
-            .map_err(|e| e.to_string())?
-            .connect()
-            .await
-            .map_err(|e| {
-                format!(
-                    "failed to connect service {host}:{port} within {}s: {e}",
-                    timeout.as_secs()
-                )
-            })?;
-        let answer = HealthClient::new(channel)
-            .check(HealthCheckRequest { service })
-            .await
-            .map_err(|s| format!("health rpc probe failed: {}", s.message()))?;
+        let channel = tonic::transport::Endpoint::from_shared(addr.clone()).map_err(|e| e.to_string())?.connect().await.map_err(|e| {
+            format!("failed to connect service {host}:{port} within {}s: {e}", timeout.as_secs())
+        })?;
+        let answer = HealthClient::new(channel).check(HealthCheckRequest { service }).await.map_err(|s| {
+            format!("health rpc probe failed: {}", s.message())
+        })?;
         match ServingStatus::try_from(answer.into_inner().status) {
             Ok(ServingStatus::Serving) => Ok(()),
-            Ok(other) => Err(format!(
-                "service unhealthy (responded with {:?})",
-                other.as_str_name()
-            )),
+            Ok(other) => Err(format!("service unhealthy (responded with {:?})", other.as_str_name())),
             Err(_) => Err("service unhealthy (responded with an unknown status)".to_string()),
         }
     };
     match tokio::time::timeout(timeout, attempt).await {
         Ok(r) => r,
-        Err(_) => Err(format!(
-            "timeout: health rpc did not complete within {}s",
-            timeout.as_secs()
-        )),
+        Err(_) => Err(format!("timeout: health rpc did not complete within {}s", timeout.as_secs())),
     }
 }
 

@@ -33,9 +33,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{
-    Container, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod, Volume, VolumeProjection,
-};
+use k8s_openapi::api::core::v1::{Container, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod, Volume, VolumeProjection};
 use serde_json::{json, Value};
 
 use rkube_runtime::cri;
@@ -59,11 +57,7 @@ pub struct MountError {
 /// Where a volume of `plugin` (`projected`, `configmap`, `empty-dir`, …) lives:
 /// `<root>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`.
 pub fn volume_dir(root: &Path, pod_uid: &str, plugin: &str, volume: &str) -> PathBuf {
-    root.join("pods")
-        .join(pod_uid)
-        .join("volumes")
-        .join(format!("kubernetes.io~{plugin}"))
-        .join(volume)
+    root.join("pods").join(pod_uid).join("volumes").join(format!("kubernetes.io~{plugin}")).join(volume)
 }
 
 /// [`volume_dir`] of a projected volume.
@@ -80,28 +74,16 @@ pub async fn container_mounts(
     container: &Container,
     dw: &DownwardValues,
 ) -> Result<Vec<cri::Mount>, MountError> {
-    let volumes = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_deref())
-        .unwrap_or_default();
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default();
     let mut mounts = Vec::new();
     for vm in container.volume_mounts.as_deref().unwrap_or_default() {
-        let Some(volume) = volumes.iter().find(|v| v.name == vm.name) else {
-            continue;
-        };
+        let Some(volume) = volumes.iter().find(|v| v.name == vm.name) else { continue };
         let dir = prepare(client, root, pod, volume, dw)
             .await
-            .map_err(|message| MountError {
-                volume: volume.name.clone(),
-                message,
-            })?;
+            .map_err(|message| MountError { volume: volume.name.clone(), message })?;
         let host = match vm.sub_path.as_deref().filter(|p| !p.is_empty()) {
             Some(sub) => {
-                atomic_writer::validate_path(sub).map_err(|e| MountError {
-                    volume: volume.name.clone(),
-                    message: e.to_string(),
-                })?;
+                atomic_writer::validate_path(sub).map_err(|e| MountError { volume: volume.name.clone(), message: e.to_string() })?;
                 let p = dir.join(sub);
                 // Upstream creates a missing subPath as a directory.
                 if !p.exists() {
@@ -114,12 +96,7 @@ pub async fn container_mounts(
         mounts.push(cri::Mount {
             container_path: vm.mount_path.clone(),
             host_path: host.display().to_string(),
-            readonly: vm.read_only.unwrap_or(false)
-                || volume
-                    .persistent_volume_claim
-                    .as_ref()
-                    .and_then(|c| c.read_only)
-                    .unwrap_or(false),
+            readonly: vm.read_only.unwrap_or(false) || volume.persistent_volume_claim.as_ref().and_then(|c| c.read_only).unwrap_or(false),
             ..Default::default()
         });
     }
@@ -129,43 +106,17 @@ pub async fn container_mounts(
 /// Rewrites the file-backed volumes of `pod` (ConfigMaps, Secrets,
 /// downward API, projected) from their sources now, so updates reach
 /// running containers; returns the volumes that failed.
-pub async fn refresh(
-    client: &kube::Client,
-    root: &Path,
-    pod: &Pod,
-    dw: &DownwardValues,
-) -> Vec<MountError> {
-    let volumes = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_deref())
-        .unwrap_or_default();
+pub async fn refresh(client: &kube::Client, root: &Path, pod: &Pod, dw: &DownwardValues) -> Vec<MountError> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default();
     let mut errors = Vec::new();
-    for v in volumes.iter().filter(|v| {
-        v.config_map.is_some()
-            || v.secret.is_some()
-            || v.downward_api.is_some()
-            || v.projected.is_some()
-    }) {
+    for v in volumes.iter().filter(|v| v.config_map.is_some() || v.secret.is_some() || v.downward_api.is_some() || v.projected.is_some()) {
         // Only volumes already set up (a container uses them) are refreshed.
-        let Some((plugin, _)) = file_plugin(v) else {
-            continue;
-        };
-        if !volume_dir(
-            root,
-            pod.metadata.uid.as_deref().unwrap_or_default(),
-            plugin,
-            &v.name,
-        )
-        .exists()
-        {
+        let Some((plugin, _)) = file_plugin(v) else { continue };
+        if !volume_dir(root, pod.metadata.uid.as_deref().unwrap_or_default(), plugin, &v.name).exists() {
             continue;
         }
         if let Err(message) = prepare(client, root, pod, v, dw).await {
-            errors.push(MountError {
-                volume: v.name.clone(),
-                message,
-            });
+            errors.push(MountError { volume: v.name.clone(), message });
         }
     }
     errors
@@ -173,18 +124,12 @@ pub async fn refresh(
 
 /// Whether `pod` has volumes [`refresh`] rewrites.
 pub fn has_file_volumes(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .is_some_and(|vs| vs.iter().any(|v| file_plugin(v).is_some()))
+    pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).is_some_and(|vs| vs.iter().any(|v| file_plugin(v).is_some()))
 }
 
 /// The plugin directory name and default mode of a file-backed volume.
 fn file_plugin(v: &Volume) -> Option<(&'static str, u32)> {
-    let mode = |m: Option<i32>| {
-        m.and_then(|m| u32::try_from(m).ok())
-            .unwrap_or(DEFAULT_MODE)
-    };
+    let mode = |m: Option<i32>| m.and_then(|m| u32::try_from(m).ok()).unwrap_or(DEFAULT_MODE);
     if let Some(c) = &v.config_map {
         Some(("configmap", mode(c.default_mode)))
     } else if let Some(s) = &v.secret {
@@ -192,20 +137,12 @@ fn file_plugin(v: &Volume) -> Option<(&'static str, u32)> {
     } else if let Some(d) = &v.downward_api {
         Some(("downward-api", mode(d.default_mode)))
     } else {
-        v.projected
-            .as_ref()
-            .map(|p| ("projected", mode(p.default_mode)))
+        v.projected.as_ref().map(|p| ("projected", mode(p.default_mode)))
     }
 }
 
 /// Sets up `volume` and returns its host path. Errors: why it cannot be.
-async fn prepare(
-    client: &kube::Client,
-    root: &Path,
-    pod: &Pod,
-    volume: &Volume,
-    dw: &DownwardValues,
-) -> Result<PathBuf, String> {
+async fn prepare(client: &kube::Client, root: &Path, pod: &Pod, volume: &Volume, dw: &DownwardValues) -> Result<PathBuf, String> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     if let Some(e) = &volume.empty_dir {
         let dir = volume_dir(root, uid, "empty-dir", &volume.name);
@@ -223,47 +160,18 @@ async fn prepare(
         return claim_path(client, ns, &c.claim_name).await;
     }
     let Some((plugin, default_mode)) = file_plugin(volume) else {
-        return Err(format!(
-            "volume type of {:?} is not supported by rkube's node agent yet",
-            volume.name
-        ));
+        return Err(format!("volume type of {:?} is not supported by rkube's node agent yet", volume.name));
     };
     let dir = volume_dir(root, uid, plugin, &volume.name);
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut files: BTreeMap<String, FileData> = BTreeMap::new();
     if let Some(c) = &volume.config_map {
-        object_files(
-            client,
-            ns,
-            "config",
-            &c.name,
-            c.items.as_deref(),
-            c.optional.unwrap_or(false),
-            default_mode,
-            &mut files,
-        )
-        .await?;
+        object_files(client, ns, "config", &c.name, c.items.as_deref(), c.optional.unwrap_or(false), default_mode, &mut files).await?;
     } else if let Some(s) = &volume.secret {
         let name = s.secret_name.clone().unwrap_or_default();
-        object_files(
-            client,
-            ns,
-            "secret",
-            &name,
-            s.items.as_deref(),
-            s.optional.unwrap_or(false),
-            default_mode,
-            &mut files,
-        )
-        .await?;
+        object_files(client, ns, "secret", &name, s.items.as_deref(), s.optional.unwrap_or(false), default_mode, &mut files).await?;
     } else if let Some(d) = &volume.downward_api {
-        downward_files(
-            pod,
-            d.items.as_deref().unwrap_or_default(),
-            default_mode,
-            dw,
-            &mut files,
-        )?;
+        downward_files(pod, d.items.as_deref().unwrap_or_default(), default_mode, dw, &mut files)?;
     } else if let Some(p) = &volume.projected {
         for source in p.sources.as_deref().unwrap_or_default() {
             project(client, pod, ns, source, default_mode, &dir, dw, &mut files).await?;
@@ -282,33 +190,17 @@ fn mount_tmpfs(dir: &Path, size_limit: Option<&str>) -> Result<(), String> {
     }
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let path = dir.display().to_string();
-    if mounts
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(path.as_str()))
-    {
+    if mounts.lines().any(|l| l.split(' ').nth(4) == Some(path.as_str())) {
         return Ok(());
     }
-    let bytes = size_limit
-        .and_then(rkube_scheduler::resources::parse_milli)
-        .map(|m| m / 1000);
+    let bytes = size_limit.and_then(rkube_scheduler::resources::parse_milli).map(|m| m / 1000);
     let options = bytes.map(|b| format!("size={b}")).unwrap_or_default();
     let c = |s: &str| std::ffi::CString::new(s).map_err(|e| e.to_string());
     let (src, target, fstype, data) = (c("tmpfs")?, c(&path)?, c("tmpfs")?, c(&options)?);
     // SAFETY: every pointer is a valid NUL-terminated string living across the call.
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            data.as_ptr().cast(),
-        )
-    };
+    let rc = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, data.as_ptr().cast()) };
     if rc != 0 {
-        return Err(format!(
-            "mounting tmpfs on {path}: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(format!("mounting tmpfs on {path}: {}", std::io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -333,22 +225,13 @@ pub fn clean_up(root: &Path, pod_uid: &str) {
 /// The host path of claim `namespace/name`: fetched with its volume, then [`bound_volume_path`].
 async fn claim_path(client: &kube::Client, namespace: &str, name: &str) -> Result<PathBuf, String> {
     let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client.clone(), namespace);
-    let claim = claims
-        .get_opt(name)
-        .await
-        .map_err(|e| format!("error processing PVC {namespace}/{name}: {e}"))?;
-    let volume_name = claim
-        .as_ref()
-        .and_then(|c| c.spec.as_ref())
-        .and_then(|s| s.volume_name.clone())
-        .unwrap_or_default();
+    let claim = claims.get_opt(name).await.map_err(|e| format!("error processing PVC {namespace}/{name}: {e}"))?;
+    let volume_name = claim.as_ref().and_then(|c| c.spec.as_ref()).and_then(|s| s.volume_name.clone()).unwrap_or_default();
     let pv = if volume_name.is_empty() {
         None
     } else {
         let pvs: kube::Api<PersistentVolume> = kube::Api::all(client.clone());
-        pvs.get_opt(&volume_name)
-            .await
-            .map_err(|e| format!("error processing PVC {namespace}/{name}: {e}"))?
+        pvs.get_opt(&volume_name).await.map_err(|e| format!("error processing PVC {namespace}/{name}: {e}"))?
     };
     bound_volume_path(namespace, name, claim.as_ref(), pv.as_ref())
 }
@@ -365,29 +248,13 @@ pub fn bound_volume_path(
     claim: Option<&PersistentVolumeClaim>,
     pv: Option<&PersistentVolume>,
 ) -> Result<PathBuf, String> {
-    let claim = claim.ok_or_else(|| {
-        format!("error processing PVC {namespace}/{name}: persistentvolumeclaim {name:?} not found")
-    })?;
-    let volume_name = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .unwrap_or("");
-    let phase = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("");
+    let claim = claim.ok_or_else(|| format!("error processing PVC {namespace}/{name}: persistentvolumeclaim {name:?} not found"))?;
+    let volume_name = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()).unwrap_or("");
+    let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
     if volume_name.is_empty() || phase != "Bound" {
-        return Err(format!(
-            "error processing PVC {namespace}/{name}: PVC is not bound"
-        ));
+        return Err(format!("error processing PVC {namespace}/{name}: PVC is not bound"));
     }
-    let pv = pv.ok_or_else(|| {
-        format!(
-            "error processing PVC {namespace}/{name}: persistentvolume {volume_name:?} not found"
-        )
-    })?;
+    let pv = pv.ok_or_else(|| format!("error processing PVC {namespace}/{name}: persistentvolume {volume_name:?} not found"))?;
     let spec = pv.spec.as_ref();
     if let Some(h) = spec.and_then(|s| s.host_path.as_ref()) {
         return host_path(&h.path, h.type_.as_deref().unwrap_or(""));
@@ -408,11 +275,7 @@ fn host_path(path: &str, type_: &str) -> Result<PathBuf, String> {
     use std::os::unix::fs::FileTypeExt as _;
     let p = PathBuf::from(path);
     let meta = std::fs::metadata(&p);
-    let fail = |what: &str| {
-        Err(format!(
-            "hostPath type check failed: {path} is not a {what}"
-        ))
-    };
+    let fail = |what: &str| Err(format!("hostPath type check failed: {path} is not a {what}"));
     match type_ {
         "" => {}
         "DirectoryOrCreate" => {
@@ -426,26 +289,16 @@ fn host_path(path: &str, type_: &str) -> Result<PathBuf, String> {
         }
         "FileOrCreate" => {
             if meta.is_err() {
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&p)
-                    .map_err(|e| e.to_string())?;
+                std::fs::OpenOptions::new().create(true).append(true).open(&p).map_err(|e| e.to_string())?;
             } else if !meta.as_ref().is_ok_and(|m| m.is_file()) {
                 return fail("file");
             }
         }
         "Directory" if !meta.as_ref().is_ok_and(|m| m.is_dir()) => return fail("directory"),
         "File" if !meta.as_ref().is_ok_and(|m| m.is_file()) => return fail("file"),
-        "Socket" if !meta.as_ref().is_ok_and(|m| m.file_type().is_socket()) => {
-            return fail("socket file")
-        }
-        "CharDevice" if !meta.as_ref().is_ok_and(|m| m.file_type().is_char_device()) => {
-            return fail("character device")
-        }
-        "BlockDevice" if !meta.as_ref().is_ok_and(|m| m.file_type().is_block_device()) => {
-            return fail("block device")
-        }
+        "Socket" if !meta.as_ref().is_ok_and(|m| m.file_type().is_socket()) => return fail("socket file"),
+        "CharDevice" if !meta.as_ref().is_ok_and(|m| m.file_type().is_char_device()) => return fail("character device"),
+        "BlockDevice" if !meta.as_ref().is_ok_and(|m| m.file_type().is_block_device()) => return fail("block device"),
         "Directory" | "File" | "Socket" | "CharDevice" | "BlockDevice" => {}
         other => return Err(format!("invalid HostPathType {other:?}")),
     }
@@ -454,8 +307,7 @@ fn host_path(path: &str, type_: &str) -> Result<PathBuf, String> {
 
 /// Mode of an item: its own `mode`, else the volume's default.
 fn item_mode(mode: Option<i32>, default_mode: u32) -> u32 {
-    mode.and_then(|m| u32::try_from(m).ok())
-        .unwrap_or(default_mode)
+    mode.and_then(|m| u32::try_from(m).ok()).unwrap_or(default_mode)
 }
 
 /// The files of a ConfigMap (`kind` `config`) or Secret (`kind` `secret`)
@@ -474,10 +326,7 @@ async fn object_files(
     let (data, what) = if kind == "secret" {
         (super::env::secret_data(client, ns, name).await, "secret")
     } else {
-        (
-            super::env::config_map_data(client, ns, name).await,
-            "configmap",
-        )
+        (super::env::config_map_data(client, ns, name).await, "configmap")
     };
     match data.map_err(|e| e.to_string())? {
         Some(data) => select(items, data, optional, default_mode, kind, files),
@@ -505,18 +354,11 @@ fn downward_files(
                 .as_ref()
                 .and_then(|s| s.containers.iter().find(|c| c.name == name))
                 .ok_or_else(|| format!("container {name:?} not found in pod"))?;
-            super::env::resource_value(c, &r.resource, r.divisor.as_ref().map(|q| q.0.as_str()), dw)
-                .map_err(|e| e.0)?
+            super::env::resource_value(c, &r.resource, r.divisor.as_ref().map(|q| q.0.as_str()), dw).map_err(|e| e.0)?
         } else {
             continue;
         };
-        files.insert(
-            item.path.clone(),
-            FileData {
-                bytes: value.into_bytes(),
-                mode: item_mode(item.mode, default_mode),
-            },
-        );
+        files.insert(item.path.clone(), FileData { bytes: value.into_bytes(), mode: item_mode(item.mode, default_mode) });
     }
     Ok(())
 }
@@ -539,48 +381,16 @@ async fn project(
             Some(kept) => kept,
             None => request_token(client, pod, ns, t.audience.as_deref(), lifetime).await?,
         };
-        files.insert(
-            t.path.clone(),
-            FileData {
-                bytes: token,
-                mode: default_mode,
-            },
-        );
+        files.insert(t.path.clone(), FileData { bytes: token, mode: default_mode });
     }
     if let Some(cm) = &source.config_map {
-        object_files(
-            client,
-            ns,
-            "config",
-            &cm.name,
-            cm.items.as_deref(),
-            cm.optional.unwrap_or(false),
-            default_mode,
-            files,
-        )
-        .await?;
+        object_files(client, ns, "config", &cm.name, cm.items.as_deref(), cm.optional.unwrap_or(false), default_mode, files).await?;
     }
     if let Some(s) = &source.secret {
-        object_files(
-            client,
-            ns,
-            "secret",
-            &s.name,
-            s.items.as_deref(),
-            s.optional.unwrap_or(false),
-            default_mode,
-            files,
-        )
-        .await?;
+        object_files(client, ns, "secret", &s.name, s.items.as_deref(), s.optional.unwrap_or(false), default_mode, files).await?;
     }
     if let Some(d) = &source.downward_api {
-        downward_files(
-            pod,
-            d.items.as_deref().unwrap_or_default(),
-            default_mode,
-            dw,
-            files,
-        )?;
+        downward_files(pod, d.items.as_deref().unwrap_or_default(), default_mode, dw, files)?;
     }
     Ok(())
 }
@@ -589,26 +399,14 @@ async fn project(
 /// `lifetime` (seconds; kubelet's token manager rotates then).
 fn current_token(dir: &Path, path: &str, lifetime: i64) -> Option<Vec<u8>> {
     let file = dir.join(atomic_writer::DATA_DIR).join(path);
-    let age = SystemTime::now()
-        .duration_since(std::fs::metadata(&file).ok()?.modified().ok()?)
-        .ok()?;
+    let age = SystemTime::now().duration_since(std::fs::metadata(&file).ok()?.modified().ok()?).ok()?;
     let keep = Duration::from_secs(u64::try_from(lifetime).unwrap_or(0) * 8 / 10);
     (age < keep).then(|| std::fs::read(&file).ok()).flatten()
 }
 
 /// A TokenRequest for the pod's ServiceAccount, bound to the pod.
-async fn request_token(
-    client: &kube::Client,
-    pod: &Pod,
-    ns: &str,
-    audience: Option<&str>,
-    lifetime: i64,
-) -> Result<Vec<u8>, String> {
-    let sa = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.service_account_name.as_deref())
-        .unwrap_or("default");
+async fn request_token(client: &kube::Client, pod: &Pod, ns: &str, audience: Option<&str>, lifetime: i64) -> Result<Vec<u8>, String> {
+    let sa = pod.spec.as_ref().and_then(|s| s.service_account_name.as_deref()).unwrap_or("default");
     let mut spec = json!({
         "expirationSeconds": lifetime,
         "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod.metadata.name, "uid": pod.metadata.uid},
@@ -616,18 +414,13 @@ async fn request_token(
     if let Some(aud) = audience.filter(|a| !a.is_empty()) {
         spec["audiences"] = json!([aud]);
     }
-    let body = serde_json::to_vec(
-        &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}),
-    )
-    .map_err(|e| e.to_string())?;
+    let body = serde_json::to_vec(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}))
+        .map_err(|e| e.to_string())?;
     let req = kube::core::Request::new(format!("/api/v1/namespaces/{ns}/serviceaccounts"))
         .create_subresource("token", sa, &kube::api::PostParams::default(), body)
         .map_err(|e| e.to_string())?;
     let answer: Value = client.request(req).await.map_err(|e| e.to_string())?;
-    let token = answer
-        .pointer("/status/token")
-        .and_then(Value::as_str)
-        .ok_or("no token in the TokenRequest answer")?;
+    let token = answer.pointer("/status/token").and_then(Value::as_str).ok_or("no token in the TokenRequest answer")?;
     Ok(token.as_bytes().to_vec())
 }
 
@@ -648,36 +441,15 @@ fn select(
             for item in items {
                 match data.get(&item.key) {
                     Some(v) => {
-                        files.insert(
-                            item.path.clone(),
-                            FileData {
-                                bytes: v.clone(),
-                                mode: item_mode(item.mode, default_mode),
-                            },
-                        );
+                        files.insert(item.path.clone(), FileData { bytes: v.clone(), mode: item_mode(item.mode, default_mode) });
                     }
                     None if optional => {}
-                    None if kind == "secret" => {
-                        return Err(format!("references non-existent secret key: {}", item.key))
-                    }
-                    None => {
-                        return Err(format!(
-                            "configmap references non-existent {kind} key: {}",
-                            item.key
-                        ))
-                    }
+                    None if kind == "secret" => return Err(format!("references non-existent secret key: {}", item.key)),
+                    None => return Err(format!("configmap references non-existent {kind} key: {}", item.key)),
                 }
             }
         }
-        _ => files.extend(data.into_iter().map(|(k, bytes)| {
-            (
-                k,
-                FileData {
-                    bytes,
-                    mode: default_mode,
-                },
-            )
-        })),
+        _ => files.extend(data.into_iter().map(|(k, bytes)| (k, FileData { bytes, mode: default_mode }))),
     }
     Ok(())
 }
@@ -688,71 +460,23 @@ mod tests {
 
     #[test]
     fn volumes_live_in_kubelets_layout() {
-        let d = projected_dir(
-            Path::new("/var/lib/kubelet"),
-            "u-1",
-            "kube-api-access-abcde",
-        );
-        assert_eq!(
-            d,
-            PathBuf::from(
-                "/var/lib/kubelet/pods/u-1/volumes/kubernetes.io~projected/kube-api-access-abcde"
-            )
-        );
+        let d = projected_dir(Path::new("/var/lib/kubelet"), "u-1", "kube-api-access-abcde");
+        assert_eq!(d, PathBuf::from("/var/lib/kubelet/pods/u-1/volumes/kubernetes.io~projected/kube-api-access-abcde"));
         let e = volume_dir(Path::new("/r"), "u", "empty-dir", "cache");
-        assert_eq!(
-            e,
-            PathBuf::from("/r/pods/u/volumes/kubernetes.io~empty-dir/cache")
-        );
+        assert_eq!(e, PathBuf::from("/r/pods/u/volumes/kubernetes.io~empty-dir/cache"));
     }
 
     #[test]
     fn listed_items_are_selected_with_their_modes_and_missing_keys_fail_unless_optional() {
-        let data: BTreeMap<String, Vec<u8>> = [
-            ("ca.crt".to_string(), b"PEM".to_vec()),
-            ("x".to_string(), b"1".to_vec()),
-        ]
-        .into();
-        let items = vec![KeyToPath {
-            key: "ca.crt".into(),
-            path: "certs/ca.crt".into(),
-            mode: Some(0o400),
-        }];
+        let data: BTreeMap<String, Vec<u8>> = [("ca.crt".to_string(), b"PEM".to_vec()), ("x".to_string(), b"1".to_vec())].into();
+        let items = vec![KeyToPath { key: "ca.crt".into(), path: "certs/ca.crt".into(), mode: Some(0o400) }];
         let mut files = BTreeMap::new();
-        select(
-            Some(&items),
-            data.clone(),
-            false,
-            DEFAULT_MODE,
-            "config",
-            &mut files,
-        )
-        .unwrap();
+        select(Some(&items), data.clone(), false, DEFAULT_MODE, "config", &mut files).unwrap();
         assert_eq!(files.keys().collect::<Vec<_>>(), ["certs/ca.crt"]);
         assert_eq!(files["certs/ca.crt"].mode, 0o400);
-        let missing = vec![KeyToPath {
-            key: "nope".into(),
-            path: "n".into(),
-            mode: None,
-        }];
-        assert!(select(
-            Some(&missing),
-            data.clone(),
-            false,
-            DEFAULT_MODE,
-            "config",
-            &mut BTreeMap::new()
-        )
-        .is_err());
-        assert!(select(
-            Some(&missing),
-            data.clone(),
-            true,
-            DEFAULT_MODE,
-            "config",
-            &mut BTreeMap::new()
-        )
-        .is_ok());
+        let missing = vec![KeyToPath { key: "nope".into(), path: "n".into(), mode: None }];
+        assert!(select(Some(&missing), data.clone(), false, DEFAULT_MODE, "config", &mut BTreeMap::new()).is_err());
+        assert!(select(Some(&missing), data.clone(), true, DEFAULT_MODE, "config", &mut BTreeMap::new()).is_ok());
         let mut all = BTreeMap::new();
         select(None, data, false, 0o600, "config", &mut all).unwrap();
         assert_eq!(all.len(), 2);
@@ -763,22 +487,13 @@ mod tests {
     fn host_paths_are_checked_or_created_by_type() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("made");
-        assert_eq!(
-            host_path(dir.to_str().unwrap(), "DirectoryOrCreate").unwrap(),
-            dir
-        );
+        assert_eq!(host_path(dir.to_str().unwrap(), "DirectoryOrCreate").unwrap(), dir);
         assert!(dir.is_dir());
         let file = tmp.path().join("f");
         host_path(file.to_str().unwrap(), "FileOrCreate").unwrap();
         assert!(file.is_file());
         let err = host_path(file.to_str().unwrap(), "Directory").unwrap_err();
-        assert_eq!(
-            err,
-            format!(
-                "hostPath type check failed: {} is not a directory",
-                file.display()
-            )
-        );
+        assert_eq!(err, format!("hostPath type check failed: {} is not a directory", file.display()));
         assert!(host_path("/nonexistent/x", "File").is_err());
         assert!(host_path("/nonexistent/x", "").is_ok());
         assert!(host_path("/tmp", "Bogus").is_err());
@@ -791,21 +506,12 @@ mod tests {
         let claim = |volume: &str, phase: &str| -> PersistentVolumeClaim {
             serde_json::from_value(json!({"metadata": {"name": "data"}, "spec": {"volumeName": volume}, "status": {"phase": phase}})).unwrap()
         };
-        let pv = |source: Value| -> PersistentVolume {
-            serde_json::from_value(json!({"metadata": {"name": "pv1"}, "spec": source})).unwrap()
-        };
-        let host =
-            pv(json!({"hostPath": {"path": path.to_str().unwrap(), "type": "DirectoryOrCreate"}}));
-        assert_eq!(
-            bound_volume_path("ns", "data", Some(&claim("pv1", "Bound")), Some(&host)).unwrap(),
-            path
-        );
+        let pv = |source: Value| -> PersistentVolume { serde_json::from_value(json!({"metadata": {"name": "pv1"}, "spec": source})).unwrap() };
+        let host = pv(json!({"hostPath": {"path": path.to_str().unwrap(), "type": "DirectoryOrCreate"}}));
+        assert_eq!(bound_volume_path("ns", "data", Some(&claim("pv1", "Bound")), Some(&host)).unwrap(), path);
         assert!(path.is_dir(), "DirectoryOrCreate creates the directory");
         let local = pv(json!({"local": {"path": path.to_str().unwrap()}}));
-        assert_eq!(
-            bound_volume_path("ns", "data", Some(&claim("pv1", "Bound")), Some(&local)).unwrap(),
-            path
-        );
+        assert_eq!(bound_volume_path("ns", "data", Some(&claim("pv1", "Bound")), Some(&local)).unwrap(), path);
         assert_eq!(
             bound_volume_path("ns", "data", Some(&claim("", "Pending")), None).unwrap_err(),
             "error processing PVC ns/data: PVC is not bound"
@@ -815,29 +521,15 @@ mod tests {
             "error processing PVC ns/data: persistentvolumeclaim \"data\" not found"
         );
         let nfs = pv(json!({"nfs": {"server": "x", "path": "/"}}));
-        assert!(
-            bound_volume_path("ns", "data", Some(&claim("pv1", "Bound")), Some(&nfs))
-                .unwrap_err()
-                .contains("not a hostPath or local volume")
-        );
+        assert!(bound_volume_path("ns", "data", Some(&claim("pv1", "Bound")), Some(&nfs)).unwrap_err().contains("not a hostPath or local volume"));
     }
 
     #[test]
     fn a_young_token_is_kept_and_an_old_one_rotated() {
         let tmp = tempfile::tempdir().unwrap();
-        let files: BTreeMap<String, FileData> = [(
-            "token".to_string(),
-            FileData {
-                bytes: b"jwt".to_vec(),
-                mode: 0o644,
-            },
-        )]
-        .into();
+        let files: BTreeMap<String, FileData> = [("token".to_string(), FileData { bytes: b"jwt".to_vec(), mode: 0o644 })].into();
         atomic_writer::write(tmp.path(), &files).unwrap();
-        assert_eq!(
-            current_token(tmp.path(), "token", 3607),
-            Some(b"jwt".to_vec())
-        );
+        assert_eq!(current_token(tmp.path(), "token", 3607), Some(b"jwt".to_vec()));
         assert_eq!(current_token(tmp.path(), "token", 0), None);
         assert_eq!(current_token(tmp.path(), "other", 3607), None);
     }

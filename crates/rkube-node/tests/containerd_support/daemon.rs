@@ -14,19 +14,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The binaries the test needs, and the Debian packages that ship them.
-pub const REQUIRED: &[(&str, &str)] = &[
-    ("containerd", "containerd"),
-    ("ctr", "containerd"),
-    ("runc", "runc"),
-    ("busybox", "busybox-static"),
-];
+pub const REQUIRED: &[(&str, &str)] =
+    &[("containerd", "containerd"), ("ctr", "containerd"), ("runc", "runc"), ("busybox", "busybox-static")];
 
 /// `name` on `$PATH`.
 pub fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// A running private containerd.
@@ -95,11 +89,9 @@ impl Containerd {
         }
         let mut daemon = Self::spawn(dir, "overlayfs", sandbox_image).await?;
         let plugins = daemon.ctr(&["plugins", "ls"]).await?;
-        let overlay_ok = plugins.lines().any(|l| {
-            l.contains("io.containerd.snapshotter.v1")
-                && l.contains("overlayfs")
-                && l.trim_end().ends_with("ok")
-        });
+        let overlay_ok = plugins
+            .lines()
+            .any(|l| l.contains("io.containerd.snapshotter.v1") && l.contains("overlayfs") && l.trim_end().ends_with("ok"));
         if !overlay_ok {
             eprintln!("containerd: overlayfs snapshotter unavailable here; using native");
             daemon.stop();
@@ -108,19 +100,12 @@ impl Containerd {
         Ok(daemon)
     }
 
-    async fn spawn(
-        dir: &Path,
-        snapshotter: &'static str,
-        sandbox_image: &str,
-    ) -> anyhow::Result<Self> {
+    async fn spawn(dir: &Path, snapshotter: &'static str, sandbox_image: &str) -> anyhow::Result<Self> {
         let config = dir.join("config.toml");
         std::fs::write(&config, config_toml(dir, snapshotter, sandbox_image))?;
         let socket = dir.join("containerd.sock");
         let _ = std::fs::remove_file(&socket);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("containerd.log"))?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("containerd.log"))?;
         let child = Command::new("containerd")
             .arg("--config")
             .arg(&config)
@@ -128,30 +113,19 @@ impl Containerd {
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()?;
-        let mut daemon = Self {
-            dir: dir.to_path_buf(),
-            socket,
-            snapshotter,
-            child: Some(child),
-        };
+        let mut daemon = Self { dir: dir.to_path_buf(), socket, snapshotter, child: Some(child) };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(c) = daemon.child.as_mut() {
                 if let Some(status) = c.try_wait()? {
-                    anyhow::bail!(
-                        "containerd exited with {status}; log:\n{}",
-                        daemon.log_tail(30)
-                    );
+                    anyhow::bail!("containerd exited with {status}; log:\n{}", daemon.log_tail(30));
                 }
             }
             if daemon.socket.exists() && daemon.ctr(&["version"]).await.is_ok() {
                 return Ok(daemon);
             }
             if Instant::now() > deadline {
-                anyhow::bail!(
-                    "containerd did not answer within 20 s; log:\n{}",
-                    daemon.log_tail(30)
-                );
+                anyhow::bail!("containerd did not answer within 20 s; log:\n{}", daemon.log_tail(30));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -183,18 +157,8 @@ impl Containerd {
 
     /// Imports an OCI layout tarball into the CRI namespace, unpacked for the snapshotter.
     pub async fn import(&self, tarball: &Path) -> anyhow::Result<()> {
-        let path = tarball
-            .to_str()
-            .ok_or_else(|| anyhow::anyhow!("non-UTF-8 path"))?;
-        self.ctr(&[
-            "images",
-            "import",
-            "--all-platforms",
-            "--snapshotter",
-            self.snapshotter,
-            path,
-        ])
-        .await?;
+        let path = tarball.to_str().ok_or_else(|| anyhow::anyhow!("non-UTF-8 path"))?;
+        self.ctr(&["images", "import", "--all-platforms", "--snapshotter", self.snapshotter, path]).await?;
         Ok(())
     }
 
@@ -207,12 +171,8 @@ impl Containerd {
 
     /// SIGTERM, then SIGKILL after 5 s; reaps the child.
     fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let Ok(pid) = libc::pid_t::try_from(child.id()) else {
-            return;
-        };
+        let Some(mut child) = self.child.take() else { return };
+        let Ok(pid) = libc::pid_t::try_from(child.id()) else { return };
         // SAFETY: kill(2) on our own child's PID.
         unsafe { libc::kill(pid, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -232,20 +192,9 @@ impl Containerd {
         if !root.exists() {
             return;
         }
-        let Ok(out) = Command::new("runc")
-            .arg("--root")
-            .arg(&root)
-            .args(["list", "-q"])
-            .output()
-        else {
-            return;
-        };
+        let Ok(out) = Command::new("runc").arg("--root").arg(&root).args(["list", "-q"]).output() else { return };
         for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-            let _ = Command::new("runc")
-                .arg("--root")
-                .arg(&root)
-                .args(["delete", "--force", id])
-                .output();
+            let _ = Command::new("runc").arg("--root").arg(&root).args(["delete", "--force", id]).output();
         }
     }
 
@@ -253,9 +202,7 @@ impl Containerd {
     /// under `/run/containerd/s/`; a killed shim leaves its socket behind).
     fn shim_sockets(&self) -> Vec<PathBuf> {
         let tasks = self.dir.join("state/io.containerd.runtime.v2.task/k8s.io");
-        let Ok(bundles) = std::fs::read_dir(tasks) else {
-            return vec![];
-        };
+        let Ok(bundles) = std::fs::read_dir(tasks) else { return vec![] };
         bundles
             .flatten()
             .filter_map(|b| std::fs::read_to_string(b.path().join("address")).ok())
@@ -266,20 +213,10 @@ impl Containerd {
     /// Kills the shims whose command line names this containerd's socket (by PID).
     fn kill_shims(&self) {
         let needle = self.socket.display().to_string();
-        let Ok(procs) = std::fs::read_dir("/proc") else {
-            return;
-        };
+        let Ok(procs) = std::fs::read_dir("/proc") else { return };
         for p in procs.flatten() {
-            let Some(pid) = p
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<libc::pid_t>().ok())
-            else {
-                continue;
-            };
-            let Ok(cmdline) = std::fs::read(p.path().join("cmdline")) else {
-                continue;
-            };
+            let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<libc::pid_t>().ok()) else { continue };
+            let Ok(cmdline) = std::fs::read(p.path().join("cmdline")) else { continue };
             let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
             if cmdline.contains("containerd-shim") && cmdline.contains(&needle) {
                 // SAFETY: kill(2) on a shim our containerd started for this test.
@@ -300,9 +237,7 @@ impl Containerd {
             .collect();
         points.sort_by_key(|p| std::cmp::Reverse(p.len()));
         for p in points {
-            let Ok(c) = std::ffi::CString::new(p) else {
-                continue;
-            };
+            let Ok(c) = std::ffi::CString::new(p) else { continue };
             // SAFETY: umount2(2) with a valid NUL-terminated path.
             unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
         }
@@ -330,10 +265,7 @@ fn unescape_mount_path(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
             out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
             i += 4;
         } else {
@@ -347,10 +279,7 @@ fn unescape_mount_path(s: &str) -> String {
 impl Drop for Containerd {
     fn drop(&mut self) {
         if std::thread::panicking() && self.child.is_some() {
-            eprintln!(
-                "--- containerd log (last 40 lines) ---\n{}",
-                self.log_tail(40)
-            );
+            eprintln!("--- containerd log (last 40 lines) ---\n{}", self.log_tail(40));
         }
         self.shutdown();
     }

@@ -37,10 +37,7 @@ fn ustar(entries: &[Entry<'_>]) -> anyhow::Result<Vec<u8>> {
             Entry::File(n, d, m) => (n, d, *m, b'0', ""),
             Entry::Symlink(n, target) => (n, &[], 0o777, b'2', target),
         };
-        anyhow::ensure!(
-            name.len() < 100 && link.len() < 100,
-            "tar name too long: {name}"
-        );
+        anyhow::ensure!(name.len() < 100 && link.len() < 100, "tar name too long: {name}");
         let mut h = [0u8; 512];
         h[..name.len()].copy_from_slice(name.as_bytes());
         octal(&mut h[100..108], u64::from(mode));
@@ -86,10 +83,7 @@ fn oci_arch() -> &'static str {
 pub fn write_busybox_image(busybox: &Path, names: &[&str], out: &Path) -> anyhow::Result<()> {
     let binary = std::fs::read(busybox)?;
     let links: Vec<String> = APPLETS.iter().map(|a| format!("bin/{a}")).collect();
-    let mut entries = vec![
-        Entry::Dir("bin/"),
-        Entry::File("bin/busybox", &binary, 0o755),
-    ];
+    let mut entries = vec![Entry::Dir("bin/"), Entry::File("bin/busybox", &binary, 0o755)];
     entries.extend(links.iter().map(|l| Entry::Symlink(l, "busybox")));
     let layer = ustar(&entries)?;
     let layer_digest = sha256(&layer);
@@ -135,11 +129,7 @@ pub fn write_busybox_image(busybox: &Path, names: &[&str], out: &Path) -> anyhow
     let layout = br#"{"imageLayoutVersion":"1.0.0"}"#;
 
     let blob = |d: &str| format!("blobs/sha256/{d}");
-    let (layer_path, config_path, manifest_path) = (
-        blob(&layer_digest),
-        blob(&config_digest),
-        blob(&manifest_digest),
-    );
+    let (layer_path, config_path, manifest_path) = (blob(&layer_digest), blob(&config_digest), blob(&manifest_digest));
     let archive = ustar(&[
         Entry::File("oci-layout", layout, 0o644),
         Entry::File("index.json", &index, 0o644),

@@ -230,9 +230,7 @@ impl SyncMachine {
         if self.changes_pending || full_owed_now {
             return Some(now);
         }
-        let periodic = self
-            .last_full_success
-            .map(|t| t + self.timing.full_sync_period);
+        let periodic = self.last_full_success.map(|t| t + self.timing.full_sync_period);
         [self.retry_at, periodic].into_iter().flatten().min()
     }
 
@@ -241,12 +239,8 @@ impl SyncMachine {
         if self.phase != Phase::Idle {
             return Action::WaitUntil(None);
         }
-        let allowed_at = self
-            .last_sync_start
-            .map(|t| t + self.timing.min_sync_period);
-        let sync_at = self
-            .due_at(now)
-            .map(|due| allowed_at.map_or(due, |a| a.max(due)));
+        let allowed_at = self.last_sync_start.map(|t| t + self.timing.min_sync_period);
+        let sync_at = self.due_at(now).map(|due| allowed_at.map_or(due, |a| a.max(due)));
         if let Some(at) = sync_at {
             if at <= now {
                 let kind = self.sync_kind(now);

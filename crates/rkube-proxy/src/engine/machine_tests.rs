@@ -6,12 +6,7 @@ const MIN: Duration = Duration::from_secs(1);
 const PERIOD: Duration = Duration::from_secs(30);
 
 fn machine() -> (SyncMachine, Instant) {
-    let t = Timing {
-        min_sync_period: MIN,
-        sync_period: PERIOD,
-        retry_period: PERIOD,
-        full_sync_period: Duration::from_secs(3600),
-    };
+    let t = Timing { min_sync_period: MIN, sync_period: PERIOD, retry_period: PERIOD, full_sync_period: Duration::from_secs(3600) };
     (SyncMachine::new(t), Instant::now())
 }
 
@@ -37,10 +32,7 @@ fn no_sync_before_informers_synced() {
 fn first_sync_is_full() {
     let (mut m, t0) = machine();
     m.step(Input::InformersSynced, t0);
-    assert_eq!(
-        m.poll(t0),
-        Action::Sync(SyncKind::Full(FullReason::FirstSync))
-    );
+    assert_eq!(m.poll(t0), Action::Sync(SyncKind::Full(FullReason::FirstSync)));
     assert_eq!(m.phase(), Phase::Busy);
     assert_eq!(m.poll(t0), Action::WaitUntil(None), "one sync at a time");
 }
@@ -55,19 +47,10 @@ fn changes_are_batched_by_min_sync_period_measured_start_to_start() {
     // Allowed only one min-sync-period after the previous start.
     assert_eq!(m.poll(t1), Action::WaitUntil(Some(t0 + MIN)));
     assert_eq!(m.poll(t0 + MIN), Action::Sync(SyncKind::Partial));
-    m.step(
-        Input::SyncFinished {
-            ok: true,
-            kind: SyncKind::Partial,
-        },
-        t0 + MIN + Duration::from_millis(700),
-    );
+    m.step(Input::SyncFinished { ok: true, kind: SyncKind::Partial }, t0 + MIN + Duration::from_millis(700));
     // Next change right after a long sync: start-to-start, so allowed at t0 + 2*MIN.
     m.step(Input::Changed, t0 + MIN + Duration::from_millis(800));
-    assert_eq!(
-        m.poll(t0 + MIN + Duration::from_millis(800)),
-        Action::WaitUntil(Some(t0 + MIN * 2))
-    );
+    assert_eq!(m.poll(t0 + MIN + Duration::from_millis(800)), Action::WaitUntil(Some(t0 + MIN * 2)));
 }
 
 #[test]
@@ -84,26 +67,13 @@ fn failed_partial_sync_is_retried_as_full() {
     let t1 = t0 + Duration::from_secs(5);
     m.step(Input::Changed, t1);
     assert_eq!(m.poll(t1), Action::Sync(SyncKind::Partial));
-    m.step(
-        Input::SyncFinished {
-            ok: false,
-            kind: SyncKind::Partial,
-        },
-        t1,
-    );
+    m.step(Input::SyncFinished { ok: false, kind: SyncKind::Partial }, t1);
     // Retried after the sync period even with no new change, and as a full sync.
     let before = t1 + PERIOD - Duration::from_secs(1);
-    assert_eq!(
-        m.poll(before),
-        Action::CheckChains,
-        "the periodic check is due first"
-    );
+    assert_eq!(m.poll(before), Action::CheckChains, "the periodic check is due first");
     m.step(Input::CheckFinished { intact: true }, before);
     assert_eq!(m.poll(before), Action::WaitUntil(Some(t1 + PERIOD)));
-    assert_eq!(
-        m.poll(t1 + PERIOD),
-        Action::Sync(SyncKind::Full(FullReason::AfterFailure))
-    );
+    assert_eq!(m.poll(t1 + PERIOD), Action::Sync(SyncKind::Full(FullReason::AfterFailure)));
 }
 
 #[test]
@@ -113,46 +83,19 @@ fn change_after_failure_syncs_full_without_waiting_for_retry() {
     let t1 = t0 + Duration::from_secs(5);
     m.step(Input::Changed, t1);
     m.poll(t1);
-    m.step(
-        Input::SyncFinished {
-            ok: false,
-            kind: SyncKind::Partial,
-        },
-        t1,
-    );
+    m.step(Input::SyncFinished { ok: false, kind: SyncKind::Partial }, t1);
     m.step(Input::Changed, t1 + MIN);
-    assert_eq!(
-        m.poll(t1 + MIN),
-        Action::Sync(SyncKind::Full(FullReason::AfterFailure))
-    );
+    assert_eq!(m.poll(t1 + MIN), Action::Sync(SyncKind::Full(FullReason::AfterFailure)));
 }
 
 #[test]
 fn full_sync_is_owed_until_one_succeeds() {
     let (mut m, t0) = machine();
     m.step(Input::InformersSynced, t0);
-    assert_eq!(
-        m.poll(t0),
-        Action::Sync(SyncKind::Full(FullReason::FirstSync))
-    );
-    m.step(
-        Input::SyncFinished {
-            ok: false,
-            kind: SyncKind::Full(FullReason::FirstSync),
-        },
-        t0,
-    );
-    assert_eq!(
-        m.poll(t0 + MIN),
-        Action::Sync(SyncKind::Full(FullReason::FirstSync))
-    );
-    m.step(
-        Input::SyncFinished {
-            ok: true,
-            kind: SyncKind::Full(FullReason::FirstSync),
-        },
-        t0 + MIN,
-    );
+    assert_eq!(m.poll(t0), Action::Sync(SyncKind::Full(FullReason::FirstSync)));
+    m.step(Input::SyncFinished { ok: false, kind: SyncKind::Full(FullReason::FirstSync) }, t0);
+    assert_eq!(m.poll(t0 + MIN), Action::Sync(SyncKind::Full(FullReason::FirstSync)));
+    m.step(Input::SyncFinished { ok: true, kind: SyncKind::Full(FullReason::FirstSync) }, t0 + MIN);
     m.step(Input::Changed, t0 + MIN * 2);
     assert_eq!(m.poll(t0 + MIN * 2), Action::Sync(SyncKind::Partial));
 }
@@ -162,10 +105,7 @@ fn node_label_change_forces_full_sync() {
     let (mut m, t0) = machine();
     synced(&mut m, t0);
     m.step(Input::NodeLabelsChanged, t0 + MIN);
-    assert_eq!(
-        m.poll(t0 + MIN),
-        Action::Sync(SyncKind::Full(FullReason::NodeLabelsChanged))
-    );
+    assert_eq!(m.poll(t0 + MIN), Action::Sync(SyncKind::Full(FullReason::NodeLabelsChanged)));
 }
 
 #[test]
@@ -195,18 +135,9 @@ fn partial_syncs_do_not_postpone_the_hourly_full_sync() {
     let late = t0 + Duration::from_secs(3599);
     m.step(Input::Changed, late);
     assert_eq!(m.poll(late), Action::Sync(SyncKind::Partial));
-    m.step(
-        Input::SyncFinished {
-            ok: true,
-            kind: SyncKind::Partial,
-        },
-        late,
-    );
+    m.step(Input::SyncFinished { ok: true, kind: SyncKind::Partial }, late);
     m.step(Input::Changed, t0 + Duration::from_secs(3601));
-    assert_eq!(
-        m.poll(t0 + Duration::from_secs(3601)),
-        Action::Sync(SyncKind::Full(FullReason::Periodic))
-    );
+    assert_eq!(m.poll(t0 + Duration::from_secs(3601)), Action::Sync(SyncKind::Full(FullReason::Periodic)));
 }
 
 #[test]
@@ -215,10 +146,7 @@ fn flushed_chains_found_by_check_force_full_sync() {
     synced(&mut m, t0);
     assert_eq!(m.poll(t0 + PERIOD), Action::CheckChains);
     m.step(Input::CheckFinished { intact: false }, t0 + PERIOD);
-    assert_eq!(
-        m.poll(t0 + PERIOD),
-        Action::Sync(SyncKind::Full(FullReason::ChainsMissing))
-    );
+    assert_eq!(m.poll(t0 + PERIOD), Action::Sync(SyncKind::Full(FullReason::ChainsMissing)));
 }
 
 #[test]

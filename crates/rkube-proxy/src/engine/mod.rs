@@ -83,99 +83,23 @@ pub trait SyncBackend: Send {
 /// Jump rules from built-in chains into kube-proxy's chains (upstream `iptablesJumpChains`):
 /// (table, source chain, target chain, extra match args, comment).
 const JUMP_RULES: &[(Table, &str, &str, &[&str], &str)] = &[
-    (
-        Table::Filter,
-        "INPUT",
-        chains::KUBE_EXTERNAL_SERVICES,
-        &["-m", "conntrack", "--ctstate", "NEW"],
-        "kubernetes externally-visible service portals",
-    ),
-    (
-        Table::Filter,
-        "FORWARD",
-        chains::KUBE_EXTERNAL_SERVICES,
-        &["-m", "conntrack", "--ctstate", "NEW"],
-        "kubernetes externally-visible service portals",
-    ),
-    (
-        Table::Filter,
-        "INPUT",
-        chains::KUBE_NODEPORTS,
-        &[],
-        "kubernetes health check service ports",
-    ),
-    (
-        Table::Filter,
-        "FORWARD",
-        chains::KUBE_SERVICES,
-        &["-m", "conntrack", "--ctstate", "NEW"],
-        "kubernetes service portals",
-    ),
-    (
-        Table::Filter,
-        "OUTPUT",
-        chains::KUBE_SERVICES,
-        &["-m", "conntrack", "--ctstate", "NEW"],
-        "kubernetes service portals",
-    ),
-    (
-        Table::Filter,
-        "FORWARD",
-        chains::KUBE_FORWARD,
-        &[],
-        "kubernetes forwarding rules",
-    ),
-    (
-        Table::Filter,
-        "INPUT",
-        chains::KUBE_PROXY_FIREWALL,
-        &["-m", "conntrack", "--ctstate", "NEW"],
-        "kubernetes load balancer firewall",
-    ),
-    (
-        Table::Filter,
-        "OUTPUT",
-        chains::KUBE_PROXY_FIREWALL,
-        &["-m", "conntrack", "--ctstate", "NEW"],
-        "kubernetes load balancer firewall",
-    ),
-    (
-        Table::Filter,
-        "FORWARD",
-        chains::KUBE_PROXY_FIREWALL,
-        &["-m", "conntrack", "--ctstate", "NEW"],
-        "kubernetes load balancer firewall",
-    ),
-    (
-        Table::Nat,
-        "OUTPUT",
-        chains::KUBE_SERVICES,
-        &[],
-        "kubernetes service portals",
-    ),
-    (
-        Table::Nat,
-        "PREROUTING",
-        chains::KUBE_SERVICES,
-        &[],
-        "kubernetes service portals",
-    ),
-    (
-        Table::Nat,
-        "POSTROUTING",
-        chains::KUBE_POSTROUTING,
-        &[],
-        "kubernetes postrouting rules",
-    ),
+    (Table::Filter, "INPUT", chains::KUBE_EXTERNAL_SERVICES, &["-m", "conntrack", "--ctstate", "NEW"], "kubernetes externally-visible service portals"),
+    (Table::Filter, "FORWARD", chains::KUBE_EXTERNAL_SERVICES, &["-m", "conntrack", "--ctstate", "NEW"], "kubernetes externally-visible service portals"),
+    (Table::Filter, "INPUT", chains::KUBE_NODEPORTS, &[], "kubernetes health check service ports"),
+    (Table::Filter, "FORWARD", chains::KUBE_SERVICES, &["-m", "conntrack", "--ctstate", "NEW"], "kubernetes service portals"),
+    (Table::Filter, "OUTPUT", chains::KUBE_SERVICES, &["-m", "conntrack", "--ctstate", "NEW"], "kubernetes service portals"),
+    (Table::Filter, "FORWARD", chains::KUBE_FORWARD, &[], "kubernetes forwarding rules"),
+    (Table::Filter, "INPUT", chains::KUBE_PROXY_FIREWALL, &["-m", "conntrack", "--ctstate", "NEW"], "kubernetes load balancer firewall"),
+    (Table::Filter, "OUTPUT", chains::KUBE_PROXY_FIREWALL, &["-m", "conntrack", "--ctstate", "NEW"], "kubernetes load balancer firewall"),
+    (Table::Filter, "FORWARD", chains::KUBE_PROXY_FIREWALL, &["-m", "conntrack", "--ctstate", "NEW"], "kubernetes load balancer firewall"),
+    (Table::Nat, "OUTPUT", chains::KUBE_SERVICES, &[], "kubernetes service portals"),
+    (Table::Nat, "PREROUTING", chains::KUBE_SERVICES, &[], "kubernetes service portals"),
+    (Table::Nat, "POSTROUTING", chains::KUBE_POSTROUTING, &[], "kubernetes postrouting rules"),
 ];
 
 /// nat chains written whole on every sync.
-const NAT_TOP_LEVEL: [&str; 4] = [
-    chains::KUBE_SERVICES,
-    chains::KUBE_NODEPORTS,
-    chains::KUBE_POSTROUTING,
-    chains::KUBE_MARK_MASQ,
-];
+const NAT_TOP_LEVEL: [&str; 4] =
+    [chains::KUBE_SERVICES, chains::KUBE_NODEPORTS, chains::KUBE_POSTROUTING, chains::KUBE_MARK_MASQ];
 /// filter chains written whole on every sync.
 const FILTER_TOP_LEVEL: [&str; 5] = [
     chains::KUBE_SERVICES,
@@ -232,29 +156,19 @@ impl<I: Iptables> IptablesBackend<I> {
     /// `iptables-save` of the tables the proxy touches.
     fn save_all(&mut self) -> Result<BTreeMap<Table, SavedTable>> {
         let texts = self.iptables.save_tables(&CANARY_TABLES)?;
-        Ok(texts
-            .into_iter()
-            .map(|(table, text)| (table, SavedTable::parse(&text)))
-            .collect())
+        Ok(texts.into_iter().map(|(table, text)| (table, SavedTable::parse(&text))).collect())
     }
 
     /// Steps before a full sync: jump rules and canaries (spawning `iptables` only
     /// for what `iptables-save` shows missing), and the kernel's service chains.
     fn prepare_full(&mut self) -> Result<HashSet<Chain>> {
         if !self.backend_known {
-            let split = self
-                .iptables
-                .is_nf_tables()?
-                .then_some(NAT_TRANSACTION_CHAINS);
+            let split = self.iptables.is_nf_tables()?.then_some(NAT_TRANSACTION_CHAINS);
             self.writer.split_nat(split);
             self.backend_known = true;
         }
         let saved = self.save_all()?;
-        let has_chain = |table: Table, chain: &str| {
-            saved
-                .get(&table)
-                .is_some_and(|t| t.chains.contains_key(chain))
-        };
+        let has_chain = |table: Table, chain: &str| saved.get(&table).is_some_and(|t| t.chains.contains_key(chain));
         for (table, src, dst, extra, comment) in JUMP_RULES {
             if !has_chain(*table, dst) {
                 self.iptables.ensure_chain(*table, dst)?;
@@ -277,19 +191,12 @@ impl<I: Iptables> IptablesBackend<I> {
         }
         for table in CANARY_TABLES {
             if !has_chain(table, chains::KUBE_PROXY_CANARY) {
-                self.iptables
-                    .ensure_chain(table, chains::KUBE_PROXY_CANARY)?;
+                self.iptables.ensure_chain(table, chains::KUBE_PROXY_CANARY)?;
             }
         }
         Ok(saved
             .get(&Table::Nat)
-            .map(|nat| {
-                nat.chains
-                    .keys()
-                    .filter(|c| chains::is_service_chain(c))
-                    .map(|c| Chain::new(c))
-                    .collect()
-            })
+            .map(|nat| nat.chains.keys().filter(|c| chains::is_service_chain(c)).map(|c| Chain::new(c)).collect())
             .unwrap_or_default())
     }
 
@@ -299,10 +206,7 @@ impl<I: Iptables> IptablesBackend<I> {
         }
         let cidrs = &self.config.node_port_addresses;
         let ips = self.iptables.local_ipv4_addresses()?;
-        Ok(ips
-            .into_iter()
-            .filter(|ip| cidrs.iter().any(|c| c.contains(*ip)))
-            .collect())
+        Ok(ips.into_iter().filter(|ip| cidrs.iter().any(|c| c.contains(*ip))).collect())
     }
 }
 
@@ -359,17 +263,9 @@ impl<I: Iptables> SyncBackend for IptablesBackend<I> {
 
         let gen_start = Instant::now();
         let (input, changes) = {
-            let Ok(mut t) = tracker.lock() else {
-                return fail(report, Error::Poisoned, tracker);
-            };
+            let Ok(mut t) = tracker.lock() else { return fail(report, Error::Poisoned, tracker) };
             let changes = t.begin_sync();
-            let mode = if kind.is_full() {
-                SyncMode::Full
-            } else {
-                SyncMode::Partial {
-                    changed: &changes.services,
-                }
-            };
+            let mode = if kind.is_full() { SyncMode::Full } else { SyncMode::Partial { changed: &changes.services } };
             let request = SyncRequest {
                 tracker: &t,
                 config: &self.config,
@@ -412,25 +308,14 @@ impl<I: Iptables> SyncBackend for IptablesBackend<I> {
 
     fn check_intact(&mut self) -> Result<bool> {
         let saved = self.save_all()?;
-        if CANARY_TABLES.iter().any(|t| {
-            !saved
-                .get(t)
-                .is_some_and(|s| s.chains.contains_key(chains::KUBE_PROXY_CANARY))
-        }) {
+        if CANARY_TABLES.iter().any(|t| !saved.get(t).is_some_and(|s| s.chains.contains_key(chains::KUBE_PROXY_CANARY))) {
             return Ok(false);
         }
-        let Some((nat_rules, filter_rules)) = self.expected_rules else {
-            return Ok(true);
-        };
-        let (Some(nat), Some(filter)) = (saved.get(&Table::Nat), saved.get(&Table::Filter)) else {
-            return Ok(false);
-        };
+        let Some((nat_rules, filter_rules)) = self.expected_rules else { return Ok(true) };
+        let (Some(nat), Some(filter)) = (saved.get(&Table::Nat), saved.get(&Table::Filter)) else { return Ok(false) };
         let nat_owned = |c: &str| NAT_TOP_LEVEL.contains(&c) || chains::is_service_chain(c);
         if nat.rule_count(nat_owned) != nat_rules
-            || self
-                .programmed_chains
-                .iter()
-                .any(|c| !nat.chains.contains_key(c.as_str()))
+            || self.programmed_chains.iter().any(|c| !nat.chains.contains_key(c.as_str()))
         {
             return Ok(false);
         }

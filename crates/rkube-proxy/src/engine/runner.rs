@@ -101,13 +101,7 @@ pub async fn run_sync_loop<B: SyncBackend + 'static>(
                     s.full_syncs += u64::from(report.kind.is_full());
                     s.last_kind = Some(report.kind);
                 });
-                machine.step(
-                    Input::SyncFinished {
-                        ok,
-                        kind: report.kind,
-                    },
-                    Instant::now(),
-                );
+                machine.step(Input::SyncFinished { ok, kind: report.kind }, Instant::now());
             }
             Action::CheckChains => {
                 let Some(mut b) = backend.take() else { return };
@@ -129,9 +123,7 @@ pub async fn run_sync_loop<B: SyncBackend + 'static>(
                     }
                 };
                 if !intact {
-                    tracing::info!(
-                        "proxy chains were flushed or changed externally; next sync is full"
-                    );
+                    tracing::info!("proxy chains were flushed or changed externally; next sync is full");
                 }
                 observers.status.send_modify(|s| s.checks += 1);
                 machine.step(Input::CheckFinished { intact }, Instant::now());
@@ -139,9 +131,7 @@ pub async fn run_sync_loop<B: SyncBackend + 'static>(
             Action::WaitUntil(deadline) => {
                 let sleep = async {
                     match deadline {
-                        Some(at) => {
-                            tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await
-                        }
+                        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
                         None => std::future::pending::<()>().await,
                     }
                 };

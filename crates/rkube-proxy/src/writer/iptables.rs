@@ -43,8 +43,8 @@ use std::collections::HashSet;
 use std::fmt::{self, Write as _};
 
 use crate::chains::{
-    self, Chain, KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_NODEPORTS,
-    KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES,
+    self, Chain, KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_MARK_MASQ, KUBE_NODEPORTS, KUBE_POSTROUTING,
+    KUBE_PROXY_FIREWALL, KUBE_SERVICES,
 };
 use crate::model::{EndpointInfo, LABEL_TOPOLOGY_ZONE};
 use crate::plan::{NoEndpointsTarget, ServicePortPlan};
@@ -216,11 +216,7 @@ impl IptablesWriter {
     fn probability(&mut self, n: usize) -> &str {
         while self.probabilities.len() <= n {
             let k = self.probabilities.len();
-            self.probabilities.push(if k == 0 {
-                String::new()
-            } else {
-                format!("{:.10}", 1.0 / k as f64)
-            });
+            self.probabilities.push(if k == 0 { String::new() } else { format!("{:.10}", 1.0 / k as f64) });
         }
         &self.probabilities[n]
     }
@@ -331,12 +327,7 @@ impl IptablesWriter {
     }
 
     /// Per-service chains (SVC/SVL/EXT/FW/SEP); only counted when `write` is false.
-    fn write_service_chains(
-        &mut self,
-        plan: &ServicePortPlan<'_>,
-        req: &SyncRequest<'_>,
-        write: bool,
-    ) {
+    fn write_service_chains(&mut self, plan: &ServicePortPlan<'_>, req: &SyncRequest<'_>, write: bool) {
         let svc = plan.svc;
         let name = &svc.name_string;
         let proto = svc.name.protocol.lower();
@@ -375,10 +366,7 @@ impl IptablesWriter {
                 ));
             }
             if plan.has_external_endpoints {
-                self.nat_per_service.line(
-                    write,
-                    format_args!("-A {ext} -j {}", plan.external_policy_chain),
-                );
+                self.nat_per_service.line(write, format_args!("-A {ext} -j {}", plan.external_policy_chain));
             }
         }
 
@@ -388,22 +376,16 @@ impl IptablesWriter {
             let ext = &svc.chains.external;
             let mut allow_from_node = false;
             for cidr in &svc.load_balancer_source_ranges {
-                self.nat_per_service.line(
-                    write,
-                    format_args!(
+                self.nat_per_service.line(write, format_args!(
                     "-A {fw} -m comment --comment \"{name} loadbalancer IP\" -s {cidr} -j {ext}"
-                ),
-                );
+                ));
                 allow_from_node |= cfg.node_ip.is_some_and(|ip| cidr.contains(ip));
             }
             if allow_from_node {
                 for ip in &svc.load_balancer_vips {
-                    self.nat_per_service.line(
-                        write,
-                        format_args!(
+                    self.nat_per_service.line(write, format_args!(
                         "-A {fw} -m comment --comment \"{name} loadbalancer IP\" -s {ip} -j {ext}"
-                    ),
-                    );
+                    ));
                 }
             }
             self.nat_per_service.line(write, format_args!(
@@ -413,16 +395,8 @@ impl IptablesWriter {
 
         // SVC and SVL chains.
         let policy_chains = [
-            (
-                plan.uses_cluster_chain,
-                &svc.chains.cluster,
-                &plan.cluster_endpoints,
-            ),
-            (
-                plan.uses_local_chain,
-                &svc.chains.local,
-                &plan.local_endpoints,
-            ),
+            (plan.uses_cluster_chain, &svc.chains.cluster, &plan.cluster_endpoints),
+            (plan.uses_local_chain, &svc.chains.local, &plan.local_endpoints),
         ];
         for (used, chain, endpoints) in policy_chains {
             if !used {
@@ -447,10 +421,7 @@ impl IptablesWriter {
             let sep = &ep.chain;
             let comment_text: &dyn fmt::Display = name;
             let comment = Comment((!req.large_cluster_mode).then_some(comment_text));
-            self.nat_per_service.line(
-                write,
-                format_args!("-A {sep} {comment}-s {} -j {KUBE_MARK_MASQ}", ep.ip),
-            );
+            self.nat_per_service.line(write, format_args!("-A {sep} {comment}-s {} -j {KUBE_MARK_MASQ}", ep.ip));
             match svc.session_affinity_seconds {
                 Some(_) => self.nat_per_service.line(write, format_args!(
                     "-A {sep} {comment}-m recent --name {sep} --set -m {proto} -p {proto} -j DNAT --to-destination {}",
@@ -492,21 +463,13 @@ impl IptablesWriter {
                 if write {
                     self.probability(n - i);
                 }
-                let p = self
-                    .probabilities
-                    .get(n - i)
-                    .map(String::as_str)
-                    .unwrap_or("");
-                self.nat_per_service.line(
-                    write,
-                    format_args!(
-                        "-A {chain} {comment}-m statistic --mode random --probability {p} -j {}",
-                        ep.chain
-                    ),
-                );
+                let p = self.probabilities.get(n - i).map(String::as_str).unwrap_or("");
+                self.nat_per_service.line(write, format_args!(
+                    "-A {chain} {comment}-m statistic --mode random --probability {p} -j {}",
+                    ep.chain
+                ));
             } else {
-                self.nat_per_service
-                    .line(write, format_args!("-A {chain} {comment}-j {}", ep.chain));
+                self.nat_per_service.line(write, format_args!("-A {chain} {comment}-j {}", ep.chain));
             }
         }
     }
@@ -519,10 +482,7 @@ impl RuleWriter for IptablesWriter {
         self.clear();
         let cfg = req.config;
         let tracker = req.tracker;
-        let zone = tracker
-            .node_labels()
-            .get(LABEL_TOPOLOGY_ZONE)
-            .map(String::as_str);
+        let zone = tracker.node_labels().get(LABEL_TOPOLOGY_ZONE).map(String::as_str);
         let mut active_chains = HashSet::with_capacity(req.programmed_chains.len());
         let mut services_written = 0;
 
@@ -541,10 +501,7 @@ impl RuleWriter for IptablesWriter {
             services_written += usize::from(write_chains);
             active_chains.extend(plan.chains().cloned());
             self.write_service_chains(&plan, req, write_chains);
-            if self
-                .split_nat
-                .is_some_and(|limit| self.declared.len() >= limit)
-            {
+            if self.split_nat.is_some_and(|limit| self.declared.len() >= limit) {
                 self.close_transaction(&cfg.masquerade_mark);
             }
         }
@@ -559,11 +516,7 @@ impl RuleWriter for IptablesWriter {
 
         // Stale per-service chains: known (or, on full syncs, seen) but no longer active.
         let candidates: Box<dyn Iterator<Item = &Chain>> = match req.mode {
-            SyncMode::Full => Box::new(
-                req.programmed_chains
-                    .iter()
-                    .chain(req.existing_chains.iter()),
-            ),
+            SyncMode::Full => Box::new(req.programmed_chains.iter().chain(req.existing_chains.iter())),
             SyncMode::Partial { .. } => Box::new(req.programmed_chains.iter()),
         };
         let mut stale: Vec<&Chain> = candidates
@@ -573,8 +526,7 @@ impl RuleWriter for IptablesWriter {
         stale.dedup();
 
         // Tail of nat KUBE-SERVICES: hand node-local destinations to KUBE-NODEPORTS.
-        let tail_comment =
-            "\"kubernetes service nodeports; NOTE: this must be the last rule in this chain\"";
+        let tail_comment = "\"kubernetes service nodeports; NOTE: this must be the last rule in this chain\"";
         if cfg.node_port_addresses.is_empty() {
             self.nat_services.line(true, format_args!(
                 "-A {KUBE_SERVICES} -m comment --comment {tail_comment} -m addrtype --dst-type LOCAL ! -d 127.0.0.0/8 -j {KUBE_NODEPORTS}"
@@ -598,13 +550,7 @@ impl RuleWriter for IptablesWriter {
         );
         // Writing into a String cannot fail; results are ignored below.
         out.push_str("*filter\n");
-        for c in [
-            KUBE_SERVICES,
-            KUBE_EXTERNAL_SERVICES,
-            KUBE_FORWARD,
-            KUBE_NODEPORTS,
-            KUBE_PROXY_FIREWALL,
-        ] {
+        for c in [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_FORWARD, KUBE_NODEPORTS, KUBE_PROXY_FIREWALL] {
             let _ = writeln!(out, ":{c} - [0:0]");
         }
         out.push_str(&self.filter_services.buf);
@@ -638,22 +584,14 @@ impl RuleWriter for IptablesWriter {
         }
         out.push_str(&self.nat_services.buf);
         out.push_str(&self.nat_nodeports.buf);
-        let random_fully = if cfg.random_fully {
-            " --random-fully"
-        } else {
-            ""
-        };
+        let random_fully = if cfg.random_fully { " --random-fully" } else { "" };
         let fixed_nat = [
             format!("-A {KUBE_POSTROUTING} -m mark ! --mark {mark}/{mark} -j RETURN"),
             format!("-A {KUBE_POSTROUTING} -j MARK --xor-mark {mark}"),
             format!("-A {KUBE_POSTROUTING} -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE{random_fully}"),
             format!("-A {KUBE_MARK_MASQ} -j MARK --or-mark {mark}"),
         ];
-        let written_here = if mark_masq_in_last {
-            fixed_nat.len()
-        } else {
-            fixed_nat.len() - 1
-        };
+        let written_here = if mark_masq_in_last { fixed_nat.len() } else { fixed_nat.len() - 1 };
         for rule in &fixed_nat[..written_here] {
             out.push_str(rule);
             out.push('\n');

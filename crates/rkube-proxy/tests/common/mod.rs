@@ -87,11 +87,7 @@ impl NetNs {
         let mut ipt = self.iptables();
         let nat = ipt.save(Table::Nat).expect("iptables-save nat");
         let filter = ipt.save(Table::Filter).expect("iptables-save filter");
-        format!(
-            "*nat\n{}*filter\n{}",
-            normalize_save(&nat),
-            normalize_save(&filter)
-        )
+        format!("*nat\n{}*filter\n{}", normalize_save(&nat), normalize_save(&filter))
     }
 }
 
@@ -114,10 +110,7 @@ impl Drop for ChildGuard {
 
 /// The rule config tests use: pods in 10.244.0.0/16.
 pub fn test_config() -> RuleConfig {
-    RuleConfig {
-        cluster_cidr: Ipv4Cidr::parse("10.244.0.0/16").ok(),
-        ..RuleConfig::default()
-    }
+    RuleConfig { cluster_cidr: Ipv4Cidr::parse("10.244.0.0/16").ok(), ..RuleConfig::default() }
 }
 
 /// A tracker plus an iptables backend aimed at a namespace, synced by hand.
@@ -143,11 +136,7 @@ impl Proxy {
 
     /// Sync: full the first time, partial afterwards (as the sync machine would).
     pub fn sync(&mut self) -> SyncReport {
-        let kind = if self.synced_once {
-            SyncKind::Partial
-        } else {
-            SyncKind::Full(FullReason::FirstSync)
-        };
+        let kind = if self.synced_once { SyncKind::Partial } else { SyncKind::Full(FullReason::FirstSync) };
         self.sync_kind(kind)
     }
 

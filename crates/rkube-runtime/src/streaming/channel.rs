@@ -47,13 +47,7 @@ pub enum Protocol {
 
 impl Protocol {
     /// Every protocol served.
-    pub const ALL: [Protocol; 5] = [
-        Protocol::V5,
-        Protocol::V4,
-        Protocol::V3,
-        Protocol::V2,
-        Protocol::V1,
-    ];
+    pub const ALL: [Protocol; 5] = [Protocol::V5, Protocol::V4, Protocol::V3, Protocol::V2, Protocol::V1];
 
     /// The `Sec-WebSocket-Protocol` token.
     pub fn name(self) -> &'static str {
@@ -78,23 +72,13 @@ impl Protocol {
     ///
     /// # Errors
     /// See above.
-    pub fn negotiate<'a>(
-        offers: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Option<Self>, String> {
-        let offered: Vec<&str> = offers
-            .into_iter()
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .collect();
+    pub fn negotiate<'a>(offers: impl IntoIterator<Item = &'a str>) -> Result<Option<Self>, String> {
+        let offered: Vec<&str> =
+            offers.into_iter().flat_map(|v| v.split(',')).map(str::trim).filter(|s| !s.is_empty()).collect();
         if offered.is_empty() {
             return Ok(None);
         }
-        offered
-            .iter()
-            .find_map(|o| Self::from_name(o))
-            .map(Some)
-            .ok_or_else(|| offered.join(", "))
+        offered.iter().find_map(|o| Self::from_name(o)).map(Some).ok_or_else(|| offered.join(", "))
     }
 
     /// Whether the error channel carries a JSON `Status` (v4 and later).
@@ -135,9 +119,7 @@ pub struct TerminalSize {
 
 /// Decodes one binary message from the client under `protocol`.
 pub fn decode(protocol: Option<Protocol>, msg: &[u8]) -> Incoming {
-    let Some((&channel, data)) = msg.split_first() else {
-        return Incoming::Ignored;
-    };
+    let Some((&channel, data)) = msg.split_first() else { return Incoming::Ignored };
     match channel {
         STDIN => Incoming::Stdin(data.to_vec()),
         RESIZE => Incoming::Resize(parse_resize(data)),
@@ -152,10 +134,7 @@ pub fn decode(protocol: Option<Protocol>, msg: &[u8]) -> Incoming {
 /// The terminal sizes of a resize message: consecutive JSON objects; decoding stops at the
 /// first value that is not a `TerminalSize`.
 pub fn parse_resize(data: &[u8]) -> Vec<TerminalSize> {
-    serde_json::Deserializer::from_slice(data)
-        .into_iter::<TerminalSize>()
-        .map_while(Result::ok)
-        .collect()
+    serde_json::Deserializer::from_slice(data).into_iter::<TerminalSize>().map_while(Result::ok).collect()
 }
 
 /// One message to the client: `channel` then `data`.
@@ -231,109 +210,48 @@ mod tests {
     fn negotiation_takes_the_first_offered_protocol_that_is_served() {
         let offer = ["v5.channel.k8s.io, v4.channel.k8s.io", "v3.channel.k8s.io"];
         assert_eq!(Protocol::negotiate(offer), Ok(Some(Protocol::V5)));
-        assert_eq!(
-            Protocol::negotiate(["base64.channel.k8s.io,v4.channel.k8s.io"]),
-            Ok(Some(Protocol::V4))
-        );
-        assert_eq!(
-            Protocol::negotiate(["channel.k8s.io"]),
-            Ok(Some(Protocol::V1))
-        );
+        assert_eq!(Protocol::negotiate(["base64.channel.k8s.io,v4.channel.k8s.io"]), Ok(Some(Protocol::V4)));
+        assert_eq!(Protocol::negotiate(["channel.k8s.io"]), Ok(Some(Protocol::V1)));
         assert_eq!(Protocol::negotiate(Vec::<&str>::new()), Ok(None));
-        assert_eq!(
-            Protocol::negotiate(["SPDY/3.1+portforward.k8s.io"]),
-            Err("SPDY/3.1+portforward.k8s.io".to_string())
-        );
+        assert_eq!(Protocol::negotiate(["SPDY/3.1+portforward.k8s.io"]), Err("SPDY/3.1+portforward.k8s.io".to_string()));
     }
 
     #[test]
     fn messages_are_a_channel_byte_then_data() {
         assert_eq!(frame(STDOUT, b"hi\n"), b"\x01hi\n");
         assert_eq!(frame(ERROR, b""), vec![3]);
-        assert_eq!(
-            decode(Some(Protocol::V5), b"\x00abc"),
-            Incoming::Stdin(b"abc".to_vec())
-        );
+        assert_eq!(decode(Some(Protocol::V5), b"\x00abc"), Incoming::Stdin(b"abc".to_vec()));
         assert_eq!(decode(Some(Protocol::V4), b"\x00"), Incoming::Stdin(vec![]));
         assert_eq!(decode(Some(Protocol::V5), &[255, 0]), Incoming::Close(0));
-        assert_eq!(
-            decode(Some(Protocol::V4), &[255, 0]),
-            Incoming::Ignored,
-            "v4 has no close message"
-        );
+        assert_eq!(decode(Some(Protocol::V4), &[255, 0]), Incoming::Ignored, "v4 has no close message");
         assert_eq!(decode(Some(Protocol::V5), &[255]), Incoming::Ignored);
         assert_eq!(decode(Some(Protocol::V5), b""), Incoming::Ignored);
-        assert_eq!(
-            decode(Some(Protocol::V5), b"\x01out"),
-            Incoming::Ignored,
-            "clients do not write stdout"
-        );
+        assert_eq!(decode(Some(Protocol::V5), b"\x01out"), Incoming::Ignored, "clients do not write stdout");
     }
 
     #[test]
     fn resize_messages_hold_one_or_more_terminal_sizes() {
         let one = decode(Some(Protocol::V5), b"\x04{\"Width\":80,\"Height\":24}");
-        assert_eq!(
-            one,
-            Incoming::Resize(vec![TerminalSize {
-                width: 80,
-                height: 24
-            }])
-        );
+        assert_eq!(one, Incoming::Resize(vec![TerminalSize { width: 80, height: 24 }]));
         let two = parse_resize(b"{\"Width\":100,\"Height\":30}{\"Width\":120,\"Height\":40}");
-        assert_eq!(
-            two,
-            vec![
-                TerminalSize {
-                    width: 100,
-                    height: 30
-                },
-                TerminalSize {
-                    width: 120,
-                    height: 40
-                }
-            ]
-        );
-        assert_eq!(
-            parse_resize(b"{\"Width\":1,\"Height\":2} junk"),
-            vec![TerminalSize {
-                width: 1,
-                height: 2
-            }]
-        );
-        assert!(
-            parse_resize(b"{\"Width\":-1,\"Height\":2}").is_empty(),
-            "sizes are unsigned"
-        );
+        assert_eq!(two, vec![TerminalSize { width: 100, height: 30 }, TerminalSize { width: 120, height: 40 }]);
+        assert_eq!(parse_resize(b"{\"Width\":1,\"Height\":2} junk"), vec![TerminalSize { width: 1, height: 2 }]);
+        assert!(parse_resize(b"{\"Width\":-1,\"Height\":2}").is_empty(), "sizes are unsigned");
         assert!(parse_resize(b"not json").is_empty());
     }
 
     #[test]
     fn exit_codes_become_upstream_statuses_on_the_error_channel() {
         let ok = error_payload(Some(Protocol::V5), &Outcome::Success).expect("v5 sends success");
-        assert_eq!(
-            String::from_utf8(ok).expect("utf8"),
-            r#"{"metadata":{},"status":"Success"}"#
-        );
-        let exited = Outcome::Exited {
-            command: vec!["sh".into(), "-c".into(), "exit 3".into()],
-            code: 3,
-        };
+        assert_eq!(String::from_utf8(ok).expect("utf8"), r#"{"metadata":{},"status":"Success"}"#);
+        let exited = Outcome::Exited { command: vec!["sh".into(), "-c".into(), "exit 3".into()], code: 3 };
         let s = status(&exited);
         assert_eq!(s["status"], "Failure");
         assert_eq!(s["reason"], "NonZeroExitCode");
-        assert_eq!(
-            s["details"]["causes"],
-            json!([{"reason": "ExitCode", "message": "3"}])
-        );
+        assert_eq!(s["details"]["causes"], json!([{"reason": "ExitCode", "message": "3"}]));
         assert_eq!(s["message"], "command terminated with non-zero exit code: error executing command [sh -c exit 3], exit code 3");
-        let failed = status(&Outcome::Failed(
-            "exec \"nope\": No such file or directory".into(),
-        ));
-        assert_eq!(
-            (failed["reason"].as_str(), failed["code"].as_i64()),
-            (Some("InternalError"), Some(500))
-        );
+        let failed = status(&Outcome::Failed("exec \"nope\": No such file or directory".into()));
+        assert_eq!((failed["reason"].as_str(), failed["code"].as_i64()), (Some("InternalError"), Some(500)));
         // Before v4 the error channel is the message alone, and nothing on success.
         assert_eq!(error_payload(Some(Protocol::V3), &Outcome::Success), None);
         let text = error_payload(Some(Protocol::V2), &exited).expect("failure text");

@@ -16,9 +16,9 @@
 
 pub mod channel;
 pub mod portforward;
-pub mod session;
 pub mod spdy;
 pub mod spdy_session;
+pub mod session;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -28,9 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tokio_tungstenite::tungstenite::handshake::server::{
-    ErrorResponse, Request as WsRequest, Response as WsResponse,
-};
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request as WsRequest, Response as WsResponse};
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 
 use crate::exec::{ExecStreams, ExecTarget};
@@ -89,15 +87,9 @@ impl StreamingServer {
     ///
     /// # Errors
     /// The address cannot be bound.
-    pub async fn start(
-        runtime: Arc<Runtime>,
-        mut stopping: watch::Receiver<bool>,
-    ) -> std::io::Result<Arc<Self>> {
+    pub async fn start(runtime: Arc<Runtime>, mut stopping: watch::Receiver<bool>) -> std::io::Result<Arc<Self>> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-        let server = Arc::new(Self {
-            addr: listener.local_addr()?,
-            pending: Mutex::new(HashMap::new()),
-        });
+        let server = Arc::new(Self { addr: listener.local_addr()?, pending: Mutex::new(HashMap::new()) });
         let this = Arc::clone(&server);
         tokio::spawn(async move {
             loop {
@@ -160,53 +152,32 @@ impl StreamingServer {
         let server = &self;
         // The callback's signature is tungstenite's (`Callback`), error response included.
         #[allow(clippy::result_large_err)]
-        let callback =
-            move |req: &WsRequest, mut resp: WsResponse| -> Result<WsResponse, ErrorResponse> {
-                let offers: Vec<&str> = req
-                    .headers()
-                    .get_all("sec-websocket-protocol")
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
-                    .collect();
-                let Some(request) = server.take(req.uri().path()) else {
-                    return Err(error_response(
-                        StatusCode::NOT_FOUND,
-                        "unknown or expired stream token".into(),
-                    ));
-                };
-                let tunnel = matches!(request, Pending::PortForward { .. })
-                    && offers
-                        .iter()
-                        .flat_map(|o| o.split(','))
-                        .any(|o| o.trim() == SPDY_TUNNEL_PROTOCOL);
-                let negotiated = if tunnel {
-                    resp.headers_mut().insert(
-                        "sec-websocket-protocol",
-                        HeaderValue::from_static(SPDY_TUNNEL_PROTOCOL),
-                    );
-                    Negotiated::SpdyTunnel
-                } else {
-                    match Protocol::negotiate(offers.iter().copied()) {
-                        Ok(p) => {
-                            if let Some(p) = p {
-                                resp.headers_mut().insert(
-                                    "sec-websocket-protocol",
-                                    HeaderValue::from_static(p.name()),
-                                );
-                            }
-                            Negotiated::Channels(p)
-                        }
-                        Err(offered) => {
-                            return Err(error_response(
-                                StatusCode::BAD_REQUEST,
-                                format!("no supported protocol in {offered}"),
-                            ))
-                        }
-                    }
-                };
-                *slot = Some((request, negotiated));
-                Ok(resp)
+        let callback = move |req: &WsRequest, mut resp: WsResponse| -> Result<WsResponse, ErrorResponse> {
+            let offers: Vec<&str> = req.headers().get_all("sec-websocket-protocol").iter().filter_map(|v| v.to_str().ok()).collect();
+            let Some(request) = server.take(req.uri().path()) else {
+                return Err(error_response(StatusCode::NOT_FOUND, "unknown or expired stream token".into()));
             };
+            let tunnel = matches!(request, Pending::PortForward { .. })
+                && offers.iter().flat_map(|o| o.split(',')).any(|o| o.trim() == SPDY_TUNNEL_PROTOCOL);
+            let negotiated = if tunnel {
+                resp.headers_mut().insert("sec-websocket-protocol", HeaderValue::from_static(SPDY_TUNNEL_PROTOCOL));
+                Negotiated::SpdyTunnel
+            } else {
+                match Protocol::negotiate(offers.iter().copied()) {
+                    Ok(p) => {
+                        if let Some(p) = p {
+                            resp.headers_mut().insert("sec-websocket-protocol", HeaderValue::from_static(p.name()));
+                        }
+                        Negotiated::Channels(p)
+                    }
+                    Err(offered) => {
+                        return Err(error_response(StatusCode::BAD_REQUEST, format!("no supported protocol in {offered}")))
+                    }
+                }
+            };
+            *slot = Some((request, negotiated));
+            Ok(resp)
+        };
         let ws = match tokio_tungstenite::accept_hdr_async(tcp, callback).await {
             Ok(ws) => ws,
             Err(err) => {
@@ -214,9 +185,7 @@ impl StreamingServer {
                 return;
             }
         };
-        let Some((request, negotiated)) = chosen else {
-            return;
-        };
+        let Some((request, negotiated)) = chosen else { return };
         let protocol = match negotiated {
             Negotiated::SpdyTunnel => {
                 spdy_session::port_forward(websocket_bytes(ws)).await;
@@ -225,27 +194,11 @@ impl StreamingServer {
             Negotiated::Channels(p) => p,
         };
         match request {
-            Pending::Exec {
-                container_id,
-                cmd,
-                streams,
-            } => {
-                let target = runtime
-                    .exec_target(&container_id)
-                    .map_err(|e| e.to_string());
-                session::exec(
-                    session::websocket(ws, protocol),
-                    protocol,
-                    target,
-                    cmd,
-                    streams,
-                )
-                .await;
+            Pending::Exec { container_id, cmd, streams } => {
+                let target = runtime.exec_target(&container_id).map_err(|e| e.to_string());
+                session::exec(session::websocket(ws, protocol), protocol, target, cmd, streams).await;
             }
-            Pending::Attach {
-                container_id,
-                streams,
-            } => {
+            Pending::Attach { container_id, streams } => {
                 let io = runtime.attach_io(&container_id).map_err(|e| e.to_string());
                 session::attach(session::websocket(ws, protocol), protocol, io, streams).await;
             }
@@ -257,35 +210,16 @@ impl StreamingServer {
     /// `X-Stream-Protocol-Version` and runs the session (see [`spdy_session`]).
     async fn serve_spdy(&self, mut tcp: TcpStream, head: Head, runtime: Arc<Runtime>) {
         let Some(request) = self.take(&head.path) else {
-            let _ = tcp
-                .write_all(&plain_response(
-                    404,
-                    "Not Found",
-                    "unknown or expired stream token",
-                ))
-                .await;
+            let _ = tcp.write_all(&plain_response(404, "Not Found", "unknown or expired stream token")).await;
             return;
         };
-        let offered: Vec<&str> = head
-            .stream_protocols
-            .iter()
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .collect();
+        let offered: Vec<&str> = head.stream_protocols.iter().flat_map(|v| v.split(',')).map(str::trim).collect();
         let chosen = match &request {
-            Pending::PortForward { .. } => offered
-                .iter()
-                .find(|p| **p == PORT_FORWARD_PROTOCOL)
-                .map(|p| p.to_string()),
-            _ => offered
-                .iter()
-                .find_map(|p| Protocol::from_name(p))
-                .map(|p| p.name().to_string()),
+            Pending::PortForward { .. } => offered.iter().find(|p| **p == PORT_FORWARD_PROTOCOL).map(|p| p.to_string()),
+            _ => offered.iter().find_map(|p| Protocol::from_name(p)).map(|p| p.name().to_string()),
         };
         let Some(chosen) = chosen else {
-            let msg = format!(
-                "unable to upgrade: unable to negotiate protocol: client supports {offered:?}"
-            );
+            let msg = format!("unable to upgrade: unable to negotiate protocol: client supports {offered:?}");
             let _ = tcp.write_all(&plain_response(403, "Forbidden", &msg)).await;
             return;
         };
@@ -297,21 +231,12 @@ impl StreamingServer {
         }
         let protocol = Protocol::from_name(&chosen);
         match request {
-            Pending::Exec {
-                container_id,
-                cmd,
-                streams,
-            } => {
-                let target = runtime
-                    .exec_target(&container_id)
-                    .map_err(|e| e.to_string());
+            Pending::Exec { container_id, cmd, streams } => {
+                let target = runtime.exec_target(&container_id).map_err(|e| e.to_string());
                 let transport = spdy_session::exec_transport(tcp, streams).await;
                 session::exec(transport, protocol, target, cmd, streams).await;
             }
-            Pending::Attach {
-                container_id,
-                streams,
-            } => {
+            Pending::Attach { container_id, streams } => {
                 let io = runtime.attach_io(&container_id).map_err(|e| e.to_string());
                 let transport = spdy_session::exec_transport(tcp, streams).await;
                 session::attach(transport, protocol, io, streams).await;
@@ -409,11 +334,7 @@ fn websocket_bytes(ws: tokio_tungstenite::WebSocketStream<TcpStream>) -> tokio::
             match rd.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    if sink
-                        .send(Message::Binary(buf[..n].to_vec().into()))
-                        .await
-                        .is_err()
-                    {
+                    if sink.send(Message::Binary(buf[..n].to_vec().into())).await.is_err() {
                         break;
                     }
                 }

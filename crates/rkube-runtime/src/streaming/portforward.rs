@@ -22,9 +22,7 @@ use super::channel;
 
 /// Data channel of the `index`-th port; its error channel is the next one.
 pub fn data_channel(index: usize) -> Option<u8> {
-    u8::try_from(index.checked_mul(2)?)
-        .ok()
-        .filter(|c| *c < channel::CLOSE - 1)
+    u8::try_from(index.checked_mul(2)?).ok().filter(|c| *c < channel::CLOSE - 1)
 }
 
 /// The first message of each channel of `port`: the channel byte, then the port number as two
@@ -44,10 +42,7 @@ pub async fn serve(ws: WebSocketStream<TcpStream>, ports: Vec<u16>) {
                 return;
             }
         }
-        let normal = CloseFrame {
-            code: CloseCode::Normal,
-            reason: "".into(),
-        };
+        let normal = CloseFrame { code: CloseCode::Normal, reason: "".into() };
         let _ = sink.send(Message::Close(Some(normal))).await;
         let _ = sink.close().await;
     });
@@ -69,9 +64,7 @@ pub async fn serve(ws: WebSocketStream<TcpStream>, ports: Vec<u16>) {
                 Ok(Message::Close(_)) | Err(_) => break,
                 Ok(_) => continue,
             };
-            let Some((&ch, rest)) = data.split_first() else {
-                continue;
-            };
+            let Some((&ch, rest)) = data.split_first() else { continue };
             if let Some((_, tx)) = inputs.iter().find(|(c, _)| *c == ch) {
                 // A connection that ended drops its receiver; later data is discarded.
                 let _ = tx.send(rest.to_vec()).await;
@@ -84,18 +77,11 @@ pub async fn serve(ws: WebSocketStream<TcpStream>, ports: Vec<u16>) {
 }
 
 /// One port's connection: loopback `port`, fed from `input`, answered on channel `data`.
-async fn forward(
-    port: u16,
-    data: u8,
-    mut input: mpsc::Receiver<Vec<u8>>,
-    out: mpsc::Sender<Vec<u8>>,
-) {
+async fn forward(port: u16, data: u8, mut input: mpsc::Receiver<Vec<u8>>, out: mpsc::Sender<Vec<u8>>) {
     let tcp = match TcpStream::connect(("127.0.0.1", port)).await {
         Ok(t) => t,
         Err(err) => {
-            let msg = format!(
-                "error forwarding port {port} to pod: failed to connect to localhost:{port}: {err}"
-            );
+            let msg = format!("error forwarding port {port} to pod: failed to connect to localhost:{port}: {err}");
             let _ = out.send(channel::frame(data + 1, msg.as_bytes())).await;
             return;
         }
@@ -140,10 +126,7 @@ mod tests {
 
     #[test]
     fn each_port_gets_a_data_and_an_error_channel_announced_with_its_number() {
-        assert_eq!(
-            (data_channel(0), data_channel(1), data_channel(3)),
-            (Some(0), Some(2), Some(6))
-        );
+        assert_eq!((data_channel(0), data_channel(1), data_channel(3)), (Some(0), Some(2), Some(6)));
         assert_eq!(data_channel(200), None, "channels are one byte");
         assert_eq!(port_prefix(2, 8080), vec![2, 0x90, 0x1f]);
     }

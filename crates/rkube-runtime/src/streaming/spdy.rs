@@ -28,71 +28,15 @@ const GOAWAY: u16 = 7;
 /// Header names and words, each written with a 4-byte big-endian length, that open the SPDY/3
 /// header dictionary (draft-mbelshe-httpbis-spdy-00, section 2.6.10.1).
 const DICTIONARY_WORDS: &[&str] = &[
-    "options",
-    "head",
-    "post",
-    "put",
-    "delete",
-    "trace",
-    "accept",
-    "accept-charset",
-    "accept-encoding",
-    "accept-language",
-    "accept-ranges",
-    "age",
-    "allow",
-    "authorization",
-    "cache-control",
-    "connection",
-    "content-base",
-    "content-encoding",
-    "content-language",
-    "content-length",
-    "content-location",
-    "content-md5",
-    "content-range",
-    "content-type",
-    "date",
-    "etag",
-    "expect",
-    "expires",
-    "from",
-    "host",
-    "if-match",
-    "if-modified-since",
-    "if-none-match",
-    "if-range",
-    "if-unmodified-since",
-    "last-modified",
-    "location",
-    "max-forwards",
-    "pragma",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "range",
-    "referer",
-    "retry-after",
-    "server",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "user-agent",
-    "vary",
-    "via",
-    "warning",
-    "www-authenticate",
-    "method",
-    "get",
-    "status",
-    "200 OK",
-    "version",
-    "HTTP/1.1",
-    "url",
-    "public",
-    "set-cookie",
-    "keep-alive",
-    "origin",
+    "options", "head", "post", "put", "delete", "trace", "accept", "accept-charset", "accept-encoding",
+    "accept-language", "accept-ranges", "age", "allow", "authorization", "cache-control", "connection",
+    "content-base", "content-encoding", "content-language", "content-length", "content-location", "content-md5",
+    "content-range", "content-type", "date", "etag", "expect", "expires", "from", "host", "if-match",
+    "if-modified-since", "if-none-match", "if-range", "if-unmodified-since", "last-modified", "location",
+    "max-forwards", "pragma", "proxy-authenticate", "proxy-authorization", "range", "referer", "retry-after",
+    "server", "te", "trailer", "transfer-encoding", "upgrade", "user-agent", "vary", "via", "warning",
+    "www-authenticate", "method", "get", "status", "200 OK", "version", "HTTP/1.1", "url", "public",
+    "set-cookie", "keep-alive", "origin",
 ];
 
 /// The text that closes the SPDY/3 header dictionary, as is.
@@ -121,10 +65,7 @@ pub type Headers = Vec<(String, String)>;
 
 /// The first value of header `name` (lower case).
 pub fn header<'a>(headers: &'a Headers, name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
+    headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
 /// One frame read from a client.
@@ -182,11 +123,7 @@ pub struct FrameReader<R> {
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// A reader over `inner`.
     pub fn new(inner: R) -> Self {
-        Self {
-            inner,
-            inflate: Decompress::new(true),
-            dictionary: dictionary(),
-        }
+        Self { inner, inflate: Decompress::new(true), dictionary: dictionary() }
     }
 
     /// The next frame; `Ok(None)` at a clean end of the connection.
@@ -210,11 +147,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self.inner.read_exact(&mut body).await?;
         if head[0] & 0x80 == 0 {
             let stream_id = be32(&head[..4]) & 0x7fff_ffff;
-            return Ok(Some(Frame::Data {
-                stream_id,
-                fin: flags & FLAG_FIN != 0,
-                data: body,
-            }));
+            return Ok(Some(Frame::Data { stream_id, fin: flags & FLAG_FIN != 0, data: body }));
         }
         let version = u16::from_be_bytes([head[0] & 0x7f, head[1]]);
         if version != VERSION {
@@ -225,18 +158,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             SYN_STREAM if body.len() >= 10 => {
                 let stream_id = be32(&body[..4]) & 0x7fff_ffff;
                 let headers = self.headers(&body[10..])?;
-                Frame::SynStream {
-                    stream_id,
-                    fin: flags & FLAG_FIN != 0,
-                    headers,
-                }
+                Frame::SynStream { stream_id, fin: flags & FLAG_FIN != 0, headers }
             }
-            RST_STREAM if body.len() >= 8 => Frame::RstStream {
-                stream_id: be32(&body[..4]) & 0x7fff_ffff,
-            },
-            PING if body.len() >= 4 => Frame::Ping {
-                id: be32(&body[..4]),
-            },
+            RST_STREAM if body.len() >= 8 => Frame::RstStream { stream_id: be32(&body[..4]) & 0x7fff_ffff },
+            PING if body.len() >= 4 => Frame::Ping { id: be32(&body[..4]) },
             GOAWAY => Frame::GoAway,
             SYN_STREAM | RST_STREAM | PING => return Err(bad("short SPDY control frame")),
             _ => Frame::Other,
@@ -253,16 +178,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             if out.capacity() - out.len() < 1024 {
                 out.reserve(4096);
             }
-            match self
-                .inflate
-                .decompress_vec(input, &mut out, FlushDecompress::Sync)
-            {
+            match self.inflate.decompress_vec(input, &mut out, FlushDecompress::Sync) {
                 Ok(Status::StreamEnd) => break,
                 Ok(_) => {}
                 Err(e) if e.needs_dictionary().is_some() => {
-                    self.inflate
-                        .set_dictionary(&self.dictionary)
-                        .map_err(|e| bad(format!("SPDY header dictionary: {e}")))?;
+                    self.inflate.set_dictionary(&self.dictionary).map_err(|e| bad(format!("SPDY header dictionary: {e}")))?;
                 }
                 Err(e) => return Err(bad(format!("SPDY header block: {e}"))),
             }
@@ -285,9 +205,7 @@ pub fn parse_header_block(b: &[u8]) -> io::Result<Headers> {
     let mut pos = 0;
     let mut take = |n: usize| -> io::Result<&[u8]> {
         let end = pos + n;
-        let s = b
-            .get(pos..end)
-            .ok_or_else(|| bad("SPDY header block is cut short"))?;
+        let s = b.get(pos..end).ok_or_else(|| bad("SPDY header block is cut short"))?;
         pos = end;
         Ok(s)
     };
@@ -295,12 +213,9 @@ pub fn parse_header_block(b: &[u8]) -> io::Result<Headers> {
     let mut headers = Vec::new();
     for _ in 0..count {
         let n = be32(take(4)?) as usize;
-        let name = std::str::from_utf8(take(n)?)
-            .map_err(|_| bad("SPDY header name is not UTF-8"))?
-            .to_ascii_lowercase();
+        let name = std::str::from_utf8(take(n)?).map_err(|_| bad("SPDY header name is not UTF-8"))?.to_ascii_lowercase();
         let n = be32(take(4)?) as usize;
-        let value =
-            std::str::from_utf8(take(n)?).map_err(|_| bad("SPDY header value is not UTF-8"))?;
+        let value = std::str::from_utf8(take(n)?).map_err(|_| bad("SPDY header value is not UTF-8"))?;
         for v in value.split('\0') {
             headers.push((name.clone(), v.to_string()));
         }
@@ -355,11 +270,7 @@ impl FrameWriter {
                 out.reserve(256);
             }
             let before = self.deflate.total_in();
-            if self
-                .deflate
-                .compress_vec(input, &mut out, FlushCompress::Sync)
-                .is_err()
-            {
+            if self.deflate.compress_vec(input, &mut out, FlushCompress::Sync).is_err() {
                 break;
             }
             let used = usize::try_from(self.deflate.total_in() - before).unwrap_or(input.len());
@@ -427,43 +338,15 @@ mod tests {
         let mut client = FrameWriter::new();
         let mut wire = Vec::new();
         wire.extend(syn_stream(&mut client, 1, &[("streamtype", "error")]));
-        wire.extend(syn_stream(
-            &mut client,
-            3,
-            &[("streamtype", "data"), ("port", "8080"), ("requestid", "0")],
-        ));
+        wire.extend(syn_stream(&mut client, 3, &[("streamtype", "data"), ("port", "8080"), ("requestid", "0")]));
         wire.extend(FrameWriter::data(3, true, b"hello"));
         wire.extend(FrameWriter::ping(7));
         let mut r = FrameReader::new(&wire[..]);
         let one = r.next().await.expect("read").expect("frame");
-        assert_eq!(
-            one,
-            Frame::SynStream {
-                stream_id: 1,
-                fin: false,
-                headers: vec![("streamtype".into(), "error".into())]
-            }
-        );
-        let Some(Frame::SynStream {
-            stream_id: 3,
-            headers,
-            ..
-        }) = r.next().await.expect("read")
-        else {
-            panic!("second stream")
-        };
-        assert_eq!(
-            (header(&headers, "port"), header(&headers, "requestid")),
-            (Some("8080"), Some("0"))
-        );
-        assert_eq!(
-            r.next().await.expect("read"),
-            Some(Frame::Data {
-                stream_id: 3,
-                fin: true,
-                data: b"hello".to_vec()
-            })
-        );
+        assert_eq!(one, Frame::SynStream { stream_id: 1, fin: false, headers: vec![("streamtype".into(), "error".into())] });
+        let Some(Frame::SynStream { stream_id: 3, headers, .. }) = r.next().await.expect("read") else { panic!("second stream") };
+        assert_eq!((header(&headers, "port"), header(&headers, "requestid")), (Some("8080"), Some("0")));
+        assert_eq!(r.next().await.expect("read"), Some(Frame::Data { stream_id: 3, fin: true, data: b"hello".to_vec() }));
         assert_eq!(r.next().await.expect("read"), Some(Frame::Ping { id: 7 }));
         assert_eq!(r.next().await.expect("read"), None);
     }
@@ -476,13 +359,7 @@ mod tests {
         raw.extend_from_slice(&7u32.to_be_bytes());
         raw.extend_from_slice(b"80\x008080");
         let h = parse_header_block(&raw).expect("parse");
-        assert_eq!(
-            h,
-            vec![
-                ("port".to_string(), "80".to_string()),
-                ("port".to_string(), "8080".to_string())
-            ]
-        );
+        assert_eq!(h, vec![("port".to_string(), "80".to_string()), ("port".to_string(), "8080".to_string())]);
         assert!(parse_header_block(&raw[..10]).is_err());
     }
 }

@@ -32,9 +32,7 @@ pub const STREAM_WAIT: Duration = Duration::from_secs(30);
 pub const CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 /// A task writing raw frames to `wr` in order; ends when every sender is gone.
-fn spawn_frame_writer<W: AsyncWrite + Unpin + Send + 'static>(
-    mut wr: W,
-) -> (mpsc::Sender<Vec<u8>>, tokio::task::JoinHandle<()>) {
+fn spawn_frame_writer<W: AsyncWrite + Unpin + Send + 'static>(mut wr: W) -> (mpsc::Sender<Vec<u8>>, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
     let task = tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
@@ -103,15 +101,9 @@ where
                 Ok(None) | Err(_) => break,
             };
             match frame {
-                Frame::SynStream {
-                    stream_id, headers, ..
-                } => {
+                Frame::SynStream { stream_id, headers, .. } => {
                     let kind = header(&headers, "streamtype").unwrap_or("").to_string();
-                    if raw_in
-                        .send(replies.syn_reply(stream_id, &[]))
-                        .await
-                        .is_err()
-                    {
+                    if raw_in.send(replies.syn_reply(stream_id, &[])).await.is_err() {
                         break;
                     }
                     ids.insert(kind, stream_id);
@@ -121,11 +113,7 @@ where
                         }
                     }
                 }
-                Frame::Data {
-                    stream_id,
-                    fin,
-                    data,
-                } => {
+                Frame::Data { stream_id, fin, data } => {
                     let msg = if ids.get("stdin") == Some(&stream_id) {
                         let mut msgs = Vec::new();
                         if !data.is_empty() {
@@ -167,9 +155,7 @@ where
             _ => None,
         };
         while let Some(msg) = out_rx.recv().await {
-            let Some((&ch, data)) = msg.split_first() else {
-                continue;
-            };
+            let Some((&ch, data)) = msg.split_first() else { continue };
             if data.is_empty() {
                 continue; // WebSocket readiness messages have no SPDY counterpart.
             }
@@ -217,16 +203,12 @@ where
             Ok(None) | Err(_) => break,
         };
         match frame {
-            Frame::SynStream {
-                stream_id, headers, ..
-            } => {
+            Frame::SynStream { stream_id, headers, .. } => {
                 if raw.send(replies.syn_reply(stream_id, &[])).await.is_err() {
                     break;
                 }
                 let request = header(&headers, "requestid").unwrap_or("").to_string();
-                let port = header(&headers, "port")
-                    .and_then(|p| p.parse::<u16>().ok())
-                    .unwrap_or(0);
+                let port = header(&headers, "port").and_then(|p| p.parse::<u16>().ok()).unwrap_or(0);
                 let pair = pairs.entry(request.clone()).or_default();
                 pair.port = port;
                 match header(&headers, "streamtype") {
@@ -242,11 +224,7 @@ where
                     pairs.remove(&request);
                 }
             }
-            Frame::Data {
-                stream_id,
-                fin,
-                data,
-            } => {
+            Frame::Data { stream_id, fin, data } => {
                 if let Some(tx) = by_data.get(&stream_id) {
                     if !data.is_empty() {
                         let _ = tx.send(Some(data)).await;
@@ -273,22 +251,12 @@ where
 }
 
 /// One forwarded connection: loopback `port`, fed from `input` (`None`: the client's FIN).
-async fn forward(
-    port: u16,
-    data: u32,
-    error: u32,
-    mut input: mpsc::Receiver<Option<Vec<u8>>>,
-    raw: mpsc::Sender<Vec<u8>>,
-) {
+async fn forward(port: u16, data: u32, error: u32, mut input: mpsc::Receiver<Option<Vec<u8>>>, raw: mpsc::Sender<Vec<u8>>) {
     let tcp = match TcpStream::connect(("127.0.0.1", port)).await {
         Ok(t) => t,
         Err(err) => {
-            let msg = format!(
-                "error forwarding port {port} to pod: failed to connect to localhost:{port}: {err}"
-            );
-            let _ = raw
-                .send(FrameWriter::data(error, false, msg.as_bytes()))
-                .await;
+            let msg = format!("error forwarding port {port} to pod: failed to connect to localhost:{port}: {err}");
+            let _ = raw.send(FrameWriter::data(error, false, msg.as_bytes())).await;
             let _ = raw.send(FrameWriter::data(error, true, &[])).await;
             let _ = raw.send(FrameWriter::data(data, true, &[])).await;
             return;
@@ -308,19 +276,13 @@ async fn forward(
         match rd.read(&mut buf).await {
             Ok(0) => break,
             Ok(n) => {
-                if raw
-                    .send(FrameWriter::data(data, false, &buf[..n]))
-                    .await
-                    .is_err()
-                {
+                if raw.send(FrameWriter::data(data, false, &buf[..n])).await.is_err() {
                     break;
                 }
             }
             Err(err) => {
                 let msg = format!("error forwarding port {port} to pod: {err}");
-                let _ = raw
-                    .send(FrameWriter::data(error, false, msg.as_bytes()))
-                    .await;
+                let _ = raw.send(FrameWriter::data(error, false, msg.as_bytes())).await;
                 break;
             }
         }
@@ -336,19 +298,8 @@ mod tests {
 
     #[test]
     fn exec_clients_open_one_stream_per_channel_asked_for() {
-        let s = |stdin, stdout, stderr, tty| ExecStreams {
-            stdin,
-            stdout,
-            stderr,
-            tty,
-        };
-        assert_eq!(
-            expected(s(false, true, true, false)),
-            vec!["error", "stdout", "stderr"]
-        );
-        assert_eq!(
-            expected(s(true, true, false, true)),
-            vec!["error", "stdin", "stdout", "resize"]
-        );
+        let s = |stdin, stdout, stderr, tty| ExecStreams { stdin, stdout, stderr, tty };
+        assert_eq!(expected(s(false, true, true, false)), vec!["error", "stdout", "stderr"]);
+        assert_eq!(expected(s(true, true, false, true)), vec!["error", "stdin", "stdout", "resize"]);
     }
 }

@@ -55,11 +55,7 @@ pub struct Status {
 impl Status {
     /// A rejection by `plugin` with one reason.
     pub fn new(plugin: &'static str, code: Code, reason: impl Into<String>) -> Self {
-        Status {
-            plugin,
-            code,
-            reasons: vec![reason.into()],
-        }
+        Status { plugin, code, reasons: vec![reason.into()] }
     }
 }
 

@@ -13,25 +13,14 @@ use crate::snapshot::NodeInfo;
 
 /// Default weights: TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1,
 /// NodeResourcesBalancedAllocation 1 (`apis/config/v1/default_plugins.go`).
-pub const WEIGHTS: [(&str, i64); 4] = [
-    ("TaintToleration", 3),
-    ("NodeAffinity", 2),
-    ("NodeResourcesFit", 1),
-    ("NodeResourcesBalancedAllocation", 1),
-];
+pub const WEIGHTS: [(&str, i64); 4] =
+    [("TaintToleration", 3), ("NodeAffinity", 2), ("NodeResourcesFit", 1), ("NodeResourcesBalancedAllocation", 1)];
 
 /// cpu and memory as (requested, allocatable) after placing the pod.
 fn cpu_memory(node: &NodeInfo, pod: &Resource, non_zero: bool) -> [(i64, i64); 2] {
-    let on_node = if non_zero {
-        &node.non_zero_requested
-    } else {
-        &node.requested
-    };
+    let on_node = if non_zero { &node.non_zero_requested } else { &node.requested };
     [
-        (
-            on_node.milli_cpu + pod.milli_cpu,
-            node.allocatable.milli_cpu,
-        ),
+        (on_node.milli_cpu + pod.milli_cpu, node.allocatable.milli_cpu),
         (on_node.memory + pod.memory, node.allocatable.memory),
     ]
 }
@@ -46,11 +35,7 @@ pub fn least_allocated(pod: &Pod, node: &NodeInfo) -> i64 {
         if alloc == 0 {
             continue;
         }
-        sum += if requested > alloc {
-            0
-        } else {
-            (alloc - requested) * MAX_NODE_SCORE / alloc
-        };
+        sum += if requested > alloc { 0 } else { (alloc - requested) * MAX_NODE_SCORE / alloc };
         weights += 1;
     }
     if weights == 0 {
@@ -81,11 +66,7 @@ pub fn balanced_allocation(pod: &Pod, node: &NodeInfo) -> i64 {
 pub fn intolerable_taints(pod: &Pod, node: &NodeInfo) -> i64 {
     let tols: Vec<_> = tolerations(pod)
         .iter()
-        .filter(|t| {
-            t.effect
-                .as_deref()
-                .is_none_or(|e| e.is_empty() || e == "PreferNoSchedule")
-        })
+        .filter(|t| t.effect.as_deref().is_none_or(|e| e.is_empty() || e == "PreferNoSchedule"))
         .collect();
     taints(node)
         .iter()
@@ -102,10 +83,7 @@ pub fn preferred_affinity(pod: &Pod, node: &NodeInfo) -> i64 {
         .as_ref()
         .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|na| {
-            na.preferred_during_scheduling_ignored_during_execution
-                .as_ref()
-        });
+        .and_then(|na| na.preferred_during_scheduling_ignored_during_execution.as_ref());
     let empty = Default::default();
     let labels = node.labels().unwrap_or(&empty);
     preferred
@@ -144,17 +122,8 @@ pub fn score(pod: &Pod, nodes: &[&NodeInfo]) -> Vec<i64> {
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            let parts = [
-                taint[i],
-                affinity[i],
-                least_allocated(pod, n),
-                balanced_allocation(pod, n),
-            ];
-            parts
-                .iter()
-                .zip(WEIGHTS.iter())
-                .map(|(s, (_, w))| s * w)
-                .sum()
+            let parts = [taint[i], affinity[i], least_allocated(pod, n), balanced_allocation(pod, n)];
+            parts.iter().zip(WEIGHTS.iter()).map(|(s, (_, w))| s * w).sum()
         })
         .collect()
 }
@@ -168,26 +137,14 @@ mod tests {
     #[test]
     fn resource_scores_follow_upstream_formulas() {
         // 4 cpu / 8Gi node with 1 cpu / 2Gi assigned; pod asks 1 cpu / 2Gi.
-        let n = node(
-            "n",
-            json!({"status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}),
-        );
-        let placed = pod(
-            "a",
-            json!({"nodeName": "n", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}),
-        );
+        let n = node("n", json!({"status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}));
+        let placed = pod("a", json!({"nodeName": "n", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}));
         let snap = snapshot(vec![n], vec![placed]);
-        let p = pod(
-            "p",
-            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}),
-        );
+        let p = pod("p", json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}));
         assert_eq!(least_allocated(&p, &snap.nodes[0]), 50);
         assert_eq!(balanced_allocation(&p, &snap.nodes[0]), 100);
         // cpu-heavy pod: cpu 3/4 = .75, memory 2/8 = .25 -> std .25 -> 75.
-        let cpu = pod(
-            "q",
-            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}),
-        );
+        let cpu = pod("q", json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}));
         assert_eq!(balanced_allocation(&cpu, &snap.nodes[0]), 75);
         // least allocated counts default requests: cpu (4000-3000)/4000=25, memory (8Gi-2Gi-200Mi)*100/8Gi=72 -> 48.
         assert_eq!(least_allocated(&cpu, &snap.nodes[0]), 48);
@@ -209,17 +166,11 @@ mod tests {
 
     #[test]
     fn preferences_and_soft_taints_rank_nodes() {
-        let tainted = node(
-            "t",
-            json!({"spec": {"taints": [{"key": "k", "effect": "PreferNoSchedule"}]}}),
-        );
+        let tainted = node("t", json!({"spec": {"taints": [{"key": "k", "effect": "PreferNoSchedule"}]}}));
         let ssd = node("s", json!({"metadata": {"labels": {"disk": "ssd"}}}));
         let snap = snapshot(vec![tainted, ssd], vec![]);
-        let p = pod(
-            "p",
-            json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 10, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}}]}}}),
-        );
+        let p = pod("p", json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 10, "preference": {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}}]}}}));
         let nodes: Vec<&NodeInfo> = snap.nodes.iter().collect();
         assert_eq!(nodes[0].name, "s");
         let totals = score(&p, &nodes);

@@ -5,19 +5,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
-};
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// Whether `selector` matches `labels`; an empty selector matches
 /// everything, an unknown operator nothing.
 pub fn label_selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let by_labels = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
+    let by_labels = selector.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
     let by_exprs = selector.match_expressions.iter().flatten().all(|e| {
         let value = labels.get(&e.key);
         let values = e.values.as_deref().unwrap_or(&[]);
@@ -46,12 +40,8 @@ fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
         "Gt" | "Lt" => {
-            let (Some(v), [bound]) = (value.and_then(int), values) else {
-                return false;
-            };
-            let Some(bound) = int(bound) else {
-                return false;
-            };
+            let (Some(v), [bound]) = (value.and_then(int), values) else { return false };
+            let Some(bound) = int(bound) else { return false };
             if r.operator == "Gt" {
                 v > bound
             } else {
@@ -65,31 +55,20 @@ fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool
 /// Whether a node selector term matches a node's labels and name (its
 /// `matchFields` know only `metadata.name`); a term with no requirements
 /// matches nothing, as upstream.
-pub fn node_selector_term_matches(
-    term: &NodeSelectorTerm,
-    labels: &BTreeMap<String, String>,
-    node_name: &str,
-) -> bool {
+pub fn node_selector_term_matches(term: &NodeSelectorTerm, labels: &BTreeMap<String, String>, node_name: &str) -> bool {
     let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
     let fields = term.match_fields.as_deref().unwrap_or(&[]);
     if exprs.is_empty() && fields.is_empty() {
         return false;
     }
-    exprs
-        .iter()
-        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-        && fields
-            .iter()
-            .all(|r| r.key == "metadata.name" && requirement_matches(r, Some(node_name)))
+    exprs.iter().all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
+        && fields.iter().all(|r| r.key == "metadata.name" && requirement_matches(r, Some(node_name)))
 }
 
 /// Whether `toleration` tolerates `taint` (key, effect and value; empty
 /// key with `Exists` tolerates every taint, empty effect every effect).
 pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    let effect_ok = toleration
-        .effect
-        .as_deref()
-        .is_none_or(|e| e.is_empty() || e == taint.effect);
+    let effect_ok = toleration.effect.as_deref().is_none_or(|e| e.is_empty() || e == taint.effect);
     let key = toleration.key.as_deref().unwrap_or("");
     let op = toleration.operator.as_deref().unwrap_or("Equal");
     if !effect_ok || (!key.is_empty() && key != taint.key) {
@@ -97,18 +76,12 @@ pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     }
     match op {
         "Exists" => true,
-        "Equal" | "" => {
-            !key.is_empty()
-                && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
+        "Equal" | "" => !key.is_empty() && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
         _ => false,
     }
 }
 
 /// The pod's tolerations.
 pub fn tolerations(pod: &Pod) -> &[Toleration] {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_deref())
-        .unwrap_or(&[])
+    pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or(&[])
 }

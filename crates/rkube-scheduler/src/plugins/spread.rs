@@ -24,54 +24,37 @@ use crate::snapshot::{NodeInfo, Snapshot};
 /// The reason when a domain would exceed `maxSkew`.
 pub const ERR_CONSTRAINTS_NOT_MATCH: &str = "node(s) didn't match pod topology spread constraints";
 /// The reason when the node lacks a constraint's topology key.
-pub const ERR_MISSING_LABEL: &str =
-    "node(s) didn't match pod topology spread constraints (missing required label)";
+pub const ERR_MISSING_LABEL: &str = "node(s) didn't match pod topology spread constraints (missing required label)";
 
 fn hard_constraints(pod: &Pod) -> Vec<&TopologySpreadConstraint> {
     pod.spec
         .as_ref()
         .and_then(|s| s.topology_spread_constraints.as_ref())
-        .map(|cs| {
-            cs.iter()
-                .filter(|c| c.when_unsatisfiable == "DoNotSchedule")
-                .collect()
-        })
+        .map(|cs| cs.iter().filter(|c| c.when_unsatisfiable == "DoNotSchedule").collect())
         .unwrap_or_default()
 }
 
 /// The constraint's selector with `matchLabelKeys` turned into `In`
 /// requirements on the incoming pod's values.
-fn effective_selector(
-    c: &TopologySpreadConstraint,
-    labels: &BTreeMap<String, String>,
-) -> LabelSelector {
+fn effective_selector(c: &TopologySpreadConstraint, labels: &BTreeMap<String, String>) -> LabelSelector {
     let mut sel = c.label_selector.clone().unwrap_or_default();
     for key in c.match_label_keys.iter().flatten() {
         if let Some(v) = labels.get(key) {
-            sel.match_expressions
-                .get_or_insert_with(Vec::new)
-                .push(LabelSelectorRequirement {
-                    key: key.clone(),
-                    operator: "In".into(),
-                    values: Some(vec![v.clone()]),
-                });
+            sel.match_expressions.get_or_insert_with(Vec::new).push(LabelSelectorRequirement {
+                key: key.clone(),
+                operator: "In".into(),
+                values: Some(vec![v.clone()]),
+            });
         }
     }
     sel
 }
 
-fn eligible(
-    pod: &Pod,
-    c: &TopologySpreadConstraint,
-    all: &[&TopologySpreadConstraint],
-    node: &NodeInfo,
-) -> bool {
+fn eligible(pod: &Pod, c: &TopologySpreadConstraint, all: &[&TopologySpreadConstraint], node: &NodeInfo) -> bool {
     if !all.iter().all(|k| node.label(&k.topology_key).is_some()) {
         return false;
     }
-    if c.node_affinity_policy.as_deref().unwrap_or("Honor") == "Honor"
-        && !matches_node_selector_and_affinity(pod, node)
-    {
+    if c.node_affinity_policy.as_deref().unwrap_or("Honor") == "Honor" && !matches_node_selector_and_affinity(pod, node) {
         return false;
     }
     if c.node_taints_policy.as_deref().unwrap_or("Ignore") == "Honor" {
@@ -97,47 +80,26 @@ pub fn filter(pod: &Pod, node: &NodeInfo, snapshot: &Snapshot) -> Result<(), Sta
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     for c in &constraints {
         let Some(domain) = node.label(&c.topology_key) else {
-            return Err(Status::new(
-                "PodTopologySpread",
-                Code::UnschedulableAndUnresolvable,
-                ERR_MISSING_LABEL,
-            ));
+            return Err(Status::new("PodTopologySpread", Code::UnschedulableAndUnresolvable, ERR_MISSING_LABEL));
         };
         let selector = effective_selector(c, &labels);
         let mut counts: HashMap<&str, i32> = HashMap::new();
-        for n in snapshot
-            .nodes
-            .iter()
-            .filter(|n| eligible(pod, c, &constraints, n))
-        {
-            let Some(value) = n.label(&c.topology_key) else {
-                continue;
-            };
+        for n in snapshot.nodes.iter().filter(|n| eligible(pod, c, &constraints, n)) {
+            let Some(value) = n.label(&c.topology_key) else { continue };
             let matching = n
                 .pods
                 .iter()
-                .filter(|p| {
-                    p.metadata.namespace.as_deref() == Some(namespace)
-                        && p.metadata.deletion_timestamp.is_none()
-                })
+                .filter(|p| p.metadata.namespace.as_deref() == Some(namespace) && p.metadata.deletion_timestamp.is_none())
                 .filter(|p| label_selector_matches(&selector, &pod_labels(p)))
                 .count() as i32;
             *counts.entry(value).or_default() += matching;
         }
         let min_domains = c.min_domains.unwrap_or(1).max(1) as usize;
-        let global_min = if counts.len() < min_domains {
-            0
-        } else {
-            counts.values().copied().min().unwrap_or(0)
-        };
+        let global_min = if counts.len() < min_domains { 0 } else { counts.values().copied().min().unwrap_or(0) };
         let self_match = i32::from(label_selector_matches(&selector, &labels));
         let here = counts.get(domain).copied().unwrap_or(0);
         if here + self_match - global_min > c.max_skew {
-            return Err(Status::new(
-                "PodTopologySpread",
-                Code::Unschedulable,
-                ERR_CONSTRAINTS_NOT_MATCH,
-            ));
+            return Err(Status::new("PodTopologySpread", Code::Unschedulable, ERR_CONSTRAINTS_NOT_MATCH));
         }
     }
     Ok(())
@@ -167,19 +129,8 @@ mod tests {
         let snap = snapshot(vec![za, zb, bare], vec![existing]);
         let p = pod("w2", spread(1, json!({})));
         // zone a already has one: a gets skew 2 - 0 > 1; b fits; c has no zone.
-        let results: Vec<_> = snap
-            .nodes
-            .iter()
-            .map(|n| filter(&p, n, &snap).err().map(|s| s.reasons[0].clone()))
-            .collect();
-        assert_eq!(
-            results,
-            vec![
-                Some(ERR_CONSTRAINTS_NOT_MATCH.to_string()),
-                None,
-                Some(ERR_MISSING_LABEL.to_string())
-            ]
-        );
+        let results: Vec<_> = snap.nodes.iter().map(|n| filter(&p, n, &snap).err().map(|s| s.reasons[0].clone())).collect();
+        assert_eq!(results, vec![Some(ERR_CONSTRAINTS_NOT_MATCH.to_string()), None, Some(ERR_MISSING_LABEL.to_string())]);
         // maxSkew 2 allows zone a too.
         let loose = pod("w2", spread(2, json!({})));
         assert!(filter(&loose, &snap.nodes[0], &snap).is_ok());
@@ -188,10 +139,7 @@ mod tests {
         assert!(filter(&md, &snap.nodes[0], &snap).is_err());
         assert!(filter(&md, &snap.nodes[1], &snap).is_ok());
         // A pod not matching its own selector does not count itself.
-        let other = pod(
-            "x",
-            json!({"labels": {"app": "db"}, "topologySpreadConstraints": spread(1, json!({}))["topologySpreadConstraints"].clone()}),
-        );
+        let other = pod("x", json!({"labels": {"app": "db"}, "topologySpreadConstraints": spread(1, json!({}))["topologySpreadConstraints"].clone()}));
         assert!(filter(&other, &snap.nodes[0], &snap).is_ok());
     }
 }

@@ -39,8 +39,7 @@ pub const ERR_NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
 /// Filter's reason when no static volume could serve a delayed claim on the node.
 pub const ERR_NO_VOLUME: &str = "node(s) didn't find available persistent volumes to bind";
 /// Filter's reason for a claim bound to a volume that does not exist.
-pub const ERR_PV_MISSING: &str =
-    "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
+pub const ERR_PV_MISSING: &str = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
 /// The provisioner name of classes that never provision.
 pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 
@@ -57,43 +56,24 @@ pub struct VolumeState {
 
 /// The claim names of `pod`'s `persistentVolumeClaim` volumes.
 fn claim_names(pod: &Pod) -> impl Iterator<Item = &str> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|v| v.persistent_volume_claim.as_ref())
-        .map(|c| c.claim_name.as_str())
+    pod.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default().iter().filter_map(|v| v.persistent_volume_claim.as_ref()).map(|c| c.claim_name.as_str())
 }
 
 fn class_of(claim: &PersistentVolumeClaim) -> &str {
-    claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.as_deref())
-        .unwrap_or("")
+    claim.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()).unwrap_or("")
 }
 
 fn volume_name(claim: &PersistentVolumeClaim) -> &str {
-    claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .unwrap_or("")
+    claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()).unwrap_or("")
 }
 
 impl VolumeState {
     fn is_delayed(&self, claim: &PersistentVolumeClaim) -> bool {
-        self.classes
-            .get(class_of(claim))
-            .is_some_and(|c| c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"))
+        self.classes.get(class_of(claim)).is_some_and(|c| c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"))
     }
 
     /// `pod`'s claims, each found or, when missing, its name.
-    fn claims_of<'a>(
-        &'a self,
-        pod: &'a Pod,
-    ) -> impl Iterator<Item = Result<&'a Arc<PersistentVolumeClaim>, &'a str>> {
+    fn claims_of<'a>(&'a self, pod: &'a Pod) -> impl Iterator<Item = Result<&'a Arc<PersistentVolumeClaim>, &'a str>> {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         claim_names(pod).map(move |n| self.claims.get(&format!("{ns}/{n}")).ok_or(n))
     }
@@ -106,10 +86,7 @@ pub fn pre_filter(pod: &Pod, snapshot: &Snapshot) -> Result<(), String> {
     for claim in state.claims_of(pod) {
         let claim = claim.map_err(|name| format!("persistentvolumeclaim {name:?} not found"))?;
         if claim.metadata.deletion_timestamp.is_some() {
-            return Err(format!(
-                "persistentvolumeclaim {:?} is being deleted",
-                claim.metadata.name.as_deref().unwrap_or("")
-            ));
+            return Err(format!("persistentvolumeclaim {:?} is being deleted", claim.metadata.name.as_deref().unwrap_or("")));
         }
         if volume_name(claim).is_empty() && !state.is_delayed(claim) {
             unbound_immediate = true;
@@ -130,81 +107,38 @@ pub fn filter(pod: &Pod, node: &NodeInfo, snapshot: &Snapshot) -> Result<(), Sta
     for claim in state.claims_of(pod).flatten() {
         let bound = volume_name(claim);
         if !bound.is_empty() {
-            let pv = state
-                .volumes
-                .get(bound)
-                .ok_or_else(|| reject(ERR_PV_MISSING))?;
+            let pv = state.volumes.get(bound).ok_or_else(|| reject(ERR_PV_MISSING))?;
             if !fits(pv, labels, &node.name) {
                 return Err(reject(ERR_NODE_CONFLICT));
             }
             continue;
         }
-        let no_provisioner = state
-            .classes
-            .get(class_of(claim))
-            .is_some_and(|c| c.provisioner == NO_PROVISIONER);
-        if state.is_delayed(claim)
-            && no_provisioner
-            && !state
-                .volumes
-                .values()
-                .any(|pv| static_match(pv, claim, labels, &node.name))
-        {
+        let no_provisioner = state.classes.get(class_of(claim)).is_some_and(|c| c.provisioner == NO_PROVISIONER);
+        if state.is_delayed(claim) && no_provisioner && !state.volumes.values().any(|pv| static_match(pv, claim, labels, &node.name)) {
             return Err(reject(ERR_NO_VOLUME));
         }
     }
     Ok(())
 }
 
-fn fits(
-    pv: &PersistentVolume,
-    labels: &std::collections::BTreeMap<String, String>,
-    node: &str,
-) -> bool {
-    match pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_affinity.as_ref())
-        .and_then(|a| a.required.as_ref())
-    {
+fn fits(pv: &PersistentVolume, labels: &std::collections::BTreeMap<String, String>, node: &str) -> bool {
+    match pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()).and_then(|a| a.required.as_ref()) {
         None => true,
-        Some(req) => req
-            .node_selector_terms
-            .iter()
-            .any(|t| super::selectors::node_selector_term_matches(t, labels, node)),
+        Some(req) => req.node_selector_terms.iter().any(|t| super::selectors::node_selector_term_matches(t, labels, node)),
     }
 }
 
 /// An Available, unclaimed volume of the claim's class, big enough, reachable from the node.
-fn static_match(
-    pv: &PersistentVolume,
-    claim: &PersistentVolumeClaim,
-    labels: &std::collections::BTreeMap<String, String>,
-    node: &str,
-) -> bool {
+fn static_match(pv: &PersistentVolume, claim: &PersistentVolumeClaim, labels: &std::collections::BTreeMap<String, String>, node: &str) -> bool {
     let spec = pv.spec.as_ref();
     let storage = |q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
-        q.and_then(|q| crate::resources::parse_milli(&q.0))
-            .unwrap_or(0)
+        q.and_then(|q| crate::resources::parse_milli(&q.0)).unwrap_or(0)
     };
-    let capacity = storage(
-        spec.and_then(|s| s.capacity.as_ref())
-            .and_then(|c| c.get("storage")),
-    );
-    let request = storage(
-        claim
-            .spec
-            .as_ref()
-            .and_then(|s| s.resources.as_ref())
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get("storage")),
-    );
+    let capacity = storage(spec.and_then(|s| s.capacity.as_ref()).and_then(|c| c.get("storage")));
+    let request = storage(claim.spec.as_ref().and_then(|s| s.resources.as_ref()).and_then(|r| r.requests.as_ref()).and_then(|r| r.get("storage")));
     pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available")
         && spec.and_then(|s| s.claim_ref.as_ref()).is_none()
-        && spec
-            .and_then(|s| s.storage_class_name.as_deref())
-            .unwrap_or("")
-            == class_of(claim)
+        && spec.and_then(|s| s.storage_class_name.as_deref()).unwrap_or("") == class_of(claim)
         && capacity >= request
         && fits(pv, labels, node)
 }
@@ -217,14 +151,7 @@ pub fn claims_to_select(pod: &Pod, snapshot: &Snapshot, node: &str) -> Vec<Strin
         .claims_of(pod)
         .flatten()
         .filter(|c| volume_name(c).is_empty() && state.is_delayed(c))
-        .filter(|c| {
-            c.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(SELECTED_NODE))
-                .map(String::as_str)
-                != Some(node)
-        })
+        .filter(|c| c.metadata.annotations.as_ref().and_then(|a| a.get(SELECTED_NODE)).map(String::as_str) != Some(node))
         .filter_map(|c| c.metadata.name.clone())
         .collect()
 }
@@ -239,21 +166,12 @@ mod tests {
     use serde_json::json;
 
     fn state() -> VolumeState {
-        let claim = |name: &str,
-                     class: &str,
-                     volume: &str|
-         -> (String, Arc<PersistentVolumeClaim>) {
+        let claim = |name: &str, class: &str, volume: &str| -> (String, Arc<PersistentVolumeClaim>) {
             let c = json!({"metadata": {"name": name, "namespace": "default"},
                 "spec": {"storageClassName": class, "volumeName": volume, "resources": {"requests": {"storage": "1Gi"}}}});
-            (
-                format!("default/{name}"),
-                Arc::new(serde_json::from_value(c).unwrap()),
-            )
+            (format!("default/{name}"), Arc::new(serde_json::from_value(c).unwrap()))
         };
-        let pv = |name: &str,
-                  host: Option<&str>,
-                  extra: serde_json::Value|
-         -> (String, Arc<PersistentVolume>) {
+        let pv = |name: &str, host: Option<&str>, extra: serde_json::Value| -> (String, Arc<PersistentVolume>) {
             let mut v = json!({"metadata": {"name": name}, "spec": {"capacity": {"storage": "1Gi"}, "storageClassName": "static"}, "status": {"phase": "Available"}});
             if let Some(h) = host {
                 v["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
@@ -264,42 +182,18 @@ mod tests {
                     v["spec"][k] = val.clone();
                 }
             }
-            (
-                name.to_string(),
-                Arc::new(serde_json::from_value(v).unwrap()),
-            )
+            (name.to_string(), Arc::new(serde_json::from_value(v).unwrap()))
         };
         let class = |name: &str, provisioner: &str, mode: &str| -> (String, Arc<StorageClass>) {
             let c = json!({"metadata": {"name": name}, "provisioner": provisioner, "volumeBindingMode": mode});
-            (
-                name.to_string(),
-                Arc::new(serde_json::from_value(c).unwrap()),
-            )
+            (name.to_string(), Arc::new(serde_json::from_value(c).unwrap()))
         };
         VolumeState {
-            claims: [
-                claim("on-n1", "", "pv-n1"),
-                claim("immediate", "fast", ""),
-                claim("later", "local-path", ""),
-                claim("static", "static", ""),
-            ]
-            .into(),
-            volumes: [
-                pv(
-                    "pv-n1",
-                    Some("n1"),
-                    json!({"claimRef": {"namespace": "default", "name": "on-n1"}}),
-                ),
-                pv("local-n2", Some("n2"), json!({})),
-            ]
-            .into(),
+            claims: [claim("on-n1", "", "pv-n1"), claim("immediate", "fast", ""), claim("later", "local-path", ""), claim("static", "static", "")].into(),
+            volumes: [pv("pv-n1", Some("n1"), json!({"claimRef": {"namespace": "default", "name": "on-n1"}})), pv("local-n2", Some("n2"), json!({}))].into(),
             classes: [
                 class("fast", "example.com/x", "Immediate"),
-                class(
-                    "local-path",
-                    "rancher.io/local-path",
-                    "WaitForFirstConsumer",
-                ),
+                class("local-path", "rancher.io/local-path", "WaitForFirstConsumer"),
                 class("static", NO_PROVISIONER, "WaitForFirstConsumer"),
             ]
             .into(),
@@ -307,10 +201,7 @@ mod tests {
     }
 
     fn using(claims: &[&str]) -> Pod {
-        let volumes: Vec<_> = claims
-            .iter()
-            .map(|c| json!({"name": c, "persistentVolumeClaim": {"claimName": c}}))
-            .collect();
+        let volumes: Vec<_> = claims.iter().map(|c| json!({"name": c, "persistentVolumeClaim": {"claimName": c}})).collect();
         pod("p", json!({"volumes": volumes}))
     }
 
@@ -327,31 +218,17 @@ mod tests {
         assert_eq!(pre_filter(&p, &s), Ok(()));
         assert_eq!(filter(&p, &s.nodes[0], &s), Ok(()));
         let err = filter(&p, &s.nodes[1], &s).unwrap_err();
-        assert_eq!(
-            (err.code, err.reasons.clone()),
-            (
-                Code::UnschedulableAndUnresolvable,
-                vec![ERR_NODE_CONFLICT.to_string()]
-            )
-        );
+        assert_eq!((err.code, err.reasons.clone()), (Code::UnschedulableAndUnresolvable, vec![ERR_NODE_CONFLICT.to_string()]));
         assert_eq!(crate::framework::schedule_pod(&p, &s).unwrap(), "n1");
     }
 
     #[test]
     fn unbound_immediate_or_missing_claims_make_the_pod_unschedulable() {
         let s = snap();
+        assert_eq!(pre_filter(&using(&["immediate"]), &s), Err(ERR_UNBOUND_IMMEDIATE.to_string()));
+        assert_eq!(pre_filter(&using(&["nope"]), &s), Err("persistentvolumeclaim \"nope\" not found".to_string()));
         assert_eq!(
-            pre_filter(&using(&["immediate"]), &s),
-            Err(ERR_UNBOUND_IMMEDIATE.to_string())
-        );
-        assert_eq!(
-            pre_filter(&using(&["nope"]), &s),
-            Err("persistentvolumeclaim \"nope\" not found".to_string())
-        );
-        assert_eq!(
-            crate::framework::schedule_pod(&using(&["immediate"]), &s)
-                .unwrap_err()
-                .to_string(),
+            crate::framework::schedule_pod(&using(&["immediate"]), &s).unwrap_err().to_string(),
             "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. \
              preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
         );
@@ -366,10 +243,7 @@ mod tests {
         assert_eq!(claims_to_select(&p, &s, "n1"), vec!["later".to_string()]);
         assert!(claims_to_select(&using(&["on-n1"]), &s, "n1").is_empty());
         let st = using(&["static"]);
-        assert_eq!(
-            filter(&st, &s.nodes[0], &s).unwrap_err().reasons,
-            vec![ERR_NO_VOLUME.to_string()]
-        );
+        assert_eq!(filter(&st, &s.nodes[0], &s).unwrap_err().reasons, vec![ERR_NO_VOLUME.to_string()]);
         assert_eq!(filter(&st, &s.nodes[1], &s), Ok(()));
     }
 }

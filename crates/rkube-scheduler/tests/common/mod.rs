@@ -23,20 +23,13 @@ impl TestServer {
     pub async fn start() -> TestServer {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("temp dir");
-        let server =
-            rkube_apiserver::testing::InProcessServer::start(dir.path(), ServerConfig::default())
-                .await;
-        TestServer {
-            base: server.base.clone(),
-            _server: server,
-            _dir: dir,
-        }
+        let server = rkube_apiserver::testing::InProcessServer::start(dir.path(), ServerConfig::default()).await;
+        TestServer { base: server.base.clone(), _server: server, _dir: dir }
     }
 
     /// A kube-rs client of the server.
     pub fn client(&self) -> kube::Client {
-        kube::Client::try_from(kube::Config::new(self.base.parse().expect("server URL")))
-            .expect("kube client")
+        kube::Client::try_from(kube::Config::new(self.base.parse().expect("server URL"))).expect("kube client")
     }
 }
 
@@ -71,16 +64,8 @@ pub async fn create_node(client: &kube::Client, name: &str, cpu: &str, extra: Va
     }
     let node: Node = serde_json::from_value(v.clone()).expect("node");
     let api: Api<Node> = Api::all(client.clone());
-    let created = api
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("create node");
-    if created
-        .status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
-        .is_none()
-    {
+    let created = api.create(&PostParams::default(), &node).await.expect("create node");
+    if created.status.as_ref().and_then(|s| s.allocatable.as_ref()).is_none() {
         // The create dropped the status: set it through the subresource.
         let mut with_status = created.clone();
         with_status.status = node.status.clone();
@@ -104,10 +89,7 @@ pub async fn create_pod(client: &kube::Client, name: &str, cpu: &str, extra: Val
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec,
     }))
     .expect("pod");
-    Api::<Pod>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &pod)
-        .await
-        .expect("create pod")
+    Api::<Pod>::namespaced(client.clone(), "default").create(&PostParams::default(), &pod).await.expect("create pod")
 }
 
 /// Polls `f` every 100ms until it returns `Some`, for up to `secs` seconds.

@@ -68,14 +68,12 @@ fn io_error(what: &str, path: &Path, e: std::io::Error) -> StorageError {
 /// Creates `dir` if needed and sets it to [`DIR_MODE`].
 pub(crate) fn prepare_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| io_error("create", dir, e))?;
-    std::fs::set_permissions(dir, Permissions::from_mode(DIR_MODE))
-        .map_err(|e| io_error("chmod", dir, e))
+    std::fs::set_permissions(dir, Permissions::from_mode(DIR_MODE)).map_err(|e| io_error("chmod", dir, e))
 }
 
 /// Sets an existing file to [`FILE_MODE`].
 pub(crate) fn restrict_file(path: &Path) -> Result<()> {
-    std::fs::set_permissions(path, Permissions::from_mode(FILE_MODE))
-        .map_err(|e| io_error("chmod", path, e))
+    std::fs::set_permissions(path, Permissions::from_mode(FILE_MODE)).map_err(|e| io_error("chmod", path, e))
 }
 
 /// Creates (or truncates) `path` with [`FILE_MODE`] from the start.
@@ -98,17 +96,13 @@ pub(crate) fn write_marker(dir: &Path) -> Result<()> {
          rkube refuses to start when {DB_FILE} is missing or empty while this file exists.\n\
          Delete this file only to start an empty cluster on purpose.\n"
     );
-    f.write_all(text.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| io_error("write", &path, e))?;
+    f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(|e| io_error("write", &path, e))?;
     sync_dir(dir)
 }
 
 /// fsyncs a directory so a rename or create in it is durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error("sync", dir, e))
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_error("sync", dir, e))
 }
 
 /// Refuses a missing or empty store in a data dir whose marker says it held
@@ -181,10 +175,7 @@ pub(crate) struct DbSlot {
 impl DbSlot {
     /// A slot holding `db`, opened from `path`.
     pub fn new(path: PathBuf, db: Database) -> DbSlot {
-        DbSlot {
-            path,
-            db: RwLock::new(Some(Arc::new(db))),
-        }
+        DbSlot { path, db: RwLock::new(Some(Arc::new(db))) }
     }
 
     /// The database file.

@@ -13,9 +13,7 @@ use redb::ReadTransaction;
 
 use super::record::Record;
 use super::schema::{internal, read_revisions, HISTORY, LATEST, LOG, META};
-use crate::{
-    Event, EventKind, KeyValue, RangeRequest, RangeResponse, Result, Revision, StorageError,
-};
+use crate::{Event, EventKind, KeyValue, RangeRequest, RangeResponse, Result, Revision, StorageError};
 
 /// The etcd range end that means "every key from `start` on".
 const FROM_KEY_END: &str = "\0";
@@ -28,15 +26,11 @@ pub(crate) fn revisions(txn: &ReadTransaction) -> Result<(Revision, Revision)> {
 
 /// The live version of `key`, if any.
 pub(crate) fn get(txn: &ReadTransaction, key: &str) -> Result<Option<KeyValue>> {
-    let latest = txn
-        .open_table(LATEST)
-        .map_err(|e| internal("open latest", e))?;
+    let latest = txn.open_table(LATEST).map_err(|e| internal("open latest", e))?;
     let found = latest.get(key).map_err(|e| internal("get", e))?;
     match found {
         None => Ok(None),
-        Some(guard) => Ok(Some(
-            Record::decode(key, guard.value())?.into_key_value(key.to_string()),
-        )),
+        Some(guard) => Ok(Some(Record::decode(key, guard.value())?.into_key_value(key.to_string()))),
     }
 }
 
@@ -44,17 +38,11 @@ pub(crate) fn get(txn: &ReadTransaction, key: &str) -> Result<Option<KeyValue>> 
 /// empty = the single key `start`, `"\0"` = every key from `start` on.
 fn key_bounds(req: &RangeRequest) -> (Bound<&str>, Bound<&str>) {
     if req.end.is_empty() {
-        (
-            Bound::Included(req.start.as_str()),
-            Bound::Included(req.start.as_str()),
-        )
+        (Bound::Included(req.start.as_str()), Bound::Included(req.start.as_str()))
     } else if req.end == FROM_KEY_END {
         (Bound::Included(req.start.as_str()), Bound::Unbounded)
     } else {
-        (
-            Bound::Included(req.start.as_str()),
-            Bound::Excluded(req.end.as_str()),
-        )
+        (Bound::Included(req.start.as_str()), Bound::Excluded(req.end.as_str()))
     }
 }
 
@@ -72,13 +60,7 @@ struct RangeCollector<'r> {
 
 impl<'r> RangeCollector<'r> {
     fn new(req: &'r RangeRequest, revision: Revision) -> Self {
-        RangeCollector {
-            req,
-            resp: RangeResponse {
-                revision,
-                ..Default::default()
-            },
-        }
+        RangeCollector { req, resp: RangeResponse { revision, ..Default::default() } }
     }
 
     /// True when the next key would be returned (so its value must be decoded).
@@ -104,35 +86,18 @@ impl<'r> RangeCollector<'r> {
 pub(crate) fn range(txn: &ReadTransaction, req: &RangeRequest) -> Result<RangeResponse> {
     let (current, compacted) = revisions(txn)?;
     if req.revision > current {
-        return Err(StorageError::FutureRevision {
-            requested: req.revision,
-            current,
-        });
+        return Err(StorageError::FutureRevision { requested: req.revision, current });
     }
     if req.revision > 0 && req.revision < compacted {
-        return Err(StorageError::Compacted {
-            requested: req.revision,
-            compacted,
-        });
+        return Err(StorageError::Compacted { requested: req.revision, compacted });
     }
     if req.revision == 0 || req.revision == current {
-        let mut out = RangeCollector::new(
-            req,
-            if req.revision == 0 {
-                current
-            } else {
-                req.revision
-            },
-        );
+        let mut out = RangeCollector::new(req, if req.revision == 0 { current } else { req.revision });
         if range_is_empty(req) {
             return Ok(out.resp);
         }
-        let latest = txn
-            .open_table(LATEST)
-            .map_err(|e| internal("open latest", e))?;
-        let iter = latest
-            .range::<&str>(key_bounds(req))
-            .map_err(|e| internal("range latest", e))?;
+        let latest = txn.open_table(LATEST).map_err(|e| internal("open latest", e))?;
+        let iter = latest.range::<&str>(key_bounds(req)).map_err(|e| internal("range latest", e))?;
         for entry in iter {
             let (k, v) = entry.map_err(|e| internal("scan latest", e))?;
             let kv = if out.wants_value() {
@@ -156,9 +121,7 @@ fn range_at_revision(txn: &ReadTransaction, req: &RangeRequest) -> Result<RangeR
     if range_is_empty(req) {
         return Ok(out.resp);
     }
-    let history = txn
-        .open_table(HISTORY)
-        .map_err(|e| internal("open history", e))?;
+    let history = txn.open_table(HISTORY).map_err(|e| internal("open history", e))?;
     let (lo, hi) = key_bounds(req);
     let lo = match lo {
         Bound::Included(k) => Bound::Included((k, i64::MIN)),
@@ -169,9 +132,7 @@ fn range_at_revision(txn: &ReadTransaction, req: &RangeRequest) -> Result<RangeR
         Bound::Excluded(k) => Bound::Excluded((k, i64::MIN)),
         Bound::Unbounded => Bound::Unbounded,
     };
-    let iter = history
-        .range::<(&str, i64)>((lo, hi))
-        .map_err(|e| internal("range history", e))?;
+    let iter = history.range::<(&str, i64)>((lo, hi)).map_err(|e| internal("range history", e))?;
     // The newest version at or below `at` of the key being scanned. Versions
     // of one key come in revision order, so the last one <= `at` wins.
     let mut pending: Option<(String, Record)> = None;
@@ -194,11 +155,7 @@ fn range_at_revision(txn: &ReadTransaction, req: &RangeRequest) -> Result<RangeR
 fn flush(pending: Option<(String, Record)>, out: &mut RangeCollector<'_>) {
     if let Some((key, rec)) = pending {
         if !rec.tombstone {
-            let kv = if out.wants_value() {
-                Some(rec.into_key_value(key))
-            } else {
-                None
-            };
+            let kv = if out.wants_value() { Some(rec.into_key_value(key)) } else { None };
             out.push(kv);
         }
     }
@@ -227,25 +184,15 @@ pub(crate) fn replay(
 ) -> Result<ReplayPage> {
     let (_, compacted) = revisions(txn)?;
     if after < compacted {
-        return Err(StorageError::Compacted {
-            requested: after,
-            compacted,
-        });
+        return Err(StorageError::Compacted { requested: after, compacted });
     }
-    let mut page = ReplayPage {
-        events: Vec::new(),
-        scanned_to: until,
-    };
+    let mut page = ReplayPage { events: Vec::new(), scanned_to: until };
     if after >= until {
         return Ok(page);
     }
     let log = txn.open_table(LOG).map_err(|e| internal("open log", e))?;
-    let history = txn
-        .open_table(HISTORY)
-        .map_err(|e| internal("open history", e))?;
-    let iter = log
-        .range((after + 1)..=until)
-        .map_err(|e| internal("range log", e))?;
+    let history = txn.open_table(HISTORY).map_err(|e| internal("open history", e))?;
+    let iter = log.range((after + 1)..=until).map_err(|e| internal("range log", e))?;
     for entry in iter {
         let (rev, key) = entry.map_err(|e| internal("scan log", e))?;
         let (rev, key) = (rev.value(), key.value());
@@ -255,12 +202,7 @@ pub(crate) fn replay(
         let rec = history
             .get((key, rev))
             .map_err(|e| internal("read history", e))?
-            .ok_or_else(|| {
-                internal(
-                    "replay",
-                    format!("log revision {rev} of {key:?} has no history entry"),
-                )
-            })?;
+            .ok_or_else(|| internal("replay", format!("log revision {rev} of {key:?} has no history entry")))?;
         let rec = Record::decode(key, rec.value())?;
         let prev = history
             .range::<(&str, i64)>((key, i64::MIN)..(key, rev))
@@ -275,16 +217,8 @@ pub(crate) fn replay(
             }
             None => None,
         };
-        let kind = if rec.tombstone {
-            EventKind::Delete
-        } else {
-            EventKind::Put
-        };
-        page.events.push(Event {
-            kind,
-            kv: rec.into_key_value(key.to_string()),
-            prev_kv,
-        });
+        let kind = if rec.tombstone { EventKind::Delete } else { EventKind::Put };
+        page.events.push(Event { kind, kv: rec.into_key_value(key.to_string()), prev_kv });
         if page.events.len() >= max_events {
             page.scanned_to = rev;
             break;
@@ -302,10 +236,7 @@ mod tests {
     use crate::embedded::store::{Store, WriteOp};
 
     fn put(key: &str, value: &'static str) -> WriteOp {
-        WriteOp::Create {
-            key: key.into(),
-            value: Bytes::from_static(value.as_bytes()),
-        }
+        WriteOp::Create { key: key.into(), value: Bytes::from_static(value.as_bytes()) }
     }
 
     /// ```text
@@ -319,15 +250,8 @@ mod tests {
         for op in [
             put("/p/a", "a1"),
             put("/p/b", "b1"),
-            WriteOp::Update {
-                key: "/p/a".into(),
-                value: Bytes::from_static(b"a2"),
-                expected: 2,
-            },
-            WriteOp::Delete {
-                key: "/p/b".into(),
-                expected: None,
-            },
+            WriteOp::Update { key: "/p/a".into(), value: Bytes::from_static(b"a2"), expected: 2 },
+            WriteOp::Delete { key: "/p/b".into(), expected: None },
             put("/p/b", "b2"),
         ] {
             store.apply(&[op]).unwrap().results.pop().unwrap().unwrap();
@@ -342,19 +266,8 @@ mod tests {
             (6, &[("/p/a", "a2"), ("/p/b", "b2")]),
         ];
         for (rev, want) in table {
-            let resp = range(
-                &txn,
-                &RangeRequest {
-                    revision: rev,
-                    ..RangeRequest::prefix("/p/")
-                },
-            )
-            .unwrap();
-            let got: Vec<(&str, &[u8])> = resp
-                .kvs
-                .iter()
-                .map(|kv| (kv.key.as_str(), kv.value.as_ref()))
-                .collect();
+            let resp = range(&txn, &RangeRequest { revision: rev, ..RangeRequest::prefix("/p/") }).unwrap();
+            let got: Vec<(&str, &[u8])> = resp.kvs.iter().map(|kv| (kv.key.as_str(), kv.value.as_ref())).collect();
             let want: Vec<(&str, &[u8])> = want.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
             assert_eq!(got, want, "at revision {rev}");
             assert_eq!(resp.count as usize, want.len(), "count at revision {rev}");
@@ -369,20 +282,10 @@ mod tests {
         store.apply(&ops).unwrap();
         let txn = store.slot().get().unwrap().begin_read().unwrap();
         let first = replay(&txn, "/p/", 1, 6, 2).unwrap();
-        assert_eq!(
-            first
-                .events
-                .iter()
-                .map(|e| e.revision())
-                .collect::<Vec<_>>(),
-            [2, 3]
-        );
+        assert_eq!(first.events.iter().map(|e| e.revision()).collect::<Vec<_>>(), [2, 3]);
         assert_eq!(first.scanned_to, 3);
         let rest = replay(&txn, "/p/", first.scanned_to, 6, 10).unwrap();
-        assert_eq!(
-            rest.events.iter().map(|e| e.revision()).collect::<Vec<_>>(),
-            [4, 5, 6]
-        );
+        assert_eq!(rest.events.iter().map(|e| e.revision()).collect::<Vec<_>>(), [4, 5, 6]);
         assert_eq!(rest.scanned_to, 6);
         assert!(replay(&txn, "/q/", 1, 6, 10).unwrap().events.is_empty());
     }

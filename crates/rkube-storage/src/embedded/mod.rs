@@ -47,9 +47,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use redb::ReadableDatabase;
 
-use crate::{
-    KeyValue, RangeRequest, RangeResponse, Result, Revision, Storage, StorageError, Watch,
-};
+use crate::{KeyValue, RangeRequest, RangeResponse, Result, Revision, Storage, StorageError, Watch};
 use database::DbSlot;
 pub use database::{DB_FILE, DIR_MODE, FILE_MODE, MARKER_FILE};
 use store::{Store, WriteOp, WriteOutcome};
@@ -67,9 +65,7 @@ pub struct EmbeddedOptions {
 
 impl Default for EmbeddedOptions {
     fn default() -> Self {
-        EmbeddedOptions {
-            watch_channel_capacity: 1024,
-        }
+        EmbeddedOptions { watch_channel_capacity: 1024 }
     }
 }
 
@@ -86,9 +82,7 @@ pub struct EmbeddedStorage {
 
 impl std::fmt::Debug for EmbeddedStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddedStorage")
-            .field("revision", &self.hub.published())
-            .finish_non_exhaustive()
+        f.debug_struct("EmbeddedStorage").field("revision", &self.hub.published()).finish_non_exhaustive()
     }
 }
 
@@ -109,11 +103,8 @@ impl EmbeddedStorage {
     pub fn open_with(dir: &Path, options: EmbeddedOptions) -> Result<EmbeddedStorage> {
         let store = Store::open(dir)?;
         let db = store.slot().clone();
-        let hub = Arc::new(Hub::new(
-            store.current_revision(),
-            store.compacted_revision(),
-            options.watch_channel_capacity,
-        ));
+        let hub =
+            Arc::new(Hub::new(store.current_revision(), store.compacted_revision(), options.watch_channel_capacity));
         let writer = Writer::spawn(WatchableStore::new(store, hub.clone()), hub.clone())?;
         Ok(EmbeddedStorage { db, hub, writer })
     }
@@ -126,10 +117,7 @@ impl EmbeddedStorage {
     {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || {
-            let txn = db
-                .get()?
-                .begin_read()
-                .map_err(|e| schema::internal("begin read", e))?;
+            let txn = db.get()?.begin_read().map_err(|e| schema::internal("begin read", e))?;
             read(&txn)
         })
         .await
@@ -138,9 +126,7 @@ impl EmbeddedStorage {
 }
 
 fn unexpected(outcome: WriteOutcome) -> StorageError {
-    StorageError::Internal(format!(
-        "embedded store: unexpected write outcome {outcome:?}"
-    ))
+    StorageError::Internal(format!("embedded store: unexpected write outcome {outcome:?}"))
 }
 
 #[async_trait::async_trait]
@@ -159,45 +145,22 @@ impl Storage for EmbeddedStorage {
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        match self
-            .writer
-            .write(WriteOp::Create {
-                key: key.to_string(),
-                value,
-            })
-            .await?
-        {
+        match self.writer.write(WriteOp::Create { key: key.to_string(), value }).await? {
             WriteOutcome::Put(kv) => Ok(kv),
             other => Err(unexpected(other)),
         }
     }
 
-    async fn update(
-        &self,
-        key: &str,
-        value: Bytes,
-        expected_mod_revision: Revision,
-    ) -> Result<KeyValue> {
-        let op = WriteOp::Update {
-            key: key.to_string(),
-            value,
-            expected: expected_mod_revision,
-        };
+    async fn update(&self, key: &str, value: Bytes, expected_mod_revision: Revision) -> Result<KeyValue> {
+        let op = WriteOp::Update { key: key.to_string(), value, expected: expected_mod_revision };
         match self.writer.write(op).await? {
             WriteOutcome::Put(kv) => Ok(kv),
             other => Err(unexpected(other)),
         }
     }
 
-    async fn delete(
-        &self,
-        key: &str,
-        expected_mod_revision: Option<Revision>,
-    ) -> Result<(KeyValue, Revision)> {
-        let op = WriteOp::Delete {
-            key: key.to_string(),
-            expected: expected_mod_revision,
-        };
+    async fn delete(&self, key: &str, expected_mod_revision: Option<Revision>) -> Result<(KeyValue, Revision)> {
+        let op = WriteOp::Delete { key: key.to_string(), expected: expected_mod_revision };
         match self.writer.write(op).await? {
             WriteOutcome::Deleted(kv, rev) => Ok((kv, rev)),
             other => Err(unexpected(other)),

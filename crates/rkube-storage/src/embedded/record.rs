@@ -70,23 +70,13 @@ impl Record {
 
     /// A tombstone written by a delete at `revision`.
     pub fn tombstone(revision: Revision) -> Record {
-        Record {
-            tombstone: true,
-            create_revision: 0,
-            mod_revision: revision,
-            version: 0,
-            value: Bytes::new(),
-        }
+        Record { tombstone: true, create_revision: 0, mod_revision: revision, version: 0, value: Bytes::new() }
     }
 
     /// Serializes the record (see the module docs for the layout).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_LEN + self.value.len());
-        out.push(if self.tombstone {
-            KIND_TOMBSTONE
-        } else {
-            KIND_PUT
-        });
+        out.push(if self.tombstone { KIND_TOMBSTONE } else { KIND_PUT });
         out.extend_from_slice(&self.create_revision.to_le_bytes());
         out.extend_from_slice(&self.mod_revision.to_le_bytes());
         out.extend_from_slice(&self.version.to_le_bytes());
@@ -97,20 +87,12 @@ impl Record {
     /// Parses a record stored under `key` (the key is only used in errors).
     pub fn decode(key: &str, bytes: &[u8]) -> Result<Record, RecordError> {
         if bytes.len() < HEADER_LEN {
-            return Err(RecordError::Corrupt {
-                key: key.to_string(),
-                reason: "shorter than its header",
-            });
+            return Err(RecordError::Corrupt { key: key.to_string(), reason: "shorter than its header" });
         }
         let tombstone = match bytes[0] {
             KIND_PUT => false,
             KIND_TOMBSTONE => true,
-            _ => {
-                return Err(RecordError::Corrupt {
-                    key: key.to_string(),
-                    reason: "unknown kind",
-                })
-            }
+            _ => return Err(RecordError::Corrupt { key: key.to_string(), reason: "unknown kind" }),
         };
         let int_at = |at: usize| {
             let mut buf = [0u8; 8];

@@ -57,22 +57,15 @@ pub(crate) fn internal(context: &str, err: impl std::fmt::Display) -> StorageErr
 pub(crate) fn storage_error(context: &str, err: impl Into<redb::Error>) -> StorageError {
     let err: redb::Error = err.into();
     if let redb::Error::Io(io) = &err {
-        if matches!(
-            io.kind(),
-            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
-        ) {
-            return StorageError::NoSpace(format!(
-                "embedded store: {context}: {io}; nothing was written"
-            ));
+        if matches!(io.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded) {
+            return StorageError::NoSpace(format!("embedded store: {context}: {io}; nothing was written"));
         }
     }
     internal(context, err)
 }
 
 /// Reads `(current_revision, compacted_revision)` from the `meta` table.
-pub(crate) fn read_revisions(
-    meta: &impl ReadableTable<&'static str, i64>,
-) -> Result<(Revision, Revision)> {
+pub(crate) fn read_revisions(meta: &impl ReadableTable<&'static str, i64>) -> Result<(Revision, Revision)> {
     let current = meta
         .get(CURRENT_REVISION)
         .map_err(|e| internal("read current revision", e))?

@@ -24,16 +24,11 @@
 
 use std::path::{Path, PathBuf};
 
-use redb::{
-    Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-    TableDefinition,
-};
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::database::{self, DB_FILE};
 use super::record::Record;
-use super::schema::{
-    read_revisions, storage_error, COMPACTED_REVISION, CURRENT_REVISION, HISTORY, LATEST, LOG, META,
-};
+use super::schema::{read_revisions, storage_error, COMPACTED_REVISION, CURRENT_REVISION, HISTORY, LATEST, LOG, META};
 use crate::{Result, Revision, StorageError};
 
 /// What [`check`] found in a store or snapshot file (etcdutl `snapshot status`).
@@ -88,10 +83,7 @@ fn open_for_reading(path: &Path) -> Result<Handle> {
         return Err(fail(format!("{}: no such file", path.display())));
     }
     if std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) == 0 {
-        return Err(fail(format!(
-            "{}: the file is empty (0 bytes), not an rkube store",
-            path.display()
-        )));
+        return Err(fail(format!("{}: the file is empty (0 bytes), not an rkube store", path.display())));
     }
     // Read-only first: it changes nothing and works beside a running server.
     let read_only_err = match database::builder().open_read_only(path) {
@@ -101,14 +93,10 @@ fn open_for_reading(path: &Path) -> Result<Handle> {
     // A file a crash left needing repair: only a writable open repairs it.
     match database::builder().open(path) {
         Ok(db) => Ok(Handle::Writable(db)),
-        Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(fail(format!(
-            "{}: cannot open read-only beside its server: {read_only_err}",
-            path.display()
-        ))),
-        Err(e) => Err(fail(format!(
-            "{}: not a readable redb file: {e}",
-            path.display()
-        ))),
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+            Err(fail(format!("{}: cannot open read-only beside its server: {read_only_err}", path.display())))
+        }
+        Err(e) => Err(fail(format!("{}: not a readable redb file: {e}", path.display()))),
     }
 }
 
@@ -116,8 +104,7 @@ fn open_for_reading(path: &Path) -> Result<Handle> {
 /// commits, and `check` must not change the file). Skipped, returning
 /// false, when a server has the file open: a copy would not be consistent.
 fn verify_checksums(path: &Path) -> Result<bool> {
-    if let Err(redb::DatabaseError::DatabaseAlreadyOpen) = database::builder().open(path).map(drop)
-    {
+    if let Err(redb::DatabaseError::DatabaseAlreadyOpen) = database::builder().open(path).map(drop) {
         return Ok(false);
     }
     let copy = tempfile::NamedTempFile::new().map_err(|e| fail(format!("temp file: {e}")))?;
@@ -127,14 +114,10 @@ fn verify_checksums(path: &Path) -> Result<bool> {
         .map_err(|e| fail(format!("{}: not a readable redb file: {e}", path.display())))?;
     match db.check_integrity() {
         Ok(true) => Ok(true),
-        Ok(false) => Err(fail(format!(
-            "{}: damaged pages (redb's integrity check had to repair them)",
-            path.display()
-        ))),
-        Err(e) => Err(fail(format!(
-            "{}: integrity check failed: {e}",
-            path.display()
-        ))),
+        Ok(false) => {
+            Err(fail(format!("{}: damaged pages (redb's integrity check had to repair them)", path.display())))
+        }
+        Err(e) => Err(fail(format!("{}: integrity check failed: {e}", path.display()))),
     }
 }
 
@@ -145,9 +128,7 @@ fn verify_checksums(path: &Path) -> Result<bool> {
 /// for a full disk), a corrupt store.
 pub fn save(data_dir: &Path, out: &Path) -> Result<SnapshotStatus> {
     let src = open_for_reading(&data_dir.join(DB_FILE))?;
-    let txn = src
-        .begin_read()
-        .map_err(|e| fail(format!("begin read: {e}")))?;
+    let txn = src.begin_read().map_err(|e| fail(format!("begin read: {e}")))?;
     let part = part_path(out);
     database::create_private_file(&part)?;
     let copied = copy_into(&txn, &part);
@@ -157,13 +138,7 @@ pub fn save(data_dir: &Path, out: &Path) -> Result<SnapshotStatus> {
         let _ = std::fs::remove_file(&part);
         return Err(e);
     }
-    std::fs::rename(&part, out).map_err(|e| {
-        fail(format!(
-            "rename {} to {}: {e}",
-            part.display(),
-            out.display()
-        ))
-    })?;
+    std::fs::rename(&part, out).map_err(|e| fail(format!("rename {} to {}: {e}", part.display(), out.display())))?;
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
         database::sync_dir(parent)?;
     }
@@ -180,13 +155,9 @@ fn part_path(path: &Path) -> PathBuf {
 /// Copies the four tables of `txn`'s snapshot into a new database at `dest`
 /// in one durable transaction.
 fn copy_into(txn: &ReadTransaction, dest: &Path) -> Result<()> {
-    let db = Database::builder()
-        .create(dest)
-        .map_err(|e| fail(format!("create {}: {e}", dest.display())))?;
+    let db = Database::builder().create(dest).map_err(|e| fail(format!("create {}: {e}", dest.display())))?;
     let err = |what: &str| format!("{what} {}", dest.display());
-    let w = db
-        .begin_write()
-        .map_err(|e| storage_error(&err("begin write on"), e))?;
+    let w = db.begin_write().map_err(|e| storage_error(&err("begin write on"), e))?;
     copy_table(txn, &w, META).map_err(|e| storage_error(&err("copy meta into"), e))?;
     copy_table(txn, &w, LATEST).map_err(|e| storage_error(&err("copy latest into"), e))?;
     copy_table(txn, &w, HISTORY).map_err(|e| storage_error(&err("copy history into"), e))?;
@@ -217,20 +188,12 @@ pub fn check(path: &Path) -> Result<SnapshotStatus> {
     drop(open_for_reading(path)?);
     verify_checksums(path)?;
     let handle = open_for_reading(path)?;
-    let txn = handle
-        .begin_read()
-        .map_err(|e| fail(format!("{}: begin read: {e}", path.display())))?;
+    let txn = handle.begin_read().map_err(|e| fail(format!("{}: begin read: {e}", path.display())))?;
     let bad = |what: String| fail(format!("{}: {what}", path.display()));
     let not_store = |e: redb::TableError| bad(format!("not an rkube store: {e}"));
     let meta = txn.open_table(META).map_err(not_store)?;
-    if meta
-        .get(CURRENT_REVISION)
-        .map_err(|e| bad(e.to_string()))?
-        .is_none()
-    {
-        return Err(bad(format!(
-            "not an rkube store: meta has no {CURRENT_REVISION}"
-        )));
+    if meta.get(CURRENT_REVISION).map_err(|e| bad(e.to_string()))?.is_none() {
+        return Err(bad(format!("not an rkube store: meta has no {CURRENT_REVISION}")));
     }
     let (revision, compacted) = read_revisions(&meta)?;
     let latest = txn.open_table(LATEST).map_err(not_store)?;
@@ -253,9 +216,7 @@ pub fn check(path: &Path) -> Result<SnapshotStatus> {
         let (k, v) = entry.map_err(|e| bad(e.to_string()))?;
         let key = k.value();
         let rec = Record::decode(key, v.value()).map_err(|e| bad(e.to_string()))?;
-        let in_history = history
-            .get((key, rec.mod_revision))
-            .map_err(|e| bad(e.to_string()))?;
+        let in_history = history.get((key, rec.mod_revision)).map_err(|e| bad(e.to_string()))?;
         if rec.tombstone || in_history.map(|h| h.value().to_vec()) != Some(v.value().to_vec()) {
             return Err(bad(format!(
                 "live key {key:?} at revision {} has no matching history entry",
@@ -265,21 +226,12 @@ pub fn check(path: &Path) -> Result<SnapshotStatus> {
     }
     if let Some(last) = log.last().map_err(|e| bad(e.to_string()))? {
         if last.0.value() > revision {
-            return Err(bad(format!(
-                "log reaches revision {} above the current {revision}",
-                last.0.value()
-            )));
+            return Err(bad(format!("log reaches revision {} above the current {revision}", last.0.value())));
         }
     }
     let keys = latest.len().map_err(|e| bad(e.to_string()))?;
     let size_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    Ok(SnapshotStatus {
-        revision,
-        compacted_revision: compacted,
-        keys,
-        versions,
-        size_bytes,
-    })
+    Ok(SnapshotStatus { revision, compacted_revision: compacted, keys, versions, size_bytes })
 }
 
 /// Installs `snapshot` as the store of `data_dir` (see the module docs).
@@ -292,20 +244,13 @@ pub fn restore(snapshot: &Path, data_dir: &Path, overwrite: bool) -> Result<Snap
     database::prepare_dir(data_dir)?;
     let dest = data_dir.join(DB_FILE);
     let mut floor = 0;
-    if std::fs::metadata(&dest)
-        .map(|m| m.len() > 0)
-        .unwrap_or(false)
-    {
+    if std::fs::metadata(&dest).map(|m| m.len() > 0).unwrap_or(false) {
         // Opening it for writing also proves no server has it open.
         let existing = database::open_file(&dest).map_err(|e| match e {
-            StorageError::Unavailable(m) => {
-                StorageError::Unavailable(format!("{m}: stop the server before restoring"))
-            }
+            StorageError::Unavailable(m) => StorageError::Unavailable(format!("{m}: stop the server before restoring")),
             other => other,
         })?;
-        let txn = existing
-            .begin_read()
-            .map_err(|e| fail(format!("begin read: {e}")))?;
+        let txn = existing.begin_read().map_err(|e| fail(format!("begin read: {e}")))?;
         let current = match txn.open_table(META) {
             Ok(meta) => read_revisions(&meta)?.0,
             Err(_) => 0,
@@ -319,27 +264,14 @@ pub fn restore(snapshot: &Path, data_dir: &Path, overwrite: bool) -> Result<Snap
         floor = current;
     }
     let part = part_path(&dest);
-    std::fs::copy(snapshot, &part).map_err(|e| {
-        fail(format!(
-            "copy {} to {}: {e}",
-            snapshot.display(),
-            part.display()
-        ))
-    })?;
+    std::fs::copy(snapshot, &part)
+        .map_err(|e| fail(format!("copy {} to {}: {e}", snapshot.display(), part.display())))?;
     database::restrict_file(&part)?;
     if floor > status.revision {
         bump(&part, floor)?;
     }
-    std::fs::File::open(&part)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| fail(format!("sync {}: {e}", part.display())))?;
-    std::fs::rename(&part, &dest).map_err(|e| {
-        fail(format!(
-            "rename {} to {}: {e}",
-            part.display(),
-            dest.display()
-        ))
-    })?;
+    std::fs::File::open(&part).and_then(|f| f.sync_all()).map_err(|e| fail(format!("sync {}: {e}", part.display())))?;
+    std::fs::rename(&part, &dest).map_err(|e| fail(format!("rename {} to {}: {e}", part.display(), dest.display())))?;
     database::sync_dir(data_dir)?;
     database::write_marker(data_dir)?;
     check(&dest)
@@ -349,17 +281,13 @@ pub fn restore(snapshot: &Path, data_dir: &Path, overwrite: bool) -> Result<Snap
 /// marks it compacted there (etcdutl's `--bump-revision --mark-compacted`).
 fn bump(path: &Path, revision: Revision) -> Result<()> {
     let db = database::open_file(path)?;
-    let err =
-        |e: &dyn std::fmt::Display| fail(format!("raise the revision of {}: {e}", path.display()));
+    let err = |e: &dyn std::fmt::Display| fail(format!("raise the revision of {}: {e}", path.display()));
     let mut w = db.begin_write().map_err(|e| err(&e))?;
-    w.set_durability(redb::Durability::Immediate)
-        .map_err(|e| err(&e))?;
+    w.set_durability(redb::Durability::Immediate).map_err(|e| err(&e))?;
     {
         let mut meta = w.open_table(META).map_err(|e| err(&e))?;
-        meta.insert(CURRENT_REVISION, revision)
-            .map_err(|e| err(&e))?;
-        meta.insert(COMPACTED_REVISION, revision)
-            .map_err(|e| err(&e))?;
+        meta.insert(CURRENT_REVISION, revision).map_err(|e| err(&e))?;
+        meta.insert(COMPACTED_REVISION, revision).map_err(|e| err(&e))?;
     }
     w.commit().map_err(|e| err(&e))
 }

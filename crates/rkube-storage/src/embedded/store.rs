@@ -27,8 +27,8 @@ use redb::{Durability, ReadableTable, Table, WriteTransaction};
 use super::database::{self, DbSlot};
 use super::record::Record;
 use super::schema::{
-    read_revisions, storage_error, COMPACTED_REVISION, CURRENT_REVISION, HEALTH_PROBE, HISTORY,
-    INITIAL_REVISION, LATEST, LOG, META,
+    read_revisions, storage_error, COMPACTED_REVISION, CURRENT_REVISION, HEALTH_PROBE, HISTORY, INITIAL_REVISION,
+    LATEST, LOG, META,
 };
 use crate::{Event, EventKind, KeyValue, Result, Revision, StorageError};
 
@@ -100,15 +100,9 @@ struct Tables<'txn> {
 impl<'txn> Tables<'txn> {
     fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>> {
         Ok(Tables {
-            latest: txn
-                .open_table(LATEST)
-                .map_err(|e| storage_error("open latest", e))?,
-            history: txn
-                .open_table(HISTORY)
-                .map_err(|e| storage_error("open history", e))?,
-            log: txn
-                .open_table(LOG)
-                .map_err(|e| storage_error("open log", e))?,
+            latest: txn.open_table(LATEST).map_err(|e| storage_error("open latest", e))?,
+            history: txn.open_table(HISTORY).map_err(|e| storage_error("open history", e))?,
+            log: txn.open_table(LOG).map_err(|e| storage_error("open log", e))?,
         })
     }
 
@@ -125,20 +119,12 @@ impl<'txn> Tables<'txn> {
         let bytes = rec.encode();
         let rev = rec.mod_revision;
         if rec.tombstone {
-            self.latest
-                .remove(key)
-                .map_err(|e| storage_error("remove latest", e))?;
+            self.latest.remove(key).map_err(|e| storage_error("remove latest", e))?;
         } else {
-            self.latest
-                .insert(key, bytes.as_slice())
-                .map_err(|e| storage_error("insert latest", e))?;
+            self.latest.insert(key, bytes.as_slice()).map_err(|e| storage_error("insert latest", e))?;
         }
-        self.history
-            .insert((key, rev), bytes.as_slice())
-            .map_err(|e| storage_error("insert history", e))?;
-        self.log
-            .insert(rev, key)
-            .map_err(|e| storage_error("insert log", e))?;
+        self.history.insert((key, rev), bytes.as_slice()).map_err(|e| storage_error("insert history", e))?;
+        self.log.insert(rev, key).map_err(|e| storage_error("insert log", e))?;
         Ok(())
     }
 }
@@ -152,17 +138,12 @@ impl Store {
     /// that has held a cluster.
     pub fn open(dir: &Path) -> Result<Store> {
         let (db, _existed) = database::open_dir(dir)?;
-        let txn = db
-            .begin_write()
-            .map_err(|e| storage_error("begin write", e))?;
+        let txn = db.begin_write().map_err(|e| storage_error("begin write", e))?;
         let (current, compacted) = {
-            let mut meta = txn
-                .open_table(META)
-                .map_err(|e| storage_error("open meta", e))?;
+            let mut meta = txn.open_table(META).map_err(|e| storage_error("open meta", e))?;
             let (current, compacted) = read_revisions(&meta)?;
             if current == INITIAL_REVISION {
-                meta.insert(CURRENT_REVISION, INITIAL_REVISION)
-                    .map_err(|e| storage_error("init meta", e))?;
+                meta.insert(CURRENT_REVISION, INITIAL_REVISION).map_err(|e| storage_error("init meta", e))?;
             }
             // Create the data tables so readers can always open them.
             Tables::open(&txn)?;
@@ -173,11 +154,7 @@ impl Store {
             database::write_marker(dir)?;
         }
         let slot = Arc::new(DbSlot::new(dir.join(database::DB_FILE), db));
-        Ok(Store {
-            slot,
-            current,
-            compacted,
-        })
+        Ok(Store { slot, current, compacted })
     }
 
     /// The database slot, shared with readers.
@@ -189,12 +166,7 @@ impl Store {
     /// `PreviousIo`) and must be reopened before it can write again.
     pub fn latched(&self) -> bool {
         match self.slot.get() {
-            Ok(db) => matches!(
-                db.begin_write(),
-                Err(redb::TransactionError::Storage(
-                    redb::StorageError::PreviousIo
-                ))
-            ),
+            Ok(db) => matches!(db.begin_write(), Err(redb::TransactionError::Storage(redb::StorageError::PreviousIo))),
             Err(_) => true,
         }
     }
@@ -208,17 +180,11 @@ impl Store {
     /// `health_probe`), to learn whether the disk takes writes again.
     pub fn probe(&mut self) -> Result<()> {
         let db = self.slot.get()?;
-        let mut txn = db
-            .begin_write()
-            .map_err(|e| storage_error("begin write", e))?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(|e| storage_error("set durability", e))?;
+        let mut txn = db.begin_write().map_err(|e| storage_error("begin write", e))?;
+        txn.set_durability(Durability::Immediate).map_err(|e| storage_error("set durability", e))?;
         {
-            let mut meta = txn
-                .open_table(META)
-                .map_err(|e| storage_error("open meta", e))?;
-            meta.insert(HEALTH_PROBE, self.current)
-                .map_err(|e| storage_error("write probe", e))?;
+            let mut meta = txn.open_table(META).map_err(|e| storage_error("open meta", e))?;
+            meta.insert(HEALTH_PROBE, self.current).map_err(|e| storage_error("write probe", e))?;
         }
         txn.commit().map_err(|e| storage_error("commit probe", e))
     }
@@ -239,15 +205,9 @@ impl Store {
     /// the others. `Err` means nothing was committed (every op failed).
     pub fn apply(&mut self, ops: &[WriteOp]) -> Result<Committed> {
         let db = self.slot.get()?;
-        let mut txn = db
-            .begin_write()
-            .map_err(|e| storage_error("begin write", e))?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(|e| storage_error("set durability", e))?;
-        let mut out = Committed {
-            revision: self.current,
-            ..Default::default()
-        };
+        let mut txn = db.begin_write().map_err(|e| storage_error("begin write", e))?;
+        txn.set_durability(Durability::Immediate).map_err(|e| storage_error("set durability", e))?;
+        let mut out = Committed { revision: self.current, ..Default::default() };
         {
             let mut tables = Tables::open(&txn)?;
             for op in ops {
@@ -267,11 +227,8 @@ impl Store {
             return Ok(out);
         }
         {
-            let mut meta = txn
-                .open_table(META)
-                .map_err(|e| storage_error("open meta", e))?;
-            meta.insert(CURRENT_REVISION, out.revision)
-                .map_err(|e| storage_error("write meta", e))?;
+            let mut meta = txn.open_table(META).map_err(|e| storage_error("open meta", e))?;
+            meta.insert(CURRENT_REVISION, out.revision).map_err(|e| storage_error("write meta", e))?;
         }
         txn.commit().map_err(|e| storage_error("commit", e))?;
         self.current = out.revision;
@@ -285,39 +242,23 @@ impl Store {
     /// `FutureRevision` when it is above the current one.
     pub fn compact(&mut self, revision: Revision) -> Result<()> {
         if revision <= self.compacted {
-            return Err(StorageError::Compacted {
-                requested: revision,
-                compacted: self.compacted,
-            });
+            return Err(StorageError::Compacted { requested: revision, compacted: self.compacted });
         }
         if revision > self.current {
-            return Err(StorageError::FutureRevision {
-                requested: revision,
-                current: self.current,
-            });
+            return Err(StorageError::FutureRevision { requested: revision, current: self.current });
         }
         let db = self.slot.get()?;
-        let mut txn = db
-            .begin_write()
-            .map_err(|e| storage_error("begin write", e))?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(|e| storage_error("set durability", e))?;
+        let mut txn = db.begin_write().map_err(|e| storage_error("begin write", e))?;
+        txn.set_durability(Durability::Immediate).map_err(|e| storage_error("set durability", e))?;
         {
             let mut tables = Tables::open(&txn)?;
             // Keys changed below `revision`: only they can have versions to drop.
             let mut keys = BTreeSet::new();
-            for entry in tables
-                .log
-                .range(..revision)
-                .map_err(|e| storage_error("range log", e))?
-            {
+            for entry in tables.log.range(..revision).map_err(|e| storage_error("range log", e))? {
                 let (_, key) = entry.map_err(|e| storage_error("scan log", e))?;
                 keys.insert(key.value().to_string());
             }
-            tables
-                .log
-                .retain_in(..revision, |_, _| false)
-                .map_err(|e| storage_error("trim log", e))?;
+            tables.log.retain_in(..revision, |_, _| false).map_err(|e| storage_error("trim log", e))?;
             for key in &keys {
                 let mut versions = Vec::new();
                 let range = tables
@@ -335,21 +276,14 @@ impl Store {
                 };
                 for (rev, _) in versions {
                     if Some(rev) != keep {
-                        tables
-                            .history
-                            .remove((key.as_str(), rev))
-                            .map_err(|e| storage_error("trim history", e))?;
+                        tables.history.remove((key.as_str(), rev)).map_err(|e| storage_error("trim history", e))?;
                     }
                 }
             }
-            let mut meta = txn
-                .open_table(META)
-                .map_err(|e| storage_error("open meta", e))?;
-            meta.insert(COMPACTED_REVISION, revision)
-                .map_err(|e| storage_error("write meta", e))?;
+            let mut meta = txn.open_table(META).map_err(|e| storage_error("open meta", e))?;
+            meta.insert(COMPACTED_REVISION, revision).map_err(|e| storage_error("write meta", e))?;
         }
-        txn.commit()
-            .map_err(|e| storage_error("commit compaction", e))?;
+        txn.commit().map_err(|e| storage_error("commit compaction", e))?;
         self.compacted = revision;
         Ok(())
     }
@@ -357,11 +291,7 @@ impl Store {
 
 /// Applies one op at revision `rev`. The outer `Err` is a storage failure
 /// (abort the batch); the inner one a failed guard.
-fn apply_one(
-    tables: &mut Tables<'_>,
-    op: &WriteOp,
-    rev: Revision,
-) -> Result<Result<(WriteOutcome, Event)>> {
+fn apply_one(tables: &mut Tables<'_>, op: &WriteOp, rev: Revision) -> Result<Result<(WriteOutcome, Event)>> {
     match op {
         WriteOp::Create { key, value } => {
             if tables.latest(key)?.is_some() {
@@ -375,18 +305,10 @@ fn apply_one(
                 version: 1,
             };
             tables.write_version(key, &Record::put(&kv))?;
-            let event = Event {
-                kind: EventKind::Put,
-                kv: kv.clone(),
-                prev_kv: None,
-            };
+            let event = Event { kind: EventKind::Put, kv: kv.clone(), prev_kv: None };
             Ok(Ok((WriteOutcome::Put(kv), event)))
         }
-        WriteOp::Update {
-            key,
-            value,
-            expected,
-        } => {
+        WriteOp::Update { key, value, expected } => {
             let prev = match guard(tables, key, Some(*expected))? {
                 Ok(prev) => prev,
                 Err(e) => return Ok(Err(e)),
@@ -399,11 +321,7 @@ fn apply_one(
                 version: prev.version + 1,
             };
             tables.write_version(key, &Record::put(&kv))?;
-            let event = Event {
-                kind: EventKind::Put,
-                kv: kv.clone(),
-                prev_kv: Some(prev.into_key_value(key.clone())),
-            };
+            let event = Event { kind: EventKind::Put, kv: kv.clone(), prev_kv: Some(prev.into_key_value(key.clone())) };
             Ok(Ok((WriteOutcome::Put(kv), event)))
         }
         WriteOp::Delete { key, expected } => {
@@ -414,11 +332,8 @@ fn apply_one(
             let tomb = Record::tombstone(rev);
             tables.write_version(key, &tomb)?;
             let prev = prev.into_key_value(key.clone());
-            let event = Event {
-                kind: EventKind::Delete,
-                kv: tomb.into_key_value(key.clone()),
-                prev_kv: Some(prev.clone()),
-            };
+            let event =
+                Event { kind: EventKind::Delete, kv: tomb.into_key_value(key.clone()), prev_kv: Some(prev.clone()) };
             Ok(Ok((WriteOutcome::Deleted(prev, rev), event)))
         }
     }
@@ -428,16 +343,12 @@ fn apply_one(
 /// `expected` (when given); else `NotFound` or `Conflict`.
 fn guard(tables: &Tables<'_>, key: &str, expected: Option<Revision>) -> Result<Result<Record>> {
     let Some(prev) = tables.latest(key)? else {
-        return Ok(Err(StorageError::NotFound {
-            key: key.to_string(),
-        }));
+        return Ok(Err(StorageError::NotFound { key: key.to_string() }));
     };
     match expected {
-        Some(expected) if expected != prev.mod_revision => Ok(Err(StorageError::Conflict {
-            key: key.to_string(),
-            expected,
-            actual: prev.mod_revision,
-        })),
+        Some(expected) if expected != prev.mod_revision => {
+            Ok(Err(StorageError::Conflict { key: key.to_string(), expected, actual: prev.mod_revision }))
+        }
         _ => Ok(Ok(prev)),
     }
 }
@@ -457,20 +368,10 @@ mod tests {
         for i in 0..30usize {
             let key = keys[(i * 7) % 3];
             let value = Bytes::from(format!("v{i}"));
-            let op = match store.apply(&[WriteOp::Create {
-                key: key.into(),
-                value: value.clone(),
-            }]) {
+            let op = match store.apply(&[WriteOp::Create { key: key.into(), value: value.clone() }]) {
                 Ok(c) if c.results[0].is_ok() => continue,
-                _ if i % 4 == 0 => WriteOp::Delete {
-                    key: key.into(),
-                    expected: None,
-                },
-                _ => WriteOp::Update {
-                    key: key.into(),
-                    value,
-                    expected: current_mod(store, key),
-                },
+                _ if i % 4 == 0 => WriteOp::Delete { key: key.into(), expected: None },
+                _ => WriteOp::Update { key: key.into(), value, expected: current_mod(store, key) },
             };
             store.apply(&[op]).unwrap().results.pop().unwrap().unwrap();
         }
@@ -483,14 +384,7 @@ mod tests {
 
     fn read_at(store: &Store, rev: Revision) -> Result<Vec<crate::KeyValue>> {
         let txn = store.slot().get().unwrap().begin_read().unwrap();
-        index::range(
-            &txn,
-            &RangeRequest {
-                revision: rev,
-                ..RangeRequest::prefix("/p/")
-            },
-        )
-        .map(|r| r.kvs)
+        index::range(&txn, &RangeRequest { revision: rev, ..RangeRequest::prefix("/p/") }).map(|r| r.kvs)
     }
 
     fn replay_from(store: &Store, after: Revision) -> Result<Vec<Event>> {
@@ -507,31 +401,16 @@ mod tests {
         let current = store.current_revision();
         assert!(current > 20, "churn made {current} revisions");
         let reads: Vec<_> = (1..=current).map(|r| read_at(&store, r).unwrap()).collect();
-        let replays: Vec<_> = (1..=current)
-            .map(|r| replay_from(&store, r).unwrap())
-            .collect();
+        let replays: Vec<_> = (1..=current).map(|r| replay_from(&store, r).unwrap()).collect();
         for compact_at in [3, 4, 9, 10, 17, current - 1, current] {
             store.compact(compact_at).unwrap();
             for rev in 1..=current {
                 let idx = (rev - 1) as usize;
                 if rev < compact_at {
-                    assert!(
-                        matches!(read_at(&store, rev), Err(StorageError::Compacted { .. })),
-                        "read at {rev}"
-                    );
-                    assert!(
-                        matches!(
-                            replay_from(&store, rev),
-                            Err(StorageError::Compacted { .. })
-                        ),
-                        "replay {rev}"
-                    );
+                    assert!(matches!(read_at(&store, rev), Err(StorageError::Compacted { .. })), "read at {rev}");
+                    assert!(matches!(replay_from(&store, rev), Err(StorageError::Compacted { .. })), "replay {rev}");
                 } else {
-                    assert_eq!(
-                        read_at(&store, rev).unwrap(),
-                        reads[idx],
-                        "read at {rev} after compact({compact_at})"
-                    );
+                    assert_eq!(read_at(&store, rev).unwrap(), reads[idx], "read at {rev} after compact({compact_at})");
                     assert_eq!(
                         replay_from(&store, rev).unwrap(),
                         replays[idx],

@@ -72,12 +72,7 @@ impl Hub {
     /// A hub starting at the store's revisions.
     pub fn new(current: Revision, compacted: Revision, capacity: usize) -> Hub {
         Hub {
-            state: Mutex::new(HubState {
-                published: current,
-                watchers: HashMap::new(),
-                next_id: 0,
-                closed: false,
-            }),
+            state: Mutex::new(HubState { published: current, watchers: HashMap::new(), next_id: 0, closed: false }),
             published: AtomicI64::new(current),
             compacted: AtomicI64::new(compacted),
             capacity: capacity.max(1),
@@ -85,9 +80,7 @@ impl Hub {
     }
 
     fn lock(&self) -> MutexGuard<'_, HubState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The last published (committed and delivered) revision.
@@ -109,12 +102,7 @@ impl Hub {
             return;
         }
         state.watchers.retain(|_, w| {
-            let events: Vec<_> = committed
-                .events
-                .iter()
-                .filter(|e| e.kv.key.starts_with(&w.prefix))
-                .cloned()
-                .collect();
+            let events: Vec<_> = committed.events.iter().filter(|e| e.kv.key.starts_with(&w.prefix)).cloned().collect();
             events.is_empty() || offer(w, WatchResponse::Events(events))
         });
     }
@@ -199,9 +187,7 @@ impl WatchableStore {
     /// Compacts the store and records the new compacted revision.
     pub fn compact(&mut self, revision: Revision) -> Result<()> {
         self.store.compact(revision)?;
-        self.hub
-            .compacted
-            .store(self.store.compacted_revision(), Ordering::Release);
+        self.hub.compacted.store(self.store.compacted_revision(), Ordering::Release);
         Ok(())
     }
 }
@@ -244,13 +230,7 @@ struct Live {
 /// then yields one error and becomes `Done`.
 enum WatchState {
     /// Replaying `(after, until]` from disk.
-    Replay {
-        db: Arc<DbSlot>,
-        prefix: String,
-        after: Revision,
-        until: Revision,
-        live: Live,
-    },
+    Replay { db: Arc<DbSlot>, prefix: String, after: Revision, until: Revision, live: Live },
     /// Forwarding live messages.
     Live(Live),
     /// Finished (after an error).
@@ -261,12 +241,7 @@ enum WatchState {
 ///
 /// Errors: `Compacted` when `after` is below the compacted revision;
 /// `Unavailable` when the store is closed.
-pub(crate) fn watch(
-    hub: &Arc<Hub>,
-    db: Arc<DbSlot>,
-    prefix: &str,
-    after: Revision,
-) -> Result<Watch> {
+pub(crate) fn watch(hub: &Arc<Hub>, db: Arc<DbSlot>, prefix: &str, after: Revision) -> Result<Watch> {
     let (tx, rx) = mpsc::channel(hub.capacity);
     let overflowed = Arc::new(AtomicBool::new(false));
     let (id, published) = {
@@ -276,21 +251,11 @@ pub(crate) fn watch(
         }
         let compacted = hub.compacted();
         if after != 0 && after < compacted {
-            return Err(StorageError::Compacted {
-                requested: after,
-                compacted,
-            });
+            return Err(StorageError::Compacted { requested: after, compacted });
         }
         let id = state.next_id;
         state.next_id += 1;
-        state.watchers.insert(
-            id,
-            Watcher {
-                prefix: prefix.to_string(),
-                tx,
-                overflowed: overflowed.clone(),
-            },
-        );
+        state.watchers.insert(id, Watcher { prefix: prefix.to_string(), tx, overflowed: overflowed.clone() });
         (id, state.published)
     };
     let after = if after == 0 { published } else { after };
@@ -298,58 +263,30 @@ pub(crate) fn watch(
         rx,
         overflowed,
         skip_through: after.max(published),
-        _registration: Registration {
-            hub: hub.clone(),
-            id,
-        },
+        _registration: Registration { hub: hub.clone(), id },
     };
     let state = if after < published {
-        WatchState::Replay {
-            db,
-            prefix: prefix.to_string(),
-            after,
-            until: published,
-            live,
-        }
+        WatchState::Replay { db, prefix: prefix.to_string(), after, until: published, live }
     } else {
         WatchState::Live(live)
     };
     let stream = futures::stream::unfold(state, step).boxed();
-    Ok(Watch {
-        stream,
-        progress: Arc::new(HubProgress {
-            hub: hub.clone(),
-            id,
-        }),
-    })
+    Ok(Watch { stream, progress: Arc::new(HubProgress { hub: hub.clone(), id }) })
 }
 
 /// Advances the watch by one message.
 async fn step(mut state: WatchState) -> Option<(Result<WatchResponse>, WatchState)> {
     loop {
         state = match state {
-            WatchState::Replay {
-                db,
-                prefix,
-                after,
-                until,
-                live,
-            } => {
+            WatchState::Replay { db, prefix, after, until, live } => {
                 let page = {
                     let (db, prefix) = (db.clone(), prefix.clone());
                     tokio::task::spawn_blocking(move || {
-                        let txn = db
-                            .get()?
-                            .begin_read()
-                            .map_err(|e| super::schema::internal("begin read", e))?;
+                        let txn = db.get()?.begin_read().map_err(|e| super::schema::internal("begin read", e))?;
                         index::replay(&txn, &prefix, after, until, REPLAY_PAGE_EVENTS)
                     })
                     .await
-                    .unwrap_or_else(|e| {
-                        Err(StorageError::Internal(format!(
-                            "watch replay task failed: {e}"
-                        )))
-                    })
+                    .unwrap_or_else(|e| Err(StorageError::Internal(format!("watch replay task failed: {e}"))))
                 };
                 let page = match page {
                     Ok(page) => page,
@@ -358,13 +295,7 @@ async fn step(mut state: WatchState) -> Option<(Result<WatchResponse>, WatchStat
                 let next = if page.scanned_to >= until {
                     WatchState::Live(live)
                 } else {
-                    WatchState::Replay {
-                        db,
-                        prefix,
-                        after: page.scanned_to,
-                        until,
-                        live,
-                    }
+                    WatchState::Replay { db, prefix, after: page.scanned_to, until, live }
                 };
                 if !page.events.is_empty() {
                     return Some((Ok(WatchResponse::Events(page.events)), next));
@@ -373,10 +304,7 @@ async fn step(mut state: WatchState) -> Option<(Result<WatchResponse>, WatchStat
             }
             WatchState::Live(mut live) => match live.rx.recv().await {
                 Some(WatchResponse::Events(events)) => {
-                    let events: Vec<_> = events
-                        .into_iter()
-                        .filter(|e| e.revision() > live.skip_through)
-                        .collect();
+                    let events: Vec<_> = events.into_iter().filter(|e| e.revision() > live.skip_through).collect();
                     if events.is_empty() {
                         WatchState::Live(live)
                     } else {

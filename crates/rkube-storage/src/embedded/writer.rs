@@ -56,10 +56,7 @@ impl WriteHealth {
 
     /// The fault's error when the disk was tried less than [`FAULT_RETRY`] ago.
     fn fail_fast(&self) -> Option<StorageError> {
-        self.lock()
-            .as_ref()
-            .filter(|(_, tried)| tried.elapsed() < FAULT_RETRY)
-            .map(|(e, _)| e.clone())
+        self.lock().as_ref().filter(|(_, tried)| tried.elapsed() < FAULT_RETRY).map(|(e, _)| e.clone())
     }
 
     fn set(&self, err: StorageError) {
@@ -76,15 +73,9 @@ impl WriteHealth {
 /// A request to the writer thread.
 enum Command {
     /// A guarded write.
-    Write {
-        op: WriteOp,
-        reply: oneshot::Sender<Result<WriteOutcome>>,
-    },
+    Write { op: WriteOp, reply: oneshot::Sender<Result<WriteOutcome>> },
     /// A compaction.
-    Compact {
-        revision: Revision,
-        reply: oneshot::Sender<Result<()>>,
-    },
+    Compact { revision: Revision, reply: oneshot::Sender<Result<()>> },
     /// While faulted: try the disk again (see [`Writer::probe`]).
     Probe { reply: oneshot::Sender<Result<()>> },
 }
@@ -106,19 +97,12 @@ impl Writer {
     pub fn spawn(store: WatchableStore, hub: Arc<Hub>) -> Result<Writer> {
         let (tx, rx) = mpsc::unbounded_channel();
         let health = Arc::new(WriteHealth::default());
-        let mut writer = WriterThread {
-            store,
-            health: health.clone(),
-        };
+        let mut writer = WriterThread { store, health: health.clone() };
         let thread = std::thread::Builder::new()
             .name("rkube-storage-writer".into())
             .spawn(move || writer.run(rx, hub))
             .map_err(|e| StorageError::Internal(format!("spawn writer thread: {e}")))?;
-        Ok(Writer {
-            tx: Some(tx),
-            thread: Some(thread),
-            health,
-        })
+        Ok(Writer { tx: Some(tx), thread: Some(thread), health })
     }
 
     /// `Ok` when the last commit succeeded; while faulted, asks the thread
@@ -129,33 +113,21 @@ impl Writer {
             return Ok(());
         }
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .as_ref()
-            .ok_or_else(stopped)?
-            .send(Command::Probe { reply })
-            .map_err(|_| stopped())?;
+        self.tx.as_ref().ok_or_else(stopped)?.send(Command::Probe { reply }).map_err(|_| stopped())?;
         rx.await.map_err(|_| stopped())?
     }
 
     /// Applies one write; resolves after its batch is durably committed.
     pub async fn write(&self, op: WriteOp) -> Result<WriteOutcome> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .as_ref()
-            .ok_or_else(stopped)?
-            .send(Command::Write { op, reply })
-            .map_err(|_| stopped())?;
+        self.tx.as_ref().ok_or_else(stopped)?.send(Command::Write { op, reply }).map_err(|_| stopped())?;
         rx.await.map_err(|_| stopped())?
     }
 
     /// Compacts at `revision`; resolves after the compaction commits.
     pub async fn compact(&self, revision: Revision) -> Result<()> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .as_ref()
-            .ok_or_else(stopped)?
-            .send(Command::Compact { revision, reply })
-            .map_err(|_| stopped())?;
+        self.tx.as_ref().ok_or_else(stopped)?.send(Command::Compact { revision, reply }).map_err(|_| stopped())?;
         rx.await.map_err(|_| stopped())?
     }
 }
@@ -227,10 +199,7 @@ impl WriterThread {
     /// request's and changes nothing; any other error marks the store
     /// faulted and reopens a latched database.
     fn failed(&mut self, err: StorageError) -> StorageError {
-        if matches!(
-            err,
-            StorageError::Compacted { .. } | StorageError::FutureRevision { .. }
-        ) {
+        if matches!(err, StorageError::Compacted { .. } | StorageError::FutureRevision { .. }) {
             return err;
         }
         let err = name_file(err, self.store.path());
@@ -238,9 +207,7 @@ impl WriterThread {
         if self.store.latched() {
             match self.store.reopen() {
                 Ok(()) => tracing::warn!("embedded store reopened after an I/O error"),
-                Err(e) => {
-                    tracing::error!(error = %e, "embedded store could not be reopened; trying again later")
-                }
+                Err(e) => tracing::error!(error = %e, "embedded store could not be reopened; trying again later"),
             }
         }
         self.health.set(err.clone());
@@ -271,13 +238,7 @@ impl WriterThread {
 
 /// Puts the database file's path into a disk error's message.
 fn name_file(err: StorageError, path: &std::path::Path) -> StorageError {
-    let named = |m: String| {
-        m.replacen(
-            "embedded store:",
-            &format!("embedded store {}:", path.display()),
-            1,
-        )
-    };
+    let named = |m: String| m.replacen("embedded store:", &format!("embedded store {}:", path.display()), 1);
     match err {
         StorageError::NoSpace(m) => StorageError::NoSpace(named(m)),
         StorageError::Internal(m) => StorageError::Internal(named(m)),

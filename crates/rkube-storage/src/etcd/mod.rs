@@ -31,13 +31,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp,
-    TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 
-use crate::{
-    KeyValue, RangeRequest, RangeResponse, Result, Revision, Storage, StorageError, Watch,
-};
+use crate::{KeyValue, RangeRequest, RangeResponse, Result, Revision, Storage, StorageError, Watch};
 
 /// The key kube-apiserver's compactor records the last compaction in.
 pub const COMPACT_REV_KEY: &str = "compact_rev_key";
@@ -65,9 +62,7 @@ pub struct EtcdStorage {
 
 impl std::fmt::Debug for EtcdStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdStorage")
-            .field("server_version", &self.server_version)
-            .finish_non_exhaustive()
+        f.debug_struct("EtcdStorage").field("server_version", &self.server_version).finish_non_exhaustive()
     }
 }
 
@@ -98,16 +93,12 @@ pub(crate) fn classify(err: etcd_client::Error) -> Failure {
                     | tonic::Code::Cancelled
                     | tonic::Code::Aborted
                     | tonic::Code::ResourceExhausted
-                    | tonic::Code::Unknown => {
-                        Failure::Other(StorageError::Unavailable(format!("etcd: {status}")))
-                    }
+                    | tonic::Code::Unknown => Failure::Other(StorageError::Unavailable(format!("etcd: {status}"))),
                     _ => Failure::Other(StorageError::Internal(format!("etcd: {status}"))),
                 }
             }
         }
-        E::TransportError(e) => {
-            Failure::Other(StorageError::Unavailable(format!("etcd transport: {e}")))
-        }
+        E::TransportError(e) => Failure::Other(StorageError::Unavailable(format!("etcd transport: {e}"))),
         E::IoError(e) => Failure::Other(StorageError::Unavailable(format!("etcd io: {e}"))),
         E::WatchError(e) => Failure::Other(StorageError::Unavailable(format!("etcd watch: {e}"))),
         other => Failure::Other(StorageError::Internal(format!("etcd: {other}"))),
@@ -119,26 +110,17 @@ fn plain(err: etcd_client::Error) -> StorageError {
     match classify(err) {
         Failure::Other(e) => e,
         Failure::Compacted => StorageError::Internal("etcd: unexpected compaction error".into()),
-        Failure::FutureRevision => {
-            StorageError::Internal("etcd: unexpected future revision error".into())
-        }
+        Failure::FutureRevision => StorageError::Internal("etcd: unexpected future revision error".into()),
     }
 }
 
 /// Converts an etcd key-value (keys must be UTF-8).
 pub(crate) fn convert_kv(kv: etcd_client::KeyValue) -> Result<KeyValue> {
-    let (create_revision, mod_revision, version) =
-        (kv.create_revision(), kv.mod_revision(), kv.version());
+    let (create_revision, mod_revision, version) = (kv.create_revision(), kv.mod_revision(), kv.version());
     let (key, value) = kv.into_key_value();
-    let key = String::from_utf8(key)
-        .map_err(|e| StorageError::Internal(format!("etcd returned a non-UTF-8 key: {e}")))?;
-    Ok(KeyValue {
-        key,
-        value: Bytes::from(value),
-        create_revision,
-        mod_revision,
-        version,
-    })
+    let key =
+        String::from_utf8(key).map_err(|e| StorageError::Internal(format!("etcd returned a non-UTF-8 key: {e}")))?;
+    Ok(KeyValue { key, value: Bytes::from(value), create_revision, mod_revision, version })
 }
 
 /// Parses `major.minor.patch` (ignoring any `-suffix`).
@@ -175,9 +157,7 @@ impl EtcdStorage {
             .with_keep_alive_while_idle(true);
         let mut client = Client::connect(endpoints, Some(options))
             .await
-            .map_err(|e| {
-                StorageError::Unavailable(format!("connect to etcd {endpoints:?}: {e}"))
-            })?;
+            .map_err(|e| StorageError::Unavailable(format!("connect to etcd {endpoints:?}: {e}")))?;
         let status = client.status().await.map_err(|e| match classify(e) {
             Failure::Other(StorageError::Internal(m)) => StorageError::Unavailable(m),
             Failure::Other(e) => e,
@@ -185,19 +165,12 @@ impl EtcdStorage {
         })?;
         let server_version = status.version().to_string();
         let progress_reliable = progress_notify_reliable_for(&server_version);
-        Ok(EtcdStorage {
-            client,
-            compacted: Arc::new(AtomicI64::new(0)),
-            server_version,
-            progress_reliable,
-        })
+        Ok(EtcdStorage { client, compacted: Arc::new(AtomicI64::new(0)), server_version, progress_reliable })
     }
 
     /// A KV client accepting responses up to [`MAX_RESPONSE_BYTES`].
     fn kv(&self) -> etcd_client::KvClient {
-        self.client
-            .kv_client()
-            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+        self.client.kv_client().max_decoding_message_size(MAX_RESPONSE_BYTES)
     }
 
     /// The etcd server version seen at connect time, e.g. `3.4.23`.
@@ -212,11 +185,7 @@ impl EtcdStorage {
             .take_kvs()
             .into_iter()
             .next()
-            .and_then(|kv| {
-                std::str::from_utf8(kv.value())
-                    .ok()
-                    .and_then(|v| v.trim().parse::<i64>().ok())
-            })
+            .and_then(|kv| std::str::from_utf8(kv.value()).ok().and_then(|v| v.trim().parse::<i64>().ok()))
             .unwrap_or(0))
     }
 
@@ -230,10 +199,7 @@ impl EtcdStorage {
         match classify(err) {
             Failure::Compacted => {
                 let compacted = self.compacted_revision().await.unwrap_or(0);
-                StorageError::Compacted {
-                    requested,
-                    compacted,
-                }
+                StorageError::Compacted { requested, compacted }
             }
             Failure::FutureRevision => {
                 let current = self.current_revision().await.unwrap_or(0);
@@ -251,19 +217,13 @@ impl EtcdStorage {
     }
 
     /// The failure of a guarded txn whose else branch was a `get(key)`.
-    fn guard_failure(
-        key: &str,
-        expected: Option<Revision>,
-        responses: Vec<TxnOpResponse>,
-    ) -> StorageError {
+    fn guard_failure(key: &str, expected: Option<Revision>, responses: Vec<TxnOpResponse>) -> StorageError {
         let current = responses.into_iter().find_map(|r| match r {
             TxnOpResponse::Get(mut g) => Some(g.take_kvs()),
             _ => None,
         });
         match current.and_then(|kvs| kvs.into_iter().next()) {
-            None => StorageError::NotFound {
-                key: key.to_string(),
-            },
+            None => StorageError::NotFound { key: key.to_string() },
             Some(kv) => StorageError::Conflict {
                 key: key.to_string(),
                 expected: expected.unwrap_or(0),
@@ -281,11 +241,7 @@ impl Storage for EtcdStorage {
 
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
         let mut resp = self.kv().get(key, None).await.map_err(plain)?;
-        resp.take_kvs()
-            .into_iter()
-            .next()
-            .map(convert_kv)
-            .transpose()
+        resp.take_kvs().into_iter().next().map(convert_kv).transpose()
     }
 
     async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
@@ -308,74 +264,40 @@ impl Storage for EtcdStorage {
         };
         let header_revision = resp.header().map(|h| h.revision()).unwrap_or(0);
         let (more, count) = (resp.more(), resp.count());
-        let kvs = resp
-            .take_kvs()
-            .into_iter()
-            .map(convert_kv)
-            .collect::<Result<Vec<_>>>()?;
-        Ok(RangeResponse {
-            kvs,
-            more,
-            count,
-            revision: if req.revision > 0 {
-                req.revision
-            } else {
-                header_revision
-            },
-        })
+        let kvs = resp.take_kvs().into_iter().map(convert_kv).collect::<Result<Vec<_>>>()?;
+        Ok(RangeResponse { kvs, more, count, revision: if req.revision > 0 { req.revision } else { header_revision } })
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, value.to_vec(), None)]);
+        let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, 0)]).and_then([TxnOp::put(
+            key,
+            value.to_vec(),
+            None,
+        )]);
         let (revision, succeeded, _) = self.txn(txn).await?;
         if !succeeded {
-            return Err(StorageError::AlreadyExists {
-                key: key.to_string(),
-            });
+            return Err(StorageError::AlreadyExists { key: key.to_string() });
         }
-        Ok(KeyValue {
-            key: key.to_string(),
-            value,
-            create_revision: revision,
-            mod_revision: revision,
-            version: 1,
-        })
+        Ok(KeyValue { key: key.to_string(), value, create_revision: revision, mod_revision: revision, version: 1 })
     }
 
-    async fn update(
-        &self,
-        key: &str,
-        value: Bytes,
-        expected_mod_revision: Revision,
-    ) -> Result<KeyValue> {
+    async fn update(&self, key: &str, value: Bytes, expected_mod_revision: Revision) -> Result<KeyValue> {
         let txn = Txn::new()
             .when([
                 Compare::mod_revision(key, CompareOp::Equal, expected_mod_revision),
                 Compare::create_revision(key, CompareOp::Greater, 0),
             ])
-            .and_then([TxnOp::put(
-                key,
-                value.to_vec(),
-                Some(PutOptions::new().with_prev_key()),
-            )])
+            .and_then([TxnOp::put(key, value.to_vec(), Some(PutOptions::new().with_prev_key()))])
             .or_else([TxnOp::get(key, None)]);
         let (revision, succeeded, responses) = self.txn(txn).await?;
         if !succeeded {
-            return Err(Self::guard_failure(
-                key,
-                Some(expected_mod_revision),
-                responses,
-            ));
+            return Err(Self::guard_failure(key, Some(expected_mod_revision), responses));
         }
         let prev = responses.into_iter().find_map(|r| match r {
             TxnOpResponse::Put(mut p) => p.take_prev_key(),
             _ => None,
         });
-        let prev = prev.ok_or_else(|| {
-            StorageError::Internal(format!("etcd: update of {key} returned no prev_kv"))
-        })?;
+        let prev = prev.ok_or_else(|| StorageError::Internal(format!("etcd: update of {key} returned no prev_kv")))?;
         Ok(KeyValue {
             key: key.to_string(),
             value,
@@ -385,21 +307,14 @@ impl Storage for EtcdStorage {
         })
     }
 
-    async fn delete(
-        &self,
-        key: &str,
-        expected_mod_revision: Option<Revision>,
-    ) -> Result<(KeyValue, Revision)> {
+    async fn delete(&self, key: &str, expected_mod_revision: Option<Revision>) -> Result<(KeyValue, Revision)> {
         let mut compares = vec![Compare::create_revision(key, CompareOp::Greater, 0)];
         if let Some(expected) = expected_mod_revision {
             compares.push(Compare::mod_revision(key, CompareOp::Equal, expected));
         }
         let txn = Txn::new()
             .when(compares)
-            .and_then([TxnOp::delete(
-                key,
-                Some(DeleteOptions::new().with_prev_key()),
-            )])
+            .and_then([TxnOp::delete(key, Some(DeleteOptions::new().with_prev_key()))])
             .or_else([TxnOp::get(key, None)]);
         let (revision, succeeded, responses) = self.txn(txn).await?;
         if !succeeded {
@@ -409,9 +324,7 @@ impl Storage for EtcdStorage {
             TxnOpResponse::Delete(mut d) => d.take_prev_kvs().into_iter().next(),
             _ => None,
         });
-        let prev = prev.ok_or_else(|| {
-            StorageError::Internal(format!("etcd: delete of {key} returned no prev_kv"))
-        })?;
+        let prev = prev.ok_or_else(|| StorageError::Internal(format!("etcd: delete of {key} returned no prev_kv")))?;
         Ok((convert_kv(prev)?, revision))
     }
 
@@ -455,10 +368,7 @@ impl Storage for EtcdStorage {
         }
         Self::learn_compacted(&self.compacted, revision);
         if self.recorded_compaction().await? < revision {
-            self.kv()
-                .put(COMPACT_REV_KEY, revision.to_string(), None)
-                .await
-                .map_err(plain)?;
+            self.kv().put(COMPACT_REV_KEY, revision.to_string(), None).await.map_err(plain)?;
         }
         Ok(())
     }
@@ -487,11 +397,7 @@ mod tests {
             ("garbage", false),
             ("3.5.13-rc.0", true),
         ] {
-            assert_eq!(
-                progress_notify_reliable_for(version),
-                reliable,
-                "etcd {version}"
-            );
+            assert_eq!(progress_notify_reliable_for(version), reliable, "etcd {version}");
         }
     }
 }

@@ -22,10 +22,7 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{classify, convert_kv, EtcdStorage, Failure};
-use crate::{
-    prefix_end, Event, EventKind, ProgressRequester, Result, Revision, StorageError, Watch,
-    WatchResponse,
-};
+use crate::{prefix_end, Event, EventKind, ProgressRequester, Result, Revision, StorageError, Watch, WatchResponse};
 
 /// Forwards progress requests to the watch's progress task.
 struct EtcdProgress {
@@ -64,15 +61,9 @@ fn interpret(resp: etcd_client::WatchResponse, after: Revision, compacted: &Atom
     if resp.canceled() {
         if resp.compact_revision() > 0 {
             EtcdStorage::learn_compacted(compacted, resp.compact_revision());
-            return Message::End(StorageError::Compacted {
-                requested: after,
-                compacted: resp.compact_revision(),
-            });
+            return Message::End(StorageError::Compacted { requested: after, compacted: resp.compact_revision() });
         }
-        return Message::End(StorageError::Unavailable(format!(
-            "etcd canceled the watch: {}",
-            resp.cancel_reason()
-        )));
+        return Message::End(StorageError::Unavailable(format!("etcd canceled the watch: {}", resp.cancel_reason())));
     }
     if resp.created() {
         return Message::Skip;
@@ -125,16 +116,8 @@ async fn progress_task(
 
 /// Opens the watch and waits for etcd's `created` answer (see
 /// [`crate::Storage::watch`] on `EtcdStorage`).
-pub(super) async fn open(
-    client: &Client,
-    prefix: &str,
-    after: Revision,
-    compacted: Arc<AtomicI64>,
-) -> Result<Watch> {
-    let mut options = WatchOptions::new()
-        .with_range(prefix_end(prefix))
-        .with_prev_key()
-        .with_progress_notify();
+pub(super) async fn open(client: &Client, prefix: &str, after: Revision, compacted: Arc<AtomicI64>) -> Result<Watch> {
+    let mut options = WatchOptions::new().with_range(prefix_end(prefix)).with_prev_key().with_progress_notify();
     if after > 0 {
         options = options.with_start_revision(after + 1);
     }
@@ -151,38 +134,25 @@ pub(super) async fn open(
     let (sender, mut stream) = stream.split();
     let first = stream.message().await.map_err(map)?;
     match first {
-        None => {
-            return Err(StorageError::Unavailable(
-                "etcd closed the watch stream before it was created".into(),
-            ))
-        }
+        None => return Err(StorageError::Unavailable("etcd closed the watch stream before it was created".into())),
         Some(resp) => match interpret(resp, after, &compacted) {
             Message::End(e) => return Err(e),
             Message::Skip => {}
             Message::Deliver(_) => {
-                return Err(StorageError::Internal(
-                    "etcd sent a watch response before `created`".into(),
-                ));
+                return Err(StorageError::Internal("etcd sent a watch response before `created`".into()));
             }
         },
     }
     let (stop_tx, stop_rx) = oneshot::channel();
     let (progress_tx, progress_rx) = mpsc::unbounded_channel();
     tokio::spawn(progress_task(sender, progress_rx, stop_rx));
-    let state = Some(Responses {
-        stream,
-        _stop: stop_tx,
-        after,
-        compacted,
-    });
+    let state = Some(Responses { stream, _stop: stop_tx, after, compacted });
     let stream = futures::stream::unfold(state, |state| async move {
         let mut state = state?;
         loop {
             let message = match state.stream.message().await {
                 Ok(Some(resp)) => interpret(resp, state.after, &state.compacted),
-                Ok(None) => {
-                    Message::End(StorageError::Unavailable("etcd watch stream ended".into()))
-                }
+                Ok(None) => Message::End(StorageError::Unavailable("etcd watch stream ended".into())),
                 Err(e) => Message::End(match classify(e) {
                     Failure::Other(e) => e,
                     _ => StorageError::Unavailable("etcd watch stream failed".into()),
@@ -196,8 +166,5 @@ pub(super) async fn open(
         }
     })
     .boxed();
-    Ok(Watch {
-        stream,
-        progress: Arc::new(EtcdProgress { tx: progress_tx }),
-    })
+    Ok(Watch { stream, progress: Arc::new(EtcdProgress { tx: progress_tx }) })
 }

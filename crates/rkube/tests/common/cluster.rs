@@ -227,22 +227,13 @@ impl Cluster {
     /// Polls `f` every 300 ms until it returns `Some`; fails naming `what`,
     /// with the server log, after `limit`.
     #[track_caller]
-    pub fn wait_until<T>(
-        &self,
-        what: &str,
-        limit: Duration,
-        mut f: impl FnMut() -> Option<T>,
-    ) -> T {
+    pub fn wait_until<T>(&self, what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(v) = f() {
                 return v;
             }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}\n--- server log ---\n{}",
-                self.server_log()
-            );
+            assert!(Instant::now() < deadline, "timed out waiting for {what}\n--- server log ---\n{}", self.server_log());
             thread::sleep(Duration::from_millis(300));
         }
     }
@@ -253,11 +244,7 @@ impl Cluster {
         self.wait_until("a Ready node", limit, || {
             let nodes = k.json(&["get", "nodes"]);
             let ready = nodes["items"].as_array().into_iter().flatten().any(|n| {
-                n["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                n["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True")
             });
             ready.then_some(())
         });
@@ -388,22 +375,15 @@ impl Cluster {
     /// `rkube controller-manager` with the kubeconfig of `rkube apiserver`
     /// (log: `controller-manager-<n>.log`).
     fn start_controller_manager(&mut self) {
-        let log = fs::File::create(
-            self.dir
-                .path()
-                .join(format!("controller-manager-{}.log", self.starts)),
-        )
-        .expect("create controller manager log");
+        let log = fs::File::create(self.dir.path().join(format!("controller-manager-{}.log", self.starts)))
+            .expect("create controller manager log");
         let mut cmd = Command::new(rkube_bin());
         // One replica per test: no Lease to wait for after a restart, and no
         // health server, whose default port (10257) parallel tests share.
         cmd.arg("controller-manager")
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
             .args(["--leader-elect=false", "--secure-port=0"])
-            .env(
-                "RUST_LOG",
-                std::env::var("RKUBE_E2E_LOG").unwrap_or_else(|_| "info".into()),
-            )
+            .env("RUST_LOG", std::env::var("RKUBE_E2E_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log handle"))
             .stderr(log);

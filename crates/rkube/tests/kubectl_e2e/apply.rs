@@ -261,21 +261,12 @@ pub fn apply_then_apply_server_side_migrates_and_reapplies(c: &mut Cluster, k: &
     let f = c.write_file("web.yaml", &web_app(2, 80));
     let f = f.to_str().unwrap();
     let out = k.ok(&["apply", "-f", f]);
-    assert_eq!(
-        lines(&out.stdout),
-        ["deployment.apps/web created", "service/web created"]
-    );
+    assert_eq!(lines(&out.stdout), ["deployment.apps/web created", "service/web created"]);
     for round in 0..2 {
         let out = k.ok(&["apply", "--server-side", "-f", f]);
         assert_eq!(
             (lines(&out.stdout), out.stderr.as_str()),
-            (
-                vec![
-                    "deployment.apps/web serverside-applied".to_string(),
-                    "service/web serverside-applied".to_string()
-                ],
-                ""
-            ),
+            (vec!["deployment.apps/web serverside-applied".to_string(), "service/web serverside-applied".to_string()], ""),
             "apply --server-side round {round}"
         );
     }
@@ -283,35 +274,17 @@ pub fn apply_then_apply_server_side_migrates_and_reapplies(c: &mut Cluster, k: &
     let out = k.ok(&["apply", "--server-side", "-f", f.to_str().unwrap()]);
     assert_eq!(
         (lines(&out.stdout), out.stderr.as_str()),
-        (
-            vec![
-                "deployment.apps/web serverside-applied".to_string(),
-                "service/web serverside-applied".to_string()
-            ],
-            ""
-        ),
+        (vec!["deployment.apps/web serverside-applied".to_string(), "service/web serverside-applied".to_string()], ""),
         "apply --server-side of a changed manifest"
     );
     let deploy = k.json(&["get", "deployment", "web", "-n", "default"]);
     assert_eq!(at(&deploy, "/spec/replicas"), &json!(3));
-    assert_eq!(
-        at(&deploy, "/spec/template/metadata/labels"),
-        &json!({"app": "web"})
-    );
-    assert_eq!(
-        at(&deploy, "/spec/selector"),
-        &json!({"matchLabels": {"app": "web"}})
-    );
+    assert_eq!(at(&deploy, "/spec/template/metadata/labels"), &json!({"app": "web"}));
+    assert_eq!(at(&deploy, "/spec/selector"), &json!({"matchLabels": {"app": "web"}}));
     let svc = k.json(&["get", "service", "web", "-n", "default"]);
-    let ports = at(&svc, "/spec/ports")
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let ports = at(&svc, "/spec/ports").as_array().cloned().unwrap_or_default();
     assert_eq!(ports.len(), 1, "service ports: {ports:?}");
-    assert_eq!(
-        (&ports[0]["port"], &ports[0]["targetPort"]),
-        (&json!(8080), &json!(80))
-    );
+    assert_eq!((&ports[0]["port"], &ports[0]["targetPort"]), (&json!(8080), &json!(80)));
 }
 
 fn secret_with_string_data(password: &str) -> String {
@@ -328,29 +301,16 @@ pub fn apply_secret_string_data_lands_in_data(c: &mut Cluster, k: &Kubectl) {
     let steps: [(&str, &[&str], &str); 3] = [
         ("hunter2", &["apply"], "secret/creds created"),
         ("swordfish", &["apply"], "secret/creds configured"),
-        (
-            "letmein",
-            &["apply", "--server-side"],
-            "secret/creds serverside-applied",
-        ),
+        ("letmein", &["apply", "--server-side"], "secret/creds serverside-applied"),
     ];
     for (password, cmd, printed) in steps {
         let f = c.write_file("creds.yaml", &secret_with_string_data(password));
         let mut args = cmd.to_vec();
         args.extend(["-f", f.to_str().unwrap()]);
         let out = k.ok(&args);
-        assert_eq!(
-            out.stdout.trim_end(),
-            printed,
-            "{args:?}; stderr: {}",
-            out.stderr
-        );
+        assert_eq!(out.stdout.trim_end(), printed, "{args:?}; stderr: {}", out.stderr);
         let secret = k.json(&["get", "secret", "creds", "-n", "default"]);
-        assert_eq!(
-            at(&secret, "/data"),
-            &json!({"password": b64(password)}),
-            "{args:?}"
-        );
+        assert_eq!(at(&secret, "/data"), &json!({"password": b64(password)}), "{args:?}");
         assert_eq!(secret.get("stringData"), None, "{args:?}");
     }
 }

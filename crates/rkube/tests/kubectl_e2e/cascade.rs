@@ -18,10 +18,7 @@ fn wait_until(k: &Kubectl, args: &[&str], what: &str, check: impl Fn(&str) -> bo
         if out.code == Some(0) && check(&out.stdout) {
             return;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}; last: {out:?}"
-        );
+        assert!(start.elapsed() < Duration::from_secs(30), "timed out waiting for {what}; last: {out:?}");
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -31,14 +28,7 @@ fn wait_until(k: &Kubectl, args: &[&str], what: &str, check: impl Fn(&str) -> bo
 /// is refused, and it goes once the content is gone.
 pub fn delete_namespace_shows_terminating_then_it_goes(c: &mut Cluster, k: &Kubectl) {
     k.ok(&["create", "namespace", "scratch"]);
-    k.ok(&[
-        "create",
-        "configmap",
-        "plain",
-        "-n",
-        "scratch",
-        "--from-literal=a=1",
-    ]);
+    k.ok(&["create", "configmap", "plain", "-n", "scratch", "--from-literal=a=1"]);
     let held = c.write_file(
         "held-in-scratch.yaml",
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  namespace: scratch\n  finalizers:\n  - example.com/hold\n",
@@ -54,30 +44,15 @@ pub fn delete_namespace_shows_terminating_then_it_goes(c: &mut Cluster, k: &Kube
         &["create", "configmap", "late", "-n", "scratch", "--from-literal=a=1"],
         r#"error: failed to create configmap: configmaps "late" is forbidden: unable to create new content in namespace scratch because it is being terminated"#,
     );
-    wait_until(
-        k,
-        &["get", "configmaps", "-n", "scratch", "-o", "name"],
-        "only the held ConfigMap left",
-        |s| s.trim_end() == "configmap/held",
-    );
+    wait_until(k, &["get", "configmaps", "-n", "scratch", "-o", "name"], "only the held ConfigMap left", |s| {
+        s.trim_end() == "configmap/held"
+    });
     let ns = k.json(&["get", "namespace", "scratch"]);
     assert_eq!(str_at(&ns, "/status/phase"), "Terminating");
 
-    k.ok(&[
-        "patch",
-        "configmap",
-        "held",
-        "-n",
-        "scratch",
-        "--type=json",
-        "-p",
-        REMOVE_FINALIZERS,
-    ]);
+    k.ok(&["patch", "configmap", "held", "-n", "scratch", "--type=json", "-p", REMOVE_FINALIZERS]);
     k.ok(&["wait", "--for=delete", "namespace/scratch", "--timeout=30s"]);
-    k.fails_with(
-        &["get", "namespace", "scratch"],
-        r#"Error from server (NotFound): namespaces "scratch" not found"#,
-    );
+    k.fails_with(&["get", "namespace", "scratch"], r#"Error from server (NotFound): namespaces "scratch" not found"#);
 }
 
 const APP: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: app\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: app\ndata:\n  a: \"1\"\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\n  namespace: app\nstringData:\n  p: q\n";
@@ -90,33 +65,14 @@ pub fn delete_manifest_holding_its_own_namespace_succeeds(c: &mut Cluster, k: &K
     let out = k.ok(&["delete", "-f", f.to_str().unwrap(), "--timeout=60s"]);
     assert_eq!(
         out.stdout_lines(),
-        vec![
-            r#"namespace "app" deleted"#,
-            r#"configmap "settings" deleted"#,
-            r#"secret "creds" deleted"#
-        ]
+        vec![r#"namespace "app" deleted"#, r#"configmap "settings" deleted"#, r#"secret "creds" deleted"#]
     );
-    k.fails_with(
-        &["get", "namespace", "app"],
-        r#"Error from server (NotFound): namespaces "app" not found"#,
-    );
+    k.fails_with(&["get", "namespace", "app"], r#"Error from server (NotFound): namespaces "app" not found"#);
 }
 
 /// A ConfigMap `name` in `default` owned by `owner` (a ConfigMap with `uid`).
-fn dependent(
-    c: &Cluster,
-    k: &Kubectl,
-    name: &str,
-    owner: &str,
-    uid: &str,
-    block: bool,
-    hold: bool,
-) {
-    let finalizers = if hold {
-        "  finalizers:\n  - example.com/hold\n"
-    } else {
-        ""
-    };
+fn dependent(c: &Cluster, k: &Kubectl, name: &str, owner: &str, uid: &str, block: bool, hold: bool) {
+    let finalizers = if hold { "  finalizers:\n  - example.com/hold\n" } else { "" };
     let manifest = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: default\n{finalizers}  ownerReferences:\n  - apiVersion: v1\n    kind: ConfigMap\n    name: {owner}\n    uid: {uid}\n    blockOwnerDeletion: {block}\n"
     );
@@ -125,19 +81,8 @@ fn dependent(
 }
 
 fn owner(k: &Kubectl, name: &str) -> String {
-    k.ok(&[
-        "create",
-        "configmap",
-        name,
-        "-n",
-        "default",
-        "--from-literal=a=1",
-    ]);
-    str_at(
-        &k.json(&["get", "configmap", name, "-n", "default"]),
-        "/metadata/uid",
-    )
-    .to_string()
+    k.ok(&["create", "configmap", name, "-n", "default", "--from-literal=a=1"]);
+    str_at(&k.json(&["get", "configmap", name, "-n", "default"]), "/metadata/uid").to_string()
 }
 
 /// `--cascade=background` removes the owner, then the collector its
@@ -148,86 +93,27 @@ fn owner(k: &Kubectl, name: &str) -> String {
 pub fn delete_cascade_background_foreground_orphan(c: &mut Cluster, k: &Kubectl) {
     let uid = owner(k, "bg-owner");
     dependent(c, k, "bg-dep", "bg-owner", &uid, false, false);
-    let out = k.ok(&[
-        "delete",
-        "configmap",
-        "bg-owner",
-        "-n",
-        "default",
-        "--cascade=background",
-    ]);
+    let out = k.ok(&["delete", "configmap", "bg-owner", "-n", "default", "--cascade=background"]);
     assert_eq!(out.stdout.trim_end(), r#"configmap "bg-owner" deleted"#);
-    k.ok(&[
-        "wait",
-        "--for=delete",
-        "configmap/bg-dep",
-        "-n",
-        "default",
-        "--timeout=30s",
-    ]);
+    k.ok(&["wait", "--for=delete", "configmap/bg-dep", "-n", "default", "--timeout=30s"]);
 
     let uid = owner(k, "fg-owner");
     dependent(c, k, "fg-blocker", "fg-owner", &uid, true, true);
     dependent(c, k, "fg-free", "fg-owner", &uid, false, false);
-    let out = k.ok(&[
-        "delete",
-        "configmap",
-        "fg-owner",
-        "-n",
-        "default",
-        "--cascade=foreground",
-        "--wait=false",
-    ]);
+    let out = k.ok(&["delete", "configmap", "fg-owner", "-n", "default", "--cascade=foreground", "--wait=false"]);
     assert_eq!(out.stdout.trim_end(), r#"configmap "fg-owner" deleted"#);
-    k.ok(&[
-        "wait",
-        "--for=delete",
-        "configmap/fg-free",
-        "-n",
-        "default",
-        "--timeout=30s",
-    ]);
+    k.ok(&["wait", "--for=delete", "configmap/fg-free", "-n", "default", "--timeout=30s"]);
     let o = k.json(&["get", "configmap", "fg-owner", "-n", "default"]);
-    assert_eq!(
-        o["metadata"]["finalizers"],
-        serde_json::json!(["foregroundDeletion"])
-    );
+    assert_eq!(o["metadata"]["finalizers"], serde_json::json!(["foregroundDeletion"]));
     assert!(!str_at(&o, "/metadata/deletionTimestamp").is_empty());
     let b = k.json(&["get", "configmap", "fg-blocker", "-n", "default"]);
-    assert!(
-        !str_at(&b, "/metadata/deletionTimestamp").is_empty(),
-        "the blocking dependent is being deleted"
-    );
-    k.ok(&[
-        "patch",
-        "configmap",
-        "fg-blocker",
-        "-n",
-        "default",
-        "--type=json",
-        "-p",
-        REMOVE_FINALIZERS,
-    ]);
-    k.ok(&[
-        "wait",
-        "--for=delete",
-        "configmap/fg-owner",
-        "-n",
-        "default",
-        "--timeout=30s",
-    ]);
+    assert!(!str_at(&b, "/metadata/deletionTimestamp").is_empty(), "the blocking dependent is being deleted");
+    k.ok(&["patch", "configmap", "fg-blocker", "-n", "default", "--type=json", "-p", REMOVE_FINALIZERS]);
+    k.ok(&["wait", "--for=delete", "configmap/fg-owner", "-n", "default", "--timeout=30s"]);
 
     let uid = owner(k, "or-owner");
     dependent(c, k, "or-dep", "or-owner", &uid, true, false);
-    let out = k.ok(&[
-        "delete",
-        "configmap",
-        "or-owner",
-        "-n",
-        "default",
-        "--cascade=orphan",
-        "--timeout=30s",
-    ]);
+    let out = k.ok(&["delete", "configmap", "or-owner", "-n", "default", "--cascade=orphan", "--timeout=30s"]);
     assert_eq!(out.stdout.trim_end(), r#"configmap "or-owner" deleted"#);
     k.fails_with(
         &["get", "configmap", "or-owner", "-n", "default"],
@@ -235,9 +121,5 @@ pub fn delete_cascade_background_foreground_orphan(c: &mut Cluster, k: &Kubectl)
     );
     std::thread::sleep(Duration::from_secs(1));
     let d = k.json(&["get", "configmap", "or-dep", "-n", "default"]);
-    assert_eq!(
-        d["metadata"].get("ownerReferences"),
-        None,
-        "the orphan keeps living without its owner reference"
-    );
+    assert_eq!(d["metadata"].get("ownerReferences"), None, "the orphan keeps living without its owner reference");
 }

@@ -47,34 +47,10 @@ pub fn describe_pod_and_service(c: &mut Cluster, k: &Kubectl) {
     // endpoints controller then writes the Service's Endpoints, which
     // kubectl before 1.32 describes (later ones read EndpointSlices).
     let status = r#"{"status":{"podIP":"10.244.0.5","podIPs":[{"ip":"10.244.0.5"}],"conditions":[{"type":"Ready","status":"True"}]}}"#;
-    k.ok(&[
-        "patch",
-        "pod",
-        "web-0",
-        "-n",
-        "shop",
-        "--subresource=status",
-        "-p",
-        status,
-    ]);
+    k.ok(&["patch", "pod", "web-0", "-n", "shop", "--subresource=status", "-p", status]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while k
-        .run(&[
-            "get",
-            "endpoints",
-            "web",
-            "-n",
-            "shop",
-            "-o",
-            "jsonpath={.subsets[0].addresses[0].ip}",
-        ])
-        .stdout
-        != "10.244.0.5"
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the endpoints controller did not list web-0 in 20 s"
-        );
+    while k.run(&["get", "endpoints", "web", "-n", "shop", "-o", "jsonpath={.subsets[0].addresses[0].ip}"]).stdout != "10.244.0.5" {
+        assert!(std::time::Instant::now() < deadline, "the endpoints controller did not list web-0 in 20 s");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 
@@ -121,10 +97,7 @@ pub fn describe_pod_and_service(c: &mut Cluster, k: &Kubectl) {
     // From the Endpoints (1.27), or from the EndpointSlices (1.33): the
     // controller's and the manifest's hand-written one, both 10.244.0.5.
     let endpoints = describe_value(&out, 0, "Endpoints");
-    assert!(
-        !endpoints.is_empty() && endpoints.split(',').all(|e| e == "10.244.0.5:8080"),
-        "{endpoints}"
-    );
+    assert!(!endpoints.is_empty() && endpoints.split(',').all(|e| e == "10.244.0.5:8080"), "{endpoints}");
     assert!(
         out.contains("service-event-only"),
         "the service's event is listed:\n{out}"

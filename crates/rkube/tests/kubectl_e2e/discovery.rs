@@ -31,76 +31,23 @@ pub fn api_resources_lists_short_names(_c: &mut Cluster, k: &Kubectl) {
             "true",
             "EndpointSlice",
         ),
-        (
-            "persistentvolumeclaims",
-            "pvc",
-            "v1",
-            "true",
-            "PersistentVolumeClaim",
-        ),
-        (
-            "replicationcontrollers",
-            "rc",
-            "v1",
-            "true",
-            "ReplicationController",
-        ),
+        ("persistentvolumeclaims", "pvc", "v1", "true", "PersistentVolumeClaim"),
+        ("replicationcontrollers", "rc", "v1", "true", "ReplicationController"),
         ("componentstatuses", "cs", "v1", "false", "ComponentStatus"),
         ("statefulsets", "sts", "apps/v1", "true", "StatefulSet"),
         ("daemonsets", "ds", "apps/v1", "true", "DaemonSet"),
         ("jobs", "", "batch/v1", "true", "Job"),
         ("cronjobs", "cj", "batch/v1", "true", "CronJob"),
-        (
-            "horizontalpodautoscalers",
-            "hpa",
-            "autoscaling/v2",
-            "true",
-            "HorizontalPodAutoscaler",
-        ),
-        (
-            "ingresses",
-            "ing",
-            "networking.k8s.io/v1",
-            "true",
-            "Ingress",
-        ),
-        (
-            "priorityclasses",
-            "pc",
-            "scheduling.k8s.io/v1",
-            "false",
-            "PriorityClass",
-        ),
-        (
-            "storageclasses",
-            "sc",
-            "storage.k8s.io/v1",
-            "false",
-            "StorageClass",
-        ),
-        (
-            "apiservices",
-            "",
-            "apiregistration.k8s.io/v1",
-            "false",
-            "APIService",
-        ),
-        (
-            "certificatesigningrequests",
-            "csr",
-            "certificates.k8s.io/v1",
-            "false",
-            "CertificateSigningRequest",
-        ),
+        ("horizontalpodautoscalers", "hpa", "autoscaling/v2", "true", "HorizontalPodAutoscaler"),
+        ("ingresses", "ing", "networking.k8s.io/v1", "true", "Ingress"),
+        ("priorityclasses", "pc", "scheduling.k8s.io/v1", "false", "PriorityClass"),
+        ("storageclasses", "sc", "storage.k8s.io/v1", "false", "StorageClass"),
+        ("apiservices", "", "apiregistration.k8s.io/v1", "false", "APIService"),
+        ("certificatesigningrequests", "csr", "certificates.k8s.io/v1", "false", "CertificateSigningRequest"),
         ("events", "ev", "events.k8s.io/v1", "true", "Event"),
     ];
     // Every GA resource of Kubernetes 1.33 that rkube serves (52 rows today).
-    assert!(
-        t.rows.len() >= 52,
-        "{} resources listed:\n{}",
-        t.rows.len(),
-        out.stdout
-    );
+    assert!(t.rows.len() >= 52, "{} resources listed:\n{}", t.rows.len(), out.stdout);
     for (name, short, gv, namespaced, kind) in want {
         let found: Vec<&Vec<String>> = t
             .rows

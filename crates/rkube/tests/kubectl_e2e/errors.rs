@@ -114,15 +114,7 @@ pub fn create_invalid_name_is_invalid_with_field_cause(c: &mut Cluster, k: &Kube
         r#"The ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"#,
     );
     // Every namespace has `kube-root-ca.crt`; nothing else.
-    let out = k.ok(&[
-        "get",
-        "configmaps",
-        "-n",
-        "default",
-        "-o",
-        "name",
-        "--field-selector=metadata.name!=kube-root-ca.crt",
-    ]);
+    let out = k.ok(&["get", "configmaps", "-n", "default", "-o", "name", "--field-selector=metadata.name!=kube-root-ca.crt"]);
     assert_eq!(out.stdout, "", "an invalid object is not stored");
 }
 
@@ -163,10 +155,7 @@ pub fn create_body_over_3mib_is_request_entity_too_large(c: &mut Cluster, k: &Ku
 /// Invalid with upstream's message, and nothing is stored.
 pub fn create_configmap_over_1mib_is_invalid(c: &mut Cluster, k: &Kubectl) {
     let big = "x".repeat(1024 * 1024 + 1);
-    let f = c.write_file(
-        "big-data.yaml",
-        &configmap("default", "big", &[("blob", &big)]),
-    );
+    let f = c.write_file("big-data.yaml", &configmap("default", "big", &[("blob", &big)]));
     k.fails_with(
         &["create", "-f", f.to_str().unwrap()],
         r#"The ConfigMap "big" is invalid: []: Too long: may not be more than 1048576 bytes"#,

@@ -15,10 +15,7 @@ const KINDS: &[(&str, &str)] = &[
     ("runtimeclass.node.k8s.io", "host"),
     ("csidriver.storage.k8s.io", "csi.example.com"),
     ("clusterrole.rbac.authorization.k8s.io", "every-reader"),
-    (
-        "clusterrolebinding.rbac.authorization.k8s.io",
-        "every-reader",
-    ),
+    ("clusterrolebinding.rbac.authorization.k8s.io", "every-reader"),
     ("persistentvolume", "every-pv"),
     ("serviceaccount", "app"),
     ("role.rbac.authorization.k8s.io", "app"),
@@ -439,25 +436,15 @@ fn versions(k: &Kubectl) -> BTreeMap<String, (String, i64)> {
             let mut args = vec!["get", kind, name, "-o", "json"];
             let cluster_scoped = matches!(
                 *kind,
-                "namespace"
-                    | "persistentvolume"
-                    | "priorityclass.scheduling.k8s.io"
-                    | "storageclass.storage.k8s.io"
-                    | "ingressclass.networking.k8s.io"
-                    | "runtimeclass.node.k8s.io"
-                    | "csidriver.storage.k8s.io"
-                    | "clusterrole.rbac.authorization.k8s.io"
-                    | "clusterrolebinding.rbac.authorization.k8s.io"
+                "namespace" | "persistentvolume" | "priorityclass.scheduling.k8s.io" | "storageclass.storage.k8s.io"
+                    | "ingressclass.networking.k8s.io" | "runtimeclass.node.k8s.io" | "csidriver.storage.k8s.io"
+                    | "clusterrole.rbac.authorization.k8s.io" | "clusterrolebinding.rbac.authorization.k8s.io"
             );
             if !cluster_scoped {
                 args.extend(["-n", "every"]);
             }
             let obj = k.json(&args);
-            let mut rv = obj
-                .pointer("/metadata/resourceVersion")
-                .and_then(|v| v.as_str())
-                .unwrap_or("")
-                .to_string();
+            let mut rv = obj.pointer("/metadata/resourceVersion").and_then(|v| v.as_str()).unwrap_or("").to_string();
             if *kind == "resourcequota" {
                 // Its status is written by the quota controller and the
                 // ResourceQuota admission plugin as the namespace's pods come
@@ -473,10 +460,7 @@ fn versions(k: &Kubectl) -> BTreeMap<String, (String, i64)> {
                     .collect();
                 rv = serde_json::json!({"spec": obj["spec"], "managedFields": applied}).to_string();
             }
-            let generation = obj
-                .pointer("/metadata/generation")
-                .and_then(|v| v.as_i64())
-                .unwrap_or(0);
+            let generation = obj.pointer("/metadata/generation").and_then(|v| v.as_i64()).unwrap_or(0);
             (format!("{kind}/{name}"), (rv, generation))
         })
         .collect()
@@ -487,16 +471,8 @@ fn versions(k: &Kubectl) -> BTreeMap<String, (String, i64)> {
 pub fn apply_every_kind_then_reapply_writes_nothing(c: &mut Cluster, k: &Kubectl) {
     let f = c.write_file("every.yaml", MANIFEST);
     let out = k.ok(&["apply", "-f", f.to_str().unwrap()]);
-    let created: Vec<String> = KINDS
-        .iter()
-        .map(|(kind, name)| format!("{kind}/{name} created"))
-        .collect();
-    assert_eq!(
-        lines(&out.stdout),
-        created,
-        "first apply; stderr: {}",
-        out.stderr
-    );
+    let created: Vec<String> = KINDS.iter().map(|(kind, name)| format!("{kind}/{name} created")).collect();
+    assert_eq!(lines(&out.stdout), created, "first apply; stderr: {}", out.stderr);
 
     let before = versions(k);
     let out = k.ok(&["apply", "-f", f.to_str().unwrap()]);
@@ -529,9 +505,6 @@ pub fn apply_every_kind_then_reapply_writes_nothing(c: &mut Cluster, k: &Kubectl
         "cronjob.batch/nightly",
         "job.batch/migrate",
     ] {
-        assert!(
-            names.iter().any(|n| n == want),
-            "`kubectl get all` lacks {want}: {names:?}"
-        );
+        assert!(names.iter().any(|n| n == want), "`kubectl get all` lacks {want}: {names:?}");
     }
 }

@@ -313,15 +313,7 @@ pub fn get_chunk_size_pages_through_every_object(c: &mut Cluster, k: &Kubectl) {
     let f = c.write_file("paged.yaml", &docs.join("---\n"));
     k.ok(&["create", "-f", f.to_str().unwrap()]);
 
-    let out = k.ok(&[
-        "get",
-        "configmaps",
-        "-n",
-        "paged",
-        NOT_ROOT_CA,
-        "--chunk-size=2",
-        "-v=6",
-    ]);
+    let out = k.ok(&["get", "configmaps", "-n", "paged", NOT_ROOT_CA, "--chunk-size=2", "-v=6"]);
     let t = Table::parse(&out.stdout);
     assert_eq!(t.header_strs(), ["NAME", "DATA", "AGE"]);
     assert_eq!(t.column("NAME"), ["cm-0", "cm-1", "cm-2", "cm-3", "cm-4"]);
@@ -349,14 +341,7 @@ pub fn get_chunk_size_pages_through_every_object(c: &mut Cluster, k: &Kubectl) {
         "{requests:#?}"
     );
 
-    let list = k.json(&[
-        "get",
-        "configmaps",
-        "-n",
-        "paged",
-        NOT_ROOT_CA,
-        "--chunk-size=2",
-    ]);
+    let list = k.json(&["get", "configmaps", "-n", "paged", NOT_ROOT_CA, "--chunk-size=2"]);
     assert_eq!(item_names(&list), ["cm-0", "cm-1", "cm-2", "cm-3", "cm-4"]);
     assert_eq!(at(&list, "/items/4/data"), &json!({"i": "4"}));
 

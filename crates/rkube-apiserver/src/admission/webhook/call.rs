@@ -93,87 +93,51 @@ async fn resolve_service(st: &ApiState, svc: &Value) -> Result<Target, CallError
     let port = svc.get("port").and_then(Value::as_i64).unwrap_or(443);
     let path = svc.get("path").and_then(Value::as_str).unwrap_or("");
     let get = |resource: &'static str| async move {
-        let info = registry::lookup("", "v1", resource)
-            .ok_or_else(|| CallError(format!("no {resource} resource")))?;
-        let found = st
-            .cache
-            .get(info, ns, name, Some("0"))
-            .await
-            .map_err(|e| CallError(e.to_string()))?;
+        let info = registry::lookup("", "v1", resource).ok_or_else(|| CallError(format!("no {resource} resource")))?;
+        let found = st.cache.get(info, ns, name, Some("0")).await.map_err(|e| CallError(e.to_string()))?;
         let Some(found) = found else {
-            return Err(CallError(format!(
-                "failed to resolve the webhook's service: {resource} \"{name}\" not found"
-            )));
+            return Err(CallError(format!("failed to resolve the webhook's service: {resource} \"{name}\" not found")));
         };
         serde_json::from_slice::<Value>(&found.json).map_err(|e| CallError(e.to_string()))
     };
     let service = get("services").await?;
-    let ports = service
-        .pointer("/spec/ports")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let Some(sp) = ports
-        .iter()
-        .find(|p| p.get("port").and_then(Value::as_i64) == Some(port))
-    else {
+    let ports = service.pointer("/spec/ports").and_then(Value::as_array).cloned().unwrap_or_default();
+    let Some(sp) = ports.iter().find(|p| p.get("port").and_then(Value::as_i64) == Some(port)) else {
         return Err(CallError(format!("service {ns}/{name} has no port {port}")));
     };
     let port_name = sp.get("name").and_then(Value::as_str).unwrap_or("");
     let endpoints = get("endpoints").await?;
-    let subsets = endpoints
-        .get("subsets")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let subsets = endpoints.get("subsets").and_then(Value::as_array).cloned().unwrap_or_default();
     for subset in &subsets {
-        let eports = subset
-            .get("ports")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        let eports = subset.get("ports").and_then(Value::as_array).cloned().unwrap_or_default();
         let eport = eports
             .iter()
-            .find(|p| {
-                p.get("name").and_then(Value::as_str).unwrap_or("") == port_name
-                    || eports.len() == 1
-            })
+            .find(|p| p.get("name").and_then(Value::as_str).unwrap_or("") == port_name || eports.len() == 1)
             .and_then(|p| p.get("port").and_then(Value::as_u64));
         let ip = subset.pointer("/addresses/0/ip").and_then(Value::as_str);
         if let (Some(eport), Some(ip)) = (eport, ip) {
-            let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
-                continue;
-            };
+            let Ok(ip) = ip.parse::<std::net::IpAddr>() else { continue };
             let host = format!("{name}.{ns}.svc");
             let addr = SocketAddr::new(ip, u16::try_from(eport).unwrap_or(443));
-            return Ok(Target {
-                url: format!("https://{host}:{port}{path}"),
-                resolve: Some((host, addr)),
-            });
+            return Ok(Target { url: format!("https://{host}:{port}{path}"), resolve: Some((host, addr)) });
         }
     }
-    Err(CallError(format!(
-        "service {ns}/{name} has no ready endpoints for port {port}"
-    )))
+    Err(CallError(format!("service {ns}/{name} has no ready endpoints for port {port}")))
 }
 
 /// Clients by (`caBundle`, resolved service address), so calls to one
 /// webhook reuse their connections (upstream caches its REST clients the
 /// same way). Bounded: past [`MAX_CACHED_CLIENTS`] entries it starts over.
 type ClientKey = (Vec<u8>, Option<(String, SocketAddr)>);
-static CLIENTS: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<ClientKey, reqwest::Client>>,
-> = std::sync::LazyLock::new(Default::default);
+static CLIENTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<ClientKey, reqwest::Client>>> =
+    std::sync::LazyLock::new(Default::default);
 
 /// The most webhook clients kept at once.
 pub const MAX_CACHED_CLIENTS: usize = 64;
 
 /// An HTTPS client trusting the PEM certificates of `ca_bundle` only
 /// (cached, see [`CLIENTS`]).
-fn client(
-    ca_bundle: &[u8],
-    resolve: Option<&(String, SocketAddr)>,
-) -> Result<reqwest::Client, CallError> {
+fn client(ca_bundle: &[u8], resolve: Option<&(String, SocketAddr)>) -> Result<reqwest::Client, CallError> {
     let key: ClientKey = (ca_bundle.to_vec(), resolve.cloned());
     if let Some(c) = CLIENTS.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(c.clone());
@@ -188,17 +152,11 @@ fn client(
 }
 
 /// Builds an HTTPS client trusting the PEM certificates of `ca_bundle` only.
-fn new_client(
-    ca_bundle: &[u8],
-    resolve: Option<&(String, SocketAddr)>,
-) -> Result<reqwest::Client, CallError> {
+fn new_client(ca_bundle: &[u8], resolve: Option<&(String, SocketAddr)>) -> Result<reqwest::Client, CallError> {
     let mut roots = rustls::RootCertStore::empty();
     use rustls::pki_types::pem::PemObject;
-    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_bundle).filter_map(Result::ok)
-    {
-        roots
-            .add(cert)
-            .map_err(|e| CallError(format!("invalid caBundle: {e}")))?;
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_bundle).filter_map(Result::ok) {
+        roots.add(cert).map_err(|e| CallError(format!("invalid caBundle: {e}")))?;
     }
     let config = rustls::ClientConfig::builder_with_provider(crate::filters::tls::provider())
         .with_safe_default_protocol_versions()
@@ -227,13 +185,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// Calls `webhook` with `review_body` (its `request.uid` is `uid`), within
 /// the webhook's `timeoutSeconds`. Errors are upstream's `ErrCallingWebhook`
 /// reasons (unreachable, timed out, not 200, undecodable, wrong uid).
-pub async fn call(
-    st: &ApiState,
-    webhook: &Value,
-    review_body: &Value,
-    uid: &str,
-    mutating: bool,
-) -> Result<Answer, CallError> {
+pub async fn call(st: &ApiState, webhook: &Value, review_body: &Value, uid: &str, mutating: bool) -> Result<Answer, CallError> {
     let cc = webhook.get("clientConfig").cloned().unwrap_or(Value::Null);
     let timeout = webhook
         .get("timeoutSeconds")
@@ -241,28 +193,18 @@ pub async fn call(
         .unwrap_or(DEFAULT_TIMEOUT_SECONDS)
         .clamp(1, MAX_TIMEOUT_SECONDS);
     let target = match (cc.get("url").and_then(Value::as_str), cc.get("service")) {
-        (Some(url), _) => Target {
-            url: url.to_string(),
-            resolve: None,
-        },
+        (Some(url), _) => Target { url: url.to_string(), resolve: None },
         (None, Some(svc)) => resolve_service(st, svc).await?,
         (None, None) => return Err(CallError("webhook has neither url nor service".into())),
     };
     let ca = cc.get("caBundle").and_then(Value::as_str).unwrap_or("");
-    let ca = base64::engine::general_purpose::STANDARD
-        .decode(ca)
-        .map_err(|e| CallError(format!("invalid caBundle: {e}")))?;
+    let ca = base64::engine::general_purpose::STANDARD.decode(ca).map_err(|e| CallError(format!("invalid caBundle: {e}")))?;
     let http = client(&ca, target.resolve.as_ref())?;
     let sep = if target.url.contains('?') { '&' } else { '?' };
     let url = format!("{}{sep}timeout={timeout}s", target.url);
     let body = serde_json::to_vec(review_body).map_err(|e| CallError(e.to_string()))?;
-    let send = http
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json")
-        .body(body);
-    let failed =
-        |what: String| CallError(format!("failed to call webhook: Post \"{url}\": {what}"));
+    let send = http.post(&url).header("content-type", "application/json").header("accept", "application/json").body(body);
+    let failed = |what: String| CallError(format!("failed to call webhook: Post \"{url}\": {what}"));
     let exchange = async {
         let resp = send.send().await.map_err(|e| failed(error_chain(&e)))?;
         let code = resp.status();
@@ -275,13 +217,10 @@ pub async fn call(
     };
     if !code.is_success() {
         let text = String::from_utf8_lossy(&bytes);
-        return Err(CallError(format!(
-            "failed to call webhook: the server responded with the status code {}: {text}",
-            code.as_u16()
-        )));
+        return Err(CallError(format!("failed to call webhook: the server responded with the status code {}: {text}", code.as_u16())));
     }
-    let answer: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| failed(format!("decoding the response: {e}")))?;
+    let answer: Value =
+        serde_json::from_slice(&bytes).map_err(|e| failed(format!("decoding the response: {e}")))?;
     parse_answer(&answer, uid, mutating)
 }
 
@@ -296,45 +235,22 @@ pub fn parse_answer(answer: &Value, uid: &str, mutating: bool) -> Result<Answer,
     };
     let got = resp.get("uid").and_then(Value::as_str).unwrap_or("");
     if got != uid {
-        return Err(invalid(format!(
-            "expected response.uid={uid:?}, got {got:?}"
-        )));
+        return Err(invalid(format!("expected response.uid={uid:?}, got {got:?}")));
     }
-    let api_version = answer
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let api_version = answer.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = answer.get("kind").and_then(Value::as_str).unwrap_or("");
     if api_version != "admission.k8s.io/v1" || kind != "AdmissionReview" {
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let got = if group.is_empty() {
-            format!("/{version}, Kind={kind}")
-        } else {
-            format!("{group}/{version}, Kind={kind}")
-        };
-        return Err(invalid(format!(
-            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got {got}"
-        )));
+        let got = if group.is_empty() { format!("/{version}, Kind={kind}") } else { format!("{group}/{version}, Kind={kind}") };
+        return Err(invalid(format!("expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got {got}")));
     }
     let patch = resp.get("patch").and_then(Value::as_str).unwrap_or("");
     let patch_type = resp.get("patchType").and_then(Value::as_str);
     let patch = if mutating {
         match (patch.is_empty(), patch_type) {
-            (false, None) => {
-                return Err(invalid(
-                    "webhook returned response.patch but not response.patchType".into(),
-                ))
-            }
-            (true, Some(_)) => {
-                return Err(invalid(
-                    "webhook returned response.patchType but not response.patch".into(),
-                ))
-            }
-            (false, Some("")) => {
-                return Err(invalid(
-                    "webhook returned invalid response.patchType of \"\"".into(),
-                ))
-            }
+            (false, None) => return Err(invalid("webhook returned response.patch but not response.patchType".into())),
+            (true, Some(_)) => return Err(invalid("webhook returned response.patchType but not response.patch".into())),
+            (false, Some("")) => return Err(invalid("webhook returned invalid response.patchType of \"\"".into())),
             (false, Some(t)) => {
                 let raw = base64::engine::general_purpose::STANDARD
                     .decode(patch)
@@ -344,40 +260,24 @@ pub fn parse_answer(answer: &Value, uid: &str, mutating: bool) -> Result<Answer,
             (true, None) => None,
         }
     } else if !patch.is_empty() {
-        return Err(invalid(
-            "validating webhook may not return response.patch".into(),
-        ));
+        return Err(invalid("validating webhook may not return response.patch".into()));
     } else if patch_type.is_some() {
-        return Err(invalid(
-            "validating webhook may not return response.patchType".into(),
-        ));
+        return Err(invalid("validating webhook may not return response.patchType".into()));
     } else {
         None
     };
     let warnings = resp
         .get("warnings")
         .and_then(Value::as_array)
-        .map(|w| {
-            w.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
+        .map(|w| w.iter().filter_map(Value::as_str).map(str::to_string).collect())
         .unwrap_or_default();
     let audit_annotations = resp
         .get("auditAnnotations")
         .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
+        .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
         .unwrap_or_default();
     Ok(Answer {
-        allowed: resp
-            .get("allowed")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
+        allowed: resp.get("allowed").and_then(Value::as_bool).unwrap_or(false),
         status: resp.get("status").cloned(),
         patch,
         warnings,
@@ -395,50 +295,16 @@ mod tests {
 
     #[test]
     fn responses_are_checked_like_upstreams_verify_admission_response() {
-        let err = |v: &Value, mutating: bool| {
-            parse_answer(v, "u1", mutating)
-                .err()
-                .map(|e| e.0)
-                .unwrap_or_default()
-        };
-        assert_eq!(
-            err(
-                &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
-                true
-            ),
-            "received invalid webhook response: webhook response was absent"
-        );
-        assert_eq!(
-            err(&review(json!({"uid": "u2", "allowed": true})), true),
-            "received invalid webhook response: expected response.uid=\"u1\", got \"u2\""
-        );
+        let err = |v: &Value, mutating: bool| parse_answer(v, "u1", mutating).err().map(|e| e.0).unwrap_or_default();
+        assert_eq!(err(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}), true), "received invalid webhook response: webhook response was absent");
+        assert_eq!(err(&review(json!({"uid": "u2", "allowed": true})), true), "received invalid webhook response: expected response.uid=\"u1\", got \"u2\"");
         let v1beta1 = json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "response": {"uid": "u1"}});
         assert!(err(&v1beta1, true).ends_with("expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got admission.k8s.io/v1beta1, Kind=AdmissionReview"));
         let patch = "W10="; // []
-        assert!(err(
-            &review(json!({"uid": "u1", "allowed": true, "patch": patch})),
-            true
-        )
-        .ends_with("webhook returned response.patch but not response.patchType"));
-        assert!(err(
-            &review(json!({"uid": "u1", "allowed": true, "patchType": "JSONPatch"})),
-            true
-        )
-        .ends_with("webhook returned response.patchType but not response.patch"));
-        assert!(err(
-            &review(
-                json!({"uid": "u1", "allowed": true, "patch": patch, "patchType": "JSONPatch"})
-            ),
-            false
-        )
-        .ends_with("validating webhook may not return response.patch"));
-        let ok = parse_answer(
-            &review(
-                json!({"uid": "u1", "allowed": true, "patch": patch, "patchType": "JSONPatch", "warnings": ["w"]}),
-            ),
-            "u1",
-            true,
-        );
+        assert!(err(&review(json!({"uid": "u1", "allowed": true, "patch": patch})), true).ends_with("webhook returned response.patch but not response.patchType"));
+        assert!(err(&review(json!({"uid": "u1", "allowed": true, "patchType": "JSONPatch"})), true).ends_with("webhook returned response.patchType but not response.patch"));
+        assert!(err(&review(json!({"uid": "u1", "allowed": true, "patch": patch, "patchType": "JSONPatch"})), false).ends_with("validating webhook may not return response.patch"));
+        let ok = parse_answer(&review(json!({"uid": "u1", "allowed": true, "patch": patch, "patchType": "JSONPatch", "warnings": ["w"]})), "u1", true);
         let ok = ok.ok().unwrap_or_default();
         assert!(ok.allowed);
         assert_eq!(ok.patch, Some(("JSONPatch".to_string(), b"[]".to_vec())));

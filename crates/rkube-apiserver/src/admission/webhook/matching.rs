@@ -11,27 +11,18 @@ use super::Attributes;
 
 /// True when `list` (a JSON array of strings) holds `*` or `want`.
 fn has(list: Option<&Value>, want: &str) -> bool {
-    list.and_then(Value::as_array).is_some_and(|l| {
-        l.iter()
-            .any(|v| v.as_str().is_some_and(|s| s == "*" || s == want))
-    })
+    list.and_then(Value::as_array).is_some_and(|l| l.iter().any(|v| v.as_str().is_some_and(|s| s == "*" || s == want)))
 }
 
 /// True when one of a rule's `resources` entries names the request's
 /// resource and subresource: `pods` (no subresource), `pods/status`, `pods/*`,
 /// `*` (every resource, no subresource), `*/status`, `*/*` (everything).
 fn resource_matches(resources: Option<&Value>, resource: &str, subresource: &str) -> bool {
-    let Some(list) = resources.and_then(Value::as_array) else {
-        return false;
-    };
+    let Some(list) = resources.and_then(Value::as_array) else { return false };
     list.iter().filter_map(Value::as_str).any(|entry| {
         let (r, s) = entry.split_once('/').unwrap_or((entry, ""));
         let r_ok = r == "*" || r == resource;
-        let s_ok = if s.is_empty() {
-            subresource.is_empty()
-        } else {
-            s == "*" || s == subresource
-        };
+        let s_ok = if s.is_empty() { subresource.is_empty() } else { s == "*" || s == subresource };
         r_ok && s_ok
     })
 }
@@ -53,28 +44,17 @@ pub fn rule_matches(rule: &Value, a: &Attributes) -> bool {
 
 /// True when any of the webhook's `rules` matches.
 pub fn rules_match(webhook: &Value, a: &Attributes) -> bool {
-    webhook
-        .get("rules")
-        .and_then(Value::as_array)
-        .is_some_and(|rules| rules.iter().any(|r| rule_matches(r, a)))
+    webhook.get("rules").and_then(Value::as_array).is_some_and(|rules| rules.iter().any(|r| rule_matches(r, a)))
 }
 
 fn labels_of(obj: Option<&Value>) -> Map<String, Value> {
-    obj.and_then(|o| o.pointer("/metadata/labels"))
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default()
+    obj.and_then(|o| o.pointer("/metadata/labels")).and_then(Value::as_object).cloned().unwrap_or_default()
 }
 
 /// `objectSelector`: matches the object's labels or the old object's (either
 /// suffices, as upstream); an absent or empty selector matches everything.
 pub fn object_selector_matches(webhook: &Value, a: &Attributes) -> bool {
-    let Some(sel) = webhook
-        .get("objectSelector")
-        .filter(|s| !is_empty_selector(s))
-    else {
-        return true;
-    };
+    let Some(sel) = webhook.get("objectSelector").filter(|s| !is_empty_selector(s)) else { return true };
     [a.object.as_ref(), a.old_object.as_ref()]
         .into_iter()
         .flatten()
@@ -98,16 +78,8 @@ pub fn is_empty_selector(sel: &Value) -> bool {
 /// `namespaceSelector` against `namespace_labels` (the labels of the
 /// request's namespace, or of the Namespace object itself for requests on
 /// namespaces; `None` for other cluster-scoped resources, which always match).
-pub fn namespace_selector_matches(
-    webhook: &Value,
-    namespace_labels: Option<&Map<String, Value>>,
-) -> bool {
-    let Some(sel) = webhook
-        .get("namespaceSelector")
-        .filter(|s| !is_empty_selector(s))
-    else {
-        return true;
-    };
+pub fn namespace_selector_matches(webhook: &Value, namespace_labels: Option<&Map<String, Value>>) -> bool {
+    let Some(sel) = webhook.get("namespaceSelector").filter(|s| !is_empty_selector(s)) else { return true };
     match namespace_labels {
         Some(labels) => label_selector_matches(sel, labels),
         None => true,
@@ -143,27 +115,15 @@ mod tests {
         let rule = json!({"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "*"});
         assert!(rule_matches(&rule, &attrs("CREATE", "pods", "", true)));
         assert!(!rule_matches(&rule, &attrs("UPDATE", "pods", "", true)));
-        assert!(
-            !rule_matches(&rule, &attrs("CREATE", "pods", "status", true)),
-            "pods does not cover pods/status"
-        );
+        assert!(!rule_matches(&rule, &attrs("CREATE", "pods", "status", true)), "pods does not cover pods/status");
         let status = json!({"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["pods/status"]});
-        assert!(rule_matches(
-            &status,
-            &attrs("UPDATE", "pods", "status", true)
-        ));
+        assert!(rule_matches(&status, &attrs("UPDATE", "pods", "status", true)));
         assert!(!rule_matches(&status, &attrs("UPDATE", "pods", "", true)));
         let all = json!({"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*/*"]});
         assert!(rule_matches(&all, &attrs("DELETE", "pods", "status", true)));
         let star = json!({"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]});
-        assert!(rule_matches(
-            &star,
-            &attrs("CREATE", "configmaps", "", true)
-        ));
-        assert!(!rule_matches(
-            &star,
-            &attrs("CREATE", "pods", "status", true)
-        ));
+        assert!(rule_matches(&star, &attrs("CREATE", "configmaps", "", true)));
+        assert!(!rule_matches(&star, &attrs("CREATE", "pods", "status", true)));
         let cluster = json!({"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], "scope": "Cluster"});
         assert!(!rule_matches(&cluster, &attrs("CREATE", "pods", "", true)));
         assert!(rule_matches(&cluster, &attrs("CREATE", "nodes", "", false)));
@@ -172,31 +132,16 @@ mod tests {
     #[test]
     fn selectors_match_new_or_old_labels_and_namespace_labels() {
         let w = json!({"objectSelector": {"matchLabels": {"app": "a"}}, "namespaceSelector": {"matchLabels": {"team": "x"}}});
-        assert!(object_selector_matches(
-            &w,
-            &attrs("CREATE", "pods", "", true)
-        ));
+        assert!(object_selector_matches(&w, &attrs("CREATE", "pods", "", true)));
         let mut other = attrs("CREATE", "pods", "", true);
         other.object = Some(json!({"metadata": {}}));
         assert!(!object_selector_matches(&w, &other));
         other.old_object = Some(json!({"metadata": {"labels": {"app": "a"}}}));
-        assert!(
-            object_selector_matches(&w, &other),
-            "the old object's labels suffice"
-        );
-        let team: Map<String, Value> = json!({"team": "x"})
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
+        assert!(object_selector_matches(&w, &other), "the old object's labels suffice");
+        let team: Map<String, Value> = json!({"team": "x"}).as_object().cloned().unwrap_or_default();
         assert!(namespace_selector_matches(&w, Some(&team)));
         assert!(!namespace_selector_matches(&w, Some(&Map::new())));
-        assert!(
-            namespace_selector_matches(&w, None),
-            "cluster-scoped objects ignore namespaceSelector"
-        );
-        assert!(namespace_selector_matches(
-            &json!({"namespaceSelector": {}}),
-            Some(&Map::new())
-        ));
+        assert!(namespace_selector_matches(&w, None), "cluster-scoped objects ignore namespaceSelector");
+        assert!(namespace_selector_matches(&json!({"namespaceSelector": {}}), Some(&Map::new())));
     }
 }

@@ -89,12 +89,7 @@ pub struct Attributes {
 
 impl Attributes {
     /// The attributes of a write through `ctx` of `object` (over `old`).
-    pub fn for_write(
-        ctx: &Ctx,
-        operation: &'static str,
-        object: &Value,
-        old: Option<&Value>,
-    ) -> ApiResult<Self> {
+    pub fn for_write(ctx: &Ctx, operation: &'static str, object: &Value, old: Option<&Value>) -> ApiResult<Self> {
         let info = ctx.ri.info;
         let dry_run = ctx.dry_run()?;
         let options_kind = match (operation, ctx.ri.verb) {
@@ -156,22 +151,9 @@ struct Hook {
 async fn hooks(st: &ApiState, resource: &str) -> ApiResult<Vec<Hook>> {
     let mut out = Vec::new();
     for (configuration, config) in configurations(st, resource).await? {
-        for w in config
-            .get("webhooks")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-        {
-            let name = w
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            out.push(Hook {
-                webhook: w,
-                name,
-                configuration: configuration.clone(),
-            });
+        for w in config.get("webhooks").and_then(Value::as_array).cloned().unwrap_or_default() {
+            let name = w.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+            out.push(Hook { webhook: w, name, configuration: configuration.clone() });
         }
     }
     Ok(out)
@@ -180,10 +162,7 @@ async fn hooks(st: &ApiState, resource: &str) -> ApiResult<Vec<Hook>> {
 /// Every object of an admissionregistration.k8s.io/v1 `resource` (webhook
 /// configurations, policies, bindings) from the watch cache, as `(name,
 /// object)` sorted by name: the order upstream applies them in.
-pub(crate) async fn configurations(
-    st: &ApiState,
-    resource: &str,
-) -> ApiResult<Vec<(String, Value)>> {
+pub(crate) async fn configurations(st: &ApiState, resource: &str) -> ApiResult<Vec<(String, Value)>> {
     crate::admission::cached_objects(st, "admissionregistration.k8s.io", "v1", resource).await
 }
 
@@ -197,40 +176,17 @@ async fn namespace_labels(st: &ApiState, a: &Attributes) -> Option<Map<String, V
 /// The request's Namespace object (`null` for cluster-scoped requests and
 /// requests on namespaces themselves: policies' `namespaceObject`) and the
 /// labels `namespaceSelector`s see (see [`namespace_labels`]).
-pub(crate) async fn namespace_of(
-    st: &ApiState,
-    a: &Attributes,
-) -> (Value, Option<Map<String, Value>>) {
-    let labels = |o: Option<&Value>| {
-        o.and_then(|o| o.pointer("/metadata/labels"))
-            .and_then(Value::as_object)
-            .cloned()
-    };
+pub(crate) async fn namespace_of(st: &ApiState, a: &Attributes) -> (Value, Option<Map<String, Value>>) {
+    let labels = |o: Option<&Value>| o.and_then(|o| o.pointer("/metadata/labels")).and_then(Value::as_object).cloned();
     if a.group.is_empty() && a.resource == "namespaces" {
-        return (
-            Value::Null,
-            Some(
-                labels(a.object.as_ref())
-                    .or_else(|| labels(a.old_object.as_ref()))
-                    .unwrap_or_default(),
-            ),
-        );
+        return (Value::Null, Some(labels(a.object.as_ref()).or_else(|| labels(a.old_object.as_ref())).unwrap_or_default()));
     }
     if !a.namespaced {
         return (Value::Null, None);
     }
-    let Some(info) = registry::lookup("", "v1", "namespaces") else {
-        return (Value::Null, Some(Map::new()));
-    };
-    let found = st
-        .cache
-        .get(info, "", &a.namespace, Some("0"))
-        .await
-        .ok()
-        .flatten();
-    let ns = found
-        .and_then(|f| serde_json::from_slice::<Value>(&f.json).ok())
-        .unwrap_or(Value::Null);
+    let Some(info) = registry::lookup("", "v1", "namespaces") else { return (Value::Null, Some(Map::new())) };
+    let found = st.cache.get(info, "", &a.namespace, Some("0")).await.ok().flatten();
+    let ns = found.and_then(|f| serde_json::from_slice::<Value>(&f.json).ok()).unwrap_or(Value::Null);
     let ns_labels = labels(Some(&ns)).unwrap_or_default();
     (ns, Some(ns_labels))
 }
@@ -241,12 +197,7 @@ pub fn denied(name: &str, status: Option<&Value>) -> ApiError {
     let s = status.cloned().unwrap_or(Value::Null);
     let text = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     let (message, reason) = (text("message"), text("reason"));
-    let code = s
-        .get("code")
-        .and_then(Value::as_u64)
-        .and_then(|c| u16::try_from(c).ok())
-        .filter(|c| *c >= 400)
-        .unwrap_or(400);
+    let code = s.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok()).filter(|c| *c >= 400).unwrap_or(400);
     let full = if !message.is_empty() {
         format!("{by}: {message}")
     } else if !reason.is_empty() {
@@ -255,10 +206,7 @@ pub fn denied(name: &str, status: Option<&Value>) -> ApiError {
         format!("{by} without explanation")
     };
     let mut st = Status::new(code, reason, full);
-    if let Some(d) = s
-        .get("details")
-        .and_then(|d| serde_json::from_value::<StatusDetails>(d.clone()).ok())
-    {
+    if let Some(d) = s.get("details").and_then(|d| serde_json::from_value::<StatusDetails>(d.clone()).ok()) {
         st = st.with_details(d);
     }
     st.into()
@@ -288,9 +236,7 @@ fn applies(
     }
     let side_effects = w.get("sideEffects").and_then(Value::as_str).unwrap_or("");
     if a.dry_run && side_effects != "None" && side_effects != "NoneOnDryRun" {
-        return Err(ApiError::bad_request(format!(
-            "admission webhook {name:?} does not support dry run"
-        )));
+        return Err(ApiError::bad_request(format!("admission webhook {name:?} does not support dry run")));
     }
     Ok(true)
 }
@@ -302,29 +248,16 @@ fn applies(
 /// Ignore: skipped). A condition this CEL environment cannot evaluate
 /// (`authorizer`, Kubernetes' own libraries) counts as holding, and the
 /// client is told so with a warning.
-fn match_conditions_hold(
-    w: &Value,
-    name: &str,
-    a: &Attributes,
-    warnings: &mut Vec<String>,
-) -> ApiResult<bool> {
+fn match_conditions_hold(w: &Value, name: &str, a: &Attributes, warnings: &mut Vec<String>) -> ApiResult<bool> {
     use rkube_api::apiextensions::cel::{evaluate_bool, Outcome};
-    let Some(conditions) = w
-        .get("matchConditions")
-        .and_then(Value::as_array)
-        .filter(|c| !c.is_empty())
-    else {
+    let Some(conditions) = w.get("matchConditions").and_then(Value::as_array).filter(|c| !c.is_empty()) else {
         return Ok(true);
     };
     let review = call::review(a, "");
     let request = review.get("request").cloned().unwrap_or(Value::Null);
     let object = a.object.clone().unwrap_or(Value::Null);
     let old_object = a.old_object.clone().unwrap_or(Value::Null);
-    let vars = [
-        ("request", &request),
-        ("object", &object),
-        ("oldObject", &old_object),
-    ];
+    let vars = [("request", &request), ("object", &object), ("oldObject", &old_object)];
     for c in conditions {
         let cname = c.get("name").and_then(Value::as_str).unwrap_or("");
         let expr = c.get("expression").and_then(Value::as_str).unwrap_or("");
@@ -341,10 +274,7 @@ fn match_conditions_hold(
                 return Ok(false);
             }
             Outcome::Error(e) => {
-                return Err(call_failed(
-                    name,
-                    &call::CallError(format!("failed to evaluate matchCondition {cname:?}: {e}")),
-                ))
+                return Err(call_failed(name, &call::CallError(format!("failed to evaluate matchCondition {cname:?}: {e}"))))
             }
         }
     }
@@ -367,12 +297,7 @@ struct Slot {
 /// Calls one webhook; `Ok(None)`: skipped after a failure under `Ignore`
 /// (recorded as upstream's `failed-open.*` audit annotation). The webhook's
 /// `auditAnnotations` are logged as `<webhook name>/<key>`.
-async fn invoke(
-    st: &ApiState,
-    h: &Hook,
-    a: &Attributes,
-    slot: Slot,
-) -> ApiResult<Option<call::Answer>> {
+async fn invoke(st: &ApiState, h: &Hook, a: &Attributes, slot: Slot) -> ApiResult<Option<call::Answer>> {
     let uid = uuid::Uuid::new_v4().to_string();
     let body = call::review(a, &uid);
     match call::call(st, &h.webhook, &body, &uid, slot.mutating).await {
@@ -397,27 +322,15 @@ async fn invoke(
 
 /// Upstream's `failed-open.{mutation,validating}.webhook.admission.k8s.io/round_<r>_index_<i>`.
 fn fail_open_annotation(h: &Hook, slot: Slot) {
-    let kind = if slot.mutating {
-        "mutation"
-    } else {
-        "validating"
-    };
-    let key = format!(
-        "failed-open.{kind}.webhook.admission.k8s.io/round_{}_index_{}",
-        slot.round, slot.index
-    );
+    let kind = if slot.mutating { "mutation" } else { "validating" };
+    let key = format!("failed-open.{kind}.webhook.admission.k8s.io/round_{}_index_{}", slot.round, slot.index);
     crate::filters::audit::annotate(&key, &h.name);
 }
 
 /// Runs the mutating webhooks on `obj` (the object `a` describes); returns
 /// their warnings. `redefault` is applied after each change (upstream
 /// decodes the patched object again, which defaults it).
-pub async fn mutate(
-    st: &ApiState,
-    a: &mut Attributes,
-    obj: &mut Value,
-    redefault: &(dyn Fn(&mut Value) + Sync),
-) -> ApiResult<Vec<String>> {
+pub async fn mutate(st: &ApiState, a: &mut Attributes, obj: &mut Value, redefault: &(dyn Fn(&mut Value) + Sync)) -> ApiResult<Vec<String>> {
     let all = hooks(st, "mutatingwebhookconfigurations").await?;
     if all.is_empty() {
         return Ok(Vec::new());
@@ -433,51 +346,20 @@ pub async fn mutate(
             continue;
         }
         ran[i] = true;
-        if apply_answer(
-            st,
-            h,
-            a,
-            obj,
-            redefault,
-            &mut warnings,
-            Slot {
-                index: i,
-                round: 0,
-                mutating: true,
-            },
-        )
-        .await?
-        {
+        if apply_answer(st, h, a, obj, redefault, &mut warnings, Slot { index: i, round: 0, mutating: true }).await? {
             last_change = Some(i);
         }
     }
     // reinvocationPolicy IfNeeded: once more when the object changed after the webhook ran.
-    let Some(changed_at) = last_change else {
-        return Ok(warnings);
-    };
+    let Some(changed_at) = last_change else { return Ok(warnings) };
     let mut round_two_changed = false;
     for (i, h) in all.iter().enumerate() {
-        let if_needed =
-            h.webhook.get("reinvocationPolicy").and_then(Value::as_str) == Some("IfNeeded");
+        let if_needed = h.webhook.get("reinvocationPolicy").and_then(Value::as_str) == Some("IfNeeded");
         if !ran[i] || !if_needed || (changed_at <= i && !round_two_changed) {
             continue;
         }
         a.object = Some(obj.clone());
-        if apply_answer(
-            st,
-            h,
-            a,
-            obj,
-            redefault,
-            &mut warnings,
-            Slot {
-                index: i,
-                round: 1,
-                mutating: true,
-            },
-        )
-        .await?
-        {
+        if apply_answer(st, h, a, obj, redefault, &mut warnings, Slot { index: i, round: 1, mutating: true }).await? {
             round_two_changed = true;
         }
     }
@@ -500,10 +382,7 @@ async fn apply_answer(
     let changed = patch_from(st, h, a, obj, redefault, warnings, slot).await;
     let mutated = matches!(changed, Ok(true));
     let value = json!({"configuration": h.configuration, "webhook": h.name, "mutated": mutated});
-    let key = format!(
-        "mutation.webhook.admission.k8s.io/round_{}_index_{}",
-        slot.round, slot.index
-    );
+    let key = format!("mutation.webhook.admission.k8s.io/round_{}_index_{}", slot.round, slot.index);
     crate::filters::audit::annotate(&key, &value.to_string());
     changed
 }
@@ -517,25 +396,16 @@ async fn patch_from(
     warnings: &mut Vec<String>,
     slot: Slot,
 ) -> ApiResult<bool> {
-    let Some(answer) = invoke(st, h, a, slot).await? else {
-        return Ok(false);
-    };
+    let Some(answer) = invoke(st, h, a, slot).await? else { return Ok(false) };
     warnings.extend(answer.warnings);
-    let Some((patch_type, raw)) = answer.patch else {
-        return Ok(false);
-    };
+    let Some((patch_type, raw)) = answer.patch else { return Ok(false) };
     // Upstream: a bad patch type or an undecodable patch is a failed call
     // (failurePolicy applies); a patch that does not apply is a 500.
     let decoded = if patch_type != "JSONPatch" {
-        Err(call::CallError(format!(
-            "unsupported patch type {patch_type:?}"
-        )))
+        Err(call::CallError(format!("unsupported patch type {patch_type:?}")))
     } else {
-        serde_json::from_slice::<json_patch::Patch>(&raw).map_err(|e| {
-            call::CallError(format!(
-                "received undecodable patch in webhook response: {e}"
-            ))
-        })
+        serde_json::from_slice::<json_patch::Patch>(&raw)
+            .map_err(|e| call::CallError(format!("received undecodable patch in webhook response: {e}")))
     };
     let patch = match decoded {
         Ok(p) => p,
@@ -571,18 +441,10 @@ pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
     let mut warnings = Vec::new();
     for (index, h) in all.iter().enumerate() {
         if applies(&h.webhook, &h.name, a, ns_labels.as_ref(), &mut warnings)? {
-            chosen.push((
-                h,
-                Slot {
-                    index,
-                    round: 0,
-                    mutating: false,
-                },
-            ));
+            chosen.push((h, Slot { index, round: 0, mutating: false }));
         }
     }
-    let results =
-        futures::future::join_all(chosen.iter().map(|(h, slot)| invoke(st, h, a, *slot))).await;
+    let results = futures::future::join_all(chosen.iter().map(|(h, slot)| invoke(st, h, a, *slot))).await;
     for r in results {
         if let Some(answer) = r? {
             warnings.extend(answer.warnings);

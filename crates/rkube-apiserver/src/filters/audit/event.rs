@@ -160,12 +160,7 @@ mod tests {
             stage: Stage::ResponseComplete,
             request_uri: "/api/v1/namespaces/default/pods".into(),
             verb: "list".into(),
-            user: UserInfo {
-                username: "alice".into(),
-                uid: String::new(),
-                groups: vec!["system:authenticated".into()],
-                extra: Default::default(),
-            },
+            user: UserInfo { username: "alice".into(), uid: String::new(), groups: vec!["system:authenticated".into()], extra: Default::default() },
             impersonated_user: None,
             source_ips: vec!["127.0.0.1".into()],
             user_agent: String::new(),
@@ -200,9 +195,6 @@ mod tests {
     fn managed_fields_are_stripped_from_objects_and_list_items() {
         let mut v = serde_json::json!({"metadata": {"name": "a", "managedFields": []}, "items": [{"metadata": {"managedFields": [1]}}]});
         strip_managed_fields(&mut v);
-        assert_eq!(
-            v,
-            serde_json::json!({"metadata": {"name": "a"}, "items": [{"metadata": {}}]})
-        );
+        assert_eq!(v, serde_json::json!({"metadata": {"name": "a"}, "items": [{"metadata": {}}]}));
     }
 }

@@ -63,10 +63,7 @@ impl AuditAnnotations {
     /// Sets `key` to `value` (empty values are skipped).
     pub fn set(&self, key: &str, value: &str) {
         if !value.is_empty() {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key.into(), value.into());
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(key.into(), value.into());
         }
     }
 
@@ -82,10 +79,7 @@ tokio::task_local! {
 
 /// Runs `f` (a request's handler) with `annotations` as the target of
 /// [`annotate`].
-pub async fn with_request_annotations<F: std::future::Future>(
-    annotations: AuditAnnotations,
-    f: F,
-) -> F::Output {
+pub async fn with_request_annotations<F: std::future::Future>(annotations: AuditAnnotations, f: F) -> F::Output {
     REQUEST_ANNOTATIONS.scope(annotations, f).await
 }
 
@@ -124,16 +118,8 @@ pub struct Auditor {
 
 impl Auditor {
     /// An auditor writing to `backend`.
-    pub fn new(
-        policy: Policy,
-        backend: AuditBackend,
-        metrics: Arc<crate::filters::metrics::ApiserverMetrics>,
-    ) -> Self {
-        Auditor {
-            policy,
-            backend,
-            metrics,
-        }
+    pub fn new(policy: Policy, backend: AuditBackend, metrics: Arc<crate::filters::metrics::ApiserverMetrics>) -> Self {
+        Auditor { policy, backend, metrics }
     }
 
     /// Logs a request that failed authentication (upstream
@@ -145,9 +131,7 @@ impl Auditor {
             return;
         }
         let mut ev = base_event(ctx, &UserInfo::default(), cfg.level, Stage::ResponseStarted);
-        ev.response_status = Some(
-            serde_json::json!({"metadata": {}, "message": "Authentication failed", "code": 401}),
-        );
+        ev.response_status = Some(serde_json::json!({"metadata": {}, "message": "Authentication failed", "code": 401}));
         self.backend.process(ev).await;
     }
 }
@@ -218,11 +202,7 @@ struct MetaOnly {
 /// A captured body as a logged object, when it is a JSON (or YAML) object.
 /// JSON bodies are kept verbatim (validated, not re-encoded) unless
 /// `metadata.managedFields` must be removed.
-fn decode_object(
-    bytes: &Bytes,
-    omit_managed_fields: bool,
-    with_meta: bool,
-) -> Option<LoggedObject> {
+fn decode_object(bytes: &Bytes, omit_managed_fields: bool, with_meta: bool) -> Option<LoggedObject> {
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
     let text: String = if first == Some(b'{') && !omit_managed_fields {
         String::from_utf8(bytes.to_vec()).ok()?
@@ -239,9 +219,7 @@ fn decode_object(
         serde_json::to_string(&v).ok()?
     };
     let meta = if with_meta {
-        serde_json::from_str::<MetaOnly>(&text)
-            .map(|m| m.metadata)
-            .unwrap_or_default()
+        serde_json::from_str::<MetaOnly>(&text).map(|m| m.metadata).unwrap_or_default()
     } else {
         ObjectMetaFields::default()
     };
@@ -252,9 +230,7 @@ fn decode_object(
 /// Fills the object reference's empty fields from the request object's
 /// metadata (upstream `LogRequestObject`).
 fn complete_object_ref(ev: &mut Event, meta: &ObjectMetaFields) {
-    let Some(r) = ev.object_ref.as_mut() else {
-        return;
-    };
+    let Some(r) = ev.object_ref.as_mut() else { return };
     for (field, value) in [
         (&mut r.namespace, &meta.namespace),
         (&mut r.name, &meta.name),
@@ -312,31 +288,17 @@ impl Drop for CompleteOnDrop {
 }
 
 fn has_body(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-    )
+    matches!(*method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE)
 }
 
 fn is_json(resp: &Response) -> bool {
-    resp.headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.starts_with("application/json"))
+    resp.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.starts_with("application/json"))
 }
 
 /// Middleware writing the audit events of every request (see the module docs).
-pub async fn audit_middleware(
-    State(auditor): State<Arc<Auditor>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
+pub async fn audit_middleware(State(auditor): State<Arc<Auditor>>, mut req: Request, next: Next) -> Response {
     let ctx = context_of(&req);
-    let user = req
-        .extensions()
-        .get::<UserInfo>()
-        .cloned()
-        .unwrap_or_default();
+    let user = req.extensions().get::<UserInfo>().cloned().unwrap_or_default();
     let cfg = auditor.policy.evaluate(&ctx.attrs, Some(&user));
     auditor.metrics.audit_level(cfg.level.as_str());
     if cfg.level == Level::None {
@@ -346,32 +308,18 @@ pub async fn audit_middleware(
     req.extensions_mut().insert(annotations.clone());
     let impersonation = AuditImpersonation::default();
     req.extensions_mut().insert(impersonation.clone());
-    let mut pending = Pending {
-        auditor: auditor.clone(),
-        ctx: ctx.clone(),
-        user,
-        cfg,
-        annotations,
-        impersonation,
-        request_object: None,
-    };
+    let mut pending =
+        Pending { auditor: auditor.clone(), ctx: ctx.clone(), user, cfg, annotations, impersonation, request_object: None };
     if pending.emits(Stage::RequestReceived) {
         // As upstream, RequestReceived is logged before the body is read: no requestObject.
-        let mut ev = base_event(
-            &ctx,
-            &pending.user,
-            pending.cfg.level,
-            Stage::RequestReceived,
-        );
+        let mut ev = base_event(&ctx, &pending.user, pending.cfg.level, Stage::RequestReceived);
         ev.annotations = pending.annotations.snapshot();
         auditor.backend.process(ev).await;
     }
     if pending.cfg.level >= Level::Request && has_body(req.method()) {
         let (parts, body) = req.into_parts();
         let (body, bytes) = capture(body, MAX_CAPTURED_BODY).await;
-        pending.request_object = bytes
-            .as_ref()
-            .and_then(|b| decode_object(b, pending.cfg.omit_managed_fields, true));
+        pending.request_object = bytes.as_ref().and_then(|b| decode_object(b, pending.cfg.omit_managed_fields, true));
         req = Request::from_parts(parts, body);
     }
     let resp = match AssertUnwindSafe(next.run(req)).catch_unwind().await {
@@ -401,11 +349,7 @@ pub async fn audit_middleware(
     let want_body = pending.cfg.level == Level::RequestResponse;
     let want_status = code >= 400 && is_json(&resp);
     let (resp, body_bytes) = if want_body || want_status {
-        let cap = if want_body {
-            MAX_CAPTURED_BODY
-        } else {
-            MAX_STATUS_BODY
-        };
+        let cap = if want_body { MAX_CAPTURED_BODY } else { MAX_STATUS_BODY };
         let (parts, body) = resp.into_parts();
         let (body, bytes) = capture(body, cap).await;
         (Response::from_parts(parts, body), bytes)
@@ -425,9 +369,7 @@ pub async fn audit_middleware(
             None => status_code_only(code),
         });
         if want_body {
-            ev.response_object = json_body
-                .and_then(|b| decode_object(b, pending.cfg.omit_managed_fields, false))
-                .map(|o| o.raw);
+            ev.response_object = json_body.and_then(|b| decode_object(b, pending.cfg.omit_managed_fields, false)).map(|o| o.raw);
         }
         auditor.backend.process(ev).await;
     }

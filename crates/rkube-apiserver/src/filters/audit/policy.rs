@@ -170,52 +170,35 @@ pub struct RequestAuditConfig {
 impl Policy {
     /// Reads and validates `path`.
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| PolicyError::Read { path: path.display().to_string(), source })?;
         Self::from_yaml(&text)
     }
 
     /// Parses and validates a YAML (or JSON) policy.
     pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
-        let p: Policy =
-            serde_yaml::from_str(text).map_err(|e| PolicyError::Decode(e.to_string()))?;
+        let p: Policy = serde_yaml::from_str(text).map_err(|e| PolicyError::Decode(e.to_string()))?;
         if p.kind != "Policy" {
-            return Err(PolicyError::Invalid(format!(
-                "kind must be Policy, not {:?}",
-                p.kind
-            )));
+            return Err(PolicyError::Invalid(format!("kind must be Policy, not {:?}", p.kind)));
         }
         if p.api_version != "audit.k8s.io/v1" {
-            return Err(PolicyError::Invalid(format!(
-                "apiVersion must be audit.k8s.io/v1, not {:?}",
-                p.api_version
-            )));
+            return Err(PolicyError::Invalid(format!("apiVersion must be audit.k8s.io/v1, not {:?}", p.api_version)));
         }
         if p.rules.is_empty() {
-            return Err(PolicyError::Invalid(
-                "loaded illegal policy with 0 rules".into(),
-            ));
+            return Err(PolicyError::Invalid("loaded illegal policy with 0 rules".into()));
         }
         for (i, r) in p.rules.iter().enumerate() {
-            if !r.non_resource_urls.is_empty()
-                && (!r.resources.is_empty() || !r.namespaces.is_empty())
-            {
+            if !r.non_resource_urls.is_empty() && (!r.resources.is_empty() || !r.namespaces.is_empty()) {
                 return Err(PolicyError::Invalid(format!(
                     "rules[{i}]: rules cannot apply to both regular resources and non-resource URLs"
                 )));
             }
             for u in &r.non_resource_urls {
                 if !u.starts_with('/') && u != "*" {
-                    return Err(PolicyError::Invalid(format!(
-                        "rules[{i}].nonResourceURLs: {u:?} must start with \"/\""
-                    )));
+                    return Err(PolicyError::Invalid(format!("rules[{i}].nonResourceURLs: {u:?} must start with \"/\"")));
                 }
                 if u.trim_end_matches('*').contains('*') {
-                    return Err(PolicyError::Invalid(format!(
-                        "rules[{i}].nonResourceURLs: {u:?}: \"*\" only at the end"
-                    )));
+                    return Err(PolicyError::Invalid(format!("rules[{i}].nonResourceURLs: {u:?}: \"*\" only at the end")));
                 }
             }
         }
@@ -236,17 +219,11 @@ impl Policy {
                 return RequestAuditConfig {
                     level: rule.level,
                     omit_stages: omit,
-                    omit_managed_fields: rule
-                        .omit_managed_fields
-                        .unwrap_or(self.omit_managed_fields),
+                    omit_managed_fields: rule.omit_managed_fields.unwrap_or(self.omit_managed_fields),
                 };
             }
         }
-        RequestAuditConfig {
-            level: Level::None,
-            omit_stages: self.omit_stages.clone(),
-            omit_managed_fields: false,
-        }
+        RequestAuditConfig { level: Level::None, omit_stages: self.omit_stages.clone(), omit_managed_fields: false }
     }
 }
 
@@ -254,9 +231,7 @@ fn rule_matches(r: &PolicyRule, a: &RequestAttributes, user: Option<&UserInfo>) 
     if !r.users.is_empty() && !user.is_some_and(|u| r.users.contains(&u.username)) {
         return false;
     }
-    if !r.user_groups.is_empty()
-        && !user.is_some_and(|u| u.groups.iter().any(|g| r.user_groups.contains(g)))
-    {
+    if !r.user_groups.is_empty() && !user.is_some_and(|u| u.groups.iter().any(|g| r.user_groups.contains(g))) {
         return false;
     }
     if !r.verbs.is_empty() && !r.verbs.contains(&a.verb) {
@@ -280,30 +255,24 @@ fn resource_matches(r: &PolicyRule, a: &RequestAttributes) -> bool {
         return true;
     }
     let combined = a.combined_resource();
-    r.resources
-        .iter()
-        .filter(|gr| gr.group == a.api_group)
-        .any(|gr| {
-            if gr.resources.is_empty() {
-                return true;
-            }
-            if !gr.resource_names.is_empty() && !gr.resource_names.contains(&a.name) {
-                return false;
-            }
-            gr.resources.iter().any(|res| {
-                res == "*"
-                    || *res == combined
-                    || (!a.subresource.is_empty()
-                        && res.strip_prefix("*/") == Some(a.subresource.as_str()))
-                    || res.strip_suffix("/*") == Some(a.resource.as_str())
-            })
+    r.resources.iter().filter(|gr| gr.group == a.api_group).any(|gr| {
+        if gr.resources.is_empty() {
+            return true;
+        }
+        if !gr.resource_names.is_empty() && !gr.resource_names.contains(&a.name) {
+            return false;
+        }
+        gr.resources.iter().any(|res| {
+            res == "*"
+                || *res == combined
+                || (!a.subresource.is_empty() && res.strip_prefix("*/") == Some(a.subresource.as_str()))
+                || res.strip_suffix("/*") == Some(a.resource.as_str())
         })
+    })
 }
 
 fn non_resource_matches(r: &PolicyRule, path: &str) -> bool {
-    r.non_resource_urls.iter().any(|u| {
-        u == "*" || u == path || (u.ends_with('*') && path.starts_with(u.trim_end_matches('*')))
-    })
+    r.non_resource_urls.iter().any(|u| u == "*" || u == path || (u.ends_with('*') && path.starts_with(u.trim_end_matches('*'))))
 }
 
 #[cfg(test)]
@@ -343,12 +312,7 @@ rules:
     }
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo {
-            username: name.into(),
-            uid: String::new(),
-            groups: groups.iter().map(|s| s.to_string()).collect(),
-            extra: Default::default(),
-        }
+        UserInfo { username: name.into(), uid: String::new(), groups: groups.iter().map(|s| s.to_string()).collect(), extra: Default::default() }
     }
 
     #[test]
@@ -356,90 +320,31 @@ rules:
         let p = Policy::from_yaml(POLICY).unwrap();
         let alice = user("alice", &["system:authenticated"]);
         let lvl = |m, u: &str, who: &UserInfo| p.evaluate(&attrs(m, u), Some(who)).level;
-        assert_eq!(
-            lvl(
-                Method::GET,
-                "/api/v1/namespaces/default/pods",
-                &user("system:kube-proxy", &[])
-            ),
-            Level::None
-        );
-        assert_eq!(
-            lvl(
-                Method::PUT,
-                "/api/v1/namespaces/x/configmaps/special",
-                &alice
-            ),
-            Level::RequestResponse
-        );
-        assert_eq!(
-            lvl(Method::PUT, "/api/v1/namespaces/x/configmaps/other", &alice),
-            Level::None
-        );
-        assert_eq!(
-            lvl(Method::POST, "/api/v1/namespaces/default/pods", &alice),
-            Level::Request
-        );
-        assert_eq!(
-            lvl(
-                Method::PUT,
-                "/api/v1/namespaces/default/services/s/status",
-                &alice
-            ),
-            Level::Request
-        );
-        assert_eq!(
-            lvl(Method::POST, "/api/v1/namespaces/other/pods", &alice),
-            Level::None
-        );
-        assert_eq!(
-            lvl(Method::GET, "/healthz/etcd", &user("bob", &["dev"])),
-            Level::None
-        );
-        assert_eq!(
-            lvl(Method::GET, "/version", &user("bob", &["dev"])),
-            Level::Metadata
-        );
-        assert_eq!(
-            lvl(Method::GET, "/apis/apps/v1/deployments", &alice),
-            Level::Metadata
-        );
-        assert_eq!(
-            lvl(Method::GET, "/version", &alice),
-            Level::None,
-            "no rule: None"
-        );
+        assert_eq!(lvl(Method::GET, "/api/v1/namespaces/default/pods", &user("system:kube-proxy", &[])), Level::None);
+        assert_eq!(lvl(Method::PUT, "/api/v1/namespaces/x/configmaps/special", &alice), Level::RequestResponse);
+        assert_eq!(lvl(Method::PUT, "/api/v1/namespaces/x/configmaps/other", &alice), Level::None);
+        assert_eq!(lvl(Method::POST, "/api/v1/namespaces/default/pods", &alice), Level::Request);
+        assert_eq!(lvl(Method::PUT, "/api/v1/namespaces/default/services/s/status", &alice), Level::Request);
+        assert_eq!(lvl(Method::POST, "/api/v1/namespaces/other/pods", &alice), Level::None);
+        assert_eq!(lvl(Method::GET, "/healthz/etcd", &user("bob", &["dev"])), Level::None);
+        assert_eq!(lvl(Method::GET, "/version", &user("bob", &["dev"])), Level::Metadata);
+        assert_eq!(lvl(Method::GET, "/apis/apps/v1/deployments", &alice), Level::Metadata);
+        assert_eq!(lvl(Method::GET, "/version", &alice), Level::None, "no rule: None");
     }
 
     #[test]
     fn omit_stages_combine_policy_and_rule() {
         let p = Policy::from_yaml(POLICY).unwrap();
-        let c = p.evaluate(
-            &attrs(Method::POST, "/api/v1/namespaces/default/pods"),
-            Some(&user("a", &[])),
-        );
-        assert_eq!(
-            c.omit_stages,
-            vec![Stage::RequestReceived, Stage::ResponseStarted]
-        );
+        let c = p.evaluate(&attrs(Method::POST, "/api/v1/namespaces/default/pods"), Some(&user("a", &[])));
+        assert_eq!(c.omit_stages, vec![Stage::RequestReceived, Stage::ResponseStarted]);
     }
 
     #[test]
     fn invalid_policies_are_rejected() {
-        assert!(
-            Policy::from_yaml("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: []\n").is_err()
-        );
-        assert!(Policy::from_yaml(
-            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Loud\n"
-        )
-        .is_err());
-        assert!(
-            Policy::from_yaml("apiVersion: v1\nkind: Policy\nrules:\n- level: None\n").is_err()
-        );
+        assert!(Policy::from_yaml("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: []\n").is_err());
+        assert!(Policy::from_yaml("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Loud\n").is_err());
+        assert!(Policy::from_yaml("apiVersion: v1\nkind: Policy\nrules:\n- level: None\n").is_err());
         let both = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: None\n  nonResourceURLs: [\"/x\"]\n  namespaces: [\"a\"]\n";
-        assert!(Policy::from_yaml(both)
-            .unwrap_err()
-            .to_string()
-            .contains("both regular resources and non-resource URLs"));
+        assert!(Policy::from_yaml(both).unwrap_err().to_string().contains("both regular resources and non-resource URLs"));
     }
 }

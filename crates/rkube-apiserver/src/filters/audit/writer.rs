@@ -69,17 +69,8 @@ pub struct RotationConfig {
 
 impl RotationConfig {
     /// From the flags: `max_size_mb` (0 = 100 MB), `max_backups`, `max_age_days` (0 = forever).
-    pub fn from_flags(
-        path: PathBuf,
-        max_size_mb: u64,
-        max_backups: usize,
-        max_age_days: u64,
-    ) -> Self {
-        let mb = if max_size_mb == 0 {
-            DEFAULT_MAX_SIZE_MB
-        } else {
-            max_size_mb
-        };
+    pub fn from_flags(path: PathBuf, max_size_mb: u64, max_backups: usize, max_age_days: u64) -> Self {
+        let mb = if max_size_mb == 0 { DEFAULT_MAX_SIZE_MB } else { max_size_mb };
         RotationConfig {
             path,
             max_bytes: mb * 1024 * 1024,
@@ -124,11 +115,7 @@ impl RotatingFile {
     pub fn open(cfg: RotationConfig) -> io::Result<Self> {
         let file = open_append(&cfg.path)?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        Ok(RotatingFile {
-            cfg,
-            file: BufWriter::new(file),
-            size,
-        })
+        Ok(RotatingFile { cfg, file: BufWriter::new(file), size })
     }
 
     /// Appends `line`, rotating first when it would not fit.
@@ -147,18 +134,8 @@ impl RotatingFile {
     }
 
     fn name_parts(&self) -> (PathBuf, String, String) {
-        let dir = self
-            .cfg
-            .path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let file = self
-            .cfg
-            .path
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let dir = self.cfg.path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let file = self.cfg.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
         let (stem, ext) = match file.rfind('.') {
             Some(i) if i > 0 => (file[..i].to_string(), file[i..].to_string()),
             _ => (file.clone(), String::new()),
@@ -191,21 +168,14 @@ impl RotatingFile {
     /// The backups of this file, newest first.
     pub fn backups(&self) -> Vec<PathBuf> {
         let (dir, stem, ext) = self.name_parts();
-        let dir = if dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            dir
-        };
+        let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
         let prefix = format!("{stem}-");
         let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
             .map(|rd| {
                 rd.filter_map(Result::ok)
                     .filter_map(|e| {
                         let name = e.file_name().to_string_lossy().into_owned();
-                        let ts = name
-                            .strip_prefix(&prefix)?
-                            .strip_suffix(ext.as_str())?
-                            .to_string();
+                        let ts = name.strip_prefix(&prefix)?.strip_suffix(ext.as_str())?.to_string();
                         chrono::NaiveDateTime::parse_from_str(&ts, "%Y-%m-%dT%H-%M-%S%.3f").ok()?;
                         Some((ts, e.path()))
                     })
@@ -255,9 +225,7 @@ pub struct AuditBackend {
 
 impl std::fmt::Debug for AuditBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AuditBackend")
-            .field("mode", &self.mode)
-            .finish_non_exhaustive()
+        f.debug_struct("AuditBackend").field("mode", &self.mode).finish_non_exhaustive()
     }
 }
 
@@ -279,15 +247,10 @@ impl AuditBackend {
             }
             AuditSink::File(cfg) => {
                 let path = cfg.path.display().to_string();
-                let file =
-                    RotatingFile::open(cfg).map_err(|source| WriterError::Open { path, source })?;
+                let file = RotatingFile::open(cfg).map_err(|source| WriterError::Open { path, source })?;
                 let file = Arc::new(std::sync::Mutex::new(file));
                 let f2 = file.clone();
-                out = Box::new(move |line| {
-                    file.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .write_line(line)
-                });
+                out = Box::new(move |line| file.lock().unwrap_or_else(|p| p.into_inner()).write_line(line));
                 flush = Box::new(move || f2.lock().unwrap_or_else(|p| p.into_inner()).flush());
             }
         }
@@ -322,12 +285,7 @@ impl AuditBackend {
                 }
             })
             .map_err(WriterError::Thread)?;
-        Ok(AuditBackend {
-            tx,
-            mode,
-            metrics,
-            pause,
-        })
+        Ok(AuditBackend { tx, mode, metrics, pause })
     }
 
     /// Hands `ev` to the writer (see the module docs for a full buffer).
@@ -389,12 +347,7 @@ mod tests {
     use super::*;
 
     fn cfg(dir: &Path, max_bytes: u64, max_backups: usize) -> RotationConfig {
-        RotationConfig {
-            path: dir.join("audit.log"),
-            max_bytes,
-            max_backups,
-            max_age: None,
-        }
+        RotationConfig { path: dir.join("audit.log"), max_bytes, max_backups, max_age: None }
     }
 
     #[test]
@@ -412,17 +365,9 @@ mod tests {
         for b in &backups {
             assert_eq!(std::fs::metadata(b).unwrap().len(), 78);
             let name = b.file_name().unwrap().to_string_lossy().into_owned();
-            assert!(
-                name.starts_with("audit-") && name.ends_with(".log"),
-                "{name}"
-            );
+            assert!(name.starts_with("audit-") && name.ends_with(".log"), "{name}");
         }
-        assert_eq!(
-            std::fs::metadata(dir.path().join("audit.log"))
-                .unwrap()
-                .len(),
-            78
-        );
+        assert_eq!(std::fs::metadata(dir.path().join("audit.log")).unwrap().len(), 78);
     }
 
     #[test]
@@ -430,10 +375,7 @@ mod tests {
         let c = RotationConfig::from_flags("/x/a.log".into(), 0, 0, 0);
         assert_eq!(c.max_bytes, 100 * 1024 * 1024);
         assert_eq!(c.max_age, None);
-        assert_eq!(
-            RotationConfig::from_flags("/x/a.log".into(), 2, 3, 1).max_age,
-            Some(Duration::from_secs(86400))
-        );
+        assert_eq!(RotationConfig::from_flags("/x/a.log".into(), 2, 3, 1).max_age, Some(Duration::from_secs(86400)));
     }
 
     #[test]
@@ -442,13 +384,7 @@ mod tests {
         let blocker = dir.path().join("file");
         std::fs::write(&blocker, b"").unwrap();
         let sink = AuditSink::File(cfg(&blocker.join("sub"), 10, 0));
-        let err = AuditBackend::start(
-            sink,
-            10,
-            AuditMode::Batch,
-            Arc::new(ApiserverMetrics::new()),
-        )
-        .unwrap_err();
+        let err = AuditBackend::start(sink, 10, AuditMode::Batch, Arc::new(ApiserverMetrics::new())).unwrap_err();
         assert!(err.to_string().starts_with("opening audit log"), "{err}");
     }
 }

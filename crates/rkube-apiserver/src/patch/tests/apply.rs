@@ -284,19 +284,8 @@ fn apply_after_migrated_entry_owning_the_map_itself_keeps_its_items() {
         json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {"f:app": {}}}})
     );
     // What the applier stops applying under such a map still goes.
-    let out = ssa(
-        "ConfigMap",
-        "v1",
-        Some(&live),
-        &cm_config(json!({"a": "1"})),
-        "kubectl",
-        false,
-    )
-    .unwrap();
-    assert_eq!(
-        out["metadata"].get("labels").and_then(|l| l.get("app")),
-        None
-    );
+    let out = ssa("ConfigMap", "v1", Some(&live), &cm_config(json!({"a": "1"})), "kubectl", false).unwrap();
+    assert_eq!(out["metadata"].get("labels").and_then(|l| l.get("app")), None);
 }
 
 #[test]

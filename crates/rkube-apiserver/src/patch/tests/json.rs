@@ -185,9 +185,5 @@ fn a_test_for_null_passes_on_an_absent_member_as_upstream() {
     assert_eq!(out["metadata"]["finalizers"], json!(["x/cleanup"]));
     // A member that is there is compared as usual; a missing parent still fails.
     assert!(json_patch(&out, &add).is_err());
-    assert!(json_patch(
-        &doc,
-        &json!([{"op": "test", "path": "/spec/missing/x", "value": null}])
-    )
-    .is_err());
+    assert!(json_patch(&doc, &json!([{"op": "test", "path": "/spec/missing/x", "value": null}])).is_err());
 }

@@ -75,13 +75,7 @@ fn without_nulls(v: &Value) -> Value {
         ),
         // Typed decoding refuses `null` list items (e.g. `env: [null]`), so
         // stored objects have none either.
-        Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .filter(|i| !i.is_null())
-                .map(without_nulls)
-                .collect(),
-        ),
+        Value::Array(items) => Value::Array(items.iter().filter(|i| !i.is_null()).map(without_nulls).collect()),
         other => other.clone(),
     }
 }

@@ -30,11 +30,7 @@ pub struct Finished {
 
 /// Names of the Jobs to delete so at most `successful_limit` completed and
 /// `failed_limit` failed Jobs remain (`None`: keep all), oldest first.
-pub fn to_delete(
-    jobs: &[Finished],
-    successful_limit: Option<i32>,
-    failed_limit: Option<i32>,
-) -> Vec<String> {
+pub fn to_delete(jobs: &[Finished], successful_limit: Option<i32>, failed_limit: Option<i32>) -> Vec<String> {
     let mut out = Vec::new();
     for (succeeded, limit) in [(true, successful_limit), (false, failed_limit)] {
         let Some(limit) = limit else { continue };
@@ -52,27 +48,14 @@ mod tests {
     use super::*;
 
     fn f(name: &str, succeeded: bool, started: i64) -> Finished {
-        Finished {
-            name: name.into(),
-            succeeded,
-            started,
-        }
+        Finished { name: name.into(), succeeded, started }
     }
 
     #[test]
     fn history_keeps_the_newest_within_each_limit() {
-        let jobs = [
-            f("s1", true, 1),
-            f("s3", true, 3),
-            f("s2", true, 2),
-            f("f1", false, 1),
-            f("f2", false, 2),
-        ];
+        let jobs = [f("s1", true, 1), f("s3", true, 3), f("s2", true, 2), f("f1", false, 1), f("f2", false, 2)];
         assert_eq!(to_delete(&jobs, Some(2), Some(1)), vec!["s1", "f1"]);
-        assert_eq!(
-            to_delete(&jobs, Some(0), Some(0)),
-            vec!["s1", "s2", "s3", "f1", "f2"]
-        );
+        assert_eq!(to_delete(&jobs, Some(0), Some(0)), vec!["s1", "s2", "s3", "f1", "f2"]);
         assert_eq!(to_delete(&jobs, None, Some(5)), Vec::<String>::new());
     }
 }

@@ -59,22 +59,11 @@ pub fn start(ctx: ControllerContext) -> futures::future::BoxFuture<'static, anyh
 pub async fn run(ctx: ControllerContext, clock: Clock) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let (jobs, writer) = reflector::store::<Job>();
-    let job_events = reflector::reflector(
-        writer,
-        watcher(Api::<Job>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
-    let controller = Controller::new(
-        Api::<CronJob>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let state = Arc::new(State {
-        client: client.clone(),
-        jobs,
-        events: EventSink::new(client, CONTROLLER),
-        clock,
-    });
+    let job_events = reflector::reflector(writer, watcher(Api::<Job>::all(client.clone()), watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    let controller = Controller::new(Api::<CronJob>::all(client.clone()), watcher::Config::default());
+    let state = Arc::new(State { client: client.clone(), jobs, events: EventSink::new(client, CONTROLLER), clock });
     let stop = ctx.clone();
     controller
         .watches_stream(job_events, |job: Job| cronjob_of_job(&job))
@@ -91,8 +80,7 @@ pub async fn run(ctx: ControllerContext, clock: Clock) -> anyhow::Result<()> {
 
 fn cronjob_of_job(job: &Job) -> Option<ObjectRef<CronJob>> {
     let r = pod_control::controller_of(&job.metadata)?;
-    (r.kind == "CronJob")
-        .then(|| ObjectRef::new(&r.name).within(&job.namespace().unwrap_or_default()))
+    (r.kind == "CronJob").then(|| ObjectRef::new(&r.name).within(&job.namespace().unwrap_or_default()))
 }
 
 fn error_policy(_cj: Arc<CronJob>, err: &SyncError, _state: Arc<State>) -> Action {

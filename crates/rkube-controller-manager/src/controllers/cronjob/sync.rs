@@ -64,15 +64,10 @@ fn job_for(cj: &CronJob, sched: &Schedule, at: DateTime<Utc>) -> Option<Job> {
 
 /// Syncs one CronJob.
 pub(super) async fn reconcile(cj: Arc<CronJob>, state: Arc<State>) -> Result<Action, SyncError> {
-    if tokio::time::timeout(Duration::from_secs(1), state.jobs.wait_until_ready())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(Duration::from_secs(1), state.jobs.wait_until_ready()).await.is_err() {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
-    let Some(spec) = cj.spec.as_ref() else {
-        return Ok(Action::await_change());
-    };
+    let Some(spec) = cj.spec.as_ref() else { return Ok(Action::await_change()) };
     let ns = cj.namespace().unwrap_or_default();
     let uid = cj.metadata.uid.clone().unwrap_or_default();
     let regarding = pod_control::object_ref(cj.as_ref());
@@ -91,43 +86,20 @@ pub(super) async fn reconcile(cj: Arc<CronJob>, state: Arc<State>) -> Result<Act
     // The active list against the Jobs that exist.
     for j in &mine {
         let j_uid = j.metadata.uid.clone().unwrap_or_default();
-        let listed = active
-            .iter()
-            .any(|r| r.uid.as_deref() == Some(j_uid.as_str()));
+        let listed = active.iter().any(|r| r.uid.as_deref() == Some(j_uid.as_str()));
         match history::finished(j) {
             // Warned about, not adopted into the active list (as upstream):
             // e.g. `kubectl create job --from=cronjob/<name>`.
             None if !listed && j.metadata.deletion_timestamp.is_none() => {
-                state
-                    .events
-                    .warning(
-                        &regarding,
-                        "UnexpectedJob",
-                        format!(
-                            "Saw a job that the controller did not create or forgot: {}",
-                            j.name_any()
-                        ),
-                    )
-                    .await;
+                state.events.warning(&regarding, "UnexpectedJob", format!("Saw a job that the controller did not create or forgot: {}", j.name_any())).await;
             }
             Some(how) if listed => {
                 active.retain(|r| r.uid.as_deref() != Some(j_uid.as_str()));
-                state
-                    .events
-                    .normal(
-                        &regarding,
-                        "SawCompletedJob",
-                        format!("Saw completed job: {}, condition: {how}", j.name_any()),
-                    )
-                    .await;
+                state.events.normal(&regarding, "SawCompletedJob", format!("Saw completed job: {}, condition: {how}", j.name_any())).await;
                 if how == "Complete" {
                     let done = j.status.as_ref().and_then(|s| s.completion_time.clone());
                     if let Some(done) = done {
-                        if status
-                            .last_successful_time
-                            .as_ref()
-                            .is_none_or(|t| t.0 < done.0)
-                        {
+                        if status.last_successful_time.as_ref().is_none_or(|t| t.0 < done.0) {
                             status.last_successful_time = Some(done);
                         }
                     }
@@ -144,42 +116,25 @@ pub(super) async fn reconcile(cj: Arc<CronJob>, state: Arc<State>) -> Result<Act
         match Schedule::parse(&spec.schedule, spec.time_zone.as_deref()) {
             Err(e) => state.events.warning(&regarding, e.reason, e.message).await,
             Ok(sched) if spec.suspend != Some(true) => {
-                requeue = start_due_job(
-                    &state,
-                    &cj,
-                    &sched,
-                    now,
-                    &mut status,
-                    &mut active,
-                    &jobs_api,
-                    &regarding,
-                )
-                .await?;
+                requeue = start_due_job(&state, &cj, &sched, now, &mut status, &mut active, &jobs_api, &regarding).await?;
             }
             Ok(sched) => requeue = sched.next_after(now),
         }
     }
 
     status.active = (!active.is_empty()).then_some(active);
-    if Some(&status) != cj.status.as_ref()
-        && !(cj.status.is_none() && status == CronJobStatus::default())
-    {
+    if Some(&status) != cj.status.as_ref() && !(cj.status.is_none() && status == CronJobStatus::default()) {
         let mut next = (*cj).clone();
         next.status = Some(status);
         let api: Api<CronJob> = Api::namespaced(state.client.clone(), &ns);
-        match api
-            .replace_status(&cj.name_any(), &PostParams::default(), &next)
-            .await
-        {
+        match api.replace_status(&cj.name_any(), &PostParams::default(), &next).await {
             Ok(_) => {}
             Err(e) if pod_control::is_not_found(&e) => return Ok(Action::await_change()),
             Err(e) => return Err(e.into()),
         }
     }
     Ok(match requeue {
-        Some(t) => Action::requeue(
-            (t - now).to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(100),
-        ),
+        Some(t) => Action::requeue((t - now).to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(100)),
         None => Action::await_change(),
     })
 }
@@ -199,51 +154,26 @@ async fn start_due_job(
 ) -> Result<Option<DateTime<Utc>>, SyncError> {
     let spec = cj.spec.as_ref();
     let next = sched.next_after(now);
-    let since = status
-        .last_schedule_time
-        .as_ref()
-        .or(cj.metadata.creation_timestamp.as_ref())
-        .map(to_chrono)
-        .unwrap_or(now);
-    let missed = schedule::missed(
-        sched,
-        since,
-        now,
-        spec.and_then(|s| s.starting_deadline_seconds),
-    );
+    let since = status.last_schedule_time.as_ref().or(cj.metadata.creation_timestamp.as_ref()).map(to_chrono).unwrap_or(now);
+    let missed = schedule::missed(sched, since, now, spec.and_then(|s| s.starting_deadline_seconds));
     if missed.count > TOO_MANY_MISSED {
         state
             .events
             .warning(regarding, "TooManyMissedTimes", format!("too many missed start times: {}. Set or decrease .spec.startingDeadlineSeconds or check clock skew", missed.count))
             .await;
     }
-    let Some(at) = missed.most_recent else {
-        return Ok(next);
-    };
+    let Some(at) = missed.most_recent else { return Ok(next) };
     if let Some(sds) = spec.and_then(|s| s.starting_deadline_seconds) {
         if at + chrono::Duration::seconds(sds) < now {
-            state
-                .events
-                .warning(
-                    regarding,
-                    "MissSchedule",
-                    format!("Missed scheduled time to start a job: {}", rfc1123z(at)),
-                )
-                .await;
+            state.events.warning(regarding, "MissSchedule", format!("Missed scheduled time to start a job: {}", rfc1123z(at))).await;
             return Ok(next);
         }
     }
     let name = schedule::job_name(&cj.name_any(), at);
-    if active
-        .iter()
-        .any(|r| r.name.as_deref() == Some(name.as_str()))
-    {
+    if active.iter().any(|r| r.name.as_deref() == Some(name.as_str())) {
         return Ok(next);
     }
-    match spec
-        .and_then(|s| s.concurrency_policy.as_deref())
-        .unwrap_or("Allow")
-    {
+    match spec.and_then(|s| s.concurrency_policy.as_deref()).unwrap_or("Allow") {
         "Forbid" if !active.is_empty() => {
             state
                 .events
@@ -253,25 +183,9 @@ async fn start_due_job(
         }
         "Replace" => {
             for r in active.drain(..) {
-                let Some(old) = r.name.as_deref() else {
-                    continue;
-                };
-                match jobs_api
-                    .delete(
-                        old,
-                        &DeleteParams {
-                            propagation_policy: Some(PropagationPolicy::Background),
-                            ..DeleteParams::default()
-                        },
-                    )
-                    .await
-                {
-                    Ok(_) => {
-                        state
-                            .events
-                            .normal(regarding, "SuccessfulDelete", format!("Deleted job {old}"))
-                            .await
-                    }
+                let Some(old) = r.name.as_deref() else { continue };
+                match jobs_api.delete(old, &DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() }).await {
+                    Ok(_) => state.events.normal(regarding, "SuccessfulDelete", format!("Deleted job {old}")).await,
                     Err(e) if pod_control::is_not_found(&e) => {}
                     Err(e) => return Err(e.into()),
                 }
@@ -279,35 +193,17 @@ async fn start_due_job(
         }
         _ => {}
     }
-    let Some(job) = job_for(cj, sched, at) else {
-        return Ok(next);
-    };
+    let Some(job) = job_for(cj, sched, at) else { return Ok(next) };
     match jobs_api.create(&PostParams::default(), &job).await {
         Ok(created) => {
-            state
-                .events
-                .normal(
-                    regarding,
-                    "SuccessfulCreate",
-                    format!("Created job {}", created.name_any()),
-                )
-                .await;
+            state.events.normal(regarding, "SuccessfulCreate", format!("Created job {}", created.name_any())).await;
             active.push(job_ref(&created));
         }
         // Already created by an earlier sync whose status write was lost.
         Err(e) if pod_control::is_conflict(&e) => {
-            if let Some(existing) = state
-                .jobs
-                .state()
-                .iter()
-                .find(|j| j.namespace() == cj.namespace() && j.name_any() == name)
-            {
-                let ours = pod_control::controller_of(&existing.metadata)
-                    .is_some_and(|r| Some(&r.uid) == cj.metadata.uid.as_ref());
-                if ours
-                    && history::finished(existing).is_none()
-                    && !active.iter().any(|r| r.uid == existing.metadata.uid)
-                {
+            if let Some(existing) = state.jobs.state().iter().find(|j| j.namespace() == cj.namespace() && j.name_any() == name) {
+                let ours = pod_control::controller_of(&existing.metadata).is_some_and(|r| Some(&r.uid) == cj.metadata.uid.as_ref());
+                if ours && history::finished(existing).is_none() && !active.iter().any(|r| r.uid == existing.metadata.uid) {
                     active.push(job_ref(existing));
                 }
             }
@@ -317,14 +213,7 @@ async fn start_due_job(
                 kube::Error::Api(s) => s.message.clone(),
                 other => other.to_string(),
             };
-            state
-                .events
-                .warning(
-                    regarding,
-                    "FailedCreate",
-                    format!("Error creating job: {message}"),
-                )
-                .await;
+            state.events.warning(regarding, "FailedCreate", format!("Error creating job: {message}")).await;
             return Err(e.into());
         }
     }
@@ -333,50 +222,22 @@ async fn start_due_job(
 }
 
 /// Deletes finished Jobs beyond the history limits (background propagation).
-async fn cleanup_history(
-    state: &State,
-    cj: &CronJob,
-    mine: &[Arc<Job>],
-    jobs_api: &Api<Job>,
-    regarding: &ObjectReference,
-) {
+async fn cleanup_history(state: &State, cj: &CronJob, mine: &[Arc<Job>], jobs_api: &Api<Job>, regarding: &ObjectReference) {
     let spec = cj.spec.as_ref();
     let done: Vec<Finished> = mine
         .iter()
         .filter(|j| j.metadata.deletion_timestamp.is_none())
         .filter_map(|j| {
             let how = history::finished(j)?;
-            let started = j
-                .status
-                .as_ref()
-                .and_then(|s| s.start_time.as_ref())
-                .or(j.metadata.creation_timestamp.as_ref())
-                .map(|t| t.0.as_second())
-                .unwrap_or(0);
-            Some(Finished {
-                name: j.name_any(),
-                succeeded: how == "Complete",
-                started,
-            })
+            let started = j.status.as_ref().and_then(|s| s.start_time.as_ref()).or(j.metadata.creation_timestamp.as_ref()).map(|t| t.0.as_second()).unwrap_or(0);
+            Some(Finished { name: j.name_any(), succeeded: how == "Complete", started })
         })
         .collect();
-    let victims = history::to_delete(
-        &done,
-        spec.and_then(|s| s.successful_jobs_history_limit),
-        spec.and_then(|s| s.failed_jobs_history_limit),
-    );
-    let dp = DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Background),
-        ..DeleteParams::default()
-    };
+    let victims = history::to_delete(&done, spec.and_then(|s| s.successful_jobs_history_limit), spec.and_then(|s| s.failed_jobs_history_limit));
+    let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
     for name in victims {
         match jobs_api.delete(&name, &dp).await {
-            Ok(_) => {
-                state
-                    .events
-                    .normal(regarding, "SuccessfulDelete", format!("Deleted job {name}"))
-                    .await
-            }
+            Ok(_) => state.events.normal(regarding, "SuccessfulDelete", format!("Deleted job {name}")).await,
             Err(e) => tracing::debug!(%e, job = %name, "could not delete a finished job"),
         }
     }

@@ -64,33 +64,19 @@ pub fn start(ctx: ControllerContext) -> futures::future::BoxFuture<'static, anyh
 pub async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let (pods, pod_writer) = reflector::store::<Pod>();
-    let pod_events = reflector::reflector(
-        pod_writer,
-        watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
+    let pod_events = reflector::reflector(pod_writer, watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
     let (nodes, node_writer) = reflector::store::<Node>();
-    let node_events = reflector::reflector(
-        node_writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
+    let node_events = reflector::reflector(node_writer, watcher(Api::<Node>::all(client.clone()), watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
     let (revisions, rev_writer) = reflector::store::<ControllerRevision>();
-    let rev_events = reflector::reflector(
-        rev_writer,
-        watcher(
-            Api::<ControllerRevision>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let controller = Controller::new(
-        Api::<DaemonSet>::all(client.clone()),
-        watcher::Config::default(),
-    );
+    let rev_events =
+        reflector::reflector(rev_writer, watcher(Api::<ControllerRevision>::all(client.clone()), watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+    let controller = Controller::new(Api::<DaemonSet>::all(client.clone()), watcher::Config::default());
     let sets = controller.store();
     let every = sets.clone();
     let state = Arc::new(State {
@@ -104,16 +90,8 @@ pub async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
     let stop = ctx.clone();
     controller
         .watches_stream(pod_events, move |pod: Pod| daemon_sets_of(&pod, &sets))
-        .watches_stream(node_events, move |_node: Node| {
-            every
-                .state()
-                .iter()
-                .map(|d| ObjectRef::from_obj(d.as_ref()))
-                .collect::<Vec<_>>()
-        })
-        .watches_stream(rev_events, |rev: ControllerRevision| {
-            owner_of(&rev.metadata)
-        })
+        .watches_stream(node_events, move |_node: Node| every.state().iter().map(|d| ObjectRef::from_obj(d.as_ref())).collect::<Vec<_>>())
+        .watches_stream(rev_events, |rev: ControllerRevision| owner_of(&rev.metadata))
         .graceful_shutdown_on(async move { stop.stopped().await })
         .run(reconcile, error_policy, state)
         .for_each(|r| async move {
@@ -125,9 +103,7 @@ pub async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn owner_of(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Option<ObjectRef<DaemonSet>> {
+fn owner_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<ObjectRef<DaemonSet>> {
     let r = pod_control::controller_of(meta).filter(|r| r.kind == "DaemonSet")?;
     Some(ObjectRef::new(&r.name).within(meta.namespace.as_deref().unwrap_or("")))
 }
@@ -158,10 +134,7 @@ async fn reconcile(ds: Arc<DaemonSet>, state: Arc<State>) -> Result<Action, kube
         state.nodes.wait_until_ready().await?;
         state.revisions.wait_until_ready().await
     };
-    if !matches!(
-        tokio::time::timeout(Duration::from_secs(1), ready).await,
-        Ok(Ok(()))
-    ) {
+    if !matches!(tokio::time::timeout(Duration::from_secs(1), ready).await, Ok(Ok(()))) {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     sync::sync_daemon_set(ds.as_ref(), &state).await

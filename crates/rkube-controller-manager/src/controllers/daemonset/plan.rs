@@ -7,9 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{
-    NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration,
-};
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, PodSpec, Taint, Toleration};
 use rkube_scheduler::plugins::selectors::{node_selector_term_matches, tolerates};
 
 /// Whether a node should run the daemon pod, and whether a pod already
@@ -27,38 +25,21 @@ pub struct Fit {
 /// [`Fit`] of a node (`name`, `labels`, `taints`) for pods of `spec` (the
 /// DaemonSet's template with [`add_daemon_tolerations`] applied).
 pub fn fit(spec: &PodSpec, name: &str, labels: &BTreeMap<String, String>, taints: &[Taint]) -> Fit {
-    let none = Fit {
-        should_run: false,
-        should_continue: false,
-    };
-    if spec
-        .node_name
-        .as_deref()
-        .is_some_and(|n| !n.is_empty() && n != name)
-    {
+    let none = Fit { should_run: false, should_continue: false };
+    if spec.node_name.as_deref().is_some_and(|n| !n.is_empty() && n != name) {
         return none;
     }
-    let selector_ok = spec
-        .node_selector
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
+    let selector_ok = spec.node_selector.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
     let required = spec
         .affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        });
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref());
     // Upstream tests the pod as placed on this node: its matchFields are
     // replaced by the node's name, so only the expressions decide.
     let affinity_ok = required.is_none_or(|r| {
         r.node_selector_terms.iter().any(|t| {
-            let t = NodeSelectorTerm {
-                match_expressions: t.match_expressions.clone(),
-                match_fields: Some(vec![name_requirement(name)]),
-            };
+            let t = NodeSelectorTerm { match_expressions: t.match_expressions.clone(), match_fields: Some(vec![name_requirement(name)]) };
             node_selector_term_matches(&t, labels, name)
         })
     });
@@ -66,26 +47,14 @@ pub fn fit(spec: &PodSpec, name: &str, labels: &BTreeMap<String, String>, taints
         return none;
     }
     let tolerations = spec.tolerations.as_deref().unwrap_or(&[]);
-    let untolerated = |effect: &str| {
-        taints
-            .iter()
-            .filter(|t| t.effect == effect)
-            .any(|t| !tolerations.iter().any(|tol| tolerates(tol, t)))
-    };
+    let untolerated = |effect: &str| taints.iter().filter(|t| t.effect == effect).any(|t| !tolerations.iter().any(|tol| tolerates(tol, t)));
     let no_execute = untolerated("NoExecute");
     let no_schedule = untolerated("NoSchedule");
-    Fit {
-        should_run: !no_execute && !no_schedule,
-        should_continue: !no_execute,
-    }
+    Fit { should_run: !no_execute && !no_schedule, should_continue: !no_execute }
 }
 
 fn name_requirement(node: &str) -> NodeSelectorRequirement {
-    NodeSelectorRequirement {
-        key: "metadata.name".into(),
-        operator: "In".into(),
-        values: Some(vec![node.to_string()]),
-    }
+    NodeSelectorRequirement { key: "metadata.name".into(), operator: "In".into(), values: Some(vec![node.to_string()]) }
 }
 
 /// Adds the tolerations every daemon pod gets unless it has them
@@ -107,21 +76,10 @@ pub fn add_daemon_tolerations(spec: &mut PodSpec) {
     }
     let list = spec.tolerations.get_or_insert_with(Vec::new);
     for (key, effect) in wanted {
-        let has = list.iter().any(|t| {
-            t.key.as_deref() == Some(key)
-                && t.effect.as_deref() == Some(effect)
-                && t.operator.as_deref() == Some("Exists")
-        });
+        let has = list.iter().any(|t| t.key.as_deref() == Some(key) && t.effect.as_deref() == Some(effect) && t.operator.as_deref() == Some("Exists"));
         if !has {
-            list.retain(|t| {
-                !(t.key.as_deref() == Some(key) && t.effect.as_deref() == Some(effect))
-            });
-            list.push(Toleration {
-                key: Some(key.into()),
-                operator: Some("Exists".into()),
-                effect: Some(effect.into()),
-                ..Toleration::default()
-            });
+            list.retain(|t| !(t.key.as_deref() == Some(key) && t.effect.as_deref() == Some(effect)));
+            list.push(Toleration { key: Some(key.into()), operator: Some("Exists".into()), effect: Some(effect.into()), ..Toleration::default() });
         }
     }
 }
@@ -132,13 +90,9 @@ pub fn add_daemon_tolerations(spec: &mut PodSpec) {
 pub fn pin_to_node(spec: &mut PodSpec, node: &str) {
     let affinity = spec.affinity.get_or_insert_with(Default::default);
     let node_affinity = affinity.node_affinity.get_or_insert_with(Default::default);
-    let required = node_affinity
-        .required_during_scheduling_ignored_during_execution
-        .get_or_insert_with(Default::default);
+    let required = node_affinity.required_during_scheduling_ignored_during_execution.get_or_insert_with(Default::default);
     if required.node_selector_terms.is_empty() {
-        required
-            .node_selector_terms
-            .push(NodeSelectorTerm::default());
+        required.node_selector_terms.push(NodeSelectorTerm::default());
     }
     for term in &mut required.node_selector_terms {
         term.match_fields = Some(vec![name_requirement(node)]);
@@ -151,20 +105,11 @@ pub fn target_node(spec: &PodSpec) -> Option<String> {
     if let Some(n) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
         return Some(n.to_string());
     }
-    let terms = &spec
-        .affinity
-        .as_ref()?
-        .node_affinity
-        .as_ref()?
-        .required_during_scheduling_ignored_during_execution
-        .as_ref()?
-        .node_selector_terms;
+    let terms = &spec.affinity.as_ref()?.node_affinity.as_ref()?.required_during_scheduling_ignored_during_execution.as_ref()?.node_selector_terms;
     terms.iter().find_map(|t| {
-        t.match_fields.as_ref()?.iter().find_map(|r| {
-            match (r.key.as_str(), r.operator.as_str(), r.values.as_deref()) {
-                ("metadata.name", "In", Some([v])) => Some(v.clone()),
-                _ => None,
-            }
+        t.match_fields.as_ref()?.iter().find_map(|r| match (r.key.as_str(), r.operator.as_str(), r.values.as_deref()) {
+            ("metadata.name", "In", Some([v])) => Some(v.clone()),
+            _ => None,
         })
     })
 }
@@ -243,24 +188,14 @@ pub fn plan(nodes: &[NodeFit], pods: &[DaemonPod], rolling: Option<Rolling>) -> 
     }
     let known: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
     // Pods for nodes that do not exist (or none) go.
-    for p in pods
-        .iter()
-        .filter(|p| !known.contains(p.node.as_str()) && !p.terminating)
-    {
+    for p in pods.iter().filter(|p| !known.contains(p.node.as_str()) && !p.terminating) {
         out.delete.push((p.name.clone(), Why::Excess));
     }
     let surge = rolling.is_some_and(|r| r.max_surge > 0);
     for n in nodes {
-        let here: &[&DaemonPod] = by_node
-            .get(n.name.as_str())
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
+        let here: &[&DaemonPod] = by_node.get(n.name.as_str()).map(Vec::as_slice).unwrap_or(&[]);
         if !n.fit.should_continue {
-            out.delete.extend(
-                here.iter()
-                    .filter(|p| !p.terminating)
-                    .map(|p| (p.name.clone(), Why::Excess)),
-            );
+            out.delete.extend(here.iter().filter(|p| !p.terminating).map(|p| (p.name.clone(), Why::Excess)));
             continue;
         }
         let mut running: Vec<&DaemonPod> = Vec::new();
@@ -279,27 +214,13 @@ pub fn plan(nodes: &[NodeFit], pods: &[DaemonPod], rolling: Option<Rolling>) -> 
         }
         if running.len() > 1 {
             let keep = keep_on_node(&running, surge);
-            out.delete.extend(
-                running
-                    .iter()
-                    .filter(|p| !keep.contains(&p.name.as_str()))
-                    .map(|p| (p.name.clone(), Why::Excess)),
-            );
+            out.delete.extend(running.iter().filter(|p| !keep.contains(&p.name.as_str())).map(|p| (p.name.clone(), Why::Excess)));
         }
     }
     if let Some(r) = rolling {
         let taken: BTreeSet<String> = out.delete.iter().map(|(n, _)| n.clone()).collect();
-        let update = if r.max_surge > 0 {
-            surge_update(nodes, &by_node, r.max_surge)
-        } else {
-            unavailable_update(nodes, &by_node, r.max_unavailable)
-        };
-        out.delete.extend(
-            update
-                .delete
-                .into_iter()
-                .filter(|(n, _)| !taken.contains(n)),
-        );
+        let update = if r.max_surge > 0 { surge_update(nodes, &by_node, r.max_surge) } else { unavailable_update(nodes, &by_node, r.max_unavailable) };
+        out.delete.extend(update.delete.into_iter().filter(|(n, _)| !taken.contains(n)));
         out.create_on.extend(update.create_on);
     }
     out
@@ -310,51 +231,32 @@ pub fn plan(nodes: &[NodeFit], pods: &[DaemonPod], rolling: Option<Rolling>) -> 
 /// updated one is not yet available.
 fn keep_on_node<'a>(running: &[&'a DaemonPod], surge: bool) -> Vec<&'a str> {
     if !surge {
-        return running
-            .first()
-            .map(|p| vec![p.name.as_str()])
-            .unwrap_or_default();
+        return running.first().map(|p| vec![p.name.as_str()]).unwrap_or_default();
     }
     let new = running.iter().find(|p| p.updated);
     let old_available = running.iter().find(|p| !p.updated && p.available);
     match (new, old_available) {
         (Some(n), Some(o)) if !n.available => vec![n.name.as_str(), o.name.as_str()],
         (Some(n), _) => vec![n.name.as_str()],
-        (None, _) => running
-            .first()
-            .map(|p| vec![p.name.as_str()])
-            .unwrap_or_default(),
+        (None, _) => running.first().map(|p| vec![p.name.as_str()]).unwrap_or_default(),
     }
 }
 
 /// The oldest live new and old pod of a node.
 fn new_and_old<'a>(pods: &[&'a DaemonPod]) -> (Option<&'a DaemonPod>, Option<&'a DaemonPod>) {
-    let live = || {
-        pods.iter()
-            .copied()
-            .filter(|p| !p.terminating && !p.failed && !p.succeeded)
-    };
+    let live = || pods.iter().copied().filter(|p| !p.terminating && !p.failed && !p.succeeded);
     (live().find(|p| p.updated), live().find(|p| !p.updated))
 }
 
 /// Rolling update without surge: old pods that are not available go at
 /// once; available ones go while fewer than `max_unavailable` nodes lack
 /// an available pod.
-fn unavailable_update(
-    nodes: &[NodeFit],
-    by_node: &BTreeMap<&str, Vec<&DaemonPod>>,
-    max_unavailable: usize,
-) -> Plan {
+fn unavailable_update(nodes: &[NodeFit], by_node: &BTreeMap<&str, Vec<&DaemonPod>>, max_unavailable: usize) -> Plan {
     let mut out = Plan::default();
     let mut unavailable = 0usize;
     let mut candidates = Vec::new();
     for n in nodes.iter().filter(|n| n.fit.should_run) {
-        let (new, old) = new_and_old(
-            by_node
-                .get(n.name.as_str())
-                .map(Vec::as_slice)
-                .unwrap_or(&[]),
-        );
+        let (new, old) = new_and_old(by_node.get(n.name.as_str()).map(Vec::as_slice).unwrap_or(&[]));
         match (new, old) {
             (None, None) | (Some(_), Some(_)) => unavailable += 1,
             (Some(p), None) => unavailable += usize::from(!p.available),
@@ -364,33 +266,21 @@ fn unavailable_update(
     }
     unavailable += out.delete.len();
     let room = max_unavailable.saturating_sub(unavailable);
-    out.delete
-        .extend(candidates.into_iter().take(room).map(|n| (n, Why::Update)));
+    out.delete.extend(candidates.into_iter().take(room).map(|n| (n, Why::Update)));
     out
 }
 
 /// Rolling update with surge: a node whose old pod is not available gets
 /// its new pod at once; others get one while fewer than `max_surge` nodes
 /// run both; an old pod goes once the new pod of its node is available.
-fn surge_update(
-    nodes: &[NodeFit],
-    by_node: &BTreeMap<&str, Vec<&DaemonPod>>,
-    max_surge: usize,
-) -> Plan {
+fn surge_update(nodes: &[NodeFit], by_node: &BTreeMap<&str, Vec<&DaemonPod>>, max_surge: usize) -> Plan {
     let mut out = Plan::default();
     let mut surging = 0usize;
     let mut candidates = Vec::new();
     for n in nodes.iter().filter(|n| n.fit.should_run) {
-        let (new, old) = new_and_old(
-            by_node
-                .get(n.name.as_str())
-                .map(Vec::as_slice)
-                .unwrap_or(&[]),
-        );
+        let (new, old) = new_and_old(by_node.get(n.name.as_str()).map(Vec::as_slice).unwrap_or(&[]));
         match (new, old) {
-            (Some(new), Some(old)) if new.available => {
-                out.delete.push((old.name.clone(), Why::Update))
-            }
+            (Some(new), Some(old)) if new.available => out.delete.push((old.name.clone(), Why::Update)),
             (Some(_), Some(_)) => surging += 1,
             (None, Some(old)) if !old.available => out.create_on.push(n.name.clone()),
             (None, Some(_)) => candidates.push(n.name.clone()),
@@ -432,10 +322,7 @@ impl Counts {
 pub fn count(nodes: &[NodeFit], pods: &[DaemonPod]) -> Counts {
     let mut c = Counts::default();
     for n in nodes {
-        let mut here: Vec<&DaemonPod> = pods
-            .iter()
-            .filter(|p| p.node == n.name && !(p.terminating && (p.failed || p.succeeded)))
-            .collect();
+        let mut here: Vec<&DaemonPod> = pods.iter().filter(|p| p.node == n.name && !(p.terminating && (p.failed || p.succeeded))).collect();
         here.sort_by_key(|p| p.age_rank);
         match (n.fit.should_run, here.first()) {
             (true, first) => {

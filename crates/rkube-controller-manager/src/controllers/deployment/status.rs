@@ -15,13 +15,7 @@ pub const AVAILABLE: &str = "Available";
 pub const PROGRESSING: &str = "Progressing";
 
 /// A condition stamped `now` (both times).
-pub fn condition(
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: String,
-    now: Timestamp,
-) -> DeploymentCondition {
+pub fn condition(type_: &str, status: &str, reason: &str, message: String, now: Timestamp) -> DeploymentCondition {
     DeploymentCondition {
         type_: type_.into(),
         status: status.into(),
@@ -33,15 +27,8 @@ pub fn condition(
 }
 
 /// The condition of `type_` in `status`.
-pub fn get_condition<'a>(
-    status: &'a DeploymentStatus,
-    type_: &str,
-) -> Option<&'a DeploymentCondition> {
-    status
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
+pub fn get_condition<'a>(status: &'a DeploymentStatus, type_: &str) -> Option<&'a DeploymentCondition> {
+    status.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
 }
 
 /// Sets `cond` (upstream's `SetDeploymentCondition`): unchanged when one of
@@ -71,12 +58,7 @@ pub fn remove_condition(status: &mut DeploymentStatus, type_: &str) {
 }
 
 /// Counts from the ReplicaSets and the `Available` condition (upstream's `calculateStatus`).
-pub fn calculate_status(
-    d: &Deployment,
-    all: &[&ReplicaSet],
-    new_rs: Option<&ReplicaSet>,
-    now: Timestamp,
-) -> DeploymentStatus {
+pub fn calculate_status(d: &Deployment, all: &[&ReplicaSet], new_rs: Option<&ReplicaSet>, now: Timestamp) -> DeploymentStatus {
     let sum = |f: fn((i32, i32, i32)) -> i32| all.iter().map(|rs| f(rs_status(rs))).sum::<i32>();
     let available = sum(|s| s.2);
     let total = sum(|s| s.0);
@@ -95,22 +77,10 @@ pub fn calculate_status(
         terminating_replicas: None,
     };
     if available >= replicas(d) - max_unavailable(d) {
-        let c = condition(
-            AVAILABLE,
-            "True",
-            "MinimumReplicasAvailable",
-            "Deployment has minimum availability.".into(),
-            now,
-        );
+        let c = condition(AVAILABLE, "True", "MinimumReplicasAvailable", "Deployment has minimum availability.".into(), now);
         set_condition(&mut status, c);
     } else {
-        let c = condition(
-            AVAILABLE,
-            "False",
-            "MinimumReplicasUnavailable",
-            "Deployment does not have minimum availability.".into(),
-            now,
-        );
+        let c = condition(AVAILABLE, "False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability.".into(), now);
         set_condition(&mut status, c);
     }
     status
@@ -141,40 +111,25 @@ pub fn progressing(d: &Deployment, new: &DeploymentStatus) -> bool {
 
 /// `spec.progressDeadlineSeconds` when it is set and not MaxInt32.
 pub fn progress_deadline(d: &Deployment) -> Option<i32> {
-    d.spec
-        .as_ref()?
-        .progress_deadline_seconds
-        .filter(|s| *s != i32::MAX)
+    d.spec.as_ref()?.progress_deadline_seconds.filter(|s| *s != i32::MAX)
 }
 
 /// Whether the rollout has exceeded its progress deadline at `now`
 /// (upstream's `DeploymentTimedOut`).
 pub fn timed_out(d: &Deployment, s: &DeploymentStatus, now: Timestamp) -> bool {
-    let Some(deadline) = progress_deadline(d) else {
-        return false;
-    };
-    let Some(c) = get_condition(s, PROGRESSING) else {
-        return false;
-    };
+    let Some(deadline) = progress_deadline(d) else { return false };
+    let Some(c) = get_condition(s, PROGRESSING) else { return false };
     match c.reason.as_deref() {
         Some("NewReplicaSetAvailable") => false,
         Some("ProgressDeadlineExceeded") => true,
-        _ => c
-            .last_update_time
-            .as_ref()
-            .is_some_and(|t| t.0.as_second() + i64::from(deadline) < now.as_second()),
+        _ => c.last_update_time.as_ref().is_some_and(|t| t.0.as_second() + i64::from(deadline) < now.as_second()),
     }
 }
 
 /// The rollout status with `Progressing` updated (upstream's
 /// `syncRolloutStatus`): `NewReplicaSetAvailable` when complete,
 /// `ReplicaSetUpdated` on progress, `ProgressDeadlineExceeded` past the deadline.
-pub fn rollout_status(
-    d: &Deployment,
-    all: &[&ReplicaSet],
-    new_rs: Option<&ReplicaSet>,
-    now: Timestamp,
-) -> DeploymentStatus {
+pub fn rollout_status(d: &Deployment, all: &[&ReplicaSet], new_rs: Option<&ReplicaSet>, now: Timestamp) -> DeploymentStatus {
     let mut s = calculate_status(d, all, new_rs, now);
     if progress_deadline(d).is_none() {
         remove_condition(&mut s, PROGRESSING);
@@ -189,10 +144,7 @@ pub fn rollout_status(
                 Some(n) => format!("ReplicaSet {n:?} has successfully progressed."),
                 None => "Deployment has successfully progressed.".into(),
             };
-            set_condition(
-                &mut s,
-                condition(PROGRESSING, "True", "NewReplicaSetAvailable", msg, now),
-            );
+            set_condition(&mut s, condition(PROGRESSING, "True", "NewReplicaSetAvailable", msg, now));
         } else if progressing(d, &s) {
             let msg = match &name {
                 Some(n) => format!("ReplicaSet {n:?} is progressing."),
@@ -209,10 +161,7 @@ pub fn rollout_status(
                 Some(n) => format!("ReplicaSet {n:?} has timed out progressing."),
                 None => "Deployment has timed out progressing.".into(),
             };
-            set_condition(
-                &mut s,
-                condition(PROGRESSING, "False", "ProgressDeadlineExceeded", msg, now),
-            );
+            set_condition(&mut s, condition(PROGRESSING, "False", "ProgressDeadlineExceeded", msg, now));
         }
     }
     s
@@ -220,11 +169,7 @@ pub fn rollout_status(
 
 /// How long until a stuck rollout's deadline passes, to check again then
 /// (upstream's `requeueStuckDeployment`).
-pub fn requeue_after(
-    d: &Deployment,
-    s: &DeploymentStatus,
-    now: Timestamp,
-) -> Option<std::time::Duration> {
+pub fn requeue_after(d: &Deployment, s: &DeploymentStatus, now: Timestamp) -> Option<std::time::Duration> {
     let deadline = progress_deadline(d)?;
     let c = get_condition(s, PROGRESSING)?;
     if complete(d, s) || timed_out(d, s, now) || c.reason.as_deref() == Some("DeploymentPaused") {
@@ -232,9 +177,7 @@ pub fn requeue_after(
     }
     let at = c.last_update_time.as_ref()?.0.as_second() + i64::from(deadline);
     let left = (at - now.as_second()).max(1);
-    Some(std::time::Duration::from_secs(
-        u64::try_from(left).unwrap_or(1),
-    ))
+    Some(std::time::Duration::from_secs(u64::try_from(left).unwrap_or(1)))
 }
 
 /// `Progressing` while paused (`DeploymentPaused`) or just resumed
@@ -247,43 +190,21 @@ pub fn paused_condition(d: &Deployment, now: Timestamp) -> Option<DeploymentStat
     let paused = d.spec.as_ref().and_then(|sp| sp.paused).unwrap_or(false);
     let reason = cur.and_then(|c| c.reason.as_deref());
     if paused && reason != Some("DeploymentPaused") {
-        set_condition(
-            &mut s,
-            condition(
-                PROGRESSING,
-                "Unknown",
-                "DeploymentPaused",
-                "Deployment is paused".into(),
-                now,
-            ),
-        );
+        set_condition(&mut s, condition(PROGRESSING, "Unknown", "DeploymentPaused", "Deployment is paused".into(), now));
         Some(s)
     } else if !paused && reason == Some("DeploymentPaused") {
-        set_condition(
-            &mut s,
-            condition(
-                PROGRESSING,
-                "Unknown",
-                "DeploymentResumed",
-                "Deployment is resumed".into(),
-                now,
-            ),
-        );
+        set_condition(&mut s, condition(PROGRESSING, "Unknown", "DeploymentResumed", "Deployment is resumed".into(), now));
         Some(s)
     } else {
         None
     }
 }
 
+
 /// Whether `util` revision bookkeeping is needed: the Deployment's revision
 /// annotation differs from `rev`.
 pub fn deployment_revision_differs(d: &Deployment, rev: i64) -> bool {
-    d.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(util::REVISION))
-        .map(String::as_str)
-        != Some(rev.to_string().as_str())
+    d.metadata.annotations.as_ref().and_then(|a| a.get(util::REVISION)).map(String::as_str) != Some(rev.to_string().as_str())
 }
 
 #[cfg(test)]
@@ -298,10 +219,8 @@ mod tests {
     }
 
     fn deployment(replicas: i32, deadline: Option<i32>, status: serde_json::Value) -> Deployment {
-        serde_json::from_value(
-            json!({"metadata": {"generation": 2}, "spec": {"replicas": replicas, "selector": {},
-            "progressDeadlineSeconds": deadline, "template": {}}, "status": status}),
-        )
+        serde_json::from_value(json!({"metadata": {"generation": 2}, "spec": {"replicas": replicas, "selector": {},
+            "progressDeadlineSeconds": deadline, "template": {}}, "status": status}))
         .unwrap()
     }
 
@@ -311,74 +230,39 @@ mod tests {
         let d = deployment(4, Some(600), json!({}));
         let (old, new) = (rs(2, 2, 2, 2), rs(3, 2, 1, 1));
         let s = calculate_status(&d, &[&old, &new], Some(&new), now);
-        assert_eq!(
-            (
-                s.replicas,
-                s.updated_replicas,
-                s.ready_replicas,
-                s.available_replicas
-            ),
-            (Some(4), Some(2), Some(3), Some(3))
-        );
+        assert_eq!((s.replicas, s.updated_replicas, s.ready_replicas, s.available_replicas), (Some(4), Some(2), Some(3), Some(3)));
         assert_eq!(s.unavailable_replicas, Some(2), "5 asked for, 3 available");
         assert_eq!(s.observed_generation, Some(2));
         let c = get_condition(&s, AVAILABLE).unwrap();
-        assert_eq!(
-            (c.status.as_str(), c.reason.as_deref()),
-            ("True", Some("MinimumReplicasAvailable")),
-            "4 - maxUnavailable 1 = 3"
-        );
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("True", Some("MinimumReplicasAvailable")), "4 - maxUnavailable 1 = 3");
         let s = calculate_status(&d, &[&rs(4, 4, 1, 1)], None, now);
         let c = get_condition(&s, AVAILABLE).unwrap();
-        assert_eq!(
-            (c.status.as_str(), c.reason.as_deref()),
-            ("False", Some("MinimumReplicasUnavailable"))
-        );
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("False", Some("MinimumReplicasUnavailable")));
     }
 
     #[test]
     fn progressing_reports_updates_completion_and_the_deadline() {
         let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let later: Timestamp = "2026-01-01T00:00:30Z".parse().unwrap();
-        let d = deployment(
-            2,
-            Some(10),
-            json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 0}),
-        );
+        let d = deployment(2, Some(10), json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 0}));
         let new = rs(1, 1, 0, 0);
         let s = rollout_status(&d, &[&rs(2, 2, 2, 2), &new], Some(&new), t0);
         let c = get_condition(&s, PROGRESSING).unwrap().clone();
         assert_eq!(c.reason.as_deref(), Some("ReplicaSetUpdated"));
         // No progress for longer than the deadline.
-        let stuck = Deployment {
-            status: Some(s.clone()),
-            ..d.clone()
-        };
+        let stuck = Deployment { status: Some(s.clone()), ..d.clone() };
         let s2 = rollout_status(&stuck, &[&rs(2, 2, 2, 2), &new], Some(&new), later);
         let c = get_condition(&s2, PROGRESSING).unwrap();
-        assert_eq!(
-            (c.status.as_str(), c.reason.as_deref()),
-            ("False", Some("ProgressDeadlineExceeded"))
-        );
-        assert_eq!(
-            requeue_after(&stuck, &s, t0),
-            Some(std::time::Duration::from_secs(10))
-        );
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("False", Some("ProgressDeadlineExceeded")));
+        assert_eq!(requeue_after(&stuck, &s, t0), Some(std::time::Duration::from_secs(10)));
         // Complete.
         let done = rs(2, 2, 2, 2);
         let s3 = rollout_status(&stuck, &[&rs(0, 0, 0, 0), &done], Some(&done), later);
         let c = get_condition(&s3, PROGRESSING).unwrap();
-        assert_eq!(
-            (c.status.as_str(), c.reason.as_deref()),
-            ("True", Some("NewReplicaSetAvailable"))
-        );
+        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("True", Some("NewReplicaSetAvailable")));
         // Without a deadline there is no Progressing condition.
         let none = deployment(2, Some(i32::MAX), json!({}));
-        assert!(get_condition(
-            &rollout_status(&none, &[&done], Some(&done), later),
-            PROGRESSING
-        )
-        .is_none());
+        assert!(get_condition(&rollout_status(&none, &[&done], Some(&done), later), PROGRESSING).is_none());
     }
 
     #[test]
@@ -387,17 +271,11 @@ mod tests {
         let mut d = deployment(1, Some(600), json!({}));
         d.spec.as_mut().unwrap().paused = Some(true);
         let s = paused_condition(&d, now).unwrap();
-        assert_eq!(
-            get_condition(&s, PROGRESSING).unwrap().reason.as_deref(),
-            Some("DeploymentPaused")
-        );
+        assert_eq!(get_condition(&s, PROGRESSING).unwrap().reason.as_deref(), Some("DeploymentPaused"));
         d.status = Some(s);
         assert!(paused_condition(&d, now).is_none(), "already paused");
         d.spec.as_mut().unwrap().paused = Some(false);
         let s = paused_condition(&d, now).unwrap();
-        assert_eq!(
-            get_condition(&s, PROGRESSING).unwrap().reason.as_deref(),
-            Some("DeploymentResumed")
-        );
+        assert_eq!(get_condition(&s, PROGRESSING).unwrap().reason.as_deref(), Some("DeploymentResumed"));
     }
 }

@@ -40,9 +40,7 @@ pub fn fnv32a(data: &[u8]) -> u32 {
 
 /// Maps every byte of `s` into [`ALPHANUMS`] (upstream's `rand.SafeEncodeString`).
 pub fn safe_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| char::from(ALPHANUMS[usize::from(b) % ALPHANUMS.len()]))
-        .collect()
+    s.bytes().map(|b| char::from(ALPHANUMS[usize::from(b) % ALPHANUMS.len()])).collect()
 }
 
 /// The `pod-template-hash` of `template` and `collision_count`: FNV-32a,
@@ -74,27 +72,18 @@ fn canonical(t: &PodTemplateSpec) -> Value {
             Value::Null | Value::Bool(false) => None,
             Value::String(s) if s.is_empty() => None,
             Value::Array(a) => {
-                let a: Vec<Value> = a
-                    .into_iter()
-                    .map(|x| prune(x).unwrap_or(Value::Null))
-                    .collect();
+                let a: Vec<Value> = a.into_iter().map(|x| prune(x).unwrap_or(Value::Null)).collect();
                 (!a.is_empty()).then_some(Value::Array(a))
             }
             Value::Object(m) => {
-                let m: serde_json::Map<String, Value> = m
-                    .into_iter()
-                    .filter_map(|(k, x)| prune(x).map(|x| (k, x)))
-                    .collect();
+                let m: serde_json::Map<String, Value> = m.into_iter().filter_map(|(k, x)| prune(x).map(|x| (k, x))).collect();
                 (!m.is_empty()).then_some(Value::Object(m))
             }
             other => Some(other),
         }
     }
     let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
-    if let Some(labels) = v
-        .pointer_mut("/metadata/labels")
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(labels) = v.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
         labels.remove(POD_TEMPLATE_HASH);
     }
     prune(v).unwrap_or(Value::Null)
@@ -112,11 +101,7 @@ pub fn scaled_value(value: &IntOrString, total: i32, round_up: bool) -> Result<i
                 .and_then(|n| n.parse().ok())
                 .ok_or_else(|| format!("invalid value for IntOrString: invalid value {s:?}"))?;
             let prod = pct * i64::from(total);
-            let v = if round_up {
-                (prod + 99).div_euclid(100)
-            } else {
-                prod.div_euclid(100)
-            };
+            let v = if round_up { (prod + 99).div_euclid(100) } else { prod.div_euclid(100) };
             i32::try_from(v).map_err(|_| format!("value {s:?} is out of range"))
         }
     }
@@ -129,28 +114,17 @@ pub fn replicas(d: &Deployment) -> i32 {
 
 /// Whether the strategy is `RollingUpdate` (the default).
 pub fn is_rolling(d: &Deployment) -> bool {
-    d.spec
-        .as_ref()
-        .and_then(|s| s.strategy.as_ref())
-        .and_then(|s| s.type_.as_deref())
-        .unwrap_or("RollingUpdate")
-        == "RollingUpdate"
+    d.spec.as_ref().and_then(|s| s.strategy.as_ref()).and_then(|s| s.type_.as_deref()).unwrap_or("RollingUpdate") == "RollingUpdate"
 }
 
 /// `(maxSurge, maxUnavailable)` of a rolling Deployment for `desired`
 /// replicas: surge rounds up, unavailable down, and both 0 becomes
 /// unavailable 1 (upstream's `ResolveFenceposts`; defaults 25%/25%).
 pub fn fenceposts(d: &Deployment, desired: i32) -> (i32, i32) {
-    let ru = d
-        .spec
-        .as_ref()
-        .and_then(|s| s.strategy.as_ref())
-        .and_then(|s| s.rolling_update.as_ref());
+    let ru = d.spec.as_ref().and_then(|s| s.strategy.as_ref()).and_then(|s| s.rolling_update.as_ref());
     let pct = || IntOrString::String("25%".into());
     let surge_v = ru.and_then(|r| r.max_surge.clone()).unwrap_or_else(pct);
-    let unav_v = ru
-        .and_then(|r| r.max_unavailable.clone())
-        .unwrap_or_else(pct);
+    let unav_v = ru.and_then(|r| r.max_unavailable.clone()).unwrap_or_else(pct);
     let surge = scaled_value(&surge_v, desired, true).unwrap_or(0);
     let mut unavailable = scaled_value(&unav_v, desired, false).unwrap_or(0);
     if surge == 0 && unavailable == 0 {
@@ -183,16 +157,7 @@ pub fn rs_replicas(rs: &ReplicaSet) -> i32 {
 
 /// `status.replicas`, `status.readyReplicas`, `status.availableReplicas`.
 pub fn rs_status(rs: &ReplicaSet) -> (i32, i32, i32) {
-    rs.status
-        .as_ref()
-        .map(|s| {
-            (
-                s.replicas,
-                s.ready_replicas.unwrap_or(0),
-                s.available_replicas.unwrap_or(0),
-            )
-        })
-        .unwrap_or((0, 0, 0))
+    rs.status.as_ref().map(|s| (s.replicas, s.ready_replicas.unwrap_or(0), s.available_replicas.unwrap_or(0))).unwrap_or((0, 0, 0))
 }
 
 /// An integer annotation of `rs`.
@@ -214,33 +179,15 @@ pub fn max_revision<'a>(rss: impl IntoIterator<Item = &'a ReplicaSet>) -> i64 {
 /// controller's own and kubectl's last-applied configuration (upstream's
 /// `skipCopyAnnotation`).
 pub fn copyable_annotations(d: &Deployment) -> BTreeMap<String, String> {
-    let skip = [
-        LAST_APPLIED,
-        REVISION,
-        REVISION_HISTORY,
-        DESIRED_REPLICAS,
-        MAX_REPLICAS,
-        ROLLBACK_TO,
-    ];
-    d.metadata
-        .annotations
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|(k, _)| !skip.contains(&k.as_str()))
-        .collect()
+    let skip = [LAST_APPLIED, REVISION, REVISION_HISTORY, DESIRED_REPLICAS, MAX_REPLICAS, ROLLBACK_TO];
+    d.metadata.annotations.clone().unwrap_or_default().into_iter().filter(|(k, _)| !skip.contains(&k.as_str())).collect()
 }
 
 /// Annotations of the new ReplicaSet after a sync at `new_revision`:
 /// the Deployment's copyable ones, the revision raised to `new_revision`
 /// (recording the old one in the history), and the replica annotations
 /// (upstream's `SetNewReplicaSetAnnotations`).
-pub fn new_rs_annotations(
-    d: &Deployment,
-    rs: &ReplicaSet,
-    new_revision: i64,
-    exists: bool,
-) -> BTreeMap<String, String> {
+pub fn new_rs_annotations(d: &Deployment, rs: &ReplicaSet, new_revision: i64, exists: bool) -> BTreeMap<String, String> {
     let mut a = rs.metadata.annotations.clone().unwrap_or_default();
     a.extend(copyable_annotations(d));
     let old = a.get(REVISION).and_then(|r| r.parse::<i64>().ok());
@@ -256,10 +203,7 @@ pub fn new_rs_annotations(
     }
     if !exists {
         a.insert(DESIRED_REPLICAS.into(), replicas(d).to_string());
-        a.insert(
-            MAX_REPLICAS.into(),
-            (replicas(d) + max_surge(d)).to_string(),
-        );
+        a.insert(MAX_REPLICAS.into(), (replicas(d) + max_surge(d)).to_string());
     }
     a
 }
@@ -295,11 +239,7 @@ pub struct OldRs {
 /// (upstream's `reconcileOldReplicaSets`: first unhealthy replicas, then
 /// healthy ones while availability stays at or above
 /// `replicas - maxUnavailable`). Returns `(name, new replicas)` per change.
-pub fn plan_old_scale_down(
-    d: &Deployment,
-    old: &[OldRs],
-    new_rs: Option<(i32, i32)>,
-) -> Vec<(String, i32)> {
+pub fn plan_old_scale_down(d: &Deployment, old: &[OldRs], new_rs: Option<(i32, i32)>) -> Vec<(String, i32)> {
     let old_count: i32 = old.iter().map(|r| r.replicas).sum();
     if old_count == 0 {
         return vec![];
@@ -350,14 +290,7 @@ pub fn plan_old_scale_down(
             changes.insert(rs.name.clone(), rs.replicas);
         }
     }
-    old.iter()
-        .filter_map(|o| {
-            changes
-                .get(&o.name)
-                .filter(|n| **n != o.replicas)
-                .map(|n| (o.name.clone(), *n))
-        })
-        .collect()
+    old.iter().filter_map(|o| changes.get(&o.name).filter(|n| **n != o.replicas).map(|n| (o.name.clone(), *n))).collect()
 }
 
 /// One active ReplicaSet as proportional scaling sees it.
@@ -378,11 +311,7 @@ pub struct LiveRs {
 /// missing replicas are shared by each ReplicaSet's fraction of the
 /// previous size (`max-replicas`, else `status_replicas`), rounded, and the
 /// leftover goes to the largest. Returns the new size per name.
-pub fn proportional_sizes(
-    d: &Deployment,
-    live: &[LiveRs],
-    status_replicas: i32,
-) -> Vec<(String, i32)> {
+pub fn proportional_sizes(d: &Deployment, live: &[LiveRs], status_replicas: i32) -> Vec<(String, i32)> {
     let desired = replicas(d);
     let surge = max_surge(d);
     let current: i32 = live.iter().map(|r| r.replicas).sum();
@@ -408,17 +337,12 @@ pub fn proportional_sizes(
                 if annotated == 0 {
                     0
                 } else {
-                    let size =
-                        f64::from(rs.replicas) * f64::from(desired + surge) / f64::from(annotated);
+                    let size = f64::from(rs.replicas) * f64::from(desired + surge) / f64::from(annotated);
                     size.round() as i32 - rs.replicas
                 }
             };
             let left = to_add - added;
-            proportion = if to_add > 0 {
-                fraction.min(left)
-            } else {
-                fraction.max(left)
-            };
+            proportion = if to_add > 0 { fraction.min(left) } else { fraction.max(left) };
         }
         added += proportion;
         sizes.push((rs.name.clone(), rs.replicas + proportion));

@@ -12,22 +12,17 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 /// non-empty selector and is not of type ExternalName.
 pub fn is_managed(svc: &Service) -> bool {
     let Some(spec) = &svc.spec else { return false };
-    spec.type_.as_deref() != Some("ExternalName")
-        && spec.selector.as_ref().is_some_and(|s| !s.is_empty())
+    spec.type_.as_deref() != Some("ExternalName") && spec.selector.as_ref().is_some_and(|s| !s.is_empty())
 }
 
 /// Whether `pod`'s labels match the Service's selector (every pair present).
 pub fn selects(svc: &Service, pod: &Pod) -> bool {
-    let Some(selector) = svc.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
-        return false;
-    };
+    let Some(selector) = svc.spec.as_ref().and_then(|s| s.selector.as_ref()) else { return false };
     if selector.is_empty() || pod.metadata.namespace != svc.metadata.namespace {
         return false;
     }
     let labels = pod.metadata.labels.as_ref();
-    selector
-        .iter()
-        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+    selector.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }
 
 /// One port of an endpoint: the Service port's name, protocol and
@@ -85,16 +80,10 @@ fn pod_is_ready(pod: &Pod) -> bool {
 /// Succeeded or Failed), and is not being deleted unless `include_terminating`.
 pub fn should_include(pod: &Pod, include_terminating: bool) -> bool {
     let status = pod.status.as_ref();
-    if status
-        .and_then(|s| s.pod_ip.as_deref())
-        .is_none_or(str::is_empty)
-    {
+    if status.and_then(|s| s.pod_ip.as_deref()).is_none_or(str::is_empty) {
         return false;
     }
-    if matches!(
-        status.and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    ) {
+    if matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
         return false;
     }
     include_terminating || pod.metadata.deletion_timestamp.is_none()
@@ -112,19 +101,10 @@ pub fn find_port(pod: &Pod, sp: &ServicePort) -> Option<i32> {
             if let Ok(n) = name.parse::<i32>() {
                 return Some(n);
             }
-            let containers = pod
-                .spec
-                .as_ref()
-                .map(|s| s.containers.as_slice())
-                .unwrap_or(&[]);
-            containers
-                .iter()
-                .flat_map(|c| c.ports.iter().flatten())
-                .find_map(|p| {
-                    (p.name.as_deref() == Some(name.as_str())
-                        && p.protocol.as_deref().unwrap_or("TCP") == protocol)
-                        .then_some(p.container_port)
-                })
+            let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or(&[]);
+            containers.iter().flat_map(|c| c.ports.iter().flatten()).find_map(|p| {
+                (p.name.as_deref() == Some(name.as_str()) && p.protocol.as_deref().unwrap_or("TCP") == protocol).then_some(p.container_port)
+            })
         }
     }
 }
@@ -134,15 +114,9 @@ pub fn find_port(pod: &Pod, sp: &ServicePort) -> Option<i32> {
 /// pods being deleted (EndpointSlices report them as terminating; the
 /// Endpoints controller drops them unless the Service publishes not-ready
 /// addresses).
-pub fn endpoints<'a>(
-    svc: &Service,
-    pods: impl IntoIterator<Item = &'a Pod>,
-    include_terminating: bool,
-) -> Vec<PodEndpoint> {
+pub fn endpoints<'a>(svc: &Service, pods: impl IntoIterator<Item = &'a Pod>, include_terminating: bool) -> Vec<PodEndpoint> {
     let spec = svc.spec.as_ref();
-    let publish_not_ready = spec
-        .and_then(|s| s.publish_not_ready_addresses)
-        .unwrap_or(false);
+    let publish_not_ready = spec.and_then(|s| s.publish_not_ready_addresses).unwrap_or(false);
     let svc_name = svc.metadata.name.as_deref().unwrap_or_default();
     let service_ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or(&[]);
     let mut out: Vec<PodEndpoint> = pods
@@ -152,10 +126,7 @@ pub fn endpoints<'a>(
             let ready_condition = pod_is_ready(pod);
             let terminating = pod.metadata.deletion_timestamp.is_some();
             let pod_spec = pod.spec.as_ref();
-            let hostname = match (
-                pod_spec.and_then(|s| s.hostname.as_deref()),
-                pod_spec.and_then(|s| s.subdomain.as_deref()),
-            ) {
+            let hostname = match (pod_spec.and_then(|s| s.hostname.as_deref()), pod_spec.and_then(|s| s.subdomain.as_deref())) {
                 (Some(h), Some(sub)) if sub == svc_name && !h.is_empty() => Some(h.to_string()),
                 _ => None,
             };
@@ -173,11 +144,7 @@ pub fn endpoints<'a>(
             PodEndpoint {
                 pod_name: pod.metadata.name.clone().unwrap_or_default(),
                 pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
-                ip: pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.pod_ip.clone())
-                    .unwrap_or_default(),
+                ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default(),
                 node_name: pod_spec.and_then(|s| s.node_name.clone()),
                 hostname,
                 ready: (ready_condition || publish_not_ready) && !terminating,
@@ -206,10 +173,7 @@ pub fn by_ports(endpoints: Vec<PodEndpoint>) -> BTreeMap<Vec<ResolvedPort>, Vec<
 /// creation and its Ready condition's last transition (RFC 3339). Upstream
 /// records when the informer saw the triggering change; these are the
 /// object times that change recorded.
-pub fn last_change_trigger_time<'a>(
-    svc: &Service,
-    pods: impl IntoIterator<Item = &'a Pod>,
-) -> Option<String> {
+pub fn last_change_trigger_time<'a>(svc: &Service, pods: impl IntoIterator<Item = &'a Pod>) -> Option<String> {
     let mut latest = svc.metadata.creation_timestamp.as_ref().map(|t| t.0);
     for pod in pods.into_iter().filter(|p| selects(svc, p)) {
         let ready_change = pod
@@ -219,13 +183,7 @@ pub fn last_change_trigger_time<'a>(
             .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0);
-        for t in [
-            pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            ready_change,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for t in [pod.metadata.creation_timestamp.as_ref().map(|t| t.0), ready_change].into_iter().flatten() {
             latest = Some(latest.map_or(t, |l| l.max(t)));
         }
     }
@@ -237,11 +195,7 @@ pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
-    pub(crate) fn service(
-        name: &str,
-        selector: serde_json::Value,
-        ports: serde_json::Value,
-    ) -> Service {
+    pub(crate) fn service(name: &str, selector: serde_json::Value, ports: serde_json::Value) -> Service {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "web"}},
             "spec": {"selector": selector, "ports": ports, "clusterIP": "10.0.0.10"},
@@ -262,11 +216,7 @@ pub(crate) mod tests {
 
     #[test]
     fn selected_pods_with_ips_become_endpoints_sorted_by_ip() {
-        let svc = service(
-            "web",
-            json!({"app": "web"}),
-            json!([{"port": 80, "targetPort": "http", "protocol": "TCP"}]),
-        );
+        let svc = service("web", json!({"app": "web"}), json!([{"port": 80, "targetPort": "http", "protocol": "TCP"}]));
         let pods = [
             pod("b", "10.1.0.9", true, json!({"app": "web"})),
             pod("a", "10.1.0.10", false, json!({"app": "web", "x": "y"})),
@@ -274,20 +224,9 @@ pub(crate) mod tests {
             pod("no-ip", "", true, json!({"app": "web"})),
         ];
         let eps = endpoints(&svc, &pods, false);
-        assert_eq!(
-            eps.iter().map(|e| e.pod_name.as_str()).collect::<Vec<_>>(),
-            ["a", "b"]
-        );
+        assert_eq!(eps.iter().map(|e| e.pod_name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!((eps[0].ready, eps[1].ready), (false, true));
-        assert_eq!(
-            eps[1].ports,
-            vec![ResolvedPort {
-                name: String::new(),
-                port: 8080,
-                protocol: "TCP".into(),
-                app_protocol: None
-            }]
-        );
+        assert_eq!(eps[1].ports, vec![ResolvedPort { name: String::new(), port: 8080, protocol: "TCP".into(), app_protocol: None }]);
     }
 
     #[test]
@@ -296,37 +235,20 @@ pub(crate) mod tests {
         let mut done = pod("done", "10.1.0.1", true, json!({"app": "web"}));
         done.status.as_mut().unwrap().phase = Some("Succeeded".into());
         let mut going = pod("going", "10.1.0.2", true, json!({"app": "web"}));
-        going.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::now(),
-            ));
+        going.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
         let pods = [done, going];
         assert!(endpoints(&svc, &pods, false).is_empty());
         let eps = endpoints(&svc, &pods, true);
         assert_eq!(eps.len(), 1);
-        assert_eq!(
-            (eps[0].ready, eps[0].serving, eps[0].terminating),
-            (false, true, true)
-        );
+        assert_eq!((eps[0].ready, eps[0].serving, eps[0].terminating), (false, true, true));
     }
 
     #[test]
     fn named_target_ports_resolve_per_pod_or_are_left_out() {
-        let svc = service(
-            "web",
-            json!({"app": "web"}),
-            json!([{"name": "h", "port": 80, "targetPort": "http"}, {"name": "m", "port": 9, "targetPort": "metrics"}]),
-        );
+        let svc = service("web", json!({"app": "web"}), json!([{"name": "h", "port": 80, "targetPort": "http"}, {"name": "m", "port": 9, "targetPort": "metrics"}]));
         let p = pod("a", "10.1.0.1", true, json!({"app": "web"}));
         let eps = endpoints(&svc, [&p], false);
-        assert_eq!(
-            eps[0]
-                .ports
-                .iter()
-                .map(|p| (p.name.as_str(), p.port))
-                .collect::<Vec<_>>(),
-            [("h", 8080)]
-        );
+        assert_eq!(eps[0].ports.iter().map(|p| (p.name.as_str(), p.port)).collect::<Vec<_>>(), [("h", 8080)]);
     }
 
     #[test]

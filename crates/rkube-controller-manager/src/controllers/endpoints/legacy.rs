@@ -6,9 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service,
-};
+use k8s_openapi::api::core::v1::{EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::desired::{self, PodEndpoint};
@@ -58,12 +56,8 @@ pub fn subsets(endpoints: Vec<PodEndpoint>, namespace: &str) -> Option<Vec<Endpo
             continue;
         }
         let (ready, not_ready): (Vec<_>, Vec<_>) = eps.iter().partition(|e| e.ready);
-        let ready: Vec<EndpointAddress> =
-            ready.into_iter().map(|e| address(e, namespace)).collect();
-        let not_ready: Vec<EndpointAddress> = not_ready
-            .into_iter()
-            .map(|e| address(e, namespace))
-            .collect();
+        let ready: Vec<EndpointAddress> = ready.into_iter().map(|e| address(e, namespace)).collect();
+        let not_ready: Vec<EndpointAddress> = not_ready.into_iter().map(|e| address(e, namespace)).collect();
         if ready.is_empty() && not_ready.is_empty() {
             continue;
         }
@@ -110,14 +104,8 @@ pub fn desired_endpoints(svc: &Service, pods: &[std::sync::Arc<Pod>]) -> Endpoin
 /// subsets or labels (the trigger-time annotation alone never causes a write).
 pub fn differs(existing: &Endpoints, desired: &Endpoints) -> bool {
     let empty = |s: &Option<Vec<EndpointSubset>>| s.as_ref().is_none_or(|v| v.is_empty());
-    let subsets_differ = if empty(&existing.subsets) && empty(&desired.subsets) {
-        false
-    } else {
-        existing.subsets != desired.subsets
-    };
-    subsets_differ
-        || existing.metadata.labels.clone().unwrap_or_default()
-            != desired.metadata.labels.clone().unwrap_or_default()
+    let subsets_differ = if empty(&existing.subsets) && empty(&desired.subsets) { false } else { existing.subsets != desired.subsets };
+    subsets_differ || existing.metadata.labels.clone().unwrap_or_default() != desired.metadata.labels.clone().unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -129,31 +117,15 @@ mod tests {
 
     #[test]
     fn ready_and_not_ready_pods_share_one_subset_with_the_service_ports() {
-        let svc = service(
-            "web",
-            json!({"app": "web"}),
-            json!([{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]),
-        );
-        let pods = vec![
-            Arc::new(pod("a", "10.1.0.1", true, json!({"app": "web"}))),
-            Arc::new(pod("b", "10.1.0.2", false, json!({"app": "web"}))),
-        ];
+        let svc = service("web", json!({"app": "web"}), json!([{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]));
+        let pods = vec![Arc::new(pod("a", "10.1.0.1", true, json!({"app": "web"}))), Arc::new(pod("b", "10.1.0.2", false, json!({"app": "web"})))];
         let ep = desired_endpoints(&svc, &pods);
         let v = serde_json::to_value(&ep).unwrap();
-        assert_eq!(
-            v["metadata"]["labels"],
-            json!({"app": "web", "endpointslice.kubernetes.io/skip-mirror": "true"})
-        );
+        assert_eq!(v["metadata"]["labels"], json!({"app": "web", "endpointslice.kubernetes.io/skip-mirror": "true"}));
         assert_eq!(v["subsets"][0]["addresses"][0]["ip"], "10.1.0.1");
-        assert_eq!(
-            v["subsets"][0]["addresses"][0]["targetRef"],
-            json!({"kind": "Pod", "namespace": "default", "name": "a", "uid": "uid-a"})
-        );
+        assert_eq!(v["subsets"][0]["addresses"][0]["targetRef"], json!({"kind": "Pod", "namespace": "default", "name": "a", "uid": "uid-a"}));
         assert_eq!(v["subsets"][0]["notReadyAddresses"][0]["ip"], "10.1.0.2");
-        assert_eq!(
-            v["subsets"][0]["ports"],
-            json!([{"name": "http", "port": 8080, "protocol": "TCP"}])
-        );
+        assert_eq!(v["subsets"][0]["ports"], json!([{"name": "http", "port": 8080, "protocol": "TCP"}]));
     }
 
     #[test]
@@ -165,10 +137,7 @@ mod tests {
         existing.metadata.annotations = None;
         existing.subsets = Some(vec![]);
         assert!(!differs(&existing, &empty));
-        let one = desired_endpoints(
-            &svc,
-            &[Arc::new(pod("a", "10.1.0.1", true, json!({"app": "web"})))],
-        );
+        let one = desired_endpoints(&svc, &[Arc::new(pod("a", "10.1.0.1", true, json!({"app": "web"})))]);
         assert!(differs(&existing, &one));
     }
 }

@@ -26,12 +26,12 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::StreamExt;
+use tokio::time::Instant;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
-use tokio::time::Instant;
 
 use crate::context::ControllerContext;
 use crate::work_queue::{reflected, Key, Queue, Trigger};
@@ -54,10 +54,7 @@ pub fn start_slices(ctx: ControllerContext) -> BoxFuture<'static, anyhow::Result
 }
 
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {
-    (
-        meta.namespace.clone().unwrap_or_default(),
-        meta.name.clone().unwrap_or_default(),
-    )
+    (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
 /// The stores a sync reads.
@@ -75,50 +72,23 @@ impl Stores {
     fn services_for_pod(&self, pod: &Pod, writes: Writes) -> Vec<Key> {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let mut keys: Vec<Key> = self
-            .services
-            .state()
-            .iter()
-            .filter(|s| desired::selects(s, pod))
-            .map(|s| key_of(&s.metadata))
-            .collect();
-        let names_pod = |r: &Option<k8s_openapi::api::core::v1::ObjectReference>| {
-            r.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-        };
+        let mut keys: Vec<Key> =
+            self.services.state().iter().filter(|s| desired::selects(s, pod)).map(|s| key_of(&s.metadata)).collect();
+        let names_pod = |r: &Option<k8s_openapi::api::core::v1::ObjectReference>| r.as_ref().and_then(|r| r.name.as_deref()) == Some(name);
         match writes {
             Writes::Endpoints => {
-                for ep in self
-                    .endpoints
-                    .state()
-                    .iter()
-                    .filter(|e| e.metadata.namespace.as_deref() == Some(ns.as_str()))
-                {
+                for ep in self.endpoints.state().iter().filter(|e| e.metadata.namespace.as_deref() == Some(ns.as_str())) {
                     let subsets = ep.subsets.iter().flatten();
-                    let mut addrs = subsets.flat_map(|s| {
-                        s.addresses
-                            .iter()
-                            .flatten()
-                            .chain(s.not_ready_addresses.iter().flatten())
-                    });
+                    let mut addrs = subsets.flat_map(|s| s.addresses.iter().flatten().chain(s.not_ready_addresses.iter().flatten()));
                     if addrs.any(|a| names_pod(&a.target_ref)) {
                         keys.push(key_of(&ep.metadata));
                     }
                 }
             }
             Writes::Slices => {
-                for slice in self
-                    .slices
-                    .state()
-                    .iter()
-                    .filter(|s| s.metadata.namespace.as_deref() == Some(ns.as_str()))
-                {
+                for slice in self.slices.state().iter().filter(|s| s.metadata.namespace.as_deref() == Some(ns.as_str())) {
                     if slice.endpoints.iter().any(|e| names_pod(&e.target_ref)) {
-                        if let Some(svc) = slice
-                            .metadata
-                            .labels
-                            .as_ref()
-                            .and_then(|l| l.get(slices::SERVICE_NAME_LABEL))
-                        {
+                        if let Some(svc) = slice.metadata.labels.as_ref().and_then(|l| l.get(slices::SERVICE_NAME_LABEL)) {
                             keys.push((ns.clone(), svc.clone()));
                         }
                     }
@@ -129,11 +99,7 @@ impl Stores {
     }
 
     fn pods_in(&self, ns: &str) -> Vec<Arc<Pod>> {
-        self.pods
-            .state()
-            .into_iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
-            .collect()
+        self.pods.state().into_iter().filter(|p| p.metadata.namespace.as_deref() == Some(ns)).collect()
     }
 }
 
@@ -143,58 +109,24 @@ async fn run(ctx: ControllerContext, writes: Writes) -> anyhow::Result<()> {
     let (pods, pod_w) = reflector::store::<Pod>();
     let (endpoints, ep_w) = reflector::store::<Endpoints>();
     let (slices_store, slice_w) = reflector::store::<EndpointSlice>();
-    let stores = Stores {
-        services,
-        pods,
-        endpoints,
-        slices: slices_store,
-    };
+    let stores = Stores { services, pods, endpoints, slices: slices_store };
     let pod_stores = stores.clone();
     let mut streams = vec![
-        reflected(
-            Api::<Service>::all(client.clone()),
-            watcher::Config::default(),
-            svc_w,
-            0,
-            |s: &Service| vec![key_of(&s.metadata)],
-        ),
-        reflected(
-            Api::<Pod>::all(client.clone()),
-            watcher::Config::default(),
-            pod_w,
-            1,
-            move |p: &Pod| pod_stores.services_for_pod(p, writes),
-        ),
+        reflected(Api::<Service>::all(client.clone()), watcher::Config::default(), svc_w, 0, |s: &Service| vec![key_of(&s.metadata)]),
+        reflected(Api::<Pod>::all(client.clone()), watcher::Config::default(), pod_w, 1, move |p: &Pod| {
+            pod_stores.services_for_pod(p, writes)
+        }),
     ];
     streams.push(match writes {
-        Writes::Endpoints => reflected(
-            Api::<Endpoints>::all(client.clone()),
-            watcher::Config::default(),
-            ep_w,
-            2,
-            |e: &Endpoints| vec![key_of(&e.metadata)],
-        ),
+        Writes::Endpoints => {
+            reflected(Api::<Endpoints>::all(client.clone()), watcher::Config::default(), ep_w, 2, |e: &Endpoints| vec![key_of(&e.metadata)])
+        }
         Writes::Slices => {
-            let managed = watcher::Config::default().labels(&format!(
-                "{}={}",
-                slices::MANAGED_BY_LABEL,
-                slices::MANAGED_BY
-            ));
-            reflected(
-                Api::<EndpointSlice>::all(client.clone()),
-                managed,
-                slice_w,
-                2,
-                |s: &EndpointSlice| {
-                    let ns = s.metadata.namespace.clone().unwrap_or_default();
-                    s.metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get(slices::SERVICE_NAME_LABEL))
-                        .map(|svc| vec![(ns, svc.clone())])
-                        .unwrap_or_default()
-                },
-            )
+            let managed = watcher::Config::default().labels(&format!("{}={}", slices::MANAGED_BY_LABEL, slices::MANAGED_BY));
+            reflected(Api::<EndpointSlice>::all(client.clone()), managed, slice_w, 2, |s: &EndpointSlice| {
+                let ns = s.metadata.namespace.clone().unwrap_or_default();
+                s.metadata.labels.as_ref().and_then(|l| l.get(slices::SERVICE_NAME_LABEL)).map(|svc| vec![(ns, svc.clone())]).unwrap_or_default()
+            })
         }
     });
     let mut events = futures::stream::select_all(streams);
@@ -250,11 +182,7 @@ pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-async fn sync_endpoints(
-    client: &kube::Client,
-    stores: &Stores,
-    (ns, name): &Key,
-) -> anyhow::Result<()> {
+async fn sync_endpoints(client: &kube::Client, stores: &Stores, (ns, name): &Key) -> anyhow::Result<()> {
     let api: Api<Endpoints> = Api::namespaced(client.clone(), ns);
     let existing = stores.endpoints.get(&ObjectRef::new(name).within(ns));
     let Some(svc) = stores.services.get(&ObjectRef::new(name).within(ns)) else {
@@ -290,11 +218,7 @@ async fn sync_endpoints(
     Ok(())
 }
 
-async fn sync_slices(
-    client: &kube::Client,
-    stores: &Stores,
-    (ns, name): &Key,
-) -> anyhow::Result<()> {
+async fn sync_slices(client: &kube::Client, stores: &Stores, (ns, name): &Key) -> anyhow::Result<()> {
     let Some(svc) = stores.services.get(&ObjectRef::new(name).within(ns)) else {
         // The Service is gone: the garbage collector removes its slices (ownerReferences).
         return Ok(());
@@ -309,21 +233,12 @@ async fn sync_slices(
         .into_iter()
         .filter(|s| {
             s.metadata.namespace.as_deref() == Some(ns.as_str())
-                && s.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(slices::SERVICE_NAME_LABEL))
-                    == Some(name)
+                && s.metadata.labels.as_ref().and_then(|l| l.get(slices::SERVICE_NAME_LABEL)) == Some(name)
         })
         .collect();
     let trigger = desired::last_change_trigger_time(&svc, pods.iter().map(|p| p.as_ref()));
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-    for action in slices::plan(
-        &svc,
-        slices::desired_contents(&svc, &pods),
-        &existing,
-        trigger.as_deref(),
-    ) {
+    for action in slices::plan(&svc, slices::desired_contents(&svc, &pods), &existing, trigger.as_deref()) {
         match action {
             slices::Action::Create(s) => {
                 api.create(&PostParams::default(), &s).await?;
@@ -332,13 +247,11 @@ async fn sync_slices(
                 let slice_name = s.metadata.name.clone().unwrap_or_default();
                 api.replace(&slice_name, &PostParams::default(), &s).await?;
             }
-            slices::Action::Delete(slice_name) => {
-                match api.delete(&slice_name, &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(e) if is_not_found(&e) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            slices::Action::Delete(slice_name) => match api.delete(&slice_name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e.into()),
+            },
         }
     }
     Ok(())

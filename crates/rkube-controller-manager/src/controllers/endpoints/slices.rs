@@ -69,11 +69,7 @@ pub fn desired_contents(svc: &Service, pods: &[Arc<Pod>]) -> Vec<SliceContent> {
     for ep in eps {
         let endpoint = Endpoint {
             addresses: vec![ep.ip.clone()],
-            conditions: Some(EndpointConditions {
-                ready: Some(ep.ready),
-                serving: Some(ep.serving),
-                terminating: Some(ep.terminating),
-            }),
+            conditions: Some(EndpointConditions { ready: Some(ep.ready), serving: Some(ep.serving), terminating: Some(ep.terminating) }),
             hostname: ep.hostname.clone(),
             node_name: ep.node_name.clone(),
             target_ref: Some(ObjectReference {
@@ -85,10 +81,7 @@ pub fn desired_contents(svc: &Service, pods: &[Arc<Pod>]) -> Vec<SliceContent> {
             }),
             ..Default::default()
         };
-        groups
-            .entry((ep.is_ipv6(), ep.ports.clone()))
-            .or_default()
-            .push(endpoint);
+        groups.entry((ep.is_ipv6(), ep.ports.clone())).or_default().push(endpoint);
     }
     let mut out = Vec::new();
     for ((ipv6, ports), endpoints) in groups {
@@ -101,17 +94,8 @@ pub fn desired_contents(svc: &Service, pods: &[Arc<Pod>]) -> Vec<SliceContent> {
         }
     }
     if out.is_empty() {
-        let ipv6 = svc
-            .spec
-            .as_ref()
-            .and_then(|s| s.ip_families.as_ref())
-            .and_then(|f| f.first())
-            .is_some_and(|f| f == "IPv6");
-        out.push(SliceContent {
-            address_type: if ipv6 { "IPv6" } else { "IPv4" }.into(),
-            ports: None,
-            endpoints: Vec::new(),
-        });
+        let ipv6 = svc.spec.as_ref().and_then(|s| s.ip_families.as_ref()).and_then(|f| f.first()).is_some_and(|f| f == "IPv6");
+        out.push(SliceContent { address_type: if ipv6 { "IPv6" } else { "IPv4" }.into(), ports: None, endpoints: Vec::new() });
     }
     out
 }
@@ -119,10 +103,7 @@ pub fn desired_contents(svc: &Service, pods: &[Arc<Pod>]) -> Vec<SliceContent> {
 /// The labels of the Service's slices.
 pub fn slice_labels(svc: &Service) -> BTreeMap<String, String> {
     let mut labels = service_labels(svc);
-    labels.insert(
-        SERVICE_NAME_LABEL.into(),
-        svc.metadata.name.clone().unwrap_or_default(),
-    );
+    labels.insert(SERVICE_NAME_LABEL.into(), svc.metadata.name.clone().unwrap_or_default());
     labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
     labels
 }
@@ -146,12 +127,7 @@ fn content_of(slice: &EndpointSlice) -> SliceContent {
     }
 }
 
-fn build(
-    svc: &Service,
-    content: SliceContent,
-    trigger_time: Option<&str>,
-    base: Option<&EndpointSlice>,
-) -> EndpointSlice {
+fn build(svc: &Service, content: SliceContent, trigger_time: Option<&str>, base: Option<&EndpointSlice>) -> EndpointSlice {
     let name = svc.metadata.name.clone().unwrap_or_default();
     EndpointSlice {
         metadata: ObjectMeta {
@@ -160,8 +136,7 @@ fn build(
             namespace: svc.metadata.namespace.clone(),
             resource_version: base.and_then(|b| b.metadata.resource_version.clone()),
             labels: Some(slice_labels(svc)),
-            annotations: trigger_time
-                .map(|t| BTreeMap::from([(TRIGGER_TIME_ANNOTATION.to_string(), t.to_string())])),
+            annotations: trigger_time.map(|t| BTreeMap::from([(TRIGGER_TIME_ANNOTATION.to_string(), t.to_string())])),
             owner_references: Some(vec![owner(svc)]),
             ..Default::default()
         },
@@ -175,19 +150,12 @@ fn build(
 /// `desired`: slices already holding a desired content (with the right
 /// labels) are kept; the others are rewritten with the remaining contents;
 /// then slices are created or deleted for the difference.
-pub fn plan(
-    svc: &Service,
-    desired: Vec<SliceContent>,
-    existing: &[Arc<EndpointSlice>],
-    trigger_time: Option<&str>,
-) -> Vec<Action> {
+pub fn plan(svc: &Service, desired: Vec<SliceContent>, existing: &[Arc<EndpointSlice>], trigger_time: Option<&str>) -> Vec<Action> {
     let labels = slice_labels(svc);
     let mut unmatched: Vec<SliceContent> = Vec::new();
     let mut free: Vec<&EndpointSlice> = existing.iter().map(|s| s.as_ref()).collect();
     for content in desired {
-        let found = free
-            .iter()
-            .position(|s| content_of(s) == content && s.metadata.labels.as_ref() == Some(&labels));
+        let found = free.iter().position(|s| content_of(s) == content && s.metadata.labels.as_ref() == Some(&labels));
         match found {
             Some(i) => {
                 free.remove(i);
@@ -199,19 +167,11 @@ pub fn plan(
     let mut free = free.into_iter();
     for content in unmatched {
         match free.next() {
-            Some(slice) => actions.push(Action::Update(build(
-                svc,
-                content,
-                trigger_time,
-                Some(slice),
-            ))),
+            Some(slice) => actions.push(Action::Update(build(svc, content, trigger_time, Some(slice)))),
             None => actions.push(Action::Create(build(svc, content, trigger_time, None))),
         }
     }
-    actions.extend(
-        free.filter_map(|s| s.metadata.name.clone())
-            .map(Action::Delete),
-    );
+    actions.extend(free.filter_map(|s| s.metadata.name.clone()).map(Action::Delete));
     actions
 }
 
@@ -226,15 +186,11 @@ mod tests {
             match a {
                 Action::Create(s) => {
                     let mut s = s.clone();
-                    s.metadata.name =
-                        Some(format!("{}{i}", s.metadata.generate_name.clone().unwrap()));
+                    s.metadata.name = Some(format!("{}{i}", s.metadata.generate_name.clone().unwrap()));
                     existing.push(Arc::new(s));
                 }
                 Action::Update(s) => {
-                    let pos = existing
-                        .iter()
-                        .position(|e| e.metadata.name == s.metadata.name)
-                        .unwrap();
+                    let pos = existing.iter().position(|e| e.metadata.name == s.metadata.name).unwrap();
                     existing[pos] = Arc::new(s.clone());
                 }
                 Action::Delete(name) => existing.retain(|e| e.metadata.name.as_ref() != Some(name)),
@@ -244,73 +200,36 @@ mod tests {
 
     #[test]
     fn a_service_without_pods_gets_one_placeholder_and_a_steady_state_writes_nothing() {
-        let svc = service(
-            "web",
-            json!({"app": "web"}),
-            json!([{"name": "http", "port": 80, "targetPort": 8080}]),
-        );
+        let svc = service("web", json!({"app": "web"}), json!([{"name": "http", "port": 80, "targetPort": 8080}]));
         let mut existing = Vec::new();
         let actions = plan(&svc, desired_contents(&svc, &[]), &existing, None);
-        assert!(
-            matches!(actions.as_slice(), [Action::Create(s)] if s.endpoints.is_empty() && s.ports.is_none())
-        );
+        assert!(matches!(actions.as_slice(), [Action::Create(s)] if s.endpoints.is_empty() && s.ports.is_none()));
         applied(&actions, &mut existing);
         assert!(plan(&svc, desired_contents(&svc, &[]), &existing, None).is_empty());
 
         let pods = vec![Arc::new(pod("a", "10.1.0.1", true, json!({"app": "web"})))];
-        let actions = plan(
-            &svc,
-            desired_contents(&svc, &pods),
-            &existing,
-            Some("2026-01-01T00:00:00Z"),
-        );
-        assert!(
-            matches!(actions.as_slice(), [Action::Update(_)]),
-            "the placeholder is reused: {actions:?}"
-        );
+        let actions = plan(&svc, desired_contents(&svc, &pods), &existing, Some("2026-01-01T00:00:00Z"));
+        assert!(matches!(actions.as_slice(), [Action::Update(_)]), "the placeholder is reused: {actions:?}");
         applied(&actions, &mut existing);
         let v = serde_json::to_value(existing[0].as_ref()).unwrap();
         assert_eq!(v["metadata"]["labels"]["kubernetes.io/service-name"], "web");
-        assert_eq!(
-            v["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
-            "endpointslice-controller.k8s.io"
-        );
+        assert_eq!(v["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"], "endpointslice-controller.k8s.io");
         assert_eq!(v["metadata"]["ownerReferences"][0]["kind"], "Service");
-        assert_eq!(
-            v["endpoints"][0]["conditions"],
-            json!({"ready": true, "serving": true, "terminating": false})
-        );
-        assert_eq!(
-            v["ports"],
-            json!([{"name": "http", "port": 8080, "protocol": "TCP"}])
-        );
+        assert_eq!(v["endpoints"][0]["conditions"], json!({"ready": true, "serving": true, "terminating": false}));
+        assert_eq!(v["ports"], json!([{"name": "http", "port": 8080, "protocol": "TCP"}]));
         assert!(plan(&svc, desired_contents(&svc, &pods), &existing, None).is_empty());
     }
 
     #[test]
     fn more_than_a_hundred_endpoints_spread_over_slices_and_shrink_back() {
         let svc = service("web", json!({"app": "web"}), json!([{"port": 80}]));
-        let pods: Vec<_> = (0..250)
-            .map(|i| {
-                Arc::new(pod(
-                    &format!("p{i}"),
-                    &format!("10.1.{}.{}", i / 200, i % 200),
-                    true,
-                    json!({"app": "web"}),
-                ))
-            })
-            .collect();
+        let pods: Vec<_> = (0..250).map(|i| Arc::new(pod(&format!("p{i}"), &format!("10.1.{}.{}", i / 200, i % 200), true, json!({"app": "web"})))).collect();
         let mut existing = Vec::new();
         let actions = plan(&svc, desired_contents(&svc, &pods), &existing, None);
         assert_eq!(actions.len(), 3);
         applied(&actions, &mut existing);
-        assert_eq!(
-            existing.iter().map(|s| s.endpoints.len()).sum::<usize>(),
-            250
-        );
-        assert!(existing
-            .iter()
-            .all(|s| s.endpoints.len() <= MAX_ENDPOINTS_PER_SLICE));
+        assert_eq!(existing.iter().map(|s| s.endpoints.len()).sum::<usize>(), 250);
+        assert!(existing.iter().all(|s| s.endpoints.len() <= MAX_ENDPOINTS_PER_SLICE));
         let actions = plan(&svc, desired_contents(&svc, &pods[..50]), &existing, None);
         applied(&actions, &mut existing);
         assert_eq!(existing.len(), 1);

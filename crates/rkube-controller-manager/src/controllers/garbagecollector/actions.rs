@@ -10,9 +10,7 @@
 use std::collections::HashMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{
-    Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy};
 use kube::discovery::Scope;
 use serde_json::json;
 
@@ -22,12 +20,7 @@ use crate::controllers::discovery::Discovered;
 /// Takes the graph's decisions: first learns about unknown owners, then
 /// carries out every other decision. Failures are logged and retried on a
 /// later pass.
-pub async fn take(
-    client: &kube::Client,
-    found: &Discovered,
-    graph: &Graph,
-    absent: &mut HashMap<String, Absent>,
-) {
+pub async fn take(client: &kube::Client, found: &Discovered, graph: &Graph, absent: &mut HashMap<String, Absent>) {
     let mut plan = graph.plan(absent);
     if plan.iter().any(|d| matches!(d, Decision::Verify { .. })) {
         for d in &plan {
@@ -41,9 +34,7 @@ pub async fn take(
                         absent.insert(owner.uid.clone(), state);
                     }
                     Ok(None) => {}
-                    Err(e) => {
-                        tracing::debug!(owner = %owner.name, error = %e, "garbage collector: owner lookup failed")
-                    }
+                    Err(e) => tracing::debug!(owner = %owner.name, error = %e, "garbage collector: owner lookup failed"),
                 }
             }
         }
@@ -64,9 +55,7 @@ async fn verify(
     r: &OwnerReference,
     ns: Option<&str>,
 ) -> kube::Result<Option<Absent>> {
-    let Some((ar, caps)) = found.by_kind(&r.api_version, &r.kind) else {
-        return Ok(None);
-    };
+    let Some((ar, caps)) = found.by_kind(&r.api_version, &r.kind) else { return Ok(None) };
     let api: Api<DynamicObject> = match (&caps.scope, ns) {
         (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, ar),
         (Scope::Namespaced, None) => return Ok(Some(Absent::Gone)),
@@ -96,14 +85,8 @@ fn tolerate(r: kube::Result<()>) -> kube::Result<()> {
 async fn decide(client: &kube::Client, graph: &Graph, d: &Decision) -> kube::Result<()> {
     match d {
         Decision::Verify { .. } => Ok(()),
-        Decision::Delete {
-            uid,
-            policy,
-            unblock,
-        } => {
-            let Some(n) = graph.get(uid) else {
-                return Ok(());
-            };
+        Decision::Delete { uid, policy, unblock } => {
+            let Some(n) = graph.get(uid) else { return Ok(()) };
             if !unblock.is_empty() {
                 let owners: Vec<OwnerReference> = n
                     .owners
@@ -124,44 +107,25 @@ async fn decide(client: &kube::Client, graph: &Graph, d: &Decision) -> kube::Res
                     Policy::Foreground => PropagationPolicy::Foreground,
                     Policy::Orphan => PropagationPolicy::Orphan,
                 }),
-                preconditions: Some(Preconditions {
-                    uid: Some(n.uid.clone()),
-                    resource_version: None,
-                }),
+                preconditions: Some(Preconditions { uid: Some(n.uid.clone()), resource_version: None }),
                 ..DeleteParams::default()
             };
             tracing::info!(kind = %n.resource.kind, namespace = ?n.namespace, name = %n.name, ?policy, "garbage collector: deleting dependent");
             tolerate(api_for(client, n).delete(&n.name, &dp).await.map(|_| ()))
         }
         Decision::RemoveOwnerRefs { uid, owners } => {
-            let Some(n) = graph.get(uid) else {
-                return Ok(());
-            };
-            let kept: Vec<OwnerReference> = n
-                .owners
-                .iter()
-                .filter(|r| !owners.contains(&r.uid))
-                .cloned()
-                .collect();
+            let Some(n) = graph.get(uid) else { return Ok(()) };
+            let kept: Vec<OwnerReference> = n.owners.iter().filter(|r| !owners.contains(&r.uid)).cloned().collect();
             tolerate(patch_owners(client, n, &kept).await)
         }
         Decision::RemoveFinalizer { uid, finalizer } => {
-            let Some(n) = graph.get(uid) else {
-                return Ok(());
-            };
+            let Some(n) = graph.get(uid) else { return Ok(()) };
             tolerate(remove_finalizer(client, n, finalizer).await)
         }
         Decision::Orphan { uid, dependents } => {
-            let Some(owner) = graph.get(uid) else {
-                return Ok(());
-            };
+            let Some(owner) = graph.get(uid) else { return Ok(()) };
             for dep in dependents.iter().filter_map(|d| graph.get(d)) {
-                let kept: Vec<OwnerReference> = dep
-                    .owners
-                    .iter()
-                    .filter(|r| r.uid != owner.uid)
-                    .cloned()
-                    .collect();
+                let kept: Vec<OwnerReference> = dep.owners.iter().filter(|r| r.uid != owner.uid).cloned().collect();
                 // A dependent already gone is fine; a conflict must not let
                 // the owner go while it still names the owner.
                 match patch_owners(client, dep, &kept).await {
@@ -176,35 +140,16 @@ async fn decide(client: &kube::Client, graph: &Graph, d: &Decision) -> kube::Res
 
 /// Sets `n`'s ownerReferences to `owners` (removed when empty), guarded by
 /// the resourceVersion the graph saw.
-async fn patch_owners(
-    client: &kube::Client,
-    n: &Node,
-    owners: &[OwnerReference],
-) -> kube::Result<()> {
-    let value = if owners.is_empty() {
-        serde_json::Value::Null
-    } else {
-        json!(owners)
-    };
-    let patch =
-        json!({"metadata": {"resourceVersion": n.resource_version, "ownerReferences": value}});
-    api_for(client, n)
-        .patch(&n.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
+async fn patch_owners(client: &kube::Client, n: &Node, owners: &[OwnerReference]) -> kube::Result<()> {
+    let value = if owners.is_empty() { serde_json::Value::Null } else { json!(owners) };
+    let patch = json!({"metadata": {"resourceVersion": n.resource_version, "ownerReferences": value}});
+    api_for(client, n).patch(&n.name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
 }
 
 async fn remove_finalizer(client: &kube::Client, n: &Node, finalizer: &str) -> kube::Result<()> {
     let kept: Vec<&String> = n.finalizers.iter().filter(|f| *f != finalizer).collect();
-    let value = if kept.is_empty() {
-        serde_json::Value::Null
-    } else {
-        json!(kept)
-    };
+    let value = if kept.is_empty() { serde_json::Value::Null } else { json!(kept) };
     let patch = json!({"metadata": {"resourceVersion": n.resource_version, "finalizers": value}});
     tracing::info!(kind = %n.resource.kind, namespace = ?n.namespace, name = %n.name, finalizer, "garbage collector: removing finalizer");
-    api_for(client, n)
-        .patch(&n.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
+    api_for(client, n).patch(&n.name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())
 }

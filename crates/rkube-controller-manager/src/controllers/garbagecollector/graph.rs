@@ -161,21 +161,14 @@ impl Graph {
 
     /// UIDs of the nodes served by `resource` (for relists).
     pub fn uids_of(&self, resource: &ApiResource) -> Vec<String> {
-        self.nodes
-            .values()
-            .filter(|n| *n.resource == *resource)
-            .map(|n| n.uid.clone())
-            .collect()
+        self.nodes.values().filter(|n| *n.resource == *resource).map(|n| n.uid.clone()).collect()
     }
 
     /// Adds or replaces a node.
     pub fn upsert(&mut self, node: Node) {
         self.unlink(&node.uid);
         for o in &node.owners {
-            self.dependents
-                .entry(o.uid.clone())
-                .or_default()
-                .insert(node.uid.clone());
+            self.dependents.entry(o.uid.clone()).or_default().insert(node.uid.clone());
         }
         self.nodes.insert(node.uid.clone(), node);
     }
@@ -201,11 +194,7 @@ impl Graph {
 
     /// The nodes whose ownerReferences name `uid`.
     pub fn dependents_of(&self, uid: &str) -> impl Iterator<Item = &Node> {
-        self.dependents
-            .get(uid)
-            .into_iter()
-            .flatten()
-            .filter_map(|d| self.nodes.get(d))
+        self.dependents.get(uid).into_iter().flatten().filter_map(|d| self.nodes.get(d))
     }
 
     fn owner_state(&self, r: &OwnerReference, absent: &HashMap<String, Absent>) -> OwnerState {
@@ -229,26 +218,16 @@ impl Graph {
         let mut uids: Vec<&String> = self.nodes.keys().collect();
         uids.sort();
         for uid in uids {
-            let Some(n) = self.nodes.get(uid) else {
-                continue;
-            };
+            let Some(n) = self.nodes.get(uid) else { continue };
             if n.deleting_dependents() {
                 let blocking = self.dependents_of(uid).any(|d| {
-                    d.owners
-                        .iter()
-                        .any(|r| r.uid == *uid && r.block_owner_deletion == Some(true))
+                    d.owners.iter().any(|r| r.uid == *uid && r.block_owner_deletion == Some(true))
                 });
                 if !blocking {
-                    out.push(Decision::RemoveFinalizer {
-                        uid: uid.clone(),
-                        finalizer: FOREGROUND,
-                    });
+                    out.push(Decision::RemoveFinalizer { uid: uid.clone(), finalizer: FOREGROUND });
                 }
             } else if n.orphaning() {
-                out.push(Decision::Orphan {
-                    uid: uid.clone(),
-                    dependents: self.dependents_of(uid).map(|d| d.uid.clone()).collect(),
-                });
+                out.push(Decision::Orphan { uid: uid.clone(), dependents: self.dependents_of(uid).map(|d| d.uid.clone()).collect() });
             }
             if n.owners.is_empty() || n.deleting {
                 continue;
@@ -262,10 +241,7 @@ impl Graph {
                     OwnerState::Waiting => waiting.push(r.uid.clone()),
                     OwnerState::Unknown => {
                         unknown = true;
-                        out.push(Decision::Verify {
-                            dependent: uid.clone(),
-                            owner: r.clone(),
-                        });
+                        out.push(Decision::Verify { dependent: uid.clone(), owner: r.clone() });
                     }
                 }
             }
@@ -275,16 +251,9 @@ impl Graph {
             if solid > 0 {
                 let mut owners = dangling;
                 owners.extend(waiting);
-                out.push(Decision::RemoveOwnerRefs {
-                    uid: uid.clone(),
-                    owners,
-                });
+                out.push(Decision::RemoveOwnerRefs { uid: uid.clone(), owners });
             } else if !waiting.is_empty() && self.dependents_of(uid).next().is_some() {
-                out.push(Decision::Delete {
-                    uid: uid.clone(),
-                    policy: Policy::Foreground,
-                    unblock: waiting,
-                });
+                out.push(Decision::Delete { uid: uid.clone(), policy: Policy::Foreground, unblock: waiting });
             } else {
                 let policy = if n.has_finalizer(ORPHAN) {
                     Policy::Orphan
@@ -293,11 +262,7 @@ impl Graph {
                 } else {
                     Policy::Background
                 };
-                out.push(Decision::Delete {
-                    uid: uid.clone(),
-                    policy,
-                    unblock: Vec::new(),
-                });
+                out.push(Decision::Delete { uid: uid.clone(), policy, unblock: Vec::new() });
             }
         }
         out
@@ -305,11 +270,7 @@ impl Graph {
 
     /// Owner UIDs referenced by some node but not in the graph.
     pub fn missing_owners(&self) -> HashSet<String> {
-        self.dependents
-            .keys()
-            .filter(|u| !self.nodes.contains_key(*u))
-            .cloned()
-            .collect()
+        self.dependents.keys().filter(|u| !self.nodes.contains_key(*u)).cloned().collect()
     }
 }
 
@@ -369,9 +330,7 @@ mod tests {
         let mut g = Graph::default();
         g.upsert(node("dep", &[("owner", false)]));
         let plan = g.plan(&HashMap::new());
-        assert!(
-            matches!(&plan[..], [Decision::Verify { dependent, owner }] if dependent == "dep" && owner.uid == "owner")
-        );
+        assert!(matches!(&plan[..], [Decision::Verify { dependent, owner }] if dependent == "dep" && owner.uid == "owner"));
         let exists = HashMap::from([("owner".to_string(), Absent::Exists)]);
         assert_eq!(g.plan(&exists), vec![]);
     }
@@ -381,14 +340,7 @@ mod tests {
         let mut g = Graph::default();
         g.upsert(node("dep", &[("owner", false)]));
         let gone = HashMap::from([("owner".to_string(), Absent::Gone)]);
-        assert_eq!(
-            g.plan(&gone),
-            vec![Decision::Delete {
-                uid: "dep".into(),
-                policy: Policy::Background,
-                unblock: vec![]
-            }]
-        );
+        assert_eq!(g.plan(&gone), vec![Decision::Delete { uid: "dep".into(), policy: Policy::Background, unblock: vec![] }]);
     }
 
     #[test]
@@ -397,13 +349,7 @@ mod tests {
         g.upsert(node("alive", &[]));
         g.upsert(node("dep", &[("gone", false), ("alive", false)]));
         let gone = HashMap::from([("gone".to_string(), Absent::Gone)]);
-        assert_eq!(
-            g.plan(&gone),
-            vec![Decision::RemoveOwnerRefs {
-                uid: "dep".into(),
-                owners: vec!["gone".into()]
-            }]
-        );
+        assert_eq!(g.plan(&gone), vec![Decision::RemoveOwnerRefs { uid: "dep".into(), owners: vec!["gone".into()] }]);
     }
 
     #[test]
@@ -416,33 +362,16 @@ mod tests {
         assert_eq!(
             plan,
             vec![
-                Decision::Delete {
-                    uid: "blocker".into(),
-                    policy: Policy::Background,
-                    unblock: vec![]
-                },
-                Decision::Delete {
-                    uid: "free".into(),
-                    policy: Policy::Background,
-                    unblock: vec![]
-                },
+                Decision::Delete { uid: "blocker".into(), policy: Policy::Background, unblock: vec![] },
+                Decision::Delete { uid: "free".into(), policy: Policy::Background, unblock: vec![] },
             ]
         );
         // The blocking dependent is still there (being deleted): the owner waits.
-        g.upsert(deleting(
-            node("blocker", &[("owner", true)]),
-            "example.com/hold",
-        ));
+        g.upsert(deleting(node("blocker", &[("owner", true)]), "example.com/hold"));
         g.remove("free");
         assert_eq!(g.plan(&HashMap::new()), vec![]);
         g.remove("blocker");
-        assert_eq!(
-            g.plan(&HashMap::new()),
-            vec![Decision::RemoveFinalizer {
-                uid: "owner".into(),
-                finalizer: FOREGROUND
-            }]
-        );
+        assert_eq!(g.plan(&HashMap::new()), vec![Decision::RemoveFinalizer { uid: "owner".into(), finalizer: FOREGROUND }]);
     }
 
     #[test]
@@ -453,11 +382,7 @@ mod tests {
         g.upsert(node("leaf", &[("mid", true)]));
         assert_eq!(
             g.plan(&HashMap::new()),
-            vec![Decision::Delete {
-                uid: "mid".into(),
-                policy: Policy::Foreground,
-                unblock: vec!["owner".into()]
-            }]
+            vec![Decision::Delete { uid: "mid".into(), policy: Policy::Foreground, unblock: vec!["owner".into()] }]
         );
     }
 
@@ -467,13 +392,7 @@ mod tests {
         g.upsert(deleting(node("owner", &[]), ORPHAN));
         g.upsert(node("a", &[("owner", true)]));
         g.upsert(node("b", &[("owner", false)]));
-        assert_eq!(
-            g.plan(&HashMap::new()),
-            vec![Decision::Orphan {
-                uid: "owner".into(),
-                dependents: vec!["a".into(), "b".into()]
-            }]
-        );
+        assert_eq!(g.plan(&HashMap::new()), vec![Decision::Orphan { uid: "owner".into(), dependents: vec!["a".into(), "b".into()] }]);
     }
 
     #[test]

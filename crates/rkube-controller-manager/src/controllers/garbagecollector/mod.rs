@@ -69,8 +69,7 @@ fn collected(ar: &ApiResource, caps: &kube::discovery::ApiCapabilities) -> bool 
 async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let (tx, mut rx) = mpsc::channel::<Change>(1024);
-    let mut watched: HashMap<(String, String, String), tokio::task::JoinHandle<()>> =
-        HashMap::new();
+    let mut watched: HashMap<(String, String, String), tokio::task::JoinHandle<()>> = HashMap::new();
     let mut unsynced: HashSet<String> = HashSet::new();
     let mut seen_in_list: HashMap<String, HashSet<String>> = HashMap::new();
     let mut graph = Graph::default();
@@ -91,8 +90,7 @@ async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
                             continue;
                         }
                         unsynced.insert(resource_key(ar));
-                        let task =
-                            tokio::spawn(watch(client.clone(), Arc::new(ar.clone()), tx.clone()));
+                        let task = tokio::spawn(watch(client.clone(), Arc::new(ar.clone()), tx.clone()));
                         watched.insert(key, task);
                     }
                     found = d;
@@ -102,11 +100,7 @@ async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
             // What was learnt about unwatched owners may have changed.
             absent.retain(|_, a| *a == Absent::Gone);
         }
-        let wait = tokio::time::sleep(if dirty {
-            BATCH
-        } else {
-            Duration::from_secs(3600)
-        });
+        let wait = tokio::time::sleep(if dirty { BATCH } else { Duration::from_secs(3600) });
         tokio::select! {
             _ = ctx.stopped() => break,
             change = rx.recv() => {
@@ -202,9 +196,7 @@ pub fn node_of(resource: Arc<ApiResource>, meta: PartialObjectMeta<DynamicObject
 /// ends when the receiver is gone.
 async fn watch(client: kube::Client, ar: Arc<ApiResource>, tx: mpsc::Sender<Change>) {
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, ar.as_ref());
-    let mut stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    let mut stream = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
     while let Some(ev) = stream.next().await {
         let change = match ev {
             Ok(Event::Init) => Change::Init(ar.clone()),
@@ -228,57 +220,31 @@ mod tests {
     use kube::core::ObjectMeta;
 
     fn ar() -> Arc<ApiResource> {
-        Arc::new(ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(
-            &(),
-        ))
+        Arc::new(ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()))
     }
 
     fn meta(uid: &str) -> PartialObjectMeta<DynamicObject> {
         PartialObjectMeta {
             types: None,
-            metadata: ObjectMeta {
-                name: Some(uid.into()),
-                uid: Some(uid.into()),
-                ..ObjectMeta::default()
-            },
+            metadata: ObjectMeta { name: Some(uid.into()), uid: Some(uid.into()), ..ObjectMeta::default() },
             _phantom: std::marker::PhantomData,
         }
     }
 
     #[test]
     fn a_relist_drops_the_objects_it_no_longer_lists_and_reports_them_deleted() {
-        let (mut g, mut unsynced, mut seen) = (
-            Graph::default(),
-            HashSet::from([resource_key(&ar())]),
-            HashMap::new(),
-        );
-        for c in [
-            Change::Init(ar()),
-            Change::Apply(ar(), meta("a")),
-            Change::Apply(ar(), meta("b")),
-            Change::InitDone(ar()),
-        ] {
+        let (mut g, mut unsynced, mut seen) = (Graph::default(), HashSet::from([resource_key(&ar())]), HashMap::new());
+        for c in [Change::Init(ar()), Change::Apply(ar(), meta("a")), Change::Apply(ar(), meta("b")), Change::InitDone(ar())] {
             assert!(apply(&mut g, &mut unsynced, &mut seen, c).is_empty());
         }
         assert!(unsynced.is_empty(), "the resource counts as listed");
         assert_eq!(g.len(), 2);
         // The watch restarts and "b" was deleted meanwhile.
         apply(&mut g, &mut unsynced, &mut seen, Change::Init(ar()));
-        apply(
-            &mut g,
-            &mut unsynced,
-            &mut seen,
-            Change::Apply(ar(), meta("a")),
-        );
-        assert_eq!(
-            apply(&mut g, &mut unsynced, &mut seen, Change::InitDone(ar())),
-            vec!["b".to_string()]
-        );
+        apply(&mut g, &mut unsynced, &mut seen, Change::Apply(ar(), meta("a")));
+        assert_eq!(apply(&mut g, &mut unsynced, &mut seen, Change::InitDone(ar())), vec!["b".to_string()]);
         assert!(g.get("b").is_none() && g.get("a").is_some());
-        assert_eq!(
-            apply(&mut g, &mut unsynced, &mut seen, Change::Delete(meta("a"))),
-            vec!["a".to_string()]
-        );
+        assert_eq!(apply(&mut g, &mut unsynced, &mut seen, Change::Delete(meta("a"))), vec!["a".to_string()]);
         assert!(g.is_empty());
     }
 }

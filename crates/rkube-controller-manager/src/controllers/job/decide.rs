@@ -27,13 +27,7 @@ pub enum Scale {
 /// until a pod succeeds, then no new pods (the running ones finish);
 /// otherwise `min(parallelism, completions - succeeded)`, never negative.
 /// `active` counts the job's pods that are neither terminal nor deleted.
-pub fn scale(
-    suspended: bool,
-    parallelism: i32,
-    completions: Option<i32>,
-    succeeded: i32,
-    active: usize,
-) -> Scale {
+pub fn scale(suspended: bool, parallelism: i32, completions: Option<i32>, succeeded: i32, active: usize) -> Scale {
     let parallelism = usize::try_from(parallelism.max(0)).unwrap_or(0);
     let want = if suspended {
         0
@@ -54,24 +48,12 @@ pub fn scale(
 /// Completion indexes an Indexed job should start pods for now: the lowest
 /// indexes in `0..completions` neither succeeded nor active, at most
 /// `parallelism - active` of them (none when suspended).
-pub fn missing_indexes(
-    completions: i32,
-    parallelism: i32,
-    succeeded: &BTreeSet<i32>,
-    active: &BTreeSet<i32>,
-    active_count: usize,
-    suspended: bool,
-) -> Vec<i32> {
+pub fn missing_indexes(completions: i32, parallelism: i32, succeeded: &BTreeSet<i32>, active: &BTreeSet<i32>, active_count: usize, suspended: bool) -> Vec<i32> {
     if suspended {
         return Vec::new();
     }
-    let room = usize::try_from(parallelism.max(0))
-        .unwrap_or(0)
-        .saturating_sub(active_count);
-    (0..completions.max(0))
-        .filter(|i| !succeeded.contains(i) && !active.contains(i))
-        .take(room)
-        .collect()
+    let room = usize::try_from(parallelism.max(0)).unwrap_or(0).saturating_sub(active_count);
+    (0..completions.max(0)).filter(|i| !succeeded.contains(i) && !active.contains(i)).take(room).collect()
 }
 
 /// The message of the first `successPolicy` rule an Indexed job's
@@ -80,29 +62,21 @@ pub fn missing_indexes(
 /// all of them succeeded, or `succeededCount` of them when it sets both; a
 /// rule with only `succeededCount` needs that many succeeded indexes. A rule
 /// whose `succeededIndexes` names no index below `completions` is skipped.
-pub fn success_policy_met(
-    rules: &[k8s_openapi::api::batch::v1::SuccessPolicyRule],
-    completions: i32,
-    completed: &BTreeSet<i32>,
-) -> Option<String> {
+pub fn success_policy_met(rules: &[k8s_openapi::api::batch::v1::SuccessPolicyRule], completions: i32, completed: &BTreeSet<i32>) -> Option<String> {
     if completed.is_empty() {
         return None;
     }
     let at_least = |n: Option<i32>| n.and_then(|n| usize::try_from(n).ok());
-    rules
-        .iter()
-        .position(
-            |rule| match (&rule.succeeded_indexes, at_least(rule.succeeded_count)) {
-                (Some(text), count) => {
-                    let required = parse_indexes(text, completions);
-                    let done = required.intersection(completed).count();
-                    !required.is_empty() && done >= count.unwrap_or(required.len())
-                }
-                (None, Some(count)) => completed.len() >= count,
-                (None, None) => false,
-            },
-        )
-        .map(|i| format!("Matched rules at index {i}"))
+    rules.iter().position(|rule| match (&rule.succeeded_indexes, at_least(rule.succeeded_count)) {
+        (Some(text), count) => {
+            let required = parse_indexes(text, completions);
+            let done = required.intersection(completed).count();
+            !required.is_empty() && done >= count.unwrap_or(required.len())
+        }
+        (None, Some(count)) => completed.len() >= count,
+        (None, None) => false,
+    })
+    .map(|i| format!("Matched rules at index {i}"))
 }
 
 /// Upstream's `completedIndexes` text: sorted, comma separated, with runs of
@@ -163,29 +137,18 @@ pub struct Failure {
 
 /// `BackoffLimitExceeded`: more pods failed than `backoffLimit` allows.
 pub fn backoff_limit_exceeded(failed: i32, backoff_limit: i32) -> Option<Failure> {
-    (failed > backoff_limit).then(|| Failure {
-        reason: "BackoffLimitExceeded",
-        message: "Job has reached the specified backoff limit".into(),
-    })
+    (failed > backoff_limit)
+        .then(|| Failure { reason: "BackoffLimitExceeded", message: "Job has reached the specified backoff limit".into() })
 }
 
 /// `DeadlineExceeded`: running longer than `activeDeadlineSeconds` since
 /// `start` (seconds since the epoch) at `now`; `Ok(remaining)` otherwise,
 /// the time to check again (`None` without a deadline).
-pub fn past_deadline(
-    start: Option<i64>,
-    active_deadline: Option<i64>,
-    now: i64,
-) -> Result<Option<Duration>, Failure> {
-    let (Some(start), Some(limit)) = (start, active_deadline) else {
-        return Ok(None);
-    };
+pub fn past_deadline(start: Option<i64>, active_deadline: Option<i64>, now: i64) -> Result<Option<Duration>, Failure> {
+    let (Some(start), Some(limit)) = (start, active_deadline) else { return Ok(None) };
     let left = start + limit - now;
     if left <= 0 {
-        return Err(Failure {
-            reason: "DeadlineExceeded",
-            message: "Job was active longer than specified deadline".into(),
-        });
+        return Err(Failure { reason: "DeadlineExceeded", message: "Job was active longer than specified deadline".into() });
     }
     Ok(Some(Duration::from_secs(u64::try_from(left).unwrap_or(0))))
 }
@@ -219,11 +182,7 @@ mod tests {
             (false, 0, Some(3), 0, 1, Scale::Delete(1)),
         ];
         for (suspended, par, comp, succ, active, want) in cases {
-            assert_eq!(
-                scale(suspended, par, comp, succ, active),
-                want,
-                "{suspended} {par} {comp:?} {succ} {active}"
-            );
+            assert_eq!(scale(suspended, par, comp, succ, active), want, "{suspended} {par} {comp:?} {succ} {active}");
         }
     }
 
@@ -232,14 +191,8 @@ mod tests {
         let done: BTreeSet<i32> = [0, 2].into();
         let active: BTreeSet<i32> = [1].into();
         assert_eq!(missing_indexes(6, 3, &done, &active, 1, false), vec![3, 4]);
-        assert_eq!(
-            missing_indexes(3, 3, &done, &active, 1, false),
-            Vec::<i32>::new()
-        );
-        assert_eq!(
-            missing_indexes(6, 3, &done, &active, 1, true),
-            Vec::<i32>::new()
-        );
+        assert_eq!(missing_indexes(3, 3, &done, &active, 1, false), Vec::<i32>::new());
+        assert_eq!(missing_indexes(6, 3, &done, &active, 1, true), Vec::<i32>::new());
     }
 
     #[test]
@@ -254,27 +207,15 @@ mod tests {
     #[test]
     fn backoff_doubles_from_ten_seconds_up_to_six_minutes() {
         let d = |n| backoff_delay(n, DEFAULT_BACKOFF, MAX_BACKOFF).as_secs();
-        assert_eq!(
-            [d(0), d(1), d(2), d(3), d(4), d(5), d(6), d(7), d(40)],
-            [0, 10, 20, 40, 80, 160, 320, 360, 360]
-        );
+        assert_eq!([d(0), d(1), d(2), d(3), d(4), d(5), d(6), d(7), d(40)], [0, 10, 20, 40, 80, 160, 320, 360, 360]);
     }
 
     #[test]
     fn failures_past_the_backoff_limit_or_the_deadline_fail_the_job() {
         assert_eq!(backoff_limit_exceeded(1, 1), None);
-        assert_eq!(
-            backoff_limit_exceeded(2, 1).map(|f| f.reason),
-            Some("BackoffLimitExceeded")
-        );
-        assert_eq!(
-            past_deadline(Some(100), Some(30), 120),
-            Ok(Some(Duration::from_secs(10)))
-        );
-        assert_eq!(
-            past_deadline(Some(100), Some(30), 130).map_err(|f| f.reason),
-            Err("DeadlineExceeded")
-        );
+        assert_eq!(backoff_limit_exceeded(2, 1).map(|f| f.reason), Some("BackoffLimitExceeded"));
+        assert_eq!(past_deadline(Some(100), Some(30), 120), Ok(Some(Duration::from_secs(10))));
+        assert_eq!(past_deadline(Some(100), Some(30), 130).map_err(|f| f.reason), Err("DeadlineExceeded"));
         assert_eq!(past_deadline(None, Some(30), 130), Ok(None));
     }
 
@@ -288,45 +229,20 @@ mod tests {
 
     #[test]
     fn success_policy_rules_match_in_order_on_indexes_and_counts() {
-        let rule = |indexes: Option<&str>, count: Option<i32>| {
-            k8s_openapi::api::batch::v1::SuccessPolicyRule {
-                succeeded_indexes: indexes.map(String::from),
-                succeeded_count: count,
-            }
+        let rule = |indexes: Option<&str>, count: Option<i32>| k8s_openapi::api::batch::v1::SuccessPolicyRule {
+            succeeded_indexes: indexes.map(String::from),
+            succeeded_count: count,
         };
         let done: BTreeSet<i32> = [0, 2, 3].into();
         // All of the named indexes.
-        assert_eq!(
-            success_policy_met(&[rule(Some("0,2"), None)], 5, &done).as_deref(),
-            Some("Matched rules at index 0")
-        );
-        assert_eq!(
-            success_policy_met(&[rule(Some("0-1"), None)], 5, &done),
-            None
-        );
+        assert_eq!(success_policy_met(&[rule(Some("0,2"), None)], 5, &done).as_deref(), Some("Matched rules at index 0"));
+        assert_eq!(success_policy_met(&[rule(Some("0-1"), None)], 5, &done), None);
         // A count among the named indexes, or overall.
-        assert_eq!(
-            success_policy_met(
-                &[rule(Some("0-1"), None), rule(Some("1-4"), Some(2))],
-                5,
-                &done
-            )
-            .as_deref(),
-            Some("Matched rules at index 1")
-        );
+        assert_eq!(success_policy_met(&[rule(Some("0-1"), None), rule(Some("1-4"), Some(2))], 5, &done).as_deref(), Some("Matched rules at index 1"));
         assert_eq!(success_policy_met(&[rule(None, Some(4))], 5, &done), None);
-        assert_eq!(
-            success_policy_met(&[rule(None, Some(3))], 5, &done).as_deref(),
-            Some("Matched rules at index 0")
-        );
+        assert_eq!(success_policy_met(&[rule(None, Some(3))], 5, &done).as_deref(), Some("Matched rules at index 0"));
         // Indexes past completions name nothing; nothing succeeded matches nothing.
-        assert_eq!(
-            success_policy_met(&[rule(Some("7-9"), None)], 5, &done),
-            None
-        );
-        assert_eq!(
-            success_policy_met(&[rule(None, Some(0))], 5, &BTreeSet::new()),
-            None
-        );
+        assert_eq!(success_policy_met(&[rule(Some("7-9"), None)], 5, &done), None);
+        assert_eq!(success_policy_met(&[rule(None, Some(0))], 5, &BTreeSet::new()), None);
     }
 }

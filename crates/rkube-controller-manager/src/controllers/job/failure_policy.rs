@@ -23,15 +23,11 @@ pub enum Verdict {
 /// Applies `policy` to the failed `pod` (upstream's `matchPodFailurePolicy`).
 /// Without a policy or a matching rule, the failure counts.
 pub fn evaluate(policy: Option<&PodFailurePolicy>, pod: &Pod) -> Verdict {
-    let Some(policy) = policy else {
-        return Verdict::Count;
-    };
+    let Some(policy) = policy else { return Verdict::Count };
     let ns = pod.metadata.namespace.as_deref().unwrap_or("");
     let name = pod.metadata.name.as_deref().unwrap_or("");
     for (index, rule) in policy.rules.iter().enumerate() {
-        let Some(why) = rule_matches(rule, pod, ns, name) else {
-            continue;
-        };
+        let Some(why) = rule_matches(rule, pod, ns, name) else { continue };
         return match rule.action.as_str() {
             "FailJob" => Verdict::FailJob(format!("{why} matching FailJob rule at index {index}")),
             "Ignore" => Verdict::Ignore,
@@ -46,11 +42,7 @@ pub fn evaluate(policy: Option<&PodFailurePolicy>, pod: &Pod) -> Verdict {
 fn rule_matches(rule: &PodFailurePolicyRule, pod: &Pod, ns: &str, name: &str) -> Option<String> {
     if let Some(req) = &rule.on_exit_codes {
         let status = pod.status.as_ref()?;
-        let statuses = status
-            .init_container_statuses
-            .iter()
-            .flatten()
-            .chain(status.container_statuses.iter().flatten());
+        let statuses = status.init_container_statuses.iter().flatten().chain(status.container_statuses.iter().flatten());
         for cs in statuses {
             if req.container_name.as_deref().is_some_and(|c| c != cs.name) {
                 continue;
@@ -67,10 +59,7 @@ fn rule_matches(rule: &PodFailurePolicyRule, pod: &Pod, ns: &str, name: &str) ->
                 _ => false,
             };
             if hit {
-                return Some(format!(
-                    "Container {} for pod {ns}/{name} failed with exit code {code}",
-                    cs.name
-                ));
+                return Some(format!("Container {} for pod {ns}/{name} failed with exit code {code}", cs.name));
             }
         }
         return None;
@@ -78,15 +67,8 @@ fn rule_matches(rule: &PodFailurePolicyRule, pod: &Pod, ns: &str, name: &str) ->
     let patterns = rule.on_pod_conditions.as_ref()?;
     let conditions = pod.status.as_ref()?.conditions.as_ref()?;
     for pattern in patterns {
-        let want = if pattern.status.is_empty() {
-            "True"
-        } else {
-            pattern.status.as_str()
-        };
-        if conditions
-            .iter()
-            .any(|c| c.type_ == pattern.type_ && c.status == want)
-        {
+        let want = if pattern.status.is_empty() { "True" } else { pattern.status.as_str() };
+        if conditions.iter().any(|c| c.type_ == pattern.type_ && c.status == want) {
             return Some(format!("Pod {ns}/{name} has condition {}", pattern.type_));
         }
     }
@@ -135,32 +117,21 @@ mod tests {
 
     #[test]
     fn exit_code_zero_and_other_containers_never_match() {
-        let p = policy(
-            json!([{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [1]}}]),
-        );
+        let p = policy(json!([{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [1]}}]));
         assert_eq!(evaluate(Some(&p), &pod(0, json!([]))), Verdict::Count);
-        let other = policy(
-            json!([{"action": "FailJob", "onExitCodes": {"containerName": "sidecar", "operator": "In", "values": [2]}}]),
-        );
+        let other = policy(json!([{"action": "FailJob", "onExitCodes": {"containerName": "sidecar", "operator": "In", "values": [2]}}]));
         assert_eq!(evaluate(Some(&other), &pod(2, json!([]))), Verdict::Count);
     }
 
     #[test]
     fn pod_conditions_match_on_type_and_status() {
-        let p = policy(
-            json!([{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]),
-        );
+        let p = policy(json!([{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]));
         let disrupted = pod(137, json!([{"type": "DisruptionTarget", "status": "True"}]));
         assert_eq!(
             evaluate(Some(&p), &disrupted),
-            Verdict::FailJob(
-                "Pod ns/p has condition DisruptionTarget matching FailJob rule at index 0".into()
-            )
+            Verdict::FailJob("Pod ns/p has condition DisruptionTarget matching FailJob rule at index 0".into())
         );
-        let not = pod(
-            137,
-            json!([{"type": "DisruptionTarget", "status": "False"}]),
-        );
+        let not = pod(137, json!([{"type": "DisruptionTarget", "status": "False"}]));
         assert_eq!(evaluate(Some(&p), &not), Verdict::Count);
     }
 }

@@ -51,10 +51,7 @@ pub struct JobOptions {
 
 impl Default for JobOptions {
     fn default() -> Self {
-        JobOptions {
-            backoff_base: decide::DEFAULT_BACKOFF,
-            backoff_max: decide::MAX_BACKOFF,
-        }
+        JobOptions { backoff_base: decide::DEFAULT_BACKOFF, backoff_max: decide::MAX_BACKOFF }
     }
 }
 
@@ -83,13 +80,8 @@ impl State {
     fn record(&self, uid: &str, failed: usize, succeeded: usize) {
         let mut m = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
         if failed > 0 {
-            let r = m.entry(uid.to_string()).or_insert(BackoffRecord {
-                failures: 0,
-                last_failure: Instant::now(),
-            });
-            r.failures = r
-                .failures
-                .saturating_add(u32::try_from(failed).unwrap_or(u32::MAX));
+            let r = m.entry(uid.to_string()).or_insert(BackoffRecord { failures: 0, last_failure: Instant::now() });
+            r.failures = r.failures.saturating_add(u32::try_from(failed).unwrap_or(u32::MAX));
             r.last_failure = Instant::now();
         } else if succeeded > 0 {
             m.remove(uid);
@@ -98,45 +90,26 @@ impl State {
 
     /// Remembers that the pods `uids` were counted and lose their finalizer.
     fn mark_counted<'a>(&self, uids: impl IntoIterator<Item = &'a String>) {
-        self.counted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(uids.into_iter().cloned());
+        self.counted.lock().unwrap_or_else(|e| e.into_inner()).extend(uids.into_iter().cloned());
     }
 
     /// Whether pod `uid` was counted already (its finalizer is being removed).
     fn is_counted(&self, uid: &str) -> bool {
-        self.counted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(uid)
+        self.counted.lock().unwrap_or_else(|e| e.into_inner()).contains(uid)
     }
 
     /// Forgets counted pods the cache shows without the finalizer (or not at all).
     fn prune_counted(&self, pods: &Store<Pod>) {
-        let with: std::collections::HashSet<String> = pods
-            .state()
-            .iter()
-            .filter(|p| pods::has_tracking_finalizer(p))
-            .filter_map(|p| p.metadata.uid.clone())
-            .collect();
-        self.counted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|u| with.contains(u));
+        let with: std::collections::HashSet<String> =
+            pods.state().iter().filter(|p| pods::has_tracking_finalizer(p)).filter_map(|p| p.metadata.uid.clone()).collect();
+        self.counted.lock().unwrap_or_else(|e| e.into_inner()).retain(|u| with.contains(u));
     }
 
     /// How long pod creation for job `uid` must still wait.
     fn backoff_remaining(&self, uid: &str) -> Duration {
         let m = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(r) = m.get(uid) else {
-            return Duration::ZERO;
-        };
-        let delay = decide::backoff_delay(
-            r.failures,
-            self.options.backoff_base,
-            self.options.backoff_max,
-        );
+        let Some(r) = m.get(uid) else { return Duration::ZERO };
+        let delay = decide::backoff_delay(r.failures, self.options.backoff_base, self.options.backoff_max);
         delay.saturating_sub(r.last_failure.elapsed())
     }
 }
@@ -158,12 +131,9 @@ pub fn start(ctx: ControllerContext) -> futures::future::BoxFuture<'static, anyh
 pub async fn run(ctx: ControllerContext, options: JobOptions) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let (pods, writer) = reflector::store::<Pod>();
-    let pod_events = reflector::reflector(
-        writer,
-        watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
+    let pod_events = reflector::reflector(writer, watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
     let controller = Controller::new(Api::<Job>::all(client.clone()), watcher::Config::default());
     let jobs = controller.store();
     let state = Arc::new(State {
@@ -175,13 +145,7 @@ pub async fn run(ctx: ControllerContext, options: JobOptions) -> anyhow::Result<
         backoff: Mutex::new(HashMap::new()),
         counted: Mutex::new(Default::default()),
     });
-    let sweeper = tokio::spawn(release_orphans(
-        client,
-        pods,
-        jobs,
-        state.clone(),
-        ctx.clone(),
-    ));
+    let sweeper = tokio::spawn(release_orphans(client, pods, jobs, state.clone(), ctx.clone()));
     let stop = ctx.clone();
     controller
         .watches_stream(pod_events, |pod: Pod| job_of_pod(&pod))
@@ -200,8 +164,7 @@ pub async fn run(ctx: ControllerContext, options: JobOptions) -> anyhow::Result<
 /// The Job a pod event concerns: its controller when that is a Job.
 fn job_of_pod(pod: &Pod) -> Option<ObjectRef<Job>> {
     let r = pod_control::controller_of(&pod.metadata)?;
-    (r.kind == "Job" && r.api_version.starts_with("batch/"))
-        .then(|| ObjectRef::new(&r.name).within(&pod.namespace().unwrap_or_default()))
+    (r.kind == "Job" && r.api_version.starts_with("batch/")).then(|| ObjectRef::new(&r.name).within(&pod.namespace().unwrap_or_default()))
 }
 
 fn error_policy(_job: Arc<Job>, err: &SyncError, _state: Arc<State>) -> Action {
@@ -212,13 +175,7 @@ fn error_policy(_job: Arc<Job>, err: &SyncError, _state: Arc<State>) -> Action {
 /// Removes the tracking finalizer from pods whose Job is gone (upstream
 /// does this when it observes a Job's deletion), so a deleted Job's pods
 /// (and the namespace holding them) can go.
-async fn release_orphans(
-    client: kube::Client,
-    pods: Store<Pod>,
-    jobs: Store<Job>,
-    state: Arc<State>,
-    ctx: ControllerContext,
-) {
+async fn release_orphans(client: kube::Client, pods: Store<Pod>, jobs: Store<Job>, state: Arc<State>, ctx: ControllerContext) {
     let stopped = ctx.stopped();
     tokio::pin!(stopped);
     loop {
@@ -230,19 +187,9 @@ async fn release_orphans(
             continue;
         }
         state.prune_counted(&pods);
-        let live: std::collections::HashSet<String> = jobs
-            .state()
-            .iter()
-            .filter_map(|j| j.metadata.uid.clone())
-            .collect();
-        for pod in pods
-            .state()
-            .iter()
-            .filter(|p| pods::has_tracking_finalizer(p))
-        {
-            let Some(owner) = pod_control::controller_of(&pod.metadata) else {
-                continue;
-            };
+        let live: std::collections::HashSet<String> = jobs.state().iter().filter_map(|j| j.metadata.uid.clone()).collect();
+        for pod in pods.state().iter().filter(|p| pods::has_tracking_finalizer(p)) {
+            let Some(owner) = pod_control::controller_of(&pod.metadata) else { continue };
             if owner.kind != "Job" || live.contains(&owner.uid) {
                 continue;
             }

@@ -24,10 +24,7 @@ pub const COMPLETION_INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
 
 /// The pod phase (`""` when unset).
 pub fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
 }
 
 /// `Succeeded` or `Failed`.
@@ -43,10 +40,7 @@ pub fn has_tracking_finalizer(pod: &Pod) -> bool {
 /// The completion index of an Indexed job's pod: the annotation, else the
 /// label; `None` when missing or not a number.
 pub fn completion_index(pod: &Pod) -> Option<i32> {
-    let text = pod
-        .annotations()
-        .get(COMPLETION_INDEX)
-        .or_else(|| pod.labels().get(COMPLETION_INDEX))?;
+    let text = pod.annotations().get(COMPLETION_INDEX).or_else(|| pod.labels().get(COMPLETION_INDEX))?;
     text.parse().ok().filter(|i: &i32| *i >= 0)
 }
 
@@ -57,12 +51,7 @@ pub fn completion_index(pod: &Pod) -> Option<i32> {
 /// label, hostname `<job>-<index>` and `JOB_COMPLETION_INDEX` in every
 /// container; with `failure_count`, the index's failures so far
 /// ([`super::per_index::INDEX_FAILURE_COUNT`]).
-pub fn pod_for(
-    job: &Job,
-    owner: OwnerReference,
-    index: Option<i32>,
-    failure_count: Option<i32>,
-) -> Option<Pod> {
+pub fn pod_for(job: &Job, owner: OwnerReference, index: Option<i32>, failure_count: Option<i32>) -> Option<Pod> {
     let template = job.spec.as_ref()?.template.clone();
     let name = job.name_any();
     let prefix = match index {
@@ -70,29 +59,14 @@ pub fn pod_for(
         None => name.clone(),
     };
     let mut pod = pod_control::pod_from_template(&template, &prefix, owner);
-    pod.metadata
-        .finalizers
-        .get_or_insert_with(Vec::new)
-        .push(TRACKING_FINALIZER.to_string());
+    pod.metadata.finalizers.get_or_insert_with(Vec::new).push(TRACKING_FINALIZER.to_string());
     if let Some(count) = failure_count {
-        pod.metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(
-                super::per_index::INDEX_FAILURE_COUNT.into(),
-                count.to_string(),
-            );
+        pod.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(super::per_index::INDEX_FAILURE_COUNT.into(), count.to_string());
     }
     if let Some(i) = index {
         let idx = i.to_string();
-        pod.metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(COMPLETION_INDEX.into(), idx.clone());
-        pod.metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(COMPLETION_INDEX.into(), idx);
+        pod.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(COMPLETION_INDEX.into(), idx.clone());
+        pod.metadata.labels.get_or_insert_with(BTreeMap::new).insert(COMPLETION_INDEX.into(), idx);
         if let Some(spec) = pod.spec.as_mut() {
             if spec.hostname.is_none() {
                 spec.hostname = Some(format!("{name}-{i}"));
@@ -108,11 +82,7 @@ pub fn pod_for(
                     ..EnvVarSource::default()
                 }),
             };
-            for c in spec
-                .containers
-                .iter_mut()
-                .chain(spec.init_containers.iter_mut().flatten())
-            {
+            for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
                 let vars = c.env.get_or_insert_with(Vec::new);
                 if !vars.iter().any(|v| v.name == COMPLETION_INDEX_ENV) {
                     vars.push(env.clone());
@@ -130,21 +100,9 @@ pub async fn remove_tracking_finalizer(api: &Api<Pod>, pod: &Pod) -> Result<(), 
     if !has_tracking_finalizer(pod) {
         return Ok(());
     }
-    let rest: Vec<&String> = pod
-        .finalizers()
-        .iter()
-        .filter(|f| *f != TRACKING_FINALIZER)
-        .collect();
-    let patch =
-        json!({"metadata": {"finalizers": rest, "resourceVersion": pod.resource_version()}});
-    match api
-        .patch(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
+    let rest: Vec<&String> = pod.finalizers().iter().filter(|f| *f != TRACKING_FINALIZER).collect();
+    let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": pod.resource_version()}});
+    match api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
         Ok(_) => Ok(()),
         Err(e) if pod_control::is_gone(&e) => Ok(()),
         Err(e) => Err(e),
@@ -164,25 +122,12 @@ mod tests {
                 "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}},
         }))
         .unwrap();
-        let owner = OwnerReference {
-            name: "work".into(),
-            uid: "u1".into(),
-            kind: "Job".into(),
-            api_version: "batch/v1".into(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        };
+        let owner = OwnerReference { name: "work".into(), uid: "u1".into(), kind: "Job".into(), api_version: "batch/v1".into(), controller: Some(true), block_owner_deletion: Some(true) };
         let pod = pod_for(&job, owner, Some(2), None).unwrap();
         assert_eq!(pod.metadata.generate_name.as_deref(), Some("work-2-"));
-        assert_eq!(
-            pod.metadata.finalizers,
-            Some(vec![TRACKING_FINALIZER.to_string()])
-        );
+        assert_eq!(pod.metadata.finalizers, Some(vec![TRACKING_FINALIZER.to_string()]));
         assert_eq!(completion_index(&pod), Some(2));
-        assert_eq!(
-            pod.labels().get(COMPLETION_INDEX).map(String::as_str),
-            Some("2")
-        );
+        assert_eq!(pod.labels().get(COMPLETION_INDEX).map(String::as_str), Some("2"));
         let spec = pod.spec.unwrap();
         assert_eq!(spec.hostname.as_deref(), Some("work-2"));
         let env = &spec.containers[0].env.as_ref().unwrap()[0];

@@ -22,20 +22,10 @@ use crate::{pod_control, pod_util};
 
 /// Whether `status` has a condition `type_` with status `True`.
 pub fn has_condition(status: &JobStatus, type_: &str) -> bool {
-    status
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == type_ && c.status == "True")
+    status.conditions.iter().flatten().any(|c| c.type_ == type_ && c.status == "True")
 }
 
-fn condition(
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-    now: Timestamp,
-) -> JobCondition {
+fn condition(type_: &str, status: &str, reason: &str, message: &str, now: Timestamp) -> JobCondition {
     JobCondition {
         type_: type_.into(),
         status: status.into(),
@@ -52,12 +42,9 @@ fn condition(
 fn set_condition(status: &mut JobStatus, c: JobCondition) {
     let conds = status.conditions.get_or_insert_with(Vec::new);
     match conds.iter_mut().find(|x| x.type_ == c.type_) {
-        Some(old)
-            if old.status == c.status && old.reason == c.reason && old.message == c.message => {}
+        Some(old) if old.status == c.status && old.reason == c.reason && old.message == c.message => {}
         Some(old) => {
-            let keep = (old.status == c.status)
-                .then(|| old.last_transition_time.clone())
-                .flatten();
+            let keep = (old.status == c.status).then(|| old.last_transition_time.clone()).flatten();
             *old = c;
             if keep.is_some() {
                 old.last_transition_time = keep;
@@ -69,20 +56,14 @@ fn set_condition(status: &mut JobStatus, c: JobCondition) {
 
 fn uncounted(status: &JobStatus) -> (Vec<String>, Vec<String>) {
     let u = status.uncounted_terminated_pods.clone().unwrap_or_default();
-    (
-        u.succeeded.unwrap_or_default(),
-        u.failed.unwrap_or_default(),
-    )
+    (u.succeeded.unwrap_or_default(), u.failed.unwrap_or_default())
 }
 
 async fn write_status(state: &State, job: &Job, status: JobStatus) -> Result<(), SyncError> {
     let mut next = job.clone();
     next.status = Some(status);
     let api: Api<Job> = Api::namespaced(state.client.clone(), &job.namespace().unwrap_or_default());
-    match api
-        .replace_status(&job.name_any(), &PostParams::default(), &next)
-        .await
-    {
+    match api.replace_status(&job.name_any(), &PostParams::default(), &next).await {
         Ok(_) => Ok(()),
         Err(e) if pod_control::is_not_found(&e) => Ok(()),
         Err(e) => Err(e.into()),
@@ -91,18 +72,11 @@ async fn write_status(state: &State, job: &Job, status: JobStatus) -> Result<(),
 
 /// Syncs one Job.
 pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action, SyncError> {
-    if tokio::time::timeout(Duration::from_secs(1), state.pods.wait_until_ready())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(Duration::from_secs(1), state.pods.wait_until_ready()).await.is_err() {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
-    let Some(owner_ref) = pod_control::controller_ref(job.as_ref()) else {
-        return Ok(Action::await_change());
-    };
-    let Some(spec) = job.spec.as_ref() else {
-        return Ok(Action::await_change());
-    };
+    let Some(owner_ref) = pod_control::controller_ref(job.as_ref()) else { return Ok(Action::await_change()) };
+    let Some(spec) = job.spec.as_ref() else { return Ok(Action::await_change()) };
     let ns = job.namespace().unwrap_or_default();
     let key = format!("{ns}/{}", job.name_any());
     let uid = owner_ref.uid.clone();
@@ -162,10 +136,7 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
                 Verdict::FailJob(message) => {
                     unc_fail.push(puid);
                     new_fail += 1;
-                    fail_job.get_or_insert(Failure {
-                        reason: "PodFailurePolicy",
-                        message,
-                    });
+                    fail_job.get_or_insert(Failure { reason: "PodFailurePolicy", message });
                 }
             },
             // A pod deleted before it finished counts as failed, unless only
@@ -180,26 +151,15 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
     }
     if new_succ + new_fail > 0 {
         state.record(&uid, new_fail, new_succ);
-        status.uncounted_terminated_pods = Some(UncountedTerminatedPods {
-            succeeded: Some(unc_succ),
-            failed: Some(unc_fail),
-        });
+        status.uncounted_terminated_pods = Some(UncountedTerminatedPods { succeeded: Some(unc_succ), failed: Some(unc_fail) });
         if !failed_now.is_empty() {
-            let mut failed = decide::parse_indexes(
-                status.failed_indexes.as_deref().unwrap_or(""),
-                completions.unwrap_or(0),
-            );
+            let mut failed = decide::parse_indexes(status.failed_indexes.as_deref().unwrap_or(""), completions.unwrap_or(0));
             failed.extend(failed_now);
             status.failed_indexes = Some(decide::format_indexes(&failed));
         }
         if let Some(f) = fail_job {
-            if !has_condition(&status, "FailureTarget")
-                && !has_condition(&status, "SuccessCriteriaMet")
-            {
-                set_condition(
-                    &mut status,
-                    condition("FailureTarget", "True", f.reason, &f.message, now),
-                );
+            if !has_condition(&status, "FailureTarget") && !has_condition(&status, "SuccessCriteriaMet") {
+                set_condition(&mut status, condition("FailureTarget", "True", f.reason, &f.message, now));
             }
         }
         write_status(&state, &job, status).await?;
@@ -229,17 +189,9 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
         }
         state.mark_counted(unc_succ.iter().chain(unc_fail.iter()));
         let count = |v: &Vec<String>| i32::try_from(v.len()).unwrap_or(i32::MAX);
-        status.succeeded = Some(
-            status
-                .succeeded
-                .unwrap_or(0)
-                .saturating_add(count(&unc_succ)),
-        );
+        status.succeeded = Some(status.succeeded.unwrap_or(0).saturating_add(count(&unc_succ)));
         status.failed = Some(status.failed.unwrap_or(0).saturating_add(count(&unc_fail)));
-        status.uncounted_terminated_pods = Some(UncountedTerminatedPods {
-            succeeded: Some(vec![]),
-            failed: Some(vec![]),
-        });
+        status.uncounted_terminated_pods = Some(UncountedTerminatedPods { succeeded: Some(vec![]), failed: Some(vec![]) });
         if indexed {
             status.completed_indexes = Some(decide::format_indexes(&completed));
         }
@@ -248,35 +200,16 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
     }
 
     // Step 3: conditions and pods.
-    let succeeded = if indexed {
-        i32::try_from(completed.len()).unwrap_or(i32::MAX)
-    } else {
-        status.succeeded.unwrap_or(0)
-    };
+    let succeeded = if indexed { i32::try_from(completed.len()).unwrap_or(i32::MAX) } else { status.succeeded.unwrap_or(0) };
     let failed = status.failed.unwrap_or(0);
-    let active: Vec<&Pod> = mine
-        .iter()
-        .map(|p| p.as_ref())
-        .filter(|p| pod_util::is_active(p))
-        .collect();
-    let terminating_pods: Vec<&Pod> = mine
-        .iter()
-        .map(|p| p.as_ref())
-        .filter(|p| p.metadata.deletion_timestamp.is_some() && !pods::is_terminal(p))
-        .collect();
+    let active: Vec<&Pod> = mine.iter().map(|p| p.as_ref()).filter(|p| pod_util::is_active(p)).collect();
+    let terminating_pods: Vec<&Pod> = mine.iter().map(|p| p.as_ref()).filter(|p| p.metadata.deletion_timestamp.is_some() && !pods::is_terminal(p)).collect();
     let terminating = terminating_pods.len();
     // Pods still terminating hold their place when only failed pods are replaced.
-    let holding: &[&Pod] = if only_replace_failed {
-        &terminating_pods
-    } else {
-        &[]
-    };
+    let holding: &[&Pod] = if only_replace_failed { &terminating_pods } else { &[] };
     let ready = active.iter().filter(|p| pod_util::is_ready(p)).count();
     let suspended = spec.suspend == Some(true);
-    let failed_indexes = decide::parse_indexes(
-        status.failed_indexes.as_deref().unwrap_or(""),
-        completions.unwrap_or(0),
-    );
+    let failed_indexes = decide::parse_indexes(status.failed_indexes.as_deref().unwrap_or(""), completions.unwrap_or(0));
     if index_limit.is_some() && status.failed_indexes.is_none() {
         status.failed_indexes = Some(String::new());
     }
@@ -285,26 +218,14 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
 
     if suspended {
         if !has_condition(&status, "Suspended") {
-            set_condition(
-                &mut status,
-                condition("Suspended", "True", "JobSuspended", "Job suspended", now),
-            );
-            state
-                .events
-                .normal(&regarding, "Suspended", "Job suspended".into())
-                .await;
+            set_condition(&mut status, condition("Suspended", "True", "JobSuspended", "Job suspended", now));
+            state.events.normal(&regarding, "Suspended", "Job suspended".into()).await;
         }
         status.start_time = None;
     } else {
         if has_condition(&status, "Suspended") {
-            set_condition(
-                &mut status,
-                condition("Suspended", "False", "JobResumed", "Job resumed", now),
-            );
-            state
-                .events
-                .normal(&regarding, "Resumed", "Job resumed".into())
-                .await;
+            set_condition(&mut status, condition("Suspended", "False", "JobResumed", "Job resumed", now));
+            state.events.normal(&regarding, "Resumed", "Job resumed".into()).await;
             status.start_time = None;
         }
         if status.start_time.is_none() {
@@ -312,63 +233,26 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
         }
     }
 
-    let mut target = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| {
-            c.status == "True" && (c.type_ == "FailureTarget" || c.type_ == "SuccessCriteriaMet")
-        })
-        .cloned();
+    let mut target = status.conditions.iter().flatten().find(|c| c.status == "True" && (c.type_ == "FailureTarget" || c.type_ == "SuccessCriteriaMet")).cloned();
     if target.is_none() && !suspended {
         let start = status.start_time.as_ref().map(|t| t.0.as_second());
-        let failure =
-            match decide::past_deadline(start, spec.active_deadline_seconds, now.as_second()) {
-                Err(f) => Some(f),
-                Ok(left) => {
-                    if let Some(left) = left {
-                        requeue = requeue.min(left + Duration::from_millis(100));
-                    }
-                    decide::backoff_limit_exceeded(failed, spec.backoff_limit.unwrap_or(6)).or_else(
-                        || {
-                            index_limit
-                                .and_then(|_| per_index::failure(spec, &failed_indexes, &completed))
-                        },
-                    )
+        let failure = match decide::past_deadline(start, spec.active_deadline_seconds, now.as_second()) {
+            Err(f) => Some(f),
+            Ok(left) => {
+                if let Some(left) = left {
+                    requeue = requeue.min(left + Duration::from_millis(100));
                 }
-            };
-        let rules = spec
-            .success_policy
-            .as_ref()
-            .map(|p| p.rules.as_slice())
-            .filter(|_| indexed)
-            .unwrap_or_default();
+                decide::backoff_limit_exceeded(failed, spec.backoff_limit.unwrap_or(6))
+                    .or_else(|| index_limit.and_then(|_| per_index::failure(spec, &failed_indexes, &completed)))
+            }
+        };
+        let rules = spec.success_policy.as_ref().map(|p| p.rules.as_slice()).filter(|_| indexed).unwrap_or_default();
         let c = if let Some(f) = failure {
-            Some(condition(
-                "FailureTarget",
-                "True",
-                f.reason,
-                &f.message,
-                now,
-            ))
-        } else if let Some(message) =
-            decide::success_policy_met(rules, completions.unwrap_or(0), &completed)
-        {
-            Some(condition(
-                "SuccessCriteriaMet",
-                "True",
-                "SuccessPolicy",
-                &message,
-                now,
-            ))
+            Some(condition("FailureTarget", "True", f.reason, &f.message, now))
+        } else if let Some(message) = decide::success_policy_met(rules, completions.unwrap_or(0), &completed) {
+            Some(condition("SuccessCriteriaMet", "True", "SuccessPolicy", &message, now))
         } else if decide::success_reached(completions, succeeded, active.len()) {
-            Some(condition(
-                "SuccessCriteriaMet",
-                "True",
-                "CompletionsReached",
-                "Reached expected number of succeeded pods",
-                now,
-            ))
+            Some(condition("SuccessCriteriaMet", "True", "CompletionsReached", "Reached expected number of succeeded pods", now))
         } else {
             None
         };
@@ -390,91 +274,34 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
             delete_pods(&state, &key, &pods_api, &regarding, &active).await?;
         }
         if active.is_empty() && terminating == 0 {
-            let (reason, message) = (
-                t.reason.clone().unwrap_or_default(),
-                t.message.clone().unwrap_or_default(),
-            );
+            let (reason, message) = (t.reason.clone().unwrap_or_default(), t.message.clone().unwrap_or_default());
             if t.type_ == "SuccessCriteriaMet" {
-                set_condition(
-                    &mut status,
-                    condition("Complete", "True", &reason, &message, now),
-                );
+                set_condition(&mut status, condition("Complete", "True", &reason, &message, now));
                 status.completion_time = Some(Time(now));
-                state
-                    .events
-                    .normal(&regarding, "Completed", "Job completed".into())
-                    .await;
+                state.events.normal(&regarding, "Completed", "Job completed".into()).await;
             } else {
-                set_condition(
-                    &mut status,
-                    condition("Failed", "True", &reason, &message, now),
-                );
+                set_condition(&mut status, condition("Failed", "True", &reason, &message, now));
                 state.events.warning(&regarding, &reason, message).await;
             }
         }
     } else if may_manage {
         let backoff_left = state.backoff_remaining(&uid);
         if indexed {
-            let scope = IndexedScope {
-                active: &active,
-                holding,
-                completed: &completed,
-                failed: &failed_indexes,
-                all: &mine,
-                per_index: index_limit.is_some(),
-            };
-            requeue = requeue.min(
-                manage_indexed(
-                    &state,
-                    &job,
-                    &key,
-                    &pods_api,
-                    &regarding,
-                    scope,
-                    backoff_left,
-                    suspended,
-                )
-                .await?,
-            );
+            let scope = IndexedScope { active: &active, holding, completed: &completed, failed: &failed_indexes, all: &mine, per_index: index_limit.is_some() };
+            requeue = requeue.min(manage_indexed(&state, &job, &key, &pods_api, &regarding, scope, backoff_left, suspended).await?);
         } else {
-            let scale = match decide::scale(
-                suspended,
-                spec.parallelism.unwrap_or(1),
-                completions,
-                succeeded,
-                active.len(),
-            ) {
-                Scale::Create(n) => n
-                    .checked_sub(holding.len())
-                    .filter(|n| *n > 0)
-                    .map_or(Scale::Steady, Scale::Create),
+            let scale = match decide::scale(suspended, spec.parallelism.unwrap_or(1), completions, succeeded, active.len()) {
+                Scale::Create(n) => n.checked_sub(holding.len()).filter(|n| *n > 0).map_or(Scale::Steady, Scale::Create),
                 other => other,
             };
             match scale {
                 Scale::Steady => {}
                 Scale::Create(_) if !backoff_left.is_zero() => requeue = requeue.min(backoff_left),
-                Scale::Create(n) => {
-                    create_pods(
-                        &state,
-                        &job,
-                        &key,
-                        &pods_api,
-                        &regarding,
-                        vec![(None, None); n],
-                    )
-                    .await?
-                }
+                Scale::Create(n) => create_pods(&state, &job, &key, &pods_api, &regarding, vec![(None, None); n]).await?,
                 Scale::Delete(n) => {
                     let mut ranked = active.clone();
                     pod_util::sort_for_deletion(&mut ranked, &active, now);
-                    delete_pods(
-                        &state,
-                        &key,
-                        &pods_api,
-                        &regarding,
-                        &ranked[..n.min(ranked.len())],
-                    )
-                    .await?;
+                    delete_pods(&state, &key, &pods_api, &regarding, &ranked[..n.min(ranked.len())]).await?;
                 }
             }
         }
@@ -534,14 +361,7 @@ async fn manage_indexed(
     backoff_left: Duration,
     suspended: bool,
 ) -> Result<Duration, SyncError> {
-    let IndexedScope {
-        active,
-        holding,
-        completed,
-        failed,
-        all,
-        per_index,
-    } = scope;
+    let IndexedScope { active, holding, completed, failed, all, per_index } = scope;
     let spec = job.spec.as_ref();
     let completions = spec.and_then(|s| s.completions).unwrap_or(0);
     let parallelism = spec.and_then(|s| s.parallelism).unwrap_or(1);
@@ -549,12 +369,7 @@ async fn manage_indexed(
     let mut extra: Vec<&Pod> = Vec::new();
     for p in active {
         match pods::completion_index(p) {
-            Some(i)
-                if i < completions
-                    && !completed.contains(&i)
-                    && !failed.contains(&i)
-                    && !suspended
-                    && seen.insert(i) => {}
+            Some(i) if i < completions && !completed.contains(&i) && !failed.contains(&i) && !suspended && seen.insert(i) => {}
             _ => extra.push(p),
         }
     }
@@ -565,29 +380,15 @@ async fn manage_indexed(
     let mut occupied = seen.clone();
     occupied.extend(holding.iter().filter_map(|p| pods::completion_index(p)));
     let done: BTreeSet<i32> = completed.union(failed).copied().collect();
-    let missing = decide::missing_indexes(
-        completions,
-        parallelism,
-        &done,
-        &occupied,
-        seen.len() + holding.len(),
-        suspended,
-    );
+    let missing = decide::missing_indexes(completions, parallelism, &done, &occupied, seen.len() + holding.len(), suspended);
     if missing.is_empty() {
         return Ok(Duration::from_secs(300));
     }
     if !backoff_left.is_zero() {
         return Ok(backoff_left);
     }
-    let counts = if per_index {
-        per_index::next_failure_counts(all.iter().map(|p| p.as_ref()), &missing)
-    } else {
-        Default::default()
-    };
-    let wanted = missing
-        .into_iter()
-        .map(|i| (Some(i), counts.get(&i).copied()))
-        .collect();
+    let counts = if per_index { per_index::next_failure_counts(all.iter().map(|p| p.as_ref()), &missing) } else { Default::default() };
+    let wanted = missing.into_iter().map(|i| (Some(i), counts.get(&i).copied())).collect();
     create_pods(state, job, key, pods_api, regarding, wanted).await?;
     Ok(Duration::from_secs(300))
 }
@@ -600,14 +401,9 @@ async fn create_pods(
     regarding: &k8s_openapi::api::core::v1::ObjectReference,
     indexes: Vec<(Option<i32>, Option<i32>)>,
 ) -> Result<(), SyncError> {
-    let Some(owner) = pod_control::controller_ref(job) else {
-        return Ok(());
-    };
+    let Some(owner) = pod_control::controller_ref(job) else { return Ok(()) };
     let pp = PostParams::default();
-    let wanted: Vec<Pod> = indexes
-        .into_iter()
-        .filter_map(|(i, count)| pods::pod_for(job, owner.clone(), i, count))
-        .collect();
+    let wanted: Vec<Pod> = indexes.into_iter().filter_map(|(i, count)| pods::pod_for(job, owner.clone(), i, count)).collect();
     let results = futures::future::join_all(wanted.iter().map(|p| pods_api.create(&pp, p))).await;
     let mut created = Vec::new();
     let mut failure = None;
@@ -619,28 +415,14 @@ async fn create_pods(
     }
     state.expectations.expect_creations(key, created.clone());
     for name in created {
-        state
-            .events
-            .normal(
-                regarding,
-                "SuccessfulCreate",
-                format!("Created pod: {name}"),
-            )
-            .await;
+        state.events.normal(regarding, "SuccessfulCreate", format!("Created pod: {name}")).await;
     }
     if let Some(e) = failure {
         let message = match &e {
             kube::Error::Api(s) => s.message.clone(),
             other => other.to_string(),
         };
-        state
-            .events
-            .warning(
-                regarding,
-                "FailedCreate",
-                format!("Error creating: {message}"),
-            )
-            .await;
+        state.events.warning(regarding, "FailedCreate", format!("Error creating: {message}")).await;
         return Err(e.into());
     }
     Ok(())
@@ -653,22 +435,11 @@ async fn delete_pods(
     regarding: &k8s_openapi::api::core::v1::ObjectReference,
     victims: &[&Pod],
 ) -> Result<(), SyncError> {
-    state
-        .expectations
-        .expect_deletions(key, victims.iter().filter_map(|p| p.metadata.uid.clone()));
+    state.expectations.expect_deletions(key, victims.iter().filter_map(|p| p.metadata.uid.clone()));
     let dp = DeleteParams::default();
     for p in victims {
         match pods_api.delete(&p.name_any(), &dp).await {
-            Ok(_) => {
-                state
-                    .events
-                    .normal(
-                        regarding,
-                        "SuccessfulDelete",
-                        format!("Deleted pod: {}", p.name_any()),
-                    )
-                    .await
-            }
+            Ok(_) => state.events.normal(regarding, "SuccessfulDelete", format!("Deleted pod: {}", p.name_any())).await,
             Err(e) if pod_control::is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
         }

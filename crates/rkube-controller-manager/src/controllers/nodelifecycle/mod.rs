@@ -71,9 +71,7 @@ pub fn start(ctx: ControllerContext) -> futures::future::BoxFuture<'static, anyh
 }
 
 /// Starts the taint eviction controller.
-pub fn start_taint_eviction(
-    ctx: ControllerContext,
-) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
+pub fn start_taint_eviction(ctx: ControllerContext) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
     Box::pin(run_taint_eviction(ctx, Duration::from_secs(1)))
 }
 
@@ -91,15 +89,7 @@ pub async fn run(ctx: ControllerContext, options: NodeLifecycleOptions) -> anyho
     let stopped = ctx.stopped();
     tokio::pin!(stopped);
     loop {
-        match monitor_once(
-            &ctx.client,
-            &events,
-            options,
-            &mut probes,
-            &mut stopped_evictions,
-        )
-        .await
-        {
+        match monitor_once(&ctx.client, &events, options, &mut probes, &mut stopped_evictions).await {
             Ok(()) => {}
             Err(err) => tracing::debug!(%err, "node lifecycle pass"),
         }
@@ -119,14 +109,13 @@ async fn monitor_once(
 ) -> Result<(), kube::Error> {
     let nodes_api: Api<Node> = Api::all(client.clone());
     let mut nodes = nodes_api.list(&ListParams::default()).await?.items;
-    let leases: HashMap<String, String> =
-        Api::<Lease>::namespaced(client.clone(), "kube-node-lease")
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter_map(|l| Some((l.name_any(), l.spec?.renew_time?.0.to_string())))
-            .collect();
+    let leases: HashMap<String, String> = Api::<Lease>::namespaced(client.clone(), "kube-node-lease")
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|l| Some((l.name_any(), l.spec?.renew_time?.0.to_string())))
+        .collect();
     let names: HashSet<String> = nodes.iter().map(|n| n.name_any()).collect();
     probes.retain(|n, _| names.contains(n));
     let now = Instant::now();
@@ -134,41 +123,24 @@ async fn monitor_once(
     for node in &mut nodes {
         let name = node.name_any();
         let hb = plan::heartbeat(node, leases.get(&name).map(String::as_str));
-        let probe = probes.entry(name.clone()).or_insert_with(|| Probe {
-            heartbeat: hb.clone(),
-            at: now,
-        });
+        let probe = probes.entry(name.clone()).or_insert_with(|| Probe { heartbeat: hb.clone(), at: now });
         if probe.heartbeat != hb {
-            *probe = Probe {
-                heartbeat: hb,
-                at: now,
-            };
+            *probe = Probe { heartbeat: hb, at: now };
         }
-        let grace = if plan::ready_status(node).is_none() {
-            options.startup_grace
-        } else {
-            options.monitor_grace
-        };
+        let grace = if plan::ready_status(node).is_none() { options.startup_grace } else { options.monitor_grace };
         if now.duration_since(probe.at) <= grace {
             continue;
         }
-        let Some(conditions) = plan::unknown_conditions(node, Timestamp::now()) else {
-            continue;
-        };
+        let Some(conditions) = plan::unknown_conditions(node, Timestamp::now()) else { continue };
         tracing::info!(node = %name, "kubelet stopped posting node status; conditions set to Unknown");
         let patch = json!({"status": {"conditions": conditions}});
-        match nodes_api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
+        match nodes_api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(updated) => *node = updated,
             Err(e) if pod_control::is_not_found(&e) => continue,
             Err(e) => return Err(e),
         }
         let note = format!("Node {name} status is now: NodeNotReady");
-        events
-            .normal(&pod_control::object_ref(&*node), "NodeNotReady", note)
-            .await;
+        events.normal(&pod_control::object_ref(&*node), "NodeNotReady", note).await;
     }
 
     // Upstream's full disruption: with every node down, stop evicting.
@@ -188,10 +160,7 @@ async fn monitor_once(
             // resourceVersion makes the replace of the list conditional: a
             // concurrent `kubectl taint` is kept (the next pass redoes this).
             let patch = json!({"metadata": {"resourceVersion": node.resource_version()}, "spec": {"taints": taints}});
-            match nodes_api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
+            match nodes_api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 Ok(_) => {}
                 Err(e) if pod_control::is_gone(&e) => {}
                 Err(e) => return Err(e),
@@ -206,34 +175,15 @@ async fn monitor_once(
 
 /// Sets the Ready condition of every running pod on `node` to False
 /// (upstream's `MarkPodsNotReady`), with a `NodeNotReady` event on each.
-async fn mark_pods_not_ready(
-    client: &kube::Client,
-    events: &EventSink,
-    node: &str,
-) -> Result<(), kube::Error> {
+async fn mark_pods_not_ready(client: &kube::Client, events: &EventSink, node: &str) -> Result<(), kube::Error> {
     let pods = pods_on(client, node).await?;
     for pod in pods.iter().filter(|p| plan::needs_not_ready(p)) {
         let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
         let patch = json!({"status": {"conditions": [
             {"type": "Ready", "status": "False", "lastTransitionTime": Timestamp::now().to_string()}
         ]}});
-        match api
-            .patch_status(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
-            .await
-        {
-            Ok(_) => {
-                events
-                    .warning(
-                        &pod_control::object_ref(pod),
-                        "NodeNotReady",
-                        "Node is not ready".into(),
-                    )
-                    .await
-            }
+        match api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(&patch)).await {
+            Ok(_) => events.warning(&pod_control::object_ref(pod), "NodeNotReady", "Node is not ready".into()).await,
             Err(e) if pod_control::is_gone(&e) => {}
             Err(e) => return Err(e),
         }
@@ -263,23 +213,12 @@ pub async fn run_taint_eviction(ctx: ControllerContext, period: Duration) -> any
     }
 }
 
-async fn evict_once(
-    client: &kube::Client,
-    events: &EventSink,
-    evicted: &mut HashSet<String>,
-) -> Result<(), kube::Error> {
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items;
+async fn evict_once(client: &kube::Client, events: &EventSink, evicted: &mut HashSet<String>) -> Result<(), kube::Error> {
+    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?.items;
     let mut live = HashSet::new();
     let now = Timestamp::now();
     for node in &nodes {
-        let taints = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default();
+        let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
         if !taints.iter().any(|t| t.effect == "NoExecute") {
             continue;
         }
@@ -304,29 +243,11 @@ async fn evict(client: &kube::Client, events: &EventSink, pod: &Pod) -> Result<(
     let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     tracing::info!(pod = %format!("{ns}/{name}"), "evicting a pod that does not tolerate its node's NoExecute taint");
-    events
-        .normal(
-            &pod_control::object_ref(pod),
-            "TaintManagerEviction",
-            format!("Marking for deletion Pod {ns}/{name}"),
-        )
-        .await;
+    events.normal(&pod_control::object_ref(pod), "TaintManagerEviction", format!("Marking for deletion Pod {ns}/{name}")).await;
     let condition = json!({"status": {"conditions": [{
         "type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
         "message": "Taint manager: deleting due to NoExecute taint", "lastTransitionTime": Timestamp::now().to_string(),
     }]}});
-    pod_control::ignore_gone(
-        api.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Strategic(&condition),
-        )
-        .await
-        .map(|_| ()),
-    )?;
-    pod_control::ignore_gone(
-        api.delete(&name, &DeleteParams::default())
-            .await
-            .map(|_| ()),
-    )
+    pod_control::ignore_gone(api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&condition)).await.map(|_| ()))?;
+    pod_control::ignore_gone(api.delete(&name, &DeleteParams::default()).await.map(|_| ()))
 }

@@ -21,17 +21,9 @@ pub const UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 const CONDITION_TAINTS: &[(&str, &str, &str)] = &[
     ("Ready", "False", NOT_READY),
     ("Ready", "Unknown", UNREACHABLE),
-    (
-        "MemoryPressure",
-        "True",
-        "node.kubernetes.io/memory-pressure",
-    ),
+    ("MemoryPressure", "True", "node.kubernetes.io/memory-pressure"),
     ("DiskPressure", "True", "node.kubernetes.io/disk-pressure"),
-    (
-        "NetworkUnavailable",
-        "True",
-        "node.kubernetes.io/network-unavailable",
-    ),
+    ("NetworkUnavailable", "True", "node.kubernetes.io/network-unavailable"),
     ("PIDPressure", "True", "node.kubernetes.io/pid-pressure"),
 ];
 
@@ -44,21 +36,14 @@ pub fn ready_status(node: &Node) -> Option<&str> {
 }
 
 fn condition<'a>(node: &'a Node, type_: &str) -> Option<&'a NodeCondition> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
+    node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
 }
 
 /// What shows the node's kubelet is alive: its Lease's `renewTime` and its
 /// Ready condition's `lastHeartbeatTime`. The controller records when this
 /// last changed, by its own clock, as upstream's `probeTimestamp`.
 pub fn heartbeat(node: &Node, lease_renew: Option<&str>) -> (Option<String>, Option<String>) {
-    let ready = condition(node, "Ready")
-        .and_then(|c| c.last_heartbeat_time.as_ref())
-        .map(|t| t.0.to_string());
+    let ready = condition(node, "Ready").and_then(|c| c.last_heartbeat_time.as_ref()).map(|t| t.0.to_string());
     (lease_renew.map(str::to_string), ready)
 }
 
@@ -69,11 +54,7 @@ pub fn heartbeat(node: &Node, lease_renew: Option<&str>) -> (Option<String>, Opt
 /// when the kubelet never posted them; other conditions stay. `None` when
 /// every monitored condition is Unknown already.
 pub fn unknown_conditions(node: &Node, now: Timestamp) -> Option<Vec<NodeCondition>> {
-    let mut conditions = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
+    let mut conditions = node.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
     let mut changed = false;
     for type_ in MONITORED {
         match conditions.iter_mut().find(|c| c.type_ == *type_) {
@@ -117,33 +98,15 @@ fn managed(key: &str) -> bool {
 ///
 /// Taints of other keys are kept as they are, in their order.
 pub fn wanted_taints(node: &Node, evictions_stopped: bool, now: Timestamp) -> Option<Vec<Taint>> {
-    let current = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    let mut want: Vec<Taint> = current
-        .iter()
-        .filter(|t| !managed(&t.key))
-        .cloned()
-        .collect();
-    let taint = |key: &str, effect: &str| Taint {
-        key: key.to_string(),
-        effect: effect.to_string(),
-        value: None,
-        time_added: None,
-    };
+    let current = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    let mut want: Vec<Taint> = current.iter().filter(|t| !managed(&t.key)).cloned().collect();
+    let taint = |key: &str, effect: &str| Taint { key: key.to_string(), effect: effect.to_string(), value: None, time_added: None };
     for (type_, status, key) in CONDITION_TAINTS {
         if condition(node, type_).is_some_and(|c| c.status == *status) {
             want.push(taint(key, "NoSchedule"));
         }
     }
-    if node
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-    {
+    if node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false) {
         want.push(taint(UNSCHEDULABLE, "NoSchedule"));
     }
     if !evictions_stopped {
@@ -158,18 +121,11 @@ pub fn wanted_taints(node: &Node, evictions_stopped: bool, now: Timestamp) -> Op
                 .find(|t| t.key == key && t.effect == "NoExecute")
                 .and_then(|t| t.time_added.clone())
                 .unwrap_or(Time(now));
-            want.push(Taint {
-                time_added: Some(since),
-                ..taint(key, "NoExecute")
-            });
+            want.push(Taint { time_added: Some(since), ..taint(key, "NoExecute") });
         }
     }
     let same = |a: &[Taint], b: &[Taint]| {
-        a.len() == b.len()
-            && a.iter().all(|t| {
-                b.iter()
-                    .any(|u| u.key == t.key && u.effect == t.effect && u.value == t.value)
-            })
+        a.len() == b.len() && a.iter().all(|t| b.iter().any(|u| u.key == t.key && u.effect == t.effect && u.value == t.value))
     };
     (!same(&want, &current)).then_some(want)
 }
@@ -178,10 +134,7 @@ pub fn wanted_taints(node: &Node, evictions_stopped: bool, now: Timestamp) -> Op
 /// same key (or an empty key with `Exists`), the same effect (or none), and
 /// the value equal unless the operator is `Exists`.
 pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    let effect_ok = toleration
-        .effect
-        .as_deref()
-        .is_none_or(|e| e.is_empty() || e == taint.effect);
+    let effect_ok = toleration.effect.as_deref().is_none_or(|e| e.is_empty() || e == taint.effect);
     let key = toleration.key.as_deref().unwrap_or("");
     let exists = toleration.operator.as_deref() == Some("Exists");
     if !effect_ok || (!key.is_empty() && key != taint.key) || (key.is_empty() && !exists) {
@@ -204,20 +157,11 @@ pub fn eviction_due(pod: &Pod, taints: &[Taint], now: Timestamp) -> Option<Times
     if no_execute.is_empty() {
         return None;
     }
-    let since = no_execute
-        .iter()
-        .filter_map(|t| t.time_added.as_ref().map(|t| t.0))
-        .min()
-        .unwrap_or(now);
-    let tolerations = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.clone())
-        .unwrap_or_default();
+    let since = no_execute.iter().filter_map(|t| t.time_added.as_ref().map(|t| t.0)).min().unwrap_or(now);
+    let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
     let mut min: Option<i64> = None;
     for taint in &no_execute {
-        let matching: Vec<&Toleration> =
-            tolerations.iter().filter(|t| tolerates(t, taint)).collect();
+        let matching: Vec<&Toleration> = tolerations.iter().filter(|t| tolerates(t, taint)).collect();
         if matching.is_empty() {
             return Some(since);
         }
@@ -234,10 +178,7 @@ pub fn eviction_due(pod: &Pod, taints: &[Taint], now: Timestamp) -> Option<Times
 /// Whether a pod is finished or being deleted (nothing left to evict).
 pub fn gone_or_going(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
-        || matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded") | Some("Failed")
-        )
+        || matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded") | Some("Failed"))
 }
 
 /// Whether the pod's `Ready` condition must be set to False because its

@@ -132,14 +132,10 @@ pub fn calculate_status(
     err: Option<&ManageError>,
     now: Timestamp,
 ) -> ReplicaStatus {
-    let count = |f: &dyn Fn(&Pod) -> bool| {
-        i32::try_from(pods.iter().filter(|p| f(p)).count()).unwrap_or(i32::MAX)
-    };
+    let count = |f: &dyn Fn(&Pod) -> bool| i32::try_from(pods.iter().filter(|p| f(p)).count()).unwrap_or(i32::MAX);
     let fully = count(&|p| {
         let labels = p.metadata.labels.clone().unwrap_or_default();
-        template_labels
-            .iter()
-            .all(|(k, v)| labels.get(k) == Some(v))
+        template_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
     });
     let mut conditions = current.conditions.clone();
     let has_failure = conditions.iter().any(|c| c.type_ == REPLICA_FAILURE);
@@ -147,12 +143,7 @@ pub fn calculate_status(
         Some(e) if !has_failure => conditions.push(Condition {
             type_: REPLICA_FAILURE.into(),
             status: "True".into(),
-            reason: if e.creating {
-                "FailedCreate"
-            } else {
-                "FailedDelete"
-            }
-            .into(),
+            reason: if e.creating { "FailedCreate" } else { "FailedDelete" }.into(),
             message: e.message.clone(),
             last_transition_time: Some(now.to_string()),
         }),
@@ -190,10 +181,8 @@ mod tests {
     }
 
     fn pod(labels: serde_json::Value, ready_at: Option<&str>) -> Pod {
-        let conds: Vec<Value> = ready_at
-            .map(|t| json!({"type": "Ready", "status": "True", "lastTransitionTime": t}))
-            .into_iter()
-            .collect();
+        let conds: Vec<Value> =
+            ready_at.map(|t| json!({"type": "Ready", "status": "True", "lastTransitionTime": t})).into_iter().collect();
         serde_json::from_value(json!({"metadata": {"labels": labels}, "status": {"phase": "Running", "conditions": conds}}))
             .unwrap()
     }
@@ -201,48 +190,16 @@ mod tests {
     #[test]
     fn status_counts_labeled_ready_and_available_and_tracks_replica_failure() {
         let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
-        let template: BTreeMap<String, String> = [
-            ("app".to_string(), "web".to_string()),
-            ("tier".into(), "fe".into()),
-        ]
-        .into();
-        let a = pod(
-            json!({"app": "web", "tier": "fe"}),
-            Some("2026-01-01T00:00:00Z"),
-        );
+        let template: BTreeMap<String, String> = [("app".to_string(), "web".to_string()), ("tier".into(), "fe".into())].into();
+        let a = pod(json!({"app": "web", "tier": "fe"}), Some("2026-01-01T00:00:00Z"));
         let b = pod(json!({"app": "web"}), Some("2026-01-01T00:00:55Z"));
         let c = pod(json!({"app": "web", "tier": "fe"}), None);
-        let err = ManageError {
-            creating: true,
-            message: "pods \"x\" is forbidden".into(),
-        };
-        let s = calculate_status(
-            &ReplicaStatus::default(),
-            &[&a, &b, &c],
-            &template,
-            30,
-            4,
-            Some(&err),
-            now,
-        );
-        assert_eq!(
-            (
-                s.replicas,
-                s.fully_labeled_replicas,
-                s.ready_replicas,
-                s.available_replicas
-            ),
-            (3, 2, 2, 1)
-        );
+        let err = ManageError { creating: true, message: "pods \"x\" is forbidden".into() };
+        let s = calculate_status(&ReplicaStatus::default(), &[&a, &b, &c], &template, 30, 4, Some(&err), now);
+        assert_eq!((s.replicas, s.fully_labeled_replicas, s.ready_replicas, s.available_replicas), (3, 2, 2, 1));
         assert_eq!(s.observed_generation, 4);
         assert_eq!(s.conditions.len(), 1);
-        assert_eq!(
-            (
-                s.conditions[0].reason.as_str(),
-                s.conditions[0].status.as_str()
-            ),
-            ("FailedCreate", "True")
-        );
+        assert_eq!((s.conditions[0].reason.as_str(), s.conditions[0].status.as_str()), ("FailedCreate", "True"));
         let healed = calculate_status(&s, &[&a], &template, 0, 4, None, now);
         assert!(healed.conditions.is_empty());
         assert_eq!(healed.to_json()["conditions"], Value::Null);

@@ -59,41 +59,21 @@ pub fn start(ctx: ControllerContext) -> futures::future::BoxFuture<'static, anyh
 pub async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let (pods, pod_writer) = reflector::store::<Pod>();
-    let pod_events = reflector::reflector(
-        pod_writer,
-        watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
+    let pod_events = reflector::reflector(pod_writer, watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
     let (revisions, rev_writer) = reflector::store::<ControllerRevision>();
-    let rev_events = reflector::reflector(
-        rev_writer,
-        watcher(
-            Api::<ControllerRevision>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let controller = Controller::new(
-        Api::<StatefulSet>::all(client.clone()),
-        watcher::Config::default(),
-    );
+    let rev_events =
+        reflector::reflector(rev_writer, watcher(Api::<ControllerRevision>::all(client.clone()), watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+    let controller = Controller::new(Api::<StatefulSet>::all(client.clone()), watcher::Config::default());
     let sets = controller.store();
-    let state = Arc::new(State {
-        client: client.clone(),
-        pods,
-        revisions,
-        events: EventSink::new(client, CONTROLLER),
-    });
+    let state = Arc::new(State { client: client.clone(), pods, revisions, events: EventSink::new(client, CONTROLLER) });
     let stop = ctx.clone();
     controller
-        .watches_stream(pod_events, move |pod: Pod| {
-            sets_of(&pod.metadata, pod.labels(), &sets)
-        })
-        .watches_stream(rev_events, |rev: ControllerRevision| {
-            owner_ref_of(&rev.metadata)
-        })
+        .watches_stream(pod_events, move |pod: Pod| sets_of(&pod.metadata, pod.labels(), &sets))
+        .watches_stream(rev_events, |rev: ControllerRevision| owner_ref_of(&rev.metadata))
         .graceful_shutdown_on(async move { stop.stopped().await })
         .run(reconcile, error_policy, state)
         .for_each(|r| async move {
@@ -106,9 +86,7 @@ pub async fn run(ctx: ControllerContext) -> anyhow::Result<()> {
 }
 
 /// The StatefulSet that controls an object, if one does.
-fn owner_ref_of(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Option<ObjectRef<StatefulSet>> {
+fn owner_ref_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<ObjectRef<StatefulSet>> {
     let r = pod_control::controller_of(meta).filter(|r| r.kind == "StatefulSet")?;
     Some(ObjectRef::new(&r.name).within(meta.namespace.as_deref().unwrap_or("")))
 }
@@ -144,10 +122,7 @@ async fn reconcile(set: Arc<StatefulSet>, state: Arc<State>) -> Result<Action, k
         state.pods.wait_until_ready().await?;
         state.revisions.wait_until_ready().await
     };
-    if !matches!(
-        tokio::time::timeout(Duration::from_secs(1), ready).await,
-        Ok(Ok(()))
-    ) {
+    if !matches!(tokio::time::timeout(Duration::from_secs(1), ready).await, Ok(Ok(()))) {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     sync::sync_stateful_set(set.as_ref(), &state).await

@@ -122,9 +122,7 @@ pub fn plan(set: &SetView, pods: &[PodView]) -> Vec<Step> {
         let ordinal = set.start + i32::try_from(slot).unwrap_or(i32::MAX);
         match pod {
             None => {
-                let which = if set.rolling_update
-                    && i64::try_from(slot).unwrap_or(i64::MAX) < i64::from(set.partition)
-                {
+                let which = if set.rolling_update && i64::try_from(slot).unwrap_or(i64::MAX) < i64::from(set.partition) {
                     Which::Current
                 } else {
                     Which::Update
@@ -135,10 +133,7 @@ pub fn plan(set: &SetView, pods: &[PodView]) -> Vec<Step> {
                 }
             }
             Some(p) if p.finished && !p.terminating => {
-                steps.push(Step::Delete {
-                    name: p.name.clone(),
-                    why: Why::Finished,
-                });
+                steps.push(Step::Delete { name: p.name.clone(), why: Why::Finished });
                 if monotonic {
                     return steps;
                 }
@@ -155,10 +150,7 @@ pub fn plan(set: &SetView, pods: &[PodView]) -> Vec<Step> {
             }
             continue;
         }
-        steps.push(Step::Delete {
-            name: p.name.clone(),
-            why: Why::Condemned,
-        });
+        steps.push(Step::Delete { name: p.name.clone(), why: Why::Condemned });
         if monotonic {
             return steps;
         }
@@ -175,10 +167,7 @@ pub fn plan(set: &SetView, pods: &[PodView]) -> Vec<Step> {
     for slot in (floor..replicas).rev() {
         let Some(p) = slots[slot] else { return steps };
         if p.revision != set.update_revision && !p.terminating {
-            steps.push(Step::Delete {
-                name: p.name.clone(),
-                why: Why::Update,
-            });
+            steps.push(Step::Delete { name: p.name.clone(), why: Why::Update });
             return steps;
         }
         if !p.healthy() {
@@ -230,19 +219,14 @@ pub fn count(set: &SetView, pods: &[PodView]) -> Counts {
 /// the current one (upstream's `completeRollingUpdate`: every pod updated
 /// and ready).
 pub fn rolling_update_complete(set: &SetView, counts: &Counts) -> bool {
-    set.rolling_update
-        && counts.updated_replicas == counts.replicas
-        && counts.ready_replicas == counts.replicas
+    set.rolling_update && counts.updated_replicas == counts.replicas && counts.ready_replicas == counts.replicas
 }
 
 /// The ordinal of a pod named `name` if it is `<set>-<ordinal>` (upstream's
 /// `getParentNameAndOrdinal`), else `None`.
 pub fn ordinal_of(set: &str, name: &str) -> Option<i32> {
     let rest = name.strip_prefix(set)?.strip_prefix('-')?;
-    if rest.is_empty()
-        || !rest.bytes().all(|b| b.is_ascii_digit())
-        || (rest.len() > 1 && rest.starts_with('0'))
-    {
+    if rest.is_empty() || !rest.bytes().all(|b| b.is_ascii_digit()) || (rest.len() > 1 && rest.starts_with('0')) {
         return None;
     }
     rest.parse().ok()
@@ -282,10 +266,7 @@ mod tests {
     }
 
     fn delete(name: &str, why: Why) -> Step {
-        Step::Delete {
-            name: name.into(),
-            why,
-        }
+        Step::Delete { name: name.into(), why }
     }
 
     #[test]
@@ -293,53 +274,23 @@ mod tests {
         let s = set(3, true);
         assert_eq!(plan(&s, &[]), vec![create(0, Which::Update)]);
         assert_eq!(plan(&s, &[pod(0, "web-a", false)]), vec![]);
-        assert_eq!(
-            plan(&s, &[pod(0, "web-a", true)]),
-            vec![create(1, Which::Update)]
-        );
-        assert_eq!(
-            plan(
-                &s,
-                &[
-                    pod(0, "web-a", true),
-                    pod(1, "web-a", true),
-                    pod(2, "web-a", true)
-                ]
-            ),
-            vec![]
-        );
+        assert_eq!(plan(&s, &[pod(0, "web-a", true)]), vec![create(1, Which::Update)]);
+        assert_eq!(plan(&s, &[pod(0, "web-a", true), pod(1, "web-a", true), pod(2, "web-a", true)]), vec![]);
     }
 
     #[test]
     fn parallel_creates_every_missing_pod_and_deletes_every_condemned_one_at_once() {
         let s = set(3, false);
-        assert_eq!(
-            plan(&s, &[pod(1, "web-a", false)]),
-            vec![create(0, Which::Update), create(2, Which::Update)]
-        );
+        assert_eq!(plan(&s, &[pod(1, "web-a", false)]), vec![create(0, Which::Update), create(2, Which::Update)]);
         let down = set(1, false);
-        let pods = [
-            pod(0, "web-a", true),
-            pod(1, "web-a", false),
-            pod(2, "web-a", true),
-        ];
-        assert_eq!(
-            plan(&down, &pods),
-            vec![
-                delete("web-2", Why::Condemned),
-                delete("web-1", Why::Condemned)
-            ]
-        );
+        let pods = [pod(0, "web-a", true), pod(1, "web-a", false), pod(2, "web-a", true)];
+        assert_eq!(plan(&down, &pods), vec![delete("web-2", Why::Condemned), delete("web-1", Why::Condemned)]);
     }
 
     #[test]
     fn ordered_scale_down_removes_the_highest_ordinal_first_and_waits_for_it_to_go() {
         let s = set(1, true);
-        let mut pods = vec![
-            pod(0, "web-a", true),
-            pod(1, "web-a", true),
-            pod(2, "web-a", true),
-        ];
+        let mut pods = vec![pod(0, "web-a", true), pod(1, "web-a", true), pod(2, "web-a", true)];
         assert_eq!(plan(&s, &pods), vec![delete("web-2", Why::Condemned)]);
         pods[2].terminating = true;
         assert_eq!(plan(&s, &pods), vec![]);
@@ -351,11 +302,7 @@ mod tests {
     fn rolling_update_replaces_from_the_highest_ordinal_down_to_the_partition() {
         let mut s = set(3, true);
         s.update_revision = "web-b".into();
-        let mut pods = vec![
-            pod(0, "web-a", true),
-            pod(1, "web-a", true),
-            pod(2, "web-a", true),
-        ];
+        let mut pods = vec![pod(0, "web-a", true), pod(1, "web-a", true), pod(2, "web-a", true)];
         assert_eq!(plan(&s, &pods), vec![delete("web-2", Why::Update)]);
         // The replacement is created at the update revision, then waited for.
         pods.pop();
@@ -376,14 +323,8 @@ mod tests {
         let mut s = set(2, true);
         s.rolling_update = false;
         s.update_revision = "web-b".into();
-        assert_eq!(
-            plan(&s, &[pod(0, "web-a", true), pod(1, "web-a", true)]),
-            vec![]
-        );
-        assert_eq!(
-            plan(&s, &[pod(0, "web-a", true)]),
-            vec![create(1, Which::Update)]
-        );
+        assert_eq!(plan(&s, &[pod(0, "web-a", true), pod(1, "web-a", true)]), vec![]);
+        assert_eq!(plan(&s, &[pod(0, "web-a", true)]), vec![create(1, Which::Update)]);
     }
 
     #[test]
@@ -391,10 +332,7 @@ mod tests {
         let s = set(2, true);
         let mut failed = pod(0, "web-a", false);
         failed.finished = true;
-        assert_eq!(
-            plan(&s, &[failed.clone(), pod(1, "web-a", true)]),
-            vec![delete("web-0", Why::Finished)]
-        );
+        assert_eq!(plan(&s, &[failed.clone(), pod(1, "web-a", true)]), vec![delete("web-0", Why::Finished)]);
         let mut gone = s.clone();
         gone.deleting = true;
         assert_eq!(plan(&gone, &[failed]), vec![]);
@@ -404,14 +342,7 @@ mod tests {
     fn ordinals_start_shifts_the_replica_range() {
         let mut s = set(2, false);
         s.start = 5;
-        assert_eq!(
-            plan(&s, &[pod(0, "web-a", true)]),
-            vec![
-                create(5, Which::Update),
-                create(6, Which::Update),
-                delete("web-0", Why::Condemned)
-            ]
-        );
+        assert_eq!(plan(&s, &[pod(0, "web-a", true)]), vec![create(5, Which::Update), create(6, Which::Update), delete("web-0", Why::Condemned)]);
     }
 
     #[test]
@@ -421,16 +352,7 @@ mod tests {
         let mut t = pod(1, "web-b", true);
         t.terminating = true;
         let c = count(&s, &[pod(0, "web-a", true), t]);
-        assert_eq!(
-            c,
-            Counts {
-                replicas: 2,
-                ready_replicas: 2,
-                available_replicas: 2,
-                current_replicas: 1,
-                updated_replicas: 0
-            }
-        );
+        assert_eq!(c, Counts { replicas: 2, ready_replicas: 2, available_replicas: 2, current_replicas: 1, updated_replicas: 0 });
         assert!(!rolling_update_complete(&s, &c));
         let done = count(&s, &[pod(0, "web-b", true), pod(1, "web-b", true)]);
         assert!(rolling_update_complete(&s, &done));

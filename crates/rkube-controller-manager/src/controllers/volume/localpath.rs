@@ -73,19 +73,9 @@ pub fn volume_name(claim: &PersistentVolumeClaim) -> String {
 
 /// The PersistentVolume provisioned for `claim` on `node` (whose
 /// `kubernetes.io/hostname` label is `hostname`) at `dir`, with `reclaim_policy`.
-pub fn provisioned_volume(
-    claim: &PersistentVolumeClaim,
-    dir: &Path,
-    hostname: &str,
-    reclaim_policy: &str,
-) -> serde_json::Value {
+pub fn provisioned_volume(claim: &PersistentVolumeClaim, dir: &Path, hostname: &str, reclaim_policy: &str) -> serde_json::Value {
     let spec = claim.spec.clone().unwrap_or_default();
-    let storage = spec
-        .resources
-        .as_ref()
-        .and_then(|r| r.requests.as_ref())
-        .and_then(|r| r.get("storage"))
-        .map(|q| q.0.clone());
+    let storage = spec.resources.as_ref().and_then(|r| r.requests.as_ref()).and_then(|r| r.get("storage")).map(|q| q.0.clone());
     let mut claim_ref = serde_json::to_value(claim.object_ref(&())).unwrap_or_default();
     if let Some(m) = claim_ref.as_object_mut() {
         m.remove("fieldPath");
@@ -113,11 +103,7 @@ pub fn provisioned_volume(
 pub fn start(ctx: ControllerContext) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
     let root = ctx.config.local_path_root.clone();
     let events = EventSink::new(ctx.client.clone(), PROVISIONER);
-    Box::pin(super::run_passes(
-        ctx,
-        Provisioner { root, events },
-        |client, caches, p| Box::pin(p.pass(client, caches)),
-    ))
+    Box::pin(super::run_passes(ctx, Provisioner { root, events }, |client, caches, p| Box::pin(p.pass(client, caches))))
 }
 
 struct Provisioner {
@@ -154,45 +140,24 @@ impl Provisioner {
     ) -> Result<(), kube::Error> {
         if claim.metadata.deletion_timestamp.is_some()
             || !claim_volume_name(claim).is_empty()
-            || claim
-                .annotations()
-                .get(ANN_STORAGE_PROVISIONER)
-                .map(String::as_str)
-                != Some(PROVISIONER)
+            || claim.annotations().get(ANN_STORAGE_PROVISIONER).map(String::as_str) != Some(PROVISIONER)
             || volumes.contains_key(&volume_name(claim))
         {
             return Ok(());
         }
-        let Some(class) = caches
-            .class(&claim_class(claim))
-            .filter(|c| c.provisioner == PROVISIONER)
-        else {
-            return Ok(());
-        };
+        let Some(class) = caches.class(&claim_class(claim)).filter(|c| c.provisioner == PROVISIONER) else { return Ok(()) };
         let selected = claim.annotations().get(ANN_SELECTED_NODE).cloned();
         let Some(node) = selected else {
             if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") {
                 return Ok(());
             }
             let note = "configuration error, no node was specified".to_string();
-            self.events
-                .warning(&claim.object_ref(&()), "ProvisioningFailed", note)
-                .await;
+            self.events.warning(&claim.object_ref(&()), "ProvisioningFailed", note).await;
             return Ok(());
         };
-        let key = format!(
-            "{}/{}",
-            claim.namespace().unwrap_or_default(),
-            claim.name_any()
-        );
+        let key = format!("{}/{}", claim.namespace().unwrap_or_default(), claim.name_any());
         let reference = claim.object_ref(&());
-        self.events
-            .normal(
-                &reference,
-                "Provisioning",
-                format!("External provisioner is provisioning volume for claim {key:?}"),
-            )
-            .await;
+        self.events.normal(&reference, "Provisioning", format!("External provisioner is provisioning volume for claim {key:?}")).await;
         let hostname = Api::<Node>::all(client.clone())
             .get_opt(&node)
             .await?
@@ -200,59 +165,30 @@ impl Provisioner {
             .unwrap_or_else(|| node.clone());
         let dir = volume_dir(&self.root, claim);
         if let Err(e) = create_dir(&dir) {
-            let note = format!(
-                "failed to provision volume with StorageClass {:?}: creating {}: {e}",
-                class.name_any(),
-                dir.display()
-            );
-            self.events
-                .warning(&reference, "ProvisioningFailed", note)
-                .await;
+            let note = format!("failed to provision volume with StorageClass {:?}: creating {}: {e}", class.name_any(), dir.display());
+            self.events.warning(&reference, "ProvisioningFailed", note).await;
             return Ok(());
         }
-        let policy = class
-            .reclaim_policy
-            .clone()
-            .unwrap_or_else(|| "Delete".into());
-        let pv: PersistentVolume =
-            match serde_json::from_value(provisioned_volume(claim, &dir, &hostname, &policy)) {
-                Ok(pv) => pv,
-                Err(e) => {
-                    self.events
-                        .warning(
-                            &reference,
-                            "ProvisioningFailed",
-                            format!("failed to provision volume: {e}"),
-                        )
-                        .await;
-                    return Ok(());
-                }
-            };
-        match Api::<PersistentVolume>::all(client.clone())
-            .create(&PostParams::default(), &pv)
-            .await
-        {
+        let policy = class.reclaim_policy.clone().unwrap_or_else(|| "Delete".into());
+        let pv: PersistentVolume = match serde_json::from_value(provisioned_volume(claim, &dir, &hostname, &policy)) {
+            Ok(pv) => pv,
+            Err(e) => {
+                self.events.warning(&reference, "ProvisioningFailed", format!("failed to provision volume: {e}")).await;
+                return Ok(());
+            }
+        };
+        match Api::<PersistentVolume>::all(client.clone()).create(&PostParams::default(), &pv).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
             Err(e) => return Err(e),
         }
-        self.events
-            .normal(
-                &reference,
-                "ProvisioningSucceeded",
-                format!("Successfully provisioned volume {}", pv.name_any()),
-            )
-            .await;
+        self.events.normal(&reference, "ProvisioningSucceeded", format!("Successfully provisioned volume {}", pv.name_any())).await;
         Ok(())
     }
 
     /// A `Released` volume of this provisioner with policy `Delete`: its
     /// directory (only under the root), then the volume.
-    async fn delete(
-        &self,
-        client: &kube::Client,
-        pv: &PersistentVolume,
-    ) -> Result<(), kube::Error> {
+    async fn delete(&self, client: &kube::Client, pv: &PersistentVolume) -> Result<(), kube::Error> {
         if pv.annotations().get(ANN_PROVISIONED_BY).map(String::as_str) != Some(PROVISIONER)
             || volume_phase(pv) != "Released"
             || super::binder::reclaim_policy(pv) != "Delete"
@@ -260,32 +196,18 @@ impl Provisioner {
         {
             return Ok(());
         }
-        let path = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.host_path.as_ref())
-            .map(|h| PathBuf::from(&h.path));
+        let path = pv.spec.as_ref().and_then(|s| s.host_path.as_ref()).map(|h| PathBuf::from(&h.path));
         if let Some(path) = path.filter(|p| p.parent() == Some(self.root.as_path())) {
             if let Err(e) = std::fs::remove_dir_all(&path) {
                 if e.kind() != std::io::ErrorKind::NotFound {
-                    let note = format!(
-                        "failed to delete volume {}: removing {}: {e}",
-                        pv.name_any(),
-                        path.display()
-                    );
-                    self.events
-                        .warning(&pv.object_ref(&()), "VolumeFailedDelete", note)
-                        .await;
+                    let note = format!("failed to delete volume {}: removing {}: {e}", pv.name_any(), path.display());
+                    self.events.warning(&pv.object_ref(&()), "VolumeFailedDelete", note).await;
                     return Ok(());
                 }
             }
         }
         let api: Api<PersistentVolume> = Api::all(client.clone());
-        crate::pod_control::ignore_gone(
-            api.delete(&pv.name_any(), &DeleteParams::default())
-                .await
-                .map(|_| ()),
-        )
+        crate::pod_control::ignore_gone(api.delete(&pv.name_any(), &DeleteParams::default()).await.map(|_| ()))
     }
 }
 
@@ -316,14 +238,8 @@ mod tests {
         assert_eq!(dir, Path::new("/srv/storage/pvc-1234_db_data"));
         let pv = provisioned_volume(&claim, &dir, "node-a", "Delete");
         assert_eq!(pv["metadata"]["name"], "pvc-1234");
-        assert_eq!(
-            pv["metadata"]["annotations"][ANN_PROVISIONED_BY],
-            PROVISIONER
-        );
-        assert_eq!(
-            pv["spec"]["hostPath"],
-            json!({"path": "/srv/storage/pvc-1234_db_data", "type": "DirectoryOrCreate"})
-        );
+        assert_eq!(pv["metadata"]["annotations"][ANN_PROVISIONED_BY], PROVISIONER);
+        assert_eq!(pv["spec"]["hostPath"], json!({"path": "/srv/storage/pvc-1234_db_data", "type": "DirectoryOrCreate"}));
         assert_eq!(pv["spec"]["capacity"]["storage"], "2Gi");
         assert_eq!(pv["spec"]["accessModes"], json!(["ReadWriteOnce"]));
         assert_eq!(pv["spec"]["storageClassName"], "local-path");

@@ -40,11 +40,7 @@ pub fn claim_class(claim: &PersistentVolumeClaim) -> String {
     if let Some(c) = claim.annotations().get(ANN_BETA_STORAGE_CLASS) {
         return c.clone();
     }
-    claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .unwrap_or_default()
+    claim.spec.as_ref().and_then(|s| s.storage_class_name.clone()).unwrap_or_default()
 }
 
 /// The storage class of a volume (`""` for none), read as [`claim_class`].
@@ -52,10 +48,7 @@ pub fn volume_class(pv: &PersistentVolume) -> String {
     if let Some(c) = pv.annotations().get(ANN_BETA_STORAGE_CLASS) {
         return c.clone();
     }
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .unwrap_or_default()
+    pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()).unwrap_or_default()
 }
 
 /// The claim's storage request in thousandths of a byte (0 when unset or unparsable).
@@ -82,39 +75,24 @@ pub fn volume_capacity(pv: &PersistentVolume) -> i128 {
 
 /// The volume's phase (`""` when it has no status yet).
 pub fn volume_phase(pv: &PersistentVolume) -> &str {
-    pv.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
+    pv.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
 }
 
 /// The claim's phase (`""` when it has no status yet).
 pub fn claim_phase(claim: &PersistentVolumeClaim) -> &str {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
+    claim.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
 }
 
 /// The claim's `spec.volumeName` (`""` when unset).
 pub fn claim_volume_name(claim: &PersistentVolumeClaim) -> &str {
-    claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .unwrap_or("")
+    claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()).unwrap_or("")
 }
 
 /// Whether `pv.spec.claimRef` names `claim` (namespace and name, and its
 /// UID when the reference has one: upstream's `IsVolumeBoundToClaim`).
 pub fn is_volume_bound_to_claim(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
-    let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
-        return false;
-    };
-    if r.name.as_deref() != claim.metadata.name.as_deref()
-        || r.namespace.as_deref() != claim.metadata.namespace.as_deref()
-    {
+    let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else { return false };
+    if r.name.as_deref() != claim.metadata.name.as_deref() || r.namespace.as_deref() != claim.metadata.namespace.as_deref() {
         return false;
     }
     match r.uid.as_deref() {
@@ -125,10 +103,7 @@ pub fn is_volume_bound_to_claim(pv: &PersistentVolume, claim: &PersistentVolumeC
 
 /// Why `pv` cannot hold `claim`, in upstream's words
 /// (`checkVolumeSatisfyClaim`), or `Ok` when it can.
-pub fn check_volume_satisfies_claim(
-    pv: &PersistentVolume,
-    claim: &PersistentVolumeClaim,
-) -> Result<(), String> {
+pub fn check_volume_satisfies_claim(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> Result<(), String> {
     if volume_capacity(pv) < claim_request(claim) {
         return Err("requested PV is too small".into());
     }
@@ -151,18 +126,8 @@ fn volume_mode(m: Option<&str>) -> &str {
 }
 
 fn has_access_modes(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
-    let offered = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.access_modes.as_deref())
-        .unwrap_or(&[]);
-    claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.access_modes.as_deref())
-        .unwrap_or(&[])
-        .iter()
-        .all(|m| offered.contains(m))
+    let offered = pv.spec.as_ref().and_then(|s| s.access_modes.as_deref()).unwrap_or(&[]);
+    claim.spec.as_ref().and_then(|s| s.access_modes.as_deref()).unwrap_or(&[]).iter().all(|m| offered.contains(m))
 }
 
 fn selector_matches(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
@@ -174,23 +139,11 @@ fn selector_matches(pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> boo
 
 /// Whether `pv`'s `spec.nodeAffinity.required` admits the node with `labels`
 /// and `name` (a volume without node affinity is reachable from every node).
-pub fn volume_fits_node(
-    pv: &PersistentVolume,
-    labels: &BTreeMap<String, String>,
-    name: &str,
-) -> bool {
-    let Some(required) = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_affinity.as_ref())
-        .and_then(|a| a.required.as_ref())
-    else {
+pub fn volume_fits_node(pv: &PersistentVolume, labels: &BTreeMap<String, String>, name: &str) -> bool {
+    let Some(required) = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()).and_then(|a| a.required.as_ref()) else {
         return true;
     };
-    required
-        .node_selector_terms
-        .iter()
-        .any(|t| rkube_scheduler::plugins::selectors::node_selector_term_matches(t, labels, name))
+    required.node_selector_terms.iter().any(|t| rkube_scheduler::plugins::selectors::node_selector_term_matches(t, labels, name))
 }
 
 /// The node a match is made for: `(name, labels)`.
@@ -212,16 +165,9 @@ pub fn find_best_match(
         if pv.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let claimed = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .is_some();
+        let claimed = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_some();
         if claimed {
-            if is_volume_bound_to_claim(pv, claim)
-                && check_volume_satisfies_claim(pv, claim).is_ok()
-                && selector_matches(pv, claim)
-            {
+            if is_volume_bound_to_claim(pv, claim) && check_volume_satisfies_claim(pv, claim).is_ok() && selector_matches(pv, claim) {
                 return Some(Arc::clone(pv));
             }
             continue;
@@ -285,80 +231,31 @@ mod tests {
 
     #[test]
     fn the_smallest_available_volume_that_is_big_enough_wins() {
-        let vols = [
-            pv("big", "10Gi", json!({})),
-            pv("small", "1Gi", json!({})),
-            pv("mid", "2Gi", json!({})),
-            pv("tiny", "500Mi", json!({})),
-        ];
-        assert_eq!(
-            matched(&pvc("1Gi", json!({})), &vols).as_deref(),
-            Some("small")
-        );
-        assert_eq!(
-            matched(&pvc("1500Mi", json!({})), &vols).as_deref(),
-            Some("mid")
-        );
+        let vols = [pv("big", "10Gi", json!({})), pv("small", "1Gi", json!({})), pv("mid", "2Gi", json!({})), pv("tiny", "500Mi", json!({}))];
+        assert_eq!(matched(&pvc("1Gi", json!({})), &vols).as_deref(), Some("small"));
+        assert_eq!(matched(&pvc("1500Mi", json!({})), &vols).as_deref(), Some("mid"));
         assert_eq!(matched(&pvc("20Gi", json!({})), &vols), None);
     }
 
     #[test]
     fn class_access_modes_volume_mode_and_selector_must_match() {
         let vols = [
-            pv(
-                "classy",
-                "1Gi",
-                json!({"spec": {"storageClassName": "gold"}}),
-            ),
-            pv(
-                "rox",
-                "1Gi",
-                json!({"spec": {"accessModes": ["ReadOnlyMany"]}}),
-            ),
+            pv("classy", "1Gi", json!({"spec": {"storageClassName": "gold"}})),
+            pv("rox", "1Gi", json!({"spec": {"accessModes": ["ReadOnlyMany"]}})),
             pv("block", "1Gi", json!({"spec": {"volumeMode": "Block"}})),
-            pv(
-                "plain",
-                "5Gi",
-                json!({"metadata": {"labels": {"tier": "slow"}}}),
-            ),
+            pv("plain", "5Gi", json!({"metadata": {"labels": {"tier": "slow"}}})),
         ];
-        assert_eq!(
-            matched(
-                &pvc("1Gi", json!({"spec": {"storageClassName": "gold"}})),
-                &vols
-            )
-            .as_deref(),
-            Some("classy")
-        );
-        assert_eq!(
-            matched(
-                &pvc("1Gi", json!({"spec": {"accessModes": ["ReadOnlyMany"]}})),
-                &vols
-            )
-            .as_deref(),
-            Some("rox")
-        );
-        assert_eq!(
-            matched(&pvc("1Gi", json!({"spec": {"volumeMode": "Block"}})), &vols).as_deref(),
-            Some("block")
-        );
-        assert_eq!(
-            matched(&pvc("1Gi", json!({})), &vols).as_deref(),
-            Some("plain")
-        );
-        let fast = pvc(
-            "1Gi",
-            json!({"spec": {"selector": {"matchLabels": {"tier": "fast"}}}}),
-        );
+        assert_eq!(matched(&pvc("1Gi", json!({"spec": {"storageClassName": "gold"}})), &vols).as_deref(), Some("classy"));
+        assert_eq!(matched(&pvc("1Gi", json!({"spec": {"accessModes": ["ReadOnlyMany"]}})), &vols).as_deref(), Some("rox"));
+        assert_eq!(matched(&pvc("1Gi", json!({"spec": {"volumeMode": "Block"}})), &vols).as_deref(), Some("block"));
+        assert_eq!(matched(&pvc("1Gi", json!({})), &vols).as_deref(), Some("plain"));
+        let fast = pvc("1Gi", json!({"spec": {"selector": {"matchLabels": {"tier": "fast"}}}}));
         assert_eq!(matched(&fast, &vols[3..]), None);
         assert_eq!(
             check_volume_satisfies_claim(&vols[0], &pvc("1Gi", json!({}))).unwrap_err(),
             "storageClassName does not match"
         );
-        assert_eq!(
-            check_volume_satisfies_claim(&vols[0], &pvc("2Gi", json!({}))).unwrap_err(),
-            "requested PV is too small"
-        );
+        assert_eq!(check_volume_satisfies_claim(&vols[0], &pvc("2Gi", json!({}))).unwrap_err(), "requested PV is too small");
     }
 
     #[test]
@@ -368,24 +265,13 @@ mod tests {
         let vols = [
             pv("small-other", "1Gi", other),
             pv("released", "1Gi", json!({"status": {"phase": "Released"}})),
-            pv(
-                "deleting",
-                "1Gi",
-                json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
-            ),
+            pv("deleting", "1Gi", json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})),
             pv("big-mine", "9Gi", mine),
             pv("mid", "2Gi", json!({})),
         ];
-        assert_eq!(
-            matched(&pvc("1Gi", json!({})), &vols).as_deref(),
-            Some("big-mine")
-        );
+        assert_eq!(matched(&pvc("1Gi", json!({})), &vols).as_deref(), Some("big-mine"));
         assert_eq!(matched(&pvc("1Gi", json!({})), &vols[..3]), None);
-        let stale = pv(
-            "stale",
-            "1Gi",
-            json!({"spec": {"claimRef": {"namespace": "ns", "name": "data", "uid": "old"}}}),
-        );
+        let stale = pv("stale", "1Gi", json!({"spec": {"claimRef": {"namespace": "ns", "name": "data", "uid": "old"}}}));
         assert_eq!(matched(&pvc("1Gi", json!({})), &[stale]), None);
     }
 
@@ -397,19 +283,9 @@ mod tests {
         let vols = [pv("local", "1Gi", affinity)];
         let claim = pvc("1Gi", json!({}));
         assert_eq!(find_best_match(&claim, &vols, true, None), None);
-        let n1: BTreeMap<String, String> =
-            [("kubernetes.io/hostname".to_string(), "n1".to_string())].into();
-        let n2: BTreeMap<String, String> =
-            [("kubernetes.io/hostname".to_string(), "n2".to_string())].into();
-        assert_eq!(
-            find_best_match(&claim, &vols, true, Some(("n1", &n1)))
-                .map(|v| v.name_any())
-                .as_deref(),
-            Some("local")
-        );
-        assert_eq!(
-            find_best_match(&claim, &vols, true, Some(("n2", &n2))),
-            None
-        );
+        let n1: BTreeMap<String, String> = [("kubernetes.io/hostname".to_string(), "n1".to_string())].into();
+        let n2: BTreeMap<String, String> = [("kubernetes.io/hostname".to_string(), "n2".to_string())].into();
+        assert_eq!(find_best_match(&claim, &vols, true, Some(("n1", &n1))).map(|v| v.name_any()).as_deref(), Some("local"));
+        assert_eq!(find_best_match(&claim, &vols, true, Some(("n2", &n2))), None);
     }
 }

@@ -51,18 +51,10 @@ pub struct VolumeCaches {
 
 fn reflect<K>(api: Api<K>, changed: Arc<Notify>) -> (Store<K>, tokio::task::JoinHandle<()>)
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
-        .default_backoff()
-        .touched_objects();
+    let stream = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default())).default_backoff().touched_objects();
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(ev) = stream.next().await {
@@ -77,40 +69,20 @@ where
 
 impl VolumeCaches {
     /// Starts the reflectors and waits until they have listed everything.
-    async fn start(
-        client: &kube::Client,
-    ) -> anyhow::Result<(VolumeCaches, Vec<tokio::task::JoinHandle<()>>)> {
+    async fn start(client: &kube::Client) -> anyhow::Result<(VolumeCaches, Vec<tokio::task::JoinHandle<()>>)> {
         let changed = Arc::new(Notify::new());
-        let (claims, t1) = reflect(
-            Api::<PersistentVolumeClaim>::all(client.clone()),
-            changed.clone(),
-        );
-        let (volumes, t2) = reflect(
-            Api::<PersistentVolume>::all(client.clone()),
-            changed.clone(),
-        );
+        let (claims, t1) = reflect(Api::<PersistentVolumeClaim>::all(client.clone()), changed.clone());
+        let (volumes, t2) = reflect(Api::<PersistentVolume>::all(client.clone()), changed.clone());
         let (classes, t3) = reflect(Api::<StorageClass>::all(client.clone()), changed.clone());
         claims.wait_until_ready().await?;
         volumes.wait_until_ready().await?;
         classes.wait_until_ready().await?;
-        Ok((
-            VolumeCaches {
-                claims,
-                volumes,
-                classes,
-                changed,
-            },
-            vec![t1, t2, t3],
-        ))
+        Ok((VolumeCaches { claims, volumes, classes, changed }, vec![t1, t2, t3]))
     }
 
     /// Every volume, by name.
     pub fn volumes_by_name(&self) -> HashMap<String, Arc<PersistentVolume>> {
-        self.volumes
-            .state()
-            .into_iter()
-            .map(|v| (v.name_any(), v))
-            .collect()
+        self.volumes.state().into_iter().map(|v| (v.name_any(), v)).collect()
     }
 
     /// The StorageClass named `name`.
@@ -120,8 +92,7 @@ impl VolumeCaches {
 
     /// The claim `namespace/name`.
     pub fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
-        self.claims
-            .get(&reflector::ObjectRef::new(name).within(namespace))
+        self.claims.get(&reflector::ObjectRef::new(name).within(namespace))
     }
 }
 
@@ -134,11 +105,7 @@ pub const RETRY: Duration = Duration::from_secs(1);
 /// until `ctx` says stop.
 async fn run_passes<S, F>(ctx: ControllerContext, mut state: S, pass: F) -> anyhow::Result<()>
 where
-    F: for<'a> Fn(
-        &'a kube::Client,
-        &'a VolumeCaches,
-        &'a mut S,
-    ) -> futures::future::BoxFuture<'a, bool>,
+    F: for<'a> Fn(&'a kube::Client, &'a VolumeCaches, &'a mut S) -> futures::future::BoxFuture<'a, bool>,
 {
     let (caches, tasks) = tokio::select! {
         r = VolumeCaches::start(&ctx.client) => r?,

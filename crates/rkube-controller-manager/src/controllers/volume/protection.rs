@@ -41,12 +41,7 @@ pub enum FinalizerAction {
 }
 
 /// The action for an object with `finalizers`, deleted or not, in use or not.
-pub fn decide(
-    finalizers: &[String],
-    finalizer: &str,
-    deleting: bool,
-    in_use: bool,
-) -> FinalizerAction {
+pub fn decide(finalizers: &[String], finalizer: &str, deleting: bool, in_use: bool) -> FinalizerAction {
     let has = finalizers.iter().any(|f| f == finalizer);
     match (deleting, has) {
         (false, false) => FinalizerAction::Add,
@@ -57,45 +52,26 @@ pub fn decide(
 
 /// Whether `pod` (not finished) mounts claim `name` of its namespace.
 pub fn pod_uses_claim(pod: &Pod, name: &str) -> bool {
-    let finished = matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    );
+    let finished = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
     !finished
         && pod
             .spec
             .as_ref()
             .and_then(|s| s.volumes.as_ref())
-            .is_some_and(|vs| {
-                vs.iter().any(|v| {
-                    v.persistent_volume_claim
-                        .as_ref()
-                        .is_some_and(|c| c.claim_name == name)
-                })
-            })
+            .is_some_and(|vs| vs.iter().any(|v| v.persistent_volume_claim.as_ref().is_some_and(|c| c.claim_name == name)))
 }
 
 /// Starts the claim protection controller.
-pub fn start_pvc(
-    ctx: ControllerContext,
-) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
-    Box::pin(super::run_passes(ctx, (), |client, caches, _| {
-        Box::pin(pvc_pass(client, caches))
-    }))
+pub fn start_pvc(ctx: ControllerContext) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
+    Box::pin(super::run_passes(ctx, (), |client, caches, _| Box::pin(pvc_pass(client, caches))))
 }
 
 /// Starts the volume protection controller.
 pub fn start_pv(ctx: ControllerContext) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
-    Box::pin(super::run_passes(ctx, (), |client, caches, _| {
-        Box::pin(pv_pass(client, caches))
-    }))
+    Box::pin(super::run_passes(ctx, (), |client, caches, _| Box::pin(pv_pass(client, caches))))
 }
 
-fn with_finalizer<K: kube::Resource + Clone>(
-    obj: &K,
-    finalizer: &str,
-    action: FinalizerAction,
-) -> K {
+fn with_finalizer<K: kube::Resource + Clone>(obj: &K, finalizer: &str, action: FinalizerAction) -> K {
     let mut obj = obj.clone();
     let list = obj.meta_mut().finalizers.get_or_insert_with(Vec::new);
     match action {
@@ -113,9 +89,7 @@ async fn pvc_pass(client: &kube::Client, caches: &VolumeCaches) -> bool {
     for claim in caches.claims.state() {
         match sync_claim(client, &claim).await {
             Ok(in_use) => waiting |= in_use,
-            Err(e) if !is_stale(&e) => {
-                tracing::warn!(claim = %claim.name_any(), error = %e, "pvc-protection sync failed")
-            }
+            Err(e) if !is_stale(&e) => tracing::warn!(claim = %claim.name_any(), error = %e, "pvc-protection sync failed"),
             Err(_) => {}
         }
     }
@@ -123,18 +97,12 @@ async fn pvc_pass(client: &kube::Client, caches: &VolumeCaches) -> bool {
 }
 
 /// Syncs one claim's finalizer; `Ok(true)` when it is deleted but still in use.
-async fn sync_claim(
-    client: &kube::Client,
-    claim: &Arc<PersistentVolumeClaim>,
-) -> Result<bool, kube::Error> {
+async fn sync_claim(client: &kube::Client, claim: &Arc<PersistentVolumeClaim>) -> Result<bool, kube::Error> {
     let deleting = claim.metadata.deletion_timestamp.is_some();
     let finalizers = claim.finalizers();
     let ns = claim.namespace().unwrap_or_default();
     let in_use = if deleting && finalizers.iter().any(|f| f == PVC_PROTECTION) {
-        let pods = Api::<Pod>::namespaced(client.clone(), &ns)
-            .list(&ListParams::default())
-            .await?
-            .items;
+        let pods = Api::<Pod>::namespaced(client.clone(), &ns).list(&ListParams::default()).await?.items;
         pods.iter().any(|p| pod_uses_claim(p, &claim.name_any()))
     } else {
         false
@@ -144,35 +112,18 @@ async fn sync_claim(
         return Ok(in_use);
     }
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    api.replace(
-        &claim.name_any(),
-        &PostParams::default(),
-        &with_finalizer(claim.as_ref(), PVC_PROTECTION, action),
-    )
-    .await?;
+    api.replace(&claim.name_any(), &PostParams::default(), &with_finalizer(claim.as_ref(), PVC_PROTECTION, action)).await?;
     Ok(false)
 }
 
 async fn pv_pass(client: &kube::Client, caches: &VolumeCaches) -> bool {
     for pv in caches.volumes.state() {
-        let action = decide(
-            pv.finalizers(),
-            PV_PROTECTION,
-            pv.metadata.deletion_timestamp.is_some(),
-            volume_phase(&pv) == "Bound",
-        );
+        let action = decide(pv.finalizers(), PV_PROTECTION, pv.metadata.deletion_timestamp.is_some(), volume_phase(&pv) == "Bound");
         if action == FinalizerAction::Keep {
             continue;
         }
         let api: Api<PersistentVolume> = Api::all(client.clone());
-        if let Err(e) = api
-            .replace(
-                &pv.name_any(),
-                &PostParams::default(),
-                &with_finalizer(pv.as_ref(), PV_PROTECTION, action),
-            )
-            .await
-        {
+        if let Err(e) = api.replace(&pv.name_any(), &PostParams::default(), &with_finalizer(pv.as_ref(), PV_PROTECTION, action)).await {
             if !is_stale(&e) {
                 tracing::warn!(volume = %pv.name_any(), error = %e, "pv-protection sync failed");
             }
@@ -190,26 +141,11 @@ mod tests {
     fn finalizers_are_added_to_live_objects_and_removed_once_unused() {
         let none: Vec<String> = vec![];
         let has = vec![PVC_PROTECTION.to_string()];
-        assert_eq!(
-            decide(&none, PVC_PROTECTION, false, false),
-            FinalizerAction::Add
-        );
-        assert_eq!(
-            decide(&has, PVC_PROTECTION, false, true),
-            FinalizerAction::Keep
-        );
-        assert_eq!(
-            decide(&has, PVC_PROTECTION, true, true),
-            FinalizerAction::Keep
-        );
-        assert_eq!(
-            decide(&has, PVC_PROTECTION, true, false),
-            FinalizerAction::Remove
-        );
-        assert_eq!(
-            decide(&none, PVC_PROTECTION, true, false),
-            FinalizerAction::Keep
-        );
+        assert_eq!(decide(&none, PVC_PROTECTION, false, false), FinalizerAction::Add);
+        assert_eq!(decide(&has, PVC_PROTECTION, false, true), FinalizerAction::Keep);
+        assert_eq!(decide(&has, PVC_PROTECTION, true, true), FinalizerAction::Keep);
+        assert_eq!(decide(&has, PVC_PROTECTION, true, false), FinalizerAction::Remove);
+        assert_eq!(decide(&none, PVC_PROTECTION, true, false), FinalizerAction::Keep);
     }
 
     #[test]

@@ -11,10 +11,7 @@ fn pod(containers: serde_json::Value) -> Pod {
 
 fn dw() -> DownwardValues {
     DownwardValues {
-        allocatable: BTreeMap::from([
-            ("cpu".to_string(), 4000),
-            ("memory".to_string(), 8 * 1024 * 1024 * 1024 * 1000),
-        ]),
+        allocatable: BTreeMap::from([("cpu".to_string(), 4000), ("memory".to_string(), 8 * 1024 * 1024 * 1024 * 1000)]),
         pod_ip: "10.0.0.5".into(),
         host_ip: "127.0.0.1".into(),
         node_name: "node-a".into(),
@@ -22,18 +19,12 @@ fn dw() -> DownwardValues {
 }
 
 fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 fn sources() -> Sources {
     Sources::from_maps(
-        [(
-            "cfg".to_string(),
-            data(&[("MODE", "fast"), ("LEVEL", "3"), ("1bad", "x")]),
-        )],
+        [("cfg".to_string(), data(&[("MODE", "fast"), ("LEVEL", "3"), ("1bad", "x")]))],
         [("creds".to_string(), data(&[("password", "s3cret")]))],
     )
 }
@@ -44,28 +35,16 @@ fn env_of(p: &Pod) -> Result<Vec<(String, String)>, ConfigError> {
 }
 
 fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
-    p.iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 #[test]
 fn env_from_sources_come_first_with_prefixes_and_env_entries_override_in_place() {
-    let p = pod(
-        json!([{"name": "c", "envFrom": [{"configMapRef": {"name": "cfg"}}, {"prefix": "DB_", "secretRef": {"name": "creds"}}],
-                        "env": [{"name": "MODE", "value": "slow"}, {"name": "URL", "value": "http://$(MODE):$(LEVEL)/$(NOPE)"}]}]),
-    );
+    let p = pod(json!([{"name": "c", "envFrom": [{"configMapRef": {"name": "cfg"}}, {"prefix": "DB_", "secretRef": {"name": "creds"}}],
+                        "env": [{"name": "MODE", "value": "slow"}, {"name": "URL", "value": "http://$(MODE):$(LEVEL)/$(NOPE)"}]}]));
     let c = &p.spec.as_ref().unwrap().containers[0];
     let (env, skipped) = environment(&p, c, &dw(), &sources()).unwrap();
-    assert_eq!(
-        env,
-        pairs(&[
-            ("LEVEL", "3"),
-            ("MODE", "slow"),
-            ("DB_password", "s3cret"),
-            ("URL", "http://slow:3/$(NOPE)")
-        ])
-    );
+    assert_eq!(env, pairs(&[("LEVEL", "3"), ("MODE", "slow"), ("DB_password", "s3cret"), ("URL", "http://slow:3/$(NOPE)")]));
     assert_eq!(skipped.len(), 1);
     assert_eq!(skipped[0].message(), "Keys [1bad] from the EnvFrom configMap shop/cfg were skipped since they are considered invalid environment variable names.");
 }
@@ -79,35 +58,18 @@ fn key_refs_read_config_maps_and_secrets_and_missing_ones_fail_unless_optional()
         {"name": "D", "valueFrom": {"secretKeyRef": {"name": "gone", "key": "k", "optional": true}}}]}]));
     assert_eq!(env_of(&p).unwrap(), pairs(&[("A", "3"), ("B", "s3cret")]));
     let cases = [
-        (
-            json!({"configMapKeyRef": {"name": "missing", "key": "k"}}),
-            "configmap \"missing\" not found",
-        ),
-        (
-            json!({"configMapKeyRef": {"name": "cfg", "key": "k"}}),
-            "couldn't find key k in ConfigMap shop/cfg",
-        ),
-        (
-            json!({"secretKeyRef": {"name": "missing", "key": "k"}}),
-            "secret \"missing\" not found",
-        ),
-        (
-            json!({"secretKeyRef": {"name": "creds", "key": "k"}}),
-            "couldn't find key k in Secret shop/creds",
-        ),
+        (json!({"configMapKeyRef": {"name": "missing", "key": "k"}}), "configmap \"missing\" not found"),
+        (json!({"configMapKeyRef": {"name": "cfg", "key": "k"}}), "couldn't find key k in ConfigMap shop/cfg"),
+        (json!({"secretKeyRef": {"name": "missing", "key": "k"}}), "secret \"missing\" not found"),
+        (json!({"secretKeyRef": {"name": "creds", "key": "k"}}), "couldn't find key k in Secret shop/creds"),
     ];
     for (from, message) in cases {
         let p = pod(json!([{"name": "c", "env": [{"name": "X", "valueFrom": from}]}]));
         assert_eq!(env_of(&p), Err(ConfigError(message.into())));
     }
     let p = pod(json!([{"name": "c", "envFrom": [{"configMapRef": {"name": "missing"}}]}]));
-    assert_eq!(
-        env_of(&p),
-        Err(ConfigError("configmap \"missing\" not found".into()))
-    );
-    let p = pod(
-        json!([{"name": "c", "envFrom": [{"secretRef": {"name": "missing", "optional": true}}]}]),
-    );
+    assert_eq!(env_of(&p), Err(ConfigError("configmap \"missing\" not found".into())));
+    let p = pod(json!([{"name": "c", "envFrom": [{"secretRef": {"name": "missing", "optional": true}}]}]));
     assert_eq!(env_of(&p), Ok(vec![]));
 }
 
@@ -122,37 +84,20 @@ fn field_refs_read_the_pod_and_the_node() {
         {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]}]));
-    let want = [
-        ("N", "p"),
-        ("NS", "shop"),
-        ("APP", "web"),
-        ("TEAM", "a"),
-        ("SA", "builder"),
-        ("NODE", "node-a"),
-        ("IP", "10.0.0.5"),
-        ("HOST", "127.0.0.1"),
-    ];
+    let want = [("N", "p"), ("NS", "shop"), ("APP", "web"), ("TEAM", "a"), ("SA", "builder"), ("NODE", "node-a"), ("IP", "10.0.0.5"), ("HOST", "127.0.0.1")];
     assert_eq!(env_of(&p).unwrap(), pairs(&want));
 }
 
 #[test]
 fn resource_refs_round_up_by_the_divisor_and_unset_limits_are_the_nodes() {
-    let p = pod(
-        json!([{"name": "c", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+    let p = pod(json!([{"name": "c", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
         "env": [
             {"name": "REQ_CPU", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu"}}},
             {"name": "REQ_CPU_M", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},
             {"name": "LIM_MEM_MI", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
             {"name": "LIM_CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
-            {"name": "REQ_MEM", "valueFrom": {"resourceFieldRef": {"resource": "requests.memory"}}}]}]),
-    );
-    let want = [
-        ("REQ_CPU", "1"),
-        ("REQ_CPU_M", "250"),
-        ("LIM_MEM_MI", "128"),
-        ("LIM_CPU", "4"),
-        ("REQ_MEM", "67108864"),
-    ];
+            {"name": "REQ_MEM", "valueFrom": {"resourceFieldRef": {"resource": "requests.memory"}}}]}]));
+    let want = [("REQ_CPU", "1"), ("REQ_CPU_M", "250"), ("LIM_MEM_MI", "128"), ("LIM_CPU", "4"), ("REQ_MEM", "67108864")];
     assert_eq!(env_of(&p).unwrap(), pairs(&want));
 }
 
@@ -163,18 +108,9 @@ fn expansion_follows_upstream_escapes_and_leaves_unknown_names() {
     assert_eq!(expand("$$(A)", &env), "$(A)");
     assert_eq!(expand("$(C) $A $", &env), "$(C) $A $");
     assert_eq!(expand("$(A", &env), "$(A");
-    let c: Container = serde_json::from_value(
-        json!({"name": "c", "command": ["echo", "$(A)"], "args": ["$(B)$$"]}),
-    )
-    .unwrap();
+    let c: Container = serde_json::from_value(json!({"name": "c", "command": ["echo", "$(A)"], "args": ["$(B)$$"]})).unwrap();
     let (_, command, args) = cri_parts(&env, &c);
-    assert_eq!(
-        (command, args),
-        (
-            vec!["echo".to_string(), "1".into()],
-            vec!["two$".to_string()]
-        )
-    );
+    assert_eq!((command, args), (vec!["echo".to_string(), "1".into()], vec!["two$".to_string()]));
 }
 
 #[test]
