@@ -400,49 +400,20 @@ fn apiserver_client_usages(usages: &[String]) -> Result<(), String> {
 /// {digital signature, client auth} with or without key encipherment.
 fn kubelet_client(der: &[u8], usages: &[String]) -> Result<(), String> {
     let (_, req) = X509CertificationRequest::from_der(der).map_err(|e| e.to_string())?;
-    let subject = &req.certification_request_info.subject;
-    let orgs: Vec<&str> = subject
-        .iter_organization()
-        .filter_map(|a| a.as_str().ok())
-        .collect();
-    if orgs != ["system:nodes"] {
-        return Err("subject organization is not system:nodes".into());
-    }
-    for ext in req.requested_extensions().into_iter().flatten() {
-        if let ParsedExtension::SubjectAlternativeName(san) = ext {
-            for n in &san.general_names {
-                match n {
-                    GeneralName::DNSName(_) => {
-                        return Err("DNS subjectAltNames are not allowed".into())
-                    }
-                    GeneralName::RFC822Name(_) => {
-                        return Err("Email subjectAltNames are not allowed".into())
-                    }
-                    GeneralName::IPAddress(_) => {
-                        return Err("IP subjectAltNames are not allowed".into())
-                    }
-                    GeneralName::URI(_) => return Err("URI subjectAltNames are not allowed".into()),
-                    _ => {}
-                }
+    system_nodes_organization(&req)?;
+    for n in subject_alt_names(&req) {
+        match n {
+            GeneralName::DNSName(_) => return Err("DNS subjectAltNames are not allowed".into()),
+            GeneralName::RFC822Name(_) => {
+                return Err("Email subjectAltNames are not allowed".into())
             }
+            GeneralName::IPAddress(_) => return Err("IP subjectAltNames are not allowed".into()),
+            GeneralName::URI(_) => return Err("URI subjectAltNames are not allowed".into()),
+            _ => {}
         }
     }
-    let cn = subject
-        .iter_common_name()
-        .next()
-        .and_then(|a| a.as_str().ok())
-        .unwrap_or("");
-    if !cn.starts_with("system:node:") {
-        return Err("subject common name does not begin with system:node:".into());
-    }
-    let set: std::collections::BTreeSet<&str> = usages.iter().map(String::as_str).collect();
-    let with_rsa: std::collections::BTreeSet<&str> =
-        ["client auth", "digital signature", "key encipherment"].into();
-    let without_rsa: std::collections::BTreeSet<&str> = ["client auth", "digital signature"].into();
-    if set != with_rsa && set != without_rsa {
-        return Err("usages did not match [client auth digital signature key encipherment]".into());
-    }
-    Ok(())
+    node_common_name(&req)?;
+    node_usages(usages, "client auth")
 }
 
 /// Upstream `ValidateKubeletServingCSR`: organization exactly `system:nodes`, at least one DNS
@@ -450,50 +421,75 @@ fn kubelet_client(der: &[u8], usages: &[String]) -> Result<(), String> {
 /// auth} with or without key encipherment, common name `system:node:<name>`.
 fn kubelet_serving(der: &[u8], usages: &[String]) -> Result<(), String> {
     let (_, req) = X509CertificationRequest::from_der(der).map_err(|e| e.to_string())?;
-    let subject = &req.certification_request_info.subject;
-    let orgs: Vec<&str> = subject
+    system_nodes_organization(&req)?;
+    let sans = subject_alt_names(&req);
+    if !sans
+        .iter()
+        .any(|n| matches!(n, GeneralName::DNSName(_) | GeneralName::IPAddress(_)))
+    {
+        return Err("DNS or IP subjectAltName is required".into());
+    }
+    if sans.iter().any(|n| matches!(n, GeneralName::RFC822Name(_))) {
+        return Err("Email subjectAltNames are not allowed".into());
+    }
+    if sans.iter().any(|n| matches!(n, GeneralName::URI(_))) {
+        return Err("URI subjectAltNames are not allowed".into());
+    }
+    node_usages(usages, "server auth")?;
+    node_common_name(&req)
+}
+
+/// The organization of a kubelet's request must be exactly `system:nodes`.
+fn system_nodes_organization(req: &X509CertificationRequest<'_>) -> Result<(), String> {
+    let orgs: Vec<&str> = req
+        .certification_request_info
+        .subject
         .iter_organization()
         .filter_map(|a| a.as_str().ok())
         .collect();
     if orgs != ["system:nodes"] {
         return Err("subject organization is not system:nodes".into());
     }
-    let (mut dns_or_ip, mut email, mut uri) = (false, false, false);
-    for ext in req.requested_extensions().into_iter().flatten() {
-        if let ParsedExtension::SubjectAlternativeName(san) = ext {
-            for n in &san.general_names {
-                match n {
-                    GeneralName::DNSName(_) | GeneralName::IPAddress(_) => dns_or_ip = true,
-                    GeneralName::RFC822Name(_) => email = true,
-                    GeneralName::URI(_) => uri = true,
-                    _ => {}
-                }
-            }
-        }
-    }
-    if !dns_or_ip {
-        return Err("DNS or IP subjectAltName is required".into());
-    }
-    if email {
-        return Err("Email subjectAltNames are not allowed".into());
-    }
-    if uri {
-        return Err("URI subjectAltNames are not allowed".into());
-    }
-    let set: std::collections::BTreeSet<&str> = usages.iter().map(String::as_str).collect();
-    let with_rsa: std::collections::BTreeSet<&str> =
-        ["digital signature", "key encipherment", "server auth"].into();
-    let without_rsa: std::collections::BTreeSet<&str> = ["digital signature", "server auth"].into();
-    if set != with_rsa && set != without_rsa {
-        return Err("usages did not match [digital signature key encipherment server auth]".into());
-    }
-    let cn = subject
+    Ok(())
+}
+
+/// The common name of a kubelet's request must begin with `system:node:`.
+fn node_common_name(req: &X509CertificationRequest<'_>) -> Result<(), String> {
+    let cn = req
+        .certification_request_info
+        .subject
         .iter_common_name()
         .next()
         .and_then(|a| a.as_str().ok())
         .unwrap_or("");
     if !cn.starts_with("system:node:") {
         return Err("subject common name does not begin with system:node:".into());
+    }
+    Ok(())
+}
+
+/// Every subject alternative name the request asks for.
+fn subject_alt_names<'a>(req: &'a X509CertificationRequest<'_>) -> Vec<&'a GeneralName<'a>> {
+    let mut out = Vec::new();
+    for ext in req.requested_extensions().into_iter().flatten() {
+        if let ParsedExtension::SubjectAlternativeName(san) = ext {
+            out.extend(san.general_names.iter());
+        }
+    }
+    out
+}
+
+/// A kubelet certificate's usages: `digital signature` and `auth` (client or server), with or
+/// without `key encipherment` (upstream's `kubelet*RequiredUsages` and `...NoRSA` sets); the
+/// error lists the full set sorted, as upstream's `sets.List`.
+fn node_usages(usages: &[String], auth: &str) -> Result<(), String> {
+    let set: std::collections::BTreeSet<&str> = usages.iter().map(String::as_str).collect();
+    let without_rsa: std::collections::BTreeSet<&str> = [auth, "digital signature"].into();
+    let mut with_rsa = without_rsa.clone();
+    with_rsa.insert("key encipherment");
+    if set != with_rsa && set != without_rsa {
+        let listed: Vec<&str> = with_rsa.into_iter().collect();
+        return Err(format!("usages did not match [{}]", listed.join(" ")));
     }
     Ok(())
 }
