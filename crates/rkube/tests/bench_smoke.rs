@@ -15,11 +15,17 @@ const LIMIT: Duration = Duration::from_secs(100);
 
 /// Runs `rkube bench <scenario> --quick --out <dir>` and returns the output dir.
 fn run_quick(scenario: &str) -> tempfile::TempDir {
+    run_quick_with(scenario, &[])
+}
+
+fn run_quick_with(scenario: &str, extra: &[&str]) -> tempfile::TempDir {
     let out = tempfile::tempdir().expect("temp dir");
     let log_path = out.path().join("stderr.log");
     let log = std::fs::File::create(&log_path).expect("stderr log");
     let mut child = Command::new(env!("CARGO_BIN_EXE_rkube"))
-        .args(["bench", scenario, "--quick", "--out"])
+        .args(["bench", scenario, "--quick"])
+        .args(extra)
+        .arg("--out")
         .arg(out.path())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -224,6 +230,21 @@ fn bench_cluster_quick_reports_latency_per_slo() {
         "{names:?}"
     );
     assert!(names.iter().any(|n| n == "cluster/peak_rss"), "{names:?}");
+    // The default workload: Deployments through the controller manager and the scheduler.
+    for n in ["cluster/pod_startup_latency", "cluster/scheduler_throughput"] {
+        assert!(names.iter().any(|m| m == n), "{n} missing: {names:?}");
+    }
+}
+
+/// `--workload pods`: the bench creates bound pods itself, so there is no scheduler to time.
+#[test]
+fn bench_cluster_quick_with_bench_made_pods_reports_no_scheduling() {
+    let out = run_quick_with("cluster", &["--workload", "pods"]);
+    let json = assert_report(out.path(), "cluster", true);
+    let names = measurement_names(&json);
+    assert!(names.iter().any(|n| n == "cluster/slo_latency"), "{names:?}");
+    assert!(names.iter().any(|n| n == "cluster/pod_create_to_kubelet_watch"), "{names:?}");
+    assert!(!names.iter().any(|n| n == "cluster/scheduler_throughput"), "{names:?}");
 }
 
 #[test]
