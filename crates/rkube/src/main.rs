@@ -115,7 +115,18 @@ async fn up(args: rkube_apiserver::cli::UpArgs) -> anyhow::Result<()> {
         }
     };
     let node = if with_node {
-        match rkube_node::run_local_node(data_dir.join("kubeconfig"), &data_dir).await {
+        let starting = rkube_node::run_local_node(data_dir.join("kubeconfig"), &data_dir);
+        tokio::pin!(starting);
+        // SIGTERM while the node starts (it waits for its serving certificate) stops at once.
+        let started = tokio::select! {
+            started = &mut starting => started,
+            result = &mut server => {
+                let _ = scheduler.shutdown().await;
+                controllers.shutdown().await;
+                return result?;
+            }
+        };
+        match started {
             Ok(node) => {
                 eprintln!("rkube: node {} is running pods on this machine", node.node_name);
                 Some(node)
