@@ -13,9 +13,9 @@
 //! - `decode(encode(t)) == t` for every valid token (`rv != 0`, clean key).
 //!
 //! Case count: `PROPTEST_CASES` (default small, for CI). Run long with
-//! `PROPTEST_CASES=200000 cargo test -p rkube-api --release --test fuzz_continue_token`.
+//! `PROPTEST_CASES=200000 cargo test -p rkube-api --release --test integration fuzz_continue_token::`.
 
-mod fuzz_support;
+use crate::fuzz_support;
 
 use base64::Engine;
 use fuzz_support::cases;

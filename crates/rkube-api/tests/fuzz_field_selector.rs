@@ -12,9 +12,9 @@
 //! - `escape_value` / `unescape_value` are inverse on every string.
 //!
 //! Case count: `PROPTEST_CASES` (default small, for CI). Run long with
-//! `PROPTEST_CASES=200000 cargo test -p rkube-api --release --test fuzz_field_selector`.
+//! `PROPTEST_CASES=200000 cargo test -p rkube-api --release --test integration fuzz_field_selector::`.
 
-mod fuzz_support;
+use crate::fuzz_support;
 
 use fuzz_support::{cases, check_selector_string};
 use proptest::prelude::*;

@@ -11,9 +11,9 @@
 //!   built from valid requirements, and `parse(render(parse(s))) == parse(s)`.
 //!
 //! Case count: `PROPTEST_CASES` (default small, for CI). Run long with
-//! `PROPTEST_CASES=200000 cargo test -p rkube-api --release --test fuzz_label_selector`.
+//! `PROPTEST_CASES=200000 cargo test -p rkube-api --release --test integration fuzz_label_selector::`.
 
-mod fuzz_support;
+use crate::fuzz_support;
 
 use std::collections::BTreeSet;
 

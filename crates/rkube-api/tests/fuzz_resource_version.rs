@@ -13,9 +13,9 @@
 //!   least one cause (upstream `ValidateListOptions`).
 //!
 //! Case count: `PROPTEST_CASES` (default small, for CI). Run long with
-//! `PROPTEST_CASES=200000 cargo test -p rkube-api --release --test fuzz_resource_version`.
+//! `PROPTEST_CASES=200000 cargo test -p rkube-api --release --test integration fuzz_resource_version::`.
 
-mod fuzz_support;
+use crate::fuzz_support;
 
 use fuzz_support::cases;
 use proptest::prelude::*;

@@ -3,7 +3,7 @@
 //! header, variables, `messageExpression`, parameters, match constraints
 //! and `failurePolicy`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,5 @@
 //! The API semantics suite on the embedded store.
 
-mod common;
-mod suite;
+use crate::common;
 
 all_suite_tests!(common::TestServer::embedded(), common::TestServer::embedded_storage_reads());

@@ -4,7 +4,7 @@
 //! line ends with `\n`. Each test runs with the watch cache and with
 //! `--watch-cache=false`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! `apiserver_cache_list_total` (cache or snapshot) vs
 //! `apiserver_storage_list_total` (storage).
 
-mod cache_support;
+use crate::cache_support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -443,8 +443,10 @@ async fn consistency_abort_child() {
 fn consistency_mismatch_aborts_the_process_when_kube_watchcache_consistency_checker_is_set() {
     use std::os::unix::process::ExitStatusExt;
     let exe = std::env::current_exe().expect("test binary");
+    // This test binary holds every file of tests/: the child test's name is its module path.
+    let child_test = concat!(module_path!(), "::consistency_abort_child").split_once("::").expect("crate::module").1;
     let out = std::process::Command::new(exe)
-        .args(["--exact", "consistency_abort_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .args(["--exact", child_test, "--ignored", "--nocapture", "--test-threads=1"])
         .env(rkube_cache::consistency::CHECKER_ENV, "true")
         .output()
         .expect("run child");
@@ -567,7 +569,7 @@ async fn bench_backend(name: &str, data_dir: Option<&std::path::Path>, args: &[&
 
 /// Issue 4's benchmark: initialization of 100k pods on each backend and the
 /// 429 latency under 200 concurrent requests during it. Not a CI test:
-/// `cargo test --release -p rkube-apiserver --test cache -- --ignored --exact --nocapture benchmark_initialization_of_100k_pods_and_429_latency`
+/// `cargo test --release -p rkube-apiserver --test integration -- --ignored --exact --nocapture cache::benchmark_initialization_of_100k_pods_and_429_latency`
 /// (`RKUBE_BENCH_PODS` overrides the count).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark (100k pods); see the doc comment for the command"]

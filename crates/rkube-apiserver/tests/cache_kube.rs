@@ -4,7 +4,7 @@
 //! After a burst of creates, updates and deletes the store must equal the
 //! server's state, with no re-list (one `Init` only).
 
-mod cache_support;
+use crate::cache_support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

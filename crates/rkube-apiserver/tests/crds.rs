@@ -6,8 +6,8 @@
 //!
 //! Every test uses its own API group: the resource table is process-global.
 
-mod common;
-mod pb_support;
+use crate::common;
+use crate::pb_support;
 
 use std::time::Duration;
 

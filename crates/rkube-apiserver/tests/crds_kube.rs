@@ -5,7 +5,7 @@
 //! scale subresource (modelled on kube-rs's own
 //! `derived_resource_queryable_and_has_subresources`).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! without a storage class gets the default StorageClass's name; an explicit
 //! class, or `""`, is kept; with no default class nothing changes.
 
-mod common;
+use crate::common;
 
 use common::TestServer;
 use rkube_apiserver::admission::AdmissionConfig;

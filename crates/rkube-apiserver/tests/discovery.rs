@@ -1,6 +1,6 @@
 //! Discovery, /version and health endpoints as clients see them.
 
-mod common;
+use crate::common;
 
 use common::TestServer;
 use serde_json::Value;

@@ -10,7 +10,7 @@
 //! Reads are served from storage (`--watch-cache=false`), so "reads go on"
 //! is the store's own doing, not the watch cache's.
 
-mod cache_support;
+use crate::cache_support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! write (`pkg/apis/events/v1/conversion.go`), field selectors in the
 //! events.k8s.io names, upstream's events.k8s.io/v1 validation.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -8,8 +8,8 @@
 //! protobuf client ([`pb_support`], prost types generated from Kubernetes'
 //! `.proto` files), as client-go's typed clients do.
 
-mod common;
-mod pb_support;
+use crate::common;
+use crate::pb_support;
 
 use common::TestServer;
 use rkube_api::registry::{self, ResourceInfo};

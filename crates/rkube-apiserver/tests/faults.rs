@@ -18,8 +18,8 @@
 //!
 //! Every process is a child of the test, killed by its PID on drop.
 
-mod cache_support;
-mod faults_support;
+use crate::cache_support;
+use crate::faults_support;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};

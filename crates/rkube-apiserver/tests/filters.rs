@@ -4,7 +4,7 @@
 //! certificates. Each test asserts what a client sees (code, headers, Status
 //! body) or what an operator sees (audit file, /metrics, trace log).
 
-mod log_support;
+use crate::log_support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

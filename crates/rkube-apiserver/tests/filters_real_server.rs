@@ -3,7 +3,7 @@
 //! and with bearer tokens, RBAC denials as kubectl prints them, and (ignored
 //! in CI) the LIST throughput cost of audit logging.
 
-mod log_support;
+use crate::log_support;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -132,7 +132,7 @@ async fn kubectl_works_over_https_with_client_certificate_and_token() {
 /// LIST throughput of the real server without an audit log, with one at
 /// `Metadata` and with one at `RequestResponse`, side by side (issue 5 asks
 /// for the overhead). Ignored in CI; run with
-/// `cargo test --release -p rkube-apiserver --test filters_real_server -- --ignored --nocapture audit_overhead`.
+/// `cargo test --release -p rkube-apiserver --test integration -- --ignored --nocapture filters_real_server::audit_overhead`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn audit_overhead_on_list_throughput_at_request_response() {

@@ -14,10 +14,10 @@
 //!   (or 201), and a refused POST writes nothing (store revision unchanged).
 //!
 //! Case count: `PROPTEST_CASES` (default small, for CI). Run long with
-//! `PROPTEST_CASES=20000 cargo test -p rkube-apiserver --test fuzz_body` (the
+//! `PROPTEST_CASES=20000 cargo test -p rkube-apiserver --test integration fuzz_body::` (the
 //! property through the handler runs a tenth of that).
 
-mod fuzz_support;
+use crate::fuzz_support;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request};

@@ -20,10 +20,10 @@
 //! `add`/`copy` operations.
 //!
 //! Case count: `PROPTEST_CASES` (default small, for CI). Run long with
-//! `PROPTEST_CASES=20000 cargo test -p rkube-apiserver --test fuzz_patch` (the
+//! `PROPTEST_CASES=20000 cargo test -p rkube-apiserver --test integration fuzz_patch::` (the
 //! properties through the handler run a tenth of that).
 
-mod fuzz_support;
+use crate::fuzz_support;
 
 use std::time::{Duration, Instant};
 

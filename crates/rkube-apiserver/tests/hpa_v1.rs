@@ -3,7 +3,7 @@
 //! v1 holds one CPU target; the rest of v2 travels in the
 //! `autoscaling.alpha.kubernetes.io/*` annotations and comes back intact.
 
-mod common;
+use crate::common;
 
 use common::TestServer;
 use serde_json::{json, Value};

@@ -3,7 +3,7 @@
 //! `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/get.go`,
 //! `ListResource`), whether the watch cache or storage serves it.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -10,7 +10,7 @@
 //!   (server and watch-cache families) whether the router is served behind
 //!   the filter chain or alone.
 
-mod log_support;
+use crate::log_support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

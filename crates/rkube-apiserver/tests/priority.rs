@@ -3,7 +3,7 @@
 //! PriorityClass, or from the `globalDefault` one, and are refused with 403
 //! for a class that does not exist or a priority that contradicts theirs.
 
-mod common;
+use crate::common;
 
 use common::TestServer;
 use rkube_apiserver::admission::AdmissionConfig;

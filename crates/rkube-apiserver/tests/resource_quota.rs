@@ -4,7 +4,7 @@
 //! ones are charged to `status.used` at once. The tests write quota status
 //! themselves (through `/status`), as the resourcequota controller would.
 
-mod common;
+use crate::common;
 
 use common::TestServer;
 use rkube_apiserver::admission::AdmissionConfig;

@@ -6,8 +6,6 @@
 //! answers (upstream `ReturnDeletedObject` and `handlers/delete.go`), and a
 //! DaemonSet's template generation (upstream `daemonSetStrategy`).
 
-mod common;
-
 #[path = "row_rules/daemonsets.rs"]
 mod daemonsets;
 #[path = "row_rules/delete.rs"]

@@ -6,7 +6,7 @@
 //! and while they stall; a normal client is answered meanwhile. Buffering
 //! the whole body per response grew RSS by about 40 × 6 MB.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,10 +1,10 @@
 //! Write and read throughput over HTTP on both backends (ignored by default;
-//! run with `cargo test -p rkube-apiserver --release --test throughput -- --ignored --nocapture`).
+//! run with `cargo test -p rkube-apiserver --release --test integration -- --ignored --nocapture throughput::`).
 //!
 //! Creates `N` ConfigMaps from `CONCURRENCY` concurrent clients and reports
 //! creates/s, then GETs them one by one and reports the p50/p99 latency.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -5,8 +5,8 @@
 //! `sideEffects`, selectors, warnings, UPDATE's `oldObject`, `service`
 //! references resolved through Endpoints, and `reinvocationPolicy`.
 
-mod common;
-mod webhook_support;
+use crate::common;
+use crate::webhook_support;
 
 use std::time::{Duration, Instant};
 

@@ -62,6 +62,14 @@ pub enum CacheError {
     Stopped,
 }
 
+impl CacheError {
+    /// Whether the cache is (re)initializing ([`CacheError::NotReady`] or
+    /// [`CacheError::NotReadyTimeout`]): storage can still answer.
+    pub fn is_not_ready(&self) -> bool {
+        matches!(self, CacheError::NotReady { .. } | CacheError::NotReadyTimeout)
+    }
+}
+
 impl From<CacheError> for Status {
     fn from(e: CacheError) -> Status {
         match e {

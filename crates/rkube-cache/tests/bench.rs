@@ -1,10 +1,10 @@
 //! LIST benchmark: cache vs storage, side by side, on the real embedded store.
 //!
 //! Run (release, prints a table):
-//! `cargo test -p rkube-cache --release --test bench -- --ignored --nocapture`
+//! `cargo test -p rkube-cache --release --test integration -- --ignored --nocapture bench::`
 //! Sizes default to 10000,50000; override with `RKUBE_BENCH_SIZES=100000`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

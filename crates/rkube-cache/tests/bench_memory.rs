@@ -3,7 +3,7 @@
 //! 75 s at 100 updates/s, against the same run with snapshots off.
 //!
 //! Run (release):
-//! `cargo test -p rkube-cache --release --test bench_memory -- --ignored --nocapture bench_memory`
+//! `cargo test -p rkube-cache --release --test integration -- --ignored --nocapture bench_memory::bench_memory`
 //!
 //! The parent test loads 100,000 pods of about 1.5 KB of JSON into an
 //! embedded store once, then runs each configuration in its own child
@@ -21,7 +21,7 @@
 //! Env: `RKUBE_BENCH_MEM_PODS` (100000), `RKUBE_BENCH_MEM_SECS` (75),
 //! `RKUBE_BENCH_MEM_RATE` (100), `RKUBE_BENCH_MEM_RUNS` (3).
 
-mod common;
+use crate::common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -181,8 +181,10 @@ fn memory_child() {
 
 fn spawn_child(dir: &std::path::Path, mode: &str) -> serde_json::Value {
     let exe = std::env::current_exe().expect("test binary path");
+    // This test binary holds every file of tests/: the child test's name is its module path.
+    let child_test = concat!(module_path!(), "::memory_child").split_once("::").expect("crate::module").1;
     let out = std::process::Command::new(exe)
-        .args(["memory_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([child_test, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, dir)
         .env("RKUBE_BENCH_MEM_MODE", mode)
         .output()

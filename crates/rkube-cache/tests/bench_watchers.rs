@@ -13,7 +13,7 @@
 //!
 //! Benchmark (release; 1,000 nodes × 30 pods, 1,000 node watchers + 10
 //! cluster-wide, 500 updates/s for 60 s):
-//! `cargo test -p rkube-cache --release --test bench_watchers -- --ignored --nocapture`
+//! `cargo test -p rkube-cache --release --test integration -- --ignored --nocapture bench_watchers::`
 //! Env overrides: `RKUBE_BENCH_WATCH_SECS` (60), `RKUBE_BENCH_WATCH_RATE`
 //! (500), `RKUBE_BENCH_WATCH_NODES` (1000), `RKUBE_BENCH_WATCH_PODS_PER_NODE`
 //! (30), `RKUBE_BENCH_WATCH_NODE_WATCHERS` (one per node), `RKUBE_BENCH_WATCH_CLUSTER`
@@ -22,7 +22,7 @@
 //! A short variant (100 node watchers, 5 s) runs with the normal tests and
 //! asserts correctness only, never timing.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 //! every LIST the cache serves from a snapshot equals storage's range at the
 //! same revision — whole, and walked page by page.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

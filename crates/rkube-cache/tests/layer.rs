@@ -1,7 +1,7 @@
 //! The watch-cache layer: one read path for every resource of the resource
 //! table, cached or not, and cachers for rows added while the server runs.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

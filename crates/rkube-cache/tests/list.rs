@@ -2,7 +2,7 @@
 //! consistent reads): the routing rows of upstream's `shouldDelegateList`
 //! (`storage/cacher/delegator.go`), snapshots, pagination.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

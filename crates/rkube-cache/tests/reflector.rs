@@ -2,7 +2,7 @@
 //! watch, on the embedded store and on a real etcd, with readers checking
 //! that every LIST they get is a state storage really had.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! WATCH served by a cacher over the real embedded store: initial events,
 //! history, 410 / 504, WatchList, bookmarks, node routing, slow watchers.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

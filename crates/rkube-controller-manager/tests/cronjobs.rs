@@ -2,8 +2,7 @@
 //! ttl-after-finished controller and the pod garbage collector against a
 //! real rkube API server, with the stand-in kubelet running pods.
 
-#[path = "workload_support/mod.rs"]
-mod common;
+use crate::workload_support as common;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;

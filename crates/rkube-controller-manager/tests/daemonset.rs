@@ -2,8 +2,7 @@
 //! fitting node, following nodes as they come, change and go, and rolling
 //! updates, as a client sees them.
 
-#[path = "workload_support/mod.rs"]
-mod common;
+use crate::workload_support as common;
 
 use std::collections::BTreeMap;
 

@@ -1,8 +1,7 @@
 //! The Deployment controller (with the ReplicaSet controller and a
 //! stand-in kubelet that makes pods Ready) against a real rkube API server.
 
-#[path = "workload_support/mod.rs"]
-mod common;
+use crate::workload_support as common;
 
 use common::{eventually, Env};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};

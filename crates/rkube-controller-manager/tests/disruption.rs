@@ -3,7 +3,7 @@
 //! the eviction API (which reads that status) allows one eviction of two
 //! pods under `minAvailable: 1` and refuses the next with 429.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! Service's endpoints follow its pods' IPs, readiness and labels, and its
 //! Endpoints go with it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! (with `blockOwnerDeletion` order) and orphan propagation, with ConfigMaps
 //! owning ConfigMaps.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,8 +2,7 @@
 //! kubelet finishing pods labelled `exit-code`: what a client sees of the
 //! Job's status, conditions, pods and events.
 
-#[path = "workload_support/mod.rs"]
-mod common;
+use crate::workload_support as common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! deleted goes Terminating, refuses new content, reports upstream's
 //! conditions, and disappears once its content is gone.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

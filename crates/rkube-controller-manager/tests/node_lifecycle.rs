@@ -4,8 +4,7 @@
 //! tolerate it are evicted; a node that keeps renewing its Lease is left
 //! alone; with every node down, nothing is evicted.
 
-#[path = "workload_support/mod.rs"]
-mod common;
+use crate::workload_support as common;
 
 use std::time::Duration;
 

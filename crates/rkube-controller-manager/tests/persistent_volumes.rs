@@ -3,7 +3,7 @@
 //! phases follow upstream, pending claims say why, and the local-path
 //! provisioner creates and deletes hostPath volumes and their directories.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,8 +1,7 @@
 //! The ReplicaSet and ReplicationController controllers against a real
 //! rkube API server: what a client sees of pods, status and events.
 
-#[path = "workload_support/mod.rs"]
-mod common;
+use crate::workload_support as common;
 
 use std::collections::BTreeSet;
 

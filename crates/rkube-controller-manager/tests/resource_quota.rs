@@ -3,8 +3,7 @@
 //! `status.used` follows creates, deletes and pod phases, sums cpu
 //! requests, and scoped quotas count only the pods their scopes select.
 
-#[path = "workload_support/mod.rs"]
-mod common;
+use crate::workload_support as common;
 
 use common::{eventually, Env};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota, Service};

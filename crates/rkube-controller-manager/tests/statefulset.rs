@@ -2,8 +2,7 @@
 //! identities, claims, scaling, rolling updates and ControllerRevisions as a
 //! client sees them.
 
-#[path = "workload_support/mod.rs"]
-mod common;
+use crate::workload_support as common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! from each death to its `ContainerDied` lifecycle event (p50/p99).
 //!
 //! Run (defaults: 100 containers, 60 s idle, 100 exits):
-//! `cargo test -p rkube-node --release --test bench_pleg -- --ignored --nocapture`
+//! `cargo test -p rkube-node --release --test integration -- --ignored --nocapture bench_pleg::`
 //! Knobs: `RKUBE_BENCH_CONTAINERS`, `RKUBE_BENCH_IDLE_SECS`, `RKUBE_BENCH_EXITS`.
 
 use std::collections::HashMap;

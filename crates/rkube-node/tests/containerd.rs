@@ -14,8 +14,8 @@
 //! Without containerd (or runc, or a static busybox, or root) the test fails when `$CI` is set
 //! and is skipped with a message otherwise.
 
-mod common;
-mod containerd_support;
+use crate::common;
+use crate::containerd_support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! agent with evented PLEG) + the scheduler. Pods are created without `nodeName`, bound by the scheduler,
 //! run as host processes, and their status reaches the API server.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! kubelet API and on to the runtime's streaming server. The client reads stdout, stderr and
 //! the `Status` of the error channel (success, and a non-zero exit code).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

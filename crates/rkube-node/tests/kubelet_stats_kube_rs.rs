@@ -5,7 +5,7 @@
 //! labels (and `/metrics/cadvisor` with cAdvisor's), `/pods` lists the pod, `/metrics` is the
 //! agent's own registry, and `/run` answers a command's output.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

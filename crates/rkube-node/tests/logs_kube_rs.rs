@@ -3,7 +3,7 @@
 //! kubelet client certificate (both from the PKI of `rkube up`), which reads the CRI log file:
 //! the whole log, `tailLines`, `follow` until the container exits, and `previous` after a restart.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! the port in the pod (pods share the host's network here). An HTTP request through the
 //! forwarded stream gets the file the pod serves; a second stream works the same way.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! issues the certificate, the agent serves it, and the API server reaches the kubelet API
 //! through `nodes/proxy`, checking the certificate against the cluster CA.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! Partial vs full sync benchmark (ignored by default; run explicitly):
 //!
 //! ```text
-//! cargo test -p rkube-proxy --release --test bench -- --ignored --nocapture
+//! cargo test -p rkube-proxy --release --test integration -- --ignored --nocapture bench::
 //! RKUBE_BENCH_SIZES=1000,5000 RKUBE_BENCH_RUNS=5 cargo test ... (same)
 //! RKUBE_TEST_IPTABLES=legacy ...   # iptables-legacy-restore instead of the nf_tables one
 //! ```
@@ -15,7 +15,7 @@
 //! `bench_generation_only` with `RKUBE_BENCH_DUMP=<dir>` also writes the full and
 //! partial restore inputs to `<dir>` (for timing `iptables-restore` by hand).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

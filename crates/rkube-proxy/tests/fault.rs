@@ -6,7 +6,7 @@
 //! - a KUBE-* chain flushed externally is found by the `--iptables-sync-period`
 //!   check and repaired by a full sync.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};

@@ -1,7 +1,7 @@
 //! Full syncs install kube-proxy's jump rules from the built-in chains once,
 //! and later full syncs find them in `iptables-save` without re-adding them.
 
-mod common;
+use crate::common;
 
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};

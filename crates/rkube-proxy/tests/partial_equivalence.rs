@@ -4,7 +4,7 @@
 //! full restore of the final state. Each case uses two fresh network
 //! namespaces the test creates and deletes.
 
-mod common;
+use crate::common;
 
 use common::{NetNs, Proxy};
 use k8s_openapi::api::core::v1::Service;

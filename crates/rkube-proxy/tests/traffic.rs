@@ -12,7 +12,7 @@
 //! endpoints 2 → 1 → 0 → 2 (partial syncs) changes who answers, 0 endpoints is
 //! "connection refused" (REJECT); deleting the service removes its chains.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};

@@ -3,7 +3,7 @@
 //! leader binds; when it stops (releasing the Lease) the other takes over.
 //! The health and metrics server answers `/healthz` and `/metrics`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! their node, and is scheduled there once they are gone; a pod with
 //! `preemptionPolicy: Never` waits instead.
 
-mod common;
+use crate::common;
 
 use common::{bound_node, create_node, create_pod, eventually, TestServer};
 use k8s_openapi::api::core::v1::Pod;

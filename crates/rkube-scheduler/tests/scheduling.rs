@@ -3,7 +3,7 @@
 //! upstream's `FailedScheduling` event and `PodScheduled=False`, taints,
 //! tolerations and node selectors steer pods.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

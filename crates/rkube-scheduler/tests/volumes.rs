@@ -4,7 +4,7 @@
 //! local volume lands on that volume's node; an unbound `Immediate` claim
 //! keeps the pod pending with upstream's message.
 
-mod common;
+use crate::common;
 
 use common::{bound_node, create_node, create_pod, eventually, TestServer};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};

@@ -1,7 +1,7 @@
 //! Hand-run throughput figures for both backends (ignored by default):
 //!
 //! ```text
-//! cargo test -p rkube-storage --release --test bench -- --ignored --nocapture --test-threads=1 bench_
+//! cargo test -p rkube-storage --release --test integration -- --ignored --nocapture --test-threads=1 bench::bench_
 //! ```
 //!
 //! Each backend: 2,000 creates one at a time (latency-bound: one durable

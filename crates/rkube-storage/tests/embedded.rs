@@ -97,8 +97,10 @@ fn kill9_child_writer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_acknowledged_writes_survive_kill_9() {
     let dir = tempfile::tempdir().unwrap();
+    // This test binary holds every file of tests/: the child test's name is its module path.
+    let child_test = concat!(module_path!(), "::kill9_child_writer").split_once("::").expect("crate::module").1;
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "kill9_child_writer", "--ignored", "--nocapture", "--test-threads=1"])
+        .args(["--exact", child_test, "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

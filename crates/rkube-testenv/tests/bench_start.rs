@@ -3,7 +3,7 @@
 //! 50 starts, and a CRD applied until `Established`, median over 10.
 //!
 //! ```text
-//! cargo test --release -p rkube-testenv --test bench_start -- --ignored --nocapture
+//! cargo test --release -p rkube-testenv --test integration -- --ignored --nocapture bench_start::
 //! ```
 //!
 //! It fails when the median start is not under 1 s, a fifth of the 5 s

@@ -5,7 +5,7 @@
 //! user, RBAC bindings made with kubectl, `--as` impersonation and `-n`.
 //! kubectl 1.33 sends these bodies as protobuf, kubectl 1.27 as JSON.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Cluster, Credentials, Kubectl};
 use serde_json::json;

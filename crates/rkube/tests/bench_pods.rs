@@ -8,13 +8,13 @@
 //! and runtime in one) uses over 30 s with the 100 pods idle.
 //!
 //! ```text
-//! RKUBE_KUBECTL_DIR=... cargo test -p rkube --test bench_pods -- --ignored --nocapture
+//! RKUBE_KUBECTL_DIR=... cargo test -p rkube --test integration -- --ignored --nocapture bench_pods::
 //! ```
 //!
 //! It fails when p99 is over 5 s (the SLO). The cluster and the pods
 //! (host processes) are killed by PID when the guard drops.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

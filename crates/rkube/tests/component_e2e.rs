@@ -6,7 +6,7 @@
 //! SIGTERM it exits 0 and releases its Lease. kubectl 1.33 reads the Leases;
 //! curl reads the health endpoints. Every process is killed by PID on drop.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::thread;

@@ -8,7 +8,7 @@
 //!
 //! The cluster process is killed by PID when its guard drops.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Cluster, Stop, Table};
 

@@ -6,7 +6,7 @@
 //! (403 naming the user, then allowed after a binding); `kubectl
 //! certificate deny` leaves a CSR without a certificate.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //!
 //! Every process is killed by PID when its guard drops (the cluster).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::process::Command;

@@ -5,8 +5,6 @@
 //! fresh server (test names: `<backend>_kubectl_<version>::<scenario>`).
 //! Scenarios live in `kubectl_e2e/`, the harness in `common/`.
 
-mod common;
-
 #[path = "kubectl_e2e/mod.rs"]
 mod scenarios;
 

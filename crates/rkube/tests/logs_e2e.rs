@@ -7,7 +7,7 @@
 //!
 //! Every process is killed by PID when its guard drops (the cluster, `kubectl logs -f`).
 
-mod common;
+use crate::common;
 
 use std::thread;
 use std::time::{Duration, Instant};

@@ -13,7 +13,7 @@
 //!
 //! Every process is killed by PID when its guard drops.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -27,7 +27,7 @@
 //!   after the reconnection — its last termination shows exit code 3, learnt from the new event
 //!   stream with no relist.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -8,7 +8,7 @@
 //! The cluster process is killed by PID when its guard drops; the pods
 //! (host processes) die with it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -10,7 +10,7 @@
 //! them on the host's tree). The cluster process is killed by PID when its
 //! guard drops; the pods (host processes) die with it.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! `target/python-venv` with `pip install kubernetes` and sets it), else that
 //! virtualenv if present, else `python3`.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //!
 //! The cluster process is killed by PID when its guard drops.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

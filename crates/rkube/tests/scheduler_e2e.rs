@@ -3,7 +3,7 @@
 //! `Scheduled` in `kubectl get events`, `FailedScheduling` with upstream's
 //! text in `kubectl describe pod` for a pod no node can hold.
 
-mod common;
+use crate::common;
 
 use std::thread;
 use std::time::{Duration, Instant};

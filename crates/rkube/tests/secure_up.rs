@@ -7,7 +7,7 @@
 //! made with kubectl allow them; `--insecure` serves plain HTTP with no
 //! access control.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -8,7 +8,7 @@
 //! independent ES256 implementation (ring); pods get their ServiceAccount and
 //! the projected token volume, and a missing ServiceAccount is refused.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

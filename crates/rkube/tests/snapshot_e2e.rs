@@ -6,7 +6,7 @@
 //! server lists every object acknowledged before the save, and the list's
 //! resourceVersion has not gone backwards.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

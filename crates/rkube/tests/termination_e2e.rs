@@ -10,7 +10,7 @@
 //! Processes are found by a marker unique to this test in their command
 //! line. The cluster process is killed by PID when its guard drops.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -8,7 +8,7 @@
 //! Every process is killed by PID when its guard drops (the cluster, the `get -w` watch); the
 //! containers die with `rkube up --node` through `PR_SET_PDEATHSIG`.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -9,7 +9,7 @@
 //! them on the host's tree). The cluster process is killed by PID when its
 //! guard drops; the pods (host processes) die with it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -10,9 +10,8 @@
 //! The cluster process is killed by PID when its guard drops; the webhook
 //! server's threads stop with the test process.
 
-mod common;
-#[path = "../../rkube-apiserver/tests/webhook_support/mod.rs"]
-mod webhook_support;
+use crate::common;
+use crate::webhook_support;
 
 use std::time::Duration;
 

@@ -63,7 +63,9 @@ pub(crate) fn forbidden(group: &str, resource: &str, name: &str, message: &str) 
 
 /// Every object of the cluster-scoped `group`/`version` `resource` from the
 /// watch cache (a resourceVersion="0" LIST), as `(name, object)` sorted by
-/// name. Errors: 500 when the resource is not served or the cache fails.
+/// name; from storage while the cache is (re)initializing (KEP-4568), so
+/// admission does not refuse writes then. Errors: 500 when the resource is
+/// not served; the cache's or storage's own Status otherwise.
 pub(crate) async fn cached_objects(
     st: &crate::state::ApiState,
     group: &str,
@@ -73,9 +75,27 @@ pub(crate) async fn cached_objects(
     let info = rkube_api::registry::lookup(group, version, resource)
         .ok_or_else(|| crate::error::ApiError::internal(format!("no {resource} resource")))?;
     let opts = rkube_api::list_options::ListOptions { resource_version: Some("0".into()), ..Default::default() };
-    let page = st.cache.list(info, None, &opts).await.map_err(crate::error::ApiError::internal)?;
-    let mut objects: Vec<(String, serde_json::Value)> =
-        page.items.iter().filter_map(|item| Some((item.name.clone(), serde_json::from_slice(&item.json).ok()?))).collect();
+    let mut objects: Vec<(String, serde_json::Value)> = match st.cache.list(info, None, &opts).await {
+        Ok(page) => {
+            page.items.iter().filter_map(|item| Some((item.name.clone(), serde_json::from_slice(&item.json).ok()?))).collect()
+        }
+        Err(e) if e.is_not_ready() => {
+            let prefix = info.list_prefix(st.prefix(), None);
+            let resp = st
+                .storage
+                .range(rkube_storage::RangeRequest::prefix(&prefix))
+                .await
+                .map_err(|e| crate::error::ApiError::from_storage(e, info, ""))?;
+            resp.kvs
+                .iter()
+                .filter_map(|kv| {
+                    let obj = crate::source::decode_stored(&kv.key, &kv.value, kv.mod_revision).ok()?;
+                    Some((obj.pointer("/metadata/name")?.as_str()?.to_string(), obj))
+                })
+                .collect()
+        }
+        Err(e) => return Err(e.into()),
+    };
     objects.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(objects)
 }

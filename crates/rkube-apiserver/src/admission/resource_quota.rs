@@ -58,11 +58,17 @@ impl StoredQuota {
     }
 }
 
-/// The namespace's quotas, from the watch cache or from storage.
+/// The namespace's quotas, from the watch cache or from storage. A cache
+/// that is (re)initializing (KEP-4568) is passed over for storage, so a write
+/// is not refused while the quota cacher catches up.
 async fn read_quotas(st: &ApiState, quotas: &'static ResourceInfo, ns: &str, from_cache: bool) -> ApiResult<Vec<StoredQuota>> {
     if from_cache {
         let opts = ListOptions { resource_version: Some("0".into()), ..Default::default() };
-        let page = st.cache.list(quotas, Some(ns), &opts).await.map_err(ApiError::internal)?;
+        let page = match st.cache.list(quotas, Some(ns), &opts).await {
+            Ok(page) => page,
+            Err(e) if e.is_not_ready() => return Box::pin(read_quotas(st, quotas, ns, false)).await,
+            Err(e) => return Err(e.into()),
+        };
         return Ok(page
             .items
             .iter()
