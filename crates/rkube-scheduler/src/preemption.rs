@@ -32,7 +32,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::framework::FitError;
 use crate::plugins::selectors::label_selector_matches;
-use crate::plugins::{run_filters, Code};
+use crate::plugins::{run_filters, Code, CycleState};
 use crate::snapshot::{NodeInfo, Snapshot};
 
 /// The reason of the `DisruptionTarget` condition victims get.
@@ -89,13 +89,14 @@ pub fn eligible(pod: &Pod, snapshot: &Snapshot) -> Result<(), &'static str> {
 /// evicting lower-priority pods helps anywhere.
 pub fn find(pod: &Pod, snapshot: &Snapshot, fit: &FitError) -> Option<Candidate> {
     let p = priority(pod);
+    let state = CycleState::new(pod, snapshot);
     let mut candidates: Vec<(usize, Candidate)> = fit
         .statuses
         .iter()
         .filter(|(_, s)| s.code != Code::UnschedulableAndUnresolvable)
         .filter_map(|(name, _)| snapshot.node(name))
         .filter_map(|node| {
-            victims_on(pod, p, node, snapshot).map(|(victims, violations)| {
+            victims_on(pod, p, node, snapshot, &state).map(|(victims, violations)| {
                 (
                     violations,
                     Candidate {
@@ -184,6 +185,7 @@ fn victims_on(
     p: i32,
     node: &NodeInfo,
     snapshot: &Snapshot,
+    state: &CycleState,
 ) -> Option<(Vec<Arc<Pod>>, usize)> {
     let (mut lower, keep): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
         node.pods.iter().cloned().partition(|v| priority(v) < p);
@@ -191,7 +193,7 @@ fn victims_on(
     for k in keep {
         trial.add_pod(k);
     }
-    run_filters(pod, &trial, snapshot).ok()?;
+    run_filters(pod, &trial, snapshot, state).ok()?;
     let started = |v: &Pod| {
         v.status
             .as_ref()
@@ -214,7 +216,7 @@ fn victims_on(
     {
         let mut with = trial.clone();
         with.add_pod(Arc::clone(&v));
-        if run_filters(pod, &with, snapshot).is_ok() {
+        if run_filters(pod, &with, snapshot, state).is_ok() {
             trial = with;
         } else {
             violations += usize::from(breaks_budget);

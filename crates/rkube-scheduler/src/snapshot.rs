@@ -61,6 +61,10 @@ pub struct NodeInfo {
     pub name: String,
     /// Pods assigned to it.
     pub pods: Vec<Arc<Pod>>,
+    /// Those of [`NodeInfo::pods`] with required pod anti-affinity terms
+    /// (upstream `NodeInfo.PodsWithRequiredAntiAffinity`): the only placed
+    /// pods every scheduling cycle must look at.
+    pub pods_with_required_anti_affinity: Vec<Arc<Pod>>,
     /// Sum of the pods' requests.
     pub requested: Resource,
     /// Sum of the pods' requests with defaults for missing cpu/memory (scoring).
@@ -79,6 +83,7 @@ impl NodeInfo {
             allocatable: resources::allocatable(&node),
             node,
             pods: Vec::new(),
+            pods_with_required_anti_affinity: Vec::new(),
             requested: Resource::default(),
             non_zero_requested: Resource::default(),
             used_ports: Vec::new(),
@@ -91,6 +96,9 @@ impl NodeInfo {
         self.non_zero_requested
             .add(&resources::pod_requests(&pod, true));
         self.used_ports.extend(host_ports(&pod));
+        if !crate::plugins::interpod::required(&pod, true).is_empty() {
+            self.pods_with_required_anti_affinity.push(Arc::clone(&pod));
+        }
         self.pods.push(pod);
     }
 

@@ -143,7 +143,7 @@ mod tests {
     fn filters_reject_with_upstream_reasons() {
         let n = |v| node("n1", v);
         // (filter, pod spec, node, expected reasons; empty = fits)
-        let cases: Vec<(super::super::Filter, serde_json::Value, _, Vec<&str>)> = vec![
+        let cases: Vec<(fn(&Pod, &NodeInfo, &Snapshot) -> Result<(), Status>, serde_json::Value, _, Vec<&str>)> = vec![
             (node_unschedulable, json!({}), n(json!({"spec": {"unschedulable": true}})), vec![ERR_NODE_UNSCHEDULABLE]),
             (
                 node_unschedulable,

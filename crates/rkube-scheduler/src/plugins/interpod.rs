@@ -10,7 +10,7 @@
 //! `labelSelector`; two nodes are "together" when they share the value of
 //! the term's `topologyKey`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm};
 
@@ -40,7 +40,8 @@ pub fn term_matches(term: &PodAffinityTerm, owner_ns: &str, target: &Pod, snapsh
     term.label_selector.as_ref().is_some_and(|sel| label_selector_matches(sel, &pod_labels(target)))
 }
 
-fn required(pod: &Pod, anti: bool) -> &[PodAffinityTerm] {
+/// `pod`'s required pod affinity (`anti` false) or anti-affinity terms.
+pub(crate) fn required(pod: &Pod, anti: bool) -> &[PodAffinityTerm] {
     let a = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
     let terms = if anti {
         a.and_then(|a| a.pod_anti_affinity.as_ref()).and_then(|x| x.required_during_scheduling_ignored_during_execution.as_ref())
@@ -50,49 +51,114 @@ fn required(pod: &Pod, anti: bool) -> &[PodAffinityTerm] {
     terms.map(Vec::as_slice).unwrap_or(&[])
 }
 
-fn same_domain(a: &NodeInfo, b: &NodeInfo, key: &str) -> bool {
-    matches!((a.label(key), b.label(key)), (Some(x), Some(y)) if x == y)
+/// Topology domains as `key -> values`.
+type Domains = HashMap<String, HashSet<String>>;
+
+fn add_domain(domains: &mut Domains, key: &str, node: &NodeInfo) {
+    if let Some(value) = node.label(key) {
+        domains.entry(key.to_string()).or_default().insert(value.to_string());
+    }
 }
 
-/// The filter.
-pub fn filter(pod: &Pod, node: &NodeInfo, snapshot: &Snapshot) -> Result<(), Status> {
+fn in_domains(domains: &Domains, node: &NodeInfo) -> bool {
+    domains.iter().any(|(key, values)| node.label(key).is_some_and(|v| values.contains(v)))
+}
+
+/// One required affinity term of the incoming pod, resolved over the cluster.
+#[derive(Debug, Default)]
+struct AffinityTerm {
+    key: String,
+    /// Values of `key` on nodes holding a pod the term selects.
+    domains: HashSet<String>,
+    /// Whether the term selects any placed pod at all.
+    anywhere: bool,
+    /// Whether the term selects the incoming pod itself.
+    selects_itself: bool,
+}
+
+/// What the filter needs from the whole cluster, computed once per scheduling
+/// cycle (upstream's PreFilter and its `preFilterState`): domains that the
+/// filter then looks a node's labels up in, so a cycle visits the placed pods
+/// once instead of once for every node.
+#[derive(Debug, Default)]
+pub struct PreFilterState {
+    /// Domains where a placed pod's required anti-affinity selects the
+    /// incoming pod (upstream `existingAntiAffinityCounts`).
+    existing_anti: Domains,
+    /// The incoming pod's required affinity terms (upstream `affinityCounts`).
+    affinity: Vec<AffinityTerm>,
+    /// Domains holding a pod that the incoming pod's required anti-affinity
+    /// selects (upstream `antiAffinityCounts`).
+    anti: Domains,
+}
+
+/// Computes [`PreFilterState`] for `pod`. Pods with required anti-affinity are
+/// reached through each node's
+/// [`NodeInfo::pods_with_required_anti_affinity`]; every placed pod is visited
+/// only when `pod` has required (anti-)affinity terms of its own.
+pub fn pre_filter(pod: &Pod, snapshot: &Snapshot) -> PreFilterState {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    // Placed pods whose anti-affinity forbids the incoming pod in their domain.
+    let mut state = PreFilterState::default();
     for other in &snapshot.nodes {
-        for placed in &other.pods {
+        for placed in &other.pods_with_required_anti_affinity {
             let owner = placed.metadata.namespace.as_deref().unwrap_or("default");
             for term in required(placed, true) {
-                if same_domain(node, other, &term.topology_key) && term_matches(term, owner, pod, snapshot) {
-                    return Err(Status::new("InterPodAffinity", Code::Unschedulable, ERR_EXISTING_ANTI_AFFINITY));
+                if term_matches(term, owner, pod, snapshot) {
+                    add_domain(&mut state.existing_anti, &term.topology_key, other);
                 }
             }
         }
     }
-    // The incoming pod's required affinity: a partner in the node's domain,
-    // or, when no pod anywhere matches, the pod matching its own term.
-    for term in required(pod, false) {
-        let mut anywhere = false;
-        let mut here = false;
-        for other in &snapshot.nodes {
-            for placed in &other.pods {
+    let (affinity, anti) = (required(pod, false), required(pod, true));
+    if affinity.is_empty() && anti.is_empty() {
+        return state;
+    }
+    state.affinity = affinity
+        .iter()
+        .map(|term| AffinityTerm {
+            key: term.topology_key.clone(),
+            selects_itself: term_matches(term, ns, pod, snapshot),
+            ..AffinityTerm::default()
+        })
+        .collect();
+    for other in &snapshot.nodes {
+        for placed in &other.pods {
+            for (term, resolved) in affinity.iter().zip(state.affinity.iter_mut()) {
                 if term_matches(term, ns, placed, snapshot) {
-                    anywhere = true;
-                    here |= same_domain(node, other, &term.topology_key);
+                    resolved.anywhere = true;
+                    if let Some(value) = other.label(&term.topology_key) {
+                        resolved.domains.insert(value.to_string());
+                    }
+                }
+            }
+            for term in anti {
+                if term_matches(term, ns, placed, snapshot) {
+                    add_domain(&mut state.anti, &term.topology_key, other);
                 }
             }
         }
-        let self_ok = !anywhere && node.label(&term.topology_key).is_some() && term_matches(term, ns, pod, snapshot);
+    }
+    state
+}
+
+/// The filter, over the cycle's [`pre_filter`] state: placed pods'
+/// anti-affinity first; then the incoming pod's affinity (a partner in the
+/// node's domain or, when no pod anywhere matches, the pod matching its own
+/// term on a node that has the key); then its anti-affinity.
+pub fn filter(state: &PreFilterState, node: &NodeInfo) -> Result<(), Status> {
+    if in_domains(&state.existing_anti, node) {
+        return Err(Status::new("InterPodAffinity", Code::Unschedulable, ERR_EXISTING_ANTI_AFFINITY));
+    }
+    for term in &state.affinity {
+        let value = node.label(&term.key);
+        let here = value.is_some_and(|v| term.domains.contains(v));
+        let self_ok = !term.anywhere && value.is_some() && term.selects_itself;
         if !here && !self_ok {
             return Err(Status::new("InterPodAffinity", Code::UnschedulableAndUnresolvable, ERR_AFFINITY));
         }
     }
-    // The incoming pod's required anti-affinity.
-    for term in required(pod, true) {
-        for other in snapshot.nodes.iter().filter(|o| same_domain(node, o, &term.topology_key)) {
-            if other.pods.iter().any(|placed| term_matches(term, ns, placed, snapshot)) {
-                return Err(Status::new("InterPodAffinity", Code::Unschedulable, ERR_ANTI_AFFINITY));
-            }
-        }
+    if in_domains(&state.anti, node) {
+        return Err(Status::new("InterPodAffinity", Code::Unschedulable, ERR_ANTI_AFFINITY));
     }
     Ok(())
 }
@@ -115,7 +181,10 @@ mod tests {
         let db = pod("db", json!({"nodeName": "a", "labels": {"app": "db"},
             "affinity": term("podAntiAffinity", "batch")}));
         let snap = snapshot(vec![za, zb], vec![db]);
-        let fits = |p: &Pod| snap.nodes.iter().map(|n| filter(p, n, &snap).err().map(|s| s.reasons[0].clone())).collect::<Vec<_>>();
+        let fits = |p: &Pod| {
+            let state = pre_filter(p, &snap);
+            snap.nodes.iter().map(|n| filter(&state, n).err().map(|s| s.reasons[0].clone())).collect::<Vec<_>>()
+        };
         // Affinity to app=db: only zone a.
         let web = pod("web", json!({"affinity": term("podAffinity", "db")}));
         assert_eq!(fits(&web), vec![None, Some(ERR_AFFINITY.into())]);

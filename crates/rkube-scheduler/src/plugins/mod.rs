@@ -59,24 +59,40 @@ impl Status {
     }
 }
 
+/// What filters compute once per scheduling cycle from the whole cluster
+/// (upstream's PreFilter results in `framework.CycleState`), so that filtering
+/// a node costs what that node holds, not what the cluster holds.
+#[derive(Debug, Default)]
+pub struct CycleState {
+    spread: spread::PreFilterState,
+    interpod: interpod::PreFilterState,
+}
+
+impl CycleState {
+    /// Runs the PreFilters of [`spread`] and [`interpod`] for `pod` over `snapshot`.
+    pub fn new(pod: &Pod, snapshot: &Snapshot) -> Self {
+        CycleState { spread: spread::pre_filter(pod, snapshot), interpod: interpod::pre_filter(pod, snapshot) }
+    }
+}
+
 /// A filter: `Err` when `node` cannot run `pod` (the pod is not assigned
-/// yet; `snapshot` holds the other pods).
-pub type Filter = fn(&Pod, &NodeInfo, &Snapshot) -> Result<(), Status>;
+/// yet; `snapshot` holds the other pods, `state` the cycle's PreFilter results).
+pub type Filter = fn(&Pod, &NodeInfo, &Snapshot, &CycleState) -> Result<(), Status>;
 
 /// The default profile's filters in upstream's order.
 pub const FILTERS: &[(&str, Filter)] = &[
-    ("NodeUnschedulable", filters::node_unschedulable),
-    ("NodeName", filters::node_name),
-    ("TaintToleration", filters::taint_toleration),
-    ("NodeAffinity", filters::node_affinity),
-    ("NodePorts", filters::node_ports),
-    ("NodeResourcesFit", filters::node_resources_fit),
-    ("VolumeBinding", volumes::filter),
-    ("PodTopologySpread", spread::filter),
-    ("InterPodAffinity", interpod::filter),
+    ("NodeUnschedulable", |pod, node, snapshot, _| filters::node_unschedulable(pod, node, snapshot)),
+    ("NodeName", |pod, node, snapshot, _| filters::node_name(pod, node, snapshot)),
+    ("TaintToleration", |pod, node, snapshot, _| filters::taint_toleration(pod, node, snapshot)),
+    ("NodeAffinity", |pod, node, snapshot, _| filters::node_affinity(pod, node, snapshot)),
+    ("NodePorts", |pod, node, snapshot, _| filters::node_ports(pod, node, snapshot)),
+    ("NodeResourcesFit", |pod, node, snapshot, _| filters::node_resources_fit(pod, node, snapshot)),
+    ("VolumeBinding", |pod, node, snapshot, _| volumes::filter(pod, node, snapshot)),
+    ("PodTopologySpread", |_, node, _, state| spread::filter(&state.spread, node)),
+    ("InterPodAffinity", |_, node, _, state| interpod::filter(&state.interpod, node)),
 ];
 
 /// Runs [`FILTERS`] on one node; the first rejection wins.
-pub fn run_filters(pod: &Pod, node: &NodeInfo, snapshot: &Snapshot) -> Result<(), Status> {
-    FILTERS.iter().try_for_each(|(_, f)| f(pod, node, snapshot))
+pub fn run_filters(pod: &Pod, node: &NodeInfo, snapshot: &Snapshot, state: &CycleState) -> Result<(), Status> {
+    FILTERS.iter().try_for_each(|(_, f)| f(pod, node, snapshot, state))
 }

@@ -27,8 +27,9 @@ pub fn label_selector_matches(selector: &LabelSelector, labels: &BTreeMap<String
 }
 
 /// The labels of `pod` (empty when none).
-pub fn pod_labels(pod: &Pod) -> BTreeMap<String, String> {
-    pod.metadata.labels.clone().unwrap_or_default()
+pub fn pod_labels(pod: &Pod) -> &BTreeMap<String, String> {
+    static NONE: BTreeMap<String, String> = BTreeMap::new();
+    pod.metadata.labels.as_ref().unwrap_or(&NONE)
 }
 
 fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {

@@ -70,35 +70,70 @@ fn eligible(pod: &Pod, c: &TopologySpreadConstraint, all: &[&TopologySpreadConst
     true
 }
 
-/// The filter.
-pub fn filter(pod: &Pod, node: &NodeInfo, snapshot: &Snapshot) -> Result<(), Status> {
+/// One hard constraint, counted over the cluster.
+#[derive(Debug)]
+struct Counted {
+    key: String,
+    /// Matching pods per domain (value of `key`) over the eligible nodes.
+    counts: HashMap<String, i32>,
+    /// The smallest count, or 0 while there are fewer domains than `minDomains`.
+    global_min: i32,
+    /// 1 when the incoming pod matches its own selector.
+    self_match: i32,
+    max_skew: i32,
+}
+
+/// The constraints counted once per scheduling cycle (upstream's PreFilter
+/// and its `preFilterState`); empty when the pod has no hard constraints.
+#[derive(Debug, Default)]
+pub struct PreFilterState {
+    constraints: Vec<Counted>,
+}
+
+/// Counts each of `pod`'s hard constraints over `snapshot`.
+pub fn pre_filter(pod: &Pod, snapshot: &Snapshot) -> PreFilterState {
     let constraints = hard_constraints(pod);
-    if constraints.is_empty() {
-        return Ok(());
-    }
     let labels = pod_labels(pod);
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    for c in &constraints {
-        let Some(domain) = node.label(&c.topology_key) else {
+    let counted = constraints
+        .iter()
+        .map(|c| {
+            let selector = effective_selector(c, labels);
+            let mut counts: HashMap<String, i32> = HashMap::new();
+            for n in snapshot.nodes.iter().filter(|n| eligible(pod, c, &constraints, n)) {
+                let Some(value) = n.label(&c.topology_key) else { continue };
+                let matching = n
+                    .pods
+                    .iter()
+                    .filter(|p| p.metadata.namespace.as_deref() == Some(namespace) && p.metadata.deletion_timestamp.is_none())
+                    .filter(|p| label_selector_matches(&selector, pod_labels(p)))
+                    .count() as i32;
+                *counts.entry(value.to_string()).or_default() += matching;
+            }
+            let min_domains = c.min_domains.unwrap_or(1).max(1) as usize;
+            let global_min = if counts.len() < min_domains { 0 } else { counts.values().copied().min().unwrap_or(0) };
+            Counted {
+                key: c.topology_key.clone(),
+                counts,
+                global_min,
+                self_match: i32::from(label_selector_matches(&selector, labels)),
+                max_skew: c.max_skew,
+            }
+        })
+        .collect();
+    PreFilterState { constraints: counted }
+}
+
+/// The filter, over the cycle's [`pre_filter`] counts: the node must carry
+/// every constraint's key, and placing the pod in its domain must keep
+/// `count + self - min <= maxSkew`.
+pub fn filter(state: &PreFilterState, node: &NodeInfo) -> Result<(), Status> {
+    for c in &state.constraints {
+        let Some(domain) = node.label(&c.key) else {
             return Err(Status::new("PodTopologySpread", Code::UnschedulableAndUnresolvable, ERR_MISSING_LABEL));
         };
-        let selector = effective_selector(c, &labels);
-        let mut counts: HashMap<&str, i32> = HashMap::new();
-        for n in snapshot.nodes.iter().filter(|n| eligible(pod, c, &constraints, n)) {
-            let Some(value) = n.label(&c.topology_key) else { continue };
-            let matching = n
-                .pods
-                .iter()
-                .filter(|p| p.metadata.namespace.as_deref() == Some(namespace) && p.metadata.deletion_timestamp.is_none())
-                .filter(|p| label_selector_matches(&selector, &pod_labels(p)))
-                .count() as i32;
-            *counts.entry(value).or_default() += matching;
-        }
-        let min_domains = c.min_domains.unwrap_or(1).max(1) as usize;
-        let global_min = if counts.len() < min_domains { 0 } else { counts.values().copied().min().unwrap_or(0) };
-        let self_match = i32::from(label_selector_matches(&selector, &labels));
-        let here = counts.get(domain).copied().unwrap_or(0);
-        if here + self_match - global_min > c.max_skew {
+        let here = c.counts.get(domain).copied().unwrap_or(0);
+        if here + c.self_match - c.global_min > c.max_skew {
             return Err(Status::new("PodTopologySpread", Code::Unschedulable, ERR_CONSTRAINTS_NOT_MATCH));
         }
     }
@@ -129,6 +164,7 @@ mod tests {
         let snap = snapshot(vec![za, zb, bare], vec![existing]);
         let p = pod("w2", spread(1, json!({})));
         // zone a already has one: a gets skew 2 - 0 > 1; b fits; c has no zone.
+        let filter = |p: &Pod, n: &NodeInfo, snap: &Snapshot| filter(&pre_filter(p, snap), n);
         let results: Vec<_> = snap.nodes.iter().map(|n| filter(&p, n, &snap).err().map(|s| s.reasons[0].clone())).collect();
         assert_eq!(results, vec![Some(ERR_CONSTRAINTS_NOT_MATCH.to_string()), None, Some(ERR_MISSING_LABEL.to_string())]);
         // maxSkew 2 allows zone a too.
