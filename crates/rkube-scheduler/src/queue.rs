@@ -22,7 +22,8 @@
 //! unschedulable pod (no per-plugin queueing hints). Time is passed in, so
 //! the queue is tested without sleeping.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 /// Backoff after the first failed attempt (`podInitialBackoffSeconds`, 1s).
@@ -79,9 +80,20 @@ pub fn backoff(attempts: u32) -> Duration {
 }
 
 /// The queue.
+///
+/// Each of the three sets is ordered by what it is taken in (activeQ by
+/// priority then age, the other two by when they are due), so taking the
+/// next pod, flushing due pods and the next wake-up cost O(log n) per pod
+/// moved instead of a scan of every pending pod.
 #[derive(Debug, Default)]
 pub struct SchedulingQueue {
     pods: HashMap<String, (Queue, QueuedPod)>,
+    /// activeQ: highest priority first, then the earliest queued, then the key.
+    active: BTreeSet<(Reverse<i32>, Instant, String)>,
+    /// backoffQ by the end of each pod's backoff.
+    backoff: BTreeSet<(Instant, String)>,
+    /// Unschedulable pods by when they time out ([`MAX_UNSCHEDULABLE`]).
+    unschedulable: BTreeSet<(Instant, String)>,
     in_flight: HashMap<String, QueuedPod>,
     /// Bumped by every cluster event; attempts remember it when they start.
     move_cycle: u64,
@@ -94,6 +106,28 @@ impl SchedulingQueue {
         Self::default()
     }
 
+    /// Puts `p` in `q` (replacing whatever `p.key` was in).
+    fn place(&mut self, q: Queue, p: QueuedPod) {
+        self.take(&p.key);
+        match q {
+            Queue::Active => self.active.insert((Reverse(p.priority), p.timestamp, p.key.clone())),
+            Queue::Backoff => self.backoff.insert((p.timestamp + backoff(p.attempts), p.key.clone())),
+            Queue::Unschedulable => self.unschedulable.insert((p.timestamp + MAX_UNSCHEDULABLE, p.key.clone())),
+        };
+        self.pods.insert(p.key.clone(), (q, p));
+    }
+
+    /// Removes `key` from the queue it waits in.
+    fn take(&mut self, key: &str) -> Option<(Queue, QueuedPod)> {
+        let (q, p) = self.pods.remove(key)?;
+        match q {
+            Queue::Active => self.active.remove(&(Reverse(p.priority), p.timestamp, p.key.clone())),
+            Queue::Backoff => self.backoff.remove(&(p.timestamp + backoff(p.attempts), p.key.clone())),
+            Queue::Unschedulable => self.unschedulable.remove(&(p.timestamp + MAX_UNSCHEDULABLE, p.key.clone())),
+        };
+        Some((q, p))
+    }
+
     /// Adds a new pending pod to `activeQ`, or updates the priority of one
     /// already queued; an update of an unschedulable pod moves it (its spec
     /// may fit now). Pods being scheduled are left alone.
@@ -101,44 +135,47 @@ impl SchedulingQueue {
         if self.in_flight.contains_key(key) {
             return;
         }
-        match self.pods.get_mut(key) {
-            Some((q, p)) => {
+        match self.take(key) {
+            Some((q, mut p)) => {
                 p.priority = priority;
-                if *q == Queue::Unschedulable {
-                    let p = p.clone();
+                if q == Queue::Unschedulable {
                     self.requeue(p, now);
+                } else {
+                    self.place(q, p);
                 }
             }
             None => {
                 let p = QueuedPod { key: key.to_string(), priority, attempts: 0, timestamp: now, initial: now };
-                self.pods.insert(key.to_string(), (Queue::Active, p));
+                self.place(Queue::Active, p);
             }
         }
     }
 
     /// Forgets a pod (deleted, assigned, or no longer ours).
     pub fn delete(&mut self, key: &str) {
-        self.pods.remove(key);
+        self.take(key);
         self.in_flight.remove(key);
         self.in_flight_cycle.remove(key);
     }
 
     fn requeue(&mut self, p: QueuedPod, now: Instant) {
         let q = if p.timestamp + backoff(p.attempts) > now { Queue::Backoff } else { Queue::Active };
-        self.pods.insert(p.key.clone(), (q, p));
+        self.place(q, p);
     }
 
     /// Moves backoffQ pods whose backoff ended, and unschedulable pods
     /// waiting longer than [`MAX_UNSCHEDULABLE`], to `activeQ`.
     pub fn flush(&mut self, now: Instant) {
-        for (q, p) in self.pods.values_mut() {
-            let due = match q {
-                Queue::Backoff => p.timestamp + backoff(p.attempts) <= now,
-                Queue::Unschedulable => p.timestamp + MAX_UNSCHEDULABLE <= now,
-                Queue::Active => false,
-            };
-            if due {
-                *q = Queue::Active;
+        for set in [Queue::Backoff, Queue::Unschedulable] {
+            loop {
+                let due = match set {
+                    Queue::Backoff => self.backoff.first(),
+                    _ => self.unschedulable.first(),
+                };
+                let Some((_, key)) = due.filter(|(at, _)| *at <= now).cloned() else { break };
+                if let Some((_, p)) = self.take(&key) {
+                    self.place(Queue::Active, p);
+                }
             }
         }
     }
@@ -149,15 +186,8 @@ impl SchedulingQueue {
     /// [`SchedulingQueue::failed`].
     pub fn pop(&mut self, now: Instant) -> Option<QueuedPod> {
         self.flush(now);
-        let key = self
-            .pods
-            .values()
-            .filter(|(q, _)| *q == Queue::Active)
-            .map(|(_, p)| p)
-            .min_by(|a, b| b.priority.cmp(&a.priority).then(a.timestamp.cmp(&b.timestamp)).then(a.key.cmp(&b.key)))?
-            .key
-            .clone();
-        let (_, mut p) = self.pods.remove(&key)?;
+        let key = self.active.first()?.2.clone();
+        let (_, mut p) = self.take(&key)?;
         p.attempts += 1;
         self.in_flight.insert(key.clone(), p.clone());
         self.in_flight_cycle.insert(key, self.move_cycle);
@@ -177,7 +207,7 @@ impl SchedulingQueue {
         let started = self.in_flight_cycle.remove(key).unwrap_or(0);
         p.timestamp = now;
         let q = if self.move_cycle > started { Queue::Backoff } else { Queue::Unschedulable };
-        self.pods.insert(key.to_string(), (q, p));
+        self.place(q, p);
     }
 
     /// The attempt failed for another reason (API error): back off.
@@ -185,16 +215,17 @@ impl SchedulingQueue {
         let Some(mut p) = self.in_flight.remove(key) else { return };
         self.in_flight_cycle.remove(key);
         p.timestamp = now;
-        self.pods.insert(key.to_string(), (Queue::Backoff, p));
+        self.place(Queue::Backoff, p);
     }
 
     /// A cluster event: unschedulable pods go to `backoffQ` or `activeQ`.
     pub fn move_all(&mut self, now: Instant) {
         self.move_cycle += 1;
-        let waiting: Vec<QueuedPod> =
-            self.pods.values().filter(|(q, _)| *q == Queue::Unschedulable).map(|(_, p)| p.clone()).collect();
-        for p in waiting {
-            self.requeue(p, now);
+        let waiting: Vec<String> = self.unschedulable.iter().map(|(_, key)| key.clone()).collect();
+        for key in waiting {
+            if let Some((_, p)) = self.take(&key) {
+                self.requeue(p, now);
+            }
         }
     }
 
@@ -205,20 +236,18 @@ impl SchedulingQueue {
 
     /// How many pods each queue holds (for `scheduler_pending_pods`).
     pub fn counts(&self) -> [(Queue, i64); 3] {
-        let n = |which| self.pods.values().filter(|(q, _)| *q == which).count() as i64;
-        [(Queue::Active, n(Queue::Active)), (Queue::Backoff, n(Queue::Backoff)), (Queue::Unschedulable, n(Queue::Unschedulable))]
+        [
+            (Queue::Active, self.active.len() as i64),
+            (Queue::Backoff, self.backoff.len() as i64),
+            (Queue::Unschedulable, self.unschedulable.len() as i64),
+        ]
     }
 
     /// When the next backoff ends (or an unschedulable pod times out).
     pub fn next_wake(&self) -> Option<Instant> {
-        self.pods
-            .values()
-            .filter_map(|(q, p)| match q {
-                Queue::Backoff => Some(p.timestamp + backoff(p.attempts)),
-                Queue::Unschedulable => Some(p.timestamp + MAX_UNSCHEDULABLE),
-                Queue::Active => None,
-            })
-            .min()
+        let backoff = self.backoff.first().map(|(at, _)| *at);
+        let unschedulable = self.unschedulable.first().map(|(at, _)| *at);
+        backoff.into_iter().chain(unschedulable).min()
     }
 }
 
@@ -292,5 +321,30 @@ mod tests {
         q.unschedulable("ns/p", t + Duration::from_secs(1));
         q.add_or_update("ns/p", 0, t + Duration::from_secs(10));
         assert_eq!(q.position("ns/p"), Some(Queue::Active), "backoff of 2s is over");
+    }
+
+    #[test]
+    fn a_priority_update_reorders_an_active_pod_and_counts_follow_every_move() {
+        let t = Instant::now();
+        let mut q = SchedulingQueue::new();
+        for i in 0..100 {
+            q.add_or_update(&format!("ns/p{i:03}"), 0, t + Duration::from_millis(i));
+        }
+        q.add_or_update("ns/p050", 10, t + Duration::from_secs(5));
+        assert_eq!(q.counts(), [(Queue::Active, 100), (Queue::Backoff, 0), (Queue::Unschedulable, 0)]);
+        let first = q.pop(t + Duration::from_secs(6)).unwrap();
+        assert_eq!((first.key.as_str(), first.timestamp), ("ns/p050", t + Duration::from_millis(50)), "keeps its age");
+        q.unschedulable("ns/p050", t + Duration::from_secs(6));
+        let second = q.pop(t + Duration::from_secs(6)).unwrap();
+        q.failed(&second.key, t + Duration::from_secs(6));
+        assert_eq!(q.counts(), [(Queue::Active, 98), (Queue::Backoff, 1), (Queue::Unschedulable, 1)]);
+        assert_eq!(q.next_wake(), Some(t + Duration::from_secs(7)), "the backoff ends before the unschedulable timeout");
+        let order: Vec<String> = std::iter::from_fn(|| q.pop(t + Duration::from_secs(7)).map(|p| p.key)).collect();
+        assert_eq!(order.len(), 99, "98 active and the backed-off pod; the unschedulable one waits");
+        assert_eq!((order[0].as_str(), order[1].as_str()), ("ns/p001", "ns/p002"), "p000 backs off, p050 waits");
+        assert_eq!((second.key.as_str(), order.last().map(String::as_str)), ("ns/p000", Some("ns/p000")), "requeued last: its timestamp is the failure's");
+        assert_eq!(q.position("ns/p050"), Some(Queue::Unschedulable));
+        q.move_all(t + Duration::from_secs(20));
+        assert_eq!(q.position("ns/p050"), Some(Queue::Active));
     }
 }
