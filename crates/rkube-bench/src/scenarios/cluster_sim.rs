@@ -384,6 +384,9 @@ async fn pod_watch(sim: Arc<Sim>, node: String, ready: tokio::sync::oneshot::Sen
 }
 
 /// Reports a pod Running (PATCH pods/<name>/status) and marks its service's endpoints dirty.
+/// A refused PATCH (429 from the server's in-flight limit, or any error but 404) is tried
+/// again after 1 s, doubling up to 10 s, as kubelet's status manager retries at its next sync
+/// (every 10 s); every try is counted by the recorder.
 async fn start_pod(sim: Arc<Sim>, ns: String, name: String) {
     // The bench's own pods carry their index; a controller's pods get the next free one.
     let i = name
@@ -392,21 +395,23 @@ async fn start_pod(sim: Arc<Sim>, ns: String, name: String) {
         .unwrap_or_else(|| sim.pods_running.load(Ordering::Relaxed) as usize);
     let patch = json!({"status": objects::running_status(i)});
     let path = format!("/api/v1/namespaces/{ns}/pods/{name}/status");
-    if sim
-        .rec
-        .call(
-            (Verb::Patch, Scope::Resource, "pods"),
-            sim.api.merge_patch(&path, &patch),
-        )
-        .await
-        .is_ok()
-    {
-        sim.pods_running.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut d) = sim.dirty.lock() {
-            d.entry(i % sim.services)
-                .or_default()
-                .push(objects::pod_ip(i));
+    let mut delay = Duration::from_secs(1);
+    loop {
+        let call = sim.api.merge_patch(&path, &patch);
+        match sim.rec.call((Verb::Patch, Scope::Resource, "pods"), call).await {
+            Ok(_) => break,
+            Err(e) if e.code() == Some(404) => return,
+            Err(_) => {
+                if !sim.pause(delay).await {
+                    return;
+                }
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
         }
+    }
+    sim.pods_running.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut d) = sim.dirty.lock() {
+        d.entry(i % sim.services).or_default().push(objects::pod_ip(i));
     }
 }
 
