@@ -112,7 +112,9 @@ impl CertSlot {
         if let Ok(mut current) = self.current.write() {
             *current = Some(Arc::new(certified));
         }
-        let _ = self.ready.send(true);
+        // `send_replace`, not `send`: `send` stores nothing while no receiver exists, and
+        // `wait_ready` may subscribe only after the certificate is loaded.
+        self.ready.send_replace(true);
         Ok(())
     }
 
@@ -245,5 +247,20 @@ impl Listener for TlsListener {
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_certificate_loaded_before_anyone_waits_is_ready() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (cert, key) = ensure_self_signed(dir.path(), &["127.0.0.1".to_string()]).expect("self-signed");
+        let slot = CertSlot::default();
+        assert!(!slot.wait_ready(Duration::from_millis(10)).await, "nothing loaded yet");
+        slot.load(&cert, &key).expect("load");
+        assert!(slot.wait_ready(Duration::from_millis(10)).await, "loaded with no waiter subscribed");
     }
 }
