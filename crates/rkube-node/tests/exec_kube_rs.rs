@@ -7,7 +7,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{apiserver, exec, phases_until};
+use common::{exec, phases_until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::PostParams;
 use kube::Api;
@@ -16,13 +16,8 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_execs_in_a_pod_and_reads_the_exit_status() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (api, client) = apiserver(dir.path()).await;
-    let node = rkube_node::run_local_node(&api.kubeconfig, dir.path().join("api"))
-        .await
-        .expect("local node");
-    let scheduler = rkube_scheduler::cli::start(client.clone(), Default::default())
-        .await
-        .expect("scheduler");
+    let cluster = common::LocalCluster::start(dir.path(), |_| {}).await;
+    let client = cluster.client.clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1",
@@ -59,7 +54,5 @@ async fn kube_rs_execs_in_a_pod_and_reads_the_exit_status() {
         (Some("ExitCode"), Some("5"))
     );
 
-    scheduler.shutdown().await.expect("scheduler stops");
-    node.shutdown().await;
-    drop(api);
+    cluster.stop().await;
 }

@@ -9,7 +9,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{apiserver, phases_until};
+use common::phases_until;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ListParams, ObjectList, PostParams};
 use kube::Api;
@@ -24,9 +24,8 @@ async fn get_text(client: &kube::Client, path: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_reads_the_kubelets_summary_resource_metrics_and_pods_through_nodes_proxy() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (api, client) = apiserver(dir.path()).await;
-    let node = rkube_node::run_local_node(&api.kubeconfig, dir.path().join("api")).await.expect("local node");
-    let scheduler = rkube_scheduler::cli::start(client.clone(), Default::default()).await.expect("scheduler");
+    let cluster = common::LocalCluster::start(dir.path(), |_| {}).await;
+    let client = cluster.client.clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "burner", "namespace": "default"},
@@ -98,7 +97,5 @@ async fn kube_rs_reads_the_kubelets_summary_resource_metrics_and_pods_through_no
     assert_eq!(run(format!("{proxy}/run/default/burner/loop")).await.0, 400);
     assert_eq!(run(format!("{proxy}/run/default/burner/nope?cmd=true")).await.0, 404);
 
-    scheduler.shutdown().await.expect("scheduler stops");
-    node.shutdown().await;
-    drop(api);
+    cluster.stop().await;
 }

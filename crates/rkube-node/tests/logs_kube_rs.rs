@@ -7,7 +7,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{apiserver, phases_until};
+use common::phases_until;
 use futures::AsyncReadExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{LogParams, PostParams};
@@ -43,14 +43,8 @@ async fn follow_to_end(pods: &Api<Pod>, name: &str, limit: Duration) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_reads_and_follows_pod_logs_through_the_kubelet_api() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (api, client) = apiserver(dir.path()).await;
-    // The node shares the API server's data dir, so it finds the `rkube up` PKI.
-    let node = rkube_node::run_local_node(&api.kubeconfig, dir.path().join("api"))
-        .await
-        .expect("local node");
-    let scheduler = rkube_scheduler::cli::start(client.clone(), Default::default())
-        .await
-        .expect("scheduler");
+    let cluster = common::LocalCluster::start(dir.path(), |_| {}).await;
+    let client = cluster.client.clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
 
     pods.create(
@@ -154,9 +148,7 @@ async fn kube_rs_reads_and_follows_pod_logs_through_the_kubelet_api() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    scheduler.shutdown().await.expect("scheduler stops");
-    node.shutdown().await;
-    drop(api);
+    cluster.stop().await;
 }
 
 /// Log rotation (`--container-log-max-size` 4 KiB, `--container-log-max-files` 3, checked every
@@ -167,22 +159,14 @@ async fn kube_rs_reads_and_follows_pod_logs_through_the_kubelet_api() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follow_reads_every_line_across_log_rotations_and_old_logs_are_compressed() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (api, client) = apiserver(dir.path()).await;
     let policy = rkube_node::container_log_manager::LogRotatePolicy {
         max_size: 4096,
         max_files: 3,
         monitor_interval: Duration::from_secs(3),
         max_workers: 1,
     };
-    let node =
-        rkube_node::local::run_local_node_with(&api.kubeconfig, dir.path().join("api"), |c| {
-            c.log_rotation = policy
-        })
-        .await
-        .expect("local node");
-    let scheduler = rkube_scheduler::cli::start(client.clone(), Default::default())
-        .await
-        .expect("scheduler");
+    let cluster = common::LocalCluster::start(dir.path(), |c| c.log_rotation = policy).await;
+    let client = cluster.client.clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     const LINES: usize = 600;
     let script = format!(
@@ -249,7 +233,5 @@ async fn follow_reads_every_line_across_log_rotations_and_old_logs_are_compresse
         "a plain read gives the live file only"
     );
 
-    scheduler.shutdown().await.expect("scheduler stops");
-    node.shutdown().await;
-    drop(api);
+    cluster.stop().await;
 }

@@ -8,7 +8,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{apiserver, phases_until};
+use common::phases_until;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::PostParams;
 use kube::Api;
@@ -24,13 +24,8 @@ fn free_port() -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_port_forwards_to_an_http_server_in_a_pod() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (api, client) = apiserver(dir.path()).await;
-    let node = rkube_node::run_local_node(&api.kubeconfig, dir.path().join("api"))
-        .await
-        .expect("local node");
-    let scheduler = rkube_scheduler::cli::start(client.clone(), Default::default())
-        .await
-        .expect("scheduler");
+    let cluster = common::LocalCluster::start(dir.path(), |_| {}).await;
+    let client = cluster.client.clone();
     let site = dir.path().join("site");
     std::fs::create_dir_all(&site).expect("site dir");
     std::fs::write(site.join("hello.txt"), "hello through the forward\n").expect("file");
@@ -88,7 +83,5 @@ async fn kube_rs_port_forwards_to_an_http_server_in_a_pod() {
         pf.abort();
     }
 
-    scheduler.shutdown().await.expect("scheduler stops");
-    node.shutdown().await;
-    drop(api);
+    cluster.stop().await;
 }

@@ -161,3 +161,32 @@ pub async fn exec(
         .expect("exec ends");
     (out, err, status)
 }
+
+/// An in-process `rkube up` with its data in `<dir>/api`, a local node sharing that data dir
+/// (so it finds the `rkube up` PKI and gets its serving certificate through a CSR), and the
+/// scheduler: the setup of the kube-rs node tests. [`LocalCluster::stop`] stops all three.
+pub struct LocalCluster {
+    pub api: Apiserver,
+    pub client: kube::Client,
+    pub node: rkube_node::NodeHandle,
+    scheduler: rkube_scheduler::cli::SchedulerHandle,
+}
+
+impl LocalCluster {
+    /// Starts the three; `configure` adjusts the node agent's config.
+    pub async fn start(dir: &Path, configure: impl FnOnce(&mut rkube_node::agent::NodeConfig)) -> LocalCluster {
+        let (api, client) = apiserver(dir).await;
+        let node = rkube_node::local::run_local_node_with(&api.kubeconfig, dir.join("api"), configure)
+            .await
+            .expect("local node");
+        let scheduler = rkube_scheduler::cli::start(client.clone(), Default::default()).await.expect("scheduler");
+        LocalCluster { api, client, node, scheduler }
+    }
+
+    /// Stops the scheduler, the node, then the API server.
+    pub async fn stop(self) {
+        self.scheduler.shutdown().await.expect("scheduler stops");
+        self.node.shutdown().await;
+        drop(self.api);
+    }
+}
