@@ -19,6 +19,24 @@ pub fn decode_stored(kv_key: &str, bytes: &[u8], revision: Revision) -> SourceRe
     Ok(obj)
 }
 
+/// Every stored object of `info` (in `namespace` when given), read from storage
+/// (not the watch cache) and decoded with [`decode_stored`]; objects that do not
+/// decode are skipped. Errors: storage's, as the one `StorageError` → `Status` mapping
+/// gives them.
+pub async fn stored_objects(
+    st: &crate::state::ApiState,
+    info: &rkube_api::registry::ResourceInfo,
+    namespace: Option<&str>,
+) -> crate::error::ApiResult<Vec<Value>> {
+    let prefix = info.list_prefix(st.prefix(), namespace);
+    let listed = st
+        .storage
+        .range(rkube_storage::RangeRequest::prefix(&prefix))
+        .await
+        .map_err(|e| crate::error::ApiError::from_storage(e, info, ""))?;
+    Ok(listed.kvs.iter().filter_map(|kv| decode_stored(&kv.key, &kv.value, kv.mod_revision).ok()).collect())
+}
+
 /// Sets `metadata.resourceVersion` to `revision`, with the object's keys in
 /// typed order ([`rkube_api::wire::order_object_keys`]: `kind` first, the
 /// resourceVersion in its `ObjectMeta` place).

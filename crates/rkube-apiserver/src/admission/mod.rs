@@ -79,21 +79,11 @@ pub(crate) async fn cached_objects(
         Ok(page) => {
             page.items.iter().filter_map(|item| Some((item.name.clone(), serde_json::from_slice(&item.json).ok()?))).collect()
         }
-        Err(e) if e.is_not_ready() => {
-            let prefix = info.list_prefix(st.prefix(), None);
-            let resp = st
-                .storage
-                .range(rkube_storage::RangeRequest::prefix(&prefix))
-                .await
-                .map_err(|e| crate::error::ApiError::from_storage(e, info, ""))?;
-            resp.kvs
-                .iter()
-                .filter_map(|kv| {
-                    let obj = crate::source::decode_stored(&kv.key, &kv.value, kv.mod_revision).ok()?;
-                    Some((obj.pointer("/metadata/name")?.as_str()?.to_string(), obj))
-                })
-                .collect()
-        }
+        Err(e) if e.is_not_ready() => crate::source::stored_objects(st, info, None)
+            .await?
+            .into_iter()
+            .filter_map(|obj| Some((obj.pointer("/metadata/name")?.as_str()?.to_string(), obj)))
+            .collect(),
         Err(e) => return Err(e.into()),
     };
     objects.sort_by(|a, b| a.0.cmp(&b.0));

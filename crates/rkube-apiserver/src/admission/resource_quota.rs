@@ -64,19 +64,20 @@ impl StoredQuota {
 async fn read_quotas(st: &ApiState, quotas: &'static ResourceInfo, ns: &str, from_cache: bool) -> ApiResult<Vec<StoredQuota>> {
     if from_cache {
         let opts = ListOptions { resource_version: Some("0".into()), ..Default::default() };
-        let page = match st.cache.list(quotas, Some(ns), &opts).await {
-            Ok(page) => page,
-            Err(e) if e.is_not_ready() => return Box::pin(read_quotas(st, quotas, ns, false)).await,
-            Err(e) => return Err(e.into()),
-        };
-        return Ok(page
-            .items
-            .iter()
-            .filter_map(|item| {
-                let obj = serde_json::from_slice::<Value>(&item.json).ok()?;
-                Some(StoredQuota { key: quotas.object_key(st.prefix(), ns, &item.name), revision: item.resource_version, obj })
-            })
-            .collect());
+        match st.cache.list(quotas, Some(ns), &opts).await {
+            Ok(page) => {
+                return Ok(page
+                    .items
+                    .iter()
+                    .filter_map(|item| {
+                        let obj = serde_json::from_slice::<Value>(&item.json).ok()?;
+                        Some(StoredQuota { key: quotas.object_key(st.prefix(), ns, &item.name), revision: item.resource_version, obj })
+                    })
+                    .collect())
+            }
+            Err(e) if !e.is_not_ready() => return Err(e.into()),
+            Err(_) => {} // (re)initializing: read storage below
+        }
     }
     let prefix = quotas.list_prefix(st.prefix(), Some(ns));
     let resp = st.storage.range(RangeRequest::prefix(&prefix)).await.map_err(|e| ApiError::from_storage(e, quotas, ""))?;

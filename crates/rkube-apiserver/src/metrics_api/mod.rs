@@ -24,12 +24,11 @@ use axum::response::Response;
 use rkube_api::list_options::ListOptions;
 use rkube_api::registry::metrics::{METRICS_GROUP, NODE_METRICS, POD_METRICS};
 use rkube_api::status::Status;
-use rkube_storage::RangeRequest;
 use serde_json::{json, Map, Value};
 
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::Ctx;
-use crate::source::decode_stored;
+use crate::source::stored_objects;
 use store::Usage;
 
 /// Adds the `metrics.k8s.io/v1beta1` rows to the resource table (idempotent). Called when a
@@ -137,9 +136,7 @@ fn pod_metrics(ctx: &Ctx, pod: &Value) -> Option<Value> {
 /// The stored objects of core `resource` (`nodes`, `pods`), in `namespace` when given.
 async fn stored(ctx: &Ctx, resource: &str, namespace: Option<&str>) -> ApiResult<Vec<Value>> {
     let info = rkube_api::registry::lookup("", "v1", resource).ok_or_else(|| ApiError::internal("no core resource"))?;
-    let prefix = info.list_prefix(ctx.st.prefix(), namespace);
-    let listed = ctx.st.storage.range(RangeRequest::prefix(&prefix)).await.map_err(|e| ApiError::from_storage(e, info, ""))?;
-    Ok(listed.kvs.iter().filter_map(|kv| decode_stored(&kv.key, &kv.value, kv.mod_revision).ok()).collect())
+    stored_objects(&ctx.st, info, namespace).await
 }
 
 /// The kind metrics-server names in its 404s (`nodemetrics`, `podmetrics`).
