@@ -178,17 +178,27 @@ pub async fn read_body(body: Body) -> ApiResult<bytes::Bytes> {
 /// over to the runtime's other tasks, so a slow decode neither stalls other
 /// requests nor keeps the request timeout from answering.
 pub fn decode_object(content_type: &str, body: &[u8]) -> ApiResult<Value> {
-    let value: Value = off_the_workers(body.len(), || decode_any(content_type, body))?;
+    decode_body(content_type, body).map(|(value, _)| value)
+}
+
+/// [`decode_object`], with the keys of a JSON body ([`crate::strict::KeyScan`])
+/// for repeated-key reporting (`fieldValidation`); `None` for other media
+/// types. The keys are scanned only when the body repeats one
+/// ([`crate::strict::decode_json`]).
+pub fn decode_body(content_type: &str, body: &[u8]) -> ApiResult<(Value, Option<crate::strict::KeyScan>)> {
+    let (value, keys) = off_the_workers(body.len(), || decode_any(content_type, body))?;
     if !value.is_object() {
         return Err(ApiError::bad_request("the request body must be a JSON object"));
     }
-    Ok(value)
+    Ok((value, keys))
 }
 
-fn decode_any(content_type: &str, body: &[u8]) -> ApiResult<Value> {
-    Ok(match content_type {
-        "application/json" => serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))?,
+fn decode_any(content_type: &str, body: &[u8]) -> ApiResult<(Value, Option<crate::strict::KeyScan>)> {
+    Ok((match content_type {
+        "application/json" => {
+            return crate::strict::decode_json(body)
+                .map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")));
+        }
         "application/yaml" | "application/x-yaml" | "text/yaml" => decode_yaml(body)?,
         rkube_api::protobuf::PROTOBUF_CONTENT_TYPE => {
             rkube_api::protobuf::decode_object(body).map_err(|e| match e {
@@ -199,7 +209,7 @@ fn decode_any(content_type: &str, body: &[u8]) -> ApiResult<Value> {
             })?
         }
         other => return Err(ApiError::unsupported_media_type(other, BODY_TYPES)),
-    })
+    }, None))
 }
 
 /// Bodies at least this large (bytes) are decoded under
@@ -216,13 +226,6 @@ pub(crate) fn off_the_workers<T>(len: usize, decode: impl FnOnce() -> T) -> T {
     } else {
         decode()
     }
-}
-
-/// The keys of a JSON body ([`crate::strict::KeyScan`]) for repeated-key
-/// reporting; `None` for other media types (and bodies that are not JSON,
-/// which [`decode_object`] refuses).
-pub fn scan_json_keys(content_type: &str, body: &[u8]) -> Option<crate::strict::KeyScan> {
-    (content_type == "application/json").then(|| crate::strict::KeyScan::of_json(body)).flatten()
 }
 
 /// Decodes YAML into JSON (400 on malformed YAML).

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
 
 /// Where each key of a JSON body first appears, and its repeated keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -143,6 +144,85 @@ impl<'de> Visitor<'de> for Walk<'_> {
     }
 }
 
+/// Decodes a JSON body into a [`serde_json::Value`] as
+/// `serde_json::from_slice` does (same errors, same last-wins handling of a
+/// repeated key, same nesting limit), and scans its keys ([`KeyScan`]) only
+/// when some object repeats a key. The decoder notices a repetition for free
+/// (inserting the key finds it present), so the common body is read once.
+pub fn decode_json(body: &[u8]) -> serde_json::Result<(Value, Option<KeyScan>)> {
+    let mut repeated = false;
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = NoticeRepeats { repeated: &mut repeated }.deserialize(&mut de)?;
+    de.end()?;
+    let scan = if repeated { KeyScan::of_json(body) } else { Some(KeyScan::default()) };
+    Ok((value, scan))
+}
+
+/// Builds a JSON value, setting `repeated` when an object repeats a key.
+struct NoticeRepeats<'a> {
+    repeated: &'a mut bool,
+}
+
+impl<'de> DeserializeSeed<'de> for NoticeRepeats<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Value, D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NoticeRepeats<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::with_capacity(map.size_hint().unwrap_or(0));
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(NoticeRepeats { repeated: &mut *self.repeated })?;
+            if out.insert(key, value).is_some() {
+                *self.repeated = true;
+            }
+        }
+        Ok(Value::Object(out))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(v) = seq.next_element_seed(NoticeRepeats { repeated: &mut *self.repeated })? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +252,29 @@ mod tests {
         assert_eq!(scan.strict_errors(&["spec.u".to_string()]), vec![r#"unknown field "spec.u""#]);
         assert_eq!(KeyScan::of_json(b"{"), None);
         assert!(!KeyScan::of_json(br#"{"a":[{"b":1},{"b":2}]}"#).unwrap().has_duplicates());
+    }
+
+    #[test]
+    fn the_decoder_matches_serde_json_and_scans_only_bodies_with_repeated_keys() {
+        let bodies: [&[u8]; 6] = [
+            br#"{"a":{"b":[1,-2,3.5,1e400,true,null,"x\u00e9"]},"c":{}}"#,
+            br#"{"spec":{"u":1,"v":2,"u":3}}"#,
+            br#"{"a":1} x"#,
+            br#"{"a":"#,
+            b"[1,2]",
+            br#"{"big":18446744073709551615,"neg":-9223372036854775808}"#,
+        ];
+        for body in bodies {
+            let ours = decode_json(body).map(|(v, _)| v).map_err(|e| e.to_string());
+            let theirs = serde_json::from_slice::<Value>(body).map_err(|e| e.to_string());
+            assert_eq!(ours, theirs, "{}", String::from_utf8_lossy(body));
+        }
+        let (_, scan) = decode_json(br#"{"a":[{"b":1},{"b":2}]}"#).unwrap();
+        assert_eq!(scan, Some(KeyScan::default()));
+        let (v, scan) = decode_json(br#"{"spec":{"u":1,"v":2,"u":3}}"#).unwrap();
+        assert_eq!(v.to_string(), r#"{"spec":{"u":3,"v":2}}"#);
+        assert!(scan.is_some_and(|s| s.has_duplicates()));
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        assert!(decode_json(deep.as_bytes()).unwrap_err().to_string().contains("recursion limit"));
     }
 }

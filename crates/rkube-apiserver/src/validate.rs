@@ -45,33 +45,126 @@ impl FieldValidation {
     }
 }
 
+/// Removes from `input` the fields that `typed` (the same object decoded as
+/// its kind and encoded again) lacks, recording their paths below `path` in
+/// `unknown` in document order (an unknown field set to null goes silently).
+/// A path is only built for an unknown field or a nested object or list, so
+/// a large map of strings costs no allocation per key.
 fn prune_unknown(input: &mut Value, typed: &Value, path: &str, unknown: &mut Vec<String>) {
+    let nested = |v: &Value| matches!(v, Value::Object(_) | Value::Array(_));
     match (input, typed) {
-        (Value::Object(m), Value::Object(t)) => {
-            let keys: Vec<String> = m.keys().cloned().collect();
-            for k in keys {
-                let child_path = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-                match t.get(&k) {
-                    Some(tv) => {
-                        if let Some(v) = m.get_mut(&k) {
-                            prune_unknown(v, tv, &child_path, unknown);
-                        }
+        (Value::Object(m), Value::Object(t)) => m.retain(|k, v| {
+            let child_path = || if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+            match t.get(k) {
+                Some(tv) => {
+                    if nested(v) {
+                        prune_unknown(v, tv, &child_path(), unknown);
                     }
-                    None => {
-                        if !m.get(&k).is_some_and(Value::is_null) {
-                            unknown.push(child_path);
-                        }
-                        m.remove(&k);
+                    true
+                }
+                None => {
+                    if !v.is_null() {
+                        unknown.push(child_path());
                     }
+                    false
+                }
+            }
+        }),
+        (Value::Array(items), Value::Array(titems)) => {
+            for (i, (v, tv)) in items.iter_mut().zip(titems.iter()).enumerate() {
+                if nested(v) {
+                    prune_unknown(v, tv, &format!("{path}[{i}]"), unknown);
                 }
             }
         }
-        (Value::Array(items), Value::Array(titems)) => {
-            for (i, (v, tv)) in items.iter_mut().zip(titems.iter()).enumerate() {
-                prune_unknown(v, tv, &format!("{path}[{i}]"), unknown);
+        _ => {}
+    }
+}
+
+/// Maps with at least this many entries, all strings, skip the typed
+/// round trip ([`take_string_maps`]).
+const PROBED_MAP_ENTRIES: usize = 64;
+
+/// The probe entry that stands in for a large map of strings: no struct
+/// field has this name, and a value type that reads a string's content
+/// (base64 bytes) refuses this value.
+const PROBE: (&str, &str) = ("\u{1}rkube-probe", "!");
+
+/// One step of a path into a JSON value.
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// Replaces every map of at least [`PROBED_MAP_ENTRIES`] string values in
+/// `v` by a one-entry map holding [`PROBE`], collecting the paths and the
+/// maps taken. The typed round trip then decodes the probe instead of the
+/// map: when the probe comes out of it ([`probes_kept`]), the field is a
+/// map whose values may be any string, so every entry of the real map would
+/// have passed too, and decoding, encoding and comparing a large
+/// `data`, `labels` or `annotations` map entry by entry is saved.
+fn take_string_maps(v: &mut Value, path: &mut Vec<Step>, out: &mut Vec<(Vec<Step>, serde_json::Map<String, Value>)>) {
+    let nested = |v: &Value| matches!(v, Value::Object(_) | Value::Array(_));
+    match v {
+        Value::Object(m) if m.len() >= PROBED_MAP_ENTRIES && m.values().all(Value::is_string) => {
+            let probe = serde_json::Map::from_iter([(PROBE.0.to_string(), Value::String(PROBE.1.to_string()))]);
+            let taken = std::mem::replace(m, probe);
+            out.push((path.iter().map(Step::clone_step).collect(), taken));
+        }
+        Value::Object(m) => {
+            for (k, child) in m.iter_mut().filter(|(_, c)| nested(c)) {
+                path.push(Step::Key(k.clone()));
+                take_string_maps(child, path, out);
+                path.pop();
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter_mut().enumerate().filter(|(_, c)| nested(c)) {
+                path.push(Step::Index(i));
+                take_string_maps(child, path, out);
+                path.pop();
             }
         }
         _ => {}
+    }
+}
+
+impl Step {
+    fn clone_step(&self) -> Step {
+        match self {
+            Step::Key(k) => Step::Key(k.clone()),
+            Step::Index(i) => Step::Index(*i),
+        }
+    }
+}
+
+/// The value at `path` in `v`.
+fn value_at_mut<'a>(v: &'a mut Value, path: &[Step]) -> Option<&'a mut Value> {
+    path.iter().try_fold(v, |v, step| match step {
+        Step::Key(k) => v.get_mut(k.as_str()),
+        Step::Index(i) => v.get_mut(*i),
+    })
+}
+
+/// Whether the typed round trip kept every probe: each was decoded into a
+/// map of strings (a struct drops the probe's unknown name; a type that
+/// reads the string's content fails the round trip instead).
+fn probes_kept(typed: &Value, maps: &[(Vec<Step>, serde_json::Map<String, Value>)]) -> bool {
+    maps.iter().all(|(path, _)| {
+        let at = path.iter().try_fold(typed, |v, step| match step {
+            Step::Key(k) => v.get(k.as_str()),
+            Step::Index(i) => v.get(*i),
+        });
+        at.and_then(|m| m.get(PROBE.0)).and_then(Value::as_str) == Some(PROBE.1)
+    })
+}
+
+/// Puts the maps [`take_string_maps`] took back where their probes are.
+fn put_back_string_maps(v: &mut Value, maps: Vec<(Vec<Step>, serde_json::Map<String, Value>)>) {
+    for (path, map) in maps {
+        if let Some(slot) = value_at_mut(v, &path) {
+            *slot = Value::Object(map);
+        }
     }
 }
 
@@ -92,11 +185,24 @@ pub fn check_typed_body(
 ) -> ApiResult<Vec<String>> {
     let kind = info.kind;
     let mut unknown = Vec::new();
-    if let Some(typed) = info.typed {
-        let typed = (typed.roundtrip)(obj).map_err(|e| {
-            ApiError::bad_request(format!("{kind} in version \"{}\" cannot be handled as a {kind}: {e}", info.version))
-        })?;
+    if let Some(typed_kind) = info.typed {
+        let type_error =
+            |e: String| ApiError::bad_request(format!("{kind} in version \"{}\" cannot be handled as a {kind}: {e}", info.version));
+        let mut maps = Vec::new();
+        take_string_maps(obj, &mut Vec::new(), &mut maps);
+        let probed = match maps.is_empty() {
+            true => None,
+            false => (typed_kind.roundtrip)(obj).ok().filter(|typed| probes_kept(typed, &maps)),
+        };
+        let typed = match probed {
+            Some(typed) => typed,
+            None => {
+                put_back_string_maps(obj, std::mem::take(&mut maps));
+                (typed_kind.roundtrip)(obj).map_err(type_error)?
+            }
+        };
         prune_unknown(obj, &typed, "", &mut unknown);
+        put_back_string_maps(obj, maps);
     }
     if let Some(schema) = info.custom.and_then(|c| c.schema.as_ref()) {
         // Custom resources: pruning, then defaulting, on decode (upstream's
@@ -196,6 +302,57 @@ mod tests {
         let mut cm2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "spec": 1});
         let err = check_typed(info, &mut cm2, FieldValidation::Strict).unwrap_err();
         assert_eq!(err.0.message, "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"spec\"");
+    }
+
+    /// A map of `n` string entries `k<i>: <value>`.
+    fn string_map(n: usize, value: &str) -> Value {
+        Value::Object((0..n).map(|i| (format!("k{i}"), json!(value))).collect())
+    }
+
+    #[test]
+    fn large_string_maps_skip_the_round_trip_and_come_back_whole_and_in_order() {
+        let info = registry::lookup("", "v1", "configmaps").unwrap();
+        let data = string_map(PROBED_MAP_ENTRIES * 2, "v");
+        let labels = string_map(PROBED_MAP_ENTRIES, "x");
+        let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": labels, "bogus": 1},
+            "data": data, "extra": true});
+        let warnings = check_typed(info, &mut cm, FieldValidation::Warn).unwrap();
+        assert_eq!(warnings, vec!["unknown field \"metadata.bogus\"", "unknown field \"extra\""]);
+        assert_eq!(cm["data"], data);
+        assert_eq!(cm["metadata"]["labels"], labels);
+        let keys: Vec<&String> = cm.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["apiVersion", "kind", "metadata", "data"]);
+    }
+
+    #[test]
+    fn a_large_map_of_strings_that_is_a_struct_still_has_its_unknown_fields_reported() {
+        let info = registry::lookup("apps", "v1", "deployments").unwrap();
+        let mut spec = string_map(PROBED_MAP_ENTRIES, "x");
+        spec["minReadySeconds"] = json!("5");
+        let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a"}, "spec": spec});
+        let err = check_typed(info, &mut d, FieldValidation::Strict).unwrap_err();
+        assert_eq!(err.code(), 400);
+        assert!(err.0.message.contains("invalid type: string \"5\""), "{}", err.0.message);
+        let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a"}, "spec": string_map(PROBED_MAP_ENTRIES, "x")});
+        let warnings = check_typed(info, &mut d, FieldValidation::Warn).unwrap();
+        assert_eq!(warnings.len(), PROBED_MAP_ENTRIES);
+        assert_eq!(warnings[0], "unknown field \"spec.k0\"");
+        assert_eq!(d["spec"], json!({}));
+    }
+
+    #[test]
+    fn a_large_map_whose_values_are_read_is_still_checked_entry_by_entry() {
+        // Secret data values are base64: the probe fails the round trip, so
+        // the whole map is decoded and its bad entry reported.
+        let info = registry::lookup("", "v1", "secrets").unwrap();
+        let mut data = string_map(PROBED_MAP_ENTRIES, "aGk=");
+        data["bad"] = json!("not base64!");
+        let mut secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}, "data": data});
+        let err = check_typed(info, &mut secret, FieldValidation::Warn).unwrap_err();
+        assert_eq!(err.code(), 400);
+        let mut ok = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}, "data": string_map(PROBED_MAP_ENTRIES, "aGk=")});
+        assert_eq!(check_typed(info, &mut ok, FieldValidation::Warn).unwrap(), Vec::<String>::new());
+        assert_eq!(ok["data"], string_map(PROBED_MAP_ENTRIES, "aGk="));
     }
 
     #[test]

@@ -30,7 +30,7 @@ impl std::fmt::Debug for TypedKind {
 }
 
 fn roundtrip<T: DeserializeOwned + Serialize>(obj: &Value) -> Result<Value, String> {
-    let typed: T = serde_json::from_value(obj.clone()).map_err(|e| e.to_string())?;
+    let typed = T::deserialize(obj).map_err(|e| e.to_string())?;
     serde_json::to_value(&typed).map_err(|e| e.to_string())
 }
 

@@ -107,8 +107,10 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
         assign_cluster_ip(ctx, &mut obj, None).await?;
         assign_node_ports(ctx, &mut obj, None).await?;
     }
-    attrs.object = Some(obj.clone());
-    warnings.extend(crate::admission::webhook::validate(&ctx.st, &attrs).await?);
+    attrs.object = Some(obj);
+    let validated = crate::admission::webhook::validate(&ctx.st, &attrs).await;
+    let obj = attrs.object.take().unwrap_or_default();
+    warnings.extend(validated?);
     if ctx.st.config.admission.resource_quota {
         let dry_run = ctx.dry_run()?;
         crate::admission::resource_quota::admit(&ctx.st, info, ctx.namespace(), &name, &obj, None, dry_run).await?;
@@ -121,8 +123,7 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let info = ctx.ri.info;
     trace::step(steps::CONVERT_START);
     let content_type = media::content_type(&ctx.headers);
-    let decoded = media::decode_object(&content_type, body)?;
-    let keys = media::scan_json_keys(&content_type, body);
+    let (decoded, keys) = media::decode_body(&content_type, body)?;
     trace::step(steps::CONVERT_DONE);
     let generate_base = object::meta_str(&decoded, "generateName").to_string();
     let generated = object::name(&decoded).is_empty() && !generate_base.is_empty();

@@ -18,6 +18,8 @@
 //!   SubjectAccessReview, ...), answered without storage.
 
 pub mod create;
+#[cfg(test)]
+mod create_cost;
 pub mod delete;
 pub mod eviction;
 pub mod node_proxy;

@@ -44,8 +44,7 @@ use crate::validate::{self, FieldValidation};
 pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let info = ctx.ri.info;
     let content_type = media::content_type(&ctx.headers);
-    let mut obj = media::decode_object(&content_type, body)?;
-    let keys = media::scan_json_keys(&content_type, body);
+    let (mut obj, keys) = media::decode_body(&content_type, body)?;
     ctx.dry_run()?;
     super::write::check_type_meta(info, info.kind, &mut obj)?;
     super::write::check_namespace(ctx, &mut obj)?;

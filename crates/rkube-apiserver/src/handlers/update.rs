@@ -223,8 +223,10 @@ async fn prepare_update(
     if crate::csr::is_csr(info) {
         crate::csr::admit_update(ctx, old, &new).await?;
     }
-    attrs.object = Some(new.clone());
-    warnings.extend(crate::admission::webhook::validate(&ctx.st, &attrs).await?);
+    attrs.object = Some(new);
+    let validated = crate::admission::webhook::validate(&ctx.st, &attrs).await;
+    let new = attrs.object.take().unwrap_or_default();
+    warnings.extend(validated?);
     if ctx.st.config.admission.resource_quota && ctx.ri.subresource.is_none() {
         let dry_run = ctx.dry_run()?;
         let name = object::name(&new).to_string();
@@ -301,8 +303,7 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let key = ctx.key(&name);
     trace::step(steps::CONVERT_START);
     let content_type = media::content_type(&ctx.headers);
-    let body_obj = media::decode_object(&content_type, body)?;
-    let keys = media::scan_json_keys(&content_type, body);
+    let (body_obj, keys) = media::decode_body(&content_type, body)?;
     trace::step(steps::CONVERT_DONE);
     let want_rv = requested_rv(&body_obj)?;
     let dry_run = ctx.dry_run()?;

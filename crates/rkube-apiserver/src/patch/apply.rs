@@ -158,7 +158,7 @@ pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchEr
 
     let first = apply_once(
         &config,
-        live.as_ref(),
+        live.as_deref(),
         &entries,
         shape,
         req,
@@ -168,11 +168,11 @@ pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchEr
     let (mut result, entries) = match first {
         Err(PatchError::Conflicts(conflicts))
             if req.manager == "kubectl"
-                && conflicts_allowed_by_last_applied(&conflicts, live.as_ref(), shape) =>
+                && conflicts_allowed_by_last_applied(&conflicts, live.as_deref(), shape) =>
         {
             apply_once(
                 &config,
-                live.as_ref(),
+                live.as_deref(),
                 &entries,
                 shape,
                 req,
@@ -239,7 +239,7 @@ fn apply_once(
     let owned = entries
         .iter()
         .fold(FieldSet::new(), |acc, e| acc.union(&e.fields));
-    let released = last_set.difference(&owned).without_ancestors_of(&owned);
+    let released = last_set.clone().difference(&owned).without_ancestors_of(&owned);
     remove_items(&mut merged, &released, shape);
 
     let cmp = compare(live, Some(&merged), shape);
@@ -263,7 +263,7 @@ fn apply_once(
     }
     for (i, e) in entries.iter_mut().enumerate() {
         if i != applier_idx {
-            e.fields = e.fields.difference(&changed).difference(&removed);
+            e.fields = std::mem::take(&mut e.fields).difference(&changed).difference(&removed);
         }
     }
     let object_changed = live.is_none_or(|l| *l != merged);

@@ -139,7 +139,10 @@ impl FieldSet {
             [last] => {
                 self.members.insert(last.clone());
             }
-            [first, rest @ ..] => self.children.entry(first.clone()).or_default().insert(rest),
+            [first, rest @ ..] => match self.children.get_mut(first) {
+                Some(child) => child.insert(rest),
+                None => self.children.entry(first.clone()).or_default().insert(rest),
+            },
         }
     }
 
@@ -163,35 +166,35 @@ impl FieldSet {
         self.members.contains(pe)
     }
 
-    /// `self ∪ other`.
-    pub(crate) fn union(&self, other: &FieldSet) -> FieldSet {
-        let mut out = self.clone();
-        out.members.extend(other.members.iter().cloned());
-        for (pe, child) in &other.children {
-            let merged = match out.children.get(pe) {
-                Some(mine) => mine.union(child),
-                None => child.clone(),
-            };
-            out.children.insert(pe.clone(), merged);
+    /// `self ∪ other`, built in `self` (only `other`'s paths are copied).
+    pub(crate) fn union(mut self, other: &FieldSet) -> FieldSet {
+        self.members.extend(other.members.iter().cloned());
+        for (pe, theirs) in &other.children {
+            match self.children.get_mut(pe) {
+                Some(mine) => *mine = std::mem::take(mine).union(theirs),
+                None => {
+                    self.children.insert(pe.clone(), theirs.clone());
+                }
+            }
         }
-        out
+        self
     }
 
     /// `self − other`, path by path (a member of `other` removes only that
-    /// exact path, not the paths below it).
-    pub(crate) fn difference(&self, other: &FieldSet) -> FieldSet {
-        let mut out = FieldSet::new();
-        out.members = self.members.difference(&other.members).cloned().collect();
-        for (pe, child) in &self.children {
-            let rest = match other.children.get(pe) {
-                Some(theirs) => child.difference(theirs),
-                None => child.clone(),
-            };
-            if !rest.is_empty() {
-                out.children.insert(pe.clone(), rest);
+    /// exact path, not the paths below it), built in `self`: its cost grows
+    /// with `other`, plus one pass over `self`'s members when `other` has
+    /// members at that node.
+    pub(crate) fn difference(mut self, other: &FieldSet) -> FieldSet {
+        if !other.members.is_empty() {
+            self.members.retain(|m| !other.members.contains(m));
+        }
+        for (pe, theirs) in &other.children {
+            if let Some(mine) = self.children.get_mut(pe) {
+                *mine = std::mem::take(mine).difference(theirs);
             }
         }
-        out
+        self.children.retain(|_, c| !c.is_empty());
+        self
     }
 
     /// `self` without its members that have a path of `other` below them
@@ -259,9 +262,17 @@ impl FieldSet {
 
     /// The `FieldsV1` JSON object.
     pub(crate) fn to_fields_v1(&self) -> Value {
+        if self.children.is_empty() {
+            // Members only (a map's keys, a leaf struct): already in order.
+            let mut m = Map::with_capacity(self.members.len());
+            for pe in &self.members {
+                m.insert(pe.to_fields_v1_key(), Value::Object(Map::new()));
+            }
+            return Value::Object(m);
+        }
         let keys: BTreeSet<&PathElement> =
             self.members.iter().chain(self.children.keys()).collect();
-        let mut m = Map::new();
+        let mut m = Map::with_capacity(keys.len());
         for pe in keys {
             let mut node = Map::new();
             if let Some(child) = self.children.get(pe) {
@@ -318,12 +329,11 @@ pub(crate) fn ignored_top_level(subresource: &str) -> &'static str {
 impl FieldSet {
     /// `self` without the top-level field `name` and everything under it
     /// (upstream's `RecursiveDifference` with a one-field set).
-    pub(crate) fn without_top_level(&self, name: &str) -> FieldSet {
+    pub(crate) fn without_top_level(mut self, name: &str) -> FieldSet {
         let pe = PathElement::field(name);
-        let mut out = self.clone();
-        out.members.remove(&pe);
-        out.children.remove(&pe);
-        out
+        self.members.remove(&pe);
+        self.children.remove(&pe);
+        self
     }
 }
 

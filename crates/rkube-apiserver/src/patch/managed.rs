@@ -124,13 +124,17 @@ pub(crate) fn decode(obj: &Value) -> Result<Vec<ManagedEntry>, String> {
     }
 }
 
-/// `obj` without `metadata.managedFields`.
-pub(crate) fn without_managed_fields(obj: &Value) -> Value {
+/// `obj` without `metadata.managedFields`: `obj` itself when it has none,
+/// else a copy.
+pub(crate) fn without_managed_fields(obj: &Value) -> std::borrow::Cow<'_, Value> {
+    if obj.pointer("/metadata/managedFields").is_none() {
+        return std::borrow::Cow::Borrowed(obj);
+    }
     let mut out = obj.clone();
     if let Some(Value::Object(meta)) = out.get_mut("metadata") {
         meta.shift_remove("managedFields");
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 /// Writes `entries` (sorted like upstream) into `obj`'s metadata; removes
@@ -200,17 +204,17 @@ pub fn record_update(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Valu
     };
     let old_plain = old.map(without_managed_fields);
     let new_plain = without_managed_fields(new);
-    let cmp = compare(old_plain.as_ref(), Some(&new_plain), shape);
+    let cmp = compare(old_plain.as_deref(), Some(&new_plain), shape);
     let strip = stripped_fields();
     let ignored = ignored_top_level(rec.subresource);
     let changed = cmp
-        .modified
-        .union(&cmp.added)
+        .added
+        .union(&cmp.modified)
         .difference(&strip)
         .without_top_level(ignored);
     let removed = cmp.removed.without_top_level(ignored);
     for e in entries.iter_mut() {
-        e.fields = e.fields.difference(&changed).difference(&removed);
+        e.fields = std::mem::take(&mut e.fields).difference(&changed).difference(&removed);
     }
     if !changed.is_empty() {
         match entries.iter_mut().find(|e| {
@@ -222,7 +226,7 @@ pub fn record_update(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Valu
             )
         }) {
             Some(e) => {
-                e.fields = e.fields.union(&changed);
+                e.fields = std::mem::take(&mut e.fields).union(&changed);
                 e.time = Some(rec.now.to_string());
             }
             None => entries.push(ManagedEntry {

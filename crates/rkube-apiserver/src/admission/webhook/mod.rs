@@ -89,6 +89,9 @@ pub struct Attributes {
 
 impl Attributes {
     /// The attributes of a write through `ctx` of `object` (over `old`).
+    /// `object` itself is not copied in: [`mutate`] sets it for the webhooks
+    /// it calls, and the caller sets it before [`validate`], once the object
+    /// is final (a large object is not copied for nothing).
     pub fn for_write(ctx: &Ctx, operation: &'static str, object: &Value, old: Option<&Value>) -> ApiResult<Self> {
         let info = ctx.ri.info;
         let dry_run = ctx.dry_run()?;
@@ -117,7 +120,7 @@ impl Attributes {
             namespaced: info.namespaced,
             name: crate::object::name(object).to_string(),
             namespace: ctx.namespace().to_string(),
-            object: Some(object.clone()),
+            object: None,
             old_object: old.cloned(),
             dry_run,
             options,
@@ -131,7 +134,6 @@ impl Attributes {
     /// no object, the stored one as `oldObject`.
     pub fn for_delete(ctx: &Ctx, namespace: &str, name: &str, old: &Value) -> ApiResult<Self> {
         let mut a = Attributes::for_write(ctx, "DELETE", old, Some(old))?;
-        a.object = None;
         a.name = name.to_string();
         a.namespace = namespace.to_string();
         Ok(a)
@@ -335,6 +337,7 @@ pub async fn mutate(st: &ApiState, a: &mut Attributes, obj: &mut Value, redefaul
     if all.is_empty() {
         return Ok(Vec::new());
     }
+    a.object = Some(obj.clone());
     let ns_labels = namespace_labels(st, a).await;
     let mut warnings = Vec::new();
     // Which webhooks ran in the first round, and where the object last changed.

@@ -1,0 +1,52 @@
+//! What each step of a create costs on a large body (ignored; run by name
+//! in a release build):
+//!
+//! ```text
+//! cargo test -p rkube-apiserver --release --lib -- --ignored --nocapture create_cost
+//! ```
+
+use std::time::Instant;
+
+
+fn configmap_json(bytes: usize) -> Vec<u8> {
+    let mut s = String::from(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"big"},"data":{"#);
+    let mut keys = 0;
+    while s.len() < bytes {
+        if keys > 0 {
+            s.push(',');
+        }
+        s.push_str(&format!(r#""k{keys}":"v{keys}""#));
+        keys += 1;
+    }
+    s.push_str("}}");
+    s.into_bytes()
+}
+
+fn timed<T>(name: &str, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let out = f();
+    eprintln!("{name:>24}: {:>8.2} ms", t.elapsed().as_secs_f64() * 1000.0);
+    out
+}
+
+#[test]
+#[ignore]
+fn create_cost() {
+    let body = configmap_json(3 * 1024 * 1024 - 8 * 1024);
+    let info = rkube_api::registry::lookup("", "v1", "configmaps").expect("configmaps");
+    for round in 0..3 {
+        eprintln!("round {round}");
+        let (mut obj, keys) = timed("decode", || crate::media::decode_body("application/json", &body).expect("decode"));
+        timed("typed check", || crate::validate::check_typed_body(info, &mut obj, crate::validate::FieldValidation::Strict, keys.as_ref()).expect("typed"));
+        timed("merge stringData", || crate::config_data::merge_string_data(info.kind, &mut obj));
+        timed("defaults", || info.strategy.apply_defaults(&mut obj));
+        timed("managedFields", || {
+            let rec = crate::patch::UpdateRecord { manager: "bench", api_version: "v1", subresource: "", now: "2026-01-01T00:00:00Z" };
+            crate::patch::record_update(&rec, None, &mut obj)
+        });
+        let copy = timed("clone", || obj.clone());
+        let causes = timed("validate", || crate::validate::validate(info, &obj, None));
+        assert!(!causes.is_empty(), "a 3 MiB ConfigMap is refused");
+        timed("drop", || drop((obj, copy)));
+    }
+}
