@@ -69,7 +69,7 @@ pub struct ServiceAccountClients {
     /// The manager's own client: creates ServiceAccounts and tokens.
     root: kube::Client,
     /// The manager's config without its credentials (server, CA, timeouts).
-    anonymous: kube::Config,
+    anonymous: Arc<kube::Config>,
     /// One client per ServiceAccount (controllers may share one, as the
     /// node lifecycle and taint eviction controllers share `node-controller`).
     built: Arc<tokio::sync::Mutex<HashMap<String, kube::Client>>>,
@@ -80,7 +80,7 @@ impl ServiceAccountClients {
     pub fn new(root: kube::Client, config: &kube::Config) -> Self {
         let mut anonymous = config.clone();
         anonymous.auth_info = Default::default();
-        ServiceAccountClients { root, anonymous, built: Default::default() }
+        ServiceAccountClients { root, anonymous: Arc::new(anonymous), built: Default::default() }
     }
 
     async fn client_for(&self, name: &str, stop: watch::Receiver<bool>) -> anyhow::Result<kube::Client> {
@@ -93,7 +93,7 @@ impl ServiceAccountClients {
             .await
             .with_context(|| format!("getting a token for {SERVICE_ACCOUNT_NAMESPACE}/{name}"))?;
         let header = Arc::new(RwLock::new(token));
-        let client = bearer_client(self.anonymous.clone(), header.clone())?;
+        let client = bearer_client(self.anonymous.as_ref().clone(), header.clone())?;
         tokio::spawn(keep_token_fresh(api, name.to_string(), header, lifetime, stop));
         built.insert(name.to_string(), client.clone());
         Ok(client)
