@@ -5,7 +5,10 @@
 //! allows and no more (`kubectl auth can-i --as=...`, kubectl 1.27 and
 //! 1.33), and no controller request is refused while workloads run.
 //!
-//! The cluster process is killed by PID when its guard drops.
+//! `rkube controller-manager` takes the same flag (default false).
+//!
+//! The cluster and controller manager processes are killed by PID when
+//! their guards drop.
 
 use crate::common;
 
@@ -13,6 +16,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
+use common::cluster::rkube_bin;
+use common::process::ChildGuard;
 use common::{Backend, Cluster, Kubectl};
 use serde_json::Value;
 
@@ -146,4 +151,79 @@ fn a_controller_s_service_account_may_do_what_its_role_allows_and_no_more() {
         serde_json::json!([{"kind": "ServiceAccount", "name": "deployment-controller", "namespace": "kube-system"}]),
         "{role}"
     );
+}
+
+/// Audit events of `who` doing `verb` on `resource` (`/subresource`) with `code`.
+fn count(events: &[Value], who: &str, verb: &str, resource: &str, subresource: Option<&str>, code: i64) -> usize {
+    events
+        .iter()
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["user"]["username"] == who
+                && e["verb"] == verb
+                && e["objectRef"]["resource"] == resource
+                && e["objectRef"]["subresource"].as_str() == subresource
+                && e["responseStatus"]["code"] == code
+        })
+        .count()
+}
+
+/// `rkube controller-manager` with `controller-manager.kubeconfig`
+/// (`system:kube-controller-manager`), running only the TTL-after-finished
+/// controller, plus `extra` flags.
+fn standalone_manager(cluster: &Cluster, extra: &[&str]) -> ChildGuard {
+    let kubeconfig = cluster.data_dir().join("controller-manager.kubeconfig");
+    let child = std::process::Command::new(rkube_bin())
+        .arg("controller-manager")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["--controllers=ttl-after-finished-controller", "--leader-elect=false", "--secure-port=0"])
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn rkube controller-manager");
+    ChildGuard::new(child, "rkube controller-manager")
+}
+
+#[test]
+fn standalone_controller_manager_uses_its_own_identity_unless_asked_for_service_account_credentials() {
+    const KCM: &str = "system:kube-controller-manager";
+    let fixtures = tempfile::tempdir().expect("tempdir");
+    let log = fixtures.path().join("audit.log");
+    let policy = fixtures.path().join("policy.yaml");
+    std::fs::write(&policy, "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n").expect("write policy");
+    let cluster = Cluster::builder(Backend::Embedded)
+        .arg(format!("--audit-log-path={}", log.display()))
+        .arg(format!("--audit-policy-file={}", policy.display()))
+        .start();
+    // `rkube up`'s own controllers asked for their tokens as the manager,
+    // one after the other, the local-path provisioner's last.
+    let tokens = cluster.wait_until("rkube up's token requests in the audit log", LIMIT, || {
+        let events = audit_events(&log);
+        let last = events.iter().any(|e| e["objectRef"]["subresource"] == "token" && e["objectRef"]["name"] == "local-path-provisioner");
+        last.then(|| count(&events, KCM, "create", "serviceaccounts", Some("token"), 201))
+    });
+    assert_eq!(count(&audit_events(&log), KCM, "list", "jobs", None, 200), 0, "rkube up's controllers list as their ServiceAccounts");
+
+    // Without the flag the TTL controller lists Jobs as the manager itself.
+    let manager = standalone_manager(&cluster, &[]);
+    cluster.wait_until("a list of jobs by system:kube-controller-manager", LIMIT, || {
+        (count(&audit_events(&log), KCM, "list", "jobs", None, 200) > 0).then_some(())
+    });
+    drop(manager);
+    assert_eq!(count(&audit_events(&log), KCM, "create", "serviceaccounts", Some("token"), 201), tokens);
+
+    // With it, the manager gets a token for kube-system/ttl-after-finished-controller.
+    let _manager = standalone_manager(&cluster, &["--use-service-account-credentials"]);
+    let events = cluster.wait_until("one more token request", LIMIT, || {
+        let events = audit_events(&log);
+        (count(&events, KCM, "create", "serviceaccounts", Some("token"), 201) > tokens).then_some(events)
+    });
+    let requested: Vec<&str> = events
+        .iter()
+        .filter(|e| e["user"]["username"] == KCM && e["objectRef"]["subresource"] == "token")
+        .filter_map(|e| e["objectRef"]["name"].as_str())
+        .collect();
+    assert_eq!(requested.last(), Some(&"ttl-after-finished-controller"), "{requested:?}");
 }
