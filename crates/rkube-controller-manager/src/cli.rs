@@ -11,6 +11,7 @@ use rkube_component::serving::{self, HealthCheck, ServingArgs};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::client_builder::{ControllerClients, ServiceAccountClients};
 use crate::context::{ControllerConfig, ControllerContext};
 use crate::controllers::{self, Controller};
 
@@ -45,6 +46,13 @@ pub struct ControllerManagerArgs {
     /// off unless selected) creates volumes in (k3s's flag name).
     #[arg(long, default_value = crate::context::DEFAULT_LOCAL_STORAGE_PATH)]
     pub default_local_storage_path: PathBuf,
+    /// If true, use individual service account credentials for each
+    /// controller: each acts as the ServiceAccount `kube-system/<name>`
+    /// (created if missing) with tokens from the TokenRequest API, bound to
+    /// the ClusterRole `system:controller:<name>`; otherwise every
+    /// controller uses this process's own credentials.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub use_service_account_credentials: bool,
     /// Leader election on the `kube-system/kube-controller-manager` Lease.
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
@@ -112,10 +120,45 @@ pub fn start(client: kube::Client, selected: &[&'static Controller]) -> Controll
 /// Starts `selected` controllers against `client` with `config`.
 pub fn start_with(client: kube::Client, selected: &[&'static Controller], config: ControllerConfig) -> ControllerManager {
     let (stop, stop_rx) = watch::channel(false);
+    let clients = selected.iter().map(|c| (*c, client.clone())).collect();
+    spawn(clients, config, stop, stop_rx)
+}
+
+/// Starts `selected` controllers with `config`, each with its client from
+/// `clients` (its own ServiceAccount's with
+/// `--use-service-account-credentials`).
+///
+/// Errors: a controller's client cannot be made (its ServiceAccount cannot
+/// be created or gets no token); no controller is left running then.
+pub async fn start_with_clients(
+    clients: &ControllerClients,
+    selected: &[&'static Controller],
+    config: ControllerConfig,
+) -> anyhow::Result<ControllerManager> {
+    let (stop, stop_rx) = watch::channel(false);
+    let mut each = Vec::with_capacity(selected.len());
+    for c in selected {
+        match clients.client_for(c.service_account, stop_rx.clone()).await {
+            Ok(client) => each.push((*c, client)),
+            Err(e) => {
+                let _ = stop.send(true);
+                return Err(e.context(format!("the client of {}", c.name)));
+            }
+        }
+    }
+    Ok(spawn(each, config, stop, stop_rx))
+}
+
+fn spawn(
+    clients: Vec<(&'static Controller, kube::Client)>,
+    config: ControllerConfig,
+    stop: watch::Sender<bool>,
+    stop_rx: watch::Receiver<bool>,
+) -> ControllerManager {
     let mut tasks = JoinSet::new();
     let config = Arc::new(config);
-    for c in selected {
-        let ctx = ControllerContext { client: client.clone(), stop: stop_rx.clone(), config: config.clone() };
+    for (c, client) in clients {
+        let ctx = ControllerContext { client, stop: stop_rx.clone(), config: config.clone() };
         let fut = (c.start)(ctx);
         let name = c.name;
         tracing::info!(controller = name, "starting controller");
@@ -129,12 +172,12 @@ pub use rkube_component::client::client;
 
 /// Runs `selected` controllers until one ends or `stop` turns true.
 async fn run_controllers(
-    client: kube::Client,
+    clients: ControllerClients,
     selected: Vec<&'static Controller>,
     config: ControllerConfig,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let mut cm = start_with(client, &selected, config);
+    let mut cm = start_with_clients(&clients, &selected, config).await?;
     let result = tokio::select! {
         (name, result) = cm.ended() => result.with_context(|| format!("controller {name}")),
         _ = rkube_component::leader::stopped(&mut stop) => Ok(()),
@@ -152,7 +195,13 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         tracing::warn!("{w}");
     }
     let leader = args.leader_election.config(COMPONENT)?;
-    let client = client(args.kubeconfig.as_deref()).await?;
+    let kube_config = rkube_component::client::config(args.kubeconfig.as_deref()).await?;
+    let client = kube::Client::try_from(kube_config.clone())?;
+    let clients = if args.use_service_account_credentials {
+        ControllerClients::ServiceAccounts(ServiceAccountClients::new(client.clone(), &kube_config))
+    } else {
+        ControllerClients::Shared(client.clone())
+    };
     let elector = leader.map(|cfg| LeaderElector::new(client.clone(), cfg));
     let mut registry = prometheus_client::registry::Registry::default();
     let mut checks = Vec::new();
@@ -169,8 +218,8 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let (stop, stop_rx) = watch::channel(false);
     let work = async move {
         match elector {
-            Some(e) => Ok(e.run(stop_rx, move |work_stop| run_controllers(client, selected, config, work_stop)).await?),
-            None => run_controllers(client, selected, config, stop_rx).await,
+            Some(e) => Ok(e.run(stop_rx, move |work_stop| run_controllers(clients, selected, config, work_stop)).await?),
+            None => run_controllers(clients, selected, config, stop_rx).await,
         }
     };
     let mut work = std::pin::pin!(work);

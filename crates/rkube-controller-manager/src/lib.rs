@@ -5,6 +5,8 @@
 //! - [`controllers`]: the table of controllers ([`controllers::CONTROLLERS`]),
 //!   one row each, with upstream's names (`deployment-controller`, …) and
 //!   their short aliases, and the `--controllers` selection rules;
+//! - [`client_builder`]: the controllers' clients, the manager's own or,
+//!   with `--use-service-account-credentials`, one ServiceAccount each;
 //! - [`context`]: what every controller is started with (client, identity,
 //!   stop signal);
 //! - [`cli`]: the `rkube controller-manager` flags and entry point (leader
@@ -15,6 +17,7 @@
 #![deny(missing_docs)]
 
 pub mod cli;
+pub mod client_builder;
 pub mod context;
 pub mod controllers;
 pub mod events;

@@ -166,20 +166,30 @@ async fn start_scheduler(data_dir: &std::path::Path, insecure: bool) -> anyhow::
 /// The controllers `rkube controller-manager` runs by default, plus the
 /// local-path provisioner writing under `storage_path` (as k3s ships it), in
 /// this process, as `system:kube-controller-manager` with the kubeconfig
-/// `rkube up` wrote for it (`controller-manager.kubeconfig`), or with
-/// `--insecure` through the plain kubeconfig.
+/// `rkube up` wrote for it (`controller-manager.kubeconfig`) and
+/// `--use-service-account-credentials`: each controller acts as its
+/// ServiceAccount `kube-system/<name>` (as kubeadm runs
+/// kube-controller-manager). With `--insecure` (no authentication) every
+/// controller uses the plain kubeconfig.
 async fn start_controllers(
     data_dir: &std::path::Path,
     insecure: bool,
     storage_path: std::path::PathBuf,
 ) -> anyhow::Result<rkube_controller_manager::cli::ControllerManager> {
+    use rkube_controller_manager::client_builder::{ControllerClients, ServiceAccountClients};
     use rkube_controller_manager::{cli, context::ControllerConfig, controllers};
     let file = if insecure { "kubeconfig" } else { "controller-manager.kubeconfig" };
-    let client = rkube_component::client::client(Some(&data_dir.join(file))).await?;
+    let kube_config = rkube_component::client::config(Some(&data_dir.join(file))).await?;
+    let client = kube::Client::try_from(kube_config.clone())?;
+    let clients = if insecure {
+        ControllerClients::Shared(client)
+    } else {
+        ControllerClients::ServiceAccounts(ServiceAccountClients::new(client, &kube_config))
+    };
     let spec = ["*".to_string(), "local-path-provisioner-controller".to_string()];
     let (selected, _) = controllers::select(&spec).map_err(|e| anyhow::anyhow!(e))?;
     let config = ControllerConfig { local_path_root: storage_path, ..ControllerConfig::default() };
-    Ok(cli::start_with(client, &selected, config))
+    cli::start_with_clients(&clients, &selected, config).await
 }
 
 /// Creates k3s's default StorageClass `local-path` (provisioner

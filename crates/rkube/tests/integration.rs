@@ -24,6 +24,8 @@ mod bench_pods;
 mod bench_smoke;
 #[path = "component_e2e.rs"]
 mod component_e2e;
+#[path = "controller_identities.rs"]
+mod controller_identities;
 #[path = "crd_e2e.rs"]
 mod crd_e2e;
 #[path = "csr_e2e.rs"]

@@ -40,6 +40,7 @@ pub mod inflight;
 pub mod metrics;
 pub mod process;
 pub mod rbac;
+pub mod rbac_controllers;
 pub mod rbac_rules;
 pub mod rbac_cache;
 pub mod rbac_index;

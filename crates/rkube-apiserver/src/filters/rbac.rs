@@ -455,8 +455,11 @@ pub async fn authorize(src: &dyn RbacSource, user: &UserInfo, a: &RequestAttribu
 
 /// Creates the [`bootstrap_policy`] objects missing from `storage` (keys of
 /// [`StorageRbacSource`]), with a fresh `uid` and `creationTimestamp`, like
-/// upstream's RBAC post-start hook; existing objects are left alone.
-/// Returns how many were created.
+/// upstream's RBAC post-start hook. An existing ClusterRole gets the
+/// bootstrap rules it lacks appended, as upstream's reconciliation does,
+/// unless it is annotated `rbac.authorization.kubernetes.io/autoupdate:
+/// "false"` or aggregated (its rules are the aggregation's); other existing
+/// objects are left alone. Returns how many were created.
 pub async fn ensure_bootstrap_policy(storage: &dyn Storage, etcd_prefix: &str) -> Result<usize, RbacError> {
     let prefix = etcd_prefix.trim_end_matches('/');
     let mut created = 0;
@@ -464,7 +467,10 @@ pub async fn ensure_bootstrap_policy(storage: &dyn Storage, etcd_prefix: &str) -
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
         let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
         let key = format!("{prefix}/{kind}s/{name}");
-        if storage.get(&key).await.map_err(|e| RbacError::Source(e.to_string()))?.is_some() {
+        if let Some(kv) = storage.get(&key).await.map_err(|e| RbacError::Source(e.to_string()))? {
+            if kind == "clusterrole" {
+                add_missing_rules(storage, &kv, &obj).await?;
+            }
             continue;
         }
         obj["metadata"]["uid"] = Value::String(uuid::Uuid::new_v4().to_string());
@@ -479,6 +485,36 @@ pub async fn ensure_bootstrap_policy(storage: &dyn Storage, etcd_prefix: &str) -
     Ok(created)
 }
 
+/// Appends to the stored ClusterRole `kv` the rules of `bootstrap` it lacks
+/// (see [`ensure_bootstrap_policy`]); a conflicting write is left for the
+/// next start. Errors: storage failures.
+async fn add_missing_rules(storage: &dyn Storage, kv: &rkube_storage::KeyValue, bootstrap: &Value) -> Result<(), RbacError> {
+    let Ok(mut stored) = serde_json::from_slice::<Value>(&kv.value) else { return Ok(()) };
+    let opted_out = stored.pointer("/metadata/annotations/rbac.authorization.kubernetes.io~1autoupdate").and_then(Value::as_str) == Some("false");
+    if opted_out || stored.get("aggregationRule").is_some_and(|a| !a.is_null()) {
+        return Ok(());
+    }
+    let decode = |v: &Value| serde_json::from_value::<PolicyRule>(v.clone()).ok();
+    let have: Vec<PolicyRule> = stored["rules"].as_array().into_iter().flatten().filter_map(decode).collect();
+    let missing: Vec<Value> =
+        bootstrap["rules"].as_array().into_iter().flatten().filter(|r| decode(r).is_some_and(|r| !have.contains(&r))).cloned().collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    match stored.get_mut("rules").and_then(Value::as_array_mut) {
+        Some(rules) => rules.extend(missing),
+        None => stored["rules"] = Value::Array(missing),
+    }
+    if let Some(m) = stored.pointer_mut("/metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    let bytes = serde_json::to_vec(&stored).map_err(|e| RbacError::Source(e.to_string()))?;
+    match storage.update(&kv.key, bytes.into(), kv.mod_revision).await {
+        Ok(_) | Err(rkube_storage::StorageError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(RbacError::Source(e.to_string())),
+    }
+}
+
 /// Upstream's bootstrap policy subset every cluster needs, as objects to
 /// create at first start (`plugin/pkg/auth/authorizer/rbac/bootstrappolicy`):
 /// ClusterRoles `cluster-admin`, `system:discovery`, `system:basic-user`,
@@ -491,8 +527,10 @@ pub async fn ensure_bootstrap_policy(storage: &dyn Storage, etcd_prefix: &str) -
 /// to `system:authenticated` and `system:unauthenticated`, and
 /// `system:service-account-issuer-discovery` (the issuer discovery paths) to
 /// `system:serviceaccounts`, and `system:kube-scheduler` (upstream's rules)
-/// to the user `system:kube-scheduler`; and metrics-server's
-/// `system:aggregated-metrics-reader`, aggregated into `view`.
+/// to the user `system:kube-scheduler`; metrics-server's
+/// `system:aggregated-metrics-reader`, aggregated into `view`; and the
+/// controllers' roles `system:controller:<name>` bound to the ServiceAccounts
+/// `kube-system/<name>` ([`super::rbac_controllers`]).
 pub fn bootstrap_policy() -> Vec<Value> {
     let cr = |name: &str, rules: Value| {
         serde_json::json!({
@@ -575,6 +613,9 @@ pub fn bootstrap_policy() -> Vec<Value> {
         kube_controller_manager_role(&cr),
         user_binding(crb(KUBE_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, &[]), KUBE_CONTROLLER_MANAGER),
     ]
+    .into_iter()
+    .chain(super::rbac_controllers::controller_policy())
+    .collect()
 }
 
 /// ClusterRole `system:aggregated-metrics-reader` of metrics-server's manifest: reading
@@ -644,6 +685,16 @@ pub const KUBE_CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
 /// controller (`system:controller:generic-garbage-collector`,
 /// `system:controller:namespace-controller`), updating and deleting any
 /// object, including `namespaces/finalize` and `namespaces/status`.
+///
+/// With `--use-service-account-credentials` the controllers act as their
+/// ServiceAccounts instead; the manager itself then only creates those
+/// ServiceAccounts (in `kube-system`) and their tokens (`create` on
+/// `serviceaccounts` and `serviceaccounts/token`, as upstream's role), holds
+/// its Lease and reads. The broad writes stay because a controller manager
+/// started without the flag (`rkube up --insecure` aside, which has no
+/// authorization) runs every controller with this identity: upstream's
+/// role alone would not let it work either, and upstream's deployments
+/// that leave the flag off bind a broader role themselves.
 fn kube_controller_manager_role(cr: &dyn Fn(&str, Value) -> Value) -> Value {
     cr(KUBE_CONTROLLER_MANAGER, serde_json::json!([
         {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
@@ -663,6 +714,7 @@ fn kube_controller_manager_role(cr: &dyn Fn(&str, Value) -> Value) -> Value {
         {"apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"], "verbs": ["create"]},
         {"apiGroups": ["*"], "resources": ["*"], "verbs": ["delete", "deletecollection", "patch", "update"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts", "serviceaccounts/token"], "verbs": ["create"]},
     ]))
 }
 

@@ -33,6 +33,11 @@ pub mod volume;
 pub struct Controller {
     /// Upstream's name (`deployment-controller`).
     pub name: &'static str,
+    /// The ServiceAccount in `kube-system` it acts as with
+    /// `--use-service-account-credentials` (upstream's
+    /// `ClientBuilder.ClientOrDie("<name>")`), bound to the ClusterRole
+    /// `system:controller:<name>`.
+    pub service_account: &'static str,
     /// Older names accepted by `--controllers` (`deployment`).
     pub aliases: &'static [&'static str],
     /// Whether `*` includes it (upstream's "enabled by default").
@@ -59,80 +64,134 @@ impl Controller {
 pub static CONTROLLERS: &[Controller] = &[
     Controller {
         name: "replicaset-controller",
+        service_account: "replicaset-controller",
         aliases: &["replicaset"],
         enabled_by_default: true,
         start: replicaset::start_replicasets,
     },
     Controller {
         name: "replicationcontroller-controller",
+        service_account: "replication-controller",
         aliases: &["replicationcontroller"],
         enabled_by_default: true,
         start: replicaset::start_replication_controllers,
     },
     Controller {
         name: "deployment-controller",
+        service_account: "deployment-controller",
         aliases: &["deployment"],
         enabled_by_default: true,
         start: deployment::start,
     },
     Controller {
         name: "garbage-collector-controller",
+        service_account: "generic-garbage-collector",
         aliases: &["garbagecollector"],
         enabled_by_default: true,
         start: garbagecollector::start,
     },
-    Controller { name: "namespace-controller", aliases: &["namespace"], enabled_by_default: true, start: namespace::start },
-    Controller { name: "endpoints-controller", aliases: &["endpoint"], enabled_by_default: true, start: endpoints::start_endpoints },
-    Controller { name: "endpointslice-controller", aliases: &["endpointslice"], enabled_by_default: true, start: endpoints::start_slices },
-    Controller { name: "disruption-controller", aliases: &["disruption"], enabled_by_default: true, start: disruption::start },
+    Controller {
+        name: "namespace-controller",
+        service_account: "namespace-controller",
+        aliases: &["namespace"],
+        enabled_by_default: true,
+        start: namespace::start,
+    },
+    Controller {
+        name: "endpoints-controller",
+        service_account: "endpoint-controller",
+        aliases: &["endpoint"],
+        enabled_by_default: true,
+        start: endpoints::start_endpoints,
+    },
+    Controller {
+        name: "endpointslice-controller",
+        service_account: "endpointslice-controller",
+        aliases: &["endpointslice"],
+        enabled_by_default: true,
+        start: endpoints::start_slices,
+    },
+    Controller {
+        name: "disruption-controller",
+        service_account: "disruption-controller",
+        aliases: &["disruption"],
+        enabled_by_default: true,
+        start: disruption::start,
+    },
     Controller {
         name: "statefulset-controller",
+        service_account: "statefulset-controller",
         aliases: &["statefulset"],
         enabled_by_default: true,
         start: statefulset::start,
     },
-    Controller { name: "daemonset-controller", aliases: &["daemonset"], enabled_by_default: true, start: daemonset::start },
-    Controller { name: "job-controller", aliases: &["job"], enabled_by_default: true, start: job::start },
-    Controller { name: "cronjob-controller", aliases: &["cronjob"], enabled_by_default: true, start: cronjob::start },
+    Controller {
+        name: "daemonset-controller",
+        service_account: "daemon-set-controller",
+        aliases: &["daemonset"],
+        enabled_by_default: true,
+        start: daemonset::start,
+    },
+    Controller { name: "job-controller", service_account: "job-controller", aliases: &["job"], enabled_by_default: true, start: job::start },
+    Controller {
+        name: "cronjob-controller",
+        service_account: "cronjob-controller",
+        aliases: &["cronjob"],
+        enabled_by_default: true,
+        start: cronjob::start,
+    },
     Controller {
         name: "ttl-after-finished-controller",
+        service_account: "ttl-after-finished-controller",
         aliases: &["ttl-after-finished"],
         enabled_by_default: true,
         start: ttlafterfinished::start,
     },
-    Controller { name: "pod-garbage-collector-controller", aliases: &["podgc"], enabled_by_default: true, start: podgc::start },
+    Controller {
+        name: "pod-garbage-collector-controller",
+        service_account: "pod-garbage-collector",
+        aliases: &["podgc"],
+        enabled_by_default: true,
+        start: podgc::start,
+    },
     Controller {
         name: "node-lifecycle-controller",
+        service_account: "node-controller",
         aliases: &["nodelifecycle"],
         enabled_by_default: true,
         start: nodelifecycle::start,
     },
     Controller {
         name: "taint-eviction-controller",
+        service_account: "node-controller",
         aliases: &[],
         enabled_by_default: true,
         start: nodelifecycle::start_taint_eviction,
     },
     Controller {
         name: "resourcequota-controller",
+        service_account: "resourcequota-controller",
         aliases: &["resourcequota"],
         enabled_by_default: true,
         start: resourcequota::start,
     },
     Controller {
         name: "persistentvolume-binder-controller",
+        service_account: "persistent-volume-binder",
         aliases: &["persistentvolume-binder"],
         enabled_by_default: true,
         start: volume::binder::start,
     },
     Controller {
         name: "persistentvolume-protection-controller",
+        service_account: "pv-protection-controller",
         aliases: &["pv-protection"],
         enabled_by_default: true,
         start: volume::protection::start_pv,
     },
     Controller {
         name: "persistentvolumeclaim-protection-controller",
+        service_account: "pvc-protection-controller",
         aliases: &["pvc-protection"],
         enabled_by_default: true,
         start: volume::protection::start_pvc,
@@ -142,6 +201,7 @@ pub static CONTROLLERS: &[Controller] = &[
     // writes to this machine's disk.
     Controller {
         name: "local-path-provisioner-controller",
+        service_account: "local-path-provisioner",
         aliases: &["local-path-provisioner"],
         enabled_by_default: false,
         start: volume::localpath::start,
@@ -251,6 +311,17 @@ mod tests {
 
     fn spec(s: &str) -> Vec<String> {
         s.split(',').map(String::from).collect()
+    }
+
+    #[test]
+    fn every_controller_s_service_account_has_a_bootstrap_role() {
+        use rkube_apiserver::filters::rbac_controllers::CONTROLLER_ROLES;
+        for c in CONTROLLERS {
+            assert!(CONTROLLER_ROLES.iter().any(|r| r.name == c.service_account), "{} acts as {}, which has no role", c.name, c.service_account);
+        }
+        for r in CONTROLLER_ROLES {
+            assert!(CONTROLLERS.iter().any(|c| c.service_account == r.name), "role of {} is bound to no controller", r.name);
+        }
     }
 
     #[test]

@@ -159,7 +159,10 @@ async fn stand_in_kubelet(client: kube::Client, seen: Arc<Mutex<Observed>>) {
                     continue;
                 }
                 let now = k8s_openapi::jiff::Timestamp::now().to_string();
-                let status = json!({"status": {"phase": "Running", "conditions": [
+                // Guarded by the listed resourceVersion: a pod changed since the
+                // list (a test finished it, a controller deleted it) is left
+                // alone, as a kubelet never takes a pod back from a terminal phase.
+                let status = json!({"metadata": {"resourceVersion": p.resource_version()}, "status": {"phase": "Running", "conditions": [
                     {"type": "Ready", "status": "True", "lastTransitionTime": now},
                 ]}});
                 let ns = p.namespace().unwrap_or_default();
@@ -171,12 +174,13 @@ async fn stand_in_kubelet(client: kube::Client, seen: Arc<Mutex<Observed>>) {
     }
 }
 
-/// Ends `pod` as its only container exiting with `code`.
+/// Ends `pod` as its only container exiting with `code`, unless it changed
+/// since it was listed.
 async fn finish(api: &Api<Pod>, pod: &Pod, code: i32) {
     let phase = if code == 0 { "Succeeded" } else { "Failed" };
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let container = pod.spec.as_ref().and_then(|s| s.containers.first()).map(|c| c.name.clone()).unwrap_or_default();
-    let status = json!({"status": {"phase": phase, "conditions": [
+    let status = json!({"metadata": {"resourceVersion": pod.resource_version()}, "status": {"phase": phase, "conditions": [
         {"type": "Ready", "status": "False", "lastTransitionTime": now},
     ], "containerStatuses": [{"name": container, "image": "", "imageID": "", "ready": false, "restartCount": 0,
         "state": {"terminated": {"exitCode": code, "finishedAt": now}}}]}});

@@ -17,6 +17,8 @@ pub mod failure_policy;
 pub mod per_index;
 pub mod pods;
 mod sync;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -93,18 +93,22 @@ pub fn pod_for(job: &Job, owner: OwnerReference, index: Option<i32>, failure_cou
     Some(pod)
 }
 
-/// Removes [`TRACKING_FINALIZER`] from `pod` (a merge patch of the
-/// remaining finalizers guarded by its resourceVersion). A pod already gone
-/// or changed meanwhile is left to the next sync (`Ok`).
+/// Removes [`TRACKING_FINALIZER`] from `pod` with a strategic merge patch
+/// `$deleteFromPrimitiveList/finalizers` (upstream's
+/// `removeTrackingFinalizerPatch`, `pkg/controller/job/job_controller.go`):
+/// the server drops that one entry from the pod as it is now, so other
+/// finalizers are kept and a write the cache has not seen yet (a kubelet's
+/// status update) does not make it fail. A pod already gone is `Ok`; any
+/// other error is returned, and the caller must not count the pod as done
+/// with (the next sync tries again).
 pub async fn remove_tracking_finalizer(api: &Api<Pod>, pod: &Pod) -> Result<(), kube::Error> {
     if !has_tracking_finalizer(pod) {
         return Ok(());
     }
-    let rest: Vec<&String> = pod.finalizers().iter().filter(|f| *f != TRACKING_FINALIZER).collect();
-    let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": pod.resource_version()}});
-    match api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+    let patch = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [TRACKING_FINALIZER]}});
+    match api.patch(&pod.name_any(), &PatchParams::default(), &Patch::Strategic(patch)).await {
         Ok(_) => Ok(()),
-        Err(e) if pod_control::is_gone(&e) => Ok(()),
+        Err(e) if pod_control::is_not_found(&e) => Ok(()),
         Err(e) => Err(e),
     }
 }

@@ -181,6 +181,9 @@ pub(super) async fn reconcile(job: Arc<Job>, state: Arc<State>) -> Result<Action
         }
     }
     if !unc_succ.is_empty() || !unc_fail.is_empty() {
+        // Every finalizer comes off before the pods count: a pod counted
+        // with its finalizer left on would never be looked at again (it
+        // stays terminating, and the job never finishes).
         for p in mine.iter() {
             let puid = p.metadata.uid.as_deref().unwrap_or("");
             if unc_succ.iter().chain(unc_fail.iter()).any(|u| u == puid) {
