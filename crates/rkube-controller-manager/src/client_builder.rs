@@ -138,14 +138,15 @@ async fn issue_token(api: &Api<ServiceAccount>, name: &str) -> anyhow::Result<(H
     Ok((header, Duration::try_from(left).unwrap_or(Duration::ZERO)))
 }
 
-/// Runs `f` up to 4 times, waiting 0.5 s, 1 s, 2 s between tries
-/// (upstream's backoff for token requests); returns the last error.
+/// Runs `f` up to 4 times, waiting between tries with the one jittered
+/// backoff (`rkube_cache::backoff`, from 0.5 s doubling, as upstream's
+/// token requests back off); returns the last error.
 async fn with_retries<T, F, Fut>(mut f: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,
 {
-    let mut wait = Duration::from_millis(500);
+    let mut backoff = rkube_cache::backoff::Backoff::new(Duration::from_millis(500), Duration::from_secs(4));
     let mut tries = 0;
     loop {
         tries += 1;
@@ -154,8 +155,7 @@ where
             Err(e) if tries >= 4 => return Err(e),
             Err(e) => tracing::info!(error = %e, "getting a controller token failed; trying again"),
         }
-        tokio::time::sleep(wait).await;
-        wait *= 2;
+        tokio::time::sleep(backoff.next_delay()).await;
     }
 }
 
