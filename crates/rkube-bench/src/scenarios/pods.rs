@@ -261,9 +261,10 @@ async fn watch_pods(http: reqwest::Client, base: String, seen: Arc<Seen>) {
     }
 }
 
-/// The pod `name`: `sleep`, the ConfigMap `cm` mounted at `/etc/bench`, readiness by TCP to
-/// `probe_port`.
-fn pod(name: &str, cm: &str, probe_port: u16) -> Value {
+/// The pod `name`: `sleep`, the ConfigMap `cm` mounted at `mount_path`, readiness by TCP to
+/// `probe_port`. The mount path is under the bench's temporary directory: `rkube runtime`
+/// creates mount points on the host's tree (each container mounts in its own mount namespace).
+fn pod(name: &str, cm: &str, mount_path: &str, probe_port: u16) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "labels": {LABEL.0: LABEL.1}},
@@ -272,7 +273,7 @@ fn pod(name: &str, cm: &str, probe_port: u16) -> Value {
             "containers": [{
                 "name": "main", "image": "busybox", "command": ["sleep", "36000"],
                 "readinessProbe": {"tcpSocket": {"port": probe_port}, "periodSeconds": 1},
-                "volumeMounts": [{"name": "config", "mountPath": "/etc/bench", "readOnly": true}],
+                "volumeMounts": [{"name": "config", "mountPath": mount_path, "readOnly": true}],
             }],
             "volumes": [{"name": "config", "configMap": {"name": cm}}],
         },
@@ -339,10 +340,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let watcher = tokio::spawn(watch_pods(http, api.base().to_string(), seen.clone()));
 
     crate::progress::phase(&format!("creating {pods} pods"));
+    let mount_path = work.path().join("config").display().to_string();
     let began = Instant::now();
     for i in 0..pods {
         let name = format!("pod-{i:04}");
-        api.create("/api/v1/namespaces/default/pods", &pod(&name, cm, probe_port))
+        api.create("/api/v1/namespaces/default/pods", &pod(&name, cm, &mount_path, probe_port))
             .await
             .with_context(|| format!("creating pod {name}"))?;
         seen.observe(&name, Instant::now(), false, false);
