@@ -20,7 +20,7 @@ use crate::containerd_support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use rkube_node::cri::{CriClient, RuntimeApi, LABEL_POD_UID};
 use rkube_node::pleg::connection::ConnectionState;
@@ -426,6 +426,70 @@ async fn volumes_and_env_reach_a_container_on_containerd_1_6() {
         "ARG=vols-arg".into(),
     ];
     assert_eq!(log, expected.join("\n") + "\n");
+    cn.shutdown().await;
+}
+
+/// `kubectl debug -it pod --target=main` on containerd: the ephemeral container joins the
+/// target's PID namespace (CRI `NamespaceMode::TARGET` with the target's container id), so
+/// `ps` lists the target's process; one added without a target has its own PID namespace and
+/// does not see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_container_with_a_target_sees_the_targets_processes_on_containerd_1_6() {
+    let Some(busybox) = containerd_support::prerequisites() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cn = ContainerdNode::start(dir.path(), &busybox).await;
+    let pods: Api<Pod> = Api::namespaced(cn.client.clone(), "default");
+    pods.create(&PostParams::default(), &host_network_pod("app", "Always", &["sleep", "4242"]))
+        .await
+        .expect("create app");
+    wait_phase(&pods, "app", "Running", Duration::from_secs(30)).await;
+    let debug = |name: &str, target: Option<&str>| {
+        let mut ec = json!({"name": name, "image": IMAGE, "command": ["ps", "-o", "pid,args"]});
+        if let Some(t) = target {
+            ec["targetContainerName"] = json!(t);
+        }
+        ec
+    };
+    for ec in [debug("dbg", Some("main")), debug("own", None)] {
+        // As `kubectl debug` sends it: a strategic merge patch of the ephemeralcontainers subresource.
+        pods.patch_subresource(
+            "ephemeralcontainers",
+            "app",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"ephemeralContainers": [ec]}})),
+        )
+        .await
+        .expect("add an ephemeral container");
+    }
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let p = pods.get("app").await.expect("get app");
+        let statuses = p.status.and_then(|s| s.ephemeral_container_statuses).unwrap_or_default();
+        let exited = |n: &str| {
+            statuses
+                .iter()
+                .any(|s| s.name == n && s.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 0))
+        };
+        if exited("dbg") && exited("own") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "ephemeral containers did not complete: {statuses:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = |c: &str| {
+        let params = kube::api::LogParams { container: Some(c.into()), ..Default::default() };
+        let pods = pods.clone();
+        async move { pods.logs("app", &params).await.expect("pods/log") }
+    };
+    let with_target = log("dbg").await;
+    let args: Vec<&str> = with_target.lines().skip(1).filter_map(|l| l.trim().split_once(' ').map(|(_, a)| a.trim())).collect();
+    assert!(args.contains(&"sleep 4242"), "the target's process is listed: {with_target}");
+    assert!(args.contains(&"ps -o pid,args"), "{with_target}");
+    let own = log("own").await;
+    let args: Vec<&str> = own.lines().skip(1).filter_map(|l| l.trim().split_once(' ').map(|(_, a)| a.trim())).collect();
+    assert_eq!(args, ["ps -o pid,args"], "its own PID namespace: {own}");
     cn.shutdown().await;
 }
 
