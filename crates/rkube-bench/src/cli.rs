@@ -9,6 +9,7 @@
 //! rkube bench rbac    [--sizes 0,400,10000] [--runs 3] [--step-seconds 5]  (exits non-zero below its goal)
 //! rkube bench bodies  [--sizes 3137536] [--runs 5]  (body bytes; fails on a wrong answer)
 //! rkube bench streaming [--sizes 1073741824] [--runs 3] [--kubectl-dir DIR]  (exec and port-forward, kubectl 1.27 and 1.33)
+//! rkube bench pods    [--pods 100] [--step-seconds 30]  (pod startup on `rkube up --node`; exits non-zero unless every pod runs)
 //! rkube bench all     every scenario above in turn, each with its own report
 //! rkube bench summary --commit SHA   BENCHMARKS.md (stdout) from the reports in --out
 //! common: [--quick] [--out bench-results] [--rkube PATH]
@@ -58,7 +59,11 @@ pub enum Scenario {
     /// `kubectl exec` round trips and `kubectl port-forward` throughput on `rkube up --node`,
     /// with kubectl 1.27 (SPDY) and 1.33 (WebSocket).
     Streaming,
-    /// Every scenario in turn (list, writes, init, watch, cluster, rbac, stalled, bodies, streaming), each writing its report;
+    /// Pod create → Running and → Ready on `rkube up --node` for pods with a configMap volume
+    /// and a readiness probe, against the pod startup SLO, and that process's CPU with the pods
+    /// idle; exits non-zero when not every pod runs.
+    Pods,
+    /// Every scenario in turn (list, writes, init, watch, cluster, rbac, stalled, bodies, streaming, pods), each writing its report;
     /// exits non-zero when any failed.
     All,
     /// Prints BENCHMARKS.md made from the reports in --out, which must all come from
@@ -77,7 +82,7 @@ pub enum Workload {
 }
 
 /// The measuring scenarios, in the order `all` runs them.
-pub const EVERY_SCENARIO: [Scenario; 9] = [
+pub const EVERY_SCENARIO: [Scenario; 10] = [
     Scenario::List,
     Scenario::Writes,
     Scenario::Init,
@@ -87,6 +92,7 @@ pub const EVERY_SCENARIO: [Scenario; 9] = [
     Scenario::Stalled,
     Scenario::Bodies,
     Scenario::Streaming,
+    Scenario::Pods,
 ];
 
 impl Scenario {
@@ -102,6 +108,7 @@ impl Scenario {
             Scenario::Stalled => "stalled",
             Scenario::Bodies => "bodies",
             Scenario::Streaming => "streaming",
+            Scenario::Pods => "pods",
             Scenario::All => "all",
             Scenario::Summary => "summary",
         }
@@ -142,7 +149,8 @@ pub struct BenchArgs {
     /// watch: event rates (events/s) of the rate sweep (default 50,100,200,500,1000,2000,4000).
     #[arg(long, value_delimiter = ',')]
     pub rates: Vec<u32>,
-    /// watch: seconds each rate or watcher step lasts (default 10); rbac: seconds of each timed window (default 5).
+    /// watch: seconds each rate or watcher step lasts (default 10); rbac: seconds of each timed window (default 5);
+    /// pods: seconds over which the idle node's CPU is measured (default 30).
     #[arg(long)]
     pub step_seconds: Option<u64>,
     /// cluster: simulated node counts (default 1000).
@@ -168,6 +176,9 @@ pub struct BenchArgs {
     /// cluster: simulated nodes sharing one proxy-like client (default: 1 up to 1000 nodes, then nodes/1000).
     #[arg(long)]
     pub proxy_share: Option<usize>,
+    /// pods: pods created on `rkube up --node` (default 100; 10 with --quick).
+    #[arg(long)]
+    pub pods: Option<usize>,
     /// writes: concurrency levels (default 1,8,64).
     #[arg(long, value_delimiter = ',')]
     pub concurrency: Vec<usize>,

@@ -19,46 +19,17 @@ use crate::containerd_support;
 
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use rkube_node::cri::{CriClient, RuntimeApi, LABEL_POD_UID};
 use rkube_node::pleg::connection::ConnectionState;
 use rkube_node::pleg::metrics::CacheSource;
 use rkube_node::pleg::GENERIC_RELIST;
-use serde_json::json;
 
 use common::{exec, http_get, wait_phase};
-use containerd_support::daemon::Containerd;
-
-/// The sandbox image name containerd is configured with.
-const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.6";
-/// The pods' image (tagged, so `imagePullPolicy` defaults to IfNotPresent: no registry pull).
-const IMAGE: &str = "rkube.test/busybox:1.36";
-const NODE: &str = "containerd-node";
-
-#[derive(Parser)]
-struct NodeFlags {
-    #[command(flatten)]
-    args: rkube_node::cli::NodeArgs,
-}
-
-fn host_network_pod(name: &str, restart: &str, command: &[&str]) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "nodeName": NODE,
-            "hostNetwork": true,
-            "restartPolicy": restart,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "main", "image": IMAGE, "command": command}],
-        }
-    }))
-    .expect("pod")
-}
+use containerd_support::node::{host_network_pod, ContainerdNode, IMAGE, NODE};
+use serde_json::json;
 
 fn main_status(p: &Pod) -> k8s_openapi::api::core::v1::ContainerStatus {
     p.status
@@ -84,64 +55,8 @@ async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status(
     };
     let started = Instant::now();
     let dir = tempfile::tempdir().expect("tempdir");
-
-    // Private containerd + the local image under both names.
-    let mut containerd = Containerd::start(&dir.path().join("ctrd"), PAUSE_IMAGE)
-        .await
-        .expect("start containerd");
-    let tarball = dir.path().join("image.tar");
-    containerd_support::oci::write_busybox_image(&busybox, &[PAUSE_IMAGE, IMAGE], &tarball)
-        .expect("build OCI image");
-    containerd.import(&tarball).await.expect("import image");
-    let images = containerd
-        .ctr(&["images", "ls", "-q"])
-        .await
-        .expect("ctr images ls");
-    assert!(
-        images.lines().any(|l| l == IMAGE) && images.lines().any(|l| l == PAUSE_IMAGE),
-        "images: {images}"
-    );
-    eprintln!(
-        "containerd up with snapshotter {} and image imported after {:?}",
-        containerd.snapshotter,
-        started.elapsed()
-    );
-
-    // API server and the node agent, configured by `rkube node` flags.
-    let (api, client) = common::apiserver(dir.path()).await;
-    let endpoint = containerd.endpoint();
-    let logs = dir.path().join("pods");
-    // The kubelet API serves a certificate of the `rkube up` CA and trusts that CA for the API
-    // server's kubelet client certificate, so `pods/log` and `pods/exec` reach it.
-    let (cert, key) = rkube_node::local::sign_serving_cert(
-        &dir.path().join("api"),
-        &dir.path().join("kubelet-pki"),
-        NODE,
-    )
-    .expect("kubelet serving certificate");
-    let ca = dir.path().join("api/pki/ca.crt");
-    let flags = NodeFlags::parse_from([
-        "node",
-        "--kubeconfig",
-        api.kubeconfig.to_str().expect("utf-8"),
-        &format!("--container-runtime-endpoint={endpoint}"),
-        &format!("--hostname-override={NODE}"),
-        "--healthz-port=0",
-        // A free port: kubelet's 10250 may be taken by a test running beside this one.
-        "--port=0",
-        "--address=127.0.0.1",
-        // The API server reaches the kubelet API at the node's address.
-        "--node-ip=127.0.0.1",
-        &format!("--tls-cert-file={}", cert.display()),
-        &format!("--tls-private-key-file={}", key.display()),
-        &format!("--client-ca-file={}", ca.display()),
-        "--pod-logs-directory",
-        logs.to_str().expect("utf-8"),
-    ]);
-    let config = rkube_node::cli::node_config(flags.args).expect("node config");
-    let agent = rkube_node::agent::start(config, client.clone())
-        .await
-        .expect("node agent on containerd");
+    let cn = ContainerdNode::start(dir.path(), &busybox).await;
+    let (client, agent, endpoint, logs) = (&cn.client, &cn.agent, cn.endpoint.clone(), cn.logs.clone());
 
     // The Node reports containerd as its runtime.
     let nodes: Api<Node> = Api::all(client.clone());
@@ -414,14 +329,168 @@ async fn pods_on_containerd_1_6_run_via_generic_pleg_fallback_and_report_status(
         started.elapsed()
     );
 
-    // Tear down: agent, then every sandbox, then containerd (by PID) and the API server.
-    agent.shutdown().await;
-    for s in cri.list_pod_sandbox().await.unwrap_or_default() {
-        let _ = cri.stop_pod_sandbox(&s.id).await;
-        let _ = cri.remove_pod_sandbox(&s.id).await;
+    cn.shutdown().await;
+}
+
+/// The volumes and environment of `rkube up --node`'s tests, here through containerd 1.6: the
+/// agent prepares configMap, secret and emptyDir volumes on the host and hands them to
+/// containerd as CRI mounts (the API data ones read-only, as kubelet mounts them), and the
+/// variables from a ConfigMap key, a Secret key, `envFrom` (with a prefix), `fieldRef` and
+/// `$(VAR)` expansion. The container prints what it sees; its log, read through `pods/log`,
+/// is compared whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_and_env_reach_a_container_on_containerd_1_6() {
+    let Some(busybox) = containerd_support::prerequisites() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cn = ContainerdNode::start(dir.path(), &busybox).await;
+    let pp = PostParams::default();
+    let cms: Api<ConfigMap> = Api::namespaced(cn.client.clone(), "default");
+    cms.create(
+        &pp,
+        &serde_json::from_value(json!({"metadata": {"name": "app-config"}, "data": {"greeting": "hello", "app.conf": "mode=prod"}}))
+            .expect("configmap"),
+    )
+    .await
+    .expect("create configmap");
+    let secrets: Api<Secret> = Api::namespaced(cn.client.clone(), "default");
+    secrets
+        .create(&pp, &serde_json::from_value(json!({"metadata": {"name": "app-secret"}, "stringData": {"password": "s3cret"}})).expect("secret"))
+        .await
+        .expect("create secret");
+    let script = [
+        "echo CFG=$(cat /etc/cfg/app.conf) MODE=$(stat -L -c %a /etc/cfg/app.conf)",
+        "echo SECRET=$(cat /etc/sec/pw) MODE=$(stat -L -c %a /etc/sec/pw)",
+        "touch /etc/cfg/new 2>/dev/null && echo CFG_WRITABLE=yes || echo CFG_WRITABLE=no",
+        "echo SCRATCH=$(cat /scratch/from-init)",
+        "echo main > /scratch/from-main && echo SCRATCH_WRITE=$(cat /scratch/from-main)",
+        "echo GREETING=$GREETING PASSWORD=$PASSWORD EXPANDED=$EXPANDED",
+        "echo POD=$POD_NAMESPACE/$POD_NAME NODE=$NODE_NAME IP=$POD_IP",
+        // The process's own environment (sh does not pass on names that are not identifiers).
+        "tr '\\0' '\\n' < /proc/1/environ | grep -e ^CFG_ -e ^password= | sort",
+        "echo ARG=$1",
+    ]
+    .join("\n");
+    let env_from = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "vols", "namespace": "default"},
+        "spec": {
+            "nodeName": NODE, "hostNetwork": true, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "initContainers": [{"name": "init", "image": IMAGE, "command": ["sh", "-c", "echo init > /scratch/from-init"],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+            "containers": [{
+                "name": "main", "image": IMAGE,
+                "command": ["sh", "-c", script, "sh", "$(POD_NAME)-arg"],
+                "env": [
+                    {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "app-config", "key": "greeting"}}},
+                    {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "app-secret", "key": "password"}}},
+                    {"name": "EXPANDED", "value": "$(GREETING)-world"},
+                    env_from("POD_NAME", "metadata.name"),
+                    env_from("POD_NAMESPACE", "metadata.namespace"),
+                    env_from("NODE_NAME", "spec.nodeName"),
+                    env_from("POD_IP", "status.podIP"),
+                ],
+                "envFrom": [{"configMapRef": {"name": "app-config"}, "prefix": "CFG_"}, {"secretRef": {"name": "app-secret"}}],
+                "volumeMounts": [
+                    {"name": "cfg", "mountPath": "/etc/cfg"},
+                    {"name": "sec", "mountPath": "/etc/sec"},
+                    {"name": "scratch", "mountPath": "/scratch"},
+                ],
+            }],
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "app-config"}},
+                {"name": "sec", "secret": {"secretName": "app-secret", "items": [{"key": "password", "path": "pw", "mode": 0o400}]}},
+                {"name": "scratch", "emptyDir": {}},
+            ],
+        }
+    }))
+    .expect("pod");
+    let pods: Api<Pod> = Api::namespaced(cn.client.clone(), "default");
+    pods.create(&pp, &pod).await.expect("create vols");
+    let done = wait_phase(&pods, "vols", "Succeeded", Duration::from_secs(60)).await;
+    let ip = done.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("podIP");
+    let params = kube::api::LogParams { container: Some("main".into()), ..Default::default() };
+    let log = pods.logs("vols", &params).await.expect("pods/log");
+    let expected = [
+        "CFG=mode=prod MODE=644".to_string(),
+        "SECRET=s3cret MODE=400".into(),
+        "CFG_WRITABLE=no".into(),
+        "SCRATCH=init".into(),
+        "SCRATCH_WRITE=main".into(),
+        "GREETING=hello PASSWORD=s3cret EXPANDED=hello-world".into(),
+        format!("POD=default/vols NODE={NODE} IP={ip}"),
+        "CFG_app.conf=mode=prod".into(),
+        "CFG_greeting=hello".into(),
+        "password=s3cret".into(),
+        "ARG=vols-arg".into(),
+    ];
+    assert_eq!(log, expected.join("\n") + "\n");
+    cn.shutdown().await;
+}
+
+/// `kubectl debug -it pod --target=main` on containerd: the ephemeral container joins the
+/// target's PID namespace (CRI `NamespaceMode::TARGET` with the target's container id), so
+/// `ps` lists the target's process; one added without a target has its own PID namespace and
+/// does not see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_container_with_a_target_sees_the_targets_processes_on_containerd_1_6() {
+    let Some(busybox) = containerd_support::prerequisites() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cn = ContainerdNode::start(dir.path(), &busybox).await;
+    let pods: Api<Pod> = Api::namespaced(cn.client.clone(), "default");
+    pods.create(&PostParams::default(), &host_network_pod("app", "Always", &["sleep", "4242"]))
+        .await
+        .expect("create app");
+    wait_phase(&pods, "app", "Running", Duration::from_secs(30)).await;
+    let debug = |name: &str, target: Option<&str>| {
+        let mut ec = json!({"name": name, "image": IMAGE, "command": ["ps", "-o", "pid,args"]});
+        if let Some(t) = target {
+            ec["targetContainerName"] = json!(t);
+        }
+        ec
+    };
+    for ec in [debug("dbg", Some("main")), debug("own", None)] {
+        // As `kubectl debug` sends it: a strategic merge patch of the ephemeralcontainers subresource.
+        pods.patch_subresource(
+            "ephemeralcontainers",
+            "app",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"ephemeralContainers": [ec]}})),
+        )
+        .await
+        .expect("add an ephemeral container");
     }
-    containerd.shutdown();
-    drop(api);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let p = pods.get("app").await.expect("get app");
+        let statuses = p.status.and_then(|s| s.ephemeral_container_statuses).unwrap_or_default();
+        let exited = |n: &str| {
+            statuses
+                .iter()
+                .any(|s| s.name == n && s.state.as_ref().and_then(|s| s.terminated.as_ref()).is_some_and(|t| t.exit_code == 0))
+        };
+        if exited("dbg") && exited("own") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "ephemeral containers did not complete: {statuses:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = |c: &str| {
+        let params = kube::api::LogParams { container: Some(c.into()), ..Default::default() };
+        let pods = pods.clone();
+        async move { pods.logs("app", &params).await.expect("pods/log") }
+    };
+    let with_target = log("dbg").await;
+    let args: Vec<&str> = with_target.lines().skip(1).filter_map(|l| l.trim().split_once(' ').map(|(_, a)| a.trim())).collect();
+    assert!(args.contains(&"sleep 4242"), "the target's process is listed: {with_target}");
+    assert!(args.contains(&"ps -o pid,args"), "{with_target}");
+    let own = log("own").await;
+    let args: Vec<&str> = own.lines().skip(1).filter_map(|l| l.trim().split_once(' ').map(|(_, a)| a.trim())).collect();
+    assert_eq!(args, ["ps -o pid,args"], "its own PID namespace: {own}");
+    cn.shutdown().await;
 }
 
 /// Runs everywhere (no containerd needed): what the agent asks a CRI runtime for a host-network

@@ -377,6 +377,33 @@ impl Runtime {
                 metadata.name, metadata.attempt
             )));
         }
+        // PID namespace of another container (`kubectl debug --target`): every process here
+        // already shares the node's PID namespace, so the target is visible as it is; as
+        // containerd does, the target must be a running container of the same sandbox.
+        let pid_ns = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref());
+        if let Some(ns) = pid_ns.filter(|ns| ns.pid == cri::NamespaceMode::Target as i32) {
+            let target = st
+                .containers
+                .get(&ns.target_id)
+                .ok_or_else(|| not_found("container", &ns.target_id))?;
+            if target.sandbox_id != sandbox_id {
+                return Err(RuntimeError::InvalidArgument(format!(
+                    "container {:?} (sandbox {}) does not belong to sandbox {sandbox_id}",
+                    ns.target_id, target.sandbox_id
+                )));
+            }
+            if target.state != cri::ContainerState::ContainerRunning {
+                return Err(RuntimeError::FailedPrecondition(format!(
+                    "container {:?} is not running - in state {:?}",
+                    ns.target_id,
+                    target.state.as_str_name()
+                )));
+            }
+        }
         let mut envs = vec![("PATH".to_string(), DEFAULT_PATH.to_string())];
         if !sandbox.hostname.is_empty() {
             envs.push(("HOSTNAME".to_string(), sandbox.hostname.clone()));

@@ -408,6 +408,61 @@ async fn create_errors_map_to_grpc_codes() {
     assert!(f.finish().await.is_empty());
 }
 
+/// `NamespaceMode::TARGET` (`kubectl debug --target`): every container here is a host process
+/// in the node's PID namespace, so one targeting a running container of its sandbox is created
+/// as any other and sees the target's process; a target that does not exist, belongs to another
+/// sandbox or is not running is refused, as containerd refuses it.
+#[tokio::test]
+async fn target_pid_namespace_needs_a_running_container_of_the_same_sandbox() {
+    let mut f = start().await;
+    let sandbox = f.sandbox("target").await;
+    let other = f.sandbox("other").await;
+    let app = f.container(&sandbox, "app", &["sleep", "30"]).await;
+    let targeting = |id: &str| {
+        let id = id.to_string();
+        move |c: &mut cri::ContainerConfig| {
+            c.linux = Some(cri::LinuxContainerConfig {
+                security_context: Some(cri::LinuxContainerSecurityContext {
+                    namespace_options: Some(cri::NamespaceOption {
+                        pid: cri::NamespaceMode::Target as i32,
+                        target_id: id,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+    };
+    let request = |sandbox: &str, name: &str, target: &str| {
+        let mut config = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
+            command: vec!["true".into()],
+            ..Default::default()
+        };
+        targeting(target)(&mut config);
+        cri::CreateContainerRequest { pod_sandbox_id: sandbox.into(), config: Some(config), sandbox_config: None }
+    };
+    let err = f.rt.create_container(request(&sandbox, "early", &app)).await.expect_err("target not running");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    f.start_container(&app).await;
+    let app_pid = f.pid(&app).await;
+    let err = f.rt.create_container(request(&sandbox, "nobody", "no-such-id")).await.expect_err("no such target");
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err:?}");
+    let err = f.rt.create_container(request(&other, "elsewhere", &app)).await.expect_err("another sandbox's container");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    // The debugging container sees the target's process (the node's PID namespace).
+    let probe = format!("test -d /proc/{app_pid} && echo sees-{app_pid}");
+    let dbg = f.container_with(&sandbox, "dbg", &["sh", "-c", &probe], targeting(&app)).await;
+    let mut events = subscribe(&mut f).await;
+    f.start_container(&dbg).await;
+    events_for(&mut events, &dbg, Ev::ContainerStoppedEvent).await;
+    let log = read_log(&f.log_dir().join("dbg/0.log"));
+    assert!(log.iter().any(|l| l.ends_with(&format!(" stdout F sees-{app_pid}"))), "{log:?}");
+    f.finish().await;
+    wait_gone(app_pid).await;
+}
+
 #[tokio::test]
 async fn pulled_image_names_are_listed_and_removable() {
     let mut f = start().await;

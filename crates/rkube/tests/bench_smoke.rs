@@ -328,6 +328,38 @@ fn bench_streaming_quick_reports_exec_and_port_forward_for_both_protocols() {
     }
 }
 
+/// `rkube bench pods --quick --pods 3`: three pods with a configMap volume and a readiness
+/// probe start on `rkube up --node`; the report has every pod's created → Running and → Ready,
+/// the SLO verdict, and the idle CPU of the `rkube up` process.
+#[test]
+fn bench_pods_quick_reports_startup_latency_against_the_slo_and_idle_cpu() {
+    let out = run_quick_with("pods", &["--pods", "3", "--step-seconds", "2"]);
+    let json = assert_report(out.path(), "pods", false);
+    assert_eq!(json["parameters"]["pods"], 3, "--pods is what the run used");
+    assert_eq!(json["parameters"]["idle_seconds"], 2, "--step-seconds is the idle window");
+    for name in ["pods/startup_latency", "pods/created_to_ready"] {
+        let m = json["measurements"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("{name} measured: {json}"));
+        assert_eq!(m["summary"]["runs"], 3, "{name}: every pod: {m}");
+    }
+    let idle = measurement_names(&json);
+    assert!(
+        idle.iter().any(|n| n == "pods/idle_cpu_percent_of_core"),
+        "{idle:?}"
+    );
+    let rows = &json["tables"][0]["rows"];
+    assert_eq!(rows[0][0], "created → Running (pod startup)", "{rows}");
+    assert_eq!(rows[0][1], "3 of 3", "{rows}");
+    assert!(
+        rows[0][7] == "yes" || rows[0][7] == "NO",
+        "an SLO verdict: {rows}"
+    );
+}
+
 /// SIGTERM stops `rkube bench all` as a whole: the scenario it interrupts stops its processes,
 /// and no later scenario starts.
 #[test]
@@ -403,7 +435,7 @@ fn bench_all_runs_every_scenario_and_fails_on_any_failure() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(
-            "rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled, bodies, streaming"
+            "rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled, bodies, streaming, pods"
         ),
         "{stderr}"
     );
@@ -417,6 +449,7 @@ fn bench_all_runs_every_scenario_and_fails_on_any_failure() {
         "stalled",
         "bodies",
         "streaming",
+        "pods",
     ] {
         assert!(
             !out.path().join(format!("{name}.json")).exists(),

@@ -424,6 +424,41 @@ fn kubectl_debug_runs_an_ephemeral_container_to_completion(version: &str) {
     );
 }
 
+/// `kubectl debug -i <pod> --target=<container>` (1.33, as `kubectl debug -it --target=app`
+/// sends it) on `rkube up --node`: the ephemeral container names its target, the node agent asks
+/// the runtime for the target's PID namespace (CRI `TARGET` with the target's container id), and
+/// on `rkube runtime`, whose containers are host processes in the node's PID namespace, the
+/// debugging container runs and sees the target's process in `/proc`.
+#[test]
+fn kubectl_debug_with_a_target_runs_and_sees_the_targets_process() {
+    let (cluster, k, _fixtures) = cluster_with_box("1.33");
+    // A command line no other test's process has.
+    let marker = (1_000_000 + std::process::id()).to_string();
+    k.ok(&["run", "app", "--image=busybox", "--restart=Never", "--", "sleep", &marker]);
+    let deadline = Instant::now() + LIMIT;
+    while !k.json(&["get", "pod", "app"])["status"]["containerStatuses"][0]["state"]["running"].is_object() {
+        assert!(Instant::now() < deadline, "app not running:\n{}", cluster.server_log());
+        thread::sleep(Duration::from_millis(200));
+    }
+    let script = format!(
+        "for d in /proc/[0-9]*; do if [ \"$(tr '\\0' ' ' < $d/cmdline 2>/dev/null)\" = 'sleep {marker} ' ]; then echo found-target; fi; done"
+    );
+    k.ok(&["debug", "-i", "app", "--image=busybox", "--target=app", "--container=dbg", "--", "sh", "-c", &script]);
+    let deadline = Instant::now() + LIMIT;
+    let p = loop {
+        let p = k.json(&["get", "pod", "app"]);
+        if p["status"]["ephemeralContainerStatuses"][0]["state"]["terminated"].is_object() {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "dbg not terminated: {}\n{}", p["status"], cluster.server_log());
+        thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(p["spec"]["ephemeralContainers"][0]["targetContainerName"], "app");
+    let status = &p["status"]["ephemeralContainerStatuses"][0];
+    assert_eq!(status["state"]["terminated"]["exitCode"], 0, "{status}");
+    assert_eq!(k.ok(&["logs", "app", "-c", "dbg"]).stdout, "found-target\n");
+}
+
 per_kubectl_version!(
     kubectl_run_it_gives_the_container_a_terminal,
     kubectl_debug_runs_an_ephemeral_container_to_completion,

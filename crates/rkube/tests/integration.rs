@@ -18,8 +18,6 @@ mod webhook_support;
 
 #[path = "auth_review.rs"]
 mod auth_review;
-#[path = "bench_pods.rs"]
-mod bench_pods;
 #[path = "bench_smoke.rs"]
 mod bench_smoke;
 #[path = "component_e2e.rs"]

@@ -9,6 +9,7 @@
 //! - [`stalled`]: server memory while clients stall on large LISTs, and after.
 //! - [`bodies`]: server CPU per large request body, per encoding.
 //! - [`streaming`]: `kubectl exec` round trips and `port-forward` throughput, SPDY and WebSocket.
+//! - [`pods`]: pod startup on `rkube up --node` against the SLO, and its CPU with the pods idle.
 //! - [`rbac`]: GET throughput of an RBAC-bound user vs a `system:masters` one, vs bindings.
 
 pub mod bodies;
@@ -16,6 +17,7 @@ pub mod cluster;
 mod cluster_sim;
 mod cluster_workload;
 pub mod init;
+pub mod pods;
 pub mod list;
 pub mod rbac;
 pub mod stalled;
@@ -110,6 +112,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Report> {
         Scenario::Stalled => stalled::run(ctx).await,
         Scenario::Bodies => bodies::run(ctx).await,
         Scenario::Streaming => streaming::run(ctx).await,
+        Scenario::Pods => pods::run(ctx).await,
         Scenario::All | Scenario::Summary => {
             anyhow::bail!("`{}` is not a measuring scenario", scenario.name())
         }

@@ -6,7 +6,8 @@
 //! Each volume lives in kubelet's layout,
 //! `<root-dir>/pods/<pod uid>/volumes/kubernetes.io~<plugin>/<volume>/`
 //! (`hostPath` volumes are the host path itself), and is mounted where the
-//! container's `volumeMounts` say (`subPath` inside it, `readOnly`):
+//! container's `volumeMounts` say (`subPath` inside it, `readOnly`; the
+//! API data volumes below, `configMap` to `projected`, are always read-only):
 //!
 //! - `emptyDir`: an empty directory; `medium: Memory` is a tmpfs (with
 //!   `sizeLimit`) when the agent runs as root, else a plain directory;
@@ -96,11 +97,20 @@ pub async fn container_mounts(
         mounts.push(cri::Mount {
             container_path: vm.mount_path.clone(),
             host_path: host.display().to_string(),
-            readonly: vm.read_only.unwrap_or(false) || volume.persistent_volume_claim.as_ref().and_then(|c| c.read_only).unwrap_or(false),
+            readonly: vm.read_only.unwrap_or(false)
+                || volume.persistent_volume_claim.as_ref().and_then(|c| c.read_only).unwrap_or(false)
+                || is_api_data(volume),
             ..Default::default()
         });
     }
     Ok(mounts)
+}
+
+/// Whether `volume` holds API data the agent writes (`configMap`, `secret`, `downwardAPI`,
+/// `projected`): containers get it read-only whatever the mount says, as kubelet mounts these
+/// plugins (their volume attributes are read-only).
+pub fn is_api_data(volume: &Volume) -> bool {
+    volume.config_map.is_some() || volume.secret.is_some() || volume.downward_api.is_some() || volume.projected.is_some()
 }
 
 /// Rewrites the file-backed volumes of `pod` (ConfigMaps, Secrets,

@@ -607,6 +607,30 @@ impl PodWorker {
                     continue;
                 }
             };
+            // `kubectl debug --target`: the target's container id, resolved before the
+            // config is made (upstream `startContainer`: `getTargetID`).
+            let target = match plan
+                .ephemeral
+                .then(|| super::ephemeral::target_of(&pod, &plan.name))
+                .flatten()
+                .map(|t| super::ephemeral::target_id(status, t))
+                .transpose()
+            {
+                Ok(target) => target,
+                Err(message) => {
+                    if self
+                        .config_errors
+                        .insert(plan.name.clone(), message.clone())
+                        .as_deref()
+                        != Some(message.as_str())
+                    {
+                        events
+                            .publish(&regarding, true, events::FAILED, format!("Error: {message}"))
+                            .await;
+                    }
+                    continue;
+                }
+            };
             let namespace = pod
                 .metadata
                 .namespace
@@ -650,6 +674,9 @@ impl PodWorker {
             }
             let mut config = container_config(&pod, container, plan.attempt, &env);
             config.mounts = mounts;
+            if let Some(target_id) = &target {
+                super::ephemeral::join_target(&mut config, target_id);
+            }
             let id = match cri
                 .create_container(sandbox, config, sandbox_config.clone())
                 .await

@@ -1,8 +1,9 @@
 //! Helpers of the containerd test: a private containerd ([`daemon`]), a local OCI image
-//! ([`oci`]), and the "is containerd here" gate. The in-process `rkube up` API server is in
+//! ([`oci`]), the node agent on it with an API server ([`node`]), and the "is containerd here" gate. The in-process `rkube up` API server is in
 //! `tests/common`.
 
 pub mod daemon;
+pub mod node;
 pub mod oci;
 
 use std::path::PathBuf;

@@ -11,7 +11,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 /// Applets linked to `/bin/busybox` in the layer.
-const APPLETS: &[&str] = &["sh", "sleep", "true", "false", "echo", "cat", "ls"];
+const APPLETS: &[&str] = &["sh", "sleep", "true", "false", "echo", "cat", "ls", "stat", "sort", "touch", "ps", "grep", "tr"];
 
 /// One archive entry.
 enum Entry<'a> {
