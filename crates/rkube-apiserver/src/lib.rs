@@ -26,6 +26,7 @@ pub mod body_chunks;
 pub mod builtin_objects;
 pub mod cache_options;
 pub mod cli;
+pub mod crd_conversion;
 pub mod config_data;
 pub mod controllers;
 pub mod csr;

@@ -1,9 +1,11 @@
 //! ValidatingAdmissionPolicies and their bindings, evaluated on writes:
 //! denials with upstream's message, code and reason, `Warn` as a `Warning`
-//! header, variables, `messageExpression`, parameters, match constraints
-//! and `failurePolicy`.
+//! header, variables, `messageExpression`, parameters (by name and by
+//! label selector), match constraints, `failurePolicy`, and
+//! `auditAnnotations` in the audit log.
 
 use crate::common;
+use crate::log_support;
 
 use std::time::{Duration, Instant};
 
@@ -86,13 +88,7 @@ async fn warn_bindings_answer_with_a_warning_and_variables_feed_message_expressi
     let r = s.post(CMS, &cm("two", json!({"a": "1", "b": "2"}))).await;
     assert_eq!(r.code, 201, "{}", r.text);
     let warnings: Vec<&str> = r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).collect();
-    assert_eq!(
-        warnings,
-        [
-            "299 - \"ValidatingAdmissionPolicy 'one-key' has auditAnnotations, which rkube does not evaluate yet\"",
-            "299 - \"Validation failed for ValidatingAdmissionPolicy 'one-key' with binding 'one-key-binding': has 2 keys\""
-        ]
-    );
+    assert_eq!(warnings, ["299 - \"Validation failed for ValidatingAdmissionPolicy 'one-key' with binding 'one-key-binding': has 2 keys\""]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,7 +105,11 @@ async fn parameters_come_from_the_bindings_param_ref() {
     let secrets = "/api/v1/namespaces/default/secrets";
     let r = s.post(secrets, &secret("before-params")).await;
     r.assert_status(422, "Invalid");
-    assert!(r.message().ends_with("denied request: no params found for policy binding with `Deny` parameterNotFoundAction"), "{}", r.message());
+    assert!(
+        r.message().ends_with("denied request: failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"),
+        "{}",
+        r.message()
+    );
     assert_eq!(s.post(CMS, &cm("limits", json!({"max": "1"}))).await.code, 201);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -157,4 +157,161 @@ async fn match_constraints_conditions_and_failure_policy_decide_what_is_checked(
     let r = s.post(CMS, &no_data).await;
     r.assert_status(422, "Invalid");
     assert!(r.message().contains("denied request: expression 'object.data.ok == 'yes'' resulted in error: "), "{}", r.message());
+}
+
+/// The `Warning` header values of `r`.
+fn warnings_of(r: &common::Resp) -> Vec<String> {
+    r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect()
+}
+
+/// `paramRef.selector`: the policy is applied once per ConfigMap the
+/// selector matches (in the request's namespace), none matching is allowed
+/// with `parameterNotFoundAction: Allow`, and is upstream's configuration
+/// error with `Deny` (denied under `failurePolicy: Fail`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_param_selector_applies_the_policy_once_per_matching_param() {
+    let s = TestServer::embedded().await;
+    let on = |resource: &str| json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": [resource]}]});
+    let spec = json!({
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "matchConstraints": on("secrets"),
+        "validations": [{"expression": "!has(object.data) || size(object.data) <= int(params.data.max)",
+                         "messageExpression": "'more than ' + params.data.max + ' keys'"}],
+    });
+    let selector = json!({"matchLabels": {"role": "limit"}});
+    install(&s, "selected", spec, json!({"validationActions": ["Warn"], "paramRef": {"selector": selector, "parameterNotFoundAction": "Allow"}})).await;
+    let deny_spec = json!({
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "matchConstraints": on("serviceaccounts"),
+        "validations": [{"expression": "true"}],
+        "failurePolicy": "Fail",
+    });
+    let none = json!({"matchLabels": {"role": "nothing-has-this"}});
+    install(&s, "required", deny_spec, json!({"validationActions": ["Deny"], "paramRef": {"selector": none, "parameterNotFoundAction": "Deny"}})).await;
+
+    let secrets = "/api/v1/namespaces/default/secrets";
+    let secret = |name: &str, keys: usize| {
+        let data: serde_json::Map<String, Value> = (0..keys).map(|i| (format!("k{i}"), json!("MQ=="))).collect();
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data})
+    };
+    let r = s.post(secrets, &secret("no-params-yet", 4)).await;
+    assert_eq!(r.code, 201, "no parameter matches and the binding allows that: {}", r.text);
+    assert!(warnings_of(&r).is_empty(), "{:?}", warnings_of(&r));
+
+    for (name, max, labelled) in [("a-limit", "3", true), ("b-limit", "1", true), ("unlabelled", "0", false)] {
+        let mut c = cm(name, json!({"max": max}));
+        if labelled {
+            c["metadata"]["labels"] = json!({"role": "limit"});
+        }
+        assert_eq!(s.post(CMS, &c).await.code, 201);
+    }
+    let warning = |n: &str| format!("299 - \"Validation failed for ValidatingAdmissionPolicy 'selected' with binding 'selected-binding': more than {n} keys\"");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut n = 0;
+    loop {
+        n += 1;
+        let r = s.post(secrets, &secret(&format!("four-keys-{n}"), 4)).await;
+        assert_eq!(r.code, 201, "{}", r.text);
+        if warnings_of(&r) == [warning("3"), warning("1")] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "one warning per matching parameter never came: {:?}", warnings_of(&r));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = s.post(secrets, &secret("two-keys", 2)).await;
+    assert_eq!(warnings_of(&r), [warning("1")], "only the parameter with max 1 fails");
+
+    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}});
+    let r = s.post("/api/v1/namespaces/default/serviceaccounts", &sa).await;
+    r.assert_status(422, "Invalid");
+    assert_eq!(
+        r.message(),
+        "serviceaccounts \"robot\" is forbidden: ValidatingAdmissionPolicy 'required' with binding 'required-binding' denied request: \
+         failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"
+    );
+}
+
+/// A server like `rkube apiserver --audit-log-path --audit-policy-file`
+/// (policy level `Metadata`), over plain HTTP with anonymous requests
+/// allowed; returns its base URL, its filter chain (to flush the log) and
+/// the stop sender.
+async fn audited_server(dir: &std::path::Path) -> (String, std::sync::Arc<rkube_apiserver::filters::FilterChain>, tokio::sync::oneshot::Sender<()>) {
+    use rkube_apiserver::filters::{self, FilterArgs, FilterChain};
+    let storage: std::sync::Arc<dyn rkube_storage::Storage> =
+        std::sync::Arc::new(rkube_storage::embedded::EmbeddedStorage::open(&dir.join("data")).expect("open store"));
+    let st = rkube_apiserver::server::default_state(storage);
+    rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
+    let policy = dir.join("audit-policy.yaml");
+    std::fs::write(&policy, "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n").expect("write audit policy");
+    let args = FilterArgs {
+        audit_log_path: Some(dir.join("audit.log").display().to_string()),
+        audit_policy_file: Some(policy),
+        ..FilterArgs::default()
+    };
+    let metrics = std::sync::Arc::new(rkube_apiserver::filters::metrics::ApiserverMetrics::new());
+    let chain = std::sync::Arc::new(FilterChain::build(args.load().expect("filter args"), None, metrics).expect("filter chain"));
+    let router = filters::apply(rkube_apiserver::router(st), &chain);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(filters::serve(listener, router, None, async move {
+        let _ = rx.await;
+    }));
+    (base, chain, tx)
+}
+
+/// `auditAnnotations`: each `valueExpression`'s string is added to the
+/// request's audit event as `<policy name>/<key>` (a `null` adds nothing),
+/// also for a request the policy denies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_annotations_reach_the_audit_log_as_policy_slash_key() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (base, chain, stop) = audited_server(dir.path()).await;
+    let client = common::http_client(Some(Duration::from_secs(30)));
+    let post = |path: &str, body: Value| {
+        let req = client.post(format!("{base}{path}")).json(&body);
+        async move {
+            let r = req.send().await.expect("request");
+            let code = r.status().as_u16();
+            (code, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let spec = json!({
+        "matchConstraints": configmaps_rule(),
+        "validations": [{"expression": "object.metadata.name != 'refused'", "message": "refused"}],
+        "auditAnnotations": [{"key": "keys", "valueExpression": "string(size(object.data))"},
+                             {"key": "nothing", "valueExpression": "null"}],
+    });
+    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "audited"}, "spec": spec});
+    assert_eq!(post(POLICIES, policy).await.0, 201);
+    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+                         "metadata": {"name": "audited-binding"}, "spec": {"policyName": "audited", "validationActions": ["Deny"]}});
+    assert_eq!(post(BINDINGS, binding).await.0, 201);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (code, body) = post(CMS, cm("refused", json!({"a": "1"}))).await;
+        if code == 422 {
+            assert!(body["message"].as_str().is_some_and(|m| m.ends_with("denied request: refused")), "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the policy never applied: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(post(CMS, cm("two", json!({"a": "1", "b": "2"}))).await.0, 201);
+    chain.shutdown().await;
+    let _ = stop.send(());
+    let events = log_support::read_audit(&dir.path().join("audit.log"));
+    let creates: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["verb"] == "create" && e["stage"] == "ResponseComplete" && e["objectRef"]["resource"] == "configmaps")
+        .collect();
+    // The last create answered `code`: the denied "refused" (422), the allowed "two" (201).
+    let of = |code: u16| {
+        creates.iter().rev().find(|e| e["responseStatus"]["code"] == code).map(|e| e["annotations"].clone()).unwrap_or(Value::Null)
+    };
+    let denied = of(422);
+    assert_eq!(denied["audited/keys"], "1", "the denied create: {denied}");
+    let allowed = of(201);
+    assert_eq!(allowed["audited/keys"], "2", "the allowed create: {allowed}");
+    assert!(allowed.get("audited/nothing").is_none(), "a null value adds nothing: {allowed}");
 }

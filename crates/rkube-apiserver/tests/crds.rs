@@ -568,22 +568,6 @@ async fn custom_resources_are_served_in_every_version_of_their_crd() {
     }
 }
 
-/// rkube does not call conversion webhooks: a CRD asking for one, with
-/// several versions, is accepted and its author told so in a Warning.
-#[tokio::test]
-async fn conversion_webhooks_are_named_in_a_warning() {
-    let s = TestServer::embedded().await;
-    let g = "webhookconv.example.com";
-    let mut crd = two_version_crd(g);
-    crd["spec"]["conversion"] = json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
-        "clientConfig": {"url": "https://127.0.0.1:1/convert"}}});
-    let r = s.post(CRDS, &crd).await;
-    assert_eq!(r.code, 201, "{}", r.text);
-    let warnings = warnings_of(&r);
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(warnings[0].contains("rkube does not call conversion webhooks yet"), "{warnings:?}");
-}
-
 /// Server-side apply merges a custom resource's lists as its CRD schema
 /// says: `x-kubernetes-list-type: map` items by their keys and `set` items
 /// by value, so two managers each own their items; an untyped list stays

@@ -46,6 +46,8 @@ mod body_bytes;
 mod cache;
 #[path = "cache_kube.rs"]
 mod cache_kube;
+#[path = "crd_conversion.rs"]
+mod crd_conversion;
 #[path = "crds.rs"]
 mod crds;
 #[path = "crds_kube.rs"]

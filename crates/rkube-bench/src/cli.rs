@@ -63,7 +63,10 @@ pub enum Scenario {
     /// and a readiness probe, against the pod startup SLO, and that process's CPU with the pods
     /// idle; exits non-zero when not every pod runs.
     Pods,
-    /// Every scenario in turn (list, writes, init, watch, cluster, rbac, stalled, bodies, streaming, pods), each writing its report;
+    /// Full LISTs of custom resources (default 100000) from the watch cache (RV=0, RV="") vs from
+    /// storage (a direct range read, and a server with the resource's cache disabled).
+    Crds,
+    /// Every scenario in turn (list, writes, init, watch, cluster, rbac, stalled, bodies, streaming, pods, crds), each writing its report;
     /// exits non-zero when any failed.
     All,
     /// Prints BENCHMARKS.md made from the reports in --out, which must all come from
@@ -82,7 +85,7 @@ pub enum Workload {
 }
 
 /// The measuring scenarios, in the order `all` runs them.
-pub const EVERY_SCENARIO: [Scenario; 10] = [
+pub const EVERY_SCENARIO: [Scenario; 11] = [
     Scenario::List,
     Scenario::Writes,
     Scenario::Init,
@@ -93,6 +96,7 @@ pub const EVERY_SCENARIO: [Scenario; 10] = [
     Scenario::Bodies,
     Scenario::Streaming,
     Scenario::Pods,
+    Scenario::Crds,
 ];
 
 impl Scenario {
@@ -109,6 +113,7 @@ impl Scenario {
             Scenario::Bodies => "bodies",
             Scenario::Streaming => "streaming",
             Scenario::Pods => "pods",
+            Scenario::Crds => "crds",
             Scenario::All => "all",
             Scenario::Summary => "summary",
         }
@@ -134,7 +139,8 @@ pub struct BenchArgs {
     /// Repetitions of each timed measurement (default 5; 2 with --quick).
     #[arg(long)]
     pub runs: Option<usize>,
-    /// list, init: object counts (default 10000,50000,100000,300000 for list; 10000,50000,100000 for init);
+    /// list, init, crds: object counts (default 10000,50000,100000,300000 for list; 10000,50000,100000 for init;
+    /// 100000 for crds);
     /// rbac: ClusterRoleBindings of other users (default 0,400,10000); stalled: ConfigMaps (default 13500);
     /// bodies: request body bytes (default 3137536, just under the 3 MiB limit);
     /// streaming: bytes per port-forward connection (default 1073741824).

@@ -20,10 +20,18 @@ use serde_json::Value;
 use crate::event::WatchEvent;
 use crate::store::CachedObject;
 
-/// `obj` in `info`'s form: itself when `info` has no conversion or the
-/// cached bytes are not JSON (they always are: the cache decoded them).
+/// Whether this layer converts `info`'s objects: rows with a
+/// [`rkube_api::registry::Conversion`] that is not done by a webhook (the
+/// API server converts those, [`rkube_api::registry::Conversion::by_webhook`]).
+pub fn converts(info: &ResourceInfo) -> bool {
+    info.conversion.is_some_and(|c| !c.by_webhook)
+}
+
+/// `obj` in `info`'s form: itself when this layer does not convert `info`
+/// ([`converts`]) or the cached bytes are not JSON (they always are: the
+/// cache decoded them).
 pub fn served(info: &ResourceInfo, obj: Arc<CachedObject>) -> Arc<CachedObject> {
-    if info.conversion.is_none() {
+    if !converts(info) {
         return obj;
     }
     let Ok(v) = serde_json::from_slice::<Value>(&obj.json) else { return obj };

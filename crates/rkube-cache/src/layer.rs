@@ -405,7 +405,7 @@ impl CacheLayer {
     /// its objects are converted ([`crate::convert`]).
     pub async fn list(&self, info: &'static ResourceInfo, namespace: Option<&str>, opts: &ListOptions) -> Result<ListResult> {
         let mut page = self.list_stored(info, namespace, &crate::convert::stored_options(info, opts)).await?;
-        if info.conversion.is_some() {
+        if crate::convert::converts(info) {
             page.items = page.items.into_iter().map(|o| crate::convert::served(info, o)).collect();
         }
         Ok(page)

@@ -79,7 +79,7 @@ impl CacheWatch {
     /// This watch with every object converted to `info`'s form (a row with
     /// a [`rkube_api::registry::Conversion`]; other rows change nothing).
     pub fn served_as(mut self, info: &'static rkube_api::registry::ResourceInfo) -> Self {
-        if info.conversion.is_some() {
+        if crate::convert::converts(info) {
             self.served_as = Some(info);
         }
         self

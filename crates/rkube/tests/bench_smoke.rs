@@ -205,6 +205,26 @@ fn bench_list_quick_reports_every_list_mode_side_by_side() {
     }
 }
 
+/// `rkube bench crds --quick`: a full LIST of the loaded custom resources
+/// from the cache (RV=0, RV="") and from storage (direct range, cache
+/// disabled), side by side; the scenario checks every LIST's item count.
+#[test]
+fn bench_crds_quick_reports_cache_and_storage_lists_side_by_side() {
+    let out = run_quick("crds");
+    let json = assert_report(out.path(), "crds", true);
+    let names = measurement_names(&json);
+    for mode in ["floor", "rv0", "consistent", "storage"] {
+        assert!(
+            names.iter().any(|n| n == &format!("crds/list/{mode}")),
+            "crds/list/{mode} in {names:?}"
+        );
+    }
+    assert!(
+        names.iter().any(|n| n == "crds/created_to_listed"),
+        "{names:?}"
+    );
+}
+
 #[test]
 fn bench_watch_quick_reports_delivery_latency_and_rate_sweep() {
     let out = run_quick("watch");
@@ -435,7 +455,7 @@ fn bench_all_runs_every_scenario_and_fails_on_any_failure() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(
-            "rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled, bodies, streaming, pods"
+            "rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled, bodies, streaming, pods, crds"
         ),
         "{stderr}"
     );
@@ -450,6 +470,7 @@ fn bench_all_runs_every_scenario_and_fails_on_any_failure() {
         "bodies",
         "streaming",
         "pods",
+        "crds",
     ] {
         assert!(
             !out.path().join(format!("{name}.json")).exists(),

@@ -4,11 +4,14 @@
 //! --for condition=established`; `kubectl get <shortname>` shows the
 //! printer columns; `kubectl explain` reads the schema; `kubectl scale`;
 //! the resource is served right after a restart; a schema violation is
-//! refused naming the field; deleting the CRD deletes its objects.
+//! refused naming the field; deleting the CRD deletes its objects. A CRD
+//! with a conversion webhook (a real HTTPS server started by the test):
+//! what kubectl writes in one version it reads in the other, converted.
 //!
 //! The cluster process is killed by PID when its guard drops.
 
 use crate::common;
+use crate::webhook_support;
 
 use common::{Backend, Cluster, Stop, Table};
 
@@ -126,4 +129,42 @@ fn crds_serve_custom_resources_to_kubectl(version: &str) {
     assert!(gone.stderr.contains("NotFound") || gone.stderr.contains("not found"), "{}", gone.stderr);
 }
 
-per_kubectl_version!(crds_serve_custom_resources_to_kubectl);
+/// A CRD storing `v1` (`spec.size`) and serving `v2` (`spec.dimension`),
+/// converted by `wh`'s `/convert`.
+fn conversion_crd(wh: &webhook_support::WebhookServer) -> String {
+    let version = |name: &str, storage: bool, field: &str| {
+        format!(
+            "  - name: {name}\n    served: true\n    storage: {storage}\n    schema:\n      openAPIV3Schema:\n        type: object\n        \
+             properties:\n          spec:\n            type: object\n            properties:\n              {field}: {{type: string}}\n"
+        )
+    };
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.conv.example.com\nspec:\n  \
+         group: conv.example.com\n  scope: Namespaced\n  names: {{plural: widgets, kind: Widget}}\n  conversion:\n    strategy: Webhook\n    \
+         webhook:\n      conversionReviewVersions: [v1]\n      clientConfig: {{url: \"{}\", caBundle: {}}}\n  versions:\n{}{}",
+        wh.url("/convert"),
+        wh.ca_bundle(),
+        version("v1", true, "size"),
+        version("v2", false, "dimension"),
+    )
+}
+
+fn conversion_webhooks_convert_what_kubectl_reads_and_writes(version: &str) {
+    let wh = webhook_support::WebhookServer::start(&[]);
+    let cluster = Cluster::start(Backend::Embedded);
+    let k = cluster.kubectl(version);
+    let applied = k.run_stdin(&["apply", "-f", "-"], &conversion_crd(&wh)).success();
+    assert!(applied.stderr.is_empty(), "no warning for a Webhook CRD: {}", applied.stderr);
+    k.ok(&["wait", "--for", "condition=established", "crd/widgets.conv.example.com", "--timeout=30s"]);
+    let v2 = "apiVersion: conv.example.com/v2\nkind: Widget\nmetadata:\n  name: w\nspec:\n  dimension: large\n";
+    let created = k.run_stdin(&["apply", "-f", "-"], v2).success();
+    assert_eq!(created.stdout.trim(), "widget.conv.example.com/w created");
+    let as_v1 = k.json(&["get", "widgets.v1.conv.example.com", "w"]);
+    assert_eq!((as_v1["apiVersion"].as_str(), &as_v1["spec"]), (Some("conv.example.com/v1"), &serde_json::json!({"size": "large"})), "{as_v1}");
+    let as_v2 = k.json(&["get", "widgets.v2.conv.example.com", "w"]);
+    assert_eq!((as_v2["apiVersion"].as_str(), &as_v2["spec"]), (Some("conv.example.com/v2"), &serde_json::json!({"dimension": "large"})), "{as_v2}");
+    let reviews = wh.requests("/convert");
+    assert!(reviews.iter().any(|r| r["request"]["desiredAPIVersion"] == "conv.example.com/v1"), "{reviews:?}");
+}
+
+per_kubectl_version!(crds_serve_custom_resources_to_kubectl, conversion_webhooks_convert_what_kubectl_reads_and_writes);

@@ -249,6 +249,32 @@ pub fn evaluate_json(expr: &str, vars: &[(&str, &Value)]) -> Option<Value> {
     to_json(&evaluate(expr, vars)?.ok()?)
 }
 
+/// What an expression whose value is used as is gave (policy
+/// `auditAnnotations[].valueExpression`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Evaluated {
+    /// Its value as JSON (`Null` for CEL `null`).
+    Value(Value),
+    /// It failed at run time (the message says why), or gave what JSON cannot hold.
+    Error(String),
+    /// It does not parse here, or calls what this environment lacks.
+    Unsupported,
+}
+
+/// Evaluates `expr` with `vars` bound (as [`evaluate_bool`] does) and gives
+/// its value ([`Evaluated`]).
+pub fn evaluate_value(expr: &str, vars: &[(&str, &Value)]) -> Evaluated {
+    let Some(result) = evaluate(expr, vars) else { return Evaluated::Unsupported };
+    match result {
+        Ok(v) => match to_json(&v) {
+            Some(json) => Evaluated::Value(json),
+            None => Evaluated::Error(format!("expression gave a value JSON cannot hold: {v:?}")),
+        },
+        Err(ExecutionError::UndeclaredReference(_)) => Evaluated::Unsupported,
+        Err(e) => Evaluated::Error(e.to_string()),
+    }
+}
+
 fn evaluate(expr: &str, vars: &[(&str, &Value)]) -> Option<Result<Cel, ExecutionError>> {
     let program = compile(expr)?;
     let mut ctx = Context::with_env(env());

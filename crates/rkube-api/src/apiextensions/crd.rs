@@ -23,29 +23,18 @@ pub const CUSTOM_RESOURCE_DEFINITION: Strategy = Strategy {
     prepare_for_update: Strategy::NO_UPDATE_PREPARATION,
 };
 
-/// The warning for a CRD whose versions convert through a webhook: rkube
-/// converts them as the `None` strategy does.
-pub const WEBHOOK_CONVERSION_WARNING: &str = "spec.conversion.strategy: Webhook: rkube does not call conversion webhooks yet; \
-     custom resources are converted between versions by changing apiVersion only (as the None strategy)";
-
 /// What rkube will not do as the CRD says, so its author knows: validation
 /// rules of each version's schema it cannot enforce
-/// ([`super::cel::unevaluable_rules`]), and a conversion webhook of a CRD
-/// with several versions ([`WEBHOOK_CONVERSION_WARNING`]).
+/// ([`super::cel::unevaluable_rules`]).
 pub fn warnings(obj: &Value, _old: Option<&Value>) -> Vec<String> {
     let versions = obj.pointer("/spec/versions").and_then(Value::as_array);
-    let mut out: Vec<String> = versions
+    versions
         .into_iter()
         .flatten()
         .enumerate()
         .filter_map(|(i, v)| Some((i, v.pointer("/schema/openAPIV3Schema")?)))
         .flat_map(|(i, schema)| super::cel::unevaluable_rules(schema, &format!("spec.versions[{i}].schema.openAPIV3Schema")))
-        .collect();
-    let webhook = obj.pointer("/spec/conversion/strategy").and_then(Value::as_str) == Some("Webhook");
-    if webhook && versions.is_some_and(|v| v.len() > 1) {
-        out.push(WEBHOOK_CONVERSION_WARNING.to_string());
-    }
-    out
+        .collect()
 }
 
 /// `SetDefaults_CustomResourceDefinitionSpec`: `names.singular` is the

@@ -64,6 +64,10 @@ pub struct CustomResource {
     pub columns: Vec<PrinterColumn>,
     /// `subresources.scale`.
     pub scale: Option<ScalePaths>,
+    /// The CRD's `spec.conversion.webhook` (`clientConfig`,
+    /// `conversionReviewVersions`) when its conversion strategy is
+    /// `Webhook`; `None` otherwise.
+    pub conversion_webhook: Option<Value>,
 }
 
 fn leak(s: &str) -> &'static str {
@@ -108,6 +112,7 @@ pub fn custom_resource(crd: &Value, version: &Value) -> CustomResource {
         schema: version.pointer("/schema/openAPIV3Schema").cloned(),
         columns: printer_columns(version),
         scale,
+        conversion_webhook: conversion_webhook(crd).cloned(),
     }
 }
 
@@ -142,10 +147,17 @@ pub fn selectable_fields(version: &Value) -> &'static [SelectableField] {
     Box::leak(fields.into_boxed_slice())
 }
 
+/// `spec.conversion.webhook` of `crd` when its strategy is `Webhook`.
+pub fn conversion_webhook(crd: &Value) -> Option<&Value> {
+    let webhook = crd.pointer("/spec/conversion/strategy").and_then(Value::as_str) == Some("Webhook");
+    crd.pointer("/spec/conversion/webhook").filter(|_| webhook)
+}
+
 /// How the versions of `crd`'s custom resource convert: `None` (no
 /// conversion) when it lists and has stored one version only; else every
 /// row converts to and from the storage version
-/// ([`crate::registry::conversion::custom_resource`]).
+/// ([`crate::registry::conversion::custom_resource`]), through the CRD's
+/// conversion webhook when its strategy is `Webhook`.
 fn version_conversion(crd: &Value, group: &'static str) -> Option<crate::registry::Conversion> {
     let versions = crd.pointer("/spec/versions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let stored = crd.pointer("/status/storedVersions").and_then(Value::as_array).map_or(0, Vec::len);
@@ -153,7 +165,8 @@ fn version_conversion(crd: &Value, group: &'static str) -> Option<crate::registr
         return None;
     }
     let storage = versions.iter().find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))?;
-    Some(crate::registry::conversion::custom_resource(group, leak(str_of(storage, "/name"))))
+    let by_webhook = conversion_webhook(crd).is_some();
+    Some(crate::registry::conversion::custom_resource(group, leak(str_of(storage, "/name")), by_webhook))
 }
 
 /// The rows `crd` (a CRD object) serves: one per served version, named by

@@ -12,7 +12,9 @@
 //! ([`EVENTS_V1`]), autoscaling/v1 `horizontalpodautoscalers` over
 //! autoscaling/v2 ([`HPA_V1`], [`super::hpa_conversion`]), and the versions
 //! of a custom resource with more than one ([`custom_resource`]: upstream's
-//! `None` conversion strategy, which changes `apiVersion` only).
+//! `None` conversion strategy, which changes `apiVersion` only, or its
+//! `Webhook` strategy, where the API server asks the CRD's conversion
+//! webhook and this crate's functions are not used: [`Conversion::by_webhook`]).
 
 use serde_json::{Map, Value};
 
@@ -30,6 +32,12 @@ pub struct Conversion {
     /// Field selector labels this row names differently, as
     /// `(served label, stored label)` (upstream `AddFieldLabelConversionFunc`).
     pub field_labels: &'static [(&'static str, &'static str)],
+    /// The objects are converted by a conversion webhook (a CRD with
+    /// `spec.conversion.strategy: Webhook`): an async, fallible call the API
+    /// server makes, not [`Conversion::to_served`] / [`Conversion::to_stored`].
+    /// Whatever serves such a row in process (the watch cache) hands out
+    /// objects in the stored form, as they are.
+    pub by_webhook: bool,
 }
 
 /// Moves the fields of `obj` into a new object of `api_version`/`kind`:
@@ -135,10 +143,18 @@ pub fn set_api_version(obj: Value, api_version: &str) -> Value {
 /// The conversion of every version of a custom resource whose CRD lists
 /// more than one version (or stored more than one): objects are stored in
 /// `group`/`storage_version` and served in the row's version by changing
-/// `apiVersion` (the `None` strategy; rkube does not call conversion
-/// webhooks, and says so when such a CRD is written).
-pub fn custom_resource(group: &'static str, storage_version: &'static str) -> Conversion {
-    Conversion { stored_group: group, stored_version: storage_version, to_served: set_api_version, to_stored: set_api_version, field_labels: &[] }
+/// `apiVersion` (the `None` strategy), or, when `by_webhook` (the `Webhook`
+/// strategy), by the API server calling the CRD's conversion webhook
+/// ([`Conversion::by_webhook`]).
+pub fn custom_resource(group: &'static str, storage_version: &'static str, by_webhook: bool) -> Conversion {
+    Conversion {
+        stored_group: group,
+        stored_version: storage_version,
+        to_served: set_api_version,
+        to_stored: set_api_version,
+        field_labels: &[],
+        by_webhook,
+    }
 }
 
 /// events.k8s.io/v1 `events`, stored as core/v1 `events`. Field selectors
@@ -159,6 +175,7 @@ pub const EVENTS_V1: Conversion = Conversion {
         ("regarding.fieldPath", "involvedObject.fieldPath"),
         ("reportingController", "reportingComponent"),
     ],
+    by_webhook: false,
 };
 
 /// autoscaling/v1 `horizontalpodautoscalers`, stored as autoscaling/v2
@@ -169,6 +186,7 @@ pub const HPA_V1: Conversion = Conversion {
     to_served: hpa_to_served,
     to_stored: hpa_to_stored,
     field_labels: &[],
+    by_webhook: false,
 };
 
 #[cfg(test)]

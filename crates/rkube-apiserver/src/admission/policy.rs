@@ -19,19 +19,37 @@
 //! `failurePolicy` (Fail, the default: denied with `expression '<expr>'
 //! resulted in error: <error>`).
 //!
-//! Parameters: `paramRef.name` (and `namespace`) of the policy's
-//! `paramKind`; a binding whose parameter is missing denies unless
-//! `parameterNotFoundAction: Allow`. Not done: `paramRef.selector` (such
-//! bindings are skipped with a warning), `auditAnnotations` (a warning says
-//! they are not evaluated), the
-//! `authorizer` variable and Kubernetes' own CEL libraries (validations
-//! using them are skipped with a warning), type checking of policies
-//! (`status.typeChecking`).
+//! Parameters (upstream `generic.CollectParams`): `paramRef.name`, or every
+//! object of the policy's `paramKind` that `paramRef.selector` matches
+//! (the policy is applied once per parameter), in `paramRef.namespace` or
+//! else the request's namespace for a namespaced `paramKind`. None found:
+//! with `parameterNotFoundAction: Deny` (the default) the binding is a
+//! configuration error, `failed to configure binding: no params found for
+//! policy binding with `Deny` parameterNotFoundAction`, which denies under
+//! `failurePolicy: Fail` and is ignored under `Ignore`; with `Allow` the
+//! binding does nothing.
+//!
+//! `auditAnnotations`: each `valueExpression` gives a string (trimmed; an
+//! empty one is left out), or `null` (left out); the values of one policy
+//! across its bindings and parameters (distinct ones joined with `, `) are
+//! added to the request's audit event as `<policy name>/<key>`, the path
+//! admission webhooks' audit annotations take
+//! ([`crate::filters::audit::annotate`]), also when the request is denied.
+//! An evaluation error denies under `failurePolicy: Fail`; another type
+//! than string or null always does.
+//!
+//! Every binding is evaluated; the first denial is the answer.
+//!
+//! Not done: the `authorizer` variable and Kubernetes' own CEL libraries
+//! (validations using them are skipped with a warning), type checking of
+//! policies (`status.typeChecking`).
 
-use rkube_api::apiextensions::cel::{evaluate_bool, evaluate_string, Outcome};
+use rkube_api::apiextensions::cel::{evaluate_bool, evaluate_string, evaluate_value, Evaluated, Outcome};
 use rkube_api::registry;
 use rkube_api::status::{Status, StatusCause, StatusDetails};
 use serde_json::{json, Map, Value};
+
+use rkube_api::selector::object::label_selector_matches;
 
 use super::webhook::{call, configurations, matching, namespace_of, Attributes};
 use crate::error::{ApiError, ApiResult};
@@ -57,41 +75,91 @@ fn matches(constraints: &Value, a: &Attributes, ns_labels: Option<&Map<String, V
         && matching::object_selector_matches(constraints, a)
 }
 
-/// What a binding's parameter lookup found.
-enum Params {
-    /// The object to bind as `params` (`null` without `paramKind`).
-    Found(Value),
-    /// The binding does not apply (missing with `Allow`, or unsupported).
-    Skip,
-    /// Missing, with `parameterNotFoundAction: Deny` (the default).
-    Missing,
-}
-
-/// The binding's parameter object (`paramRef.name`, `namespace`).
-async fn params(st: &ApiState, policy: &Value, binding: &Value, warnings: &mut Vec<String>) -> Params {
-    let Some(kind) = policy.pointer("/spec/paramKind").filter(|k| k.is_object()) else { return Params::Found(Value::Null) };
-    let pr = binding.pointer("/spec/paramRef").cloned().unwrap_or(Value::Null);
-    let allow = pr.get("parameterNotFoundAction").and_then(Value::as_str) == Some("Allow");
-    let Some(name) = pr.get("name").and_then(Value::as_str) else {
-        warnings.push(format!(
-            "ValidatingAdmissionPolicyBinding '{}' selects its parameters by label, which rkube does not support yet: it was not applied",
-            name_of(binding)
-        ));
-        return Params::Skip;
-    };
+/// The parameters of a binding (upstream `generic.CollectParams`): `[null]`
+/// when the policy has no `paramKind` or the binding no `paramRef`; the
+/// objects found (none: nothing to apply). Errors are configuration errors
+/// (the message after `failed to configure binding: `).
+async fn params(st: &ApiState, policy: &Value, binding: &Value, a: &Attributes) -> Result<Vec<Value>, String> {
+    let Some(kind) = policy.pointer("/spec/paramKind").filter(|k| k.is_object()) else { return Ok(vec![Value::Null]) };
+    let Some(pr) = binding.pointer("/spec/paramRef").filter(|p| p.is_object()) else { return Ok(vec![Value::Null]) };
     let api_version = kind.get("apiVersion").and_then(Value::as_str).unwrap_or("v1");
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let kind_name = kind.get("kind").and_then(Value::as_str).unwrap_or("");
-    let info = registry::all().iter().find(|r| r.group == group && r.version == version && r.kind == kind_name);
-    let ns = pr.get("namespace").and_then(Value::as_str).unwrap_or("");
-    let found = match info {
-        Some(info) => st.cache.get(info, ns, name, Some("0")).await.ok().flatten(),
-        None => None,
+    let Some(info) = registry::all().iter().find(|r| r.group == group && r.version == version && r.kind == kind_name)
+    else {
+        return Err(format!("paramKind kind `{api_version}, Kind={kind_name}` not known"));
     };
-    match found.and_then(|f| serde_json::from_slice::<Value>(&f.json).ok()) {
-        Some(p) => Params::Found(p),
-        None if allow => Params::Skip,
-        None => Params::Missing,
+    let ref_ns = pr.get("namespace").and_then(Value::as_str).unwrap_or("");
+    let ns = if info.namespaced {
+        match (ref_ns, a.namespace.as_str()) {
+            ("", "") => return Err("cannot use namespaced paramRef in policy binding that matches cluster-scoped resources".into()),
+            ("", request_ns) => request_ns,
+            (ns, _) => ns,
+        }
+    } else if !ref_ns.is_empty() {
+        return Err("paramRef.namespace must not be provided for a cluster-scoped `paramKind`".into());
+    } else {
+        ""
+    };
+    let name = pr.get("name").and_then(Value::as_str).filter(|n| !n.is_empty());
+    let selector = pr.get("selector").filter(|s| !s.is_null());
+    let found: Vec<Value> = match (name, selector) {
+        (Some(_), Some(_)) => return Err("paramRef.name and paramRef.selector are mutually exclusive".into()),
+        (Some(name), None) => {
+            let got = st.cache.get(info, ns, name, Some("0")).await.map_err(|e| e.to_string())?;
+            got.and_then(|f| serde_json::from_slice::<Value>(&f.json).ok()).into_iter().collect()
+        }
+        (None, Some(selector)) => {
+            let opts = rkube_api::list_options::ListOptions { resource_version: Some("0".into()), ..Default::default() };
+            let scope = info.namespaced.then_some(ns);
+            let page = st.cache.list(info, scope, &opts).await.map_err(|e| e.to_string())?;
+            page.items
+                .iter()
+                .filter_map(|o| serde_json::from_slice::<Value>(&o.json).ok())
+                .filter(|o| {
+                    let labels = o.pointer("/metadata/labels").and_then(Value::as_object).cloned().unwrap_or_default();
+                    label_selector_matches(selector, &labels)
+                })
+                .collect()
+        }
+        (None, None) => return Err("one of name or selector must be provided".into()),
+    };
+    let deny = pr.get("parameterNotFoundAction").and_then(Value::as_str) != Some("Allow");
+    if found.is_empty() && deny {
+        return Err("no params found for policy binding with `Deny` parameterNotFoundAction".into());
+    }
+    Ok(found)
+}
+
+/// The longest audit annotation value (upstream's 10 KiB), bytes.
+pub const MAX_AUDIT_ANNOTATION_VALUE_BYTES: usize = 10 * 1024;
+
+/// One policy's audit annotation values, by key in first-seen order,
+/// distinct values in order (upstream's `auditAnnotationCollector`).
+#[derive(Default)]
+struct AuditAnnotations(Vec<(String, Vec<String>)>);
+
+impl AuditAnnotations {
+    fn add(&mut self, key: &str, mut value: String) {
+        if value.len() > MAX_AUDIT_ANNOTATION_VALUE_BYTES {
+            let mut end = MAX_AUDIT_ANNOTATION_VALUE_BYTES;
+            while !value.is_char_boundary(end) {
+                end -= 1;
+            }
+            value.truncate(end);
+        }
+        match self.0.iter_mut().find(|(k, _)| k == key) {
+            Some((_, values)) if values.contains(&value) => {}
+            Some((_, values)) => values.push(value),
+            None => self.0.push((key.to_string(), vec![value])),
+        }
+    }
+
+    /// Adds `<policy>/<key>` = the values joined with `, ` to the request's audit event.
+    fn publish(&self, policy: &str) {
+        for (key, values) in &self.0 {
+            crate::filters::audit::annotate(&format!("{policy}/{key}"), &values.join(", "));
+        }
     }
 }
 
@@ -127,8 +195,10 @@ fn deny(t: &Target, policy: &str, binding: &str, message: &str, reason: &str) ->
     Status::new(code_of(reason), reason, full).with_details(details).into()
 }
 
-/// Applies every binding to `a`; returns the `Warn` warnings (and those about
-/// what rkube could not evaluate), or the first denial.
+/// Applies every binding to `a` (each once per parameter); returns the
+/// `Warn` warnings (and those about what rkube could not evaluate), or the
+/// first denial. Every policy's audit annotations are added to the audit
+/// event either way.
 pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
     let bindings: Vec<Value> = configurations(st, "validatingadmissionpolicybindings").await?.into_iter().map(|(_, b)| b).collect();
     if bindings.is_empty() {
@@ -139,6 +209,8 @@ pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
     let request = call::review(a, "").get("request").cloned().unwrap_or(Value::Null);
     let target = Target { group: a.group.clone(), resource: a.resource.clone(), name: a.name.clone() };
     let mut warnings = Vec::new();
+    let mut denial: Option<ApiError> = None;
+    let mut annotations: Vec<(String, AuditAnnotations)> = Vec::new();
     for binding in &bindings {
         let policy_name = binding.pointer("/spec/policyName").and_then(Value::as_str).unwrap_or("");
         let Some(policy) = policies.iter().find(|p| name_of(p) == policy_name) else { continue };
@@ -151,30 +223,89 @@ pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
                 continue;
             }
         }
-        let params = match params(st, policy, binding, &mut warnings).await {
-            Params::Found(p) => p,
-            Params::Skip => continue,
-            Params::Missing => {
-                let msg = "no params found for policy binding with `Deny` parameterNotFoundAction";
-                return Err(deny(&target, policy_name, name_of(binding), msg, "Invalid"));
+        let fail_open = policy.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore");
+        let params = match params(st, policy, binding, a).await {
+            Ok(p) => p,
+            Err(_) if fail_open => continue,
+            Err(e) => {
+                let msg = format!("failed to configure binding: {e}");
+                denial.get_or_insert_with(|| deny(&target, policy_name, name_of(binding), &msg, "Invalid"));
+                continue;
             }
         };
-        apply(policy, binding, a, &target, &request, &namespace_object, &params, &mut warnings)?;
+        let slot = match annotations.iter().position(|(p, _)| p == policy_name) {
+            Some(i) => i,
+            None => {
+                annotations.push((policy_name.to_string(), AuditAnnotations::default()));
+                annotations.len() - 1
+            }
+        };
+        let ctx = Evaluation { policy, binding, a, target: &target, request: &request, namespace_object: &namespace_object };
+        for p in &params {
+            if let Err(e) = apply(&ctx, p, &mut warnings, &mut annotations[slot].1) {
+                denial.get_or_insert(e);
+            }
+        }
     }
-    Ok(warnings)
+    for (policy, values) in &annotations {
+        values.publish(policy);
+    }
+    match denial {
+        Some(e) => Err(e),
+        None => Ok(warnings),
+    }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn apply(
-    policy: &Value,
-    binding: &Value,
-    a: &Attributes,
-    target: &Target,
-    request: &Value,
-    namespace_object: &Value,
-    params: &Value,
-    warnings: &mut Vec<String>,
-) -> ApiResult<()> {
+/// What one binding is evaluated with (but its parameter).
+struct Evaluation<'a> {
+    policy: &'a Value,
+    binding: &'a Value,
+    a: &'a Attributes,
+    target: &'a Target,
+    request: &'a Value,
+    namespace_object: &'a Value,
+}
+
+/// A CEL value's type as upstream names it (`int`, `list`, ...).
+fn cel_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null_type",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_i64() => "int",
+        Value::Number(n) if n.is_u64() => "uint",
+        Value::Number(_) => "double",
+        Value::String(_) => "string",
+        Value::Array(_) => "list",
+        Value::Object(_) => "map",
+    }
+}
+
+/// The policy's `auditAnnotations` evaluated into `out` (module doc); an
+/// error that denies is returned as the denial's message.
+fn audit_annotations(policy: &Value, refs: &[(&str, &Value)], fail_open: bool, out: &mut AuditAnnotations) -> Result<(), String> {
+    for entry in policy.pointer("/spec/auditAnnotations").and_then(Value::as_array).into_iter().flatten() {
+        let key = entry.get("key").and_then(Value::as_str).unwrap_or("");
+        let expr = entry.get("valueExpression").and_then(Value::as_str).unwrap_or("");
+        match evaluate_value(expr, refs) {
+            Evaluated::Value(Value::String(s)) if !s.trim().is_empty() => out.add(key, s.trim().to_string()),
+            Evaluated::Value(Value::String(_) | Value::Null) | Evaluated::Unsupported => {}
+            Evaluated::Value(other) => {
+                return Err(format!(
+                    "valueExpression '{expr}' resulted in unsupported return type: {}. Return type must be either string or null.",
+                    cel_type(&other)
+                ))
+            }
+            Evaluated::Error(_) if fail_open => {}
+            Evaluated::Error(e) => return Err(format!("expression '{expr}' resulted in error: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// One binding with one parameter: `matchConditions`, `auditAnnotations`
+/// (into `annotations`), then `validations`; a denial is the error.
+fn apply(ctx: &Evaluation<'_>, params: &Value, warnings: &mut Vec<String>, annotations: &mut AuditAnnotations) -> ApiResult<()> {
+    let Evaluation { policy, binding, a, target, request, namespace_object } = *ctx;
     let (policy_name, binding_name) = (name_of(policy), name_of(binding));
     let fail_open = policy.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore");
     let object = a.object.clone().unwrap_or(Value::Null);
@@ -215,9 +346,7 @@ fn apply(
             }
         }
     }
-    if policy.pointer("/spec/auditAnnotations").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
-        warnings.push(format!("ValidatingAdmissionPolicy '{policy_name}' has auditAnnotations, which rkube does not evaluate yet"));
-    }
+    audit_annotations(policy, &refs, fail_open, annotations).map_err(|msg| deny(target, policy_name, binding_name, &msg, "Invalid"))?;
     let actions: Vec<&str> = binding
         .pointer("/spec/validationActions")
         .and_then(Value::as_array)

@@ -39,7 +39,7 @@ pub struct NewObject {
 pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<String>)> {
     let info = ctx.ri.info;
     let mut obj = new.obj;
-    check_type_meta(info, info.kind, &mut obj)?;
+    check_type_meta(&ctx.st, info, info.kind, &mut obj).await?;
     check_namespace(ctx, &mut obj)?;
     let generate_base = object::meta_str(&obj, "generateName").to_string();
     if object::name(&obj).is_empty() && !generate_base.is_empty() {
@@ -141,7 +141,7 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         attempts += 1;
         let name = object::name(&obj).to_string();
         let key = ctx.key(&name);
-        let bytes = encode_stored(info, &obj)?;
+        let bytes = encode_stored(&ctx.st, info, &obj).await?;
         match ctx.st.storage.create(&key, bytes).await {
             Ok(kv) => {
                 trace::step(steps::STORED);

@@ -176,7 +176,7 @@ pub(super) async fn delete_one(
         let Some(kv) = kv else { return Err(ApiError::not_found(info, name)) };
         let obj =
             decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, info, name))?;
-        let obj = info.to_served(obj);
+        let obj = crate::crd_conversion::served(&ctx.st, info, obj).await?;
         if let Some(uid) = &opts.uid {
             let have = object::meta_str(&obj, "uid");
             if uid != have {
@@ -256,7 +256,7 @@ pub(super) async fn delete_one(
             if object::same_ignoring_rv(&obj, &marked) {
                 return Ok(Outcome::Pending(obj));
             }
-            let bytes = encode_stored(info, &marked)?;
+            let bytes = encode_stored(&ctx.st, info, &marked).await?;
             match ctx.st.storage.update(&key, bytes, kv.mod_revision).await {
                 Ok(kv) => {
                     set_resource_version(&mut marked, kv.mod_revision);

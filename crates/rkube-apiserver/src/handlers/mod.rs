@@ -125,14 +125,14 @@ impl Ctx {
 
     /// Reads and decodes the object at `key` from storage (not the read source:
     /// read-modify-write loops need the latest committed value), in the
-    /// request's version ([`ResourceInfo::to_served`](rkube_api::registry::ResourceInfo::to_served)).
+    /// request's version ([`crate::crd_conversion::served`]).
     pub async fn load(&self, key: &str, name: &str) -> ApiResult<Option<(Value, KeyValue)>> {
         let kv = self.st.storage.get(key).await.map_err(|e| ApiError::from_storage(e, self.ri.info, name))?;
         match kv {
             Some(kv) => {
                 let obj = decode_stored(&kv.key, &kv.value, kv.mod_revision)
                     .map_err(|e| ApiError::from_storage(e, self.ri.info, name))?;
-                Ok(Some((self.ri.info.to_served(obj), kv)))
+                Ok(Some((crate::crd_conversion::served(&self.st, self.ri.info, obj).await?, kv)))
             }
             None => Ok(None),
         }

@@ -49,6 +49,10 @@ pub async fn get(ctx: &Ctx) -> ApiResult<Response> {
     let found = ctx.st.cache.get(info, namespace, name, ctx.q("resourceVersion")).await;
     trace::step(steps::GET_DONE);
     let obj = found?.ok_or_else(|| ApiError::not_found(info, name))?;
+    let obj = match crate::crd_conversion::by_webhook(info) {
+        true => crate::crd_conversion::served_objects(&ctx.st, info, vec![obj], false).await?.pop().ok_or_else(|| ApiError::internal("conversion returned no object"))?,
+        false => obj,
+    };
     trace::step(steps::ABOUT_TO_WRITE);
     if ctx.render.output == Output::Json {
         // The cached bytes plus the `\n` kube-apiserver ends every body with.
@@ -174,7 +178,8 @@ pub async fn list(ctx: &Ctx) -> ApiResult<Response> {
     let opts = list_options(ctx)?;
     let page = ctx.st.cache.list(info, ctx.ri.namespace.as_deref(), &opts).await;
     trace::step_with(steps::LIST_DONE, trace::count(page.as_ref().map_or(0, |p| p.items.len())));
-    let page = page?;
+    let mut page = page?;
+    page.items = crate::crd_conversion::served_objects(&ctx.st, info, std::mem::take(&mut page.items), true).await?;
     trace::step(steps::ABOUT_TO_WRITE);
     if ctx.render.output == Output::Json {
         let (total, chunks) = list_chunks(info, page);

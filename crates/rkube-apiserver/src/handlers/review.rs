@@ -46,7 +46,7 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let content_type = media::content_type(&ctx.headers);
     let (mut obj, keys) = media::decode_body(&content_type, body)?;
     ctx.dry_run()?;
-    super::write::check_type_meta(info, info.kind, &mut obj)?;
+    super::write::check_type_meta(&ctx.st, info, info.kind, &mut obj).await?;
     super::write::check_namespace(ctx, &mut obj)?;
     let mode = FieldValidation::parse(ctx.q("fieldValidation"))?;
     let warnings = validate::check_typed_body(info, &mut obj, mode, keys.as_ref())?;

@@ -146,7 +146,7 @@ async fn prepare_update(
     keys: Option<&crate::strict::KeyScan>,
 ) -> ApiResult<(Value, Vec<String>)> {
     let info = ctx.ri.info;
-    check_type_meta(info, info.kind, &mut new)?;
+    check_type_meta(&ctx.st, info, info.kind, &mut new).await?;
     let path_name = ctx.name();
     match object::name(&new) {
         "" => object::set_meta(&mut new, "name", json!(path_name)),
@@ -275,7 +275,7 @@ pub(super) async fn commit(
             Err(e) => Err(ApiError::from_storage(e, info, &name)),
         };
     }
-    let bytes = encode_stored(info, &new)?;
+    let bytes = encode_stored(&ctx.st, info, &new).await?;
     match ctx.st.storage.update(key, bytes, kv.mod_revision).await {
         Ok(kv) => {
             set_resource_version(&mut new, kv.mod_revision);
@@ -368,7 +368,7 @@ async fn create_on_update(
         trace::step(steps::STORED);
         return Ok(Some(written(info, ctx, 201, &obj, &warnings)));
     }
-    let bytes = encode_stored(info, &obj)?;
+    let bytes = encode_stored(&ctx.st, info, &obj).await?;
     match ctx.st.storage.create(key, bytes).await {
         Ok(kv) => {
             trace::step(steps::STORED);
@@ -429,7 +429,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
                 trace::step(steps::STORED);
                 return Ok(written(info, ctx, 201, &obj, &warnings));
             }
-            let bytes = encode_stored(info, &obj)?;
+            let bytes = encode_stored(&ctx.st, info, &obj).await?;
             match ctx.st.storage.create(&key, bytes).await {
                 Ok(kv) => {
                     trace::step(steps::STORED);
@@ -516,7 +516,7 @@ pub async fn binding(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let mut b = media::decode_object(&media::content_type(&ctx.headers), body)?;
     trace::step(steps::CONVERT_DONE);
     let binding_info = ResourceInfo { kind: "Binding", ..*info };
-    check_type_meta(&binding_info, "Binding", &mut b)?;
+    check_type_meta(&ctx.st, &binding_info, "Binding", &mut b).await?;
     let body_ns = object::namespace(&b);
     if !body_ns.is_empty() && body_ns != ctx.namespace() {
         return Err(ApiError::bad_request(

@@ -52,7 +52,28 @@ pub async fn serve(ctx: Ctx) -> ApiResult<Response> {
         opts.timeout_seconds = Some(crate::filters::timeout::watch_timeout(min, None).as_secs());
     }
     let watch = ctx.st.cache.watch(info, ctx.ri.namespace.as_deref(), &opts).await?;
-    Ok(stream_response(info, ctx.render, watch, ctx.st.shutdown.subscribe()))
+    let convert = crate::crd_conversion::by_webhook(info).then(|| ctx.st.clone());
+    Ok(stream_response(info, ctx.render, watch, ctx.st.shutdown.subscribe(), convert))
+}
+
+/// `ev` with its object in `info`'s version, converted by the CRD's
+/// conversion webhook ([`crate::crd_conversion`]); on failure, the `ERROR`
+/// event line carrying the 500 Status, after which the stream ends.
+async fn converted_event(st: &crate::state::ApiState, info: &'static ResourceInfo, ev: WatchEvent) -> Result<WatchEvent, Bytes> {
+    let (obj, rebuild): (_, fn(std::sync::Arc<rkube_cache::CachedObject>) -> WatchEvent) = match ev {
+        WatchEvent::Added(o) => (o, WatchEvent::Added),
+        WatchEvent::Modified(o) => (o, WatchEvent::Modified),
+        WatchEvent::Deleted(o) => (o, WatchEvent::Deleted),
+        other => return Ok(other),
+    };
+    match crate::crd_conversion::served_objects(st, info, vec![obj], false).await {
+        Ok(mut objs) => objs.pop().map(rebuild).ok_or_else(Bytes::new),
+        Err(e) => {
+            let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.0.to_json()})).unwrap_or_default();
+            line.push(b'\n');
+            Err(Bytes::from(line))
+        }
+    }
 }
 
 /// The chunked `200` response carrying `watch`'s events.
@@ -61,10 +82,12 @@ fn stream_response(
     render: Render,
     watch: CacheWatch,
     stop: tokio::sync::watch::Receiver<bool>,
+    convert: Option<crate::state::ApiState>,
 ) -> Response {
     let api_version = info.api_version();
     let stream = futures::stream::unfold((watch, stop, false), move |(mut w, mut stop, done)| {
         let api_version = api_version.clone();
+        let convert = convert.clone();
         async move {
             if done {
                 return None;
@@ -72,6 +95,13 @@ fn stream_response(
             let ev = tokio::select! {
                 ev = w.next() => ev?,
                 _ = stop.wait_for(|s| *s) => return None,
+            };
+            let ev = match &convert {
+                Some(st) => match converted_event(st, info, ev).await {
+                    Ok(ev) => ev,
+                    Err(line) => return Some((Ok::<Bytes, Infallible>(line), (w, stop, true))),
+                },
+                None => ev,
             };
             let mut is_error = matches!(ev, WatchEvent::Error(_));
             let line = if render.output == Output::Protobuf {

@@ -11,10 +11,14 @@ use crate::error::{ApiError, ApiResult};
 use crate::ipalloc::{AllocError, ClusterIpAllocator};
 use crate::object;
 use crate::source::decode_stored;
+use crate::state::ApiState;
 
 /// Checks (and fills when missing) `apiVersion` and `kind` of a body sent to
-/// a resource whose kind is `kind` in `info`'s group version (400 on a mismatch).
-pub fn check_type_meta(info: &ResourceInfo, kind: &str, obj: &mut Value) -> ApiResult<()> {
+/// a resource whose kind is `kind` in `info`'s group version (400 on a
+/// mismatch). A body in another version of the same resource is converted
+/// (through the CRD's conversion webhook for a `Webhook` CRD,
+/// [`crate::crd_conversion`]; its failures are 500s).
+pub async fn check_type_meta(st: &ApiState, info: &ResourceInfo, kind: &str, obj: &mut Value) -> ApiResult<()> {
     let expected_av = info.api_version();
     let map = obj.as_object_mut().ok_or_else(|| ApiError::bad_request("the request body must be a JSON object"))?;
     let av = map.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
@@ -30,7 +34,10 @@ pub fn check_type_meta(info: &ResourceInfo, kind: &str, obj: &mut Value) -> ApiR
         // Another version of the same resource (autoscaling/v2 sent to
         // autoscaling/v1): converted through the stored version, as
         // upstream's decoder converts to the endpoint's version.
-        if sent_as.conversion.is_some() || info.conversion.is_some() {
+        if crate::crd_conversion::by_webhook(info) {
+            let converted = crate::crd_conversion::convert(st, info, vec![std::mem::take(obj)], &expected_av, false).await?;
+            *obj = converted.into_iter().next().ok_or_else(|| ApiError::internal("conversion returned no object"))?;
+        } else if sent_as.conversion.is_some() || info.conversion.is_some() {
             *obj = info.to_served(sent_as.to_stored(std::mem::take(obj)));
         }
     }
@@ -113,12 +120,13 @@ pub fn encode_for_storage(obj: &Value) -> ApiResult<bytes::Bytes> {
 
 /// [`encode_for_storage`] of `obj`, an object of `info`, in the stored
 /// version's form ([`ResourceInfo::to_stored`]: events.k8s.io/v1 events are
-/// stored as core/v1 events).
-pub fn encode_stored(info: &ResourceInfo, obj: &Value) -> ApiResult<bytes::Bytes> {
+/// stored as core/v1 events; a `Webhook` CRD's custom resources are
+/// converted by its webhook, [`crate::crd_conversion::stored`]).
+pub async fn encode_stored(st: &ApiState, info: &ResourceInfo, obj: &Value) -> ApiResult<bytes::Bytes> {
     if info.conversion.is_none() {
         return encode_for_storage(obj);
     }
-    encode_for_storage(&info.to_stored(obj.clone()))
+    encode_for_storage(&crate::crd_conversion::stored(st, info, obj.clone()).await?)
 }
 
 /// Assigns `spec.clusterIP`/`clusterIPs` to a Service being created (or

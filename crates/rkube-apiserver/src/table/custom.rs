@@ -184,7 +184,7 @@ mod tests {
 
     #[test]
     fn versions_without_columns_show_name_and_age() {
-        let custom = CustomResource { crd_name: "w.example.com".into(), schema: None, columns: vec![], scale: None };
+        let custom = CustomResource { crd_name: "w.example.com".into(), schema: None, columns: vec![], scale: None, conversion_webhook: None };
         let now = Utc::now();
         let created = (now - chrono::Duration::minutes(5)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let t = to_table(&custom, &[json!({"metadata": {"name": "a", "creationTimestamp": created}})], IncludeObject::None, None, now);

@@ -15,7 +15,14 @@
 //! - `/annotate`: allows with the audit annotation `decision: looked`;
 //! - anything else: allows.
 //!
-//! Every AdmissionReview received is recorded with its path.
+//! A `ConversionReview` (a CRD's conversion webhook) is answered by
+//! [`convert`]: `/convert` converts Widgets between `v1` (`spec.size`) and
+//! `v2` (`spec.dimension`), sets label [`CONVERTED_LABEL`] to the version
+//! and `metadata.generation` to 1000 (which the API server must undo);
+//! `/convert-wrong-uid` answers another uid, `/convert-drop` no objects,
+//! `/convert-fail` a `Failure` result with message `cannot convert`.
+//!
+//! Every review received is recorded with its path.
 
 #![allow(dead_code)]
 
@@ -30,6 +37,9 @@ use serde_json::{json, Value};
 
 /// The label `/add-label` adds.
 pub const MUTATED_LABEL: &str = "webhook.example.com/mutated";
+
+/// The label `/convert` sets on every object it converts, to the version.
+pub const CONVERTED_LABEL: &str = "webhook.example.com/converted-to";
 
 /// A running webhook server; stopped when dropped.
 pub struct WebhookServer {
@@ -150,6 +160,9 @@ fn serve(conn: TcpStream, config: Arc<rustls::ServerConfig>, seen: Arc<Mutex<Vec
 }
 
 fn answer(path: &str, review: &Value) -> Value {
+    if review.get("kind").and_then(Value::as_str) == Some("ConversionReview") {
+        return convert(path, review);
+    }
     let uid = review.pointer("/request/uid").cloned().unwrap_or(Value::Null);
     let name = review
         .pointer("/request/object/metadata/name")
@@ -187,4 +200,41 @@ fn answer(path: &str, review: &Value) -> Value {
         _ => {}
     }
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+/// The answer to a `ConversionReview` on `path` (see the module doc).
+pub fn convert(path: &str, review: &Value) -> Value {
+    let api_version = review.get("apiVersion").cloned().unwrap_or(Value::Null);
+    let mut uid = review.pointer("/request/uid").cloned().unwrap_or(Value::Null);
+    let desired = review.pointer("/request/desiredAPIVersion").and_then(Value::as_str).unwrap_or("").to_string();
+    let version = desired.rsplit('/').next().unwrap_or("").to_string();
+    let objects = review.pointer("/request/objects").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut converted: Vec<Value> = objects
+        .into_iter()
+        .map(|mut o| {
+            o["apiVersion"] = json!(desired);
+            let spec = o.get_mut("spec").and_then(Value::as_object_mut);
+            if let Some(spec) = spec {
+                let (from, to) = if version == "v2" { ("size", "dimension") } else { ("dimension", "size") };
+                if let Some(v) = spec.remove(from) {
+                    spec.insert(to.to_string(), v);
+                }
+            }
+            if !o["metadata"]["labels"].is_object() {
+                o["metadata"]["labels"] = json!({});
+            }
+            o["metadata"]["labels"][CONVERTED_LABEL] = json!(version);
+            o["metadata"]["generation"] = json!(1000);
+            o
+        })
+        .collect();
+    let mut result = json!({"status": "Success"});
+    match path {
+        "/convert-wrong-uid" => uid = json!("not-the-request-uid"),
+        "/convert-drop" => converted.clear(),
+        "/convert-fail" => result = json!({"status": "Failure", "message": "cannot convert"}),
+        _ => {}
+    }
+    json!({"apiVersion": api_version, "kind": "ConversionReview",
+           "response": {"uid": uid, "result": result, "convertedObjects": converted}})
 }

@@ -108,7 +108,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                         loaded.insert(kind, size);
                     }
                     let pb = progress::bar(runs as u64, format!("{} × direct range of {} {}", runs, size, kind.resource()));
-                    match floor(&env, &storage, kind, size, runs, &pb).await {
+                    match floor(&env, &storage, &format!("/registry/{}/", kind.resource()), size, runs, &pb).await {
                         Ok(samples) => {
                             if let Some(s) = record(&mut report, kind, size, "floor", backend, &samples) {
                                 results.insert((kind, size, "floor"), s);
@@ -126,7 +126,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             let api = Api::new(server.base_url());
             for &kind in &kinds_here {
                 wait_listable(&api, kind).await?;
-                if !wait_consistent_from_cache(&api, kind).await && si == 0 {
+                let probe = format!("/api/v1/{}?labelSelector=rkube-bench%3Dnone", kind.resource());
+                if !wait_consistent_from_cache(&api, &probe).await && si == 0 {
                     report.note(format!("{}: consistent LISTs were still served from storage 10 s after the server started", kind.resource()));
                 }
                 let path = format!("/api/v1/{}", kind.resource());
@@ -257,9 +258,10 @@ fn record(report: &mut Report, kind: Kind, size: usize, mode: &str, backend: Bac
     )
 }
 
-/// Direct range reads of the kind's prefix: etcd-client on etcd, the store in process on embedded.
-async fn floor(env: &Env, storage: &std::sync::Arc<dyn rkube_storage::Storage>, kind: Kind, size: usize, runs: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<Vec<f64>> {
-    let prefix = format!("/registry/{}/", kind.resource());
+/// Direct range reads of the storage prefix `prefix` (`/registry/configmaps/`):
+/// etcd-client on etcd, the store in process on embedded. Fewer than `size`
+/// keys fails the scenario. Also used by [`super::crds`].
+pub(crate) async fn floor(env: &Env, storage: &std::sync::Arc<dyn rkube_storage::Storage>, prefix: &str, size: usize, runs: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<Vec<f64>> {
     let mut samples = Vec::with_capacity(runs);
     match env.etcd_endpoint() {
         Some(endpoint) => {
@@ -267,7 +269,7 @@ async fn floor(env: &Env, storage: &std::sync::Arc<dyn rkube_storage::Storage>, 
             let mut kv = client.kv_client().max_decoding_message_size(usize::MAX);
             for _ in 0..runs {
                 let t = Instant::now();
-                let resp = kv.get(prefix.as_str(), Some(etcd_client::GetOptions::new().with_prefix())).await.context("etcd range")?;
+                let resp = kv.get(prefix, Some(etcd_client::GetOptions::new().with_prefix())).await.context("etcd range")?;
                 samples.push(t.elapsed().as_secs_f64());
                 anyhow::ensure!(resp.kvs().len() >= size, "etcd range returned {} keys, expected {size}", resp.kvs().len());
                 pb.inc(1);
@@ -276,7 +278,7 @@ async fn floor(env: &Env, storage: &std::sync::Arc<dyn rkube_storage::Storage>, 
         None => {
             for _ in 0..runs {
                 let t = Instant::now();
-                let resp = storage.range(rkube_storage::RangeRequest::prefix(&prefix)).await.context("storage range")?;
+                let resp = storage.range(rkube_storage::RangeRequest::prefix(prefix)).await.context("storage range")?;
                 samples.push(t.elapsed().as_secs_f64());
                 anyhow::ensure!(resp.kvs.len() >= size, "range returned {} keys, expected {size}", resp.kvs.len());
                 pb.inc(1);
@@ -336,16 +338,15 @@ async fn wait_listable(api: &Api, kind: Kind) -> anyhow::Result<()> {
     }
 }
 
-/// Waits up to 10 s until a consistent LIST (RV="") of the kind is served
+/// Waits up to 10 s until a consistent LIST (RV="") of `path` is served
 /// from the cache (after a restart the cache serves consistent reads only
 /// once its watch is known to be synced); true when it is, or when the
-/// server has no `/metrics` to tell.
-async fn wait_consistent_from_cache(api: &Api, kind: Kind) -> bool {
-    let path = format!("/api/v1/{}?labelSelector=rkube-bench%3Dnone", kind.resource());
+/// server has no `/metrics` to tell. Also used by [`super::crds`].
+pub(crate) async fn wait_consistent_from_cache(api: &Api, path: &str) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let Some(before) = counters(api).await else { return true };
-        let _ = api.status_of(&path).await;
+        let _ = api.status_of(path).await;
         let Some(after) = counters(api).await else { return true };
         if after.cache > before.cache && after.storage == before.storage {
             return true;
@@ -359,8 +360,9 @@ async fn wait_consistent_from_cache(api: &Api, kind: Kind) -> bool {
 
 /// One warm-up then `runs` timed LISTs of `path`; an item count other than
 /// `expect` in the warm-up fails the scenario.
-/// Returns the samples (seconds) and the body size.
-async fn time_list(ctx: &Ctx, api: &Api, path: &str, runs: usize, expect: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<(Vec<f64>, usize, String)> {
+/// Returns the samples (seconds), the body size and where the LISTs were
+/// served from. Also used by [`super::crds`].
+pub(crate) async fn time_list(ctx: &Ctx, api: &Api, path: &str, runs: usize, expect: usize, pb: &indicatif::ProgressBar) -> anyhow::Result<(Vec<f64>, usize, String)> {
     let before = counters(api).await;
     let (_, chunks) = api.list_raw(path).await?;
     let page = parse_list(path, &chunks)?;

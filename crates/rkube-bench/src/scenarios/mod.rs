@@ -11,9 +11,11 @@
 //! - [`streaming`]: `kubectl exec` round trips and `port-forward` throughput, SPDY and WebSocket.
 //! - [`pods`]: pod startup on `rkube up --node` against the SLO, and its CPU with the pods idle.
 //! - [`rbac`]: GET throughput of an RBAC-bound user vs a `system:masters` one, vs bindings.
+//! - [`crds`]: LIST of many custom resources from the watch cache vs from storage.
 
 pub mod bodies;
 pub mod cluster;
+pub mod crds;
 mod cluster_sim;
 mod cluster_workload;
 pub mod init;
@@ -113,6 +115,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Report> {
         Scenario::Bodies => bodies::run(ctx).await,
         Scenario::Streaming => streaming::run(ctx).await,
         Scenario::Pods => pods::run(ctx).await,
+        Scenario::Crds => crds::run(ctx).await,
         Scenario::All | Scenario::Summary => {
             anyhow::bail!("`{}` is not a measuring scenario", scenario.name())
         }

@@ -182,6 +182,78 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// Why [`post`] failed: before sending (the `clientConfig` cannot be used:
+/// an unresolvable service, a bad `caBundle`), or the exchange itself
+/// (`Post "<url>": <cause>`, as Go's HTTP client words it).
+#[derive(Debug)]
+pub enum PostError {
+    /// The request could not be made.
+    Setup(CallError),
+    /// The request was made and failed: `Post "<url>": <cause>`.
+    Exchange(String),
+}
+
+/// A webhook's answer to [`post`]: the URL called, the HTTP status code
+/// and the body.
+#[derive(Debug)]
+pub struct Posted {
+    /// The URL called (with its `timeout` query parameter).
+    pub url: String,
+    /// The HTTP status code.
+    pub code: u16,
+    /// The response body (at most the `max_response_bytes` given to [`post`]).
+    pub body: bytes::Bytes,
+}
+
+/// POSTs `body` (JSON) to the webhook `client_config` names (`url`, or
+/// `service` resolved through its Endpoints, see the module doc), over
+/// HTTPS trusting only its `caBundle`, within `timeout` (also sent as the
+/// `timeout` query parameter, as upstream's clients do), reading at most
+/// `max_response_bytes` of the answer. Used by admission webhooks
+/// ([`call`]) and CRD conversion webhooks
+/// ([`crate::crd_conversion`]).
+pub async fn post(
+    st: &ApiState,
+    client_config: &Value,
+    body: Vec<u8>,
+    timeout: Duration,
+    max_response_bytes: usize,
+) -> Result<Posted, PostError> {
+    let target = match (client_config.get("url").and_then(Value::as_str), client_config.get("service")) {
+        (Some(url), _) => Target { url: url.to_string(), resolve: None },
+        (None, Some(svc)) => resolve_service(st, svc).await.map_err(PostError::Setup)?,
+        (None, None) => return Err(PostError::Setup(CallError("webhook has neither url nor service".into()))),
+    };
+    let ca = client_config.get("caBundle").and_then(Value::as_str).unwrap_or("");
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(ca)
+        .map_err(|e| PostError::Setup(CallError(format!("invalid caBundle: {e}"))))?;
+    let http = client(&ca, target.resolve.as_ref()).map_err(PostError::Setup)?;
+    let sep = if target.url.contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}timeout={}s", target.url, timeout.as_secs().max(1));
+    let send = http.post(&url).header("content-type", "application/json").header("accept", "application/json").body(body);
+    let failed = |what: String| PostError::Exchange(format!("Post \"{url}\": {what}"));
+    let exchange = async {
+        let mut resp = send.send().await.map_err(|e| failed(error_chain(&e)))?;
+        let code = resp.status().as_u16();
+        let mut out = bytes::BytesMut::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| failed(error_chain(&e)))? {
+            if out.len() + chunk.len() > max_response_bytes {
+                return Err(failed(format!("the response is larger than {max_response_bytes} bytes")));
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok((code, out.freeze()))
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(r) => r.map(|(code, body)| Posted { url: url.clone(), code, body }),
+        Err(_) => Err(failed("context deadline exceeded".into())),
+    }
+}
+
+/// The most bytes read from an admission webhook's answer.
+pub const MAX_ADMISSION_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
 /// Calls `webhook` with `review_body` (its `request.uid` is `uid`), within
 /// the webhook's `timeoutSeconds`. Errors are upstream's `ErrCallingWebhook`
 /// reasons (unreachable, timed out, not 200, undecodable, wrong uid).
@@ -192,35 +264,18 @@ pub async fn call(st: &ApiState, webhook: &Value, review_body: &Value, uid: &str
         .and_then(Value::as_u64)
         .unwrap_or(DEFAULT_TIMEOUT_SECONDS)
         .clamp(1, MAX_TIMEOUT_SECONDS);
-    let target = match (cc.get("url").and_then(Value::as_str), cc.get("service")) {
-        (Some(url), _) => Target { url: url.to_string(), resolve: None },
-        (None, Some(svc)) => resolve_service(st, svc).await?,
-        (None, None) => return Err(CallError("webhook has neither url nor service".into())),
-    };
-    let ca = cc.get("caBundle").and_then(Value::as_str).unwrap_or("");
-    let ca = base64::engine::general_purpose::STANDARD.decode(ca).map_err(|e| CallError(format!("invalid caBundle: {e}")))?;
-    let http = client(&ca, target.resolve.as_ref())?;
-    let sep = if target.url.contains('?') { '&' } else { '?' };
-    let url = format!("{}{sep}timeout={timeout}s", target.url);
     let body = serde_json::to_vec(review_body).map_err(|e| CallError(e.to_string()))?;
-    let send = http.post(&url).header("content-type", "application/json").header("accept", "application/json").body(body);
-    let failed = |what: String| CallError(format!("failed to call webhook: Post \"{url}\": {what}"));
-    let exchange = async {
-        let resp = send.send().await.map_err(|e| failed(error_chain(&e)))?;
-        let code = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| failed(error_chain(&e)))?;
-        Ok::<_, CallError>((code, bytes))
+    let posted = match post(st, &cc, body, Duration::from_secs(timeout), MAX_ADMISSION_RESPONSE_BYTES).await {
+        Ok(p) => p,
+        Err(PostError::Setup(e)) => return Err(e),
+        Err(PostError::Exchange(e)) => return Err(CallError(format!("failed to call webhook: {e}"))),
     };
-    let (code, bytes) = match tokio::time::timeout(Duration::from_secs(timeout), exchange).await {
-        Ok(r) => r?,
-        Err(_) => return Err(failed("context deadline exceeded".into())),
-    };
-    if !code.is_success() {
-        let text = String::from_utf8_lossy(&bytes);
-        return Err(CallError(format!("failed to call webhook: the server responded with the status code {}: {text}", code.as_u16())));
+    if !(200..300).contains(&posted.code) {
+        let text = String::from_utf8_lossy(&posted.body);
+        return Err(CallError(format!("failed to call webhook: the server responded with the status code {}: {text}", posted.code)));
     }
-    let answer: Value =
-        serde_json::from_slice(&bytes).map_err(|e| failed(format!("decoding the response: {e}")))?;
+    let answer: Value = serde_json::from_slice(&posted.body)
+        .map_err(|e| CallError(format!("failed to call webhook: Post \"{}\": decoding the response: {e}", posted.url)))?;
     parse_answer(&answer, uid, mutating)
 }
 
