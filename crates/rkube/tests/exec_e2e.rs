@@ -432,7 +432,9 @@ fn kubectl_debug_runs_an_ephemeral_container_to_completion(version: &str) {
 #[test]
 fn kubectl_debug_with_a_target_runs_and_sees_the_targets_process() {
     let (cluster, k, _fixtures) = cluster_with_box("1.33");
-    // A command line no other test's process has.
+    // A command line no other test's process has. A process that exits
+    // while the loop runs makes the shell's own `<` fail, hence the braces
+    // around the redirection.
     let marker = (1_000_000 + std::process::id()).to_string();
     k.ok(&["run", "app", "--image=busybox", "--restart=Never", "--", "sleep", &marker]);
     let deadline = Instant::now() + LIMIT;
@@ -441,7 +443,7 @@ fn kubectl_debug_with_a_target_runs_and_sees_the_targets_process() {
         thread::sleep(Duration::from_millis(200));
     }
     let script = format!(
-        "for d in /proc/[0-9]*; do if [ \"$(tr '\\0' ' ' < $d/cmdline 2>/dev/null)\" = 'sleep {marker} ' ]; then echo found-target; fi; done"
+        "for d in /proc/[0-9]*; do if [ \"$({{ tr '\\0' ' ' < $d/cmdline; }} 2>/dev/null)\" = 'sleep {marker} ' ]; then echo found-target; fi; done"
     );
     k.ok(&["debug", "-i", "app", "--image=busybox", "--target=app", "--container=dbg", "--", "sh", "-c", &script]);
     let deadline = Instant::now() + LIMIT;
