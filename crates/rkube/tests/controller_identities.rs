@@ -70,13 +70,8 @@ const DEPLOYMENT_CONTROLLER: &str = "system:serviceaccount:kube-system:deploymen
 #[test]
 fn up_controllers_write_as_their_service_accounts_and_are_never_refused() {
     let fixtures = tempfile::tempdir().expect("tempdir");
-    let log = fixtures.path().join("audit.log");
-    let policy = fixtures.path().join("policy.yaml");
-    std::fs::write(&policy, "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n").expect("write policy");
-    let cluster = Cluster::builder(Backend::Embedded)
-        .arg(format!("--audit-log-path={}", log.display()))
-        .arg(format!("--audit-policy-file={}", policy.display()))
-        .start();
+    let (builder, log) = Cluster::builder(Backend::Embedded).metadata_audit_log(fixtures.path());
+    let cluster = builder.start();
     let k = cluster.kubectl("1.33");
 
     // Deployment → ReplicaSet → pods; a Service with a selector → Endpoints
@@ -190,13 +185,8 @@ fn standalone_manager(cluster: &Cluster, extra: &[&str]) -> ChildGuard {
 fn standalone_controller_manager_uses_its_own_identity_unless_asked_for_service_account_credentials() {
     const KCM: &str = "system:kube-controller-manager";
     let fixtures = tempfile::tempdir().expect("tempdir");
-    let log = fixtures.path().join("audit.log");
-    let policy = fixtures.path().join("policy.yaml");
-    std::fs::write(&policy, "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n").expect("write policy");
-    let cluster = Cluster::builder(Backend::Embedded)
-        .arg(format!("--audit-log-path={}", log.display()))
-        .arg(format!("--audit-policy-file={}", policy.display()))
-        .start();
+    let (builder, log) = Cluster::builder(Backend::Embedded).metadata_audit_log(fixtures.path());
+    let cluster = builder.start();
     // `rkube up`'s own controllers asked for their tokens as the manager,
     // one after the other, the local-path provisioner's last.
     let tokens = cluster.wait_until("rkube up's token requests in the audit log", LIMIT, || {

@@ -97,13 +97,8 @@ per_kubectl_version!(webhooks_admit_kubectl_writes);
 #[test]
 fn webhook_audit_annotations_reach_the_audit_log() {
     let fixtures = tempfile::tempdir().expect("tempdir");
-    let log = fixtures.path().join("audit.log");
-    let policy = fixtures.path().join("policy.yaml");
-    std::fs::write(&policy, "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n").expect("write policy");
-    let cluster = Cluster::builder(Backend::Embedded)
-        .arg(format!("--audit-log-path={}", log.display()))
-        .arg(format!("--audit-policy-file={}", policy.display()))
-        .start();
+    let (builder, log) = Cluster::builder(Backend::Embedded).metadata_audit_log(fixtures.path());
+    let cluster = builder.start();
     let k = cluster.kubectl("1.33");
     let wh = WebhookServer::start(&[]);
     let ca = wh.ca_bundle();

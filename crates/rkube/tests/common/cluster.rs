@@ -81,6 +81,16 @@ impl ClusterBuilder {
         self
     }
 
+    /// An audit log at `dir/audit.log` with a policy recording every
+    /// request at the `Metadata` level; returns the log's path too.
+    pub fn metadata_audit_log(self, dir: &std::path::Path) -> (Self, std::path::PathBuf) {
+        let log = dir.join("audit.log");
+        let policy = dir.join("policy.yaml");
+        std::fs::write(&policy, "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n").expect("write policy");
+        let this = self.arg(format!("--audit-log-path={}", log.display())).arg(format!("--audit-policy-file={}", policy.display()));
+        (this, log)
+    }
+
     /// Starts the server and waits until `/readyz` answers 200.
     #[track_caller]
     pub fn start(self) -> Cluster {
