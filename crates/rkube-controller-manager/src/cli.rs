@@ -87,11 +87,17 @@ impl ControllerManagerArgs {
 /// The Lease name of kube-controller-manager (`--leader-elect-resource-name` default).
 pub const COMPONENT: &str = "kube-controller-manager";
 
+/// How long [`ControllerManager::shutdown`] waits for the controllers to
+/// stop before it aborts the ones still running.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Running controllers: stop them with [`ControllerManager::shutdown`].
 #[derive(Debug)]
 pub struct ControllerManager {
     stop: watch::Sender<bool>,
     tasks: JoinSet<(&'static str, anyhow::Result<()>)>,
+    /// The controllers whose task has not ended.
+    running: Vec<&'static str>,
 }
 
 impl ControllerManager {
@@ -99,16 +105,36 @@ impl ControllerManager {
     /// when none runs.
     pub async fn ended(&mut self) -> (&'static str, anyhow::Result<()>) {
         match self.tasks.join_next().await {
-            Some(Ok(done)) => done,
+            Some(Ok(done)) => {
+                self.running.retain(|n| *n != done.0);
+                done
+            }
             Some(Err(e)) => ("controller task", Err(anyhow::anyhow!("controller task failed: {e}"))),
             None => std::future::pending().await,
         }
     }
 
-    /// Signals every controller to stop and waits for them.
+    /// Signals every controller to stop and waits for them, at most
+    /// [`SHUTDOWN_GRACE`]; the ones still running then are aborted and
+    /// named in a warning, so a controller stuck in a retry (its API server
+    /// gone) cannot keep the process from exiting on SIGTERM.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        while self.tasks.join_next().await.is_some() {}
+        let running = &mut self.running;
+        let tasks = &mut self.tasks;
+        let joined = tokio::time::timeout(SHUTDOWN_GRACE, async {
+            while let Some(done) = tasks.join_next().await {
+                if let Ok((name, _)) = done {
+                    running.retain(|n| *n != name);
+                }
+            }
+        })
+        .await;
+        if joined.is_err() {
+            tracing::warn!(controllers = ?self.running, "controllers did not stop within {SHUTDOWN_GRACE:?} of being asked; aborting them");
+            self.tasks.abort_all();
+            while self.tasks.join_next().await.is_some() {}
+        }
     }
 }
 
@@ -156,6 +182,7 @@ fn spawn(
     stop_rx: watch::Receiver<bool>,
 ) -> ControllerManager {
     let mut tasks = JoinSet::new();
+    let mut running = Vec::with_capacity(clients.len());
     let config = Arc::new(config);
     for (c, client) in clients {
         let ctx = ControllerContext { client, stop: stop_rx.clone(), config: config.clone() };
@@ -163,8 +190,9 @@ fn spawn(
         let name = c.name;
         tracing::info!(controller = name, "starting controller");
         tasks.spawn(async move { (name, fut.await) });
+        running.push(name);
     }
-    ControllerManager { stop, tasks }
+    ControllerManager { stop, tasks, running }
 }
 
 /// A client from `--kubeconfig`, or kube-rs's default discovery.
@@ -241,6 +269,42 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: ControllerManagerArgs,
+    }
+
+    static HONOURS_STOP: Controller = Controller {
+        name: "honours-stop",
+        service_account: "honours-stop",
+        aliases: &[],
+        enabled_by_default: false,
+        start: |mut ctx| Box::pin(async move {
+            let _ = ctx.stop.wait_for(|s| *s).await;
+            Ok(())
+        }),
+    };
+
+    static IGNORES_STOP: Controller = Controller {
+        name: "ignores-stop",
+        service_account: "ignores-stop",
+        aliases: &[],
+        enabled_by_default: false,
+        start: |_ctx| Box::pin(std::future::pending()),
+    };
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_aborts_a_controller_that_does_not_stop_within_the_grace_period() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("uri"));
+        let client = kube::Client::try_from(config).expect("client");
+        let cm = start(client, &[&HONOURS_STOP, &IGNORES_STOP]);
+        assert_eq!(cm.running, ["honours-stop", "ignores-stop"]);
+        let began = tokio::time::Instant::now();
+        cm.shutdown().await;
+        // Paused time: the wait is exactly the grace period, not a wall-clock race.
+        assert_eq!(began.elapsed(), SHUTDOWN_GRACE);
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("uri"));
+        let cm = start(kube::Client::try_from(config).expect("client"), &[&HONOURS_STOP]);
+        let began = tokio::time::Instant::now();
+        cm.shutdown().await;
+        assert!(began.elapsed() < SHUTDOWN_GRACE, "a controller that stops is not waited for");
     }
 
     #[test]
