@@ -37,7 +37,7 @@ pub fn term_matches(term: &PodAffinityTerm, owner_ns: &str, target: &Pod, snapsh
     if !(listed || selected || default) {
         return false;
     }
-    term.label_selector.as_ref().is_some_and(|sel| label_selector_matches(sel, &pod_labels(target)))
+    term.label_selector.as_ref().is_some_and(|sel| label_selector_matches(sel, pod_labels(target)))
 }
 
 /// `pod`'s required pod affinity (`anti` false) or anti-affinity terms.
