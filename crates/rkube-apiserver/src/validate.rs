@@ -91,6 +91,7 @@ const PROBED_MAP_ENTRIES: usize = 64;
 const PROBE: (&str, &str) = ("\u{1}rkube-probe", "!");
 
 /// One step of a path into a JSON value.
+#[derive(Clone)]
 enum Step {
     Key(String),
     Index(usize),
@@ -109,7 +110,7 @@ fn take_string_maps(v: &mut Value, path: &mut Vec<Step>, out: &mut Vec<(Vec<Step
         Value::Object(m) if m.len() >= PROBED_MAP_ENTRIES && m.values().all(Value::is_string) => {
             let probe = serde_json::Map::from_iter([(PROBE.0.to_string(), Value::String(PROBE.1.to_string()))]);
             let taken = std::mem::replace(m, probe);
-            out.push((path.iter().map(Step::clone_step).collect(), taken));
+            out.push((path.clone(), taken));
         }
         Value::Object(m) => {
             for (k, child) in m.iter_mut().filter(|(_, c)| nested(c)) {
@@ -126,15 +127,6 @@ fn take_string_maps(v: &mut Value, path: &mut Vec<Step>, out: &mut Vec<(Vec<Step
             }
         }
         _ => {}
-    }
-}
-
-impl Step {
-    fn clone_step(&self) -> Step {
-        match self {
-            Step::Key(k) => Step::Key(k.clone()),
-            Step::Index(i) => Step::Index(*i),
-        }
     }
 }
 

@@ -31,7 +31,6 @@ use crate::progress;
 use crate::report::{Report, Table};
 use crate::scenarios::{cell, pick, Ctx};
 use crate::stats::{fmt_bytes, fmt_count, fmt_rate, Summary};
-use crate::svg::{Plot, Series};
 
 /// The custom resources' API group.
 pub const GROUP: &str = "bench.rkube.dev";
@@ -291,22 +290,8 @@ fn tables(
         tf.row(vec![fmt_count(size as u64), from("rv0"), from("consistent"), from("storage")]);
     }
     report.tables.extend([t, tp, tf]);
-    let series = MODES
-        .iter()
-        .map(|(mode, title)| Series {
-            name: title.to_string(),
-            points: sizes.iter().filter_map(|&n| results.get(&(n, *mode)).map(|s| (n as f64, s.median))).collect(),
-        })
-        .filter(|s| !s.points.is_empty())
-        .collect();
-    report.plots.push(Plot {
-        title: format!("Full LIST of custom resources ({}): median latency", backend.name()),
-        x_label: "objects".into(),
-        y_label: "seconds".into(),
-        log_x: true,
-        log_y: false,
-        series,
-    });
+    let title = format!("Full LIST of custom resources ({}): median latency", backend.name());
+    report.plots.push(super::list::median_latency_plot(title, MODES, &sizes, |n, mode| results.get(&(n, mode)).map(|s| s.median)));
 }
 
 #[cfg(test)]

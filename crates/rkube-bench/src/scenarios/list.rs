@@ -501,23 +501,30 @@ fn tables(
         }
         report.tables.push(t);
         report.tables.push(tp);
-        let series = MODES
-            .iter()
-            .map(|(mode, title)| Series {
-                name: title.to_string(),
-                points: sizes.iter().filter_map(|&n| results.get(&(kind, n, *mode)).map(|s| (n as f64, s.median))).collect(),
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect();
-        report.plots.push(Plot {
-            title: format!("LIST {what} ({}): median latency", backend.name()),
-            x_label: "objects".into(),
-            y_label: "seconds".into(),
-            log_x: true,
-            log_y: false,
-            series,
-        });
+        let title = format!("LIST {what} ({}): median latency", backend.name());
+        report.plots.push(median_latency_plot(title, MODES, &sizes, |n, mode| results.get(&(kind, n, mode)).map(|s| s.median)));
     }
+}
+
+/// A plot of median LIST latency (seconds) against object count (log
+/// scale), one series per `(mode, title)` of `modes` that has a figure;
+/// `median(size, mode)` gives the figures. Shared by the list and crds
+/// scenarios.
+pub(super) fn median_latency_plot(
+    title: String,
+    modes: &[(&str, &str)],
+    sizes: &[usize],
+    median: impl Fn(usize, &str) -> Option<f64>,
+) -> Plot {
+    let series = modes
+        .iter()
+        .map(|(mode, name)| Series {
+            name: name.to_string(),
+            points: sizes.iter().filter_map(|&n| median(n, mode).map(|m| (n as f64, m))).collect(),
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    Plot { title, x_label: "objects".into(), y_label: "seconds".into(), log_x: true, log_y: false, series }
 }
 
 #[cfg(test)]
