@@ -188,12 +188,22 @@ fn standalone_controller_manager_uses_its_own_identity_unless_asked_for_service_
     let (builder, log) = Cluster::builder(Backend::Embedded).metadata_audit_log(fixtures.path());
     let cluster = builder.start();
     // `rkube up`'s own controllers asked for their tokens as the manager,
-    // one after the other, the local-path provisioner's last.
+    // one per ServiceAccount of the controllers it runs. The audit log may
+    // hold a request's event after a later request's (an event is written
+    // when its response body is dropped), so wait for all of them.
+    let spec = ["*".to_string(), "local-path-provisioner-controller".to_string()];
+    let (selected, _) = rkube_controller_manager::controllers::select(&spec).expect("rkube up's controllers");
+    let accounts: BTreeSet<&str> = selected.iter().map(|c| c.service_account).collect();
     let tokens = cluster.wait_until("rkube up's token requests in the audit log", LIMIT, || {
         let events = audit_events(&log);
-        let last = events.iter().any(|e| e["objectRef"]["subresource"] == "token" && e["objectRef"]["name"] == "local-path-provisioner");
-        last.then(|| count(&events, KCM, "create", "serviceaccounts", Some("token"), 201))
+        let requested: BTreeSet<&str> = events
+            .iter()
+            .filter(|e| e["user"]["username"] == KCM && e["objectRef"]["subresource"] == "token" && e["responseStatus"]["code"] == 201)
+            .filter_map(|e| e["objectRef"]["name"].as_str())
+            .collect();
+        accounts.iter().all(|a| requested.contains(a)).then(|| count(&events, KCM, "create", "serviceaccounts", Some("token"), 201))
     });
+    assert_eq!(tokens, accounts.len(), "one token per ServiceAccount of rkube up's controllers");
     assert_eq!(count(&audit_events(&log), KCM, "list", "jobs", None, 200), 0, "rkube up's controllers list as their ServiceAccounts");
 
     // Without the flag the TTL controller lists Jobs as the manager itself.
