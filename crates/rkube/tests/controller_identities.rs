@@ -188,42 +188,47 @@ fn standalone_controller_manager_uses_its_own_identity_unless_asked_for_service_
     let (builder, log) = Cluster::builder(Backend::Embedded).metadata_audit_log(fixtures.path());
     let cluster = builder.start();
     // `rkube up`'s own controllers asked for their tokens as the manager,
-    // one per ServiceAccount of the controllers it runs. The audit log may
-    // hold a request's event after a later request's (an event is written
-    // when its response body is dropped), so wait for all of them.
+    // one per ServiceAccount of the controllers it runs.
     let spec = ["*".to_string(), "local-path-provisioner-controller".to_string()];
     let (selected, _) = rkube_controller_manager::controllers::select(&spec).expect("rkube up's controllers");
     let accounts: BTreeSet<&str> = selected.iter().map(|c| c.service_account).collect();
-    let tokens = cluster.wait_until("rkube up's token requests in the audit log", LIMIT, || {
-        let events = audit_events(&log);
-        let requested: BTreeSet<&str> = events
-            .iter()
-            .filter(|e| e["user"]["username"] == KCM && e["objectRef"]["subresource"] == "token" && e["responseStatus"]["code"] == 201)
-            .filter_map(|e| e["objectRef"]["name"].as_str())
-            .collect();
-        accounts.iter().all(|a| requested.contains(a)).then(|| count(&events, KCM, "create", "serviceaccounts", Some("token"), 201))
+    let before = cluster.wait_until("rkube up's token requests in the audit log", LIMIT, || {
+        let names = token_requests(&audit_events(&log), KCM);
+        accounts.iter().all(|a| names.iter().any(|n| n == a)).then_some(names)
     });
-    assert_eq!(tokens, accounts.len(), "one token per ServiceAccount of rkube up's controllers");
     assert_eq!(count(&audit_events(&log), KCM, "list", "jobs", None, 200), 0, "rkube up's controllers list as their ServiceAccounts");
+    const TTL: &str = "ttl-after-finished-controller";
+    let ttl_tokens = |names: &[String]| names.iter().filter(|n| *n == TTL).count();
 
-    // Without the flag the TTL controller lists Jobs as the manager itself.
+    // Without the flag the TTL controller lists Jobs as the manager itself
+    // and asks for no token.
     let manager = standalone_manager(&cluster, &[]);
     cluster.wait_until("a list of jobs by system:kube-controller-manager", LIMIT, || {
         (count(&audit_events(&log), KCM, "list", "jobs", None, 200) > 0).then_some(())
     });
     drop(manager);
-    assert_eq!(count(&audit_events(&log), KCM, "create", "serviceaccounts", Some("token"), 201), tokens);
+    let after = token_requests(&audit_events(&log), KCM);
+    assert_eq!(ttl_tokens(&after), ttl_tokens(&before), "token requests before {before:?}, after {after:?}");
 
     // With it, the manager gets a token for kube-system/ttl-after-finished-controller.
     let _manager = standalone_manager(&cluster, &["--use-service-account-credentials"]);
-    let events = cluster.wait_until("one more token request", LIMIT, || {
-        let events = audit_events(&log);
-        (count(&events, KCM, "create", "serviceaccounts", Some("token"), 201) > tokens).then_some(events)
+    cluster.wait_until("one more token request for the TTL controller", LIMIT, || {
+        (ttl_tokens(&token_requests(&audit_events(&log), KCM)) > ttl_tokens(&after)).then_some(())
     });
-    let requested: Vec<&str> = events
+}
+
+/// The ServiceAccounts `who` successfully asked tokens for, in the audit
+/// log's order (a name once per request).
+fn token_requests(events: &[Value], who: &str) -> Vec<String> {
+    events
         .iter()
-        .filter(|e| e["user"]["username"] == KCM && e["objectRef"]["subresource"] == "token")
-        .filter_map(|e| e["objectRef"]["name"].as_str())
-        .collect();
-    assert_eq!(requested.last(), Some(&"ttl-after-finished-controller"), "{requested:?}");
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["user"]["username"] == who
+                && e["verb"] == "create"
+                && e["objectRef"]["subresource"] == "token"
+                && e["responseStatus"]["code"] == 201
+        })
+        .filter_map(|e| e["objectRef"]["name"].as_str().map(String::from))
+        .collect()
 }
