@@ -476,6 +476,7 @@ mod tests {
             "--audit-log-maxage=7",
             "--max-requests-inflight=10",
             "--max-mutating-requests-inflight=3",
+            "--enable-priority-and-fairness=false",
             "--request-timeout=30s",
             "--min-request-timeout=900",
             "--request-trace-threshold=2s",
@@ -490,6 +491,7 @@ mod tests {
             assert_eq!(f.audit_policy_file.as_deref(), Some(Path::new("/tmp/policy.yaml")));
             assert_eq!((f.audit_log_maxsize, f.audit_log_maxbackup, f.audit_log_maxage), (5, 2, 7));
             assert_eq!((f.max_requests_inflight, f.max_mutating_requests_inflight), (10, 3));
+            assert!(!f.enable_priority_and_fairness);
             assert_eq!((f.request_timeout.as_str(), f.min_request_timeout), ("30s", 900));
             assert_eq!(f.request_trace_threshold, "2s");
         }

@@ -488,8 +488,8 @@ async fn full_audit_buffer_drops_events_and_counts_them() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inflight_limit_answers_429_with_retry_after() {
-    let s = Server::start(&["--max-requests-inflight=1", "--max-mutating-requests-inflight=1"]).await;
+async fn inflight_limit_without_priority_and_fairness_answers_429_with_retry_after_at_once() {
+    let s = Server::start(&["--max-requests-inflight=1", "--max-mutating-requests-inflight=1", "--enable-priority-and-fairness=false"]).await;
     let s = Arc::new(s);
     let held = {
         let s = s.clone();
@@ -524,6 +524,43 @@ async fn inflight_limit_answers_429_with_retry_after() {
         async move { s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods").await.code == 200 }
     })
     .await;
+    if let Ok(s) = Arc::try_unwrap(s) {
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inflight_limit_queues_a_request_until_a_slot_frees_and_429s_after_a_quarter_of_the_request_timeout() {
+    // Priority and fairness (the default): a quarter of 4 s is a 1 s wait.
+    let s = Arc::new(Server::start(&["--max-requests-inflight=1", "--request-timeout=4s"]).await);
+    let held = {
+        let s = s.clone();
+        tokio::spawn(async move { s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods/hold").await.code })
+    };
+    let fake = s.fake.clone();
+    eventually("the first read to hold its slot", || {
+        let fake = fake.clone();
+        async move { fake.holding.load(std::sync::atomic::Ordering::SeqCst) == 1 }
+    })
+    .await;
+    // Nobody frees the slot: the queued read is refused after its wait.
+    let started = Instant::now();
+    let a = s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods").await;
+    assert_eq!(a.code, 429, "{}", a.text);
+    assert_eq!(a.json["reason"], "TooManyRequests");
+    assert!(started.elapsed() >= Duration::from_millis(900), "answered after {:?}, before its wait ran out", started.elapsed());
+    // A read queued behind the held one is served once the slot frees.
+    let queued = {
+        let s = s.clone();
+        tokio::spawn(async move { s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods").await.code })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!queued.is_finished(), "the second read waits for the slot");
+    s.fake.release.notify_waiters();
+    assert_eq!(held.await.unwrap(), 200);
+    assert_eq!(queued.await.unwrap(), 200, "the queued read is served, not refused");
+    let text = s.metrics_text().await;
+    assert!(text.contains("apiserver_dropped_requests_total{request_kind=\"readOnly\"} 1"), "{text}");
     if let Ok(s) = Arc::try_unwrap(s) {
         s.stop().await;
     }

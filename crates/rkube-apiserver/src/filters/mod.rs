@@ -155,6 +155,9 @@ pub struct FilterArgs {
     /// The maximum number of mutating requests in flight at a given time (0: no limit).
     #[arg(long = "max-mutating-requests-inflight", default_value_t = inflight::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
     pub max_mutating_requests_inflight: usize,
+    /// A request finding every slot of its limit taken waits in a queue for up to a quarter of --request-timeout before a 429, as API Priority and Fairness queues it (rkube: one FIFO queue per limit, no FlowSchema classification); false answers 429 at once.
+    #[arg(long = "enable-priority-and-fairness", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub enable_priority_and_fairness: bool,
     /// An optional field indicating the duration a handler must keep a request open before timing it out (Go duration).
     #[arg(long = "request-timeout", default_value = "1m0s")]
     pub request_timeout: String,
@@ -185,6 +188,7 @@ impl Default for FilterArgs {
             audit_log_format: "json".into(),
             max_requests_inflight: inflight::DEFAULT_MAX_REQUESTS_INFLIGHT,
             max_mutating_requests_inflight: inflight::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
+            enable_priority_and_fairness: true,
             request_timeout: "1m0s".into(),
             min_request_timeout: timeout::DEFAULT_MIN_REQUEST_TIMEOUT,
             request_trace_threshold: "500ms".into(),
@@ -224,6 +228,8 @@ pub struct FilterConfig {
     pub max_requests_inflight: usize,
     /// Mutating inflight limit.
     pub max_mutating_requests_inflight: usize,
+    /// How long a request may wait for an inflight slot (`None`: 429 at once).
+    pub inflight_max_wait: Option<Duration>,
     /// Non-long-running request timeout.
     pub request_timeout: Duration,
     /// Trace log threshold.
@@ -282,6 +288,7 @@ impl FilterArgs {
             }
             _ => None,
         };
+        let request_timeout = duration_flag("request-timeout", &self.request_timeout)?;
         Ok(FilterConfig {
             tls,
             client_ca,
@@ -291,7 +298,8 @@ impl FilterArgs {
             audit,
             max_requests_inflight: self.max_requests_inflight,
             max_mutating_requests_inflight: self.max_mutating_requests_inflight,
-            request_timeout: duration_flag("request-timeout", &self.request_timeout)?,
+            inflight_max_wait: self.enable_priority_and_fairness.then_some(request_timeout / 4),
+            request_timeout,
             trace_threshold: duration_flag("request-trace-threshold", &self.request_trace_threshold)?,
         })
     }
@@ -335,8 +343,12 @@ impl FilterChain {
             }
             None => None,
         };
-        let inflight =
-            Arc::new(InflightLimiter::new(cfg.max_requests_inflight, cfg.max_mutating_requests_inflight, metrics.clone()));
+        let inflight = Arc::new(InflightLimiter::new(
+            cfg.max_requests_inflight,
+            cfg.max_mutating_requests_inflight,
+            cfg.inflight_max_wait,
+            metrics.clone(),
+        ));
         Ok(FilterChain {
             metrics,
             authn,
