@@ -138,14 +138,14 @@ fn for_each_child(e: &IdedExpr, f: &mut dyn FnMut(&IdedExpr)) {
             if let Some(t) = &call.target {
                 f(t);
             }
-            call.args.iter().for_each(|a| f(a));
+            call.args.iter().for_each(&mut *f);
         }
         Expr::Comprehension(c) => {
             for child in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
                 f(child);
             }
         }
-        Expr::List(list) => list.elements.iter().for_each(|a| f(a)),
+        Expr::List(list) => list.elements.iter().for_each(&mut *f),
         Expr::Map(map) => {
             for entry in &map.entries {
                 if let cel::common::ast::EntryExpr::MapEntry(me) = &entry.expr {
