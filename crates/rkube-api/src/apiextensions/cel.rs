@@ -40,10 +40,9 @@
 //! gives `validation failed due to running out of cost budget, no further
 //! validation rules will be run`; no rule runs after either. Expressions of
 //! webhooks' `matchConditions` and admission policies ([`evaluate_bool`]
-//! and friends) have the per-call limit. Not as upstream: no cost is
-//! estimated from the schema when the CRD is written (upstream rejects a
-//! rule whose worst case over `maxItems`/`maxLength` exceeds the limit);
-//! the limit is enforced while the rule runs.
+//! and friends) have the per-call limit. When the CRD is written, a rule
+//! whose estimated worst case exceeds upstream's static limit is refused
+//! ([`estimate`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -56,6 +55,7 @@ use serde_json::Value;
 use crate::field_error::FieldError;
 
 pub mod cost;
+pub mod estimate;
 pub mod library;
 pub mod lists;
 pub mod net;
