@@ -310,7 +310,8 @@ fn unevaluable_at(schema: &Value, path: &str, out: &mut Vec<String>, depth: usiz
 }
 
 /// Whether this environment knows function `name`: called with no argument,
-/// as a function or as a method of a string, list, map or int, it fails for
+/// as a function, as a method of a string, list, map or int, or in one of
+/// the namespaces `ip`, `lists`, `strings`, it fails for
 /// another reason than an undeclared reference. Operators and macros
 /// (`_+_`, `@in`, `has`) are always known.
 fn declared(name: &str) -> bool {
@@ -319,10 +320,18 @@ fn declared(name: &str) -> bool {
     {
         return true;
     }
-    ["", "''.", "[].", "{}.", "0."].iter().any(|target| {
-        let Ok(program) = env().compile(&format!("{target}{name}()")) else { return false };
-        !matches!(program.execute(&Context::with_env(env())), Err(ExecutionError::UndeclaredReference(r)) if r.as_str() == name)
-    })
+    let fails_otherwise = |call: String, namespace: bool| {
+        let Ok(program) = env().compile(&call) else { return false };
+        match program.execute(&Context::with_env(env())) {
+            // In a namespace lacking `name`, the namespace itself is what is undeclared.
+            Err(ExecutionError::UndeclaredReference(r)) => !namespace && r.as_str() != name,
+            _ => true,
+        }
+    };
+    ["", "''.", "[].", "{}.", "0."].iter().any(|target| fails_otherwise(format!("{target}{name}()"), false))
+        // Qualified functions (`ip.isCanonical`, `lists.range`) are
+        // referenced by their last name: their namespaces are probed too.
+        || ["ip", "lists", "strings"].iter().any(|ns| fails_otherwise(format!("{ns}.{name}()"), true))
 }
 
 /// What a boolean CEL expression gave (webhook `matchConditions`).

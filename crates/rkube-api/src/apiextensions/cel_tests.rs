@@ -89,3 +89,21 @@ fn rules_rkube_cannot_enforce_are_named() {
     assert_eq!(found[0], "openAPIV3Schema.properties[spec].x-kubernetes-validations[1]: rule \"isSemver(self.u)\" calls isSemver which rkube's CEL lacks; it is not enforced");
     assert!(found[1].starts_with("openAPIV3Schema.properties[spec].x-kubernetes-validations[2]: rule \"self.u +\" does not parse in rkube's CEL"), "{found:?}");
 }
+
+#[test]
+fn rules_calling_kubernetes_libraries_are_not_named_as_unenforced() {
+    let rules: Vec<Value> = [
+        "ip.isCanonical(self.u) && ip(self.u).isLoopback() && isIP(self.u)",
+        "cidr(self.u).masked().containsIP(self.u) && isCIDR(self.u)",
+        "url(self.u).getHost() == '' && isURL(self.u) && url(self.u).getQuery().size() == 0",
+        "quantity(self.u).isInteger() && isQuantity(self.u) && quantity(self.u).add(1).sign() == 1",
+        "self.u.find('a') == '' && self.u.findAll('a', 1).size() == 0",
+        "[1, 2].sum() == 3 && [1].isSorted() && [1].min() == [1].max() && [1].indexOf(1) == [1].lastIndexOf(1)",
+    ]
+    .iter()
+    .map(|r| json!({"rule": r}))
+    .collect();
+    let s = json!({"type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-validations": rules,
+        "properties": {"u": {"type": "string"}}}}});
+    assert_eq!(unevaluable_rules(&s, "openAPIV3Schema"), Vec::<String>::new());
+}
