@@ -125,3 +125,25 @@ fn rules_of_one_object_share_upstreams_budget_and_stop_when_it_is_spent() {
         "Invalid value: \"array\": validation failed due to running out of cost budget, no further validation rules will be run"
     );
 }
+
+#[test]
+fn operands_of_linear_functions_are_charged_their_size() {
+    // 100 000 concatenations of a 100 000-byte string: each charges 20 000,
+    // so the limit stops it after about 50.
+    let data = json!({"s": "x".repeat(100_000), "l": vec![0; 100_000]});
+    let started = Instant::now();
+    let outcome = super::super::evaluate_bool("self.l.all(i, size(self.s + self.s) > 0)", &[("self", &data)]);
+    assert_eq!(outcome, Outcome::Error(LIMIT_EXCEEDED.to_string()));
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+    // The same over a short string stays well within the limit.
+    let short = json!({"s": "x", "l": vec![0; 1000]});
+    assert_eq!(super::super::evaluate_bool("self.l.all(i, size(self.s + self.s) > 0)", &[("self", &short)]), Outcome::Bool(true));
+}
+
+#[test]
+fn sizes_count_characters_and_elements() {
+    let v = super::super::to_cel(&json!({"a": ["xy", "z"], "b": 1}), &Value::Null);
+    let boxed: Box<dyn cel::common::value::Val> = v.try_into().expect("a value");
+    // a: 1 + (1 + 2) + (1 + 1); b: 1 + 1.
+    assert_eq!(size_of(boxed.as_ref()), 8);
+}
