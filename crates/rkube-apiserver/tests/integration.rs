@@ -46,6 +46,8 @@ mod body_bytes;
 mod cache;
 #[path = "cache_kube.rs"]
 mod cache_kube;
+#[path = "crd_cel.rs"]
+mod crd_cel;
 #[path = "crd_conversion.rs"]
 mod crd_conversion;
 #[path = "crds.rs"]

@@ -263,7 +263,7 @@ async fn match_conditions_choose_the_requests_a_webhook_sees() {
     r.assert_status(500, "InternalError");
     assert_eq!(
         r.message(),
-        "Internal error occurred: failed calling webhook \"fail.example.com\": failed to evaluate matchCondition \"reads-spec\": No such key: spec"
+        "Internal error occurred: failed calling webhook \"fail.example.com\": failed to evaluate matchCondition \"reads-spec\": no such key: spec"
     );
 }
 

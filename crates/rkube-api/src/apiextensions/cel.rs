@@ -13,25 +13,58 @@
 //!   default, shows the node's type as its value: `Invalid value: "object":
 //!   too big`; `FieldValueForbidden`, `FieldValueRequired`,
 //!   `FieldValueDuplicate`);
-//! - a rule that does not give a boolean, or fails (e.g. `no such key` when
-//!   it reads an absent field without `has()`), is an Invalid error saying so.
+//! - a rule that does not give a boolean is an Invalid error saying so;
+//! - a rule that fails is an Invalid error in upstream's words: `<error>
+//!   evaluating rule: <rule>` (e.g. `no such key: x` when it reads an absent
+//!   field without `has()`), or `'<error>': call arguments did not match a
+//!   supported operator, function or macro signature for rule: <rule>`.
 //!
-//! Not as upstream: the CEL environment is the `cel` crate's standard library
-//! with the strings and lists extensions; Kubernetes' own libraries (`url`,
-//! `quantity`, `ip`, `cidr`, `format`, `isSorted`, regex `find`) are absent,
-//! and a rule that calls them, or does not parse here, is skipped rather
-//! than failing objects a real cluster accepts; writing the CRD answers a
-//! warning naming each such rule ([`unevaluable_rules`]). There is no cost budget:
-//! upstream estimates each rule's cost when the CRD is written.
+//! The environment is the `cel` crate's standard library with the strings
+//! and lists extensions (both cel-go extensions Kubernetes enables), plus
+//! Kubernetes' own libraries ([`library`]): the list functions (`isSorted`,
+//! `sum`, `min`, `max`, `indexOf`, `lastIndexOf`), regex `find`/`findAll`,
+//! `url`/`isURL` and the URL getters, `ip`/`isIP`/`ip.isCanonical` and
+//! `cidr`/`isCIDR` with their methods ([`net`]), and `quantity`/`isQuantity`
+//! with the quantity methods. Still absent: `format`, `semver`,
+//! `authorizer`, the quantity `mul`/`div` methods, `optionalOldSelf` and
+//! the `cel.bind` macro; a rule that calls what is
+//! absent, or does not parse here, is skipped rather than failing objects a
+//! real cluster accepts, and writing the CRD answers a warning naming each
+//! such rule ([`unevaluable_rules`]).
+//!
+//! Cost ([`cost`]): each rule may use [`cost::PER_CALL_LIMIT`], and all the
+//! rules of one object together [`cost::RUNTIME_COST_BUDGET`], as upstream.
+//! A rule passing its limit stops with `'operation cancelled: actual cost
+//! limit exceeded': no further validation rules will be run due to call
+//! cost exceeds limit for rule: <rule>`; running out of the object's budget
+//! gives `validation failed due to running out of cost budget, no further
+//! validation rules will be run`; no rule runs after either. Expressions of
+//! webhooks' `matchConditions` and admission policies ([`evaluate_bool`]
+//! and friends) have the per-call limit. When the CRD is written, a rule
+//! whose estimated worst case exceeds upstream's static limit is refused
+//! ([`estimate`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use cel::objects::{Key, Map as CelMap};
-use cel::{Context, Env, ExecutionError, Program, Value as Cel};
+use cel::parser::Expression;
+use cel::{Context, Env, ExecutionError, Value as Cel};
 use serde_json::Value;
 
 use crate::field_error::FieldError;
+
+pub mod cost;
+pub mod estimate;
+pub mod library;
+pub mod lists;
+pub mod net;
+pub mod quantities;
+pub mod regexes;
+pub mod urls;
+
+use cost::{Meter, LIMIT_EXCEEDED, PER_CALL_LIMIT, RUNTIME_COST_BUDGET};
+use library::error_text;
 
 fn env() -> Arc<Env> {
     static ENV: OnceLock<Arc<Env>> = OnceLock::new();
@@ -40,18 +73,51 @@ fn env() -> Arc<Env> {
         // Both are cel-go's extensions Kubernetes also enables.
         let _ = env.add_extension(cel::extensions::strings);
         let _ = env.add_extension(cel::extensions::lists);
+        let _ = env.add_extension(library::register);
         Arc::new(env)
     })
     .clone()
 }
 
-/// The field errors the rules of `schema` find in `obj` (`old`: the stored
-/// object on updates).
-pub fn validate(obj: &Value, old: Option<&Value>, schema: &Value) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    validate_at(obj, old, schema, "", &mut errs, 0);
-    errs
+/// `source` parsed with this environment's macros; `None` when it does not parse.
+fn parse(source: &str) -> Option<Expression> {
+    env().parser().parse(source).ok()
 }
+
+/// Evaluates `expr` in `ctx` metered with `limit` ([`cost`]): a program
+/// that passes its limit gives [`LIMIT_EXCEEDED`] whatever it evaluated to.
+fn run(expr: &Expression, ctx: &Context, limit: u64) -> (Result<Cel, ExecutionError>, Meter) {
+    let mut expr = expr.clone();
+    let base = cost::instrument(&mut expr);
+    let (result, meter) = cost::metered(limit, || {
+        cost::charge(base)?;
+        Cel::resolve(&expr, ctx)
+    });
+    if meter.exceeded() {
+        return (Err(ExecutionError::function_error("cost", LIMIT_EXCEEDED)), meter);
+    }
+    (result, meter)
+}
+
+/// The field errors the rules of `schema` find in `obj` (`old`: the stored
+/// object on updates), within upstream's per-rule cost limit and per-object
+/// budget.
+pub fn validate(obj: &Value, old: Option<&Value>, schema: &Value) -> Vec<FieldError> {
+    let mut walk = Walk { errs: Vec::new(), remaining: RUNTIME_COST_BUDGET, stopped: false };
+    validate_at(obj, old, schema, "", &mut walk, 0);
+    walk.errs
+}
+
+/// The errors found so far, and the cost budget left for the object.
+struct Walk {
+    errs: Vec<FieldError>,
+    remaining: u64,
+    /// A rule ran out of cost: no further rule runs.
+    stopped: bool,
+}
+
+/// Upstream's message when the object's budget is spent.
+const OUT_OF_BUDGET: &str = "validation failed due to running out of cost budget, no further validation rules will be run";
 
 /// Deeper than JSON can nest anyway; keeps the walk bounded.
 const MAX_DEPTH: usize = 128;
@@ -64,13 +130,21 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-fn validate_at(v: &Value, old: Option<&Value>, schema: &Value, path: &str, errs: &mut Vec<FieldError>, depth: usize) {
-    if depth > MAX_DEPTH || v.is_null() {
+fn validate_at(v: &Value, old: Option<&Value>, schema: &Value, path: &str, walk: &mut Walk, depth: usize) {
+    if depth > MAX_DEPTH || v.is_null() || walk.stopped {
         return;
     }
-    if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
+    if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array).filter(|r| !r.is_empty()) {
+        if walk.remaining == 0 {
+            walk.errs.push(FieldError::invalid(path, schema_type(schema), OUT_OF_BUDGET));
+            walk.stopped = true;
+            return;
+        }
         for rule in rules {
-            check_rule(rule, v, old, schema, path, errs);
+            if walk.stopped {
+                return;
+            }
+            check_rule(rule, v, old, schema, path, walk);
         }
     }
     match v {
@@ -82,13 +156,13 @@ fn validate_at(v: &Value, old: Option<&Value>, schema: &Value, path: &str, errs:
                 let child_old = old.and_then(|o| o.get(k));
                 // Keys of maps (additionalProperties) are shown as [key], properties as .key.
                 let child_path = if props.is_some_and(|p| p.contains_key(k)) { join(path, k) } else { format!("{path}[{k}]") };
-                validate_at(child, child_old, s, &child_path, errs, depth + 1);
+                validate_at(child, child_old, s, &child_path, walk, depth + 1);
             }
         }
         Value::Array(items) => {
             if let Some(s) = schema.get("items").filter(|i| i.is_object()) {
                 for (i, item) in items.iter().enumerate() {
-                    validate_at(item, None, s, &format!("{path}[{i}]"), errs, depth + 1);
+                    validate_at(item, None, s, &format!("{path}[{i}]"), walk, depth + 1);
                 }
             }
         }
@@ -104,14 +178,18 @@ fn schema_type(schema: &Value) -> &str {
     schema.get("type").and_then(Value::as_str).unwrap_or("object")
 }
 
-fn compile(source: &str) -> Option<Program> {
-    env().compile(source).ok()
+/// How upstream names a rule in its errors: its message, else its source.
+fn rule_error_string(rule: &Value, source: &str) -> String {
+    match rule.get("message").and_then(Value::as_str).map(str::trim).filter(|m| !m.is_empty()) {
+        Some(m) => m.to_string(),
+        None => source.trim().to_string(),
+    }
 }
 
-fn check_rule(rule: &Value, v: &Value, old: Option<&Value>, schema: &Value, path: &str, errs: &mut Vec<FieldError>) {
+fn check_rule(rule: &Value, v: &Value, old: Option<&Value>, schema: &Value, path: &str, walk: &mut Walk) {
     let Some(source) = rule.get("rule").and_then(Value::as_str) else { return };
-    let Some(program) = compile(source) else { return };
-    let transition = program.references().has_variable("oldSelf");
+    let Some(expr) = parse(source) else { return };
+    let transition = expr.references().has_variable("oldSelf");
     if transition && old.is_none() {
         return;
     }
@@ -126,26 +204,62 @@ fn check_rule(rule: &Value, v: &Value, old: Option<&Value>, schema: &Value, path
         None => path.to_string(),
     };
     let shown_type = schema_type(schema);
-    match program.execute(&ctx) {
+    let limit = PER_CALL_LIMIT.min(walk.remaining);
+    let (result, meter) = run(&expr, &ctx, limit);
+    walk.remaining = walk.remaining.saturating_sub(meter.used);
+    if meter.exceeded() {
+        walk.stopped = true;
+        let message = if limit < PER_CALL_LIMIT {
+            OUT_OF_BUDGET.to_string()
+        } else {
+            format!(
+                "'{LIMIT_EXCEEDED}': no further validation rules will be run due to call cost exceeds limit for rule: {}",
+                rule_error_string(rule, source)
+            )
+        };
+        walk.errs.push(FieldError::invalid(path, shown_type, message));
+        return;
+    }
+    match result {
         Ok(Cel::Bool(true)) => {}
         Ok(Cel::Bool(false)) => {
-            let message = rule_message(rule, source, &ctx);
+            let message = match rule_message(rule, source, &ctx, walk) {
+                Ok(m) => m,
+                Err(stop) => {
+                    walk.errs.push(FieldError::invalid(&field, shown_type, stop));
+                    walk.stopped = true;
+                    return;
+                }
+            };
             let reason = rule.get("reason").and_then(Value::as_str).unwrap_or("FieldValueInvalid");
-            errs.push(match reason {
+            walk.errs.push(match reason {
                 "FieldValueForbidden" => FieldError::forbidden(&field, message),
                 "FieldValueRequired" => FieldError::required(&field, message),
                 "FieldValueDuplicate" => FieldError::duplicate(&field, shown_type),
                 _ => FieldError::invalid(&field, shown_type, message),
             });
         }
-        Ok(other) => errs.push(FieldError::invalid(
-            &field,
+        Ok(other) => walk.errs.push(FieldError::invalid(
+            path,
             shown_type,
             format!("rule result must be a boolean, got {other:?} for rule: {}", source.trim()),
         )),
         // A function or variable this CEL environment lacks: not evaluated.
         Err(ExecutionError::UndeclaredReference(_)) => {}
-        Err(e) => errs.push(FieldError::invalid(&field, shown_type, format!("{e}"))),
+        Err(e @ ExecutionError::NoSuchOverload(_)) => walk.errs.push(FieldError::invalid(
+            path,
+            shown_type,
+            format!(
+                "'{}': call arguments did not match a supported operator, function or macro signature for rule: {}",
+                error_text(&e),
+                rule_error_string(rule, source)
+            ),
+        )),
+        Err(e) => walk.errs.push(FieldError::invalid(
+            path,
+            shown_type,
+            format!("{} evaluating rule: {}", error_text(&e), rule_error_string(rule, source)),
+        )),
     }
 }
 
@@ -196,7 +310,8 @@ fn unevaluable_at(schema: &Value, path: &str, out: &mut Vec<String>, depth: usiz
 }
 
 /// Whether this environment knows function `name`: called with no argument,
-/// as a function or as a method of a string, list, map or int, it fails for
+/// as a function, as a method of a string, list, map or int, or in one of
+/// the namespaces `ip`, `lists`, `strings`, it fails for
 /// another reason than an undeclared reference. Operators and macros
 /// (`_+_`, `@in`, `has`) are always known.
 fn declared(name: &str) -> bool {
@@ -205,10 +320,18 @@ fn declared(name: &str) -> bool {
     {
         return true;
     }
-    ["", "''.", "[].", "{}.", "0."].iter().any(|target| {
-        let Ok(program) = env().compile(&format!("{target}{name}()")) else { return false };
-        !matches!(program.execute(&Context::with_env(env())), Err(ExecutionError::UndeclaredReference(r)) if r.as_str() == name)
-    })
+    let fails_otherwise = |call: String, namespace: bool| {
+        let Ok(program) = env().compile(&call) else { return false };
+        match program.execute(&Context::with_env(env())) {
+            // In a namespace lacking `name`, the namespace itself is what is undeclared.
+            Err(ExecutionError::UndeclaredReference(r)) => !namespace && r.as_str() != name,
+            _ => true,
+        }
+    };
+    ["", "''.", "[].", "{}.", "0."].iter().any(|target| fails_otherwise(format!("{target}{name}()"), false))
+        // Qualified functions (`ip.isCanonical`, `lists.range`) are
+        // referenced by their last name: their namespaces are probed too.
+        || ["ip", "lists", "strings"].iter().any(|ns| fails_otherwise(format!("{ns}.{name}()"), true))
 }
 
 /// What a boolean CEL expression gave (webhook `matchConditions`).
@@ -231,7 +354,7 @@ pub fn evaluate_bool(expr: &str, vars: &[(&str, &Value)]) -> Outcome {
         Ok(Cel::Bool(b)) => Outcome::Bool(b),
         Ok(other) => Outcome::Error(format!("expression must evaluate to a bool, got {other:?}")),
         Err(ExecutionError::UndeclaredReference(_)) => Outcome::Unsupported,
-        Err(e) => Outcome::Error(e.to_string()),
+        Err(e) => Outcome::Error(error_text(&e)),
     }
 }
 
@@ -271,17 +394,18 @@ pub fn evaluate_value(expr: &str, vars: &[(&str, &Value)]) -> Evaluated {
             None => Evaluated::Error(format!("expression gave a value JSON cannot hold: {v:?}")),
         },
         Err(ExecutionError::UndeclaredReference(_)) => Evaluated::Unsupported,
-        Err(e) => Evaluated::Error(e.to_string()),
+        Err(e) => Evaluated::Error(error_text(&e)),
     }
 }
 
+/// Evaluates `expr` within [`PER_CALL_LIMIT`]; `None` when it does not parse.
 fn evaluate(expr: &str, vars: &[(&str, &Value)]) -> Option<Result<Cel, ExecutionError>> {
-    let program = compile(expr)?;
+    let expr = parse(expr)?;
     let mut ctx = Context::with_env(env());
     for (name, v) in vars {
         ctx.add_variable_from_value(*name, to_cel(v, &Value::Null));
     }
-    Some(program.execute(&ctx))
+    Some(run(&expr, &ctx, PER_CALL_LIMIT).0)
 }
 
 /// A CEL value as JSON (lists, maps with string keys, scalars).
@@ -306,19 +430,34 @@ fn to_json(v: &Cel) -> Option<Value> {
     })
 }
 
-/// `message`, else `messageExpression`'s string value, else `failed rule: <rule>`.
-fn rule_message(rule: &Value, source: &str, ctx: &Context) -> String {
+/// `message`, else `messageExpression`'s string value, else `failed rule:
+/// <rule>`. A `messageExpression` passing its cost limit gives upstream's
+/// error instead (`Err`), after which no rule runs.
+fn rule_message(rule: &Value, source: &str, ctx: &Context, walk: &mut Walk) -> Result<String, String> {
     if let Some(m) = rule.get("message").and_then(Value::as_str).map(str::trim).filter(|m| !m.is_empty()) {
-        return m.to_string();
+        return Ok(m.to_string());
     }
-    if let Some(expr) = rule.get("messageExpression").and_then(Value::as_str) {
-        if let Some(Ok(Cel::String(s))) = compile(expr).map(|p| p.execute(ctx)) {
-            if !s.trim().is_empty() {
-                return s.trim().to_string();
+    if let Some(source_expr) = rule.get("messageExpression").and_then(Value::as_str) {
+        if let Some(expr) = parse(source_expr) {
+            let limit = PER_CALL_LIMIT.min(walk.remaining);
+            let (result, meter) = run(&expr, ctx, limit);
+            walk.remaining = walk.remaining.saturating_sub(meter.used);
+            if meter.exceeded() {
+                return Err(if limit < PER_CALL_LIMIT {
+                    "messageExpression evaluation failed due to running out of cost budget, no further validation rules will be run"
+                        .to_string()
+                } else {
+                    format!("no further validation rules will be run due to call cost exceeds limit for messageExpression: {source_expr:?}")
+                });
+            }
+            if let Ok(Cel::String(s)) = result {
+                if !s.trim().is_empty() {
+                    return Ok(s.trim().to_string());
+                }
             }
         }
     }
-    format!("failed rule: {}", source.trim())
+    Ok(format!("failed rule: {}", source.trim()))
 }
 
 /// `v` as a CEL value, typed by `schema` as upstream's `UnstructuredToVal`:

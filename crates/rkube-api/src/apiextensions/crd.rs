@@ -184,7 +184,10 @@ fn validate_versions(obj: &Value, errs: &mut Vec<FieldError>) {
         }
         let schema_field = format!("spec.versions[{i}].schema.openAPIV3Schema");
         match v.pointer("/schema/openAPIV3Schema") {
-            Some(schema) if schema.is_object() => errs.extend(structural_errors(schema, &schema_field)),
+            Some(schema) if schema.is_object() => {
+                errs.extend(structural_errors(schema, &schema_field));
+                errs.extend(super::cel::estimate::cost_errors(schema, &schema_field));
+            }
             _ => errs.push(FieldError::required(&schema_field, "schemas are required")),
         }
         if let Some(scale) = v.pointer("/subresources/scale").filter(|x| x.is_object()) {

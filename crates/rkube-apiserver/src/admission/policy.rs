@@ -40,8 +40,11 @@
 //!
 //! Every binding is evaluated; the first denial is the answer.
 //!
-//! Not done: the `authorizer` variable and Kubernetes' own CEL libraries
-//! (validations using them are skipped with a warning), type checking of
+//! Kubernetes' CEL libraries (lists, regex, url, ip, cidr, quantity) are
+//! evaluated, each expression within upstream's per-call cost limit.
+//! Not done: the `authorizer` variable and the `format` and `semver`
+//! libraries (validations using them are skipped with a warning), the
+//! per-binding cost budget, type checking of
 //! policies (`status.typeChecking`).
 
 use rkube_api::apiextensions::cel::{evaluate_bool, evaluate_string, evaluate_value, Evaluated, Outcome};

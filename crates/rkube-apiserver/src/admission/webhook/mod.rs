@@ -248,7 +248,7 @@ fn applies(
 /// be called. One giving `false` skips the webhook; one that fails to
 /// evaluate applies the `failurePolicy` (Fail: 500 naming the condition;
 /// Ignore: skipped). A condition this CEL environment cannot evaluate
-/// (`authorizer`, Kubernetes' own libraries) counts as holding, and the
+/// (`authorizer`, `format`, `semver`) counts as holding, and the
 /// client is told so with a warning.
 fn match_conditions_hold(w: &Value, name: &str, a: &Attributes, warnings: &mut Vec<String>) -> ApiResult<bool> {
     use rkube_api::apiextensions::cel::{evaluate_bool, Outcome};

@@ -1,0 +1,201 @@
+//! Kubernetes' CEL libraries: values and error messages, as upstream's
+//! `library` tests give them.
+
+use serde_json::{json, Value};
+
+use super::super::evaluate;
+use super::error_text;
+
+/// What `expr` gives, as JSON, or its error as upstream words it.
+fn eval(expr: &str) -> Result<Value, String> {
+    let data = json!({"l": [3, 1, 2], "s": ["b", "a"], "f": [1.5, 2.5], "e": []});
+    match evaluate(expr, &[("self", &data)]) {
+        None => Err("does not parse".into()),
+        Some(Ok(v)) => super::super::to_json(&v).ok_or_else(|| format!("not JSON: {v:?}")),
+        Some(Err(e)) => Err(error_text(&e)),
+    }
+}
+
+fn ok(expr: &str) -> Value {
+    eval(expr).unwrap_or_else(|e| panic!("{expr}: {e}"))
+}
+
+fn err(expr: &str) -> String {
+    match eval(expr) {
+        Ok(v) => panic!("{expr} gave {v}, not an error"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn list_functions_give_upstreams_values() {
+    assert_eq!(ok("[1, 2, 2, 3].isSorted()"), json!(true));
+    assert_eq!(ok("self.l.isSorted()"), json!(false));
+    assert_eq!(ok("['a', 'b'].isSorted() && !self.s.isSorted() && [].isSorted()"), json!(true));
+    assert_eq!(ok("self.l.sum()"), json!(6));
+    assert_eq!(ok("self.f.sum()"), json!(4.0));
+    assert_eq!(ok("self.e.sum()"), json!(0));
+    assert_eq!(ok("self.l.min()"), json!(1));
+    assert_eq!(ok("self.l.max()"), json!(3));
+    assert_eq!(ok("self.s.min()"), json!("a"));
+    assert_eq!(ok("[1, 2, 1].indexOf(1)"), json!(0));
+    assert_eq!(ok("[1, 2, 1].lastIndexOf(1)"), json!(2));
+    assert_eq!(ok("self.l.indexOf(9)"), json!(-1));
+    // The strings extension's indexOf on strings is still there.
+    assert_eq!(ok("'abcb'.indexOf('b')"), json!(1));
+}
+
+#[test]
+fn min_and_max_of_an_empty_list_fail_as_upstream() {
+    assert_eq!(err("self.e.min()"), "min called on empty list");
+    assert_eq!(err("self.e.max()"), "max called on empty list");
+}
+
+#[test]
+fn regex_find_gives_the_first_match_and_find_all_every_or_n() {
+    assert_eq!(ok("'abc 123'.find('[0-9]+')"), json!("123"));
+    assert_eq!(ok("'abc'.find('[0-9]+')"), json!(""));
+    assert_eq!(ok("'123 abc 456'.findAll('[0-9]+')"), json!(["123", "456"]));
+    assert_eq!(ok("'123 abc 456'.findAll('[0-9]+', 1)"), json!(["123"]));
+    assert_eq!(ok("'123 abc 456'.findAll('[0-9]+', 0)"), json!([]));
+    assert_eq!(ok("'123 abc 456'.findAll('[0-9]+', -1)"), json!(["123", "456"]));
+}
+
+#[test]
+fn an_illegal_regex_fails_with_upstreams_prefix() {
+    let e = err("'abc'.find('(')");
+    assert!(e.starts_with("Illegal regex: error parsing regexp: "), "{e}");
+    assert!(e.ends_with(": `(`"), "{e}");
+    assert!(!e.contains('\n'), "{e}");
+}
+
+#[test]
+fn urls_parse_and_give_their_parts_as_go_net_url() {
+    assert_eq!(ok("isURL('https://user:pass@example.com:80/path?query=val#fragment')"), json!(true));
+    assert_eq!(ok("isURL('/absolute-path')"), json!(true));
+    assert_eq!(ok("isURL('https://a:b:c/')"), json!(false));
+    assert_eq!(ok("isURL('../relative-path')"), json!(false));
+    assert_eq!(ok("isURL('')"), json!(false));
+    assert_eq!(ok("url('https://example.com:80/').getScheme()"), json!("https"));
+    assert_eq!(ok("url('/path').getScheme()"), json!(""));
+    assert_eq!(ok("url('https://example.com:80/').getHost()"), json!("example.com:80"));
+    assert_eq!(ok("url('https://[::1]:80/').getHost()"), json!("[::1]:80"));
+    assert_eq!(ok("url('https://example.com:80/').getHostname()"), json!("example.com"));
+    assert_eq!(ok("url('https://[::1]:80/').getHostname()"), json!("::1"));
+    assert_eq!(ok("url('/path').getHostname()"), json!(""));
+    assert_eq!(ok("url('https://example.com:80/').getPort()"), json!("80"));
+    assert_eq!(ok("url('https://[::1]/').getPort()"), json!(""));
+    assert_eq!(ok("url('https://example.com/').getPort()"), json!(""));
+    assert_eq!(ok("url('https://example.com/path').getEscapedPath()"), json!("/path"));
+    assert_eq!(ok("url('https://example.com/path with spaces/').getEscapedPath()"), json!("/path%20with%20spaces/"));
+    assert_eq!(ok("url('https://example.com').getEscapedPath()"), json!(""));
+    assert_eq!(ok("url('https://example.com/path?k1=a&k2=b&k2=c').getQuery()"), json!({"k1": ["a"], "k2": ["b", "c"]}));
+    assert_eq!(ok("url('https://example.com/path?key with spaces=value with spaces').getQuery()"), json!({"key with spaces": ["value with spaces"]}));
+    assert_eq!(ok("url('https://example.com/path?a=1+2%2B').getQuery()"), json!({"a": ["1 2+"]}));
+    assert_eq!(ok("url('https://example.com/path?').getQuery()"), json!({}));
+    assert_eq!(ok("url('https://example.com/path#frag').getEscapedPath()"), json!("/path"));
+    assert_eq!(ok("url('https://example.com') == url('https://example.com')"), json!(true));
+}
+
+#[test]
+fn a_bad_url_fails_with_gos_parse_error() {
+    assert_eq!(
+        err("url('../relative-path')"),
+        "URL parse error during conversion from string: parse \"../relative-path\": invalid URI for request"
+    );
+    assert_eq!(err("url('')"), "URL parse error during conversion from string: parse \"\": empty url");
+    assert_eq!(
+        err("url('https://a:b:c/')"),
+        "URL parse error during conversion from string: parse \"https://a:b:c/\": invalid port \":c\" after host"
+    );
+    assert_eq!(
+        err("url('https://exa mple.com/')"),
+        "URL parse error during conversion from string: parse \"https://exa mple.com/\": invalid character \" \" in host name"
+    );
+}
+
+#[test]
+fn quantities_parse_compare_and_add_as_upstream() {
+    assert_eq!(ok("isQuantity('1.3G') && isQuantity('1.3Gi') && isQuantity('12e6') && !isQuantity('1.3Gi.4') && !isQuantity(' 1')"), json!(true));
+    assert_eq!(ok("quantity('50k').isGreaterThan(quantity('100'))"), json!(true));
+    assert_eq!(ok("quantity('50k').isLessThan(quantity('100'))"), json!(false));
+    assert_eq!(ok("quantity('200M').compareTo(quantity('0.2G'))"), json!(0));
+    assert_eq!(ok("quantity('50M').compareTo(quantity('50Mi'))"), json!(-1));
+    assert_eq!(ok("quantity('50Mi').compareTo(quantity('50M'))"), json!(1));
+    assert_eq!(ok("quantity('1') == quantity('1000m')"), json!(true));
+    assert_eq!(ok("quantity('50k').sign()"), json!(1));
+    assert_eq!(ok("sign(quantity('-50k'))"), json!(-1));
+    assert_eq!(ok("quantity('0').sign()"), json!(0));
+    assert_eq!(ok("quantity('50k').isInteger()"), json!(true));
+    assert_eq!(ok("quantity('10000000000000000000').isInteger()"), json!(false));
+    assert_eq!(ok("quantity('50m').isInteger()"), json!(false));
+    assert_eq!(ok("quantity('50k').asInteger()"), json!(50000));
+    assert_eq!(ok("quantity('1.5Gi').asApproximateFloat()"), json!(1610612736.0));
+    assert_eq!(ok("quantity('50k').add(quantity('20k')) == quantity('70k')"), json!(true));
+    assert_eq!(ok("quantity('50k').add(20) == quantity('50020')"), json!(true));
+    assert_eq!(ok("quantity('50k').sub(quantity('20k')) == quantity('30k')"), json!(true));
+    assert_eq!(ok("quantity('50k').sub(20000) == quantity('30k')"), json!(true));
+}
+
+#[test]
+fn quantity_errors_are_upstreams() {
+    assert_eq!(err("quantity('1.3Gi.4')"), super::super::quantities::FORMAT_WRONG);
+    assert_eq!(err("quantity('50m').asInteger()"), "cannot convert value to integer");
+}
+
+#[test]
+fn ip_functions_follow_go_netip() {
+    assert_eq!(ok("isIP('127.0.0.1') && isIP('::1') && !isIP('127.0.0.256') && !isIP(':::1')"), json!(true));
+    assert_eq!(ok("!isIP('::ffff:1.2.3.4') && !isIP('fe80::1%eth0') && !isIP('127.0.0.01')"), json!(true));
+    assert_eq!(ok("ip('127.0.0.1').family() == 4 && ip('::1').family() == 6"), json!(true));
+    assert_eq!(ok("ip.isCanonical('2001:db8::abcd')"), json!(true));
+    assert_eq!(ok("ip.isCanonical('2001:DB8::ABCD') || ip.isCanonical('2001:db8::0:0:0:abcd')"), json!(false));
+    assert_eq!(ok("ip('0.0.0.0').isUnspecified() && ip('::').isUnspecified() && !ip('::1').isUnspecified()"), json!(true));
+    assert_eq!(ok("ip('127.0.0.1').isLoopback() && ip('::1').isLoopback() && !ip('192.168.0.1').isLoopback()"), json!(true));
+    assert_eq!(ok("ip('224.0.0.1').isLinkLocalMulticast() && ip('ff02::1').isLinkLocalMulticast()"), json!(true));
+    assert_eq!(ok("ip('224.0.1.1').isLinkLocalMulticast() || ip('fd00::1').isLinkLocalMulticast()"), json!(false));
+    assert_eq!(ok("ip('169.254.169.254').isLinkLocalUnicast() && ip('fe80::1').isLinkLocalUnicast()"), json!(true));
+    assert_eq!(ok("ip('192.168.0.1').isLinkLocalUnicast() || ip('fd80::1').isLinkLocalUnicast()"), json!(false));
+    assert_eq!(ok("ip('192.168.0.1').isGlobalUnicast() && ip('2001:db8::abcd').isGlobalUnicast()"), json!(true));
+    assert_eq!(ok("ip('255.255.255.255').isGlobalUnicast() || ip('ff00::1').isGlobalUnicast()"), json!(false));
+    assert_eq!(ok("string(ip('2001:db8:0:0::1'))"), json!("2001:db8::1"));
+    assert_eq!(ok("ip('10.0.0.1') == ip('10.0.0.1')"), json!(true));
+}
+
+#[test]
+fn ip_errors_are_upstreams() {
+    assert_eq!(
+        err("ip('127.0.0.256')"),
+        "IP Address \"127.0.0.256\" parse error during conversion from string: ParseAddr(\"127.0.0.256\"): unable to parse IP"
+    );
+    assert_eq!(err("ip('::ffff:1.2.3.4')"), "IPv4-mapped IPv6 address \"::ffff:1.2.3.4\" is not allowed");
+    assert_eq!(err("ip('fe80::1%eth0')"), "IP address \"fe80::1%eth0\" with zone value is not allowed");
+}
+
+#[test]
+fn cidr_functions_follow_go_netip() {
+    assert_eq!(ok("isCIDR('192.168.0.0/24') && isCIDR('::1/128') && !isCIDR('192.168.0.0') && !isCIDR('1.2.3.4/33')"), json!(true));
+    assert_eq!(ok("cidr('192.168.0.0/24').containsIP(ip('192.168.0.1'))"), json!(true));
+    assert_eq!(ok("cidr('192.168.0.0/24').containsIP('192.168.1.1')"), json!(false));
+    assert_eq!(ok("cidr('192.168.0.0/16').containsCIDR(cidr('192.168.10.0/24'))"), json!(true));
+    assert_eq!(ok("cidr('192.168.1.0/24').containsCIDR('192.168.2.0/24')"), json!(false));
+    assert_eq!(ok("cidr('192.168.0.0/24').containsCIDR('192.168.0.0/16')"), json!(false));
+    assert_eq!(ok("cidr('192.168.0.1/24').ip() == ip('192.168.0.1')"), json!(true));
+    assert_eq!(ok("cidr('::1/128').ip().family()"), json!(6));
+    assert_eq!(ok("string(cidr('192.168.0.1/24').masked())"), json!("192.168.0.0/24"));
+    assert_eq!(ok("cidr('192.168.0.0/24') == cidr('192.168.0.0/24').masked()"), json!(true));
+    assert_eq!(ok("cidr('192.168.0.1/24') == cidr('192.168.0.1/24').masked()"), json!(false));
+    assert_eq!(ok("cidr('192.168.0.0/16').prefixLength()"), json!(16));
+}
+
+#[test]
+fn cidr_errors_are_upstreams() {
+    assert_eq!(
+        err("cidr('192.168.0.0')"),
+        "network address parse error during conversion from string: network address parse error during conversion from string: netip.ParsePrefix(\"192.168.0.0\"): no '/'"
+    );
+    assert_eq!(
+        err("cidr('1.2.3.4/33')"),
+        "network address parse error during conversion from string: network address parse error during conversion from string: netip.ParsePrefix(\"1.2.3.4/33\"): prefix length out of range"
+    );
+}
