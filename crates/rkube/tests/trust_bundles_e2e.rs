@@ -7,7 +7,8 @@
 //! a missing `optional` one.
 //!
 //! The cluster process is killed by PID when its guard drops; the pod (a host process) dies
-//! with it.
+//! with it: its shell ends in `exec sleep`, so the process left is the one the runtime's
+//! parent-death signal reaches.
 
 use crate::common;
 
@@ -128,7 +129,7 @@ spec:
       echo "BYNAME=$(grep -v -- ----- {b}/ca/by-name.pem | tr -d '\n')"
       echo "BYSIGNER=$(grep -v -- ----- {b}/ca/by-signer.pem | tr -d '\n') BLOCKS=$(grep -c BEGIN {b}/ca/by-signer.pem)"
       echo "NONE=$(wc -c < {b}/ca/none.pem)"
-      sleep 3600
+      exec sleep 3600
     volumeMounts: [{{name: ca, mountPath: {b}/ca}}]
   volumes:
   - name: ca
