@@ -5,8 +5,8 @@
 //! reported as `OOMKilled`), and it is removed with the container.
 //!
 //! Layout: `<hierarchy root>/rkube/<pod uid>/<container id>`, in the unified (v2) hierarchy when
-//! it offers the `memory` controller, otherwise in both the `cpuacct` and `memory` v1
-//! hierarchies. Without a usable hierarchy (no cgroupfs, read-only, not root) the runtime keeps
+//! it offers the `memory` controller and lets the runtime hand it down, otherwise in both the
+//! `cpuacct` and `memory` v1 hierarchies. Without a usable hierarchy (no cgroupfs, read-only, not root) the runtime keeps
 //! reading `/proc` per process group ([`crate::stats`]); [`choose`] decides which, from the
 //! mounts of `/proc/self/mountinfo` and a probe that makes the `rkube` directory.
 //!
@@ -55,22 +55,26 @@ pub enum Accounting {
     },
 }
 
-/// One mount of `/proc/self/mountinfo`, as [`choose`] needs it.
+/// One cgroup hierarchy as [`choose`] needs it (a mount of `/proc/self/mountinfo`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
     /// `cgroup` (v1) or `cgroup2`; other types are ignored.
     pub fs_type: String,
-    /// Where it is mounted.
-    pub mount_point: PathBuf,
     /// Super-block options: for a v1 hierarchy, its controllers (`cpuacct`, `memory`, ...).
     pub super_options: Vec<String>,
+    /// The directory the `rkube` parent is made in: the hierarchy's root (its mount point), as
+    /// kubelet's default `--cgroup-root=/` puts `kubepods` there. (Not the runtime's own cgroup:
+    /// a cgroup some supervisor made for the runtime would then hold child cgroups the
+    /// supervisor does not expect, and a v2 cgroup with processes cannot delegate controllers.)
+    pub base: PathBuf,
 }
 
-/// Picks the accounting: v2 when a `cgroup2` mount lists `memory` in its root's
-/// `cgroup.controllers` (read through `controllers`) and `usable` accepts it; else v1 when a
-/// `cpuacct` and a `memory` hierarchy are both mounted and `usable`; else `/proc` with the reason.
-/// `usable(root)` is the runtime's probe: it makes `root/rkube` and answers whether it could
-/// (so a non-root runtime, or a read-only cgroupfs, falls back to `/proc`).
+/// Picks the accounting: v2 when a `cgroup2` mount lists `memory` in its base's
+/// `cgroup.controllers` (read through `controllers`) and `usable` accepts it; else v1
+/// when a `cpuacct` and a `memory` hierarchy are both mounted and `usable`; else `/proc` with the
+/// reason. `usable(dir)` is the runtime's probe: it makes `dir/rkube` (and for v2 hands the
+/// controllers down to it) and answers whether it could, so a non-root runtime, a read-only
+/// cgroupfs, or a v2 cgroup that may not delegate falls back.
 pub fn choose(
     mounts: &[Mount],
     controllers: impl Fn(&Path) -> Option<String>,
@@ -79,13 +83,13 @@ pub fn choose(
     let mut why = Vec::new();
     match mounts.iter().find(|m| m.fs_type == "cgroup2") {
         Some(m) => {
-            let has_memory = controllers(&m.mount_point).is_some_and(|c| c.split_whitespace().any(|c| c == "memory"));
+            let has_memory = controllers(&m.base).is_some_and(|c| c.split_whitespace().any(|c| c == "memory"));
             if !has_memory {
-                why.push(format!("the unified hierarchy at {} has no memory controller", m.mount_point.display()));
-            } else if usable(&m.mount_point) {
-                return Accounting::V2 { parent: m.mount_point.join(PARENT) };
+                why.push(format!("the unified hierarchy at {} has no memory controller", m.base.display()));
+            } else if usable(&m.base) {
+                return Accounting::V2 { parent: m.base.join(PARENT) };
             } else {
-                why.push(format!("cannot make {}", m.mount_point.join(PARENT).display()));
+                why.push(format!("cannot make {} with the memory controller", m.base.join(PARENT).display()));
             }
         }
         None => why.push("no cgroup2 mount".to_string()),
@@ -97,11 +101,11 @@ pub fn choose(
         (Some(cpuacct), Some(memory)) => {
             let unusable: Vec<String> = [cpuacct, memory]
                 .iter()
-                .filter(|m| !usable(&m.mount_point))
-                .map(|m| format!("cannot make {}", m.mount_point.join(PARENT).display()))
+                .filter(|m| !usable(&m.base))
+                .map(|m| format!("cannot make {}", m.base.join(PARENT).display()))
                 .collect();
             if unusable.is_empty() {
-                return Accounting::V1 { cpuacct: cpuacct.mount_point.join(PARENT), memory: memory.mount_point.join(PARENT) };
+                return Accounting::V1 { cpuacct: cpuacct.base.join(PARENT), memory: memory.base.join(PARENT) };
             }
             why.extend(unusable);
         }
@@ -110,8 +114,9 @@ pub fn choose(
     Accounting::Proc { reason: why.join("; ") }
 }
 
-/// [`choose`] on this host: the mounts of `/proc/self/mountinfo`, and a probe that makes the
-/// `rkube` directory (mode 0755) under each candidate root. `enabled: false` gives `/proc`.
+/// [`choose`] on this host: the cgroup mounts of `/proc/self/mountinfo`, and a probe that makes
+/// the `rkube` directory (and, in the unified hierarchy, enables `memory` for its children).
+/// `enabled: false` gives `/proc`.
 pub fn detect(enabled: bool) -> Accounting {
     if !enabled {
         return Accounting::Proc { reason: "cgroups are turned off in the runtime's config".to_string() };
@@ -120,19 +125,16 @@ pub fn detect(enabled: bool) -> Accounting {
         Ok(infos) => infos
             .0
             .into_iter()
-            .map(|m| Mount {
-                fs_type: m.fs_type,
-                mount_point: m.mount_point,
-                super_options: m.super_options.into_keys().collect(),
-            })
+            .map(|m| Mount { fs_type: m.fs_type, super_options: m.super_options.into_keys().collect(), base: m.mount_point })
             .collect(),
         Err(err) => return Accounting::Proc { reason: format!("reading /proc/self/mountinfo: {err}") },
     };
-    choose(
-        &mounts,
-        |root| std::fs::read_to_string(root.join("cgroup.controllers")).ok(),
-        |root| std::fs::create_dir_all(root.join(PARENT)).is_ok() && root.join(PARENT).join("cgroup.procs").exists(),
-    )
+    choose(&mounts, |dir| std::fs::read_to_string(dir.join("cgroup.controllers")).ok(), |dir| {
+        let parent = dir.join(PARENT);
+        let made = std::fs::create_dir_all(&parent).is_ok() && parent.join("cgroup.procs").exists();
+        let v2 = dir.join("cgroup.subtree_control").exists();
+        made && (!v2 || (enable_controllers(dir).is_ok() && enable_controllers(&parent).is_ok()))
+    })
 }
 
 /// A path component for a pod uid or container id: the value itself when it is a plain name,
@@ -422,19 +424,16 @@ fn figures(cpu_ns: u64, usage: u64, stat: &HashMap<String, u64>, keys: [&str; 4]
 mod tests {
     use super::*;
 
-    fn mount(fs_type: &str, at: &str, options: &[&str]) -> Mount {
-        Mount {
-            fs_type: fs_type.into(),
-            mount_point: at.into(),
-            super_options: options.iter().map(|o| (*o).to_string()).collect(),
-        }
+    fn mount(fs_type: &str, base: &str, options: &[&str]) -> Mount {
+        Mount { fs_type: fs_type.into(), base: base.into(), super_options: options.iter().map(|o| (*o).to_string()).collect() }
     }
 
+    /// A hybrid host (the memory hierarchy mounted at a path of its own).
     fn hybrid() -> Vec<Mount> {
         vec![
             mount("proc", "/proc", &[]),
             mount("cgroup", "/sys/fs/cgroup/cpu,cpuacct", &["rw", "cpu", "cpuacct"]),
-            mount("cgroup", "/sys/fs/cgroup/memory", &["rw", "memory"]),
+            mount("cgroup", "/sys/fs/cgroup/memory/svc", &["rw", "memory"]),
             mount("cgroup2", "/sys/fs/cgroup/unified", &["rw"]),
         ]
     }
@@ -450,7 +449,7 @@ mod tests {
         let got = choose(&hybrid(), |_| Some("hugetlb".into()), |_| true);
         assert_eq!(
             got,
-            Accounting::V1 { cpuacct: "/sys/fs/cgroup/cpu,cpuacct/rkube".into(), memory: "/sys/fs/cgroup/memory/rkube".into() }
+            Accounting::V1 { cpuacct: "/sys/fs/cgroup/cpu,cpuacct/rkube".into(), memory: "/sys/fs/cgroup/memory/svc/rkube".into() }
         );
     }
 
@@ -459,7 +458,7 @@ mod tests {
         let got = choose(&hybrid(), |_| Some("cpu memory".into()), |_| false);
         let Accounting::Proc { reason } = got else { panic!("expected /proc, got {got:?}") };
         assert!(reason.contains("cannot make /sys/fs/cgroup/unified/rkube"), "{reason}");
-        assert!(reason.contains("cannot make /sys/fs/cgroup/memory/rkube"), "{reason}");
+        assert!(reason.contains("cannot make /sys/fs/cgroup/memory/svc/rkube"), "{reason}");
     }
 
     #[test]
