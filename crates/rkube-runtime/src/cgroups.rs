@@ -214,6 +214,48 @@ impl Accounting {
     }
 }
 
+/// How old an empty cgroup under `rkube/` must be before a starting runtime removes it: younger
+/// ones may belong to another runtime that is about to use them.
+pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl Accounting {
+    /// Removes what runtimes that were killed without a shutdown (SIGKILL) left under `rkube/`:
+    /// container cgroups without processes and pod cgroups without containers, once older than
+    /// `stale_after` (by the directory's modification time). A cgroup that still holds a process
+    /// or a child refuses `rmdir` and stays. Returns how many directories went.
+    pub fn sweep_stale(&self, stale_after: std::time::Duration) -> usize {
+        let parents: Vec<&Path> = match self {
+            Self::V2 { parent } => vec![parent],
+            Self::V1 { cpuacct, memory } => vec![cpuacct, memory],
+            Self::Proc { .. } => return 0,
+        };
+        let subdirs = |dir: &Path| -> Vec<PathBuf> {
+            std::fs::read_dir(dir)
+                .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_dir()).collect())
+                .unwrap_or_default()
+        };
+        let stale = |dir: &Path| {
+            std::fs::metadata(dir).and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= stale_after))
+        };
+        let mut removed = 0;
+        for parent in parents {
+            for pod in subdirs(parent) {
+                // Judged before its children go (removing one makes the directory look new).
+                let pod_stale = stale(&pod);
+                for leaf in subdirs(&pod) {
+                    if stale(&leaf) && std::fs::remove_dir(&leaf).is_ok() {
+                        removed += 1;
+                    }
+                }
+                if pod_stale && std::fs::remove_dir(&pod).is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+}
+
 /// Adds `memory` (and `cpu` when available) to `dir/cgroup.subtree_control`.
 fn enable_controllers(dir: &Path) -> io::Result<()> {
     let available = std::fs::read_to_string(dir.join("cgroup.controllers"))?;
@@ -475,6 +517,30 @@ mod tests {
         assert_eq!(acc.container("u1", "sb", "c1"), Some(Cgroup::V2 { dir: "/cg/rkube/u1/c1".into() }));
         assert_eq!(acc.pod("../x", "sb"), Some(Cgroup::V2 { dir: "/cg/rkube/sb".into() }), "a uid that is not a plain name");
         assert_eq!(acc.pod("", "sb"), Some(Cgroup::V2 { dir: "/cg/rkube/sb".into() }));
+    }
+
+    #[test]
+    fn a_sweep_removes_only_old_empty_cgroups() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let parent = tmp.path().join(PARENT);
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let age = |dir: &Path| {
+            let f = std::fs::File::open(dir).expect("open dir");
+            f.set_modified(old).expect("set mtime");
+        };
+        for leaf in ["gone-pod/c1", "busy-pod/c2", "busy-pod/c3", "young-pod/c4"] {
+            std::fs::create_dir_all(parent.join(leaf)).expect("mkdir");
+        }
+        // A cgroup with a process refuses rmdir: here, a directory with a file in it.
+        std::fs::write(parent.join("busy-pod/c2/cgroup.procs"), "42\n").expect("file");
+        for dir in ["gone-pod/c1", "busy-pod/c2", "busy-pod/c3", "gone-pod", "busy-pod"] {
+            age(&parent.join(dir));
+        }
+        let acc = Accounting::V2 { parent: parent.clone() };
+        assert_eq!(acc.sweep_stale(std::time::Duration::from_secs(600)), 3, "c1, its pod, c3");
+        let left: Vec<bool> = ["gone-pod", "busy-pod/c2", "busy-pod/c3", "young-pod/c4"].iter().map(|d| parent.join(d).exists()).collect();
+        assert_eq!(left, [false, true, false, true]);
+        assert_eq!(Accounting::Proc { reason: String::new() }.sweep_stale(std::time::Duration::ZERO), 0);
     }
 
     #[test]

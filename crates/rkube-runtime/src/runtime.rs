@@ -132,7 +132,10 @@ impl Runtime {
             crate::cgroups::Accounting::Proc { reason } => {
                 tracing::info!(%reason, "containers get no cgroup of their own: usage is read from /proc")
             }
-            cgroups => tracing::info!(?cgroups, "each container gets a cgroup of its own"),
+            cgroups => {
+                let swept = cgroups.sweep_stale(crate::cgroups::STALE_AFTER);
+                tracing::info!(?cgroups, swept, "each container gets a cgroup of its own");
+            }
         }
         Arc::new(Self {
             state: Mutex::new(State::default()),
