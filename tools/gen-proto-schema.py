@@ -100,7 +100,7 @@ for path in glob.glob(f"{pb}/**/mod.rs", recursive=True):
 # Every group version the resource table serves (crates/rkube-api/src/registry/builtin.rs).
 roots = ["api.core.v1", "api.apps.v1", "api.discovery.v1", "api.coordination.v1", "api.rbac.v1",
          "api.authentication.v1", "api.authorization.v1", "api.autoscaling.v1", "api.autoscaling.v2", "api.batch.v1", "api.policy.v1", "api.events.v1",
-         "api.admissionregistration.v1", "api.certificates.v1", "api.flowcontrol.v1", "api.networking.v1",
+         "api.admissionregistration.v1", "api.certificates.v1", "api.certificates.v1beta1", "api.flowcontrol.v1", "api.networking.v1",
          "api.node.v1", "api.scheduling.v1", "api.storage.v1", "kube_aggregator.pkg.apis.apiregistration.v1",
          "apimachinery.pkg.apis.meta.v1", "apiextensions_apiserver.pkg.apis.apiextensions.v1"]
 keep, todo = {}, [m for m in messages if any(m.startswith(r + ".") for r in roots)]

@@ -247,7 +247,12 @@ pub fn validate_with(
     let mut causes: Vec<StatusCause> = Vec::new();
     let name = crate::object::name(obj);
     if old.is_none() {
-        causes.extend(validation::validate_object_meta_name(name, info.strategy.name_is_label));
+        match info.strategy.validate_name.filter(|_| !name.is_empty()) {
+            Some(rule) => causes.extend(
+                rule(name, obj).into_iter().map(|m| rkube_api::field_error::FieldError::invalid("metadata.name", name, m).into()),
+            ),
+            None => causes.extend(validation::validate_object_meta_name(name, info.strategy.name_is_label)),
+        }
     }
     if let Some(labels) = obj.pointer("/metadata/labels").and_then(Value::as_object) {
         causes.extend(validation::validate_labels(labels));

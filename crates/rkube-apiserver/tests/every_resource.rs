@@ -117,6 +117,7 @@ fn sample(row: &ResourceInfo) -> Option<(&'static str, Value)> {
         }
         ("networking.k8s.io", "networkpolicies") => ("np1", json!({"spec": {"podSelector": {}}})),
         ("networking.k8s.io", "servicecidrs") => ("cidr1", json!({"spec": {"cidrs": ["10.100.0.0/16"]}})),
+        ("certificates.k8s.io", "clustertrustbundles") => ("ctb1", json!({"spec": {"trustBundle": ca_pem()}})),
         ("node.k8s.io", "runtimeclasses") => ("rtc1", json!({"handler": "runc"})),
         ("policy", "poddisruptionbudgets") => ("pdb1", json!({"spec": {"minAvailable": 1, "selector": selector}})),
         ("rbac.authorization.k8s.io", "clusterrolebindings") => (
@@ -139,6 +140,14 @@ fn sample(row: &ResourceInfo) -> Option<(&'static str, Value)> {
         }
         _ => return None,
     })
+}
+
+/// A self-signed CA certificate, PEM (what a ClusterTrustBundle holds).
+fn ca_pem() -> String {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let key = rcgen::KeyPair::generate().expect("key");
+    params.self_signed(&key).expect("self-signed").pem()
 }
 
 fn collection(row: &ResourceInfo) -> String {
@@ -423,9 +432,11 @@ async fn eviction_honours_pod_disruption_budgets() {
     s.post(&format!("{pods}/other/eviction"), &eviction("web")).await.assert_status(400, "BadRequest");
 }
 
-/// kube-rs sees every group: `Discovery::run` finds every row of the table,
-/// and `Api::all` lists every listable resource (what kube-rs's own cluster
-/// tests and controllers built on it do first).
+/// kube-rs sees every group: `Discovery::run` finds every row of the table
+/// (each resource at its most stable version: `clustertrustbundles` is only in
+/// `certificates.k8s.io/v1beta1`, beside the preferred `v1`), and `Api::all`
+/// lists every listable resource (what kube-rs's own cluster tests and
+/// controllers built on it do first).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_discovery_finds_and_lists_every_resource() {
     use kube::api::{Api, DynamicObject, ListParams};
@@ -436,7 +447,7 @@ async fn kube_rs_discovery_finds_and_lists_every_resource() {
     let discovery = Discovery::new(client.clone()).run().await.expect("discovery");
     let mut seen = Vec::new();
     for group in discovery.groups() {
-        for (ar, caps) in group.recommended_resources() {
+        for (ar, caps) in group.resources_by_stability() {
             seen.push((ar.group.clone(), ar.plural.clone()));
             if !caps.supports_operation(verbs::LIST) {
                 continue;

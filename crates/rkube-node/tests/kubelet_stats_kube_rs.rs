@@ -3,7 +3,9 @@
 //! certificate on the way to the node agent's HTTPS kubelet API): `/stats/summary` shows a
 //! container burning CPU and holding memory, `/metrics/resource` names it with upstream's
 //! labels (and `/metrics/cadvisor` with cAdvisor's), `/pods` lists the pod, `/metrics` is the
-//! agent's own registry, and `/run` answers a command's output.
+//! agent's own registry, and `/run` answers a command's output. Where the runtime may make
+//! cgroups (root), the container's figures come from its own cgroup, which carries its memory
+//! limit: `availableBytes` is that limit less the working set.
 
 use crate::common;
 
@@ -30,7 +32,8 @@ async fn kube_rs_reads_the_kubelets_summary_resource_metrics_and_pods_through_no
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "burner", "namespace": "default"},
         "spec": {"containers": [{"name": "loop", "image": "busybox", "command": ["sh", "-c",
-            "x=$(head -c 4000000 /dev/zero | tr '\\000' a); while :; do :; done"]}]}
+            "x=$(head -c 4000000 /dev/zero | tr '\\000' a); while :; do :; done"],
+            "resources": {"limits": {"memory": "64Mi"}}}]}
     }))
     .expect("pod");
     pods.create(&PostParams::default(), &pod).await.expect("create");
@@ -58,6 +61,15 @@ async fn kube_rs_reads_the_kubelets_summary_resource_metrics_and_pods_through_no
     assert!(burner["podRef"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
     assert_eq!(burner["containers"][0]["name"], "loop");
     assert!(burner["cpu"]["usageCoreNanoSeconds"].as_u64() >= burner["containers"][0]["cpu"]["usageCoreNanoSeconds"].as_u64());
+    // The runtime decides the same way on this host.
+    let memory = &burner["containers"][0]["memory"];
+    if rkube_runtime::cgroups::detect(true).is_cgroup() {
+        let working = memory["workingSetBytes"].as_u64().expect("working set");
+        assert_eq!(memory["availableBytes"].as_u64(), Some((64 << 20) - working), "limit less working set: {memory}");
+        assert!(memory["pageFaults"].as_u64() > Some(0) && memory["usageBytes"].as_u64() >= Some(working), "{memory}");
+    } else {
+        assert_eq!(memory["availableBytes"], Value::Null, "no cgroup, no limit to measure against: {memory}");
+    }
 
     let page = get_text(&client, &format!("{proxy}/metrics/resource")).await;
     let line = page

@@ -31,6 +31,7 @@ pub async fn run(args: RuntimeArgs) -> anyhow::Result<()> {
         root_dir: args.root,
         pod_ip: args.pod_ip.unwrap_or_else(detect_host_ip),
         event_buffer: args.event_buffer,
+        cgroups: true,
     };
     let mut handle = serve(&socket, config).await?;
     eprintln!("rkube runtime listening on {}", handle.endpoint());

@@ -27,6 +27,9 @@ pub struct ExecTarget {
     pub envs: Vec<(String, String)>,
     /// The container's working directory (empty: the runtime's).
     pub working_dir: String,
+    /// `cgroup.procs` files of the container's cgroup: the exec'd process joins it, so its
+    /// usage counts as the container's (empty without a cgroup).
+    pub cgroup_procs: Vec<std::path::PathBuf>,
 }
 
 /// Which standard streams the client wants.
@@ -230,8 +233,10 @@ pub fn spawn(
         )
     };
     let (tty, pgid) = (streams.tty, target.pid);
+    let cgroup_files = crate::process::open_cgroup_procs(&target.cgroup_procs).map_err(spawn_err)?;
+    let cgroup_fds: Vec<RawFd> = cgroup_files.iter().map(AsRawFd::as_raw_fd).collect();
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
-    // calls (prctl, setns, chdir, setsid, ioctl, setpgid) on data prepared before the fork.
+    // calls (prctl, write, setns, chdir, setsid, ioctl, setpgid) on data prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(
@@ -244,6 +249,7 @@ pub fn spawn(
             {
                 return Err(io::Error::last_os_error());
             }
+            crate::process::join_cgroups(&cgroup_fds)?;
             if ns_fd >= 0 && libc::setns(ns_fd, libc::CLONE_NEWNS) != 0 {
                 return Err(io::Error::last_os_error());
             }

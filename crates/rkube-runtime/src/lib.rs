@@ -15,7 +15,7 @@
 //! - [`cri`] — the CRI v1 messages and stubs (re-exported from the `k8s-cri` crate).
 //!
 //! Processes: [`process`] (process groups, signals, exit codes), [`logs`] (CRI log format) and
-//! [`stats`] (CPU and memory of each container's processes, from `/proc`).
+//! [`stats`] (CPU and memory of each container, from its cgroup ([`cgroups`]) or from `/proc`).
 //!
 //! Streaming: CRI `Exec` answers a URL on the runtime's streaming server ([`streaming`]), which
 //! runs the command in the container's context ([`exec`]) and speaks the WebSocket channel
@@ -29,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod attach;
+pub mod cgroups;
 pub mod cli;
 pub mod clock;
 pub mod endpoint;

@@ -51,6 +51,9 @@ pub struct ProcessSpec {
     /// `ContainerConfig.tty`: stdin, stdout and stderr are the slave side of a new
     /// pseudo-terminal, the process's controlling terminal in a session of its own.
     pub tty: bool,
+    /// `cgroup.procs` files the process joins before it execs (its container's cgroup, one file
+    /// per hierarchy); empty for none.
+    pub cgroup_procs: Vec<std::path::PathBuf>,
 }
 
 /// One bind mount: `host_path` is seen at `container_path` by the process.
@@ -92,6 +95,38 @@ pub fn bind_mounts(mounts: &[cri::Mount], container: &str) -> Vec<BindMount> {
     wanted
 }
 
+/// Opens each `cgroup.procs` file for writing (before a fork: [`join_cgroups`] then only writes).
+///
+/// # Errors
+/// A file cannot be opened (the cgroup is gone, or no permission).
+pub fn open_cgroup_procs(files: &[std::path::PathBuf]) -> std::io::Result<Vec<std::fs::File>> {
+    files
+        .iter()
+        .map(|f| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(f)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", f.display())))
+        })
+        .collect()
+}
+
+/// Between fork and exec: moves the calling process into each cgroup whose `cgroup.procs` is
+/// open on `fds` (writing `0` names the writer; kernel `cgroup-v2.rst`, `cgroups.txt`). Only
+/// calls write(2), which is async-signal-safe.
+///
+/// # Errors
+/// The kernel refused the move.
+pub fn join_cgroups(fds: &[i32]) -> std::io::Result<()> {
+    for &fd in fds {
+        // SAFETY: writes one byte from a static buffer to a descriptor opened before the fork.
+        if unsafe { libc::write(fd, c"0".as_ptr().cast(), 1) } != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Starts the process with piped stdout/stderr, stdin piped when `spec.stdin` (else null), in a
 /// new process group, killed when the runtime dies. With `spec.tty` the three streams are a new
 /// terminal instead (returned as [`crate::exec::Spawned::pty`]) and the process leads a new
@@ -126,6 +161,8 @@ pub fn spawn(spec: &ProcessSpec) -> Result<crate::exec::Spawned, ProcessError> {
         None
     };
     let slave_fd = pty.as_ref().map_or(-1, |(_, slave)| slave.as_raw_fd());
+    let cgroup_files = open_cgroup_procs(&spec.cgroup_procs).map_err(spawn_err)?;
+    let cgroup_fds: Vec<i32> = cgroup_files.iter().map(AsRawFd::as_raw_fd).collect();
     if !spec.working_dir.is_empty() {
         cmd.current_dir(&spec.working_dir);
     }
@@ -165,7 +202,7 @@ pub fn spawn(spec: &ProcessSpec) -> Result<crate::exec::Spawned, ProcessError> {
         binds.push((c(&m.host_path)?, c(&m.container_path)?, m.readonly));
     }
     // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
-    // system calls (prctl(2), setsid(2), ioctl(2), unshare(2), mount(2)) on data prepared before the fork;
+    // system calls (prctl(2), write(2), setsid(2), ioctl(2), unshare(2), mount(2)) on data prepared before the fork;
     // it allocates nothing and touches no locks.
     unsafe {
         cmd.pre_exec(move || {
@@ -179,6 +216,7 @@ pub fn spawn(spec: &ProcessSpec) -> Result<crate::exec::Spawned, ProcessError> {
             {
                 return Err(std::io::Error::last_os_error());
             }
+            join_cgroups(&cgroup_fds)?;
             if slave_fd >= 0
                 && (libc::setsid() < 0 || libc::ioctl(slave_fd, libc::TIOCSCTTY, 0) != 0)
             {

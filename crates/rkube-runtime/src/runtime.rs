@@ -81,6 +81,9 @@ pub struct RuntimeConfig {
     pub pod_ip: String,
     /// Per-subscriber event buffer of `GetContainerEvents`.
     pub event_buffer: usize,
+    /// Give each container a cgroup of its own when the host allows it ([`crate::cgroups`]);
+    /// `false` keeps `/proc` accounting.
+    pub cgroups: bool,
 }
 
 impl RuntimeConfig {
@@ -90,6 +93,7 @@ impl RuntimeConfig {
             root_dir: root_dir.into(),
             pod_ip: detect_host_ip(),
             event_buffer: DEFAULT_EVENT_BUFFER,
+            cgroups: true,
         }
     }
 }
@@ -116,11 +120,23 @@ pub struct Runtime {
     suppress_events: AtomicBool,
     /// Previous CPU samples for `usage_nano_cores` ([`crate::stats`]).
     pub(crate) rates: crate::stats::RateTracker,
+    /// Where container usage comes from: a cgroup per container, or `/proc`.
+    accounting: crate::cgroups::Accounting,
 }
 
 impl Runtime {
     /// A runtime with no sandboxes.
     pub fn new(config: RuntimeConfig) -> Arc<Self> {
+        let accounting = crate::cgroups::detect(config.cgroups);
+        match &accounting {
+            crate::cgroups::Accounting::Proc { reason } => {
+                tracing::info!(%reason, "containers get no cgroup of their own: usage is read from /proc")
+            }
+            cgroups => {
+                let swept = cgroups.sweep_stale(crate::cgroups::STALE_AFTER);
+                tracing::info!(?cgroups, swept, "each container gets a cgroup of its own");
+            }
+        }
         Arc::new(Self {
             state: Mutex::new(State::default()),
             clock: RuntimeClock::new(),
@@ -128,12 +144,18 @@ impl Runtime {
             config,
             suppress_events: AtomicBool::new(false),
             rates: crate::stats::RateTracker::default(),
+            accounting,
         })
     }
 
     /// The settings.
     pub fn config(&self) -> &RuntimeConfig {
         &self.config
+    }
+
+    /// Where container usage comes from (decided when the runtime was made).
+    pub fn accounting(&self) -> &crate::cgroups::Accounting {
+        &self.accounting
     }
 
     /// The event bus (`GetContainerEvents` subscribes here).
@@ -285,36 +307,42 @@ impl Runtime {
     /// sandbox (DELETED with the sandbox id). Idempotent.
     pub async fn remove_pod_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
         self.stop_pod_sandbox(id).await?;
-        let mut st = self.lock();
-        let ids: Vec<String> = st
-            .containers
-            .values()
-            .filter(|c| c.sandbox_id == id)
-            .map(|c| c.id.clone())
-            .collect();
-        for cid in ids {
-            st.containers.remove(&cid);
-            let ts = self.clock.now_ns();
-            self.emit(
-                &st,
-                &cid,
-                id,
-                cri::ContainerEventType::ContainerDeletedEvent,
-                ts,
-                None,
-            );
-        }
-        if let Some(sandbox) = st.sandboxes.remove(id) {
-            let ts = self.clock.now_ns();
-            self.emit(
-                &st,
-                id,
-                id,
-                cri::ContainerEventType::ContainerDeletedEvent,
-                ts,
-                Some(sandbox.status()),
-            );
-        }
+        let cgroups = {
+            let mut cgroups = Vec::new();
+            let mut st = self.lock();
+            let ids: Vec<String> = st
+                .containers
+                .values()
+                .filter(|c| c.sandbox_id == id)
+                .map(|c| c.id.clone())
+                .collect();
+            for cid in ids {
+                cgroups.extend(st.containers.remove(&cid).and_then(|c| c.cgroup));
+                let ts = self.clock.now_ns();
+                self.emit(
+                    &st,
+                    &cid,
+                    id,
+                    cri::ContainerEventType::ContainerDeletedEvent,
+                    ts,
+                    None,
+                );
+            }
+            if let Some(sandbox) = st.sandboxes.remove(id) {
+                cgroups.extend(self.accounting.pod(&sandbox.metadata.uid, id));
+                let ts = self.clock.now_ns();
+                self.emit(
+                    &st,
+                    id,
+                    id,
+                    cri::ContainerEventType::ContainerDeletedEvent,
+                    ts,
+                    Some(sandbox.status()),
+                );
+            }
+            cgroups
+        };
+        crate::cgroups::destroy(cgroups).await;
         Ok(())
     }
 
@@ -404,6 +432,11 @@ impl Runtime {
                 )));
             }
         }
+        let memory_limit = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.resources.as_ref())
+            .map_or(0, |r| r.memory_limit_in_bytes);
         let mut envs = vec![("PATH".to_string(), DEFAULT_PATH.to_string())];
         if !sandbox.hostname.is_empty() {
             envs.push(("HOSTNAME".to_string(), sandbox.hostname.clone()));
@@ -448,6 +481,8 @@ impl Runtime {
                 tty: config.tty,
                 attach: None,
                 log_reopen: None,
+                memory_limit,
+                cgroup: None,
             },
         );
         self.emit(
@@ -464,8 +499,9 @@ impl Runtime {
     /// `StartContainer`: spawns the process; publishes STARTED (or STOPPED with reason
     /// `StartError` and exit code 128 if it cannot be started, and returns the error).
     pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<()> {
-        let spec = {
-            let mut st = self.lock();
+        let (mut spec, cgroup_for) = {
+            let mut guard = self.lock();
+            let st = &mut *guard;
             let c = st
                 .containers
                 .get_mut(id)
@@ -477,15 +513,33 @@ impl Runtime {
             }
             c.starting = true;
             let mounts = process::bind_mounts(&c.mounts, &c.metadata.name);
-            ProcessSpec {
+            let pod_uid = st.sandboxes.get(&c.sandbox_id).map(|s| s.metadata.uid.clone()).unwrap_or_default();
+            let cgroup_for = (pod_uid, c.sandbox_id.clone(), c.memory_limit);
+            let spec = ProcessSpec {
                 argv: c.argv.clone(),
                 envs: c.envs.clone(),
                 working_dir: c.working_dir.clone(),
                 mounts,
                 stdin: c.stdin,
                 tty: c.tty,
+                cgroup_procs: Vec::new(),
+            };
+            (spec, cgroup_for)
+        };
+        let (pod_uid, sandbox_id, memory_limit) = cgroup_for;
+        let cgroup = match self.accounting.create(&pod_uid, &sandbox_id, id, memory_limit) {
+            Ok(cg) => cg,
+            Err(source) => {
+                let err = ProcessError::Spawn { program: format!("cgroup of container {id}"), source };
+                return self.record_start(id, Err(err)).map(|_| ());
             }
         };
+        if let Some(cg) = &cgroup {
+            spec.cgroup_procs = cg.procs_files();
+            if let Some(c) = self.lock().containers.get_mut(id) {
+                c.cgroup = Some(cg.clone());
+            }
+        }
         let (spawned, pty) = match process::spawn(&spec) {
             Ok(s) => (Ok(s.child), s.pty.map(Arc::new)),
             Err(err) => (Err(err), None),
@@ -500,6 +554,7 @@ impl Runtime {
                 // Removed while we were spawning: do not leave the process behind.
                 process::signal_group(pid, libc::SIGKILL);
                 let _ = child.wait().await;
+                crate::cgroups::destroy(cgroup.into_iter().collect()).await;
                 return Err(not_found("container", id));
             }
             Err(err) => return Err(err),
@@ -553,8 +608,12 @@ impl Runtime {
                 Err(_) => 255,
             };
             // The main process is gone: the rest of its group goes too (a container's PID
-            // namespace dies with its init), which also closes the log pipes.
+            // namespace dies with its init), which also closes the log pipes; so does every
+            // other process in its cgroup.
             process::signal_group(pid, libc::SIGKILL);
+            if let Some(cg) = &cgroup {
+                cg.kill_all();
+            }
             let _ = tokio::time::timeout(LOG_DRAIN_WAIT, logs).await;
             rt.finish(&id, code);
         });
@@ -634,6 +693,10 @@ impl Runtime {
         c.finished_at = ts;
         c.exit_code = code;
         c.reason = process::exit_reason(code).to_string();
+        if code != 0 && c.cgroup.as_ref().is_some_and(crate::cgroups::Cgroup::oom_killed) {
+            // The kernel's OOM killer acted in the container's cgroup (as containerd reports it).
+            c.reason = "OOMKilled".to_string();
+        }
         c.pid = None;
         c.attach = None;
         c.log_reopen = None;
@@ -752,8 +815,9 @@ impl Runtime {
     /// `RemoveContainer`: kills it if still running, forgets it, publishes DELETED. Idempotent.
     pub async fn remove_container(self: &Arc<Self>, id: &str) -> Result<()> {
         self.kill_and_wait(id).await;
-        let mut st = self.lock();
-        if let Some(c) = st.containers.remove(id) {
+        let cgroup = {
+            let mut st = self.lock();
+            let Some(c) = st.containers.remove(id) else { return Ok(()) };
             if let Some(pid) = c.pid {
                 process::signal_group(pid, libc::SIGKILL);
             }
@@ -766,7 +830,9 @@ impl Runtime {
                 ts,
                 None,
             );
-        }
+            c.cgroup
+        };
+        crate::cgroups::destroy(cgroup.into_iter().collect()).await;
         Ok(())
     }
 
@@ -812,6 +878,7 @@ impl Runtime {
         match (c.state, c.pid) {
             (cri::ContainerState::ContainerRunning, Some(pid)) => Ok(crate::exec::ExecTarget {
                 pid,
+                cgroup_procs: c.cgroup.as_ref().map(crate::cgroups::Cgroup::procs_files).unwrap_or_default(),
                 envs: c.envs.clone(),
                 working_dir: c.working_dir.clone(),
             }),
@@ -862,6 +929,18 @@ impl Runtime {
         for id in ids {
             self.kill_and_wait(&id).await;
         }
+    }
+
+    /// Removes the cgroup of every container and pod (at shutdown, after [`Self::kill_all`]);
+    /// the records stay.
+    pub async fn remove_cgroups(&self) {
+        let cgroups: Vec<crate::cgroups::Cgroup> = {
+            let st = self.lock();
+            let containers = st.containers.values().filter_map(|c| c.cgroup.clone());
+            let pods = st.sandboxes.values().filter_map(|s| self.accounting.pod(&s.metadata.uid, &s.id));
+            containers.chain(pods).collect()
+        };
+        crate::cgroups::destroy(cgroups).await;
     }
 
     // ----- images -----

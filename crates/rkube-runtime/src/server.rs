@@ -55,10 +55,12 @@ impl RuntimeHandle {
         endpoint_of(&self.socket)
     }
 
-    /// Stops serving, SIGKILLs every container and waits for their exits, removes the socket.
+    /// Stops serving, SIGKILLs every container and waits for their exits, removes their cgroups
+    /// and the socket.
     pub async fn shutdown(mut self) {
         self.stop_server().await;
         self.runtime.kill_all().await;
+        self.runtime.remove_cgroups().await;
         let _ = std::fs::remove_file(&self.socket);
     }
 

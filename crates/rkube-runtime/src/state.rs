@@ -96,6 +96,10 @@ pub struct ContainerRecord {
     pub attach: Option<std::sync::Arc<crate::attach::AttachIo>>,
     /// Reopens the log file while the process runs (CRI `ReopenContainerLog`).
     pub log_reopen: Option<tokio::sync::mpsc::Sender<crate::logs::Reopen>>,
+    /// CRI `LinuxContainerResources.memory_limit_in_bytes` (0: none), set on its cgroup.
+    pub memory_limit: i64,
+    /// Its cgroup, made when it starts (`None` under `/proc` accounting).
+    pub cgroup: Option<crate::cgroups::Cgroup>,
 }
 
 /// An image name recorded by `PullImage`.

@@ -1,11 +1,17 @@
-//! Resource accounting of containers and of the host, read from `/proc` (CRI `ContainerStats`,
+//! Resource accounting of containers and of the host (CRI `ContainerStats`,
 //! `ListContainerStats`, `PodSandboxStats`, `ListPodSandboxStats`; upstream CRI `api.proto`,
 //! and the node figures kubelet's summary API takes from cAdvisor's root cgroup).
 //!
-//! rkube runtime runs a container as a host process leading its own process group (see
-//! [`crate::process`]) and places it in no cgroup of its own (it runs without privileges), so a
-//! container's usage is the sum over its processes: every process of the group, plus any
-//! descendant of the main process that left the group (`setsid`, `setpgid`).
+//! A container with a cgroup of its own ([`crate::cgroups`], when the runtime may make one) is
+//! measured from the kernel's accounting of that cgroup: cumulative CPU time, memory usage,
+//! working set (usage less inactive file pages, as cAdvisor computes it), rss and page faults,
+//! and `available_bytes` (limit less working set) when it has a memory limit.
+//!
+//! Otherwise (no usable cgroup hierarchy, or a runtime without privileges) rkube runtime reads
+//! `/proc`: it runs a container as a host process leading its own process group (see
+//! [`crate::process`]), so a container's usage is the sum over its processes: every process of
+//! the group, plus any descendant of the main process that left the group (`setsid`,
+//! `setpgid`).
 //!
 //! - CPU: `utime + stime + cutime + cstime` of each live process, in clock ticks converted to
 //!   nanoseconds. Counting the children's times of live processes keeps the work of reaped
@@ -15,6 +21,8 @@
 //!   no page cache attributable to the container, so `working_set_bytes`, `usage_bytes` and
 //!   `rss_bytes` are all that sum (pages shared between the processes count once per process).
 //!
+//! A sandbox's figures are the sums of its running containers' figures.
+//!
 //! `usage_nano_cores` is the rate between two samples of the same container or sandbox, as
 //! containerd computes it: the first call for an object has none.
 
@@ -23,6 +31,7 @@ use std::sync::Mutex;
 
 use procfs::{Current as _, CurrentSI as _};
 
+use crate::cgroups::{Cgroup, CgroupUsage};
 use crate::cri;
 use crate::runtime::{Result, Runtime, RuntimeError};
 use crate::state::ContainerRecord;
@@ -203,12 +212,51 @@ pub fn memory_usage(at_ns: i64, rss: u64) -> cri::MemoryUsage {
     }
 }
 
+/// CRI `MemoryUsage` at `at_ns` from a cgroup's figures; `available_bytes` (limit less working
+/// set, as containerd reports it) only with a limit.
+pub fn cgroup_memory_usage(at_ns: i64, u: &CgroupUsage) -> cri::MemoryUsage {
+    cri::MemoryUsage {
+        timestamp: at_ns,
+        working_set_bytes: u64v(u.working_set_bytes),
+        available_bytes: u.limit_bytes.and_then(|l| u64v(l.saturating_sub(u.working_set_bytes))),
+        usage_bytes: u64v(u.usage_bytes),
+        rss_bytes: u64v(u.rss_bytes),
+        page_faults: u64v(u.page_faults),
+        major_page_faults: u64v(u.major_page_faults),
+    }
+}
+
+/// The sum of containers' `MemoryUsage` at `at_ns`: working set, usage and rss are 0 without
+/// containers; the other fields stay unset unless a container has them.
+fn sum_memory(at_ns: i64, containers: &[cri::ContainerStats]) -> cri::MemoryUsage {
+    let sum = |pick: fn(&cri::MemoryUsage) -> &Option<cri::UInt64Value>| {
+        let values: Vec<u64> =
+            containers.iter().filter_map(|c| c.memory.as_ref()).filter_map(|m| pick(m).as_ref().map(|v| v.value)).collect();
+        if values.is_empty() {
+            None
+        } else {
+            u64v(values.iter().sum())
+        }
+    };
+    let or_zero = |v: Option<cri::UInt64Value>| v.or_else(|| u64v(0));
+    cri::MemoryUsage {
+        timestamp: at_ns,
+        working_set_bytes: or_zero(sum(|m| &m.working_set_bytes)),
+        available_bytes: sum(|m| &m.available_bytes),
+        usage_bytes: or_zero(sum(|m| &m.usage_bytes)),
+        rss_bytes: or_zero(sum(|m| &m.rss_bytes)),
+        page_faults: sum(|m| &m.page_faults),
+        major_page_faults: sum(|m| &m.major_page_faults),
+    }
+}
+
 /// A running container's identity and main pid, copied out of the records.
 struct Target {
     id: String,
     sandbox_id: String,
     attributes: cri::ContainerAttributes,
     pid: i32,
+    cgroup: Option<Cgroup>,
 }
 
 impl Runtime {
@@ -232,23 +280,34 @@ impl Runtime {
                     annotations: c.annotations.clone(),
                 },
                 pid,
+                cgroup: c.cgroup.clone(),
             })
             .collect()
     }
 
-    /// Stats of each target from one reading of `/proc`, in the targets' order.
+    /// Stats of each target, in the targets' order: from its cgroup when it has one (and it
+    /// can be read), else from one reading of `/proc` for all the others.
     fn measure(&self, targets: &[Target]) -> Vec<cri::ContainerStats> {
-        let pids: Vec<i32> = targets.iter().map(|t| t.pid).collect();
-        let usage = tree_usage(&pids);
+        let from_cgroups: Vec<Option<CgroupUsage>> =
+            targets.iter().map(|t| t.cgroup.as_ref().and_then(|cg| cg.usage().ok())).collect();
+        let pids: Vec<i32> = targets.iter().zip(&from_cgroups).filter(|(_, u)| u.is_none()).map(|(t, _)| t.pid).collect();
+        let usage = if pids.is_empty() { HashMap::new() } else { tree_usage(&pids) };
         let now = self.now_ns();
         targets
             .iter()
-            .map(|t| {
-                let u = usage.get(&t.pid).copied().unwrap_or_default();
+            .zip(from_cgroups)
+            .map(|(t, cg)| {
+                let (cpu_ns, memory) = match cg {
+                    Some(u) => (u.cpu_ns, cgroup_memory_usage(now, &u)),
+                    None => {
+                        let u = usage.get(&t.pid).copied().unwrap_or_default();
+                        (u.cpu_ns, memory_usage(now, u.rss_bytes))
+                    }
+                };
                 cri::ContainerStats {
                     attributes: Some(t.attributes.clone()),
-                    cpu: Some(cpu_usage(now, u.cpu_ns, self.rates.rate(&t.id, now, u.cpu_ns))),
-                    memory: Some(memory_usage(now, u.rss_bytes)),
+                    cpu: Some(cpu_usage(now, cpu_ns, self.rates.rate(&t.id, now, cpu_ns))),
+                    memory: Some(memory),
                     writable_layer: None,
                     swap: None,
                 }
@@ -351,13 +410,13 @@ impl Runtime {
                     .collect();
                 let value = |v: &Option<cri::UInt64Value>| v.as_ref().map_or(0, |v| v.value);
                 let cpu_ns: u64 = containers.iter().map(|c| c.cpu.as_ref().map_or(0, |u| value(&u.usage_core_nano_seconds))).sum();
-                let rss: u64 = containers.iter().map(|c| c.memory.as_ref().map_or(0, |m| value(&m.rss_bytes))).sum();
+                let memory = sum_memory(now, &containers);
                 let rate = self.rates.rate(&attrs.id, now, cpu_ns);
                 cri::PodSandboxStats {
                     attributes: Some(attrs),
                     linux: Some(cri::LinuxPodSandboxStats {
                         cpu: Some(cpu_usage(now, cpu_ns, rate)),
-                        memory: Some(memory_usage(now, rss)),
+                        memory: Some(memory),
                         network: None,
                         process: Some(cri::ProcessUsage { timestamp: now, process_count: None }),
                         containers,

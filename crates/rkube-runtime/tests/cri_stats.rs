@@ -2,6 +2,10 @@
 //! burning CPU shows cumulative CPU time, a CPU rate from the second sample on, and resident
 //! memory; filters select by id, sandbox and labels; an idle sandbox sums its containers.
 //! Every test stops the runtime and checks by PID that no container process is left.
+//!
+//! The first test measures from `/proc` (cgroups turned off); the others give each container a
+//! cgroup of its own, which a runtime running as root can make (the CI machine's case) and one
+//! without privileges cannot (it then reads `/proc`, checked there instead).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,9 +21,10 @@ struct Fixture {
     rt: RuntimeServiceClient<Channel>,
 }
 
-async fn start() -> Fixture {
+async fn start(cgroups: bool) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
-    let handle = serve(&dir.path().join("cri.sock"), RuntimeConfig::new(dir.path().join("root"))).await.expect("serve");
+    let config = RuntimeConfig { cgroups, ..RuntimeConfig::new(dir.path().join("root")) };
+    let handle = serve(&dir.path().join("cri.sock"), config).await.expect("serve");
     let channel = endpoint::connect(&handle.endpoint()).await.expect("connect");
     Fixture { rt: RuntimeServiceClient::new(channel), _dir: dir, handle }
 }
@@ -27,7 +32,7 @@ async fn start() -> Fixture {
 impl Fixture {
     async fn sandbox(&mut self, name: &str) -> String {
         let config = cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata { name: name.into(), uid: format!("uid-{name}"), namespace: "default".into(), attempt: 0 }),
+            metadata: Some(cri::PodSandboxMetadata { name: name.into(), uid: uid(name), namespace: "default".into(), attempt: 0 }),
             labels: HashMap::from([("pod".to_string(), name.to_string())]),
             ..Default::default()
         };
@@ -36,7 +41,14 @@ impl Fixture {
     }
 
     async fn running(&mut self, sandbox: &str, name: &str, script: &str) -> String {
+        self.running_limited(sandbox, name, script, 0).await
+    }
+
+    /// A running `sh -c script` with CRI `memory_limit_in_bytes` (0: none).
+    async fn running_limited(&mut self, sandbox: &str, name: &str, script: &str, memory_limit: i64) -> String {
+        let resources = cri::LinuxContainerResources { memory_limit_in_bytes: memory_limit, ..Default::default() };
         let config = cri::ContainerConfig {
+            linux: Some(cri::LinuxContainerConfig { resources: Some(resources), security_context: None }),
             metadata: Some(cri::ContainerMetadata { name: name.into(), attempt: 0 }),
             image: Some(cri::ImageSpec { image: "busybox".into(), ..Default::default() }),
             command: vec!["sh".into(), "-c".into(), script.into()],
@@ -69,6 +81,12 @@ impl Fixture {
     }
 }
 
+/// The pod uid of sandbox `name`: unique to this test process, since every runtime on the
+/// host shares the cgroup hierarchy.
+fn uid(name: &str) -> String {
+    format!("uid-{name}-{}", std::process::id())
+}
+
 fn value(v: &Option<cri::UInt64Value>) -> Option<u64> {
     v.as_ref().map(|v| v.value)
 }
@@ -80,7 +98,8 @@ fn cpu(s: &cri::ContainerStats) -> (Option<u64>, Option<u64>) {
 
 #[tokio::test]
 async fn burning_container_reports_cumulative_cpu_a_rate_from_the_second_sample_and_memory() {
-    let mut f = start().await;
+    let mut f = start(false).await;
+    assert!(!f.handle.runtime().accounting().is_cgroup(), "cgroups turned off: /proc");
     let busy_pod = f.sandbox("busy").await;
     let idle_pod = f.sandbox("idle").await;
     let busy = f.running(&busy_pod, "burn", "while :; do :; done").await;
@@ -137,4 +156,116 @@ async fn burning_container_reports_cumulative_cpu_a_rate_from_the_second_sample_
     let err = f.rt.pod_sandbox_stats(cri::PodSandboxStatsRequest { pod_sandbox_id: "nope".into() }).await.expect_err("unknown");
     assert_eq!(err.code(), tonic::Code::NotFound);
     f.finish().await;
+}
+
+/// Whether this test process may make cgroups (root); otherwise the runtime must have fallen
+/// back to `/proc`, which is checked here, and the caller stops.
+fn cgroups_expected(f: &Fixture) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let acc = f.handle.runtime().accounting();
+    if root {
+        // The machines this project builds on mount cgroupfs writable for root.
+        assert!(acc.is_cgroup(), "a runtime running as root makes cgroups: {acc:?}");
+    } else {
+        assert!(!acc.is_cgroup(), "a runtime without privileges reads /proc: {acc:?}");
+    }
+    root
+}
+
+#[tokio::test]
+async fn container_in_its_own_cgroup_reports_its_cpu_and_memory_and_the_cgroup_goes_with_it() {
+    let mut f = start(true).await;
+    if !cgroups_expected(&f) {
+        return f.finish().await;
+    }
+    let pod = f.sandbox("grouped").await;
+    let limit: i64 = 256 << 20;
+    // 20 MB held in a shell variable, then a busy loop.
+    let script = "x=$(head -c 20000000 /dev/zero | tr '\\000' a); while :; do :; done";
+    let id = f.running_limited(&pod, "hog", script, limit).await;
+    let acc = f.handle.runtime().accounting().clone();
+    let cgroup = acc.container(&uid("grouped"), &pod, &id).expect("a cgroup");
+
+    // Its process is in the cgroup `rkube/<pod uid>/<container id>`.
+    let status = f.rt.container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: true }).await.expect("status");
+    let pid: i32 = status.into_inner().info.get("pid").and_then(|p| p.parse().ok()).expect("pid");
+    let membership = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("/proc/<pid>/cgroup");
+    let leaf = format!("/rkube/{}/{id}", uid("grouped"));
+    assert!(membership.lines().any(|l| l.ends_with(&leaf)), "process {pid} not in {leaf}:\n{membership}");
+
+    // CPU and memory from the cgroup: usage includes what the shell holds; available is the
+    // limit less the working set (only a cgroup with a limit gives it); faults are counted.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let stats = loop {
+        let s = f.list(cri::ContainerStatsFilter { id: id.clone(), ..Default::default() }).await.pop().expect("stats");
+        let m = s.memory.as_ref().expect("memory");
+        if cpu(&s).0 >= Some(100_000_000) && value(&m.working_set_bytes) >= Some(20_000_000) {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "no CPU or memory yet: {s:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let m = stats.memory.as_ref().expect("memory");
+    let (working, usage, rss) = (value(&m.working_set_bytes), value(&m.usage_bytes), value(&m.rss_bytes));
+    assert!(usage >= working && rss >= Some(20_000_000), "usage {usage:?} working set {working:?} rss {rss:?}");
+    assert_eq!(value(&m.available_bytes), working.map(|w| u64::try_from(limit).expect("limit") - w));
+    assert!(value(&m.page_faults) > Some(0), "{m:?}");
+    let direct = cgroup.usage().expect("cgroup readable");
+    assert!(direct.cpu_ns >= cpu(&stats).0.expect("cpu"), "the cgroup's counter only grows: {direct:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = f.list(cri::ContainerStatsFilter { id: id.clone(), ..Default::default() }).await.pop().expect("stats");
+    assert!(cpu(&again).1.is_some_and(|r| r > 50_000_000), "a busy loop's rate: {again:?}");
+
+    // Removed with the container; the pod's cgroup with the sandbox.
+    f.rt.remove_container(cri::RemoveContainerRequest { container_id: id.clone() }).await.expect("RemoveContainer");
+    assert!(!cgroup.exists(), "container cgroup left: {cgroup:?}");
+    assert!(!process::process_exists(pid), "removing the container kills its process");
+    let pod_cgroup = acc.pod(&uid("grouped"), &pod).expect("pod cgroup");
+    assert!(pod_cgroup.exists());
+    f.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod }).await.expect("RemovePodSandbox");
+    assert!(!pod_cgroup.exists(), "pod cgroup left: {pod_cgroup:?}");
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn memory_limit_is_enforced_by_the_kernel_and_reported_as_oom_killed() {
+    let mut f = start(true).await;
+    if !cgroups_expected(&f) {
+        return f.finish().await;
+    }
+    let pod = f.sandbox("oom").await;
+    // 200 MB wanted under a 32 MiB limit.
+    let script = "x=$(head -c 200000000 /dev/zero | tr '\\000' a); sleep 1000";
+    let id = f.running_limited(&pod, "greedy", script, 32 << 20).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        let resp = f.rt.container_status(cri::ContainerStatusRequest { container_id: id.clone(), verbose: false }).await.expect("status");
+        let status = resp.into_inner().status.expect("status");
+        if status.state == cri::ContainerState::ContainerExited as i32 {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "not killed: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!((status.exit_code, status.reason.as_str()), (137, "OOMKilled"));
+    let cgroup = f.handle.runtime().accounting().container(&uid("oom"), &pod, &id).expect("cgroup");
+    f.rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod }).await.expect("RemovePodSandbox");
+    assert!(!cgroup.exists(), "removing the sandbox removes its containers' cgroups: {cgroup:?}");
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn shutdown_removes_the_cgroups_of_containers_left_running() {
+    let mut f = start(true).await;
+    if !cgroups_expected(&f) {
+        return f.finish().await;
+    }
+    let pod = f.sandbox("left").await;
+    let id = f.running(&pod, "sleeper", "exec sleep 1000").await;
+    let acc = f.handle.runtime().accounting().clone();
+    let (container, pod_cgroup) = (acc.container(&uid("left"), &pod, &id).expect("cgroup"), acc.pod(&uid("left"), &pod).expect("pod"));
+    assert!(container.exists());
+    f.finish().await;
+    assert!(!container.exists() && !pod_cgroup.exists(), "cgroups left after shutdown");
 }

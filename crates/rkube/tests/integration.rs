@@ -66,6 +66,8 @@ mod snapshot_e2e;
 mod stateful_daemon_e2e;
 #[path = "termination_e2e.rs"]
 mod termination_e2e;
+#[path = "trust_bundles_e2e.rs"]
+mod trust_bundles_e2e;
 #[path = "up_node_e2e.rs"]
 mod up_node_e2e;
 #[path = "volumes_e2e.rs"]

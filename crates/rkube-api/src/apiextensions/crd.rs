@@ -17,6 +17,7 @@ pub const CUSTOM_RESOURCE_DEFINITION: Strategy = Strategy {
     prepare_for_create,
     validate,
     name_is_label: false,
+    validate_name: None,
     scale: None,
     delete: crate::strategy::DeleteRules::NONE,
     warnings,

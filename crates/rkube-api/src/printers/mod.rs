@@ -111,6 +111,9 @@ pub const SERVICE_ACCOUNT: Printer = printer(SERVICE_ACCOUNT_COLUMNS, service_ac
 /// `certificatesigningrequests` (certificates.k8s.io).
 pub const CERTIFICATE_SIGNING_REQUEST: Printer = printer(CSR_COLUMNS, csr_cells);
 
+/// `clustertrustbundles` (certificates.k8s.io): NAME, SIGNERNAME (`<none>` without one), no AGE.
+pub const CLUSTER_TRUST_BUNDLE: Printer = printer(CTB_COLUMNS, ctb_cells);
+
 /// `endpointslices` (discovery.k8s.io).
 pub const ENDPOINT_SLICE: Printer = printer(ENDPOINT_SLICE_COLUMNS, endpoint_slice_cells);
 
@@ -429,6 +432,14 @@ fn csr_cells(csr: &Value, now: DateTime<Utc>) -> Vec<Value> {
         json!(duration),
         json!(condition),
     ]
+}
+
+const CTB_COLUMNS: &[Column] =
+    &[NAME, col("SignerName", "string", 0, Desc::Schema("io.k8s.api.certificates.v1beta1.ClusterTrustBundleSpec", "signerName"))];
+
+fn ctb_cells(bundle: &Value, _: DateTime<Utc>) -> Vec<Value> {
+    let signer = str_at(bundle, "/spec/signerName");
+    vec![name(bundle), json!(if signer.is_empty() { "<none>" } else { signer })]
 }
 
 const LEASE_COLUMNS: &[Column] =

@@ -525,6 +525,23 @@ pub static RESOURCES: &[ResourceInfo] = &[
         printer: &printers::CERTIFICATE_SIGNING_REQUEST,
         ..BASE
     },
+    // Beta and off by default upstream (1.33: feature gate `ClusterTrustBundle` plus
+    // `--runtime-config`); served here at all times, like every other row of this table.
+    ResourceInfo {
+        group: "certificates.k8s.io",
+        version: "v1beta1",
+        resource: "clustertrustbundles",
+        kind: "ClusterTrustBundle",
+        list_kind: "ClusterTrustBundleList",
+        singular: "clustertrustbundle",
+        namespaced: false,
+        storage_prefix: "clustertrustbundles",
+        fields: &[str_field("spec.signerName", "spec.signerName")],
+        typed: Some(typed::<certificates::v1beta1::ClusterTrustBundle>()),
+        strategy: strategy::CLUSTER_TRUST_BUNDLE,
+        printer: &printers::CLUSTER_TRUST_BUNDLE,
+        ..BASE
+    },
     ResourceInfo {
         group: "coordination.k8s.io",
         resource: "leases",

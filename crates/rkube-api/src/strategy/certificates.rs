@@ -192,7 +192,7 @@ fn validate_conditions(obj: &Value, allow_both: bool, allow_dup: bool, allow_emp
 /// `spec.signerName`: `<domain>/<path>`, the domain at least two DNS-1123
 /// labels, the path dot-separated DNS-1123 subdomains (upstream
 /// `ValidateCertificateSigningRequestSignerName`).
-fn validate_signer_name(signer: &str, errs: &mut Vec<FieldError>) {
+pub(crate) fn validate_signer_name(signer: &str, errs: &mut Vec<FieldError>) {
     const FIELD: &str = "spec.signerName";
     if signer.is_empty() {
         errs.push(FieldError::required(FIELD, "signerName must be provided"));

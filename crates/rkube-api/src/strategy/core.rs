@@ -125,6 +125,7 @@ pub(crate) const SERVICE: Strategy = Strategy {
     prepare_for_create: service_prepare,
     validate: service_validate,
     name_is_label: true,
+    validate_name: None,
     scale: None,
     delete: super::DeleteRules::NONE,
     warnings: Strategy::NO_WARNINGS,
@@ -150,6 +151,7 @@ fn namespace_defaults(map: &mut Object) {
 pub(crate) const NAMESPACE: Strategy = Strategy {
     defaults: namespace_defaults,
     name_is_label: true,
+    validate_name: None,
     delete: super::DeleteRules { graceful: None, lifecycle: Some(super::delete::NAMESPACE_LIFECYCLE) },
     ..Strategy::NONE
 };
@@ -379,6 +381,7 @@ pub(crate) const REPLICATION_CONTROLLER: Strategy = Strategy {
     prepare_for_create: replicas_status,
     validate: rc_validate,
     name_is_label: false,
+    validate_name: None,
     scale: Some(super::ScaleSelector::Map),
     delete: super::DeleteRules::NONE,
     warnings: Strategy::NO_WARNINGS,

@@ -26,6 +26,7 @@ mod ephemeral;
 mod events;
 mod other;
 mod pod;
+pub mod trust_bundle;
 
 pub(crate) use apps::{DAEMON_SET, DEPLOYMENT, REPLICA_SET, STATEFUL_SET};
 pub(crate) use batch::{CRON_JOB, JOB};
@@ -40,6 +41,7 @@ pub(crate) use other::{
 };
 pub(crate) use certificates::CERTIFICATE_SIGNING_REQUEST;
 pub(crate) use events::{EVENT, EVENT_V1};
+pub(crate) use trust_bundle::CLUSTER_TRUST_BUNDLE;
 
 pub use apps::DAEMON_SET_TEMPLATE_GENERATION;
 pub use delete::{DeleteRules, Lifecycle};
@@ -83,6 +85,10 @@ pub struct Strategy {
     /// True when names must be DNS-1123 labels (upstream
     /// `ValidateNamespaceName`, `ValidateServiceName`, …) instead of subdomains.
     pub name_is_label: bool,
+    /// A kind's own rule for a non-empty `metadata.name` in place of the DNS-1123 check:
+    /// `(name, obj) -> problems` (ClusterTrustBundle names carry their signer,
+    /// upstream `ValidateClusterTrustBundleName`). `None` for the usual rule.
+    pub validate_name: Option<NameFn>,
     /// The `/scale` mapping, for resources with a `scale` subresource.
     pub scale: Option<ScaleSelector>,
     /// Graceful deletion and lifecycle on DELETE ([`DeleteRules::NONE`]: removed at once).
@@ -94,6 +100,9 @@ pub struct Strategy {
 
 /// A strategy's warnings: `(obj, old) -> messages`.
 pub type WarningsFn = fn(&Value, Option<&Value>) -> Vec<String>;
+
+/// A kind's name rule: `(name, obj) -> problems` (each an `Invalid` detail of `metadata.name`).
+pub type NameFn = fn(&str, &Value) -> Vec<String>;
 
 fn no_warnings(_: &Value, _: Option<&Value>) -> Vec<String> {
     Vec::new()
@@ -124,6 +133,7 @@ impl Strategy {
         prepare_for_create: nothing,
         validate: no_validation,
         name_is_label: false,
+        validate_name: None,
         scale: None,
         delete: DeleteRules::NONE,
         warnings: Strategy::NO_WARNINGS,

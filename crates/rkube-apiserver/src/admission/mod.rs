@@ -7,7 +7,8 @@
 //! namespace lifecycle checks are
 //! part of every create ([`crate::handlers::create`]). Admission webhooks
 //! ([`webhook`]: `MutatingAdmissionWebhook`, `ValidatingAdmissionWebhook`)
-//! always run, as they are on by default upstream.
+//! always run, as they are on by default upstream, and so does
+//! [`cluster_trust_bundle_attest`] (`ClusterTrustBundleAttest`).
 //!
 //! `--enable-admission-plugins` and `--disable-admission-plugins` take
 //! upstream's plugin names; all six are on by default in `rkube apiserver` and
@@ -15,6 +16,7 @@
 //! [`crate::ServerConfig::default`] enables none: it runs no serviceaccount
 //! controller to create the `default` ServiceAccounts the plugin requires.
 
+pub mod cluster_trust_bundle_attest;
 pub mod default_storage_class;
 pub mod default_toleration_seconds;
 pub mod limit_ranger;

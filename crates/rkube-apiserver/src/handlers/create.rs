@@ -96,6 +96,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     }
     warnings.extend((info.strategy.warnings)(&obj, None));
     crate::filters::escalation::confirm(info.group, info.kind, &obj, None).await?;
+    crate::admission::cluster_trust_bundle_attest::admit(ctx, &obj, None).await?;
     crate::admission::limit_ranger::validate(info, &name, &limit_ranges, &obj)?;
 
     object::clear_server_fields(&mut obj);

@@ -220,6 +220,7 @@ async fn prepare_update(
     }
     warnings.extend((info.strategy.warnings)(&new, Some(old)));
     crate::filters::escalation::confirm(info.group, info.kind, &new, Some(old)).await?;
+    crate::admission::cluster_trust_bundle_attest::admit(ctx, &new, Some(old)).await?;
     if crate::csr::is_csr(info) {
         crate::csr::admit_update(ctx, old, &new).await?;
     }

@@ -15,6 +15,7 @@ use k8s_pb::api::autoscaling::v1 as autoscaling_v1;
 use k8s_pb::api::autoscaling::v2 as autoscaling_v2;
 use k8s_pb::api::batch::v1 as batch_v1;
 use k8s_pb::api::certificates::v1 as certificates_v1;
+use k8s_pb::api::certificates::v1beta1 as certificates_v1beta1;
 use k8s_pb::api::coordination::v1 as coordination_v1;
 use k8s_pb::api::core::v1 as core_v1;
 use k8s_pb::api::discovery::v1 as discovery_v1;
@@ -76,6 +77,7 @@ fn prost_reencode(api_version: &str, kind: &str, raw: &[u8]) -> Option<Result<Ve
         "autoscaling/v1": HorizontalPodAutoscaler HorizontalPodAutoscalerList in autoscaling_v1;
         "batch/v1": CronJob CronJobList, Job JobList in batch_v1;
         "certificates.k8s.io/v1": CertificateSigningRequest CertificateSigningRequestList in certificates_v1;
+        "certificates.k8s.io/v1beta1": ClusterTrustBundle ClusterTrustBundleList in certificates_v1beta1;
         "coordination.k8s.io/v1": Lease LeaseList in coordination_v1;
         "discovery.k8s.io/v1": EndpointSlice EndpointSliceList in discovery_v1;
         "events.k8s.io/v1": Event EventList in events_v1;

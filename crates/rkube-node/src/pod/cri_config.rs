@@ -172,8 +172,44 @@ pub fn container_config(
                 namespace_options: Some(namespaces_for_pod(pod)),
                 ..Default::default()
             }),
-            ..Default::default()
+            resources: Some(cri::LinuxContainerResources {
+                memory_limit_in_bytes: memory_limit_bytes(container),
+                ..Default::default()
+            }),
         }),
         ..Default::default()
+    }
+}
+
+/// `resources.limits.memory` in whole bytes, rounded up as kubelet's `Quantity.Value()` does
+/// (`kuberuntime_container_linux.go` `generateLinuxContainerResources`); 0 (no limit) when unset
+/// or not a quantity.
+pub fn memory_limit_bytes(container: &Container) -> i64 {
+    let milli = container
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("memory"))
+        .and_then(|q| rkube_scheduler::resources::parse_milli(&q.0))
+        .unwrap_or(0);
+    i64::try_from((milli + 999).div_euclid(1000)).unwrap_or(i64::MAX).max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(limits: serde_json::Value) -> Container {
+        serde_json::from_value(serde_json::json!({"name": "c", "resources": {"limits": limits}})).expect("container")
+    }
+
+    #[test]
+    fn memory_limit_is_whole_bytes_rounded_up_and_zero_when_unset() {
+        assert_eq!(memory_limit_bytes(&container(serde_json::json!({"memory": "64Mi"}))), 64 << 20);
+        assert_eq!(memory_limit_bytes(&container(serde_json::json!({"memory": "1500m"}))), 2);
+        assert_eq!(memory_limit_bytes(&container(serde_json::json!({"cpu": "1"}))), 0);
+        let config = container_config(&Pod::default(), &container(serde_json::json!({"memory": "1Gi"})), 0, &[]);
+        let resources = config.linux.and_then(|l| l.resources).expect("resources");
+        assert_eq!(resources.memory_limit_in_bytes, 1 << 30, "the CRI request carries the limit");
     }
 }

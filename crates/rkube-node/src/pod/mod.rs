@@ -11,6 +11,7 @@ pub mod hooks;
 pub mod manager;
 pub mod phase;
 pub mod prober;
+pub mod trust_bundles;
 pub mod volumes;
 pub mod worker;
 

@@ -16,7 +16,8 @@
 //!   `CharDevice`, `BlockDevice`);
 //! - `configMap`, `secret`, `downwardAPI`, `projected` (ServiceAccount
 //!   tokens bound to the pod and rotated at 80% of their lifetime,
-//!   ConfigMaps, Secrets, downward API files): files with `items`, `mode`
+//!   ConfigMaps, Secrets, downward API files, ClusterTrustBundles
+//!   ([`super::trust_bundles`])): files with `items`, `mode`
 //!   and `defaultMode` (0644), written atomically ([`super::atomic_writer`])
 //!   and rewritten by [`refresh`] when their sources change.
 //!
@@ -403,27 +404,10 @@ async fn project(
         downward_files(pod, d.items.as_deref().unwrap_or_default(), default_mode, dw, files)?;
     }
     if let Some(b) = &source.cluster_trust_bundle {
-        cluster_trust_bundle(b)?;
+        let bytes = super::trust_bundles::project(client, b).await?;
+        files.insert(b.path.clone(), FileData { bytes, mode: default_mode });
     }
     Ok(())
-}
-
-/// A `clusterTrustBundle` projection: rkube serves no ClusterTrustBundles
-/// (`certificates.k8s.io`, beta and off by default in Kubernetes 1.33), so
-/// an optional one projects nothing, as kubelet does for an optional bundle
-/// it cannot find, and a required one fails the mount with a message that
-/// says so (kubelet's `FailedMount`), instead of a volume silently missing
-/// the file.
-fn cluster_trust_bundle(b: &k8s_openapi::api::core::v1::ClusterTrustBundleProjection) -> Result<(), String> {
-    if b.optional.unwrap_or(false) {
-        return Ok(());
-    }
-    let which = match (&b.name, &b.signer_name) {
-        (Some(name), _) => format!("ClusterTrustBundle {name:?}"),
-        (None, Some(signer)) => format!("ClusterTrustBundles of signer {signer:?}"),
-        (None, None) => "ClusterTrustBundle".to_string(),
-    };
-    Err(format!("{which} for path {:?}: rkube does not serve ClusterTrustBundles (certificates.k8s.io); mark the projection optional", b.path))
 }
 
 /// The token already in the volume, while it is younger than 80% of its
@@ -512,18 +496,6 @@ mod tests {
         select(None, data, false, 0o600, "config", &mut all).unwrap();
         assert_eq!(all.len(), 2);
         assert!(all.values().all(|f| f.mode == 0o600));
-    }
-
-    #[test]
-    fn a_required_cluster_trust_bundle_fails_the_mount_and_an_optional_one_projects_nothing() {
-        let bundle = |v: Value| -> k8s_openapi::api::core::v1::ClusterTrustBundleProjection { serde_json::from_value(v).unwrap() };
-        let err = cluster_trust_bundle(&bundle(json!({"path": "ca.pem", "signerName": "example.com/x"}))).unwrap_err();
-        assert_eq!(
-            err,
-            "ClusterTrustBundles of signer \"example.com/x\" for path \"ca.pem\": rkube does not serve ClusterTrustBundles (certificates.k8s.io); mark the projection optional"
-        );
-        assert!(cluster_trust_bundle(&bundle(json!({"path": "ca.pem", "name": "b"}))).unwrap_err().starts_with("ClusterTrustBundle \"b\""));
-        assert_eq!(cluster_trust_bundle(&bundle(json!({"path": "ca.pem", "name": "b", "optional": true}))), Ok(()));
     }
 
     #[test]
