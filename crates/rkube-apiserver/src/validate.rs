@@ -97,20 +97,28 @@ enum Step {
     Index(usize),
 }
 
+/// A value taken out of an object before the typed round trip, and what
+/// stands in for it there.
+struct Taken {
+    path: Vec<Step>,
+    value: Value,
+    stand_in: Value,
+}
+
 /// Replaces every map of at least [`PROBED_MAP_ENTRIES`] string values in
 /// `v` by a one-entry map holding [`PROBE`], collecting the paths and the
 /// maps taken. The typed round trip then decodes the probe instead of the
-/// map: when the probe comes out of it ([`probes_kept`]), the field is a
+/// map: when the probe comes out of it ([`stand_ins_kept`]), the field is a
 /// map whose values may be any string, so every entry of the real map would
 /// have passed too, and decoding, encoding and comparing a large
 /// `data`, `labels` or `annotations` map entry by entry is saved.
-fn take_string_maps(v: &mut Value, path: &mut Vec<Step>, out: &mut Vec<(Vec<Step>, serde_json::Map<String, Value>)>) {
+fn take_string_maps(v: &mut Value, path: &mut Vec<Step>, out: &mut Vec<Taken>) {
     let nested = |v: &Value| matches!(v, Value::Object(_) | Value::Array(_));
     match v {
         Value::Object(m) if m.len() >= PROBED_MAP_ENTRIES && m.values().all(Value::is_string) => {
-            let probe = serde_json::Map::from_iter([(PROBE.0.to_string(), Value::String(PROBE.1.to_string()))]);
-            let taken = std::mem::replace(m, probe);
-            out.push((path.clone(), taken));
+            let probe = Value::Object(serde_json::Map::from_iter([(PROBE.0.to_string(), Value::String(PROBE.1.to_string()))]));
+            let taken = std::mem::replace(v, probe.clone());
+            out.push(Taken { path: path.clone(), value: taken, stand_in: probe });
         }
         Value::Object(m) => {
             for (k, child) in m.iter_mut().filter(|(_, c)| nested(c)) {
@@ -130,6 +138,25 @@ fn take_string_maps(v: &mut Value, path: &mut Vec<Step>, out: &mut Vec<(Vec<Step
     }
 }
 
+/// Replaces the `fieldsV1` of every `metadata.managedFields` entry that is a
+/// non-empty object by an empty one, collecting what was taken. `FieldsV1`
+/// holds any JSON value as it is, so when the empty object comes out of the
+/// round trip where it went in ([`stand_ins_kept`]) the real one would have
+/// too; the managedFields of a large map (an entry per key) are then neither
+/// decoded, encoded nor compared.
+fn take_fields_v1(v: &mut Value, out: &mut Vec<Taken>) {
+    let Some(Value::Array(entries)) = v.pointer_mut("/metadata/managedFields") else { return };
+    for (i, entry) in entries.iter_mut().enumerate() {
+        let Some(fields) = entry.get_mut("fieldsV1") else { continue };
+        if fields.as_object().is_some_and(|m| !m.is_empty()) {
+            let stand_in = Value::Object(serde_json::Map::new());
+            let path = ["metadata", "managedFields"].map(|k| Step::Key(k.to_string())).into_iter();
+            let path = path.chain([Step::Index(i), Step::Key("fieldsV1".to_string())]).collect();
+            out.push(Taken { path, value: std::mem::replace(fields, stand_in.clone()), stand_in });
+        }
+    }
+}
+
 /// The value at `path` in `v`.
 fn value_at_mut<'a>(v: &'a mut Value, path: &[Step]) -> Option<&'a mut Value> {
     path.iter().try_fold(v, |v, step| match step {
@@ -138,24 +165,25 @@ fn value_at_mut<'a>(v: &'a mut Value, path: &[Step]) -> Option<&'a mut Value> {
     })
 }
 
-/// Whether the typed round trip kept every probe: each was decoded into a
-/// map of strings (a struct drops the probe's unknown name; a type that
-/// reads the string's content fails the round trip instead).
-fn probes_kept(typed: &Value, maps: &[(Vec<Step>, serde_json::Map<String, Value>)]) -> bool {
-    maps.iter().all(|(path, _)| {
-        let at = path.iter().try_fold(typed, |v, step| match step {
+/// Whether the typed round trip kept every stand-in as it went in: a probe
+/// was decoded into a map of strings (a struct drops the probe's unknown
+/// name; a type that reads the string's content fails the round trip
+/// instead), an empty `fieldsV1` into `FieldsV1`.
+fn stand_ins_kept(typed: &Value, taken: &[Taken]) -> bool {
+    taken.iter().all(|t| {
+        let at = t.path.iter().try_fold(typed, |v, step| match step {
             Step::Key(k) => v.get(k.as_str()),
             Step::Index(i) => v.get(*i),
         });
-        at.and_then(|m| m.get(PROBE.0)).and_then(Value::as_str) == Some(PROBE.1)
+        at == Some(&t.stand_in)
     })
 }
 
-/// Puts the maps [`take_string_maps`] took back where their probes are.
-fn put_back_string_maps(v: &mut Value, maps: Vec<(Vec<Step>, serde_json::Map<String, Value>)>) {
-    for (path, map) in maps {
-        if let Some(slot) = value_at_mut(v, &path) {
-            *slot = Value::Object(map);
+/// Puts the values taken back where their stand-ins are.
+fn put_back(v: &mut Value, taken: Vec<Taken>) {
+    for t in taken {
+        if let Some(slot) = value_at_mut(v, &t.path) {
+            *slot = t.value;
         }
     }
 }
@@ -180,21 +208,22 @@ pub fn check_typed_body(
     if let Some(typed_kind) = info.typed {
         let type_error =
             |e: String| ApiError::bad_request(format!("{kind} in version \"{}\" cannot be handled as a {kind}: {e}", info.version));
-        let mut maps = Vec::new();
-        take_string_maps(obj, &mut Vec::new(), &mut maps);
-        let probed = match maps.is_empty() {
+        let mut taken = Vec::new();
+        take_fields_v1(obj, &mut taken);
+        take_string_maps(obj, &mut Vec::new(), &mut taken);
+        let probed = match taken.is_empty() {
             true => None,
-            false => (typed_kind.roundtrip)(obj).ok().filter(|typed| probes_kept(typed, &maps)),
+            false => (typed_kind.roundtrip)(obj).ok().filter(|typed| stand_ins_kept(typed, &taken)),
         };
         let typed = match probed {
             Some(typed) => typed,
             None => {
-                put_back_string_maps(obj, std::mem::take(&mut maps));
+                put_back(obj, std::mem::take(&mut taken));
                 (typed_kind.roundtrip)(obj).map_err(type_error)?
             }
         };
         prune_unknown(obj, &typed, "", &mut unknown);
-        put_back_string_maps(obj, maps);
+        put_back(obj, taken);
     }
     if let Some(schema) = info.custom.and_then(|c| c.schema.as_ref()) {
         // Custom resources: pruning, then defaulting, on decode (upstream's
@@ -350,6 +379,27 @@ mod tests {
         let mut ok = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}, "data": string_map(PROBED_MAP_ENTRIES, "aGk=")});
         assert_eq!(check_typed(info, &mut ok, FieldValidation::Warn).unwrap(), Vec::<String>::new());
         assert_eq!(ok["data"], string_map(PROBED_MAP_ENTRIES, "aGk="));
+    }
+
+    #[test]
+    fn managed_fields_skip_the_round_trip_and_come_back_whole() {
+        let info = registry::lookup("", "v1", "configmaps").unwrap();
+        let fields = json!({"f:data": {"f:a": {}, "f:b": {}}, "f:metadata": {"f:labels": {".": {}, "f:x": {}}}});
+        let entry = json!({"manager": "m", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+            "fieldsV1": fields, "bogus": 1});
+        let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": {"x": "1"},
+            "managedFields": [entry, {"manager": "n", "fieldsV1": {}}, {"manager": "o", "fieldsV1": null}]}, "data": {"a": "1", "b": "2"}});
+        let warnings = check_typed(info, &mut cm, FieldValidation::Warn).unwrap();
+        assert_eq!(warnings, vec!["unknown field \"metadata.managedFields[0].bogus\""]);
+        assert_eq!(cm["metadata"]["managedFields"][0]["fieldsV1"], fields);
+        assert_eq!(cm["metadata"]["managedFields"][1], json!({"manager": "n", "fieldsV1": {}}));
+        assert_eq!(cm["metadata"]["managedFields"][2], json!({"manager": "o"}));
+        // An entry the typed decoder refuses is refused as before.
+        let mut bad = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a",
+            "managedFields": [{"manager": 5, "fieldsV1": fields}]}});
+        let err = check_typed(info, &mut bad, FieldValidation::Warn).unwrap_err();
+        assert_eq!(err.code(), 400);
+        assert!(err.0.message.contains("invalid type: integer `5`, expected a string"), "{}", err.0.message);
     }
 
     #[test]

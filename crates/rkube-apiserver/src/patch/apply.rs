@@ -218,7 +218,7 @@ fn apply_once(
         api_version: api_version.to_string(),
         time: last_time,
         subresource: String::new(),
-        fields: new_set.clone(),
+        fields: new_set,
     };
     let applier_idx = match idx {
         Some(i) => {
@@ -236,34 +236,42 @@ fn apply_once(
     // still hold owned fields (the applier's previous set may name a map or
     // list itself, `"."`, where its new set names only the items: after
     // kubectl's client-side-apply migration, for example).
-    let owned = entries
-        .iter()
-        .fold(FieldSet::new(), |acc, e| acc.union(&e.fields));
-    let released = last_set.clone().difference(&owned).without_ancestors_of(&owned);
-    remove_items(&mut merged, &released, shape);
+    // (Nothing is released when the applier owned nothing: a first apply.)
+    if !last_set.is_empty() {
+        let owned = entries
+            .iter()
+            .fold(FieldSet::new(), |acc, e| acc.union(&e.fields));
+        let released = last_set.clone().difference(&owned).without_ancestors_of(&owned);
+        remove_items(&mut merged, &released, shape);
+    }
 
-    let cmp = compare(live, Some(&merged), shape);
-    let changed = cmp.modified.union(&cmp.added).without_top_level(ignored);
-    let removed = cmp.removed.without_top_level(ignored);
-    let mut conflicts = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
-        if i == applier_idx {
-            continue;
+    // What the result changed matters only to the other managers: conflicts
+    // with their fields, and fields that leave them. With none (a first
+    // apply creating the object), the comparison is skipped.
+    if entries.len() > 1 {
+        let cmp = compare(live, Some(&merged), shape);
+        let changed = cmp.modified.union(&cmp.added).without_top_level(ignored);
+        let removed = cmp.removed.without_top_level(ignored);
+        let mut conflicts = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            if i == applier_idx {
+                continue;
+            }
+            for path in e.fields.intersection(&changed).paths() {
+                conflicts.push(ApplyConflict {
+                    manager: e.printed(),
+                    path: path_string(&path),
+                });
+            }
         }
-        for path in e.fields.intersection(&changed).paths() {
-            conflicts.push(ApplyConflict {
-                manager: e.printed(),
-                path: path_string(&path),
-            });
+        if !force && !conflicts.is_empty() {
+            conflicts.sort_by(|a, b| a.manager.cmp(&b.manager));
+            return Err(PatchError::Conflicts(conflicts));
         }
-    }
-    if !force && !conflicts.is_empty() {
-        conflicts.sort_by(|a, b| a.manager.cmp(&b.manager));
-        return Err(PatchError::Conflicts(conflicts));
-    }
-    for (i, e) in entries.iter_mut().enumerate() {
-        if i != applier_idx {
-            e.fields = std::mem::take(&mut e.fields).difference(&changed).difference(&removed);
+        for (i, e) in entries.iter_mut().enumerate() {
+            if i != applier_idx {
+                e.fields = std::mem::take(&mut e.fields).difference(&changed).difference(&removed);
+            }
         }
     }
     let object_changed = live.is_none_or(|l| *l != merged);

@@ -54,10 +54,16 @@ impl PathElement {
 
     /// The `FieldsV1` key: `f:name`, `k:{...}`, `v:...`, `i:N`.
     pub(crate) fn to_fields_v1_key(&self) -> String {
+        let prefixed = |prefix: &str, text: &str| {
+            let mut s = String::with_capacity(prefix.len() + text.len());
+            s.push_str(prefix);
+            s.push_str(text);
+            s
+        };
         match self {
-            PathElement::Field(n) => format!("f:{n}"),
-            PathElement::Key(k) => format!("k:{k}"),
-            PathElement::Value(v) => format!("v:{v}"),
+            PathElement::Field(n) => prefixed("f:", n),
+            PathElement::Key(k) => prefixed("k:", k),
+            PathElement::Value(v) => prefixed("v:", v),
             PathElement::Index(i) => format!("i:{i}"),
         }
     }
@@ -146,6 +152,22 @@ impl FieldSet {
         }
     }
 
+    /// Adds every path `prefix` + one of `members` (the members of one
+    /// node, in any order, repeats allowed); nothing when `members` is
+    /// empty. The members are sorted once and joined to the node's in one
+    /// pass, so a large map's keys cost no tree insertion each.
+    pub(crate) fn insert_members(&mut self, prefix: &[PathElement], members: Vec<PathElement>) {
+        if members.is_empty() {
+            return;
+        }
+        let mut node = self;
+        for pe in prefix {
+            node = node.children.entry(pe.clone()).or_default();
+        }
+        let mut added: BTreeSet<PathElement> = members.into_iter().collect();
+        join_members(&mut node.members, &mut added);
+    }
+
     /// Whether `path` is a member.
     #[cfg(test)]
     pub(crate) fn has(&self, path: &[PathElement]) -> bool {
@@ -168,7 +190,10 @@ impl FieldSet {
 
     /// `self ∪ other`, built in `self` (only `other`'s paths are copied).
     pub(crate) fn union(mut self, other: &FieldSet) -> FieldSet {
-        self.members.extend(other.members.iter().cloned());
+        if !other.members.is_empty() {
+            let mut theirs = other.members.clone();
+            join_members(&mut self.members, &mut theirs);
+        }
         for (pe, theirs) in &other.children {
             match self.children.get_mut(pe) {
                 Some(mine) => *mine = std::mem::take(mine).union(theirs),
@@ -312,6 +337,17 @@ impl FieldSet {
             }
         }
         Ok(out)
+    }
+}
+
+/// Moves `more` into `members`: one element at a time when `more` is small
+/// next to `members` (a few tree insertions), else by merging the two sorted
+/// sets in one pass (linear in both).
+fn join_members(members: &mut BTreeSet<PathElement>, more: &mut BTreeSet<PathElement>) {
+    if more.len().saturating_mul(16) < members.len() {
+        members.extend(std::mem::take(more));
+    } else {
+        members.append(more);
     }
 }
 

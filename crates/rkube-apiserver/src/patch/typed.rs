@@ -94,7 +94,8 @@ pub(crate) fn validate_applied(v: &Value, shape: &Shape) -> Result<(), String> {
 fn validate_at(v: &Value, shape: &Shape, path: &mut Path) -> Result<(), String> {
     match v {
         Value::Object(m) if !shape.is_atomic_map() => {
-            for (k, child) in m {
+            // Scalars have nothing to check: their names are not copied.
+            for (k, child) in m.iter().filter(|(_, c)| is_nested(c)) {
                 path.push(PathElement::field(k));
                 let r = validate_at(child, shape.child(k), path);
                 path.pop();
@@ -139,11 +140,19 @@ pub(crate) fn to_field_set(v: &Value, shape: &Shape) -> FieldSet {
 fn field_set_at(v: &Value, shape: &Shape, path: &mut Path, set: &mut FieldSet) {
     match v {
         Value::Object(m) if !shape.is_atomic_map() && !m.is_empty() => {
+            // Scalar fields are leaves whatever their shape: gathered and
+            // added to the set at once.
+            let mut leaves = Vec::new();
             for (k, child) in m {
+                if !is_nested(child) {
+                    leaves.push(PathElement::field(k));
+                    continue;
+                }
                 path.push(PathElement::field(k));
                 field_set_at(child, shape.child(k), path, set);
                 path.pop();
             }
+            set.insert_members(path, leaves);
         }
         Value::Array(items) if is_granular_list(shape) && !items.is_empty() => {
             let list = shape.ssa_list();
@@ -215,11 +224,19 @@ fn compare_at(
         let empty = Map::new();
         let l = lhs.and_then(Value::as_object).unwrap_or(&empty);
         let r = rhs.and_then(Value::as_object).unwrap_or(&empty);
+        // Fields scalar on both sides (or absent on one) are leaves whatever
+        // their shape: gathered and added to the comparison at once.
+        let mut leaves = Leaves::default();
         for (k, lv) in l {
+            let rv = r.get(k);
+            if !is_nested(lv) && !rv.is_some_and(is_nested) {
+                leaves.record(k, Some(lv), rv);
+                continue;
+            }
             path.push(PathElement::field(k));
             compare_at(
                 Some(lv),
-                r.get(k),
+                rv,
                 shape.child(k),
                 shape.is_value_struct(k),
                 path,
@@ -228,6 +245,12 @@ fn compare_at(
             path.pop();
         }
         for (k, rv) in r {
+            if !is_nested(rv) {
+                if !l.contains_key(k) {
+                    leaves.record(k, None, Some(rv));
+                }
+                continue;
+            }
             if !l.contains_key(k) {
                 path.push(PathElement::field(k));
                 compare_at(
@@ -241,6 +264,9 @@ fn compare_at(
                 path.pop();
             }
         }
+        out.added.insert_members(path, leaves.added);
+        out.modified.insert_members(path, leaves.modified);
+        out.removed.insert_members(path, leaves.removed);
         node_added_removed(lhs, rhs, zero_present, path, out);
     } else if arrays && is_granular_list(shape) && !both_empty {
         let list = shape.ssa_list();
@@ -270,6 +296,33 @@ fn compare_at(
         node_added_removed(lhs, rhs, zero_present, path, out);
     } else {
         leaf(lhs, rhs, path, out);
+    }
+}
+
+/// Whether `v` is an object or a list (a node that may hold fields).
+fn is_nested(v: &Value) -> bool {
+    matches!(v, Value::Object(_) | Value::Array(_))
+}
+
+/// The scalar fields of one object node that [`leaf`] would record, by kind
+/// of change.
+#[derive(Default)]
+struct Leaves {
+    added: Vec<PathElement>,
+    modified: Vec<PathElement>,
+    removed: Vec<PathElement>,
+}
+
+impl Leaves {
+    /// Records field `name` going from `lhs` to `rhs` as [`leaf`] does.
+    fn record(&mut self, name: &str, lhs: Option<&Value>, rhs: Option<&Value>) {
+        let to = match (lhs, rhs) {
+            (None, Some(_)) => &mut self.added,
+            (Some(_), None) => &mut self.removed,
+            (Some(l), Some(r)) if l != r => &mut self.modified,
+            _ => return,
+        };
+        to.push(PathElement::field(name));
     }
 }
 

@@ -127,3 +127,71 @@ fn compare_reports_added_modified_removed() {
     );
     assert_eq!(cmp.removed.to_fields_v1(), json!({"f:data": {"f:b": {}}}));
 }
+
+#[test]
+fn members_joined_at_once_equal_members_inserted_one_by_one() {
+    let names: Vec<String> = (0..300).map(|i| format!("k{}", (i * 7919) % 250)).collect();
+    let prefix = [f("data")];
+    let mut one_by_one = FieldSet::new();
+    for n in &names {
+        one_by_one.insert(&[f("data"), f(n)]);
+    }
+    let mut at_once = FieldSet::new();
+    at_once.insert_members(&prefix, names.iter().map(|n| f(n)).collect());
+    assert_eq!(at_once, one_by_one);
+    assert_eq!(at_once.to_fields_v1(), one_by_one.to_fields_v1());
+    // Joined to a node that has members, small and large batches alike.
+    at_once.insert_members(&prefix, vec![f("a"), f("k1")]);
+    one_by_one.insert(&[f("data"), f("a")]);
+    assert_eq!(at_once, one_by_one);
+    let more: Vec<PathElement> = (0..1000).map(|i| f(&format!("m{i}"))).collect();
+    at_once.insert_members(&prefix, more.clone());
+    for pe in &more {
+        one_by_one.insert(&[f("data"), pe.clone()]);
+    }
+    assert_eq!(at_once, one_by_one);
+    // Nothing to add leaves no empty node behind.
+    let mut empty = FieldSet::new();
+    empty.insert_members(&prefix, Vec::new());
+    assert!(empty.is_empty());
+    assert_eq!(empty, FieldSet::new());
+}
+
+#[test]
+fn union_is_the_same_whichever_side_is_larger() {
+    let big = FieldSet::from_fields_v1(&json!({"f:data": (0..500).map(|i| (format!("f:k{i}"), json!({}))).collect::<serde_json::Map<_, _>>()}))
+        .unwrap();
+    let small = FieldSet::from_fields_v1(&json!({"f:data": {"f:k1": {}, "f:z": {}}, "f:kind": {}})).unwrap();
+    let expected = {
+        let mut m = big.to_fields_v1();
+        m["f:data"]["f:z"] = json!({});
+        m["f:kind"] = json!({});
+        m
+    };
+    assert_eq!(big.clone().union(&small).to_fields_v1(), expected);
+    assert_eq!(small.clone().union(&big).to_fields_v1(), expected);
+    assert_eq!(big.clone().union(&small), small.union(&big));
+}
+
+#[test]
+fn compare_handles_fields_that_turn_from_scalar_to_nested_and_back() {
+    let shape = schema::root("ConfigMap");
+    let old = json!({"kind": "ConfigMap", "data": {"s": "1", "n": null, "o": {"x": 1}, "e": {}, "gone": "g", "same": "v"},
+        "metadata": {"labels": {"a": "1"}}});
+    let new = json!({"kind": "ConfigMap", "data": {"s": {"y": 2}, "n": "now", "o": "flat", "e": [], "same": "v", "new": 0},
+        "metadata": {"labels": {"a": "1"}}});
+    let cmp = compare(Some(&old), Some(&new), shape);
+    // A field whose value changes kind is a modified leaf, not a node whose fields come or go.
+    assert_eq!(cmp.added.to_fields_v1(), json!({"f:data": {"f:new": {}}}));
+    assert_eq!(cmp.modified.to_fields_v1(), json!({"f:data": {"f:e": {}, "f:n": {}, "f:o": {}, "f:s": {}}}));
+    assert_eq!(cmp.removed.to_fields_v1(), json!({"f:data": {"f:gone": {}}}));
+    // Against nothing (a create): every field is added, and every node but
+    // `metadata` (a struct every object has).
+    let created = compare(None, Some(&new), shape);
+    assert_eq!(
+        created.added.to_fields_v1(),
+        json!({"f:data": {".": {}, "f:e": {}, "f:n": {}, "f:new": {}, "f:o": {}, "f:s": {".": {}, "f:y": {}}, "f:same": {}},
+            "f:kind": {}, "f:metadata": {"f:labels": {".": {}, "f:a": {}}}})
+    );
+    assert!(created.modified.is_empty() && created.removed.is_empty());
+}

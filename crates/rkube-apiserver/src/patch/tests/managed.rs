@@ -207,3 +207,29 @@ fn main_resource_writes_never_own_status_and_status_writes_never_own_spec() {
     assert_eq!(kubelet["subresource"], "status");
     assert_eq!(kubelet["fieldsV1"], json!({"f:status": {"f:phase": {}}}));
 }
+
+/// `"f:k0":{},"f:k1":{},"f:k10":{},...`: the `FieldsV1` entries of keys
+/// `k0`..`k<n-1>`, sorted as strings.
+fn sorted_fields_text(n: usize) -> String {
+    let mut names: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+    names.sort();
+    let entries: Vec<String> = names.iter().map(|k| format!(r#""f:{k}":{{}}"#)).collect();
+    entries.join(",")
+}
+
+#[test]
+fn a_large_map_is_recorded_key_by_key_in_wire_order_by_create_and_apply() {
+    let n = 5000;
+    let data: serde_json::Map<String, Value> = (0..n).map(|i| (format!("k{i}"), json!(format!("v{i}")))).collect();
+    let mut obj = configmap(Value::Object(data.clone()));
+    record("creator", None, &mut obj, NOW);
+    let keys = sorted_fields_text(n);
+    let expected = format!(r#"{{"f:data":{{".":{{}},{keys}}},"f:metadata":{{"f:labels":{{".":{{}},"f:app":{{}}}}}}}}"#);
+    assert_eq!(obj["metadata"]["managedFields"][0]["fieldsV1"].to_string(), expected);
+
+    let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": data});
+    let applied = super::ssa("ConfigMap", "v1", None, &config, "applier", false).unwrap();
+    let expected = format!(r#"{{"f:data":{{{keys}}}}}"#);
+    assert_eq!(applied["metadata"]["managedFields"][0]["fieldsV1"].to_string(), expected);
+    assert_eq!(applied["data"], config["data"]);
+}
