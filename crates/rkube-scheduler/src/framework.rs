@@ -92,9 +92,41 @@ fn random_below(n: usize) -> usize {
     (uuid::Uuid::new_v4().as_u128() % n.max(1) as u128) as usize
 }
 
+/// Fewest feasible nodes a cycle looks for before it stops filtering (`minFeasibleNodesToFind`).
+pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// The lowest adaptive share of nodes to find feasible, percent (`minFeasibleNodesPercentageToFind`).
+pub const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
+
+/// How many feasible nodes a cycle finds before it stops filtering, with
+/// upstream's default `percentageOfNodesToScore` (0: adaptive): every node
+/// below [`MIN_FEASIBLE_NODES_TO_FIND`]; else `50 - nodes/125` percent (at
+/// least [`MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND`]) of them, and at least
+/// [`MIN_FEASIBLE_NODES_TO_FIND`]: 420 of 1,000 nodes, 500 of 5,000
+/// (upstream `numFeasibleNodesToFind` in `schedule_one.go`).
+pub fn num_feasible_nodes_to_find(all: usize) -> usize {
+    if all < MIN_FEASIBLE_NODES_TO_FIND {
+        return all;
+    }
+    let percentage = 50usize
+        .saturating_sub(all / 125)
+        .max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND);
+    (all * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
 /// Picks a node for `pod` in `snapshot`: the name of the best-scoring node
-/// that passes every filter.
+/// that passes every filter, filtering from the first node on (see [`schedule_pod_from`]).
 pub fn schedule_pod(pod: &Pod, snapshot: &Snapshot) -> Result<String, ScheduleError> {
+    schedule_pod_from(pod, snapshot, &mut 0)
+}
+
+/// Picks a node for `pod` in `snapshot`, as upstream's `schedulePod`:
+/// filters the nodes in turn from index `*next_start` (wrapping around),
+/// stops once [`num_feasible_nodes_to_find`] of them fit, scores those and
+/// takes the best (ties at random); `*next_start` then moves past the
+/// nodes filtered, so successive cycles spread over the cluster
+/// (`nextStartNodeIndex`). When no node fits, every node was filtered and
+/// the error gives each one's reason.
+pub fn schedule_pod_from(pod: &Pod, snapshot: &Snapshot, next_start: &mut usize) -> Result<String, ScheduleError> {
     if snapshot.nodes.is_empty() {
         return Err(ScheduleError::NoNodes);
     }
@@ -104,15 +136,24 @@ pub fn schedule_pod(pod: &Pod, snapshot: &Snapshot) -> Result<String, ScheduleEr
         return Err(ScheduleError::Fit(FitError { num_all_nodes: snapshot.nodes.len(), statuses, pre_filter_msg: Some(msg) }));
     }
     let state = CycleState::new(pod, snapshot);
+    let all = snapshot.nodes.len();
+    let wanted = num_feasible_nodes_to_find(all);
+    let start = *next_start % all;
     let mut feasible: Vec<&NodeInfo> = Vec::new();
     let mut statuses = Vec::new();
-    for node in &snapshot.nodes {
+    let mut filtered = 0;
+    for node in snapshot.nodes[start..].iter().chain(&snapshot.nodes[..start]) {
+        if feasible.len() >= wanted {
+            break;
+        }
+        filtered += 1;
         let with_nominated = snapshot.with_nominated_for(pod, node);
         match run_filters(pod, with_nominated.as_ref().unwrap_or(node), snapshot, &state) {
             Ok(()) => feasible.push(node),
             Err(s) => statuses.push((node.name.clone(), s)),
         }
     }
+    *next_start = (start + filtered) % all;
     if feasible.is_empty() {
         return Err(ScheduleError::Fit(FitError { num_all_nodes: snapshot.nodes.len(), statuses, pre_filter_msg: None }));
     }
@@ -154,6 +195,30 @@ mod tests {
              preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
         );
         assert_eq!(schedule_pod(&cpu, &snapshot(vec![], vec![])).unwrap_err().to_string(), ERR_NO_NODES);
+    }
+
+    #[test]
+    fn a_cycle_filters_until_enough_nodes_fit_and_the_next_one_starts_after_them() {
+        let counts: Vec<usize> = [50, 100, 300, 1000, 5000, 10_000].into_iter().map(num_feasible_nodes_to_find).collect();
+        assert_eq!(counts, vec![50, 100, 144, 420, 500, 500]);
+        let nodes: Vec<_> = (0..300).map(|i| node(&format!("n{i:03}"), json!({}))).collect();
+        let snap = snapshot(nodes, vec![]);
+        let p = pod("p", json!({}));
+        let mut next = 0;
+        let chosen = schedule_pod_from(&p, &snap, &mut next).unwrap();
+        assert!(chosen.as_str() < "n144", "{chosen} is among the first 144 nodes filtered");
+        assert_eq!(next, 144);
+        let chosen = schedule_pod_from(&p, &snap, &mut next).unwrap();
+        assert!(("n144".."n288").contains(&chosen.as_str()), "{chosen}");
+        assert_eq!(next, 288);
+        schedule_pod_from(&p, &snap, &mut next).unwrap();
+        assert_eq!(next, 132, "wraps around");
+        // No node fits: every node is filtered and named, from wherever the cycle starts.
+        let big = pod("big", json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "100"}}}]}));
+        let Err(ScheduleError::Fit(fit)) = schedule_pod_from(&big, &snap, &mut next) else { panic!("fits nowhere") };
+        assert_eq!(fit.statuses.len(), 300);
+        assert_eq!(fit.nodes_message(), "0/300 nodes are available: 300 Insufficient cpu.");
+        assert_eq!(next, 132);
     }
 
     #[test]

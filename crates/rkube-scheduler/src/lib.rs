@@ -8,8 +8,11 @@
 //! - [`framework`]: one decision ([`framework::schedule_pod`]) and the
 //!   `FailedScheduling` text ([`framework::FitError`]);
 //! - [`plugins`]: the filters and scores;
+//! - [`cache`]: nodes and their pods kept from informer events, copied into
+//!   each cycle's snapshot node by node;
 //! - [`snapshot`], [`resources`]: the cluster and the resource arithmetic
 //!   the plugins read;
+//! - [`writes`]: bindings, conditions, evictions (a 429 is tried again);
 //! - [`metrics`]: `scheduler_*` metrics.
 //!
 //! Not implemented: preemption (the FailedScheduling text reports that no
@@ -19,6 +22,7 @@
 //! Upstream: `cmd/kube-scheduler`, `pkg/scheduler`.
 #![deny(missing_docs)]
 
+pub mod cache;
 pub mod cli;
 pub mod framework;
 pub mod metrics;
@@ -28,5 +32,6 @@ pub mod queue;
 pub mod resources;
 pub mod scheduler;
 pub mod snapshot;
+pub mod writes;
 #[cfg(test)]
 mod testutil;

@@ -117,6 +117,23 @@ impl Resource {
         }
     }
 
+    /// Takes `o` from `self` (undoing an [`Resource::add`] of `o`); a scalar
+    /// resource that comes to zero is dropped, as if it had never been added.
+    pub fn sub(&mut self, o: &Resource) {
+        self.milli_cpu -= o.milli_cpu;
+        self.memory -= o.memory;
+        self.ephemeral_storage -= o.ephemeral_storage;
+        self.pods -= o.pods;
+        for (k, v) in &o.scalar {
+            let left = self.scalar.get(k).copied().unwrap_or(0) - v;
+            if left == 0 {
+                self.scalar.remove(k);
+            } else {
+                self.scalar.insert(k.clone(), left);
+            }
+        }
+    }
+
     /// Raises each amount of `self` to at least `o`'s.
     pub fn set_max(&mut self, o: &Resource) {
         self.milli_cpu = self.milli_cpu.max(o.milli_cpu);

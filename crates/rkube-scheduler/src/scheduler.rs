@@ -5,9 +5,11 @@
 //! PersistentVolumes and StorageClasses; their events feed the
 //! [`SchedulingQueue`] (pending pods of `schedulerName: default-scheduler`
 //! without `schedulingGates`) and wake unschedulable pods on cluster events.
-//! One loop pops a pod, takes a [`Snapshot`] (bound pods plus the pods this
-//! scheduler assumed but has not seen bound yet, so back-to-back pods see
-//! each other's requests), runs [`schedule_pod`], and then either assumes the
+//! The same events keep a [`Cache`] of the nodes and their pods (bound pods
+//! plus the pods this scheduler assumed but has not seen bound yet, so
+//! back-to-back pods see each other's requests). One loop pops a pod, brings
+//! its [`Snapshot`] up to date from the cache (copying only the nodes that
+//! changed since the last cycle), runs [`schedule_pod_from`], and then either assumes the
 //! pod on the chosen node and binds it through `pods/binding` in a separate
 //! task, or records why it is unschedulable: a `FailedScheduling` event and
 //! the pod condition `PodScheduled=False` (reason `Unschedulable`).
@@ -26,12 +28,11 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    Binding, Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
@@ -39,7 +40,9 @@ use kube::runtime::WatchStreamExt;
 use kube::Resource as _;
 use tokio::sync::{mpsc, watch};
 
-use crate::framework::schedule_pod;
+use crate::cache::Cache;
+pub use crate::writes::{bind, evict, mark_unschedulable, select_node_for_claims};
+use crate::framework::schedule_pod_from;
 use crate::metrics::SchedulerMetrics;
 use crate::queue::SchedulingQueue;
 use crate::snapshot::Snapshot;
@@ -51,9 +54,17 @@ pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 enum Msg {
     PodApplied(Arc<Pod>),
     PodDeleted(Arc<Pod>),
+    /// The pod reflector (re)listed: its store holds every pod.
+    PodsListed,
     NodeApplied(Arc<Node>),
+    NodeDeleted(Arc<Node>),
+    /// The node reflector (re)listed: its store holds every node.
+    NodesListed,
     /// A claim, volume or StorageClass changed: pods waiting on volumes may fit now.
     VolumesChanged,
+    /// What the snapshot takes from a store other than pods and nodes changed
+    /// (or was relisted): it is read again at the next cycle.
+    Stale(Part),
     Bound {
         pod: Arc<Pod>,
         node: String,
@@ -64,13 +75,15 @@ enum Msg {
     },
 }
 
-fn key_of(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or(""),
-        pod.metadata.name.as_deref().unwrap_or("")
-    )
+/// The parts of a [`Snapshot`] read whole from their stores when they change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Part {
+    Namespaces,
+    Volumes,
+    Pdbs,
 }
+
+use crate::cache::pod_key as key_of;
 
 fn assigned(pod: &Pod) -> bool {
     pod.spec
@@ -153,25 +166,39 @@ fn pod_msgs(ev: Event<Pod>) -> Vec<Msg> {
     match ev {
         Event::Apply(p) | Event::InitApply(p) => vec![Msg::PodApplied(Arc::new(p))],
         Event::Delete(p) => vec![Msg::PodDeleted(Arc::new(p))],
-        Event::Init | Event::InitDone => Vec::new(),
+        Event::InitDone => vec![Msg::PodsListed],
+        Event::Init => Vec::new(),
     }
 }
 
 fn node_msgs(ev: Event<Node>) -> Vec<Msg> {
     match ev {
         Event::Apply(n) | Event::InitApply(n) => vec![Msg::NodeApplied(Arc::new(n))],
-        _ => Vec::new(),
+        Event::Delete(n) => vec![Msg::NodeDeleted(Arc::new(n))],
+        Event::InitDone => vec![Msg::NodesListed],
+        Event::Init => Vec::new(),
     }
 }
 
-fn no_msgs<K>(_: Event<K>) -> Vec<Msg> {
-    Vec::new()
+fn namespace_msgs(ev: Event<Namespace>) -> Vec<Msg> {
+    match ev {
+        Event::Init | Event::InitApply(_) => Vec::new(),
+        _ => vec![Msg::Stale(Part::Namespaces)],
+    }
+}
+
+fn pdb_msgs(ev: Event<PodDisruptionBudget>) -> Vec<Msg> {
+    match ev {
+        Event::Init | Event::InitApply(_) => Vec::new(),
+        _ => vec![Msg::Stale(Part::Pdbs)],
+    }
 }
 
 fn volume_msgs<K>(ev: Event<K>) -> Vec<Msg> {
     match ev {
         Event::Apply(_) | Event::Delete(_) => vec![Msg::VolumesChanged],
-        _ => Vec::new(),
+        Event::InitDone => vec![Msg::Stale(Part::Volumes)],
+        Event::Init | Event::InitApply(_) => Vec::new(),
     }
 }
 
@@ -179,7 +206,10 @@ fn volume_msgs<K>(ev: Event<K>) -> Vec<Msg> {
 struct Scheduler {
     client: kube::Client,
     metrics: Arc<SchedulerMetrics>,
-    recorder: Recorder,
+    reporter: Reporter,
+    /// One event recorder per pod with events in flight, by `namespace/name`
+    /// (see [`Scheduler::publish`]).
+    recorders: HashMap<String, Recorder>,
     pods: Store<Pod>,
     nodes: Store<Node>,
     namespaces: Store<Namespace>,
@@ -188,24 +218,21 @@ struct Scheduler {
     classes: Store<StorageClass>,
     pdbs: Store<PodDisruptionBudget>,
     queue: SchedulingQueue,
-    /// Pods placed by this scheduler and not yet seen bound, by key.
-    assumed: HashMap<String, Arc<Pod>>,
+    /// Nodes and the pods counted on them, assumed pods included.
+    cache: Cache,
     /// Pods known to be bound (their add or delete is a cluster event).
     bound: HashSet<String>,
     gated: HashSet<String>,
     node_prints: HashMap<String, String>,
     tx: mpsc::UnboundedSender<Msg>,
-    /// The snapshot of recent cycles and when it was built (see [`SNAPSHOT_REUSE`]).
-    cached: Option<(Snapshot, Instant)>,
+    /// The cycles' view of the cluster: brought up to date from [`Scheduler::cache`]
+    /// before each cycle (only the nodes changed since the last one are copied).
+    snapshot: Snapshot,
+    /// Parts of the snapshot to read again from their stores before the next cycle.
+    stale: HashSet<Part>,
+    /// Where the next cycle starts filtering nodes (upstream `nextStartNodeIndex`).
+    next_start_node_index: usize,
 }
-
-/// How long one snapshot serves successive scheduling cycles. Building one reads every pod and
-/// node (O(pods)); within this window each pod placed is added to it instead, as upstream's
-/// scheduler cache assumes pods, so a cycle costs O(nodes). A pod that fits nowhere in a
-/// reused snapshot is tried again on a fresh one before it is reported unschedulable, and a
-/// failed binding drops the snapshot, so staleness can only delay a placement by this much,
-/// never refuse one.
-const SNAPSHOT_REUSE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Runs the scheduler with `client` until `stop` turns true (or its sender
 /// is dropped). Errors only if the reflectors end before they are ready.
@@ -217,8 +244,11 @@ pub async fn run(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (pods, t1) = spawn_reflector(Api::<Pod>::all(client.clone()), tx.clone(), pod_msgs);
     let (nodes, t2) = spawn_reflector(Api::<Node>::all(client.clone()), tx.clone(), node_msgs);
-    let (namespaces, t3) =
-        spawn_reflector(Api::<Namespace>::all(client.clone()), tx.clone(), no_msgs);
+    let (namespaces, t3) = spawn_reflector(
+        Api::<Namespace>::all(client.clone()),
+        tx.clone(),
+        namespace_msgs,
+    );
     let (claims, t4) = spawn_reflector(
         Api::<PersistentVolumeClaim>::all(client.clone()),
         tx.clone(),
@@ -237,7 +267,7 @@ pub async fn run(
     let (pdbs, t7) = spawn_reflector(
         Api::<PodDisruptionBudget>::all(client.clone()),
         tx.clone(),
-        no_msgs,
+        pdb_msgs,
     );
     let tasks = [t1, t2, t3, t4, t5, t6, t7];
     let host = rkube_component::leader::default_identity();
@@ -250,7 +280,8 @@ pub async fn run(
         instance: Some(format!("{DEFAULT_SCHEDULER}-{host}")),
     };
     let mut s = Scheduler {
-        recorder: Recorder::new(client.clone(), reporter),
+        reporter,
+        recorders: HashMap::new(),
         client,
         metrics,
         pods,
@@ -261,12 +292,14 @@ pub async fn run(
         classes,
         pdbs,
         queue: SchedulingQueue::new(),
-        assumed: HashMap::new(),
+        cache: Cache::new(),
         bound: HashSet::new(),
         gated: HashSet::new(),
         node_prints: HashMap::new(),
         tx,
-        cached: None,
+        snapshot: Snapshot::default(),
+        stale: [Part::Namespaces, Part::Volumes, Part::Pdbs].into_iter().collect(),
+        next_start_node_index: 0,
     };
     let ready = async {
         s.pods.wait_until_ready().await?;
@@ -321,10 +354,11 @@ impl Scheduler {
         match m {
             Msg::PodApplied(pod) => {
                 let key = key_of(&pod);
+                self.cache.apply_pod(Arc::clone(&pod));
                 if assigned(&pod) {
                     self.queue.delete(&key);
                     self.gated.remove(&key);
-                    self.assumed.remove(&key);
+                    self.recorders.remove(&key);
                     // Newly bound, or finished (its resources freed): a cluster event.
                     let running = crate::snapshot::is_assigned_and_running(&pod);
                     let changed = if running {
@@ -354,19 +388,35 @@ impl Scheduler {
                 let key = key_of(&pod);
                 self.queue.delete(&key);
                 self.gated.remove(&key);
-                let was_assumed = self.assumed.remove(&key).is_some();
+                self.recorders.remove(&key);
+                let was_assumed = self.cache.is_assumed(&key);
+                self.cache.delete_pod(&pod);
                 if self.bound.remove(&key) || was_assumed {
                     self.queue.move_all(now);
                 }
             }
+            Msg::PodsListed => self.cache.resync_pods(self.pods.state()),
             Msg::NodeApplied(node) => {
+                self.cache.apply_node(Arc::clone(&node));
                 let name = node.metadata.name.clone().unwrap_or_default();
                 let print = node_fingerprint(&node);
                 if self.node_prints.insert(name, print.clone()).as_ref() != Some(&print) {
                     self.queue.move_all(now);
                 }
             }
-            Msg::VolumesChanged => self.queue.move_all(now),
+            Msg::NodeDeleted(node) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                self.cache.delete_node(&name);
+                self.node_prints.remove(&name);
+            }
+            Msg::NodesListed => self.cache.resync_nodes(self.nodes.state()),
+            Msg::VolumesChanged => {
+                self.stale.insert(Part::Volumes);
+                self.queue.move_all(now);
+            }
+            Msg::Stale(part) => {
+                self.stale.insert(part);
+            }
             Msg::Bound {
                 pod,
                 node,
@@ -391,8 +441,7 @@ impl Scheduler {
                     }
                     Err(err) => {
                         tracing::warn!(pod = %key, %node, %err, "binding failed");
-                        self.assumed.remove(&key);
-                        self.cached = None;
+                        self.cache.forget(&key);
                         self.queue.failed(&key, now);
                         self.metrics.attempt(
                             DEFAULT_SCHEDULER,
@@ -412,56 +461,54 @@ impl Scheduler {
         }
     }
 
-    fn snapshot(&mut self) -> Snapshot {
-        let mut pods: HashMap<String, Arc<Pod>> = self
-            .pods
-            .state()
-            .into_iter()
-            .map(|p| (key_of(&p), p))
-            .collect();
-        self.assumed
-            .retain(|k, _| pods.get(k).is_some_and(|p| !assigned(p)));
-        for (k, p) in &self.assumed {
-            pods.insert(k.clone(), Arc::clone(p));
+    /// Brings [`Scheduler::snapshot`] up to date: nodes and pods from the
+    /// cache, and the parts marked stale read again from their stores.
+    fn refresh_snapshot(&mut self) {
+        self.cache.update_snapshot(&mut self.snapshot);
+        for part in std::mem::take(&mut self.stale) {
+            match part {
+                Part::Namespaces => {
+                    self.snapshot.namespace_labels = self
+                        .namespaces
+                        .state()
+                        .into_iter()
+                        .filter_map(|ns| {
+                            Some((
+                                ns.metadata.name.clone()?,
+                                ns.metadata.labels.clone().unwrap_or_default(),
+                            ))
+                        })
+                        .collect();
+                }
+                Part::Pdbs => self.snapshot.pdbs = self.pdbs.state(),
+                Part::Volumes => {
+                    self.snapshot.volumes = Arc::new(crate::plugins::volumes::VolumeState {
+                        claims: self
+                            .claims
+                            .state()
+                            .into_iter()
+                            .map(|c| {
+                                let ns = c.metadata.namespace.as_deref().unwrap_or("");
+                                let name = c.metadata.name.as_deref().unwrap_or("");
+                                (format!("{ns}/{name}"), c)
+                            })
+                            .collect(),
+                        volumes: self
+                            .volumes
+                            .state()
+                            .into_iter()
+                            .map(|v| (v.metadata.name.clone().unwrap_or_default(), v))
+                            .collect(),
+                        classes: self
+                            .classes
+                            .state()
+                            .into_iter()
+                            .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
+                            .collect(),
+                    });
+                }
+            }
         }
-        let pending: Vec<Arc<Pod>> = pods.values().filter(|p| !assigned(p)).cloned().collect();
-        let mut snapshot = Snapshot::new(
-            self.nodes.state(),
-            pods.into_values(),
-            self.namespaces.state(),
-        )
-        .with_nominated(pending);
-        snapshot.pdbs = self.pdbs.state();
-        snapshot.volumes = Arc::new(crate::plugins::volumes::VolumeState {
-            claims: self
-                .claims
-                .state()
-                .into_iter()
-                .map(|c| {
-                    (
-                        format!(
-                            "{}/{}",
-                            c.metadata.namespace.as_deref().unwrap_or(""),
-                            c.metadata.name.as_deref().unwrap_or("")
-                        ),
-                        c,
-                    )
-                })
-                .collect(),
-            volumes: self
-                .volumes
-                .state()
-                .into_iter()
-                .map(|v| (v.metadata.name.clone().unwrap_or_default(), v))
-                .collect(),
-            classes: self
-                .classes
-                .state()
-                .into_iter()
-                .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
-                .collect(),
-        });
-        snapshot
     }
 
     fn schedule_one(&mut self, qp: crate::queue::QueuedPod) {
@@ -471,34 +518,20 @@ impl Scheduler {
             self.queue.done(&qp.key);
             return;
         };
-        if !wants(&pod) || gated(&pod) || self.assumed.contains_key(&qp.key) {
+        if !wants(&pod) || gated(&pod) || self.cache.is_assumed(&qp.key) {
             self.queue.done(&qp.key);
             return;
         }
-        let (mut snapshot, mut built, reused) = match self.cached.take() {
-            Some((snap, at)) if at.elapsed() < SNAPSHOT_REUSE => (snap, at, true),
-            _ => (self.snapshot(), Instant::now(), false),
-        };
-        let mut result = schedule_pod(&pod, &snapshot);
-        if result.is_err() && reused {
-            // Fits nowhere in a reused snapshot: look again at the cluster as it is now.
-            snapshot = self.snapshot();
-            built = Instant::now();
-            result = schedule_pod(&pod, &snapshot);
-        }
-        let mut keep = true;
-        match result {
+        self.refresh_snapshot();
+        let snapshot = &self.snapshot;
+        match schedule_pod_from(&pod, snapshot, &mut self.next_start_node_index) {
             Ok(node) => {
+                let to_select = crate::plugins::volumes::claims_to_select(&pod, snapshot, &node);
                 let mut placed = (*pod).clone();
                 placed.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
-                let placed = Arc::new(placed);
-                if let Some(info) = snapshot.nodes.iter_mut().find(|n| n.name == node) {
-                    info.add_pod(Arc::clone(&placed));
-                }
-                self.assumed.insert(qp.key.clone(), placed);
+                self.cache.assume(Arc::new(placed));
                 let (client, tx) = (self.client.clone(), self.tx.clone());
                 let (attempts, initial) = (qp.attempts, qp.initial);
-                let to_select = crate::plugins::volumes::claims_to_select(&pod, &snapshot, &node);
                 tokio::spawn(async move {
                     let result =
                         match select_node_for_claims(&client, &pod, &to_select, &node).await {
@@ -518,13 +551,12 @@ impl Scheduler {
             Err(err) => {
                 let mut message = err.to_string();
                 if let crate::framework::ScheduleError::Fit(fit) = &err {
-                    match crate::preemption::eligible(&pod, &snapshot) {
+                    match crate::preemption::eligible(&pod, snapshot) {
                         Err(why) => message = format!("{} preemption: {why}", fit.nodes_message()),
                         Ok(()) => {
-                            if let Some(candidate) = crate::preemption::find(&pod, &snapshot, fit) {
+                            if let Some(candidate) = crate::preemption::find(&pod, snapshot, fit) {
                                 message = fit.nodes_message();
                                 self.preempt(&pod, candidate);
-                                keep = false;
                             }
                         }
                     }
@@ -551,16 +583,13 @@ impl Scheduler {
                 });
             }
         }
-        if keep {
-            self.cached = Some((snapshot, built));
-        }
     }
 
     /// Evicts `candidate.victims` for `pod` and nominates `candidate.node`
     /// (upstream's `prepareCandidate`), in a task: each victim gets the
     /// `DisruptionTarget` condition, then a `Preempted` event and a graceful
     /// delete.
-    fn preempt(&self, pod: &Arc<Pod>, candidate: crate::preemption::Candidate) {
+    fn preempt(&mut self, pod: &Arc<Pod>, candidate: crate::preemption::Candidate) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         tracing::info!(pod = %key_of(pod), node = %candidate.node, victims = candidate.victims.len(), "preempting");
         for victim in &candidate.victims {
@@ -595,8 +624,29 @@ impl Scheduler {
         });
     }
 
-    fn publish(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: String) {
-        let recorder = self.recorder.clone();
+    /// Publishes an event about `pod` in a task (best effort: a failure is logged).
+    ///
+    /// kube-runtime's [`Recorder`] folds a repeated event (same object, reason
+    /// and action) into a series, and scans every event it has published in the
+    /// last minutes on each publish; one recorder for the whole scheduler made
+    /// each event cost what the last minutes' tens of thousands of pods did. Each
+    /// pod gets its own recorder instead, so a pod's repeated `FailedScheduling`
+    /// still folds into one series; it is dropped once the pod is `Scheduled`,
+    /// bound or deleted.
+    fn publish(&mut self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: String) {
+        let key = key_of(pod);
+        let recorder = if reason == "Scheduled" {
+            self.recorders.remove(&key)
+        } else {
+            self.recorders.get(&key).cloned()
+        };
+        let recorder = recorder.unwrap_or_else(|| {
+            let r = Recorder::new(self.client.clone(), self.reporter.clone());
+            if reason != "Scheduled" {
+                self.recorders.insert(key, r.clone());
+            }
+            r
+        });
         let reference = pod.object_ref(&());
         let ev = KubeEvent {
             type_,
@@ -611,128 +661,4 @@ impl Scheduler {
             }
         });
     }
-}
-
-/// Marks `victim` with the `DisruptionTarget` condition (reason
-/// `PreemptionByScheduler`) and deletes it gracefully. A victim already
-/// gone is not an error.
-pub async fn evict(client: &kube::Client, victim: &Pod) -> Result<(), kube::Error> {
-    let ns = victim.metadata.namespace.as_deref().unwrap_or("default");
-    let name = victim.metadata.name.as_deref().unwrap_or("");
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let now = k8s_openapi::jiff::Timestamp::now()
-        .round(k8s_openapi::jiff::Unit::Second)
-        .map(|t| t.to_string())
-        .unwrap_or_default();
-    let patch = serde_json::json!({"status": {"conditions": [{
-        "type": "DisruptionTarget", "status": "True", "reason": crate::preemption::PREEMPTION_BY_SCHEDULER,
-        "message": format!("{DEFAULT_SCHEDULER}: preempting to accommodate a higher priority pod"), "lastTransitionTime": now,
-    }]}});
-    let gone = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
-        .await
-    {
-        Err(e) if gone(&e) => return Ok(()),
-        Err(e) => return Err(e),
-        Ok(_) => {}
-    }
-    match api.delete(name, &Default::default()).await {
-        Err(e) if gone(&e) => Ok(()),
-        Err(e) => Err(e),
-        Ok(_) => Ok(()),
-    }
-}
-
-/// Annotates the claims `names` (in `pod`'s namespace) with
-/// `volume.kubernetes.io/selected-node: <node>` (upstream VolumeBinding's
-/// PreBind for claims to provision), so their volume is made for `node`.
-pub async fn select_node_for_claims(
-    client: &kube::Client,
-    pod: &Pod,
-    names: &[String],
-    node: &str,
-) -> Result<(), kube::Error> {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    for name in names {
-        let patch = serde_json::json!({"metadata": {"annotations": {crate::plugins::volumes::SELECTED_NODE: node}}});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
-    }
-    Ok(())
-}
-
-/// POSTs the Binding of `pod` to `node` (`pods/binding`, with the pod's UID).
-pub async fn bind(client: &kube::Client, pod: &Pod, node: &str) -> Result<(), kube::Error> {
-    let name = pod.metadata.name.clone().unwrap_or_default();
-    let namespace = pod
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let binding = Binding {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(namespace.clone()),
-            uid: pod.metadata.uid.clone(),
-            ..ObjectMeta::default()
-        },
-        target: ObjectReference {
-            kind: Some("Node".into()),
-            name: Some(node.into()),
-            api_version: Some("v1".into()),
-            ..ObjectReference::default()
-        },
-    };
-    let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    let _: serde_json::Value = api
-        .create_subresource("binding", &name, &PostParams::default(), &binding)
-        .await?;
-    Ok(())
-}
-
-/// Sets `PodScheduled=False`, reason `Unschedulable`, with `message` on the
-/// pod's status (a strategic merge patch of `pods/status`), unless the pod
-/// already has that condition; `lastTransitionTime` changes only with the status.
-pub async fn mark_unschedulable(
-    client: &kube::Client,
-    pod: &Pod,
-    message: &str,
-) -> Result<(), kube::Error> {
-    let current = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
-    if current.is_some_and(|c| {
-        c.status == "False"
-            && c.reason.as_deref() == Some("Unschedulable")
-            && c.message.as_deref() == Some(message)
-    }) {
-        return Ok(());
-    }
-    let transition = match current {
-        Some(c) if c.status == "False" => c.last_transition_time.as_ref().map(|t| t.0.to_string()),
-        _ => None,
-    }
-    .unwrap_or_else(|| {
-        k8s_openapi::jiff::Timestamp::now()
-            .round(k8s_openapi::jiff::Unit::Second)
-            .map(|t| t.to_string())
-            .unwrap_or_default()
-    });
-    let patch = serde_json::json!({"status": {"conditions": [{
-        "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-        "lastProbeTime": null, "lastTransitionTime": transition,
-    }]}});
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    api.patch_status(
-        pod.metadata.name.as_deref().unwrap_or(""),
-        &PatchParams::default(),
-        &Patch::Strategic(patch),
-    )
-    .await?;
-    Ok(())
 }

@@ -102,6 +102,37 @@ impl NodeInfo {
         self.pods.push(pod);
     }
 
+    /// Stops counting the pod `namespace/name` here (undoing its
+    /// [`NodeInfo::add_pod`]): its requests, host ports and anti-affinity
+    /// entry go with it. Returns the pod, `None` when it was not counted.
+    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        let is_it = |p: &Arc<Pod>| {
+            p.metadata.namespace.as_deref().unwrap_or("") == namespace
+                && p.metadata.name.as_deref().unwrap_or("") == name
+        };
+        let at = self.pods.iter().position(is_it)?;
+        let pod = self.pods.swap_remove(at);
+        self.requested.sub(&resources::pod_requests(&pod, false));
+        self.non_zero_requested
+            .sub(&resources::pod_requests(&pod, true));
+        for port in host_ports(&pod) {
+            if let Some(i) = self.used_ports.iter().position(|u| *u == port) {
+                self.used_ports.swap_remove(i);
+            }
+        }
+        if let Some(i) = self.pods_with_required_anti_affinity.iter().position(is_it) {
+            self.pods_with_required_anti_affinity.swap_remove(i);
+        }
+        Some(pod)
+    }
+
+    /// Replaces the Node (a newer version of the same node): its
+    /// allocatable is read again; the pods stay.
+    pub fn set_node(&mut self, node: Arc<Node>) {
+        self.allocatable = resources::allocatable(&node);
+        self.node = node;
+    }
+
     /// The node's labels.
     pub fn labels(&self) -> Option<&BTreeMap<String, String>> {
         self.node.metadata.labels.as_ref()
@@ -139,6 +170,10 @@ pub struct Snapshot {
     pub volumes: Arc<crate::plugins::volumes::VolumeState>,
     /// PodDisruptionBudgets (preemption avoids victims whose eviction would break one).
     pub pdbs: Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>,
+    /// The [`crate::cache::Cache`] generation this snapshot reflects (0 for
+    /// one built by [`Snapshot::new`]): [`crate::cache::Cache::update_snapshot`]
+    /// copies only the nodes changed after it.
+    pub generation: u64,
 }
 
 impl Snapshot {
@@ -183,6 +218,7 @@ impl Snapshot {
             nominated: Vec::new(),
             volumes: Default::default(),
             pdbs: Vec::new(),
+            generation: 0,
         }
     }
 
@@ -232,8 +268,16 @@ impl Snapshot {
         Some(info)
     }
 
+    /// Where the node named `name` is in [`Snapshot::nodes`] (kept in name
+    /// order, so a binary search).
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.nodes
+            .binary_search_by(|n| n.name.as_str().cmp(name))
+            .ok()
+    }
+
     /// The node named `name`.
     pub fn node(&self, name: &str) -> Option<&NodeInfo> {
-        self.nodes.iter().find(|n| n.name == name)
+        self.position(name).map(|i| &self.nodes[i])
     }
 }

@@ -383,10 +383,20 @@ async fn pod_watch(sim: Arc<Sim>, node: String, ready: tokio::sync::oneshot::Sen
     }
 }
 
+/// Tries of one status write the server answers 429 before the write waits for the next
+/// status sync: client-go's REST client tries a 429 again after its `Retry-After` (1 s from
+/// rkube), up to 10 times.
+const TOO_MANY_REQUESTS_TRIES: u32 = 10;
+
+/// The kubelet status manager's sync period: a status write that failed for good (any error
+/// but a 429 within [`TOO_MANY_REQUESTS_TRIES`]) is tried again at the next sync.
+const STATUS_SYNC_PERIOD: Duration = Duration::from_secs(10);
+
 /// Reports a pod Running (PATCH pods/<name>/status) and marks its service's endpoints dirty.
-/// A refused PATCH (429 from the server's in-flight limit, or any error but 404) is tried
-/// again after 1 s, doubling up to 10 s, as kubelet's status manager retries at its next sync
-/// (every 10 s); every try is counted by the recorder.
+/// A refused PATCH is tried again as a kubelet's would be: a 429 (the server's in-flight
+/// limit) after the server's `Retry-After` of 1 s, as client-go does, up to
+/// [`TOO_MANY_REQUESTS_TRIES`] times; after that, or after any other error but 404, at the
+/// status manager's next sync ([`STATUS_SYNC_PERIOD`]). Every try is counted by the recorder.
 async fn start_pod(sim: Arc<Sim>, ns: String, name: String) {
     // The bench's own pods carry their index; a controller's pods get the next free one.
     let i = name
@@ -395,17 +405,22 @@ async fn start_pod(sim: Arc<Sim>, ns: String, name: String) {
         .unwrap_or_else(|| sim.pods_running.load(Ordering::Relaxed) as usize);
     let patch = json!({"status": objects::running_status(i)});
     let path = format!("/api/v1/namespaces/{ns}/pods/{name}/status");
-    let mut delay = Duration::from_secs(1);
+    let mut tries = 0;
     loop {
         let call = sim.api.merge_patch(&path, &patch);
         match sim.rec.call((Verb::Patch, Scope::Resource, "pods"), call).await {
             Ok(_) => break,
             Err(e) if e.code() == Some(404) => return,
-            Err(_) => {
+            Err(e) => {
+                tries += 1;
+                let delay = if e.code() == Some(429) && tries % TOO_MANY_REQUESTS_TRIES != 0 {
+                    Duration::from_secs(1)
+                } else {
+                    STATUS_SYNC_PERIOD
+                };
                 if !sim.pause(delay).await {
                     return;
                 }
-                delay = (delay * 2).min(Duration::from_secs(10));
             }
         }
     }

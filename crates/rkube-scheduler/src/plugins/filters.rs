@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Pod, Taint};
 
 use super::selectors::{node_selector_term_matches, tolerates, tolerations};
 use super::{Code, Status};
-use crate::resources::pod_requests;
+use crate::resources::{pod_requests, Resource};
 use crate::snapshot::{host_ports, NodeInfo, Snapshot};
 
 /// NodeUnschedulable's reason.
@@ -105,11 +105,16 @@ pub fn node_ports(pod: &Pod, node: &NodeInfo, _: &Snapshot) -> Result<(), Status
 /// assigned pods request: pod count (`Too many pods`), then cpu, memory,
 /// ephemeral storage and each extended resource (`Insufficient <name>`).
 pub fn node_resources_fit(pod: &Pod, node: &NodeInfo, _: &Snapshot) -> Result<(), Status> {
+    resources_fit(&pod_requests(pod, false), node)
+}
+
+/// [`node_resources_fit`] for a pod whose requests (`pod_requests(pod, false)`)
+/// are `req`, so a cycle reads them once rather than once per node.
+pub fn resources_fit(req: &Resource, node: &NodeInfo) -> Result<(), Status> {
     let mut reasons = Vec::new();
     if node.pods.len() as i64 + 1 > node.allocatable.pods {
         reasons.push(ERR_TOO_MANY_PODS.to_string());
     }
-    let req = pod_requests(pod, false);
     let (alloc, used) = (&node.allocatable, &node.requested);
     if req.milli_cpu > 0 && req.milli_cpu > alloc.milli_cpu - used.milli_cpu {
         reasons.push("Insufficient cpu".into());

@@ -66,12 +66,19 @@ impl Status {
 pub struct CycleState {
     spread: spread::PreFilterState,
     interpod: interpod::PreFilterState,
+    /// The pod's requests (NodeResourcesFit's PreFilter).
+    requests: crate::resources::Resource,
 }
 
 impl CycleState {
-    /// Runs the PreFilters of [`spread`] and [`interpod`] for `pod` over `snapshot`.
+    /// Runs the PreFilters of [`spread`] and [`interpod`] for `pod` over
+    /// `snapshot`, and reads the pod's requests once for NodeResourcesFit.
     pub fn new(pod: &Pod, snapshot: &Snapshot) -> Self {
-        CycleState { spread: spread::pre_filter(pod, snapshot), interpod: interpod::pre_filter(pod, snapshot) }
+        CycleState {
+            spread: spread::pre_filter(pod, snapshot),
+            interpod: interpod::pre_filter(pod, snapshot),
+            requests: crate::resources::pod_requests(pod, false),
+        }
     }
 }
 
@@ -86,7 +93,7 @@ pub const FILTERS: &[(&str, Filter)] = &[
     ("TaintToleration", |pod, node, snapshot, _| filters::taint_toleration(pod, node, snapshot)),
     ("NodeAffinity", |pod, node, snapshot, _| filters::node_affinity(pod, node, snapshot)),
     ("NodePorts", |pod, node, snapshot, _| filters::node_ports(pod, node, snapshot)),
-    ("NodeResourcesFit", |pod, node, snapshot, _| filters::node_resources_fit(pod, node, snapshot)),
+    ("NodeResourcesFit", |_, node, _, state| filters::resources_fit(&state.requests, node)),
     ("VolumeBinding", |pod, node, snapshot, _| volumes::filter(pod, node, snapshot)),
     ("PodTopologySpread", |_, node, _, state| spread::filter(&state.spread, node)),
     ("InterPodAffinity", |_, node, _, state| interpod::filter(&state.interpod, node)),

@@ -29,9 +29,13 @@ fn cpu_memory(node: &NodeInfo, pod: &Resource, non_zero: bool) -> [(i64, i64); 2
 /// cpu and memory (weights 1 each) after placing the pod, counting
 /// default requests for containers without any; 0..=100.
 pub fn least_allocated(pod: &Pod, node: &NodeInfo) -> i64 {
-    let req = pod_requests(pod, true);
+    least_allocated_for(&pod_requests(pod, true), node)
+}
+
+/// [`least_allocated`] for a pod whose non-zero requests (`pod_requests(pod, true)`) are `req`.
+pub fn least_allocated_for(req: &Resource, node: &NodeInfo) -> i64 {
     let (mut sum, mut weights) = (0, 0);
-    for (requested, alloc) in cpu_memory(node, &req, true) {
+    for (requested, alloc) in cpu_memory(node, req, true) {
         if alloc == 0 {
             continue;
         }
@@ -48,8 +52,12 @@ pub fn least_allocated(pod: &Pod, node: &NodeInfo) -> i64 {
 /// NodeResourcesBalancedAllocation: `(1 - std) * 100` of the cpu and
 /// memory fractions requested after placing the pod (actual requests).
 pub fn balanced_allocation(pod: &Pod, node: &NodeInfo) -> i64 {
-    let req = pod_requests(pod, false);
-    let fractions: Vec<f64> = cpu_memory(node, &req, false)
+    balanced_allocation_for(&pod_requests(pod, false), node)
+}
+
+/// [`balanced_allocation`] for a pod whose requests (`pod_requests(pod, false)`) are `req`.
+pub fn balanced_allocation_for(req: &Resource, node: &NodeInfo) -> i64 {
+    let fractions: Vec<f64> = cpu_memory(node, req, false)
         .into_iter()
         .filter(|(_, alloc)| *alloc > 0)
         .map(|(r, a)| (r as f64 / a as f64).min(1.0))
@@ -118,11 +126,12 @@ pub fn score(pod: &Pod, nodes: &[&NodeInfo]) -> Vec<i64> {
     default_normalize(&mut taint, true);
     let mut affinity: Vec<i64> = nodes.iter().map(|n| preferred_affinity(pod, n)).collect();
     default_normalize(&mut affinity, false);
+    let (requests, non_zero) = (pod_requests(pod, false), pod_requests(pod, true));
     nodes
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            let parts = [taint[i], affinity[i], least_allocated(pod, n), balanced_allocation(pod, n)];
+            let parts = [taint[i], affinity[i], least_allocated_for(&non_zero, n), balanced_allocation_for(&requests, n)];
             parts.iter().zip(WEIGHTS.iter()).map(|(s, (_, w))| s * w).sum()
         })
         .collect()
