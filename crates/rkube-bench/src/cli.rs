@@ -10,6 +10,7 @@
 //! rkube bench bodies  [--sizes 3137536] [--runs 5]  (body bytes; fails on a wrong answer)
 //! rkube bench streaming [--sizes 1073741824] [--runs 3] [--kubectl-dir DIR]  (exec and port-forward, kubectl 1.27 and 1.33)
 //! rkube bench pods    [--pods 100] [--step-seconds 30]  (pod startup on `rkube up --node`; exits non-zero unless every pod runs)
+//! rkube bench testenv [--runs 50]  (TestEnv start → first answer, CRD → Established, in process; exits non-zero unless the median start is under 1 s)
 //! rkube bench all     every scenario above in turn, each with its own report
 //! rkube bench summary --commit SHA   BENCHMARKS.md (stdout) from the reports in --out
 //! common: [--quick] [--out bench-results] [--rkube PATH]
@@ -66,7 +67,11 @@ pub enum Scenario {
     /// Full LISTs of custom resources (default 100000) from the watch cache (RV=0, RV="") vs from
     /// storage (a direct range read, and a server with the resource's cache disabled).
     Crds,
-    /// Every scenario in turn (list, writes, init, watch, cluster, rbac, stalled, bodies, streaming, pods, crds), each writing its report;
+    /// `rkube_testenv::TestEnv` in this process: start → first answered LIST of namespaces
+    /// (median, p90, p99, max of --runs, default 50) and a CRD install → Established (10 times);
+    /// exits non-zero unless the median start is under 1 s.
+    Testenv,
+    /// Every scenario in turn (list, writes, init, watch, cluster, rbac, stalled, bodies, streaming, pods, crds, testenv), each writing its report;
     /// exits non-zero when any failed.
     All,
     /// Prints BENCHMARKS.md made from the reports in --out, which must all come from
@@ -85,7 +90,7 @@ pub enum Workload {
 }
 
 /// The measuring scenarios, in the order `all` runs them.
-pub const EVERY_SCENARIO: [Scenario; 11] = [
+pub const EVERY_SCENARIO: [Scenario; 12] = [
     Scenario::List,
     Scenario::Writes,
     Scenario::Init,
@@ -97,6 +102,7 @@ pub const EVERY_SCENARIO: [Scenario; 11] = [
     Scenario::Streaming,
     Scenario::Pods,
     Scenario::Crds,
+    Scenario::Testenv,
 ];
 
 impl Scenario {
@@ -114,6 +120,7 @@ impl Scenario {
             Scenario::Streaming => "streaming",
             Scenario::Pods => "pods",
             Scenario::Crds => "crds",
+            Scenario::Testenv => "testenv",
             Scenario::All => "all",
             Scenario::Summary => "summary",
         }
@@ -136,7 +143,7 @@ pub struct BenchArgs {
     /// Directory for the reports.
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,
-    /// Repetitions of each timed measurement (default 5; 2 with --quick).
+    /// Repetitions of each timed measurement (default 5; 2 with --quick; testenv: starts, default 50, 5 with --quick).
     #[arg(long)]
     pub runs: Option<usize>,
     /// list, init, crds: object counts (default 10000,50000,100000,300000 for list; 10000,50000,100000 for init;

@@ -10,8 +10,6 @@
 //! has no line here.
 
 
-#[path = "bench_start.rs"]
-mod bench_start;
 #[path = "controller.rs"]
 mod controller;
 #[path = "env.rs"]

@@ -225,6 +225,37 @@ fn bench_crds_quick_reports_cache_and_storage_lists_side_by_side() {
     );
 }
 
+/// `rkube bench testenv --quick`: 5 in-process `TestEnv` starts timed to the
+/// first answered LIST, 3 CRD installs timed to Established, both in the JSON
+/// and the Markdown table, with the 1 s goal met (the command exits 0).
+#[test]
+fn bench_testenv_quick_reports_start_and_crd_established() {
+    let out = run_quick("testenv");
+    let json = assert_report(out.path(), "testenv", false);
+    let m = |name: &str| {
+        json["measurements"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {}", json["measurements"]))
+            .clone()
+    };
+    let start = m("testenv/start_to_first_request");
+    assert_eq!(start["summary"]["runs"], 5, "{start}");
+    let median = start["summary"]["median"].as_f64().expect("median");
+    assert!(median > 0.0 && median < 1.0, "median start {median} s");
+    let crd = m("testenv/crd_established");
+    assert_eq!(crd["summary"]["runs"], 3, "{crd}");
+    assert!(crd["summary"]["max"].as_f64().is_some_and(|s| s > 0.0), "{crd}");
+    assert!(json.get("missed_goals").is_none(), "{json}");
+    assert_eq!(json["parameters"]["crd"], "widgets.testenv.bench.rkube.dev");
+    let md = std::fs::read_to_string(out.path().join("testenv.md")).expect("Markdown report");
+    assert!(md.contains("| TestEnv::start() → first LIST of namespaces answered | 5 |"), "{md}");
+    assert!(md.contains("| install_crd (server-side apply) → Established | 3 |"), "{md}");
+    assert!(md.contains("- Command: `") && md.contains("bench testenv --quick"), "{md}");
+}
+
 #[test]
 fn bench_watch_quick_reports_delivery_latency_and_rate_sweep() {
     let out = run_quick("watch");
@@ -455,7 +486,7 @@ fn bench_all_runs_every_scenario_and_fails_on_any_failure() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(
-            "rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled, bodies, streaming, pods, crds"
+            "rkube: failed scenarios: list, writes, init, watch, cluster, rbac, stalled, bodies, streaming, pods, crds, testenv"
         ),
         "{stderr}"
     );
@@ -471,6 +502,7 @@ fn bench_all_runs_every_scenario_and_fails_on_any_failure() {
         "streaming",
         "pods",
         "crds",
+        "testenv",
     ] {
         assert!(
             !out.path().join(format!("{name}.json")).exists(),

@@ -12,6 +12,7 @@
 //! - [`pods`]: pod startup on `rkube up --node` against the SLO, and its CPU with the pods idle.
 //! - [`rbac`]: GET throughput of an RBAC-bound user vs a `system:masters` one, vs bindings.
 //! - [`crds`]: LIST of many custom resources from the watch cache vs from storage.
+//! - [`testenv`]: `rkube_testenv::TestEnv` start → first answer, and a CRD install → Established.
 
 pub mod bodies;
 pub mod cluster;
@@ -24,6 +25,7 @@ pub mod list;
 pub mod rbac;
 pub mod stalled;
 pub mod streaming;
+pub mod testenv;
 pub mod watch;
 pub mod writes;
 
@@ -116,6 +118,7 @@ pub async fn run(scenario: Scenario, ctx: &Ctx) -> anyhow::Result<Report> {
         Scenario::Streaming => streaming::run(ctx).await,
         Scenario::Pods => pods::run(ctx).await,
         Scenario::Crds => crds::run(ctx).await,
+        Scenario::Testenv => testenv::run(ctx).await,
         Scenario::All | Scenario::Summary => {
             anyhow::bail!("`{}` is not a measuring scenario", scenario.name())
         }
