@@ -347,6 +347,12 @@ pub fn parse_query(query: &str) -> Vec<(String, String)> {
 
 /// Go's `url.QueryUnescape`; `None` on a malformed `%` escape.
 fn query_unescape(s: &str) -> Option<String> {
+    percent_decode(s, true).map(|out| String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Go's `net/url` unescaping: `%XX` (two hex digits) decoded, and `+` as a
+/// space when `plus_is_space` (queries); `None` on a malformed `%` escape.
+pub(crate) fn percent_decode(s: &str, plus_is_space: bool) -> Option<Vec<u8>> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -358,7 +364,7 @@ fn query_unescape(s: &str) -> Option<String> {
                 out.push((hi * 16 + lo) as u8);
                 i += 3;
             }
-            b'+' => {
+            b'+' if plus_is_space => {
                 out.push(b' ');
                 i += 1;
             }
@@ -368,5 +374,5 @@ fn query_unescape(s: &str) -> Option<String> {
             }
         }
     }
-    Some(String::from_utf8_lossy(&out).into_owned())
+    Some(out)
 }

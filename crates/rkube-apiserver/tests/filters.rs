@@ -487,10 +487,9 @@ async fn full_audit_buffer_drops_events_and_counts_them() {
     s.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inflight_limit_without_priority_and_fairness_answers_429_with_retry_after_at_once() {
-    let s = Server::start(&["--max-requests-inflight=1", "--max-mutating-requests-inflight=1", "--enable-priority-and-fairness=false"]).await;
-    let s = Arc::new(s);
+/// Starts alice's read of `hold`, which keeps its in-flight slot until
+/// `fake.release`, and returns once it holds it; the task gives its code.
+async fn hold_a_read_slot(s: &Arc<Server>) -> tokio::task::JoinHandle<u16> {
     let held = {
         let s = s.clone();
         tokio::spawn(async move { s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods/hold").await.code })
@@ -501,6 +500,14 @@ async fn inflight_limit_without_priority_and_fairness_answers_429_with_retry_aft
         async move { fake.holding.load(std::sync::atomic::Ordering::SeqCst) == 1 }
     })
     .await;
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inflight_limit_without_priority_and_fairness_answers_429_with_retry_after_at_once() {
+    let s = Server::start(&["--max-requests-inflight=1", "--max-mutating-requests-inflight=1", "--enable-priority-and-fairness=false"]).await;
+    let s = Arc::new(s);
+    let held = hold_a_read_slot(&s).await;
     let a = s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods").await;
     assert_eq!(a.code, 429, "{}", a.text);
     assert_eq!(a.headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
@@ -533,16 +540,7 @@ async fn inflight_limit_without_priority_and_fairness_answers_429_with_retry_aft
 async fn inflight_limit_queues_a_request_until_a_slot_frees_and_429s_after_a_quarter_of_the_request_timeout() {
     // Priority and fairness (the default): a quarter of 4 s is a 1 s wait.
     let s = Arc::new(Server::start(&["--max-requests-inflight=1", "--request-timeout=4s"]).await);
-    let held = {
-        let s = s.clone();
-        tokio::spawn(async move { s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods/hold").await.code })
-    };
-    let fake = s.fake.clone();
-    eventually("the first read to hold its slot", || {
-        let fake = fake.clone();
-        async move { fake.holding.load(std::sync::atomic::Ordering::SeqCst) == 1 }
-    })
-    .await;
+    let held = hold_a_read_slot(&s).await;
     // Nobody frees the slot: the queued read is refused after its wait.
     let started = Instant::now();
     let a = s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods").await;

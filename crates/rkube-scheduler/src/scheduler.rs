@@ -468,17 +468,7 @@ impl Scheduler {
         for part in std::mem::take(&mut self.stale) {
             match part {
                 Part::Namespaces => {
-                    self.snapshot.namespace_labels = self
-                        .namespaces
-                        .state()
-                        .into_iter()
-                        .filter_map(|ns| {
-                            Some((
-                                ns.metadata.name.clone()?,
-                                ns.metadata.labels.clone().unwrap_or_default(),
-                            ))
-                        })
-                        .collect();
+                    self.snapshot.namespace_labels = crate::snapshot::namespace_labels(self.namespaces.state());
                 }
                 Part::Pdbs => self.snapshot.pdbs = self.pdbs.state(),
                 Part::Volumes => {

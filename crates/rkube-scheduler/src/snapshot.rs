@@ -203,15 +203,7 @@ impl Snapshot {
                 infos[*i].add_pod(pod);
             }
         }
-        let namespace_labels = namespaces
-            .into_iter()
-            .filter_map(|ns| {
-                Some((
-                    ns.metadata.name.clone()?,
-                    ns.metadata.labels.clone().unwrap_or_default(),
-                ))
-            })
-            .collect();
+        let namespace_labels = namespace_labels(namespaces);
         Snapshot {
             nodes: infos,
             namespace_labels,
@@ -280,4 +272,20 @@ impl Snapshot {
     pub fn node(&self, name: &str) -> Option<&NodeInfo> {
         self.position(name).map(|i| &self.nodes[i])
     }
+}
+
+/// Each namespace's labels by its name (what namespace selectors of pod
+/// affinity terms and topology spread read).
+pub fn namespace_labels(
+    namespaces: impl IntoIterator<Item = Arc<Namespace>>,
+) -> HashMap<String, BTreeMap<String, String>> {
+    namespaces
+        .into_iter()
+        .filter_map(|ns| {
+            Some((
+                ns.metadata.name.clone()?,
+                ns.metadata.labels.clone().unwrap_or_default(),
+            ))
+        })
+        .collect()
 }

@@ -291,7 +291,7 @@ fn tables(
     }
     report.tables.extend([t, tp, tf]);
     let title = format!("Full LIST of custom resources ({}): median latency", backend.name());
-    report.plots.push(super::list::median_latency_plot(title, MODES, &sizes, |n, mode| results.get(&(n, mode)).map(|s| s.median)));
+    report.plots.push(super::list::median_latency_plot(title, MODES, sizes, |n, mode| results.get(&(n, mode)).map(|s| s.median)));
 }
 
 #[cfg(test)]

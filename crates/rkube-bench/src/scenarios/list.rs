@@ -502,7 +502,7 @@ fn tables(
         report.tables.push(t);
         report.tables.push(tp);
         let title = format!("LIST {what} ({}): median latency", backend.name());
-        report.plots.push(median_latency_plot(title, MODES, &sizes, |n, mode| results.get(&(kind, n, mode)).map(|s| s.median)));
+        report.plots.push(median_latency_plot(title, MODES, sizes, |n, mode| results.get(&(kind, n, mode)).map(|s| s.median)));
     }
 }
 

@@ -144,11 +144,14 @@ mod tests {
     use crate::testutil::{node, pod, snapshot};
     use serde_json::json;
 
+    /// A filter plugin's function.
+    type Filter = fn(&Pod, &NodeInfo, &Snapshot) -> Result<(), Status>;
+
     #[test]
     fn filters_reject_with_upstream_reasons() {
         let n = |v| node("n1", v);
         // (filter, pod spec, node, expected reasons; empty = fits)
-        let cases: Vec<(fn(&Pod, &NodeInfo, &Snapshot) -> Result<(), Status>, serde_json::Value, _, Vec<&str>)> = vec![
+        let cases: Vec<(Filter, serde_json::Value, _, Vec<&str>)> = vec![
             (node_unschedulable, json!({}), n(json!({"spec": {"unschedulable": true}})), vec![ERR_NODE_UNSCHEDULABLE]),
             (
                 node_unschedulable,

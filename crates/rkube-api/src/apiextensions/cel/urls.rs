@@ -202,7 +202,7 @@ pub fn escaped_path(path: &str) -> String {
     if valid {
         return path.to_string();
     }
-    let decoded = percent_decode(path, false).unwrap_or_else(|| path.as_bytes().to_vec());
+    let decoded = crate::list_options::percent_decode(path, false).unwrap_or_else(|| path.as_bytes().to_vec());
     let mut out = String::new();
     for b in decoded {
         if path_byte(b) {
@@ -214,31 +214,6 @@ pub fn escaped_path(path: &str) -> String {
     out
 }
 
-/// `%XX` (and, in queries, `+`) decoded; `None` on a bad escape.
-fn percent_decode(s: &str, plus_is_space: bool) -> Option<Vec<u8>> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = s.get(i + 1..i + 3)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' if plus_is_space => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    Some(out)
-}
-
 /// Go's `url.ParseQuery`, errors skipped as `URL.Query` does: `&`-separated
 /// `key=value` pairs; pairs with a `;` or a bad escape are dropped.
 pub fn query(raw: &str) -> Vec<(String, Vec<String>)> {
@@ -248,7 +223,7 @@ pub fn query(raw: &str) -> Vec<(String, Vec<String>)> {
             continue;
         }
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let (Some(k), Some(v)) = (percent_decode(k, true), percent_decode(v, true)) else { continue };
+        let (Some(k), Some(v)) = (crate::list_options::percent_decode(k, true), crate::list_options::percent_decode(v, true)) else { continue };
         let (k, v) = (String::from_utf8_lossy(&k).into_owned(), String::from_utf8_lossy(&v).into_owned());
         match out.iter_mut().find(|(key, _)| *key == k) {
             Some((_, values)) => values.push(v),
