@@ -186,6 +186,14 @@ pub struct BenchArgs {
     /// cluster: upper bound on the pod-creation phase, seconds (default 600); fewer pods are created past it.
     #[arg(long)]
     pub max_pod_seconds: Option<u64>,
+    /// cluster: latency pods (one-replica Deployments) created after the saturation burst,
+    /// whose startup is judged against upstream's steady-state SLO (default 500; 5 with --quick).
+    #[arg(long)]
+    pub latency_pods: Option<usize>,
+    /// cluster: latency pods created per second (default 10: with their Deployments, a churn of
+    /// 20/s, upstream's steady-state bound).
+    #[arg(long)]
+    pub latency_pod_rate: Option<f64>,
     /// cluster: simulated nodes sharing one proxy-like client (default: 1 up to 1000 nodes, then nodes/1000).
     #[arg(long)]
     pub proxy_share: Option<usize>,

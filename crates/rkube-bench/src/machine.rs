@@ -26,10 +26,11 @@ pub struct MachineInfo {
     pub loadavg_1m_start: Option<f64>,
     /// 1-minute load average when the run ended.
     pub loadavg_1m_end: Option<f64>,
-    /// `git rev-parse HEAD` of the rkube checkout the binary was built from, when found.
+    /// `git rev-parse HEAD` of the rkube checkout the binary was built from (stamped at
+    /// build time; read from the run's checkout only for builds made outside git).
     pub rkube_git_commit: Option<String>,
-    /// True when tracked files differ from that commit (`git status --porcelain -uno`),
-    /// the reports directory of the run excepted (its files are this run's outputs).
+    /// True when tracked files differed from that commit when the binary was built
+    /// (`git status --porcelain -uno`), benchmark reports and BENCHMARKS.md excepted.
     pub rkube_git_dirty: Option<bool>,
     /// `release` or `debug` (figures from a debug build are not comparable).
     pub rkube_build: &'static str,
@@ -46,9 +47,16 @@ impl MachineInfo {
     /// `reports` is the run's output directory, left out of the dirty-tree check when it lies
     /// inside the checkout (a run that rewrites committed reports is still a clean build).
     pub fn collect(reports: &Path) -> MachineInfo {
-        let repo = find_repo();
-        let commit = repo.as_deref().and_then(|r| git(r, &["rev-parse", "HEAD"]));
-        let dirty = repo.as_deref().and_then(|r| dirty(r, reports));
+        // The commit stamped at build time (build.rs) names what the binary is; the checkout
+        // the run happens in is only a fallback for builds made outside a git checkout.
+        let (commit, dirty) = match (env!("RKUBE_BUILD_COMMIT"), env!("RKUBE_BUILD_DIRTY")) {
+            (c, d) if !c.is_empty() => (Some(c.to_string()), d.parse::<bool>().ok()),
+            _ => {
+                let repo = find_repo();
+                let commit = repo.as_deref().and_then(|r| git(r, &["rev-parse", "HEAD"]));
+                (commit, repo.as_deref().and_then(|r| dirty(r, reports)))
+            }
+        };
         MachineInfo {
             nproc: std::thread::available_parallelism()
                 .map(|n| n.get())

@@ -282,7 +282,13 @@ fn bench_cluster_quick_reports_latency_per_slo() {
     );
     assert!(names.iter().any(|n| n == "cluster/peak_rss"), "{names:?}");
     // The default workload: Deployments through the controller manager and the scheduler.
-    for n in ["cluster/pod_startup_latency", "cluster/scheduler_throughput"] {
+    // Latency pods (the SLO) and the saturation burst are reported apart.
+    for n in [
+        "cluster/pod_startup_latency",
+        "cluster/saturation_pod_startup_latency",
+        "cluster/saturation_seconds",
+        "cluster/scheduler_throughput",
+    ] {
         assert!(names.iter().any(|m| m == n), "{n} missing: {names:?}");
     }
 }

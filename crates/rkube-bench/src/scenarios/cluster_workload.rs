@@ -43,6 +43,23 @@ pub struct Startup {
     pods: Mutex<HashMap<String, Stages>>,
 }
 
+/// Which pods a figure is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodKind {
+    /// The saturation burst: Deployments of [`REPLICAS_PER_DEPLOYMENT`] created at once.
+    Saturation,
+    /// One-replica Deployments named [`LATENCY_PREFIX`]…, created at a steady rate afterwards.
+    Latency,
+}
+
+impl PodKind {
+    /// Whether the pod `namespace/name` is of this kind.
+    fn has(self, key: &str) -> bool {
+        let name = key.rsplit('/').next().unwrap_or(key);
+        name.starts_with(LATENCY_PREFIX) == (self == PodKind::Latency)
+    }
+}
+
 /// What [`Startup::summary`] computes.
 #[derive(Debug, Default)]
 pub struct StartupFigures {
@@ -76,20 +93,20 @@ impl Startup {
         }
     }
 
-    /// Pods seen Running so far.
-    pub fn running(&self) -> u64 {
+    /// Pods of one kind (latency pods or the saturation burst) seen Running so far.
+    pub fn running(&self, kind: PodKind) -> u64 {
         self.pods
             .lock()
-            .map(|p| p.values().filter(|s| s.running.is_some()).count() as u64)
+            .map(|p| p.iter().filter(|(k, s)| kind.has(k) && s.running.is_some()).count() as u64)
             .unwrap_or(0)
     }
 
-    /// The latencies and the scheduler's throughput.
-    pub fn summary(&self) -> StartupFigures {
+    /// The latencies and the scheduler's throughput of one kind of pods.
+    pub fn summary(&self, kind: PodKind) -> StartupFigures {
         let mut f = StartupFigures::default();
         let Ok(pods) = self.pods.lock() else { return f };
         let (mut first, mut last): (Option<Instant>, Option<Instant>) = (None, None);
-        for s in pods.values() {
+        for s in pods.iter().filter(|(k, _)| kind.has(k)).map(|(_, s)| s) {
             let Some(created) = s.created else { continue };
             if let Some(b) = s.scheduled {
                 f.scheduled += 1;
@@ -178,10 +195,9 @@ pub fn deployment(ns: &str, name: &str, replicas: usize) -> serde_json::Value {
 }
 
 /// Creates Deployments totalling `total` replicas ([`REPLICAS_PER_DEPLOYMENT`] each) across the
-/// simulation's namespaces; returns how many Deployments and replicas were created. A create
-/// answered 429 is tried again after a second (up to [`CREATE_ATTEMPTS`] times); every failure
-/// is counted by the recorder, and the replicas of a create that failed for good are not
-/// expected.
+/// simulation's namespaces, as fast as the server takes them (the saturation burst); returns
+/// how many Deployments and replicas were created. Failures are counted by the recorder, and
+/// the replicas of a create that failed for good are not expected.
 pub async fn create_deployments(sim: &Sim, total: usize) -> (usize, usize) {
     let (mut deployments, mut created, mut asked) = (0, 0, 0);
     for d in 0.. {
@@ -190,32 +206,58 @@ pub async fn create_deployments(sim: &Sim, total: usize) -> (usize, usize) {
         }
         let n = REPLICAS_PER_DEPLOYMENT.min(total - asked);
         asked += n;
-        let ns = sim.namespace(d);
-        let name = format!("dep-{d:05}");
-        let path = format!("/apis/apps/v1/namespaces/{ns}/deployments");
-        let body = deployment(&ns, &name, n);
-        // 429 (the server's in-flight limit) is retried after a second, as client-go does.
-        for attempt in 1..=CREATE_ATTEMPTS {
-            let call = sim.api.create(&path, &body);
-            match sim
-                .rec
-                .call((Verb::Create, Scope::Resource, "deployments"), call)
-                .await
-            {
-                Ok(_) => {
-                    deployments += 1;
-                    created += n;
-                    sim.pods_created.fetch_add(n as u64, Ordering::Relaxed);
-                    break;
-                }
-                Err(e) if e.code() == Some(429) && attempt < CREATE_ATTEMPTS => {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                Err(_) => break,
-            }
+        if create_one(sim, &sim.namespace(d), &format!("dep-{d:05}"), n).await {
+            deployments += 1;
+            created += n;
         }
     }
     (deployments, created)
+}
+
+/// Name prefix of the latency pods' Deployments (and so of their pods).
+pub const LATENCY_PREFIX: &str = "lat-";
+
+/// Creates `count` Deployments of one replica each, named [`LATENCY_PREFIX`]`NNNNN`, at `rate`
+/// per second (uniformly spaced), as ClusterLoader2's density test creates its latency pods
+/// on a saturated cluster; returns how many were created. At `rate` ≤ 10/s the churn (pod and
+/// Deployment creations) stays within upstream's steady state (≤ 20 per second,
+/// `sig-scalability/slos/slos.md`), the condition under which the pod startup SLO applies.
+pub async fn create_latency_deployments(sim: &Sim, count: usize, rate: f64) -> usize {
+    let start = Instant::now();
+    let mut created = 0;
+    for i in 0..count {
+        let at = start + Duration::from_secs_f64(i as f64 / rate.max(0.1));
+        tokio::time::sleep_until(at.into()).await;
+        if create_one(sim, &sim.namespace(i), &format!("{LATENCY_PREFIX}{i:05}"), 1).await {
+            created += 1;
+        }
+    }
+    created
+}
+
+/// Creates one Deployment of `replicas`; a create answered 429 (the server's in-flight limit)
+/// is tried again after a second, as client-go does, up to [`CREATE_ATTEMPTS`] times.
+async fn create_one(sim: &Sim, ns: &str, name: &str, replicas: usize) -> bool {
+    let path = format!("/apis/apps/v1/namespaces/{ns}/deployments");
+    let body = deployment(ns, name, replicas);
+    for attempt in 1..=CREATE_ATTEMPTS {
+        let call = sim.api.create(&path, &body);
+        match sim
+            .rec
+            .call((Verb::Create, Scope::Resource, "deployments"), call)
+            .await
+        {
+            Ok(_) => {
+                sim.pods_created.fetch_add(replicas as u64, Ordering::Relaxed);
+                return true;
+            }
+            Err(e) if e.code() == Some(429) && attempt < CREATE_ATTEMPTS => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// `rkube controller-manager` (deployment and replicaset controllers) and `rkube scheduler`
