@@ -224,7 +224,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     }
     let leader = args.leader_election.config(COMPONENT)?;
     let kube_config = rkube_component::client::config(args.kubeconfig.as_deref()).await?;
-    let client = kube::Client::try_from(kube_config.clone())?;
+    let client = rkube_component::client::client_from_config(kube_config.clone())?;
     let clients = if args.use_service_account_credentials {
         ControllerClients::ServiceAccounts(ServiceAccountClients::new(client.clone(), &kube_config))
     } else {

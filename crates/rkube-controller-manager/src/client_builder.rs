@@ -108,7 +108,7 @@ fn bearer_client(config: kube::Config, header: Arc<RwLock<HeaderValue>>) -> anyh
         req.headers_mut().insert(AUTHORIZATION, value);
         req
     });
-    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&add_token).build())
+    Ok(rkube_component::client::build(rkube_component::client::builder(config)?.with_layer(&add_token)))
 }
 
 /// Gets ServiceAccount `name`, creating it when missing (a concurrent

@@ -69,6 +69,31 @@ async fn replica_set_creates_owned_pods_and_replaces_a_deleted_one() {
     env.stop().await;
 }
 
+/// Twelve creates of one ReplicaSet are not twelve Events: the first nine
+/// have their own, the tenth starts upstream's aggregate Event and the next
+/// two count in its series (client-go's EventCorrelator).
+#[tokio::test]
+async fn similar_create_events_of_a_replica_set_are_aggregated() {
+    let env = Env::start(&["replicaset"], false).await;
+    env.namespace("rs4").await;
+    let api: Api<ReplicaSet> = Api::namespaced(env.client.clone(), "rs4");
+    api.create(&PostParams::default(), &replica_set("web", 12)).await.expect("create");
+    eventually("12 pods", || async { Some(env.live_pods("rs4", "web").await).filter(|p| p.len() == 12) }).await;
+    let events: Api<Event> = Api::namespaced(env.client.clone(), "rs4");
+    let created = eventually("the aggregate event counting 3", || async {
+        let list = events.list(&ListParams::default()).await.ok()?.items;
+        let created: Vec<Event> = list.into_iter().filter(|e| e.reason.as_deref() == Some("SuccessfulCreate")).collect();
+        let aggregate = created.iter().find(|e| e.note.as_deref().is_some_and(|n| n.starts_with("(combined from similar events): Created pod: web-")))?;
+        (aggregate.series.as_ref()?.count == 3).then_some(created)
+    })
+    .await;
+    assert_eq!(created.len(), 10, "{created:?}");
+    let own: Vec<&Event> = created.iter().filter(|e| e.note.as_deref().is_some_and(|n| n.starts_with("Created pod: web-"))).collect();
+    assert_eq!(own.len(), 9);
+    assert!(own.iter().all(|e| e.series.is_none()), "{own:?}");
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn scaling_a_replica_set_down_deletes_the_unready_pods_first() {
     let env = Env::start(&["replicaset"], false).await;

@@ -61,15 +61,10 @@ pub fn default_node_name() -> String {
     }
 }
 
-/// A kube client from a kubeconfig file.
+/// A kube client from a kubeconfig file: every component's client
+/// (`rkube_component::client`, which retries an answer with `Retry-After`).
 pub async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    Ok(kube::Client::try_from(config)?)
+    rkube_component::client::client(Some(path)).await
 }
 
 /// Signs a kubelet serving certificate (`CN=system:node:<node>`, SANs `node`, `localhost`,

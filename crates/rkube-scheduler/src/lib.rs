@@ -12,7 +12,7 @@
 //!   each cycle's snapshot node by node;
 //! - [`snapshot`], [`resources`]: the cluster and the resource arithmetic
 //!   the plugins read;
-//! - [`writes`]: bindings, conditions, evictions (a 429 is tried again);
+//! - [`writes`]: bindings, conditions, evictions;
 //! - [`metrics`]: `scheduler_*` metrics.
 //!
 //! Not implemented: preemption (the FailedScheduling text reports that no

@@ -3,7 +3,9 @@
 //! `PatchPodStatus`, VolumeBinding's PreBind): bindings, the
 //! `PodScheduled=False` condition, preemption victims and claims' selected
 //! node. Each is one request (or a few) with kube's client; a request the
-//! API server turns away with 429 is tried again, as client-go does.
+//! API server turns away with 429 and `Retry-After` is tried again by the
+//! client itself (`rkube_component::client`'s Retry-After layer, as
+//! client-go's REST client does).
 
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -28,13 +30,13 @@ pub async fn evict(client: &kube::Client, victim: &Pod) -> Result<(), kube::Erro
     }]}});
     let gone = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
     let (pp, patch) = (PatchParams::default(), Patch::Strategic(patch));
-    match retry_too_many_requests(|| api.patch_status(name, &pp, &patch)).await {
+    match api.patch_status(name, &pp, &patch).await {
         Err(e) if gone(&e) => return Ok(()),
         Err(e) => return Err(e),
         Ok(_) => {}
     }
     let dp = kube::api::DeleteParams::default();
-    match retry_too_many_requests(|| api.delete(name, &dp)).await {
+    match api.delete(name, &dp).await {
         Err(e) if gone(&e) => Ok(()),
         Err(e) => Err(e),
         Ok(_) => Ok(()),
@@ -55,45 +57,13 @@ pub async fn select_node_for_claims(
     for name in names {
         let patch = serde_json::json!({"metadata": {"annotations": {crate::plugins::volumes::SELECTED_NODE: node}}});
         let (pp, patch) = (PatchParams::default(), Patch::Merge(patch));
-        retry_too_many_requests(|| api.patch(name, &pp, &patch)).await?;
+        api.patch(name, &pp, &patch).await?;
     }
     Ok(())
 }
 
-/// Tries of one request the API server answers 429 `TooManyRequests`
-/// (client-go's `maxRetries` for a 429 with `Retry-After`).
-pub const TOO_MANY_REQUESTS_TRIES: u32 = 10;
-
-/// Runs `call` again while the API server answers 429 `TooManyRequests`
-/// (its in-flight limit), after the `details.retryAfterSeconds` it gives
-/// (1 s when it gives none), at most [`TOO_MANY_REQUESTS_TRIES`] times in
-/// all, as client-go's REST client does for every request; any other
-/// result is returned as is.
-pub async fn retry_too_many_requests<T, F, Fut>(mut call: F) -> Result<T, kube::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, kube::Error>>,
-{
-    let mut tries = 1;
-    loop {
-        match call().await {
-            Err(kube::Error::Api(s)) if s.code == 429 && tries < TOO_MANY_REQUESTS_TRIES => {
-                let secs = s
-                    .details
-                    .as_ref()
-                    .map(|d| d.retry_after_seconds)
-                    .filter(|s| *s > 0)
-                    .unwrap_or(1);
-                tokio::time::sleep(std::time::Duration::from_secs(u64::from(secs.min(10)))).await;
-                tries += 1;
-            }
-            other => return other,
-        }
-    }
-}
-
 /// POSTs the Binding of `pod` to `node` (`pods/binding`, with the pod's
-/// UID); a 429 is tried again ([`retry_too_many_requests`]).
+/// UID).
 pub async fn bind(client: &kube::Client, pod: &Pod, node: &str) -> Result<(), kube::Error> {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let namespace = pod
@@ -117,10 +87,7 @@ pub async fn bind(client: &kube::Client, pod: &Pod, node: &str) -> Result<(), ku
     };
     let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let pp = PostParams::default();
-    let _: serde_json::Value = retry_too_many_requests(|| {
-        api.create_subresource("binding", &name, &pp, &binding)
-    })
-    .await?;
+    let _: serde_json::Value = api.create_subresource("binding", &name, &pp, &binding).await?;
     Ok(())
 }
 
@@ -165,6 +132,6 @@ pub async fn mark_unschedulable(
         PatchParams::default(),
         Patch::Strategic(patch),
     );
-    retry_too_many_requests(|| api.patch_status(name, &pp, &patch)).await?;
+    api.patch_status(name, &pp, &patch).await?;
     Ok(())
 }

@@ -180,7 +180,7 @@ async fn start_controllers(
     use rkube_controller_manager::{cli, context::ControllerConfig, controllers};
     let file = if insecure { "kubeconfig" } else { "controller-manager.kubeconfig" };
     let kube_config = rkube_component::client::config(Some(&data_dir.join(file))).await?;
-    let client = kube::Client::try_from(kube_config.clone())?;
+    let client = rkube_component::client::client_from_config(kube_config.clone())?;
     let clients = if insecure {
         ControllerClients::Shared(client)
     } else {
