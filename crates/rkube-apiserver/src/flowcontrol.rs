@@ -71,10 +71,19 @@ fn users(names: &[&str]) -> Vec<Value> {
 }
 
 fn kube_system_service_accounts(names: &[&str]) -> Vec<Value> {
-    names.iter().map(|n| json!({"kind": "ServiceAccount", "serviceAccount": {"name": n, "namespace": "kube-system"}})).collect()
+    names
+        .iter()
+        .map(|n| json!({"kind": "ServiceAccount", "serviceAccount": {"name": n, "namespace": "kube-system"}}))
+        .collect()
 }
 
-fn resource_rule(verbs: &[&str], groups: &[&str], resources: &[&str], namespaces: &[&str], cluster_scope: bool) -> Value {
+fn resource_rule(
+    verbs: &[&str],
+    groups: &[&str],
+    resources: &[&str],
+    namespaces: &[&str],
+    cluster_scope: bool,
+) -> Value {
     let mut r = json!({"verbs": verbs, "apiGroups": groups, "resources": resources, "namespaces": namespaces});
     if cluster_scope {
         r["clusterScope"] = json!(true);
@@ -192,7 +201,14 @@ pub fn bootstrap_objects() -> (Vec<Value>, Vec<Value>) {
             users(&["system:kube-controller-manager"]),
             everything(),
         ),
-        flow_schema("kube-scheduler", "workload-high", 800, Some("ByNamespace"), users(&["system:kube-scheduler"]), everything()),
+        flow_schema(
+            "kube-scheduler",
+            "workload-high",
+            800,
+            Some("ByNamespace"),
+            users(&["system:kube-scheduler"]),
+            everything(),
+        ),
         flow_schema(
             "kube-system-service-accounts",
             "workload-high",
@@ -201,7 +217,14 @@ pub fn bootstrap_objects() -> (Vec<Value>, Vec<Value>) {
             kube_system_service_accounts(&["*"]),
             everything(),
         ),
-        flow_schema("service-accounts", "workload-low", 9000, Some("ByUser"), groups(&["system:serviceaccounts"]), everything()),
+        flow_schema(
+            "service-accounts",
+            "workload-low",
+            9000,
+            Some("ByUser"),
+            groups(&["system:serviceaccounts"]),
+            everything(),
+        ),
         flow_schema("global-default", "global-default", 9900, Some("ByUser"), anyone(), everything()),
         flow_schema("catch-all", "catch-all", 10000, Some("ByUser"), anyone(), everything()),
     ];
@@ -232,9 +255,12 @@ pub async fn ensure(st: &ApiState) -> Result<(), ApiError> {
 async fn update_spec_if_auto(st: &ApiState, info: &ResourceInfo, bootstrap: &Value) -> Result<(), ApiError> {
     let name = crate::object::name(bootstrap).to_string();
     let key = info.object_key(st.prefix(), "", &name);
-    let Some(kv) = st.storage.get(&key).await.map_err(|e| ApiError::from_storage(e, info, &name))? else { return Ok(()) };
+    let Some(kv) = st.storage.get(&key).await.map_err(|e| ApiError::from_storage(e, info, &name))? else {
+        return Ok(());
+    };
     let Ok(mut stored) = serde_json::from_slice::<Value>(&kv.value) else { return Ok(()) };
-    let auto = stored.pointer("/metadata/annotations").and_then(|a| a.get(AUTOUPDATE_ANNOTATION)).and_then(Value::as_str);
+    let auto =
+        stored.pointer("/metadata/annotations").and_then(|a| a.get(AUTOUPDATE_ANNOTATION)).and_then(Value::as_str);
     if auto != Some("true") {
         return Ok(());
     }

@@ -492,20 +492,29 @@ async fn full_audit_buffer_drops_events_and_counts_them() {
     s.stop().await;
 }
 
-/// Starts alice's read of `hold`, which keeps its in-flight slot until
-/// `fake.release`, and returns once it holds it; the task gives its code.
-async fn hold_a_read_slot(s: &Arc<Server>) -> tokio::task::JoinHandle<u16> {
-    let held = {
-        let s = s.clone();
-        tokio::spawn(async move { s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods/hold").await.code })
-    };
+/// Starts `n` reads of `hold` by alice, each keeping its in-flight slot (or
+/// priority level seat) until `fake.release`, and returns once they all hold
+/// one; each task gives its code.
+async fn hold_read_slots(s: &Arc<Server>, n: usize) -> Vec<tokio::task::JoinHandle<u16>> {
+    let held = (0..n)
+        .map(|_| {
+            let s = s.clone();
+            tokio::spawn(async move { s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods/hold").await.code })
+        })
+        .collect();
     let fake = s.fake.clone();
-    eventually("the first read to hold its slot", || {
+    eventually("the reads to hold their slots", || {
         let fake = fake.clone();
-        async move { fake.holding.load(std::sync::atomic::Ordering::SeqCst) == 1 }
+        async move { fake.holding.load(std::sync::atomic::Ordering::SeqCst) == n }
     })
     .await;
     held
+}
+
+/// Starts alice's read of `hold`, which keeps its in-flight slot until
+/// `fake.release`, and returns once it holds it; the task gives its code.
+async fn hold_a_read_slot(s: &Arc<Server>) -> tokio::task::JoinHandle<u16> {
+    hold_read_slots(s, 1).await.remove(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -589,11 +598,13 @@ fn header<'a>(a: &'a Answer, name: &str) -> &'a str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priority_levels_serve_node_leases_while_the_workload_level_is_full() {
-    // 1 + 1 seats shared by the levels: each Limited level gets ceil(2 × shares / 245) = 1 seat.
+    // 1 + 1 seats shared by the levels: each Limited level gets ceil(2 × shares / 245) = 1 seat;
+    // global-default, workload-high and workload-low lend theirs (round(1 × 50 %, 50 %, 90 %)),
+    // node-high (25 %) and system (33 %) keep theirs.
     let s = Arc::new(Server::start(&["--max-requests-inflight=1", "--max-mutating-requests-inflight=1", "--request-timeout=4s"]).await);
     install_bootstrap_flow_control(&s, |_, _| {});
-    // alice (group dev) is global-default; her held read takes its only seat.
-    let held = hold_a_read_slot(&s).await;
+    // alice (group dev) is global-default; her three held reads take every seat it may borrow.
+    let held = hold_read_slots(&s, 3).await;
     let lease = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1";
     for method in ["PUT", "GET"] {
         let started = Instant::now();
@@ -623,14 +634,16 @@ async fn priority_levels_serve_node_leases_while_the_workload_level_is_full() {
     for line in [
         "apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"system-node-high\",priority_level=\"node-high\"} 2",
         "apiserver_flowcontrol_rejected_requests_total{flow_schema=\"global-default\",priority_level=\"global-default\",reason=\"time-out\"} 1",
-        "apiserver_flowcontrol_current_executing_requests{flow_schema=\"global-default\",priority_level=\"global-default\"} 1",
+        "apiserver_flowcontrol_current_executing_requests{flow_schema=\"global-default\",priority_level=\"global-default\"} 3",
         "apiserver_flowcontrol_current_inqueue_requests{flow_schema=\"global-default\",priority_level=\"global-default\"} 0",
         "apiserver_flowcontrol_nominal_limit_seats{priority_level=\"node-high\"} 1",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
     s.fake.release.notify_waiters();
-    assert_eq!(held.await.unwrap(), 200);
+    for h in held {
+        assert_eq!(h.await.unwrap(), 200);
+    }
     if let Ok(s) = Arc::try_unwrap(s) {
         s.stop().await;
     }
@@ -643,7 +656,8 @@ async fn a_reject_priority_level_answers_429_at_once_when_its_seats_are_taken() 
         let gd = levels.iter_mut().find(|l| l["metadata"]["name"] == "global-default").unwrap();
         gd["spec"]["limited"]["limitResponse"] = json!({"type": "Reject"});
     });
-    let held = hold_a_read_slot(&s).await;
+    // Its own seat is lent; three reads take the lending pool.
+    let held = hold_read_slots(&s, 3).await;
     let started = Instant::now();
     let a = s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods").await;
     assert_eq!(a.code, 429, "{}", a.text);
@@ -652,8 +666,10 @@ async fn a_reject_priority_level_answers_429_at_once_when_its_seats_are_taken() 
     assert_eq!(header(&a, "x-kubernetes-pf-prioritylevel-uid"), "uid-global-default");
     assert_eq!(s.chain.metrics().flowcontrol_rejected_count("global-default", "global-default", "concurrency-limit"), 1);
     s.fake.release.notify_waiters();
-    assert_eq!(held.await.unwrap(), 200);
-    // The seat is free again.
+    for h in held {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    // The seats are free again.
     assert_eq!(s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods").await.code, 200);
     if let Ok(s) = Arc::try_unwrap(s) {
         s.stop().await;

@@ -16,7 +16,8 @@ const TOKENS: &str =
     "admin-token,admin,1,\"system:masters\"\nnode-token,system:node:n1,2,\"system:nodes\"\ncarol-token,carol,3,\"dev\"\n";
 const FC: &str = "/apis/flowcontrol.apiserver.k8s.io/v1";
 /// What `kubectl get` asks for.
-const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+const KUBECTL_TABLE: &str =
+    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
 struct Server {
     base: String,
@@ -94,7 +95,14 @@ impl Server {
 
     /// Sends until `done` holds for the answer (the configuration controller
     /// installs changes within the watch's latency); returns that answer.
-    async fn eventually(&self, token: &str, method: &str, path: &str, body: Option<Value>, done: impl Fn(&Answer) -> bool) -> Answer {
+    async fn eventually(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        done: impl Fn(&Answer) -> bool,
+    ) -> Answer {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let a = self.send(token, method, path, None, body.clone()).await;
@@ -152,13 +160,24 @@ async fn bootstrap_flow_schemas_and_priority_levels_are_listed_as_kubectl_lists_
     ];
     want.sort();
     assert_eq!(got, want);
-    let a = s.send("admin-token", "GET", &format!("{FC}/prioritylevelconfigurations?limit=500"), Some(KUBECTL_TABLE), None).await;
+    let a = s
+        .send("admin-token", "GET", &format!("{FC}/prioritylevelconfigurations?limit=500"), Some(KUBECTL_TABLE), None)
+        .await;
     assert_eq!(a.code, 200, "{}", a.text);
     let mut got = names(&a.json);
     got.sort();
     assert_eq!(
         got,
-        ["catch-all", "exempt", "global-default", "leader-election", "node-high", "system", "workload-high", "workload-low"]
+        [
+            "catch-all",
+            "exempt",
+            "global-default",
+            "leader-election",
+            "node-high",
+            "system",
+            "workload-high",
+            "workload-low"
+        ]
     );
     // `kubectl get flowschema system-node-high -o yaml`.
     let fs = s.get("admin-token", &format!("{FC}/flowschemas/system-node-high")).await;
@@ -175,18 +194,26 @@ async fn bootstrap_flow_schemas_and_priority_levels_are_listed_as_kubectl_lists_
     let pl = s.get("admin-token", &format!("{FC}/prioritylevelconfigurations/node-high")).await;
     assert_eq!(pl.json["spec"]["type"], "Limited");
     assert_eq!(pl.json["spec"]["limited"]["nominalConcurrencyShares"], 40);
-    assert_eq!(pl.json["spec"]["limited"]["limitResponse"]["queuing"], json!({"queues": 64, "handSize": 6, "queueLengthLimit": 50}));
+    assert_eq!(
+        pl.json["spec"]["limited"]["limitResponse"]["queuing"],
+        json!({"queues": 64, "handSize": 6, "queueLengthLimit": 50})
+    );
     s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_lease_renewals_are_classified_system_node_high() {
     let s = Server::start().await;
-    let (fs_uid, pl_uid) = (s.uid("flowschemas", "system-node-high").await, s.uid("prioritylevelconfigurations", "node-high").await);
+    let (fs_uid, pl_uid) =
+        (s.uid("flowschemas", "system-node-high").await, s.uid("prioritylevelconfigurations", "node-high").await);
     let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
     let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "n1"},
         "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}});
-    let created = s.eventually("node-token", "POST", leases, Some(lease), |a| !a.header("x-kubernetes-pf-flowschema-uid").is_empty()).await;
+    let created = s
+        .eventually("node-token", "POST", leases, Some(lease), |a| {
+            !a.header("x-kubernetes-pf-flowschema-uid").is_empty()
+        })
+        .await;
     assert_eq!(created.code, 201, "{}", created.text);
     assert_eq!(created.header("x-kubernetes-pf-flowschema-uid"), fs_uid);
     assert_eq!(created.header("x-kubernetes-pf-prioritylevel-uid"), pl_uid);
@@ -208,10 +235,12 @@ async fn node_lease_renewals_are_classified_system_node_high() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flow_schema_to_a_reject_level_answers_429_and_updating_it_takes_effect() {
     let s = Server::start().await;
-    // A Limited level without shares has no seat: with Reject, every request is refused at once.
+    // A Limited level without shares and not allowed to borrow has no seat: with Reject, every
+    // request is refused at once.
     let level = json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
         "metadata": {"name": "no-seats"},
-        "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 0, "limitResponse": {"type": "Reject"}}}});
+        "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 0, "borrowingLimitPercent": 0,
+            "limitResponse": {"type": "Reject"}}}});
     let a = s.send("admin-token", "POST", &format!("{FC}/prioritylevelconfigurations"), None, Some(level)).await;
     assert_eq!(a.code, 201, "{}", a.text);
     let schema = json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
@@ -227,7 +256,10 @@ async fn a_flow_schema_to_a_reject_level_answers_429_and_updating_it_takes_effec
     assert_eq!(refused.json["reason"], "TooManyRequests");
     assert_eq!(refused.header("retry-after"), "1");
     assert_eq!(refused.header("x-kubernetes-pf-flowschema-uid"), fs_uid);
-    assert_eq!(refused.header("x-kubernetes-pf-prioritylevel-uid"), s.uid("prioritylevelconfigurations", "no-seats").await);
+    assert_eq!(
+        refused.header("x-kubernetes-pf-prioritylevel-uid"),
+        s.uid("prioritylevelconfigurations", "no-seats").await
+    );
     assert!(s.metrics.flowcontrol_rejected_count("carol", "no-seats", "concurrency-limit") >= 1);
     // Non-resource requests are not in the schema's rules: global-default serves them.
     assert_eq!(s.get("carol-token", "/version").await.code, 200);
@@ -239,12 +271,16 @@ async fn a_flow_schema_to_a_reject_level_answers_429_and_updating_it_takes_effec
     assert_eq!(a.code, 200, "{}", a.text);
     let served = s.eventually("carol-token", "GET", configmaps, None, |a| a.code == 200).await;
     assert_eq!(served.header("x-kubernetes-pf-flowschema-uid"), fs_uid);
-    assert_eq!(served.header("x-kubernetes-pf-prioritylevel-uid"), s.uid("prioritylevelconfigurations", "global-default").await);
+    assert_eq!(
+        served.header("x-kubernetes-pf-prioritylevel-uid"),
+        s.uid("prioritylevelconfigurations", "global-default").await
+    );
 
     // Deleting it: carol falls through to global-default's own FlowSchema.
     let a = s.send("admin-token", "DELETE", &format!("{FC}/flowschemas/carol"), None, None).await;
     assert_eq!(a.code, 200, "{}", a.text);
     let gd_uid = s.uid("flowschemas", "global-default").await;
-    s.eventually("carol-token", "GET", configmaps, None, |a| a.header("x-kubernetes-pf-flowschema-uid") == gd_uid).await;
+    s.eventually("carol-token", "GET", configmaps, None, |a| a.header("x-kubernetes-pf-flowschema-uid") == gd_uid)
+        .await;
     s.stop().await;
 }

@@ -22,28 +22,34 @@
 //!
 //! Seats: the server's concurrency limit (`--max-requests-inflight` +
 //! `--max-mutating-requests-inflight`) is shared among the `Limited` levels
-//! in proportion to `nominalConcurrencyShares`: a level gets
+//! in proportion to `nominalConcurrencyShares`: a level's nominal limit is
 //! ceil(limit × shares / sum of every level's shares) seats, upstream's
-//! nominal concurrency limit. `Exempt` levels take no seat. A request takes
-//! one seat for as long as it (and its response body) lasts.
+//! formula. Of these, round(nominal × `lendablePercent` / 100) are lent to
+//! a pool every Limited level may borrow from (at most
+//! round(nominal × `borrowingLimitPercent` / 100) at a time when that is
+//! set); the rest are the level's own. `Exempt` levels take no seat. A
+//! request takes one seat, its level's own or else a borrowed one, for as
+//! long as it (and its response body) lasts.
 //!
-//! A request finding its level's seats taken:
+//! A request finding no seat:
 //! - `limitResponse.type: Reject`: answered 429 at once;
-//! - `Queue`: waits in the level's queue, first come first served, for at
-//!   most a quarter of `--request-timeout`; a queue already holding
-//!   `queues × queueLengthLimit` requests, or a wait that runs out, is
-//!   answered 429.
+//! - `Queue`: waits in the level's queue for the first seat that frees (its
+//!   level's or the pool's) for at most a quarter of `--request-timeout`; a
+//!   queue already holding `queues × queueLengthLimit` requests, or a wait
+//!   that runs out, is answered 429.
 //!
 //! Not as upstream: there is one FIFO queue per priority level; requests
 //! are not split into flows by `distinguisherMethod`, so there is no fair
 //! queuing among flows and no shuffle sharding (a busy client of a level
-//! can delay the others of that level by the queue's length). Levels do not
-//! lend or borrow seats (`lendablePercent`, `borrowingLimitPercent` are
-//! ignored), every request is one seat (no work estimation), and
-//! long-running requests (watches included) are not classified.
+//! can delay the others of that level by the queue's length). Lending is a
+//! shared pool taken first come first served, not upstream's periodic
+//! reallocation of each level's current limit by seat demand (a lender does
+//! not get its lent seats back before their borrowers finish). Every request
+//! is one seat (no work estimation), and long-running requests (watches
+//! included) are not classified.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::flowcontrol::v1 as fc;
@@ -79,14 +85,20 @@ pub struct PriorityLevel {
     pub exempt: bool,
     /// `limitResponse.type: Reject`: a request finding no free seat is refused at once.
     pub reject: bool,
-    /// The level's seats (its nominal concurrency limit).
+    /// The level's nominal concurrency limit, seats.
     pub seats: usize,
+    /// Of [`PriorityLevel::seats`], those lent to the shared pool.
+    pub lendable: usize,
+    /// How many seats it may borrow from the pool at once (`None`: no limit).
+    pub borrowing_limit: Option<usize>,
     /// How many requests may wait (`queues × queueLengthLimit`; 0 for Reject).
     pub queue_capacity: usize,
-    /// The seats (`None` when exempt).
+    /// Its own seats, `seats - lendable` (`None` when exempt).
     pub(crate) semaphore: Option<Arc<Semaphore>>,
     /// Requests waiting now.
     pub(crate) waiting: AtomicUsize,
+    /// Seats borrowed from the pool now.
+    pub(crate) borrowed: AtomicUsize,
 }
 
 impl PriorityLevel {
@@ -95,6 +107,23 @@ impl PriorityLevel {
     fn same_as(&self, other: &PriorityLevel) -> bool {
         (self.name.as_str(), self.uid.as_str(), self.exempt, self.reject, self.seats, self.queue_capacity)
             == (other.name.as_str(), other.uid.as_str(), other.exempt, other.reject, other.seats, other.queue_capacity)
+            && (self.lendable, self.borrowing_limit) == (other.lendable, other.borrowing_limit)
+    }
+
+    /// Whether the level may borrow one more seat now.
+    pub(crate) fn may_borrow(&self) -> bool {
+        self.borrowed.load(Ordering::Acquire) < self.borrowing_limit.unwrap_or(usize::MAX)
+    }
+
+    /// Takes a borrowing slot when the level's `borrowingLimitPercent` allows one more.
+    pub(crate) fn start_borrowing(&self) -> bool {
+        let limit = self.borrowing_limit.unwrap_or(usize::MAX);
+        self.borrowed.fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| (b < limit).then_some(b + 1)).is_ok()
+    }
+
+    /// Gives back a borrowing slot taken by [`PriorityLevel::start_borrowing`].
+    pub(crate) fn stop_borrowing(&self) {
+        self.borrowed.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -117,14 +146,19 @@ pub struct Classification {
     pub flow_schema_uid: String,
     /// The priority level.
     pub level: Arc<PriorityLevel>,
+    /// The seats the Limited levels lend, for the level to borrow from.
+    pub(crate) lendable_pool: Arc<Semaphore>,
 }
 
 /// One installed configuration.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Config {
     /// Sorted by precedence, then name; only those whose level exists.
     schemas: Vec<Schema>,
     levels: HashMap<String, Arc<PriorityLevel>>,
+    /// The lent seats (their sum over the Limited levels).
+    lendable_pool: Arc<Semaphore>,
+    lendable_total: usize,
 }
 
 /// The classifier and the priority levels' seats (see the module docs).
@@ -172,8 +206,13 @@ impl FlowControl {
         let shares = |p: &fc::PriorityLevelConfiguration| -> u64 {
             let spec = p.spec.as_ref();
             match spec.map(|s| s.type_.as_str()) {
-                Some("Exempt") => spec.and_then(|s| s.exempt.as_ref()).and_then(|e| e.nominal_concurrency_shares).unwrap_or(0),
-                _ => spec.and_then(|s| s.limited.as_ref()).and_then(|l| l.nominal_concurrency_shares).unwrap_or(DEFAULT_SHARES),
+                Some("Exempt") => {
+                    spec.and_then(|s| s.exempt.as_ref()).and_then(|e| e.nominal_concurrency_shares).unwrap_or(0)
+                }
+                _ => spec
+                    .and_then(|s| s.limited.as_ref())
+                    .and_then(|l| l.nominal_concurrency_shares)
+                    .unwrap_or(DEFAULT_SHARES),
             }
             .max(0) as u64
         };
@@ -191,23 +230,33 @@ impl FlowControl {
             } else {
                 (self.server_concurrency as u64 * shares(p)).div_ceil(sum) as usize
             };
+            let percent_of = |p: i32| ((seats as f64) * f64::from(p.clamp(0, 100)) / 100.0).round() as usize;
+            let lendable =
+                if exempt { 0 } else { percent_of(limited.and_then(|l| l.lendable_percent).unwrap_or(0)).min(seats) };
+            let borrowing_limit = limited
+                .and_then(|l| l.borrowing_limit_percent)
+                .map(|p| ((seats as f64) * f64::from(p.max(0)) / 100.0).round() as usize);
             let queuing = limited.and_then(|l| l.limit_response.as_ref()).and_then(|r| r.queuing.as_ref());
             let queue_capacity = if exempt || reject {
                 0
             } else {
                 let queues = queuing.and_then(|q| q.queues).unwrap_or(DEFAULT_QUEUES).max(1) as usize;
-                let length = queuing.and_then(|q| q.queue_length_limit).unwrap_or(DEFAULT_QUEUE_LENGTH_LIMIT).max(1) as usize;
+                let length =
+                    queuing.and_then(|q| q.queue_length_limit).unwrap_or(DEFAULT_QUEUE_LENGTH_LIMIT).max(1) as usize;
                 queues * length
             };
             let level = PriorityLevel {
-                semaphore: (!exempt).then(|| Arc::new(Semaphore::new(seats))),
+                semaphore: (!exempt).then(|| Arc::new(Semaphore::new(seats - lendable))),
                 name: name.clone(),
                 uid,
                 exempt,
                 reject,
                 seats,
+                lendable,
+                borrowing_limit,
                 queue_capacity,
                 waiting: AtomicUsize::new(0),
+                borrowed: AtomicUsize::new(0),
             };
             let kept = old.as_ref().and_then(|c| c.levels.get(&name)).filter(|l| l.same_as(&level)).cloned();
             levels.insert(name, kept.unwrap_or_else(|| Arc::new(level)));
@@ -240,7 +289,12 @@ impl FlowControl {
                 m.set_flowcontrol_nominal_seats(&l.name, l.seats);
             }
         }
-        let config = Arc::new(Config { schemas, levels });
+        let lendable_total: usize = levels.values().map(|l| l.lendable).sum();
+        let lendable_pool = match old.as_ref().filter(|c| c.lendable_total == lendable_total) {
+            Some(c) => c.lendable_pool.clone(),
+            None => Arc::new(Semaphore::new(lendable_total)),
+        };
+        let config = Arc::new(Config { schemas, levels, lendable_pool, lendable_total });
         if let Ok(mut c) = self.config.write() {
             *c = Some(config);
         }
@@ -265,11 +319,13 @@ impl FlowControl {
                 flow_schema: s.name.clone(),
                 flow_schema_uid: s.uid.clone(),
                 level: config.levels.get(&s.level)?.clone(),
+                lendable_pool: config.lendable_pool.clone(),
             }),
             None => Some(Classification {
                 flow_schema: CATCH_ALL.into(),
                 flow_schema_uid: String::new(),
                 level: config.levels.get(CATCH_ALL)?.clone(),
+                lendable_pool: config.lendable_pool.clone(),
             }),
         }
     }
@@ -294,7 +350,7 @@ fn rule_matches(rule: &fc::PolicyRulesWithSubjects, user: &UserInfo, a: &Request
 fn subject_matches(s: &fc::Subject, user: &UserInfo) -> bool {
     match s.kind.as_str() {
         "User" => s.user.as_ref().is_some_and(|u| u.name == "*" || u.name == user.username),
-        "Group" => s.group.as_ref().is_some_and(|g| g.name == "*" || user.groups.iter().any(|ug| *ug == g.name)),
+        "Group" => s.group.as_ref().is_some_and(|g| g.name == "*" || user.groups.contains(&g.name)),
         "ServiceAccount" => s.service_account.as_ref().is_some_and(|sa| {
             let Some(rest) = user.username.strip_prefix("system:serviceaccount:") else { return false };
             let Some((ns, name)) = rest.split_once(':') else { return false };
@@ -369,7 +425,10 @@ mod tests {
         let node = user("system:node:n1", &["system:nodes", "system:authenticated"]);
         let lease = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1";
         assert_eq!(class(&f, &node, "PUT", lease), ("system-node-high".into(), "node-high".into()));
-        assert_eq!(class(&f, &node, "PATCH", "/api/v1/nodes/n1/status"), ("system-node-high".into(), "node-high".into()));
+        assert_eq!(
+            class(&f, &node, "PATCH", "/api/v1/nodes/n1/status"),
+            ("system-node-high".into(), "node-high".into())
+        );
         assert_eq!(class(&f, &node, "GET", "/api/v1/namespaces/a/pods"), ("system-nodes".into(), "system".into()));
         let admin = user("admin", &["system:masters", "system:authenticated"]);
         assert_eq!(class(&f, &admin, "GET", "/api/v1/pods"), ("exempt".into(), "exempt".into()));
@@ -381,11 +440,23 @@ mod tests {
             class(&f, &kcm, "PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kcm"),
             ("system-leader-election".into(), "leader-election".into())
         );
-        assert_eq!(class(&f, &kcm, "POST", "/api/v1/namespaces/a/pods"), ("kube-controller-manager".into(), "workload-high".into()));
-        let sa = user("system:serviceaccount:kube-system:deployment-controller", &["system:serviceaccounts", "system:authenticated"]);
-        assert_eq!(class(&f, &sa, "GET", "/apis/apps/v1/deployments"), ("kube-system-service-accounts".into(), "workload-high".into()));
+        assert_eq!(
+            class(&f, &kcm, "POST", "/api/v1/namespaces/a/pods"),
+            ("kube-controller-manager".into(), "workload-high".into())
+        );
+        let sa = user(
+            "system:serviceaccount:kube-system:deployment-controller",
+            &["system:serviceaccounts", "system:authenticated"],
+        );
+        assert_eq!(
+            class(&f, &sa, "GET", "/apis/apps/v1/deployments"),
+            ("kube-system-service-accounts".into(), "workload-high".into())
+        );
         let other_sa = user("system:serviceaccount:team:builder", &["system:serviceaccounts", "system:authenticated"]);
-        assert_eq!(class(&f, &other_sa, "GET", "/api/v1/namespaces/team/pods"), ("service-accounts".into(), "workload-low".into()));
+        assert_eq!(
+            class(&f, &other_sa, "GET", "/api/v1/namespaces/team/pods"),
+            ("service-accounts".into(), "workload-low".into())
+        );
         let anonymous = user("system:anonymous", &["system:unauthenticated"]);
         assert_eq!(class(&f, &anonymous, "GET", "/version"), ("global-default".into(), "global-default".into()));
     }
@@ -393,13 +464,19 @@ mod tests {
     #[test]
     fn seats_are_shared_by_nominal_concurrency_shares_rounded_up() {
         let f = bootstrap(600);
-        let seats: HashMap<String, (usize, bool, bool)> =
-            f.levels().iter().map(|l| (l.name.clone(), (l.seats, l.exempt, l.reject))).collect();
+        let seats: HashMap<String, (usize, usize, bool, bool)> =
+            f.levels().iter().map(|l| (l.name.clone(), (l.seats, l.lendable, l.exempt, l.reject))).collect();
         // Shares 30 + 40 + 10 + 40 + 100 + 20 + 5 (+ exempt 0) = 245.
-        assert_eq!(seats["node-high"], (98, false, false)); // ceil(600 × 40 / 245)
-        assert_eq!(seats["workload-low"], (245, false, false)); // ceil(600 × 100 / 245)
-        assert_eq!(seats["catch-all"], (13, false, true)); // ceil(600 × 5 / 245), Reject
-        assert_eq!(seats["exempt"], (0, true, false));
+        assert_eq!(seats["node-high"], (98, 25, false, false)); // ceil(600 × 40 / 245), lends round(25 %)
+        assert_eq!(seats["workload-low"], (245, 221, false, false)); // ceil(600 × 100 / 245), lends round(90 %)
+        assert_eq!(seats["leader-election"], (25, 0, false, false));
+        assert_eq!(seats["catch-all"], (13, 0, false, true)); // ceil(600 × 5 / 245), Reject
+        assert_eq!(seats["exempt"], (0, 0, true, false));
+        // Lent: system 74 × 33 % = 24, node-high 25, workload-high 98 × 50 % = 49, workload-low 221, global-default 49 × 50 % = 25.
+        let anyone = user("carol", &["system:authenticated"]);
+        let c = f.classify(&anyone, &attrs("GET", "/api/v1/pods")).unwrap();
+        assert_eq!(c.lendable_pool.available_permits(), 24 + 25 + 49 + 221 + 25);
+        assert_eq!(c.level.semaphore.as_ref().unwrap().available_permits(), 49 - 25);
         let lvl = f.levels().into_iter().find(|l| l.name == "global-default").unwrap();
         assert_eq!(lvl.queue_capacity, 128 * 50);
     }

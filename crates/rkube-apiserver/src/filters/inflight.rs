@@ -202,6 +202,8 @@ async fn queue_for_slot(pool: &Pool, sem: Arc<Semaphore>, wait: Duration) -> Opt
 /// body is done, then updates the executing counts.
 struct Seat {
     _permit: Option<OwnedSemaphorePermit>,
+    /// The level it borrowed its seat for (given back on drop).
+    borrowed_by: Option<Arc<PriorityLevel>>,
     executing: Gauge,
     limiter: Arc<InflightLimiter>,
     read_only: bool,
@@ -209,6 +211,9 @@ struct Seat {
 
 impl Drop for Seat {
     fn drop(&mut self) {
+        if let Some(level) = &self.borrowed_by {
+            level.stop_borrowing();
+        }
         self.executing.dec();
         let n = self.limiter.executing[usize::from(!self.read_only)].fetch_sub(1, Ordering::AcqRel) - 1;
         self.limiter.metrics.set_inflight(self.read_only, n.max(0));
@@ -232,48 +237,87 @@ fn reject(l: &InflightLimiter, c: &Classification, ctx: &RequestContext, reason:
     with_pf_headers(too_many_requests(), c)
 }
 
+/// A seat: the level's own, or one borrowed from the pool (`true`).
+type Taken = (OwnedSemaphorePermit, bool);
+
+/// A free seat now, the level's own first.
+fn try_take(level: &PriorityLevel, own: &Arc<Semaphore>, pool: &Arc<Semaphore>) -> Option<Taken> {
+    if let Ok(p) = own.clone().try_acquire_owned() {
+        return Some((p, false));
+    }
+    if level.start_borrowing() {
+        if let Ok(p) = pool.clone().try_acquire_owned() {
+            return Some((p, true));
+        }
+        level.stop_borrowing();
+    }
+    None
+}
+
 /// Runs a classified request on a seat of its level (see [`crate::filters::apf`]).
 async fn dispatch(l: &Arc<InflightLimiter>, c: Classification, ctx: &RequestContext, req: Request, next: Next) -> Response {
     let level = c.level.clone();
-    let permit = match &level.semaphore {
+    let taken = match &level.semaphore {
         None => None,
-        Some(sem) => match sem.clone().try_acquire_owned() {
-            Ok(p) => Some(p),
-            Err(_) if level.reject => return reject(l, &c, ctx, "concurrency-limit"),
-            Err(_) => {
+        Some(own) => match try_take(&level, own, &c.lendable_pool) {
+            Some(t) => Some(t),
+            None if level.reject => return reject(l, &c, ctx, "concurrency-limit"),
+            None => {
                 let inqueue = l.metrics.flowcontrol_inqueue(&c.flow_schema, &level.name);
-                match queue_for_seat(&level, sem.clone(), l.max_wait.unwrap_or_default(), &inqueue).await {
-                    Ok(p) => Some(p),
+                let wait = l.max_wait.unwrap_or_default();
+                match queue_for_seat(&level, own, &c.lendable_pool, wait, &inqueue).await {
+                    Ok(t) => Some(t),
                     Err(reason) => return reject(l, &c, ctx, reason),
                 }
             }
         },
     };
+    let (permit, borrowed) = match taken {
+        Some((p, borrowed)) => (Some(p), borrowed),
+        None => (None, false),
+    };
     let read_only = ctx.attrs.is_read_only();
     let executing = l.metrics.flowcontrol_dispatched(&c.flow_schema, &level.name);
     let n = l.executing[usize::from(!read_only)].fetch_add(1, Ordering::AcqRel) + 1;
     l.metrics.set_inflight(read_only, n);
-    let seat = Seat { _permit: permit, executing, limiter: l.clone(), read_only };
+    let seat = Seat { _permit: permit, borrowed_by: borrowed.then(|| level.clone()), executing, limiter: l.clone(), read_only };
     let resp = next.run(req).await;
     with_pf_headers(guard_response(resp, seat), &c)
 }
 
-/// Waits in `level`'s queue for at most `wait`; `Err` with upstream's
-/// rejection reason when the queue is full (`queue-full`) or the wait ran
-/// out (`time-out`).
+/// Waits in `level`'s queue for at most `wait` for a seat of its own or of
+/// the pool, whichever frees first; `Err` with upstream's rejection reason
+/// when the queue is full (`queue-full`) or the wait ran out (`time-out`).
 async fn queue_for_seat(
     level: &PriorityLevel,
-    sem: Arc<Semaphore>,
+    own: &Arc<Semaphore>,
+    pool: &Arc<Semaphore>,
     wait: Duration,
     inqueue: &Gauge,
-) -> Result<OwnedSemaphorePermit, &'static str> {
+) -> Result<Taken, &'static str> {
     if level.waiting.fetch_add(1, Ordering::AcqRel) >= level.queue_capacity {
         level.waiting.fetch_sub(1, Ordering::AcqRel);
         return Err("queue-full");
     }
     inqueue.inc();
-    let permit = tokio::time::timeout(wait, sem.acquire_owned()).await.ok().and_then(Result::ok);
+    let deadline = tokio::time::Instant::now() + wait;
+    let first = tokio::time::timeout_at(deadline, async {
+        tokio::select! {
+            p = own.clone().acquire_owned() => p.ok().map(|p| (p, false)),
+            p = pool.clone().acquire_owned(), if level.may_borrow() => p.ok().map(|p| (p, true)),
+        }
+    })
+    .await;
+    let taken = match first {
+        // The level reached its borrowing limit meanwhile: give the pool's seat back, wait for its own.
+        Ok(Some((p, true))) if !level.start_borrowing() => {
+            drop(p);
+            tokio::time::timeout_at(deadline, own.clone().acquire_owned()).await.ok().and_then(Result::ok).map(|p| (p, false))
+        }
+        Ok(t) => t,
+        Err(_) => None,
+    };
     inqueue.dec();
     level.waiting.fetch_sub(1, Ordering::AcqRel);
-    permit.ok_or("time-out")
+    taken.ok_or("time-out")
 }
