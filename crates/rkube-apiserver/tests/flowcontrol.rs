@@ -284,3 +284,41 @@ async fn a_flow_schema_to_a_reject_level_answers_429_and_updating_it_takes_effec
         .await;
     s.stop().await;
 }
+
+/// The ensurer at the next start: bootstrap objects still annotated
+/// `apf.kubernetes.io/autoupdate-spec: "true"` get their spec back, those
+/// annotated otherwise keep the user's, deleted ones come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_restores_auto_updated_bootstrap_specs_and_keeps_opted_out_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn rkube_storage::Storage> =
+        Arc::new(rkube_storage::embedded::EmbeddedStorage::open(dir.path()).unwrap());
+    let st = rkube_apiserver::server::default_state(storage.clone());
+    rkube_apiserver::bootstrap(&st).await.unwrap();
+    let key = |name: &str| format!("/registry/flowschemas/{name}");
+    let edit = |name: &'static str, auto: &'static str| {
+        let storage = storage.clone();
+        async move {
+            let kv = storage.get(&key(name)).await.unwrap().unwrap();
+            let mut obj: Value = serde_json::from_slice(&kv.value).unwrap();
+            obj["spec"]["matchingPrecedence"] = json!(7777);
+            obj["metadata"]["annotations"]["apf.kubernetes.io/autoupdate-spec"] = json!(auto);
+            storage.update(&key(name), serde_json::to_vec(&obj).unwrap().into(), kv.mod_revision).await.unwrap();
+        }
+    };
+    edit("global-default", "true").await;
+    edit("service-accounts", "false").await;
+    storage.delete(&key("probes"), None).await.unwrap();
+    let restarted = rkube_apiserver::server::default_state(storage.clone());
+    rkube_apiserver::bootstrap(&restarted).await.unwrap();
+    let spec = |name: &'static str| {
+        let storage = storage.clone();
+        async move {
+            let kv = storage.get(&key(name)).await.unwrap().unwrap();
+            serde_json::from_slice::<Value>(&kv.value).unwrap()["spec"].clone()
+        }
+    };
+    assert_eq!(spec("global-default").await["matchingPrecedence"], 9900);
+    assert_eq!(spec("service-accounts").await["matchingPrecedence"], 7777);
+    assert_eq!(spec("probes").await["matchingPrecedence"], 2);
+}
