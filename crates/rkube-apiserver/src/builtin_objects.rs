@@ -3,14 +3,15 @@
 //! - the two built-in PriorityClasses `system-cluster-critical` and
 //!   `system-node-critical` (upstream `pkg/apis/scheduling/types.go`,
 //!   `SystemPriorityClasses`);
-//! - the mandatory API Priority and Fairness objects, `exempt` and
-//!   `catch-all` FlowSchemas and PriorityLevelConfigurations (upstream
-//!   `staging/src/k8s.io/apiserver/pkg/apis/flowcontrol/bootstrap/default.go`);
+//! - the mandatory and suggested API Priority and Fairness FlowSchemas and
+//!   PriorityLevelConfigurations ([`crate::flowcontrol::ensure`]: upstream
+//!   `staging/src/k8s.io/apiserver/pkg/apis/flowcontrol/bootstrap/default.go`,
+//!   kept as upstream's ensurer keeps them);
 //! - one local APIService per served group version, as upstream's
 //!   autoregistration controller keeps them (`pkg/controlplane/apiserver/aggregator.go`,
 //!   with its group and version priorities).
 //!
-//! Existing objects are left as they are (a user may have changed them).
+//! Other existing objects are left as they are (a user may have changed them).
 
 use rkube_api::registry::{self, ResourceInfo};
 use serde_json::{json, Value};
@@ -87,59 +88,6 @@ fn priority_classes() -> [Value; 2] {
     ]
 }
 
-fn flow_schemas() -> [Value; 2] {
-    let all_rules = |subjects: Value| {
-        json!([{
-            "subjects": subjects,
-            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": true, "namespaces": ["*"]}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-        }])
-    };
-    [
-        json!({
-            "kind": "FlowSchema",
-            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-            "metadata": {"name": "exempt", "annotations": {"apf.kubernetes.io/autoupdate-spec": "true"}},
-            "spec": {
-                "matchingPrecedence": 1,
-                "priorityLevelConfiguration": {"name": "exempt"},
-                "rules": all_rules(json!([{"kind": "Group", "group": {"name": "system:masters"}}])),
-            },
-        }),
-        json!({
-            "kind": "FlowSchema",
-            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-            "metadata": {"name": "catch-all", "annotations": {"apf.kubernetes.io/autoupdate-spec": "true"}},
-            "spec": {
-                "matchingPrecedence": 10000,
-                "priorityLevelConfiguration": {"name": "catch-all"},
-                "distinguisherMethod": {"type": "ByUser"},
-                "rules": all_rules(json!([
-                    {"kind": "Group", "group": {"name": "system:unauthenticated"}},
-                    {"kind": "Group", "group": {"name": "system:authenticated"}},
-                ])),
-            },
-        }),
-    ]
-}
-
-fn priority_levels() -> [Value; 2] {
-    [
-        json!({
-            "kind": "PriorityLevelConfiguration",
-            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-            "metadata": {"name": "exempt", "annotations": {"apf.kubernetes.io/autoupdate-spec": "true"}},
-            "spec": {"type": "Exempt", "exempt": {"nominalConcurrencyShares": 0, "lendablePercent": 0}},
-        }),
-        json!({
-            "kind": "PriorityLevelConfiguration",
-            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
-            "metadata": {"name": "catch-all", "annotations": {"apf.kubernetes.io/autoupdate-spec": "true"}},
-            "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 5, "lendablePercent": 0, "limitResponse": {"type": "Reject"}}},
-        }),
-    ]
-}
-
 /// Creates every missing built-in object (see the module docs).
 pub async fn ensure(st: &ApiState) -> Result<(), ApiError> {
     let namespaces = row("", "namespaces")?;
@@ -150,13 +98,7 @@ pub async fn ensure(st: &ApiState) -> Result<(), ApiError> {
     for pc in priority_classes() {
         create_missing(st, pcs, pc).await?;
     }
-    let (fs, plc) = (row("flowcontrol.apiserver.k8s.io", "flowschemas")?, row("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations")?);
-    for obj in flow_schemas() {
-        create_missing(st, fs, obj).await?;
-    }
-    for obj in priority_levels() {
-        create_missing(st, plc, obj).await?;
-    }
+    crate::flowcontrol::ensure(st).await?;
     let services = row("apiregistration.k8s.io", "apiservices")?;
     let mut group_versions: Vec<(&str, &str)> = vec![("", "v1")];
     for (group, versions) in registry::groups() {

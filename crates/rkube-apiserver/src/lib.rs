@@ -34,6 +34,7 @@ pub mod discovery;
 pub mod error;
 pub mod feature_gates;
 pub mod filters;
+pub mod flowcontrol;
 pub mod handlers;
 pub mod ipalloc;
 pub mod kubelet_client;

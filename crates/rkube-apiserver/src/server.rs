@@ -165,7 +165,9 @@ pub fn default_state(storage: Arc<dyn rkube_storage::Storage>) -> ApiState {
 /// chain has a serving certificate) until `shutdown` completes; then ends
 /// open watches (`st.shutdown`), waits for open requests and flushes the
 /// audit log. `/metrics` renders the chain's registry with the state's cache
-/// families attached ([`ApiState::with_metrics`]). The filter chain
+/// families attached ([`ApiState::with_metrics`]). With priority and
+/// fairness on, the chain classifies requests by the FlowSchemas the watch
+/// cache holds ([`crate::flowcontrol::run`]). The filter chain
 /// ([`crate::filters`]) knows nothing of the server it wraps.
 pub async fn serve_api(
     listener: tokio::net::TcpListener,
@@ -179,6 +181,9 @@ pub async fn serve_api(
         let _ = stopping.send(true);
     };
     crate::controllers::crds::start(&st).await;
+    if let Some(fc) = chain.flow_control() {
+        tokio::spawn(crate::flowcontrol::run(st.clone(), fc, st.shutdown.subscribe()));
+    }
     let st = st.with_metrics(chain.metrics()).with_authorizer(chain.authorizer()).with_authenticator(chain.authenticator());
     let router = crate::filters::apply(router(st), chain);
     let served = crate::filters::serve(listener, router, chain.tls_server_config(), signal).await;

@@ -84,7 +84,7 @@ async fn fake_api(State(fake): State<Arc<Fake>>, req: Request) -> Response {
 
 // ---------------------------------------------------------------- server
 
-const TOKENS: &str = "admin-token,admin,1,\"system:masters\"\nalice-token,alice,2,\"dev\"\nbob-token,bob,3\n";
+const TOKENS: &str = "admin-token,admin,1,\"system:masters\"\nalice-token,alice,2,\"dev\"\nbob-token,bob,3\nnode-token,system:node:n1,4,\"system:nodes\"\n";
 
 const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -113,6 +113,11 @@ fn rbac() -> Arc<dyn RbacSource> {
         json!({"kind": "RoleBinding", "metadata": {"name": "dev-reads", "namespace": "dev"},
                "subjects": [{"kind": "Group", "name": "dev", "apiGroup": "rbac.authorization.k8s.io"}],
                "roleRef": {"kind": "Role", "name": "pod-reader", "apiGroup": "rbac.authorization.k8s.io"}}),
+        json!({"kind": "ClusterRole", "metadata": {"name": "lease-writer"},
+               "rules": [{"verbs": ["*"], "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]}]}),
+        json!({"kind": "ClusterRoleBinding", "metadata": {"name": "nodes-write-leases"},
+               "subjects": [{"kind": "Group", "name": "system:nodes", "apiGroup": "rbac.authorization.k8s.io"}],
+               "roleRef": {"kind": "ClusterRole", "name": "lease-writer", "apiGroup": "rbac.authorization.k8s.io"}}),
     ])
     .unwrap();
     Arc::new(r)
@@ -487,20 +492,29 @@ async fn full_audit_buffer_drops_events_and_counts_them() {
     s.stop().await;
 }
 
-/// Starts alice's read of `hold`, which keeps its in-flight slot until
-/// `fake.release`, and returns once it holds it; the task gives its code.
-async fn hold_a_read_slot(s: &Arc<Server>) -> tokio::task::JoinHandle<u16> {
-    let held = {
-        let s = s.clone();
-        tokio::spawn(async move { s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods/hold").await.code })
-    };
+/// Starts `n` reads of `hold` by alice, each keeping its in-flight slot (or
+/// priority level seat) until `fake.release`, and returns once they all hold
+/// one; each task gives its code.
+async fn hold_read_slots(s: &Arc<Server>, n: usize) -> Vec<tokio::task::JoinHandle<u16>> {
+    let held = (0..n)
+        .map(|_| {
+            let s = s.clone();
+            tokio::spawn(async move { s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods/hold").await.code })
+        })
+        .collect();
     let fake = s.fake.clone();
-    eventually("the first read to hold its slot", || {
+    eventually("the reads to hold their slots", || {
         let fake = fake.clone();
-        async move { fake.holding.load(std::sync::atomic::Ordering::SeqCst) == 1 }
+        async move { fake.holding.load(std::sync::atomic::Ordering::SeqCst) == n }
     })
     .await;
     held
+}
+
+/// Starts alice's read of `hold`, which keeps its in-flight slot until
+/// `fake.release`, and returns once it holds it; the task gives its code.
+async fn hold_a_read_slot(s: &Arc<Server>) -> tokio::task::JoinHandle<u16> {
+    hold_read_slots(s, 1).await.remove(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -559,6 +573,104 @@ async fn inflight_limit_queues_a_request_until_a_slot_frees_and_429s_after_a_qua
     assert_eq!(queued.await.unwrap(), 200, "the queued read is served, not refused");
     let text = s.metrics_text().await;
     assert!(text.contains("apiserver_dropped_requests_total{request_kind=\"readOnly\"} 1"), "{text}");
+    if let Ok(s) = Arc::try_unwrap(s) {
+        s.stop().await;
+    }
+}
+
+/// Installs upstream's bootstrap FlowSchemas and priority levels (with
+/// `uid-<name>` UIDs) into the chain's priority and fairness classifier,
+/// `edit` applied to them first; the real server's configuration
+/// controller does the same from the watch cache.
+fn install_bootstrap_flow_control(s: &Server, edit: impl FnOnce(&mut Vec<Value>, &mut Vec<Value>)) {
+    let (mut schemas, mut levels) = rkube_apiserver::flowcontrol::bootstrap_objects();
+    edit(&mut schemas, &mut levels);
+    for o in schemas.iter_mut().chain(levels.iter_mut()) {
+        let name = o["metadata"]["name"].as_str().unwrap().to_string();
+        o["metadata"]["uid"] = json!(format!("uid-{name}"));
+    }
+    s.chain.flow_control().expect("priority and fairness is on").install(&schemas, &levels);
+}
+
+fn header<'a>(a: &'a Answer, name: &str) -> &'a str {
+    a.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_levels_serve_node_leases_while_the_workload_level_is_full() {
+    // 1 + 1 seats shared by the levels: each Limited level gets ceil(2 × shares / 245) = 1 seat;
+    // global-default, workload-high and workload-low lend theirs (round(1 × 50 %, 50 %, 90 %)),
+    // node-high (25 %) and system (33 %) keep theirs.
+    let s = Arc::new(Server::start(&["--max-requests-inflight=1", "--max-mutating-requests-inflight=1", "--request-timeout=4s"]).await);
+    install_bootstrap_flow_control(&s, |_, _| {});
+    // alice (group dev) is global-default; her three held reads take every seat it may borrow.
+    let held = hold_read_slots(&s, 3).await;
+    let lease = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1";
+    for method in ["PUT", "GET"] {
+        let started = Instant::now();
+        let a = s.as_token("node-token", method, lease).await;
+        assert_eq!(a.code, 200, "{method}: {}", a.text);
+        assert!(started.elapsed() < Duration::from_millis(900), "{method} waited {:?}", started.elapsed());
+        assert_eq!(header(&a, "x-kubernetes-pf-flowschema-uid"), "uid-system-node-high");
+        assert_eq!(header(&a, "x-kubernetes-pf-prioritylevel-uid"), "uid-node-high");
+    }
+    // Other requests of nodes are system-nodes / system (RBAC then denies this one).
+    let a = s.as_token("node-token", "GET", "/api/v1/namespaces/default/pods").await;
+    assert_eq!(header(&a, "x-kubernetes-pf-flowschema-uid"), "uid-system-nodes");
+    assert_eq!(header(&a, "x-kubernetes-pf-prioritylevel-uid"), "uid-system");
+    // Masters are exempt: served without a seat.
+    let a = s.as_token("admin-token", "GET", "/api/v1/namespaces/dev/pods").await;
+    assert_eq!(a.code, 200);
+    assert_eq!(header(&a, "x-kubernetes-pf-prioritylevel-uid"), "uid-exempt");
+    // Another global-default read waits a quarter of the request timeout in the queue, then 429.
+    let started = Instant::now();
+    let a = s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods").await;
+    assert_eq!(a.code, 429, "{}", a.text);
+    assert!(started.elapsed() >= Duration::from_millis(900), "answered after {:?}", started.elapsed());
+    assert_eq!(a.headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+    assert_eq!(header(&a, "x-kubernetes-pf-flowschema-uid"), "uid-global-default");
+    assert_eq!(s.chain.metrics().flowcontrol_rejected_count("global-default", "global-default", "time-out"), 1);
+    let text = s.metrics_text().await;
+    for line in [
+        "apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"system-node-high\",priority_level=\"node-high\"} 2",
+        "apiserver_flowcontrol_rejected_requests_total{flow_schema=\"global-default\",priority_level=\"global-default\",reason=\"time-out\"} 1",
+        "apiserver_flowcontrol_current_executing_requests{flow_schema=\"global-default\",priority_level=\"global-default\"} 3",
+        "apiserver_flowcontrol_current_inqueue_requests{flow_schema=\"global-default\",priority_level=\"global-default\"} 0",
+        "apiserver_flowcontrol_nominal_limit_seats{priority_level=\"node-high\"} 1",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    s.fake.release.notify_waiters();
+    for h in held {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    if let Ok(s) = Arc::try_unwrap(s) {
+        s.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reject_priority_level_answers_429_at_once_when_its_seats_are_taken() {
+    let s = Arc::new(Server::start(&["--max-requests-inflight=1", "--max-mutating-requests-inflight=1", "--request-timeout=4s"]).await);
+    install_bootstrap_flow_control(&s, |_, levels| {
+        let gd = levels.iter_mut().find(|l| l["metadata"]["name"] == "global-default").unwrap();
+        gd["spec"]["limited"]["limitResponse"] = json!({"type": "Reject"});
+    });
+    // Its own seat is lent; three reads take the lending pool.
+    let held = hold_read_slots(&s, 3).await;
+    let started = Instant::now();
+    let a = s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods").await;
+    assert_eq!(a.code, 429, "{}", a.text);
+    assert!(started.elapsed() < Duration::from_millis(900), "a Reject level does not queue: {:?}", started.elapsed());
+    assert_eq!(a.json["reason"], "TooManyRequests");
+    assert_eq!(header(&a, "x-kubernetes-pf-prioritylevel-uid"), "uid-global-default");
+    assert_eq!(s.chain.metrics().flowcontrol_rejected_count("global-default", "global-default", "concurrency-limit"), 1);
+    s.fake.release.notify_waiters();
+    for h in held {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    // The seats are free again.
+    assert_eq!(s.as_token("alice-token", "GET", "/api/v1/namespaces/dev/pods").await.code, 200);
     if let Ok(s) = Arc::try_unwrap(s) {
         s.stop().await;
     }

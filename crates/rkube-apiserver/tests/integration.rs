@@ -72,6 +72,8 @@ mod faults;
 mod filters;
 #[path = "filters_real_server.rs"]
 mod filters_real_server;
+#[path = "flowcontrol.rs"]
+mod flowcontrol;
 #[path = "fuzz_body.rs"]
 mod fuzz_body;
 #[path = "fuzz_patch.rs"]

@@ -1,21 +1,28 @@
-//! Max-inflight limits (`--max-requests-inflight`, default 400, and
-//! `--max-mutating-requests-inflight`, default 200), like upstream's
-//! `staging/src/k8s.io/apiserver/pkg/server/filters/maxinflight.go`, with
-//! the queueing of API Priority and Fairness (KEP-1040) in front of them.
+//! Concurrency limits: API Priority and Fairness (KEP-1040,
+//! `--enable-priority-and-fairness`, the default) or upstream's max-inflight
+//! limits (`--max-requests-inflight`, default 400, and
+//! `--max-mutating-requests-inflight`, default 200;
+//! `staging/src/k8s.io/apiserver/pkg/server/filters/maxinflight.go`).
+//! Long-running requests (watches, streaming subresources) are never limited.
 //!
-//! Reads (`get`, `list`, non-resource GET) and writes take a slot from their
-//! own pool for as long as the request (and its response body) lasts.
-//! Long-running requests (watches, streaming subresources) take none. Users
-//! in `system:masters` are always served (APF's `exempt` priority level).
+//! With priority and fairness, once the server's configuration controller
+//! ([`crate::flowcontrol`]) has installed the FlowSchemas and priority
+//! levels, each request is classified and takes a seat of its priority
+//! level, as [`crate::filters::apf`] describes (the levels share
+//! `--max-requests-inflight` + `--max-mutating-requests-inflight` seats;
+//! a full level queues or rejects); the answer (429 included) carries the
+//! `X-Kubernetes-PF-FlowSchema-UID` and `X-Kubernetes-PF-PriorityLevel-UID`
+//! headers.
 //!
-//! A request that finds its pool full:
-//! - with `--enable-priority-and-fairness` (the default, as upstream) waits
-//!   in its pool's queue, first come first served, for at most a quarter of
-//!   `--request-timeout` (APF's queue wait limit: 15 s by default); a queue
-//!   already holding [`QUEUE_LENGTH_LIMIT`] requests, or a wait that runs
-//!   out, is answered 429. Not as upstream: there is one FIFO queue per pool,
-//!   not FlowSchema classification into priority levels with fair queuing
-//!   among flows, so a busy client can delay others by the queue's length;
+//! Otherwise (priority and fairness off, or no configuration installed yet,
+//! as with a filter chain in front of something else than the API server)
+//! reads (`get`, `list`, non-resource GET) and writes take a slot from their
+//! own pool for as long as the request (and its response body) lasts. Users
+//! in `system:masters` are always served. A request that finds its pool full:
+//! - with `--enable-priority-and-fairness` waits in its pool's queue, first
+//!   come first served, for at most a quarter of `--request-timeout` (APF's
+//!   queue wait limit: 15 s by default); a queue already holding
+//!   [`QUEUE_LENGTH_LIMIT`] requests, or a wait that runs out, is answered 429;
 //! - with `--enable-priority-and-fairness=false` is answered 429 at once
 //!   (upstream's max-in-flight filter).
 //!
@@ -30,16 +37,20 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rkube_api::status::Status;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use axum::http::HeaderValue;
+use prometheus_client::metrics::gauge::Gauge;
+
 use crate::error::ApiError;
+use crate::filters::apf::{Classification, FlowControl, PriorityLevel, FLOW_SCHEMA_UID_HEADER, PRIORITY_LEVEL_UID_HEADER};
 use crate::filters::authn::UserInfo;
 use crate::filters::body::guard_response;
 use crate::filters::metrics::ApiserverMetrics;
-use crate::filters::requestinfo::context_of;
+use crate::filters::requestinfo::{context_of, RequestContext};
 
 /// Upstream's `--max-requests-inflight` default.
 pub const DEFAULT_MAX_REQUESTS_INFLIGHT: usize = 400;
@@ -78,14 +89,34 @@ pub struct InflightLimiter {
     /// How long a request may wait for a slot (`None`: it may not wait).
     max_wait: Option<Duration>,
     metrics: Arc<ApiserverMetrics>,
+    /// API Priority and Fairness (`None` when off).
+    flow_control: Option<Arc<FlowControl>>,
+    /// With priority and fairness: requests executing now, read-only and mutating.
+    executing: [AtomicI64; 2],
 }
 
 impl InflightLimiter {
     /// Limits of `max_read_only` and `max_mutating` concurrent requests (0 =
     /// unlimited); a request finding its pool full waits up to `max_wait`
-    /// (`None`: answered 429 at once).
+    /// (`None`: answered 429 at once, and priority and fairness is off; with
+    /// it on, the priority levels share `max_read_only + max_mutating` seats).
     pub fn new(max_read_only: usize, max_mutating: usize, max_wait: Option<Duration>, metrics: Arc<ApiserverMetrics>) -> Self {
-        InflightLimiter { read_only: Pool::new(max_read_only), mutating: Pool::new(max_mutating), max_wait, metrics }
+        let flow_control =
+            max_wait.map(|_| Arc::new(FlowControl::new(max_read_only + max_mutating, Some(metrics.clone()))));
+        InflightLimiter {
+            read_only: Pool::new(max_read_only),
+            mutating: Pool::new(max_mutating),
+            max_wait,
+            metrics,
+            flow_control,
+            executing: [AtomicI64::new(0), AtomicI64::new(0)],
+        }
+    }
+
+    /// The priority and fairness classifier (`None` with
+    /// `--enable-priority-and-fairness=false`), for the configuration controller.
+    pub fn flow_control(&self) -> Option<Arc<FlowControl>> {
+        self.flow_control.clone()
     }
 
     fn pool(&self, read_only: bool) -> &Pool {
@@ -123,6 +154,15 @@ pub async fn inflight_middleware(State(l): State<Arc<InflightLimiter>>, req: Req
     if ctx.attrs.is_long_running() {
         return next.run(req).await;
     }
+    if let Some(fc) = &l.flow_control {
+        let class = match req.extensions().get::<UserInfo>() {
+            Some(user) => fc.classify(user, &ctx.attrs),
+            None => fc.classify(&UserInfo::default(), &ctx.attrs),
+        };
+        if let Some(class) = class {
+            return dispatch(&l, class, &ctx, req, next).await;
+        }
+    }
     let read_only = ctx.attrs.is_read_only();
     let pool = l.pool(read_only);
     let Some(sem) = pool.semaphore.clone() else {
@@ -156,4 +196,128 @@ async fn queue_for_slot(pool: &Pool, sem: Arc<Semaphore>, wait: Duration) -> Opt
     let permit = tokio::time::timeout(wait, sem.acquire_owned()).await.ok().and_then(Result::ok);
     pool.waiting.fetch_sub(1, Ordering::AcqRel);
     permit
+}
+
+/// Holds a priority level's seat (none for exempt levels) until the response
+/// body is done, then updates the executing counts.
+struct Seat {
+    _permit: Option<OwnedSemaphorePermit>,
+    /// The level it borrowed its seat for (given back on drop).
+    borrowed_by: Option<Arc<PriorityLevel>>,
+    executing: Gauge,
+    limiter: Arc<InflightLimiter>,
+    read_only: bool,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        if let Some(level) = &self.borrowed_by {
+            level.stop_borrowing();
+        }
+        self.executing.dec();
+        let n = self.limiter.executing[usize::from(!self.read_only)].fetch_sub(1, Ordering::AcqRel) - 1;
+        self.limiter.metrics.set_inflight(self.read_only, n.max(0));
+    }
+}
+
+/// Adds the `X-Kubernetes-PF-*` headers naming `c`'s FlowSchema and level.
+fn with_pf_headers(mut resp: Response, c: &Classification) -> Response {
+    for (name, uid) in [(FLOW_SCHEMA_UID_HEADER, &c.flow_schema_uid), (PRIORITY_LEVEL_UID_HEADER, &c.level.uid)] {
+        if let Ok(v) = HeaderValue::from_str(uid) {
+            resp.headers_mut().insert(name, v);
+        }
+    }
+    resp
+}
+
+/// The 429 of priority and fairness, counted with upstream's `reason`.
+fn reject(l: &InflightLimiter, c: &Classification, ctx: &RequestContext, reason: &str) -> Response {
+    l.metrics.flowcontrol_rejected(&c.flow_schema, &c.level.name, reason);
+    l.metrics.observe_dropped(&ctx.attrs, ctx.started.elapsed());
+    with_pf_headers(too_many_requests(), c)
+}
+
+/// A seat: the level's own, or one borrowed from the pool (`true`).
+type Taken = (OwnedSemaphorePermit, bool);
+
+/// A free seat now, the level's own first.
+fn try_take(level: &PriorityLevel, own: &Arc<Semaphore>, pool: &Arc<Semaphore>) -> Option<Taken> {
+    if let Ok(p) = own.clone().try_acquire_owned() {
+        return Some((p, false));
+    }
+    if level.start_borrowing() {
+        if let Ok(p) = pool.clone().try_acquire_owned() {
+            return Some((p, true));
+        }
+        level.stop_borrowing();
+    }
+    None
+}
+
+/// Runs a classified request on a seat of its level (see [`crate::filters::apf`]).
+async fn dispatch(l: &Arc<InflightLimiter>, c: Classification, ctx: &RequestContext, req: Request, next: Next) -> Response {
+    let level = c.level.clone();
+    let taken = match &level.semaphore {
+        None => None,
+        Some(own) => match try_take(&level, own, &c.lendable_pool) {
+            Some(t) => Some(t),
+            None if level.reject => return reject(l, &c, ctx, "concurrency-limit"),
+            None => {
+                let inqueue = l.metrics.flowcontrol_inqueue(&c.flow_schema, &level.name);
+                let wait = l.max_wait.unwrap_or_default();
+                match queue_for_seat(&level, own, &c.lendable_pool, wait, &inqueue).await {
+                    Ok(t) => Some(t),
+                    Err(reason) => return reject(l, &c, ctx, reason),
+                }
+            }
+        },
+    };
+    let (permit, borrowed) = match taken {
+        Some((p, borrowed)) => (Some(p), borrowed),
+        None => (None, false),
+    };
+    let read_only = ctx.attrs.is_read_only();
+    let executing = l.metrics.flowcontrol_dispatched(&c.flow_schema, &level.name);
+    let n = l.executing[usize::from(!read_only)].fetch_add(1, Ordering::AcqRel) + 1;
+    l.metrics.set_inflight(read_only, n);
+    let seat = Seat { _permit: permit, borrowed_by: borrowed.then(|| level.clone()), executing, limiter: l.clone(), read_only };
+    let resp = next.run(req).await;
+    with_pf_headers(guard_response(resp, seat), &c)
+}
+
+/// Waits in `level`'s queue for at most `wait` for a seat of its own or of
+/// the pool, whichever frees first; `Err` with upstream's rejection reason
+/// when the queue is full (`queue-full`) or the wait ran out (`time-out`).
+async fn queue_for_seat(
+    level: &PriorityLevel,
+    own: &Arc<Semaphore>,
+    pool: &Arc<Semaphore>,
+    wait: Duration,
+    inqueue: &Gauge,
+) -> Result<Taken, &'static str> {
+    if level.waiting.fetch_add(1, Ordering::AcqRel) >= level.queue_capacity {
+        level.waiting.fetch_sub(1, Ordering::AcqRel);
+        return Err("queue-full");
+    }
+    inqueue.inc();
+    let deadline = tokio::time::Instant::now() + wait;
+    let first = tokio::time::timeout_at(deadline, async {
+        tokio::select! {
+            p = own.clone().acquire_owned() => p.ok().map(|p| (p, false)),
+            p = pool.clone().acquire_owned(), if level.may_borrow() => p.ok().map(|p| (p, true)),
+        }
+    })
+    .await;
+    let taken = match first {
+        // The level reached its borrowing limit meanwhile: give the pool's seat back, wait for its own.
+        Ok(Some((p, true))) if !level.start_borrowing() => {
+            drop(p);
+            tokio::time::timeout_at(deadline, own.clone().acquire_owned()).await.ok().and_then(Result::ok).map(|p| (p, false))
+        }
+        Ok(t) => t,
+        Err(_) => None,
+    };
+    inqueue.dec();
+    level.waiting.fetch_sub(1, Ordering::AcqRel);
+    taken.ok_or("time-out")
 }

@@ -10,6 +10,11 @@
 //! | `apiserver_response_sizes` | histogram (bytes, GET/LIST only) | same without `code`, `dry_run` |
 //! | `apiserver_current_inflight_requests` | gauge | `request_kind` = `readOnly` / `mutating` |
 //! | `apiserver_dropped_requests_total` | counter | `request_kind` (429s from the inflight limit) |
+//! | `apiserver_flowcontrol_dispatched_requests_total` | counter | `flow_schema, priority_level` (see [`crate::filters::apf`]) |
+//! | `apiserver_flowcontrol_rejected_requests_total` | counter | `flow_schema, priority_level, reason` (`queue-full`, `time-out`, `concurrency-limit`) |
+//! | `apiserver_flowcontrol_current_inqueue_requests` | gauge | `flow_schema, priority_level` |
+//! | `apiserver_flowcontrol_current_executing_requests` | gauge | `flow_schema, priority_level` |
+//! | `apiserver_flowcontrol_nominal_limit_seats` | gauge | `priority_level` |
 //! | `apiserver_longrunning_requests` | gauge | `component, group, resource, scope, subresource, verb, version` |
 //! | `apiserver_registered_watchers` | gauge | `group, kind, version` |
 //! | `apiserver_audit_event_total` | counter | – (events sent to the audit backend) |
@@ -121,6 +126,26 @@ struct RequestKindLabels {
     request_kind: String,
 }
 
+/// Labels of the `apiserver_flowcontrol_*` request metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlowLabels {
+    flow_schema: String,
+    priority_level: String,
+}
+
+/// Labels of `apiserver_flowcontrol_rejected_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RejectedLabels {
+    flow_schema: String,
+    priority_level: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PriorityLevelLabels {
+    priority_level: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WatcherLabels {
     group: String,
@@ -181,6 +206,11 @@ pub struct ApiserverMetrics {
     response_sizes: HistogramFamily<ResourceLabels>,
     inflight: Family<RequestKindLabels, Gauge>,
     dropped: Family<RequestKindLabels, Counter>,
+    flow_dispatched: Family<FlowLabels, Counter>,
+    flow_rejected: Family<RejectedLabels, Counter>,
+    flow_inqueue: Family<FlowLabels, Gauge>,
+    flow_executing: Family<FlowLabels, Gauge>,
+    flow_nominal_seats: Family<PriorityLevelLabels, Gauge>,
     longrunning: Family<ResourceLabels, Gauge>,
     watchers: Family<WatcherLabels, Gauge>,
     audit_events: Counter,
@@ -221,6 +251,11 @@ impl ApiserverMetrics {
         let inflight = Family::<RequestKindLabels, Gauge>::default();
         let dropped = Family::<RequestKindLabels, Counter>::default();
         let longrunning = Family::<ResourceLabels, Gauge>::default();
+        let flow_dispatched = Family::<FlowLabels, Counter>::default();
+        let flow_rejected = Family::<RejectedLabels, Counter>::default();
+        let flow_inqueue = Family::<FlowLabels, Gauge>::default();
+        let flow_executing = Family::<FlowLabels, Gauge>::default();
+        let flow_nominal_seats = Family::<PriorityLevelLabels, Gauge>::default();
         let watchers = Family::<WatcherLabels, Gauge>::default();
         let audit_events = Counter::default();
         let audit_errors = Family::<PluginLabels, Counter>::default();
@@ -250,6 +285,31 @@ impl ApiserverMetrics {
             "apiserver_dropped_requests",
             "Number of requests dropped with 'TooManyRequests' response",
             dropped.clone(),
+        );
+        registry.register(
+            "apiserver_flowcontrol_dispatched_requests",
+            "Number of requests executed by API Priority and Fairness subsystem",
+            flow_dispatched.clone(),
+        );
+        registry.register(
+            "apiserver_flowcontrol_rejected_requests",
+            "Number of requests rejected by API Priority and Fairness subsystem",
+            flow_rejected.clone(),
+        );
+        registry.register(
+            "apiserver_flowcontrol_current_inqueue_requests",
+            "Number of requests currently pending in queues of the API Priority and Fairness subsystem",
+            flow_inqueue.clone(),
+        );
+        registry.register(
+            "apiserver_flowcontrol_current_executing_requests",
+            "Number of requests in initial (for a WATCH) or any (for a non-WATCH) execution stage in the API Priority and Fairness subsystem",
+            flow_executing.clone(),
+        );
+        registry.register(
+            "apiserver_flowcontrol_nominal_limit_seats",
+            "Nominal number of execution seats configured for each priority level",
+            flow_nominal_seats.clone(),
         );
         registry.register(
             "apiserver_longrunning_requests",
@@ -289,6 +349,11 @@ impl ApiserverMetrics {
             response_sizes,
             inflight,
             dropped,
+            flow_dispatched,
+            flow_rejected,
+            flow_inqueue,
+            flow_executing,
+            flow_nominal_seats,
             longrunning,
             watchers,
             audit_events,
@@ -389,6 +454,42 @@ impl ApiserverMetrics {
     pub fn observe_dropped(&self, attrs: &RequestAttributes, elapsed: Duration) {
         self.dropped.get_or_create(&RequestKindLabels { request_kind: request_kind(attrs.is_read_only()).into() }).inc();
         self.observe_request(attrs, 429, elapsed, None);
+    }
+
+    /// Counts a request API Priority and Fairness let run
+    /// (`apiserver_flowcontrol_dispatched_requests_total`) and returns the
+    /// `apiserver_flowcontrol_current_executing_requests` gauge, already
+    /// incremented: decrement it when the request is done.
+    pub fn flowcontrol_dispatched(&self, flow_schema: &str, priority_level: &str) -> Gauge {
+        let l = FlowLabels { flow_schema: flow_schema.into(), priority_level: priority_level.into() };
+        self.flow_dispatched.get_or_create(&l).inc();
+        let g = self.flow_executing.get_or_create(&l).clone();
+        g.inc();
+        g
+    }
+
+    /// Counts a request API Priority and Fairness refused with 429;
+    /// `reason` is upstream's `queue-full`, `time-out` or `concurrency-limit`.
+    pub fn flowcontrol_rejected(&self, flow_schema: &str, priority_level: &str, reason: &str) {
+        let l = RejectedLabels { flow_schema: flow_schema.into(), priority_level: priority_level.into(), reason: reason.into() };
+        self.flow_rejected.get_or_create(&l).inc();
+    }
+
+    /// The `apiserver_flowcontrol_current_inqueue_requests` gauge of a flow schema and level.
+    pub fn flowcontrol_inqueue(&self, flow_schema: &str, priority_level: &str) -> Gauge {
+        let l = FlowLabels { flow_schema: flow_schema.into(), priority_level: priority_level.into() };
+        self.flow_inqueue.get_or_create(&l).clone()
+    }
+
+    /// Sets `apiserver_flowcontrol_nominal_limit_seats{priority_level}`.
+    pub fn set_flowcontrol_nominal_seats(&self, priority_level: &str, seats: usize) {
+        self.flow_nominal_seats.get_or_create(&PriorityLevelLabels { priority_level: priority_level.into() }).set(seats as i64);
+    }
+
+    /// The `apiserver_flowcontrol_rejected_requests_total` count (for tests).
+    pub fn flowcontrol_rejected_count(&self, flow_schema: &str, priority_level: &str, reason: &str) -> u64 {
+        let l = RejectedLabels { flow_schema: flow_schema.into(), priority_level: priority_level.into(), reason: reason.into() };
+        self.flow_rejected.get(&l).map(|c| c.get()).unwrap_or(0)
     }
 
     /// Counts one audit event handed to the backend.

@@ -7,7 +7,7 @@
 //!         ─▶ authentication (401)                        authn
 //!         ─▶ audit log                                   audit
 //!         ─▶ impersonation (403)                         impersonation
-//!         ─▶ max-inflight (429 + Retry-After)            inflight
+//!         ─▶ priority and fairness / max-inflight (429)  inflight (+ apf)
 //!         ─▶ metrics                                     metrics
 //!         ─▶ request timeout (504)                       timeout
 //!         ─▶ trace log                                   trace
@@ -20,7 +20,7 @@
 //! addresses), [`authn`] (tokens, client certificates, anonymous),
 //! [`impersonation`] (`Impersonate-*` headers), [`authz`] and [`rbac`],
 //! [`escalation`] (RBAC escalation prevention on role and binding writes),
-//! [`audit`], [`inflight`], [`timeout`], [`metrics`] (with [`process`] and
+//! [`audit`], [`inflight`] (with [`apf`]), [`timeout`], [`metrics`] (with [`process`] and
 //! [`storage_metrics`]), [`trace`] (trace logs, runtime
 //! verbosity), [`tls`] (HTTPS, self-signed PKI, [`serve`]).
 //!
@@ -30,6 +30,7 @@
 //! address and client certificates the filters need). [`apply`] also mounts
 //! `GET /metrics` and `PUT /debug/flags/v`.
 
+pub mod apf;
 pub mod audit;
 pub mod authn;
 pub mod authz;
@@ -155,7 +156,7 @@ pub struct FilterArgs {
     /// The maximum number of mutating requests in flight at a given time (0: no limit).
     #[arg(long = "max-mutating-requests-inflight", default_value_t = inflight::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
     pub max_mutating_requests_inflight: usize,
-    /// A request finding every slot of its limit taken waits in a queue for up to a quarter of --request-timeout before a 429, as API Priority and Fairness queues it (rkube: one FIFO queue per limit, no FlowSchema classification); false answers 429 at once.
+    /// Enable priority and fairness: requests are classified by FlowSchemas into priority levels sharing --max-requests-inflight + --max-mutating-requests-inflight seats, and wait in their level's queue (rkube: one FIFO queue per level) for up to a quarter of --request-timeout before a 429; false applies the two max-inflight limits and answers 429 at once.
     #[arg(long = "enable-priority-and-fairness", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub enable_priority_and_fairness: bool,
     /// An optional field indicating the duration a handler must keep a request open before timing it out (Go duration).
@@ -387,6 +388,13 @@ impl FilterChain {
     /// The authorizer (`--authorization-mode`).
     pub fn authorizer(&self) -> Arc<Authorizer> {
         self.authz.clone()
+    }
+
+    /// The API Priority and Fairness classifier (`None` with
+    /// `--enable-priority-and-fairness=false`); [`crate::server::serve_api`]
+    /// keeps its configuration.
+    pub fn flow_control(&self) -> Option<Arc<apf::FlowControl>> {
+        self.inflight.flow_control()
     }
 
     /// The metrics registry.
