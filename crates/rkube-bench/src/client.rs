@@ -225,6 +225,11 @@ impl Api {
         }
     }
 
+    /// This client (same connection pool) authenticating with bearer `token`.
+    pub fn with_token(&self, token: &str) -> Api {
+        Api { token: Some(token.to_string()), ..self.clone() }
+    }
+
     /// A client for `base` (`https://127.0.0.1:PORT`) trusting `ca_pem`,
     /// authenticating with bearer `token`.
     pub fn secure(base: &str, ca_pem: &str, token: &str) -> Result<Api, String> {

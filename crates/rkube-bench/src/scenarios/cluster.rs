@@ -243,7 +243,13 @@ async fn one(
 ) -> anyhow::Result<Outcome> {
     let started = Instant::now();
     let env = ctx.env(backend).await?;
-    let server = env.start_server(&[]).await?;
+    // Kubelets, the controller manager and the scheduler authenticate as upstream's do.
+    let auth_dir = tempfile::tempdir().context("temp dir for the token file")?;
+    let token_file = auth_dir.path().join("tokens.csv");
+    std::fs::write(&token_file, workload::token_file(nodes)).context("writing the token file")?;
+    let server = env
+        .start_server(&[format!("--token-auth-file={}", token_file.display())])
+        .await?;
     let pid = server.pid();
     let whole = ProcWatcher::start(pid);
     let etcd_whole = env.etcd_pid().map(ProcWatcher::start);

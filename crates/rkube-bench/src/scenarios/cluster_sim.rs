@@ -208,6 +208,9 @@ fn now_nanos() -> u128 {
 pub async fn kubelet(sim: Arc<Sim>, idx: usize, gate: Arc<Semaphore>) {
     let node = Sim::node_name(idx);
     let rec = &sim.rec;
+    // The node's own identity (system:node:<name> in system:nodes), as a kubelet's.
+    let token = super::cluster_workload::node_token(&node);
+    let api = sim.api.with_token(&token);
     let lease_path =
         format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
     let mut lease_rv;
@@ -218,7 +221,7 @@ pub async fn kubelet(sim: Arc<Sim>, idx: usize, gate: Arc<Semaphore>) {
             let created = rec
                 .call(
                     (Verb::Create, Scope::Resource, "nodes"),
-                    sim.api.create("/api/v1/nodes", &objects::node(&node)),
+                    api.create("/api/v1/nodes", &objects::node(&node)),
                 )
                 .await;
             match created {
@@ -232,7 +235,7 @@ pub async fn kubelet(sim: Arc<Sim>, idx: usize, gate: Arc<Semaphore>) {
             let created = rec
                 .call(
                     (Verb::Create, Scope::Resource, "leases"),
-                    sim.api.create(
+                    api.create(
                         "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
                         &objects::lease(&node, &objects::now_micro()),
                     ),
@@ -252,7 +255,7 @@ pub async fn kubelet(sim: Arc<Sim>, idx: usize, gate: Arc<Semaphore>) {
             }
         }
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        watch_task = AbortOnDrop(tokio::spawn(pod_watch(sim.clone(), node.clone(), ready_tx)));
+        watch_task = AbortOnDrop(tokio::spawn(pod_watch(sim.clone(), node.clone(), token.clone(), ready_tx)));
         let _ = ready_rx.await;
     }
     let _watch_task = watch_task;
@@ -274,7 +277,7 @@ pub async fn kubelet(sim: Arc<Sim>, idx: usize, gate: Arc<Semaphore>) {
         match rec
             .call(
                 (Verb::Update, Scope::Resource, "leases"),
-                sim.api.update(&lease_path, &body),
+                api.update(&lease_path, &body),
             )
             .await
         {
@@ -283,7 +286,7 @@ pub async fn kubelet(sim: Arc<Sim>, idx: usize, gate: Arc<Semaphore>) {
                 if let Ok(bytes) = rec
                     .call(
                         (Verb::Get, Scope::Resource, "leases"),
-                        sim.api.get(&lease_path),
+                        api.get(&lease_path),
                     )
                     .await
                 {
@@ -301,7 +304,7 @@ pub async fn kubelet(sim: Arc<Sim>, idx: usize, gate: Arc<Semaphore>) {
         let _ = rec
             .call(
                 (Verb::Get, Scope::Resource, "nodes"),
-                sim.api
+                api
                     .get(&format!("/api/v1/nodes/{node}?resourceVersion=0")),
             )
             .await;
@@ -311,7 +314,7 @@ pub async fn kubelet(sim: Arc<Sim>, idx: usize, gate: Arc<Semaphore>) {
             let _ = rec
                 .call(
                     (Verb::Patch, Scope::Resource, "nodes"),
-                    sim.api
+                    api
                         .merge_patch(&format!("/api/v1/nodes/{node}/status"), &patch),
                 )
                 .await;
@@ -324,16 +327,16 @@ pub async fn kubelet(sim: Arc<Sim>, idx: usize, gate: Arc<Semaphore>) {
 }
 
 /// The kubelet's pod informer: LIST (RV=0) + WATCH with the node's field selector; starts new pods.
-async fn pod_watch(sim: Arc<Sim>, node: String, ready: tokio::sync::oneshot::Sender<()>) {
+async fn pod_watch(sim: Arc<Sim>, node: String, token: String, ready: tokio::sync::oneshot::Sender<()>) {
     let mut ready = Some(ready);
+    let (api, watch_api) = (sim.api.with_token(&token), sim.watch_api.with_token(&token));
     let selector = format!("fieldSelector=spec.nodeName%3D{node}");
     loop {
         let list = sim
             .rec
             .call(
                 (Verb::List, Scope::Cluster, "pods"),
-                sim.api
-                    .list(&format!("/api/v1/pods?{selector}&resourceVersion=0")),
+                api.list(&format!("/api/v1/pods?{selector}&resourceVersion=0")),
             )
             .await;
         let rv = match list {
@@ -346,7 +349,7 @@ async fn pod_watch(sim: Arc<Sim>, node: String, ready: tokio::sync::oneshot::Sen
             }
         };
         let path = format!("/api/v1/pods?{selector}&watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=3600");
-        let mut stream = match sim.watch_api.watch(&path).await {
+        let mut stream = match watch_api.watch(&path).await {
             Ok(s) => s,
             Err(_) => {
                 if !sim.pause(Duration::from_secs(1)).await {
@@ -374,7 +377,7 @@ async fn pod_watch(sim: Arc<Sim>, node: String, ready: tokio::sync::oneshot::Sen
                     h.record(us);
                 }
             }
-            tokio::spawn(start_pod(sim.clone(), meta.namespace, meta.name));
+            tokio::spawn(start_pod(sim.clone(), api.clone(), meta.namespace, meta.name));
         }
         if sim.stopped() {
             return;
@@ -397,7 +400,7 @@ const STATUS_SYNC_PERIOD: Duration = Duration::from_secs(10);
 /// limit) after the server's `Retry-After` of 1 s, as client-go does, up to
 /// [`TOO_MANY_REQUESTS_TRIES`] times; after that, or after any other error but 404, at the
 /// status manager's next sync ([`STATUS_SYNC_PERIOD`]). Every try is counted by the recorder.
-async fn start_pod(sim: Arc<Sim>, ns: String, name: String) {
+async fn start_pod(sim: Arc<Sim>, api: Api, ns: String, name: String) {
     // The bench's own pods carry their index; a controller's pods get the next free one.
     let i = name
         .strip_prefix("pod-")
@@ -407,7 +410,7 @@ async fn start_pod(sim: Arc<Sim>, ns: String, name: String) {
     let path = format!("/api/v1/namespaces/{ns}/pods/{name}/status");
     let mut tries = 0;
     loop {
-        let call = sim.api.merge_patch(&path, &patch);
+        let call = api.merge_patch(&path, &patch);
         match sim.rec.call((Verb::Patch, Scope::Resource, "pods"), call).await {
             Ok(_) => break,
             Err(e) if e.code() == Some(404) => return,

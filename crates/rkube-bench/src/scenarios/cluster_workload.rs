@@ -260,6 +260,32 @@ async fn create_one(sim: &Sim, ns: &str, name: &str, replicas: usize) -> bool {
     false
 }
 
+/// Bearer token of `rkube controller-manager` in the bench (user `system:kube-controller-manager`).
+pub const CONTROLLER_MANAGER_TOKEN: &str = "bench-kube-controller-manager";
+/// Bearer token of `rkube scheduler` in the bench (user `system:kube-scheduler`).
+pub const SCHEDULER_TOKEN: &str = "bench-kube-scheduler";
+
+/// Bearer token of hollow node `node`'s kubelet (user `system:node:<node>`, group `system:nodes`).
+pub fn node_token(node: &str) -> String {
+    format!("bench-node-{node}")
+}
+
+/// A `--token-auth-file` (`token,user,uid,"groups"` lines) giving the hollow kubelets of
+/// `nodes` nodes, the controller manager and the scheduler the identities upstream's
+/// components have, so API Priority and Fairness classifies their requests as a real
+/// cluster's (`system-node-high`, `system-nodes`, `kube-controller-manager`, `kube-scheduler`
+/// FlowSchemas). The bench's other clients stay anonymous (`global-default`).
+pub fn token_file(nodes: usize) -> String {
+    let mut s = format!(
+        "{CONTROLLER_MANAGER_TOKEN},system:kube-controller-manager,uid-kcm\n{SCHEDULER_TOKEN},system:kube-scheduler,uid-scheduler\n"
+    );
+    for i in 0..nodes {
+        let node = Sim::node_name(i);
+        s += &format!("{},system:node:{node},uid-{node},\"system:nodes\"\n", node_token(&node));
+    }
+    s
+}
+
 /// `rkube controller-manager` (deployment and replicaset controllers) and `rkube scheduler`
 /// as child processes of `exe` against `base_url`; both are stopped (SIGTERM, then SIGKILL, by
 /// PID) when dropped.
@@ -275,28 +301,30 @@ impl Components {
     /// # Errors
     /// The kubeconfig cannot be written or a component cannot be started.
     pub fn start(exe: &Path, base_url: &str, dir: &Path) -> anyhow::Result<Components> {
-        let kubeconfig = dir.join("bench.kubeconfig");
-        let config = json!({
-            "apiVersion": "v1", "kind": "Config", "current-context": "bench",
-            "clusters": [{"name": "bench", "cluster": {"server": base_url}}],
-            "users": [{"name": "bench", "user": {}}],
-            "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
-        });
-        std::fs::write(&kubeconfig, config.to_string())
-            .context("writing the components' kubeconfig")?;
-        let kc = format!("--kubeconfig={}", kubeconfig.display());
         let mut out = Components {
             children: Vec::new(),
             logs: Vec::new(),
         };
-        let runs: [(&str, Vec<&str>); 2] = [
+        let runs: [(&str, &str, Vec<&str>); 2] = [
             (
                 "controller-manager",
+                CONTROLLER_MANAGER_TOKEN,
                 vec!["--controllers=deployment-controller,replicaset-controller"],
             ),
-            ("scheduler", vec![]),
+            ("scheduler", SCHEDULER_TOKEN, vec![]),
         ];
-        for (component, extra) in runs {
+        for (component, token, extra) in runs {
+            // Each component authenticates as its upstream user (see [`token_file`]).
+            let kubeconfig = dir.join(format!("{component}.kubeconfig"));
+            let config = json!({
+                "apiVersion": "v1", "kind": "Config", "current-context": "bench",
+                "clusters": [{"name": "bench", "cluster": {"server": base_url}}],
+                "users": [{"name": "bench", "user": {"token": token}}],
+                "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
+            });
+            std::fs::write(&kubeconfig, config.to_string())
+                .with_context(|| format!("writing the {component} kubeconfig"))?;
+            let kc = format!("--kubeconfig={}", kubeconfig.display());
             let log_path = dir.join(format!("{component}.log"));
             let log = std::fs::File::create(&log_path)
                 .with_context(|| format!("creating {}", log_path.display()))?;
