@@ -54,6 +54,7 @@ use serde_json::Value;
 
 use crate::field_error::FieldError;
 
+pub mod compile;
 pub mod cost;
 pub mod estimate;
 pub mod library;

@@ -42,6 +42,10 @@
 //!
 //! Kubernetes' CEL libraries (lists, regex, url, ip, cidr, quantity) are
 //! evaluated, each expression within upstream's per-call cost limit.
+//! A policy's expressions are compiled when it is written (syntax,
+//! declared variables and functions; `rkube_api::apiextensions::cel::compile`),
+//! so one that does not compile never gets here.
+//!
 //! Not done: the `authorizer` variable and the `format` and `semver`
 //! libraries (validations using them are skipped with a warning), the
 //! per-binding cost budget, type checking of
