@@ -521,13 +521,13 @@ async fn rules_rkube_cannot_enforce_are_named_in_a_warning() {
     let s = TestServer::embedded().await;
     let mut crd = widget_crd("celwarn.example.com");
     crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] =
-        json!([{"rule": "self.replicas >= 0"}, {"rule": "isSemver(self.size)"}]);
+        json!([{"rule": "self.replicas >= 0"}, {"rule": "cel.bind(s, self.size, s != '')"}]);
     let r = s.post(CRDS, &crd).await;
     assert_eq!(r.code, 201, "{}", r.text);
     let warnings: Vec<&str> = r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).collect();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
-        warnings[0].contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[1]: rule \\\"isSemver(self.size)\\\" calls isSemver which rkube's CEL lacks; it is not enforced"),
+        warnings[0].contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[1]: rule \\\"cel.bind(s, self.size, s != '')\\\" calls bind which rkube's CEL lacks; it is not enforced"),
         "{warnings:?}"
     );
 }
