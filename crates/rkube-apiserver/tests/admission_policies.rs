@@ -379,3 +379,30 @@ async fn policies_whose_expressions_do_not_compile_are_refused() {
     let r = s.post(POLICIES, &policy(spec)).await;
     assert_eq!(r.code, 201, "{}", r.text);
 }
+
+/// The `authorizer` variable asks the server's authorizer (here
+/// AlwaysAllow): checks of the requester, of the request's own resource
+/// (`authorizer.requestResource`) and of a ServiceAccount decide the
+/// validations, instead of being skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authorizer_variable_asks_the_servers_authorizer() {
+    let s = TestServer::embedded().await;
+    let spec = json!({"matchConstraints": configmaps_rule(),
+        "variables": [{"name": "mayListSecrets",
+                       "expression": "authorizer.group('').resource('secrets').namespace(object.metadata.namespace).check('list').allowed()"}],
+        "validations": [
+            {"expression": "authorizer.requestResource.check('create').allowed() && authorizer.serviceAccount('default', 'builder').path('/healthz').check('get').allowed()"},
+            {"expression": "!variables.mayListSecrets || !has(object.data) || !('password' in object.data)",
+             "messageExpression": "'whoever may list secrets may not keep a password in a ConfigMap: ' + object.metadata.name"},
+        ]});
+    install(&s, "authz", spec, json!({"validationActions": ["Deny"]})).await;
+    let r = s.post(CMS, &cm("plain", json!({"a": "1"}))).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    assert!(warnings_of(&r).is_empty(), "{:?}", warnings_of(&r));
+    let r = s.post(CMS, &cm("leaky", json!({"password": "x"}))).await;
+    r.assert_status(422, "Invalid");
+    assert_eq!(
+        r.message(),
+        "configmaps \"leaky\" is forbidden: ValidatingAdmissionPolicy 'authz' with binding 'authz-binding' denied request: whoever may list secrets may not keep a password in a ConfigMap: leaky"
+    );
+}

@@ -56,6 +56,7 @@ use serde_json::Value;
 
 use crate::field_error::FieldError;
 
+pub mod authz;
 pub mod compile;
 pub mod cost;
 pub mod estimate;
@@ -409,6 +410,10 @@ fn evaluate(expr: &str, vars: &[(&str, &Value)]) -> Option<Result<Cel, Execution
     let mut ctx = Context::with_env(env());
     for (name, v) in vars {
         ctx.add_variable_from_value(*name, to_cel(v, &Value::Null));
+    }
+    if let Some(checks) = authz::current() {
+        ctx.add_variable_as_val("authorizer", Box::new(authz::AuthzVal::authorizer(checks.clone())));
+        ctx.add_variable_as_val("authorizer.requestResource", Box::new(authz::AuthzVal::request_resource(checks)));
     }
     Some(run(&expr, &ctx, PER_CALL_LIMIT).0)
 }

@@ -276,3 +276,48 @@ fn format_validation_is_charged_by_string_length_and_pattern_size() {
     // ceil((1 + len) / 10) * ceil(60 / 4): 15 per ten characters.
     assert_eq!(cost_of(99) - cost_of(9), 9 * 15);
 }
+
+#[test]
+fn authorizer_checks_are_asked_then_answered() {
+    use super::super::authz::{with_authorizer, Answer, Check, Checks, PENDING};
+    use super::super::{evaluate_bool, Outcome};
+    let request = Check { group: "apps".into(), resource: "deployments".into(), namespace: "ns".into(), name: "d".into(), ..Check::default() };
+    let checks = Checks::new(request.clone());
+    let expr = "authorizer.group('').resource('pods').namespace('ns').check('create').allowed() \
+                && !authorizer.serviceAccount('ns', 'sa').path('/healthz').check('get').errored()";
+    // Unanswered: the checks fail the evaluation, and are recorded (both
+    // sides of `&&` are evaluated, as cel-go's error absorption wants).
+    assert_eq!(with_authorizer(&checks, || evaluate_bool(expr, &[])), Outcome::Error(PENDING.into()));
+    let pods = Check { verb: "create".into(), resource: "pods".into(), namespace: "ns".into(), ..Check::default() };
+    let healthz = Check { service_account: Some(("ns".into(), "sa".into())), verb: "get".into(), path: Some("/healthz".into()), ..Check::default() };
+    assert_eq!(checks.take_unanswered(), [pods.clone(), healthz.clone()]);
+    checks.answer(pods, Answer { allowed: true, ..Answer::default() });
+    checks.answer(healthz, Answer { allowed: false, reason: String::new(), error: "webhook down".into() });
+    assert_eq!(with_authorizer(&checks, || evaluate_bool(expr, &[])), Outcome::Bool(false));
+    assert!(checks.take_unanswered().is_empty());
+    // authorizer.requestResource is the request's resource check.
+    let expr = "authorizer.requestResource.subresource('scale').check('update').reason() == 'ok'";
+    assert_eq!(with_authorizer(&checks, || evaluate_bool(expr, &[])), Outcome::Error(PENDING.into()));
+    let scale = Check { verb: "update".into(), subresource: "scale".into(), ..request };
+    assert_eq!(checks.take_unanswered(), std::slice::from_ref(&scale));
+    checks.answer(scale, Answer { allowed: true, reason: "ok".into(), ..Answer::default() });
+    assert_eq!(with_authorizer(&checks, || evaluate_bool(expr, &[])), Outcome::Bool(true));
+    // Without with_authorizer, `authorizer` is not declared.
+    assert_eq!(evaluate_bool("authorizer.path('/').check('get').allowed()", &[]), Outcome::Unsupported);
+}
+
+#[test]
+fn an_authorization_check_costs_upstreams_350000() {
+    use super::super::authz::{with_authorizer, Answer, Check, Checks};
+    use super::super::{evaluate_bool, Outcome};
+    let checks = Checks::new(Check::default());
+    let asked = Check { verb: "get".into(), path: Some("/".into()), ..Check::default() };
+    checks.answer(asked, Answer { allowed: true, ..Answer::default() });
+    let one = "authorizer.path('/').check('get').allowed()";
+    assert_eq!(with_authorizer(&checks, || evaluate_bool(&format!("{one} && {one}"), &[])), Outcome::Bool(true));
+    // Three checks pass the per-call limit of 1000000.
+    let Outcome::Error(e) = with_authorizer(&checks, || evaluate_bool(&format!("{one} && {one} && {one}"), &[])) else {
+        panic!("three checks should pass the limit")
+    };
+    assert!(e.contains("actual cost limit exceeded"), "{e}");
+}
