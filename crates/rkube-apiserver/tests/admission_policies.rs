@@ -315,3 +315,94 @@ async fn audit_annotations_reach_the_audit_log_as_policy_slash_key() {
     assert_eq!(allowed["audited/keys"], "2", "the allowed create: {allowed}");
     assert!(allowed.get("audited/nothing").is_none(), "a null value adds nothing: {allowed}");
 }
+
+/// A policy whose expressions do not compile is refused when written,
+/// 422 Invalid naming each expression's field with upstream's
+/// `compilation failed: ...` detail; `params` exists only with a
+/// `paramKind`, `variables` only with variables (each seeing those before it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_whose_expressions_do_not_compile_are_refused() {
+    let s = TestServer::embedded().await;
+    let policy = |spec: Value| {
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+               "metadata": {"name": "broken"}, "spec": spec})
+    };
+    let spec = json!({"matchConstraints": configmaps_rule(),
+        "matchConditions": [{"name": "named", "expression": "  has(object.metadata.name) &&  "}],
+        "variables": [{"name": "keys", "expression": "variables.later.size()"}, {"name": "later", "expression": "object.data"}],
+        "validations": [
+            {"expression": "params.max > 1"},
+            {"expression": "variables.keys > 0", "messageExpression": "'denied by ' + authorizer.path('/').check('get').reason()"},
+        ],
+        "auditAnnotations": [{"key": "k", "valueExpression": "object.data.frobnicate()"}]});
+    let r = s.post(POLICIES, &policy(spec)).await;
+    r.assert_status(422, "Invalid");
+    let causes = r.body["details"]["causes"].as_array().unwrap();
+    let fields: Vec<&str> = causes.iter().filter_map(|c| c["field"].as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.matchConditions[0].expression",
+            "spec.variables[0].expression",
+            "spec.validations[0].expression",
+            "spec.validations[1].messageExpression",
+            "spec.auditAnnotations[0].valueExpression",
+        ]
+    );
+    let message = |i: usize| causes[i]["message"].as_str().unwrap_or("");
+    assert_eq!(
+        message(0),
+        "Invalid value: \"has(object.metadata.name) &&\": compilation failed: ERROR: <input>:1:29: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}\n | has(object.metadata.name) &&\n | ............................^"
+    );
+    assert_eq!(
+        message(1),
+        "Invalid value: \"variables.later.size()\": compilation failed: ERROR: <input>:1:10: undefined field 'later'\n | variables.later.size()\n | .........^"
+    );
+    assert_eq!(
+        message(2),
+        "Invalid value: \"params.max > 1\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'params' (in container '')\n | params.max > 1\n | ^"
+    );
+    assert!(message(3).contains("undeclared reference to 'authorizer' (in container '')"), "{}", message(3));
+    assert!(message(4).contains("undeclared reference to 'frobnicate' (in container '')"), "{}", message(4));
+    assert!(
+        r.message().starts_with("ValidatingAdmissionPolicy.admissionregistration.k8s.io \"broken\" is invalid: [spec.matchConditions[0].expression: "),
+        "{}",
+        r.message()
+    );
+
+    // The same expressions, declared as upstream declares them, are accepted.
+    let spec = json!({"matchConstraints": configmaps_rule(), "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "matchConditions": [{"name": "named", "expression": "has(object.metadata.name)"}],
+        "variables": [{"name": "later", "expression": "object.data"}, {"name": "keys", "expression": "variables.later.size()"}],
+        "validations": [{"expression": "int(params.data.max) > variables.keys", "messageExpression": "'too many: ' + string(variables.keys)"}],
+        "auditAnnotations": [{"key": "k", "valueExpression": "string(variables.keys)"}]});
+    let r = s.post(POLICIES, &policy(spec)).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+}
+
+/// The `authorizer` variable asks the server's authorizer (here
+/// AlwaysAllow): checks of the requester, of the request's own resource
+/// (`authorizer.requestResource`) and of a ServiceAccount decide the
+/// validations, instead of being skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authorizer_variable_asks_the_servers_authorizer() {
+    let s = TestServer::embedded().await;
+    let spec = json!({"matchConstraints": configmaps_rule(),
+        "variables": [{"name": "mayListSecrets",
+                       "expression": "authorizer.group('').resource('secrets').namespace(object.metadata.namespace).check('list').allowed()"}],
+        "validations": [
+            {"expression": "authorizer.requestResource.check('create').allowed() && authorizer.serviceAccount('default', 'builder').path('/healthz').check('get').allowed()"},
+            {"expression": "!variables.mayListSecrets || !has(object.data) || !('password' in object.data)",
+             "messageExpression": "'whoever may list secrets may not keep a password in a ConfigMap: ' + object.metadata.name"},
+        ]});
+    install(&s, "authz", spec, json!({"validationActions": ["Deny"]})).await;
+    let r = s.post(CMS, &cm("plain", json!({"a": "1"}))).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    assert!(warnings_of(&r).is_empty(), "{:?}", warnings_of(&r));
+    let r = s.post(CMS, &cm("leaky", json!({"password": "x"}))).await;
+    r.assert_status(422, "Invalid");
+    assert_eq!(
+        r.message(),
+        "configmaps \"leaky\" is forbidden: ValidatingAdmissionPolicy 'authz' with binding 'authz-binding' denied request: whoever may list secrets may not keep a password in a ConfigMap: leaky"
+    );
+}

@@ -471,6 +471,49 @@ async fn selectable_fields_filter_custom_resources() {
     assert_eq!(r.message(), "field label not supported: spec.color");
 }
 
+/// `selectableFields` are checked when the CRD is written, as upstream:
+/// a path into the schema, to a string, boolean or integer field outside
+/// `metadata`, not repeated, at most eight: else 422 Invalid naming the
+/// entry, on create and on update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_selectable_fields_are_422_on_create_and_update() {
+    let s = TestServer::embedded().await;
+    let g = "badfields.example.com";
+    let mut crd = widget_crd(g);
+    crd["spec"]["versions"][0]["selectableFields"] =
+        json!([{"jsonPath": ".spec.size"}, {"jsonPath": ".spec.colour"}, {"jsonPath": ".spec"}, {"jsonPath": ".spec.size"}]);
+    let r = s.post(CRDS, &crd).await;
+    r.assert_status(422, "Invalid");
+    let causes = r.body["details"]["causes"].as_array().unwrap();
+    let at = "spec.versions[0].selectableFields";
+    assert_eq!(
+        causes.iter().map(|c| (c["field"].as_str().unwrap(), c["reason"].as_str().unwrap())).collect::<Vec<_>>(),
+        [
+            (format!("{at}[1].jsonPath").as_str(), "FieldValueInvalid"),
+            (format!("{at}[2].jsonPath").as_str(), "FieldValueInvalid"),
+            (format!("{at}[3].jsonPath").as_str(), "FieldValueDuplicate"),
+        ]
+    );
+    assert_eq!(causes[0]["message"], "Invalid value: \".spec.colour\": is an invalid path: does not refer to a valid field");
+    assert_eq!(
+        causes[1]["message"],
+        "Invalid value: \".spec\": must point to a field of type string, boolean or integer. Enum string fields and strings with formats are allowed."
+    );
+    assert_eq!(causes[2]["message"], "Duplicate value: \".spec.size\"");
+
+    crd["spec"]["versions"][0]["selectableFields"] = json!([{"jsonPath": ".spec.size"}]);
+    let created = s.post(CRDS, &crd).await;
+    assert_eq!(created.code, 201, "{}", created.text);
+    let mut changed = created.body.clone();
+    changed["spec"]["versions"][0]["selectableFields"] = json!([{"jsonPath": ".status.ready"}, {"jsonPath": ".metadata.name"}]);
+    let r = s.put(&format!("{CRDS}/widgets.{g}"), &changed).await;
+    r.assert_status(422, "Invalid");
+    assert_eq!(
+        r.message(),
+        format!("CustomResourceDefinition.apiextensions.k8s.io \"widgets.{g}\" is invalid: {at}[1].jsonPath: Invalid value: \".metadata.name\": is an invalid path: does not refer to a valid field")
+    );
+}
+
 /// A CRD whose rules call what rkube's CEL lacks is accepted, and its
 /// author is told, in a Warning, which rules will not be enforced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -478,13 +521,13 @@ async fn rules_rkube_cannot_enforce_are_named_in_a_warning() {
     let s = TestServer::embedded().await;
     let mut crd = widget_crd("celwarn.example.com");
     crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] =
-        json!([{"rule": "self.replicas >= 0"}, {"rule": "isSemver(self.size)"}]);
+        json!([{"rule": "self.replicas >= 0"}, {"rule": "cel.bind(s, self.size, s != '')"}]);
     let r = s.post(CRDS, &crd).await;
     assert_eq!(r.code, 201, "{}", r.text);
     let warnings: Vec<&str> = r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).collect();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
-        warnings[0].contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[1]: rule \\\"isSemver(self.size)\\\" calls isSemver which rkube's CEL lacks; it is not enforced"),
+        warnings[0].contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[1]: rule \\\"cel.bind(s, self.size, s != '')\\\" calls bind which rkube's CEL lacks; it is not enforced"),
         "{warnings:?}"
     );
 }

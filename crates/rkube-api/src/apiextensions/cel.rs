@@ -24,9 +24,11 @@
 //! Kubernetes' own libraries ([`library`]): the list functions (`isSorted`,
 //! `sum`, `min`, `max`, `indexOf`, `lastIndexOf`), regex `find`/`findAll`,
 //! `url`/`isURL` and the URL getters, `ip`/`isIP`/`ip.isCanonical` and
-//! `cidr`/`isCIDR` with their methods ([`net`]), and `quantity`/`isQuantity`
-//! with the quantity methods. Still absent: `format`, `semver`,
-//! `authorizer`, the quantity `mul`/`div` methods, `optionalOldSelf` and
+//! `cidr`/`isCIDR` with their methods ([`net`]), `quantity`/`isQuantity`
+//! with the quantity methods, `semver`/`isSemver` with the semver methods
+//! ([`semvers`]), and the named formats `format.named(n)`/`format.<n>()`
+//! with `validate` ([`formats`]). Still absent: `authorizer`, the quantity
+//! `mul`/`div` methods, `optionalOldSelf` and
 //! the `cel.bind` macro; a rule that calls what is
 //! absent, or does not parse here, is skipped rather than failing objects a
 //! real cluster accepts, and writing the CRD answers a warning naming each
@@ -54,13 +56,17 @@ use serde_json::Value;
 
 use crate::field_error::FieldError;
 
+pub mod authz;
+pub mod compile;
 pub mod cost;
 pub mod estimate;
+pub mod formats;
 pub mod library;
 pub mod lists;
 pub mod net;
 pub mod quantities;
 pub mod regexes;
+pub mod semvers;
 pub mod urls;
 
 use cost::{Meter, LIMIT_EXCEEDED, PER_CALL_LIMIT, RUNTIME_COST_BUDGET};
@@ -311,7 +317,7 @@ fn unevaluable_at(schema: &Value, path: &str, out: &mut Vec<String>, depth: usiz
 
 /// Whether this environment knows function `name`: called with no argument,
 /// as a function, as a method of a string, list, map or int, or in one of
-/// the namespaces `ip`, `lists`, `strings`, it fails for
+/// the namespaces `ip`, `lists`, `strings`, `format`, it fails for
 /// another reason than an undeclared reference. Operators and macros
 /// (`_+_`, `@in`, `has`) are always known.
 fn declared(name: &str) -> bool {
@@ -331,7 +337,7 @@ fn declared(name: &str) -> bool {
     ["", "''.", "[].", "{}.", "0."].iter().any(|target| fails_otherwise(format!("{target}{name}()"), false))
         // Qualified functions (`ip.isCanonical`, `lists.range`) are
         // referenced by their last name: their namespaces are probed too.
-        || ["ip", "lists", "strings"].iter().any(|ns| fails_otherwise(format!("{ns}.{name}()"), true))
+        || ["ip", "lists", "strings", "format"].iter().any(|ns| fails_otherwise(format!("{ns}.{name}()"), true))
 }
 
 /// What a boolean CEL expression gave (webhook `matchConditions`).
@@ -404,6 +410,10 @@ fn evaluate(expr: &str, vars: &[(&str, &Value)]) -> Option<Result<Cel, Execution
     let mut ctx = Context::with_env(env());
     for (name, v) in vars {
         ctx.add_variable_from_value(*name, to_cel(v, &Value::Null));
+    }
+    if let Some(checks) = authz::current() {
+        ctx.add_variable_as_val("authorizer", Box::new(authz::AuthzVal::authorizer(checks.clone())));
+        ctx.add_variable_as_val("authorizer.requestResource", Box::new(authz::AuthzVal::request_resource(checks)));
     }
     Some(run(&expr, &ctx, PER_CALL_LIMIT).0)
 }

@@ -58,7 +58,7 @@ fn transition_rules_run_on_updates_with_old_self() {
 #[test]
 fn reading_an_absent_field_is_an_error_and_unknown_functions_are_skipped() {
     let s = json!({"type": "object", "properties": {"spec": {"type": "object",
-        "x-kubernetes-validations": [{"rule": "self.missing == 1"}, {"rule": "isSemver(self.u)"}, {"rule": "self.u +"}],
+        "x-kubernetes-validations": [{"rule": "self.missing == 1"}, {"rule": "cel.bind(u, self.u, u == 'y')"}, {"rule": "self.u +"}],
         "properties": {"u": {"type": "string"}}}}});
     let errs = rendered(&validate(&json!({"spec": {"u": "x"}}), None, &s));
     assert_eq!(errs.len(), 1, "{errs:?}");
@@ -82,11 +82,11 @@ fn match_conditions_evaluate_over_request_variables() {
 #[test]
 fn rules_rkube_cannot_enforce_are_named() {
     let s = json!({"type": "object", "properties": {"spec": {"type": "object",
-        "x-kubernetes-validations": [{"rule": "self.size() > 0"}, {"rule": "isSemver(self.u)"}, {"rule": "self.u +"}],
+        "x-kubernetes-validations": [{"rule": "self.size() > 0"}, {"rule": "cel.bind(u, self.u, u == 'y')"}, {"rule": "self.u +"}],
         "properties": {"tags": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": [{"rule": "self.startsWith('t')"}]}}}}}});
     let found = unevaluable_rules(&s, "openAPIV3Schema");
     assert_eq!(found.len(), 2, "{found:?}");
-    assert_eq!(found[0], "openAPIV3Schema.properties[spec].x-kubernetes-validations[1]: rule \"isSemver(self.u)\" calls isSemver which rkube's CEL lacks; it is not enforced");
+    assert_eq!(found[0], "openAPIV3Schema.properties[spec].x-kubernetes-validations[1]: rule \"cel.bind(u, self.u, u == 'y')\" calls bind which rkube's CEL lacks; it is not enforced");
     assert!(found[1].starts_with("openAPIV3Schema.properties[spec].x-kubernetes-validations[2]: rule \"self.u +\" does not parse in rkube's CEL"), "{found:?}");
 }
 
@@ -99,6 +99,8 @@ fn rules_calling_kubernetes_libraries_are_not_named_as_unenforced() {
         "quantity(self.u).isInteger() && isQuantity(self.u) && quantity(self.u).add(1).sign() == 1",
         "self.u.find('a') == '' && self.u.findAll('a', 1).size() == 0",
         "[1, 2].sum() == 3 && [1].isSorted() && [1].min() == [1].max() && [1].indexOf(1) == [1].lastIndexOf(1)",
+        "isSemver(self.u) && semver(self.u, true).major() == 1 && semver(self.u).compareTo(semver('1.0.0')) == 0",
+        "!format.dns1123Label().validate(self.u).hasValue() && format.named('uri').value().validate(self.u).hasValue()",
     ]
     .iter()
     .map(|r| json!({"rule": r}))

@@ -191,6 +191,17 @@ fn validate_versions(obj: &Value, errs: &mut Vec<FieldError>) {
             }
             _ => errs.push(FieldError::required(&schema_field, "schemas are required")),
         }
+        if let Some(fields) = v.get("selectableFields").and_then(Value::as_array).filter(|f| !f.is_empty()) {
+            let field = format!("spec.versions[{i}].selectableFields");
+            match v.pointer("/schema/openAPIV3Schema").filter(|s| s.is_object()) {
+                Some(schema) => validate_selectable_fields(fields, schema, &field, errs),
+                None => errs.push(FieldError::invalid(
+                    &field,
+                    "",
+                    "selectableFields may only be set when version.schema.openAPIV3Schema is not included",
+                )),
+            }
+        }
         if let Some(scale) = v.pointer("/subresources/scale").filter(|x| x.is_object()) {
             let field = format!("spec.versions[{i}].subresources.scale");
             for (key, prefix) in [("specReplicasPath", ".spec."), ("statusReplicasPath", ".status.")] {
@@ -210,6 +221,106 @@ fn validate_versions(obj: &Value, errs: &mut Vec<FieldError>) {
     if storage != 1 {
         errs.push(FieldError::invalid_rendered("spec.versions", rendered, "must have exactly one version marked as storage version"));
     }
+}
+
+/// Upstream's `MaxSelectableFields`: the most distinct fields one version may make selectable.
+pub const MAX_SELECTABLE_FIELDS: usize = 8;
+
+/// `ValidateCustomResourceSelectableFields`: each `jsonPath` is required,
+/// must be a simple path ([`schema_field_path`], no array notation) to a
+/// field of the schema of type `string`, `boolean` or `integer` outside
+/// `metadata`, and must not repeat; at most [`MAX_SELECTABLE_FIELDS`].
+fn validate_selectable_fields(fields: &[Value], schema: &Value, field: &str, errs: &mut Vec<FieldError>) {
+    let mut unique: Vec<String> = Vec::new();
+    for (i, f) in fields.iter().enumerate() {
+        let at = format!("{field}[{i}].jsonPath");
+        let json_path = s(f, "/jsonPath");
+        if json_path.is_empty() {
+            errs.push(FieldError::required(&at, ""));
+            continue;
+        }
+        let (path, found) = match schema_field_path(json_path, schema) {
+            Ok(found) => found,
+            Err(e) => {
+                errs.push(FieldError::invalid(&at, json_path, format!("is an invalid path: {e}")));
+                continue;
+            }
+        };
+        if path.first().map(String::as_str) == Some("metadata") {
+            errs.push(FieldError::invalid(&at, json_path, "must not point to fields in metadata"));
+        }
+        let scalar = matches!(found.and_then(|f| f.get("type")).and_then(Value::as_str), Some("string" | "boolean" | "integer"));
+        if !scalar {
+            errs.push(FieldError::invalid(
+                &at,
+                json_path,
+                "must point to a field of type string, boolean or integer. Enum string fields and strings with formats are allowed.",
+            ));
+        }
+        let key = path.join(".");
+        if unique.contains(&key) {
+            errs.push(FieldError::duplicate(&at, json_path));
+        } else {
+            unique.push(key);
+        }
+    }
+    if unique.len() > MAX_SELECTABLE_FIELDS {
+        errs.push(FieldError::too_many(field, unique.len(), MAX_SELECTABLE_FIELDS));
+    }
+}
+
+/// The field names `json_path` (`.spec.color`) walks through `schema`,
+/// and the schema it reaches (`None` past an `additionalProperties: true`),
+/// as upstream's `cel.ValidFieldPath` without array notation: the path is
+/// `.`-separated names, each a property of an object with `properties`
+/// (or any key of one with `additionalProperties`). Errors are worded as
+/// upstream's: `does not refer to a valid field`, `unexpected end of JSON
+/// path`, `expected [ or . but got: <token>`, `array notation is not allowed`.
+pub fn schema_field_path<'a>(json_path: &str, schema: &'a Value) -> Result<(Vec<String>, Option<&'a Value>), String> {
+    let mut node = Some(schema);
+    let mut names = Vec::new();
+    let mut tokens = path_tokens(json_path).into_iter();
+    while let Some(tok) = tokens.next() {
+        match tok {
+            "[" => return Err("array notation is not allowed".into()),
+            "." => {
+                let Some(name) = tokens.next() else { return Err("unexpected end of JSON path".into()) };
+                let current = node.ok_or("does not refer to a valid field")?;
+                node = if let Some(props) = current.get("properties").and_then(Value::as_object) {
+                    Some(props.get(name).ok_or("does not refer to a valid field")?)
+                } else if let Some(extra) = current.get("additionalProperties").filter(|a| a.is_object() || a.is_boolean()) {
+                    extra.is_object().then_some(extra)
+                } else {
+                    return Err("does not refer to a valid field".into());
+                };
+                names.push(name.to_string());
+            }
+            other => return Err(format!("expected [ or . but got: {other}")),
+        }
+    }
+    Ok((names, node))
+}
+
+/// `path` split at `.`, `[` and `]` (each its own token) with the text
+/// between as tokens; a token starting with `'` runs to the next unescaped
+/// `'`, as upstream's scanner.
+fn path_tokens(path: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let bytes = path.as_bytes();
+    let mut start = 0;
+    while start < bytes.len() {
+        let rest = &bytes[start..];
+        let len = if rest[0] == b'\'' {
+            (1..rest.len()).find(|&i| rest[i] == b'\'' && rest[i - 1] != b'\\').map_or(rest.len(), |i| i + 1)
+        } else if matches!(rest[0], b'.' | b'[' | b']') {
+            1
+        } else {
+            rest.iter().position(|b| matches!(b, b'.' | b'[' | b']')).unwrap_or(rest.len())
+        };
+        out.push(&path[start..start + len]);
+        start += len;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -298,6 +409,70 @@ mod tests {
         assert_eq!(
             errors_of(obj),
             ["spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"]
+        );
+    }
+
+    fn with_selectable_fields(paths: &[&str]) -> Value {
+        let mut obj = crd();
+        obj["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({"type": "object", "properties": {
+            "metadata": {"type": "object"},
+            "spec": {"type": "object", "properties": {
+                "color": {"type": "string", "enum": ["red", "blue"]},
+                "replicas": {"type": "integer"}, "ready": {"type": "boolean"}, "ratio": {"type": "number"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "items": {"type": "array", "items": {"type": "string"}}}}}});
+        obj["spec"]["versions"][0]["selectableFields"] = paths.iter().map(|p| json!({"jsonPath": p})).collect();
+        obj
+    }
+
+    #[test]
+    fn selectable_fields_point_to_scalar_fields_of_the_schema() {
+        assert!(errors_of(with_selectable_fields(&[".spec.color", ".spec.replicas", ".spec.ready", ".spec.labels.app"])).is_empty());
+        let field = "spec.versions[0].selectableFields";
+        assert_eq!(
+            errors_of(with_selectable_fields(&["", ".spec.missing", "spec.color", ".spec.", ".spec.items[0]", ".spec.color.x"])),
+            [
+                format!("{field}[0].jsonPath: Required value"),
+                format!("{field}[1].jsonPath: Invalid value: \".spec.missing\": is an invalid path: does not refer to a valid field"),
+                format!("{field}[2].jsonPath: Invalid value: \"spec.color\": is an invalid path: expected [ or . but got: spec"),
+                format!("{field}[3].jsonPath: Invalid value: \".spec.\": is an invalid path: unexpected end of JSON path"),
+                format!("{field}[4].jsonPath: Invalid value: \".spec.items[0]\": is an invalid path: array notation is not allowed"),
+                format!("{field}[5].jsonPath: Invalid value: \".spec.color.x\": is an invalid path: does not refer to a valid field"),
+            ]
+        );
+        let scalar = "must point to a field of type string, boolean or integer. Enum string fields and strings with formats are allowed.";
+        assert_eq!(
+            errors_of(with_selectable_fields(&[".spec.ratio", ".spec.items", ".metadata"])),
+            [
+                format!("{field}[0].jsonPath: Invalid value: \".spec.ratio\": {scalar}"),
+                format!("{field}[1].jsonPath: Invalid value: \".spec.items\": {scalar}"),
+                format!("{field}[2].jsonPath: Invalid value: \".metadata\": must not point to fields in metadata"),
+                format!("{field}[2].jsonPath: Invalid value: \".metadata\": {scalar}"),
+            ]
+        );
+    }
+
+    #[test]
+    fn selectable_fields_are_unique_and_at_most_eight() {
+        let field = "spec.versions[0].selectableFields";
+        assert_eq!(
+            errors_of(with_selectable_fields(&[".spec.color", ".spec.replicas", ".spec.color"])),
+            [format!("{field}[2].jsonPath: Duplicate value: \".spec.color\"")]
+        );
+        let nine: Vec<String> = (0..9).map(|i| format!(".spec.labels.l{i}")).collect();
+        let nine: Vec<&str> = nine.iter().map(String::as_str).collect();
+        assert_eq!(errors_of(with_selectable_fields(&nine)), [format!("{field}: Too many: 9: must have at most 8 items")]);
+        assert!(errors_of(with_selectable_fields(&nine[..8])).is_empty());
+    }
+
+    #[test]
+    fn selectable_fields_need_a_schema() {
+        let mut obj = with_selectable_fields(&[".spec.color"]);
+        obj["spec"]["versions"][0]["schema"] = json!(null);
+        let errs = errors_of(obj);
+        assert!(
+            errs.contains(&"spec.versions[0].selectableFields: Invalid value: \"\": selectableFields may only be set when version.schema.openAPIV3Schema is not included".to_string()),
+            "{errs:?}"
         );
     }
 

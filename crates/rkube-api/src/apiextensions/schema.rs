@@ -326,7 +326,7 @@ fn validate_string(s: &str, v: &Value, schema: &Value, path: &str, shown: &str, 
 
 /// The string formats upstream checks (`pkg/apiserver/validation/formats.go`
 /// lists the supported ones); unknown formats pass.
-fn string_format_ok(format: &str, s: &str) -> bool {
+pub(crate) fn string_format_ok(format: &str, s: &str) -> bool {
     match format {
         "date-time" | "datetime" => chrono::DateTime::parse_from_rfc3339(s).is_ok(),
         "date" => chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok(),

@@ -406,13 +406,116 @@ fn vap_defaults(map: &mut Object) {
 }
 
 fn vap_validate(obj: &Value, _old: Option<&Value>, errs: &mut Vec<FieldError>) {
-    if obj.pointer("/spec/validations").and_then(Value::as_array).is_none_or(|a| a.is_empty())
-        && obj.pointer("/spec/auditAnnotations").and_then(Value::as_array).is_none_or(|a| a.is_empty())
-    {
-        errs.push(FieldError::required("spec.validations", "validations or auditAnnotations must contain at least one item"));
-    }
     if obj.pointer("/spec/matchConstraints/resourceRules").and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
         errs.push(FieldError::required("spec.matchConstraints.resourceRules", ""));
+    }
+    let validations = obj.pointer("/spec/validations").and_then(Value::as_array).filter(|a| !a.is_empty());
+    let annotations = obj.pointer("/spec/auditAnnotations").and_then(Value::as_array).filter(|a| !a.is_empty());
+    if validations.is_none() && annotations.is_none() {
+        errs.push(FieldError::required("spec.validations", "validations or auditAnnotations must contain at least one item"));
+    }
+    vap_expressions_validate(obj, errs);
+}
+
+/// Upstream's `isCELIdentifier`: `[_a-zA-Z][_a-zA-Z0-9]*`, not a reserved word.
+fn is_cel_identifier(name: &str) -> bool {
+    const RESERVED: &[&str] = &[
+        "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for", "function", "if", "import", "let",
+        "loop", "package", "namespace", "return", "var", "void", "while",
+    ];
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+        && !RESERVED.contains(&name)
+}
+
+/// Upstream's `maxAuditAnnotationValueExpressionLength` (bytes).
+const MAX_AUDIT_ANNOTATION_VALUE_EXPRESSION_LENGTH: usize = 5 * 1024;
+
+/// The policy's CEL expressions compiled as upstream's
+/// `validateValidatingAdmissionPolicySpec` does
+/// ([`crate::apiextensions::cel::compile`]): `matchConditions`, `variables`
+/// (each seeing the variables before it), `validations` (expression and
+/// messageExpression) and `auditAnnotations`, with `params` declared when
+/// the policy has a `paramKind`, `authorizer` but in messageExpressions,
+/// and `variables` when the policy has variables. An expression that does
+/// not compile is Invalid at its field; an empty one Required.
+fn vap_expressions_validate(obj: &Value, errs: &mut Vec<FieldError>) {
+    use crate::apiextensions::cel::compile::{compile_error, Declarations, Returns};
+    let spec = obj.get("spec").unwrap_or(&Value::Null);
+    let list = |key: &str| spec.get(key).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+    let has_params = spec.get("paramKind").is_some_and(Value::is_object);
+    let mut with_authorizer = vec!["object", "oldObject", "request", "namespaceObject", "authorizer"];
+    let mut without_authorizer = vec!["object", "oldObject", "request", "namespaceObject"];
+    if has_params {
+        with_authorizer.push("params");
+        without_authorizer.push("params");
+    }
+    let compiled = |field: String, shown: &str, source: &str, vars: &[&str], composition: Option<&[&str]>, returns: Returns, errs: &mut Vec<FieldError>| {
+        if let Some(detail) = compile_error(source, &Declarations { variables: vars, composition }, returns) {
+            errs.push(FieldError::invalid(&field, shown, detail));
+        }
+    };
+    for (i, c) in list("matchConditions").iter().enumerate() {
+        let expr = text(c, "expression");
+        let expr = expr.trim();
+        let field = format!("spec.matchConditions[{i}].expression");
+        if expr.is_empty() {
+            errs.push(FieldError::required(&field, ""));
+        } else {
+            compiled(field, expr, expr, &with_authorizer, None, Returns::Bool, errs);
+        }
+    }
+    let variables = list("variables");
+    let names: Vec<String> = variables.iter().map(|v| text(v, "name")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let composition = |upto: usize| (!variables.is_empty()).then(|| &names[..upto]);
+    for (i, v) in variables.iter().enumerate() {
+        let (name, expr) = (names[i], text(v, "expression"));
+        if name.trim().is_empty() {
+            errs.push(FieldError::required(&format!("spec.variables[{i}].name"), "name is not specified"));
+        } else if !is_cel_identifier(name) {
+            errs.push(FieldError::invalid(&format!("spec.variables[{i}].name"), name, "name is not a valid CEL identifier"));
+        }
+        let field = format!("spec.variables[{i}].expression");
+        if expr.trim().is_empty() {
+            errs.push(FieldError::required(&field, "expression is not specified"));
+        } else {
+            compiled(field, &expr, &expr, &with_authorizer, composition(i), Returns::Any, errs);
+        }
+    }
+    let all = composition(variables.len());
+    for (i, v) in list("validations").iter().enumerate() {
+        let expr = text(v, "expression");
+        let field = format!("spec.validations[{i}].expression");
+        if expr.trim().is_empty() {
+            errs.push(FieldError::required(&field, "expression is not specified"));
+        } else {
+            compiled(field, &expr, &expr, &with_authorizer, all, Returns::Bool, errs);
+        }
+        let message_expr = text(v, "messageExpression");
+        let field = format!("spec.validations[{i}].messageExpression");
+        if !message_expr.is_empty() && message_expr.trim().is_empty() {
+            errs.push(FieldError::invalid(&field, &message_expr, "must be non-empty if specified"));
+        } else if !message_expr.is_empty() {
+            compiled(field, &message_expr, &message_expr, &without_authorizer, all, Returns::String, errs);
+        }
+    }
+    for (i, a) in list("auditAnnotations").iter().enumerate() {
+        let expr = text(a, "valueExpression");
+        let trimmed = expr.trim();
+        let field = format!("spec.auditAnnotations[{i}].valueExpression");
+        if trimmed.is_empty() {
+            errs.push(FieldError::required(&field, "valueExpression is not specified"));
+        } else if trimmed.len() > MAX_AUDIT_ANNOTATION_VALUE_EXPRESSION_LENGTH {
+            errs.push(FieldError::required(
+                &field,
+                format!("must not exceed {MAX_AUDIT_ANNOTATION_VALUE_EXPRESSION_LENGTH} bytes in length"),
+            ));
+        } else {
+            compiled(field, &expr, trimmed, &with_authorizer, all, Returns::StringOrNull, errs);
+        }
     }
 }
 

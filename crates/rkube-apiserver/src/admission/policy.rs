@@ -40,13 +40,22 @@
 //!
 //! Every binding is evaluated; the first denial is the answer.
 //!
-//! Kubernetes' CEL libraries (lists, regex, url, ip, cidr, quantity) are
-//! evaluated, each expression within upstream's per-call cost limit.
-//! Not done: the `authorizer` variable and the `format` and `semver`
-//! libraries (validations using them are skipped with a warning), the
-//! per-binding cost budget, type checking of
+//! Kubernetes' CEL libraries (lists, regex, url, ip, cidr, quantity,
+//! semver, format, authorizer) are evaluated, each expression within
+//! upstream's per-call cost limit.
+//! A policy's expressions are compiled when it is written (syntax,
+//! declared variables and functions; `rkube_api::apiextensions::cel::compile`),
+//! so one that does not compile never gets here.
+//!
+//! The `authorizer` variable (and `authorizer.requestResource`) asks the
+//! server's authorizer about the requester or a ServiceAccount: the
+//! expressions of a binding are evaluated again until every check they ask
+//! is answered ([`apply_authorized`]).
+//!
+//! Not done: the per-binding cost budget, type checking of
 //! policies (`status.typeChecking`).
 
+use rkube_api::apiextensions::cel::authz::{with_authorizer, Answer, Check, Checks};
 use rkube_api::apiextensions::cel::{evaluate_bool, evaluate_string, evaluate_value, Evaluated, Outcome};
 use rkube_api::registry;
 use rkube_api::status::{Status, StatusCause, StatusDetails};
@@ -56,6 +65,8 @@ use rkube_api::selector::object::label_selector_matches;
 
 use super::webhook::{call, configurations, matching, namespace_of, Attributes};
 use crate::error::{ApiError, ApiResult};
+use crate::filters::authz::ReviewDecision;
+use crate::filters::requestinfo::RequestAttributes;
 use crate::state::ApiState;
 
 fn name_of(v: &Value) -> &str {
@@ -139,7 +150,7 @@ pub const MAX_AUDIT_ANNOTATION_VALUE_BYTES: usize = 10 * 1024;
 
 /// One policy's audit annotation values, by key in first-seen order,
 /// distinct values in order (upstream's `auditAnnotationCollector`).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct AuditAnnotations(Vec<(String, Vec<String>)>);
 
 impl AuditAnnotations {
@@ -245,7 +256,13 @@ pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
         };
         let ctx = Evaluation { policy, binding, a, target: &target, request: &request, namespace_object: &namespace_object };
         for p in &params {
-            if let Err(e) = apply(&ctx, p, &mut warnings, &mut annotations[slot].1) {
+            let (result, w, values, failures) = apply_authorized(st, &ctx, p, &annotations[slot].1).await;
+            warnings.extend(w);
+            annotations[slot].1 = values;
+            for entry in failures {
+                crate::filters::audit::annotate("validation.policy.admission.k8s.io/validation_failure", &entry);
+            }
+            if let Err(e) = result {
                 denial.get_or_insert(e);
             }
         }
@@ -257,6 +274,76 @@ pub async fn validate(st: &ApiState, a: &Attributes) -> ApiResult<Vec<String>> {
         Some(e) => Err(e),
         None => Ok(warnings),
     }
+}
+
+/// The most times one binding's expressions are evaluated to answer the
+/// authorization checks they ask.
+const MAX_AUTHZ_PASSES: usize = 8;
+
+/// [`apply`] with the `authorizer` variable: evaluated again as long as its
+/// expressions ask authorization checks not answered yet, each answered by
+/// the server's authorizer in between ([`rkube_api::apiextensions::cel::authz`]).
+/// Gives the final pass's result, warnings, audit annotation values (the
+/// policy's, starting from `annotations`) and `Audit` failure entries.
+async fn apply_authorized(
+    st: &ApiState,
+    ctx: &Evaluation<'_>,
+    params: &Value,
+    annotations: &AuditAnnotations,
+) -> (ApiResult<()>, Vec<String>, AuditAnnotations, Vec<String>) {
+    let a = ctx.a;
+    let request_resource = Check {
+        group: a.group.clone(),
+        resource: a.resource.clone(),
+        subresource: a.subresource.clone(),
+        namespace: a.namespace.clone(),
+        name: a.name.clone(),
+        ..Check::default()
+    };
+    let checks = Checks::new(request_resource);
+    let mut pass = 0;
+    loop {
+        pass += 1;
+        let (mut warnings, mut values, mut failures) = (Vec::new(), annotations.clone(), Vec::new());
+        let result = with_authorizer(&checks, || apply(ctx, params, &mut warnings, &mut values, &mut failures));
+        let asked = checks.take_unanswered();
+        if asked.is_empty() || pass >= MAX_AUTHZ_PASSES {
+            return (result, warnings, values, failures);
+        }
+        for check in asked {
+            let answer = answer(st, a, &check).await;
+            checks.answer(check, answer);
+        }
+    }
+}
+
+/// The server's authorizer's answer to `check` (upstream's
+/// `authorizer.Authorize` with the requester, or the ServiceAccount named,
+/// any API version of a resource).
+async fn answer(st: &ApiState, a: &Attributes, check: &Check) -> Answer {
+    let user = match &check.service_account {
+        Some((namespace, name)) => crate::serviceaccount::authenticator::service_account_user(
+            namespace,
+            &crate::serviceaccount::claims::ObjectRef { name: name.clone(), uid: String::new() },
+        ),
+        None => a.user.clone().unwrap_or_default(),
+    };
+    let attributes = match &check.path {
+        Some(path) => RequestAttributes { path: path.clone(), verb: check.verb.clone(), ..RequestAttributes::default() },
+        None => RequestAttributes {
+            is_resource_request: true,
+            verb: check.verb.clone(),
+            api_group: check.group.clone(),
+            api_version: "*".into(),
+            namespace: check.namespace.clone(),
+            resource: check.resource.clone(),
+            subresource: check.subresource.clone(),
+            name: check.name.clone(),
+            ..RequestAttributes::default()
+        },
+    };
+    let (decision, reason) = st.authorizer.review(&user, &attributes).await;
+    Answer { allowed: decision == ReviewDecision::Allow, reason, error: String::new() }
 }
 
 /// What one binding is evaluated with (but its parameter).
@@ -306,8 +393,15 @@ fn audit_annotations(policy: &Value, refs: &[(&str, &Value)], fail_open: bool, o
 }
 
 /// One binding with one parameter: `matchConditions`, `auditAnnotations`
-/// (into `annotations`), then `validations`; a denial is the error.
-fn apply(ctx: &Evaluation<'_>, params: &Value, warnings: &mut Vec<String>, annotations: &mut AuditAnnotations) -> ApiResult<()> {
+/// (into `annotations`), then `validations`; a denial is the error, the
+/// `Audit` failure entries go to `audit_failures`.
+fn apply(
+    ctx: &Evaluation<'_>,
+    params: &Value,
+    warnings: &mut Vec<String>,
+    annotations: &mut AuditAnnotations,
+    audit_failures: &mut Vec<String>,
+) -> ApiResult<()> {
     let Evaluation { policy, binding, a, target, request, namespace_object } = *ctx;
     let (policy_name, binding_name) = (name_of(policy), name_of(binding));
     let fail_open = policy.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore");
@@ -391,7 +485,7 @@ fn apply(ctx: &Evaluation<'_>, params: &Value, warnings: &mut Vec<String>, annot
         if actions.contains(&"Audit") {
             let entry = json!([{"message": message, "policy": policy_name, "binding": binding_name,
                                 "expressionIndex": index, "validationActions": actions}]);
-            crate::filters::audit::annotate("validation.policy.admission.k8s.io/validation_failure", &entry.to_string());
+            audit_failures.push(entry.to_string());
         }
         if actions.contains(&"Deny") {
             return Err(deny(target, policy_name, binding_name, &message, &reason));

@@ -5,15 +5,18 @@ use cel::common::types::CelString;
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
-/// Registers the lists, regex, url, ip, cidr and quantity libraries on `env`, and the
-/// metering functions of [`super::cost`].
+/// Registers the lists, regex, url, ip, cidr, quantity, semver, authz and
+/// format libraries on `env`, and the metering functions of [`super::cost`].
 pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     super::cost::register(env)?;
     super::lists::register(env)?;
     super::regexes::register(env)?;
     super::urls::register(env)?;
     super::net::register(env)?;
-    super::quantities::register(env)
+    super::quantities::register(env)?;
+    super::semvers::register(env)?;
+    super::authz::register(env)?;
+    super::formats::register(env)
 }
 
 /// `args` as the `N` arguments an overload was declared with.

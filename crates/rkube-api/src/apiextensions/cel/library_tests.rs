@@ -199,3 +199,125 @@ fn cidr_errors_are_upstreams() {
         "network address parse error during conversion from string: network address parse error during conversion from string: netip.ParsePrefix(\"1.2.3.4/33\"): prefix length out of range"
     );
 }
+
+#[test]
+fn semvers_parse_and_compare_as_blang_semver() {
+    assert_eq!(ok("isSemver('1.2.3') && isSemver('0.1.0-alpha.1+build.5')"), json!(true));
+    assert_eq!(ok("isSemver('v1.0') || isSemver('1.0') || isSemver('01.1.1') || isSemver('1.2.3-01')"), json!(false));
+    assert_eq!(ok("isSemver('v1.0', true) && isSemver('01.01.01', true) && isSemver('1', true)"), json!(true));
+    assert_eq!(ok("isSemver('1.0-rc', true)"), json!(false));
+    assert_eq!(ok("[semver('1.2.3').major(), semver('1.2.3').minor(), semver('1.2.3').patch()]"), json!([1, 2, 3]));
+    assert_eq!(ok("semver('v01.2', true) == semver('1.2.0')"), json!(true));
+    assert_eq!(ok("semver('1.2.3').compareTo(semver('1.2.3'))"), json!(0));
+    assert_eq!(ok("semver('1.2.3').compareTo(semver('2.0.0'))"), json!(-1));
+    assert_eq!(ok("semver('1.2.3').compareTo(semver('0.1.2'))"), json!(1));
+    // Pre-releases sort below their release, numerically then by ASCII; build metadata is ignored.
+    assert_eq!(ok("semver('1.0.0-alpha').isLessThan(semver('1.0.0'))"), json!(true));
+    assert_eq!(ok("semver('1.0.0-alpha.2').isLessThan(semver('1.0.0-alpha.10'))"), json!(true));
+    assert_eq!(ok("semver('1.0.0-alpha.1').isLessThan(semver('1.0.0-alpha.beta'))"), json!(true));
+    assert_eq!(ok("semver('1.0.0-rc.1').isGreaterThan(semver('1.0.0-rc'))"), json!(true));
+    assert_eq!(ok("semver('1.0.0+a') == semver('1.0.0+b')"), json!(true));
+    // The quantity methods of the same names still apply to quantities.
+    assert_eq!(ok("quantity('2').isGreaterThan(quantity('1')) && semver('2.0.0').isGreaterThan(semver('1.0.0'))"), json!(true));
+}
+
+#[test]
+fn semver_errors_are_blang_semvers() {
+    assert_eq!(err("semver('200K')"), "No Major.Minor.Patch elements found");
+    assert_eq!(err("semver('')"), "Version string empty");
+    assert_eq!(err("semver('1.x.3')"), "Invalid character(s) found in minor number \"x\"");
+    assert_eq!(err("semver('01.2.3')"), "Major number must not contain leading zeroes \"01\"");
+    assert_eq!(err("semver('1.2.3-')"), "Prerelease is empty");
+    assert_eq!(err("semver('1.2.3-a_b')"), "Invalid character(s) found in prerelease \"a_b\"");
+    assert_eq!(err("semver('1.2.3+')"), "Build meta data is empty");
+    assert_eq!(err("semver('1.0-rc', true)"), "short version cannot contain PreRelease/Build meta data");
+}
+
+#[test]
+fn named_formats_validate_as_upstream() {
+    assert_eq!(ok("format.dns1123Label().validate('my-name') == optional.none()"), json!(true));
+    assert_eq!(ok("format.dns1123Label().validate('my-name').hasValue()"), json!(false));
+    assert_eq!(
+        ok("format.dns1123Label().validate('My_Name').value()"),
+        json!(["a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"])
+    );
+    assert_eq!(ok("format.named('dns1123Subdomain').value().validate('apiextensions.k8s.io').hasValue()"), json!(false));
+    assert_eq!(ok("format.named('nope').hasValue()"), json!(false));
+    assert_eq!(ok("format.named('uuid') == optional.of(format.uuid())"), json!(true));
+    // Prefixes may end in a dash; full names may not.
+    assert_eq!(ok("format.dns1123LabelPrefix().validate('my-prefix-').hasValue()"), json!(false));
+    assert_eq!(ok("format.dns1123Label().validate('my-prefix-').hasValue()"), json!(true));
+    assert_eq!(ok("format.dns1035Label().validate('1abc').hasValue() && !format.qualifiedName().validate('k8s.io/name').hasValue()"), json!(true));
+    assert_eq!(ok("format.labelValue().validate('').hasValue()"), json!(false));
+    assert_eq!(ok("format.uri().validate('foo').value()"), json!(["parse \"foo\": invalid URI for request"]));
+    assert_eq!(ok("format.uri().validate('https://example.com/x').hasValue()"), json!(false));
+    assert_eq!(ok("format.uuid().validate('123e4567-e89b-12d3-a456-426614174000').hasValue()"), json!(false));
+    assert_eq!(ok("format.uuid().validate('x').value()"), json!(["does not match the UUID format"]));
+    assert_eq!(ok("format.byte().validate('aGVsbG8=').hasValue() || format.date().validate('2021-01-01').hasValue()"), json!(false));
+    assert_eq!(ok("format.byte().validate('!').value() + format.date().validate('2021-13-01').value()"), json!(["invalid base64", "invalid date"]));
+    assert_eq!(ok("format.datetime().validate('2021-01-01T00:00:00Z').hasValue()"), json!(false));
+    assert_eq!(ok("format.datetime().validate('yesterday').value()"), json!(["invalid datetime"]));
+}
+
+#[test]
+fn format_validation_is_charged_by_string_length_and_pattern_size() {
+    use super::super::cost::{instrument, metered, PER_CALL_LIMIT};
+    let cost_of = |len: usize| {
+        let mut expr = super::super::parse(&format!("format.dns1123Subdomain().validate('{}')", "a".repeat(len))).expect("parses");
+        let base = instrument(&mut expr);
+        let ctx = cel::Context::with_env(super::super::env());
+        metered(PER_CALL_LIMIT, || {
+            super::super::cost::charge(base)?;
+            cel::Value::resolve(&expr, &ctx)
+        })
+        .1
+        .used
+    };
+    // ceil((1 + len) / 10) * ceil(60 / 4): 15 per ten characters.
+    assert_eq!(cost_of(99) - cost_of(9), 9 * 15);
+}
+
+#[test]
+fn authorizer_checks_are_asked_then_answered() {
+    use super::super::authz::{with_authorizer, Answer, Check, Checks, PENDING};
+    use super::super::{evaluate_bool, Outcome};
+    let request = Check { group: "apps".into(), resource: "deployments".into(), namespace: "ns".into(), name: "d".into(), ..Check::default() };
+    let checks = Checks::new(request.clone());
+    let expr = "authorizer.group('').resource('pods').namespace('ns').check('create').allowed() \
+                && !authorizer.serviceAccount('ns', 'sa').path('/healthz').check('get').errored()";
+    // Unanswered: the checks fail the evaluation, and are recorded (both
+    // sides of `&&` are evaluated, as cel-go's error absorption wants).
+    assert_eq!(with_authorizer(&checks, || evaluate_bool(expr, &[])), Outcome::Error(PENDING.into()));
+    let pods = Check { verb: "create".into(), resource: "pods".into(), namespace: "ns".into(), ..Check::default() };
+    let healthz = Check { service_account: Some(("ns".into(), "sa".into())), verb: "get".into(), path: Some("/healthz".into()), ..Check::default() };
+    assert_eq!(checks.take_unanswered(), [pods.clone(), healthz.clone()]);
+    checks.answer(pods, Answer { allowed: true, ..Answer::default() });
+    checks.answer(healthz, Answer { allowed: false, reason: String::new(), error: "webhook down".into() });
+    assert_eq!(with_authorizer(&checks, || evaluate_bool(expr, &[])), Outcome::Bool(false));
+    assert!(checks.take_unanswered().is_empty());
+    // authorizer.requestResource is the request's resource check.
+    let expr = "authorizer.requestResource.subresource('scale').check('update').reason() == 'ok'";
+    assert_eq!(with_authorizer(&checks, || evaluate_bool(expr, &[])), Outcome::Error(PENDING.into()));
+    let scale = Check { verb: "update".into(), subresource: "scale".into(), ..request };
+    assert_eq!(checks.take_unanswered(), std::slice::from_ref(&scale));
+    checks.answer(scale, Answer { allowed: true, reason: "ok".into(), ..Answer::default() });
+    assert_eq!(with_authorizer(&checks, || evaluate_bool(expr, &[])), Outcome::Bool(true));
+    // Without with_authorizer, `authorizer` is not declared.
+    assert_eq!(evaluate_bool("authorizer.path('/').check('get').allowed()", &[]), Outcome::Unsupported);
+}
+
+#[test]
+fn an_authorization_check_costs_upstreams_350000() {
+    use super::super::authz::{with_authorizer, Answer, Check, Checks};
+    use super::super::{evaluate_bool, Outcome};
+    let checks = Checks::new(Check::default());
+    let asked = Check { verb: "get".into(), path: Some("/".into()), ..Check::default() };
+    checks.answer(asked, Answer { allowed: true, ..Answer::default() });
+    let one = "authorizer.path('/').check('get').allowed()";
+    assert_eq!(with_authorizer(&checks, || evaluate_bool(&format!("{one} && {one}"), &[])), Outcome::Bool(true));
+    // Three checks pass the per-call limit of 1000000.
+    let Outcome::Error(e) = with_authorizer(&checks, || evaluate_bool(&format!("{one} && {one} && {one}"), &[])) else {
+        panic!("three checks should pass the limit")
+    };
+    assert!(e.contains("actual cost limit exceeded"), "{e}");
+}
