@@ -27,6 +27,14 @@ pub const EXCESSIVE_ALIASING: &str = "document contains excessive aliasing";
 /// `body.len() + SLACK_NODES` nodes. Errors: serde_yaml's message, or
 /// exactly [`EXCESSIVE_ALIASING`].
 pub fn from_slice(body: &[u8]) -> Result<Value, String> {
+    match plain_block_mapping(body) {
+        Some(value) => Ok(value),
+        None => parsed(body),
+    }
+}
+
+/// [`from_slice`] by the YAML parser.
+fn parsed(body: &[u8]) -> Result<Value, String> {
     let budget = Cell::new(body.len().saturating_add(SLACK_NODES));
     let de = serde_yaml::Deserializer::from_slice(body);
     Budgeted(&budget).deserialize(de).map_err(|e| {
@@ -36,6 +44,131 @@ pub fn from_slice(body: &[u8]) -> Result<Value, String> {
             e.to_string()
         }
     })
+}
+
+/// How deep [`plain_block_mapping`] nests mappings before leaving the
+/// text to the YAML parser.
+const PLAIN_MAX_DEPTH: usize = 64;
+
+/// The value of a YAML text in the plain subset most large manifests
+/// (a ConfigMap's `data`, labels) are written in, read in one pass without
+/// the YAML parser, about as fast as JSON; `None` (and the YAML parser
+/// decides) for anything outside it.
+///
+/// The subset: block mappings only, indented with spaces, one entry per
+/// line (`key: value`, or `key:` followed by a more indented mapping, or by
+/// nothing: null); no blank line, comment, tab, carriage return, document
+/// marker, tag, anchor, quote or flow collection. Keys are words of
+/// `[A-Za-z0-9_./-]` starting with a letter; values are the same with single
+/// inner spaces allowed. Such a value is a string in YAML's core schema
+/// (what serde_yaml resolves plain scalars by) unless it is one of the
+/// null and boolean words, which are left to the parser, as are text that
+/// a number could start (a digit, a sign, a dot).
+fn plain_block_mapping(body: &[u8]) -> Option<Value> {
+    let mut p = Plain { b: body, i: 0 };
+    let value = p.mapping(0, 0)?;
+    (p.i == body.len()).then_some(value)
+}
+
+/// A cursor over a text in [`plain_block_mapping`]'s subset.
+struct Plain<'a> {
+    b: &'a [u8],
+    /// Next byte to read: always at the start of a line.
+    i: usize,
+}
+
+impl<'a> Plain<'a> {
+    /// Spaces at the start of the line at `self.i`; `None` at the end of
+    /// the text.
+    fn indent(&self) -> Option<usize> {
+        if self.i >= self.b.len() {
+            return None;
+        }
+        Some(self.b[self.i..].iter().take_while(|&&c| c == b' ').count())
+    }
+
+    /// The entries of a mapping whose keys are at column `column`.
+    fn mapping(&mut self, column: usize, depth: usize) -> Option<Value> {
+        if depth > PLAIN_MAX_DEPTH {
+            return None;
+        }
+        let mut map = Map::new();
+        while let Some(indent) = self.indent() {
+            if indent < column && !map.is_empty() {
+                break;
+            }
+            if indent != column {
+                return None;
+            }
+            self.i += indent;
+            let key = self.word(false)?;
+            if self.b.get(self.i) != Some(&b':') {
+                return None;
+            }
+            self.i += 1;
+            let value = match self.b.get(self.i) {
+                Some(b' ') => {
+                    self.i += 1;
+                    let v = self.word(true)?;
+                    self.end_of_line()?;
+                    Value::String(v.to_owned())
+                }
+                None | Some(b'\n') => {
+                    self.end_of_line()?;
+                    match self.indent() {
+                        Some(inner) if inner > column => self.mapping(inner, depth + 1)?,
+                        _ => Value::Null,
+                    }
+                }
+                Some(_) => return None,
+            };
+            map.insert(key.to_owned(), value);
+        }
+        if map.is_empty() {
+            return None;
+        }
+        Some(Value::Object(map))
+    }
+
+    /// A key (`spaces` false) or value word at `self.i`, which it passes.
+    fn word(&mut self, spaces: bool) -> Option<&'a str> {
+        let b: &'a [u8] = self.b;
+        let start = self.i;
+        if !b.get(start)?.is_ascii_alphabetic() {
+            return None;
+        }
+        let mut end = start;
+        while let Some(&c) = b.get(end) {
+            let inner_space = spaces && c == b' ' && b.get(end + 1).is_some_and(|n| is_word_byte(*n));
+            if !(is_word_byte(c) || inner_space) {
+                break;
+            }
+            end += 1;
+        }
+        let word = std::str::from_utf8(&b[start..end]).ok()?;
+        if matches!(word, "null" | "Null" | "NULL" | "true" | "True" | "TRUE" | "false" | "False" | "FALSE") {
+            return None;
+        }
+        self.i = end;
+        Some(word)
+    }
+
+    /// Passes the line break at `self.i` (or the end of the text).
+    fn end_of_line(&mut self) -> Option<()> {
+        match self.b.get(self.i) {
+            None => Some(()),
+            Some(b'\n') if self.b.get(self.i + 1) != Some(&b'\n') => {
+                self.i += 1;
+                Some(())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A byte of a word in [`plain_block_mapping`]'s subset.
+fn is_word_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'/' | b'-')
 }
 
 /// Builds a [`Value`] while counting down `0`.
@@ -153,6 +286,82 @@ mod tests {
             assert_eq!(ours, theirs, "{doc:?}");
         }
         assert_eq!(from_slice(b"a: [").unwrap_err().to_string(), serde_yaml::from_str::<Value>("a: [").unwrap_err().to_string());
+    }
+
+    #[test]
+    fn the_plain_subset_reads_like_the_parser_and_leaves_the_rest_to_it() {
+        let plain = [
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels:\n    app.kubernetes.io/name: web-1\ndata:\n  k0: v0\n  k1: a b c\n",
+            "a:\nb: c",
+            "a:\n    b:\n      c: d\n    e: f\ng: h\n",
+            "a: x\na: y\nb: z\n",
+            "a: yes\nb: on\nc: inf\nd: nan\ne: Infinity\nf: y\ng: No\n",
+            "a:\n",
+        ];
+        for doc in plain {
+            let fast = plain_block_mapping(doc.as_bytes()).unwrap_or_else(|| panic!("{doc:?} is in the subset"));
+            assert_eq!(Ok(fast), parsed(doc.as_bytes()), "{doc:?}");
+        }
+        let others = [
+            "", "\n", "a: b\n\nc: d\n", "a: b # c\n", "a: b \n", "a:  b\n", "a: 'b'\n", "a: \"b\"\n", "a: null\n",
+            "a: True\n", "null: a\n", "a: 1\n", "a: .5\n", "a: -b\n", "a: b\n  c\n", "a:\n- b\n", "a:\n  - b\n", "  a: b\n",
+            "a:\n    b: c\n  d: e\n", "a: b\r\n", "a:\tb\n", "---\na: b\n", "a: b\n...\n", "a: [b]\n", "a: &x b\nc: *x\n",
+            "a: !!str b\n", "a: b:c\n", "a b: c\n", "\u{feff}a: b\n", "a: é\n", "- a\n", "a", "a:b\n",
+        ];
+        for doc in others {
+            assert_eq!(plain_block_mapping(doc.as_bytes()), None, "{doc:?} is outside the subset");
+            assert_eq!(from_slice(doc.as_bytes()), parsed(doc.as_bytes()), "{doc:?}");
+        }
+        let deep = (0..=PLAIN_MAX_DEPTH + 1).map(|d| format!("{}k:\n", " ".repeat(d))).collect::<String>();
+        assert_eq!(plain_block_mapping(deep.as_bytes()), None);
+        assert!(parsed(deep.as_bytes()).is_ok());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 4096, failure_persistence: None, ..Default::default() })]
+
+        /// Texts made of the subset's pieces and of what leaves it: what the
+        /// one-pass reader accepts, the parser reads the same.
+        #[test]
+        fn random_texts_read_by_the_plain_subset_read_the_same_by_the_parser(
+            pieces in proptest::collection::vec(proptest::sample::select(vec![
+                "a", "b1", "k.z/w-_", "Null", "true", "yes", "x y", ":", ": ", " ", "  ", "\n", "\n  ", "\n    ", "-", "- ",
+                "#", " #", "\t", "'", "\"", "1", ".", "{", "[", "&", "*", "!", "~", "\r\n",
+            ]), 0..24),
+        ) {
+            let doc = pieces.concat();
+            if let Some(fast) = plain_block_mapping(doc.as_bytes()) {
+                proptest::prop_assert_eq!(Ok(fast), parsed(doc.as_bytes()), "{:?}", doc);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 4096, failure_persistence: None, ..Default::default() })]
+
+        /// Documents of `key: value` lines at random indents (most of them
+        /// in the subset, some not): the one-pass reader and the parser
+        /// agree on every one the reader accepts, and it accepts the
+        /// well-formed ones.
+        #[test]
+        fn random_block_mappings_read_the_same_both_ways(
+            lines in proptest::collection::vec((
+                0usize..4,
+                proptest::sample::select(vec!["a", "b", "k.z/w", "x-1", "true", "y"]),
+                proptest::sample::select(vec!["", " v", " v1 w", " no", " null", " 1", " a:b", " x #c", "  v", " v "]),
+            ), 1..12),
+        ) {
+            let doc: String = lines.iter().map(|(indent, key, value)| format!("{}{key}:{value}\n", "  ".repeat(*indent))).collect();
+            match plain_block_mapping(doc.as_bytes()) {
+                Some(fast) => proptest::prop_assert_eq!(Ok(fast), parsed(doc.as_bytes()), "{:?}", doc),
+                None => {
+                    let in_subset = lines.iter().all(|(_, k, v)| *k != "true" && matches!(*v, "" | " v" | " v1 w" | " no"))
+                        && lines[0].0 == 0
+                        && lines.windows(2).all(|w| w[1].0 <= w[0].0 || (w[1].0 == w[0].0 + 1 && w[0].2.is_empty()));
+                    proptest::prop_assert!(!in_subset, "{:?} is in the subset", doc);
+                }
+            }
+        }
     }
 
     #[test]

@@ -409,11 +409,34 @@ impl Drop for ApiServer {
 pub struct ProcSample {
     /// Resident set size, bytes (`VmRSS`).
     pub rss_bytes: u64,
-    /// User + system CPU time consumed so far, seconds.
+    /// User + system CPU time consumed so far by all its threads, seconds
+    /// (nanosecond resolution from the process's CPU-time clock; clock ticks
+    /// from `/proc/<pid>/stat` where that clock cannot be read).
     pub cpu_seconds: f64,
 }
 
-/// Reads `/proc/<pid>/status` (VmRSS) and `/proc/<pid>/stat` (utime + stime).
+/// The CPU time all threads of process `pid` have used so far (including
+/// threads that have exited), seconds, read from its CPU-time clock
+/// (`clock_getcpuclockid(3)`): nanosecond resolution, where
+/// `/proc/<pid>/stat` counts clock ticks (10 ms). `None` when the process
+/// is gone or the clock cannot be read.
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `clock` is a valid place for the clock id.
+    if unsafe { libc::clock_getcpuclockid(pid, &mut clock) } != 0 {
+        return None;
+    }
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid place for the time.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9)
+}
+
+/// Reads `/proc/<pid>/status` (VmRSS) and the CPU time used
+/// ([`process_cpu_seconds`], else `/proc/<pid>/stat`'s utime + stime).
 /// `None` when the process is gone.
 pub fn sample_proc(pid: u32) -> Option<ProcSample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -435,7 +458,7 @@ pub fn sample_proc(pid: u32) -> Option<ProcSample> {
     let ticks = if ticks > 0 { ticks as f64 } else { 100.0 };
     Some(ProcSample {
         rss_bytes: rss_kb * 1024,
-        cpu_seconds: (utime + stime) / ticks,
+        cpu_seconds: process_cpu_seconds(pid).unwrap_or((utime + stime) / ticks),
     })
 }
 
@@ -530,6 +553,25 @@ mod tests {
         assert!(s.rss_bytes > 0);
         assert!(s.cpu_seconds >= 0.0);
         assert!(sample_proc(u32::MAX).is_none());
+    }
+
+    #[test]
+    fn process_cpu_time_counts_other_threads_finer_than_clock_ticks() {
+        let pid = std::process::id();
+        let before = process_cpu_seconds(pid).expect("own CPU clock");
+        // About 2 ms of CPU on another thread: less than one clock tick.
+        std::thread::spawn(|| {
+            let t = std::time::Instant::now();
+            let mut x = 0u64;
+            while t.elapsed() < std::time::Duration::from_millis(2) {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        })
+        .join()
+        .expect("spinner");
+        let used = process_cpu_seconds(pid).expect("own CPU clock") - before;
+        assert!(used >= 0.0015 && used < 1.0, "{used}");
+        assert!(process_cpu_seconds(u32::MAX).is_none());
     }
 
     #[test]

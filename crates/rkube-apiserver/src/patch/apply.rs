@@ -22,12 +22,14 @@
 //! conflict, and keeps that annotation in sync (`lastappliedmanager.go`,
 //! `lastappliedupdater.go`).
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use super::fieldpath::{ignored_top_level, path_string, stripped_fields, FieldSet};
 use super::managed::{self, ManagedEntry, OPERATION_APPLY, OPERATION_UPDATE};
 use super::schema::{self, Shape};
-use super::typed::{compare, merge, remove_items, to_field_set, validate_applied};
+use super::typed::{compare, merge, merge_into_absent, remove_items, to_field_set, validate_applied};
 use super::{ApplyConflict, PatchError};
 
 /// Annotation kubectl's client-side apply keeps the applied configuration in.
@@ -156,8 +158,19 @@ pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchEr
         });
     }
 
+    // Creating the object (nothing live, so no other manager and no
+    // conflict to retry): the configuration is merged by value, unless
+    // kubectl's last-applied annotation is to be rewritten from it.
+    if live.is_none() && !(req.manager == "kubectl" && has_last_applied(&config)) {
+        // (`api_version` may borrow from the configuration moved here.)
+        let api_version = api_version.to_string();
+        let (mut result, entries) =
+            apply_once(Cow::Owned(config), None, &entries, shape, req, &api_version, req.force)?;
+        managed::encode(&mut result, entries);
+        return Ok(result);
+    }
     let first = apply_once(
-        &config,
+        Cow::Borrowed(&config),
         live.as_deref(),
         &entries,
         shape,
@@ -171,7 +184,7 @@ pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchEr
                 && conflicts_allowed_by_last_applied(&conflicts, live.as_deref(), shape) =>
         {
             apply_once(
-                &config,
+                Cow::Borrowed(&config),
                 live.as_deref(),
                 &entries,
                 shape,
@@ -189,9 +202,15 @@ pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchEr
     Ok(result)
 }
 
-/// One pass of merge, prune and conflict detection.
+/// Whether `config` carries kubectl's last-applied annotation.
+fn has_last_applied(config: &Value) -> bool {
+    config.pointer("/metadata/annotations").and_then(|a| a.get(LAST_APPLIED_ANNOTATION)).is_some()
+}
+
+/// One pass of merge, prune and conflict detection; a `config` given by
+/// value is merged into an absent object without being copied.
 fn apply_once(
-    config: &Value,
+    config: Cow<'_, Value>,
     live: Option<&Value>,
     entries: &[ManagedEntry],
     shape: &Shape,
@@ -202,7 +221,7 @@ fn apply_once(
     let strip = stripped_fields();
     let mut entries = entries.to_vec();
     let ignored = ignored_top_level("");
-    let new_set = to_field_set(config, shape)
+    let new_set = to_field_set(&config, shape)
         .difference(&strip)
         .without_top_level(ignored);
     let idx = entries
@@ -231,7 +250,10 @@ fn apply_once(
         }
     };
 
-    let mut merged = merge(live, config, shape);
+    let mut merged = match (live, config) {
+        (None, Cow::Owned(config)) => merge_into_absent(config, shape),
+        (live, config) => merge(live, &config, shape),
+    };
     // Prune what the applier let go of and nobody holds, keeping nodes that
     // still hold owned fields (the applier's previous set may name a map or
     // list itself, `"."`, where its new set names only the items: after

@@ -32,9 +32,12 @@ pub(crate) enum PathElement {
 }
 
 impl PathElement {
-    /// A field element.
+    /// A field element (with room for the `f:` of its `FieldsV1` key, so
+    /// [`PathElement::into_fields_v1_key`] needs no new allocation).
     pub(crate) fn field(name: &str) -> Self {
-        PathElement::Field(name.to_string())
+        let mut s = String::with_capacity(name.len() + 2);
+        s.push_str(name);
+        PathElement::Field(s)
     }
 
     /// A key element from `(name, value)` pairs (sorted here).
@@ -65,6 +68,17 @@ impl PathElement {
             PathElement::Key(k) => prefixed("k:", k),
             PathElement::Value(v) => prefixed("v:", v),
             PathElement::Index(i) => format!("i:{i}"),
+        }
+    }
+
+    /// [`PathElement::to_fields_v1_key`], reusing a field name's string.
+    pub(crate) fn into_fields_v1_key(self) -> String {
+        match self {
+            PathElement::Field(mut n) => {
+                n.insert_str(0, "f:");
+                n
+            }
+            other => other.to_fields_v1_key(),
         }
     }
 
@@ -286,29 +300,51 @@ impl FieldSet {
     }
 
     /// The `FieldsV1` JSON object.
+    #[cfg(test)]
     pub(crate) fn to_fields_v1(&self) -> Value {
-        if self.children.is_empty() {
+        self.clone().into_fields_v1()
+    }
+
+    /// The `FieldsV1` JSON object, made of the set's own strings: keys in
+    /// [`PathElement`] order, a node that is a member and has children
+    /// marked with `".": {}`.
+    pub(crate) fn into_fields_v1(self) -> Value {
+        let FieldSet { members, children } = self;
+        let mut m = Map::with_capacity(members.len() + children.len());
+        if children.is_empty() {
             // Members only (a map's keys, a leaf struct): already in order.
-            let mut m = Map::with_capacity(self.members.len());
-            for pe in &self.members {
-                m.insert(pe.to_fields_v1_key(), Value::Object(Map::new()));
+            for pe in members {
+                m.insert(pe.into_fields_v1_key(), Value::Object(Map::new()));
             }
             return Value::Object(m);
         }
-        let keys: BTreeSet<&PathElement> =
-            self.members.iter().chain(self.children.keys()).collect();
-        let mut m = Map::with_capacity(keys.len());
-        for pe in keys {
-            let mut node = Map::new();
-            if let Some(child) = self.children.get(pe) {
-                if self.members.contains(pe) {
-                    node.insert(".".to_string(), Value::Object(Map::new()));
+        // Both are sorted: joined in one pass.
+        let mut members = members.into_iter().peekable();
+        let mut children = children.into_iter().peekable();
+        loop {
+            let member_first = match (members.peek(), children.peek()) {
+                (None, None) => break,
+                (Some(pe), Some((child_pe, _))) => pe <= child_pe,
+                (member, _) => member.is_some(),
+            };
+            let (pe, node) = if member_first {
+                let Some(pe) = members.next() else { break };
+                match children.next_if(|(child_pe, _)| *child_pe == pe) {
+                    Some((_, child)) => {
+                        let mut node = Map::new();
+                        node.insert(".".to_string(), Value::Object(Map::new()));
+                        if let Value::Object(inner) = child.into_fields_v1() {
+                            node.extend(inner);
+                        }
+                        (pe, Value::Object(node))
+                    }
+                    None => (pe, Value::Object(Map::new())),
                 }
-                if let Value::Object(inner) = child.to_fields_v1() {
-                    node.extend(inner);
-                }
-            }
-            m.insert(pe.to_fields_v1_key(), Value::Object(node));
+            } else {
+                let Some((pe, child)) = children.next() else { break };
+                (pe, child.into_fields_v1())
+            };
+            m.insert(pe.into_fields_v1_key(), node);
         }
         Value::Object(m)
     }

@@ -67,21 +67,18 @@ impl ManagedEntry {
         s
     }
 
-    fn to_json(&self) -> Value {
+    fn into_json(self) -> Value {
         let mut m = Map::new();
-        m.insert("manager".into(), Value::String(self.manager.clone()));
-        m.insert("operation".into(), Value::String(self.operation.clone()));
-        m.insert("apiVersion".into(), Value::String(self.api_version.clone()));
-        if let Some(t) = &self.time {
-            m.insert("time".into(), Value::String(t.clone()));
+        m.insert("manager".into(), Value::String(self.manager));
+        m.insert("operation".into(), Value::String(self.operation));
+        m.insert("apiVersion".into(), Value::String(self.api_version));
+        if let Some(t) = self.time {
+            m.insert("time".into(), Value::String(t));
         }
         m.insert("fieldsType".into(), Value::String("FieldsV1".into()));
-        m.insert("fieldsV1".into(), self.fields.to_fields_v1());
+        m.insert("fieldsV1".into(), self.fields.into_fields_v1());
         if !self.subresource.is_empty() {
-            m.insert(
-                "subresource".into(),
-                Value::String(self.subresource.clone()),
-            );
+            m.insert("subresource".into(), Value::String(self.subresource));
         }
         Value::Object(m)
     }
@@ -164,7 +161,7 @@ pub(crate) fn encode(obj: &mut Value, mut entries: Vec<ManagedEntry>) {
     } else {
         meta.insert(
             "managedFields".into(),
-            Value::Array(entries.iter().map(ManagedEntry::to_json).collect()),
+            Value::Array(entries.into_iter().map(ManagedEntry::into_json).collect()),
         );
     }
 }

@@ -379,6 +379,38 @@ pub(crate) fn merge(lhs: Option<&Value>, rhs: &Value, shape: &Shape) -> Value {
     }
 }
 
+/// [`merge`] into an absent object (`merge(None, &rhs, shape)`, a create),
+/// taking `rhs` by value: its nodes are kept in place (`null` fields
+/// dropped, lists merged as [`merge`] does) instead of copied one by one.
+pub(crate) fn merge_into_absent(rhs: Value, shape: &Shape) -> Value {
+    match rhs {
+        Value::Object(mut r) if !shape.is_atomic_map() => {
+            r.retain(|_, v| !v.is_null());
+            for (k, v) in r.iter_mut() {
+                *v = merge_into_absent(std::mem::take(v), shape.child(k));
+            }
+            Value::Object(r)
+        }
+        Value::Array(r) if is_granular_list(shape) => Value::Array(merge_list(&[], &r, shape)),
+        other => without_nulls_owned(other),
+    }
+}
+
+/// [`without_nulls`], in place.
+fn without_nulls_owned(v: Value) -> Value {
+    match v {
+        Value::Object(mut m) => {
+            m.retain(|_, v| !v.is_null());
+            for v in m.values_mut() {
+                *v = without_nulls_owned(std::mem::take(v));
+            }
+            Value::Object(m)
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(without_nulls_owned).collect()),
+        other => other,
+    }
+}
+
 /// An atomic value as stored: `null` object fields mean "unset".
 fn without_nulls(v: &Value) -> Value {
     match v {

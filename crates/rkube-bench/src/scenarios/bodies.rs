@@ -7,10 +7,13 @@
 //! JSON, block YAML, JSON text sent as YAML, server-side apply (as
 //! `kubectl apply --server-side` sends it: JSON text typed
 //! `application/apply-patch+yaml`, and as block YAML), and a nested YAML body
-//! the server must refuse. The server's user + system CPU
-//! (`/proc/<pid>/stat`) is read before and after each run of
-//! [`REQUESTS_PER_RUN`] requests, sent one at a time, so a run's CPU per
-//! request has a resolution of one clock tick (10 ms) divided by that.
+//! the server must refuse. The server's CPU time (all threads, user +
+//! system, from its CPU-time clock: [`crate::procs::process_cpu_seconds`],
+//! nanosecond resolution) is read before and after each run of
+//! [`REQUESTS_PER_RUN`] requests, sent one at a time, with the bodies built
+//! beforehand and [`SETTLE`] of quiet after the last answer; what the idle
+//! server uses over the same time (measured for [`IDLE_SAMPLE`] before the
+//! first case) is taken off, so a run's figure is the requests' own CPU.
 //! A ConfigMap's data may hold at most 1 MiB (upstream's
 //! `ValidateConfigMap`), so bodies larger than that are decoded, validated
 //! and refused with 422 `FieldValueTooLong`: what a client sending a 3 MiB
@@ -19,7 +22,7 @@
 //! created object lacks some of the keys sent, or a refusal is not that
 //! one; it does not fail on the goal (the report says which cases miss it).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -35,6 +38,14 @@ const NS: &str = "bench-bodies";
 
 /// Requests per measured run (serial).
 pub const REQUESTS_PER_RUN: usize = 3;
+
+/// Quiet time after a run's last answer before the server's CPU is read
+/// again, so work finishing after the answer is sent is counted.
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// How long the idle server's own CPU use is measured (a quarter of it
+/// with `--quick`), after as long again for its start-up work to end.
+const IDLE_SAMPLE: Duration = Duration::from_secs(2);
 
 /// The CPU goal per request, seconds.
 pub const GOAL_CPU_SECONDS: f64 = 0.100;
@@ -167,6 +178,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         format!("Server CPU per request for a {} body (median of {runs} runs of {REQUESTS_PER_RUN})", fmt_bytes(bytes as u64)),
         &["case", "content type", "answer", "CPU per request", "p90", "latency", "goal ≤ 100 ms"],
     );
+    let idle_rate = idle_cpu_rate(server.pid(), if quick { IDLE_SAMPLE / 4 } else { IDLE_SAMPLE }).await?;
+    report.note(format!("The idle server used {:.2} ms of CPU per second; that much per second of each run is taken off its figure.", idle_rate * 1000.0));
     let mut missed = Vec::new();
     for case in CASES {
         let mut cpu = Vec::new();
@@ -174,15 +187,22 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         let mut latency = Vec::new();
         for run in 0..runs {
             let requests: Vec<_> = (0..REQUESTS_PER_RUN).map(|i| case.request(&format!("b{}-{run}-{i}", case as u8), bytes)).collect();
-            let before = sample_proc(server.pid()).ok_or_else(|| anyhow::anyhow!("the API server is gone"))?;
+            let mut answers = Vec::with_capacity(REQUESTS_PER_RUN);
+            let started = Instant::now();
+            let before = server_cpu(server.pid())?;
             for (method, path, body, keys) in requests {
                 let t = Instant::now();
                 let (code, answer) = api.send_raw(method, &path, body, case.content_type()).await?;
                 latency.push(t.elapsed().as_secs_f64());
+                answers.push((code, answer, keys));
+            }
+            tokio::time::sleep(SETTLE).await;
+            let used = server_cpu(server.pid())? - before;
+            let idle = idle_rate * started.elapsed().as_secs_f64();
+            cpu.push((used - idle).max(0.0) / REQUESTS_PER_RUN as f64);
+            for (code, answer, keys) in answers {
                 check_answer(case, data, code, &answer, keys)?;
             }
-            let after = sample_proc(server.pid()).ok_or_else(|| anyhow::anyhow!("the API server is gone"))?;
-            cpu.push((after.cpu_seconds - before.cpu_seconds).max(0.0) / REQUESTS_PER_RUN as f64);
             for i in 0..REQUESTS_PER_RUN {
                 if case.expected_code(data) == 201 {
                     let path = format!("/api/v1/namespaces/{NS}/configmaps/b{}-{run}-{i}", case as u8);
@@ -213,6 +233,22 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         report.note(format!("Goal of ≤ 100 ms of server CPU per request missed by: {}.", missed.join("; ")));
     }
     Ok(report)
+}
+
+/// The server's CPU time so far, seconds.
+fn server_cpu(pid: u32) -> anyhow::Result<f64> {
+    sample_proc(pid).map(|s| s.cpu_seconds).ok_or_else(|| anyhow::anyhow!("the API server is gone"))
+}
+
+/// CPU seconds per second the server uses while no request is sent,
+/// measured over `sample` after waiting as long.
+async fn idle_cpu_rate(pid: u32, sample: Duration) -> anyhow::Result<f64> {
+    tokio::time::sleep(sample).await;
+    let started = Instant::now();
+    let before = server_cpu(pid)?;
+    tokio::time::sleep(sample).await;
+    let used = server_cpu(pid)? - before;
+    Ok((used / started.elapsed().as_secs_f64()).max(0.0))
 }
 
 /// Fails unless `code` is what `case` expects for a ConfigMap of

@@ -297,3 +297,22 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Merging a configuration into nothing by value (a create) gives what
+    /// the copying merge gives, for every kind's shape.
+    #[test]
+    fn merging_into_nothing_by_value_is_the_copying_merge(config in arb_object(), kind in prop::sample::select(KINDS.to_vec())) {
+        let api_version = match kind {
+            "Deployment" => "apps/v1",
+            "Job" => "batch/v1",
+            _ => "v1",
+        };
+        let shape = crate::patch::schema::root_for(api_version, kind);
+        let copied = crate::patch::typed::merge(None, &config, shape);
+        let moved = crate::patch::typed::merge_into_absent(config, shape);
+        prop_assert_eq!(moved.to_string(), copied.to_string());
+    }
+}
