@@ -50,6 +50,11 @@ fn parsed(body: &[u8]) -> Result<Value, String> {
 /// text to the YAML parser.
 const PLAIN_MAX_DEPTH: usize = 64;
 
+/// The longest key [`plain_block_mapping`] reads itself (bytes, all ASCII): below libyaml's
+/// 1,024-character limit on plain keys (`scanner.c`, simple keys), past which the YAML
+/// parser refuses the document; longer keys are left to the parser.
+const PLAIN_MAX_KEY_LEN: usize = 1000;
+
 /// The value of a YAML text in the plain subset most large manifests
 /// (a ConfigMap's `data`, labels) are written in, read in one pass without
 /// the YAML parser, about as fast as JSON; `None` (and the YAML parser
@@ -102,6 +107,11 @@ impl<'a> Plain<'a> {
             }
             self.i += indent;
             let key = self.word(false)?;
+            // libyaml (and go-yaml) take a plain key only when its `:` comes within 1,024
+            // characters of its start; longer keys are the parser's to refuse.
+            if key.len() > PLAIN_MAX_KEY_LEN {
+                return None;
+            }
             if self.b.get(self.i) != Some(&b':') {
                 return None;
             }
@@ -312,6 +322,14 @@ mod tests {
             assert_eq!(plain_block_mapping(doc.as_bytes()), None, "{doc:?} is outside the subset");
             assert_eq!(from_slice(doc.as_bytes()), parsed(doc.as_bytes()), "{doc:?}");
         }
+        // Keys past libyaml's simple-key length: the parser refuses 1,025 characters.
+        for len in [PLAIN_MAX_KEY_LEN + 1, 1025, 2000] {
+            let doc = format!("{}: v\n", "k".repeat(len));
+            assert_eq!(plain_block_mapping(doc.as_bytes()), None, "key of {len}");
+            assert_eq!(from_slice(doc.as_bytes()), parsed(doc.as_bytes()), "key of {len}");
+        }
+        let long = format!("{}: v\n", "k".repeat(PLAIN_MAX_KEY_LEN));
+        assert_eq!(plain_block_mapping(long.as_bytes()).as_ref(), parsed(long.as_bytes()).ok().as_ref());
         let deep = (0..=PLAIN_MAX_DEPTH + 1).map(|d| format!("{}k:\n", " ".repeat(d))).collect::<String>();
         assert_eq!(plain_block_mapping(deep.as_bytes()), None);
         assert!(parsed(deep.as_bytes()).is_ok());

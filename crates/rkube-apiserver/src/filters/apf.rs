@@ -68,6 +68,9 @@ pub const FLOW_SCHEMA_UID_HEADER: &str = "X-Kubernetes-PF-FlowSchema-UID";
 pub const PRIORITY_LEVEL_UID_HEADER: &str = "X-Kubernetes-PF-PriorityLevel-UID";
 /// The mandatory FlowSchema and priority level of requests nothing else matches.
 pub const CATCH_ALL: &str = "catch-all";
+
+/// Upstream's mandatory configuration objects (FlowSchema and priority level of each name).
+const MANDATORY: [&str; 2] = ["exempt", CATCH_ALL];
 /// Default `nominalConcurrencyShares` of a Limited level (the v1 API's default).
 const DEFAULT_SHARES: i32 = 30;
 /// Default `queues` and `queueLengthLimit` (the v1 API's defaults).
@@ -192,11 +195,34 @@ impl FlowControl {
     /// PriorityLevelConfigurations (JSON objects as stored). Objects that do
     /// not decode are skipped with a warning. Levels whose settings did not
     /// change keep their queue and the requests holding their seats.
+    ///
+    /// The mandatory `exempt` and `catch-all` objects are filled in from the
+    /// bootstrap ones when missing, as upstream's configuration controller
+    /// does, so `system:masters` stays exempt whatever is deleted.
     pub fn install(&self, flow_schemas: &[Value], priority_levels: &[Value]) {
+        let (boot_schemas, boot_levels) = crate::flowcontrol::bootstrap_objects();
+        let with_mandatory = |objs: &[Value], boot: &[Value]| -> Vec<Value> {
+            let mut all = objs.to_vec();
+            for name in MANDATORY {
+                let named = |v: &Value| v["metadata"]["name"] == name;
+                if !objs.iter().any(named) {
+                    all.extend(boot.iter().find(|v| named(v)).cloned());
+                }
+            }
+            all
+        };
+        let flow_schemas = with_mandatory(flow_schemas, &boot_schemas);
+        let priority_levels = with_mandatory(priority_levels, &boot_levels);
         let plcs: Vec<fc::PriorityLevelConfiguration> = priority_levels
             .iter()
-            .filter_map(|v| match serde_json::from_value(v.clone()) {
-                Ok(p) => Some(p),
+            .filter_map(|v| match serde_json::from_value::<fc::PriorityLevelConfiguration>(v.clone()) {
+                // Upstream's validation requires `spec.type` Exempt or Limited; anything else is
+                // skipped rather than taken for exempt.
+                Ok(p) if p.spec.as_ref().is_some_and(|s| s.type_ == "Exempt" || s.type_ == "Limited") => Some(p),
+                Ok(p) => {
+                    tracing::warn!(name = ?p.metadata.name, "skipping a PriorityLevelConfiguration without spec.type Exempt or Limited");
+                    None
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "skipping a PriorityLevelConfiguration that does not decode");
                     None
@@ -495,6 +521,32 @@ mod tests {
         assert!(Arc::ptr_eq(&before, &after));
         let anyone = user("bob", &["system:authenticated"]);
         assert_eq!(class(&f, &anyone, "GET", "/version").0, "global-default");
+    }
+
+    #[test]
+    fn mandatory_objects_are_filled_in_and_levels_without_a_type_are_skipped() {
+        let f = FlowControl::new(600, None);
+        let (fs, pl) = crate::flowcontrol::bootstrap_objects();
+        let not_mandatory = |v: &Value| !matches!(v["metadata"]["name"].as_str(), Some("exempt" | "catch-all"));
+        let mut fs: Vec<Value> = fs.into_iter().filter(not_mandatory).collect();
+        let mut pl: Vec<Value> = pl.into_iter().filter(not_mandatory).collect();
+        // A level with no spec (or an unknown type) must not become exempt for what points at it.
+        pl.push(json!({"metadata": {"name": "typeless"}}));
+        pl.push(json!({"metadata": {"name": "odd"}, "spec": {"type": "Odd"}}));
+        for (name, level) in [("to-typeless", "typeless"), ("to-odd", "odd")] {
+            fs.push(json!({"metadata": {"name": name}, "spec": {"matchingPrecedence": 2,
+                "priorityLevelConfiguration": {"name": level},
+                "rules": [{"subjects": [{"kind": "User", "user": {"name": "mallory"}}],
+                           "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": true, "namespaces": ["*"]}]}]}}));
+        }
+        f.install(&with_uids(fs), &with_uids(pl));
+        let admin = user("admin", &["system:masters", "system:authenticated"]);
+        assert_eq!(class(&f, &admin, "GET", "/api/v1/pods"), ("exempt".into(), "exempt".into()));
+        let names: Vec<String> = f.levels().iter().map(|l| l.name.clone()).collect();
+        assert!(names.contains(&"catch-all".to_string()), "{names:?}");
+        assert!(!names.iter().any(|n| n == "typeless" || n == "odd"), "{names:?}");
+        let mallory = user("mallory", &["system:authenticated"]);
+        assert_eq!(class(&f, &mallory, "GET", "/api/v1/pods").1, "global-default");
     }
 
     #[test]

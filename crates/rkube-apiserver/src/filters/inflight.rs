@@ -189,13 +189,39 @@ pub async fn inflight_middleware(State(l): State<Arc<InflightLimiter>>, req: Req
 /// Waits in `pool`'s queue (tokio's semaphore serves waiters in order) for
 /// at most `wait`; `None` when the queue is full or the wait ran out.
 async fn queue_for_slot(pool: &Pool, sem: Arc<Semaphore>, wait: Duration) -> Option<OwnedSemaphorePermit> {
-    if pool.waiting.fetch_add(1, Ordering::AcqRel) >= QUEUE_LENGTH_LIMIT {
-        pool.waiting.fetch_sub(1, Ordering::AcqRel);
-        return None;
+    let _queued = Queued::enter(&pool.waiting, QUEUE_LENGTH_LIMIT, None)?;
+    tokio::time::timeout(wait, sem.acquire_owned()).await.ok().and_then(Result::ok)
+}
+
+/// A place in a queue: counted in `waiting` (and `gauge`) from [`Queued::enter`] until dropped,
+/// so a request whose client goes away while it waits (its future dropped mid-wait) leaves
+/// the queue as upstream's does, instead of holding its place for ever.
+struct Queued<'a> {
+    waiting: &'a AtomicUsize,
+    gauge: Option<&'a Gauge>,
+}
+
+impl<'a> Queued<'a> {
+    /// Takes a place unless `capacity` requests already wait (`None`).
+    fn enter(waiting: &'a AtomicUsize, capacity: usize, gauge: Option<&'a Gauge>) -> Option<Self> {
+        if waiting.fetch_add(1, Ordering::AcqRel) >= capacity {
+            waiting.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        if let Some(g) = gauge {
+            g.inc();
+        }
+        Some(Queued { waiting, gauge })
     }
-    let permit = tokio::time::timeout(wait, sem.acquire_owned()).await.ok().and_then(Result::ok);
-    pool.waiting.fetch_sub(1, Ordering::AcqRel);
-    permit
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        if let Some(g) = self.gauge {
+            g.dec();
+        }
+    }
 }
 
 /// Holds a priority level's seat (none for exempt levels) until the response
@@ -295,11 +321,9 @@ async fn queue_for_seat(
     wait: Duration,
     inqueue: &Gauge,
 ) -> Result<Taken, &'static str> {
-    if level.waiting.fetch_add(1, Ordering::AcqRel) >= level.queue_capacity {
-        level.waiting.fetch_sub(1, Ordering::AcqRel);
+    let Some(_queued) = Queued::enter(&level.waiting, level.queue_capacity, Some(inqueue)) else {
         return Err("queue-full");
-    }
-    inqueue.inc();
+    };
     let deadline = tokio::time::Instant::now() + wait;
     let first = tokio::time::timeout_at(deadline, async {
         tokio::select! {
@@ -317,7 +341,36 @@ async fn queue_for_seat(
         Ok(t) => t,
         Err(_) => None,
     };
-    inqueue.dec();
-    level.waiting.fetch_sub(1, Ordering::AcqRel);
     taken.ok_or("time-out")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request whose client goes away while it waits (its future dropped mid-wait) leaves
+    /// the queue: the count and the in-queue gauge go back, so the queue never fills with
+    /// requests that are gone.
+    #[tokio::test]
+    async fn a_dropped_waiter_leaves_the_queue() {
+        let pool = Pool::new(1);
+        let sem = Arc::new(Semaphore::new(0));
+        {
+            let wait = queue_for_slot(&pool, sem.clone(), Duration::from_secs(60));
+            tokio::pin!(wait);
+            assert!(futures::poll!(wait.as_mut()).is_pending());
+            assert_eq!(pool.waiting.load(Ordering::Acquire), 1);
+        }
+        assert_eq!(pool.waiting.load(Ordering::Acquire), 0);
+
+        let waiting = AtomicUsize::new(0);
+        let gauge = Gauge::default();
+        {
+            let queued = Queued::enter(&waiting, 1, Some(&gauge));
+            assert!(queued.is_some());
+            assert!(Queued::enter(&waiting, 1, Some(&gauge)).is_none(), "a full queue refuses");
+            assert_eq!((waiting.load(Ordering::Acquire), gauge.get()), (1, 1));
+        }
+        assert_eq!((waiting.load(Ordering::Acquire), gauge.get()), (0, 0));
+    }
 }
