@@ -214,19 +214,7 @@ const UPSTREAM_FUNCTIONS: &[&str] = &[
     "prefixLength",
     "named",
     "validate",
-    "dns1123Label",
-    "dns1123Subdomain",
-    "dns1035Label",
-    "qualifiedName",
-    "dns1123LabelPrefix",
-    "dns1123SubdomainPrefix",
-    "dns1035LabelPrefix",
-    "labelValue",
-    "uri",
-    "uuid",
-    "byte",
-    "date",
-    "datetime",
+    // format.<name>(): the names are super::formats::NAMES.
     "semver",
     "isSemver",
     "major",
@@ -352,6 +340,7 @@ fn undeclared(name: &str) -> String {
 fn known_function(name: &str) -> bool {
     !name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
         || UPSTREAM_FUNCTIONS.contains(&name)
+        || super::formats::NAMES.contains(&name)
         || super::declared(name)
 }
 
