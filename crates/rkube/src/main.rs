@@ -17,6 +17,24 @@ use rkube::{Command, SnapshotCommand};
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read once before `main` (jemalloc's `malloc_conf`
+/// global; the `_rjem_` prefix is tikv-jemalloc-sys's symbol prefix; a
+/// NUL-terminated C string, of which jemalloc reads the pointer, the first
+/// word of the slice). `_RJEM_MALLOC_CONF` in the environment still
+/// overrides it.
+///
+/// `oversize_threshold:0` turns off jemalloc 5.3's separate arena for
+/// allocations of 8 MiB and more, which gives their pages back at once
+/// (`madvise`) when they are freed: a large request body (a 3 MiB ConfigMap
+/// of 168,000 keys decodes into maps whose entry arrays pass 8 MiB) then
+/// paid for faulting in fresh zeroed pages for each one, about a fifth of
+/// its CPU time. Large allocations now come from the ordinary arenas and are
+/// purged by the background threads after `dirty_decay_ms` (10 s), so memory
+/// is still returned after a burst. Measured with `rkube bench bodies` (see
+/// BENCHMARKS.md).
+#[export_name = "_rjem_malloc_conf"]
+pub static MALLOC_CONF: &[u8] = b"oversize_threshold:0\0";
+
 fn main() -> std::process::ExitCode {
     let cli = rkube::parse();
     // One crypto provider (ring) for every TLS client and server in the process:
@@ -205,5 +223,23 @@ async fn ensure_default_storage_class(data_dir: &std::path::Path) -> anyhow::Res
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The options string is the one jemalloc reads: `opt.oversize_threshold`
+    /// is 0 (its default is 8 MiB) and the background threads are on.
+    #[test]
+    fn jemalloc_reads_the_options() {
+        // Any allocation initialises jemalloc before the options are read.
+        drop(vec![0u8; 64]);
+        // SAFETY: both names are jemalloc options of these types.
+        let threshold: usize = unsafe { tikv_jemalloc_ctl::raw::read(b"opt.oversize_threshold\0") }.expect("opt.oversize_threshold");
+        let background: bool = unsafe { tikv_jemalloc_ctl::raw::read(b"opt.background_thread\0") }.expect("opt.background_thread");
+        if std::env::var_os("_RJEM_MALLOC_CONF").is_none() {
+            assert_eq!(threshold, 0, "oversize_threshold from MALLOC_CONF");
+        }
+        assert!(background, "background threads");
     }
 }

@@ -309,8 +309,22 @@ impl FieldSet {
     /// [`PathElement`] order, a node that is a member and has children
     /// marked with `".": {}`.
     pub(crate) fn into_fields_v1(self) -> Value {
+        self.into_fields_v1_with(false)
+    }
+
+    /// [`FieldSet::into_fields_v1`] of a set whose parent is itself a member:
+    /// the object starts with `".": {}`.
+    fn into_fields_v1_marked(self) -> Value {
+        self.into_fields_v1_with(true)
+    }
+
+    fn into_fields_v1_with(self, marked: bool) -> Value {
         let FieldSet { members, children } = self;
-        let mut m = Map::with_capacity(members.len() + children.len());
+        // Sized once: a map's keys can be 100,000s of members.
+        let mut m = Map::with_capacity(members.len() + children.len() + usize::from(marked));
+        if marked {
+            m.insert(".".to_string(), Value::Object(Map::new()));
+        }
         if children.is_empty() {
             // Members only (a map's keys, a leaf struct): already in order.
             for pe in members {
@@ -330,14 +344,7 @@ impl FieldSet {
             let (pe, node) = if member_first {
                 let Some(pe) = members.next() else { break };
                 match children.next_if(|(child_pe, _)| *child_pe == pe) {
-                    Some((_, child)) => {
-                        let mut node = Map::new();
-                        node.insert(".".to_string(), Value::Object(Map::new()));
-                        if let Value::Object(inner) = child.into_fields_v1() {
-                            node.extend(inner);
-                        }
-                        (pe, Value::Object(node))
-                    }
+                    Some((_, child)) => (pe, child.into_fields_v1_marked()),
                     None => (pe, Value::Object(Map::new())),
                 }
             } else {
