@@ -17,6 +17,7 @@
 //! client's order. Custom resources, which upstream encodes as unstructured
 //! maps with sorted keys (`apiVersion` before `kind`), are not served yet.
 
+use serde::ser::SerializeMap;
 use serde_json::{Map, Value};
 
 /// What Go's `json.Encoder.Encode` writes after every value.
@@ -87,6 +88,293 @@ pub fn order_object_keys(obj: &mut Value) -> bool {
     moved
 }
 
+/// `obj` as compact JSON with its top-level and `metadata` keys in typed
+/// order: the bytes `serde_json::to_vec` writes for `obj` after
+/// [`order_object_keys`], without copying or changing `obj`. With
+/// `without_resource_version`, `metadata.resourceVersion` is left out, as
+/// objects are stored (the revision is the storage's, upstream's
+/// `APIObjectVersioner.PrepareObjectForStorage`). `hint`: expected size in
+/// bytes, to size the buffer once. Errors: serde_json's (only for a map key
+/// that is not a string, which a `Value` cannot hold).
+pub fn to_typed_json(obj: &Value, without_resource_version: bool, hint: usize) -> serde_json::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(hint);
+    serde_json::to_writer(&mut out, &TypedOrder { value: obj, without_resource_version })?;
+    Ok(out)
+}
+
+/// Serializes an object's top-level keys by [`top_rank`] and its `metadata`
+/// keys by [`meta_rank`] (stable), as [`order_object_keys`] orders them.
+struct TypedOrder<'a> {
+    value: &'a Value,
+    without_resource_version: bool,
+}
+
+impl serde::Serialize for TypedOrder<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Value::Object(map) = self.value else { return self.value.serialize(s) };
+        serialize_ranked(map, top_rank, s, |key, v, m| match (key, v) {
+            ("metadata", Value::Object(meta)) => m.serialize_entry(
+                key,
+                &MetaOrder { meta, without_resource_version: self.without_resource_version },
+            ),
+            _ => m.serialize_entry(key, v),
+        })
+    }
+}
+
+/// `metadata` keys in [`meta_rank`] order, `resourceVersion` left out on request.
+struct MetaOrder<'a> {
+    meta: &'a Map<String, Value>,
+    without_resource_version: bool,
+}
+
+impl serde::Serialize for MetaOrder<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serialize_ranked(self.meta, meta_rank, s, |key, v, m| {
+            if self.without_resource_version && key == "resourceVersion" {
+                return Ok(());
+            }
+            m.serialize_entry(key, v)
+        })
+    }
+}
+
+/// Writes `map`'s entries through `entry` in `rank` order, equal ranks in
+/// their present order (the order [`reorder`] gives).
+fn serialize_ranked<S: serde::Serializer, R: Ord>(
+    map: &Map<String, Value>,
+    rank: impl Fn(&str) -> R,
+    s: S,
+    entry: impl Fn(&str, &Value, &mut S::SerializeMap) -> Result<(), S::Error>,
+) -> Result<S::Ok, S::Error> {
+    let mut m = s.serialize_map(Some(map.len()))?;
+    let sorted = map.keys().zip(map.keys().skip(1)).all(|(a, b)| rank(a) <= rank(b));
+    if sorted {
+        for (k, v) in map {
+            entry(k, v, &mut m)?;
+        }
+    } else {
+        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+        entries.sort_by_key(|(k, _)| rank(k));
+        for (k, v) in entries {
+            entry(k, v, &mut m)?;
+        }
+    }
+    m.end()
+}
+
+/// An object's compact JSON read without building it: its top-level and
+/// `metadata` entries as slices of the input (`serde_json`'s `RawValue`), so
+/// a reader that needs a few fields of a large object, or to set its
+/// `metadata.resourceVersion`, does not decode and re-encode the rest.
+///
+/// [`RawObject::parse`] takes objects whose two upper levels are compact
+/// and in typed order, as [`to_typed_json`] writes them; callers decode in
+/// full when it returns `None`. For bytes [`to_typed_json`] wrote, a splice
+/// gives the bytes that decoding, changing and re-encoding would; spacing
+/// below those two levels is kept as it is.
+#[derive(Debug)]
+pub struct RawObject<'a> {
+    bytes: &'a [u8],
+    top: Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)>,
+    meta: Vec<(&'a str, &'a serde_json::value::RawValue)>,
+    meta_value: &'a serde_json::value::RawValue,
+}
+
+impl<'a> RawObject<'a> {
+    /// Reads `bytes`. `None` when they are not one JSON object, contain a
+    /// line break, lack a `metadata` object, repeat a top-level or
+    /// `metadata` key, spell a key of either level with escapes or with
+    /// space around it, or have their top-level or `metadata` keys out of typed
+    /// order ([`order_object_keys`]). Cost: one scan of the bytes; only the
+    /// keys of the two levels are kept.
+    pub fn parse(bytes: &'a [u8]) -> Option<Self> {
+        use serde::de::DeserializeSeed;
+        if bytes.contains(&b'\n') || bytes.contains(&b'\r') {
+            return None;
+        }
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let top: Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)> =
+            raw::Entries(std::marker::PhantomData).deserialize(&mut de).ok()?;
+        de.end().ok()?;
+        let meta_value = top.iter().find(|(k, _)| k == "metadata").map(|(_, v)| *v)?;
+        let mut de = serde_json::Deserializer::from_str(meta_value.get());
+        let meta_entries: Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)> =
+            raw::Entries(std::marker::PhantomData).deserialize(&mut de).ok()?;
+        let mut meta = Vec::with_capacity(meta_entries.len());
+        for (k, v) in meta_entries {
+            let std::borrow::Cow::Borrowed(k) = k else { return None };
+            meta.push((k, v));
+        }
+        let out = RawObject { bytes, top, meta, meta_value };
+        let in_order = |ranks: &mut dyn Iterator<Item = usize>| {
+            let ranks: Vec<usize> = ranks.collect();
+            ranks.windows(2).all(|w| w[0] <= w[1])
+        };
+        if !in_order(&mut out.top.iter().map(|(k, _)| top_rank(k) as usize))
+            || !in_order(&mut out.meta.iter().map(|(k, _)| meta_rank(k)))
+        {
+            return None;
+        }
+        let unique = |mut keys: Vec<&str>| {
+            keys.sort_unstable();
+            keys.windows(2).all(|w| w[0] != w[1])
+        };
+        if !unique(out.top.iter().map(|(k, _)| k.as_ref()).collect()) || !unique(out.meta.iter().map(|(k, _)| *k).collect()) {
+            return None;
+        }
+        // Each key of both levels sits right after `{` or `,` and right
+        // before `:` and its value, and metadata's closing brace right after
+        // a value: splices there stay compact.
+        let compact = |k: &str, v: &serde_json::value::RawValue| {
+            let at = out.offset(k);
+            matches!(bytes.get(at.wrapping_sub(2)), Some(b'{' | b','))
+                && bytes.get(at + k.len() + 1) == Some(&b':')
+                && out.offset(v.get()) == at + k.len() + 2
+        };
+        for (k, v) in &out.top {
+            let std::borrow::Cow::Borrowed(k) = k else { return None };
+            if !compact(k, v) {
+                return None;
+            }
+        }
+        if !out.meta.iter().all(|(k, v)| compact(k, v)) {
+            return None;
+        }
+        let close = out.offset(meta_value.get()) + meta_value.get().len() - 1;
+        if matches!(bytes.get(close - 1), Some(b' ' | b'\t')) {
+            return None;
+        }
+        Some(out)
+    }
+
+    /// Where `s`, a slice of the input, starts in it.
+    fn offset(&self, s: &str) -> usize {
+        s.as_ptr() as usize - self.bytes.as_ptr() as usize
+    }
+
+    /// A top-level entry's JSON text.
+    pub fn get(&self, key: &str) -> Option<&'a serde_json::value::RawValue> {
+        self.top.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    /// The top-level keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.top.iter().map(|(k, _)| k.as_ref())
+    }
+
+    /// A `metadata` entry's JSON text.
+    pub fn meta(&self, key: &str) -> Option<&'a serde_json::value::RawValue> {
+        self.meta.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+
+    /// A `metadata` entry that is a JSON string, decoded.
+    pub fn meta_str(&self, key: &str) -> Option<String> {
+        self.meta(key).and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+    }
+
+    /// The bytes with `metadata.resourceVersion` set to `rv`, spliced in
+    /// where [`order_object_keys`] puts it (or its old value replaced):
+    /// the bytes decoding, setting it and [`to_typed_json`] give. `None`
+    /// when it already has that value.
+    pub fn with_resource_version(&self, rv: &str) -> Option<Vec<u8>> {
+        let quoted = serde_json::to_string(rv).unwrap_or_default();
+        let (at, end, text) = match self.meta("resourceVersion") {
+            Some(old) if serde_json::from_str::<String>(old.get()).ok().as_deref() == Some(rv) => return None,
+            Some(old) => {
+                let at = self.offset(old.get());
+                (at, at + old.get().len(), quoted)
+            }
+            None => {
+                let rank = meta_rank("resourceVersion");
+                match self.meta.iter().find(|(k, _)| meta_rank(k) > rank) {
+                    // Before the key's opening quote.
+                    Some((k, _)) => {
+                        let at = self.offset(k) - 1;
+                        (at, at, format!("\"resourceVersion\":{quoted},"))
+                    }
+                    None => {
+                        let at = self.offset(self.meta_value.get()) + self.meta_value.get().len() - 1;
+                        let sep = if self.meta.is_empty() { "" } else { "," };
+                        (at, at, format!("{sep}\"resourceVersion\":{quoted}"))
+                    }
+                }
+            }
+        };
+        let mut out = Vec::with_capacity(self.bytes.len() - (end - at) + text.len());
+        out.extend_from_slice(&self.bytes[..at]);
+        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(&self.bytes[end..]);
+        Some(out)
+    }
+}
+
+/// Deserializers for [`RawObject`]: an object's entries as borrowed keys and
+/// raw values.
+mod raw {
+    use std::borrow::Cow;
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
+    use serde_json::value::RawValue;
+
+    /// The entries of a JSON object, keys borrowed when they have no escapes.
+    pub(super) struct Entries<'a>(pub(super) PhantomData<&'a ()>);
+
+    impl<'de> DeserializeSeed<'de> for Entries<'de> {
+        type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+
+        fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
+            de.deserialize_map(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Entries<'de> {
+        type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(k) = map.next_key_seed(Key)? {
+                let v: &'de RawValue = map.next_value()?;
+                out.push((k, v));
+            }
+            Ok(out)
+        }
+    }
+
+    /// A key, borrowed from the input when it can be.
+    struct Key;
+
+    impl<'de> DeserializeSeed<'de> for Key {
+        type Value = Cow<'de, str>;
+
+        fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
+            de.deserialize_str(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Key {
+        type Value = Cow<'de, str>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+
+        fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(v))
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Cow::Owned(v.to_string()))
+        }
+    }
+}
+
 /// `value` serialized as a response body: compact JSON followed by
 /// [`JSON_TERMINATOR`], as `json.Encoder` writes it.
 pub fn to_json_body<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<Vec<u8>> {
@@ -132,4 +420,154 @@ mod tests {
     fn bodies_end_with_a_newline() {
         assert_eq!(to_json_body(&json!({"kind": "Status"})).unwrap(), b"{\"kind\":\"Status\"}\n");
     }
+
+    /// `order_object_keys` on a copy, `resourceVersion` removed on request,
+    /// then `to_vec`: what [`to_typed_json`] must equal.
+    fn by_copy(obj: &Value, without_rv: bool) -> Vec<u8> {
+        let mut copy = obj.clone();
+        if without_rv {
+            if let Some(Value::Object(meta)) = copy.get_mut("metadata") {
+                meta.shift_remove("resourceVersion");
+            }
+        }
+        order_object_keys(&mut copy);
+        serde_json::to_vec(&copy).unwrap()
+    }
+
+    /// What a full decode, `resourceVersion` set, reorder and encode give.
+    fn by_decoding(bytes: &[u8], rv: &str) -> Vec<u8> {
+        let mut v: Value = serde_json::from_slice(bytes).unwrap();
+        let meta = v.as_object_mut().unwrap().entry("metadata").or_insert_with(|| json!({}));
+        meta.as_object_mut().unwrap().insert("resourceVersion".into(), json!(rv));
+        order_object_keys(&mut v);
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn typed_json_orders_without_copying_and_can_leave_out_the_resource_version() {
+        let obj = json!({"data": {"b": "1"}, "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"labels": {"a": "b"}, "resourceVersion": "9", "name": "x"}});
+        assert_eq!(
+            to_typed_json(&obj, false, 0).unwrap(),
+            br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x","resourceVersion":"9","labels":{"a":"b"}},"data":{"b":"1"}}"#
+        );
+        assert_eq!(
+            to_typed_json(&obj, true, 0).unwrap(),
+            br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x","labels":{"a":"b"}},"data":{"b":"1"}}"#
+        );
+        assert_eq!(to_typed_json(&json!([1]), true, 0).unwrap(), b"[1]");
+        assert_eq!(to_typed_json(&json!({"metadata": 3}), true, 0).unwrap(), br#"{"metadata":3}"#);
+    }
+
+    #[test]
+    fn raw_object_splices_the_resource_version_where_order_object_keys_puts_it() {
+        let cases: &[&[u8]] = &[
+            br#"{"kind":"ConfigMap","metadata":{"name":"x","uid":"u","creationTimestamp":"t"},"data":{}}"#,
+            br#"{"metadata":{"name":"x"}}"#,
+            br#"{"metadata":{}}"#,
+            br#"{"metadata":{"labels":{"a":"b"},"managedFields":[]},"spec":{"x":[1,2]}}"#,
+            br#"{"metadata":{"name":"x","resourceVersion":"3","labels":{}},"status":{}}"#,
+            br#"{"metadata":{"name":"x","zz":1}}"#,
+        ];
+        for bytes in cases {
+            let raw = RawObject::parse(bytes).unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(bytes)));
+            let spliced = raw.with_resource_version("42").unwrap();
+            assert_eq!(String::from_utf8(spliced).unwrap(), String::from_utf8(by_decoding(bytes, "42")).unwrap());
+        }
+        let same = br#"{"metadata":{"name":"x","resourceVersion":"42"}}"#;
+        assert!(RawObject::parse(same).unwrap().with_resource_version("42").is_none(), "already set");
+        let raw = RawObject::parse(cases[0]).unwrap();
+        assert_eq!(raw.meta_str("name").as_deref(), Some("x"));
+        assert_eq!(raw.get("data").map(|v| v.get()), Some("{}"));
+        assert_eq!(raw.keys().collect::<Vec<_>>(), ["kind", "metadata", "data"]);
+    }
+
+    #[test]
+    fn raw_object_refuses_what_a_splice_would_get_wrong() {
+        let refused: &[&[u8]] = &[
+            b"[1]",
+            b"{\"metadata\":{}} x",
+            br#"{"kind":"Pod"}"#,
+            br#"{"metadata":[]}"#,
+            br#"{"metadata":{"name":"a","name":"b"}}"#,
+            br#"{"metadata":{},"metadata":{}}"#,
+            br#"{"metadata":{"na\u006de":"a"}}"#,
+            br#"{"metadata":{"labels":{},"name":"a"}}"#,
+            br#"{"status":{},"metadata":{}}"#,
+            br#"{"metadata":{"name": "a"}}"#,
+            br#"{"metadata":{"name":"a" }}"#,
+            br#"{ "metadata":{}}"#,
+            b"{\"metadata\":{\"name\":\"a\"},\n\"x\":1}",
+        ];
+        for bytes in refused {
+            assert!(RawObject::parse(bytes).is_none(), "{}", String::from_utf8_lossy(bytes));
+        }
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn scalar() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(|n| json!(n)),
+                "[a-z\"\\\\ é\n]{0,6}".prop_map(Value::String),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            scalar().prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    prop::collection::vec(("[a-z]{1,4}", inner), 0..4)
+                        .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+                ]
+            })
+        }
+
+        /// Keys of either level, typed ones among others, in any order.
+        fn key(known: &'static [&'static str]) -> impl Strategy<Value = String> {
+            prop_oneof![prop::sample::select(known).prop_map(str::to_string), "[a-z]{1,3}"]
+        }
+
+        fn object() -> impl Strategy<Value = Value> {
+            let meta = prop::collection::vec((key(OBJECT_META_ORDER), value()), 0..6);
+            let top = prop::collection::vec((key(&["kind", "apiVersion", "spec", "status", "data"]), value()), 0..5);
+            (meta, top, any::<bool>()).prop_map(|(meta, top, meta_first)| {
+                let meta: Map<String, Value> = meta.into_iter().collect();
+                let mut m = Map::new();
+                if meta_first {
+                    m.insert("metadata".into(), Value::Object(meta.clone()));
+                }
+                for (k, v) in top {
+                    m.insert(k, v);
+                }
+                m.insert("metadata".into(), Value::Object(meta));
+                Value::Object(m)
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn typed_json_is_the_copy_reordered(obj in object(), without_rv in any::<bool>()) {
+                prop_assert_eq!(to_typed_json(&obj, without_rv, 0).unwrap(), by_copy(&obj, without_rv));
+            }
+
+            #[test]
+            fn a_splice_gives_the_bytes_of_a_full_decode(obj in object(), rv in 1u64..100_000) {
+                let bytes = to_typed_json(&obj, false, 0).unwrap();
+                let raw = RawObject::parse(&bytes);
+                prop_assert!(raw.is_some(), "typed JSON is always read: {}", String::from_utf8_lossy(&bytes));
+                let rv = rv.to_string();
+                let want = by_decoding(&bytes, &rv);
+                match raw.unwrap().with_resource_version(&rv) {
+                    Some(spliced) => prop_assert_eq!(String::from_utf8(spliced).unwrap(), String::from_utf8(want).unwrap()),
+                    None => prop_assert_eq!(bytes, want),
+                }
+            }
+        }
+    }
+
 }

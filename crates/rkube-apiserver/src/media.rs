@@ -315,7 +315,6 @@ fn has_negative_zero(value: &Value) -> bool {
 /// kube-apiserver's `json.Encoder` writes it: [`rkube_api::wire::to_json_body`])
 /// or YAML.
 pub fn respond(code: u16, output: Output, value: &Value) -> Response {
-    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
     let (body, ctype) = match output {
         Output::Table(v) if value.get("kind").and_then(Value::as_str) == Some("Table") => {
             match rkube_api::wire::to_json_body(value) {
@@ -341,6 +340,12 @@ pub fn respond(code: u16, output: Output, value: &Value) -> Response {
             Err(e) => return ApiError::internal(e).into_response(),
         },
     };
+    respond_bytes(code, body, ctype)
+}
+
+/// A response of `code` with an encoded `body` of type `ctype`.
+pub fn respond_bytes(code: u16, body: Vec<u8>, ctype: &'static str) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
     let mut resp = (status, body).into_response();
     resp.headers_mut().insert("content-type", HeaderValue::from_static(ctype));
     resp

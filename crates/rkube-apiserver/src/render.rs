@@ -48,6 +48,19 @@ pub fn partial_metadata(obj: &Value) -> Value {
 /// go in typed order ([`rkube_api::wire::order_object_keys`]), also for
 /// objects never stored (dry runs).
 pub fn object(info: &ResourceInfo, r: Render, code: u16, obj: &Value, warnings: &[String]) -> Response {
+    if matches!(r.output, Output::Json) {
+        // Written in typed order straight from `obj`, without a copy.
+        return with_warnings(
+            match rkube_api::wire::to_typed_json(obj, false, 4096) {
+                Ok(mut body) => {
+                    body.push(rkube_api::wire::JSON_TERMINATOR);
+                    media::respond_bytes(code, body, "application/json")
+                }
+                Err(e) => axum::response::IntoResponse::into_response(crate::error::ApiError::internal(e)),
+            },
+            warnings,
+        );
+    }
     let body = match r.output {
         Output::Table(v) => table(info, v, std::slice::from_ref(obj), r.include, None),
         Output::PartialMetadata => partial_metadata(obj),
@@ -58,6 +71,30 @@ pub fn object(info: &ResourceInfo, r: Render, code: u16, obj: &Value, warnings: 
         }
     };
     with_warnings(media::respond(code, r.output, &body), warnings)
+}
+
+/// [`object`] of `obj` just written as `stored` (its storage bytes, which
+/// lack `metadata.resourceVersion`) at `resource_version`. A JSON answer
+/// for a resource stored in the form it is served in is `stored` with the
+/// resourceVersion spliced in ([`rkube_api::wire::RawObject`]): the same
+/// bytes as encoding `obj` again, without a second encoding.
+pub fn stored_object(
+    info: &ResourceInfo,
+    r: Render,
+    code: u16,
+    obj: &Value,
+    stored: &[u8],
+    resource_version: i64,
+    warnings: &[String],
+) -> Response {
+    if matches!(r.output, Output::Json) && info.conversion.is_none() {
+        if let Some(raw) = rkube_api::wire::RawObject::parse(stored) {
+            let mut body = raw.with_resource_version(&resource_version.to_string()).unwrap_or_else(|| stored.to_vec());
+            body.push(rkube_api::wire::JSON_TERMINATOR);
+            return with_warnings(media::respond_bytes(code, body, "application/json"), warnings);
+        }
+    }
+    object(info, r, code, obj, warnings)
 }
 
 /// Renders a list: `list_meta` is the list's `metadata` (resourceVersion, continue, ...).
@@ -94,4 +131,30 @@ pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
         }
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body(resp: Response) -> Vec<u8> {
+        axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap().to_vec()
+    }
+
+    /// The answer spliced from the stored bytes is the answer encoded from
+    /// the object.
+    #[tokio::test]
+    async fn a_stored_object_answers_the_bytes_of_its_encoding() {
+        let info = rkube_api::registry::lookup("", "v1", "configmaps").unwrap();
+        let r = Render { output: Output::Json, include: IncludeObjectPolicy::default() };
+        let mut obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "d", "uid": "u", "creationTimestamp": "t", "labels": {"x": "y"}},
+            "data": {"k": "v \" é"}});
+        let stored = crate::handlers::encode_for_storage(&obj).unwrap();
+        crate::source::set_resource_version(&mut obj, 17);
+        let want = body(object(info, r, 201, &obj, &[])).await;
+        let got = body(stored_object(info, r, 201, &obj, &stored, 17, &["w".into()])).await;
+        assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want.clone()).unwrap());
+        assert!(want.ends_with(b"\"resourceVersion\":\"17\",\"creationTimestamp\":\"t\",\"labels\":{\"x\":\"y\"}},\"data\":{\"k\":\"v \\\" \xc3\xa9\"}}\n"));
+    }
 }

@@ -63,12 +63,14 @@ const PLAIN_MAX_KEY_LEN: usize = 1000;
 /// The subset: block mappings only, indented with spaces, one entry per
 /// line (`key: value`, or `key:` followed by a more indented mapping, or by
 /// nothing: null); no blank line, comment, tab, carriage return, document
-/// marker, tag, anchor, quote or flow collection. Keys are words of
+/// marker, tag, anchor or flow collection. Keys are words of
 /// `[A-Za-z0-9_./-]` starting with a letter; values are the same with single
 /// inner spaces allowed. Such a value is a string in YAML's core schema
 /// (what serde_yaml resolves plain scalars by) unless it is one of the
 /// null and boolean words, which are left to the parser, as are text that
-/// a number could start (a digit, a sign, a dot).
+/// a number could start (a digit, a sign, a dot). A key or value may also
+/// be quoted (`"..."` or `'...'`) on one line, with printable ASCII and no
+/// escape inside: a string as written.
 fn plain_block_mapping(body: &[u8]) -> Option<Value> {
     let mut p = Plain { b: body, i: 0 };
     let value = p.mapping(0, 0)?;
@@ -106,10 +108,11 @@ impl<'a> Plain<'a> {
                 return None;
             }
             self.i += indent;
-            let key = self.word(false)?;
-            // libyaml (and go-yaml) take a plain key only when its `:` comes within 1,024
+            let key_start = self.i;
+            let key = self.scalar(false)?;
+            // libyaml (and go-yaml) take a simple key only when its `:` comes within 1,024
             // characters of its start; longer keys are the parser's to refuse.
-            if key.len() > PLAIN_MAX_KEY_LEN {
+            if self.i - key_start > PLAIN_MAX_KEY_LEN {
                 return None;
             }
             if self.b.get(self.i) != Some(&b':') {
@@ -119,7 +122,7 @@ impl<'a> Plain<'a> {
             let value = match self.b.get(self.i) {
                 Some(b' ') => {
                     self.i += 1;
-                    let v = self.word(true)?;
+                    let v = self.scalar(true)?;
                     self.end_of_line()?;
                     Value::String(v.to_owned())
                 }
@@ -138,6 +141,32 @@ impl<'a> Plain<'a> {
             return None;
         }
         Some(Value::Object(map))
+    }
+
+    /// A key (`spaces` false) or value at `self.i`, which it passes: a
+    /// word, or a quoted scalar on one line.
+    fn scalar(&mut self, spaces: bool) -> Option<&'a str> {
+        match self.b.get(self.i)? {
+            b'"' | b'\'' => self.quoted(),
+            _ => self.word(spaces),
+        }
+    }
+
+    /// A single- or double-quoted scalar at `self.i` whose text is printable
+    /// ASCII with no escape (no `\\` in double quotes, no `''` in single
+    /// ones) and no line break, which it passes; its text, a string
+    /// whatever it reads like (quoted scalars are not resolved).
+    fn quoted(&mut self) -> Option<&'a str> {
+        let b: &'a [u8] = self.b;
+        let quote = b[self.i];
+        let start = self.i + 1;
+        let len = b[start..].iter().position(|&c| c == quote || !(0x20..0x7f).contains(&c) || (quote == b'"' && c == b'\\'))?;
+        let end = start + len;
+        if b[end] != quote || (quote == b'\'' && b.get(end + 1) == Some(&b'\'')) {
+            return None;
+        }
+        self.i = end + 1;
+        std::str::from_utf8(&b[start..end]).ok()
     }
 
     /// A key (`spaces` false) or value word at `self.i`, which it passes.
@@ -307,13 +336,16 @@ mod tests {
             "a: x\na: y\nb: z\n",
             "a: yes\nb: on\nc: inf\nd: nan\ne: Infinity\nf: y\ng: No\n",
             "a:\n",
+            "a: 'b'\n", "a: \"b\"\n", "\"k0\": \"v0\"\n'k1': 'v # 1'\n", "a: \"1\"\nb: 'null'\nc: \"\"\nd: ''\n",
+            "\"a b\":\n  'c\\d': \"e'f\"\n",
         ];
         for doc in plain {
             let fast = plain_block_mapping(doc.as_bytes()).unwrap_or_else(|| panic!("{doc:?} is in the subset"));
             assert_eq!(Ok(fast), parsed(doc.as_bytes()), "{doc:?}");
         }
         let others = [
-            "", "\n", "a: b\n\nc: d\n", "a: b # c\n", "a: b \n", "a:  b\n", "a: 'b'\n", "a: \"b\"\n", "a: null\n",
+            "", "\n", "a: b\n\nc: d\n", "a: b # c\n", "a: b \n", "a:  b\n", "a: 'b' \n", "a: \"b\\n\"\n", "a: null\n",
+            "a: 'b''c'\n", "a: \"b\n c\"\n", "a: 'b\n", "\"a\":b\n", "a: \"é\"\n", "a: \"b\"c\n", "a: 'b\tc'\n",
             "a: True\n", "null: a\n", "a: 1\n", "a: .5\n", "a: -b\n", "a: b\n  c\n", "a:\n- b\n", "a:\n  - b\n", "  a: b\n",
             "a:\n    b: c\n  d: e\n", "a: b\r\n", "a:\tb\n", "---\na: b\n", "a: b\n...\n", "a: [b]\n", "a: &x b\nc: *x\n",
             "a: !!str b\n", "a: b:c\n", "a b: c\n", "\u{feff}a: b\n", "a: é\n", "- a\n", "a", "a:b\n",
@@ -345,6 +377,7 @@ mod tests {
             pieces in proptest::collection::vec(proptest::sample::select(vec![
                 "a", "b1", "k.z/w-_", "Null", "true", "yes", "x y", ":", ": ", " ", "  ", "\n", "\n  ", "\n    ", "-", "- ",
                 "#", " #", "\t", "'", "\"", "1", ".", "{", "[", "&", "*", "!", "~", "\r\n",
+                "'q'", "\"q\"", "\"a b\"", "''", "\"\"", "\"\\n\"", "'a''b'", "\"#\"", "'1'", "\\",
             ]), 0..24),
         ) {
             let doc = pieces.concat();
@@ -365,15 +398,15 @@ mod tests {
         fn random_block_mappings_read_the_same_both_ways(
             lines in proptest::collection::vec((
                 0usize..4,
-                proptest::sample::select(vec!["a", "b", "k.z/w", "x-1", "true", "y"]),
-                proptest::sample::select(vec!["", " v", " v1 w", " no", " null", " 1", " a:b", " x #c", "  v", " v "]),
+                proptest::sample::select(vec!["a", "b", "k.z/w", "x-1", "true", "y", "\"q\"", "'s t'"]),
+                proptest::sample::select(vec!["", " v", " v1 w", " no", " null", " 1", " a:b", " x #c", "  v", " v ", " \"1\"", " 'a: b'", " \"x\\\"y\"", " 'it''s'"]),
             ), 1..12),
         ) {
             let doc: String = lines.iter().map(|(indent, key, value)| format!("{}{key}:{value}\n", "  ".repeat(*indent))).collect();
             match plain_block_mapping(doc.as_bytes()) {
                 Some(fast) => proptest::prop_assert_eq!(Ok(fast), parsed(doc.as_bytes()), "{:?}", doc),
                 None => {
-                    let in_subset = lines.iter().all(|(_, k, v)| *k != "true" && matches!(*v, "" | " v" | " v1 w" | " no"))
+                    let in_subset = lines.iter().all(|(_, k, v)| *k != "true" && matches!(*v, "" | " v" | " v1 w" | " no" | " \"1\"" | " 'a: b'"))
                         && lines[0].0 == 0
                         && lines.windows(2).all(|w| w[1].0 <= w[0].0 || (w[1].0 == w[0].0 + 1 && w[0].2.is_empty()));
                     proptest::prop_assert!(!in_subset, "{:?} is in the subset", doc);

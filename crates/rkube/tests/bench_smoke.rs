@@ -358,12 +358,15 @@ fn bench_bodies_quick_reports_cpu_per_request_for_every_encoding() {
         .filter(|m| m["name"] == "bodies/cpu_per_request")
         .filter_map(|m| m["labels"]["case"].as_str())
         .collect();
-    assert_eq!(cases.len(), 6, "{cases:?}");
-    assert!(
-        cases.contains(&"server-side apply, JSON text (kubectl)")
-            && cases.contains(&"create, nested YAML (refused)"),
-        "{cases:?}"
-    );
+    assert_eq!(cases.len(), 8, "{cases:?}");
+    for case in [
+        "server-side apply, JSON text (kubectl)",
+        "create, nested YAML (refused)",
+        "create, JSON, 1 MiB of data (accepted)",
+        "create, block YAML, quoted scalars",
+    ] {
+        assert!(cases.contains(&case), "{case} missing from {cases:?}");
+    }
 }
 
 #[test]

@@ -143,12 +143,12 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         let name = object::name(&obj).to_string();
         let key = ctx.key(&name);
         let bytes = encode_stored(&ctx.st, info, &obj).await?;
-        match ctx.st.storage.create(&key, bytes).await {
+        match ctx.st.storage.create(&key, bytes.clone()).await {
             Ok(kv) => {
                 trace::step(steps::STORED);
                 set_resource_version(&mut obj, kv.mod_revision);
                 trace::step(steps::ABOUT_TO_WRITE);
-                return Ok(render::object(info, ctx.render, 201, &obj, &warnings));
+                return Ok(render::stored_object(info, ctx.render, 201, &obj, &bytes, kv.mod_revision, &warnings));
             }
             Err(rkube_storage::StorageError::AlreadyExists { .. })
                 if generated && attempts < GENERATE_NAME_ATTEMPTS =>

@@ -4,10 +4,13 @@
 //!
 //! One API server runs. Each case sends a ConfigMap of `--sizes` bytes
 //! (default just under 3 MiB: a `data` map of short keys) with one encoding:
-//! JSON, block YAML, JSON text sent as YAML, server-side apply (as
+//! JSON, block YAML (plain and quoted scalars), JSON text sent as YAML,
+//! server-side apply (as
 //! `kubectl apply --server-side` sends it: JSON text typed
 //! `application/apply-patch+yaml`, and as block YAML), and a nested YAML body
-//! the server must refuse. The server's CPU time (all threads, user +
+//! the server must refuse; and one JSON ConfigMap as large as a ConfigMap
+//! may be (1 MiB of values), which the server stores, caches and answers.
+//! The server's CPU time (all threads, user +
 //! system, from its CPU-time clock: [`crate::procs::process_cpu_seconds`],
 //! nanosecond resolution) is read before and after each run of
 //! [`REQUESTS_PER_RUN`] requests, sent one at a time, with the bodies built
@@ -60,20 +63,33 @@ const DEFAULT_BYTES: usize = 3 * 1024 * 1024 - 8 * 1024;
 #[derive(Clone, Copy)]
 enum Case {
     Json,
+    JsonAccepted,
     YamlBlock,
+    YamlQuoted,
     YamlJsonText,
     ApplyJsonText,
     ApplyYamlBlock,
     NestedYaml,
 }
 
-const CASES: [Case; 6] = [Case::Json, Case::YamlBlock, Case::YamlJsonText, Case::ApplyJsonText, Case::ApplyYamlBlock, Case::NestedYaml];
+const CASES: [Case; 8] = [
+    Case::Json,
+    Case::JsonAccepted,
+    Case::YamlBlock,
+    Case::YamlQuoted,
+    Case::YamlJsonText,
+    Case::ApplyJsonText,
+    Case::ApplyYamlBlock,
+    Case::NestedYaml,
+];
 
 impl Case {
     fn name(self) -> &'static str {
         match self {
             Case::Json => "create, JSON",
+            Case::JsonAccepted => "create, JSON, 1 MiB of data (accepted)",
             Case::YamlBlock => "create, block YAML",
+            Case::YamlQuoted => "create, block YAML, quoted scalars",
             Case::YamlJsonText => "create, JSON text as YAML",
             Case::ApplyJsonText => "server-side apply, JSON text (kubectl)",
             Case::ApplyYamlBlock => "server-side apply, block YAML",
@@ -83,8 +99,8 @@ impl Case {
 
     fn content_type(self) -> &'static str {
         match self {
-            Case::Json => "application/json",
-            Case::YamlBlock | Case::YamlJsonText | Case::NestedYaml => "application/yaml",
+            Case::Json | Case::JsonAccepted => "application/json",
+            Case::YamlBlock | Case::YamlQuoted | Case::YamlJsonText | Case::NestedYaml => "application/yaml",
             Case::ApplyJsonText | Case::ApplyYamlBlock => "application/apply-patch+yaml",
         }
     }
@@ -105,14 +121,22 @@ impl Case {
         let collection = format!("/api/v1/namespaces/{NS}/configmaps");
         let apply = format!("{collection}/{name}?fieldManager=bench&force=true");
         match self {
+            Case::JsonAccepted => {
+                let (obj, keys) = configmap_json(name, bytes, CONFIG_MAP_DATA_LIMIT);
+                ("POST", collection, obj, keys)
+            }
+            Case::YamlQuoted => {
+                let (obj, keys) = configmap_yaml(name, bytes, true);
+                ("POST", collection, obj, keys)
+            }
             Case::Json | Case::YamlJsonText | Case::ApplyJsonText => {
-                let (obj, keys) = configmap_json(name, bytes);
+                let (obj, keys) = configmap_json(name, bytes, usize::MAX);
                 let path = if matches!(self, Case::ApplyJsonText) { apply } else { collection };
                 let method = if matches!(self, Case::ApplyJsonText) { "PATCH" } else { "POST" };
                 (method, path, obj, keys)
             }
             Case::YamlBlock | Case::ApplyYamlBlock => {
-                let (obj, keys) = configmap_yaml(name, bytes);
+                let (obj, keys) = configmap_yaml(name, bytes, false);
                 let path = if matches!(self, Case::ApplyYamlBlock) { apply } else { collection };
                 let method = if matches!(self, Case::ApplyYamlBlock) { "PATCH" } else { "POST" };
                 (method, path, obj, keys)
@@ -133,27 +157,35 @@ fn data_bytes(keys: usize) -> usize {
     (0..keys).map(|i| 1 + i.to_string().len()).sum()
 }
 
-/// A ConfigMap as JSON text of about `bytes` bytes, and its number of keys.
-fn configmap_json(name: &str, bytes: usize) -> (Vec<u8>, usize) {
+/// A ConfigMap as JSON text of about `bytes` bytes, its values adding up
+/// to at most `data_limit` bytes, and its number of keys.
+fn configmap_json(name: &str, bytes: usize, data_limit: usize) -> (Vec<u8>, usize) {
     let mut s = format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"data":{{"#);
     let mut keys = 0;
-    while s.len() + 24 < bytes {
+    let mut data = 0;
+    while s.len() + 24 < bytes && data + 1 + keys.to_string().len() <= data_limit {
         if keys > 0 {
             s.push(',');
         }
         s.push_str(&format!(r#""k{keys}":"v{keys}""#));
+        data += 1 + keys.to_string().len();
         keys += 1;
     }
     s.push_str("}}");
     (s.into_bytes(), keys)
 }
 
-/// A ConfigMap as block YAML of about `bytes` bytes, and its number of keys.
-fn configmap_yaml(name: &str, bytes: usize) -> (Vec<u8>, usize) {
+/// A ConfigMap as block YAML of about `bytes` bytes (`"k": "v"` lines when
+/// `quoted`), and its number of keys.
+fn configmap_yaml(name: &str, bytes: usize, quoted: bool) -> (Vec<u8>, usize) {
     let mut s = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n");
     let mut keys = 0;
     while s.len() + 24 < bytes {
-        s.push_str(&format!("  k{keys}: v{keys}\n"));
+        if quoted {
+            s.push_str(&format!("  \"k{keys}\": \"v{keys}\"\n"));
+        } else {
+            s.push_str(&format!("  k{keys}: v{keys}\n"));
+        }
         keys += 1;
     }
     (s.into_bytes(), keys)
