@@ -14,9 +14,10 @@
 //! `kube-system-service-accounts`, `service-accounts`, `global-default`),
 //! each annotated `apf.kubernetes.io/autoupdate-spec: "true"`. As upstream's
 //! ensurer (`pkg/registry/flowcontrol/ensurer`) at every start: a missing
-//! object is created; an existing one whose annotation is `"true"` gets the
-//! bootstrap spec back when it differs; one whose annotation is anything
-//! else (a user's own change) is left alone.
+//! object is created; a mandatory one always gets the bootstrap spec back; a
+//! suggested one gets it back when its annotation reads true, or when the
+//! annotation is missing and its generation is still 1, and is otherwise
+//! left alone (a user's own change); the annotation is set to say which.
 //!
 //! The controller ([`run`]) lists both kinds from the watch cache, installs
 //! them, and watches them: every change is installed within the watch's
@@ -235,48 +236,78 @@ fn row(resource: &str) -> Result<&'static ResourceInfo, ApiError> {
     registry::lookup(GROUP, "v1", resource).ok_or_else(|| ApiError::internal(format!("{resource} are not served")))
 }
 
-/// Creates the missing bootstrap objects and puts the bootstrap spec back
-/// into those still annotated `apf.kubernetes.io/autoupdate-spec: "true"`
-/// (see the module docs). Errors: storage failures.
+/// Creates the missing bootstrap objects and brings the existing ones up to
+/// date as upstream's ensurer does (see the module docs). Errors: storage
+/// failures.
 pub async fn ensure(st: &ApiState) -> Result<(), ApiError> {
     let (schemas, levels) = bootstrap_objects();
     let (fs, plc) = (row("flowschemas")?, row("prioritylevelconfigurations")?);
     for (info, objs) in [(plc, levels), (fs, schemas)] {
         for obj in objs {
             crate::builtin_objects::create_missing(st, info, obj.clone()).await?;
-            update_spec_if_auto(st, info, &obj).await?;
+            update_existing(st, info, &obj).await?;
         }
     }
     Ok(())
 }
 
-/// Writes `bootstrap`'s spec over the stored object of the same name when
-/// that one is annotated for automatic updates and its spec differs.
-async fn update_spec_if_auto(st: &ApiState, info: &ResourceInfo, bootstrap: &Value) -> Result<(), ApiError> {
+/// Go's `strconv.ParseBool`, which reads the autoupdate annotation upstream.
+fn parse_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// What the ensurer writes over `stored`, an existing object named like
+/// `wanted` (a bootstrap object with defaults), or `None` when it is up to
+/// date. Upstream `ensurer/strategy.go` (`ShouldUpdate`): the spec is kept
+/// up to date always for the mandatory `exempt` and `catch-all` objects,
+/// and for the suggested ones when the annotation reads true, or is missing
+/// or unreadable while `metadata.generation` is still 1 (nobody changed the
+/// spec); the annotation is then set to whether the spec is kept up to date.
+fn ensured(stored: &Value, wanted: &Value) -> Option<Value> {
+    let name = crate::object::name(wanted);
+    let annotation = stored.pointer("/metadata/annotations").and_then(|a| a.get(AUTOUPDATE_ANNOTATION)).and_then(Value::as_str);
+    let auto = crate::filters::apf::MANDATORY.contains(&name)
+        || annotation.and_then(parse_bool).unwrap_or_else(|| stored.pointer("/metadata/generation").and_then(Value::as_i64) == Some(1));
+    let fix_annotation = annotation.and_then(parse_bool) != Some(auto);
+    let fix_spec = auto && stored.get("spec") != wanted.get("spec");
+    if !fix_annotation && !fix_spec {
+        return None;
+    }
+    let mut out = stored.clone();
+    let meta = out.as_object_mut()?.entry("metadata").or_insert_with(|| json!({}));
+    let meta = meta.as_object_mut()?;
+    meta.remove("resourceVersion");
+    if fix_annotation {
+        let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(a) = annotations.as_object_mut() {
+            a.insert(AUTOUPDATE_ANNOTATION.to_string(), json!(auto.to_string()));
+        }
+    }
+    if fix_spec {
+        let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+        meta.insert("generation".into(), json!(generation + 1));
+        out["spec"] = wanted["spec"].clone();
+    }
+    Some(out)
+}
+
+/// Writes [`ensured`] of the stored object named like `bootstrap`, if any.
+async fn update_existing(st: &ApiState, info: &ResourceInfo, bootstrap: &Value) -> Result<(), ApiError> {
     let name = crate::object::name(bootstrap).to_string();
     let key = info.object_key(st.prefix(), "", &name);
     let Some(kv) = st.storage.get(&key).await.map_err(|e| ApiError::from_storage(e, info, &name))? else {
         return Ok(());
     };
-    let Ok(mut stored) = serde_json::from_slice::<Value>(&kv.value) else { return Ok(()) };
-    let auto =
-        stored.pointer("/metadata/annotations").and_then(|a| a.get(AUTOUPDATE_ANNOTATION)).and_then(Value::as_str);
-    if auto != Some("true") {
-        return Ok(());
-    }
+    let Ok(stored) = serde_json::from_slice::<Value>(&kv.value) else { return Ok(()) };
     let mut wanted = bootstrap.clone();
     info.strategy.apply_defaults(&mut wanted);
-    if stored.get("spec") == wanted.get("spec") {
-        return Ok(());
-    }
-    stored["spec"] = wanted["spec"].clone();
-    if let Some(m) = stored.pointer_mut("/metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        let generation = m.get("generation").and_then(Value::as_i64).unwrap_or(1);
-        m.insert("generation".into(), json!(generation + 1));
-    }
-    let bytes = serde_json::to_vec(&stored).map_err(ApiError::internal)?;
-    match st.storage.update(&kv.key, bytes.into(), kv.mod_revision).await {
+    let Some(updated) = ensured(&stored, &wanted) else { return Ok(()) };
+    let bytes = crate::handlers::encode_for_storage(&updated)?;
+    match st.storage.update(&kv.key, bytes, kv.mod_revision).await {
         // Someone else wrote it meanwhile: the next start looks again.
         Ok(_) | Err(rkube_storage::StorageError::Conflict { .. }) => Ok(()),
         Err(e) => Err(ApiError::from_storage(e, info, &name)),
@@ -369,5 +400,51 @@ async fn list_and_watch(st: &ApiState, fc: &FlowControl, backoff: &mut Backoff) 
             Ok(false) => {}
             Err(e) => return e,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(name: &str, annotation: Option<&str>, generation: i64, shares: i64) -> Value {
+        let mut obj = json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+            "metadata": {"name": name, "generation": generation, "resourceVersion": "5"},
+            "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": shares}}});
+        if let Some(a) = annotation {
+            obj["metadata"]["annotations"] = json!({AUTOUPDATE_ANNOTATION: a});
+        }
+        obj
+    }
+
+    #[test]
+    fn suggested_objects_follow_their_annotation_and_mandatory_ones_are_always_restored() {
+        let wanted = |name: &str| object(name, Some("true"), 1, 30);
+        // Suggested, annotated true: the spec comes back, the generation moves on.
+        let out = ensured(&object("workload-low", Some("true"), 3, 7), &wanted("workload-low")).unwrap();
+        assert_eq!(out["spec"]["limited"]["nominalConcurrencyShares"], 30);
+        assert_eq!(out["metadata"]["generation"], 4);
+        assert!(out["metadata"].get("resourceVersion").is_none());
+        // Go's ParseBool spellings count.
+        for t in ["True", "1", "t"] {
+            assert!(ensured(&object("workload-low", Some(t), 3, 7), &wanted("workload-low")).is_some(), "{t}");
+        }
+        // Suggested, annotated false: a user's change stays.
+        assert_eq!(ensured(&object("workload-low", Some("false"), 3, 7), &wanted("workload-low")), None);
+        // Up to date: nothing to write.
+        assert_eq!(ensured(&object("workload-low", Some("true"), 1, 30), &wanted("workload-low")), None);
+        // Mandatory, annotated false: restored anyway, and annotated true.
+        let out = ensured(&object("catch-all", Some("false"), 2, 7), &wanted("catch-all")).unwrap();
+        assert_eq!(out["spec"]["limited"]["nominalConcurrencyShares"], 30);
+        assert_eq!(out["metadata"]["annotations"][AUTOUPDATE_ANNOTATION], "true");
+        // No annotation, generation 1 (nobody edited the spec): restored and annotated true.
+        let out = ensured(&object("global-default", None, 1, 7), &wanted("global-default")).unwrap();
+        assert_eq!(out["spec"]["limited"]["nominalConcurrencyShares"], 30);
+        assert_eq!(out["metadata"]["annotations"][AUTOUPDATE_ANNOTATION], "true");
+        // No annotation, generation 2 (edited): kept, and annotated false.
+        let out = ensured(&object("global-default", Some("maybe"), 2, 7), &wanted("global-default")).unwrap();
+        assert_eq!(out["spec"]["limited"]["nominalConcurrencyShares"], 7);
+        assert_eq!(out["metadata"]["generation"], 2);
+        assert_eq!(out["metadata"]["annotations"][AUTOUPDATE_ANNOTATION], "false");
     }
 }

@@ -287,7 +287,8 @@ async fn a_flow_schema_to_a_reject_level_answers_429_and_updating_it_takes_effec
 
 /// The ensurer at the next start: bootstrap objects still annotated
 /// `apf.kubernetes.io/autoupdate-spec: "true"` get their spec back, those
-/// annotated otherwise keep the user's, deleted ones come back.
+/// annotated otherwise keep the user's (but the mandatory `catch-all` is
+/// restored anyway), deleted ones come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_restores_auto_updated_bootstrap_specs_and_keeps_opted_out_ones() {
     let dir = tempfile::tempdir().unwrap();
@@ -308,6 +309,8 @@ async fn a_restart_restores_auto_updated_bootstrap_specs_and_keeps_opted_out_one
     };
     edit("global-default", "true").await;
     edit("service-accounts", "false").await;
+    // A mandatory object is restored whatever its annotation says.
+    edit("catch-all", "false").await;
     storage.delete(&key("probes"), None).await.unwrap();
     let restarted = rkube_apiserver::server::default_state(storage.clone());
     rkube_apiserver::bootstrap(&restarted).await.unwrap();
@@ -321,4 +324,5 @@ async fn a_restart_restores_auto_updated_bootstrap_specs_and_keeps_opted_out_one
     assert_eq!(spec("global-default").await["matchingPrecedence"], 9900);
     assert_eq!(spec("service-accounts").await["matchingPrecedence"], 7777);
     assert_eq!(spec("probes").await["matchingPrecedence"], 2);
+    assert_eq!(spec("catch-all").await["matchingPrecedence"], 10000);
 }

@@ -70,7 +70,7 @@ pub const PRIORITY_LEVEL_UID_HEADER: &str = "X-Kubernetes-PF-PriorityLevel-UID";
 pub const CATCH_ALL: &str = "catch-all";
 
 /// Upstream's mandatory configuration objects (FlowSchema and priority level of each name).
-const MANDATORY: [&str; 2] = ["exempt", CATCH_ALL];
+pub const MANDATORY: [&str; 2] = ["exempt", CATCH_ALL];
 /// Default `nominalConcurrencyShares` of a Limited level (the v1 API's default).
 const DEFAULT_SHARES: i32 = 30;
 /// Default `queues` and `queueLengthLimit` (the v1 API's defaults).
