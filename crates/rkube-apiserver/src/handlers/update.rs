@@ -309,13 +309,20 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let want_rv = requested_rv(&body_obj)?;
     let dry_run = ctx.dry_run()?;
     trace::step(steps::STORE_START);
+    // The decoded body, taken by the first attempt; a retry (another writer
+    // won) decodes it again rather than every attempt copying it.
+    let mut decoded = Some((body_obj, keys));
     for _ in 0..MAX_ATTEMPTS {
+        let (body_obj, keys) = match decoded.take() {
+            Some(d) => d,
+            None => media::decode_body(&content_type, body)?,
+        };
         let Some((old, kv)) = ctx.load(&key, &name).await? else {
             trace::step(steps::READ_CURRENT);
             if !info.allow_create_on_update || ctx.ri.subresource.is_some() {
                 return Err(ApiError::not_found(info, &name));
             }
-            match create_on_update(ctx, &key, &name, body_obj.clone(), keys.clone(), dry_run).await? {
+            match create_on_update(ctx, &key, &name, body_obj, keys, dry_run).await? {
                 Some(resp) => return Ok(resp),
                 None => continue,
             }
@@ -326,7 +333,7 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
                 return Err(ApiError::stale(info, &name));
             }
         }
-        let (new, warnings) = prepare_update(ctx, &old, body_obj.clone(), Managed::Update, keys.as_ref()).await?;
+        let (new, warnings) = prepare_update(ctx, &old, body_obj, Managed::Update, keys.as_ref()).await?;
         trace::step(steps::ADMISSION_DONE);
         let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
         trace::step(steps::STORED);

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 
 use super::fieldpath::{ignored_top_level, stripped_fields, FieldSet};
 use super::schema;
-use super::typed::compare;
+use super::typed::compare_without_managed_fields;
 
 /// `operation` of entries written by server-side apply.
 pub const OPERATION_APPLY: &str = "Apply";
@@ -199,9 +199,7 @@ pub fn record_update(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Valu
             .map(|o| decode(o).unwrap_or_default())
             .unwrap_or_default(),
     };
-    let old_plain = old.map(without_managed_fields);
-    let new_plain = without_managed_fields(new);
-    let cmp = compare(old_plain.as_deref(), Some(&new_plain), shape);
+    let cmp = compare_without_managed_fields(old, Some(new), shape);
     let strip = stripped_fields();
     let ignored = ignored_top_level(rec.subresource);
     let changed = cmp

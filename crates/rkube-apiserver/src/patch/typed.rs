@@ -179,6 +179,8 @@ pub(crate) struct Comparison {
     pub modified: FieldSet,
     /// Present in `lhs` only.
     pub removed: FieldSet,
+    /// Leave `metadata.managedFields` out of the comparison.
+    ignore_managed_fields: bool,
 }
 
 /// Compares two objects of the same shape. `None` stands for an absent
@@ -189,6 +191,20 @@ pub(crate) fn compare(lhs: Option<&Value>, rhs: Option<&Value>, shape: &Shape) -
     let mut out = Comparison::default();
     compare_at(lhs, rhs, shape, true, &mut Vec::new(), &mut out);
     out
+}
+
+/// [`compare`] of two objects as if neither had `metadata.managedFields`
+/// (what the field manager compares), without copying them to take it out.
+pub(crate) fn compare_without_managed_fields(lhs: Option<&Value>, rhs: Option<&Value>, shape: &Shape) -> Comparison {
+    let mut out = Comparison { ignore_managed_fields: true, ..Comparison::default() };
+    compare_at(lhs, rhs, shape, true, &mut Vec::new(), &mut out);
+    out
+}
+
+/// True for the key `managedFields` of the top-level `metadata` when `out`
+/// leaves it out.
+fn skipped(out: &Comparison, path: &[PathElement], key: &str) -> bool {
+    out.ignore_managed_fields && key == "managedFields" && matches!(path, [PathElement::Field(m)] if m == "metadata")
 }
 
 fn empty_or_absent(v: Option<&Value>) -> bool {
@@ -211,7 +227,13 @@ fn compare_at(
     if lhs.is_none() && rhs.is_none() {
         return;
     }
-    let both_empty = empty_or_absent(lhs) && empty_or_absent(rhs);
+    // The top-level metadata when managedFields are left out: a metadata
+    // object holding only them counts as the empty object it would be
+    // without them.
+    let at_meta = out.ignore_managed_fields && matches!(path.as_slice(), [PathElement::Field(m)] if m == "metadata");
+    let managed_only =
+        |v: Option<&Value>| at_meta && matches!(v, Some(Value::Object(m)) if m.len() == 1 && m.contains_key("managedFields"));
+    let both_empty = (empty_or_absent(lhs) || managed_only(lhs)) && (empty_or_absent(rhs) || managed_only(rhs));
     let objects = matches!(
         (lhs, rhs),
         (Some(Value::Object(_)) | None, Some(Value::Object(_)) | None)
@@ -228,6 +250,9 @@ fn compare_at(
         // their shape: gathered and added to the comparison at once.
         let mut leaves = Leaves::default();
         for (k, lv) in l {
+            if skipped(out, path, k) {
+                continue;
+            }
             let rv = r.get(k);
             if !is_nested(lv) && !rv.is_some_and(is_nested) {
                 leaves.record(k, Some(lv), rv);
@@ -245,6 +270,9 @@ fn compare_at(
             path.pop();
         }
         for (k, rv) in r {
+            if skipped(out, path, k) {
+                continue;
+            }
             if !is_nested(rv) {
                 if !l.contains_key(k) {
                     leaves.record(k, None, Some(rv));
@@ -294,6 +322,11 @@ fn compare_at(
             path.pop();
         }
         node_added_removed(lhs, rhs, zero_present, path, out);
+    } else if managed_only(lhs) || managed_only(rhs) {
+        let empty = Value::Object(Map::new());
+        let l = if managed_only(lhs) { Some(&empty) } else { lhs };
+        let r = if managed_only(rhs) { Some(&empty) } else { rhs };
+        leaf(l, r, path, out);
     } else {
         leaf(lhs, rhs, path, out);
     }

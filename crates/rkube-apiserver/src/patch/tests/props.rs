@@ -316,3 +316,36 @@ proptest! {
         prop_assert_eq!(moved.to_string(), copied.to_string());
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Comparing while skipping `metadata.managedFields` finds what comparing
+    /// copies without them finds.
+    #[test]
+    fn comparing_without_managed_fields_is_comparing_copies_without_them(
+        old in prop::option::of(arb_object()),
+        new in arb_object(),
+        old_managed in prop::option::of(arb_value()),
+        new_managed in prop::option::of(arb_value()),
+    ) {
+        use crate::patch::managed::without_managed_fields;
+        use crate::patch::typed::{compare, compare_without_managed_fields};
+        let with = |mut o: Value, m: Option<Value>| {
+            if let (Some(Value::Object(meta)), Some(m)) = (o.get_mut("metadata"), m) {
+                meta.insert("managedFields".into(), m);
+            }
+            o
+        };
+        let old = old.map(|o| with(o, old_managed));
+        let new = with(new, new_managed);
+        let shape = crate::patch::schema::root_for("v1", "Pod");
+        let plain_old = old.as_ref().map(|o| without_managed_fields(o).into_owned());
+        let plain_new = without_managed_fields(&new).into_owned();
+        let want = compare(plain_old.as_ref(), Some(&plain_new), shape);
+        let got = compare_without_managed_fields(old.as_ref(), Some(&new), shape);
+        prop_assert_eq!(got.added, want.added);
+        prop_assert_eq!(got.modified, want.modified);
+        prop_assert_eq!(got.removed, want.removed);
+    }
+}
