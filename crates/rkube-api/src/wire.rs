@@ -93,13 +93,10 @@ pub fn order_object_keys(obj: &mut Value) -> bool {
 /// [`order_object_keys`], without copying or changing `obj`. With
 /// `without_resource_version`, `metadata.resourceVersion` is left out, as
 /// objects are stored (the revision is the storage's, upstream's
-/// `APIObjectVersioner.PrepareObjectForStorage`). `hint`: expected size in
-/// bytes, to size the buffer once. Errors: serde_json's (only for a map key
-/// that is not a string, which a `Value` cannot hold).
-pub fn to_typed_json(obj: &Value, without_resource_version: bool, hint: usize) -> serde_json::Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(hint);
-    serde_json::to_writer(&mut out, &TypedOrder { value: obj, without_resource_version })?;
-    Ok(out)
+/// `APIObjectVersioner.PrepareObjectForStorage`). Errors: serde_json's (only
+/// for a map key that is not a string, which a `Value` cannot hold).
+pub fn to_typed_json(obj: &Value, without_resource_version: bool) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec(&TypedOrder { value: obj, without_resource_version })
 }
 
 /// Serializes an object's top-level keys by [`top_rank`] and its `metadata`
@@ -448,15 +445,15 @@ mod tests {
         let obj = json!({"data": {"b": "1"}, "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"labels": {"a": "b"}, "resourceVersion": "9", "name": "x"}});
         assert_eq!(
-            to_typed_json(&obj, false, 0).unwrap(),
+            to_typed_json(&obj, false).unwrap(),
             br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x","resourceVersion":"9","labels":{"a":"b"}},"data":{"b":"1"}}"#
         );
         assert_eq!(
-            to_typed_json(&obj, true, 0).unwrap(),
+            to_typed_json(&obj, true).unwrap(),
             br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x","labels":{"a":"b"}},"data":{"b":"1"}}"#
         );
-        assert_eq!(to_typed_json(&json!([1]), true, 0).unwrap(), b"[1]");
-        assert_eq!(to_typed_json(&json!({"metadata": 3}), true, 0).unwrap(), br#"{"metadata":3}"#);
+        assert_eq!(to_typed_json(&json!([1]), true).unwrap(), b"[1]");
+        assert_eq!(to_typed_json(&json!({"metadata": 3}), true).unwrap(), br#"{"metadata":3}"#);
     }
 
     #[test]
@@ -552,12 +549,12 @@ mod tests {
         proptest! {
             #[test]
             fn typed_json_is_the_copy_reordered(obj in object(), without_rv in any::<bool>()) {
-                prop_assert_eq!(to_typed_json(&obj, without_rv, 0).unwrap(), by_copy(&obj, without_rv));
+                prop_assert_eq!(to_typed_json(&obj, without_rv).unwrap(), by_copy(&obj, without_rv));
             }
 
             #[test]
             fn a_splice_gives_the_bytes_of_a_full_decode(obj in object(), rv in 1u64..100_000) {
-                let bytes = to_typed_json(&obj, false, 0).unwrap();
+                let bytes = to_typed_json(&obj, false).unwrap();
                 let raw = RawObject::parse(&bytes);
                 prop_assert!(raw.is_some(), "typed JSON is always read: {}", String::from_utf8_lossy(&bytes));
                 let rv = rv.to_string();

@@ -161,11 +161,11 @@ fn spec_part(obj: &Value) -> Map<String, Value> {
 pub fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
     // Compared in place: copying two large objects to strip two fields cost
     // more than the rest of a small write to them.
-    let (Value::Object(a), Value::Object(b)) = (a, b) else { return same_ignoring_rv_by_copy(a, b) };
-    let (Some(meta_a), Some(meta_b)) = (metadata_in(a), metadata_in(b)) else { return same_ignoring_rv_by_copy(&Value::Object(a.clone()), &Value::Object(b.clone())) };
+    let (Value::Object(top_a), Value::Object(top_b)) = (a, b) else { return same_ignoring_rv_by_copy(a, b) };
+    let (Some(meta_a), Some(meta_b)) = (metadata_in(top_a), metadata_in(top_b)) else { return same_ignoring_rv_by_copy(a, b) };
     let empty = Map::new();
     let (meta_a, meta_b) = (meta_a.unwrap_or(&empty), meta_b.unwrap_or(&empty));
-    same_entries(a, b, |k| k == "metadata", |_, x, y| x == y)
+    same_entries(top_a, top_b, |k| k == "metadata", |_, x, y| x == y)
         && same_entries(meta_a, meta_b, |k| k == "resourceVersion", |k, x, y| match (k, x, y) {
             ("managedFields", Value::Array(x), Value::Array(y)) => {
                 x.len() == y.len()

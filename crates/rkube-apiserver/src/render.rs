@@ -50,16 +50,10 @@ pub fn partial_metadata(obj: &Value) -> Value {
 pub fn object(info: &ResourceInfo, r: Render, code: u16, obj: &Value, warnings: &[String]) -> Response {
     if matches!(r.output, Output::Json) {
         // Written in typed order straight from `obj`, without a copy.
-        return with_warnings(
-            match rkube_api::wire::to_typed_json(obj, false, 4096) {
-                Ok(mut body) => {
-                    body.push(rkube_api::wire::JSON_TERMINATOR);
-                    media::respond_bytes(code, body, "application/json")
-                }
-                Err(e) => axum::response::IntoResponse::into_response(crate::error::ApiError::internal(e)),
-            },
-            warnings,
-        );
+        return match rkube_api::wire::to_typed_json(obj, false) {
+            Ok(body) => json_answer(code, body, warnings),
+            Err(e) => axum::response::IntoResponse::into_response(crate::error::ApiError::internal(e)),
+        };
     }
     let body = match r.output {
         Output::Table(v) => table(info, v, std::slice::from_ref(obj), r.include, None),
@@ -89,12 +83,18 @@ pub fn stored_object(
 ) -> Response {
     if matches!(r.output, Output::Json) && info.conversion.is_none() {
         if let Some(raw) = rkube_api::wire::RawObject::parse(stored) {
-            let mut body = raw.with_resource_version(&resource_version.to_string()).unwrap_or_else(|| stored.to_vec());
-            body.push(rkube_api::wire::JSON_TERMINATOR);
-            return with_warnings(media::respond_bytes(code, body, "application/json"), warnings);
+            let body = raw.with_resource_version(&resource_version.to_string()).unwrap_or_else(|| stored.to_vec());
+            return json_answer(code, body, warnings);
         }
     }
     object(info, r, code, obj, warnings)
+}
+
+/// A JSON answer of `code`: `body` (one encoded object) followed by the
+/// [`rkube_api::wire::JSON_TERMINATOR`], with `warnings`.
+fn json_answer(code: u16, mut body: Vec<u8>, warnings: &[String]) -> Response {
+    body.push(rkube_api::wire::JSON_TERMINATOR);
+    with_warnings(media::respond_bytes(code, body, "application/json"), warnings)
 }
 
 /// Renders a list: `list_meta` is the list's `metadata` (resourceVersion, continue, ...).

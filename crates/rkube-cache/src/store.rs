@@ -175,31 +175,27 @@ impl CachedObject {
             Some(spliced) => Bytes::from(spliced),
             None => Bytes::copy_from_slice(value),
         };
-        // What the extractor and the metadata reads see: metadata without
-        // managedFields, and the top-level fields the extractor's paths
-        // start with.
+        // What the extractor and the metadata reads see: the top-level
+        // fields the extractor's paths start with, and metadata's name,
+        // namespace and labels (without managedFields) unless it reads
+        // metadata itself.
+        let decoded = |v: Option<&serde_json::value::RawValue>| v.and_then(|v| serde_json::from_str::<Value>(v.get()).ok());
         let mut partial = serde_json::Map::new();
-        let mut meta = serde_json::Map::new();
-        for k in ["name", "namespace", "labels"] {
-            if let Some(v) = raw.meta(k).and_then(|v| serde_json::from_str::<Value>(v.get()).ok()) {
-                meta.insert(k.to_string(), v);
-            }
-        }
         if let FieldExtractor::Resource(info) = extract {
             for f in info.fields {
                 let top = f.path.split('.').next().unwrap_or_default();
-                if top == "metadata" {
-                    if let Some(v) = raw.get("metadata").and_then(|v| serde_json::from_str::<Value>(v.get()).ok()) {
-                        partial.insert(top.to_string(), v);
-                    }
-                } else if !partial.contains_key(top) {
-                    if let Some(v) = raw.get(top).and_then(|v| serde_json::from_str::<Value>(v.get()).ok()) {
+                if !partial.contains_key(top) {
+                    if let Some(v) = decoded(raw.get(top)) {
                         partial.insert(top.to_string(), v);
                     }
                 }
             }
         }
         if !partial.contains_key("metadata") {
+            let meta: serde_json::Map<String, Value> = ["name", "namespace", "labels"]
+                .into_iter()
+                .filter_map(|k| decoded(raw.meta(k)).map(|v| (k.to_string(), v)))
+                .collect();
             partial.insert("metadata".to_string(), Value::Object(meta));
         }
         Self::from_value(key, &Value::Object(partial), resource_version, json, extract)

@@ -112,7 +112,7 @@ pub async fn check_namespace_usable(ctx: &Ctx, name: &str) -> ApiResult<()> {
 /// (the revision is the resourceVersion; upstream stores it empty too), keys
 /// in typed order as kube-apiserver stores them ([`rkube_api::wire`]).
 pub fn encode_for_storage(obj: &Value) -> ApiResult<bytes::Bytes> {
-    rkube_api::wire::to_typed_json(obj, true, 4096).map(bytes::Bytes::from).map_err(ApiError::internal)
+    rkube_api::wire::to_typed_json(obj, true).map(bytes::Bytes::from).map_err(ApiError::internal)
 }
 
 /// [`encode_for_storage`] of `obj`, an object of `info`, in the stored
