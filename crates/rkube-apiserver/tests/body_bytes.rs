@@ -59,6 +59,10 @@ async fn objects_lists_and_watch_lines_start_with_kind_and_end_with_newline(srv:
     );
     assert_eq!(created.text, expected, "POST response");
 
+    // Reads at resourceVersion=0 are served from the watch cache, which may
+    // lag a write; a consistent LIST first waits until the cache holds it.
+    let consistent = srv.get(CMS).await;
+    assert_eq!(consistent.code, 200, "{}", consistent.text);
     for path in [format!("{CMS}/cm"), format!("{CMS}/cm?resourceVersion=0")] {
         let got = srv.get(&path).await;
         assert_eq!((got.code, got.text.as_str()), (200, expected.as_str()), "GET {path}");

@@ -406,7 +406,7 @@ fn apply(
     let (policy_name, binding_name) = (name_of(policy), name_of(binding));
     let fail_open = policy.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore");
     let object = a.object.clone().unwrap_or(Value::Null);
-    let old_object = a.old_object.clone().unwrap_or(Value::Null);
+    let old_object = a.old_object.as_deref().cloned().unwrap_or(Value::Null);
     let mut variables = Map::new();
     let vars = |variables: &Map<String, Value>| -> Vec<(&'static str, Value)> {
         vec![

@@ -201,7 +201,7 @@ pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType
         let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
         trace::step(steps::STORED);
         match committed {
-            Commit::Done(obj) => {
+            Commit::Done(obj, _) => {
                 trace::step(steps::ABOUT_TO_WRITE);
                 return Ok(media::respond(200, ctx.render.output, &to_scale(ctx.ri.info, &obj)));
             }

@@ -140,7 +140,7 @@ enum Managed {
 /// Turns `new` (what the client wants, based on `old`) into the object to store.
 async fn prepare_update(
     ctx: &Ctx,
-    old: &Value,
+    old: &std::sync::Arc<Value>,
     mut new: Value,
     managed_mode: Managed,
     keys: Option<&crate::strict::KeyScan>,
@@ -165,7 +165,7 @@ async fn prepare_update(
     match part {
         Part::Only(pointer) => {
             // Only that part (and the resourceVersion precondition) come from the request.
-            let mut merged = old.clone();
+            let mut merged = Value::clone(old);
             copy_at(&mut merged, &new, pointer);
             if let Some(mf) = new.pointer("/metadata/managedFields").cloned() {
                 object::set_meta(&mut merged, "managedFields", mf);
@@ -209,7 +209,7 @@ async fn prepare_update(
         let rec = crate::patch::UpdateRecord { manager: &manager, api_version: &api_version, subresource, now: &now };
         crate::patch::record_update(&rec, Some(old), &mut new);
     }
-    let mut attrs = crate::admission::webhook::Attributes::for_write(ctx, "UPDATE", &new, Some(old))?;
+    let mut attrs = crate::admission::webhook::Attributes::for_write(ctx, "UPDATE", &new, Some(old.clone()))?;
     let redefault = |o: &mut Value| info.strategy.apply_defaults(o);
     let mut warnings = warnings;
     warnings.extend(crate::admission::webhook::mutate(&ctx.st, &mut attrs, &mut new, &redefault).await?);
@@ -238,8 +238,10 @@ async fn prepare_update(
 
 /// Result of one guarded write attempt.
 pub(super) enum Commit {
-    /// Done: the object to return.
-    Done(Value),
+    /// Done: the object to return, and when it was written, the bytes
+    /// stored for it and their revision (a JSON answer splices them:
+    /// [`render::stored_object`]).
+    Done(Value, Option<(bytes::Bytes, i64)>),
     /// Another writer won; read again.
     Retry,
 }
@@ -256,10 +258,10 @@ pub(super) async fn commit(
     let info = ctx.ri.info;
     let name = object::name(&new).to_string();
     if object::same_ignoring_rv(old, &new) {
-        return Ok(Commit::Done(old.clone()));
+        return Ok(Commit::Done(old.clone(), None));
     }
     if dry_run {
-        return Ok(Commit::Done(new));
+        return Ok(Commit::Done(new, None));
     }
     let grace = new.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
     // An object with a lifecycle also waits for its spec to let it go (a
@@ -270,17 +272,17 @@ pub(super) async fn commit(
         return match ctx.st.storage.delete(key, Some(kv.mod_revision)).await {
             Ok((_, rev)) => {
                 set_resource_version(&mut new, rev);
-                Ok(Commit::Done(new))
+                Ok(Commit::Done(new, None))
             }
             Err(StorageError::Conflict { .. }) => Ok(Commit::Retry),
             Err(e) => Err(ApiError::from_storage(e, info, &name)),
         };
     }
     let bytes = encode_stored(&ctx.st, info, &new).await?;
-    match ctx.st.storage.update(key, bytes, kv.mod_revision).await {
+    match ctx.st.storage.update(key, bytes.clone(), kv.mod_revision).await {
         Ok(kv) => {
             set_resource_version(&mut new, kv.mod_revision);
-            Ok(Commit::Done(new))
+            Ok(Commit::Done(new, Some((bytes, kv.mod_revision))))
         }
         Err(StorageError::Conflict { .. }) => Ok(Commit::Retry),
         Err(e) => Err(ApiError::from_storage(e, info, &name)),
@@ -328,6 +330,7 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             }
         };
         trace::step(steps::READ_CURRENT);
+        let old = std::sync::Arc::new(old);
         if let Some(rv) = want_rv {
             if rv != kv.mod_revision {
                 return Err(ApiError::stale(info, &name));
@@ -338,7 +341,7 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
         trace::step(steps::STORED);
         match committed {
-            Commit::Done(obj) => return Ok(written(info, ctx, 200, &obj, &warnings)),
+            Commit::Done(obj, stored) => return Ok(written_stored(info, ctx, &obj, stored, &warnings)),
             Commit::Retry if want_rv.is_some() => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,
         }
@@ -448,6 +451,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
                 Err(e) => return Err(ApiError::from_storage(e, info, &name)),
             }
         };
+        let old = std::sync::Arc::new(old);
         let patched = apply_patch(info, kind, Some(&old), body, &manager, force)?;
         trace::step(steps::PATCH_APPLIED);
         let want_rv = requested_rv(&patched)?;
@@ -464,7 +468,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
         trace::step(steps::STORED);
         match committed {
-            Commit::Done(obj) => return Ok(written(info, ctx, 200, &obj, &warnings)),
+            Commit::Done(obj, stored) => return Ok(written_stored(info, ctx, &obj, stored, &warnings)),
             Commit::Retry if explicit_rv => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,
         }
@@ -476,6 +480,24 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
 fn written(info: &ResourceInfo, ctx: &Ctx, code: u16, obj: &Value, warnings: &[String]) -> Response {
     trace::step(steps::ABOUT_TO_WRITE);
     render::object(info, ctx.render, code, obj, warnings)
+}
+
+/// The 200 answer of an update or patch that wrote `obj` (stored as
+/// `stored` when it was written, rather than a no-op or dry run).
+fn written_stored(
+    info: &ResourceInfo,
+    ctx: &Ctx,
+    obj: &Value,
+    stored: Option<(bytes::Bytes, i64)>,
+    warnings: &[String],
+) -> Response {
+    match stored {
+        Some((bytes, revision)) => {
+            trace::step(steps::ABOUT_TO_WRITE);
+            render::stored_object(info, ctx.render, 200, obj, &bytes, revision, warnings)
+        }
+        None => written(info, ctx, 200, obj, warnings),
+    }
 }
 
 /// True when the patch body itself mentions a resourceVersion.
@@ -582,7 +604,7 @@ pub async fn binding(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
         trace::step(steps::STORED);
         match committed {
-            Commit::Done(_) => {
+            Commit::Done(..) => {
                 trace::step(steps::ABOUT_TO_WRITE);
                 let mut s = Status::success();
                 s.code = 201;

@@ -192,6 +192,28 @@ impl FieldSet {
         }
     }
 
+    /// The members of this node.
+    pub(crate) fn members(&self) -> &BTreeSet<PathElement> {
+        &self.members
+    }
+
+    /// The non-empty subsets under this node's elements.
+    pub(crate) fn children(&self) -> &BTreeMap<PathElement, FieldSet> {
+        &self.children
+    }
+
+    /// How many paths the set holds, counting no further than `limit`.
+    pub(crate) fn count_up_to(&self, limit: usize) -> usize {
+        let mut n = self.members.len();
+        for child in self.children.values() {
+            if n >= limit {
+                break;
+            }
+            n += child.count_up_to(limit - n);
+        }
+        n.min(limit)
+    }
+
     /// The subset under `pe`, if any.
     pub(crate) fn child(&self, pe: &PathElement) -> Option<&FieldSet> {
         self.children.get(pe)

@@ -18,6 +18,7 @@
 use serde_json::{Map, Value};
 
 use super::fieldpath::{ignored_top_level, stripped_fields, FieldSet};
+use super::fields_v1;
 use super::schema;
 use super::typed::compare_without_managed_fields;
 
@@ -68,19 +69,8 @@ impl ManagedEntry {
     }
 
     fn into_json(self) -> Value {
-        let mut m = Map::new();
-        m.insert("manager".into(), Value::String(self.manager));
-        m.insert("operation".into(), Value::String(self.operation));
-        m.insert("apiVersion".into(), Value::String(self.api_version));
-        if let Some(t) = self.time {
-            m.insert("time".into(), Value::String(t));
-        }
-        m.insert("fieldsType".into(), Value::String("FieldsV1".into()));
-        m.insert("fieldsV1".into(), self.fields.into_fields_v1());
-        if !self.subresource.is_empty() {
-            m.insert("subresource".into(), Value::String(self.subresource));
-        }
-        Value::Object(m)
+        let fields = self.fields.into_fields_v1();
+        entry_json(self.manager, self.operation, self.api_version, self.time, self.subresource, fields)
     }
 
     fn from_json(v: &Value) -> Result<Self, String> {
@@ -138,19 +128,13 @@ pub(crate) fn without_managed_fields(obj: &Value) -> std::borrow::Cow<'_, Value>
 /// the field when there are none.
 pub(crate) fn encode(obj: &mut Value, mut entries: Vec<ManagedEntry>) {
     entries.retain(|e| !e.fields.is_empty());
-    entries.sort_by(|a, b| {
-        a.operation
-            .cmp(&b.operation)
-            .then_with(|| {
-                a.time
-                    .clone()
-                    .unwrap_or_default()
-                    .cmp(&b.time.clone().unwrap_or_default())
-            })
-            .then_with(|| a.manager.cmp(&b.manager))
-            .then_with(|| a.api_version.cmp(&b.api_version))
-            .then_with(|| a.subresource.cmp(&b.subresource))
-    });
+    entries.sort_by(|a, b| a.order().cmp(&b.order()));
+    write(obj, entries.into_iter().map(ManagedEntry::into_json).collect());
+}
+
+/// Sets `obj`'s `metadata.managedFields` to `entries`, or removes it when
+/// there are none.
+fn write(obj: &mut Value, entries: Vec<Value>) {
     let Value::Object(root) = obj else { return };
     let meta = root
         .entry("metadata")
@@ -159,11 +143,118 @@ pub(crate) fn encode(obj: &mut Value, mut entries: Vec<ManagedEntry>) {
     if entries.is_empty() {
         meta.shift_remove("managedFields");
     } else {
-        meta.insert(
-            "managedFields".into(),
-            Value::Array(entries.into_iter().map(ManagedEntry::into_json).collect()),
-        );
+        meta.insert("managedFields".into(), Value::Array(entries));
     }
+}
+
+/// The order upstream keeps entries in: operation, time, manager,
+/// apiVersion, subresource.
+type EntryOrder<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
+
+impl ManagedEntry {
+    fn order(&self) -> EntryOrder<'_> {
+        let time = self.time.as_deref().unwrap_or_default();
+        (&self.operation, time, &self.manager, &self.api_version, &self.subresource)
+    }
+}
+
+/// A `managedFields` entry whose `fieldsV1` stays encoded, for edits in
+/// place ([`super::fields_v1`]); read only when that object is canonical.
+#[derive(Default)]
+struct EncodedEntry {
+    manager: String,
+    operation: String,
+    api_version: String,
+    time: Option<String>,
+    subresource: String,
+    fields: Map<String, Value>,
+}
+
+impl EncodedEntry {
+    /// Whether [`EncodedEntry::take`] reads `v`: an object whose
+    /// `fieldsType` is `FieldsV1` or empty and whose `fieldsV1` is absent,
+    /// null or canonical ([`fields_v1::is_canonical`]).
+    fn readable(v: &Value) -> bool {
+        let Some(obj) = v.as_object() else { return false };
+        let typed = obj.get("fieldsType").and_then(Value::as_str).unwrap_or_default();
+        (typed.is_empty() || typed == "FieldsV1")
+            && match obj.get("fieldsV1") {
+                None | Some(Value::Null) => true,
+                Some(Value::Object(f)) => fields_v1::is_canonical(f),
+                Some(_) => false,
+            }
+    }
+
+    /// Reads an entry [`EncodedEntry::readable`] accepted, as
+    /// [`ManagedEntry`]'s decoding reads it.
+    fn take(v: Value) -> Self {
+        // Never hit: only entries `readable` accepted (objects) are taken.
+        let Value::Object(mut obj) = v else { return EncodedEntry::default() };
+        let mut text = |k: &str| match obj.remove(k) {
+            Some(Value::String(s)) => s,
+            _ => String::new(),
+        };
+        let (manager, operation, api_version, subresource) =
+            (text("manager"), text("operation"), text("apiVersion"), text("subresource"));
+        let time = match obj.remove("time") {
+            Some(Value::String(t)) => Some(t),
+            _ => None,
+        };
+        let fields = match obj.remove("fieldsV1") {
+            Some(Value::Object(f)) => f,
+            _ => Map::new(),
+        };
+        EncodedEntry { manager, operation, api_version, time, subresource, fields }
+    }
+
+    fn order(&self) -> EntryOrder<'_> {
+        let time = self.time.as_deref().unwrap_or_default();
+        (&self.operation, time, &self.manager, &self.api_version, &self.subresource)
+    }
+
+    /// The entry as [`ManagedEntry::into_json`] writes it.
+    fn into_json(self) -> Value {
+        let fields = Value::Object(self.fields);
+        entry_json(self.manager, self.operation, self.api_version, self.time, self.subresource, fields)
+    }
+}
+
+/// A `managedFields` entry object, its keys in upstream's field order
+/// (`ManagedFieldsEntry`); `time` and `subresource` only when set.
+fn entry_json(
+    manager: String,
+    operation: String,
+    api_version: String,
+    time: Option<String>,
+    subresource: String,
+    fields_v1: Value,
+) -> Value {
+    let mut m = Map::new();
+    m.insert("manager".into(), Value::String(manager));
+    m.insert("operation".into(), Value::String(operation));
+    m.insert("apiVersion".into(), Value::String(api_version));
+    if let Some(t) = time {
+        m.insert("time".into(), Value::String(t));
+    }
+    m.insert("fieldsType".into(), Value::String("FieldsV1".into()));
+    m.insert("fieldsV1".into(), fields_v1);
+    if !subresource.is_empty() {
+        m.insert("subresource".into(), Value::String(subresource));
+    }
+    Value::Object(m)
+}
+
+/// `obj`'s managedFields entries, taken out of it with their `fieldsV1`
+/// still encoded, when there is at least one and every one is
+/// [`EncodedEntry::readable`]; else `None` and `obj` is left as it was.
+fn take_encoded(obj: &mut Value) -> Option<Vec<EncodedEntry>> {
+    let meta = obj.get_mut("metadata")?.as_object_mut()?;
+    match meta.get("managedFields")? {
+        Value::Array(entries) if !entries.is_empty() && entries.iter().all(EncodedEntry::readable) => {}
+        _ => return None,
+    }
+    let Some(Value::Array(entries)) = meta.get_mut("managedFields").map(std::mem::take) else { return None };
+    Some(entries.into_iter().map(EncodedEntry::take).collect())
 }
 
 /// What [`record_update`] records.
@@ -186,6 +277,18 @@ pub struct UpdateRecord<'a> {
 /// replace managedFields), else from `old`'s; entries that cannot be decoded
 /// are dropped (upstream drops all managedFields then).
 pub fn record_update(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Value) {
+    record_update_with(rec, old, new, IN_PLACE_PATHS)
+}
+
+/// How many paths an `Update` may add, change or remove for
+/// [`record_update`] to edit the encoded entries in place
+/// ([`super::fields_v1`]) rather than decode and encode every entry: each
+/// path edited in place costs a scan of the nodes it touches.
+const IN_PLACE_PATHS: usize = 8;
+
+/// [`record_update`], editing the entries in place when at most
+/// `in_place_paths` paths changed (0: never; the tests compare both ways).
+pub(crate) fn record_update_with(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Value, in_place_paths: usize) {
     let kind = new
         .get("kind")
         .or_else(|| old.and_then(|o| o.get("kind")))
@@ -193,12 +296,6 @@ pub fn record_update(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Valu
         .unwrap_or("");
     let api_version = new.get("apiVersion").or_else(|| old.and_then(|o| o.get("apiVersion"))).and_then(Value::as_str).unwrap_or("");
     let shape = schema::root_for(api_version, kind);
-    let mut entries = match decode(new) {
-        Ok(e) if !e.is_empty() => e,
-        _ => old
-            .map(|o| decode(o).unwrap_or_default())
-            .unwrap_or_default(),
-    };
     let cmp = compare_without_managed_fields(old, Some(new), shape);
     let strip = stripped_fields();
     let ignored = ignored_top_level(rec.subresource);
@@ -208,6 +305,19 @@ pub fn record_update(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Valu
         .difference(&strip)
         .without_top_level(ignored);
     let removed = cmp.removed.without_top_level(ignored);
+    let limit = in_place_paths.saturating_add(1);
+    if in_place_paths > 0 && changed.count_up_to(limit) + removed.count_up_to(limit) <= in_place_paths {
+        if let Some(entries) = take_encoded(new) {
+            record_in_place(rec, entries, &changed, &removed, new);
+            return;
+        }
+    }
+    let mut entries = match decode(new) {
+        Ok(e) if !e.is_empty() => e,
+        _ => old
+            .map(|o| decode(o).unwrap_or_default())
+            .unwrap_or_default(),
+    };
     for e in entries.iter_mut() {
         e.fields = std::mem::take(&mut e.fields).difference(&changed).difference(&removed);
     }
@@ -235,4 +345,47 @@ pub fn record_update(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Valu
         }
     }
     encode(new, entries);
+}
+
+/// The rest of [`record_update_with`] on entries taken out of `new` with
+/// their `fieldsV1` encoded: the same edits, made in place.
+fn record_in_place(
+    rec: &UpdateRecord<'_>,
+    mut entries: Vec<EncodedEntry>,
+    changed: &FieldSet,
+    removed: &FieldSet,
+    new: &mut Value,
+) {
+    for e in entries.iter_mut() {
+        fields_v1::remove(&mut e.fields, changed);
+        fields_v1::remove(&mut e.fields, removed);
+    }
+    if !changed.is_empty() {
+        let updater = entries.iter_mut().find(|e| {
+            e.manager == rec.manager
+                && e.operation == OPERATION_UPDATE
+                && e.subresource == rec.subresource
+                && e.api_version == rec.api_version
+        });
+        match updater {
+            Some(e) => {
+                fields_v1::add(&mut e.fields, changed);
+                e.time = Some(rec.now.to_string());
+            }
+            None => entries.push(EncodedEntry {
+                manager: rec.manager.to_string(),
+                operation: OPERATION_UPDATE.to_string(),
+                api_version: rec.api_version.to_string(),
+                time: Some(rec.now.to_string()),
+                subresource: rec.subresource.to_string(),
+                fields: match changed.clone().into_fields_v1() {
+                    Value::Object(f) => f,
+                    _ => Map::new(),
+                },
+            }),
+        }
+    }
+    entries.retain(|e| !e.fields.is_empty());
+    entries.sort_by(|a, b| a.order().cmp(&b.order()));
+    write(new, entries.into_iter().map(EncodedEntry::into_json).collect());
 }

@@ -29,6 +29,7 @@
 pub(crate) mod apply;
 mod custom_schema;
 pub(crate) mod fieldpath;
+mod fields_v1;
 pub(crate) mod json;
 pub mod managed;
 pub(crate) mod schema;

@@ -60,7 +60,7 @@ pub fn review(a: &Attributes, uid: &str) -> Value {
         "operation": a.operation,
         "userInfo": a.user.as_ref().map(|u| serde_json::to_value(u).unwrap_or(Value::Null)).unwrap_or_else(|| json!({})),
         "object": a.object.clone().unwrap_or(Value::Null),
-        "oldObject": a.old_object.clone().unwrap_or(Value::Null),
+        "oldObject": a.old_object.as_deref().cloned().unwrap_or(Value::Null),
         "dryRun": a.dry_run,
         "options": a.options,
     });

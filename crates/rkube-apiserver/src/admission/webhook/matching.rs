@@ -55,7 +55,7 @@ fn labels_of(obj: Option<&Value>) -> Map<String, Value> {
 /// suffices, as upstream); an absent or empty selector matches everything.
 pub fn object_selector_matches(webhook: &Value, a: &Attributes) -> bool {
     let Some(sel) = webhook.get("objectSelector").filter(|s| !is_empty_selector(s)) else { return true };
-    [a.object.as_ref(), a.old_object.as_ref()]
+    [a.object.as_ref(), a.old_object.as_deref()]
         .into_iter()
         .flatten()
         .any(|o| label_selector_matches(sel, &labels_of(Some(o))))
@@ -136,7 +136,7 @@ mod tests {
         let mut other = attrs("CREATE", "pods", "", true);
         other.object = Some(json!({"metadata": {}}));
         assert!(!object_selector_matches(&w, &other));
-        other.old_object = Some(json!({"metadata": {"labels": {"app": "a"}}}));
+        other.old_object = Some(std::sync::Arc::new(json!({"metadata": {"labels": {"app": "a"}}})));
         assert!(object_selector_matches(&w, &other), "the old object's labels suffice");
         let team: Map<String, Value> = json!({"team": "x"}).as_object().cloned().unwrap_or_default();
         assert!(namespace_selector_matches(&w, Some(&team)));

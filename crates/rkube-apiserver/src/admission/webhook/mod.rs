@@ -77,8 +77,10 @@ pub struct Attributes {
     pub namespace: String,
     /// The new object (CREATE, UPDATE).
     pub object: Option<Value>,
-    /// The current object (UPDATE, DELETE).
-    pub old_object: Option<Value>,
+    /// The current object (UPDATE, DELETE), shared with the handler rather
+    /// than copied: a large object costs no copy unless a webhook or policy
+    /// reads it.
+    pub old_object: Option<std::sync::Arc<Value>>,
     /// `dryRun=All`.
     pub dry_run: bool,
     /// The request's options object (`CreateOptions`, `UpdateOptions`, `PatchOptions`).
@@ -92,7 +94,12 @@ impl Attributes {
     /// `object` itself is not copied in: [`mutate`] sets it for the webhooks
     /// it calls, and the caller sets it before [`validate`], once the object
     /// is final (a large object is not copied for nothing).
-    pub fn for_write(ctx: &Ctx, operation: &'static str, object: &Value, old: Option<&Value>) -> ApiResult<Self> {
+    pub fn for_write(
+        ctx: &Ctx,
+        operation: &'static str,
+        object: &Value,
+        old: Option<std::sync::Arc<Value>>,
+    ) -> ApiResult<Self> {
         let info = ctx.ri.info;
         let dry_run = ctx.dry_run()?;
         let options_kind = match (operation, ctx.ri.verb) {
@@ -121,7 +128,7 @@ impl Attributes {
             name: crate::object::name(object).to_string(),
             namespace: ctx.namespace().to_string(),
             object: None,
-            old_object: old.cloned(),
+            old_object: old,
             dry_run,
             options,
             user: ctx.user.clone(),
@@ -133,7 +140,7 @@ impl Attributes {
     /// The attributes of deleting `old` (`name` in `namespace`) through `ctx`:
     /// no object, the stored one as `oldObject`.
     pub fn for_delete(ctx: &Ctx, namespace: &str, name: &str, old: &Value) -> ApiResult<Self> {
-        let mut a = Attributes::for_write(ctx, "DELETE", old, Some(old))?;
+        let mut a = Attributes::for_write(ctx, "DELETE", old, Some(std::sync::Arc::new(old.clone())))?;
         a.name = name.to_string();
         a.namespace = namespace.to_string();
         Ok(a)
@@ -181,7 +188,7 @@ async fn namespace_labels(st: &ApiState, a: &Attributes) -> Option<Map<String, V
 pub(crate) async fn namespace_of(st: &ApiState, a: &Attributes) -> (Value, Option<Map<String, Value>>) {
     let labels = |o: Option<&Value>| o.and_then(|o| o.pointer("/metadata/labels")).and_then(Value::as_object).cloned();
     if a.group.is_empty() && a.resource == "namespaces" {
-        return (Value::Null, Some(labels(a.object.as_ref()).or_else(|| labels(a.old_object.as_ref())).unwrap_or_default()));
+        return (Value::Null, Some(labels(a.object.as_ref()).or_else(|| labels(a.old_object.as_deref())).unwrap_or_default()));
     }
     if !a.namespaced {
         return (Value::Null, None);
@@ -258,7 +265,7 @@ fn match_conditions_hold(w: &Value, name: &str, a: &Attributes, warnings: &mut V
     let review = call::review(a, "");
     let request = review.get("request").cloned().unwrap_or(Value::Null);
     let object = a.object.clone().unwrap_or(Value::Null);
-    let old_object = a.old_object.clone().unwrap_or(Value::Null);
+    let old_object = a.old_object.as_deref().cloned().unwrap_or(Value::Null);
     let vars = [("request", &request), ("object", &object), ("oldObject", &old_object)];
     for c in conditions {
         let cname = c.get("name").and_then(Value::as_str).unwrap_or("");
