@@ -109,6 +109,45 @@ async fn objects_stored_in_client_order_come_out_in_typed_order(srv: &TestServer
     assert_eq!(watched, format!("{{\"type\":\"ADDED\",\"object\":{want}}}\n"), "watch line");
 }
 
+/// The body a GET of `path` at resourceVersion `rv` (not older) reads.
+async fn read_at(srv: &TestServer, path: &str, rv: String) -> String {
+    srv.get(&format!("{path}?resourceVersion={rv}")).await.text
+}
+
+/// Updates, patches, server-side applies and writes that change nothing
+/// answer with the bytes a GET then reads (the stored object, its
+/// resourceVersion spliced in); a write that changes nothing keeps the
+/// resourceVersion.
+async fn writes_and_no_op_writes_answer_what_a_get_reads(srv: &TestServer) {
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "w", "labels": {"b": "1", "a": "2"}}, "data": {"z": "1", "y": "2"}});
+    assert_eq!(srv.post(CMS, &cm).await.code, 201);
+    let path = format!("{CMS}/w");
+    let mut changed = cm.clone();
+    changed["data"]["x"] = "3".into();
+    let put = srv.put(&path, &changed).await;
+    assert_eq!(put.code, 200, "{}", put.text);
+    assert_eq!(put.text, read_at(srv, &path, put.rv()).await, "PUT answer");
+
+    let patched = srv.patch(&path, "application/merge-patch+json", r#"{"data":{"w":"4"}}"#).await;
+    assert_eq!(patched.code, 200, "{}", patched.text);
+    assert_eq!(patched.text, read_at(srv, &path, patched.rv()).await, "PATCH answer");
+
+    let same: Value = serde_json::from_str(&patched.text).expect("JSON");
+    let again = srv.put(&path, &same).await;
+    assert_eq!((again.code, again.rv()), (200, patched.rv()), "a PUT changing nothing keeps the resourceVersion");
+    assert_eq!(again.text, patched.text, "no-op PUT answer");
+
+    let apply = format!("{path}?fieldManager=tool&force=true");
+    let config = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"w"},"data":{"v":"5"}}"#;
+    let applied = srv.send("PATCH", &apply, Some("application/apply-patch+yaml"), None, Some(config.as_bytes().to_vec())).await;
+    assert_eq!(applied.code, 200, "{}", applied.text);
+    assert_eq!(applied.text, read_at(srv, &path, applied.rv()).await, "apply answer");
+    let reapplied = srv.send("PATCH", &apply, Some("application/apply-patch+yaml"), None, Some(config.as_bytes().to_vec())).await;
+    assert_eq!((reapplied.code, reapplied.rv()), (200, applied.rv()), "re-applying keeps the resourceVersion");
+    assert_eq!(reapplied.text, applied.text, "no-op apply answer");
+}
+
 /// Status errors are upstream's exact bytes, newline included; so are
 /// discovery documents, while `/version` is indented without one, as
 /// upstream's `WriteRawJSON` writes it.
@@ -182,4 +221,5 @@ both_read_paths!(
     objects_stored_in_client_order_come_out_in_typed_order,
     status_and_discovery_bodies_end_with_newline,
     tables_and_partial_metadata_end_with_newline,
+    writes_and_no_op_writes_answer_what_a_get_reads,
 );

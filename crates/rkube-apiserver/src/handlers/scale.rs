@@ -205,6 +205,10 @@ pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType
                 trace::step(steps::ABOUT_TO_WRITE);
                 return Ok(media::respond(200, ctx.render.output, &to_scale(ctx.ri.info, &obj)));
             }
+            Commit::Unchanged => {
+                trace::step(steps::ABOUT_TO_WRITE);
+                return Ok(media::respond(200, ctx.render.output, &to_scale(ctx.ri.info, &old)));
+            }
             Commit::Retry if explicit_rv => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,
         }

@@ -242,6 +242,9 @@ pub(super) enum Commit {
     /// stored for it and their revision (a JSON answer splices them:
     /// [`render::stored_object`]).
     Done(Value, Option<(bytes::Bytes, i64)>),
+    /// Nothing to write: the new object is the stored one (the caller
+    /// answers with the stored object, as upstream answers a no-op update).
+    Unchanged,
     /// Another writer won; read again.
     Retry,
 }
@@ -258,7 +261,7 @@ pub(super) async fn commit(
     let info = ctx.ri.info;
     let name = object::name(&new).to_string();
     if object::same_ignoring_rv(old, &new) {
-        return Ok(Commit::Done(old.clone(), None));
+        return Ok(Commit::Unchanged);
     }
     if dry_run {
         return Ok(Commit::Done(new, None));
@@ -342,6 +345,10 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         trace::step(steps::STORED);
         match committed {
             Commit::Done(obj, stored) => return Ok(written_stored(info, ctx, &obj, stored, &warnings)),
+            Commit::Unchanged => {
+                let stored = Some((kv.value.clone(), kv.mod_revision));
+                return Ok(written_stored(info, ctx, &old, stored, &warnings));
+            }
             Commit::Retry if want_rv.is_some() => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,
         }
@@ -469,6 +476,10 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         trace::step(steps::STORED);
         match committed {
             Commit::Done(obj, stored) => return Ok(written_stored(info, ctx, &obj, stored, &warnings)),
+            Commit::Unchanged => {
+                let stored = Some((kv.value.clone(), kv.mod_revision));
+                return Ok(written_stored(info, ctx, &old, stored, &warnings));
+            }
             Commit::Retry if explicit_rv => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,
         }
@@ -604,7 +615,7 @@ pub async fn binding(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
         trace::step(steps::STORED);
         match committed {
-            Commit::Done(..) => {
+            Commit::Done(..) | Commit::Unchanged => {
                 trace::step(steps::ABOUT_TO_WRITE);
                 let mut s = Status::success();
                 s.code = 201;

@@ -164,36 +164,37 @@ pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchEr
     if live.is_none() && !(req.manager == "kubectl" && has_last_applied(&config)) {
         // (`api_version` may borrow from the configuration moved here.)
         let api_version = api_version.to_string();
-        let (mut result, entries) =
-            apply_once(Cow::Owned(config), None, &entries, shape, req, &api_version, req.force)?;
+        let (mut result, entries) = apply_once(Cow::Owned(config), None, entries, shape, req, &api_version, req.force)
+            .map_err(|(e, _)| e)?;
         managed::encode(&mut result, entries);
         return Ok(result);
     }
     let first = apply_once(
         Cow::Borrowed(&config),
         live.as_deref(),
-        &entries,
+        entries,
         shape,
         req,
         api_version,
         req.force,
     );
     let (mut result, entries) = match first {
-        Err(PatchError::Conflicts(conflicts))
+        Err((PatchError::Conflicts(conflicts), entries))
             if req.manager == "kubectl"
                 && conflicts_allowed_by_last_applied(&conflicts, live.as_deref(), shape) =>
         {
             apply_once(
                 Cow::Borrowed(&config),
                 live.as_deref(),
-                &entries,
+                entries,
                 shape,
                 req,
                 api_version,
                 true,
-            )?
+            )
+            .map_err(|(e, _)| e)?
         }
-        other => other?,
+        other => other.map_err(|(e, _)| e)?,
     };
     if req.manager == "kubectl" {
         sync_last_applied(&mut result, &config);
@@ -208,18 +209,18 @@ fn has_last_applied(config: &Value) -> bool {
 }
 
 /// One pass of merge, prune and conflict detection; a `config` given by
-/// value is merged into an absent object without being copied.
+/// value is merged into an absent object without being copied. On an
+/// error, `entries` come back as they were given (a retry reuses them).
 fn apply_once(
     config: Cow<'_, Value>,
     live: Option<&Value>,
-    entries: &[ManagedEntry],
+    mut entries: Vec<ManagedEntry>,
     shape: &Shape,
     req: &ApplyRequest<'_>,
     api_version: &str,
     force: bool,
-) -> Result<(Value, Vec<ManagedEntry>), PatchError> {
+) -> Result<(Value, Vec<ManagedEntry>), (PatchError, Vec<ManagedEntry>)> {
     let strip = stripped_fields();
-    let mut entries = entries.to_vec();
     let ignored = ignored_top_level("");
     let new_set = to_field_set(&config, shape)
         .difference(&strip)
@@ -227,28 +228,24 @@ fn apply_once(
     let idx = entries
         .iter()
         .position(|e| e.is(req.manager, OPERATION_APPLY, api_version, ""));
-    let (last_set, last_time) = match idx {
-        Some(i) => (entries[i].fields.clone(), entries[i].time.clone()),
-        None => (FieldSet::new(), None),
-    };
     let applier = ManagedEntry {
         manager: req.manager.to_string(),
         operation: OPERATION_APPLY.to_string(),
         api_version: api_version.to_string(),
-        time: last_time,
+        time: idx.and_then(|i| entries[i].time.clone()),
         subresource: String::new(),
         fields: new_set,
     };
-    let applier_idx = match idx {
-        Some(i) => {
-            entries[i] = applier;
-            i
-        }
+    // The applier's previous entry, moved out (put back on a conflict).
+    let (applier_idx, previous) = match idx {
+        Some(i) => (i, Some(std::mem::replace(&mut entries[i], applier))),
         None => {
             entries.push(applier);
-            entries.len() - 1
+            (entries.len() - 1, None)
         }
     };
+    let empty = FieldSet::new();
+    let last_set = previous.as_ref().map_or(&empty, |e| &e.fields);
 
     let mut merged = match (live, config) {
         (None, Cow::Owned(config)) => merge_into_absent(config, shape),
@@ -258,8 +255,9 @@ fn apply_once(
     // still hold owned fields (the applier's previous set may name a map or
     // list itself, `"."`, where its new set names only the items: after
     // kubectl's client-side-apply migration, for example).
-    // (Nothing is released when the applier owned nothing: a first apply.)
-    if !last_set.is_empty() {
+    // (Nothing is released when the applier owned nothing, a first apply,
+    // or still owns all it did, as a repeated apply of the same fields.)
+    if !last_set.is_subset(&entries[applier_idx].fields) {
         let owned = entries
             .iter()
             .fold(FieldSet::new(), |acc, e| acc.union(&e.fields));
@@ -288,7 +286,13 @@ fn apply_once(
         }
         if !force && !conflicts.is_empty() {
             conflicts.sort_by(|a, b| a.manager.cmp(&b.manager));
-            return Err(PatchError::Conflicts(conflicts));
+            match previous {
+                Some(entry) => entries[applier_idx] = entry,
+                None => {
+                    entries.pop();
+                }
+            }
+            return Err((PatchError::Conflicts(conflicts), entries));
         }
         for (i, e) in entries.iter_mut().enumerate() {
             if i != applier_idx {
@@ -298,7 +302,7 @@ fn apply_once(
     }
     let object_changed = live.is_none_or(|l| *l != merged);
     let applier = &mut entries[applier_idx];
-    if object_changed || applier.time.is_none() || applier.fields != last_set {
+    if object_changed || applier.time.is_none() || applier.fields != *last_set {
         applier.time = Some(req.now.to_string());
     }
     Ok((merged, entries))

@@ -214,6 +214,13 @@ impl FieldSet {
         n.min(limit)
     }
 
+    /// Whether every path of `self` is in `other` (no copy: one walk of
+    /// both trees).
+    pub(crate) fn is_subset(&self, other: &FieldSet) -> bool {
+        self.members.is_subset(&other.members)
+            && self.children.iter().all(|(pe, mine)| other.children.get(pe).is_some_and(|theirs| mine.is_subset(theirs)))
+    }
+
     /// The subset under `pe`, if any.
     pub(crate) fn child(&self, pe: &PathElement) -> Option<&FieldSet> {
         self.children.get(pe)
