@@ -27,6 +27,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use super::fieldpath::{ignored_top_level, path_string, stripped_fields, FieldSet};
+use super::fields_v1;
 use super::managed::{self, ManagedEntry, OPERATION_APPLY, OPERATION_UPDATE};
 use super::schema::{self, Shape};
 use super::typed::{compare, merge, merge_into_absent, remove_items, to_field_set, validate_applied};
@@ -98,6 +99,12 @@ fn describe(config: &Value, kind: &str) -> String {
 /// Applies `req.body` for `req.manager`; returns the new object with its
 /// managedFields.
 pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchError> {
+    server_side_apply_with(req, true)
+}
+
+/// [`server_side_apply`], taking [`reapply_as_sole_owner`]'s shortcut when
+/// `shortcut` (the tests compare both ways).
+pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> Result<Value, PatchError> {
     let config = decode_body(req.body)?;
     if !matches!(
         config.pointer("/metadata/managedFields"),
@@ -138,6 +145,11 @@ pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchEr
         .unwrap_or(str_at(&config, "/apiVersion"));
 
     let live = req.original.map(managed::without_managed_fields);
+    if let (Some(original), Some(live), true) = (req.original, live.as_deref(), shortcut) {
+        if let Some(result) = reapply_as_sole_owner(req, original, live, &config, shape, api_version) {
+            return Ok(result);
+        }
+    }
     let mut entries = match req.original {
         Some(o) => managed::decode(o).unwrap_or_default(),
         None => Vec::new(),
@@ -201,6 +213,41 @@ pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchEr
     }
     managed::encode(&mut result, entries);
     Ok(result)
+}
+
+/// A repeated apply by the one manager that owns the object, of a
+/// configuration with exactly the fields it applied before (what GitOps
+/// tools and operators send again and again): nothing is pruned and nobody
+/// can conflict, so the result is the merge, and the manager's entry is the
+/// stored one, its time set when the object changes. `None` in every other
+/// case, which [`apply_once`] handles. The same result as [`apply_once`]
+/// without decoding the stored entry into a [`FieldSet`] and encoding it
+/// again: for a ConfigMap of 100,000 keys, most of the cost of the apply.
+fn reapply_as_sole_owner(
+    req: &ApplyRequest<'_>,
+    original: &Value,
+    live: &Value,
+    config: &Value,
+    shape: &Shape,
+    api_version: &str,
+) -> Option<Value> {
+    let (time, stored) = managed::sole_apply_entry(original, req.manager, api_version)?;
+    let new_set = to_field_set(config, shape)
+        .difference(&stripped_fields())
+        .without_top_level(ignored_top_level(""));
+    if new_set.is_empty() || !fields_v1::encodes(stored, &new_set) {
+        return None;
+    }
+    let mut merged = merge(Some(live), config, shape);
+    let time = match time {
+        Some(t) if *live == merged => t.to_string(),
+        _ => req.now.to_string(),
+    };
+    if req.manager == "kubectl" {
+        sync_last_applied(&mut merged, config);
+    }
+    managed::write_sole_apply_entry(&mut merged, req.manager, api_version, Some(time), stored.clone());
+    Some(merged)
 }
 
 /// Whether `config` carries kubectl's last-applied annotation.

@@ -164,6 +164,51 @@ pub(crate) fn add(fields: &mut Map<String, Value>, set: &FieldSet) {
     }
 }
 
+/// Whether the canonical `fields` ([`is_canonical`]) is exactly the
+/// encoding of `set` ([`FieldSet::into_fields_v1`]), found without encoding
+/// or decoding either: one walk of both. Allocates only for elements that
+/// are not field names.
+pub(crate) fn encodes(fields: &Map<String, Value>, set: &FieldSet) -> bool {
+    let keys = fields.iter().filter(|(k, _)| k.as_str() != MARK);
+    let marked = usize::from(fields.contains_key(MARK));
+    let mut elements = sorted_elements(set);
+    let mut count = 0;
+    for (key, child) in keys {
+        count += 1;
+        let Some(pe) = elements.next() else { return false };
+        let Value::Object(child) = child else { return false };
+        let same_key = match pe {
+            PathElement::Field(name) => key.strip_prefix("f:") == Some(name.as_str()),
+            other => other.to_fields_v1_key() == *key,
+        };
+        let fits = match set.child(pe) {
+            None => child.is_empty() && set.has_member(pe),
+            Some(sub) => !child.is_empty() && child.contains_key(MARK) == set.has_member(pe) && encodes(child, sub),
+        };
+        if !same_key || !fits {
+            return false;
+        }
+    }
+    elements.next().is_none() && count + marked == fields.len()
+}
+
+/// `set`'s top-level elements (members and children) once each, in
+/// [`PathElement`] order.
+fn sorted_elements(set: &FieldSet) -> impl Iterator<Item = &PathElement> {
+    let mut members = set.members().iter().peekable();
+    let mut children = set.children().keys().peekable();
+    std::iter::from_fn(move || match (members.peek(), children.peek()) {
+        (Some(m), Some(c)) if m == c => {
+            children.next();
+            members.next()
+        }
+        (Some(m), Some(c)) if m < c => members.next(),
+        (Some(_), Some(_)) | (None, Some(_)) => children.next(),
+        (Some(_), None) => members.next(),
+        (None, None) => None,
+    })
+}
+
 /// Where `key` goes among `node`'s keys (after its `"."`, in key order).
 fn insertion_index(node: &Map<String, Value>, key: &str) -> usize {
     node.keys().take_while(|k| k.as_str() == MARK || key_order(k, key) == Ordering::Less).count()
@@ -209,6 +254,8 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
         /// Editing the encoded set in place gives, byte for byte, what
         /// decoding, editing the `FieldSet` and encoding again gives.
         #[test]
@@ -223,6 +270,14 @@ mod tests {
             prop_assert!(is_canonical(&in_place));
             let want = owned.difference(&changed).difference(&removed).union(&changed).into_fields_v1();
             prop_assert_eq!(Value::Object(in_place).to_string(), want.to_string());
+        }
+
+        /// `encodes` says whether an encoded object is a set's encoding.
+        #[test]
+        fn encodes_is_encoding_and_comparing(a in set(), b in set()) {
+            let encoded = object(a.clone().into_fields_v1());
+            prop_assert!(encodes(&encoded, &a));
+            prop_assert_eq!(encodes(&encoded, &b), encoded == object(b.into_fields_v1()));
         }
 
         /// Only the form the encoder writes is taken as canonical.

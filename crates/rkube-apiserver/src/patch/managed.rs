@@ -257,6 +257,51 @@ fn take_encoded(obj: &mut Value) -> Option<Vec<EncodedEntry>> {
     Some(entries.into_iter().map(EncodedEntry::take).collect())
 }
 
+/// The one entry of `obj`'s managedFields, when there is exactly one and
+/// it is the `Apply` entry of `manager` at `api_version` for the main
+/// resource with a canonical `fieldsV1` ([`fields_v1::is_canonical`]): its
+/// time and its encoded fields.
+pub(crate) fn sole_apply_entry<'a>(
+    obj: &'a Value,
+    manager: &str,
+    api_version: &str,
+) -> Option<(Option<&'a str>, &'a Map<String, Value>)> {
+    let Some(Value::Array(entries)) = obj.pointer("/metadata/managedFields") else { return None };
+    let [entry] = entries.as_slice() else { return None };
+    if !EncodedEntry::readable(entry) {
+        return None;
+    }
+    let text = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or_default();
+    let ours = text("manager") == manager
+        && text("operation") == OPERATION_APPLY
+        && text("apiVersion") == api_version
+        && text("subresource").is_empty();
+    match entry.get("fieldsV1") {
+        Some(Value::Object(fields)) if ours => Some((entry.get("time").and_then(Value::as_str), fields)),
+        _ => None,
+    }
+}
+
+/// Sets `obj`'s managedFields to the one `Apply` entry of `manager` at
+/// `api_version` for the main resource, its fields already encoded.
+pub(crate) fn write_sole_apply_entry(
+    obj: &mut Value,
+    manager: &str,
+    api_version: &str,
+    time: Option<String>,
+    fields: Map<String, Value>,
+) {
+    let entry = entry_json(
+        manager.to_string(),
+        OPERATION_APPLY.to_string(),
+        api_version.to_string(),
+        time,
+        String::new(),
+        Value::Object(fields),
+    );
+    write(obj, vec![entry]);
+}
+
 /// What [`record_update`] records.
 #[derive(Debug, Clone, Copy)]
 pub struct UpdateRecord<'a> {

@@ -9,7 +9,10 @@
 //! `kubectl apply --server-side` sends it: JSON text typed
 //! `application/apply-patch+yaml`, and as block YAML), and a nested YAML body
 //! the server must refuse; and one JSON ConfigMap as large as a ConfigMap
-//! may be (1 MiB of values), which the server stores, caches and answers.
+//! may be (1 MiB of values), which the server stores, caches and answers;
+//! and writes to such a ConfigMap created beforehand: a PUT and a merge
+//! patch changing one value, and a server-side apply of the configuration
+//! its one manager applied already (which changes nothing).
 //! The server's CPU time (all threads, user +
 //! system, from its CPU-time clock: [`crate::procs::process_cpu_seconds`],
 //! nanosecond resolution) is read before and after each run of
@@ -70,9 +73,12 @@ enum Case {
     ApplyJsonText,
     ApplyYamlBlock,
     NestedYaml,
+    Update,
+    MergePatch,
+    Reapply,
 }
 
-const CASES: [Case; 8] = [
+const CASES: [Case; 11] = [
     Case::Json,
     Case::JsonAccepted,
     Case::YamlBlock,
@@ -81,6 +87,9 @@ const CASES: [Case; 8] = [
     Case::ApplyJsonText,
     Case::ApplyYamlBlock,
     Case::NestedYaml,
+    Case::Update,
+    Case::MergePatch,
+    Case::Reapply,
 ];
 
 impl Case {
@@ -94,33 +103,75 @@ impl Case {
             Case::ApplyJsonText => "server-side apply, JSON text (kubectl)",
             Case::ApplyYamlBlock => "server-side apply, block YAML",
             Case::NestedYaml => "create, nested YAML (refused)",
+            Case::Update => "update (PUT), one value changed, 1 MiB of data",
+            Case::MergePatch => "merge patch of one value, 1 MiB of data",
+            Case::Reapply => "server-side apply again, unchanged, 1 MiB of data",
         }
     }
 
     fn content_type(self) -> &'static str {
         match self {
-            Case::Json | Case::JsonAccepted => "application/json",
+            Case::Json | Case::JsonAccepted | Case::Update => "application/json",
+            Case::MergePatch => "application/merge-patch+json",
+            Case::Reapply => "application/apply-patch+yaml",
             Case::YamlBlock | Case::YamlQuoted | Case::YamlJsonText | Case::NestedYaml => "application/yaml",
             Case::ApplyJsonText | Case::ApplyYamlBlock => "application/apply-patch+yaml",
         }
     }
 
-    /// 400 for nested YAML; else 201, or 422 when the body's ConfigMap
-    /// holds more than 1 MiB of data (`data_bytes`: the values).
+    /// 400 for nested YAML; 200 for a write to the existing object; else
+    /// 201, or 422 when the body's ConfigMap holds more than 1 MiB of data
+    /// (`data_bytes`: the values).
     fn expected_code(self, data_bytes: usize) -> u16 {
         match self {
             Case::NestedYaml => 400,
+            Case::Update | Case::MergePatch | Case::Reapply => 200,
             _ if data_bytes > CONFIG_MAP_DATA_LIMIT => 422,
             _ => 201,
         }
     }
 
-    /// Method, path and body of the request creating `name`, with the number
-    /// of `data` keys it carries.
-    fn request(self, name: &str, bytes: usize) -> (&'static str, String, Vec<u8>, usize) {
+    /// Whether the case writes to one ConfigMap created beforehand
+    /// ([`Case::setup`]) rather than creating one per request.
+    fn writes_existing(self) -> bool {
+        matches!(self, Case::Update | Case::MergePatch | Case::Reapply)
+    }
+
+    /// The request creating the ConfigMap `name` a case writes to: 1 MiB of
+    /// data, as JSON; server-side applied by the bench's manager for
+    /// [`Case::Reapply`], so that every later apply of it changes nothing.
+    fn setup(self, name: &str, bytes: usize) -> (&'static str, String, Vec<u8>, &'static str) {
+        let (body, _) = configmap_json(name, bytes, CONFIG_MAP_DATA_LIMIT);
         let collection = format!("/api/v1/namespaces/{NS}/configmaps");
-        let apply = format!("{collection}/{name}?fieldManager=bench&force=true");
         match self {
+            Case::Reapply => ("PATCH", apply_path(name), body, "application/apply-patch+yaml"),
+            _ => ("POST", collection, body, "application/json"),
+        }
+    }
+
+    /// Method, path and body of the request creating `name` (or, for a case
+    /// that [`Case::writes_existing`], writing to it: `turn` alternates the
+    /// value written, so each write changes the object), with the number of
+    /// `data` keys it carries (or the object keeps).
+    fn request(self, name: &str, bytes: usize, turn: usize) -> (&'static str, String, Vec<u8>, usize) {
+        let collection = format!("/api/v1/namespaces/{NS}/configmaps");
+        let apply = apply_path(name);
+        let value = if turn % 2 == 0 { "w0" } else { "v0" };
+        match self {
+            Case::Update => {
+                let (obj, keys) = configmap_json(name, bytes, CONFIG_MAP_DATA_LIMIT);
+                let body = String::from_utf8_lossy(&obj).replacen(r#""k0":"v0""#, &format!(r#""k0":"{value}""#), 1);
+                ("PUT", format!("{collection}/{name}"), body.into_bytes(), keys)
+            }
+            Case::MergePatch => {
+                let keys = configmap_json(name, bytes, CONFIG_MAP_DATA_LIMIT).1;
+                let body = format!(r#"{{"data":{{"k0":"{value}"}}}}"#);
+                ("PATCH", format!("{collection}/{name}"), body.into_bytes(), keys)
+            }
+            Case::Reapply => {
+                let (obj, keys) = configmap_json(name, bytes, CONFIG_MAP_DATA_LIMIT);
+                ("PATCH", apply, obj, keys)
+            }
             Case::JsonAccepted => {
                 let (obj, keys) = configmap_json(name, bytes, CONFIG_MAP_DATA_LIMIT);
                 ("POST", collection, obj, keys)
@@ -149,6 +200,11 @@ impl Case {
             }
         }
     }
+}
+
+/// The server-side apply path of the ConfigMap `name`.
+fn apply_path(name: &str) -> String {
+    format!("/api/v1/namespaces/{NS}/configmaps/{name}?fieldManager=bench&force=true")
 }
 
 /// The data bytes a ConfigMap with `keys` keys `k<i>: v<i>` counts against
@@ -215,10 +271,24 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let mut missed = Vec::new();
     for case in CASES {
         let mut cpu = Vec::new();
-        let data = data_bytes(case.request("probe", bytes).3);
+        let data = data_bytes(case.request("probe", bytes, 0).3);
         let mut latency = Vec::new();
+        let existing = format!("u{}", case as u8);
+        if case.writes_existing() {
+            let (method, path, body, content_type) = case.setup(&existing, bytes);
+            let (code, answer) = api.send_raw(method, &path, body, content_type).await?;
+            if code != 201 {
+                let short = String::from_utf8_lossy(&answer[..answer.len().min(300)]).into_owned();
+                anyhow::bail!("{}: creating the ConfigMap to write to answered {code}: {short}", case.name());
+            }
+        }
         for run in 0..runs {
-            let requests: Vec<_> = (0..REQUESTS_PER_RUN).map(|i| case.request(&format!("b{}-{run}-{i}", case as u8), bytes)).collect();
+            let requests: Vec<_> = (0..REQUESTS_PER_RUN)
+                .map(|i| match case.writes_existing() {
+                    true => case.request(&existing, bytes, run * REQUESTS_PER_RUN + i),
+                    false => case.request(&format!("b{}-{run}-{i}", case as u8), bytes, 0),
+                })
+                .collect();
             let mut answers = Vec::with_capacity(REQUESTS_PER_RUN);
             let started = Instant::now();
             let before = server_cpu(server.pid())?;
@@ -236,11 +306,15 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 check_answer(case, data, code, &answer, keys)?;
             }
             for i in 0..REQUESTS_PER_RUN {
-                if case.expected_code(data) == 201 {
+                if case.expected_code(data) == 201 && !case.writes_existing() {
                     let path = format!("/api/v1/namespaces/{NS}/configmaps/b{}-{run}-{i}", case as u8);
                     api.send_raw("DELETE", &path, Vec::new(), "application/json").await?;
                 }
             }
+        }
+        if case.writes_existing() {
+            let path = format!("/api/v1/namespaces/{NS}/configmaps/{existing}");
+            api.send_raw("DELETE", &path, Vec::new(), "application/json").await?;
         }
         let labels = [("case", case.name().to_string()), ("content_type", case.content_type().to_string())];
         let c = report.measure("bodies/cpu_per_request", "s", &labels, &cpu);
@@ -284,8 +358,8 @@ async fn idle_cpu_rate(pid: u32, sample: Duration) -> anyhow::Result<f64> {
 }
 
 /// Fails unless `code` is what `case` expects for a ConfigMap of
-/// `data` bytes, a created object carries all `keys` data keys, and a 422
-/// is the data size refusal.
+/// `data` bytes, a created or written object carries all `keys` data keys,
+/// and a 422 is the data size refusal.
 fn check_answer(case: Case, data: usize, code: u16, answer: &[u8], keys: usize) -> anyhow::Result<()> {
     let short = || String::from_utf8_lossy(&answer[..answer.len().min(300)]).into_owned();
     let expected = case.expected_code(data);
@@ -295,11 +369,11 @@ fn check_answer(case: Case, data: usize, code: u16, answer: &[u8], keys: usize) 
     if code == 422 && !short().contains("Too long: may not be more than 1048576 bytes") {
         anyhow::bail!("{}: a 422 that is not the data size refusal: {}", case.name(), short());
     }
-    if code == 201 {
+    if code == 201 || code == 200 {
         let obj: Value = serde_json::from_slice(answer)?;
         let got = obj["data"].as_object().map_or(0, |d| d.len());
         if got != keys {
-            anyhow::bail!("{}: the created ConfigMap has {got} data keys, {keys} were sent", case.name());
+            anyhow::bail!("{}: the written ConfigMap has {got} data keys, {keys} were expected", case.name());
         }
     }
     Ok(())

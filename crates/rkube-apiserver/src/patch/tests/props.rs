@@ -390,3 +390,42 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The sole owner's re-apply shortcut gives what the general apply
+    /// gives, over applies of the same and of changed configurations (times
+    /// differ per step, so a missed time update shows).
+    #[test]
+    fn sole_owner_reapply_shortcut_is_the_general_apply(
+        first in arb_pod_variant(),
+        steps in prop::collection::vec((prop::option::of(arb_value()), any::<bool>()), 1..5),
+    ) {
+        use crate::patch::apply::{server_side_apply_with, ApplyRequest};
+        let apply = |live: Option<&Value>, config: &Value, manager: &str, now: &str, shortcut: bool| {
+            let body = config.to_string();
+            let req = ApplyRequest {
+                kind: "Pod", api_version: Some("v1"), original: live, body: body.as_bytes(),
+                manager, force: true, now,
+            };
+            server_side_apply_with(&req, shortcut).map(|v| v.to_string()).map_err(|e| format!("{e:?}"))
+        };
+        let Ok(mut current) = apply(None, &first, "tool", NOW, false) else { return Ok(()) };
+        let mut config = first;
+        for (step, (change, kubectl)) in steps.into_iter().enumerate() {
+            if let Some(change) = change.filter(Value::is_object) {
+                perturb(&mut config, &change);
+            }
+            let live: Value = serde_json::from_str(&current).expect("JSON");
+            let now = format!("2024-03-01T00:00:0{step}Z");
+            let manager = if kubectl { "kubectl" } else { "tool" };
+            let fast = apply(Some(&live), &config, manager, &now, true);
+            let general = apply(Some(&live), &config, manager, &now, false);
+            prop_assert_eq!(&fast, &general);
+            if let Ok(next) = fast {
+                current = next;
+            }
+        }
+    }
+}
