@@ -67,11 +67,14 @@ pub fn object(info: &ResourceInfo, r: Render, code: u16, obj: &Value, warnings: 
     with_warnings(media::respond(code, r.output, &body), warnings)
 }
 
-/// [`object`] of `obj` just written as `stored` (its storage bytes, which
-/// lack `metadata.resourceVersion`) at `resource_version`. A JSON answer
-/// for a resource stored in the form it is served in is `stored` with the
-/// resourceVersion spliced in ([`rkube_api::wire::RawObject`]): the same
-/// bytes as encoding `obj` again, without a second encoding.
+/// [`object`] of `obj`, stored as `stored` (its storage bytes, which lack
+/// `metadata.resourceVersion`) at `resource_version`: just written, or read
+/// back for a write that changed nothing. A JSON answer for a resource
+/// stored in the form it is served in is `stored` with the resourceVersion
+/// spliced in ([`rkube_api::wire::RawObject`]), what a GET of it answers
+/// too; for bytes [`rkube_api::wire::to_typed_json`] wrote (every rkube
+/// write), the same bytes as encoding `obj` again, without a second
+/// encoding.
 pub fn stored_object(
     info: &ResourceInfo,
     r: Render,

@@ -493,8 +493,10 @@ fn written(info: &ResourceInfo, ctx: &Ctx, code: u16, obj: &Value, warnings: &[S
     render::object(info, ctx.render, code, obj, warnings)
 }
 
-/// The 200 answer of an update or patch that wrote `obj` (stored as
-/// `stored` when it was written, rather than a no-op or dry run).
+/// The 200 answer of an update or patch: `obj`, answered as `stored` (its
+/// storage bytes and revision, [`render::stored_object`]) when given: the
+/// bytes just written, or for a write that changed nothing the bytes
+/// already stored; `None` for a dry run.
 fn written_stored(
     info: &ResourceInfo,
     ctx: &Ctx,

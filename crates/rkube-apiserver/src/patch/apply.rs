@@ -222,7 +222,9 @@ pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> 
 /// stored one, its time set when the object changes. `None` in every other
 /// case, which [`apply_once`] handles. The same result as [`apply_once`]
 /// without decoding the stored entry into a [`FieldSet`] and encoding it
-/// again: for a ConfigMap of 100,000 keys, most of the cost of the apply.
+/// again (the entry is copied instead): for a ConfigMap of 100,000 keys,
+/// about a seventh of the apply's CPU. When the fields differ, the field
+/// set computed here and the check are spent for nothing (a few percent).
 fn reapply_as_sole_owner(
     req: &ApplyRequest<'_>,
     original: &Value,

@@ -150,9 +150,11 @@ impl Case {
     }
 
     /// Method, path and body of the request creating `name` (or, for a case
-    /// that [`Case::writes_existing`], writing to it: `turn` alternates the
-    /// value written, so each write changes the object), with the number of
-    /// `data` keys it carries (or the object keeps).
+    /// that [`Case::writes_existing`], writing to it: for the PUT and the
+    /// merge patch `turn` alternates the value written, so each one changes
+    /// the object; the apply is the one of [`Case::setup`], which changes
+    /// nothing), with the number of `data` keys it carries (or the object
+    /// keeps).
     fn request(self, name: &str, bytes: usize, turn: usize) -> (&'static str, String, Vec<u8>, usize) {
         let collection = format!("/api/v1/namespaces/{NS}/configmaps");
         let apply = apply_path(name);
@@ -281,6 +283,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 let short = String::from_utf8_lossy(&answer[..answer.len().min(300)]).into_owned();
                 anyhow::bail!("{}: creating the ConfigMap to write to answered {code}: {short}", case.name());
             }
+            // Its caching and watch work is not the first run's.
+            tokio::time::sleep(SETTLE).await;
         }
         for run in 0..runs {
             let requests: Vec<_> = (0..REQUESTS_PER_RUN)

@@ -360,7 +360,10 @@ proptest! {
     #[test]
     fn recording_in_place_is_recording_by_decoding(
         first in arb_object(),
-        steps in prop::collection::vec((arb_value(), 0usize..3, any::<bool>(), prop::option::of(arb_value())), 1..6),
+        steps in prop::collection::vec(
+            (arb_value(), 0usize..3, any::<bool>(), prop::option::of((0usize..5, arb_value()))),
+            1..6,
+        ),
     ) {
         use crate::patch::managed::record_update_with;
         use crate::patch::UpdateRecord;
@@ -378,6 +381,21 @@ proptest! {
             if patch.is_object() {
                 perturb(&mut next, &patch);
             }
+            // A client's own managedFields: arbitrary, or the stored entries
+            // sent back (as `kubectl edit` does) as they are or changed.
+            let stored = current.pointer("/metadata/managedFields").cloned().unwrap_or(Value::Null);
+            let client_managed = client_managed.map(|(how, arbitrary)| {
+                let mut sent = stored.clone();
+                let first = sent.get_mut(0).and_then(Value::as_object_mut);
+                match (how, first) {
+                    (0, _) => return arbitrary,
+                    (2, Some(e)) => drop(e.insert("fieldsV1".into(), Value::Null)),
+                    (3, Some(e)) => drop(e.shift_remove("fieldsV1")),
+                    (4, Some(e)) => drop(e.insert("manager".into(), "someone-else".into())),
+                    _ => {}
+                }
+                sent
+            });
             if let (Some(m), Some(Value::Object(meta))) = (client_managed, next.get_mut("metadata")) {
                 meta.insert("managedFields".into(), m);
             }
