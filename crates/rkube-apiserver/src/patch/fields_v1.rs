@@ -217,12 +217,10 @@ fn insertion_index(node: &Map<String, Value>, key: &str) -> usize {
     node.keys().take_while(|k| k.as_str() == MARK || key_order(k, key) == Ordering::Less).count()
 }
 
-/// Each element of `set`'s top node once: whether it is a member, and the
-/// subset under it.
-fn elements(set: &FieldSet) -> Vec<(&PathElement, bool, Option<&FieldSet>)> {
-    let mut out: Vec<_> = set.members().iter().map(|pe| (pe, true, set.child(pe))).collect();
-    out.extend(set.children().iter().filter(|(pe, _)| !set.has_member(pe)).map(|(pe, sub)| (pe, false, Some(sub))));
-    out
+/// Each element of `set`'s top node once, in order: whether it is a
+/// member, and the subset under it.
+fn elements(set: &FieldSet) -> impl Iterator<Item = (&PathElement, bool, Option<&FieldSet>)> {
+    sorted_elements(set).map(|pe| (pe, set.has_member(pe), set.child(pe)))
 }
 
 #[cfg(test)]

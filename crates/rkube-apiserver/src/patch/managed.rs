@@ -27,18 +27,23 @@ pub const OPERATION_APPLY: &str = "Apply";
 /// `operation` of entries written by create, update and non-apply patches.
 pub const OPERATION_UPDATE: &str = "Update";
 
-/// One decoded `managedFields` entry.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ManagedEntry {
+/// One `managedFields` entry: its fields decoded (a [`FieldSet`]), or
+/// still encoded (an [`EncodedEntry`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct ManagedEntry<F = FieldSet> {
     pub manager: String,
     pub operation: String,
     pub api_version: String,
     pub time: Option<String>,
     pub subresource: String,
-    pub fields: FieldSet,
+    pub fields: F,
 }
 
-impl ManagedEntry {
+/// A `managedFields` entry whose `fieldsV1` stays encoded, for edits in
+/// place ([`super::fields_v1`]); read only when that object is canonical.
+type EncodedEntry = ManagedEntry<Map<String, Value>>;
+
+impl<F> ManagedEntry<F> {
     /// Whether this entry is the one of (`manager`, `operation`,
     /// `api_version`, `subresource`); apiVersion counts for `Update` only.
     pub(crate) fn is(
@@ -68,22 +73,57 @@ impl ManagedEntry {
         s
     }
 
+    /// The order upstream keeps entries in: operation, time, manager,
+    /// apiVersion, subresource.
+    fn order(&self) -> (&str, &str, &str, &str, &str) {
+        let time = self.time.as_deref().unwrap_or_default();
+        (&self.operation, time, &self.manager, &self.api_version, &self.subresource)
+    }
+
+    /// The entry of `obj` (a `managedFields` item) with `fields`: a
+    /// missing or non-string text reads as empty, `time` as absent.
+    fn read(obj: &Map<String, Value>, fields: F) -> Self {
+        let text = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        ManagedEntry {
+            manager: text("manager"),
+            operation: text("operation"),
+            api_version: text("apiVersion"),
+            time: obj.get("time").and_then(Value::as_str).map(str::to_string),
+            subresource: text("subresource"),
+            fields,
+        }
+    }
+
+    /// The entry as a `managedFields` item, its keys in upstream's field
+    /// order (`ManagedFieldsEntry`); `time` and `subresource` only when
+    /// set; `fields_v1` encodes the fields.
+    fn into_json_with(self, fields_v1: impl FnOnce(F) -> Value) -> Value {
+        let mut m = Map::new();
+        m.insert("manager".into(), Value::String(self.manager));
+        m.insert("operation".into(), Value::String(self.operation));
+        m.insert("apiVersion".into(), Value::String(self.api_version));
+        if let Some(t) = self.time {
+            m.insert("time".into(), Value::String(t));
+        }
+        m.insert("fieldsType".into(), Value::String("FieldsV1".into()));
+        m.insert("fieldsV1".into(), fields_v1(self.fields));
+        if !self.subresource.is_empty() {
+            m.insert("subresource".into(), Value::String(self.subresource));
+        }
+        Value::Object(m)
+    }
+}
+
+impl ManagedEntry {
     fn into_json(self) -> Value {
-        let fields = self.fields.into_fields_v1();
-        entry_json(self.manager, self.operation, self.api_version, self.time, self.subresource, fields)
+        self.into_json_with(FieldSet::into_fields_v1)
     }
 
     fn from_json(v: &Value) -> Result<Self, String> {
         let obj = v
             .as_object()
             .ok_or("managedFields entry is not an object")?;
-        let text = |k: &str| {
-            obj.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
-        let fields_type = text("fieldsType");
+        let fields_type = obj.get("fieldsType").and_then(Value::as_str).unwrap_or_default();
         let fields = match obj.get("fieldsV1") {
             None | Some(Value::Null) => FieldSet::new(),
             Some(f) => FieldSet::from_fields_v1(f)?,
@@ -91,14 +131,7 @@ impl ManagedEntry {
         if !fields_type.is_empty() && fields_type != "FieldsV1" {
             return Err(format!("invalid fieldsType {fields_type:?}"));
         }
-        Ok(ManagedEntry {
-            manager: text("manager"),
-            operation: text("operation"),
-            api_version: text("apiVersion"),
-            time: obj.get("time").and_then(Value::as_str).map(str::to_string),
-            subresource: text("subresource"),
-            fields,
-        })
+        Ok(ManagedEntry::read(obj, fields))
     }
 }
 
@@ -129,7 +162,7 @@ pub(crate) fn without_managed_fields(obj: &Value) -> std::borrow::Cow<'_, Value>
 pub(crate) fn encode(obj: &mut Value, mut entries: Vec<ManagedEntry>) {
     entries.retain(|e| !e.fields.is_empty());
     entries.sort_by(|a, b| a.order().cmp(&b.order()));
-    write(obj, entries.into_iter().map(ManagedEntry::into_json).collect());
+    write(obj, entries.into_iter().map(|e| e.into_json()).collect());
 }
 
 /// Sets `obj`'s `metadata.managedFields` to `entries`, or removes it when
@@ -145,29 +178,6 @@ fn write(obj: &mut Value, entries: Vec<Value>) {
     } else {
         meta.insert("managedFields".into(), Value::Array(entries));
     }
-}
-
-/// The order upstream keeps entries in: operation, time, manager,
-/// apiVersion, subresource.
-type EntryOrder<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
-
-impl ManagedEntry {
-    fn order(&self) -> EntryOrder<'_> {
-        let time = self.time.as_deref().unwrap_or_default();
-        (&self.operation, time, &self.manager, &self.api_version, &self.subresource)
-    }
-}
-
-/// A `managedFields` entry whose `fieldsV1` stays encoded, for edits in
-/// place ([`super::fields_v1`]); read only when that object is canonical.
-#[derive(Default)]
-struct EncodedEntry {
-    manager: String,
-    operation: String,
-    api_version: String,
-    time: Option<String>,
-    subresource: String,
-    fields: Map<String, Value>,
 }
 
 impl EncodedEntry {
@@ -186,62 +196,21 @@ impl EncodedEntry {
     }
 
     /// Reads an entry [`EncodedEntry::readable`] accepted, as
-    /// [`ManagedEntry`]'s decoding reads it.
+    /// [`ManagedEntry`]'s decoding reads it, moving its fields out.
     fn take(v: Value) -> Self {
         // Never hit: only entries `readable` accepted (objects) are taken.
         let Value::Object(mut obj) = v else { return EncodedEntry::default() };
-        let mut text = |k: &str| match obj.remove(k) {
-            Some(Value::String(s)) => s,
-            _ => String::new(),
-        };
-        let (manager, operation, api_version, subresource) =
-            (text("manager"), text("operation"), text("apiVersion"), text("subresource"));
-        let time = match obj.remove("time") {
-            Some(Value::String(t)) => Some(t),
-            _ => None,
-        };
         let fields = match obj.remove("fieldsV1") {
             Some(Value::Object(f)) => f,
             _ => Map::new(),
         };
-        EncodedEntry { manager, operation, api_version, time, subresource, fields }
-    }
-
-    fn order(&self) -> EntryOrder<'_> {
-        let time = self.time.as_deref().unwrap_or_default();
-        (&self.operation, time, &self.manager, &self.api_version, &self.subresource)
+        ManagedEntry::read(&obj, fields)
     }
 
     /// The entry as [`ManagedEntry::into_json`] writes it.
     fn into_json(self) -> Value {
-        let fields = Value::Object(self.fields);
-        entry_json(self.manager, self.operation, self.api_version, self.time, self.subresource, fields)
+        self.into_json_with(Value::Object)
     }
-}
-
-/// A `managedFields` entry object, its keys in upstream's field order
-/// (`ManagedFieldsEntry`); `time` and `subresource` only when set.
-fn entry_json(
-    manager: String,
-    operation: String,
-    api_version: String,
-    time: Option<String>,
-    subresource: String,
-    fields_v1: Value,
-) -> Value {
-    let mut m = Map::new();
-    m.insert("manager".into(), Value::String(manager));
-    m.insert("operation".into(), Value::String(operation));
-    m.insert("apiVersion".into(), Value::String(api_version));
-    if let Some(t) = time {
-        m.insert("time".into(), Value::String(t));
-    }
-    m.insert("fieldsType".into(), Value::String("FieldsV1".into()));
-    m.insert("fieldsV1".into(), fields_v1);
-    if !subresource.is_empty() {
-        m.insert("subresource".into(), Value::String(subresource));
-    }
-    Value::Object(m)
 }
 
 /// `obj`'s managedFields entries, taken out of it with their `fieldsV1`
@@ -268,14 +237,9 @@ pub(crate) fn sole_apply_entry<'a>(
 ) -> Option<(Option<&'a str>, &'a Map<String, Value>)> {
     let Some(Value::Array(entries)) = obj.pointer("/metadata/managedFields") else { return None };
     let [entry] = entries.as_slice() else { return None };
-    if !EncodedEntry::readable(entry) {
-        return None;
-    }
-    let text = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or_default();
-    let ours = text("manager") == manager
-        && text("operation") == OPERATION_APPLY
-        && text("apiVersion") == api_version
-        && text("subresource").is_empty();
+    let (true, Some(obj)) = (EncodedEntry::readable(entry), entry.as_object()) else { return None };
+    let read = ManagedEntry::read(obj, ());
+    let ours = read.is(manager, OPERATION_APPLY, api_version, "") && read.api_version == api_version;
     match entry.get("fieldsV1") {
         Some(Value::Object(fields)) if ours => Some((entry.get("time").and_then(Value::as_str), fields)),
         _ => None,
@@ -291,15 +255,15 @@ pub(crate) fn write_sole_apply_entry(
     time: Option<String>,
     fields: Map<String, Value>,
 ) {
-    let entry = entry_json(
-        manager.to_string(),
-        OPERATION_APPLY.to_string(),
-        api_version.to_string(),
+    let entry = EncodedEntry {
+        manager: manager.to_string(),
+        operation: OPERATION_APPLY.to_string(),
+        api_version: api_version.to_string(),
         time,
-        String::new(),
-        Value::Object(fields),
-    );
-    write(obj, vec![entry]);
+        subresource: String::new(),
+        fields,
+    };
+    write(obj, vec![entry.into_json()]);
 }
 
 /// What [`record_update`] records.
@@ -406,12 +370,8 @@ fn record_in_place(
         fields_v1::remove(&mut e.fields, removed);
     }
     if !changed.is_empty() {
-        let updater = entries.iter_mut().find(|e| {
-            e.manager == rec.manager
-                && e.operation == OPERATION_UPDATE
-                && e.subresource == rec.subresource
-                && e.api_version == rec.api_version
-        });
+        let updater =
+            entries.iter_mut().find(|e| e.is(rec.manager, OPERATION_UPDATE, rec.api_version, rec.subresource));
         match updater {
             Some(e) => {
                 fields_v1::add(&mut e.fields, changed);
