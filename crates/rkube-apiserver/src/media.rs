@@ -269,7 +269,7 @@ pub(crate) enum YamlError {
 pub(crate) fn yaml_to_json(body: &[u8]) -> Result<Value, YamlError> {
     let max = crate::patch::MAX_NESTING_DEPTH;
     if looks_like_json(body) && !has_surrogate_escape(body) {
-        if let Some(value) = serde_json::from_slice::<Value>(body).ok().filter(|v| !has_negative_zero(v)) {
+        if let Some(value) = crate::json_value::from_slice(body).ok().filter(|v| !has_negative_zero(v)) {
             if crate::patch::json::nesting_depth(&value) > max {
                 return Err(YamlError::TooDeep { max });
             }

@@ -165,17 +165,54 @@ pub fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
     let (Some(meta_a), Some(meta_b)) = (metadata_in(top_a), metadata_in(top_b)) else { return same_ignoring_rv_by_copy(a, b) };
     let empty = Map::new();
     let (meta_a, meta_b) = (meta_a.unwrap_or(&empty), meta_b.unwrap_or(&empty));
-    same_entries(top_a, top_b, |k| k == "metadata", |_, x, y| x == y)
+    same_entries(top_a, top_b, |k| k == "metadata", |_, x, y| values_equal(x, y))
         && same_entries(meta_a, meta_b, |k| k == "resourceVersion", |k, x, y| match (k, x, y) {
             ("managedFields", Value::Array(x), Value::Array(y)) => {
                 x.len() == y.len()
                     && x.iter().zip(y).all(|(e, f)| match (e, f) {
-                        (Value::Object(e), Value::Object(f)) => same_entries(e, f, |k| k == "time", |_, x, y| x == y),
-                        (e, f) => e == f,
+                        (Value::Object(e), Value::Object(f)) => {
+                            same_entries(e, f, |k| k == "time", |_, x, y| values_equal(x, y))
+                        }
+                        (e, f) => values_equal(e, f),
                     })
             }
-            (_, x, y) => x == y,
+            (_, x, y) => values_equal(x, y),
         })
+}
+
+/// Whether `a` and `b` are equal, as `Value`'s `==` decides (the order of an
+/// object's keys does not count). Two objects' entries are walked side by
+/// side while their keys come in the same order, as two encodings of one
+/// object usually do (stored objects and kubectl's bodies both sort map
+/// keys); only from the first entry out of step on is each key looked up,
+/// which is what `==` does for every key. Cost: linear in the smaller value.
+pub fn values_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut in_step = Some(y.iter());
+            x.len() == y.len() && x.iter().all(|(k, p)| entry_in_step(y, &mut in_step, k).is_some_and(|q| values_equal(p, q)))
+        }
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| values_equal(p, q)),
+        _ => a == b,
+    }
+}
+
+/// The entry of `m` for `key`, taken from `in_step` (an iterator over `m`'s
+/// entries walked beside another map's) while keys keep the same order:
+/// `in_step` becomes `None` at the first key out of step, and every later
+/// call looks `key` up.
+pub fn entry_in_step<'a>(
+    m: &'a Map<String, Value>,
+    in_step: &mut Option<serde_json::map::Iter<'a>>,
+    key: &str,
+) -> Option<&'a Value> {
+    if let Some(it) = in_step {
+        match it.next() {
+            Some((k, v)) if k == key => return Some(v),
+            _ => *in_step = None,
+        }
+    }
+    m.get(key)
 }
 
 /// `metadata` of an object map: `Some(None)` when absent, `None` when it is
@@ -197,7 +234,14 @@ fn same_entries(
     eq: impl Fn(&str, &Value, &Value) -> bool,
 ) -> bool {
     let kept = |m: &Map<String, Value>| m.keys().filter(|k| !skip(k)).count();
-    kept(a) == kept(b) && a.iter().filter(|(k, _)| !skip(k)).all(|(k, x)| b.get(k).is_some_and(|y| eq(k, x, y)))
+    if kept(a) != kept(b) {
+        return false;
+    }
+    let mut in_step = Some(b.iter());
+    a.iter().all(|(k, x)| {
+        let y = entry_in_step(b, &mut in_step, k);
+        skip(k) || y.is_some_and(|y| eq(k, x, y))
+    })
 }
 
 /// [`same_ignoring_rv`] by stripping copies (for values that are not objects
@@ -250,6 +294,34 @@ mod tests {
             };
             let (a, b) = (build(&a), build(&b));
             proptest::prop_assert_eq!(same_ignoring_rv(&a, &b), same_ignoring_rv_by_copy(&a, &b), "{} {}", a, b);
+        }
+
+        /// `values_equal` decides as `==` does, for maps whose keys come in
+        /// the same order, in another order, or differ.
+        #[test]
+        fn values_equal_agrees_with_eq(
+            a in proptest::collection::vec((0usize..5, 0usize..4), 0..8),
+            b in proptest::collection::vec((0usize..5, 0usize..4), 0..8),
+            reorder in proptest::prelude::any::<bool>(),
+        ) {
+            let build = |spec: &[(usize, usize)]| {
+                let mut m = Map::new();
+                for (key, value) in spec {
+                    let v = json!(["x", 1, {"a": [1, {"b": "c"}], "b": null}, [{"a": 1}]])[*value].clone();
+                    m.insert(format!("k{key}"), v);
+                }
+                Value::Object(m)
+            };
+            let (a, b) = (build(&a), build(&b));
+            let b_reordered = match (&b, reorder) {
+                (Value::Object(m), true) => Value::Object(m.clone().into_iter().rev().collect()),
+                _ => b.clone(),
+            };
+            for (x, y) in [(&a, &b), (&a, &b_reordered), (&b, &b_reordered), (&a, &a)] {
+                proptest::prop_assert_eq!(values_equal(x, y), x == y, "{} {}", x, y);
+                let (nx, ny) = (json!({"n": [x, {"m": x}]}), json!({"n": [y, {"m": y}]}));
+                proptest::prop_assert_eq!(values_equal(&nx, &ny), nx == ny);
+            }
         }
     }
 

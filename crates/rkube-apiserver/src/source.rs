@@ -13,7 +13,7 @@ pub type SourceResult<T> = Result<T, StorageError>;
 
 /// Decodes a stored object and sets its resourceVersion to `revision`.
 pub fn decode_stored(kv_key: &str, bytes: &[u8], revision: Revision) -> SourceResult<Value> {
-    let mut obj: Value = serde_json::from_slice(bytes)
+    let mut obj: Value = crate::json_value::from_slice(bytes)
         .map_err(|e| StorageError::Internal(format!("cannot decode object at {kv_key}: {e}")))?;
     set_resource_version(&mut obj, revision);
     Ok(obj)

@@ -82,6 +82,9 @@ pub struct ApiState {
     /// The kubelets' scraped usage behind `metrics.k8s.io` ([`crate::metrics_api`]); filled by
     /// [`crate::metrics_api::scraper::run`].
     pub resource_metrics: Arc<crate::metrics_api::store::MetricsStore>,
+    /// Large objects the write paths decoded or wrote lately, for the next
+    /// update of each ([`crate::decoded`]).
+    pub decoded: Arc<crate::decoded::DecodedObjects>,
 }
 
 impl ApiState {
@@ -106,6 +109,7 @@ impl ApiState {
             authenticator: Arc::new(crate::filters::authn::Authenticator::default()),
             service_account_tokens: None,
             resource_metrics: Arc::default(),
+            decoded: Arc::default(),
         }
     }
 

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// Where each key of a JSON body first appears, and its repeated keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -124,103 +124,19 @@ impl<'de> Visitor<'de> for Walk<'_> {
         }
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
+    crate::json_value::ignore_scalars!();
 }
 
 /// Decodes a JSON body into a [`serde_json::Value`] as
 /// `serde_json::from_slice` does (same errors, same last-wins handling of a
-/// repeated key, same nesting limit), and scans its keys ([`KeyScan`]) only
-/// when some object repeats a key. The decoder notices a repetition for free
-/// (inserting the key finds it present), so the common body is read once.
+/// repeated key, same nesting limit; [`crate::json_value`]), and scans its
+/// keys ([`KeyScan`]) only when some object repeats a key. The decoder
+/// notices a repetition for free (inserting the key finds it present), so
+/// the common body is read once more only by the decoder's own counting scan.
 pub fn decode_json(body: &[u8]) -> serde_json::Result<(Value, Option<KeyScan>)> {
-    let mut repeated = false;
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let value = NoticeRepeats { repeated: &mut repeated }.deserialize(&mut de)?;
-    de.end()?;
+    let (value, repeated) = crate::json_value::from_slice_noting_repeats(body)?;
     let scan = if repeated { KeyScan::of_json(body) } else { Some(KeyScan::default()) };
     Ok((value, scan))
-}
-
-/// Builds a JSON value, setting `repeated` when an object repeats a key.
-struct NoticeRepeats<'a> {
-    repeated: &'a mut bool,
-}
-
-impl<'de> DeserializeSeed<'de> for NoticeRepeats<'_> {
-    type Value = Value;
-
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Value, D::Error> {
-        de.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for NoticeRepeats<'_> {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any valid JSON value")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::with_capacity(map.size_hint().unwrap_or(0));
-        while let Some(key) = map.next_key::<String>()? {
-            let value = map.next_value_seed(NoticeRepeats { repeated: &mut *self.repeated })?;
-            if out.insert(key, value).is_some() {
-                *self.repeated = true;
-            }
-        }
-        Ok(Value::Object(out))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(v) = seq.next_element_seed(NoticeRepeats { repeated: &mut *self.repeated })? {
-            out.push(v);
-        }
-        Ok(Value::Array(out))
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_string()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
 }
 
 #[cfg(test)]

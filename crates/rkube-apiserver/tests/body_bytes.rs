@@ -148,6 +148,63 @@ async fn writes_and_no_op_writes_answer_what_a_get_reads(srv: &TestServer) {
     assert_eq!(reapplied.text, applied.text, "no-op apply answer");
 }
 
+/// A large object kept decoded after a write or a read for update is
+/// exactly what decoding its stored bytes gives (same value, same key
+/// order), through creates, PUTs, patches of each kind, server-side apply
+/// and writes that change nothing; and each answer is what a GET reads.
+async fn large_objects_kept_decoded_are_what_a_decode_gives(srv: &TestServer) {
+    let key = "/registry/configmaps/default/big";
+    let check = |what: &'static str| async move {
+        let kv = srv.storage.get(key).await.expect("get").expect("stored");
+        assert!(kv.value.len() >= rkube_apiserver::decoded::MIN_STORED_BYTES, "{what}: {}", kv.value.len());
+        let kept = srv.decoded.get(key, &kv.value, kv.mod_revision).unwrap_or_else(|| panic!("{what}: not kept"));
+        let decoded = rkube_apiserver::source::decode_stored(key, &kv.value, kv.mod_revision).expect("decode");
+        assert_eq!(*kept, decoded, "{what}");
+        assert_eq!(serde_json::to_string(&*kept).unwrap(), serde_json::to_string(&decoded).unwrap(), "{what}: key order");
+    };
+    // Keys in no typed order, metadata last, a resourceVersion to ignore.
+    let mut data = serde_json::Map::new();
+    for i in (0..4000).rev() {
+        data.insert(format!("key-{i}"), Value::String(format!("value {i}")));
+    }
+    let cm = serde_json::json!({"data": data, "kind": "ConfigMap", "apiVersion": "v1",
+        "metadata": {"labels": {"b": "1"}, "resourceVersion": "", "name": "big", "annotations": {"z": "1", "a": "2"}}});
+    let created = srv.post(CMS, &cm).await;
+    assert_eq!(created.code, 201, "{}", created.text);
+    check("create").await;
+    let path = format!("{CMS}/big");
+    for round in 0..2 {
+        let mut changed: Value = serde_json::from_str(&srv.get(&path).await.text).unwrap();
+        changed["data"]["key-7"] = format!("changed {round}").into();
+        changed["metadata"]["labels"]["c"] = "2".into();
+        let put = srv.put(&path, &changed).await;
+        assert_eq!(put.code, 200, "{}", put.text);
+        assert_eq!(put.text, read_at(srv, &path, put.rv()).await, "PUT answer");
+        check("PUT").await;
+        let same = srv.put(&path, &serde_json::from_str::<Value>(&put.text).unwrap()).await;
+        assert_eq!((same.code, same.rv()), (200, put.rv()), "no-op PUT");
+        check("no-op PUT").await;
+        for (ct, patch) in [
+            ("application/merge-patch+json", format!(r#"{{"data":{{"m{round}":"1"}}}}"#)),
+            ("application/strategic-merge-patch+json", format!(r#"{{"metadata":{{"labels":{{"s{round}":"1"}}}}}}"#)),
+            ("application/json-patch+json", format!(r#"[{{"op":"add","path":"/data/j{round}","value":"1"}}]"#)),
+        ] {
+            let patched = srv.patch(&path, ct, &patch).await;
+            assert_eq!(patched.code, 200, "{ct}: {}", patched.text);
+            assert_eq!(patched.text, read_at(srv, &path, patched.rv()).await, "{ct} answer");
+            check(ct).await;
+        }
+        let apply = format!("{path}?fieldManager=tool&force=true");
+        let config = format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"big"}},"data":{{"a{round}":"5"}}}}"#);
+        for what in ["apply", "re-apply"] {
+            let applied = srv.send("PATCH", &apply, Some("application/apply-patch+yaml"), None, Some(config.clone().into_bytes())).await;
+            assert_eq!(applied.code, 200, "{what}: {}", applied.text);
+            assert_eq!(applied.text, read_at(srv, &path, applied.rv()).await, "{what} answer");
+            check(what).await;
+        }
+    }
+}
+
 /// Status errors are upstream's exact bytes, newline included; so are
 /// discovery documents, while `/version` is indented without one, as
 /// upstream's `WriteRawJSON` writes it.
@@ -222,4 +279,5 @@ both_read_paths!(
     status_and_discovery_bodies_end_with_newline,
     tables_and_partial_metadata_end_with_newline,
     writes_and_no_op_writes_answer_what_a_get_reads,
+    large_objects_kept_decoded_are_what_a_decode_gives,
 );

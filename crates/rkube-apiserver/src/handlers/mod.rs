@@ -39,6 +39,8 @@ pub use write::encode_for_storage;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+
 use rkube_storage::KeyValue;
 use serde_json::Value;
 
@@ -125,18 +127,45 @@ impl Ctx {
 
     /// Reads and decodes the object at `key` from storage (not the read source:
     /// read-modify-write loops need the latest committed value), in the
-    /// request's version ([`crate::crd_conversion::served`]).
-    pub async fn load(&self, key: &str, name: &str) -> ApiResult<Option<(Value, KeyValue)>> {
+    /// request's version ([`crate::crd_conversion::served`]). A large object
+    /// decoded or written lately for these very bytes comes from
+    /// [`crate::decoded`] instead of being decoded again.
+    pub async fn load(&self, key: &str, name: &str) -> ApiResult<Option<(Arc<Value>, KeyValue)>> {
         let kv = self.st.storage.get(key).await.map_err(|e| ApiError::from_storage(e, self.ri.info, name))?;
-        match kv {
-            Some(kv) => {
-                let obj = decode_stored(&kv.key, &kv.value, kv.mod_revision)
-                    .map_err(|e| ApiError::from_storage(e, self.ri.info, name))?;
-                Ok(Some((crate::crd_conversion::served(&self.st, self.ri.info, obj).await?, kv)))
+        let Some(kv) = kv else { return Ok(None) };
+        let keeps = keeps_decoded(self.ri.info);
+        if keeps {
+            if let Some(obj) = self.st.decoded.get(key, &kv.value, kv.mod_revision) {
+                return Ok(Some((obj, kv)));
             }
-            None => Ok(None),
+        }
+        let obj = media::off_the_workers(kv.value.len(), || decode_stored(&kv.key, &kv.value, kv.mod_revision))
+            .map_err(|e| ApiError::from_storage(e, self.ri.info, name))?;
+        if !keeps {
+            return Ok(Some((Arc::new(crate::crd_conversion::served(&self.st, self.ri.info, obj).await?), kv)));
+        }
+        let obj = Arc::new(obj);
+        self.st.decoded.put(key, kv.value.clone(), kv.mod_revision, obj.clone());
+        Ok(Some((obj, kv)))
+    }
+
+    /// Keeps `obj`, just written at `key` as `stored` at `revision`, for the
+    /// next update of the object ([`crate::decoded`]). `obj` must be what
+    /// [`Ctx::load`] would decode from `stored`: the object the write
+    /// encoded, with `metadata.resourceVersion` set to `revision` by
+    /// [`crate::source::set_resource_version`].
+    pub fn remember_written(&self, key: &str, obj: Value, stored: bytes::Bytes, revision: i64) {
+        if keeps_decoded(self.ri.info) {
+            self.st.decoded.put(key, stored, revision, Arc::new(obj));
         }
     }
+}
+
+/// Whether objects of `info` are kept decoded ([`crate::decoded`]): only
+/// when their stored form is the served one (no conversion), so an entry
+/// serves every request for the key alike.
+fn keeps_decoded(info: &rkube_api::registry::ResourceInfo) -> bool {
+    info.conversion.is_none() && !crate::crd_conversion::by_webhook(info)
 }
 
 /// The manager name upstream derives from a `User-Agent` when `fieldManager`

@@ -181,7 +181,7 @@ pub async fn write(ctx: &Ctx, body: &[u8], patch: Option<crate::patch::PatchType
             let scale_info = rkube_api::registry::ResourceInfo { kind: "Scale", group: "autoscaling", ..*info };
             return Err(ApiError::invalid(&scale_info, &name, vec![cause.into()]));
         }
-        let mut new = old.clone();
+        let mut new = Value::clone(&old);
         if let Some(paths) = info.custom.and_then(|c| c.scale.as_ref()) {
             set_path(&mut new, &paths.spec_replicas, json!(replicas));
         } else if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {

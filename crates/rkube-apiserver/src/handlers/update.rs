@@ -333,7 +333,6 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             }
         };
         trace::step(steps::READ_CURRENT);
-        let old = std::sync::Arc::new(old);
         if let Some(rv) = want_rv {
             if rv != kv.mod_revision {
                 return Err(ApiError::stale(info, &name));
@@ -344,7 +343,7 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
         trace::step(steps::STORED);
         match committed {
-            Commit::Done(obj, stored) => return Ok(written_stored(info, ctx, &obj, stored, &warnings)),
+            Commit::Done(obj, stored) => return Ok(written_done(ctx, &key, obj, stored, &warnings)),
             Commit::Unchanged => {
                 let stored = Some((kv.value.clone(), kv.mod_revision));
                 return Ok(written_stored(info, ctx, &old, stored, &warnings));
@@ -458,7 +457,6 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
                 Err(e) => return Err(ApiError::from_storage(e, info, &name)),
             }
         };
-        let old = std::sync::Arc::new(old);
         let patched = apply_patch(info, kind, Some(&old), body, &manager, force)?;
         trace::step(steps::PATCH_APPLIED);
         let want_rv = requested_rv(&patched)?;
@@ -475,7 +473,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         let committed = commit(ctx, &key, &old, &kv, new, dry_run).await?;
         trace::step(steps::STORED);
         match committed {
-            Commit::Done(obj, stored) => return Ok(written_stored(info, ctx, &obj, stored, &warnings)),
+            Commit::Done(obj, stored) => return Ok(written_done(ctx, &key, obj, stored, &warnings)),
             Commit::Unchanged => {
                 let stored = Some((kv.value.clone(), kv.mod_revision));
                 return Ok(written_stored(info, ctx, &old, stored, &warnings));
@@ -511,6 +509,17 @@ fn written_stored(
         }
         None => written(info, ctx, 200, obj, warnings),
     }
+}
+
+/// The answer of a committed update or patch ([`written_stored`]); the
+/// object written is then kept decoded for the next update of the key
+/// ([`Ctx::remember_written`]).
+fn written_done(ctx: &Ctx, key: &str, obj: Value, stored: Option<(bytes::Bytes, i64)>, warnings: &[String]) -> Response {
+    let resp = written_stored(ctx.ri.info, ctx, &obj, stored.clone(), warnings);
+    if let Some((bytes, revision)) = stored {
+        ctx.remember_written(key, obj, bytes, revision);
+    }
+    resp
 }
 
 /// True when the patch body itself mentions a resourceVersion.
@@ -596,7 +605,7 @@ pub async fn binding(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
         if !current.is_empty() {
             return Err(binding_conflict(format!("pod {name} is already assigned to node {current:?}")));
         }
-        let mut new = old.clone();
+        let mut new = Value::clone(&old);
         if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
             spec.insert("nodeName".into(), json!(node));
         }

@@ -54,7 +54,7 @@ pub(crate) struct ApplyRequest<'a> {
 
 /// Decodes the request body: JSON, else YAML (one document).
 fn decode_body(body: &[u8]) -> Result<Value, PatchError> {
-    let value = match serde_json::from_slice::<Value>(body) {
+    let value = match crate::json_value::from_slice(body) {
         Ok(v) => v,
         Err(_) => {
             // Held to the JSON decoder's depth, before parsing (linear cost).
@@ -144,12 +144,12 @@ pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> 
         .filter(|v| !v.is_empty())
         .unwrap_or(str_at(&config, "/apiVersion"));
 
-    let live = req.original.map(managed::without_managed_fields);
-    if let (Some(original), Some(live), true) = (req.original, live.as_deref(), shortcut) {
-        if let Some(result) = reapply_as_sole_owner(req, original, live, &config, shape, api_version) {
+    if let (Some(original), true) = (req.original, shortcut) {
+        if let Some(result) = reapply_as_sole_owner(req, original, &config, shape, api_version) {
             return Ok(result);
         }
     }
+    let live = req.original.map(managed::without_managed_fields);
     let mut entries = match req.original {
         Some(o) => managed::decode(o).unwrap_or_default(),
         None => Vec::new(),
@@ -222,17 +222,24 @@ pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> 
 /// stored one, its time set when the object changes. `None` in every other
 /// case, which [`apply_once`] handles. The same result as [`apply_once`]
 /// without decoding the stored entry into a [`FieldSet`] and encoding it
-/// again (the entry is copied instead): for a ConfigMap of 100,000 keys,
-/// about a seventh of the apply's CPU. When the fields differ, the field
-/// set computed here and the check are spent for nothing (a few percent).
+/// again: for a ConfigMap of 100,000 keys, about a seventh of the apply's
+/// CPU. The configuration is merged into the stored object as it is, its
+/// entry included (which the configuration never names: a configuration
+/// naming `managedFields`, even as null, goes the general way), so the
+/// entry is copied once by the merge and its fields are then moved, not
+/// copied again, into the result's entry. When the fields differ, the
+/// field set computed here and the check are spent for nothing (a few
+/// percent).
 fn reapply_as_sole_owner(
     req: &ApplyRequest<'_>,
     original: &Value,
-    live: &Value,
     config: &Value,
     shape: &Shape,
     api_version: &str,
 ) -> Option<Value> {
+    if config.pointer("/metadata/managedFields").is_some() {
+        return None;
+    }
     let (time, stored) = managed::sole_apply_entry(original, req.manager, api_version)?;
     let new_set = to_field_set(config, shape)
         .difference(&stripped_fields())
@@ -240,15 +247,18 @@ fn reapply_as_sole_owner(
     if new_set.is_empty() || !fields_v1::encodes(stored, &new_set) {
         return None;
     }
-    let mut merged = merge(Some(live), config, shape);
+    let mut merged = merge(Some(original), config, shape);
+    // Both hold the same entry: equal exactly when the rest is.
     let time = match time {
-        Some(t) if *live == merged => t.to_string(),
+        Some(t) if crate::object::values_equal(original, &merged) => t.to_string(),
         _ => req.now.to_string(),
     };
     if req.manager == "kubectl" {
         sync_last_applied(&mut merged, config);
     }
-    managed::write_sole_apply_entry(&mut merged, req.manager, api_version, Some(time), stored.clone());
+    // Removed and written again last in metadata, as the general path does.
+    let fields = managed::remove_sole_entry_fields(&mut merged).unwrap_or_else(|| stored.clone());
+    managed::write_sole_apply_entry(&mut merged, req.manager, api_version, Some(time), fields);
     Some(merged)
 }
 
@@ -349,7 +359,7 @@ fn apply_once(
             }
         }
     }
-    let object_changed = live.is_none_or(|l| *l != merged);
+    let object_changed = live.is_none_or(|l| !crate::object::values_equal(l, &merged));
     let applier = &mut entries[applier_idx];
     if object_changed || applier.time.is_none() || applier.fields != *last_set {
         applier.time = Some(req.now.to_string());

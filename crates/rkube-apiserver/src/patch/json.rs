@@ -160,7 +160,7 @@ impl std::io::Write for ByteCounter {
 
 /// Applies an RFC 7396 JSON merge patch to a copy of `original`.
 pub(crate) fn merge_patch(original: &Value, patch: &[u8]) -> Result<Value, PatchError> {
-    let patch: Value = serde_json::from_slice(patch)
+    let patch: Value = crate::json_value::from_slice(patch)
         .map_err(|_| PatchError::BadRequest("Invalid JSON Patch".to_string()))?;
     if patch.is_null() {
         return Err(PatchError::BadRequest("Invalid JSON Patch".to_string()));

@@ -145,16 +145,24 @@ pub(crate) fn decode(obj: &Value) -> Result<Vec<ManagedEntry>, String> {
 }
 
 /// `obj` without `metadata.managedFields`: `obj` itself when it has none,
-/// else a copy.
+/// else a copy of the rest (the entries, often as large as the object, are
+/// not copied).
 pub(crate) fn without_managed_fields(obj: &Value) -> std::borrow::Cow<'_, Value> {
-    if obj.pointer("/metadata/managedFields").is_none() {
+    let Value::Object(top) = obj else { return std::borrow::Cow::Borrowed(obj) };
+    let Some(Value::Object(meta)) = top.get("metadata").filter(|m| m.get("managedFields").is_some()) else {
         return std::borrow::Cow::Borrowed(obj);
+    };
+    let mut out = Map::with_capacity(top.len());
+    for (k, v) in top {
+        let v = match v {
+            Value::Object(_) if k == "metadata" => {
+                Value::Object(meta.iter().filter(|(k, _)| *k != "managedFields").map(|(k, v)| (k.clone(), v.clone())).collect())
+            }
+            v => v.clone(),
+        };
+        out.insert(k.clone(), v);
     }
-    let mut out = obj.clone();
-    if let Some(Value::Object(meta)) = out.get_mut("metadata") {
-        meta.shift_remove("managedFields");
-    }
-    std::borrow::Cow::Owned(out)
+    std::borrow::Cow::Owned(Value::Object(out))
 }
 
 /// Writes `entries` (sorted like upstream) into `obj`'s metadata; removes
@@ -242,6 +250,25 @@ pub(crate) fn sole_apply_entry<'a>(
     let ours = read.is(manager, OPERATION_APPLY, api_version, "") && read.api_version == api_version;
     match entry.get("fieldsV1") {
         Some(Value::Object(fields)) if ours => Some((entry.get("time").and_then(Value::as_str), fields)),
+        _ => None,
+    }
+}
+
+/// Removes `obj`'s `metadata.managedFields` and gives back the encoded
+/// fields of its one entry (moved, not copied); `None`, with `obj` left as
+/// it was, unless there is exactly one entry with an object `fieldsV1`.
+pub(crate) fn remove_sole_entry_fields(obj: &mut Value) -> Option<Map<String, Value>> {
+    let meta = obj.get_mut("metadata")?.as_object_mut()?;
+    match meta.get("managedFields")? {
+        Value::Array(entries) if matches!(entries.as_slice(), [Value::Object(e)] if e.get("fieldsV1").is_some_and(Value::is_object)) => {}
+        _ => return None,
+    }
+    let Some(Value::Array(mut entries)) = meta.shift_remove("managedFields") else { return None };
+    match entries.pop() {
+        Some(Value::Object(mut entry)) => match entry.remove("fieldsV1") {
+            Some(Value::Object(fields)) => Some(fields),
+            _ => None,
+        },
         _ => None,
     }
 }

@@ -314,7 +314,7 @@ pub fn apply_patch_at(
         PatchType::StrategicMerge => {
             let original = original.ok_or(PatchError::NotFound)?;
             let patch: Value =
-                serde_json::from_slice(patch).map_err(|e| PatchError::BadRequest(e.to_string()))?;
+                crate::json_value::from_slice(patch).map_err(|e| PatchError::BadRequest(e.to_string()))?;
             strategic::strategic_merge(original, patch, schema::root(kind))?
         }
     };

@@ -249,11 +249,14 @@ fn compare_at(
         // Fields scalar on both sides (or absent on one) are leaves whatever
         // their shape: gathered and added to the comparison at once.
         let mut leaves = Leaves::default();
+        // `r`'s entries walked beside `l`'s while the keys keep one order
+        // (the usual case): no lookup per key then, and no second walk.
+        let mut in_step = Some(r.iter());
         for (k, lv) in l {
+            let rv = crate::object::entry_in_step(r, &mut in_step, k);
             if skipped(out, path, k) {
                 continue;
             }
-            let rv = r.get(k);
             if !is_nested(lv) && !rv.is_some_and(is_nested) {
                 leaves.record(k, Some(lv), rv);
                 continue;
@@ -269,7 +272,9 @@ fn compare_at(
             );
             path.pop();
         }
-        for (k, rv) in r {
+        // Walked in step to the end over as many keys: `r` has only `l`'s keys.
+        let only_l_keys = in_step.is_some() && l.len() == r.len();
+        for (k, rv) in r.iter().filter(|_| !only_l_keys) {
             if skipped(out, path, k) {
                 continue;
             }
@@ -352,7 +357,7 @@ impl Leaves {
         let to = match (lhs, rhs) {
             (None, Some(_)) => &mut self.added,
             (Some(_), None) => &mut self.removed,
-            (Some(l), Some(r)) if l != r => &mut self.modified,
+            (Some(l), Some(r)) if !crate::object::values_equal(l, r) => &mut self.modified,
             _ => return,
         };
         to.push(PathElement::field(name));
@@ -377,7 +382,7 @@ fn leaf(lhs: Option<&Value>, rhs: Option<&Value>, path: &Path, out: &mut Compari
     match (lhs, rhs) {
         (None, Some(_)) => out.added.insert(path),
         (Some(_), None) => out.removed.insert(path),
-        (Some(l), Some(r)) if l != r => out.modified.insert(path),
+        (Some(l), Some(r)) if !crate::object::values_equal(l, r) => out.modified.insert(path),
         _ => {}
     }
 }
@@ -390,17 +395,33 @@ fn leaf(lhs: Option<&Value>, rhs: Option<&Value>, path: &Path, out: &mut Compari
 pub(crate) fn merge(lhs: Option<&Value>, rhs: &Value, shape: &Shape) -> Value {
     match (lhs, rhs) {
         (l, Value::Object(r)) if !shape.is_atomic_map() => {
-            let mut out = match l {
-                Some(Value::Object(l)) => l.clone(),
-                _ => Map::new(),
+            let empty = Map::new();
+            let l = match l {
+                Some(Value::Object(l)) => l,
+                _ => &empty,
             };
-            for (k, rv) in r {
-                if rv.is_null() {
-                    out.shift_remove(k);
-                    continue;
+            // `l`'s fields in their order (those `r` names merged, the
+            // others copied: each node is copied once), then the fields
+            // only `r` has, in its order.
+            let mut out = Map::with_capacity(l.len() + r.len());
+            let mut in_step = Some(r.iter());
+            for (k, lv) in l {
+                match crate::object::entry_in_step(r, &mut in_step, k) {
+                    Some(Value::Null) => {}
+                    Some(rv) => {
+                        out.insert(k.clone(), merge(Some(lv), rv, shape.child(k)));
+                    }
+                    None => {
+                        out.insert(k.clone(), lv.clone());
+                    }
                 }
-                let merged = merge(out.get(k), rv, shape.child(k));
-                out.insert(k.clone(), merged);
+            }
+            // Walked in step to the end over as many fields: `r` has only `l`'s.
+            let only_l_keys = in_step.is_some() && l.len() == r.len();
+            for (k, rv) in r.iter().filter(|_| !only_l_keys) {
+                if !rv.is_null() && !l.contains_key(k) {
+                    out.insert(k.clone(), merge(None, rv, shape.child(k)));
+                }
             }
             Value::Object(out)
         }

@@ -32,6 +32,8 @@ pub struct TestServer {
     pub client: reqwest::Client,
     /// The storage behind the server (for compaction tests).
     pub storage: Arc<dyn Storage>,
+    /// The server's decoded objects ([`rkube_apiserver::decoded`]).
+    pub decoded: Arc<rkube_apiserver::decoded::DecodedObjects>,
     stop: Option<oneshot::Sender<()>>,
     _dir: Option<tempfile::TempDir>,
     _etcd: Option<rkube_storage::testing::EtcdServer>,
@@ -126,6 +128,7 @@ impl TestServer {
         config: ServerConfig,
     ) -> TestServer {
         let st = ApiState::new(storage.clone(), config);
+        let decoded = st.decoded.clone();
         rkube_apiserver::bootstrap(&st).await.expect("bootstrap");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -140,6 +143,7 @@ impl TestServer {
             base: format!("http://{addr}"),
             client: http_client(Some(Duration::from_secs(30))),
             storage,
+            decoded,
             stop: Some(tx),
             _dir: dir,
             _etcd: etcd,

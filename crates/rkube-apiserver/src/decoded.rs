@@ -1,0 +1,246 @@
+//! Decoded objects the write paths read or wrote last, so that the next
+//! update of a large object does not decode its stored bytes again.
+//!
+//! An update reads the stored object and decodes it before it can compute
+//! the new one; for a ConfigMap with 1 MiB of data (165,669 keys, as many
+//! again in its managedFields) that decode is about a third of the
+//! request's CPU. Upstream's `GuaranteedUpdate` starts from the watch
+//! cache's decoded object instead (`cachedExistingObject`,
+//! `storage/cacher/cacher.go`); rkube's watch cache keeps bytes, so this
+//! keeps the decoded form of the large objects written or read through
+//! [`crate::handlers::Ctx::load`] recently.
+//!
+//! An entry is used only for the very bytes it was decoded from: a lookup
+//! compares the stored bytes and revision read in the same attempt, so an
+//! entry is never stale, whichever server wrote the key (several API
+//! servers may share one etcd). Only objects of at least
+//! [`MIN_STORED_BYTES`] are kept (smaller ones decode in well under a
+//! millisecond), and the entries' estimated heap is held to
+//! [`BUDGET_BYTES`], least recently used first out; an entry not used for
+//! [`IDLE`] is dropped at the next lookup or insert.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::Value;
+
+/// Stored objects smaller than this (bytes) are not kept.
+pub const MIN_STORED_BYTES: usize = 64 * 1024;
+
+/// The most heap the kept objects may take, as [`heap_estimate`] counts it (bytes).
+pub const BUDGET_BYTES: usize = 64 * 1024 * 1024;
+
+/// An entry unused this long is dropped.
+pub const IDLE: Duration = Duration::from_secs(60);
+
+/// Decoded objects by storage key; see the module documentation.
+#[derive(Debug, Default)]
+pub struct DecodedObjects {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    by_key: HashMap<String, Entry>,
+    heap: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// The stored bytes the value was decoded from (shared, not copied).
+    stored: Bytes,
+    revision: i64,
+    value: Arc<Value>,
+    heap: usize,
+    used: Instant,
+}
+
+impl DecodedObjects {
+    /// The decoded object stored at `key` as `stored` at `revision`, when it
+    /// is kept: the value `crate::source::decode_stored` gives for them.
+    pub fn get(&self, key: &str, stored: &[u8], revision: i64) -> Option<Arc<Value>> {
+        if stored.len() < MIN_STORED_BYTES {
+            return None;
+        }
+        let now = Instant::now();
+        let (kept, value, dropped) = {
+            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut dropped = inner.drop_idle(now);
+            match inner.by_key.get_mut(key) {
+                Some(entry) if entry.revision == revision => {
+                    entry.used = now;
+                    (Some(entry.stored.clone()), Some(entry.value.clone()), dropped)
+                }
+                // Another revision is stored now: this one is of no more use.
+                Some(_) => {
+                    dropped.extend(inner.remove(key));
+                    (None, None, dropped)
+                }
+                None => (None, None, dropped),
+            }
+        };
+        // Compared and dropped without the lock: bytes of a large object
+        // take a while to compare, and a large value to free.
+        drop(dropped);
+        match (kept, value) {
+            (Some(kept), Some(value)) if kept[..] == *stored => Some(value),
+            _ => None,
+        }
+    }
+
+    /// Keeps `value`, the decoded form of `stored` (the bytes stored at `key`
+    /// at `revision`, with `metadata.resourceVersion` set to it, exactly as
+    /// `crate::source::decode_stored` gives it), when `stored` is large
+    /// enough and the value fits the budget; replaces the key's entry.
+    pub fn put(&self, key: &str, stored: Bytes, revision: i64, value: Arc<Value>) {
+        if stored.len() < MIN_STORED_BYTES {
+            return;
+        }
+        // The stored bytes may sit in a buffer up to twice their length.
+        let heap = heap_estimate(&value) + 2 * stored.len();
+        let now = Instant::now();
+        let mut dropped = Vec::new();
+        {
+            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            dropped.extend(inner.remove(key));
+            if heap <= BUDGET_BYTES {
+                dropped.extend(inner.drop_idle(now));
+                while inner.heap + heap > BUDGET_BYTES {
+                    let Some(oldest) = inner.by_key.iter().min_by_key(|(_, e)| e.used).map(|(k, _)| k.clone()) else {
+                        break;
+                    };
+                    dropped.extend(inner.remove(&oldest));
+                }
+                inner.heap += heap;
+                inner.by_key.insert(key.to_string(), Entry { stored, revision, value, heap, used: now });
+            }
+        }
+        // Freed without the lock.
+        drop(dropped);
+    }
+
+    /// How many objects are kept, and their estimated heap (bytes).
+    pub fn usage(&self) -> (usize, usize) {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (inner.by_key.len(), inner.heap)
+    }
+}
+
+impl Inner {
+    /// Takes `key`'s entry out (the caller drops it without the lock).
+    fn remove(&mut self, key: &str) -> Option<Entry> {
+        let e = self.by_key.remove(key)?;
+        self.heap -= e.heap;
+        Some(e)
+    }
+
+    /// Takes out the entries unused for [`IDLE`].
+    fn drop_idle(&mut self, now: Instant) -> Vec<Entry> {
+        let idle: Vec<String> =
+            self.by_key.iter().filter(|(_, e)| now.duration_since(e.used) >= IDLE).map(|(k, _)| k.clone()).collect();
+        idle.iter().filter_map(|k| self.remove(k)).collect()
+    }
+}
+
+/// An estimate of the heap `v` takes (bytes): every value slot, map entry
+/// (hash, key, value and index), string and key buffer. Linear in `v`'s
+/// size; iterative, so any nesting is fine.
+pub fn heap_estimate(v: &Value) -> usize {
+    const VALUE: usize = std::mem::size_of::<Value>();
+    // An entry of serde_json's ordered map: hash, key, value; and its index
+    // slot with the table's spare room (a table at most 7/8 full, rounded
+    // up to a power of two: up to 16 bytes a slot).
+    const MAP_ENTRY: usize = 8 + std::mem::size_of::<String>() + VALUE + 16;
+    let mut total = 0;
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => total += s.capacity(),
+            Value::Array(items) => {
+                total += items.capacity() * VALUE;
+                stack.extend(items.iter());
+            }
+            Value::Object(map) => {
+                for (k, item) in map {
+                    total += MAP_ENTRY + k.capacity();
+                    stack.push(item);
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn large(tag: &str, keys: usize) -> (Bytes, Value) {
+        let data: serde_json::Map<String, Value> = (0..keys).map(|i| (format!("k{i}"), json!(tag))).collect();
+        let v = json!({"kind": "ConfigMap", "metadata": {"name": tag, "resourceVersion": "7"}, "data": data});
+        (Bytes::from(serde_json::to_vec(&v).unwrap()), v)
+    }
+
+    #[test]
+    fn an_entry_answers_only_for_its_bytes_and_revision() {
+        let objs = DecodedObjects::default();
+        let (stored, v) = large("a", 10_000);
+        objs.put("/registry/configmaps/ns/a", stored.clone(), 7, Arc::new(v.clone()));
+        assert!(objs.get("/registry/configmaps/ns/a", &stored, 7).is_some_and(|got| *got == v));
+        assert!(objs.get("/registry/configmaps/ns/b", &stored, 7).is_none());
+        let mut other = stored.to_vec();
+        let at = other.len() - 5;
+        other[at] = b'b';
+        assert!(objs.get("/registry/configmaps/ns/a", &other, 7).is_none());
+        assert!(objs.get("/registry/configmaps/ns/a", &stored, 7).is_some());
+        // Another revision: no answer, and the entry is dropped.
+        assert!(objs.get("/registry/configmaps/ns/a", &stored, 8).is_none());
+        assert_eq!(objs.usage(), (0, 0));
+        objs.put("/registry/configmaps/ns/a", stored.clone(), 7, Arc::new(v.clone()));
+        // A new write of the key replaces its entry.
+        let (stored2, v2) = large("c", 10_000);
+        objs.put("/registry/configmaps/ns/a", stored2.clone(), 9, Arc::new(v2.clone()));
+        assert!(objs.get("/registry/configmaps/ns/a", &stored2, 9).is_some_and(|got| *got == v2));
+        assert_eq!(objs.usage().0, 1);
+        assert!(objs.get("/registry/configmaps/ns/a", &stored, 7).is_none());
+    }
+
+    #[test]
+    fn small_objects_are_not_kept_and_the_budget_holds() {
+        let objs = DecodedObjects::default();
+        let small = Bytes::from_static(br#"{"kind":"ConfigMap"}"#);
+        objs.put("s", small.clone(), 1, Arc::new(json!({"kind": "ConfigMap"})));
+        assert_eq!(objs.usage(), (0, 0));
+        // Each about 10 MiB estimated: at most 6 fit in 64 MiB, the least
+        // recently used leave first.
+        let (stored, v) = large("x", 70_000);
+        let one = heap_estimate(&v) + 2 * stored.len();
+        assert!(one > 8 << 20 && one < BUDGET_BYTES / 4, "{one}");
+        let v = Arc::new(v);
+        for i in 0..12 {
+            objs.put(&format!("k{i}"), stored.clone(), 1, v.clone());
+            // k0 is used after every insert, so it stays.
+            assert!(objs.get("k0", &stored, 1).is_some());
+            let (n, heap) = objs.usage();
+            assert!(heap <= BUDGET_BYTES && heap == n * one, "{n} {heap}");
+        }
+        let (n, _) = objs.usage();
+        assert_eq!(n, BUDGET_BYTES / one);
+        assert!(objs.get("k1", &stored, 1).is_none());
+        assert!(objs.get("k11", &stored, 1).is_some());
+    }
+
+    #[test]
+    fn the_estimate_counts_slots_keys_and_strings() {
+        let v = json!({"ab": "cdef", "list": [1, "x"]});
+        let slot = std::mem::size_of::<Value>();
+        let entry = 8 + std::mem::size_of::<String>() + slot + 16;
+        let strings = v["ab"].as_str().unwrap().len() + 1;
+        let keys = 2 + 4;
+        assert_eq!(heap_estimate(&v), 2 * entry + keys + strings + 2 * slot);
+    }
+}
