@@ -200,7 +200,9 @@ pub fn values_equal(a: &Value, b: &Value) -> bool {
 /// The entry of `m` for `key`, taken from `in_step` (an iterator over `m`'s
 /// entries walked beside another map's) while keys keep the same order:
 /// `in_step` becomes `None` at the first key out of step, and every later
-/// call looks `key` up.
+/// call looks `key` up. While `in_step` stays `Some`, each call took the
+/// next entry of `m`: a caller counting those knows how many of `m`'s first
+/// entries it has seen.
 pub fn entry_in_step<'a>(
     m: &'a Map<String, Value>,
     in_step: &mut Option<serde_json::map::Iter<'a>>,

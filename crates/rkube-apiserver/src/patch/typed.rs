@@ -250,10 +250,13 @@ fn compare_at(
         // their shape: gathered and added to the comparison at once.
         let mut leaves = Leaves::default();
         // `r`'s entries walked beside `l`'s while the keys keep one order
-        // (the usual case): no lookup per key then, and no second walk.
+        // (the usual case): no lookup per key then, and the second walk
+        // starts after the entries matched so.
         let mut in_step = Some(r.iter());
+        let mut matched = 0;
         for (k, lv) in l {
             let rv = crate::object::entry_in_step(r, &mut in_step, k);
+            matched += usize::from(in_step.is_some());
             if skipped(out, path, k) {
                 continue;
             }
@@ -272,9 +275,7 @@ fn compare_at(
             );
             path.pop();
         }
-        // Walked in step to the end over as many keys: `r` has only `l`'s keys.
-        let only_l_keys = in_step.is_some() && l.len() == r.len();
-        for (k, rv) in r.iter().filter(|_| !only_l_keys) {
+        for (k, rv) in r.iter().skip(matched) {
             if skipped(out, path, k) {
                 continue;
             }
@@ -405,8 +406,11 @@ pub(crate) fn merge(lhs: Option<&Value>, rhs: &Value, shape: &Shape) -> Value {
             // only `r` has, in its order.
             let mut out = Map::with_capacity(l.len() + r.len());
             let mut in_step = Some(r.iter());
+            let mut matched = 0;
             for (k, lv) in l {
-                match crate::object::entry_in_step(r, &mut in_step, k) {
+                let rv = crate::object::entry_in_step(r, &mut in_step, k);
+                matched += usize::from(in_step.is_some());
+                match rv {
                     Some(Value::Null) => {}
                     Some(rv) => {
                         out.insert(k.clone(), merge(Some(lv), rv, shape.child(k)));
@@ -416,9 +420,8 @@ pub(crate) fn merge(lhs: Option<&Value>, rhs: &Value, shape: &Shape) -> Value {
                     }
                 }
             }
-            // Walked in step to the end over as many fields: `r` has only `l`'s.
-            let only_l_keys = in_step.is_some() && l.len() == r.len();
-            for (k, rv) in r.iter().filter(|_| !only_l_keys) {
+            // The fields matched in step are `l`'s: only the rest may be new.
+            for (k, rv) in r.iter().skip(matched) {
                 if !rv.is_null() && !l.contains_key(k) {
                     out.insert(k.clone(), merge(None, rv, shape.child(k)));
                 }

@@ -350,6 +350,43 @@ proptest! {
     }
 }
 
+/// `v` with every object's keys in reverse order.
+fn reversed(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(m.iter().rev().map(|(k, v)| (k.clone(), reversed(v))).collect()),
+        Value::Array(items) => Value::Array(items.iter().map(reversed).collect()),
+        other => other.clone(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Comparing and merging walk two objects side by side while their keys
+    /// keep one order and look keys up after: the same results whatever
+    /// the order (each object against its variant, in its order and
+    /// reversed, so both ways are taken).
+    #[test]
+    fn comparing_and_merging_do_not_depend_on_key_order(
+        a in arb_pod_variant(),
+        b in arb_pod_variant(),
+        kind in prop::sample::select(KINDS.to_vec()),
+    ) {
+        use crate::patch::typed::{compare, merge};
+        let shape = crate::patch::schema::root_for("v1", kind);
+        let b_rev = reversed(&b);
+        let want = compare(Some(&a), Some(&b_rev), shape);
+        let got = compare(Some(&a), Some(&b), shape);
+        prop_assert_eq!(&got.added, &want.added);
+        prop_assert_eq!(&got.modified, &want.modified);
+        prop_assert_eq!(&got.removed, &want.removed);
+        prop_assert_eq!(merge(Some(&a), &b, shape), merge(Some(&a), &b_rev, shape));
+        prop_assert_eq!(merge(Some(&a), &a, shape), merge(Some(&a), &reversed(&a), shape));
+        prop_assert_eq!(crate::object::values_equal(&a, &b), a == b);
+        prop_assert!(crate::object::values_equal(&a, &reversed(&a)));
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
