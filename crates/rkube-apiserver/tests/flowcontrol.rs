@@ -209,11 +209,14 @@ async fn node_lease_renewals_are_classified_system_node_high() {
     let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
     let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "n1"},
         "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}});
-    let created = s
-        .eventually("node-token", "POST", leases, Some(lease), |a| {
-            !a.header("x-kubernetes-pf-flowschema-uid").is_empty()
-        })
-        .await;
+    // Requests go unclassified until the flow schemas are loaded: wait on a
+    // GET of the lease (any verb on leases is system-node-high), so the
+    // create is sent once (a retried create would answer 409).
+    s.eventually("node-token", "GET", &format!("{leases}/n1"), None, |a| {
+        !a.header("x-kubernetes-pf-flowschema-uid").is_empty()
+    })
+    .await;
+    let created = s.send("node-token", "POST", leases, None, Some(lease)).await;
     assert_eq!(created.code, 201, "{}", created.text);
     assert_eq!(created.header("x-kubernetes-pf-flowschema-uid"), fs_uid);
     assert_eq!(created.header("x-kubernetes-pf-prioritylevel-uid"), pl_uid);
