@@ -189,32 +189,48 @@ pub fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
 pub fn values_equal(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
-            let mut in_step = Some(y.iter());
-            x.len() == y.len() && x.iter().all(|(k, p)| entry_in_step(y, &mut in_step, k).is_some_and(|q| values_equal(p, q)))
+            let mut in_step = InStep::new(y);
+            x.len() == y.len() && x.iter().all(|(k, p)| in_step.get(k).is_some_and(|q| values_equal(p, q)))
         }
         (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| values_equal(p, q)),
         _ => a == b,
     }
 }
 
-/// The entry of `m` for `key`, taken from `in_step` (an iterator over `m`'s
-/// entries walked beside another map's) while keys keep the same order:
-/// `in_step` becomes `None` at the first key out of step, and every later
-/// call looks `key` up. While `in_step` stays `Some`, each call took the
-/// next entry of `m`: a caller counting those knows how many of `m`'s first
-/// entries it has seen.
-pub fn entry_in_step<'a>(
+/// One map's entries read beside another map's walk: while the keys come
+/// in the same order, each [`InStep::get`] takes `m`'s next entry (no
+/// lookup); from the first key out of step on, every call looks the key up.
+pub struct InStep<'a> {
     m: &'a Map<String, Value>,
-    in_step: &mut Option<serde_json::map::Iter<'a>>,
-    key: &str,
-) -> Option<&'a Value> {
-    if let Some(it) = in_step {
-        match it.next() {
-            Some((k, v)) if k == key => return Some(v),
-            _ => *in_step = None,
-        }
+    it: Option<serde_json::map::Iter<'a>>,
+    matched: usize,
+}
+
+impl<'a> InStep<'a> {
+    /// A walk beside `m`, at its first entry.
+    pub fn new(m: &'a Map<String, Value>) -> Self {
+        InStep { m, it: Some(m.iter()), matched: 0 }
     }
-    m.get(key)
+
+    /// `m`'s value for `key`, the next key of the other map's walk.
+    pub fn get(&mut self, key: &str) -> Option<&'a Value> {
+        if let Some(it) = &mut self.it {
+            match it.next() {
+                Some((k, v)) if k == key => {
+                    self.matched += 1;
+                    return Some(v);
+                }
+                _ => self.it = None,
+            }
+        }
+        self.m.get(key)
+    }
+
+    /// `m`'s entries after those taken in step: the only ones whose keys the
+    /// other map's walk may not have named.
+    pub fn rest(&self) -> impl Iterator<Item = (&'a String, &'a Value)> {
+        self.m.iter().skip(self.matched)
+    }
 }
 
 /// `metadata` of an object map: `Some(None)` when absent, `None` when it is
@@ -239,9 +255,9 @@ fn same_entries(
     if kept(a) != kept(b) {
         return false;
     }
-    let mut in_step = Some(b.iter());
+    let mut in_step = InStep::new(b);
     a.iter().all(|(k, x)| {
-        let y = entry_in_step(b, &mut in_step, k);
+        let y = in_step.get(k);
         skip(k) || y.is_some_and(|y| eq(k, x, y))
     })
 }

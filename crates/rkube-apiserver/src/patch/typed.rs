@@ -252,11 +252,9 @@ fn compare_at(
         // `r`'s entries walked beside `l`'s while the keys keep one order
         // (the usual case): no lookup per key then, and the second walk
         // starts after the entries matched so.
-        let mut in_step = Some(r.iter());
-        let mut matched = 0;
+        let mut in_step = crate::object::InStep::new(r);
         for (k, lv) in l {
-            let rv = crate::object::entry_in_step(r, &mut in_step, k);
-            matched += usize::from(in_step.is_some());
+            let rv = in_step.get(k);
             if skipped(out, path, k) {
                 continue;
             }
@@ -275,7 +273,7 @@ fn compare_at(
             );
             path.pop();
         }
-        for (k, rv) in r.iter().skip(matched) {
+        for (k, rv) in in_step.rest() {
             if skipped(out, path, k) {
                 continue;
             }
@@ -405,12 +403,9 @@ pub(crate) fn merge(lhs: Option<&Value>, rhs: &Value, shape: &Shape) -> Value {
             // others copied: each node is copied once), then the fields
             // only `r` has, in its order.
             let mut out = Map::with_capacity(l.len() + r.len());
-            let mut in_step = Some(r.iter());
-            let mut matched = 0;
+            let mut in_step = crate::object::InStep::new(r);
             for (k, lv) in l {
-                let rv = crate::object::entry_in_step(r, &mut in_step, k);
-                matched += usize::from(in_step.is_some());
-                match rv {
+                match in_step.get(k) {
                     Some(Value::Null) => {}
                     Some(rv) => {
                         out.insert(k.clone(), merge(Some(lv), rv, shape.child(k)));
@@ -421,7 +416,7 @@ pub(crate) fn merge(lhs: Option<&Value>, rhs: &Value, shape: &Shape) -> Value {
                 }
             }
             // The fields matched in step are `l`'s: only the rest may be new.
-            for (k, rv) in r.iter().skip(matched) {
+            for (k, rv) in in_step.rest() {
                 if !rv.is_null() && !l.contains_key(k) {
                     out.insert(k.clone(), merge(None, rv, shape.child(k)));
                 }
