@@ -160,6 +160,18 @@ fn serialize_ranked<S: serde::Serializer, R: Ord>(
     m.end()
 }
 
+/// The entries of an object's JSON up to its `metadata`
+/// ([`RawObject::parse_head`]), to set its resourceVersion.
+#[derive(Debug)]
+pub struct RawHead<'a>(RawObject<'a>);
+
+impl RawHead<'_> {
+    /// [`RawObject::with_resource_version`].
+    pub fn with_resource_version(&self, rv: &str) -> Option<Vec<u8>> {
+        self.0.with_resource_version(rv)
+    }
+}
+
 /// An object's compact JSON read without building it: its top-level and
 /// `metadata` entries as slices of the input (`serde_json`'s `RawValue`), so
 /// a reader that needs a few fields of a large object, or to set its
@@ -191,9 +203,38 @@ impl<'a> RawObject<'a> {
             return None;
         }
         let mut de = serde_json::Deserializer::from_slice(bytes);
-        let top: Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)> =
-            raw::Entries(std::marker::PhantomData).deserialize(&mut de).ok()?;
+        let top = raw::Entries(std::marker::PhantomData).deserialize(&mut de).ok()?;
         de.end().ok()?;
+        Self::checked(bytes, top)
+    }
+
+    /// [`RawObject::parse`] of the entries up to `metadata` only: the rest
+    /// of the bytes is not parsed, so its cost does not grow with the
+    /// object (a 3 MiB ConfigMap's `data` is only searched for a line
+    /// break). For bytes known to be one JSON object, as [`to_typed_json`]
+    /// writes them: what follows `metadata` is taken as it is. `None` as
+    /// [`RawObject::parse`] gives it for that head, or for a line break
+    /// anywhere.
+    pub fn parse_head(bytes: &'a [u8]) -> Option<RawHead<'a>> {
+        use serde::de::DeserializeSeed;
+        let mut top = Vec::new();
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        // Stopping after `metadata` leaves the object open, which the
+        // deserializer reports as an error once the visitor is done.
+        let _ = raw::Head { out: &mut top, last: "metadata" }.deserialize(&mut de);
+        if top.last()?.0 != "metadata" {
+            return None;
+        }
+        if bytes.contains(&b'\n') || bytes.contains(&b'\r') {
+            return None;
+        }
+        Self::checked(bytes, top).map(RawHead)
+    }
+
+    /// The object of `top`, the entries of `bytes` (all, or up to
+    /// `metadata`), when they have the form [`RawObject::parse`] takes.
+    fn checked(bytes: &'a [u8], top: Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)>) -> Option<Self> {
+        use serde::de::DeserializeSeed;
         let meta_value = top.iter().find(|(k, _)| k == "metadata").map(|(_, v)| *v)?;
         let mut de = serde_json::Deserializer::from_str(meta_value.get());
         let meta_entries: Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)> =
@@ -344,6 +385,41 @@ mod raw {
         }
     }
 
+    /// The entries of a JSON object up to the one of key `last`, put in
+    /// `out`; the visit ends there, without reading the rest.
+    pub(super) struct Head<'o, 'de> {
+        pub(super) out: &'o mut Vec<(Cow<'de, str>, &'de RawValue)>,
+        pub(super) last: &'static str,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Head<'_, 'de> {
+        type Value = ();
+
+        fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+            de.deserialize_map(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Head<'_, 'de> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(k) = map.next_key_seed(Key)? {
+                let v: &'de RawValue = map.next_value()?;
+                let done = k == self.last;
+                self.out.push((k, v));
+                if done {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    }
+
     /// A key, borrowed from the input when it can be.
     struct Key;
 
@@ -473,6 +549,14 @@ mod tests {
         }
         let same = br#"{"metadata":{"name":"x","resourceVersion":"42"}}"#;
         assert!(RawObject::parse(same).unwrap().with_resource_version("42").is_none(), "already set");
+        // The head alone: what follows `metadata` is not parsed.
+        let unread = br#"{"kind":"K","metadata":{"name":"x"},"data":{"a":[1,2"#;
+        assert!(RawObject::parse(unread).is_none());
+        let spliced = RawObject::parse_head(unread).unwrap().with_resource_version("42").unwrap();
+        assert_eq!(spliced, br#"{"kind":"K","metadata":{"name":"x","resourceVersion":"42"},"data":{"a":[1,2"#);
+        for refused in [&br#"{"kind":"K","data":{}}"#[..], b"{\"metadata\":{\"name\":\"x\"},\"data\":\"a\nb\"}", br#"{"kind":1"#, br#"{"metadata":"#] {
+            assert!(RawObject::parse_head(refused).is_none(), "{}", String::from_utf8_lossy(refused));
+        }
         let raw = RawObject::parse(cases[0]).unwrap();
         assert_eq!(raw.meta_str("name").as_deref(), Some("x"));
         assert_eq!(raw.get("data").map(|v| v.get()), Some("{}"));
@@ -559,7 +643,12 @@ mod tests {
                 prop_assert!(raw.is_some(), "typed JSON is always read: {}", String::from_utf8_lossy(&bytes));
                 let rv = rv.to_string();
                 let want = by_decoding(&bytes, &rv);
-                match raw.unwrap().with_resource_version(&rv) {
+                let spliced = raw.unwrap().with_resource_version(&rv);
+                // Reading the head only splices the same bytes.
+                let head = RawObject::parse_head(&bytes);
+                prop_assert!(head.is_some(), "typed JSON's head is always read: {}", String::from_utf8_lossy(&bytes));
+                prop_assert_eq!(&head.unwrap().with_resource_version(&rv), &spliced);
+                match spliced {
                     Some(spliced) => prop_assert_eq!(String::from_utf8(spliced).unwrap(), String::from_utf8(want).unwrap()),
                     None => prop_assert_eq!(bytes, want),
                 }

@@ -85,7 +85,8 @@ pub fn stored_object(
     warnings: &[String],
 ) -> Response {
     if matches!(r.output, Output::Json) && info.conversion.is_none() {
-        if let Some(raw) = rkube_api::wire::RawObject::parse(stored) {
+        // `stored` is what this request encoded: only its head is read.
+        if let Some(raw) = rkube_api::wire::RawObject::parse_head(stored) {
             let body = raw.with_resource_version(&resource_version.to_string()).unwrap_or_else(|| stored.to_vec());
             return json_answer(code, body, warnings);
         }

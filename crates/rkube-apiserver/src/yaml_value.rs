@@ -56,33 +56,47 @@ const PLAIN_MAX_DEPTH: usize = 64;
 const PLAIN_MAX_KEY_LEN: usize = 1000;
 
 /// The value of a YAML text in the plain subset most large manifests
-/// (a ConfigMap's `data`, labels) are written in, read in one pass without
-/// the YAML parser, about as fast as JSON; `None` (and the YAML parser
-/// decides) for anything outside it.
+/// (a ConfigMap's `data`, labels, container lists) are written in, read in
+/// one pass without the YAML parser, about as fast as JSON; `None` (and
+/// the YAML parser decides) for anything outside it.
 ///
-/// The subset: block mappings only, indented with spaces, one entry per
-/// line (`key: value`, or `key:` followed by a more indented mapping, or by
-/// nothing: null); no blank line, comment, tab, carriage return, document
-/// marker, tag, anchor or flow collection. Keys are words of
-/// `[A-Za-z0-9_./-]` starting with a letter; values are the same with single
-/// inner spaces allowed. Such a value is a string in YAML's core schema
-/// (what serde_yaml resolves plain scalars by) unless it is one of the
-/// null and boolean words, which are left to the parser, as are text that
-/// a number could start (a digit, a sign, a dot). A key or value may also
-/// be quoted (`"..."` or `'...'`) on one line, with printable ASCII and no
-/// escape inside: a string as written.
+/// The subset, one entry or item per line, indented with spaces; no blank
+/// line, comment, tab, carriage return, document marker, tag, anchor,
+/// alias or flow mapping:
+/// - block mappings: `key: value`, or `key:` followed by a more indented
+///   mapping, by a block sequence (more indented, or at the key's own
+///   column), or by nothing (null);
+/// - block sequences: `- value`, or `- key: value` opening a mapping whose
+///   keys are at the column of that first key;
+/// - flow sequences of values: `[a, 1, [b]]`, which may go on after a
+///   comma on lines indented past the enclosing block's column.
+///
+/// Keys are words of `[A-Za-z0-9_./-]` starting with a letter (and not a
+/// null or boolean word). Values are such words with single inner spaces
+/// allowed, which are strings in YAML's core schema (what serde_yaml
+/// resolves plain scalars by), except the null words (`null`, `Null`,
+/// `NULL`, `~`) and the booleans (`true`, `True`, `TRUE` and the same of
+/// `false`); or decimal integers without a leading zero or sign other than
+/// `-`, of at most 18 digits; other text a number could start (a dot, a
+/// `+`, an exponent, a leading zero) is left to the parser. A key or value
+/// may also be quoted (`"..."` or `'...'`) on one line, with printable
+/// ASCII and no escape inside: a string as written.
 fn plain_block_mapping(body: &[u8]) -> Option<Value> {
     let mut p = Plain { b: body, i: 0 };
-    let value = p.mapping(0, 0)?;
+    let value = p.mapping(0, 0, false)?;
     (p.i == body.len()).then_some(value)
 }
 
 /// A cursor over a text in [`plain_block_mapping`]'s subset.
 struct Plain<'a> {
     b: &'a [u8],
-    /// Next byte to read: always at the start of a line.
+    /// Next byte to read: at the start of a line between entries.
     i: usize,
 }
+
+/// The longest integer [`Plain::integer`] reads (digits): any such fits an
+/// `i64`, as the parser would read it.
+const PLAIN_MAX_DIGITS: usize = 18;
 
 impl<'a> Plain<'a> {
     /// Spaces at the start of the line at `self.i`; `None` at the end of
@@ -94,42 +108,44 @@ impl<'a> Plain<'a> {
         Some(self.b[self.i..].iter().take_while(|&&c| c == b' ').count())
     }
 
-    /// The entries of a mapping whose keys are at column `column`.
-    fn mapping(&mut self, column: usize, depth: usize) -> Option<Value> {
+    /// Whether the line at `self.i`, indented by `indent`, is a block
+    /// sequence item (`- ` after the indentation).
+    fn is_item(&self, indent: usize) -> bool {
+        self.b.get(self.i + indent..self.i + indent + 2) == Some(b"- ")
+    }
+
+    /// The entries of a mapping whose keys are at column `column`; when
+    /// `inline`, the first key is at `self.i`, after a sequence's `- `.
+    fn mapping(&mut self, column: usize, depth: usize, inline: bool) -> Option<Value> {
         if depth > PLAIN_MAX_DEPTH {
             return None;
         }
         let mut map = Map::new();
-        while let Some(indent) = self.indent() {
-            if indent < column && !map.is_empty() {
-                break;
+        let mut at_key = inline;
+        loop {
+            if !at_key {
+                let Some(indent) = self.indent() else { break };
+                if indent < column && !map.is_empty() {
+                    break;
+                }
+                if indent != column {
+                    return None;
+                }
+                self.i += indent;
             }
-            if indent != column {
-                return None;
-            }
-            self.i += indent;
-            let key_start = self.i;
-            let key = self.scalar(false)?;
-            // libyaml (and go-yaml) take a simple key only when its `:` comes within 1,024
-            // characters of its start; longer keys are the parser's to refuse.
-            if self.i - key_start > PLAIN_MAX_KEY_LEN {
-                return None;
-            }
-            if self.b.get(self.i) != Some(&b':') {
-                return None;
-            }
+            at_key = false;
+            let key = self.key()?;
             self.i += 1;
             let value = match self.b.get(self.i) {
                 Some(b' ') => {
                     self.i += 1;
-                    let v = self.scalar(true)?;
-                    self.end_of_line()?;
-                    Value::String(v.to_owned())
+                    self.inline_value(column, depth)?
                 }
                 None | Some(b'\n') => {
                     self.end_of_line()?;
                     match self.indent() {
-                        Some(inner) if inner > column => self.mapping(inner, depth + 1)?,
+                        Some(inner) if inner >= column && self.is_item(inner) => self.sequence(inner, depth + 1)?,
+                        Some(inner) if inner > column => self.mapping(inner, depth + 1, false)?,
                         _ => Value::Null,
                     }
                 }
@@ -143,13 +159,158 @@ impl<'a> Plain<'a> {
         Some(Value::Object(map))
     }
 
-    /// A key (`spaces` false) or value at `self.i`, which it passes: a
-    /// word, or a quoted scalar on one line.
-    fn scalar(&mut self, spaces: bool) -> Option<&'a str> {
-        match self.b.get(self.i)? {
-            b'"' | b'\'' => self.quoted(),
-            _ => self.word(spaces),
+    /// A key at `self.i` up to its `:`, where it stops: a word that is not
+    /// a null or boolean word, or a quoted scalar.
+    fn key(&mut self) -> Option<&'a str> {
+        let start = self.i;
+        let key = match self.b.get(self.i)? {
+            b'"' | b'\'' => self.quoted()?,
+            _ => {
+                let word = self.word(false)?;
+                if matches!(word, "null" | "Null" | "NULL" | "true" | "True" | "TRUE" | "false" | "False" | "FALSE") {
+                    return None;
+                }
+                word
+            }
+        };
+        // libyaml (and go-yaml) take a simple key only when its `:` comes within 1,024
+        // characters of its start; longer keys are the parser's to refuse.
+        if self.i - start > PLAIN_MAX_KEY_LEN || self.b.get(self.i) != Some(&b':') {
+            return None;
         }
+        Some(key)
+    }
+
+    /// The items of a block sequence whose `-` are at column `column`.
+    fn sequence(&mut self, column: usize, depth: usize) -> Option<Value> {
+        if depth > PLAIN_MAX_DEPTH {
+            return None;
+        }
+        let mut items = Vec::new();
+        while let Some(indent) = self.indent() {
+            if indent != column || !self.is_item(indent) {
+                // A line of the enclosing mapping (which checks it), or
+                // none the subset has.
+                break;
+            }
+            self.i += indent + 1;
+            let spaces = self.b[self.i..].iter().take_while(|&&c| c == b' ').count();
+            self.i += spaces;
+            let item_column = column + 1 + spaces;
+            let at = self.i;
+            let item = match self.key() {
+                Some(_) if matches!(self.b.get(self.i + 1), None | Some(b' ' | b'\n')) => {
+                    self.i = at;
+                    self.mapping(item_column, depth + 1, true)?
+                }
+                _ => {
+                    self.i = at;
+                    self.inline_value(column, depth)?
+                }
+            };
+            items.push(item);
+        }
+        if items.is_empty() {
+            return None;
+        }
+        Some(Value::Array(items))
+    }
+
+    /// A value on the rest of the line (a flow sequence or a scalar) of
+    /// an entry or item of the block at `column`, and that line's end.
+    fn inline_value(&mut self, column: usize, depth: usize) -> Option<Value> {
+        let value = match self.b.get(self.i)? {
+            b'[' => self.flow_sequence(column, depth + 1)?,
+            _ => self.value()?,
+        };
+        self.end_of_line()?;
+        Some(value)
+    }
+
+    /// A flow sequence at `self.i` (its `[`), which it passes; its lines
+    /// after the first are indented past `column`.
+    fn flow_sequence(&mut self, column: usize, depth: usize) -> Option<Value> {
+        if depth > PLAIN_MAX_DEPTH {
+            return None;
+        }
+        self.i += 1;
+        if self.b.get(self.i) == Some(&b']') {
+            self.i += 1;
+            return Some(Value::Array(Vec::new()));
+        }
+        // Sized once for a flat sequence (a million items fit in 3 MiB):
+        // at most one item per comma up to the next bracket.
+        let ahead = &self.b[self.i..];
+        let extent = ahead.iter().position(|&c| c == b'[' || c == b']').unwrap_or(ahead.len());
+        let mut items = Vec::with_capacity(1 + ahead[..extent].iter().filter(|&&c| c == b',').count());
+        loop {
+            let item = match self.b.get(self.i)? {
+                b'[' => self.flow_sequence(column, depth + 1)?,
+                _ => self.value()?,
+            };
+            items.push(item);
+            match self.b.get(self.i)? {
+                b']' => {
+                    self.i += 1;
+                    return Some(Value::Array(items));
+                }
+                b',' => {
+                    self.i += 1;
+                    self.flow_separation(column)?;
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The spaces after a flow sequence's comma, or a line break and the
+    /// next line's indentation (past `column`), which it passes.
+    fn flow_separation(&mut self, column: usize) -> Option<()> {
+        self.i += self.b[self.i..].iter().take_while(|&&c| c == b' ').count();
+        if self.b.get(self.i) == Some(&b'\n') {
+            self.i += 1;
+            if self.indent()? <= column {
+                return None;
+            }
+            self.i += self.indent()?;
+        }
+        Some(())
+    }
+
+    /// A scalar value at `self.i`, which it passes: a quoted string as
+    /// written, an integer, a null or boolean word, or a word (a string).
+    fn value(&mut self) -> Option<Value> {
+        Some(match self.b.get(self.i)? {
+            b'"' | b'\'' => Value::String(self.quoted()?.to_owned()),
+            b'0'..=b'9' | b'-' => self.integer()?,
+            b'~' => {
+                self.i += 1;
+                Value::Null
+            }
+            _ => match self.word(true)? {
+                "null" | "Null" | "NULL" => Value::Null,
+                "true" | "True" | "TRUE" => Value::Bool(true),
+                "false" | "False" | "FALSE" => Value::Bool(false),
+                word => Value::String(word.to_owned()),
+            },
+        })
+    }
+
+    /// A decimal integer at `self.i` (`0`, or an optional `-` and at most
+    /// [`PLAIN_MAX_DIGITS`] digits not starting with `0`), which it passes.
+    /// The caller refuses what follows unless it ends the scalar, so `1.5`
+    /// or `12ab` leave the subset.
+    fn integer(&mut self) -> Option<Value> {
+        let negative = self.b[self.i] == b'-';
+        let start = self.i + usize::from(negative);
+        let digits = self.b[start..].iter().take_while(|c| c.is_ascii_digit()).count();
+        let text = std::str::from_utf8(&self.b[start..start + digits]).ok()?;
+        if digits == 0 || digits > PLAIN_MAX_DIGITS || (text.starts_with('0') && (digits > 1 || negative)) {
+            return None;
+        }
+        let magnitude: i64 = text.parse().ok()?;
+        self.i = start + digits;
+        Some(Value::Number(if negative { -magnitude } else { magnitude }.into()))
     }
 
     /// A single- or double-quoted scalar at `self.i` whose text is printable
@@ -185,9 +346,6 @@ impl<'a> Plain<'a> {
             end += 1;
         }
         let word = std::str::from_utf8(&b[start..end]).ok()?;
-        if matches!(word, "null" | "Null" | "NULL" | "true" | "True" | "TRUE" | "false" | "False" | "FALSE") {
-            return None;
-        }
         self.i = end;
         Some(word)
     }
@@ -338,17 +496,27 @@ mod tests {
             "a:\n",
             "a: 'b'\n", "a: \"b\"\n", "\"k0\": \"v0\"\n'k1': 'v # 1'\n", "a: \"1\"\nb: 'null'\nc: \"\"\nd: ''\n",
             "\"a b\":\n  'c\\d': \"e'f\"\n",
+            "a: null\nb: True\nc: ~\nd: FALSE\ne: 0\nf: -12\ng: 123456789012345678\n",
+            "a:\n- b\n- 1\nc:\n  - d\n  - [e, 2, [], [f g, 'h', \"i\"]]\n",
+            "a: [b]\nc: [0,1, -2,   3]\nd: [x,\n  y, [z,\n   w]]\n",
+            "containers:\n- name: web\n  image: nginx\n  ports:\n  - containerPort: 80\n    protocol: TCP\n-   name: side\n    args: [a, b]\nreplicas: 3\n",
+            "x:\n  - a:\n    - b\n    c: d\n  - e:\n  - f: [g]\n",
+            "a:\n  - b\n  -  c: d\n     e: ~\n",
         ];
         for doc in plain {
             let fast = plain_block_mapping(doc.as_bytes()).unwrap_or_else(|| panic!("{doc:?} is in the subset"));
             assert_eq!(Ok(fast), parsed(doc.as_bytes()), "{doc:?}");
         }
         let others = [
-            "", "\n", "a: b\n\nc: d\n", "a: b # c\n", "a: b \n", "a:  b\n", "a: 'b' \n", "a: \"b\\n\"\n", "a: null\n",
+            "", "\n", "a: b\n\nc: d\n", "a: b # c\n", "a: b \n", "a:  b\n", "a: 'b' \n", "a: \"b\\n\"\n",
             "a: 'b''c'\n", "a: \"b\n c\"\n", "a: 'b\n", "\"a\":b\n", "a: \"é\"\n", "a: \"b\"c\n", "a: 'b\tc'\n",
-            "a: True\n", "null: a\n", "a: 1\n", "a: .5\n", "a: -b\n", "a: b\n  c\n", "a:\n- b\n", "a:\n  - b\n", "  a: b\n",
-            "a:\n    b: c\n  d: e\n", "a: b\r\n", "a:\tb\n", "---\na: b\n", "a: b\n...\n", "a: [b]\n", "a: &x b\nc: *x\n",
-            "a: !!str b\n", "a: b:c\n", "a b: c\n", "\u{feff}a: b\n", "a: é\n", "- a\n", "a", "a:b\n",
+            "null: a\n", "a: .5\n", "a: -b\n", "a: b\n  c\n", "  a: b\n",
+            "a:\n    b: c\n  d: e\n", "a: b\r\n", "a:\tb\n", "---\na: b\n", "a: b\n...\n", "a: &x b\nc: *x\n",
+            "a: !!str b\n", "a: b:c\n", "a b: c\n", "\u{feff}a: b\n", "a: é\n", "a", "a:b\n",
+            "a: 01\n", "a: -0\n", "a: +1\n", "a: 1.5\n", "a: 1e3\n", "a: 0x1\n", "a: 1234567890123456789\n", "a: 12ab\n", "a: ~x\n",
+            "a: [b,]\n", "a: [ b]\n", "a: [b ]\n", "a: [b] c\n", "a: [b\n", "a: [b,\nc]\n", "x:\n  a: [b,\n  c]\n", "a: {b: c}\n",
+            "a: [b: c]\n", "a:\n- b\n  - c\n", "a:\n- - b\n", "a:\n-\n  b\n", "a:\n- b\nc\n", "a:\n  - b\n - c\n", "- a\n- b: c\n",
+            "a:\n- true: b\n", "a:\n- b c: d\n", "a: [b, # c\n  d]\n",
         ];
         for doc in others {
             assert_eq!(plain_block_mapping(doc.as_bytes()), None, "{doc:?} is outside the subset");
@@ -378,6 +546,7 @@ mod tests {
                 "a", "b1", "k.z/w-_", "Null", "true", "yes", "x y", ":", ": ", " ", "  ", "\n", "\n  ", "\n    ", "-", "- ",
                 "#", " #", "\t", "'", "\"", "1", ".", "{", "[", "&", "*", "!", "~", "\r\n",
                 "'q'", "\"q\"", "\"a b\"", "''", "\"\"", "\"\\n\"", "'a''b'", "\"#\"", "'1'", "\\",
+                "[", "]", ", ", ",", "0", "-1", "12", "01", "~", "null", "FALSE", "- a: ", "\n- ", "\n  - ", "[a, 1]", "a:\n",
             ]), 0..24),
         ) {
             let doc = pieces.concat();
@@ -406,12 +575,114 @@ mod tests {
             match plain_block_mapping(doc.as_bytes()) {
                 Some(fast) => proptest::prop_assert_eq!(Ok(fast), parsed(doc.as_bytes()), "{:?}", doc),
                 None => {
-                    let in_subset = lines.iter().all(|(_, k, v)| *k != "true" && matches!(*v, "" | " v" | " v1 w" | " no" | " \"1\"" | " 'a: b'"))
+                    let in_subset = lines.iter().all(|(_, k, v)| *k != "true" && matches!(*v, "" | " v" | " v1 w" | " no" | " null" | " 1" | " \"1\"" | " 'a: b'"))
                         && lines[0].0 == 0
                         && lines.windows(2).all(|w| w[1].0 <= w[0].0 || (w[1].0 == w[0].0 + 1 && w[0].2.is_empty()));
                     proptest::prop_assert!(!in_subset, "{:?} is in the subset", doc);
                 }
             }
+        }
+    }
+
+    /// A document of the subset: block mappings and sequences, flow
+    /// sequences and scalars nested at random.
+    #[derive(Debug, Clone)]
+    enum Node {
+        Scalar(&'static str, Value),
+        Flow(Vec<Node>),
+        Block(Vec<Node>),
+        Mapping(Vec<(&'static str, Node)>),
+    }
+
+    impl Node {
+        fn json(&self) -> Value {
+            match self {
+                Node::Scalar(_, v) => v.clone(),
+                Node::Flow(items) | Node::Block(items) => Value::Array(items.iter().map(Node::json).collect()),
+                Node::Mapping(entries) => {
+                    Value::Object(entries.iter().map(|(k, v)| (k.trim_matches(['\'', '"']).to_string(), v.json())).collect())
+                }
+            }
+        }
+
+        /// The node on the rest of a line (a scalar or flow sequence).
+        fn inline(&self) -> String {
+            match self {
+                Node::Scalar(text, _) => text.to_string(),
+                Node::Flow(items) => format!("[{}]", items.iter().map(Node::inline).collect::<Vec<_>>().join(", ")),
+                _ => unreachable!("block nodes are not inline"),
+            }
+        }
+
+        /// The lines of a mapping or block sequence at `column`; the first
+        /// one without its indentation when `inline` (after a `- `).
+        fn block(&self, column: usize, inline: bool) -> String {
+            let mut out = String::new();
+            let pad = |first: bool| if first && inline { String::new() } else { " ".repeat(column) };
+            match self {
+                Node::Mapping(entries) => {
+                    for (i, (k, v)) in entries.iter().enumerate() {
+                        out.push_str(&format!("{}{k}:", pad(i == 0)));
+                        match v {
+                            Node::Scalar(..) | Node::Flow(_) => out.push_str(&format!(" {}\n", v.inline())),
+                            Node::Mapping(_) => out.push_str(&format!("\n{}", v.block(column + 2, false))),
+                            // A sequence may sit at its key's own column.
+                            Node::Block(_) => out.push_str(&format!("\n{}", v.block(column + 2 * (k.len() % 2), false))),
+                        }
+                    }
+                }
+                Node::Block(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        out.push_str(&format!("{}- ", pad(i == 0)));
+                        match item {
+                            Node::Mapping(_) => out.push_str(&item.block(column + 2, true)),
+                            _ => out.push_str(&format!("{}\n", item.inline())),
+                        }
+                    }
+                }
+                _ => unreachable!("inline nodes are not blocks"),
+            }
+            out
+        }
+    }
+
+    fn node() -> impl proptest::strategy::Strategy<Value = Node> {
+        use proptest::prelude::*;
+        let scalars: Vec<(&'static str, Value)> = vec![
+            ("a", json_string("a")), ("web-1", json_string("web-1")), ("x y", json_string("x y")), ("k.z/w", json_string("k.z/w")),
+            ("0", Value::from(0)), ("42", Value::from(42)), ("-7", Value::from(-7)), ("~", Value::Null), ("null", Value::Null),
+            ("True", Value::Bool(true)), ("false", Value::Bool(false)), ("'1'", json_string("1")), ("\"a: b\"", json_string("a: b")),
+            ("no", json_string("no")), ("'x, y'", json_string("x, y")),
+        ];
+        let leaf = proptest::sample::select(scalars).prop_map(|(t, v)| Node::Scalar(t, v));
+        leaf.prop_recursive(5, 48, 4, |inner| {
+            let keys = proptest::sample::select(vec!["a", "bb", "name", "image", "ports", "c1", "'q'", "\"d e\""]);
+            prop_oneof![
+                proptest::collection::vec(inner.clone().prop_filter("flow items are inline", |n| matches!(n, Node::Scalar(..) | Node::Flow(_))), 0..4).prop_map(Node::Flow),
+                proptest::collection::vec(inner.clone().prop_filter("no sequence in a sequence", |n| !matches!(n, Node::Block(_))), 1..4).prop_map(Node::Block),
+                proptest::collection::btree_map(keys, inner, 1..4).prop_map(|m| Node::Mapping(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn json_string(s: &str) -> Value {
+        Value::String(s.to_string())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2048, failure_persistence: None, ..Default::default() })]
+
+        /// Random documents of the subset (mappings, block and flow
+        /// sequences, resolved scalars) are read in one pass, to the value
+        /// the parser gives.
+        #[test]
+        fn nested_documents_of_the_subset_read_the_same_both_ways(entries in proptest::collection::vec(node(), 1..4)) {
+            let keys = ["top", "data", "spec", "items"];
+            let doc = Node::Mapping(entries.into_iter().enumerate().map(|(i, n)| (keys[i], n)).collect());
+            let text = doc.block(0, false);
+            let expected = doc.json();
+            proptest::prop_assert_eq!(parsed(text.as_bytes()), Ok(expected.clone()), "{}", text);
+            proptest::prop_assert_eq!(plain_block_mapping(text.as_bytes()), Some(expected), "{}", text);
         }
     }
 
