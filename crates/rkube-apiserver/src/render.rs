@@ -68,13 +68,12 @@ pub fn object(info: &ResourceInfo, r: Render, code: u16, obj: &Value, warnings: 
 }
 
 /// [`object`] of `obj`, stored as `stored` (its storage bytes, which lack
-/// `metadata.resourceVersion`) at `resource_version`: just written, or read
-/// back for a write that changed nothing. A JSON answer for a resource
-/// stored in the form it is served in is `stored` with the resourceVersion
-/// spliced in ([`rkube_api::wire::RawObject`]), what a GET of it answers
-/// too; for bytes [`rkube_api::wire::to_typed_json`] wrote (every rkube
-/// write), the same bytes as encoding `obj` again, without a second
-/// encoding.
+/// `metadata.resourceVersion`) at `resource_version`, read back for a write
+/// that changed nothing. A JSON answer for a resource stored in the form it
+/// is served in is `stored` with the resourceVersion spliced in
+/// ([`rkube_api::wire::RawObject`]), what a GET of it answers too; for
+/// bytes [`rkube_api::wire::to_typed_json`] wrote (every rkube write), the
+/// same bytes as encoding `obj` again, without a second encoding.
 pub fn stored_object(
     info: &ResourceInfo,
     r: Render,
@@ -84,14 +83,44 @@ pub fn stored_object(
     resource_version: i64,
     warnings: &[String],
 ) -> Response {
-    if matches!(r.output, Output::Json) && info.conversion.is_none() {
-        // `stored` is what this request encoded: only its head is read.
-        if let Some(raw) = rkube_api::wire::RawObject::parse_head(stored) {
-            let body = raw.with_resource_version(&resource_version.to_string()).unwrap_or_else(|| stored.to_vec());
-            return json_answer(code, body, warnings);
-        }
+    match spliced(info, r, stored, resource_version, false) {
+        Some(body) => json_answer(code, body, warnings),
+        None => object(info, r, code, obj, warnings),
     }
-    object(info, r, code, obj, warnings)
+}
+
+/// [`stored_object`] of the bytes this request just encoded and wrote
+/// ([`crate::handlers::write::encode_stored`]): only their head is read
+/// ([`rkube_api::wire::RawObject::parse_head`]), so the answer costs no
+/// scan of a large object's body.
+pub fn written_object(
+    info: &ResourceInfo,
+    r: Render,
+    code: u16,
+    obj: &Value,
+    written: &[u8],
+    resource_version: i64,
+    warnings: &[String],
+) -> Response {
+    match spliced(info, r, written, resource_version, true) {
+        Some(body) => json_answer(code, body, warnings),
+        None => object(info, r, code, obj, warnings),
+    }
+}
+
+/// `stored` with `metadata.resourceVersion` set to `resource_version`, when
+/// the answer is JSON of the stored form and the bytes can be spliced
+/// (`head_only`: bytes this process wrote, read up to `metadata`).
+fn spliced(info: &ResourceInfo, r: Render, stored: &[u8], resource_version: i64, head_only: bool) -> Option<Vec<u8>> {
+    if !matches!(r.output, Output::Json) || info.conversion.is_some() {
+        return None;
+    }
+    let rv = resource_version.to_string();
+    let body = match head_only {
+        true => rkube_api::wire::RawObject::parse_head(stored)?.with_resource_version(&rv),
+        false => rkube_api::wire::RawObject::parse(stored)?.with_resource_version(&rv),
+    };
+    Some(body.unwrap_or_else(|| stored.to_vec()))
 }
 
 /// A JSON answer of `code`: `body` (one encoded object) followed by the
@@ -160,5 +189,12 @@ mod tests {
         let got = body(stored_object(info, r, 201, &obj, &stored, 17, &["w".into()])).await;
         assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want.clone()).unwrap());
         assert!(want.ends_with(b"\"resourceVersion\":\"17\",\"creationTimestamp\":\"t\",\"labels\":{\"x\":\"y\"}},\"data\":{\"k\":\"v \\\" \xc3\xa9\"}}\n"));
+        let got = body(written_object(info, r, 201, &obj, &stored, 17, &[])).await;
+        assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want).unwrap(), "reading the head only");
+        // Bytes read back from storage are read in full: keys out of typed
+        // order after `metadata` (another writer's) are answered re-encoded.
+        let foreign = br#"{"metadata":{"name":"a","namespace":"d","uid":"u","creationTimestamp":"t","labels":{"x":"y"}},"data":{"k":"v"},"kind":"ConfigMap","apiVersion":"v1"}"#;
+        let got = body(stored_object(info, r, 201, &obj, foreign, 17, &[])).await;
+        assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(body(object(info, r, 201, &obj, &[])).await).unwrap());
     }
 }

@@ -252,6 +252,10 @@ impl<'a> Plain<'a> {
             match self.b.get(self.i)? {
                 b']' => {
                     self.i += 1;
+                    // Commas inside quotes counted too many.
+                    if items.capacity() > 2 * items.len() + 16 {
+                        items.shrink_to_fit();
+                    }
                     return Some(Value::Array(items));
                 }
                 b',' => {
@@ -528,6 +532,10 @@ mod tests {
             assert_eq!(plain_block_mapping(doc.as_bytes()), None, "key of {len}");
             assert_eq!(from_slice(doc.as_bytes()), parsed(doc.as_bytes()), "key of {len}");
         }
+        // Commas inside a quoted item do not leave a large array reserved.
+        let commas = format!("a: ['{}']\n", ",".repeat(10_000));
+        let value = plain_block_mapping(commas.as_bytes()).expect("in the subset");
+        assert!(value["a"].as_array().is_some_and(|a| a.len() == 1 && a.capacity() < 32));
         let long = format!("{}: v\n", "k".repeat(PLAIN_MAX_KEY_LEN));
         assert_eq!(plain_block_mapping(long.as_bytes()).as_ref(), parsed(long.as_bytes()).ok().as_ref());
         let deep = (0..=PLAIN_MAX_DEPTH + 1).map(|d| format!("{}k:\n", " ".repeat(d))).collect::<String>();

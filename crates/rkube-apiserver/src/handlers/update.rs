@@ -346,7 +346,7 @@ pub async fn update(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             Commit::Done(obj, stored) => return Ok(written_done(ctx, &key, obj, stored, &warnings)),
             Commit::Unchanged => {
                 let stored = Some((kv.value.clone(), kv.mod_revision));
-                return Ok(written_stored(info, ctx, &old, stored, &warnings));
+                return Ok(written_stored(info, ctx, &old, stored, false, &warnings));
             }
             Commit::Retry if want_rv.is_some() => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,
@@ -476,7 +476,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             Commit::Done(obj, stored) => return Ok(written_done(ctx, &key, obj, stored, &warnings)),
             Commit::Unchanged => {
                 let stored = Some((kv.value.clone(), kv.mod_revision));
-                return Ok(written_stored(info, ctx, &old, stored, &warnings));
+                return Ok(written_stored(info, ctx, &old, stored, false, &warnings));
             }
             Commit::Retry if explicit_rv => return Err(ApiError::stale(info, &name)),
             Commit::Retry => continue,
@@ -492,20 +492,25 @@ fn written(info: &ResourceInfo, ctx: &Ctx, code: u16, obj: &Value, warnings: &[S
 }
 
 /// The 200 answer of an update or patch: `obj`, answered as `stored` (its
-/// storage bytes and revision, [`render::stored_object`]) when given: the
-/// bytes just written, or for a write that changed nothing the bytes
-/// already stored; `None` for a dry run.
+/// storage bytes and revision) when given: the bytes just written
+/// (`fresh`, [`render::written_object`]), or for a write that changed
+/// nothing the bytes already stored ([`render::stored_object`]); `None`
+/// for a dry run.
 fn written_stored(
     info: &ResourceInfo,
     ctx: &Ctx,
     obj: &Value,
     stored: Option<(bytes::Bytes, i64)>,
+    fresh: bool,
     warnings: &[String],
 ) -> Response {
     match stored {
         Some((bytes, revision)) => {
             trace::step(steps::ABOUT_TO_WRITE);
-            render::stored_object(info, ctx.render, 200, obj, &bytes, revision, warnings)
+            match fresh {
+                true => render::written_object(info, ctx.render, 200, obj, &bytes, revision, warnings),
+                false => render::stored_object(info, ctx.render, 200, obj, &bytes, revision, warnings),
+            }
         }
         None => written(info, ctx, 200, obj, warnings),
     }
@@ -515,7 +520,7 @@ fn written_stored(
 /// object written is then kept decoded for the next update of the key
 /// ([`Ctx::remember_written`]).
 fn written_done(ctx: &Ctx, key: &str, obj: Value, stored: Option<(bytes::Bytes, i64)>, warnings: &[String]) -> Response {
-    let resp = written_stored(ctx.ri.info, ctx, &obj, stored.clone(), warnings);
+    let resp = written_stored(ctx.ri.info, ctx, &obj, stored.clone(), true, warnings);
     if let Some((bytes, revision)) = stored {
         ctx.remember_written(key, obj, bytes, revision);
     }
