@@ -358,7 +358,7 @@ fn bench_bodies_quick_reports_cpu_per_request_for_every_encoding() {
         .filter(|m| m["name"] == "bodies/cpu_per_request")
         .filter_map(|m| m["labels"]["case"].as_str())
         .collect();
-    assert_eq!(cases.len(), 11, "{cases:?}");
+    assert_eq!(cases.len(), 14, "{cases:?}");
     for case in [
         "server-side apply, JSON text (kubectl)",
         "update (PUT), one value changed, 1 MiB of data",
@@ -367,6 +367,9 @@ fn bench_bodies_quick_reports_cpu_per_request_for_every_encoding() {
         "create, nested YAML (refused)",
         "create, JSON, 1 MiB of data (accepted)",
         "create, block YAML, quoted scalars",
+        "create, JSON, a list of single digits (refused)",
+        "create, flow YAML list of single digits (refused)",
+        "create, block YAML list of single digits (refused)",
     ] {
         assert!(cases.contains(&case), "{case} missing from {cases:?}");
     }

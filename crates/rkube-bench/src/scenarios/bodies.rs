@@ -8,7 +8,9 @@
 //! server-side apply (as
 //! `kubectl apply --server-side` sends it: JSON text typed
 //! `application/apply-patch+yaml`, and as block YAML), and a nested YAML body
-//! the server must refuse; and one JSON ConfigMap as large as a ConfigMap
+//! the server must refuse, and three whose data value is a list of single
+//! digits (JSON, flow YAML, block YAML: the most values a body of that size
+//! holds), refused for not being a string; and one JSON ConfigMap as large as a ConfigMap
 //! may be (1 MiB of values), which the server stores, caches and answers;
 //! and writes to such a ConfigMap created beforehand: a PUT and a merge
 //! patch changing one value, and a server-side apply of the configuration
@@ -73,12 +75,15 @@ enum Case {
     ApplyJsonText,
     ApplyYamlBlock,
     NestedYaml,
+    JsonNumbers,
+    YamlFlowNumbers,
+    YamlBlockNumbers,
     Update,
     MergePatch,
     Reapply,
 }
 
-const CASES: [Case; 11] = [
+const CASES: [Case; 14] = [
     Case::Json,
     Case::JsonAccepted,
     Case::YamlBlock,
@@ -87,6 +92,9 @@ const CASES: [Case; 11] = [
     Case::ApplyJsonText,
     Case::ApplyYamlBlock,
     Case::NestedYaml,
+    Case::JsonNumbers,
+    Case::YamlFlowNumbers,
+    Case::YamlBlockNumbers,
     Case::Update,
     Case::MergePatch,
     Case::Reapply,
@@ -103,6 +111,9 @@ impl Case {
             Case::ApplyJsonText => "server-side apply, JSON text (kubectl)",
             Case::ApplyYamlBlock => "server-side apply, block YAML",
             Case::NestedYaml => "create, nested YAML (refused)",
+            Case::JsonNumbers => "create, JSON, a list of single digits (refused)",
+            Case::YamlFlowNumbers => "create, flow YAML list of single digits (refused)",
+            Case::YamlBlockNumbers => "create, block YAML list of single digits (refused)",
             Case::Update => "update (PUT), one value changed, 1 MiB of data",
             Case::MergePatch => "merge patch of one value, 1 MiB of data",
             Case::Reapply => "server-side apply again, unchanged, 1 MiB of data",
@@ -111,20 +122,26 @@ impl Case {
 
     fn content_type(self) -> &'static str {
         match self {
-            Case::Json | Case::JsonAccepted | Case::Update => "application/json",
+            Case::Json | Case::JsonAccepted | Case::JsonNumbers | Case::Update => "application/json",
             Case::MergePatch => "application/merge-patch+json",
             Case::Reapply => "application/apply-patch+yaml",
-            Case::YamlBlock | Case::YamlQuoted | Case::YamlJsonText | Case::NestedYaml => "application/yaml",
+            Case::YamlBlock
+            | Case::YamlQuoted
+            | Case::YamlJsonText
+            | Case::NestedYaml
+            | Case::YamlFlowNumbers
+            | Case::YamlBlockNumbers => "application/yaml",
             Case::ApplyJsonText | Case::ApplyYamlBlock => "application/apply-patch+yaml",
         }
     }
 
-    /// 400 for nested YAML; 200 for a write to the existing object; else
+    /// 400 for nested YAML and for a list where a ConfigMap's data holds
+    /// strings; 200 for a write to the existing object; else
     /// 201, or 422 when the body's ConfigMap holds more than 1 MiB of data
     /// (`data_bytes`: the values).
     fn expected_code(self, data_bytes: usize) -> u16 {
         match self {
-            Case::NestedYaml => 400,
+            Case::NestedYaml | Case::JsonNumbers | Case::YamlFlowNumbers | Case::YamlBlockNumbers => 400,
             Case::Update | Case::MergePatch | Case::Reapply => 200,
             _ if data_bytes > CONFIG_MAP_DATA_LIMIT => 422,
             _ => 201,
@@ -158,7 +175,7 @@ impl Case {
     fn request(self, name: &str, bytes: usize, turn: usize) -> (&'static str, String, Vec<u8>, usize) {
         let collection = format!("/api/v1/namespaces/{NS}/configmaps");
         let apply = apply_path(name);
-        let value = if turn % 2 == 0 { "w0" } else { "v0" };
+        let value = if turn.is_multiple_of(2) { "w0" } else { "v0" };
         match self {
             Case::Update => {
                 let (obj, keys) = configmap_json(name, bytes, CONFIG_MAP_DATA_LIMIT);
@@ -198,6 +215,26 @@ impl Case {
                 let head = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata: ");
                 let depth = bytes.saturating_sub(head.len()) / 2;
                 let body = format!("{head}{}{}\n", "[".repeat(depth), "]".repeat(depth));
+                ("POST", collection, body.into_bytes(), 0)
+            }
+            // As many values as the body holds, each as short as it can be
+            // (the most nodes a body of this size decodes into).
+            Case::JsonNumbers => {
+                let head = format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"data":{{"a":["#);
+                let n = bytes.saturating_sub(head.len() + 4) / 2;
+                let body = format!("{head}{}0]}}}}", "0,".repeat(n.saturating_sub(1)));
+                ("POST", collection, body.into_bytes(), 0)
+            }
+            Case::YamlFlowNumbers => {
+                let head = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: [");
+                let n = bytes.saturating_sub(head.len() + 3) / 3;
+                let body = format!("{head}{}0]\n", "0, ".repeat(n.saturating_sub(1)));
+                ("POST", collection, body.into_bytes(), 0)
+            }
+            Case::YamlBlockNumbers => {
+                let head = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a:\n");
+                let n = bytes.saturating_sub(head.len()) / 6;
+                let body = format!("{head}{}", "  - 0\n".repeat(n));
                 ("POST", collection, body.into_bytes(), 0)
             }
         }
@@ -372,6 +409,10 @@ fn check_answer(case: Case, data: usize, code: u16, answer: &[u8], keys: usize) 
     }
     if code == 422 && !short().contains("Too long: may not be more than 1048576 bytes") {
         anyhow::bail!("{}: a 422 that is not the data size refusal: {}", case.name(), short());
+    }
+    let numbers = matches!(case, Case::JsonNumbers | Case::YamlFlowNumbers | Case::YamlBlockNumbers);
+    if numbers && !short().contains("cannot be handled as a ConfigMap") {
+        anyhow::bail!("{}: a 400 that is not the typed decoding refusal: {}", case.name(), short());
     }
     if code == 201 || code == 200 {
         let obj: Value = serde_json::from_slice(answer)?;
