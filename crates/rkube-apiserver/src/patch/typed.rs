@@ -392,41 +392,84 @@ fn leaf(lhs: Option<&Value>, rhs: Option<&Value>, path: &Path, out: &mut Compari
 /// items it names, live-only items stay where they were), atomic values are
 /// replaced. A `null` in `rhs` removes the field.
 pub(crate) fn merge(lhs: Option<&Value>, rhs: &Value, shape: &Shape) -> Value {
-    match (lhs, rhs) {
-        (l, Value::Object(r)) if !shape.is_atomic_map() => {
-            let empty = Map::new();
-            let l = match l {
-                Some(Value::Object(l)) => l,
-                _ => &empty,
-            };
-            // `l`'s fields in their order (those `r` names merged, the
-            // others copied: each node is copied once), then the fields
-            // only `r` has, in its order.
-            let mut out = Map::with_capacity(l.len() + r.len());
+    match lhs {
+        Some(l) => {
+            let mut out = l.clone();
+            merge_into(&mut out, rhs, shape);
+            out
+        }
+        None => merge_absent(rhs, shape),
+    }
+}
+
+/// [`merge`] of `rhs` into `out`, changing it in place; whether `out`
+/// changed (exactly: `false` when the merge gives `out` as it was).
+///
+/// `out`'s maps are edited where they are: a field `rhs` names is found by
+/// walking both maps in step (the same key order, as stored objects and
+/// kubectl's bodies have it) and replaced only when its value differs, so a
+/// configuration restating a large map costs a comparison per entry, not a
+/// map built again (each insertion hashes its key).
+pub(crate) fn merge_into(out: &mut Value, rhs: &Value, shape: &Shape) -> bool {
+    match (out, rhs) {
+        (Value::Object(o), Value::Object(r)) if !shape.is_atomic_map() => {
+            let mut changed = false;
+            let mut removed = false;
             let mut in_step = crate::object::InStep::new(r);
-            for (k, lv) in l {
+            for (k, ov) in o.iter_mut() {
                 match in_step.get(k) {
-                    Some(Value::Null) => {}
-                    Some(rv) => {
-                        out.insert(k.clone(), merge(Some(lv), rv, shape.child(k)));
-                    }
-                    None => {
-                        out.insert(k.clone(), lv.clone());
-                    }
+                    Some(Value::Null) => removed = true,
+                    Some(rv) => changed |= merge_into(ov, rv, shape.child(k)),
+                    None => {}
                 }
             }
-            // The fields matched in step are `l`'s: only the rest may be new.
+            if removed {
+                o.retain(|k, _| !matches!(r.get(k), Some(Value::Null)));
+                changed = true;
+            }
+            // The fields matched in step are `out`'s: only the rest may be new.
             for (k, rv) in in_step.rest() {
-                if !rv.is_null() && !l.contains_key(k) {
-                    out.insert(k.clone(), merge(None, rv, shape.child(k)));
+                if !rv.is_null() && !o.contains_key(k) {
+                    o.insert(k.clone(), merge_absent(rv, shape.child(k)));
+                    changed = true;
                 }
             }
-            Value::Object(out)
+            changed
         }
-        (l, Value::Array(r)) if is_granular_list(shape) => {
-            let l = l.and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
-            Value::Array(merge_list(l, r, shape))
+        (out, Value::Object(_)) if !shape.is_atomic_map() => {
+            *out = merge_absent(rhs, shape);
+            true
         }
+        (out, Value::Array(r)) if is_granular_list(shape) => {
+            let merged = Value::Array(merge_list(out.as_array().map_or(&[][..], Vec::as_slice), r, shape));
+            replace_if_different(out, merged)
+        }
+        (out, Value::Object(_) | Value::Array(_)) => replace_if_different(out, without_nulls(rhs)),
+        (out, _) if *out == *rhs => false,
+        (out, _) => {
+            *out = rhs.clone();
+            true
+        }
+    }
+}
+
+/// Puts `new` in `out` unless they are equal; whether it did.
+fn replace_if_different(out: &mut Value, new: Value) -> bool {
+    if crate::object::values_equal(out, &new) {
+        return false;
+    }
+    *out = new;
+    true
+}
+
+/// [`merge`] into nothing: `rhs` without its `null` fields, lists merged
+/// as [`merge`] merges them.
+fn merge_absent(rhs: &Value, shape: &Shape) -> Value {
+    match rhs {
+        Value::Object(r) if !shape.is_atomic_map() => Value::Object(
+            r.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), merge_absent(v, shape.child(k)))).collect(),
+        ),
+        Value::Array(r) if is_granular_list(shape) => Value::Array(merge_list(&[], r, shape)),
         _ => without_nulls(rhs),
     }
 }

@@ -317,6 +317,76 @@ proptest! {
     }
 }
 
+/// Merging as it was done before [`crate::patch::typed::merge_into`]: each
+/// map built again, `lhs`'s fields in their order (those `rhs` names
+/// merged, the others copied), then those only `rhs` has; lists and atomic
+/// values as [`crate::patch::typed::merge`] merges them.
+fn merge_by_rebuilding(lhs: Option<&Value>, rhs: &Value, shape: &crate::patch::schema::Shape) -> Value {
+    match rhs {
+        Value::Object(r) if !shape.is_atomic_map() => {
+            let empty = Map::new();
+            let l = match lhs {
+                Some(Value::Object(l)) => l,
+                _ => &empty,
+            };
+            let mut out = Map::new();
+            for (k, lv) in l {
+                match r.get(k) {
+                    Some(Value::Null) => {}
+                    Some(rv) => {
+                        out.insert(k.clone(), merge_by_rebuilding(Some(lv), rv, shape.child(k)));
+                    }
+                    None => {
+                        out.insert(k.clone(), lv.clone());
+                    }
+                }
+            }
+            for (k, rv) in r {
+                if !rv.is_null() && !l.contains_key(k) {
+                    out.insert(k.clone(), merge_by_rebuilding(None, rv, shape.child(k)));
+                }
+            }
+            Value::Object(out)
+        }
+        _ => crate::patch::typed::merge(lhs, rhs, shape),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Merging in place gives what building every map again gives, and says
+    /// it changed something exactly when the result differs from the live
+    /// object (also when the configuration restates it, or its variant).
+    #[test]
+    fn merging_in_place_is_merging_by_rebuilding(
+        live in arb_object(),
+        config in arb_object(),
+        restate in 0u8..3,
+        kind in prop::sample::select(KINDS.to_vec()),
+    ) {
+        let api_version = match kind {
+            "Deployment" => "apps/v1",
+            "Job" => "batch/v1",
+            _ => "v1",
+        };
+        let shape = crate::patch::schema::root_for(api_version, kind);
+        let config = match restate {
+            0 => config,
+            1 => without_nulls(&live),
+            _ => {
+                let mut variant = without_nulls(&live);
+                perturb(&mut variant, &config);
+                variant
+            }
+        };
+        let mut merged = live.clone();
+        let changed = crate::patch::typed::merge_into(&mut merged, &config, shape);
+        prop_assert_eq!(merged.to_string(), merge_by_rebuilding(Some(&live), &config, shape).to_string());
+        prop_assert_eq!(changed, merged != live);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
