@@ -79,7 +79,7 @@ fn index_items(list: SsaList, items: &[Value]) -> Vec<(PathElement, &Value)> {
         .collect()
 }
 
-fn is_granular_list(shape: &Shape) -> bool {
+pub(crate) fn is_granular_list(shape: &Shape) -> bool {
     shape.ssa_list() != SsaList::Atomic
 }
 
@@ -402,14 +402,17 @@ pub(crate) fn merge(lhs: Option<&Value>, rhs: &Value, shape: &Shape) -> Value {
     }
 }
 
-/// [`merge`] of `rhs` into `out`, changing it in place; whether `out`
-/// changed (exactly: `false` when the merge gives `out` as it was).
+/// [`merge`] of `rhs` into `out`, changing it in place: `out` ends as the
+/// bytes [`merge`] gives. Whether `out` changed as serde_json's `==` sees
+/// it (exactly; an atomic value written again in another key order, or a
+/// `-0.0` written over `0.0`, is replaced but counts as unchanged).
 ///
 /// `out`'s maps are edited where they are: a field `rhs` names is found by
 /// walking both maps in step (the same key order, as stored objects and
-/// kubectl's bodies have it) and replaced only when its value differs, so a
-/// configuration restating a large map costs a comparison per entry, not a
-/// map built again (each insertion hashes its key).
+/// kubectl's bodies have it) and replaced only when it is not already what
+/// the merge writes there, so a configuration restating a large map costs
+/// a comparison per entry, not a map built again (each insertion hashes its
+/// key).
 pub(crate) fn merge_into(out: &mut Value, rhs: &Value, shape: &Shape) -> bool {
     match (out, rhs) {
         (Value::Object(o), Value::Object(r)) if !shape.is_atomic_map() => {
@@ -441,25 +444,44 @@ pub(crate) fn merge_into(out: &mut Value, rhs: &Value, shape: &Shape) -> bool {
             true
         }
         (out, Value::Array(r)) if is_granular_list(shape) => {
-            let merged = Value::Array(merge_list(out.as_array().map_or(&[][..], Vec::as_slice), r, shape));
-            replace_if_different(out, merged)
+            let merged = Value::Array(merge_list(out.as_array().map_or(&[][..], Vec::as_slice), r, shape, &merge));
+            replace(out, merged)
         }
-        (out, Value::Object(_) | Value::Array(_)) => replace_if_different(out, without_nulls(rhs)),
-        (out, _) if *out == *rhs => false,
+        (out, Value::Object(_) | Value::Array(_)) => replace(out, without_nulls(rhs)),
+        (out, _) if identical(out, rhs) => false,
         (out, _) => {
+            let changed = *out != *rhs;
             *out = rhs.clone();
-            true
+            changed
         }
     }
 }
 
-/// Puts `new` in `out` unless they are equal; whether it did.
-fn replace_if_different(out: &mut Value, new: Value) -> bool {
-    if crate::object::values_equal(out, &new) {
+/// Puts `new` in `out` unless it is [`identical`] already; whether `out`
+/// changed as `==` sees it.
+fn replace(out: &mut Value, new: Value) -> bool {
+    if identical(out, &new) {
         return false;
     }
+    let changed = !crate::object::values_equal(out, &new);
     *out = new;
-    true
+    changed
+}
+
+/// Whether `a` and `b` encode to the same bytes: `==`, with keys in the
+/// same order and floats of the same sign (`0.0 == -0.0` for `==`).
+pub(crate) fn identical(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|((ka, va), (kb, vb))| ka == kb && identical(va, vb))
+        }
+        (Value::Array(a), Value::Array(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| identical(x, y)),
+        (Value::Number(x), Value::Number(y)) => match (x.as_f64(), x.is_f64(), y.is_f64()) {
+            (Some(f), true, true) => y.as_f64().is_some_and(|g| f.to_bits() == g.to_bits()),
+            _ => x == y,
+        },
+        _ => a == b,
+    }
 }
 
 /// [`merge`] into nothing: `rhs` without its `null` fields, lists merged
@@ -469,7 +491,7 @@ fn merge_absent(rhs: &Value, shape: &Shape) -> Value {
         Value::Object(r) if !shape.is_atomic_map() => Value::Object(
             r.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), merge_absent(v, shape.child(k)))).collect(),
         ),
-        Value::Array(r) if is_granular_list(shape) => Value::Array(merge_list(&[], r, shape)),
+        Value::Array(r) if is_granular_list(shape) => Value::Array(merge_list(&[], r, shape, &merge)),
         _ => without_nulls(rhs),
     }
 }
@@ -486,7 +508,7 @@ pub(crate) fn merge_into_absent(rhs: Value, shape: &Shape) -> Value {
             }
             Value::Object(r)
         }
-        Value::Array(r) if is_granular_list(shape) => Value::Array(merge_list(&[], &r, shape)),
+        Value::Array(r) if is_granular_list(shape) => Value::Array(merge_list(&[], &r, shape, &merge)),
         other => without_nulls_owned(other),
     }
 }
@@ -507,7 +529,7 @@ fn without_nulls_owned(v: Value) -> Value {
 }
 
 /// An atomic value as stored: `null` object fields mean "unset".
-fn without_nulls(v: &Value) -> Value {
+pub(crate) fn without_nulls(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
             m.iter()
@@ -524,7 +546,10 @@ fn without_nulls(v: &Value) -> Value {
 /// name come in `rhs` order, `rhs`-only items where `rhs` puts them,
 /// `lhs`-only items keep their place. Live duplicates of a key the
 /// configuration does not name are kept; those it names collapse into one.
-fn merge_list(lhs: &[Value], rhs: &[Value], shape: &Shape) -> Vec<Value> {
+///
+/// Items of an associative list (a list of maps) are merged by `merge`
+/// ([`merge`] itself, or in tests the merge it is checked against).
+pub(crate) fn merge_list(lhs: &[Value], rhs: &[Value], shape: &Shape, merge: &dyn Fn(Option<&Value>, &Value, &Shape) -> Value) -> Vec<Value> {
     let list = shape.ssa_list();
     let items_shape = shape.items();
     let l = index_items(list, lhs);

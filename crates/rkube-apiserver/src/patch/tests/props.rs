@@ -16,7 +16,7 @@ fn arb_key() -> impl Strategy<Value = String> {
         3 => prop::sample::select(vec![
             "metadata", "spec", "status", "template", "containers", "initContainers", "name", "image", "env",
             "value", "ports", "containerPort", "protocol", "volumes", "finalizers", "labels", "conditions", "type",
-            "ownerReferences", "uid", "managedFields", "apiVersion", "kind", "strategy", "data",
+            "ownerReferences", "uid", "managedFields", "apiVersion", "kind", "strategy", "data", "selector",
             "$patch", "$retainKeys", "$setElementOrder/containers", "$setElementOrder/env",
             "$setElementOrder/finalizers", "$deleteFromPrimitiveList/finalizers", "$setElementOrder",
             "$deleteFromPrimitiveList", "$other",
@@ -319,9 +319,11 @@ proptest! {
 
 /// Merging as it was done before [`crate::patch::typed::merge_into`]: each
 /// map built again, `lhs`'s fields in their order (those `rhs` names
-/// merged, the others copied), then those only `rhs` has; lists and atomic
-/// values as [`crate::patch::typed::merge`] merges them.
+/// merged, the others copied), then those only `rhs` has; granular lists
+/// by the list merge, its items merged by this function; anything else
+/// replaced by `rhs` without its null fields.
 fn merge_by_rebuilding(lhs: Option<&Value>, rhs: &Value, shape: &crate::patch::schema::Shape) -> Value {
+    use crate::patch::typed::{is_granular_list, merge_list, without_nulls};
     match rhs {
         Value::Object(r) if !shape.is_atomic_map() => {
             let empty = Map::new();
@@ -348,7 +350,11 @@ fn merge_by_rebuilding(lhs: Option<&Value>, rhs: &Value, shape: &crate::patch::s
             }
             Value::Object(out)
         }
-        _ => crate::patch::typed::merge(lhs, rhs, shape),
+        Value::Array(r) if is_granular_list(shape) => {
+            let l = lhs.and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+            Value::Array(merge_list(l, r, shape, &merge_by_rebuilding))
+        }
+        _ => without_nulls(rhs),
     }
 }
 
@@ -362,7 +368,7 @@ proptest! {
     fn merging_in_place_is_merging_by_rebuilding(
         live in arb_object(),
         config in arb_object(),
-        restate in 0u8..3,
+        restate in 0u8..4,
         kind in prop::sample::select(KINDS.to_vec()),
     ) {
         let api_version = match kind {
@@ -374,6 +380,7 @@ proptest! {
         let config = match restate {
             0 => config,
             1 => without_nulls(&live),
+            2 => reversed(&without_nulls(&live)),
             _ => {
                 let mut variant = without_nulls(&live);
                 perturb(&mut variant, &config);
@@ -385,6 +392,21 @@ proptest! {
         prop_assert_eq!(merged.to_string(), merge_by_rebuilding(Some(&live), &config, shape).to_string());
         prop_assert_eq!(changed, merged != live);
     }
+}
+
+/// Atomic values written again in another key order, and `-0.0` over
+/// `0.0`, are written as the configuration has them (as merging by
+/// rebuilding does) but count as unchanged.
+#[test]
+fn merging_in_place_writes_the_configuration_s_bytes() {
+    let shape = crate::patch::schema::root_for("v1", "Service");
+    let live = json!({"spec": {"selector": {"a": "1", "b": "2"}, "x": 0.0, "ports": [{"port": 80, "protocol": "TCP"}]}});
+    let config = json!({"spec": {"selector": {"b": "2", "a": "1"}, "x": -0.0, "ports": [{"protocol": "TCP", "port": 80}]}});
+    let mut merged = live.clone();
+    let changed = crate::patch::typed::merge_into(&mut merged, &config, shape);
+    assert!(!changed);
+    assert_eq!(merged.to_string(), merge_by_rebuilding(Some(&live), &config, shape).to_string());
+    assert_eq!(merged.to_string(), r#"{"spec":{"selector":{"b":"2","a":"1"},"x":-0.0,"ports":[{"port":80,"protocol":"TCP"}]}}"#);
 }
 
 proptest! {
