@@ -67,60 +67,53 @@ pub fn object(info: &ResourceInfo, r: Render, code: u16, obj: &Value, warnings: 
     with_warnings(media::respond(code, r.output, &body), warnings)
 }
 
-/// [`object`] of `obj`, stored as `stored` (its storage bytes, which lack
-/// `metadata.resourceVersion`) at `resource_version`, read back for a write
-/// that changed nothing. A JSON answer for a resource stored in the form it
-/// is served in is `stored` with the resourceVersion spliced in
-/// ([`rkube_api::wire::RawObject`]), what a GET of it answers too; for
-/// bytes [`rkube_api::wire::to_typed_json`] wrote (every rkube write), the
-/// same bytes as encoding `obj` again, without a second encoding.
+/// An object's storage bytes (which lack `metadata.resourceVersion`), by
+/// where they come from.
+#[derive(Clone, Copy)]
+pub enum Stored<'a> {
+    /// Encoded and written by this request
+    /// ([`crate::handlers::write::encode_stored`]): only their head is read
+    /// ([`rkube_api::wire::RawObject::parse_head`]), so the answer costs no
+    /// scan of a large object's body.
+    Written(&'a [u8]),
+    /// Read back from storage for a write that changed nothing (perhaps
+    /// another writer's): read in full ([`rkube_api::wire::RawObject::parse`]).
+    ReadBack(&'a [u8]),
+}
+
+/// [`object`] of `obj`, stored as `stored` at `resource_version`. A JSON
+/// answer for a resource stored in the form it is served in is the stored
+/// bytes with the resourceVersion spliced in, what a GET of it answers too;
+/// for bytes [`rkube_api::wire::to_typed_json`] wrote (every rkube write),
+/// the same bytes as encoding `obj` again, without a second encoding.
 pub fn stored_object(
     info: &ResourceInfo,
     r: Render,
     code: u16,
     obj: &Value,
-    stored: &[u8],
+    stored: Stored<'_>,
     resource_version: i64,
     warnings: &[String],
 ) -> Response {
-    match spliced(info, r, stored, resource_version, false) {
+    match spliced(info, r, stored, resource_version) {
         Some(body) => json_answer(code, body, warnings),
         None => object(info, r, code, obj, warnings),
     }
 }
 
-/// [`stored_object`] of the bytes this request just encoded and wrote
-/// ([`crate::handlers::write::encode_stored`]): only their head is read
-/// ([`rkube_api::wire::RawObject::parse_head`]), so the answer costs no
-/// scan of a large object's body.
-pub fn written_object(
-    info: &ResourceInfo,
-    r: Render,
-    code: u16,
-    obj: &Value,
-    written: &[u8],
-    resource_version: i64,
-    warnings: &[String],
-) -> Response {
-    match spliced(info, r, written, resource_version, true) {
-        Some(body) => json_answer(code, body, warnings),
-        None => object(info, r, code, obj, warnings),
-    }
-}
-
-/// `stored` with `metadata.resourceVersion` set to `resource_version`, when
-/// the answer is JSON of the stored form and the bytes can be spliced
-/// (`head_only`: bytes this process wrote, read up to `metadata`).
-fn spliced(info: &ResourceInfo, r: Render, stored: &[u8], resource_version: i64, head_only: bool) -> Option<Vec<u8>> {
+/// The stored bytes with `metadata.resourceVersion` set to
+/// `resource_version`, when the answer is JSON of the stored form and the
+/// bytes can be spliced.
+fn spliced(info: &ResourceInfo, r: Render, stored: Stored<'_>, resource_version: i64) -> Option<Vec<u8>> {
     if !matches!(r.output, Output::Json) || info.conversion.is_some() {
         return None;
     }
     let rv = resource_version.to_string();
-    let body = match head_only {
-        true => rkube_api::wire::RawObject::parse_head(stored)?.with_resource_version(&rv),
-        false => rkube_api::wire::RawObject::parse(stored)?.with_resource_version(&rv),
+    let (bytes, body) = match stored {
+        Stored::Written(b) => (b, rkube_api::wire::RawObject::parse_head(b)?.with_resource_version(&rv)),
+        Stored::ReadBack(b) => (b, rkube_api::wire::RawObject::parse(b)?.with_resource_version(&rv)),
     };
-    Some(body.unwrap_or_else(|| stored.to_vec()))
+    Some(body.unwrap_or_else(|| bytes.to_vec()))
 }
 
 /// A JSON answer of `code`: `body` (one encoded object) followed by the
@@ -186,15 +179,15 @@ mod tests {
         let stored = crate::handlers::encode_for_storage(&obj).unwrap();
         crate::source::set_resource_version(&mut obj, 17);
         let want = body(object(info, r, 201, &obj, &[])).await;
-        let got = body(stored_object(info, r, 201, &obj, &stored, 17, &["w".into()])).await;
+        let got = body(stored_object(info, r, 201, &obj, Stored::ReadBack(&stored), 17, &["w".into()])).await;
         assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want.clone()).unwrap());
         assert!(want.ends_with(b"\"resourceVersion\":\"17\",\"creationTimestamp\":\"t\",\"labels\":{\"x\":\"y\"}},\"data\":{\"k\":\"v \\\" \xc3\xa9\"}}\n"));
-        let got = body(written_object(info, r, 201, &obj, &stored, 17, &[])).await;
+        let got = body(stored_object(info, r, 201, &obj, Stored::Written(&stored), 17, &[])).await;
         assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want).unwrap(), "reading the head only");
         // Bytes read back from storage are read in full: keys out of typed
         // order after `metadata` (another writer's) are answered re-encoded.
         let foreign = br#"{"metadata":{"name":"a","namespace":"d","uid":"u","creationTimestamp":"t","labels":{"x":"y"}},"data":{"k":"v"},"kind":"ConfigMap","apiVersion":"v1"}"#;
-        let got = body(stored_object(info, r, 201, &obj, foreign, 17, &[])).await;
+        let got = body(stored_object(info, r, 201, &obj, Stored::ReadBack(foreign), 17, &[])).await;
         assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(body(object(info, r, 201, &obj, &[])).await).unwrap());
     }
 }

@@ -148,7 +148,7 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
                 trace::step(steps::STORED);
                 set_resource_version(&mut obj, kv.mod_revision);
                 trace::step(steps::ABOUT_TO_WRITE);
-                let resp = render::written_object(info, ctx.render, 201, &obj, &bytes, kv.mod_revision, &warnings);
+                let resp = render::stored_object(info, ctx.render, 201, &obj, render::Stored::Written(&bytes), kv.mod_revision, &warnings);
                 ctx.remember_written(&key, obj, bytes, kv.mod_revision);
                 return Ok(resp);
             }

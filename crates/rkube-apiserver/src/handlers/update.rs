@@ -493,9 +493,8 @@ fn written(info: &ResourceInfo, ctx: &Ctx, code: u16, obj: &Value, warnings: &[S
 
 /// The 200 answer of an update or patch: `obj`, answered as `stored` (its
 /// storage bytes and revision) when given: the bytes just written
-/// (`fresh`, [`render::written_object`]), or for a write that changed
-/// nothing the bytes already stored ([`render::stored_object`]); `None`
-/// for a dry run.
+/// (`fresh`), or for a write that changed nothing the bytes already stored
+/// ([`render::Stored`]); `None` for a dry run.
 fn written_stored(
     info: &ResourceInfo,
     ctx: &Ctx,
@@ -507,10 +506,11 @@ fn written_stored(
     match stored {
         Some((bytes, revision)) => {
             trace::step(steps::ABOUT_TO_WRITE);
-            match fresh {
-                true => render::written_object(info, ctx.render, 200, obj, &bytes, revision, warnings),
-                false => render::stored_object(info, ctx.render, 200, obj, &bytes, revision, warnings),
-            }
+            let stored = match fresh {
+                true => render::Stored::Written(&bytes),
+                false => render::Stored::ReadBack(&bytes),
+            };
+            render::stored_object(info, ctx.render, 200, obj, stored, revision, warnings)
         }
         None => written(info, ctx, 200, obj, warnings),
     }

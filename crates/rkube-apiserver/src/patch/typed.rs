@@ -448,12 +448,9 @@ pub(crate) fn merge_into(out: &mut Value, rhs: &Value, shape: &Shape) -> bool {
             replace(out, merged)
         }
         (out, Value::Object(_) | Value::Array(_)) => replace(out, without_nulls(rhs)),
+        // A scalar: compared before it is copied.
         (out, _) if identical(out, rhs) => false,
-        (out, _) => {
-            let changed = *out != *rhs;
-            *out = rhs.clone();
-            changed
-        }
+        (out, _) => replace(out, rhs.clone()),
     }
 }
 
