@@ -78,6 +78,7 @@ macro_rules! rules {
             requested_progress_reports_revision_at_least_last_write,
             concurrent_creates_of_one_key_exactly_one_wins,
             prefix_isolation_for_range_and_watch,
+            large_values_read_back_whole_after_updates_and_compaction,
         );
     )*};
 }
@@ -251,6 +252,42 @@ async fn range_at_older_revision_returns_old_values(s: &dyn Storage) {
     assert_eq!(latest.kvs, vec![a2, c1.clone()]);
     assert_eq!(latest.revision, s.current_revision().await.unwrap());
     assert_eq!(latest.revision, c1.mod_revision);
+}
+
+/// Values larger than the embedded store keeps in its `latest` table (64
+/// KiB: it keeps their header there and the value once, in history) read
+/// back whole from every read path: get, range now and at an older
+/// revision, the prev_kv of updates and deletes, watch replay, and after a
+/// compaction that leaves the live version as the key's only one.
+async fn large_values_read_back_whole_after_updates_and_compaction(s: &dyn Storage) {
+    let large = |c: u8| Bytes::from(vec![c; 200 * 1024]);
+    let mut watch = s.watch("/registry/configmaps/", s.current_revision().await.unwrap()).await.unwrap();
+    let a1 = s.create("/registry/configmaps/ns/a", large(b'1')).await.unwrap();
+    let b1 = s.create("/registry/configmaps/ns/b", b("small")).await.unwrap();
+    let a2 = s.update("/registry/configmaps/ns/a", large(b'2'), a1.mod_revision).await.unwrap();
+    let b2 = s.update("/registry/configmaps/ns/b", large(b'3'), b1.mod_revision).await.unwrap();
+    let b3 = s.update("/registry/configmaps/ns/b", b("small again"), b2.mod_revision).await.unwrap();
+    assert_eq!(s.get("/registry/configmaps/ns/a").await.unwrap(), Some(a2.clone()));
+    assert_eq!(s.get("/registry/configmaps/ns/b").await.unwrap(), Some(b3.clone()));
+    let now = s.range(RangeRequest::prefix("/registry/configmaps/")).await.unwrap();
+    assert_eq!(now.kvs, vec![a2.clone(), b3.clone()]);
+    let then = s
+        .range(RangeRequest { revision: b2.mod_revision, ..RangeRequest::prefix("/registry/configmaps/") })
+        .await
+        .unwrap();
+    assert_eq!(then.kvs, vec![a2.clone(), b2.clone()]);
+    let events = next_events(&mut watch.stream, 5).await;
+    assert_eq!(events[2], Event { kind: EventKind::Put, kv: a2.clone(), prev_kv: Some(a1.clone()) });
+    assert_eq!(events[3], Event { kind: EventKind::Put, kv: b2.clone(), prev_kv: Some(b1) });
+    assert_eq!(events[4], Event { kind: EventKind::Put, kv: b3.clone(), prev_kv: Some(b2) });
+
+    s.compact(b3.mod_revision).await.unwrap();
+    assert_eq!(s.get("/registry/configmaps/ns/a").await.unwrap(), Some(a2.clone()));
+    let now = s.range(RangeRequest::prefix("/registry/configmaps/")).await.unwrap();
+    assert_eq!(now.kvs, vec![a2.clone(), b3]);
+    let (deleted, _) = s.delete("/registry/configmaps/ns/a", Some(a2.mod_revision)).await.unwrap();
+    assert_eq!(deleted, a2);
+    assert_eq!(s.get("/registry/configmaps/ns/a").await.unwrap(), None);
 }
 
 async fn range_with_empty_end_reads_one_key(s: &dyn Storage) {

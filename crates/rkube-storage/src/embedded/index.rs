@@ -12,7 +12,7 @@ use std::ops::Bound;
 use redb::ReadTransaction;
 
 use super::record::Record;
-use super::schema::{internal, read_revisions, HISTORY, LATEST, LOG, META};
+use super::schema::{internal, read_latest, read_revisions, HISTORY, LATEST, LOG, META};
 use crate::{Event, EventKind, KeyValue, RangeRequest, RangeResponse, Result, Revision, StorageError};
 
 /// The etcd range end that means "every key from `start` on".
@@ -30,7 +30,10 @@ pub(crate) fn get(txn: &ReadTransaction, key: &str) -> Result<Option<KeyValue>> 
     let found = latest.get(key).map_err(|e| internal("get", e))?;
     match found {
         None => Ok(None),
-        Some(guard) => Ok(Some(Record::decode(key, guard.value())?.into_key_value(key.to_string()))),
+        Some(guard) => {
+            let history = txn.open_table(HISTORY).map_err(|e| internal("open history", e))?;
+            Ok(Some(read_latest(&history, key, guard.value())?.into_key_value(key.to_string())))
+        }
     }
 }
 
@@ -97,12 +100,13 @@ pub(crate) fn range(txn: &ReadTransaction, req: &RangeRequest) -> Result<RangeRe
             return Ok(out.resp);
         }
         let latest = txn.open_table(LATEST).map_err(|e| internal("open latest", e))?;
+        let history = txn.open_table(HISTORY).map_err(|e| internal("open history", e))?;
         let iter = latest.range::<&str>(key_bounds(req)).map_err(|e| internal("range latest", e))?;
         for entry in iter {
             let (k, v) = entry.map_err(|e| internal("scan latest", e))?;
             let kv = if out.wants_value() {
                 let key = k.value();
-                Some(Record::decode(key, v.value())?.into_key_value(key.to_string()))
+                Some(read_latest(&history, key, v.value())?.into_key_value(key.to_string()))
             } else {
                 None
             };

@@ -5,7 +5,8 @@
 //!          "compacted_revision" -> i64   history below this revision is gone (0 = never compacted)
 //!          "health_probe"       -> i64   written by the write probe after a disk fault (no meaning)
 //! latest   key                  -> Record   the live version of every existing key (no tombstones):
-//!                                           a LIST at the latest revision is one scan of this table
+//!                                           a LIST at the latest revision is one scan of this table;
+//!                                           a value over 64 KiB is kept in history only (a header here)
 //! history  (key, revision)      -> Record   every version (puts and tombstones) not yet compacted:
 //!                                           reads at an older revision and watch replay use it
 //! log      revision             -> key      which key each revision changed: watch replay walks it
@@ -16,12 +17,14 @@
 //! - every revision in `(compacted_revision - 1, current_revision]` that
 //!   changed a key has one `log` entry and one `history` entry;
 //! - `latest[key]` equals the last `history` entry of `key` when that entry is
-//!   a put, and is absent when it is a tombstone;
+//!   a put (or is its header only, for a value over 64 KiB), and is absent
+//!   when it is a tombstone;
 //! - compaction at `c` keeps, for every key, the newest put at or below `c`,
 //!   so reads at `c` and `prev_kv` of events after `c` stay answerable.
 
 use redb::{ReadableTable, TableDefinition};
 
+use super::record::Record;
 use crate::{Result, Revision, StorageError};
 
 /// Revision counters (see the module docs).
@@ -77,4 +80,30 @@ pub(crate) fn read_revisions(meta: &impl ReadableTable<&'static str, i64>) -> Re
         .map(|g| g.value())
         .unwrap_or(0);
     Ok((current, compacted))
+}
+
+/// The live version of `key` from its `latest` entry `bytes`, its value read
+/// from `history` when `latest` keeps only the header
+/// ([`Record::decode_latest`]).
+///
+/// Errors: `Internal` for a corrupt record, or a header whose `history`
+/// entry is missing or does not match it.
+pub(crate) fn read_latest(
+    history: &impl ReadableTable<(&'static str, i64), &'static [u8]>,
+    key: &str,
+    bytes: &[u8],
+) -> Result<Record> {
+    let (header, in_history) = Record::decode_latest(key, bytes)?;
+    if !in_history {
+        return Ok(header);
+    }
+    let found = history.get((key, header.mod_revision)).map_err(|e| internal("get history", e))?;
+    let rec = match found {
+        Some(guard) => Record::decode(key, guard.value())?,
+        None => return Err(internal("read latest", format!("{key:?} at {}: no history entry holds its value", header.mod_revision))),
+    };
+    if rec.tombstone || (rec.create_revision, rec.version) != (header.create_revision, header.version) {
+        return Err(internal("read latest", format!("{key:?} at {}: the history entry does not match", header.mod_revision)));
+    }
+    Ok(rec)
 }

@@ -27,7 +27,7 @@ use redb::{Durability, ReadableTable, Table, WriteTransaction};
 use super::database::{self, DbSlot};
 use super::record::Record;
 use super::schema::{
-    read_revisions, storage_error, COMPACTED_REVISION, CURRENT_REVISION, HEALTH_PROBE, HISTORY, INITIAL_REVISION,
+    read_latest, read_revisions, storage_error, COMPACTED_REVISION, CURRENT_REVISION, HEALTH_PROBE, HISTORY, INITIAL_REVISION,
     LATEST, LOG, META,
 };
 use crate::{Event, EventKind, KeyValue, Result, Revision, StorageError};
@@ -108,20 +108,29 @@ impl<'txn> Tables<'txn> {
 
     fn latest(&self, key: &str) -> Result<Option<Record>> {
         match self.latest.get(key).map_err(|e| storage_error("get", e))? {
-            Some(guard) => Ok(Some(Record::decode(key, guard.value())?)),
+            Some(guard) => Ok(Some(read_latest(&self.history, key, guard.value())?)),
             None => Ok(None),
         }
     }
 
+    /// Whether `key` exists (without reading its value).
+    fn exists(&self, key: &str) -> Result<bool> {
+        Ok(self.latest.get(key).map_err(|e| storage_error("get", e))?.is_some())
+    }
+
     /// Records version `rec` of `key` at `rec.mod_revision` in history and log,
-    /// and in `latest` (a tombstone removes the key from `latest`).
+    /// and in `latest` (a tombstone removes the key from `latest`; a large
+    /// value is written to `history` only, `latest` getting its header).
     fn write_version(&mut self, key: &str, rec: &Record) -> Result<()> {
         let bytes = rec.encode();
         let rev = rec.mod_revision;
         if rec.tombstone {
             self.latest.remove(key).map_err(|e| storage_error("remove latest", e))?;
-        } else {
+        } else if rec.fits_latest() {
             self.latest.insert(key, bytes.as_slice()).map_err(|e| storage_error("insert latest", e))?;
+        } else {
+            let header = rec.encode_header_only();
+            self.latest.insert(key, header.as_slice()).map_err(|e| storage_error("insert latest", e))?;
         }
         self.history.insert((key, rev), bytes.as_slice()).map_err(|e| storage_error("insert history", e))?;
         self.log.insert(rev, key).map_err(|e| storage_error("insert log", e))?;
@@ -294,7 +303,7 @@ impl Store {
 fn apply_one(tables: &mut Tables<'_>, op: &WriteOp, rev: Revision) -> Result<Result<(WriteOutcome, Event)>> {
     match op {
         WriteOp::Create { key, value } => {
-            if tables.latest(key)?.is_some() {
+            if tables.exists(key)? {
                 return Ok(Err(StorageError::AlreadyExists { key: key.clone() }));
             }
             let kv = KeyValue {
@@ -362,12 +371,17 @@ mod tests {
     use crate::RangeRequest;
 
     /// A deterministic mix of creates, updates and deletes over three keys
-    /// (revisions 2..=31), to compare reads before and after compactions.
-    fn churn(store: &mut Store) {
+    /// (revisions 2..=31), to compare reads before and after compactions;
+    /// every third value is `large` (more than `latest` keeps itself).
+    fn churn(store: &mut Store, large: bool) {
         let keys = ["/p/a", "/p/b", "/p/c"];
         for i in 0..30usize {
             let key = keys[(i * 7) % 3];
-            let value = Bytes::from(format!("v{i}"));
+            let mut value = format!("v{i}");
+            if large && i % 3 == 0 {
+                value.push_str(&".".repeat(crate::embedded::record::INLINE_MAX));
+            }
+            let value = Bytes::from(value);
             let op = match store.apply(&[WriteOp::Create { key: key.into(), value: value.clone() }]) {
                 Ok(c) if c.results[0].is_ok() => continue,
                 _ if i % 4 == 0 => WriteOp::Delete { key: key.into(), expected: None },
@@ -395,9 +409,19 @@ mod tests {
 
     #[test]
     fn compaction_keeps_reads_and_replay_at_or_above_it_unchanged() {
+        compaction_keeps_reads_and_replay(false);
+    }
+
+    /// The same with large values, which `latest` keeps as a header only.
+    #[test]
+    fn compaction_keeps_reads_and_replay_of_large_values() {
+        compaction_keeps_reads_and_replay(true);
+    }
+
+    fn compaction_keeps_reads_and_replay(large: bool) {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(dir.path()).unwrap();
-        churn(&mut store);
+        churn(&mut store, large);
         let current = store.current_revision();
         assert!(current > 20, "churn made {current} revisions");
         let reads: Vec<_> = (1..=current).map(|r| read_at(&store, r).unwrap()).collect();
@@ -419,5 +443,27 @@ mod tests {
                 }
             }
         }
+        let live = read_at(&store, current).unwrap();
+        let large_live = live.iter().filter(|kv| kv.value.len() > crate::embedded::record::INLINE_MAX).count();
+        assert_eq!(large_live > 0, large, "live large values: {live:?}");
+        drop(store);
+        // The file passes `rkube snapshot check`, header-only records included.
+        let status = crate::embedded::snapshot::check(&dir.path().join(database::DB_FILE)).unwrap();
+        assert_eq!(status.keys, live.len() as u64);
+    }
+
+    /// `latest` keeps a large value's header only; the value is stored once.
+    #[test]
+    fn a_large_value_is_stored_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let value = Bytes::from(vec![b'x'; crate::embedded::record::INLINE_MAX + 1]);
+        store.apply(&[WriteOp::Create { key: "/p/big".into(), value: value.clone() }]).unwrap();
+        store.apply(&[WriteOp::Create { key: "/p/small".into(), value: Bytes::from_static(b"s") }]).unwrap();
+        let txn = store.slot().get().unwrap().begin_read().unwrap();
+        let latest = txn.open_table(LATEST).unwrap();
+        assert_eq!(latest.get("/p/big").unwrap().unwrap().value().len(), 25);
+        assert_eq!(latest.get("/p/small").unwrap().unwrap().value().len(), 26);
+        assert_eq!(index::get(&txn, "/p/big").unwrap().unwrap().value, value);
     }
 }
