@@ -169,24 +169,24 @@ pub(crate) fn add(fields: &mut Map<String, Value>, set: &FieldSet) {
 
 /// Whether the canonical `fields` ([`is_canonical`]) is exactly the
 /// encoding of `set` ([`FieldSet::into_fields_v1`]), found without encoding
-/// or decoding either: one walk of both. Allocates only for elements that
-/// are not field names.
+/// or decoding either: one walk of both, in step (no lookup per key).
+/// Allocates only for elements that are not field names.
 pub(crate) fn encodes(fields: &Map<String, Value>, set: &FieldSet) -> bool {
     let keys = fields.iter().filter(|(k, _)| k.as_str() != MARK);
     let marked = usize::from(fields.contains_key(MARK));
-    let mut elements = sorted_elements(set);
+    let mut elements = elements(set);
     let mut count = 0;
     for (key, child) in keys {
         count += 1;
-        let Some(pe) = elements.next() else { return false };
+        let Some((pe, member, sub)) = elements.next() else { return false };
         let Value::Object(child) = child else { return false };
         let same_key = match pe {
             PathElement::Field(name) => key.strip_prefix("f:") == Some(name.as_str()),
             other => other.to_fields_v1_key() == *key,
         };
-        let fits = match set.child(pe) {
-            None => child.is_empty() && set.has_member(pe),
-            Some(sub) => !child.is_empty() && child.contains_key(MARK) == set.has_member(pe) && encodes(child, sub),
+        let fits = match sub {
+            None => child.is_empty() && member,
+            Some(sub) => !child.is_empty() && child.contains_key(MARK) == member && encodes(child, sub),
         };
         if !same_key || !fits {
             return false;
@@ -195,19 +195,20 @@ pub(crate) fn encodes(fields: &Map<String, Value>, set: &FieldSet) -> bool {
     elements.next().is_none() && count + marked == fields.len()
 }
 
-/// `set`'s top-level elements (members and children) once each, in
-/// [`PathElement`] order.
-fn sorted_elements(set: &FieldSet) -> impl Iterator<Item = &PathElement> {
+/// Each element of `set`'s top node once, in [`PathElement`] order: whether
+/// it is a member, and the subset under it. One merge of the node's sorted
+/// members and children, with no lookup per element.
+fn elements(set: &FieldSet) -> impl Iterator<Item = (&PathElement, bool, Option<&FieldSet>)> {
     let mut members = set.members().iter().peekable();
-    let mut children = set.children().keys().peekable();
+    let mut children = set.children().iter().peekable();
     std::iter::from_fn(move || match (members.peek(), children.peek()) {
-        (Some(m), Some(c)) if m == c => {
-            children.next();
-            members.next()
+        (Some(m), Some((c, _))) if m == c => {
+            let (_, sub) = children.next()?;
+            Some((members.next()?, true, Some(sub)))
         }
-        (Some(m), Some(c)) if m < c => members.next(),
-        (Some(_), Some(_)) | (None, Some(_)) => children.next(),
-        (Some(_), None) => members.next(),
+        (Some(m), Some((c, _))) if m < c => Some((members.next()?, true, None)),
+        (Some(_), Some(_)) | (None, Some(_)) => children.next().map(|(c, sub)| (c, false, Some(sub))),
+        (Some(_), None) => Some((members.next()?, true, None)),
         (None, None) => None,
     })
 }
@@ -215,12 +216,6 @@ fn sorted_elements(set: &FieldSet) -> impl Iterator<Item = &PathElement> {
 /// Where `key` goes among `node`'s keys (after its `"."`, in key order).
 fn insertion_index(node: &Map<String, Value>, key: &str) -> usize {
     node.keys().take_while(|k| k.as_str() == MARK || key_order(k, key) == Ordering::Less).count()
-}
-
-/// Each element of `set`'s top node once, in order: whether it is a
-/// member, and the subset under it.
-fn elements(set: &FieldSet) -> impl Iterator<Item = (&PathElement, bool, Option<&FieldSet>)> {
-    sorted_elements(set).map(|pe| (pe, set.has_member(pe), set.child(pe)))
 }
 
 #[cfg(test)]
