@@ -30,7 +30,7 @@ use super::fieldpath::{ignored_top_level, path_string, stripped_fields, FieldSet
 use super::fields_v1;
 use super::managed::{self, ManagedEntry, OPERATION_APPLY, OPERATION_UPDATE};
 use super::schema::{self, Shape};
-use super::typed::{compare, merge, merge_into, merge_into_absent, remove_items, to_field_set, validate_applied};
+use super::typed::{compare, merge, merge_into_absent, merge_over, remove_items, to_field_set, validate_applied};
 use super::{ApplyConflict, PatchError};
 
 /// Annotation kubectl's client-side apply keeps the applied configuration in.
@@ -145,8 +145,10 @@ pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> 
         .unwrap_or(str_at(&config, "/apiVersion"));
 
     if let (Some(original), true) = (req.original, shortcut) {
-        if let Some(result) = reapply_as_sole_owner(req, original, &config, shape, api_version) {
-            return Ok(result);
+        if let Some(entry) = sole_owner_reapplies(req, original, &config, shape, api_version) {
+            // (`api_version` may borrow from the configuration moved here.)
+            let api_version = api_version.to_string();
+            return Ok(reapply_as_sole_owner(req, original, config, shape, &api_version, entry));
         }
     }
     let live = req.original.map(managed::without_managed_fields);
@@ -219,25 +221,18 @@ pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> 
 /// configuration with exactly the fields it applied before (what GitOps
 /// tools and operators send again and again): nothing is pruned and nobody
 /// can conflict, so the result is the merge, and the manager's entry is the
-/// stored one, its time set when the object changes. `None` in every other
-/// case, which [`apply_once`] handles. The same result as [`apply_once`]
-/// without decoding the stored entry into a [`FieldSet`] and encoding it
-/// again: for a ConfigMap of 100,000 keys, about a seventh of the apply's
-/// CPU. The configuration is merged into a copy of the stored object, in
-/// place ([`merge_into`], which also says whether anything changed), its
-/// entry included (which the configuration never names: a configuration
-/// naming `managedFields`, even as null, goes the general way), so the
-/// entry is copied once and its fields are then moved, not copied again,
-/// into the result's entry. When the fields differ, the
-/// field set computed here and the check are spent for nothing (a few
-/// percent).
-fn reapply_as_sole_owner(
+/// stored one, its time set when the object changes. This finds whether
+/// `config` is such an apply: its entry's time and encoded fields, or
+/// `None` in every other case, which [`apply_once`] handles. When the
+/// fields differ, the field set computed here and the check are spent for
+/// nothing (a few percent).
+fn sole_owner_reapplies<'o>(
     req: &ApplyRequest<'_>,
-    original: &Value,
+    original: &'o Value,
     config: &Value,
     shape: &Shape,
     api_version: &str,
-) -> Option<Value> {
+) -> Option<SoleEntry<'o>> {
     if config.pointer("/metadata/managedFields").is_some() {
         return None;
     }
@@ -248,19 +243,44 @@ fn reapply_as_sole_owner(
     if new_set.is_empty() || !fields_v1::encodes(stored, &new_set) {
         return None;
     }
-    let mut merged = original.clone();
-    let changed = merge_into(&mut merged, config, shape);
+    Some((time, stored))
+}
+
+/// The stored `Apply` entry of the object's sole manager: its time and its
+/// encoded fields ([`managed::sole_apply_entry`]).
+type SoleEntry<'o> = (Option<&'o str>, &'o serde_json::Map<String, Value>);
+
+/// The result of an apply [`sole_owner_reapplies`] found: the same result as
+/// [`apply_once`], without decoding the stored entry into a [`FieldSet`]
+/// and encoding it again (for a ConfigMap of 100,000 keys, about a seventh
+/// of the apply's CPU). The configuration is merged over the stored object
+/// ([`merge_over`], which also says whether anything changed), so the maps
+/// it restates are its own, not copies of the stored ones; the stored
+/// entry, which the configuration never names, is copied once with the
+/// rest of the stored object and its fields are then moved, not copied
+/// again, into the result's entry.
+fn reapply_as_sole_owner(
+    req: &ApplyRequest<'_>,
+    original: &Value,
+    config: Value,
+    shape: &Shape,
+    api_version: &str,
+    (time, stored): SoleEntry<'_>,
+) -> Value {
+    let last_applied = (req.manager == "kubectl" && (has_last_applied(&config) || has_last_applied(original)))
+        .then(|| last_applied_text(&config));
+    let (mut merged, changed) = merge_over(original, config, shape);
     let time = match time {
         Some(t) if !changed => t.to_string(),
         _ => req.now.to_string(),
     };
-    if req.manager == "kubectl" {
-        sync_last_applied(&mut merged, config);
+    if let Some(text) = last_applied {
+        set_last_applied(&mut merged, text);
     }
     // Removed and written again last in metadata, as the general path does.
     let fields = managed::remove_sole_entry_fields(&mut merged).unwrap_or_else(|| stored.clone());
     managed::write_sole_apply_entry(&mut merged, req.manager, api_version, Some(time), fields);
-    Some(merged)
+    merged
 }
 
 /// Whether `config` carries kubectl's last-applied annotation.
@@ -404,19 +424,26 @@ fn conflicts_allowed_by_last_applied(
 /// Upstream's `lastAppliedUpdater`: a `kubectl` apply to an object that has
 /// the last-applied annotation rewrites it to the configuration just applied.
 fn sync_last_applied(result: &mut Value, config: &Value) {
-    let has_annotation = result
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(LAST_APPLIED_ANNOTATION))
-        .is_some();
-    if !has_annotation {
-        return;
+    if has_last_applied(result) {
+        set_last_applied(result, last_applied_text(config));
     }
+}
+
+/// The last-applied annotation's text for `config`: its JSON without that
+/// annotation.
+fn last_applied_text(config: &Value) -> String {
     let mut applied = config.clone();
     if let Some(Value::Object(annotations)) = applied.pointer_mut("/metadata/annotations") {
         annotations.shift_remove(LAST_APPLIED_ANNOTATION);
     }
-    let text = applied.to_string();
+    applied.to_string()
+}
+
+/// Sets `result`'s last-applied annotation to `text` when it has one.
+fn set_last_applied(result: &mut Value, text: String) {
     if let Some(Value::Object(annotations)) = result.pointer_mut("/metadata/annotations") {
-        annotations.insert(LAST_APPLIED_ANNOTATION.to_string(), Value::String(text));
+        if let Some(slot) = annotations.get_mut(LAST_APPLIED_ANNOTATION) {
+            *slot = Value::String(text);
+        }
     }
 }

@@ -454,6 +454,74 @@ pub(crate) fn merge_into(out: &mut Value, rhs: &Value, shape: &Shape) -> bool {
     }
 }
 
+/// [`merge_into`] of `rhs` into a copy of `lhs`, the copy made of `rhs`'s
+/// own nodes wherever the merge leaves them as `rhs` has them: the same
+/// bytes and the same changed flag as `merge_into(&mut lhs.clone(), &rhs)`,
+/// but a map `rhs` restates with the same keys in the same order (a
+/// configuration applied again) is kept where it is, its entries neither
+/// copied from `lhs` nor hashed into a new map. Other maps are built again
+/// in `lhs`'s key order (fields only `lhs` has copied, those only `rhs` has
+/// last, in its order); lists and atomic values are `merge_into`'s.
+pub(crate) fn merge_over(lhs: &Value, rhs: Value, shape: &Shape) -> (Value, bool) {
+    match (lhs, rhs) {
+        (Value::Object(l), Value::Object(mut r)) if !shape.is_atomic_map() => {
+            let in_step = l.len() == r.len() && l.iter().zip(r.iter()).all(|((lk, _), (rk, rv))| lk == rk && !rv.is_null());
+            let mut changed = false;
+            if in_step {
+                for ((k, lv), rv) in l.iter().zip(r.values_mut()) {
+                    let (merged, c) = merge_over(lv, std::mem::take(rv), shape.child(k));
+                    *rv = merged;
+                    changed |= c;
+                }
+                return (Value::Object(r), changed);
+            }
+            let mut out = Map::with_capacity(l.len() + r.len());
+            for (k, lv) in l {
+                match r.get_mut(k) {
+                    Some(Value::Null) => changed = true,
+                    Some(rv) => {
+                        let (merged, c) = merge_over(lv, std::mem::take(rv), shape.child(k));
+                        out.insert(k.clone(), merged);
+                        changed |= c;
+                    }
+                    None => {
+                        out.insert(k.clone(), lv.clone());
+                    }
+                }
+            }
+            // Fields `lhs` has were taken above (their places left null).
+            for (k, rv) in r {
+                if !rv.is_null() && !l.contains_key(&k) {
+                    let merged = merge_into_absent(rv, shape.child(&k));
+                    out.insert(k, merged);
+                    changed = true;
+                }
+            }
+            (Value::Object(out), changed)
+        }
+        (_, rhs @ Value::Object(_)) if !shape.is_atomic_map() => (merge_into_absent(rhs, shape), true),
+        (lhs, Value::Array(r)) if is_granular_list(shape) => {
+            let merged = Value::Array(merge_list(lhs.as_array().map_or(&[][..], Vec::as_slice), &r, shape, &merge));
+            let changed = changes(lhs, &merged);
+            (merged, changed)
+        }
+        (lhs, rhs @ (Value::Object(_) | Value::Array(_))) => {
+            let new = without_nulls_owned(rhs);
+            let changed = changes(lhs, &new);
+            (new, changed)
+        }
+        (lhs, rhs) => {
+            let changed = changes(lhs, &rhs);
+            (rhs, changed)
+        }
+    }
+}
+
+/// Whether [`replace`] of `old` by `new` counts as a change.
+fn changes(old: &Value, new: &Value) -> bool {
+    !identical(old, new) && !crate::object::values_equal(old, new)
+}
+
 /// Puts `new` in `out` unless it is [`identical`] already; whether `out`
 /// changed as `==` sees it.
 fn replace(out: &mut Value, new: Value) -> bool {

@@ -363,7 +363,9 @@ proptest! {
 
     /// Merging in place gives what building every map again gives, and says
     /// it changed something exactly when the result differs from the live
-    /// object (also when the configuration restates it, or its variant).
+    /// object (also when the configuration restates it, or its variant);
+    /// merging over the live object with the configuration's own nodes
+    /// (`merge_over`) gives the same bytes and says the same.
     #[test]
     fn merging_in_place_is_merging_by_rebuilding(
         live in arb_object(),
@@ -391,6 +393,9 @@ proptest! {
         let changed = crate::patch::typed::merge_into(&mut merged, &config, shape);
         prop_assert_eq!(merged.to_string(), merge_by_rebuilding(Some(&live), &config, shape).to_string());
         prop_assert_eq!(changed, merged != live);
+        let (over, over_changed) = crate::patch::typed::merge_over(&live, config, shape);
+        prop_assert_eq!(over.to_string(), merged.to_string());
+        prop_assert_eq!(over_changed, changed);
     }
 }
 
@@ -407,6 +412,9 @@ fn merging_in_place_writes_the_configuration_s_bytes() {
     assert!(!changed);
     assert_eq!(merged.to_string(), merge_by_rebuilding(Some(&live), &config, shape).to_string());
     assert_eq!(merged.to_string(), r#"{"spec":{"selector":{"b":"2","a":"1"},"x":-0.0,"ports":[{"port":80,"protocol":"TCP"}]}}"#);
+    let (over, over_changed) = crate::patch::typed::merge_over(&live, config, shape);
+    assert!(!over_changed);
+    assert_eq!(over.to_string(), merged.to_string());
 }
 
 proptest! {
