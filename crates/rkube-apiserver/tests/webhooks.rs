@@ -122,6 +122,27 @@ async fn mutating_webhook_patch_is_stored_and_seen_by_validating_webhooks() {
     assert!(mutated[0]["request"]["object"]["metadata"].get("uid").is_none(), "mutating webhooks run before server-set metadata");
 }
 
+/// A create is refused as invalid only after the mutating webhooks ran: one
+/// may make an invalid object valid (without any, the object is refused
+/// before its managedFields are computed, with the same answer).
+#[tokio::test]
+async fn a_mutating_webhook_may_repair_an_invalid_object_before_it_is_validated() {
+    let s = TestServer::embedded().await;
+    let mut bad = configmap("repaired");
+    bad["metadata"]["labels"] = json!({"not a key!": "x"});
+    let refused = s.post(CONFIGMAPS, &bad).await;
+    refused.assert_status(422, "Invalid");
+    assert!(refused.message().contains("metadata.labels: Invalid value: \"not a key!\""), "{}", refused.message());
+
+    let wh = WebhookServer::start(&[]);
+    install(&s, MUTATING, "repair", vec![hook("repair.example.com", url_config(&wh, "/replace-labels"), json!({}))]).await;
+    let r = s.post(CONFIGMAPS, &bad).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    assert_eq!(r.body["metadata"]["labels"], json!({MUTATED_LABEL: "true"}));
+    // The client's fields were recorded before the webhook ran.
+    assert_eq!(r.body["metadata"]["managedFields"][0]["fieldsV1"]["f:metadata"]["f:labels"]["f:not a key!"], json!({}));
+}
+
 #[tokio::test]
 async fn failure_policy_fail_answers_500_and_ignore_lets_the_write_through() {
     let s = TestServer::embedded().await;

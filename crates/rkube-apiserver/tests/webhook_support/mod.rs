@@ -10,6 +10,8 @@
 //!   reason `Invalid`, message `custom denial`);
 //! - `/add-label`: allows with a JSON Patch adding label
 //!   `webhook.example.com/mutated: "true"`;
+//! - `/replace-labels`: allows with a JSON Patch making that label the
+//!   object's only one;
 //! - `/warn`: allows with the warning `configmaps here are watched`;
 //! - `/sleep`: answers (allowed) after 3 s;
 //! - `/annotate`: allows with the audit annotation `decision: looked`;
@@ -186,6 +188,12 @@ fn answer(path: &str, review: &Value) -> Value {
             } else {
                 json!({"op": "add", "path": "/metadata/labels", "value": {MUTATED_LABEL: "true"}})
             };
+            let patch = serde_json::to_vec(&json!([op])).unwrap_or_default();
+            response["patchType"] = json!("JSONPatch");
+            response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(patch));
+        }
+        "/replace-labels" => {
+            let op = json!({"op": "add", "path": "/metadata/labels", "value": {MUTATED_LABEL: "true"}});
             let patch = serde_json::to_vec(&json!([op])).unwrap_or_default();
             response["patchType"] = json!("JSONPatch");
             response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(patch));

@@ -336,6 +336,12 @@ fn fail_open_annotation(h: &Hook, slot: Slot) {
     crate::filters::audit::annotate(&key, &h.name);
 }
 
+/// Whether any mutating webhook is configured; when none is, [`mutate`]
+/// changes nothing.
+pub async fn any_mutating(st: &ApiState) -> ApiResult<bool> {
+    Ok(!hooks(st, "mutatingwebhookconfigurations").await?.is_empty())
+}
+
 /// Runs the mutating webhooks on `obj` (the object `a` describes); returns
 /// their warnings. `redefault` is applied after each change (upstream
 /// decodes the patched object again, which defaults it).
