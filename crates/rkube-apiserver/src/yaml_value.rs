@@ -82,7 +82,7 @@ const PLAIN_MAX_KEY_LEN: usize = 1000;
 /// may also be quoted (`"..."` or `'...'`) on one line, with printable
 /// ASCII and no escape inside: a string as written.
 fn plain_block_mapping(body: &[u8]) -> Option<Value> {
-    let mut p = Plain { b: body, i: 0 };
+    let mut p = Plain { b: body, i: 0, entries: Vec::new() };
     let value = p.mapping(0, 0, false)?;
     (p.i == body.len()).then_some(value)
 }
@@ -92,6 +92,11 @@ struct Plain<'a> {
     b: &'a [u8],
     /// Next byte to read: at the start of a line between entries.
     i: usize,
+    /// The entries of the mappings being read, innermost last: a mapping
+    /// is built once its entries are all read, at its final size (growing
+    /// a map of 100,000s of keys as it is read rehashes it at every
+    /// doubling, about a sixth of reading the text).
+    entries: Vec<(String, Value)>,
 }
 
 /// The longest integer [`Plain::integer`] reads (digits): any such fits an
@@ -120,12 +125,12 @@ impl<'a> Plain<'a> {
         if depth > PLAIN_MAX_DEPTH {
             return None;
         }
-        let mut map = Map::new();
+        let first = self.entries.len();
         let mut at_key = inline;
         loop {
             if !at_key {
                 let Some(indent) = self.indent() else { break };
-                if indent < column && !map.is_empty() {
+                if indent < column && self.entries.len() > first {
                     break;
                 }
                 if indent != column {
@@ -151,10 +156,15 @@ impl<'a> Plain<'a> {
                 }
                 Some(_) => return None,
             };
-            map.insert(key.to_owned(), value);
+            self.entries.push((key.to_owned(), value));
         }
-        if map.is_empty() {
+        if self.entries.len() == first {
             return None;
+        }
+        // A repeated key keeps its first place and its last value.
+        let mut map = Map::with_capacity(self.entries.len() - first);
+        for (key, value) in self.entries.drain(first..) {
+            map.insert(key, value);
         }
         Some(Value::Object(map))
     }
