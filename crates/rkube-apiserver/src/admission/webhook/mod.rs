@@ -337,9 +337,10 @@ fn fail_open_annotation(h: &Hook, slot: Slot) {
 }
 
 /// Whether any mutating webhook is configured; when none is, [`mutate`]
-/// changes nothing.
+/// changes nothing. Reads the configurations without copying their hooks.
 pub async fn any_mutating(st: &ApiState) -> ApiResult<bool> {
-    Ok(!hooks(st, "mutatingwebhookconfigurations").await?.is_empty())
+    let configurations = configurations(st, "mutatingwebhookconfigurations").await?;
+    Ok(configurations.iter().any(|(_, c)| c.get("webhooks").and_then(Value::as_array).is_some_and(|w| !w.is_empty())))
 }
 
 /// Runs the mutating webhooks on `obj` (the object `a` describes); returns
