@@ -185,9 +185,11 @@ impl RawHead<'_> {
 #[derive(Debug)]
 pub struct RawObject<'a> {
     bytes: &'a [u8],
-    top: Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)>,
+    /// The top-level entries: each key and its value's JSON text.
+    top: Vec<(std::borrow::Cow<'a, str>, &'a str)>,
     meta: Vec<(&'a str, &'a serde_json::value::RawValue)>,
-    meta_value: &'a serde_json::value::RawValue,
+    /// `metadata`'s JSON text, from its `{` to its `}`.
+    meta_text: &'a str,
 }
 
 impl<'a> RawObject<'a> {
@@ -202,10 +204,12 @@ impl<'a> RawObject<'a> {
         if bytes.contains(&b'\n') || bytes.contains(&b'\r') {
             return None;
         }
-        let mut de = serde_json::Deserializer::from_slice(bytes);
-        let top = raw::Entries(std::marker::PhantomData).deserialize(&mut de).ok()?;
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut out = raw::Parsed::default();
+        let mut de = serde_json::Deserializer::from_str(text);
+        raw::Entries { out: &mut out, last: None }.deserialize(&mut de).ok()?;
         de.end().ok()?;
-        Self::checked(bytes, top)
+        Self::checked(text, out)
     }
 
     /// [`RawObject::parse`] of the entries up to `metadata` only: the rest
@@ -217,34 +221,61 @@ impl<'a> RawObject<'a> {
     /// anywhere.
     pub fn parse_head(bytes: &'a [u8]) -> Option<RawHead<'a>> {
         use serde::de::DeserializeSeed;
-        let mut top = Vec::new();
-        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut out = raw::Parsed::default();
+        let mut de = serde_json::Deserializer::from_str(text);
         // Stopping after `metadata` leaves the object open, which the
         // deserializer reports as an error once the visitor is done.
-        let _ = raw::Head { out: &mut top, last: "metadata" }.deserialize(&mut de);
-        if top.last()?.0 != "metadata" {
+        let _ = raw::Entries { out: &mut out, last: Some("metadata") }.deserialize(&mut de);
+        if out.top.last()?.0 != "metadata" {
             return None;
         }
         if bytes.contains(&b'\n') || bytes.contains(&b'\r') {
             return None;
         }
-        Self::checked(bytes, top).map(RawHead)
+        Self::checked(text, out).map(RawHead)
     }
 
-    /// The object of `top`, the entries of `bytes` (all, or up to
+    /// The object of `parsed`, the entries of `text` (all, or up to
     /// `metadata`), when they have the form [`RawObject::parse`] takes.
-    fn checked(bytes: &'a [u8], top: Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)>) -> Option<Self> {
-        use serde::de::DeserializeSeed;
-        let meta_value = top.iter().find(|(k, _)| k == "metadata").map(|(_, v)| *v)?;
-        let mut de = serde_json::Deserializer::from_str(meta_value.get());
-        let meta_entries: Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)> =
-            raw::Entries(std::marker::PhantomData).deserialize(&mut de).ok()?;
-        let mut meta = Vec::with_capacity(meta_entries.len());
-        for (k, v) in meta_entries {
+    /// `metadata`'s entries were read in the same scan as the top level's,
+    /// so its text is found from theirs: `{` right after `"metadata":`, `}`
+    /// right after its last value.
+    fn checked(text: &'a str, parsed: raw::Parsed<'a>) -> Option<Self> {
+        let bytes = text.as_bytes();
+        let raw::Parsed { top: top_entries, meta: meta_entries } = parsed;
+        let offset = |s: &str| s.as_ptr() as usize - bytes.as_ptr() as usize;
+        let mut meta = Vec::with_capacity(meta_entries.as_ref().map_or(0, Vec::len));
+        for (k, v) in meta_entries? {
             let std::borrow::Cow::Borrowed(k) = k else { return None };
             meta.push((k, v));
         }
-        let out = RawObject { bytes, top, meta, meta_value };
+        let mut top = Vec::with_capacity(top_entries.len());
+        let mut meta_text = None;
+        for (k, v) in top_entries {
+            let std::borrow::Cow::Borrowed(key) = k else { return None };
+            let value = match v {
+                Some(v) => v.get(),
+                None => {
+                    // `metadata` (read as entries): its text, when it
+                    // starts right after the key's `":`; its close follows
+                    // the last value, or the `{` when it has none.
+                    let open = offset(key) + key.len() + 2;
+                    let close = match meta.last() {
+                        Some((_, v)) => offset(v.get()) + v.get().len(),
+                        None => open + 1,
+                    };
+                    if bytes.get(open) != Some(&b'{') || bytes.get(close) != Some(&b'}') {
+                        return None;
+                    }
+                    let t = text.get(open..=close)?;
+                    meta_text.get_or_insert(t);
+                    t
+                }
+            };
+            top.push((std::borrow::Cow::Borrowed(key), value));
+        }
+        let out = RawObject { bytes, top, meta, meta_text: meta_text? };
         let in_order = |ranks: &mut dyn Iterator<Item = usize>| {
             let ranks: Vec<usize> = ranks.collect();
             ranks.windows(2).all(|w| w[0] <= w[1])
@@ -263,24 +294,14 @@ impl<'a> RawObject<'a> {
         }
         // Each key of both levels sits right after `{` or `,` and right
         // before `:` and its value, and metadata's closing brace right after
-        // a value: splices there stay compact.
-        let compact = |k: &str, v: &serde_json::value::RawValue| {
+        // a value (checked above): splices there stay compact.
+        let compact = |k: &str, v: &str| {
             let at = out.offset(k);
             matches!(bytes.get(at.wrapping_sub(2)), Some(b'{' | b','))
                 && bytes.get(at + k.len() + 1) == Some(&b':')
-                && out.offset(v.get()) == at + k.len() + 2
+                && out.offset(v) == at + k.len() + 2
         };
-        for (k, v) in &out.top {
-            let std::borrow::Cow::Borrowed(k) = k else { return None };
-            if !compact(k, v) {
-                return None;
-            }
-        }
-        if !out.meta.iter().all(|(k, v)| compact(k, v)) {
-            return None;
-        }
-        let close = out.offset(meta_value.get()) + meta_value.get().len() - 1;
-        if matches!(bytes.get(close - 1), Some(b' ' | b'\t')) {
+        if !out.top.iter().all(|(k, v)| compact(k, v)) || !out.meta.iter().all(|(k, v)| compact(k, v.get())) {
             return None;
         }
         Some(out)
@@ -292,7 +313,7 @@ impl<'a> RawObject<'a> {
     }
 
     /// A top-level entry's JSON text.
-    pub fn get(&self, key: &str) -> Option<&'a serde_json::value::RawValue> {
+    pub fn get(&self, key: &str) -> Option<&'a str> {
         self.top.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
     }
 
@@ -332,7 +353,7 @@ impl<'a> RawObject<'a> {
                         (at, at, format!("\"resourceVersion\":{quoted},"))
                     }
                     None => {
-                        let at = self.offset(self.meta_value.get()) + self.meta_value.get().len() - 1;
+                        let at = self.offset(self.meta_text) + self.meta_text.len() - 1;
                         let sep = if self.meta.is_empty() { "" } else { "," };
                         (at, at, format!("{sep}\"resourceVersion\":{quoted}"))
                     }
@@ -357,10 +378,61 @@ mod raw {
     use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
     use serde_json::value::RawValue;
 
-    /// The entries of a JSON object, keys borrowed when they have no escapes.
-    pub(super) struct Entries<'a>(pub(super) PhantomData<&'a ()>);
+    /// A JSON object's keys (borrowed when they have no escapes) and raw
+    /// values, but `metadata`'s value, which is read as entries in the same
+    /// scan (the first `metadata`, when an object repeats it).
+    #[derive(Default)]
+    pub(super) struct Parsed<'de> {
+        /// Every entry, in order; `None` for the `metadata` in `meta`.
+        pub(super) top: Vec<(Cow<'de, str>, Option<&'de RawValue>)>,
+        /// `metadata`'s entries.
+        pub(super) meta: Option<Vec<(Cow<'de, str>, &'de RawValue)>>,
+    }
 
-    impl<'de> DeserializeSeed<'de> for Entries<'de> {
+    /// Reads an object into `out`, up to the entry of key `last` (the
+    /// visit ends there, without reading the rest) or all of it.
+    pub(super) struct Entries<'o, 'de> {
+        pub(super) out: &'o mut Parsed<'de>,
+        pub(super) last: Option<&'static str>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Entries<'_, 'de> {
+        type Value = ();
+
+        fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+            de.deserialize_map(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Entries<'_, 'de> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(k) = map.next_key_seed(Key)? {
+                let done = self.last.is_some_and(|last| k == last);
+                if k == "metadata" && self.out.meta.is_none() {
+                    self.out.meta = Some(map.next_value_seed(MetaEntries(PhantomData))?);
+                    self.out.top.push((k, None));
+                } else {
+                    let v: &'de RawValue = map.next_value()?;
+                    self.out.top.push((k, Some(v)));
+                }
+                if done {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// The entries of a JSON object, keys borrowed when they have no escapes.
+    struct MetaEntries<'a>(PhantomData<&'a ()>);
+
+    impl<'de> DeserializeSeed<'de> for MetaEntries<'de> {
         type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
 
         fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
@@ -368,7 +440,7 @@ mod raw {
         }
     }
 
-    impl<'de> Visitor<'de> for Entries<'de> {
+    impl<'de> Visitor<'de> for MetaEntries<'de> {
         type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
 
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -382,41 +454,6 @@ mod raw {
                 out.push((k, v));
             }
             Ok(out)
-        }
-    }
-
-    /// The entries of a JSON object up to the one of key `last`, put in
-    /// `out`; the visit ends there, without reading the rest.
-    pub(super) struct Head<'o, 'de> {
-        pub(super) out: &'o mut Vec<(Cow<'de, str>, &'de RawValue)>,
-        pub(super) last: &'static str,
-    }
-
-    impl<'de> DeserializeSeed<'de> for Head<'_, 'de> {
-        type Value = ();
-
-        fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
-            de.deserialize_map(self)
-        }
-    }
-
-    impl<'de> Visitor<'de> for Head<'_, 'de> {
-        type Value = ();
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON object")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(k) = map.next_key_seed(Key)? {
-                let v: &'de RawValue = map.next_value()?;
-                let done = k == self.last;
-                self.out.push((k, v));
-                if done {
-                    break;
-                }
-            }
-            Ok(())
         }
     }
 
@@ -559,7 +596,9 @@ mod tests {
         }
         let raw = RawObject::parse(cases[0]).unwrap();
         assert_eq!(raw.meta_str("name").as_deref(), Some("x"));
-        assert_eq!(raw.get("data").map(|v| v.get()), Some("{}"));
+        assert_eq!(raw.get("data"), Some("{}"));
+        assert_eq!(raw.get("metadata"), Some(r#"{"name":"x","uid":"u","creationTimestamp":"t"}"#));
+        assert_eq!(RawObject::parse(cases[2]).unwrap().get("metadata"), Some("{}"));
         assert_eq!(raw.keys().collect::<Vec<_>>(), ["kind", "metadata", "data"]);
     }
 
@@ -578,6 +617,11 @@ mod tests {
             br#"{"metadata":{"name": "a"}}"#,
             br#"{"metadata":{"name":"a" }}"#,
             br#"{ "metadata":{}}"#,
+            br#"{"metadata": {}}"#,
+            br#"{"metadata":{ }}"#,
+            br#"{"m\u0065tadata":{}}"#,
+            br#"{"metadata":{"name":"a"},"metadata":3}"#,
+            br#"{"metadata":null}"#,
             b"{\"metadata\":{\"name\":\"a\"},\n\"x\":1}",
         ];
         for bytes in refused {

@@ -179,7 +179,7 @@ impl CachedObject {
         // fields the extractor's paths start with, and metadata's name,
         // namespace and labels (without managedFields) unless it reads
         // metadata itself.
-        let decoded = |v: Option<&serde_json::value::RawValue>| v.and_then(|v| serde_json::from_str::<Value>(v.get()).ok());
+        let decoded = |v: Option<&str>| v.and_then(|v| serde_json::from_str::<Value>(v).ok());
         let mut partial = serde_json::Map::new();
         if let FieldExtractor::Resource(info) = extract {
             for f in info.fields {
@@ -194,7 +194,7 @@ impl CachedObject {
         if !partial.contains_key("metadata") {
             let meta: serde_json::Map<String, Value> = ["name", "namespace", "labels"]
                 .into_iter()
-                .filter_map(|k| decoded(raw.meta(k)).map(|v| (k.to_string(), v)))
+                .filter_map(|k| decoded(raw.meta(k).map(|v| v.get())).map(|v| (k.to_string(), v)))
                 .collect();
             partial.insert("metadata".to_string(), Value::Object(meta));
         }
