@@ -45,8 +45,12 @@ pub fn from_slice_noting_repeats(bytes: &[u8]) -> serde_json::Result<(Value, boo
 }
 
 fn decode(bytes: &[u8], repeated: Option<&mut bool>) -> serde_json::Result<Value> {
+    // Valid UTF-8 checked once for the whole text (a word at a time), so
+    // neither pass checks each string again; a text that is not UTF-8 is
+    // refused by serde_json itself, with the error it gives.
+    let Ok(text) = std::str::from_utf8(bytes) else { return serde_json::from_slice(bytes) };
     let sizes = if bytes.len() >= PRESIZE_MIN_BYTES {
-        match container_sizes(bytes) {
+        match container_sizes(text) {
             Ok(sizes) => sizes,
             // The counting scan refuses what the build would (the same
             // deserializer reads both); serde_json's own decode gives the
@@ -58,17 +62,17 @@ fn decode(bytes: &[u8], repeated: Option<&mut bool>) -> serde_json::Result<Value
     };
     let mut scratch = false;
     let mut build = Build { sizes: &sizes, next: 0, repeated: repeated.unwrap_or(&mut scratch) };
-    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut de = serde_json::Deserializer::from_str(text);
     let value = (&mut build).deserialize(&mut de)?;
     de.end()?;
     Ok(value)
 }
 
-/// The number of entries of every object and array in `bytes`, in the order
+/// The number of entries of every object and array in `text`, in the order
 /// they open (a pre-order walk, the order [`Build`] meets them).
-fn container_sizes(bytes: &[u8]) -> serde_json::Result<Vec<u32>> {
+fn container_sizes(text: &str) -> serde_json::Result<Vec<u32>> {
     let mut sizes = Vec::new();
-    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut de = serde_json::Deserializer::from_str(text);
     Count(&mut sizes).deserialize(&mut de)?;
     de.end()?;
     Ok(sizes)
@@ -288,7 +292,7 @@ mod tests {
         assert_eq!(data.len(), 3000);
         assert_eq!(data["k7"], "again");
         // Pre-order counts: the top object, `data` (the repeat counted), `list`.
-        assert_eq!(container_sizes(text.as_bytes()).unwrap(), vec![3, 3001, 5000]);
+        assert_eq!(container_sizes(&text).unwrap(), vec![3, 3001, 5000]);
         assert_eq!(value["list"].as_array().unwrap().capacity(), 5000);
         let (_, repeated) = from_slice_noting_repeats(br#"{"a":[{"b":1},{"b":2}]}"#).unwrap();
         assert!(!repeated);
