@@ -196,20 +196,26 @@ impl<'a> RawObject<'a> {
     /// Reads `bytes`. `None` when they are not one JSON object, contain a
     /// line break, lack a `metadata` object, repeat a top-level or
     /// `metadata` key, spell a key of either level with escapes or with
-    /// space around it, or have their top-level or `metadata` keys out of typed
-    /// order ([`order_object_keys`]). Cost: one scan of the bytes; only the
-    /// keys of the two levels are kept.
+    /// space around it or around the values of either level, or have their
+    /// top-level or `metadata` keys out of typed
+    /// order ([`order_object_keys`]). Cost: a UTF-8 check and one parse of
+    /// the bytes; only the keys of the two levels are kept.
     pub fn parse(bytes: &'a [u8]) -> Option<Self> {
         use serde::de::DeserializeSeed;
         if bytes.contains(&b'\n') || bytes.contains(&b'\r') {
             return None;
         }
+        // UTF-8 checked once for the whole text, so that strings are not
+        // checked one by one as they are read.
         let text = std::str::from_utf8(bytes).ok()?;
         let mut out = raw::Parsed::default();
         let mut de = serde_json::Deserializer::from_str(text);
         raw::Entries { out: &mut out, last: None }.deserialize(&mut de).ok()?;
         de.end().ok()?;
-        Self::checked(text, out)
+        if bytes.last() != Some(&b'}') {
+            return None;
+        }
+        Self::checked(bytes, out)
     }
 
     /// [`RawObject::parse`] of the entries up to `metadata` only: the rest
@@ -221,9 +227,8 @@ impl<'a> RawObject<'a> {
     /// anywhere.
     pub fn parse_head(bytes: &'a [u8]) -> Option<RawHead<'a>> {
         use serde::de::DeserializeSeed;
-        let text = std::str::from_utf8(bytes).ok()?;
         let mut out = raw::Parsed::default();
-        let mut de = serde_json::Deserializer::from_str(text);
+        let mut de = serde_json::Deserializer::from_slice(bytes);
         // Stopping after `metadata` leaves the object open, which the
         // deserializer reports as an error once the visitor is done.
         let _ = raw::Entries { out: &mut out, last: Some("metadata") }.deserialize(&mut de);
@@ -233,16 +238,15 @@ impl<'a> RawObject<'a> {
         if bytes.contains(&b'\n') || bytes.contains(&b'\r') {
             return None;
         }
-        Self::checked(text, out).map(RawHead)
+        Self::checked(bytes, out).map(RawHead)
     }
 
-    /// The object of `parsed`, the entries of `text` (all, or up to
+    /// The object of `parsed`, the entries of `bytes` (all, or up to
     /// `metadata`), when they have the form [`RawObject::parse`] takes.
     /// `metadata`'s entries were read in the same scan as the top level's,
     /// so its text is found from theirs: `{` right after `"metadata":`, `}`
     /// right after its last value.
-    fn checked(text: &'a str, parsed: raw::Parsed<'a>) -> Option<Self> {
-        let bytes = text.as_bytes();
+    fn checked(bytes: &'a [u8], parsed: raw::Parsed<'a>) -> Option<Self> {
         let raw::Parsed { top: top_entries, meta: meta_entries } = parsed;
         let offset = |s: &str| s.as_ptr() as usize - bytes.as_ptr() as usize;
         let mut meta = Vec::with_capacity(meta_entries.as_ref().map_or(0, Vec::len));
@@ -268,7 +272,7 @@ impl<'a> RawObject<'a> {
                     if bytes.get(open) != Some(&b'{') || bytes.get(close) != Some(&b'}') {
                         return None;
                     }
-                    let t = text.get(open..=close)?;
+                    let t = std::str::from_utf8(bytes.get(open..=close)?).ok()?;
                     meta_text.get_or_insert(t);
                     t
                 }
@@ -292,15 +296,20 @@ impl<'a> RawObject<'a> {
         if !unique(out.top.iter().map(|(k, _)| k.as_ref()).collect()) || !unique(out.meta.iter().map(|(k, _)| *k).collect()) {
             return None;
         }
-        // Each key of both levels sits right after `{` or `,` and right
-        // before `:` and its value, and metadata's closing brace right after
-        // a value (checked above): splices there stay compact.
+        // The object starts the bytes; each key of both levels sits right
+        // after `{` or `,` and right before `:` and its value, which `,` or
+        // `}` follows right away (metadata's closing brace right after a
+        // value, checked above): splices there stay compact.
         let compact = |k: &str, v: &str| {
             let at = out.offset(k);
             matches!(bytes.get(at.wrapping_sub(2)), Some(b'{' | b','))
                 && bytes.get(at + k.len() + 1) == Some(&b':')
                 && out.offset(v) == at + k.len() + 2
+                && matches!(bytes.get(out.offset(v) + v.len()), Some(b',' | b'}'))
         };
+        if bytes.first() != Some(&b'{') {
+            return None;
+        }
         if !out.top.iter().all(|(k, v)| compact(k, v)) || !out.meta.iter().all(|(k, v)| compact(k, v.get())) {
             return None;
         }
@@ -623,6 +632,12 @@ mod tests {
             br#"{"metadata":{"name":"a"},"metadata":3}"#,
             br#"{"metadata":null}"#,
             b"{\"metadata\":{\"name\":\"a\"},\n\"x\":1}",
+            br#"{"kind":"Pod" ,"metadata":{}}"#,
+            br#"{"metadata":{"name":"a" ,"uid":"u"}}"#,
+            br#"{"metadata":{} }"#,
+            br#" {"metadata":{}}"#,
+            br#"{"metadata":{}} "#,
+            b"{\"metadata\":{}}\t",
         ];
         for bytes in refused {
             assert!(RawObject::parse(bytes).is_none(), "{}", String::from_utf8_lossy(bytes));
