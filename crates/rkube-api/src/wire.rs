@@ -186,7 +186,7 @@ impl RawHead<'_> {
 pub struct RawObject<'a> {
     bytes: &'a [u8],
     /// The top-level entries: each key and its value's JSON text.
-    top: Vec<(std::borrow::Cow<'a, str>, &'a str)>,
+    top: Vec<(&'a str, &'a str)>,
     meta: Vec<(&'a str, &'a serde_json::value::RawValue)>,
     /// `metadata`'s JSON text, from its `{` to its `}`.
     meta_text: &'a str,
@@ -248,8 +248,8 @@ impl<'a> RawObject<'a> {
     /// right after its last value.
     fn checked(bytes: &'a [u8], parsed: raw::Parsed<'a>) -> Option<Self> {
         let raw::Parsed { top: top_entries, meta: meta_entries } = parsed;
-        let offset = |s: &str| s.as_ptr() as usize - bytes.as_ptr() as usize;
-        let mut meta = Vec::with_capacity(meta_entries.as_ref().map_or(0, Vec::len));
+        let offset = |s: &str| offset_in(bytes, s);
+        let mut meta = Vec::new();
         for (k, v) in meta_entries? {
             let std::borrow::Cow::Borrowed(k) = k else { return None };
             meta.push((k, v));
@@ -273,11 +273,11 @@ impl<'a> RawObject<'a> {
                         return None;
                     }
                     let t = std::str::from_utf8(bytes.get(open..=close)?).ok()?;
-                    meta_text.get_or_insert(t);
+                    meta_text = Some(t);
                     t
                 }
             };
-            top.push((std::borrow::Cow::Borrowed(key), value));
+            top.push((key, value));
         }
         let out = RawObject { bytes, top, meta, meta_text: meta_text? };
         let in_order = |ranks: &mut dyn Iterator<Item = usize>| {
@@ -293,7 +293,7 @@ impl<'a> RawObject<'a> {
             keys.sort_unstable();
             keys.windows(2).all(|w| w[0] != w[1])
         };
-        if !unique(out.top.iter().map(|(k, _)| k.as_ref()).collect()) || !unique(out.meta.iter().map(|(k, _)| *k).collect()) {
+        if !unique(out.top.iter().map(|(k, _)| *k).collect()) || !unique(out.meta.iter().map(|(k, _)| *k).collect()) {
             return None;
         }
         // The object starts the bytes; each key of both levels sits right
@@ -318,17 +318,17 @@ impl<'a> RawObject<'a> {
 
     /// Where `s`, a slice of the input, starts in it.
     fn offset(&self, s: &str) -> usize {
-        s.as_ptr() as usize - self.bytes.as_ptr() as usize
+        offset_in(self.bytes, s)
     }
 
     /// A top-level entry's JSON text.
     pub fn get(&self, key: &str) -> Option<&'a str> {
-        self.top.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+        self.top.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
     }
 
     /// The top-level keys, in order.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.top.iter().map(|(k, _)| k.as_ref())
+        self.top.iter().map(|(k, _)| *k)
     }
 
     /// A `metadata` entry's JSON text.
@@ -375,6 +375,11 @@ impl<'a> RawObject<'a> {
         out.extend_from_slice(&self.bytes[end..]);
         Some(out)
     }
+}
+
+/// Where `s`, a slice of `bytes`, starts in it.
+fn offset_in(bytes: &[u8], s: &str) -> usize {
+    s.as_ptr() as usize - bytes.as_ptr() as usize
 }
 
 /// Deserializers for [`RawObject`]: an object's entries as borrowed keys and

@@ -52,14 +52,13 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[export_name = "_rjem_malloc_conf"]
 pub static MALLOC_CONF: &[u8] = b"oversize_threshold:0,narenas:1\0";
 
-/// Gives arena 0 the oversize threshold [`MALLOC_CONF`] gives every other
-/// arena. jemalloc 5.3 creates arena 0 before it turns `oversize_threshold:0`
-/// into the threshold arenas get (`arena_init_huge` runs after
-/// `arena_boot`), so arena 0 alone kept the default 8 MiB: every extent of
-/// 8 MiB or more freed there was purged at once, and the next large
-/// allocation faulted in fresh zeroed pages (the map entries of a 3 MiB
-/// ConfigMap pass 8 MiB). Threads of arena 0 (the first one, and later
-/// ones when it is the least used) paid that on every large request.
+/// Gives arena 0, the one arena every thread uses ([`MALLOC_CONF`]'s
+/// `narenas:1`), the oversize threshold `oversize_threshold:0` asks for.
+/// jemalloc 5.3 creates arena 0 before it turns that option into the
+/// threshold arenas get (`arena_init_huge` runs after `arena_boot`), so
+/// arena 0 kept the default 8 MiB: every extent of 8 MiB or more freed
+/// there was purged at once, and the next large allocation faulted in
+/// fresh zeroed pages (the map entries of a 3 MiB ConfigMap pass 8 MiB).
 /// Errors of the control call are ignored: the allocator works either way.
 fn keep_large_extents_in_arena_zero() {
     // SAFETY: `arena.0.oversize_threshold` is a size_t control of arena 0,
