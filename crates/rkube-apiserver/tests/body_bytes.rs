@@ -205,6 +205,57 @@ async fn large_objects_kept_decoded_are_what_a_decode_gives(srv: &TestServer) {
     }
 }
 
+/// Deleting a large object kept decoded (shared with the delete, not
+/// copied): a delete held by a finalizer answers and stores the marked
+/// object, while the kept one stays as stored; a dry-run delete and the
+/// delete of a pod answer the object with the resourceVersion the delete
+/// has (the stored one for a dry run, the delete's revision otherwise).
+async fn large_objects_kept_decoded_are_deleted_as_stored(srv: &TestServer) {
+    let annotations: serde_json::Map<String, Value> =
+        (0..4000).map(|i| (format!("example.com/a-{i}"), Value::String(format!("value {i}")))).collect();
+    let held = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "held", "finalizers": ["example.com/hold"], "annotations": annotations}});
+    let created = srv.post(CMS, &held).await;
+    assert_eq!(created.code, 201, "{}", created.text);
+    let path = format!("{CMS}/held");
+    let key = "/registry/configmaps/default/held";
+    let kv = srv.storage.get(key).await.expect("get").expect("stored");
+    assert!(kv.value.len() >= rkube_apiserver::decoded::MIN_STORED_BYTES, "{}", kv.value.len());
+    assert!(srv.decoded.get(key, &kv.value, kv.mod_revision).is_some(), "kept after the create");
+
+    let marked = srv.delete(&path, None).await;
+    assert_eq!(marked.code, 200, "{}", marked.text);
+    assert!(marked.body["metadata"]["deletionTimestamp"].is_string(), "marked: {}", &marked.text[..200]);
+    assert_eq!(marked.body["metadata"]["annotations"].as_object().map(|a| a.len()), Some(4000));
+    assert_eq!(marked.text, read_at(srv, &path, marked.rv()).await, "the marked object is stored");
+    let kept = srv.decoded.get(key, &kv.value, kv.mod_revision).expect("still kept for its bytes");
+    assert!(kept.pointer("/metadata/deletionTimestamp").is_none(), "the kept object was not changed");
+    assert_eq!(*kept, rkube_apiserver::source::decode_stored(key, &kv.value, kv.mod_revision).expect("decode"));
+    let released = srv.patch(&path, "application/merge-patch+json", r#"{"metadata":{"finalizers":null}}"#).await;
+    assert_eq!(released.code, 200, "{}", released.text);
+    assert_eq!(srv.get(&path).await.code, 404, "the last finalizer's removal deletes it");
+
+    let pods = "/api/v1/namespaces/default/pods";
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "big", "annotations": annotations},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    let created = srv.post(pods, &pod).await;
+    assert_eq!(created.code, 201, "{}", created.text);
+    let path = format!("{pods}/big");
+    let stored: Value = serde_json::from_str(&srv.get(&path).await.text).unwrap();
+    let dry = srv.send("DELETE", &format!("{path}?dryRun=All"), None, None, None).await;
+    assert_eq!((dry.code, dry.rv()), (200, created.rv()), "{}", dry.text);
+    assert_eq!(dry.body, stored, "a dry-run delete answers the stored pod");
+    let deleted = srv.delete(&path, None).await;
+    assert_eq!(deleted.code, 200, "{}", deleted.text);
+    let rv: i64 = deleted.rv().parse().unwrap();
+    assert!(rv > created.rv().parse::<i64>().unwrap(), "the delete's revision: {rv}");
+    let mut want = stored;
+    want["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+    assert_eq!(deleted.body, want, "the pod as stored, at the delete's revision");
+    assert_eq!(srv.get(&path).await.code, 404);
+}
+
 /// Status errors are upstream's exact bytes, newline included; so are
 /// discovery documents, while `/version` is indented without one, as
 /// upstream's `WriteRawJSON` writes it.
@@ -280,4 +331,5 @@ both_read_paths!(
     tables_and_partial_metadata_end_with_newline,
     writes_and_no_op_writes_answer_what_a_get_reads,
     large_objects_kept_decoded_are_what_a_decode_gives,
+    large_objects_kept_decoded_are_deleted_as_stored,
 );

@@ -55,7 +55,8 @@ pub enum Scenario {
     /// HTTPS, and 20 s after they left; exits non-zero above the goal (200 MiB growth).
     Stalled,
     /// Server CPU per request for ~3 MiB ConfigMap bodies: JSON, block YAML, JSON text as YAML,
-    /// server-side apply, nested YAML; against the goal of about 100 ms.
+    /// server-side apply, nested YAML; writes to and deletes of 1 MiB ConfigMaps; against the
+    /// goal of about 100 ms.
     Bodies,
     /// `kubectl exec` round trips and `kubectl port-forward` throughput on `rkube up --node`,
     /// with kubectl 1.27 (SPDY) and 1.33 (WebSocket).

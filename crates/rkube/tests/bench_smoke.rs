@@ -358,12 +358,13 @@ fn bench_bodies_quick_reports_cpu_per_request_for_every_encoding() {
         .filter(|m| m["name"] == "bodies/cpu_per_request")
         .filter_map(|m| m["labels"]["case"].as_str())
         .collect();
-    assert_eq!(cases.len(), 14, "{cases:?}");
+    assert_eq!(cases.len(), 15, "{cases:?}");
     for case in [
         "server-side apply, JSON text (kubectl)",
         "update (PUT), one value changed, 1 MiB of data",
         "merge patch of one value, 1 MiB of data",
         "server-side apply again, unchanged, 1 MiB of data",
+        "delete, 1 MiB of data",
         "create, nested YAML (refused)",
         "create, JSON, 1 MiB of data (accepted)",
         "create, block YAML, quoted scalars",

@@ -32,13 +32,13 @@ use rkube_storage::StorageError;
 use serde_json::{json, Map, Value};
 
 use super::write::encode_stored;
-use super::Ctx;
+use super::{Ctx, Keep};
 use crate::error::{ApiError, ApiResult};
 use crate::filters::trace::{self, steps};
 use crate::media;
 use crate::object;
 use crate::render;
-use crate::source::{decode_stored, set_resource_version};
+use crate::source::set_resource_version;
 
 /// Attempts of the guarded delete before giving up with 409.
 const MAX_ATTEMPTS: usize = 5;
@@ -155,10 +155,33 @@ fn invalid_delete_options(cause: rkube_api::field_error::FieldError) -> ApiError
 
 /// What one delete did.
 pub(super) enum Outcome {
-    /// Removed from storage (the object's last state, resourceVersion = delete revision).
-    Deleted(Value),
+    /// Removed from storage at `revision`: the object's last state, as
+    /// read (its resourceVersion is the one it was stored at; the answer's
+    /// is `revision`, [`Outcome::into_object`]).
+    Deleted { last: std::sync::Arc<Value>, revision: i64 },
     /// Marked for deletion and kept (finalizers or graceful pod deletion).
     Pending(Value),
+}
+
+/// The object being marked: `marked`, or a copy of `obj` put there first.
+fn mark<'a>(marked: &'a mut Option<Value>, obj: &Value) -> &'a mut Value {
+    marked.get_or_insert_with(|| obj.clone())
+}
+
+impl Outcome {
+    /// The object to answer with: a removed one with its resourceVersion
+    /// set to the delete's revision (upstream's `conditionalDelete`
+    /// decodes the last state at the delete's header revision).
+    fn into_object(self) -> Value {
+        match self {
+            Outcome::Deleted { last, revision } => {
+                let mut obj = std::sync::Arc::unwrap_or_clone(last);
+                set_resource_version(&mut obj, revision);
+                obj
+            }
+            Outcome::Pending(obj) => obj,
+        }
+    }
 }
 
 /// Deletes (or marks) the object `name` of the request's resource; used by
@@ -172,11 +195,10 @@ pub(super) async fn delete_one(
 ) -> ApiResult<Outcome> {
     let key = info.object_key(ctx.st.prefix(), ns, name);
     for _ in 0..MAX_ATTEMPTS {
-        let kv = ctx.st.storage.get(&key).await.map_err(|e| ApiError::from_storage(e, info, name))?;
-        let Some(kv) = kv else { return Err(ApiError::not_found(info, name)) };
-        let obj =
-            decode_stored(&kv.key, &kv.value, kv.mod_revision).map_err(|e| ApiError::from_storage(e, info, name))?;
-        let obj = crate::crd_conversion::served(&ctx.st, info, obj).await?;
+        // Shared, not copied: a large object is copied only to be marked.
+        let Some((obj, kv)) = ctx.load_as(info, &key, name, Keep::Not).await? else {
+            return Err(ApiError::not_found(info, name));
+        };
         if let Some(uid) = &opts.uid {
             let have = object::meta_str(&obj, "uid");
             if uid != have {
@@ -205,23 +227,24 @@ pub(super) async fn delete_one(
             let attrs = crate::admission::webhook::Attributes::for_delete(ctx, ns, name, &obj)?;
             crate::admission::webhook::validate(&ctx.st, &attrs).await?;
         }
-        let mut marked = obj.clone();
+        // The object as marked, copied at its first change.
+        let mut marked: Option<Value> = None;
         let finalizers = gc_finalizers(&obj, opts);
         let finalizers_changed = finalizers != object::finalizers(&obj);
         if finalizers_changed {
-            set_finalizers(&mut marked, &finalizers);
+            set_finalizers(mark(&mut marked, &obj), &finalizers);
         }
         let rules = info.strategy.delete;
         let pending = if let Some(grace) = rules.graceful.and_then(|f| f(&obj, opts.grace_period_seconds)) {
             // Graceful deletion: only ever shorten an existing grace period.
             let current = obj.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64);
             if object::is_terminating(&obj) && current.is_some_and(|c| c <= grace) && !finalizers_changed {
-                return Ok(Outcome::Pending(obj));
+                return Ok(Outcome::Pending(Value::clone(&obj)));
             }
             if current.is_none_or(|c| c > grace) {
                 let at = chrono::Utc::now() + chrono::Duration::seconds(grace);
-                object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::format_rfc3339(at)));
-                object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(grace));
+                object::set_meta(mark(&mut marked, &obj), "deletionTimestamp", json!(rkube_api::time::format_rfc3339(at)));
+                object::set_meta(mark(&mut marked, &obj), "deletionGracePeriodSeconds", json!(grace));
             }
             true
         } else if let Some(lifecycle) = rules.lifecycle {
@@ -231,31 +254,36 @@ pub(super) async fn delete_one(
                 false
             } else {
                 if !object::is_terminating(&obj) {
-                    object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::now_rfc3339()));
-                    object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
+                    object::set_meta(mark(&mut marked, &obj), "deletionTimestamp", json!(rkube_api::time::now_rfc3339()));
+                    object::set_meta(mark(&mut marked, &obj), "deletionGracePeriodSeconds", json!(0));
                 }
-                (lifecycle.mark)(&mut marked);
+                (lifecycle.mark)(mark(&mut marked, &obj));
                 true
             }
         } else if !finalizers.is_empty() {
             if object::is_terminating(&obj) && !finalizers_changed {
-                return Ok(Outcome::Pending(obj));
+                return Ok(Outcome::Pending(Value::clone(&obj)));
             }
             if !object::is_terminating(&obj) {
-                object::set_meta(&mut marked, "deletionTimestamp", json!(rkube_api::time::now_rfc3339()));
-                object::set_meta(&mut marked, "deletionGracePeriodSeconds", json!(0));
+                object::set_meta(mark(&mut marked, &obj), "deletionTimestamp", json!(rkube_api::time::now_rfc3339()));
+                object::set_meta(mark(&mut marked, &obj), "deletionGracePeriodSeconds", json!(0));
             }
             true
         } else {
             false
         };
         if opts.dry_run {
-            return Ok(if pending { Outcome::Pending(marked) } else { Outcome::Deleted(obj) });
+            return Ok(match pending {
+                true => Outcome::Pending(marked.unwrap_or_else(|| Value::clone(&obj))),
+                false => Outcome::Deleted { last: obj, revision: kv.mod_revision },
+            });
         }
         if pending {
-            if object::same_ignoring_rv(&obj, &marked) {
-                return Ok(Outcome::Pending(obj));
-            }
+            let mut marked = match marked {
+                Some(m) if !object::same_ignoring_rv(&obj, &m) => m,
+                // Nothing to mark: it is kept as it is.
+                _ => return Ok(Outcome::Pending(Value::clone(&obj))),
+            };
             let bytes = encode_stored(&ctx.st, info, &marked).await?;
             match ctx.st.storage.update(&key, bytes, kv.mod_revision).await {
                 Ok(kv) => {
@@ -267,11 +295,7 @@ pub(super) async fn delete_one(
             }
         }
         match ctx.st.storage.delete(&key, Some(kv.mod_revision)).await {
-            Ok((_, rev)) => {
-                let mut last = obj;
-                set_resource_version(&mut last, rev);
-                return Ok(Outcome::Deleted(last));
-            }
+            Ok((_, rev)) => return Ok(Outcome::Deleted { last: obj, revision: rev }),
             Err(StorageError::Conflict { .. }) => continue,
             Err(StorageError::NotFound { .. }) => return Err(ApiError::not_found(info, name)),
             Err(e) => return Err(ApiError::from_storage(e, info, name)),
@@ -358,10 +382,10 @@ pub async fn delete(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             let code = if opts.orphan_dependents == Some(false) { 202 } else { 200 };
             return Ok(render::object(info, ctx.render, code, &o, &[]));
         }
-        Outcome::Deleted(o) if info.return_deleted_object => {
-            return Ok(render::object(info, ctx.render, 200, &o, &[]));
+        deleted @ Outcome::Deleted { .. } if info.return_deleted_object => {
+            return Ok(render::object(info, ctx.render, 200, &deleted.into_object(), &[]));
         }
-        Outcome::Deleted(o) => o,
+        Outcome::Deleted { last, .. } => last,
     };
     let mut s = Status::success();
     s.code = 0;
@@ -394,7 +418,7 @@ pub async fn delete_collection(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     for obj in &page.items {
         let ns = obj.namespace.as_deref().unwrap_or("");
         match delete_one(ctx, info, ns, &obj.name, &opts).await {
-            Ok(Outcome::Deleted(o)) | Ok(Outcome::Pending(o)) => items.push(o),
+            Ok(outcome) => items.push(outcome.into_object()),
             Err(e) if e.code() == 404 => {}
             Err(e) => return Err(e),
         }

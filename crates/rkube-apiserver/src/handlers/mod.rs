@@ -131,21 +131,37 @@ impl Ctx {
     /// decoded or written lately for these very bytes comes from
     /// [`crate::decoded`] instead of being decoded again.
     pub async fn load(&self, key: &str, name: &str) -> ApiResult<Option<(Arc<Value>, KeyValue)>> {
-        let kv = self.st.storage.get(key).await.map_err(|e| ApiError::from_storage(e, self.ri.info, name))?;
+        self.load_as(self.ri.info, key, name, Keep::Decoded).await
+    }
+
+    /// [`Ctx::load`] of an object of `info` (which may not be the request's
+    /// resource: an eviction deletes a pod). With [`Keep::Not`], an object
+    /// decoded here is not kept for later (it is about to be deleted); one
+    /// already kept is still used.
+    pub async fn load_as(
+        &self,
+        info: &'static rkube_api::registry::ResourceInfo,
+        key: &str,
+        name: &str,
+        keep: Keep,
+    ) -> ApiResult<Option<(Arc<Value>, KeyValue)>> {
+        let kv = self.st.storage.get(key).await.map_err(|e| ApiError::from_storage(e, info, name))?;
         let Some(kv) = kv else { return Ok(None) };
-        let keeps = keeps_decoded(self.ri.info);
+        let keeps = keeps_decoded(info);
         if keeps {
             if let Some(obj) = self.st.decoded.get(key, &kv.value, kv.mod_revision) {
                 return Ok(Some((obj, kv)));
             }
         }
         let obj = media::off_the_workers(kv.value.len(), || decode_stored(&kv.key, &kv.value, kv.mod_revision))
-            .map_err(|e| ApiError::from_storage(e, self.ri.info, name))?;
+            .map_err(|e| ApiError::from_storage(e, info, name))?;
         if !keeps {
-            return Ok(Some((Arc::new(crate::crd_conversion::served(&self.st, self.ri.info, obj).await?), kv)));
+            return Ok(Some((Arc::new(crate::crd_conversion::served(&self.st, info, obj).await?), kv)));
         }
         let obj = Arc::new(obj);
-        self.st.decoded.put(key, kv.value.clone(), kv.mod_revision, obj.clone());
+        if keep == Keep::Decoded {
+            self.st.decoded.put(key, kv.value.clone(), kv.mod_revision, obj.clone());
+        }
         Ok(Some((obj, kv)))
     }
 
@@ -159,6 +175,15 @@ impl Ctx {
             self.st.decoded.put(key, stored, revision, Arc::new(obj));
         }
     }
+}
+
+/// Whether [`Ctx::load_as`] keeps an object it decodes in [`crate::decoded`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Kept, for the next write of it.
+    Decoded,
+    /// Not kept: no later write will need it.
+    Not,
 }
 
 /// Whether objects of `info` are kept decoded ([`crate::decoded`]): only

@@ -14,7 +14,9 @@
 //! may be (1 MiB of values), which the server stores, caches and answers;
 //! and writes to such a ConfigMap created beforehand: a PUT and a merge
 //! patch changing one value, and a server-side apply of the configuration
-//! its one manager applied already (which changes nothing).
+//! its one manager applied already (which changes nothing); and the DELETE
+//! of such ConfigMaps, created before each run (the server keeps at most one
+//! of them decoded, so most of these deletes read the stored object anew).
 //! The server's CPU time (all threads, user +
 //! system, from its CPU-time clock: [`crate::procs::process_cpu_seconds`],
 //! nanosecond resolution) is read before and after each run of
@@ -81,9 +83,10 @@ enum Case {
     Update,
     MergePatch,
     Reapply,
+    Delete,
 }
 
-const CASES: [Case; 14] = [
+const CASES: [Case; 15] = [
     Case::Json,
     Case::JsonAccepted,
     Case::YamlBlock,
@@ -98,6 +101,7 @@ const CASES: [Case; 14] = [
     Case::Update,
     Case::MergePatch,
     Case::Reapply,
+    Case::Delete,
 ];
 
 impl Case {
@@ -117,12 +121,13 @@ impl Case {
             Case::Update => "update (PUT), one value changed, 1 MiB of data",
             Case::MergePatch => "merge patch of one value, 1 MiB of data",
             Case::Reapply => "server-side apply again, unchanged, 1 MiB of data",
+            Case::Delete => "delete, 1 MiB of data",
         }
     }
 
     fn content_type(self) -> &'static str {
         match self {
-            Case::Json | Case::JsonAccepted | Case::JsonNumbers | Case::Update => "application/json",
+            Case::Json | Case::JsonAccepted | Case::JsonNumbers | Case::Update | Case::Delete => "application/json",
             Case::MergePatch => "application/merge-patch+json",
             Case::Reapply => "application/apply-patch+yaml",
             Case::YamlBlock
@@ -142,7 +147,7 @@ impl Case {
     fn expected_code(self, data_bytes: usize) -> u16 {
         match self {
             Case::NestedYaml | Case::JsonNumbers | Case::YamlFlowNumbers | Case::YamlBlockNumbers => 400,
-            Case::Update | Case::MergePatch | Case::Reapply => 200,
+            Case::Update | Case::MergePatch | Case::Reapply | Case::Delete => 200,
             _ if data_bytes > CONFIG_MAP_DATA_LIMIT => 422,
             _ => 201,
         }
@@ -191,6 +196,8 @@ impl Case {
                 let (obj, keys) = configmap_json(name, bytes, CONFIG_MAP_DATA_LIMIT);
                 ("PATCH", apply, obj, keys)
             }
+            // Of `name`, created by `Case::setup` before the run.
+            Case::Delete => ("DELETE", format!("{collection}/{name}"), Vec::new(), 0),
             Case::JsonAccepted => {
                 let (obj, keys) = configmap_json(name, bytes, CONFIG_MAP_DATA_LIMIT);
                 ("POST", collection, obj, keys)
@@ -324,10 +331,23 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             tokio::time::sleep(SETTLE).await;
         }
         for run in 0..runs {
+            if matches!(case, Case::Delete) {
+                // The ConfigMaps this run deletes, created outside it.
+                for i in 0..REQUESTS_PER_RUN {
+                    let (method, path, body, content_type) = case.setup(&format!("d-{run}-{i}"), bytes);
+                    let (code, answer) = api.send_raw(method, &path, body, content_type).await?;
+                    if code != 201 {
+                        let short = String::from_utf8_lossy(&answer[..answer.len().min(300)]).into_owned();
+                        anyhow::bail!("{}: creating a ConfigMap to delete answered {code}: {short}", case.name());
+                    }
+                }
+                tokio::time::sleep(SETTLE).await;
+            }
             let requests: Vec<_> = (0..REQUESTS_PER_RUN)
-                .map(|i| match case.writes_existing() {
-                    true => case.request(&existing, bytes, run * REQUESTS_PER_RUN + i),
-                    false => case.request(&format!("b{}-{run}-{i}", case as u8), bytes, 0),
+                .map(|i| match (case, case.writes_existing()) {
+                    (Case::Delete, _) => case.request(&format!("d-{run}-{i}"), bytes, 0),
+                    (_, true) => case.request(&existing, bytes, run * REQUESTS_PER_RUN + i),
+                    (_, false) => case.request(&format!("b{}-{run}-{i}", case as u8), bytes, 0),
                 })
                 .collect();
             let mut answers = Vec::with_capacity(REQUESTS_PER_RUN);
@@ -413,6 +433,13 @@ fn check_answer(case: Case, data: usize, code: u16, answer: &[u8], keys: usize) 
     let numbers = matches!(case, Case::JsonNumbers | Case::YamlFlowNumbers | Case::YamlBlockNumbers);
     if numbers && !short().contains("cannot be handled as a ConfigMap") {
         anyhow::bail!("{}: a 400 that is not the typed decoding refusal: {}", case.name(), short());
+    }
+    if matches!(case, Case::Delete) {
+        let status: Value = serde_json::from_slice(answer)?;
+        if status["kind"] != "Status" || status["status"] != "Success" {
+            anyhow::bail!("{}: the answer is not a Success Status: {}", case.name(), short());
+        }
+        return Ok(());
     }
     if code == 201 || code == 200 {
         let obj: Value = serde_json::from_slice(answer)?;

@@ -138,9 +138,9 @@ impl Attributes {
 
 impl Attributes {
     /// The attributes of deleting `old` (`name` in `namespace`) through `ctx`:
-    /// no object, the stored one as `oldObject`.
-    pub fn for_delete(ctx: &Ctx, namespace: &str, name: &str, old: &Value) -> ApiResult<Self> {
-        let mut a = Attributes::for_write(ctx, "DELETE", old, Some(std::sync::Arc::new(old.clone())))?;
+    /// no object, the stored one as `oldObject` (shared, not copied).
+    pub fn for_delete(ctx: &Ctx, namespace: &str, name: &str, old: &std::sync::Arc<Value>) -> ApiResult<Self> {
+        let mut a = Attributes::for_write(ctx, "DELETE", old, Some(old.clone()))?;
         a.name = name.to_string();
         a.namespace = namespace.to_string();
         Ok(a)
