@@ -202,7 +202,7 @@ impl<'a> RawObject<'a> {
     /// the bytes; only the keys of the two levels are kept.
     pub fn parse(bytes: &'a [u8]) -> Option<Self> {
         use serde::de::DeserializeSeed;
-        if bytes.contains(&b'\n') || bytes.contains(&b'\r') {
+        if has_line_break(bytes) {
             return None;
         }
         // UTF-8 checked once for the whole text, so that strings are not
@@ -235,7 +235,7 @@ impl<'a> RawObject<'a> {
         if out.top.last()?.0 != "metadata" {
             return None;
         }
-        if bytes.contains(&b'\n') || bytes.contains(&b'\r') {
+        if has_line_break(bytes) {
             return None;
         }
         Self::checked(bytes, out).map(RawHead)
@@ -369,12 +369,19 @@ impl<'a> RawObject<'a> {
                 }
             }
         };
-        let mut out = Vec::with_capacity(self.bytes.len() - (end - at) + text.len());
+        // One byte of room for the line a JSON answer ends with
+        // ([`JSON_TERMINATOR`]): pushing it copies no large object again.
+        let mut out = Vec::with_capacity(self.bytes.len() - (end - at) + text.len() + 1);
         out.extend_from_slice(&self.bytes[..at]);
         out.extend_from_slice(text.as_bytes());
         out.extend_from_slice(&self.bytes[end..]);
         Some(out)
     }
+}
+
+/// Whether `bytes` hold a `\n` or `\r` (one pass).
+fn has_line_break(bytes: &[u8]) -> bool {
+    memchr::memchr2(b'\n', b'\r', bytes).is_some()
 }
 
 /// Where `s`, a slice of `bytes`, starts in it.

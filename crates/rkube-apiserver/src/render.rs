@@ -113,7 +113,12 @@ fn spliced(info: &ResourceInfo, r: Render, stored: Stored<'_>, resource_version:
         Stored::Written(b) => (b, rkube_api::wire::RawObject::parse_head(b)?.with_resource_version(&rv)),
         Stored::ReadBack(b) => (b, rkube_api::wire::RawObject::parse(b)?.with_resource_version(&rv)),
     };
-    Some(body.unwrap_or_else(|| bytes.to_vec()))
+    Some(body.unwrap_or_else(|| {
+        // With room for the terminator, as a splice leaves.
+        let mut out = Vec::with_capacity(bytes.len() + 1);
+        out.extend_from_slice(bytes);
+        out
+    }))
 }
 
 /// A JSON answer of `code`: `body` (one encoded object) followed by the
