@@ -242,6 +242,9 @@ async fn large_objects_kept_decoded_are_deleted_as_stored(srv: &TestServer) {
     let created = srv.post(pods, &pod).await;
     assert_eq!(created.code, 201, "{}", created.text);
     let path = format!("{pods}/big");
+    let key = "/registry/pods/default/big";
+    let kv = srv.storage.get(key).await.expect("get").expect("stored");
+    assert!(srv.decoded.get(key, &kv.value, kv.mod_revision).is_some(), "the pod is kept after its create");
     let stored: Value = serde_json::from_str(&srv.get(&path).await.text).unwrap();
     let dry = srv.send("DELETE", &format!("{path}?dryRun=All"), None, None, None).await;
     assert_eq!((dry.code, dry.rv()), (200, created.rv()), "{}", dry.text);
