@@ -159,7 +159,8 @@ impl Case {
         matches!(self, Case::Update | Case::MergePatch | Case::Reapply)
     }
 
-    /// The request creating the ConfigMap `name` a case writes to: 1 MiB of
+    /// The request creating the ConfigMap `name` a case writes to (or
+    /// deletes, [`Case::Delete`]): 1 MiB of
     /// data, as JSON; server-side applied by the bench's manager for
     /// [`Case::Reapply`], so that every later apply of it changes nothing.
     fn setup(self, name: &str, bytes: usize) -> (&'static str, String, Vec<u8>, &'static str) {
@@ -321,12 +322,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         let mut latency = Vec::new();
         let existing = format!("u{}", case as u8);
         if case.writes_existing() {
-            let (method, path, body, content_type) = case.setup(&existing, bytes);
-            let (code, answer) = api.send_raw(method, &path, body, content_type).await?;
-            if code != 201 {
-                let short = String::from_utf8_lossy(&answer[..answer.len().min(300)]).into_owned();
-                anyhow::bail!("{}: creating the ConfigMap to write to answered {code}: {short}", case.name());
-            }
+            set_up(&api, case, &existing, bytes).await?;
             // Its caching and watch work is not the first run's.
             tokio::time::sleep(SETTLE).await;
         }
@@ -334,12 +330,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             if matches!(case, Case::Delete) {
                 // The ConfigMaps this run deletes, created outside it.
                 for i in 0..REQUESTS_PER_RUN {
-                    let (method, path, body, content_type) = case.setup(&format!("d-{run}-{i}"), bytes);
-                    let (code, answer) = api.send_raw(method, &path, body, content_type).await?;
-                    if code != 201 {
-                        let short = String::from_utf8_lossy(&answer[..answer.len().min(300)]).into_owned();
-                        anyhow::bail!("{}: creating a ConfigMap to delete answered {code}: {short}", case.name());
-                    }
+                    set_up(&api, case, &format!("d-{run}-{i}"), bytes).await?;
                 }
                 tokio::time::sleep(SETTLE).await;
             }
@@ -400,6 +391,18 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         report.note(format!("Goal of ≤ 100 ms of server CPU per request missed by: {}.", missed.join("; ")));
     }
     Ok(report)
+}
+
+/// Creates the ConfigMap `name` a case then writes to or deletes
+/// ([`Case::setup`]); an error unless it is created (201).
+async fn set_up(api: &Api, case: Case, name: &str, bytes: usize) -> anyhow::Result<()> {
+    let (method, path, body, content_type) = case.setup(name, bytes);
+    let (code, answer) = api.send_raw(method, &path, body, content_type).await?;
+    if code != 201 {
+        let short = String::from_utf8_lossy(&answer[..answer.len().min(300)]).into_owned();
+        anyhow::bail!("{}: creating the ConfigMap {name} beforehand answered {code}: {short}", case.name());
+    }
+    Ok(())
 }
 
 /// The server's CPU time so far, seconds.
