@@ -153,22 +153,43 @@ pub fn heap_estimate(v: &Value) -> usize {
     // slot with the table's spare room (a table at most 7/8 full, rounded
     // up to a power of two: up to 16 bytes a slot).
     const MAP_ENTRY: usize = 8 + std::mem::size_of::<String>() + VALUE + 16;
-    let mut total = 0;
-    let mut stack = vec![v];
+    /// The heap of `v` itself: a string's buffer, an array's slots. Only a
+    /// container with items goes on `stack`, so the strings and empty maps
+    /// of a large map (its most common values) are counted where they are
+    /// met, without a stack round trip each.
+    fn own<'v>(v: &'v Value, stack: &mut Vec<&'v Value>) -> usize {
+        match v {
+            Value::String(s) => s.capacity(),
+            Value::Array(items) => {
+                if !items.is_empty() {
+                    stack.push(v);
+                }
+                items.capacity() * VALUE
+            }
+            Value::Object(map) => {
+                if !map.is_empty() {
+                    stack.push(v);
+                }
+                0
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        }
+    }
+    let mut stack = Vec::new();
+    let mut total = own(v, &mut stack);
     while let Some(v) = stack.pop() {
         match v {
-            Value::String(s) => total += s.capacity(),
             Value::Array(items) => {
-                total += items.capacity() * VALUE;
-                stack.extend(items.iter());
+                for item in items {
+                    total += own(item, &mut stack);
+                }
             }
             Value::Object(map) => {
                 for (k, item) in map {
-                    total += MAP_ENTRY + k.capacity();
-                    stack.push(item);
+                    total += MAP_ENTRY + k.capacity() + own(item, &mut stack);
                 }
             }
-            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+            _ => {}
         }
     }
     total
@@ -242,5 +263,16 @@ mod tests {
         let strings = v["ab"].as_str().unwrap().len() + 1;
         let keys = 2 + 4;
         assert_eq!(heap_estimate(&v), 2 * entry + keys + strings + 2 * slot);
+    }
+
+    #[test]
+    fn the_estimate_counts_nested_and_empty_containers() {
+        let v = json!({"a": [], "b": {}, "c": [[1], {"d": "ef"}]});
+        let slot = std::mem::size_of::<Value>();
+        let entry = 8 + std::mem::size_of::<String>() + slot + 16;
+        // Four map entries with 4 key bytes, three array slots, "ef".
+        assert_eq!(heap_estimate(&v), 4 * entry + 4 + 3 * slot + 2);
+        assert_eq!(heap_estimate(&json!("ef")), 2);
+        assert_eq!(heap_estimate(&json!(null)), 0);
     }
 }

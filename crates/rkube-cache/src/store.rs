@@ -233,11 +233,15 @@ impl CachedObject {
     }
 
     /// The same object at another resourceVersion (upstream sets the
-    /// deletion revision on the last state of a deleted object). Serializes once.
+    /// deletion revision on the last state of a deleted object). Serializes
+    /// at most once. The cached bytes are one JSON object in typed form
+    /// ([`CachedObject::decode`] made them so), so only their head is read
+    /// ([`rkube_api::wire::RawObject::parse_head`]): a deletion of a large
+    /// object costs no second parse of its body.
     pub fn with_resource_version(&self, resource_version: i64) -> CachedObject {
         let mut out = self.clone();
         out.resource_version = resource_version;
-        if let Some(raw) = rkube_api::wire::RawObject::parse(&self.json) {
+        if let Some(raw) = rkube_api::wire::RawObject::parse_head(&self.json) {
             if let Some(spliced) = raw.with_resource_version(&resource_version.to_string()) {
                 out.json = Bytes::from(spliced);
                 out.encodings = Encodings::default();
