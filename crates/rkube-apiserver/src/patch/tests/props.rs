@@ -584,3 +584,91 @@ proptest! {
         }
     }
 }
+
+/// Keys of the object-only configurations below: top-level and `metadata`
+/// fields that are stripped or ignored, and plain ones.
+fn arb_field_key() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "metadata", "status", "apiVersion", "kind", "name", "namespace", "resourceVersion", "labels", "data", "spec",
+        "a", "b", "k1", "k10", "k2",
+    ])
+    .prop_map(str::to_string)
+}
+
+/// Objects whose values are scalars or objects, now and then an empty
+/// object or a list (which `encodes_config` leaves to the field set).
+fn arb_object_config() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        12 => arb_scalar(),
+        1 => Just(json!({})),
+        1 => Just(json!(["x"])),
+    ];
+    let value = leaf.prop_recursive(3, 24, 4, |inner| {
+        prop::collection::vec((arb_field_key(), inner), 1..4).prop_map(|kv| Value::Object(kv.into_iter().collect()))
+    });
+    prop::collection::vec((arb_field_key(), value), 0..6).prop_map(|kv| Value::Object(kv.into_iter().collect()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// `encodes_config` answers what building the field set and comparing
+    /// its encoding answers, whenever it answers: for the encoding of the
+    /// configuration itself (with or without a top-level `"."`) and for
+    /// that of another one.
+    #[test]
+    fn encodes_config_agrees_with_the_field_set(
+        config in arb_object_config(),
+        other in arb_object_config(),
+        kind in prop::sample::select(vec!["ConfigMap", "Pod"]),
+        marked in any::<bool>(),
+    ) {
+        use crate::patch::fieldpath::{ignored_top_level, stripped_fields};
+        use crate::patch::typed::{encodes_config, to_field_set};
+        let shape = crate::patch::schema::root_for("v1", kind);
+        let strip = stripped_fields();
+        let ignored = ignored_top_level("");
+        let set_of = |v: &Value| to_field_set(v, shape).difference(&strip).without_top_level(ignored);
+        let set = set_of(&config);
+        for source in [&set, &set_of(&other)] {
+            let Value::Object(mut stored) = source.to_fields_v1() else { unreachable!() };
+            if marked {
+                stored.shift_insert(0, ".".to_string(), json!({}));
+            }
+            let want = !set.is_empty() && crate::patch::fields_v1::encodes(&stored, &set);
+            if let Some(got) = encodes_config(&stored, &config, shape, &strip, ignored) {
+                prop_assert_eq!(got, want, "config {} stored {}", config, Value::Object(stored.clone()));
+            }
+        }
+    }
+}
+
+#[test]
+fn encodes_config_follows_objects_of_scalars() {
+    use crate::patch::fieldpath::{ignored_top_level, stripped_fields};
+    use crate::patch::typed::{encodes_config, to_field_set};
+    let shape = crate::patch::schema::root_for("v1", "ConfigMap");
+    let strip = stripped_fields();
+    // Keys out of their order in the encoding (`k10` sorts before `k2`).
+    let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "labels": {"a": "1"}},
+        "data": {"k2": "v2", "k10": "v10", "k1": "v1"}, "status": {"s": 1}});
+    let set = to_field_set(&config, shape).difference(&strip).without_top_level(ignored_top_level(""));
+    let Value::Object(stored) = set.to_fields_v1() else { unreachable!() };
+    assert_eq!(encodes_config(&stored, &config, shape, &strip, "status"), Some(true));
+    // One key more, one key less, one key other, a node less: other fields.
+    for changed in [
+        json!({"metadata": {"name": "x", "labels": {"a": "1"}}, "data": {"k1": "v1", "k10": "", "k2": "", "k3": ""}}),
+        json!({"metadata": {"name": "x", "labels": {"a": "1"}}, "data": {"k1": "v1", "k2": "v2"}}),
+        json!({"metadata": {"name": "x", "labels": {"b": "1"}}, "data": {"k1": "v1", "k10": "", "k2": "v2"}}),
+        json!({"metadata": {"name": "x"}, "data": {"k1": "v1", "k10": "", "k2": "v2"}}),
+        json!({"metadata": {"name": "x", "labels": {"a": "1"}}, "data": {"k1": {"z": 1}, "k10": "", "k2": "v2"}}),
+    ] {
+        assert_eq!(encodes_config(&stored, &changed, shape, &strip, "status"), Some(false), "{changed}");
+    }
+    // Values do not count, only which fields are set.
+    let values = json!({"metadata": {"name": "y", "labels": {"a": "2"}}, "data": {"k10": 1, "k2": "w", "k1": null}});
+    assert_eq!(encodes_config(&stored, &values, shape, &strip, "status"), Some(true));
+    // Lists and empty objects are left to the field set.
+    assert_eq!(encodes_config(&stored, &json!({"data": {"k1": ["x"]}}), shape, &strip, "status"), None);
+    assert_eq!(encodes_config(&stored, &json!({"data": {"k1": {}}}), shape, &strip, "status"), None);
+}
