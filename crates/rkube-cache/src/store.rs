@@ -160,7 +160,11 @@ impl CachedObject {
         // Typed key order (`kind`, `apiVersion`, `metadata`, ...), also for
         // objects stored before rkube kept it.
         let moved = rkube_api::wire::order_object_keys(&mut v);
-        let json = if rv_set || moved {
+        // Bytes are kept as they are only in the form `RawObject::parse`
+        // takes (typed, compact: what [`CachedObject::with_resource_version`]
+        // relies on); others, such as bytes that repeat a key, are encoded
+        // again from the value they decode to.
+        let json = if rv_set || moved || rkube_api::wire::RawObject::parse(value).is_none() {
             to_exact_json(&v, value.len() + rv_string.len() + 24)
         } else {
             Bytes::copy_from_slice(value)
@@ -234,8 +238,8 @@ impl CachedObject {
 
     /// The same object at another resourceVersion (upstream sets the
     /// deletion revision on the last state of a deleted object). Serializes
-    /// at most once. The cached bytes are one JSON object in typed form
-    /// ([`CachedObject::decode`] made them so), so only their head is read
+    /// at most once. The cached bytes are one JSON object in typed, compact
+    /// form ([`CachedObject::decode`] keeps or makes them so), so only their head is read
     /// ([`rkube_api::wire::RawObject::parse_head`]): a deletion of a large
     /// object costs no second parse of its body.
     pub fn with_resource_version(&self, resource_version: i64) -> CachedObject {
@@ -441,6 +445,24 @@ mod tests {
         let (ns, name) = key.split_once('/').unwrap();
         let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"{ns}","labels":{{"app":"a"}}}}}}"#);
         Arc::new(CachedObject::decode(key, json.as_bytes(), rv, FieldExtractor::None).unwrap())
+    }
+
+    #[test]
+    fn bytes_not_in_typed_form_are_cached_encoded_again() {
+        // Already at its revision and in typed key order, but `metadata`
+        // repeated: kept as it was, a later splice of the first `metadata`
+        // would leave the second (and its resourceVersion) in place.
+        let stored = br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"},"data":{},"metadata":{"name":"a","resourceVersion":"5"}}"#;
+        let o = CachedObject::decode("ns/a", stored, 5, FieldExtractor::None).unwrap();
+        let gone = o.with_resource_version(6);
+        assert_eq!(
+            std::str::from_utf8(&gone.json).unwrap(),
+            r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"6"},"data":{}}"#
+        );
+        // Bytes in typed form at their revision are kept as they are.
+        let typed = br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"5"},"data":{}}"#;
+        let o = CachedObject::decode("ns/a", typed, 5, FieldExtractor::Fn(|_| Vec::new())).unwrap();
+        assert_eq!(&o.json[..], &typed[..]);
     }
 
     #[test]

@@ -228,7 +228,8 @@ pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> 
 /// `None` in every other case, which [`apply_once`] handles. When the
 /// fields differ, the check is spent for nothing: one sort of each object's
 /// keys for a configuration made of objects and scalars
-/// ([`encodes_config`]), else the field set built here (a few percent).
+/// ([`encodes_config`]), else that walk, as far as it went, and the field
+/// set built here (a few percent).
 fn sole_owner_reapplies<'o>(
     req: &ApplyRequest<'_>,
     original: &'o Value,

@@ -598,11 +598,15 @@ fn arb_field_key() -> impl Strategy<Value = String> {
 /// Objects whose values are scalars or objects, now and then an empty
 /// object or a list (which `encodes_config` leaves to the field set).
 fn arb_object_config() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
+    arb_config_of(prop_oneof![
         12 => arb_scalar(),
         1 => Just(json!({})),
         1 => Just(json!(["x"])),
-    ];
+    ])
+}
+
+/// Objects of `leaf` values and of non-empty objects.
+fn arb_config_of(leaf: impl Strategy<Value = Value> + 'static) -> impl Strategy<Value = Value> {
     let value = leaf.prop_recursive(3, 24, 4, |inner| {
         prop::collection::vec((arb_field_key(), inner), 1..4).prop_map(|kv| Value::Object(kv.into_iter().collect()))
     });
@@ -641,6 +645,20 @@ proptest! {
             }
         }
     }
+
+    /// A configuration of non-empty objects and scalars is always walked:
+    /// its own encoding is found to be its fields (unless it has none).
+    #[test]
+    fn encodes_config_answers_for_objects_of_scalars(config in arb_config_of(arb_scalar())) {
+        use crate::patch::fieldpath::{ignored_top_level, stripped_fields};
+        use crate::patch::typed::{encodes_config, to_field_set};
+        let shape = crate::patch::schema::root_for("v1", "ConfigMap");
+        let strip = stripped_fields();
+        let ignored = ignored_top_level("");
+        let set = to_field_set(&config, shape).difference(&strip).without_top_level(ignored);
+        let Value::Object(stored) = set.to_fields_v1() else { unreachable!() };
+        prop_assert_eq!(encodes_config(&stored, &config, shape, &strip, ignored), Some(!set.is_empty()));
+    }
 }
 
 #[test]
@@ -668,6 +686,18 @@ fn encodes_config_follows_objects_of_scalars() {
     // Values do not count, only which fields are set.
     let values = json!({"metadata": {"name": "y", "labels": {"a": "2"}}, "data": {"k10": 1, "k2": "w", "k1": null}});
     assert_eq!(encodes_config(&stored, &values, shape, &strip, "status"), Some(true));
+    // Encodings the walk must not take: a `"."` on an object node, a key
+    // that is not a field's.
+    let mut dotted = stored.clone();
+    if let Some(Value::Object(data)) = dotted.get_mut("f:data") {
+        data.shift_insert(0, ".".to_string(), json!({}));
+    }
+    assert_eq!(encodes_config(&dotted, &config, shape, &strip, "status"), Some(false));
+    let mut indexed = stored.clone();
+    if let Some(Value::Object(data)) = indexed.get_mut("f:data") {
+        data.insert("i:0".to_string(), json!({}));
+    }
+    assert_eq!(encodes_config(&indexed, &config, shape, &strip, "status"), Some(false));
     // Lists and empty objects are left to the field set.
     assert_eq!(encodes_config(&stored, &json!({"data": {"k1": ["x"]}}), shape, &strip, "status"), None);
     assert_eq!(encodes_config(&stored, &json!({"data": {"k1": {}}}), shape, &strip, "status"), None);
