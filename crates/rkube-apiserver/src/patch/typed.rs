@@ -235,8 +235,21 @@ fn encoded_node(
         };
         // The node of a field whose paths are all stripped is left out of
         // the set: it is looked for only when something under it is not.
-        if let Some((cm, _, Some(sub_strip))) = sub {
-            if cm.iter().all(|(ck, cv)| !is_nested(cv) && sub_strip.has_member(&PathElement::field(ck))) {
+        // Whether that is so is known here only for scalars and non-empty
+        // objects; anything else under such a node (an empty object, a
+        // list, an atomic map: leaves that may be stripped too) is left to
+        // the field set, before a missing node could be taken for a
+        // difference.
+        if let Some((cm, child_shape, Some(sub_strip))) = sub {
+            let mut all_stripped = true;
+            for (ck, cv) in cm {
+                match cv {
+                    Value::Object(o) if !o.is_empty() && !child_shape.child(ck).is_atomic_map() => all_stripped = false,
+                    Value::Object(_) | Value::Array(_) => return None,
+                    _ => all_stripped &= sub_strip.has_member(&PathElement::field(ck)),
+                }
+            }
+            if all_stripped {
                 continue;
             }
         }

@@ -702,3 +702,19 @@ fn encodes_config_follows_objects_of_scalars() {
     assert_eq!(encodes_config(&stored, &json!({"data": {"k1": ["x"]}}), shape, &strip, "status"), None);
     assert_eq!(encodes_config(&stored, &json!({"data": {"k1": {}}}), shape, &strip, "status"), None);
 }
+
+/// Found by `encodes_config_agrees_with_the_field_set`: an empty object under
+/// a stripped `metadata` field is a stripped leaf, so the set has no
+/// `metadata` node; the walk must not take its absence for a difference.
+#[test]
+fn encodes_config_leaves_stripped_empty_objects_to_the_field_set() {
+    use crate::patch::fieldpath::{ignored_top_level, stripped_fields};
+    use crate::patch::typed::{encodes_config, to_field_set};
+    let shape = crate::patch::schema::root_for("v1", "ConfigMap");
+    let strip = stripped_fields();
+    let config = json!({"metadata": {"name": {}}, "apiVersion": {"metadata": null}});
+    let set = to_field_set(&config, shape).difference(&strip).without_top_level(ignored_top_level(""));
+    let Value::Object(stored) = set.to_fields_v1() else { unreachable!() };
+    assert!(crate::patch::fields_v1::encodes(&stored, &set));
+    assert_ne!(encodes_config(&stored, &config, shape, &strip, "status"), Some(false));
+}
