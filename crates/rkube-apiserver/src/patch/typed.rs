@@ -263,8 +263,9 @@ fn encoded_node(
             None if value.is_empty() => {}
             None => return Some(None),
             // An object node is not a member itself: no `"."`.
+            // (The walk below has checked that it holds nothing more.)
             Some((cm, child_shape, sub_strip)) => match encoded_node(value, false, cm, child_shape, sub_strip, None)? {
-                Some(n) if n > 0 && n == value.len() => {}
+                Some(n) if n > 0 => {}
                 _ => return Some(None),
             },
         }

@@ -5,7 +5,9 @@ use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
 use super::{pod, NOW};
-use crate::patch::fieldpath::FieldSet;
+use crate::patch::fieldpath::{ignored_top_level, stripped_fields, FieldSet};
+use crate::patch::schema::Shape;
+use crate::patch::typed::{encodes_config, to_field_set};
 use crate::patch::{apply_patch, apply_patch_at, update_managed_fields, PatchType};
 
 const KINDS: [&str; 6] = ["Pod", "Deployment", "Service", "Node", "ConfigMap", "Job"];
@@ -322,7 +324,7 @@ proptest! {
 /// merged, the others copied), then those only `rhs` has; granular lists
 /// by the list merge, its items merged by this function; anything else
 /// replaced by `rhs` without its null fields.
-fn merge_by_rebuilding(lhs: Option<&Value>, rhs: &Value, shape: &crate::patch::schema::Shape) -> Value {
+fn merge_by_rebuilding(lhs: Option<&Value>, rhs: &Value, shape: &Shape) -> Value {
     use crate::patch::typed::{is_granular_list, merge_list, without_nulls};
     match rhs {
         Value::Object(r) if !shape.is_atomic_map() => {
@@ -613,6 +615,14 @@ fn arb_config_of(leaf: impl Strategy<Value = Value> + 'static) -> impl Strategy<
     prop::collection::vec((arb_field_key(), value), 0..6).prop_map(|kv| Value::Object(kv.into_iter().collect()))
 }
 
+/// The fields a server-side apply of `config` by its sole owner records (the
+/// set `sole_owner_reapplies` compares), and their `FieldsV1` encoding.
+fn applied_fields(config: &Value, shape: &Shape) -> (FieldSet, Map<String, Value>) {
+    let set = to_field_set(config, shape).difference(&stripped_fields()).without_top_level(ignored_top_level(""));
+    let Value::Object(encoded) = set.to_fields_v1() else { unreachable!("FieldsV1 is an object") };
+    (set, encoded)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1024, failure_persistence: None, ..ProptestConfig::default() })]
 
@@ -627,15 +637,11 @@ proptest! {
         kind in prop::sample::select(vec!["ConfigMap", "Pod"]),
         marked in any::<bool>(),
     ) {
-        use crate::patch::fieldpath::{ignored_top_level, stripped_fields};
-        use crate::patch::typed::{encodes_config, to_field_set};
         let shape = crate::patch::schema::root_for("v1", kind);
         let strip = stripped_fields();
         let ignored = ignored_top_level("");
-        let set_of = |v: &Value| to_field_set(v, shape).difference(&strip).without_top_level(ignored);
-        let set = set_of(&config);
-        for source in [&set, &set_of(&other)] {
-            let Value::Object(mut stored) = source.to_fields_v1() else { unreachable!() };
+        let (set, own) = applied_fields(&config, shape);
+        for mut stored in [own, applied_fields(&other, shape).1] {
             if marked {
                 stored.shift_insert(0, ".".to_string(), json!({}));
             }
@@ -650,28 +656,21 @@ proptest! {
     /// its own encoding is found to be its fields (unless it has none).
     #[test]
     fn encodes_config_answers_for_objects_of_scalars(config in arb_config_of(arb_scalar())) {
-        use crate::patch::fieldpath::{ignored_top_level, stripped_fields};
-        use crate::patch::typed::{encodes_config, to_field_set};
         let shape = crate::patch::schema::root_for("v1", "ConfigMap");
-        let strip = stripped_fields();
-        let ignored = ignored_top_level("");
-        let set = to_field_set(&config, shape).difference(&strip).without_top_level(ignored);
-        let Value::Object(stored) = set.to_fields_v1() else { unreachable!() };
+        let (strip, ignored) = (stripped_fields(), ignored_top_level(""));
+        let (set, stored) = applied_fields(&config, shape);
         prop_assert_eq!(encodes_config(&stored, &config, shape, &strip, ignored), Some(!set.is_empty()));
     }
 }
 
 #[test]
 fn encodes_config_follows_objects_of_scalars() {
-    use crate::patch::fieldpath::{ignored_top_level, stripped_fields};
-    use crate::patch::typed::{encodes_config, to_field_set};
     let shape = crate::patch::schema::root_for("v1", "ConfigMap");
     let strip = stripped_fields();
     // Keys out of their order in the encoding (`k10` sorts before `k2`).
     let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "labels": {"a": "1"}},
         "data": {"k2": "v2", "k10": "v10", "k1": "v1"}, "status": {"s": 1}});
-    let set = to_field_set(&config, shape).difference(&strip).without_top_level(ignored_top_level(""));
-    let Value::Object(stored) = set.to_fields_v1() else { unreachable!() };
+    let (_, stored) = applied_fields(&config, shape);
     assert_eq!(encodes_config(&stored, &config, shape, &strip, "status"), Some(true));
     // One key more, one key less, one key other, a node less: other fields.
     for changed in [
@@ -708,13 +707,10 @@ fn encodes_config_follows_objects_of_scalars() {
 /// `metadata` node; the walk must not take its absence for a difference.
 #[test]
 fn encodes_config_leaves_stripped_empty_objects_to_the_field_set() {
-    use crate::patch::fieldpath::{ignored_top_level, stripped_fields};
-    use crate::patch::typed::{encodes_config, to_field_set};
     let shape = crate::patch::schema::root_for("v1", "ConfigMap");
     let strip = stripped_fields();
     let config = json!({"metadata": {"name": {}}, "apiVersion": {"metadata": null}});
-    let set = to_field_set(&config, shape).difference(&strip).without_top_level(ignored_top_level(""));
-    let Value::Object(stored) = set.to_fields_v1() else { unreachable!() };
+    let (set, stored) = applied_fields(&config, shape);
     assert!(crate::patch::fields_v1::encodes(&stored, &set));
     assert_ne!(encodes_config(&stored, &config, shape, &strip, "status"), Some(false));
 }
