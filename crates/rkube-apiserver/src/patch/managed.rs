@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use super::fieldpath::{ignored_top_level, stripped_fields, FieldSet};
 use super::fields_v1;
 use super::schema;
-use super::typed::compare_without_managed_fields;
+use super::typed::{self, compare_without_managed_fields};
 
 /// `operation` of entries written by server-side apply.
 pub const OPERATION_APPLY: &str = "Apply";
@@ -313,7 +313,7 @@ pub struct UpdateRecord<'a> {
 /// replace managedFields), else from `old`'s; entries that cannot be decoded
 /// are dropped (upstream drops all managedFields then).
 pub fn record_update(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Value) {
-    record_update_with(rec, old, new, IN_PLACE_PATHS)
+    record_update_with(rec, old, new, true)
 }
 
 /// How many paths an `Update` may add, change or remove for
@@ -322,9 +322,12 @@ pub fn record_update(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Valu
 /// path edited in place costs a scan of the nodes it touches.
 const IN_PLACE_PATHS: usize = 8;
 
-/// [`record_update`], editing the entries in place when at most
-/// `in_place_paths` paths changed (0: never; the tests compare both ways).
-pub(crate) fn record_update_with(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Value, in_place_paths: usize) {
+/// [`record_update`], taking its two shortcuts when `shortcuts` (the tests
+/// compare both ways): a create of an object without managedFields encodes
+/// the fields it sets in one walk ([`typed::created_fields_v1`]), and an
+/// update that changes at most [`IN_PLACE_PATHS`] paths edits the encoded
+/// entries in place.
+pub(crate) fn record_update_with(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Value, shortcuts: bool) {
     let kind = new
         .get("kind")
         .or_else(|| old.and_then(|o| o.get("kind")))
@@ -332,17 +335,35 @@ pub(crate) fn record_update_with(rec: &UpdateRecord<'_>, old: Option<&Value>, ne
         .unwrap_or("");
     let api_version = new.get("apiVersion").or_else(|| old.and_then(|o| o.get("apiVersion"))).and_then(Value::as_str).unwrap_or("");
     let shape = schema::root_for(api_version, kind);
-    let cmp = compare_without_managed_fields(old, Some(new), shape);
     let strip = stripped_fields();
     let ignored = ignored_top_level(rec.subresource);
+    if shortcuts && old.is_none() && new.pointer("/metadata/managedFields").is_none() {
+        if let Some(fields) = typed::created_fields_v1(new, shape, &strip, ignored) {
+            let entries = match fields.is_empty() {
+                true => Vec::new(),
+                false => vec![EncodedEntry {
+                    manager: rec.manager.to_string(),
+                    operation: OPERATION_UPDATE.to_string(),
+                    api_version: rec.api_version.to_string(),
+                    time: Some(rec.now.to_string()),
+                    subresource: rec.subresource.to_string(),
+                    fields,
+                }
+                .into_json()],
+            };
+            write(new, entries);
+            return;
+        }
+    }
+    let cmp = compare_without_managed_fields(old, Some(new), shape);
     let changed = cmp
         .added
         .union(&cmp.modified)
         .difference(&strip)
         .without_top_level(ignored);
     let removed = cmp.removed.without_top_level(ignored);
-    let limit = in_place_paths.saturating_add(1);
-    if in_place_paths > 0 && changed.count_up_to(limit) + removed.count_up_to(limit) <= in_place_paths {
+    let limit = IN_PLACE_PATHS.saturating_add(1);
+    if shortcuts && changed.count_up_to(limit) + removed.count_up_to(limit) <= IN_PLACE_PATHS {
         if let Some(entries) = take_encoded(new) {
             record_in_place(rec, entries, &changed, &removed, new);
             return;

@@ -274,6 +274,81 @@ fn encoded_node(
     Some(encoded.next().is_none().then_some(count))
 }
 
+/// The canonical `FieldsV1` encoding of the fields a create of `obj` adds:
+/// `compare(None, obj).added`, less the paths of `strip` and the top-level
+/// field `ignored` (what [`super::managed::record_update`] records for an
+/// object that has no managedFields), built from `obj` in one walk without
+/// the [`FieldSet`]: each object's keys are sorted (as borrowed strings,
+/// the order of a canonical encoding) and encoded as they come. For a
+/// ConfigMap of 165,000 keys, building the set first was about a tenth of
+/// the create's CPU in a profile; with the walk the create takes about 0.89
+/// of its former CPU (release builds side by side, 8 rounds of 16 creates).
+///
+/// Follows objects, scalars and atomic values only: `None` (build the set)
+/// for an `obj` that is not a non-empty object of a non-atomic shape, or
+/// that holds a non-empty list with set or map items (its items need path
+/// elements of their own).
+pub(crate) fn created_fields_v1(obj: &Value, shape: &Shape, strip: &FieldSet, ignored: &str) -> Option<Map<String, Value>> {
+    match obj {
+        Value::Object(m) if !m.is_empty() && !shape.is_atomic_map() => created_node(m, shape, Some(strip), Some(ignored), false),
+        _ => None,
+    }
+}
+
+/// The encoded fields a create adds under the object node `m` of `shape`,
+/// less `strip` and `ignored` (see [`created_fields_v1`]), after a `"."`
+/// when the node is itself a `member` and holds fields (a member that holds
+/// none encodes as `{}`). Follows [`compare_at`] with no `lhs`: a scalar, an
+/// empty object or list, an object of atomic shape and an atomic list are
+/// leaves (members); a non-empty object is a member unless its field is a
+/// value struct ([`Shape::is_value_struct`]), and holds its own fields.
+fn created_node(
+    m: &Map<String, Value>,
+    shape: &Shape,
+    strip: Option<&FieldSet>,
+    ignored: Option<&str>,
+    member: bool,
+) -> Option<Map<String, Value>> {
+    let mut fields: Vec<(&String, &Value)> = m.iter().filter(|(k, _)| ignored != Some(k.as_str())).collect();
+    // Field elements in `PathElement` order: by name, as bytes (a stable
+    // sort, as in `encoded_node`).
+    fields.sort_by(|a, b| a.0.cmp(b.0));
+    let mut out = Map::with_capacity(fields.len() + usize::from(member));
+    if member {
+        out.insert(".".to_string(), Value::Object(Map::new()));
+    }
+    for (k, v) in fields {
+        // Only the top node and `metadata` have paths to strip: no element
+        // is built for the fields of other nodes.
+        let element = || PathElement::field(k);
+        let kept = !strip.is_some_and(|s| s.has_member(&element()));
+        let child_shape = shape.child(k);
+        let node = match v {
+            Value::Object(cm) if !cm.is_empty() && !child_shape.is_atomic_map() => {
+                let is_member = kept && !shape.is_value_struct(k);
+                let sub_strip = strip.and_then(|s| s.child(&element()));
+                let node = created_node(cm, child_shape, sub_strip, None, is_member)?;
+                if node.is_empty() && !is_member {
+                    continue;
+                }
+                node
+            }
+            Value::Array(items) if !items.is_empty() && is_granular_list(child_shape) => return None,
+            _ if kept => Map::new(),
+            _ => continue,
+        };
+        let mut key = String::with_capacity(k.len() + 2);
+        key.push_str("f:");
+        key.push_str(k);
+        out.insert(key, Value::Object(node));
+    }
+    if member && out.len() == 1 {
+        // Only the `"."`: a member holding no fields.
+        return Some(Map::new());
+    }
+    Some(out)
+}
+
 /// Fields added, modified and removed going from `lhs` to `rhs`
 /// (structured-merge-diff's `Comparison`).
 #[derive(Debug, Default)]
