@@ -286,8 +286,8 @@ fn encoded_node(
 ///
 /// Follows objects, scalars and atomic values only: `None` (build the set)
 /// for an `obj` that is not a non-empty object of a non-atomic shape, or
-/// that holds a non-empty list with set or map items (its items need path
-/// elements of their own).
+/// when the walk meets a non-empty list of set or map items (its items need
+/// path elements of their own).
 pub(crate) fn created_fields_v1(obj: &Value, shape: &Shape, strip: &FieldSet, ignored: &str) -> Option<Map<String, Value>> {
     match obj {
         Value::Object(m) if !m.is_empty() && !shape.is_atomic_map() => created_node(m, shape, Some(strip), Some(ignored), false),
@@ -343,7 +343,9 @@ fn created_node(
         out.insert(key, Value::Object(node));
     }
     if member && out.len() == 1 {
-        // Only the `"."`: a member holding no fields.
+        // Only the `"."`: a member holding no fields (all stripped; not
+        // reached with upstream's stripped fields, which are all under the
+        // `metadata` node, never a member itself).
         return Some(Map::new());
     }
     Some(out)

@@ -724,17 +724,29 @@ fn created(obj: &Value, subresource: &str, shortcuts: bool) -> String {
     new.to_string()
 }
 
-/// Objects for the create walk: a configuration of objects, scalars and now
-/// and then an empty object or a list, under a kind's `apiVersion` and
-/// `kind` (shapes with value structs, maps and lists of each kind).
+/// Objects for the create walk: objects of scalars, now and then an empty
+/// object or a list, under a kind's `apiVersion` and `kind`. The keys add to
+/// [`arb_field_key`]'s the fields of atomic maps (a Service's
+/// `spec.selector`), of nested value structs (a Deployment's
+/// `spec.template`) and of lists of set or map items (`finalizers`,
+/// `containers`), which the walk leaves to the set.
 fn arb_created() -> impl Strategy<Value = Value> {
+    let key = prop_oneof![
+        3 => arb_field_key(),
+        1 => prop::sample::select(vec!["selector", "template", "finalizers", "containers", "app"]).prop_map(str::to_string),
+    ]
+    .boxed();
+    let leaf = prop_oneof![12 => arb_scalar(), 1 => Just(json!({})), 1 => Just(json!(["x"]))];
+    let value = leaf.prop_recursive(3, 24, 4, move |inner| {
+        prop::collection::vec((key.clone(), inner), 1..4).prop_map(|kv| Value::Object(kv.into_iter().collect()))
+    });
+    let top = prop_oneof![3 => arb_field_key(), 1 => Just("spec".to_string())];
     let kinds = vec![("v1", "ConfigMap"), ("v1", "Pod"), ("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "Unknown")];
-    (arb_object_config(), prop::sample::select(kinds)).prop_map(|(mut obj, (api_version, kind))| {
-        if let Value::Object(m) = &mut obj {
-            m.insert("apiVersion".into(), api_version.into());
-            m.insert("kind".into(), kind.into());
-        }
-        obj
+    (prop::collection::vec((top, value), 0..6), prop::sample::select(kinds)).prop_map(|(kv, (api_version, kind))| {
+        let mut m: Map<String, Value> = kv.into_iter().collect();
+        m.insert("apiVersion".into(), api_version.into());
+        m.insert("kind".into(), kind.into());
+        Value::Object(m)
     })
 }
 
@@ -769,25 +781,32 @@ proptest! {
 /// The fields of a created ConfigMap, as upstream records them: `data` is
 /// a member (`"."`) holding its keys in byte order, `metadata` (a value
 /// struct) is not, its identifying fields are left out, `status` is not
-/// owned by a main-resource write; a list of set items is left to the set.
+/// owned by a main-resource write. A Service's `spec.selector` (an atomic
+/// map) is one member; a pod's containers (a list keyed by name) are left
+/// to the set.
 #[test]
 fn the_create_walk_encodes_a_config_map() {
     let shape = crate::patch::schema::root_for("v1", "ConfigMap");
     let strip = stripped_fields();
     let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "x", "namespace": "d", "labels": {"a": "1"}, "annotations": {}},
+        "metadata": {"name": "x", "namespace": "d", "labels": {"a": "1"}},
         "data": {"k2": "v2", "k10": "v10", "k1": "v1"}, "binaryData": {"b": "AA=="}, "status": {"s": 1}});
     let walked = crate::patch::typed::created_fields_v1(&obj, shape, &strip, "status").expect("walked");
     let want = json!({
         "f:binaryData": {".": {}, "f:b": {}},
         "f:data": {".": {}, "f:k1": {}, "f:k10": {}, "f:k2": {}},
-        "f:metadata": {"f:annotations": {}, "f:labels": {".": {}, "f:a": {}}},
+        "f:metadata": {"f:labels": {".": {}, "f:a": {}}},
     });
     assert_eq!(Value::Object(walked).to_string(), want.to_string());
     // Nothing left to own: no fields at all.
     let bare = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}});
     assert_eq!(crate::patch::typed::created_fields_v1(&bare, shape, &strip, "status"), Some(Map::new()));
-    // A pod's containers (a list keyed by name) are left to the set.
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+        "spec": {"selector": {"app": "x"}, "type": "ClusterIP"}});
+    let service_shape = crate::patch::schema::root_for("v1", "Service");
+    let walked = crate::patch::typed::created_fields_v1(&service, service_shape, &strip, "status").expect("walked");
+    assert_eq!(Value::Object(walked), json!({"f:spec": {"f:selector": {}, "f:type": {}}}));
+    assert_eq!(created(&service, "", true), created(&service, "", false));
     let pod_shape = crate::patch::schema::root_for("v1", "Pod");
     assert_eq!(crate::patch::typed::created_fields_v1(&pod(), pod_shape, &strip, "status"), None);
     assert_eq!(created(&pod(), "", true), created(&pod(), "", false));
