@@ -413,14 +413,21 @@ fn record_in_place(
     removed: &FieldSet,
     new: &mut Value,
 ) {
-    for e in entries.iter_mut() {
-        fields_v1::remove(&mut e.fields, changed);
+    let updater = match changed.is_empty() {
+        true => None,
+        false => entries.iter().position(|e| e.is(rec.manager, OPERATION_UPDATE, rec.api_version, rec.subresource)),
+    };
+    for (i, e) in entries.iter_mut().enumerate() {
+        // The updater's entry gets `changed` added below: taking those paths
+        // out first would only move its keys out of their maps and back in
+        // (each an `O(n)` shift in a map of `n` keys), to the same set.
+        if Some(i) != updater {
+            fields_v1::remove(&mut e.fields, changed);
+        }
         fields_v1::remove(&mut e.fields, removed);
     }
     if !changed.is_empty() {
-        let updater =
-            entries.iter_mut().find(|e| e.is(rec.manager, OPERATION_UPDATE, rec.api_version, rec.subresource));
-        match updater {
+        match updater.and_then(|i| entries.get_mut(i)) {
             Some(e) => {
                 fields_v1::add(&mut e.fields, changed);
                 e.time = Some(rec.now.to_string());
