@@ -31,6 +31,14 @@ pub(crate) enum PathElement {
     Index(usize),
 }
 
+/// The `FieldsV1` key of the field `name`: `f:<name>`.
+pub(crate) fn field_key(name: &str) -> String {
+    let mut key = String::with_capacity(name.len() + 2);
+    key.push_str("f:");
+    key.push_str(name);
+    key
+}
+
 impl PathElement {
     /// A field element (with room for the `f:` of its `FieldsV1` key, so
     /// [`PathElement::into_fields_v1_key`] needs no new allocation).
@@ -64,7 +72,7 @@ impl PathElement {
             s
         };
         match self {
-            PathElement::Field(n) => prefixed("f:", n),
+            PathElement::Field(n) => field_key(n),
             PathElement::Key(k) => prefixed("k:", k),
             PathElement::Value(v) => prefixed("v:", v),
             PathElement::Index(i) => format!("i:{i}"),

@@ -306,6 +306,20 @@ pub struct UpdateRecord<'a> {
     pub now: &'a str,
 }
 
+impl UpdateRecord<'_> {
+    /// A new `Update` entry of this record holding `fields`.
+    fn entry<F>(&self, fields: F) -> ManagedEntry<F> {
+        ManagedEntry {
+            manager: self.manager.to_string(),
+            operation: OPERATION_UPDATE.to_string(),
+            api_version: self.api_version.to_string(),
+            time: Some(self.now.to_string()),
+            subresource: self.subresource.to_string(),
+            fields,
+        }
+    }
+}
+
 /// Records in `new.metadata.managedFields` the fields an `Update` by
 /// `rec.manager` changed going from `old` (`None` for a create) to `new`.
 ///
@@ -341,15 +355,7 @@ pub(crate) fn record_update_with(rec: &UpdateRecord<'_>, old: Option<&Value>, ne
         if let Some(fields) = typed::created_fields_v1(new, shape, &strip, ignored) {
             let entries = match fields.is_empty() {
                 true => Vec::new(),
-                false => vec![EncodedEntry {
-                    manager: rec.manager.to_string(),
-                    operation: OPERATION_UPDATE.to_string(),
-                    api_version: rec.api_version.to_string(),
-                    time: Some(rec.now.to_string()),
-                    subresource: rec.subresource.to_string(),
-                    fields,
-                }
-                .into_json()],
+                false => vec![rec.entry(fields).into_json()],
             };
             write(new, entries);
             return;
@@ -391,14 +397,7 @@ pub(crate) fn record_update_with(rec: &UpdateRecord<'_>, old: Option<&Value>, ne
                 e.fields = std::mem::take(&mut e.fields).union(&changed);
                 e.time = Some(rec.now.to_string());
             }
-            None => entries.push(ManagedEntry {
-                manager: rec.manager.to_string(),
-                operation: OPERATION_UPDATE.to_string(),
-                api_version: rec.api_version.to_string(),
-                time: Some(rec.now.to_string()),
-                subresource: rec.subresource.to_string(),
-                fields: changed,
-            }),
+            None => entries.push(rec.entry(changed)),
         }
     }
     encode(new, entries);
@@ -432,17 +431,10 @@ fn record_in_place(
                 fields_v1::add(&mut e.fields, changed);
                 e.time = Some(rec.now.to_string());
             }
-            None => entries.push(EncodedEntry {
-                manager: rec.manager.to_string(),
-                operation: OPERATION_UPDATE.to_string(),
-                api_version: rec.api_version.to_string(),
-                time: Some(rec.now.to_string()),
-                subresource: rec.subresource.to_string(),
-                fields: match changed.clone().into_fields_v1() {
-                    Value::Object(f) => f,
-                    _ => Map::new(),
-                },
-            }),
+            None => entries.push(rec.entry(match changed.clone().into_fields_v1() {
+                Value::Object(f) => f,
+                _ => Map::new(),
+            })),
         }
     }
     entries.retain(|e| !e.fields.is_empty());

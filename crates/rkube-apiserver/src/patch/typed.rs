@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use super::fieldpath::{path_string, FieldSet, Path, PathElement};
+use super::fieldpath::{field_key, path_string, FieldSet, Path, PathElement};
 use super::schema::{Shape, SsaList};
 
 /// The path element of one item of an SSA list, or why there is none
@@ -198,6 +198,16 @@ pub(crate) fn encodes_config(
     Some(found.is_some_and(|n| n > 0))
 }
 
+/// The fields of the object `m` but `ignored`, in the order their elements
+/// take in a field set and its canonical encoding: by name, as bytes. (A
+/// stable sort: it takes the runs already in order, as `k1`, `k2`, ... are,
+/// in one pass each.)
+fn fields_in_order<'m>(m: &'m Map<String, Value>, ignored: Option<&str>) -> Vec<(&'m String, &'m Value)> {
+    let mut fields: Vec<(&String, &Value)> = m.iter().filter(|(k, _)| ignored != Some(k.as_str())).collect();
+    fields.sort_by(|a, b| a.0.cmp(b.0));
+    fields
+}
+
 /// The number of elements of the set of the object `m` (less `strip` and
 /// `ignored`) when `node`, after its leading `"."` if `marked`, holds
 /// exactly their encodings, in order; `Some(None)` when it does not; `None`
@@ -210,11 +220,7 @@ fn encoded_node(
     strip: Option<&FieldSet>,
     ignored: Option<&str>,
 ) -> Option<Option<usize>> {
-    let mut fields: Vec<(&String, &Value)> = m.iter().filter(|(k, _)| ignored != Some(k.as_str())).collect();
-    // Field elements in `PathElement` order: by name, as bytes. (A stable
-    // sort: it takes the runs already in order, as `k1`, `k2`, ... are, in
-    // one pass each.)
-    fields.sort_by(|a, b| a.0.cmp(b.0));
+    let fields = fields_in_order(m, ignored);
     let mut encoded = node.iter().skip(usize::from(marked));
     let mut count = 0;
     for (k, child) in fields {
@@ -309,10 +315,7 @@ fn created_node(
     ignored: Option<&str>,
     member: bool,
 ) -> Option<Map<String, Value>> {
-    let mut fields: Vec<(&String, &Value)> = m.iter().filter(|(k, _)| ignored != Some(k.as_str())).collect();
-    // Field elements in `PathElement` order: by name, as bytes (a stable
-    // sort, as in `encoded_node`).
-    fields.sort_by(|a, b| a.0.cmp(b.0));
+    let fields = fields_in_order(m, ignored);
     let mut out = Map::with_capacity(fields.len() + usize::from(member));
     if member {
         out.insert(".".to_string(), Value::Object(Map::new()));
@@ -337,10 +340,7 @@ fn created_node(
             _ if kept => Map::new(),
             _ => continue,
         };
-        let mut key = String::with_capacity(k.len() + 2);
-        key.push_str("f:");
-        key.push_str(k);
-        out.insert(key, Value::Object(node));
+        out.insert(field_key(k), Value::Object(node));
     }
     if member && out.len() == 1 {
         // Only the `"."`: a member holding no fields (all stripped; not

@@ -600,19 +600,34 @@ fn arb_field_key() -> impl Strategy<Value = String> {
 /// Objects whose values are scalars or objects, now and then an empty
 /// object or a list (which `encodes_config` leaves to the field set).
 fn arb_object_config() -> impl Strategy<Value = Value> {
-    arb_config_of(prop_oneof![
+    arb_config_of(arb_config_leaf())
+}
+
+/// Scalars, now and then an empty object or a list.
+fn arb_config_leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
         12 => arb_scalar(),
         1 => Just(json!({})),
         1 => Just(json!(["x"])),
-    ])
+    ]
 }
 
 /// Objects of `leaf` values and of non-empty objects.
 fn arb_config_of(leaf: impl Strategy<Value = Value> + 'static) -> impl Strategy<Value = Value> {
-    let value = leaf.prop_recursive(3, 24, 4, |inner| {
-        prop::collection::vec((arb_field_key(), inner), 1..4).prop_map(|kv| Value::Object(kv.into_iter().collect()))
+    arb_config_with(arb_field_key().boxed(), arb_field_key().boxed(), leaf)
+}
+
+/// Objects of `leaf` values and of non-empty objects, their top-level keys
+/// from `top` and the others from `key`.
+fn arb_config_with(
+    top: BoxedStrategy<String>,
+    key: BoxedStrategy<String>,
+    leaf: impl Strategy<Value = Value> + 'static,
+) -> impl Strategy<Value = Value> {
+    let value = leaf.prop_recursive(3, 24, 4, move |inner| {
+        prop::collection::vec((key.clone(), inner), 1..4).prop_map(|kv| Value::Object(kv.into_iter().collect()))
     });
-    prop::collection::vec((arb_field_key(), value), 0..6).prop_map(|kv| Value::Object(kv.into_iter().collect()))
+    prop::collection::vec((top, value), 0..6).prop_map(|kv| Value::Object(kv.into_iter().collect()))
 }
 
 /// The fields a server-side apply of `config` by its sole owner records (the
@@ -736,17 +751,14 @@ fn arb_created() -> impl Strategy<Value = Value> {
         1 => prop::sample::select(vec!["selector", "template", "finalizers", "containers", "app"]).prop_map(str::to_string),
     ]
     .boxed();
-    let leaf = prop_oneof![12 => arb_scalar(), 1 => Just(json!({})), 1 => Just(json!(["x"]))];
-    let value = leaf.prop_recursive(3, 24, 4, move |inner| {
-        prop::collection::vec((key.clone(), inner), 1..4).prop_map(|kv| Value::Object(kv.into_iter().collect()))
-    });
-    let top = prop_oneof![3 => arb_field_key(), 1 => Just("spec".to_string())];
     let kinds = vec![("v1", "ConfigMap"), ("v1", "Pod"), ("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "Unknown")];
-    (prop::collection::vec((top, value), 0..6), prop::sample::select(kinds)).prop_map(|(kv, (api_version, kind))| {
-        let mut m: Map<String, Value> = kv.into_iter().collect();
-        m.insert("apiVersion".into(), api_version.into());
-        m.insert("kind".into(), kind.into());
-        Value::Object(m)
+    let top = prop_oneof![3 => arb_field_key(), 1 => Just("spec".to_string())].boxed();
+    (arb_config_with(top, key, arb_config_leaf()), prop::sample::select(kinds)).prop_map(|(mut obj, (api_version, kind))| {
+        if let Value::Object(m) = &mut obj {
+            m.insert("apiVersion".into(), api_version.into());
+            m.insert("kind".into(), kind.into());
+        }
+        obj
     })
 }
 
