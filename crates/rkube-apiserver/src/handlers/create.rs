@@ -28,11 +28,22 @@ const GENERATE_NAME_ATTEMPTS: usize = 8;
 pub struct NewObject {
     /// The decoded body (or the result of an apply patch on nothing).
     pub obj: Value,
-    /// True when managedFields were already recorded (server-side apply).
-    pub managed_recorded: bool,
+    /// How its managedFields are recorded.
+    pub managed: NewManaged,
     /// The keys of the JSON body it was decoded from, for repeated-key
     /// reporting ([`crate::strict`]); `None` for other bodies.
     pub keys: Option<crate::strict::KeyScan>,
+}
+
+/// How the managedFields of a [`NewObject`] are recorded.
+#[derive(Debug)]
+pub enum NewManaged {
+    /// An `Update` entry of the request's field manager, owning every
+    /// field the object sets (a create or an update that creates).
+    Update,
+    /// What server-side apply computed (nothing left to write when it
+    /// wrote them itself).
+    Apply(crate::patch::UnwrittenEntries),
 }
 
 /// Turns a client's object into the object to store (every step of the
@@ -65,8 +76,9 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     // Validation reads no managedFields: when nothing else may change the
     // object before it is validated (no built-in plugin for it, no mutating
     // webhook), an object that will be refused is refused before its
-    // managedFields are computed, the same 422 sooner (for a 3 MiB
-    // ConfigMap over the data limit, about a third of the request's CPU).
+    // managedFields are computed (or, for server-side apply, encoded), the
+    // same 422 sooner (for a 3 MiB ConfigMap over the data limit, about a
+    // third of the request's CPU).
     let validated = !pod && !claim && !crate::admission::webhook::any_mutating(&ctx.st).await?;
     if validated {
         let causes = validate::validate(info, &obj, None);
@@ -74,11 +86,14 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
             return Err(ApiError::invalid(info, &name, causes));
         }
     }
-    if !new.managed_recorded {
-        let api_version = info.api_version();
-        let rec =
-            crate::patch::UpdateRecord { manager: &manager, api_version: &api_version, subresource: "", now: &now };
-        crate::patch::record_update(&rec, None, &mut obj);
+    match new.managed {
+        NewManaged::Update => {
+            let api_version = info.api_version();
+            let rec =
+                crate::patch::UpdateRecord { manager: &manager, api_version: &api_version, subresource: "", now: &now };
+            crate::patch::record_update(&rec, None, &mut obj);
+        }
+        NewManaged::Apply(entries) => entries.write_into(&mut obj),
     }
 
     let limit_ranges = match ctx.st.config.admission.limit_ranger && crate::admission::limit_ranger::handles(info) {
@@ -149,7 +164,7 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let generated = object::name(&decoded).is_empty() && !generate_base.is_empty();
     let dry_run = ctx.dry_run()?;
     trace::step(steps::STORE_START);
-    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: decoded, managed_recorded: false, keys }).await?;
+    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: decoded, managed: NewManaged::Update, keys }).await?;
     trace::step(steps::ADMISSION_DONE);
     if dry_run {
         trace::step(steps::STORED);

@@ -21,7 +21,7 @@ use rkube_api::status::{Status, StatusDetails};
 use rkube_storage::{KeyValue, StorageError};
 use serde_json::{json, Value};
 
-use super::create::{prepare_new, NewObject};
+use super::create::{prepare_new, NewManaged, NewObject};
 use super::write::{assign_cluster_ip, assign_node_ports, check_namespace, check_type_meta, encode_stored};
 use super::Ctx;
 use crate::error::{ApiError, ApiResult};
@@ -379,7 +379,7 @@ async fn create_on_update(
         }
         _ => {}
     }
-    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: body_obj, managed_recorded: false, keys }).await?;
+    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: body_obj, managed: NewManaged::Update, keys }).await?;
     trace::step(steps::ADMISSION_DONE);
     if dry_run {
         trace::step(steps::STORED);
@@ -431,9 +431,9 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             if kind != PatchKind::Apply {
                 return Err(ApiError::not_found(info, &name));
             }
-            let applied = apply_patch(info, kind, None, body, &manager, force)?;
+            let (applied, entries) = apply_create(info, body, &manager, force)?;
             trace::step(steps::PATCH_APPLIED);
-            let new = NewObject { obj: applied, managed_recorded: true, keys: None };
+            let new = NewObject { obj: applied, managed: NewManaged::Apply(entries), keys: None };
             let (mut obj, warnings) = prepare_new(ctx, new).await?;
             trace::step(steps::ADMISSION_DONE);
             if object::name(&obj) != name {
@@ -559,6 +559,20 @@ fn apply_patch(
     let api_version = info.api_version();
     let now = rkube_api::time::now_rfc3339();
     crate::patch::apply_patch_at(info.kind, Some(&api_version), patch_type, original, body, manager, force, &now)
+        .map_err(|e| ApiError::from(e.status()))
+}
+
+/// Server-side apply creating the object ([`crate::patch::apply_create_at`]):
+/// the object and its managedFields entries, which [`prepare_new`] writes;
+/// errors become Statuses.
+fn apply_create(
+    info: &ResourceInfo,
+    body: &[u8],
+    manager: &str,
+    force: bool,
+) -> ApiResult<(Value, crate::patch::UnwrittenEntries)> {
+    let now = rkube_api::time::now_rfc3339();
+    crate::patch::apply_create_at(info.kind, &info.api_version(), body, manager, force, &now)
         .map_err(|e| ApiError::from(e.status()))
 }
 

@@ -28,7 +28,7 @@ use serde_json::Value;
 
 use super::fieldpath::{ignored_top_level, path_string, stripped_fields, FieldSet};
 use super::fields_v1;
-use super::managed::{self, ManagedEntry, OPERATION_APPLY, OPERATION_UPDATE};
+use super::managed::{self, ManagedEntry, UnwrittenEntries, OPERATION_APPLY, OPERATION_UPDATE};
 use super::schema::{self, Shape};
 use super::typed::{
     compare, encodes_config, merge, merge_into_absent, merge_over, remove_items, to_field_set, validate_applied,
@@ -107,6 +107,25 @@ pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchEr
 /// [`server_side_apply`], taking [`reapply_as_sole_owner`]'s shortcut when
 /// `shortcut` (the tests compare both ways).
 pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> Result<Value, PatchError> {
+    let (mut obj, unwritten) = apply_leaving_create_entries(req, shortcut)?;
+    unwritten.write_into(&mut obj);
+    Ok(obj)
+}
+
+/// [`server_side_apply`] creating an object (`req.original` is `None`):
+/// the object, and its managedFields entries when they are not written
+/// into it yet ([`UnwrittenEntries`]; the create path writes them).
+pub(crate) fn server_side_apply_create(req: &ApplyRequest<'_>) -> Result<(Value, UnwrittenEntries), PatchError> {
+    apply_leaving_create_entries(req, true)
+}
+
+/// [`server_side_apply_with`], except that an apply that creates the object
+/// from the configuration alone (nothing live, no last-applied annotation
+/// to rewrite) leaves its entries unwritten; every other apply writes them.
+fn apply_leaving_create_entries(
+    req: &ApplyRequest<'_>,
+    shortcut: bool,
+) -> Result<(Value, UnwrittenEntries), PatchError> {
     let config = decode_body(req.body)?;
     if !matches!(
         config.pointer("/metadata/managedFields"),
@@ -150,7 +169,7 @@ pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> 
         if let Some(entry) = sole_owner_reapplies(req, original, &config, shape, api_version) {
             // (`api_version` may borrow from the configuration moved here.)
             let api_version = api_version.to_string();
-            return Ok(reapply_as_sole_owner(req, original, config, shape, &api_version, entry));
+            return Ok((reapply_as_sole_owner(req, original, config, shape, &api_version, entry), UnwrittenEntries::default()));
         }
     }
     let live = req.original.map(managed::without_managed_fields);
@@ -180,10 +199,9 @@ pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> 
     if live.is_none() && !(req.manager == "kubectl" && has_last_applied(&config)) {
         // (`api_version` may borrow from the configuration moved here.)
         let api_version = api_version.to_string();
-        let (mut result, entries) = apply_once(Cow::Owned(config), None, entries, shape, req, &api_version, req.force)
+        let (result, entries) = apply_once(Cow::Owned(config), None, entries, shape, req, &api_version, req.force)
             .map_err(|(e, _)| e)?;
-        managed::encode(&mut result, entries);
-        return Ok(result);
+        return Ok((result, UnwrittenEntries::new(entries)));
     }
     let first = apply_once(
         Cow::Borrowed(&config),
@@ -216,7 +234,7 @@ pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> 
         sync_last_applied(&mut result, &config);
     }
     managed::encode(&mut result, entries);
-    Ok(result)
+    Ok((result, UnwrittenEntries::default()))
 }
 
 /// A repeated apply by the one manager that owns the object, of a

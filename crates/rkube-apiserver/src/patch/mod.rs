@@ -44,7 +44,7 @@ use serde_json::Value;
 
 pub use apply::LAST_APPLIED_ANNOTATION;
 pub use json::{MAX_JSON_PATCH_COPY_BYTES, MAX_JSON_PATCH_OPERATIONS, MAX_NESTING_DEPTH};
-pub use managed::{record_update, UpdateRecord, OPERATION_APPLY, OPERATION_UPDATE};
+pub use managed::{record_update, UnwrittenEntries, UpdateRecord, OPERATION_APPLY, OPERATION_UPDATE};
 
 /// The patch formats, by request `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,6 +281,29 @@ pub fn apply_patch(
         force,
         &now(),
     )
+}
+
+/// Server-side apply of `patch` creating an object of `kind` (nothing
+/// stored under its name): [`apply_patch_at`] with no original, except that
+/// the managedFields entries may come back unwritten, for the create path
+/// to write once the object has passed validation ([`UnwrittenEntries`]).
+pub fn apply_create_at(
+    kind: &str,
+    api_version: &str,
+    patch: &[u8],
+    field_manager: &str,
+    force: bool,
+    now: &str,
+) -> Result<(Value, UnwrittenEntries), PatchError> {
+    apply::server_side_apply_create(&apply::ApplyRequest {
+        kind,
+        api_version: Some(api_version),
+        original: None,
+        body: patch,
+        manager: field_manager,
+        force,
+        now,
+    })
 }
 
 /// [`apply_patch`] with the request's group/version (`"apps/v1"`; checked

@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::{ssa, status_of, NOW};
 use crate::patch::{
-    apply_patch_at, record_update, PatchType, UpdateRecord, LAST_APPLIED_ANNOTATION,
+    apply_create_at, apply_patch_at, record_update, PatchType, UpdateRecord, LAST_APPLIED_ANNOTATION,
 };
 
 fn cm_config(data: Value) -> Value {
@@ -56,6 +56,37 @@ fn apply_creates_object_with_apply_entry() {
             "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {"f:x": {}}}}})
         ]
     );
+}
+
+/// An apply creating an object from its configuration gives the object
+/// without managedFields and the entries apart; written into it, they make
+/// the object `apply_patch_at` answers. One that rewrites kubectl's
+/// last-applied annotation writes its entries itself and leaves none.
+#[test]
+fn apply_create_leaves_its_entries_for_the_create_path() {
+    let last_applied = json!({"kubectl.kubernetes.io/last-applied-configuration": "{}"});
+    let cases = [
+        ("ConfigMap", "v1", "m", json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cm", "labels": {"x": "y"}}, "data": {"a": "1", "b": null}})),
+        ("Deployment", "apps/v1", "m", json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d"}, "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "a"}},
+            "template": {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "i",
+            "ports": [{"containerPort": 80, "protocol": "TCP"}]}]}}}})),
+        ("ConfigMap", "v1", "kubectl", json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cm", "annotations": last_applied}, "data": {"a": "1"}})),
+    ];
+    for (kind, api_version, manager, config) in cases {
+        let body = config.to_string();
+        let written = apply_patch_at(kind, Some(api_version), PatchType::Apply, None, body.as_bytes(), manager, false, NOW)
+            .unwrap();
+        let (mut obj, entries) = apply_create_at(kind, api_version, body.as_bytes(), manager, false, NOW).unwrap();
+        let rewrites_last_applied = manager == "kubectl";
+        assert_eq!(obj.pointer("/metadata/managedFields").is_some(), rewrites_last_applied, "{kind} {manager}");
+        assert_eq!(format!("{entries:?}").contains("Apply"), !rewrites_last_applied, "{kind} {manager}");
+        entries.write_into(&mut obj);
+        assert!(obj.pointer("/metadata/managedFields").is_some(), "{kind} {manager}");
+        assert_eq!(obj.to_string(), written.to_string(), "{kind} {manager}");
+    }
 }
 
 #[test]
