@@ -31,7 +31,8 @@ use super::fields_v1;
 use super::managed::{self, ManagedEntry, UnwrittenEntries, OPERATION_APPLY, OPERATION_UPDATE};
 use super::schema::{self, Shape};
 use super::typed::{
-    compare, encodes_config, merge, merge_into_absent, merge_over, remove_items, to_field_set, validate_applied,
+    compare, created_fields_v1, encodes_config, merge, merge_into_absent, merge_over, remove_items, to_field_set,
+    validate_applied, CreatedBy,
 };
 use super::{ApplyConflict, PatchError};
 
@@ -199,6 +200,15 @@ fn apply_leaving_create_entries(
     if live.is_none() && !(req.manager == "kubectl" && has_last_applied(&config)) {
         // (`api_version` may borrow from the configuration moved here.)
         let api_version = api_version.to_string();
+        // The applier's entry is the only one and owns the configuration's
+        // fields: encoded in one walk when the walk can
+        // ([`created_fields_v1`]), with the time of a changed object.
+        if shortcut {
+            if let Some(fields) = created_fields_v1(&config, shape, &strip, ignored_top_level(""), CreatedBy::Apply) {
+                let result = merge_into_absent(config, shape);
+                return Ok((result, UnwrittenEntries::sole_apply(req.manager, &api_version, req.now, fields)));
+            }
+        }
         let (result, entries) = apply_once(Cow::Owned(config), None, entries, shape, req, &api_version, req.force)
             .map_err(|(e, _)| e)?;
         return Ok((result, UnwrittenEntries::new(entries)));

@@ -181,21 +181,51 @@ pub(crate) fn encode(obj: &mut Value, mut entries: Vec<ManagedEntry>) {
 /// 3 MiB ConfigMap over the data limit, about three tenths of the
 /// request's CPU). Empty: nothing to write.
 #[derive(Debug, Default)]
-pub struct UnwrittenEntries(Vec<ManagedEntry>);
+pub struct UnwrittenEntries(Unwritten);
+
+#[derive(Debug, Default)]
+enum Unwritten {
+    /// Nothing to write.
+    #[default]
+    None,
+    /// Entries to encode ([`encode`]).
+    Decoded(Vec<ManagedEntry>),
+    /// One entry with its fields already encoded, written as it is.
+    Encoded(EncodedEntry),
+}
 
 impl UnwrittenEntries {
     /// Writes the entries into `obj`'s metadata as [`encode`] does
     /// (sorted, empty ones left out); nothing when there are none, so
     /// entries already in `obj` stay.
     pub fn write_into(self, obj: &mut Value) {
-        if !self.0.is_empty() {
-            encode(obj, self.0);
+        match self.0 {
+            Unwritten::None => {}
+            Unwritten::Decoded(entries) => encode(obj, entries),
+            Unwritten::Encoded(entry) => match entry.fields.is_empty() {
+                true => write(obj, Vec::new()),
+                false => write(obj, vec![entry.into_json()]),
+            },
         }
     }
 
     /// Entries to write later.
     pub(crate) fn new(entries: Vec<ManagedEntry>) -> Self {
-        UnwrittenEntries(entries)
+        UnwrittenEntries(Unwritten::Decoded(entries))
+    }
+
+    /// The one `Apply` entry of `manager` at `api_version` for the main
+    /// resource, stamped `time`, owning the encoded `fields` (canonical
+    /// `FieldsV1`, [`fields_v1::is_canonical`]).
+    pub(crate) fn sole_apply(manager: &str, api_version: &str, time: &str, fields: Map<String, Value>) -> Self {
+        UnwrittenEntries(Unwritten::Encoded(EncodedEntry {
+            manager: manager.to_string(),
+            operation: OPERATION_APPLY.to_string(),
+            api_version: api_version.to_string(),
+            time: Some(time.to_string()),
+            subresource: String::new(),
+            fields,
+        }))
     }
 }
 
@@ -378,7 +408,7 @@ pub(crate) fn record_update_with(rec: &UpdateRecord<'_>, old: Option<&Value>, ne
     let strip = stripped_fields();
     let ignored = ignored_top_level(rec.subresource);
     if shortcuts && old.is_none() && new.pointer("/metadata/managedFields").is_none() {
-        if let Some(fields) = typed::created_fields_v1(new, shape, &strip, ignored) {
+        if let Some(fields) = typed::created_fields_v1(new, shape, &strip, ignored, typed::CreatedBy::Update) {
             let entries = match fields.is_empty() {
                 true => Vec::new(),
                 false => vec![rec.entry(fields).into_json()],

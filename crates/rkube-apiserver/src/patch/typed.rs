@@ -294,11 +294,35 @@ fn encoded_node(
 /// for an `obj` that is not a non-empty object of a non-atomic shape, or
 /// when the walk meets a non-empty list of set or map items (its items need
 /// path elements of their own).
-pub(crate) fn created_fields_v1(obj: &Value, shape: &Shape, strip: &FieldSet, ignored: &str) -> Option<Map<String, Value>> {
+///
+/// With [`CreatedBy::Apply`], the fields of the configuration `obj` that
+/// server-side apply creating the object records instead:
+/// `to_field_set(obj)` less the same paths, in which object nodes are
+/// never members.
+pub(crate) fn created_fields_v1(
+    obj: &Value,
+    shape: &Shape,
+    strip: &FieldSet,
+    ignored: &str,
+    by: CreatedBy,
+) -> Option<Map<String, Value>> {
     match obj {
-        Value::Object(m) if !m.is_empty() && !shape.is_atomic_map() => created_node(m, shape, Some(strip), Some(ignored), false),
+        Value::Object(m) if !m.is_empty() && !shape.is_atomic_map() => {
+            created_node(m, shape, Some(strip), Some(ignored), false, by)
+        }
         _ => None,
     }
+}
+
+/// Which managedFields entry a create records ([`created_fields_v1`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CreatedBy {
+    /// An `Update` (create, update that creates): what comparing with
+    /// nothing adds, non-empty object nodes included unless value structs.
+    Update,
+    /// An `Apply` creating the object: the configuration's fields
+    /// ([`to_field_set`]), no object node a member.
+    Apply,
 }
 
 /// The encoded fields a create adds under the object node `m` of `shape`,
@@ -307,13 +331,15 @@ pub(crate) fn created_fields_v1(obj: &Value, shape: &Shape, strip: &FieldSet, ig
 /// none encodes as `{}`). Follows [`compare_at`] with no `lhs`: a scalar, an
 /// empty object or list, an object of atomic shape and an atomic list are
 /// leaves (members); a non-empty object is a member unless its field is a
-/// value struct ([`Shape::is_value_struct`]), and holds its own fields.
+/// value struct ([`Shape::is_value_struct`]) or the walk is
+/// [`CreatedBy::Apply`]'s, and holds its own fields.
 fn created_node(
     m: &Map<String, Value>,
     shape: &Shape,
     strip: Option<&FieldSet>,
     ignored: Option<&str>,
     member: bool,
+    by: CreatedBy,
 ) -> Option<Map<String, Value>> {
     let fields = fields_in_order(m, ignored);
     let mut out = Map::with_capacity(fields.len() + usize::from(member));
@@ -328,9 +354,9 @@ fn created_node(
         let child_shape = shape.child(k);
         let node = match v {
             Value::Object(cm) if !cm.is_empty() && !child_shape.is_atomic_map() => {
-                let is_member = kept && !shape.is_value_struct(k);
+                let is_member = kept && by == CreatedBy::Update && !shape.is_value_struct(k);
                 let sub_strip = strip.and_then(|s| s.child(&element()));
-                let node = created_node(cm, child_shape, sub_strip, None, is_member)?;
+                let node = created_node(cm, child_shape, sub_strip, None, is_member, by)?;
                 if node.is_empty() && !is_member {
                     continue;
                 }

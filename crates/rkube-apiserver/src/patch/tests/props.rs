@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use super::{pod, NOW};
 use crate::patch::fieldpath::{ignored_top_level, stripped_fields, FieldSet};
 use crate::patch::schema::Shape;
-use crate::patch::typed::{encodes_config, to_field_set};
+use crate::patch::typed::{encodes_config, to_field_set, CreatedBy};
 use crate::patch::{apply_patch, apply_patch_at, update_managed_fields, PatchType};
 
 const KINDS: [&str; 6] = ["Pod", "Deployment", "Service", "Node", "ConfigMap", "Job"];
@@ -777,13 +777,46 @@ proptest! {
         prop_assert_eq!(created(&obj, subresource, true), created(&obj, subresource, false));
     }
 
+    /// Server-side apply creating an object from a configuration the walk
+    /// follows gives, byte for byte, what building the applier's field set
+    /// gives (after the create path writes the entries): for the same
+    /// configurations as the create walk's, by a tool and by kubectl.
+    #[test]
+    fn applying_a_create_by_the_walk_is_applying_by_the_set(
+        config in prop_oneof![3 => arb_created(), 1 => arb_object()],
+        kubectl in any::<bool>(),
+    ) {
+        use crate::patch::apply::{server_side_apply_with, ApplyRequest};
+        let text = |k: &str| config.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let (kind, api_version) = (text("kind"), text("apiVersion"));
+        let body = config.to_string();
+        let manager = if kubectl { "kubectl" } else { "tool" };
+        let req = ApplyRequest {
+            kind: &kind, api_version: Some(&api_version), original: None, body: body.as_bytes(),
+            manager, force: false, now: NOW,
+        };
+        let apply = |shortcut: bool| server_side_apply_with(&req, shortcut).map(|v| v.to_string()).map_err(|e| format!("{e:?}"));
+        prop_assert_eq!(apply(true), apply(false));
+    }
+
+    /// The Apply walk answers for every configuration of scalars and
+    /// non-empty objects, and encodes no object node as a member.
+    #[test]
+    fn the_apply_walk_answers_for_objects_of_scalars(config in arb_config_of(arb_scalar())) {
+        let shape = crate::patch::schema::root_for("v1", "ConfigMap");
+        let walked = crate::patch::typed::created_fields_v1(&config, shape, &stripped_fields(), "", CreatedBy::Apply);
+        let Value::Object(m) = &config else { unreachable!("configurations are objects") };
+        prop_assert_eq!(walked.is_some(), !m.is_empty(), "{}", config);
+        prop_assert!(!Value::Object(walked.unwrap_or_default()).to_string().contains(r#"".""#));
+    }
+
     /// The walk answers for every object of scalars and non-empty objects:
     /// the shortcut is taken, not only never wrong.
     #[test]
     fn the_create_walk_answers_for_objects_of_scalars(config in arb_config_of(arb_scalar())) {
         for kind in ["ConfigMap", "Pod"] {
             let shape = crate::patch::schema::root_for("v1", kind);
-            let walked = crate::patch::typed::created_fields_v1(&config, shape, &stripped_fields(), ignored_top_level(""));
+            let walked = crate::patch::typed::created_fields_v1(&config, shape, &stripped_fields(), ignored_top_level(""), CreatedBy::Update);
             let Value::Object(m) = &config else { unreachable!("configurations are objects") };
             prop_assert_eq!(walked.is_some(), !m.is_empty(), "{} {}", kind, config);
         }
@@ -803,7 +836,7 @@ fn the_create_walk_encodes_a_config_map() {
     let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "x", "namespace": "d", "labels": {"a": "1"}},
         "data": {"k2": "v2", "k10": "v10", "k1": "v1"}, "binaryData": {"b": "AA=="}, "status": {"s": 1}});
-    let walked = crate::patch::typed::created_fields_v1(&obj, shape, &strip, "status").expect("walked");
+    let walked = crate::patch::typed::created_fields_v1(&obj, shape, &strip, "status", CreatedBy::Update).expect("walked");
     let want = json!({
         "f:binaryData": {".": {}, "f:b": {}},
         "f:data": {".": {}, "f:k1": {}, "f:k10": {}, "f:k2": {}},
@@ -812,14 +845,14 @@ fn the_create_walk_encodes_a_config_map() {
     assert_eq!(Value::Object(walked).to_string(), want.to_string());
     // Nothing left to own: no fields at all.
     let bare = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}});
-    assert_eq!(crate::patch::typed::created_fields_v1(&bare, shape, &strip, "status"), Some(Map::new()));
+    assert_eq!(crate::patch::typed::created_fields_v1(&bare, shape, &strip, "status", CreatedBy::Update), Some(Map::new()));
     let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
         "spec": {"selector": {"app": "x"}, "type": "ClusterIP"}});
     let service_shape = crate::patch::schema::root_for("v1", "Service");
-    let walked = crate::patch::typed::created_fields_v1(&service, service_shape, &strip, "status").expect("walked");
+    let walked = crate::patch::typed::created_fields_v1(&service, service_shape, &strip, "status", CreatedBy::Update).expect("walked");
     assert_eq!(Value::Object(walked), json!({"f:spec": {"f:selector": {}, "f:type": {}}}));
     assert_eq!(created(&service, "", true), created(&service, "", false));
     let pod_shape = crate::patch::schema::root_for("v1", "Pod");
-    assert_eq!(crate::patch::typed::created_fields_v1(&pod(), pod_shape, &strip, "status"), None);
+    assert_eq!(crate::patch::typed::created_fields_v1(&pod(), pod_shape, &strip, "status", CreatedBy::Update), None);
     assert_eq!(created(&pod(), "", true), created(&pod(), "", false));
 }
