@@ -76,9 +76,9 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
     // Validation reads no managedFields: when nothing else may change the
     // object before it is validated (no built-in plugin for it, no mutating
     // webhook), an object that will be refused is refused before its
-    // managedFields are computed (or, for server-side apply, encoded), the
-    // same 422 sooner (for a 3 MiB ConfigMap over the data limit, about a
-    // third of the request's CPU).
+    // managedFields are computed (for server-side apply, written: see
+    // `UnwrittenEntries`), the same 422 sooner (for a 3 MiB ConfigMap over
+    // the data limit, about a third of the request's CPU).
     let validated = !pod && !claim && !crate::admission::webhook::any_mutating(&ctx.st).await?;
     if validated {
         let causes = validate::validate(info, &obj, None);

@@ -105,8 +105,9 @@ pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchEr
     server_side_apply_with(req, true)
 }
 
-/// [`server_side_apply`], taking [`reapply_as_sole_owner`]'s shortcut when
-/// `shortcut` (the tests compare both ways).
+/// [`server_side_apply`], taking [`reapply_as_sole_owner`]'s shortcut and,
+/// for a create, the create walk ([`created_fields_v1`]) when `shortcut`
+/// (the tests compare both ways).
 pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> Result<Value, PatchError> {
     let (mut obj, unwritten) = apply_leaving_create_entries(req, shortcut)?;
     unwritten.write_into(&mut obj);
