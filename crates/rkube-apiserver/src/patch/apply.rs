@@ -114,17 +114,11 @@ pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> 
     Ok(obj)
 }
 
-/// [`server_side_apply`] creating an object (`req.original` is `None`):
-/// the object, and its managedFields entries when they are not written
-/// into it yet ([`UnwrittenEntries`]; the create path writes them).
-pub(crate) fn server_side_apply_create(req: &ApplyRequest<'_>) -> Result<(Value, UnwrittenEntries), PatchError> {
-    apply_leaving_create_entries(req, true)
-}
-
 /// [`server_side_apply_with`], except that an apply that creates the object
 /// from the configuration alone (nothing live, no last-applied annotation
-/// to rewrite) leaves its entries unwritten; every other apply writes them.
-fn apply_leaving_create_entries(
+/// to rewrite) leaves its entries unwritten ([`UnwrittenEntries`]; the
+/// create path writes them); every other apply writes them.
+pub(crate) fn apply_leaving_create_entries(
     req: &ApplyRequest<'_>,
     shortcut: bool,
 ) -> Result<(Value, UnwrittenEntries), PatchError> {

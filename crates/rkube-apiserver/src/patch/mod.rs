@@ -295,7 +295,7 @@ pub fn apply_create_at(
     force: bool,
     now: &str,
 ) -> Result<(Value, UnwrittenEntries), PatchError> {
-    apply::server_side_apply_create(&apply::ApplyRequest {
+    let req = apply::ApplyRequest {
         kind,
         api_version: Some(api_version),
         original: None,
@@ -303,7 +303,8 @@ pub fn apply_create_at(
         manager: field_manager,
         force,
         now,
-    })
+    };
+    apply::apply_leaving_create_entries(&req, true)
 }
 
 /// [`apply_patch`] with the request's group/version (`"apps/v1"`; checked
