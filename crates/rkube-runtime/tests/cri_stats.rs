@@ -200,7 +200,8 @@ async fn container_in_its_own_cgroup_reports_its_cpu_and_memory_and_the_cgroup_g
     let stats = loop {
         let s = f.list(cri::ContainerStatsFilter { id: id.clone(), ..Default::default() }).await.pop().expect("stats");
         let m = s.memory.as_ref().expect("memory");
-        if cpu(&s).0 >= Some(100_000_000) && value(&m.working_set_bytes) >= Some(20_000_000) {
+        // The shell's variable grows as `tr` writes; wait until all of it is resident.
+        if cpu(&s).0 >= Some(100_000_000) && value(&m.working_set_bytes) >= Some(20_000_000) && value(&m.rss_bytes) >= Some(20_000_000) {
             break s;
         }
         assert!(std::time::Instant::now() < deadline, "no CPU or memory yet: {s:?}");
