@@ -253,7 +253,9 @@ pub(crate) enum YamlError {
 
 /// One YAML document as JSON, refused before parsing when it nests deeper
 /// than [`crate::patch::MAX_NESTING_DEPTH`] ([`crate::yaml_depth::check`]),
-/// and after parsing when the value does (what the scan counts short);
+/// and after parsing when the value does (what the scan counts short); a
+/// text in the plain subset ([`crate::yaml_value::plain`]) is read without
+/// either check, its reader bounding the nesting below the limit;
 /// aliases may not expand it past one node per byte
 /// ([`crate::yaml_value::from_slice`]).
 ///
@@ -276,8 +278,14 @@ pub(crate) fn yaml_to_json(body: &[u8]) -> Result<Value, YamlError> {
             return Ok(value);
         }
     }
+    // The plain subset bounds its own nesting, below the limit, in one
+    // linear pass: the scan is for what the YAML parser reads.
+    const { assert!(crate::yaml_value::PLAIN_MAX_NESTING <= crate::patch::MAX_NESTING_DEPTH) };
+    if let Some(value) = crate::yaml_value::plain(body) {
+        return Ok(value);
+    }
     crate::yaml_depth::check(body, max).map_err(|_| YamlError::TooDeep { max })?;
-    let value = crate::yaml_value::from_slice(body).map_err(YamlError::Malformed)?;
+    let value = crate::yaml_value::parsed(body).map_err(YamlError::Malformed)?;
     if crate::patch::json::nesting_depth(&value) > max {
         return Err(YamlError::TooDeep { max });
     }

@@ -27,14 +27,27 @@ pub const EXCESSIVE_ALIASING: &str = "document contains excessive aliasing";
 /// `body.len() + SLACK_NODES` nodes. Errors: serde_yaml's message, or
 /// exactly [`EXCESSIVE_ALIASING`].
 pub fn from_slice(body: &[u8]) -> Result<Value, String> {
-    match plain_block_mapping(body) {
+    match plain(body) {
         Some(value) => Ok(value),
         None => parsed(body),
     }
 }
 
+/// The deepest value [`plain`] returns: its mappings, block and flow
+/// sequences nest at most this deep, the outermost counting 1 (a value
+/// nested deeper is left to the YAML parser).
+pub const PLAIN_MAX_NESTING: usize = PLAIN_MAX_DEPTH + 1;
+
+/// [`from_slice`] of a text in the plain subset of
+/// [`plain_block_mapping`], read in one pass in time linear in its length;
+/// `None` for any other text. The value nests at most
+/// [`PLAIN_MAX_NESTING`] deep.
+pub fn plain(body: &[u8]) -> Option<Value> {
+    plain_block_mapping(body)
+}
+
 /// [`from_slice`] by the YAML parser.
-fn parsed(body: &[u8]) -> Result<Value, String> {
+pub fn parsed(body: &[u8]) -> Result<Value, String> {
     let budget = Cell::new(body.len().saturating_add(SLACK_NODES));
     let de = serde_yaml::Deserializer::from_slice(body);
     Budgeted(&budget).deserialize(de).map_err(|e| {
@@ -551,6 +564,41 @@ mod tests {
         let deep = (0..=PLAIN_MAX_DEPTH + 1).map(|d| format!("{}k:\n", " ".repeat(d))).collect::<String>();
         assert_eq!(plain_block_mapping(deep.as_bytes()), None);
         assert!(parsed(deep.as_bytes()).is_ok());
+    }
+
+    /// The deepest texts of each shape the plain reader takes nest no
+    /// deeper than it says (`media::yaml_to_json` skips the depth checks
+    /// for them), and the reader does take texts that deep.
+    #[test]
+    fn plain_values_nest_at_most_plain_max_nesting() {
+        let mappings = |n: usize| {
+            let mut t: String = (0..n).map(|d| format!("{}k:\n", " ".repeat(d))).collect();
+            t.push_str(&format!("{}k: v\n", " ".repeat(n)));
+            t
+        };
+        let flows = |n: usize| format!("a: {}{}\n", "[".repeat(n), "]".repeat(n));
+        let items = |n: usize| {
+            // `- k:` items, each a mapping holding the next list.
+            let mut t = String::from("a:\n");
+            for d in 0..n {
+                t.push_str(&format!("{}- k:\n", " ".repeat(2 * d)));
+            }
+            t.push_str(&format!("{}- v\n", " ".repeat(2 * n)));
+            t
+        };
+        let mixed = |n: usize| format!("{}{}{}\n", mappings(n).trim_end_matches("v\n"), "[".repeat(n), "]".repeat(n));
+        let shapes: [(&str, &dyn Fn(usize) -> String); 4] = [("mappings", &mappings), ("flows", &flows), ("items", &items), ("mixed", &mixed)];
+        let mut deepest_of_all = 0;
+        for (name, text) in shapes {
+            let deepest = (0..=2 * PLAIN_MAX_NESTING)
+                .filter_map(|n| plain(text(n).as_bytes()).map(|v| crate::patch::json::nesting_depth(&v)))
+                .max()
+                .unwrap_or_else(|| panic!("{name}: no text taken"));
+            assert!(deepest <= PLAIN_MAX_NESTING, "{name}: {deepest}");
+            assert!(deepest >= PLAIN_MAX_DEPTH, "{name}: only {deepest} deep");
+            deepest_of_all = deepest_of_all.max(deepest);
+        }
+        assert_eq!(deepest_of_all, PLAIN_MAX_NESTING, "the bound is reached");
     }
 
     proptest::proptest! {
