@@ -31,7 +31,7 @@ use super::fields_v1;
 use super::managed::{self, ManagedEntry, UnwrittenEntries, OPERATION_APPLY, OPERATION_UPDATE};
 use super::schema::{self, Shape};
 use super::typed::{
-    compare, created_fields_v1, encodes_config, merge, merge_into_absent, merge_over, remove_items, to_field_set,
+    compare, created_fields_v1_text, encodes_config, merge, merge_into_absent, merge_over, remove_items, to_field_set,
     validate_applied, CreatedBy,
 };
 use super::{ApplyConflict, PatchError};
@@ -106,7 +106,7 @@ pub(crate) fn server_side_apply(req: &ApplyRequest<'_>) -> Result<Value, PatchEr
 }
 
 /// [`server_side_apply`], taking [`reapply_as_sole_owner`]'s shortcut and,
-/// for a create, the create walk ([`created_fields_v1`]) when `shortcut`
+/// for a create, the create walk ([`created_fields_v1_text`]) when `shortcut`
 /// (the tests compare both ways).
 pub(crate) fn server_side_apply_with(req: &ApplyRequest<'_>, shortcut: bool) -> Result<Value, PatchError> {
     let (mut obj, unwritten) = apply_leaving_create_entries(req, shortcut)?;
@@ -196,10 +196,10 @@ pub(crate) fn apply_leaving_create_entries(
         // (`api_version` may borrow from the configuration moved here.)
         let api_version = api_version.to_string();
         // The applier's entry is the only one and owns the configuration's
-        // fields: encoded in one walk when the walk can
-        // ([`created_fields_v1`]), with the time of a changed object.
+        // fields: written as text in one walk when the walk can
+        // ([`created_fields_v1_text`]), with the time of a changed object.
         if shortcut {
-            if let Some(fields) = created_fields_v1(&config, shape, &strip, ignored_top_level(""), CreatedBy::Apply) {
+            if let Some(fields) = created_fields_v1_text(&config, shape, &strip, ignored_top_level(""), CreatedBy::Apply) {
                 let result = merge_into_absent(config, shape);
                 return Ok((result, UnwrittenEntries::sole_apply(req.manager, &api_version, req.now, fields)));
             }

@@ -765,6 +765,31 @@ fn arb_created() -> impl Strategy<Value = Value> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1024, failure_persistence: None, ..ProptestConfig::default() })]
 
+    /// The text walk writes, byte for byte, what encoding the map walk's
+    /// map gives: for both entries, for objects the walk follows and for
+    /// those it leaves.
+    #[test]
+    fn the_text_walk_writes_the_map_walk_encoded(
+        obj in prop_oneof![
+            3 => arb_created(),
+            1 => arb_object(),
+            // A node left out: `metadata` of stripped fields only.
+            1 => arb_created().prop_map(|mut o| {
+                o["metadata"] = json!({"name": "a", "uid": "u", "resourceVersion": "1"});
+                o
+            }),
+        ],
+        apply in any::<bool>(),
+    ) {
+        use crate::patch::typed::{created_fields_v1, created_fields_v1_text};
+        let text = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let shape = crate::patch::schema::root_for(&text("apiVersion"), &text("kind"));
+        let by = if apply { CreatedBy::Apply } else { CreatedBy::Update };
+        let strip = stripped_fields();
+        let built = created_fields_v1(&obj, shape, &strip, "status", by).map(|m| Value::Object(m).to_string());
+        prop_assert_eq!(created_fields_v1_text(&obj, shape, &strip, "status", by), built);
+    }
+
     /// A create recorded through the walk gives, byte for byte, what
     /// comparing with nothing and encoding the set gives: for objects the
     /// walk follows and for realistic ones (pods with lists) it leaves.
@@ -820,6 +845,22 @@ proptest! {
             let Value::Object(m) = &config else { unreachable!("configurations are objects") };
             prop_assert_eq!(walked.is_some(), !m.is_empty(), "{} {}", kind, config);
         }
+    }
+}
+
+/// Keys that JSON escapes are escaped in the text walk as in the map's
+/// encoding; keys outside ASCII are written as they are.
+#[test]
+fn the_text_walk_escapes_keys_as_json_does() {
+    use crate::patch::typed::{created_fields_v1, created_fields_v1_text};
+    let shape = crate::patch::schema::root_for("v1", "ConfigMap");
+    let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"},
+        "data": {"q\"q": "1", "b\\s": "2", "c\u{1}": "3", "t\tb": "4", "é": "5", "\u{7f}": "6"}});
+    for by in [CreatedBy::Update, CreatedBy::Apply] {
+        let built = created_fields_v1(&obj, shape, &stripped_fields(), "status", by).map(|m| Value::Object(m).to_string());
+        let written = created_fields_v1_text(&obj, shape, &stripped_fields(), "status", by);
+        assert_eq!(written, built);
+        assert!(written.is_some_and(|t| t.contains(r#""f:q\"q""#) && t.contains(r#""f:c\u0001""#) && t.contains("\"f:é\"")));
     }
 }
 
