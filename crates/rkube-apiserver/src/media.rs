@@ -257,7 +257,7 @@ pub(crate) enum YamlError {
 /// text in the plain subset ([`crate::yaml_value::plain`]) is read without
 /// either check, its reader bounding the nesting below the limit;
 /// aliases may not expand it past one node per byte
-/// ([`crate::yaml_value::from_slice`]).
+/// ([`crate::yaml_value::parsed`]).
 ///
 /// A body that is JSON (what `kubectl apply --server-side` sends as
 /// `application/apply-patch+yaml`) is decoded by the JSON decoder, about three
@@ -279,7 +279,9 @@ pub(crate) fn yaml_to_json(body: &[u8]) -> Result<Value, YamlError> {
         }
     }
     // The plain subset bounds its own nesting, below the limit, in one
-    // linear pass: the scan is for what the YAML parser reads.
+    // linear pass: the scan is for what the YAML parser reads. (A text the
+    // plain reader gives up on late, deep nesting after megabytes of plain
+    // text, is read twice before it is refused: still linear.)
     const { assert!(crate::yaml_value::PLAIN_MAX_NESTING <= crate::patch::MAX_NESTING_DEPTH) };
     if let Some(value) = crate::yaml_value::plain(body) {
         return Ok(value);

@@ -864,6 +864,33 @@ fn the_text_walk_escapes_keys_as_json_does() {
     }
 }
 
+/// A configuration nested up to the body's limit writes fields one level
+/// deeper than itself: past what JSON decoding takes, the entry is built
+/// from the field set instead of the text, and the apply gives the same
+/// object either way, its entry included.
+#[test]
+fn a_create_applied_at_the_nesting_limit_keeps_its_entry() {
+    use crate::patch::apply::{server_side_apply_with, ApplyRequest};
+    let mut applied_at = Vec::new();
+    for depth in 120..=130 {
+        // `{"apiVersion":…,"x":{"a":{…{"a":1}…}}}`: the object and `depth - 1` levels under it.
+        let body = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"a"}},"x":{}1{}}}"#,
+            r#"{"a":"#.repeat(depth - 1),
+            "}".repeat(depth - 1)
+        );
+        let req = ApplyRequest {
+            kind: "ConfigMap", api_version: Some("v1"), original: None, body: body.as_bytes(),
+            manager: "tool", force: false, now: NOW,
+        };
+        let Ok(walked) = server_side_apply_with(&req, true) else { continue };
+        assert_eq!(Some(&walked), server_side_apply_with(&req, false).ok().as_ref(), "depth {depth}");
+        assert!(walked.pointer("/metadata/managedFields/0/fieldsV1/f:x").is_some(), "depth {depth}: {walked}");
+        applied_at.push(depth);
+    }
+    assert!(applied_at.contains(&127), "applied at depths {applied_at:?}");
+}
+
 /// The fields of a created ConfigMap, as upstream records them: `data` is
 /// a member (`"."`) holding its keys in byte order, `metadata` (a value
 /// struct) is not, its identifying fields are left out, `status` is not
