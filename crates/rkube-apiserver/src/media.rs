@@ -254,9 +254,9 @@ pub(crate) enum YamlError {
 /// One YAML document as JSON, refused before parsing when it nests deeper
 /// than [`crate::patch::MAX_NESTING_DEPTH`] ([`crate::yaml_depth::check`]),
 /// and after parsing when the value does (what the scan counts short); a
-/// text in the plain subset ([`crate::yaml_value::plain`]) is read without
-/// either check, its reader bounding the nesting below the limit;
-/// aliases may not expand it past one node per byte
+/// text in the plain subset ([`crate::yaml_value::plain_block_mapping`]) is
+/// read without either check, its reader bounding the nesting below the
+/// limit; aliases may not expand it past one node per byte
 /// ([`crate::yaml_value::parsed`]).
 ///
 /// A body that is JSON (what `kubectl apply --server-side` sends as
@@ -283,7 +283,7 @@ pub(crate) fn yaml_to_json(body: &[u8]) -> Result<Value, YamlError> {
     // plain reader gives up on late, deep nesting after megabytes of plain
     // text, is read twice before it is refused: still linear.)
     const { assert!(crate::yaml_value::PLAIN_MAX_NESTING <= crate::patch::MAX_NESTING_DEPTH) };
-    if let Some(value) = crate::yaml_value::plain(body) {
+    if let Some(value) = crate::yaml_value::plain_block_mapping(body) {
         return Ok(value);
     }
     crate::yaml_depth::check(body, max).map_err(|_| YamlError::TooDeep { max })?;

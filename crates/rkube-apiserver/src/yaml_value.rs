@@ -27,24 +27,16 @@ pub const EXCESSIVE_ALIASING: &str = "document contains excessive aliasing";
 /// `body.len() + SLACK_NODES` nodes. Errors: serde_yaml's message, or
 /// exactly [`EXCESSIVE_ALIASING`].
 pub fn from_slice(body: &[u8]) -> Result<Value, String> {
-    match plain(body) {
+    match plain_block_mapping(body) {
         Some(value) => Ok(value),
         None => parsed(body),
     }
 }
 
-/// The deepest value [`plain`] returns: its mappings, block and flow
-/// sequences nest at most this deep, the outermost counting 1 (a value
-/// nested deeper is left to the YAML parser).
+/// The deepest value [`plain_block_mapping`] returns: its mappings, block
+/// and flow sequences nest at most this deep, the outermost counting 1 (a
+/// value nested deeper is left to the YAML parser).
 pub const PLAIN_MAX_NESTING: usize = PLAIN_MAX_DEPTH + 1;
-
-/// [`from_slice`] of a text in the plain subset of
-/// [`plain_block_mapping`], read in one pass in time linear in its length;
-/// `None` for any other text. The value nests at most
-/// [`PLAIN_MAX_NESTING`] deep.
-pub fn plain(body: &[u8]) -> Option<Value> {
-    plain_block_mapping(body)
-}
 
 /// [`from_slice`] by the YAML parser.
 pub fn parsed(body: &[u8]) -> Result<Value, String> {
@@ -94,7 +86,10 @@ const PLAIN_MAX_KEY_LEN: usize = 1000;
 /// `+`, an exponent, a leading zero) is left to the parser. A key or value
 /// may also be quoted (`"..."` or `'...'`) on one line, with printable
 /// ASCII and no escape inside: a string as written.
-fn plain_block_mapping(body: &[u8]) -> Option<Value> {
+///
+/// Read in time linear in the text's length; the value nests at most
+/// [`PLAIN_MAX_NESTING`] deep.
+pub fn plain_block_mapping(body: &[u8]) -> Option<Value> {
     let mut p = Plain { b: body, i: 0, entries: Vec::new() };
     let value = p.mapping(0, 0, false)?;
     (p.i == body.len()).then_some(value)
@@ -591,7 +586,7 @@ mod tests {
         let mut deepest_of_all = 0;
         for (name, text) in shapes {
             let deepest = (0..=2 * PLAIN_MAX_NESTING)
-                .filter_map(|n| plain(text(n).as_bytes()).map(|v| crate::patch::json::nesting_depth(&v)))
+                .filter_map(|n| plain_block_mapping(text(n).as_bytes()).map(|v| crate::patch::json::nesting_depth(&v)))
                 .max()
                 .unwrap_or_else(|| panic!("{name}: no text taken"));
             assert!(deepest <= PLAIN_MAX_NESTING, "{name}: {deepest}");

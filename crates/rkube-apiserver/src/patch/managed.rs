@@ -44,6 +44,18 @@ pub(crate) struct ManagedEntry<F = FieldSet> {
 type EncodedEntry = ManagedEntry<Map<String, Value>>;
 
 impl<F> ManagedEntry<F> {
+    /// The same entry owning `fields` instead.
+    fn with_fields<G>(self, fields: G) -> ManagedEntry<G> {
+        ManagedEntry {
+            manager: self.manager,
+            operation: self.operation,
+            api_version: self.api_version,
+            time: self.time,
+            subresource: self.subresource,
+            fields,
+        }
+    }
+
     /// Whether this entry is the one of (`manager`, `operation`,
     /// `api_version`, `subresource`); apiVersion counts for `Update` only.
     pub(crate) fn is(
@@ -224,7 +236,7 @@ impl UnwrittenEntries {
                 };
                 match fields.is_empty() {
                     true => write(obj, Vec::new()),
-                    false => write(obj, vec![new_apply_entry(&entry.manager, &entry.api_version, entry.time, fields).into_json()]),
+                    false => write(obj, vec![entry.with_fields(fields).into_json()]),
                 }
             }
         }
@@ -240,14 +252,7 @@ impl UnwrittenEntries {
     /// JSON text of a canonical `FieldsV1` ([`fields_v1::is_canonical`]),
     /// as [`super::typed::created_fields_v1_text`] writes it.
     pub(crate) fn sole_apply(manager: &str, api_version: &str, time: &str, fields_text: String) -> Self {
-        UnwrittenEntries(Unwritten::Encoded(ManagedEntry {
-            manager: manager.to_string(),
-            operation: OPERATION_APPLY.to_string(),
-            api_version: api_version.to_string(),
-            time: Some(time.to_string()),
-            subresource: String::new(),
-            fields: fields_text,
-        }))
+        UnwrittenEntries(Unwritten::Encoded(new_apply_entry(manager, api_version, Some(time.to_string()), fields_text)))
     }
 }
 
@@ -364,9 +369,9 @@ pub(crate) fn write_sole_apply_entry(
 }
 
 /// The `Apply` entry of `manager` at `api_version` for the main resource,
-/// stamped `time`, owning the encoded `fields`.
-fn new_apply_entry(manager: &str, api_version: &str, time: Option<String>, fields: Map<String, Value>) -> EncodedEntry {
-    EncodedEntry {
+/// stamped `time`, owning `fields` (encoded, as a map or as text).
+fn new_apply_entry<F>(manager: &str, api_version: &str, time: Option<String>, fields: F) -> ManagedEntry<F> {
+    ManagedEntry {
         manager: manager.to_string(),
         operation: OPERATION_APPLY.to_string(),
         api_version: api_version.to_string(),

@@ -317,8 +317,8 @@ pub(crate) fn created_fields_v1(
 /// block YAML (165,000 keys, release builds, 10 requests each), this walk
 /// took 12.6 % of the CPU where the map's had taken 39.7 %. Also `None`
 /// when the text would nest deeper than decoding it allows
-/// ([`TEXT_MAX_NESTING`]). Server-side apply creating an object keeps its
-/// entry so until the create path has validated the object
+/// ([`super::MAX_NESTING_DEPTH`]). Server-side apply creating an object
+/// keeps its entry so until the create path has validated the object
 /// ([`super::managed::UnwrittenEntries`]).
 pub(crate) fn created_fields_v1_text(
     obj: &Value,
@@ -333,12 +333,8 @@ pub(crate) fn created_fields_v1_text(
     // field set, which builds the map without decoding it (a configuration
     // at the nesting limit writes fields one level deeper: each leaf is
     // `{}`).
-    (out.deepest < TEXT_MAX_NESTING).then_some(out.buf)
+    (out.deepest <= super::MAX_NESTING_DEPTH).then_some(out.buf)
 }
-
-/// The nesting [`created_fields_v1_text`]'s text stays under: serde_json's
-/// default recursion limit (128), under which `crate::json_value` decodes.
-const TEXT_MAX_NESTING: usize = 128;
 
 /// The walk of [`created_fields_v1`] into `out`.
 fn created_top(out: &mut impl FieldsOut, obj: &Value, shape: &Shape, strip: &FieldSet, ignored: &str, by: CreatedBy) -> Option<()> {
@@ -365,11 +361,12 @@ pub(crate) enum CreatedBy {
 /// `None`), the encoded fields a create adds under the object node `m` of
 /// `shape`, less `strip` and `ignored` (see [`created_fields_v1`]), after a
 /// `"."` when the node is itself a `member` and holds fields (a member that
-/// holds none encodes as `{}`); `None` where the walk stops. Follows [`compare_at`] with no `lhs`: a scalar, an
-/// empty object or list, an object of atomic shape and an atomic list are
-/// leaves (members); a non-empty object is a member unless its field is a
-/// value struct ([`Shape::is_value_struct`]) or the walk is
-/// [`CreatedBy::Apply`]'s, and holds its own fields.
+/// holds none encodes as `{}`); `None` where the walk stops. Follows
+/// [`compare_at`] with no `lhs`: a scalar, an empty object or list, an
+/// object of atomic shape and an atomic list are leaves (members); a
+/// non-empty object is a member unless its field is a value struct
+/// ([`Shape::is_value_struct`]) or the walk is [`CreatedBy::Apply`]'s, and
+/// holds its own fields.
 #[allow(clippy::too_many_arguments)]
 fn created_node(
     out: &mut impl FieldsOut,
