@@ -96,43 +96,86 @@ pub fn order_object_keys(obj: &mut Value) -> bool {
 /// `APIObjectVersioner.PrepareObjectForStorage`). Errors: serde_json's (only
 /// for a map key that is not a string, which a `Value` cannot hold).
 pub fn to_typed_json(obj: &Value, without_resource_version: bool) -> serde_json::Result<Vec<u8>> {
-    serde_json::to_vec(&TypedOrder { value: obj, without_resource_version })
+    serde_json::to_vec(&TypedOrder::<()> { value: obj, without_resource_version, managed_fields: None })
+}
+
+/// [`to_typed_json`] of `obj` with `metadata.managedFields` set to what
+/// `managed_fields` serializes to (replacing any `obj` has), without
+/// building that value into `obj`: the bytes `to_typed_json` writes after
+/// inserting it, as long as `managed_fields` serializes as its `Value`
+/// would. The create path writes a `managedFields` entry whose `fieldsV1`
+/// is still JSON text this way (a `serde_json::value::RawValue`), so the
+/// map of a large object's fields is never built. `None` when `obj` is not
+/// an object with an object `metadata` (the caller inserts the value and
+/// encodes). Errors: serde_json's.
+pub fn to_typed_json_with_managed_fields<M: serde::Serialize>(
+    obj: &Value,
+    without_resource_version: bool,
+    managed_fields: &M,
+) -> Option<serde_json::Result<Vec<u8>>> {
+    obj.get("metadata")?.as_object()?;
+    Some(serde_json::to_vec(&TypedOrder { value: obj, without_resource_version, managed_fields: Some(managed_fields) }))
 }
 
 /// Serializes an object's top-level keys by [`top_rank`] and its `metadata`
-/// keys by [`meta_rank`] (stable), as [`order_object_keys`] orders them.
-struct TypedOrder<'a> {
+/// keys by [`meta_rank`] (stable), as [`order_object_keys`] orders them;
+/// `managed_fields`, when given, as `metadata.managedFields`.
+struct TypedOrder<'a, M> {
     value: &'a Value,
     without_resource_version: bool,
+    managed_fields: Option<&'a M>,
 }
 
-impl serde::Serialize for TypedOrder<'_> {
+impl<M: serde::Serialize> serde::Serialize for TypedOrder<'_, M> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let Value::Object(map) = self.value else { return self.value.serialize(s) };
         serialize_ranked(map, top_rank, s, |key, v, m| match (key, v) {
             ("metadata", Value::Object(meta)) => m.serialize_entry(
                 key,
-                &MetaOrder { meta, without_resource_version: self.without_resource_version },
+                &MetaOrder {
+                    meta,
+                    without_resource_version: self.without_resource_version,
+                    managed_fields: self.managed_fields,
+                },
             ),
             _ => m.serialize_entry(key, v),
         })
     }
 }
 
-/// `metadata` keys in [`meta_rank`] order, `resourceVersion` left out on request.
-struct MetaOrder<'a> {
+/// `metadata` keys in [`meta_rank`] order, `resourceVersion` left out on
+/// request, `managedFields` replaced by `managed_fields` when given.
+struct MetaOrder<'a, M> {
     meta: &'a Map<String, Value>,
     without_resource_version: bool,
+    managed_fields: Option<&'a M>,
 }
 
-impl serde::Serialize for MetaOrder<'_> {
+impl<M: serde::Serialize> serde::Serialize for MetaOrder<'_, M> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        serialize_ranked(self.meta, meta_rank, s, |key, v, m| {
-            if self.without_resource_version && key == "resourceVersion" {
-                return Ok(());
-            }
-            m.serialize_entry(key, v)
-        })
+        let left_out = |key: &str| self.without_resource_version && key == "resourceVersion";
+        let Some(managed_fields) = self.managed_fields else {
+            return serialize_ranked(self.meta, meta_rank, s, |key, v, m| match left_out(key) {
+                true => Ok(()),
+                false => m.serialize_entry(key, v),
+            });
+        };
+        // Where inserting `managedFields` and ordering put it: before the
+        // first key ranked after it (only `managedFields` has its rank).
+        let rank = meta_rank("managedFields");
+        let mut entries: Vec<(&String, &Value)> =
+            self.meta.iter().filter(|(k, _)| *k != "managedFields" && !left_out(k)).collect();
+        entries.sort_by_key(|(k, _)| meta_rank(k));
+        let at = entries.partition_point(|(k, _)| meta_rank(k) < rank);
+        let mut m = s.serialize_map(Some(entries.len() + 1))?;
+        for (k, v) in &entries[..at] {
+            m.serialize_entry(k, v)?;
+        }
+        m.serialize_entry("managedFields", managed_fields)?;
+        for (k, v) in &entries[at..] {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
     }
 }
 
@@ -588,6 +631,14 @@ mod tests {
         );
         assert_eq!(to_typed_json(&json!([1]), true).unwrap(), b"[1]");
         assert_eq!(to_typed_json(&json!({"metadata": 3}), true).unwrap(), br#"{"metadata":3}"#);
+        let entries = json!([{"manager": "m"}]);
+        assert!(to_typed_json_with_managed_fields(&json!({"metadata": 3}), true, &entries).is_none());
+        assert!(to_typed_json_with_managed_fields(&json!([1]), true, &entries).is_none());
+        let with = to_typed_json_with_managed_fields(&obj, true, &entries).unwrap().unwrap();
+        assert_eq!(
+            with,
+            br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x","labels":{"a":"b"},"managedFields":[{"manager":"m"}]},"data":{"b":"1"}}"#
+        );
     }
 
     #[test]
@@ -722,6 +773,26 @@ mod tests {
                 match spliced {
                     Some(spliced) => prop_assert_eq!(String::from_utf8(spliced).unwrap(), String::from_utf8(want).unwrap()),
                     None => prop_assert_eq!(bytes, want),
+                }
+            }
+
+            #[test]
+            fn managed_fields_given_apart_are_written_where_inserting_them_puts_them(
+                obj in object(),
+                without_rv in any::<bool>(),
+                managed_fields in value(),
+            ) {
+                let mut inserted = obj.clone();
+                if let Some(Value::Object(meta)) = inserted.get_mut("metadata") {
+                    meta.insert("managedFields".into(), managed_fields.clone());
+                }
+                let apart = to_typed_json_with_managed_fields(&obj, without_rv, &managed_fields);
+                match obj.get("metadata") {
+                    Some(Value::Object(_)) => prop_assert_eq!(
+                        String::from_utf8(apart.unwrap().unwrap()).unwrap(),
+                        String::from_utf8(to_typed_json(&inserted, without_rv).unwrap()).unwrap()
+                    ),
+                    _ => prop_assert!(apart.is_none()),
                 }
             }
         }

@@ -95,10 +95,20 @@ pub fn stored_object(
     resource_version: i64,
     warnings: &[String],
 ) -> Response {
-    match spliced(info, r, stored, resource_version) {
-        Some(body) => json_answer(code, body, warnings),
-        None => object(info, r, code, obj, warnings),
-    }
+    stored_answer(info, r, code, stored, resource_version, warnings).unwrap_or_else(|| object(info, r, code, obj, warnings))
+}
+
+/// [`stored_object`]'s answer when it is the stored bytes (spliced), else
+/// `None`: the caller answers with the object ([`object`]).
+pub fn stored_answer(
+    info: &ResourceInfo,
+    r: Render,
+    code: u16,
+    stored: Stored<'_>,
+    resource_version: i64,
+    warnings: &[String],
+) -> Option<Response> {
+    spliced(info, r, stored, resource_version).map(|body| json_answer(code, body, warnings))
 }
 
 /// The stored bytes with `metadata.resourceVersion` set to

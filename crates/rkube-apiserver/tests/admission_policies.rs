@@ -75,6 +75,24 @@ async fn a_failed_validation_denies_with_upstreams_status() {
     assert_eq!(s.post("/api/v1/namespaces/default/secrets", &secret).await.code, 201);
 }
 
+/// A policy sees a created object whole, its managedFields included (the
+/// create path keeps them apart only while nothing reads them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_reads_the_managed_fields_of_an_object_being_created() {
+    let s = TestServer::embedded().await;
+    let spec = json!({"matchConstraints": configmaps_rule(), "validations": [{
+        "expression": "has(object.metadata.managedFields) && object.metadata.managedFields[0].manager == 'creator' && has(object.metadata.managedFields[0].fieldsV1)",
+        "message": "no managedFields"}]});
+    install(&s, "managed", spec, json!({"validationActions": ["Deny"]})).await;
+    let r = s.post(&format!("{CMS}?fieldManager=creator"), &cm("seen", json!({"a": "1"}))).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    let apply = cm("applied", json!({"a": "1"})).to_string();
+    let r = s.patch(&format!("{CMS}/applied?fieldManager=creator"), "application/apply-patch+yaml", &apply).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    let r = s.post(&format!("{CMS}?fieldManager=other"), &cm("other", json!({"a": "1"}))).await;
+    r.assert_status(422, "Invalid");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warn_bindings_answer_with_a_warning_and_variables_feed_message_expressions() {
     let s = TestServer::embedded().await;

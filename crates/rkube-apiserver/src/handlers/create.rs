@@ -46,9 +46,84 @@ pub enum NewManaged {
     Apply(crate::patch::UnwrittenEntries),
 }
 
+/// An object [`prepare_new`] made ready to store, with the warnings to
+/// send. Its managedFields entries may still be unwritten: when nothing
+/// between their computation and the write reads the object's
+/// managedFields (no mutating or validating admission configured, not a
+/// pod or a claim, no conversion), the entries stay apart, and an entry
+/// whose fields the create walk wrote as JSON text is stored as that text
+/// ([`crate::patch::UnwrittenEntries::encode_stored`]), so the map of a
+/// large object's fields is never built. In `perf` profiles of accepted
+/// creates of a ConfigMap of 1 MiB of data (165,000 keys), building that
+/// map was 35 % of the request's CPU.
+pub struct Prepared {
+    obj: Value,
+    entries: crate::patch::UnwrittenEntries,
+    /// The warnings to send.
+    pub warnings: Vec<String>,
+}
+
+impl Prepared {
+    /// The object, its managedFields entries written.
+    pub fn object(&mut self) -> &mut Value {
+        std::mem::take(&mut self.entries).write_into(&mut self.obj);
+        &mut self.obj
+    }
+
+    /// The object as it will be stored but its managedFields, which may
+    /// be unwritten (read it for what managedFields do not change).
+    pub fn object_but_managed_fields(&mut self) -> &mut Value {
+        &mut self.obj
+    }
+
+    /// The object's storage bytes ([`encode_stored`] of [`Prepared::object`]),
+    /// encoded without writing an entry still held as text.
+    pub async fn encode(&mut self, ctx: &Ctx) -> ApiResult<bytes::Bytes> {
+        if ctx.ri.info.conversion.is_none() {
+            if let Some(encoded) = self.entries.encode_stored(&self.obj) {
+                return encoded.map(bytes::Bytes::from).map_err(ApiError::internal);
+            }
+        }
+        encode_stored(&ctx.st, ctx.ri.info, self.object()).await
+    }
+
+    /// The answer (`code`) to the create that stored `bytes`
+    /// ([`Prepared::encode`]) at `revision`: the stored bytes with the
+    /// resourceVersion spliced in when [`render::stored_answer`] gives
+    /// them, else the object, its entries then written. The object is then
+    /// kept decoded for the next write of `key` ([`Ctx::remember_written`])
+    /// unless an entry is still unwritten: that write decodes the stored
+    /// bytes instead, as after another server's write.
+    pub fn answer(mut self, ctx: &Ctx, key: &str, code: u16, bytes: bytes::Bytes, revision: i64) -> Response {
+        let info = ctx.ri.info;
+        set_resource_version(&mut self.obj, revision);
+        trace::step(steps::ABOUT_TO_WRITE);
+        let stored = render::Stored::Written(&bytes);
+        let resp = match render::stored_answer(info, ctx.render, code, stored, revision, &self.warnings) {
+            Some(resp) => resp,
+            None => {
+                self.object();
+                render::object(info, ctx.render, code, &self.obj, &self.warnings)
+            }
+        };
+        if self.entries.is_empty() {
+            ctx.remember_written(key, self.obj, bytes, revision);
+        }
+        resp
+    }
+
+    /// The answer (`code`) to a dry run: the object, its entries written.
+    pub fn dry_run_answer(mut self, ctx: &Ctx, code: u16) -> Response {
+        trace::step(steps::STORED);
+        trace::step(steps::ABOUT_TO_WRITE);
+        self.object();
+        render::object(ctx.ri.info, ctx.render, code, &self.obj, &self.warnings)
+    }
+}
+
 /// Turns a client's object into the object to store (every step of the
-/// module docs but the write). Returns it and the warnings to send.
-pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<String>)> {
+/// module docs but the write).
+pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<Prepared> {
     let info = ctx.ri.info;
     let mut obj = new.obj;
     check_type_meta(&ctx.st, info, info.kind, &mut obj).await?;
@@ -86,15 +161,28 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
             return Err(ApiError::invalid(info, &name, causes));
         }
     }
-    match new.managed {
+    // Entries left unwritten until the write when nothing reads them in
+    // between (see `Prepared`); pods and claims never get here validated.
+    let keep_apart = validated && info.conversion.is_none();
+    let mut entries = match new.managed {
         NewManaged::Update => {
             let api_version = info.api_version();
             let rec =
                 crate::patch::UpdateRecord { manager: &manager, api_version: &api_version, subresource: "", now: &now };
-            crate::patch::record_update(&rec, None, &mut obj);
+            match keep_apart.then(|| crate::patch::UnwrittenEntries::created(&rec, &obj)).flatten() {
+                Some(entries) => entries,
+                None => {
+                    crate::patch::record_update(&rec, None, &mut obj);
+                    crate::patch::UnwrittenEntries::default()
+                }
+            }
         }
-        NewManaged::Apply(entries) => entries.write_into(&mut obj),
-    }
+        NewManaged::Apply(entries) if keep_apart => entries,
+        NewManaged::Apply(entries) => {
+            entries.write_into(&mut obj);
+            crate::patch::UnwrittenEntries::default()
+        }
+    };
 
     let limit_ranges = match ctx.st.config.admission.limit_ranger && crate::admission::limit_ranger::handles(info) {
         true => crate::admission::limit_ranger::read(&ctx.st, ctx.namespace()).await?,
@@ -142,6 +230,10 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
         assign_cluster_ip(ctx, &mut obj, None).await?;
         assign_node_ports(ctx, &mut obj, None).await?;
     }
+    // Validating admission sees the object whole.
+    if !entries.is_empty() && crate::admission::webhook::any_validating(&ctx.st).await? {
+        std::mem::take(&mut entries).write_into(&mut obj);
+    }
     attrs.object = Some(obj);
     let validated = crate::admission::webhook::validate(&ctx.st, &attrs).await;
     let obj = attrs.object.take().unwrap_or_default();
@@ -150,7 +242,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<(Value, Vec<Str
         let dry_run = ctx.dry_run()?;
         crate::admission::resource_quota::admit(&ctx.st, info, ctx.namespace(), &name, &obj, None, dry_run).await?;
     }
-    Ok((obj, warnings))
+    Ok(Prepared { obj, entries, warnings })
 }
 
 /// POST a new object.
@@ -164,32 +256,27 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let generated = object::name(&decoded).is_empty() && !generate_base.is_empty();
     let dry_run = ctx.dry_run()?;
     trace::step(steps::STORE_START);
-    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: decoded, managed: NewManaged::Update, keys }).await?;
+    let mut prepared = prepare_new(ctx, NewObject { obj: decoded, managed: NewManaged::Update, keys }).await?;
     trace::step(steps::ADMISSION_DONE);
     if dry_run {
-        trace::step(steps::STORED);
-        trace::step(steps::ABOUT_TO_WRITE);
-        return Ok(render::object(info, ctx.render, 201, &obj, &warnings));
+        return Ok(prepared.dry_run_answer(ctx, 201));
     }
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let name = object::name(&obj).to_string();
+        let name = object::name(prepared.object_but_managed_fields()).to_string();
         let key = ctx.key(&name);
-        let bytes = encode_stored(&ctx.st, info, &obj).await?;
+        let bytes = prepared.encode(ctx).await?;
         match ctx.st.storage.create(&key, bytes.clone()).await {
             Ok(kv) => {
                 trace::step(steps::STORED);
-                set_resource_version(&mut obj, kv.mod_revision);
-                trace::step(steps::ABOUT_TO_WRITE);
-                let resp = render::stored_object(info, ctx.render, 201, &obj, render::Stored::Written(&bytes), kv.mod_revision, &warnings);
-                ctx.remember_written(&key, obj, bytes, kv.mod_revision);
-                return Ok(resp);
+                return Ok(prepared.answer(ctx, &key, 201, bytes, kv.mod_revision));
             }
             Err(rkube_storage::StorageError::AlreadyExists { .. })
                 if generated && attempts < GENERATE_NAME_ATTEMPTS =>
             {
-                object::set_meta(&mut obj, "name", json!(object::generate_name(&generate_base)));
+                let name = object::generate_name(&generate_base);
+                object::set_meta(prepared.object_but_managed_fields(), "name", json!(name));
             }
             Err(e) => return Err(ApiError::from_storage(e, info, &name)),
         }

@@ -379,18 +379,16 @@ async fn create_on_update(
         }
         _ => {}
     }
-    let (mut obj, warnings) = prepare_new(ctx, NewObject { obj: body_obj, managed: NewManaged::Update, keys }).await?;
+    let mut prepared = prepare_new(ctx, NewObject { obj: body_obj, managed: NewManaged::Update, keys }).await?;
     trace::step(steps::ADMISSION_DONE);
     if dry_run {
-        trace::step(steps::STORED);
-        return Ok(Some(written(info, ctx, 201, &obj, &warnings)));
+        return Ok(Some(prepared.dry_run_answer(ctx, 201)));
     }
-    let bytes = encode_stored(&ctx.st, info, &obj).await?;
-    match ctx.st.storage.create(key, bytes).await {
+    let bytes = prepared.encode(ctx).await?;
+    match ctx.st.storage.create(key, bytes.clone()).await {
         Ok(kv) => {
             trace::step(steps::STORED);
-            set_resource_version(&mut obj, kv.mod_revision);
-            Ok(Some(written(info, ctx, 201, &obj, &warnings)))
+            Ok(Some(prepared.answer(ctx, key, 201, bytes, kv.mod_revision)))
         }
         Err(StorageError::AlreadyExists { .. }) => Ok(None),
         Err(e) => Err(ApiError::from_storage(e, info, name)),
@@ -434,24 +432,22 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
             let (applied, entries) = apply_create(info, body, &manager, force)?;
             trace::step(steps::PATCH_APPLIED);
             let new = NewObject { obj: applied, managed: NewManaged::Apply(entries), keys: None };
-            let (mut obj, warnings) = prepare_new(ctx, new).await?;
+            let mut prepared = prepare_new(ctx, new).await?;
             trace::step(steps::ADMISSION_DONE);
-            if object::name(&obj) != name {
+            let named = object::name(prepared.object_but_managed_fields());
+            if named != name {
                 return Err(ApiError::bad_request(format!(
-                    "the name of the object ({}) does not match the name on the URL ({name})",
-                    object::name(&obj)
+                    "the name of the object ({named}) does not match the name on the URL ({name})"
                 )));
             }
             if dry_run {
-                trace::step(steps::STORED);
-                return Ok(written(info, ctx, 201, &obj, &warnings));
+                return Ok(prepared.dry_run_answer(ctx, 201));
             }
-            let bytes = encode_stored(&ctx.st, info, &obj).await?;
-            match ctx.st.storage.create(&key, bytes).await {
+            let bytes = prepared.encode(ctx).await?;
+            match ctx.st.storage.create(&key, bytes.clone()).await {
                 Ok(kv) => {
                     trace::step(steps::STORED);
-                    set_resource_version(&mut obj, kv.mod_revision);
-                    return Ok(written(info, ctx, 201, &obj, &warnings));
+                    return Ok(prepared.answer(ctx, &key, 201, bytes, kv.mod_revision));
                 }
                 Err(StorageError::AlreadyExists { .. }) => continue,
                 Err(e) => return Err(ApiError::from_storage(e, info, &name)),

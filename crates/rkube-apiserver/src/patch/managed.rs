@@ -56,6 +56,18 @@ impl<F> ManagedEntry<F> {
         }
     }
 
+    /// A copy of this entry but its fields.
+    fn without_fields(&self) -> ManagedEntry<()> {
+        ManagedEntry {
+            manager: self.manager.clone(),
+            operation: self.operation.clone(),
+            api_version: self.api_version.clone(),
+            time: self.time.clone(),
+            subresource: self.subresource.clone(),
+            fields: (),
+        }
+    }
+
     /// Whether this entry is the one of (`manager`, `operation`,
     /// `api_version`, `subresource`); apiVersion counts for `Update` only.
     pub(crate) fn is(
@@ -242,6 +254,50 @@ impl UnwrittenEntries {
         }
     }
 
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        matches!(self.0, Unwritten::None)
+    }
+
+    /// `obj` with these entries written ([`UnwrittenEntries::write_into`])
+    /// as stored: the bytes of `rkube_api::wire::to_typed_json(obj, true)`
+    /// after writing them, without decoding an entry whose fields are still
+    /// JSON text (the text is checked to be one JSON value, then copied as
+    /// it is). `None` when the entries are not one such entry owning
+    /// fields, or `obj` has no `metadata` object: write them, then encode.
+    /// Errors: serde_json's.
+    pub fn encode_stored(&self, obj: &Value) -> Option<serde_json::Result<Vec<u8>>> {
+        let Unwritten::Encoded(entry) = &self.0 else { return None };
+        if entry.fields == "{}" {
+            return None;
+        }
+        let fields: &serde_json::value::RawValue = serde_json::from_str(&entry.fields).ok()?;
+        let Value::Object(head) = entry.without_fields().into_json_with(|()| Value::Null) else { return None };
+        rkube_api::wire::to_typed_json_with_managed_fields(obj, true, &[TextEntry { head: &head, fields }])
+    }
+
+    /// The `Update` entry of `rec` a create of `obj` records
+    /// ([`record_update`] with no old object), its fields written as JSON
+    /// text by the create walk ([`super::typed::created_fields_v1_text`])
+    /// and left unwritten, so that a large object's field map is never
+    /// built when the create path can store the text as it is
+    /// ([`UnwrittenEntries::encode_stored`]). `None` where `record_update`
+    /// does not take that walk (`obj` carries managedFields, or holds what
+    /// the walk does not follow: lists of set or map items), or the entry
+    /// would own no field.
+    pub fn created(rec: &UpdateRecord<'_>, obj: &Value) -> Option<Self> {
+        if obj.pointer("/metadata/managedFields").is_some() {
+            return None;
+        }
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+        let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let shape = schema::root_for(api_version, kind);
+        let ignored = ignored_top_level(rec.subresource);
+        let text = typed::created_fields_v1_text(obj, shape, &stripped_fields(), ignored, typed::CreatedBy::Update)?;
+        // No fields: `record_update` writes no entry, at no cost.
+        (text != "{}").then(|| UnwrittenEntries(Unwritten::Encoded(rec.entry(text))))
+    }
+
     /// Entries to write later.
     pub(crate) fn new(entries: Vec<ManagedEntry>) -> Self {
         UnwrittenEntries(Unwritten::Decoded(entries))
@@ -253,6 +309,28 @@ impl UnwrittenEntries {
     /// as [`super::typed::created_fields_v1_text`] writes it.
     pub(crate) fn sole_apply(manager: &str, api_version: &str, time: &str, fields_text: String) -> Self {
         UnwrittenEntries(Unwritten::Encoded(new_apply_entry(manager, api_version, Some(time.to_string()), fields_text)))
+    }
+}
+
+/// A `managedFields` entry as [`ManagedEntry::into_json`] writes it, its
+/// `fieldsV1` given as JSON text: `head` is the entry's map with any value
+/// in `fieldsV1`'s place, serialized with `fields` there instead.
+struct TextEntry<'a> {
+    head: &'a Map<String, Value>,
+    fields: &'a serde_json::value::RawValue,
+}
+
+impl serde::Serialize for TextEntry<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.head.len()))?;
+        for (k, v) in self.head {
+            match k.as_str() {
+                "fieldsV1" => m.serialize_entry(k, self.fields)?,
+                _ => m.serialize_entry(k, v)?,
+            }
+        }
+        m.end()
     }
 }
 

@@ -132,6 +132,54 @@ pub async fn dry_run_create_stores_nothing(s: &TestServer) {
     s.get(&format!("{CMS}/dry")).await.assert_status(404, "NotFound");
 }
 
+/// A create's managedFields entry is in every answer: JSON (spliced from
+/// the stored bytes), YAML and a dry run (the object), the object read
+/// back, server-side apply creating an object; the next update of the
+/// object starts from it.
+pub async fn created_objects_answer_with_their_managed_fields(s: &TestServer) {
+    let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"b": "2", "a": "1"}});
+    let entry = |manager: &str, operation: &str, time: &Value, fields: Value| {
+        json!([{"manager": manager, "operation": operation, "apiVersion": "v1", "time": time, "fieldsType": "FieldsV1", "fieldsV1": fields}])
+    };
+    let created = json!({"f:data": {".": {}, "f:a": {}, "f:b": {}}});
+    let r = s.post(&format!("{CMS}?fieldManager=creator"), &cm("mf-json")).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    let time = &r.body["metadata"]["managedFields"][0]["time"];
+    assert_eq!(r.body["metadata"]["managedFields"], entry("creator", "Update", time, created.clone()), "{}", r.text);
+    let read = s.get(&format!("{CMS}/mf-json")).await;
+    assert_eq!(read.text, r.text, "read back as answered");
+
+    let r = s.send("POST", CMS, Some("application/json"), Some("application/yaml"), Some(cm("mf-yaml").to_string().into())).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    for line in ["managedFields:", "manager: ", "fieldsV1:", "f:data:", "f:a: {}", "f:b: {}"] {
+        assert!(r.text.contains(line), "{line} in {}", r.text);
+    }
+
+    let r = s.post(&format!("{CMS}?dryRun=All&fieldManager=creator"), &cm("mf-dry")).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    let time = &r.body["metadata"]["managedFields"][0]["time"];
+    assert_eq!(r.body["metadata"]["managedFields"], entry("creator", "Update", time, created.clone()), "{}", r.text);
+
+    let apply = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mf-apply"}, "data": {"a": "1"}}).to_string();
+    let r = s.patch(&format!("{CMS}/mf-apply?fieldManager=applier"), "application/apply-patch+yaml", &apply).await;
+    assert_eq!(r.code, 201, "{}", r.text);
+    let time = &r.body["metadata"]["managedFields"][0]["time"];
+    assert_eq!(r.body["metadata"]["managedFields"], entry("applier", "Apply", time, json!({"f:data": {"f:a": {}}})), "{}", r.text);
+    assert_eq!(s.get(&format!("{CMS}/mf-apply")).await.text, r.text, "read back as answered");
+
+    // Another manager's update takes the field it changed.
+    let mut changed = read.body.clone();
+    changed["data"]["a"] = json!("changed");
+    let r = s.put(&format!("{CMS}/mf-json?fieldManager=editor"), &changed).await;
+    assert_eq!(r.code, 200, "{}", r.text);
+    let entries = r.body["metadata"]["managedFields"].as_array().expect("entries").clone();
+    assert_eq!(entries.len(), 2, "{}", r.text);
+    assert_eq!(entries[0]["manager"], "creator");
+    assert_eq!(entries[0]["fieldsV1"], json!({"f:data": {".": {}, "f:b": {}}}));
+    assert_eq!(entries[1]["manager"], "editor");
+    assert_eq!(entries[1]["fieldsV1"], json!({"f:data": {"f:a": {}}}));
+}
+
 pub async fn yaml_bodies_and_yaml_responses(s: &TestServer) {
     let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  a: b\n";
     let r = s.send("POST", CMS, Some("application/yaml"), Some("application/yaml"), Some(yaml.into())).await;

@@ -43,6 +43,7 @@ macro_rules! all_suite_tests {
             crud::create_with_wrong_field_type_is_400,
             crud::strict_field_validation_rejects_unknown_fields,
             crud::dry_run_create_stores_nothing,
+            crud::created_objects_answer_with_their_managed_fields,
             crud::yaml_bodies_and_yaml_responses,
             crud::body_over_3mib_is_413,
             crud::malformed_json_is_400,

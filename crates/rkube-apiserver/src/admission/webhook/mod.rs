@@ -343,6 +343,16 @@ pub async fn any_mutating(st: &ApiState) -> ApiResult<bool> {
     Ok(configurations.iter().any(|(_, c)| c.get("webhooks").and_then(Value::as_array).is_some_and(|w| !w.is_empty())))
 }
 
+/// Whether [`validate`] may read the object at all: a validating webhook
+/// or a ValidatingAdmissionPolicy binding is configured.
+pub async fn any_validating(st: &ApiState) -> ApiResult<bool> {
+    let hooks = configurations(st, "validatingwebhookconfigurations").await?;
+    if hooks.iter().any(|(_, c)| c.get("webhooks").and_then(Value::as_array).is_some_and(|w| !w.is_empty())) {
+        return Ok(true);
+    }
+    Ok(!configurations(st, "validatingadmissionpolicybindings").await?.is_empty())
+}
+
 /// Runs the mutating webhooks on `obj` (the object `a` describes); returns
 /// their warnings. `redefault` is applied after each change (upstream
 /// decodes the patched object again, which defaults it).

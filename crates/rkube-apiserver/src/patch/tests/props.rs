@@ -824,6 +824,62 @@ proptest! {
         prop_assert_eq!(apply(true), apply(false));
     }
 
+    /// A create's `Update` entry kept apart as text
+    /// ([`crate::patch::UnwrittenEntries::created`]) is stored as the bytes
+    /// of recording it into the object and encoding that; it is kept as
+    /// text whenever the walk finds fields and the object has a `metadata`
+    /// object.
+    #[test]
+    fn a_create_entry_kept_as_text_is_stored_as_recorded(
+        obj in prop_oneof![3 => arb_created(), 1 => arb_object()],
+        status in any::<bool>(),
+    ) {
+        use crate::patch::UnwrittenEntries;
+        use rkube_api::wire::to_typed_json;
+        let subresource = if status { "status" } else { "" };
+        let rec = crate::patch::UpdateRecord { manager: "creator", api_version: "v1", subresource, now: NOW };
+        let mut recorded = obj.clone();
+        crate::patch::record_update(&rec, None, &mut recorded);
+        let want = String::from_utf8(to_typed_json(&recorded, true).unwrap()).unwrap();
+        let Some(entries) = UnwrittenEntries::created(&rec, &obj) else {
+            let shape = crate::patch::schema::root_for(obj["apiVersion"].as_str().unwrap_or(""), obj["kind"].as_str().unwrap_or(""));
+            let walked = crate::patch::typed::created_fields_v1(&obj, shape, &stripped_fields(), ignored_top_level(subresource), CreatedBy::Update);
+            let carries_entries = obj.pointer("/metadata/managedFields").is_some();
+            prop_assert!(carries_entries || walked.is_none_or(|w| w.is_empty()), "kept apart whenever the walk finds fields");
+            return Ok(());
+        };
+        prop_assert!(!entries.is_empty());
+        let got = match entries.encode_stored(&obj) {
+            Some(encoded) => encoded.unwrap(),
+            None => {
+                prop_assert!(!obj["metadata"].is_object(), "stored as text");
+                let mut written = obj.clone();
+                entries.write_into(&mut written);
+                to_typed_json(&written, true).unwrap()
+            }
+        };
+        prop_assert_eq!(String::from_utf8(got).unwrap(), want);
+    }
+
+    /// Server-side apply creating an object stores, with its entry kept as
+    /// text, the bytes of writing the entry and encoding the object.
+    #[test]
+    fn an_apply_entry_kept_as_text_is_stored_as_written(config in prop_oneof![3 => arb_created(), 1 => arb_object()]) {
+        use rkube_api::wire::to_typed_json;
+        let text = |k: &str| config.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let body = config.to_string();
+        let Ok((obj, entries)) = crate::patch::apply_create_at(&text("kind"), &text("apiVersion"), body.as_bytes(), "tool", false, NOW) else {
+            return Ok(());
+        };
+        let mut written = obj.clone();
+        entries.write_into(&mut written);
+        let want = String::from_utf8(to_typed_json(&written, true).unwrap()).unwrap();
+        let (obj, entries) = crate::patch::apply_create_at(&text("kind"), &text("apiVersion"), body.as_bytes(), "tool", false, NOW).unwrap();
+        if let Some(encoded) = entries.encode_stored(&obj) {
+            prop_assert_eq!(String::from_utf8(encoded.unwrap()).unwrap(), want);
+        }
+    }
+
     /// The Apply walk answers for every configuration of scalars and
     /// non-empty objects, and encodes no object node as a member.
     #[test]
@@ -846,6 +902,28 @@ proptest! {
             prop_assert_eq!(walked.is_some(), !m.is_empty(), "{} {}", kind, config);
         }
     }
+}
+
+/// Server-side apply creating a ConfigMap keeps its entry as text, and
+/// stores it as the bytes of writing it; so does a create.
+#[test]
+fn creates_of_a_config_map_store_their_entry_as_text() {
+    use rkube_api::wire::to_typed_json;
+    let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": {"l": "1"}},
+        "data": {"k\"1": "v", "k2": "w"}});
+    let (obj, entries) = crate::patch::apply_create_at("ConfigMap", "v1", config.to_string().as_bytes(), "tool", false, NOW).unwrap();
+    let stored = entries.encode_stored(&obj).expect("kept as text").unwrap();
+    let mut written = obj.clone();
+    entries.write_into(&mut written);
+    assert_eq!(String::from_utf8(stored).unwrap(), String::from_utf8(to_typed_json(&written, true).unwrap()).unwrap());
+    assert_eq!(written["metadata"]["managedFields"][0]["fieldsV1"], json!({"f:data": {"f:k\"1": {}, "f:k2": {}}, "f:metadata": {"f:labels": {"f:l": {}}}}));
+
+    let rec = crate::patch::UpdateRecord { manager: "creator", api_version: "v1", subresource: "", now: NOW };
+    let entries = crate::patch::UnwrittenEntries::created(&rec, &config).expect("kept as text");
+    let stored = entries.encode_stored(&config).expect("kept as text").unwrap();
+    let mut recorded = config.clone();
+    crate::patch::record_update(&rec, None, &mut recorded);
+    assert_eq!(String::from_utf8(stored).unwrap(), String::from_utf8(to_typed_json(&recorded, true).unwrap()).unwrap());
 }
 
 /// Keys that JSON escapes are escaped in the text walk as in the map's
