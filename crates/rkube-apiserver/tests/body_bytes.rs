@@ -176,6 +176,17 @@ async fn large_objects_kept_decoded_are_what_a_decode_gives(srv: &TestServer) {
     // decoded, and the first update decodes the stored bytes.
     let kv = srv.storage.get(key).await.expect("get").expect("stored");
     assert!(srv.decoded.get(key, &kv.value, kv.mod_revision).is_none(), "kept decoded after a create");
+    // Answered as YAML, the object is written whole for the answer: then
+    // it is kept decoded, as a decode gives it.
+    let mut as_yaml = cm.clone();
+    as_yaml["metadata"]["name"] = "big-yaml".into();
+    let created = srv.send("POST", CMS, Some("application/json"), Some("application/yaml"), Some(as_yaml.to_string().into_bytes())).await;
+    assert_eq!(created.code, 201, "{}", created.text);
+    let yaml_key = "/registry/configmaps/default/big-yaml";
+    let kv = srv.storage.get(yaml_key).await.expect("get").expect("stored");
+    let kept = srv.decoded.get(yaml_key, &kv.value, kv.mod_revision).expect("kept decoded after a create answered as YAML");
+    let decoded = rkube_apiserver::source::decode_stored(yaml_key, &kv.value, kv.mod_revision).expect("decode");
+    assert_eq!(serde_json::to_string(&*kept).unwrap(), serde_json::to_string(&decoded).unwrap(), "create answered as YAML");
     let path = format!("{CMS}/big");
     for round in 0..2 {
         let mut changed: Value = serde_json::from_str(&srv.get(&path).await.text).unwrap();

@@ -47,44 +47,49 @@ pub enum NewManaged {
 }
 
 /// An object [`prepare_new`] made ready to store, with the warnings to
-/// send. Its managedFields entries may still be unwritten: when nothing
-/// between their computation and the write reads the object's
-/// managedFields (no mutating or validating admission configured, not a
-/// pod or a claim, no conversion), the entries stay apart, and an entry
-/// whose fields the create walk wrote as JSON text is stored as that text
-/// ([`crate::patch::UnwrittenEntries::encode_stored`]), so the map of a
-/// large object's fields is never built. In `perf` profiles of accepted
-/// creates of a ConfigMap of 1 MiB of data (165,000 keys), building that
-/// map was 35 % of the request's CPU.
+/// send. Its managedFields entries may still be unwritten, so it is
+/// stored and answered through [`Prepared::encode`], [`Prepared::answer`]
+/// and [`Prepared::dry_run_answer`].
+///
+/// When no admission reads the object between the entries' computation
+/// and the write (no mutating or validating webhook nor
+/// ValidatingAdmissionPolicy binding configured when the request checks,
+/// not a pod or a claim) and it is stored as served (no conversion), the
+/// entries stay apart, and an entry whose fields the create walk wrote as
+/// JSON text is stored as that text
+/// ([`crate::patch::UnwrittenEntries::encode_stored`]): the map of a large
+/// object's fields is never built. In `perf` profiles of accepted creates
+/// of a ConfigMap of 1 MiB of data (165,000 keys), building that map was
+/// 35 % of the request's CPU.
 pub struct Prepared {
     obj: Value,
     entries: crate::patch::UnwrittenEntries,
-    /// The warnings to send.
-    pub warnings: Vec<String>,
+    warnings: Vec<String>,
 }
 
 impl Prepared {
-    /// The object, its managedFields entries written.
-    pub fn object(&mut self) -> &mut Value {
+    /// Writes the entries still apart into the object.
+    fn write_entries(&mut self) {
         std::mem::take(&mut self.entries).write_into(&mut self.obj);
-        &mut self.obj
     }
 
-    /// The object as it will be stored but its managedFields, which may
-    /// be unwritten (read it for what managedFields do not change).
+    /// The object but its managedFields, which may be unwritten: for the
+    /// fields an entry does not change (its name).
     pub fn object_but_managed_fields(&mut self) -> &mut Value {
         &mut self.obj
     }
 
-    /// The object's storage bytes ([`encode_stored`] of [`Prepared::object`]),
-    /// encoded without writing an entry still held as text.
+    /// The object's storage bytes: [`encode_stored`] of the object with
+    /// its entries written, without writing an entry still held as text.
+    /// Errors: [`encode_stored`]'s (a conversion webhook's failure; an
+    /// encoding error as 500).
     pub async fn encode(&mut self, ctx: &Ctx) -> ApiResult<bytes::Bytes> {
-        if ctx.ri.info.conversion.is_none() {
-            if let Some(encoded) = self.entries.encode_stored(&self.obj) {
-                return encoded.map(bytes::Bytes::from).map_err(ApiError::internal);
-            }
+        // Entries are kept apart only for objects stored as served.
+        if let Some(encoded) = self.entries.encode_stored(&self.obj) {
+            return encoded.map(bytes::Bytes::from).map_err(ApiError::internal);
         }
-        encode_stored(&ctx.st, ctx.ri.info, self.object()).await
+        self.write_entries();
+        encode_stored(&ctx.st, ctx.ri.info, &self.obj).await
     }
 
     /// The answer (`code`) to the create that stored `bytes`
@@ -102,7 +107,7 @@ impl Prepared {
         let resp = match render::stored_answer(info, ctx.render, code, stored, revision, &self.warnings) {
             Some(resp) => resp,
             None => {
-                self.object();
+                self.write_entries();
                 render::object(info, ctx.render, code, &self.obj, &self.warnings)
             }
         };
@@ -116,13 +121,15 @@ impl Prepared {
     pub fn dry_run_answer(mut self, ctx: &Ctx, code: u16) -> Response {
         trace::step(steps::STORED);
         trace::step(steps::ABOUT_TO_WRITE);
-        self.object();
+        self.write_entries();
         render::object(ctx.ri.info, ctx.render, code, &self.obj, &self.warnings)
     }
 }
 
 /// Turns a client's object into the object to store (every step of the
-/// module docs but the write).
+/// module docs but the write), its managedFields entries perhaps still
+/// apart ([`Prepared`]). Errors: each step's Status (400, 403, 404, 409,
+/// 422, a webhook's, 500 for a storage failure).
 pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<Prepared> {
     let info = ctx.ri.info;
     let mut obj = new.obj;
@@ -163,8 +170,12 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<Prepared> {
     }
     // Entries left unwritten until the write when nothing reads them in
     // between (see `Prepared`); pods and claims never get here validated.
-    let keep_apart = validated && info.conversion.is_none();
-    let mut entries = match new.managed {
+    // Admission is decided once: a webhook or binding configured after
+    // these checks takes effect from the next request (upstream's
+    // admission reads its configurations from informers, as late).
+    let keep_apart =
+        validated && info.conversion.is_none() && !crate::admission::webhook::any_validating(&ctx.st).await?;
+    let entries = match new.managed {
         NewManaged::Update => {
             let api_version = info.api_version();
             let rec =
@@ -208,7 +219,9 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<Prepared> {
     let mut attrs = crate::admission::webhook::Attributes::for_write(ctx, "CREATE", &obj, None)?;
     let redefault = |o: &mut Value| info.strategy.apply_defaults(o);
     let mut warnings = warnings;
-    warnings.extend(crate::admission::webhook::mutate(&ctx.st, &mut attrs, &mut obj, &redefault).await?);
+    if entries.is_empty() {
+        warnings.extend(crate::admission::webhook::mutate(&ctx.st, &mut attrs, &mut obj, &redefault).await?);
+    }
     // (Already validated: only managedFields changed since.)
     if !validated {
         let causes = validate::validate(info, &obj, None);
@@ -230,14 +243,13 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<Prepared> {
         assign_cluster_ip(ctx, &mut obj, None).await?;
         assign_node_ports(ctx, &mut obj, None).await?;
     }
-    // Validating admission sees the object whole.
-    if !entries.is_empty() && crate::admission::webhook::any_validating(&ctx.st).await? {
-        std::mem::take(&mut entries).write_into(&mut obj);
+    // Entries apart: no validating admission was configured.
+    if entries.is_empty() {
+        attrs.object = Some(obj);
+        let validated = crate::admission::webhook::validate(&ctx.st, &attrs).await;
+        obj = attrs.object.take().unwrap_or_default();
+        warnings.extend(validated?);
     }
-    attrs.object = Some(obj);
-    let validated = crate::admission::webhook::validate(&ctx.st, &attrs).await;
-    let obj = attrs.object.take().unwrap_or_default();
-    warnings.extend(validated?);
     if ctx.st.config.admission.resource_quota {
         let dry_run = ctx.dry_run()?;
         crate::admission::resource_quota::admit(&ctx.st, info, ctx.namespace(), &name, &obj, None, dry_run).await?;

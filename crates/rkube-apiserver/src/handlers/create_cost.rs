@@ -57,10 +57,14 @@ fn create_cost() {
         timed("typed check", || crate::validate::check_typed_body(info, &mut obj, crate::validate::FieldValidation::Strict, keys.as_ref()).expect("typed"));
         timed("merge stringData", || crate::config_data::merge_string_data(info.kind, &mut obj));
         timed("defaults", || info.strategy.apply_defaults(&mut obj));
-        timed("managedFields", || {
-            let rec = crate::patch::UpdateRecord { manager: "bench", api_version: "v1", subresource: "", now: "2026-01-01T00:00:00Z" };
-            crate::patch::record_update(&rec, None, &mut obj)
-        });
+        let rec = crate::patch::UpdateRecord { manager: "bench", api_version: "v1", subresource: "", now: "2026-01-01T00:00:00Z" };
+        // The create path's way (an entry kept as text, stored as it is),
+        // then the map the other write paths build.
+        let entries = timed("managedFields as text", || crate::patch::UnwrittenEntries::created(&rec, &obj).expect("walked"));
+        let stored = timed("encode with the text", || entries.encode_stored(&obj).expect("as text").expect("encode"));
+        timed("managedFields as a map", || crate::patch::record_update(&rec, None, &mut obj));
+        let encoded = timed("encode with the map", || rkube_api::wire::to_typed_json(&obj, true).expect("encode"));
+        assert_eq!(stored, encoded, "the same bytes");
         let copy = timed("clone", || obj.clone());
         let causes = timed("validate", || crate::validate::validate(info, &obj, None));
         assert!(!causes.is_empty(), "a 3 MiB ConfigMap is refused");

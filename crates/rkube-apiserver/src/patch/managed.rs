@@ -122,6 +122,11 @@ impl<F> ManagedEntry<F> {
     /// order (`ManagedFieldsEntry`); `time` and `subresource` only when
     /// set; `fields_v1` encodes the fields.
     fn into_json_with(self, fields_v1: impl FnOnce(F) -> Value) -> Value {
+        Value::Object(self.into_map_with(fields_v1))
+    }
+
+    /// [`ManagedEntry::into_json_with`]'s object.
+    fn into_map_with(self, fields_v1: impl FnOnce(F) -> Value) -> Map<String, Value> {
         let mut m = Map::new();
         m.insert("manager".into(), Value::String(self.manager));
         m.insert("operation".into(), Value::String(self.operation));
@@ -134,7 +139,7 @@ impl<F> ManagedEntry<F> {
         if !self.subresource.is_empty() {
             m.insert("subresource".into(), Value::String(self.subresource));
         }
-        Value::Object(m)
+        m
     }
 }
 
@@ -262,17 +267,20 @@ impl UnwrittenEntries {
     /// `obj` with these entries written ([`UnwrittenEntries::write_into`])
     /// as stored: the bytes of `rkube_api::wire::to_typed_json(obj, true)`
     /// after writing them, without decoding an entry whose fields are still
-    /// JSON text (the text is checked to be one JSON value, then copied as
-    /// it is). `None` when the entries are not one such entry owning
-    /// fields, or `obj` has no `metadata` object: write them, then encode.
-    /// Errors: serde_json's.
+    /// JSON text: the text is copied as it is (serde_json's `RawValue`,
+    /// which reads it once without building anything: about 2 ns a byte).
+    /// `None` when the entries are not one such entry owning fields, or
+    /// `obj` has no `metadata` object: write them, then encode. Errors:
+    /// serde_json's.
     pub fn encode_stored(&self, obj: &Value) -> Option<serde_json::Result<Vec<u8>>> {
         let Unwritten::Encoded(entry) = &self.0 else { return None };
         if entry.fields == "{}" {
             return None;
         }
+        // The walk's text is one JSON object; were it not, the entry is
+        // written as `write_into` writes it.
         let fields: &serde_json::value::RawValue = serde_json::from_str(&entry.fields).ok()?;
-        let Value::Object(head) = entry.without_fields().into_json_with(|()| Value::Null) else { return None };
+        let head = entry.without_fields().into_map_with(|()| Value::Null);
         rkube_api::wire::to_typed_json_with_managed_fields(obj, true, &[TextEntry { head: &head, fields }])
     }
 
@@ -283,17 +291,15 @@ impl UnwrittenEntries {
     /// built when the create path can store the text as it is
     /// ([`UnwrittenEntries::encode_stored`]). `None` where `record_update`
     /// does not take that walk (`obj` carries managedFields, or holds what
-    /// the walk does not follow: lists of set or map items), or the entry
-    /// would own no field.
+    /// the walk does not follow: lists of set or map items), the text would
+    /// nest deeper than JSON decoding takes, or the entry would own no
+    /// field.
     pub fn created(rec: &UpdateRecord<'_>, obj: &Value) -> Option<Self> {
         if obj.pointer("/metadata/managedFields").is_some() {
             return None;
         }
-        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
-        let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-        let shape = schema::root_for(api_version, kind);
-        let ignored = ignored_top_level(rec.subresource);
-        let text = typed::created_fields_v1_text(obj, shape, &stripped_fields(), ignored, typed::CreatedBy::Update)?;
+        let (shape, strip, ignored) = recorded_as(rec, None, obj);
+        let text = typed::created_fields_v1_text(obj, shape, &strip, ignored, typed::CreatedBy::Update)?;
         // No fields: `record_update` writes no entry, at no cost.
         (text != "{}").then(|| UnwrittenEntries(Unwritten::Encoded(rec.entry(text))))
     }
@@ -496,6 +502,16 @@ pub fn record_update(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Valu
     record_update_with(rec, old, new, true)
 }
 
+/// What an `Update` by `rec` from `old` to `new` is recorded with: the
+/// shape of `new`'s kind (`old`'s when `new` names none), the paths never
+/// owned ([`stripped_fields`]) and the top-level field the write ignores
+/// ([`ignored_top_level`]).
+fn recorded_as(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &Value) -> (&'static schema::Shape, FieldSet, &'static str) {
+    let named = |key: &str| new.get(key).or_else(|| old.and_then(|o| o.get(key))).and_then(Value::as_str).unwrap_or("");
+    let shape = schema::root_for(named("apiVersion"), named("kind"));
+    (shape, stripped_fields(), ignored_top_level(rec.subresource))
+}
+
 /// How many paths an `Update` may add, change or remove for
 /// [`record_update`] to edit the encoded entries in place
 /// ([`super::fields_v1`]) rather than decode and encode every entry: each
@@ -508,15 +524,7 @@ const IN_PLACE_PATHS: usize = 8;
 /// update that changes at most [`IN_PLACE_PATHS`] paths edits the encoded
 /// entries in place.
 pub(crate) fn record_update_with(rec: &UpdateRecord<'_>, old: Option<&Value>, new: &mut Value, shortcuts: bool) {
-    let kind = new
-        .get("kind")
-        .or_else(|| old.and_then(|o| o.get("kind")))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let api_version = new.get("apiVersion").or_else(|| old.and_then(|o| o.get("apiVersion"))).and_then(Value::as_str).unwrap_or("");
-    let shape = schema::root_for(api_version, kind);
-    let strip = stripped_fields();
-    let ignored = ignored_top_level(rec.subresource);
+    let (shape, strip, ignored) = recorded_as(rec, old, new);
     if shortcuts && old.is_none() && new.pointer("/metadata/managedFields").is_none() {
         if let Some(fields) = typed::created_fields_v1(new, shape, &strip, ignored, typed::CreatedBy::Update) {
             let entries = match fields.is_empty() {

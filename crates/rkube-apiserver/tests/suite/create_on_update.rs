@@ -28,9 +28,11 @@ pub async fn put_of_missing_lease_creates_it_with_201(s: &TestServer) {
     assert!(r.rv().parse::<i64>().unwrap_or(0) > 0, "{}", r.text);
     assert_eq!(r.body["metadata"]["managedFields"][0]["manager"], "elector");
     assert_eq!(r.body["spec"]["holderIdentity"], "a");
+    let created = json!({"f:spec": {"f:holderIdentity": {}, "f:leaseDurationSeconds": {}}});
+    assert_eq!(r.body["metadata"]["managedFields"][0]["fieldsV1"], created, "{}", r.text);
     let got = s.get(&format!("{LEASES}/leader")).await;
     assert_eq!(got.code, 200, "{}", got.text);
-    assert_eq!(got.body["metadata"]["uid"], r.body["metadata"]["uid"]);
+    assert_eq!(got.text, r.text, "read back as answered");
     // A second PUT is an ordinary update (200, same uid).
     let r2 = s.put(&format!("{LEASES}/leader"), &lease("leader", "b")).await;
     assert_eq!(r2.code, 200, "{}", r2.text);

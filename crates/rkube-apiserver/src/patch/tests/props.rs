@@ -843,9 +843,9 @@ proptest! {
         let want = String::from_utf8(to_typed_json(&recorded, true).unwrap()).unwrap();
         let Some(entries) = UnwrittenEntries::created(&rec, &obj) else {
             let shape = crate::patch::schema::root_for(obj["apiVersion"].as_str().unwrap_or(""), obj["kind"].as_str().unwrap_or(""));
-            let walked = crate::patch::typed::created_fields_v1(&obj, shape, &stripped_fields(), ignored_top_level(subresource), CreatedBy::Update);
+            let walked = crate::patch::typed::created_fields_v1_text(&obj, shape, &stripped_fields(), ignored_top_level(subresource), CreatedBy::Update);
             let carries_entries = obj.pointer("/metadata/managedFields").is_some();
-            prop_assert!(carries_entries || walked.is_none_or(|w| w.is_empty()), "kept apart whenever the walk finds fields");
+            prop_assert!(carries_entries || walked.is_none_or(|w| w == "{}"), "kept apart whenever the walk writes fields");
             return Ok(());
         };
         prop_assert!(!entries.is_empty());
@@ -871,13 +871,11 @@ proptest! {
         let Ok((obj, entries)) = crate::patch::apply_create_at(&text("kind"), &text("apiVersion"), body.as_bytes(), "tool", false, NOW) else {
             return Ok(());
         };
-        let mut written = obj.clone();
+        let stored = entries.encode_stored(&obj).map(Result::unwrap);
+        let mut written = obj;
         entries.write_into(&mut written);
-        let want = String::from_utf8(to_typed_json(&written, true).unwrap()).unwrap();
-        let (obj, entries) = crate::patch::apply_create_at(&text("kind"), &text("apiVersion"), body.as_bytes(), "tool", false, NOW).unwrap();
-        if let Some(encoded) = entries.encode_stored(&obj) {
-            prop_assert_eq!(String::from_utf8(encoded.unwrap()).unwrap(), want);
-        }
+        let want = to_typed_json(&written, true).unwrap();
+        prop_assert_eq!(String::from_utf8(stored.unwrap_or_else(|| want.clone())).unwrap(), String::from_utf8(want).unwrap());
     }
 
     /// The Apply walk answers for every configuration of scalars and
