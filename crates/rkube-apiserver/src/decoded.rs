@@ -20,7 +20,7 @@
 //! [`IDLE`] is dropped at the next lookup or insert.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -52,9 +52,54 @@ struct Entry {
     /// The stored bytes the value was decoded from (shared, not copied).
     stored: Bytes,
     revision: i64,
-    value: Arc<Value>,
+    value: Kept,
     heap: usize,
     used: Instant,
+}
+
+/// A kept object: decoded, or still to be completed at its first use.
+#[derive(Debug, Clone)]
+enum Kept {
+    Whole(Arc<Value>),
+    Pending(Arc<Pending>),
+}
+
+/// An object kept with part of it still to decode ([`DecodedObjects::put_pending`]):
+/// completed once, by the first lookup that wants it.
+struct Pending {
+    done: OnceLock<Arc<Value>>,
+    parts: Mutex<Option<(Value, Completion)>>,
+}
+
+/// What completes a [`Pending`] object, in place.
+pub type Completion = Box<dyn FnOnce(&mut Value) + Send>;
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("done", &self.done.get().is_some()).finish()
+    }
+}
+
+impl Kept {
+    /// The decoded object, completed first when still pending (other
+    /// lookups of it wait meanwhile).
+    fn value(&self) -> Arc<Value> {
+        match self {
+            Kept::Whole(v) => v.clone(),
+            Kept::Pending(p) => p
+                .done
+                .get_or_init(|| {
+                    let parts = p.parts.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    let mut value = Value::Null;
+                    if let Some((partial, complete)) = parts {
+                        value = partial;
+                        complete(&mut value);
+                    }
+                    Arc::new(value)
+                })
+                .clone(),
+        }
+    }
 }
 
 impl DecodedObjects {
@@ -81,13 +126,27 @@ impl DecodedObjects {
                 None => (None, None, dropped),
             }
         };
-        // Compared and dropped without the lock: bytes of a large object
-        // take a while to compare, and a large value to free.
+        // Compared, completed and dropped without the lock: bytes of a
+        // large object take a while to compare, a pending one to complete,
+        // and a large value to free.
         drop(dropped);
         match (kept, value) {
-            (Some(kept), Some(value)) if kept[..] == *stored => Some(value),
+            (Some(kept), Some(value)) if kept[..] == *stored => Some(value.value()),
             _ => None,
         }
+    }
+
+    /// [`DecodedObjects::put`] of the object that `complete` makes of
+    /// `partial`, completed only when a lookup first wants it: the create
+    /// path keeps an object whose managedFields entry it stored as JSON
+    /// text this way, so that a create the object's next update does not
+    /// follow never decodes that text, and one it does follow decodes only
+    /// the text rather than the stored bytes. `extra_heap` estimates what
+    /// completing adds to `partial`'s heap (bytes).
+    pub fn put_pending(&self, key: &str, stored: Bytes, revision: i64, partial: Value, extra_heap: usize, complete: Completion) {
+        let heap = heap_estimate(&partial).saturating_add(extra_heap);
+        let pending = Pending { done: OnceLock::new(), parts: Mutex::new(Some((partial, complete))) };
+        self.keep(key, stored, revision, Kept::Pending(Arc::new(pending)), heap);
     }
 
     /// Keeps `value`, the decoded form of `stored` (the bytes stored at `key`
@@ -98,8 +157,18 @@ impl DecodedObjects {
         if stored.len() < MIN_STORED_BYTES {
             return;
         }
+        let heap = heap_estimate(&value);
+        self.keep(key, stored, revision, Kept::Whole(value), heap);
+    }
+
+    /// Keeps `value`, whose heap is estimated at `value_heap` bytes, as
+    /// [`DecodedObjects::put`] does.
+    fn keep(&self, key: &str, stored: Bytes, revision: i64, value: Kept, value_heap: usize) {
+        if stored.len() < MIN_STORED_BYTES {
+            return;
+        }
         // The stored bytes may sit in a buffer up to twice their length.
-        let heap = heap_estimate(&value) + 2 * stored.len();
+        let heap = value_heap.saturating_add(2 * stored.len());
         let now = Instant::now();
         let mut dropped = Vec::new();
         {
@@ -144,15 +213,26 @@ impl Inner {
     }
 }
 
+/// An estimate of the heap that decoding `text`, JSON objects nested in
+/// objects (a `FieldsV1`), takes (bytes): a map entry for each `{` (each
+/// member's value is an object; a `{` inside a key only adds to the
+/// estimate) and the text's length for the keys' buffers. One pass over
+/// the bytes, building nothing.
+pub fn nested_objects_heap_estimate(text: &str) -> usize {
+    let opened = text.bytes().filter(|&b| b == b'{').count();
+    opened.saturating_mul(MAP_ENTRY).saturating_add(text.len())
+}
+
+/// [`heap_estimate`]'s cost of one entry of serde_json's ordered map: hash,
+/// key, value; and its index slot with the table's spare room (a table at
+/// most 7/8 full, rounded up to a power of two: up to 16 bytes a slot).
+const MAP_ENTRY: usize = 8 + std::mem::size_of::<String>() + std::mem::size_of::<Value>() + 16;
+
 /// An estimate of the heap `v` takes (bytes): every value slot, map entry
 /// (hash, key, value and index), string and key buffer. Linear in `v`'s
 /// size; iterative, so any nesting is fine.
 pub fn heap_estimate(v: &Value) -> usize {
     const VALUE: usize = std::mem::size_of::<Value>();
-    // An entry of serde_json's ordered map: hash, key, value; and its index
-    // slot with the table's spare room (a table at most 7/8 full, rounded
-    // up to a power of two: up to 16 bytes a slot).
-    const MAP_ENTRY: usize = 8 + std::mem::size_of::<String>() + VALUE + 16;
     /// The heap of `v` itself: a string's buffer, an array's slots. Only a
     /// container with items goes on `stack`, so the strings and empty maps
     /// of a large map (its most common values) are counted where they are
@@ -204,6 +284,48 @@ mod tests {
         let data: serde_json::Map<String, Value> = (0..keys).map(|i| (format!("k{i}"), json!(tag))).collect();
         let v = json!({"kind": "ConfigMap", "metadata": {"name": tag, "resourceVersion": "7"}, "data": data});
         (Bytes::from(serde_json::to_vec(&v).unwrap()), v)
+    }
+
+    #[test]
+    fn a_pending_entry_is_completed_once_at_its_first_lookup() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let objs = DecodedObjects::default();
+        let (stored, whole) = large("p", 9000);
+        let mut partial = whole.clone();
+        let data = partial.as_object_mut().unwrap().remove("data").unwrap();
+        let completions = Arc::new(AtomicUsize::new(0));
+        let counted = completions.clone();
+        let complete: Completion = Box::new(move |v: &mut Value| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            v.as_object_mut().unwrap().insert("data".into(), data);
+        });
+        objs.put_pending("/registry/configmaps/ns/p", stored.clone(), 7, partial, 0, complete);
+        assert_eq!(completions.load(Ordering::SeqCst), 0, "not completed when kept");
+        let got = std::thread::scope(|s| {
+            let lookups: Vec<_> = (0..4).map(|_| s.spawn(|| objs.get("/registry/configmaps/ns/p", &stored, 7))).collect();
+            lookups.into_iter().map(|l| l.join().unwrap()).collect::<Vec<_>>()
+        });
+        assert!(got.iter().all(|v| v.as_deref() == Some(&whole)), "every lookup gets the whole object");
+        assert_eq!(completions.load(Ordering::SeqCst), 1, "completed once");
+        assert!(objs.get("/registry/configmaps/ns/p", &stored, 7).is_some_and(|v| *v == whole));
+        assert_eq!(completions.load(Ordering::SeqCst), 1);
+        assert!(objs.get("/registry/configmaps/ns/p", &stored, 8).is_none(), "another revision");
+        // What completing adds counts against the budget.
+        let (stored, partial) = large("q", 9000);
+        objs.put_pending("/registry/configmaps/ns/q", stored.clone(), 7, partial, BUDGET_BYTES, Box::new(|_| {}));
+        assert!(objs.get("/registry/configmaps/ns/q", &stored, 7).is_none(), "over the budget: not kept");
+    }
+
+    #[test]
+    fn the_estimate_of_fields_text_is_at_least_the_decoded_estimate() {
+        let mut fields = serde_json::Map::new();
+        for i in 0..5000 {
+            fields.insert(format!("f:k{i}"), json!({}));
+        }
+        let nested = json!({"f:data": Value::Object(fields), "f:metadata": {"f:labels": {".": {}, "f:a{b": {}}}});
+        let text = nested.to_string();
+        let (estimate, decoded) = (nested_objects_heap_estimate(&text), heap_estimate(&nested));
+        assert!(estimate >= decoded && estimate < 2 * decoded, "{estimate} for {decoded}");
     }
 
     #[test]

@@ -96,9 +96,9 @@ impl Prepared {
     /// ([`Prepared::encode`]) at `revision`: the stored bytes with the
     /// resourceVersion spliced in when [`render::stored_answer`] gives
     /// them, else the object, its entries then written. The object is then
-    /// kept decoded for the next write of `key` ([`Ctx::remember_written`])
-    /// unless an entry is still unwritten: that write decodes the stored
-    /// bytes instead, as after another server's write.
+    /// kept decoded for the next write of `key` ([`Ctx::remember_written`]),
+    /// an entry still apart written only if that write comes
+    /// ([`Ctx::remember_written_apart`]).
     pub fn answer(mut self, ctx: &Ctx, key: &str, code: u16, bytes: bytes::Bytes, revision: i64) -> Response {
         let info = ctx.ri.info;
         set_resource_version(&mut self.obj, revision);
@@ -111,8 +111,9 @@ impl Prepared {
                 render::object(info, ctx.render, code, &self.obj, &self.warnings)
             }
         };
-        if self.entries.is_empty() {
-            ctx.remember_written(key, self.obj, bytes, revision);
+        match self.entries.is_empty() {
+            true => ctx.remember_written(key, self.obj, bytes, revision),
+            false => ctx.remember_written_apart(key, self.obj, self.entries, bytes, revision),
         }
         resp
     }

@@ -175,6 +175,24 @@ impl Ctx {
             self.st.decoded.put(key, stored, revision, Arc::new(obj));
         }
     }
+
+    /// [`Ctx::remember_written`] of `obj` once `entries` are written into
+    /// it, which is done only when the next write of `key` wants the
+    /// object ([`crate::decoded::DecodedObjects::put_pending`]).
+    pub fn remember_written_apart(
+        &self,
+        key: &str,
+        obj: Value,
+        entries: crate::patch::UnwrittenEntries,
+        stored: bytes::Bytes,
+        revision: i64,
+    ) {
+        if keeps_decoded(self.ri.info) {
+            let extra_heap = entries.heap_estimate();
+            let complete = Box::new(move |obj: &mut Value| entries.write_into(obj));
+            self.st.decoded.put_pending(key, stored, revision, obj, extra_heap, complete);
+        }
+    }
 }
 
 /// Whether [`Ctx::load_as`] keeps an object it decodes in [`crate::decoded`].

@@ -284,6 +284,18 @@ impl UnwrittenEntries {
         rkube_api::wire::to_typed_json_with_managed_fields(obj, true, &[TextEntry { head: &head, fields }])
     }
 
+    /// An estimate of the heap that writing these entries adds to an
+    /// object (bytes; [`crate::decoded::heap_estimate`]'s measure): for an
+    /// entry still JSON text, [`crate::decoded::nested_objects_heap_estimate`]
+    /// of it; decoded entries are counted as nothing (only text is kept
+    /// apart from a written object).
+    pub fn heap_estimate(&self) -> usize {
+        match &self.0 {
+            Unwritten::Encoded(entry) => crate::decoded::nested_objects_heap_estimate(&entry.fields),
+            Unwritten::None | Unwritten::Decoded(_) => 0,
+        }
+    }
+
     /// The `Update` entry of `rec` a create of `obj` records
     /// ([`record_update`] with no old object), its fields written as JSON
     /// text by the create walk ([`super::typed::created_fields_v1_text`])
