@@ -20,7 +20,7 @@
 //! [`IDLE`] is dropped at the next lookup or insert.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -57,47 +57,35 @@ struct Entry {
     used: Instant,
 }
 
-/// A kept object: decoded, or still to be completed at its first use.
-#[derive(Debug, Clone)]
+/// A kept object: decoded, or still to be completed at its first use
+/// (once; other lookups wait meanwhile).
+#[derive(Clone)]
 enum Kept {
     Whole(Arc<Value>),
-    Pending(Arc<Pending>),
+    Pending(Arc<LazyLock<Arc<Value>, Completed>>),
 }
 
-/// An object kept with part of it still to decode ([`DecodedObjects::put_pending`]):
-/// completed once, by the first lookup that wants it.
-struct Pending {
-    done: OnceLock<Arc<Value>>,
-    parts: Mutex<Option<(Value, Completion)>>,
-}
+/// What gives a pending object, completed.
+type Completed = Box<dyn FnOnce() -> Arc<Value> + Send>;
 
-/// What completes a [`Pending`] object, in place.
+/// What completes a pending object, in place ([`DecodedObjects::put_pending`]).
 pub type Completion = Box<dyn FnOnce(&mut Value) + Send>;
 
-impl std::fmt::Debug for Pending {
+impl std::fmt::Debug for Kept {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pending").field("done", &self.done.get().is_some()).finish()
+        match self {
+            Kept::Whole(_) => f.write_str("Whole"),
+            Kept::Pending(_) => f.write_str("Pending"),
+        }
     }
 }
 
 impl Kept {
-    /// The decoded object, completed first when still pending (other
-    /// lookups of it wait meanwhile).
+    /// The decoded object, completed first when still pending.
     fn value(&self) -> Arc<Value> {
         match self {
             Kept::Whole(v) => v.clone(),
-            Kept::Pending(p) => p
-                .done
-                .get_or_init(|| {
-                    let parts = p.parts.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    let mut value = Value::Null;
-                    if let Some((partial, complete)) = parts {
-                        value = partial;
-                        complete(&mut value);
-                    }
-                    Arc::new(value)
-                })
-                .clone(),
+            Kept::Pending(p) => Arc::clone(p),
         }
     }
 }
@@ -144,9 +132,16 @@ impl DecodedObjects {
     /// the text rather than the stored bytes. `extra_heap` estimates what
     /// completing adds to `partial`'s heap (bytes).
     pub fn put_pending(&self, key: &str, stored: Bytes, revision: i64, partial: Value, extra_heap: usize, complete: Completion) {
+        if stored.len() < MIN_STORED_BYTES {
+            return;
+        }
         let heap = heap_estimate(&partial).saturating_add(extra_heap);
-        let pending = Pending { done: OnceLock::new(), parts: Mutex::new(Some((partial, complete))) };
-        self.keep(key, stored, revision, Kept::Pending(Arc::new(pending)), heap);
+        let completed: Completed = Box::new(move || {
+            let mut value = partial;
+            complete(&mut value);
+            Arc::new(value)
+        });
+        self.keep(key, stored, revision, Kept::Pending(Arc::new(LazyLock::new(completed))), heap);
     }
 
     /// Keeps `value`, the decoded form of `stored` (the bytes stored at `key`
@@ -162,11 +157,8 @@ impl DecodedObjects {
     }
 
     /// Keeps `value`, whose heap is estimated at `value_heap` bytes, as
-    /// [`DecodedObjects::put`] does.
+    /// [`DecodedObjects::put`] does (the callers have checked the size).
     fn keep(&self, key: &str, stored: Bytes, revision: i64, value: Kept, value_heap: usize) {
-        if stored.len() < MIN_STORED_BYTES {
-            return;
-        }
         // The stored bytes may sit in a buffer up to twice their length.
         let heap = value_heap.saturating_add(2 * stored.len());
         let now = Instant::now();

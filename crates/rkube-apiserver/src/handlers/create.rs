@@ -220,7 +220,7 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<Prepared> {
     let mut attrs = crate::admission::webhook::Attributes::for_write(ctx, "CREATE", &obj, None)?;
     let redefault = |o: &mut Value| info.strategy.apply_defaults(o);
     let mut warnings = warnings;
-    if entries.is_empty() {
+    if !keep_apart {
         warnings.extend(crate::admission::webhook::mutate(&ctx.st, &mut attrs, &mut obj, &redefault).await?);
     }
     // (Already validated: only managedFields changed since.)
@@ -244,8 +244,8 @@ pub async fn prepare_new(ctx: &Ctx, new: NewObject) -> ApiResult<Prepared> {
         assign_cluster_ip(ctx, &mut obj, None).await?;
         assign_node_ports(ctx, &mut obj, None).await?;
     }
-    // Entries apart: no validating admission was configured.
-    if entries.is_empty() {
+    // Kept apart: no validating admission was configured.
+    if !keep_apart {
         attrs.object = Some(obj);
         let validated = crate::admission::webhook::validate(&ctx.st, &attrs).await;
         obj = attrs.object.take().unwrap_or_default();

@@ -187,7 +187,8 @@ impl Ctx {
         stored: bytes::Bytes,
         revision: i64,
     ) {
-        if keeps_decoded(self.ri.info) {
+        // (Sized first: the estimate reads the whole entry.)
+        if keeps_decoded(self.ri.info) && stored.len() >= crate::decoded::MIN_STORED_BYTES {
             let extra_heap = entries.heap_estimate();
             let complete = Box::new(move |obj: &mut Value| entries.write_into(obj));
             self.st.decoded.put_pending(key, stored, revision, obj, extra_heap, complete);

@@ -339,18 +339,20 @@ fn fail_open_annotation(h: &Hook, slot: Slot) {
 /// Whether any mutating webhook is configured; when none is, [`mutate`]
 /// changes nothing. Reads the configurations without copying their hooks.
 pub async fn any_mutating(st: &ApiState) -> ApiResult<bool> {
-    let configurations = configurations(st, "mutatingwebhookconfigurations").await?;
-    Ok(configurations.iter().any(|(_, c)| c.get("webhooks").and_then(Value::as_array).is_some_and(|w| !w.is_empty())))
+    any_webhook(st, "mutatingwebhookconfigurations").await
 }
 
 /// Whether [`validate`] may read the object at all: a validating webhook
 /// or a ValidatingAdmissionPolicy binding is configured.
 pub async fn any_validating(st: &ApiState) -> ApiResult<bool> {
-    let hooks = configurations(st, "validatingwebhookconfigurations").await?;
-    if hooks.iter().any(|(_, c)| c.get("webhooks").and_then(Value::as_array).is_some_and(|w| !w.is_empty())) {
-        return Ok(true);
-    }
-    Ok(!configurations(st, "validatingadmissionpolicybindings").await?.is_empty())
+    Ok(any_webhook(st, "validatingwebhookconfigurations").await?
+        || !configurations(st, "validatingadmissionpolicybindings").await?.is_empty())
+}
+
+/// Whether a configuration of `resource` holds a webhook.
+async fn any_webhook(st: &ApiState, resource: &str) -> ApiResult<bool> {
+    let configurations = configurations(st, resource).await?;
+    Ok(configurations.iter().any(|(_, c)| c.get("webhooks").and_then(Value::as_array).is_some_and(|w| !w.is_empty())))
 }
 
 /// Runs the mutating webhooks on `obj` (the object `a` describes); returns
