@@ -103,7 +103,8 @@ pub fn to_typed_json(obj: &Value, without_resource_version: bool) -> serde_json:
 /// `managed_fields` serializes to (replacing any `obj` has), without
 /// building that value into `obj`: the bytes `to_typed_json` writes after
 /// inserting it, as long as `managed_fields` serializes as its `Value`
-/// would. The create path writes a `managedFields` entry whose `fieldsV1`
+/// would, and how deeply they nest ([`to_typed_json_nested`]). The create
+/// path writes a `managedFields` entry whose `fieldsV1`
 /// is still JSON text this way (a `serde_json::value::RawValue`), so the
 /// map of a large object's fields is never built. `None` when `obj` is not
 /// an object with an object `metadata` (the caller inserts the value and
@@ -112,9 +113,102 @@ pub fn to_typed_json_with_managed_fields<M: serde::Serialize>(
     obj: &Value,
     without_resource_version: bool,
     managed_fields: &M,
-) -> Option<serde_json::Result<Vec<u8>>> {
+) -> Option<serde_json::Result<(Vec<u8>, usize)>> {
     obj.get("metadata")?.as_object()?;
-    Some(serde_json::to_vec(&TypedOrder { value: obj, without_resource_version, managed_fields: Some(managed_fields) }))
+    Some(to_vec_nested(&TypedOrder { value: obj, without_resource_version, managed_fields: Some(managed_fields) }))
+}
+
+/// [`to_typed_json`], and how deeply what it wrote nests
+/// ([`Nesting`]): the storage path refuses objects whose stored form nests
+/// deeper than every decoder of stored objects reads.
+pub fn to_typed_json_nested(obj: &Value, without_resource_version: bool) -> serde_json::Result<(Vec<u8>, usize)> {
+    to_vec_nested(&TypedOrder::<()> { value: obj, without_resource_version, managed_fields: None })
+}
+
+/// `value` as compact JSON (the bytes `serde_json::to_vec` writes), and the
+/// deepest nesting of objects and arrays in them, JSON text written as it
+/// is (a `RawValue`) counted too.
+fn to_vec_nested<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<(Vec<u8>, usize)> {
+    let mut out = Vec::with_capacity(128);
+    let mut nesting = Nesting::default();
+    value.serialize(&mut serde_json::Serializer::with_formatter(&mut out, Counting(&mut nesting)))?;
+    Ok((out, nesting.deepest))
+}
+
+/// A compact formatter that notes the deepest nesting it writes: the
+/// outermost object or array is level 1, as serde_json's decoder counts
+/// toward its recursion limit of 128.
+#[derive(Debug, Default)]
+struct Nesting {
+    depth: usize,
+    deepest: usize,
+}
+
+impl Nesting {
+    fn open(&mut self) {
+        self.depth += 1;
+        self.deepest = self.deepest.max(self.depth);
+    }
+}
+
+/// [`Nesting`] as the serializer's formatter (which it owns).
+struct Counting<'a>(&'a mut Nesting);
+
+impl serde_json::ser::Formatter for Counting<'_> {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.open();
+        w.write_all(b"[")
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.depth -= 1;
+        w.write_all(b"]")
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.open();
+        w.write_all(b"{")
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.depth -= 1;
+        w.write_all(b"}")
+    }
+
+    fn write_raw_fragment<W: ?Sized + std::io::Write>(&mut self, w: &mut W, fragment: &str) -> std::io::Result<()> {
+        self.0.deepest = self.0.deepest.max(self.0.depth + text_nesting(fragment.as_bytes()));
+        w.write_all(fragment.as_bytes())
+    }
+}
+
+/// The deepest nesting of objects and arrays in JSON `text` (0 for a
+/// scalar), brackets inside strings not counted; one pass that builds
+/// nothing. Text that is not JSON gives a number that means nothing.
+pub fn text_nesting(text: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in text {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Serializes an object's top-level keys by [`top_rank`] and its `metadata`
@@ -566,6 +660,29 @@ mod tests {
         v.as_object().unwrap().keys().map(String::as_str).collect()
     }
 
+    /// The deepest nesting of `v` (a scalar is 0).
+    fn value_nesting(v: &Value) -> usize {
+        match v {
+            Value::Array(items) => 1 + items.iter().map(value_nesting).max().unwrap_or(0),
+            Value::Object(map) => 1 + map.values().map(value_nesting).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn text_nesting_skips_brackets_in_strings() {
+        for (text, want) in [
+            (r#""x""#, 0),
+            ("[]", 1),
+            (r#"{"a":[{},[[1]]]}"#, 4),
+            (r#"{"[[[":"{{{","b":["\"[[","]]"]}"#, 2),
+            (r#"{"k:{\"name\":\"a{\"}":{}}"#, 2),
+        ] {
+            assert_eq!(text_nesting(text.as_bytes()), want, "{text}");
+            assert_eq!(value_nesting(&serde_json::from_str(text).unwrap()), want, "{text}");
+        }
+    }
+
     #[test]
     fn kubectl_sorted_body_gets_typed_order() {
         let mut obj = json!({
@@ -634,7 +751,8 @@ mod tests {
         let entries = json!([{"manager": "m"}]);
         assert!(to_typed_json_with_managed_fields(&json!({"metadata": 3}), true, &entries).is_none());
         assert!(to_typed_json_with_managed_fields(&json!([1]), true, &entries).is_none());
-        let with = to_typed_json_with_managed_fields(&obj, true, &entries).unwrap().unwrap();
+        let (with, nesting) = to_typed_json_with_managed_fields(&obj, true, &entries).unwrap().unwrap();
+        assert_eq!(nesting, 4, "object, metadata, managedFields, entry");
         assert_eq!(
             with,
             br#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x","labels":{"a":"b"},"managedFields":[{"manager":"m"}]},"data":{"b":"1"}}"#
@@ -787,12 +905,31 @@ mod tests {
                     meta.insert("managedFields".into(), managed_fields.clone());
                 }
                 let apart = to_typed_json_with_managed_fields(&obj, without_rv, &managed_fields);
+                // The same, the entries given as JSON text.
+                let text = serde_json::to_string(&managed_fields).unwrap();
+                let raw: &serde_json::value::RawValue = serde_json::from_str(&text).unwrap();
+                let raw_apart = to_typed_json_with_managed_fields(&obj, without_rv, &raw);
                 match obj.get("metadata") {
-                    Some(Value::Object(_)) => prop_assert_eq!(
-                        String::from_utf8(apart.unwrap().unwrap()).unwrap(),
-                        String::from_utf8(to_typed_json(&inserted, without_rv).unwrap()).unwrap()
-                    ),
-                    _ => prop_assert!(apart.is_none()),
+                    Some(Value::Object(_)) => {
+                        let (bytes, nesting) = apart.unwrap().unwrap();
+                        let want = to_typed_json_nested(&inserted, without_rv).unwrap();
+                        prop_assert_eq!(String::from_utf8(bytes).unwrap(), String::from_utf8(want.0.clone()).unwrap());
+                        prop_assert_eq!(nesting, want.1);
+                        let (raw_bytes, raw_nesting) = raw_apart.unwrap().unwrap();
+                        prop_assert_eq!(&raw_bytes, &want.0);
+                        prop_assert_eq!(raw_nesting, want.1);
+                    }
+                    _ => prop_assert!(apart.is_none() && raw_apart.is_none()),
+                }
+            }
+
+            #[test]
+            fn the_nesting_noted_is_the_texts_and_the_values(obj in object(), without_rv in any::<bool>()) {
+                let (bytes, nesting) = to_typed_json_nested(&obj, without_rv).unwrap();
+                prop_assert_eq!(&bytes, &to_typed_json(&obj, without_rv).unwrap());
+                prop_assert_eq!(nesting, text_nesting(&bytes));
+                if !without_rv {
+                    prop_assert_eq!(nesting, value_nesting(&obj));
                 }
             }
         }

@@ -86,7 +86,9 @@ impl Prepared {
     pub async fn encode(&mut self, ctx: &Ctx) -> ApiResult<bytes::Bytes> {
         // Entries are kept apart only for objects stored as served.
         if let Some(encoded) = self.entries.encode_stored(&self.obj) {
-            return encoded.map(bytes::Bytes::from).map_err(ApiError::internal);
+            let (bytes, nesting) = encoded.map_err(ApiError::internal)?;
+            super::write::stored_nesting(nesting)?;
+            return Ok(bytes::Bytes::from(bytes));
         }
         self.write_entries();
         encode_stored(&ctx.st, ctx.ri.info, &self.obj).await
@@ -119,11 +121,14 @@ impl Prepared {
     }
 
     /// The answer (`code`) to a dry run: the object, its entries written.
-    pub fn dry_run_answer(mut self, ctx: &Ctx, code: u16) -> Response {
+    /// Errors: the 400 of an object too deep to store, as the write would
+    /// refuse it ([`super::write::stored_nesting`]).
+    pub fn dry_run_answer(mut self, ctx: &Ctx, code: u16) -> ApiResult<Response> {
+        self.write_entries();
+        super::write::stored_nesting(crate::patch::json::nesting_depth(&self.obj))?;
         trace::step(steps::STORED);
         trace::step(steps::ABOUT_TO_WRITE);
-        self.write_entries();
-        render::object(ctx.ri.info, ctx.render, code, &self.obj, &self.warnings)
+        Ok(render::object(ctx.ri.info, ctx.render, code, &self.obj, &self.warnings))
     }
 }
 
@@ -272,7 +277,7 @@ pub async fn create(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
     let mut prepared = prepare_new(ctx, NewObject { obj: decoded, managed: NewManaged::Update, keys }).await?;
     trace::step(steps::ADMISSION_DONE);
     if dry_run {
-        return Ok(prepared.dry_run_answer(ctx, 201));
+        return prepared.dry_run_answer(ctx, 201);
     }
     let mut attempts = 0;
     loop {

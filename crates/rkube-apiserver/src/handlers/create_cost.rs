@@ -64,7 +64,7 @@ fn create_cost() {
         let stored = timed("encode with the text", || entries.encode_stored(&obj).expect("as text").expect("encode"));
         timed("managedFields as a map", || crate::patch::record_update(&rec, None, &mut obj));
         let encoded = timed("encode with the map", || rkube_api::wire::to_typed_json(&obj, true).expect("encode"));
-        assert_eq!(stored, encoded, "the same bytes");
+        assert_eq!(stored.0, encoded, "the same bytes");
         let copy = timed("clone", || obj.clone());
         let causes = timed("validate", || crate::validate::validate(info, &obj, None));
         assert!(!causes.is_empty(), "a 3 MiB ConfigMap is refused");

@@ -264,6 +264,8 @@ pub(super) async fn commit(
         return Ok(Commit::Unchanged);
     }
     if dry_run {
+        // Refused as the write would refuse it.
+        super::write::stored_nesting(crate::patch::json::nesting_depth(&new))?;
         return Ok(Commit::Done(new, None));
     }
     let grace = new.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
@@ -382,7 +384,7 @@ async fn create_on_update(
     let mut prepared = prepare_new(ctx, NewObject { obj: body_obj, managed: NewManaged::Update, keys }).await?;
     trace::step(steps::ADMISSION_DONE);
     if dry_run {
-        return Ok(Some(prepared.dry_run_answer(ctx, 201)));
+        return prepared.dry_run_answer(ctx, 201).map(Some);
     }
     let bytes = prepared.encode(ctx).await?;
     match ctx.st.storage.create(key, bytes.clone()).await {
@@ -441,7 +443,7 @@ pub async fn patch(ctx: &Ctx, body: &[u8]) -> ApiResult<Response> {
                 )));
             }
             if dry_run {
-                return Ok(prepared.dry_run_answer(ctx, 201));
+                return prepared.dry_run_answer(ctx, 201);
             }
             let bytes = prepared.encode(ctx).await?;
             match ctx.st.storage.create(&key, bytes.clone()).await {

@@ -111,8 +111,41 @@ pub async fn check_namespace_usable(ctx: &Ctx, name: &str) -> ApiResult<()> {
 /// The bytes stored for `obj`: its JSON without `metadata.resourceVersion`
 /// (the revision is the resourceVersion; upstream stores it empty too), keys
 /// in typed order as kube-apiserver stores them ([`rkube_api::wire`]).
+///
+/// Errors: 400 when those bytes nest deeper than [`STORED_MAX_NESTING`]
+/// ([`stored_nesting`]); an encoding error as 500.
 pub fn encode_for_storage(obj: &Value) -> ApiResult<bytes::Bytes> {
-    rkube_api::wire::to_typed_json(obj, true).map(bytes::Bytes::from).map_err(ApiError::internal)
+    let (bytes, nesting) = rkube_api::wire::to_typed_json_nested(obj, true).map_err(ApiError::internal)?;
+    stored_nesting(nesting)?;
+    Ok(bytes::Bytes::from(bytes))
+}
+
+/// The deepest an object may nest as stored, with its managedFields: two
+/// levels less than a body may nest ([`crate::patch::MAX_NESTING_DEPTH`],
+/// serde_json's recursion limit, which every decoder of stored objects
+/// here has), so that a LIST, which holds each item two levels down, and a
+/// watch event (one level) stay readable by clients that decode with
+/// serde_json too (kube-rs).
+pub const STORED_MAX_NESTING: usize = crate::patch::MAX_NESTING_DEPTH - 2;
+
+/// Refuses an object whose stored form nests `nesting` levels deep when
+/// that is deeper than [`STORED_MAX_NESTING`]: such an object would be
+/// written but not read again (a Table, a watch event, a LIST or the next
+/// update of it would fail). A body is held to its own limit when it is
+/// decoded, but the object's managedFields nest its deepest field four
+/// levels deeper again (`metadata`, the list, the entry, `fieldsV1`) and
+/// one more for the leaf's `{}`, so an object nested within seven levels
+/// of the body limit is refused here (400 `BadRequest`). Upstream's
+/// decoder stops at 10,000 levels.
+pub fn stored_nesting(nesting: usize) -> ApiResult<()> {
+    let max = STORED_MAX_NESTING;
+    match nesting <= max {
+        true => Ok(()),
+        false => Err(ApiError::bad_request(format!(
+            "the object cannot be stored: with its managedFields it nests {nesting} levels deep, \
+             deeper than the {max} levels stored objects may nest"
+        ))),
+    }
 }
 
 /// [`encode_for_storage`] of `obj`, an object of `info`, in the stored

@@ -258,11 +258,11 @@ impl UnwrittenEntries {
     /// as stored: the bytes of `rkube_api::wire::to_typed_json(obj, true)`
     /// after writing them, without decoding an entry whose fields are still
     /// JSON text: the text is copied as it is (serde_json's `RawValue`,
-    /// which checks it in one pass that builds nothing).
-    /// `None` when the entries are not one such entry owning fields, or
-    /// `obj` has no `metadata` object: write them, then encode. Errors:
-    /// serde_json's.
-    pub fn encode_stored(&self, obj: &Value) -> Option<serde_json::Result<Vec<u8>>> {
+    /// which checks it in one pass that builds nothing), and how deeply they
+    /// nest ([`rkube_api::wire::to_typed_json_nested`]). `None` when the
+    /// entries are not one such entry owning fields, or `obj` has no
+    /// `metadata` object: write them, then encode. Errors: serde_json's.
+    pub fn encode_stored(&self, obj: &Value) -> Option<serde_json::Result<(Vec<u8>, usize)>> {
         let Unwritten::Encoded(entry) = &self.0 else { return None };
         if entry.fields == "{}" {
             return None;

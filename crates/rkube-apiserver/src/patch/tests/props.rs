@@ -850,7 +850,11 @@ proptest! {
         };
         prop_assert!(!entries.is_empty());
         let got = match entries.encode_stored(&obj) {
-            Some(encoded) => encoded.unwrap(),
+            Some(encoded) => {
+                let (bytes, nesting) = encoded.unwrap();
+                prop_assert_eq!(nesting, rkube_api::wire::text_nesting(&bytes));
+                bytes
+            }
             None => {
                 prop_assert!(!obj["metadata"].is_object(), "stored as text");
                 let mut written = obj.clone();
@@ -871,7 +875,10 @@ proptest! {
         let Ok((obj, entries)) = crate::patch::apply_create_at(&text("kind"), &text("apiVersion"), body.as_bytes(), "tool", false, NOW) else {
             return Ok(());
         };
-        let stored = entries.encode_stored(&obj).map(Result::unwrap);
+        let stored = entries.encode_stored(&obj).map(Result::unwrap).map(|(bytes, nesting)| {
+            assert_eq!(nesting, rkube_api::wire::text_nesting(&bytes));
+            bytes
+        });
         let mut written = obj;
         entries.write_into(&mut written);
         let want = to_typed_json(&written, true).unwrap();
@@ -910,7 +917,8 @@ fn creates_of_a_config_map_store_their_entry_as_text() {
     let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "labels": {"l": "1"}},
         "data": {"k\"1": "v", "k2": "w"}});
     let (obj, entries) = crate::patch::apply_create_at("ConfigMap", "v1", config.to_string().as_bytes(), "tool", false, NOW).unwrap();
-    let stored = entries.encode_stored(&obj).expect("kept as text").unwrap();
+    let (stored, nesting) = entries.encode_stored(&obj).expect("kept as text").unwrap();
+    assert_eq!(nesting, 8, "object, metadata, managedFields, entry, fieldsV1, f:metadata, f:labels, f:l");
     let mut written = obj.clone();
     entries.write_into(&mut written);
     assert_eq!(String::from_utf8(stored).unwrap(), String::from_utf8(to_typed_json(&written, true).unwrap()).unwrap());
@@ -918,7 +926,7 @@ fn creates_of_a_config_map_store_their_entry_as_text() {
 
     let rec = crate::patch::UpdateRecord { manager: "creator", api_version: "v1", subresource: "", now: NOW };
     let entries = crate::patch::UnwrittenEntries::created(&rec, &config).expect("kept as text");
-    let stored = entries.encode_stored(&config).expect("kept as text").unwrap();
+    let (stored, _) = entries.encode_stored(&config).expect("kept as text").unwrap();
     let mut recorded = config.clone();
     crate::patch::record_update(&rec, None, &mut recorded);
     assert_eq!(String::from_utf8(stored).unwrap(), String::from_utf8(to_typed_json(&recorded, true).unwrap()).unwrap());
