@@ -667,12 +667,13 @@ async fn server_side_apply_merges_lists_by_the_crds_list_types() {
 }
 
 /// A custom resource nested close to the body limit keeps its fields, and
-/// its managedFields nest them five levels deeper: a create (POST, apply,
-/// dry run) or a patch whose stored form would nest past what every
-/// decoder of stored objects reads is refused with 400, and every object
-/// stored stays readable (GET as a Table, a merge patch, a LIST, a watch).
-/// Before, objects nested 124 levels or more were stored and then answered
-/// a Table GET and a merge patch with 500 "cannot decode object".
+/// its managedFields nest them deeper: a create (POST, apply, dry run) or
+/// a patch whose stored form would nest past 124 levels is refused with
+/// 400, and every object stored stays readable (GET as a Table, a merge
+/// patch, a LIST, a watch), also by a client decoding with serde_json.
+/// Before, objects nested 123 levels or more were stored and then answered
+/// a Table GET and a merge patch with 500 "cannot decode object", and
+/// their Tables, LISTs and watch events were too deep for serde_json.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_resources_too_deep_to_store_with_their_managed_fields_are_refused() {
     let s = TestServer::embedded().await;
@@ -688,15 +689,23 @@ async fn custom_resources_too_deep_to_store_with_their_managed_fields_are_refuse
     established(&s, &format!("deeps.{g}")).await;
     let path = format!("/apis/{g}/v1/namespaces/default/deeps");
     let mut watch = s.watch(&format!("{path}?watch=true")).await;
+    // `x` holds `levels` maps, the last one a string: stored with its
+    // entry, root, metadata, managedFields, the entry, fieldsV1, `f:x`'s
+    // set and one set per map nest `levels + 6` levels.
     let chain = |n: usize| (0..n).fold(json!("x"), |v, _| json!({"a": v}));
     let deep = |name: &str, levels: usize| {
         json!({"apiVersion": format!("{g}/v1"), "kind": "Deep", "metadata": {"name": name}, "x": chain(levels)})
     };
-    let too_deep = |r: &common::Resp| {
-        r.code == 400 && r.reason() == "BadRequest" && r.message().starts_with("the object cannot be stored: with its managedFields it nests ")
+    let storable = |levels: usize| levels + 6 <= 124;
+    let refused = |r: &common::Resp, levels: usize| {
+        let want = format!(
+            "the object cannot be stored: with its managedFields it nests {} levels deep, deeper than the 124 levels stored objects may nest",
+            levels + 6
+        );
+        (r.code, r.reason(), r.message()) == (400, "BadRequest", want.as_str())
     };
     let table = "application/json;as=Table;v=v1;g=meta.k8s.io";
-    let (mut stored, mut refused) = (0, 0);
+    let mut stored = 0;
     for levels in [100usize, 116, 117, 118, 119, 120, 125] {
         for how in ["post", "apply", "dry-run"] {
             let name = format!("d{levels}-{how}");
@@ -706,35 +715,40 @@ async fn custom_resources_too_deep_to_store_with_their_managed_fields_are_refuse
                 "dry-run" => s.post(&format!("{path}?dryRun=All"), &obj).await,
                 _ => s.patch(&format!("{path}/{name}?fieldManager=t"), "application/apply-patch+yaml", &obj.to_string()).await,
             };
-            if r.code != 201 {
-                assert!(too_deep(&r), "{levels} {how}: {} {}", r.code, r.text);
-                refused += 1;
+            if !storable(levels) {
+                assert!(refused(&r, levels), "{levels} {how}: {} {}", r.code, r.text);
                 continue;
             }
+            assert_eq!(r.code, 201, "{levels} {how}: {}", r.text);
             if how == "dry-run" {
                 continue;
             }
             stored += 1;
             let r = s.get_as(&format!("{path}/{name}"), table).await;
             assert_eq!(r.code, 200, "{levels} {how}: Table {}", r.text);
+            assert_eq!(r.body["rows"].as_array().map(Vec::len), Some(1), "{levels} {how}: Table {}", r.text);
             let r = s.patch(&format!("{path}/{name}"), "application/merge-patch+json", r#"{"metadata":{"labels":{"l":"1"}}}"#).await;
             assert_eq!(r.code, 200, "{levels} {how}: merge patch {}", r.text);
-            // A patch that nests the object one level deeper may be refused
-            // as a create would be, never stored unreadable.
+            // A patch nesting the object one level deeper is stored when
+            // its managedFields stay within the limit (an `Update` entry
+            // already owning the leaf made a map is not deepened), else
+            // refused; a dry run answers as the write does.
             let deeper = json!({"x": chain(levels + 1)}).to_string();
+            let dry = s.patch(&format!("{path}/{name}?dryRun=All"), "application/merge-patch+json", &deeper).await;
             let r = s.patch(&format!("{path}/{name}"), "application/merge-patch+json", &deeper).await;
-            assert!(r.code == 200 || too_deep(&r), "{levels} {how}: deeper patch {} {}", r.code, r.text);
+            assert_eq!((dry.code, dry.message()), (r.code, r.message()), "{levels} {how}: deeper patch, dry run {}", dry.text);
+            let too_deep = r.message().starts_with("the object cannot be stored: with its managedFields it nests ");
+            assert!(r.code == 200 || (r.code == 400 && too_deep), "{levels} {how}: deeper patch {} {}", r.code, r.text);
             let r = s.get_as(&format!("{path}/{name}"), table).await;
-            assert_eq!(r.code, 200, "{levels} {how}: Table after patches {}", r.text);
+            assert_eq!(r.body["rows"].as_array().map(Vec::len), Some(1), "{levels} {how}: Table after patches {}", r.text);
         }
     }
-    assert!(stored > 0 && refused > 0, "both outcomes are met: {stored} stored, {refused} refused");
+    assert_eq!(stored, 2 * 4, "levels 100 to 118, by POST and by apply");
     // Lists and watch events stay within what serde_json decodes (kube-rs
     // reads them so): this client's decoder reads them.
     let r = s.get(&path).await;
     assert_eq!(r.code, 200, "{}", r.text);
     assert_eq!(r.body["items"].as_array().map(Vec::len), Some(stored), "every object stored is listed");
-    // Every object stored reaches a watcher: added, labelled, then perhaps deepened.
     let mut added = 0;
     while let Some(event) = watch.next_within(5).await {
         added += usize::from(event["type"] == "ADDED");

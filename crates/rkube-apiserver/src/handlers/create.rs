@@ -87,11 +87,13 @@ impl Prepared {
         // Entries are kept apart only for objects stored as served.
         if let Some(encoded) = self.entries.encode_stored(&self.obj) {
             let (bytes, nesting) = encoded.map_err(ApiError::internal)?;
-            super::write::stored_nesting(nesting)?;
+            super::write::stored_nesting(nesting, None)?;
             return Ok(bytes::Bytes::from(bytes));
         }
         self.write_entries();
-        encode_stored(&ctx.st, ctx.ri.info, &self.obj).await
+        let (bytes, nesting) = encode_stored(&ctx.st, ctx.ri.info, &self.obj).await?;
+        super::write::stored_nesting(nesting, None)?;
+        Ok(bytes)
     }
 
     /// The answer (`code`) to the create that stored `bytes`
@@ -125,7 +127,7 @@ impl Prepared {
     /// refuse it ([`super::write::stored_nesting`]).
     pub fn dry_run_answer(mut self, ctx: &Ctx, code: u16) -> ApiResult<Response> {
         self.write_entries();
-        super::write::stored_nesting(crate::patch::json::nesting_depth(&self.obj))?;
+        super::write::stored_nesting(crate::patch::json::nesting_depth(&self.obj), None)?;
         trace::step(steps::STORED);
         trace::step(steps::ABOUT_TO_WRITE);
         Ok(render::object(ctx.ri.info, ctx.render, code, &self.obj, &self.warnings))

@@ -284,7 +284,10 @@ pub(super) async fn delete_one(
                 // Nothing to mark: it is kept as it is.
                 _ => return Ok(Outcome::Pending(Value::clone(&obj))),
             };
-            let bytes = encode_stored(&ctx.st, info, &marked).await?;
+            // A deletion mark adds shallow fields to an object already
+            // stored: not held to the depth limit of client writes, so an
+            // object stored deeper before that limit can still be deleted.
+            let (bytes, _) = encode_stored(&ctx.st, info, &marked).await?;
             match ctx.st.storage.update(&key, bytes, kv.mod_revision).await {
                 Ok(kv) => {
                     set_resource_version(&mut marked, kv.mod_revision);

@@ -263,17 +263,20 @@ pub(super) async fn commit(
     if object::same_ignoring_rv(old, &new) {
         return Ok(Commit::Unchanged);
     }
-    if dry_run {
-        // Refused as the write would refuse it.
-        super::write::stored_nesting(crate::patch::json::nesting_depth(&new))?;
-        return Ok(Commit::Done(new, None));
-    }
     let grace = new.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
     // An object with a lifecycle also waits for its spec to let it go (a
     // namespace's `spec.finalizers`, emptied through `finalize`), as
     // upstream's `ShouldDeleteNamespaceDuringUpdate`.
     let spec_held = info.strategy.delete.lifecycle.is_some_and(|l| (l.held)(&new));
-    if object::is_terminating(&new) && object::finalizers(&new).is_empty() && grace == 0 && !spec_held {
+    let deletes = object::is_terminating(&new) && object::finalizers(&new).is_empty() && grace == 0 && !spec_held;
+    if dry_run {
+        // Refused as the write would refuse it (a delete stores nothing).
+        if !deletes {
+            super::write::stored_nesting(crate::patch::json::nesting_depth(&new), Some(old))?;
+        }
+        return Ok(Commit::Done(new, None));
+    }
+    if deletes {
         return match ctx.st.storage.delete(key, Some(kv.mod_revision)).await {
             Ok((_, rev)) => {
                 set_resource_version(&mut new, rev);
@@ -283,7 +286,8 @@ pub(super) async fn commit(
             Err(e) => Err(ApiError::from_storage(e, info, &name)),
         };
     }
-    let bytes = encode_stored(&ctx.st, info, &new).await?;
+    let (bytes, nesting) = encode_stored(&ctx.st, info, &new).await?;
+    super::write::stored_nesting(nesting, Some(old))?;
     match ctx.st.storage.update(key, bytes.clone(), kv.mod_revision).await {
         Ok(kv) => {
             set_resource_version(&mut new, kv.mod_revision);

@@ -111,52 +111,57 @@ pub async fn check_namespace_usable(ctx: &Ctx, name: &str) -> ApiResult<()> {
 /// The bytes stored for `obj`: its JSON without `metadata.resourceVersion`
 /// (the revision is the resourceVersion; upstream stores it empty too), keys
 /// in typed order as kube-apiserver stores them ([`rkube_api::wire`]).
-///
-/// Errors: 400 when those bytes nest deeper than [`STORED_MAX_NESTING`]
-/// ([`stored_nesting`]); an encoding error as 500.
+/// Errors: an encoding error as 500.
 pub fn encode_for_storage(obj: &Value) -> ApiResult<bytes::Bytes> {
+    encode_for_storage_nested(obj).map(|(bytes, _)| bytes)
+}
+
+/// [`encode_for_storage`], and how deeply the bytes nest
+/// ([`rkube_api::wire::to_typed_json_nested`]), for [`stored_nesting`].
+pub fn encode_for_storage_nested(obj: &Value) -> ApiResult<(bytes::Bytes, usize)> {
     let (bytes, nesting) = rkube_api::wire::to_typed_json_nested(obj, true).map_err(ApiError::internal)?;
-    stored_nesting(nesting)?;
-    Ok(bytes::Bytes::from(bytes))
+    Ok((bytes::Bytes::from(bytes), nesting))
 }
 
-/// The deepest an object may nest as stored, with its managedFields: two
-/// levels less than a body may nest ([`crate::patch::MAX_NESTING_DEPTH`],
-/// serde_json's recursion limit, which every decoder of stored objects
-/// here has), so that a LIST, which holds each item two levels down, and a
-/// watch event (one level) stay readable by clients that decode with
-/// serde_json too (kube-rs).
-pub const STORED_MAX_NESTING: usize = crate::patch::MAX_NESTING_DEPTH - 2;
+/// The deepest a client's object may nest as stored, with its
+/// managedFields: three levels less than a body may nest
+/// ([`crate::patch::MAX_NESTING_DEPTH`], serde_json's recursion limit,
+/// which every decoder of stored objects here has), so that the answers
+/// that hold it deeper stay readable by clients that decode with
+/// serde_json too (kube-rs): a Table row holds the object's metadata three
+/// levels down, a LIST its items two, a watch event one.
+pub const STORED_MAX_NESTING: usize = crate::patch::MAX_NESTING_DEPTH - 3;
 
-/// Refuses an object whose stored form nests `nesting` levels deep when
-/// that is deeper than [`STORED_MAX_NESTING`]: such an object would be
-/// written but not read again (a Table, a watch event, a LIST or the next
-/// update of it would fail). A body is held to its own limit when it is
-/// decoded, but the object's managedFields nest its deepest field four
-/// levels deeper again (`metadata`, the list, the entry, `fieldsV1`) and
-/// one more for the leaf's `{}`, so an object nested within seven levels
-/// of the body limit is refused here (400 `BadRequest`). Upstream's
-/// decoder stops at 10,000 levels.
-pub fn stored_nesting(nesting: usize) -> ApiResult<()> {
+/// Refuses a create or update whose object would be stored `nesting`
+/// levels deep when that is deeper than [`STORED_MAX_NESTING`] and than
+/// `old`, the object it replaces, already nests (an object stored before
+/// this limit keeps the depth it has): such an object would be written but
+/// not read again (a Table, a watch event, a LIST or the next update of it
+/// would fail). A body is held to its own limit when it is decoded, but
+/// the object's managedFields nest its fields deeper again: `metadata`,
+/// the list, the entry and `fieldsV1` are four levels, and a field set
+/// nests one level more than the maps it follows (a scalar leaf is `{}`).
+/// 400 `BadRequest`; upstream's decoder stops at 10,000 levels.
+pub fn stored_nesting(nesting: usize, old: Option<&Value>) -> ApiResult<()> {
     let max = STORED_MAX_NESTING;
-    match nesting <= max {
-        true => Ok(()),
-        false => Err(ApiError::bad_request(format!(
-            "the object cannot be stored: with its managedFields it nests {nesting} levels deep, \
-             deeper than the {max} levels stored objects may nest"
-        ))),
+    if nesting <= max || old.is_some_and(|old| nesting <= crate::patch::json::nesting_depth(old)) {
+        return Ok(());
     }
+    Err(ApiError::bad_request(format!(
+        "the object cannot be stored: with its managedFields it nests {nesting} levels deep, \
+         deeper than the {max} levels stored objects may nest"
+    )))
 }
 
-/// [`encode_for_storage`] of `obj`, an object of `info`, in the stored
-/// version's form ([`ResourceInfo::to_stored`]: events.k8s.io/v1 events are
-/// stored as core/v1 events; a `Webhook` CRD's custom resources are
-/// converted by its webhook, [`crate::crd_conversion::stored`]).
-pub async fn encode_stored(st: &ApiState, info: &ResourceInfo, obj: &Value) -> ApiResult<bytes::Bytes> {
+/// [`encode_for_storage_nested`] of `obj`, an object of `info`, in the
+/// stored version's form ([`ResourceInfo::to_stored`]: events.k8s.io/v1
+/// events are stored as core/v1 events; a `Webhook` CRD's custom resources
+/// are converted by its webhook, [`crate::crd_conversion::stored`]).
+pub async fn encode_stored(st: &ApiState, info: &ResourceInfo, obj: &Value) -> ApiResult<(bytes::Bytes, usize)> {
     if info.conversion.is_none() {
-        return encode_for_storage(obj);
+        return encode_for_storage_nested(obj);
     }
-    encode_for_storage(&crate::crd_conversion::stored(st, info, obj.clone()).await?)
+    encode_for_storage_nested(&crate::crd_conversion::stored(st, info, obj.clone()).await?)
 }
 
 /// Assigns `spec.clusterIP`/`clusterIPs` to a Service being created (or
